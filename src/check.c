@@ -1,0 +1,74 @@
+/* Argument checks shared by the operations: sizes, buffers, dtypes. */
+#include <stdint.h>
+
+#include "internal.h"
+
+int cd_mul(size_t *out, size_t a, size_t b) {
+  if (a != 0 && b > SIZE_MAX / a) return 0;
+  *out = a * b;
+  return 1;
+}
+
+int cd_prod(size_t *out, int n, const size_t *factors) {
+  size_t p = 1;
+  for (int i = 0; i < n; i++)
+    if (!cd_mul(&p, p, factors[i])) return 0;
+  *out = p;
+  return 1;
+}
+
+camdelta_status cd_check_buffer(const char *op, const char *name, camdelta_buffer b, size_t elems, size_t elem_size,
+                                int optional) {
+  if (!b.mem) {
+    if (optional) return CAMDELTA_OK;
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: argument '%s' is NULL (expected a cl_mem of %zu elements)", op,
+                   name, elems);
+  }
+  size_t end, bytes;
+  if (b.offset > SIZE_MAX - elems || !cd_mul(&bytes, b.offset + elems, elem_size) ||
+      !cd_mul(&end, elems, elem_size))
+    return cd_fail(CAMDELTA_ERROR_OVERFLOW, "%s: argument '%s': offset %zu + %zu elements overflows size_t", op, name,
+                   b.offset, elems);
+  size_t have = 0;
+  cl_int err = clGetMemObjectInfo(b.mem, CL_MEM_SIZE, sizeof have, &have, NULL);
+  if (err != CL_SUCCESS)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: argument '%s' is not a valid cl_mem (%s)", op, name,
+                   camdelta_cl_error_name(err));
+  if (have < bytes)
+    return cd_fail(CAMDELTA_ERROR_BUFFER_TOO_SMALL,
+                   "%s: argument '%s' holds %zu bytes but needs %zu (offset %zu + %zu elements of %zu bytes)", op,
+                   name, have, bytes, b.offset, elems, elem_size);
+  return CAMDELTA_OK;
+}
+
+camdelta_status cd_check_head_dim(const char *op, size_t D) {
+  if (D < 8 || D > 128 || D % 8 != 0)
+    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: head dim D=%zu unsupported (expected a multiple of 8 in [8, 128])",
+                   op, D);
+  return CAMDELTA_OK;
+}
+
+camdelta_status cd_check_dtype(const char *op, camdelta_dtype dtype) {
+  if (dtype != CAMDELTA_F32 && dtype != CAMDELTA_F16 && dtype != CAMDELTA_BF16)
+    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: dtype %d unsupported (expected CAMDELTA_F32, F16 or BF16)", op,
+                   (int)dtype);
+  return CAMDELTA_OK;
+}
+
+const char *camdelta_dtype_name(camdelta_dtype dtype) {
+  switch (dtype) {
+    case CAMDELTA_F32: return "f32";
+    case CAMDELTA_F16: return "f16";
+    case CAMDELTA_BF16: return "bf16";
+  }
+  return "unknown";
+}
+
+size_t camdelta_dtype_size(camdelta_dtype dtype) {
+  switch (dtype) {
+    case CAMDELTA_F32: return 4;
+    case CAMDELTA_F16:
+    case CAMDELTA_BF16: return 2;
+  }
+  return 0;
+}

@@ -1,0 +1,155 @@
+/* Internal interfaces shared by the host runtime and the operations.
+ * Not installed. */
+#ifndef CAMDELTA_INTERNAL_H
+#define CAMDELTA_INTERNAL_H
+
+#include "camdelta.h"
+
+#include <stdarg.h>
+#include <threads.h>
+
+#if defined(__GNUC__)
+#define CD_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define CD_PRINTF(a, b)
+#endif
+
+/* ------------------------------------------------------------ errors (error.c) */
+/** Record a message for this thread and return `st`. */
+camdelta_status cd_fail(camdelta_status st, const char *fmt, ...) CD_PRINTF(2, 3);
+/** Record "<what>: <CL error name> (<code>)" and return CAMDELTA_ERROR_OPENCL
+ *  (or OUT_OF_MEMORY for the allocation failures). */
+camdelta_status cd_cl_fail(cl_int err, const char *what);
+/** Clear this thread's message (called at the start of public entry points). */
+void cd_clear_error(void);
+
+/* ---------------------------------------------------------- sizes (check.c) */
+/** *out = a*b; 0 on overflow. */
+int cd_mul(size_t *out, size_t a, size_t b);
+/** Product of n factors with overflow check; 0 on overflow. */
+int cd_prod(size_t *out, int n, const size_t *factors);
+/** Check that `b` refers to at least `elems` elements of `elem_size` bytes
+ *  past its offset. name: the argument's name for the message. When
+ *  `optional` and b.mem == NULL, succeeds. */
+camdelta_status cd_check_buffer(const char *op, const char *name, camdelta_buffer b, size_t elems,
+                                size_t elem_size, int optional);
+/** Check the head dim: D % 8 == 0 and 8 <= D <= 128. */
+camdelta_status cd_check_head_dim(const char *op, size_t D);
+camdelta_status cd_check_dtype(const char *op, camdelta_dtype dtype);
+
+/* -------------------------------------------------------- context (context.c) */
+typedef struct cd_program_entry {
+  char *key; /* source name + '\n' + options */
+  cl_program program;
+  struct cd_program_entry *next;
+} cd_program_entry;
+
+struct camdelta_context {
+  cl_platform_id platform;
+  cl_device_id device;
+  cl_context context;
+  cl_command_queue queue;
+  int owns; /* 1: created by camdelta, released on destroy */
+  int profiling;
+  camdelta_device_info info;
+  char device_extensions[4096];
+  mtx_t lock; /* guards programs and stats */
+  cd_program_entry *programs;
+  camdelta_build_stats stats;
+};
+
+/** A built program for kernel source file `source` (e.g. "prep.cl") with
+ *  extra build options (e.g. "-DCD_D=112"); built once per context, through
+ *  the disk cache. The program is owned by the context. */
+camdelta_status cd_program(camdelta_context *ctx, const char *source, const char *options, cl_program *out);
+/** A fresh kernel object (caller releases) from cd_program(). */
+camdelta_status cd_kernel(camdelta_context *ctx, const char *source, const char *options, const char *name,
+                          cl_kernel *out);
+/** Allocate a device buffer of `bytes` (> 0) in the context. */
+camdelta_status cd_alloc(camdelta_context *ctx, size_t bytes, cl_mem *out);
+
+/* ---------------------------------------------------- kernel args (launch.c) */
+typedef struct cd_args {
+  cl_kernel kernel;
+  cl_uint index;
+  cl_int err;
+} cd_args;
+void cd_arg_mem(cd_args *a, cl_mem m); /* NULL allowed (absent optional) */
+void cd_arg_buf(cd_args *a, camdelta_buffer b); /* mem + ulong offset (2 args) */
+void cd_arg_u64(cd_args *a, uint64_t v);
+void cd_arg_u32(cd_args *a, uint32_t v);
+void cd_arg_i32(cd_args *a, int32_t v);
+void cd_arg_f32(cd_args *a, float v);
+void cd_arg_local(cd_args *a, size_t bytes);
+
+#define CD_MAX_EVENTS 256
+/** One public call's enqueued work: events for profiling. */
+typedef struct cd_launch {
+  camdelta_profile *profile; /* NULL: no events kept */
+  cl_event events[CD_MAX_EVENTS];
+  unsigned n;
+} cd_launch;
+void cd_launch_init(cd_launch *l, camdelta_profile *profile);
+/** Enqueue an ND-range; lws may be NULL. Records an event if profiling. */
+camdelta_status cd_enqueue(camdelta_context *ctx, cl_kernel k, cl_uint dims, const size_t *gws, const size_t *lws,
+                           cd_launch *l, const char *what);
+/** Wait for and sum the recorded events into l->profile (if any); releases
+ *  the events. Always call once at the end of a public call (also on error). */
+camdelta_status cd_launch_end(camdelta_context *ctx, cd_launch *l, camdelta_status st);
+
+/** Fill `bytes` bytes at byte offset `off` of `mem` with zero. */
+camdelta_status cd_zero(camdelta_context *ctx, cl_mem mem, size_t off, size_t bytes, cd_launch *l);
+
+/** Preferred work-group size multiple for a kernel on the context's device
+ *  (32 on NVIDIA, typically 8..64 elsewhere). */
+size_t cd_preferred_multiple(camdelta_context *ctx, cl_kernel k);
+/** Max work-group size for a kernel on the context's device. */
+size_t cd_kernel_max_wg(camdelta_context *ctx, cl_kernel k);
+
+/* ----------------------------------------------- embedded sources (generated) */
+/** Source text of kernel file `name` (e.g. "prep.cl"): from CAMDELTA_KERNEL_DIR
+ *  if set (malloc'd copy in *owned), else the embedded copy. */
+camdelta_status cd_kernel_source(const char *name, const char **text, size_t *len, char **owned);
+/** Embedded table (generated at build time). */
+typedef struct cd_embedded_source {
+  const char *name;
+  const char *text;
+  size_t len;
+} cd_embedded_source;
+extern const cd_embedded_source cd_embedded_sources[];
+extern const size_t cd_embedded_source_count;
+
+/* ---------------------------------------------------- disk cache (cache.c) */
+/** Resolve the cache folder; returns 0 when caching is off. */
+int cd_cache_folder(char *buf, size_t size);
+/** Hex key of (device identity, library version, options, source). */
+void cd_cache_key(camdelta_context *ctx, const char *options, const char *src, size_t src_len, char key_hex[65]);
+/** Load a binary for `key`; returns malloc'd bytes or NULL if absent/corrupt
+ *  (a corrupt entry is removed). */
+unsigned char *cd_cache_load(const char *key_hex, size_t *len);
+/** Store atomically; failures are silent (cost speed, not correctness). */
+void cd_cache_store(const char *key_hex, const unsigned char *bin, size_t len, const char *device_name);
+
+/* --------------------------------------------------------- saved objects */
+struct camdelta_prep_saved {
+  camdelta_context *ctx;
+  cl_mem inv_rms; /* (2, B, N) f32: q then k */
+  size_t bytes;
+  size_t B, N, H, D;
+  int valid;
+};
+
+struct camdelta_scan_saved {
+  camdelta_context *ctx;
+  cl_mem state_pre, state_post; /* (B, H, F, D, D) f32 */
+  size_t bytes;
+  size_t B, H, D, F, S;
+  int reverse;
+  int has_init;
+  int valid;
+};
+
+/** (Re)allocate a buffer held in a saved object so it holds >= bytes. */
+camdelta_status cd_ensure_buffer(camdelta_context *ctx, cl_mem *mem, size_t *have, size_t bytes);
+
+#endif

@@ -1,0 +1,133 @@
+/* Kernel arguments, launches and their profiling events. */
+#include <string.h>
+
+#include "internal.h"
+
+static void set(cd_args *a, size_t size, const void *value) {
+  if (a->err != CL_SUCCESS) return;
+  a->err = clSetKernelArg(a->kernel, a->index++, size, value);
+}
+
+void cd_arg_mem(cd_args *a, cl_mem m) { set(a, sizeof m, &m); }
+void cd_arg_buf(cd_args *a, camdelta_buffer b) {
+  cd_arg_mem(a, b.mem);
+  cd_arg_u64(a, (uint64_t)b.offset);
+}
+void cd_arg_u64(cd_args *a, uint64_t v) {
+  cl_ulong x = v;
+  set(a, sizeof x, &x);
+}
+void cd_arg_u32(cd_args *a, uint32_t v) {
+  cl_uint x = v;
+  set(a, sizeof x, &x);
+}
+void cd_arg_i32(cd_args *a, int32_t v) {
+  cl_int x = v;
+  set(a, sizeof x, &x);
+}
+void cd_arg_f32(cd_args *a, float v) {
+  cl_float x = v;
+  set(a, sizeof x, &x);
+}
+void cd_arg_local(cd_args *a, size_t bytes) { set(a, bytes, NULL); }
+
+void cd_launch_init(cd_launch *l, camdelta_profile *profile) {
+  memset(l, 0, sizeof *l);
+  l->profile = profile;
+}
+
+static camdelta_status flush_events(cd_launch *l, int sum) {
+  camdelta_status st = CAMDELTA_OK;
+  if (l->n == 0) return st;
+  cl_int err = clWaitForEvents(l->n, l->events);
+  if (err != CL_SUCCESS) st = cd_cl_fail(err, "waiting for kernels");
+  for (unsigned i = 0; i < l->n; i++) {
+    if (sum && st == CAMDELTA_OK) {
+      cl_ulong t0 = 0, t1 = 0;
+      cl_int e0 = clGetEventProfilingInfo(l->events[i], CL_PROFILING_COMMAND_START, sizeof t0, &t0, NULL);
+      cl_int e1 = clGetEventProfilingInfo(l->events[i], CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL);
+      if (e0 != CL_SUCCESS || e1 != CL_SUCCESS)
+        st = cd_cl_fail(e0 != CL_SUCCESS ? e0 : e1, "reading kernel profiling info (queue without profiling?)");
+      else if (t1 > t0)
+        l->profile->kernel_ms += (double)(t1 - t0) * 1e-6;
+    }
+    clReleaseEvent(l->events[i]);
+  }
+  l->n = 0;
+  return st;
+}
+
+camdelta_status cd_enqueue(camdelta_context *ctx, cl_kernel k, cl_uint dims, const size_t *gws, const size_t *lws,
+                           cd_launch *l, const char *what) {
+  for (cl_uint d = 0; d < dims; d++)
+    if (gws[d] == 0) return CAMDELTA_OK; /* nothing to do */
+  if (l->profile && l->n == CD_MAX_EVENTS) {
+    camdelta_status st = flush_events(l, 1);
+    if (st) return st;
+  }
+  cl_event ev = NULL;
+  cl_int err = clEnqueueNDRangeKernel(ctx->queue, k, dims, NULL, gws, lws, 0, NULL, l->profile ? &ev : NULL);
+  if (err != CL_SUCCESS) return cd_cl_fail(err, what);
+  if (l->profile) {
+    l->events[l->n++] = ev;
+    l->profile->kernels++;
+  }
+  return CAMDELTA_OK;
+}
+
+camdelta_status cd_launch_end(camdelta_context *ctx, cd_launch *l, camdelta_status st) {
+  (void)ctx;
+  camdelta_status fst = flush_events(l, st == CAMDELTA_OK && l->profile);
+  return st ? st : fst;
+}
+
+camdelta_status cd_zero(camdelta_context *ctx, cl_mem mem, size_t off, size_t bytes, cd_launch *l) {
+  (void)l;
+  if (bytes == 0) return CAMDELTA_OK;
+  const cl_uchar zero = 0;
+  cl_int err;
+  if (off % 4 == 0 && bytes % 4 == 0) {
+    const cl_uint z4 = 0;
+    err = clEnqueueFillBuffer(ctx->queue, mem, &z4, sizeof z4, off, bytes, 0, NULL, NULL);
+  } else {
+    err = clEnqueueFillBuffer(ctx->queue, mem, &zero, 1, off, bytes, 0, NULL, NULL);
+  }
+  if (err != CL_SUCCESS) return cd_cl_fail(err, "clEnqueueFillBuffer");
+  return CAMDELTA_OK;
+}
+
+size_t cd_preferred_multiple(camdelta_context *ctx, cl_kernel k) {
+  size_t m = 0;
+  if (clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE, sizeof m, &m, NULL) !=
+          CL_SUCCESS ||
+      m == 0)
+    m = 1;
+  return m;
+}
+
+size_t cd_kernel_max_wg(camdelta_context *ctx, cl_kernel k) {
+  size_t m = 0;
+  if (clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof m, &m, NULL) != CL_SUCCESS || m == 0)
+    m = ctx->info.max_work_group_size ? ctx->info.max_work_group_size : 1;
+  return m;
+}
+
+camdelta_status cd_alloc(camdelta_context *ctx, size_t bytes, cl_mem *out) {
+  cl_int err;
+  *out = clCreateBuffer(ctx->context, CL_MEM_READ_WRITE, bytes ? bytes : 4, NULL, &err);
+  if (err != CL_SUCCESS) {
+    *out = NULL;
+    return cd_cl_fail(err, "allocating a device buffer");
+  }
+  return CAMDELTA_OK;
+}
+
+camdelta_status cd_ensure_buffer(camdelta_context *ctx, cl_mem *mem, size_t *have, size_t bytes) {
+  if (*mem && *have >= bytes) return CAMDELTA_OK;
+  if (*mem) clReleaseMemObject(*mem);
+  *mem = NULL;
+  *have = 0;
+  camdelta_status st = cd_alloc(ctx, bytes, mem);
+  if (st == CAMDELTA_OK) *have = bytes;
+  return st;
+}

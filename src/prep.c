@@ -1,0 +1,179 @@
+/* Prep forward: argument checks, the saved object, and the two launches. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "internal.h"
+#include "prep_common.h"
+
+camdelta_status camdelta_prep_saved_create(camdelta_context *ctx, camdelta_prep_saved **out) {
+  cd_clear_error();
+  if (!ctx || !out)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_prep_saved_create: '%s' is NULL", ctx ? "out" : "ctx");
+  *out = calloc(1, sizeof **out);
+  if (!*out) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "camdelta_prep_saved_create: out of host memory");
+  (*out)->ctx = ctx;
+  return CAMDELTA_OK;
+}
+
+void camdelta_prep_saved_destroy(camdelta_prep_saved *saved) {
+  if (!saved) return;
+  if (saved->inv_rms) clReleaseMemObject(saved->inv_rms);
+  free(saved);
+}
+
+camdelta_status cd_prep_check_shape(const char *op, size_t B, size_t N, size_t H, size_t D, camdelta_dtype dtype,
+                                    float k_scale, float norm_eps) {
+  camdelta_status st = cd_check_dtype(op, dtype);
+  if (st) return st;
+  st = cd_check_head_dim(op, D);
+  if (st) return st;
+  if (B == 0 || N == 0 || H == 0)
+    return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: B=%zu, N=%zu, H=%zu: each must be at least 1", op, B, N, H);
+  size_t dims[4] = {B, N, H, D}, total;
+  if (!cd_prod(&total, 4, dims) || total > SIZE_MAX / 4)
+    return cd_fail(CAMDELTA_ERROR_OVERFLOW, "%s: B*N*H*D = %zu*%zu*%zu*%zu overflows size_t", op, B, N, H, D);
+  if (N > UINT32_MAX || H * D > UINT32_MAX)
+    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: N=%zu or C=%zu exceeds 2^32-1", op, N, H * D);
+  if (!isfinite(k_scale))
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: k_scale must be finite (got %g)", op, (double)k_scale);
+  if (!isfinite(norm_eps) || norm_eps < 0)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: norm_eps must be finite and >= 0 (got %g)", op,
+                   (double)norm_eps);
+  return CAMDELTA_OK;
+}
+
+camdelta_status cd_prep_check_inputs(const char *op, size_t B, size_t N, size_t H, size_t D, camdelta_dtype dtype,
+                                     const camdelta_buffer in[9], int need_v) {
+  static const char *names[9] = {"q_raw",  "k_raw",   "v_raw",    "q_norm_weight", "k_norm_weight",
+                                 "proj_q", "proj_kv", "rope_cos", "rope_sin"};
+  const size_t es = camdelta_dtype_size(dtype), BNHD = B * N * H * D;
+  const size_t counts[9] = {BNHD, BNHD, BNHD, H * D, H * D, B * N * 16, B * N * 16, N * (D / 2), N * (D / 2)};
+  for (int i = 0; i < 9; i++) {
+    camdelta_status st = cd_check_buffer(op, names[i], in[i], counts[i], i < 3 ? es : 4, i == 2 && !need_v);
+    if (st) return st;
+  }
+  return CAMDELTA_OK;
+}
+
+camdelta_status cd_prep_inv_rms(camdelta_context *ctx, size_t B, size_t N, size_t H, size_t D, camdelta_dtype dtype,
+                                 float eps, camdelta_buffer q_raw, camdelta_buffer k_raw, cl_mem inv_rms,
+                                 cd_launch *l) {
+  char opts[128];
+  snprintf(opts, sizeof opts, "-DCD_DTYPE=%d", (int)dtype);
+  cl_kernel k;
+  camdelta_status st = cd_kernel(ctx, "prep.cl", opts, "cd_prep_inv_rms", &k);
+  if (st) return st;
+  size_t L = cd_kernel_max_wg(ctx, k), p2 = 1;
+  if (L > 256) L = 256;
+  while (p2 * 2 <= L) p2 *= 2;
+  L = p2;
+  cd_args a = {k, 0, CL_SUCCESS};
+  cd_arg_buf(&a, q_raw);
+  cd_arg_buf(&a, k_raw);
+  cd_arg_mem(&a, inv_rms);
+  cd_arg_u64(&a, 0);
+  cd_arg_u64(&a, (uint64_t)(B * N));
+  cd_arg_u32(&a, (uint32_t)(H * D));
+  cd_arg_f32(&a, eps);
+  cd_arg_local(&a, 2 * L * sizeof(float));
+  if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_prep_inv_rms: setting arguments");
+  size_t gws = B * N * L;
+  if (!st) st = cd_enqueue(ctx, k, 1, &gws, &L, l, "cd_prep_inv_rms");
+  clReleaseKernel(k);
+  return st;
+}
+
+/* Tokens per work-group: as many as fit (<= 32) in the kernel's work-group
+ * limit with D/4 work-items per token; the tile is D x (TS+1) floats. */
+camdelta_status cd_prep_kernel(camdelta_context *ctx, const char *source, const char *name, camdelta_dtype dtype,
+                               size_t D, cl_kernel *out, size_t *ts_out) {
+  const size_t g4 = D / 4;
+  size_t ts = 32;
+  while (ts > 1 && (ts * g4 > ctx->info.max_work_group_size ||
+                    (D * (ts + 1) + 2 * ts * g4) * sizeof(float) > ctx->info.local_mem_bytes / 2))
+    ts /= 2;
+  for (;;) {
+    char opts[160];
+    snprintf(opts, sizeof opts, "-DCD_DTYPE=%d -DCD_D=%zu -DCD_TS=%zu", (int)dtype, D, ts);
+    cl_kernel k;
+    camdelta_status st = cd_kernel(ctx, source, opts, name, &k);
+    if (st) return st;
+    if (ts * g4 <= cd_kernel_max_wg(ctx, k) || ts == 1) {
+      *out = k;
+      *ts_out = ts;
+      return CAMDELTA_OK;
+    }
+    clReleaseKernel(k);
+    ts /= 2;
+  }
+}
+
+camdelta_status camdelta_prep_forward(camdelta_context *ctx, const camdelta_prep_args *args,
+                                      camdelta_prep_saved *saved) {
+  static const char *op = "camdelta_prep_forward";
+  cd_clear_error();
+  if (!ctx || !args)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", op, ctx ? "args" : "ctx");
+  if (saved && saved->ctx != ctx)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' was created for another context", op);
+  const size_t B = args->B, N = args->N, H = args->H, D = args->D;
+  camdelta_status st = cd_prep_check_shape(op, B, N, H, D, args->dtype, args->k_scale, args->norm_eps);
+  if (st) return st;
+  const camdelta_buffer in[9] = {args->q_raw,         args->k_raw,  args->v_raw,   args->q_norm_weight,
+                                 args->k_norm_weight, args->proj_q, args->proj_kv, args->rope_cos,
+                                 args->rope_sin};
+  if ((st = cd_prep_check_inputs(op, B, N, H, D, args->dtype, in, 1))) return st;
+  const size_t es = camdelta_dtype_size(args->dtype), BNHD = B * N * H * D;
+  if ((st = cd_check_buffer(op, "q", args->q, BNHD, es, 0)) || (st = cd_check_buffer(op, "k", args->k, BNHD, es, 0)) ||
+      (st = cd_check_buffer(op, "v", args->v, BNHD, es, 0)) ||
+      (st = cd_check_buffer(op, "inflation_sq", args->inflation_sq, B * H * N, 4, 0)))
+    return st;
+
+  /* Build everything before enqueuing anything. */
+  cl_kernel k;
+  size_t ts;
+  if ((st = cd_prep_kernel(ctx, "prep.cl", "cd_prep_forward", args->dtype, D, &k, &ts))) return st;
+
+  cl_mem inv = NULL;
+  if (saved) {
+    st = cd_ensure_buffer(ctx, &saved->inv_rms, &saved->bytes, 2 * B * N * sizeof(float));
+    inv = saved->inv_rms;
+    saved->valid = 0;
+  } else {
+    st = cd_alloc(ctx, 2 * B * N * sizeof(float), &inv);
+  }
+  if (st) {
+    clReleaseKernel(k);
+    return st;
+  }
+  if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;
+  cd_launch l;
+  cd_launch_init(&l, args->profile);
+  st = cd_prep_inv_rms(ctx, B, N, H, D, args->dtype, args->norm_eps, args->q_raw, args->k_raw, inv, &l);
+  if (!st) {
+    cd_args a = {k, 0, CL_SUCCESS};
+    for (int i = 0; i < 9; i++) cd_arg_buf(&a, in[i]);
+    cd_arg_mem(&a, inv);
+    cd_arg_u64(&a, 0);
+    cd_arg_buf(&a, args->q);
+    cd_arg_buf(&a, args->k);
+    cd_arg_buf(&a, args->v);
+    cd_arg_buf(&a, args->inflation_sq);
+    cd_arg_u64(&a, N);
+    cd_arg_u32(&a, (uint32_t)H);
+    cd_arg_f32(&a, args->k_scale);
+    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_prep_forward: setting arguments");
+    size_t lws[3] = {ts * (D / 4), 1, 1};
+    size_t gws[3] = {((N + ts - 1) / ts) * lws[0], H, B};
+    if (!st) st = cd_enqueue(ctx, k, 3, gws, lws, &l, "cd_prep_forward");
+  }
+  clReleaseKernel(k);
+  if (!saved) clReleaseMemObject(inv);
+  st = cd_launch_end(ctx, &l, st);
+  if (saved && !st) {
+    saved->B = B, saved->N = N, saved->H = H, saved->D = D;
+    saved->valid = 1;
+  }
+  return st;
+}

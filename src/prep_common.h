@@ -1,0 +1,19 @@
+/* Pieces of the prep forward shared with the prep backward. */
+#ifndef CAMDELTA_PREP_COMMON_H
+#define CAMDELTA_PREP_COMMON_H
+#include "internal.h"
+
+/** Shape, dtype and scalar checks of a prep call. */
+camdelta_status cd_prep_check_shape(const char *op, size_t B, size_t N, size_t H, size_t D, camdelta_dtype dtype,
+                                    float k_scale, float norm_eps);
+/** Checks the nine prep inputs in camdelta_prep_args order (v_raw optional when !need_v). */
+camdelta_status cd_prep_check_inputs(const char *op, size_t B, size_t N, size_t H, size_t D, camdelta_dtype dtype,
+                                     const camdelta_buffer in[9], int need_v);
+/** Enqueue the inverse-RMS kernel: inv_rms (2, B, N) f32, q then k. */
+camdelta_status cd_prep_inv_rms(camdelta_context *ctx, size_t B, size_t N, size_t H, size_t D, camdelta_dtype dtype,
+                                 float eps, camdelta_buffer q_raw, camdelta_buffer k_raw, cl_mem inv_rms, cd_launch *l);
+/** A per-token prep-family kernel from `source` built for (dtype, D) with the
+ *  largest token tile (CD_TS) the device allows; local size = ts * D / 4. */
+camdelta_status cd_prep_kernel(camdelta_context *ctx, const char *source, const char *name, camdelta_dtype dtype,
+                               size_t D, cl_kernel *out, size_t *ts_out);
+#endif

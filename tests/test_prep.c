@@ -1,0 +1,159 @@
+/* Prep forward on the device against the f64 reference (SPEC sections 2, 5). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "prep_problem.h"
+
+typedef struct shape {
+  size_t B, N, H, D;
+  camdelta_dtype dt;
+  size_t offset;     /* element offset of every device tensor */
+  size_t zero_every; /* zero all k of every such token */
+} shape;
+
+static const shape shapes[] = {
+    {1, 1, 1, 8, CAMDELTA_F32, 0, 0},     {1, 7, 3, 8, CAMDELTA_F32, 5, 3},     {2, 33, 1, 16, CAMDELTA_F32, 0, 0},
+    {1, 100, 3, 32, CAMDELTA_F32, 3, 7},  {2, 65, 20, 64, CAMDELTA_F32, 0, 0},  {1, 257, 3, 112, CAMDELTA_F32, 11, 5},
+    {1, 2000, 20, 112, CAMDELTA_F32, 0, 0}, {2, 129, 1, 128, CAMDELTA_F32, 1, 0}, {1, 3001, 3, 128, CAMDELTA_F32, 0, 17},
+    {1, 31, 3, 112, CAMDELTA_F16, 2, 4},  {2, 77, 1, 64, CAMDELTA_F16, 0, 0},   {1, 45, 3, 112, CAMDELTA_BF16, 7, 6},
+    {2, 300, 20, 16, CAMDELTA_BF16, 0, 0}, {1, 1, 20, 128, CAMDELTA_F16, 0, 0},
+};
+
+/* Output bound: SPEC's 1e-6 for f32; one rounding of the output for 16-bit storage. */
+static double bound_for(camdelta_dtype dt) { return dt == CAMDELTA_F32 ? 1e-6 : dt == CAMDELTA_F16 ? 1e-3 : 8e-3; }
+
+static double worst[3][4];
+
+static cl_mem upload_at(const void *host, size_t elems, size_t es, size_t offset) {
+  unsigned char *tmp = malloc((elems + offset) * es);
+  assert_non_null(tmp);
+  memset(tmp, 0x7F, offset * es);
+  memcpy(tmp + offset * es, host, elems * es);
+  cl_mem m = tu_upload(tmp, (elems + offset) * es);
+  free(tmp);
+  return m;
+}
+
+static void run_shape(const shape *s) {
+  camdelta_context *ctx = tu_context();
+  prep_problem p;
+  prep_problem_init(&p, s->B, s->N, s->H, s->D, s->dt, 1000 + s->N * 7 + s->D, s->zero_every);
+  const size_t BNHD = s->B * s->N * s->H * s->D, es = camdelta_dtype_size(s->dt), off = s->offset;
+  cl_mem in[9];
+  for (int i = 0; i < 9; i++) {
+    if (i < 3) {
+      void *packed = tu_pack(s->dt, p.in[i], p.count[i]);
+      in[i] = upload_at(packed, p.count[i], es, off);
+      free(packed);
+    } else {
+      in[i] = upload_at(p.in[i], p.count[i], 4, off);
+    }
+  }
+  cl_mem q = tu_buffer((BNHD + off) * es), k = tu_buffer((BNHD + off) * es), v = tu_buffer((BNHD + off) * es);
+  cl_mem infl = tu_buffer((s->B * s->H * s->N + off) * 4);
+  camdelta_profile prof = {0, 0};
+  camdelta_prep_args a = {s->B, s->N, s->H, s->D, s->dt, p.k_scale, p.norm_eps,
+                          {in[0], off}, {in[1], off}, {in[2], off}, {in[3], off}, {in[4], off}, {in[5], off},
+                          {in[6], off}, {in[7], off}, {in[8], off}, {q, off}, {k, off}, {v, off}, {infl, off}, &prof};
+  TU_OK(camdelta_prep_forward(ctx, &a, NULL));
+  assert_true(prof.kernels >= 2);
+
+  double *rq, *rk, *rv, *ri;
+  prep_problem_reference(&p, &rq, &rk, &rv, &ri);
+  void *raw = malloc(BNHD * es);
+  float *got = malloc(BNHD * sizeof(float));
+  const double *refs[3] = {rq, rk, rv};
+  cl_mem outs[3] = {q, k, v};
+  const char *names[3] = {"q", "k", "v"};
+  for (int o = 0; o < 3; o++) {
+    tu_download(outs[o], off * es, BNHD * es, raw);
+    tu_unpack(s->dt, raw, got, BNHD);
+    double e = tu_rel_err(got, refs[o], BNHD);
+    if (e > worst[s->dt][o]) worst[s->dt][o] = e;
+    if (e > bound_for(s->dt))
+      fail_msg("B=%zu N=%zu H=%zu D=%zu %s: %s rel err %.3g > %.3g", s->B, s->N, s->H, s->D,
+               camdelta_dtype_name(s->dt), names[o], e, bound_for(s->dt));
+  }
+  float *gi = malloc(s->B * s->H * s->N * sizeof(float));
+  tu_download(infl, off * 4, s->B * s->H * s->N * 4, gi);
+  double e = tu_rel_err(gi, ri, s->B * s->H * s->N);
+  if (e > worst[s->dt][3]) worst[s->dt][3] = e;
+  /* inflation_sq is f32 arithmetic on (possibly rounded) inputs in every dtype */
+  if (e > 1e-6)
+    fail_msg("B=%zu N=%zu H=%zu D=%zu %s: inflation_sq rel err %.3g", s->B, s->N, s->H, s->D,
+             camdelta_dtype_name(s->dt), e);
+  if (s->zero_every) {
+    /* all-zero k: both norms clamp to 1e-12, so the ratio is exactly 1 */
+    for (size_t b = 0; b < s->B; b++)
+      for (size_t h = 0; h < s->H; h++)
+        for (size_t n = 0; n < s->N; n += s->zero_every) assert_true(gi[(b * s->H + h) * s->N + n] == 1.0f);
+  }
+  free(gi), free(raw), free(got), free(rq), free(rk), free(rv), free(ri);
+  for (int i = 0; i < 9; i++) clReleaseMemObject(in[i]);
+  clReleaseMemObject(q), clReleaseMemObject(k), clReleaseMemObject(v), clReleaseMemObject(infl);
+  prep_problem_free(&p);
+}
+
+static void test_prep_shapes(void **state) {
+  (void)state;
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) run_shape(&shapes[i]);
+  const char *outs[4] = {"q", "k", "v", "inflation_sq"};
+  for (int dt = 0; dt < 3; dt++)
+    for (int o = 0; o < 4; o++) {
+      char what[96];
+      snprintf(what, sizeof what, "prep_forward max rel err %s %s", camdelta_dtype_name((camdelta_dtype)dt), outs[o]);
+      tu_report(what, worst[dt][o]);
+    }
+}
+
+/* The saved object holds the inverse RMS values; a second forward reuses it. */
+static void test_prep_saved(void **state) {
+  (void)state;
+  camdelta_context *ctx = tu_context();
+  camdelta_prep_saved *saved = NULL;
+  TU_OK(camdelta_prep_saved_create(ctx, &saved));
+  for (int rep = 0; rep < 2; rep++) {
+    prep_problem p;
+    prep_problem_init(&p, 1, 40 + 10 * rep, 2, 16, CAMDELTA_F32, 77 + rep, 0);
+    const size_t BNHD = p.B * p.N * p.H * p.D;
+    cl_mem in[9];
+    for (int i = 0; i < 9; i++) in[i] = tu_upload(p.in[i], p.count[i] * 4);
+    cl_mem q = tu_buffer(BNHD * 4), k = tu_buffer(BNHD * 4), v = tu_buffer(BNHD * 4), infl = tu_buffer(p.B * p.H * p.N * 4);
+    camdelta_prep_args a = {p.B, p.N, p.H, p.D, p.dtype, p.k_scale, p.norm_eps, {in[0], 0}, {in[1], 0}, {in[2], 0},
+                            {in[3], 0}, {in[4], 0}, {in[5], 0}, {in[6], 0}, {in[7], 0}, {in[8], 0}, {q, 0}, {k, 0},
+                            {v, 0}, {infl, 0}, NULL};
+    TU_OK(camdelta_prep_forward(ctx, &a, saved));
+    TU_OK(camdelta_finish(ctx));
+    assert_int_equal(saved->valid, 1);
+    float *inv = malloc(2 * p.N * sizeof(float));
+    tu_download(saved->inv_rms, 0, 2 * p.N * 4, inv);
+    for (size_t n = 0; n < p.N; n++) {
+      double sq = 0;
+      for (size_t c = 0; c < p.H * p.D; c++) sq += (double)p.in[0][n * p.H * p.D + c] * p.in[0][n * p.H * p.D + c];
+      double ref = 1.0 / sqrt(sq / (double)(p.H * p.D) + 1e-6);
+      assert_true(fabs(inv[n] - ref) <= 1e-6 * ref);
+    }
+    free(inv);
+    for (int i = 0; i < 9; i++) clReleaseMemObject(in[i]);
+    clReleaseMemObject(q), clReleaseMemObject(k), clReleaseMemObject(v), clReleaseMemObject(infl);
+    prep_problem_free(&p);
+  }
+  camdelta_prep_saved_destroy(saved);
+}
+
+static int teardown(void **state) {
+  (void)state;
+  tu_context_release();
+  return 0;
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_prep_shapes),
+      cmocka_unit_test(test_prep_saved),
+  };
+  return cmocka_run_group_tests(tests, NULL, teardown);
+}

@@ -1,0 +1,169 @@
+#include "testutil.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static camdelta_context *g_ctx;
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+
+camdelta_context *tu_context(void) {
+  if (!g_ctx) {
+    camdelta_status st = camdelta_context_create(&g_ctx, NULL);
+    if (st != CAMDELTA_OK) fail_msg("camdelta_context_create: %s: %s", camdelta_status_name(st), camdelta_last_message());
+  }
+  return g_ctx;
+}
+
+void tu_context_release(void) {
+  camdelta_context_destroy(g_ctx);
+  g_ctx = NULL;
+}
+
+void tu_seed(uint64_t seed) { g_rng = seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull; }
+
+static uint64_t next_u64(void) {
+  uint64_t x = g_rng;
+  x ^= x << 13;
+  x ^= x >> 7;
+  x ^= x << 17;
+  g_rng = x;
+  return x;
+}
+
+double tu_uniform(double lo, double hi) {
+  double u = (double)(next_u64() >> 11) * (1.0 / 9007199254740992.0);
+  return lo + (hi - lo) * u;
+}
+
+double tu_normal(void) {
+  double u1 = tu_uniform(1e-12, 1.0), u2 = tu_uniform(0.0, 1.0);
+  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+void tu_fill_uniform(float *x, size_t n, double lo, double hi) {
+  for (size_t i = 0; i < n; i++) x[i] = (float)tu_uniform(lo, hi);
+}
+
+void tu_fill_normal(float *x, size_t n, double scale) {
+  for (size_t i = 0; i < n; i++) x[i] = (float)(scale * tu_normal());
+}
+
+cl_mem tu_buffer(size_t bytes) {
+  camdelta_context *ctx = tu_context();
+  cl_int err;
+  if (bytes == 0) bytes = 4;
+  cl_mem m = clCreateBuffer(camdelta_context_cl_context(ctx), CL_MEM_READ_WRITE, bytes, NULL, &err);
+  if (err != CL_SUCCESS) fail_msg("clCreateBuffer(%zu): %s", bytes, camdelta_cl_error_name(err));
+  unsigned char *p = malloc(bytes);
+  assert_non_null(p);
+  memset(p, 0xFF, bytes);
+  err = clEnqueueWriteBuffer(camdelta_context_queue(ctx), m, CL_TRUE, 0, bytes, p, 0, NULL, NULL);
+  free(p);
+  if (err != CL_SUCCESS) fail_msg("clEnqueueWriteBuffer: %s", camdelta_cl_error_name(err));
+  return m;
+}
+
+cl_mem tu_upload(const void *host, size_t bytes) {
+  camdelta_context *ctx = tu_context();
+  cl_int err;
+  cl_mem m = clCreateBuffer(camdelta_context_cl_context(ctx), CL_MEM_READ_WRITE, bytes ? bytes : 4, NULL, &err);
+  if (err != CL_SUCCESS) fail_msg("clCreateBuffer(%zu): %s", bytes, camdelta_cl_error_name(err));
+  if (bytes) {
+    err = clEnqueueWriteBuffer(camdelta_context_queue(ctx), m, CL_TRUE, 0, bytes, host, 0, NULL, NULL);
+    if (err != CL_SUCCESS) fail_msg("clEnqueueWriteBuffer: %s", camdelta_cl_error_name(err));
+  }
+  return m;
+}
+
+void tu_download(cl_mem mem, size_t byte_offset, size_t bytes, void *host) {
+  camdelta_context *ctx = tu_context();
+  cl_int err = clEnqueueReadBuffer(camdelta_context_queue(ctx), mem, CL_TRUE, byte_offset, bytes, host, 0, NULL, NULL);
+  if (err != CL_SUCCESS) fail_msg("clEnqueueReadBuffer: %s", camdelta_cl_error_name(err));
+}
+
+size_t tu_mem_size(cl_mem mem) {
+  size_t s = 0;
+  clGetMemObjectInfo(mem, CL_MEM_SIZE, sizeof s, &s, NULL);
+  return s;
+}
+
+double *tu_to_f64(const float *x, size_t n) {
+  double *d = malloc((n ? n : 1) * sizeof *d);
+  assert_non_null(d);
+  for (size_t i = 0; i < n; i++) d[i] = x[i];
+  return d;
+}
+
+void tu_round_to(camdelta_dtype dt, float *x, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (dt == CAMDELTA_F16) x[i] = camdelta_f16_to_f32(camdelta_f32_to_f16(x[i]));
+    else if (dt == CAMDELTA_BF16) x[i] = camdelta_bf16_to_f32(camdelta_f32_to_bf16(x[i]));
+  }
+}
+
+void *tu_pack(camdelta_dtype dt, const float *x, size_t n) {
+  size_t es = camdelta_dtype_size(dt);
+  void *p = malloc((n ? n : 1) * es);
+  assert_non_null(p);
+  if (dt == CAMDELTA_F32) {
+    memcpy(p, x, n * sizeof(float));
+  } else {
+    uint16_t *h = p;
+    for (size_t i = 0; i < n; i++) h[i] = dt == CAMDELTA_F16 ? camdelta_f32_to_f16(x[i]) : camdelta_f32_to_bf16(x[i]);
+  }
+  return p;
+}
+
+void tu_unpack(camdelta_dtype dt, const void *src, float *dst, size_t n) {
+  if (dt == CAMDELTA_F32) {
+    memcpy(dst, src, n * sizeof(float));
+    return;
+  }
+  const uint16_t *h = src;
+  for (size_t i = 0; i < n; i++) dst[i] = dt == CAMDELTA_F16 ? camdelta_f16_to_f32(h[i]) : camdelta_bf16_to_f32(h[i]);
+}
+
+double tu_rel_err(const float *x, const double *ref, size_t n) {
+  double maxref = 0, maxdiff = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (!isfinite(x[i])) return INFINITY;
+    double r = fabs(ref[i]);
+    if (r > maxref) maxref = r;
+    double d = fabs((double)x[i] - ref[i]);
+    if (d > maxdiff) maxdiff = d;
+  }
+  return maxdiff / (maxref > 1e-30 ? maxref : 1e-30);
+}
+
+double tu_rel_err64(const double *x, const double *ref, size_t n) {
+  double maxref = 0, maxdiff = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (!isfinite(x[i])) return INFINITY;
+    double r = fabs(ref[i]);
+    if (r > maxref) maxref = r;
+    double d = fabs(x[i] - ref[i]);
+    if (d > maxdiff) maxdiff = d;
+  }
+  return maxdiff / (maxref > 1e-30 ? maxref : 1e-30);
+}
+
+void tu_report(const char *what, double value) { printf("[ measure  ] %s = %.6g\n", what, value); }
+
+const char *tu_tmpdir(void) {
+  static char path[1024];
+  if (!path[0]) {
+    const char *base = getenv("CAMDELTA_TEST_TMP");
+    if (base && *base) {
+      snprintf(path, sizeof path, "%s-%ld", base, (long)getpid());
+    } else {
+      snprintf(path, sizeof path, "/tmp/camdelta-test-%ld", (long)getpid());
+    }
+    mkdir(path, 0700);
+  }
+  return path;
+}

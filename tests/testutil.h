@@ -1,0 +1,55 @@
+/* Shared helpers for the cmocka tests. */
+#ifndef CD_TESTUTIL_H
+#define CD_TESTUTIL_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "camdelta.h"
+
+/** The test context: one per process, on CAMDELTA_DEVICE (default device). */
+camdelta_context *tu_context(void);
+void tu_context_release(void);
+
+/** Deterministic random numbers (xorshift); seed per test. */
+void tu_seed(uint64_t seed);
+double tu_uniform(double lo, double hi);
+double tu_normal(void);
+void tu_fill_uniform(float *x, size_t n, double lo, double hi);
+void tu_fill_normal(float *x, size_t n, double scale);
+
+/** Device buffers. Failures fail the test. */
+cl_mem tu_buffer(size_t bytes);                              /* poisoned with 0xFF bytes (NaN) */
+cl_mem tu_upload(const void *host, size_t bytes);
+void tu_download(cl_mem mem, size_t byte_offset, size_t bytes, void *host);
+size_t tu_mem_size(cl_mem mem);
+
+/** Conversions. */
+double *tu_to_f64(const float *x, size_t n);                 /* malloc'd */
+void tu_round_to(camdelta_dtype dt, float *x, size_t n);     /* in place: round-trip through dt */
+void *tu_pack(camdelta_dtype dt, const float *x, size_t n);  /* malloc'd storage of dt */
+void tu_unpack(camdelta_dtype dt, const void *src, float *dst, size_t n);
+
+/** max|x - ref| / max(max|ref|, 1e-30). NaN in x gives +inf. */
+double tu_rel_err(const float *x, const double *ref, size_t n);
+/** Same for two double arrays. */
+double tu_rel_err64(const double *x, const double *ref, size_t n);
+
+/** Assert status OK, printing camdelta_last_message() otherwise. */
+#define TU_OK(expr)                                                                           \
+  do {                                                                                        \
+    camdelta_status tu_st_ = (expr);                                                          \
+    if (tu_st_ != CAMDELTA_OK)                                                                \
+      fail_msg("%s -> %s: %s", #expr, camdelta_status_name(tu_st_), camdelta_last_message()); \
+  } while (0)
+
+/** Print a "[ measure ]" line (collected by ci/gpu-test.sh for notes). */
+void tu_report(const char *what, double value);
+
+/** Path of a fresh temporary folder for this test process. */
+const char *tu_tmpdir(void);
+
+#endif
