@@ -22,7 +22,10 @@
  *   R = V − K·P, Δ = β·R (row-scaled), dΔ = K·dM
  *   dv = β·dΔ, dβ_s = <dΔ_s, R_s>, dk = Δ·dMᵀ − (β·dΔ)·Pᵀ, dP = dM − Kᵀ·(β·dΔ)
  *   ddecay = <dP, M_{t−1}>  (exact for every g, including g = 0), dM_{t−1} = g·dP
- * and at the end dinit_state = dM_0 (after the reverse output F−1's contribution). */
+ * and at the end dinit_state = dM_0 (after the reverse output F−1's contribution). dinit_state is written whenever
+ * it is asked for: without an init_state it is the gradient w.r.t. the implicit zero initial state. Every requested
+ * gradient is written in full (zero where nothing depends on the input, e.g. reverse frame 0 without a
+ * grad_final_state). D is not restricted to the library's head dims here: any D >= 1 works. */
 #include <stdlib.h>
 #include <string.h>
 
