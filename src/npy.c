@@ -1,0 +1,444 @@
+/* NumPy .npy reading and writing (format versions 1.0, 2.0 and 3.0).
+ *
+ * File layout (numpy.lib.format):
+ *   "\x93NUMPY" major minor
+ *   header length: uint16 LE (1.x) or uint32 LE (2.x, 3.x)
+ *   header: an ASCII (3.x: UTF-8) Python dict literal
+ *           {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }
+ *           padded with spaces and ended by '\n' so the data starts aligned.
+ *   data:   product(shape) elements, C order.
+ *
+ * Only little-endian C-order float arrays are accepted: <f4, <f2, <f8. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "internal.h"
+
+#define NPY_MAGIC "\x93NUMPY"
+#define NPY_MAGIC_LEN 6
+#define NPY_ALIGN 64
+/* NumPy (>= 1.24) leaves room for the first axis to grow to this many digits. */
+#define NPY_GROWTH_AXIS_MAX_DIGITS 21
+
+static size_t type_size(camdelta_npy_type t) {
+  switch (t) {
+    case CAMDELTA_NPY_F4: return 4;
+    case CAMDELTA_NPY_F2: return 2;
+    case CAMDELTA_NPY_F8: return 8;
+  }
+  return 0;
+}
+
+static const char *type_descr(camdelta_npy_type t) {
+  switch (t) {
+    case CAMDELTA_NPY_F4: return "<f4";
+    case CAMDELTA_NPY_F2: return "<f2";
+    case CAMDELTA_NPY_F8: return "<f8";
+  }
+  return NULL;
+}
+
+/* ------------------------------------------------------------ header parse */
+
+typedef struct npy_header {
+  camdelta_npy_type type;
+  int ndim;
+  size_t shape[CAMDELTA_NPY_MAX_DIMS];
+  size_t count;
+  size_t data_bytes;
+  size_t data_offset; /* where the data starts */
+} npy_header;
+
+typedef struct cursor {
+  const char *p, *end;
+  const char *name; /* file name for messages */
+} cursor;
+
+static int is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+
+static void skip_ws(cursor *c) {
+  while (c->p < c->end && is_space(*c->p)) c->p++;
+}
+
+static int peek(cursor *c) { return c->p < c->end ? (unsigned char)*c->p : -1; }
+
+static camdelta_status bad(const cursor *c, const char *what) {
+  return cd_fail(CAMDELTA_ERROR_FORMAT, "%s: malformed .npy header: %s", c->name, what);
+}
+
+/* A Python string literal in ' or " quotes (no escapes needed for our keys
+ * and descrs; a backslash is rejected). Copies at most cap-1 chars. */
+static camdelta_status parse_string(cursor *c, char *buf, size_t cap) {
+  int q = peek(c);
+  if (q != '\'' && q != '"') return bad(c, "expected a quoted string");
+  c->p++;
+  size_t n = 0;
+  while (c->p < c->end && *c->p != (char)q) {
+    if (*c->p == '\\' || *c->p == '\n') return bad(c, "unsupported character in a string");
+    if (n + 1 >= cap) return bad(c, "string too long");
+    buf[n++] = *c->p++;
+  }
+  if (c->p >= c->end) return bad(c, "unterminated string");
+  c->p++;
+  buf[n] = '\0';
+  return CAMDELTA_OK;
+}
+
+static int match_word(cursor *c, const char *w) {
+  size_t n = strlen(w);
+  if ((size_t)(c->end - c->p) < n || memcmp(c->p, w, n) != 0) return 0;
+  /* the word must end here (not e.g. "Trueish") */
+  if ((size_t)(c->end - c->p) > n) {
+    char nx = c->p[n];
+    if ((nx >= 'a' && nx <= 'z') || (nx >= 'A' && nx <= 'Z') || (nx >= '0' && nx <= '9') || nx == '_') return 0;
+  }
+  c->p += n;
+  return 1;
+}
+
+static camdelta_status parse_shape(cursor *c, npy_header *h) {
+  if (peek(c) != '(') {
+    if (peek(c) == '[') return bad(c, "'shape' must be a tuple, not a list");
+    return bad(c, "'shape' must be a tuple of non-negative integers");
+  }
+  c->p++;
+  int nd = 0;
+  for (;;) {
+    skip_ws(c);
+    if (peek(c) == ')') {
+      c->p++;
+      break;
+    }
+    if (peek(c) == '-')
+      return cd_fail(CAMDELTA_ERROR_FORMAT, "%s: invalid .npy shape: negative dimension", c->name);
+    if (peek(c) < '0' || peek(c) > '9') return bad(c, "'shape' must be a tuple of non-negative integers");
+    size_t v = 0;
+    while (peek(c) >= '0' && peek(c) <= '9') {
+      size_t digit = (size_t)(*c->p - '0');
+      if (v > (SIZE_MAX - digit) / 10)
+        return cd_fail(CAMDELTA_ERROR_FORMAT, "%s: invalid .npy shape: a dimension overflows size_t", c->name);
+      v = v * 10 + digit;
+      c->p++;
+    }
+    if (peek(c) == 'L' || peek(c) == 'l') c->p++; /* Python 2 long suffix */
+    if (nd >= CAMDELTA_NPY_MAX_DIMS)
+      return cd_fail(CAMDELTA_ERROR_FORMAT, "%s: invalid .npy shape: more than %d dimensions", c->name,
+                     CAMDELTA_NPY_MAX_DIMS);
+    h->shape[nd++] = v;
+    skip_ws(c);
+    if (peek(c) == ',') {
+      c->p++;
+      continue;
+    }
+    if (peek(c) == ')') {
+      if (nd == 1) return bad(c, "'shape' (n) is not a tuple; a 1-d shape is written (n,)");
+      c->p++;
+      break;
+    }
+    return bad(c, "expected ',' or ')' in 'shape'");
+  }
+  h->ndim = nd;
+  return CAMDELTA_OK;
+}
+
+static camdelta_status parse_descr(cursor *c, npy_header *h) {
+  if (peek(c) == '[') return cd_fail(CAMDELTA_ERROR_FORMAT, "%s: unsupported .npy dtype: structured arrays", c->name);
+  char d[32];
+  camdelta_status st = parse_string(c, d, sizeof d);
+  if (st) return st;
+  if (strcmp(d, "<f4") == 0) h->type = CAMDELTA_NPY_F4;
+  else if (strcmp(d, "<f2") == 0) h->type = CAMDELTA_NPY_F2;
+  else if (strcmp(d, "<f8") == 0) h->type = CAMDELTA_NPY_F8;
+  else if (d[0] == '>' && (strcmp(d + 1, "f4") == 0 || strcmp(d + 1, "f2") == 0 || strcmp(d + 1, "f8") == 0))
+    return cd_fail(CAMDELTA_ERROR_FORMAT, "%s: unsupported .npy dtype '%s': big-endian (expected <f4, <f2 or <f8)",
+                   c->name, d);
+  else
+    return cd_fail(CAMDELTA_ERROR_FORMAT, "%s: unsupported .npy dtype '%s' (expected <f4, <f2 or <f8)", c->name, d);
+  return CAMDELTA_OK;
+}
+
+/* Parse the dict in [p, end). */
+static camdelta_status parse_dict(const char *p, const char *end, const char *name, npy_header *h) {
+  cursor c = {p, end, name};
+  int have_descr = 0, have_fortran = 0, have_shape = 0;
+  camdelta_status st;
+  skip_ws(&c);
+  if (peek(&c) != '{') return bad(&c, "expected '{'");
+  c.p++;
+  for (;;) {
+    skip_ws(&c);
+    if (peek(&c) == '}') {
+      c.p++;
+      break;
+    }
+    char key[32];
+    if ((st = parse_string(&c, key, sizeof key))) return st;
+    skip_ws(&c);
+    if (peek(&c) != ':') return bad(&c, "expected ':' after a key");
+    c.p++;
+    skip_ws(&c);
+    if (strcmp(key, "descr") == 0) {
+      if (have_descr++) return bad(&c, "duplicate key 'descr'");
+      if ((st = parse_descr(&c, h))) return st;
+    } else if (strcmp(key, "fortran_order") == 0) {
+      if (have_fortran++) return bad(&c, "duplicate key 'fortran_order'");
+      if (match_word(&c, "True"))
+        return cd_fail(CAMDELTA_ERROR_FORMAT, "%s: unsupported .npy layout: fortran_order is True (expected C order)",
+                       name);
+      if (!match_word(&c, "False")) return bad(&c, "'fortran_order' must be True or False");
+    } else if (strcmp(key, "shape") == 0) {
+      if (have_shape++) return bad(&c, "duplicate key 'shape'");
+      if ((st = parse_shape(&c, h))) return st;
+    } else {
+      return cd_fail(CAMDELTA_ERROR_FORMAT, "%s: malformed .npy header: unexpected key '%s'", name, key);
+    }
+    skip_ws(&c);
+    if (peek(&c) == ',') {
+      c.p++;
+      continue;
+    }
+    if (peek(&c) == '}') {
+      c.p++;
+      break;
+    }
+    return bad(&c, "expected ',' or '}'");
+  }
+  /* Only padding may follow. */
+  skip_ws(&c);
+  if (c.p != c.end) return bad(&c, "unexpected text after the dict");
+  if (!have_descr || !have_fortran || !have_shape)
+    return cd_fail(CAMDELTA_ERROR_FORMAT, "%s: malformed .npy header: missing key '%s'", name,
+                   !have_descr ? "descr" : !have_fortran ? "fortran_order" : "shape");
+  return CAMDELTA_OK;
+}
+
+/* Parse the preamble and header from the first `avail` bytes of a file of
+ * `total` bytes. On success fills h (data_offset, count, data_bytes) and
+ * checks that the data fits in `total`. */
+static camdelta_status parse_header(const unsigned char *b, size_t avail, size_t total, const char *name,
+                                    npy_header *h) {
+  memset(h, 0, sizeof *h);
+  if (memcmp(b, NPY_MAGIC, avail < NPY_MAGIC_LEN ? avail : NPY_MAGIC_LEN) != 0)
+    return cd_fail(CAMDELTA_ERROR_FORMAT, "%s: not a .npy file (bad magic; expected \\x93NUMPY)", name);
+  if (avail < NPY_MAGIC_LEN + 2)
+    return cd_fail(CAMDELTA_ERROR_FORMAT, "%s: truncated .npy file (%zu bytes, no complete preamble)", name, total);
+  unsigned major = b[6], minor = b[7];
+  size_t len_bytes;
+  if (major == 1) len_bytes = 2;
+  else if (major == 2 || major == 3) len_bytes = 4;
+  else
+    return cd_fail(CAMDELTA_ERROR_FORMAT, "%s: unsupported .npy format version %u.%u (expected 1.0, 2.0 or 3.0)",
+                   name, major, minor);
+  if (minor != 0)
+    return cd_fail(CAMDELTA_ERROR_FORMAT, "%s: unsupported .npy format version %u.%u (expected 1.0, 2.0 or 3.0)",
+                   name, major, minor);
+  size_t pre = NPY_MAGIC_LEN + 2 + len_bytes;
+  if (avail < pre) return cd_fail(CAMDELTA_ERROR_FORMAT, "%s: truncated .npy file (in the header length)", name);
+  size_t hlen = 0;
+  for (size_t i = 0; i < len_bytes; i++) hlen |= (size_t)b[8 + i] << (8 * i);
+  if (hlen > avail - pre)
+    return cd_fail(CAMDELTA_ERROR_FORMAT, "%s: truncated .npy file (header of %zu bytes, only %zu present)", name,
+                   hlen, avail - pre);
+  const char *hs = (const char *)b + pre, *he = hs + hlen;
+  if (memchr(hs, '\0', hlen)) return cd_fail(CAMDELTA_ERROR_FORMAT, "%s: malformed .npy header: NUL byte", name);
+  camdelta_status st = parse_dict(hs, he, name, h);
+  if (st) return st;
+  h->data_offset = pre + hlen;
+  if (!cd_prod(&h->count, h->ndim, h->shape) || !cd_mul(&h->data_bytes, h->count, type_size(h->type)))
+    return cd_fail(CAMDELTA_ERROR_FORMAT, "%s: invalid .npy shape: the data size overflows size_t", name);
+  size_t have = total - h->data_offset; /* total >= avail >= data_offset */
+  if (h->data_bytes > have)
+    return cd_fail(CAMDELTA_ERROR_FORMAT,
+                   "%s: truncated .npy file: shape needs %zu data bytes, the file has %zu after the header", name,
+                   h->data_bytes, have);
+  return CAMDELTA_OK;
+}
+
+static void fill_out(camdelta_npy *out, const npy_header *h, void *data) {
+  memset(out, 0, sizeof *out);
+  out->type = h->type;
+  out->ndim = h->ndim;
+  for (int i = 0; i < h->ndim; i++) out->shape[i] = h->shape[i];
+  out->count = h->count;
+  out->data = data;
+}
+
+/* ------------------------------------------------------------------ public */
+
+camdelta_status camdelta_npy_parse(const void *bytes, size_t size, camdelta_npy *out) {
+  cd_clear_error();
+  if (!out) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_npy_parse: 'out' is NULL");
+  memset(out, 0, sizeof *out);
+  if (!bytes && size) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_npy_parse: 'bytes' is NULL");
+  static const unsigned char none[1] = {0};
+  const unsigned char *b = bytes ? bytes : none;
+  npy_header h;
+  camdelta_status st = parse_header(b, size, size, "<memory>", &h);
+  if (st) return st;
+  void *data = malloc(h.data_bytes ? h.data_bytes : 1);
+  if (!data) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "<memory>: cannot allocate %zu bytes", h.data_bytes);
+  if (h.data_bytes) memcpy(data, b + h.data_offset, h.data_bytes);
+  fill_out(out, &h, data);
+  return CAMDELTA_OK;
+}
+
+camdelta_status camdelta_npy_read(const char *path, camdelta_npy *out) {
+  cd_clear_error();
+  if (!out) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_npy_read: 'out' is NULL");
+  memset(out, 0, sizeof *out);
+  if (!path) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_npy_read: 'path' is NULL");
+  FILE *f = fopen(path, "rb");
+  if (!f) return cd_fail(CAMDELTA_ERROR_IO, "%s: cannot open: %s", path, strerror(errno));
+  camdelta_status st = CAMDELTA_OK;
+  unsigned char *head = NULL;
+  void *data = NULL;
+  struct stat sb;
+  if (fstat(fileno(f), &sb) != 0) {
+    st = cd_fail(CAMDELTA_ERROR_IO, "%s: cannot stat: %s", path, strerror(errno));
+    goto done;
+  }
+  if (S_ISDIR(sb.st_mode)) {
+    st = cd_fail(CAMDELTA_ERROR_IO, "%s: is a directory", path);
+    goto done;
+  }
+  if (!S_ISREG(sb.st_mode) || sb.st_size < 0) {
+    st = cd_fail(CAMDELTA_ERROR_IO, "%s: not a regular file", path);
+    goto done;
+  }
+  if ((uintmax_t)sb.st_size > (uintmax_t)SIZE_MAX) {
+    st = cd_fail(CAMDELTA_ERROR_FORMAT, "%s: file too large for this platform", path);
+    goto done;
+  }
+  size_t total = (size_t)sb.st_size;
+
+  /* Preamble first, then the whole header (bounded by the file size). */
+  unsigned char pre[12];
+  size_t got = fread(pre, 1, sizeof pre < total ? sizeof pre : total, f);
+  if (ferror(f)) {
+    st = cd_fail(CAMDELTA_ERROR_IO, "%s: read error: %s", path, strerror(errno));
+    goto done;
+  }
+  size_t head_len = got;
+  if (got >= 8 && memcmp(pre, NPY_MAGIC, NPY_MAGIC_LEN) == 0) {
+    size_t len_bytes = pre[6] == 1 ? 2 : 4, hlen = 0;
+    if (got >= 8 + len_bytes) {
+      for (size_t i = 0; i < len_bytes; i++) hlen |= (size_t)pre[8 + i] << (8 * i);
+      size_t want = 8 + len_bytes + hlen;
+      head_len = want < total ? want : total;
+    }
+  }
+  head = malloc(head_len ? head_len : 1);
+  if (!head) {
+    st = cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes for the header", path, head_len);
+    goto done;
+  }
+  memcpy(head, pre, got < head_len ? got : head_len);
+  if (head_len > got) {
+    size_t more = fread(head + got, 1, head_len - got, f);
+    if (more != head_len - got) {
+      st = ferror(f) ? cd_fail(CAMDELTA_ERROR_IO, "%s: read error: %s", path, strerror(errno))
+                     : cd_fail(CAMDELTA_ERROR_FORMAT, "%s: truncated .npy file (file shrank while reading)", path);
+      goto done;
+    }
+  }
+  npy_header h;
+  if ((st = parse_header(head, head_len, total, path, &h))) goto done;
+  data = malloc(h.data_bytes ? h.data_bytes : 1);
+  if (!data) {
+    st = cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes for the data", path, h.data_bytes);
+    goto done;
+  }
+  /* The file position is now at h.data_offset (the whole header was read). */
+  if (h.data_bytes && fread(data, 1, h.data_bytes, f) != h.data_bytes) {
+    st = ferror(f) ? cd_fail(CAMDELTA_ERROR_IO, "%s: read error: %s", path, strerror(errno))
+                   : cd_fail(CAMDELTA_ERROR_FORMAT, "%s: truncated .npy file (data ends early)", path);
+    goto done;
+  }
+  fill_out(out, &h, data);
+  data = NULL;
+done:
+  free(data);
+  free(head);
+  fclose(f);
+  return st;
+}
+
+/* The header NumPy writes for (type, shape) as format 1.0; returns its
+ * length (a multiple of 64) or 0 if buf is too small. */
+static size_t format_header(char *buf, size_t cap, camdelta_npy_type type, int ndim, const size_t *shape) {
+  char dict[512];
+  size_t n = 0;
+  int w = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (", type_descr(type));
+  n = (size_t)w;
+  for (int i = 0; i < ndim; i++) {
+    w = snprintf(dict + n, sizeof dict - n, i == 0 ? "%zu" : ", %zu", shape[i]);
+    n += (size_t)w;
+  }
+  w = snprintf(dict + n, sizeof dict - n, "%s), }", ndim == 1 ? "," : "");
+  n += (size_t)w;
+  if (ndim > 0) {
+    /* spare room for the first axis to grow in place, as NumPy leaves */
+    char first[32];
+    int digits = snprintf(first, sizeof first, "%zu", shape[0]);
+    for (int i = digits; i < NPY_GROWTH_AXIS_MAX_DIGITS; i++) dict[n++] = ' ';
+  }
+  /* NumPy: hlen = len(dict) + 1 (newline); padlen = 64 - (10 + hlen) % 64 (64 when already aligned). */
+  size_t hlen = n + 1;
+  size_t pad = NPY_ALIGN - (NPY_MAGIC_LEN + 4 + hlen) % NPY_ALIGN;
+  size_t total = NPY_MAGIC_LEN + 4 + hlen + pad;
+  if (total > cap || hlen + pad > 65535) return 0;
+  memcpy(buf, NPY_MAGIC, NPY_MAGIC_LEN);
+  buf[6] = 1;
+  buf[7] = 0;
+  buf[8] = (char)((hlen + pad) & 0xFF);
+  buf[9] = (char)((hlen + pad) >> 8);
+  memcpy(buf + 10, dict, n);
+  memset(buf + 10 + n, ' ', pad);
+  buf[total - 1] = '\n';
+  return total;
+}
+
+camdelta_status camdelta_npy_write(const char *path, camdelta_npy_type type, int ndim, const size_t *shape,
+                                   const void *data) {
+  cd_clear_error();
+  if (!path) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_npy_write: 'path' is NULL");
+  if (!type_descr(type))
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_npy_write: %s: unknown type %d", path, (int)type);
+  if (ndim < 0 || ndim > CAMDELTA_NPY_MAX_DIMS)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_npy_write: %s: ndim %d out of range [0, %d]", path, ndim,
+                   CAMDELTA_NPY_MAX_DIMS);
+  if (ndim > 0 && !shape)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_npy_write: %s: 'shape' is NULL", path);
+  size_t count, bytes;
+  if (!cd_prod(&count, ndim, shape) || !cd_mul(&bytes, count, type_size(type)))
+    return cd_fail(CAMDELTA_ERROR_OVERFLOW, "camdelta_npy_write: %s: the element count overflows size_t", path);
+  if (bytes && !data) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_npy_write: %s: 'data' is NULL", path);
+  char header[640];
+  size_t hl = format_header(header, sizeof header, type, ndim, shape);
+  if (!hl) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_npy_write: %s: header too long", path);
+
+  FILE *f = fopen(path, "wb");
+  if (!f) return cd_fail(CAMDELTA_ERROR_IO, "%s: cannot create: %s", path, strerror(errno));
+  int ok = fwrite(header, 1, hl, f) == hl;
+  if (ok && bytes) ok = fwrite(data, 1, bytes, f) == bytes;
+  int saved_errno = errno;
+  if (fclose(f) != 0 && ok) {
+    ok = 0;
+    saved_errno = errno;
+  }
+  if (!ok) {
+    remove(path); /* no partial file left behind */
+    return cd_fail(CAMDELTA_ERROR_IO, "%s: write failed: %s", path, strerror(saved_errno));
+  }
+  return CAMDELTA_OK;
+}
+
+void camdelta_npy_free(camdelta_npy *npy) {
+  if (!npy) return;
+  free(npy->data);
+  memset(npy, 0, sizeof *npy);
+}
