@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Installs what camdelta needs to build and run on Debian 12 (as root, or via sudo).
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config ocl-icd-opencl-dev opencl-c-headers clinfo pocl-opencl-icd
+      libcmocka-dev libb2-dev libcjson-dev)
+missing=()
+for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -q
+  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi

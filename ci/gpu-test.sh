@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Runs on the lent NVIDIA machine (no network, no cmocka/OpenCL headers there):
+# unpacks the Debian packages carried in .debs/ into a prefix, registers the
+# NVIDIA OpenCL ICD, builds, runs the whole suite on the GPU and on PoCL, then
+# optional benchmarks. Logs and JSON go to $OUT.
+#   bash ci/gpu-test.sh [tests] [pocl] [bench SHAPE...]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/camdelta-out}
+PREFIX=/tmp/camdelta-prefix
+mkdir -p "$OUT" "$PREFIX"
+for f in .debs/*.deb; do dpkg -x "$f" "$PREFIX"; done
+mkdir -p /etc/OpenCL/vendors
+echo /usr/local/nvidia/lib64/libnvidia-opencl.so.1 >/etc/OpenCL/vendors/nvidia.icd
+LIBDIR="$PREFIX/usr/lib/x86_64-linux-gnu"
+export LD_LIBRARY_PATH="$LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export OCL_ICD_VENDORS=/etc/OpenCL/vendors
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
+ls /etc/OpenCL/vendors | tee -a "$OUT/gpu.txt"
+
+cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PREFIX/usr" -DCAMDELTA_WERROR=ON \
+  -DCMOCKA_INCLUDE_DIR="$PREFIX/usr/include" -DCMOCKA_LIBRARY="$LIBDIR/libcmocka.so" \
+  -DOpenCL_INCLUDE_DIR="$PREFIX/usr/include" -DOpenCL_LIBRARY="$LIBDIR/libOpenCL.so" >"$OUT/configure.log" 2>&1 ||
+  { tail -40 "$OUT/configure.log"; exit 1; }
+cmake --build build-gpu -j16 >"$OUT/build.log" 2>&1 || { grep -E "error|warning" "$OUT/build.log" | head -40; exit 1; }
+./build-gpu/camdelta info >"$OUT/info.txt" 2>&1; head -40 "$OUT/info.txt"
+
+rc=0
+mode=${1:-tests}
+while [ $# -gt 0 ]; do
+  case "$1" in
+    tests)
+      CAMDELTA_DEVICE=nvidia ctest --test-dir build-gpu --output-on-failure -j4 -V >"$OUT/ctest-nvidia.log" 2>&1 || rc=1
+      grep -E "measure|tests passed|tests failed|\*\*\*Failed|Failed  |Timeout" "$OUT/ctest-nvidia.log" | sort -u | tail -60
+      ;;
+    pocl)
+      CAMDELTA_DEVICE=pocl ctest --test-dir build-gpu --output-on-failure -j8 >"$OUT/ctest-pocl.log" 2>&1 || rc=1
+      grep -E "tests passed|tests failed|Failed  |Timeout" "$OUT/ctest-pocl.log" | tail -20
+      ;;
+    bench)
+      shift
+      for s in "$@"; do
+        CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --shape "$s" --peak-gbs 4800 --peak-tflops 67 \
+          --json "$OUT/bench-$s.json" 2>&1 | tee -a "$OUT/bench.txt" || rc=1
+      done
+      break
+      ;;
+    *) echo "unknown mode $1"; exit 2 ;;
+  esac
+  shift
+done
+echo "mode=$mode rc=$rc"
+exit $rc

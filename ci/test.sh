@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Sets up a fresh Debian 12 machine, builds camdelta with -Werror and runs the
+# whole test suite on the default OpenCL device (PoCL when there is no GPU).
+#   bash ci/test.sh              # normal build in build/
+#   bash ci/test.sh --sanitize   # AddressSanitizer + UBSan build in build-asan/
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash ci/deps.sh
+dir=build; extra=()
+if [ "${1:-}" = "--sanitize" ]; then
+  dir=build-asan
+  extra=(-DCAMDELTA_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug -DCAMDELTA_TEST_CACHE="$PWD/build/test-cache")
+  # PoCL's compiler keeps allocations until exit; our own leaks are still reported.
+  export LSAN_OPTIONS="suppressions=$PWD/ci/lsan.supp:print_suppressions=0"
+  export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+fi
+cmake -S . -B "$dir" -DCAMDELTA_WERROR=ON "${extra[@]}"
+cmake --build "$dir" -j"$(nproc)"
+ctest --test-dir "$dir" --output-on-failure -j1

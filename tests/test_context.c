@@ -1,0 +1,151 @@
+/* Contexts: device selection, borrowed queues, versions, threads. */
+#include <stdlib.h>
+#include <string.h>
+#include <threads.h>
+
+#include "internal.h"
+#include "prep_problem.h"
+
+static void test_version(void **state) {
+  (void)state;
+  assert_int_equal(camdelta_version_number(), CAMDELTA_VERSION_NUMBER);
+  assert_string_equal(camdelta_version_string(), CAMDELTA_VERSION_STRING);
+  assert_int_equal(CAMDELTA_VERSION_NUMBER,
+                   CAMDELTA_VERSION_MAJOR * 10000 + CAMDELTA_VERSION_MINOR * 100 + CAMDELTA_VERSION_PATCH);
+  assert_string_equal(camdelta_status_name(CAMDELTA_ERROR_SHAPE), "CAMDELTA_ERROR_SHAPE");
+  assert_true(camdelta_is_error(CAMDELTA_ERROR_IO));
+  assert_false(camdelta_is_error(CAMDELTA_OK));
+  assert_string_equal(camdelta_cl_error_name(CL_INVALID_KERNEL_ARGS), "CL_INVALID_KERNEL_ARGS");
+}
+
+static void test_selectors(void **state) {
+  (void)state;
+  camdelta_context *ctx = NULL;
+  TU_OK(camdelta_context_create(&ctx, "0:0"));
+  camdelta_device_info info;
+  TU_OK(camdelta_context_info(ctx, &info));
+  assert_true(strlen(info.device_name) > 0);
+  assert_true(info.max_work_group_size >= 1);
+  char sub[8] = {0};
+  memcpy(sub, info.device_name, strlen(info.device_name) < 4 ? strlen(info.device_name) : 4);
+  camdelta_context_destroy(ctx);
+  /* a case-insensitive substring of the device name */
+  for (char *c = sub; *c; c++) *c = (char)((*c >= 'a' && *c <= 'z') ? *c - 32 : (*c >= 'A' && *c <= 'Z') ? *c + 32 : *c);
+  TU_OK(camdelta_context_create(&ctx, sub));
+  camdelta_context_destroy(ctx);
+  /* a selector that matches nothing lists the devices there are */
+  assert_int_equal(camdelta_context_create(&ctx, "no-such-device-xyz"), CAMDELTA_ERROR_DEVICE_NOT_FOUND);
+  assert_null(ctx);
+  assert_non_null(strstr(camdelta_last_message(), "no-such-device-xyz"));
+  assert_non_null(strstr(camdelta_last_message(), info.device_name));
+  assert_int_equal(camdelta_context_create(&ctx, "97:3"), CAMDELTA_ERROR_DEVICE_NOT_FOUND);
+  /* CAMDELTA_DEVICE is read when the selector is NULL */
+  const char *old = getenv("CAMDELTA_DEVICE");
+  char *saved = old ? strdup(old) : NULL;
+  setenv("CAMDELTA_DEVICE", "no-such-device-xyz", 1);
+  assert_int_equal(camdelta_context_create(&ctx, NULL), CAMDELTA_ERROR_DEVICE_NOT_FOUND);
+  if (saved) setenv("CAMDELTA_DEVICE", saved, 1);
+  else unsetenv("CAMDELTA_DEVICE");
+  free(saved);
+  assert_int_equal(camdelta_context_create(NULL, NULL), CAMDELTA_ERROR_INVALID_ARGUMENT);
+}
+
+/* Runs a prep forward with `ctx` and checks q against the reference. */
+static void prep_check(camdelta_context *ctx, cl_context clctx, cl_command_queue queue, uint64_t seed) {
+  prep_problem p;
+  prep_problem_init(&p, 1, 50, 3, 32, CAMDELTA_F32, seed, 0);
+  const size_t BNHD = p.B * p.N * p.H * p.D;
+  cl_mem in[9], out[4];
+  cl_int err;
+  for (int i = 0; i < 9; i++) {
+    in[i] = clCreateBuffer(clctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, p.count[i] * 4, p.in[i], &err);
+    assert_int_equal(err, CL_SUCCESS);
+  }
+  for (int o = 0; o < 4; o++) {
+    out[o] = clCreateBuffer(clctx, CL_MEM_READ_WRITE, (o < 3 ? BNHD : p.H * p.N) * 4, NULL, &err);
+    assert_int_equal(err, CL_SUCCESS);
+  }
+  camdelta_prep_args a = {p.B, p.N, p.H, p.D, p.dtype, p.k_scale, p.norm_eps, {in[0], 0}, {in[1], 0}, {in[2], 0},
+                          {in[3], 0}, {in[4], 0}, {in[5], 0}, {in[6], 0}, {in[7], 0}, {in[8], 0}, {out[0], 0},
+                          {out[1], 0}, {out[2], 0}, {out[3], 0}, NULL};
+  TU_OK(camdelta_prep_forward(ctx, &a, NULL));
+  float *q = malloc(BNHD * 4);
+  assert_int_equal(clEnqueueReadBuffer(queue, out[0], CL_TRUE, 0, BNHD * 4, q, 0, NULL, NULL), CL_SUCCESS);
+  double *rq;
+  prep_problem_reference(&p, &rq, NULL, NULL, NULL);
+  assert_true(tu_rel_err(q, rq, BNHD) < 1e-6);
+  free(q), free(rq);
+  for (int i = 0; i < 9; i++) clReleaseMemObject(in[i]);
+  for (int o = 0; o < 4; o++) clReleaseMemObject(out[o]);
+  prep_problem_free(&p);
+}
+
+static void test_borrowed_queue(void **state) {
+  (void)state;
+  camdelta_context *probe = tu_context();
+  cl_device_id dev = camdelta_context_device(probe);
+  cl_int err;
+  cl_context clctx = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
+  assert_int_equal(err, CL_SUCCESS);
+  cl_command_queue q = clCreateCommandQueue(clctx, dev, 0, &err);
+  assert_int_equal(err, CL_SUCCESS);
+  camdelta_context *ctx = NULL;
+  TU_OK(camdelta_context_create_from_queue(&ctx, clctx, q));
+  assert_ptr_equal(camdelta_context_queue(ctx), q);
+  assert_ptr_equal(camdelta_context_cl_context(ctx), clctx);
+  prep_check(ctx, clctx, q, 11);
+  camdelta_context_destroy(ctx);
+  /* the application's objects survive camdelta */
+  cl_uint refs = 0;
+  clGetContextInfo(clctx, CL_CONTEXT_REFERENCE_COUNT, sizeof refs, &refs, NULL);
+  assert_true(refs >= 1);
+  /* a queue of another context is refused */
+  cl_context other = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
+  assert_int_equal(camdelta_context_create_from_queue(&ctx, other, q), CAMDELTA_ERROR_INVALID_ARGUMENT);
+  assert_int_equal(camdelta_context_create_from_queue(&ctx, clctx, NULL), CAMDELTA_ERROR_INVALID_ARGUMENT);
+  clReleaseContext(other);
+  clReleaseCommandQueue(q);
+  clReleaseContext(clctx);
+}
+
+typedef struct worker {
+  camdelta_context *ctx;
+  uint64_t seed;
+} worker;
+
+static int run_worker(void *arg) {
+  worker *w = arg;
+  for (int i = 0; i < 3; i++)
+    prep_check(w->ctx, camdelta_context_cl_context(w->ctx), camdelta_context_queue(w->ctx), w->seed + (uint64_t)i);
+  return 0;
+}
+
+/* Several threads share one context (and build its programs concurrently). */
+static void test_threads(void **state) {
+  (void)state;
+  camdelta_context *ctx = NULL;
+  TU_OK(camdelta_context_create(&ctx, NULL));
+  thrd_t t[4];
+  worker w[4];
+  for (int i = 0; i < 4; i++) {
+    w[i].ctx = ctx, w[i].seed = 100 + 10 * (uint64_t)i;
+    assert_int_equal(thrd_create(&t[i], run_worker, &w[i]), thrd_success);
+  }
+  for (int i = 0; i < 4; i++) thrd_join(t[i], NULL);
+  camdelta_build_stats s;
+  TU_OK(camdelta_context_build_stats(ctx, &s));
+  assert_int_equal(s.programs, 2); /* prep.cl for the inverse RMS and for D=32: each built once */
+  camdelta_context_destroy(ctx);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_version),
+      cmocka_unit_test(test_selectors),
+      cmocka_unit_test(test_borrowed_queue),
+      cmocka_unit_test(test_threads),
+  };
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  tu_context_release();
+  return rc;
+}
