@@ -1,7 +1,323 @@
-/* PLACEHOLDER (replaced within this session by the real implementation). */
+/* Scan backward (SPEC section 4): argument checks and the four launches of cl/scan_backward.cl.
+ *
+ *   1. grams  (parallel over b, h, f): W_f = Q_fᵀ·dO_f, A_f = d_f·(I − K_fᵀβ_fK_f), and U_f = K_fᵀβ_fV_f when
+ *             the forward's states must be recomputed (saved == NULL)
+ *   2. chain  (parallel over b, h and column blocks of D; serial over frames): the state chain
+ *             M_f = A_f·M_prev + U_f when recomputing, then the gradient chain G_f = dL/dM_f and dinit_state
+ *   3. frames (parallel over b, h, f and token tiles): dq, dk, dv, dbeta and per-tile ddecay partials
+ *   4. ddecay (parallel over b, h, f): ddecay = <G_f, M_prev> + the partials, in a fixed order
+ *
+ * Everything is f32 with fixed summation orders (no atomics), so two runs give bit-identical gradients.
+ * Scratch: A, W, G (and U, Z when recomputing), each (B, H, F, D, D) f32, allocated per call. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "internal.h"
 
-camdelta_status camdelta_scan_backward(camdelta_context *ctx, const camdelta_scan_backward_args *args, const camdelta_scan_saved *saved) {
-  (void)ctx, (void)args, (void)saved;
-  return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "camdelta_scan_backward: not implemented yet");
+static const char OP[] = "camdelta_scan_backward";
+
+typedef struct sb_config {
+  size_t rpt; /* grams: rows (and columns) per work-item; work-group (D/rpt)^2 */
+  size_t tsg; /* grams: tokens per local chunk */
+  size_t cb;  /* chain: columns per work-group; work-group D */
+  size_t dpt; /* frames: value columns per work-item */
+  size_t tl;  /* frames: token lanes; work-group tl * D/dpt */
+  size_t tpt; /* frames: tokens per lane */
+  size_t mc;  /* frames: contraction chunk */
+  size_t rl;  /* ddecay: work-group size (power of two) */
+} sb_config;
+
+typedef struct sb_kernels {
+  cl_kernel grams, chain, frames, ddecay;
+} sb_kernels;
+
+static void release_kernels(sb_kernels *k) {
+  if (k->grams) clReleaseKernel(k->grams);
+  if (k->chain) clReleaseKernel(k->chain);
+  if (k->frames) clReleaseKernel(k->frames);
+  if (k->ddecay) clReleaseKernel(k->ddecay);
+  memset(k, 0, sizeof *k);
+}
+
+static size_t frames_local_bytes(size_t D, const sb_config *c) {
+  const size_t ts = c->tl * c->tpt;
+  return (D * ts + c->mc * (2 * D + 4) + (D / c->dpt) * ts) * sizeof(float);
+}
+
+/* Largest configuration that fits the work-group limits (per kernel) and the local memory. */
+static camdelta_status choose_config(size_t D, size_t local_bytes, size_t wg_grams, size_t wg_frames, size_t wg_chain,
+                                     size_t wg_rl, sb_config *c) {
+  if (D > wg_chain)
+    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: D=%zu needs work-groups of %zu work-items, the device allows %zu",
+                   OP, D, D, wg_chain);
+  c->rpt = D;
+  for (size_t r = D >= 64 ? 8 : 4; r <= D; r += 4)
+    if (D % r == 0 && (D / r) * (D / r) <= wg_grams) {
+      c->rpt = r;
+      break;
+    }
+  c->tsg = 32;
+  while (c->tsg > 8 && 2 * c->tsg * (D + 4) * sizeof(float) > local_bytes) c->tsg /= 2;
+  c->cb = 8;
+  c->dpt = D % 16 == 0 ? 16 : 8;
+  c->tl = 32;
+  c->tpt = 2;
+  c->mc = 8;
+  while (c->tl > 1 && c->tl * (D / c->dpt) > wg_frames) c->tl /= 2;
+  while (frames_local_bytes(D, c) > local_bytes && (c->tpt > 1 || c->tl > 1)) {
+    if (c->tpt > 1) c->tpt /= 2;
+    else c->tl /= 2;
+  }
+  if (c->tl * (D / c->dpt) > wg_frames || frames_local_bytes(D, c) > local_bytes ||
+      2 * c->tsg * (D + 4) * sizeof(float) > local_bytes)
+    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: D=%zu does not fit the device's work-group or local memory limits",
+                   OP, D);
+  c->rl = 1;
+  while (c->rl * 2 <= wg_rl && c->rl * 2 <= 256) c->rl *= 2;
+  return CAMDELTA_OK;
+}
+
+/* Builds the four kernels; shrinks the configuration when a kernel's own work-group limit (registers) is
+ * below what the device reports. */
+static camdelta_status build_kernels(camdelta_context *ctx, size_t D, sb_config *cfg, sb_kernels *k) {
+  size_t dev_wg = ctx->info.max_work_group_size ? ctx->info.max_work_group_size : 64;
+  size_t local = ctx->info.local_mem_bytes ? (size_t)ctx->info.local_mem_bytes : 16384;
+  if (local > 48 * 1024) local = 48 * 1024; /* same tiles everywhere; more buys nothing here */
+  local -= 1024;                            /* room for the implementation's own use */
+  size_t wg_grams = dev_wg, wg_frames = dev_wg, wg_chain = dev_wg, wg_rl = dev_wg;
+  memset(k, 0, sizeof *k);
+  for (int attempt = 0; attempt < 8; attempt++) {
+    camdelta_status st = choose_config(D, local, wg_grams, wg_frames, wg_chain, wg_rl, cfg);
+    if (st) return st;
+    char opts[256];
+    snprintf(opts, sizeof opts,
+             "-DCD_D=%zu -DCD_RPT=%zu -DCD_TSG=%zu -DCD_CB=%zu -DCD_DPT=%zu -DCD_TL=%zu -DCD_TPT=%zu -DCD_MC=%zu "
+             "-DCD_RL=%zu",
+             D, cfg->rpt, cfg->tsg, cfg->cb, cfg->dpt, cfg->tl, cfg->tpt, cfg->mc, cfg->rl);
+    if ((st = cd_kernel(ctx, "scan_backward.cl", opts, "cd_scan_bwd_grams", &k->grams)) ||
+        (st = cd_kernel(ctx, "scan_backward.cl", opts, "cd_scan_bwd_chain", &k->chain)) ||
+        (st = cd_kernel(ctx, "scan_backward.cl", opts, "cd_scan_bwd_frames", &k->frames)) ||
+        (st = cd_kernel(ctx, "scan_backward.cl", opts, "cd_scan_bwd_ddecay", &k->ddecay))) {
+      release_kernels(k);
+      return st;
+    }
+    const size_t need_g = (D / cfg->rpt) * (D / cfg->rpt), need_f = cfg->tl * (D / cfg->dpt);
+    const size_t have_g = cd_kernel_max_wg(ctx, k->grams), have_f = cd_kernel_max_wg(ctx, k->frames);
+    const size_t have_c = cd_kernel_max_wg(ctx, k->chain), have_r = cd_kernel_max_wg(ctx, k->ddecay);
+    if (need_g <= have_g && need_f <= have_f && D <= have_c && cfg->rl <= have_r) return CAMDELTA_OK;
+    release_kernels(k);
+    if (need_g > have_g) wg_grams = have_g;
+    if (need_f > have_f) wg_frames = have_f;
+    if (D > have_c) wg_chain = have_c;
+    if (cfg->rl > have_r) wg_rl = have_r;
+  }
+  return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: no kernel configuration for D=%zu fits this device", OP, D);
+}
+
+/* A named tensor argument for the overlap check. */
+typedef struct sb_span {
+  const char *name;
+  camdelta_buffer b;
+  size_t elems;
+} sb_span;
+
+static int spans_overlap(const sb_span *a, const sb_span *b) {
+  if (!a->b.mem || a->b.mem != b->b.mem) return 0;
+  return a->b.offset < b->b.offset + b->elems && b->b.offset < a->b.offset + a->elems;
+}
+
+static camdelta_status check_args(const camdelta_scan_backward_args *a, const camdelta_scan_saved *saved,
+                                  size_t *N_out) {
+  const size_t B = a->B, H = a->H, D = a->D, F = a->F, S = a->S;
+  camdelta_status st = cd_check_head_dim(OP, D);
+  if (st) return st;
+  if (!B || !H || !F || !S)
+    return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: B=%zu, H=%zu, F=%zu, S=%zu: each must be at least 1", OP, B, H, F, S);
+  size_t N, elems, gates, states;
+  const size_t f1[] = {B, H, D, F, S}, f2[] = {B, H, F, S}, f3[] = {B, H, F, D, D};
+  if (!cd_mul(&N, F, S) || !cd_prod(&elems, 5, f1) || !cd_prod(&gates, 4, f2) || !cd_prod(&states, 5, f3) ||
+      elems > SIZE_MAX / 8 || states > SIZE_MAX / 32)
+    return cd_fail(CAMDELTA_ERROR_OVERFLOW, "%s: B=%zu H=%zu D=%zu F=%zu S=%zu: sizes overflow size_t", OP, B, H, D, F,
+                   S);
+  if (S > UINT32_MAX || F > UINT32_MAX)
+    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: F=%zu and S=%zu must each be below 2^32", OP, F, S);
+  const size_t BHF = B * H * F, BHDD = B * H * D * D;
+  sb_span in[] = {{"q", a->q, elems},       {"k", a->k, elems},         {"v", a->v, elems},
+                  {"beta", a->beta, gates}, {"decay", a->decay, BHF},   {"grad_out", a->grad_out, elems},
+                  {"init_state", a->init_state, BHDD}, {"grad_final_state", a->grad_final_state, BHDD}};
+  sb_span out[] = {{"dq", a->dq, elems},       {"dk", a->dk, elems},         {"dv", a->dv, elems},
+                   {"dbeta", a->dbeta, gates}, {"ddecay", a->ddecay, BHF}, {"dinit_state", a->dinit_state, BHDD}};
+  const size_t nin = sizeof in / sizeof in[0], nout = sizeof out / sizeof out[0];
+  for (size_t i = 0; i < nin; i++)
+    if ((st = cd_check_buffer(OP, in[i].name, in[i].b, in[i].elems, 4, i >= 6))) return st;
+  for (size_t i = 0; i < nout; i++)
+    if ((st = cd_check_buffer(OP, out[i].name, out[i].b, out[i].elems, 4, i == nout - 1))) return st;
+  for (size_t i = 0; i < nout; i++) {
+    for (size_t j = 0; j < nin; j++)
+      if (spans_overlap(&out[i], &in[j]))
+        return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: output '%s' overlaps input '%s' in the same cl_mem", OP,
+                       out[i].name, in[j].name);
+    for (size_t j = 0; j < i; j++)
+      if (spans_overlap(&out[i], &out[j]))
+        return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: outputs '%s' and '%s' overlap in the same cl_mem", OP,
+                       out[j].name, out[i].name);
+  }
+  if (saved) {
+    if (!saved->valid || !saved->state_post)
+      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
+                     "%s: 'saved' holds no states (pass it to camdelta_scan_forward first, or pass NULL)", OP);
+    if (saved->B != B || saved->H != H || saved->D != D || saved->F != F || saved->S != S)
+      return cd_fail(CAMDELTA_ERROR_SHAPE,
+                     "%s: 'saved' is from a forward with B=%zu H=%zu D=%zu F=%zu S=%zu, this call has B=%zu H=%zu "
+                     "D=%zu F=%zu S=%zu",
+                     OP, saved->B, saved->H, saved->D, saved->F, saved->S, B, H, D, F, S);
+    if ((saved->reverse != 0) != (a->reverse != 0))
+      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' is from a %s forward, this call has reverse=%d", OP,
+                     saved->reverse ? "reverse" : "causal", a->reverse != 0);
+    if ((saved->has_init != 0) != (a->init_state.mem != NULL))
+      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
+                     "%s: 'saved' is from a forward %s an init_state, this call %s one (pass the same init_state)", OP,
+                     saved->has_init ? "with" : "without", a->init_state.mem ? "has" : "has no");
+    camdelta_buffer sp = {saved->state_post, 0};
+    if ((st = cd_check_buffer(OP, "saved->state_post", sp, states, 4, 0))) return st;
+  }
+  *N_out = N;
+  return CAMDELTA_OK;
+}
+
+camdelta_status camdelta_scan_backward(camdelta_context *ctx, const camdelta_scan_backward_args *args,
+                                       const camdelta_scan_saved *saved) {
+  cd_clear_error();
+  if (!ctx || !args) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", OP, ctx ? "args" : "ctx");
+  if (saved && saved->ctx != ctx)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' was created for another context", OP);
+  size_t N = 0;
+  camdelta_status st = check_args(args, saved, &N);
+  if (st) return st;
+  const size_t B = args->B, H = args->H, D = args->D, F = args->F, S = args->S;
+  const int reverse = args->reverse != 0, recompute = saved == NULL;
+  const int has_init = args->init_state.mem != NULL, has_gfinal = args->grad_final_state.mem != NULL;
+  const int has_dinit = args->dinit_state.mem != NULL;
+
+  /* Build everything before enqueuing anything. */
+  sb_config cfg = {0, 0, 0, 0, 0, 0, 0, 0};
+  sb_kernels k;
+  if ((st = build_kernels(ctx, D, &cfg, &k))) return st;
+  const size_t ts = cfg.tl * cfg.tpt, ntiles = (S + ts - 1) / ts;
+  const size_t BH = B * H, BHF = BH * F, sbytes = BHF * D * D * sizeof(float);
+
+  cl_mem scratch[6] = {NULL, NULL, NULL, NULL, NULL, NULL}; /* A W G U Z part */
+  const size_t sizes[6] = {sbytes, sbytes, sbytes, recompute ? sbytes : 0, recompute ? sbytes : 0,
+                           BHF * ntiles * sizeof(float)};
+  for (int i = 0; i < 6 && !st; i++)
+    if (sizes[i]) st = cd_alloc(ctx, sizes[i], &scratch[i]);
+  if (st) {
+    for (int i = 0; i < 6; i++)
+      if (scratch[i]) clReleaseMemObject(scratch[i]);
+    release_kernels(&k);
+    return st;
+  }
+  const camdelta_buffer bA = {scratch[0], 0}, bW = {scratch[1], 0}, bG = {scratch[2], 0};
+  const camdelta_buffer bU = recompute ? (camdelta_buffer){scratch[3], 0} : bA;
+  const camdelta_buffer bstates = recompute ? (camdelta_buffer){scratch[4], 0} : (camdelta_buffer){saved->state_post, 0};
+  const camdelta_buffer bpart = {scratch[5], 0};
+  /* absent optional tensors: a valid buffer that is never read or written */
+  const camdelta_buffer binit = has_init ? args->init_state : bA;
+  const camdelta_buffer bgf = has_gfinal ? args->grad_final_state : bA;
+  const camdelta_buffer bdinit = has_dinit ? args->dinit_state : bG;
+
+  if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;
+  cd_launch l;
+  cd_launch_init(&l, args->profile);
+
+  /* 1. grams */
+  {
+    const uint32_t modes = recompute ? 3 : 2;
+    cd_args a = {k.grams, 0, CL_SUCCESS};
+    cd_arg_buf(&a, args->q);
+    cd_arg_buf(&a, args->k);
+    cd_arg_buf(&a, args->v);
+    cd_arg_buf(&a, args->grad_out);
+    cd_arg_buf(&a, args->beta);
+    cd_arg_buf(&a, args->decay);
+    cd_arg_buf(&a, bW);
+    cd_arg_buf(&a, bA);
+    cd_arg_buf(&a, bU);
+    cd_arg_u64(&a, N);
+    cd_arg_u32(&a, (uint32_t)S);
+    cd_arg_u32(&a, (uint32_t)F);
+    cd_arg_u32(&a, modes);
+    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_scan_bwd_grams: setting arguments");
+    const size_t lws = (D / cfg.rpt) * (D / cfg.rpt), gws = BHF * modes * lws;
+    if (!st) st = cd_enqueue(ctx, k.grams, 1, &gws, &lws, &l, "cd_scan_bwd_grams");
+  }
+  /* 2. chain */
+  if (!st) {
+    cd_args a = {k.chain, 0, CL_SUCCESS};
+    cd_arg_buf(&a, bA);
+    cd_arg_buf(&a, bW);
+    cd_arg_buf(&a, bU);
+    cd_arg_buf(&a, recompute ? bstates : bG);
+    cd_arg_buf(&a, binit);
+    cd_arg_buf(&a, bgf);
+    cd_arg_buf(&a, bG);
+    cd_arg_buf(&a, bdinit);
+    cd_arg_u32(&a, (uint32_t)F);
+    cd_arg_i32(&a, reverse);
+    cd_arg_i32(&a, recompute);
+    cd_arg_i32(&a, has_init);
+    cd_arg_i32(&a, has_gfinal);
+    cd_arg_i32(&a, has_dinit);
+    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_scan_bwd_chain: setting arguments");
+    const size_t lws = D, gws = BH * (D / cfg.cb) * lws;
+    if (!st) st = cd_enqueue(ctx, k.chain, 1, &gws, &lws, &l, "cd_scan_bwd_chain");
+  }
+  /* 3. frames */
+  if (!st) {
+    cd_args a = {k.frames, 0, CL_SUCCESS};
+    cd_arg_buf(&a, args->k);
+    cd_arg_buf(&a, args->v);
+    cd_arg_buf(&a, args->beta);
+    cd_arg_buf(&a, args->decay);
+    cd_arg_buf(&a, args->grad_out);
+    cd_arg_buf(&a, bstates);
+    cd_arg_buf(&a, binit);
+    cd_arg_buf(&a, bG);
+    cd_arg_buf(&a, args->dq);
+    cd_arg_buf(&a, args->dk);
+    cd_arg_buf(&a, args->dv);
+    cd_arg_buf(&a, args->dbeta);
+    cd_arg_buf(&a, bpart);
+    cd_arg_u64(&a, N);
+    cd_arg_u32(&a, (uint32_t)S);
+    cd_arg_u32(&a, (uint32_t)F);
+    cd_arg_u32(&a, (uint32_t)ntiles);
+    cd_arg_i32(&a, reverse);
+    cd_arg_i32(&a, has_init);
+    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_scan_bwd_frames: setting arguments");
+    const size_t lws = cfg.tl * (D / cfg.dpt), gws = BHF * ntiles * lws;
+    if (!st) st = cd_enqueue(ctx, k.frames, 1, &gws, &lws, &l, "cd_scan_bwd_frames");
+  }
+  /* 4. ddecay */
+  if (!st) {
+    cd_args a = {k.ddecay, 0, CL_SUCCESS};
+    cd_arg_buf(&a, bstates);
+    cd_arg_buf(&a, binit);
+    cd_arg_buf(&a, bG);
+    cd_arg_buf(&a, bpart);
+    cd_arg_buf(&a, args->ddecay);
+    cd_arg_u32(&a, (uint32_t)F);
+    cd_arg_u32(&a, (uint32_t)ntiles);
+    cd_arg_i32(&a, reverse);
+    cd_arg_i32(&a, has_init);
+    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_scan_bwd_ddecay: setting arguments");
+    const size_t lws = cfg.rl, gws = BHF * lws;
+    if (!st) st = cd_enqueue(ctx, k.ddecay, 1, &gws, &lws, &l, "cd_scan_bwd_ddecay");
+  }
+  /* Released buffers live on until the enqueued kernels that use them have finished. */
+  for (int i = 0; i < 6; i++)
+    if (scratch[i]) clReleaseMemObject(scratch[i]);
+  release_kernels(&k);
+  return cd_launch_end(ctx, &l, st);
 }

@@ -1,0 +1,445 @@
+/* Scan backward (SPEC section 4): exact gradients of the delta-rule scan, both directions.
+ *
+ * Per (b, h) the forward is a chain of key-frame updates of a D x D state (rows = key dim, cols = value dim):
+ *   P_f = d_f * Mprev_f,  M_f = A_f * Mprev_f + U_f,  A_f = d_f (I - K_f^T diag(b_f) K_f),  U_f = K_f^T diag(b_f) V_f
+ * Causal: key frame f follows f-1 (Mprev_0 = init), output frame f reads M_f.
+ * Reverse: key frame f follows f+1 (Mprev_{F-1} = init), output frame f reads Mprev_f (= M_{f+1}, init for F-1);
+ * key frame 0's update only feeds the final state.
+ *
+ * With G_f = dL/dM_f (key frame f):
+ *   causal  G_f = Q_f^T dO_f + [f = F-1] grad_final + A_{f+1} G_{f+1},  dinit = A_0 G_0
+ *   reverse G_f = [f = 0] grad_final + [f > 0] (Q_{f-1}^T dO_{f-1} + A_{f-1} G_{f-1}),
+ *           dinit = Q_{F-1}^T dO_{F-1} + A_{F-1} G_{F-1}
+ * and per key frame, with Y = K Mprev, R = V - d Y, dDelta = K G, dR = b dDelta:
+ *   dV = dR, dbeta_s = sum_v dDelta R, dK = (b R) G^T - d dR Mprev^T,
+ *   ddecay = <G - K^T dR, Mprev> = <G, Mprev> - sum_{s,v} dR Y      (exact, no division by d)
+ * and per output frame dQ = dO M^T with M the state it reads.
+ *
+ * Four kernels (one program, same build options):
+ *   cd_scan_bwd_grams   per (mode, b, h, f): W_f = Q_f^T dO_f, A_f, and (recompute only) U_f; D x D each
+ *   cd_scan_bwd_chain   per (b, h, column block): the serial passes over frames (the state chain when the
+ *                       forward's states are not given, then the G chain), D x D x CB work per frame
+ *   cd_scan_bwd_frames  per (b, h, f, token tile): dq, dk, dv, dbeta and partial ddecay sums
+ *   cd_scan_bwd_ddecay  per (b, h, f): ddecay = <G, Mprev> + the tiles' partial sums of -dR Y, in a fixed order
+ * No atomics: every sum has a fixed order, so results are bit-identical run to run.
+ *
+ * "states" is (B, H, F, D, D) indexed by output frame: the state that output frame reads is states[f],
+ * except in reverse where frame F-1 reads init (the slot is never read). Mprev of key frame f is
+ * states[f-1] (causal, init for f = 0) or states[f] (reverse, init for f = F-1). An absent init is zero.
+ *
+ * Build options: CD_D head dim; grams: CD_RPT (rows per work-item), CD_TSG (tokens per chunk);
+ * chain: CD_CB (columns per work-group); frames: CD_DPT (value columns per work-item), CD_TL (token lanes),
+ * CD_TPT (tokens per lane), CD_MC (contraction chunk); ddecay: CD_RL (work-group size, power of two).
+ * Every buffer comes with a ulong element offset. */
+
+#ifndef CD_D
+#define CD_D 8
+#endif
+#ifndef CD_RPT
+#define CD_RPT 4
+#endif
+#ifndef CD_TSG
+#define CD_TSG 32
+#endif
+#ifndef CD_CB
+#define CD_CB 8
+#endif
+#ifndef CD_DPT
+#define CD_DPT 8
+#endif
+#ifndef CD_TL
+#define CD_TL 32
+#endif
+#ifndef CD_TPT
+#define CD_TPT 2
+#endif
+#ifndef CD_MC
+#define CD_MC 8
+#endif
+#ifndef CD_RL
+#define CD_RL 64
+#endif
+
+#define CD_DD ((ulong)CD_D * CD_D)
+/* Row stride of the transposed token tiles and of the B-operand chunks: D + 4 (or 2D + 4) floats makes
+ * the (8 rows x 4 columns) store pattern below hit 32 different banks and keeps float4 alignment. */
+#define CD_DP (CD_D + 4)
+
+/* The state matrix for index j (see above) and whether it is zero. */
+inline global const float *cd_state(global const float *states, ulong st_off, global const float *init,
+                                    ulong init_off, ulong bh, uint F, int j, int is_init, int has_init, int *zero) {
+  if (is_init) {
+    *zero = !has_init;
+    return init + init_off + bh * CD_DD;
+  }
+  *zero = 0;
+  return states + st_off + (bh * F + (uint)j) * CD_DD;
+}
+
+/* ------------------------------------------------------------------ grams */
+#define CD_NG (CD_D / CD_RPT)
+
+/* One work-group of CD_NG^2 work-items per (mode, b, h, f); group index = bhf * modes + mode.
+ * mode 0: W = Q^T dO; mode 1: A = d (I - (b K)^T K); mode 2: U = (b K)^T V. Outputs (B, H, F, D, D). */
+kernel void cd_scan_bwd_grams(global const float *q, ulong q_off, global const float *k, ulong k_off,
+                              global const float *v, ulong v_off, global const float *go, ulong go_off,
+                              global const float *beta, ulong beta_off, global const float *decay, ulong decay_off,
+                              global float *W, ulong W_off, global float *A, ulong A_off, global float *U,
+                              ulong U_off, ulong N, uint S, uint F, uint modes) {
+  local float4 Xs4[CD_TSG * CD_DP / 4];
+  local float4 Ys4[CD_TSG * CD_DP / 4];
+  local float *Xs = (local float *)Xs4;
+  local float *Ys = (local float *)Ys4;
+
+  const uint lid = get_local_id(0);
+  const ulong grp = get_group_id(0);
+  const uint mode = (uint)(grp % modes);
+  const ulong bhf = grp / modes;
+  const ulong bh = bhf / F;
+  const uint f = (uint)(bhf % F);
+  const ulong base = bh * CD_D * N + (ulong)f * S;
+
+  global const float *X = mode == 0 ? q + q_off : k + k_off;
+  global const float *Y = mode == 0 ? go + go_off : (mode == 1 ? k + k_off : v + v_off);
+  global const float *bt = beta + beta_off + bhf * S;
+
+  const uint ti = lid / CD_NG, tj = lid % CD_NG;
+  float acc[CD_RPT][CD_RPT];
+  for (int i = 0; i < CD_RPT; i++)
+    for (int j = 0; j < CD_RPT; j++) acc[i][j] = 0.0f;
+
+  for (uint t0 = 0; t0 < S; t0 += CD_TSG) {
+    const uint tn = min((uint)CD_TSG, S - t0);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    /* 32 consecutive work-items load 8 tokens x 4 rows: 32-byte global segments, conflict-free stores */
+    for (uint idx = lid; idx < CD_D * CD_TSG; idx += CD_NG * CD_NG) {
+      const uint lo = idx % 32, blk = idx / 32;
+      const uint t = (blk / (CD_D / 4)) * 8 + lo % 8, d = (blk % (CD_D / 4)) * 4 + lo / 8;
+      float x = 0.0f, y = 0.0f;
+      if (t < tn) {
+        const ulong e = base + (ulong)d * N + t0 + t;
+        x = X[e];
+        y = Y[e];
+        if (mode != 0) x *= bt[t0 + t];
+      }
+      Xs[t * CD_DP + d] = x;
+      Ys[t * CD_DP + d] = y;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint t = 0; t < tn; t++) {
+      float a[CD_RPT], b[CD_RPT];
+      for (int r = 0; r < CD_RPT / 4; r++) {
+        const float4 xa = Xs4[(t * CD_DP + ti * CD_RPT) / 4 + r];
+        const float4 yb = Ys4[(t * CD_DP + tj * CD_RPT) / 4 + r];
+        a[4 * r] = xa.x, a[4 * r + 1] = xa.y, a[4 * r + 2] = xa.z, a[4 * r + 3] = xa.w;
+        b[4 * r] = yb.x, b[4 * r + 1] = yb.y, b[4 * r + 2] = yb.z, b[4 * r + 3] = yb.w;
+      }
+      for (int i = 0; i < CD_RPT; i++)
+        for (int j = 0; j < CD_RPT; j++) acc[i][j] = fma(a[i], b[j], acc[i][j]);
+    }
+  }
+
+  global float *out = mode == 0 ? W + W_off : (mode == 1 ? A + A_off : U + U_off);
+  out += bhf * CD_DD;
+  const float dcy = mode == 1 ? decay[decay_off + bhf] : 1.0f;
+  for (int i = 0; i < CD_RPT; i++) {
+    const uint row = ti * CD_RPT + i;
+    for (int j = 0; j < CD_RPT; j++) {
+      const uint col = tj * CD_RPT + j;
+      float x = acc[i][j];
+      if (mode == 1) x = dcy * ((row == col ? 1.0f : 0.0f) - x);
+      out[row * CD_D + col] = x;
+    }
+  }
+}
+
+/* ------------------------------------------------------------------ chain */
+/* x[c] = add[i, c0 + c] + sum_m Am[m, i] * Yl[m][c], Yl holding the previous x of every row.
+ * Am is symmetric in exact arithmetic (A_f = d (I - K^T b K)), so Am^T x = Am x; the transposed read is
+ * the coalesced one. */
+inline void cd_chain_step(local float4 *Yl4, float *x, global const float *Am, global const float *add, uint i,
+                          uint c0) {
+  local float *Yl = (local float *)Yl4;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int c = 0; c < CD_CB; c++) Yl[i * CD_CB + c] = x[c];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  float y[CD_CB];
+  for (int c = 0; c < CD_CB; c++) y[c] = add ? add[i * CD_D + c0 + c] : 0.0f;
+  for (uint m = 0; m < CD_D; m++) {
+    const float a = Am[m * CD_D + i];
+    for (int c4 = 0; c4 < CD_CB / 4; c4++) {
+      const float4 yl = Yl4[m * (CD_CB / 4) + c4];
+      y[4 * c4] = fma(a, yl.x, y[4 * c4]);
+      y[4 * c4 + 1] = fma(a, yl.y, y[4 * c4 + 1]);
+      y[4 * c4 + 2] = fma(a, yl.z, y[4 * c4 + 2]);
+      y[4 * c4 + 3] = fma(a, yl.w, y[4 * c4 + 3]);
+    }
+  }
+  for (int c = 0; c < CD_CB; c++) x[c] = y[c];
+}
+
+/* One work-group of CD_D work-items (row i) per (b, h, column block); group index = bh * (D / CB) + cb.
+ * recompute: first the state chain M_f = A_f Mprev_f + U_f, written to Z (the `states` layout);
+ * then the G chain, written to G (B, H, F, D, D) by key frame, and dinit when asked. */
+kernel void cd_scan_bwd_chain(global const float *A, ulong A_off, global const float *W, ulong W_off,
+                              global const float *U, ulong U_off, global float *Z, ulong Z_off,
+                              global const float *init, ulong init_off, global const float *gfinal, ulong gf_off,
+                              global float *G, ulong G_off, global float *dinit, ulong di_off, uint F, int reverse,
+                              int recompute, int has_init, int has_gfinal, int has_dinit) {
+  local float4 Yl4[CD_D * CD_CB / 4];
+  const uint i = get_local_id(0);
+  const ulong grp = get_group_id(0);
+  const uint c0 = (uint)(grp % (CD_D / CD_CB)) * CD_CB;
+  const ulong bh = grp / (CD_D / CD_CB);
+  const ulong fb = bh * F * CD_DD; /* (b, h) base of the (B, H, F, D, D) buffers */
+  float x[CD_CB];
+
+  if (recompute) {
+    for (int c = 0; c < CD_CB; c++) x[c] = has_init ? init[init_off + bh * CD_DD + i * CD_D + c0 + c] : 0.0f;
+    if (!reverse) {
+      for (uint f = 0; f < F; f++) {
+        cd_chain_step(Yl4, x, A + A_off + fb + f * CD_DD, U + U_off + fb + f * CD_DD, i, c0);
+        for (int c = 0; c < CD_CB; c++) Z[Z_off + fb + f * CD_DD + i * CD_D + c0 + c] = x[c];
+      }
+    } else {
+      for (uint f = F - 1; f >= 1; f--) {
+        cd_chain_step(Yl4, x, A + A_off + fb + f * CD_DD, U + U_off + fb + f * CD_DD, i, c0);
+        for (int c = 0; c < CD_CB; c++) Z[Z_off + fb + (f - 1) * CD_DD + i * CD_D + c0 + c] = x[c];
+      }
+    }
+  }
+
+  for (int c = 0; c < CD_CB; c++) x[c] = has_gfinal ? gfinal[gf_off + bh * CD_DD + i * CD_D + c0 + c] : 0.0f;
+  if (!reverse) {
+    for (uint r = 0; r < F; r++) {
+      const uint f = F - 1 - r;
+      for (int c = 0; c < CD_CB; c++) x[c] += W[W_off + fb + f * CD_DD + i * CD_D + c0 + c];
+      for (int c = 0; c < CD_CB; c++) G[G_off + fb + f * CD_DD + i * CD_D + c0 + c] = x[c];
+      if (f > 0 || has_dinit) cd_chain_step(Yl4, x, A + A_off + fb + f * CD_DD, 0, i, c0);
+    }
+  } else {
+    for (uint f = 0; f < F; f++) {
+      for (int c = 0; c < CD_CB; c++) G[G_off + fb + f * CD_DD + i * CD_D + c0 + c] = x[c];
+      if (f + 1 < F || has_dinit)
+        cd_chain_step(Yl4, x, A + A_off + fb + f * CD_DD, W + W_off + fb + f * CD_DD, i, c0);
+    }
+  }
+  if (has_dinit)
+    for (int c = 0; c < CD_CB; c++) dinit[di_off + bh * CD_DD + i * CD_D + c0 + c] = x[c];
+}
+
+/* ------------------------------------------------------------------ frames */
+#define CD_DG (CD_D / CD_DPT)   /* value-column groups */
+#define CD_TS (CD_TL * CD_TPT)  /* tokens per work-group */
+#define CD_WG (CD_TL * CD_DG)   /* work-group size */
+#define CD_BST (2 * CD_D + 4)   /* row stride of the B-operand chunk */
+
+/* acc[i][j] += sum_{v} Ex[v][s_i] * src[d_j, v] over all v (src D x D, row-major, read transposed through
+ * local chunks of CD_MC columns). Ex holds the A operand as [v][token]. */
+inline void cd_gemm_t(local const float *Ex, local float4 *Bs4, global const float *src,
+                      float acc[CD_TPT][CD_DPT], uint lid, uint tl, uint dg) {
+  local float *Bs = (local float *)Bs4;
+  for (uint v0 = 0; v0 < CD_D; v0 += CD_MC) {
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint idx = lid; idx < CD_D * CD_MC; idx += CD_WG) {
+      const uint dd = idx / CD_MC, vv = idx % CD_MC;
+      Bs[vv * CD_BST + dd] = src[dd * CD_D + v0 + vv];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint vv = 0; vv < CD_MC; vv++) {
+      float a[CD_TPT];
+      for (int t = 0; t < CD_TPT; t++) a[t] = Ex[(v0 + vv) * CD_TS + tl + CD_TL * t];
+      for (int j4 = 0; j4 < CD_DPT / 4; j4++) {
+        const float4 b = Bs4[(vv * CD_BST + dg * CD_DPT) / 4 + j4];
+        for (int t = 0; t < CD_TPT; t++) {
+          acc[t][4 * j4] = fma(a[t], b.x, acc[t][4 * j4]);
+          acc[t][4 * j4 + 1] = fma(a[t], b.y, acc[t][4 * j4 + 1]);
+          acc[t][4 * j4 + 2] = fma(a[t], b.z, acc[t][4 * j4 + 2]);
+          acc[t][4 * j4 + 3] = fma(a[t], b.w, acc[t][4 * j4 + 3]);
+        }
+      }
+    }
+  }
+}
+
+/* Loads a (D x TS) token tile of a (B, H, D, N) tensor into Ex[d][s] (zero past the frame's end). */
+inline void cd_load_tile(local float *Ex, global const float *x, ulong tb, ulong N, uint ns, uint lid) {
+  for (uint idx = lid; idx < CD_D * CD_TS; idx += CD_WG) {
+    const uint d = idx / CD_TS, s = idx % CD_TS;
+    Ex[idx] = s < ns ? x[tb + (ulong)d * N + s] : 0.0f;
+  }
+}
+
+/* One work-group of CD_WG work-items per (b, h, f, token tile); group index = (bh * F + f) * ntiles + tile.
+ * Work-item (tl, dg) owns tokens tl + TL*t (t < TPT) and value/key columns dg*DPT .. +DPT. */
+kernel void cd_scan_bwd_frames(global const float *k, ulong k_off, global const float *v, ulong v_off,
+                               global const float *beta, ulong beta_off, global const float *decay, ulong decay_off,
+                               global const float *go, ulong go_off,
+                               global const float *states, ulong st_off, global const float *init, ulong init_off,
+                               global const float *G, ulong G_off, global float *dq, ulong dq_off, global float *dk,
+                               ulong dk_off, global float *dv, ulong dv_off, global float *dbeta, ulong dbeta_off,
+                               global float *part, ulong part_off, ulong N, uint S, uint F, uint ntiles, int reverse,
+                               int has_init) {
+  local float Ex[CD_D * CD_TS];
+  local float4 Bs4[CD_MC * CD_BST / 4];
+  local float red[CD_DG * CD_TS];
+  local float *Bs = (local float *)Bs4;
+
+  const uint lid = get_local_id(0), tl = lid % CD_TL, dg = lid / CD_TL;
+  const ulong grp = get_group_id(0);
+  const uint tile = (uint)(grp % ntiles);
+  const ulong bhf = grp / ntiles;
+  const ulong bh = bhf / F;
+  const uint f = (uint)(bhf % F);
+  const uint s0 = tile * CD_TS;
+  const uint ns = min((uint)CD_TS, S - s0);
+  const ulong tb = bh * CD_D * N + (ulong)f * S + s0;
+
+  int prev_zero, post_zero;
+  const int jprev = reverse ? (int)f : (int)f - 1;
+  global const float *Mp = cd_state(states, st_off, init, init_off, bh, F, jprev,
+                                    reverse ? f == F - 1 : f == 0, has_init, &prev_zero);
+  global const float *Mq = cd_state(states, st_off, init, init_off, bh, F, (int)f, reverse && f == F - 1, has_init,
+                                    &post_zero);
+  global const float *Gf = G + G_off + bhf * CD_DD;
+  const float dcy = decay[decay_off + bhf];
+
+  /* stage 1: Y = K Mprev, dDelta = K G (tokens x value columns) */
+  cd_load_tile(Ex, k + k_off, tb, N, ns, lid);
+  float accY[CD_TPT][CD_DPT], accD[CD_TPT][CD_DPT];
+  for (int t = 0; t < CD_TPT; t++)
+    for (int j = 0; j < CD_DPT; j++) accY[t][j] = accD[t][j] = 0.0f;
+  for (uint m0 = 0; m0 < CD_D; m0 += CD_MC) {
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint idx = lid; idx < CD_MC * 2 * CD_D; idx += CD_WG) {
+      const uint mm = idx / (2 * CD_D), c = idx % (2 * CD_D);
+      float x;
+      if (c < CD_D) x = prev_zero ? 0.0f : Mp[(m0 + mm) * CD_D + c];
+      else x = Gf[(m0 + mm) * CD_D + c - CD_D];
+      Bs[mm * CD_BST + c] = x;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint mm = 0; mm < CD_MC; mm++) {
+      float a[CD_TPT];
+      for (int t = 0; t < CD_TPT; t++) a[t] = Ex[(m0 + mm) * CD_TS + tl + CD_TL * t];
+      for (int j4 = 0; j4 < CD_DPT / 4; j4++) {
+        const float4 bm = Bs4[(mm * CD_BST + dg * CD_DPT) / 4 + j4];
+        const float4 bg = Bs4[(mm * CD_BST + CD_D + dg * CD_DPT) / 4 + j4];
+        for (int t = 0; t < CD_TPT; t++) {
+          accY[t][4 * j4] = fma(a[t], bm.x, accY[t][4 * j4]);
+          accY[t][4 * j4 + 1] = fma(a[t], bm.y, accY[t][4 * j4 + 1]);
+          accY[t][4 * j4 + 2] = fma(a[t], bm.z, accY[t][4 * j4 + 2]);
+          accY[t][4 * j4 + 3] = fma(a[t], bm.w, accY[t][4 * j4 + 3]);
+          accD[t][4 * j4] = fma(a[t], bg.x, accD[t][4 * j4]);
+          accD[t][4 * j4 + 1] = fma(a[t], bg.y, accD[t][4 * j4 + 1]);
+          accD[t][4 * j4 + 2] = fma(a[t], bg.z, accD[t][4 * j4 + 2]);
+          accD[t][4 * j4 + 3] = fma(a[t], bg.w, accD[t][4 * j4 + 3]);
+        }
+      }
+    }
+  }
+
+  /* elementwise: R = V - d Y, Delta = b R, dR = b dDelta = dV; keep Delta in accY and -d dR in accD */
+  float pb[CD_TPT], pd = 0.0f;
+  for (int t = 0; t < CD_TPT; t++) {
+    const uint s = tl + CD_TL * t;
+    const int valid = s < ns;
+    const float b = valid ? beta[beta_off + bhf * S + s0 + s] : 0.0f;
+    pb[t] = 0.0f;
+    for (int j = 0; j < CD_DPT; j++) {
+      const ulong e = tb + (ulong)(dg * CD_DPT + j) * N + s;
+      const float y = accY[t][j], dd = accD[t][j];
+      const float r = (valid ? v[v_off + e] : 0.0f) - dcy * y;
+      const float dr = b * dd;
+      pb[t] = fma(dd, r, pb[t]);
+      pd = fma(dr, y, pd);
+      if (valid) dv[dv_off + e] = dr;
+      accY[t][j] = b * r;
+      accD[t][j] = -dcy * dr;
+    }
+  }
+
+  /* dbeta: sum the DG column-group partials of each token in order */
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int t = 0; t < CD_TPT; t++) red[dg * CD_TS + tl + CD_TL * t] = pb[t];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (dg == 0) {
+    for (int t = 0; t < CD_TPT; t++) {
+      const uint s = tl + CD_TL * t;
+      float sum = 0.0f;
+      for (uint g = 0; g < CD_DG; g++) sum += red[g * CD_TS + s];
+      if (s < ns) dbeta[dbeta_off + bhf * S + s0 + s] = sum;
+    }
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  /* ddecay partial: - sum dR * Y over the tile, in work-item order */
+  red[lid] = pd;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (lid == 0) {
+    float sum = 0.0f;
+    for (uint u = 0; u < CD_WG; u++) sum += red[u];
+    part[part_off + bhf * ntiles + tile] = -sum;
+  }
+
+  /* stage 2: dK = Delta G^T - d dR Mprev^T */
+  for (int t = 0; t < CD_TPT; t++)
+    for (int j = 0; j < CD_DPT; j++) Ex[(dg * CD_DPT + j) * CD_TS + tl + CD_TL * t] = accY[t][j];
+  for (int t = 0; t < CD_TPT; t++)
+    for (int j = 0; j < CD_DPT; j++) accY[t][j] = 0.0f;
+  cd_gemm_t(Ex, Bs4, Gf, accY, lid, tl, dg);
+  if (!prev_zero) {
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int t = 0; t < CD_TPT; t++)
+      for (int j = 0; j < CD_DPT; j++) Ex[(dg * CD_DPT + j) * CD_TS + tl + CD_TL * t] = accD[t][j];
+    cd_gemm_t(Ex, Bs4, Mp, accY, lid, tl, dg);
+  }
+  for (int t = 0; t < CD_TPT; t++) {
+    const uint s = tl + CD_TL * t;
+    if (s < ns)
+      for (int j = 0; j < CD_DPT; j++) dk[dk_off + tb + (ulong)(dg * CD_DPT + j) * N + s] = accY[t][j];
+  }
+
+  /* stage 3: dQ = dO M^T with M the state output frame f reads */
+  for (int t = 0; t < CD_TPT; t++)
+    for (int j = 0; j < CD_DPT; j++) accY[t][j] = 0.0f;
+  if (!post_zero) {
+    barrier(CLK_LOCAL_MEM_FENCE);
+    cd_load_tile(Ex, go + go_off, tb, N, ns, lid);
+    cd_gemm_t(Ex, Bs4, Mq, accY, lid, tl, dg);
+  }
+  for (int t = 0; t < CD_TPT; t++) {
+    const uint s = tl + CD_TL * t;
+    if (s < ns)
+      for (int j = 0; j < CD_DPT; j++) dq[dq_off + tb + (ulong)(dg * CD_DPT + j) * N + s] = accY[t][j];
+  }
+}
+
+/* ------------------------------------------------------------------ ddecay */
+/* One work-group of CD_RL work-items per (b, h, f): ddecay = <G_f, Mprev_f> + sum of the tile partials. */
+kernel void cd_scan_bwd_ddecay(global const float *states, ulong st_off, global const float *init, ulong init_off,
+                               global const float *G, ulong G_off, global const float *part, ulong part_off,
+                               global float *ddecay, ulong dd_off, uint F, uint ntiles, int reverse, int has_init) {
+  local float red[CD_RL];
+  const uint lid = get_local_id(0);
+  const ulong bhf = get_group_id(0);
+  const ulong bh = bhf / F;
+  const uint f = (uint)(bhf % F);
+  int zero;
+  global const float *Mp = cd_state(states, st_off, init, init_off, bh, F, reverse ? (int)f : (int)f - 1,
+                                    reverse ? f == F - 1 : f == 0, has_init, &zero);
+  global const float *Gf = G + G_off + bhf * CD_DD;
+  float sum = 0.0f;
+  if (!zero)
+    for (uint e = lid; e < CD_D * CD_D; e += CD_RL) sum = fma(Gf[e], Mp[e], sum);
+  red[lid] = sum;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (uint w = CD_RL / 2; w > 0; w >>= 1) {
+    if (lid < w) red[lid] += red[lid + w];
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  if (lid == 0) {
+    float p = 0.0f;
+    for (uint u = 0; u < ntiles; u++) p += part[part_off + bhf * ntiles + u];
+    ddecay[dd_off + bhf] = red[0] + p;
+  }
+}

@@ -1,0 +1,272 @@
+/* Scan backward on the device against the f64 reference (SPEC sections 4, 5): both directions, with and
+ * without init/final states, from saved forward states and recomputed, odd shapes and offsets, decay = 0,
+ * determinism, and bad input. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "testutil.h"
+
+#define BOUND 1e-4
+
+enum { SAVED_NONE = 0, SAVED_REF = 1, SAVED_FORWARD = 2 };
+
+typedef struct sb_case {
+  size_t B, H, D, F, S;
+  int reverse;
+  int init;   /* init_state given (and dinit_state asked for) */
+  int gfinal; /* grad_final_state given */
+  int saved;  /* SAVED_*: recompute, states from the f64 reference, states from camdelta_scan_forward */
+  size_t off; /* element offset of every device tensor */
+  int zero_decay; /* decay of frame 1 (or 0) is exactly 0 */
+} sb_case;
+
+typedef struct sb_problem {
+  sb_case c;
+  size_t N, elems, gates, BHF, BHDD;
+  float *in[8]; /* q k v beta decay init grad_out grad_final */
+  size_t count[8];
+} sb_problem;
+
+enum { IQ, IK, IV, IBETA, IDECAY, IINIT, IGO, IGF };
+enum { OQ, OK_, OV, OBETA, ODECAY, OINIT, NOUT };
+static const char *out_names[NOUT] = {"dq", "dk", "dv", "dbeta", "ddecay", "dinit_state"};
+static double worst[NOUT];
+
+static void problem_init(sb_problem *p, const sb_case *c, uint64_t seed) {
+  memset(p, 0, sizeof *p);
+  p->c = *c;
+  p->N = c->F * c->S;
+  p->elems = c->B * c->H * c->D * p->N;
+  p->gates = c->B * c->H * c->F * c->S;
+  p->BHF = c->B * c->H * c->F;
+  p->BHDD = c->B * c->H * c->D * c->D;
+  const size_t counts[8] = {p->elems, p->elems, p->elems, p->gates, p->BHF, p->BHDD, p->elems, p->BHDD};
+  tu_seed(seed);
+  for (int i = 0; i < 8; i++) {
+    p->count[i] = counts[i];
+    p->in[i] = malloc(counts[i] * sizeof(float));
+    assert_non_null(p->in[i]);
+  }
+  /* keys scaled like k_scale = (D S)^-1/2 keep I - K^T b K a contraction */
+  tu_fill_normal(p->in[IQ], p->elems, 1.0);
+  tu_fill_normal(p->in[IK], p->elems, 1.0 / sqrt((double)(c->D * c->S)));
+  tu_fill_normal(p->in[IV], p->elems, 1.0);
+  tu_fill_uniform(p->in[IBETA], p->gates, 0.0, 1.0);
+  tu_fill_uniform(p->in[IDECAY], p->BHF, 0.5, 1.0);
+  tu_fill_normal(p->in[IINIT], p->BHDD, 0.5);
+  tu_fill_normal(p->in[IGO], p->elems, 1.0);
+  tu_fill_normal(p->in[IGF], p->BHDD, 1.0);
+  if (c->zero_decay)
+    for (size_t bh = 0; bh < c->B * c->H; bh++) p->in[IDECAY][bh * c->F + (c->F > 1 ? 1 : 0)] = 0.0f;
+}
+
+static void problem_free(sb_problem *p) {
+  for (int i = 0; i < 8; i++) free(p->in[i]);
+}
+
+static size_t out_count(const sb_problem *p, int o) {
+  return o <= OV ? p->elems : o == OBETA ? p->gates : o == ODECAY ? p->BHF : p->BHDD;
+}
+
+/* f64 reference gradients (NOUT arrays, malloc'd); states (state_post) when asked. */
+static void problem_reference(const sb_problem *p, double *ref[NOUT], double **state_post) {
+  double *in[8];
+  for (int i = 0; i < 8; i++) in[i] = tu_to_f64(p->in[i], p->count[i]);
+  const sb_case *c = &p->c;
+  camdelta_ref_scan r = {c->B, c->H, c->D, c->F, c->S, c->reverse, in[IQ], in[IK], in[IV], in[IBETA], in[IDECAY],
+                         c->init ? in[IINIT] : NULL, NULL, NULL, NULL, NULL};
+  for (int o = 0; o < NOUT; o++) {
+    ref[o] = malloc(out_count(p, o) * sizeof(double));
+    assert_non_null(ref[o]);
+  }
+  camdelta_ref_scan_grads g = {in[IGO], c->gfinal ? in[IGF] : NULL, ref[OQ], ref[OK_], ref[OV], ref[OBETA],
+                               ref[ODECAY], ref[OINIT]};
+  TU_OK(camdelta_ref_scan_backward(&r, &g));
+  if (state_post) {
+    *state_post = malloc(p->BHF * c->D * c->D * sizeof(double));
+    assert_non_null(*state_post);
+    r.state_post = *state_post;
+    TU_OK(camdelta_ref_scan_forward(&r));
+  }
+  for (int i = 0; i < 8; i++) free(in[i]);
+}
+
+static cl_mem upload_at(const float *host, size_t elems, size_t offset) {
+  float *tmp = malloc((elems + offset) * sizeof(float));
+  assert_non_null(tmp);
+  for (size_t i = 0; i < offset; i++) tmp[i] = NAN;
+  memcpy(tmp + offset, host, elems * sizeof(float));
+  cl_mem m = tu_upload(tmp, (elems + offset) * sizeof(float));
+  free(tmp);
+  return m;
+}
+
+/* A saved object filled by hand from reference states (used until/besides the device forward). */
+static camdelta_scan_saved *saved_from_states(const sb_problem *p, const double *state_post) {
+  camdelta_scan_saved *s = calloc(1, sizeof *s);
+  assert_non_null(s);
+  const size_t n = p->BHF * p->c.D * p->c.D;
+  float *f = malloc(n * sizeof(float));
+  assert_non_null(f);
+  for (size_t i = 0; i < n; i++) f[i] = (float)state_post[i];
+  s->ctx = tu_context();
+  s->state_post = tu_upload(f, n * sizeof(float));
+  s->state_pre = NULL;
+  s->bytes = n * sizeof(float);
+  s->B = p->c.B, s->H = p->c.H, s->D = p->c.D, s->F = p->c.F, s->S = p->c.S;
+  s->reverse = p->c.reverse, s->has_init = p->c.init, s->valid = 1;
+  free(f);
+  return s;
+}
+
+static void saved_free_by_hand(camdelta_scan_saved *s) {
+  if (s->state_post) clReleaseMemObject(s->state_post);
+  free(s);
+}
+
+typedef struct sb_device {
+  cl_mem in[8];
+  cl_mem out[NOUT];
+} sb_device;
+
+static void device_init(sb_device *d, const sb_problem *p) {
+  const size_t off = p->c.off;
+  for (int i = 0; i < 8; i++) d->in[i] = upload_at(p->in[i], p->count[i], off);
+  for (int o = 0; o < NOUT; o++) d->out[o] = tu_buffer((out_count(p, o) + off) * sizeof(float));
+}
+
+static void device_free(sb_device *d) {
+  for (int i = 0; i < 8; i++) clReleaseMemObject(d->in[i]);
+  for (int o = 0; o < NOUT; o++) clReleaseMemObject(d->out[o]);
+}
+
+static camdelta_scan_backward_args make_args(const sb_problem *p, const sb_device *d, camdelta_profile *prof) {
+  const sb_case *c = &p->c;
+  const size_t off = c->off;
+  camdelta_scan_backward_args a;
+  memset(&a, 0, sizeof a);
+  a.B = c->B, a.H = c->H, a.D = c->D, a.F = c->F, a.S = c->S, a.reverse = c->reverse;
+  a.q = (camdelta_buffer){d->in[IQ], off};
+  a.k = (camdelta_buffer){d->in[IK], off};
+  a.v = (camdelta_buffer){d->in[IV], off};
+  a.beta = (camdelta_buffer){d->in[IBETA], off};
+  a.decay = (camdelta_buffer){d->in[IDECAY], off};
+  if (c->init) a.init_state = (camdelta_buffer){d->in[IINIT], off};
+  a.grad_out = (camdelta_buffer){d->in[IGO], off};
+  if (c->gfinal) a.grad_final_state = (camdelta_buffer){d->in[IGF], off};
+  a.dq = (camdelta_buffer){d->out[OQ], off};
+  a.dk = (camdelta_buffer){d->out[OK_], off};
+  a.dv = (camdelta_buffer){d->out[OV], off};
+  a.dbeta = (camdelta_buffer){d->out[OBETA], off};
+  a.ddecay = (camdelta_buffer){d->out[ODECAY], off};
+  if (c->init) a.dinit_state = (camdelta_buffer){d->out[OINIT], off};
+  a.profile = prof;
+  return a;
+}
+
+static float *download_out(const sb_problem *p, const sb_device *d, int o) {
+  const size_t n = out_count(p, o);
+  float *x = malloc(n * sizeof(float));
+  assert_non_null(x);
+  tu_download(d->out[o], p->c.off * sizeof(float), n * sizeof(float), x);
+  return x;
+}
+
+static const char *describe(const sb_case *c) {
+  static char buf[160];
+  snprintf(buf, sizeof buf, "B=%zu H=%zu D=%zu F=%zu S=%zu %s init=%d gfinal=%d saved=%d off=%zu zero_decay=%d",
+           c->B, c->H, c->D, c->F, c->S, c->reverse ? "reverse" : "causal", c->init, c->gfinal, c->saved, c->off,
+           c->zero_decay);
+  return buf;
+}
+
+/* Runs one case; returns 0 when skipped (device forward not available). */
+static int run_case(const sb_case *c, double *ms) {
+  camdelta_context *ctx = tu_context();
+  sb_problem p;
+  problem_init(&p, c, 7000 + c->D * 31 + c->F * 7 + c->S + (uint64_t)c->reverse * 3 + (uint64_t)c->init * 5);
+  double *ref[NOUT], *state_post = NULL;
+  problem_reference(&p, ref, c->saved == SAVED_REF ? &state_post : NULL);
+  sb_device d;
+  device_init(&d, &p);
+  camdelta_scan_saved *saved = NULL;
+  if (c->saved == SAVED_REF) saved = saved_from_states(&p, state_post);
+  if (c->saved == SAVED_FORWARD) {
+    TU_OK(camdelta_scan_saved_create(ctx, &saved));
+    cl_mem out = tu_buffer((p.elems + c->off) * sizeof(float));
+    camdelta_scan_args fa;
+    memset(&fa, 0, sizeof fa);
+    fa.B = c->B, fa.H = c->H, fa.D = c->D, fa.F = c->F, fa.S = c->S, fa.reverse = c->reverse;
+    fa.q = (camdelta_buffer){d.in[IQ], c->off};
+    fa.k = (camdelta_buffer){d.in[IK], c->off};
+    fa.v = (camdelta_buffer){d.in[IV], c->off};
+    fa.beta = (camdelta_buffer){d.in[IBETA], c->off};
+    fa.decay = (camdelta_buffer){d.in[IDECAY], c->off};
+    fa.out = (camdelta_buffer){out, c->off};
+    if (c->init) fa.init_state = (camdelta_buffer){d.in[IINIT], c->off};
+    camdelta_status st = camdelta_scan_forward(ctx, &fa, saved);
+    clReleaseMemObject(out);
+    if (st == CAMDELTA_ERROR_UNSUPPORTED) {
+      camdelta_scan_saved_destroy(saved);
+      device_free(&d);
+      for (int o = 0; o < NOUT; o++) free(ref[o]);
+      problem_free(&p);
+      return 0;
+    }
+    TU_OK(st);
+  }
+  camdelta_profile prof = {0, 0};
+  camdelta_scan_backward_args a = make_args(&p, &d, &prof);
+  TU_OK(camdelta_scan_backward(ctx, &a, saved));
+  assert_true(prof.kernels == 4);
+  if (ms) *ms = prof.kernel_ms;
+  for (int o = 0; o < NOUT; o++) {
+    if (o == OINIT && !c->init) continue;
+    float *got = download_out(&p, &d, o);
+    const double e = tu_rel_err(got, ref[o], out_count(&p, o));
+    if (e > worst[o]) worst[o] = e;
+    if (e > BOUND) fail_msg("%s: %s rel err %.3g > %.3g", describe(c), out_names[o], e, BOUND);
+    if (o == ODECAY && c->zero_decay == 0 && !c->init && !c->reverse)
+      for (size_t bh = 0; bh < c->B * c->H; bh++) assert_true(got[bh * c->F] == 0.0f); /* state_in is exactly 0 */
+    free(got);
+  }
+  if (c->saved == SAVED_REF) saved_free_by_hand(saved);
+  if (c->saved == SAVED_FORWARD) camdelta_scan_saved_destroy(saved);
+  free(state_post);
+  device_free(&d);
+  for (int o = 0; o < NOUT; o++) free(ref[o]);
+  problem_free(&p);
+  return 1;
+}
+
+static void report_worst(const char *prefix) {
+  for (int o = 0; o < NOUT; o++) {
+    char what[96];
+    snprintf(what, sizeof what, "%s max rel err %s", prefix, out_names[o]);
+    tu_report(what, worst[o]);
+  }
+}
+
+/* Medium shapes: both directions, init/final states on and off, recomputed and from saved states. */
+static void test_scan_backward_medium(void **state) {
+  (void)state;
+  for (int rev = 0; rev < 2; rev++)
+    for (int states = 0; states < 2; states++)
+      for (int saved = SAVED_NONE; saved <= SAVED_REF; saved++) {
+        sb_case c = {1, 3, 64, 5, 150, rev, states, states, saved, states ? 3 : 0, 0};
+        assert_int_equal(run_case(&c, NULL), 1);
+      }
+  report_worst("scan_backward medium");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_scan_backward_medium),
+  };
+  int r = cmocka_run_group_tests(tests, NULL, NULL);
+  tu_context_release();
+  return r;
+}
