@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static char *tmp_path(const char *name) {
   static char path[1200];
@@ -87,6 +88,12 @@ static void expect_reject_dict(const char *dict, size_t data_bytes, const char *
   unsigned char *b = make_npy(1, dict, data_bytes, &len);
   expect_reject_image(b, len, CAMDELTA_ERROR_FORMAT, needle);
   free(b);
+}
+
+static int remove_tmpdir(void **state) {
+  (void)state;
+  rmdir(tu_tmpdir()); /* each test removes its own files */
+  return 0;
 }
 
 /* ---------------------------------------------------------------- tests */
@@ -429,5 +436,5 @@ int main(void) {
       cmocka_unit_test(test_header_parse_errors),
       cmocka_unit_test(test_write_errors),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return cmocka_run_group_tests(tests, NULL, remove_tmpdir);
 }

@@ -1,0 +1,97 @@
+/* Shared pieces of the camdelta command-line tool: exit codes, error output,
+ * option parsing, and moving .npy files to and from the device. */
+#ifndef CAMDELTA_CLI_COMMON_H
+#define CAMDELTA_CLI_COMMON_H
+
+#include <stddef.h>
+
+#include "camdelta.h"
+
+#if defined(__GNUC__)
+#define CLI_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define CLI_PRINTF(a, b)
+#endif
+
+/* Exit codes (documented in `camdelta help`). */
+enum {
+  CLI_EXIT_OK = 0,
+  CLI_EXIT_FAILURE = 1, /* anything else: an output file could not be written, ... */
+  CLI_EXIT_USAGE = 2,   /* unknown command or option, missing or malformed option value */
+  CLI_EXIT_INPUT = 3,   /* missing input file, wrong dtype, shape that does not fit */
+  CLI_EXIT_DEVICE = 4   /* no such device, OpenCL or kernel build failure */
+};
+
+/** Print "camdelta: error: <message>" on stderr; returns `code`. */
+int cli_error(int code, const char *fmt, ...) CLI_PRINTF(2, 3);
+/** Exit code for a library status: device/OpenCL problems 4, bad input 3, I/O 1. */
+int cli_exit_code(camdelta_status st);
+/** cli_error with the library's last message: "<what>: <message>". */
+int cli_lib_error(camdelta_status st, const char *what);
+
+/* ------------------------------------------------------------ option parsing */
+typedef struct cli_args {
+  int argc;
+  char **argv;
+  int i; /* index of the argument being looked at */
+} cli_args;
+
+/** 1 when argv[i] is exactly the flag `name` (e.g. "--reverse"); advances past it. */
+int cli_flag(cli_args *a, const char *name);
+/** When argv[i] is "--name VALUE" or "--name=VALUE": sets *value, advances,
+ *  returns 1. Returns -1 (after printing a usage error) when the value is
+ *  missing, 0 when argv[i] is another argument. */
+int cli_value(cli_args *a, const char *name, const char **value);
+/** Parse a finite number for option `opt`; 0 (after printing) on failure. */
+int cli_parse_double(const char *opt, const char *text, double *out);
+/** Parse a positive integer for option `opt`; 0 (after printing) on failure. */
+int cli_parse_size(const char *opt, const char *text, size_t *out);
+
+/* -------------------------------------------------------------- tensors */
+/** Shape formatted as "(2, 3)" (or "()" for a scalar) into buf. */
+const char *cli_shape_str(char *buf, size_t size, int ndim, const size_t *shape);
+
+typedef struct cli_tensor {
+  char path[4096];
+  camdelta_npy npy; /* as read (type converted by cli_tensor_convert) */
+  int present;
+} cli_tensor;
+
+/** Read DIR/NAME.npy. Returns CLI_EXIT_OK; or, when the file is missing:
+ *  CLI_EXIT_OK with t->present = 0 if `optional`, else an input error naming
+ *  the file and `expect` (a description of the expected shape). A malformed
+ *  file or an unsupported dtype is an input error naming the file. */
+int cli_tensor_load(cli_tensor *t, const char *dir, const char *name, int optional, const char *expect);
+/** Check that a loaded tensor has exactly `ndim` dims `shape`; an input
+ *  error naming the file, its shape and the expected one (with `symbols`,
+ *  e.g. "(B, H, D, N)") otherwise. */
+int cli_tensor_expect(const cli_tensor *t, int ndim, const size_t *shape, const char *symbols);
+/** Convert the data in place to `type` (f8 -> f4, f2 <-> f4; f4/f8 -> f2
+ *  rounds to nearest even). */
+int cli_tensor_convert(cli_tensor *t, camdelta_npy_type type);
+void cli_tensor_free(cli_tensor *t);
+
+/** Upload a loaded tensor into a new device buffer (at least 4 bytes). */
+int cli_upload(camdelta_context *ctx, const cli_tensor *t, cl_mem *out);
+/** A new device buffer of `bytes` (at least 4), zero-filled. */
+int cli_alloc(camdelta_context *ctx, size_t bytes, cl_mem *out);
+/** Read `count` elements of `type` from `mem` and write DIR/NAME.npy with `shape`. */
+int cli_download_write(camdelta_context *ctx, cl_mem mem, const char *dir, const char *name, camdelta_npy_type type,
+                       int ndim, const size_t *shape);
+/** Create folder `dir` (and its parents) if it does not exist. */
+int cli_make_dir(const char *dir);
+
+/** Create the context for `selector` (NULL: CAMDELTA_DEVICE / default);
+ *  a device error (exit 4) naming the selector otherwise. */
+int cli_context(camdelta_context **ctx, const char *selector);
+/** The device error (exit 4) for a failed camdelta_context_create: the
+ *  selector and the library's message (which lists the devices there are). */
+int cli_device_error(camdelta_status st, const char *selector);
+
+/* -------------------------------------------------------------- commands */
+int cmd_info(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+void usage_info(void);
+void usage_run(void);
+
+#endif

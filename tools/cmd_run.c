@@ -1,0 +1,492 @@
+/* camdelta run OP --in DIR --out DIR: one operation on .npy files (SPEC 7). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli_common.h"
+
+void usage_run(void) {
+  printf(
+      "usage: camdelta run OP --in DIR --out DIR [options]\n"
+      "\n"
+      "Runs one operation on NumPy .npy files named after the seed's arguments\n"
+      "(DIR/q_raw.npy, ...) and writes its results as .npy files into the --out\n"
+      "folder (created if needed). Shapes are taken from the files. Input dtypes:\n"
+      "<f4 and <f2; <f8 is converted to f32. All arrays little-endian, C order.\n"
+      "\n"
+      "operations:\n"
+      "  prep           in:  q_raw k_raw v_raw (B, N, H, D); q_norm_weight k_norm_weight (C,)\n"
+      "                      with C = H*D; proj_q proj_kv (B, N, 4, 4); rope_cos rope_sin (N, D/2)\n"
+      "                 out: q k v (B, H, D, N); inflation_sq (B, H, N)\n"
+      "                 q_raw, k_raw and v_raw all <f2: computed and written as <f2; else f32.\n"
+      "  scan           in:  q k v (B, H, D, N); beta (B, H, F, S) with F*S = N; decay (B, H, F);\n"
+      "                      optional init_state (B, H, D, D)\n"
+      "                 out: out (B, H, D, N); final_state (B, H, D, D) with --final-state\n"
+      "  scan-backward  in:  q k v beta decay as for scan; grad_out (B, H, D, N);\n"
+      "                      optional init_state, grad_final_state (B, H, D, D)\n"
+      "                 out: dq dk dv (B, H, D, N); dbeta (B, H, F, S); ddecay (B, H, F);\n"
+      "                      dinit_state (B, H, D, D) when init_state is given\n"
+      "  prep-backward  in:  the prep inputs; optional grad_q grad_k grad_v (B, H, D, N) and\n"
+      "                      grad_inflation_sq (B, H, N) (a missing one counts as zero)\n"
+      "                 out: dq_raw dk_raw dv_raw (B, N, H, D); dq_norm_weight dk_norm_weight (C,);\n"
+      "                      with --all-grads also dproj_q dproj_kv (B, N, 4, 4), drope_cos\n"
+      "                      drope_sin (N, D/2)\n"
+      "\n"
+      "options:\n"
+      "  --in DIR                 folder of the input .npy files (required)\n"
+      "  --out DIR                folder for the outputs (required)\n"
+      "  --device SEL             device (see 'camdelta help'); default CAMDELTA_DEVICE, else\n"
+      "                           the first GPU, else the first device\n"
+      "  --k-scale X              prep, prep-backward: scale applied to K after its ReLU.\n"
+      "                           Default: D^-0.5 * S^-0.5 when --tokens-per-frame S is given,\n"
+      "                           else D^-0.5 (the prep's inputs do not tell S; the seed's\n"
+      "                           models use D^-0.5 * S^-0.5, so pass --k-scale or\n"
+      "                           --tokens-per-frame to match them)\n"
+      "  --tokens-per-frame S     prep, prep-backward: S for the default --k-scale (must divide N)\n"
+      "  --norm-eps E             prep, prep-backward: RMSNorm epsilon (default 1e-6)\n"
+      "  --reverse                scan, scan-backward: the reverse (anti-causal) scan\n"
+      "  --algorithm A            scan: auto (default), sequential or chunkwise\n"
+      "  --final-state            scan: also write final_state\n"
+      "  --all-grads              prep-backward: also write dproj_q dproj_kv drope_cos drope_sin\n"
+      "  --quiet                  print nothing on success\n"
+      "\n"
+      "exit status: 0 success, 1 other failure, 2 usage error, 3 bad input (missing file,\n"
+      "wrong dtype or shape; the message names the file and the expected shape), 4 device\n"
+      "or OpenCL error.\n");
+}
+
+typedef enum run_op { OP_PREP, OP_SCAN, OP_SCAN_BACKWARD, OP_PREP_BACKWARD } run_op;
+
+typedef struct run_opts {
+  run_op op;
+  const char *op_name, *in, *out, *device;
+  int have_k_scale, have_norm_eps;
+  double k_scale, norm_eps;
+  size_t tokens_per_frame;
+  int reverse, final_state, all_grads, quiet;
+  int have_algorithm;
+  camdelta_scan_algorithm algorithm;
+} run_opts;
+
+/* --------------------------------------------------------------- job state */
+
+#define JOB_MAX 24
+
+/* All host and device resources of one run, released by job_free. */
+typedef struct job {
+  cli_tensor in[JOB_MAX];
+  cl_mem in_mem[JOB_MAX];
+  int n_in;
+  struct {
+    const char *name;
+    cl_mem mem;
+    camdelta_npy_type type;
+    int ndim;
+    size_t shape[5];
+  } out[JOB_MAX];
+  int n_out;
+  camdelta_context *ctx;
+} job;
+
+static void job_free(job *j) {
+  for (int i = 0; i < j->n_in; i++) {
+    cli_tensor_free(&j->in[i]);
+    if (j->in_mem[i]) clReleaseMemObject(j->in_mem[i]);
+  }
+  for (int i = 0; i < j->n_out; i++)
+    if (j->out[i].mem) clReleaseMemObject(j->out[i].mem);
+  if (j->ctx) camdelta_context_destroy(j->ctx);
+  free(j);
+}
+
+static const char *symbols_str(char *buf, size_t size, const char *symbols, int ndim, const size_t *shape) {
+  char nums[256];
+  snprintf(buf, size, "%s = %s", symbols, cli_shape_str(nums, sizeof nums, ndim, shape));
+  return buf;
+}
+
+/* Load DIR/NAME.npy into the next input slot and check its shape. *idx gets
+ * the slot (the tensor's `present` says whether an optional one was there). */
+static int load(job *j, const run_opts *o, const char *name, int optional, int ndim, const size_t *shape,
+                const char *symbols, int *idx) {
+  if (j->n_in >= JOB_MAX) return cli_error(CLI_EXIT_FAILURE, "internal: too many inputs");
+  int k = j->n_in++;
+  *idx = k;
+  char expect[512];
+  symbols_str(expect, sizeof expect, symbols, ndim, shape);
+  int rc = cli_tensor_load(&j->in[k], o->in, name, optional, expect);
+  if (rc) return rc;
+  if (!j->in[k].present) return CLI_EXIT_OK;
+  return cli_tensor_expect(&j->in[k], ndim, shape, symbols);
+}
+
+/* Load the first file of an operation: its shape defines the sizes. */
+static int load_primary(job *j, const run_opts *o, const char *name, const char *symbols, int *idx) {
+  int k = j->n_in++;
+  *idx = k;
+  int rc = cli_tensor_load(&j->in[k], o->in, name, 0, symbols);
+  if (rc) return rc;
+  if (j->in[k].npy.ndim != 4) {
+    char have[256];
+    return cli_error(CLI_EXIT_INPUT, "%s: shape %s does not fit: expected 4 dimensions %s", j->in[k].path,
+                     cli_shape_str(have, sizeof have, j->in[k].npy.ndim, j->in[k].npy.shape), symbols);
+  }
+  return CLI_EXIT_OK;
+}
+
+static int add_output(job *j, const char *name, camdelta_npy_type type, int ndim, const size_t *shape) {
+  if (j->n_out >= JOB_MAX) return cli_error(CLI_EXIT_FAILURE, "internal: too many outputs");
+  int k = j->n_out++;
+  j->out[k].name = name;
+  j->out[k].type = type;
+  j->out[k].ndim = ndim;
+  size_t count = 1;
+  for (int i = 0; i < ndim; i++) {
+    j->out[k].shape[i] = shape[i];
+    if (shape[i] && count > SIZE_MAX / 8 / shape[i])
+      return cli_error(CLI_EXIT_INPUT, "output %s: its size overflows size_t", name);
+    count *= shape[i];
+  }
+  size_t es = type == CAMDELTA_NPY_F2 ? 2 : 4;
+  return cli_alloc(j->ctx, count * es, &j->out[k].mem);
+}
+
+static camdelta_buffer buf_in(const job *j, int idx) {
+  camdelta_buffer b = {NULL, 0};
+  if (idx >= 0 && j->in[idx].present) b.mem = j->in_mem[idx];
+  return b;
+}
+
+static camdelta_buffer buf_out(const job *j, int k) {
+  camdelta_buffer b = {j->out[k].mem, 0};
+  return b;
+}
+
+/* Open the device and upload every present input. */
+static int start_device(job *j, const run_opts *o) {
+  int rc = cli_context(&j->ctx, o->device);
+  if (rc) return rc;
+  for (int i = 0; i < j->n_in; i++) {
+    if (!j->in[i].present) continue;
+    if ((rc = cli_upload(j->ctx, &j->in[i], &j->in_mem[i]))) return rc;
+  }
+  return CLI_EXIT_OK;
+}
+
+static int finish_and_write(job *j, const run_opts *o, camdelta_status st, const char *call,
+                            const camdelta_profile *prof, const char *detail) {
+  if (st != CAMDELTA_OK) return cli_lib_error(st, call);
+  camdelta_status fs = camdelta_finish(j->ctx);
+  if (fs != CAMDELTA_OK) return cli_lib_error(fs, call);
+  int rc = cli_make_dir(o->out);
+  if (rc) return rc;
+  for (int k = 0; k < j->n_out; k++) {
+    rc = cli_download_write(j->ctx, j->out[k].mem, o->out, j->out[k].name, j->out[k].type, j->out[k].ndim,
+                            j->out[k].shape);
+    if (rc) return rc;
+  }
+  if (!o->quiet) {
+    camdelta_device_info info;
+    const char *dev = camdelta_context_info(j->ctx, &info) == CAMDELTA_OK ? info.device_name : "?";
+    printf("camdelta run %s: %s on %s: %.3f ms in %u kernels; wrote", o->op_name, detail, dev, prof->kernel_ms,
+           prof->kernels);
+    for (int k = 0; k < j->n_out; k++) printf(" %s", j->out[k].name);
+    printf(" to %s\n", o->out);
+  }
+  return CLI_EXIT_OK;
+}
+
+/* ------------------------------------------------------------------- prep */
+
+static int run_prep(job *j, const run_opts *o) {
+  const int backward = o->op == OP_PREP_BACKWARD;
+  int iq, ik, iv, iqw, ikw, ipq, ipkv, irc, irs, igq = -1, igk = -1, igv = -1, igi = -1, rc;
+  if ((rc = load_primary(j, o, "q_raw", "(B, N, H, D)", &iq))) return rc;
+  const size_t *s = j->in[iq].npy.shape;
+  const size_t B = s[0], N = s[1], H = s[2], D = s[3];
+  if (D % 2 != 0)
+    return cli_error(CLI_EXIT_INPUT, "%s: head dim D = %zu must be even (a multiple of 8 from 8 to 128)",
+                     j->in[iq].path, D);
+  if (H && D > SIZE_MAX / H) return cli_error(CLI_EXIT_INPUT, "%s: H*D overflows size_t", j->in[iq].path);
+  const size_t C = H * D, Dh = D / 2;
+  const size_t bnhd[4] = {B, N, H, D}, c1[1] = {C}, bn44[4] = {B, N, 4, 4}, ndh[2] = {N, Dh};
+  const size_t bhdn[4] = {B, H, D, N}, bhn[3] = {B, H, N};
+  if ((rc = load(j, o, "k_raw", 0, 4, bnhd, "(B, N, H, D)", &ik))) return rc;
+  if ((rc = load(j, o, "v_raw", 0, 4, bnhd, "(B, N, H, D)", &iv))) return rc;
+  if ((rc = load(j, o, "q_norm_weight", 0, 1, c1, "(C,) with C = H*D", &iqw))) return rc;
+  if ((rc = load(j, o, "k_norm_weight", 0, 1, c1, "(C,) with C = H*D", &ikw))) return rc;
+  if ((rc = load(j, o, "proj_q", 0, 4, bn44, "(B, N, 4, 4)", &ipq))) return rc;
+  if ((rc = load(j, o, "proj_kv", 0, 4, bn44, "(B, N, 4, 4)", &ipkv))) return rc;
+  if ((rc = load(j, o, "rope_cos", 0, 2, ndh, "(N, D/2)", &irc))) return rc;
+  if ((rc = load(j, o, "rope_sin", 0, 2, ndh, "(N, D/2)", &irs))) return rc;
+  if (backward) {
+    if ((rc = load(j, o, "grad_q", 1, 4, bhdn, "(B, H, D, N)", &igq))) return rc;
+    if ((rc = load(j, o, "grad_k", 1, 4, bhdn, "(B, H, D, N)", &igk))) return rc;
+    if ((rc = load(j, o, "grad_v", 1, 4, bhdn, "(B, H, D, N)", &igv))) return rc;
+    if ((rc = load(j, o, "grad_inflation_sq", 1, 3, bhn, "(B, H, N)", &igi))) return rc;
+  }
+
+  /* q_raw, k_raw, v_raw all <f2: the f16 path; anything else runs in f32 (exact for <f2 inputs). */
+  int f16 = j->in[iq].npy.type == CAMDELTA_NPY_F2 && j->in[ik].npy.type == CAMDELTA_NPY_F2 &&
+            j->in[iv].npy.type == CAMDELTA_NPY_F2;
+  camdelta_npy_type data_type = f16 ? CAMDELTA_NPY_F2 : CAMDELTA_NPY_F4;
+  for (int i = 0; i < j->n_in; i++) {
+    int is_data = i == iq || i == ik || i == iv || i == igq || i == igk || i == igv;
+    if ((rc = cli_tensor_convert(&j->in[i], is_data ? data_type : CAMDELTA_NPY_F4))) return rc;
+  }
+
+  double k_scale = o->k_scale;
+  if (!o->have_k_scale) {
+    k_scale = D ? 1.0 / sqrt((double)D) : 1.0;
+    if (o->tokens_per_frame) {
+      if (N % o->tokens_per_frame != 0)
+        return cli_error(CLI_EXIT_INPUT, "--tokens-per-frame %zu does not divide N = %zu (from %s)",
+                         o->tokens_per_frame, N, j->in[iq].path);
+      k_scale /= sqrt((double)o->tokens_per_frame);
+    }
+  }
+
+  if ((rc = start_device(j, o))) return rc;
+  camdelta_profile prof = {0, 0};
+  camdelta_status st;
+  char detail[256];
+  snprintf(detail, sizeof detail, "B=%zu N=%zu H=%zu D=%zu %s k_scale=%g norm_eps=%g", B, N, H, D,
+           f16 ? "f16" : "f32", k_scale, o->norm_eps);
+  if (!backward) {
+    if ((rc = add_output(j, "q", data_type, 4, bhdn)) || (rc = add_output(j, "k", data_type, 4, bhdn)) ||
+        (rc = add_output(j, "v", data_type, 4, bhdn)) || (rc = add_output(j, "inflation_sq", CAMDELTA_NPY_F4, 3, bhn)))
+      return rc;
+    camdelta_prep_args a;
+    memset(&a, 0, sizeof a);
+    a.B = B, a.N = N, a.H = H, a.D = D;
+    a.dtype = f16 ? CAMDELTA_F16 : CAMDELTA_F32;
+    a.k_scale = (float)k_scale;
+    a.norm_eps = (float)o->norm_eps;
+    a.q_raw = buf_in(j, iq), a.k_raw = buf_in(j, ik), a.v_raw = buf_in(j, iv);
+    a.q_norm_weight = buf_in(j, iqw), a.k_norm_weight = buf_in(j, ikw);
+    a.proj_q = buf_in(j, ipq), a.proj_kv = buf_in(j, ipkv);
+    a.rope_cos = buf_in(j, irc), a.rope_sin = buf_in(j, irs);
+    a.q = buf_out(j, 0), a.k = buf_out(j, 1), a.v = buf_out(j, 2), a.inflation_sq = buf_out(j, 3);
+    a.profile = &prof;
+    st = camdelta_prep_forward(j->ctx, &a, NULL);
+    return finish_and_write(j, o, st, "camdelta_prep_forward", &prof, detail);
+  }
+  if ((rc = add_output(j, "dq_raw", data_type, 4, bnhd)) || (rc = add_output(j, "dk_raw", data_type, 4, bnhd)) ||
+      (rc = add_output(j, "dv_raw", data_type, 4, bnhd)) ||
+      (rc = add_output(j, "dq_norm_weight", CAMDELTA_NPY_F4, 1, c1)) ||
+      (rc = add_output(j, "dk_norm_weight", CAMDELTA_NPY_F4, 1, c1)))
+    return rc;
+  if (o->all_grads) {
+    if ((rc = add_output(j, "dproj_q", CAMDELTA_NPY_F4, 4, bn44)) ||
+        (rc = add_output(j, "dproj_kv", CAMDELTA_NPY_F4, 4, bn44)) ||
+        (rc = add_output(j, "drope_cos", CAMDELTA_NPY_F4, 2, ndh)) ||
+        (rc = add_output(j, "drope_sin", CAMDELTA_NPY_F4, 2, ndh)))
+      return rc;
+  }
+  camdelta_prep_backward_args a;
+  memset(&a, 0, sizeof a);
+  a.B = B, a.N = N, a.H = H, a.D = D;
+  a.dtype = f16 ? CAMDELTA_F16 : CAMDELTA_F32;
+  a.k_scale = (float)k_scale;
+  a.norm_eps = (float)o->norm_eps;
+  a.q_raw = buf_in(j, iq), a.k_raw = buf_in(j, ik), a.v_raw = buf_in(j, iv);
+  a.q_norm_weight = buf_in(j, iqw), a.k_norm_weight = buf_in(j, ikw);
+  a.proj_q = buf_in(j, ipq), a.proj_kv = buf_in(j, ipkv);
+  a.rope_cos = buf_in(j, irc), a.rope_sin = buf_in(j, irs);
+  a.grad_q = buf_in(j, igq), a.grad_k = buf_in(j, igk), a.grad_v = buf_in(j, igv);
+  a.grad_inflation_sq = buf_in(j, igi);
+  a.dq_raw = buf_out(j, 0), a.dk_raw = buf_out(j, 1), a.dv_raw = buf_out(j, 2);
+  a.dq_norm_weight = buf_out(j, 3), a.dk_norm_weight = buf_out(j, 4);
+  if (o->all_grads) {
+    a.dproj_q = buf_out(j, 5), a.dproj_kv = buf_out(j, 6), a.drope_cos = buf_out(j, 7), a.drope_sin = buf_out(j, 8);
+  }
+  a.profile = &prof;
+  st = camdelta_prep_backward(j->ctx, &a, NULL);
+  return finish_and_write(j, o, st, "camdelta_prep_backward", &prof, detail);
+}
+
+/* ------------------------------------------------------------------- scan */
+
+static int run_scan(job *j, const run_opts *o) {
+  const int backward = o->op == OP_SCAN_BACKWARD;
+  int iq, ik, iv, ib, idc, iinit, igo = -1, igf = -1, rc;
+  if ((rc = load_primary(j, o, "q", "(B, H, D, N)", &iq))) return rc;
+  const size_t *s = j->in[iq].npy.shape;
+  const size_t B = s[0], H = s[1], D = s[2], N = s[3];
+  if ((rc = load_primary(j, o, "beta", "(B, H, F, S)", &ib))) return rc;
+  const size_t *bs = j->in[ib].npy.shape;
+  const size_t F = bs[2], S = bs[3];
+  if (bs[0] != B || bs[1] != H || (S ? F > N / S || F * S != N : N != 0)) {
+    char have[256];
+    return cli_error(CLI_EXIT_INPUT, "%s: shape %s does not fit: expected (B, H, F, S) with B = %zu, H = %zu and "
+                     "F*S = N = %zu (from %s)", j->in[ib].path,
+                     cli_shape_str(have, sizeof have, 4, bs), B, H, N, j->in[iq].path);
+  }
+  const size_t bhdn[4] = {B, H, D, N}, bhf[3] = {B, H, F}, bhdd[4] = {B, H, D, D}, bhfs[4] = {B, H, F, S};
+  if ((rc = load(j, o, "k", 0, 4, bhdn, "(B, H, D, N)", &ik))) return rc;
+  if ((rc = load(j, o, "v", 0, 4, bhdn, "(B, H, D, N)", &iv))) return rc;
+  if ((rc = load(j, o, "decay", 0, 3, bhf, "(B, H, F)", &idc))) return rc;
+  if (backward && (rc = load(j, o, "grad_out", 0, 4, bhdn, "(B, H, D, N)", &igo))) return rc;
+  if ((rc = load(j, o, "init_state", 1, 4, bhdd, "(B, H, D, D)", &iinit))) return rc;
+  if (backward && (rc = load(j, o, "grad_final_state", 1, 4, bhdd, "(B, H, D, D)", &igf))) return rc;
+  for (int i = 0; i < j->n_in; i++)
+    if ((rc = cli_tensor_convert(&j->in[i], CAMDELTA_NPY_F4))) return rc;
+  const int has_init = j->in[iinit].present;
+
+  if ((rc = start_device(j, o))) return rc;
+  camdelta_profile prof = {0, 0};
+  camdelta_status st;
+  char detail[256];
+  if (!backward) {
+    if ((rc = add_output(j, "out", CAMDELTA_NPY_F4, 4, bhdn))) return rc;
+    if (o->final_state && (rc = add_output(j, "final_state", CAMDELTA_NPY_F4, 4, bhdd))) return rc;
+    camdelta_scan_algorithm used = o->algorithm;
+    camdelta_scan_args a;
+    memset(&a, 0, sizeof a);
+    a.B = B, a.H = H, a.D = D, a.F = F, a.S = S;
+    a.reverse = o->reverse;
+    a.algorithm = o->algorithm;
+    a.q = buf_in(j, iq), a.k = buf_in(j, ik), a.v = buf_in(j, iv);
+    a.beta = buf_in(j, ib), a.decay = buf_in(j, idc), a.init_state = buf_in(j, iinit);
+    a.out = buf_out(j, 0);
+    if (o->final_state) a.final_state = buf_out(j, 1);
+    a.profile = &prof;
+    a.used = &used;
+    st = camdelta_scan_forward(j->ctx, &a, NULL);
+    snprintf(detail, sizeof detail, "B=%zu H=%zu D=%zu F=%zu S=%zu %s%s, %s algorithm", B, H, D, F, S,
+             o->reverse ? "reverse" : "causal", has_init ? " from init_state" : "",
+             st == CAMDELTA_OK ? camdelta_scan_algorithm_name(used) : "?");
+    return finish_and_write(j, o, st, "camdelta_scan_forward", &prof, detail);
+  }
+  if ((rc = add_output(j, "dq", CAMDELTA_NPY_F4, 4, bhdn)) || (rc = add_output(j, "dk", CAMDELTA_NPY_F4, 4, bhdn)) ||
+      (rc = add_output(j, "dv", CAMDELTA_NPY_F4, 4, bhdn)) ||
+      (rc = add_output(j, "dbeta", CAMDELTA_NPY_F4, 4, bhfs)) ||
+      (rc = add_output(j, "ddecay", CAMDELTA_NPY_F4, 3, bhf)))
+    return rc;
+  if (has_init && (rc = add_output(j, "dinit_state", CAMDELTA_NPY_F4, 4, bhdd))) return rc;
+  camdelta_scan_backward_args a;
+  memset(&a, 0, sizeof a);
+  a.B = B, a.H = H, a.D = D, a.F = F, a.S = S;
+  a.reverse = o->reverse;
+  a.q = buf_in(j, iq), a.k = buf_in(j, ik), a.v = buf_in(j, iv);
+  a.beta = buf_in(j, ib), a.decay = buf_in(j, idc), a.init_state = buf_in(j, iinit);
+  a.grad_out = buf_in(j, igo), a.grad_final_state = buf_in(j, igf);
+  a.dq = buf_out(j, 0), a.dk = buf_out(j, 1), a.dv = buf_out(j, 2), a.dbeta = buf_out(j, 3), a.ddecay = buf_out(j, 4);
+  if (has_init) a.dinit_state = buf_out(j, 5);
+  a.profile = &prof;
+  st = camdelta_scan_backward(j->ctx, &a, NULL);
+  snprintf(detail, sizeof detail, "B=%zu H=%zu D=%zu F=%zu S=%zu %s%s%s", B, H, D, F, S,
+           o->reverse ? "reverse" : "causal", has_init ? " from init_state" : "",
+           j->in[igf].present ? " with grad_final_state" : "");
+  return finish_and_write(j, o, st, "camdelta_scan_backward", &prof, detail);
+}
+
+/* ------------------------------------------------------------- arguments */
+
+static int parse_op(const char *name, run_op *op) {
+  if (strcmp(name, "prep") == 0) *op = OP_PREP;
+  else if (strcmp(name, "scan") == 0) *op = OP_SCAN;
+  else if (strcmp(name, "scan-backward") == 0) *op = OP_SCAN_BACKWARD;
+  else if (strcmp(name, "prep-backward") == 0) *op = OP_PREP_BACKWARD;
+  else return 0;
+  return 1;
+}
+
+/* An option that does not apply to the operation is a usage error. */
+static int only_for(const run_opts *o, const char *opt, int ok) {
+  if (ok) return CLI_EXIT_OK;
+  return cli_error(CLI_EXIT_USAGE, "run %s: option %s does not apply to this operation (see 'camdelta help run')",
+                   o->op_name, opt);
+}
+
+int cmd_run(int argc, char **argv) {
+  run_opts o;
+  memset(&o, 0, sizeof o);
+  o.norm_eps = 1e-6;
+  o.algorithm = CAMDELTA_SCAN_AUTO;
+  cli_args a = {argc, argv, 0};
+  while (a.i < a.argc) {
+    const char *arg = a.argv[a.i], *v = NULL;
+    int r;
+    if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
+      usage_run();
+      return CLI_EXIT_OK;
+    }
+    if ((r = cli_value(&a, "--in", &o.in)) || (r = cli_value(&a, "--out", &o.out)) ||
+        (r = cli_value(&a, "--device", &o.device))) {
+      if (r < 0) return CLI_EXIT_USAGE;
+      continue;
+    }
+    if ((r = cli_value(&a, "--k-scale", &v))) {
+      if (r < 0 || !cli_parse_double("--k-scale", v, &o.k_scale)) return CLI_EXIT_USAGE;
+      o.have_k_scale = 1;
+      continue;
+    }
+    if ((r = cli_value(&a, "--tokens-per-frame", &v))) {
+      if (r < 0 || !cli_parse_size("--tokens-per-frame", v, &o.tokens_per_frame)) return CLI_EXIT_USAGE;
+      continue;
+    }
+    if ((r = cli_value(&a, "--norm-eps", &v))) {
+      if (r < 0 || !cli_parse_double("--norm-eps", v, &o.norm_eps)) return CLI_EXIT_USAGE;
+      if (o.norm_eps < 0) return cli_error(CLI_EXIT_USAGE, "option --norm-eps: must be >= 0, got '%s'", v);
+      o.have_norm_eps = 1;
+      continue;
+    }
+    if ((r = cli_value(&a, "--algorithm", &v))) {
+      if (r < 0) return CLI_EXIT_USAGE;
+      if (strcmp(v, "auto") == 0) o.algorithm = CAMDELTA_SCAN_AUTO;
+      else if (strcmp(v, "sequential") == 0) o.algorithm = CAMDELTA_SCAN_SEQUENTIAL;
+      else if (strcmp(v, "chunkwise") == 0) o.algorithm = CAMDELTA_SCAN_CHUNKWISE;
+      else return cli_error(CLI_EXIT_USAGE, "option --algorithm: '%s' is not auto, sequential or chunkwise", v);
+      o.have_algorithm = 1;
+      continue;
+    }
+    if (cli_flag(&a, "--reverse")) {
+      o.reverse = 1;
+      continue;
+    }
+    if (cli_flag(&a, "--final-state")) {
+      o.final_state = 1;
+      continue;
+    }
+    if (cli_flag(&a, "--all-grads")) {
+      o.all_grads = 1;
+      continue;
+    }
+    if (cli_flag(&a, "--quiet") || cli_flag(&a, "-q")) {
+      o.quiet = 1;
+      continue;
+    }
+    if (arg[0] == '-' && arg[1] != '\0')
+      return cli_error(CLI_EXIT_USAGE, "run: unknown option '%s' (see 'camdelta help run')", arg);
+    if (o.op_name) return cli_error(CLI_EXIT_USAGE, "run: unexpected argument '%s' (the operation is '%s')", arg,
+                                    o.op_name);
+    o.op_name = arg;
+    a.i++;
+  }
+  if (!o.op_name)
+    return cli_error(CLI_EXIT_USAGE, "run: missing the operation: prep, scan, scan-backward or prep-backward");
+  if (!parse_op(o.op_name, &o.op))
+    return cli_error(CLI_EXIT_USAGE, "run: unknown operation '%s' (expected prep, scan, scan-backward or prep-backward)",
+                     o.op_name);
+  if (!o.in || !*o.in) return cli_error(CLI_EXIT_USAGE, "run %s: missing --in DIR", o.op_name);
+  if (!o.out || !*o.out) return cli_error(CLI_EXIT_USAGE, "run %s: missing --out DIR", o.op_name);
+
+  const int is_prep = o.op == OP_PREP || o.op == OP_PREP_BACKWARD, is_scan = !is_prep;
+  int rc;
+  if ((o.have_k_scale && (rc = only_for(&o, "--k-scale", is_prep))) ||
+      (o.tokens_per_frame && (rc = only_for(&o, "--tokens-per-frame", is_prep))) ||
+      (o.have_norm_eps && (rc = only_for(&o, "--norm-eps", is_prep))) ||
+      (o.reverse && (rc = only_for(&o, "--reverse", is_scan))) ||
+      (o.have_algorithm && (rc = only_for(&o, "--algorithm", o.op == OP_SCAN))) ||
+      (o.final_state && (rc = only_for(&o, "--final-state", o.op == OP_SCAN))) ||
+      (o.all_grads && (rc = only_for(&o, "--all-grads", o.op == OP_PREP_BACKWARD))))
+    return rc;
+
+  job *j = calloc(1, sizeof *j);
+  if (!j) return cli_error(CLI_EXIT_FAILURE, "out of host memory");
+  rc = is_prep ? run_prep(j, &o) : run_scan(j, &o);
+  job_free(j);
+  return rc;
+}
