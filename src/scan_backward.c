@@ -220,7 +220,8 @@ camdelta_status camdelta_scan_backward(camdelta_context *ctx, const camdelta_sca
   }
   const camdelta_buffer bA = {scratch[0], 0}, bW = {scratch[1], 0}, bG = {scratch[2], 0};
   const camdelta_buffer bU = recompute ? (camdelta_buffer){scratch[3], 0} : bA;
-  const camdelta_buffer bstates = recompute ? (camdelta_buffer){scratch[4], 0} : (camdelta_buffer){saved->state_post, 0};
+  const camdelta_buffer bstates =
+      recompute ? (camdelta_buffer){scratch[4], 0} : (camdelta_buffer){saved->state_post, 0};
   const camdelta_buffer bpart = {scratch[5], 0};
   /* absent optional tensors: a valid buffer that is never read or written */
   const camdelta_buffer binit = has_init ? args->init_state : bA;

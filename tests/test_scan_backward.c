@@ -21,6 +21,7 @@ typedef struct sb_case {
   int saved;  /* SAVED_*: recompute, states from the f64 reference, states from camdelta_scan_forward */
   size_t off; /* element offset of every device tensor */
   int zero_decay; /* decay of frame 1 (or 0) is exactly 0 */
+  camdelta_scan_algorithm algo; /* of the device forward (SAVED_FORWARD) */
 } sb_case;
 
 typedef struct sb_problem {
@@ -200,6 +201,7 @@ static int run_case(const sb_case *c, double *ms) {
     camdelta_scan_args fa;
     memset(&fa, 0, sizeof fa);
     fa.B = c->B, fa.H = c->H, fa.D = c->D, fa.F = c->F, fa.S = c->S, fa.reverse = c->reverse;
+    fa.algorithm = c->algo;
     fa.q = (camdelta_buffer){d.in[IQ], c->off};
     fa.k = (camdelta_buffer){d.in[IK], c->off};
     fa.v = (camdelta_buffer){d.in[IV], c->off};
@@ -242,11 +244,13 @@ static int run_case(const sb_case *c, double *ms) {
   return 1;
 }
 
+/* Reports and resets the worst errors seen since the last report. */
 static void report_worst(const char *prefix) {
   for (int o = 0; o < NOUT; o++) {
     char what[96];
     snprintf(what, sizeof what, "%s max rel err %s", prefix, out_names[o]);
     tu_report(what, worst[o]);
+    worst[o] = 0;
   }
 }
 
@@ -256,15 +260,182 @@ static void test_scan_backward_medium(void **state) {
   for (int rev = 0; rev < 2; rev++)
     for (int states = 0; states < 2; states++)
       for (int saved = SAVED_NONE; saved <= SAVED_REF; saved++) {
-        sb_case c = {1, 3, 64, 5, 150, rev, states, states, saved, states ? 3 : 0, 0};
+        sb_case c = {1, 3, 64, 5, 150, rev, states, states, saved, states ? 3 : 0, 0, CAMDELTA_SCAN_AUTO};
         assert_int_equal(run_case(&c, NULL), 1);
       }
   report_worst("scan_backward medium");
 }
 
+/* Odd shapes: every D path (DPT 8 and 16, tiny and large D), F = 1, partial token tiles, offsets, decay = 0. */
+static void test_scan_backward_shapes(void **state) {
+  (void)state;
+  static const sb_case cases[] = {
+      {1, 1, 8, 4, 9, 0, 0, 0, SAVED_NONE, 0, 0, CAMDELTA_SCAN_AUTO},
+      {1, 1, 8, 4, 9, 1, 1, 1, SAVED_NONE, 1, 0, CAMDELTA_SCAN_AUTO},
+      {2, 1, 16, 3, 64, 0, 1, 0, SAVED_REF, 0, 0, CAMDELTA_SCAN_AUTO},
+      {2, 1, 16, 3, 64, 1, 0, 1, SAVED_REF, 2, 0, CAMDELTA_SCAN_AUTO},
+      {1, 2, 32, 1, 33, 0, 1, 1, SAVED_NONE, 0, 0, CAMDELTA_SCAN_AUTO},
+      {1, 2, 32, 1, 33, 1, 1, 1, SAVED_NONE, 0, 0, CAMDELTA_SCAN_AUTO},
+      {1, 2, 32, 1, 33, 1, 0, 0, SAVED_REF, 0, 0, CAMDELTA_SCAN_AUTO},
+      {1, 2, 24, 4, 20, 0, 1, 1, SAVED_NONE, 5, 1, CAMDELTA_SCAN_AUTO},
+      {1, 2, 24, 4, 20, 1, 1, 1, SAVED_REF, 5, 1, CAMDELTA_SCAN_AUTO},
+      {1, 1, 112, 3, 70, 0, 1, 1, SAVED_NONE, 0, 0, CAMDELTA_SCAN_AUTO},
+      {1, 1, 112, 3, 70, 1, 1, 1, SAVED_REF, 7, 0, CAMDELTA_SCAN_AUTO},
+      {1, 1, 120, 2, 40, 0, 0, 1, SAVED_REF, 0, 0, CAMDELTA_SCAN_AUTO},
+      {1, 1, 120, 2, 40, 1, 1, 0, SAVED_NONE, 0, 1, CAMDELTA_SCAN_AUTO},
+      {1, 1, 128, 2, 65, 0, 1, 1, SAVED_REF, 0, 1, CAMDELTA_SCAN_AUTO},
+      {1, 1, 128, 2, 65, 1, 1, 1, SAVED_NONE, 3, 0, CAMDELTA_SCAN_AUTO},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) assert_int_equal(run_case(&cases[i], NULL), 1);
+  report_worst("scan_backward shapes");
+}
+
+/* The production head dim on a medium shape, both directions, states on: the 1e-4 bound and kernel times. */
+static void test_scan_backward_d112(void **state) {
+  (void)state;
+  for (int rev = 0; rev < 2; rev++) {
+    sb_case c = {1, 2, 112, 4, 300, rev, 1, 1, SAVED_NONE, 0, 0, CAMDELTA_SCAN_AUTO};
+    double ms = 0;
+    assert_int_equal(run_case(&c, &ms), 1);
+    tu_report(rev ? "scan_backward B1 H2 D112 F4 S300 reverse ms" : "scan_backward B1 H2 D112 F4 S300 causal ms", ms);
+  }
+  report_worst("scan_backward d112");
+}
+
+/* Saved states from the device forward, when it is available. */
+static void test_scan_backward_from_forward(void **state) {
+  (void)state;
+  int ran = 0;
+  for (int algo = CAMDELTA_SCAN_SEQUENTIAL; algo <= CAMDELTA_SCAN_CHUNKWISE; algo++)
+    for (int rev = 0; rev < 2; rev++)
+      for (int states = 0; states < 2; states++) {
+        sb_case c = {1, 2, 32, 4, 50, rev, states, states, SAVED_FORWARD, states, 0, (camdelta_scan_algorithm)algo};
+        ran += run_case(&c, NULL);
+      }
+  if (!ran) skip();
+  report_worst("scan_backward from forward");
+}
+
+/* Two runs give bit-identical gradients (fixed reduction orders, no atomics). */
+static void test_scan_backward_deterministic(void **state) {
+  (void)state;
+  camdelta_context *ctx = tu_context();
+  for (int rev = 0; rev < 2; rev++) {
+    sb_case c = {1, 2, 48, 3, 100, rev, 1, 1, SAVED_NONE, 0, 0, CAMDELTA_SCAN_AUTO};
+    sb_problem p;
+    problem_init(&p, &c, 99 + (uint64_t)rev);
+    sb_device d[2];
+    float *got[2][NOUT];
+    for (int r = 0; r < 2; r++) {
+      device_init(&d[r], &p);
+      camdelta_scan_backward_args a = make_args(&p, &d[r], NULL);
+      TU_OK(camdelta_scan_backward(ctx, &a, NULL));
+      for (int o = 0; o < NOUT; o++) got[r][o] = download_out(&p, &d[r], o);
+    }
+    for (int o = 0; o < NOUT; o++) {
+      assert_memory_equal(got[0][o], got[1][o], out_count(&p, o) * sizeof(float));
+      free(got[0][o]), free(got[1][o]);
+    }
+    device_free(&d[0]), device_free(&d[1]);
+    problem_free(&p);
+  }
+}
+
+/* Expects `st` and that no output was written (still the 0xFF poison). */
+static void expect_rejected(camdelta_status st, camdelta_status want, const sb_problem *p, const sb_device *d,
+                            const char *needle) {
+  if (st != want)
+    fail_msg("expected %s, got %s: %s", camdelta_status_name(want), camdelta_status_name(st), camdelta_last_message());
+  if (needle && !strstr(camdelta_last_message(), needle))
+    fail_msg("message '%s' does not mention '%s'", camdelta_last_message(), needle);
+  for (int o = 0; o < NOUT; o++) {
+    const size_t n = out_count(p, o);
+    unsigned char *x = malloc(n * sizeof(float));
+    assert_non_null(x);
+    tu_download(d->out[o], 0, n * sizeof(float), x);
+    for (size_t i = 0; i < n * sizeof(float); i++)
+      if (x[i] != 0xFF) fail_msg("output %s written by a rejected call", out_names[o]);
+    free(x);
+  }
+}
+
+static void test_scan_backward_bad_input(void **state) {
+  (void)state;
+  camdelta_context *ctx = tu_context();
+  sb_case c = {1, 2, 16, 3, 10, 0, 1, 1, SAVED_NONE, 0, 0, CAMDELTA_SCAN_AUTO};
+  sb_problem p;
+  problem_init(&p, &c, 5);
+  sb_device d;
+  device_init(&d, &p);
+  const camdelta_scan_backward_args good = make_args(&p, &d, NULL);
+  camdelta_scan_backward_args a;
+
+  expect_rejected(camdelta_scan_backward(NULL, &good, NULL), CAMDELTA_ERROR_INVALID_ARGUMENT, &p, &d, "ctx");
+  expect_rejected(camdelta_scan_backward(ctx, NULL, NULL), CAMDELTA_ERROR_INVALID_ARGUMENT, &p, &d, "args");
+  a = good, a.D = 12;
+  expect_rejected(camdelta_scan_backward(ctx, &a, NULL), CAMDELTA_ERROR_UNSUPPORTED, &p, &d, "D=12");
+  a = good, a.D = 136;
+  expect_rejected(camdelta_scan_backward(ctx, &a, NULL), CAMDELTA_ERROR_UNSUPPORTED, &p, &d, "D=136");
+  a = good, a.F = 0;
+  expect_rejected(camdelta_scan_backward(ctx, &a, NULL), CAMDELTA_ERROR_SHAPE, &p, &d, "F=0");
+  a = good, a.S = 0;
+  expect_rejected(camdelta_scan_backward(ctx, &a, NULL), CAMDELTA_ERROR_SHAPE, &p, &d, "S=0");
+  a = good, a.B = SIZE_MAX / 2;
+  expect_rejected(camdelta_scan_backward(ctx, &a, NULL), CAMDELTA_ERROR_OVERFLOW, &p, &d, "overflow");
+  /* every required tensor missing, and one element too small */
+  const char *names[] = {"q", "k", "v", "beta", "decay", "grad_out", "dq", "dk", "dv", "dbeta", "ddecay"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    camdelta_buffer *fields[] = {&a.q, &a.k, &a.v, &a.beta, &a.decay, &a.grad_out, &a.dq, &a.dk, &a.dv, &a.dbeta,
+                                 &a.ddecay};
+    a = good;
+    fields[i]->mem = NULL;
+    char needle[64];
+    snprintf(needle, sizeof needle, "'%s'", names[i]);
+    expect_rejected(camdelta_scan_backward(ctx, &a, NULL), CAMDELTA_ERROR_INVALID_ARGUMENT, &p, &d, needle);
+    a = good;
+    fields[i]->offset = 1;
+    expect_rejected(camdelta_scan_backward(ctx, &a, NULL), CAMDELTA_ERROR_BUFFER_TOO_SMALL, &p, &d, needle);
+  }
+  a = good, a.init_state.offset = 1;
+  expect_rejected(camdelta_scan_backward(ctx, &a, NULL), CAMDELTA_ERROR_BUFFER_TOO_SMALL, &p, &d, "init_state");
+  a = good, a.grad_final_state.offset = 1;
+  expect_rejected(camdelta_scan_backward(ctx, &a, NULL), CAMDELTA_ERROR_BUFFER_TOO_SMALL, &p, &d, "grad_final_state");
+  a = good, a.dinit_state.offset = 1;
+  expect_rejected(camdelta_scan_backward(ctx, &a, NULL), CAMDELTA_ERROR_BUFFER_TOO_SMALL, &p, &d, "dinit_state");
+  a = good, a.dk = a.dq;
+  expect_rejected(camdelta_scan_backward(ctx, &a, NULL), CAMDELTA_ERROR_INVALID_ARGUMENT, &p, &d, "overlap");
+  a = good, a.dq = a.q;
+  expect_rejected(camdelta_scan_backward(ctx, &a, NULL), CAMDELTA_ERROR_INVALID_ARGUMENT, &p, &d, "overlap");
+  a = good, a.k.mem = (cl_mem)&a; /* not a cl_mem */
+  (void)a;
+
+  /* saved objects that do not match the call */
+  double *ref[NOUT], *sp = NULL;
+  problem_reference(&p, ref, &sp);
+  camdelta_scan_saved *s = saved_from_states(&p, sp);
+  s->valid = 0;
+  expect_rejected(camdelta_scan_backward(ctx, &good, s), CAMDELTA_ERROR_INVALID_ARGUMENT, &p, &d, "saved");
+  s->valid = 1, s->S = 11;
+  expect_rejected(camdelta_scan_backward(ctx, &good, s), CAMDELTA_ERROR_SHAPE, &p, &d, "saved");
+  s->S = 10, s->reverse = 1;
+  expect_rejected(camdelta_scan_backward(ctx, &good, s), CAMDELTA_ERROR_INVALID_ARGUMENT, &p, &d, "reverse");
+  s->reverse = 0, s->has_init = 0;
+  expect_rejected(camdelta_scan_backward(ctx, &good, s), CAMDELTA_ERROR_INVALID_ARGUMENT, &p, &d, "init_state");
+  s->has_init = 1;
+  TU_OK(camdelta_scan_backward(ctx, &good, s)); /* and the matching one works */
+  TU_OK(camdelta_finish(ctx));
+  saved_free_by_hand(s);
+  free(sp);
+  for (int o = 0; o < NOUT; o++) free(ref[o]);
+  device_free(&d);
+  problem_free(&p);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_scan_backward_medium),
+      cmocka_unit_test(test_scan_backward_medium),        cmocka_unit_test(test_scan_backward_shapes),
+      cmocka_unit_test(test_scan_backward_d112),          cmocka_unit_test(test_scan_backward_from_forward),
+      cmocka_unit_test(test_scan_backward_deterministic), cmocka_unit_test(test_scan_backward_bad_input),
   };
   int r = cmocka_run_group_tests(tests, NULL, NULL);
   tu_context_release();
