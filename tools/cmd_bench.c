@@ -1,0 +1,396 @@
+/* camdelta bench: kernel times of every operation on named or given shapes,
+ * from OpenCL profiling events after warm-up. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli_common.h"
+
+typedef struct bench_shape {
+  const char *name;
+  size_t B, H, D, F, S;
+} bench_shape;
+
+static const bench_shape named[] = {
+    {"small", 1, 2, 64, 4, 256},      {"d64", 1, 20, 64, 21, 1560},
+    {"sana480", 1, 20, 112, 21, 1560}, {"sana720", 1, 20, 112, 21, 3600},
+};
+
+void usage_bench(void) {
+  printf("usage: camdelta bench [--shape NAME|B,H,D,F,S]... [options]\n"
+         "\n"
+         "Times every operation with OpenCL profiling events after warm-up and prints\n"
+         "median and minimum kernel milliseconds, effective GB/s (the fewest bytes the\n"
+         "operation must move) and TFLOP/s (scan: 6*B*H*N*D^2 forward, 14*B*H*N*D^2\n"
+         "backward).\n"
+         "\n"
+         "shapes: small (1,2,64,4,256), d64 (1,20,64,21,1560), sana480 (1,20,112,21,1560),\n"
+         "        sana720 (1,20,112,21,3600), or B,H,D,F,S. Default: small.\n"
+         "options:\n"
+         "  --device SEL        device (as CAMDELTA_DEVICE)\n"
+         "  --dtype f32|f16|bf16  prep storage type (default f32)\n"
+         "  --reps N            timed repetitions per operation (default 20)\n"
+         "  --warmup N          untimed runs first (default 3)\n"
+         "  --only SUBSTR       only operations whose name contains SUBSTR\n"
+         "  --json FILE         also write the results as JSON\n"
+         "  --peak-gbs X        print the fraction of X GB/s (memory bound)\n"
+         "  --peak-tflops X     print the fraction of X TFLOP/s (f32 arithmetic bound)\n");
+}
+
+typedef struct bench_buffers {
+  size_t B, H, D, F, S, N;
+  camdelta_dtype dt;
+  cl_mem raw[3], qw, kw, pq, pkv, rc, rs;           /* prep inputs */
+  cl_mem q, k, v, infl;                             /* prep outputs (dtype) */
+  cl_mem fq, fk, fv, beta, decay, out, st0, st1;    /* scan f32 */
+  cl_mem gq, gk, gv, ginfl, dq_raw, dk_raw, dv_raw, dqw, dkw; /* prep backward */
+  cl_mem gout, dq, dk, dv, dbeta, ddecay;           /* scan backward */
+} bench_buffers;
+
+static int upload_random(camdelta_context *ctx, size_t n, double lo, double hi, camdelta_dtype dt, unsigned *seed,
+                         cl_mem *out) {
+  size_t es = camdelta_dtype_size(dt);
+  size_t bytes = n * es > 0 ? n * es : 4;
+  unsigned char *h = malloc(bytes);
+  if (!h) return cli_error(CLI_EXIT_FAILURE, "out of host memory");
+  for (size_t i = 0; i < n; i++) {
+    *seed = *seed * 1664525u + 1013904223u;
+    float x = (float)(lo + (hi - lo) * ((*seed >> 8) / 16777216.0));
+    if (dt == CAMDELTA_F32) memcpy(h + 4 * i, &x, 4);
+    else {
+      uint16_t s = dt == CAMDELTA_F16 ? camdelta_f32_to_f16(x) : camdelta_f32_to_bf16(x);
+      memcpy(h + 2 * i, &s, 2);
+    }
+  }
+  cl_int err;
+  *out = clCreateBuffer(camdelta_context_cl_context(ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, bytes, h, &err);
+  free(h);
+  if (err != CL_SUCCESS) return cli_error(CLI_EXIT_DEVICE, "allocating %zu bytes: %s", n * es, camdelta_cl_error_name(err));
+  return CLI_EXIT_OK;
+}
+
+static void release_all(bench_buffers *b) {
+  cl_mem *all = &b->raw[0];
+  size_t count = (size_t)((cl_mem *)(b + 1) - all);
+  for (size_t i = 0; i < count; i++)
+    if (all[i]) clReleaseMemObject(all[i]);
+}
+
+static int make_buffers(camdelta_context *ctx, bench_buffers *b) {
+  unsigned seed = 12345;
+  const size_t BNHD = b->B * b->N * b->H * b->D, C = b->H * b->D, BN = b->B * b->N, BHN = b->B * b->H * b->N;
+  const size_t DD = b->B * b->H * b->D * b->D;
+  int rc = 0;
+  for (int i = 0; i < 3 && !rc; i++) rc = upload_random(ctx, BNHD, -1, 1, b->dt, &seed, &b->raw[i]);
+  struct {
+    cl_mem *m;
+    size_t n;
+    double lo, hi;
+    camdelta_dtype dt;
+  } list[] = {
+      {&b->qw, C, 0.5, 1.5, CAMDELTA_F32},        {&b->kw, C, 0.5, 1.5, CAMDELTA_F32},
+      {&b->pq, BN * 16, -1, 1, CAMDELTA_F32},     {&b->pkv, BN * 16, -1, 1, CAMDELTA_F32},
+      {&b->rc, b->N * b->D / 2, -1, 1, CAMDELTA_F32}, {&b->rs, b->N * b->D / 2, -1, 1, CAMDELTA_F32},
+      {&b->q, BNHD, 0, 0, b->dt},                 {&b->k, BNHD, 0, 0, b->dt},
+      {&b->v, BNHD, 0, 0, b->dt},                 {&b->infl, BHN, 0, 0, CAMDELTA_F32},
+      {&b->fq, BNHD, -0.1, 0.1, CAMDELTA_F32},    {&b->fk, BNHD, -0.1, 0.1, CAMDELTA_F32},
+      {&b->fv, BNHD, -1, 1, CAMDELTA_F32},        {&b->beta, BHN, 0, 1, CAMDELTA_F32},
+      {&b->decay, b->B * b->H * b->F, 0.9, 1, CAMDELTA_F32}, {&b->out, BNHD, 0, 0, CAMDELTA_F32},
+      {&b->st0, DD, -0.1, 0.1, CAMDELTA_F32},     {&b->st1, DD, 0, 0, CAMDELTA_F32},
+      {&b->gq, BNHD, -1, 1, b->dt},               {&b->gk, BNHD, -1, 1, b->dt},
+      {&b->gv, BNHD, -1, 1, b->dt},               {&b->ginfl, BHN, -1, 1, CAMDELTA_F32},
+      {&b->dq_raw, BNHD, 0, 0, b->dt},            {&b->dk_raw, BNHD, 0, 0, b->dt},
+      {&b->dv_raw, BNHD, 0, 0, b->dt},            {&b->dqw, C, 0, 0, CAMDELTA_F32},
+      {&b->dkw, C, 0, 0, CAMDELTA_F32},           {&b->gout, BNHD, -1, 1, CAMDELTA_F32},
+      {&b->dq, BNHD, 0, 0, CAMDELTA_F32},         {&b->dk, BNHD, 0, 0, CAMDELTA_F32},
+      {&b->dv, BNHD, 0, 0, CAMDELTA_F32},         {&b->dbeta, BHN, 0, 0, CAMDELTA_F32},
+      {&b->ddecay, b->B * b->H * b->F, 0, 0, CAMDELTA_F32},
+  };
+  for (size_t i = 0; i < sizeof list / sizeof list[0] && !rc; i++)
+    rc = upload_random(ctx, list[i].n, list[i].lo, list[i].hi, list[i].dt, &seed, list[i].m);
+  return rc;
+}
+
+typedef enum { OP_PREP, OP_PREP_BWD, OP_SCAN, OP_SCAN_BWD } op_kind;
+typedef struct bench_op {
+  const char *name;
+  op_kind kind;
+  camdelta_scan_algorithm alg;
+  int reverse;
+} bench_op;
+
+static const bench_op ops[] = {
+    {"prep-forward", OP_PREP, CAMDELTA_SCAN_AUTO, 0},
+    {"prep-backward", OP_PREP_BWD, CAMDELTA_SCAN_AUTO, 0},
+    {"scan-forward sequential causal", OP_SCAN, CAMDELTA_SCAN_SEQUENTIAL, 0},
+    {"scan-forward sequential reverse", OP_SCAN, CAMDELTA_SCAN_SEQUENTIAL, 1},
+    {"scan-forward chunkwise causal", OP_SCAN, CAMDELTA_SCAN_CHUNKWISE, 0},
+    {"scan-forward chunkwise reverse", OP_SCAN, CAMDELTA_SCAN_CHUNKWISE, 1},
+    {"scan-backward causal", OP_SCAN_BWD, CAMDELTA_SCAN_AUTO, 0},
+    {"scan-backward reverse", OP_SCAN_BWD, CAMDELTA_SCAN_AUTO, 1},
+};
+
+typedef struct op_ctx {
+  bench_buffers *b;
+  float k_scale;
+  camdelta_prep_saved *psaved;
+  camdelta_scan_saved *ssaved;
+} op_ctx;
+
+static camdelta_status run_op(camdelta_context *ctx, op_ctx *o, const bench_op *op, camdelta_profile *prof) {
+  bench_buffers *b = o->b;
+  if (op->kind == OP_PREP) {
+    camdelta_prep_args a = {b->B, b->N, b->H, b->D, b->dt, o->k_scale, 1e-6f, {b->raw[0], 0}, {b->raw[1], 0},
+                            {b->raw[2], 0}, {b->qw, 0}, {b->kw, 0}, {b->pq, 0}, {b->pkv, 0}, {b->rc, 0},
+                            {b->rs, 0}, {b->q, 0}, {b->k, 0}, {b->v, 0}, {b->infl, 0}, prof};
+    return camdelta_prep_forward(ctx, &a, NULL);
+  }
+  if (op->kind == OP_PREP_BWD) {
+    camdelta_prep_backward_args a;
+    memset(&a, 0, sizeof a);
+    a.B = b->B, a.N = b->N, a.H = b->H, a.D = b->D, a.dtype = b->dt, a.k_scale = o->k_scale, a.norm_eps = 1e-6f;
+    a.q_raw.mem = b->raw[0], a.k_raw.mem = b->raw[1], a.v_raw.mem = b->raw[2], a.q_norm_weight.mem = b->qw;
+    a.k_norm_weight.mem = b->kw, a.proj_q.mem = b->pq, a.proj_kv.mem = b->pkv, a.rope_cos.mem = b->rc;
+    a.rope_sin.mem = b->rs, a.grad_q.mem = b->gq, a.grad_k.mem = b->gk, a.grad_v.mem = b->gv;
+    a.grad_inflation_sq.mem = b->ginfl, a.dq_raw.mem = b->dq_raw, a.dk_raw.mem = b->dk_raw, a.dv_raw.mem = b->dv_raw;
+    a.dq_norm_weight.mem = b->dqw, a.dk_norm_weight.mem = b->dkw, a.profile = prof;
+    return camdelta_prep_backward(ctx, &a, o->psaved);
+  }
+  camdelta_scan_args s = {b->B, b->H, b->D, b->F, b->S, op->reverse, op->alg, {b->fq, 0}, {b->fk, 0}, {b->fv, 0},
+                          {b->beta, 0}, {b->decay, 0}, {b->out, 0}, {NULL, 0}, {NULL, 0}, prof, NULL};
+  if (op->kind == OP_SCAN) return camdelta_scan_forward(ctx, &s, NULL);
+  camdelta_scan_backward_args a;
+  memset(&a, 0, sizeof a);
+  a.B = b->B, a.H = b->H, a.D = b->D, a.F = b->F, a.S = b->S, a.reverse = op->reverse;
+  a.q.mem = b->fq, a.k.mem = b->fk, a.v.mem = b->fv, a.beta.mem = b->beta, a.decay.mem = b->decay;
+  a.grad_out.mem = b->gout, a.dq.mem = b->dq, a.dk.mem = b->dk, a.dv.mem = b->dv, a.dbeta.mem = b->dbeta;
+  a.ddecay.mem = b->ddecay, a.profile = prof;
+  return camdelta_scan_backward(ctx, &a, o->ssaved);
+}
+
+/* What a backward needs from its forward, run once before timing. */
+static camdelta_status prepare_op(camdelta_context *ctx, op_ctx *o, const bench_op *op) {
+  bench_buffers *b = o->b;
+  if (op->kind == OP_PREP_BWD) {
+    camdelta_prep_args f = {b->B, b->N, b->H, b->D, b->dt, o->k_scale, 1e-6f, {b->raw[0], 0}, {b->raw[1], 0},
+                            {b->raw[2], 0}, {b->qw, 0}, {b->kw, 0}, {b->pq, 0}, {b->pkv, 0}, {b->rc, 0},
+                            {b->rs, 0}, {b->q, 0}, {b->k, 0}, {b->v, 0}, {b->infl, 0}, NULL};
+    return camdelta_prep_forward(ctx, &f, o->psaved);
+  }
+  if (op->kind == OP_SCAN_BWD) {
+    camdelta_scan_args s = {b->B, b->H, b->D, b->F, b->S, op->reverse, CAMDELTA_SCAN_AUTO, {b->fq, 0}, {b->fk, 0},
+                            {b->fv, 0}, {b->beta, 0}, {b->decay, 0}, {b->out, 0}, {NULL, 0}, {NULL, 0}, NULL, NULL};
+    return camdelta_scan_forward(ctx, &s, o->ssaved);
+  }
+  return CAMDELTA_OK;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* Fewest bytes each operation must move, and its floating-point operations. */
+static void cost(const bench_op *op, const bench_buffers *b, double *bytes, double *flops) {
+  const double BNHD = (double)b->B * b->N * b->H * b->D, es = (double)camdelta_dtype_size(b->dt);
+  const double BN = (double)b->B * b->N, BHN = (double)b->B * b->H * b->N, aux = BN * 2 * 64 + (double)b->N * b->D * 4;
+  const double D = (double)b->D;
+  *bytes = *flops = 0;
+  switch (op->kind) {
+    case OP_PREP:
+      *bytes = 6 * BNHD * es + aux + BHN * 4;
+      *flops = 0;
+      break;
+    case OP_PREP_BWD:
+      /* q_raw, k_raw and three gradients in, three gradients out (v_raw is not read) */
+      *bytes = 8 * BNHD * es + aux + BHN * 4;
+      *flops = 0;
+      break;
+    case OP_SCAN:
+      *bytes = 4 * BNHD * 4 + BHN * 4;
+      *flops = 6 * BNHD * D;
+      break;
+    case OP_SCAN_BWD:
+      *bytes = 7 * BNHD * 4 + 2 * BHN * 4;
+      *flops = 14 * BNHD * D;
+      break;
+  }
+}
+
+static int parse_shape(const char *text, bench_shape *out) {
+  for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
+    if (strcmp(text, named[i].name) == 0) {
+      *out = named[i];
+      return 1;
+    }
+  unsigned long v[5];
+  char tail;
+  if (sscanf(text, "%lu,%lu,%lu,%lu,%lu%c", &v[0], &v[1], &v[2], &v[3], &v[4], &tail) == 5 && v[0] && v[1] && v[2] &&
+      v[3] && v[4]) {
+    out->name = text;
+    out->B = v[0], out->H = v[1], out->D = v[2], out->F = v[3], out->S = v[4];
+    return 1;
+  }
+  return 0;
+}
+
+int cmd_bench(int argc, char **argv) {
+  cli_args a = {argc, argv, 0};
+  const char *device = NULL, *json_path = NULL, *only = NULL, *v;
+  bench_shape shapes[16];
+  int nshapes = 0;
+  size_t reps = 20, warmup = 3;
+  double peak_gbs = 0, peak_tflops = 0;
+  camdelta_dtype dt = CAMDELTA_F32;
+  while (a.i < argc) {
+    int r;
+    if ((r = cli_value(&a, "--shape", &v))) {
+      if (r < 0) return CLI_EXIT_USAGE;
+      if (nshapes == 16) return cli_error(CLI_EXIT_USAGE, "bench: at most 16 --shape options");
+      if (!parse_shape(v, &shapes[nshapes]))
+        return cli_error(CLI_EXIT_USAGE, "bench: unknown shape '%s' (small, d64, sana480, sana720 or B,H,D,F,S)", v);
+      nshapes++;
+    } else if ((r = cli_value(&a, "--device", &device))) {
+      if (r < 0) return CLI_EXIT_USAGE;
+    } else if ((r = cli_value(&a, "--json", &json_path))) {
+      if (r < 0) return CLI_EXIT_USAGE;
+    } else if ((r = cli_value(&a, "--only", &only))) {
+      if (r < 0) return CLI_EXIT_USAGE;
+    } else if ((r = cli_value(&a, "--reps", &v))) {
+      if (r < 0 || !cli_parse_size("--reps", v, &reps)) return CLI_EXIT_USAGE;
+    } else if ((r = cli_value(&a, "--warmup", &v))) {
+      if (r < 0) return CLI_EXIT_USAGE;
+      if (strcmp(v, "0") == 0) warmup = 0;
+      else if (!cli_parse_size("--warmup", v, &warmup)) return CLI_EXIT_USAGE;
+    } else if ((r = cli_value(&a, "--peak-gbs", &v))) {
+      if (r < 0 || !cli_parse_double("--peak-gbs", v, &peak_gbs)) return CLI_EXIT_USAGE;
+    } else if ((r = cli_value(&a, "--peak-tflops", &v))) {
+      if (r < 0 || !cli_parse_double("--peak-tflops", v, &peak_tflops)) return CLI_EXIT_USAGE;
+    } else if ((r = cli_value(&a, "--dtype", &v))) {
+      if (r < 0) return CLI_EXIT_USAGE;
+      if (strcmp(v, "f32") == 0) dt = CAMDELTA_F32;
+      else if (strcmp(v, "f16") == 0) dt = CAMDELTA_F16;
+      else if (strcmp(v, "bf16") == 0) dt = CAMDELTA_BF16;
+      else return cli_error(CLI_EXIT_USAGE, "bench: --dtype must be f32, f16 or bf16 (got '%s')", v);
+    } else if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
+      usage_bench();
+      return CLI_EXIT_OK;
+    } else {
+      return cli_error(CLI_EXIT_USAGE, "bench: unknown option '%s' (see 'camdelta help bench')", argv[a.i]);
+    }
+  }
+  if (nshapes == 0) parse_shape("small", &shapes[nshapes++]);
+
+  camdelta_context *ctx = NULL;
+  int rc = cli_context(&ctx, device);
+  if (rc) return rc;
+  camdelta_device_info info;
+  camdelta_context_info(ctx, &info);
+  const int tty = isatty(fileno(stderr));
+  cJSON *root = cJSON_CreateObject(), *jshapes = cJSON_AddArrayToObject(root, "shapes");
+  cJSON_AddStringToObject(root, "device", info.device_name);
+  cJSON_AddStringToObject(root, "platform", info.platform_name);
+  cJSON_AddStringToObject(root, "driver", info.driver_version);
+  cJSON_AddStringToObject(root, "camdelta", camdelta_version_string());
+  cJSON_AddStringToObject(root, "dtype", camdelta_dtype_name(dt));
+  if (peak_gbs > 0) cJSON_AddNumberToObject(root, "peak_gbs", peak_gbs);
+  if (peak_tflops > 0) cJSON_AddNumberToObject(root, "peak_tflops", peak_tflops);
+
+  for (int si = 0; si < nshapes && !rc; si++) {
+    bench_buffers b;
+    memset(&b, 0, sizeof b);
+    b.B = shapes[si].B, b.H = shapes[si].H, b.D = shapes[si].D, b.F = shapes[si].F, b.S = shapes[si].S;
+    b.N = b.F * b.S, b.dt = dt;
+    printf("camdelta bench: %s on %s (%s)\n", shapes[si].name, info.device_name, info.platform_name);
+    printf("shape B=%zu H=%zu D=%zu F=%zu S=%zu (N=%zu), prep dtype %s, %zu reps after %zu warm-up\n", b.B, b.H, b.D,
+           b.F, b.S, b.N, camdelta_dtype_name(dt), reps, warmup);
+    printf("%-32s %10s %10s %9s %9s", "operation", "median ms", "min ms", "GB/s", "TFLOP/s");
+    if (peak_gbs > 0) printf(" %8s", "%GB/s");
+    if (peak_tflops > 0) printf(" %8s", "%TFLOP");
+    printf("\n");
+    fflush(stdout);
+    cJSON *js = cJSON_CreateObject(), *jops = NULL;
+    cJSON_AddItemToArray(jshapes, js);
+    cJSON_AddStringToObject(js, "name", shapes[si].name);
+    cJSON_AddNumberToObject(js, "B", (double)b.B);
+    cJSON_AddNumberToObject(js, "H", (double)b.H);
+    cJSON_AddNumberToObject(js, "D", (double)b.D);
+    cJSON_AddNumberToObject(js, "F", (double)b.F);
+    cJSON_AddNumberToObject(js, "S", (double)b.S);
+    jops = cJSON_AddArrayToObject(js, "operations");
+    rc = make_buffers(ctx, &b);
+    op_ctx o = {&b, (float)(1.0 / sqrt((double)b.D * (double)b.S)), NULL, NULL};
+    if (!rc && (camdelta_prep_saved_create(ctx, &o.psaved) || camdelta_scan_saved_create(ctx, &o.ssaved)))
+      rc = cli_lib_error(CAMDELTA_ERROR_OUT_OF_MEMORY, "bench");
+    const size_t nops = sizeof ops / sizeof ops[0];
+    for (size_t oi = 0; oi < nops && !rc; oi++) {
+      const bench_op *op = &ops[oi];
+      if (only && !strstr(op->name, only)) continue;
+      if (tty) fprintf(stderr, "\r[%zu/%zu] %-34s", oi + 1, nops, op->name), fflush(stderr);
+      double *ms = calloc(reps, sizeof *ms);
+      camdelta_status st = prepare_op(ctx, &o, op);
+      for (size_t r = 0; r < warmup && !st; r++) {
+        camdelta_profile p = {0, 0};
+        st = run_op(ctx, &o, op, &p);
+      }
+      for (size_t r = 0; r < reps && !st; r++) {
+        camdelta_profile p = {0, 0};
+        st = run_op(ctx, &o, op, &p);
+        ms[r] = p.kernel_ms;
+      }
+      if (tty) fprintf(stderr, "\r%50s\r", ""), fflush(stderr);
+      cJSON *jo = cJSON_CreateObject();
+      cJSON_AddItemToArray(jops, jo);
+      cJSON_AddStringToObject(jo, "name", op->name);
+      if (st) {
+        char line[160];
+        snprintf(line, sizeof line, "%s", camdelta_last_message());
+        for (char *c = line; *c; c++)
+          if (*c == '\n') *c = ' ';
+        printf("%-32s %10s  (%s: %s)\n", op->name, "n/a", camdelta_status_name(st), line);
+        cJSON_AddStringToObject(jo, "error", line);
+        free(ms);
+        if (st != CAMDELTA_ERROR_UNSUPPORTED) rc = cli_lib_error(st, op->name);
+        continue;
+      }
+      qsort(ms, reps, sizeof *ms, cmp_double);
+      double med = reps % 2 ? ms[reps / 2] : 0.5 * (ms[reps / 2 - 1] + ms[reps / 2]), mn = ms[0];
+      double bytes = 0, flops = 0;
+      cost(op, &b, &bytes, &flops);
+      double gbs = bytes / (med * 1e-3) / 1e9, tf = flops / (med * 1e-3) / 1e12;
+      printf("%-32s %10.4f %10.4f %9.1f", op->name, med, mn, gbs);
+      if (flops > 0) printf(" %9.2f", tf);
+      else printf(" %9s", "-");
+      if (peak_gbs > 0) printf(" %7.1f%%", 100 * gbs / peak_gbs);
+      if (peak_tflops > 0) {
+        if (flops > 0) printf(" %7.1f%%", 100 * tf / peak_tflops);
+        else printf(" %8s", "-");
+      }
+      printf("\n");
+      fflush(stdout);
+      cJSON_AddNumberToObject(jo, "median_ms", med);
+      cJSON_AddNumberToObject(jo, "min_ms", mn);
+      cJSON_AddNumberToObject(jo, "bytes", bytes);
+      cJSON_AddNumberToObject(jo, "flops", flops);
+      cJSON_AddNumberToObject(jo, "gbs", gbs);
+      cJSON_AddNumberToObject(jo, "tflops", tf);
+      free(ms);
+    }
+    camdelta_prep_saved_destroy(o.psaved);
+    camdelta_scan_saved_destroy(o.ssaved);
+    release_all(&b);
+    printf("\n");
+  }
+  if (!rc && json_path) {
+    char *text = cJSON_Print(root);
+    FILE *f = fopen(json_path, "w");
+    if (!f || fputs(text, f) < 0 || fclose(f) != 0) rc = cli_error(CLI_EXIT_FAILURE, "bench: cannot write '%s'", json_path);
+    free(text);
+  }
+  cJSON_Delete(root);
+  camdelta_context_destroy(ctx);
+  return rc;
+}
