@@ -190,12 +190,60 @@ static void test_once_per_context(void **state) {
   camdelta_context_destroy(ctx);
 }
 
+static void write_text(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+/* CAMDELTA_KERNEL_DIR: sources come from the folder; a missing file and a
+ * kernel that does not compile are clear errors (with the build log). */
+static void test_kernel_dir(void **state) {
+  (void)state;
+  char dir[1200], cache[1200], path[1400], src[1400];
+  unsetenv("CAMDELTA_CACHE");
+  use_cache_dir("kdir-cache", cache, sizeof cache);
+  snprintf(dir, sizeof dir, "%s/kernels", tu_tmpdir());
+  mkdir(dir, 0700);
+  setenv("CAMDELTA_KERNEL_DIR", dir, 1);
+  camdelta_context *ctx = NULL;
+  TU_OK(camdelta_context_create(&ctx, NULL));
+  cl_program prog;
+  assert_int_equal(cd_program(ctx, "prep.cl", kOpts, &prog), CAMDELTA_ERROR_IO);
+  assert_non_null(strstr(camdelta_last_message(), "common.cl"));
+  /* copy the real sources from the source tree */
+  const char *root = getenv("CAMDELTA_SOURCE_DIR");
+  assert_non_null(root);
+  const char *names[2] = {"common.cl", "prep.cl"};
+  for (int i = 0; i < 2; i++) {
+    snprintf(src, sizeof src, "%s/cl/%s", root, names[i]);
+    snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+    FILE *in = fopen(src, "rb"), *out = fopen(path, "wb");
+    assert_non_null(in);
+    assert_non_null(out);
+    int c;
+    while ((c = fgetc(in)) != EOF) fputc(c, out);
+    fclose(in), fclose(out);
+  }
+  TU_OK(cd_program(ctx, "prep.cl", kOpts, &prog));
+  /* a kernel with a syntax error: CAMDELTA_ERROR_BUILD carrying the log */
+  snprintf(path, sizeof path, "%s/broken.cl", dir);
+  write_text(path, "kernel void broken(global float *x) { x[0] = undefined_symbol_xyz; }\n");
+  assert_int_equal(cd_program(ctx, "broken.cl", "", &prog), CAMDELTA_ERROR_BUILD);
+  assert_non_null(strstr(camdelta_last_message(), "broken.cl"));
+  assert_non_null(strstr(camdelta_last_message(), "undefined_symbol_xyz"));
+  camdelta_context_destroy(ctx);
+  unsetenv("CAMDELTA_KERNEL_DIR");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_hit_across_contexts), cmocka_unit_test(test_truncated),
       cmocka_unit_test(test_corrupt),             cmocka_unit_test(test_foreign),
       cmocka_unit_test(test_garbage),             cmocka_unit_test(test_cache_off),
       cmocka_unit_test(test_unwritable),          cmocka_unit_test(test_once_per_context),
+      cmocka_unit_test(test_kernel_dir),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
