@@ -1,17 +1,549 @@
-/* PLACEHOLDER (replaced within this session by the real implementation). */
+/* Scan forward (SPEC section 3): argument checks, the saved object, tile choice and the two algorithms.
+ *
+ * Sequential (cl/scan_sequential.cl): one launch; a work-group per (b, h, block of J value columns)
+ * walks the frames with its state block in registers.
+ * Chunkwise (cl/scan_chunkwise.cl): phase A (A_f, U_f per (b, h, f)), phase B (serial over frames per
+ * (b, h, value block), writes the state every output frame reads), phase C (out_f = Q_f·M_f per
+ * (b, h, f, tile)). A, U and the per-frame states are scratch buffers allocated per call (with a saved
+ * object, the per-frame states are its state_post and phase B also writes its state_pre).
+ *
+ * Tiles come from the device, never from constants for one GPU:
+ *  - the work-group size W is a power of two, at least the kernel's preferred work-group multiple
+ *    (queried on a probe kernel) and at most 256 and the device's/kernel's limit;
+ *  - every work-group output tile is spread over its W items as (WR x WC) items owning (RM x RN)
+ *    register blocks, chosen by pick_layout() to minimise padding and local-memory reads per FMA while
+ *    keeping >= 16 consecutive items along the contiguous dimension where it matters (coalescing);
+ *  - tile extents fit the local memory the device reports (CL_DEVICE_LOCAL_MEM_SIZE);
+ *  - the number of value-column blocks (sequential, phase B) is chosen so that B·H·blocks covers the
+ *    compute units.
+ *
+ * AUTO rule (camdelta_scan_algorithm CAMDELTA_SCAN_AUTO), see choose_algorithm():
+ *  - chunkwise does 2·F·D³ more flops than sequential (the D x D products of phase B) and moves
+ *    3·B·H·F·D² scratch floats; its gain is B·H·F-way parallelism instead of B·H·blocks.
+ *  - GPUs and accelerators: sequential when S < D/2 (chunkwise would add more than 2/3 of the useful
+ *    work) or when B·H alone gives at least 4 work-groups per compute unit; otherwise chunkwise.
+ *  - CPUs: sequential when S < D/2, or when B·H >= compute units; otherwise chunkwise (measured on PoCL:
+ *    chunkwise wins only while the sequential kernel cannot occupy every core).
+ * The caller can force either through camdelta_scan_args.algorithm (the CLI's --algorithm). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "internal.h"
 
-camdelta_status camdelta_scan_forward(camdelta_context *ctx, const camdelta_scan_args *args, camdelta_scan_saved *saved) {
-  (void)ctx, (void)args, (void)saved;
-  return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "camdelta_scan_forward: not implemented yet");
+static const char *const OP = "camdelta_scan_forward";
+
+const char *camdelta_scan_algorithm_name(camdelta_scan_algorithm algorithm) {
+  switch (algorithm) {
+    case CAMDELTA_SCAN_AUTO: return "auto";
+    case CAMDELTA_SCAN_SEQUENTIAL: return "sequential";
+    case CAMDELTA_SCAN_CHUNKWISE: return "chunkwise";
+  }
+  return "unknown";
 }
+
+/* ------------------------------------------------------------------------------------ saved object */
+
 camdelta_status camdelta_scan_saved_create(camdelta_context *ctx, camdelta_scan_saved **out) {
-  (void)ctx, (void)out;
-  return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "not implemented yet");
+  cd_clear_error();
+  if (!ctx || !out)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_scan_saved_create: '%s' is NULL", ctx ? "out" : "ctx");
+  *out = calloc(1, sizeof **out);
+  if (!*out) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "camdelta_scan_saved_create: out of host memory");
+  (*out)->ctx = ctx;
+  return CAMDELTA_OK;
 }
-void camdelta_scan_saved_destroy(camdelta_scan_saved *saved) { (void)saved; }
-camdelta_status camdelta_scan_saved_states(const camdelta_scan_saved *saved, cl_mem *a, cl_mem *b) {
-  (void)saved, (void)a, (void)b;
-  return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "not implemented yet");
+
+void camdelta_scan_saved_destroy(camdelta_scan_saved *saved) {
+  if (!saved) return;
+  if (saved->state_pre) clReleaseMemObject(saved->state_pre);
+  if (saved->state_post) clReleaseMemObject(saved->state_post);
+  free(saved);
 }
-const char *camdelta_scan_algorithm_name(camdelta_scan_algorithm a) { (void)a; return "?"; }
+
+camdelta_status camdelta_scan_saved_states(const camdelta_scan_saved *saved, cl_mem *state_pre, cl_mem *state_post) {
+  cd_clear_error();
+  if (!saved)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_scan_saved_states: 'saved' is NULL");
+  if (!saved->valid)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
+                   "camdelta_scan_saved_states: 'saved' holds no states (no successful camdelta_scan_forward with it)");
+  if (state_pre) *state_pre = saved->state_pre;
+  if (state_post) *state_post = saved->state_post;
+  return CAMDELTA_OK;
+}
+
+/* Both (B, H, F, D, D) buffers, (re)allocated together so that they always have the same size. */
+static camdelta_status saved_reserve(camdelta_context *ctx, camdelta_scan_saved *saved, size_t bytes) {
+  if (saved->state_pre && saved->state_post && saved->bytes >= bytes) return CAMDELTA_OK;
+  if (saved->state_pre) clReleaseMemObject(saved->state_pre);
+  if (saved->state_post) clReleaseMemObject(saved->state_post);
+  saved->state_pre = saved->state_post = NULL;
+  saved->bytes = 0;
+  camdelta_status st = cd_alloc(ctx, bytes, &saved->state_pre);
+  if (!st) st = cd_alloc(ctx, bytes, &saved->state_post);
+  if (st) {
+    if (saved->state_pre) clReleaseMemObject(saved->state_pre);
+    saved->state_pre = NULL;
+    return st;
+  }
+  saved->bytes = bytes;
+  return CAMDELTA_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ tiling */
+
+typedef struct layout {
+  unsigned wr, rm, wc, rn; /* item grid wr x wc; each item owns rm x rn (strided) */
+} layout;
+
+static unsigned ceil_div(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
+static unsigned round8(size_t a) { return (unsigned)((a + 7) / 8 * 8); }
+static unsigned pow2_floor(size_t x) {
+  unsigned p = 1;
+  while ((size_t)p * 2 <= x) p *= 2;
+  return p;
+}
+static unsigned pow2_ceil(size_t x) {
+  unsigned p = 1;
+  while (p < x) p *= 2;
+  return p;
+}
+
+/* Spread an R x C output tile over W items (W a power of two). Cost per reduction step and item:
+ * rm·rn FMAs + rm + rn local loads, times the padding; fewer than min(min_wc, C) items along the columns
+ * (the contiguous dimension in global memory) costs 50% for uncoalesced access. */
+static layout pick_layout(unsigned R, unsigned C, unsigned W, unsigned min_wc) {
+  layout best = {W, ceil_div(R, W), 1, C};
+  double best_cost = -1;
+  const unsigned want_wc = min_wc < C ? min_wc : C;
+  for (unsigned wc = 1; wc <= W; wc *= 2) {
+    const unsigned wr = W / wc, rm = ceil_div(R, wr), rn = ceil_div(C, wc);
+    double cost = (double)rm * rn + rm + rn;
+    if (wc < want_wc) cost *= 1.5;
+    if (best_cost < 0 || cost < best_cost - 1e-9) best = (layout){wr, rm, wc, rn}, best_cost = cost;
+  }
+  return best;
+}
+
+/* Largest of 32, 16, 8 that divides D (D is a multiple of 8). */
+static unsigned k_chunk(size_t D) { return D % 32 == 0 ? 32 : D % 16 == 0 ? 16 : 8; }
+
+typedef struct dev_limits {
+  size_t local_bytes; /* usable local memory per work-group */
+  unsigned max_wg;    /* power of two, <= 256 */
+  unsigned min_wg;    /* power of two >= the preferred multiple */
+  unsigned cus;
+  int gpu;
+} dev_limits;
+
+static camdelta_status device_limits(camdelta_context *ctx, dev_limits *lim) {
+  cl_kernel probe;
+  camdelta_status st = cd_kernel(ctx, "scan_chunkwise.cl", "-DCD_PROBE", "cd_scan_probe", &probe);
+  if (st) return st;
+  size_t pm = cd_preferred_multiple(ctx, probe), kmax = cd_kernel_max_wg(ctx, probe);
+  clReleaseKernel(probe);
+  size_t dmax = ctx->info.max_work_group_size ? ctx->info.max_work_group_size : 1;
+  if (kmax > dmax) kmax = dmax;
+  lim->max_wg = pow2_floor(kmax < 256 ? kmax : 256);
+  lim->min_wg = pow2_ceil(pm < 32 ? 32 : pm);
+  if (lim->min_wg > lim->max_wg) lim->min_wg = lim->max_wg;
+  uint64_t lm = ctx->info.local_mem_bytes;
+  lim->local_bytes = lm > 512 ? (size_t)(lm - 256) : 0;
+  if (lim->local_bytes > (size_t)1 << 20) lim->local_bytes = (size_t)1 << 20;
+  lim->cus = ctx->info.compute_units ? ctx->info.compute_units : 1;
+  lim->gpu = (ctx->info.type & (CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR)) != 0;
+  return CAMDELTA_OK;
+}
+
+/* Work-group size for a tile of `outputs` cells, `per_item` cells per item. */
+static unsigned wg_for(const dev_limits *lim, size_t outputs, size_t per_item, unsigned cap) {
+  unsigned w = pow2_floor(outputs / per_item ? outputs / per_item : 1);
+  if (w > cap) w = cap;
+  if (w > lim->max_wg) w = lim->max_wg;
+  if (w < lim->min_wg) w = lim->min_wg;
+  return w;
+}
+
+/* Value-column blocks: enough work-groups for the compute units, blocks at least `min_j` wide. */
+static unsigned value_blocks(const dev_limits *lim, size_t BH, size_t D, size_t min_j) {
+  size_t want = (lim->cus + BH - 1) / BH, most = D / min_j ? D / min_j : 1;
+  if (want > most) want = most;
+  if (want < 1) want = 1;
+  return ceil_div(D, round8(ceil_div(D, want)));
+}
+
+/* ------------------------------------------------------------------------------ sequential config */
+
+typedef struct seq_cfg {
+  unsigned J, TS, W, nJ;
+  layout u, p, o;
+  char opts[512];
+} seq_cfg;
+
+static size_t seq_local_bytes(size_t D, const seq_cfg *c) {
+  size_t sc = c->p.wr * c->p.rm, jc = c->u.wc * c->u.rn, kr = c->u.wr * c->u.rm;
+  if (c->o.wc * c->o.rn > sc) sc = c->o.wc * c->o.rn;
+  if (c->p.wc * c->p.rn > jc) jc = c->p.wc * c->p.rn;
+  if (c->o.wr * c->o.rm > jc) jc = c->o.wr * c->o.rm;
+  if (D > kr) kr = D;
+  return 4 * (kr * (sc + 1) + jc * (sc + 1) + sc * jc + D * jc + sc);
+}
+
+static void seq_layouts(size_t D, seq_cfg *c) {
+  c->u = pick_layout((unsigned)D, c->J, c->W, 16);
+  c->p = pick_layout(c->TS, c->J, c->W, 1);
+  c->o = pick_layout(c->J, c->TS, c->W, 16);
+}
+
+static camdelta_status seq_configure(const dev_limits *lim, size_t BH, size_t D, size_t S, unsigned wg_cap,
+                                     seq_cfg *c) {
+  c->nJ = value_blocks(lim, BH, D, lim->gpu ? 16 : 8);
+  unsigned ts = lim->gpu ? 32 : 64;
+  const unsigned s8 = round8(S);
+  if (ts > s8) ts = s8;
+  for (;;) {
+    c->J = round8(ceil_div(D, c->nJ));
+    c->nJ = ceil_div(D, c->J);
+    c->TS = ts;
+    c->W = wg_for(lim, D * c->J, lim->gpu ? 16 : 32, wg_cap);
+    seq_layouts(D, c);
+    if (seq_local_bytes(D, c) <= lim->local_bytes) break;
+    if (ts > 8) ts /= 2;
+    else if (c->J > 8) c->nJ++;
+    else
+      return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: the device's local memory (%zu bytes) is too small for D=%zu",
+                     OP, lim->local_bytes, D);
+  }
+  snprintf(c->opts, sizeof c->opts,
+           "-DCD_D=%zu -DCD_S_J=%u -DCD_S_TS=%u -DCD_U_WR=%u -DCD_U_RM=%u -DCD_U_WC=%u -DCD_U_RN=%u "
+           "-DCD_P_WR=%u -DCD_P_RM=%u -DCD_P_WC=%u -DCD_P_RN=%u -DCD_O_WR=%u -DCD_O_RM=%u -DCD_O_WC=%u "
+           "-DCD_O_RN=%u",
+           D, c->J, c->TS, c->u.wr, c->u.rm, c->u.wc, c->u.rn, c->p.wr, c->p.rm, c->p.wc, c->p.rn, c->o.wr, c->o.rm,
+           c->o.wc, c->o.rn);
+  return CAMDELTA_OK;
+}
+
+/* ------------------------------------------------------------------------------- chunkwise config */
+
+typedef struct chunk_cfg {
+  /* phase A: tile rows (key dim) x cols (2D: A then U), tokens staged per step */
+  layout a;
+  unsigned a_w, a_kc, a_nr, a_nc;
+  /* phase B: value columns per work-group */
+  layout b;
+  unsigned b_w, b_j, b_nj, b_kc;
+  /* phase C: value rows x tokens */
+  layout c;
+  unsigned c_w, c_kc, c_nv, c_ns;
+  char a_opts[256], b_opts[256], c_opts[256];
+} chunk_cfg;
+
+static camdelta_status chunk_configure(const dev_limits *lim, size_t BH, size_t D, size_t S, unsigned wg_cap,
+                                       chunk_cfg *c) {
+  const size_t lb = lim->local_bytes;
+  /* phase A: tiles of at most 64 x 64 outputs, ~32 outputs per item on GPUs */
+  {
+    const unsigned tm = round8(ceil_div(D, ceil_div(D, 64))), tn = round8(ceil_div(2 * D, ceil_div(2 * D, 64)));
+    c->a_w = wg_for(lim, (size_t)tm * tn, lim->gpu ? 32 : 16, wg_cap);
+    c->a = pick_layout(tm, tn, c->a_w, 1);
+    c->a_kc = 32;
+    while (c->a_kc > 8 && 4 * (size_t)c->a_kc * (c->a.wr * c->a.rm + 1 + c->a.wc * c->a.rn + 1) > lb) c->a_kc /= 2;
+    if (4 * (size_t)c->a_kc * (c->a.wr * c->a.rm + 1 + c->a.wc * c->a.rn + 1) > lb)
+      return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: the device's local memory (%zu bytes) is too small", OP, lb);
+    c->a_nr = ceil_div(D, c->a.wr * c->a.rm);
+    c->a_nc = ceil_div(2 * D, c->a.wc * c->a.rn);
+  }
+  /* phase B: value-column blocks for the compute units; the state block and a chunk of A in local memory */
+  {
+    c->b_nj = value_blocks(lim, BH, D, 8);
+    c->b_kc = k_chunk(D);
+    for (;;) {
+      c->b_j = round8(ceil_div(D, c->b_nj));
+      c->b_nj = ceil_div(D, c->b_j);
+      c->b_w = wg_for(lim, D * c->b_j, 8, wg_cap);
+      c->b = pick_layout((unsigned)D, c->b_j, c->b_w, 16);
+      size_t bytes = 4 * (D * (size_t)(c->b.wc * c->b.rn) + (size_t)c->b_kc * (c->b.wr * c->b.rm + 1));
+      if (bytes <= lb) break;
+      if (c->b_kc > 8) c->b_kc /= 2;
+      else if (c->b_j > 8) c->b_nj++;
+      else return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: the device's local memory (%zu bytes) is too small", OP, lb);
+    }
+  }
+  /* phase C: all value rows of a frame (so Q_f is read once) x up to 64 tokens */
+  {
+    unsigned ts = round8(S);
+    if (ts > 64) ts = 64;
+    const unsigned tv = round8(ceil_div(D, ceil_div(D, 128)));
+    c->c_w = wg_for(lim, (size_t)tv * ts, lim->gpu ? 32 : 16, wg_cap);
+    c->c = pick_layout(tv, ts, c->c_w, 16);
+    c->c_kc = k_chunk(D);
+    while (c->c_kc > 8 && 4 * (size_t)c->c_kc * (c->c.wr * c->c.rm + c->c.wc * c->c.rn) > lb) c->c_kc /= 2;
+    if (4 * (size_t)c->c_kc * (c->c.wr * c->c.rm + c->c.wc * c->c.rn) > lb)
+      return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: the device's local memory (%zu bytes) is too small", OP, lb);
+    c->c_nv = ceil_div(D, c->c.wr * c->c.rm);
+    c->c_ns = ceil_div(S, c->c.wc * c->c.rn);
+  }
+  snprintf(c->a_opts, sizeof c->a_opts, "-DCD_D=%zu -DCD_A_WR=%u -DCD_A_RM=%u -DCD_A_WC=%u -DCD_A_RN=%u -DCD_A_KC=%u",
+           D, c->a.wr, c->a.rm, c->a.wc, c->a.rn, c->a_kc);
+  snprintf(c->b_opts, sizeof c->b_opts,
+           "-DCD_D=%zu -DCD_B_J=%u -DCD_B_WR=%u -DCD_B_RM=%u -DCD_B_WC=%u -DCD_B_RN=%u -DCD_B_KC=%u", D, c->b_j,
+           c->b.wr, c->b.rm, c->b.wc, c->b.rn, c->b_kc);
+  snprintf(c->c_opts, sizeof c->c_opts, "-DCD_D=%zu -DCD_C_WR=%u -DCD_C_RM=%u -DCD_C_WC=%u -DCD_C_RN=%u -DCD_C_KC=%u",
+           D, c->c.wr, c->c.rm, c->c.wc, c->c.rn, c->c_kc);
+  return CAMDELTA_OK;
+}
+
+/* ---------------------------------------------------------------------------------- algorithm rule */
+
+static camdelta_scan_algorithm choose_algorithm(const dev_limits *lim, size_t BH, size_t D, size_t S) {
+  if (2 * S < D) return CAMDELTA_SCAN_SEQUENTIAL;
+  if (lim->gpu) return BH >= 4 * (size_t)lim->cus ? CAMDELTA_SCAN_SEQUENTIAL : CAMDELTA_SCAN_CHUNKWISE;
+  return BH >= lim->cus ? CAMDELTA_SCAN_SEQUENTIAL : CAMDELTA_SCAN_CHUNKWISE;
+}
+
+/* ------------------------------------------------------------------------------------------ checks */
+
+/* 1 when [a.offset, a.offset + na) and [b.offset, b.offset + nb) of the same cl_mem overlap. */
+static int overlaps(camdelta_buffer a, size_t na, camdelta_buffer b, size_t nb) {
+  if (!a.mem || !b.mem || a.mem != b.mem) return 0;
+  return a.offset < b.offset + nb && b.offset < a.offset + na;
+}
+
+static camdelta_status check_args(const camdelta_scan_args *p, size_t *n_tok, size_t *n_state, size_t *n_frames) {
+  if (p->algorithm != CAMDELTA_SCAN_AUTO && p->algorithm != CAMDELTA_SCAN_SEQUENTIAL &&
+      p->algorithm != CAMDELTA_SCAN_CHUNKWISE)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
+                   "%s: algorithm %d unknown (expected CAMDELTA_SCAN_AUTO, SEQUENTIAL or CHUNKWISE)", OP,
+                   (int)p->algorithm);
+  camdelta_status st = cd_check_head_dim(OP, p->D);
+  if (st) return st;
+  const size_t B = p->B, H = p->H, D = p->D, F = p->F, S = p->S;
+  if (!B || !H || !F || !S)
+    return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: B=%zu, H=%zu, F=%zu, S=%zu: each must be at least 1", OP, B, H, F, S);
+  size_t N = 0, frames;
+  const size_t fst[4] = {B, H, D, D}, ffr[5] = {B, H, F, D, D}, fbhf[3] = {B, H, F};
+  if (!cd_mul(&N, F, S))
+    return cd_fail(CAMDELTA_ERROR_OVERFLOW, "%s: N = F*S = %zu*%zu overflows size_t", OP, F, S);
+  const size_t ftok[4] = {B, H, D, N};
+  if (!cd_prod(n_tok, 4, ftok) || *n_tok > SIZE_MAX / 4 || !cd_prod(n_state, 4, fst) || !cd_prod(&frames, 5, ffr) ||
+      frames > SIZE_MAX / 4 || !cd_prod(n_frames, 3, fbhf) || *n_frames > SIZE_MAX / 256)
+    return cd_fail(CAMDELTA_ERROR_OVERFLOW, "%s: sizes overflow size_t (B=%zu H=%zu D=%zu F=%zu S=%zu)", OP, B, H, D,
+                   F, S);
+  if (F > UINT32_MAX || S > UINT32_MAX)
+    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: F=%zu or S=%zu exceeds 2^32-1", OP, F, S);
+  const size_t nbeta = *n_frames * S;
+  if ((st = cd_check_buffer(OP, "q", p->q, *n_tok, 4, 0)) || (st = cd_check_buffer(OP, "k", p->k, *n_tok, 4, 0)) ||
+      (st = cd_check_buffer(OP, "v", p->v, *n_tok, 4, 0)) ||
+      (st = cd_check_buffer(OP, "beta", p->beta, nbeta, 4, 0)) ||
+      (st = cd_check_buffer(OP, "decay", p->decay, *n_frames, 4, 0)) ||
+      (st = cd_check_buffer(OP, "out", p->out, *n_tok, 4, 0)) ||
+      (st = cd_check_buffer(OP, "init_state", p->init_state, *n_state, 4, 1)) ||
+      (st = cd_check_buffer(OP, "final_state", p->final_state, *n_state, 4, 1)))
+    return st;
+  /* outputs must not overlap inputs (final_state may be init_state itself: each is read before written) */
+  const struct {
+    const char *name;
+    camdelta_buffer b;
+    size_t n;
+  } in[6] = {{"q", p->q, *n_tok},          {"k", p->k, *n_tok},           {"v", p->v, *n_tok},
+             {"beta", p->beta, nbeta},     {"decay", p->decay, *n_frames}, {"init_state", p->init_state, *n_state}};
+  for (int i = 0; i < 6; i++) {
+    if (overlaps(p->out, *n_tok, in[i].b, in[i].n))
+      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'out' overlaps input '%s' in the same cl_mem", OP,
+                     in[i].name);
+    if (i < 5 && overlaps(p->final_state, *n_state, in[i].b, in[i].n))
+      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'final_state' overlaps input '%s' in the same cl_mem", OP,
+                     in[i].name);
+  }
+  if (overlaps(p->final_state, *n_state, p->out, *n_tok))
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'final_state' overlaps 'out' in the same cl_mem", OP);
+  if (p->init_state.mem && p->final_state.mem == p->init_state.mem &&
+      overlaps(p->final_state, *n_state, p->init_state, *n_state) && p->final_state.offset != p->init_state.offset)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
+                   "%s: 'final_state' partly overlaps 'init_state' (the same range, or disjoint ranges, are fine)", OP);
+  return CAMDELTA_OK;
+}
+
+/* ------------------------------------------------------------------------------------- launches */
+
+typedef struct scan_job {
+  const camdelta_scan_args *p;
+  size_t N, BH, BHF, n_state;
+  cl_mem pre, post; /* saved states, or NULL */
+} scan_job;
+
+static camdelta_status run_sequential(camdelta_context *ctx, const scan_job *j, cl_kernel k, const seq_cfg *c,
+                                      cd_launch *l) {
+  const camdelta_scan_args *p = j->p;
+  const int save = j->pre != NULL;
+  cd_args a = {k, 0, CL_SUCCESS};
+  cd_arg_buf(&a, p->q);
+  cd_arg_buf(&a, p->k);
+  cd_arg_buf(&a, p->v);
+  cd_arg_buf(&a, p->beta);
+  cd_arg_buf(&a, p->decay);
+  cd_arg_buf(&a, p->out);
+  cd_arg_buf(&a, p->init_state);
+  cd_arg_buf(&a, p->final_state);
+  cd_arg_buf(&a, (camdelta_buffer){j->pre, 0});
+  cd_arg_buf(&a, (camdelta_buffer){j->post, 0});
+  cd_arg_u64(&a, j->N);
+  cd_arg_u32(&a, (uint32_t)p->S);
+  cd_arg_u32(&a, (uint32_t)p->F);
+  cd_arg_i32(&a, p->reverse != 0);
+  cd_arg_i32(&a, p->init_state.mem != NULL);
+  cd_arg_i32(&a, p->final_state.mem != NULL);
+  cd_arg_i32(&a, save);
+  if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_scan_sequential: setting arguments");
+  const size_t lws[2] = {c->W, 1}, gws[2] = {(size_t)c->W * j->BH, c->nJ};
+  return cd_enqueue(ctx, k, 2, gws, lws, l, "cd_scan_sequential");
+}
+
+static camdelta_status run_chunkwise(camdelta_context *ctx, const scan_job *j, cl_kernel ka, cl_kernel kb,
+                                     cl_kernel kc, const chunk_cfg *c, cd_launch *l) {
+  const camdelta_scan_args *p = j->p;
+  const size_t D = p->D, frames_bytes = j->BHF * D * D * sizeof(float);
+  cl_mem A = NULL, U = NULL, states = j->post;
+  camdelta_status st = cd_alloc(ctx, frames_bytes, &A);
+  if (!st) st = cd_alloc(ctx, frames_bytes, &U);
+  if (!st && !states) st = cd_alloc(ctx, frames_bytes, &states);
+  if (!st) {
+    cd_args a = {ka, 0, CL_SUCCESS};
+    cd_arg_buf(&a, p->k);
+    cd_arg_buf(&a, p->v);
+    cd_arg_buf(&a, p->beta);
+    cd_arg_buf(&a, p->decay);
+    cd_arg_buf(&a, (camdelta_buffer){A, 0});
+    cd_arg_buf(&a, (camdelta_buffer){U, 0});
+    cd_arg_u64(&a, j->N);
+    cd_arg_u32(&a, (uint32_t)p->S);
+    cd_arg_u32(&a, (uint32_t)p->F);
+    cd_arg_u32(&a, 0);
+    cd_arg_u32(&a, (uint32_t)(2 * D));
+    cd_arg_u32(&a, c->a_nc);
+    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_scan_phase_a: setting arguments");
+    const size_t lws[2] = {c->a_w, 1}, gws[2] = {(size_t)c->a_w * j->BHF, (size_t)c->a_nr * c->a_nc};
+    if (!st) st = cd_enqueue(ctx, ka, 2, gws, lws, l, "cd_scan_phase_a");
+  }
+  if (!st) {
+    cd_args a = {kb, 0, CL_SUCCESS};
+    cd_arg_buf(&a, (camdelta_buffer){A, 0});
+    cd_arg_buf(&a, (camdelta_buffer){U, 0});
+    cd_arg_buf(&a, p->decay);
+    cd_arg_buf(&a, p->init_state);
+    cd_arg_buf(&a, (camdelta_buffer){states, 0});
+    cd_arg_buf(&a, (camdelta_buffer){j->pre, 0});
+    cd_arg_buf(&a, p->final_state);
+    cd_arg_u32(&a, (uint32_t)p->F);
+    cd_arg_i32(&a, p->reverse != 0);
+    cd_arg_i32(&a, p->init_state.mem != NULL);
+    cd_arg_i32(&a, j->pre != NULL);
+    cd_arg_i32(&a, p->final_state.mem != NULL);
+    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_scan_phase_b: setting arguments");
+    const size_t lws[2] = {c->b_w, 1}, gws[2] = {(size_t)c->b_w * j->BH, c->b_nj};
+    if (!st) st = cd_enqueue(ctx, kb, 2, gws, lws, l, "cd_scan_phase_b");
+  }
+  if (!st) {
+    cd_args a = {kc, 0, CL_SUCCESS};
+    cd_arg_buf(&a, p->q);
+    cd_arg_buf(&a, (camdelta_buffer){states, 0});
+    cd_arg_buf(&a, p->out);
+    cd_arg_u64(&a, j->N);
+    cd_arg_u32(&a, (uint32_t)p->S);
+    cd_arg_u32(&a, (uint32_t)p->F);
+    cd_arg_u32(&a, c->c_ns);
+    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_scan_phase_c: setting arguments");
+    const size_t lws[2] = {c->c_w, 1}, gws[2] = {(size_t)c->c_w * j->BHF, (size_t)c->c_nv * c->c_ns};
+    if (!st) st = cd_enqueue(ctx, kc, 2, gws, lws, l, "cd_scan_phase_c");
+  }
+  /* Releasing after enqueue is safe: the runtime keeps the buffers alive until the kernels finish. */
+  if (A) clReleaseMemObject(A);
+  if (U) clReleaseMemObject(U);
+  if (states && states != j->post) clReleaseMemObject(states);
+  return st;
+}
+
+/* ------------------------------------------------------------------------------------- entry point */
+
+static void release_kernels(cl_kernel *k, int n) {
+  for (int i = 0; i < n; i++)
+    if (k[i]) clReleaseKernel(k[i]);
+}
+
+camdelta_status camdelta_scan_forward(camdelta_context *ctx, const camdelta_scan_args *args,
+                                      camdelta_scan_saved *saved) {
+  cd_clear_error();
+  if (!ctx || !args) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", OP, ctx ? "args" : "ctx");
+  if (saved && saved->ctx != ctx)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' was created for another context", OP);
+  scan_job job = {args, 0, 0, 0, 0, NULL, NULL};
+  size_t n_tok, n_frames;
+  camdelta_status st = check_args(args, &n_tok, &job.n_state, &n_frames);
+  if (st) return st;
+  const size_t D = args->D;
+  job.N = args->F * args->S;
+  job.BH = args->B * args->H;
+  job.BHF = n_frames;
+
+  dev_limits lim;
+  if ((st = device_limits(ctx, &lim))) return st;
+  camdelta_scan_algorithm alg = args->algorithm;
+  if (alg == CAMDELTA_SCAN_AUTO) alg = choose_algorithm(&lim, job.BH, D, args->S);
+
+  /* Build everything before enqueuing anything; shrink the work-groups if a compiled kernel allows fewer items. */
+  cl_kernel kern[3] = {NULL, NULL, NULL};
+  seq_cfg sc;
+  chunk_cfg cc;
+  for (unsigned cap = 256;; cap /= 2) {
+    release_kernels(kern, 3);
+    kern[0] = kern[1] = kern[2] = NULL;
+    int fits = 1;
+    if (alg == CAMDELTA_SCAN_SEQUENTIAL) {
+      if ((st = seq_configure(&lim, job.BH, D, args->S, cap, &sc))) return st;
+      if ((st = cd_kernel(ctx, "scan_sequential.cl", sc.opts, "cd_scan_sequential", &kern[0]))) return st;
+      fits = cd_kernel_max_wg(ctx, kern[0]) >= sc.W;
+    } else {
+      if ((st = chunk_configure(&lim, job.BH, D, args->S, cap, &cc))) return st;
+      if ((st = cd_kernel(ctx, "scan_chunkwise.cl", cc.a_opts, "cd_scan_phase_a", &kern[0])) ||
+          (st = cd_kernel(ctx, "scan_chunkwise.cl", cc.b_opts, "cd_scan_phase_b", &kern[1])) ||
+          (st = cd_kernel(ctx, "scan_chunkwise.cl", cc.c_opts, "cd_scan_phase_c", &kern[2]))) {
+        release_kernels(kern, 3);
+        return st;
+      }
+      fits = cd_kernel_max_wg(ctx, kern[0]) >= cc.a_w && cd_kernel_max_wg(ctx, kern[1]) >= cc.b_w &&
+             cd_kernel_max_wg(ctx, kern[2]) >= cc.c_w;
+    }
+    if (fits) break;
+    if (cap <= lim.min_wg) {
+      release_kernels(kern, 3);
+      return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: the %s kernels for D=%zu do not fit the device's work-group limit",
+                     OP, camdelta_scan_algorithm_name(alg), D);
+    }
+  }
+
+  if (saved) {
+    if ((st = saved_reserve(ctx, saved, job.BHF * D * D * sizeof(float)))) {
+      release_kernels(kern, 3);
+      return st;
+    }
+    saved->valid = 0;
+    job.pre = saved->state_pre;
+    job.post = saved->state_post;
+  }
+  if (args->used) *args->used = alg;
+  if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;
+  cd_launch l;
+  cd_launch_init(&l, args->profile);
+  if (alg == CAMDELTA_SCAN_SEQUENTIAL) st = run_sequential(ctx, &job, kern[0], &sc, &l);
+  else st = run_chunkwise(ctx, &job, kern[0], kern[1], kern[2], &cc, &l);
+  release_kernels(kern, 3);
+  st = cd_launch_end(ctx, &l, st);
+  if (saved && !st) {
+    saved->B = args->B, saved->H = args->H, saved->D = D, saved->F = args->F, saved->S = args->S;
+    saved->reverse = args->reverse != 0;
+    saved->has_init = args->init_state.mem != NULL;
+    saved->valid = 1;
+  }
+  return st;
+}

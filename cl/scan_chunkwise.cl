@@ -1,0 +1,310 @@
+/* Chunkwise-parallel delta-rule scan (SPEC section 3), three kernels:
+ *
+ *   cd_scan_phase_a  per (b, h, f) in parallel:
+ *                      A_f = decay_f · (I − K_fᵀ·β_f·K_f)     (D x D, rows and cols = key dim)
+ *                      U_f = K_fᵀ·β_f·V_f                      (D x D, rows = key dim, cols = value dim)
+ *   cd_scan_phase_b  per (b, h, block of value columns), serial over frames:
+ *                      causal  M_f = A_f·M_{f−1} + U_f
+ *                      reverse T_{F−1} = init, T_{f−1} = A_f·T_f + U_f (f = F−1 … 1), final = A_0·T_0 + U_0
+ *                    writing the state each output frame reads (state_post) and optionally state_pre.
+ *   cd_scan_phase_c  per (b, h, f, output tile) in parallel: out_f = Q_f·M_f.
+ *
+ * Phase A is reusable on its own (e.g. by a backward pass), contract:
+ *   cd_scan_phase_a(k, v, beta, decay, a_out, u_out, N, S, F, col_lo, col_hi, n_ctiles)
+ *     k, v   (B, H, D, N) f32, N = F·S; beta (B, H, F, S); decay (B, H, F)
+ *     a_out  (B, H, F, D, D) f32, A_f[i][j] at ((bh·F + f)·D + i)·D + j, written when col_lo == 0
+ *     u_out  (B, H, F, D, D) f32, U_f[i][j] likewise, written when col_hi == 2·D
+ *     The kernel computes the D x 2D matrix C = K_fᵀ·β_f·[K_f | V_f] restricted to the columns
+ *     [col_lo, col_hi) (col_lo ∈ {0, D}, col_hi ∈ {D, 2D}): columns < D give A, columns >= D give U.
+ *     A buffer whose columns are not requested may be NULL.
+ *     Launch: local size (A_WR·A_WC, 1); global (local·B·H·F, n_rtiles·n_ctiles) with
+ *     n_rtiles = ceil(D / A_TM), n_ctiles = ceil((col_hi − col_lo) / A_TN).
+ *   Build options: CD_D; CD_A_WR, CD_A_RM (item rows, rows per item; tile rows A_TM = WR·RM);
+ *   CD_A_WC, CD_A_RN (tile cols A_TN = WC·RN); CD_A_KC (tokens staged per step).
+ *
+ * Every item of a work-group owns a small register block of its output tile, strided across the tile
+ * (row ir + WR·a, column ic + WC·c), so that consecutive items touch consecutive local and global
+ * addresses: local reads are conflict-free and global stores coalesce along the contiguous dimension.
+ * Reductions stream through local memory in chunks; everything accumulates in f32.
+ * All offsets into (B, H, D, N) tensors are 64-bit. Each buffer comes as (pointer, element offset). */
+
+#define CD_CEIL(a, b) (((a) + (b) - 1) / (b))
+
+#ifdef CD_PROBE
+/* A trivial kernel for querying the device's preferred work-group multiple before choosing tiles. */
+__kernel void cd_scan_probe(__global float *x) {
+  if (x) x[get_global_id(0)] = 0.0f;
+}
+#else
+
+#ifndef CD_D
+#error "CD_D (head dim) must be given as a build option"
+#endif
+
+/* ------------------------------------------------------------------------------------------ phase A */
+#ifdef CD_A_WR
+#define A_W (CD_A_WR * CD_A_WC)
+#define A_TM (CD_A_WR * CD_A_RM)
+#define A_TN (CD_A_WC * CD_A_RN)
+#define A_LDX (A_TM + 1)
+#define A_LDY (A_TN + 1)
+
+__kernel __attribute__((reqd_work_group_size(A_W, 1, 1))) void cd_scan_phase_a(
+    __global const float *k, ulong k_off, __global const float *v, ulong v_off, __global const float *beta,
+    ulong beta_off, __global const float *decay, ulong decay_off, __global float *a_out, ulong a_off,
+    __global float *u_out, ulong u_off, ulong N, uint S, uint F, uint col_lo, uint col_hi, uint n_ctiles) {
+  __local float Xs[CD_A_KC * A_LDX]; /* Xs[s][i] = K[row0 + i][s0 + s]          */
+  __local float Ys[CD_A_KC * A_LDY]; /* Ys[s][j] = β_s·[K | V][col0 + j][s0 + s] */
+  const uint lid = get_local_id(0);
+  const uint ic = lid % CD_A_WC, ir = lid / CD_A_WC;
+  const ulong bhf = get_group_id(0);
+  const uint tile = get_group_id(1);
+  const uint row0 = (tile / n_ctiles) * A_TM, col0 = col_lo + (tile % n_ctiles) * A_TN;
+  const ulong bh = bhf / F;
+  const uint f = (uint)(bhf % F);
+  const ulong base = bh * (ulong)CD_D * N + (ulong)f * S;
+  __global const float *kb = k + k_off + base;
+  __global const float *vb = v + v_off + base;
+  __global const float *bb = beta + beta_off + bhf * S;
+
+  float acc[CD_A_RM][CD_A_RN];
+#pragma unroll
+  for (int a = 0; a < CD_A_RM; a++)
+#pragma unroll
+    for (int c = 0; c < CD_A_RN; c++) acc[a][c] = 0.0f;
+
+  for (uint s0 = 0; s0 < S; s0 += CD_A_KC) {
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint e = lid; e < A_TM * CD_A_KC; e += A_W) {
+      const uint r = e / CD_A_KC, s = e % CD_A_KC, i = row0 + r, gs = s0 + s;
+      Xs[s * A_LDX + r] = (i < CD_D && gs < S) ? kb[(ulong)i * N + gs] : 0.0f;
+    }
+    for (uint e = lid; e < A_TN * CD_A_KC; e += A_W) {
+      const uint r = e / CD_A_KC, s = e % CD_A_KC, j = col0 + r, gs = s0 + s;
+      float y = 0.0f;
+      if (j < col_hi && gs < S) y = bb[gs] * (j < CD_D ? kb[(ulong)j * N + gs] : vb[(ulong)(j - CD_D) * N + gs]);
+      Ys[s * A_LDY + r] = y;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll 4
+    for (int s = 0; s < CD_A_KC; s++) {
+      float xr[CD_A_RM], yr[CD_A_RN];
+#pragma unroll
+      for (int a = 0; a < CD_A_RM; a++) xr[a] = Xs[s * A_LDX + ir + CD_A_WR * a];
+#pragma unroll
+      for (int c = 0; c < CD_A_RN; c++) yr[c] = Ys[s * A_LDY + ic + CD_A_WC * c];
+#pragma unroll
+      for (int a = 0; a < CD_A_RM; a++)
+#pragma unroll
+        for (int c = 0; c < CD_A_RN; c++) acc[a][c] = fma(xr[a], yr[c], acc[a][c]);
+    }
+  }
+
+  const float d = decay[decay_off + bhf];
+  const ulong obase = bhf * (ulong)(CD_D * CD_D);
+#pragma unroll
+  for (int a = 0; a < CD_A_RM; a++) {
+    const uint i = row0 + ir + CD_A_WR * a;
+    if (i >= CD_D) continue;
+#pragma unroll
+    for (int c = 0; c < CD_A_RN; c++) {
+      const uint j = col0 + ic + CD_A_WC * c;
+      if (j >= col_hi) continue;
+      if (j < CD_D)
+        a_out[a_off + obase + i * CD_D + j] = d * ((i == j ? 1.0f : 0.0f) - acc[a][c]);
+      else
+        u_out[u_off + obase + i * CD_D + (j - CD_D)] = acc[a][c];
+    }
+  }
+}
+#endif /* CD_A_WR */
+
+/* ------------------------------------------------------------------------------------------ phase B */
+/* Build options: CD_B_J (value columns per work-group), CD_B_WR, CD_B_RM (rows: WR·RM >= D),
+ * CD_B_WC, CD_B_RN (columns: WC·RN >= J), CD_B_KC (key columns of A staged per step; divides D).
+ * Launch: local (B_WR·B_WC, 1), global (local·B·H, ceil(D / J)). */
+#ifdef CD_B_WR
+#define B_W (CD_B_WR * CD_B_WC)
+#define B_TM (CD_B_WR * CD_B_RM)
+#define B_TN (CD_B_WC * CD_B_RN)
+#define B_LDA (B_TM + 1)
+
+__kernel __attribute__((reqd_work_group_size(B_W, 1, 1))) void cd_scan_phase_b(
+    __global const float *A, ulong a_off, __global const float *U, ulong u_off, __global const float *decay,
+    ulong decay_off, __global const float *init, ulong init_off, __global float *post, ulong post_off,
+    __global float *pre, ulong pre_off, __global float *fin, ulong fin_off, uint F, int reverse, int has_init,
+    int save_pre, int want_final) {
+  __local float Ms[CD_D * B_TN];       /* the state's column block: Ms[k][j] */
+  __local float As[CD_B_KC * B_LDA];   /* As[kk][i] = A[i][k0 + kk]          */
+  const uint lid = get_local_id(0);
+  const uint ic = lid % CD_B_WC, ir = lid / CD_B_WC;
+  const ulong bh = get_group_id(0);
+  const uint j0 = get_group_id(1) * CD_B_J;
+  const ulong sbase = bh * (ulong)(CD_D * CD_D); /* (B, H, D, D) */
+
+  float m[CD_B_RM][CD_B_RN];
+#pragma unroll
+  for (int a = 0; a < CD_B_RM; a++) {
+    const uint i = ir + CD_B_WR * a;
+#pragma unroll
+    for (int c = 0; c < CD_B_RN; c++) {
+      const uint jl = ic + CD_B_WC * c, j = j0 + jl;
+      m[a][c] = (has_init && i < CD_D && jl < CD_B_J && j < CD_D) ? init[init_off + sbase + i * CD_D + j] : 0.0f;
+    }
+  }
+
+/* buf[frame] (its column block) = scale · m */
+#define B_STORE(buf, off, frame, scale)                                                          \
+  do {                                                                                           \
+    const ulong fb_ = (off) + (bh * F + (frame)) * (ulong)(CD_D * CD_D);                         \
+    for (int a = 0; a < CD_B_RM; a++) {                                                          \
+      const uint i = ir + CD_B_WR * a;                                                           \
+      for (int c = 0; c < CD_B_RN; c++) {                                                        \
+        const uint jl = ic + CD_B_WC * c, j = j0 + jl;                                           \
+        if (i < CD_D && jl < CD_B_J && j < CD_D) (buf)[fb_ + i * CD_D + j] = (scale) * m[a][c]; \
+      }                                                                                          \
+    }                                                                                            \
+  } while (0)
+
+  /* Reverse: output frame F−1 reads the init state (no decay, no update). */
+  if (reverse) {
+    B_STORE(post, post_off, F - 1, 1.0f);
+    if (save_pre) B_STORE(pre, pre_off, F - 1, 1.0f);
+  }
+  const uint nsteps = reverse ? (F - 1 + (want_final ? 1 : 0)) : F;
+  for (uint t = 0; t < nsteps; t++) {
+    const uint kf = reverse ? F - 1 - t : t; /* key frame of this step */
+    if (save_pre) {
+      const float g = decay[decay_off + bh * F + kf];
+      const int qf = reverse ? (int)kf - 1 : (int)kf;
+      if (qf >= 0) B_STORE(pre, pre_off, (uint)qf, g);
+    }
+    /* publish the state's column block */
+    barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+    for (int a = 0; a < CD_B_RM; a++) {
+      const uint i = ir + CD_B_WR * a;
+      if (i < CD_D)
+#pragma unroll
+        for (int c = 0; c < CD_B_RN; c++) Ms[i * B_TN + ic + CD_B_WC * c] = m[a][c];
+    }
+    /* m = U_kf + A_kf · Ms */
+    const ulong fbase = (bh * F + kf) * (ulong)(CD_D * CD_D);
+#pragma unroll
+    for (int a = 0; a < CD_B_RM; a++) {
+      const uint i = ir + CD_B_WR * a;
+#pragma unroll
+      for (int c = 0; c < CD_B_RN; c++) {
+        const uint jl = ic + CD_B_WC * c, j = j0 + jl;
+        m[a][c] = (i < CD_D && jl < CD_B_J && j < CD_D) ? U[u_off + fbase + i * CD_D + j] : 0.0f;
+      }
+    }
+    for (uint k0 = 0; k0 < CD_D; k0 += CD_B_KC) {
+      barrier(CLK_LOCAL_MEM_FENCE);
+      for (uint e = lid; e < CD_D * CD_B_KC; e += B_W) {
+        const uint i = e / CD_B_KC, kk = e % CD_B_KC;
+        As[kk * B_LDA + i] = A[a_off + fbase + i * CD_D + k0 + kk];
+      }
+      barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll 4
+      for (int kk = 0; kk < CD_B_KC; kk++) {
+        float ar[CD_B_RM], mr[CD_B_RN];
+#pragma unroll
+        for (int a = 0; a < CD_B_RM; a++) ar[a] = As[kk * B_LDA + ir + CD_B_WR * a];
+#pragma unroll
+        for (int c = 0; c < CD_B_RN; c++) mr[c] = Ms[(k0 + kk) * B_TN + ic + CD_B_WC * c];
+#pragma unroll
+        for (int a = 0; a < CD_B_RM; a++)
+#pragma unroll
+          for (int c = 0; c < CD_B_RN; c++) m[a][c] = fma(ar[a], mr[c], m[a][c]);
+      }
+    }
+    const int qf = reverse ? (int)kf - 1 : (int)kf;
+    if (qf >= 0) B_STORE(post, post_off, (uint)qf, 1.0f);
+  }
+  if (want_final) {
+#pragma unroll
+    for (int a = 0; a < CD_B_RM; a++) {
+      const uint i = ir + CD_B_WR * a;
+#pragma unroll
+      for (int c = 0; c < CD_B_RN; c++) {
+        const uint jl = ic + CD_B_WC * c, j = j0 + jl;
+        if (i < CD_D && jl < CD_B_J && j < CD_D) fin[fin_off + sbase + i * CD_D + j] = m[a][c];
+      }
+    }
+  }
+#undef B_STORE
+}
+#endif /* CD_B_WR */
+
+/* ------------------------------------------------------------------------------------------ phase C */
+/* out[b,h,v, f·S + s] = Σ_k M_f[k][v] · q[b,h,k, f·S + s]; output tile C_TV (value rows) x C_TS (tokens).
+ * Build options: CD_C_WR, CD_C_RM (value rows), CD_C_WC, CD_C_RN (tokens), CD_C_KC (divides D).
+ * Launch: local (C_WR·C_WC, 1), global (local·B·H·F, ceil(D / C_TV)·n_stiles), n_stiles = ceil(S / C_TS). */
+#ifdef CD_C_WR
+#define C_W (CD_C_WR * CD_C_WC)
+#define C_TV (CD_C_WR * CD_C_RM)
+#define C_TS (CD_C_WC * CD_C_RN)
+
+__kernel __attribute__((reqd_work_group_size(C_W, 1, 1))) void cd_scan_phase_c(
+    __global const float *q, ulong q_off, __global const float *states, ulong st_off, __global float *out,
+    ulong out_off, ulong N, uint S, uint F, uint n_stiles) {
+  __local float Ms[CD_C_KC * C_TV]; /* Ms[kk][v] = M[k0 + kk][v0 + v]        */
+  __local float Qs[CD_C_KC * C_TS]; /* Qs[kk][s] = q[k0 + kk][f·S + s0 + s]  */
+  const uint lid = get_local_id(0);
+  const uint ic = lid % CD_C_WC, ir = lid / CD_C_WC;
+  const ulong bhf = get_group_id(0);
+  const uint tile = get_group_id(1);
+  const uint v0 = (tile / n_stiles) * C_TV, s0 = (tile % n_stiles) * C_TS;
+  const ulong bh = bhf / F;
+  const uint f = (uint)(bhf % F);
+  const ulong base = bh * (ulong)CD_D * N + (ulong)f * S;
+  __global const float *qb = q + q_off + base;
+  __global const float *mb = states + st_off + bhf * (ulong)(CD_D * CD_D);
+
+  float acc[CD_C_RM][CD_C_RN];
+#pragma unroll
+  for (int a = 0; a < CD_C_RM; a++)
+#pragma unroll
+    for (int c = 0; c < CD_C_RN; c++) acc[a][c] = 0.0f;
+
+  for (uint k0 = 0; k0 < CD_D; k0 += CD_C_KC) {
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint e = lid; e < CD_C_KC * C_TV; e += C_W) {
+      const uint kk = e / C_TV, vv = e % C_TV;
+      Ms[e] = (v0 + vv < CD_D) ? mb[(k0 + kk) * CD_D + v0 + vv] : 0.0f;
+    }
+    for (uint e = lid; e < CD_C_KC * C_TS; e += C_W) {
+      const uint kk = e / C_TS, ss = e % C_TS;
+      Qs[e] = (s0 + ss < S) ? qb[(ulong)(k0 + kk) * N + s0 + ss] : 0.0f;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll 4
+    for (int kk = 0; kk < CD_C_KC; kk++) {
+      float mr[CD_C_RM], qr[CD_C_RN];
+#pragma unroll
+      for (int a = 0; a < CD_C_RM; a++) mr[a] = Ms[kk * C_TV + ir + CD_C_WR * a];
+#pragma unroll
+      for (int c = 0; c < CD_C_RN; c++) qr[c] = Qs[kk * C_TS + ic + CD_C_WC * c];
+#pragma unroll
+      for (int a = 0; a < CD_C_RM; a++)
+#pragma unroll
+        for (int c = 0; c < CD_C_RN; c++) acc[a][c] = fma(mr[a], qr[c], acc[a][c]);
+    }
+  }
+
+  __global float *ob = out + out_off + base;
+#pragma unroll
+  for (int a = 0; a < CD_C_RM; a++) {
+    const uint vv = v0 + ir + CD_C_WR * a;
+    if (vv >= CD_D) continue;
+#pragma unroll
+    for (int c = 0; c < CD_C_RN; c++) {
+      const uint ss = s0 + ic + CD_C_WC * c;
+      if (ss < S) ob[(ulong)vv * N + ss] = acc[a][c];
+    }
+  }
+}
+#endif /* CD_C_WR */
+
+#endif /* CD_PROBE */

@@ -1,0 +1,222 @@
+/* Sequential delta-rule scan (SPEC section 3; the seed's _cam_scan_kernel).
+ *
+ * One work-group per (b, h, block of value columns) walks the frames in order. With one block
+ * (CD_S_J == D) that is one work-group per (b, h) holding the whole D x D state; the host splits the
+ * value columns over several work-groups when the device needs the parallelism or its local memory is
+ * too small: the delta rule never mixes value columns (column j of the state only ever reads column j
+ * of V and of the state), so the split is exact.
+ *
+ * The state block (D x J, rows = key dim) lives in registers, spread over the work-group: item
+ * (ur, uc) owns rows ur + U_WR·a and columns uc + U_WC·c. Each frame's tokens stream through in tiles
+ * of CD_S_TS tokens staged in local memory:
+ *   P = M (snapshot in local memory, after the decay)
+ *   per tile:  E = β·(V − K·P)   (TS x J, reduction over the key dim; layout P_*)
+ *              M += Kᵀ·E          (D x J, reduction over the tile's tokens; layout U_*)
+ *   out_f = Q_f·M                 (J x TS per tile, reduction over the key dim; layout O_*)
+ * Reverse: output frame F−1−i reads the state after key frames F−1 … F−i (i = 0: the init state, no
+ * decay and no update); the final state additionally absorbs frame 0.
+ *
+ * Build options: CD_D; CD_S_J (value columns per work-group); CD_S_TS (tokens per tile);
+ *   CD_U_WR, CD_U_RM, CD_U_WC, CD_U_RN   state block D x J   (WR·RM >= D,  WC·RN >= J)
+ *   CD_P_WR, CD_P_RM, CD_P_WC, CD_P_RN   E tile      TS x J  (WR·RM >= TS, WC·RN >= J)
+ *   CD_O_WR, CD_O_RM, CD_O_WC, CD_O_RN   out tile    J x TS  (WR·RM >= J,  WC·RN >= TS)
+ * with WR·WC the same work-group size W for all three.
+ * Launch: local (W, 1), global (W·B·H, ceil(D / J)).
+ * Buffers come as (pointer, element offset); offsets into (B, H, D, N) tensors are 64-bit. */
+
+#ifndef CD_D
+#error "CD_D (head dim) must be given as a build option"
+#endif
+
+#define S_W (CD_U_WR * CD_U_WC)
+#if CD_P_WR * CD_P_WC != S_W || CD_O_WR * CD_O_WC != S_W
+#error "the three layouts must use the same work-group size"
+#endif
+#define SQ_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define S_SC SQ_MAX(CD_P_WR * CD_P_RM, CD_O_WC * CD_O_RN)                          /* token columns  */
+#define S_JC SQ_MAX(SQ_MAX(CD_U_WC * CD_U_RN, CD_P_WC * CD_P_RN), CD_O_WR * CD_O_RM) /* value columns  */
+#define S_KR SQ_MAX(CD_D, CD_U_WR * CD_U_RM)                                      /* key rows       */
+#define S_LDK (S_SC + 1)
+
+__kernel __attribute__((reqd_work_group_size(S_W, 1, 1))) void cd_scan_sequential(
+    __global const float *q, ulong q_off, __global const float *k, ulong k_off, __global const float *v,
+    ulong v_off, __global const float *beta, ulong beta_off, __global const float *decay, ulong decay_off,
+    __global float *out, ulong out_off, __global const float *init, ulong init_off, __global float *fin,
+    ulong fin_off, __global float *pre, ulong pre_off, __global float *post, ulong post_off, ulong N, uint S,
+    uint F, int reverse, int has_init, int want_final, int save_states) {
+  __local float Ks[S_KR * S_LDK]; /* Ks[k][s]: K (update) or Q (output) tile */
+  __local float Vs[S_JC * S_LDK]; /* Vs[j][s]                                */
+  __local float Es[S_SC * S_JC];  /* Es[s][j] = β_s·(V − K·P)[s][j]          */
+  __local float Ps[CD_D * S_JC];  /* Ps[k][j]: the state block               */
+  __local float Bs[S_SC];         /* β of the tile                           */
+  const uint lid = get_local_id(0);
+  const ulong bh = get_group_id(0);
+  const uint j0 = get_group_id(1) * CD_S_J;
+  const uint jn = min((uint)CD_S_J, (uint)CD_D - j0); /* valid value columns of this block */
+  const ulong tok = bh * (ulong)CD_D * N;
+  const ulong sbase = bh * (ulong)(CD_D * CD_D);
+  __global const float *qb = q + q_off + tok;
+  __global const float *kb = k + k_off + tok;
+  __global const float *vb = v + v_off + tok;
+  __global float *ob = out + out_off + tok;
+  __global const float *bb = beta + beta_off + bh * F * (ulong)S;
+  __global const float *db = decay + decay_off + bh * F;
+
+  const uint uc = lid % CD_U_WC, ur = lid / CD_U_WC;
+  const uint pc = lid % CD_P_WC, pr = lid / CD_P_WC;
+  const uint oc = lid % CD_O_WC, orr = lid / CD_O_WC;
+
+  /* Zero all staging memory once: padding rows and columns then stay zero (finite). */
+  for (uint e = lid; e < S_KR * S_LDK; e += S_W) Ks[e] = 0.0f;
+  for (uint e = lid; e < S_JC * S_LDK; e += S_W) Vs[e] = 0.0f;
+  for (uint e = lid; e < S_SC * S_JC; e += S_W) Es[e] = 0.0f;
+  for (uint e = lid; e < CD_D * S_JC; e += S_W) Ps[e] = 0.0f;
+  for (uint e = lid; e < S_SC; e += S_W) Bs[e] = 0.0f;
+
+  float m[CD_U_RM][CD_U_RN];
+  for (int a = 0; a < CD_U_RM; a++) {
+    const uint i = ur + CD_U_WR * a;
+    for (int c = 0; c < CD_U_RN; c++) {
+      const uint j = uc + CD_U_WC * c;
+      m[a][c] = (has_init && i < CD_D && j < jn) ? init[init_off + sbase + i * CD_D + j0 + j] : 0.0f;
+    }
+  }
+
+/* buf[frame] (this block's columns) = m */
+#define S_STORE_STATE(buf, off, frame)                                                  \
+  do {                                                                                  \
+    const ulong fb_ = (off) + (bh * F + (frame)) * (ulong)(CD_D * CD_D) + j0;           \
+    for (int a = 0; a < CD_U_RM; a++) {                                                 \
+      const uint i = ur + CD_U_WR * a;                                                  \
+      for (int c = 0; c < CD_U_RN; c++) {                                               \
+        const uint j = uc + CD_U_WC * c;                                                \
+        if (i < CD_D && j < jn) (buf)[fb_ + i * CD_D + j] = m[a][c];                    \
+      }                                                                                 \
+    }                                                                                   \
+  } while (0)
+
+/* Ps = m (after a barrier, so that nobody still reads the previous contents) */
+#define S_PUBLISH()                                                                     \
+  do {                                                                                  \
+    barrier(CLK_LOCAL_MEM_FENCE);                                                       \
+    for (int a = 0; a < CD_U_RM; a++) {                                                 \
+      const uint i = ur + CD_U_WR * a;                                                  \
+      if (i < CD_D)                                                                     \
+        for (int c = 0; c < CD_U_RN; c++) Ps[i * S_JC + uc + CD_U_WC * c] = m[a][c];    \
+    }                                                                                   \
+  } while (0)
+
+  const uint nsteps = reverse ? F + (want_final ? 1u : 0u) : F;
+  for (uint t = 0; t < nsteps; t++) {
+    /* key frame kf (update) and output frame qf of this step */
+    const int upd = !reverse || t > 0;
+    const uint kf = reverse ? (t < F ? F - t : 0u) : t;
+    const int qf = reverse ? (int)F - 1 - (int)t : (int)t;
+
+    if (upd) {
+      const float g = db[kf];
+      for (int a = 0; a < CD_U_RM; a++)
+        for (int c = 0; c < CD_U_RN; c++) m[a][c] *= g;
+    }
+    if (save_states && qf >= 0) S_STORE_STATE(pre, pre_off, (uint)qf);
+
+    if (upd) {
+      S_PUBLISH();
+      const ulong n0 = (ulong)kf * S;
+      for (uint s0 = 0; s0 < S; s0 += CD_S_TS) {
+        const uint sn = min((uint)CD_S_TS, S - s0);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (uint e = lid; e < CD_D * CD_S_TS; e += S_W) {
+          const uint kk = e / CD_S_TS, s = e % CD_S_TS;
+          Ks[kk * S_LDK + s] = s < sn ? kb[(ulong)kk * N + n0 + s0 + s] : 0.0f;
+        }
+        for (uint e = lid; e < CD_S_J * CD_S_TS; e += S_W) {
+          const uint j = e / CD_S_TS, s = e % CD_S_TS;
+          Vs[j * S_LDK + s] = (s < sn && j < jn) ? vb[(ulong)(j0 + j) * N + n0 + s0 + s] : 0.0f;
+        }
+        for (uint s = lid; s < CD_S_TS; s += S_W) Bs[s] = s < sn ? bb[n0 + s0 + s] : 0.0f;
+        barrier(CLK_LOCAL_MEM_FENCE);
+
+        /* E = β·(V − K·P) */
+        {
+          float acc[CD_P_RM][CD_P_RN];
+          for (int a = 0; a < CD_P_RM; a++)
+            for (int c = 0; c < CD_P_RN; c++) acc[a][c] = 0.0f;
+#pragma unroll 4
+          for (int kk = 0; kk < CD_D; kk++) {
+            float kr[CD_P_RM], pv[CD_P_RN];
+            for (int a = 0; a < CD_P_RM; a++) kr[a] = Ks[kk * S_LDK + pr + CD_P_WR * a];
+            for (int c = 0; c < CD_P_RN; c++) pv[c] = Ps[kk * S_JC + pc + CD_P_WC * c];
+            for (int a = 0; a < CD_P_RM; a++)
+              for (int c = 0; c < CD_P_RN; c++) acc[a][c] = fma(kr[a], pv[c], acc[a][c]);
+          }
+          for (int a = 0; a < CD_P_RM; a++) {
+            const uint s = pr + CD_P_WR * a;
+            const float bt = Bs[s];
+            for (int c = 0; c < CD_P_RN; c++) {
+              const uint j = pc + CD_P_WC * c;
+              Es[s * S_JC + j] = bt * (Vs[j * S_LDK + s] - acc[a][c]);
+            }
+          }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+
+        /* M += Kᵀ·E */
+#pragma unroll 4
+        for (int s = 0; s < CD_S_TS; s++) {
+          float kr[CD_U_RM], ev[CD_U_RN];
+          for (int a = 0; a < CD_U_RM; a++) kr[a] = Ks[(ur + CD_U_WR * a) * S_LDK + s];
+          for (int c = 0; c < CD_U_RN; c++) ev[c] = Es[s * S_JC + uc + CD_U_WC * c];
+          for (int a = 0; a < CD_U_RM; a++)
+            for (int c = 0; c < CD_U_RN; c++) m[a][c] = fma(kr[a], ev[c], m[a][c]);
+        }
+      }
+    }
+    if (save_states && qf >= 0) S_STORE_STATE(post, post_off, (uint)qf);
+
+    if (qf >= 0) {
+      /* out_qf = Q_qf · M */
+      S_PUBLISH();
+      const ulong n0 = (ulong)qf * S;
+      for (uint s0 = 0; s0 < S; s0 += CD_S_TS) {
+        const uint sn = min((uint)CD_S_TS, S - s0);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (uint e = lid; e < CD_D * CD_S_TS; e += S_W) {
+          const uint kk = e / CD_S_TS, s = e % CD_S_TS;
+          Ks[kk * S_LDK + s] = s < sn ? qb[(ulong)kk * N + n0 + s0 + s] : 0.0f;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        float acc[CD_O_RM][CD_O_RN];
+        for (int a = 0; a < CD_O_RM; a++)
+          for (int c = 0; c < CD_O_RN; c++) acc[a][c] = 0.0f;
+#pragma unroll 4
+        for (int kk = 0; kk < CD_D; kk++) {
+          float pv[CD_O_RM], qr[CD_O_RN];
+          for (int a = 0; a < CD_O_RM; a++) pv[a] = Ps[kk * S_JC + orr + CD_O_WR * a];
+          for (int c = 0; c < CD_O_RN; c++) qr[c] = Ks[kk * S_LDK + oc + CD_O_WC * c];
+          for (int a = 0; a < CD_O_RM; a++)
+            for (int c = 0; c < CD_O_RN; c++) acc[a][c] = fma(pv[a], qr[c], acc[a][c]);
+        }
+        for (int a = 0; a < CD_O_RM; a++) {
+          const uint j = orr + CD_O_WR * a;
+          if (j >= jn) continue;
+          for (int c = 0; c < CD_O_RN; c++) {
+            const uint s = oc + CD_O_WC * c;
+            if (s < sn) ob[(ulong)(j0 + j) * N + n0 + s0 + s] = acc[a][c];
+          }
+        }
+      }
+    }
+  }
+  if (want_final) {
+    for (int a = 0; a < CD_U_RM; a++) {
+      const uint i = ur + CD_U_WR * a;
+      for (int c = 0; c < CD_U_RN; c++) {
+        const uint j = uc + CD_U_WC * c;
+        if (i < CD_D && j < jn) fin[fin_off + sbase + i * CD_D + j0 + j] = m[a][c];
+      }
+    }
+  }
+#undef S_STORE_STATE
+#undef S_PUBLISH
+}

@@ -1,0 +1,675 @@
+/* Scan forward (SPEC section 3): both algorithms and directions against the f64 C reference, saved
+ * states, segment chaining, the two algorithms against each other, and bad input. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "testutil.h"
+
+#define BOUND 1e-5
+
+/* Largest relative error seen per algorithm (0 sequential, 1 chunkwise) and direction (0 causal, 1 reverse). */
+static double g_max_err[2][2];
+
+typedef struct problem {
+  size_t B, H, D, F, S, N;
+  size_t n_tok, n_beta, n_decay, n_state, n_frames;
+  float *q, *k, *v, *beta, *decay, *init;
+} problem;
+
+static void problem_make(problem *p, size_t B, size_t H, size_t D, size_t F, size_t S, uint64_t seed) {
+  memset(p, 0, sizeof *p);
+  p->B = B, p->H = H, p->D = D, p->F = F, p->S = S, p->N = F * S;
+  p->n_tok = B * H * D * p->N;
+  p->n_beta = B * H * F * S;
+  p->n_decay = B * H * F;
+  p->n_state = B * H * D * D;
+  p->n_frames = B * H * F * D * D;
+  tu_seed(seed);
+  p->q = malloc(p->n_tok * sizeof(float));
+  p->k = malloc(p->n_tok * sizeof(float));
+  p->v = malloc(p->n_tok * sizeof(float));
+  p->beta = malloc(p->n_beta * sizeof(float));
+  p->decay = malloc(p->n_decay * sizeof(float));
+  p->init = malloc(p->n_state * sizeof(float));
+  assert_true(p->q && p->k && p->v && p->beta && p->decay && p->init);
+  tu_fill_uniform(p->q, p->n_tok, -1.0, 1.0);
+  /* keys scaled like the model's k_scale = D^-0.5·S^-0.5, so that I − Kᵀ·β·K stays contractive */
+  tu_fill_normal(p->k, p->n_tok, 1.0 / sqrt((double)D * (double)S));
+  tu_fill_normal(p->v, p->n_tok, 1.0);
+  tu_fill_uniform(p->beta, p->n_beta, 0.0, 1.0);
+  tu_fill_uniform(p->decay, p->n_decay, 0.6, 1.0);
+  tu_fill_normal(p->init, p->n_state, 0.3);
+}
+
+static void problem_free(problem *p) {
+  free(p->q), free(p->k), free(p->v), free(p->beta), free(p->decay), free(p->init);
+  memset(p, 0, sizeof *p);
+}
+
+/* f64 reference results */
+typedef struct ref_result {
+  double *out, *final_state, *pre, *post;
+} ref_result;
+
+static void reference(const problem *p, int reverse, int with_init, int with_final, int with_states, ref_result *r) {
+  double *q = tu_to_f64(p->q, p->n_tok), *k = tu_to_f64(p->k, p->n_tok), *v = tu_to_f64(p->v, p->n_tok);
+  double *beta = tu_to_f64(p->beta, p->n_beta), *decay = tu_to_f64(p->decay, p->n_decay);
+  double *init = with_init ? tu_to_f64(p->init, p->n_state) : NULL;
+  r->out = malloc(p->n_tok * sizeof(double));
+  r->final_state = with_final ? malloc(p->n_state * sizeof(double)) : NULL;
+  r->pre = with_states ? malloc(p->n_frames * sizeof(double)) : NULL;
+  r->post = with_states ? malloc(p->n_frames * sizeof(double)) : NULL;
+  camdelta_ref_scan rs = {p->B, p->H, p->D, p->F, p->S, reverse, q, k, v, beta, decay, init,
+                          r->out, r->final_state, r->pre, r->post};
+  TU_OK(camdelta_ref_scan_forward(&rs));
+  free(q), free(k), free(v), free(beta), free(decay), free(init);
+}
+
+static void ref_free(ref_result *r) {
+  free(r->out), free(r->final_state), free(r->pre), free(r->post);
+  memset(r, 0, sizeof *r);
+}
+
+/* Device run */
+typedef struct dev_result {
+  float *out, *final_state, *pre, *post;
+  camdelta_scan_algorithm used;
+} dev_result;
+
+static void device_run(const problem *p, camdelta_scan_algorithm alg, int reverse, int with_init, int with_final,
+                       int with_states, dev_result *r) {
+  cl_mem q = tu_upload(p->q, p->n_tok * 4), k = tu_upload(p->k, p->n_tok * 4), v = tu_upload(p->v, p->n_tok * 4);
+  cl_mem beta = tu_upload(p->beta, p->n_beta * 4), decay = tu_upload(p->decay, p->n_decay * 4);
+  cl_mem init = with_init ? tu_upload(p->init, p->n_state * 4) : NULL;
+  cl_mem out = tu_buffer(p->n_tok * 4), fin = with_final ? tu_buffer(p->n_state * 4) : NULL;
+  camdelta_scan_saved *saved = NULL;
+  if (with_states) TU_OK(camdelta_scan_saved_create(tu_context(), &saved));
+  camdelta_scan_args a = {0};
+  a.B = p->B, a.H = p->H, a.D = p->D, a.F = p->F, a.S = p->S;
+  a.reverse = reverse;
+  a.algorithm = alg;
+  a.q.mem = q, a.k.mem = k, a.v.mem = v, a.beta.mem = beta, a.decay.mem = decay, a.out.mem = out;
+  a.init_state.mem = init, a.final_state.mem = fin;
+  a.used = &r->used;
+  TU_OK(camdelta_scan_forward(tu_context(), &a, saved));
+  r->out = malloc(p->n_tok * 4);
+  tu_download(out, 0, p->n_tok * 4, r->out);
+  r->final_state = NULL, r->pre = NULL, r->post = NULL;
+  if (with_final) {
+    r->final_state = malloc(p->n_state * 4);
+    tu_download(fin, 0, p->n_state * 4, r->final_state);
+  }
+  if (with_states) {
+    cl_mem pre, post;
+    TU_OK(camdelta_scan_saved_states(saved, &pre, &post));
+    r->pre = malloc(p->n_frames * 4);
+    r->post = malloc(p->n_frames * 4);
+    tu_download(pre, 0, p->n_frames * 4, r->pre);
+    tu_download(post, 0, p->n_frames * 4, r->post);
+    camdelta_scan_saved_destroy(saved);
+  }
+  clReleaseMemObject(q), clReleaseMemObject(k), clReleaseMemObject(v), clReleaseMemObject(beta);
+  clReleaseMemObject(decay), clReleaseMemObject(out);
+  if (init) clReleaseMemObject(init);
+  if (fin) clReleaseMemObject(fin);
+}
+
+static void dev_free(dev_result *r) {
+  free(r->out), free(r->final_state), free(r->pre), free(r->post);
+  memset(r, 0, sizeof *r);
+}
+
+static void check_err(const char *what, const problem *p, camdelta_scan_algorithm alg, int reverse, double err) {
+  const int ai = alg == CAMDELTA_SCAN_CHUNKWISE;
+  if (err > g_max_err[ai][reverse]) g_max_err[ai][reverse] = err;
+  if (!(err <= BOUND))
+    fail_msg("%s: %s %s B=%zu H=%zu D=%zu F=%zu S=%zu: relative error %.3g > %.0e", what,
+             camdelta_scan_algorithm_name(alg), reverse ? "reverse" : "causal", p->B, p->H, p->D, p->F, p->S, err,
+             BOUND);
+}
+
+/* One configuration, one algorithm, against the reference (computed by the caller). */
+static void compare(const problem *p, const ref_result *ref, camdelta_scan_algorithm alg, int reverse, int with_init,
+                    int with_final, int with_states) {
+  dev_result d;
+  device_run(p, alg, reverse, with_init, with_final, with_states, &d);
+  assert_int_equal(d.used, alg);
+  check_err("out", p, alg, reverse, tu_rel_err(d.out, ref->out, p->n_tok));
+  if (with_final) check_err("final_state", p, alg, reverse, tu_rel_err(d.final_state, ref->final_state, p->n_state));
+  if (with_states) {
+    check_err("state_pre", p, alg, reverse, tu_rel_err(d.pre, ref->pre, p->n_frames));
+    check_err("state_post", p, alg, reverse, tu_rel_err(d.post, ref->post, p->n_frames));
+  }
+  dev_free(&d);
+}
+
+/* Both algorithms, one direction and option set. */
+static void check_case(size_t B, size_t H, size_t D, size_t F, size_t S, int reverse, int with_init, int with_final,
+                       int with_states, uint64_t seed) {
+  problem p;
+  problem_make(&p, B, H, D, F, S, seed);
+  ref_result ref;
+  reference(&p, reverse, with_init, with_final, with_states, &ref);
+  compare(&p, &ref, CAMDELTA_SCAN_SEQUENTIAL, reverse, with_init, with_final, with_states);
+  compare(&p, &ref, CAMDELTA_SCAN_CHUNKWISE, reverse, with_init, with_final, with_states);
+  ref_free(&ref);
+  problem_free(&p);
+}
+
+/* ------------------------------------------------------------------------------------- sweeps */
+
+static void test_head_dims(void **state) {
+  (void)state;
+  static const size_t Ds[] = {8, 16, 32, 64, 112, 128};
+  for (size_t i = 0; i < sizeof Ds / sizeof *Ds; i++)
+    for (int rev = 0; rev < 2; rev++) check_case(1, 2, Ds[i], 5, 64, rev, 1, 1, 0, 100 + i * 2 + rev);
+}
+
+static void test_frame_sizes(void **state) {
+  (void)state;
+  static const size_t Ss[] = {1, 7, 64, 300};
+  for (size_t i = 0; i < sizeof Ss / sizeof *Ss; i++)
+    for (int rev = 0; rev < 2; rev++) check_case(2, 1, 32, 5, Ss[i], rev, i % 2, 1, 0, 200 + i * 2 + rev);
+}
+
+static void test_frame_counts(void **state) {
+  (void)state;
+  static const size_t Fs[] = {1, 2, 5, 21};
+  for (size_t i = 0; i < sizeof Fs / sizeof *Fs; i++)
+    for (int rev = 0; rev < 2; rev++) check_case(1, 1, 16, Fs[i], 7, rev, 1, 1, 0, 300 + i * 2 + rev);
+}
+
+static void test_batch_heads(void **state) {
+  (void)state;
+  static const size_t BH[][2] = {{1, 1}, {1, 3}, {3, 1}, {2, 3}, {3, 2}};
+  for (size_t i = 0; i < sizeof BH / sizeof *BH; i++)
+    for (int rev = 0; rev < 2; rev++) check_case(BH[i][0], BH[i][1], 16, 2, 7, rev, rev, !rev, 0, 400 + i * 2 + rev);
+}
+
+static void test_init_and_final_options(void **state) {
+  (void)state;
+  /* every combination of init_state / final_state, both directions */
+  for (int rev = 0; rev < 2; rev++)
+    for (int init = 0; init < 2; init++)
+      for (int fin = 0; fin < 2; fin++) check_case(2, 1, 24, 3, 10, rev, init, fin, 0, 500 + rev * 4 + init * 2 + fin);
+}
+
+static void test_large_shapes(void **state) {
+  (void)state;
+  check_case(1, 1, 112, 21, 64, 0, 1, 1, 0, 601);
+  check_case(1, 1, 112, 21, 64, 1, 1, 1, 0, 602);
+  check_case(1, 1, 128, 2, 300, 0, 0, 1, 0, 603);
+  check_case(1, 1, 128, 2, 300, 1, 1, 1, 0, 604);
+}
+
+/* ------------------------------------------------------------------------------- saved states */
+
+static void test_saved_states(void **state) {
+  (void)state;
+  for (int rev = 0; rev < 2; rev++)
+    for (int init = 0; init < 2; init++) check_case(2, 2, 32, 5, 20, rev, init, 1, 1, 700 + rev * 2 + init);
+  check_case(1, 1, 112, 3, 40, 1, 0, 0, 1, 710);
+  check_case(1, 1, 8, 1, 1, 1, 1, 0, 1, 711);
+}
+
+static void test_saved_object_api(void **state) {
+  (void)state;
+  camdelta_scan_saved *saved = NULL;
+  assert_int_equal(camdelta_scan_saved_create(NULL, &saved), CAMDELTA_ERROR_INVALID_ARGUMENT);
+  assert_int_equal(camdelta_scan_saved_create(tu_context(), NULL), CAMDELTA_ERROR_INVALID_ARGUMENT);
+  TU_OK(camdelta_scan_saved_create(tu_context(), &saved));
+  cl_mem a = NULL, b = NULL;
+  assert_int_equal(camdelta_scan_saved_states(saved, &a, &b), CAMDELTA_ERROR_INVALID_ARGUMENT);
+  assert_non_null(strstr(camdelta_last_message(), "saved"));
+  assert_int_equal(camdelta_scan_saved_states(NULL, &a, &b), CAMDELTA_ERROR_INVALID_ARGUMENT);
+  /* reuse across shapes: a larger then a smaller problem */
+  for (int round = 0; round < 2; round++) {
+    problem p;
+    problem_make(&p, 1, 1, round ? 8 : 16, round ? 2 : 3, 5, 750 + round);
+    cl_mem q = tu_upload(p.q, p.n_tok * 4), k = tu_upload(p.k, p.n_tok * 4), v = tu_upload(p.v, p.n_tok * 4);
+    cl_mem beta = tu_upload(p.beta, p.n_beta * 4), decay = tu_upload(p.decay, p.n_decay * 4);
+    cl_mem out = tu_buffer(p.n_tok * 4);
+    camdelta_scan_args args = {0};
+    args.B = p.B, args.H = p.H, args.D = p.D, args.F = p.F, args.S = p.S;
+    args.q.mem = q, args.k.mem = k, args.v.mem = v, args.beta.mem = beta, args.decay.mem = decay, args.out.mem = out;
+    TU_OK(camdelta_scan_forward(tu_context(), &args, saved));
+    TU_OK(camdelta_scan_saved_states(saved, &a, &b));
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_true(tu_mem_size(a) >= p.n_frames * 4);
+    ref_result ref;
+    reference(&p, 0, 0, 0, 1, &ref);
+    float *post = malloc(p.n_frames * 4);
+    tu_download(b, 0, p.n_frames * 4, post);
+    assert_true(tu_rel_err(post, ref.post, p.n_frames) <= BOUND);
+    free(post);
+    ref_free(&ref);
+    clReleaseMemObject(q), clReleaseMemObject(k), clReleaseMemObject(v), clReleaseMemObject(beta);
+    clReleaseMemObject(decay), clReleaseMemObject(out);
+    problem_free(&p);
+  }
+  camdelta_scan_saved_destroy(saved);
+  camdelta_scan_saved_destroy(NULL);
+}
+
+/* --------------------------------------------------------------------- algorithms against each other */
+
+static void test_sequential_vs_chunkwise(void **state) {
+  (void)state;
+  static const size_t shapes[][5] = {{2, 3, 64, 5, 64}, {3, 1, 112, 2, 300}, {1, 2, 128, 21, 7}};
+  for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+    for (int rev = 0; rev < 2; rev++) {
+      problem p;
+      problem_make(&p, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], shapes[i][4], 800 + i * 2 + rev);
+      dev_result a, b;
+      device_run(&p, CAMDELTA_SCAN_SEQUENTIAL, rev, 1, 1, 1, &a);
+      device_run(&p, CAMDELTA_SCAN_CHUNKWISE, rev, 1, 1, 1, &b);
+      double *ref = malloc((p.n_tok > p.n_frames ? p.n_tok : p.n_frames) * sizeof(double));
+      for (size_t j = 0; j < p.n_tok; j++) ref[j] = a.out[j];
+      double e = tu_rel_err(b.out, ref, p.n_tok);
+      for (size_t j = 0; j < p.n_state; j++) ref[j] = a.final_state[j];
+      double ef = tu_rel_err(b.final_state, ref, p.n_state);
+      for (size_t j = 0; j < p.n_frames; j++) ref[j] = a.post[j];
+      double ep = tu_rel_err(b.post, ref, p.n_frames);
+      for (size_t j = 0; j < p.n_frames; j++) ref[j] = a.pre[j];
+      double eq = tu_rel_err(b.pre, ref, p.n_frames);
+      if (!(e <= BOUND && ef <= BOUND && ep <= BOUND && eq <= BOUND))
+        fail_msg("sequential vs chunkwise, shape %zu %s: out %.3g final %.3g post %.3g pre %.3g", i,
+                 rev ? "reverse" : "causal", e, ef, ep, eq);
+      free(ref);
+      dev_free(&a), dev_free(&b);
+      problem_free(&p);
+    }
+  }
+}
+
+/* ----------------------------------------------------------------------------- segment chaining */
+
+/* Frames [f0, f0 + nf) of a problem as a problem of its own. */
+static void problem_slice(const problem *p, size_t f0, size_t nf, problem *s) {
+  memset(s, 0, sizeof *s);
+  s->B = p->B, s->H = p->H, s->D = p->D, s->F = nf, s->S = p->S, s->N = nf * p->S;
+  s->n_tok = p->B * p->H * p->D * s->N;
+  s->n_beta = p->B * p->H * nf * p->S;
+  s->n_decay = p->B * p->H * nf;
+  s->n_state = p->n_state;
+  s->n_frames = p->B * p->H * nf * p->D * p->D;
+  s->q = malloc(s->n_tok * 4), s->k = malloc(s->n_tok * 4), s->v = malloc(s->n_tok * 4);
+  s->beta = malloc(s->n_beta * 4), s->decay = malloc(s->n_decay * 4), s->init = malloc(s->n_state * 4);
+  const size_t BHD = p->B * p->H * p->D, BH = p->B * p->H;
+  for (size_t r = 0; r < BHD; r++) {
+    memcpy(s->q + r * s->N, p->q + r * p->N + f0 * p->S, s->N * 4);
+    memcpy(s->k + r * s->N, p->k + r * p->N + f0 * p->S, s->N * 4);
+    memcpy(s->v + r * s->N, p->v + r * p->N + f0 * p->S, s->N * 4);
+  }
+  for (size_t r = 0; r < BH; r++) {
+    memcpy(s->beta + r * nf * p->S, p->beta + (r * p->F + f0) * p->S, nf * p->S * 4);
+    memcpy(s->decay + r * nf, p->decay + r * p->F + f0, nf * 4);
+  }
+  memcpy(s->init, p->init, s->n_state * 4);
+}
+
+/* Run the segments (frame counts `cuts`) chained through one state buffer (final_state = init_state,
+ * in place) and compare with one run over all frames. */
+static void check_chain(size_t B, size_t H, size_t D, size_t S, const size_t *cuts, int ncuts, int reverse,
+                        camdelta_scan_algorithm alg, uint64_t seed) {
+  size_t F = 0;
+  for (int i = 0; i < ncuts; i++) F += cuts[i];
+  problem p;
+  problem_make(&p, B, H, D, F, S, seed);
+  dev_result whole;
+  device_run(&p, alg, reverse, 1, 1, 0, &whole);
+
+  float *out = malloc(p.n_tok * 4);
+  cl_mem st = tu_upload(p.init, p.n_state * 4);
+  for (int c = 0; c < ncuts; c++) {
+    /* causal: segments first to last; reverse: last to first */
+    const int seg = reverse ? ncuts - 1 - c : c;
+    size_t f0 = 0;
+    for (int i = 0; i < seg; i++) f0 += cuts[i];
+    problem s;
+    problem_slice(&p, f0, cuts[seg], &s);
+    cl_mem q = tu_upload(s.q, s.n_tok * 4), k = tu_upload(s.k, s.n_tok * 4), v = tu_upload(s.v, s.n_tok * 4);
+    cl_mem beta = tu_upload(s.beta, s.n_beta * 4), decay = tu_upload(s.decay, s.n_decay * 4);
+    cl_mem o = tu_buffer(s.n_tok * 4);
+    camdelta_scan_args a = {0};
+    a.B = B, a.H = H, a.D = D, a.F = s.F, a.S = S, a.reverse = reverse, a.algorithm = alg;
+    a.q.mem = q, a.k.mem = k, a.v.mem = v, a.beta.mem = beta, a.decay.mem = decay, a.out.mem = o;
+    a.init_state.mem = st, a.final_state.mem = st;
+    TU_OK(camdelta_scan_forward(tu_context(), &a, NULL));
+    float *so = malloc(s.n_tok * 4);
+    tu_download(o, 0, s.n_tok * 4, so);
+    for (size_t r = 0; r < B * H * D; r++) memcpy(out + r * p.N + f0 * S, so + r * s.N, s.N * 4);
+    free(so);
+    clReleaseMemObject(q), clReleaseMemObject(k), clReleaseMemObject(v), clReleaseMemObject(beta);
+    clReleaseMemObject(decay), clReleaseMemObject(o);
+    problem_free(&s);
+  }
+  float *fin = malloc(p.n_state * 4);
+  tu_download(st, 0, p.n_state * 4, fin);
+  double *ref = malloc(p.n_tok * sizeof(double));
+  for (size_t j = 0; j < p.n_tok; j++) ref[j] = whole.out[j];
+  double e = tu_rel_err(out, ref, p.n_tok);
+  for (size_t j = 0; j < p.n_state; j++) ref[j] = whole.final_state[j];
+  double ef = tu_rel_err(fin, ref, p.n_state);
+  if (!(e <= BOUND && ef <= BOUND))
+    fail_msg("%s %s chain of %d segments: out %.3g, final_state %.3g", camdelta_scan_algorithm_name(alg),
+             reverse ? "reverse" : "causal", ncuts, e, ef);
+  free(ref), free(fin), free(out);
+  clReleaseMemObject(st);
+  dev_free(&whole);
+  problem_free(&p);
+}
+
+static void test_segment_chaining(void **state) {
+  (void)state;
+  static const size_t two[] = {2, 3}, three[] = {1, 2, 2};
+  for (int rev = 0; rev < 2; rev++)
+    for (int alg = CAMDELTA_SCAN_SEQUENTIAL; alg <= CAMDELTA_SCAN_CHUNKWISE; alg++) {
+      check_chain(2, 1, 16, 7, two, 2, rev, (camdelta_scan_algorithm)alg, 900 + rev * 4 + alg);
+      check_chain(1, 2, 32, 9, three, 3, rev, (camdelta_scan_algorithm)alg, 910 + rev * 4 + alg);
+    }
+}
+
+/* -------------------------------------------------------------------------------------- offsets */
+
+static void test_buffer_offsets(void **state) {
+  (void)state;
+  problem p;
+  problem_make(&p, 2, 1, 16, 3, 5, 1000);
+  ref_result ref;
+  reference(&p, 1, 1, 1, 0, &ref);
+  /* every tensor at its own element offset inside one big buffer */
+  const size_t off[8] = {3, 0, 0, 0, 0, 0, 0, 0};
+  size_t pos[8], sizes[8] = {p.n_tok, p.n_tok, p.n_tok, p.n_beta, p.n_decay, p.n_state, p.n_tok, p.n_state};
+  size_t total = 0;
+  for (int i = 0; i < 8; i++) pos[i] = total + off[0] + (size_t)i, total = pos[i] + sizes[i];
+  float *host = malloc(total * 4);
+  for (size_t i = 0; i < total; i++) host[i] = NAN;
+  memcpy(host + pos[0], p.q, p.n_tok * 4), memcpy(host + pos[1], p.k, p.n_tok * 4);
+  memcpy(host + pos[2], p.v, p.n_tok * 4), memcpy(host + pos[3], p.beta, p.n_beta * 4);
+  memcpy(host + pos[4], p.decay, p.n_decay * 4), memcpy(host + pos[5], p.init, p.n_state * 4);
+  cl_mem m = tu_upload(host, total * 4);
+  for (int alg = CAMDELTA_SCAN_SEQUENTIAL; alg <= CAMDELTA_SCAN_CHUNKWISE; alg++) {
+    camdelta_scan_args a = {0};
+    a.B = p.B, a.H = p.H, a.D = p.D, a.F = p.F, a.S = p.S, a.reverse = 1, a.algorithm = (camdelta_scan_algorithm)alg;
+    camdelta_buffer *b[8] = {&a.q, &a.k, &a.v, &a.beta, &a.decay, &a.init_state, &a.out, &a.final_state};
+    for (int i = 0; i < 8; i++) b[i]->mem = m, b[i]->offset = pos[i];
+    TU_OK(camdelta_scan_forward(tu_context(), &a, NULL));
+    float *got = malloc(total * 4);
+    tu_download(m, 0, total * 4, got);
+    check_err("out (offsets)", &p, (camdelta_scan_algorithm)alg, 1, tu_rel_err(got + pos[6], ref.out, p.n_tok));
+    check_err("final_state (offsets)", &p, (camdelta_scan_algorithm)alg, 1,
+              tu_rel_err(got + pos[7], ref.final_state, p.n_state));
+    /* nothing outside the outputs changed (the gaps stay NaN) */
+    for (int i = 0; i < 8; i++) {
+      const size_t gap = i ? pos[i - 1] + sizes[i - 1] : 0;
+      for (size_t j = gap; j < pos[i]; j++) assert_true(isnan(got[j]));
+    }
+    free(got);
+  }
+  clReleaseMemObject(m);
+  free(host);
+  ref_free(&ref);
+  problem_free(&p);
+}
+
+/* ------------------------------------------------------------------------------------ API misc */
+
+static void test_api_misc(void **state) {
+  (void)state;
+  assert_string_equal(camdelta_scan_algorithm_name(CAMDELTA_SCAN_AUTO), "auto");
+  assert_string_equal(camdelta_scan_algorithm_name(CAMDELTA_SCAN_SEQUENTIAL), "sequential");
+  assert_string_equal(camdelta_scan_algorithm_name(CAMDELTA_SCAN_CHUNKWISE), "chunkwise");
+  assert_string_equal(camdelta_scan_algorithm_name((camdelta_scan_algorithm)7), "unknown");
+  /* AUTO picks one of the two and reports it; results match the reference; the profile is filled */
+  problem p;
+  problem_make(&p, 1, 2, 32, 4, 33, 1100);
+  ref_result ref;
+  reference(&p, 0, 0, 0, 0, &ref);
+  cl_mem q = tu_upload(p.q, p.n_tok * 4), k = tu_upload(p.k, p.n_tok * 4), v = tu_upload(p.v, p.n_tok * 4);
+  cl_mem beta = tu_upload(p.beta, p.n_beta * 4), decay = tu_upload(p.decay, p.n_decay * 4);
+  cl_mem out = tu_buffer(p.n_tok * 4);
+  camdelta_scan_algorithm used = CAMDELTA_SCAN_AUTO;
+  camdelta_profile prof = {-1.0, 99};
+  camdelta_scan_args a = {0};
+  a.B = p.B, a.H = p.H, a.D = p.D, a.F = p.F, a.S = p.S;
+  a.q.mem = q, a.k.mem = k, a.v.mem = v, a.beta.mem = beta, a.decay.mem = decay, a.out.mem = out;
+  a.used = &used, a.profile = &prof;
+  TU_OK(camdelta_scan_forward(tu_context(), &a, NULL));
+  assert_true(used == CAMDELTA_SCAN_SEQUENTIAL || used == CAMDELTA_SCAN_CHUNKWISE);
+  assert_true(prof.kernels >= 1 && prof.kernels <= 3);
+  assert_true(prof.kernel_ms >= 0);
+  float *got = malloc(p.n_tok * 4);
+  tu_download(out, 0, p.n_tok * 4, got);
+  check_err("out (auto)", &p, used, 0, tu_rel_err(got, ref.out, p.n_tok));
+  printf("auto picked %s for B=1 H=2 D=32 F=4 S=33\n", camdelta_scan_algorithm_name(used));
+  free(got);
+  clReleaseMemObject(q), clReleaseMemObject(k), clReleaseMemObject(v), clReleaseMemObject(beta);
+  clReleaseMemObject(decay), clReleaseMemObject(out);
+  ref_free(&ref);
+  problem_free(&p);
+}
+
+/* ------------------------------------------------------------------------------------- bad input */
+
+typedef struct bad_env {
+  problem p;
+  cl_mem q, k, v, beta, decay, out, init, fin, small;
+  camdelta_scan_args a;
+} bad_env;
+
+static void bad_setup(bad_env *e) {
+  problem_make(&e->p, 2, 2, 16, 3, 4, 1200);
+  problem *p = &e->p;
+  e->q = tu_upload(p->q, p->n_tok * 4), e->k = tu_upload(p->k, p->n_tok * 4), e->v = tu_upload(p->v, p->n_tok * 4);
+  e->beta = tu_upload(p->beta, p->n_beta * 4), e->decay = tu_upload(p->decay, p->n_decay * 4);
+  e->init = tu_upload(p->init, p->n_state * 4);
+  e->out = tu_buffer(p->n_tok * 4), e->fin = tu_buffer(p->n_state * 4), e->small = tu_buffer(16);
+  memset(&e->a, 0, sizeof e->a);
+  camdelta_scan_args *a = &e->a;
+  a->B = p->B, a->H = p->H, a->D = p->D, a->F = p->F, a->S = p->S;
+  a->q.mem = e->q, a->k.mem = e->k, a->v.mem = e->v, a->beta.mem = e->beta, a->decay.mem = e->decay;
+  a->out.mem = e->out, a->init_state.mem = e->init, a->final_state.mem = e->fin;
+}
+
+static void bad_teardown(bad_env *e) {
+  cl_mem all[9] = {e->q, e->k, e->v, e->beta, e->decay, e->out, e->init, e->fin, e->small};
+  for (int i = 0; i < 9; i++) clReleaseMemObject(all[i]);
+  problem_free(&e->p);
+}
+
+/* The call fails with `want`, its message names `needle`, and out / final_state are untouched. */
+static void expect_bad(bad_env *e, const camdelta_scan_args *a, camdelta_status want, const char *needle) {
+  for (int alg = CAMDELTA_SCAN_AUTO; alg <= CAMDELTA_SCAN_CHUNKWISE; alg++) {
+    camdelta_scan_args b = *a;
+    if (b.algorithm == CAMDELTA_SCAN_AUTO) b.algorithm = (camdelta_scan_algorithm)alg;
+    camdelta_status st = camdelta_scan_forward(tu_context(), &b, NULL);
+    if (st != want)
+      fail_msg("expected %s, got %s (%s)", camdelta_status_name(want), camdelta_status_name(st),
+               camdelta_last_message());
+    if (needle && !strstr(camdelta_last_message(), needle))
+      fail_msg("message '%s' does not mention '%s'", camdelta_last_message(), needle);
+  }
+  camdelta_finish(tu_context());
+  const size_t n[2] = {e->p.n_tok, e->p.n_state};
+  const cl_mem m[2] = {e->out, e->fin};
+  for (int i = 0; i < 2; i++) {
+    unsigned char *h = malloc(n[i] * 4);
+    tu_download(m[i], 0, n[i] * 4, h);
+    for (size_t j = 0; j < n[i] * 4; j++)
+      if (h[j] != 0xFF) fail_msg("output %d was written by a call that failed", i);
+    free(h);
+  }
+}
+
+static void test_bad_input(void **state) {
+  (void)state;
+  bad_env e;
+  bad_setup(&e);
+  camdelta_scan_args a;
+
+  assert_int_equal(camdelta_scan_forward(NULL, &e.a, NULL), CAMDELTA_ERROR_INVALID_ARGUMENT);
+  assert_int_equal(camdelta_scan_forward(tu_context(), NULL, NULL), CAMDELTA_ERROR_INVALID_ARGUMENT);
+
+  /* head dim out of range */
+  static const size_t badD[] = {0, 4, 12, 136, 256};
+  for (size_t i = 0; i < sizeof badD / sizeof *badD; i++) {
+    a = e.a, a.D = badD[i];
+    expect_bad(&e, &a, CAMDELTA_ERROR_UNSUPPORTED, "D=");
+  }
+  /* zero dims */
+  a = e.a, a.B = 0;
+  expect_bad(&e, &a, CAMDELTA_ERROR_SHAPE, "B=0");
+  a = e.a, a.F = 0;
+  expect_bad(&e, &a, CAMDELTA_ERROR_SHAPE, "F=0");
+  a = e.a, a.S = 0;
+  expect_bad(&e, &a, CAMDELTA_ERROR_SHAPE, "S=0");
+  /* overflow */
+  a = e.a, a.S = SIZE_MAX / 2;
+  expect_bad(&e, &a, CAMDELTA_ERROR_OVERFLOW, NULL);
+  /* unknown algorithm */
+  a = e.a, a.algorithm = (camdelta_scan_algorithm)9;
+  expect_bad(&e, &a, CAMDELTA_ERROR_INVALID_ARGUMENT, "algorithm");
+
+  /* shapes that do not fit the buffers: more frames / tokens / heads than the tensors hold */
+  a = e.a, a.F = 4; /* N = F·S no longer matches q (and beta, decay) */
+  expect_bad(&e, &a, CAMDELTA_ERROR_BUFFER_TOO_SMALL, "'q'");
+  a = e.a, a.H = 3;
+  expect_bad(&e, &a, CAMDELTA_ERROR_BUFFER_TOO_SMALL, "'q'");
+  a = e.a, a.D = 24;
+  expect_bad(&e, &a, CAMDELTA_ERROR_BUFFER_TOO_SMALL, "'q'");
+
+  /* each buffer missing, too small, or pushed past its end by an offset */
+  static const char *names[8] = {"q", "k", "v", "beta", "decay", "out", "init_state", "final_state"};
+  for (int i = 0; i < 8; i++) {
+    char needle[32];
+    snprintf(needle, sizeof needle, "'%s'", names[i]);
+    a = e.a;
+    camdelta_buffer *b[8] = {&a.q, &a.k, &a.v, &a.beta, &a.decay, &a.out, &a.init_state, &a.final_state};
+    if (i < 6) {
+      b[i]->mem = NULL;
+      expect_bad(&e, &a, CAMDELTA_ERROR_INVALID_ARGUMENT, needle);
+    }
+    a = e.a;
+    b[i]->mem = e.small;
+    expect_bad(&e, &a, CAMDELTA_ERROR_BUFFER_TOO_SMALL, needle);
+    a = e.a;
+    b[i]->offset = 1;
+    expect_bad(&e, &a, CAMDELTA_ERROR_BUFFER_TOO_SMALL, needle);
+    a = e.a;
+    b[i]->offset = SIZE_MAX - 2;
+    expect_bad(&e, &a, CAMDELTA_ERROR_OVERFLOW, needle);
+  }
+  /* beta / decay / state of the wrong shape: a (B, H, F) beta, a (B, H) decay, a (B, H, D) state */
+  {
+    cl_mem b3 = tu_buffer(e.p.n_decay * 4), d2 = tu_buffer(e.p.B * e.p.H * 4), s3 = tu_buffer(e.p.B * e.p.H * 16 * 4);
+    a = e.a, a.beta.mem = b3;
+    expect_bad(&e, &a, CAMDELTA_ERROR_BUFFER_TOO_SMALL, "'beta'");
+    a = e.a, a.decay.mem = d2;
+    expect_bad(&e, &a, CAMDELTA_ERROR_BUFFER_TOO_SMALL, "'decay'");
+    a = e.a, a.init_state.mem = s3;
+    expect_bad(&e, &a, CAMDELTA_ERROR_BUFFER_TOO_SMALL, "'init_state'");
+    clReleaseMemObject(b3), clReleaseMemObject(d2), clReleaseMemObject(s3);
+  }
+  /* outputs overlapping inputs */
+  a = e.a, a.out.mem = e.q;
+  {
+    camdelta_status st = camdelta_scan_forward(tu_context(), &a, NULL);
+    assert_int_equal(st, CAMDELTA_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(camdelta_last_message(), "'out'"));
+  }
+  a = e.a;
+  {
+    cl_mem big = tu_buffer((e.p.n_tok + e.p.n_state) * 4);
+    a.final_state.mem = big, a.q.mem = big;
+    camdelta_status st = camdelta_scan_forward(tu_context(), &a, NULL);
+    assert_int_equal(st, CAMDELTA_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(camdelta_last_message(), "'final_state'"));
+    clReleaseMemObject(big);
+  }
+  /* a saved object of another context is refused */
+  {
+    camdelta_context *other = NULL;
+    if (camdelta_context_create(&other, NULL) == CAMDELTA_OK) {
+      camdelta_scan_saved *s = NULL;
+      TU_OK(camdelta_scan_saved_create(other, &s));
+      assert_int_equal(camdelta_scan_forward(tu_context(), &e.a, s), CAMDELTA_ERROR_INVALID_ARGUMENT);
+      camdelta_scan_saved_destroy(s);
+      camdelta_context_destroy(other);
+    }
+  }
+  /* and the untouched arguments still work */
+  TU_OK(camdelta_scan_forward(tu_context(), &e.a, NULL));
+  bad_teardown(&e);
+}
+
+/* The CLI's 'run scan' rejects N not divisible by F (the API takes F and S, so N cannot mismatch there). */
+static void test_cli_frames_mismatch(void **state) {
+  (void)state;
+  const char *cli = getenv("CAMDELTA_CLI");
+  if (!cli || !*cli) {
+    printf("CAMDELTA_CLI not set: skipped\n");
+    return;
+  }
+  char in[1100], outdir[1100], cmd[4096], path[1200];
+  snprintf(in, sizeof in, "%s/scan-in", tu_tmpdir());
+  snprintf(outdir, sizeof outdir, "%s/scan-out", tu_tmpdir());
+  snprintf(cmd, sizeof cmd, "mkdir -p '%s' '%s'", in, outdir);
+  assert_int_equal(system(cmd), 0);
+  /* N = 10 tokens, F = 3 frames */
+  const size_t B = 1, H = 1, D = 8, N = 10, F = 3;
+  float *z = calloc(B * H * D * N, 4);
+  const size_t tok[4] = {B, H, D, N}, bsh[4] = {B, H, F, 3}, dsh[3] = {B, H, F};
+  static const char *tn[3] = {"q", "k", "v"};
+  for (int i = 0; i < 3; i++) {
+    snprintf(path, sizeof path, "%s/%s.npy", in, tn[i]);
+    TU_OK(camdelta_npy_write(path, CAMDELTA_NPY_F4, 4, tok, z));
+  }
+  snprintf(path, sizeof path, "%s/beta.npy", in);
+  TU_OK(camdelta_npy_write(path, CAMDELTA_NPY_F4, 4, bsh, z));
+  snprintf(path, sizeof path, "%s/decay.npy", in);
+  TU_OK(camdelta_npy_write(path, CAMDELTA_NPY_F4, 3, dsh, z));
+  free(z);
+  snprintf(cmd, sizeof cmd, "'%s' run scan --in '%s' --out '%s' >/dev/null 2>&1", cli, in, outdir);
+  int rc = system(cmd);
+  assert_true(rc != -1);
+  printf("camdelta run scan with N=10, F=3: exit %d\n", WEXITSTATUS(rc));
+  assert_int_equal(WEXITSTATUS(rc), 3);
+}
+
+static int teardown_all(void **state) {
+  (void)state;
+  static const char *alg[2] = {"sequential", "chunkwise"}, *dir[2] = {"causal", "reverse"};
+  for (int a = 0; a < 2; a++)
+    for (int d = 0; d < 2; d++) {
+      char what[96];
+      snprintf(what, sizeof what, "scan max rel err %s %s", alg[a], dir[d]);
+      tu_report(what, g_max_err[a][d]);
+    }
+  tu_context_release();
+  return 0;
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_api_misc),
+      cmocka_unit_test(test_bad_input),
+      cmocka_unit_test(test_head_dims),
+      cmocka_unit_test(test_frame_sizes),
+      cmocka_unit_test(test_frame_counts),
+      cmocka_unit_test(test_batch_heads),
+      cmocka_unit_test(test_init_and_final_options),
+      cmocka_unit_test(test_saved_states),
+      cmocka_unit_test(test_saved_object_api),
+      cmocka_unit_test(test_sequential_vs_chunkwise),
+      cmocka_unit_test(test_segment_chaining),
+      cmocka_unit_test(test_buffer_offsets),
+      cmocka_unit_test(test_large_shapes),
+      cmocka_unit_test(test_cli_frames_mismatch),
+  };
+  return cmocka_run_group_tests(tests, NULL, teardown_all);
+}
