@@ -76,6 +76,10 @@ static int cli_setup(void **state) {
     fprintf(stderr, "CAMDELTA_CLI is not set: run through ctest\n");
     return -1;
   }
+  if (access(cli_path(), X_OK) != 0) {
+    fprintf(stderr, "CAMDELTA_CLI=%s is not an executable (did the tool build?)\n", cli_path());
+    return -1;
+  }
   return 0;
 }
 
@@ -669,6 +673,102 @@ static void test_run_prep_backward(void **state) {
   prep_free(&p);
 }
 
+/* ------------------------------------------------------------------ cache */
+
+static int count_lines_with(const char *text, const char *needle) {
+  int n = 0;
+  for (const char *p = text; (p = strstr(p, needle)) != NULL; p += strlen(needle)) n++;
+  return n;
+}
+
+static void test_cache(void **state) {
+  (void)state;
+  const char *shared = getenv("CAMDELTA_CACHE_DIR");
+  if (!shared || !*shared) skip();
+  /* warm the shared test cache (compiles at most once for the whole test suite), then again: all from disk */
+  cli_result *r = run("cache warm");
+  expect_code(r, 0, NULL);
+  assert_non_null(strstr(r->out, "warmed "));
+  r = run("cache warm --device 0:0");
+  expect_code(r, 0, NULL);
+  assert_non_null(strstr(r->out, " 0 compiled"));
+  expect_code(run("cache warm --device no-such-device-xyz"), 4, "no-such-device-xyz");
+  expect_code(run("cache warm --bogus"), 2, "--bogus");
+
+  /* a private copy of the entries to list and clear */
+  const char *dir = folder("cache");
+  char cmd[4000], env[1400];
+  snprintf(cmd, sizeof cmd, "cp '%s'/*.clbin '%s'/", shared, dir);
+  assert_int_equal(system(cmd), 0);
+  snprintf(env, sizeof env, "CAMDELTA_CACHE_DIR='%s'", dir);
+  r = run_env(env, "cache dir");
+  expect_code(r, 0, NULL);
+  assert_non_null(strstr(r->out, dir));
+  r = run_env(env, "cache list");
+  expect_code(r, 0, NULL);
+  int ok_entries = count_lines_with(r->out, ".clbin ");
+  assert_true(ok_entries > 0);
+  assert_int_equal(count_lines_with(r->out, "  ok "), ok_entries);
+  camdelta_device_info info;
+  TU_OK(camdelta_context_info(tu_context(), &info));
+  char dev[80];
+  snprintf(dev, sizeof dev, "%.63s", info.device_name);
+  assert_non_null(strstr(r->out, dev));
+  char tail[64];
+  snprintf(tail, sizeof tail, "%d entries", ok_entries);
+  assert_non_null(strstr(r->out, tail));
+
+  /* a corrupt entry, a partial write and someone else's file */
+  char path[1400];
+  snprintf(path, sizeof path, "%s/%064d.clbin", dir, 0);
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  fputs("not a program binary", f);
+  fclose(f);
+  snprintf(path, sizeof path, "%s/%064d.clbin.tmp.123.456.0", dir, 1);
+  f = fopen(path, "wb");
+  assert_non_null(f);
+  fclose(f);
+  snprintf(path, sizeof path, "%s/notes.txt", dir);
+  f = fopen(path, "wb");
+  assert_non_null(f);
+  fputs("keep me", f);
+  fclose(f);
+  r = run_env(env, "cache list");
+  expect_code(r, 0, NULL);
+  assert_int_equal(count_lines_with(r->out, "corrupt"), 1);
+  assert_int_equal(count_lines_with(r->out, "partial"), 1);
+  assert_null(strstr(r->out, "notes.txt"));
+
+  r = run_env(env, "cache clear");
+  expect_code(r, 0, NULL);
+  snprintf(tail, sizeof tail, "removed %d entries", ok_entries + 2);
+  assert_non_null(strstr(r->out, tail));
+  r = run_env(env, "cache list");
+  expect_code(r, 0, NULL);
+  assert_non_null(strstr(r->out, "0 entries"));
+  struct stat sb;
+  assert_int_equal(stat(path, &sb), 0); /* notes.txt survives */
+
+  /* a folder that does not exist yet, and caching off */
+  snprintf(env, sizeof env, "CAMDELTA_CACHE_DIR='%s/not-yet'", dir);
+  r = run_env(env, "cache list");
+  expect_code(r, 0, NULL);
+  assert_non_null(strstr(r->out, "0 entries"));
+  r = run_env("CAMDELTA_CACHE=0", "cache list");
+  expect_code(r, 0, NULL);
+  assert_non_null(strstr(r->out, "off"));
+  r = run_env("CAMDELTA_CACHE=0", "cache clear");
+  expect_code(r, 0, NULL);
+
+  expect_code(run("cache"), 2, "missing the action");
+  expect_code(run("cache frobnicate"), 2, "unknown action 'frobnicate'");
+  expect_code(run("cache list extra"), 2, "unexpected argument 'extra'");
+  r = run("help cache");
+  expect_code(r, 0, NULL);
+  assert_non_null(strstr(r->out, "warm"));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_version_and_help),
@@ -681,6 +781,7 @@ int main(void) {
       cmocka_unit_test(test_run_scan),
       cmocka_unit_test(test_run_scan_backward),
       cmocka_unit_test(test_run_prep_backward),
+      cmocka_unit_test(test_cache),
   };
   return cmocka_run_group_tests(tests, cli_setup, cli_teardown);
 }

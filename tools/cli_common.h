@@ -91,7 +91,13 @@ int cli_device_error(camdelta_status st, const char *selector);
 /* -------------------------------------------------------------- commands */
 int cmd_info(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_cache(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_demo(int argc, char **argv);
 void usage_info(void);
 void usage_run(void);
+void usage_cache(void);
+void usage_bench(void);
+void usage_demo(void);
 
 #endif

@@ -16,6 +16,11 @@ static void usage_main(FILE *f) {
           "                                 extensions and the kernel cache folder\n"
           "  run OP --in DIR --out DIR ...  run one operation (prep, scan, scan-backward,\n"
           "                                 prep-backward) on NumPy .npy files\n"
+          "  demo [--shape B,H,D,F,S]       the main job: a synthetic camera orbit through\n"
+          "                                 prep, causal and reverse scan and their\n"
+          "                                 backward, checked against the f64 reference\n"
+          "  bench [--shape NAME]...        kernel times, GB/s and TFLOP/s per operation\n"
+          "  cache list|clear|warm|dir      the on-disk kernel cache\n"
           "  help [COMMAND]                 this text, or a command's options\n"
           "  --version                      print the version\n"
           "\n"
@@ -41,6 +46,9 @@ static int help(int argc, char **argv) {
   }
   if (strcmp(argv[0], "info") == 0) usage_info();
   else if (strcmp(argv[0], "run") == 0) usage_run();
+  else if (strcmp(argv[0], "cache") == 0) usage_cache();
+  else if (strcmp(argv[0], "bench") == 0) usage_bench();
+  else if (strcmp(argv[0], "demo") == 0) usage_demo();
   else if (strcmp(argv[0], "help") == 0) usage_main(stdout);
   else return cli_error(CLI_EXIT_USAGE, "help: unknown command '%s' (try 'camdelta help')", argv[0]);
   return CLI_EXIT_OK;
@@ -57,5 +65,8 @@ int main(int argc, char **argv) {
     return help(argc - 2, argv + 2);
   if (strcmp(cmd, "info") == 0) return cmd_info(argc - 2, argv + 2);
   if (strcmp(cmd, "run") == 0) return cmd_run(argc - 2, argv + 2);
+  if (strcmp(cmd, "cache") == 0) return cmd_cache(argc - 2, argv + 2);
+  if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 2, argv + 2);
+  if (strcmp(cmd, "demo") == 0) return cmd_demo(argc - 2, argv + 2);
   return cli_error(CLI_EXIT_USAGE, "unknown command '%s' (try 'camdelta help')", cmd);
 }
