@@ -64,7 +64,8 @@ static void expect_code(const cli_result *r, int code, const char *needle_err) {
   if (needle_err && !strstr(r->err, needle_err)) fail_msg("stderr lacks '%s':\n%s", needle_err, r->err);
   if (code != 0) {
     /* one line: "camdelta: error: ..." */
-    if (strncmp(r->err, "camdelta: error: ", 17) != 0) fail_msg("stderr does not start with 'camdelta: error: ': %s", r->err);
+    if (strncmp(r->err, "camdelta: error: ", 17) != 0)
+      fail_msg("stderr does not start with 'camdelta: error: ': %s", r->err);
     const char *nl = strchr(r->err, '\n');
     if (!nl || nl[1] != '\0') fail_msg("stderr is not exactly one line: %s", r->err);
   }
@@ -227,7 +228,8 @@ static double prep_check(const prep_data *p, const char *out, double k_scale, do
   size_t bhdn[4] = {p->B, p->H, p->D, p->N}, bhn[3] = {p->B, p->H, p->N};
   float *q = load(out, "q", type, 4, bhdn), *k = load(out, "k", type, 4, bhdn), *v = load(out, "v", type, 4, bhdn);
   float *inf = load(out, "inflation_sq", CAMDELTA_NPY_F4, 3, bhn);
-  double e = fmax(fmax(tu_rel_err(q, rq, n), tu_rel_err(k, rk, n)), fmax(tu_rel_err(v, rv, n), tu_rel_err(inf, ri, ni)));
+  double e = fmax(fmax(tu_rel_err(q, rq, n), tu_rel_err(k, rk, n)),
+                  fmax(tu_rel_err(v, rv, n), tu_rel_err(inf, ri, ni)));
   free(q), free(k), free(v), free(inf), free(rq), free(rk), free(rv), free(ri);
   for (int i = 0; i < 9; i++) free(d[i]);
   return e;

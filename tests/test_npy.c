@@ -76,7 +76,8 @@ static void expect_reject_image(const unsigned char *b, size_t len, camdelta_sta
   if (st != want) fail_msg("read: got %s (%s), want %s", camdelta_status_name(st), camdelta_last_message(),
                            camdelta_status_name(want));
   assert_null(out.data);
-  if (!strstr(camdelta_last_message(), path)) fail_msg("read: message '%s' does not name the file", camdelta_last_message());
+  if (!strstr(camdelta_last_message(), path))
+    fail_msg("read: message '%s' does not name the file", camdelta_last_message());
   if (needle && !strstr(camdelta_last_message(), needle))
     fail_msg("read: message '%s' lacks '%s'", camdelta_last_message(), needle);
   camdelta_npy_free(&out); /* safe on a failed read */

@@ -246,7 +246,8 @@ int cli_alloc(camdelta_context *ctx, size_t bytes, cl_mem *out) {
   if (!zero) return cli_error(CLI_EXIT_FAILURE, "out of host memory (%zu bytes)", bytes);
   err = clEnqueueWriteBuffer(camdelta_context_queue(ctx), *out, CL_TRUE, 0, bytes, zero, 0, NULL, NULL);
   free(zero);
-  if (err != CL_SUCCESS) return cli_error(CLI_EXIT_DEVICE, "cannot clear a device buffer: %s", camdelta_cl_error_name(err));
+  if (err != CL_SUCCESS)
+    return cli_error(CLI_EXIT_DEVICE, "cannot clear a device buffer: %s", camdelta_cl_error_name(err));
   return CLI_EXIT_OK;
 }
 

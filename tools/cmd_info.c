@@ -99,7 +99,9 @@ int cmd_info(int argc, char **argv) {
   printf("camdelta %s\n", camdelta_version_string());
   char cache[4096];
   camdelta_status cst = camdelta_cache_dir(cache, sizeof cache);
-  const char *cache_line = cst != CAMDELTA_OK ? "(unknown)" : cache[0] ? cache : "off (CAMDELTA_CACHE=0 or no home folder)";
+  const char *cache_line = cst != CAMDELTA_OK ? "(unknown)"
+                           : cache[0]         ? cache
+                                              : "off (CAMDELTA_CACHE=0 or no home folder)";
 
   cl_platform_id plats[INFO_MAX_PLATFORMS];
   cl_uint np = 0;

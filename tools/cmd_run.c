@@ -14,6 +14,8 @@ void usage_run(void) {
       "(DIR/q_raw.npy, ...) and writes its results as .npy files into the --out\n"
       "folder (created if needed). Shapes are taken from the files. Input dtypes:\n"
       "<f4 and <f2; <f8 is converted to f32. All arrays little-endian, C order.\n"
+      "Everything runs in f32 except the prep's f16 path below (<f2 inputs elsewhere\n"
+      "are widened to f32 exactly); outputs are <f4 unless noted.\n"
       "\n"
       "operations:\n"
       "  prep           in:  q_raw k_raw v_raw (B, N, H, D); q_norm_weight k_norm_weight (C,)\n"
@@ -468,8 +470,8 @@ int cmd_run(int argc, char **argv) {
   if (!o.op_name)
     return cli_error(CLI_EXIT_USAGE, "run: missing the operation: prep, scan, scan-backward or prep-backward");
   if (!parse_op(o.op_name, &o.op))
-    return cli_error(CLI_EXIT_USAGE, "run: unknown operation '%s' (expected prep, scan, scan-backward or prep-backward)",
-                     o.op_name);
+    return cli_error(CLI_EXIT_USAGE,
+                     "run: unknown operation '%s' (expected prep, scan, scan-backward or prep-backward)", o.op_name);
   if (!o.in || !*o.in) return cli_error(CLI_EXIT_USAGE, "run %s: missing --in DIR", o.op_name);
   if (!o.out || !*o.out) return cli_error(CLI_EXIT_USAGE, "run %s: missing --out DIR", o.op_name);
 
