@@ -1,7 +1,217 @@
-/* PLACEHOLDER (replaced within this session by the real implementation). */
-#include "internal.h"
+/* Prep backward (SPEC section 4): argument checks and the launches of cl/prep_backward.cl.
+ *
+ *   [cd_prep_inv_rms  the inverse RMS per token, when no saved object from the forward is given]
+ *   cd_prep_bwd_tokens   per (b, tile of tokens), all heads: dv_raw, dq_raw, dk_raw (with the full-channel
+ *                        RMSNorm backward), dproj_q/kv, and fixed-order partials of the norm-weight and RoPE-table
+ *                        gradients
+ *   cd_prep_bwd_reduce   the norm-weight gradients (over token tiles) and RoPE-table gradients (over b)
+ *
+ * Deterministic: every sum has a fixed order; no atomics. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
-camdelta_status camdelta_prep_backward(camdelta_context *ctx, const camdelta_prep_backward_args *args, const camdelta_prep_saved *saved) {
-  (void)ctx, (void)args, (void)saved;
-  return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "camdelta_prep_backward: not implemented yet");
+#include "internal.h"
+#include "prep_common.h"
+
+static const char OP[] = "camdelta_prep_backward";
+
+/* flags of cl/prep_backward.cl */
+enum {
+  PB_HAS_GQ = 1,
+  PB_HAS_GK = 2,
+  PB_HAS_GV = 4,
+  PB_HAS_GI = 8,
+  PB_WANT_PQ = 16,
+  PB_WANT_ROPE = 32,
+  PB_WANT_PKV = 64,
+  PB_WANT_COS = 128,
+  PB_WANT_SIN = 256
+};
+
+/* A named tensor argument for the overlap check. */
+typedef struct pb_span {
+  const char *name;
+  camdelta_buffer b;
+  size_t elems, es;
+} pb_span;
+
+static int spans_overlap(const pb_span *a, const pb_span *b) {
+  if (!a->b.mem || a->b.mem != b->b.mem) return 0;
+  const size_t a0 = a->b.offset * a->es, a1 = a0 + a->elems * a->es;
+  const size_t b0 = b->b.offset * b->es, b1 = b0 + b->elems * b->es;
+  return a0 < b1 && b0 < a1;
+}
+
+static camdelta_status check_args(const camdelta_prep_backward_args *a, const camdelta_prep_saved *saved) {
+  const size_t B = a->B, N = a->N, H = a->H, D = a->D;
+  camdelta_status st = cd_prep_check_shape(OP, B, N, H, D, a->dtype, a->k_scale, a->norm_eps);
+  if (st) return st;
+  if (B > UINT32_MAX) return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: B=%zu exceeds 2^32-1", OP, B);
+  const size_t es = camdelta_dtype_size(a->dtype), BNHD = B * N * H * D, C = H * D, Dh = D / 2;
+  const int need_v = (a->dproj_kv.mem || a->drope_cos.mem || a->drope_sin.mem) && a->grad_v.mem;
+  const camdelta_buffer in9[9] = {a->q_raw,  a->k_raw,   a->v_raw,    a->q_norm_weight, a->k_norm_weight,
+                                  a->proj_q, a->proj_kv, a->rope_cos, a->rope_sin};
+  if ((st = cd_prep_check_inputs(OP, B, N, H, D, a->dtype, in9, need_v))) return st;
+  pb_span in[] = {{"q_raw", a->q_raw, BNHD, es},
+                  {"k_raw", a->k_raw, BNHD, es},
+                  {"v_raw", a->v_raw, BNHD, es},
+                  {"q_norm_weight", a->q_norm_weight, C, 4},
+                  {"k_norm_weight", a->k_norm_weight, C, 4},
+                  {"proj_q", a->proj_q, B * N * 16, 4},
+                  {"proj_kv", a->proj_kv, B * N * 16, 4},
+                  {"rope_cos", a->rope_cos, N * Dh, 4},
+                  {"rope_sin", a->rope_sin, N * Dh, 4},
+                  {"grad_q", a->grad_q, BNHD, es},
+                  {"grad_k", a->grad_k, BNHD, es},
+                  {"grad_v", a->grad_v, BNHD, es},
+                  {"grad_inflation_sq", a->grad_inflation_sq, B * H * N, 4}};
+  pb_span out[] = {{"dq_raw", a->dq_raw, BNHD, es},
+                   {"dk_raw", a->dk_raw, BNHD, es},
+                   {"dv_raw", a->dv_raw, BNHD, es},
+                   {"dq_norm_weight", a->dq_norm_weight, C, 4},
+                   {"dk_norm_weight", a->dk_norm_weight, C, 4},
+                   {"dproj_q", a->dproj_q, B * N * 16, 4},
+                   {"dproj_kv", a->dproj_kv, B * N * 16, 4},
+                   {"drope_cos", a->drope_cos, N * Dh, 4},
+                   {"drope_sin", a->drope_sin, N * Dh, 4}};
+  const size_t nin = sizeof in / sizeof in[0], nout = sizeof out / sizeof out[0];
+  for (size_t i = 9; i < nin; i++)
+    if ((st = cd_check_buffer(OP, in[i].name, in[i].b, in[i].elems, in[i].es, 1))) return st;
+  for (size_t i = 0; i < nout; i++)
+    if ((st = cd_check_buffer(OP, out[i].name, out[i].b, out[i].elems, out[i].es, i >= 5))) return st;
+  for (size_t i = 0; i < nout; i++) {
+    for (size_t j = 0; j < nin; j++)
+      if (spans_overlap(&out[i], &in[j]))
+        return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: output '%s' overlaps input '%s' in the same cl_mem", OP,
+                       out[i].name, in[j].name);
+    for (size_t j = 0; j < i; j++)
+      if (spans_overlap(&out[i], &out[j]))
+        return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: outputs '%s' and '%s' overlap in the same cl_mem", OP,
+                       out[j].name, out[i].name);
+  }
+  if (saved) {
+    if (!saved->valid || !saved->inv_rms)
+      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
+                     "%s: 'saved' holds nothing (pass it to camdelta_prep_forward first, or pass NULL)", OP);
+    if (saved->B != B || saved->N != N || saved->H != H || saved->D != D)
+      return cd_fail(CAMDELTA_ERROR_SHAPE,
+                     "%s: 'saved' is from a forward with B=%zu N=%zu H=%zu D=%zu, this call has B=%zu N=%zu H=%zu D=%zu",
+                     OP, saved->B, saved->N, saved->H, saved->D, B, N, H, D);
+    camdelta_buffer inv = {saved->inv_rms, 0};
+    if ((st = cd_check_buffer(OP, "saved->inv_rms", inv, 2 * B * N, 4, 0))) return st;
+  }
+  return CAMDELTA_OK;
+}
+
+camdelta_status camdelta_prep_backward(camdelta_context *ctx, const camdelta_prep_backward_args *args,
+                                       const camdelta_prep_saved *saved) {
+  cd_clear_error();
+  if (!ctx || !args) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", OP, ctx ? "args" : "ctx");
+  if (saved && saved->ctx != ctx)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' was created for another context", OP);
+  camdelta_status st = check_args(args, saved);
+  if (st) return st;
+  const size_t B = args->B, N = args->N, H = args->H, D = args->D, C = H * D, Dh = D / 2;
+  const int want_rope = args->drope_cos.mem || args->drope_sin.mem;
+  const unsigned flags = (args->grad_q.mem ? PB_HAS_GQ : 0) | (args->grad_k.mem ? PB_HAS_GK : 0) |
+                         (args->grad_v.mem ? PB_HAS_GV : 0) | (args->grad_inflation_sq.mem ? PB_HAS_GI : 0) |
+                         (args->dproj_q.mem ? PB_WANT_PQ : 0) | (args->dproj_kv.mem ? PB_WANT_PKV : 0) |
+                         (want_rope ? PB_WANT_ROPE : 0) | (args->drope_cos.mem ? PB_WANT_COS : 0) |
+                         (args->drope_sin.mem ? PB_WANT_SIN : 0);
+
+  /* Build everything before enqueuing anything (the inverse-RMS kernel is built by its helper first). */
+  cl_kernel kt = NULL, kr = NULL;
+  size_t ts = 0;
+  if ((st = cd_prep_kernel(ctx, "prep_backward.cl", "cd_prep_bwd_tokens", args->dtype, D, &kt, &ts))) return st;
+  char opts[160];
+  snprintf(opts, sizeof opts, "-DCD_DTYPE=%d -DCD_D=%zu -DCD_TS=%zu", (int)args->dtype, D, ts);
+  if ((st = cd_kernel(ctx, "prep_backward.cl", opts, "cd_prep_bwd_reduce", &kr))) {
+    clReleaseKernel(kt);
+    return st;
+  }
+  const size_t ntiles = (N + ts - 1) / ts, slots = B * ntiles;
+
+  /* scratch: norm-weight partials (2, slots, C), RoPE partials (2, B, N, Dh), inverse RMS (2, B, N) */
+  cl_mem pw = NULL, pr = NULL, inv = saved ? saved->inv_rms : NULL;
+  st = cd_alloc(ctx, 2 * slots * C * sizeof(float), &pw);
+  if (!st && want_rope) st = cd_alloc(ctx, 2 * B * N * Dh * sizeof(float), &pr);
+  if (!st && !saved) st = cd_alloc(ctx, 2 * B * N * sizeof(float), &inv);
+  if (st) {
+    if (pw) clReleaseMemObject(pw);
+    if (pr) clReleaseMemObject(pr);
+    if (inv && !saved) clReleaseMemObject(inv);
+    clReleaseKernel(kt), clReleaseKernel(kr);
+    return st;
+  }
+  /* absent optional tensors: a valid buffer that is never read or written */
+  const camdelta_buffer dummy = {pw, 0};
+  const camdelta_buffer bpw = {pw, 0}, bpr = {pr ? pr : pw, 0}, binv = {inv, 0};
+#define OPT(x) ((x).mem ? (x) : dummy)
+
+  if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;
+  cd_launch l;
+  cd_launch_init(&l, args->profile);
+  if (!saved)
+    st = cd_prep_inv_rms(ctx, B, N, H, D, args->dtype, args->norm_eps, args->q_raw, args->k_raw, inv, &l);
+  if (!st) {
+    cd_args a = {kt, 0, CL_SUCCESS};
+    cd_arg_buf(&a, args->q_raw);
+    cd_arg_buf(&a, args->k_raw);
+    cd_arg_buf(&a, OPT(args->v_raw));
+    cd_arg_buf(&a, args->q_norm_weight);
+    cd_arg_buf(&a, args->k_norm_weight);
+    cd_arg_buf(&a, args->proj_q);
+    cd_arg_buf(&a, args->proj_kv);
+    cd_arg_buf(&a, args->rope_cos);
+    cd_arg_buf(&a, args->rope_sin);
+    cd_arg_buf(&a, binv);
+    cd_arg_buf(&a, OPT(args->grad_q));
+    cd_arg_buf(&a, OPT(args->grad_k));
+    cd_arg_buf(&a, OPT(args->grad_v));
+    cd_arg_buf(&a, OPT(args->grad_inflation_sq));
+    cd_arg_buf(&a, args->dq_raw);
+    cd_arg_buf(&a, args->dk_raw);
+    cd_arg_buf(&a, args->dv_raw);
+    cd_arg_buf(&a, bpw);
+    cd_arg_buf(&a, bpr);
+    cd_arg_buf(&a, OPT(args->dproj_q));
+    cd_arg_buf(&a, OPT(args->dproj_kv));
+    cd_arg_u64(&a, N);
+    cd_arg_u32(&a, (uint32_t)B);
+    cd_arg_u32(&a, (uint32_t)H);
+    cd_arg_f32(&a, args->k_scale);
+    cd_arg_u32(&a, flags);
+    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_prep_bwd_tokens: setting arguments");
+    const size_t lws = ts * (D / 4), gws = slots * lws;
+    if (!st) st = cd_enqueue(ctx, kt, 1, &gws, &lws, &l, "cd_prep_bwd_tokens");
+  }
+  if (!st) {
+    const size_t items = 2 * C + (want_rope ? 2 * N * Dh : 0);
+    cd_args a = {kr, 0, CL_SUCCESS};
+    cd_arg_buf(&a, bpw);
+    cd_arg_buf(&a, bpr);
+    cd_arg_buf(&a, args->dq_norm_weight);
+    cd_arg_buf(&a, args->dk_norm_weight);
+    cd_arg_buf(&a, OPT(args->drope_cos));
+    cd_arg_buf(&a, OPT(args->drope_sin));
+    cd_arg_u32(&a, (uint32_t)C);
+    cd_arg_u64(&a, slots);
+    cd_arg_u32(&a, (uint32_t)B);
+    cd_arg_u64(&a, N * Dh);
+    cd_arg_u64(&a, items);
+    cd_arg_u32(&a, flags);
+    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_prep_bwd_reduce: setting arguments");
+    size_t lws = 64;
+    if (lws > cd_kernel_max_wg(ctx, kr)) lws = 1;
+    const size_t gws = (items + lws - 1) / lws * lws;
+    if (!st) st = cd_enqueue(ctx, kr, 1, &gws, &lws, &l, "cd_prep_bwd_reduce");
+  }
+#undef OPT
+  /* Released buffers live on until the enqueued kernels that use them have finished. */
+  clReleaseMemObject(pw);
+  if (pr) clReleaseMemObject(pr);
+  if (!saved) clReleaseMemObject(inv);
+  clReleaseKernel(kt), clReleaseKernel(kr);
+  return cd_launch_end(ctx, &l, st);
 }

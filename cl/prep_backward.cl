@@ -1,0 +1,325 @@
+/* Prep backward (SPEC section 4): the exact gradients of cl/prep.cl.
+ *
+ * Per (b, n, h), with a = raw * inv_rms * w (pre-ReLU), qn = relu(a_q), kn = relu(a_k) * k_scale, vn = v_raw and
+ * T the camera transform (first half, 4x4 per group) + RoPE (second half):
+ *   inflation_sq = cl(post) / cl(pre), pre = |kn|^2, post = |T kn|^2, cl(x) = max(x, 1e-12):
+ *     dpost = gi [post > 1e-12] / cl(pre),  dpre = -gi cl(post) / cl(pre)^2 [pre > 1e-12]
+ *     g_k += 2 (T kn) dpost;  kn receives 2 kn dpre
+ *   dx = T^T g;  da_q = [a_q > 0] dx_q;  da_k = [a_k > 0] (dx_k + 2 kn dpre) k_scale;  dv_raw = T^T g_v
+ *   dP[i][j] += g[4g'+i] x[4g'+j]; dcos[n][r] += g[Dh+r] x[Dh+r]; dsin[n][r] += g[Dh+r] x[Dh+(r^1)]
+ * and the full-channel RMSNorm, ir = inv_rms per token over all heads:
+ *   S = sum_c da[c] x[c] w[c],  dx_raw[c] = da[c] ir w[c] - ir^3 / C x[c] S,  dw[c] += da[c] x[c] ir.
+ *
+ * cd_prep_bwd_tokens: a work-group per (b, tile of CD_TS tokens) walks all heads, so the RMSNorm sum S,
+ * which couples the heads of a token, stays inside it: pass 0 over the heads writes dv_raw and accumulates S,
+ * the camera-matrix and RoPE-table partials and the per-tile norm-weight partials; pass 1 recomputes da and
+ * writes dq_raw and dk_raw. Upstream gradients (B, H, D, N) come through a local tile (coalesced along N).
+ * cd_prep_bwd_reduce: the norm-weight gradients (sum over token tiles) and the RoPE-table gradients (sum over
+ * b), each in a fixed order. No atomics: results are bit-identical run to run.
+ *
+ * Build options: CD_DTYPE (storage of q/k/v raw, their gradients and dq/dk/dv raw), CD_D, CD_TS.
+ * Every buffer comes with a ulong element offset. */
+
+#ifndef CD_D
+#define CD_D 8
+#endif
+#ifndef CD_TS
+#define CD_TS 32
+#endif
+#define CD_DH (CD_D / 2)
+#define CD_G4 (CD_D / 4)  /* 4-channel units per token and head */
+#define CD_GH (CD_G4 / 2) /* units in the camera half */
+
+/* flags */
+#define CD_HAS_GQ 1u
+#define CD_HAS_GK 2u
+#define CD_HAS_GV 4u
+#define CD_HAS_GI 8u
+#define CD_WANT_PQ 16u   /* dproj_q */
+#define CD_WANT_ROPE 32u /* drope_cos or drope_sin */
+#define CD_WANT_PKV 64u  /* dproj_kv */
+#define CD_WANT_COS 128u /* reduce: drope_cos */
+#define CD_WANT_SIN 256u /* reduce: drope_sin */
+
+/* tile[d][t] = src[base + d*N + n0 + t] (zero past the last token) */
+inline void cd_load_tile(local float (*tile)[CD_TS + 1], global const cd_store_t *src, ulong base, ulong N, uint n0,
+                         uint nt, uint lid, uint L) {
+  for (uint idx = lid; idx < CD_D * CD_TS; idx += L) {
+    const uint d = idx / CD_TS, t = idx % CD_TS;
+    tile[d][t] = t < nt ? CD_LOAD(src, base + (ulong)d * N + n0 + t) : 0.0f;
+  }
+}
+
+/* dx = T^T dy for this work-item's 4 channels: the 4x4 block transposed (first half) or RoPE transposed. */
+inline void cd_transform_t(int first, const float *P, const float *cs, const float *sn, const float *dy, float *dx) {
+  if (first) {
+    for (int j = 0; j < 4; j++) {
+      float acc = 0.0f;
+      for (int i = 0; i < 4; i++) acc = fma(P[4 * i + j], dy[i], acc);
+      dx[j] = acc;
+    }
+  } else {
+    for (int j = 0; j < 4; j++) dx[j] = fma(dy[j ^ 1], sn[j ^ 1], dy[j] * cs[j]);
+  }
+}
+
+/* Work-group: CD_TS consecutive tokens of one b, all heads; local size CD_TS*CD_G4, one work-item per
+ * (token, 4-channel unit). Group index = b * ntiles + tile. */
+kernel void cd_prep_bwd_tokens(
+    global const cd_store_t *q_raw, ulong q_raw_off, global const cd_store_t *k_raw, ulong k_raw_off,
+    global const cd_store_t *v_raw, ulong v_raw_off, global const float *qw, ulong qw_off, global const float *kw,
+    ulong kw_off, global const float *proj_q, ulong pq_off, global const float *proj_kv, ulong pkv_off,
+    global const float *rope_cos, ulong rc_off, global const float *rope_sin, ulong rs_off,
+    global const float *inv_rms, ulong inv_off, global const cd_store_t *grad_q, ulong gq_off,
+    global const cd_store_t *grad_k, ulong gk_off, global const cd_store_t *grad_v, ulong gv_off,
+    global const float *grad_infl, ulong gi_off, global cd_store_t *dq_raw, ulong dq_off, global cd_store_t *dk_raw,
+    ulong dk_off, global cd_store_t *dv_raw, ulong dv_off, global float *part_w, ulong pw_off,
+    global float *part_rope, ulong pr_off, global float *dproj_q, ulong dpq_off, global float *dproj_kv,
+    ulong dpkv_off, ulong N, uint B, uint H, float k_scale, uint flags) {
+  local float tile[CD_D][CD_TS + 1];
+  local float red[2][CD_TS][CD_G4];
+
+  const uint lid = get_local_id(0), L = get_local_size(0);
+  const ulong ntiles = (N + CD_TS - 1) / CD_TS;
+  const ulong grp = get_group_id(0);
+  const ulong b = grp / ntiles;
+  const uint n0 = (uint)(grp % ntiles) * CD_TS;
+  const uint nt = (N - n0) < CD_TS ? (uint)(N - n0) : CD_TS;
+  const uint t = lid / CD_G4, g = lid % CD_G4;
+  const int active = t < nt;
+  const ulong n = n0 + t;
+  const ulong tok = b * N + n;
+  const ulong BN = (ulong)B * N;
+  const uint C = H * CD_D;
+  const int first = 4 * g < CD_DH;
+  const int has_gq = (flags & CD_HAS_GQ) != 0, has_gk = (flags & CD_HAS_GK) != 0;
+  const int has_gv = (flags & CD_HAS_GV) != 0, has_gi = (flags & CD_HAS_GI) != 0;
+  const int want_pq = (flags & CD_WANT_PQ) != 0, want_pkv = (flags & CD_WANT_PKV) != 0;
+  const int want_proj = want_pq || want_pkv, want_rope = (flags & CD_WANT_ROPE) != 0;
+  const ulong slot = grp; /* norm-weight partial row of this work-group */
+
+  /* per-token parameters: the two 4x4 matrices (camera half) or this unit's RoPE coefficients */
+  float Pq[16], Pkv[16], cs[4], sn[4];
+  float irq = 0.0f, irk = 0.0f;
+  for (int e = 0; e < 16; e++) Pq[e] = Pkv[e] = 0.0f;
+  for (int j = 0; j < 4; j++) cs[j] = sn[j] = 0.0f;
+  if (active) {
+    irq = inv_rms[inv_off + tok];
+    irk = inv_rms[inv_off + BN + tok];
+    if (first) {
+      for (int e = 0; e < 16; e++) {
+        Pq[e] = proj_q[pq_off + tok * 16 + e];
+        Pkv[e] = proj_kv[pkv_off + tok * 16 + e];
+      }
+    } else {
+      const ulong rrow = n * CD_DH + (4 * g - CD_DH);
+      for (int j = 0; j < 4; j++) {
+        cs[j] = rope_cos[rc_off + rrow + j];
+        sn[j] = rope_sin[rs_off + rrow + j];
+      }
+    }
+  }
+
+  float sq = 0.0f, sk = 0.0f;  /* RMSNorm sums S over this unit's channels of every head */
+  float Sq = 0.0f, Sk = 0.0f;  /* the token's totals (pass 1) */
+  float dPq[16], dPkv[16];     /* camera half: this unit's share of dproj */
+  float dcs[4], dsn[4];        /* RoPE half: this unit's share of drope */
+  for (int e = 0; e < 16; e++) dPq[e] = dPkv[e] = 0.0f;
+  for (int j = 0; j < 4; j++) dcs[j] = dsn[j] = 0.0f;
+
+  /* No barrier below sits under a condition: work-groups keep one straight barrier sequence per head. */
+  for (uint pass = 0; pass < 2; pass++) {
+    /* pass 1: the token's S over all heads, summed over units in order */
+    barrier(CLK_LOCAL_MEM_FENCE);
+    red[0][t][g] = sq;
+    red[1][t][g] = sk;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (pass == 1)
+      for (uint u = 0; u < CD_G4; u++) {
+        Sq += red[0][t][u];
+        Sk += red[1][t][u];
+      }
+    for (uint h = 0; h < H; h++) {
+      const ulong row = (tok * H + h) * CD_D + 4 * g;
+      const uint c0 = h * CD_D + 4 * g;
+      /* forward recompute (same expressions as cl/prep.cl, so masks and clamps agree) */
+      float xq[4], xk[4], xv[4], aq[4], ak[4], qn[4], kn[4], ko[4];
+      float pre = 0.0f, post = 0.0f;
+      const int need_v = active && pass == 0 && has_gv && (want_pkv || want_rope);
+      for (int j = 0; j < 4; j++) {
+        xq[j] = active ? CD_LOAD(q_raw, q_raw_off + row + j) : 0.0f;
+        xk[j] = active ? CD_LOAD(k_raw, k_raw_off + row + j) : 0.0f;
+        xv[j] = need_v ? CD_LOAD(v_raw, v_raw_off + row + j) : 0.0f;
+        aq[j] = xq[j] * irq * qw[qw_off + c0 + j];
+        ak[j] = xk[j] * irk * kw[kw_off + c0 + j];
+        qn[j] = aq[j] > 0.0f ? aq[j] : 0.0f;
+        kn[j] = (ak[j] > 0.0f ? ak[j] : 0.0f) * k_scale;
+        pre = fma(kn[j], kn[j], pre);
+      }
+      if (first) {
+        for (int i = 0; i < 4; i++) {
+          float acc = 0.0f;
+          for (int j = 0; j < 4; j++) acc = fma(Pkv[4 * i + j], kn[j], acc);
+          ko[i] = acc;
+        }
+      } else {
+        for (int j = 0; j < 4; j++) ko[j] = fma(kn[j ^ 1], sn[j], kn[j] * cs[j]);
+      }
+      for (int j = 0; j < 4; j++) post = fma(ko[j], ko[j], post);
+
+      /* inflation_sq chain: the token's pre and post sums, in the forward's order */
+      barrier(CLK_LOCAL_MEM_FENCE);
+      red[0][t][g] = pre;
+      red[1][t][g] = post;
+      barrier(CLK_LOCAL_MEM_FENCE);
+      float dpost = 0.0f, dpre = 0.0f;
+      if (has_gi) {
+        float sp = 0.0f, so = 0.0f;
+        for (uint u = 0; u < CD_G4; u++) {
+          sp += red[0][t][u];
+          so += red[1][t][u];
+        }
+        const float gi = active ? grad_infl[gi_off + (b * H + h) * N + n] : 0.0f;
+        const float cpre = fmax(sp, 1e-12f), cpost = fmax(so, 1e-12f);
+        dpost = so > 1e-12f ? gi / cpre : 0.0f;
+        dpre = sp > 1e-12f ? -gi * cpost / (cpre * cpre) : 0.0f;
+      }
+
+      /* upstream gradients of this unit's channels (absent ones are zero) */
+      const ulong gbase = ((b * H + h) * CD_D) * N;
+      float gq[4], gk[4], gv[4];
+      for (int j = 0; j < 4; j++) gq[j] = gk[j] = gv[j] = 0.0f;
+      barrier(CLK_LOCAL_MEM_FENCE);
+      if (has_gq) cd_load_tile(tile, grad_q, gq_off + gbase, N, n0, nt, lid, L);
+      barrier(CLK_LOCAL_MEM_FENCE);
+      if (has_gq)
+        for (int j = 0; j < 4; j++) gq[j] = tile[4 * g + j][t];
+      barrier(CLK_LOCAL_MEM_FENCE);
+      if (has_gk) cd_load_tile(tile, grad_k, gk_off + gbase, N, n0, nt, lid, L);
+      barrier(CLK_LOCAL_MEM_FENCE);
+      if (has_gk)
+        for (int j = 0; j < 4; j++) gk[j] = tile[4 * g + j][t];
+      const int use_gv = pass == 0 && has_gv;
+      barrier(CLK_LOCAL_MEM_FENCE);
+      if (use_gv) cd_load_tile(tile, grad_v, gv_off + gbase, N, n0, nt, lid, L);
+      barrier(CLK_LOCAL_MEM_FENCE);
+      if (use_gv)
+        for (int j = 0; j < 4; j++) gv[j] = tile[4 * g + j][t];
+      for (int j = 0; j < 4; j++) gk[j] = fma(2.0f * ko[j], dpost, gk[j]);
+
+      float dxq[4], dxk[4], daq[4], dak[4];
+      cd_transform_t(first, Pq, cs, sn, gq, dxq);
+      cd_transform_t(first, Pkv, cs, sn, gk, dxk);
+      for (int j = 0; j < 4; j++) {
+        daq[j] = aq[j] > 0.0f ? dxq[j] : 0.0f;
+        dak[j] = ak[j] > 0.0f ? fma(2.0f * kn[j], dpre, dxk[j]) * k_scale : 0.0f;
+      }
+
+      if (pass == 0) {
+        float dxv[4];
+        cd_transform_t(first, Pkv, cs, sn, gv, dxv);
+        if (active)
+          for (int j = 0; j < 4; j++) CD_STORE(dv_raw, dv_off + row + j, dxv[j]);
+        for (int j = 0; j < 4; j++) {
+          sq = fma(daq[j] * xq[j], qw[qw_off + c0 + j], sq);
+          sk = fma(dak[j] * xk[j], kw[kw_off + c0 + j], sk);
+        }
+        if (first && want_proj) {
+          for (int i = 0; i < 4; i++)
+            for (int j = 0; j < 4; j++) {
+              dPq[4 * i + j] = fma(gq[i], qn[j], dPq[4 * i + j]);
+              dPkv[4 * i + j] = fma(gv[i], xv[j], fma(gk[i], kn[j], dPkv[4 * i + j]));
+            }
+        }
+        if (!first && want_rope) {
+          for (int j = 0; j < 4; j++) {
+            dcs[j] = fma(gv[j], xv[j], fma(gk[j], kn[j], fma(gq[j], qn[j], dcs[j])));
+            dsn[j] = fma(gv[j], xv[j ^ 1], fma(gk[j], kn[j ^ 1], fma(gq[j], qn[j ^ 1], dsn[j])));
+          }
+        }
+      } else if (active) {
+        const float cq = irq * irq * irq / (float)C, ck = irk * irk * irk / (float)C;
+        for (int j = 0; j < 4; j++) {
+          CD_STORE(dq_raw, dq_off + row + j, fma(-cq * xq[j], Sq, daq[j] * irq * qw[qw_off + c0 + j]));
+          CD_STORE(dk_raw, dk_off + row + j, fma(-ck * xk[j], Sk, dak[j] * irk * kw[kw_off + c0 + j]));
+        }
+      }
+      /* pass 0: norm-weight partials of this head's channels, summed over the tile's tokens in order */
+      barrier(CLK_LOCAL_MEM_FENCE);
+      for (int j = 0; j < 4; j++) tile[4 * g + j][t] = daq[j] * xq[j] * irq;
+      barrier(CLK_LOCAL_MEM_FENCE);
+      if (pass == 0)
+        for (uint d = lid; d < CD_D; d += L) {
+          float s = 0.0f;
+          for (uint u = 0; u < CD_TS; u++) s += tile[d][u];
+          part_w[pw_off + slot * C + h * CD_D + d] = s;
+        }
+      barrier(CLK_LOCAL_MEM_FENCE);
+      for (int j = 0; j < 4; j++) tile[4 * g + j][t] = dak[j] * xk[j] * irk;
+      barrier(CLK_LOCAL_MEM_FENCE);
+      if (pass == 0)
+        for (uint d = lid; d < CD_D; d += L) {
+          float s = 0.0f;
+          for (uint u = 0; u < CD_TS; u++) s += tile[d][u];
+          part_w[pw_off + ((ulong)get_num_groups(0) + slot) * C + h * CD_D + d] = s;
+        }
+    }
+  }
+
+  /* RoPE-table partials of this b: every (n, r) belongs to one work-item */
+  if (want_rope && !first && active) {
+    const ulong rrow = tok * CD_DH + (4 * g - CD_DH);
+    for (int j = 0; j < 4; j++) {
+      part_rope[pr_off + rrow + j] = dcs[j];
+      part_rope[pr_off + BN * CD_DH + rrow + j] = dsn[j];
+    }
+  }
+  /* dproj: sum the camera-half units of each token in order, 8 matrix entries at a time */
+  {
+    local float *flat = &tile[0][0];
+    for (uint chunk = 0; chunk < 4; chunk++) {
+      barrier(CLK_LOCAL_MEM_FENCE);
+      if (first && want_proj)
+        for (int e = 0; e < 8; e++)
+          flat[(t * CD_GH + g) * 8 + e] = chunk < 2 ? dPq[8 * chunk + e] : dPkv[8 * chunk - 16 + e];
+      barrier(CLK_LOCAL_MEM_FENCE);
+      for (uint w = lid; want_proj && w < CD_TS * 8; w += L) {
+        const uint tt = w / 8, e = w % 8;
+        float s = 0.0f;
+        for (uint u = 0; u < CD_GH; u++) s += flat[(tt * CD_GH + u) * 8 + e];
+        if (tt < nt) {
+          const ulong at = (b * N + n0 + tt) * 16 + (chunk % 2) * 8 + e;
+          if (chunk < 2 && want_pq) dproj_q[dpq_off + at] = s;
+          if (chunk >= 2 && want_pkv) dproj_kv[dpkv_off + at] = s;
+        }
+      }
+    }
+  }
+}
+
+/* Final fixed-order sums. Items [0, 2C): norm weights (q then k) over the `slots` token-tile partials;
+ * items [2C, 2C + 2 N Dh): RoPE tables (cos then sin) over b. */
+kernel void cd_prep_bwd_reduce(global const float *part_w, ulong pw_off, global const float *part_rope, ulong pr_off,
+                               global float *dqw, ulong dqw_off, global float *dkw, ulong dkw_off,
+                               global float *dcos, ulong dcos_off, global float *dsin, ulong dsin_off, uint C,
+                               ulong slots, uint B, ulong NDh, ulong items, uint flags) {
+  const ulong i = get_global_id(0);
+  if (i >= items) return;
+  if (i < 2 * (ulong)C) {
+    const uint which = (uint)(i / C), c = (uint)(i % C);
+    global const float *p = part_w + pw_off + (ulong)which * slots * C + c;
+    float s = 0.0f;
+    for (ulong u = 0; u < slots; u++) s += p[u * C];
+    if (which == 0) dqw[dqw_off + c] = s;
+    else dkw[dkw_off + c] = s;
+  } else {
+    const ulong j = i - 2 * (ulong)C;
+    const uint which = (uint)(j / NDh);
+    const ulong e = j % NDh;
+    global const float *p = part_rope + pr_off + (ulong)which * B * NDh + e;
+    float s = 0.0f;
+    for (uint u = 0; u < B; u++) s += p[u * NDh];
+    if (which == 0 && (flags & CD_WANT_COS)) dcos[dcos_off + e] = s;
+    if (which == 1 && (flags & CD_WANT_SIN)) dsin[dsin_off + e] = s;
+  }
+}
