@@ -611,6 +611,24 @@ static void test_run_scan_backward(void **state) {
       if (e[i] > 1e-4) fail_msg("scan-backward reverse=%d: gradient %d rel err %g", reverse, i, e[i]);
     free(dq), free(dk), free(dv), free(db), free(dd), free(di);
   }
+  if (!skipped) {
+    /* without init_state (and grad_final_state): no dinit_state */
+    remove_file(in, "init_state");
+    remove_file(in, "grad_final_state");
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", out);
+    assert_int_equal(system(cmd), 0);
+    expect_code(run("run scan-backward --in '%s' --out '%s'", in, out), 0, NULL);
+    assert_true(file_exists(out, "ddecay"));
+    assert_false(file_exists(out, "dinit_state"));
+    camdelta_ref_scan ref = {s.B, s.H, s.D, s.F, s.S, 0, q, k, v, beta, decay, NULL, NULL, NULL, NULL, NULL};
+    camdelta_ref_scan_grads g = {go, NULL, rdq, rdk, rdv, rdb, rdd, NULL};
+    TU_OK(camdelta_ref_scan_backward(&ref, &g));
+    float *dk = load(out, "dk", CAMDELTA_NPY_F4, 4, bhdn);
+    double e = tu_rel_err(dk, rdk, n);
+    if (e > 1e-4) fail_msg("scan-backward without init_state: dk rel err %g", e);
+    free(dk);
+  }
   free(q), free(k), free(v), free(go), free(beta), free(decay), free(init), free(gf);
   free(rdq), free(rdk), free(rdv), free(rdb), free(rdd), free(rdi);
   scan_free(&s);
