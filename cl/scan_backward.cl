@@ -154,17 +154,17 @@ kernel void cd_scan_bwd_grams(global const float *q, ulong q_off, global const f
 }
 
 /* ------------------------------------------------------------------ chain */
-/* x[c] = add[i, c0 + c] + sum_m Am[m, i] * Yl[m][c], Yl holding the previous x of every row.
+/* x[c] = [use_add] add[i, c0 + c] + sum_m Am[m, i] * Yl[m][c], Yl holding the previous x of every row.
  * Am is symmetric in exact arithmetic (A_f = d (I - K^T b K)), so Am^T x = Am x; the transposed read is
  * the coalesced one. */
-inline void cd_chain_step(local float4 *Yl4, float *x, global const float *Am, global const float *add, uint i,
-                          uint c0) {
+inline void cd_chain_step(local float4 *Yl4, float *x, global const float *Am, global const float *add, int use_add,
+                          uint i, uint c0) {
   local float *Yl = (local float *)Yl4;
   barrier(CLK_LOCAL_MEM_FENCE);
   for (int c = 0; c < CD_CB; c++) Yl[i * CD_CB + c] = x[c];
   barrier(CLK_LOCAL_MEM_FENCE);
   float y[CD_CB];
-  for (int c = 0; c < CD_CB; c++) y[c] = add ? add[i * CD_D + c0 + c] : 0.0f;
+  for (int c = 0; c < CD_CB; c++) y[c] = use_add ? add[i * CD_D + c0 + c] : 0.0f;
   for (uint m = 0; m < CD_D; m++) {
     const float a = Am[m * CD_D + i];
     for (int c4 = 0; c4 < CD_CB / 4; c4++) {
@@ -180,7 +180,8 @@ inline void cd_chain_step(local float4 *Yl4, float *x, global const float *Am, g
 
 /* One work-group of CD_D work-items (row i) per (b, h, column block); group index = bh * (D / CB) + cb.
  * recompute: first the state chain M_f = A_f Mprev_f + U_f, written to Z (the `states` layout);
- * then the G chain, written to G (B, H, F, D, D) by key frame, and dinit when asked. */
+ * then the G chain, written to G (B, H, F, D, D) by key frame, and dinit when asked.
+ * The loops have uniform trip counts and no barrier sits under a condition (see cd_gemm_t). */
 kernel void cd_scan_bwd_chain(global const float *A, ulong A_off, global const float *W, ulong W_off,
                               global const float *U, ulong U_off, global float *Z, ulong Z_off,
                               global const float *init, ulong init_off, global const float *gfinal, ulong gf_off,
@@ -194,35 +195,24 @@ kernel void cd_scan_bwd_chain(global const float *A, ulong A_off, global const f
   const ulong fb = bh * F * CD_DD; /* (b, h) base of the (B, H, F, D, D) buffers */
   float x[CD_CB];
 
-  if (recompute) {
-    for (int c = 0; c < CD_CB; c++) x[c] = has_init ? init[init_off + bh * CD_DD + i * CD_D + c0 + c] : 0.0f;
-    if (!reverse) {
-      for (uint f = 0; f < F; f++) {
-        cd_chain_step(Yl4, x, A + A_off + fb + f * CD_DD, U + U_off + fb + f * CD_DD, i, c0);
-        for (int c = 0; c < CD_CB; c++) Z[Z_off + fb + f * CD_DD + i * CD_D + c0 + c] = x[c];
-      }
-    } else {
-      for (uint f = F - 1; f >= 1; f--) {
-        cd_chain_step(Yl4, x, A + A_off + fb + f * CD_DD, U + U_off + fb + f * CD_DD, i, c0);
-        for (int c = 0; c < CD_CB; c++) Z[Z_off + fb + (f - 1) * CD_DD + i * CD_D + c0 + c] = x[c];
-      }
-    }
+  /* state chain: causal key frames 0..F-1 into slots 0..F-1; reverse key frames F-1..1 into slots F-2..0 */
+  for (int c = 0; c < CD_CB; c++) x[c] = has_init ? init[init_off + bh * CD_DD + i * CD_D + c0 + c] : 0.0f;
+  const uint nfwd = recompute ? (reverse ? F - 1 : F) : 0;
+  for (uint r = 0; r < nfwd; r++) {
+    const uint f = reverse ? F - 1 - r : r, slot = reverse ? f - 1 : f;
+    cd_chain_step(Yl4, x, A + A_off + fb + f * CD_DD, U + U_off + fb + f * CD_DD, 1, i, c0);
+    for (int c = 0; c < CD_CB; c++) Z[Z_off + fb + slot * CD_DD + i * CD_D + c0 + c] = x[c];
   }
 
+  /* G chain: causal f = F-1..0, G_f = W_f + x, x = A_f G_f; reverse f = 0..F-1, G_f = x, x = W_f + A_f G_f.
+   * The last step only feeds dinit (computed always, written when asked). */
   for (int c = 0; c < CD_CB; c++) x[c] = has_gfinal ? gfinal[gf_off + bh * CD_DD + i * CD_D + c0 + c] : 0.0f;
-  if (!reverse) {
-    for (uint r = 0; r < F; r++) {
-      const uint f = F - 1 - r;
+  for (uint r = 0; r < F; r++) {
+    const uint f = reverse ? r : F - 1 - r;
+    if (!reverse)
       for (int c = 0; c < CD_CB; c++) x[c] += W[W_off + fb + f * CD_DD + i * CD_D + c0 + c];
-      for (int c = 0; c < CD_CB; c++) G[G_off + fb + f * CD_DD + i * CD_D + c0 + c] = x[c];
-      if (f > 0 || has_dinit) cd_chain_step(Yl4, x, A + A_off + fb + f * CD_DD, 0, i, c0);
-    }
-  } else {
-    for (uint f = 0; f < F; f++) {
-      for (int c = 0; c < CD_CB; c++) G[G_off + fb + f * CD_DD + i * CD_D + c0 + c] = x[c];
-      if (f + 1 < F || has_dinit)
-        cd_chain_step(Yl4, x, A + A_off + fb + f * CD_DD, W + W_off + fb + f * CD_DD, i, c0);
-    }
+    for (int c = 0; c < CD_CB; c++) G[G_off + fb + f * CD_DD + i * CD_D + c0 + c] = x[c];
+    cd_chain_step(Yl4, x, A + A_off + fb + f * CD_DD, W + W_off + fb + f * CD_DD, reverse, i, c0);
   }
   if (has_dinit)
     for (int c = 0; c < CD_CB; c++) dinit[di_off + bh * CD_DD + i * CD_D + c0 + c] = x[c];
@@ -235,15 +225,16 @@ kernel void cd_scan_bwd_chain(global const float *A, ulong A_off, global const f
 #define CD_BST (2 * CD_D + 4)   /* row stride of the B-operand chunk */
 
 /* acc[i][j] += sum_{v} Ex[v][s_i] * src[d_j, v] over all v (src D x D, row-major, read transposed through
- * local chunks of CD_MC columns). Ex holds the A operand as [v][token]. */
-inline void cd_gemm_t(local const float *Ex, local float4 *Bs4, global const float *src,
+ * local chunks of CD_MC columns; a zero matrix when `zero`). Ex holds the A operand as [v][token].
+ * Barriers never sit under a condition here: PoCL replicates the code after a conditional barrier. */
+inline void cd_gemm_t(local const float *Ex, local float4 *Bs4, global const float *src, int zero,
                       float acc[CD_TPT][CD_DPT], uint lid, uint tl, uint dg) {
   local float *Bs = (local float *)Bs4;
   for (uint v0 = 0; v0 < CD_D; v0 += CD_MC) {
     barrier(CLK_LOCAL_MEM_FENCE);
     for (uint idx = lid; idx < CD_D * CD_MC; idx += CD_WG) {
       const uint dd = idx / CD_MC, vv = idx % CD_MC;
-      Bs[vv * CD_BST + dd] = src[dd * CD_D + v0 + vv];
+      Bs[vv * CD_BST + dd] = zero ? 0.0f : src[dd * CD_D + v0 + vv];
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     for (uint vv = 0; vv < CD_MC; vv++) {
@@ -386,13 +377,11 @@ kernel void cd_scan_bwd_frames(global const float *k, ulong k_off, global const 
     for (int j = 0; j < CD_DPT; j++) Ex[(dg * CD_DPT + j) * CD_TS + tl + CD_TL * t] = accY[t][j];
   for (int t = 0; t < CD_TPT; t++)
     for (int j = 0; j < CD_DPT; j++) accY[t][j] = 0.0f;
-  cd_gemm_t(Ex, Bs4, Gf, accY, lid, tl, dg);
-  if (!prev_zero) {
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int t = 0; t < CD_TPT; t++)
-      for (int j = 0; j < CD_DPT; j++) Ex[(dg * CD_DPT + j) * CD_TS + tl + CD_TL * t] = accD[t][j];
-    cd_gemm_t(Ex, Bs4, Mp, accY, lid, tl, dg);
-  }
+  cd_gemm_t(Ex, Bs4, Gf, 0, accY, lid, tl, dg);
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int t = 0; t < CD_TPT; t++)
+    for (int j = 0; j < CD_DPT; j++) Ex[(dg * CD_DPT + j) * CD_TS + tl + CD_TL * t] = accD[t][j];
+  cd_gemm_t(Ex, Bs4, Mp, prev_zero, accY, lid, tl, dg);
   for (int t = 0; t < CD_TPT; t++) {
     const uint s = tl + CD_TL * t;
     if (s < ns)
@@ -402,11 +391,9 @@ kernel void cd_scan_bwd_frames(global const float *k, ulong k_off, global const 
   /* stage 3: dQ = dO M^T with M the state output frame f reads */
   for (int t = 0; t < CD_TPT; t++)
     for (int j = 0; j < CD_DPT; j++) accY[t][j] = 0.0f;
-  if (!post_zero) {
-    barrier(CLK_LOCAL_MEM_FENCE);
-    cd_load_tile(Ex, go + go_off, tb, N, ns, lid);
-    cd_gemm_t(Ex, Bs4, Mq, accY, lid, tl, dg);
-  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  cd_load_tile(Ex, go + go_off, tb, N, ns, lid);
+  cd_gemm_t(Ex, Bs4, Mq, post_zero, accY, lid, tl, dg);
   for (int t = 0; t < CD_TPT; t++) {
     const uint s = tl + CD_TL * t;
     if (s < ns)

@@ -96,7 +96,8 @@ static camdelta_status check_args(const camdelta_prep_backward_args *a, const ca
                      "%s: 'saved' holds nothing (pass it to camdelta_prep_forward first, or pass NULL)", OP);
     if (saved->B != B || saved->N != N || saved->H != H || saved->D != D)
       return cd_fail(CAMDELTA_ERROR_SHAPE,
-                     "%s: 'saved' is from a forward with B=%zu N=%zu H=%zu D=%zu, this call has B=%zu N=%zu H=%zu D=%zu",
+                     "%s: 'saved' is from a forward with B=%zu N=%zu H=%zu D=%zu, this call has B=%zu N=%zu H=%zu "
+                     "D=%zu",
                      OP, saved->B, saved->N, saved->H, saved->D, B, N, H, D);
     camdelta_buffer inv = {saved->inv_rms, 0};
     if ((st = cd_check_buffer(OP, "saved->inv_rms", inv, 2 * B * N, 4, 0))) return st;

@@ -108,7 +108,8 @@ static size_t out_es(const pb_case *c, int o) { return o <= ODV ? camdelta_dtype
 
 static void device_init(pb_device *d, const pb_data *x, const pb_case *c) {
   for (int i = 0; i < 9; i++)
-    d->in[i] = i < 3 ? upload_dt(x->p.in[i], x->p.count[i], c->dt, c->off) : upload_at(x->p.in[i], x->p.count[i], 4, c->off);
+    d->in[i] = i < 3 ? upload_dt(x->p.in[i], x->p.count[i], c->dt, c->off)
+                     : upload_at(x->p.in[i], x->p.count[i], 4, c->off);
   for (int i = 0; i < 4; i++)
     d->g[i] = i < 3 ? upload_dt(x->g[i], x->gcount[i], c->dt, c->off) : upload_at(x->g[i], x->gcount[i], 4, c->off);
   for (int o = 0; o < NOUT; o++) d->out[o] = tu_buffer((x->count[o] + c->off) * out_es(c, o));
