@@ -15,6 +15,7 @@ echo /usr/local/nvidia/lib64/libnvidia-opencl.so.1 >/etc/OpenCL/vendors/nvidia.i
 LIBDIR="$PREFIX/usr/lib/x86_64-linux-gnu"
 export LD_LIBRARY_PATH="$LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export OCL_ICD_VENDORS=/etc/OpenCL/vendors
+export LIBRARY_PATH="$LIBDIR${LIBRARY_PATH:+:$LIBRARY_PATH}"  # static links of the consumer test
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 ls /etc/OpenCL/vendors | tee -a "$OUT/gpu.txt"
 
