@@ -99,10 +99,11 @@ kernel void cd_prep_bwd_tokens(
   const ulong slot = grp; /* norm-weight partial row of this work-group */
 
   /* per-token parameters: the two 4x4 matrices (camera half) or this unit's RoPE coefficients */
-  float Pq[16], Pkv[16], cs[4], sn[4];
+  /* (the two halves share registers: camera units use Pq, Pkv; RoPE units use cs, sn) */
+  float par[32];
+  float *Pq = par, *Pkv = par + 16, *cs = par, *sn = par + 4;
   float irq = 0.0f, irk = 0.0f;
-  for (int e = 0; e < 16; e++) Pq[e] = Pkv[e] = 0.0f;
-  for (int j = 0; j < 4; j++) cs[j] = sn[j] = 0.0f;
+  for (int e = 0; e < 32; e++) par[e] = 0.0f;
   if (active) {
     irq = inv_rms[inv_off + tok];
     irk = inv_rms[inv_off + BN + tok];
@@ -122,10 +123,9 @@ kernel void cd_prep_bwd_tokens(
 
   float sq = 0.0f, sk = 0.0f;  /* RMSNorm sums S over this unit's channels of every head */
   float Sq = 0.0f, Sk = 0.0f;  /* the token's totals (pass 1) */
-  float dPq[16], dPkv[16];     /* camera half: this unit's share of dproj */
-  float dcs[4], dsn[4];        /* RoPE half: this unit's share of drope */
-  for (int e = 0; e < 16; e++) dPq[e] = dPkv[e] = 0.0f;
-  for (int j = 0; j < 4; j++) dcs[j] = dsn[j] = 0.0f;
+  float acc[32]; /* this unit's share of dproj_q, dproj_kv (camera half) or drope_cos, drope_sin (RoPE half) */
+  float *dPq = acc, *dPkv = acc + 16, *dcs = acc, *dsn = acc + 4;
+  for (int e = 0; e < 32; e++) acc[e] = 0.0f;
 
   /* No barrier below sits under a condition: work-groups keep one straight barrier sequence per head. */
   for (uint pass = 0; pass < 2; pass++) {
