@@ -29,6 +29,16 @@
  * All offsets into (B, H, D, N) tensors are 64-bit. Each buffer comes as (pointer, element offset). */
 
 #define CD_CEIL(a, b) (((a) + (b) - 1) / (b))
+/* Partial unrolling of the reduction loops (the host passes CD_UNROLL=1 for CPUs, where it only costs
+ * compile time). */
+#ifndef CD_UNROLL
+#define CD_UNROLL 4
+#endif
+#if CD_UNROLL == 4
+#define CD_UNROLL_HINT _Pragma("unroll 4")
+#else
+#define CD_UNROLL_HINT
+#endif
 
 #ifdef CD_PROBE
 /* A trivial kernel for querying the device's preferred work-group multiple before choosing tiles. */
@@ -86,7 +96,7 @@ __kernel __attribute__((reqd_work_group_size(A_W, 1, 1))) void cd_scan_phase_a(
       Ys[s * A_LDY + r] = y;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-#pragma unroll 4
+    CD_UNROLL_HINT
     for (int s = 0; s < CD_A_KC; s++) {
       float xr[CD_A_RM], yr[CD_A_RN];
 #pragma unroll
@@ -134,71 +144,49 @@ __kernel __attribute__((reqd_work_group_size(B_W, 1, 1))) void cd_scan_phase_b(
     ulong decay_off, __global const float *init, ulong init_off, __global float *post, ulong post_off,
     __global float *pre, ulong pre_off, __global float *fin, ulong fin_off, uint F, int reverse, int has_init,
     int save_pre, int want_final) {
-  __local float Ms[CD_D * B_TN];       /* the state's column block: Ms[k][j] */
-  __local float As[CD_B_KC * B_LDA];   /* As[kk][i] = A[i][k0 + kk]          */
+  __local float Ms[CD_D * B_TN];     /* the state's column block Ms[k][j]; also stages U_f */
+  __local float As[CD_B_KC * B_LDA]; /* As[kk][i] = A[i][k0 + kk]                         */
   const uint lid = get_local_id(0);
   const uint ic = lid % CD_B_WC, ir = lid / CD_B_WC;
   const ulong bh = get_group_id(0);
   const uint j0 = get_group_id(1) * CD_B_J;
-  const ulong sbase = bh * (ulong)(CD_D * CD_D); /* (B, H, D, D) */
+  const uint jn = min((uint)CD_B_J, (uint)CD_D - j0); /* valid value columns of this block */
+  const ulong DD = (ulong)(CD_D * CD_D);
+  const ulong sbase = bh * DD + j0; /* (B, H, D, D), this block's first column */
 
-  float m[CD_B_RM][CD_B_RN];
-#pragma unroll
-  for (int a = 0; a < CD_B_RM; a++) {
-    const uint i = ir + CD_B_WR * a;
-#pragma unroll
-    for (int c = 0; c < CD_B_RN; c++) {
-      const uint jl = ic + CD_B_WC * c, j = j0 + jl;
-      m[a][c] = (has_init && i < CD_D && jl < CD_B_J && j < CD_D) ? init[init_off + sbase + i * CD_D + j] : 0.0f;
-    }
+/* Rolled, coalesced copies between a (D x D) slice of global memory and the block in Ms. */
+#define B_SAVE(buf, base, scale)                                     \
+  for (uint e = lid; e < CD_D * B_TN; e += B_W) {                   \
+    const uint i_ = e / B_TN, j_ = e % B_TN;                         \
+    if (j_ < jn) (buf)[(base) + i_ * CD_D + j_] = (scale) * Ms[e]; \
+  }
+#define B_LOAD(buf, base, on)                                                 \
+  for (uint e = lid; e < CD_D * B_TN; e += B_W) {                            \
+    const uint i_ = e / B_TN, j_ = e % B_TN;                                  \
+    Ms[e] = ((on) && j_ < jn) ? (buf)[(base) + i_ * CD_D + j_] : 0.0f;       \
   }
 
-/* buf[frame] (its column block) = scale · m */
-#define B_STORE(buf, off, frame, scale)                                                          \
-  do {                                                                                           \
-    const ulong fb_ = (off) + (bh * F + (frame)) * (ulong)(CD_D * CD_D);                         \
-    for (int a = 0; a < CD_B_RM; a++) {                                                          \
-      const uint i = ir + CD_B_WR * a;                                                           \
-      for (int c = 0; c < CD_B_RN; c++) {                                                        \
-        const uint jl = ic + CD_B_WC * c, j = j0 + jl;                                           \
-        if (i < CD_D && jl < CD_B_J && j < CD_D) (buf)[fb_ + i * CD_D + j] = (scale) * m[a][c]; \
-      }                                                                                          \
-    }                                                                                            \
-  } while (0)
-
-  /* Reverse: output frame F−1 reads the init state (no decay, no update). */
-  if (reverse) {
-    B_STORE(post, post_off, F - 1, 1.0f);
-    if (save_pre) B_STORE(pre, pre_off, F - 1, 1.0f);
+  float m[CD_B_RM][CD_B_RN];
+  B_LOAD(init, init_off + sbase, has_init);
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int a = 0; a < CD_B_RM; a++) {
+    const uint i = ir + CD_B_WR * a;
+    for (int c = 0; c < CD_B_RN; c++) m[a][c] = i < CD_D ? Ms[i * B_TN + ic + CD_B_WC * c] : 0.0f;
+  }
+  /* Invariant at the top of each step: Ms holds m, visible to the whole work-group. */
+  if (reverse) { /* output frame F−1 reads the init state: no decay, no update */
+    B_SAVE(post, post_off + (bh * F + F - 1) * DD + j0, 1.0f);
+    if (save_pre) B_SAVE(pre, pre_off + (bh * F + F - 1) * DD + j0, 1.0f);
   }
   const uint nsteps = reverse ? (F - 1 + (want_final ? 1 : 0)) : F;
   for (uint t = 0; t < nsteps; t++) {
     const uint kf = reverse ? F - 1 - t : t; /* key frame of this step */
-    if (save_pre) {
-      const float g = decay[decay_off + bh * F + kf];
-      const int qf = reverse ? (int)kf - 1 : (int)kf;
-      if (qf >= 0) B_STORE(pre, pre_off, (uint)qf, g);
-    }
-    /* publish the state's column block */
-    barrier(CLK_LOCAL_MEM_FENCE);
-#pragma unroll
-    for (int a = 0; a < CD_B_RM; a++) {
-      const uint i = ir + CD_B_WR * a;
-      if (i < CD_D)
-#pragma unroll
-        for (int c = 0; c < CD_B_RN; c++) Ms[i * B_TN + ic + CD_B_WC * c] = m[a][c];
-    }
-    /* m = U_kf + A_kf · Ms */
-    const ulong fbase = (bh * F + kf) * (ulong)(CD_D * CD_D);
-#pragma unroll
-    for (int a = 0; a < CD_B_RM; a++) {
-      const uint i = ir + CD_B_WR * a;
-#pragma unroll
-      for (int c = 0; c < CD_B_RN; c++) {
-        const uint jl = ic + CD_B_WC * c, j = j0 + jl;
-        m[a][c] = (i < CD_D && jl < CD_B_J && j < CD_D) ? U[u_off + fbase + i * CD_D + j] : 0.0f;
-      }
-    }
+    const int qf = reverse ? (int)kf - 1 : (int)kf; /* output frame reading the result, or -1 */
+    const ulong fbase = (bh * F + kf) * DD;
+    if (save_pre && qf >= 0) B_SAVE(pre, pre_off + (bh * F + (uint)qf) * DD + j0, decay[decay_off + bh * F + kf]);
+    /* m = A_kf · Ms */
+    for (int a = 0; a < CD_B_RM; a++)
+      for (int c = 0; c < CD_B_RN; c++) m[a][c] = 0.0f;
     for (uint k0 = 0; k0 < CD_D; k0 += CD_B_KC) {
       barrier(CLK_LOCAL_MEM_FENCE);
       for (uint e = lid; e < CD_D * CD_B_KC; e += B_W) {
@@ -206,34 +194,36 @@ __kernel __attribute__((reqd_work_group_size(B_W, 1, 1))) void cd_scan_phase_b(
         As[kk * B_LDA + i] = A[a_off + fbase + i * CD_D + k0 + kk];
       }
       barrier(CLK_LOCAL_MEM_FENCE);
-#pragma unroll 4
+      CD_UNROLL_HINT
       for (int kk = 0; kk < CD_B_KC; kk++) {
         float ar[CD_B_RM], mr[CD_B_RN];
-#pragma unroll
         for (int a = 0; a < CD_B_RM; a++) ar[a] = As[kk * B_LDA + ir + CD_B_WR * a];
-#pragma unroll
         for (int c = 0; c < CD_B_RN; c++) mr[c] = Ms[(k0 + kk) * B_TN + ic + CD_B_WC * c];
-#pragma unroll
         for (int a = 0; a < CD_B_RM; a++)
-#pragma unroll
           for (int c = 0; c < CD_B_RN; c++) m[a][c] = fma(ar[a], mr[c], m[a][c]);
       }
     }
-    const int qf = reverse ? (int)kf - 1 : (int)kf;
-    if (qf >= 0) B_STORE(post, post_off, (uint)qf, 1.0f);
-  }
-  if (want_final) {
-#pragma unroll
+    /* m += U_kf (staged through Ms), then publish m */
+    barrier(CLK_LOCAL_MEM_FENCE);
+    B_LOAD(U, u_off + fbase + j0, 1);
+    barrier(CLK_LOCAL_MEM_FENCE);
     for (int a = 0; a < CD_B_RM; a++) {
       const uint i = ir + CD_B_WR * a;
-#pragma unroll
-      for (int c = 0; c < CD_B_RN; c++) {
-        const uint jl = ic + CD_B_WC * c, j = j0 + jl;
-        if (i < CD_D && jl < CD_B_J && j < CD_D) fin[fin_off + sbase + i * CD_D + j] = m[a][c];
-      }
+      if (i < CD_D)
+        for (int c = 0; c < CD_B_RN; c++) m[a][c] += Ms[i * B_TN + ic + CD_B_WC * c];
     }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int a = 0; a < CD_B_RM; a++) {
+      const uint i = ir + CD_B_WR * a;
+      if (i < CD_D)
+        for (int c = 0; c < CD_B_RN; c++) Ms[i * B_TN + ic + CD_B_WC * c] = m[a][c];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (qf >= 0) B_SAVE(post, post_off + (bh * F + (uint)qf) * DD + j0, 1.0f);
   }
-#undef B_STORE
+  if (want_final) B_SAVE(fin, fin_off + sbase, 1.0f);
+#undef B_SAVE
+#undef B_LOAD
 }
 #endif /* CD_B_WR */
 
@@ -279,7 +269,7 @@ __kernel __attribute__((reqd_work_group_size(C_W, 1, 1))) void cd_scan_phase_c(
       Qs[e] = (s0 + ss < S) ? qb[(ulong)(k0 + kk) * N + s0 + ss] : 0.0f;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-#pragma unroll 4
+    CD_UNROLL_HINT
     for (int kk = 0; kk < CD_C_KC; kk++) {
       float mr[CD_C_RM], qr[CD_C_RN];
 #pragma unroll

@@ -37,6 +37,15 @@
 #define S_JC SQ_MAX(SQ_MAX(CD_U_WC * CD_U_RN, CD_P_WC * CD_P_RN), CD_O_WR * CD_O_RM) /* value columns  */
 #define S_KR SQ_MAX(CD_D, CD_U_WR * CD_U_RM)                                      /* key rows       */
 #define S_LDK (S_SC + 1)
+/* Partial unrolling of the reduction loops (CD_UNROLL=0 leaves it to the compiler, e.g. for CPUs). */
+#ifndef CD_UNROLL
+#define CD_UNROLL 4
+#endif
+#if CD_UNROLL == 4
+#define CD_UNROLL_HINT _Pragma("unroll 4")
+#else
+#define CD_UNROLL_HINT
+#endif
 
 __kernel __attribute__((reqd_work_group_size(S_W, 1, 1))) void cd_scan_sequential(
     __global const float *q, ulong q_off, __global const float *k, ulong k_off, __global const float *v,
@@ -73,29 +82,27 @@ __kernel __attribute__((reqd_work_group_size(S_W, 1, 1))) void cd_scan_sequentia
   for (uint e = lid; e < CD_D * S_JC; e += S_W) Ps[e] = 0.0f;
   for (uint e = lid; e < S_SC; e += S_W) Bs[e] = 0.0f;
 
+/* Rolled, coalesced copies between a (D x D) slice of global memory and the state block in Ps. */
+#define S_SAVE(buf, base)                                          \
+  for (uint e = lid; e < CD_D * S_JC; e += S_W) {                 \
+    const uint i_ = e / S_JC, j_ = e % S_JC;                       \
+    if (j_ < jn) (buf)[(base) + i_ * CD_D + j_] = Ps[e];           \
+  }
+
+  /* the initial state, through Ps */
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (uint e = lid; e < CD_D * S_JC; e += S_W) {
+    const uint i = e / S_JC, j = e % S_JC;
+    Ps[e] = (has_init && j < jn) ? init[init_off + sbase + j0 + i * CD_D + j] : 0.0f;
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
   float m[CD_U_RM][CD_U_RN];
   for (int a = 0; a < CD_U_RM; a++) {
     const uint i = ur + CD_U_WR * a;
-    for (int c = 0; c < CD_U_RN; c++) {
-      const uint j = uc + CD_U_WC * c;
-      m[a][c] = (has_init && i < CD_D && j < jn) ? init[init_off + sbase + i * CD_D + j0 + j] : 0.0f;
-    }
+    for (int c = 0; c < CD_U_RN; c++) m[a][c] = i < CD_D ? Ps[i * S_JC + uc + CD_U_WC * c] : 0.0f;
   }
 
-/* buf[frame] (this block's columns) = m */
-#define S_STORE_STATE(buf, off, frame)                                                  \
-  do {                                                                                  \
-    const ulong fb_ = (off) + (bh * F + (frame)) * (ulong)(CD_D * CD_D) + j0;           \
-    for (int a = 0; a < CD_U_RM; a++) {                                                 \
-      const uint i = ur + CD_U_WR * a;                                                  \
-      for (int c = 0; c < CD_U_RN; c++) {                                               \
-        const uint j = uc + CD_U_WC * c;                                                \
-        if (i < CD_D && j < jn) (buf)[fb_ + i * CD_D + j] = m[a][c];                    \
-      }                                                                                 \
-    }                                                                                   \
-  } while (0)
-
-/* Ps = m (after a barrier, so that nobody still reads the previous contents) */
+/* Ps = m, between barriers (nobody still reads the old contents; everybody sees the new) */
 #define S_PUBLISH()                                                                     \
   do {                                                                                  \
     barrier(CLK_LOCAL_MEM_FENCE);                                                       \
@@ -104,6 +111,7 @@ __kernel __attribute__((reqd_work_group_size(S_W, 1, 1))) void cd_scan_sequentia
       if (i < CD_D)                                                                     \
         for (int c = 0; c < CD_U_RN; c++) Ps[i * S_JC + uc + CD_U_WC * c] = m[a][c];    \
     }                                                                                   \
+    barrier(CLK_LOCAL_MEM_FENCE);                                                       \
   } while (0)
 
   const uint nsteps = reverse ? F + (want_final ? 1u : 0u) : F;
@@ -113,110 +121,97 @@ __kernel __attribute__((reqd_work_group_size(S_W, 1, 1))) void cd_scan_sequentia
     const uint kf = reverse ? (t < F ? F - t : 0u) : t;
     const int qf = reverse ? (int)F - 1 - (int)t : (int)t;
 
-    if (upd) {
-      const float g = db[kf];
-      for (int a = 0; a < CD_U_RM; a++)
-        for (int c = 0; c < CD_U_RN; c++) m[a][c] *= g;
-    }
-    if (save_states && qf >= 0) S_STORE_STATE(pre, pre_off, (uint)qf);
-
-    if (upd) {
-      S_PUBLISH();
-      const ulong n0 = (ulong)kf * S;
-      for (uint s0 = 0; s0 < S; s0 += CD_S_TS) {
-        const uint sn = min((uint)CD_S_TS, S - s0);
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (uint e = lid; e < CD_D * CD_S_TS; e += S_W) {
-          const uint kk = e / CD_S_TS, s = e % CD_S_TS;
-          Ks[kk * S_LDK + s] = s < sn ? kb[(ulong)kk * N + n0 + s0 + s] : 0.0f;
-        }
-        for (uint e = lid; e < CD_S_J * CD_S_TS; e += S_W) {
-          const uint j = e / CD_S_TS, s = e % CD_S_TS;
-          Vs[j * S_LDK + s] = (s < sn && j < jn) ? vb[(ulong)(j0 + j) * N + n0 + s0 + s] : 0.0f;
-        }
-        for (uint s = lid; s < CD_S_TS; s += S_W) Bs[s] = s < sn ? bb[n0 + s0 + s] : 0.0f;
-        barrier(CLK_LOCAL_MEM_FENCE);
-
-        /* E = β·(V − K·P) */
-        {
-          float acc[CD_P_RM][CD_P_RN];
-          for (int a = 0; a < CD_P_RM; a++)
-            for (int c = 0; c < CD_P_RN; c++) acc[a][c] = 0.0f;
-#pragma unroll 4
-          for (int kk = 0; kk < CD_D; kk++) {
-            float kr[CD_P_RM], pv[CD_P_RN];
-            for (int a = 0; a < CD_P_RM; a++) kr[a] = Ks[kk * S_LDK + pr + CD_P_WR * a];
-            for (int c = 0; c < CD_P_RN; c++) pv[c] = Ps[kk * S_JC + pc + CD_P_WC * c];
-            for (int a = 0; a < CD_P_RM; a++)
-              for (int c = 0; c < CD_P_RN; c++) acc[a][c] = fma(kr[a], pv[c], acc[a][c]);
-          }
-          for (int a = 0; a < CD_P_RM; a++) {
-            const uint s = pr + CD_P_WR * a;
-            const float bt = Bs[s];
-            for (int c = 0; c < CD_P_RN; c++) {
-              const uint j = pc + CD_P_WC * c;
-              Es[s * S_JC + j] = bt * (Vs[j * S_LDK + s] - acc[a][c]);
-            }
-          }
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-
-        /* M += Kᵀ·E */
-#pragma unroll 4
-        for (int s = 0; s < CD_S_TS; s++) {
-          float kr[CD_U_RM], ev[CD_U_RN];
-          for (int a = 0; a < CD_U_RM; a++) kr[a] = Ks[(ur + CD_U_WR * a) * S_LDK + s];
-          for (int c = 0; c < CD_U_RN; c++) ev[c] = Es[s * S_JC + uc + CD_U_WC * c];
-          for (int a = 0; a < CD_U_RM; a++)
-            for (int c = 0; c < CD_U_RN; c++) m[a][c] = fma(kr[a], ev[c], m[a][c]);
-        }
+    /* Barriers never sit inside a condition (only inside loops whose trip counts are uniform): the
+     * update pass runs over 0 tokens when the step has no update, the output pass when no frame reads. */
+    const uint s_upd = upd ? S : 0u, s_out = qf >= 0 ? S : 0u;
+    const float g = upd ? db[kf] : 1.0f;
+    for (int a = 0; a < CD_U_RM; a++)
+      for (int c = 0; c < CD_U_RN; c++) m[a][c] *= g;
+    S_PUBLISH();
+    if (save_states && qf >= 0) S_SAVE(pre, pre_off + (bh * F + (uint)qf) * (ulong)(CD_D * CD_D) + j0);
+    const ulong nk = (ulong)kf * S;
+    for (uint s0 = 0; s0 < s_upd; s0 += CD_S_TS) {
+      const uint sn = min((uint)CD_S_TS, S - s0);
+      barrier(CLK_LOCAL_MEM_FENCE);
+      for (uint e = lid; e < CD_D * CD_S_TS; e += S_W) {
+        const uint kk = e / CD_S_TS, s = e % CD_S_TS;
+        Ks[kk * S_LDK + s] = s < sn ? kb[(ulong)kk * N + nk + s0 + s] : 0.0f;
       }
-    }
-    if (save_states && qf >= 0) S_STORE_STATE(post, post_off, (uint)qf);
+      for (uint e = lid; e < CD_S_J * CD_S_TS; e += S_W) {
+        const uint j = e / CD_S_TS, s = e % CD_S_TS;
+        Vs[j * S_LDK + s] = (s < sn && j < jn) ? vb[(ulong)(j0 + j) * N + nk + s0 + s] : 0.0f;
+      }
+      for (uint s = lid; s < CD_S_TS; s += S_W) Bs[s] = s < sn ? bb[nk + s0 + s] : 0.0f;
+      barrier(CLK_LOCAL_MEM_FENCE);
 
-    if (qf >= 0) {
-      /* out_qf = Q_qf · M */
-      S_PUBLISH();
-      const ulong n0 = (ulong)qf * S;
-      for (uint s0 = 0; s0 < S; s0 += CD_S_TS) {
-        const uint sn = min((uint)CD_S_TS, S - s0);
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (uint e = lid; e < CD_D * CD_S_TS; e += S_W) {
-          const uint kk = e / CD_S_TS, s = e % CD_S_TS;
-          Ks[kk * S_LDK + s] = s < sn ? qb[(ulong)kk * N + n0 + s0 + s] : 0.0f;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        float acc[CD_O_RM][CD_O_RN];
-        for (int a = 0; a < CD_O_RM; a++)
-          for (int c = 0; c < CD_O_RN; c++) acc[a][c] = 0.0f;
-#pragma unroll 4
+      /* E = β·(V − K·P) */
+      {
+        float acc[CD_P_RM][CD_P_RN];
+        for (int a = 0; a < CD_P_RM; a++)
+          for (int c = 0; c < CD_P_RN; c++) acc[a][c] = 0.0f;
+        CD_UNROLL_HINT
         for (int kk = 0; kk < CD_D; kk++) {
-          float pv[CD_O_RM], qr[CD_O_RN];
-          for (int a = 0; a < CD_O_RM; a++) pv[a] = Ps[kk * S_JC + orr + CD_O_WR * a];
-          for (int c = 0; c < CD_O_RN; c++) qr[c] = Ks[kk * S_LDK + oc + CD_O_WC * c];
-          for (int a = 0; a < CD_O_RM; a++)
-            for (int c = 0; c < CD_O_RN; c++) acc[a][c] = fma(pv[a], qr[c], acc[a][c]);
+          float kr[CD_P_RM], pv[CD_P_RN];
+          for (int a = 0; a < CD_P_RM; a++) kr[a] = Ks[kk * S_LDK + pr + CD_P_WR * a];
+          for (int c = 0; c < CD_P_RN; c++) pv[c] = Ps[kk * S_JC + pc + CD_P_WC * c];
+          for (int a = 0; a < CD_P_RM; a++)
+            for (int c = 0; c < CD_P_RN; c++) acc[a][c] = fma(kr[a], pv[c], acc[a][c]);
         }
-        for (int a = 0; a < CD_O_RM; a++) {
-          const uint j = orr + CD_O_WR * a;
-          if (j >= jn) continue;
-          for (int c = 0; c < CD_O_RN; c++) {
-            const uint s = oc + CD_O_WC * c;
-            if (s < sn) ob[(ulong)(j0 + j) * N + n0 + s0 + s] = acc[a][c];
+        for (int a = 0; a < CD_P_RM; a++) {
+          const uint s = pr + CD_P_WR * a;
+          const float bt = Bs[s];
+          for (int c = 0; c < CD_P_RN; c++) {
+            const uint j = pc + CD_P_WC * c;
+            Es[s * S_JC + j] = bt * (Vs[j * S_LDK + s] - acc[a][c]);
           }
         }
       }
+      barrier(CLK_LOCAL_MEM_FENCE);
+
+      /* M += Kᵀ·E */
+      CD_UNROLL_HINT
+      for (int s = 0; s < CD_S_TS; s++) {
+        float kr[CD_U_RM], ev[CD_U_RN];
+        for (int a = 0; a < CD_U_RM; a++) kr[a] = Ks[(ur + CD_U_WR * a) * S_LDK + s];
+        for (int c = 0; c < CD_U_RN; c++) ev[c] = Es[s * S_JC + uc + CD_U_WC * c];
+        for (int a = 0; a < CD_U_RM; a++)
+          for (int c = 0; c < CD_U_RN; c++) m[a][c] = fma(kr[a], ev[c], m[a][c]);
+      }
     }
-  }
-  if (want_final) {
-    for (int a = 0; a < CD_U_RM; a++) {
-      const uint i = ur + CD_U_WR * a;
-      for (int c = 0; c < CD_U_RN; c++) {
-        const uint j = uc + CD_U_WC * c;
-        if (i < CD_D && j < jn) fin[fin_off + sbase + i * CD_D + j0 + j] = m[a][c];
+    /* out_qf = Q_qf · M */
+    S_PUBLISH();
+    if (save_states && qf >= 0) S_SAVE(post, post_off + (bh * F + (uint)qf) * (ulong)(CD_D * CD_D) + j0);
+    const ulong nq = (ulong)(qf >= 0 ? qf : 0) * S;
+    for (uint s0 = 0; s0 < s_out; s0 += CD_S_TS) {
+      const uint sn = min((uint)CD_S_TS, S - s0);
+      barrier(CLK_LOCAL_MEM_FENCE);
+      for (uint e = lid; e < CD_D * CD_S_TS; e += S_W) {
+        const uint kk = e / CD_S_TS, s = e % CD_S_TS;
+        Ks[kk * S_LDK + s] = s < sn ? qb[(ulong)kk * N + nq + s0 + s] : 0.0f;
+      }
+      barrier(CLK_LOCAL_MEM_FENCE);
+      float acc[CD_O_RM][CD_O_RN];
+      for (int a = 0; a < CD_O_RM; a++)
+        for (int c = 0; c < CD_O_RN; c++) acc[a][c] = 0.0f;
+      CD_UNROLL_HINT
+      for (int kk = 0; kk < CD_D; kk++) {
+        float pv[CD_O_RM], qr[CD_O_RN];
+        for (int a = 0; a < CD_O_RM; a++) pv[a] = Ps[kk * S_JC + orr + CD_O_WR * a];
+        for (int c = 0; c < CD_O_RN; c++) qr[c] = Ks[kk * S_LDK + oc + CD_O_WC * c];
+        for (int a = 0; a < CD_O_RM; a++)
+          for (int c = 0; c < CD_O_RN; c++) acc[a][c] = fma(pv[a], qr[c], acc[a][c]);
+      }
+      for (int a = 0; a < CD_O_RM; a++) {
+        const uint j = orr + CD_O_WR * a;
+        for (int c = 0; c < CD_O_RN; c++) {
+          const uint s = oc + CD_O_WC * c;
+          if (j < jn && s < sn) ob[(ulong)(j0 + j) * N + nq + s0 + s] = acc[a][c];
+        }
       }
     }
   }
-#undef S_STORE_STATE
+  S_PUBLISH();
+  if (want_final) S_SAVE(fin, fin_off + sbase + j0);
+#undef S_SAVE
 #undef S_PUBLISH
 }

@@ -165,12 +165,22 @@ static unsigned wg_for(const dev_limits *lim, size_t outputs, size_t per_item, u
   return w;
 }
 
-/* Value-column blocks: enough work-groups for the compute units, blocks at least `min_j` wide. */
+/* Value-column blocks. GPUs: enough work-groups for the compute units, blocks at least `min_j` wide.
+ * CPUs: one block (a few cores are filled by B·H; AUTO picks chunkwise when they are not), so that the
+ * kernels built for a CPU depend on D and the token bucket only (PoCL compiles each variant for seconds). */
 static unsigned value_blocks(const dev_limits *lim, size_t BH, size_t D, size_t min_j) {
+  if (!lim->gpu) return 1;
   size_t want = (lim->cus + BH - 1) / BH, most = D / min_j ? D / min_j : 1;
   if (want > most) want = most;
   if (want < 1) want = 1;
   return ceil_div(D, round8(ceil_div(D, want)));
+}
+
+/* Tokens per tile: a power of two >= S in [8, most] on GPUs; on CPUs 8 for S <= 8, else `most`. */
+static unsigned token_tile(const dev_limits *lim, size_t S, unsigned most) {
+  if (!lim->gpu) return S <= 8 ? 8 : most;
+  unsigned t = pow2_ceil(S < 8 ? 8 : S);
+  return t > most ? most : t;
 }
 
 /* ------------------------------------------------------------------------------ sequential config */
@@ -198,15 +208,13 @@ static void seq_layouts(size_t D, seq_cfg *c) {
 
 static camdelta_status seq_configure(const dev_limits *lim, size_t BH, size_t D, size_t S, unsigned wg_cap,
                                      seq_cfg *c) {
-  c->nJ = value_blocks(lim, BH, D, lim->gpu ? 16 : 8);
-  unsigned ts = lim->gpu ? 32 : 64;
-  const unsigned s8 = round8(S);
-  if (ts > s8) ts = s8;
+  c->nJ = value_blocks(lim, BH, D, 16);
+  unsigned ts = token_tile(lim, S, lim->gpu ? 32 : 64);
   for (;;) {
     c->J = round8(ceil_div(D, c->nJ));
     c->nJ = ceil_div(D, c->J);
     c->TS = ts;
-    c->W = wg_for(lim, D * c->J, lim->gpu ? 16 : 32, wg_cap);
+    c->W = wg_for(lim, D * c->J, 16, wg_cap);
     seq_layouts(D, c);
     if (seq_local_bytes(D, c) <= lim->local_bytes) break;
     if (ts > 8) ts /= 2;
@@ -236,16 +244,16 @@ typedef struct chunk_cfg {
   /* phase C: value rows x tokens */
   layout c;
   unsigned c_w, c_kc, c_nv, c_ns;
-  char a_opts[256], b_opts[256], c_opts[256];
+  char opts[512]; /* one program holds the three kernels */
 } chunk_cfg;
 
 static camdelta_status chunk_configure(const dev_limits *lim, size_t BH, size_t D, size_t S, unsigned wg_cap,
                                        chunk_cfg *c) {
   const size_t lb = lim->local_bytes;
-  /* phase A: tiles of at most 64 x 64 outputs, ~32 outputs per item on GPUs */
+  /* phase A: tiles of at most 64 x 64 outputs, ~32 outputs per item */
   {
     const unsigned tm = round8(ceil_div(D, ceil_div(D, 64))), tn = round8(ceil_div(2 * D, ceil_div(2 * D, 64)));
-    c->a_w = wg_for(lim, (size_t)tm * tn, lim->gpu ? 32 : 16, wg_cap);
+    c->a_w = wg_for(lim, (size_t)tm * tn, 32, wg_cap);
     c->a = pick_layout(tm, tn, c->a_w, 1);
     c->a_kc = 32;
     while (c->a_kc > 8 && 4 * (size_t)c->a_kc * (c->a.wr * c->a.rm + 1 + c->a.wc * c->a.rn + 1) > lb) c->a_kc /= 2;
@@ -272,10 +280,8 @@ static camdelta_status chunk_configure(const dev_limits *lim, size_t BH, size_t 
   }
   /* phase C: all value rows of a frame (so Q_f is read once) x up to 64 tokens */
   {
-    unsigned ts = round8(S);
-    if (ts > 64) ts = 64;
-    const unsigned tv = round8(ceil_div(D, ceil_div(D, 128)));
-    c->c_w = wg_for(lim, (size_t)tv * ts, lim->gpu ? 32 : 16, wg_cap);
+    const unsigned ts = token_tile(lim, S, 64), tv = round8(ceil_div(D, ceil_div(D, 128)));
+    c->c_w = wg_for(lim, (size_t)tv * ts, 32, wg_cap);
     c->c = pick_layout(tv, ts, c->c_w, 16);
     c->c_kc = k_chunk(D);
     while (c->c_kc > 8 && 4 * (size_t)c->c_kc * (c->c.wr * c->c.rm + c->c.wc * c->c.rn) > lb) c->c_kc /= 2;
@@ -284,13 +290,12 @@ static camdelta_status chunk_configure(const dev_limits *lim, size_t BH, size_t 
     c->c_nv = ceil_div(D, c->c.wr * c->c.rm);
     c->c_ns = ceil_div(S, c->c.wc * c->c.rn);
   }
-  snprintf(c->a_opts, sizeof c->a_opts, "-DCD_D=%zu -DCD_A_WR=%u -DCD_A_RM=%u -DCD_A_WC=%u -DCD_A_RN=%u -DCD_A_KC=%u",
-           D, c->a.wr, c->a.rm, c->a.wc, c->a.rn, c->a_kc);
-  snprintf(c->b_opts, sizeof c->b_opts,
-           "-DCD_D=%zu -DCD_B_J=%u -DCD_B_WR=%u -DCD_B_RM=%u -DCD_B_WC=%u -DCD_B_RN=%u -DCD_B_KC=%u", D, c->b_j,
-           c->b.wr, c->b.rm, c->b.wc, c->b.rn, c->b_kc);
-  snprintf(c->c_opts, sizeof c->c_opts, "-DCD_D=%zu -DCD_C_WR=%u -DCD_C_RM=%u -DCD_C_WC=%u -DCD_C_RN=%u -DCD_C_KC=%u",
-           D, c->c.wr, c->c.rm, c->c.wc, c->c.rn, c->c_kc);
+  snprintf(c->opts, sizeof c->opts,
+           "-DCD_D=%zu -DCD_A_WR=%u -DCD_A_RM=%u -DCD_A_WC=%u -DCD_A_RN=%u -DCD_A_KC=%u "
+           "-DCD_B_J=%u -DCD_B_WR=%u -DCD_B_RM=%u -DCD_B_WC=%u -DCD_B_RN=%u -DCD_B_KC=%u "
+           "-DCD_C_WR=%u -DCD_C_RM=%u -DCD_C_WC=%u -DCD_C_RN=%u -DCD_C_KC=%u",
+           D, c->a.wr, c->a.rm, c->a.wc, c->a.rn, c->a_kc, c->b_j, c->b.wr, c->b.rm, c->b.wc, c->b.rn, c->b_kc, c->c.wr,
+           c->c.rm, c->c.wc, c->c.rn, c->c_kc);
   return CAMDELTA_OK;
 }
 
@@ -505,9 +510,9 @@ camdelta_status camdelta_scan_forward(camdelta_context *ctx, const camdelta_scan
       fits = cd_kernel_max_wg(ctx, kern[0]) >= sc.W;
     } else {
       if ((st = chunk_configure(&lim, job.BH, D, args->S, cap, &cc))) return st;
-      if ((st = cd_kernel(ctx, "scan_chunkwise.cl", cc.a_opts, "cd_scan_phase_a", &kern[0])) ||
-          (st = cd_kernel(ctx, "scan_chunkwise.cl", cc.b_opts, "cd_scan_phase_b", &kern[1])) ||
-          (st = cd_kernel(ctx, "scan_chunkwise.cl", cc.c_opts, "cd_scan_phase_c", &kern[2]))) {
+      if ((st = cd_kernel(ctx, "scan_chunkwise.cl", cc.opts, "cd_scan_phase_a", &kern[0])) ||
+          (st = cd_kernel(ctx, "scan_chunkwise.cl", cc.opts, "cd_scan_phase_b", &kern[1])) ||
+          (st = cd_kernel(ctx, "scan_chunkwise.cl", cc.opts, "cd_scan_phase_c", &kern[2]))) {
         release_kernels(kern, 3);
         return st;
       }
@@ -522,6 +527,13 @@ camdelta_status camdelta_scan_forward(camdelta_context *ctx, const camdelta_scan
     }
   }
 
+  if (getenv("CAMDELTA_SCAN_VERBOSE")) {
+    if (alg == CAMDELTA_SCAN_SEQUENTIAL)
+      fprintf(stderr, "camdelta scan: sequential W=%u blocks=%u: %s\n", sc.W, sc.nJ, sc.opts);
+    else
+      fprintf(stderr, "camdelta scan: chunkwise A W=%u tiles=%ux%u, B W=%u blocks=%u, C W=%u tiles=%ux%u: %s\n",
+              cc.a_w, cc.a_nr, cc.a_nc, cc.b_w, cc.b_nj, cc.c_w, cc.c_nv, cc.c_ns, cc.opts);
+  }
   if (saved) {
     if ((st = saved_reserve(ctx, saved, job.BHF * D * D * sizeof(float)))) {
       release_kernels(kern, 3);
