@@ -363,12 +363,18 @@ kernel void cd_scan_bwd_frames(global const float *k, ulong k_off, global const 
     }
   }
   barrier(CLK_LOCAL_MEM_FENCE);
-  /* ddecay partial: - sum dR * Y over the tile, in work-item order */
+  /* ddecay partial: - sum dR * Y over the tile; per token lane over the column groups, then over the lanes */
   red[lid] = pd;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  float lane = 0.0f;
+  if (dg == 0)
+    for (uint g = 0; g < CD_DG; g++) lane += red[g * CD_TL + tl];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (dg == 0) red[tl] = lane;
   barrier(CLK_LOCAL_MEM_FENCE);
   if (lid == 0) {
     float sum = 0.0f;
-    for (uint u = 0; u < CD_WG; u++) sum += red[u];
+    for (uint u = 0; u < CD_TL; u++) sum += red[u];
     part[part_off + bhf * ntiles + tile] = -sum;
   }
 

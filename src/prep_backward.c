@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backward.h"
 #include "internal.h"
 #include "prep_common.h"
 
@@ -41,6 +42,31 @@ static int spans_overlap(const pb_span *a, const pb_span *b) {
   const size_t a0 = a->b.offset * a->es, a1 = a0 + a->elems * a->es;
   const size_t b0 = b->b.offset * b->es, b1 = b0 + b->elems * b->es;
   return a0 < b1 && b0 < a1;
+}
+
+/* The token kernel with the largest tile the device allows, and the reduction kernel of the same program. */
+static camdelta_status build_kernels(camdelta_context *ctx, camdelta_dtype dtype, size_t D, cl_kernel *kt,
+                                     cl_kernel *kr, size_t *ts) {
+  camdelta_status st = cd_prep_kernel(ctx, "prep_backward.cl", "cd_prep_bwd_tokens", dtype, D, kt, ts);
+  if (st) return st;
+  char opts[160];
+  snprintf(opts, sizeof opts, "-DCD_DTYPE=%d -DCD_D=%zu -DCD_TS=%zu", (int)dtype, D, *ts);
+  if ((st = cd_kernel(ctx, "prep_backward.cl", opts, "cd_prep_bwd_reduce", kr))) {
+    clReleaseKernel(*kt);
+    *kt = NULL;
+  }
+  return st;
+}
+
+camdelta_status cd_prep_backward_warm(camdelta_context *ctx, camdelta_dtype dtype, size_t D) {
+  camdelta_status st = cd_check_dtype(OP, dtype);
+  if (!st) st = cd_check_head_dim(OP, D);
+  if (st) return st;
+  cl_kernel kt, kr;
+  size_t ts;
+  if ((st = build_kernels(ctx, dtype, D, &kt, &kr, &ts))) return st;
+  clReleaseKernel(kt), clReleaseKernel(kr);
+  return CAMDELTA_OK;
 }
 
 static camdelta_status check_args(const camdelta_prep_backward_args *a, const camdelta_prep_saved *saved) {
@@ -124,13 +150,7 @@ camdelta_status camdelta_prep_backward(camdelta_context *ctx, const camdelta_pre
   /* Build everything before enqueuing anything (the inverse-RMS kernel is built by its helper first). */
   cl_kernel kt = NULL, kr = NULL;
   size_t ts = 0;
-  if ((st = cd_prep_kernel(ctx, "prep_backward.cl", "cd_prep_bwd_tokens", args->dtype, D, &kt, &ts))) return st;
-  char opts[160];
-  snprintf(opts, sizeof opts, "-DCD_DTYPE=%d -DCD_D=%zu -DCD_TS=%zu", (int)args->dtype, D, ts);
-  if ((st = cd_kernel(ctx, "prep_backward.cl", opts, "cd_prep_bwd_reduce", &kr))) {
-    clReleaseKernel(kt);
-    return st;
-  }
+  if ((st = build_kernels(ctx, args->dtype, D, &kt, &kr, &ts))) return st;
   const size_t ntiles = (N + ts - 1) / ts, slots = B * ntiles;
 
   /* scratch: norm-weight partials (2, slots, C), RoPE partials (2, B, N, Dh), inverse RMS (2, B, N) */

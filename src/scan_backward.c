@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backward.h"
 #include "internal.h"
 
 static const char OP[] = "camdelta_scan_backward";
@@ -63,8 +64,9 @@ static camdelta_status choose_config(size_t D, size_t local_bytes, size_t wg_gra
   c->dpt = D % 16 == 0 ? 16 : 8;
   c->tl = 32;
   c->tpt = 2;
-  c->mc = 8;
+  c->mc = 16; /* fewer barriers and longer runs between them when it fits, else 8 */
   while (c->tl > 1 && c->tl * (D / c->dpt) > wg_frames) c->tl /= 2;
+  if (D % 16 != 0 || frames_local_bytes(D, c) > local_bytes) c->mc = 8;
   while (frames_local_bytes(D, c) > local_bytes && (c->tpt > 1 || c->tl > 1)) {
     if (c->tpt > 1) c->tpt /= 2;
     else c->tl /= 2;
@@ -113,6 +115,16 @@ static camdelta_status build_kernels(camdelta_context *ctx, size_t D, sb_config 
     if (cfg->rl > have_r) wg_rl = have_r;
   }
   return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: no kernel configuration for D=%zu fits this device", OP, D);
+}
+
+camdelta_status cd_scan_backward_warm(camdelta_context *ctx, size_t D) {
+  camdelta_status st = cd_check_head_dim(OP, D);
+  if (st) return st;
+  sb_config cfg;
+  sb_kernels k;
+  if ((st = build_kernels(ctx, D, &cfg, &k))) return st;
+  release_kernels(&k);
+  return CAMDELTA_OK;
 }
 
 /* A named tensor argument for the overlap check. */

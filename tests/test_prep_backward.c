@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backward.h"
 #include "internal.h"
 #include "prep_problem.h"
 
@@ -369,12 +370,48 @@ static void test_prep_backward_bad_input(void **state) {
   data_free(&x);
 }
 
+/* The warm hook builds exactly the programs a call uses (the inverse-RMS one comes from the forward's warm-up):
+ * a call with saved inverse RMS values after it builds nothing. */
+static void test_prep_backward_warm(void **state) {
+  (void)state;
+  camdelta_context *ctx = tu_context();
+  assert_int_equal(cd_prep_backward_warm(ctx, CAMDELTA_F32, 12), CAMDELTA_ERROR_UNSUPPORTED);
+  assert_int_equal(cd_prep_backward_warm(ctx, (camdelta_dtype)9, 16), CAMDELTA_ERROR_UNSUPPORTED);
+  const pb_case c = {1, 30, 2, 40, CAMDELTA_BF16, 0, 0, GALL, 1, 1};
+  TU_OK(cd_prep_backward_warm(ctx, c.dt, c.D));
+  camdelta_build_stats before, after;
+  TU_OK(camdelta_context_build_stats(ctx, &before));
+  pb_data x;
+  data_init(&x, &c, 17);
+  pb_device d;
+  device_init(&d, &x, &c);
+  camdelta_prep_backward_args a = make_args(&x, &d, &c, NULL);
+  /* a saved object by hand (the forward would build its own kernel) */
+  camdelta_prep_saved *s = NULL;
+  TU_OK(camdelta_prep_saved_create(ctx, &s));
+  float *inv = malloc(2 * c.N * sizeof(float));
+  assert_non_null(inv);
+  for (size_t i = 0; i < 2 * c.N; i++) inv[i] = 1.0f;
+  s->inv_rms = tu_upload(inv, 2 * c.N * sizeof(float));
+  s->bytes = 2 * c.N * sizeof(float);
+  s->B = c.B, s->N = c.N, s->H = c.H, s->D = c.D, s->valid = 1;
+  TU_OK(camdelta_prep_backward(ctx, &a, s));
+  TU_OK(camdelta_finish(ctx));
+  TU_OK(camdelta_context_build_stats(ctx, &after));
+  assert_int_equal(after.programs, before.programs);
+  free(inv);
+  camdelta_prep_saved_destroy(s);
+  device_free(&d);
+  data_free(&x);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_prep_backward_shapes),
       cmocka_unit_test(test_prep_backward_medium),
       cmocka_unit_test(test_prep_backward_deterministic),
       cmocka_unit_test(test_prep_backward_bad_input),
+      cmocka_unit_test(test_prep_backward_warm),
   };
   int r = cmocka_run_group_tests(tests, NULL, NULL);
   tu_context_release();

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backward.h"
 #include "internal.h"
 #include "testutil.h"
 
@@ -431,11 +432,26 @@ static void test_scan_backward_bad_input(void **state) {
   problem_free(&p);
 }
 
+/* The warm hook builds exactly the program a call uses: the call after it builds nothing. */
+static void test_scan_backward_warm(void **state) {
+  (void)state;
+  camdelta_context *ctx = tu_context();
+  assert_int_equal(cd_scan_backward_warm(ctx, 12), CAMDELTA_ERROR_UNSUPPORTED);
+  TU_OK(cd_scan_backward_warm(ctx, 40));
+  camdelta_build_stats before, after;
+  TU_OK(camdelta_context_build_stats(ctx, &before));
+  sb_case c = {1, 1, 40, 2, 20, 1, 1, 1, SAVED_NONE, 0, 0, CAMDELTA_SCAN_AUTO};
+  assert_int_equal(run_case(&c, NULL), 1);
+  TU_OK(camdelta_context_build_stats(ctx, &after));
+  assert_int_equal(after.programs, before.programs);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_scan_backward_medium),        cmocka_unit_test(test_scan_backward_shapes),
       cmocka_unit_test(test_scan_backward_d112),          cmocka_unit_test(test_scan_backward_from_forward),
       cmocka_unit_test(test_scan_backward_deterministic), cmocka_unit_test(test_scan_backward_bad_input),
+      cmocka_unit_test(test_scan_backward_warm),
   };
   int r = cmocka_run_group_tests(tests, NULL, NULL);
   tu_context_release();
