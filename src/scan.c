@@ -201,7 +201,7 @@ static size_t seq_local_bytes(size_t D, const seq_cfg *c) {
 }
 
 static void seq_layouts(size_t D, seq_cfg *c) {
-  c->u = pick_layout((unsigned)D, c->J, c->W, 16);
+  c->u = pick_layout((unsigned)D, c->J, c->W, 1); /* the state goes to global memory through Ps */
   c->p = pick_layout(c->TS, c->J, c->W, 1);
   c->o = pick_layout(c->J, c->TS, c->W, 16);
 }
@@ -209,12 +209,12 @@ static void seq_layouts(size_t D, seq_cfg *c) {
 static camdelta_status seq_configure(const dev_limits *lim, size_t BH, size_t D, size_t S, unsigned wg_cap,
                                      seq_cfg *c) {
   c->nJ = value_blocks(lim, BH, D, 16);
-  unsigned ts = token_tile(lim, S, lim->gpu ? 32 : 64);
+  unsigned ts = token_tile(lim, S, 64);
   for (;;) {
     c->J = round8(ceil_div(D, c->nJ));
     c->nJ = ceil_div(D, c->J);
     c->TS = ts;
-    c->W = wg_for(lim, D * c->J, 16, wg_cap);
+    c->W = wg_for(lim, D * c->J, lim->gpu ? 8 : 16, wg_cap);
     seq_layouts(D, c);
     if (seq_local_bytes(D, c) <= lim->local_bytes) break;
     if (ts > 8) ts /= 2;
@@ -269,8 +269,8 @@ static camdelta_status chunk_configure(const dev_limits *lim, size_t BH, size_t 
     for (;;) {
       c->b_j = round8(ceil_div(D, c->b_nj));
       c->b_nj = ceil_div(D, c->b_j);
-      c->b_w = wg_for(lim, D * c->b_j, 8, wg_cap);
-      c->b = pick_layout((unsigned)D, c->b_j, c->b_w, 16);
+      c->b_w = wg_for(lim, D * c->b_j, lim->gpu ? 4 : 8, wg_cap); /* serial: latency matters, not occupancy */
+      c->b = pick_layout((unsigned)D, c->b_j, c->b_w, 1);      /* the state goes to global memory through Ms */
       size_t bytes = 4 * (D * (size_t)(c->b.wc * c->b.rn) + (size_t)c->b_kc * (c->b.wr * c->b.rm + 1));
       if (bytes <= lb) break;
       if (c->b_kc > 8) c->b_kc /= 2;
