@@ -29,16 +29,6 @@
  * All offsets into (B, H, D, N) tensors are 64-bit. Each buffer comes as (pointer, element offset). */
 
 #define CD_CEIL(a, b) (((a) + (b) - 1) / (b))
-/* Partial unrolling of the reduction loops (the host passes CD_UNROLL=1 for CPUs, where it only costs
- * compile time). */
-#ifndef CD_UNROLL
-#define CD_UNROLL 4
-#endif
-#if CD_UNROLL == 4
-#define CD_UNROLL_HINT _Pragma("unroll 4")
-#else
-#define CD_UNROLL_HINT
-#endif
 
 #ifdef CD_PROBE
 /* A trivial kernel for querying the device's preferred work-group multiple before choosing tiles. */
@@ -96,7 +86,7 @@ __kernel __attribute__((reqd_work_group_size(A_W, 1, 1))) void cd_scan_phase_a(
       Ys[s * A_LDY + r] = y;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    CD_UNROLL_HINT
+    #pragma unroll 4
     for (int s = 0; s < CD_A_KC; s++) {
       float xr[CD_A_RM], yr[CD_A_RN];
 #pragma unroll
@@ -194,7 +184,7 @@ __kernel __attribute__((reqd_work_group_size(B_W, 1, 1))) void cd_scan_phase_b(
         As[kk * B_LDA + i] = A[a_off + fbase + i * CD_D + k0 + kk];
       }
       barrier(CLK_LOCAL_MEM_FENCE);
-      CD_UNROLL_HINT
+      #pragma unroll 4
       for (int kk = 0; kk < CD_B_KC; kk++) {
         float ar[CD_B_RM], mr[CD_B_RN];
         for (int a = 0; a < CD_B_RM; a++) ar[a] = As[kk * B_LDA + ir + CD_B_WR * a];
@@ -269,7 +259,7 @@ __kernel __attribute__((reqd_work_group_size(C_W, 1, 1))) void cd_scan_phase_c(
       Qs[e] = (s0 + ss < S) ? qb[(ulong)(k0 + kk) * N + s0 + ss] : 0.0f;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    CD_UNROLL_HINT
+    #pragma unroll 4
     for (int kk = 0; kk < CD_C_KC; kk++) {
       float mr[CD_C_RM], qr[CD_C_RN];
 #pragma unroll

@@ -37,15 +37,6 @@
 #define S_JC SQ_MAX(SQ_MAX(CD_U_WC * CD_U_RN, CD_P_WC * CD_P_RN), CD_O_WR * CD_O_RM) /* value columns  */
 #define S_KR SQ_MAX(CD_D, CD_U_WR * CD_U_RM)                                      /* key rows       */
 #define S_LDK (S_SC + 1)
-/* Partial unrolling of the reduction loops (CD_UNROLL=0 leaves it to the compiler, e.g. for CPUs). */
-#ifndef CD_UNROLL
-#define CD_UNROLL 4
-#endif
-#if CD_UNROLL == 4
-#define CD_UNROLL_HINT _Pragma("unroll 4")
-#else
-#define CD_UNROLL_HINT
-#endif
 
 __kernel __attribute__((reqd_work_group_size(S_W, 1, 1))) void cd_scan_sequential(
     __global const float *q, ulong q_off, __global const float *k, ulong k_off, __global const float *v,
@@ -149,7 +140,7 @@ __kernel __attribute__((reqd_work_group_size(S_W, 1, 1))) void cd_scan_sequentia
         float acc[CD_P_RM][CD_P_RN];
         for (int a = 0; a < CD_P_RM; a++)
           for (int c = 0; c < CD_P_RN; c++) acc[a][c] = 0.0f;
-        CD_UNROLL_HINT
+        #pragma unroll 4
         for (int kk = 0; kk < CD_D; kk++) {
           float kr[CD_P_RM], pv[CD_P_RN];
           for (int a = 0; a < CD_P_RM; a++) kr[a] = Ks[kk * S_LDK + pr + CD_P_WR * a];
@@ -169,7 +160,7 @@ __kernel __attribute__((reqd_work_group_size(S_W, 1, 1))) void cd_scan_sequentia
       barrier(CLK_LOCAL_MEM_FENCE);
 
       /* M += Kᵀ·E */
-      CD_UNROLL_HINT
+      #pragma unroll 4
       for (int s = 0; s < CD_S_TS; s++) {
         float kr[CD_U_RM], ev[CD_U_RN];
         for (int a = 0; a < CD_U_RM; a++) kr[a] = Ks[(ur + CD_U_WR * a) * S_LDK + s];
@@ -193,7 +184,7 @@ __kernel __attribute__((reqd_work_group_size(S_W, 1, 1))) void cd_scan_sequentia
       float acc[CD_O_RM][CD_O_RN];
       for (int a = 0; a < CD_O_RM; a++)
         for (int c = 0; c < CD_O_RN; c++) acc[a][c] = 0.0f;
-      CD_UNROLL_HINT
+      #pragma unroll 4
       for (int kk = 0; kk < CD_D; kk++) {
         float pv[CD_O_RM], qr[CD_O_RN];
         for (int a = 0; a < CD_O_RM; a++) pv[a] = Ps[kk * S_JC + orr + CD_O_WR * a];
