@@ -72,3 +72,25 @@ size_t camdelta_dtype_size(camdelta_dtype dtype) {
   }
   return 0;
 }
+
+static int overlaps(const cd_tensor_arg *a, const cd_tensor_arg *b) {
+  if (!a->b.mem || a->b.mem != b->b.mem) return 0;
+  const size_t a0 = a->b.offset * a->es, a1 = a0 + a->elems * a->es;
+  const size_t b0 = b->b.offset * b->es, b1 = b0 + b->elems * b->es;
+  return a0 < b1 && b0 < a1;
+}
+
+camdelta_status cd_check_no_overlap(const char *op, const cd_tensor_arg *outs, size_t nout, const cd_tensor_arg *ins,
+                                    size_t nin) {
+  for (size_t i = 0; i < nout; i++) {
+    for (size_t j = 0; j < nin; j++)
+      if (overlaps(&outs[i], &ins[j]))
+        return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: output '%s' overlaps input '%s' in the same cl_mem", op,
+                       outs[i].name, ins[j].name);
+    for (size_t j = 0; j < i; j++)
+      if (overlaps(&outs[i], &outs[j]))
+        return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: outputs '%s' and '%s' overlap in the same cl_mem", op,
+                       outs[j].name, outs[i].name);
+  }
+  return CAMDELTA_OK;
+}

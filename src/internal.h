@@ -33,6 +33,16 @@ int cd_prod(size_t *out, int n, const size_t *factors);
  *  `optional` and b.mem == NULL, succeeds. */
 camdelta_status cd_check_buffer(const char *op, const char *name, camdelta_buffer b, size_t elems,
                                 size_t elem_size, int optional);
+/** A named tensor argument, for checks across arguments. */
+typedef struct cd_tensor_arg {
+  const char *name;
+  camdelta_buffer b;
+  size_t elems, es;
+} cd_tensor_arg;
+/** Fails when an output overlaps an input or another output in the same
+ *  cl_mem (absent buffers are skipped). */
+camdelta_status cd_check_no_overlap(const char *op, const cd_tensor_arg *outs, size_t nout, const cd_tensor_arg *ins,
+                                    size_t nin);
 /** Check the head dim: D % 8 == 0 and 8 <= D <= 128. */
 camdelta_status cd_check_head_dim(const char *op, size_t D);
 camdelta_status cd_check_dtype(const char *op, camdelta_dtype dtype);

@@ -56,6 +56,13 @@ camdelta_status cd_prep_check_inputs(const char *op, size_t B, size_t N, size_t 
   return CAMDELTA_OK;
 }
 
+camdelta_status cd_prep_inv_rms_warm(camdelta_context *ctx, camdelta_dtype dtype) {
+  char opts[64];
+  snprintf(opts, sizeof opts, "-DCD_DTYPE=%d", (int)dtype);
+  cl_program prog;
+  return cd_program(ctx, "prep.cl", opts, &prog);
+}
+
 camdelta_status cd_prep_inv_rms(camdelta_context *ctx, size_t B, size_t N, size_t H, size_t D, camdelta_dtype dtype,
                                  float eps, camdelta_buffer q_raw, camdelta_buffer k_raw, cl_mem inv_rms,
                                  cd_launch *l) {
@@ -132,6 +139,16 @@ camdelta_status camdelta_prep_forward(camdelta_context *ctx, const camdelta_prep
       (st = cd_check_buffer(op, "v", args->v, BNHD, es, 0)) ||
       (st = cd_check_buffer(op, "inflation_sq", args->inflation_sq, B * H * N, 4, 0)))
     return st;
+  {
+    static const char *names[9] = {"q_raw",  "k_raw",   "v_raw",    "q_norm_weight", "k_norm_weight",
+                                   "proj_q", "proj_kv", "rope_cos", "rope_sin"};
+    const size_t counts[9] = {BNHD, BNHD, BNHD, H * D, H * D, B * N * 16, B * N * 16, N * (D / 2), N * (D / 2)};
+    cd_tensor_arg ins[9];
+    for (int i = 0; i < 9; i++) ins[i] = (cd_tensor_arg){names[i], in[i], counts[i], i < 3 ? es : 4};
+    const cd_tensor_arg outs[4] = {{"q", args->q, BNHD, es}, {"k", args->k, BNHD, es}, {"v", args->v, BNHD, es},
+                                   {"inflation_sq", args->inflation_sq, B * H * N, 4}};
+    if ((st = cd_check_no_overlap(op, outs, 4, ins, 9))) return st;
+  }
 
   /* Build everything before enqueuing anything. */
   cl_kernel k;

@@ -30,20 +30,6 @@ enum {
   PB_WANT_SIN = 256
 };
 
-/* A named tensor argument for the overlap check. */
-typedef struct pb_span {
-  const char *name;
-  camdelta_buffer b;
-  size_t elems, es;
-} pb_span;
-
-static int spans_overlap(const pb_span *a, const pb_span *b) {
-  if (!a->b.mem || a->b.mem != b->b.mem) return 0;
-  const size_t a0 = a->b.offset * a->es, a1 = a0 + a->elems * a->es;
-  const size_t b0 = b->b.offset * b->es, b1 = b0 + b->elems * b->es;
-  return a0 < b1 && b0 < a1;
-}
-
 /* The token kernel with the largest tile the device allows, and the reduction kernel of the same program. */
 static camdelta_status build_kernels(camdelta_context *ctx, camdelta_dtype dtype, size_t D, cl_kernel *kt,
                                      cl_kernel *kr, size_t *ts) {
@@ -79,7 +65,7 @@ static camdelta_status check_args(const camdelta_prep_backward_args *a, const ca
   const camdelta_buffer in9[9] = {a->q_raw,  a->k_raw,   a->v_raw,    a->q_norm_weight, a->k_norm_weight,
                                   a->proj_q, a->proj_kv, a->rope_cos, a->rope_sin};
   if ((st = cd_prep_check_inputs(OP, B, N, H, D, a->dtype, in9, need_v))) return st;
-  pb_span in[] = {{"q_raw", a->q_raw, BNHD, es},
+  cd_tensor_arg in[] = {{"q_raw", a->q_raw, BNHD, es},
                   {"k_raw", a->k_raw, BNHD, es},
                   {"v_raw", a->v_raw, BNHD, es},
                   {"q_norm_weight", a->q_norm_weight, C, 4},
@@ -92,7 +78,7 @@ static camdelta_status check_args(const camdelta_prep_backward_args *a, const ca
                   {"grad_k", a->grad_k, BNHD, es},
                   {"grad_v", a->grad_v, BNHD, es},
                   {"grad_inflation_sq", a->grad_inflation_sq, B * H * N, 4}};
-  pb_span out[] = {{"dq_raw", a->dq_raw, BNHD, es},
+  cd_tensor_arg out[] = {{"dq_raw", a->dq_raw, BNHD, es},
                    {"dk_raw", a->dk_raw, BNHD, es},
                    {"dv_raw", a->dv_raw, BNHD, es},
                    {"dq_norm_weight", a->dq_norm_weight, C, 4},
@@ -106,16 +92,7 @@ static camdelta_status check_args(const camdelta_prep_backward_args *a, const ca
     if ((st = cd_check_buffer(OP, in[i].name, in[i].b, in[i].elems, in[i].es, 1))) return st;
   for (size_t i = 0; i < nout; i++)
     if ((st = cd_check_buffer(OP, out[i].name, out[i].b, out[i].elems, out[i].es, i >= 5))) return st;
-  for (size_t i = 0; i < nout; i++) {
-    for (size_t j = 0; j < nin; j++)
-      if (spans_overlap(&out[i], &in[j]))
-        return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: output '%s' overlaps input '%s' in the same cl_mem", OP,
-                       out[i].name, in[j].name);
-    for (size_t j = 0; j < i; j++)
-      if (spans_overlap(&out[i], &out[j]))
-        return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: outputs '%s' and '%s' overlap in the same cl_mem", OP,
-                       out[j].name, out[i].name);
-  }
+  if ((st = cd_check_no_overlap(OP, out, nout, in, nin))) return st;
   if (saved) {
     if (!saved->valid || !saved->inv_rms)
       return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,

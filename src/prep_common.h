@@ -12,6 +12,8 @@ camdelta_status cd_prep_check_inputs(const char *op, size_t B, size_t N, size_t 
 /** Enqueue the inverse-RMS kernel: inv_rms (2, B, N) f32, q then k. */
 camdelta_status cd_prep_inv_rms(camdelta_context *ctx, size_t B, size_t N, size_t H, size_t D, camdelta_dtype dtype,
                                  float eps, camdelta_buffer q_raw, camdelta_buffer k_raw, cl_mem inv_rms, cd_launch *l);
+/** Build (or load) the inverse-RMS program for `dtype`. */
+camdelta_status cd_prep_inv_rms_warm(camdelta_context *ctx, camdelta_dtype dtype);
 /** A per-token prep-family kernel from `source` built for (dtype, D) with the
  *  largest token tile (CD_TS) the device allows; local size = ts * D / 4. */
 camdelta_status cd_prep_kernel(camdelta_context *ctx, const char *source, const char *name, camdelta_dtype dtype,

@@ -127,18 +127,6 @@ camdelta_status cd_scan_backward_warm(camdelta_context *ctx, size_t D) {
   return CAMDELTA_OK;
 }
 
-/* A named tensor argument for the overlap check. */
-typedef struct sb_span {
-  const char *name;
-  camdelta_buffer b;
-  size_t elems;
-} sb_span;
-
-static int spans_overlap(const sb_span *a, const sb_span *b) {
-  if (!a->b.mem || a->b.mem != b->b.mem) return 0;
-  return a->b.offset < b->b.offset + b->elems && b->b.offset < a->b.offset + a->elems;
-}
-
 static camdelta_status check_args(const camdelta_scan_backward_args *a, const camdelta_scan_saved *saved,
                                   size_t *N_out) {
   const size_t B = a->B, H = a->H, D = a->D, F = a->F, S = a->S;
@@ -155,26 +143,23 @@ static camdelta_status check_args(const camdelta_scan_backward_args *a, const ca
   if (S > UINT32_MAX || F > UINT32_MAX)
     return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: F=%zu and S=%zu must each be below 2^32", OP, F, S);
   const size_t BHF = B * H * F, BHDD = B * H * D * D;
-  sb_span in[] = {{"q", a->q, elems},       {"k", a->k, elems},         {"v", a->v, elems},
-                  {"beta", a->beta, gates}, {"decay", a->decay, BHF},   {"grad_out", a->grad_out, elems},
-                  {"init_state", a->init_state, BHDD}, {"grad_final_state", a->grad_final_state, BHDD}};
-  sb_span out[] = {{"dq", a->dq, elems},       {"dk", a->dk, elems},         {"dv", a->dv, elems},
-                   {"dbeta", a->dbeta, gates}, {"ddecay", a->ddecay, BHF}, {"dinit_state", a->dinit_state, BHDD}};
+  const cd_tensor_arg in[] = {{"q", a->q, elems, 4},
+                              {"k", a->k, elems, 4},
+                              {"v", a->v, elems, 4},
+                              {"beta", a->beta, gates, 4},
+                              {"decay", a->decay, BHF, 4},
+                              {"grad_out", a->grad_out, elems, 4},
+                              {"init_state", a->init_state, BHDD, 4},
+                              {"grad_final_state", a->grad_final_state, BHDD, 4}};
+  const cd_tensor_arg out[] = {{"dq", a->dq, elems, 4},       {"dk", a->dk, elems, 4},   {"dv", a->dv, elems, 4},
+                               {"dbeta", a->dbeta, gates, 4}, {"ddecay", a->ddecay, BHF, 4},
+                               {"dinit_state", a->dinit_state, BHDD, 4}};
   const size_t nin = sizeof in / sizeof in[0], nout = sizeof out / sizeof out[0];
   for (size_t i = 0; i < nin; i++)
     if ((st = cd_check_buffer(OP, in[i].name, in[i].b, in[i].elems, 4, i >= 6))) return st;
   for (size_t i = 0; i < nout; i++)
     if ((st = cd_check_buffer(OP, out[i].name, out[i].b, out[i].elems, 4, i == nout - 1))) return st;
-  for (size_t i = 0; i < nout; i++) {
-    for (size_t j = 0; j < nin; j++)
-      if (spans_overlap(&out[i], &in[j]))
-        return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: output '%s' overlaps input '%s' in the same cl_mem", OP,
-                       out[i].name, in[j].name);
-    for (size_t j = 0; j < i; j++)
-      if (spans_overlap(&out[i], &out[j]))
-        return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: outputs '%s' and '%s' overlap in the same cl_mem", OP,
-                       out[j].name, out[i].name);
-  }
+  if ((st = cd_check_no_overlap(OP, out, nout, in, nin))) return st;
   if (saved) {
     if (!saved->valid || !saved->state_post)
       return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,

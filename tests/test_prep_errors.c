@@ -111,6 +111,16 @@ static void test_overflow(void **state) {
   expect(f, &a, CAMDELTA_ERROR_OVERFLOW, "q_raw");
 }
 
+static void test_overlap(void **state) {
+  fixture *f = *state;
+  camdelta_prep_args a = f->a;
+  a.k = a.q; /* two outputs in the same place */
+  expect(f, &a, CAMDELTA_ERROR_INVALID_ARGUMENT, "overlap");
+  a = f->a;
+  a.q_raw = a.v; /* output over an input */
+  expect(f, &a, CAMDELTA_ERROR_INVALID_ARGUMENT, "'q_raw'");
+}
+
 static void test_dtype(void **state) {
   fixture *f = *state;
   camdelta_prep_args a = f->a;
@@ -157,6 +167,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_buffer_too_small, setup, teardown),
       cmocka_unit_test_setup_teardown(test_overflow, setup, teardown),
       cmocka_unit_test_setup_teardown(test_dtype, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_overlap, setup, teardown),
       cmocka_unit_test_setup_teardown(test_zero_sizes_and_scalars, setup, teardown),
       cmocka_unit_test_setup_teardown(test_saved_other_context, setup, teardown),
       cmocka_unit_test(test_malformed_npy),
