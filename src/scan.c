@@ -14,16 +14,21 @@
  *    register blocks, chosen by pick_layout() to minimise padding and local-memory reads per FMA while
  *    keeping >= 16 consecutive items along the contiguous dimension where it matters (coalescing);
  *  - tile extents fit the local memory the device reports (CL_DEVICE_LOCAL_MEM_SIZE);
- *  - the number of value-column blocks (sequential, phase B) is chosen so that B·H·blocks covers the
- *    compute units.
+ *  - the number of value-column blocks (sequential, phase B) is chosen so that B·H·blocks covers a GPU's
+ *    compute units; CPUs use one block, and their variants depend on D and on S <= 8 only (PoCL spends
+ *    seconds compiling each).
+ * CAMDELTA_SCAN_VERBOSE=1 prints the chosen algorithm, work-group sizes and build options to stderr.
  *
  * AUTO rule (camdelta_scan_algorithm CAMDELTA_SCAN_AUTO), see choose_algorithm():
- *  - chunkwise does 2·F·D³ more flops than sequential (the D x D products of phase B) and moves
- *    3·B·H·F·D² scratch floats; its gain is B·H·F-way parallelism instead of B·H·blocks.
- *  - GPUs and accelerators: sequential when S < D/2 (chunkwise would add more than 2/3 of the useful
- *    work) or when B·H alone gives at least 4 work-groups per compute unit; otherwise chunkwise.
- *  - CPUs: sequential when S < D/2, or when B·H >= compute units; otherwise chunkwise (measured on PoCL:
- *    chunkwise wins only while the sequential kernel cannot occupy every core).
+ *  - chunkwise does 2·F·D³ more flops than sequential (the D x D products of phase B; D/(3·S) of the useful
+ *    6·N·D² per (b, h)) and moves 3·B·H·F·D² scratch floats; its gain is B·H·F-way parallelism where the
+ *    sequential kernel has B·H·(value blocks) work-groups.
+ *  - any device: sequential when S < D/2 (chunkwise would add more than 2/3 of the useful work);
+ *  - GPUs and accelerators: otherwise chunkwise, unless B·H alone gives at least 4 work-groups per compute
+ *    unit (then the sequential kernel fills the device without scratch traffic);
+ *  - CPUs: otherwise chunkwise while B·H < compute units (the sequential kernel cannot occupy every core),
+ *    else sequential. On PoCL (2 cores) the two are within about 30% of each other for S >= 16.
+ * The GPU thresholds are first estimates, to be checked against H200 timings.
  * The caller can force either through camdelta_scan_args.algorithm (the CLI's --algorithm). */
 #include <stdio.h>
 #include <stdlib.h>
