@@ -159,8 +159,10 @@ __kernel __attribute__((reqd_work_group_size(B_W, 1, 1))) void cd_scan_phase_b(
   float m[CD_B_RM][CD_B_RN];
   B_LOAD(init, init_off + sbase, has_init);
   barrier(CLK_LOCAL_MEM_FENCE);
+  #pragma unroll
   for (int a = 0; a < CD_B_RM; a++) {
     const uint i = ir + CD_B_WR * a;
+    #pragma unroll
     for (int c = 0; c < CD_B_RN; c++) m[a][c] = i < CD_D ? Ms[i * B_TN + ic + CD_B_WC * c] : 0.0f;
   }
   /* Invariant at the top of each step: Ms holds m, visible to the whole work-group. */
@@ -175,7 +177,9 @@ __kernel __attribute__((reqd_work_group_size(B_W, 1, 1))) void cd_scan_phase_b(
     const ulong fbase = (bh * F + kf) * DD;
     if (save_pre && qf >= 0) B_SAVE(pre, pre_off + (bh * F + (uint)qf) * DD + j0, decay[decay_off + bh * F + kf]);
     /* m = A_kf · Ms */
+    #pragma unroll
     for (int a = 0; a < CD_B_RM; a++)
+      #pragma unroll
       for (int c = 0; c < CD_B_RN; c++) m[a][c] = 0.0f;
     for (uint k0 = 0; k0 < CD_D; k0 += CD_B_KC) {
       barrier(CLK_LOCAL_MEM_FENCE);
@@ -187,9 +191,13 @@ __kernel __attribute__((reqd_work_group_size(B_W, 1, 1))) void cd_scan_phase_b(
       #pragma unroll 4
       for (int kk = 0; kk < CD_B_KC; kk++) {
         float ar[CD_B_RM], mr[CD_B_RN];
+        #pragma unroll
         for (int a = 0; a < CD_B_RM; a++) ar[a] = As[kk * B_LDA + ir + CD_B_WR * a];
+        #pragma unroll
         for (int c = 0; c < CD_B_RN; c++) mr[c] = Ms[(k0 + kk) * B_TN + ic + CD_B_WC * c];
+        #pragma unroll
         for (int a = 0; a < CD_B_RM; a++)
+          #pragma unroll
           for (int c = 0; c < CD_B_RN; c++) m[a][c] = fma(ar[a], mr[c], m[a][c]);
       }
     }
@@ -197,15 +205,19 @@ __kernel __attribute__((reqd_work_group_size(B_W, 1, 1))) void cd_scan_phase_b(
     barrier(CLK_LOCAL_MEM_FENCE);
     B_LOAD(U, u_off + fbase + j0, 1);
     barrier(CLK_LOCAL_MEM_FENCE);
+    #pragma unroll
     for (int a = 0; a < CD_B_RM; a++) {
       const uint i = ir + CD_B_WR * a;
       if (i < CD_D)
+        #pragma unroll
         for (int c = 0; c < CD_B_RN; c++) m[a][c] += Ms[i * B_TN + ic + CD_B_WC * c];
     }
     barrier(CLK_LOCAL_MEM_FENCE);
+    #pragma unroll
     for (int a = 0; a < CD_B_RM; a++) {
       const uint i = ir + CD_B_WR * a;
       if (i < CD_D)
+        #pragma unroll
         for (int c = 0; c < CD_B_RN; c++) Ms[i * B_TN + ic + CD_B_WC * c] = m[a][c];
     }
     barrier(CLK_LOCAL_MEM_FENCE);

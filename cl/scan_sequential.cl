@@ -88,8 +88,10 @@ __kernel __attribute__((reqd_work_group_size(S_W, 1, 1))) void cd_scan_sequentia
   }
   barrier(CLK_LOCAL_MEM_FENCE);
   float m[CD_U_RM][CD_U_RN];
+  #pragma unroll
   for (int a = 0; a < CD_U_RM; a++) {
     const uint i = ur + CD_U_WR * a;
+    #pragma unroll
     for (int c = 0; c < CD_U_RN; c++) m[a][c] = i < CD_D ? Ps[i * S_JC + uc + CD_U_WC * c] : 0.0f;
   }
 
@@ -116,7 +118,9 @@ __kernel __attribute__((reqd_work_group_size(S_W, 1, 1))) void cd_scan_sequentia
      * update pass runs over 0 tokens when the step has no update, the output pass when no frame reads. */
     const uint s_upd = upd ? S : 0u, s_out = qf >= 0 ? S : 0u;
     const float g = upd ? db[kf] : 1.0f;
+    #pragma unroll
     for (int a = 0; a < CD_U_RM; a++)
+      #pragma unroll
       for (int c = 0; c < CD_U_RN; c++) m[a][c] *= g;
     S_PUBLISH();
     if (save_states && qf >= 0) S_SAVE(pre, pre_off + (bh * F + (uint)qf) * (ulong)(CD_D * CD_D) + j0);
@@ -138,19 +142,27 @@ __kernel __attribute__((reqd_work_group_size(S_W, 1, 1))) void cd_scan_sequentia
       /* E = β·(V − K·P) */
       {
         float acc[CD_P_RM][CD_P_RN];
+        #pragma unroll
         for (int a = 0; a < CD_P_RM; a++)
+          #pragma unroll
           for (int c = 0; c < CD_P_RN; c++) acc[a][c] = 0.0f;
         #pragma unroll 4
         for (int kk = 0; kk < CD_D; kk++) {
           float kr[CD_P_RM], pv[CD_P_RN];
+          #pragma unroll
           for (int a = 0; a < CD_P_RM; a++) kr[a] = Ks[kk * S_LDK + pr + CD_P_WR * a];
+          #pragma unroll
           for (int c = 0; c < CD_P_RN; c++) pv[c] = Ps[kk * S_JC + pc + CD_P_WC * c];
+          #pragma unroll
           for (int a = 0; a < CD_P_RM; a++)
+            #pragma unroll
             for (int c = 0; c < CD_P_RN; c++) acc[a][c] = fma(kr[a], pv[c], acc[a][c]);
         }
+        #pragma unroll
         for (int a = 0; a < CD_P_RM; a++) {
           const uint s = pr + CD_P_WR * a;
           const float bt = Bs[s];
+          #pragma unroll
           for (int c = 0; c < CD_P_RN; c++) {
             const uint j = pc + CD_P_WC * c;
             Es[s * S_JC + j] = bt * (Vs[j * S_LDK + s] - acc[a][c]);
@@ -163,9 +175,13 @@ __kernel __attribute__((reqd_work_group_size(S_W, 1, 1))) void cd_scan_sequentia
       #pragma unroll 4
       for (int s = 0; s < CD_S_TS; s++) {
         float kr[CD_U_RM], ev[CD_U_RN];
+        #pragma unroll
         for (int a = 0; a < CD_U_RM; a++) kr[a] = Ks[(ur + CD_U_WR * a) * S_LDK + s];
+        #pragma unroll
         for (int c = 0; c < CD_U_RN; c++) ev[c] = Es[s * S_JC + uc + CD_U_WC * c];
+        #pragma unroll
         for (int a = 0; a < CD_U_RM; a++)
+          #pragma unroll
           for (int c = 0; c < CD_U_RN; c++) m[a][c] = fma(kr[a], ev[c], m[a][c]);
       }
     }
@@ -182,18 +198,26 @@ __kernel __attribute__((reqd_work_group_size(S_W, 1, 1))) void cd_scan_sequentia
       }
       barrier(CLK_LOCAL_MEM_FENCE);
       float acc[CD_O_RM][CD_O_RN];
+      #pragma unroll
       for (int a = 0; a < CD_O_RM; a++)
+        #pragma unroll
         for (int c = 0; c < CD_O_RN; c++) acc[a][c] = 0.0f;
       #pragma unroll 4
       for (int kk = 0; kk < CD_D; kk++) {
         float pv[CD_O_RM], qr[CD_O_RN];
+        #pragma unroll
         for (int a = 0; a < CD_O_RM; a++) pv[a] = Ps[kk * S_JC + orr + CD_O_WR * a];
+        #pragma unroll
         for (int c = 0; c < CD_O_RN; c++) qr[c] = Ks[kk * S_LDK + oc + CD_O_WC * c];
+        #pragma unroll
         for (int a = 0; a < CD_O_RM; a++)
+          #pragma unroll
           for (int c = 0; c < CD_O_RN; c++) acc[a][c] = fma(pv[a], qr[c], acc[a][c]);
       }
+      #pragma unroll
       for (int a = 0; a < CD_O_RM; a++) {
         const uint j = orr + CD_O_WR * a;
+        #pragma unroll
         for (int c = 0; c < CD_O_RN; c++) {
           const uint s = oc + CD_O_WC * c;
           if (j < jn && s < sn) ob[(ulong)(j0 + j) * N + nq + s0 + s] = acc[a][c];
