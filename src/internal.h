@@ -97,6 +97,7 @@ void cd_arg_local(cd_args *a, size_t bytes);
 typedef struct cd_launch {
   camdelta_profile *profile; /* NULL: no events kept */
   cl_event events[CD_MAX_EVENTS];
+  const char *names[CD_MAX_EVENTS]; /* the `what` of each launch */
   unsigned n;
 } cd_launch;
 void cd_launch_init(cd_launch *l, camdelta_profile *profile);

@@ -1,4 +1,6 @@
 /* Kernel arguments, launches and their profiling events. */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
@@ -36,8 +38,11 @@ void cd_launch_init(cd_launch *l, camdelta_profile *profile) {
   l->profile = profile;
 }
 
+/* CAMDELTA_PROFILE_KERNELS=1: each profiled kernel's time on stderr. */
 static camdelta_status flush_events(cd_launch *l, int sum) {
   camdelta_status st = CAMDELTA_OK;
+  const char *env = getenv("CAMDELTA_PROFILE_KERNELS");
+  const int verbose = env && *env && strcmp(env, "0") != 0;
   if (l->n == 0) return st;
   cl_int err = clWaitForEvents(l->n, l->events);
   if (err != CL_SUCCESS) st = cd_cl_fail(err, "waiting for kernels");
@@ -50,6 +55,9 @@ static camdelta_status flush_events(cd_launch *l, int sum) {
         st = cd_cl_fail(e0 != CL_SUCCESS ? e0 : e1, "reading kernel profiling info (queue without profiling?)");
       else if (t1 > t0)
         l->profile->kernel_ms += (double)(t1 - t0) * 1e-6;
+      if (verbose && st == CAMDELTA_OK)
+        fprintf(stderr, "camdelta kernel %-40s %9.4f ms\n", l->names[i] ? l->names[i] : "?",
+                t1 > t0 ? (double)(t1 - t0) * 1e-6 : 0.0);
     }
     clReleaseEvent(l->events[i]);
   }
@@ -69,6 +77,7 @@ camdelta_status cd_enqueue(camdelta_context *ctx, cl_kernel k, cl_uint dims, con
   cl_int err = clEnqueueNDRangeKernel(ctx->queue, k, dims, NULL, gws, lws, 0, NULL, l->profile ? &ev : NULL);
   if (err != CL_SUCCESS) return cd_cl_fail(err, what);
   if (l->profile) {
+    l->names[l->n] = what;
     l->events[l->n++] = ev;
     l->profile->kernels++;
   }
