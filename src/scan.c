@@ -26,8 +26,9 @@
  *  - any device: sequential when S < D/2 (chunkwise would add more than 2/3 of the useful work);
  *  - GPUs and accelerators: otherwise chunkwise, unless B·H alone gives at least 4 work-groups per compute
  *    unit (then the sequential kernel fills the device without scratch traffic);
- *  - CPUs: otherwise chunkwise. Measured on PoCL (2 cores): B=1 H=20 D=112 F=21 S=1560 chunkwise 2.8 s,
- *    sequential 4.9 s; B=1 H=4 D=64 F=5 S=256 9.0 vs 10.3 ms; B=2 H=4 D=32 F=5 S=64 about equal.
+ *  - CPUs: sequential. Measured on PoCL (2 cores, causal, kernel time): B=1 H=20 D=112 F=21 S=1560
+ *    sequential 2.5-3.0 s vs chunkwise 3.9 s; B=1 H=8 D=112 F=5 S=1560 231 vs 328 ms; B=1 H=1 D=112 F=5
+ *    S=300 11.6 vs 18.2 ms; B=2 H=4 D=32 F=5 S=64 0.76 vs 2.1 ms.
  * The GPU thresholds are first estimates, to be checked against H200 timings.
  * The caller can force either through camdelta_scan_args.algorithm (the CLI's --algorithm). */
 #include <stdio.h>
@@ -307,9 +308,8 @@ static camdelta_status chunk_configure(const dev_limits *lim, size_t BH, size_t 
 /* ---------------------------------------------------------------------------------- algorithm rule */
 
 static camdelta_scan_algorithm choose_algorithm(const dev_limits *lim, size_t BH, size_t D, size_t S) {
-  if (2 * S < D) return CAMDELTA_SCAN_SEQUENTIAL;
-  if (lim->gpu && BH >= 4 * (size_t)lim->cus) return CAMDELTA_SCAN_SEQUENTIAL;
-  return CAMDELTA_SCAN_CHUNKWISE;
+  if (2 * S < D || !lim->gpu) return CAMDELTA_SCAN_SEQUENTIAL;
+  return BH >= 4 * (size_t)lim->cus ? CAMDELTA_SCAN_SEQUENTIAL : CAMDELTA_SCAN_CHUNKWISE;
 }
 
 /* ------------------------------------------------------------------------------------------ checks */
