@@ -12,7 +12,7 @@
  *    (queried on a probe kernel) and at most 256 and the device's/kernel's limit;
  *  - every work-group output tile is spread over its W items as (WR x WC) items owning (RM x RN)
  *    register blocks, chosen by pick_layout() to minimise padding and local-memory reads per FMA while
- *    keeping >= 16 consecutive items along the contiguous dimension where it matters (coalescing);
+ *    keeping >= 8 consecutive items (a 32-byte sector) along the contiguous dimension of global stores;
  *  - tile extents fit the local memory the device reports (CL_DEVICE_LOCAL_MEM_SIZE);
  *  - the number of value-column blocks (sequential, phase B) is chosen so that B·H·blocks covers a GPU's
  *    compute units; CPUs use one block, and their variants depend on D and on S <= 8 only (PoCL spends
@@ -209,7 +209,7 @@ static size_t seq_local_bytes(size_t D, const seq_cfg *c) {
 static void seq_layouts(size_t D, seq_cfg *c) {
   c->u = pick_layout((unsigned)D, c->J, c->W, 1); /* the state goes to global memory through Ps */
   c->p = pick_layout(c->TS, c->J, c->W, 1);
-  c->o = pick_layout(c->J, c->TS, c->W, 16);
+  c->o = pick_layout(c->J, c->TS, c->W, 8);
 }
 
 static camdelta_status seq_configure(const dev_limits *lim, size_t BH, size_t D, size_t S, unsigned wg_cap,
@@ -288,7 +288,7 @@ static camdelta_status chunk_configure(const dev_limits *lim, size_t BH, size_t 
   {
     const unsigned ts = token_tile(lim, S, 64), tv = round8(ceil_div(D, ceil_div(D, 128)));
     c->c_w = wg_for(lim, (size_t)tv * ts, 32, wg_cap);
-    c->c = pick_layout(tv, ts, c->c_w, 16);
+    c->c = pick_layout(tv, ts, c->c_w, 8);
     c->c_kc = k_chunk(D);
     while (c->c_kc > 8 && 4 * (size_t)c->c_kc * (c->c.wr * c->c.rm + c->c.wc * c->c.rn) > lb) c->c_kc /= 2;
     if (4 * (size_t)c->c_kc * (c->c.wr * c->c.rm + c->c.wc * c->c.rn) > lb)
