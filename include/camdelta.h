@@ -152,9 +152,13 @@ CAMDELTA_API camdelta_status camdelta_context_info(const camdelta_context *ctx, 
 /** Wait until all work enqueued through this context has finished. */
 CAMDELTA_API camdelta_status camdelta_finish(camdelta_context *ctx);
 
-/** Build (or load from the disk cache) every kernel camdelta may use for the
- *  context's device, for head dims 8..128, so later calls never compile. */
+/** Build (or load from the disk cache) the programs that depend only on the
+ *  head dim — prep forward and backward in every dtype, scan backward — for
+ *  D = 8, 16, ..., 128. The scan forward's tiles also depend on B*H and S:
+ *  camdelta_warm_shape builds everything a given shape uses, so that calls
+ *  with that shape never compile (e.g. in a deployment image). */
 CAMDELTA_API camdelta_status camdelta_warm(camdelta_context *ctx);
+CAMDELTA_API camdelta_status camdelta_warm_shape(camdelta_context *ctx, size_t B, size_t H, size_t D, size_t S);
 
 /** Statistics of program builds in this context. */
 typedef struct camdelta_build_stats {

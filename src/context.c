@@ -238,6 +238,11 @@ static camdelta_status compose(const char *source, char **text, size_t *len) {
   return CAMDELTA_OK;
 }
 
+static int cache_on(void) {
+  char dir[4096];
+  return cd_cache_folder(dir, sizeof dir);
+}
+
 static camdelta_status build_program(camdelta_context *ctx, const char *source, const char *options,
                                      cl_program *out, int *from_disk) {
   char *text = NULL;
@@ -283,7 +288,9 @@ static camdelta_status build_program(camdelta_context *ctx, const char *source, 
     return st;
   }
   size_t bsize = 0;
-  if (clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, sizeof bsize, &bsize, NULL) == CL_SUCCESS && bsize > 0) {
+  /* fetching a binary costs time on some drivers: only when it will be kept */
+  if (cache_on() &&
+      clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, sizeof bsize, &bsize, NULL) == CL_SUCCESS && bsize > 0) {
     unsigned char *b = malloc(bsize);
     unsigned char *bp[1] = {b};
     if (b && clGetProgramInfo(prog, CL_PROGRAM_BINARIES, sizeof bp, bp, NULL) == CL_SUCCESS)

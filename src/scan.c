@@ -36,6 +36,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "scan_warm.h"
 
 static const char *const OP = "camdelta_scan_forward";
 
@@ -481,6 +482,52 @@ static void release_kernels(cl_kernel *k, int n) {
     if (k[i]) clReleaseKernel(k[i]);
 }
 
+/* The kernels of `alg` for (B*H, D, S), shrinking the work-groups if a compiled kernel allows fewer items. */
+static camdelta_status build_kernels(camdelta_context *ctx, const dev_limits *lim, camdelta_scan_algorithm alg,
+                                     size_t BH, size_t D, size_t S, cl_kernel kern[3], seq_cfg *sc, chunk_cfg *cc) {
+  camdelta_status st;
+  kern[0] = kern[1] = kern[2] = NULL;
+  for (unsigned cap = 256;; cap /= 2) {
+    release_kernels(kern, 3);
+    kern[0] = kern[1] = kern[2] = NULL;
+    int fits = 1;
+    if (alg == CAMDELTA_SCAN_SEQUENTIAL) {
+      if ((st = seq_configure(lim, BH, D, S, cap, sc))) return st;
+      if ((st = cd_kernel(ctx, "scan_sequential.cl", sc->opts, "cd_scan_sequential", &kern[0]))) return st;
+      fits = cd_kernel_max_wg(ctx, kern[0]) >= sc->W;
+    } else {
+      if ((st = chunk_configure(lim, BH, D, S, cap, cc))) return st;
+      if ((st = cd_kernel(ctx, "scan_chunkwise.cl", cc->opts, "cd_scan_phase_a", &kern[0])) ||
+          (st = cd_kernel(ctx, "scan_chunkwise.cl", cc->opts, "cd_scan_phase_b", &kern[1])) ||
+          (st = cd_kernel(ctx, "scan_chunkwise.cl", cc->opts, "cd_scan_phase_c", &kern[2]))) {
+        release_kernels(kern, 3);
+        return st;
+      }
+      fits = cd_kernel_max_wg(ctx, kern[0]) >= cc->a_w && cd_kernel_max_wg(ctx, kern[1]) >= cc->b_w &&
+             cd_kernel_max_wg(ctx, kern[2]) >= cc->c_w;
+    }
+    if (fits) return CAMDELTA_OK;
+    if (cap <= lim->min_wg) {
+      release_kernels(kern, 3);
+      return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: the %s kernels for D=%zu do not fit the device's work-group limit",
+                     OP, camdelta_scan_algorithm_name(alg), D);
+    }
+  }
+}
+
+camdelta_status cd_scan_warm(camdelta_context *ctx, size_t BH, size_t D, size_t S) {
+  dev_limits lim;
+  camdelta_status st = device_limits(ctx, &lim);
+  for (int alg = CAMDELTA_SCAN_SEQUENTIAL; alg <= CAMDELTA_SCAN_CHUNKWISE && !st; alg++) {
+    cl_kernel kern[3];
+    seq_cfg sc;
+    chunk_cfg cc;
+    st = build_kernels(ctx, &lim, (camdelta_scan_algorithm)alg, BH, D, S, kern, &sc, &cc);
+    if (!st) release_kernels(kern, 3);
+  }
+  return st;
+}
+
 camdelta_status camdelta_scan_forward(camdelta_context *ctx, const camdelta_scan_args *args,
                                       camdelta_scan_saved *saved) {
   cd_clear_error();
@@ -501,36 +548,11 @@ camdelta_status camdelta_scan_forward(camdelta_context *ctx, const camdelta_scan
   camdelta_scan_algorithm alg = args->algorithm;
   if (alg == CAMDELTA_SCAN_AUTO) alg = choose_algorithm(&lim, job.BH, D, args->S);
 
-  /* Build everything before enqueuing anything; shrink the work-groups if a compiled kernel allows fewer items. */
+  /* Build everything before enqueuing anything. */
   cl_kernel kern[3] = {NULL, NULL, NULL};
   seq_cfg sc;
   chunk_cfg cc;
-  for (unsigned cap = 256;; cap /= 2) {
-    release_kernels(kern, 3);
-    kern[0] = kern[1] = kern[2] = NULL;
-    int fits = 1;
-    if (alg == CAMDELTA_SCAN_SEQUENTIAL) {
-      if ((st = seq_configure(&lim, job.BH, D, args->S, cap, &sc))) return st;
-      if ((st = cd_kernel(ctx, "scan_sequential.cl", sc.opts, "cd_scan_sequential", &kern[0]))) return st;
-      fits = cd_kernel_max_wg(ctx, kern[0]) >= sc.W;
-    } else {
-      if ((st = chunk_configure(&lim, job.BH, D, args->S, cap, &cc))) return st;
-      if ((st = cd_kernel(ctx, "scan_chunkwise.cl", cc.opts, "cd_scan_phase_a", &kern[0])) ||
-          (st = cd_kernel(ctx, "scan_chunkwise.cl", cc.opts, "cd_scan_phase_b", &kern[1])) ||
-          (st = cd_kernel(ctx, "scan_chunkwise.cl", cc.opts, "cd_scan_phase_c", &kern[2]))) {
-        release_kernels(kern, 3);
-        return st;
-      }
-      fits = cd_kernel_max_wg(ctx, kern[0]) >= cc.a_w && cd_kernel_max_wg(ctx, kern[1]) >= cc.b_w &&
-             cd_kernel_max_wg(ctx, kern[2]) >= cc.c_w;
-    }
-    if (fits) break;
-    if (cap <= lim.min_wg) {
-      release_kernels(kern, 3);
-      return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: the %s kernels for D=%zu do not fit the device's work-group limit",
-                     OP, camdelta_scan_algorithm_name(alg), D);
-    }
-  }
+  if ((st = build_kernels(ctx, &lim, alg, job.BH, D, args->S, kern, &sc, &cc))) return st;
 
   if (getenv("CAMDELTA_SCAN_VERBOSE")) {
     if (alg == CAMDELTA_SCAN_SEQUENTIAL)

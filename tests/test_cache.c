@@ -237,13 +237,45 @@ static void test_kernel_dir(void **state) {
   unsetenv("CAMDELTA_KERNEL_DIR");
 }
 
+/* After camdelta_warm_shape, calls of that shape compile nothing. */
+static void test_warm_shape(void **state) {
+  (void)state;
+  char dir[1200];
+  use_cache_dir("warm", dir, sizeof dir);
+  camdelta_context *ctx = NULL;
+  TU_OK(camdelta_context_create(&ctx, NULL));
+  enum { B = 1, H = 2, D = 16, F = 3, S = 40, N = F * S };
+  assert_int_equal(camdelta_warm_shape(ctx, B, H, 12, S), CAMDELTA_ERROR_UNSUPPORTED);
+  assert_int_equal(camdelta_warm_shape(NULL, B, H, D, S), CAMDELTA_ERROR_INVALID_ARGUMENT);
+  TU_OK(camdelta_warm_shape(ctx, B, H, D, S));
+  camdelta_build_stats before, after;
+  TU_OK(camdelta_context_build_stats(ctx, &before));
+  assert_true(before.programs >= 5);
+  float *x = calloc(B * H * D * N, sizeof(float));
+  tu_fill_normal(x, B * H * D * N, 0.3);
+  cl_mem q = tu_upload(x, B * H * D * N * 4), k = tu_upload(x, B * H * D * N * 4), v = tu_upload(x, B * H * D * N * 4);
+  cl_mem beta = tu_upload(x, B * H * N * 4), decay = tu_upload(x, B * H * F * 4), out = tu_buffer(B * H * D * N * 4);
+  for (int alg = CAMDELTA_SCAN_SEQUENTIAL; alg <= CAMDELTA_SCAN_CHUNKWISE; alg++) {
+    camdelta_scan_args a = {B, H, D, F, S, 0, (camdelta_scan_algorithm)alg, {q, 0}, {k, 0}, {v, 0}, {beta, 0},
+                            {decay, 0}, {out, 0}, {NULL, 0}, {NULL, 0}, NULL, NULL};
+    TU_OK(camdelta_scan_forward(ctx, &a, NULL));
+  }
+  TU_OK(camdelta_finish(ctx));
+  TU_OK(camdelta_context_build_stats(ctx, &after));
+  assert_int_equal(after.programs, before.programs);
+  clReleaseMemObject(q), clReleaseMemObject(k), clReleaseMemObject(v), clReleaseMemObject(beta);
+  clReleaseMemObject(decay), clReleaseMemObject(out);
+  free(x);
+  camdelta_context_destroy(ctx);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_hit_across_contexts), cmocka_unit_test(test_truncated),
       cmocka_unit_test(test_corrupt),             cmocka_unit_test(test_foreign),
       cmocka_unit_test(test_garbage),             cmocka_unit_test(test_cache_off),
       cmocka_unit_test(test_unwritable),          cmocka_unit_test(test_once_per_context),
-      cmocka_unit_test(test_kernel_dir),
+      cmocka_unit_test(test_kernel_dir),          cmocka_unit_test(test_warm_shape),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -706,14 +706,16 @@ static void test_cache(void **state) {
   const char *shared = getenv("CAMDELTA_CACHE_DIR");
   if (!shared || !*shared) skip();
   /* warm the shared test cache (compiles at most once for the whole test suite), then again: all from disk */
-  cli_result *r = run("cache warm");
+  cli_result *r = run("cache warm --shape 1,2,16,64");
   expect_code(r, 0, NULL);
   assert_non_null(strstr(r->out, "warmed "));
-  r = run("cache warm --device 0:0");
+  r = run("cache warm --device 0:0 --shape 1,2,16,64");
   expect_code(r, 0, NULL);
   assert_non_null(strstr(r->out, " 0 compiled"));
   expect_code(run("cache warm --device no-such-device-xyz"), 4, "no-such-device-xyz");
   expect_code(run("cache warm --bogus"), 2, "--bogus");
+  expect_code(run("cache warm --shape 1,2,12,64"), 3, "D=12");
+  expect_code(run("cache warm --shape 1,2"), 2, "B,H,D,S");
 
   /* a private copy of the entries to list and clear */
   const char *dir = folder("cache");

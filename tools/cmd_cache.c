@@ -35,8 +35,11 @@ void usage_cache(void) {
          "                        (ok: header consistent; corrupt: it will be discarded and\n"
          "                        rebuilt on next use; partial: a write that never finished)\n"
          "  clear                 remove every entry (only camdelta's own *.clbin files)\n"
-         "  warm [--device SEL]   build every kernel camdelta may use on the device, so later\n"
-         "                        runs never compile\n"
+         "  warm [--device SEL] [--shape B,H,D,S]\n"
+         "                        build the kernels ahead of time (for deployment images):\n"
+         "                        without --shape those that depend on the head dim only\n"
+         "                        (prep, backward) for D = 8..128; with --shape everything\n"
+         "                        a call of that shape uses, the scan forward included\n"
          "  dir                   print the folder (empty line when caching is off)\n");
 }
 
@@ -221,7 +224,8 @@ static int cache_clear(void) {
 }
 
 static int cache_warm(cli_args *a) {
-  const char *selector = NULL;
+  const char *selector = NULL, *shape = NULL;
+  unsigned long sh[4] = {0, 0, 0, 0};
   while (a->i < a->argc) {
     int r;
     if (cli_flag(a, "--help") || cli_flag(a, "-h")) {
@@ -230,6 +234,13 @@ static int cache_warm(cli_args *a) {
     }
     if ((r = cli_value(a, "--device", &selector))) {
       if (r < 0) return CLI_EXIT_USAGE;
+      continue;
+    }
+    if ((r = cli_value(a, "--shape", &shape))) {
+      char tail;
+      if (r < 0) return CLI_EXIT_USAGE;
+      if (sscanf(shape, "%lu,%lu,%lu,%lu%c", &sh[0], &sh[1], &sh[2], &sh[3], &tail) != 4)
+        return cli_error(CLI_EXIT_USAGE, "cache warm: --shape wants B,H,D,S (got '%s')", shape);
       continue;
     }
     return cli_error(CLI_EXIT_USAGE, "cache warm: unknown option '%s' (see 'camdelta help cache')", a->argv[a->i]);
@@ -241,9 +252,9 @@ static int cache_warm(cli_args *a) {
   if ((rc = cli_context(&ctx, selector))) return rc;
   camdelta_device_info info;
   const char *dev = camdelta_context_info(ctx, &info) == CAMDELTA_OK ? info.device_name : "?";
-  camdelta_status st = camdelta_warm(ctx);
+  camdelta_status st = shape ? camdelta_warm_shape(ctx, sh[0], sh[1], sh[2], sh[3]) : camdelta_warm(ctx);
   if (st != CAMDELTA_OK) {
-    rc = cli_lib_error(st, "camdelta_warm");
+    rc = cli_lib_error(st, shape ? "camdelta_warm_shape" : "camdelta_warm");
     camdelta_context_destroy(ctx);
     return rc;
   }
