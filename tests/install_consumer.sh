@@ -4,6 +4,7 @@
 # pkg-config. Usage: install_consumer.sh BUILD_DIR SOURCE_DIR WORK_DIR
 set -euo pipefail
 build=$1 src=$2 work=$3
+flags=${CD_CONSUMER_FLAGS:-}   # e.g. the sanitizer flags the library was built with
 rm -rf "$work" && mkdir -p "$work"
 prefix="$work/prefix"
 cmake --install "$build" --prefix "$prefix" >/dev/null
@@ -14,17 +15,17 @@ export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 "$prefix/bin/camdelta" --version
 
 echo "== find_package(camdelta)"
-cmake -S "$src/examples" -B "$work/cmake-build" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+cmake -S "$src/examples" -B "$work/cmake-build" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_C_FLAGS="$flags" >/dev/null
 cmake --build "$work/cmake-build" >/dev/null
 "$work/cmake-build/embed"
 
 echo "== pkg-config camdelta"
 export PKG_CONFIG_PATH="$libdir/pkgconfig"
 pkg-config --modversion camdelta
-cc -std=c11 -Wall -Wextra -Werror -o "$work/embed-pc" "$src/examples/embed.c" $(pkg-config --cflags --libs camdelta) -lm
+cc $flags -std=c11 -Wall -Wextra -Werror -o "$work/embed-pc" "$src/examples/embed.c" $(pkg-config --cflags --libs camdelta) -lm
 "$work/embed-pc"
 
 echo "== static library via pkg-config --static"
-cc -std=c11 -o "$work/embed-static" "$src/examples/embed.c" $(pkg-config --cflags camdelta) \
+cc $flags -std=c11 -o "$work/embed-static" "$src/examples/embed.c" $(pkg-config --cflags camdelta) \
   "$libdir/libcamdelta.a" $(pkg-config --libs-only-l --static camdelta | sed 's/-lcamdelta//') -lm
 "$work/embed-static"
