@@ -791,6 +791,53 @@ static void test_cache(void **state) {
   assert_non_null(strstr(r->out, "warm"));
 }
 
+/* camdelta demo: the main job passes on this device and reports every stage. */
+static void test_demo(void **state) {
+  (void)state;
+  cli_result *r = run("demo --shape 1,2,16,3,24");
+  expect_code(r, 0, NULL);
+  const char *want[] = {"device", "prep forward", "causal scan", "reverse scan", "causal scan backward",
+                        "reverse scan backward", "prep backward", "result   PASS"};
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+    if (!strstr(r->out, want[i])) fail_msg("demo output lacks '%s':\n%s", want[i], r->out);
+  expect_code(run("demo --shape 1,2,12,3,24"), 2, "multiple of 8");
+  expect_code(run("demo --shape 1,2"), 2, "B,H,D,F,S");
+  expect_code(run("demo --bogus"), 2, "--bogus");
+  expect_code(run("demo --device no-such-device-xyz"), 4, "no-such-device-xyz");
+  r = run("help demo");
+  expect_code(r, 0, NULL);
+  assert_non_null(strstr(r->out, "usage: camdelta demo"));
+}
+
+/* camdelta bench: a table for every operation, JSON that parses, errors. */
+static void test_bench(void **state) {
+  (void)state;
+  char json[1200];
+  snprintf(json, sizeof json, "%s/bench.json", tu_tmpdir());
+  cli_result *r = run("bench --shape 1,2,16,2,32 --reps 2 --warmup 1 --peak-gbs 100 --json '%s'", json);
+  expect_code(r, 0, NULL);
+  const char *ops[] = {"prep-forward", "prep-backward", "scan-forward sequential causal",
+                       "scan-forward chunkwise reverse", "scan-backward causal", "scan-backward reverse"};
+  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+    if (!strstr(r->out, ops[i])) fail_msg("bench output lacks '%s':\n%s", ops[i], r->out);
+  assert_null(strstr(r->out, "n/a"));
+  assert_non_null(strstr(r->out, "%GB/s"));
+  char text[65536];
+  slurp(json, text, sizeof text);
+  assert_non_null(strstr(text, "\"median_ms\""));
+  assert_non_null(strstr(text, "\"operations\""));
+  assert_int_equal(count_lines_with(text, "\"median_ms\""), 8);
+  /* not a terminal: no progress indicator */
+  assert_null(strchr(r->err, '\r'));
+  r = run("bench --shape 1,2,16,2,32 --reps 1 --only prep-forward");
+  expect_code(r, 0, NULL);
+  assert_null(strstr(r->out, "scan-forward"));
+  expect_code(run("bench --shape huge"), 2, "huge");
+  expect_code(run("bench --dtype f64"), 2, "--dtype");
+  expect_code(run("bench --frobnicate"), 2, "--frobnicate");
+  expect_code(run("bench --device no-such-device-xyz"), 4, "no-such-device-xyz");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_version_and_help),
@@ -804,6 +851,8 @@ int main(void) {
       cmocka_unit_test(test_run_scan_backward),
       cmocka_unit_test(test_run_prep_backward),
       cmocka_unit_test(test_cache),
+      cmocka_unit_test(test_demo),
+      cmocka_unit_test(test_bench),
   };
   return cmocka_run_group_tests(tests, cli_setup, cli_teardown);
 }
