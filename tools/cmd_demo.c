@@ -378,7 +378,7 @@ int cmd_demo(int argc, char **argv) {
     free(d64), free(ro), free(rdq), free(rdk), free(rdv), free(rdb), free(rdd), free(gq64), free(gk64), free(gv64);
     free(gi64), free(rdqr), free(rdkr), free(rdvr), free(rdqw), free(rdkw);
 
-    printf("%-24s %10s   %s\n", "stage", "kernel ms", "largest relative error vs f64 reference (bound)");
+    printf("%-26s %10s   %s\n", "stage", "kernel ms", "largest relative error vs the f64 reference");
     const char *stages[6] = {"prep forward", "causal scan", "reverse scan", "causal scan backward",
                              "reverse scan backward", "prep backward"};
     const double times[6] = {t_prep, t_scan[0], t_scan[1], t_sbwd[0], t_sbwd[1], t_pbwd};
@@ -387,7 +387,7 @@ int cmd_demo(int argc, char **argv) {
       char label[64];
       if (s == 1 || s == 2) snprintf(label, sizeof label, "%s (%s)", stages[s], camdelta_scan_algorithm_name(used[s - 1]));
       else snprintf(label, sizeof label, "%s", stages[s]);
-      printf("%-24s %10.3f  ", label, times[s]);
+      printf("%-26s %10.3f  ", label, times[s]);
       int first = 1;
       for (int c = 0; c < nchecks; c++) {
         if (strcmp(checks[c].stage, stages[s]) != 0) continue;
