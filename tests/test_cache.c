@@ -253,8 +253,14 @@ static void test_warm_shape(void **state) {
   assert_true(before.programs >= 5);
   float *x = calloc(B * H * D * N, sizeof(float));
   tu_fill_normal(x, B * H * D * N, 0.3);
-  cl_mem q = tu_upload(x, B * H * D * N * 4), k = tu_upload(x, B * H * D * N * 4), v = tu_upload(x, B * H * D * N * 4);
-  cl_mem beta = tu_upload(x, B * H * N * 4), decay = tu_upload(x, B * H * F * 4), out = tu_buffer(B * H * D * N * 4);
+  /* buffers of this context (not the shared test context's) */
+  cl_context clctx = camdelta_context_cl_context(ctx);
+  cl_int err;
+  const cl_mem_flags fl = CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR;
+  cl_mem q = clCreateBuffer(clctx, fl, B * H * D * N * 4, x, &err), k = clCreateBuffer(clctx, fl, B * H * D * N * 4, x, &err);
+  cl_mem v = clCreateBuffer(clctx, fl, B * H * D * N * 4, x, &err), beta = clCreateBuffer(clctx, fl, B * H * N * 4, x, &err);
+  cl_mem decay = clCreateBuffer(clctx, fl, B * H * F * 4, x, &err), out = clCreateBuffer(clctx, fl, B * H * D * N * 4, x, &err);
+  assert_int_equal(err, CL_SUCCESS);
   for (int alg = CAMDELTA_SCAN_SEQUENTIAL; alg <= CAMDELTA_SCAN_CHUNKWISE; alg++) {
     camdelta_scan_args a = {B, H, D, F, S, 0, (camdelta_scan_algorithm)alg, {q, 0}, {k, 0}, {v, 0}, {beta, 0},
                             {decay, 0}, {out, 0}, {NULL, 0}, {NULL, 0}, NULL, NULL};
