@@ -3,7 +3,7 @@
 # unpacks the Debian packages carried in .debs/ into a prefix, registers the
 # NVIDIA OpenCL ICD, builds, runs the whole suite on the GPU and on PoCL, then
 # optional benchmarks. Logs and JSON go to $OUT.
-#   bash ci/gpu-test.sh [tests] [pocl] [bench SHAPE...]
+#   bash ci/gpu-test.sh [tests] [pocl] [demo] [bench SHAPE...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/camdelta-out}
@@ -37,6 +37,10 @@ while [ $# -gt 0 ]; do
     pocl)
       CAMDELTA_DEVICE=pocl ctest --test-dir build-gpu --output-on-failure -j8 >"$OUT/ctest-pocl.log" 2>&1 || rc=1
       grep -E "tests passed|tests failed|Failed  |Timeout" "$OUT/ctest-pocl.log" | tail -20
+      ;;
+    demo)
+      CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta demo 2>&1 | tee "$OUT/demo-nvidia.txt" || rc=1
+      CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta demo --shape 1,20,112,21,1560 2>&1 | tee "$OUT/demo-sana480.txt" || rc=1
       ;;
     bench)
       shift
