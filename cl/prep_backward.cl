@@ -10,12 +10,15 @@
  * and the full-channel RMSNorm, ir = inv_rms per token over all heads:
  *   S = sum_c da[c] x[c] w[c],  dx_raw[c] = da[c] ir w[c] - ir^3 / C x[c] S,  dw[c] += da[c] x[c] ir.
  *
- * cd_prep_bwd_tokens: a work-group per (b, tile of CD_TS tokens) walks all heads, so the RMSNorm sum S,
- * which couples the heads of a token, stays inside it: pass 0 over the heads writes dv_raw and accumulates S,
- * the camera-matrix and RoPE-table partials and the per-tile norm-weight partials; pass 1 recomputes da and
- * writes dq_raw and dk_raw. Upstream gradients (B, H, D, N) come through a local tile (coalesced along N).
- * cd_prep_bwd_reduce: the norm-weight gradients (sum over token tiles) and the RoPE-table gradients (sum over
- * b), each in a fixed order. No atomics: results are bit-identical run to run.
+ * Three kernels, no atomics, every sum in a fixed order (bit-identical run to run):
+ * cd_prep_bwd_heads   per (b, tile of CD_TS tokens, h), like the forward: recomputes the forward of that head,
+ *                     writes dv_raw, u = da ir w (f32: straight into dq_raw/dk_raw; 16-bit types: f32 scratch),
+ *                     the head's share of S per token, the per-(tile, h) norm-weight partials and, when asked,
+ *                     per-(b, n, h) dproj and RoPE-table partials. Upstream gradients (B, H, D, N) come through
+ *                     a local tile (coalesced along N).
+ * cd_prep_bwd_tokens  per (b, tile of CD_TT tokens): S = sum over heads, dproj and RoPE partials summed over
+ *                     heads, then dx_raw = u - ir^3 / C x S elementwise (coalesced along the channels).
+ * cd_prep_bwd_reduce  the norm-weight gradients (sum over token tiles) and the RoPE-table gradients (sum over b).
  *
  * Build options: CD_DTYPE (storage of q/k/v raw, their gradients and dq/dk/dv raw), CD_D, CD_TS.
  * Every buffer comes with a ulong element offset. */
@@ -26,6 +29,7 @@
 #ifndef CD_TS
 #define CD_TS 32
 #endif
+#define CD_TT 16 /* tokens per work-group of cd_prep_bwd_tokens */
 #define CD_DH (CD_D / 2)
 #define CD_G4 (CD_D / 4)  /* 4-channel units per token and head */
 #define CD_GH (CD_G4 / 2) /* units in the camera half */
@@ -63,9 +67,12 @@ inline void cd_transform_t(int first, const float *P, const float *cs, const flo
   }
 }
 
-/* Work-group: CD_TS consecutive tokens of one b, all heads; local size CD_TS*CD_G4, one work-item per
- * (token, 4-channel unit). Group index = b * ntiles + tile. */
-kernel void cd_prep_bwd_tokens(
+/* Work-group: CD_TS consecutive tokens of one (b, h); local size CD_TS*CD_G4, one work-item per
+ * (token, 4-channel unit). Global: (tiles * local size, H, B).
+ * Scratch: part_s (2, B, N, H) the head's share of S; part_w (2, slots, C) norm-weight partials, slot = b * tiles
+ * + tile; part_proj (B, N, H, 32) dproj_q then dproj_kv entries; part_rope (2, B, N, H, Dh) cos then sin;
+ * uq, uk (B, N, H, D) f32 u = da ir w (16-bit storage types only; f32 writes u into dq_raw, dk_raw). */
+kernel void cd_prep_bwd_heads(
     global const cd_store_t *q_raw, ulong q_raw_off, global const cd_store_t *k_raw, ulong k_raw_off,
     global const cd_store_t *v_raw, ulong v_raw_off, global const float *qw, ulong qw_off, global const float *kw,
     ulong kw_off, global const float *proj_q, ulong pq_off, global const float *proj_kv, ulong pkv_off,
@@ -73,17 +80,18 @@ kernel void cd_prep_bwd_tokens(
     global const float *inv_rms, ulong inv_off, global const cd_store_t *grad_q, ulong gq_off,
     global const cd_store_t *grad_k, ulong gk_off, global const cd_store_t *grad_v, ulong gv_off,
     global const float *grad_infl, ulong gi_off, global cd_store_t *dq_raw, ulong dq_off, global cd_store_t *dk_raw,
-    ulong dk_off, global cd_store_t *dv_raw, ulong dv_off, global float *part_w, ulong pw_off,
-    global float *part_rope, ulong pr_off, global float *dproj_q, ulong dpq_off, global float *dproj_kv,
-    ulong dpkv_off, ulong N, uint B, uint H, float k_scale, uint flags) {
+    ulong dk_off, global cd_store_t *dv_raw, ulong dv_off, global float *uq, ulong uq_off, global float *uk,
+    ulong uk_off, global float *part_s, ulong ps_off, global float *part_w, ulong pw_off, global float *part_proj,
+    ulong pp_off, global float *part_rope, ulong pr_off, ulong N, uint H, float k_scale, uint flags) {
   local float tile[CD_D][CD_TS + 1];
   local float red[2][CD_TS][CD_G4];
 
   const uint lid = get_local_id(0), L = get_local_size(0);
-  const ulong ntiles = (N + CD_TS - 1) / CD_TS;
-  const ulong grp = get_group_id(0);
-  const ulong b = grp / ntiles;
-  const uint n0 = (uint)(grp % ntiles) * CD_TS;
+  const uint h = get_global_id(1);
+  const ulong b = get_global_id(2);
+  const uint B = get_global_size(2);
+  const uint tile_i = get_group_id(0), ntiles = get_num_groups(0);
+  const uint n0 = tile_i * CD_TS;
   const uint nt = (N - n0) < CD_TS ? (uint)(N - n0) : CD_TS;
   const uint t = lid / CD_G4, g = lid % CD_G4;
   const int active = t < nt;
@@ -96,14 +104,13 @@ kernel void cd_prep_bwd_tokens(
   const int has_gv = (flags & CD_HAS_GV) != 0, has_gi = (flags & CD_HAS_GI) != 0;
   const int want_pq = (flags & CD_WANT_PQ) != 0, want_pkv = (flags & CD_WANT_PKV) != 0;
   const int want_proj = want_pq || want_pkv, want_rope = (flags & CD_WANT_ROPE) != 0;
-  const ulong slot = grp; /* norm-weight partial row of this work-group */
+  const ulong slot = b * ntiles + tile_i, slots = (ulong)B * ntiles;
 
-  /* per-token parameters: the two 4x4 matrices (camera half) or this unit's RoPE coefficients */
-  /* (the two halves share registers: camera units use Pq, Pkv; RoPE units use cs, sn) */
-  float par[32];
-  float *Pq = par, *Pkv = par + 16, *cs = par, *sn = par + 4;
+  /* the two 4x4 matrices (camera half) or this unit's RoPE coefficients */
+  float Pq[16], Pkv[16], cs[4], sn[4];
   float irq = 0.0f, irk = 0.0f;
-  for (int e = 0; e < 32; e++) par[e] = 0.0f;
+  for (int e = 0; e < 16; e++) Pq[e] = Pkv[e] = 0.0f;
+  for (int j = 0; j < 4; j++) cs[j] = sn[j] = 0.0f;
   if (active) {
     irq = inv_rms[inv_off + tok];
     irk = inv_rms[inv_off + BN + tok];
@@ -121,180 +128,220 @@ kernel void cd_prep_bwd_tokens(
     }
   }
 
-  float sq = 0.0f, sk = 0.0f;  /* RMSNorm sums S over this unit's channels of every head */
-  float Sq = 0.0f, Sk = 0.0f;  /* the token's totals (pass 1) */
-  float acc[32]; /* this unit's share of dproj_q, dproj_kv (camera half) or drope_cos, drope_sin (RoPE half) */
-  float *dPq = acc, *dPkv = acc + 16, *dcs = acc, *dsn = acc + 4;
-  for (int e = 0; e < 32; e++) acc[e] = 0.0f;
-
-  /* No barrier below sits under a condition: work-groups keep one straight barrier sequence per head. */
-  for (uint pass = 0; pass < 2; pass++) {
-    /* pass 1: the token's S over all heads, summed over units in order */
-    barrier(CLK_LOCAL_MEM_FENCE);
-    red[0][t][g] = sq;
-    red[1][t][g] = sk;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (pass == 1)
-      for (uint u = 0; u < CD_G4; u++) {
-        Sq += red[0][t][u];
-        Sk += red[1][t][u];
-      }
-    for (uint h = 0; h < H; h++) {
-      const ulong row = (tok * H + h) * CD_D + 4 * g;
-      const uint c0 = h * CD_D + 4 * g;
-      /* forward recompute (same expressions as cl/prep.cl, so masks and clamps agree) */
-      float xq[4], xk[4], xv[4], aq[4], ak[4], qn[4], kn[4], ko[4];
-      float pre = 0.0f, post = 0.0f;
-      const int need_v = active && pass == 0 && has_gv && (want_pkv || want_rope);
-      for (int j = 0; j < 4; j++) {
-        xq[j] = active ? CD_LOAD(q_raw, q_raw_off + row + j) : 0.0f;
-        xk[j] = active ? CD_LOAD(k_raw, k_raw_off + row + j) : 0.0f;
-        xv[j] = need_v ? CD_LOAD(v_raw, v_raw_off + row + j) : 0.0f;
-        aq[j] = xq[j] * irq * qw[qw_off + c0 + j];
-        ak[j] = xk[j] * irk * kw[kw_off + c0 + j];
-        qn[j] = aq[j] > 0.0f ? aq[j] : 0.0f;
-        kn[j] = (ak[j] > 0.0f ? ak[j] : 0.0f) * k_scale;
-        pre = fma(kn[j], kn[j], pre);
-      }
-      if (first) {
-        for (int i = 0; i < 4; i++) {
-          float acc = 0.0f;
-          for (int j = 0; j < 4; j++) acc = fma(Pkv[4 * i + j], kn[j], acc);
-          ko[i] = acc;
-        }
-      } else {
-        for (int j = 0; j < 4; j++) ko[j] = fma(kn[j ^ 1], sn[j], kn[j] * cs[j]);
-      }
-      for (int j = 0; j < 4; j++) post = fma(ko[j], ko[j], post);
-
-      /* inflation_sq chain: the token's pre and post sums, in the forward's order */
-      barrier(CLK_LOCAL_MEM_FENCE);
-      red[0][t][g] = pre;
-      red[1][t][g] = post;
-      barrier(CLK_LOCAL_MEM_FENCE);
-      float dpost = 0.0f, dpre = 0.0f;
-      if (has_gi) {
-        float sp = 0.0f, so = 0.0f;
-        for (uint u = 0; u < CD_G4; u++) {
-          sp += red[0][t][u];
-          so += red[1][t][u];
-        }
-        const float gi = active ? grad_infl[gi_off + (b * H + h) * N + n] : 0.0f;
-        const float cpre = fmax(sp, 1e-12f), cpost = fmax(so, 1e-12f);
-        dpost = so > 1e-12f ? gi / cpre : 0.0f;
-        dpre = sp > 1e-12f ? -gi * cpost / (cpre * cpre) : 0.0f;
-      }
-
-      /* upstream gradients of this unit's channels (absent ones are zero) */
-      const ulong gbase = ((b * H + h) * CD_D) * N;
-      float gq[4], gk[4], gv[4];
-      for (int j = 0; j < 4; j++) gq[j] = gk[j] = gv[j] = 0.0f;
-      barrier(CLK_LOCAL_MEM_FENCE);
-      if (has_gq) cd_load_tile(tile, grad_q, gq_off + gbase, N, n0, nt, lid, L);
-      barrier(CLK_LOCAL_MEM_FENCE);
-      if (has_gq)
-        for (int j = 0; j < 4; j++) gq[j] = tile[4 * g + j][t];
-      barrier(CLK_LOCAL_MEM_FENCE);
-      if (has_gk) cd_load_tile(tile, grad_k, gk_off + gbase, N, n0, nt, lid, L);
-      barrier(CLK_LOCAL_MEM_FENCE);
-      if (has_gk)
-        for (int j = 0; j < 4; j++) gk[j] = tile[4 * g + j][t];
-      const int use_gv = pass == 0 && has_gv;
-      barrier(CLK_LOCAL_MEM_FENCE);
-      if (use_gv) cd_load_tile(tile, grad_v, gv_off + gbase, N, n0, nt, lid, L);
-      barrier(CLK_LOCAL_MEM_FENCE);
-      if (use_gv)
-        for (int j = 0; j < 4; j++) gv[j] = tile[4 * g + j][t];
-      for (int j = 0; j < 4; j++) gk[j] = fma(2.0f * ko[j], dpost, gk[j]);
-
-      float dxq[4], dxk[4], daq[4], dak[4];
-      cd_transform_t(first, Pq, cs, sn, gq, dxq);
-      cd_transform_t(first, Pkv, cs, sn, gk, dxk);
-      for (int j = 0; j < 4; j++) {
-        daq[j] = aq[j] > 0.0f ? dxq[j] : 0.0f;
-        dak[j] = ak[j] > 0.0f ? fma(2.0f * kn[j], dpre, dxk[j]) * k_scale : 0.0f;
-      }
-
-      if (pass == 0) {
-        float dxv[4];
-        cd_transform_t(first, Pkv, cs, sn, gv, dxv);
-        if (active)
-          for (int j = 0; j < 4; j++) CD_STORE(dv_raw, dv_off + row + j, dxv[j]);
-        for (int j = 0; j < 4; j++) {
-          sq = fma(daq[j] * xq[j], qw[qw_off + c0 + j], sq);
-          sk = fma(dak[j] * xk[j], kw[kw_off + c0 + j], sk);
-        }
-        if (first && want_proj) {
-          for (int i = 0; i < 4; i++)
-            for (int j = 0; j < 4; j++) {
-              dPq[4 * i + j] = fma(gq[i], qn[j], dPq[4 * i + j]);
-              dPkv[4 * i + j] = fma(gv[i], xv[j], fma(gk[i], kn[j], dPkv[4 * i + j]));
-            }
-        }
-        if (!first && want_rope) {
-          for (int j = 0; j < 4; j++) {
-            dcs[j] = fma(gv[j], xv[j], fma(gk[j], kn[j], fma(gq[j], qn[j], dcs[j])));
-            dsn[j] = fma(gv[j], xv[j ^ 1], fma(gk[j], kn[j ^ 1], fma(gq[j], qn[j ^ 1], dsn[j])));
-          }
-        }
-      } else if (active) {
-        const float cq = irq * irq * irq / (float)C, ck = irk * irk * irk / (float)C;
-        for (int j = 0; j < 4; j++) {
-          CD_STORE(dq_raw, dq_off + row + j, fma(-cq * xq[j], Sq, daq[j] * irq * qw[qw_off + c0 + j]));
-          CD_STORE(dk_raw, dk_off + row + j, fma(-ck * xk[j], Sk, dak[j] * irk * kw[kw_off + c0 + j]));
-        }
-      }
-      /* pass 0: norm-weight partials of this head's channels, summed over the tile's tokens in order */
-      barrier(CLK_LOCAL_MEM_FENCE);
-      for (int j = 0; j < 4; j++) tile[4 * g + j][t] = daq[j] * xq[j] * irq;
-      barrier(CLK_LOCAL_MEM_FENCE);
-      if (pass == 0)
-        for (uint d = lid; d < CD_D; d += L) {
-          float s = 0.0f;
-          for (uint u = 0; u < CD_TS; u++) s += tile[d][u];
-          part_w[pw_off + slot * C + h * CD_D + d] = s;
-        }
-      barrier(CLK_LOCAL_MEM_FENCE);
-      for (int j = 0; j < 4; j++) tile[4 * g + j][t] = dak[j] * xk[j] * irk;
-      barrier(CLK_LOCAL_MEM_FENCE);
-      if (pass == 0)
-        for (uint d = lid; d < CD_D; d += L) {
-          float s = 0.0f;
-          for (uint u = 0; u < CD_TS; u++) s += tile[d][u];
-          part_w[pw_off + ((ulong)get_num_groups(0) + slot) * C + h * CD_D + d] = s;
-        }
+  const ulong row = (tok * H + h) * CD_D + 4 * g;
+  const uint c0 = h * CD_D + 4 * g;
+  /* forward recompute (same expressions as cl/prep.cl, so masks and clamps agree) */
+  float xq[4], xk[4], xv[4], aq[4], ak[4], qn[4], kn[4], ko[4], wq[4], wk[4];
+  float pre = 0.0f, post = 0.0f;
+  const int need_v = active && has_gv && (want_pkv || want_rope);
+  for (int j = 0; j < 4; j++) {
+    wq[j] = qw[qw_off + c0 + j];
+    wk[j] = kw[kw_off + c0 + j];
+    xq[j] = active ? CD_LOAD(q_raw, q_raw_off + row + j) : 0.0f;
+    xk[j] = active ? CD_LOAD(k_raw, k_raw_off + row + j) : 0.0f;
+    xv[j] = need_v ? CD_LOAD(v_raw, v_raw_off + row + j) : 0.0f;
+    aq[j] = xq[j] * irq * wq[j];
+    ak[j] = xk[j] * irk * wk[j];
+    qn[j] = aq[j] > 0.0f ? aq[j] : 0.0f;
+    kn[j] = (ak[j] > 0.0f ? ak[j] : 0.0f) * k_scale;
+    pre = fma(kn[j], kn[j], pre);
+  }
+  if (first) {
+    for (int i = 0; i < 4; i++) {
+      float acc = 0.0f;
+      for (int j = 0; j < 4; j++) acc = fma(Pkv[4 * i + j], kn[j], acc);
+      ko[i] = acc;
     }
+  } else {
+    for (int j = 0; j < 4; j++) ko[j] = fma(kn[j ^ 1], sn[j], kn[j] * cs[j]);
+  }
+  for (int j = 0; j < 4; j++) post = fma(ko[j], ko[j], post);
+
+  /* inflation_sq chain: the token's pre and post sums, in the forward's order */
+  red[0][t][g] = pre;
+  red[1][t][g] = post;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  float dpost = 0.0f, dpre = 0.0f;
+  if (has_gi) {
+    float sp = 0.0f, so = 0.0f;
+    for (uint u = 0; u < CD_G4; u++) {
+      sp += red[0][t][u];
+      so += red[1][t][u];
+    }
+    const float gi = active ? grad_infl[gi_off + (b * H + h) * N + n] : 0.0f;
+    const float cpre = fmax(sp, 1e-12f), cpost = fmax(so, 1e-12f);
+    dpost = so > 1e-12f ? gi / cpre : 0.0f;
+    dpre = sp > 1e-12f ? -gi * cpost / (cpre * cpre) : 0.0f;
   }
 
-  /* RoPE-table partials of this b: every (n, r) belongs to one work-item */
-  if (want_rope && !first && active) {
-    const ulong rrow = tok * CD_DH + (4 * g - CD_DH);
+  /* upstream gradients of this unit's channels (absent ones are zero) */
+  const ulong gbase = ((b * H + h) * CD_D) * N;
+  float gq[4], gk[4], gv[4];
+  for (int j = 0; j < 4; j++) gq[j] = gk[j] = gv[j] = 0.0f;
+  if (has_gq) cd_load_tile(tile, grad_q, gq_off + gbase, N, n0, nt, lid, L);
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (has_gq)
+    for (int j = 0; j < 4; j++) gq[j] = tile[4 * g + j][t];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (has_gk) cd_load_tile(tile, grad_k, gk_off + gbase, N, n0, nt, lid, L);
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (has_gk)
+    for (int j = 0; j < 4; j++) gk[j] = tile[4 * g + j][t];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (has_gv) cd_load_tile(tile, grad_v, gv_off + gbase, N, n0, nt, lid, L);
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (has_gv)
+    for (int j = 0; j < 4; j++) gv[j] = tile[4 * g + j][t];
+  for (int j = 0; j < 4; j++) gk[j] = fma(2.0f * ko[j], dpost, gk[j]);
+
+  float dxq[4], dxk[4], dxv[4], daq[4], dak[4];
+  cd_transform_t(first, Pq, cs, sn, gq, dxq);
+  cd_transform_t(first, Pkv, cs, sn, gk, dxk);
+  cd_transform_t(first, Pkv, cs, sn, gv, dxv);
+  float sq = 0.0f, sk = 0.0f;
+  for (int j = 0; j < 4; j++) {
+    daq[j] = aq[j] > 0.0f ? dxq[j] : 0.0f;
+    dak[j] = ak[j] > 0.0f ? fma(2.0f * kn[j], dpre, dxk[j]) * k_scale : 0.0f;
+    sq = fma(daq[j] * xq[j], wq[j], sq);
+    sk = fma(dak[j] * xk[j], wk[j], sk);
+  }
+  if (active) {
     for (int j = 0; j < 4; j++) {
-      part_rope[pr_off + rrow + j] = dcs[j];
-      part_rope[pr_off + BN * CD_DH + rrow + j] = dsn[j];
+      CD_STORE(dv_raw, dv_off + row + j, dxv[j]);
+#if CD_DTYPE == 0
+      dq_raw[dq_off + row + j] = daq[j] * irq * wq[j];
+      dk_raw[dk_off + row + j] = dak[j] * irk * wk[j];
+#else
+      uq[uq_off + row + j] = daq[j] * irq * wq[j];
+      uk[uk_off + row + j] = dak[j] * irk * wk[j];
+#endif
+    }
+    if (!first && want_rope) {
+      const ulong rrow = (tok * H + h) * CD_DH + (4 * g - CD_DH), BNHDh = BN * H * CD_DH;
+      for (int j = 0; j < 4; j++) {
+        part_rope[pr_off + rrow + j] = fma(gv[j], xv[j], fma(gk[j], kn[j], gq[j] * qn[j]));
+        part_rope[pr_off + BNHDh + rrow + j] = fma(gv[j], xv[j ^ 1], fma(gk[j], kn[j ^ 1], gq[j] * qn[j ^ 1]));
+      }
     }
   }
-  /* dproj: sum the camera-half units of each token in order, 8 matrix entries at a time */
+
+  /* the head's share of S per token, summed over units in order */
+  barrier(CLK_LOCAL_MEM_FENCE);
+  red[0][t][g] = sq;
+  red[1][t][g] = sk;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (lid < 2 * CD_TS) {
+    const uint which = lid / CD_TS, tt = lid % CD_TS;
+    float s = 0.0f;
+    for (uint u = 0; u < CD_G4; u++) s += red[which][tt][u];
+    if (tt < nt) part_s[ps_off + ((ulong)which * BN + b * N + n0 + tt) * H + h] = s;
+  }
+
+  /* norm-weight partials of this head's channels, summed over the tile's tokens in order */
+  for (int j = 0; j < 4; j++) tile[4 * g + j][t] = daq[j] * xq[j] * irq;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (uint d = lid; d < CD_D; d += L) {
+    float s = 0.0f;
+    for (uint u = 0; u < CD_TS; u++) s += tile[d][u];
+    part_w[pw_off + slot * C + h * CD_D + d] = s;
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int j = 0; j < 4; j++) tile[4 * g + j][t] = dak[j] * xk[j] * irk;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (uint d = lid; d < CD_D; d += L) {
+    float s = 0.0f;
+    for (uint u = 0; u < CD_TS; u++) s += tile[d][u];
+    part_w[pw_off + (slots + slot) * C + h * CD_D + d] = s;
+  }
+
+  /* dproj partials of this head: the camera-half units of each token summed in order, 8 entries at a time */
   {
     local float *flat = &tile[0][0];
     for (uint chunk = 0; chunk < 4; chunk++) {
       barrier(CLK_LOCAL_MEM_FENCE);
       if (first && want_proj)
-        for (int e = 0; e < 8; e++)
-          flat[(t * CD_GH + g) * 8 + e] = chunk < 2 ? dPq[8 * chunk + e] : dPkv[8 * chunk - 16 + e];
+        for (int e = 0; e < 8; e++) {
+          const int i = (int)(chunk % 2) * 2 + e / 4, j = e % 4;
+          flat[(t * CD_GH + g) * 8 + e] = chunk < 2 ? gq[i] * qn[j] : fma(gv[i], xv[j], gk[i] * kn[j]);
+        }
       barrier(CLK_LOCAL_MEM_FENCE);
       for (uint w = lid; want_proj && w < CD_TS * 8; w += L) {
         const uint tt = w / 8, e = w % 8;
         float s = 0.0f;
         for (uint u = 0; u < CD_GH; u++) s += flat[(tt * CD_GH + u) * 8 + e];
-        if (tt < nt) {
-          const ulong at = (b * N + n0 + tt) * 16 + (chunk % 2) * 8 + e;
-          if (chunk < 2 && want_pq) dproj_q[dpq_off + at] = s;
-          if (chunk >= 2 && want_pkv) dproj_kv[dpkv_off + at] = s;
-        }
+        if (tt < nt) part_proj[pp_off + ((b * N + n0 + tt) * H + h) * 32 + chunk * 8 + e] = s;
       }
     }
   }
+}
+
+/* Work-group: CD_TT consecutive tokens of one b, any local size. Global: (tiles * local size, B). */
+kernel void cd_prep_bwd_tokens(global const cd_store_t *q_raw, ulong q_raw_off, global const cd_store_t *k_raw,
+                               ulong k_raw_off, global const float *qw, ulong qw_off, global const float *kw,
+                               ulong kw_off, global const float *inv_rms, ulong inv_off, global cd_store_t *dq_raw,
+                               ulong dq_off, global cd_store_t *dk_raw, ulong dk_off, global const float *uq,
+                               ulong uq_off, global const float *uk, ulong uk_off, global const float *part_s,
+                               ulong ps_off, global const float *part_proj, ulong pp_off,
+                               global const float *part_rope, ulong pr_off, global float *rope_b, ulong rb_off,
+                               global float *dproj_q, ulong dpq_off, global float *dproj_kv, ulong dpkv_off, ulong N,
+                               uint H, uint flags) {
+  local float S[2][CD_TT];
+  local float cf[2][CD_TT];
+  const uint lid = get_local_id(0), L = get_local_size(0);
+  const ulong b = get_global_id(1);
+  const ulong BN = (ulong)get_global_size(1) * N;
+  const ulong n0 = (ulong)get_group_id(0) * CD_TT;
+  const uint nt = (N - n0) < CD_TT ? (uint)(N - n0) : CD_TT;
+  const ulong tok0 = b * N + n0;
+  const uint C = H * CD_D;
+  const int want_pq = (flags & CD_WANT_PQ) != 0, want_pkv = (flags & CD_WANT_PKV) != 0;
+  const int want_rope = (flags & CD_WANT_ROPE) != 0;
+
+  /* S per token, summed over the heads in order, and the coefficients ir and ir^3 / C */
+  for (uint w = lid; w < 2 * CD_TT; w += L) {
+    const uint which = w / CD_TT, tt = w % CD_TT;
+    float s = 0.0f, c = 0.0f;
+    if (tt < nt) {
+      global const float *p = part_s + ps_off + ((ulong)which * BN + tok0 + tt) * H;
+      for (uint h = 0; h < H; h++) s += p[h];
+      const float ir = inv_rms[inv_off + (ulong)which * BN + tok0 + tt];
+      c = ir * ir * ir / (float)C;
+    }
+    S[which][tt] = s;
+    cf[which][tt] = c;
+  }
+  /* dproj per token: the head partials summed in order */
+  for (uint w = lid; (want_pq || want_pkv) && w < nt * 32; w += L) {
+    const uint tt = w / 32, e = w % 32;
+    global const float *p = part_proj + pp_off + (tok0 + tt) * H * 32 + e;
+    float s = 0.0f;
+    for (uint h = 0; h < H; h++) s += p[h * 32];
+    if (e < 16 && want_pq) dproj_q[dpq_off + (tok0 + tt) * 16 + e] = s;
+    if (e >= 16 && want_pkv) dproj_kv[dpkv_off + (tok0 + tt) * 16 + e - 16] = s;
+  }
+  /* RoPE-table partials of this b: the head partials summed in order */
+  for (uint w = lid; want_rope && w < 2 * nt * CD_DH; w += L) {
+    const uint which = w / (nt * CD_DH), rem = w % (nt * CD_DH), tt = rem / CD_DH, r = rem % CD_DH;
+    global const float *p = part_rope + pr_off + (ulong)which * BN * H * CD_DH + (tok0 + tt) * H * CD_DH + r;
+    float s = 0.0f;
+    for (uint h = 0; h < H; h++) s += p[h * CD_DH];
+    rope_b[rb_off + (ulong)which * BN * CD_DH + (tok0 + tt) * CD_DH + r] = s;
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+
+  /* dx_raw = u - ir^3 / C x S, token by token along the channels */
+  for (uint tt = 0; tt < nt; tt++)
+    for (uint c = lid; c < C; c += L) {
+      const ulong e = (tok0 + tt) * C + c;
+#if CD_DTYPE == 0
+      const float u_q = dq_raw[dq_off + e], u_k = dk_raw[dk_off + e];
+#else
+      const float u_q = uq[uq_off + e], u_k = uk[uk_off + e];
+#endif
+      const float xq = CD_LOAD(q_raw, q_raw_off + e), xk = CD_LOAD(k_raw, k_raw_off + e);
+      CD_STORE(dq_raw, dq_off + e, fma(-cf[0][tt] * xq, S[0][tt], u_q));
+      CD_STORE(dk_raw, dk_off + e, fma(-cf[1][tt] * xk, S[1][tt], u_k));
+    }
 }
 
 /* Final fixed-order sums. Items [0, 2C): norm weights (q then k) over the `slots` token-tile partials;

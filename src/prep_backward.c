@@ -1,9 +1,10 @@
 /* Prep backward (SPEC section 4): argument checks and the launches of cl/prep_backward.cl.
  *
  *   [cd_prep_inv_rms  the inverse RMS per token, when no saved object from the forward is given]
- *   cd_prep_bwd_tokens   per (b, tile of tokens), all heads: dv_raw, dq_raw, dk_raw (with the full-channel
- *                        RMSNorm backward), dproj_q/kv, and fixed-order partials of the norm-weight and RoPE-table
- *                        gradients
+ *   cd_prep_bwd_heads    per (b, tile of tokens, h), like the forward: dv_raw, u = da inv_rms w, and fixed-order
+ *                        per-head partials of the RMSNorm sums, the norm weights, dproj_q/kv and the RoPE tables
+ *   cd_prep_bwd_tokens   per (b, tile of tokens): sums over heads, dq_raw and dk_raw (the full-channel RMSNorm
+ *                        backward), dproj_q/kv, the RoPE-table partials per b
  *   cd_prep_bwd_reduce   the norm-weight gradients (over token tiles) and RoPE-table gradients (over b)
  *
  * Deterministic: every sum has a fixed order; no atomics. */
@@ -30,17 +31,31 @@ enum {
   PB_WANT_SIN = 256
 };
 
-/* The token kernel with the largest tile the device allows, and the reduction kernel of the same program. */
-static camdelta_status build_kernels(camdelta_context *ctx, camdelta_dtype dtype, size_t D, cl_kernel *kt,
-                                     cl_kernel *kr, size_t *ts) {
-  camdelta_status st = cd_prep_kernel(ctx, "prep_backward.cl", "cd_prep_bwd_tokens", dtype, D, kt, ts);
+enum { PB_TT = 16 }; /* CD_TT of cl/prep_backward.cl: tokens per work-group of cd_prep_bwd_tokens */
+
+typedef struct pb_kernels {
+  cl_kernel heads, tokens, reduce;
+  size_t ts; /* tokens per work-group of the heads kernel */
+} pb_kernels;
+
+static void release_kernels(pb_kernels *k) {
+  if (k->heads) clReleaseKernel(k->heads);
+  if (k->tokens) clReleaseKernel(k->tokens);
+  if (k->reduce) clReleaseKernel(k->reduce);
+  k->heads = k->tokens = k->reduce = NULL;
+}
+
+/* The per-head kernel with the largest token tile the device allows (as the forward picks it), and the other two
+ * kernels of the same program. */
+static camdelta_status build_kernels(camdelta_context *ctx, camdelta_dtype dtype, size_t D, pb_kernels *k) {
+  memset(k, 0, sizeof *k);
+  camdelta_status st = cd_prep_kernel(ctx, "prep_backward.cl", "cd_prep_bwd_heads", dtype, D, &k->heads, &k->ts);
   if (st) return st;
   char opts[160];
-  snprintf(opts, sizeof opts, "-DCD_DTYPE=%d -DCD_D=%zu -DCD_TS=%zu", (int)dtype, D, *ts);
-  if ((st = cd_kernel(ctx, "prep_backward.cl", opts, "cd_prep_bwd_reduce", kr))) {
-    clReleaseKernel(*kt);
-    *kt = NULL;
-  }
+  snprintf(opts, sizeof opts, "-DCD_DTYPE=%d -DCD_D=%zu -DCD_TS=%zu", (int)dtype, D, k->ts);
+  if ((st = cd_kernel(ctx, "prep_backward.cl", opts, "cd_prep_bwd_tokens", &k->tokens)) ||
+      (st = cd_kernel(ctx, "prep_backward.cl", opts, "cd_prep_bwd_reduce", &k->reduce)))
+    release_kernels(k);
   return st;
 }
 
@@ -48,10 +63,9 @@ camdelta_status cd_prep_backward_warm(camdelta_context *ctx, camdelta_dtype dtyp
   camdelta_status st = cd_check_dtype(OP, dtype);
   if (!st) st = cd_check_head_dim(OP, D);
   if (st) return st;
-  cl_kernel kt, kr;
-  size_t ts;
-  if ((st = build_kernels(ctx, dtype, D, &kt, &kr, &ts))) return st;
-  clReleaseKernel(kt), clReleaseKernel(kr);
+  pb_kernels k;
+  if ((st = build_kernels(ctx, dtype, D, &k))) return st;
+  release_kernels(&k);
   return CAMDELTA_OK;
 }
 
@@ -125,35 +139,46 @@ camdelta_status camdelta_prep_backward(camdelta_context *ctx, const camdelta_pre
                          (args->drope_sin.mem ? PB_WANT_SIN : 0);
 
   /* Build everything before enqueuing anything (the inverse-RMS kernel is built by its helper first). */
-  cl_kernel kt = NULL, kr = NULL;
-  size_t ts = 0;
-  if ((st = build_kernels(ctx, args->dtype, D, &kt, &kr, &ts))) return st;
-  const size_t ntiles = (N + ts - 1) / ts, slots = B * ntiles;
+  pb_kernels k;
+  if ((st = build_kernels(ctx, args->dtype, D, &k))) return st;
+  const size_t ts = k.ts, ntiles = (N + ts - 1) / ts, slots = B * ntiles;
+  const int want_proj = args->dproj_q.mem || args->dproj_kv.mem, f32 = args->dtype == CAMDELTA_F32;
 
-  /* scratch: norm-weight partials (2, slots, C), RoPE partials (2, B, N, Dh), inverse RMS (2, B, N) */
-  cl_mem pw = NULL, pr = NULL, inv = saved ? saved->inv_rms : NULL;
-  st = cd_alloc(ctx, 2 * slots * C * sizeof(float), &pw);
-  if (!st && want_rope) st = cd_alloc(ctx, 2 * B * N * Dh * sizeof(float), &pr);
-  if (!st && !saved) st = cd_alloc(ctx, 2 * B * N * sizeof(float), &inv);
+  /* scratch: RMSNorm sums per head ps (2, B, N, H), norm-weight partials pw (2, slots, C), dproj partials pp
+   * (B, N, H, 32), RoPE partials per head prh (2, B, N, H, Dh) and per b pr (2, B, N, Dh), u = da inv_rms w for
+   * 16-bit storage uq, uk (B, N, H, D) f32 (f32 keeps u in dq_raw, dk_raw), inverse RMS (2, B, N) */
+  enum { PS, PW, PP, PRH, PR, UQ, UK, INV, NSCR };
+  const size_t bytes[NSCR] = {2 * B * N * H * sizeof(float),
+                              2 * slots * C * sizeof(float),
+                              want_proj ? B * N * H * 32 * sizeof(float) : 0,
+                              want_rope ? 2 * B * N * H * Dh * sizeof(float) : 0,
+                              want_rope ? 2 * B * N * Dh * sizeof(float) : 0,
+                              f32 ? 0 : B * N * C * sizeof(float),
+                              f32 ? 0 : B * N * C * sizeof(float),
+                              saved ? 0 : 2 * B * N * sizeof(float)};
+  cl_mem scr[NSCR] = {NULL};
+  for (int i = 0; i < NSCR && !st; i++)
+    if (bytes[i]) st = cd_alloc(ctx, bytes[i], &scr[i]);
   if (st) {
-    if (pw) clReleaseMemObject(pw);
-    if (pr) clReleaseMemObject(pr);
-    if (inv && !saved) clReleaseMemObject(inv);
-    clReleaseKernel(kt), clReleaseKernel(kr);
+    for (int i = 0; i < NSCR; i++)
+      if (scr[i]) clReleaseMemObject(scr[i]);
+    release_kernels(&k);
     return st;
   }
-  /* absent optional tensors: a valid buffer that is never read or written */
-  const camdelta_buffer dummy = {pw, 0};
-  const camdelta_buffer bpw = {pw, 0}, bpr = {pr ? pr : pw, 0}, binv = {inv, 0};
+  /* absent optional tensors and unused scratch: a valid buffer that is never read or written */
+  const camdelta_buffer dummy = {scr[PW], 0};
+  camdelta_buffer bs[NSCR];
+  for (int i = 0; i < NSCR; i++) bs[i] = scr[i] ? (camdelta_buffer){scr[i], 0} : dummy;
+  const camdelta_buffer binv = saved ? (camdelta_buffer){saved->inv_rms, 0} : bs[INV];
 #define OPT(x) ((x).mem ? (x) : dummy)
 
   if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;
   cd_launch l;
   cd_launch_init(&l, args->profile);
   if (!saved)
-    st = cd_prep_inv_rms(ctx, B, N, H, D, args->dtype, args->norm_eps, args->q_raw, args->k_raw, inv, &l);
+    st = cd_prep_inv_rms(ctx, B, N, H, D, args->dtype, args->norm_eps, args->q_raw, args->k_raw, scr[INV], &l);
   if (!st) {
-    cd_args a = {kt, 0, CL_SUCCESS};
+    cd_args a = {k.heads, 0, CL_SUCCESS};
     cd_arg_buf(&a, args->q_raw);
     cd_arg_buf(&a, args->k_raw);
     cd_arg_buf(&a, OPT(args->v_raw));
@@ -171,24 +196,53 @@ camdelta_status camdelta_prep_backward(camdelta_context *ctx, const camdelta_pre
     cd_arg_buf(&a, args->dq_raw);
     cd_arg_buf(&a, args->dk_raw);
     cd_arg_buf(&a, args->dv_raw);
-    cd_arg_buf(&a, bpw);
-    cd_arg_buf(&a, bpr);
-    cd_arg_buf(&a, OPT(args->dproj_q));
-    cd_arg_buf(&a, OPT(args->dproj_kv));
+    cd_arg_buf(&a, bs[UQ]);
+    cd_arg_buf(&a, bs[UK]);
+    cd_arg_buf(&a, bs[PS]);
+    cd_arg_buf(&a, bs[PW]);
+    cd_arg_buf(&a, bs[PP]);
+    cd_arg_buf(&a, bs[PRH]);
     cd_arg_u64(&a, N);
-    cd_arg_u32(&a, (uint32_t)B);
     cd_arg_u32(&a, (uint32_t)H);
     cd_arg_f32(&a, args->k_scale);
     cd_arg_u32(&a, flags);
+    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_prep_bwd_heads: setting arguments");
+    const size_t lws[3] = {ts * (D / 4), 1, 1}, gws[3] = {ntiles * lws[0], H, B};
+    if (!st) st = cd_enqueue(ctx, k.heads, 3, gws, lws, &l, "cd_prep_bwd_heads");
+  }
+  if (!st) {
+    cd_args a = {k.tokens, 0, CL_SUCCESS};
+    cd_arg_buf(&a, args->q_raw);
+    cd_arg_buf(&a, args->k_raw);
+    cd_arg_buf(&a, args->q_norm_weight);
+    cd_arg_buf(&a, args->k_norm_weight);
+    cd_arg_buf(&a, binv);
+    cd_arg_buf(&a, args->dq_raw);
+    cd_arg_buf(&a, args->dk_raw);
+    cd_arg_buf(&a, bs[UQ]);
+    cd_arg_buf(&a, bs[UK]);
+    cd_arg_buf(&a, bs[PS]);
+    cd_arg_buf(&a, bs[PP]);
+    cd_arg_buf(&a, bs[PRH]);
+    cd_arg_buf(&a, bs[PR]);
+    cd_arg_buf(&a, OPT(args->dproj_q));
+    cd_arg_buf(&a, OPT(args->dproj_kv));
+    cd_arg_u64(&a, N);
+    cd_arg_u32(&a, (uint32_t)H);
+    cd_arg_u32(&a, flags);
     if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_prep_bwd_tokens: setting arguments");
-    const size_t lws = ts * (D / 4), gws = slots * lws;
-    if (!st) st = cd_enqueue(ctx, kt, 1, &gws, &lws, &l, "cd_prep_bwd_tokens");
+    /* a power of two up to 256 work-items, within the kernel's limit */
+    size_t lws[2] = {1, 1};
+    const size_t lmax = cd_kernel_max_wg(ctx, k.tokens);
+    while (lws[0] * 2 <= 256 && lws[0] * 2 <= lmax) lws[0] *= 2;
+    const size_t gws[2] = {(N + PB_TT - 1) / PB_TT * lws[0], B};
+    if (!st) st = cd_enqueue(ctx, k.tokens, 2, gws, lws, &l, "cd_prep_bwd_tokens");
   }
   if (!st) {
     const size_t items = 2 * C + (want_rope ? 2 * N * Dh : 0);
-    cd_args a = {kr, 0, CL_SUCCESS};
-    cd_arg_buf(&a, bpw);
-    cd_arg_buf(&a, bpr);
+    cd_args a = {k.reduce, 0, CL_SUCCESS};
+    cd_arg_buf(&a, bs[PW]);
+    cd_arg_buf(&a, bs[PR]);
     cd_arg_buf(&a, args->dq_norm_weight);
     cd_arg_buf(&a, args->dk_norm_weight);
     cd_arg_buf(&a, OPT(args->drope_cos));
@@ -201,15 +255,14 @@ camdelta_status camdelta_prep_backward(camdelta_context *ctx, const camdelta_pre
     cd_arg_u32(&a, flags);
     if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_prep_bwd_reduce: setting arguments");
     size_t lws = 64;
-    if (lws > cd_kernel_max_wg(ctx, kr)) lws = 1;
+    if (lws > cd_kernel_max_wg(ctx, k.reduce)) lws = 1;
     const size_t gws = (items + lws - 1) / lws * lws;
-    if (!st) st = cd_enqueue(ctx, kr, 1, &gws, &lws, &l, "cd_prep_bwd_reduce");
+    if (!st) st = cd_enqueue(ctx, k.reduce, 1, &gws, &lws, &l, "cd_prep_bwd_reduce");
   }
 #undef OPT
   /* Released buffers live on until the enqueued kernels that use them have finished. */
-  clReleaseMemObject(pw);
-  if (pr) clReleaseMemObject(pr);
-  if (!saved) clReleaseMemObject(inv);
-  clReleaseKernel(kt), clReleaseKernel(kr);
+  for (int i = 0; i < NSCR; i++)
+    if (scr[i]) clReleaseMemObject(scr[i]);
+  release_kernels(&k);
   return cd_launch_end(ctx, &l, st);
 }

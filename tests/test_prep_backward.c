@@ -192,7 +192,7 @@ static void run_case(const pb_case *c, double *ms) {
   camdelta_profile prof = {0, 0};
   camdelta_prep_backward_args a = make_args(&x, &d, c, &prof);
   TU_OK(camdelta_prep_backward(ctx, &a, saved));
-  assert_true(prof.kernels == (c->saved ? 2u : 3u));
+  assert_true(prof.kernels == (c->saved ? 3u : 4u)); /* [inverse RMS,] heads, tokens, reduce */
   if (ms) *ms = prof.kernel_ms;
   for (int o = 0; o < NOUT; o++) {
     if (o >= OPQ && !c->all) continue;
