@@ -344,29 +344,44 @@ kernel void cd_prep_bwd_tokens(global const cd_store_t *q_raw, ulong q_raw_off, 
     }
 }
 
-/* Final fixed-order sums. Items [0, 2C): norm weights (q then k) over the `slots` token-tile partials;
- * items [2C, 2C + 2 N Dh): RoPE tables (cos then sin) over b. */
+/* Final fixed-order sums. Local size (W, R), W <= 32 columns, R <= 32 lanes. Work-groups [0, nwb): norm weights,
+ * W columns (q then k over 2C) each summed over the `slots` token-tile partials: lane r takes slots r, r + R, ...
+ * in order, then the R lane sums in order. Work-groups [nwb, ...): RoPE tables (cos then sin over 2 N Dh), each
+ * entry summed over b in order. */
 kernel void cd_prep_bwd_reduce(global const float *part_w, ulong pw_off, global const float *part_rope, ulong pr_off,
                                global float *dqw, ulong dqw_off, global float *dkw, ulong dkw_off,
                                global float *dcos, ulong dcos_off, global float *dsin, ulong dsin_off, uint C,
-                               ulong slots, uint B, ulong NDh, ulong items, uint flags) {
-  const ulong i = get_global_id(0);
-  if (i >= items) return;
-  if (i < 2 * (ulong)C) {
+                               ulong slots, uint B, ulong NDh, uint nwb, uint flags) {
+  local float red[32][32];
+  const uint lx = get_local_id(0), ly = get_local_id(1), W = get_local_size(0), R = get_local_size(1);
+  const uint gx = get_group_id(0);
+  const int weights = gx < nwb;
+  const ulong i = (ulong)gx * W + lx;
+  float s = 0.0f;
+  if (weights && i < 2 * (ulong)C) {
     const uint which = (uint)(i / C), c = (uint)(i % C);
     global const float *p = part_w + pw_off + (ulong)which * slots * C + c;
-    float s = 0.0f;
-    for (ulong u = 0; u < slots; u++) s += p[u * C];
-    if (which == 0) dqw[dqw_off + c] = s;
-    else dkw[dkw_off + c] = s;
-  } else {
-    const ulong j = i - 2 * (ulong)C;
-    const uint which = (uint)(j / NDh);
-    const ulong e = j % NDh;
-    global const float *p = part_rope + pr_off + (ulong)which * B * NDh + e;
-    float s = 0.0f;
-    for (uint u = 0; u < B; u++) s += p[u * NDh];
-    if (which == 0 && (flags & CD_WANT_COS)) dcos[dcos_off + e] = s;
-    if (which == 1 && (flags & CD_WANT_SIN)) dsin[dsin_off + e] = s;
+    for (ulong u = ly; u < slots; u += R) s += p[u * C];
+  }
+  if (!weights) {
+    const ulong j = ((ulong)(gx - nwb) * R + ly) * W + lx;
+    if (j < 2 * NDh) {
+      const uint which = (uint)(j / NDh);
+      const ulong e = j % NDh;
+      global const float *p = part_rope + pr_off + (ulong)which * B * NDh + e;
+      float t = 0.0f;
+      for (uint u = 0; u < B; u++) t += p[u * NDh];
+      if (which == 0 && (flags & CD_WANT_COS)) dcos[dcos_off + e] = t;
+      if (which == 1 && (flags & CD_WANT_SIN)) dsin[dsin_off + e] = t;
+    }
+  }
+  red[ly][lx] = s;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (weights && ly == 0 && i < 2 * (ulong)C) {
+    float t = 0.0f;
+    for (uint r = 0; r < R; r++) t += red[r][lx];
+    const uint which = (uint)(i / C), c = (uint)(i % C);
+    if (which == 0) dqw[dqw_off + c] = t;
+    else dkw[dkw_off + c] = t;
   }
 }

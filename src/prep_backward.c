@@ -239,7 +239,13 @@ camdelta_status camdelta_prep_backward(camdelta_context *ctx, const camdelta_pre
     if (!st) st = cd_enqueue(ctx, k.tokens, 2, gws, lws, &l, "cd_prep_bwd_tokens");
   }
   if (!st) {
-    const size_t items = 2 * C + (want_rope ? 2 * N * Dh : 0);
+    /* local (W, R): W columns by R lanes, powers of two up to 32 each within the kernel's limit */
+    const size_t lmax = cd_kernel_max_wg(ctx, k.reduce);
+    size_t lws[2] = {1, 1};
+    while (lws[0] * 2 <= 32 && lws[0] * 2 <= lmax) lws[0] *= 2;
+    while (lws[1] * 2 <= 32 && lws[0] * lws[1] * 2 <= lmax) lws[1] *= 2;
+    const size_t nwb = (2 * C + lws[0] - 1) / lws[0];
+    const size_t nrb = want_rope ? (2 * N * Dh + lws[0] * lws[1] - 1) / (lws[0] * lws[1]) : 0;
     cd_args a = {k.reduce, 0, CL_SUCCESS};
     cd_arg_buf(&a, bs[PW]);
     cd_arg_buf(&a, bs[PR]);
@@ -251,13 +257,11 @@ camdelta_status camdelta_prep_backward(camdelta_context *ctx, const camdelta_pre
     cd_arg_u64(&a, slots);
     cd_arg_u32(&a, (uint32_t)B);
     cd_arg_u64(&a, N * Dh);
-    cd_arg_u64(&a, items);
+    cd_arg_u32(&a, (uint32_t)nwb);
     cd_arg_u32(&a, flags);
     if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_prep_bwd_reduce: setting arguments");
-    size_t lws = 64;
-    if (lws > cd_kernel_max_wg(ctx, k.reduce)) lws = 1;
-    const size_t gws = (items + lws - 1) / lws * lws;
-    if (!st) st = cd_enqueue(ctx, k.reduce, 1, &gws, &lws, &l, "cd_prep_bwd_reduce");
+    const size_t gws[2] = {(nwb + nrb) * lws[0], lws[1]};
+    if (!st) st = cd_enqueue(ctx, k.reduce, 2, gws, lws, &l, "cd_prep_bwd_reduce");
   }
 #undef OPT
   /* Released buffers live on until the enqueued kernels that use them have finished. */
