@@ -54,8 +54,10 @@ inline void cd_load_tile(local float (*tile)[CD_TS + 1], global const cd_store_t
   }
 }
 
-/* dx = T^T dy for this work-item's 4 channels: the 4x4 block transposed (first half) or RoPE transposed. */
-inline void cd_transform_t(int first, const float *P, const float *cs, const float *sn, const float *dy, float *dx) {
+/* dx = T^T dy for this work-item's 4 channels: the 4x4 block transposed (first half, read from global memory: the
+ * units of a token share it through the cache, and registers stay free) or RoPE transposed. */
+inline void cd_transform_t(int first, global const float *P, const float *cs, const float *sn, const float *dy,
+                           float *dx) {
   if (first) {
     for (int j = 0; j < 4; j++) {
       float acc = 0.0f;
@@ -106,20 +108,17 @@ kernel void cd_prep_bwd_heads(
   const int want_proj = want_pq || want_pkv, want_rope = (flags & CD_WANT_ROPE) != 0;
   const ulong slot = b * ntiles + tile_i, slots = (ulong)B * ntiles;
 
-  /* the two 4x4 matrices (camera half) or this unit's RoPE coefficients */
-  float Pq[16], Pkv[16], cs[4], sn[4];
+  /* the two 4x4 matrices of the token (camera half; past the last token: the tile's first token, never stored)
+   * or this unit's RoPE coefficients */
+  const ulong ptok = active ? tok : b * N + n0;
+  global const float *Pq = proj_q + pq_off + ptok * 16, *Pkv = proj_kv + pkv_off + ptok * 16;
+  float cs[4], sn[4];
   float irq = 0.0f, irk = 0.0f;
-  for (int e = 0; e < 16; e++) Pq[e] = Pkv[e] = 0.0f;
   for (int j = 0; j < 4; j++) cs[j] = sn[j] = 0.0f;
   if (active) {
     irq = inv_rms[inv_off + tok];
     irk = inv_rms[inv_off + BN + tok];
-    if (first) {
-      for (int e = 0; e < 16; e++) {
-        Pq[e] = proj_q[pq_off + tok * 16 + e];
-        Pkv[e] = proj_kv[pkv_off + tok * 16 + e];
-      }
-    } else {
+    if (!first) {
       const ulong rrow = n * CD_DH + (4 * g - CD_DH);
       for (int j = 0; j < 4; j++) {
         cs[j] = rope_cos[rc_off + rrow + j];
