@@ -26,6 +26,8 @@
  * (row ir + WR·a, column ic + WC·c), so that consecutive items touch consecutive local and global
  * addresses: local reads are conflict-free and global stores coalesce along the contiguous dimension.
  * Reductions stream through local memory in chunks; everything accumulates in f32.
+ * Phase A uses the symmetry of K_fᵀβ_fK_f: tiles strictly below the diagonal of A return at once and the upper
+ * triangle is stored twice (A_f is exactly symmetric; the diagonal tiles still compute their lower half).
  * All offsets into (B, H, D, N) tensors are 64-bit. Each buffer comes as (pointer, element offset). */
 
 #define CD_CEIL(a, b) (((a) + (b) - 1) / (b))
@@ -66,6 +68,10 @@ __kernel __attribute__((reqd_work_group_size(A_W, 1, 1))) void cd_scan_phase_a(
   __global const float *kb = k + k_off + base;
   __global const float *vb = v + v_off + base;
   __global const float *bb = beta + beta_off + bhf * S;
+  /* K_fᵀβ_fK_f is symmetric: only elements i <= j of A are computed and stored, each i < j also at (j, i).
+   * A tile strictly below the diagonal (every element i > j) has nothing to do; the whole work-group leaves
+   * before any barrier. */
+  if (col0 + A_TN <= CD_D && row0 >= col0 + A_TN) return;
 
   float acc[CD_A_RM][CD_A_RN];
 #pragma unroll
@@ -110,9 +116,11 @@ __kernel __attribute__((reqd_work_group_size(A_W, 1, 1))) void cd_scan_phase_a(
     for (int c = 0; c < CD_A_RN; c++) {
       const uint j = col0 + ic + CD_A_WC * c;
       if (j >= col_hi) continue;
-      if (j < CD_D)
-        a_out[a_off + obase + i * CD_D + j] = d * ((i == j ? 1.0f : 0.0f) - acc[a][c]);
-      else
+      if (j < CD_D) {
+        const float x = d * ((i == j ? 1.0f : 0.0f) - acc[a][c]);
+        if (i <= j) a_out[a_off + obase + i * CD_D + j] = x;
+        if (i < j) a_out[a_off + obase + j * CD_D + i] = x;
+      } else
         u_out[u_off + obase + i * CD_D + (j - CD_D)] = acc[a][c];
     }
   }

@@ -18,6 +18,11 @@
  *    compute units; CPUs use one block, and their variants depend on D and on S <= 8 only (PoCL spends
  *    seconds compiling each).
  * CAMDELTA_SCAN_VERBOSE=1 prints the chosen algorithm, work-group sizes and build options to stderr.
+ * CAMDELTA_SCAN_TILES (tuning, see parse_tiles()): a comma-separated list of KEY=N replacing the chunkwise tile
+ *   fields chosen above, keys A_WR A_RM A_WC A_RN A_KC (phase A), B_J B_WR B_RM B_WC B_RN B_KC (phase B), C_WR
+ *   C_RM C_WC C_RN C_KC (phase C), e.g. "A_WR=16,A_RM=7,A_WC=8,A_RN=7,A_KC=16". Fields not given keep their
+ *   choice (giving B_J re-picks phase B's layout first). A list that does not parse, or tiles that break a
+ *   kernel's constraints, the local memory or the work-group limit, fail with a message naming the variable.
  *
  * AUTO rule (camdelta_scan_algorithm CAMDELTA_SCAN_AUTO), see choose_algorithm():
  *  - chunkwise does 2·F·D³ more flops than sequential (the D x D products of phase B; D/(3·S) of the useful
@@ -138,6 +143,7 @@ static unsigned k_chunk(size_t D) { return D % 32 == 0 ? 32 : D % 16 == 0 ? 16 :
 
 typedef struct dev_limits {
   size_t local_bytes; /* usable local memory per work-group */
+  size_t dev_wg;      /* the device's work-group limit */
   unsigned max_wg;    /* power of two, <= 256 */
   unsigned min_wg;    /* power of two >= the preferred multiple */
   unsigned cus;
@@ -152,6 +158,7 @@ static camdelta_status device_limits(camdelta_context *ctx, dev_limits *lim) {
   clReleaseKernel(probe);
   size_t dmax = ctx->info.max_work_group_size ? ctx->info.max_work_group_size : 1;
   if (kmax > dmax) kmax = dmax;
+  lim->dev_wg = dmax;
   lim->max_wg = pow2_floor(kmax < 256 ? kmax : 256);
   lim->min_wg = pow2_ceil(pm < 32 ? 32 : pm);
   if (lim->min_wg > lim->max_wg) lim->min_wg = lim->max_wg;
@@ -239,6 +246,77 @@ static camdelta_status seq_configure(const dev_limits *lim, size_t BH, size_t D,
   return CAMDELTA_OK;
 }
 
+/* ------------------------------------------------------------------------------- tile override */
+
+static const char TILES_ENV[] = "CAMDELTA_SCAN_TILES";
+
+enum {
+  T_A_WR, T_A_RM, T_A_WC, T_A_RN, T_A_KC,
+  T_B_J, T_B_WR, T_B_RM, T_B_WC, T_B_RN, T_B_KC,
+  T_C_WR, T_C_RM, T_C_WC, T_C_RN, T_C_KC,
+  T_COUNT
+};
+static const char *const TILE_KEYS[T_COUNT] = {"A_WR", "A_RM", "A_WC", "A_RN", "A_KC", "B_J",  "B_WR", "B_RM",
+                                               "B_WC", "B_RN", "B_KC", "C_WR", "C_RM", "C_WC", "C_RN", "C_KC"};
+
+typedef struct tile_override {
+  unsigned v[T_COUNT]; /* 0: not given */
+  int a, b, c;         /* any field of the phase given */
+} tile_override;
+
+/* Parses `text` ("KEY=N,KEY=N,...", spaces allowed around items) into v[] for keys[0..n): each N an integer in
+ * [1, 4096]; an unknown key, a missing '=' or a bad number fails naming `var`. */
+static camdelta_status parse_tiles(const char *var, const char *text, const char *const *keys, size_t n,
+                                   unsigned *v) {
+  for (size_t i = 0; i < n; i++) v[i] = 0;
+  const char *p = text;
+  while (*p) {
+    while (*p == ' ' || *p == ',') p++;
+    if (!*p) break;
+    const char *key = p;
+    while (*p && *p != '=' && *p != ',' && *p != ' ') p++;
+    const size_t klen = (size_t)(p - key);
+    if (*p != '=')
+      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%.*s' is not KEY=N (value: '%s')", var, (int)klen, key,
+                     text);
+    size_t k = 0;
+    while (k < n && !(strlen(keys[k]) == klen && strncmp(keys[k], key, klen) == 0)) k++;
+    if (k == n) {
+      char known[256] = "";
+      for (size_t i = 0; i < n; i++) {
+        strncat(known, keys[i], sizeof known - strlen(known) - 1);
+        if (i + 1 < n) strncat(known, " ", sizeof known - strlen(known) - 1);
+      }
+      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: unknown key '%.*s' (known: %s)", var, (int)klen, key,
+                     known);
+    }
+    p++;
+    char *end = NULL;
+    const unsigned long x = strtoul(p, &end, 10);
+    if (end == p || (*end && *end != ',' && *end != ' ') || x < 1 || x > 4096)
+      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: %s needs an integer in [1, 4096] (value: '%s')", var,
+                     keys[k], text);
+    v[k] = (unsigned)x;
+    p = end;
+  }
+  return CAMDELTA_OK;
+}
+
+static camdelta_status read_override(tile_override *o) {
+  memset(o, 0, sizeof *o);
+  const char *env = getenv(TILES_ENV);
+  if (!env || !*env) return CAMDELTA_OK;
+  camdelta_status st = parse_tiles(TILES_ENV, env, TILE_KEYS, T_COUNT, o->v);
+  if (st) return st;
+  for (int i = 0; i < T_COUNT; i++)
+    if (o->v[i]) *(i <= T_A_KC ? &o->a : i <= T_B_KC ? &o->b : &o->c) = 1;
+  return CAMDELTA_OK;
+}
+
+static void set_if(unsigned *field, unsigned v) {
+  if (v) *field = v;
+}
+
 /* ------------------------------------------------------------------------------- chunkwise config */
 
 typedef struct chunk_cfg {
@@ -254,8 +332,69 @@ typedef struct chunk_cfg {
   char opts[512]; /* one program holds the three kernels */
 } chunk_cfg;
 
+/* Applies the given override fields to the tiles chosen by chunk_configure and checks what the kernels need. */
+static camdelta_status chunk_override(const dev_limits *lim, size_t D, size_t S, const tile_override *o,
+                                      chunk_cfg *c) {
+  const size_t lb = lim->local_bytes;
+  const unsigned *v = o->v;
+  size_t bytes;
+  if (o->a) {
+    set_if(&c->a.wr, v[T_A_WR]), set_if(&c->a.rm, v[T_A_RM]), set_if(&c->a.wc, v[T_A_WC]);
+    set_if(&c->a.rn, v[T_A_RN]), set_if(&c->a_kc, v[T_A_KC]);
+    c->a_w = c->a.wr * c->a.wc;
+    bytes = 4 * (size_t)c->a_kc * (c->a.wr * c->a.rm + 1 + c->a.wc * c->a.rn + 1);
+    if (c->a.rm * c->a.rn > 256 || c->a_w > lim->dev_wg || bytes > lb)
+      return cd_fail(CAMDELTA_ERROR_UNSUPPORTED,
+                     "%s: %s: phase A tiles WR=%u RM=%u WC=%u RN=%u KC=%u (work-group %u, %zu bytes of local memory, "
+                     "%u registers per item) exceed the device's limits (work-group %zu, local memory %zu bytes, "
+                     "256 registers)",
+                     OP, TILES_ENV, c->a.wr, c->a.rm, c->a.wc, c->a.rn, c->a_kc, c->a_w, bytes, c->a.rm * c->a.rn,
+                     lim->dev_wg, lb);
+    c->a_nr = ceil_div(D, c->a.wr * c->a.rm);
+    c->a_nc = ceil_div(2 * D, c->a.wc * c->a.rn);
+  }
+  if (o->b) {
+    if (v[T_B_J]) {
+      c->b_j = v[T_B_J];
+      c->b_nj = ceil_div(D, c->b_j);
+      c->b = pick_layout((unsigned)D, c->b_j, c->b_w, 1);
+    }
+    set_if(&c->b.wr, v[T_B_WR]), set_if(&c->b.rm, v[T_B_RM]), set_if(&c->b.wc, v[T_B_WC]);
+    set_if(&c->b.rn, v[T_B_RN]), set_if(&c->b_kc, v[T_B_KC]);
+    c->b_w = c->b.wr * c->b.wc;
+    bytes = 4 * (D * (size_t)(c->b.wc * c->b.rn) + (size_t)c->b_kc * (c->b.wr * c->b.rm + 1));
+    if (c->b.wr * c->b.rm < D || c->b.wc * c->b.rn < c->b_j || D % c->b_kc || c->b_j > D)
+      return cd_fail(CAMDELTA_ERROR_UNSUPPORTED,
+                     "%s: %s: phase B needs B_WR*B_RM >= D (%u*%u vs %zu), B_WC*B_RN >= B_J (%u*%u vs %u), "
+                     "B_J <= D and B_KC dividing D (B_KC=%u)",
+                     OP, TILES_ENV, c->b.wr, c->b.rm, D, c->b.wc, c->b.rn, c->b_j, c->b_kc);
+    if (c->b.rm * c->b.rn > 256 || c->b_w > lim->dev_wg || bytes > lb)
+      return cd_fail(CAMDELTA_ERROR_UNSUPPORTED,
+                     "%s: %s: phase B tiles J=%u WR=%u RM=%u WC=%u RN=%u KC=%u (work-group %u, %zu bytes of local "
+                     "memory) exceed the device's limits (work-group %zu, local memory %zu bytes, 256 registers)",
+                     OP, TILES_ENV, c->b_j, c->b.wr, c->b.rm, c->b.wc, c->b.rn, c->b_kc, c->b_w, bytes, lim->dev_wg,
+                     lb);
+  }
+  if (o->c) {
+    set_if(&c->c.wr, v[T_C_WR]), set_if(&c->c.rm, v[T_C_RM]), set_if(&c->c.wc, v[T_C_WC]);
+    set_if(&c->c.rn, v[T_C_RN]), set_if(&c->c_kc, v[T_C_KC]);
+    c->c_w = c->c.wr * c->c.wc;
+    bytes = 4 * (size_t)c->c_kc * (c->c.wr * c->c.rm + c->c.wc * c->c.rn);
+    if (D % c->c_kc)
+      return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: %s: C_KC=%u must divide D=%zu", OP, TILES_ENV, c->c_kc, D);
+    if (c->c.rm * c->c.rn > 256 || c->c_w > lim->dev_wg || bytes > lb)
+      return cd_fail(CAMDELTA_ERROR_UNSUPPORTED,
+                     "%s: %s: phase C tiles WR=%u RM=%u WC=%u RN=%u KC=%u (work-group %u, %zu bytes of local memory) "
+                     "exceed the device's limits (work-group %zu, local memory %zu bytes, 256 registers)",
+                     OP, TILES_ENV, c->c.wr, c->c.rm, c->c.wc, c->c.rn, c->c_kc, c->c_w, bytes, lim->dev_wg, lb);
+    c->c_nv = ceil_div(D, c->c.wr * c->c.rm);
+    c->c_ns = ceil_div(S, c->c.wc * c->c.rn);
+  }
+  return CAMDELTA_OK;
+}
+
 static camdelta_status chunk_configure(const dev_limits *lim, size_t BH, size_t D, size_t S, unsigned wg_cap,
-                                       chunk_cfg *c) {
+                                       const tile_override *o, chunk_cfg *c) {
   const size_t lb = lim->local_bytes;
   /* phase A: tiles of at most 64 x 64 outputs, ~32 outputs per item */
   {
@@ -296,6 +435,10 @@ static camdelta_status chunk_configure(const dev_limits *lim, size_t BH, size_t 
       return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: the device's local memory (%zu bytes) is too small", OP, lb);
     c->c_nv = ceil_div(D, c->c.wr * c->c.rm);
     c->c_ns = ceil_div(S, c->c.wc * c->c.rn);
+  }
+  if (o) {
+    camdelta_status st = chunk_override(lim, D, S, o, c);
+    if (st) return st;
   }
   snprintf(c->opts, sizeof c->opts,
            "-DCD_D=%zu -DCD_A_WR=%u -DCD_A_RM=%u -DCD_A_WC=%u -DCD_A_RN=%u -DCD_A_KC=%u "
@@ -485,7 +628,10 @@ static void release_kernels(cl_kernel *k, int n) {
 /* The kernels of `alg` for (B*H, D, S), shrinking the work-groups if a compiled kernel allows fewer items. */
 static camdelta_status build_kernels(camdelta_context *ctx, const dev_limits *lim, camdelta_scan_algorithm alg,
                                      size_t BH, size_t D, size_t S, cl_kernel kern[3], seq_cfg *sc, chunk_cfg *cc) {
-  camdelta_status st;
+  tile_override ov;
+  camdelta_status st = read_override(&ov);
+  if (st) return st;
+  const int overridden = ov.a || ov.b || ov.c;
   kern[0] = kern[1] = kern[2] = NULL;
   for (unsigned cap = 256;; cap /= 2) {
     release_kernels(kern, 3);
@@ -496,15 +642,27 @@ static camdelta_status build_kernels(camdelta_context *ctx, const dev_limits *li
       if ((st = cd_kernel(ctx, "scan_sequential.cl", sc->opts, "cd_scan_sequential", &kern[0]))) return st;
       fits = cd_kernel_max_wg(ctx, kern[0]) >= sc->W;
     } else {
-      if ((st = chunk_configure(lim, BH, D, S, cap, cc))) return st;
+      if ((st = chunk_configure(lim, BH, D, S, cap, overridden ? &ov : NULL, cc))) return st;
       if ((st = cd_kernel(ctx, "scan_chunkwise.cl", cc->opts, "cd_scan_phase_a", &kern[0])) ||
           (st = cd_kernel(ctx, "scan_chunkwise.cl", cc->opts, "cd_scan_phase_b", &kern[1])) ||
           (st = cd_kernel(ctx, "scan_chunkwise.cl", cc->opts, "cd_scan_phase_c", &kern[2]))) {
         release_kernels(kern, 3);
         return st;
       }
-      fits = cd_kernel_max_wg(ctx, kern[0]) >= cc->a_w && cd_kernel_max_wg(ctx, kern[1]) >= cc->b_w &&
-             cd_kernel_max_wg(ctx, kern[2]) >= cc->c_w;
+      const size_t have[3] = {cd_kernel_max_wg(ctx, kern[0]), cd_kernel_max_wg(ctx, kern[1]),
+                              cd_kernel_max_wg(ctx, kern[2])};
+      const unsigned need[3] = {cc->a_w, cc->b_w, cc->c_w};
+      const int given[3] = {ov.a, ov.b, ov.c};
+      for (int i = 0; i < 3; i++) {
+        if (have[i] >= need[i]) continue;
+        fits = 0;
+        if (given[i]) { /* shrinking would undo the override */
+          release_kernels(kern, 3);
+          return cd_fail(CAMDELTA_ERROR_UNSUPPORTED,
+                         "%s: %s: the compiled phase %c kernel allows work-groups of %zu items, its tiles need %u", OP,
+                         TILES_ENV, "ABC"[i], have[i], need[i]);
+        }
+      }
     }
     if (fits) return CAMDELTA_OK;
     if (cap <= lim->min_wg) {
@@ -558,8 +716,9 @@ camdelta_status camdelta_scan_forward(camdelta_context *ctx, const camdelta_scan
     if (alg == CAMDELTA_SCAN_SEQUENTIAL)
       fprintf(stderr, "camdelta scan: sequential W=%u blocks=%u: %s\n", sc.W, sc.nJ, sc.opts);
     else
-      fprintf(stderr, "camdelta scan: chunkwise A W=%u tiles=%ux%u, B W=%u blocks=%u, C W=%u tiles=%ux%u: %s\n",
-              cc.a_w, cc.a_nr, cc.a_nc, cc.b_w, cc.b_nj, cc.c_w, cc.c_nv, cc.c_ns, cc.opts);
+      fprintf(stderr, "camdelta scan: chunkwise A W=%u tiles=%ux%u, B W=%u blocks=%u, C W=%u tiles=%ux%u%s: %s\n",
+              cc.a_w, cc.a_nr, cc.a_nc, cc.b_w, cc.b_nj, cc.c_w, cc.c_nv, cc.c_ns,
+              getenv(TILES_ENV) && *getenv(TILES_ENV) ? " (CAMDELTA_SCAN_TILES)" : "", cc.opts);
   }
   if (saved) {
     if ((st = saved_reserve(ctx, saved, job.BHF * D * D * sizeof(float)))) {

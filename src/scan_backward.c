@@ -8,7 +8,14 @@
  *   4. ddecay (parallel over b, h, f): ddecay = <G_f, M_prev> + the partials, in a fixed order
  *
  * Everything is f32 with fixed summation orders (no atomics), so two runs give bit-identical gradients.
- * Scratch: A, W, G (and U, Z when recomputing), each (B, H, F, D, D) f32, allocated per call. */
+ * Scratch: A, W, G (and U, Z when recomputing), each (B, H, F, D, D) f32, allocated per call.
+ *
+ * CAMDELTA_SCAN_BWD_TILES (tuning): a comma-separated list of KEY=N replacing the fields choose_config() picks:
+ * grams RPT (rows and columns per item; a multiple of 4 dividing D) and TSG (tokens per chunk; a multiple of 8),
+ * chain CB (columns per work-group; a multiple of 4 dividing D), frames DPT (value columns per item; a multiple of
+ * 4 dividing D), TL (token lanes), TPT (tokens per lane), MC (contraction chunk; divides D), ddecay RL (a power of
+ * two), e.g. "RPT=8,TSG=16,DPT=8,TL=32,TPT=2,MC=16". Fields not given keep their choice; a list that does not
+ * parse, or tiles beyond these constraints, the local memory or the work-group limits, fail with a message. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,6 +87,71 @@ static camdelta_status choose_config(size_t D, size_t local_bytes, size_t wg_gra
   return CAMDELTA_OK;
 }
 
+static const char TILES_ENV[] = "CAMDELTA_SCAN_BWD_TILES";
+enum { T_RPT, T_TSG, T_CB, T_DPT, T_TL, T_TPT, T_MC, T_RL, T_COUNT };
+static const char *const TILE_KEYS[T_COUNT] = {"RPT", "TSG", "CB", "DPT", "TL", "TPT", "MC", "RL"};
+
+/* Parses "KEY=N,..." (each N in [1, 4096]) into v[]; 0 marks a key not given, *any says whether any was. */
+static camdelta_status parse_tiles(const char *text, unsigned v[T_COUNT], int *any) {
+  *any = 0;
+  for (int i = 0; i < T_COUNT; i++) v[i] = 0;
+  const char *p = text;
+  while (*p) {
+    while (*p == ' ' || *p == ',') p++;
+    if (!*p) break;
+    const char *key = p;
+    while (*p && *p != '=' && *p != ',' && *p != ' ') p++;
+    const size_t klen = (size_t)(p - key);
+    if (*p != '=')
+      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%.*s' is not KEY=N (value: '%s')", TILES_ENV, (int)klen,
+                     key, text);
+    int k = 0;
+    while (k < T_COUNT && !(strlen(TILE_KEYS[k]) == klen && strncmp(TILE_KEYS[k], key, klen) == 0)) k++;
+    if (k == T_COUNT)
+      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
+                     "%s: unknown key '%.*s' (known: RPT TSG CB DPT TL TPT MC RL)", TILES_ENV, (int)klen, key);
+    p++;
+    char *end = NULL;
+    const unsigned long x = strtoul(p, &end, 10);
+    if (end == p || (*end && *end != ',' && *end != ' ') || x < 1 || x > 4096)
+      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: %s needs an integer in [1, 4096] (value: '%s')", TILES_ENV,
+                     TILE_KEYS[k], text);
+    v[k] = (unsigned)x;
+    *any = 1;
+    p = end;
+  }
+  return CAMDELTA_OK;
+}
+
+/* Replaces the given fields of `c` and checks every constraint the kernels rely on. */
+static camdelta_status apply_override(size_t D, size_t local_bytes, size_t dev_wg, const unsigned v[T_COUNT],
+                                      sb_config *c) {
+  size_t *const field[T_COUNT] = {&c->rpt, &c->tsg, &c->cb, &c->dpt, &c->tl, &c->tpt, &c->mc, &c->rl};
+  for (int i = 0; i < T_COUNT; i++)
+    if (v[i]) *field[i] = v[i];
+  const char *bad = NULL;
+  if (c->rpt % 4 || D % c->rpt) bad = "RPT must be a multiple of 4 dividing D";
+  else if (c->tsg % 8) bad = "TSG must be a multiple of 8";
+  else if (c->cb % 4 || D % c->cb) bad = "CB must be a multiple of 4 dividing D";
+  else if (c->dpt % 4 || D % c->dpt) bad = "DPT must be a multiple of 4 dividing D";
+  else if (D % c->mc) bad = "MC must divide D";
+  else if (c->rl & (c->rl - 1) || c->rl > 256) bad = "RL must be a power of two <= 256";
+  else if (c->rpt * c->rpt > 256 || c->tpt * c->dpt > 128) bad = "RPT^2 <= 256 and TPT*DPT <= 128 (registers)";
+  if (bad)
+    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: %s (D=%zu, RPT=%zu TSG=%zu CB=%zu DPT=%zu TL=%zu TPT=%zu MC=%zu "
+                   "RL=%zu)", OP, bad, D, c->rpt, c->tsg, c->cb, c->dpt, c->tl, c->tpt, c->mc, c->rl);
+  const size_t wg_g = (D / c->rpt) * (D / c->rpt), wg_f = c->tl * (D / c->dpt);
+  const size_t lg = 2 * c->tsg * (D + 4) * sizeof(float), lf = frames_local_bytes(D, c);
+  if (wg_g > dev_wg || wg_f > dev_wg || c->rl > dev_wg || lg > local_bytes || lf > local_bytes)
+    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED,
+                   "%s: %s: grams (RPT=%zu TSG=%zu) needs work-groups of %zu and %zu bytes of local memory, frames "
+                   "(DPT=%zu TL=%zu TPT=%zu MC=%zu) %zu and %zu bytes, ddecay RL=%zu; the device allows %zu items and "
+                   "%zu bytes",
+                   OP, TILES_ENV, c->rpt, c->tsg, wg_g, lg, c->dpt, c->tl, c->tpt, c->mc, wg_f, lf, c->rl, dev_wg,
+                   local_bytes);
+  return CAMDELTA_OK;
+}
+
 /* Builds the four kernels; shrinks the configuration when a kernel's own work-group limit (registers) is
  * below what the device reports. */
 static camdelta_status build_kernels(camdelta_context *ctx, size_t D, sb_config *cfg, sb_kernels *k) {
@@ -89,8 +161,16 @@ static camdelta_status build_kernels(camdelta_context *ctx, size_t D, sb_config 
   local -= 1024;                            /* room for the implementation's own use */
   size_t wg_grams = dev_wg, wg_frames = dev_wg, wg_chain = dev_wg, wg_rl = dev_wg;
   memset(k, 0, sizeof *k);
+  unsigned ov[T_COUNT];
+  int overridden = 0;
+  const char *env = getenv(TILES_ENV);
+  if (env && *env) {
+    camdelta_status st = parse_tiles(env, ov, &overridden);
+    if (st) return st;
+  }
   for (int attempt = 0; attempt < 8; attempt++) {
     camdelta_status st = choose_config(D, local, wg_grams, wg_frames, wg_chain, wg_rl, cfg);
+    if (!st && overridden) st = apply_override(D, local, dev_wg, ov, cfg);
     if (st) return st;
     char opts[256];
     snprintf(opts, sizeof opts,
@@ -107,8 +187,16 @@ static camdelta_status build_kernels(camdelta_context *ctx, size_t D, sb_config 
     const size_t need_g = (D / cfg->rpt) * (D / cfg->rpt), need_f = cfg->tl * (D / cfg->dpt);
     const size_t have_g = cd_kernel_max_wg(ctx, k->grams), have_f = cd_kernel_max_wg(ctx, k->frames);
     const size_t have_c = cd_kernel_max_wg(ctx, k->chain), have_r = cd_kernel_max_wg(ctx, k->ddecay);
+    if (getenv("CAMDELTA_SCAN_VERBOSE"))
+      fprintf(stderr, "camdelta scan backward: grams W=%zu, frames W=%zu tokens=%zu%s: %s\n", need_g, need_f,
+              cfg->tl * cfg->tpt, overridden ? " (CAMDELTA_SCAN_BWD_TILES)" : "", opts);
     if (need_g <= have_g && need_f <= have_f && D <= have_c && cfg->rl <= have_r) return CAMDELTA_OK;
     release_kernels(k);
+    if (overridden)
+      return cd_fail(CAMDELTA_ERROR_UNSUPPORTED,
+                     "%s: %s: the compiled kernels allow work-groups of %zu (grams), %zu (frames), %zu (chain), %zu "
+                     "(ddecay) items; the tiles need %zu, %zu, %zu, %zu",
+                     OP, TILES_ENV, have_g, have_f, have_c, have_r, need_g, need_f, D, cfg->rl);
     if (need_g > have_g) wg_grams = have_g;
     if (need_f > have_f) wg_frames = have_f;
     if (D > have_c) wg_chain = have_c;

@@ -610,6 +610,45 @@ static void test_bad_input(void **state) {
   bad_teardown(&e);
 }
 
+/* CAMDELTA_SCAN_TILES: odd tiles (many phase-A tiles on and off the diagonal, ragged edges) give the same results;
+ * lists that do not parse and tiles that break a kernel's constraints or the device's limits fail cleanly. */
+static void test_tile_override(void **state) {
+  (void)state;
+  static const char *const good[] = {"A_WR=4,A_RM=1,A_WC=4,A_RN=2,A_KC=5,B_KC=8,C_WR=8,C_RM=3,C_WC=4,C_RN=5,C_KC=8",
+                                     " A_WR=2 , A_RM=3,A_WC=8,A_RN=1,B_J=8,C_RN=3,"};
+  for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+    assert_int_equal(setenv("CAMDELTA_SCAN_TILES", good[i], 1), 0);
+    for (int rev = 0; rev < 2; rev++) check_case(1, 2, 16, 3, 37, rev, 1, 1, 1, 900 + 2 * i + (uint64_t)rev);
+  }
+  static const struct {
+    const char *value, *needle;
+    camdelta_status want;
+    int chunkwise_only;
+  } bad[] = {
+      {"A_WR=16,FOO=2", "unknown key 'FOO'", CAMDELTA_ERROR_INVALID_ARGUMENT, 0},
+      {"A_WR", "is not KEY=N", CAMDELTA_ERROR_INVALID_ARGUMENT, 0},
+      {"A_WR=0", "[1, 4096]", CAMDELTA_ERROR_INVALID_ARGUMENT, 0},
+      {"C_RN=7x", "C_RN", CAMDELTA_ERROR_INVALID_ARGUMENT, 0},
+      {"A_RM=17,A_RN=17", "exceed", CAMDELTA_ERROR_UNSUPPORTED, 1},
+      {"A_KC=4096,A_WR=16,A_RM=16", "local memory", CAMDELTA_ERROR_UNSUPPORTED, 1},
+      {"C_WR=4096,C_WC=4", "exceed", CAMDELTA_ERROR_UNSUPPORTED, 1},
+      {"C_KC=3", "C_KC=3 must divide", CAMDELTA_ERROR_UNSUPPORTED, 1},
+      {"B_WR=2,B_RM=2", "B_WR*B_RM >= D", CAMDELTA_ERROR_UNSUPPORTED, 1},
+      {"B_J=32", "B_J <= D", CAMDELTA_ERROR_UNSUPPORTED, 1},
+  };
+  bad_env e;
+  bad_setup(&e);
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    assert_int_equal(setenv("CAMDELTA_SCAN_TILES", bad[i].value, 1), 0);
+    camdelta_scan_args a = e.a;
+    if (bad[i].chunkwise_only) a.algorithm = CAMDELTA_SCAN_CHUNKWISE;
+    expect_bad(&e, &a, bad[i].want, bad[i].needle);
+  }
+  assert_int_equal(unsetenv("CAMDELTA_SCAN_TILES"), 0);
+  TU_OK(camdelta_scan_forward(tu_context(), &e.a, NULL));
+  bad_teardown(&e);
+}
+
 /* The CLI's 'run scan' rejects N not divisible by F (the API takes F and S, so N cannot mismatch there). */
 static void test_cli_frames_mismatch(void **state) {
   (void)state;
@@ -673,6 +712,7 @@ int main(void) {
       cmocka_unit_test(test_buffer_offsets),
       cmocka_unit_test(test_large_shapes),
       cmocka_unit_test(test_cli_frames_mismatch),
+      cmocka_unit_test(test_tile_override),
   };
   return cmocka_run_group_tests(tests, NULL, teardown_all);
 }

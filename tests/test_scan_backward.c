@@ -360,6 +360,49 @@ static void expect_rejected(camdelta_status st, camdelta_status want, const sb_p
   }
 }
 
+/* CAMDELTA_SCAN_BWD_TILES: other tiles give the same gradients; bad lists and tiles fail cleanly. */
+static void test_scan_backward_tile_override(void **state) {
+  (void)state;
+  static const char *const good[] = {"RPT=4,TSG=8,CB=4,DPT=4,TL=8,TPT=3,MC=4,RL=16", "DPT=8,TL=16,TPT=1,MC=8,TSG=16"};
+  for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+    assert_int_equal(setenv("CAMDELTA_SCAN_BWD_TILES", good[i], 1), 0);
+    for (int rev = 0; rev < 2; rev++) {
+      sb_case c = {1, 2, 32, 3, 45, rev, 1, 1, rev ? SAVED_REF : SAVED_NONE, 0, 0, CAMDELTA_SCAN_AUTO};
+      assert_int_equal(run_case(&c, NULL), 1);
+    }
+  }
+  report_worst("scan_backward tile override");
+  static const struct {
+    const char *value, *needle;
+    camdelta_status want;
+  } bad[] = {
+      {"RPT=4,FOO=1", "unknown key 'FOO'", CAMDELTA_ERROR_INVALID_ARGUMENT},
+      {"TL", "is not KEY=N", CAMDELTA_ERROR_INVALID_ARGUMENT},
+      {"TL=-1", "[1, 4096]", CAMDELTA_ERROR_INVALID_ARGUMENT},
+      {"RPT=6", "RPT must be", CAMDELTA_ERROR_UNSUPPORTED},
+      {"TSG=12", "TSG must be", CAMDELTA_ERROR_UNSUPPORTED},
+      {"DPT=12", "DPT must be", CAMDELTA_ERROR_UNSUPPORTED},
+      {"MC=3", "MC must divide", CAMDELTA_ERROR_UNSUPPORTED},
+      {"RL=48", "RL must be", CAMDELTA_ERROR_UNSUPPORTED},
+      {"TL=4096,DPT=4", "the device allows", CAMDELTA_ERROR_UNSUPPORTED},
+      {"TSG=4000", "the device allows", CAMDELTA_ERROR_UNSUPPORTED},
+  };
+  sb_case c = {1, 2, 16, 3, 10, 0, 1, 1, SAVED_NONE, 0, 0, CAMDELTA_SCAN_AUTO};
+  sb_problem p;
+  problem_init(&p, &c, 6);
+  sb_device d;
+  device_init(&d, &p);
+  const camdelta_scan_backward_args a = make_args(&p, &d, NULL);
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    assert_int_equal(setenv("CAMDELTA_SCAN_BWD_TILES", bad[i].value, 1), 0);
+    expect_rejected(camdelta_scan_backward(tu_context(), &a, NULL), bad[i].want, &p, &d, bad[i].needle);
+  }
+  assert_int_equal(unsetenv("CAMDELTA_SCAN_BWD_TILES"), 0);
+  TU_OK(camdelta_scan_backward(tu_context(), &a, NULL));
+  device_free(&d);
+  problem_free(&p);
+}
+
 static void test_scan_backward_bad_input(void **state) {
   (void)state;
   camdelta_context *ctx = tu_context();
@@ -449,7 +492,7 @@ int main(void) {
       cmocka_unit_test(test_scan_backward_medium),        cmocka_unit_test(test_scan_backward_shapes),
       cmocka_unit_test(test_scan_backward_d112),          cmocka_unit_test(test_scan_backward_from_forward),
       cmocka_unit_test(test_scan_backward_deterministic), cmocka_unit_test(test_scan_backward_bad_input),
-      cmocka_unit_test(test_scan_backward_warm),
+      cmocka_unit_test(test_scan_backward_warm),          cmocka_unit_test(test_scan_backward_tile_override),
   };
   int r = cmocka_run_group_tests(tests, NULL, NULL);
   tu_context_release();
