@@ -9,13 +9,14 @@
 # warm-up + 3 reps). The kernels of one op are independent, so each candidate sets one phase-A, one phase-B and
 # one phase-C tile setting (backward: one grams and one frames setting) and every kernel column is ranked on its
 # own. A candidate that fails (build error, rejected tiles, timeout) prints FAIL with the reason and the sweep goes
-# on. Stops starting candidates after TUNE_BUDGET_S seconds (default 330). Logs go to $OUT/tune/.
+# on. Stops starting candidates after TUNE_BUDGET_S seconds (default 300; one run is cut at 45 s).
+# Logs (each run's stdout/stderr, summary.txt) go to $OUT/tune/.
 # Dry run elsewhere: TUNE_LOCAL=1 (no package/ICD setup) TUNE_BUILD=build-tune TUNE_DEVICE=pocl TUNE_SHAPE=small.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/camdelta-out}
 PREFIX=/tmp/camdelta-prefix
-BUDGET=${TUNE_BUDGET_S:-330}
+BUDGET=${TUNE_BUDGET_S:-300}
 SHAPE=${TUNE_SHAPE:-sana480}
 DEVICE=${TUNE_DEVICE:-nvidia}
 BUILD=${TUNE_BUILD:-build-gpu}
@@ -66,7 +67,11 @@ FWD=(
   "A_WR=8,A_RM=14,A_WC=8,A_RN=14,A_KC=16||C_WR=8,C_RM=14,C_WC=8,C_RN=8,C_KC=16"
   "A_WR=16,A_RM=7,A_WC=8,A_RN=7,A_KC=16||C_WR=16,C_RM=7,C_WC=16,C_RN=4,C_KC=28"
   "A_WR=16,A_RM=7,A_WC=16,A_RN=7,A_KC=48||C_WR=16,C_RM=7,C_WC=8,C_RN=13,C_KC=28"
+  "A_WR=4,A_RM=7,A_WC=8,A_RN=7,A_KC=32||C_WR=16,C_RM=7,C_WC=8,C_RN=8,C_KC=16"
+  "A_WR=8,A_RM=7,A_WC=4,A_RN=7,A_KC=32||"
 )
+# (Phase A skips the tiles strictly below the diagonal of A_f: 1 of 8 at 56x56, 2 of 16 at 28x56 and 56x28,
+# none when one row tile spans D.)
 # Backward: "grams part|frames part" (CAMDELTA_SCAN_BWD_TILES fragments). The library's choice: grams RPT=8
 # (14x14 = 196 items, 8x8 blocks) TSG=32; frames DPT=16 TL=32 TPT=2 MC=16 (224 items, 64 tokens).
 BWD=(
@@ -105,7 +110,7 @@ medians() {
     }'
 }
 
-declare -A BEST_MS BEST_SET
+declare -A BEST_MS BEST_SET BASE_MS
 # sweep LABEL OP ENVVAR "kernel:part-index ..." CANDIDATES...
 sweep() {
   local label=$1 op=$2 var=$3 spec=$4
@@ -124,7 +129,7 @@ sweep() {
     fi
     local log="$OUT/tune/$tag"
     env "$var=$tiles" CAMDELTA_DEVICE=$DEVICE CAMDELTA_PROFILE_KERNELS=1 CAMDELTA_SCAN_VERBOSE=1 \
-      timeout 60 "$CLI" bench --shape "$SHAPE" --reps 3 --warmup 1 --only "$op" >"$log.out" 2>"$log.err"
+      timeout 45 "$CLI" bench --shape "$SHAPE" --reps 3 --warmup 1 --only "$op" >"$log.out" 2>"$log.err"
     local rc=$?
     local meds
     meds=$(medians "${kernels[@]}" <"$log.err")
@@ -132,7 +137,7 @@ sweep() {
       local why
       why=$(cat "$log.out" "$log.err" | grep -v '^camdelta kernel' |
         grep -iE 'n/a|error|fail|unsupported|rejected|exceed' | head -2 | tr '\n' ' ' | cut -c1-220)
-      [ $rc -eq 124 ] && why="timeout (60 s) $why"
+      [ $rc -eq 124 ] && why="timeout (45 s) $why"
       printf '%-6s FAIL rc=%d %s  %s\n' "$tag" "$rc" "${why:-no kernel timings}" "${tiles:-(default)}"
       i=$((i + 1)); continue
     fi
@@ -146,6 +151,7 @@ sweep() {
       if [ -z "${BEST_MS[$kname]:-}" ] || awk -v a="${m[$j]}" -v b="${BEST_MS[$kname]}" 'BEGIN{exit !(a < b)}'; then
         BEST_MS[$kname]=${m[$j]}; BEST_SET[$kname]="$part  (run $tag)"
       fi
+      [ "$i" -eq 0 ] && [ -z "$tiles" ] && BASE_MS[$kname]=${m[$j]}
     done
     i=$((i + 1))
   done
@@ -163,10 +169,13 @@ fi
     "cd_scan_phase_a:0 cd_scan_phase_b:1 cd_scan_phase_c:2" "${FWD[@]}"
   [ $want_bwd = 1 ] && sweep bwd "scan-backward causal" CAMDELTA_SCAN_BWD_TILES \
     "cd_scan_bwd_grams:0 cd_scan_bwd_chain:x cd_scan_bwd_frames:1 cd_scan_bwd_ddecay:x" "${BWD[@]}"
-  printf '\n== best per kernel (median ms, the setting that kernel ran with)\n'
+  printf '\n== best per kernel (median ms, speed-up over the default run, the setting that kernel ran with)\n'
   for kname in cd_scan_phase_a cd_scan_phase_b cd_scan_phase_c cd_scan_bwd_grams cd_scan_bwd_chain \
     cd_scan_bwd_frames cd_scan_bwd_ddecay; do
-    [ -n "${BEST_MS[$kname]:-}" ] && printf '%-20s %9s  %s\n' "$kname" "${BEST_MS[$kname]}" "${BEST_SET[$kname]}"
+    [ -z "${BEST_MS[$kname]:-}" ] && continue
+    gain=$(awk -v a="${BASE_MS[$kname]:-0}" -v b="${BEST_MS[$kname]}" \
+      'BEGIN { if (a > 0 && b > 0) printf "x%.2f", a / b }')
+    printf '%-20s %9s %6s  %s\n' "$kname" "${BEST_MS[$kname]}" "$gain" "${BEST_SET[$kname]}"
   done
   printf 'elapsed %ds\n' "$SECONDS"
 } 2>&1 | tee "$OUT/tune/summary.txt"
