@@ -1,5 +1,7 @@
 /* Argument checks shared by the operations: sizes, buffers, dtypes. */
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "internal.h"
 
@@ -91,6 +93,44 @@ camdelta_status cd_check_no_overlap(const char *op, const cd_tensor_arg *outs, s
       if (overlaps(&outs[i], &outs[j]))
         return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: outputs '%s' and '%s' overlap in the same cl_mem", op,
                        outs[j].name, outs[i].name);
+  }
+  return CAMDELTA_OK;
+}
+
+/* Parses `text` ("KEY=N,KEY=N,...", spaces allowed around items) into v[] for keys[0..n): each N an integer in
+ * [1, 4096]; an unknown key, a missing '=' or a bad number fails naming `var`. */
+camdelta_status cd_parse_tiles(const char *var, const char *text, const char *const *keys, size_t n,
+                                   unsigned *v) {
+  for (size_t i = 0; i < n; i++) v[i] = 0;
+  const char *p = text;
+  while (*p) {
+    while (*p == ' ' || *p == ',') p++;
+    if (!*p) break;
+    const char *key = p;
+    while (*p && *p != '=' && *p != ',' && *p != ' ') p++;
+    const size_t klen = (size_t)(p - key);
+    if (*p != '=')
+      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%.*s' is not KEY=N (value: '%s')", var, (int)klen, key,
+                     text);
+    size_t k = 0;
+    while (k < n && !(strlen(keys[k]) == klen && strncmp(keys[k], key, klen) == 0)) k++;
+    if (k == n) {
+      char known[256] = "";
+      for (size_t i = 0; i < n; i++) {
+        strncat(known, keys[i], sizeof known - strlen(known) - 1);
+        if (i + 1 < n) strncat(known, " ", sizeof known - strlen(known) - 1);
+      }
+      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: unknown key '%.*s' (known: %s)", var, (int)klen, key,
+                     known);
+    }
+    p++;
+    char *end = NULL;
+    const unsigned long x = strtoul(p, &end, 10);
+    if (end == p || (*end && *end != ',' && *end != ' ') || x < 1 || x > 4096)
+      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: %s needs an integer in [1, 4096] (value: '%s')", var,
+                     keys[k], text);
+    v[k] = (unsigned)x;
+    p = end;
   }
   return CAMDELTA_OK;
 }

@@ -43,6 +43,10 @@ typedef struct cd_tensor_arg {
  *  cl_mem (absent buffers are skipped). */
 camdelta_status cd_check_no_overlap(const char *op, const cd_tensor_arg *outs, size_t nout, const cd_tensor_arg *ins,
                                     size_t nin);
+/** Parses a tuning override "KEY=N,KEY=N,..." into v[0..n) for keys[0..n)
+ *  (0: key not given); each N in [1, 4096]. An unknown key, a missing '=' or
+ *  a bad number fails with a message naming `var`. */
+camdelta_status cd_parse_tiles(const char *var, const char *text, const char *const *keys, size_t n, unsigned *v);
 /** Check the head dim: D % 8 == 0 and 8 <= D <= 128. */
 camdelta_status cd_check_head_dim(const char *op, size_t D);
 camdelta_status cd_check_dtype(const char *op, camdelta_dtype dtype);

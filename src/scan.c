@@ -18,7 +18,7 @@
  *    compute units; CPUs use one block, and their variants depend on D and on S <= 8 only (PoCL spends
  *    seconds compiling each).
  * CAMDELTA_SCAN_VERBOSE=1 prints the chosen algorithm, work-group sizes and build options to stderr.
- * CAMDELTA_SCAN_TILES (tuning, see parse_tiles()): a comma-separated list of KEY=N replacing the chunkwise tile
+ * CAMDELTA_SCAN_TILES (tuning, see cd_parse_tiles() in check.c): a comma-separated list of KEY=N replacing the chunkwise tile
  *   fields chosen above, keys A_WR A_RM A_WC A_RN A_KC (phase A), B_J B_WR B_RM B_WC B_RN B_KC (phase B), C_WR
  *   C_RM C_WC C_RN C_KC (phase C), e.g. "A_WR=16,A_RM=7,A_WC=8,A_RN=7,A_KC=16". Fields not given keep their
  *   choice (giving B_J re-picks phase B's layout first). A list that does not parse, or tiles that break a
@@ -264,49 +264,11 @@ typedef struct tile_override {
   int a, b, c;         /* any field of the phase given */
 } tile_override;
 
-/* Parses `text` ("KEY=N,KEY=N,...", spaces allowed around items) into v[] for keys[0..n): each N an integer in
- * [1, 4096]; an unknown key, a missing '=' or a bad number fails naming `var`. */
-static camdelta_status parse_tiles(const char *var, const char *text, const char *const *keys, size_t n,
-                                   unsigned *v) {
-  for (size_t i = 0; i < n; i++) v[i] = 0;
-  const char *p = text;
-  while (*p) {
-    while (*p == ' ' || *p == ',') p++;
-    if (!*p) break;
-    const char *key = p;
-    while (*p && *p != '=' && *p != ',' && *p != ' ') p++;
-    const size_t klen = (size_t)(p - key);
-    if (*p != '=')
-      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%.*s' is not KEY=N (value: '%s')", var, (int)klen, key,
-                     text);
-    size_t k = 0;
-    while (k < n && !(strlen(keys[k]) == klen && strncmp(keys[k], key, klen) == 0)) k++;
-    if (k == n) {
-      char known[256] = "";
-      for (size_t i = 0; i < n; i++) {
-        strncat(known, keys[i], sizeof known - strlen(known) - 1);
-        if (i + 1 < n) strncat(known, " ", sizeof known - strlen(known) - 1);
-      }
-      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: unknown key '%.*s' (known: %s)", var, (int)klen, key,
-                     known);
-    }
-    p++;
-    char *end = NULL;
-    const unsigned long x = strtoul(p, &end, 10);
-    if (end == p || (*end && *end != ',' && *end != ' ') || x < 1 || x > 4096)
-      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: %s needs an integer in [1, 4096] (value: '%s')", var,
-                     keys[k], text);
-    v[k] = (unsigned)x;
-    p = end;
-  }
-  return CAMDELTA_OK;
-}
-
 static camdelta_status read_override(tile_override *o) {
   memset(o, 0, sizeof *o);
   const char *env = getenv(TILES_ENV);
   if (!env || !*env) return CAMDELTA_OK;
-  camdelta_status st = parse_tiles(TILES_ENV, env, TILE_KEYS, T_COUNT, o->v);
+  camdelta_status st = cd_parse_tiles(TILES_ENV, env, TILE_KEYS, T_COUNT, o->v);
   if (st) return st;
   for (int i = 0; i < T_COUNT; i++)
     if (o->v[i]) *(i <= T_A_KC ? &o->a : i <= T_B_KC ? &o->b : &o->c) = 1;

@@ -91,36 +91,12 @@ static const char TILES_ENV[] = "CAMDELTA_SCAN_BWD_TILES";
 enum { T_RPT, T_TSG, T_CB, T_DPT, T_TL, T_TPT, T_MC, T_RL, T_COUNT };
 static const char *const TILE_KEYS[T_COUNT] = {"RPT", "TSG", "CB", "DPT", "TL", "TPT", "MC", "RL"};
 
-/* Parses "KEY=N,..." (each N in [1, 4096]) into v[]; 0 marks a key not given, *any says whether any was. */
+/* Parses the override into v[] (0: key not given); *any says whether any key was given. */
 static camdelta_status parse_tiles(const char *text, unsigned v[T_COUNT], int *any) {
+  camdelta_status st = cd_parse_tiles(TILES_ENV, text, TILE_KEYS, T_COUNT, v);
   *any = 0;
-  for (int i = 0; i < T_COUNT; i++) v[i] = 0;
-  const char *p = text;
-  while (*p) {
-    while (*p == ' ' || *p == ',') p++;
-    if (!*p) break;
-    const char *key = p;
-    while (*p && *p != '=' && *p != ',' && *p != ' ') p++;
-    const size_t klen = (size_t)(p - key);
-    if (*p != '=')
-      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%.*s' is not KEY=N (value: '%s')", TILES_ENV, (int)klen,
-                     key, text);
-    int k = 0;
-    while (k < T_COUNT && !(strlen(TILE_KEYS[k]) == klen && strncmp(TILE_KEYS[k], key, klen) == 0)) k++;
-    if (k == T_COUNT)
-      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
-                     "%s: unknown key '%.*s' (known: RPT TSG CB DPT TL TPT MC RL)", TILES_ENV, (int)klen, key);
-    p++;
-    char *end = NULL;
-    const unsigned long x = strtoul(p, &end, 10);
-    if (end == p || (*end && *end != ',' && *end != ' ') || x < 1 || x > 4096)
-      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: %s needs an integer in [1, 4096] (value: '%s')", TILES_ENV,
-                     TILE_KEYS[k], text);
-    v[k] = (unsigned)x;
-    *any = 1;
-    p = end;
-  }
-  return CAMDELTA_OK;
+  for (int i = 0; i < T_COUNT && !st; i++) *any |= v[i] != 0;
+  return st;
 }
 
 /* Replaces the given fields of `c` and checks every constraint the kernels rely on. */
