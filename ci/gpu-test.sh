@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs on the lent NVIDIA machine (no network, no cmocka/OpenCL headers there):
+# Runs on the lent NVIDIA machine (no network, no cmocka/OpenCL headers there; ci/fetch-debs.sh fills .debs/ here):
 # unpacks the Debian packages carried in .debs/ into a prefix, registers the
 # NVIDIA OpenCL ICD, builds, runs the whole suite on the GPU and on PoCL, then
 # optional benchmarks. Logs and JSON go to $OUT.

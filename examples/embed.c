@@ -5,6 +5,7 @@
  * the scan directly, no copies in between), reads the result, and checks it
  * against the library's f64 reference. */
 #include <camdelta.h>
+#include <camdelta_ref.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

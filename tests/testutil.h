@@ -9,6 +9,9 @@
 #include <cmocka.h>
 
 #include "camdelta.h"
+#include "camdelta_helpers.h"
+#include "camdelta_npy.h"
+#include "camdelta_ref.h"
 
 /** The test context: one per process, on CAMDELTA_DEVICE (default device). */
 camdelta_context *tu_context(void);

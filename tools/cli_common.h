@@ -6,6 +6,9 @@
 #include <stddef.h>
 
 #include "camdelta.h"
+#include "camdelta_helpers.h"
+#include "camdelta_npy.h"
+#include "camdelta_ref.h"
 
 #if defined(__GNUC__)
 #define CLI_PRINTF(a, b) __attribute__((format(printf, a, b)))

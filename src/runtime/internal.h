@@ -4,6 +4,9 @@
 #define CAMDELTA_INTERNAL_H
 
 #include "camdelta.h"
+#include "camdelta_helpers.h"
+#include "camdelta_npy.h"
+#include "camdelta_ref.h"
 
 #include <stdarg.h>
 #include <threads.h>
