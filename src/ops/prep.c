@@ -116,6 +116,26 @@ camdelta_status cd_prep_kernel(camdelta_context *ctx, const char *source, const 
   }
 }
 
+/* The fused forward (cl/prep.cl cd_prep_fused): GPUs and accelerators, unless the context says otherwise
+ * (CAMDELTA_PREP_FUSED=0/1 at context creation); CPUs keep the two-pass form (inverse RMS, then the
+ * per-head kernel), which PoCL runs faster. Returns 1 with *k set when the fused kernel is used; 0 when the
+ * two-pass form is (also when the device cannot take the fused work-group size); *st carries a build error. */
+int cd_prep_fused_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, cl_kernel *k, camdelta_status *st) {
+  *st = CAMDELTA_OK;
+  int want = ctx->prep_fused;
+  if (want < 0) want = (ctx->info.type & (CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR)) != 0;
+  if (!want || ctx->info.max_work_group_size < CD_PREP_FUSED_WG) return 0;
+  char opts[160];
+  snprintf(opts, sizeof opts, "-DCD_DTYPE=%d -DCD_D=%zu -DCD_TT=%d -DCD_WG=%d", (int)dtype, D, CD_PREP_FUSED_TT,
+           CD_PREP_FUSED_WG);
+  if ((*st = cd_kernel(ctx, "prep.cl", opts, "cd_prep_fused", k))) return 0;
+  if (cd_kernel_max_wg(ctx, *k) < CD_PREP_FUSED_WG) {
+    clReleaseKernel(*k);
+    return 0;
+  }
+  return 1;
+}
+
 camdelta_status camdelta_prep_forward(camdelta_context *ctx, const camdelta_prep_args *args,
                                       camdelta_prep_saved *saved) {
   static const char *op = "camdelta_prep_forward";
@@ -153,7 +173,9 @@ camdelta_status camdelta_prep_forward(camdelta_context *ctx, const camdelta_prep
   /* Build everything before enqueuing anything. */
   cl_kernel k;
   size_t ts;
-  if ((st = cd_prep_kernel(ctx, "prep.cl", "cd_prep_forward", args->dtype, D, &k, &ts))) return st;
+  const int fused = cd_prep_fused_kernel(ctx, args->dtype, D, &k, &st);
+  if (st) return st;
+  if (!fused && (st = cd_prep_kernel(ctx, "prep.cl", "cd_prep_forward", args->dtype, D, &k, &ts))) return st;
 
   cl_mem inv = NULL;
   if (saved) {
@@ -170,8 +192,27 @@ camdelta_status camdelta_prep_forward(camdelta_context *ctx, const camdelta_prep
   if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;
   cd_launch l;
   cd_launch_init(&l, args->profile);
-  st = cd_prep_inv_rms(ctx, B, N, H, D, args->dtype, args->norm_eps, args->q_raw, args->k_raw, inv, &l);
-  if (!st) {
+  if (fused) {
+    cd_args a = {k, 0, CL_SUCCESS};
+    for (int i = 0; i < 9; i++) cd_arg_buf(&a, in[i]);
+    cd_arg_mem(&a, inv);
+    cd_arg_u64(&a, 0);
+    cd_arg_buf(&a, args->q);
+    cd_arg_buf(&a, args->k);
+    cd_arg_buf(&a, args->v);
+    cd_arg_buf(&a, args->inflation_sq);
+    cd_arg_u64(&a, N);
+    cd_arg_u32(&a, (uint32_t)H);
+    cd_arg_u64(&a, B);
+    cd_arg_f32(&a, args->k_scale);
+    cd_arg_f32(&a, args->norm_eps);
+    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_prep_fused: setting arguments");
+    size_t lws = CD_PREP_FUSED_WG, gws = B * ((N + CD_PREP_FUSED_TT - 1) / CD_PREP_FUSED_TT) * lws;
+    if (!st) st = cd_enqueue(ctx, k, 1, &gws, &lws, &l, "cd_prep_fused");
+  } else {
+    st = cd_prep_inv_rms(ctx, B, N, H, D, args->dtype, args->norm_eps, args->q_raw, args->k_raw, inv, &l);
+  }
+  if (!st && !fused) {
     cd_args a = {k, 0, CL_SUCCESS};
     for (int i = 0; i < 9; i++) cd_arg_buf(&a, in[i]);
     cd_arg_mem(&a, inv);

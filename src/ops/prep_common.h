@@ -18,4 +18,10 @@ camdelta_status cd_prep_inv_rms_warm(camdelta_context *ctx, camdelta_dtype dtype
  *  largest token tile (CD_TS) the device allows; local size = ts * D / 4. */
 camdelta_status cd_prep_kernel(camdelta_context *ctx, const char *source, const char *name, camdelta_dtype dtype,
                                size_t D, cl_kernel *out, size_t *ts_out);
+/** Token tile and work-group size of the fused prep forward (cl/prep.cl cd_prep_fused). */
+#define CD_PREP_FUSED_TT 8
+#define CD_PREP_FUSED_WG 256
+/** The fused prep forward kernel for (dtype, D) when the context uses it (see prep.c): returns 1 and sets *k;
+ *  0 for the two-pass form. A build failure sets *st. */
+int cd_prep_fused_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, cl_kernel *k, camdelta_status *st);
 #endif

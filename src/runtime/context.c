@@ -54,6 +54,9 @@ static camdelta_status finish_create(camdelta_context *ctx) {
   if (mtx_init(&ctx->lock, mtx_plain) != thrd_success)
     return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "cannot create a mutex");
   fill_info(ctx);
+  /* Overrides are read once, here, never on the call path. */
+  const char *pf = getenv("CAMDELTA_PREP_FUSED");
+  ctx->prep_fused = pf && (pf[0] == '0' || pf[0] == '1') && !pf[1] ? pf[0] - '0' : -1;
   return CAMDELTA_OK;
 }
 

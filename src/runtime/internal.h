@@ -73,6 +73,7 @@ struct camdelta_context {
   mtx_t lock; /* guards programs and stats */
   cd_program_entry *programs;
   camdelta_build_stats stats;
+  int prep_fused; /* CAMDELTA_PREP_FUSED at creation: 0 two-pass, 1 fused, -1 by device type */
 };
 
 /** A built program for kernel source file `source` (e.g. "prep.cl") with

@@ -11,8 +11,9 @@ static camdelta_status warm_head_dim(camdelta_context *ctx, size_t D) {
   for (int dt = 0; dt < 3 && !st; dt++) {
     cl_kernel k;
     size_t ts;
-    st = cd_prep_kernel(ctx, "prep.cl", "cd_prep_forward", (camdelta_dtype)dt, D, &k, &ts);
-    if (!st) clReleaseKernel(k);
+    if (cd_prep_fused_kernel(ctx, (camdelta_dtype)dt, D, &k, &st)) clReleaseKernel(k);
+    else if (!st && !(st = cd_prep_kernel(ctx, "prep.cl", "cd_prep_forward", (camdelta_dtype)dt, D, &k, &ts)))
+      clReleaseKernel(k);
     if (!st) st = cd_prep_inv_rms_warm(ctx, (camdelta_dtype)dt);
     if (!st) st = cd_prep_backward_warm(ctx, (camdelta_dtype)dt, D);
   }
