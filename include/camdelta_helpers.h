@@ -13,13 +13,15 @@ extern "C" {
 
 /* ------------------------------------------------------------- host helpers */
 /** Complex RoPE frequencies (N, Dh/2) as interleaved (re, im) pairs ->
- *  interleaved-pair tables rope_cos, rope_sin (N, Dh). Dh must be even. */
+ *  interleaved-pair tables rope_cos, rope_sin (N, Dh). Dh must be even.
+ *  Returns CAMDELTA_OK, INVALID_ARGUMENT (NULL pointer, odd Dh) or OVERFLOW. */
 CAMDELTA_API camdelta_status camdelta_rope_tables(size_t N, size_t Dh, const float *freqs_re_im, float *rope_cos,
                                                   float *rope_sin);
-/** Closed-form inverse of `count` 4x4 SE(3) matrices (row-major). in == out allowed. */
+/** Closed-form inverse of `count` 4x4 SE(3) matrices (row-major). in == out allowed.
+ *  Returns CAMDELTA_OK, INVALID_ARGUMENT (NULL pointer) or OVERFLOW. */
 CAMDELTA_API camdelta_status camdelta_invert_se3(size_t count, const float *in, float *out);
 
-/** Host conversions between f32 and 16-bit storage (round to nearest even). */
+/** Host conversions between f32 and 16-bit storage (round to nearest even; never fail). */
 CAMDELTA_API uint16_t camdelta_f32_to_f16(float x);
 CAMDELTA_API float camdelta_f16_to_f32(uint16_t h);
 CAMDELTA_API uint16_t camdelta_f32_to_bf16(float x);

@@ -125,10 +125,9 @@ static camdelta_status check_args(const camdelta_prep_backward_args *a, const ca
 camdelta_status camdelta_prep_backward(camdelta_context *ctx, const camdelta_prep_backward_args *args,
                                        const camdelta_prep_saved *saved) {
   cd_clear_error();
-  if (!ctx || !args) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", OP, ctx ? "args" : "ctx");
-  if (saved && saved->ctx != ctx)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' was created for another context", OP);
-  camdelta_status st = check_args(args, saved);
+  camdelta_status st = cd_prologue_prep_backward(ctx, args, saved);
+  if (st) return st;
+  st = check_args(args, saved);
   if (st) return st;
   const size_t B = args->B, N = args->N, H = args->H, D = args->D, C = H * D, Dh = D / 2;
   const int want_rope = args->drope_cos.mem || args->drope_sin.mem;
