@@ -305,6 +305,11 @@ static void entry_hash(const unsigned char *hdr, const unsigned char *payload, s
   blake2b_final(&s, out, 32);
 }
 
+void cd_cache_entry_seal(unsigned char *image, size_t size) {
+  if (size < CD_HDR) return;
+  entry_hash(image, image + CD_HDR, size - CD_HDR, image + 152);
+}
+
 int cd_cache_parse_entry(const unsigned char *bytes, size_t size, const char *key_hex, size_t *payload_len,
                          char device[65]) {
   if (device) device[0] = '\0';

@@ -177,6 +177,8 @@ void cd_cache_key(camdelta_context *ctx, const char *options, const char *src, s
  *  it verifies, else 0. device (optional, 65 bytes) gets the printable device name. */
 int cd_cache_parse_entry(const unsigned char *bytes, size_t size, const char *key_hex, size_t *payload_len,
                          char device[65]);
+/** Recompute the hash of an entry image in place (tests: forge an entry the way a writer would). */
+void cd_cache_entry_seal(unsigned char *image, size_t size);
 /** Load a binary for `key`; returns malloc'd bytes or NULL if absent/corrupt
  *  (a corrupt entry is removed). */
 unsigned char *cd_cache_load(const char *key_hex, size_t *len);
