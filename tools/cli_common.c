@@ -12,12 +12,14 @@
 #include <unistd.h>
 
 int cli_error(int code, const char *fmt, ...) {
+  /* one line, whatever the pieces hold: control bytes and escape sequences from file names, headers or option
+   * values are written as \xNN, never raw to the terminal */
+  static char msg[16384], shown[4 * sizeof msg + 1];
   va_list ap;
-  fputs("camdelta: error: ", stderr);
   va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
+  vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  fputc('\n', stderr);
+  fprintf(stderr, "camdelta: error: %s\n", cli_escape(msg, shown, sizeof shown));
   return code;
 }
 
@@ -98,7 +100,7 @@ const char *cli_escape(const char *text, char *buf, size_t size) {
   static const char digits[] = "0123456789abcdef";
   size_t n = 0;
   for (const unsigned char *p = (const unsigned char *)text; *p && n + 5 < size; p++) {
-    if (*p >= 0x20 && *p < 0x7f && *p != '\\') {
+    if (*p >= 0x20 && *p < 0x7f) {
       buf[n++] = (char)*p;
     } else {
       buf[n++] = '\\';
@@ -157,19 +159,22 @@ int cli_parse_size(const char *opt, const char *text, size_t *out) {
   return 1;
 }
 
-int cli_parse_sizes(const char *opt, const char *text, int n, size_t *out, const char *what) {
+int cli_scan_sizes(const char *text, int n, size_t *out) {
   const char *p = text;
-  char shown[256];
   for (int i = 0; i < n; i++) {
     const char *end;
-    if (!parse_positive(p, &end, &out[i]) || (i + 1 < n ? *end != ',' : *end != '\0')) {
-      cli_error(CLI_EXIT_USAGE, "option %s wants %s, %d positive integers (got '%s')", opt, what, n,
-                cli_escape(text, shown, sizeof shown));
-      return 0;
-    }
+    if (!parse_positive(p, &end, &out[i]) || (i + 1 < n ? *end != ',' : *end != '\0')) return 0;
     p = end + 1;
   }
   return 1;
+}
+
+int cli_parse_sizes(const char *opt, const char *text, int n, size_t *out, const char *what) {
+  char shown[256];
+  if (cli_scan_sizes(text, n, out)) return 1;
+  cli_error(CLI_EXIT_USAGE, "option %s wants %s, %d positive integers (got '%s')", opt, what, n,
+            cli_escape(text, shown, sizeof shown));
+  return 0;
 }
 
 /* ------------------------------------------------------------ tensors */

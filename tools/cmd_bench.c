@@ -226,10 +226,8 @@ static int parse_shape(const char *text, bench_shape *out) {
       *out = named[i];
       return 1;
     }
-  unsigned long v[5];
-  char tail;
-  if (sscanf(text, "%lu,%lu,%lu,%lu,%lu%c", &v[0], &v[1], &v[2], &v[3], &v[4], &tail) == 5 && v[0] && v[1] && v[2] &&
-      v[3] && v[4]) {
+  size_t v[5]; /* digits only: no sign (sscanf's %lu took -1 as 2^64-1), no overflow */
+  if (cli_scan_sizes(text, 5, v)) {
     out->name = text;
     out->B = v[0], out->H = v[1], out->D = v[2], out->F = v[3], out->S = v[4];
     return 1;
@@ -251,7 +249,12 @@ int cmd_bench(int argc, char **argv) {
       if (r < 0) return CLI_EXIT_USAGE;
       if (nshapes == 16) return cli_error(CLI_EXIT_USAGE, "bench: at most 16 --shape options");
       if (!parse_shape(v, &shapes[nshapes]))
-        return cli_error(CLI_EXIT_USAGE, "bench: unknown shape '%s' (small, d64, sana480, sana720 or B,H,D,F,S)", v);
+      {
+        char shown[256];
+        return cli_error(CLI_EXIT_USAGE,
+                         "bench: unknown shape '%s' (small, d64, sana480, sana720 or B,H,D,F,S of positive integers)",
+                         cli_escape(v, shown, sizeof shown));
+      }
       nshapes++;
     } else if ((r = cli_value(&a, "--device", &device))) {
       if (r < 0) return CLI_EXIT_USAGE;
