@@ -228,7 +228,9 @@ int cli_tensor_expect(const cli_tensor *t, int ndim, const size_t *shape, const 
 int cli_tensor_convert(cli_tensor *t, camdelta_npy_type type) {
   if (!t->present || t->npy.type == type) return CLI_EXIT_OK;
   size_t n = t->npy.count, es = type == CAMDELTA_NPY_F2 ? 2 : type == CAMDELTA_NPY_F4 ? 4 : 8;
-  unsigned char *dst = malloc(n ? n * es : 1); /* n * es fits: the source of n elements (>= 2 bytes) was in memory */
+  if (n > SIZE_MAX / es) return cli_error(CLI_EXIT_INPUT, "%s: %zu elements overflow size_t as %s", t->path, n,
+                                          type_name(type));
+  unsigned char *dst = malloc(n ? n * es : 1);
   if (!dst) return cli_error(CLI_EXIT_FAILURE, "%s: out of host memory converting %s", t->path, type_name(t->npy.type));
   const unsigned char *src = t->npy.data;
   for (size_t i = 0; i < n; i++) {
@@ -265,6 +267,7 @@ void cli_tensor_free(cli_tensor *t) {
   t->present = 0;
 }
 
+/* The data's size in bytes; it was in host memory (as read, or as converted with a checked size): no overflow. */
 static size_t npy_bytes(const camdelta_npy *n) {
   return n->count * (n->type == CAMDELTA_NPY_F2 ? 2 : n->type == CAMDELTA_NPY_F4 ? 4 : 8);
 }
