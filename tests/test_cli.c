@@ -998,6 +998,16 @@ static void test_bench(void **state) {
   expect_code(run("bench --dtype f64"), 2, "--dtype");
   expect_code(run("bench --frobnicate"), 2, "--frobnicate");
   expect_code(run("bench --device no-such-device-xyz"), 4, "no-such-device-xyz");
+  /* on a terminal (script(1) gives it one): progress while the inputs are generated on the device (issue 11: a
+   * large shape printed nothing for minutes while the host filled random inputs) */
+  char cmd[4096], path[1200];
+  snprintf(path, sizeof path, "%s/tty.txt", tu_tmpdir());
+  snprintf(cmd, sizeof cmd, "script -qec \"'%s' bench --shape 1,2,16,2,32 --reps 1 --only prep-forward\" /dev/null "
+           ">'%s' 2>&1 </dev/null", cli_path(), path);
+  assert_int_equal(system(cmd), 0);
+  slurp(path, text, sizeof text);
+  if (!strstr(text, "[inputs ") || !strstr(text, "generating on the device"))
+    fail_msg("no input progress on a terminal:\n%s", text);
 }
 
 int main(void) {
