@@ -520,7 +520,7 @@ camdelta_status camdelta_cache_list(camdelta_cache_entry **entries, size_t *coun
     }
     camdelta_cache_entry *e = &v[n++];
     memset(e, 0, sizeof *e);
-    snprintf(e->file, sizeof e->file, "%s", de->d_name);
+    memcpy(e->file, de->d_name, strlen(de->d_name) + 1); /* shorter than e->file: checked above */
     e->bytes = sb.st_size > 0 ? (uint64_t)sb.st_size : 0;
     e->mtime = (int64_t)sb.st_mtime;
     if (kind == 2) {
