@@ -3,7 +3,9 @@
 # unpacks the Debian packages carried in .debs/ into a prefix, registers the
 # NVIDIA OpenCL ICD, builds, runs the whole suite on the GPU and on PoCL, then
 # optional benchmarks. Logs and JSON go to $OUT.
-#   bash ci/gpu-test.sh [tests] [pocl] [demo] [bench SHAPE...]
+#   bash ci/gpu-test.sh [tests] [pocl] [demo] [large] [bench SHAPE...]
+# large: tests/large_sizes.c at B=3 H=32 D=128 N=219,600 (> 2^31 elements per tensor; about 70 GB of device
+#        memory, a few minutes with the f64 reference of the sampled sequences on the host's cores).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/camdelta-out}
@@ -41,6 +43,10 @@ while [ $# -gt 0 ]; do
     demo)
       CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta demo 2>&1 | tee "$OUT/demo-nvidia.txt" || rc=1
       CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta demo --shape 1,20,112,21,128 2>&1 | tee "$OUT/demo-d112.txt" || rc=1
+      ;;
+    large)
+      CAMDELTA_DEVICE=nvidia ./build-gpu/tests/cd_large_sizes 2>&1 | tee "$OUT/large.txt"
+      [ "${PIPESTATUS[0]}" = 0 ] || rc=1
       ;;
     bench)
       shift

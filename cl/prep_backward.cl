@@ -255,19 +255,21 @@ kernel void cd_prep_bwd_heads(
 
   /* dproj partials of this head: the camera-half units of each token summed in order, 8 entries at a time */
   {
-    local float *flat = &tile[0][0];
+    /* entry e of camera unit g of token t goes to tile[8 g + e][t] (8 CD_GH = CD_D rows, CD_TS columns): inside the
+     * tile's two dimensions (a pointer to row 0 indexed past that row's end was out of bounds: oclgrind "Index
+     * exceeds static array size") */
     for (uint chunk = 0; chunk < 4; chunk++) {
       barrier(CLK_LOCAL_MEM_FENCE);
       if (first && want_proj)
         for (int e = 0; e < 8; e++) {
           const int i = (int)(chunk % 2) * 2 + e / 4, j = e % 4;
-          flat[(t * CD_GH + g) * 8 + e] = chunk < 2 ? gq[i] * qn[j] : fma(gv[i], xv[j], gk[i] * kn[j]);
+          tile[8 * g + e][t] = chunk < 2 ? gq[i] * qn[j] : fma(gv[i], xv[j], gk[i] * kn[j]);
         }
       barrier(CLK_LOCAL_MEM_FENCE);
       for (uint w = lid; want_proj && w < CD_TS * 8; w += L) {
         const uint tt = w / 8, e = w % 8;
         float s = 0.0f;
-        for (uint u = 0; u < CD_GH; u++) s += flat[(tt * CD_GH + u) * 8 + e];
+        for (uint u = 0; u < CD_GH; u++) s += tile[8 * u + e][tt];
         if (tt < nt) part_proj[pp_off + ((b * N + n0 + tt) * H + h) * 32 + chunk * 8 + e] = s;
       }
     }

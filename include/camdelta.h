@@ -13,8 +13,22 @@
  *    offset (in elements of the tensor's dtype, not bytes). A buffer whose
  *    mem is NULL means "absent" for optional tensors.
  *  - Calls enqueue work on the context's queue and return without waiting,
- *    unless a profile is requested. Bad input is rejected before anything is
- *    enqueued: nothing is written.
+ *    unless a profile is requested. Every operation first checks all of its
+ *    arguments (handles, shapes, that every cl_mem belongs to the context's
+ *    cl_context and is large enough, that outputs overlap nothing, that a
+ *    profile request has a profiling queue) and builds its kernels; only then
+ *    does it enqueue anything. Bad input is rejected with nothing enqueued and
+ *    nothing written.
+ *  - Waiting from another queue: camdelta_enqueue_marker() returns an event
+ *    that completes when all work enqueued so far through the context has
+ *    finished.
+ *  - Argument structs are passed as `const T *`: the struct itself is never
+ *    modified, but the device memory behind its output camdelta_buffers (and
+ *    the optional `profile` / `used` pointers) is written through. A struct
+ *    zero-initialised with its CAMDELTA_*_ARGS_INIT macro has every optional
+ *    tensor absent, no profile, dtype CAMDELTA_F32, the causal direction and
+ *    the automatic scan algorithm; the sizes, k_scale and norm_eps have no
+ *    default (0 is rejected, or taken literally for norm_eps).
  *  - Thread safety: one camdelta_context may be used from several threads at
  *    once. Programs are built once per context under a lock; each call
  *    creates its own cl_kernel objects, so no kernel argument is shared
@@ -40,8 +54,13 @@
 extern "C" {
 #endif
 
+/* Windows: the DLL exports its API; consumers of the DLL import it (define
+ * CAMDELTA_STATIC when linking the static library instead; the CMake target
+ * camdelta::camdelta_static does so). */
 #if defined(_WIN32) && defined(CAMDELTA_SHARED_BUILD)
 #define CAMDELTA_API __declspec(dllexport)
+#elif defined(_WIN32) && !defined(CAMDELTA_STATIC)
+#define CAMDELTA_API __declspec(dllimport)
 #elif defined(__GNUC__) && __GNUC__ >= 4
 #define CAMDELTA_API __attribute__((visibility("default")))
 #else
@@ -59,9 +78,18 @@ extern "C" {
 #define CAMDELTA_VERSION_STRING \
   CAMDELTA_STR(CAMDELTA_VERSION_MAJOR) "." CAMDELTA_STR(CAMDELTA_VERSION_MINOR) "." CAMDELTA_STR(CAMDELTA_VERSION_PATCH)
 
-/** Run-time version: CAMDELTA_VERSION_NUMBER of the library actually linked. */
+/** Run-time version: CAMDELTA_VERSION_NUMBER of the library actually linked
+ *  (never fails). */
 CAMDELTA_API unsigned camdelta_version_number(void);
+/** "MAJOR.MINOR.PATCH" of the library actually linked (static storage; never fails). */
 CAMDELTA_API const char *camdelta_version_string(void);
+
+/* Head dims the operations accept: a multiple of CAMDELTA_HEAD_DIM_MULTIPLE
+ * in [CAMDELTA_MIN_HEAD_DIM, CAMDELTA_MAX_HEAD_DIM]; anything else is
+ * CAMDELTA_ERROR_UNSUPPORTED. */
+#define CAMDELTA_MIN_HEAD_DIM 8
+#define CAMDELTA_MAX_HEAD_DIM 128
+#define CAMDELTA_HEAD_DIM_MULTIPLE 8
 
 /* ------------------------------------------------------------------- status */
 typedef enum camdelta_status {
@@ -79,13 +107,16 @@ typedef enum camdelta_status {
   CAMDELTA_ERROR_FORMAT = 11           /* malformed file (e.g. .npy header)  */
 } camdelta_status;
 
+/** Name of a status, e.g. "CAMDELTA_ERROR_SHAPE" ("CAMDELTA_ERROR_UNKNOWN"
+ *  for a value that is none; static storage; never fails). */
 CAMDELTA_API const char *camdelta_status_name(camdelta_status status);
-/** 1 when status is an error. */
+/** 1 when status is an error, 0 for CAMDELTA_OK. */
 CAMDELTA_API int camdelta_is_error(camdelta_status status);
 /** Detail of the last failure on this thread ("" when none). Valid until the
  *  next camdelta call on this thread. */
 CAMDELTA_API const char *camdelta_last_message(void);
-/** Name of an OpenCL error code, e.g. "CL_OUT_OF_RESOURCES". */
+/** Name of an OpenCL error code, e.g. "CL_OUT_OF_RESOURCES" (static storage;
+ *  a generic name for an unknown code; never fails). */
 CAMDELTA_API const char *camdelta_cl_error_name(cl_int err);
 
 /* -------------------------------------------------------------------- types */
@@ -95,6 +126,7 @@ typedef enum camdelta_dtype {
   CAMDELTA_BF16 = 2 /* 16-bit storage, converted in the kernel */
 } camdelta_dtype;
 
+/** "f32", "f16", "bf16", or "unknown" (never fails). */
 CAMDELTA_API const char *camdelta_dtype_name(camdelta_dtype dtype);
 /** Bytes per element, 0 for an unknown dtype. */
 CAMDELTA_API size_t camdelta_dtype_size(camdelta_dtype dtype);
@@ -119,16 +151,27 @@ typedef struct camdelta_context camdelta_context;
  *  environment variable CAMDELTA_DEVICE, else the first GPU, else the first
  *  device. Selector syntax: "P:D" (platform and device index), a device type
  *  ("gpu", "cpu", "accelerator"), or a case-insensitive substring of the
- *  platform name/vendor or device name/vendor. */
+ *  platform name/vendor or device name/vendor.
+ *  Returns CAMDELTA_OK and *out; INVALID_ARGUMENT (out NULL, malformed
+ *  selector), DEVICE_NOT_FOUND (nothing matches: the message lists the
+ *  devices), OPENCL or OUT_OF_MEMORY. *out is NULL on failure. */
 CAMDELTA_API camdelta_status camdelta_context_create(camdelta_context **out, const char *selector);
 
 /** Borrow an application's OpenCL context and in-order queue: camdelta
- *  enqueues its work there and releases nothing it did not retain. */
+ *  enqueues its work there and releases nothing it did not retain.
+ *  Returns CAMDELTA_OK and *out; INVALID_ARGUMENT (NULL handle, a queue of
+ *  another context, an out-of-order queue), OPENCL or OUT_OF_MEMORY. A queue
+ *  without CL_QUEUE_PROFILING_ENABLE works; only profile requests are then
+ *  rejected. */
 CAMDELTA_API camdelta_status camdelta_context_create_from_queue(camdelta_context **out,
                                                                 cl_context context,
                                                                 cl_command_queue queue);
+/** Waits for the context's queue, then releases everything camdelta created
+ *  or retained. NULL is a no-op. */
 CAMDELTA_API void camdelta_context_destroy(camdelta_context *ctx);
 
+/** The context's OpenCL objects (not retained for the caller; NULL for a NULL
+ *  ctx). Buffers passed to the operations must belong to this cl_context. */
 CAMDELTA_API cl_context camdelta_context_cl_context(const camdelta_context *ctx);
 CAMDELTA_API cl_command_queue camdelta_context_queue(const camdelta_context *ctx);
 CAMDELTA_API cl_device_id camdelta_context_device(const camdelta_context *ctx);
@@ -147,16 +190,32 @@ typedef struct camdelta_device_info {
   unsigned compute_units;
   int nvidia_ptx; /* 1 when NVIDIA inline-PTX fast paths are available */
 } camdelta_device_info;
+/** Copies the device's description. Returns CAMDELTA_OK, or INVALID_ARGUMENT
+ *  for a NULL argument. */
 CAMDELTA_API camdelta_status camdelta_context_info(const camdelta_context *ctx, camdelta_device_info *info);
 
-/** Wait until all work enqueued through this context has finished. */
+/** Wait until all work enqueued through this context has finished.
+ *  Returns CAMDELTA_OK, INVALID_ARGUMENT (NULL ctx) or OPENCL (an enqueued
+ *  kernel failed). */
 CAMDELTA_API camdelta_status camdelta_finish(camdelta_context *ctx);
+
+/** An event that completes when every command enqueued so far through this
+ *  context has finished (a marker on the context's in-order queue), so an
+ *  application can wait on another queue (clEnqueueWaitForEvents, or an event
+ *  wait list) or on the host (clWaitForEvents) without a camdelta_finish.
+ *  The caller releases *event with clReleaseEvent.
+ *  Returns CAMDELTA_OK and *event; INVALID_ARGUMENT (NULL argument) or OPENCL
+ *  (*event is then NULL). */
+CAMDELTA_API camdelta_status camdelta_enqueue_marker(camdelta_context *ctx, cl_event *event);
 
 /** Build (or load from the disk cache) the programs that depend only on the
  *  head dim — prep forward and backward in every dtype, scan backward — for
  *  D = 8, 16, ..., 128. The scan forward's tiles also depend on B*H and S:
  *  camdelta_warm_shape builds everything a given shape uses, so that calls
- *  with that shape never compile (e.g. in a deployment image). */
+ *  with that shape never compile (e.g. in a deployment image).
+ *  Return CAMDELTA_OK; INVALID_ARGUMENT (NULL ctx), UNSUPPORTED (head dim),
+ *  SHAPE (a zero size), OVERFLOW, BUILD (with the log), OPENCL, IO (a kernel
+ *  file from CAMDELTA_KERNEL_DIR missing). */
 CAMDELTA_API camdelta_status camdelta_warm(camdelta_context *ctx);
 CAMDELTA_API camdelta_status camdelta_warm_shape(camdelta_context *ctx, size_t B, size_t H, size_t D, size_t S);
 
@@ -168,10 +227,42 @@ typedef struct camdelta_build_stats {
   int last_from_disk;        /* 1 when the most recent one came from disk   */
   double last_setup_ms;      /* wall time of the most recent build or load  */
 } camdelta_build_stats;
+/** Returns CAMDELTA_OK, or INVALID_ARGUMENT for a NULL argument. */
 CAMDELTA_API camdelta_status camdelta_context_build_stats(const camdelta_context *ctx, camdelta_build_stats *stats);
 
-/** The disk cache folder in use ("" when caching is off). */
+/** The disk cache folder configured ("" when caching is off): CAMDELTA_CACHE_DIR,
+ *  else $XDG_CACHE_HOME/camdelta, else ~/.cache/camdelta. The library uses it
+ *  only when it is a real folder owned by the user whose parents are owned by
+ *  root or the user and not writable by group or others (sticky folders such
+ *  as /tmp excepted); a folder the user owns is made private (0700). Otherwise
+ *  every call runs uncached and one warning goes to stderr.
+ *  Returns CAMDELTA_OK, or INVALID_ARGUMENT (buf NULL or too small). */
 CAMDELTA_API camdelta_status camdelta_cache_dir(char *buf, size_t size);
+
+/** One file of the cache folder, as camdelta_cache_list() found it. */
+typedef enum camdelta_cache_state {
+  CAMDELTA_CACHE_ENTRY_OK = 0,      /* verifies: it would be loaded          */
+  CAMDELTA_CACHE_ENTRY_CORRUPT = 1, /* would be discarded and rebuilt         */
+  CAMDELTA_CACHE_ENTRY_PARTIAL = 2  /* a temporary file of an unfinished write */
+} camdelta_cache_state;
+typedef struct camdelta_cache_entry {
+  char file[96];      /* file name inside the folder                       */
+  char device[65];    /* device it was built for ("" unless state is OK)    */
+  uint64_t bytes;     /* file size                                         */
+  int64_t mtime;      /* modification time, seconds since the Unix epoch   */
+  camdelta_cache_state state;
+} camdelta_cache_entry;
+/** The cache's files (only camdelta's own: <key>.clbin and their temporary
+ *  files), newest first, each fully verified as a load would. *entries is
+ *  malloc'd (free with camdelta_cache_list_free); none when caching is off or
+ *  the folder does not exist yet. Returns CAMDELTA_OK; INVALID_ARGUMENT (NULL
+ *  argument), IO (the folder is refused as unsafe, or cannot be read; the
+ *  message says why) or OUT_OF_MEMORY. */
+CAMDELTA_API camdelta_status camdelta_cache_list(camdelta_cache_entry **entries, size_t *count);
+CAMDELTA_API void camdelta_cache_list_free(camdelta_cache_entry *entries);
+/** Removes camdelta's own files from the cache folder (nothing else).
+ *  removed / bytes (each optional) count them. Returns CAMDELTA_OK or IO. */
+CAMDELTA_API camdelta_status camdelta_cache_clear(size_t *removed, uint64_t *bytes);
 
 /* ------------------------------------------------------------- prep forward */
 typedef struct camdelta_prep_args {
@@ -190,12 +281,27 @@ typedef struct camdelta_prep_args {
   camdelta_buffer inflation_sq;            /* (B, H, N) f32      */
   camdelta_profile *profile;               /* optional           */
 } camdelta_prep_args;
+/** All-zero initialiser: see the conventions at the top of this file. */
+#define CAMDELTA_PREP_ARGS_INIT {0}
 
 /** What a prep backward needs from its forward (inverse RMS values, norm
- *  sums). Owned by the caller; device memory inside is released by destroy. */
+ *  sums). Owned by the caller; device memory inside is released by destroy.
+ *  create returns CAMDELTA_OK, INVALID_ARGUMENT (NULL argument) or
+ *  OUT_OF_MEMORY; destroy of NULL is a no-op. */
 typedef struct camdelta_prep_saved camdelta_prep_saved;
 CAMDELTA_API camdelta_status camdelta_prep_saved_create(camdelta_context *ctx, camdelta_prep_saved **out);
 CAMDELTA_API void camdelta_prep_saved_destroy(camdelta_prep_saved *saved);
+
+/* Every operation below returns CAMDELTA_OK once its kernels are enqueued
+ * (finished, when a profile is requested), or, with nothing enqueued:
+ * INVALID_ARGUMENT (NULL ctx/args, a required buffer absent, a cl_mem that is
+ * not valid or belongs to another cl_context, overlapping outputs, a `saved`
+ * object of another context, a profile request on a queue without
+ * profiling, a non-finite scalar), SHAPE (zero or inconsistent sizes),
+ * UNSUPPORTED (dtype, head dim outside CAMDELTA_MIN/MAX_HEAD_DIM, sizes past
+ * the kernels' limits), BUFFER_TOO_SMALL, OVERFLOW (sizes overflow size_t),
+ * BUILD (kernel build, with the log), IO (CAMDELTA_KERNEL_DIR file missing);
+ * or, from the device: OPENCL / OUT_OF_MEMORY. */
 
 /** Prep forward (SPEC section 2). `saved` may be NULL (inference). */
 CAMDELTA_API camdelta_status camdelta_prep_forward(camdelta_context *ctx, const camdelta_prep_args *args,
@@ -219,6 +325,7 @@ typedef struct camdelta_prep_backward_args {
   camdelta_buffer drope_cos, drope_sin; /* (N, D/2) f32     */
   camdelta_profile *profile;
 } camdelta_prep_backward_args;
+#define CAMDELTA_PREP_BACKWARD_ARGS_INIT {0}
 
 /** Prep backward (SPEC section 4). `saved` from the matching forward, or
  *  NULL to recompute what is needed. Deterministic. */
@@ -232,6 +339,7 @@ typedef enum camdelta_scan_algorithm {
   CAMDELTA_SCAN_CHUNKWISE = 2
 } camdelta_scan_algorithm;
 
+/** "auto", "sequential", "chunkwise", or "unknown" (never fails). */
 CAMDELTA_API const char *camdelta_scan_algorithm_name(camdelta_scan_algorithm algorithm);
 
 typedef struct camdelta_scan_args {
@@ -247,9 +355,12 @@ typedef struct camdelta_scan_args {
   camdelta_profile *profile;
   camdelta_scan_algorithm *used; /* optional: receives the algorithm run */
 } camdelta_scan_args;
+#define CAMDELTA_SCAN_ARGS_INIT {0}
 
 /** Per-frame states (state_pre / state_post, (B, H, F, D, D)) kept by a
- *  forward for its backward. */
+ *  forward for its backward. create returns CAMDELTA_OK, INVALID_ARGUMENT or
+ *  OUT_OF_MEMORY; destroy of NULL is a no-op; states returns CAMDELTA_OK, or
+ *  INVALID_ARGUMENT when `saved` is NULL or holds nothing yet. */
 typedef struct camdelta_scan_saved camdelta_scan_saved;
 CAMDELTA_API camdelta_status camdelta_scan_saved_create(camdelta_context *ctx, camdelta_scan_saved **out);
 CAMDELTA_API void camdelta_scan_saved_destroy(camdelta_scan_saved *saved);
@@ -275,6 +386,7 @@ typedef struct camdelta_scan_backward_args {
   camdelta_buffer dinit_state;           /* optional (B, H, D, D) */
   camdelta_profile *profile;
 } camdelta_scan_backward_args;
+#define CAMDELTA_SCAN_BACKWARD_ARGS_INIT {0}
 
 /** Scan backward (SPEC section 4). `saved` from the matching forward, or NULL
  *  to recompute the forward states first. */

@@ -1,5 +1,5 @@
 /*
- * camdelta — host-side helpers: RoPE tables, SE(3) inverse, 16-bit float conversions.
+ * camdelta — helpers: RoPE tables, SE(3) inverse, 16-bit float conversions, device-side random inputs.
  * Not part of the stable core API in camdelta.h; includes it.
  */
 #ifndef CAMDELTA_HELPERS_H
@@ -13,17 +13,31 @@ extern "C" {
 
 /* ------------------------------------------------------------- host helpers */
 /** Complex RoPE frequencies (N, Dh/2) as interleaved (re, im) pairs ->
- *  interleaved-pair tables rope_cos, rope_sin (N, Dh). Dh must be even. */
+ *  interleaved-pair tables rope_cos, rope_sin (N, Dh). Dh must be even.
+ *  Returns CAMDELTA_OK, INVALID_ARGUMENT (NULL pointer, odd Dh) or OVERFLOW. */
 CAMDELTA_API camdelta_status camdelta_rope_tables(size_t N, size_t Dh, const float *freqs_re_im, float *rope_cos,
                                                   float *rope_sin);
-/** Closed-form inverse of `count` 4x4 SE(3) matrices (row-major). in == out allowed. */
+/** Closed-form inverse of `count` 4x4 SE(3) matrices (row-major). in == out allowed.
+ *  Returns CAMDELTA_OK, INVALID_ARGUMENT (NULL pointer) or OVERFLOW. */
 CAMDELTA_API camdelta_status camdelta_invert_se3(size_t count, const float *in, float *out);
 
-/** Host conversions between f32 and 16-bit storage (round to nearest even). */
+/** Host conversions between f32 and 16-bit storage (round to nearest even; never fail). */
 CAMDELTA_API uint16_t camdelta_f32_to_f16(float x);
 CAMDELTA_API float camdelta_f16_to_f32(uint16_t h);
 CAMDELTA_API uint16_t camdelta_f32_to_bf16(float x);
 CAMDELTA_API float camdelta_bf16_to_f32(uint16_t h);
+
+/* ------------------------------------------------------- random inputs */
+/** Fills `count` elements of `buf` (stored as `dtype`) on the device with reproducible pseudo-random values,
+ *  uniform in [lo, hi): element i is camdelta_random_value(seed, i, lo, hi), stored as f32 or rounded to nearest
+ *  even in f16/bf16. For benchmarks and tests of sizes whose host-side generation would be slow: nothing moves
+ *  between host and device. Enqueued on the context's queue (returns without waiting).
+ *  Returns CAMDELTA_OK; INVALID_ARGUMENT (NULL ctx or buffer, a buffer of another context, non-finite lo/hi),
+ *  UNSUPPORTED (dtype), BUFFER_TOO_SMALL, OVERFLOW, BUILD or OPENCL. */
+CAMDELTA_API camdelta_status camdelta_fill_random(camdelta_context *ctx, camdelta_buffer buf, size_t count,
+                                                  camdelta_dtype dtype, uint64_t seed, float lo, float hi);
+/** The f32 value camdelta_fill_random() writes at `index` (bit for bit; never fails). */
+CAMDELTA_API float camdelta_random_value(uint64_t seed, uint64_t index, float lo, float hi);
 
 #ifdef __cplusplus
 }

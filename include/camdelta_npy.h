@@ -21,12 +21,34 @@ typedef struct camdelta_npy {
   size_t count;           /* product of shape                         */
   void *data;             /* count elements of `type`, little-endian  */
 } camdelta_npy;
-/** Read a little-endian C-order .npy of <f4, <f2 or <f8. */
+/** Read a little-endian C-order .npy of <f4, <f2 or <f8: a regular file
+ *  (a FIFO, device or folder is refused without blocking) whose size is
+ *  exactly the header plus the data its shape needs. Returns CAMDELTA_OK and
+ *  *out (free with camdelta_npy_free); INVALID_ARGUMENT (NULL argument), IO
+ *  (cannot open or read; not a regular file), FORMAT (malformed header,
+ *  unsupported dtype or layout, short or long data; the message names the file
+ *  and shows the header's bytes with non-printable ones escaped) or
+ *  OUT_OF_MEMORY. *out is zeroed on failure. */
 CAMDELTA_API camdelta_status camdelta_npy_read(const char *path, camdelta_npy *out);
-/** Parse an in-memory .npy image (same rules). */
+/** Parse an in-memory .npy image of exactly `size` bytes (same rules and returns). */
 CAMDELTA_API camdelta_status camdelta_npy_parse(const void *bytes, size_t size, camdelta_npy *out);
+/** Write `data` as a .npy of `type` and `shape` at `path`, atomically: into a
+ *  new temporary file beside it (O_CREAT | O_EXCL | O_NOFOLLOW), fsynced, then
+ *  renamed over `path` (a symbolic link at `path` is replaced, never followed).
+ *  On failure `path` is untouched and no temporary file remains.
+ *  Returns CAMDELTA_OK; INVALID_ARGUMENT (NULL argument, bad type or ndim),
+ *  OVERFLOW or IO. */
 CAMDELTA_API camdelta_status camdelta_npy_write(const char *path, camdelta_npy_type type, int ndim,
                                                 const size_t *shape, const void *data);
+/** The first half of an atomic write, for writing several files all or nothing: writes and fsyncs the new
+ *  temporary file beside `path` (a hidden ".NAME.tmp.*" in the same folder) and puts its name in tmp_path;
+ *  the caller renames it over `path` (rename(2)) once every file of the set is written, or unlinks it.
+ *  Fails (IO) when a folder is at `path`. Same returns as camdelta_npy_write; tmp_path is "" on failure
+ *  (nothing left behind). */
+CAMDELTA_API camdelta_status camdelta_npy_write_temp(const char *path, camdelta_npy_type type, int ndim,
+                                                     const size_t *shape, const void *data, char *tmp_path,
+                                                     size_t tmp_size);
+/** Frees the data and zeroes *npy (NULL is a no-op). */
 CAMDELTA_API void camdelta_npy_free(camdelta_npy *npy);
 
 #ifdef __cplusplus

@@ -12,7 +12,9 @@ extern "C" {
 #endif
 
 /* ------------------------------------------------- f64 host reference (CPU) */
-/* Plain host arrays in the layouts above, all double. Slow; for testing. */
+/* Plain host arrays in the layouts of camdelta.h, all double. Slow; for testing. Each function returns
+ * CAMDELTA_OK; INVALID_ARGUMENT (a NULL required array), SHAPE (a zero size), UNSUPPORTED (head dim), OVERFLOW
+ * (sizes overflow size_t) or OUT_OF_MEMORY (its small scratch). Outputs given as NULL are not computed. */
 typedef struct camdelta_ref_prep {
   size_t B, N, H, D;
   double k_scale, norm_eps;

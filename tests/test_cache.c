@@ -1,11 +1,19 @@
+#define _DEFAULT_SOURCE /* setgroups, utimes */
 /* The disk program cache (SPEC section 6): hits across contexts, rebuilds of
  * truncated, corrupt and foreign entries, CAMDELTA_CACHE=0, an unwritable
  * folder, private permissions, and one build per context. */
 #include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/types.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -60,6 +68,10 @@ static void test_hit_across_contexts(void **state) {
   char dir[1200], entry[1500];
   use_cache_dir("hit", dir, sizeof dir);
   camdelta_build_stats a = build_once();
+  if (cd_cache_refusal()[0])
+    fail_msg("the test folder is refused as a cache folder (%s): run the tests below folders that group and others "
+             "cannot write",
+             cd_cache_refusal());
   assert_int_equal(a.compiled, 1);
   assert_int_equal(a.from_disk, 0);
   assert_int_equal(a.last_from_disk, 0);
@@ -275,6 +287,331 @@ static void test_warm_shape(void **state) {
   camdelta_context_destroy(ctx);
 }
 
+/* ------------------------------------------------------------ hostile entries (issue 11) */
+
+static unsigned char *slurp(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  unsigned char *b = malloc((size_t)n + 1);
+  assert_non_null(b);
+  assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
+  fclose(f);
+  *len = (size_t)n;
+  return b;
+}
+
+static void spit(const char *path, const unsigned char *b, size_t n) {
+  unlink(path);
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(b, 1, n, f), n);
+  fclose(f);
+}
+
+/* The entry of the test program (prep.cl kOpts) and of another program, in `dir`. */
+static void two_entries(const char *dir, char *mine, char *other, size_t size) {
+  build_once();
+  only_entry(dir, mine, size);
+  camdelta_context *ctx = NULL;
+  TU_OK(camdelta_context_create(&ctx, NULL));
+  cl_program prog;
+  TU_OK(cd_program(ctx, "prep_backward.cl", kOpts, &prog)); /* no cd_prep_forward in it */
+  camdelta_context_destroy(ctx);
+  DIR *d = opendir(dir);
+  assert_non_null(d);
+  struct dirent *e;
+  other[0] = '\0';
+  while ((e = readdir(d)))
+    if (strstr(e->d_name, ".clbin") && !strstr(mine, e->d_name)) snprintf(other, size, "%s/%s", dir, e->d_name);
+  closedir(d);
+  assert_true(other[0] != '\0');
+}
+
+/* An entry moved under another key's name, as is and with the key field rewritten: discarded and rebuilt, never
+ * loaded (issue 11: a rewritten key loaded another program, and every call failed with CL_INVALID_KERNEL_NAME). */
+static void test_moved_entry(void **state) {
+  (void)state;
+  char dir[1200], mine[1500], other[1500];
+  use_cache_dir("moved", dir, sizeof dir);
+  two_entries(dir, mine, other, sizeof mine);
+  size_t n;
+  unsigned char *b = slurp(other, &n);
+  spit(mine, b, n); /* as is: the key field names the other program */
+  camdelta_build_stats s = build_once();
+  assert_int_equal(s.from_disk, 0);
+  assert_int_equal(s.compiled, 1);
+  const char *base = strrchr(mine, '/') + 1;
+  memcpy(b + 16, base, 64); /* the key field rewritten to this name: the hash (over header and payload) fails */
+  spit(mine, b, n);
+  s = build_once();
+  assert_int_equal(s.from_disk, 0);
+  assert_int_equal(s.compiled, 1);
+  /* resealed as a writer would: it verifies and loads, but lacks the kernel: discarded and rebuilt */
+  cd_cache_entry_seal(b, n);
+  spit(mine, b, n);
+  s = build_once(); /* build_once's cd_kernel succeeds only on the rebuilt program */
+  assert_int_equal(s.compiled, 1);
+  s = build_once();
+  assert_int_equal(s.from_disk, 1); /* the rebuilt entry is good */
+  free(b);
+}
+
+/* An entry claiming a 4 GiB payload is discarded without allocating it (issue 11: every load allocated 4 GiB
+ * first); one claiming more than the file holds, or less, too. */
+static void test_huge_claim(void **state) {
+  (void)state;
+  char dir[1200], entry[1500];
+  use_cache_dir("huge", dir, sizeof dir);
+  build_once();
+  only_entry(dir, entry, sizeof entry);
+  size_t n;
+  unsigned char *b = slurp(entry, &n);
+  const uint64_t claims[3] = {((uint64_t)1 << 32) - 1, (uint64_t)(n - 184 + 1), (uint64_t)(n - 184 - 1)};
+  for (int c = 0; c < 3; c++) {
+    for (int i = 0; i < 8; i++) b[144 + i] = (unsigned char)(claims[c] >> (8 * i));
+    cd_cache_entry_seal(b, n);
+    spit(entry, b, n);
+    atomic_store(&cd_cache_largest_alloc, 0);
+    camdelta_build_stats s = build_once();
+    assert_int_equal(s.from_disk, 0);
+    if (atomic_load(&cd_cache_largest_alloc) > n)
+      fail_msg("claim %llu: the reader allocated %zu bytes for a %zu-byte file", (unsigned long long)claims[c],
+               atomic_load(&cd_cache_largest_alloc), n);
+  }
+  assert_int_equal(cd_cache_parse_entry(b, n, NULL, &n, NULL), 0);
+  free(b);
+}
+
+/* A named pipe in place of an entry neither blocks a load nor is loaded (issue 11: blocked forever). */
+static void test_fifo_entry(void **state) {
+  (void)state;
+  char dir[1200], entry[1500];
+  use_cache_dir("fifo", dir, sizeof dir);
+  build_once();
+  only_entry(dir, entry, sizeof entry);
+  unlink(entry);
+  assert_int_equal(mkfifo(entry, 0600), 0);
+  alarm(120); /* a hang becomes a failure */
+  camdelta_build_stats s = build_once();
+  alarm(0);
+  assert_int_equal(s.from_disk, 0);
+  struct stat sb;
+  assert_int_equal(lstat(entry, &sb), 0);
+  assert_true(S_ISREG(sb.st_mode)); /* replaced by a real entry */
+}
+
+/* Temporary files older than CD_CACHE_STALE_SECONDS are removed on the next store; a fresh one is kept. */
+static void test_stale_temp(void **state) {
+  (void)state;
+  char dir[1200], oldp[1500], fresh[1500];
+  use_cache_dir("stale", dir, sizeof dir);
+  mkdir(dir, 0700);
+  snprintf(oldp, sizeof oldp, "%s/%064d.clbin.tmp.1.2.3", dir, 0);
+  snprintf(fresh, sizeof fresh, "%s/%064d.clbin.tmp.4.5.6", dir, 1);
+  spit(oldp, (const unsigned char *)"x", 1);
+  spit(fresh, (const unsigned char *)"y", 1);
+  struct timeval tv[2];
+  gettimeofday(&tv[0], NULL);
+  tv[0].tv_sec -= CD_CACHE_STALE_SECONDS + 60;
+  tv[1] = tv[0];
+  assert_int_equal(utimes(oldp, tv), 0);
+  build_once(); /* compiles and stores */
+  struct stat sb;
+  assert_int_not_equal(lstat(oldp, &sb), 0);
+  assert_int_equal(lstat(fresh, &sb), 0);
+}
+
+/* camdelta_cache_list / camdelta_cache_clear: states as a load would judge them; only camdelta's files. */
+static void test_list_api(void **state) {
+  (void)state;
+  char dir[1200], mine[1500], other[1500], path[1500];
+  use_cache_dir("list", dir, sizeof dir);
+  camdelta_cache_entry *e = NULL;
+  size_t n = 99;
+  TU_OK(camdelta_cache_list(&e, &n)); /* not created yet */
+  assert_int_equal(n, 0);
+  two_entries(dir, mine, other, sizeof mine);
+  size_t len;
+  unsigned char *b = slurp(other, &len);
+  b[len - 1] ^= 1; /* a corrupt payload, right size: only the hash tells */
+  spit(other, b, len);
+  free(b);
+  snprintf(path, sizeof path, "%s/%064d.clbin.tmp.9.9.9", dir, 7);
+  spit(path, (const unsigned char *)"z", 1);
+  snprintf(path, sizeof path, "%s/notes.txt", dir);
+  spit(path, (const unsigned char *)"keep", 4);
+  TU_OK(camdelta_cache_list(&e, &n));
+  assert_int_equal(n, 3);
+  int ok = 0, corrupt = 0, partial = 0;
+  camdelta_device_info info;
+  TU_OK(camdelta_context_info(tu_context(), &info));
+  for (size_t i = 0; i < n; i++) {
+    if (e[i].state == CAMDELTA_CACHE_ENTRY_OK) {
+      ok++;
+      assert_non_null(strstr(mine, e[i].file));
+      assert_true(strncmp(e[i].device, info.device_name, 63) == 0);
+      assert_int_equal(e[i].bytes, (uint64_t)file_size(mine));
+    }
+    corrupt += e[i].state == CAMDELTA_CACHE_ENTRY_CORRUPT;
+    partial += e[i].state == CAMDELTA_CACHE_ENTRY_PARTIAL;
+  }
+  assert_int_equal(ok, 1);
+  assert_int_equal(corrupt, 1);
+  assert_int_equal(partial, 1);
+  camdelta_cache_list_free(e);
+  size_t removed = 0;
+  uint64_t bytes = 0;
+  TU_OK(camdelta_cache_clear(&removed, &bytes));
+  assert_int_equal(removed, 3);
+  assert_true(bytes > 0);
+  struct stat sb;
+  assert_int_equal(stat(path, &sb), 0); /* notes.txt survives */
+  TU_OK(camdelta_cache_list(&e, &n));
+  assert_int_equal(n, 0);
+  camdelta_cache_list_free(e);
+  assert_int_equal(camdelta_cache_list(NULL, &n), CAMDELTA_ERROR_INVALID_ARGUMENT);
+}
+
+/* ------------------------------------------------------------ a second user (issue 11) */
+
+static uid_t g_evil_uid;
+static gid_t g_evil_gid;
+static char g_base[256];
+
+/* A throwaway second user when running as root (CI does); otherwise the reason, and 0. */
+static int second_user(void) {
+  if (geteuid() != 0) {
+    print_message("skipping the second-user attacks: not running as root (uid %ld), so no second user can be "
+                  "created or impersonated\n", (long)geteuid());
+    return 0;
+  }
+  if (g_evil_uid) return 1;
+  struct passwd *pw = getpwnam("cdevil");
+  if (!pw && system("command -v useradd >/dev/null 2>&1") == 0) {
+    int rc = system("useradd --system --no-create-home --shell /usr/sbin/nologin cdevil >/dev/null 2>&1");
+    pw = getpwnam("cdevil");
+    if (!pw) fail_msg("root, but useradd failed (status %d): cannot create the second user", rc);
+  }
+  if (pw) {
+    g_evil_uid = pw->pw_uid;
+    g_evil_gid = pw->pw_gid;
+  } else {
+    /* no useradd here: root can still act as a uid that no account uses */
+    uid_t u = 54321;
+    while (getpwuid(u)) u++;
+    g_evil_uid = u;
+    g_evil_gid = (gid_t)u;
+    print_message("no useradd on this machine: the second user is the unused uid %ld\n", (long)u);
+  }
+  /* a world-traversable base outside the 0700 test folder, with a sticky world-writable place like /tmp */
+  snprintf(g_base, sizeof g_base, "/tmp/camdelta-attack-XXXXXX");
+  assert_non_null(mkdtemp(g_base));
+  assert_int_equal(chmod(g_base, 0755), 0);
+  char p[400];
+  snprintf(p, sizeof p, "%s/sticky", g_base);
+  assert_int_equal(mkdir(p, 0777), 0);
+  assert_int_equal(chmod(p, 01777), 0);
+  snprintf(p, sizeof p, "%s/open", g_base);
+  assert_int_equal(mkdir(p, 0777), 0);
+  assert_int_equal(chmod(p, 0777), 0);
+  return 1;
+}
+
+/* Runs `script` (sh) as the second user; fails the test unless it succeeds. */
+static void as_evil(const char *script) {
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    if (setgroups(0, NULL) != 0 || setgid(g_evil_gid) != 0 || setuid(g_evil_uid) != 0) _exit(97);
+    execl("/bin/sh", "sh", "-c", script, (char *)NULL);
+    _exit(98);
+  }
+  int st = 0;
+  assert_int_equal(waitpid(pid, &st, 0), pid);
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) fail_msg("as the second user: '%s' failed (status %d)", script, st);
+}
+
+/* A genuine entry of the test program, world-readable at g_base/genuine (the attacker copies it under any
+ * name: a real binary, so loading it would "work"). Returns its file name. */
+static const char *genuine_entry(void) {
+  static char name[128];
+  char dir[1200], entry[1500], dst[400];
+  use_cache_dir("genuine", dir, sizeof dir);
+  build_once();
+  only_entry(dir, entry, sizeof entry);
+  snprintf(name, sizeof name, "%s", strrchr(entry, '/') + 1);
+  size_t n;
+  unsigned char *b = slurp(entry, &n);
+  snprintf(dst, sizeof dst, "%s/genuine", g_base);
+  spit(dst, b, n);
+  chmod(dst, 0644);
+  free(b);
+  return name;
+}
+
+static void expect_refused(const char *dir, const char *why) {
+  setenv("CAMDELTA_CACHE_DIR", dir, 1);
+  camdelta_build_stats s = build_once();
+  assert_int_equal(s.from_disk, 0);
+  s = build_once();
+  assert_int_equal(s.from_disk, 0); /* still uncached */
+  if (!strstr(cd_cache_refusal(), why)) fail_msg("refusal '%s' lacks '%s'", cd_cache_refusal(), why);
+}
+
+static void test_second_user(void **state) {
+  (void)state;
+  if (!second_user()) skip();
+  const char *name = genuine_entry();
+  char cmd[2000], dir[600];
+  /* 1. a folder the attacker owns, holding a (genuine-looking) entry: never used */
+  snprintf(dir, sizeof dir, "%s/sticky/theirs", g_base);
+  snprintf(cmd, sizeof cmd, "mkdir -m 0777 '%s' && cp '%s/genuine' '%s/%s'", dir, g_base, dir, name);
+  as_evil(cmd);
+  expect_refused(dir, "not by you");
+  char path[800];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  struct stat sb;
+  assert_int_equal(stat(path, &sb), 0);
+  assert_int_equal(sb.st_uid, g_evil_uid); /* untouched */
+  /* 2. the user's own folder left 0777, where the attacker planted an entry: tightened, the entry discarded */
+  snprintf(dir, sizeof dir, "%s/sticky/mine", g_base);
+  assert_int_equal(mkdir(dir, 0777), 0);
+  assert_int_equal(chmod(dir, 0777), 0);
+  snprintf(cmd, sizeof cmd, "cp '%s/genuine' '%s/%s'", g_base, dir, name);
+  as_evil(cmd);
+  setenv("CAMDELTA_CACHE_DIR", dir, 1);
+  camdelta_build_stats s = build_once();
+  assert_int_equal(s.from_disk, 0); /* the attacker's file is not loaded */
+  assert_int_equal(stat(dir, &sb), 0);
+  assert_int_equal(sb.st_mode & 0777, 0700);
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  assert_int_equal(stat(path, &sb), 0);
+  assert_int_equal(sb.st_uid, geteuid()); /* replaced by the user's own */
+  s = build_once();
+  assert_int_equal(s.from_disk, 1); /* and a sticky parent is fine */
+  /* 3. a symbolic link planted at a guessable path: as the folder, and as a parent */
+  snprintf(dir, sizeof dir, "%s/sticky/link", g_base);
+  snprintf(cmd, sizeof cmd, "ln -s '%s/sticky/theirs' '%s'", g_base, dir);
+  as_evil(cmd);
+  expect_refused(dir, "symbolic link");
+  snprintf(dir, sizeof dir, "%s/sticky/link/sub", g_base);
+  expect_refused(dir, "symbolic link owned by uid");
+  /* 4. a parent anyone can write (not sticky): the attacker could swap the folder */
+  snprintf(dir, sizeof dir, "%s/open/cache", g_base);
+  assert_int_equal(mkdir(dir, 0700), 0);
+  expect_refused(dir, "writable by group or others");
+  /* and the listing refuses it too, with the reason */
+  camdelta_cache_entry *e = NULL;
+  size_t n;
+  assert_int_equal(camdelta_cache_list(&e, &n), CAMDELTA_ERROR_IO);
+  assert_non_null(strstr(camdelta_last_message(), "writable by group or others"));
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_base);
+  assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_hit_across_contexts), cmocka_unit_test(test_truncated),
@@ -282,6 +619,9 @@ int main(void) {
       cmocka_unit_test(test_garbage),             cmocka_unit_test(test_cache_off),
       cmocka_unit_test(test_unwritable),          cmocka_unit_test(test_once_per_context),
       cmocka_unit_test(test_kernel_dir),          cmocka_unit_test(test_warm_shape),
+      cmocka_unit_test(test_moved_entry),         cmocka_unit_test(test_huge_claim),
+      cmocka_unit_test(test_fifo_entry),          cmocka_unit_test(test_stale_temp),
+      cmocka_unit_test(test_list_api),            cmocka_unit_test(test_second_user),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

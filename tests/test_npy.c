@@ -2,9 +2,11 @@
  * every malformed input rejected with the right status and nothing leaked. */
 #include "testutil.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char *tmp_path(const char *name) {
@@ -228,7 +230,7 @@ static void test_header_bytes_like_numpy(void **state) {
 static void test_read_variants(void **state) {
   (void)state;
   /* versions 2.0 and 3.0 (uint32 header length), other key orders and quotes,
-   * Python 2 long suffixes, extra whitespace, trailing bytes after the data. */
+   * Python 2 long suffixes, extra whitespace. Trailing bytes after the data: rejected (issue 11). */
   struct {
     int major;
     const char *dict;
@@ -247,6 +249,8 @@ static void test_read_variants(void **state) {
     size_t bytes = count * elem_size(cases[i].t), len;
     unsigned char *b = make_npy(cases[i].major, cases[i].dict, bytes + 5, &len);
     camdelta_npy a;
+    expect_reject_image(b, len, CAMDELTA_ERROR_FORMAT, "5 trailing bytes");
+    len -= 5;
     camdelta_status st = camdelta_npy_parse(b, len, &a);
     if (st) fail_msg("case %zu: %s", i, camdelta_last_message());
     assert_int_equal(a.type, cases[i].t);
@@ -254,10 +258,103 @@ static void test_read_variants(void **state) {
     assert_int_equal(a.shape[0], cases[i].s0);
     if (cases[i].ndim == 2) assert_int_equal(a.shape[1], cases[i].s1);
     assert_int_equal(a.count, count);
-    assert_memory_equal(a.data, b + len - bytes - 5, bytes);
+    assert_memory_equal(a.data, b + len - bytes, bytes);
     camdelta_npy_free(&a);
     free(b);
   }
+}
+
+/* A header length field one byte short (issue 11: the data was read shifted by one byte, exit 0 with values like
+ * 9.5e19): rejected, and so is one byte long. */
+static void test_header_length_off_by_one(void **state) {
+  (void)state;
+  size_t len;
+  unsigned char *b = make_npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 24, &len);
+  const size_t hl = (size_t)b[8] | (size_t)b[9] << 8;
+  b[8] = (unsigned char)((hl - 1) & 0xFF), b[9] = (unsigned char)((hl - 1) >> 8);
+  expect_reject_image(b, len, CAMDELTA_ERROR_FORMAT, "newline");
+  expect_reject_image(b, len - 1, CAMDELTA_ERROR_FORMAT, "newline");
+  b[8] = (unsigned char)((hl + 1) & 0xFF), b[9] = (unsigned char)((hl + 1) >> 8);
+  expect_reject_image(b, len, CAMDELTA_ERROR_FORMAT, "header");
+  free(b);
+}
+
+/* Control bytes and escape sequences in a header or a path never reach a message raw (issue 11). */
+static void test_messages_escaped(void **state) {
+  (void)state;
+  size_t len;
+  unsigned char *b = make_npy(1, "{'descr': '\x1b[31m<f4', 'fortran_order': False, 'shape': (2,), }", 8, &len);
+  expect_reject_image(b, len, CAMDELTA_ERROR_FORMAT, "\\x1b[31m<f4");
+  assert_null(strchr(camdelta_last_message(), 0x1b));
+  free(b);
+  b = make_npy(1, "{'descr': '<f4', 'fortran_order': False, 'sh\rape': (2,), }", 8, &len);
+  expect_reject_image(b, len, CAMDELTA_ERROR_FORMAT, "sh\\x0dape");
+  assert_null(strchr(camdelta_last_message(), '\r'));
+  free(b);
+  camdelta_npy a;
+  char *path = tmp_path("bell\a\x1b]0;title\a.npy");
+  assert_int_equal(camdelta_npy_read(path, &a), CAMDELTA_ERROR_IO);
+  assert_non_null(strstr(camdelta_last_message(), "bell\\x07\\x1b]0;title\\x07.npy"));
+  for (const char *m = camdelta_last_message(); *m; m++) assert_true((unsigned char)*m >= 0x20 && *m != 0x7f);
+}
+
+/* A FIFO in place of an input is refused at once (issue 11: the read blocked forever). The alarm turns a hang
+ * into a failure. */
+static void test_fifo_refused(void **state) {
+  (void)state;
+  char *path = tmp_path("fifo.npy");
+  unlink(path);
+  assert_int_equal(mkfifo(path, 0600), 0);
+  alarm(20);
+  camdelta_npy a;
+  assert_int_equal(camdelta_npy_read(path, &a), CAMDELTA_ERROR_IO);
+  alarm(0);
+  assert_non_null(strstr(camdelta_last_message(), "not a regular file"));
+  assert_null(a.data);
+  unlink(path);
+}
+
+/* Writes are atomic: a symbolic link at the name is replaced, not followed; a folder in the way fails with the
+ * previous content untouched; no temporary file is ever left. */
+static void test_write_atomic(void **state) {
+  (void)state;
+  const float x[3] = {1, 2, 3};
+  const size_t shape[1] = {3};
+  char victim[1200], link[1200], dirp[1200];
+  snprintf(victim, sizeof victim, "%s", tmp_path("victim.txt"));
+  snprintf(link, sizeof link, "%s", tmp_path("link.npy"));
+  snprintf(dirp, sizeof dirp, "%s", tmp_path("dir.npy"));
+  FILE *f = fopen(victim, "w");
+  assert_non_null(f);
+  fputs("precious", f);
+  fclose(f);
+  unlink(link);
+  assert_int_equal(symlink(victim, link), 0);
+  TU_OK(camdelta_npy_write(link, CAMDELTA_NPY_F4, 1, shape, x));
+  struct stat sb;
+  assert_int_equal(lstat(link, &sb), 0);
+  assert_true(S_ISREG(sb.st_mode)); /* the link itself was replaced */
+  char text[32] = {0};
+  f = fopen(victim, "r");
+  assert_non_null(f);
+  assert_true(fread(text, 1, sizeof text - 1, f) > 0);
+  fclose(f);
+  assert_string_equal(text, "precious");
+  camdelta_npy a;
+  TU_OK(camdelta_npy_read(link, &a));
+  assert_int_equal(a.count, 3);
+  camdelta_npy_free(&a);
+  mkdir(dirp, 0700);
+  assert_int_equal(camdelta_npy_write(dirp, CAMDELTA_NPY_F4, 1, shape, x), CAMDELTA_ERROR_IO);
+  assert_non_null(strstr(camdelta_last_message(), "folder"));
+  /* nothing but the files made here */
+  DIR *d = opendir(tu_tmpdir());
+  assert_non_null(d);
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (strstr(e->d_name, ".tmp.")) fail_msg("temporary file left: %s", e->d_name);
+  closedir(d);
+  rmdir(dirp);
 }
 
 static void test_missing_file(void **state) {
@@ -430,6 +527,10 @@ int main(void) {
       cmocka_unit_test(test_header_bytes_like_numpy),
       cmocka_unit_test(test_read_variants),
       cmocka_unit_test(test_missing_file),
+      cmocka_unit_test(test_header_length_off_by_one),
+      cmocka_unit_test(test_messages_escaped),
+      cmocka_unit_test(test_fifo_refused),
+      cmocka_unit_test(test_write_atomic),
       cmocka_unit_test(test_truncated),
       cmocka_unit_test(test_bad_magic_and_version),
       cmocka_unit_test(test_bad_layout_and_dtypes),

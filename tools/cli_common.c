@@ -3,19 +3,23 @@
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 int cli_error(int code, const char *fmt, ...) {
+  /* one line, whatever the pieces hold: control bytes and escape sequences from file names, headers or option
+   * values are written as \xNN, never raw to the terminal */
+  static char msg[16384], shown[4 * sizeof msg + 1];
   va_list ap;
-  fputs("camdelta: error: ", stderr);
   va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
+  vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  fputc('\n', stderr);
+  fprintf(stderr, "camdelta: error: %s\n", cli_escape(msg, shown, sizeof shown));
   return code;
 }
 
@@ -92,32 +96,85 @@ int cli_value(cli_args *a, const char *name, const char **value) {
   return 1;
 }
 
+const char *cli_escape(const char *text, char *buf, size_t size) {
+  static const char digits[] = "0123456789abcdef";
+  size_t n = 0;
+  for (const unsigned char *p = (const unsigned char *)text; *p && n + 5 < size; p++) {
+    if (*p >= 0x20 && *p < 0x7f) {
+      buf[n++] = (char)*p;
+    } else {
+      buf[n++] = '\\';
+      buf[n++] = 'x';
+      buf[n++] = digits[*p >> 4];
+      buf[n++] = digits[*p & 15];
+    }
+  }
+  if (size) buf[n < size ? n : size - 1] = '\0';
+  return buf;
+}
+
 int cli_parse_double(const char *opt, const char *text, double *out) {
   char *end;
+  char shown[256];
   errno = 0;
-  double v = strtod(text, &end);
-  if (end == text || *end != '\0' || errno == ERANGE || !isfinite(v)) {
-    cli_error(CLI_EXIT_USAGE, "option %s: '%s' is not a finite number", opt, text);
+  /* strtod alone takes "-1", " 1", "inf", "0x1p3": a plain non-negative decimal only */
+  int ok = (text[0] >= '0' && text[0] <= '9') || (text[0] == '.' && text[1] >= '0' && text[1] <= '9');
+  for (const char *p = text; ok && *p; p++) ok = (*p >= '0' && *p <= '9') || *p == '.' || *p == 'e' || *p == 'E' ||
+                                                  ((*p == '-' || *p == '+') && p > text && (p[-1] == 'e' || p[-1] == 'E'));
+  double v = ok ? strtod(text, &end) : 0.0;
+  if (!ok || end == text || *end != '\0' || errno == ERANGE || !isfinite(v) || v < 0) {
+    cli_error(CLI_EXIT_USAGE, "option %s: '%s' is not a finite number >= 0", opt, cli_escape(text, shown, sizeof shown));
     return 0;
   }
   *out = v;
   return 1;
 }
 
-int cli_parse_size(const char *opt, const char *text, size_t *out) {
-  char *end;
-  errno = 0;
-  if (text[0] < '0' || text[0] > '9') {
-    cli_error(CLI_EXIT_USAGE, "option %s: '%s' is not a positive integer", opt, text);
-    return 0;
+/* digits only, at least one, value in [1, SIZE_MAX]; *end past the digits */
+static int parse_positive(const char *text, const char **end, size_t *out) {
+  size_t v = 0;
+  const char *p = text;
+  if (*p < '0' || *p > '9') return 0;
+  for (; *p >= '0' && *p <= '9'; p++) {
+    const size_t digit = (size_t)(*p - '0');
+    if (v > (SIZE_MAX - digit) / 10) return 0;
+    v = v * 10 + digit;
   }
-  unsigned long long v = strtoull(text, &end, 10);
-  if (*end != '\0' || errno == ERANGE || v == 0 || v > (unsigned long long)SIZE_MAX) {
-    cli_error(CLI_EXIT_USAGE, "option %s: '%s' is not a positive integer", opt, text);
-    return 0;
-  }
-  *out = (size_t)v;
+  if (v == 0) return 0;
+  *end = p;
+  *out = v;
   return 1;
+}
+
+int cli_parse_size(const char *opt, const char *text, size_t *out) {
+  const char *end;
+  size_t v;
+  char shown[256];
+  if (!parse_positive(text, &end, &v) || *end != '\0') {
+    cli_error(CLI_EXIT_USAGE, "option %s: '%s' is not a positive integer that fits in %zu bits", opt,
+              cli_escape(text, shown, sizeof shown), sizeof(size_t) * 8);
+    return 0;
+  }
+  *out = v;
+  return 1;
+}
+
+int cli_scan_sizes(const char *text, int n, size_t *out) {
+  const char *p = text;
+  for (int i = 0; i < n; i++) {
+    const char *end;
+    if (!parse_positive(p, &end, &out[i]) || (i + 1 < n ? *end != ',' : *end != '\0')) return 0;
+    p = end + 1;
+  }
+  return 1;
+}
+
+int cli_parse_sizes(const char *opt, const char *text, int n, size_t *out, const char *what) {
+  char shown[256];
+  if (cli_scan_sizes(text, n, out)) return 1;
+  cli_error(CLI_EXIT_USAGE, "option %s wants %s, %d positive integers (got '%s')", opt, what, n,
+            cli_escape(text, shown, sizeof shown));
+  return 0;
 }
 
 /* ------------------------------------------------------------ tensors */
@@ -171,7 +228,9 @@ int cli_tensor_expect(const cli_tensor *t, int ndim, const size_t *shape, const 
 int cli_tensor_convert(cli_tensor *t, camdelta_npy_type type) {
   if (!t->present || t->npy.type == type) return CLI_EXIT_OK;
   size_t n = t->npy.count, es = type == CAMDELTA_NPY_F2 ? 2 : type == CAMDELTA_NPY_F4 ? 4 : 8;
-  unsigned char *dst = malloc(n ? n * es : 1); /* n * es fits: the source of n elements (>= 2 bytes) was in memory */
+  if (n > SIZE_MAX / es) return cli_error(CLI_EXIT_INPUT, "%s: %zu elements overflow size_t as %s", t->path, n,
+                                          type_name(type));
+  unsigned char *dst = malloc(n ? n * es : 1);
   if (!dst) return cli_error(CLI_EXIT_FAILURE, "%s: out of host memory converting %s", t->path, type_name(t->npy.type));
   const unsigned char *src = t->npy.data;
   for (size_t i = 0; i < n; i++) {
@@ -208,6 +267,7 @@ void cli_tensor_free(cli_tensor *t) {
   t->present = 0;
 }
 
+/* The data's size in bytes; it was in host memory (as read, or as converted with a checked size): no overflow. */
 static size_t npy_bytes(const camdelta_npy *n) {
   return n->count * (n->type == CAMDELTA_NPY_F2 ? 2 : n->type == CAMDELTA_NPY_F4 ? 4 : 8);
 }
@@ -273,6 +333,120 @@ int cli_download_write(camdelta_context *ctx, cl_mem mem, const char *dir, const
   free(host);
   if (st != CAMDELTA_OK) return cli_error(CLI_EXIT_FAILURE, "%s", camdelta_last_message());
   return CLI_EXIT_OK;
+}
+
+/* ------------------------------------------------------------ output sets */
+
+typedef struct cli_outfile {
+  char *final, *tmp;
+} cli_outfile;
+
+struct cli_outset {
+  cli_outfile *f;
+  size_t n, cap;
+};
+
+cli_outset *cli_outset_new(void) {
+  signal(SIGXFSZ, SIG_IGN); /* a file-size limit makes write() fail with EFBIG instead of killing us */
+  return calloc(1, sizeof(cli_outset));
+}
+
+void cli_outset_abort(cli_outset *s) {
+  if (!s) return;
+  for (size_t i = 0; i < s->n; i++) {
+    if (s->f[i].tmp) unlink(s->f[i].tmp);
+    free(s->f[i].tmp);
+    free(s->f[i].final);
+  }
+  free(s->f);
+  free(s);
+}
+
+int cli_outset_add(cli_outset *s, const char *dir, const char *name, camdelta_npy_type type, int ndim,
+                   const size_t *shape, const void *data) {
+  char path[4096], tmp[4200], shown[1024];
+  int w = snprintf(path, sizeof path, "%s/%s.npy", dir, name);
+  if (w < 0 || (size_t)w >= sizeof path) {
+    cli_outset_abort(s);
+    return cli_error(CLI_EXIT_USAGE, "--out: path too long: %s", cli_escape(dir, shown, sizeof shown));
+  }
+  if (s->n == s->cap) {
+    size_t ncap = s->cap ? 2 * s->cap : 16;
+    cli_outfile *g = realloc(s->f, ncap * sizeof *g);
+    if (!g) {
+      cli_outset_abort(s);
+      return cli_error(CLI_EXIT_FAILURE, "%s: out of host memory", cli_escape(path, shown, sizeof shown));
+    }
+    s->f = g;
+    s->cap = ncap;
+  }
+  camdelta_status st = camdelta_npy_write_temp(path, type, ndim, shape, data, tmp, sizeof tmp);
+  if (st != CAMDELTA_OK) {
+    int rc = cli_error(CLI_EXIT_FAILURE, "%s (nothing written: previous outputs are unchanged)",
+                       camdelta_last_message());
+    cli_outset_abort(s);
+    return rc;
+  }
+  cli_outfile *f = &s->f[s->n];
+  f->final = malloc(strlen(path) + 1);
+  f->tmp = malloc(strlen(tmp) + 1);
+  if (!f->final || !f->tmp) {
+    unlink(tmp);
+    free(f->final), free(f->tmp);
+    cli_outset_abort(s);
+    return cli_error(CLI_EXIT_FAILURE, "out of host memory");
+  }
+  strcpy(f->final, path);
+  strcpy(f->tmp, tmp);
+  s->n++;
+  return CLI_EXIT_OK;
+}
+
+int cli_outset_add_device(cli_outset *s, camdelta_context *ctx, cl_mem mem, const char *dir, const char *name,
+                          camdelta_npy_type type, int ndim, const size_t *shape) {
+  size_t count = 1, es = type == CAMDELTA_NPY_F2 ? 2 : type == CAMDELTA_NPY_F4 ? 4 : 8, bytes;
+  for (int i = 0; i < ndim; i++)
+    if (shape[i] && count > SIZE_MAX / shape[i]) count = SIZE_MAX;
+    else count *= shape[i];
+  if (count > SIZE_MAX / es) {
+    cli_outset_abort(s);
+    return cli_error(CLI_EXIT_INPUT, "output %s: its size overflows size_t", name);
+  }
+  bytes = count * es;
+  void *host = malloc(bytes ? bytes : 1);
+  if (!host) {
+    cli_outset_abort(s);
+    return cli_error(CLI_EXIT_FAILURE, "output %s: out of host memory (%zu bytes)", name, bytes);
+  }
+  if (bytes) {
+    cl_int err = clEnqueueReadBuffer(camdelta_context_queue(ctx), mem, CL_TRUE, 0, bytes, host, 0, NULL, NULL);
+    if (err != CL_SUCCESS) {
+      free(host);
+      cli_outset_abort(s);
+      return cli_error(CLI_EXIT_DEVICE, "output %s: reading the result from the device failed: %s", name,
+                       camdelta_cl_error_name(err));
+    }
+  }
+  int rc = cli_outset_add(s, dir, name, type, ndim, shape, host);
+  free(host);
+  return rc;
+}
+
+int cli_outset_commit(cli_outset *s) {
+  int rc = CLI_EXIT_OK;
+  char shown[1024];
+  for (size_t i = 0; i < s->n; i++) {
+    if (rc == CLI_EXIT_OK && rename(s->f[i].tmp, s->f[i].final) != 0) {
+      rc = cli_error(CLI_EXIT_FAILURE, "%s: cannot replace: %s", cli_escape(s->f[i].final, shown, sizeof shown),
+                     strerror(errno));
+    }
+    if (rc != CLI_EXIT_OK) unlink(s->f[i].tmp); /* renamed ones are gone from tmp already */
+    free(s->f[i].tmp);
+    free(s->f[i].final);
+  }
+  free(s->f);
+  free(s);
+  return rc;
 }
 
 int cli_make_dir(const char *dir) {

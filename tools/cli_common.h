@@ -45,10 +45,20 @@ int cli_flag(cli_args *a, const char *name);
  *  returns 1. Returns -1 (after printing a usage error) when the value is
  *  missing, 0 when argv[i] is another argument. */
 int cli_value(cli_args *a, const char *name, const char **value);
-/** Parse a finite number for option `opt`; 0 (after printing) on failure. */
+/** Parse a finite number >= 0 for option `opt` (no sign, no leading space, no inf/nan); 0 (after printing a
+ *  usage error) on failure. */
 int cli_parse_double(const char *opt, const char *text, double *out);
-/** Parse a positive integer for option `opt`; 0 (after printing) on failure. */
+/** Parse a positive decimal integer for option `opt`: digits only (no sign, space or suffix), no overflow of
+ *  size_t; 0 (after printing a usage error) on failure. */
 int cli_parse_size(const char *opt, const char *text, size_t *out);
+/** Quiet form of cli_parse_sizes: 1 when `text` is exactly `n` comma-separated positive integers. */
+int cli_scan_sizes(const char *text, int n, size_t *out);
+/** Parse exactly `n` comma-separated positive integers (each as cli_parse_size) for option `opt`; `what` names
+ *  them for the message (e.g. "B,H,D,S"). 0 (after printing a usage error) on failure. */
+int cli_parse_sizes(const char *opt, const char *text, int n, size_t *out, const char *what);
+/** Copy `text` into buf with every byte outside printable ASCII written as \xNN (for messages that echo
+ *  user-controlled text, e.g. a file's header or an option value). */
+const char *cli_escape(const char *text, char *buf, size_t size);
 
 /* -------------------------------------------------------------- tensors */
 /** Shape formatted as "(2, 3)" (or "()" for a scalar) into buf. */
@@ -81,6 +91,28 @@ int cli_alloc(camdelta_context *ctx, size_t bytes, cl_mem *out);
 /** Read `count` elements of `type` from `mem` and write DIR/NAME.npy with `shape`. */
 int cli_download_write(camdelta_context *ctx, cl_mem mem, const char *dir, const char *name, camdelta_npy_type type,
                        int ndim, const size_t *shape);
+/* ------------------------------------------------------------ output sets
+ * All outputs of one command are written all or nothing: each file goes to a new temporary file beside it
+ * (O_CREAT | O_EXCL | O_NOFOLLOW, fsynced) as it is added; commit renames them all over their names only after
+ * every one was written; abort (or a failed add) removes the temporary files, so the previous files stay as
+ * they were and nothing half-written is left. A symbolic link at an output's name is replaced, never followed;
+ * a folder in the way fails the add. Creating a set ignores SIGXFSZ, so a file-size limit (ulimit -f) is an
+ * error of the add instead of killing the process with the temporary file left behind. */
+typedef struct cli_outset cli_outset;
+/** A new, empty set (NULL: out of host memory). */
+cli_outset *cli_outset_new(void);
+/** Write host data as DIR/NAME.npy into the set; on failure the whole set is aborted (temporary files removed)
+ *  and the error printed (exit code returned). */
+int cli_outset_add(cli_outset *s, const char *dir, const char *name, camdelta_npy_type type, int ndim,
+                   const size_t *shape, const void *data);
+/** Read `count` elements of `type` from `mem` (count from `shape`) and add them as DIR/NAME.npy. */
+int cli_outset_add_device(cli_outset *s, camdelta_context *ctx, cl_mem mem, const char *dir, const char *name,
+                          camdelta_npy_type type, int ndim, const size_t *shape);
+/** Rename every file of the set into place and free the set. */
+int cli_outset_commit(cli_outset *s);
+/** Remove the set's temporary files and free the set (NULL is a no-op). */
+void cli_outset_abort(cli_outset *s);
+
 /** Create folder `dir` (and its parents) if it does not exist. */
 int cli_make_dir(const char *dir);
 

@@ -50,25 +50,29 @@ typedef struct bench_buffers {
   cl_mem gout, dq, dk, dv, dbeta, ddecay;           /* scan backward */
 } bench_buffers;
 
-static int upload_random(camdelta_context *ctx, size_t n, double lo, double hi, camdelta_dtype dt, unsigned *seed,
+/* A device buffer of n elements of dt filled on the device (camdelta_fill_random; zero when lo == hi == 0): nothing
+ * is generated on the host or copied over, so large shapes start at once. */
+static int device_random(camdelta_context *ctx, size_t n, double lo, double hi, camdelta_dtype dt, uint64_t seed,
                          cl_mem *out) {
-  size_t es = camdelta_dtype_size(dt);
-  size_t bytes = n * es > 0 ? n * es : 4;
-  unsigned char *h = malloc(bytes);
-  if (!h) return cli_error(CLI_EXIT_FAILURE, "out of host memory");
-  for (size_t i = 0; i < n; i++) {
-    *seed = *seed * 1664525u + 1013904223u;
-    float x = (float)(lo + (hi - lo) * ((*seed >> 8) / 16777216.0));
-    if (dt == CAMDELTA_F32) memcpy(h + 4 * i, &x, 4);
-    else {
-      uint16_t s = dt == CAMDELTA_F16 ? camdelta_f32_to_f16(x) : camdelta_f32_to_bf16(x);
-      memcpy(h + 2 * i, &s, 2);
-    }
-  }
+  const size_t es = camdelta_dtype_size(dt);
+  if (n > SIZE_MAX / es) return cli_error(CLI_EXIT_INPUT, "bench: %zu elements overflow size_t", n);
+  const size_t bytes = n * es > 0 ? n * es : 4;
   cl_int err;
-  *out = clCreateBuffer(camdelta_context_cl_context(ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, bytes, h, &err);
-  free(h);
-  if (err != CL_SUCCESS) return cli_error(CLI_EXIT_DEVICE, "allocating %zu bytes: %s", n * es, camdelta_cl_error_name(err));
+  *out = clCreateBuffer(camdelta_context_cl_context(ctx), CL_MEM_READ_WRITE, bytes, NULL, &err);
+  if (err != CL_SUCCESS) {
+    *out = NULL;
+    return cli_error(CLI_EXIT_DEVICE, "allocating %zu bytes: %s", bytes, camdelta_cl_error_name(err));
+  }
+  camdelta_status st;
+  if (lo == 0 && hi == 0) {
+    const cl_uint zero = 0; /* a 4-byte pattern when the size allows it, else bytes */
+    err = clEnqueueFillBuffer(camdelta_context_queue(ctx), *out, &zero, bytes % 4 ? 1 : sizeof zero, 0, bytes, 0,
+                              NULL, NULL);
+    if (err != CL_SUCCESS) return cli_error(CLI_EXIT_DEVICE, "clearing %zu bytes: %s", bytes, camdelta_cl_error_name(err));
+    return CLI_EXIT_OK;
+  }
+  st = camdelta_fill_random(ctx, (camdelta_buffer){*out, 0}, n, dt, seed, (float)lo, (float)hi);
+  if (st != CAMDELTA_OK) return cli_lib_error(st, "bench: generating inputs");
   return CLI_EXIT_OK;
 }
 
@@ -79,12 +83,23 @@ static void release_all(bench_buffers *b) {
     if (all[i]) clReleaseMemObject(all[i]);
 }
 
-static int make_buffers(camdelta_context *ctx, bench_buffers *b) {
-  unsigned seed = 12345;
+static int make_buffers(camdelta_context *ctx, bench_buffers *b, int tty) {
+  uint64_t seed = 12345;
+  {
+    /* every size below is at most 2 * B*N*H*D or B*H*D*D elements: both must fit in bytes (8 per element) */
+    const size_t f[4] = {b->B, b->N, b->H, b->D}, g[4] = {b->B, b->H, b->D, b->D};
+    size_t x = 1, y = 1;
+    for (int i = 0; i < 4; i++) {
+      if (f[i] && x > SIZE_MAX / 16 / f[i]) return cli_error(CLI_EXIT_USAGE, "bench: B*N*H*D overflows size_t");
+      x *= f[i];
+      if (g[i] && y > SIZE_MAX / 16 / g[i]) return cli_error(CLI_EXIT_USAGE, "bench: B*H*D*D overflows size_t");
+      y *= g[i];
+    }
+  }
   const size_t BNHD = b->B * b->N * b->H * b->D, C = b->H * b->D, BN = b->B * b->N, BHN = b->B * b->H * b->N;
   const size_t DD = b->B * b->H * b->D * b->D;
   int rc = 0;
-  for (int i = 0; i < 3 && !rc; i++) rc = upload_random(ctx, BNHD, -1, 1, b->dt, &seed, &b->raw[i]);
+  for (int i = 0; i < 3 && !rc; i++) rc = device_random(ctx, BNHD, -1, 1, b->dt, seed++, &b->raw[i]);
   struct {
     cl_mem *m;
     size_t n;
@@ -109,8 +124,13 @@ static int make_buffers(camdelta_context *ctx, bench_buffers *b) {
       {&b->dv, BNHD, 0, 0, CAMDELTA_F32},         {&b->dbeta, BHN, 0, 0, CAMDELTA_F32},
       {&b->ddecay, b->B * b->H * b->F, 0, 0, CAMDELTA_F32},
   };
-  for (size_t i = 0; i < sizeof list / sizeof list[0] && !rc; i++)
-    rc = upload_random(ctx, list[i].n, list[i].lo, list[i].hi, list[i].dt, &seed, list[i].m);
+  const size_t nlist = sizeof list / sizeof list[0];
+  for (size_t i = 0; i < nlist && !rc; i++) {
+    if (tty) fprintf(stderr, "\r[inputs %zu/%zu] generating on the device", i + 4, nlist + 3), fflush(stderr);
+    rc = device_random(ctx, list[i].n, list[i].lo, list[i].hi, list[i].dt, seed++, list[i].m);
+  }
+  if (!rc && camdelta_finish(ctx) != CAMDELTA_OK) rc = cli_lib_error(CAMDELTA_ERROR_OPENCL, "bench: generating inputs");
+  if (tty) fprintf(stderr, "\r%50s\r", ""), fflush(stderr);
   return rc;
 }
 
@@ -226,10 +246,8 @@ static int parse_shape(const char *text, bench_shape *out) {
       *out = named[i];
       return 1;
     }
-  unsigned long v[5];
-  char tail;
-  if (sscanf(text, "%lu,%lu,%lu,%lu,%lu%c", &v[0], &v[1], &v[2], &v[3], &v[4], &tail) == 5 && v[0] && v[1] && v[2] &&
-      v[3] && v[4]) {
+  size_t v[5]; /* digits only: no sign (sscanf's %lu took -1 as 2^64-1), no overflow */
+  if (cli_scan_sizes(text, 5, v)) {
     out->name = text;
     out->B = v[0], out->H = v[1], out->D = v[2], out->F = v[3], out->S = v[4];
     return 1;
@@ -251,7 +269,12 @@ int cmd_bench(int argc, char **argv) {
       if (r < 0) return CLI_EXIT_USAGE;
       if (nshapes == 16) return cli_error(CLI_EXIT_USAGE, "bench: at most 16 --shape options");
       if (!parse_shape(v, &shapes[nshapes]))
-        return cli_error(CLI_EXIT_USAGE, "bench: unknown shape '%s' (small, d64, sana480, sana720 or B,H,D,F,S)", v);
+      {
+        char shown[256];
+        return cli_error(CLI_EXIT_USAGE,
+                         "bench: unknown shape '%s' (small, d64, sana480, sana720 or B,H,D,F,S of positive integers)",
+                         cli_escape(v, shown, sizeof shown));
+      }
       nshapes++;
     } else if ((r = cli_value(&a, "--device", &device))) {
       if (r < 0) return CLI_EXIT_USAGE;
@@ -321,7 +344,7 @@ int cmd_bench(int argc, char **argv) {
     cJSON_AddNumberToObject(js, "F", (double)b.F);
     cJSON_AddNumberToObject(js, "S", (double)b.S);
     jops = cJSON_AddArrayToObject(js, "operations");
-    rc = make_buffers(ctx, &b);
+    rc = make_buffers(ctx, &b, tty);
     op_ctx o = {&b, (float)(1.0 / sqrt((double)b.D * (double)b.S)), NULL, NULL};
     if (!rc && (camdelta_prep_saved_create(ctx, &o.psaved) || camdelta_scan_saved_create(ctx, &o.ssaved)))
       rc = cli_lib_error(CAMDELTA_ERROR_OUT_OF_MEMORY, "bench");

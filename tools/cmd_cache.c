@@ -1,29 +1,17 @@
 /* camdelta cache list|clear|warm|dir: the on-disk kernel program cache.
  *
- * Entries are <folder>/<64 hex key>.clbin in the format of src/cache.c:
- *   0   16  magic "CAMDELTA-CLBIN1\0"
- *   16  64  key (hex), equal to the file name's key
- *   80  64  device name (NUL-padded)
- *   144  8  payload length (little-endian)
- *   152 32  BLAKE2b-256 of the payload
- *   184  .  payload
- * Writers leave <key>.clbin.tmp.* files only when they die mid-write.
- * `clear` removes exactly these two kinds of files and nothing else, so a
- * cache folder pointed at a shared place never loses unrelated files. */
-#include <dirent.h>
+ * The entry format is private to the library (src/runtime/cache.c); listing and clearing go through
+ * camdelta_cache_list and camdelta_cache_clear, which touch only camdelta's own files (<key>.clbin and their
+ * temporary files), so a cache folder pointed at a shared place never loses unrelated files, and which refuse
+ * a folder that is not safe to use (see camdelta_cache_dir in camdelta.h). */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "cli_common.h"
-
-#define CACHE_MAGIC "CAMDELTA-CLBIN1"
-#define CACHE_HDR 184
 
 void usage_cache(void) {
   printf("usage: camdelta cache list|clear|warm|dir [options]\n"
@@ -43,103 +31,10 @@ void usage_cache(void) {
          "  dir                   print the folder (empty line when caching is off)\n");
 }
 
-typedef enum entry_kind { ENTRY_OK, ENTRY_CORRUPT, ENTRY_PARTIAL } entry_kind;
-
-typedef struct cache_entry {
-  char name[256];
-  char device[65];
-  uint64_t size;
-  time_t mtime;
-  entry_kind kind;
-} cache_entry;
-
-static int is_hex_key(const char *s) {
-  for (int i = 0; i < 64; i++)
-    if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return 0;
-  return 1;
-}
-
-/* 1: "<key>.clbin", 2: "<key>.clbin.tmp.*", 0: not ours. */
-static int classify_name(const char *name) {
-  size_t n = strlen(name);
-  if (n < 70 || !is_hex_key(name) || strncmp(name + 64, ".clbin", 6) != 0) return 0;
-  if (n == 70) return 1;
-  if (strncmp(name + 70, ".tmp.", 5) == 0) return 2;
-  return 0;
-}
-
 static int cache_folder(char *buf, size_t size) {
   camdelta_status st = camdelta_cache_dir(buf, size);
   if (st != CAMDELTA_OK) return cli_lib_error(st, "cache");
   return CLI_EXIT_OK;
-}
-
-/* Read the header of an entry: device name and whether it is consistent
- * (magic, key = file name, payload length = file size - header). The
- * content hash is checked by the library when it loads the entry. */
-static void inspect(const char *path, cache_entry *e) {
-  e->kind = ENTRY_CORRUPT;
-  e->device[0] = '\0';
-  FILE *f = fopen(path, "rb");
-  if (!f) return;
-  unsigned char h[CACHE_HDR];
-  size_t got = fread(h, 1, sizeof h, f);
-  fclose(f);
-  if (got != sizeof h || memcmp(h, CACHE_MAGIC, sizeof CACHE_MAGIC) != 0 || memcmp(h + 16, e->name, 64) != 0) return;
-  memcpy(e->device, h + 80, 64);
-  e->device[64] = '\0';
-  for (char *p = e->device; *p; p++)
-    if ((unsigned char)*p < 0x20) *p = '?';
-  uint64_t plen = 0;
-  for (int i = 7; i >= 0; i--) plen = (plen << 8) | h[144 + i];
-  if (plen > 0 && plen == e->size - CACHE_HDR) e->kind = ENTRY_OK;
-}
-
-/* Entries of the folder, newest first. *n = 0 when the folder does not exist. */
-static int scan_folder(const char *dir, cache_entry **out, size_t *n) {
-  *out = NULL;
-  *n = 0;
-  DIR *d = opendir(dir);
-  if (!d) {
-    if (errno == ENOENT) return CLI_EXIT_OK;
-    return cli_error(CLI_EXIT_FAILURE, "%s: cannot open the cache folder: %s", dir, strerror(errno));
-  }
-  size_t cap = 0;
-  struct dirent *de;
-  int rc = CLI_EXIT_OK;
-  while ((de = readdir(d)) != NULL) {
-    int kind = classify_name(de->d_name);
-    if (!kind || strlen(de->d_name) >= sizeof(*out)->name) continue;
-    char path[4400];
-    snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-    struct stat sb;
-    if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) continue;
-    if (*n == cap) {
-      size_t ncap = cap ? 2 * cap : 32;
-      cache_entry *grown = realloc(*out, ncap * sizeof *grown);
-      if (!grown) {
-        rc = cli_error(CLI_EXIT_FAILURE, "out of host memory listing %s", dir);
-        break;
-      }
-      *out = grown;
-      cap = ncap;
-    }
-    cache_entry *e = &(*out)[(*n)++];
-    memset(e, 0, sizeof *e);
-    snprintf(e->name, sizeof e->name, "%s", de->d_name);
-    e->size = (uint64_t)sb.st_size;
-    e->mtime = sb.st_mtime;
-    if (kind == 2) e->kind = ENTRY_PARTIAL;
-    else inspect(path, e);
-  }
-  closedir(d);
-  return rc;
-}
-
-static int newest_first(const void *a, const void *b) {
-  const cache_entry *x = a, *y = b;
-  if (x->mtime != y->mtime) return x->mtime < y->mtime ? 1 : -1;
-  return strcmp(x->name, y->name);
 }
 
 static const char *size_str(uint64_t b, char *buf, size_t size) {
@@ -167,26 +62,25 @@ static int cache_list(void) {
     printf("cache: off (CAMDELTA_CACHE=0 or no home folder)\n");
     return CLI_EXIT_OK;
   }
-  cache_entry *e;
-  size_t n;
-  if ((rc = scan_folder(dir, &e, &n))) {
-    free(e);
-    return rc;
-  }
-  if (n > 1) qsort(e, n, sizeof *e, newest_first);
+  camdelta_cache_entry *e = NULL;
+  size_t n = 0;
+  camdelta_status st = camdelta_cache_list(&e, &n);
+  if (st != CAMDELTA_OK) return cli_lib_error(st, "cache list");
   printf("cache folder: %s\n", dir);
   uint64_t total = 0;
   if (n) printf("%-70s %10s %6s  %-8s %s\n", "FILE", "SIZE", "AGE", "STATE", "DEVICE");
   for (size_t i = 0; i < n; i++) {
     char sz[32], age[32];
-    const char *state = e[i].kind == ENTRY_OK ? "ok" : e[i].kind == ENTRY_CORRUPT ? "corrupt" : "partial";
-    printf("%-70s %10s %6s  %-8s %s\n", e[i].name, size_str(e[i].size, sz, sizeof sz),
-           age_str(e[i].mtime, age, sizeof age), state, e[i].device[0] ? e[i].device : "-");
-    total += e[i].size;
+    const char *state = e[i].state == CAMDELTA_CACHE_ENTRY_OK        ? "ok"
+                        : e[i].state == CAMDELTA_CACHE_ENTRY_CORRUPT ? "corrupt"
+                                                                     : "partial";
+    printf("%-70s %10s %6s  %-8s %s\n", e[i].file, size_str(e[i].bytes, sz, sizeof sz),
+           age_str((time_t)e[i].mtime, age, sizeof age), state, e[i].device[0] ? e[i].device : "-");
+    total += e[i].bytes;
   }
   char tot[32];
   printf("%zu %s, %s\n", n, n == 1 ? "entry" : "entries", size_str(total, tot, sizeof tot));
-  free(e);
+  camdelta_cache_list_free(e);
   return CLI_EXIT_OK;
 }
 
@@ -198,34 +92,20 @@ static int cache_clear(void) {
     printf("cache: off (CAMDELTA_CACHE=0 or no home folder); nothing to clear\n");
     return CLI_EXIT_OK;
   }
-  cache_entry *e;
-  size_t n;
-  if ((rc = scan_folder(dir, &e, &n))) {
-    free(e);
-    return rc;
-  }
   size_t removed = 0;
   uint64_t bytes = 0;
-  for (size_t i = 0; i < n; i++) {
-    char path[4400];
-    snprintf(path, sizeof path, "%s/%s", dir, e[i].name);
-    if (unlink(path) == 0) {
-      removed++;
-      bytes += e[i].size;
-    } else if (errno != ENOENT) {
-      rc = cli_error(CLI_EXIT_FAILURE, "%s: cannot remove: %s", path, strerror(errno));
-    }
-  }
+  camdelta_status st = camdelta_cache_clear(&removed, &bytes);
   char sz[32];
-  printf("removed %zu %s (%s) from %s\n", removed, removed == 1 ? "entry" : "entries", size_str(bytes, sz, sizeof sz),
-         dir);
-  free(e);
-  return rc;
+  if (st == CAMDELTA_OK || removed)
+    printf("removed %zu %s (%s) from %s\n", removed, removed == 1 ? "entry" : "entries",
+           size_str(bytes, sz, sizeof sz), dir);
+  if (st != CAMDELTA_OK) return cli_lib_error(st, "cache clear");
+  return CLI_EXIT_OK;
 }
 
 static int cache_warm(cli_args *a) {
   const char *selector = NULL, *shape = NULL;
-  unsigned long sh[4] = {0, 0, 0, 0};
+  size_t sh[4] = {0, 0, 0, 0};
   while (a->i < a->argc) {
     int r;
     if (cli_flag(a, "--help") || cli_flag(a, "-h")) {
@@ -237,10 +117,8 @@ static int cache_warm(cli_args *a) {
       continue;
     }
     if ((r = cli_value(a, "--shape", &shape))) {
-      char tail;
       if (r < 0) return CLI_EXIT_USAGE;
-      if (sscanf(shape, "%lu,%lu,%lu,%lu%c", &sh[0], &sh[1], &sh[2], &sh[3], &tail) != 4)
-        return cli_error(CLI_EXIT_USAGE, "cache warm: --shape wants B,H,D,S (got '%s')", shape);
+      if (!cli_parse_sizes("--shape", shape, 4, sh, "B,H,D,S")) return CLI_EXIT_USAGE;
       continue;
     }
     return cli_error(CLI_EXIT_USAGE, "cache warm: unknown option '%s' (see 'camdelta help cache')", a->argv[a->i]);

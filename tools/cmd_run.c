@@ -183,11 +183,15 @@ static int finish_and_write(job *j, const run_opts *o, camdelta_status st, const
   if (fs != CAMDELTA_OK) return cli_lib_error(fs, call);
   int rc = cli_make_dir(o->out);
   if (rc) return rc;
+  /* all or nothing: temporary files beside the outputs, renamed only once every one is written */
+  cli_outset *set = cli_outset_new();
+  if (!set) return cli_error(CLI_EXIT_FAILURE, "out of host memory");
   for (int k = 0; k < j->n_out; k++) {
-    rc = cli_download_write(j->ctx, j->out[k].mem, o->out, j->out[k].name, j->out[k].type, j->out[k].ndim,
-                            j->out[k].shape);
-    if (rc) return rc;
+    rc = cli_outset_add_device(set, j->ctx, j->out[k].mem, o->out, j->out[k].name, j->out[k].type, j->out[k].ndim,
+                               j->out[k].shape);
+    if (rc) return rc; /* the set is aborted: no temporary file left, previous outputs untouched */
   }
+  if ((rc = cli_outset_commit(set))) return rc;
   if (!o->quiet) {
     camdelta_device_info info;
     const char *dev = camdelta_context_info(j->ctx, &info) == CAMDELTA_OK ? info.device_name : "?";

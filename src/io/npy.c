@@ -10,11 +10,15 @@
  *
  * Only little-endian C-order float arrays are accepted: <f4, <f2, <f8. */
 #include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -57,6 +61,26 @@ typedef struct cursor {
   const char *p, *end;
   const char *name; /* file name for messages */
 } cursor;
+
+/* `in` (n bytes, or up to its NUL when n == (size_t)-1) with every byte outside printable ASCII, and the
+ * backslash, written as \xNN: text from a file or a path never reaches a terminal raw. */
+static const char *escape(const char *in, size_t n, char *out, size_t cap) {
+  static const char digits[] = "0123456789abcdef";
+  size_t k = 0;
+  for (size_t i = 0; (n == (size_t)-1 ? in[i] != '\0' : i < n) && k + 5 < cap; i++) {
+    const unsigned char ch = (unsigned char)in[i];
+    if (ch >= 0x20 && ch < 0x7f && ch != '\\') {
+      out[k++] = (char)ch;
+    } else {
+      out[k++] = '\\';
+      out[k++] = 'x';
+      out[k++] = digits[ch >> 4];
+      out[k++] = digits[ch & 15];
+    }
+  }
+  out[k] = '\0';
+  return out;
+}
 
 static int is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
@@ -157,7 +181,11 @@ static camdelta_status parse_descr(cursor *c, npy_header *h) {
     return cd_fail(CAMDELTA_ERROR_FORMAT, "%s: unsupported .npy dtype '%s': big-endian (expected <f4, <f2 or <f8)",
                    c->name, d);
   else
-    return cd_fail(CAMDELTA_ERROR_FORMAT, "%s: unsupported .npy dtype '%s' (expected <f4, <f2 or <f8)", c->name, d);
+  {
+    char shown[160];
+    return cd_fail(CAMDELTA_ERROR_FORMAT, "%s: unsupported .npy dtype '%s' (expected <f4, <f2 or <f8)", c->name,
+                   escape(d, (size_t)-1, shown, sizeof shown));
+  }
   return CAMDELTA_OK;
 }
 
@@ -194,7 +222,11 @@ static camdelta_status parse_dict(const char *p, const char *end, const char *na
       if (have_shape++) return bad(&c, "duplicate key 'shape'");
       if ((st = parse_shape(&c, h))) return st;
     } else {
-      return cd_fail(CAMDELTA_ERROR_FORMAT, "%s: malformed .npy header: unexpected key '%s'", name, key);
+    {
+      char shown[160];
+      return cd_fail(CAMDELTA_ERROR_FORMAT, "%s: malformed .npy header: unexpected key '%s'", name,
+                     escape(key, (size_t)-1, shown, sizeof shown));
+    }
     }
     skip_ws(&c);
     if (peek(&c) == ',') {
@@ -245,6 +277,15 @@ static camdelta_status parse_header(const unsigned char *b, size_t avail, size_t
                    hlen, avail - pre);
   const char *hs = (const char *)b + pre, *he = hs + hlen;
   if (memchr(hs, '\0', hlen)) return cd_fail(CAMDELTA_ERROR_FORMAT, "%s: malformed .npy header: NUL byte", name);
+  /* NumPy ends every header with '\n': a header length that is off (one byte short: the data would be read
+   * shifted) shows here */
+  if (hlen == 0 || hs[hlen - 1] != '\n') {
+    char shown[64];
+    return cd_fail(CAMDELTA_ERROR_FORMAT,
+                   "%s: malformed .npy header: it does not end with a newline at the %zu bytes its length field "
+                   "gives (ends with '%s')",
+                   name, hlen, escape(hlen >= 4 ? he - 4 : hs, hlen >= 4 ? 4 : hlen, shown, sizeof shown));
+  }
   camdelta_status st = parse_dict(hs, he, name, h);
   if (st) return st;
   h->data_offset = pre + hlen;
@@ -255,6 +296,11 @@ static camdelta_status parse_header(const unsigned char *b, size_t avail, size_t
     return cd_fail(CAMDELTA_ERROR_FORMAT,
                    "%s: truncated .npy file: shape needs %zu data bytes, the file has %zu after the header", name,
                    h->data_bytes, have);
+  if (h->data_bytes < have)
+    return cd_fail(CAMDELTA_ERROR_FORMAT,
+                   "%s: malformed .npy file: shape needs %zu data bytes, the file has %zu after the header (%zu "
+                   "trailing bytes)",
+                   name, h->data_bytes, have, have - h->data_bytes);
   return CAMDELTA_OK;
 }
 
@@ -291,26 +337,39 @@ camdelta_status camdelta_npy_read(const char *path, camdelta_npy *out) {
   if (!out) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_npy_read: 'out' is NULL");
   memset(out, 0, sizeof *out);
   if (!path) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_npy_read: 'path' is NULL");
-  FILE *f = fopen(path, "rb");
-  if (!f) return cd_fail(CAMDELTA_ERROR_IO, "%s: cannot open: %s", path, strerror(errno));
+  char name[1200];
+  escape(path, (size_t)-1, name, sizeof name);
+  /* O_NONBLOCK: a FIFO (or a device) in place of the file must not block the open; it is refused below */
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return cd_fail(CAMDELTA_ERROR_IO, "%s: cannot open: %s", name, strerror(errno));
+  struct stat sb;
+  if (fstat(fd, &sb) != 0) {
+    int e = errno;
+    close(fd);
+    return cd_fail(CAMDELTA_ERROR_IO, "%s: cannot stat: %s", name, strerror(e));
+  }
+  if (S_ISDIR(sb.st_mode)) {
+    close(fd);
+    return cd_fail(CAMDELTA_ERROR_IO, "%s: is a directory", name);
+  }
+  if (!S_ISREG(sb.st_mode) || sb.st_size < 0) {
+    close(fd);
+    return cd_fail(CAMDELTA_ERROR_IO, "%s: not a regular file (a FIFO, device or socket is refused)", name);
+  }
+  /* back to blocking reads for the regular file */
+  int fl = fcntl(fd, F_GETFL);
+  if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+  FILE *f = fdopen(fd, "rb");
+  if (!f) {
+    int e = errno;
+    close(fd);
+    return cd_fail(CAMDELTA_ERROR_IO, "%s: cannot open: %s", name, strerror(e));
+  }
   camdelta_status st = CAMDELTA_OK;
   unsigned char *head = NULL;
   void *data = NULL;
-  struct stat sb;
-  if (fstat(fileno(f), &sb) != 0) {
-    st = cd_fail(CAMDELTA_ERROR_IO, "%s: cannot stat: %s", path, strerror(errno));
-    goto done;
-  }
-  if (S_ISDIR(sb.st_mode)) {
-    st = cd_fail(CAMDELTA_ERROR_IO, "%s: is a directory", path);
-    goto done;
-  }
-  if (!S_ISREG(sb.st_mode) || sb.st_size < 0) {
-    st = cd_fail(CAMDELTA_ERROR_IO, "%s: not a regular file", path);
-    goto done;
-  }
   if ((uintmax_t)sb.st_size > (uintmax_t)SIZE_MAX) {
-    st = cd_fail(CAMDELTA_ERROR_FORMAT, "%s: file too large for this platform", path);
+    st = cd_fail(CAMDELTA_ERROR_FORMAT, "%s: file too large for this platform", name);
     goto done;
   }
   size_t total = (size_t)sb.st_size;
@@ -319,7 +378,7 @@ camdelta_status camdelta_npy_read(const char *path, camdelta_npy *out) {
   unsigned char pre[12];
   size_t got = fread(pre, 1, sizeof pre < total ? sizeof pre : total, f);
   if (ferror(f)) {
-    st = cd_fail(CAMDELTA_ERROR_IO, "%s: read error: %s", path, strerror(errno));
+    st = cd_fail(CAMDELTA_ERROR_IO, "%s: read error: %s", name, strerror(errno));
     goto done;
   }
   size_t head_len = got;
@@ -333,29 +392,29 @@ camdelta_status camdelta_npy_read(const char *path, camdelta_npy *out) {
   }
   head = malloc(head_len ? head_len : 1);
   if (!head) {
-    st = cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes for the header", path, head_len);
+    st = cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes for the header", name, head_len);
     goto done;
   }
   memcpy(head, pre, got < head_len ? got : head_len);
   if (head_len > got) {
     size_t more = fread(head + got, 1, head_len - got, f);
     if (more != head_len - got) {
-      st = ferror(f) ? cd_fail(CAMDELTA_ERROR_IO, "%s: read error: %s", path, strerror(errno))
-                     : cd_fail(CAMDELTA_ERROR_FORMAT, "%s: truncated .npy file (file shrank while reading)", path);
+      st = ferror(f) ? cd_fail(CAMDELTA_ERROR_IO, "%s: read error: %s", name, strerror(errno))
+                     : cd_fail(CAMDELTA_ERROR_FORMAT, "%s: truncated .npy file (file shrank while reading)", name);
       goto done;
     }
   }
   npy_header h;
-  if ((st = parse_header(head, head_len, total, path, &h))) goto done;
+  if ((st = parse_header(head, head_len, total, name, &h))) goto done;
   data = malloc(h.data_bytes ? h.data_bytes : 1);
   if (!data) {
-    st = cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes for the data", path, h.data_bytes);
+    st = cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes for the data", name, h.data_bytes);
     goto done;
   }
   /* The file position is now at h.data_offset (the whole header was read). */
   if (h.data_bytes && fread(data, 1, h.data_bytes, f) != h.data_bytes) {
-    st = ferror(f) ? cd_fail(CAMDELTA_ERROR_IO, "%s: read error: %s", path, strerror(errno))
-                   : cd_fail(CAMDELTA_ERROR_FORMAT, "%s: truncated .npy file (data ends early)", path);
+    st = ferror(f) ? cd_fail(CAMDELTA_ERROR_IO, "%s: read error: %s", name, strerror(errno))
+                   : cd_fail(CAMDELTA_ERROR_FORMAT, "%s: truncated .npy file (data ends early)", name);
     goto done;
   }
   fill_out(out, &h, data);
@@ -402,37 +461,94 @@ static size_t format_header(char *buf, size_t cap, camdelta_npy_type type, int n
   return total;
 }
 
-camdelta_status camdelta_npy_write(const char *path, camdelta_npy_type type, int ndim, const size_t *shape,
-                                   const void *data) {
+/* A temporary name beside `path`: "<dir>/.<base>.tmp.<pid>.<time>.<n>" (hidden, so a listing of an output folder
+ * never shows it as a result). */
+static int temp_name(const char *path, char *tmp, size_t size) {
+  static atomic_uint counter;
+  const char *slash = strrchr(path, '/');
+  const size_t dirlen = slash ? (size_t)(slash - path) + 1 : 0;
+  const char *base = slash ? slash + 1 : path;
+  if (!*base) return 0;
+  int w = snprintf(tmp, size, "%.*s.%s.tmp.%ld.%lx.%u", (int)dirlen, path, base, (long)getpid(),
+                   (unsigned long)time(NULL), atomic_fetch_add(&counter, 1));
+  return w > 0 && (size_t)w < size;
+}
+
+static int write_all(int fd, const void *buf, size_t n) {
+  const unsigned char *p = buf;
+  while (n) {
+    ssize_t w = write(fd, p, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      if (w == 0) errno = ENOSPC;
+      return 0;
+    }
+    p += w;
+    n -= (size_t)w;
+  }
+  return 1;
+}
+
+camdelta_status camdelta_npy_write_temp(const char *path, camdelta_npy_type type, int ndim, const size_t *shape,
+                                        const void *data, char *tmp_path, size_t tmp_size) {
   cd_clear_error();
-  if (!path) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_npy_write: 'path' is NULL");
+  if (!path || !tmp_path || tmp_size == 0)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_npy_write_temp: '%s' is NULL or empty",
+                   path ? "tmp_path" : "path");
+  tmp_path[0] = '\0';
+  char name[1200];
+  escape(path, (size_t)-1, name, sizeof name);
   if (!type_descr(type))
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_npy_write: %s: unknown type %d", path, (int)type);
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_npy_write: %s: unknown type %d", name, (int)type);
   if (ndim < 0 || ndim > CAMDELTA_NPY_MAX_DIMS)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_npy_write: %s: ndim %d out of range [0, %d]", path, ndim,
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_npy_write: %s: ndim %d out of range [0, %d]", name, ndim,
                    CAMDELTA_NPY_MAX_DIMS);
   if (ndim > 0 && !shape)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_npy_write: %s: 'shape' is NULL", path);
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_npy_write: %s: 'shape' is NULL", name);
   size_t count, bytes;
   if (!cd_prod(&count, ndim, shape) || !cd_mul(&bytes, count, type_size(type)))
-    return cd_fail(CAMDELTA_ERROR_OVERFLOW, "camdelta_npy_write: %s: the element count overflows size_t", path);
-  if (bytes && !data) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_npy_write: %s: 'data' is NULL", path);
+    return cd_fail(CAMDELTA_ERROR_OVERFLOW, "camdelta_npy_write: %s: the element count overflows size_t", name);
+  if (bytes && !data) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_npy_write: %s: 'data' is NULL", name);
   char header[640];
   size_t hl = format_header(header, sizeof header, type, ndim, shape);
-  if (!hl) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_npy_write: %s: header too long", path);
-
-  FILE *f = fopen(path, "wb");
-  if (!f) return cd_fail(CAMDELTA_ERROR_IO, "%s: cannot create: %s", path, strerror(errno));
-  int ok = fwrite(header, 1, hl, f) == hl;
-  if (ok && bytes) ok = fwrite(data, 1, bytes, f) == bytes;
+  if (!hl) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_npy_write: %s: header too long", name);
+  struct stat sb;
+  if (lstat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+    return cd_fail(CAMDELTA_ERROR_IO, "%s: cannot write: a folder is in the way", name);
+  if (!temp_name(path, tmp_path, tmp_size))
+    return cd_fail(CAMDELTA_ERROR_IO, "%s: cannot write: the path is too long", name);
+  /* a new file that cannot be a planted link or an existing file */
+  int fd = open(tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+  if (fd < 0) {
+    int e = errno;
+    tmp_path[0] = '\0';
+    return cd_fail(CAMDELTA_ERROR_IO, "%s: cannot create: %s", name, strerror(e));
+  }
+  int ok = write_all(fd, header, hl) && (!bytes || write_all(fd, data, bytes)) && fsync(fd) == 0;
   int saved_errno = errno;
-  if (fclose(f) != 0 && ok) {
+  if (close(fd) != 0 && ok) {
     ok = 0;
     saved_errno = errno;
   }
   if (!ok) {
-    remove(path); /* no partial file left behind */
-    return cd_fail(CAMDELTA_ERROR_IO, "%s: write failed: %s", path, strerror(saved_errno));
+    unlink(tmp_path); /* no partial file left behind */
+    tmp_path[0] = '\0';
+    return cd_fail(CAMDELTA_ERROR_IO, "%s: write failed: %s", name, strerror(saved_errno));
+  }
+  return CAMDELTA_OK;
+}
+
+camdelta_status camdelta_npy_write(const char *path, camdelta_npy_type type, int ndim, const size_t *shape,
+                                   const void *data) {
+  char tmp[4200];
+  camdelta_status st = camdelta_npy_write_temp(path, type, ndim, shape, data, tmp, sizeof tmp);
+  if (st) return st;
+  if (rename(tmp, path) != 0) {
+    int e = errno;
+    unlink(tmp);
+    char name[1200];
+    return cd_fail(CAMDELTA_ERROR_IO, "%s: cannot replace: %s", escape(path, (size_t)-1, name, sizeof name),
+                   strerror(e));
   }
   return CAMDELTA_OK;
 }

@@ -140,13 +140,8 @@ camdelta_status camdelta_prep_forward(camdelta_context *ctx, const camdelta_prep
                                       camdelta_prep_saved *saved) {
   static const char *op = "camdelta_prep_forward";
   cd_clear_error();
-  if (!ctx || !args)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", op, ctx ? "args" : "ctx");
-  if (saved && saved->ctx != ctx)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' was created for another context", op);
-  if (args->profile && !ctx->profiling)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
-                   "%s: 'profile' requested but the queue was created without CL_QUEUE_PROFILING_ENABLE", op);
+  camdelta_status pst = cd_prologue_prep_forward(ctx, args, saved);
+  if (pst) return pst;
   const size_t B = args->B, N = args->N, H = args->H, D = args->D;
   camdelta_status st = cd_prep_check_shape(op, B, N, H, D, args->dtype, args->k_scale, args->norm_eps);
   if (st) return st;

@@ -74,6 +74,15 @@ static camdelta_status check_args(const camdelta_prep_backward_args *a, const ca
   camdelta_status st = cd_prep_check_shape(OP, B, N, H, D, a->dtype, a->k_scale, a->norm_eps);
   if (st) return st;
   if (B > UINT32_MAX) return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: B=%zu exceeds 2^32-1", OP, B);
+  {
+    /* the largest scratch buffers: dproj partials (B, N, H, 32) and norm-weight partials (2, B * tiles, C) with
+     * tiles <= N, both in bytes (the shape check bounds B*N*H*D*4 only) */
+    const size_t fp[5] = {B, N, H, 32, sizeof(float)}, fw[6] = {2, B, N, H, D, sizeof(float)};
+    size_t pp, pw;
+    if (!cd_prod(&pp, 5, fp) || !cd_prod(&pw, 6, fw))
+      return cd_fail(CAMDELTA_ERROR_OVERFLOW, "%s: B=%zu N=%zu H=%zu D=%zu: the scratch sizes overflow size_t", OP,
+                     B, N, H, D);
+  }
   const size_t es = camdelta_dtype_size(a->dtype), BNHD = B * N * H * D, C = H * D, Dh = D / 2;
   const int need_v = (a->dproj_kv.mem || a->drope_cos.mem || a->drope_sin.mem) && a->grad_v.mem;
   const camdelta_buffer in9[9] = {a->q_raw,  a->k_raw,   a->v_raw,    a->q_norm_weight, a->k_norm_weight,
@@ -125,10 +134,9 @@ static camdelta_status check_args(const camdelta_prep_backward_args *a, const ca
 camdelta_status camdelta_prep_backward(camdelta_context *ctx, const camdelta_prep_backward_args *args,
                                        const camdelta_prep_saved *saved) {
   cd_clear_error();
-  if (!ctx || !args) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", OP, ctx ? "args" : "ctx");
-  if (saved && saved->ctx != ctx)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' was created for another context", OP);
-  camdelta_status st = check_args(args, saved);
+  camdelta_status st = cd_prologue_prep_backward(ctx, args, saved);
+  if (st) return st;
+  st = check_args(args, saved);
   if (st) return st;
   const size_t B = args->B, N = args->N, H = args->H, D = args->D, C = H * D, Dh = D / 2;
   const int want_rope = args->drope_cos.mem || args->drope_sin.mem;

@@ -250,6 +250,7 @@ static camdelta_status check_args(const camdelta_scan_backward_args *a, const ca
 camdelta_status camdelta_scan_backward(camdelta_context *ctx, const camdelta_scan_backward_args *args,
                                        const camdelta_scan_saved *saved) {
   cd_clear_error();
+  { const camdelta_status pst = cd_prologue_scan_backward(ctx, args, saved); if (pst) return pst; }
   if (!ctx || !args) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", OP, ctx ? "args" : "ctx");
   if (saved && saved->ctx != ctx)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' was created for another context", OP);

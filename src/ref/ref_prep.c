@@ -12,6 +12,15 @@ camdelta_status camdelta_ref_prep_forward(const camdelta_ref_prep *p) {
   camdelta_status st = cd_check_head_dim("camdelta_ref_prep_forward", p->D);
   if (st) return st;
   const size_t B = p->B, N = p->N, H = p->H, D = p->D, C = H * D, Dh = D / 2;
+  {
+    /* every index below stays under B*N*H*D and B*N*16 elements: both must fit, in bytes too */
+    const size_t f[4] = {B, N, H, D}, g[3] = {B, N, 16};
+    size_t all, cams;
+    if (!cd_prod(&all, 4, f) || !cd_prod(&cams, 3, g) || all > SIZE_MAX / sizeof(double) ||
+        cams > SIZE_MAX / sizeof(double))
+      return cd_fail(CAMDELTA_ERROR_OVERFLOW, "camdelta_ref_prep_forward: B*N*H*D = %zu*%zu*%zu*%zu overflows size_t",
+                     B, N, H, D);
+  }
   double *qn = malloc(D * sizeof *qn), *kn = malloc(D * sizeof *kn), *vn = malloc(D * sizeof *vn);
   double *qo = malloc(D * sizeof *qo), *ko = malloc(D * sizeof *ko), *vo = malloc(D * sizeof *vo);
   if (!qn || !kn || !vn || !qo || !ko || !vo) {

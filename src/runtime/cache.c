@@ -2,18 +2,36 @@
  *
  * One file per program: <folder>/<key>.clbin where key = BLAKE2b-256 (hex) of
  * everything that determines the binary. File layout (little-endian):
- *   0   16  magic "CAMDELTA-CLBIN1\0"
+ *   0   16  magic "CAMDELTA-CLBIN2\0"
  *   16  64  key (hex), must equal the file name's key
  *   80  64  device name (NUL-padded; informational, for `camdelta cache list`)
- *   144  8  payload length
- *   152 32  BLAKE2b-256 of the payload
+ *   144  8  payload length (must equal the file size - 184, at most CD_CACHE_MAX_PAYLOAD)
+ *   152 32  BLAKE2b-256 of bytes 0..151 followed by the payload: the hash binds the payload to its key, so an
+ *           entry copied or renamed under another key (even with the key field rewritten) never verifies
  *   184  .  payload (the program binary)
- * Writes go to a unique temporary file in the same folder, are flushed with
- * fsync, then renamed over the entry, so readers never see a partial file.
+ *
+ * Who may touch the folder (the model: ssh's StrictModes and the XDG base-directory rules). The folder is
+ * reached by walking its path one component at a time with openat(O_NOFOLLOW) from a directory descriptor:
+ *  - the folder itself must be a directory owned by the user and not a symbolic link; a folder the user owns
+ *    that group or others can access is tightened to 0700; a missing one is created 0700 (its missing parents
+ *    too);
+ *  - every parent must be owned by root or the user and not writable by group or others unless it has the
+ *    sticky bit (as /tmp has, where nobody can rename another user's entries); a symbolic link among the
+ *    parents is followed only when root or the user owns it.
+ * Anything else: the call runs uncached and says why once per process on stderr.
+ * Entries are opened relative to the folder's descriptor with O_NOFOLLOW | O_NONBLOCK (a FIFO never blocks)
+ * and must be regular files owned by the user; the size is checked before anything is allocated.
+ * Writes go to a unique temporary file in the same folder (O_CREAT | O_EXCL | O_NOFOLLOW), are flushed with
+ * fsync, then renamed over the entry, so readers never see a partial file. Temporary files older than
+ * CD_CACHE_STALE_SECONDS (left by a writer that died) are removed on the next store.
  * Anything that does not verify is deleted and rebuilt by the caller. */
 #include <blake2.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,24 +41,32 @@
 
 #include "internal.h"
 
-#define CD_MAGIC "CAMDELTA-CLBIN1"
-#define CD_HDR 184
+#ifndef S_ISVTX
+#define S_ISVTX 01000 /* XSI; not exposed under plain _POSIX_C_SOURCE */
+#endif
 
-static int mkdir_p(const char *path) {
-  char tmp[4096];
-  size_t n = strlen(path);
-  if (n == 0 || n >= sizeof tmp) return 0;
-  memcpy(tmp, path, n + 1);
-  for (size_t i = 1; i <= n; i++) {
-    if (tmp[i] == '/' || tmp[i] == '\0') {
-      char c = tmp[i];
-      tmp[i] = '\0';
-      if (mkdir(tmp, 0700) != 0 && errno != EEXIST) return 0;
-      tmp[i] = c;
-    }
-  }
-  struct stat sb;
-  return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+#define CD_MAGIC "CAMDELTA-CLBIN2"
+#define CD_HDR 184
+#define CD_TMP_TAG ".clbin.tmp."
+
+_Atomic size_t cd_cache_largest_alloc;
+
+static atomic_int warned;
+static _Thread_local char refusal[1024];
+static _Thread_local int quiet; /* listing and clearing report the refusal as their error instead */
+
+const char *cd_cache_refusal(void) { return refusal; }
+
+/* Records why the folder is not used and says so on stderr, once per process. */
+static int refuse(const char *fmt, ...) CD_PRINTF(1, 2);
+static int refuse(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(refusal, sizeof refusal, fmt, ap);
+  va_end(ap);
+  if (!quiet && atomic_exchange(&warned, 1) == 0)
+    fprintf(stderr, "camdelta: warning: not using the kernel cache: %s; running uncached\n", refusal);
+  return -1;
 }
 
 int cd_cache_folder(char *buf, size_t size) {
@@ -53,12 +79,167 @@ int cd_cache_folder(char *buf, size_t size) {
   } else {
     const char *xdg = getenv("XDG_CACHE_HOME");
     const char *home = getenv("HOME");
-    if (xdg && *xdg) w = snprintf(buf, size, "%s/camdelta", xdg);
+    /* XDG: a relative XDG_CACHE_HOME is invalid and ignored */
+    if (xdg && xdg[0] == '/') w = snprintf(buf, size, "%s/camdelta", xdg);
     else if (home && *home) w = snprintf(buf, size, "%s/.cache/camdelta", home);
     else return 0;
   }
   return w > 0 && (size_t)w < size;
 }
+
+/* ------------------------------------------------------------ the folder */
+
+/* Checks a parent directory: owned by root or the user, not writable by group/others unless sticky. */
+static int parent_ok(int fd, const char *shown) {
+  struct stat sb;
+  if (fstat(fd, &sb) != 0) return refuse("%s: cannot stat: %s", shown, strerror(errno));
+  if (sb.st_uid != 0 && sb.st_uid != geteuid())
+    return refuse("%s is owned by uid %ld (neither you nor root)", shown, (long)sb.st_uid);
+  if ((sb.st_mode & (S_IWGRP | S_IWOTH)) && !(sb.st_mode & S_ISVTX))
+    return refuse("%s is writable by group or others (mode %03o)", shown, (unsigned)(sb.st_mode & 0777));
+  return 0;
+}
+
+/* Opens the cache folder `path` under the rules above; returns a directory descriptor, -1 when refused or
+ * unusable (said on stderr), -2 when it does not exist and !create. */
+static int open_folder(const char *path, int create) {
+  char rest[2 * PATH_MAX + 2], shown[PATH_MAX + 1];
+  if (path[0] == '/') {
+    if (snprintf(rest, sizeof rest, "%s", path) >= (int)sizeof rest) return refuse("%s: path too long", path);
+  } else {
+    char cwd[PATH_MAX];
+    if (!getcwd(cwd, sizeof cwd)) return refuse("%s: cannot resolve a relative path: %s", path, strerror(errno));
+    if (snprintf(rest, sizeof rest, "%s/%s", cwd, path) >= (int)sizeof rest) return refuse("%s: path too long", path);
+  }
+  int fd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return refuse("/: cannot open: %s", strerror(errno));
+  if (parent_ok(fd, "/")) {
+    close(fd);
+    return -1;
+  }
+  snprintf(shown, sizeof shown, "/");
+  int links = 0, final_checked = 0;
+  char *p = rest;
+  for (;;) {
+    while (*p == '/') p++;
+    if (!*p) break;
+    char *q = p;
+    while (*q && *q != '/') q++;
+    const char saved = *q;
+    *q = '\0';
+    char comp[NAME_MAX + 1];
+    if (snprintf(comp, sizeof comp, "%s", p) >= (int)sizeof comp) {
+      close(fd);
+      return refuse("%s: a path component is too long", path);
+    }
+    *q = saved;
+    char *next = q;
+    while (*next == '/') next++;
+    const int last = *next == '\0';
+    size_t sl = strlen(shown);
+    snprintf(shown + sl, sizeof shown - sl, "%s%s", sl > 1 ? "/" : "", comp);
+    if (strcmp(comp, ".") == 0) {
+      p = next;
+      continue;
+    }
+    int nfd = openat(fd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (nfd < 0 && errno == ENOENT) {
+      if (!create) {
+        close(fd);
+        return -2;
+      }
+      if (mkdirat(fd, comp, 0700) != 0 && errno != EEXIST) {
+        int e = errno;
+        close(fd);
+        return refuse("%s: cannot create: %s", shown, strerror(e));
+      }
+      nfd = openat(fd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    }
+    if (nfd < 0) {
+      const int e = errno;
+      struct stat ls;
+      if (fstatat(fd, comp, &ls, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(ls.st_mode)) {
+        if (last) {
+          close(fd);
+          return refuse("%s is a symbolic link (the cache folder itself must be a real folder)", shown);
+        }
+        if (ls.st_uid != 0 && ls.st_uid != geteuid()) {
+          close(fd);
+          return refuse("%s is a symbolic link owned by uid %ld (neither you nor root)", shown, (long)ls.st_uid);
+        }
+        char target[PATH_MAX + 1];
+        ssize_t n = readlinkat(fd, comp, target, sizeof target - 1);
+        if (n <= 0 || ++links > 16) {
+          close(fd);
+          return refuse("%s: cannot follow the symbolic link", shown);
+        }
+        target[n] = '\0';
+        char joined[sizeof rest];
+        if (snprintf(joined, sizeof joined, "%s/%s", target, next) >= (int)sizeof joined) {
+          close(fd);
+          return refuse("%s: path too long", path);
+        }
+        memcpy(rest, joined, strlen(joined) + 1);
+        p = rest;
+        if (target[0] == '/') {
+          close(fd);
+          fd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+          if (fd < 0 || parent_ok(fd, "/")) {
+            if (fd >= 0) close(fd);
+            return -1;
+          }
+          snprintf(shown, sizeof shown, "/");
+        } else {
+          shown[sl] = '\0';
+        }
+        continue;
+      }
+      close(fd);
+      return refuse("%s: cannot open: %s", shown, strerror(e));
+    }
+    close(fd);
+    fd = nfd;
+    if (!last) {
+      if (parent_ok(fd, shown)) {
+        close(fd);
+        return -1;
+      }
+    } else {
+      struct stat sb;
+      if (fstat(fd, &sb) != 0) {
+        int e = errno;
+        close(fd);
+        return refuse("%s: cannot stat: %s", shown, strerror(e));
+      }
+      if (sb.st_uid != geteuid()) {
+        close(fd);
+        return refuse("%s is owned by uid %ld, not by you (uid %ld)", shown, (long)sb.st_uid, (long)geteuid());
+      }
+      if ((sb.st_mode & 077) && fchmod(fd, 0700) != 0) {
+        int e = errno;
+        close(fd);
+        return refuse("%s has mode %03o and cannot be made private: %s", shown, (unsigned)(sb.st_mode & 0777),
+                      strerror(e));
+      }
+      final_checked = 1;
+    }
+    p = next;
+  }
+  if (!final_checked) {
+    close(fd);
+    return refuse("%s: not a usable cache folder", path);
+  }
+  return fd;
+}
+
+/* The folder's descriptor (see open_folder), or a negative value. */
+static int folder_fd(int create) {
+  char dir[PATH_MAX];
+  if (!cd_cache_folder(dir, sizeof dir)) return -2;
+  return open_folder(dir, create);
+}
+
+/* ------------------------------------------------------------ keys */
 
 static void hex(const unsigned char *in, size_t n, char *out) {
   static const char digits[] = "0123456789abcdef";
@@ -95,54 +276,170 @@ void cd_cache_key(camdelta_context *ctx, const char *options, const char *src, s
   hex(out, sizeof out, key_hex);
 }
 
-static int entry_path(const char *key_hex, char *path, size_t size) {
-  char dir[4096];
-  if (!cd_cache_folder(dir, sizeof dir)) return 0;
-  int w = snprintf(path, size, "%s/%s.clbin", dir, key_hex);
-  return w > 0 && (size_t)w < size;
+static int is_hex_key(const char *s) {
+  for (int i = 0; i < 64; i++)
+    if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return 0;
+  return 1;
+}
+
+/* 1: "<key>.clbin", 2: "<key>.clbin.tmp.*", 0: not ours. */
+static int classify_name(const char *name) {
+  size_t n = strlen(name);
+  if (n < 70 || !is_hex_key(name) || strncmp(name + 64, ".clbin", 6) != 0) return 0;
+  if (n == 70) return 1;
+  if (strncmp(name + 64, CD_TMP_TAG, strlen(CD_TMP_TAG)) == 0) return 2;
+  return 0;
+}
+
+static uint64_t get_le64(const unsigned char *p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+  return v;
+}
+
+static void entry_hash(const unsigned char *hdr, const unsigned char *payload, size_t len, unsigned char out[32]) {
+  blake2b_state s;
+  blake2b_init(&s, 32);
+  blake2b_update(&s, hdr, 152);
+  blake2b_update(&s, payload, len);
+  blake2b_final(&s, out, 32);
+}
+
+void cd_cache_entry_seal(unsigned char *image, size_t size) {
+  if (size < CD_HDR) return;
+  entry_hash(image, image + CD_HDR, size - CD_HDR, image + 152);
+}
+
+int cd_cache_parse_entry(const unsigned char *bytes, size_t size, const char *key_hex, size_t *payload_len,
+                         char device[65]) {
+  if (device) device[0] = '\0';
+  if (size < CD_HDR || memcmp(bytes, CD_MAGIC, sizeof CD_MAGIC) != 0) return 0;
+  if (key_hex && memcmp(bytes + 16, key_hex, 64) != 0) return 0;
+  const uint64_t plen = get_le64(bytes + 144);
+  if (plen == 0 || plen > CD_CACHE_MAX_PAYLOAD || plen != (uint64_t)(size - CD_HDR)) return 0;
+  unsigned char digest[32];
+  entry_hash(bytes, bytes + CD_HDR, (size_t)plen, digest);
+  if (memcmp(digest, bytes + 152, 32) != 0) return 0;
+  if (device) {
+    memcpy(device, bytes + 80, 64);
+    device[64] = '\0';
+    for (char *p = device; *p; p++)
+      if ((unsigned char)*p < 0x20 || (unsigned char)*p == 0x7f) *p = '?';
+  }
+  *payload_len = (size_t)plen;
+  return 1;
+}
+
+static void note_alloc(size_t n) {
+  size_t cur = atomic_load(&cd_cache_largest_alloc);
+  while (n > cur && !atomic_compare_exchange_weak(&cd_cache_largest_alloc, &cur, n)) {
+  }
+}
+
+/* Reads and verifies entry `name` of folder `dfd`: a regular file owned by the user whose size fits the
+ * limits, read without blocking. Returns a malloc'd buffer with the payload at its start, or NULL. */
+static unsigned char *read_entry(int dfd, const char *name, const char *key_hex, size_t *len, char device[65],
+                                 struct stat *sb_out) {
+  int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return NULL;
+  struct stat sb;
+  unsigned char *buf = NULL;
+  size_t size = 0;
+  int ok = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_uid == geteuid() && sb.st_size >= CD_HDR &&
+           (uint64_t)sb.st_size - CD_HDR <= CD_CACHE_MAX_PAYLOAD;
+  if (sb_out && ok) *sb_out = sb;
+  if (ok) {
+    unsigned char hdr[CD_HDR];
+    size = (size_t)sb.st_size;
+    ok = pread(fd, hdr, CD_HDR, 0) == CD_HDR && get_le64(hdr + 144) == (uint64_t)(size - CD_HDR);
+  }
+  if (ok) {
+    note_alloc(size);
+    buf = malloc(size);
+    ok = buf != NULL;
+  }
+  size_t done = 0;
+  while (ok && done < size) {
+    ssize_t r = pread(fd, buf + done, size - done, (off_t)done);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) ok = 0;
+    else done += (size_t)r;
+  }
+  if (ok) {
+    unsigned char extra;
+    ok = pread(fd, &extra, 1, (off_t)size) == 0; /* the file did not grow meanwhile */
+  }
+  close(fd);
+  size_t plen = 0;
+  if (ok) ok = cd_cache_parse_entry(buf, size, key_hex, &plen, device);
+  if (!ok) {
+    free(buf);
+    return NULL;
+  }
+  memmove(buf, buf + CD_HDR, plen);
+  *len = plen;
+  return buf;
 }
 
 unsigned char *cd_cache_load(const char *key_hex, size_t *len) {
-  char path[4200];
-  if (!entry_path(key_hex, path, sizeof path)) return NULL;
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  unsigned char hdr[CD_HDR];
-  unsigned char *payload = NULL;
-  int ok = fread(hdr, 1, CD_HDR, f) == CD_HDR && memcmp(hdr, CD_MAGIC, sizeof CD_MAGIC) == 0 &&
-           memcmp(hdr + 16, key_hex, 64) == 0;
-  uint64_t plen = 0;
-  if (ok) {
-    for (int i = 7; i >= 0; i--) plen = (plen << 8) | hdr[144 + i];
-    ok = plen > 0 && plen < ((uint64_t)1 << 32);
+  int dfd = folder_fd(0);
+  if (dfd < 0) return NULL;
+  char name[80];
+  snprintf(name, sizeof name, "%.64s.clbin", key_hex);
+  unsigned char *payload = read_entry(dfd, name, key_hex, len, NULL, NULL);
+  if (!payload) {
+    struct stat ls;
+    /* corrupt, truncated, foreign, not a regular file or not ours: never loaded, rebuilt by the caller */
+    if (fstatat(dfd, name, &ls, AT_SYMLINK_NOFOLLOW) == 0) unlinkat(dfd, name, 0);
   }
-  if (ok) {
-    payload = malloc((size_t)plen + 1);
-    ok = payload && fread(payload, 1, (size_t)plen, f) == plen && fgetc(f) == EOF;
-  }
-  if (ok) {
-    unsigned char digest[32];
-    blake2b(digest, payload, NULL, sizeof digest, (size_t)plen, 0);
-    ok = memcmp(digest, hdr + 152, 32) == 0;
-  }
-  fclose(f);
-  if (!ok) {
-    free(payload);
-    unlink(path); /* corrupt, truncated or foreign: never loaded, rebuilt by the caller */
-    return NULL;
-  }
-  *len = (size_t)plen;
+  close(dfd);
   return payload;
 }
 
+void cd_cache_discard(const char *key_hex) {
+  int dfd = folder_fd(0);
+  if (dfd < 0) return;
+  char name[80];
+  snprintf(name, sizeof name, "%.64s.clbin", key_hex);
+  unlinkat(dfd, name, 0);
+  close(dfd);
+}
+
+/* Removes temporary files older than CD_CACHE_STALE_SECONDS (their writer died). */
+static void remove_stale(int dfd) {
+  int d2 = dup(dfd);
+  if (d2 < 0) return;
+  DIR *d = fdopendir(d2);
+  if (!d) {
+    close(d2);
+    return;
+  }
+  const time_t now = time(NULL);
+  struct dirent *de;
+  while ((de = readdir(d)) != NULL) {
+    if (classify_name(de->d_name) != 2) continue;
+    struct stat sb;
+    if (fstatat(dfd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && difftime(now, sb.st_mtime) > CD_CACHE_STALE_SECONDS)
+      unlinkat(dfd, de->d_name, 0);
+  }
+  closedir(d);
+}
+
 void cd_cache_store(const char *key_hex, const unsigned char *bin, size_t len, const char *device_name) {
-  char dir[4096], path[4200], tmp[4300];
-  if (!cd_cache_folder(dir, sizeof dir) || !mkdir_p(dir)) return;
-  if (!entry_path(key_hex, path, sizeof path)) return;
-  static _Thread_local unsigned counter;
-  snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%lx.%u", path, (long)getpid(), (unsigned long)time(NULL), counter++);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0600);
-  if (fd < 0) return;
+  if (len == 0 || (uint64_t)len > CD_CACHE_MAX_PAYLOAD) return;
+  int dfd = folder_fd(1);
+  if (dfd < 0) return;
+  remove_stale(dfd);
+  char name[80], tmp[160];
+  snprintf(name, sizeof name, "%.64s.clbin", key_hex);
+  static atomic_uint counter;
+  snprintf(tmp, sizeof tmp, "%.64s" CD_TMP_TAG "%ld.%lx.%u", key_hex, (long)getpid(), (unsigned long)time(NULL),
+           atomic_fetch_add(&counter, 1));
+  int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    close(dfd);
+    return;
+  }
   unsigned char hdr[CD_HDR];
   memset(hdr, 0, sizeof hdr);
   memcpy(hdr, CD_MAGIC, sizeof CD_MAGIC);
@@ -150,7 +447,7 @@ void cd_cache_store(const char *key_hex, const unsigned char *bin, size_t len, c
   strncpy((char *)hdr + 80, device_name ? device_name : "", 63);
   uint64_t plen = len;
   for (int i = 0; i < 8; i++) hdr[144 + i] = (unsigned char)(plen >> (8 * i));
-  blake2b(hdr + 152, bin, NULL, 32, len, 0);
+  entry_hash(hdr, bin, len, hdr + 152);
   int ok = 1;
   const unsigned char *parts[2] = {hdr, bin};
   size_t sizes[2] = {sizeof hdr, len};
@@ -168,5 +465,125 @@ void cd_cache_store(const char *key_hex, const unsigned char *bin, size_t len, c
   }
   if (ok && fsync(fd) != 0) ok = 0;
   if (close(fd) != 0) ok = 0;
-  if (!ok || rename(tmp, path) != 0) unlink(tmp);
+  if (!ok || renameat(dfd, tmp, dfd, name) != 0) unlinkat(dfd, tmp, 0);
+  close(dfd);
+}
+
+/* ------------------------------------------------------------ listing */
+
+static int newest_first(const void *a, const void *b) {
+  const camdelta_cache_entry *x = a, *y = b;
+  if (x->mtime != y->mtime) return x->mtime < y->mtime ? 1 : -1;
+  return strcmp(x->file, y->file);
+}
+
+camdelta_status camdelta_cache_list(camdelta_cache_entry **entries, size_t *count) {
+  cd_clear_error();
+  if (!entries || !count)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_cache_list: '%s' is NULL", entries ? "count" : "entries");
+  *entries = NULL;
+  *count = 0;
+  char dir[PATH_MAX];
+  if (!cd_cache_folder(dir, sizeof dir)) return CAMDELTA_OK;
+  refusal[0] = '\0';
+  quiet = 1;
+  int dfd = open_folder(dir, 0);
+  quiet = 0;
+  if (dfd == -2) return CAMDELTA_OK;
+  if (dfd < 0) return cd_fail(CAMDELTA_ERROR_IO, "camdelta_cache_list: the cache folder is not used: %s", refusal);
+  int d2 = dup(dfd);
+  DIR *d = d2 >= 0 ? fdopendir(d2) : NULL;
+  if (!d) {
+    int e = errno;
+    if (d2 >= 0) close(d2);
+    close(dfd);
+    return cd_fail(CAMDELTA_ERROR_IO, "camdelta_cache_list: %s: cannot list: %s", dir, strerror(e));
+  }
+  camdelta_status st = CAMDELTA_OK;
+  size_t cap = 0, n = 0;
+  camdelta_cache_entry *v = NULL;
+  struct dirent *de;
+  while ((de = readdir(d)) != NULL) {
+    const int kind = classify_name(de->d_name);
+    if (!kind || strlen(de->d_name) >= sizeof v->file) continue;
+    struct stat sb;
+    if (fstatat(dfd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    if (n == cap) {
+      size_t ncap = cap ? 2 * cap : 32;
+      camdelta_cache_entry *grown = realloc(v, ncap * sizeof *grown);
+      if (!grown) {
+        st = cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "camdelta_cache_list: out of host memory");
+        break;
+      }
+      v = grown;
+      cap = ncap;
+    }
+    camdelta_cache_entry *e = &v[n++];
+    memset(e, 0, sizeof *e);
+    memcpy(e->file, de->d_name, strlen(de->d_name) + 1); /* shorter than e->file: checked above */
+    e->bytes = sb.st_size > 0 ? (uint64_t)sb.st_size : 0;
+    e->mtime = (int64_t)sb.st_mtime;
+    if (kind == 2) {
+      e->state = CAMDELTA_CACHE_ENTRY_PARTIAL;
+      continue;
+    }
+    size_t len = 0;
+    char key[65];
+    memcpy(key, de->d_name, 64);
+    key[64] = '\0';
+    unsigned char *payload = read_entry(dfd, de->d_name, key, &len, e->device, NULL);
+    e->state = payload ? CAMDELTA_CACHE_ENTRY_OK : CAMDELTA_CACHE_ENTRY_CORRUPT;
+    free(payload);
+  }
+  closedir(d);
+  close(dfd);
+  if (st) {
+    free(v);
+    return st;
+  }
+  if (n > 1) qsort(v, n, sizeof *v, newest_first);
+  *entries = v;
+  *count = n;
+  return CAMDELTA_OK;
+}
+
+void camdelta_cache_list_free(camdelta_cache_entry *entries) { free(entries); }
+
+camdelta_status camdelta_cache_clear(size_t *removed, uint64_t *bytes) {
+  cd_clear_error();
+  if (removed) *removed = 0;
+  if (bytes) *bytes = 0;
+  char dir[PATH_MAX];
+  if (!cd_cache_folder(dir, sizeof dir)) return CAMDELTA_OK;
+  refusal[0] = '\0';
+  quiet = 1;
+  int dfd = open_folder(dir, 0);
+  quiet = 0;
+  if (dfd == -2) return CAMDELTA_OK;
+  if (dfd < 0) return cd_fail(CAMDELTA_ERROR_IO, "camdelta_cache_clear: the cache folder is not used: %s", refusal);
+  int d2 = dup(dfd);
+  DIR *d = d2 >= 0 ? fdopendir(d2) : NULL;
+  if (!d) {
+    int e = errno;
+    if (d2 >= 0) close(d2);
+    close(dfd);
+    return cd_fail(CAMDELTA_ERROR_IO, "camdelta_cache_clear: %s: cannot list: %s", dir, strerror(e));
+  }
+  camdelta_status st = CAMDELTA_OK;
+  struct dirent *de;
+  while ((de = readdir(d)) != NULL) {
+    if (!classify_name(de->d_name)) continue;
+    struct stat sb;
+    if (fstatat(dfd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    if (unlinkat(dfd, de->d_name, 0) == 0) {
+      if (removed) (*removed)++;
+      if (bytes && sb.st_size > 0) *bytes += (uint64_t)sb.st_size;
+    } else if (errno != ENOENT && !st) {
+      st = cd_fail(CAMDELTA_ERROR_IO, "camdelta_cache_clear: %s/%s: cannot remove: %s", dir, de->d_name,
+                   strerror(errno));
+    }
+  }
+  closedir(d);
+  close(dfd);
+  return st;
 }

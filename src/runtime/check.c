@@ -44,9 +44,9 @@ camdelta_status cd_check_buffer(const char *op, const char *name, camdelta_buffe
 }
 
 camdelta_status cd_check_head_dim(const char *op, size_t D) {
-  if (D < 8 || D > 128 || D % 8 != 0)
-    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: head dim D=%zu unsupported (expected a multiple of 8 in [8, 128])",
-                   op, D);
+  if (D < CAMDELTA_MIN_HEAD_DIM || D > CAMDELTA_MAX_HEAD_DIM || D % CAMDELTA_HEAD_DIM_MULTIPLE != 0)
+    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: head dim D=%zu unsupported (expected a multiple of %d in [%d, %d])",
+                   op, D, CAMDELTA_HEAD_DIM_MULTIPLE, CAMDELTA_MIN_HEAD_DIM, CAMDELTA_MAX_HEAD_DIM);
   return CAMDELTA_OK;
 }
 
@@ -134,3 +134,83 @@ camdelta_status cd_parse_tiles(const char *var, const char *text, const char *co
   }
   return CAMDELTA_OK;
 }
+
+/* ------------------------------------------------------------ entry prologue */
+
+/* Every given buffer must be a valid cl_mem of the context's cl_context: a buffer of another context would fail
+ * only at enqueue time (after earlier kernels of the call had run) or, on some drivers, not at all. */
+static camdelta_status check_context_of(const char *op, const camdelta_context *ctx, const cd_named_buffer *bufs,
+                                        size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (!bufs[i].b.mem) continue;
+    cl_context owner = NULL;
+    cl_int err = clGetMemObjectInfo(bufs[i].b.mem, CL_MEM_CONTEXT, sizeof owner, &owner, NULL);
+    if (err != CL_SUCCESS)
+      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: argument '%s' is not a valid cl_mem (%s)", op,
+                     bufs[i].name, camdelta_cl_error_name(err));
+    if (owner != ctx->context)
+      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
+                     "%s: argument '%s' belongs to another OpenCL context than the camdelta context's", op,
+                     bufs[i].name);
+  }
+  return CAMDELTA_OK;
+}
+
+camdelta_status cd_prologue(const char *op, const camdelta_context *ctx, const void *args,
+                            const camdelta_context *saved_ctx, int has_saved, const camdelta_profile *profile,
+                            const cd_named_buffer *bufs, size_t n) {
+  if (!ctx || !args) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", op, ctx ? "args" : "ctx");
+  if (has_saved && saved_ctx != ctx)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' was created for another context", op);
+  if (profile && !ctx->profiling)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
+                   "%s: 'profile' requested but the queue was created without CL_QUEUE_PROFILING_ENABLE", op);
+  return check_context_of(op, ctx, bufs, n);
+}
+
+#define NB(x) {#x, a->x}
+#define NBN(a_) (sizeof(a_) / sizeof((a_)[0]))
+
+camdelta_status cd_prologue_prep_forward(const camdelta_context *ctx, const camdelta_prep_args *a,
+                                         const camdelta_prep_saved *saved) {
+  static const char op[] = "camdelta_prep_forward";
+  if (!a) return cd_prologue(op, ctx, a, NULL, 0, NULL, NULL, 0);
+  const cd_named_buffer b[] = {NB(q_raw),   NB(k_raw),    NB(v_raw), NB(q_norm_weight), NB(k_norm_weight),
+                               NB(proj_q),  NB(proj_kv),  NB(rope_cos), NB(rope_sin), NB(q),
+                               NB(k),       NB(v),        NB(inflation_sq)};
+  return cd_prologue(op, ctx, a, saved ? saved->ctx : NULL, saved != NULL, a->profile, b, NBN(b));
+}
+
+camdelta_status cd_prologue_prep_backward(const camdelta_context *ctx, const camdelta_prep_backward_args *a,
+                                          const camdelta_prep_saved *saved) {
+  static const char op[] = "camdelta_prep_backward";
+  if (!a) return cd_prologue(op, ctx, a, NULL, 0, NULL, NULL, 0);
+  const cd_named_buffer b[] = {NB(q_raw),    NB(k_raw),          NB(v_raw),         NB(q_norm_weight),
+                               NB(k_norm_weight), NB(proj_q),    NB(proj_kv),       NB(rope_cos),
+                               NB(rope_sin), NB(grad_q),         NB(grad_k),        NB(grad_v),
+                               NB(grad_inflation_sq), NB(dq_raw), NB(dk_raw),       NB(dv_raw),
+                               NB(dq_norm_weight), NB(dk_norm_weight), NB(dproj_q), NB(dproj_kv),
+                               NB(drope_cos), NB(drope_sin)};
+  return cd_prologue(op, ctx, a, saved ? saved->ctx : NULL, saved != NULL, a->profile, b, NBN(b));
+}
+
+camdelta_status cd_prologue_scan_forward(const camdelta_context *ctx, const camdelta_scan_args *a,
+                                         const camdelta_scan_saved *saved) {
+  static const char op[] = "camdelta_scan_forward";
+  if (!a) return cd_prologue(op, ctx, a, NULL, 0, NULL, NULL, 0);
+  const cd_named_buffer b[] = {NB(q),   NB(k),          NB(v),          NB(beta), NB(decay),
+                               NB(out), NB(init_state), NB(final_state)};
+  return cd_prologue(op, ctx, a, saved ? saved->ctx : NULL, saved != NULL, a->profile, b, NBN(b));
+}
+
+camdelta_status cd_prologue_scan_backward(const camdelta_context *ctx, const camdelta_scan_backward_args *a,
+                                          const camdelta_scan_saved *saved) {
+  static const char op[] = "camdelta_scan_backward";
+  if (!a) return cd_prologue(op, ctx, a, NULL, 0, NULL, NULL, 0);
+  const cd_named_buffer b[] = {NB(q),  NB(k),  NB(v),  NB(beta),  NB(decay),  NB(init_state), NB(grad_out),
+                               NB(grad_final_state), NB(dq), NB(dk), NB(dv), NB(dbeta), NB(ddecay),
+                               NB(dinit_state)};
+  return cd_prologue(op, ctx, a, saved ? saved->ctx : NULL, saved != NULL, a->profile, b, NBN(b));
+}
+#undef NB
+#undef NBN

@@ -176,6 +176,21 @@ camdelta_status camdelta_finish(camdelta_context *ctx) {
   return CAMDELTA_OK;
 }
 
+camdelta_status camdelta_enqueue_marker(camdelta_context *ctx, cl_event *event) {
+  cd_clear_error();
+  if (event) *event = NULL;
+  if (!ctx || !event)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_enqueue_marker: '%s' is NULL", ctx ? "event" : "ctx");
+  /* the queue is in order (checked when a borrowed queue is handed over): the marker completes after every
+   * command enqueued before it */
+  cl_int err = clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, event);
+  if (err != CL_SUCCESS) {
+    *event = NULL;
+    return cd_cl_fail(err, "camdelta_enqueue_marker: clEnqueueMarkerWithWaitList");
+  }
+  return CAMDELTA_OK;
+}
+
 camdelta_status camdelta_context_build_stats(const camdelta_context *ctx, camdelta_build_stats *stats) {
   cd_clear_error();
   if (!ctx || !stats)
@@ -247,14 +262,13 @@ static int cache_on(void) {
 }
 
 static camdelta_status build_program(camdelta_context *ctx, const char *source, const char *options,
-                                     cl_program *out, int *from_disk) {
+                                     cl_program *out, int *from_disk, char key[65]) {
   char *text = NULL;
   size_t len = 0;
   camdelta_status st = compose(source, &text, &len);
   if (st) return st;
   char opts[2048];
   snprintf(opts, sizeof opts, "-cl-std=CL1.2 %s%s", options ? options : "", ctx->info.nvidia_ptx ? " -DCD_NVIDIA=1" : "");
-  char key[65];
   cd_cache_key(ctx, opts, text, len, key);
   *from_disk = 0;
   cl_int err;
@@ -321,7 +335,8 @@ camdelta_status cd_program(camdelta_context *ctx, const char *source, const char
   double t0 = now_ms();
   int from_disk = 0;
   cl_program prog = NULL;
-  camdelta_status st = build_program(ctx, source, options, &prog, &from_disk);
+  char ckey[65];
+  camdelta_status st = build_program(ctx, source, options, &prog, &from_disk, ckey);
   if (st == CAMDELTA_OK) {
     cd_program_entry *e = malloc(sizeof *e);
     if (!e) {
@@ -331,6 +346,8 @@ camdelta_status cd_program(camdelta_context *ctx, const char *source, const char
       e->key = key;
       key = NULL;
       e->program = prog;
+      e->from_disk = from_disk;
+      memcpy(e->cache_key, ckey, sizeof ckey);
       e->next = ctx->programs;
       ctx->programs = e;
       ctx->stats.programs++;
@@ -346,6 +363,24 @@ camdelta_status cd_program(camdelta_context *ctx, const char *source, const char
   return st;
 }
 
+/* Drops `prog` from the table and its disk entry when it was loaded from disk; 1 when it did. */
+static int forget_disk_program(camdelta_context *ctx, cl_program prog) {
+  int done = 0;
+  mtx_lock(&ctx->lock);
+  for (cd_program_entry *e = ctx->programs; e; e = e->next) {
+    if (e->program != prog || !e->from_disk) continue;
+    cd_cache_discard(e->cache_key);
+    /* retired, not released: another thread may still hold it; it never matches a lookup again and is released
+     * with the context */
+    e->key[0] = '\0';
+    e->from_disk = 0;
+    done = 1;
+    break;
+  }
+  mtx_unlock(&ctx->lock);
+  return done;
+}
+
 camdelta_status cd_kernel(camdelta_context *ctx, const char *source, const char *options, const char *name,
                           cl_kernel *out) {
   cl_program prog;
@@ -353,6 +388,11 @@ camdelta_status cd_kernel(camdelta_context *ctx, const char *source, const char 
   if (st) return st;
   cl_int err;
   *out = clCreateKernel(prog, name, &err);
+  if (err == CL_INVALID_KERNEL_NAME && forget_disk_program(ctx, prog)) {
+    /* a cached binary that verified but lacks the kernel (another program's payload): discarded, rebuilt */
+    if ((st = cd_program(ctx, source, options, &prog))) return st;
+    *out = clCreateKernel(prog, name, &err);
+  }
   if (err != CL_SUCCESS) {
     *out = NULL;
     return cd_fail(CAMDELTA_ERROR_BUILD, "kernel '%s' not found in '%s': %s", name, source,

@@ -9,6 +9,7 @@
 #include "camdelta_ref.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <threads.h>
 
 #if defined(__GNUC__)
@@ -50,6 +51,27 @@ camdelta_status cd_check_no_overlap(const char *op, const cd_tensor_arg *outs, s
  *  (0: key not given); each N in [1, 4096]. An unknown key, a missing '=' or
  *  a bad number fails with a message naming `var`. */
 camdelta_status cd_parse_tiles(const char *var, const char *text, const char *const *keys, size_t n, unsigned *v);
+/** A buffer argument with its name, for the entry prologue. */
+typedef struct cd_named_buffer {
+  const char *name;
+  camdelta_buffer b;
+} cd_named_buffer;
+/** The entry prologue of every operation, before any other check and long before anything is enqueued: ctx and
+ *  args non-NULL, a `saved` object (when has_saved) of this context, a profile request only on a profiling
+ *  queue, and every given buffer a valid cl_mem of the context's cl_context (clGetMemObjectInfo
+ *  CL_MEM_CONTEXT). */
+camdelta_status cd_prologue(const char *op, const camdelta_context *ctx, const void *args,
+                            const camdelta_context *saved_ctx, int has_saved, const camdelta_profile *profile,
+                            const cd_named_buffer *bufs, size_t n);
+/** cd_prologue for each operation's argument struct (every buffer of the struct). */
+camdelta_status cd_prologue_prep_forward(const camdelta_context *ctx, const camdelta_prep_args *a,
+                                         const camdelta_prep_saved *saved);
+camdelta_status cd_prologue_prep_backward(const camdelta_context *ctx, const camdelta_prep_backward_args *a,
+                                          const camdelta_prep_saved *saved);
+camdelta_status cd_prologue_scan_forward(const camdelta_context *ctx, const camdelta_scan_args *a,
+                                         const camdelta_scan_saved *saved);
+camdelta_status cd_prologue_scan_backward(const camdelta_context *ctx, const camdelta_scan_backward_args *a,
+                                          const camdelta_scan_saved *saved);
 /** Check the head dim: D % 8 == 0 and 8 <= D <= 128. */
 camdelta_status cd_check_head_dim(const char *op, size_t D);
 camdelta_status cd_check_dtype(const char *op, camdelta_dtype dtype);
@@ -58,6 +80,8 @@ camdelta_status cd_check_dtype(const char *op, camdelta_dtype dtype);
 typedef struct cd_program_entry {
   char *key; /* source name + '\n' + options */
   cl_program program;
+  int from_disk;     /* loaded from the disk cache (entry key below) */
+  char cache_key[65];
   struct cd_program_entry *next;
 } cd_program_entry;
 
@@ -139,13 +163,28 @@ extern const cd_embedded_source cd_embedded_sources[];
 extern const size_t cd_embedded_source_count;
 
 /* ---------------------------------------------------- disk cache (cache.c) */
-/** Resolve the cache folder; returns 0 when caching is off. */
+#define CD_CACHE_MAX_PAYLOAD ((uint64_t)1 << 30) /* no program binary comes near 1 GiB */
+#define CD_CACHE_STALE_SECONDS 600              /* temp files older than this are left by a dead writer */
+/** Resolve the cache folder's path; returns 0 when caching is off. */
 int cd_cache_folder(char *buf, size_t size);
+/** Why the cache folder was last refused on this thread ("" when it was not). */
+const char *cd_cache_refusal(void);
+/** Largest buffer the entry reader has allocated in this process (for the tests). */
+extern _Atomic size_t cd_cache_largest_alloc;
 /** Hex key of (device identity, library version, options, source). */
 void cd_cache_key(camdelta_context *ctx, const char *options, const char *src, size_t src_len, char key_hex[65]);
+/** Verify an entry image of `size` bytes for `key_hex` (NULL: any key): magic, key, length = size - header,
+ *  length <= CD_CACHE_MAX_PAYLOAD, hash over header and payload. 1 and *payload_len (payload at byte 184) when
+ *  it verifies, else 0. device (optional, 65 bytes) gets the printable device name. */
+int cd_cache_parse_entry(const unsigned char *bytes, size_t size, const char *key_hex, size_t *payload_len,
+                         char device[65]);
+/** Recompute the hash of an entry image in place (tests: forge an entry the way a writer would). */
+void cd_cache_entry_seal(unsigned char *image, size_t size);
 /** Load a binary for `key`; returns malloc'd bytes or NULL if absent/corrupt
  *  (a corrupt entry is removed). */
 unsigned char *cd_cache_load(const char *key_hex, size_t *len);
+/** Remove the entry for `key` (a binary that loaded but proved unusable). */
+void cd_cache_discard(const char *key_hex);
 /** Store atomically; failures are silent (cost speed, not correctness). */
 void cd_cache_store(const char *key_hex, const unsigned char *bin, size_t len, const char *device_name);
 

@@ -1,0 +1,72 @@
+/* Writes random inputs for one `camdelta run` operation as .npy files (for the oclgrind CI step, ci/oclgrind.sh):
+ *   cd_gen_inputs prep|prep-backward B N H D DIR
+ *   cd_gen_inputs scan|scan-backward B H D F S DIR
+ * Values are deterministic (xorshift) and in the ranges the tests use; prep-backward and scan-backward also get
+ * every optional upstream gradient, and the scans an init_state. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "camdelta_npy.h"
+
+static uint64_t g_s = 0x9E3779B97F4A7C15ull;
+static float uni(float lo, float hi) {
+  g_s ^= g_s << 13, g_s ^= g_s >> 7, g_s ^= g_s << 17;
+  return lo + (hi - lo) * (float)((g_s >> 40) / 16777216.0);
+}
+
+static int put(const char *dir, const char *name, int ndim, const size_t *shape, float lo, float hi) {
+  size_t n = 1;
+  for (int i = 0; i < ndim; i++) n *= shape[i];
+  float *x = malloc((n ? n : 1) * sizeof *x);
+  if (!x) return 1;
+  for (size_t i = 0; i < n; i++) x[i] = uni(lo, hi);
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s.npy", dir, name);
+  camdelta_status st = camdelta_npy_write(path, CAMDELTA_NPY_F4, ndim, shape, x);
+  free(x);
+  if (st) fprintf(stderr, "cd_gen_inputs: %s\n", camdelta_last_message());
+  return st != CAMDELTA_OK;
+}
+
+static size_t num(const char *s) {
+  char *end;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (*end || v == 0 || s[0] == '-') {
+    fprintf(stderr, "cd_gen_inputs: '%s' is not a positive integer\n", s);
+    exit(2);
+  }
+  return (size_t)v;
+}
+
+int main(int argc, char **argv) {
+  if (argc >= 7 && (!strcmp(argv[1], "prep") || !strcmp(argv[1], "prep-backward"))) {
+    const size_t B = num(argv[2]), N = num(argv[3]), H = num(argv[4]), D = num(argv[5]);
+    const char *dir = argv[6];
+    const size_t bnhd[4] = {B, N, H, D}, c[1] = {H * D}, bn44[4] = {B, N, 4, 4}, ndh[2] = {N, D / 2};
+    const size_t bhdn[4] = {B, H, D, N}, bhn[3] = {B, H, N};
+    int rc = put(dir, "q_raw", 4, bnhd, -1, 1) | put(dir, "k_raw", 4, bnhd, -1, 1) | put(dir, "v_raw", 4, bnhd, -1, 1) |
+             put(dir, "q_norm_weight", 1, c, 0.5f, 1.5f) | put(dir, "k_norm_weight", 1, c, 0.5f, 1.5f) |
+             put(dir, "proj_q", 4, bn44, -1, 1) | put(dir, "proj_kv", 4, bn44, -1, 1) |
+             put(dir, "rope_cos", 2, ndh, -1, 1) | put(dir, "rope_sin", 2, ndh, -1, 1);
+    if (!strcmp(argv[1], "prep-backward"))
+      rc |= put(dir, "grad_q", 4, bhdn, -1, 1) | put(dir, "grad_k", 4, bhdn, -1, 1) |
+            put(dir, "grad_v", 4, bhdn, -1, 1) | put(dir, "grad_inflation_sq", 3, bhn, -1, 1);
+    return rc;
+  }
+  if (argc >= 8 && (!strcmp(argv[1], "scan") || !strcmp(argv[1], "scan-backward"))) {
+    const size_t B = num(argv[2]), H = num(argv[3]), D = num(argv[4]), F = num(argv[5]), S = num(argv[6]);
+    const char *dir = argv[7];
+    const size_t bhdn[4] = {B, H, D, F * S}, bhfs[4] = {B, H, F, S}, bhf[3] = {B, H, F}, bhdd[4] = {B, H, D, D};
+    int rc = put(dir, "q", 4, bhdn, -0.3f, 0.3f) | put(dir, "k", 4, bhdn, -0.3f, 0.3f) |
+             put(dir, "v", 4, bhdn, -1, 1) | put(dir, "beta", 4, bhfs, 0, 1) | put(dir, "decay", 3, bhf, 0.8f, 1) |
+             put(dir, "init_state", 4, bhdd, -0.1f, 0.1f);
+    if (!strcmp(argv[1], "scan-backward"))
+      rc |= put(dir, "grad_out", 4, bhdn, -1, 1) | put(dir, "grad_final_state", 4, bhdd, -1, 1);
+    return rc;
+  }
+  fprintf(stderr, "usage: cd_gen_inputs prep|prep-backward B N H D DIR\n"
+                  "       cd_gen_inputs scan|scan-backward B H D F S DIR\n");
+  return 2;
+}
