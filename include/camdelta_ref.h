@@ -46,6 +46,15 @@ typedef struct camdelta_ref_scan_grads {
 } camdelta_ref_scan_grads;
 CAMDELTA_API camdelta_status camdelta_ref_scan_backward(const camdelta_ref_scan *p, const camdelta_ref_scan_grads *g);
 
+/* State summaries (SPEC section 9, include/camdelta_summary.h) of the segment p describes, per (b, h), f64:
+ * T and E (B, H, D, D), each may be NULL; with p->init_state, E receives T·init_state + E. p->out, final_state,
+ * state_pre and state_post are ignored. */
+CAMDELTA_API camdelta_status camdelta_ref_scan_summary(const camdelta_ref_scan *p, double *T, double *E);
+/* Gradient summary G (B, H, D, D) for grad_out (may be NULL: zero); with grad_final_state (may be NULL),
+ * G receives Tᵀ·grad_final_state + G, i.e. the segment's dinit_state. */
+CAMDELTA_API camdelta_status camdelta_ref_scan_grad_summary(const camdelta_ref_scan *p, const double *grad_out,
+                                                            const double *grad_final_state, double *G);
+
 #ifdef __cplusplus
 }
 #endif
