@@ -25,6 +25,14 @@ CAMDELTA_API float camdelta_f16_to_f32(uint16_t h);
 CAMDELTA_API uint16_t camdelta_f32_to_bf16(float x);
 CAMDELTA_API float camdelta_bf16_to_f32(uint16_t h);
 
+/** For components layered on camdelta (e.g. camdelta_mpi): record `fmt` as this thread's
+ *  camdelta_last_message() and return `status`. */
+CAMDELTA_API camdelta_status camdelta_set_error(camdelta_status status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
 #ifdef __cplusplus
 }
 #endif
