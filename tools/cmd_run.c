@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli_common.h"
+#include "cli_sp.h"
 
 void usage_run(void) {
   printf(
@@ -56,6 +57,7 @@ void usage_run(void) {
       "exit status: 0 success, 1 other failure, 2 usage error, 3 bad input (missing file,\n"
       "wrong dtype or shape; the message names the file and the expected shape), 4 device\n"
       "or OpenCL error.\n");
+  usage_sp();
 }
 
 typedef enum run_op { OP_PREP, OP_SCAN, OP_SCAN_BACKWARD, OP_PREP_BACKWARD } run_op;
@@ -403,6 +405,7 @@ static int only_for(const run_opts *o, const char *opt, int ok) {
 }
 
 int cmd_run(int argc, char **argv) {
+  if (cli_sp_requested(argc, argv)) return cmd_run_sp(argc, argv); /* tools/cmd_sp.c */
   run_opts o;
   memset(&o, 0, sizeof o);
   o.norm_eps = 1e-6;
