@@ -3,8 +3,9 @@
 # unpacks the Debian packages carried in .debs/ into a prefix, registers the
 # NVIDIA OpenCL ICD, builds, runs the whole suite on the GPU and on PoCL, then
 # optional benchmarks. Logs and JSON go to $OUT.
-#   bash ci/gpu-test.sh [tests] [pocl] [demo] [mpi] [bench SHAPE...]
+#   bash ci/gpu-test.sh [tests] [pocl] [demo] [mpi] [packed] [bench SHAPE...]
 # mpi: the sequence-parallel tests and tools under mpirun, 2 ranks sharing the GPU (needs Open MPI in .debs).
+# packed: the packed-clip tests and `bench --packed` (packed against fixed shape on equal clips).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/camdelta-out}
@@ -60,6 +61,11 @@ while [ $# -gt 0 ]; do
         2>&1 | tee "$OUT/demo-sp.txt" || rc=1
       CAMDELTA_DEVICE=nvidia "${MPIRUN[@]}" -np 2 ./build-gpu/camdelta bench --sequence-parallel --shape sana720 \
         --reps 10 --json "$OUT/bench-sp-sana720.json" 2>&1 | tee "$OUT/bench-sp.txt" || rc=1
+      ;;
+    packed)
+      CAMDELTA_DEVICE=nvidia ctest --test-dir build-gpu -R "packed" --output-on-failure -V >"$OUT/ctest-packed.log" 2>&1 || rc=1
+      grep -E "measure|tests passed|tests failed|Failed  |Timeout" "$OUT/ctest-packed.log" | sort -u | tail -20
+      CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --packed --shape 4,20,112,5,1560 2>&1 | tee "$OUT/bench-packed.txt" || rc=1
       ;;
     bench)
       shift
