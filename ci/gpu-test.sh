@@ -21,7 +21,9 @@ export LIBRARY_PATH="$LIBDIR${LIBRARY_PATH:+:$LIBRARY_PATH}"  # static links of 
 # Open MPI from .debs, relocated into the prefix (camdelta_mpi and the MPI tests)
 MPI_FLAGS=()
 if [ -x "$PREFIX/usr/bin/mpicc.openmpi" ]; then
-  export OPAL_PREFIX="$PREFIX/usr" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  # ranks on this node only: no ssh client needed (plm isolated), shared memory (no InfiniBand/UCX probing)
+  export OPAL_PREFIX="$PREFIX/usr" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_plm=isolated \
+    OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader
   export LD_LIBRARY_PATH="$LIBDIR/openmpi/lib:$LD_LIBRARY_PATH" PATH="$PREFIX/usr/bin:$PATH"
   MPI_FLAGS=(-DMPI_C_COMPILER="$PREFIX/usr/bin/mpicc.openmpi" -DMPIEXEC_EXECUTABLE="$PREFIX/usr/bin/mpirun.openmpi")
 fi
