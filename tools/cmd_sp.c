@@ -33,6 +33,9 @@ void usage_sp(void) {
          "                           writes the same files as one device. demo: every rank's\n"
          "                           share checked against one device. bench: time per rank\n"
          "                           and the summary-exchange time.\n"
+         "  demo/bench: --algorithm auto|sequential|chunkwise  the forward's algorithm (demo\n"
+         "                           default chunkwise, the arithmetic of the state summaries;\n"
+         "                           bench default auto)\n"
          "  --device SEL             as usual; '{local_rank}' in SEL is replaced by the rank's\n"
          "                           index on its node, e.g. --device 0:{local_rank} for one\n"
          "                           GPU per rank (or set CAMDELTA_DEVICE per rank)\n");
@@ -512,11 +515,22 @@ static void bufs_free(bufs *b) {
     if (b->m[i]) clReleaseMemObject(b->m[i]);
 }
 
+/* The forward algorithm of the demo and bench runs (both the sequence-parallel and the one-device ones). */
+static camdelta_scan_algorithm g_alg = CAMDELTA_SCAN_AUTO;
+
+static int parse_alg(const char *v) {
+  if (strcmp(v, "auto") == 0) g_alg = CAMDELTA_SCAN_AUTO;
+  else if (strcmp(v, "sequential") == 0) g_alg = CAMDELTA_SCAN_SEQUENTIAL;
+  else if (strcmp(v, "chunkwise") == 0) g_alg = CAMDELTA_SCAN_CHUNKWISE;
+  else return cli_error(CLI_EXIT_USAGE, "option --algorithm: '%s' is not auto, sequential or chunkwise", v);
+  return CLI_EXIT_OK;
+}
+
 static camdelta_status run_fwd(camdelta_context *ctx, const sp_prob *p, size_t F, bufs *b, int reverse, int mpi,
                                camdelta_mpi_timing *tm) {
   camdelta_scan_args a;
   memset(&a, 0, sizeof a);
-  a.B = p->B, a.H = p->H, a.D = p->D, a.F = F, a.S = p->S, a.reverse = reverse;
+  a.B = p->B, a.H = p->H, a.D = p->D, a.F = F, a.S = p->S, a.reverse = reverse, a.algorithm = g_alg;
   a.q.mem = b->m[B_Q], a.k.mem = b->m[B_K], a.v.mem = b->m[B_V], a.beta.mem = b->m[B_BETA];
   a.decay.mem = b->m[B_DECAY], a.init_state.mem = b->m[B_INIT], a.out.mem = b->m[B_OUT], a.final_state.mem = b->m[B_FIN];
   if (mpi) return camdelta_mpi_scan_forward(ctx, &a, NULL, MPI_COMM_WORLD, tm);
@@ -552,11 +566,16 @@ static size_t unit_of(const sp_prob *p, int i) {
 int cmd_demo_sp(int argc, char **argv) {
   const char *device = NULL, *v;
   shape5 shape = {"1,4,32,8,64", 1, 4, 32, 8, 64};
+  /* chunkwise by default: its chain M_f = A_f·M + U_f is the arithmetic of the state summaries, so the comparison
+   * shows the sequence-parallel split, not the difference between the two algorithms' f32 rounding */
+  g_alg = CAMDELTA_SCAN_CHUNKWISE;
   cli_args a = {argc, argv, 0};
   while (a.i < argc) {
     int r;
     if (cli_flag(&a, "--sequence-parallel")) continue;
-    if ((r = cli_value(&a, "--shape", &v))) {
+    if ((r = cli_value(&a, "--algorithm", &v))) {
+      if (r < 0 || parse_alg(v)) return CLI_EXIT_USAGE;
+    } else if ((r = cli_value(&a, "--shape", &v))) {
       if (r < 0) return CLI_EXIT_USAGE;
       if (!parse_shape(v, &shape))
         return cli_error(CLI_EXIT_USAGE, "demo: --shape wants B,H,D,F,S with D a multiple of 8 in [8,128] (got '%s')", v);
@@ -567,8 +586,8 @@ int cmd_demo_sp(int argc, char **argv) {
       if (r < 0 || !cli_parse_size("--seed", v, &seed)) return CLI_EXIT_USAGE;
       g_rng ^= (unsigned long long)seed * 0x9E3779B97F4A7C15ull;
     } else {
-      return cli_error(CLI_EXIT_USAGE, "demo --sequence-parallel: unknown option '%s' (--shape, --device, --seed)",
-                       argv[a.i]);
+      return cli_error(CLI_EXIT_USAGE, "demo --sequence-parallel: unknown option '%s' (--shape, --device, --seed, "
+                       "--algorithm)", argv[a.i]);
     }
   }
   int rc = sp_init();
@@ -598,7 +617,8 @@ int cmd_demo_sp(int argc, char **argv) {
       camdelta_mpi_frame_share(p.F, g_size, r, &r0, &rl);
       printf(" %zu", rl);
     }
-    printf("; init_state, final_state and grad_final_state given\n");
+    printf("; init_state, final_state and grad_final_state given; forward algorithm %s\n",
+           camdelta_scan_algorithm_name(g_alg));
     printf("each rank's share against one device (rank 0, whole sequence): max|x - one device| / max|one device|\n\n");
     printf("%-8s %-5s", "pass", "rank");
     for (int i = 0; i < 8; i++) printf(" %9s", BUF_NAME[DEMO_OUT[i]]);
@@ -706,6 +726,10 @@ int cmd_bench_sp(int argc, char **argv) {
       single = 0;
       continue;
     }
+    if ((r = cli_value(&a, "--algorithm", &v))) {
+      if (r < 0 || parse_alg(v)) return CLI_EXIT_USAGE;
+      continue;
+    }
     if ((r = cli_value(&a, "--shape", &v))) {
       if (r < 0) return CLI_EXIT_USAGE;
       if (nshapes == 8) return cli_error(CLI_EXIT_USAGE, "bench: at most 8 --shape options");
@@ -720,7 +744,7 @@ int cmd_bench_sp(int argc, char **argv) {
       if (r < 0 || !cli_parse_size("--warmup", v, &warmup)) return CLI_EXIT_USAGE;
     } else {
       return cli_error(CLI_EXIT_USAGE, "bench --sequence-parallel: unknown option '%s' (--shape, --device, --reps, "
-                       "--warmup, --json, --no-single)", argv[a.i]);
+                       "--warmup, --json, --no-single, --algorithm)", argv[a.i]);
     }
   }
   if (!nshapes) parse_shape("small", &shapes[nshapes++]);
