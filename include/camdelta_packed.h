@@ -31,7 +31,8 @@ typedef struct camdelta_packed_clips {
 } camdelta_packed_clips;
 
 /** Scan forward over packed clips. `saved` may be NULL; a saved object filled here goes to
- *  camdelta_scan_backward_packed with the same clips. */
+ *  camdelta_scan_backward_packed with the same clips (its states are kept in the internal padded layout:
+ *  (clips, H, most frames of a clip, D, D)). */
 CAMDELTA_API camdelta_status camdelta_scan_forward_packed(camdelta_context *ctx, const camdelta_scan_args *args,
                                                           const camdelta_packed_clips *clips,
                                                           camdelta_scan_saved *saved);
