@@ -4,7 +4,8 @@
  *                       out_f(i, j) = g_f · (diag·δ_ij + sgn · Σ_s X[i, f·S+s] · w[f·S+s] · Y[j, f·S+s])
  *                     X, Y (B, H, D, N) f32 (N = F·S), w (B, H, F, S) optional (absent = 1), g_f = decay
  *                     (B, H, F) optional (absent = 1); out (B, H, F, D, D).
- *                     A_f = decay_f·(I − K_fᵀβ_fK_f): X = Y = K, w = β, g = decay, diag = 1, sgn = −1.
+ *                     A_f = decay_f·(I − K_fᵀβ_fK_f): X = Y = K, w = β, g = decay, diag = 1, sgn = −1, sym = 1
+ *                     (sym: X = Y; tiles below the diagonal return at once, those above write both halves).
  *                     U_f = K_fᵀβ_fV_f: X = K, Y = V, w = β, diag = 0, sgn = 1.  W_f = Q_fᵀ·dO_f: X = Q, Y = dO.
  *   cd_summary_apply  per (b, h, 32 x 32 output tile) in parallel:
  *                       Y = op(A)·(X + W) + U,  op(A) = A, Aᵀ, or I when A is absent
@@ -26,11 +27,12 @@
 __kernel __attribute__((reqd_work_group_size(8, 8, 1))) void cd_summary_gram(
     __global const float *X, ulong x_off, __global const float *Y, ulong y_off, __global const float *w, ulong w_off,
     __global const float *g, ulong g_off, __global float *out, ulong out_off, ulong N, uint S, uint F, int has_w,
-    int has_g, int diag, float sgn) {
+    int has_g, int diag, float sgn, int sym) {
   __local float xs[SM_K * SM_LD]; /* xs[s][i] = w_s · X[i0 + i][s0 + s] */
   __local float ys[SM_K * SM_LD]; /* ys[s][j] = Y[j0 + j][s0 + s]       */
   const uint lx = get_local_id(0), ly = get_local_id(1), lid = ly * 8 + lx;
   const uint j0 = get_group_id(0) * SM_T, i0 = get_group_id(1) * SM_T;
+  if (sym && i0 > j0) return; /* the whole work-group: its tile is the mirror of (j0, i0) */
   const ulong bhf = get_global_id(2), bh = bhf / F;
   const uint f = (uint)(bhf % F);
   const ulong tok0 = (ulong)f * S;
@@ -66,8 +68,9 @@ __kernel __attribute__((reqd_work_group_size(8, 8, 1))) void cd_summary_gram(
     for (int c = 0; c < SM_R; c++) {
       const uint j = j0 + lx + 8 * c;
       if (j >= CD_D) continue;
-      const float d = (diag && i == j) ? 1.0f : 0.0f;
-      ob[i * CD_D + j] = gf * (d + sgn * acc[a][c]);
+      const float d = (diag && i == j) ? 1.0f : 0.0f, val = gf * (d + sgn * acc[a][c]);
+      ob[i * CD_D + j] = val;
+      if (sym && i0 < j0) ob[j * CD_D + i] = val;
     }
   }
 }

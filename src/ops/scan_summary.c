@@ -56,6 +56,8 @@ static size_t sm_tiles(size_t D) { return (D + SM_TILE - 1) / SM_TILE; }
 /* out_f = g_f·(diag·I + sgn·X_fᵀ·diag(w_f)·Y_f) for every (b, h, f) into out (B, H, F, D, D). */
 static camdelta_status sm_gram(sm_job *j, camdelta_buffer X, camdelta_buffer Y, camdelta_buffer w, camdelta_buffer g,
                                cl_mem out, int diag, float sgn, const char *what) {
+  /* X = Y (the A_f gram): compute the upper triangle of tiles and mirror it */
+  const int sym = X.mem == Y.mem && X.offset == Y.offset;
   cd_args a = {j->gram, 0, CL_SUCCESS};
   cd_arg_buf(&a, X);
   cd_arg_buf(&a, Y);
@@ -69,6 +71,7 @@ static camdelta_status sm_gram(sm_job *j, camdelta_buffer X, camdelta_buffer Y, 
   cd_arg_i32(&a, g.mem != NULL);
   cd_arg_i32(&a, diag);
   cd_arg_f32(&a, sgn);
+  cd_arg_i32(&a, sym);
   if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_summary_gram: setting arguments");
   const size_t t = sm_tiles(j->D), lws[3] = {8, 8, 1}, gws[3] = {8 * t, 8 * t, j->BH * j->F};
   return cd_enqueue(j->ctx, j->gram, 3, gws, lws, &j->l, what);
