@@ -155,12 +155,14 @@ static camdelta_status gather_desc(const sp *c, camdelta_status st, size_t B, si
 /* ------------------------------------------------------------------------------------------ device help */
 
 typedef struct scratch {
-  cl_mem m[8];
+  cl_mem m[12];
   int n;
 } scratch;
 
 static camdelta_status alloc(camdelta_context *ctx, scratch *s, size_t bytes, cl_mem *out) {
   cl_int err;
+  if (s->n == (int)(sizeof s->m / sizeof s->m[0]))
+    return camdelta_set_error(CAMDELTA_ERROR_OUT_OF_MEMORY, "internal: too many scratch buffers");
   *out = clCreateBuffer(camdelta_context_cl_context(ctx), CL_MEM_READ_WRITE, bytes ? bytes : 4, NULL, &err);
   if (err != CL_SUCCESS) {
     *out = NULL;
