@@ -2,7 +2,8 @@
 # Installs what camdelta needs to build and run on Debian 12 (as root, or via sudo).
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config ocl-icd-opencl-dev opencl-c-headers clinfo pocl-opencl-icd
-      libcmocka-dev libb2-dev libcjson-dev clang libclang-rt-14-dev oclgrind)
+      libcmocka-dev libb2-dev libcjson-dev clang libclang-rt-14-dev oclgrind
+      libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -3,9 +3,11 @@
 # unpacks the Debian packages carried in .debs/ into a prefix, registers the
 # NVIDIA OpenCL ICD, builds, runs the whole suite on the GPU and on PoCL, then
 # optional benchmarks. Logs and JSON go to $OUT.
-#   bash ci/gpu-test.sh [tests] [pocl] [demo] [large] [bench SHAPE...]
+#   bash ci/gpu-test.sh [tests] [pocl] [demo] [large] [mpi] [packed] [bench SHAPE...]
 # large: tests/large_sizes.c at B=3 H=32 D=128 N=219,600 (> 2^31 elements per tensor; about 70 GB of device
 #        memory, a few minutes with the f64 reference of the sampled sequences on the host's cores).
+# mpi: the sequence-parallel tests and tools under mpirun, 2 ranks sharing the GPU (needs Open MPI in .debs).
+# packed: the packed-clip tests and `bench --packed` (packed against fixed shape on equal clips).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/camdelta-out}
@@ -18,12 +20,23 @@ LIBDIR="$PREFIX/usr/lib/x86_64-linux-gnu"
 export LD_LIBRARY_PATH="$LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export OCL_ICD_VENDORS=/etc/OpenCL/vendors
 export LIBRARY_PATH="$LIBDIR${LIBRARY_PATH:+:$LIBRARY_PATH}"  # static links of the consumer test
+# Open MPI from .debs, relocated into the prefix (camdelta_mpi and the MPI tests)
+MPI_FLAGS=()
+if [ -x "$PREFIX/usr/bin/mpicc.openmpi" ]; then
+  # ranks on this node only: no ssh client needed (plm isolated), shared memory (no InfiniBand/UCX probing)
+  export OPAL_PREFIX="$PREFIX/usr" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_plm=isolated \
+    OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader
+  export LD_LIBRARY_PATH="$LIBDIR/openmpi/lib:$LD_LIBRARY_PATH" PATH="$PREFIX/usr/bin:$PATH"
+  MPI_FLAGS=(-DMPI_C_COMPILER="$PREFIX/usr/bin/mpicc.openmpi" -DMPIEXEC_EXECUTABLE="$PREFIX/usr/bin/mpirun.openmpi")
+fi
+MPIRUN=("$PREFIX/usr/bin/mpirun.openmpi" --oversubscribe --allow-run-as-root)
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 ls /etc/OpenCL/vendors | tee -a "$OUT/gpu.txt"
 
 cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PREFIX/usr" -DCAMDELTA_WERROR=ON \
   -DCMOCKA_INCLUDE_DIR="$PREFIX/usr/include" -DCMOCKA_LIBRARY="$LIBDIR/libcmocka.so" \
-  -DOpenCL_INCLUDE_DIR="$PREFIX/usr/include" -DOpenCL_LIBRARY="$LIBDIR/libOpenCL.so" >"$OUT/configure.log" 2>&1 ||
+  -DOpenCL_INCLUDE_DIR="$PREFIX/usr/include" -DOpenCL_LIBRARY="$LIBDIR/libOpenCL.so" "${MPI_FLAGS[@]}" \
+  >"$OUT/configure.log" 2>&1 ||
   { tail -40 "$OUT/configure.log"; exit 1; }
 cmake --build build-gpu -j16 >"$OUT/build.log" 2>&1 || { grep -E "error|warning" "$OUT/build.log" | head -40; exit 1; }
 ./build-gpu/camdelta info >"$OUT/info.txt" 2>&1; head -40 "$OUT/info.txt"
@@ -47,6 +60,19 @@ while [ $# -gt 0 ]; do
     large)
       CAMDELTA_DEVICE=nvidia ./build-gpu/tests/cd_large_sizes 2>&1 | tee "$OUT/large.txt"
       [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+    mpi)
+      grep -i "mpi" "$OUT/configure.log" | head -3
+      CAMDELTA_DEVICE=nvidia ctest --test-dir build-gpu -R "mpi|summary" --output-on-failure -V >"$OUT/ctest-mpi.log" 2>&1 || rc=1
+      grep -E "measure|tests passed|tests failed|Failed  |Timeout" "$OUT/ctest-mpi.log" | sort -u | tail -40
+      CAMDELTA_DEVICE=nvidia "${MPIRUN[@]}" -np 2 ./build-gpu/camdelta demo --sequence-parallel --shape 1,20,112,21,1560 \
+        2>&1 | tee "$OUT/demo-sp.txt" || rc=1
+      CAMDELTA_DEVICE=nvidia "${MPIRUN[@]}" -np 2 ./build-gpu/camdelta bench --sequence-parallel --shape sana720 \
+        --reps 10 --json "$OUT/bench-sp-sana720.json" 2>&1 | tee "$OUT/bench-sp.txt" || rc=1
+      ;;
+    packed)
+      CAMDELTA_DEVICE=nvidia ctest --test-dir build-gpu -R "packed" --output-on-failure -V >"$OUT/ctest-packed.log" 2>&1 || rc=1
+      grep -E "measure|tests passed|tests failed|Failed  |Timeout" "$OUT/ctest-packed.log" | sort -u | tail -20
+      CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --packed --shape 4,20,112,5,1560 2>&1 | tee "$OUT/bench-packed.txt" || rc=1
       ;;
     bench)
       shift

@@ -39,6 +39,14 @@ CAMDELTA_API camdelta_status camdelta_fill_random(camdelta_context *ctx, camdelt
 /** The f32 value camdelta_fill_random() writes at `index` (bit for bit; never fails). */
 CAMDELTA_API float camdelta_random_value(uint64_t seed, uint64_t index, float lo, float hi);
 
+/** For components layered on camdelta (e.g. camdelta_mpi): record `fmt` as this thread's
+ *  camdelta_last_message() and return `status`. */
+CAMDELTA_API camdelta_status camdelta_set_error(camdelta_status status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
 #ifdef __cplusplus
 }
 #endif

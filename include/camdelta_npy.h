@@ -50,6 +50,9 @@ CAMDELTA_API camdelta_status camdelta_npy_write_temp(const char *path, camdelta_
                                                      size_t tmp_size);
 /** Frees the data and zeroes *npy (NULL is a no-op). */
 CAMDELTA_API void camdelta_npy_free(camdelta_npy *npy);
+/** Read a 1-D little-endian int64 (<i8) .npy, e.g. packed-clip offsets: *data (malloc'd, free with free())
+ *  gets *count values. Any other dtype or rank is a CAMDELTA_ERROR_FORMAT naming the file. */
+CAMDELTA_API camdelta_status camdelta_npy_read_i64(const char *path, int64_t **data, size_t *count);
 
 #ifdef __cplusplus
 }

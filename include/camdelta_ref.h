@@ -48,6 +48,34 @@ typedef struct camdelta_ref_scan_grads {
 } camdelta_ref_scan_grads;
 CAMDELTA_API camdelta_status camdelta_ref_scan_backward(const camdelta_ref_scan *p, const camdelta_ref_scan_grads *g);
 
+/* State summaries (SPEC section 9, include/camdelta_summary.h) of the segment p describes, per (b, h), f64:
+ * T and E (B, H, D, D), each may be NULL; with p->init_state, E receives T·init_state + E. p->out, final_state,
+ * state_pre and state_post are ignored. */
+CAMDELTA_API camdelta_status camdelta_ref_scan_summary(const camdelta_ref_scan *p, double *T, double *E);
+/* Gradient summary G (B, H, D, D) for grad_out (may be NULL: zero); with grad_final_state (may be NULL),
+ * G receives Tᵀ·grad_final_state + G, i.e. the segment's dinit_state. */
+CAMDELTA_API camdelta_status camdelta_ref_scan_grad_summary(const camdelta_ref_scan *p, const double *grad_out,
+                                                            const double *grad_final_state, double *G);
+
+/* Packed clips (SPEC section 9), f64: q, k, v, out (1, H, D, N) with N = frame_offsets[frames]; beta (1, H, N);
+ * decay (1, H, frames); init_state, final_state and the gradients' grad_final_state, dinit_state
+ * (clips, H, D, D). Frame f holds tokens [frame_offsets[f], frame_offsets[f+1]), clip c the frames
+ * [clip_offsets[c], clip_offsets[c+1]); frames may have any token counts. Defined as each clip run alone. */
+typedef struct camdelta_ref_scan_packed {
+  size_t H, D, frames, clips;
+  const int64_t *frame_offsets; /* frames + 1, from 0, increasing */
+  const int64_t *clip_offsets;  /* clips + 1, from 0 to frames, increasing */
+  int reverse;
+  const double *q, *k, *v, *beta, *decay;
+  const double *init_state; /* may be NULL */
+  double *out;              /* may be NULL */
+  double *final_state;      /* may be NULL */
+} camdelta_ref_scan_packed;
+CAMDELTA_API camdelta_status camdelta_ref_scan_packed_forward(const camdelta_ref_scan_packed *p);
+/* g's arrays in the packed layouts (dbeta (1, H, N), ddecay (1, H, frames), states (clips, H, D, D)). */
+CAMDELTA_API camdelta_status camdelta_ref_scan_packed_backward(const camdelta_ref_scan_packed *p,
+                                                               const camdelta_ref_scan_grads *g);
+
 #ifdef __cplusplus
 }
 #endif

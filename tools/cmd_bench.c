@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include "cli_common.h"
+#include "cli_packed.h"
+#include "cli_sp.h"
 
 typedef struct bench_shape {
   const char *name;
@@ -256,6 +258,8 @@ static int parse_shape(const char *text, bench_shape *out) {
 }
 
 int cmd_bench(int argc, char **argv) {
+  if (cli_sp_requested(argc, argv)) return cmd_bench_sp(argc, argv); /* tools/cmd_sp.c */
+  if (cli_bench_packed_requested(argc, argv)) return cmd_bench_packed(argc, argv); /* tools/cmd_bench_packed.c */
   cli_args a = {argc, argv, 0};
   const char *device = NULL, *json_path = NULL, *only = NULL, *v;
   bench_shape shapes[16];

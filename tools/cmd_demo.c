@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli_common.h"
+#include "cli_sp.h"
 
 void usage_demo(void) {
   printf("usage: camdelta demo [--shape B,H,D,F,S] [--device SEL] [--seed N]\n"
@@ -183,6 +184,7 @@ static void record(const char *stage, const char *name, const dbuf *got, const d
 }
 
 int cmd_demo(int argc, char **argv) {
+  if (cli_sp_requested(argc, argv)) return cmd_demo_sp(argc, argv); /* tools/cmd_sp.c */
   cli_args a = {argc, argv, 0};
   const char *device = NULL, *v;
   demo d;

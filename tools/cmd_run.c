@@ -5,6 +5,8 @@
 #include <string.h>
 
 #include "cli_common.h"
+#include "cli_packed.h"
+#include "cli_sp.h"
 
 void usage_run(void) {
   printf(
@@ -29,6 +31,10 @@ void usage_run(void) {
       "                      optional init_state, grad_final_state (B, H, D, D)\n"
       "                 out: dq dk dv (B, H, D, N); dbeta (B, H, F, S); ddecay (B, H, F);\n"
       "                      dinit_state (B, H, D, D) when init_state is given\n"
+      "  scan, scan-backward over packed clips: when --in holds frame_offsets (int64, F+1\n"
+      "                      token offsets) and clip_offsets (int64, clips+1 frame offsets):\n"
+      "                      q k v grad_out (1, H, D, N), beta (1, H, N), decay (1, H, F),\n"
+      "                      states (clips, H, D, D); outputs in the same packed layouts\n"
       "  prep-backward  in:  the prep inputs; optional grad_q grad_k grad_v (B, H, D, N) and\n"
       "                      grad_inflation_sq (B, H, N) (a missing one counts as zero)\n"
       "                 out: dq_raw dk_raw dv_raw (B, N, H, D); dq_norm_weight dk_norm_weight (C,);\n"
@@ -56,6 +62,7 @@ void usage_run(void) {
       "exit status: 0 success, 1 other failure, 2 usage error, 3 bad input (missing file,\n"
       "wrong dtype or shape; the message names the file and the expected shape), 4 device\n"
       "or OpenCL error.\n");
+  usage_sp();
 }
 
 typedef enum run_op { OP_PREP, OP_SCAN, OP_SCAN_BACKWARD, OP_PREP_BACKWARD } run_op;
@@ -407,6 +414,7 @@ static int only_for(const run_opts *o, const char *opt, int ok) {
 }
 
 int cmd_run(int argc, char **argv) {
+  if (cli_sp_requested(argc, argv)) return cmd_run_sp(argc, argv); /* tools/cmd_sp.c */
   run_opts o;
   memset(&o, 0, sizeof o);
   o.norm_eps = 1e-6;
@@ -490,6 +498,9 @@ int cmd_run(int argc, char **argv) {
       (o.all_grads && (rc = only_for(&o, "--all-grads", o.op == OP_PREP_BACKWARD))))
     return rc;
 
+  if (is_scan && cli_packed_requested(o.in)) /* packed clips: tools/cmd_run_packed.c */
+    return cmd_run_packed(o.op == OP_SCAN_BACKWARD, o.in, o.out, o.device, o.reverse, o.algorithm, o.final_state,
+                          o.quiet);
   job *j = calloc(1, sizeof *j);
   if (!j) return cli_error(CLI_EXIT_FAILURE, "out of host memory");
   rc = is_prep ? run_prep(j, &o) : run_scan(j, &o);

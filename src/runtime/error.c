@@ -16,6 +16,15 @@ camdelta_status cd_fail(camdelta_status st, const char *fmt, ...) {
 
 void cd_clear_error(void) { cd_message[0] = '\0'; }
 
+camdelta_status camdelta_set_error(camdelta_status status, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  if (fmt) vsnprintf(cd_message, sizeof cd_message, fmt, ap);
+  else cd_message[0] = '\0';
+  va_end(ap);
+  return status;
+}
+
 const char *camdelta_last_message(void) { return cd_message; }
 
 camdelta_status cd_cl_fail(cl_int err, const char *what) {

@@ -1,0 +1,67 @@
+/*
+ * camdelta_mpi — sequence parallelism over MPI (SPEC section 9): the scan forward and backward with the frames of
+ * every sequence split over the ranks of a communicator. Optional component: library camdelta_mpi, CMake target
+ * camdelta::camdelta_mpi (built when CMake finds MPI); includes camdelta.h and mpi.h.
+ *
+ * Every rank of `comm` calls with the same B, H, D, S and direction, and its own contiguous share of every
+ * sequence's frames: rank 0 the first frames, rank 1 the next ones, ... (args->F = this rank's frame count, at
+ * least 1; the tensors are this rank's share, laid out as a single-device call with F frames). A rank computes
+ * its segment's state summary (camdelta_summary.h), the ranks exchange only these D x D summaries (an
+ * all-gather; each rank folds those of the ranks before it in a fixed order: causal left to right, reverse right
+ * to left), and each rank then runs its segment from its exact incoming state. The backward does the same with
+ * the gradient summaries (causal right to left, reverse left to right), so the cross-rank terms (the ddecay and
+ * dk/dv/dbeta of a segment's first frame, dinit_state) are those of one device. Results equal one device to
+ * rounding (SPEC: 1e-6 relative).
+ *
+ * The sequence's own states:
+ *  - init_state: read on the rank holding the sequence's start (rank 0 causal, the last rank reverse); the
+ *    other ranks' init_state is ignored (may be absent).
+ *  - final_state (forward) and dinit_state (backward): written on every rank that passes one, with the
+ *    sequence's final state / dinit_state (computed on the rank that holds it and broadcast).
+ *  - grad_final_state (backward): read on the rank holding the sequence's end (the last rank causal, rank 0
+ *    reverse); ignored elsewhere.
+ *  - saved: this rank's per-frame states; a camdelta_mpi_scan_forward's saved object goes to the matching
+ *    camdelta_mpi_scan_backward with the same args.
+ *
+ * The calls are collective: every rank must call, and every rank returns the same status. Bad input on any
+ * rank fails every rank before anything is written (the message names the rank). The calls return when the
+ * results are complete on the device (they synchronise with the exchange). Several ranks may share one device.
+ */
+#ifndef CAMDELTA_MPI_H
+#define CAMDELTA_MPI_H
+
+#include <mpi.h>
+
+#include "camdelta.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Wall-clock phases of one call on this rank, in ms (the device is synchronised at each phase's end). */
+typedef struct camdelta_mpi_timing {
+  double summary_ms;  /* this rank's state (and gradient) summaries on the device */
+  double exchange_ms; /* summaries to the host, MPI all-gather, back to the device */
+  double combine_ms;  /* folding the other ranks' summaries into the incoming state (and gradient) */
+  double scan_ms;     /* the local scan forward or backward from the incoming state */
+  double total_ms;    /* the whole call, including the checks and the broadcast of final/dinit states */
+} camdelta_mpi_timing;
+
+/** Scan forward over the ranks of `comm`. `timing` may be NULL. */
+CAMDELTA_API camdelta_status camdelta_mpi_scan_forward(camdelta_context *ctx, const camdelta_scan_args *args,
+                                                       camdelta_scan_saved *saved, MPI_Comm comm,
+                                                       camdelta_mpi_timing *timing);
+
+/** Scan backward over the ranks of `comm`. `timing` may be NULL. */
+CAMDELTA_API camdelta_status camdelta_mpi_scan_backward(camdelta_context *ctx, const camdelta_scan_backward_args *args,
+                                                        const camdelta_scan_saved *saved, MPI_Comm comm,
+                                                        camdelta_mpi_timing *timing);
+
+/** The contiguous share of F frames that rank `rank` of `ranks` takes in camdelta's tools and tests:
+ *  frames [F·rank/ranks, F·(rank+1)/ranks). Needs F >= ranks for every share to be non-empty. */
+CAMDELTA_API void camdelta_mpi_frame_share(size_t F, int ranks, int rank, size_t *first, size_t *count);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CAMDELTA_MPI_H */

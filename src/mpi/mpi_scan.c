@@ -1,0 +1,493 @@
+/* Sequence parallelism over MPI (include/camdelta_mpi.h, SPEC section 9), on the public API only.
+ *
+ * Ranks are ordered along the direction the state flows: position pos = rank (causal) or P−1−rank (reverse), so
+ * position 0 holds the sequence's start (it reads init_state) and position P−1 its end (it produces final_state
+ * and reads grad_final_state). Per call:
+ *   0. checks: every rank checks its own arguments, the ranks all-gather a descriptor (shape, direction, which
+ *      optional states are given) and agree on one status before anything is enqueued;
+ *   1. summaries: position p < P−1 computes E_p (at p = 0 with init_state folded in: E_0 = its final state) and,
+ *      for 0 < p < P−1, T_p; in the backward, position p > 0 also computes G_p (at p = P−1 with
+ *      grad_final_state folded in: G_{P−1} = its dinit_state);
+ *   2. exchange: the summaries go to the host and MPI_Allgather gives every rank all of them;
+ *   3. combine: M_in(p) = T_{p−1}(…(T_1·E_0 + E_1)…) + E_{p−1} (p > 0); in the backward also
+ *      dM_out(p) = G_{p+1} + T_{p+1}ᵀ(G_{p+2} + …) (p < P−1), each on the device in that fixed order;
+ *   4. the local scan (or backward) from init_state = M_in (and grad_final_state = dM_out);
+ *   5. the sequence's final_state (dinit_state) is broadcast from the rank that holds it to the ranks that ask.
+ * Statuses are agreed after every step that can fail, so every rank returns the same status; the message of a
+ * failing rank is broadcast and carries its rank. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "camdelta_helpers.h"
+#include "camdelta_mpi.h"
+#include "camdelta_summary.h"
+
+void camdelta_mpi_frame_share(size_t F, int ranks, int rank, size_t *first, size_t *count) {
+  if (ranks < 1 || rank < 0 || rank >= ranks) {
+    if (first) *first = 0;
+    if (count) *count = 0;
+    return;
+  }
+  const size_t a = F * (size_t)rank / (size_t)ranks, b = F * (size_t)(rank + 1) / (size_t)ranks;
+  if (first) *first = a;
+  if (count) *count = b - a;
+}
+
+static double now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+/* ------------------------------------------------------------------------------------------ agreement */
+
+typedef struct sp {
+  MPI_Comm comm;
+  int P, rank, pos;
+  const char *op;
+  camdelta_context *ctx;
+} sp;
+
+/* Every rank learns whether any rank failed; then all return the first failing rank's status and message. */
+static camdelta_status agree(const sp *c, camdelta_status st) {
+  int mine = st != CAMDELTA_OK ? c->rank : c->P, first = c->P;
+  MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, c->comm);
+  if (first >= c->P) return CAMDELTA_OK;
+  struct {
+    int st;
+    char msg[1536];
+  } m;
+  memset(&m, 0, sizeof m);
+  if (c->rank == first) {
+    m.st = (int)st;
+    snprintf(m.msg, sizeof m.msg, "%s", camdelta_last_message());
+  }
+  MPI_Bcast(&m, (int)sizeof m, MPI_BYTE, first, c->comm);
+  return camdelta_set_error((camdelta_status)m.st, "rank %d of %d: %s", first, c->P, m.msg);
+}
+
+/* ------------------------------------------------------------------------------------------ checks */
+
+static int mul(size_t *out, size_t a, size_t b) {
+  if (a && b > SIZE_MAX / a) return 0;
+  *out = a * b;
+  return 1;
+}
+
+static camdelta_status check_buf(const char *op, const char *name, camdelta_buffer b, size_t elems, int optional) {
+  if (!b.mem) {
+    if (optional) return CAMDELTA_OK;
+    return camdelta_set_error(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: argument '%s' is NULL (expected a cl_mem of %zu "
+                              "elements)", op, name, elems);
+  }
+  size_t bytes;
+  if (b.offset > SIZE_MAX / 4 - elems || !mul(&bytes, b.offset + elems, 4))
+    return camdelta_set_error(CAMDELTA_ERROR_OVERFLOW, "%s: argument '%s': offset + size overflows size_t", op, name);
+  size_t have = 0;
+  cl_int err = clGetMemObjectInfo(b.mem, CL_MEM_SIZE, sizeof have, &have, NULL);
+  if (err != CL_SUCCESS)
+    return camdelta_set_error(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: argument '%s' is not a valid cl_mem (%s)", op, name,
+                              camdelta_cl_error_name(err));
+  if (have < bytes)
+    return camdelta_set_error(CAMDELTA_ERROR_BUFFER_TOO_SMALL,
+                              "%s: argument '%s' holds %zu bytes but needs %zu (offset %zu + %zu f32 elements)", op,
+                              name, have, bytes, b.offset, elems);
+  return CAMDELTA_OK;
+}
+
+/* Sizes of one rank's share. */
+typedef struct sizes {
+  size_t tok, beta, decay, state;
+} sizes;
+
+static camdelta_status check_shape(const char *op, size_t B, size_t H, size_t D, size_t F, size_t S, sizes *z) {
+  if (!B || !H || !D || !F || !S)
+    return camdelta_set_error(CAMDELTA_ERROR_SHAPE,
+                              "%s: B=%zu, H=%zu, D=%zu, F=%zu (this rank's frames), S=%zu: each must be at least 1", op,
+                              B, H, D, F, S);
+  size_t bh, n;
+  if (!mul(&bh, B, H) || !mul(&n, F, S) || !mul(&z->decay, bh, F) || !mul(&z->beta, bh, n) ||
+      !mul(&z->tok, z->beta, D) || !mul(&z->state, bh * D, D) || z->tok > SIZE_MAX / 8)
+    return camdelta_set_error(CAMDELTA_ERROR_OVERFLOW, "%s: sizes overflow size_t", op);
+  return CAMDELTA_OK;
+}
+
+enum { DS_ST, DS_B, DS_H, DS_D, DS_F, DS_S, DS_REV, DS_WANT, DS_COUNT };
+
+/* All-gather the descriptors; check that the shapes agree. `want`: this rank asks for final/dinit_state.
+ * *any_want: some rank does. */
+static camdelta_status gather_desc(const sp *c, camdelta_status st, size_t B, size_t H, size_t D, size_t F, size_t S,
+                                   int reverse, int want, int *any_want) {
+  int64_t mine[DS_COUNT] = {st, (int64_t)B, (int64_t)H, (int64_t)D, (int64_t)F, (int64_t)S, reverse != 0, want != 0};
+  int64_t *all = malloc((size_t)c->P * DS_COUNT * sizeof *all);
+  int ok = all != NULL, all_ok = 0;
+  MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, c->comm);
+  if (!all_ok) {
+    free(all);
+    return agree(c, ok ? CAMDELTA_OK : camdelta_set_error(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", c->op));
+  }
+  MPI_Allgather(mine, DS_COUNT, MPI_INT64_T, all, DS_COUNT, MPI_INT64_T, c->comm);
+  *any_want = 0;
+  camdelta_status out = st;
+  if (!out) {
+    for (int r = 0; r < c->P; r++) {
+      const int64_t *d = all + (size_t)r * DS_COUNT;
+      if (d[DS_ST]) continue; /* that rank reports its own failure */
+      if (d[DS_B] != mine[DS_B] || d[DS_H] != mine[DS_H] || d[DS_D] != mine[DS_D] || d[DS_S] != mine[DS_S] ||
+          d[DS_REV] != mine[DS_REV]) {
+        out = camdelta_set_error(CAMDELTA_ERROR_SHAPE,
+                                 "%s: rank %d has B=%lld H=%lld D=%lld S=%lld %s, rank %d has B=%zu H=%zu D=%zu S=%zu "
+                                 "%s (every rank must call with the same B, H, D, S and direction)",
+                                 c->op, r, (long long)d[DS_B], (long long)d[DS_H], (long long)d[DS_D],
+                                 (long long)d[DS_S], d[DS_REV] ? "reverse" : "causal", c->rank, B, H, D, S,
+                                 reverse ? "reverse" : "causal");
+        break;
+      }
+      if (d[DS_WANT]) *any_want = 1;
+    }
+  }
+  free(all);
+  return agree(c, out);
+}
+
+/* ------------------------------------------------------------------------------------------ device help */
+
+typedef struct scratch {
+  cl_mem m[12];
+  int n;
+} scratch;
+
+static camdelta_status alloc(camdelta_context *ctx, scratch *s, size_t bytes, cl_mem *out) {
+  cl_int err;
+  if (s->n == (int)(sizeof s->m / sizeof s->m[0]))
+    return camdelta_set_error(CAMDELTA_ERROR_OUT_OF_MEMORY, "internal: too many scratch buffers");
+  *out = clCreateBuffer(camdelta_context_cl_context(ctx), CL_MEM_READ_WRITE, bytes ? bytes : 4, NULL, &err);
+  if (err != CL_SUCCESS) {
+    *out = NULL;
+    return camdelta_set_error(err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES ||
+                                      err == CL_OUT_OF_HOST_MEMORY
+                                  ? CAMDELTA_ERROR_OUT_OF_MEMORY
+                                  : CAMDELTA_ERROR_OPENCL,
+                              "allocating a device buffer of %zu bytes: %s", bytes, camdelta_cl_error_name(err));
+  }
+  s->m[s->n++] = *out;
+  return CAMDELTA_OK;
+}
+
+static void scratch_free(scratch *s) {
+  for (int i = 0; i < s->n; i++) clReleaseMemObject(s->m[i]);
+  s->n = 0;
+}
+
+static camdelta_status rw(camdelta_context *ctx, int write, camdelta_buffer b, size_t floats, float *host) {
+  cl_command_queue q = camdelta_context_queue(ctx);
+  cl_int err = write ? clEnqueueWriteBuffer(q, b.mem, CL_TRUE, b.offset * 4, floats * 4, host, 0, NULL, NULL)
+                     : clEnqueueReadBuffer(q, b.mem, CL_TRUE, b.offset * 4, floats * 4, host, 0, NULL, NULL);
+  if (err != CL_SUCCESS)
+    return camdelta_set_error(CAMDELTA_ERROR_OPENCL, "%s a state buffer: %s", write ? "writing" : "reading",
+                              camdelta_cl_error_name(err));
+  return CAMDELTA_OK;
+}
+
+static int rank_at(const sp *c, int pos, int reverse) { return reverse ? c->P - 1 - pos : pos; }
+
+/* Fold: forward (transpose 0) X = E_{from}; for j = from+1 … to: X = T_j·X + E_j, with position j's summary at
+ * slot (T_slot, E_slot) of rank_at(j) in `all` (device, `per` floats per rank). Gradient (transpose 1) walks
+ * from `from` down to `to`. The result lands in `dst`; tmp is a second (B, H, D, D) buffer. */
+static camdelta_status fold(const sp *c, size_t B, size_t H, size_t D, int reverse, cl_mem all, size_t per,
+                            size_t t_slot, size_t e_slot, int from, int to, int transpose, cl_mem dst, cl_mem tmp) {
+  const size_t ns = B * H * D * D;
+  const int step = transpose ? -1 : 1, n = transpose ? from - to : to - from; /* n applies after the first */
+  camdelta_status st = CAMDELTA_OK;
+  /* the last apply must write dst: choose the first buffer so that the ping-pong ends there */
+  cl_mem buf[2] = {n % 2 == 0 ? dst : tmp, n % 2 == 0 ? tmp : dst};
+  const size_t r0 = (size_t)rank_at(c, from, reverse) * per;
+  camdelta_summary_apply_args a;
+  memset(&a, 0, sizeof a);
+  a.B = B, a.H = H, a.D = D;
+  /* copy E_from (T·0 + E) */
+  a.T = (camdelta_buffer){all, r0 + t_slot * ns};
+  a.E = (camdelta_buffer){all, r0 + e_slot * ns};
+  a.M_out = (camdelta_buffer){buf[0], 0};
+  st = camdelta_summary_apply(c->ctx, &a);
+  int cur = 0;
+  for (int j = from + step, k = 0; k < n && !st; j += step, k++) {
+    const size_t rj = (size_t)rank_at(c, j, reverse) * per;
+    a.transpose = transpose;
+    a.T = (camdelta_buffer){all, rj + t_slot * ns};
+    a.E = (camdelta_buffer){all, rj + e_slot * ns};
+    a.M_in = (camdelta_buffer){buf[cur], 0};
+    a.M_out = (camdelta_buffer){buf[1 - cur], 0};
+    st = camdelta_summary_apply(c->ctx, &a);
+    cur = 1 - cur;
+  }
+  return st;
+}
+
+static camdelta_status sp_begin(sp *c, camdelta_context *ctx, MPI_Comm comm, const char *op) {
+  int inited = 0;
+  MPI_Initialized(&inited);
+  if (!inited) return camdelta_set_error(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: MPI is not initialised", op);
+  if (comm == MPI_COMM_NULL) return camdelta_set_error(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'comm' is MPI_COMM_NULL", op);
+  c->comm = comm, c->op = op, c->ctx = ctx;
+  MPI_Comm_size(comm, &c->P);
+  MPI_Comm_rank(comm, &c->rank);
+  return CAMDELTA_OK;
+}
+
+/* Broadcast the sequence's (B, H, D, D) state from position `from_pos` to the ranks that pass `dst`. */
+static camdelta_status bcast_state(const sp *c, int reverse, int from_pos, camdelta_buffer src, camdelta_buffer dst,
+                                   size_t ns) {
+  float *h = malloc(ns * 4);
+  camdelta_status st = h ? CAMDELTA_OK : camdelta_set_error(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", c->op);
+  const int root = rank_at(c, from_pos, reverse);
+  if (!st && c->rank == root) st = rw(c->ctx, 0, src, ns, h);
+  if ((st = agree(c, st))) {
+    free(h);
+    return st;
+  }
+  MPI_Bcast(h, (int)ns, MPI_FLOAT, root, c->comm);
+  if (c->rank != root && dst.mem) st = rw(c->ctx, 1, dst, ns, h);
+  free(h);
+  return agree(c, st);
+}
+
+/* ------------------------------------------------------------------------------------------ forward */
+
+camdelta_status camdelta_mpi_scan_forward(camdelta_context *ctx, const camdelta_scan_args *args,
+                                          camdelta_scan_saved *saved, MPI_Comm comm, camdelta_mpi_timing *timing) {
+  static const char op[] = "camdelta_mpi_scan_forward";
+  const double t0 = now_ms();
+  camdelta_set_error(CAMDELTA_OK, "%s", "");
+  if (timing) memset(timing, 0, sizeof *timing);
+  sp c;
+  camdelta_status st = sp_begin(&c, ctx, comm, op);
+  if (st) return st;
+  /* 0. checks */
+  sizes z = {0, 0, 0, 0};
+  if (!ctx || !args) st = camdelta_set_error(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", op, ctx ? "args" : "ctx");
+  if (!st) st = check_shape(op, args->B, args->H, args->D, args->F, args->S, &z);
+  if (!st && (args->D % 8 || args->D > 128))
+    st = camdelta_set_error(CAMDELTA_ERROR_UNSUPPORTED, "%s: D=%zu (expected a multiple of 8 in [8, 128])", op, args->D);
+  if (!st && ((st = check_buf(op, "q", args->q, z.tok, 0)) || (st = check_buf(op, "k", args->k, z.tok, 0)) ||
+              (st = check_buf(op, "v", args->v, z.tok, 0)) || (st = check_buf(op, "beta", args->beta, z.beta, 0)) ||
+              (st = check_buf(op, "decay", args->decay, z.decay, 0)) ||
+              (st = check_buf(op, "out", args->out, z.tok, 0)) ||
+              (st = check_buf(op, "init_state", args->init_state, z.state, 1)) ||
+              (st = check_buf(op, "final_state", args->final_state, z.state, 1))))
+    (void)0;
+  int any_final = 0;
+  const int reverse = args && args->reverse != 0;
+  st = gather_desc(&c, st, args ? args->B : 0, args ? args->H : 0, args ? args->D : 0, args ? args->F : 0,
+                   args ? args->S : 0, reverse, args && args->final_state.mem, &any_final);
+  if (st) return st;
+  const size_t B = args->B, H = args->H, D = args->D, ns = z.state;
+  const int P = c.P, pos = reverse ? P - 1 - c.rank : c.rank;
+  c.pos = pos;
+
+  scratch s = {{0}, 0};
+  cl_mem Mi = NULL, Mt = NULL, all = NULL, fin = NULL, T = NULL, E = NULL;
+  float *send = NULL, *recv = NULL;
+  const size_t per = 2 * ns; /* per rank: T, E */
+  /* 1. summaries */
+  double t1 = now_ms();
+  if (P > 1) {
+    send = calloc(per, 4), recv = malloc((size_t)P * per * 4);
+    if (!send || !recv) st = camdelta_set_error(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", op);
+    if (!st) st = alloc(ctx, &s, ns * 4, &T);
+    if (!st) st = alloc(ctx, &s, ns * 4, &E);
+    if (!st && pos < P - 1) {
+      camdelta_scan_summary_args sa;
+      memset(&sa, 0, sizeof sa);
+      sa.B = B, sa.H = H, sa.D = D, sa.F = args->F, sa.S = args->S, sa.reverse = reverse;
+      sa.k = args->k, sa.v = args->v, sa.beta = args->beta, sa.decay = args->decay;
+      if (pos == 0) sa.init_state = args->init_state;
+      if (pos > 0) sa.T = (camdelta_buffer){T, 0};
+      sa.E = (camdelta_buffer){E, 0};
+      st = camdelta_scan_summary(ctx, &sa);
+      if (!st) st = camdelta_finish(ctx);
+    }
+  }
+  st = agree(&c, st);
+  double t2 = now_ms();
+  /* 2. exchange */
+  if (!st && P > 1) {
+    if (pos < P - 1) {
+      if (pos > 0) st = rw(ctx, 0, (camdelta_buffer){T, 0}, ns, send);
+      if (!st) st = rw(ctx, 0, (camdelta_buffer){E, 0}, ns, send + ns);
+    }
+    if ((st = agree(&c, st)) == CAMDELTA_OK) {
+      MPI_Allgather(send, (int)per, MPI_FLOAT, recv, (int)per, MPI_FLOAT, comm);
+      if (pos > 0) {
+        st = alloc(ctx, &s, (size_t)P * per * 4, &all);
+        if (!st) st = rw(ctx, 1, (camdelta_buffer){all, 0}, (size_t)P * per, recv);
+      }
+      st = agree(&c, st);
+    }
+  }
+  double t3 = now_ms();
+  /* 3. combine */
+  if (!st && pos > 0) {
+    st = alloc(ctx, &s, ns * 4, &Mi);
+    if (!st) st = alloc(ctx, &s, ns * 4, &Mt);
+    if (!st) st = fold(&c, B, H, D, reverse, all, per, 0, 1, 0, pos - 1, 0, Mi, Mt);
+    if (!st && timing) st = camdelta_finish(ctx);
+  }
+  st = agree(&c, st);
+  double t4 = now_ms();
+  /* 4. the local scan */
+  if (!st) {
+    camdelta_scan_args a = *args;
+    if (pos > 0) a.init_state = (camdelta_buffer){Mi, 0};
+    if (pos == P - 1 && any_final && !args->final_state.mem) st = alloc(ctx, &s, ns * 4, &fin);
+    if (pos == P - 1 && any_final) a.final_state = args->final_state.mem ? args->final_state : (camdelta_buffer){fin, 0};
+    else a.final_state = (camdelta_buffer){NULL, 0};
+    if (!st) st = camdelta_scan_forward(ctx, &a, saved);
+    if (!st) st = camdelta_finish(ctx);
+    st = agree(&c, st);
+  }
+  double t5 = now_ms();
+  /* 5. the sequence's final state */
+  if (!st && any_final && P > 1) {
+    camdelta_buffer src = {NULL, 0};
+    if (pos == P - 1) src = args->final_state.mem ? args->final_state : (camdelta_buffer){fin, 0};
+    if (!st) st = bcast_state(&c, reverse, P - 1, src, args->final_state, ns);
+  }
+  free(send), free(recv);
+  scratch_free(&s);
+  if (timing && !st) {
+    timing->summary_ms = t2 - t1, timing->exchange_ms = t3 - t2, timing->combine_ms = t4 - t3;
+    timing->scan_ms = t5 - t4, timing->total_ms = now_ms() - t0;
+  }
+  return st;
+}
+
+/* ------------------------------------------------------------------------------------------ backward */
+
+camdelta_status camdelta_mpi_scan_backward(camdelta_context *ctx, const camdelta_scan_backward_args *args,
+                                           const camdelta_scan_saved *saved, MPI_Comm comm,
+                                           camdelta_mpi_timing *timing) {
+  static const char op[] = "camdelta_mpi_scan_backward";
+  const double t0 = now_ms();
+  camdelta_set_error(CAMDELTA_OK, "%s", "");
+  if (timing) memset(timing, 0, sizeof *timing);
+  sp c;
+  camdelta_status st = sp_begin(&c, ctx, comm, op);
+  if (st) return st;
+  sizes z = {0, 0, 0, 0};
+  if (!ctx || !args) st = camdelta_set_error(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", op, ctx ? "args" : "ctx");
+  if (!st) st = check_shape(op, args->B, args->H, args->D, args->F, args->S, &z);
+  if (!st && (args->D % 8 || args->D > 128))
+    st = camdelta_set_error(CAMDELTA_ERROR_UNSUPPORTED, "%s: D=%zu (expected a multiple of 8 in [8, 128])", op, args->D);
+  if (!st && ((st = check_buf(op, "q", args->q, z.tok, 0)) || (st = check_buf(op, "k", args->k, z.tok, 0)) ||
+              (st = check_buf(op, "v", args->v, z.tok, 0)) || (st = check_buf(op, "beta", args->beta, z.beta, 0)) ||
+              (st = check_buf(op, "decay", args->decay, z.decay, 0)) ||
+              (st = check_buf(op, "grad_out", args->grad_out, z.tok, 0)) ||
+              (st = check_buf(op, "init_state", args->init_state, z.state, 1)) ||
+              (st = check_buf(op, "grad_final_state", args->grad_final_state, z.state, 1)) ||
+              (st = check_buf(op, "dq", args->dq, z.tok, 0)) || (st = check_buf(op, "dk", args->dk, z.tok, 0)) ||
+              (st = check_buf(op, "dv", args->dv, z.tok, 0)) || (st = check_buf(op, "dbeta", args->dbeta, z.beta, 0)) ||
+              (st = check_buf(op, "ddecay", args->ddecay, z.decay, 0)) ||
+              (st = check_buf(op, "dinit_state", args->dinit_state, z.state, 1))))
+    (void)0;
+  int any_dinit = 0;
+  const int reverse = args && args->reverse != 0;
+  st = gather_desc(&c, st, args ? args->B : 0, args ? args->H : 0, args ? args->D : 0, args ? args->F : 0,
+                   args ? args->S : 0, reverse, args && args->dinit_state.mem, &any_dinit);
+  if (st) return st;
+  const size_t B = args->B, H = args->H, D = args->D, ns = z.state;
+  const int P = c.P, pos = reverse ? P - 1 - c.rank : c.rank;
+  c.pos = pos;
+
+  scratch s = {{0}, 0};
+  cl_mem Mi = NULL, dMo = NULL, tmp = NULL, all = NULL, din = NULL, T = NULL, E = NULL, G = NULL;
+  float *send = NULL, *recv = NULL;
+  const size_t per = 3 * ns; /* per rank: T, E, G */
+  double t1 = now_ms();
+  /* 1. summaries */
+  if (P > 1) {
+    send = calloc(per, 4), recv = malloc((size_t)P * per * 4);
+    if (!send || !recv) st = camdelta_set_error(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", op);
+    if (!st) st = alloc(ctx, &s, ns * 4, &T);
+    if (!st) st = alloc(ctx, &s, ns * 4, &E);
+    if (!st) st = alloc(ctx, &s, ns * 4, &G);
+    if (!st && pos < P - 1) {
+      camdelta_scan_summary_args sa;
+      memset(&sa, 0, sizeof sa);
+      sa.B = B, sa.H = H, sa.D = D, sa.F = args->F, sa.S = args->S, sa.reverse = reverse;
+      sa.k = args->k, sa.v = args->v, sa.beta = args->beta, sa.decay = args->decay;
+      if (pos == 0) sa.init_state = args->init_state;
+      if (pos > 0) sa.T = (camdelta_buffer){T, 0};
+      sa.E = (camdelta_buffer){E, 0};
+      st = camdelta_scan_summary(ctx, &sa);
+    }
+    if (!st && pos > 0) {
+      camdelta_scan_grad_summary_args ga;
+      memset(&ga, 0, sizeof ga);
+      ga.B = B, ga.H = H, ga.D = D, ga.F = args->F, ga.S = args->S, ga.reverse = reverse;
+      ga.q = args->q, ga.k = args->k, ga.beta = args->beta, ga.decay = args->decay, ga.grad_out = args->grad_out;
+      if (pos == P - 1) ga.grad_final_state = args->grad_final_state;
+      ga.G = (camdelta_buffer){G, 0};
+      st = camdelta_scan_grad_summary(ctx, &ga);
+    }
+    if (!st) st = camdelta_finish(ctx);
+  }
+  st = agree(&c, st);
+  double t2 = now_ms();
+  /* 2. exchange */
+  if (!st && P > 1) {
+    if (pos > 0 && pos < P - 1) st = rw(ctx, 0, (camdelta_buffer){T, 0}, ns, send);
+    if (!st && pos < P - 1) st = rw(ctx, 0, (camdelta_buffer){E, 0}, ns, send + ns);
+    if (!st && pos > 0) st = rw(ctx, 0, (camdelta_buffer){G, 0}, ns, send + 2 * ns);
+    if ((st = agree(&c, st)) == CAMDELTA_OK) {
+      MPI_Allgather(send, (int)per, MPI_FLOAT, recv, (int)per, MPI_FLOAT, comm);
+      st = alloc(ctx, &s, (size_t)P * per * 4, &all);
+      if (!st) st = rw(ctx, 1, (camdelta_buffer){all, 0}, (size_t)P * per, recv);
+      st = agree(&c, st);
+    }
+  }
+  double t3 = now_ms();
+  /* 3. combine: the incoming state (forward order) and the incoming state gradient (backward order) */
+  if (!st && P > 1) {
+    st = alloc(ctx, &s, ns * 4, &tmp);
+    if (!st && pos > 0) {
+      st = alloc(ctx, &s, ns * 4, &Mi);
+      if (!st) st = fold(&c, B, H, D, reverse, all, per, 0, 1, 0, pos - 1, 0, Mi, tmp);
+    }
+    if (!st && pos < P - 1) {
+      st = alloc(ctx, &s, ns * 4, &dMo);
+      if (!st) st = fold(&c, B, H, D, reverse, all, per, 0, 2, P - 1, pos + 1, 1, dMo, tmp);
+    }
+    if (!st && timing) st = camdelta_finish(ctx);
+  }
+  st = agree(&c, st);
+  double t4 = now_ms();
+  /* 4. the local backward */
+  if (!st) {
+    camdelta_scan_backward_args a = *args;
+    if (pos > 0) a.init_state = (camdelta_buffer){Mi, 0};
+    if (pos < P - 1) a.grad_final_state = (camdelta_buffer){dMo, 0};
+    if (pos == 0 && any_dinit && !args->dinit_state.mem) st = alloc(ctx, &s, ns * 4, &din);
+    if (pos == 0 && any_dinit) a.dinit_state = args->dinit_state.mem ? args->dinit_state : (camdelta_buffer){din, 0};
+    else a.dinit_state = (camdelta_buffer){NULL, 0};
+    if (!st) st = camdelta_scan_backward(ctx, &a, saved);
+    if (!st) st = camdelta_finish(ctx);
+    st = agree(&c, st);
+  }
+  double t5 = now_ms();
+  /* 5. the sequence's dinit_state */
+  if (!st && any_dinit && P > 1) {
+    camdelta_buffer src = {NULL, 0};
+    if (pos == 0) src = args->dinit_state.mem ? args->dinit_state : (camdelta_buffer){din, 0};
+    if (!st) st = bcast_state(&c, reverse, 0, src, args->dinit_state, ns);
+  }
+  free(send), free(recv);
+  scratch_free(&s);
+  if (timing && !st) {
+    timing->summary_ms = t2 - t1, timing->exchange_ms = t3 - t2, timing->combine_ms = t4 - t3;
+    timing->scan_ms = t5 - t4, timing->total_ms = now_ms() - t0;
+  }
+  return st;
+}

@@ -1,0 +1,286 @@
+/* Packed clips (SPEC section 9, include/camdelta_packed.h): camdelta_scan_forward_packed and
+ * camdelta_scan_backward_packed.
+ *
+ * The clips are moved (cl/scan_packed.cl, one launch per tensor) into a padded fixed-shape batch: B = clips,
+ * F = the most frames of a clip, S = the most tokens of a frame; a clip's frames keep their order, a short frame
+ * is padded with tokens whose q, k, v, β (and grad_out) are zero, a short clip with frames of decay 1 and no
+ * tokens. Such padding changes nothing exactly: a zero key row neither updates the state nor carries gradient,
+ * and a padded frame's A_f = I, U_f = 0 (in reverse the padded frames after a clip's end pass its init_state
+ * through unchanged). The batch runs as one fixed-shape call — either algorithm, all clips and frames in
+ * parallel, no per-clip launches — with the per-clip states (clips, H, D, D) passed straight through, and the
+ * results are moved back. Cost: the copies, and the padding's work and memory when clips differ much in size
+ * (a native packed path in the scan kernels would avoid both). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "camdelta_packed.h"
+
+typedef struct pk_geo {
+  size_t H, D, F, clips, N, Fm, Sm;
+} pk_geo;
+
+/* Offsets: increasing from 0, ending at N (tokens) and F (frames). */
+static camdelta_status check_offsets(const char *op, const int64_t *fo, const int64_t *co, size_t B, size_t S,
+                                     size_t F, size_t clips, size_t N, size_t H, size_t D, pk_geo *g) {
+  if (!fo || !co)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: packed clips need both 'frame_offsets' and 'clip_offsets' "
+                   "('%s' is NULL)", op, fo ? "clip_offsets" : "frame_offsets");
+  if (B != 1 || S != 0)
+    return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: packed clips need B = 1 and S = 0 (got B=%zu S=%zu)", op, B, S);
+  if (!F || !clips || !N || !H)
+    return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: packed clips: F=%zu, clips=%zu, tokens=%zu, H=%zu: each must be at least 1",
+                   op, F, clips, N, H);
+  if (clips > F) return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: packed clips: %zu clips but only %zu frames", op, clips, F);
+  if (fo[0] != 0)
+    return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: frame_offsets[0] = %lld, expected 0", op, (long long)fo[0]);
+  size_t Sm = 0, Fm = 0;
+  for (size_t f = 0; f < F; f++) {
+    if (fo[f + 1] <= fo[f])
+      return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: frame_offsets are not increasing at frame %zu (%lld, then %lld)", op, f,
+                     (long long)fo[f], (long long)fo[f + 1]);
+    if ((uint64_t)(fo[f + 1] - fo[f]) > Sm) Sm = (size_t)(fo[f + 1] - fo[f]);
+  }
+  if ((uint64_t)fo[F] != (uint64_t)N)
+    return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: frame_offsets end at %lld, expected tokens = N = %zu", op,
+                   (long long)fo[F], N);
+  if (co[0] != 0)
+    return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: clip_offsets[0] = %lld, expected 0", op, (long long)co[0]);
+  for (size_t c = 0; c < clips; c++) {
+    if (co[c + 1] <= co[c])
+      return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: clip_offsets are not increasing at clip %zu (%lld, then %lld)", op, c,
+                     (long long)co[c], (long long)co[c + 1]);
+    if ((uint64_t)(co[c + 1] - co[c]) > Fm) Fm = (size_t)(co[c + 1] - co[c]);
+  }
+  if ((uint64_t)co[clips] != (uint64_t)F)
+    return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: clip_offsets end at %lld, expected the frame count F = %zu", op,
+                   (long long)co[clips], F);
+  size_t padded;
+  const size_t fac[5] = {clips, H, D, Fm, Sm};
+  if (!cd_prod(&padded, 5, fac) || padded > SIZE_MAX / 4 || Fm > UINT32_MAX || Sm > UINT32_MAX)
+    return cd_fail(CAMDELTA_ERROR_OVERFLOW, "%s: packed clips: the padded batch overflows size_t", op);
+  *g = (pk_geo){H, D, F, clips, N, Fm, Sm};
+  return CAMDELTA_OK;
+}
+
+/* 1 when two state ranges of one cl_mem overlap without being the same range. */
+static int overlapping_states(camdelta_buffer a, camdelta_buffer b, size_t n) {
+  if (!a.mem || !b.mem || a.mem != b.mem || a.offset == b.offset) return 0;
+  return a.offset < b.offset + n && b.offset < a.offset + n;
+}
+
+typedef struct pk_job {
+  camdelta_context *ctx;
+  pk_geo g;
+  cl_kernel gather, scatter;
+  cl_mem fo, co;
+  cl_mem mem[16];
+  int n;
+  cd_launch l;
+} pk_job;
+
+static camdelta_status job_alloc(pk_job *j, size_t floats, cl_mem *out) {
+  camdelta_status st = cd_alloc(j->ctx, floats * 4, out);
+  if (!st) j->mem[j->n++] = *out;
+  return st;
+}
+
+static void job_free(pk_job *j) {
+  for (int i = 0; i < j->n; i++) clReleaseMemObject(j->mem[i]);
+  if (j->fo) clReleaseMemObject(j->fo);
+  if (j->co) clReleaseMemObject(j->co);
+  if (j->gather) clReleaseKernel(j->gather);
+  if (j->scatter) clReleaseKernel(j->scatter);
+}
+
+static camdelta_status job_start(pk_job *j, camdelta_context *ctx, const pk_geo *g, const int64_t *fo,
+                                 const int64_t *co, camdelta_profile *profile) {
+  memset(j, 0, sizeof *j);
+  j->ctx = ctx, j->g = *g;
+  camdelta_status st = cd_kernel(ctx, "scan_packed.cl", "", "cd_pack_gather", &j->gather);
+  if (!st) st = cd_kernel(ctx, "scan_packed.cl", "", "cd_pack_scatter", &j->scatter);
+  cl_int err = CL_SUCCESS;
+  if (!st) j->fo = clCreateBuffer(ctx->context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, (g->F + 1) * 8, (void *)fo, &err);
+  if (!st && err == CL_SUCCESS)
+    j->co = clCreateBuffer(ctx->context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, (g->clips + 1) * 8, (void *)co, &err);
+  if (!st && err != CL_SUCCESS) st = cd_cl_fail(err, "packed clips: uploading the offsets");
+  cd_launch_init(&j->l, profile);
+  return st;
+}
+
+/* rows R per head; per_frame: one column per frame (decay), else the frame's tokens */
+static camdelta_status move(pk_job *j, int scatter, camdelta_buffer packed, cl_mem padded, size_t R, int per_frame,
+                            float pad) {
+  const pk_geo *g = &j->g;
+  cd_args a = {scatter ? j->scatter : j->gather, 0, CL_SUCCESS};
+  if (scatter) {
+    cd_arg_buf(&a, (camdelta_buffer){padded, 0});
+    cd_arg_buf(&a, packed);
+  } else {
+    cd_arg_buf(&a, packed);
+    cd_arg_buf(&a, (camdelta_buffer){padded, 0});
+  }
+  cd_arg_mem(&a, j->fo);
+  cd_arg_mem(&a, j->co);
+  cd_arg_u32(&a, (uint32_t)g->H);
+  cd_arg_u32(&a, (uint32_t)R);
+  cd_arg_u64(&a, per_frame ? g->F : g->N);
+  cd_arg_u32(&a, (uint32_t)g->Fm);
+  cd_arg_u32(&a, (uint32_t)g->Sm);
+  cd_arg_i32(&a, per_frame);
+  if (!scatter) cd_arg_f32(&a, pad);
+  if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_pack: setting arguments");
+  const size_t cols = per_frame ? g->Fm : g->Fm * g->Sm, lw = 64;
+  const size_t gws[2] = {(cols + lw - 1) / lw * lw, g->clips * g->H * R}, lws[2] = {lw, 1};
+  return cd_enqueue(j->ctx, a.kernel, 2, gws, lws, &j->l, scatter ? "cd_pack_scatter" : "cd_pack_gather");
+}
+
+static void add_profile(camdelta_profile *to, const camdelta_profile *from) {
+  if (!to) return;
+  to->kernel_ms += from->kernel_ms, to->kernels += from->kernels;
+}
+
+camdelta_status camdelta_scan_forward_packed(camdelta_context *ctx, const camdelta_scan_args *p,
+                                             const camdelta_packed_clips *pc, camdelta_scan_saved *saved) {
+  static const char op[] = "camdelta_scan_forward_packed";
+  cd_clear_error();
+  if (!ctx || !p || !pc)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", op, !ctx ? "ctx" : !p ? "args" : "clips");
+  camdelta_status st = cd_check_head_dim(op, p->D);
+  if (st) return st;
+  pk_geo g = {0, 0, 0, 0, 0, 0, 0};
+  if ((st = check_offsets(op, pc->frame_offsets, pc->clip_offsets, p->B, p->S, p->F, pc->clips, pc->tokens, p->H,
+                          p->D, &g)))
+    return st;
+  const size_t H = g.H, D = g.D, tok = H * D * g.N, ns = g.clips * H * D * D;
+  if ((st = cd_check_buffer(op, "q", p->q, tok, 4, 0)) || (st = cd_check_buffer(op, "k", p->k, tok, 4, 0)) ||
+      (st = cd_check_buffer(op, "v", p->v, tok, 4, 0)) || (st = cd_check_buffer(op, "beta", p->beta, H * g.N, 4, 0)) ||
+      (st = cd_check_buffer(op, "decay", p->decay, H * g.F, 4, 0)) ||
+      (st = cd_check_buffer(op, "out", p->out, tok, 4, 0)) ||
+      (st = cd_check_buffer(op, "init_state", p->init_state, ns, 4, 1)) ||
+      (st = cd_check_buffer(op, "final_state", p->final_state, ns, 4, 1)))
+    return st;
+  const cd_tensor_arg outs[2] = {{"out", p->out, tok, 4}, {"final_state", p->final_state, ns, 4}};
+  const cd_tensor_arg ins[5] = {{"q", p->q, tok, 4},
+                                {"k", p->k, tok, 4},
+                                {"v", p->v, tok, 4},
+                                {"beta", p->beta, H * g.N, 4},
+                                {"decay", p->decay, H * g.F, 4}};
+  if ((st = cd_check_no_overlap(op, outs, 2, ins, 5))) return st;
+  if (overlapping_states(p->init_state, p->final_state, ns))
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
+                   "%s: 'final_state' partly overlaps 'init_state' (the same range, or disjoint ranges, are fine)", op);
+
+  pk_job j;
+  if (p->profile) p->profile->kernel_ms = 0, p->profile->kernels = 0;
+  st = job_start(&j, ctx, &g, pc->frame_offsets, pc->clip_offsets, p->profile);
+  const size_t ptok = g.clips * H * D * g.Fm * g.Sm, pbeta = g.clips * H * g.Fm * g.Sm, pdec = g.clips * H * g.Fm;
+  cl_mem q = NULL, k = NULL, v = NULL, beta = NULL, decay = NULL, out = NULL;
+  if (!st) st = job_alloc(&j, ptok, &q);
+  if (!st) st = job_alloc(&j, ptok, &k);
+  if (!st) st = job_alloc(&j, ptok, &v);
+  if (!st) st = job_alloc(&j, pbeta, &beta);
+  if (!st) st = job_alloc(&j, pdec, &decay);
+  if (!st) st = job_alloc(&j, ptok, &out);
+  if (!st) st = move(&j, 0, p->q, q, D, 0, 0.0f);
+  if (!st) st = move(&j, 0, p->k, k, D, 0, 0.0f);
+  if (!st) st = move(&j, 0, p->v, v, D, 0, 0.0f);
+  if (!st) st = move(&j, 0, p->beta, beta, 1, 0, 0.0f);
+  if (!st) st = move(&j, 0, p->decay, decay, 1, 1, 1.0f);
+  camdelta_profile inner = {0, 0};
+  if (!st) {
+    camdelta_scan_args a = *p;
+    a.B = g.clips, a.F = g.Fm, a.S = g.Sm;
+    a.q = (camdelta_buffer){q, 0}, a.k = (camdelta_buffer){k, 0}, a.v = (camdelta_buffer){v, 0};
+    a.beta = (camdelta_buffer){beta, 0}, a.decay = (camdelta_buffer){decay, 0}, a.out = (camdelta_buffer){out, 0};
+    a.profile = p->profile ? &inner : NULL;
+    st = camdelta_scan_forward(ctx, &a, saved);
+    if (st) { /* keep the inner call's message, name the packed view */
+      char msg[1024];
+      snprintf(msg, sizeof msg, "%s", camdelta_last_message());
+      st = cd_fail(st, "%s (packed clips, run as a padded batch of %zu clips x %zu frames x %zu tokens)", msg, g.clips,
+                   g.Fm, g.Sm);
+    }
+  }
+  if (!st) st = move(&j, 1, p->out, out, D, 0, 0.0f);
+  st = cd_launch_end(ctx, &j.l, st);
+  if (!st) add_profile(p->profile, &inner);
+  job_free(&j);
+  return st;
+}
+
+camdelta_status camdelta_scan_backward_packed(camdelta_context *ctx, const camdelta_scan_backward_args *p,
+                                              const camdelta_packed_clips *pc, const camdelta_scan_saved *saved) {
+  static const char op[] = "camdelta_scan_backward_packed";
+  cd_clear_error();
+  if (!ctx || !p || !pc)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", op, !ctx ? "ctx" : !p ? "args" : "clips");
+  camdelta_status st = cd_check_head_dim(op, p->D);
+  if (st) return st;
+  pk_geo g = {0, 0, 0, 0, 0, 0, 0};
+  if ((st = check_offsets(op, pc->frame_offsets, pc->clip_offsets, p->B, p->S, p->F, pc->clips, pc->tokens, p->H,
+                          p->D, &g)))
+    return st;
+  const size_t H = g.H, D = g.D, tok = H * D * g.N, ns = g.clips * H * D * D, nb = H * g.N, nd = H * g.F;
+  if ((st = cd_check_buffer(op, "q", p->q, tok, 4, 0)) || (st = cd_check_buffer(op, "k", p->k, tok, 4, 0)) ||
+      (st = cd_check_buffer(op, "v", p->v, tok, 4, 0)) || (st = cd_check_buffer(op, "beta", p->beta, nb, 4, 0)) ||
+      (st = cd_check_buffer(op, "decay", p->decay, nd, 4, 0)) ||
+      (st = cd_check_buffer(op, "grad_out", p->grad_out, tok, 4, 0)) ||
+      (st = cd_check_buffer(op, "init_state", p->init_state, ns, 4, 1)) ||
+      (st = cd_check_buffer(op, "grad_final_state", p->grad_final_state, ns, 4, 1)) ||
+      (st = cd_check_buffer(op, "dq", p->dq, tok, 4, 0)) || (st = cd_check_buffer(op, "dk", p->dk, tok, 4, 0)) ||
+      (st = cd_check_buffer(op, "dv", p->dv, tok, 4, 0)) || (st = cd_check_buffer(op, "dbeta", p->dbeta, nb, 4, 0)) ||
+      (st = cd_check_buffer(op, "ddecay", p->ddecay, nd, 4, 0)) ||
+      (st = cd_check_buffer(op, "dinit_state", p->dinit_state, ns, 4, 1)))
+    return st;
+  const cd_tensor_arg outs[6] = {{"dq", p->dq, tok, 4},        {"dk", p->dk, tok, 4},
+                                 {"dv", p->dv, tok, 4},        {"dbeta", p->dbeta, nb, 4},
+                                 {"ddecay", p->ddecay, nd, 4}, {"dinit_state", p->dinit_state, ns, 4}};
+  const cd_tensor_arg ins[8] = {{"q", p->q, tok, 4},
+                                {"k", p->k, tok, 4},
+                                {"v", p->v, tok, 4},
+                                {"beta", p->beta, nb, 4},
+                                {"decay", p->decay, nd, 4},
+                                {"grad_out", p->grad_out, tok, 4},
+                                {"init_state", p->init_state, ns, 4},
+                                {"grad_final_state", p->grad_final_state, ns, 4}};
+  if ((st = cd_check_no_overlap(op, outs, 6, ins, 8))) return st;
+
+  pk_job j;
+  if (p->profile) p->profile->kernel_ms = 0, p->profile->kernels = 0;
+  st = job_start(&j, ctx, &g, pc->frame_offsets, pc->clip_offsets, p->profile);
+  const size_t ptok = g.clips * H * D * g.Fm * g.Sm, pbeta = g.clips * H * g.Fm * g.Sm, pdec = g.clips * H * g.Fm;
+  cl_mem in[6] = {NULL}, outm[5] = {NULL};
+  const camdelta_buffer src[6] = {p->q, p->k, p->v, p->beta, p->decay, p->grad_out};
+  const size_t rows[6] = {D, D, D, 1, 1, D};
+  for (int i = 0; i < 6 && !st; i++) {
+    st = job_alloc(&j, i == 3 ? pbeta : i == 4 ? pdec : ptok, &in[i]);
+    if (!st) st = move(&j, 0, src[i], in[i], rows[i], i == 4, i == 4 ? 1.0f : 0.0f);
+  }
+  for (int i = 0; i < 5 && !st; i++) st = job_alloc(&j, i == 3 ? pbeta : i == 4 ? pdec : ptok, &outm[i]);
+  camdelta_profile inner = {0, 0};
+  if (!st) {
+    camdelta_scan_backward_args a = *p;
+    a.B = g.clips, a.F = g.Fm, a.S = g.Sm;
+    a.q = (camdelta_buffer){in[0], 0}, a.k = (camdelta_buffer){in[1], 0}, a.v = (camdelta_buffer){in[2], 0};
+    a.beta = (camdelta_buffer){in[3], 0}, a.decay = (camdelta_buffer){in[4], 0};
+    a.grad_out = (camdelta_buffer){in[5], 0};
+    a.dq = (camdelta_buffer){outm[0], 0}, a.dk = (camdelta_buffer){outm[1], 0}, a.dv = (camdelta_buffer){outm[2], 0};
+    a.dbeta = (camdelta_buffer){outm[3], 0}, a.ddecay = (camdelta_buffer){outm[4], 0};
+    a.profile = p->profile ? &inner : NULL;
+    st = camdelta_scan_backward(ctx, &a, saved);
+    if (st) {
+      char msg[1024];
+      snprintf(msg, sizeof msg, "%s", camdelta_last_message());
+      st = cd_fail(st, "%s (packed clips, run as a padded batch of %zu clips x %zu frames x %zu tokens)", msg, g.clips,
+                   g.Fm, g.Sm);
+    }
+  }
+  const camdelta_buffer dst[5] = {p->dq, p->dk, p->dv, p->dbeta, p->ddecay};
+  for (int i = 0; i < 5 && !st; i++) st = move(&j, 1, dst[i], outm[i], rows[i], i == 4, 0.0f);
+  st = cd_launch_end(ctx, &j.l, st);
+  if (!st) add_profile(p->profile, &inner);
+  job_free(&j);
+  return st;
+}

@@ -1,0 +1,375 @@
+/* State summaries (SPEC section 9, include/camdelta_summary.h) on the device, with cl/scan_summary.cl:
+ *
+ *   1. grams  (parallel over b, h, f): A_f = decay_f·(I − K_fᵀβ_fK_f), and U_f = K_fᵀβ_fV_f (forward E) or
+ *             W_f = Q_fᵀ·dO_f (gradient G), each (B, H, F, D, D) scratch
+ *   2. chain  one batched D x D launch per frame (parallel over b, h and 32 x 32 tiles), in the frame order of
+ *             the summary:
+ *               T  causal X ← A_f·X for f = 0 … F−1, reverse for f = F−1 … 0, from X = I
+ *               E  causal X ← A_f·X + U_f for f = 0 … F−1, reverse for f = F−1 … 0, from X = 0 (or init_state)
+ *               G  causal X ← A_f·(X + W_f) for f = F−1 … 0, from X = 0 (or grad_final_state)
+ *                  reverse X ← A_f·(X + W_{f−1}) for f = 0 … F−1 (W_{−1} = 0), then G = X + W_{F−1}
+ *             (A_f is symmetric, so A_fᵀ = A_f in the gradient chains.) Steps that would multiply a zero state are
+ *             skipped; the chain ping-pongs between two (B, H, D, D) scratch buffers and its last step writes the
+ *             caller's output.
+ * Everything is f32 with fixed orders (bit-identical run to run). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "camdelta_summary.h"
+#include "internal.h"
+
+#define SM_TILE 32
+
+/* A D x D matrix per (b, h): element offset and stride between consecutive (b, h); mem NULL = absent. */
+typedef struct sm_mat {
+  cl_mem mem;
+  size_t off, stride;
+} sm_mat;
+
+static const sm_mat SM_NONE = {NULL, 0, 0};
+
+typedef struct sm_job {
+  camdelta_context *ctx;
+  cl_kernel gram, apply;
+  size_t BH, D, F, S, N;
+  cd_launch l;
+} sm_job;
+
+static camdelta_status sm_build(camdelta_context *ctx, size_t D, sm_job *j) {
+  char opts[64];
+  snprintf(opts, sizeof opts, "-DCD_D=%zu", D);
+  j->gram = j->apply = NULL;
+  camdelta_status st = cd_kernel(ctx, "scan_summary.cl", opts, "cd_summary_gram", &j->gram);
+  if (!st) st = cd_kernel(ctx, "scan_summary.cl", opts, "cd_summary_apply", &j->apply);
+  return st;
+}
+
+static void sm_release(sm_job *j) {
+  if (j->gram) clReleaseKernel(j->gram);
+  if (j->apply) clReleaseKernel(j->apply);
+  j->gram = j->apply = NULL;
+}
+
+static size_t sm_tiles(size_t D) { return (D + SM_TILE - 1) / SM_TILE; }
+
+/* out_f = g_f·(diag·I + sgn·X_fᵀ·diag(w_f)·Y_f) for every (b, h, f) into out (B, H, F, D, D). */
+static camdelta_status sm_gram(sm_job *j, camdelta_buffer X, camdelta_buffer Y, camdelta_buffer w, camdelta_buffer g,
+                               cl_mem out, int diag, float sgn, const char *what) {
+  /* X = Y (the A_f gram): compute the upper triangle of tiles and mirror it */
+  const int sym = X.mem == Y.mem && X.offset == Y.offset;
+  cd_args a = {j->gram, 0, CL_SUCCESS};
+  cd_arg_buf(&a, X);
+  cd_arg_buf(&a, Y);
+  cd_arg_buf(&a, w);
+  cd_arg_buf(&a, g);
+  cd_arg_buf(&a, (camdelta_buffer){out, 0});
+  cd_arg_u64(&a, j->N);
+  cd_arg_u32(&a, (uint32_t)j->S);
+  cd_arg_u32(&a, (uint32_t)j->F);
+  cd_arg_i32(&a, w.mem != NULL);
+  cd_arg_i32(&a, g.mem != NULL);
+  cd_arg_i32(&a, diag);
+  cd_arg_f32(&a, sgn);
+  cd_arg_i32(&a, sym);
+  if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_summary_gram: setting arguments");
+  const size_t t = sm_tiles(j->D), lws[3] = {8, 8, 1}, gws[3] = {8 * t, 8 * t, j->BH * j->F};
+  return cd_enqueue(j->ctx, j->gram, 3, gws, lws, &j->l, what);
+}
+
+static void arg_mat(cd_args *a, sm_mat m) {
+  cd_arg_mem(a, m.mem);
+  cd_arg_u64(a, m.off);
+  cd_arg_u64(a, m.stride);
+}
+
+/* Y = op(A)·(X + W) + U for every (b, h). */
+static camdelta_status sm_apply(sm_job *j, sm_mat A, int trans, sm_mat X, sm_mat W, sm_mat U, sm_mat Y) {
+  cd_args a = {j->apply, 0, CL_SUCCESS};
+  arg_mat(&a, A);
+  arg_mat(&a, X);
+  arg_mat(&a, W);
+  arg_mat(&a, U);
+  arg_mat(&a, Y);
+  cd_arg_i32(&a, A.mem != NULL);
+  cd_arg_i32(&a, trans);
+  cd_arg_i32(&a, X.mem != NULL);
+  cd_arg_i32(&a, W.mem != NULL);
+  cd_arg_i32(&a, U.mem != NULL);
+  if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_summary_apply: setting arguments");
+  const size_t t = sm_tiles(j->D), lws[3] = {8, 8, 1}, gws[3] = {8 * t, 8 * t, j->BH};
+  return cd_enqueue(j->ctx, j->apply, 3, gws, lws, &j->l, "cd_summary_apply");
+}
+
+/* One step of a chain: X ← A_a·(X + W_w) + U_u (index −1: absent; a = −1 means the identity). */
+typedef struct sm_step {
+  long a, w, u;
+} sm_step;
+
+/* Runs `n` steps from `init` (mem NULL: zero; `identity`: the identity matrix) into `dst`, with the per-frame
+ * matrices in A, W, U ((B, H, F, D, D) scratch). scratch: two (B, H, D, D) buffers. */
+static camdelta_status sm_chain(sm_job *j, const sm_step *steps, size_t n, sm_mat init, int identity, cl_mem A,
+                                cl_mem W, cl_mem U, cl_mem scratch[2], sm_mat dst) {
+  const size_t DD = j->D * j->D, fstride = j->F * DD;
+#define SM_FRAME(m, f) ((sm_mat){(m), (size_t)(f) * DD, fstride})
+  /* the current state: none (zero), identity, or a matrix */
+  sm_mat cur = init;
+  int cur_id = identity;
+  size_t placed = 0;
+  camdelta_status st = CAMDELTA_OK;
+  for (size_t i = 0; i < n && !st; i++) {
+    const sm_step s = steps[i];
+    sm_mat Am = s.a >= 0 ? SM_FRAME(A, s.a) : SM_NONE;
+    sm_mat Wm = s.w >= 0 ? SM_FRAME(W, s.w) : SM_NONE;
+    sm_mat Um = s.u >= 0 ? SM_FRAME(U, s.u) : SM_NONE;
+    sm_mat X = cur;
+    if (cur_id) { /* A·(I + W) + U is not needed by any chain here: the identity only meets A alone */
+      X = Am, Am = SM_NONE;
+    } else if (!cur.mem && !Wm.mem) {
+      if (!Um.mem) continue; /* A·0 = 0 */
+      Am = SM_NONE;          /* A·0 + U = U */
+    }
+    /* only leading steps are skipped, so the last step always writes */
+    const int last = i + 1 == n;
+    const sm_mat out = last ? dst : (sm_mat){scratch[placed % 2], 0, DD};
+    st = sm_apply(j, Am, 0, X, Wm, Um, out);
+    cur = out, cur_id = 0;
+    placed++;
+  }
+#undef SM_FRAME
+  if (st) return st;
+  if (cur.mem != dst.mem || cur.off != dst.off) { /* nothing was written: the result is init (or zero) */
+    if (cur_id) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "state summary: empty chain"); /* F >= 1 */
+    return sm_apply(j, SM_NONE, 0, cur, SM_NONE, SM_NONE, dst);
+  }
+  return CAMDELTA_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ checks */
+
+static camdelta_status check_shape(const char *op, size_t B, size_t H, size_t D, size_t F, size_t S, size_t *n_tok,
+                                   size_t *n_state, size_t *n_frames) {
+  camdelta_status st = cd_check_head_dim(op, D);
+  if (st) return st;
+  if (!B || !H || !F || !S)
+    return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: B=%zu, H=%zu, F=%zu, S=%zu: each must be at least 1", op, B, H, F, S);
+  size_t N, frames;
+  const size_t fst[4] = {B, H, D, D}, ffr[5] = {B, H, F, D, D}, fbhf[3] = {B, H, F};
+  if (!cd_mul(&N, F, S)) return cd_fail(CAMDELTA_ERROR_OVERFLOW, "%s: N = F*S overflows size_t", op);
+  const size_t ftok[4] = {B, H, D, N};
+  if (!cd_prod(n_tok, 4, ftok) || *n_tok > SIZE_MAX / 4 || !cd_prod(n_state, 4, fst) || !cd_prod(&frames, 5, ffr) ||
+      frames > SIZE_MAX / 4 || !cd_prod(n_frames, 3, fbhf) || *n_frames > SIZE_MAX / 256)
+    return cd_fail(CAMDELTA_ERROR_OVERFLOW, "%s: sizes overflow size_t (B=%zu H=%zu D=%zu F=%zu S=%zu)", op, B, H, D, F,
+                   S);
+  if (F > UINT32_MAX || S > UINT32_MAX)
+    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: F=%zu or S=%zu exceeds 2^32-1", op, F, S);
+  return CAMDELTA_OK;
+}
+
+static camdelta_status alloc_scratch(camdelta_context *ctx, size_t frames_bytes, size_t state_bytes, cl_mem *A,
+                                     cl_mem *B2, cl_mem scratch[2]) {
+  camdelta_status st = cd_alloc(ctx, frames_bytes, A);
+  if (!st) st = cd_alloc(ctx, frames_bytes, B2);
+  if (!st) st = cd_alloc(ctx, state_bytes, &scratch[0]);
+  if (!st) st = cd_alloc(ctx, state_bytes, &scratch[1]);
+  return st;
+}
+
+static void release_mem(cl_mem *m, int n) {
+  for (int i = 0; i < n; i++)
+    if (m[i]) clReleaseMemObject(m[i]), m[i] = NULL;
+}
+
+/* -------------------------------------------------------------------------------------- forward */
+
+camdelta_status camdelta_scan_summary(camdelta_context *ctx, const camdelta_scan_summary_args *p) {
+  static const char op[] = "camdelta_scan_summary";
+  cd_clear_error();
+  if (!ctx || !p) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", op, ctx ? "args" : "ctx");
+  size_t n_tok, n_state, n_frames;
+  camdelta_status st = check_shape(op, p->B, p->H, p->D, p->F, p->S, &n_tok, &n_state, &n_frames);
+  if (st) return st;
+  if (!p->T.mem && !p->E.mem)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: neither output 'T' nor 'E' is given", op);
+  const int want_e = p->E.mem != NULL;
+  const size_t nbeta = n_frames * p->S;
+  if ((st = cd_check_buffer(op, "k", p->k, n_tok, 4, 0)) || (st = cd_check_buffer(op, "v", p->v, n_tok, 4, !want_e)) ||
+      (st = cd_check_buffer(op, "beta", p->beta, nbeta, 4, 0)) ||
+      (st = cd_check_buffer(op, "decay", p->decay, n_frames, 4, 0)) ||
+      (st = cd_check_buffer(op, "init_state", p->init_state, n_state, 4, 1)) ||
+      (st = cd_check_buffer(op, "T", p->T, n_state, 4, 1)) || (st = cd_check_buffer(op, "E", p->E, n_state, 4, 1)))
+    return st;
+  const cd_tensor_arg outs[2] = {{"T", p->T, n_state, 4}, {"E", p->E, n_state, 4}};
+  const cd_tensor_arg ins[5] = {{"k", p->k, n_tok, 4},
+                                {"v", want_e ? p->v : (camdelta_buffer){NULL, 0}, n_tok, 4},
+                                {"beta", p->beta, nbeta, 4},
+                                {"decay", p->decay, n_frames, 4},
+                                {"init_state", p->init_state, n_state, 4}};
+  if ((st = cd_check_no_overlap(op, outs, 2, ins, 5))) return st;
+
+  sm_job j = {ctx, NULL, NULL, p->B * p->H, p->D, p->F, p->S, p->F * p->S, {0}};
+  if ((st = sm_build(ctx, p->D, &j))) {
+    sm_release(&j);
+    return st;
+  }
+  const size_t F = p->F, DD = p->D * p->D;
+  sm_step *steps = malloc(F * sizeof *steps);
+  if (!steps) {
+    sm_release(&j);
+    return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", op);
+  }
+  if (p->profile) p->profile->kernel_ms = 0, p->profile->kernels = 0;
+  cd_launch_init(&j.l, p->profile);
+  cl_mem mem[4] = {NULL, NULL, NULL, NULL}; /* A, U, scratch x 2 */
+  st = alloc_scratch(ctx, n_frames * DD * 4, n_state * 4, &mem[0], &mem[1], &mem[2]);
+  const camdelta_buffer none = {NULL, 0};
+  if (!st) st = sm_gram(&j, p->k, p->k, p->beta, p->decay, mem[0], 1, -1.0f, "cd_summary_gram A");
+  if (!st && want_e) st = sm_gram(&j, p->k, p->v, p->beta, none, mem[1], 0, 1.0f, "cd_summary_gram U");
+  for (size_t i = 0; i < F; i++) {
+    const long f = (long)(p->reverse ? F - 1 - i : i);
+    steps[i] = (sm_step){f, -1, -1};
+  }
+  if (!st && p->T.mem)
+    st = sm_chain(&j, steps, F, SM_NONE, 1, mem[0], NULL, NULL, &mem[2], (sm_mat){p->T.mem, p->T.offset, DD});
+  if (!st && want_e) {
+    for (size_t i = 0; i < F; i++) steps[i].u = steps[i].a;
+    const sm_mat init = p->init_state.mem ? (sm_mat){p->init_state.mem, p->init_state.offset, DD} : SM_NONE;
+    st = sm_chain(&j, steps, F, init, 0, mem[0], NULL, mem[1], &mem[2], (sm_mat){p->E.mem, p->E.offset, DD});
+  }
+  free(steps);
+  release_mem(mem, 4); /* the runtime keeps them alive until the kernels finish */
+  sm_release(&j);
+  return cd_launch_end(ctx, &j.l, st);
+}
+
+/* ------------------------------------------------------------------------------------- gradient */
+
+camdelta_status camdelta_scan_grad_summary(camdelta_context *ctx, const camdelta_scan_grad_summary_args *p) {
+  static const char op[] = "camdelta_scan_grad_summary";
+  cd_clear_error();
+  if (!ctx || !p) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", op, ctx ? "args" : "ctx");
+  size_t n_tok, n_state, n_frames;
+  camdelta_status st = check_shape(op, p->B, p->H, p->D, p->F, p->S, &n_tok, &n_state, &n_frames);
+  if (st) return st;
+  const size_t nbeta = n_frames * p->S;
+  if ((st = cd_check_buffer(op, "q", p->q, n_tok, 4, 0)) || (st = cd_check_buffer(op, "k", p->k, n_tok, 4, 0)) ||
+      (st = cd_check_buffer(op, "beta", p->beta, nbeta, 4, 0)) ||
+      (st = cd_check_buffer(op, "decay", p->decay, n_frames, 4, 0)) ||
+      (st = cd_check_buffer(op, "grad_out", p->grad_out, n_tok, 4, 0)) ||
+      (st = cd_check_buffer(op, "grad_final_state", p->grad_final_state, n_state, 4, 1)) ||
+      (st = cd_check_buffer(op, "G", p->G, n_state, 4, 0)))
+    return st;
+  const cd_tensor_arg outs[1] = {{"G", p->G, n_state, 4}};
+  const cd_tensor_arg ins[6] = {{"q", p->q, n_tok, 4},         {"k", p->k, n_tok, 4},
+                                {"beta", p->beta, nbeta, 4},    {"decay", p->decay, n_frames, 4},
+                                {"grad_out", p->grad_out, n_tok, 4}, {"grad_final_state", p->grad_final_state, n_state, 4}};
+  if ((st = cd_check_no_overlap(op, outs, 1, ins, 6))) return st;
+
+  sm_job j = {ctx, NULL, NULL, p->B * p->H, p->D, p->F, p->S, p->F * p->S, {0}};
+  if ((st = sm_build(ctx, p->D, &j))) {
+    sm_release(&j);
+    return st;
+  }
+  const size_t F = p->F, DD = p->D * p->D;
+  sm_step *steps = malloc((F + 1) * sizeof *steps);
+  if (!steps) {
+    sm_release(&j);
+    return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", op);
+  }
+  if (p->profile) p->profile->kernel_ms = 0, p->profile->kernels = 0;
+  cd_launch_init(&j.l, p->profile);
+  cl_mem mem[4] = {NULL, NULL, NULL, NULL}; /* A, W, scratch x 2 */
+  st = alloc_scratch(ctx, n_frames * DD * 4, n_state * 4, &mem[0], &mem[1], &mem[2]);
+  const camdelta_buffer none = {NULL, 0};
+  if (!st) st = sm_gram(&j, p->k, p->k, p->beta, p->decay, mem[0], 1, -1.0f, "cd_summary_gram A");
+  if (!st) st = sm_gram(&j, p->q, p->grad_out, none, none, mem[1], 0, 1.0f, "cd_summary_gram W");
+  size_t n = 0;
+  if (!p->reverse) {
+    for (size_t i = 0; i < F; i++) steps[n++] = (sm_step){(long)(F - 1 - i), (long)(F - 1 - i), -1};
+  } else {
+    for (size_t f = 0; f < F; f++) steps[n++] = (sm_step){(long)f, (long)f - 1, -1};
+    steps[n++] = (sm_step){-1, (long)F - 1, -1};
+  }
+  const sm_mat init = p->grad_final_state.mem ? (sm_mat){p->grad_final_state.mem, p->grad_final_state.offset, DD}
+                                              : SM_NONE;
+  if (!st) st = sm_chain(&j, steps, n, init, 0, mem[0], mem[1], NULL, &mem[2], (sm_mat){p->G.mem, p->G.offset, DD});
+  free(steps);
+  release_mem(mem, 4);
+  sm_release(&j);
+  return cd_launch_end(ctx, &j.l, st);
+}
+
+/* ------------------------------------------------------------------------------ apply and combine */
+
+static camdelta_status check_states(const char *op, size_t B, size_t H, size_t D, size_t *n_state) {
+  camdelta_status st = cd_check_head_dim(op, D);
+  if (st) return st;
+  if (!B || !H) return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: B=%zu, H=%zu: each must be at least 1", op, B, H);
+  const size_t fst[4] = {B, H, D, D};
+  if (!cd_prod(n_state, 4, fst) || *n_state > SIZE_MAX / 4)
+    return cd_fail(CAMDELTA_ERROR_OVERFLOW, "%s: sizes overflow size_t", op);
+  return CAMDELTA_OK;
+}
+
+static sm_mat mat_of(camdelta_buffer b, size_t DD) { return b.mem ? (sm_mat){b.mem, b.offset, DD} : SM_NONE; }
+
+camdelta_status camdelta_summary_apply(camdelta_context *ctx, const camdelta_summary_apply_args *p) {
+  static const char op[] = "camdelta_summary_apply";
+  cd_clear_error();
+  if (!ctx || !p) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", op, ctx ? "args" : "ctx");
+  size_t ns;
+  camdelta_status st = check_states(op, p->B, p->H, p->D, &ns);
+  if (st) return st;
+  if ((st = cd_check_buffer(op, "T", p->T, ns, 4, 0)) || (st = cd_check_buffer(op, "E", p->E, ns, 4, 1)) ||
+      (st = cd_check_buffer(op, "M_in", p->M_in, ns, 4, 1)) || (st = cd_check_buffer(op, "M_out", p->M_out, ns, 4, 0)))
+    return st;
+  const cd_tensor_arg outs[1] = {{"M_out", p->M_out, ns, 4}};
+  const cd_tensor_arg ins[3] = {{"T", p->T, ns, 4}, {"E", p->E, ns, 4}, {"M_in", p->M_in, ns, 4}};
+  if ((st = cd_check_no_overlap(op, outs, 1, ins, 3))) return st;
+  sm_job j = {ctx, NULL, NULL, p->B * p->H, p->D, 1, 1, 1, {0}};
+  if ((st = sm_build(ctx, p->D, &j))) {
+    sm_release(&j);
+    return st;
+  }
+  if (p->profile) p->profile->kernel_ms = 0, p->profile->kernels = 0;
+  cd_launch_init(&j.l, p->profile);
+  const size_t DD = p->D * p->D;
+  /* without M_in: M_out = E (T·0 = 0) */
+  const sm_mat A = p->M_in.mem ? mat_of(p->T, DD) : SM_NONE;
+  st = sm_apply(&j, A, p->transpose != 0, mat_of(p->M_in, DD), SM_NONE, mat_of(p->E, DD), mat_of(p->M_out, DD));
+  sm_release(&j);
+  return cd_launch_end(ctx, &j.l, st);
+}
+
+camdelta_status camdelta_summary_combine(camdelta_context *ctx, const camdelta_summary_combine_args *p) {
+  static const char op[] = "camdelta_summary_combine";
+  cd_clear_error();
+  if (!ctx || !p) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", op, ctx ? "args" : "ctx");
+  size_t ns;
+  camdelta_status st = check_states(op, p->B, p->H, p->D, &ns);
+  if (st) return st;
+  if (!p->T.mem && !p->E.mem)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: neither output 'T' nor 'E' is given", op);
+  if ((st = cd_check_buffer(op, "T1", p->T1, ns, 4, !p->T.mem)) || (st = cd_check_buffer(op, "E1", p->E1, ns, 4, 1)) ||
+      (st = cd_check_buffer(op, "T2", p->T2, ns, 4, 0)) || (st = cd_check_buffer(op, "E2", p->E2, ns, 4, 1)) ||
+      (st = cd_check_buffer(op, "T", p->T, ns, 4, 1)) || (st = cd_check_buffer(op, "E", p->E, ns, 4, 1)))
+    return st;
+  const cd_tensor_arg outs[2] = {{"T", p->T, ns, 4}, {"E", p->E, ns, 4}};
+  const cd_tensor_arg ins[4] = {{"T1", p->T1, ns, 4}, {"E1", p->E1, ns, 4}, {"T2", p->T2, ns, 4}, {"E2", p->E2, ns, 4}};
+  if ((st = cd_check_no_overlap(op, outs, 2, ins, 4))) return st;
+  sm_job j = {ctx, NULL, NULL, p->B * p->H, p->D, 1, 1, 1, {0}};
+  if ((st = sm_build(ctx, p->D, &j))) {
+    sm_release(&j);
+    return st;
+  }
+  if (p->profile) p->profile->kernel_ms = 0, p->profile->kernels = 0;
+  cd_launch_init(&j.l, p->profile);
+  const size_t DD = p->D * p->D;
+  if (p->T.mem) st = sm_apply(&j, mat_of(p->T2, DD), 0, mat_of(p->T1, DD), SM_NONE, SM_NONE, mat_of(p->T, DD));
+  if (!st && p->E.mem) {
+    const sm_mat A = p->E1.mem ? mat_of(p->T2, DD) : SM_NONE;
+    st = sm_apply(&j, A, 0, mat_of(p->E1, DD), SM_NONE, mat_of(p->E2, DD), mat_of(p->E, DD));
+  }
+  sm_release(&j);
+  return cd_launch_end(ctx, &j.l, st);
+}

@@ -1,0 +1,122 @@
+/* camdelta bench --packed: the scan over packed clips against the fixed-shape scan on a batch of equal clips
+ * (SPEC section 9: "no slower than the fixed-shape path"), forward and backward, both directions, kernel time
+ * from profiling events (median after warm-up). Shapes B,H,D,F,S mean B clips of F frames of S tokens. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "camdelta_packed.h"
+#include "cli_common.h"
+#include "cli_packed.h"
+
+int cli_bench_packed_requested(int argc, char **argv) {
+  for (int i = 0; i < argc; i++)
+    if (strcmp(argv[i], "--packed") == 0) return 1;
+  return 0;
+}
+
+static int cmp_d(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static int buf(camdelta_context *ctx, size_t n, float fill, cl_mem *m) {
+  int rc = cli_alloc(ctx, n * 4, m);
+  if (!rc && fill != 0.0f &&
+      clEnqueueFillBuffer(camdelta_context_queue(ctx), *m, &fill, 4, 0, n * 4, 0, NULL, NULL) != CL_SUCCESS)
+    rc = cli_error(CLI_EXIT_DEVICE, "filling a buffer failed");
+  return rc;
+}
+
+int cmd_bench_packed(int argc, char **argv) {
+  const char *device = NULL, *v;
+  size_t B = 4, H = 20, D = 112, F = 5, S = 1560, reps = 10, warmup = 2;
+  cli_args a = {argc, argv, 0};
+  while (a.i < argc) {
+    int r;
+    if (cli_flag(&a, "--packed")) continue;
+    if ((r = cli_value(&a, "--shape", &v))) {
+      unsigned long s[5];
+      char tail;
+      if (r < 0) return CLI_EXIT_USAGE;
+      if (sscanf(v, "%lu,%lu,%lu,%lu,%lu%c", &s[0], &s[1], &s[2], &s[3], &s[4], &tail) != 5 || !s[0] || !s[1] ||
+          !s[3] || !s[4] || s[2] % 8 || s[2] < 8 || s[2] > 128)
+        return cli_error(CLI_EXIT_USAGE, "bench --packed: --shape wants clips,H,D,F,S (got '%s')", v);
+      B = s[0], H = s[1], D = s[2], F = s[3], S = s[4];
+    } else if ((r = cli_value(&a, "--device", &device))) {
+      if (r < 0) return CLI_EXIT_USAGE;
+    } else if ((r = cli_value(&a, "--reps", &v))) {
+      if (r < 0 || !cli_parse_size("--reps", v, &reps)) return CLI_EXIT_USAGE;
+    } else if ((r = cli_value(&a, "--warmup", &v))) {
+      if (r < 0 || !cli_parse_size("--warmup", v, &warmup)) return CLI_EXIT_USAGE;
+    } else {
+      return cli_error(CLI_EXIT_USAGE, "bench --packed: unknown option '%s' (--shape, --device, --reps, --warmup)",
+                       argv[a.i]);
+    }
+  }
+  camdelta_context *ctx = NULL;
+  int rc = cli_context(&ctx, device);
+  if (rc) return rc;
+  const size_t N = F * S, nt = B * H * D * N, ns = B * H * D * D;
+  int64_t *fo = malloc((B * F + 1) * 8), *co = malloc((B + 1) * 8);
+  if (!fo || !co) rc = cli_error(CLI_EXIT_FAILURE, "out of host memory");
+  for (size_t f = 0; !rc && f <= B * F; f++) fo[f] = (int64_t)(f * S);
+  for (size_t c = 0; !rc && c <= B; c++) co[c] = (int64_t)(c * F);
+  /* q k v grad_out, beta, decay, out, dq dk dv dbeta ddecay: the same sizes in both layouts */
+  cl_mem m[12] = {NULL};
+  const size_t cnt[12] = {nt, nt, nt, nt, B * H * N, B * H * F, nt, nt, nt, nt, B * H * N, B * H * F};
+  const float fill[12] = {0.01f, 0.001f, 0.5f, 0.5f, 0.5f, 0.9f, 0, 0, 0, 0, 0, 0};
+  for (int i = 0; i < 12 && !rc; i++) rc = buf(ctx, cnt[i], fill[i], &m[i]);
+  camdelta_device_info info;
+  camdelta_context_info(ctx, &info);
+  if (!rc)
+    printf("camdelta bench --packed on %s: %zu equal clips of F=%zu frames x S=%zu tokens, H=%zu D=%zu; kernel ms, "
+           "median of %zu after %zu warm-up\n%-24s %12s %12s %8s\n",
+           info.device_name, B, F, S, H, D, reps, warmup, "operation", "fixed ms", "packed ms", "ratio");
+  double *t = calloc(reps ? reps : 1, sizeof *t);
+  for (int op = 0; op < 4 && !rc; op++) {
+    const int bwd = op >= 2, rev = op % 2;
+    double med[2] = {0, 0};
+    for (int packed = 0; packed < 2 && !rc; packed++) {
+      const camdelta_packed_clips pc = {fo, co, B, B * N};
+      for (size_t it = 0; it < warmup + reps && !rc; it++) {
+        camdelta_profile prof = {0, 0};
+        camdelta_status st;
+        if (!bwd) {
+          camdelta_scan_args s;
+          memset(&s, 0, sizeof s);
+          s.B = packed ? 1 : B, s.H = H, s.D = D, s.F = packed ? B * F : F, s.S = packed ? 0 : S, s.reverse = rev;
+          s.q.mem = m[0], s.k.mem = m[1], s.v.mem = m[2], s.beta.mem = m[4], s.decay.mem = m[5], s.out.mem = m[6];
+          s.profile = &prof;
+          st = packed ? camdelta_scan_forward_packed(ctx, &s, &pc, NULL) : camdelta_scan_forward(ctx, &s, NULL);
+        } else {
+          camdelta_scan_backward_args s;
+          memset(&s, 0, sizeof s);
+          s.B = packed ? 1 : B, s.H = H, s.D = D, s.F = packed ? B * F : F, s.S = packed ? 0 : S, s.reverse = rev;
+          s.q.mem = m[0], s.k.mem = m[1], s.v.mem = m[2], s.grad_out.mem = m[3], s.beta.mem = m[4];
+          s.decay.mem = m[5], s.dq.mem = m[7], s.dk.mem = m[8], s.dv.mem = m[9], s.dbeta.mem = m[10];
+          s.ddecay.mem = m[11];
+          s.profile = &prof;
+          st = packed ? camdelta_scan_backward_packed(ctx, &s, &pc, NULL) : camdelta_scan_backward(ctx, &s, NULL);
+        }
+        if (st) rc = cli_lib_error(st, packed ? "packed scan" : "fixed-shape scan");
+        else if (it >= warmup) t[it - warmup] = prof.kernel_ms;
+      }
+      if (!rc && reps) {
+        qsort(t, reps, sizeof *t, cmp_d);
+        med[packed] = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
+      }
+    }
+    if (!rc)
+      printf("%-24s %12.3f %12.3f %7.2fx\n",
+             bwd ? (rev ? "scan backward reverse" : "scan backward causal")
+                 : (rev ? "scan forward reverse" : "scan forward causal"),
+             med[0], med[1], med[0] > 0 ? med[1] / med[0] : 0.0);
+  }
+  (void)ns;
+  free(t), free(fo), free(co);
+  for (int i = 0; i < 12; i++)
+    if (m[i]) clReleaseMemObject(m[i]);
+  camdelta_context_destroy(ctx);
+  return rc;
+}

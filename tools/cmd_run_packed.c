@@ -1,0 +1,156 @@
+/* camdelta run scan|scan-backward over packed clips (SPEC sections 7 and 9): the --in folder holds
+ * frame_offsets.npy (int64, F+1) and clip_offsets.npy (int64, clips+1) beside the packed tensors
+ *   q k v (1, H, D, N), beta (1, H, N), decay (1, H, F), optional init_state (clips, H, D, D);
+ *   scan-backward also grad_out (1, H, D, N) and optional grad_final_state (clips, H, D, D).
+ * Outputs: out (1, H, D, N) and with --final-state final_state (clips, H, D, D); scan-backward: dq dk dv
+ * (1, H, D, N), dbeta (1, H, N), ddecay (1, H, F), dinit_state (clips, H, D, D) when init_state is given. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "camdelta_packed.h"
+#include "cli_common.h"
+#include "cli_packed.h"
+
+static int exists(const char *dir, const char *name) {
+  char path[4096];
+  struct stat sb;
+  snprintf(path, sizeof path, "%s/%s.npy", dir, name);
+  return stat(path, &sb) == 0;
+}
+
+int cli_packed_requested(const char *in) { return in && (exists(in, "frame_offsets") || exists(in, "clip_offsets")); }
+
+static int load_offsets(const char *dir, const char *name, int64_t **v, size_t *n) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s.npy", dir, name);
+  if (!exists(dir, name))
+    return cli_error(CLI_EXIT_INPUT, "%s: missing input file (packed clips need both frame_offsets and clip_offsets, "
+                     "1-D <i8 arrays)", path);
+  camdelta_status st = camdelta_npy_read_i64(path, v, n);
+  if (st) return cli_error(CLI_EXIT_INPUT, "%s", camdelta_last_message());
+  if (*n < 2) return cli_error(CLI_EXIT_INPUT, "%s: expected at least 2 offsets, got %zu", path, *n);
+  return CLI_EXIT_OK;
+}
+
+static int load(cli_tensor *t, const char *dir, const char *name, int optional, int ndim, const size_t *shape,
+                const char *symbols) {
+  char nums[256], expect[512];
+  snprintf(expect, sizeof expect, "%s = %s", symbols, cli_shape_str(nums, sizeof nums, ndim, shape));
+  int rc = cli_tensor_load(t, dir, name, optional, expect);
+  if (!rc && t->present) rc = cli_tensor_expect(t, ndim, shape, symbols);
+  if (!rc) rc = cli_tensor_convert(t, CAMDELTA_NPY_F4);
+  return rc;
+}
+
+enum { T_Q, T_K, T_V, T_BETA, T_DECAY, T_GO, T_INIT, T_GF, T_COUNT };
+
+int cmd_run_packed(int backward, const char *in, const char *outdir, const char *device, int reverse,
+                   camdelta_scan_algorithm alg, int final_state, int quiet) {
+  const char *op = backward ? "scan-backward" : "scan";
+  int64_t *fo = NULL, *co = NULL;
+  size_t nfo = 0, nco = 0;
+  cli_tensor t[T_COUNT];
+  memset(t, 0, sizeof t);
+  camdelta_context *ctx = NULL;
+  cl_mem mem[T_COUNT] = {NULL}, outm[6] = {NULL};
+  int rc = load_offsets(in, "frame_offsets", &fo, &nfo);
+  if (!rc) rc = load_offsets(in, "clip_offsets", &co, &nco);
+  size_t H = 0, D = 0, N = 0;
+  const size_t F = nfo ? nfo - 1 : 0, clips = nco ? nco - 1 : 0;
+  if (!rc) rc = cli_tensor_load(&t[T_Q], in, "q", 0, "(1, H, D, N)");
+  if (!rc) rc = cli_tensor_convert(&t[T_Q], CAMDELTA_NPY_F4);
+  if (!rc) {
+    const size_t *s = t[T_Q].npy.shape;
+    if (t[T_Q].npy.ndim != 4 || s[0] != 1) {
+      char have[256];
+      rc = cli_error(CLI_EXIT_INPUT, "%s: shape %s does not fit: packed clips expect (1, H, D, N)", t[T_Q].path,
+                     cli_shape_str(have, sizeof have, t[T_Q].npy.ndim, s));
+    } else {
+      H = s[1], D = s[2], N = s[3];
+    }
+  }
+  const size_t tok[4] = {1, H, D, N}, bt[3] = {1, H, N}, dc[3] = {1, H, F}, st4[4] = {clips, H, D, D};
+  if (!rc) rc = load(&t[T_K], in, "k", 0, 4, tok, "(1, H, D, N)");
+  if (!rc) rc = load(&t[T_V], in, "v", 0, 4, tok, "(1, H, D, N)");
+  if (!rc) rc = load(&t[T_BETA], in, "beta", 0, 3, bt, "(1, H, N)");
+  if (!rc) rc = load(&t[T_DECAY], in, "decay", 0, 3, dc, "(1, H, F) with F + 1 = len(frame_offsets)");
+  if (!rc && backward) rc = load(&t[T_GO], in, "grad_out", 0, 4, tok, "(1, H, D, N)");
+  if (!rc) rc = load(&t[T_INIT], in, "init_state", 1, 4, st4, "(clips, H, D, D)");
+  if (!rc && backward) rc = load(&t[T_GF], in, "grad_final_state", 1, 4, st4, "(clips, H, D, D)");
+  if (!rc) rc = cli_context(&ctx, device);
+  for (int i = 0; i < T_COUNT && !rc; i++)
+    if (t[i].present) rc = cli_upload(ctx, &t[i], &mem[i]);
+  const int has_init = t[T_INIT].present;
+  const char *names[6];
+  int ndims[6], no = 0;
+  size_t shapes[6][4];
+#define ADD_OUT(nm, nd, s0, s1, s2, s3) \
+  (names[no] = (nm), ndims[no] = (nd), shapes[no][0] = (s0), shapes[no][1] = (s1), shapes[no][2] = (s2), \
+   shapes[no][3] = (s3), no++)
+  if (!backward) {
+    ADD_OUT("out", 4, 1, H, D, N);
+    if (final_state) ADD_OUT("final_state", 4, clips, H, D, D);
+  } else {
+    ADD_OUT("dq", 4, 1, H, D, N), ADD_OUT("dk", 4, 1, H, D, N), ADD_OUT("dv", 4, 1, H, D, N);
+    ADD_OUT("dbeta", 3, 1, H, N, 0), ADD_OUT("ddecay", 3, 1, H, F, 0);
+    if (has_init) ADD_OUT("dinit_state", 4, clips, H, D, D);
+  }
+#undef ADD_OUT
+  for (int i = 0; i < no && !rc; i++) {
+    size_t n = 1;
+    for (int d = 0; d < ndims[i]; d++) n *= shapes[i][d];
+    rc = cli_alloc(ctx, n * 4, &outm[i]);
+  }
+  camdelta_profile prof = {0, 0};
+  camdelta_scan_algorithm used = alg;
+  if (!rc) {
+    const camdelta_packed_clips pc = {fo, co, clips, N};
+    camdelta_status st;
+    if (!backward) {
+      camdelta_scan_args a;
+      memset(&a, 0, sizeof a);
+      a.B = 1, a.H = H, a.D = D, a.F = F, a.S = 0, a.reverse = reverse, a.algorithm = alg, a.used = &used;
+      a.q.mem = mem[T_Q], a.k.mem = mem[T_K], a.v.mem = mem[T_V], a.beta.mem = mem[T_BETA];
+      a.decay.mem = mem[T_DECAY], a.init_state.mem = mem[T_INIT], a.out.mem = outm[0];
+      if (final_state) a.final_state.mem = outm[1];
+      a.profile = &prof;
+      st = camdelta_scan_forward_packed(ctx, &a, &pc, NULL);
+    } else {
+      camdelta_scan_backward_args a;
+      memset(&a, 0, sizeof a);
+      a.B = 1, a.H = H, a.D = D, a.F = F, a.S = 0, a.reverse = reverse;
+      a.q.mem = mem[T_Q], a.k.mem = mem[T_K], a.v.mem = mem[T_V], a.beta.mem = mem[T_BETA];
+      a.decay.mem = mem[T_DECAY], a.init_state.mem = mem[T_INIT], a.grad_out.mem = mem[T_GO];
+      a.grad_final_state.mem = mem[T_GF];
+      a.dq.mem = outm[0], a.dk.mem = outm[1], a.dv.mem = outm[2], a.dbeta.mem = outm[3], a.ddecay.mem = outm[4];
+      if (has_init) a.dinit_state.mem = outm[5];
+      a.profile = &prof;
+      st = camdelta_scan_backward_packed(ctx, &a, &pc, NULL);
+    }
+    if (!st) st = camdelta_finish(ctx);
+    if (st) rc = cli_lib_error(st, backward ? "camdelta_scan_backward_packed" : "camdelta_scan_forward_packed");
+  }
+  if (!rc) rc = cli_make_dir(outdir);
+  for (int i = 0; i < no && !rc; i++)
+    rc = cli_download_write(ctx, outm[i], outdir, names[i], CAMDELTA_NPY_F4, ndims[i], shapes[i]);
+  if (!rc && !quiet) {
+    printf("camdelta run %s: %zu packed clips, %zu frames, N=%zu tokens, H=%zu D=%zu %s%s%s: %.3f ms in %u kernels; "
+           "wrote", op, clips, F, N, H, D, reverse ? "reverse" : "causal", has_init ? " from init_state" : "",
+           backward ? "" : (used == CAMDELTA_SCAN_CHUNKWISE ? ", chunkwise" : ", sequential"), prof.kernel_ms,
+           prof.kernels);
+    for (int i = 0; i < no; i++) printf(" %s", names[i]);
+    printf(" to %s\n", outdir);
+  }
+  for (int i = 0; i < T_COUNT; i++) {
+    cli_tensor_free(&t[i]);
+    if (mem[i]) clReleaseMemObject(mem[i]);
+  }
+  for (int i = 0; i < 6; i++)
+    if (outm[i]) clReleaseMemObject(outm[i]);
+  camdelta_context_destroy(ctx);
+  free(fo), free(co);
+  return rc;
+}

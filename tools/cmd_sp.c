@@ -1,0 +1,881 @@
+/* Sequence parallelism in the camdelta tool (SPEC sections 7 and 9), under mpirun:
+ *   camdelta run scan|scan-backward --in DIR --out DIR --sequence-parallel [--reverse] ...
+ *       every rank reads the inputs, takes its contiguous share of frames (camdelta_mpi_frame_share), runs
+ *       camdelta_mpi_scan_forward/backward; rank 0 gathers the shares and writes the same files as a
+ *       single-device run.
+ *   camdelta demo --sequence-parallel [--shape B,H,D,F,S]
+ *       rank 0 runs the whole sequence on one device, every rank checks its share of the sequence-parallel
+ *       forward and backward (both directions) against it.
+ *   camdelta bench --sequence-parallel [--shape ...]
+ *       time per rank of the sequence-parallel forward and backward, split into summaries, exchange, combine
+ *       and the local scan, beside the single-device time (rank 0).
+ * The tool links camdelta_mpi only when built with MPI (CAMDELTA_WITH_MPI). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli_common.h"
+#include "cli_sp.h"
+
+int cli_sp_requested(int argc, char **argv) {
+  for (int i = 0; i < argc; i++)
+    if (strcmp(argv[i], "--sequence-parallel") == 0) return 1;
+  return 0;
+}
+
+void usage_sp(void) {
+  printf("\n"
+         "sequence parallel (under mpirun; camdelta built with MPI):\n"
+         "  --sequence-parallel      split the frames of every sequence over the MPI ranks\n"
+         "                           (rank r takes frames [F*r/P, F*(r+1)/P); F >= P).\n"
+         "                           run scan|scan-backward: every rank reads --in, rank 0\n"
+         "                           writes the same files as one device. demo: every rank's\n"
+         "                           share checked against one device. bench: time per rank\n"
+         "                           and the summary-exchange time.\n"
+         "  demo/bench: --algorithm auto|sequential|chunkwise  the forward's algorithm (demo\n"
+         "                           default chunkwise, the arithmetic of the state summaries;\n"
+         "                           bench default auto)\n"
+         "  --device SEL             as usual; '{local_rank}' in SEL is replaced by the rank's\n"
+         "                           index on its node, e.g. --device 0:{local_rank} for one\n"
+         "                           GPU per rank (or set CAMDELTA_DEVICE per rank)\n");
+}
+
+#ifndef CAMDELTA_WITH_MPI
+
+static int no_mpi(void) {
+  return cli_error(CLI_EXIT_USAGE, "--sequence-parallel: this camdelta was built without MPI (install an MPI, e.g. "
+                                   "Debian's libopenmpi-dev, and rebuild)");
+}
+int cmd_run_sp(int argc, char **argv) {
+  (void)argc, (void)argv;
+  return no_mpi();
+}
+int cmd_demo_sp(int argc, char **argv) {
+  (void)argc, (void)argv;
+  return no_mpi();
+}
+int cmd_bench_sp(int argc, char **argv) {
+  (void)argc, (void)argv;
+  return no_mpi();
+}
+
+#else
+
+#include <cjson/cJSON.h>
+#include <mpi.h>
+#include <time.h>
+
+#include "camdelta_mpi.h"
+
+static int g_rank, g_size, g_we_init;
+
+static int sp_init(void) {
+  int inited = 0;
+  MPI_Initialized(&inited);
+  if (!inited) {
+    if (MPI_Init(NULL, NULL) != MPI_SUCCESS) return cli_error(CLI_EXIT_FAILURE, "MPI_Init failed");
+    g_we_init = 1;
+  }
+  MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+  return CLI_EXIT_OK;
+}
+
+/* The worst exit code over the ranks. */
+static int agree_rc(int rc) {
+  int all = rc;
+  MPI_Allreduce(&rc, &all, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  return all;
+}
+
+static int sp_end(int rc) {
+  rc = agree_rc(rc);
+  if (g_we_init) MPI_Finalize();
+  return rc;
+}
+
+/* The context on `selector` with "{local_rank}" replaced by the rank's index on its node. */
+static int sp_context(camdelta_context **ctx, const char *selector) {
+  char sel[512];
+  const char *use = selector;
+  const char *at = selector ? strstr(selector, "{local_rank}") : NULL;
+  if (at) {
+    MPI_Comm node;
+    int local = 0;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g_rank, MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, &local);
+    MPI_Comm_free(&node);
+    snprintf(sel, sizeof sel, "%.*s%d%s", (int)(at - selector), selector, local, at + strlen("{local_rank}"));
+    use = sel;
+  }
+  return cli_context(ctx, use);
+}
+
+static double now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+static int upload(camdelta_context *ctx, const float *x, size_t n, cl_mem *out) {
+  cl_int err;
+  *out = clCreateBuffer(camdelta_context_cl_context(ctx), CL_MEM_READ_WRITE | (x ? CL_MEM_COPY_HOST_PTR : 0),
+                        n ? n * 4 : 4, (void *)x, &err);
+  if (err != CL_SUCCESS) {
+    *out = NULL;
+    return cli_error(CLI_EXIT_DEVICE, "allocating %zu bytes on the device: %s", n * 4, camdelta_cl_error_name(err));
+  }
+  return CLI_EXIT_OK;
+}
+
+static int download(camdelta_context *ctx, cl_mem m, size_t n, float **out) {
+  *out = malloc(n ? n * 4 : 4);
+  if (!*out) return cli_error(CLI_EXIT_FAILURE, "out of host memory");
+  cl_int err = clEnqueueReadBuffer(camdelta_context_queue(ctx), m, CL_TRUE, 0, n * 4, *out, 0, NULL, NULL);
+  if (err != CL_SUCCESS) {
+    free(*out), *out = NULL;
+    return cli_error(CLI_EXIT_DEVICE, "reading a result from the device: %s", camdelta_cl_error_name(err));
+  }
+  return CLI_EXIT_OK;
+}
+
+/* rows x [c0, c0 + cl) of a rows x cols array (malloc'd) */
+static float *slice(const float *x, size_t rows, size_t cols, size_t c0, size_t cl) {
+  float *y = malloc(rows * cl * 4 + 4);
+  if (y)
+    for (size_t r = 0; r < rows; r++) memcpy(y + r * cl, x + r * cols + c0, cl * 4);
+  return y;
+}
+
+/* Rank 0 receives every rank's rows x (frames·unit) block into the full rows x (F·unit) array (others get NULL). */
+static int gather_cols(const float *local, size_t rows, size_t F, size_t unit, float **full) {
+  *full = NULL;
+  size_t f0, fl;
+  camdelta_mpi_frame_share(F, g_size, g_rank, &f0, &fl);
+  const size_t mine = rows * fl * unit;
+  if (mine > (size_t)2147483647) return cli_error(CLI_EXIT_FAILURE, "a rank's share exceeds 2^31 elements");
+  if (g_rank != 0) {
+    MPI_Send(local, (int)mine, MPI_FLOAT, 0, 7, MPI_COMM_WORLD);
+    return CLI_EXIT_OK;
+  }
+  float *all = malloc(rows * F * unit * 4 + 4), *buf = NULL;
+  if (!all) return cli_error(CLI_EXIT_FAILURE, "out of host memory");
+  for (int r = 0; r < g_size; r++) {
+    size_t r0, rl;
+    camdelta_mpi_frame_share(F, g_size, r, &r0, &rl);
+    const float *blk = local;
+    if (r > 0) {
+      free(buf);
+      buf = malloc(rows * rl * unit * 4 + 4);
+      if (!buf) {
+        free(all);
+        return cli_error(CLI_EXIT_FAILURE, "out of host memory");
+      }
+      MPI_Recv(buf, (int)(rows * rl * unit), MPI_FLOAT, r, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      blk = buf;
+    }
+    for (size_t row = 0; row < rows; row++)
+      memcpy(all + row * F * unit + r0 * unit, blk + row * rl * unit, rl * unit * 4);
+  }
+  free(buf);
+  *full = all;
+  return CLI_EXIT_OK;
+}
+
+/* ================================================================================================ run */
+
+static int load_expect(cli_tensor *t, const char *dir, const char *name, int optional, int ndim, const size_t *shape,
+                       const char *symbols) {
+  char nums[256], expect[512];
+  snprintf(expect, sizeof expect, "%s = %s", symbols, cli_shape_str(nums, sizeof nums, ndim, shape));
+  int rc = cli_tensor_load(t, dir, name, optional, expect);
+  if (!rc && t->present) rc = cli_tensor_expect(t, ndim, shape, symbols);
+  if (!rc) rc = cli_tensor_convert(t, CAMDELTA_NPY_F4);
+  return rc;
+}
+
+static int load_4d(cli_tensor *t, const char *dir, const char *name, const char *symbols) {
+  int rc = cli_tensor_load(t, dir, name, 0, symbols);
+  if (rc) return rc;
+  if (t->npy.ndim != 4) {
+    char have[256];
+    return cli_error(CLI_EXIT_INPUT, "%s: shape %s does not fit: expected 4 dimensions %s", t->path,
+                     cli_shape_str(have, sizeof have, t->npy.ndim, t->npy.shape), symbols);
+  }
+  return cli_tensor_convert(t, CAMDELTA_NPY_F4);
+}
+
+enum { IN_Q, IN_K, IN_V, IN_BETA, IN_DECAY, IN_GO, IN_INIT, IN_GF, IN_COUNT };
+
+/* An output: name, rows, column unit (S: token columns, 1: frame columns, 0: a whole state), ndim, shape. */
+typedef struct sp_out {
+  const char *name;
+  size_t rows, unit;
+  int ndim;
+  size_t shape[4];
+  cl_mem mem;
+} sp_out;
+
+int cmd_run_sp(int argc, char **argv) {
+  const char *op = NULL, *in = NULL, *outdir = NULL, *device = NULL, *v;
+  int reverse = 0, final_state = 0, quiet = 0;
+  camdelta_scan_algorithm alg = CAMDELTA_SCAN_AUTO;
+  cli_args a = {argc, argv, 0};
+  while (a.i < argc) {
+    int r;
+    if (cli_flag(&a, "--sequence-parallel")) continue;
+    if ((r = cli_value(&a, "--in", &in)) || (r = cli_value(&a, "--out", &outdir)) ||
+        (r = cli_value(&a, "--device", &device))) {
+      if (r < 0) return CLI_EXIT_USAGE;
+      continue;
+    }
+    if ((r = cli_value(&a, "--algorithm", &v))) {
+      if (r < 0) return CLI_EXIT_USAGE;
+      if (strcmp(v, "auto") == 0) alg = CAMDELTA_SCAN_AUTO;
+      else if (strcmp(v, "sequential") == 0) alg = CAMDELTA_SCAN_SEQUENTIAL;
+      else if (strcmp(v, "chunkwise") == 0) alg = CAMDELTA_SCAN_CHUNKWISE;
+      else return cli_error(CLI_EXIT_USAGE, "option --algorithm: '%s' is not auto, sequential or chunkwise", v);
+      continue;
+    }
+    if (cli_flag(&a, "--reverse")) reverse = 1;
+    else if (cli_flag(&a, "--final-state")) final_state = 1;
+    else if (cli_flag(&a, "--quiet") || cli_flag(&a, "-q")) quiet = 1;
+    else if (argv[a.i][0] == '-' && argv[a.i][1])
+      return cli_error(CLI_EXIT_USAGE, "run --sequence-parallel: option '%s' is not supported here (scan and "
+                       "scan-backward take --in --out --device --reverse --algorithm --final-state --quiet)", argv[a.i]);
+    else if (op)
+      return cli_error(CLI_EXIT_USAGE, "run: unexpected argument '%s' (the operation is '%s')", argv[a.i], op);
+    else op = argv[a.i++];
+  }
+  if (!op) return cli_error(CLI_EXIT_USAGE, "run --sequence-parallel: missing the operation: scan or scan-backward");
+  const int backward = strcmp(op, "scan-backward") == 0;
+  if (!backward && strcmp(op, "scan") != 0)
+    return cli_error(CLI_EXIT_USAGE, "run --sequence-parallel: operation '%s' is not split over ranks (scan and "
+                     "scan-backward are)", op);
+  if (!in || !*in) return cli_error(CLI_EXIT_USAGE, "run %s: missing --in DIR", op);
+  if (!outdir || !*outdir) return cli_error(CLI_EXIT_USAGE, "run %s: missing --out DIR", op);
+  if (backward && (final_state || alg != CAMDELTA_SCAN_AUTO))
+    return cli_error(CLI_EXIT_USAGE, "run scan-backward: --final-state and --algorithm apply to scan only");
+  int rc = sp_init();
+  if (rc) return rc;
+
+  /* every rank reads the inputs */
+  cli_tensor t[IN_COUNT];
+  memset(t, 0, sizeof t);
+  size_t B = 0, H = 0, D = 0, N = 0, F = 0, S = 0;
+  rc = load_4d(&t[IN_Q], in, "q", "(B, H, D, N)");
+  if (!rc) rc = load_4d(&t[IN_BETA], in, "beta", "(B, H, F, S)");
+  if (!rc) {
+    const size_t *s = t[IN_Q].npy.shape, *bs = t[IN_BETA].npy.shape;
+    B = s[0], H = s[1], D = s[2], N = s[3], F = bs[2], S = bs[3];
+    if (bs[0] != B || bs[1] != H || (S ? F > N / S || F * S != N : N != 0)) {
+      char have[256];
+      rc = cli_error(CLI_EXIT_INPUT, "%s: shape %s does not fit: expected (B, H, F, S) with B = %zu, H = %zu and "
+                     "F*S = N = %zu (from %s)", t[IN_BETA].path, cli_shape_str(have, sizeof have, 4, bs), B, H, N,
+                     t[IN_Q].path);
+    }
+  }
+  const size_t bhdn[4] = {B, H, D, N}, bhf[3] = {B, H, F}, bhdd[4] = {B, H, D, D};
+  if (!rc) rc = load_expect(&t[IN_K], in, "k", 0, 4, bhdn, "(B, H, D, N)");
+  if (!rc) rc = load_expect(&t[IN_V], in, "v", 0, 4, bhdn, "(B, H, D, N)");
+  if (!rc) rc = load_expect(&t[IN_DECAY], in, "decay", 0, 3, bhf, "(B, H, F)");
+  if (!rc && backward) rc = load_expect(&t[IN_GO], in, "grad_out", 0, 4, bhdn, "(B, H, D, N)");
+  if (!rc) rc = load_expect(&t[IN_INIT], in, "init_state", 1, 4, bhdd, "(B, H, D, D)");
+  if (!rc && backward) rc = load_expect(&t[IN_GF], in, "grad_final_state", 1, 4, bhdd, "(B, H, D, D)");
+  if (!rc && F < (size_t)g_size)
+    rc = cli_error(CLI_EXIT_INPUT, "%s: F = %zu frames cannot be split over %d ranks (every rank needs a frame)",
+                   t[IN_BETA].path, F, g_size);
+  if ((rc = agree_rc(rc))) goto done_inputs;
+
+  camdelta_context *ctx = NULL;
+  rc = agree_rc(sp_context(&ctx, device));
+  if (rc) goto done_ctx;
+  {
+    size_t f0, fl;
+    camdelta_mpi_frame_share(F, g_size, g_rank, &f0, &fl);
+    const size_t BH = B * H, n0 = f0 * S, nl = fl * S, ns = BH * D * D, tl = BH * D * nl;
+    const int has_init = t[IN_INIT].present, has_gf = backward && t[IN_GF].present;
+    cl_mem m[16] = {NULL};
+    int nm = 0;
+    float *loc[6] = {NULL};
+    /* this rank's share: token tensors by (b, h, d) rows, beta by (b, h) rows, decay by (b, h) rows of frames */
+    const int tok_in[4] = {IN_Q, IN_K, IN_V, IN_GO};
+    for (int i = 0; i < 4 && !rc; i++) {
+      if (tok_in[i] == IN_GO && !backward) continue;
+      loc[i] = slice(t[tok_in[i]].npy.data, BH * D, N, n0, nl);
+      if (!loc[i]) rc = cli_error(CLI_EXIT_FAILURE, "out of host memory");
+    }
+    if (!rc) loc[4] = slice(t[IN_BETA].npy.data, BH, N, n0, nl), loc[5] = slice(t[IN_DECAY].npy.data, BH, F, f0, fl);
+    if (!rc && (!loc[4] || !loc[5])) rc = cli_error(CLI_EXIT_FAILURE, "out of host memory");
+    cl_mem q = NULL, k = NULL, vv = NULL, go = NULL, beta = NULL, decay = NULL, init = NULL, gf = NULL;
+    if (!rc) rc = upload(ctx, loc[0], tl, &q);
+    if (!rc) rc = upload(ctx, loc[1], tl, &k);
+    if (!rc) rc = upload(ctx, loc[2], tl, &vv);
+    if (!rc && backward) rc = upload(ctx, loc[3], tl, &go);
+    if (!rc) rc = upload(ctx, loc[4], BH * nl, &beta);
+    if (!rc) rc = upload(ctx, loc[5], BH * fl, &decay);
+    if (!rc && has_init) rc = upload(ctx, t[IN_INIT].npy.data, ns, &init);
+    if (!rc && has_gf) rc = upload(ctx, t[IN_GF].npy.data, ns, &gf);
+    m[nm++] = q, m[nm++] = k, m[nm++] = vv, m[nm++] = go, m[nm++] = beta, m[nm++] = decay, m[nm++] = init;
+    m[nm++] = gf;
+    /* outputs: name, rows, unit (S: token columns, 1: frame columns, 0: a whole state), ndim, shape */
+    sp_out o[6];
+    int no = 0;
+    if (!backward) {
+      o[no++] = (sp_out){"out", BH * D, S, 4, {B, H, D, N}, NULL};
+      if (final_state) o[no++] = (sp_out){"final_state", 1, 0, 4, {B, H, D, D}, NULL};
+    } else {
+      o[no++] = (sp_out){"dq", BH * D, S, 4, {B, H, D, N}, NULL};
+      o[no++] = (sp_out){"dk", BH * D, S, 4, {B, H, D, N}, NULL};
+      o[no++] = (sp_out){"dv", BH * D, S, 4, {B, H, D, N}, NULL};
+      o[no++] = (sp_out){"dbeta", BH, S, 4, {B, H, F, S}, NULL};
+      o[no++] = (sp_out){"ddecay", BH, 1, 3, {B, H, F, 0}, NULL};
+      if (has_init) o[no++] = (sp_out){"dinit_state", 1, 0, 4, {B, H, D, D}, NULL};
+    }
+    for (int i = 0; i < no && !rc; i++) rc = upload(ctx, NULL, o[i].unit ? o[i].rows * fl * o[i].unit : ns, &o[i].mem);
+    rc = agree_rc(rc);
+    camdelta_mpi_timing tm;
+    memset(&tm, 0, sizeof tm);
+    camdelta_status st = CAMDELTA_OK;
+    camdelta_scan_algorithm used = alg;
+    if (!rc) {
+      if (!backward) {
+        camdelta_scan_args sa;
+        memset(&sa, 0, sizeof sa);
+        sa.B = B, sa.H = H, sa.D = D, sa.F = fl, sa.S = S, sa.reverse = reverse, sa.algorithm = alg, sa.used = &used;
+        sa.q.mem = q, sa.k.mem = k, sa.v.mem = vv, sa.beta.mem = beta, sa.decay.mem = decay, sa.init_state.mem = init;
+        sa.out.mem = o[0].mem;
+        if (final_state) sa.final_state.mem = o[1].mem;
+        st = camdelta_mpi_scan_forward(ctx, &sa, NULL, MPI_COMM_WORLD, &tm);
+      } else {
+        camdelta_scan_backward_args ba;
+        memset(&ba, 0, sizeof ba);
+        ba.B = B, ba.H = H, ba.D = D, ba.F = fl, ba.S = S, ba.reverse = reverse;
+        ba.q.mem = q, ba.k.mem = k, ba.v.mem = vv, ba.beta.mem = beta, ba.decay.mem = decay, ba.init_state.mem = init;
+        ba.grad_out.mem = go, ba.grad_final_state.mem = gf;
+        ba.dq.mem = o[0].mem, ba.dk.mem = o[1].mem, ba.dv.mem = o[2].mem, ba.dbeta.mem = o[3].mem;
+        ba.ddecay.mem = o[4].mem;
+        if (has_init) ba.dinit_state.mem = o[5].mem;
+        st = camdelta_mpi_scan_backward(ctx, &ba, NULL, MPI_COMM_WORLD, &tm);
+      }
+      /* the status is the same on every rank: rank 0 reports it */
+      if (st) rc = g_rank == 0 ? cli_lib_error(st, backward ? "camdelta_mpi_scan_backward" : "camdelta_mpi_scan_forward")
+                               : cli_exit_code(st);
+    }
+    if (!rc && g_rank == 0) rc = cli_make_dir(outdir);
+    rc = agree_rc(rc);
+    for (int i = 0; i < no && !rc; i++) {
+      float *h = NULL, *full = NULL;
+      const size_t count = o[i].unit ? o[i].rows * fl * o[i].unit : ns;
+      rc = agree_rc(download(ctx, o[i].mem, count, &h));
+      if (!rc && o[i].unit) rc = agree_rc(gather_cols(h, o[i].rows, F, o[i].unit, &full));
+      else if (!rc) full = h, h = NULL; /* a whole state: the same on every rank */
+      if (!rc && g_rank == 0) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s.npy", outdir, o[i].name);
+        if (camdelta_npy_write(path, CAMDELTA_NPY_F4, o[i].ndim, o[i].shape, full) != CAMDELTA_OK)
+          rc = cli_error(CLI_EXIT_FAILURE, "%s", camdelta_last_message());
+      }
+      rc = agree_rc(rc);
+      free(h), free(full);
+    }
+    /* timings: the largest over the ranks */
+    double mx[5] = {tm.summary_ms, tm.exchange_ms, tm.combine_ms, tm.scan_ms, tm.total_ms}, all[5];
+    MPI_Reduce(mx, all, 5, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    if (!rc && g_rank == 0 && !quiet) {
+      camdelta_device_info info;
+      const char *dev = camdelta_context_info(ctx, &info) == CAMDELTA_OK ? info.device_name : "?";
+      printf("camdelta run %s: sequence parallel over %d ranks (%s on rank 0): B=%zu H=%zu D=%zu F=%zu S=%zu %s%s%s; "
+             "slowest rank: %.3f ms (summaries %.3f, exchange %.3f, combine %.3f, local %s %.3f); wrote",
+             op, g_size, dev, B, H, D, F, S, reverse ? "reverse" : "causal", has_init ? " from init_state" : "",
+             has_gf ? " with grad_final_state" : "", all[4], all[0], all[1], all[2], backward ? "backward" : "scan",
+             all[3]);
+      for (int i = 0; i < no; i++) printf(" %s", o[i].name);
+      printf(" to %s\n", outdir);
+    }
+    for (int i = 0; i < no; i++)
+      if (o[i].mem) clReleaseMemObject(o[i].mem);
+    for (int i = 0; i < nm; i++)
+      if (m[i]) clReleaseMemObject(m[i]);
+    for (int i = 0; i < 6; i++) free(loc[i]);
+  }
+done_ctx:
+  camdelta_context_destroy(ctx);
+done_inputs:
+  for (int i = 0; i < IN_COUNT; i++) cli_tensor_free(&t[i]);
+  return sp_end(rc);
+}
+
+/* ================================================================================= demo and bench */
+
+typedef struct shape5 {
+  const char *name;
+  size_t B, H, D, F, S;
+} shape5;
+
+static const shape5 named[] = {{"small", 1, 2, 64, 4, 256},
+                               {"d64", 1, 20, 64, 21, 1560},
+                               {"sana480", 1, 20, 112, 21, 1560},
+                               {"sana720", 1, 20, 112, 21, 3600}};
+
+static int parse_shape(const char *text, shape5 *s) {
+  for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
+    if (strcmp(text, named[i].name) == 0) {
+      *s = named[i];
+      return 1;
+    }
+  unsigned long v[5];
+  char tail;
+  if (sscanf(text, "%lu,%lu,%lu,%lu,%lu%c", &v[0], &v[1], &v[2], &v[3], &v[4], &tail) != 5 || !v[0] || !v[1] ||
+      !v[3] || !v[4] || v[2] % 8 || v[2] < 8 || v[2] > 128)
+    return 0;
+  *s = (shape5){text, v[0], v[1], v[2], v[3], v[4]};
+  return 1;
+}
+
+static unsigned long long g_rng = 0x2545F4914F6CDD1Dull;
+static float *rand_f(size_t n, double lo, double hi) {
+  float *x = malloc(n ? n * 4 : 4);
+  if (!x) return NULL;
+  for (size_t i = 0; i < n; i++) {
+    g_rng ^= g_rng << 13, g_rng ^= g_rng >> 7, g_rng ^= g_rng << 17;
+    x[i] = (float)(lo + (hi - lo) * (double)(g_rng >> 11) * (1.0 / 9007199254740992.0));
+  }
+  return x;
+}
+
+/* A problem: full-sequence host arrays (demo) */
+typedef struct sp_prob {
+  size_t B, H, D, F, S, N, BH;
+  float *q, *k, *v, *beta, *decay, *go, *init, *gf;
+} sp_prob;
+
+static int prob_make(sp_prob *p, const shape5 *s) {
+  p->B = s->B, p->H = s->H, p->D = s->D, p->F = s->F, p->S = s->S, p->N = s->F * s->S, p->BH = s->B * s->H;
+  const size_t nt = p->BH * p->D * p->N, ns = p->BH * p->D * p->D;
+  const double ks = 1.7 / sqrt((double)p->D * (double)p->S);
+  p->q = rand_f(nt, -1, 1), p->k = rand_f(nt, -ks, ks), p->v = rand_f(nt, -1, 1), p->go = rand_f(nt, -1, 1);
+  p->beta = rand_f(p->BH * p->N, 0, 1), p->decay = rand_f(p->BH * p->F, 0.6, 1.0);
+  p->init = rand_f(ns, -0.5, 0.5), p->gf = rand_f(ns, -0.5, 0.5);
+  if (!p->q || !p->k || !p->v || !p->go || !p->beta || !p->decay || !p->init || !p->gf)
+    return cli_error(CLI_EXIT_FAILURE, "out of host memory");
+  return CLI_EXIT_OK;
+}
+
+static void prob_free(sp_prob *p) {
+  free(p->q), free(p->k), free(p->v), free(p->go), free(p->beta), free(p->decay), free(p->init), free(p->gf);
+}
+
+/* Device buffers of one problem or share: inputs and outputs. */
+enum { B_Q, B_K, B_V, B_BETA, B_DECAY, B_GO, B_INIT, B_GF, B_OUT, B_FIN, B_DQ, B_DK, B_DV, B_DB, B_DD, B_DI, B_COUNT };
+static const char *const BUF_NAME[B_COUNT] = {"q",     "k",      "v",  "beta", "decay", "grad_out", "init", "gf",
+                                              "out",   "final",  "dq", "dk",   "dv",    "dbeta",    "ddecay",
+                                              "dinit"};
+
+typedef struct bufs {
+  cl_mem m[B_COUNT];
+  size_t n[B_COUNT];
+} bufs;
+
+/* Buffers for F frames of p (host data from p's frames [f0, f0 + F) when `p` has data, else random). */
+static int bufs_make(camdelta_context *ctx, const sp_prob *p, size_t f0, size_t F, bufs *b) {
+  memset(b, 0, sizeof *b);
+  const size_t D = p->D, S = p->S, BH = p->BH, n0 = f0 * S, nl = F * S;
+  const size_t tok = BH * D * nl, ns = BH * D * D;
+  const size_t counts[B_COUNT] = {tok, tok, tok, BH * nl, BH * F, tok, ns, ns, tok, ns, tok, tok, tok, BH * nl, BH * F, ns};
+  int rc = CLI_EXIT_OK;
+  for (int i = 0; i < B_COUNT && !rc; i++) {
+    b->n[i] = counts[i];
+    float *h = NULL;
+    if (i <= B_GF) {
+      if (p->q) {
+        const float *src[8] = {p->q, p->k, p->v, p->beta, p->decay, p->go, p->init, p->gf};
+        h = i == B_BETA ? slice(src[i], BH, p->N, n0, nl)
+          : i == B_DECAY ? slice(src[i], BH, p->F, f0, F)
+          : i >= B_INIT ? slice(src[i], 1, ns, 0, ns)
+                        : slice(src[i], BH * D, p->N, n0, nl);
+      } else {
+        const double ks = 1.7 / sqrt((double)D * (double)S);
+        h = i == B_K ? rand_f(counts[i], -ks, ks)
+          : i == B_BETA ? rand_f(counts[i], 0, 1)
+          : i == B_DECAY ? rand_f(counts[i], 0.6, 1.0)
+                         : rand_f(counts[i], -0.5, 0.5);
+      }
+      if (!h) rc = cli_error(CLI_EXIT_FAILURE, "out of host memory");
+    }
+    if (!rc) rc = upload(ctx, h, counts[i], &b->m[i]);
+    free(h);
+  }
+  return rc;
+}
+
+static void bufs_free(bufs *b) {
+  for (int i = 0; i < B_COUNT; i++)
+    if (b->m[i]) clReleaseMemObject(b->m[i]);
+}
+
+/* The forward algorithm of the demo and bench runs (both the sequence-parallel and the one-device ones). */
+static camdelta_scan_algorithm g_alg = CAMDELTA_SCAN_AUTO;
+
+static int parse_alg(const char *v) {
+  if (strcmp(v, "auto") == 0) g_alg = CAMDELTA_SCAN_AUTO;
+  else if (strcmp(v, "sequential") == 0) g_alg = CAMDELTA_SCAN_SEQUENTIAL;
+  else if (strcmp(v, "chunkwise") == 0) g_alg = CAMDELTA_SCAN_CHUNKWISE;
+  else return cli_error(CLI_EXIT_USAGE, "option --algorithm: '%s' is not auto, sequential or chunkwise", v);
+  return CLI_EXIT_OK;
+}
+
+static camdelta_status run_fwd(camdelta_context *ctx, const sp_prob *p, size_t F, bufs *b, int reverse, int mpi,
+                               camdelta_mpi_timing *tm) {
+  camdelta_scan_args a;
+  memset(&a, 0, sizeof a);
+  a.B = p->B, a.H = p->H, a.D = p->D, a.F = F, a.S = p->S, a.reverse = reverse, a.algorithm = g_alg;
+  a.q.mem = b->m[B_Q], a.k.mem = b->m[B_K], a.v.mem = b->m[B_V], a.beta.mem = b->m[B_BETA];
+  a.decay.mem = b->m[B_DECAY], a.init_state.mem = b->m[B_INIT], a.out.mem = b->m[B_OUT], a.final_state.mem = b->m[B_FIN];
+  if (mpi) return camdelta_mpi_scan_forward(ctx, &a, NULL, MPI_COMM_WORLD, tm);
+  camdelta_status st = camdelta_scan_forward(ctx, &a, NULL);
+  return st ? st : camdelta_finish(ctx);
+}
+
+static camdelta_status run_bwd(camdelta_context *ctx, const sp_prob *p, size_t F, bufs *b, int reverse, int mpi,
+                               camdelta_mpi_timing *tm) {
+  camdelta_scan_backward_args a;
+  memset(&a, 0, sizeof a);
+  a.B = p->B, a.H = p->H, a.D = p->D, a.F = F, a.S = p->S, a.reverse = reverse;
+  a.q.mem = b->m[B_Q], a.k.mem = b->m[B_K], a.v.mem = b->m[B_V], a.beta.mem = b->m[B_BETA];
+  a.decay.mem = b->m[B_DECAY], a.init_state.mem = b->m[B_INIT], a.grad_out.mem = b->m[B_GO];
+  a.grad_final_state.mem = b->m[B_GF];
+  a.dq.mem = b->m[B_DQ], a.dk.mem = b->m[B_DK], a.dv.mem = b->m[B_DV], a.dbeta.mem = b->m[B_DB];
+  a.ddecay.mem = b->m[B_DD], a.dinit_state.mem = b->m[B_DI];
+  if (mpi) return camdelta_mpi_scan_backward(ctx, &a, NULL, MPI_COMM_WORLD, tm);
+  camdelta_status st = camdelta_scan_backward(ctx, &a, NULL);
+  return st ? st : camdelta_finish(ctx);
+}
+
+/* Output buffers compared in the demo and their column unit (S tokens, 1 frame, 0 whole state). */
+static const int DEMO_OUT[8] = {B_OUT, B_FIN, B_DQ, B_DK, B_DV, B_DB, B_DD, B_DI};
+
+static size_t rows_of(const sp_prob *p, int i) {
+  return (i == B_OUT || i == B_DQ || i == B_DK || i == B_DV) ? p->BH * p->D : (i == B_DB || i == B_DD) ? p->BH : 1;
+}
+static size_t unit_of(const sp_prob *p, int i) {
+  return (i == B_FIN || i == B_DI) ? 0 : i == B_DD ? 1 : p->S;
+}
+
+int cmd_demo_sp(int argc, char **argv) {
+  const char *device = NULL, *v;
+  shape5 shape = {"1,4,32,8,64", 1, 4, 32, 8, 64};
+  /* chunkwise by default: its chain M_f = A_f·M + U_f is the arithmetic of the state summaries, so the comparison
+   * shows the sequence-parallel split, not the difference between the two algorithms' f32 rounding */
+  g_alg = CAMDELTA_SCAN_CHUNKWISE;
+  cli_args a = {argc, argv, 0};
+  while (a.i < argc) {
+    int r;
+    if (cli_flag(&a, "--sequence-parallel")) continue;
+    if ((r = cli_value(&a, "--algorithm", &v))) {
+      if (r < 0 || parse_alg(v)) return CLI_EXIT_USAGE;
+    } else if ((r = cli_value(&a, "--shape", &v))) {
+      if (r < 0) return CLI_EXIT_USAGE;
+      if (!parse_shape(v, &shape))
+        return cli_error(CLI_EXIT_USAGE, "demo: --shape wants B,H,D,F,S with D a multiple of 8 in [8,128] (got '%s')", v);
+    } else if ((r = cli_value(&a, "--device", &device))) {
+      if (r < 0) return CLI_EXIT_USAGE;
+    } else if ((r = cli_value(&a, "--seed", &v))) {
+      size_t seed;
+      if (r < 0 || !cli_parse_size("--seed", v, &seed)) return CLI_EXIT_USAGE;
+      g_rng ^= (unsigned long long)seed * 0x9E3779B97F4A7C15ull;
+    } else {
+      return cli_error(CLI_EXIT_USAGE, "demo --sequence-parallel: unknown option '%s' (--shape, --device, --seed, "
+                       "--algorithm)", argv[a.i]);
+    }
+  }
+  int rc = sp_init();
+  if (rc) return rc;
+  if (shape.F < (size_t)g_size) {
+    if (g_rank == 0) cli_error(CLI_EXIT_USAGE, "demo: F = %zu frames cannot be split over %d ranks", shape.F, g_size);
+    return sp_end(CLI_EXIT_USAGE);
+  }
+  sp_prob p;
+  memset(&p, 0, sizeof p);
+  rc = agree_rc(prob_make(&p, &shape)); /* the same problem on every rank (same generator, same seed) */
+  camdelta_context *ctx = NULL;
+  if (!rc) rc = agree_rc(sp_context(&ctx, device));
+  size_t f0, fl;
+  camdelta_mpi_frame_share(p.F, g_size, g_rank, &f0, &fl);
+  bufs whole, mine;
+  memset(&whole, 0, sizeof whole), memset(&mine, 0, sizeof mine);
+  if (!rc) rc = agree_rc(bufs_make(ctx, &p, f0, fl, &mine));
+  if (!rc && g_rank == 0) {
+    camdelta_device_info info;
+    camdelta_context_info(ctx, &info);
+    printf("camdelta demo --sequence-parallel %s: %d ranks, rank 0 on %s (%s)\n", camdelta_version_string(), g_size,
+           info.device_name, info.platform_name);
+    printf("shape B=%zu H=%zu D=%zu F=%zu S=%zu; frames per rank:", p.B, p.H, p.D, p.F, p.S);
+    for (int r = 0; r < g_size; r++) {
+      size_t r0, rl;
+      camdelta_mpi_frame_share(p.F, g_size, r, &r0, &rl);
+      printf(" %zu", rl);
+    }
+    printf("; init_state, final_state and grad_final_state given; forward algorithm %s\n",
+           camdelta_scan_algorithm_name(g_alg));
+    printf("each rank's share against one device (rank 0, whole sequence): max|x - one device| / max|one device|\n\n");
+    printf("%-8s %-5s", "pass", "rank");
+    for (int i = 0; i < 8; i++) printf(" %9s", BUF_NAME[DEMO_OUT[i]]);
+    printf(" %9s %9s\n", "total ms", "exch. ms");
+  }
+  double worst = 0;
+  for (int pass = 0; pass < 2 && !rc; pass++) {
+    const int reverse = pass;
+    /* one device, on rank 0 */
+    float *ref[8] = {NULL};
+    int lrc = CLI_EXIT_OK;
+    if (g_rank == 0) {
+      lrc = bufs_make(ctx, &p, 0, p.F, &whole);
+      camdelta_status st = lrc ? CAMDELTA_OK : run_fwd(ctx, &p, p.F, &whole, reverse, 0, NULL);
+      if (!st && !lrc) st = run_bwd(ctx, &p, p.F, &whole, reverse, 0, NULL);
+      if (st) lrc = cli_lib_error(st, "one-device scan");
+      for (int i = 0; i < 8 && !lrc; i++) lrc = download(ctx, whole.m[DEMO_OUT[i]], whole.n[DEMO_OUT[i]], &ref[i]);
+      bufs_free(&whole);
+    }
+    if ((rc = agree_rc(lrc))) break;
+    for (int i = 0; i < 8; i++) {
+      const int bi = DEMO_OUT[i];
+      const size_t n = unit_of(&p, bi) ? rows_of(&p, bi) * p.F * unit_of(&p, bi) : p.BH * p.D * p.D;
+      if (g_rank != 0) ref[i] = malloc(n * 4 + 4);
+      MPI_Bcast(ref[i], (int)n, MPI_FLOAT, 0, MPI_COMM_WORLD);
+    }
+    /* sequence parallel */
+    camdelta_mpi_timing tf, tb;
+    camdelta_status st = run_fwd(ctx, &p, fl, &mine, reverse, 1, &tf);
+    if (!st) st = run_bwd(ctx, &p, fl, &mine, reverse, 1, &tb);
+    if (st) {
+      rc = g_rank == 0 ? cli_lib_error(st, "sequence-parallel scan") : cli_exit_code(st);
+    } else {
+      double err[10];
+      for (int i = 0; i < 8; i++) {
+        const int bi = DEMO_OUT[i];
+        const size_t rows = rows_of(&p, bi), unit = unit_of(&p, bi), cols = unit ? p.F * unit : p.BH * p.D * p.D;
+        const size_t lc = unit ? fl * unit : cols, c0 = unit ? f0 * unit : 0;
+        float *x = NULL;
+        double mref = 0, md = 0;
+        if (download(ctx, mine.m[bi], rows * lc, &x)) {
+          md = INFINITY;
+        } else {
+          for (size_t j = 0; j < rows * cols; j++) mref = fmax(mref, fabs(ref[i][j]));
+          for (size_t r = 0; r < rows; r++)
+            for (size_t c = 0; c < lc; c++) {
+              const double d = fabs((double)x[r * lc + c] - ref[i][r * cols + c0 + c]);
+              md = isnan(d) ? INFINITY : fmax(md, d);
+            }
+        }
+        free(x);
+        err[i] = md / fmax(mref, 1e-30);
+        worst = fmax(worst, err[i]);
+      }
+      err[8] = tf.total_ms + tb.total_ms, err[9] = tf.exchange_ms + tb.exchange_ms;
+      double *all = g_rank == 0 ? malloc((size_t)g_size * 10 * sizeof *all) : NULL;
+      MPI_Gather(err, 10, MPI_DOUBLE, all, 10, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+      if (g_rank == 0) {
+        for (int r = 0; r < g_size; r++) {
+          printf("%-8s %-5d", reverse ? "reverse" : "causal", r);
+          for (int i = 0; i < 8; i++) printf(" %9.1e", all[r * 10 + i]);
+          printf(" %9.2f %9.2f\n", all[r * 10 + 8], all[r * 10 + 9]);
+        }
+        free(all);
+      }
+    }
+    for (int i = 0; i < 8; i++) free(ref[i]);
+    rc = agree_rc(rc);
+  }
+  double w = worst;
+  MPI_Allreduce(&worst, &w, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  if (!rc) {
+    if (g_rank == 0)
+      printf("\nlargest difference against one device: %.2e (bound 1e-6): %s\n", w, w <= 1e-6 ? "PASS" : "FAIL");
+    if (!(w <= 1e-6)) rc = 5;
+  }
+  bufs_free(&mine);
+  camdelta_context_destroy(ctx);
+  prob_free(&p);
+  return sp_end(rc);
+}
+
+/* ------------------------------------------------------------------------------------------ bench */
+
+static int cmp_d(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double *x, int n) {
+  qsort(x, (size_t)n, sizeof *x, cmp_d);
+  return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+int cmd_bench_sp(int argc, char **argv) {
+  const char *device = NULL, *json = NULL, *v;
+  shape5 shapes[8];
+  int nshapes = 0, single = 1;
+  size_t reps = 10, warmup = 2;
+  cli_args a = {argc, argv, 0};
+  while (a.i < argc) {
+    int r;
+    if (cli_flag(&a, "--sequence-parallel")) continue;
+    if (cli_flag(&a, "--no-single")) {
+      single = 0;
+      continue;
+    }
+    if ((r = cli_value(&a, "--algorithm", &v))) {
+      if (r < 0 || parse_alg(v)) return CLI_EXIT_USAGE;
+      continue;
+    }
+    if ((r = cli_value(&a, "--shape", &v))) {
+      if (r < 0) return CLI_EXIT_USAGE;
+      if (nshapes == 8) return cli_error(CLI_EXIT_USAGE, "bench: at most 8 --shape options");
+      if (!parse_shape(v, &shapes[nshapes]))
+        return cli_error(CLI_EXIT_USAGE, "bench: unknown shape '%s' (small, d64, sana480, sana720 or B,H,D,F,S)", v);
+      nshapes++;
+    } else if ((r = cli_value(&a, "--device", &device)) || (r = cli_value(&a, "--json", &json))) {
+      if (r < 0) return CLI_EXIT_USAGE;
+    } else if ((r = cli_value(&a, "--reps", &v))) {
+      if (r < 0 || !cli_parse_size("--reps", v, &reps)) return CLI_EXIT_USAGE;
+    } else if ((r = cli_value(&a, "--warmup", &v))) {
+      if (r < 0 || !cli_parse_size("--warmup", v, &warmup)) return CLI_EXIT_USAGE;
+    } else {
+      return cli_error(CLI_EXIT_USAGE, "bench --sequence-parallel: unknown option '%s' (--shape, --device, --reps, "
+                       "--warmup, --json, --no-single, --algorithm)", argv[a.i]);
+    }
+  }
+  if (!nshapes) parse_shape("small", &shapes[nshapes++]);
+  int rc = sp_init();
+  if (rc) return rc;
+  camdelta_context *ctx = NULL;
+  rc = agree_rc(sp_context(&ctx, device));
+  cJSON *root = cJSON_CreateObject(), *js = cJSON_AddArrayToObject(root, "shapes");
+  if (!rc && g_rank == 0) {
+    camdelta_device_info info;
+    camdelta_context_info(ctx, &info);
+    cJSON_AddNumberToObject(root, "ranks", g_size);
+    cJSON_AddStringToObject(root, "device_rank0", info.device_name);
+    printf("camdelta bench --sequence-parallel: %d ranks, rank 0 on %s (%s); median of %zu runs after %zu warm-up\n",
+           g_size, info.device_name, info.platform_name, reps, warmup);
+  }
+  for (int si = 0; si < nshapes && !rc; si++) {
+    const shape5 *s = &shapes[si];
+    if (s->F < (size_t)g_size) {
+      rc = g_rank == 0 ? cli_error(CLI_EXIT_USAGE, "bench: shape %s has F = %zu < %d ranks", s->name, s->F, g_size)
+                       : CLI_EXIT_USAGE;
+      break;
+    }
+    sp_prob p;
+    memset(&p, 0, sizeof p);
+    p.B = s->B, p.H = s->H, p.D = s->D, p.F = s->F, p.S = s->S, p.N = s->F * s->S, p.BH = s->B * s->H;
+    size_t f0, fl;
+    camdelta_mpi_frame_share(p.F, g_size, g_rank, &f0, &fl);
+    bufs b;
+    rc = agree_rc(bufs_make(ctx, &p, f0, fl, &b)); /* random share */
+    if (!rc && g_rank == 0)
+      printf("\nshape %s: B=%zu H=%zu D=%zu F=%zu S=%zu\n%-22s %-5s %-6s %10s %10s %10s %10s %10s %9s\n", s->name, p.B,
+             p.H, p.D, p.F, p.S, "operation", "rank", "frames", "total ms", "summary", "exchange", "combine", "local",
+             "exch. %");
+    cJSON *jshape = cJSON_CreateObject();
+    cJSON_AddItemToArray(js, jshape);
+    cJSON_AddStringToObject(jshape, "name", s->name);
+    cJSON *jops = cJSON_AddArrayToObject(jshape, "ops");
+    for (int opi = 0; opi < 4 && !rc; opi++) {
+      const int bwd = opi >= 2, reverse = opi % 2;
+      const char *opname = bwd ? (reverse ? "scan backward reverse" : "scan backward causal")
+                               : (reverse ? "scan forward reverse" : "scan forward causal");
+      double *ph[5];
+      for (int k = 0; k < 5; k++) ph[k] = calloc(reps ? reps : 1, sizeof(double));
+      camdelta_status st = CAMDELTA_OK;
+      for (size_t it = 0; it < warmup + reps && !st; it++) {
+        camdelta_mpi_timing tm;
+        MPI_Barrier(MPI_COMM_WORLD);
+        st = bwd ? run_bwd(ctx, &p, fl, &b, reverse, 1, &tm) : run_fwd(ctx, &p, fl, &b, reverse, 1, &tm);
+        if (!st && it >= warmup) {
+          const double x[5] = {tm.total_ms, tm.summary_ms, tm.exchange_ms, tm.combine_ms, tm.scan_ms};
+          for (int k = 0; k < 5; k++) ph[k][it - warmup] = x[k];
+        }
+      }
+      if (st) {
+        rc = g_rank == 0 ? cli_lib_error(st, opname) : cli_exit_code(st);
+      } else {
+        double med[6];
+        for (int k = 0; k < 5; k++) med[k] = reps ? median(ph[k], (int)reps) : 0;
+        med[5] = (double)fl;
+        double *all = g_rank == 0 ? malloc((size_t)g_size * 6 * sizeof *all) : NULL;
+        MPI_Gather(med, 6, MPI_DOUBLE, all, 6, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+        if (g_rank == 0) {
+          cJSON *jop = cJSON_CreateObject();
+          cJSON_AddItemToArray(jops, jop);
+          cJSON_AddStringToObject(jop, "op", opname);
+          cJSON *jr = cJSON_AddArrayToObject(jop, "ranks");
+          for (int r = 0; r < g_size; r++) {
+            const double *m = all + r * 6;
+            printf("%-22s %-5d %-6.0f %10.3f %10.3f %10.3f %10.3f %10.3f %8.1f%%\n", opname, r, m[5], m[0], m[1], m[2],
+                   m[3], m[4], m[0] > 0 ? 100.0 * m[2] / m[0] : 0.0);
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddItemToArray(jr, o);
+            cJSON_AddNumberToObject(o, "frames", m[5]);
+            cJSON_AddNumberToObject(o, "total_ms", m[0]);
+            cJSON_AddNumberToObject(o, "summary_ms", m[1]);
+            cJSON_AddNumberToObject(o, "exchange_ms", m[2]);
+            cJSON_AddNumberToObject(o, "combine_ms", m[3]);
+            cJSON_AddNumberToObject(o, "local_ms", m[4]);
+          }
+          free(all);
+        }
+      }
+      for (int k = 0; k < 5; k++) free(ph[k]);
+      rc = agree_rc(rc);
+    }
+    bufs_free(&b);
+    /* the whole sequence on one device (rank 0; the other ranks wait) */
+    if (!rc && single) {
+      int lrc = CLI_EXIT_OK;
+      if (g_rank == 0) {
+        bufs w;
+        lrc = bufs_make(ctx, &p, 0, p.F, &w);
+        for (int opi = 0; opi < 4 && !lrc; opi++) {
+          const int bwd = opi >= 2, reverse = opi % 2;
+          double *t = calloc(reps ? reps : 1, sizeof *t);
+          camdelta_status st = CAMDELTA_OK;
+          for (size_t it = 0; it < warmup + reps && !st && t; it++) {
+            const double t0 = now_ms();
+            st = bwd ? run_bwd(ctx, &p, p.F, &w, reverse, 0, NULL) : run_fwd(ctx, &p, p.F, &w, reverse, 0, NULL);
+            if (it >= warmup) t[it - warmup] = now_ms() - t0;
+          }
+          if (st) lrc = cli_lib_error(st, "one-device scan");
+          else if (t) {
+            const double m = reps ? median(t, (int)reps) : 0;
+            printf("%-22s %-5s %-6zu %10.3f   (one device, whole sequence, wall time)\n",
+                   bwd ? (reverse ? "scan backward reverse" : "scan backward causal")
+                       : (reverse ? "scan forward reverse" : "scan forward causal"),
+                   "one", p.F, m);
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddItemToArray(jops, o);
+            cJSON_AddStringToObject(o, "op", bwd ? (reverse ? "single backward reverse" : "single backward causal")
+                                                 : (reverse ? "single forward reverse" : "single forward causal"));
+            cJSON_AddNumberToObject(o, "total_ms", m);
+          }
+          free(t);
+        }
+        bufs_free(&w);
+      }
+      rc = agree_rc(lrc);
+    }
+  }
+  if (!rc && g_rank == 0 && json) {
+    char *text = cJSON_Print(root);
+    FILE *f = text ? fopen(json, "w") : NULL;
+    if (!f || fputs(text, f) < 0 || fclose(f) != 0) rc = cli_error(CLI_EXIT_FAILURE, "--json %s: cannot write", json);
+    free(text);
+  }
+  cJSON_Delete(root);
+  camdelta_context_destroy(ctx);
+  return sp_end(rc);
+}
+
+#endif /* CAMDELTA_WITH_MPI */
