@@ -60,6 +60,7 @@ while [ $# -gt 0 ]; do
     large)
       CAMDELTA_DEVICE=nvidia ./build-gpu/tests/cd_large_sizes 2>&1 | tee "$OUT/large.txt"
       [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+      ;;
     mpi)
       grep -i "mpi" "$OUT/configure.log" | head -3
       CAMDELTA_DEVICE=nvidia ctest --test-dir build-gpu -R "mpi|summary" --output-on-failure -V >"$OUT/ctest-mpi.log" 2>&1 || rc=1
