@@ -516,3 +516,10 @@ camdelta_status camdelta_branch_backward(camdelta_context *ctx, const camdelta_b
   geo_free(&g);
   return st;
 }
+
+camdelta_status cd_branch_saved_gates(const camdelta_branch_saved *s, cl_mem *beta_p, cl_mem *beta_r,
+                                      cl_mem *decay_r, cl_mem *inflation_sq) {
+  if (!s || !s->valid) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "cd_branch_saved_gates: no valid saved object");
+  *beta_p = s->mem[BP], *beta_r = s->mem[BR], *decay_r = s->mem[DR], *inflation_sq = s->mem[INFL];
+  return CAMDELTA_OK;
+}
