@@ -796,8 +796,8 @@ static void test_demo(void **state) {
   (void)state;
   cli_result *r = run("demo --shape 1,2,16,3,24");
   expect_code(r, 0, NULL);
-  const char *want[] = {"device", "prep forward", "causal scan", "reverse scan", "causal scan backward",
-                        "reverse scan backward", "prep backward", "result   PASS"};
+  const char *want[] = {"device", "cameras -> matrices", "short conv on K", "branch forward", "branch backward",
+                        "dconv_weight", "ddecay", "result   PASS: 15 outputs"};
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
     if (!strstr(r->out, want[i])) fail_msg("demo output lacks '%s':\n%s", want[i], r->out);
   expect_code(run("demo --shape 1,2,12,3,24"), 2, "multiple of 8");
