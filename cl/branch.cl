@@ -160,11 +160,11 @@ kernel void cd_output_transform_backward(global const float *gy, ulong gy_off, g
   }
 }
 
-/* a_i += b_i for the three pairs (dq, dk, dv of the two scans); count elements each. */
-kernel void cd_branch_add3(global float *a0, global const float *b0, global float *a1, global const float *b1,
-                           global float *a2, global const float *b2, ulong count) {
+/* a_i += b_i for the three pairs (dq, dk, dv of the two scans); count4 float4 elements each. */
+kernel void cd_branch_add3(global float4 *a0, global const float4 *b0, global float4 *a1, global const float4 *b1,
+                           global float4 *a2, global const float4 *b2, ulong count4) {
   const ulong i = get_global_id(0);
-  if (i >= count) return;
+  if (i >= count4) return;
   a0[i] += b0[i];
   a1[i] += b1[i];
   a2[i] += b2[i];

@@ -169,6 +169,8 @@ static camdelta_status warm_programs(camdelta_context *ctx, size_t D) {
   return st;
 }
 
+camdelta_status cd_branch_warm(camdelta_context *ctx, size_t D) { return warm_programs(ctx, D); }
+
 static camdelta_status run_forward(camdelta_context *ctx, const camdelta_branch_args *a, const branch_geo *g,
                                    camdelta_branch_saved *s, int training) {
   const size_t B = a->B, H = a->H, D = a->D, T = a->T, N = g->N, S = g->S, C = g->C;
@@ -382,9 +384,9 @@ static camdelta_status run_backward(camdelta_context *ctx, const camdelta_branch
         cd_arg_mem(&ar, scr[DQ + i]);
         cd_arg_mem(&ar, scr[DQ2 + i]);
       }
-      cd_arg_u64(&ar, g->BNC);
+      cd_arg_u64(&ar, g->BNC / 4); /* D % 8 == 0: whole float4s */
       if (ar.err != CL_SUCCESS) st = cd_cl_fail(ar.err, "cd_branch_add3: setting arguments");
-      const size_t lws = 64, gws = (g->BNC + 63) / 64 * 64;
+      const size_t lws = 64, gws = (g->BNC / 4 + 63) / 64 * 64;
       if (!st) st = cd_enqueue(ctx, ka, 1, &gws, cd_kernel_max_wg(ctx, ka) >= 64 ? &lws : NULL, &l, "cd_branch_add3");
     }
     if (!st) {

@@ -22,6 +22,9 @@ camdelta_status cd_short_conv_enqueue_backward(camdelta_context *ctx, size_t B, 
 camdelta_status cd_branch_kernel(camdelta_context *ctx, size_t D, const char *name, cl_kernel *k, size_t *ts);
 camdelta_status cd_output_transform_enqueue(camdelta_context *ctx, int backward,
                                             const camdelta_output_transform_args *a, cd_launch *l);
+/** Build (or load) the camera branch's own programs (camera.cl, short_conv.cl, branch.cl for D), as a call
+ *  would; camdelta_warm_shape calls it. */
+camdelta_status cd_branch_warm(camdelta_context *ctx, size_t D);
 /** For tests: the discounted gates beta' (B, H, T, S), beta'_r, decay_r (B, H, T) and prep's inflation_sq
  *  (B, H, N) held by a saved object after a forward. */
 camdelta_status cd_branch_saved_gates(const camdelta_branch_saved *s, cl_mem *beta_p, cl_mem *beta_r,
