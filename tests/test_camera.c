@@ -173,6 +173,34 @@ static void test_reference_rope_values(void **state) {
   free(cc), free(rc), free(rs);
 }
 
+/* The reference against a ray matrix computed independently with camref.py (float64 NumPy, SPEC 8.1): c2w = a
+ * rotation of 0.3 rad about y with t = (0.5, -0.25, 2), fx fy cx cy = 40 36 9 7 px, patch (1, 2, 2), grid 1x4x6,
+ * token (v, u) = (1, 2). */
+static void test_reference_matrix_values(void **state) {
+  (void)state;
+  const double a = 0.3, c = cos(a), s = sin(a);
+  const double cc[20] = {c, 0, s, 0.5, 0, 1, 0, -0.25, -s, 0, c, 2.0, 0, 0, 0, 1, 40.0, 36.0, 9.0, 7.0};
+  static const double P[16] = {0.9846140333756335,  0.0,  -0.17474325531981752, -0.1428205060481817,
+                               0.02385698507373324, 0.9906364979223425, 0.1344253445126634, -0.03312005708160776,
+                               0.1731070464855738, -0.13652592788242301, 0.9753945978284301, -2.0714742008702527,
+                               0.0, 0.0, 0.0, 1.0};
+  double po[24 * 16], pq[24 * 16], pkv[24 * 16];
+  const camdelta_ref_camera r = {1, 1, 4, 6, 2, 2, 8, cc, pq, pkv, po, NULL, NULL};
+  TU_OK(camdelta_ref_camera_forward(&r));
+  const size_t n = 1 * 6 + 2;
+  for (int i = 0; i < 16; i++) {
+    assert_true(fabs(po[n * 16 + i] - P[i]) < 1e-14);
+    assert_true(fabs(pq[n * 16 + i] - P[4 * (i % 4) + i / 4]) < 1e-14);
+  }
+  /* proj_kv P = I */
+  for (int i = 0; i < 4; i++)
+    for (int j = 0; j < 4; j++) {
+      double acc = 0;
+      for (int k = 0; k < 4; k++) acc += pkv[n * 16 + 4 * i + k] * P[4 * k + j];
+      assert_true(fabs(acc - (i == j)) < 1e-14);
+    }
+}
+
 static void test_bad_input(void **state) {
   (void)state;
   camdelta_context *ctx = tu_context();
@@ -218,7 +246,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_shapes),        cmocka_unit_test(test_identity_and_inverse),
       cmocka_unit_test(test_nan_pose),      cmocka_unit_test(test_reference_rope_values),
-      cmocka_unit_test(test_bad_input),
+      cmocka_unit_test(test_reference_matrix_values), cmocka_unit_test(test_bad_input),
   };
   return cmocka_run_group_tests(tests, NULL, teardown);
 }
