@@ -75,7 +75,7 @@ typedef struct br_opts {
   br_op op;
   const char *op_name, *in, *out, *device;
   size_t grid[3], patch[3], head_dim, chunk_size;
-  int have_grid, have_k_scale, have_strategy;
+  int have_grid, have_k_scale, have_norm_eps, have_strategy;
   double k_scale, norm_eps;
   camdelta_chunk_strategy strategy;
   camdelta_scan_algorithm algorithm;
@@ -417,6 +417,7 @@ int cmd_run_branch(int argc, char **argv) {
     if ((r = cli_value(&a, "--norm-eps", &v))) {
       if (r < 0 || !cli_parse_double("--norm-eps", v, &o.norm_eps)) return CLI_EXIT_USAGE;
       if (o.norm_eps < 0) return cli_error(CLI_EXIT_USAGE, "option --norm-eps: must be >= 0, got '%s'", v);
+      o.have_norm_eps = 1;
       continue;
     }
     if ((r = cli_value(&a, "--algorithm", &v))) {
@@ -442,7 +443,7 @@ int cmd_run_branch(int argc, char **argv) {
   if (!o.in || !*o.in) return cli_error(CLI_EXIT_USAGE, "run %s: missing --in DIR", o.op_name);
   if (!o.out || !*o.out) return cli_error(CLI_EXIT_USAGE, "run %s: missing --out DIR", o.op_name);
   const int branch = o.op == BR_BRANCH || o.op == BR_BACKWARD;
-  if ((o.have_k_scale || o.algorithm != CAMDELTA_SCAN_AUTO) && !branch)
+  if ((o.have_k_scale || o.have_norm_eps || o.algorithm != CAMDELTA_SCAN_AUTO) && !branch)
     return cli_error(CLI_EXIT_USAGE, "run %s: --k-scale, --norm-eps and --algorithm apply to branch and "
                      "branch-backward only", o.op_name);
   if ((o.chunk_size || o.have_strategy) && o.op != BR_CONV && !branch)
