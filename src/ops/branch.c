@@ -152,6 +152,12 @@ static camdelta_status upload_u32(camdelta_context *ctx, const uint32_t *host, s
   return CAMDELTA_OK;
 }
 
+/* Starts one group of the branch's own launches: its part of the profile starts from zero. */
+static void begin(cd_launch *l, camdelta_profile *part) {
+  if (part) part->kernel_ms = 0, part->kernels = 0;
+  cd_launch_init(l, part);
+}
+
 static void add_profile(camdelta_profile *total, const camdelta_profile *part) {
   if (!total) return;
   total->kernel_ms += part->kernel_ms;
@@ -194,7 +200,7 @@ static camdelta_status run_forward(camdelta_context *ctx, const camdelta_branch_
   if (prof) prof->kernel_ms = 0, prof->kernels = 0;
 
   cd_launch l;
-  cd_launch_init(&l, pp);
+  begin(&l, pp);
   const camdelta_camera_args ca = {B,        T,        a->Hs,   a->Ws, a->pt, a->ph, a->pw, D, a->camera_conditions,
                                    m[PQ],    m[PKV],   m[PO],   m[RC], m[RS], NULL};
   st = cd_camera_enqueue(ctx, &ca, N, &l);
@@ -209,7 +215,7 @@ static camdelta_status run_forward(camdelta_context *ctx, const camdelta_branch_
     add_profile(prof, &part);
   }
   if (!st) {
-    cd_launch_init(&l, pp);
+    begin(&l, pp);
     cl_kernel k;
     size_t ts;
     st = cd_branch_kernel(ctx, D, "cd_branch_discount", &k, &ts);
@@ -245,7 +251,7 @@ static camdelta_status run_forward(camdelta_context *ctx, const camdelta_branch_
     add_profile(prof, &part);
   }
   if (!st) {
-    cd_launch_init(&l, pp);
+    begin(&l, pp);
     const camdelta_output_transform_args oa = {B,      N,         H,         D,        m[OUTC],  m[OUTR], m[PO],
                                                m[RC],  m[RS],     a->y,      {NULL, 0}, {NULL, 0}, NULL};
     st = cd_output_transform_enqueue(ctx, 0, &oa, &l);
@@ -340,7 +346,7 @@ static camdelta_status run_backward(camdelta_context *ctx, const camdelta_branch
   if (prof) prof->kernel_ms = 0, prof->kernels = 0;
   cd_launch l;
   if (!st) {
-    cd_launch_init(&l, pp);
+    begin(&l, pp);
     const camdelta_output_transform_args oa = {B,     N,     H,         D,         {NULL, 0}, {NULL, 0}, m[PO],
                                                m[RC], m[RS], {NULL, 0}, gr->grad_y, x[GOUT],   NULL};
     st = cd_output_transform_enqueue(ctx, 1, &oa, &l);
@@ -373,7 +379,7 @@ static camdelta_status run_backward(camdelta_context *ctx, const camdelta_branch
     add_profile(prof, &part);
   }
   if (!st) {
-    cd_launch_init(&l, pp);
+    begin(&l, pp);
     cl_kernel ka = NULL, kd = NULL;
     size_t ts;
     st = cd_branch_kernel(ctx, D, "cd_branch_add3", &ka, &ts);
@@ -454,7 +460,7 @@ static camdelta_status run_backward(camdelta_context *ctx, const camdelta_branch
     add_profile(prof, &part);
   }
   if (!st && (gr->dk_raw.mem || gr->dconv_weight.mem)) {
-    cd_launch_init(&l, pp);
+    begin(&l, pp);
     st = cd_short_conv_enqueue_backward(ctx, B, T, S, C, a->k_raw, a->conv_weight, s->mem[SEG], x[DQ2], gr->dk_raw,
                                         gr->dconv_weight, &l);
     st = cd_launch_end(ctx, &l, st);
