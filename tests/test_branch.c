@@ -473,6 +473,76 @@ static void test_transform_roundtrip(void **state) {
   for (int i = 0; i < 13; i++) clReleaseMemObject(all[i]);
 }
 
+/* Every tensor at an element offset into a larger buffer gives the same bits as offset 0, forward and backward; and
+ * after camdelta_warm_shape the branch builds no program. */
+static void test_offsets_and_warm(void **state) {
+  (void)state;
+  camdelta_context *ctx = NULL;
+  TU_OK(camdelta_context_create(&ctx, NULL));
+  const br_shape s = {2, 5, 2, 3, 2, 16, 2, 1, 0};
+  br_problem p;
+  problem_init(&p, &s, 91);
+  const size_t BNC = s.B * p.N * p.C;
+  camdelta_build_stats before, after;
+  TU_OK(camdelta_warm_shape(ctx, s.B, s.H, s.D, p.S));
+  TU_OK(camdelta_context_build_stats(ctx, &before));
+  /* buffers of the warmed context (the shared test context's live in another cl_context) */
+  cl_int err;
+  const size_t gcnt[NGRAD] = {BNC, BNC, BNC, 4 * p.C, p.C, p.C, p.count[IBETA], p.count[IDECAY]};
+  float *res[2][NGRAD + 1];
+  for (int pass = 0; pass < 2; pass++) {
+    const size_t off = pass ? 3 : 0, ooff = pass ? 5 : 0;
+    cl_mem in[NIN], gy, y, gm[NGRAD];
+    for (int i = 0; i < NIN; i++) {
+      float *tmp = calloc(p.count[i] + off, sizeof *tmp);
+      memcpy(tmp + off, p.in[i], p.count[i] * 4);
+      in[i] = clCreateBuffer(camdelta_context_cl_context(ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
+                             (p.count[i] + off) * 4, tmp, &err);
+      assert_int_equal(err, CL_SUCCESS);
+      free(tmp);
+    }
+    float *tmp = calloc(BNC + off, sizeof *tmp);
+    memcpy(tmp + off, p.gy, BNC * 4);
+    gy = clCreateBuffer(camdelta_context_cl_context(ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, (BNC + off) * 4, tmp,
+                        &err);
+    free(tmp);
+    y = clCreateBuffer(camdelta_context_cl_context(ctx), CL_MEM_READ_WRITE, (BNC + ooff) * 4, NULL, &err);
+    for (int i = 0; i < NGRAD; i++)
+      gm[i] = clCreateBuffer(camdelta_context_cl_context(ctx), CL_MEM_READ_WRITE, (gcnt[i] + ooff) * 4, NULL, &err);
+    camdelta_branch_args a = device_args(&p, y);
+    camdelta_buffer *b[NIN] = {&a.q_raw, &a.k_raw, &a.v_raw, &a.conv_weight, &a.q_norm_weight, &a.k_norm_weight,
+                               &a.camera_conditions, &a.beta, &a.decay};
+    for (int i = 0; i < NIN; i++) *b[i] = (camdelta_buffer){in[i], off};
+    a.y = (camdelta_buffer){y, ooff};
+    camdelta_branch_saved *saved = NULL;
+    TU_OK(camdelta_branch_saved_create(ctx, &saved));
+    TU_OK(camdelta_branch_forward(ctx, &a, saved));
+    const camdelta_branch_grads g = {{gy, off},        {gm[0], ooff}, {gm[1], ooff}, {gm[2], ooff}, {gm[3], ooff},
+                                     {gm[4], ooff},    {gm[5], ooff}, {gm[6], ooff}, {gm[7], ooff}, NULL};
+    TU_OK(camdelta_branch_backward(ctx, &a, &g, saved));
+    for (int i = 0; i <= NGRAD; i++) {
+      const size_t n = i < NGRAD ? gcnt[i] : BNC;
+      res[pass][i] = malloc(n * 4);
+      err = clEnqueueReadBuffer(camdelta_context_queue(ctx), i < NGRAD ? gm[i] : y, CL_TRUE, ooff * 4, n * 4,
+                                res[pass][i], 0, NULL, NULL);
+      assert_int_equal(err, CL_SUCCESS);
+    }
+    camdelta_branch_saved_destroy(saved);
+    for (int i = 0; i < NIN; i++) clReleaseMemObject(in[i]);
+    for (int i = 0; i < NGRAD; i++) clReleaseMemObject(gm[i]);
+    clReleaseMemObject(gy), clReleaseMemObject(y);
+  }
+  TU_OK(camdelta_context_build_stats(ctx, &after));
+  assert_int_equal(after.programs, before.programs);
+  for (int i = 0; i <= NGRAD; i++) {
+    const size_t n = i < NGRAD ? gcnt[i] : BNC;
+    if (memcmp(res[0][i], res[1][i], n * 4) != 0) fail_msg("%s differs with offsets", i < NGRAD ? grad_names[i] : "y");
+    free(res[0][i]), free(res[1][i]);
+  }
+  problem_free(&p);
+  camdelta_context_destroy(ctx);
+}
+
 /* ---------------------------------------------------------------------------------------- bad input */
 
 static void test_bad_input(void **state) {
@@ -559,7 +629,7 @@ int main(void) {
       cmocka_unit_test(test_output_transform), cmocka_unit_test(test_transform_roundtrip),
       cmocka_unit_test(test_reference_fd),     cmocka_unit_test(test_discount_gates),
       cmocka_unit_test(test_no_leak),          cmocka_unit_test(test_branch_device),
-      cmocka_unit_test(test_bad_input),
+      cmocka_unit_test(test_offsets_and_warm), cmocka_unit_test(test_bad_input),
   };
   return cmocka_run_group_tests(tests, NULL, teardown);
 }
