@@ -169,9 +169,14 @@ static camdelta_status warm_programs(camdelta_context *ctx, size_t D) {
   cl_program prog;
   camdelta_status st = cd_program(ctx, "camera.cl", "", &prog);
   if (!st) st = cd_program(ctx, "short_conv.cl", "", &prog);
-  cl_kernel k;
-  size_t ts;
-  if (!st && !(st = cd_branch_kernel(ctx, D, "cd_branch_discount", &k, &ts))) clReleaseKernel(k);
+  /* each kernel of branch.cl picks its token tile from its own work-group limit: build every variant used */
+  static const char *const names[] = {"cd_branch_discount", "cd_branch_discount_backward", "cd_branch_add3",
+                                      "cd_output_transform", "cd_output_transform_backward"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0] && !st; i++) {
+    cl_kernel k;
+    size_t ts;
+    if (!(st = cd_branch_kernel(ctx, D, names[i], &k, &ts))) clReleaseKernel(k);
+  }
   return st;
 }
 
