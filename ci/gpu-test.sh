@@ -55,7 +55,7 @@ while [ $# -gt 0 ]; do
       ;;
     demo)
       CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta demo 2>&1 | tee "$OUT/demo-nvidia.txt" || rc=1
-      CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta demo --shape 1,20,112,21,128 2>&1 | tee "$OUT/demo-d112.txt" || rc=1
+      CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta demo --shape 1,20,112,21,128 --chunk-size 3 2>&1 | tee "$OUT/demo-d112.txt" || rc=1
       ;;
     large)
       CAMDELTA_DEVICE=nvidia ./build-gpu/tests/cd_large_sizes 2>&1 | tee "$OUT/large.txt"

@@ -393,6 +393,132 @@ typedef struct camdelta_scan_backward_args {
 CAMDELTA_API camdelta_status camdelta_scan_backward(camdelta_context *ctx, const camdelta_scan_backward_args *args,
                                                     const camdelta_scan_saved *saved);
 
+/* ------------------------------------------------ camera branch (SPEC 8) */
+/* The pieces around prep and scan, on the device: cameras -> per-token
+ * matrices and RoPE tables (8.1), the short convolution on raw K (8.2), the
+ * beta discount (8.3), the chunk-causal scan pair (8.4), the output transform
+ * (8.5) and the whole branch forward and backward (8.6). All tensors f32. */
+
+/** Chunk bounds of a sequence of T frames (SPEC 8.4, upstream normalize_chunk_index). */
+typedef enum camdelta_chunk_strategy {
+  CAMDELTA_CHUNK_UNIFORM = 0,             /* [0, cs, 2cs, ...], short remainder merged into the last chunk */
+  CAMDELTA_CHUNK_FIRST_FRAME = 1,         /* [0, 1, 1+cs, ...] */
+  CAMDELTA_CHUNK_FIRST_CHUNK_PLUS_ONE = 2 /* [0, cs+1, 2cs+1, ...] */
+} camdelta_chunk_strategy;
+
+CAMDELTA_API const char *camdelta_chunk_strategy_name(camdelta_chunk_strategy strategy);
+
+/** How the frames are chunked. All zero = one chunk (bidirectional conv, one reverse segment). */
+typedef struct camdelta_chunking {
+  size_t chunk_size;                /* 0 = none */
+  camdelta_chunk_strategy strategy; /* with chunk_size */
+  const int64_t *chunk_index;       /* optional host array of frame starts: first 0, strictly increasing, < T; */
+  size_t chunk_index_count;         /* overrides chunk_size + strategy for the scan's chunks */
+} camdelta_chunking;
+
+/** The scan's chunk bounds: bounds[0] = 0 < ... < bounds[*count - 1] = T. `cap` entries are available
+ *  (T + 1 always suffice). Fails on a bad chunking, writing nothing. */
+CAMDELTA_API camdelta_status camdelta_chunk_bounds(size_t T, const camdelta_chunking *chunking, size_t *bounds,
+                                                   size_t cap, size_t *count);
+/** The short conv's segment bounds (SPEC 8.2): one segment [0, T) without a chunk_size or when chunk_size >= T;
+ *  else the uniform bounds when T % chunk_size == 0 (whatever the strategy or chunk_index, as upstream), else
+ *  the scan's chunk bounds. */
+CAMDELTA_API camdelta_status camdelta_conv_bounds(size_t T, const camdelta_chunking *chunking, size_t *bounds,
+                                                  size_t cap, size_t *count);
+
+/** Cameras -> matrices (8.1). Token grid (T, Hs, Ws), n = (f*Hs + v)*Ws + u, N = T*Hs*Ws. */
+typedef struct camdelta_camera_args {
+  size_t B, T, Hs, Ws;
+  size_t pt, ph, pw;                 /* patch (each >= 1); pt does not enter the math (T counts latent frames) */
+  size_t D;                          /* head dim of the RoPE tables */
+  camdelta_buffer camera_conditions; /* (B, T, 20) f32: c2w row-major (16), fx fy cx cy in image pixels */
+  camdelta_buffer proj_q, proj_kv, proj_o; /* outputs (B, N, 4, 4) f32: P^T, P^-1, P; each optional */
+  camdelta_buffer rope_cos, rope_sin;      /* outputs (N, D/2) f32; each optional */
+  camdelta_profile *profile;
+} camdelta_camera_args;
+CAMDELTA_API camdelta_status camdelta_camera_forward(camdelta_context *ctx, const camdelta_camera_args *args);
+
+/** Short convolution on raw K along frames (8.2): k_raw (B, T*S, C) -> k_conv; conv_weight (C, 4). */
+typedef struct camdelta_short_conv_args {
+  size_t B, T, S, C;
+  camdelta_chunking chunking;
+  camdelta_buffer k_raw;       /* (B, T*S, C) f32 */
+  camdelta_buffer conv_weight; /* (C, 4) f32 */
+  camdelta_buffer k_conv;      /* output (B, T*S, C) f32 */
+  /* backward (camdelta_short_conv_backward) */
+  camdelta_buffer grad_k_conv;  /* (B, T*S, C) f32 */
+  camdelta_buffer dk_raw;       /* output (B, T*S, C) f32, optional */
+  camdelta_buffer dconv_weight; /* output (C, 4) f32, optional */
+  camdelta_profile *profile;
+} camdelta_short_conv_args;
+CAMDELTA_API camdelta_status camdelta_short_conv_forward(camdelta_context *ctx, const camdelta_short_conv_args *args);
+/** Reads k_raw, conv_weight, grad_k_conv; writes dk_raw and/or dconv_weight. Deterministic. */
+CAMDELTA_API camdelta_status camdelta_short_conv_backward(camdelta_context *ctx,
+                                                          const camdelta_short_conv_args *args);
+
+/** Output transform (8.5): (out [+ out2]) (B, H, D, N) -> y (B, N, H, D); first half P·x per 4-group, second
+ *  half inverse RoPE. Backward: grad_y (B, N, H, D) -> grad_out (B, H, D, N). */
+typedef struct camdelta_output_transform_args {
+  size_t B, N, H, D;
+  camdelta_buffer out;                /* (B, H, D, N) f32 */
+  camdelta_buffer out2;               /* optional (B, H, D, N) f32, summed with out (the scan pair) */
+  camdelta_buffer proj_o;             /* (B, N, 4, 4) f32 */
+  camdelta_buffer rope_cos, rope_sin; /* (N, D/2) f32 */
+  camdelta_buffer y;                  /* output of the forward (B, N, H, D) f32 */
+  camdelta_buffer grad_y;             /* input of the backward (B, N, H, D) f32 */
+  camdelta_buffer grad_out;           /* output of the backward (B, H, D, N) f32 */
+  camdelta_profile *profile;
+} camdelta_output_transform_args;
+CAMDELTA_API camdelta_status camdelta_output_transform_forward(camdelta_context *ctx,
+                                                               const camdelta_output_transform_args *args);
+CAMDELTA_API camdelta_status camdelta_output_transform_backward(camdelta_context *ctx,
+                                                                const camdelta_output_transform_args *args);
+
+/** Whole branch (8.6): k_raw -> short conv -> prep (matrices from the cameras) -> beta discount -> scan pair
+ *  (causal + chunk-masked reverse) -> output transform -> y. N = T*Hs*Ws, S = Hs*Ws, C = H*D. */
+typedef struct camdelta_branch_args {
+  size_t B, T, Hs, Ws, H, D;
+  size_t pt, ph, pw; /* patch, each >= 1 */
+  camdelta_chunking chunking;
+  float k_scale;  /* typically D^-0.5 * S^-0.5 */
+  float norm_eps; /* typically 1e-6 */
+  camdelta_scan_algorithm algorithm;
+  camdelta_buffer q_raw, k_raw, v_raw;            /* (B, N, H, D) f32 */
+  camdelta_buffer conv_weight;                    /* (C, 4) f32 */
+  camdelta_buffer q_norm_weight, k_norm_weight;   /* (C,) f32 */
+  camdelta_buffer camera_conditions;              /* (B, T, 20) f32 */
+  camdelta_buffer beta;                           /* (B, H, T, S) f32 */
+  camdelta_buffer decay;                          /* (B, H, T) f32 */
+  camdelta_buffer y;                              /* output (B, N, H, D) f32 */
+  camdelta_profile *profile;
+} camdelta_branch_args;
+
+/** Gradients of the branch. grad_y in; every output optional (absent = not written). */
+typedef struct camdelta_branch_grads {
+  camdelta_buffer grad_y;                         /* (B, N, H, D) f32 */
+  camdelta_buffer dq_raw, dk_raw, dv_raw;         /* (B, N, H, D) f32 */
+  camdelta_buffer dconv_weight;                   /* (C, 4) f32 */
+  camdelta_buffer dq_norm_weight, dk_norm_weight; /* (C,) f32 */
+  camdelta_buffer dbeta;                          /* (B, H, T, S) f32 */
+  camdelta_buffer ddecay;                         /* (B, H, T) f32 */
+  camdelta_profile *profile;
+} camdelta_branch_grads;
+
+/** What a branch backward needs from its forward (matrices, conv output, prep outputs, discounted gates, scan
+ *  states). Owned by the caller; device memory inside is released by destroy. */
+typedef struct camdelta_branch_saved camdelta_branch_saved;
+CAMDELTA_API camdelta_status camdelta_branch_saved_create(camdelta_context *ctx, camdelta_branch_saved **out);
+CAMDELTA_API void camdelta_branch_saved_destroy(camdelta_branch_saved *saved);
+
+/** Branch forward. `saved` may be NULL (inference). */
+CAMDELTA_API camdelta_status camdelta_branch_forward(camdelta_context *ctx, const camdelta_branch_args *args,
+                                                     camdelta_branch_saved *saved);
+/** Branch backward: `args` as given to the forward (its y is not read), `saved` from that forward or NULL to
+ *  recompute it. Deterministic. */
+CAMDELTA_API camdelta_status camdelta_branch_backward(camdelta_context *ctx, const camdelta_branch_args *args,
+                                                      const camdelta_branch_grads *grads,
+                                                      const camdelta_branch_saved *saved);
+
 #ifdef __cplusplus
 }
 #endif

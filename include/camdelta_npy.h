@@ -1,5 +1,5 @@
 /*
- * camdelta — NumPy .npy reading and writing (little-endian, C order; <f4, <f2, <f8).
+ * camdelta — NumPy .npy reading and writing (little-endian, C order; <f4, <f2, <f8, and <i8 for index arrays).
  * Not part of the stable core API in camdelta.h; includes it.
  */
 #ifndef CAMDELTA_NPY_H
@@ -13,7 +13,12 @@ extern "C" {
 
 /* ------------------------------------------------------------------ .npy I/O */
 #define CAMDELTA_NPY_MAX_DIMS 8
-typedef enum camdelta_npy_type { CAMDELTA_NPY_F4 = 0, CAMDELTA_NPY_F2 = 1, CAMDELTA_NPY_F8 = 2 } camdelta_npy_type;
+typedef enum camdelta_npy_type {
+  CAMDELTA_NPY_F4 = 0,
+  CAMDELTA_NPY_F2 = 1,
+  CAMDELTA_NPY_F8 = 2,
+  CAMDELTA_NPY_I8 = 3 /* int64, for index arrays such as chunk_index */
+} camdelta_npy_type;
 typedef struct camdelta_npy {
   camdelta_npy_type type; /* type in the file                         */
   int ndim;
@@ -21,7 +26,7 @@ typedef struct camdelta_npy {
   size_t count;           /* product of shape                         */
   void *data;             /* count elements of `type`, little-endian  */
 } camdelta_npy;
-/** Read a little-endian C-order .npy of <f4, <f2 or <f8: a regular file
+/** Read a little-endian C-order .npy of <f4, <f2, <f8 or <i8: a regular file
  *  (a FIFO, device or folder is refused without blocking) whose size is
  *  exactly the header plus the data its shape needs. Returns CAMDELTA_OK and
  *  *out (free with camdelta_npy_free); INVALID_ARGUMENT (NULL argument), IO

@@ -76,6 +76,55 @@ CAMDELTA_API camdelta_status camdelta_ref_scan_packed_forward(const camdelta_ref
 CAMDELTA_API camdelta_status camdelta_ref_scan_packed_backward(const camdelta_ref_scan_packed *p,
                                                                const camdelta_ref_scan_grads *g);
 
+/* ------------------------------------------- camera branch (SPEC 8), f64 */
+/** Cameras -> proj_q, proj_kv, proj_o (B, N, 4, 4) and rope_cos, rope_sin (N, D/2); outputs may be NULL. */
+typedef struct camdelta_ref_camera {
+  size_t B, T, Hs, Ws, ph, pw, D;
+  const double *camera_conditions; /* (B, T, 20) */
+  double *proj_q, *proj_kv, *proj_o, *rope_cos, *rope_sin;
+} camdelta_ref_camera;
+CAMDELTA_API camdelta_status camdelta_ref_camera_forward(const camdelta_ref_camera *p);
+
+/** Short conv (8.2) on x (B, T*S, C) with weight (C, 4) and segment bounds (from camdelta_conv_bounds).
+ *  Forward writes y; backward writes dx and/or dw (C, 4) from dy (each may be NULL). */
+typedef struct camdelta_ref_conv {
+  size_t B, T, S, C;
+  const size_t *bounds;
+  size_t nbounds;
+  const double *x, *w;
+  double *y;
+  const double *dy;
+  double *dx, *dw;
+} camdelta_ref_conv;
+CAMDELTA_API camdelta_status camdelta_ref_short_conv_forward(const camdelta_ref_conv *p);
+CAMDELTA_API camdelta_status camdelta_ref_short_conv_backward(const camdelta_ref_conv *p);
+
+/** Output transform (8.5): out (B, H, D, N) -> y (B, N, H, D); backward grad_y -> grad_out. */
+CAMDELTA_API camdelta_status camdelta_ref_output_transform(size_t B, size_t N, size_t H, size_t D, const double *out,
+                                                           const double *proj_o, const double *rope_cos,
+                                                           const double *rope_sin, double *y);
+CAMDELTA_API camdelta_status camdelta_ref_output_transform_backward(size_t B, size_t N, size_t H, size_t D,
+                                                                    const double *grad_y, const double *proj_o,
+                                                                    const double *rope_cos, const double *rope_sin,
+                                                                    double *grad_out);
+
+/** Whole branch (8.6) in f64: the cameras, conv, prep, discount, scan pair and output transform. */
+typedef struct camdelta_ref_branch {
+  size_t B, T, Hs, Ws, ph, pw, H, D;
+  camdelta_chunking chunking;
+  double k_scale, norm_eps;
+  const double *q_raw, *k_raw, *v_raw, *conv_weight, *q_norm_weight, *k_norm_weight, *camera_conditions, *beta,
+      *decay;
+  double *y; /* (B, N, H, D), may be NULL */
+} camdelta_ref_branch;
+typedef struct camdelta_ref_branch_grads {
+  const double *grad_y;
+  double *dq_raw, *dk_raw, *dv_raw, *dconv_weight, *dq_norm_weight, *dk_norm_weight, *dbeta, *ddecay; /* may be NULL */
+} camdelta_ref_branch_grads;
+CAMDELTA_API camdelta_status camdelta_ref_branch_forward(const camdelta_ref_branch *p);
+CAMDELTA_API camdelta_status camdelta_ref_branch_backward(const camdelta_ref_branch *p,
+                                                          const camdelta_ref_branch_grads *g);
+
 #ifdef __cplusplus
 }
 #endif

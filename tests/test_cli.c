@@ -958,8 +958,8 @@ static void test_demo(void **state) {
   (void)state;
   cli_result *r = run("demo --shape 1,2,16,3,24");
   expect_code(r, 0, NULL);
-  const char *want[] = {"device", "prep forward", "causal scan", "reverse scan", "causal scan backward",
-                        "reverse scan backward", "prep backward", "result   PASS"};
+  const char *want[] = {"device", "cameras -> matrices", "short conv on K", "branch forward", "branch backward",
+                        "dconv_weight", "ddecay", "result   PASS: 15 outputs"};
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
     if (!strstr(r->out, want[i])) fail_msg("demo output lacks '%s':\n%s", want[i], r->out);
   expect_code(run("demo --shape 1,2,12,3,24"), 2, "multiple of 8");
@@ -979,7 +979,8 @@ static void test_bench(void **state) {
   cli_result *r = run("bench --shape 1,2,16,2,32 --reps 2 --warmup 1 --peak-gbs 100 --json '%s'", json);
   expect_code(r, 0, NULL);
   const char *ops[] = {"prep-forward", "prep-backward", "scan-forward sequential causal",
-                       "scan-forward chunkwise reverse", "scan-backward causal", "scan-backward reverse"};
+                       "scan-forward chunkwise reverse", "scan-backward causal", "scan-backward reverse",
+                       "branch-forward", "branch-backward"};
   for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
     if (!strstr(r->out, ops[i])) fail_msg("bench output lacks '%s':\n%s", ops[i], r->out);
   assert_null(strstr(r->out, "n/a"));
@@ -988,7 +989,7 @@ static void test_bench(void **state) {
   slurp(json, text, sizeof text);
   assert_non_null(strstr(text, "\"median_ms\""));
   assert_non_null(strstr(text, "\"operations\""));
-  assert_int_equal(count_lines_with(text, "\"median_ms\""), 8);
+  assert_int_equal(count_lines_with(text, "\"median_ms\""), 10);
   /* not a terminal: no progress indicator */
   assert_null(strchr(r->err, '\r'));
   r = run("bench --shape 1,2,16,2,32 --reps 1 --only prep-forward");

@@ -193,7 +193,8 @@ const char *cli_shape_str(char *buf, size_t size, int ndim, const size_t *shape)
 }
 
 static const char *type_name(camdelta_npy_type t) {
-  return t == CAMDELTA_NPY_F4 ? "<f4" : t == CAMDELTA_NPY_F2 ? "<f2" : t == CAMDELTA_NPY_F8 ? "<f8" : "?";
+  return t == CAMDELTA_NPY_F4 ? "<f4" : t == CAMDELTA_NPY_F2 ? "<f2" : t == CAMDELTA_NPY_F8 ? "<f8"
+         : t == CAMDELTA_NPY_I8 ? "<i8" : "?";
 }
 
 int cli_tensor_load(cli_tensor *t, const char *dir, const char *name, int optional, const char *expect) {
@@ -227,6 +228,10 @@ int cli_tensor_expect(const cli_tensor *t, int ndim, const size_t *shape, const 
 
 int cli_tensor_convert(cli_tensor *t, camdelta_npy_type type) {
   if (!t->present || t->npy.type == type) return CLI_EXIT_OK;
+  if (t->npy.type == CAMDELTA_NPY_I8 || type == CAMDELTA_NPY_I8)
+    return cli_error(CLI_EXIT_INPUT, "%s: dtype %s where %s is expected", t->path,
+                     t->npy.type == CAMDELTA_NPY_I8 ? "<i8 (integers)" : type_name(t->npy.type),
+                     type == CAMDELTA_NPY_I8 ? "<i8 (int64 indices)" : "a float array (<f4, <f2 or <f8)");
   size_t n = t->npy.count, es = type == CAMDELTA_NPY_F2 ? 2 : type == CAMDELTA_NPY_F4 ? 4 : 8;
   if (n > SIZE_MAX / es) return cli_error(CLI_EXIT_INPUT, "%s: %zu elements overflow size_t as %s", t->path, n,
                                           type_name(type));

@@ -134,5 +134,9 @@ void usage_run(void);
 void usage_cache(void);
 void usage_bench(void);
 void usage_demo(void);
+/* camera-branch operations of `run` (tools/cmd_run_branch.c) */
+int cli_is_branch_run(int argc, char **argv);
+int cmd_run_branch(int argc, char **argv);
+void usage_run_branch(void);
 
 #endif

@@ -27,7 +27,10 @@ void usage_bench(void) {
          "Times every operation with OpenCL profiling events after warm-up and prints\n"
          "median and minimum kernel milliseconds, effective GB/s (the fewest bytes the\n"
          "operation must move) and TFLOP/s (scan: 6*B*H*N*D^2 forward, 14*B*H*N*D^2\n"
-         "backward).\n"
+         "backward). The branch rows run the whole camera branch (camdelta_branch_forward /\n"
+         "backward, f32) at chunk size 3, first_chunk_plus_one, on the grid Hs x Ws = S\n"
+         "(sana480 and d64: 30x52, sana720: 45x80, else the most square factorisation);\n"
+         "their TFLOP/s count the two scans (12 and 28*B*H*N*D^2).\n"
          "\n"
          "shapes: small (1,2,64,4,256), d64 (1,20,64,21,1560), sana480 (1,20,112,21,1560),\n"
          "        sana720 (1,20,112,21,3600), or B,H,D,F,S. Default: small.\n"
@@ -50,6 +53,7 @@ typedef struct bench_buffers {
   cl_mem fq, fk, fv, beta, decay, out, st0, st1;    /* scan f32 */
   cl_mem gq, gk, gv, ginfl, dq_raw, dk_raw, dv_raw, dqw, dkw; /* prep backward */
   cl_mem gout, dq, dk, dv, dbeta, ddecay;           /* scan backward */
+  cl_mem conv_w, cams, y, gy, dconv;                /* camera branch (f32) */
 } bench_buffers;
 
 /* A device buffer of n elements of dt filled on the device (camdelta_fill_random; zero when lo == hi == 0): nothing
@@ -136,7 +140,34 @@ static int make_buffers(camdelta_context *ctx, bench_buffers *b, int tty) {
   return rc;
 }
 
-typedef enum { OP_PREP, OP_PREP_BWD, OP_SCAN, OP_SCAN_BWD } op_kind;
+/* The camera branch's own buffers: conv weight, cameras (a pan with every frame looking at the scene, so that no
+ * ray is degenerate), y, grad_y, dconv_weight. The branch rows run in f32 (q_raw ... are the f32 scan buffers). */
+static int make_branch_buffers(camdelta_context *ctx, bench_buffers *b, size_t Hs, size_t Ws) {
+  const uint64_t seed = 777;
+  const size_t C = b->H * b->D, BNC = b->B * b->N * C;
+  int rc = device_random(ctx, 4 * C, -0.5, 0.5, CAMDELTA_F32, seed, &b->conv_w);
+  if (!rc) rc = device_random(ctx, BNC, 0, 0, CAMDELTA_F32, seed + 1, &b->y);
+  if (!rc) rc = device_random(ctx, BNC, -1, 1, CAMDELTA_F32, seed + 2, &b->gy);
+  if (!rc) rc = device_random(ctx, 4 * C, 0, 0, CAMDELTA_F32, seed + 3, &b->dconv);
+  if (rc) return rc;
+  float *cc = calloc(b->B * b->F * 20, sizeof *cc);
+  if (!cc) return cli_error(CLI_EXIT_FAILURE, "out of host memory");
+  for (size_t i = 0; i < b->B * b->F; i++) {
+    const double a = 0.05 * (double)(i % b->F), c = cos(a), s = sin(a);
+    float *o = cc + 20 * i;
+    o[0] = (float)c, o[2] = (float)s, o[5] = 1, o[8] = (float)-s, o[10] = (float)c, o[15] = 1;
+    o[3] = (float)(0.1 * (double)i), o[7] = 0.2f, o[11] = -3.0f;
+    o[16] = o[17] = (float)(16.0 * (double)Ws), o[18] = (float)(8.0 * (double)Ws), o[19] = (float)(8.0 * (double)Hs);
+  }
+  cl_int err;
+  b->cams = clCreateBuffer(camdelta_context_cl_context(ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
+                           b->B * b->F * 20 * sizeof *cc, cc, &err);
+  free(cc);
+  if (err != CL_SUCCESS) return cli_error(CLI_EXIT_DEVICE, "allocating the cameras: %s", camdelta_cl_error_name(err));
+  return CLI_EXIT_OK;
+}
+
+typedef enum { OP_PREP, OP_PREP_BWD, OP_SCAN, OP_SCAN_BWD, OP_BRANCH, OP_BRANCH_BWD } op_kind;
 typedef struct bench_op {
   const char *name;
   op_kind kind;
@@ -153,6 +184,8 @@ static const bench_op ops[] = {
     {"scan-forward chunkwise reverse", OP_SCAN, CAMDELTA_SCAN_CHUNKWISE, 1},
     {"scan-backward causal", OP_SCAN_BWD, CAMDELTA_SCAN_AUTO, 0},
     {"scan-backward reverse", OP_SCAN_BWD, CAMDELTA_SCAN_AUTO, 1},
+    {"branch-forward", OP_BRANCH, CAMDELTA_SCAN_AUTO, 0},
+    {"branch-backward", OP_BRANCH_BWD, CAMDELTA_SCAN_AUTO, 0},
 };
 
 typedef struct op_ctx {
@@ -160,10 +193,36 @@ typedef struct op_ctx {
   float k_scale;
   camdelta_prep_saved *psaved;
   camdelta_scan_saved *ssaved;
+  camdelta_branch_saved *bsaved;
+  size_t Hs, Ws; /* the token grid of the branch rows */
 } op_ctx;
+
+/* The whole camera branch at chunk size 3, first_chunk_plus_one (the production setting), f32. */
+static camdelta_branch_args branch_args(const op_ctx *o, camdelta_profile *prof) {
+  const bench_buffers *b = o->b;
+  camdelta_branch_args a;
+  memset(&a, 0, sizeof a);
+  a.B = b->B, a.T = b->F, a.Hs = o->Hs, a.Ws = o->Ws, a.H = b->H, a.D = b->D, a.pt = 1, a.ph = 16, a.pw = 16;
+  a.chunking = (camdelta_chunking){3, CAMDELTA_CHUNK_FIRST_CHUNK_PLUS_ONE, NULL, 0};
+  a.k_scale = o->k_scale, a.norm_eps = 1e-6f, a.algorithm = CAMDELTA_SCAN_AUTO;
+  a.q_raw.mem = b->fq, a.k_raw.mem = b->fk, a.v_raw.mem = b->fv, a.conv_weight.mem = b->conv_w;
+  a.q_norm_weight.mem = b->qw, a.k_norm_weight.mem = b->kw, a.camera_conditions.mem = b->cams;
+  a.beta.mem = b->beta, a.decay.mem = b->decay, a.y.mem = b->y, a.profile = prof;
+  return a;
+}
 
 static camdelta_status run_op(camdelta_context *ctx, op_ctx *o, const bench_op *op, camdelta_profile *prof) {
   bench_buffers *b = o->b;
+  if (op->kind == OP_BRANCH) {
+    const camdelta_branch_args a = branch_args(o, prof);
+    return camdelta_branch_forward(ctx, &a, NULL);
+  }
+  if (op->kind == OP_BRANCH_BWD) {
+    const camdelta_branch_args a = branch_args(o, NULL);
+    const camdelta_branch_grads g = {{b->gy, 0},    {b->dq, 0},  {b->dk, 0},     {b->dv, 0},     {b->dconv, 0},
+                                     {b->dqw, 0},   {b->dkw, 0}, {b->dbeta, 0},  {b->ddecay, 0}, prof};
+    return camdelta_branch_backward(ctx, &a, &g, o->bsaved);
+  }
   if (op->kind == OP_PREP) {
     camdelta_prep_args a = {b->B, b->N, b->H, b->D, b->dt, o->k_scale, 1e-6f, {b->raw[0], 0}, {b->raw[1], 0},
                             {b->raw[2], 0}, {b->qw, 0}, {b->kw, 0}, {b->pq, 0}, {b->pkv, 0}, {b->rc, 0},
@@ -196,6 +255,10 @@ static camdelta_status run_op(camdelta_context *ctx, op_ctx *o, const bench_op *
 /* What a backward needs from its forward, run once before timing. */
 static camdelta_status prepare_op(camdelta_context *ctx, op_ctx *o, const bench_op *op) {
   bench_buffers *b = o->b;
+  if (op->kind == OP_BRANCH_BWD) {
+    const camdelta_branch_args a = branch_args(o, NULL);
+    return camdelta_branch_forward(ctx, &a, o->bsaved);
+  }
   if (op->kind == OP_PREP_BWD) {
     camdelta_prep_args f = {b->B, b->N, b->H, b->D, b->dt, o->k_scale, 1e-6f, {b->raw[0], 0}, {b->raw[1], 0},
                             {b->raw[2], 0}, {b->qw, 0}, {b->kw, 0}, {b->pq, 0}, {b->pkv, 0}, {b->rc, 0},
@@ -239,7 +302,32 @@ static void cost(const bench_op *op, const bench_buffers *b, double *bytes, doub
       *bytes = 7 * BNHD * 4 + 2 * BHN * 4;
       *flops = 14 * BNHD * D;
       break;
+    case OP_BRANCH: /* q_raw k_raw v_raw in, y out, beta; the two scans */
+      *bytes = 4 * BNHD * 4 + BHN * 4;
+      *flops = 12 * BNHD * D;
+      break;
+    case OP_BRANCH_BWD: /* q_raw k_raw v_raw grad_y in, three gradients out, beta and dbeta */
+      *bytes = 7 * BNHD * 4 + 2 * BHN * 4;
+      *flops = 28 * BNHD * D;
+      break;
   }
+}
+
+/* The token grid Hs x Ws = S of the branch rows: the production grids of the named shapes (sana480 30x52,
+ * sana720 45x80), else the most square factorisation of S. */
+static void grid_of(const bench_shape *s, size_t *Hs, size_t *Ws) {
+  if (strcmp(s->name, "sana480") == 0 || strcmp(s->name, "d64") == 0) {
+    *Hs = 30, *Ws = 52;
+    return;
+  }
+  if (strcmp(s->name, "sana720") == 0) {
+    *Hs = 45, *Ws = 80;
+    return;
+  }
+  *Hs = 1;
+  for (size_t i = 1; i * i <= s->S; i++)
+    if (s->S % i == 0) *Hs = i;
+  *Ws = s->S / *Hs;
 }
 
 static int parse_shape(const char *text, bench_shape *out) {
@@ -349,8 +437,11 @@ int cmd_bench(int argc, char **argv) {
     cJSON_AddNumberToObject(js, "S", (double)b.S);
     jops = cJSON_AddArrayToObject(js, "operations");
     rc = make_buffers(ctx, &b, tty);
-    op_ctx o = {&b, (float)(1.0 / sqrt((double)b.D * (double)b.S)), NULL, NULL};
-    if (!rc && (camdelta_prep_saved_create(ctx, &o.psaved) || camdelta_scan_saved_create(ctx, &o.ssaved)))
+    op_ctx o = {&b, (float)(1.0 / sqrt((double)b.D * (double)b.S)), NULL, NULL, NULL, 0, 0};
+    grid_of(&shapes[si], &o.Hs, &o.Ws);
+    if (!rc) rc = make_branch_buffers(ctx, &b, o.Hs, o.Ws);
+    if (!rc && (camdelta_prep_saved_create(ctx, &o.psaved) || camdelta_scan_saved_create(ctx, &o.ssaved) ||
+                camdelta_branch_saved_create(ctx, &o.bsaved)))
       rc = cli_lib_error(CAMDELTA_ERROR_OUT_OF_MEMORY, "bench");
     const size_t nops = sizeof ops / sizeof ops[0];
     for (size_t oi = 0; oi < nops && !rc; oi++) {
@@ -408,6 +499,7 @@ int cmd_bench(int argc, char **argv) {
     }
     camdelta_prep_saved_destroy(o.psaved);
     camdelta_scan_saved_destroy(o.ssaved);
+    camdelta_branch_saved_destroy(o.bsaved);
     release_all(&b);
     printf("\n");
   }

@@ -36,11 +36,9 @@ int cmd_bench_packed(int argc, char **argv) {
     int r;
     if (cli_flag(&a, "--packed")) continue;
     if ((r = cli_value(&a, "--shape", &v))) {
-      unsigned long s[5];
-      char tail;
+      size_t s[5]; /* digits only: no sign, no overflow */
       if (r < 0) return CLI_EXIT_USAGE;
-      if (sscanf(v, "%lu,%lu,%lu,%lu,%lu%c", &s[0], &s[1], &s[2], &s[3], &s[4], &tail) != 5 || !s[0] || !s[1] ||
-          !s[3] || !s[4] || s[2] % 8 || s[2] < 8 || s[2] > 128)
+      if (!cli_scan_sizes(v, 5, s) || s[2] % 8 || s[2] < 8 || s[2] > 128)
         return cli_error(CLI_EXIT_USAGE, "bench --packed: --shape wants clips,H,D,F,S (got '%s')", v);
       B = s[0], H = s[1], D = s[2], F = s[3], S = s[4];
     } else if ((r = cli_value(&a, "--device", &device))) {

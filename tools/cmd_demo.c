@@ -1,6 +1,8 @@
-/* camdelta demo — the main job: a synthetic camera-controlled clip through
- * the whole forward (prep, causal scan, reverse scan) and backward on the
- * default device, every output checked against the f64 reference. */
+/* camdelta demo — the main job: a camera trajectory (an orbit, then a dolly with a zoom) becomes per-token
+ * matrices and RoPE tables on the device, and the whole camera branch (short conv on K, prep, beta discount,
+ * causal + chunk-masked reverse scan, output transform) runs forward and backward on the default device; every
+ * output is checked against the f64 C reference, with a short report. No globals: one demo_state owns every
+ * host and device resource and demo_free releases them all. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,152 +12,251 @@
 #include "cli_sp.h"
 
 void usage_demo(void) {
-  printf("usage: camdelta demo [--shape B,H,D,F,S] [--device SEL] [--seed N]\n"
+  printf("usage: camdelta demo [--shape B,H,D,F,S] [--chunk-size CS] [--chunk-strategy S] [--device SEL]\n"
+         "                     [--seed N]\n"
          "\n"
-         "A camera orbits a point over F frames; each token of a frame's S = h x w grid\n"
-         "gets proj_kv = P^-1 and proj_q = P^T of its frame's pose P, RoPE angles from\n"
-         "its (frame, row, column) position, and Q/K/V from random projections of random\n"
-         "features. Runs prep, the causal and the reverse scan, their backward passes,\n"
-         "and checks every output against the f64 C reference (SPEC section 5 bounds).\n"
-         "Default shape 1,2,32,4,64. Exit status 0 when every check passes, 5 when a\n"
-         "check fails.\n");
+         "A camera orbits a point over the first half of F frames, then dollies towards it while\n"
+         "zooming in (fx, fy grow); each frame's pose and intrinsics (camera_conditions) become\n"
+         "per-token matrices and RoPE tables on the device (camdelta_camera_forward) for the\n"
+         "token grid S = Hs x Ws. Q/K/V are random projections of random features. The whole\n"
+         "camera branch then runs forward and backward (camdelta_branch_forward/backward):\n"
+         "short conv on K, prep, beta discount, causal + chunk-masked reverse scan, output\n"
+         "transform. Every output is checked against the f64 C reference (SPEC section 5\n"
+         "bounds: matrices and conv 1e-6, branch forward 1e-5, gradients 1e-4).\n"
+         "Default shape 1,2,32,6,48 (grid 6x6x8), --chunk-size 2 --chunk-strategy\n"
+         "first_chunk_plus_one (scan chunks [0, 3, 6], conv segments [0, 2, 4, 6]). Exit status 0 when every check passes, 5 when a check fails.\n");
 }
 
-typedef struct demo {
-  size_t B, H, D, F, S, N, C, Dh;
-  float k_scale, eps;
-  float *raw[3], *qw, *kw, *pq, *pkv, *rc, *rs; /* prep inputs */
-  float *beta, *decay, *gscan[2], *ginfl;        /* scan gates and upstream grads */
-} demo;
+typedef struct demo_opts {
+  size_t B, H, D, F, S, Hs, Ws, cs;
+  camdelta_chunk_strategy strategy;
+  unsigned long long seed;
+  const char *device;
+} demo_opts;
 
-static unsigned long long rng = 88172645463325252ull;
-static double unif(void) {
-  rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-  return (double)(rng >> 11) / 9007199254740992.0;
+enum { IQ, IK, IV, IW, IQW, IKW, ICC, IBETA, IDECAY, IGY, NIN };
+enum { OPQ, OPKV, OPO, ORC, ORS, OKCONV, OY, ODQ, ODK, ODV, ODW, ODQW, ODKW, ODB, ODD, NOUT };
+static const char *const out_names[NOUT] = {"proj_q", "proj_kv", "proj_o", "rope_cos", "rope_sin",
+                                             "k_conv", "y",       "dq_raw", "dk_raw",   "dv_raw",
+                                             "dconv_weight", "dq_norm_weight", "dk_norm_weight", "dbeta", "ddecay"};
+
+typedef struct demo_state {
+  demo_opts o;
+  size_t N, C, count[NIN], out_count[NOUT];
+  float *in[NIN];
+  camdelta_context *ctx;
+  cl_mem din[NIN], dout[NOUT];
+  double ms[4]; /* cameras, short conv, branch forward, branch backward */
+  double err[NOUT];
+  unsigned long long rng;
+} demo_state;
+
+static double unif(demo_state *s) {
+  s->rng ^= s->rng << 13, s->rng ^= s->rng >> 7, s->rng ^= s->rng << 17;
+  return (double)(s->rng >> 11) / 9007199254740992.0;
 }
-static double gauss(void) { return sqrt(-2 * log(unif() + 1e-300)) * cos(6.283185307179586 * unif()); }
+static double gauss(demo_state *s) { return sqrt(-2 * log(unif(s) + 1e-300)) * cos(6.283185307179586 * unif(s)); }
 
-static float *alloc_f(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
 static double *to64(const float *x, size_t n) {
   double *d = malloc((n ? n : 1) * sizeof *d);
   for (size_t i = 0; i < n && d; i++) d[i] = x[i];
   return d;
 }
 
-/* Camera-to-world pose of frame f on an orbit of radius 3 around the origin,
- * looking at it: rows of R are the camera axes in world coordinates. */
-static void orbit_pose(size_t f, size_t F, float P[16]) {
-  double a = 0.6 * (double)f / (double)(F > 1 ? F - 1 : 1) - 0.3, r = 3.0, h = 0.4;
-  double c[3] = {r * sin(a), h, -r * cos(a)};          /* camera centre */
-  double z[3] = {-c[0], -c[1], -c[2]};                 /* forward: towards the origin */
-  double n = sqrt(z[0] * z[0] + z[1] * z[1] + z[2] * z[2]);
-  for (int i = 0; i < 3; i++) z[i] /= n;
-  double up[3] = {0, 1, 0}, x[3] = {up[1] * z[2] - up[2] * z[1], up[2] * z[0] - up[0] * z[2], up[0] * z[1] - up[1] * z[0]};
-  n = sqrt(x[0] * x[0] + x[1] * x[1] + x[2] * x[2]);
-  for (int i = 0; i < 3; i++) x[i] /= n;
-  double y[3] = {z[1] * x[2] - z[2] * x[1], z[2] * x[0] - z[0] * x[2], z[0] * x[1] - z[1] * x[0]};
-  /* camera-to-world: columns are the camera axes, last column the centre */
-  for (int i = 0; i < 3; i++) {
-    P[4 * i + 0] = (float)x[i], P[4 * i + 1] = (float)y[i], P[4 * i + 2] = (float)z[i], P[4 * i + 3] = (float)c[i];
-  }
-  P[12] = P[13] = P[14] = 0, P[15] = 1;
-}
+/* ------------------------------------------------------------------------------------------ options */
 
-static int build_problem(demo *d) {
-  const size_t B = d->B, N = d->N, H = d->H, D = d->D, C = d->C, Dh = d->Dh, F = d->F, S = d->S;
-  size_t gh = 1;
-  for (size_t i = 1; i * i <= S; i++)
-    if (S % i == 0) gh = i;
-  const size_t gw = S / gh;
-  /* Q/K/V: random projections (Cin -> C) of random token features */
-  const size_t Cin = 16;
-  float *x = alloc_f(B * N * Cin), *W = alloc_f(3 * Cin * C);
-  for (size_t i = 0; i < B * N * Cin; i++) x[i] = (float)gauss();
-  for (size_t i = 0; i < 3 * Cin * C; i++) W[i] = (float)(gauss() / sqrt((double)Cin));
-  for (int t = 0; t < 3; t++) {
-    d->raw[t] = alloc_f(B * N * C);
-    for (size_t bn = 0; bn < B * N; bn++)
-      for (size_t c = 0; c < C; c++) {
-        double acc = 0;
-        for (size_t i = 0; i < Cin; i++) acc += (double)x[bn * Cin + i] * W[(t * Cin + i) * C + c];
-        d->raw[t][bn * C + c] = (float)acc;
-      }
-  }
-  free(x), free(W);
-  d->qw = alloc_f(C), d->kw = alloc_f(C);
-  for (size_t c = 0; c < C; c++) d->qw[c] = (float)(0.8 + 0.4 * unif()), d->kw[c] = (float)(0.8 + 0.4 * unif());
-  /* cameras: proj_q = P^T, proj_kv = P^-1 per token of the frame */
-  d->pq = alloc_f(B * N * 16), d->pkv = alloc_f(B * N * 16);
-  float *poses = alloc_f(F * 16), *inv = alloc_f(F * 16);
-  for (size_t f = 0; f < F; f++) orbit_pose(f, F, poses + 16 * f);
-  if (camdelta_invert_se3(F, poses, inv)) return cli_lib_error(CAMDELTA_ERROR_INVALID_ARGUMENT, "demo");
-  for (size_t b = 0; b < B; b++)
-    for (size_t n = 0; n < N; n++) {
-      const float *P = poses + 16 * (n / S), *Pi = inv + 16 * (n / S);
-      for (int i = 0; i < 4; i++)
-        for (int j = 0; j < 4; j++) {
-          d->pq[(b * N + n) * 16 + 4 * i + j] = P[4 * j + i];
-          d->pkv[(b * N + n) * 16 + 4 * i + j] = Pi[4 * i + j];
-        }
-    }
-  free(poses), free(inv);
-  /* RoPE: Dh/2 frequencies split over (frame, row, column) */
-  float *freqs = alloc_f(N * Dh);
-  const size_t pairs = Dh / 2;
-  for (size_t n = 0; n < N; n++) {
-    const double pos[3] = {(double)(n / S), (double)((n % S) / gw), (double)((n % S) % gw)};
-    for (size_t i = 0; i < pairs; i++) {
-      const size_t axis = i % 3, k = i / 3;
-      const double theta = pos[axis] * pow(100.0, -2.0 * (double)k / (double)(pairs / 3 + 1));
-      freqs[2 * (n * pairs + i)] = (float)cos(theta), freqs[2 * (n * pairs + i) + 1] = (float)sin(theta);
+static int parse_opts(int argc, char **argv, demo_opts *o, int *done) {
+  cli_args a = {argc, argv, 0};
+  const char *v;
+  *done = 0;
+  memset(o, 0, sizeof *o);
+  o->B = 1, o->H = 2, o->D = 32, o->F = 6, o->S = 48, o->cs = 2;
+  o->strategy = CAMDELTA_CHUNK_FIRST_CHUNK_PLUS_ONE;
+  o->seed = 88172645463325252ull;
+  while (a.i < argc) {
+    int r;
+    if ((r = cli_value(&a, "--shape", &v))) {
+      size_t s[5]; /* digits only: no sign, no overflow */
+      if (r < 0) return CLI_EXIT_USAGE;
+      if (!cli_scan_sizes(v, 5, s) || s[2] % 8 || s[2] < 8 || s[2] > 128)
+        return cli_error(CLI_EXIT_USAGE, "demo: --shape wants B,H,D,F,S with D a multiple of 8 in [8,128] (got '%s')",
+                         v);
+      o->B = s[0], o->H = s[1], o->D = s[2], o->F = s[3], o->S = s[4];
+    } else if ((r = cli_value(&a, "--chunk-size", &v))) {
+      if (r < 0 || !cli_parse_size("--chunk-size", v, &o->cs)) return CLI_EXIT_USAGE;
+    } else if ((r = cli_value(&a, "--chunk-strategy", &v))) {
+      if (r < 0) return CLI_EXIT_USAGE;
+      if (strcmp(v, "uniform") == 0) o->strategy = CAMDELTA_CHUNK_UNIFORM;
+      else if (strcmp(v, "first_frame") == 0) o->strategy = CAMDELTA_CHUNK_FIRST_FRAME;
+      else if (strcmp(v, "first_chunk_plus_one") == 0) o->strategy = CAMDELTA_CHUNK_FIRST_CHUNK_PLUS_ONE;
+      else
+        return cli_error(CLI_EXIT_USAGE,
+                         "demo: --chunk-strategy '%s' is not uniform, first_frame or first_chunk_plus_one", v);
+    } else if ((r = cli_value(&a, "--device", &o->device))) {
+      if (r < 0) return CLI_EXIT_USAGE;
+    } else if ((r = cli_value(&a, "--seed", &v))) {
+      size_t seed;
+      if (r < 0 || !cli_parse_size("--seed", v, &seed)) return CLI_EXIT_USAGE;
+      o->seed ^= (unsigned long long)seed * 0x9E3779B97F4A7C15ull;
+    } else if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
+      usage_demo();
+      *done = 1;
+      return CLI_EXIT_OK;
+    } else {
+      return cli_error(CLI_EXIT_USAGE, "demo: unknown option '%s' (see 'camdelta help demo')", argv[a.i]);
     }
   }
-  d->rc = alloc_f(N * Dh), d->rs = alloc_f(N * Dh);
-  camdelta_status st = camdelta_rope_tables(N, Dh, freqs, d->rc, d->rs);
-  free(freqs);
-  if (st) return cli_lib_error(st, "demo: rope tables");
-  /* gates and upstream gradients */
-  const size_t BHN = B * H * N, BHDN = BHN * D;
-  d->beta = alloc_f(BHN), d->decay = alloc_f(B * H * F), d->ginfl = alloc_f(BHN);
-  for (size_t i = 0; i < BHN; i++) d->beta[i] = (float)(1.0 / (1.0 + exp(-gauss()))), d->ginfl[i] = (float)gauss();
-  for (size_t i = 0; i < B * H * F; i++) d->decay[i] = (float)(0.85 + 0.15 * unif());
-  for (int s = 0; s < 2; s++) {
-    d->gscan[s] = alloc_f(BHDN);
-    for (size_t i = 0; i < BHDN; i++) d->gscan[s][i] = (float)gauss();
-  }
+  /* the most square grid Hs x Ws = S (Hs <= Ws) */
+  o->Hs = 1;
+  for (size_t i = 1; i * i <= o->S; i++)
+    if (o->S % i == 0) o->Hs = i;
+  o->Ws = o->S / o->Hs;
   return CLI_EXIT_OK;
 }
 
-static void free_problem(demo *d) {
-  for (int t = 0; t < 3; t++) free(d->raw[t]);
-  free(d->qw), free(d->kw), free(d->pq), free(d->pkv), free(d->rc), free(d->rs);
-  free(d->beta), free(d->decay), free(d->ginfl), free(d->gscan[0]), free(d->gscan[1]);
+/* ------------------------------------------------------------------------------------- the problem */
+
+enum { PATCH = 16 }; /* image pixels per token along each axis */
+
+/* camera_conditions of frame f: c2w (camera axes as columns, centre as last column) and fx fy cx cy in pixels.
+ * Frames [0, F/2): an orbit of radius 3 around the origin at height 0.4, looking at it; then a dolly along the
+ * last view direction from radius 3 to 1.5 while the focal length grows by a third (a zoom). */
+static void trajectory(const demo_opts *o, size_t f, float *cc) {
+  const size_t half = o->F / 2 > 0 ? o->F / 2 : 1;
+  const double a_end = 0.3;
+  double a, r;
+  if (f < half) a = -0.3 + 0.6 * (double)f / (double)(half > 1 ? half - 1 : 1), r = 3.0;
+  else a = a_end, r = 3.0 - 1.5 * (double)(f - half + 1) / (double)(o->F - half);
+  const double c[3] = {r * sin(a), 0.4, -r * cos(a)};
+  double z[3] = {-c[0], -c[1], -c[2]}, n = sqrt(z[0] * z[0] + z[1] * z[1] + z[2] * z[2]);
+  for (int i = 0; i < 3; i++) z[i] /= n;
+  double x[3] = {z[2], 0, -z[0]}; /* up (0, 1, 0) x z */
+  n = sqrt(x[0] * x[0] + x[2] * x[2]);
+  x[0] /= n, x[2] /= n;
+  const double y[3] = {z[1] * x[2] - z[2] * x[1], z[2] * x[0] - z[0] * x[2], z[0] * x[1] - z[1] * x[0]};
+  for (int i = 0; i < 3; i++)
+    cc[4 * i + 0] = (float)x[i], cc[4 * i + 1] = (float)y[i], cc[4 * i + 2] = (float)z[i], cc[4 * i + 3] = (float)c[i];
+  cc[12] = cc[13] = cc[14] = 0, cc[15] = 1;
+  const double W = (double)(o->Ws * PATCH), Hh = (double)(o->Hs * PATCH);
+  const double zoom = f < half ? 1.0 : 1.0 + (double)(f - half + 1) / (3.0 * (double)(o->F - half));
+  cc[16] = (float)(0.9 * W * zoom), cc[17] = (float)(0.9 * W * zoom), cc[18] = (float)(W / 2), cc[19] = (float)(Hh / 2);
 }
 
-/* ------------------------------------------------------------- device side */
-typedef struct dbuf {
-  cl_mem m;
-  size_t n;
-} dbuf;
-
-static camdelta_context *g_ctx;
-
-static int up(dbuf *b, const float *h, size_t n) {
-  cl_int err;
-  b->n = n;
-  b->m = clCreateBuffer(camdelta_context_cl_context(g_ctx), CL_MEM_READ_WRITE | (h ? CL_MEM_COPY_HOST_PTR : 0),
-                        (n ? n : 1) * 4, (void *)h, &err);
-  return err == CL_SUCCESS ? 0 : cli_error(CLI_EXIT_DEVICE, "allocating: %s", camdelta_cl_error_name(err));
-}
-
-static float *down(const dbuf *b) {
-  float *h = alloc_f(b->n);
-  if (clEnqueueReadBuffer(camdelta_context_queue(g_ctx), b->m, CL_TRUE, 0, b->n * 4, h, 0, NULL, NULL) != CL_SUCCESS) {
-    free(h);
-    return NULL;
+static int build_inputs(demo_state *s) {
+  const demo_opts *o = &s->o;
+  const size_t B = o->B, N = s->N, C = s->C, H = o->H, F = o->F, BNC = B * N * C;
+  const size_t cnt[NIN] = {BNC, BNC, BNC, 4 * C, C, C, B * F * 20, B * H * N, B * H * F, BNC};
+  for (int i = 0; i < NIN; i++) {
+    s->count[i] = cnt[i];
+    if (!(s->in[i] = calloc(cnt[i] ? cnt[i] : 1, sizeof(float))))
+      return cli_error(CLI_EXIT_FAILURE, "demo: out of host memory");
   }
-  return h;
+  /* Q/K/V: random projections (16 -> C) of random token features */
+  enum { CIN = 16 };
+  float *W = malloc(3 * CIN * C * sizeof *W), x[CIN];
+  if (!W) return cli_error(CLI_EXIT_FAILURE, "demo: out of host memory");
+  for (size_t i = 0; i < 3 * CIN * C; i++) W[i] = (float)(gauss(s) / sqrt((double)CIN));
+  for (size_t bn = 0; bn < B * N; bn++) {
+    for (int i = 0; i < CIN; i++) x[i] = (float)gauss(s);
+    for (int t = 0; t < 3; t++)
+      for (size_t c = 0; c < C; c++) {
+        double acc = 0;
+        for (int i = 0; i < CIN; i++) acc += (double)x[i] * W[(t * CIN + i) * C + c];
+        s->in[IQ + t][bn * C + c] = (float)acc;
+      }
+  }
+  free(W);
+  for (size_t i = 0; i < 4 * C; i++) s->in[IW][i] = (float)(0.3 * gauss(s));
+  for (size_t c = 0; c < C; c++)
+    s->in[IQW][c] = (float)(0.8 + 0.4 * unif(s)), s->in[IKW][c] = (float)(0.8 + 0.4 * unif(s));
+  for (size_t b = 0; b < B; b++)
+    for (size_t f = 0; f < F; f++) trajectory(o, f, s->in[ICC] + (b * F + f) * 20);
+  for (size_t i = 0; i < cnt[IBETA]; i++) s->in[IBETA][i] = (float)(1.0 / (1.0 + exp(-gauss(s))));
+  for (size_t i = 0; i < cnt[IDECAY]; i++) s->in[IDECAY][i] = (float)(0.85 + 0.15 * unif(s));
+  for (size_t i = 0; i < BNC; i++) s->in[IGY][i] = (float)gauss(s);
+  return CLI_EXIT_OK;
 }
+
+/* ------------------------------------------------------------------------------------- device side */
+
+static int upload_all(demo_state *s) {
+  const demo_opts *o = &s->o;
+  const size_t B = o->B, N = s->N, C = s->C, BNC = B * N * C, BN16 = B * N * 16, NDh = N * (o->D / 2);
+  const size_t oc[NOUT] = {BN16, BN16, BN16, NDh, NDh, BNC, BNC, BNC, BNC, BNC, 4 * C, C, C, B * o->H * N,
+                           B * o->H * o->F};
+  cl_int err = CL_SUCCESS;
+  for (int i = 0; i < NIN && err == CL_SUCCESS; i++)
+    s->din[i] = clCreateBuffer(camdelta_context_cl_context(s->ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
+                               s->count[i] * 4, s->in[i], &err);
+  for (int i = 0; i < NOUT && err == CL_SUCCESS; i++) {
+    s->out_count[i] = oc[i];
+    s->dout[i] = clCreateBuffer(camdelta_context_cl_context(s->ctx), CL_MEM_READ_WRITE, oc[i] * 4, NULL, &err);
+  }
+  return err == CL_SUCCESS ? CLI_EXIT_OK
+                           : cli_error(CLI_EXIT_DEVICE, "demo: allocating device memory: %s", camdelta_cl_error_name(err));
+}
+
+static camdelta_buffer din(const demo_state *s, int i) { return (camdelta_buffer){s->din[i], 0}; }
+static camdelta_buffer dout(const demo_state *s, int i) { return (camdelta_buffer){s->dout[i], 0}; }
+
+static camdelta_chunking chunking_of(const demo_opts *o) {
+  const camdelta_chunking ch = {o->cs, o->strategy, NULL, 0};
+  return ch;
+}
+
+static camdelta_branch_args branch_args(const demo_state *s, camdelta_profile *prof) {
+  const demo_opts *o = &s->o;
+  camdelta_branch_args a;
+  memset(&a, 0, sizeof a);
+  a.B = o->B, a.T = o->F, a.Hs = o->Hs, a.Ws = o->Ws, a.H = o->H, a.D = o->D;
+  a.pt = 1, a.ph = PATCH, a.pw = PATCH;
+  a.chunking = chunking_of(o);
+  a.k_scale = (float)(1.0 / sqrt((double)o->D * (double)o->S));
+  a.norm_eps = 1e-6f;
+  a.algorithm = CAMDELTA_SCAN_AUTO;
+  a.q_raw = din(s, IQ), a.k_raw = din(s, IK), a.v_raw = din(s, IV), a.conv_weight = din(s, IW);
+  a.q_norm_weight = din(s, IQW), a.k_norm_weight = din(s, IKW), a.camera_conditions = din(s, ICC);
+  a.beta = din(s, IBETA), a.decay = din(s, IDECAY), a.y = dout(s, OY);
+  a.profile = prof;
+  return a;
+}
+
+/* Cameras, the short conv on its own (for its check), then the branch forward and backward. */
+static camdelta_status run_device(demo_state *s, const char **stage) {
+  const demo_opts *o = &s->o;
+  camdelta_profile prof = {0, 0};
+  const camdelta_camera_args ca = {o->B,          o->F,          o->Hs,         o->Ws,         1,
+                                   PATCH,         PATCH,         o->D,          din(s, ICC),   dout(s, OPQ),
+                                   dout(s, OPKV), dout(s, OPO),  dout(s, ORC),  dout(s, ORS),  &prof};
+  *stage = "cameras";
+  camdelta_status st = camdelta_camera_forward(s->ctx, &ca);
+  s->ms[0] = prof.kernel_ms;
+  if (st) return st;
+  const camdelta_short_conv_args sc = {o->B,  o->F,         o->S,          s->C,          chunking_of(o),
+                                       din(s, IK), din(s, IW), dout(s, OKCONV), {NULL, 0}, {NULL, 0},
+                                       {NULL, 0}, &prof};
+  *stage = "short conv";
+  if ((st = camdelta_short_conv_forward(s->ctx, &sc))) return st;
+  s->ms[1] = prof.kernel_ms;
+  camdelta_branch_saved *saved = NULL;
+  *stage = "branch forward";
+  if ((st = camdelta_branch_saved_create(s->ctx, &saved))) return st;
+  const camdelta_branch_args a = branch_args(s, &prof);
+  st = camdelta_branch_forward(s->ctx, &a, saved);
+  s->ms[2] = prof.kernel_ms;
+  if (!st) {
+    *stage = "branch backward";
+    const camdelta_branch_grads g = {din(s, IGY),    dout(s, ODQ),  dout(s, ODK), dout(s, ODV), dout(s, ODW),
+                                     dout(s, ODQW),  dout(s, ODKW), dout(s, ODB), dout(s, ODD), &prof};
+    st = camdelta_branch_backward(s->ctx, &a, &g, saved);
+    s->ms[3] = prof.kernel_ms;
+  }
+  camdelta_branch_saved_destroy(saved);
+  if (!st) st = camdelta_finish(s->ctx);
+  return st;
+}
+
+/* ------------------------------------------------------------------------------------------ checks */
 
 static double rel_err(const float *x, const double *ref, size_t n) {
   double mr = 0, md = 0;
@@ -167,253 +268,141 @@ static double rel_err(const float *x, const double *ref, size_t n) {
   return md / (mr > 1e-30 ? mr : 1e-30);
 }
 
-typedef struct check {
-  const char *stage, *name;
-  double err, bound;
-} check;
+/* err[i] = the device output i against ref[i] (NULL: not checked) */
+static int compare(demo_state *s, double *const ref[NOUT]) {
+  for (int i = 0; i < NOUT; i++) {
+    s->err[i] = INFINITY;
+    if (!ref[i]) continue;
+    float *h = malloc(s->out_count[i] * sizeof *h);
+    if (!h) return cli_error(CLI_EXIT_FAILURE, "demo: out of host memory");
+    cl_int err = clEnqueueReadBuffer(camdelta_context_queue(s->ctx), s->dout[i], CL_TRUE, 0, s->out_count[i] * 4, h,
+                                     0, NULL, NULL);
+    if (err != CL_SUCCESS) {
+      free(h);
+      return cli_error(CLI_EXIT_DEVICE, "demo: reading %s: %s", out_names[i], camdelta_cl_error_name(err));
+    }
+    s->err[i] = rel_err(h, ref[i], s->out_count[i]);
+    free(h);
+  }
+  return CLI_EXIT_OK;
+}
 
-static check checks[64];
-static int nchecks;
+static int check_reference(demo_state *s) {
+  const demo_opts *o = &s->o;
+  double *ref[NOUT] = {NULL}, *in64[NIN] = {NULL};
+  int rc = CLI_EXIT_OK;
+  for (int i = 0; i < NIN && !rc; i++)
+    if (!(in64[i] = to64(s->in[i], s->count[i]))) rc = cli_error(CLI_EXIT_FAILURE, "demo: out of host memory");
+  for (int i = 0; i < NOUT && !rc; i++)
+    if (!(ref[i] = malloc(s->out_count[i] * sizeof(double))))
+      rc = cli_error(CLI_EXIT_FAILURE, "demo: out of host memory");
+  camdelta_status st = CAMDELTA_OK;
+  if (!rc) {
+    const camdelta_ref_camera rcam = {o->B, o->F, o->Hs, o->Ws, PATCH, PATCH, o->D, in64[ICC], ref[OPQ], ref[OPKV],
+                                      ref[OPO], ref[ORC], ref[ORS]};
+    st = camdelta_ref_camera_forward(&rcam);
+    size_t b[1024], nb = 0;
+    const camdelta_chunking ch = chunking_of(o);
+    if (!st) st = camdelta_conv_bounds(o->F, &ch, b, 1024, &nb);
+    const camdelta_ref_conv rconv = {o->B, o->F, o->S, s->C, b, nb, in64[IK], in64[IW], ref[OKCONV], NULL, NULL, NULL};
+    if (!st) st = camdelta_ref_short_conv_forward(&rconv);
+    const camdelta_branch_args a = branch_args(s, NULL);
+    camdelta_ref_branch rb = {o->B,      o->F,      o->Hs,     o->Ws,      PATCH,       PATCH,        o->H,
+                              o->D,      ch,        a.k_scale, a.norm_eps, in64[IQ],    in64[IK],     in64[IV],
+                              in64[IW],  in64[IQW], in64[IKW], in64[ICC],  in64[IBETA], in64[IDECAY], ref[OY]};
+    if (!st) st = camdelta_ref_branch_forward(&rb);
+    const camdelta_ref_branch_grads rg = {in64[IGY], ref[ODQ],  ref[ODK], ref[ODV], ref[ODW],
+                                          ref[ODQW], ref[ODKW], ref[ODB], ref[ODD]};
+    if (!st) st = camdelta_ref_branch_backward(&rb, &rg);
+    if (st) rc = cli_lib_error(st, "demo: f64 reference");
+  }
+  if (!rc) rc = compare(s, ref);
+  for (int i = 0; i < NOUT; i++) free(ref[i]);
+  for (int i = 0; i < NIN; i++) free(in64[i]);
+  return rc;
+}
 
-static void record(const char *stage, const char *name, const dbuf *got, const double *ref, double bound) {
-  float *h = down(got);
-  checks[nchecks].stage = stage, checks[nchecks].name = name, checks[nchecks].bound = bound;
-  checks[nchecks].err = h ? rel_err(h, ref, got->n) : INFINITY;
-  nchecks++;
-  free(h);
+/* ------------------------------------------------------------------------------------------ report */
+
+#define INDENT "                                    "
+static int report(const demo_state *s) {
+  const demo_opts *o = &s->o;
+  size_t b[1024], nb = 0, cb[1024], ncb = 0;
+  const camdelta_chunking ch = chunking_of(o);
+  camdelta_chunk_bounds(o->F, &ch, b, 1024, &nb);
+  camdelta_conv_bounds(o->F, &ch, cb, 1024, &ncb);
+  printf("chunks   %s, chunk size %zu: scan chunks [", camdelta_chunk_strategy_name(o->strategy), o->cs);
+  for (size_t i = 0; i < nb; i++) printf(i ? ", %zu" : "%zu", b[i]);
+  printf("], conv segments [");
+  for (size_t i = 0; i < ncb; i++) printf(i ? ", %zu" : "%zu", cb[i]);
+  printf("]\n\n");
+  static const struct {
+    const char *label;
+    int first, last;
+    double bound;
+  } stages[4] = {{"cameras -> matrices", OPQ, ORS, 1e-6},
+                 {"short conv on K", OKCONV, OKCONV, 1e-6},
+                 {"branch forward", OY, OY, 1e-5},
+                 {"branch backward", ODQ, ODD, 1e-4}};
+  printf("%-22s %10s   %s\n", "stage", "kernel ms", "largest relative error vs the f64 reference");
+  int pass = 1, checked = 0;
+  for (int st = 0; st < 4; st++) {
+    printf("%-22s %10.3f  ", stages[st].label, s->ms[st]);
+    for (int i = stages[st].first; i <= stages[st].last; i++) {
+      const int ok = s->err[i] <= stages[st].bound;
+      pass &= ok;
+      checked++;
+      printf("%s%s %.1e%s", i == stages[st].first ? " " : (i - stages[st].first) % 4 == 0 ? ",\n" INDENT : ", ",
+             out_names[i], s->err[i], ok ? "" : " FAIL");
+    }
+    printf("\n");
+  }
+  printf("\nresult   %s: %d outputs checked against the f64 reference (bounds: matrices and conv 1e-6, branch forward "
+         "1e-5, gradients 1e-4)\n",
+         pass ? "PASS" : "FAIL", checked);
+  return pass ? CLI_EXIT_OK : 5;
+}
+
+static void demo_free(demo_state *s) {
+  for (int i = 0; i < NIN; i++) {
+    free(s->in[i]);
+    if (s->din[i]) clReleaseMemObject(s->din[i]);
+  }
+  for (int i = 0; i < NOUT; i++)
+    if (s->dout[i]) clReleaseMemObject(s->dout[i]);
+  if (s->ctx) camdelta_context_destroy(s->ctx);
+  free(s);
 }
 
 int cmd_demo(int argc, char **argv) {
   if (cli_sp_requested(argc, argv)) return cmd_demo_sp(argc, argv); /* tools/cmd_sp.c */
-  cli_args a = {argc, argv, 0};
-  const char *device = NULL, *v;
-  demo d;
-  memset(&d, 0, sizeof d);
-  d.B = 1, d.H = 2, d.D = 32, d.F = 4, d.S = 64;
-  while (a.i < argc) {
-    int r;
-    if ((r = cli_value(&a, "--shape", &v))) {
-      unsigned long s[5];
-      char tail;
-      if (r < 0) return CLI_EXIT_USAGE;
-      if (sscanf(v, "%lu,%lu,%lu,%lu,%lu%c", &s[0], &s[1], &s[2], &s[3], &s[4], &tail) != 5 || !s[0] || !s[1] ||
-          !s[3] || !s[4] || s[2] % 8 || s[2] < 8 || s[2] > 128)
-        return cli_error(CLI_EXIT_USAGE, "demo: --shape wants B,H,D,F,S with D a multiple of 8 in [8,128] (got '%s')",
-                         v);
-      d.B = s[0], d.H = s[1], d.D = s[2], d.F = s[3], d.S = s[4];
-    } else if ((r = cli_value(&a, "--device", &device))) {
-      if (r < 0) return CLI_EXIT_USAGE;
-    } else if ((r = cli_value(&a, "--seed", &v))) {
-      size_t seed;
-      if (r < 0 || !cli_parse_size("--seed", v, &seed)) return CLI_EXIT_USAGE;
-      rng ^= (unsigned long long)seed * 0x9E3779B97F4A7C15ull;
-    } else if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
-      usage_demo();
-      return CLI_EXIT_OK;
-    } else {
-      return cli_error(CLI_EXIT_USAGE, "demo: unknown option '%s' (see 'camdelta help demo')", argv[a.i]);
+  demo_state *s = calloc(1, sizeof *s);
+  if (!s) return cli_error(CLI_EXIT_FAILURE, "demo: out of host memory");
+  int done = 0, rc = parse_opts(argc, argv, &s->o, &done);
+  const demo_opts *o = &s->o;
+  if (!rc && !done) {
+    s->rng = o->seed, s->N = o->F * o->S, s->C = o->H * o->D;
+    rc = build_inputs(s);
+    if (!rc) rc = cli_context(&s->ctx, o->device);
+    if (!rc) {
+      camdelta_device_info info;
+      camdelta_context_info(s->ctx, &info);
+      printf("camdelta demo %s\n", camdelta_version_string());
+      printf("device   %s (%s, %s)\n", info.device_name, info.platform_name, info.driver_version);
+      printf("shape    B=%zu H=%zu D=%zu F=%zu S=%zu as a %zux%zu grid (N=%zu tokens), patch %dx%d px, f32\n", o->B,
+             o->H, o->D, o->F, o->S, o->Hs, o->Ws, s->N, PATCH, PATCH);
+      printf("cameras  orbit over frames 0-%zu, then a dolly with a 4/3 zoom over frames %zu-%zu\n",
+             (o->F / 2 ? o->F / 2 : 1) - 1, o->F / 2 ? o->F / 2 : 1, o->F - 1);
+      rc = upload_all(s);
     }
-  }
-  d.N = d.F * d.S, d.C = d.H * d.D, d.Dh = d.D / 2;
-  d.k_scale = (float)(1.0 / sqrt((double)d.D * (double)d.S)), d.eps = 1e-6f;
-  int rc = build_problem(&d);
-  if (rc) return rc;
-  rc = cli_context(&g_ctx, device);
-  if (rc) {
-    free_problem(&d);
-    return rc;
-  }
-  camdelta_device_info info;
-  camdelta_context_info(g_ctx, &info);
-  printf("camdelta demo %s\n", camdelta_version_string());
-  printf("device   %s (%s, %s)\n", info.device_name, info.platform_name, info.driver_version);
-  printf("shape    B=%zu H=%zu D=%zu F=%zu S=%zu (N=%zu tokens), f32, camera orbit over %zu frames\n\n", d.B, d.H, d.D,
-         d.F, d.S, d.N, d.F);
-
-  const size_t B = d.B, N = d.N, H = d.H, D = d.D, F = d.F, S = d.S, BNHD = B * N * H * D, BHN = B * H * N;
-  dbuf raw[3], qw, kw, pq, pkv, rc_, rs, q, k, v_, infl, beta, decay, out[2], gout[2], dq[2], dk[2], dv[2], db[2],
-      dd[2], gq, gk, gv, gi, dqr, dkr, dvr, dqw, dkw;
-  for (int t = 0; t < 3; t++) rc = rc ? rc : up(&raw[t], d.raw[t], BNHD);
-  rc = rc ? rc : up(&qw, d.qw, H * D);
-  rc = rc ? rc : up(&kw, d.kw, H * D);
-  rc = rc ? rc : up(&pq, d.pq, B * N * 16);
-  rc = rc ? rc : up(&pkv, d.pkv, B * N * 16);
-  rc = rc ? rc : up(&rc_, d.rc, N * d.Dh);
-  rc = rc ? rc : up(&rs, d.rs, N * d.Dh);
-  rc = rc ? rc : up(&q, NULL, BNHD);
-  rc = rc ? rc : up(&k, NULL, BNHD);
-  rc = rc ? rc : up(&v_, NULL, BNHD);
-  rc = rc ? rc : up(&infl, NULL, BHN);
-  rc = rc ? rc : up(&beta, d.beta, BHN);
-  rc = rc ? rc : up(&decay, d.decay, B * H * F);
-  for (int s = 0; s < 2; s++) {
-    rc = rc ? rc : up(&out[s], NULL, BNHD);
-    rc = rc ? rc : up(&gout[s], d.gscan[s], BNHD);
-    rc = rc ? rc : up(&dq[s], NULL, BNHD);
-    rc = rc ? rc : up(&dk[s], NULL, BNHD);
-    rc = rc ? rc : up(&dv[s], NULL, BNHD);
-    rc = rc ? rc : up(&db[s], NULL, BHN);
-    rc = rc ? rc : up(&dd[s], NULL, B * H * F);
-  }
-  rc = rc ? rc : up(&gq, NULL, BNHD);
-  rc = rc ? rc : up(&gk, NULL, BNHD);
-  rc = rc ? rc : up(&gv, NULL, BNHD);
-  rc = rc ? rc : up(&gi, d.ginfl, BHN);
-  rc = rc ? rc : up(&dqr, NULL, BNHD);
-  rc = rc ? rc : up(&dkr, NULL, BNHD);
-  rc = rc ? rc : up(&dvr, NULL, BNHD);
-  rc = rc ? rc : up(&dqw, NULL, H * D);
-  rc = rc ? rc : up(&dkw, NULL, H * D);
-  if (rc) return rc;
-
-  camdelta_prep_saved *psaved = NULL;
-  camdelta_scan_saved *ssaved[2] = {NULL, NULL};
-  camdelta_status st = camdelta_prep_saved_create(g_ctx, &psaved);
-  for (int s = 0; s < 2 && !st; s++) st = camdelta_scan_saved_create(g_ctx, &ssaved[s]);
-  double t_prep = 0, t_scan[2] = {0, 0}, t_sbwd[2] = {0, 0}, t_pbwd = 0;
-  camdelta_scan_algorithm used[2] = {CAMDELTA_SCAN_AUTO, CAMDELTA_SCAN_AUTO};
-  const char *failed_stage = NULL;
-
-  /* forward: prep */
-  camdelta_profile prof = {0, 0};
-  if (!st) {
-    camdelta_prep_args pa = {B, N, H, D, CAMDELTA_F32, d.k_scale, d.eps, {raw[0].m, 0}, {raw[1].m, 0}, {raw[2].m, 0},
-                             {qw.m, 0}, {kw.m, 0}, {pq.m, 0}, {pkv.m, 0}, {rc_.m, 0}, {rs.m, 0}, {q.m, 0}, {k.m, 0},
-                             {v_.m, 0}, {infl.m, 0}, &prof};
-    st = camdelta_prep_forward(g_ctx, &pa, psaved);
-    t_prep = prof.kernel_ms;
-    if (st) failed_stage = "prep forward";
-  }
-  /* forward: causal and reverse scan on the prep outputs */
-  for (int s = 0; s < 2 && !st; s++) {
-    prof.kernel_ms = 0;
-    camdelta_scan_args sa = {B, H, D, F, S, s, CAMDELTA_SCAN_AUTO, {q.m, 0}, {k.m, 0}, {v_.m, 0}, {beta.m, 0},
-                             {decay.m, 0}, {out[s].m, 0}, {NULL, 0}, {NULL, 0}, &prof, &used[s]};
-    st = camdelta_scan_forward(g_ctx, &sa, ssaved[s]);
-    t_scan[s] = prof.kernel_ms;
-    if (st) failed_stage = s ? "reverse scan forward" : "causal scan forward";
-  }
-  /* backward: both scans, then prep with the summed q/k/v gradients */
-  for (int s = 0; s < 2 && !st; s++) {
-    prof.kernel_ms = 0;
-    camdelta_scan_backward_args ba;
-    memset(&ba, 0, sizeof ba);
-    ba.B = B, ba.H = H, ba.D = D, ba.F = F, ba.S = S, ba.reverse = s;
-    ba.q.mem = q.m, ba.k.mem = k.m, ba.v.mem = v_.m, ba.beta.mem = beta.m, ba.decay.mem = decay.m;
-    ba.grad_out.mem = gout[s].m, ba.dq.mem = dq[s].m, ba.dk.mem = dk[s].m, ba.dv.mem = dv[s].m;
-    ba.dbeta.mem = db[s].m, ba.ddecay.mem = dd[s].m, ba.profile = &prof;
-    st = camdelta_scan_backward(g_ctx, &ba, ssaved[s]);
-    t_sbwd[s] = prof.kernel_ms;
-    if (st) failed_stage = s ? "reverse scan backward" : "causal scan backward";
-  }
-  float *hq[2] = {NULL, NULL}, *hk[2] = {NULL, NULL}, *hv[2] = {NULL, NULL};
-  float *sq = alloc_f(BNHD), *sk = alloc_f(BNHD), *sv = alloc_f(BNHD);
-  if (!st) {
-    for (int s = 0; s < 2; s++) hq[s] = down(&dq[s]), hk[s] = down(&dk[s]), hv[s] = down(&dv[s]);
-    for (size_t i = 0; i < BNHD; i++)
-      sq[i] = hq[0][i] + hq[1][i], sk[i] = hk[0][i] + hk[1][i], sv[i] = hv[0][i] + hv[1][i];
-    clEnqueueWriteBuffer(camdelta_context_queue(g_ctx), gq.m, CL_TRUE, 0, BNHD * 4, sq, 0, NULL, NULL);
-    clEnqueueWriteBuffer(camdelta_context_queue(g_ctx), gk.m, CL_TRUE, 0, BNHD * 4, sk, 0, NULL, NULL);
-    clEnqueueWriteBuffer(camdelta_context_queue(g_ctx), gv.m, CL_TRUE, 0, BNHD * 4, sv, 0, NULL, NULL);
-    prof.kernel_ms = 0;
-    camdelta_prep_backward_args pb;
-    memset(&pb, 0, sizeof pb);
-    pb.B = B, pb.N = N, pb.H = H, pb.D = D, pb.dtype = CAMDELTA_F32, pb.k_scale = d.k_scale, pb.norm_eps = d.eps;
-    pb.q_raw.mem = raw[0].m, pb.k_raw.mem = raw[1].m, pb.v_raw.mem = raw[2].m, pb.q_norm_weight.mem = qw.m;
-    pb.k_norm_weight.mem = kw.m, pb.proj_q.mem = pq.m, pb.proj_kv.mem = pkv.m, pb.rope_cos.mem = rc_.m;
-    pb.rope_sin.mem = rs.m, pb.grad_q.mem = gq.m, pb.grad_k.mem = gk.m, pb.grad_v.mem = gv.m;
-    pb.grad_inflation_sq.mem = gi.m, pb.dq_raw.mem = dqr.m, pb.dk_raw.mem = dkr.m, pb.dv_raw.mem = dvr.m;
-    pb.dq_norm_weight.mem = dqw.m, pb.dk_norm_weight.mem = dkw.m, pb.profile = &prof;
-    st = camdelta_prep_backward(g_ctx, &pb, psaved);
-    t_pbwd = prof.kernel_ms;
-    if (st) failed_stage = "prep backward";
-  }
-  int exit_code = 0;
-  if (st) {
-    exit_code = cli_lib_error(st, failed_stage);
-  } else {
-    /* f64 reference of every stage, fed with the device's inputs to that stage */
-    double *in64[9] = {to64(d.raw[0], BNHD), to64(d.raw[1], BNHD), to64(d.raw[2], BNHD), to64(d.qw, H * D),
-                       to64(d.kw, H * D), to64(d.pq, B * N * 16), to64(d.pkv, B * N * 16), to64(d.rc, N * d.Dh),
-                       to64(d.rs, N * d.Dh)};
-    double *rq = malloc(BNHD * 8), *rk = malloc(BNHD * 8), *rv = malloc(BNHD * 8), *ri = malloc(BHN * 8);
-    camdelta_ref_prep rp = {B, N, H, D, d.k_scale, d.eps, in64[0], in64[1], in64[2], in64[3], in64[4], in64[5],
-                            in64[6], in64[7], in64[8], rq, rk, rv, ri};
-    camdelta_ref_prep_forward(&rp);
-    record("prep forward", "q", &q, rq, 1e-6);
-    record("prep forward", "k", &k, rk, 1e-6);
-    record("prep forward", "v", &v_, rv, 1e-6);
-    record("prep forward", "inflation_sq", &infl, ri, 1e-6);
-    float *fq = down(&q), *fk = down(&k), *fv = down(&v_);
-    double *q64 = to64(fq, BNHD), *k64 = to64(fk, BNHD), *v64 = to64(fv, BNHD), *b64 = to64(d.beta, BHN),
-           *d64 = to64(d.decay, B * H * F);
-    double *ro = malloc(BNHD * 8), *rdq = malloc(BNHD * 8), *rdk = malloc(BNHD * 8), *rdv = malloc(BNHD * 8),
-           *rdb = malloc(BHN * 8), *rdd = malloc(B * H * F * 8);
-    static const char *sname[2] = {"causal scan", "reverse scan"};
-    static const char *bname[2] = {"causal scan backward", "reverse scan backward"};
-    for (int s = 0; s < 2; s++) {
-      camdelta_ref_scan rs_ = {B, H, D, F, S, s, q64, k64, v64, b64, d64, NULL, ro, NULL, NULL, NULL};
-      camdelta_ref_scan_forward(&rs_);
-      record(sname[s], "out", &out[s], ro, 1e-5);
-      double *g64 = to64(d.gscan[s], BNHD);
-      camdelta_ref_scan_grads rg = {g64, NULL, rdq, rdk, rdv, rdb, rdd, NULL};
-      camdelta_ref_scan_backward(&rs_, &rg);
-      record(bname[s], "dq", &dq[s], rdq, 1e-4);
-      record(bname[s], "dk", &dk[s], rdk, 1e-4);
-      record(bname[s], "dv", &dv[s], rdv, 1e-4);
-      record(bname[s], "dbeta", &db[s], rdb, 1e-4);
-      record(bname[s], "ddecay", &dd[s], rdd, 1e-4);
-      free(g64);
+    if (!rc) {
+      const char *stage = "";
+      camdelta_status st = run_device(s, &stage);
+      if (st) rc = cli_lib_error(st, stage);
     }
-    double *gq64 = to64(sq, BNHD), *gk64 = to64(sk, BNHD), *gv64 = to64(sv, BNHD), *gi64 = to64(d.ginfl, BHN);
-    double *rdqr = malloc(BNHD * 8), *rdkr = malloc(BNHD * 8), *rdvr = malloc(BNHD * 8), *rdqw = malloc(H * D * 8),
-           *rdkw = malloc(H * D * 8);
-    camdelta_ref_prep_grads pg = {gq64, gk64, gv64, gi64, rdqr, rdkr, rdvr, rdqw, rdkw, NULL, NULL, NULL, NULL};
-    camdelta_ref_prep_backward(&rp, &pg);
-    record("prep backward", "dq_raw", &dqr, rdqr, 1e-4);
-    record("prep backward", "dk_raw", &dkr, rdkr, 1e-4);
-    record("prep backward", "dv_raw", &dvr, rdvr, 1e-4);
-    record("prep backward", "dq_norm_weight", &dqw, rdqw, 1e-4);
-    record("prep backward", "dk_norm_weight", &dkw, rdkw, 1e-4);
-    for (int i = 0; i < 9; i++) free(in64[i]);
-    free(rq), free(rk), free(rv), free(ri), free(fq), free(fk), free(fv), free(q64), free(k64), free(v64), free(b64);
-    free(d64), free(ro), free(rdq), free(rdk), free(rdv), free(rdb), free(rdd), free(gq64), free(gk64), free(gv64);
-    free(gi64), free(rdqr), free(rdkr), free(rdvr), free(rdqw), free(rdkw);
-
-    printf("%-26s %10s   %s\n", "stage", "kernel ms", "largest relative error vs the f64 reference");
-    const char *stages[6] = {"prep forward", "causal scan", "reverse scan", "causal scan backward",
-                             "reverse scan backward", "prep backward"};
-    const double times[6] = {t_prep, t_scan[0], t_scan[1], t_sbwd[0], t_sbwd[1], t_pbwd};
-    int pass = 1;
-    for (int s = 0; s < 6; s++) {
-      char label[64];
-      if (s == 1 || s == 2) snprintf(label, sizeof label, "%s (%s)", stages[s], camdelta_scan_algorithm_name(used[s - 1]));
-      else snprintf(label, sizeof label, "%s", stages[s]);
-      printf("%-26s %10.3f  ", label, times[s]);
-      int first = 1;
-      for (int c = 0; c < nchecks; c++) {
-        if (strcmp(checks[c].stage, stages[s]) != 0) continue;
-        int ok = checks[c].err <= checks[c].bound;
-        pass &= ok;
-        printf("%s %s %.1e%s", first ? "" : ",", checks[c].name, checks[c].err, ok ? "" : " FAIL");
-        first = 0;
-      }
-      printf("\n");
-    }
-    printf("\nresult   %s: %d outputs checked against the f64 reference (bounds: prep 1e-6, scan 1e-5, "
-           "gradients 1e-4)\n",
-           pass ? "PASS" : "FAIL", nchecks);
-    if (!pass) exit_code = 5;
+    if (!rc) rc = check_reference(s);
+    if (!rc) rc = report(s);
   }
-  free(sq), free(sk), free(sv);
-  for (int s = 0; s < 2; s++) free(hq[s]), free(hk[s]), free(hv[s]);
-  camdelta_prep_saved_destroy(psaved);
-  for (int s = 0; s < 2; s++) camdelta_scan_saved_destroy(ssaved[s]);
-  dbuf *all[] = {&raw[0], &raw[1], &raw[2], &qw, &kw, &pq, &pkv, &rc_, &rs, &q, &k, &v_, &infl, &beta, &decay,
-                 &out[0], &out[1], &gout[0], &gout[1], &dq[0], &dq[1], &dk[0], &dk[1], &dv[0], &dv[1], &db[0],
-                 &db[1], &dd[0], &dd[1], &gq, &gk, &gv, &gi, &dqr, &dkr, &dvr, &dqw, &dkw};
-  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) clReleaseMemObject(all[i]->m);
-  camdelta_context_destroy(g_ctx);
-  free_problem(&d);
-  return exit_code;
+  demo_free(s);
+  return rc;
 }

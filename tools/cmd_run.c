@@ -63,6 +63,7 @@ void usage_run(void) {
       "wrong dtype or shape; the message names the file and the expected shape), 4 device\n"
       "or OpenCL error.\n");
   usage_sp();
+  usage_run_branch();
 }
 
 typedef enum run_op { OP_PREP, OP_SCAN, OP_SCAN_BACKWARD, OP_PREP_BACKWARD } run_op;
@@ -415,6 +416,7 @@ static int only_for(const run_opts *o, const char *opt, int ok) {
 
 int cmd_run(int argc, char **argv) {
   if (cli_sp_requested(argc, argv)) return cmd_run_sp(argc, argv); /* tools/cmd_sp.c */
+  if (cli_is_branch_run(argc, argv)) return cmd_run_branch(argc, argv);
   run_opts o;
   memset(&o, 0, sizeof o);
   o.norm_eps = 1e-6;
@@ -480,10 +482,12 @@ int cmd_run(int argc, char **argv) {
     a.i++;
   }
   if (!o.op_name)
-    return cli_error(CLI_EXIT_USAGE, "run: missing the operation: prep, scan, scan-backward or prep-backward");
+    return cli_error(CLI_EXIT_USAGE, "run: missing the operation: prep, scan, scan-backward, prep-backward, camera, "
+                     "short-conv, output-transform, branch or branch-backward");
   if (!parse_op(o.op_name, &o.op))
     return cli_error(CLI_EXIT_USAGE,
-                     "run: unknown operation '%s' (expected prep, scan, scan-backward or prep-backward)", o.op_name);
+                     "run: unknown operation '%s' (expected prep, scan, scan-backward, prep-backward, camera, "
+                     "short-conv, output-transform, branch or branch-backward)", o.op_name);
   if (!o.in || !*o.in) return cli_error(CLI_EXIT_USAGE, "run %s: missing --in DIR", o.op_name);
   if (!o.out || !*o.out) return cli_error(CLI_EXIT_USAGE, "run %s: missing --out DIR", o.op_name);
 

@@ -425,11 +425,8 @@ static int parse_shape(const char *text, shape5 *s) {
       *s = named[i];
       return 1;
     }
-  unsigned long v[5];
-  char tail;
-  if (sscanf(text, "%lu,%lu,%lu,%lu,%lu%c", &v[0], &v[1], &v[2], &v[3], &v[4], &tail) != 5 || !v[0] || !v[1] ||
-      !v[3] || !v[4] || v[2] % 8 || v[2] < 8 || v[2] > 128)
-    return 0;
+  size_t v[5]; /* digits only: no sign, no overflow */
+  if (!cli_scan_sizes(text, 5, v) || v[2] % 8 || v[2] < 8 || v[2] > 128) return 0;
   *s = (shape5){text, v[0], v[1], v[2], v[3], v[4]};
   return 1;
 }

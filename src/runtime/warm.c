@@ -1,6 +1,7 @@
 /* camdelta_warm / camdelta_warm_shape: build (or load from the disk cache)
  * the programs the operations use, so that later calls never compile. */
 #include "backward.h"
+#include "camera_op.h"
 #include "internal.h"
 #include "prep_common.h"
 #include "scan_warm.h"
@@ -41,5 +42,6 @@ camdelta_status camdelta_warm_shape(camdelta_context *ctx, size_t B, size_t H, s
   if (!B || !H || !S) return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: B=%zu, H=%zu, S=%zu: each must be at least 1", op, B, H, S);
   if (!cd_mul(&BH, B, H)) return cd_fail(CAMDELTA_ERROR_OVERFLOW, "%s: B*H overflows size_t", op);
   if ((st = warm_head_dim(ctx, D))) return st;
+  if ((st = cd_branch_warm(ctx, D))) return st; /* the camera branch's own programs */
   return cd_scan_warm(ctx, BH, D, S);
 }

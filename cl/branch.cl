@@ -1,0 +1,171 @@
+/* The camera branch around prep and scan (SPEC 8.3-8.5): beta discount and the reverse gates, their backward,
+ * the output transform forward and backward, and the sum of the two scans' input gradients. f32.
+ *
+ * Build options: CD_D (head dim, multiple of 8, <= 128), CD_TS (tokens per work-group of the output transform). */
+
+#ifndef CD_D
+#define CD_D 8
+#endif
+#ifndef CD_TS
+#define CD_TS 32
+#endif
+#define CD_DH (CD_D / 2)
+#define CD_G4 (CD_D / 4)
+
+/* Sum of the local values x over the work-group (power-of-two size), in a fixed order; result in red[0]. */
+inline float wg_sum(local float *red, float x) {
+  const uint lid = get_local_id(0), L = get_local_size(0);
+  red[lid] = x;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (uint s = L / 2; s > 0; s >>= 1) {
+    if (lid < s) red[lid] += red[lid + s];
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  const float r = red[0];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  return r;
+}
+
+/* One work-group per (t, h, b): iota = mean_s inflation_sq[b, h, t*S + s], beta' = beta / max(iota, 1),
+ * beta'_r = mask[t] beta', decay_r = mask[t] decay; iota saved for the backward. */
+kernel void cd_branch_discount(global const float *infl, global const float *beta, ulong beta_off,
+                               global const float *decay, ulong decay_off, global const uint *mask,
+                               global float *bp, global float *br, global float *dr, global float *iota, uint T,
+                               uint S, local float *red) {
+  const uint t = get_group_id(0), lid = get_local_id(0), L = get_local_size(0);
+  const ulong bh = (ulong)get_global_id(2) * get_global_size(1) + get_global_id(1);
+  const ulong N = (ulong)T * S, row = (bh * T + t) * S;
+  float acc = 0.0f;
+  for (uint s = lid; s < S; s += L) acc += infl[bh * N + (ulong)t * S + s];
+  const float io = wg_sum(red, acc) / (float)S;
+  const float m = fmax(io, 1.0f);
+  const uint keep = mask[t];
+  for (uint s = lid; s < S; s += L) {
+    const float b = beta[beta_off + row + s] / m;
+    bp[row + s] = b;
+    br[row + s] = keep ? b : 0.0f;
+  }
+  if (lid == 0) {
+    iota[bh * T + t] = io;
+    dr[bh * T + t] = keep ? decay[decay_off + bh * T + t] : 0.0f;
+  }
+}
+
+/* One work-group per (t, h, b): dbeta' = dbc + mask dbr; dbeta = dbeta' / m; grad_inflation_sq[b, h, t*S + s] =
+ * d iota / S with d iota = -sum_s dbeta'_s beta_s / m^2 when iota > 1 (else 0); ddecay = ddc + mask ddr. */
+kernel void cd_branch_discount_backward(global const float *dbc, global const float *dbr,
+                                        global const float *ddc, global const float *ddr,
+                                        global const float *beta, ulong beta_off, global const float *iota,
+                                        global const uint *mask, global float *dbeta, ulong dbeta_off,
+                                        global float *ddecay, ulong ddecay_off, global float *ginfl, uint T, uint S,
+                                        uint want_dbeta, uint want_ddecay, local float *red) {
+  const uint t = get_group_id(0), lid = get_local_id(0), L = get_local_size(0);
+  const ulong bh = (ulong)get_global_id(2) * get_global_size(1) + get_global_id(1);
+  const ulong N = (ulong)T * S, row = (bh * T + t) * S;
+  const uint keep = mask[t];
+  const float io = iota[bh * T + t], m = fmax(io, 1.0f);
+  float acc = 0.0f;
+  for (uint s = lid; s < S; s += L) {
+    const float g = keep ? dbc[row + s] + dbr[row + s] : dbc[row + s];
+    acc = fma(g, beta[beta_off + row + s], acc);
+    if (want_dbeta) dbeta[dbeta_off + row + s] = g / m;
+  }
+  const float tot = wg_sum(red, acc);
+  const float gi = io > 1.0f ? -tot / (m * m) / (float)S : 0.0f;
+  for (uint s = lid; s < S; s += L) ginfl[bh * N + (ulong)t * S + s] = gi;
+  if (lid == 0 && want_ddecay)
+    ddecay[ddecay_off + bh * T + t] = keep ? ddc[bh * T + t] + ddr[bh * T + t] : ddc[bh * T + t];
+}
+
+/* Work-group: CD_TS consecutive tokens of one (b, h); local size CD_TS*CD_G4, one work-item per (token, 4-channel
+ * unit). Global: (tiles*L, H, B). Forward: tile <- out (+ out2) (B, H, D, N) along N, then y (B, N, H, D). */
+kernel void cd_output_transform(global const float *out, ulong out_off, global const float *out2, ulong out2_off,
+                                uint has_out2, global const float *proj_o, ulong po_off,
+                                global const float *rope_cos, ulong rc_off, global const float *rope_sin,
+                                ulong rs_off, global float *y, ulong y_off, ulong N, uint H) {
+  local float tile[CD_D][CD_TS + 1];
+  const uint lid = get_local_id(0), L = get_local_size(0);
+  const uint h = get_global_id(1);
+  const ulong b = get_global_id(2);
+  const ulong n0 = (ulong)get_group_id(0) * CD_TS;
+  const uint nt = (N - n0) < CD_TS ? (uint)(N - n0) : CD_TS;
+  const ulong base = ((b * H + h) * CD_D) * N + n0;
+  for (uint idx = lid; idx < CD_D * CD_TS; idx += L) {
+    const uint d = idx / CD_TS, t = idx % CD_TS;
+    float x = 0.0f;
+    if (t < nt) {
+      x = out[out_off + base + (ulong)d * N + t];
+      if (has_out2) x += out2[out2_off + base + (ulong)d * N + t];
+    }
+    tile[d][t] = x;
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  const uint t = lid / CD_G4, g = lid % CD_G4;
+  if (t >= nt) return;
+  const ulong n = n0 + t, tok = b * N + n;
+  float o[4];
+  if (4 * g < CD_DH) {
+    global const float *P = proj_o + po_off + tok * 16;
+    for (int i = 0; i < 4; i++) {
+      float a = 0.0f;
+      for (int j = 0; j < 4; j++) a = fma(P[4 * i + j], tile[4 * g + j][t], a);
+      o[i] = a;
+    }
+  } else {
+    const ulong rrow = n * CD_DH + (4 * g - CD_DH);
+    for (int j = 0; j < 4; j++)
+      o[j] = fma(-tile[4 * g + (j ^ 1)][t], rope_sin[rs_off + rrow + j], tile[4 * g + j][t] * rope_cos[rc_off + rrow + j]);
+  }
+  global float *yo = y + y_off + (tok * H + h) * CD_D + 4 * g;
+  for (int j = 0; j < 4; j++) yo[j] = o[j];
+}
+
+/* Backward: grad_out (B, H, D, N) from grad_y (B, N, H, D): first half P^T gy per 4-group, second half
+ * dx[r] = gy[r] cos[r] - gy[r^1] sin[r^1]. Same work-groups as the forward. */
+kernel void cd_output_transform_backward(global const float *gy, ulong gy_off, global const float *proj_o,
+                                         ulong po_off, global const float *rope_cos, ulong rc_off,
+                                         global const float *rope_sin, ulong rs_off, global float *gout,
+                                         ulong gout_off, ulong N, uint H) {
+  local float tile[CD_D][CD_TS + 1];
+  const uint lid = get_local_id(0), L = get_local_size(0);
+  const uint h = get_global_id(1);
+  const ulong b = get_global_id(2);
+  const ulong n0 = (ulong)get_group_id(0) * CD_TS;
+  const uint nt = (N - n0) < CD_TS ? (uint)(N - n0) : CD_TS;
+  const uint t = lid / CD_G4, g = lid % CD_G4;
+  if (t < nt) {
+    const ulong n = n0 + t, tok = b * N + n;
+    global const float *gp = gy + gy_off + (tok * H + h) * CD_D + 4 * g;
+    float gi[4], o[4];
+    for (int j = 0; j < 4; j++) gi[j] = gp[j];
+    if (4 * g < CD_DH) {
+      global const float *P = proj_o + po_off + tok * 16;
+      for (int j = 0; j < 4; j++) {
+        float a = 0.0f;
+        for (int i = 0; i < 4; i++) a = fma(P[4 * i + j], gi[i], a);
+        o[j] = a;
+      }
+    } else {
+      const ulong rrow = n * CD_DH + (4 * g - CD_DH);
+      for (int j = 0; j < 4; j++)
+        o[j] = fma(-gi[j ^ 1], rope_sin[rs_off + rrow + (j ^ 1)], gi[j] * rope_cos[rc_off + rrow + j]);
+    }
+    for (int j = 0; j < 4; j++) tile[4 * g + j][t] = o[j];
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  const ulong base = ((b * H + h) * CD_D) * N + n0;
+  for (uint idx = lid; idx < CD_D * CD_TS; idx += L) {
+    const uint d = idx / CD_TS, tt = idx % CD_TS;
+    if (tt < nt) gout[gout_off + base + (ulong)d * N + tt] = tile[d][tt];
+  }
+}
+
+/* a_i += b_i for the three pairs (dq, dk, dv of the two scans); count4 float4 elements each. */
+kernel void cd_branch_add3(global float4 *a0, global const float4 *b0, global float4 *a1, global const float4 *b1,
+                           global float4 *a2, global const float4 *b2, ulong count4) {
+  const ulong i = get_global_id(0);
+  if (i >= count4) return;
+  a0[i] += b0[i];
+  a1[i] += b1[i];
+  a2[i] += b2[i];
+}

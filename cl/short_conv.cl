@@ -1,0 +1,110 @@
+/* Short convolution on raw K along frames (SPEC 8.2), forward and backward. f32, no build options.
+ *
+ * Layout (B, T, S, C): element ((b*T + t)*S + s)*C + c. Each (b, s, c) is its own length-T sequence, filtered by
+ * the symmetric 7-tap w0 w1 w2 w3 w2 w1 w0 (w = conv_weight[c, 0..3]): look-back reads across segment starts
+ * (zero before frame 0), look-ahead stops at seg_end[t] (the end of t's segment). Every work-item walks one
+ * sequence along t with a sliding window in registers, so every element is read once.
+ *
+ * Backward: dx[t] = w3 dy[t] + sum_{o=1..3} tap(o) (dy[t+o] + [t < seg_end[t-o]] dy[t-o]) and the weight
+ * gradient dw[c, 3-o] = sum dy[t] (x[t-o] + [t+o < seg_end[t]] x[t+o]) (dw[c, 3] = sum dy[t] x[t]), summed per
+ * work-item over SB spatial positions into partials (P, C, 4) and then over P in a fixed order: deterministic,
+ * no atomics. */
+
+#ifndef CD_SB
+#define CD_SB 8
+#endif
+
+#define XAT(p, t) ((t) < T ? (p)[base + (ulong)(t) * stride] : 0.0f)
+
+/* one work-item per (c, s, b) */
+kernel void cd_short_conv_forward(global const float *x, ulong x_off, global const float *w, ulong w_off,
+                                  global const uint *seg_end, global float *y, ulong y_off, uint T, uint S, uint C,
+                                  ulong BSC) {
+  const ulong idx = get_global_id(0);
+  if (idx >= BSC) return;
+  const uint c = (uint)(idx % C);
+  const ulong bs = idx / C, b = bs / S, s = bs % S;
+  const ulong stride = (ulong)S * C, base = x_off + (b * T * S + s) * C + c;
+  const ulong ybase = y_off + (b * T * S + s) * C + c;
+  const float w0 = w[w_off + 4 * c], w1 = w[w_off + 4 * c + 1], w2 = w[w_off + 4 * c + 2],
+              w3 = w[w_off + 4 * c + 3];
+  float xm3 = 0.0f, xm2 = 0.0f, xm1 = 0.0f;
+  float x0 = XAT(x, 0u), xp1 = XAT(x, 1u), xp2 = XAT(x, 2u), xp3 = XAT(x, 3u);
+  for (uint t = 0; t < T; t++) {
+    const uint e = seg_end[t];
+    float acc = w0 * xm3;
+    acc = fma(w1, xm2, acc);
+    acc = fma(w2, xm1, acc);
+    acc = fma(w3, x0, acc);
+    if (t + 1 < e) acc = fma(w2, xp1, acc);
+    if (t + 2 < e) acc = fma(w1, xp2, acc);
+    if (t + 3 < e) acc = fma(w0, xp3, acc);
+    y[ybase + (ulong)t * stride] = acc;
+    xm3 = xm2, xm2 = xm1, xm1 = x0, x0 = xp1, xp1 = xp2, xp2 = xp3;
+    xp3 = XAT(x, t + 4);
+  }
+}
+
+/* one work-item per (c, block of CD_SB spatial positions, b): dx (when want_dx) and the weight partials
+ * part[(b*nsb + sb)*C + c][0..3] (when want_dw) */
+kernel void cd_short_conv_backward(global const float *x, ulong x_off, global const float *w, ulong w_off,
+                                   global const uint *seg_end, global const float *dy, ulong dy_off,
+                                   global float *dx, ulong dx_off, global float4 *part, uint T, uint S, uint C,
+                                   uint nsb, ulong total, uint want_dx, uint want_dw) {
+  const ulong idx = get_global_id(0);
+  if (idx >= total) return;
+  const uint c = (uint)(idx % C);
+  const ulong bsb = idx / C, b = bsb / nsb, sb = bsb % nsb;
+  const float w0 = w[w_off + 4 * c], w1 = w[w_off + 4 * c + 1], w2 = w[w_off + 4 * c + 2],
+              w3 = w[w_off + 4 * c + 3];
+  const ulong stride = (ulong)S * C;
+  float4 acc = (float4)(0.0f);
+  const uint s_end = min((uint)(sb * CD_SB + CD_SB), S);
+  for (uint s = (uint)(sb * CD_SB); s < s_end; s++) {
+    const ulong base0 = (b * T * S + s) * C + c;
+    ulong base = x_off + base0;
+    float xm3 = 0.0f, xm2 = 0.0f, xm1 = 0.0f;
+    float x0 = XAT(x, 0u), xp1 = XAT(x, 1u), xp2 = XAT(x, 2u), xp3 = XAT(x, 3u);
+    base = dy_off + base0;
+    float gm3 = 0.0f, gm2 = 0.0f, gm1 = 0.0f;
+    float g0 = XAT(dy, 0u), gp1 = XAT(dy, 1u), gp2 = XAT(dy, 2u), gp3 = XAT(dy, 3u);
+    uint em3 = 0, em2 = 0, em1 = 0; /* seg_end of t-3, t-2, t-1 */
+    for (uint t = 0; t < T; t++) {
+      const uint e = seg_end[t];
+      if (want_dx) {
+        /* outputs t, t+1, t+2, t+3 read x[t] backwards (always, when they exist); t-1, t-2, t-3 forwards */
+        float a = w3 * g0;
+        a = fma(w2, gp1, a);
+        a = fma(w1, gp2, a);
+        a = fma(w0, gp3, a);
+        if (t >= 1 && t < em1) a = fma(w2, gm1, a);
+        if (t >= 2 && t < em2) a = fma(w1, gm2, a);
+        if (t >= 3 && t < em3) a = fma(w0, gm3, a);
+        dx[dx_off + base0 + (ulong)t * stride] = a;
+      }
+      if (want_dw) {
+        acc.w = fma(g0, x0, acc.w);
+        acc.z = fma(g0, xm1 + (t + 1 < e ? xp1 : 0.0f), acc.z);
+        acc.y = fma(g0, xm2 + (t + 2 < e ? xp2 : 0.0f), acc.y);
+        acc.x = fma(g0, xm3 + (t + 3 < e ? xp3 : 0.0f), acc.x);
+      }
+      em3 = em2, em2 = em1, em1 = e;
+      xm3 = xm2, xm2 = xm1, xm1 = x0, x0 = xp1, xp1 = xp2, xp2 = xp3;
+      gm3 = gm2, gm2 = gm1, gm1 = g0, g0 = gp1, gp1 = gp2, gp2 = gp3;
+      base = x_off + base0;
+      xp3 = XAT(x, t + 4);
+      base = dy_off + base0;
+      gp3 = XAT(dy, t + 4);
+    }
+  }
+  if (want_dw) part[bsb * C + c] = acc;
+}
+
+/* dw[c*4 + j] = sum over p of part[p][c][j], in order; one work-item per (c, j) */
+kernel void cd_short_conv_reduce(global const float *part, global float *dw, ulong dw_off, uint C, uint P) {
+  const uint i = get_global_id(0);
+  if (i >= 4 * C) return;
+  float acc = 0.0f;
+  for (uint p = 0; p < P; p++) acc += part[(ulong)p * 4 * C + i];
+  dw[dw_off + i] = acc;
+}

@@ -1,0 +1,139 @@
+/* Cameras -> per-token matrices and camera-half RoPE tables (SPEC 8.1): checks and the launches of cl/camera.cl.
+ * The RoPE angles are computed on the host in f64 per axis position (T*nt + Hs*nh + Ws*nh values, uploaded with
+ * the call); the device spreads them to the (N, D/2) tables. The matrices are computed on the device in f32. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "branch_common.h"
+#include "camera_op.h"
+
+static const char OP[] = "camdelta_camera_forward";
+
+camdelta_status cd_camera_check(const char *op, const camdelta_camera_args *a, size_t *N_out) {
+  size_t N;
+  camdelta_status st = cd_check_grid(op, a->T, a->Hs, a->Ws, &N);
+  if (st) return st;
+  if (!a->B) return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: B=0 (expected at least 1)", op);
+  if (!a->pt || !a->ph || !a->pw)
+    return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: patch (%zu, %zu, %zu): each must be at least 1", op, a->pt, a->ph,
+                   a->pw);
+  const size_t f[3] = {a->B, N, 16};
+  size_t BN16;
+  if (!cd_prod(&BN16, 3, f) || BN16 > SIZE_MAX / 4 || a->B > UINT32_MAX)
+    return cd_fail(CAMDELTA_ERROR_OVERFLOW, "%s: B*N*16 overflows", op);
+  const int rope = a->rope_cos.mem || a->rope_sin.mem;
+  if (rope && (st = cd_check_head_dim(op, a->D))) return st;
+  const size_t NDh = N * (a->D / 2);
+  const cd_tensor_arg in[1] = {{"camera_conditions", a->camera_conditions, a->B * a->T * 20, 4}};
+  const cd_tensor_arg out[5] = {{"proj_q", a->proj_q, BN16, 4},    {"proj_kv", a->proj_kv, BN16, 4},
+                                {"proj_o", a->proj_o, BN16, 4},    {"rope_cos", a->rope_cos, NDh, 4},
+                                {"rope_sin", a->rope_sin, NDh, 4}};
+  if ((st = cd_check_buffer(op, in[0].name, in[0].b, in[0].elems, 4, 0))) return st;
+  for (int i = 0; i < 5; i++)
+    if ((st = cd_check_buffer(op, out[i].name, out[i].b, out[i].elems, 4, 1))) return st;
+  if ((st = cd_check_no_overlap(op, out, 5, in, 1))) return st;
+  *N_out = N;
+  return CAMDELTA_OK;
+}
+
+camdelta_status cd_camera_enqueue(camdelta_context *ctx, const camdelta_camera_args *a, size_t N, cd_launch *l) {
+  const int want_m = a->proj_q.mem || a->proj_kv.mem || a->proj_o.mem;
+  const int want_r = a->rope_cos.mem || a->rope_sin.mem;
+  cl_kernel km = NULL, kr = NULL;
+  cl_mem axis = NULL;
+  camdelta_status st = CAMDELTA_OK;
+  if (want_m) st = cd_kernel(ctx, "camera.cl", "", "cd_camera_matrices", &km);
+  if (!st && want_r) st = cd_kernel(ctx, "camera.cl", "", "cd_camera_rope", &kr);
+  size_t nt = 0, nh = 0;
+  if (!st && want_r) {
+    double omega[32];
+    cd_rope_frequencies(a->D, &nt, &nh, omega);
+    const size_t count = a->T * nt + (a->Hs + a->Ws) * nh;
+    float *cs = malloc((count ? count : 1) * 2 * sizeof *cs);
+    if (!cs) st = cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", OP);
+    if (!st) {
+      size_t i = 0;
+      const size_t ext[3] = {a->T, a->Hs, a->Ws}, nf[3] = {nt, nh, nh}, f0[3] = {0, nt, nt + nh};
+      for (int ax = 0; ax < 3; ax++)
+        for (size_t p = 0; p < ext[ax]; p++)
+          for (size_t j = 0; j < nf[ax]; j++, i++) {
+            const double ang = (double)p * omega[f0[ax] + j];
+            cs[2 * i] = (float)cos(ang);
+            cs[2 * i + 1] = (float)sin(ang);
+          }
+      cl_int err;
+      axis = clCreateBuffer(ctx->context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, (count ? count : 1) * 2 * sizeof *cs,
+                            cs, &err);
+      if (err != CL_SUCCESS) axis = NULL, st = cd_cl_fail(err, "camdelta_camera_forward: uploading the RoPE angles");
+      free(cs);
+    }
+  }
+  /* absent optional outputs: a valid buffer that is never written */
+  const camdelta_buffer any = a->proj_q.mem    ? a->proj_q
+                              : a->proj_kv.mem ? a->proj_kv
+                              : a->proj_o.mem  ? a->proj_o
+                              : a->rope_cos.mem ? a->rope_cos
+                                                : a->rope_sin;
+#define OPT(x) ((x).mem ? (x) : any)
+  if (!st && want_m) {
+    const size_t S = a->Hs * a->Ws;
+    cd_args g = {km, 0, CL_SUCCESS};
+    cd_arg_buf(&g, a->camera_conditions);
+    cd_arg_buf(&g, OPT(a->proj_q));
+    cd_arg_buf(&g, OPT(a->proj_kv));
+    cd_arg_buf(&g, OPT(a->proj_o));
+    cd_arg_u64(&g, N);
+    cd_arg_u32(&g, (uint32_t)a->T);
+    cd_arg_u32(&g, (uint32_t)S);
+    cd_arg_u32(&g, (uint32_t)a->Ws);
+    cd_arg_f32(&g, (float)a->ph);
+    cd_arg_f32(&g, (float)a->pw);
+    cd_arg_u32(&g, (a->proj_q.mem ? 1u : 0u) | (a->proj_kv.mem ? 2u : 0u) | (a->proj_o.mem ? 4u : 0u));
+    if (g.err != CL_SUCCESS) st = cd_cl_fail(g.err, "cd_camera_matrices: setting arguments");
+    const size_t lws[2] = {64, 1}, gws[2] = {(N + 63) / 64 * 64, a->B};
+    if (!st) st = cd_enqueue(ctx, km, 2, gws, cd_kernel_max_wg(ctx, km) >= 64 ? lws : NULL, l, "cd_camera_matrices");
+  }
+  if (!st && want_r) {
+    cd_args g = {kr, 0, CL_SUCCESS};
+    cd_arg_mem(&g, axis);
+    cd_arg_buf(&g, OPT(a->rope_cos));
+    cd_arg_buf(&g, OPT(a->rope_sin));
+    cd_arg_u64(&g, N);
+    cd_arg_u32(&g, (uint32_t)(a->Hs * a->Ws));
+    cd_arg_u32(&g, (uint32_t)a->Ws);
+    cd_arg_u32(&g, (uint32_t)a->T);
+    cd_arg_u32(&g, (uint32_t)a->Hs);
+    cd_arg_u32(&g, (uint32_t)nt);
+    cd_arg_u32(&g, (uint32_t)nh);
+    cd_arg_u32(&g, (a->rope_cos.mem ? 1u : 0u) | (a->rope_sin.mem ? 2u : 0u));
+    if (g.err != CL_SUCCESS) st = cd_cl_fail(g.err, "cd_camera_rope: setting arguments");
+    const size_t gws[2] = {a->D / 4, N};
+    if (!st) st = cd_enqueue(ctx, kr, 2, gws, NULL, l, "cd_camera_rope");
+  }
+#undef OPT
+  if (km) clReleaseKernel(km);
+  if (kr) clReleaseKernel(kr);
+  if (axis) clReleaseMemObject(axis); /* lives on until the enqueued kernel is done */
+  return st;
+}
+
+camdelta_status camdelta_camera_forward(camdelta_context *ctx, const camdelta_camera_args *args) {
+  cd_clear_error();
+  if (!ctx || !args) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", OP, ctx ? "args" : "ctx");
+  if (args->profile && !ctx->profiling)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
+                   "%s: 'profile' requested but the queue was created without CL_QUEUE_PROFILING_ENABLE", OP);
+  size_t N;
+  camdelta_status st = cd_camera_check(OP, args, &N);
+  if (st) return st;
+  if (!args->proj_q.mem && !args->proj_kv.mem && !args->proj_o.mem && !args->rope_cos.mem && !args->rope_sin.mem)
+    return CAMDELTA_OK;
+  /* build first: nothing is enqueued when a build fails */
+  cl_program prog;
+  if ((st = cd_program(ctx, "camera.cl", "", &prog))) return st;
+  if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;
+  cd_launch l;
+  cd_launch_init(&l, args->profile);
+  st = cd_camera_enqueue(ctx, args, N, &l);
+  return cd_launch_end(ctx, &l, st);
+}

@@ -1,0 +1,32 @@
+/* Internal entry points of the camera-branch operations, used by the whole branch (src/ops/branch.c). */
+#ifndef CAMDELTA_CAMERA_OP_H
+#define CAMDELTA_CAMERA_OP_H
+#include "internal.h"
+
+camdelta_status cd_camera_check(const char *op, const camdelta_camera_args *a, size_t *N);
+/** Enqueue the camera kernels (arguments already checked). */
+camdelta_status cd_camera_enqueue(camdelta_context *ctx, const camdelta_camera_args *a, size_t N, cd_launch *l);
+
+/** Short conv: checked shapes; bounds -> device seg_end buffer (caller releases). */
+camdelta_status cd_short_conv_segments(camdelta_context *ctx, const char *op, size_t T,
+                                       const camdelta_chunking *chunking, cl_mem *seg_end);
+camdelta_status cd_short_conv_enqueue_forward(camdelta_context *ctx, size_t B, size_t T, size_t S, size_t C,
+                                              camdelta_buffer x, camdelta_buffer w, cl_mem seg_end, camdelta_buffer y,
+                                              cd_launch *l);
+camdelta_status cd_short_conv_enqueue_backward(camdelta_context *ctx, size_t B, size_t T, size_t S, size_t C,
+                                               camdelta_buffer x, camdelta_buffer w, cl_mem seg_end,
+                                               camdelta_buffer dy, camdelta_buffer dx, camdelta_buffer dw,
+                                               cd_launch *l);
+
+/** Output transform: kernels of cl/branch.cl for D (local size ts * D / 4). */
+camdelta_status cd_branch_kernel(camdelta_context *ctx, size_t D, const char *name, cl_kernel *k, size_t *ts);
+camdelta_status cd_output_transform_enqueue(camdelta_context *ctx, int backward,
+                                            const camdelta_output_transform_args *a, cd_launch *l);
+/** Build (or load) the camera branch's own programs (camera.cl, short_conv.cl, branch.cl for D), as a call
+ *  would; camdelta_warm_shape calls it. */
+camdelta_status cd_branch_warm(camdelta_context *ctx, size_t D);
+/** For tests: the discounted gates beta' (B, H, T, S), beta'_r, decay_r (B, H, T) and prep's inflation_sq
+ *  (B, H, N) held by a saved object after a forward. */
+camdelta_status cd_branch_saved_gates(const camdelta_branch_saved *s, cl_mem *beta_p, cl_mem *beta_r,
+                                      cl_mem *decay_r, cl_mem *inflation_sq);
+#endif

@@ -1,0 +1,281 @@
+/* f64 references of the camera branch around prep and scan (SPEC 8.2-8.6): the short conv on K, the output
+ * transform, and the whole branch forward and backward composed from the references of every stage (cameras,
+ * conv, prep, beta discount, causal + chunk-masked reverse scan, output transform). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "branch_common.h"
+
+/* ------------------------------------------------------------------------------------------- short conv */
+
+/* Tap of offset o in [-3, 3]: the symmetric 7-tap filter w0 w1 w2 w3 w2 w1 w0. */
+static double tap(const double *w, int o) { return w[3 - (o < 0 ? -o : o)]; }
+
+static camdelta_status conv_check(const char *op, const camdelta_ref_conv *p, uint32_t **seg_end) {
+  cd_clear_error();
+  if (!p || !p->x || !p->w || !p->bounds)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'p', 'x', 'w' or 'bounds' is NULL", op);
+  if (!p->B || !p->T || !p->S || !p->C)
+    return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: B, T, S, C must each be at least 1", op);
+  if (p->nbounds < 2 || p->bounds[0] != 0 || p->bounds[p->nbounds - 1] != p->T)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: bounds must run from 0 to T", op);
+  *seg_end = malloc(p->T * sizeof **seg_end);
+  if (!*seg_end) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", op);
+  cd_segment_ends(p->bounds, p->nbounds, p->T, *seg_end);
+  return CAMDELTA_OK;
+}
+
+/* Does output frame t read frame t + o? */
+static int conv_reads(const uint32_t *seg_end, size_t T, size_t t, int o) {
+  const long src = (long)t + o;
+  if (src < 0 || src >= (long)T) return 0;
+  return o <= 0 || (size_t)src < seg_end[t];
+}
+
+camdelta_status camdelta_ref_short_conv_forward(const camdelta_ref_conv *p) {
+  uint32_t *seg_end = NULL;
+  camdelta_status st = conv_check("camdelta_ref_short_conv_forward", p, &seg_end);
+  if (st) return st;
+  const size_t T = p->T, S = p->S, C = p->C;
+  if (p->y)
+    for (size_t b = 0; b < p->B; b++)
+      for (size_t t = 0; t < T; t++)
+        for (size_t s = 0; s < S; s++)
+          for (size_t c = 0; c < C; c++) {
+            double acc = 0;
+            for (int o = -3; o <= 3; o++)
+              if (conv_reads(seg_end, T, t, o)) acc += tap(p->w + 4 * c, o) * p->x[((b * T + t + o) * S + s) * C + c];
+            p->y[((b * T + t) * S + s) * C + c] = acc;
+          }
+  free(seg_end);
+  return CAMDELTA_OK;
+}
+
+camdelta_status camdelta_ref_short_conv_backward(const camdelta_ref_conv *p) {
+  uint32_t *seg_end = NULL;
+  camdelta_status st = conv_check("camdelta_ref_short_conv_backward", p, &seg_end);
+  if (st) return st;
+  if (!p->dy) {
+    free(seg_end);
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_ref_short_conv_backward: 'dy' is NULL");
+  }
+  const size_t T = p->T, S = p->S, C = p->C, total = p->B * T * S * C;
+  if (p->dx) memset(p->dx, 0, total * sizeof *p->dx);
+  if (p->dw) memset(p->dw, 0, 4 * C * sizeof *p->dw);
+  for (size_t b = 0; b < p->B; b++)
+    for (size_t t = 0; t < T; t++)
+      for (size_t s = 0; s < S; s++)
+        for (size_t c = 0; c < C; c++) {
+          const double g = p->dy[((b * T + t) * S + s) * C + c];
+          for (int o = -3; o <= 3; o++) {
+            if (!conv_reads(seg_end, T, t, o)) continue;
+            const size_t src = ((b * T + t + o) * S + s) * C + c;
+            if (p->dx) p->dx[src] += tap(p->w + 4 * c, o) * g;
+            if (p->dw) p->dw[4 * c + 3 - (o < 0 ? -o : o)] += g * p->x[src];
+          }
+        }
+  free(seg_end);
+  return CAMDELTA_OK;
+}
+
+/* ------------------------------------------------------------------------------------- output transform */
+
+camdelta_status camdelta_ref_output_transform(size_t B, size_t N, size_t H, size_t D, const double *out,
+                                              const double *proj_o, const double *rope_cos, const double *rope_sin,
+                                              double *y) {
+  cd_clear_error();
+  if (!out || !proj_o || !rope_cos || !rope_sin || !y)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_ref_output_transform: an argument is NULL");
+  if (D < 8 || D % 8) return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "camdelta_ref_output_transform: D=%zu", D);
+  const size_t Dh = D / 2;
+  for (size_t b = 0; b < B; b++)
+    for (size_t h = 0; h < H; h++)
+      for (size_t n = 0; n < N; n++) {
+        const double *x = out + ((b * H + h) * D) * N + n; /* x[d * N] */
+        const double *P = proj_o + (b * N + n) * 16;
+        double *yo = y + ((b * N + n) * H + h) * D;
+        for (size_t d = 0; d < Dh; d++) {
+          const size_t g = d / 4, i = d % 4;
+          double acc = 0;
+          for (size_t j = 0; j < 4; j++) acc += P[4 * i + j] * x[(4 * g + j) * N];
+          yo[d] = acc;
+        }
+        for (size_t r = 0; r < Dh; r++)
+          yo[Dh + r] = x[(Dh + r) * N] * rope_cos[n * Dh + r] - x[(Dh + (r ^ 1)) * N] * rope_sin[n * Dh + r];
+      }
+  return CAMDELTA_OK;
+}
+
+camdelta_status camdelta_ref_output_transform_backward(size_t B, size_t N, size_t H, size_t D, const double *grad_y,
+                                                       const double *proj_o, const double *rope_cos,
+                                                       const double *rope_sin, double *grad_out) {
+  cd_clear_error();
+  if (!grad_y || !proj_o || !rope_cos || !rope_sin || !grad_out)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_ref_output_transform_backward: an argument is NULL");
+  if (D < 8 || D % 8) return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "camdelta_ref_output_transform_backward: D=%zu", D);
+  const size_t Dh = D / 2;
+  for (size_t b = 0; b < B; b++)
+    for (size_t h = 0; h < H; h++)
+      for (size_t n = 0; n < N; n++) {
+        const double *gy = grad_y + ((b * N + n) * H + h) * D;
+        const double *P = proj_o + (b * N + n) * 16;
+        double *go = grad_out + ((b * H + h) * D) * N + n;
+        for (size_t d = 0; d < Dh; d++) {
+          const size_t g = d / 4, j = d % 4;
+          double acc = 0;
+          for (size_t i = 0; i < 4; i++) acc += P[4 * i + j] * gy[4 * g + i];
+          go[d * N] = acc;
+        }
+        for (size_t r = 0; r < Dh; r++)
+          go[(Dh + r) * N] = gy[Dh + r] * rope_cos[n * Dh + r] - gy[Dh + (r ^ 1)] * rope_sin[n * Dh + (r ^ 1)];
+      }
+  return CAMDELTA_OK;
+}
+
+/* ------------------------------------------------------------------------------------------- whole branch */
+
+typedef struct branch_fwd {
+  size_t N, S, C, nb, ncb;
+  size_t *bounds, *cbounds;
+  uint32_t *mask;
+  double *pq, *pkv, *po, *rc, *rs, *kconv, *q, *k, *v, *infl, *iota, *bp, *br, *dr, *oc, *orv;
+} branch_fwd;
+
+static void fwd_free(branch_fwd *f) {
+  free(f->bounds), free(f->cbounds), free(f->mask);
+  double **arr[] = {&f->pq, &f->pkv, &f->po, &f->rc, &f->rs, &f->kconv, &f->q, &f->k, &f->v,
+                    &f->infl, &f->iota, &f->bp, &f->br, &f->dr, &f->oc, &f->orv};
+  for (size_t i = 0; i < sizeof arr / sizeof arr[0]; i++) free(*arr[i]), *arr[i] = NULL;
+}
+
+static camdelta_status run_forward(const char *op, const camdelta_ref_branch *p, branch_fwd *f) {
+  memset(f, 0, sizeof *f);
+  if (!p || !p->q_raw || !p->k_raw || !p->v_raw || !p->conv_weight || !p->q_norm_weight || !p->k_norm_weight ||
+      !p->camera_conditions || !p->beta || !p->decay)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: an input is NULL", op);
+  camdelta_status st = cd_check_grid(op, p->T, p->Hs, p->Ws, &f->N);
+  if (st) return st;
+  if ((st = cd_check_head_dim(op, p->D))) return st;
+  const size_t B = p->B, H = p->H, D = p->D, T = p->T, N = f->N, S = p->Hs * p->Ws, C = H * D;
+  f->S = S, f->C = C;
+  f->bounds = malloc((T + 1) * sizeof *f->bounds);
+  f->cbounds = malloc((T + 1) * sizeof *f->cbounds);
+  f->mask = malloc(T * sizeof *f->mask);
+  if (!f->bounds || !f->cbounds || !f->mask) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: host memory", op);
+  if ((st = camdelta_chunk_bounds(T, &p->chunking, f->bounds, T + 1, &f->nb)) ||
+      (st = camdelta_conv_bounds(T, &p->chunking, f->cbounds, T + 1, &f->ncb)))
+    return st;
+  cd_reverse_mask(f->bounds, f->nb, T, f->mask);
+  const size_t BN16 = B * N * 16, NDh = N * (D / 2), BNC = B * N * C, BHN = B * H * N, BHT = B * H * T;
+  struct {
+    double **p;
+    size_t n;
+  } al[] = {{&f->pq, BN16},  {&f->pkv, BN16},  {&f->po, BN16}, {&f->rc, NDh},  {&f->rs, NDh},  {&f->kconv, BNC},
+            {&f->q, BNC},    {&f->k, BNC},     {&f->v, BNC},   {&f->infl, BHN}, {&f->iota, BHT}, {&f->bp, BHN},
+            {&f->br, BHN},   {&f->dr, BHT},    {&f->oc, BNC},  {&f->orv, BNC}};
+  for (size_t i = 0; i < sizeof al / sizeof al[0]; i++)
+    if (!(*al[i].p = malloc(al[i].n * sizeof(double))))
+      return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", op);
+  const camdelta_ref_camera cam = {B, T, p->Hs, p->Ws, p->ph ? p->ph : 1, p->pw ? p->pw : 1, D,
+                                   p->camera_conditions, f->pq, f->pkv, f->po, f->rc, f->rs};
+  if ((st = camdelta_ref_camera_forward(&cam))) return st;
+  const camdelta_ref_conv cv = {B, T, S, C, f->cbounds, f->ncb, p->k_raw, p->conv_weight, f->kconv, NULL, NULL, NULL};
+  if ((st = camdelta_ref_short_conv_forward(&cv))) return st;
+  const camdelta_ref_prep pp = {B,     N,     H,       D,       p->k_scale, p->norm_eps, p->q_raw, f->kconv,
+                                p->v_raw, p->q_norm_weight, p->k_norm_weight, f->pq, f->pkv, f->rc, f->rs,
+                                f->q, f->k, f->v, f->infl};
+  if ((st = camdelta_ref_prep_forward(&pp))) return st;
+  for (size_t bh = 0; bh < B * H; bh++)
+    for (size_t t = 0; t < T; t++) {
+      double acc = 0;
+      for (size_t s = 0; s < S; s++) acc += f->infl[bh * N + t * S + s];
+      const double iota = acc / (double)S, m = iota > 1.0 ? iota : 1.0;
+      f->iota[bh * T + t] = iota;
+      for (size_t s = 0; s < S; s++) {
+        const size_t i = (bh * T + t) * S + s;
+        f->bp[i] = p->beta[i] / m;
+        f->br[i] = f->mask[t] ? f->bp[i] : 0.0;
+      }
+      f->dr[bh * T + t] = f->mask[t] ? p->decay[bh * T + t] : 0.0;
+    }
+  camdelta_ref_scan sc = {B, H, D, T, S, 0, f->q, f->k, f->v, f->bp, p->decay, NULL, f->oc, NULL, NULL, NULL};
+  if ((st = camdelta_ref_scan_forward(&sc))) return st;
+  camdelta_ref_scan sr = {B, H, D, T, S, 1, f->q, f->k, f->v, f->br, f->dr, NULL, f->orv, NULL, NULL, NULL};
+  if ((st = camdelta_ref_scan_forward(&sr))) return st;
+  for (size_t i = 0; i < BNC; i++) f->oc[i] += f->orv[i]; /* oc = the summed scan output */
+  return CAMDELTA_OK;
+}
+
+camdelta_status camdelta_ref_branch_forward(const camdelta_ref_branch *p) {
+  static const char op[] = "camdelta_ref_branch_forward";
+  cd_clear_error();
+  branch_fwd f;
+  camdelta_status st = run_forward(op, p, &f);
+  if (!st && p->y) st = camdelta_ref_output_transform(p->B, f.N, p->H, p->D, f.oc, f.po, f.rc, f.rs, p->y);
+  fwd_free(&f);
+  return st;
+}
+
+camdelta_status camdelta_ref_branch_backward(const camdelta_ref_branch *p, const camdelta_ref_branch_grads *g) {
+  static const char op[] = "camdelta_ref_branch_backward";
+  cd_clear_error();
+  if (!g || !g->grad_y) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'grad_y' is NULL", op);
+  branch_fwd f;
+  camdelta_status st = run_forward(op, p, &f);
+  if (st) {
+    fwd_free(&f);
+    return st;
+  }
+  const size_t B = p->B, H = p->H, D = p->D, T = p->T, N = f.N, S = f.S, C = f.C, BNC = B * N * C;
+  const size_t BHN = B * H * N, BHT = B * H * T;
+  double *gout = NULL, *dq = NULL, *dk = NULL, *dv = NULL, *dq2 = NULL, *dk2 = NULL, *dv2 = NULL, *db = NULL,
+         *db2 = NULL, *dd = NULL, *dd2 = NULL, *ginfl = NULL, *dkconv = NULL;
+  double **al[] = {&gout, &dq, &dk, &dv, &dq2, &dk2, &dv2, &db, &db2, &dd, &dd2, &ginfl, &dkconv};
+  const size_t n[] = {BNC, BNC, BNC, BNC, BNC, BNC, BNC, BHN, BHN, BHT, BHT, BHN, BNC};
+  for (size_t i = 0; i < sizeof al / sizeof al[0] && !st; i++)
+    if (!(*al[i] = malloc(n[i] * sizeof(double)))) st = cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: host memory", op);
+  if (!st) st = camdelta_ref_output_transform_backward(B, N, H, D, g->grad_y, f.po, f.rc, f.rs, gout);
+  if (!st) {
+    camdelta_ref_scan sc = {B, H, D, T, S, 0, f.q, f.k, f.v, f.bp, p->decay, NULL, NULL, NULL, NULL, NULL};
+    camdelta_ref_scan_grads gc = {gout, NULL, dq, dk, dv, db, dd, NULL};
+    st = camdelta_ref_scan_backward(&sc, &gc);
+  }
+  if (!st) {
+    camdelta_ref_scan sr = {B, H, D, T, S, 1, f.q, f.k, f.v, f.br, f.dr, NULL, NULL, NULL, NULL, NULL};
+    camdelta_ref_scan_grads gr = {gout, NULL, dq2, dk2, dv2, db2, dd2, NULL};
+    st = camdelta_ref_scan_backward(&sr, &gr);
+  }
+  if (!st) {
+    for (size_t i = 0; i < BNC; i++) dq[i] += dq2[i], dk[i] += dk2[i], dv[i] += dv2[i];
+    /* beta' = beta / max(iota, 1), beta'_r = mask beta', decay_r = mask decay */
+    for (size_t bh = 0; bh < B * H; bh++)
+      for (size_t t = 0; t < T; t++) {
+        const double iota = f.iota[bh * T + t], m = iota > 1.0 ? iota : 1.0;
+        double dm = 0;
+        for (size_t s = 0; s < S; s++) {
+          const size_t i = (bh * T + t) * S + s;
+          const double dbp = db[i] + (f.mask[t] ? db2[i] : 0.0);
+          if (g->dbeta) g->dbeta[i] = dbp / m;
+          dm -= dbp * p->beta[i] / (m * m);
+        }
+        const double diota = iota > 1.0 ? dm : 0.0;
+        for (size_t s = 0; s < S; s++) ginfl[bh * N + t * S + s] = diota / (double)S;
+        if (g->ddecay) g->ddecay[bh * T + t] = dd[bh * T + t] + (f.mask[t] ? dd2[bh * T + t] : 0.0);
+      }
+    const camdelta_ref_prep pp = {B,        N,     H,     D,     p->k_scale, p->norm_eps, p->q_raw, f.kconv,
+                                  p->v_raw, p->q_norm_weight, p->k_norm_weight, f.pq, f.pkv, f.rc, f.rs,
+                                  NULL,     NULL,  NULL,  NULL};
+    const camdelta_ref_prep_grads pg = {dq, dk, dv, ginfl, g->dq_raw, dkconv, g->dv_raw, g->dq_norm_weight,
+                                        g->dk_norm_weight, NULL, NULL, NULL, NULL};
+    st = camdelta_ref_prep_backward(&pp, &pg);
+  }
+  if (!st && (g->dk_raw || g->dconv_weight)) {
+    const camdelta_ref_conv cv = {B, T, S, C, f.cbounds, f.ncb, p->k_raw, p->conv_weight, NULL, dkconv,
+                                  g->dk_raw, g->dconv_weight};
+    st = camdelta_ref_short_conv_backward(&cv);
+  }
+  for (size_t i = 0; i < sizeof al / sizeof al[0]; i++) free(*al[i]);
+  fwd_free(&f);
+  return st;
+}

@@ -1,0 +1,284 @@
+/* camdelta run camera | short-conv | output-transform | branch | branch-backward as a separate process
+ * (CAMDELTA_CLI): results against the f64 reference, the chunk_index file, and the error paths with their exit
+ * codes (2 usage, 3 bad input), each leaving no output file behind. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "branch_problem.h"
+
+static int g_code;
+static char g_err[16384];
+
+static void slurp(const char *path, char *buf, size_t size) {
+  buf[0] = '\0';
+  FILE *f = fopen(path, "rb");
+  if (!f) return;
+  size_t n = fread(buf, 1, size - 1, f);
+  buf[n] = '\0';
+  fclose(f);
+}
+
+#if defined(__GNUC__)
+static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+#endif
+static int run(const char *fmt, ...) {
+  char args[8192], cmd[12288], errp[1200];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(args, sizeof args, fmt, ap);
+  va_end(ap);
+  snprintf(errp, sizeof errp, "%s/cli.stderr", tu_tmpdir());
+  snprintf(cmd, sizeof cmd, "'%s' %s >/dev/null 2>'%s' </dev/null", getenv("CAMDELTA_CLI"), args, errp);
+  const int st = system(cmd);
+  assert_true(st != -1);
+  g_code = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+  slurp(errp, g_err, sizeof g_err);
+  return g_code;
+}
+
+static void expect(int code, const char *needle) {
+  if (g_code != code) fail_msg("exit code %d, expected %d; stderr: %s", g_code, code, g_err);
+  if (needle && !strstr(g_err, needle)) fail_msg("stderr lacks '%s': %s", needle, g_err);
+}
+
+static const char *dir(const char *name) {
+  static char path[4][1200];
+  static int next;
+  char *p = path[next++ % 4];
+  snprintf(p, 1200, "%s/%s", tu_tmpdir(), name);
+  char cmd[1400];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", p);
+  assert_int_equal(system(cmd), 0);
+  assert_int_equal(mkdir(p, 0700), 0);
+  return p;
+}
+
+static void save(const char *d, const char *name, int ndim, const size_t *shape, const float *x) {
+  char path[1400];
+  snprintf(path, sizeof path, "%s/%s.npy", d, name);
+  TU_OK(camdelta_npy_write(path, CAMDELTA_NPY_F4, ndim, shape, x));
+}
+
+static double *load64(const char *d, const char *name, size_t expect_count) {
+  char path[1400];
+  snprintf(path, sizeof path, "%s/%s.npy", d, name);
+  camdelta_npy n;
+  TU_OK(camdelta_npy_read(path, &n));
+  assert_int_equal(n.type, CAMDELTA_NPY_F4);
+  assert_int_equal(n.count, expect_count);
+  double *x = tu_to_f64(n.data, n.count);
+  camdelta_npy_free(&n);
+  return x;
+}
+
+static int exists(const char *d, const char *name) {
+  char path[1400];
+  snprintf(path, sizeof path, "%s/%s.npy", d, name);
+  return access(path, F_OK) == 0;
+}
+
+/* the branch problem: B 1, grid 5x2x3, H 2, D 8 */
+enum { B = 1, T = 5, HS = 2, WS = 3, H = 2, D = 8, S = HS * WS, N = T * S, C = H * D };
+static float q[B * N * C], k[B * N * C], v[B * N * C], w[C * 4], qw[C], kw[C], cc[B * T * 20], beta[B * H * N],
+    decay[B * H * T], gy[B * N * C];
+
+static void write_inputs(const char *in) {
+  tu_seed(81);
+  tu_fill_normal(q, B * N * C, 1.0), tu_fill_normal(k, B * N * C, 1.0), tu_fill_normal(v, B * N * C, 1.0);
+  tu_fill_normal(w, C * 4, 0.5), tu_fill_uniform(qw, C, 0.5, 1.5), tu_fill_uniform(kw, C, 0.5, 1.5);
+  bp_cameras(cc, B, T, HS, WS, 1, 1);
+  tu_fill_uniform(beta, B * H * N, 0.1, 0.9), tu_fill_uniform(decay, B * H * T, 0.5, 1.0);
+  tu_fill_normal(gy, B * N * C, 1.0);
+  const size_t bnhd[4] = {B, N, H, D}, c4[2] = {C, 4}, c1[1] = {C}, bt20[3] = {B, T, 20}, bhts[4] = {B, H, T, S},
+               bht[3] = {B, H, T};
+  save(in, "q_raw", 4, bnhd, q), save(in, "k_raw", 4, bnhd, k), save(in, "v_raw", 4, bnhd, v);
+  save(in, "conv_weight", 2, c4, w), save(in, "q_norm_weight", 1, c1, qw), save(in, "k_norm_weight", 1, c1, kw);
+  save(in, "camera_conditions", 3, bt20, cc), save(in, "beta", 4, bhts, beta), save(in, "decay", 3, bht, decay);
+  save(in, "grad_y", 4, bnhd, gy);
+}
+
+static void check_branch(const char *out, const camdelta_chunking *ch, int backward) {
+  double *in64[9] = {tu_to_f64(q, B * N * C),  tu_to_f64(k, B * N * C),  tu_to_f64(v, B * N * C),
+                     tu_to_f64(w, C * 4),      tu_to_f64(qw, C),         tu_to_f64(kw, C),
+                     tu_to_f64(cc, B * T * 20), tu_to_f64(beta, B * H * N), tu_to_f64(decay, B * H * T)};
+  double *ry = malloc(B * N * C * 8);
+  camdelta_ref_branch r = {B,        T,        HS,       WS,       1,        1,        H,        D,
+                           *ch,      1.0 / sqrt((double)D * S),   1e-6,     in64[0],  in64[1],  in64[2],
+                           in64[3],  in64[4],  in64[5],  in64[6],  in64[7],  in64[8],  ry};
+  r.k_scale = (float)(1.0 / sqrt((double)D * S)); /* the CLI passes k_scale as f32 */
+  if (!backward) {
+    TU_OK(camdelta_ref_branch_forward(&r));
+    double *y = load64(out, "y", B * N * C);
+    const double e = tu_rel_err64(y, ry, B * N * C);
+    if (e > 1e-5) fail_msg("CLI branch y rel err %.3g", e);
+    free(y);
+  } else {
+    static const char *names[8] = {"dq_raw", "dk_raw", "dv_raw", "dconv_weight", "dq_norm_weight", "dk_norm_weight",
+                                   "dbeta", "ddecay"};
+    const size_t cnt[8] = {B * N * C, B * N * C, B * N * C, 4 * C, C, C, B * H * N, B * H * T};
+    double *g[8];
+    for (int i = 0; i < 8; i++) g[i] = malloc(cnt[i] * 8);
+    double *gy64 = tu_to_f64(gy, B * N * C);
+    const camdelta_ref_branch_grads rg = {gy64, g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7]};
+    TU_OK(camdelta_ref_branch_backward(&r, &rg));
+    for (int i = 0; i < 8; i++) {
+      double *x = load64(out, names[i], cnt[i]);
+      const double e = tu_rel_err64(x, g[i], cnt[i]);
+      if (e > 1e-4) fail_msg("CLI branch-backward %s rel err %.3g", names[i], e);
+      free(x), free(g[i]);
+    }
+    free(gy64);
+  }
+  free(ry);
+  for (int i = 0; i < 9; i++) free(in64[i]);
+}
+
+static void test_branch_runs(void **state) {
+  (void)state;
+  const char *in = dir("in"), *out = dir("out");
+  write_inputs(in);
+  run("run branch --in '%s' --out '%s' --grid 5,2,3 --chunk-size 2 --chunk-strategy first_chunk_plus_one", in, out);
+  expect(0, NULL);
+  const camdelta_chunking ch = {2, CAMDELTA_CHUNK_FIRST_CHUNK_PLUS_ONE, NULL, 0};
+  check_branch(out, &ch, 0);
+  run("run branch-backward --in '%s' --out '%s' --grid 5,2,3 --chunk-size 2 --chunk-strategy first_chunk_plus_one", in,
+      out);
+  expect(0, NULL);
+  check_branch(out, &ch, 1);
+  /* an explicit chunk_index file */
+  const int64_t idx[3] = {0, 1, 3};
+  const size_t three[1] = {3};
+  char path[1400];
+  snprintf(path, sizeof path, "%s/chunk_index.npy", in);
+  TU_OK(camdelta_npy_write(path, CAMDELTA_NPY_I8, 1, three, idx));
+  const char *out2 = dir("out2");
+  run("run branch --in '%s' --out '%s' --grid 5,2,3", in, out2);
+  expect(0, NULL);
+  const camdelta_chunking chi = {0, CAMDELTA_CHUNK_UNIFORM, idx, 3};
+  check_branch(out2, &chi, 0);
+  remove(path);
+}
+
+static void test_pieces(void **state) {
+  (void)state;
+  const char *in = dir("in"), *out = dir("out");
+  write_inputs(in);
+  /* camera */
+  run("run camera --in '%s' --out '%s' --grid 5,2,3 --head-dim 16", in, out);
+  expect(0, NULL);
+  double *cc64 = tu_to_f64(cc, B * T * 20);
+  double *ref[5];
+  const size_t cnt[5] = {B * N * 16, B * N * 16, B * N * 16, N * 8, N * 8};
+  for (int i = 0; i < 5; i++) ref[i] = malloc(cnt[i] * 8);
+  const camdelta_ref_camera rc = {B, T, HS, WS, 1, 1, 16, cc64, ref[0], ref[1], ref[2], ref[3], ref[4]};
+  TU_OK(camdelta_ref_camera_forward(&rc));
+  static const char *names[5] = {"proj_q", "proj_kv", "proj_o", "rope_cos", "rope_sin"};
+  for (int i = 0; i < 5; i++) {
+    double *x = load64(out, names[i], cnt[i]);
+    assert_true(tu_rel_err64(x, ref[i], cnt[i]) <= 1e-6);
+    free(x), free(ref[i]);
+  }
+  free(cc64);
+  /* short conv, uniform rule (5 % 2 != 0: the scan's bounds [0, 2, 5]) */
+  run("run short-conv --in '%s' --out '%s' --grid 5,2,3 --chunk-size 2", in, out);
+  expect(0, NULL);
+  const size_t bounds[3] = {0, 2, 5};
+  double *x64 = tu_to_f64(k, B * N * C), *w64 = tu_to_f64(w, 4 * C), *ry = malloc(B * N * C * 8);
+  const camdelta_ref_conv r = {B, T, S, C, bounds, 3, x64, w64, ry, NULL, NULL, NULL};
+  TU_OK(camdelta_ref_short_conv_forward(&r));
+  double *y = load64(out, "k_conv", B * N * C);
+  assert_true(tu_rel_err64(y, ry, B * N * C) <= 1e-6);
+  free(y), free(x64), free(w64), free(ry);
+  /* output transform of q_raw taken as (B, H, D, N) = (1, 2, 8, 30) with the camera's proj_o and tables (D 8) */
+  run("run camera --in '%s' --out '%s' --grid 5,2,3 --head-dim 8", in, in);
+  expect(0, NULL);
+  const size_t bhdn[4] = {B, H, D, N};
+  save(in, "out", 4, bhdn, q);
+  run("run output-transform --in '%s' --out '%s'", in, out);
+  expect(0, NULL);
+  double *o64 = tu_to_f64(q, B * N * C), *po = load64(in, "proj_o", B * N * 16), *c64 = load64(in, "rope_cos", N * 4),
+         *s64 = load64(in, "rope_sin", N * 4), *ro = malloc(B * N * C * 8);
+  TU_OK(camdelta_ref_output_transform(B, N, H, D, o64, po, c64, s64, ro));
+  y = load64(out, "y", B * N * C);
+  assert_true(tu_rel_err64(y, ro, B * N * C) <= 1e-6);
+  free(y), free(o64), free(po), free(c64), free(s64), free(ro);
+}
+
+static void test_errors(void **state) {
+  (void)state;
+  const char *in = dir("in");
+  write_inputs(in);
+  const char *out = dir("out");
+  /* usage: missing --grid, a malformed --grid, a bad strategy, an option of another operation */
+  run("run branch --in '%s' --out '%s'", in, out);
+  expect(2, "--grid");
+  run("run branch --in '%s' --out '%s' --grid 5,2", in, out);
+  expect(2, "--grid");
+  run("run branch --in '%s' --out '%s' --grid 5,2,3 --chunk-strategy sideways", in, out);
+  expect(2, "sideways");
+  run("run output-transform --in '%s' --out '%s' --chunk-size 2", in, out);
+  expect(2, "chunk");
+  run("run camera --in '%s' --out '%s' --grid 5,2,3", in, out);
+  expect(2, "--head-dim");
+  /* bad input: a grid that does not match N, T that does not match the cameras, a conv weight of the wrong shape */
+  run("run branch --in '%s' --out '%s' --grid 5,3,3", in, out);
+  expect(3, "does not match N");
+  run("run camera --in '%s' --out '%s' --grid 6,1,5 --head-dim 8", in, out);
+  expect(3, "camera_conditions");
+  const size_t c3[2] = {C, 3};
+  const char *bad = dir("bad");
+  write_inputs(bad);
+  save(bad, "conv_weight", 2, c3, w);
+  run("run branch --in '%s' --out '%s' --grid 5,2,3", bad, out);
+  expect(3, "conv_weight.npy");
+  /* chunk_index: not increasing, out of range, floats */
+  write_inputs(bad);
+  char path[1400];
+  snprintf(path, sizeof path, "%s/chunk_index.npy", bad);
+  const size_t three[1] = {3};
+  const int64_t inc[3] = {0, 3, 3}, rng[3] = {0, 2, 5};
+  TU_OK(camdelta_npy_write(path, CAMDELTA_NPY_I8, 1, three, inc));
+  run("run branch --in '%s' --out '%s' --grid 5,2,3", bad, out);
+  expect(3, "increasing");
+  TU_OK(camdelta_npy_write(path, CAMDELTA_NPY_I8, 1, three, rng));
+  run("run branch-backward --in '%s' --out '%s' --grid 5,2,3", bad, out);
+  expect(3, "out of range");
+  const float f[3] = {0, 1, 2};
+  TU_OK(camdelta_npy_write(path, CAMDELTA_NPY_F4, 1, three, f));
+  run("run short-conv --in '%s' --out '%s' --grid 5,2,3 --chunk-size 2", bad, out);
+  expect(3, "<i8");
+  /* a missing input file */
+  remove(path);
+  snprintf(path, sizeof path, "%s/decay.npy", bad);
+  remove(path);
+  run("run branch --in '%s' --out '%s' --grid 5,2,3", bad, out);
+  expect(3, "decay.npy");
+  static const char *outs[] = {"y", "k_conv", "proj_q", "dq_raw", "ddecay"};
+  for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++) assert_false(exists(out, outs[i]));
+}
+
+static int setup(void **state) {
+  (void)state;
+  const char *p = getenv("CAMDELTA_CLI");
+  return p && *p && access(p, X_OK) == 0 ? 0 : -1;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  char cmd[1200];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tu_tmpdir());
+  tu_context_release();
+  return system(cmd) == 0 ? 0 : -1;
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_branch_runs), cmocka_unit_test(test_pieces),
+                                     cmocka_unit_test(test_errors)};
+  return cmocka_run_group_tests(tests, setup, teardown);
+}

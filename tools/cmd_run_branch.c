@@ -1,0 +1,465 @@
+/* camdelta run camera | short-conv | output-transform | branch | branch-backward (SPEC 7 and 8): the camera-branch
+ * operations on .npy files, with the conventions of `camdelta run` (exit codes 2 usage, 3 bad input, 4 device). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli_common.h"
+
+void usage_run_branch(void) {
+  printf(
+      "\n"
+      "camera-branch operations (SPEC section 8; all f32):\n"
+      "  camera            in:  camera_conditions (B, T, 20) = c2w row-major (16), fx fy cx cy\n"
+      "                    out: proj_q proj_kv proj_o (B, N, 4, 4); rope_cos rope_sin (N, D/2)\n"
+      "                    needs --grid and --head-dim\n"
+      "  short-conv        in:  k_raw (B, N, H, D); conv_weight (H*D, 4); optional chunk_index\n"
+      "                    out: k_conv (B, N, H, D); needs --grid\n"
+      "  output-transform  in:  out (B, H, D, N); proj_o (B, N, 4, 4); rope_cos rope_sin (N, D/2)\n"
+      "                    out: y (B, N, H, D)\n"
+      "  branch            in:  q_raw k_raw v_raw (B, N, H, D); conv_weight (C, 4); q_norm_weight\n"
+      "                         k_norm_weight (C,); camera_conditions (B, T, 20); beta (B, H, T, S);\n"
+      "                         decay (B, H, T); optional chunk_index\n"
+      "                    out: y (B, N, H, D); needs --grid\n"
+      "  branch-backward   in:  the branch inputs plus grad_y (B, N, H, D)\n"
+      "                    out: dq_raw dk_raw dv_raw (B, N, H, D); dconv_weight (C, 4);\n"
+      "                         dq_norm_weight dk_norm_weight (C,); dbeta (B, H, T, S); ddecay (B, H, T)\n"
+      "options of these operations:\n"
+      "  --grid T,Hs,Ws           token grid: N = T*Hs*Ws tokens, S = Hs*Ws per frame\n"
+      "  --patch pt,ph,pw         patch size (default 1,1,1): focal lengths and centres / (pw, ph)\n"
+      "  --head-dim D             camera: head dim of the RoPE tables\n"
+      "  --chunk-size CS          chunk-causal conv and chunked reverse scan (default: one chunk)\n"
+      "  --chunk-strategy S       uniform (default), first_frame or first_chunk_plus_one\n"
+      "  chunk_index.npy          optional <i8 file of frame starts (first 0, increasing, < T): the\n"
+      "                           scan's chunks (the conv uses it only with --chunk-size)\n"
+      "  --k-scale X              branch: default D^-0.5 * S^-0.5\n"
+      "  --norm-eps E             branch: RMSNorm epsilon (default 1e-6)\n"
+      "  --algorithm A            branch: the scans' algorithm, auto (default), sequential or chunkwise\n");
+}
+
+typedef enum br_op { BR_CAMERA, BR_CONV, BR_OT, BR_BRANCH, BR_BACKWARD } br_op;
+
+static int op_of(const char *name, br_op *op) {
+  static const char *const names[5] = {"camera", "short-conv", "output-transform", "branch", "branch-backward"};
+  for (int i = 0; i < 5; i++)
+    if (strcmp(name, names[i]) == 0) {
+      if (op) *op = (br_op)i;
+      return 1;
+    }
+  return 0;
+}
+
+/* Options that take a value (so that their values are not taken for the operation's name). */
+static int takes_value(const char *arg) {
+  static const char *const opts[] = {"--in",         "--out",      "--device",         "--k-scale",
+                                     "--norm-eps",   "--algorithm", "--tokens-per-frame", "--grid",
+                                     "--patch",      "--head-dim", "--chunk-size",     "--chunk-strategy"};
+  for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
+    if (strcmp(arg, opts[i]) == 0) return 1;
+  return 0;
+}
+
+int cli_is_branch_run(int argc, char **argv) {
+  for (int i = 0; i < argc; i++) {
+    if (argv[i][0] == '-' && argv[i][1] != '\0') {
+      if (takes_value(argv[i])) i++;
+      continue;
+    }
+    return op_of(argv[i], NULL);
+  }
+  return 0;
+}
+
+typedef struct br_opts {
+  br_op op;
+  const char *op_name, *in, *out, *device;
+  size_t grid[3], patch[3], head_dim, chunk_size;
+  int have_grid, have_k_scale, have_norm_eps, have_strategy;
+  double k_scale, norm_eps;
+  camdelta_chunk_strategy strategy;
+  camdelta_scan_algorithm algorithm;
+  int quiet;
+} br_opts;
+
+/* "a,b,c" -> three positive integers */
+static int parse_triple(const char *opt, const char *text, size_t v[3]) {
+  char buf[128];
+  if (strlen(text) >= sizeof buf) return cli_error(CLI_EXIT_USAGE, "option %s: '%s' is too long", opt, text), 0;
+  strcpy(buf, text);
+  char *save = NULL, *tok = strtok_r(buf, ",", &save);
+  for (int i = 0; i < 3; i++) {
+    if (!tok || !cli_parse_size(opt, tok, &v[i])) {
+      if (!tok) cli_error(CLI_EXIT_USAGE, "option %s: '%s' is not three positive integers a,b,c", opt, text);
+      return 0;
+    }
+    tok = strtok_r(NULL, ",", &save);
+  }
+  if (tok) return cli_error(CLI_EXIT_USAGE, "option %s: '%s' is not three positive integers a,b,c", opt, text), 0;
+  return 1;
+}
+
+/* ------------------------------------------------------------------------------------------- the job */
+
+#define BJ_MAX 16
+typedef struct bjob {
+  cli_tensor in[BJ_MAX];
+  cl_mem in_mem[BJ_MAX];
+  int n_in;
+  struct {
+    const char *name;
+    cl_mem mem;
+    int ndim;
+    size_t shape[4];
+  } out[BJ_MAX];
+  int n_out;
+  cli_tensor chunk_index;
+  camdelta_context *ctx;
+} bjob;
+
+static void bjob_free(bjob *j) {
+  for (int i = 0; i < j->n_in; i++) {
+    cli_tensor_free(&j->in[i]);
+    if (j->in_mem[i]) clReleaseMemObject(j->in_mem[i]);
+  }
+  for (int i = 0; i < j->n_out; i++)
+    if (j->out[i].mem) clReleaseMemObject(j->out[i].mem);
+  cli_tensor_free(&j->chunk_index);
+  if (j->ctx) camdelta_context_destroy(j->ctx);
+  free(j);
+}
+
+/* Load DIR/NAME.npy (f32 after conversion) with exactly `shape` (ndim < 0: any 4-d shape, checked by the caller). */
+static int load(bjob *j, const br_opts *o, const char *name, int ndim, const size_t *shape, const char *symbols,
+                int *idx) {
+  const int k = j->n_in++;
+  *idx = k;
+  char nums[256], expect[512];
+  if (ndim > 0)
+    snprintf(expect, sizeof expect, "%s = %s", symbols, cli_shape_str(nums, sizeof nums, ndim, shape));
+  else
+    snprintf(expect, sizeof expect, "%s", symbols);
+  int rc = cli_tensor_load(&j->in[k], o->in, name, 0, expect);
+  if (rc) return rc;
+  if (ndim > 0 && (rc = cli_tensor_expect(&j->in[k], ndim, shape, symbols))) return rc;
+  if (ndim < 0 && j->in[k].npy.ndim != -ndim) {
+    char have[256];
+    return cli_error(CLI_EXIT_INPUT, "%s: shape %s does not fit: expected %d dimensions %s", j->in[k].path,
+                     cli_shape_str(have, sizeof have, j->in[k].npy.ndim, j->in[k].npy.shape), -ndim, symbols);
+  }
+  return cli_tensor_convert(&j->in[k], CAMDELTA_NPY_F4);
+}
+
+static int add_output(bjob *j, const char *name, int ndim, const size_t *shape) {
+  const int k = j->n_out++;
+  j->out[k].name = name;
+  j->out[k].ndim = ndim;
+  size_t count = 1;
+  for (int i = 0; i < ndim; i++) {
+    j->out[k].shape[i] = shape[i];
+    if (shape[i] && count > SIZE_MAX / 8 / shape[i])
+      return cli_error(CLI_EXIT_INPUT, "output %s: its size overflows size_t", name);
+    count *= shape[i];
+  }
+  return cli_alloc(j->ctx, count * 4, &j->out[k].mem);
+}
+
+static camdelta_buffer in_buf(const bjob *j, int k) { return (camdelta_buffer){j->in_mem[k], 0}; }
+static camdelta_buffer out_buf(const bjob *j, int k) { return (camdelta_buffer){j->out[k].mem, 0}; }
+
+static int start_device(bjob *j, const br_opts *o) {
+  int rc = cli_context(&j->ctx, o->device);
+  for (int i = 0; i < j->n_in && !rc; i++) rc = cli_upload(j->ctx, &j->in[i], &j->in_mem[i]);
+  return rc;
+}
+
+static int finish(bjob *j, const br_opts *o, camdelta_status st, const char *call, const camdelta_profile *prof,
+                  const char *detail) {
+  if (st != CAMDELTA_OK) return cli_lib_error(st, call);
+  camdelta_status fs = camdelta_finish(j->ctx);
+  if (fs != CAMDELTA_OK) return cli_lib_error(fs, call);
+  int rc = cli_make_dir(o->out);
+  for (int k = 0; k < j->n_out && !rc; k++)
+    rc = cli_download_write(j->ctx, j->out[k].mem, o->out, j->out[k].name, CAMDELTA_NPY_F4, j->out[k].ndim,
+                            j->out[k].shape);
+  if (rc) return rc;
+  if (!o->quiet) {
+    camdelta_device_info info;
+    const char *dev = camdelta_context_info(j->ctx, &info) == CAMDELTA_OK ? info.device_name : "?";
+    printf("camdelta run %s: %s on %s: %.3f ms in %u kernels; wrote", o->op_name, detail, dev, prof->kernel_ms,
+           prof->kernels);
+    for (int k = 0; k < j->n_out; k++) printf(" %s", j->out[k].name);
+    printf(" to %s\n", o->out);
+  }
+  return CLI_EXIT_OK;
+}
+
+/* The grid must give N tokens (N from `from`). */
+static int check_grid(const br_opts *o, size_t N, const char *from) {
+  const size_t T = o->grid[0], Hs = o->grid[1], Ws = o->grid[2];
+  if (Hs > SIZE_MAX / Ws || T > SIZE_MAX / (Hs * Ws) || T * Hs * Ws != N)
+    return cli_error(CLI_EXIT_INPUT, "--grid %zu,%zu,%zu does not match N = %zu tokens of %s (expected T*Hs*Ws = N)",
+                     T, Hs, Ws, N, from);
+  return CLI_EXIT_OK;
+}
+
+/* Chunking from the options and the optional chunk_index file, validated for T frames (an input error names the
+ * file). */
+static int chunking_of(bjob *j, const br_opts *o, size_t T, camdelta_chunking *ch) {
+  memset(ch, 0, sizeof *ch);
+  ch->chunk_size = o->chunk_size;
+  ch->strategy = o->strategy;
+  int rc = cli_tensor_load(&j->chunk_index, o->in, "chunk_index", 1, "(K,) <i8");
+  if (rc) return rc;
+  if (j->chunk_index.present) {
+    const camdelta_npy *n = &j->chunk_index.npy;
+    if (n->type != CAMDELTA_NPY_I8)
+      return cli_error(CLI_EXIT_INPUT, "%s: dtype is not <i8 (expected int64 frame starts)", j->chunk_index.path);
+    if (n->ndim != 1 || n->count == 0)
+      return cli_error(CLI_EXIT_INPUT, "%s: expected a non-empty 1-d array of frame starts", j->chunk_index.path);
+    ch->chunk_index = (const int64_t *)n->data;
+    ch->chunk_index_count = n->count;
+  }
+  size_t *b = malloc((T + 1) * sizeof *b), nb;
+  if (!b) return cli_error(CLI_EXIT_FAILURE, "out of host memory");
+  camdelta_status st = camdelta_chunk_bounds(T, ch, b, T + 1, &nb);
+  free(b);
+  if (st) {
+    if (j->chunk_index.present)
+      return cli_error(cli_exit_code(st), "%s: %s", j->chunk_index.path, camdelta_last_message());
+    return cli_lib_error(st, "chunking");
+  }
+  return CLI_EXIT_OK;
+}
+
+static void chunk_str(char *buf, size_t size, const camdelta_chunking *ch) {
+  if (ch->chunk_index)
+    snprintf(buf, size, "chunk_index (%zu starts)%s", ch->chunk_index_count, ch->chunk_size ? " + chunk size" : "");
+  else if (ch->chunk_size)
+    snprintf(buf, size, "chunk_size %zu %s", ch->chunk_size, camdelta_chunk_strategy_name(ch->strategy));
+  else
+    snprintf(buf, size, "one chunk");
+}
+
+/* --------------------------------------------------------------------------------------- operations */
+
+static int run_camera(bjob *j, const br_opts *o) {
+  int icc, rc;
+  if (!o->have_grid) return cli_error(CLI_EXIT_USAGE, "run camera: missing --grid T,Hs,Ws");
+  if (!o->head_dim) return cli_error(CLI_EXIT_USAGE, "run camera: missing --head-dim D");
+  if ((rc = load(j, o, "camera_conditions", -3, NULL, "(B, T, 20)", &icc))) return rc;
+  const size_t *s = j->in[icc].npy.shape, B = s[0], T = o->grid[0], Hs = o->grid[1], Ws = o->grid[2], D = o->head_dim;
+  if (s[1] != T || s[2] != 20)
+    return cli_error(CLI_EXIT_INPUT, "%s: shape (%zu, %zu, %zu) does not fit: expected (B, T, 20) with T = %zu from "
+                     "--grid", j->in[icc].path, s[0], s[1], s[2], T);
+  if (D < 8 || D > 128 || D % 8)
+    return cli_error(CLI_EXIT_INPUT, "--head-dim %zu unsupported (expected a multiple of 8 in [8, 128])", D);
+  const size_t N = T * Hs * Ws, bn44[4] = {B, N, 4, 4}, ndh[2] = {N, D / 2};
+  if ((rc = start_device(j, o)) || (rc = add_output(j, "proj_q", 4, bn44)) ||
+      (rc = add_output(j, "proj_kv", 4, bn44)) || (rc = add_output(j, "proj_o", 4, bn44)) ||
+      (rc = add_output(j, "rope_cos", 2, ndh)) || (rc = add_output(j, "rope_sin", 2, ndh)))
+    return rc;
+  camdelta_profile prof = {0, 0};
+  const camdelta_camera_args a = {B,          T,          Hs,         Ws,         o->patch[0], o->patch[1],
+                                  o->patch[2], D,         in_buf(j, icc), out_buf(j, 0), out_buf(j, 1), out_buf(j, 2),
+                                  out_buf(j, 3), out_buf(j, 4), &prof};
+  char detail[256];
+  snprintf(detail, sizeof detail, "B=%zu grid %zux%zux%zu patch %zu,%zu,%zu D=%zu", B, T, Hs, Ws, o->patch[0],
+           o->patch[1], o->patch[2], D);
+  return finish(j, o, camdelta_camera_forward(j->ctx, &a), "camdelta_camera_forward", &prof, detail);
+}
+
+static int run_conv(bjob *j, const br_opts *o) {
+  int ik, iw, rc;
+  if (!o->have_grid) return cli_error(CLI_EXIT_USAGE, "run short-conv: missing --grid T,Hs,Ws");
+  if ((rc = load(j, o, "k_raw", -4, NULL, "(B, N, H, D)", &ik))) return rc;
+  const size_t *s = j->in[ik].npy.shape, B = s[0], N = s[1], H = s[2], D = s[3];
+  if ((rc = check_grid(o, N, j->in[ik].path))) return rc;
+  const size_t C = H * D, c4[2] = {C, 4}, bnhd[4] = {B, N, H, D};
+  if ((rc = load(j, o, "conv_weight", 2, c4, "(C, 4) with C = H*D", &iw))) return rc;
+  camdelta_chunking ch;
+  if ((rc = chunking_of(j, o, o->grid[0], &ch))) return rc;
+  if ((rc = start_device(j, o)) || (rc = add_output(j, "k_conv", 4, bnhd))) return rc;
+  camdelta_profile prof = {0, 0};
+  const camdelta_short_conv_args a = {B, o->grid[0], o->grid[1] * o->grid[2], C, ch, in_buf(j, ik), in_buf(j, iw),
+                                      out_buf(j, 0), {NULL, 0}, {NULL, 0}, {NULL, 0}, &prof};
+  char detail[256], cs[96];
+  chunk_str(cs, sizeof cs, &ch);
+  snprintf(detail, sizeof detail, "B=%zu T=%zu S=%zu C=%zu, %s", B, o->grid[0], o->grid[1] * o->grid[2], C, cs);
+  return finish(j, o, camdelta_short_conv_forward(j->ctx, &a), "camdelta_short_conv_forward", &prof, detail);
+}
+
+static int run_ot(bjob *j, const br_opts *o) {
+  int io, ip, ic, is, rc;
+  if ((rc = load(j, o, "out", -4, NULL, "(B, H, D, N)", &io))) return rc;
+  const size_t *s = j->in[io].npy.shape, B = s[0], H = s[1], D = s[2], N = s[3];
+  const size_t bn44[4] = {B, N, 4, 4}, ndh[2] = {N, D / 2}, bnhd[4] = {B, N, H, D};
+  if ((rc = load(j, o, "proj_o", 4, bn44, "(B, N, 4, 4)", &ip)) ||
+      (rc = load(j, o, "rope_cos", 2, ndh, "(N, D/2)", &ic)) || (rc = load(j, o, "rope_sin", 2, ndh, "(N, D/2)", &is)))
+    return rc;
+  if ((rc = start_device(j, o)) || (rc = add_output(j, "y", 4, bnhd))) return rc;
+  camdelta_profile prof = {0, 0};
+  const camdelta_output_transform_args a = {B, N, H, D, in_buf(j, io), {NULL, 0}, in_buf(j, ip), in_buf(j, ic),
+                                            in_buf(j, is), out_buf(j, 0), {NULL, 0}, {NULL, 0}, &prof};
+  char detail[128];
+  snprintf(detail, sizeof detail, "B=%zu N=%zu H=%zu D=%zu", B, N, H, D);
+  return finish(j, o, camdelta_output_transform_forward(j->ctx, &a), "camdelta_output_transform_forward", &prof,
+                detail);
+}
+
+static int run_branch(bjob *j, const br_opts *o) {
+  const int backward = o->op == BR_BACKWARD;
+  if (!o->have_grid) return cli_error(CLI_EXIT_USAGE, "run %s: missing --grid T,Hs,Ws", o->op_name);
+  int iq, ik, iv, iw, iqw, ikw, icc, ib, id, igy = -1, rc;
+  if ((rc = load(j, o, "q_raw", -4, NULL, "(B, N, H, D)", &iq))) return rc;
+  const size_t *s = j->in[iq].npy.shape, B = s[0], N = s[1], H = s[2], D = s[3];
+  if ((rc = check_grid(o, N, j->in[iq].path))) return rc;
+  const size_t T = o->grid[0], S = o->grid[1] * o->grid[2], C = H * D;
+  const size_t bnhd[4] = {B, N, H, D}, c4[2] = {C, 4}, c1[1] = {C}, bt20[3] = {B, T, 20}, bhts[4] = {B, H, T, S},
+               bht[3] = {B, H, T};
+  if ((rc = load(j, o, "k_raw", 4, bnhd, "(B, N, H, D)", &ik)) || (rc = load(j, o, "v_raw", 4, bnhd, "(B, N, H, D)", &iv)) ||
+      (rc = load(j, o, "conv_weight", 2, c4, "(C, 4) with C = H*D", &iw)) ||
+      (rc = load(j, o, "q_norm_weight", 1, c1, "(C,) with C = H*D", &iqw)) ||
+      (rc = load(j, o, "k_norm_weight", 1, c1, "(C,) with C = H*D", &ikw)) ||
+      (rc = load(j, o, "camera_conditions", 3, bt20, "(B, T, 20) with T from --grid", &icc)) ||
+      (rc = load(j, o, "beta", 4, bhts, "(B, H, T, S) with S = Hs*Ws", &ib)) ||
+      (rc = load(j, o, "decay", 3, bht, "(B, H, T)", &id)))
+    return rc;
+  if (backward && (rc = load(j, o, "grad_y", 4, bnhd, "(B, N, H, D)", &igy))) return rc;
+  camdelta_chunking ch;
+  if ((rc = chunking_of(j, o, T, &ch))) return rc;
+  if (D < 8 || D > 128 || D % 8)
+    return cli_error(CLI_EXIT_INPUT, "%s: head dim D = %zu unsupported (expected a multiple of 8 in [8, 128])",
+                     j->in[iq].path, D);
+  const double k_scale = o->have_k_scale ? o->k_scale : 1.0 / sqrt((double)D * (double)S);
+  if ((rc = start_device(j, o))) return rc;
+  camdelta_branch_args a;
+  memset(&a, 0, sizeof a);
+  a.B = B, a.T = T, a.Hs = o->grid[1], a.Ws = o->grid[2], a.H = H, a.D = D;
+  a.pt = o->patch[0], a.ph = o->patch[1], a.pw = o->patch[2];
+  a.chunking = ch;
+  a.k_scale = (float)k_scale, a.norm_eps = (float)o->norm_eps;
+  a.algorithm = o->algorithm;
+  a.q_raw = in_buf(j, iq), a.k_raw = in_buf(j, ik), a.v_raw = in_buf(j, iv), a.conv_weight = in_buf(j, iw);
+  a.q_norm_weight = in_buf(j, iqw), a.k_norm_weight = in_buf(j, ikw), a.camera_conditions = in_buf(j, icc);
+  a.beta = in_buf(j, ib), a.decay = in_buf(j, id);
+  camdelta_profile prof = {0, 0};
+  char detail[320], cs[96];
+  chunk_str(cs, sizeof cs, &ch);
+  snprintf(detail, sizeof detail, "B=%zu H=%zu D=%zu grid %zux%zux%zu, %s, k_scale=%g", B, H, D, T, o->grid[1],
+           o->grid[2], cs, k_scale);
+  if (!backward) {
+    if ((rc = add_output(j, "y", 4, bnhd))) return rc;
+    a.y = out_buf(j, 0);
+    a.profile = &prof;
+    return finish(j, o, camdelta_branch_forward(j->ctx, &a, NULL), "camdelta_branch_forward", &prof, detail);
+  }
+  if ((rc = add_output(j, "dq_raw", 4, bnhd)) || (rc = add_output(j, "dk_raw", 4, bnhd)) ||
+      (rc = add_output(j, "dv_raw", 4, bnhd)) || (rc = add_output(j, "dconv_weight", 2, c4)) ||
+      (rc = add_output(j, "dq_norm_weight", 1, c1)) || (rc = add_output(j, "dk_norm_weight", 1, c1)) ||
+      (rc = add_output(j, "dbeta", 4, bhts)) || (rc = add_output(j, "ddecay", 3, bht)))
+    return rc;
+  camdelta_branch_grads g = {in_buf(j, igy), out_buf(j, 0), out_buf(j, 1), out_buf(j, 2), out_buf(j, 3),
+                             out_buf(j, 4),  out_buf(j, 5), out_buf(j, 6), out_buf(j, 7), &prof};
+  return finish(j, o, camdelta_branch_backward(j->ctx, &a, &g, NULL), "camdelta_branch_backward", &prof, detail);
+}
+
+/* ------------------------------------------------------------------------------------------ options */
+
+int cmd_run_branch(int argc, char **argv) {
+  br_opts o;
+  memset(&o, 0, sizeof o);
+  o.norm_eps = 1e-6;
+  o.patch[0] = o.patch[1] = o.patch[2] = 1;
+  o.algorithm = CAMDELTA_SCAN_AUTO;
+  cli_args a = {argc, argv, 0};
+  while (a.i < a.argc) {
+    const char *arg = a.argv[a.i], *v = NULL;
+    int r;
+    if ((r = cli_value(&a, "--in", &o.in)) || (r = cli_value(&a, "--out", &o.out)) ||
+        (r = cli_value(&a, "--device", &o.device))) {
+      if (r < 0) return CLI_EXIT_USAGE;
+      continue;
+    }
+    if ((r = cli_value(&a, "--grid", &v))) {
+      if (r < 0 || !parse_triple("--grid", v, o.grid)) return CLI_EXIT_USAGE;
+      o.have_grid = 1;
+      continue;
+    }
+    if ((r = cli_value(&a, "--patch", &v))) {
+      if (r < 0 || !parse_triple("--patch", v, o.patch)) return CLI_EXIT_USAGE;
+      continue;
+    }
+    if ((r = cli_value(&a, "--head-dim", &v))) {
+      if (r < 0 || !cli_parse_size("--head-dim", v, &o.head_dim)) return CLI_EXIT_USAGE;
+      continue;
+    }
+    if ((r = cli_value(&a, "--chunk-size", &v))) {
+      if (r < 0 || !cli_parse_size("--chunk-size", v, &o.chunk_size)) return CLI_EXIT_USAGE;
+      continue;
+    }
+    if ((r = cli_value(&a, "--chunk-strategy", &v))) {
+      if (r < 0) return CLI_EXIT_USAGE;
+      if (strcmp(v, "uniform") == 0) o.strategy = CAMDELTA_CHUNK_UNIFORM;
+      else if (strcmp(v, "first_frame") == 0) o.strategy = CAMDELTA_CHUNK_FIRST_FRAME;
+      else if (strcmp(v, "first_chunk_plus_one") == 0) o.strategy = CAMDELTA_CHUNK_FIRST_CHUNK_PLUS_ONE;
+      else
+        return cli_error(CLI_EXIT_USAGE,
+                         "option --chunk-strategy: '%s' is not uniform, first_frame or first_chunk_plus_one", v);
+      o.have_strategy = 1;
+      continue;
+    }
+    if ((r = cli_value(&a, "--k-scale", &v))) {
+      if (r < 0 || !cli_parse_double("--k-scale", v, &o.k_scale)) return CLI_EXIT_USAGE;
+      o.have_k_scale = 1;
+      continue;
+    }
+    if ((r = cli_value(&a, "--norm-eps", &v))) {
+      if (r < 0 || !cli_parse_double("--norm-eps", v, &o.norm_eps)) return CLI_EXIT_USAGE;
+      if (o.norm_eps < 0) return cli_error(CLI_EXIT_USAGE, "option --norm-eps: must be >= 0, got '%s'", v);
+      o.have_norm_eps = 1;
+      continue;
+    }
+    if ((r = cli_value(&a, "--algorithm", &v))) {
+      if (r < 0) return CLI_EXIT_USAGE;
+      if (strcmp(v, "auto") == 0) o.algorithm = CAMDELTA_SCAN_AUTO;
+      else if (strcmp(v, "sequential") == 0) o.algorithm = CAMDELTA_SCAN_SEQUENTIAL;
+      else if (strcmp(v, "chunkwise") == 0) o.algorithm = CAMDELTA_SCAN_CHUNKWISE;
+      else return cli_error(CLI_EXIT_USAGE, "option --algorithm: '%s' is not auto, sequential or chunkwise", v);
+      continue;
+    }
+    if (cli_flag(&a, "--quiet") || cli_flag(&a, "-q")) {
+      o.quiet = 1;
+      continue;
+    }
+    if (arg[0] == '-' && arg[1] != '\0')
+      return cli_error(CLI_EXIT_USAGE, "run: unknown option '%s' (see 'camdelta help run')", arg);
+    if (o.op_name)
+      return cli_error(CLI_EXIT_USAGE, "run: unexpected argument '%s' (the operation is '%s')", arg, o.op_name);
+    o.op_name = arg;
+    a.i++;
+  }
+  if (!o.op_name || !op_of(o.op_name, &o.op)) return cli_error(CLI_EXIT_USAGE, "run: unknown operation");
+  if (!o.in || !*o.in) return cli_error(CLI_EXIT_USAGE, "run %s: missing --in DIR", o.op_name);
+  if (!o.out || !*o.out) return cli_error(CLI_EXIT_USAGE, "run %s: missing --out DIR", o.op_name);
+  const int branch = o.op == BR_BRANCH || o.op == BR_BACKWARD;
+  if ((o.have_k_scale || o.have_norm_eps || o.algorithm != CAMDELTA_SCAN_AUTO) && !branch)
+    return cli_error(CLI_EXIT_USAGE, "run %s: --k-scale, --norm-eps and --algorithm apply to branch and "
+                     "branch-backward only", o.op_name);
+  if ((o.chunk_size || o.have_strategy) && o.op != BR_CONV && !branch)
+    return cli_error(CLI_EXIT_USAGE, "run %s: the chunk options apply to short-conv, branch and branch-backward",
+                     o.op_name);
+  if (o.head_dim && o.op != BR_CAMERA)
+    return cli_error(CLI_EXIT_USAGE, "run %s: --head-dim applies to camera only (D comes from the files)", o.op_name);
+  bjob *j = calloc(1, sizeof *j);
+  if (!j) return cli_error(CLI_EXIT_FAILURE, "out of host memory");
+  int rc;
+  switch (o.op) {
+    case BR_CAMERA: rc = run_camera(j, &o); break;
+    case BR_CONV: rc = run_conv(j, &o); break;
+    case BR_OT: rc = run_ot(j, &o); break;
+    default: rc = run_branch(j, &o); break;
+  }
+  bjob_free(j);
+  return rc;
+}
