@@ -28,11 +28,7 @@
 /* NumPy (>= 1.24) leaves room for the first axis to grow to this many digits. */
 #define NPY_GROWTH_AXIS_MAX_DIGITS 21
 
-/* <i8, accepted only by camdelta_npy_read_i64 (not a camdelta_npy_type of the float API). */
-#define NPY_TYPE_I8 ((camdelta_npy_type)100)
-
 static size_t type_size(camdelta_npy_type t) {
-  if (t == NPY_TYPE_I8) return 8;
   switch (t) {
     case CAMDELTA_NPY_F4: return 4;
     case CAMDELTA_NPY_F2: return 2;
@@ -55,7 +51,6 @@ static const char *type_descr(camdelta_npy_type t) {
 /* ------------------------------------------------------------ header parse */
 
 typedef struct npy_header {
-  int allow_i8; /* set by camdelta_npy_read_i64 before parsing */
   camdelta_npy_type type;
   int ndim;
   size_t shape[CAMDELTA_NPY_MAX_DIMS];
@@ -181,13 +176,6 @@ static camdelta_status parse_descr(cursor *c, npy_header *h) {
   char d[32];
   camdelta_status st = parse_string(c, d, sizeof d);
   if (st) return st;
-  if (h->allow_i8) {
-    if (strcmp(d, "<i8") != 0)
-      return cd_fail(CAMDELTA_ERROR_FORMAT, "%s: unsupported .npy dtype '%s' (expected <i8, little-endian int64)",
-                     c->name, d);
-    h->type = NPY_TYPE_I8;
-    return CAMDELTA_OK;
-  }
   if (strcmp(d, "<f4") == 0) h->type = CAMDELTA_NPY_F4;
   else if (strcmp(d, "<f2") == 0) h->type = CAMDELTA_NPY_F2;
   else if (strcmp(d, "<f8") == 0) h->type = CAMDELTA_NPY_F8;
@@ -268,9 +256,7 @@ static camdelta_status parse_dict(const char *p, const char *end, const char *na
  * checks that the data fits in `total`. */
 static camdelta_status parse_header(const unsigned char *b, size_t avail, size_t total, const char *name,
                                     npy_header *h) {
-  const int allow_i8 = h->allow_i8;
   memset(h, 0, sizeof *h);
-  h->allow_i8 = allow_i8;
   if (memcmp(b, NPY_MAGIC, avail < NPY_MAGIC_LEN ? avail : NPY_MAGIC_LEN) != 0)
     return cd_fail(CAMDELTA_ERROR_FORMAT, "%s: not a .npy file (bad magic; expected \\x93NUMPY)", name);
   if (avail < NPY_MAGIC_LEN + 2)
@@ -576,40 +562,29 @@ void camdelta_npy_free(camdelta_npy *npy) {
   memset(npy, 0, sizeof *npy);
 }
 
-/* A 1-D little-endian int64 array (e.g. packed-clip offsets): the whole file is read (at most 1 GiB). */
+/* A 1-D little-endian int64 array (e.g. packed-clip offsets), through camdelta_npy_read. */
 camdelta_status camdelta_npy_read_i64(const char *path, int64_t **data, size_t *count) {
-  cd_clear_error();
-  if (!path || !data || !count)
+  if (!path || !data || !count) {
+    cd_clear_error();
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_npy_read_i64: '%s' is NULL",
                    !path ? "path" : !data ? "data" : "count");
-  *data = NULL, *count = 0;
-  FILE *f = fopen(path, "rb");
-  if (!f) return cd_fail(CAMDELTA_ERROR_IO, "%s: cannot open: %s", path, strerror(errno));
-  camdelta_status st = CAMDELTA_OK;
-  unsigned char *b = NULL;
-  struct stat sb;
-  if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size < 0)
-    st = cd_fail(CAMDELTA_ERROR_IO, "%s: not a readable regular file", path);
-  else if (sb.st_size > ((off_t)1 << 30))
-    st = cd_fail(CAMDELTA_ERROR_FORMAT, "%s: too large for an int64 offset array (%lld bytes)", path,
-                 (long long)sb.st_size);
-  const size_t total = st ? 0 : (size_t)sb.st_size;
-  if (!st && !(b = malloc(total ? total : 1))) st = cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of memory", path);
-  if (!st && fread(b, 1, total, f) != total) st = cd_fail(CAMDELTA_ERROR_IO, "%s: read error", path);
-  npy_header h = {0};
-  h.allow_i8 = 1;
-  if (!st) st = parse_header(b, total, total, path, &h);
-  if (!st && h.ndim != 1)
-    st = cd_fail(CAMDELTA_ERROR_FORMAT, "%s: expected a 1-D int64 array, got %d dimensions", path, h.ndim);
-  if (!st) {
-    *data = malloc(h.data_bytes ? h.data_bytes : 1);
-    if (!*data) st = cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of memory", path);
-    else {
-      memcpy(*data, b + h.data_offset, h.data_bytes);
-      *count = h.count;
-    }
   }
-  free(b);
-  fclose(f);
-  return st;
+  *data = NULL, *count = 0;
+  camdelta_npy a; /* the one reader: regular files only, exact lengths, escaped messages */
+  camdelta_status st = camdelta_npy_read(path, &a);
+  if (st) return st;
+  char name[512];
+  escape(path, (size_t)-1, name, sizeof name);
+  if (a.type != CAMDELTA_NPY_I8)
+    st = cd_fail(CAMDELTA_ERROR_FORMAT, "%s: unsupported .npy dtype '%s' (expected <i8, little-endian int64)", name,
+                 type_descr(a.type));
+  else if (a.ndim != 1)
+    st = cd_fail(CAMDELTA_ERROR_FORMAT, "%s: expected a 1-D int64 array, got %d dimensions", name, a.ndim);
+  if (st) {
+    camdelta_npy_free(&a);
+    return st;
+  }
+  *data = a.data; /* malloc'd by the reader: the caller frees it with free() */
+  *count = a.count;
+  return CAMDELTA_OK;
 }

@@ -187,7 +187,9 @@ camdelta_status camdelta_prep_forward(camdelta_context *ctx, const camdelta_prep
   if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;
   cd_launch l;
   cd_launch_init(&l, args->profile);
-  if (fused) {
+  /* Both forms take the same leading arguments; the fused one adds B and eps (it computes the inverse RMS). */
+  if (!fused) st = cd_prep_inv_rms(ctx, B, N, H, D, args->dtype, args->norm_eps, args->q_raw, args->k_raw, inv, &l);
+  if (!st) {
     cd_args a = {k, 0, CL_SUCCESS};
     for (int i = 0; i < 9; i++) cd_arg_buf(&a, in[i]);
     cd_arg_mem(&a, inv);
@@ -198,31 +200,15 @@ camdelta_status camdelta_prep_forward(camdelta_context *ctx, const camdelta_prep
     cd_arg_buf(&a, args->inflation_sq);
     cd_arg_u64(&a, N);
     cd_arg_u32(&a, (uint32_t)H);
-    cd_arg_u64(&a, B);
+    if (fused) cd_arg_u64(&a, B);
     cd_arg_f32(&a, args->k_scale);
-    cd_arg_f32(&a, args->norm_eps);
-    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_prep_fused: setting arguments");
-    size_t lws = CD_PREP_FUSED_WG, gws = B * ((N + CD_PREP_FUSED_TT - 1) / CD_PREP_FUSED_TT) * lws;
-    if (!st) st = cd_enqueue(ctx, k, 1, &gws, &lws, &l, "cd_prep_fused");
-  } else {
-    st = cd_prep_inv_rms(ctx, B, N, H, D, args->dtype, args->norm_eps, args->q_raw, args->k_raw, inv, &l);
-  }
-  if (!st && !fused) {
-    cd_args a = {k, 0, CL_SUCCESS};
-    for (int i = 0; i < 9; i++) cd_arg_buf(&a, in[i]);
-    cd_arg_mem(&a, inv);
-    cd_arg_u64(&a, 0);
-    cd_arg_buf(&a, args->q);
-    cd_arg_buf(&a, args->k);
-    cd_arg_buf(&a, args->v);
-    cd_arg_buf(&a, args->inflation_sq);
-    cd_arg_u64(&a, N);
-    cd_arg_u32(&a, (uint32_t)H);
-    cd_arg_f32(&a, args->k_scale);
-    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_prep_forward: setting arguments");
-    size_t lws[3] = {ts * (D / 4), 1, 1};
-    size_t gws[3] = {((N + ts - 1) / ts) * lws[0], H, B};
-    if (!st) st = cd_enqueue(ctx, k, 3, gws, lws, &l, "cd_prep_forward");
+    if (fused) cd_arg_f32(&a, args->norm_eps);
+    const char *name = fused ? "cd_prep_fused" : "cd_prep_forward";
+    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, fused ? "cd_prep_fused: setting arguments" : "cd_prep_forward: setting arguments");
+    const size_t tile = fused ? CD_PREP_FUSED_TT : ts, tiles = (N + tile - 1) / tile;
+    size_t lws[3] = {fused ? CD_PREP_FUSED_WG : ts * (D / 4), 1, 1};
+    size_t gws[3] = {(fused ? B * tiles : tiles) * lws[0], fused ? 1 : H, fused ? 1 : B};
+    if (!st) st = cd_enqueue(ctx, k, 3, gws, lws, &l, name);
   }
   clReleaseKernel(k);
   if (!saved) clReleaseMemObject(inv);
