@@ -3,7 +3,7 @@
 # unpacks the Debian packages carried in .debs/ into a prefix, registers the
 # NVIDIA OpenCL ICD, builds, runs the whole suite on the GPU and on PoCL, then
 # optional benchmarks. Logs and JSON go to $OUT.
-#   bash ci/gpu-test.sh [tests] [pocl] [demo] [bench SHAPE...]
+#   bash ci/gpu-test.sh [tests] [pocl] [scan-tests] [demo] [bench SHAPE...] [bench-scan SHAPE...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/camdelta-out}
@@ -37,6 +37,28 @@ while [ $# -gt 0 ]; do
     pocl)
       CAMDELTA_DEVICE=pocl ctest --test-dir build-gpu --output-on-failure -j8 >"$OUT/ctest-pocl.log" 2>&1 || rc=1
       grep -E "tests passed|tests failed|Failed  |Timeout" "$OUT/ctest-pocl.log" | tail -20
+      ;;
+    scan-tests)
+      CAMDELTA_DEVICE=nvidia ctest --test-dir build-gpu -R test_scan --output-on-failure -V >"$OUT/ctest-nvidia-scan.log" 2>&1 || rc=1
+      grep -E "measure|plan |tests passed|tests failed|\*\*\*Failed|Failed  |Timeout|FAILED|ERROR" "$OUT/ctest-nvidia-scan.log" | sort -u | tail -60
+      ;;
+    bench-scan)
+      # the scan ops only, three arithmetic paths: the FMA kernels (CAMDELTA_TC=0), split-TF32 exact, tf32;
+      # then one profiled run per path with each kernel's time
+      shift
+      for s in "$@"; do
+        for p in fma exact tf32; do
+          prec=$p; tc=1
+          [ "$p" = fma ] && prec=exact && tc=0
+          CAMDELTA_TC=$tc CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --shape "$s" --only scan --precision "$prec" \
+            --peak-tflops 67 --json "$OUT/bench-$s-$p.json" 2>&1 | sed "s/^/[$p] /" | tee -a "$OUT/bench.txt" || rc=1
+          CAMDELTA_TC=$tc CAMDELTA_PROFILE_KERNELS=1 CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --shape "$s" \
+            --only scan --precision "$prec" --reps 1 --warmup 1 >/dev/null 2>"$OUT/kernels-$s-$p.txt" || rc=1
+          awk '/camdelta kernel/ {k=substr($0,17,40); sub(/ +$/,"",k); n[k]++; t[k]+=$(NF-1)} END {for (k in n) printf "  %-14s %-28s %8.4f ms avg over %d\n", p, k, t[k]/n[k], n[k]}' \
+            p="[$p]" "$OUT/kernels-$s-$p.txt" | sort | tee -a "$OUT/bench.txt"
+        done
+      done
+      break
       ;;
     demo)
       CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta demo 2>&1 | tee "$OUT/demo-nvidia.txt" || rc=1

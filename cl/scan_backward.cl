@@ -59,6 +59,9 @@
 #ifndef CD_RL
 #define CD_RL 64
 #endif
+#ifndef CD_SKIP_DQ /* 1: the frames kernel leaves dq to cd_apply_tc (cl/gemm_tc.cl) */
+#define CD_SKIP_DQ 0
+#endif
 
 #define CD_DD ((ulong)CD_D * CD_D)
 /* Row stride of the transposed token tiles and of the B-operand chunks: D + 4 (or 2D + 4) floats makes
@@ -394,6 +397,7 @@ kernel void cd_scan_bwd_frames(global const float *k, ulong k_off, global const 
       for (int j = 0; j < CD_DPT; j++) dk[dk_off + tb + (ulong)(dg * CD_DPT + j) * N + s] = accY[t][j];
   }
 
+#if !CD_SKIP_DQ
   /* stage 3: dQ = dO M^T with M the state output frame f reads */
   for (int t = 0; t < CD_TPT; t++)
     for (int j = 0; j < CD_DPT; j++) accY[t][j] = 0.0f;
@@ -405,6 +409,9 @@ kernel void cd_scan_bwd_frames(global const float *k, ulong k_off, global const 
     if (s < ns)
       for (int j = 0; j < CD_DPT; j++) dq[dq_off + tb + (ulong)(dg * CD_DPT + j) * N + s] = accY[t][j];
   }
+#else
+  (void)dq, (void)dq_off, (void)post_zero, (void)Mq;
+#endif
 }
 
 /* ------------------------------------------------------------------ ddecay */

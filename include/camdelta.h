@@ -234,6 +234,13 @@ typedef enum camdelta_scan_algorithm {
 
 CAMDELTA_API const char *camdelta_scan_algorithm_name(camdelta_scan_algorithm algorithm);
 
+/** Arithmetic of the scan and its backward (SPEC section 10). */
+typedef enum camdelta_precision {
+  CAMDELTA_PRECISION_EXACT = 0, /* default: the f32 bounds of SPEC section 5 (FMA, or split-TF32 tensor cores) */
+  CAMDELTA_PRECISION_TF32 = 1   /* opt-in: one TF32 product on tensor cores (about 1e-3); as exact elsewhere */
+} camdelta_precision;
+CAMDELTA_API const char *camdelta_precision_name(camdelta_precision precision);
+
 typedef struct camdelta_scan_args {
   size_t B, H, D, F, S; /* N = F * S */
   int reverse;
@@ -246,6 +253,7 @@ typedef struct camdelta_scan_args {
   camdelta_buffer final_state; /* optional (B, H, D, D) f32 */
   camdelta_profile *profile;
   camdelta_scan_algorithm *used; /* optional: receives the algorithm run */
+  camdelta_precision precision;  /* 0 = CAMDELTA_PRECISION_EXACT */
 } camdelta_scan_args;
 
 /** Per-frame states (state_pre / state_post, (B, H, F, D, D)) kept by a
@@ -261,6 +269,13 @@ CAMDELTA_API camdelta_status camdelta_scan_saved_states(const camdelta_scan_save
 CAMDELTA_API camdelta_status camdelta_scan_forward(camdelta_context *ctx, const camdelta_scan_args *args,
                                                    camdelta_scan_saved *saved);
 
+/** What camdelta_scan_forward would run for `args` (only the shape, direction, algorithm and precision
+ *  fields are read; buffers may be absent): one line naming the algorithm, each kernel with its path
+ *  (fma or tensor-core exact/tf32) and tiles, e.g. "chunkwise; precision exact (tensor cores); phase_a
+ *  gram_tc WM=2 ...". Builds the kernels if needed. Fails when `size` is too small. */
+CAMDELTA_API camdelta_status camdelta_scan_plan_describe(camdelta_context *ctx, const camdelta_scan_args *args,
+                                                         char *buf, size_t size);
+
 /* ------------------------------------------------------------ scan backward */
 typedef struct camdelta_scan_backward_args {
   size_t B, H, D, F, S;
@@ -274,6 +289,7 @@ typedef struct camdelta_scan_backward_args {
   camdelta_buffer ddecay;                /* (B, H, F) f32    */
   camdelta_buffer dinit_state;           /* optional (B, H, D, D) */
   camdelta_profile *profile;
+  camdelta_precision precision;          /* 0 = CAMDELTA_PRECISION_EXACT */
 } camdelta_scan_backward_args;
 
 /** Scan backward (SPEC section 4). `saved` from the matching forward, or NULL

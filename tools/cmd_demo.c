@@ -286,7 +286,7 @@ int cmd_demo(int argc, char **argv) {
   for (int s = 0; s < 2 && !st; s++) {
     prof.kernel_ms = 0;
     camdelta_scan_args sa = {B, H, D, F, S, s, CAMDELTA_SCAN_AUTO, {q.m, 0}, {k.m, 0}, {v_.m, 0}, {beta.m, 0},
-                             {decay.m, 0}, {out[s].m, 0}, {NULL, 0}, {NULL, 0}, &prof, &used[s]};
+                             {decay.m, 0}, {out[s].m, 0}, {NULL, 0}, {NULL, 0}, &prof, &used[s], CAMDELTA_PRECISION_EXACT};
     st = camdelta_scan_forward(g_ctx, &sa, ssaved[s]);
     t_scan[s] = prof.kernel_ms;
     if (st) failed_stage = s ? "reverse scan forward" : "causal scan forward";

@@ -1,0 +1,46 @@
+/* Tuning module of the scan engine: kernel-family parameters, the tensor-core feature test and the tiles of
+ * the tensor-core GEMM core (cl/gemm_tc.cl). Not installed. */
+#ifndef CAMDELTA_TUNE_H
+#define CAMDELTA_TUNE_H
+#include "internal.h"
+
+/** Tiles of the tensor-core GEMM core, same names as cl/gemm_tc.cl's build options:
+ *  wm x wn warps per work-group, each owning mr x nr mma tiles (16 x 8 each); kc reduction elements per
+ *  staging step. Work-group tile: 16·wm·mr rows x 8·wn·nr columns, 32·wm·wn work-items,
+ *  local memory gram: 4·(tm + tn)·(kc + 4) bytes, apply: 4·kc·(tm + tn + 16) bytes. */
+typedef struct cd_tc_tiles {
+  unsigned wm, wn, mr, nr, kc;
+} cd_tc_tiles;
+
+/** 1 when the tensor-core path can run on the context's device: an NVIDIA OpenCL device on which the feature
+ *  test (a compiled cd_tc_probe program giving the exact split-TF32 product) passed. Run once per context; the
+ *  result is also kept in the binary cache folder, keyed like the programs (device, driver, library version,
+ *  source), so later processes skip the test. CAMDELTA_TC=0 turns the path off (read at the first test). */
+int cd_tc_available(camdelta_context *ctx);
+
+/** Default tiles for the gram (reduction over a frame's tokens, D x D outputs) and apply (reduction over D,
+ *  D x tokens outputs) kernels. */
+cd_tc_tiles cd_tc_gram_tiles(size_t D);
+cd_tc_tiles cd_tc_apply_tiles(size_t D);
+
+/** Build options for a tensor-core kernel family ("CD_GRAM" or "CD_APPLY") with these tiles and precision
+ *  (split = 1 exact, 0 tf32). */
+void cd_tc_options(char *buf, size_t size, const char *family, size_t D, int split, const cd_tc_tiles *t);
+
+/** The tensor-core kernels a call uses (gram and apply, one precision), or on = 0 without the path. */
+typedef struct cd_tc_set {
+  int on, split;
+  cd_tc_tiles g, a;
+  cl_kernel gram, apply;
+  char gopts[160], aopts[160];
+} cd_tc_set;
+/** Builds (or loads) the set for head dim D: exact = split-TF32, tf32 = one product; on = 0 (and success)
+ *  when the device has no tensor-core path. */
+camdelta_status cd_tc_build(camdelta_context *ctx, size_t D, camdelta_precision prec, cd_tc_set *t);
+void cd_tc_release(cd_tc_set *t);
+
+/** Work-group size and tile extents. */
+static inline unsigned cd_tc_wg(const cd_tc_tiles *t) { return 32 * t->wm * t->wn; }
+static inline unsigned cd_tc_tm(const cd_tc_tiles *t) { return 16 * t->wm * t->mr; }
+static inline unsigned cd_tc_tn(const cd_tc_tiles *t) { return 8 * t->wn * t->nr; }
+#endif
