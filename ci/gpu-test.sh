@@ -3,7 +3,7 @@
 # unpacks the Debian packages carried in .debs/ into a prefix, registers the
 # NVIDIA OpenCL ICD, builds, runs the whole suite on the GPU and on PoCL, then
 # optional benchmarks. Logs and JSON go to $OUT.
-#   bash ci/gpu-test.sh [tests] [pocl] [scan-tests] [demo] [bench SHAPE...] [bench-scan SHAPE...]
+#   bash ci/gpu-test.sh [tests] [pocl] [scan-tests] [inspect] [demo] [bench SHAPE...] [bench-scan SHAPE...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/camdelta-out}
@@ -59,6 +59,19 @@ while [ $# -gt 0 ]; do
         done
       done
       break
+      ;;
+    inspect)
+      # registers, spills and local memory of the tensor-core kernels at D=112 (ptxas via -cl-nv-verbose)
+      cc -O2 -I"$PREFIX/usr/include" -o /tmp/cl-inspect ci/cl-inspect.c -L"$LIBDIR" -lOpenCL || rc=1
+      mkdir -p /tmp/ptx
+      for fam in "CD_GRAM -DCD_WM=2 -DCD_WN=2 -DCD_MR=2 -DCD_NR=4 -DCD_KC=32" \
+        "CD_APPLY -DCD_WM=2 -DCD_WN=2 -DCD_MR=2 -DCD_NR=4 -DCD_KC=16" \
+        "CD_FRAMES -DCD_WM=2 -DCD_WN=2 -DCD_MR=1 -DCD_NR=7 -DCD_KC=16"; do
+        name=$(echo "$fam" | cut -d' ' -f1)
+        /tmp/cl-inspect cl/gemm_tc.cl "-D$fam -DCD_D=112 -DCD_SPLIT=1 -DCD_VEC=1" "/tmp/ptx/$name.ptx" 2>&1 |
+          grep -E "==|ptxas|error|spill|Used" | tee -a "$OUT/inspect.txt"
+      done
+      tar -C /tmp -czf "$OUT/ptx.tgz" ptx
       ;;
     demo)
       CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta demo 2>&1 | tee "$OUT/demo-nvidia.txt" || rc=1

@@ -44,8 +44,10 @@ static void prob_free(prob *p) {
 }
 
 static double g_worst[2][2]; /* [forward, backward][exact, tf32] */
+static camdelta_context *g_ctx; /* the context under test: the shared one, or the emulated one */
 
-static int has_tc(void) { return cd_tc_available(tu_context()); }
+static camdelta_context *ctx(void) { return g_ctx ? g_ctx : tu_context(); }
+static int has_tc(void) { return cd_tc_available(ctx()); }
 
 /* Forward, chunkwise, with init and final state; returns out and final (malloc'd). */
 static void fwd_run(const prob *p, int reverse, camdelta_precision prec, float **out, float **fin) {
@@ -57,7 +59,7 @@ static void fwd_run(const prob *p, int reverse, camdelta_precision prec, float *
   a.algorithm = CAMDELTA_SCAN_CHUNKWISE, a.precision = prec;
   a.q.mem = q, a.k.mem = k, a.v.mem = v, a.beta.mem = beta, a.decay.mem = decay, a.out.mem = o;
   a.init_state.mem = init, a.final_state.mem = f;
-  TU_OK(camdelta_scan_forward(tu_context(), &a, NULL));
+  TU_OK(camdelta_scan_forward(ctx(), &a, NULL));
   *out = malloc(p->tok * 4), *fin = malloc(p->st * 4);
   tu_download(o, 0, p->tok * 4, *out);
   tu_download(f, 0, p->st * 4, *fin);
@@ -65,11 +67,8 @@ static void fwd_run(const prob *p, int reverse, camdelta_precision prec, float *
   for (int i = 0; i < 8; i++) clReleaseMemObject(all[i]);
 }
 
-static void test_forward(void **state) {
-  (void)state;
-  static const size_t shapes[][5] = {{1, 2, 24, 3, 37}, {2, 1, 40, 2, 100}, {1, 1, 72, 3, 300},
-                                     {1, 2, 112, 2, 129}, {1, 1, 128, 2, 70}, {1, 1, 8, 4, 45}};
-  for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+static void forward_cases(const size_t (*shapes)[5], size_t n) {
+  for (size_t i = 0; i < n; i++) {
     prob p;
     prob_make(&p, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], shapes[i][4], 900 + i);
     const int reverse = (int)(i % 2);
@@ -103,6 +102,13 @@ static void test_forward(void **state) {
   }
 }
 
+static void test_forward(void **state) {
+  (void)state;
+  static const size_t shapes[][5] = {{1, 2, 24, 3, 37}, {2, 1, 40, 2, 100}, {1, 1, 72, 3, 300},
+                                     {1, 2, 112, 2, 129}, {1, 1, 128, 2, 70}, {1, 1, 8, 4, 45}};
+  forward_cases(shapes, sizeof shapes / sizeof *shapes);
+}
+
 /* Backward recomputing the states, with init_state and grad_final_state; worst relative error over the grads. */
 static double bwd_case(const prob *p, int reverse, camdelta_precision prec, double *const ref[6], float *keep) {
   cl_mem in[8];
@@ -119,7 +125,7 @@ static double bwd_case(const prob *p, int reverse, camdelta_precision prec, doub
   a.init_state.mem = in[5], a.grad_out.mem = in[6], a.grad_final_state.mem = in[7];
   a.dq.mem = out[0], a.dk.mem = out[1], a.dv.mem = out[2], a.dbeta.mem = out[3], a.ddecay.mem = out[4];
   a.dinit_state.mem = out[5];
-  TU_OK(camdelta_scan_backward(tu_context(), &a, NULL));
+  TU_OK(camdelta_scan_backward(ctx(), &a, NULL));
   double worst = 0;
   size_t at = 0;
   for (int i = 0; i < 6; i++) {
@@ -136,10 +142,8 @@ static double bwd_case(const prob *p, int reverse, camdelta_precision prec, doub
   return worst;
 }
 
-static void test_backward(void **state) {
-  (void)state;
-  static const size_t shapes[][5] = {{1, 2, 24, 3, 37}, {1, 1, 72, 3, 100}, {1, 2, 112, 2, 129}, {1, 1, 40, 2, 70}};
-  for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+static void backward_cases(const size_t (*shapes)[5], size_t n) {
+  for (size_t i = 0; i < n; i++) {
     prob p;
     prob_make(&p, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], shapes[i][4], 950 + i);
     const int reverse = (int)(i % 2);
@@ -170,6 +174,39 @@ static void test_backward(void **state) {
     for (int j = 0; j < 8; j++) free(in[j]);
     prob_free(&p);
   }
+}
+
+static void test_backward(void **state) {
+  (void)state;
+  static const size_t shapes[][5] = {{1, 2, 24, 3, 37}, {1, 1, 72, 3, 100}, {1, 2, 112, 2, 129}, {1, 1, 40, 2, 70}};
+  backward_cases(shapes, sizeof shapes / sizeof *shapes);
+}
+
+/* Where the device has no tensor-core path, the same kernels with the mma emulated through local memory
+ * (CAMDELTA_TC=emulate on a second context sharing the queue): their indexing, tails and host side checked in CI.
+ * Small shapes, the emulation is slow. */
+static void test_emulated(void **state) {
+  (void)state;
+  if (cd_tc_available(tu_context())) return; /* the real path ran above */
+  camdelta_context *emu = NULL;
+  TU_OK(camdelta_context_create_from_queue(&emu, camdelta_context_cl_context(tu_context()),
+                                           camdelta_context_queue(tu_context())));
+  setenv("CAMDELTA_TC", "emulate", 1);
+  assert_true(cd_tc_available(emu));
+  unsetenv("CAMDELTA_TC");
+  assert_true(cd_tc_emulated(emu));
+  g_ctx = emu;
+  camdelta_scan_args a = {0};
+  a.B = 1, a.H = 1, a.D = 24, a.F = 2, a.S = 37, a.algorithm = CAMDELTA_SCAN_CHUNKWISE;
+  char plan[1024];
+  TU_OK(camdelta_scan_plan_describe(emu, &a, plan, sizeof plan));
+  assert_non_null(strstr(plan, "split-TF32"));
+  static const size_t fs[][5] = {{1, 1, 24, 2, 37}, {1, 1, 40, 3, 21}};
+  forward_cases(fs, 2);
+  static const size_t bs[][5] = {{1, 1, 24, 2, 37}, {1, 1, 16, 3, 9}};
+  backward_cases(bs, 2);
+  g_ctx = NULL;
+  camdelta_context_destroy(emu);
 }
 
 /* The plan names the path: tensor cores where the feature test passed, else FMA with the tf32 fallback said. */
@@ -249,6 +286,7 @@ int main(void) {
       cmocka_unit_test(test_bad_precision),
       cmocka_unit_test(test_forward),
       cmocka_unit_test(test_backward),
+      cmocka_unit_test(test_emulated),
   };
   return cmocka_run_group_tests(tests, NULL, report);
 }

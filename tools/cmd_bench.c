@@ -388,6 +388,15 @@ int cmd_bench(int argc, char **argv) {
       cJSON_AddNumberToObject(jo, "flops", flops);
       cJSON_AddNumberToObject(jo, "gbs", gbs);
       cJSON_AddNumberToObject(jo, "tflops", tf);
+      if (op->kind == OP_SCAN) { /* which kernels and arithmetic ran */
+        camdelta_scan_args sa;
+        memset(&sa, 0, sizeof sa);
+        sa.B = b.B, sa.H = b.H, sa.D = b.D, sa.F = b.F, sa.S = b.S, sa.reverse = op->reverse;
+        sa.algorithm = op->alg, sa.precision = prec;
+        char plan[1024];
+        if (camdelta_scan_plan_describe(ctx, &sa, plan, sizeof plan) == CAMDELTA_OK)
+          cJSON_AddStringToObject(jo, "plan", plan);
+      }
       free(ms);
     }
     camdelta_prep_saved_destroy(o.psaved);

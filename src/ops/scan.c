@@ -555,7 +555,7 @@ static camdelta_status run_chunkwise(camdelta_context *ctx, const scan_job *j, c
     cd_arg_i32(&a, 1);
     cd_arg_i32(&a, 1);
     if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_gram_tc: setting arguments");
-    const size_t w = cd_tc_wg(&tc->g), lws[2] = {w, 1}, gws[2] = {w * j->BHF, (size_t)nr * 2 * ncol};
+    const size_t w = cd_tc_wg(&tc->g), lws[2] = {w, 1}, gws[2] = {w * nr * 2 * ncol, j->BHF};
     if (!st) st = cd_enqueue(ctx, tc->gram, 2, gws, lws, l, "cd_gram_tc (phase A)");
   } else if (!st) {
     cd_args a = {ka, 0, CL_SUCCESS};
@@ -603,12 +603,12 @@ static camdelta_status run_chunkwise(camdelta_context *ctx, const scan_job *j, c
     cd_arg_u64(&a, j->N);
     cd_arg_u32(&a, (uint32_t)p->S);
     cd_arg_u32(&a, (uint32_t)p->F);
-    cd_arg_u32(&a, ns);
+    cd_arg_u32(&a, nr);
     cd_arg_i32(&a, 1);
     cd_arg_i32(&a, 0);
     cd_arg_i32(&a, 0);
     if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_apply_tc: setting arguments");
-    const size_t w = cd_tc_wg(&tc->a), lws[2] = {w, 1}, gws[2] = {w * j->BHF, (size_t)nr * ns};
+    const size_t w = cd_tc_wg(&tc->a), lws[2] = {w, 1}, gws[2] = {w * nr * ns, j->BHF};
     if (!st) st = cd_enqueue(ctx, tc->apply, 2, gws, lws, l, "cd_apply_tc (phase C)");
   } else if (!st) {
     cd_args a = {kc, 0, CL_SUCCESS};
@@ -697,7 +697,7 @@ camdelta_status cd_scan_warm(camdelta_context *ctx, size_t BH, size_t D, size_t 
   }
   for (int prec = CAMDELTA_PRECISION_EXACT; prec <= CAMDELTA_PRECISION_TF32 && !st; prec++) {
     cd_tc_set tc;
-    st = cd_tc_build(ctx, D, (camdelta_precision)prec, &tc);
+    st = cd_tc_build(ctx, D, (camdelta_precision)prec, S % 4 == 0, 0, &tc);
     if (!st) cd_tc_release(&tc);
   }
   return st;
@@ -726,7 +726,9 @@ static camdelta_status plan_forward(camdelta_context *ctx, const camdelta_scan_a
   pl->alg = args->algorithm;
   if (pl->alg == CAMDELTA_SCAN_AUTO) pl->alg = choose_algorithm(&lim, BH, D, args->S);
   if ((st = build_kernels(ctx, &lim, pl->alg, BH, D, args->S, pl->kern, &pl->sc, &pl->cc))) return st;
-  if (pl->alg == CAMDELTA_SCAN_CHUNKWISE && (st = cd_tc_build(ctx, D, args->precision, &pl->tc))) {
+  const size_t offs[5] = {args->q.offset, args->k.offset, args->v.offset, args->beta.offset, args->out.offset};
+  if (pl->alg == CAMDELTA_SCAN_CHUNKWISE &&
+      (st = cd_tc_build(ctx, D, args->precision, cd_tc_vec_ok(args->S, offs, 5), 0, &pl->tc))) {
     plan_release(pl);
     return st;
   }

@@ -190,7 +190,7 @@ camdelta_status cd_scan_backward_warm(camdelta_context *ctx, size_t D) {
   sb_kernels k;
   for (int prec = CAMDELTA_PRECISION_EXACT; prec <= CAMDELTA_PRECISION_TF32; prec++) {
     cd_tc_set tc;
-    if ((st = cd_tc_build(ctx, D, (camdelta_precision)prec, &tc))) return st;
+    if ((st = cd_tc_build(ctx, D, (camdelta_precision)prec, 0, 1, &tc))) return st;
     const int on = tc.on;
     cd_tc_release(&tc);
     if (prec == CAMDELTA_PRECISION_EXACT || !on) {
@@ -279,7 +279,11 @@ camdelta_status camdelta_scan_backward(camdelta_context *ctx, const camdelta_sca
   sb_config cfg = {0, 0, 0, 0, 0, 0, 0, 0};
   sb_kernels k;
   cd_tc_set tc;
-  if ((st = cd_tc_build(ctx, D, args->precision, &tc))) return st;
+  const size_t offs[6] = {args->q.offset,    args->k.offset,  args->v.offset, args->beta.offset,
+                          args->grad_out.offset, args->dq.offset};
+  const size_t offs2[4] = {args->dk.offset, args->dv.offset, 0, 0};
+  const int vec = cd_tc_vec_ok(S, offs, 6) && cd_tc_vec_ok(S, offs2, 4);
+  if ((st = cd_tc_build(ctx, D, args->precision, vec, 1, &tc))) return st;
   if ((st = build_kernels(ctx, D, tc.on, &cfg, &k))) {
     cd_tc_release(&tc);
     return st;
@@ -287,7 +291,7 @@ camdelta_status camdelta_scan_backward(camdelta_context *ctx, const camdelta_sca
   if (getenv("CAMDELTA_SCAN_VERBOSE") && tc.on)
     fprintf(stderr, "camdelta scan backward: tensor cores (%s): grams %s, dq %s\n", tc.split ? "exact" : "tf32",
             tc.gopts, tc.aopts);
-  const size_t ts = cfg.tl * cfg.tpt, ntiles = (S + ts - 1) / ts;
+  const size_t ts = tc.on ? cd_tc_tm(&tc.fr) : cfg.tl * cfg.tpt, ntiles = (S + ts - 1) / ts;
   const size_t BH = B * H, BHF = BH * F, sbytes = BHF * D * D * sizeof(float);
 
   cl_mem scratch[6] = {NULL, NULL, NULL, NULL, NULL, NULL}; /* A W G U Z part */
@@ -339,7 +343,7 @@ camdelta_status camdelta_scan_backward(camdelta_context *ctx, const camdelta_sca
       cd_arg_i32(&a, pass);
       cd_arg_i32(&a, pass);
       if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_gram_tc: setting arguments");
-      const size_t w = cd_tc_wg(&tc.g), lws[2] = {w, 1}, gws[2] = {w * BHF, (size_t)nr * (nc + n1)};
+      const size_t w = cd_tc_wg(&tc.g), lws[2] = {w, 1}, gws[2] = {w * nr * (nc + n1), BHF};
       if (!st) st = cd_enqueue(ctx, tc.gram, 2, gws, lws, &l, pass ? "cd_gram_tc (A, U)" : "cd_gram_tc (W)");
     }
   } else {
@@ -384,7 +388,29 @@ camdelta_status camdelta_scan_backward(camdelta_context *ctx, const camdelta_sca
     if (!st) st = cd_enqueue(ctx, k.chain, 1, &gws, &lws, &l, "cd_scan_bwd_chain");
   }
   /* 3. frames */
-  if (!st) {
+  if (!st && tc.on) {
+    cd_args a = {tc.frames, 0, CL_SUCCESS};
+    cd_arg_buf(&a, args->k);
+    cd_arg_buf(&a, args->v);
+    cd_arg_buf(&a, args->beta);
+    cd_arg_buf(&a, args->decay);
+    cd_arg_buf(&a, bstates);
+    cd_arg_buf(&a, binit);
+    cd_arg_buf(&a, bG);
+    cd_arg_buf(&a, args->dk);
+    cd_arg_buf(&a, args->dv);
+    cd_arg_buf(&a, args->dbeta);
+    cd_arg_buf(&a, bpart);
+    cd_arg_u64(&a, N);
+    cd_arg_u32(&a, (uint32_t)S);
+    cd_arg_u32(&a, (uint32_t)F);
+    cd_arg_u32(&a, (uint32_t)ntiles);
+    cd_arg_i32(&a, reverse);
+    cd_arg_i32(&a, has_init);
+    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_frames_tc: setting arguments");
+    const size_t w = cd_tc_wg(&tc.fr), lws[2] = {w, 1}, gws[2] = {w * ntiles, BHF};
+    if (!st) st = cd_enqueue(ctx, tc.frames, 2, gws, lws, &l, "cd_frames_tc");
+  } else if (!st) {
     cd_args a = {k.frames, 0, CL_SUCCESS};
     cd_arg_buf(&a, args->k);
     cd_arg_buf(&a, args->v);
@@ -421,12 +447,12 @@ camdelta_status camdelta_scan_backward(camdelta_context *ctx, const camdelta_sca
     cd_arg_u64(&a, N);
     cd_arg_u32(&a, (uint32_t)S);
     cd_arg_u32(&a, (uint32_t)F);
-    cd_arg_u32(&a, ns);
+    cd_arg_u32(&a, nr);
     cd_arg_i32(&a, 0);
     cd_arg_i32(&a, reverse);
     cd_arg_i32(&a, has_init);
     if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_apply_tc: setting arguments");
-    const size_t w = cd_tc_wg(&tc.a), lws[2] = {w, 1}, gws[2] = {w * BHF, (size_t)nr * ns};
+    const size_t w = cd_tc_wg(&tc.a), lws[2] = {w, 1}, gws[2] = {w * nr * ns, BHF};
     if (!st) st = cd_enqueue(ctx, tc.apply, 2, gws, lws, &l, "cd_apply_tc (dq)");
   }
   /* 4. ddecay */

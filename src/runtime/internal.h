@@ -73,7 +73,7 @@ struct camdelta_context {
   mtx_t lock; /* guards programs and stats */
   cd_program_entry *programs;
   camdelta_build_stats stats;
-  int tc_state; /* tensor-core feature test (src/tune/tc.c): 0 not run yet, 1 passed, -1 failed or off */
+  int tc_state; /* tensor-core feature test (src/tune/tc.c): 0 not run yet, 1 passed, 2 emulated, -1 off */
 };
 
 /** A built program for kernel source file `source` (e.g. "prep.cl") with

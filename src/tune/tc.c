@@ -11,9 +11,11 @@ static const char PROBE_OPTS[] = "-DCD_PROBE -DCD_MR=1 -DCD_NR=1 -DCD_KC=8 -DCD_
 
 /* Runs cd_tc_probe: C (16 x 8) = A (16 x 8)·B (8 x 8) with operands whose low mantissa bits matter, so that a
  * wrong fragment layout, a missing split or a broken conversion all show. 1: exact to 1e-6. */
-static int run_probe(camdelta_context *ctx) {
+static int run_probe(camdelta_context *ctx, int emulate) {
   cl_kernel k = NULL;
-  if (cd_kernel(ctx, "gemm_tc.cl", PROBE_OPTS, "cd_tc_probe", &k)) return 0;
+  char opts[128];
+  snprintf(opts, sizeof opts, "%s%s", PROBE_OPTS, emulate ? " -DCD_TC_EMULATE=1" : "");
+  if (cd_kernel(ctx, "gemm_tc.cl", opts, "cd_tc_probe", &k)) return 0;
   float a[128], b[64], c[128];
   for (int e = 0; e < 128; e++) a[e] = (float)(((e * 37) % 17) - 8) / 8.0f + (float)e * 0x1p-17f;
   for (int e = 0; e < 64; e++) b[e] = (float)(((e * 23) % 13) - 6) / 4.0f - (float)e * 0x1p-18f;
@@ -49,11 +51,16 @@ static int run_probe(camdelta_context *ctx) {
   return ok;
 }
 
+int cd_tc_emulated(const camdelta_context *ctx) { return ctx->tc_state == 2; }
+
 int cd_tc_available(camdelta_context *ctx) {
   if (ctx->tc_state) return ctx->tc_state > 0;
   int ok = 0;
   const char *env = getenv("CAMDELTA_TC");
-  if (ctx->info.nvidia_ptx && !(env && strcmp(env, "0") == 0)) {
+  if (env && strcmp(env, "emulate") == 0) {
+    ok = run_probe(ctx, 1) ? 2 : 0;
+    cd_clear_error();
+  } else if (ctx->info.nvidia_ptx && !(env && strcmp(env, "0") == 0)) {
     /* the recorded result of an earlier test on this device, driver and library */
     const char *src = NULL;
     size_t len = 0;
@@ -66,7 +73,7 @@ int cd_tc_available(camdelta_context *ctx) {
       if (rec && blen == 1 && (rec[0] == '0' || rec[0] == '1')) known = 1, ok = rec[0] == '1';
       free(rec);
       if (!known) {
-        ok = run_probe(ctx);
+        ok = run_probe(ctx, 0);
         const unsigned char r = ok ? '1' : '0';
         cd_cache_store(key, &r, 1, ctx->info.device_name);
       }
@@ -75,7 +82,7 @@ int cd_tc_available(camdelta_context *ctx) {
     cd_clear_error(); /* a failed probe build is an answer, not an error of the caller's call */
   }
   mtx_lock(&ctx->lock);
-  ctx->tc_state = ok ? 1 : -1;
+  ctx->tc_state = ok ? ok : -1;
   mtx_unlock(&ctx->lock);
   return ok;
 }
@@ -103,28 +110,48 @@ cd_tc_tiles cd_tc_apply_tiles(size_t D) {
   return t;
 }
 
-void cd_tc_options(char *buf, size_t size, const char *family, size_t D, int split, const cd_tc_tiles *t) {
-  snprintf(buf, size, "-D%s -DCD_D=%zu -DCD_SPLIT=%d -DCD_WM=%u -DCD_WN=%u -DCD_MR=%u -DCD_NR=%u -DCD_KC=%u", family,
-           D, split ? 1 : 0, t->wm, t->wn, t->mr, t->nr, t->kc);
+cd_tc_tiles cd_tc_frames_tiles(size_t D) {
+  cd_tc_tiles t = {2, 2, 1, 1, 16};
+  if (D <= 8) t.wn = 1;
+  t.nr = (unsigned)((D + 8 * t.wn - 1) / (8 * t.wn));
+  t.kc = D % 16 == 0 ? 16 : 8;
+  return t;
+}
+
+void cd_tc_options(char *buf, size_t size, const char *family, size_t D, int split, int vec, const cd_tc_tiles *t) {
+  snprintf(buf, size,
+           "-D%s -DCD_D=%zu -DCD_SPLIT=%d -DCD_VEC=%d -DCD_WM=%u -DCD_WN=%u -DCD_MR=%u -DCD_NR=%u -DCD_KC=%u", family, D,
+           split ? 1 : 0, vec ? 1 : 0, t->wm, t->wn, t->mr, t->nr, t->kc);
 }
 
 void cd_tc_release(cd_tc_set *t) {
   if (t->gram) clReleaseKernel(t->gram);
   if (t->apply) clReleaseKernel(t->apply);
-  t->gram = t->apply = NULL;
+  if (t->frames) clReleaseKernel(t->frames);
+  t->gram = t->apply = t->frames = NULL;
 }
 
 /* Tensor-core kernels for head dim D (exact: split-TF32; tf32: one product), or t->on = 0 without them. */
-camdelta_status cd_tc_build(camdelta_context *ctx, size_t D, camdelta_precision prec, cd_tc_set *t) {
+camdelta_status cd_tc_build(camdelta_context *ctx, size_t D, camdelta_precision prec, int vec, int with_frames,
+                            cd_tc_set *t) {
   memset(t, 0, sizeof *t);
   if (!cd_tc_available(ctx)) return CAMDELTA_OK;
   t->split = prec != CAMDELTA_PRECISION_TF32;
   t->g = cd_tc_gram_tiles(D);
   t->a = cd_tc_apply_tiles(D);
-  cd_tc_options(t->gopts, sizeof t->gopts, "CD_GRAM", D, t->split, &t->g);
-  cd_tc_options(t->aopts, sizeof t->aopts, "CD_APPLY", D, t->split, &t->a);
+  t->vec = vec != 0;
+  cd_tc_options(t->gopts, sizeof t->gopts, "CD_GRAM", D, t->split, t->vec, &t->g);
+  cd_tc_options(t->aopts, sizeof t->aopts, "CD_APPLY", D, t->split, t->vec, &t->a);
+  t->fr = cd_tc_frames_tiles(D);
+  cd_tc_options(t->fopts, sizeof t->fopts, "CD_FRAMES", D, t->split, t->vec, &t->fr);
+  if (cd_tc_emulated(ctx)) {
+    strncat(t->gopts, " -DCD_TC_EMULATE=1", sizeof t->gopts - strlen(t->gopts) - 1);
+    strncat(t->aopts, " -DCD_TC_EMULATE=1", sizeof t->aopts - strlen(t->aopts) - 1);
+    strncat(t->fopts, " -DCD_TC_EMULATE=1", sizeof t->fopts - strlen(t->fopts) - 1);
+  }
   camdelta_status st = cd_kernel(ctx, "gemm_tc.cl", t->gopts, "cd_gram_tc", &t->gram);
   if (!st) st = cd_kernel(ctx, "gemm_tc.cl", t->aopts, "cd_apply_tc", &t->apply);
+  if (!st && with_frames) st = cd_kernel(ctx, "gemm_tc.cl", t->fopts, "cd_frames_tc", &t->frames);
   if (st) {
     cd_tc_release(t);
     return st;
@@ -133,3 +160,10 @@ camdelta_status cd_tc_build(camdelta_context *ctx, size_t D, camdelta_precision 
   return CAMDELTA_OK;
 }
 
+
+int cd_tc_vec_ok(size_t S, const size_t *offsets, int n) {
+  if (S % 4) return 0;
+  for (int i = 0; i < n; i++)
+    if (offsets[i] % 4) return 0;
+  return 1;
+}

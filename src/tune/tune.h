@@ -15,28 +15,37 @@ typedef struct cd_tc_tiles {
 /** 1 when the tensor-core path can run on the context's device: an NVIDIA OpenCL device on which the feature
  *  test (a compiled cd_tc_probe program giving the exact split-TF32 product) passed. Run once per context; the
  *  result is also kept in the binary cache folder, keyed like the programs (device, driver, library version,
- *  source), so later processes skip the test. CAMDELTA_TC=0 turns the path off (read at the first test). */
+ *  source), so later processes skip the test. CAMDELTA_TC=0 turns the path off, CAMDELTA_TC=emulate turns it on
+ *  emulated (read at the first test of a context). */
 int cd_tc_available(camdelta_context *ctx);
+/** 1 when the path runs emulated (CAMDELTA_TC=emulate: the same kernels with the mma done through local
+ *  memory, on any device; for tests). */
+int cd_tc_emulated(const camdelta_context *ctx);
 
 /** Default tiles for the gram (reduction over a frame's tokens, D x D outputs) and apply (reduction over D,
  *  D x tokens outputs) kernels. */
 cd_tc_tiles cd_tc_gram_tiles(size_t D);
 cd_tc_tiles cd_tc_apply_tiles(size_t D);
+/** Tiles of the backward's frames kernel: 16·wm·mr tokens per work-group, 8·wn·nr >= D columns, kc | D. */
+cd_tc_tiles cd_tc_frames_tiles(size_t D);
 
 /** Build options for a tensor-core kernel family ("CD_GRAM" or "CD_APPLY") with these tiles and precision
- *  (split = 1 exact, 0 tf32). */
-void cd_tc_options(char *buf, size_t size, const char *family, size_t D, int split, const cd_tc_tiles *t);
+ *  (split = 1 exact, 0 tf32); vec = 1 when every token row the kernels touch starts on 16 bytes. */
+void cd_tc_options(char *buf, size_t size, const char *family, size_t D, int split, int vec, const cd_tc_tiles *t);
 
 /** The tensor-core kernels a call uses (gram and apply, one precision), or on = 0 without the path. */
 typedef struct cd_tc_set {
-  int on, split;
-  cd_tc_tiles g, a;
-  cl_kernel gram, apply;
-  char gopts[160], aopts[160];
+  int on, split, vec;
+  cd_tc_tiles g, a, fr; /* gram, apply, frames (backward only) */
+  cl_kernel gram, apply, frames;
+  char gopts[192], aopts[192], fopts[192];
 } cd_tc_set;
 /** Builds (or loads) the set for head dim D: exact = split-TF32, tf32 = one product; on = 0 (and success)
  *  when the device has no tensor-core path. */
-camdelta_status cd_tc_build(camdelta_context *ctx, size_t D, camdelta_precision prec, cd_tc_set *t);
+camdelta_status cd_tc_build(camdelta_context *ctx, size_t D, camdelta_precision prec, int vec, int with_frames,
+                            cd_tc_set *t);
+/** 1 when S and every element offset are multiples of 4 (16-byte token rows for CD_VEC). */
+int cd_tc_vec_ok(size_t S, const size_t *offsets, int n);
 void cd_tc_release(cd_tc_set *t);
 
 /** Work-group size and tile extents. */
