@@ -32,13 +32,6 @@
 
 #define CD_CEIL(a, b) (((a) + (b) - 1) / (b))
 
-#ifdef CD_PROBE
-/* A trivial kernel for querying the device's preferred work-group multiple before choosing tiles. */
-__kernel void cd_scan_probe(__global float *x) {
-  if (x) x[get_global_id(0)] = 0.0f;
-}
-#else
-
 #ifndef CD_D
 #error "CD_D (head dim) must be given as a build option"
 #endif
@@ -165,6 +158,9 @@ __kernel __attribute__((reqd_work_group_size(B_W, 1, 1))) void cd_scan_phase_b(
   }
 
   float m[CD_B_RM][CD_B_RN];
+  /* As' padding rows D .. B_TM−1 are read by the register blocks (their results are never stored): zero once,
+   * the per-chunk loads below only write rows < D */
+  for (uint e = lid; e < CD_B_KC * B_LDA; e += B_W) As[e] = 0.0f;
   B_LOAD(init, init_off + sbase, has_init);
   barrier(CLK_LOCAL_MEM_FENCE);
   #pragma unroll
@@ -306,5 +302,3 @@ __kernel __attribute__((reqd_work_group_size(C_W, 1, 1))) void cd_scan_phase_c(
   }
 }
 #endif /* CD_C_WR */
-
-#endif /* CD_PROBE */

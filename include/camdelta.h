@@ -269,6 +269,24 @@ CAMDELTA_API camdelta_status camdelta_scan_saved_states(const camdelta_scan_save
 CAMDELTA_API camdelta_status camdelta_scan_forward(camdelta_context *ctx, const camdelta_scan_args *args,
                                                    camdelta_scan_saved *saved);
 
+/** Tile parameters of the scan's tensor-core kernel families on this context (CLBlast's OverrideParameters
+ *  as the model): family "gram" (phase A; the backward's W, A, U), "apply" (phase C; the backward's dq) or
+ *  "frames" (the backward's per-token kernel); params "WM=2,WN=2,MR=2,NR=4,KC=32" (warps along rows and
+ *  columns, 16-row and 8-column mma tiles per warp, reduction chunk), keys not given keep their default;
+ *  NULL or "" restores the defaults (the device table, a `camdelta tune --save` entry, or the heuristics).
+ *  Later calls plan with them; camdelta_scan_plan_describe shows them. Checked against each kernel's
+ *  constraints and the device's limits when a call builds its kernels. */
+CAMDELTA_API camdelta_status camdelta_tune_set(camdelta_context *ctx, const char *family, const char *params);
+/** The tiles `family` uses on this context for head dim D, as "WM=.. WN=.. MR=.. NR=.. KC=.." plus where they
+ *  come from (override, saved, table or heuristic). */
+CAMDELTA_API camdelta_status camdelta_tune_get(camdelta_context *ctx, const char *family, size_t D, char *buf,
+                                               size_t size);
+
+/** Stores the tiles the three families use now for head dim D (overrides included) as this device's entry for
+ *  D in the cache folder (`camdelta tune --save`); contexts created afterwards pick it up. *path (optional)
+ *  receives the file's name. */
+CAMDELTA_API camdelta_status camdelta_tune_save(camdelta_context *ctx, size_t D, char *path, size_t path_size);
+
 /** What camdelta_scan_forward would run for `args` (only the shape, direction, algorithm and precision
  *  fields are read; buffers may be absent): one line naming the algorithm, each kernel with its path
  *  (fma or tensor-core exact/tf32) and tiles, e.g. "chunkwise; precision exact (tensor cores); phase_a

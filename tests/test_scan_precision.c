@@ -182,6 +182,54 @@ static void test_backward(void **state) {
   backward_cases(shapes, sizeof shapes / sizeof *shapes);
 }
 
+/* The override API (camdelta_tune_set/get) changes what runs, as the plan shows, and the results stay exact;
+ * tiles breaking a constraint fail at the call with a message; NULL restores the defaults. */
+static void override_checks(camdelta_context *c) {
+  camdelta_scan_args a = {0};
+  a.B = 1, a.H = 1, a.D = 24, a.F = 2, a.S = 37, a.algorithm = CAMDELTA_SCAN_CHUNKWISE;
+  char before[1024], after[1024], got[160];
+  TU_OK(camdelta_scan_plan_describe(c, &a, before, sizeof before));
+  TU_OK(camdelta_tune_set(c, "gram", "WM=1,WN=2,MR=2,NR=2,KC=16"));
+  TU_OK(camdelta_tune_set(c, "apply", "KC=8,NR=2"));
+  TU_OK(camdelta_scan_plan_describe(c, &a, after, sizeof after));
+  printf("plan with overrides: %s\n", after);
+  assert_non_null(strstr(after, "phase_a gram_tc WM=1 WN=2 MR=2 NR=2 KC=16"));
+  assert_non_null(strstr(after, "NR=2 KC=8"));
+  assert_string_not_equal(before, after);
+  TU_OK(camdelta_tune_get(c, "gram", 24, got, sizeof got));
+  assert_string_equal(got, "WM=1 WN=2 MR=2 NR=2 KC=16 (override)");
+  static const size_t fs[][5] = {{1, 1, 24, 2, 37}};
+  forward_cases(fs, 1); /* still exact with the other tiles */
+  /* frames: KC must divide D */
+  TU_OK(camdelta_tune_set(c, "frames", "KC=16"));
+  camdelta_scan_backward_args b;
+  memset(&b, 0, sizeof b);
+  prob p;
+  prob_make(&p, 1, 1, 24, 2, 9, 991);
+  cl_mem q = tu_upload(p.q, p.tok * 4), bt = tu_upload(p.beta, p.gates * 4), dc = tu_upload(p.decay, p.bhf * 4);
+  cl_mem o[5] = {tu_buffer(p.tok * 4), tu_buffer(p.tok * 4), tu_buffer(p.tok * 4), tu_buffer(p.gates * 4),
+                 tu_buffer(p.bhf * 4)};
+  b.B = 1, b.H = 1, b.D = 24, b.F = 2, b.S = 9;
+  b.q.mem = q, b.k.mem = q, b.v.mem = q, b.beta.mem = bt, b.decay.mem = dc, b.grad_out.mem = q;
+  b.dq.mem = o[0], b.dk.mem = o[1], b.dv.mem = o[2], b.dbeta.mem = o[3], b.ddecay.mem = o[4];
+  assert_int_equal(camdelta_scan_backward(c, &b, NULL), CAMDELTA_ERROR_UNSUPPORTED);
+  assert_non_null(strstr(camdelta_last_message(), "KC must divide D"));
+  TU_OK(camdelta_tune_set(c, "frames", NULL));
+  TU_OK(camdelta_scan_backward(c, &b, NULL));
+  clReleaseMemObject(q), clReleaseMemObject(bt), clReleaseMemObject(dc);
+  for (int i = 0; i < 5; i++) clReleaseMemObject(o[i]);
+  prob_free(&p);
+  /* bad input */
+  assert_int_equal(camdelta_tune_set(c, "phase_x", "WM=1"), CAMDELTA_ERROR_INVALID_ARGUMENT);
+  assert_int_equal(camdelta_tune_set(c, "gram", "XX=1"), CAMDELTA_ERROR_INVALID_ARGUMENT);
+  assert_non_null(strstr(camdelta_last_message(), "unknown key 'XX'"));
+  /* defaults back */
+  TU_OK(camdelta_tune_set(c, "gram", NULL));
+  TU_OK(camdelta_tune_set(c, "apply", ""));
+  TU_OK(camdelta_scan_plan_describe(c, &a, after, sizeof after));
+  assert_string_equal(before, after);
+}
+
 /* Where the device has no tensor-core path, the same kernels with the mma emulated through local memory
  * (CAMDELTA_TC=emulate on a second context sharing the queue): their indexing, tails and host side checked in CI.
  * Small shapes, the emulation is slow. */
@@ -205,6 +253,7 @@ static void test_emulated(void **state) {
   forward_cases(fs, 2);
   static const size_t bs[][5] = {{1, 1, 24, 2, 37}, {1, 1, 16, 3, 9}};
   backward_cases(bs, 2);
+  override_checks(emu);
   g_ctx = NULL;
   camdelta_context_destroy(emu);
 }
@@ -229,6 +278,7 @@ static void test_plan(void **state) {
     assert_non_null(strstr(tf32, "tf32 requested, no tensor-core path"));
     assert_non_null(strstr(tf32, "phase_c fma"));
   }
+  if (has_tc()) override_checks(tu_context());
   a.algorithm = CAMDELTA_SCAN_SEQUENTIAL;
   TU_OK(camdelta_scan_plan_describe(tu_context(), &a, exact, sizeof exact));
   assert_non_null(strstr(exact, "sequential; precision exact (fma"));

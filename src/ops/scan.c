@@ -9,7 +9,7 @@
  *
  * Tiles come from the device, never from constants for one GPU:
  *  - the work-group size W is a power of two, at least the kernel's preferred work-group multiple
- *    (queried on a probe kernel) and at most 256 and the device's/kernel's limit;
+ *    (from the device facts read at context creation, see device_limits()) and at most 256 and the device's/kernel's limit;
  *  - every work-group output tile is spread over its W items as (WR x WC) items owning (RM x RN)
  *    register blocks, chosen by pick_layout() to minimise padding and local-memory reads per FMA while
  *    keeping >= 8 consecutive items (a 32-byte sector) along the contiguous dimension of global stores;
@@ -120,14 +120,15 @@ typedef struct layout {
 
 static unsigned ceil_div(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
 static unsigned round8(size_t a) { return (unsigned)((a + 7) / 8 * 8); }
+/* Powers of two around x, capped at 2^31 (so that S up to 2^32 − 1 cannot loop forever or wrap). */
 static unsigned pow2_floor(size_t x) {
   unsigned p = 1;
-  while ((size_t)p * 2 <= x) p *= 2;
+  while (p < (1u << 31) && (size_t)p * 2 <= x) p *= 2;
   return p;
 }
 static unsigned pow2_ceil(size_t x) {
   unsigned p = 1;
-  while (p < x) p *= 2;
+  while (p < (1u << 31) && p < x) p *= 2;
   return p;
 }
 
@@ -159,14 +160,17 @@ typedef struct dev_limits {
   int gpu;
 } dev_limits;
 
+/* From the device facts the context read once (no kernel is compiled or queried here): the preferred
+ * work-group multiple is the SIMD width, 64 on AMD GPUs (wave64), 32 elsewhere (NVIDIA warps; CPUs and
+ * Intel GPUs prefer less, and 32 items per group suits them too). Each compiled kernel's own limit is
+ * still checked in build_kernels(). */
 static camdelta_status device_limits(camdelta_context *ctx, dev_limits *lim) {
-  cl_kernel probe;
-  camdelta_status st = cd_kernel(ctx, "scan_chunkwise.cl", "-DCD_PROBE", "cd_scan_probe", &probe);
-  if (st) return st;
-  size_t pm = cd_preferred_multiple(ctx, probe), kmax = cd_kernel_max_wg(ctx, probe);
-  clReleaseKernel(probe);
+  const int amd = strstr(ctx->info.device_vendor, "Advanced Micro Devices") != NULL ||
+                  strstr(ctx->info.device_vendor, "AMD") != NULL;
+  const int gpu = (ctx->info.type & CL_DEVICE_TYPE_GPU) != 0;
+  const size_t pm = amd && gpu ? 64 : 32;
   size_t dmax = ctx->info.max_work_group_size ? ctx->info.max_work_group_size : 1;
-  if (kmax > dmax) kmax = dmax;
+  const size_t kmax = dmax;
   lim->dev_wg = dmax;
   lim->max_wg = pow2_floor(kmax < 256 ? kmax : 256);
   lim->min_wg = pow2_ceil(pm < 32 ? 32 : pm);
@@ -193,7 +197,7 @@ static unsigned wg_for(const dev_limits *lim, size_t outputs, size_t per_item, u
  * kernels built for a CPU depend on D and the token bucket only (PoCL compiles each variant for seconds). */
 static unsigned value_blocks(const dev_limits *lim, size_t BH, size_t D, size_t min_j) {
   if (!lim->gpu) return 1;
-  size_t want = (lim->cus + BH - 1) / BH, most = D / min_j ? D / min_j : 1;
+  size_t want = BH >= lim->cus ? 1 : (lim->cus + BH - 1) / BH, most = D / min_j ? D / min_j : 1;
   if (want > most) want = most;
   if (want < 1) want = 1;
   return ceil_div(D, round8(ceil_div(D, want)));
@@ -201,7 +205,7 @@ static unsigned value_blocks(const dev_limits *lim, size_t BH, size_t D, size_t 
 
 /* Tokens per tile: a power of two >= S in [8, most] on GPUs; on CPUs 8 for S <= 8, else `most`. */
 static unsigned token_tile(const dev_limits *lim, size_t S, unsigned most) {
-  if (!lim->gpu) return S <= 8 ? 8 : most;
+  if (!lim->gpu || S >= most) return S <= 8 ? 8 : most;
   unsigned t = pow2_ceil(S < 8 ? 8 : S);
   return t > most ? most : t;
 }
@@ -686,6 +690,8 @@ static camdelta_status build_kernels(camdelta_context *ctx, const dev_limits *li
 }
 
 camdelta_status cd_scan_warm(camdelta_context *ctx, size_t BH, size_t D, size_t S) {
+  if (S > UINT32_MAX)
+    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "camdelta_warm_shape: S=%zu exceeds the scan's limit 2^32-1", S);
   dev_limits lim;
   camdelta_status st = device_limits(ctx, &lim);
   for (int alg = CAMDELTA_SCAN_SEQUENTIAL; alg <= CAMDELTA_SCAN_CHUNKWISE && !st; alg++) {

@@ -188,15 +188,17 @@ camdelta_status cd_scan_backward_warm(camdelta_context *ctx, size_t D) {
   if (st) return st;
   sb_config cfg;
   sb_kernels k;
-  for (int prec = CAMDELTA_PRECISION_EXACT; prec <= CAMDELTA_PRECISION_TF32; prec++) {
+  /* both precisions, with and without 16-byte token rows (S % 4 == 0 and aligned offsets) */
+  for (int v = 0; v < 4; v++) {
     cd_tc_set tc;
-    if ((st = cd_tc_build(ctx, D, (camdelta_precision)prec, 0, 1, &tc))) return st;
+    if ((st = cd_tc_build(ctx, D, (camdelta_precision)(v & 1), v >> 1, 1, &tc))) return st;
     const int on = tc.on;
     cd_tc_release(&tc);
-    if (prec == CAMDELTA_PRECISION_EXACT || !on) {
+    if (v == 0 || !on) {
       if ((st = build_kernels(ctx, D, on, &cfg, &k))) return st;
       release_kernels(&k);
     }
+    if (!on) break;
   }
   return CAMDELTA_OK;
 }

@@ -94,8 +94,11 @@ static void rows_for(size_t D, unsigned *w, unsigned *r) {
   else *w = 2, *r = 2;
 }
 
+/* Heuristics, from the H200 sweep at D=112 (`camdelta tune`, docs/performance.md): the gram is register-bound
+ * (255 registers, spills at KC=32), so it stages 16 tokens per step; the frames kernel does best with one warp
+ * per 16 tokens covering every column (WN=1). cd_tc_safe_tiles() is the fallback where these do not fit. */
 cd_tc_tiles cd_tc_gram_tiles(size_t D) {
-  cd_tc_tiles t = {2, 2, 2, 4, 32};
+  cd_tc_tiles t = {2, 2, 2, 4, 16};
   rows_for(D, &t.wm, &t.mr);
   const unsigned t8 = (unsigned)((D + 7) / 8);
   if (t8 <= 4) t.wn = 1, t.nr = t8;
@@ -111,10 +114,21 @@ cd_tc_tiles cd_tc_apply_tiles(size_t D) {
 }
 
 cd_tc_tiles cd_tc_frames_tiles(size_t D) {
-  cd_tc_tiles t = {2, 2, 1, 1, 16};
-  if (D <= 8) t.wn = 1;
-  t.nr = (unsigned)((D + 8 * t.wn - 1) / (8 * t.wn));
+  cd_tc_tiles t = {4, 1, 1, 1, 16};
+  t.nr = (unsigned)((D + 7) / 8);
+  if (t.nr > 16) t.wn = 2, t.nr = (t.nr + 1) / 2;
   t.kc = D % 16 == 0 ? 16 : 8;
+  return t;
+}
+
+cd_tc_tiles cd_tc_safe_tiles(int family, size_t D) {
+  cd_tc_tiles t = family == CD_TC_GRAM ? cd_tc_gram_tiles(D) : cd_tc_apply_tiles(D);
+  if (family == CD_TC_GRAM) t.kc = 8;
+  if (family == CD_TC_FRAMES) {
+    t = (cd_tc_tiles){2, 1, 1, 1, 8};
+    if (D > 8) t.wn = 2;
+    t.nr = (unsigned)((D + 8 * t.wn - 1) / (8 * t.wn));
+  }
   return t;
 }
 
@@ -137,19 +151,32 @@ camdelta_status cd_tc_build(camdelta_context *ctx, size_t D, camdelta_precision 
   memset(t, 0, sizeof *t);
   if (!cd_tc_available(ctx)) return CAMDELTA_OK;
   t->split = prec != CAMDELTA_PRECISION_TF32;
-  t->g = cd_tc_gram_tiles(D);
-  t->a = cd_tc_apply_tiles(D);
+  cd_tc_tiles *const tiles[CD_TC_FAMILIES] = {&t->g, &t->a, &t->fr};
+  camdelta_status st = CAMDELTA_OK;
+  for (int f = 0; f < CD_TC_FAMILIES && !st; f++) {
+    const char *from;
+    if ((st = cd_tc_resolve(ctx, f, D, tiles[f], &from))) break;
+    if (f == CD_TC_FRAMES && !with_frames) break;
+    st = cd_tc_check(ctx, f, D, tiles[f]);
+    /* a table or saved entry (or a preferred heuristic) that does not fit this D or device: the safe heuristic;
+     * an override that does not fit fails */
+    if (st && strcmp(from, "override") != 0) {
+      cd_clear_error();
+      *tiles[f] = cd_tc_safe_tiles(f, D);
+      st = cd_tc_check(ctx, f, D, tiles[f]);
+    }
+  }
+  if (st) return st;
   t->vec = vec != 0;
   cd_tc_options(t->gopts, sizeof t->gopts, "CD_GRAM", D, t->split, t->vec, &t->g);
   cd_tc_options(t->aopts, sizeof t->aopts, "CD_APPLY", D, t->split, t->vec, &t->a);
-  t->fr = cd_tc_frames_tiles(D);
   cd_tc_options(t->fopts, sizeof t->fopts, "CD_FRAMES", D, t->split, t->vec, &t->fr);
   if (cd_tc_emulated(ctx)) {
     strncat(t->gopts, " -DCD_TC_EMULATE=1", sizeof t->gopts - strlen(t->gopts) - 1);
     strncat(t->aopts, " -DCD_TC_EMULATE=1", sizeof t->aopts - strlen(t->aopts) - 1);
     strncat(t->fopts, " -DCD_TC_EMULATE=1", sizeof t->fopts - strlen(t->fopts) - 1);
   }
-  camdelta_status st = cd_kernel(ctx, "gemm_tc.cl", t->gopts, "cd_gram_tc", &t->gram);
+  st = cd_kernel(ctx, "gemm_tc.cl", t->gopts, "cd_gram_tc", &t->gram);
   if (!st) st = cd_kernel(ctx, "gemm_tc.cl", t->aopts, "cd_apply_tc", &t->apply);
   if (!st && with_frames) st = cd_kernel(ctx, "gemm_tc.cl", t->fopts, "cd_frames_tc", &t->frames);
   if (st) {

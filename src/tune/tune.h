@@ -28,6 +28,9 @@ cd_tc_tiles cd_tc_gram_tiles(size_t D);
 cd_tc_tiles cd_tc_apply_tiles(size_t D);
 /** Tiles of the backward's frames kernel: 16·wm·mr tokens per work-group, 8·wn·nr >= D columns, kc | D. */
 cd_tc_tiles cd_tc_frames_tiles(size_t D);
+/** Small tiles that fit any device with 16 KiB of local memory and 256-item work-groups (the fallback when a
+ *  table or saved entry, or the preferred heuristic, does not fit). */
+cd_tc_tiles cd_tc_safe_tiles(int family, size_t D);
 
 /** Build options for a tensor-core kernel family ("CD_GRAM" or "CD_APPLY") with these tiles and precision
  *  (split = 1 exact, 0 tf32); vec = 1 when every token row the kernels touch starts on 16 bytes. */
@@ -47,6 +50,21 @@ camdelta_status cd_tc_build(camdelta_context *ctx, size_t D, camdelta_precision 
 /** 1 when S and every element offset are multiples of 4 (16-byte token rows for CD_VEC). */
 int cd_tc_vec_ok(size_t S, const size_t *offsets, int n);
 void cd_tc_release(cd_tc_set *t);
+
+/** Kernel families of the tensor-core core, their names ("gram", "apply", "frames"). */
+enum { CD_TC_GRAM, CD_TC_APPLY, CD_TC_FRAMES, CD_TC_FAMILIES };
+extern const char *const cd_tc_family_names[CD_TC_FAMILIES];
+int cd_tc_family(const char *name); /* -1 when unknown */
+/** The tiles a family uses for head dim D on this context: override > saved entry > device table > heuristic;
+ *  *from names the source. */
+camdelta_status cd_tc_resolve(camdelta_context *ctx, int family, size_t D, cd_tc_tiles *t, const char **from);
+/** Local memory a family's work-group needs (the kernels' __local arrays, cl/gemm_tc.cl). */
+size_t cd_tc_local_bytes(int family, size_t D, const cd_tc_tiles *t);
+/** UNSUPPORTED with a message when the tiles break the family's constraints or the device's limits. */
+camdelta_status cd_tc_check(const camdelta_context *ctx, int family, size_t D, const cd_tc_tiles *t);
+/** The file `camdelta tune --save` writes and contexts read (cache folder, one per device name); "" without
+ *  a cache folder. Lines: "family Dmin Dmax WM WN MR NR KC". */
+void cd_tune_file(const camdelta_context *ctx, char *buf, size_t size);
 
 /** Work-group size and tile extents. */
 static inline unsigned cd_tc_wg(const cd_tc_tiles *t) { return 32 * t->wm * t->wn; }
