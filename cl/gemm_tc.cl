@@ -71,8 +71,7 @@
 #define CD_W (32 * CD_WM * CD_WN)
 #define CD_DD ((ulong)CD_D * CD_D)
 
-/* The token range of frame f: the only place that knows where a frame's tokens sit in (B, H, D, N). */
-inline ulong cd_frame_start(uint f, uint S) { return (ulong)f * S; }
+/* cd_frame_start(f, S) (cl/common.cl) is where frame f's tokens start on the token axis. */
 
 #if CD_TC_EMULATE
 /* Emulation for testing on any device (CAMDELTA_TC=emulate): no inline PTX; cd_tc_block computes each lane's

@@ -100,7 +100,7 @@ kernel void cd_scan_bwd_grams(global const float *q, ulong q_off, global const f
   const ulong bhf = grp / modes;
   const ulong bh = bhf / F;
   const uint f = (uint)(bhf % F);
-  const ulong base = bh * CD_D * N + (ulong)f * S;
+  const ulong base = bh * CD_D * N + cd_frame_start(f, S);
 
   global const float *X = mode == 0 ? q + q_off : k + k_off;
   global const float *Y = mode == 0 ? go + go_off : (mode == 1 ? k + k_off : v + v_off);
@@ -287,7 +287,7 @@ kernel void cd_scan_bwd_frames(global const float *k, ulong k_off, global const 
   const uint f = (uint)(bhf % F);
   const uint s0 = tile * CD_TS;
   const uint ns = min((uint)CD_TS, S - s0);
-  const ulong tb = bh * CD_D * N + (ulong)f * S + s0;
+  const ulong tb = bh * CD_D * N + cd_frame_start(f, S) + s0;
 
   int prev_zero, post_zero;
   const int jprev = reverse ? (int)f : (int)f - 1;

@@ -57,7 +57,7 @@ __kernel __attribute__((reqd_work_group_size(A_W, 1, 1))) void cd_scan_phase_a(
   const uint row0 = (tile / n_ctiles) * A_TM, col0 = col_lo + (tile % n_ctiles) * A_TN;
   const ulong bh = bhf / F;
   const uint f = (uint)(bhf % F);
-  const ulong base = bh * (ulong)CD_D * N + (ulong)f * S;
+  const ulong base = bh * (ulong)CD_D * N + cd_frame_start(f, S);
   __global const float *kb = k + k_off + base;
   __global const float *vb = v + v_off + base;
   __global const float *bb = beta + beta_off + bhf * S;
@@ -254,7 +254,7 @@ __kernel __attribute__((reqd_work_group_size(C_W, 1, 1))) void cd_scan_phase_c(
   const uint v0 = (tile / n_stiles) * C_TV, s0 = (tile % n_stiles) * C_TS;
   const ulong bh = bhf / F;
   const uint f = (uint)(bhf % F);
-  const ulong base = bh * (ulong)CD_D * N + (ulong)f * S;
+  const ulong base = bh * (ulong)CD_D * N + cd_frame_start(f, S);
   __global const float *qb = q + q_off + base;
   __global const float *mb = states + st_off + bhf * (ulong)(CD_D * CD_D);
 

@@ -32,14 +32,17 @@ def load(paths, only):
         with open(path) as f:
             doc = json.load(f)
         prec = doc.get("precision", "exact")
+        # the arithmetic path of the run: from any scan-forward plan in the file (the backward records none)
+        plans = [op.get("plan", "") for sh in doc.get("shapes", []) for op in sh.get("operations", [])]
+        plan = next((p for p in plans if "chunkwise" in p), "")
         for shape in doc.get("shapes", []):
             for op in shape.get("operations", []):
                 if "median_ms" not in op or (only and only not in op["name"]):
                     continue
                 path = prec
-                if "(fma" in op.get("plan", "") and prec == "exact":
+                if "(fma" in plan and prec == "exact":
                     path = "exact, fma"
-                elif "tensor cores" in op.get("plan", ""):
+                elif "tensor cores" in plan:
                     path = prec + ", tensor cores"
                 key = "%s [%s]" % (op["name"], path)
                 series.setdefault(key, {})[int(shape["S"])] = float(op["median_ms"])
@@ -107,8 +110,10 @@ def main():
     ap.add_argument("--title", default="camdelta scan on the H200 vs the original Triton kernels")
     a = ap.parse_args()
     series = load(a.json, a.only)
+    kind = (a.only or "").split()[0] if a.only else ""
+    triton = None if a.triton else {k: v for k, v in TRITON.items() if kind in k}
     with open(a.output, "w") as f:
-        f.write(svg(series, None if a.triton else TRITON, a.title))
+        f.write(svg(series, triton, a.title))
 
 
 if __name__ == "__main__":

@@ -164,22 +164,26 @@ typedef struct dev_limits {
  * work-group multiple is the SIMD width, 64 on AMD GPUs (wave64), 32 elsewhere (NVIDIA warps; CPUs and
  * Intel GPUs prefer less, and 32 items per group suits them too). Each compiled kernel's own limit is
  * still checked in build_kernels(). */
-static camdelta_status device_limits(camdelta_context *ctx, dev_limits *lim) {
-  const int amd = strstr(ctx->info.device_vendor, "Advanced Micro Devices") != NULL ||
-                  strstr(ctx->info.device_vendor, "AMD") != NULL;
-  const int gpu = (ctx->info.type & CL_DEVICE_TYPE_GPU) != 0;
+static void limits_from_info(const camdelta_device_info *info, dev_limits *lim) {
+  const int amd = strstr(info->device_vendor, "Advanced Micro Devices") != NULL ||
+                  strstr(info->device_vendor, "AMD") != NULL;
+  const int gpu = (info->type & CL_DEVICE_TYPE_GPU) != 0;
   const size_t pm = amd && gpu ? 64 : 32;
-  size_t dmax = ctx->info.max_work_group_size ? ctx->info.max_work_group_size : 1;
+  size_t dmax = info->max_work_group_size ? info->max_work_group_size : 1;
   const size_t kmax = dmax;
   lim->dev_wg = dmax;
   lim->max_wg = pow2_floor(kmax < 256 ? kmax : 256);
   lim->min_wg = pow2_ceil(pm < 32 ? 32 : pm);
   if (lim->min_wg > lim->max_wg) lim->min_wg = lim->max_wg;
-  uint64_t lm = ctx->info.local_mem_bytes;
+  uint64_t lm = info->local_mem_bytes;
   lim->local_bytes = lm > 512 ? (size_t)(lm - 256) : 0;
   if (lim->local_bytes > (size_t)1 << 20) lim->local_bytes = (size_t)1 << 20;
-  lim->cus = ctx->info.compute_units ? ctx->info.compute_units : 1;
-  lim->gpu = (ctx->info.type & (CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR)) != 0;
+  lim->cus = info->compute_units ? info->compute_units : 1;
+  lim->gpu = (info->type & (CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR)) != 0;
+}
+
+static camdelta_status device_limits(camdelta_context *ctx, dev_limits *lim) {
+  limits_from_info(&ctx->info, lim);
   return CAMDELTA_OK;
 }
 
@@ -429,6 +433,12 @@ static camdelta_status chunk_configure(const dev_limits *lim, size_t BH, size_t 
 static camdelta_scan_algorithm choose_algorithm(const dev_limits *lim, size_t BH, size_t D, size_t S) {
   if (2 * S < D || !lim->gpu) return CAMDELTA_SCAN_SEQUENTIAL;
   return BH >= 4 * (size_t)lim->cus ? CAMDELTA_SCAN_SEQUENTIAL : CAMDELTA_SCAN_CHUNKWISE;
+}
+
+camdelta_scan_algorithm cd_scan_auto(const camdelta_device_info *info, size_t BH, size_t D, size_t S) {
+  dev_limits lim;
+  limits_from_info(info, &lim);
+  return choose_algorithm(&lim, BH, D, S);
 }
 
 /* ------------------------------------------------------------------------------------------ checks */

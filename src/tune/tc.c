@@ -123,7 +123,7 @@ cd_tc_tiles cd_tc_frames_tiles(size_t D) {
 
 cd_tc_tiles cd_tc_safe_tiles(int family, size_t D) {
   cd_tc_tiles t = family == CD_TC_GRAM ? cd_tc_gram_tiles(D) : cd_tc_apply_tiles(D);
-  if (family == CD_TC_GRAM) t.kc = 8;
+  t.kc = 8;
   if (family == CD_TC_FRAMES) {
     t = (cd_tc_tiles){2, 1, 1, 1, 8};
     if (D > 8) t.wn = 2;

@@ -28,7 +28,7 @@ cd_tc_tiles cd_tc_gram_tiles(size_t D);
 cd_tc_tiles cd_tc_apply_tiles(size_t D);
 /** Tiles of the backward's frames kernel: 16·wm·mr tokens per work-group, 8·wn·nr >= D columns, kc | D. */
 cd_tc_tiles cd_tc_frames_tiles(size_t D);
-/** Small tiles that fit any device with 16 KiB of local memory and 256-item work-groups (the fallback when a
+/** Small tiles that fit any device with 48 KiB of local memory and 256-item work-groups (the fallback when a
  *  table or saved entry, or the preferred heuristic, does not fit). */
 cd_tc_tiles cd_tc_safe_tiles(int family, size_t D);
 
