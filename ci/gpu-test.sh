@@ -3,7 +3,8 @@
 # unpacks the Debian packages carried in .debs/ into a prefix, registers the
 # NVIDIA OpenCL ICD, builds, runs the whole suite on the GPU and on PoCL, then
 # optional benchmarks. Logs and JSON go to $OUT.
-#   bash ci/gpu-test.sh [tests] [pocl] [demo] [large] [mpi] [packed] [bench SHAPE...]
+#   bash ci/gpu-test.sh [tests] [pocl] [scan-tests] [inspect] [tune] [demo] [large] [mpi] [packed]
+#                   [bench SHAPE...] [bench-scan SHAPE...]
 # large: tests/large_sizes.c at B=3 H=32 D=128 N=219,600 (> 2^31 elements per tensor; about 70 GB of device
 #        memory, a few minutes with the f64 reference of the sampled sequences on the host's cores).
 # mpi: the sequence-parallel tests and tools under mpirun, 2 ranks sharing the GPU (needs Open MPI in .debs).
@@ -52,6 +53,46 @@ while [ $# -gt 0 ]; do
     pocl)
       CAMDELTA_DEVICE=pocl ctest --test-dir build-gpu --output-on-failure -j8 >"$OUT/ctest-pocl.log" 2>&1 || rc=1
       grep -E "tests passed|tests failed|Failed  |Timeout" "$OUT/ctest-pocl.log" | tail -20
+      ;;
+    scan-tests)
+      CAMDELTA_DEVICE=nvidia ctest --test-dir build-gpu -R test_scan --output-on-failure -V >"$OUT/ctest-nvidia-scan.log" 2>&1 || rc=1
+      grep -E "awkward|tensor-core|plan |tests passed|tests failed|Failed  |Timeout|FAILED|ERROR|Failure" "$OUT/ctest-nvidia-scan.log" | sort -u | tail -40
+      ;;
+    bench-scan)
+      # the scan ops only, three arithmetic paths: the FMA kernels (CAMDELTA_TC=0), split-TF32 exact, tf32;
+      # then one profiled run per path with each kernel's time. JSON files go to $OUT/bench-json.tgz.
+      shift
+      mkdir -p /tmp/bench-json
+      for s in "$@"; do
+        for p in fma exact tf32; do
+          prec=$p; tc=1
+          [ "$p" = fma ] && prec=exact && tc=0
+          CAMDELTA_TC=$tc CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --shape "$s" --only scan --precision "$prec" \
+            --peak-tflops 67 --json "/tmp/bench-json/bench-$s-$p.json" 2>&1 | sed "s/^/[$p] /" | tee -a "$OUT/bench.txt" || rc=1
+          CAMDELTA_TC=$tc CAMDELTA_PROFILE_KERNELS=1 CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --shape "$s" \
+            --only scan --precision "$prec" --reps 1 --warmup 1 >/dev/null 2>"/tmp/kernels-$s-$p.txt" || rc=1
+          awk '/camdelta kernel/ {k=substr($0,17,40); sub(/ +$/,"",k); n[k]++; t[k]+=$(NF-1)} END {for (k in n) printf "  %-14s %-28s %8.4f ms avg over %d\n", p, k, t[k]/n[k], n[k]}' \
+            p="[$p]" "/tmp/kernels-$s-$p.txt" | sort | tee -a "$OUT/bench.txt"
+        done
+      done
+      tar -C /tmp -czf "$OUT/bench-json.tgz" bench-json
+      break
+      ;;
+    tune)
+      # sweep the tensor-core tiles at one shape and store the winners where the library reads them
+      CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta tune --shape "${TUNE_SHAPE:-sana480}" --save 2>&1 | tee -a "$OUT/bench.txt" || rc=1
+      ;;
+    inspect)
+      # registers, spills and local memory of the tensor-core kernels at D=112 (ptxas via -cl-nv-verbose)
+      cc -O2 -I"$PREFIX/usr/include" -o /tmp/cl-inspect ci/cl-inspect.c -L"$LIBDIR" -lOpenCL || rc=1
+      mkdir -p /tmp/ptx
+      for fam in "CD_GRAM -DCD_WM=2 -DCD_WN=2 -DCD_MR=2 -DCD_NR=4 -DCD_KC=32" \
+        "CD_APPLY -DCD_WM=2 -DCD_WN=2 -DCD_MR=2 -DCD_NR=4 -DCD_KC=16" \
+        "CD_FRAMES -DCD_WM=2 -DCD_WN=2 -DCD_MR=1 -DCD_NR=7 -DCD_KC=16"; do
+        name=$(echo "$fam" | cut -d' ' -f1)
+        /tmp/cl-inspect cl/gemm_tc.cl "-D$fam -DCD_D=112 -DCD_SPLIT=1 -DCD_VEC=1" "/tmp/ptx/$name.ptx" 2>&1 |
+          grep -E "==|ptxas|error|spill|Used" | tee -a "$OUT/bench.txt"
+      done
       ;;
     demo)
       CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta demo 2>&1 | tee "$OUT/demo-nvidia.txt" || rc=1

@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# NOTE: on devices with the tensor-core path (the H200) the scan's GEMM phases run cl/gemm_tc.cl, whose tiles
+# `camdelta tune --save` sweeps and stores (bash ci/gpu-test.sh tune); this script tunes the portable FMA
+# kernels, which run there only with CAMDELTA_TC=0 (set below) and everywhere else.
 # Tile sweep for the chunkwise scan forward (phases A, B, C) and the scan backward (grams, frames) on the lent
 # NVIDIA machine, at the sana480 shape (B=1 H=20 D=112 F=21 S=1560). Same setup as ci/gpu-test.sh (packages from
 # .debs/ unpacked into a prefix, NVIDIA ICD); reuses build-gpu/ when it is configured, else configures it the same
@@ -13,6 +16,7 @@
 # Logs (each run's stdout/stderr, summary.txt) go to $OUT/tune/.
 # Dry run elsewhere: TUNE_LOCAL=1 (no package/ICD setup) TUNE_BUILD=build-tune TUNE_DEVICE=pocl TUNE_SHAPE=small.
 set -uo pipefail
+export CAMDELTA_TC=0
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/camdelta-out}
 PREFIX=/tmp/camdelta-prefix

@@ -24,3 +24,7 @@ inline ushort cd_to_bf16(float x) {
 }
 #define CD_STORE(p, i, x) ((p)[i] = cd_to_bf16(x))
 #endif
+
+/* The tokens of frame f (SPEC 1: token n = f·S + s): the one place the scan kernels learn where a frame starts
+ * on the token axis (per-frame offsets, e.g. packed clips, change only this). */
+inline ulong cd_frame_start(uint f, uint S) { return (ulong)f * S; }

@@ -59,6 +59,9 @@
 #ifndef CD_RL
 #define CD_RL 64
 #endif
+#ifndef CD_SKIP_DQ /* 1: the frames kernel leaves dq to cd_apply_tc (cl/gemm_tc.cl) */
+#define CD_SKIP_DQ 0
+#endif
 
 #define CD_DD ((ulong)CD_D * CD_D)
 /* Row stride of the transposed token tiles and of the B-operand chunks: D + 4 (or 2D + 4) floats makes
@@ -97,7 +100,7 @@ kernel void cd_scan_bwd_grams(global const float *q, ulong q_off, global const f
   const ulong bhf = grp / modes;
   const ulong bh = bhf / F;
   const uint f = (uint)(bhf % F);
-  const ulong base = bh * CD_D * N + (ulong)f * S;
+  const ulong base = bh * CD_D * N + cd_frame_start(f, S);
 
   global const float *X = mode == 0 ? q + q_off : k + k_off;
   global const float *Y = mode == 0 ? go + go_off : (mode == 1 ? k + k_off : v + v_off);
@@ -284,7 +287,7 @@ kernel void cd_scan_bwd_frames(global const float *k, ulong k_off, global const 
   const uint f = (uint)(bhf % F);
   const uint s0 = tile * CD_TS;
   const uint ns = min((uint)CD_TS, S - s0);
-  const ulong tb = bh * CD_D * N + (ulong)f * S + s0;
+  const ulong tb = bh * CD_D * N + cd_frame_start(f, S) + s0;
 
   int prev_zero, post_zero;
   const int jprev = reverse ? (int)f : (int)f - 1;
@@ -394,6 +397,7 @@ kernel void cd_scan_bwd_frames(global const float *k, ulong k_off, global const 
       for (int j = 0; j < CD_DPT; j++) dk[dk_off + tb + (ulong)(dg * CD_DPT + j) * N + s] = accY[t][j];
   }
 
+#if !CD_SKIP_DQ
   /* stage 3: dQ = dO M^T with M the state output frame f reads */
   for (int t = 0; t < CD_TPT; t++)
     for (int j = 0; j < CD_DPT; j++) accY[t][j] = 0.0f;
@@ -405,6 +409,9 @@ kernel void cd_scan_bwd_frames(global const float *k, ulong k_off, global const 
     if (s < ns)
       for (int j = 0; j < CD_DPT; j++) dq[dq_off + tb + (ulong)(dg * CD_DPT + j) * N + s] = accY[t][j];
   }
+#else
+  (void)dq, (void)dq_off, (void)post_zero, (void)Mq;
+#endif
 }
 
 /* ------------------------------------------------------------------ ddecay */

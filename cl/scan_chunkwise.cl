@@ -32,13 +32,6 @@
 
 #define CD_CEIL(a, b) (((a) + (b) - 1) / (b))
 
-#ifdef CD_PROBE
-/* A trivial kernel for querying the device's preferred work-group multiple before choosing tiles. */
-__kernel void cd_scan_probe(__global float *x) {
-  if (x) x[get_global_id(0)] = 0.0f;
-}
-#else
-
 #ifndef CD_D
 #error "CD_D (head dim) must be given as a build option"
 #endif
@@ -64,7 +57,7 @@ __kernel __attribute__((reqd_work_group_size(A_W, 1, 1))) void cd_scan_phase_a(
   const uint row0 = (tile / n_ctiles) * A_TM, col0 = col_lo + (tile % n_ctiles) * A_TN;
   const ulong bh = bhf / F;
   const uint f = (uint)(bhf % F);
-  const ulong base = bh * (ulong)CD_D * N + (ulong)f * S;
+  const ulong base = bh * (ulong)CD_D * N + cd_frame_start(f, S);
   __global const float *kb = k + k_off + base;
   __global const float *vb = v + v_off + base;
   __global const float *bb = beta + beta_off + bhf * S;
@@ -165,6 +158,9 @@ __kernel __attribute__((reqd_work_group_size(B_W, 1, 1))) void cd_scan_phase_b(
   }
 
   float m[CD_B_RM][CD_B_RN];
+  /* As' padding rows D .. B_TM−1 are read by the register blocks (their results are never stored): zero once,
+   * the per-chunk loads below only write rows < D */
+  for (uint e = lid; e < CD_B_KC * B_LDA; e += B_W) As[e] = 0.0f;
   B_LOAD(init, init_off + sbase, has_init);
   barrier(CLK_LOCAL_MEM_FENCE);
   #pragma unroll
@@ -258,7 +254,7 @@ __kernel __attribute__((reqd_work_group_size(C_W, 1, 1))) void cd_scan_phase_c(
   const uint v0 = (tile / n_stiles) * C_TV, s0 = (tile % n_stiles) * C_TS;
   const ulong bh = bhf / F;
   const uint f = (uint)(bhf % F);
-  const ulong base = bh * (ulong)CD_D * N + (ulong)f * S;
+  const ulong base = bh * (ulong)CD_D * N + cd_frame_start(f, S);
   __global const float *qb = q + q_off + base;
   __global const float *mb = states + st_off + bhf * (ulong)(CD_D * CD_D);
 
@@ -306,5 +302,3 @@ __kernel __attribute__((reqd_work_group_size(C_W, 1, 1))) void cd_scan_phase_c(
   }
 }
 #endif /* CD_C_WR */
-
-#endif /* CD_PROBE */

@@ -124,7 +124,7 @@ __kernel __attribute__((reqd_work_group_size(S_W, 1, 1))) void cd_scan_sequentia
       for (int c = 0; c < CD_U_RN; c++) m[a][c] *= g;
     S_PUBLISH();
     if (save_states && qf >= 0) S_SAVE(pre, pre_off + (bh * F + (uint)qf) * (ulong)(CD_D * CD_D) + j0);
-    const ulong nk = (ulong)kf * S;
+    const ulong nk = cd_frame_start(kf, S);
     for (uint s0 = 0; s0 < s_upd; s0 += CD_S_TS) {
       const uint sn = min((uint)CD_S_TS, S - s0);
       barrier(CLK_LOCAL_MEM_FENCE);
@@ -188,7 +188,7 @@ __kernel __attribute__((reqd_work_group_size(S_W, 1, 1))) void cd_scan_sequentia
     /* out_qf = Q_qf · M */
     S_PUBLISH();
     if (save_states && qf >= 0) S_SAVE(post, post_off + (bh * F + (uint)qf) * (ulong)(CD_D * CD_D) + j0);
-    const ulong nq = (ulong)(qf >= 0 ? qf : 0) * S;
+    const ulong nq = cd_frame_start((uint)(qf >= 0 ? qf : 0), S);
     for (uint s0 = 0; s0 < s_out; s0 += CD_S_TS) {
       const uint sn = min((uint)CD_S_TS, S - s0);
       barrier(CLK_LOCAL_MEM_FENCE);

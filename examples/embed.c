@@ -83,7 +83,7 @@ int main(void) {
                           NULL};
   CHECK(camdelta_prep_forward(ctx, &p, NULL));
   camdelta_scan_args s = {B, H, D, F, S, 0, CAMDELTA_SCAN_AUTO, {q, 0}, {k, 0}, {v, 0}, {mbeta, 0}, {mdecay, 0},
-                          {out, 0}, {NULL, 0}, {NULL, 0}, NULL, NULL};
+                          {out, 0}, {NULL, 0}, {NULL, 0}, NULL, NULL, CAMDELTA_PRECISION_EXACT};
   CHECK(camdelta_scan_forward(ctx, &s, NULL));
   static float got[B * N * C];
   clEnqueueReadBuffer(queue, out, CL_TRUE, 0, sizeof got, got, 0, NULL, NULL);

@@ -342,6 +342,13 @@ typedef enum camdelta_scan_algorithm {
 /** "auto", "sequential", "chunkwise", or "unknown" (never fails). */
 CAMDELTA_API const char *camdelta_scan_algorithm_name(camdelta_scan_algorithm algorithm);
 
+/** Arithmetic of the scan and its backward (SPEC section 10). */
+typedef enum camdelta_precision {
+  CAMDELTA_PRECISION_EXACT = 0, /* default: the f32 bounds of SPEC section 5 (FMA, or split-TF32 tensor cores) */
+  CAMDELTA_PRECISION_TF32 = 1   /* opt-in: one TF32 product on tensor cores (about 1e-3); as exact elsewhere */
+} camdelta_precision;
+CAMDELTA_API const char *camdelta_precision_name(camdelta_precision precision);
+
 typedef struct camdelta_scan_args {
   size_t B, H, D, F, S; /* N = F * S */
   int reverse;
@@ -354,6 +361,7 @@ typedef struct camdelta_scan_args {
   camdelta_buffer final_state; /* optional (B, H, D, D) f32 */
   camdelta_profile *profile;
   camdelta_scan_algorithm *used; /* optional: receives the algorithm run */
+  camdelta_precision precision;  /* 0 = CAMDELTA_PRECISION_EXACT */
 } camdelta_scan_args;
 #define CAMDELTA_SCAN_ARGS_INIT {0}
 
@@ -372,6 +380,31 @@ CAMDELTA_API camdelta_status camdelta_scan_saved_states(const camdelta_scan_save
 CAMDELTA_API camdelta_status camdelta_scan_forward(camdelta_context *ctx, const camdelta_scan_args *args,
                                                    camdelta_scan_saved *saved);
 
+/** Tile parameters of the scan's tensor-core kernel families on this context (CLBlast's OverrideParameters
+ *  as the model): family "gram" (phase A; the backward's W, A, U), "apply" (phase C; the backward's dq) or
+ *  "frames" (the backward's per-token kernel); params "WM=2,WN=2,MR=2,NR=4,KC=32" (warps along rows and
+ *  columns, 16-row and 8-column mma tiles per warp, reduction chunk), keys not given keep their default;
+ *  NULL or "" restores the defaults (the device table, a `camdelta tune --save` entry, or the heuristics).
+ *  Later calls plan with them; camdelta_scan_plan_describe shows them. Checked against each kernel's
+ *  constraints and the device's limits when a call builds its kernels. */
+CAMDELTA_API camdelta_status camdelta_tune_set(camdelta_context *ctx, const char *family, const char *params);
+/** The tiles `family` uses on this context for head dim D, as "WM=.. WN=.. MR=.. NR=.. KC=.." plus where they
+ *  come from (override, saved, table or heuristic). */
+CAMDELTA_API camdelta_status camdelta_tune_get(camdelta_context *ctx, const char *family, size_t D, char *buf,
+                                               size_t size);
+
+/** Stores the tiles the three families use now for head dim D (overrides included) as this device's entry for
+ *  D in the cache folder (`camdelta tune --save`); contexts created afterwards pick it up. *path (optional)
+ *  receives the file's name. */
+CAMDELTA_API camdelta_status camdelta_tune_save(camdelta_context *ctx, size_t D, char *path, size_t path_size);
+
+/** What camdelta_scan_forward would run for `args` (only the shape, direction, algorithm and precision
+ *  fields are read; buffers may be absent): one line naming the algorithm, each kernel with its path
+ *  (fma or tensor-core exact/tf32) and tiles, e.g. "chunkwise; precision exact (tensor cores); phase_a
+ *  gram_tc WM=2 ...". Builds the kernels if needed. Fails when `size` is too small. */
+CAMDELTA_API camdelta_status camdelta_scan_plan_describe(camdelta_context *ctx, const camdelta_scan_args *args,
+                                                         char *buf, size_t size);
+
 /* ------------------------------------------------------------ scan backward */
 typedef struct camdelta_scan_backward_args {
   size_t B, H, D, F, S;
@@ -385,6 +418,7 @@ typedef struct camdelta_scan_backward_args {
   camdelta_buffer ddecay;                /* (B, H, F) f32    */
   camdelta_buffer dinit_state;           /* optional (B, H, D, D) */
   camdelta_profile *profile;
+  camdelta_precision precision;          /* 0 = CAMDELTA_PRECISION_EXACT */
 } camdelta_scan_backward_args;
 #define CAMDELTA_SCAN_BACKWARD_ARGS_INIT {0}
 
@@ -491,6 +525,7 @@ typedef struct camdelta_branch_args {
   camdelta_buffer decay;                          /* (B, H, T) f32 */
   camdelta_buffer y;                              /* output (B, N, H, D) f32 */
   camdelta_profile *profile;
+  camdelta_precision precision; /* of the two scans and their backward; zero = exact */
 } camdelta_branch_args;
 
 /** Gradients of the branch. grad_y in; every output optional (absent = not written). */

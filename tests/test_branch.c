@@ -150,7 +150,7 @@ static void probe_kernel_counts(const br_problem *p, unsigned n[6]) {
     camdelta_scan_saved *ss = NULL;
     TU_OK(camdelta_scan_saved_create(ctx, &ss));
     camdelta_scan_args sa = {s->B, s->H, s->D, s->T, p->S, rev, CAMDELTA_SCAN_AUTO, {o[0], 0}, {o[1], 0}, {o[2], 0},
-                             {p->din[IBETA], 0}, {p->din[IDECAY], 0}, {o[3], 0}, {NULL, 0}, {NULL, 0}, &pr, NULL};
+                             {p->din[IBETA], 0}, {p->din[IDECAY], 0}, {o[3], 0}, {NULL, 0}, {NULL, 0}, &pr, NULL, CAMDELTA_PRECISION_EXACT};
     TU_OK(camdelta_scan_forward(ctx, &sa, ss));
     n[1 + rev] = pr.kernels;
     camdelta_scan_backward_args sb;

@@ -275,7 +275,7 @@ static void test_warm_shape(void **state) {
   assert_int_equal(err, CL_SUCCESS);
   for (int alg = CAMDELTA_SCAN_SEQUENTIAL; alg <= CAMDELTA_SCAN_CHUNKWISE; alg++) {
     camdelta_scan_args a = {B, H, D, F, S, 0, (camdelta_scan_algorithm)alg, {q, 0}, {k, 0}, {v, 0}, {beta, 0},
-                            {decay, 0}, {out, 0}, {NULL, 0}, {NULL, 0}, NULL, NULL};
+                            {decay, 0}, {out, 0}, {NULL, 0}, {NULL, 0}, NULL, NULL, CAMDELTA_PRECISION_EXACT};
     TU_OK(camdelta_scan_forward(ctx, &a, NULL));
   }
   TU_OK(camdelta_finish(ctx));

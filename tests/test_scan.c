@@ -693,6 +693,18 @@ static int teardown_all(void **state) {
   return 0;
 }
 
+/* Sizes near the limits: S above 2^31 must neither wrap nor loop in the tile choice (a power of two above S once
+ * overflowed), and S beyond 2^32 − 1 is refused with the scan's limit. */
+static void test_huge_token_counts(void **state) {
+  (void)state;
+  TU_OK(camdelta_warm_shape(tu_context(), 1, 1, 16, (size_t)UINT32_MAX));
+  TU_OK(camdelta_warm_shape(tu_context(), 1, 1, 16, ((size_t)1 << 31) + 1));
+  if (SIZE_MAX > UINT32_MAX) {
+    assert_int_equal(camdelta_warm_shape(tu_context(), 1, 1, 16, (size_t)UINT32_MAX + 1), CAMDELTA_ERROR_UNSUPPORTED);
+    assert_non_null(strstr(camdelta_last_message(), "2^32-1"));
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_api_misc),
@@ -708,6 +720,7 @@ int main(void) {
       cmocka_unit_test(test_segment_chaining),
       cmocka_unit_test(test_buffer_offsets),
       cmocka_unit_test(test_large_shapes),
+      cmocka_unit_test(test_huge_token_counts),
       cmocka_unit_test(test_cli_frames_mismatch),
       cmocka_unit_test(test_tile_override),
   };

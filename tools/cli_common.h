@@ -128,11 +128,13 @@ int cmd_info(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_cache(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_tune(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 void usage_info(void);
 void usage_run(void);
 void usage_cache(void);
 void usage_bench(void);
+void usage_tune(void);
 void usage_demo(void);
 /* camera-branch operations of `run` (tools/cmd_run_branch.c) */
 int cli_is_branch_run(int argc, char **argv);

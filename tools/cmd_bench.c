@@ -37,6 +37,7 @@ void usage_bench(void) {
          "options:\n"
          "  --device SEL        device (as CAMDELTA_DEVICE)\n"
          "  --dtype f32|f16|bf16  prep storage type (default f32)\n"
+         "  --precision exact|tf32  scan arithmetic (default exact; tf32: tensor cores where available)\n"
          "  --reps N            timed repetitions per operation (default 20)\n"
          "  --warmup N          untimed runs first (default 3)\n"
          "  --only SUBSTR       only operations whose name contains SUBSTR\n"
@@ -195,6 +196,7 @@ typedef struct op_ctx {
   camdelta_scan_saved *ssaved;
   camdelta_branch_saved *bsaved;
   size_t Hs, Ws; /* the token grid of the branch rows */
+  camdelta_precision precision; /* scan and scan backward */
 } op_ctx;
 
 /* The whole camera branch at chunk size 3, first_chunk_plus_one (the production setting), f32. */
@@ -241,14 +243,14 @@ static camdelta_status run_op(camdelta_context *ctx, op_ctx *o, const bench_op *
     return camdelta_prep_backward(ctx, &a, o->psaved);
   }
   camdelta_scan_args s = {b->B, b->H, b->D, b->F, b->S, op->reverse, op->alg, {b->fq, 0}, {b->fk, 0}, {b->fv, 0},
-                          {b->beta, 0}, {b->decay, 0}, {b->out, 0}, {NULL, 0}, {NULL, 0}, prof, NULL};
+                          {b->beta, 0}, {b->decay, 0}, {b->out, 0}, {NULL, 0}, {NULL, 0}, prof, NULL, o->precision};
   if (op->kind == OP_SCAN) return camdelta_scan_forward(ctx, &s, NULL);
   camdelta_scan_backward_args a;
   memset(&a, 0, sizeof a);
   a.B = b->B, a.H = b->H, a.D = b->D, a.F = b->F, a.S = b->S, a.reverse = op->reverse;
   a.q.mem = b->fq, a.k.mem = b->fk, a.v.mem = b->fv, a.beta.mem = b->beta, a.decay.mem = b->decay;
   a.grad_out.mem = b->gout, a.dq.mem = b->dq, a.dk.mem = b->dk, a.dv.mem = b->dv, a.dbeta.mem = b->dbeta;
-  a.ddecay.mem = b->ddecay, a.profile = prof;
+  a.ddecay.mem = b->ddecay, a.profile = prof, a.precision = o->precision;
   return camdelta_scan_backward(ctx, &a, o->ssaved);
 }
 
@@ -267,7 +269,8 @@ static camdelta_status prepare_op(camdelta_context *ctx, op_ctx *o, const bench_
   }
   if (op->kind == OP_SCAN_BWD) {
     camdelta_scan_args s = {b->B, b->H, b->D, b->F, b->S, op->reverse, CAMDELTA_SCAN_AUTO, {b->fq, 0}, {b->fk, 0},
-                            {b->fv, 0}, {b->beta, 0}, {b->decay, 0}, {b->out, 0}, {NULL, 0}, {NULL, 0}, NULL, NULL};
+                            {b->fv, 0}, {b->beta, 0}, {b->decay, 0}, {b->out, 0}, {NULL, 0}, {NULL, 0}, NULL, NULL,
+                            o->precision};
     return camdelta_scan_forward(ctx, &s, o->ssaved);
   }
   return CAMDELTA_OK;
@@ -355,6 +358,7 @@ int cmd_bench(int argc, char **argv) {
   size_t reps = 20, warmup = 3;
   double peak_gbs = 0, peak_tflops = 0;
   camdelta_dtype dt = CAMDELTA_F32;
+  camdelta_precision prec = CAMDELTA_PRECISION_EXACT;
   while (a.i < argc) {
     int r;
     if ((r = cli_value(&a, "--shape", &v))) {
@@ -390,6 +394,11 @@ int cmd_bench(int argc, char **argv) {
       else if (strcmp(v, "f16") == 0) dt = CAMDELTA_F16;
       else if (strcmp(v, "bf16") == 0) dt = CAMDELTA_BF16;
       else return cli_error(CLI_EXIT_USAGE, "bench: --dtype must be f32, f16 or bf16 (got '%s')", v);
+    } else if ((r = cli_value(&a, "--precision", &v))) {
+      if (r < 0) return CLI_EXIT_USAGE;
+      if (strcmp(v, "exact") == 0) prec = CAMDELTA_PRECISION_EXACT;
+      else if (strcmp(v, "tf32") == 0) prec = CAMDELTA_PRECISION_TF32;
+      else return cli_error(CLI_EXIT_USAGE, "bench: --precision must be exact or tf32 (got '%s')", v);
     } else if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
       usage_bench();
       return CLI_EXIT_OK;
@@ -411,6 +420,7 @@ int cmd_bench(int argc, char **argv) {
   cJSON_AddStringToObject(root, "driver", info.driver_version);
   cJSON_AddStringToObject(root, "camdelta", camdelta_version_string());
   cJSON_AddStringToObject(root, "dtype", camdelta_dtype_name(dt));
+  cJSON_AddStringToObject(root, "precision", camdelta_precision_name(prec));
   if (peak_gbs > 0) cJSON_AddNumberToObject(root, "peak_gbs", peak_gbs);
   if (peak_tflops > 0) cJSON_AddNumberToObject(root, "peak_tflops", peak_tflops);
 
@@ -420,8 +430,9 @@ int cmd_bench(int argc, char **argv) {
     b.B = shapes[si].B, b.H = shapes[si].H, b.D = shapes[si].D, b.F = shapes[si].F, b.S = shapes[si].S;
     b.N = b.F * b.S, b.dt = dt;
     printf("camdelta bench: %s on %s (%s)\n", shapes[si].name, info.device_name, info.platform_name);
-    printf("shape B=%zu H=%zu D=%zu F=%zu S=%zu (N=%zu), prep dtype %s, %zu reps after %zu warm-up\n", b.B, b.H, b.D,
-           b.F, b.S, b.N, camdelta_dtype_name(dt), reps, warmup);
+    printf("shape B=%zu H=%zu D=%zu F=%zu S=%zu (N=%zu), prep dtype %s, scan precision %s, %zu reps after %zu "
+           "warm-up\n",
+           b.B, b.H, b.D, b.F, b.S, b.N, camdelta_dtype_name(dt), camdelta_precision_name(prec), reps, warmup);
     printf("%-32s %10s %10s %9s %9s", "operation", "median ms", "min ms", "GB/s", "TFLOP/s");
     if (peak_gbs > 0) printf(" %8s", "%GB/s");
     if (peak_tflops > 0) printf(" %8s", "%TFLOP");
@@ -437,7 +448,7 @@ int cmd_bench(int argc, char **argv) {
     cJSON_AddNumberToObject(js, "S", (double)b.S);
     jops = cJSON_AddArrayToObject(js, "operations");
     rc = make_buffers(ctx, &b, tty);
-    op_ctx o = {&b, (float)(1.0 / sqrt((double)b.D * (double)b.S)), NULL, NULL, NULL, 0, 0};
+    op_ctx o = {&b, (float)(1.0 / sqrt((double)b.D * (double)b.S)), NULL, NULL, NULL, 0, 0, prec};
     grid_of(&shapes[si], &o.Hs, &o.Ws);
     if (!rc) rc = make_branch_buffers(ctx, &b, o.Hs, o.Ws);
     if (!rc && (camdelta_prep_saved_create(ctx, &o.psaved) || camdelta_scan_saved_create(ctx, &o.ssaved) ||
@@ -495,6 +506,15 @@ int cmd_bench(int argc, char **argv) {
       cJSON_AddNumberToObject(jo, "flops", flops);
       cJSON_AddNumberToObject(jo, "gbs", gbs);
       cJSON_AddNumberToObject(jo, "tflops", tf);
+      if (op->kind == OP_SCAN) { /* which kernels and arithmetic ran */
+        camdelta_scan_args sa;
+        memset(&sa, 0, sizeof sa);
+        sa.B = b.B, sa.H = b.H, sa.D = b.D, sa.F = b.F, sa.S = b.S, sa.reverse = op->reverse;
+        sa.algorithm = op->alg, sa.precision = prec;
+        char plan[1024];
+        if (camdelta_scan_plan_describe(ctx, &sa, plan, sizeof plan) == CAMDELTA_OK)
+          cJSON_AddStringToObject(jo, "plan", plan);
+      }
       free(ms);
     }
     camdelta_prep_saved_destroy(o.psaved);

@@ -55,6 +55,8 @@ void usage_run(void) {
       "  --norm-eps E             prep, prep-backward: RMSNorm epsilon (default 1e-6)\n"
       "  --reverse                scan, scan-backward: the reverse (anti-causal) scan\n"
       "  --algorithm A            scan: auto (default), sequential or chunkwise\n"
+      "  --precision P            scan, scan-backward: exact (default) or tf32 (tensor cores\n"
+      "                           where the device has them, about 1e-3; else as exact)\n"
       "  --final-state            scan: also write final_state\n"
       "  --all-grads              prep-backward: also write dproj_q dproj_kv drope_cos drope_sin\n"
       "  --quiet                  print nothing on success\n"
@@ -77,6 +79,8 @@ typedef struct run_opts {
   int reverse, final_state, all_grads, quiet;
   int have_algorithm;
   camdelta_scan_algorithm algorithm;
+  int have_precision;
+  camdelta_precision precision;
 } run_opts;
 
 /* --------------------------------------------------------------- job state */
@@ -367,6 +371,7 @@ static int run_scan(job *j, const run_opts *o) {
     if (o->final_state) a.final_state = buf_out(j, 1);
     a.profile = &prof;
     a.used = &used;
+    a.precision = o->precision;
     st = camdelta_scan_forward(j->ctx, &a, NULL);
     snprintf(detail, sizeof detail, "B=%zu H=%zu D=%zu F=%zu S=%zu %s%s, %s algorithm", B, H, D, F, S,
              o->reverse ? "reverse" : "causal", has_init ? " from init_state" : "",
@@ -389,6 +394,7 @@ static int run_scan(job *j, const run_opts *o) {
   a.dq = buf_out(j, 0), a.dk = buf_out(j, 1), a.dv = buf_out(j, 2), a.dbeta = buf_out(j, 3), a.ddecay = buf_out(j, 4);
   if (has_init) a.dinit_state = buf_out(j, 5);
   a.profile = &prof;
+  a.precision = o->precision;
   st = camdelta_scan_backward(j->ctx, &a, NULL);
   snprintf(detail, sizeof detail, "B=%zu H=%zu D=%zu F=%zu S=%zu %s%s%s", B, H, D, F, S,
            o->reverse ? "reverse" : "causal", has_init ? " from init_state" : "",
@@ -458,6 +464,14 @@ int cmd_run(int argc, char **argv) {
       o.have_algorithm = 1;
       continue;
     }
+    if ((r = cli_value(&a, "--precision", &v))) {
+      if (r < 0) return CLI_EXIT_USAGE;
+      if (strcmp(v, "exact") == 0) o.precision = CAMDELTA_PRECISION_EXACT;
+      else if (strcmp(v, "tf32") == 0) o.precision = CAMDELTA_PRECISION_TF32;
+      else return cli_error(CLI_EXIT_USAGE, "option --precision: '%s' is not exact or tf32", v);
+      o.have_precision = 1;
+      continue;
+    }
     if (cli_flag(&a, "--reverse")) {
       o.reverse = 1;
       continue;
@@ -498,6 +512,7 @@ int cmd_run(int argc, char **argv) {
       (o.have_norm_eps && (rc = only_for(&o, "--norm-eps", is_prep))) ||
       (o.reverse && (rc = only_for(&o, "--reverse", is_scan))) ||
       (o.have_algorithm && (rc = only_for(&o, "--algorithm", o.op == OP_SCAN))) ||
+      (o.have_precision && (rc = only_for(&o, "--precision", is_scan))) ||
       (o.final_state && (rc = only_for(&o, "--final-state", o.op == OP_SCAN))) ||
       (o.all_grads && (rc = only_for(&o, "--all-grads", o.op == OP_PREP_BACKWARD))))
     return rc;

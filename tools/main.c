@@ -20,6 +20,7 @@ static void usage_main(FILE *f) {
           "                                 prep, causal and reverse scan and their\n"
           "                                 backward, checked against the f64 reference\n"
           "  bench [--shape NAME]...        kernel times, GB/s and TFLOP/s per operation\n"
+          "  tune [--shape NAME] [--save]   sweep the scan's tensor-core tiles on this device\n"
           "  cache list|clear|warm|dir      the on-disk kernel cache\n"
           "  help [COMMAND]                 this text, or a command's options\n"
           "  --version                      print the version\n"
@@ -48,6 +49,7 @@ static int help(int argc, char **argv) {
   else if (strcmp(argv[0], "run") == 0) usage_run();
   else if (strcmp(argv[0], "cache") == 0) usage_cache();
   else if (strcmp(argv[0], "bench") == 0) usage_bench();
+  else if (strcmp(argv[0], "tune") == 0) usage_tune();
   else if (strcmp(argv[0], "demo") == 0) usage_demo();
   else if (strcmp(argv[0], "help") == 0) usage_main(stdout);
   else return cli_error(CLI_EXIT_USAGE, "help: unknown command '%s' (try 'camdelta help')", argv[0]);
@@ -67,6 +69,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "run") == 0) return cmd_run(argc - 2, argv + 2);
   if (strcmp(cmd, "cache") == 0) return cmd_cache(argc - 2, argv + 2);
   if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 2, argv + 2);
+  if (strcmp(cmd, "tune") == 0) return cmd_tune(argc - 2, argv + 2);
   if (strcmp(cmd, "demo") == 0) return cmd_demo(argc - 2, argv + 2);
   return cli_error(CLI_EXIT_USAGE, "unknown command '%s' (try 'camdelta help')", cmd);
 }

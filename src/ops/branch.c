@@ -251,7 +251,7 @@ static camdelta_status run_forward(camdelta_context *ctx, const camdelta_branch_
   for (int rev = 0; rev < 2 && !st; rev++) {
     camdelta_scan_args sa = {B,     H,           D,     T,     S,      rev,    a->algorithm,
                              m[QB], m[KB],       m[VB], rev ? m[BR] : m[BP], rev ? m[DR] : a->decay,
-                             rev ? m[OUTR] : m[OUTC], {NULL, 0}, {NULL, 0}, pp, NULL};
+                             rev ? m[OUTR] : m[OUTC], {NULL, 0}, {NULL, 0}, pp, NULL, a->precision};
     st = camdelta_scan_forward(ctx, &sa, training ? (rev ? s->scan_r : s->scan_c) : NULL);
     add_profile(prof, &part);
   }
@@ -379,7 +379,8 @@ static camdelta_status run_backward(camdelta_context *ctx, const camdelta_branch
                                       rev ? x[DB2] : x[DB],
                                       rev ? x[DD2] : x[DD],
                                       {NULL, 0},
-                                      pp};
+                                      pp,
+                                      a->precision};
     st = camdelta_scan_backward(ctx, &sb, rev ? s->scan_r : s->scan_c);
     add_profile(prof, &part);
   }

@@ -9,7 +9,7 @@
  *
  * Tiles come from the device, never from constants for one GPU:
  *  - the work-group size W is a power of two, at least the kernel's preferred work-group multiple
- *    (queried on a probe kernel) and at most 256 and the device's/kernel's limit;
+ *    (from the device facts read at context creation, see device_limits()) and at most 256 and the device's/kernel's limit;
  *  - every work-group output tile is spread over its W items as (WR x WC) items owning (RM x RN)
  *    register blocks, chosen by pick_layout() to minimise padding and local-memory reads per FMA while
  *    keeping >= 8 consecutive items (a 32-byte sector) along the contiguous dimension of global stores;
@@ -42,8 +42,17 @@
 
 #include "internal.h"
 #include "scan_warm.h"
+#include "tune.h"
 
 static const char *const OP = "camdelta_scan_forward";
+
+const char *camdelta_precision_name(camdelta_precision precision) {
+  switch (precision) {
+    case CAMDELTA_PRECISION_EXACT: return "exact";
+    case CAMDELTA_PRECISION_TF32: return "tf32";
+  }
+  return "unknown";
+}
 
 const char *camdelta_scan_algorithm_name(camdelta_scan_algorithm algorithm) {
   switch (algorithm) {
@@ -111,14 +120,15 @@ typedef struct layout {
 
 static unsigned ceil_div(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
 static unsigned round8(size_t a) { return (unsigned)((a + 7) / 8 * 8); }
+/* Powers of two around x, capped at 2^31 (so that S up to 2^32 − 1 cannot loop forever or wrap). */
 static unsigned pow2_floor(size_t x) {
   unsigned p = 1;
-  while ((size_t)p * 2 <= x) p *= 2;
+  while (p < (1u << 31) && (size_t)p * 2 <= x) p *= 2;
   return p;
 }
 static unsigned pow2_ceil(size_t x) {
   unsigned p = 1;
-  while (p < x) p *= 2;
+  while (p < (1u << 31) && p < x) p *= 2;
   return p;
 }
 
@@ -150,23 +160,30 @@ typedef struct dev_limits {
   int gpu;
 } dev_limits;
 
-static camdelta_status device_limits(camdelta_context *ctx, dev_limits *lim) {
-  cl_kernel probe;
-  camdelta_status st = cd_kernel(ctx, "scan_chunkwise.cl", "-DCD_PROBE", "cd_scan_probe", &probe);
-  if (st) return st;
-  size_t pm = cd_preferred_multiple(ctx, probe), kmax = cd_kernel_max_wg(ctx, probe);
-  clReleaseKernel(probe);
-  size_t dmax = ctx->info.max_work_group_size ? ctx->info.max_work_group_size : 1;
-  if (kmax > dmax) kmax = dmax;
+/* From the device facts the context read once (no kernel is compiled or queried here): the preferred
+ * work-group multiple is the SIMD width, 64 on AMD GPUs (wave64), 32 elsewhere (NVIDIA warps; CPUs and
+ * Intel GPUs prefer less, and 32 items per group suits them too). Each compiled kernel's own limit is
+ * still checked in build_kernels(). */
+static void limits_from_info(const camdelta_device_info *info, dev_limits *lim) {
+  const int amd = strstr(info->device_vendor, "Advanced Micro Devices") != NULL ||
+                  strstr(info->device_vendor, "AMD") != NULL;
+  const int gpu = (info->type & CL_DEVICE_TYPE_GPU) != 0;
+  const size_t pm = amd && gpu ? 64 : 32;
+  size_t dmax = info->max_work_group_size ? info->max_work_group_size : 1;
+  const size_t kmax = dmax;
   lim->dev_wg = dmax;
   lim->max_wg = pow2_floor(kmax < 256 ? kmax : 256);
   lim->min_wg = pow2_ceil(pm < 32 ? 32 : pm);
   if (lim->min_wg > lim->max_wg) lim->min_wg = lim->max_wg;
-  uint64_t lm = ctx->info.local_mem_bytes;
+  uint64_t lm = info->local_mem_bytes;
   lim->local_bytes = lm > 512 ? (size_t)(lm - 256) : 0;
   if (lim->local_bytes > (size_t)1 << 20) lim->local_bytes = (size_t)1 << 20;
-  lim->cus = ctx->info.compute_units ? ctx->info.compute_units : 1;
-  lim->gpu = (ctx->info.type & (CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR)) != 0;
+  lim->cus = info->compute_units ? info->compute_units : 1;
+  lim->gpu = (info->type & (CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR)) != 0;
+}
+
+static camdelta_status device_limits(camdelta_context *ctx, dev_limits *lim) {
+  limits_from_info(&ctx->info, lim);
   return CAMDELTA_OK;
 }
 
@@ -184,7 +201,7 @@ static unsigned wg_for(const dev_limits *lim, size_t outputs, size_t per_item, u
  * kernels built for a CPU depend on D and the token bucket only (PoCL compiles each variant for seconds). */
 static unsigned value_blocks(const dev_limits *lim, size_t BH, size_t D, size_t min_j) {
   if (!lim->gpu) return 1;
-  size_t want = (lim->cus + BH - 1) / BH, most = D / min_j ? D / min_j : 1;
+  size_t want = BH >= lim->cus ? 1 : (lim->cus + BH - 1) / BH, most = D / min_j ? D / min_j : 1;
   if (want > most) want = most;
   if (want < 1) want = 1;
   return ceil_div(D, round8(ceil_div(D, want)));
@@ -192,7 +209,7 @@ static unsigned value_blocks(const dev_limits *lim, size_t BH, size_t D, size_t 
 
 /* Tokens per tile: a power of two >= S in [8, most] on GPUs; on CPUs 8 for S <= 8, else `most`. */
 static unsigned token_tile(const dev_limits *lim, size_t S, unsigned most) {
-  if (!lim->gpu) return S <= 8 ? 8 : most;
+  if (!lim->gpu || S >= most) return S <= 8 ? 8 : most;
   unsigned t = pow2_ceil(S < 8 ? 8 : S);
   return t > most ? most : t;
 }
@@ -418,6 +435,12 @@ static camdelta_scan_algorithm choose_algorithm(const dev_limits *lim, size_t BH
   return BH >= 4 * (size_t)lim->cus ? CAMDELTA_SCAN_SEQUENTIAL : CAMDELTA_SCAN_CHUNKWISE;
 }
 
+camdelta_scan_algorithm cd_scan_auto(const camdelta_device_info *info, size_t BH, size_t D, size_t S) {
+  dev_limits lim;
+  limits_from_info(info, &lim);
+  return choose_algorithm(&lim, BH, D, S);
+}
+
 /* ------------------------------------------------------------------------------------------ checks */
 
 /* 1 when [a.offset, a.offset + na) and [b.offset, b.offset + nb) of the same cl_mem overlap. */
@@ -432,6 +455,10 @@ static camdelta_status check_args(const camdelta_scan_args *p, size_t *n_tok, si
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
                    "%s: algorithm %d unknown (expected CAMDELTA_SCAN_AUTO, SEQUENTIAL or CHUNKWISE)", OP,
                    (int)p->algorithm);
+  if (p->precision != CAMDELTA_PRECISION_EXACT && p->precision != CAMDELTA_PRECISION_TF32)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
+                   "%s: precision %d unknown (expected CAMDELTA_PRECISION_EXACT or CAMDELTA_PRECISION_TF32)", OP,
+                   (int)p->precision);
   camdelta_status st = cd_check_head_dim(OP, p->D);
   if (st) return st;
   const size_t B = p->B, H = p->H, D = p->D, F = p->F, S = p->S;
@@ -517,14 +544,34 @@ static camdelta_status run_sequential(camdelta_context *ctx, const scan_job *j, 
 }
 
 static camdelta_status run_chunkwise(camdelta_context *ctx, const scan_job *j, cl_kernel ka, cl_kernel kb,
-                                     cl_kernel kc, const chunk_cfg *c, cd_launch *l) {
+                                     cl_kernel kc, const chunk_cfg *c, const cd_tc_set *tc, cd_launch *l) {
   const camdelta_scan_args *p = j->p;
   const size_t D = p->D, frames_bytes = j->BHF * D * D * sizeof(float);
   cl_mem A = NULL, U = NULL, states = j->post;
   camdelta_status st = cd_alloc(ctx, frames_bytes, &A);
   if (!st) st = cd_alloc(ctx, frames_bytes, &U);
   if (!st && !states) st = cd_alloc(ctx, frames_bytes, &states);
-  if (!st) {
+  if (!st && tc->on) {
+    const unsigned tm = cd_tc_tm(&tc->g), tn = cd_tc_tn(&tc->g), nr = ceil_div(D, tm), ncol = ceil_div(D, tn);
+    cd_args a = {tc->gram, 0, CL_SUCCESS};
+    cd_arg_buf(&a, p->k);
+    cd_arg_buf(&a, p->k);
+    cd_arg_buf(&a, p->v);
+    cd_arg_buf(&a, p->beta);
+    cd_arg_buf(&a, p->decay);
+    cd_arg_buf(&a, (camdelta_buffer){A, 0});
+    cd_arg_buf(&a, (camdelta_buffer){U, 0});
+    cd_arg_u64(&a, j->N);
+    cd_arg_u32(&a, (uint32_t)p->S);
+    cd_arg_u32(&a, (uint32_t)p->F);
+    cd_arg_u32(&a, ncol);
+    cd_arg_u32(&a, ncol);
+    cd_arg_i32(&a, 1);
+    cd_arg_i32(&a, 1);
+    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_gram_tc: setting arguments");
+    const size_t w = cd_tc_wg(&tc->g), lws[2] = {w, 1}, gws[2] = {w * nr * 2 * ncol, j->BHF};
+    if (!st) st = cd_enqueue(ctx, tc->gram, 2, gws, lws, l, "cd_gram_tc (phase A)");
+  } else if (!st) {
     cd_args a = {ka, 0, CL_SUCCESS};
     cd_arg_buf(&a, p->k);
     cd_arg_buf(&a, p->v);
@@ -560,7 +607,24 @@ static camdelta_status run_chunkwise(camdelta_context *ctx, const scan_job *j, c
     const size_t lws[2] = {c->b_w, 1}, gws[2] = {(size_t)c->b_w * j->BH, c->b_nj};
     if (!st) st = cd_enqueue(ctx, kb, 2, gws, lws, l, "cd_scan_phase_b");
   }
-  if (!st) {
+  if (!st && tc->on) {
+    const unsigned tm = cd_tc_tm(&tc->a), tn = cd_tc_tn(&tc->a), nr = ceil_div(D, tm), ns = ceil_div(p->S, tn);
+    cd_args a = {tc->apply, 0, CL_SUCCESS};
+    cd_arg_buf(&a, p->q);
+    cd_arg_buf(&a, (camdelta_buffer){states, 0});
+    cd_arg_buf(&a, (camdelta_buffer){states, 0});
+    cd_arg_buf(&a, p->out);
+    cd_arg_u64(&a, j->N);
+    cd_arg_u32(&a, (uint32_t)p->S);
+    cd_arg_u32(&a, (uint32_t)p->F);
+    cd_arg_u32(&a, nr);
+    cd_arg_i32(&a, 1);
+    cd_arg_i32(&a, 0);
+    cd_arg_i32(&a, 0);
+    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_apply_tc: setting arguments");
+    const size_t w = cd_tc_wg(&tc->a), lws[2] = {w, 1}, gws[2] = {w * nr * ns, j->BHF};
+    if (!st) st = cd_enqueue(ctx, tc->apply, 2, gws, lws, l, "cd_apply_tc (phase C)");
+  } else if (!st) {
     cd_args a = {kc, 0, CL_SUCCESS};
     cd_arg_buf(&a, p->q);
     cd_arg_buf(&a, (camdelta_buffer){states, 0});
@@ -636,6 +700,8 @@ static camdelta_status build_kernels(camdelta_context *ctx, const dev_limits *li
 }
 
 camdelta_status cd_scan_warm(camdelta_context *ctx, size_t BH, size_t D, size_t S) {
+  if (S > UINT32_MAX)
+    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "camdelta_warm_shape: S=%zu exceeds the scan's limit 2^32-1", S);
   dev_limits lim;
   camdelta_status st = device_limits(ctx, &lim);
   for (int alg = CAMDELTA_SCAN_SEQUENTIAL; alg <= CAMDELTA_SCAN_CHUNKWISE && !st; alg++) {
@@ -645,7 +711,100 @@ camdelta_status cd_scan_warm(camdelta_context *ctx, size_t BH, size_t D, size_t 
     st = build_kernels(ctx, &lim, (camdelta_scan_algorithm)alg, BH, D, S, kern, &sc, &cc);
     if (!st) release_kernels(kern, 3);
   }
+  for (int prec = CAMDELTA_PRECISION_EXACT; prec <= CAMDELTA_PRECISION_TF32 && !st; prec++) {
+    cd_tc_set tc;
+    st = cd_tc_build(ctx, D, (camdelta_precision)prec, S % 4 == 0, 0, &tc);
+    if (!st) cd_tc_release(&tc);
+  }
   return st;
+}
+
+/* Everything a call runs: the algorithm, its kernels and tiles, and the tensor-core kernels when used. */
+typedef struct fwd_plan {
+  camdelta_scan_algorithm alg;
+  cl_kernel kern[3];
+  seq_cfg sc;
+  chunk_cfg cc;
+  cd_tc_set tc;
+} fwd_plan;
+
+static void plan_release(fwd_plan *pl) {
+  release_kernels(pl->kern, 3);
+  cd_tc_release(&pl->tc);
+}
+
+static camdelta_status plan_forward(camdelta_context *ctx, const camdelta_scan_args *args, fwd_plan *pl) {
+  memset(pl, 0, sizeof *pl);
+  const size_t BH = args->B * args->H, D = args->D;
+  dev_limits lim;
+  camdelta_status st = device_limits(ctx, &lim);
+  if (st) return st;
+  pl->alg = args->algorithm;
+  if (pl->alg == CAMDELTA_SCAN_AUTO) pl->alg = choose_algorithm(&lim, BH, D, args->S);
+  if ((st = build_kernels(ctx, &lim, pl->alg, BH, D, args->S, pl->kern, &pl->sc, &pl->cc))) return st;
+  const size_t offs[5] = {args->q.offset, args->k.offset, args->v.offset, args->beta.offset, args->out.offset};
+  if (pl->alg == CAMDELTA_SCAN_CHUNKWISE &&
+      (st = cd_tc_build(ctx, D, args->precision, cd_tc_vec_ok(args->S, offs, 5), 0, &pl->tc))) {
+    plan_release(pl);
+    return st;
+  }
+  return CAMDELTA_OK;
+}
+
+static void tc_text(char *buf, size_t size, const char *what, const char *kernel, const cd_tc_tiles *t) {
+  snprintf(buf, size, "; %s %s WM=%u WN=%u MR=%u NR=%u KC=%u", what, kernel, t->wm, t->wn, t->mr, t->nr, t->kc);
+}
+
+static void plan_text(const fwd_plan *pl, const camdelta_scan_args *args, char *buf, size_t size) {
+  const int tf32 = args->precision == CAMDELTA_PRECISION_TF32;
+  const char *path = pl->tc.on ? (pl->tc.split ? "exact (tensor cores, split-TF32)" : "tf32 (tensor cores)")
+                     : tf32    ? "exact (fma; tf32 requested, no tensor-core path on this device)"
+                               : "exact (fma)";
+  char a[160], c[160];
+  if (pl->alg == CAMDELTA_SCAN_SEQUENTIAL) {
+    snprintf(buf, size, "sequential; precision %s; sequential fma W=%u blocks=%u TS=%u", path, pl->sc.W, pl->sc.nJ,
+             pl->sc.TS);
+    return;
+  }
+  const chunk_cfg *cc = &pl->cc;
+  if (pl->tc.on) tc_text(a, sizeof a, "phase_a", "gram_tc", &pl->tc.g);
+  else
+    snprintf(a, sizeof a, "; phase_a fma A_WR=%u A_RM=%u A_WC=%u A_RN=%u A_KC=%u", cc->a.wr, cc->a.rm, cc->a.wc,
+             cc->a.rn, cc->a_kc);
+  if (pl->tc.on) tc_text(c, sizeof c, "phase_c", "apply_tc", &pl->tc.a);
+  else
+    snprintf(c, sizeof c, "; phase_c fma C_WR=%u C_RM=%u C_WC=%u C_RN=%u C_KC=%u", cc->c.wr, cc->c.rm, cc->c.wc,
+             cc->c.rn, cc->c_kc);
+  snprintf(buf, size, "chunkwise; precision %s%s; phase_b fma B_J=%u B_WR=%u B_RM=%u B_WC=%u B_RN=%u B_KC=%u%s", path,
+           a, cc->b_j, cc->b.wr, cc->b.rm, cc->b.wc, cc->b.rn, cc->b_kc, c);
+}
+
+camdelta_status camdelta_scan_plan_describe(camdelta_context *ctx, const camdelta_scan_args *args, char *buf,
+                                            size_t size) {
+  cd_clear_error();
+  static const char *const fn = "camdelta_scan_plan_describe";
+  if (!ctx || !args || !buf)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", fn, !ctx ? "ctx" : !args ? "args" : "buf");
+  if (args->algorithm != CAMDELTA_SCAN_AUTO && args->algorithm != CAMDELTA_SCAN_SEQUENTIAL &&
+      args->algorithm != CAMDELTA_SCAN_CHUNKWISE)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: algorithm %d unknown", fn, (int)args->algorithm);
+  if (args->precision != CAMDELTA_PRECISION_EXACT && args->precision != CAMDELTA_PRECISION_TF32)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: precision %d unknown", fn, (int)args->precision);
+  camdelta_status st = cd_check_head_dim(fn, args->D);
+  if (st) return st;
+  if (!args->B || !args->H || !args->F || !args->S || args->S > UINT32_MAX || args->F > UINT32_MAX)
+    return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: B=%zu H=%zu F=%zu S=%zu: each must be in [1, 2^32)", fn, args->B,
+                   args->H, args->F, args->S);
+  fwd_plan pl;
+  if ((st = plan_forward(ctx, args, &pl))) return st;
+  char text[1024];
+  plan_text(&pl, args, text, sizeof text);
+  plan_release(&pl);
+  if (strlen(text) + 1 > size)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: buffer of %zu bytes too small (%zu needed)", fn, size,
+                   strlen(text) + 1);
+  memcpy(buf, text, strlen(text) + 1);
+  return CAMDELTA_OK;
 }
 
 camdelta_status camdelta_scan_forward(camdelta_context *ctx, const camdelta_scan_args *args,
@@ -664,28 +823,18 @@ camdelta_status camdelta_scan_forward(camdelta_context *ctx, const camdelta_scan
   job.BH = args->B * args->H;
   job.BHF = n_frames;
 
-  dev_limits lim;
-  if ((st = device_limits(ctx, &lim))) return st;
-  camdelta_scan_algorithm alg = args->algorithm;
-  if (alg == CAMDELTA_SCAN_AUTO) alg = choose_algorithm(&lim, job.BH, D, args->S);
-
   /* Build everything before enqueuing anything. */
-  cl_kernel kern[3] = {NULL, NULL, NULL};
-  seq_cfg sc;
-  chunk_cfg cc;
-  if ((st = build_kernels(ctx, &lim, alg, job.BH, D, args->S, kern, &sc, &cc))) return st;
-
+  fwd_plan pl;
+  if ((st = plan_forward(ctx, args, &pl))) return st;
+  const camdelta_scan_algorithm alg = pl.alg;
   if (getenv("CAMDELTA_SCAN_VERBOSE")) {
-    if (alg == CAMDELTA_SCAN_SEQUENTIAL)
-      fprintf(stderr, "camdelta scan: sequential W=%u blocks=%u: %s\n", sc.W, sc.nJ, sc.opts);
-    else
-      fprintf(stderr, "camdelta scan: chunkwise A W=%u tiles=%ux%u, B W=%u blocks=%u, C W=%u tiles=%ux%u%s: %s\n",
-              cc.a_w, cc.a_nr, cc.a_nc, cc.b_w, cc.b_nj, cc.c_w, cc.c_nv, cc.c_ns,
-              getenv(TILES_ENV) && *getenv(TILES_ENV) ? " (CAMDELTA_SCAN_TILES)" : "", cc.opts);
+    char text[1024];
+    plan_text(&pl, args, text, sizeof text);
+    fprintf(stderr, "camdelta scan: %s\n", text);
   }
   if (saved) {
     if ((st = saved_reserve(ctx, saved, job.BHF * D * D * sizeof(float)))) {
-      release_kernels(kern, 3);
+      plan_release(&pl);
       return st;
     }
     saved->valid = 0;
@@ -696,9 +845,9 @@ camdelta_status camdelta_scan_forward(camdelta_context *ctx, const camdelta_scan
   if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;
   cd_launch l;
   cd_launch_init(&l, args->profile);
-  if (alg == CAMDELTA_SCAN_SEQUENTIAL) st = run_sequential(ctx, &job, kern[0], &sc, &l);
-  else st = run_chunkwise(ctx, &job, kern[0], kern[1], kern[2], &cc, &l);
-  release_kernels(kern, 3);
+  if (alg == CAMDELTA_SCAN_SEQUENTIAL) st = run_sequential(ctx, &job, pl.kern[0], &pl.sc, &l);
+  else st = run_chunkwise(ctx, &job, pl.kern[0], pl.kern[1], pl.kern[2], &pl.cc, &pl.tc, &l);
+  plan_release(&pl);
   st = cd_launch_end(ctx, &l, st);
   if (saved && !st) {
     saved->B = args->B, saved->H = args->H, saved->D = D, saved->F = args->F, saved->S = args->S;

@@ -22,6 +22,7 @@
 
 #include "backward.h"
 #include "internal.h"
+#include "tune.h"
 
 static const char OP[] = "camdelta_scan_backward";
 
@@ -130,7 +131,7 @@ static camdelta_status apply_override(size_t D, size_t local_bytes, size_t dev_w
 
 /* Builds the four kernels; shrinks the configuration when a kernel's own work-group limit (registers) is
  * below what the device reports. */
-static camdelta_status build_kernels(camdelta_context *ctx, size_t D, sb_config *cfg, sb_kernels *k) {
+static camdelta_status build_kernels(camdelta_context *ctx, size_t D, int skip_dq, sb_config *cfg, sb_kernels *k) {
   size_t dev_wg = ctx->info.max_work_group_size ? ctx->info.max_work_group_size : 64;
   size_t local = ctx->info.local_mem_bytes ? (size_t)ctx->info.local_mem_bytes : 16384;
   if (local > 48 * 1024) local = 48 * 1024; /* same tiles everywhere; more buys nothing here */
@@ -151,8 +152,9 @@ static camdelta_status build_kernels(camdelta_context *ctx, size_t D, sb_config 
     char opts[256];
     snprintf(opts, sizeof opts,
              "-DCD_D=%zu -DCD_RPT=%zu -DCD_TSG=%zu -DCD_CB=%zu -DCD_DPT=%zu -DCD_TL=%zu -DCD_TPT=%zu -DCD_MC=%zu "
-             "-DCD_RL=%zu",
-             D, cfg->rpt, cfg->tsg, cfg->cb, cfg->dpt, cfg->tl, cfg->tpt, cfg->mc, cfg->rl);
+             "-DCD_RL=%zu%s",
+             D, cfg->rpt, cfg->tsg, cfg->cb, cfg->dpt, cfg->tl, cfg->tpt, cfg->mc, cfg->rl,
+             skip_dq ? " -DCD_SKIP_DQ=1" : "");
     if ((st = cd_kernel(ctx, "scan_backward.cl", opts, "cd_scan_bwd_grams", &k->grams)) ||
         (st = cd_kernel(ctx, "scan_backward.cl", opts, "cd_scan_bwd_chain", &k->chain)) ||
         (st = cd_kernel(ctx, "scan_backward.cl", opts, "cd_scan_bwd_frames", &k->frames)) ||
@@ -186,14 +188,28 @@ camdelta_status cd_scan_backward_warm(camdelta_context *ctx, size_t D) {
   if (st) return st;
   sb_config cfg;
   sb_kernels k;
-  if ((st = build_kernels(ctx, D, &cfg, &k))) return st;
-  release_kernels(&k);
+  /* both precisions, with and without 16-byte token rows (S % 4 == 0 and aligned offsets) */
+  for (int v = 0; v < 4; v++) {
+    cd_tc_set tc;
+    if ((st = cd_tc_build(ctx, D, (camdelta_precision)(v & 1), v >> 1, 1, &tc))) return st;
+    const int on = tc.on;
+    cd_tc_release(&tc);
+    if (v == 0 || !on) {
+      if ((st = build_kernels(ctx, D, on, &cfg, &k))) return st;
+      release_kernels(&k);
+    }
+    if (!on) break;
+  }
   return CAMDELTA_OK;
 }
 
 static camdelta_status check_args(const camdelta_scan_backward_args *a, const camdelta_scan_saved *saved,
                                   size_t *N_out) {
   const size_t B = a->B, H = a->H, D = a->D, F = a->F, S = a->S;
+  if (a->precision != CAMDELTA_PRECISION_EXACT && a->precision != CAMDELTA_PRECISION_TF32)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
+                   "%s: precision %d unknown (expected CAMDELTA_PRECISION_EXACT or CAMDELTA_PRECISION_TF32)", OP,
+                   (int)a->precision);
   camdelta_status st = cd_check_head_dim(OP, D);
   if (st) return st;
   if (!B || !H || !F || !S)
@@ -265,8 +281,20 @@ camdelta_status camdelta_scan_backward(camdelta_context *ctx, const camdelta_sca
   /* Build everything before enqueuing anything. */
   sb_config cfg = {0, 0, 0, 0, 0, 0, 0, 0};
   sb_kernels k;
-  if ((st = build_kernels(ctx, D, &cfg, &k))) return st;
-  const size_t ts = cfg.tl * cfg.tpt, ntiles = (S + ts - 1) / ts;
+  cd_tc_set tc;
+  const size_t offs[6] = {args->q.offset,    args->k.offset,  args->v.offset, args->beta.offset,
+                          args->grad_out.offset, args->dq.offset};
+  const size_t offs2[4] = {args->dk.offset, args->dv.offset, 0, 0};
+  const int vec = cd_tc_vec_ok(S, offs, 6) && cd_tc_vec_ok(S, offs2, 4);
+  if ((st = cd_tc_build(ctx, D, args->precision, vec, 1, &tc))) return st;
+  if ((st = build_kernels(ctx, D, tc.on, &cfg, &k))) {
+    cd_tc_release(&tc);
+    return st;
+  }
+  if (getenv("CAMDELTA_SCAN_VERBOSE") && tc.on)
+    fprintf(stderr, "camdelta scan backward: tensor cores (%s): grams %s, dq %s\n", tc.split ? "exact" : "tf32",
+            tc.gopts, tc.aopts);
+  const size_t ts = tc.on ? cd_tc_tm(&tc.fr) : cfg.tl * cfg.tpt, ntiles = (S + ts - 1) / ts;
   const size_t BH = B * H, BHF = BH * F, sbytes = BHF * D * D * sizeof(float);
 
   cl_mem scratch[6] = {NULL, NULL, NULL, NULL, NULL, NULL}; /* A W G U Z part */
@@ -278,6 +306,7 @@ camdelta_status camdelta_scan_backward(camdelta_context *ctx, const camdelta_sca
     for (int i = 0; i < 6; i++)
       if (scratch[i]) clReleaseMemObject(scratch[i]);
     release_kernels(&k);
+    cd_tc_release(&tc);
     return st;
   }
   const camdelta_buffer bA = {scratch[0], 0}, bW = {scratch[1], 0}, bG = {scratch[2], 0};
@@ -295,7 +324,32 @@ camdelta_status camdelta_scan_backward(camdelta_context *ctx, const camdelta_sca
   cd_launch_init(&l, args->profile);
 
   /* 1. grams */
-  {
+  if (tc.on) {
+    const unsigned nc = (unsigned)((D + cd_tc_tn(&tc.g) - 1) / cd_tc_tn(&tc.g));
+    const unsigned nr = (unsigned)((D + cd_tc_tm(&tc.g) - 1) / cd_tc_tm(&tc.g));
+    for (int pass = 0; pass < 2 && !st; pass++) {
+      /* pass 0: W = Qᵀ·dO; pass 1: A = d·(I − Kᵀ·β·K) and, when recomputing, U = Kᵀ·β·V */
+      const unsigned n1 = pass == 1 && recompute ? nc : 0;
+      cd_args a = {tc.gram, 0, CL_SUCCESS};
+      cd_arg_buf(&a, pass ? args->k : args->q);
+      cd_arg_buf(&a, pass ? args->k : args->grad_out);
+      cd_arg_buf(&a, pass ? args->v : args->grad_out);
+      cd_arg_buf(&a, args->beta);
+      cd_arg_buf(&a, args->decay);
+      cd_arg_buf(&a, pass ? bA : bW);
+      cd_arg_buf(&a, pass ? bU : bW);
+      cd_arg_u64(&a, N);
+      cd_arg_u32(&a, (uint32_t)S);
+      cd_arg_u32(&a, (uint32_t)F);
+      cd_arg_u32(&a, nc);
+      cd_arg_u32(&a, n1);
+      cd_arg_i32(&a, pass);
+      cd_arg_i32(&a, pass);
+      if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_gram_tc: setting arguments");
+      const size_t w = cd_tc_wg(&tc.g), lws[2] = {w, 1}, gws[2] = {w * nr * (nc + n1), BHF};
+      if (!st) st = cd_enqueue(ctx, tc.gram, 2, gws, lws, &l, pass ? "cd_gram_tc (A, U)" : "cd_gram_tc (W)");
+    }
+  } else {
     const uint32_t modes = recompute ? 3 : 2;
     cd_args a = {k.grams, 0, CL_SUCCESS};
     cd_arg_buf(&a, args->q);
@@ -337,7 +391,29 @@ camdelta_status camdelta_scan_backward(camdelta_context *ctx, const camdelta_sca
     if (!st) st = cd_enqueue(ctx, k.chain, 1, &gws, &lws, &l, "cd_scan_bwd_chain");
   }
   /* 3. frames */
-  if (!st) {
+  if (!st && tc.on) {
+    cd_args a = {tc.frames, 0, CL_SUCCESS};
+    cd_arg_buf(&a, args->k);
+    cd_arg_buf(&a, args->v);
+    cd_arg_buf(&a, args->beta);
+    cd_arg_buf(&a, args->decay);
+    cd_arg_buf(&a, bstates);
+    cd_arg_buf(&a, binit);
+    cd_arg_buf(&a, bG);
+    cd_arg_buf(&a, args->dk);
+    cd_arg_buf(&a, args->dv);
+    cd_arg_buf(&a, args->dbeta);
+    cd_arg_buf(&a, bpart);
+    cd_arg_u64(&a, N);
+    cd_arg_u32(&a, (uint32_t)S);
+    cd_arg_u32(&a, (uint32_t)F);
+    cd_arg_u32(&a, (uint32_t)ntiles);
+    cd_arg_i32(&a, reverse);
+    cd_arg_i32(&a, has_init);
+    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_frames_tc: setting arguments");
+    const size_t w = cd_tc_wg(&tc.fr), lws[2] = {w, 1}, gws[2] = {w * ntiles, BHF};
+    if (!st) st = cd_enqueue(ctx, tc.frames, 2, gws, lws, &l, "cd_frames_tc");
+  } else if (!st) {
     cd_args a = {k.frames, 0, CL_SUCCESS};
     cd_arg_buf(&a, args->k);
     cd_arg_buf(&a, args->v);
@@ -362,6 +438,26 @@ camdelta_status camdelta_scan_backward(camdelta_context *ctx, const camdelta_sca
     const size_t lws = cfg.tl * (D / cfg.dpt), gws = BHF * ntiles * lws;
     if (!st) st = cd_enqueue(ctx, k.frames, 1, &gws, &lws, &l, "cd_scan_bwd_frames");
   }
+  /* 3b. with tensor cores, dq apart from the frames kernel: dq[k][s] = Σ_v M[k][v]·dO[v][s] */
+  if (!st && tc.on) {
+    const unsigned ns = (unsigned)((S + cd_tc_tn(&tc.a) - 1) / cd_tc_tn(&tc.a));
+    const unsigned nr = (unsigned)((D + cd_tc_tm(&tc.a) - 1) / cd_tc_tm(&tc.a));
+    cd_args a = {tc.apply, 0, CL_SUCCESS};
+    cd_arg_buf(&a, args->grad_out);
+    cd_arg_buf(&a, bstates);
+    cd_arg_buf(&a, binit);
+    cd_arg_buf(&a, args->dq);
+    cd_arg_u64(&a, N);
+    cd_arg_u32(&a, (uint32_t)S);
+    cd_arg_u32(&a, (uint32_t)F);
+    cd_arg_u32(&a, nr);
+    cd_arg_i32(&a, 0);
+    cd_arg_i32(&a, reverse);
+    cd_arg_i32(&a, has_init);
+    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_apply_tc: setting arguments");
+    const size_t w = cd_tc_wg(&tc.a), lws[2] = {w, 1}, gws[2] = {w * nr * ns, BHF};
+    if (!st) st = cd_enqueue(ctx, tc.apply, 2, gws, lws, &l, "cd_apply_tc (dq)");
+  }
   /* 4. ddecay */
   if (!st) {
     cd_args a = {k.ddecay, 0, CL_SUCCESS};
@@ -382,5 +478,6 @@ camdelta_status camdelta_scan_backward(camdelta_context *ctx, const camdelta_sca
   for (int i = 0; i < 6; i++)
     if (scratch[i]) clReleaseMemObject(scratch[i]);
   release_kernels(&k);
+  cd_tc_release(&tc);
   return cd_launch_end(ctx, &l, st);
 }

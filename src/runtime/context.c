@@ -268,7 +268,7 @@ static camdelta_status build_program(camdelta_context *ctx, const char *source, 
   camdelta_status st = compose(source, &text, &len);
   if (st) return st;
   char opts[2048];
-  snprintf(opts, sizeof opts, "-cl-std=CL1.2 %s%s", options ? options : "", ctx->info.nvidia_ptx ? " -DCD_NVIDIA=1" : "");
+  snprintf(opts, sizeof opts, "-cl-std=CL1.2 %s", options ? options : "");
   cd_cache_key(ctx, opts, text, len, key);
   *from_disk = 0;
   cl_int err;

@@ -98,6 +98,13 @@ struct camdelta_context {
   cd_program_entry *programs;
   camdelta_build_stats stats;
   int prep_fused; /* CAMDELTA_PREP_FUSED at creation: 0 two-pass, 1 fused, -1 by device type */
+  int tc_state; /* tensor-core feature test (src/tune/tc.c): 0 not run yet, 1 passed, 2 emulated, -1 off */
+  /* tensor-core tiles (src/tune/params.c), read once per context: overrides (camdelta_tune_set, CAMDELTA_TC_TILES)
+   * per family x (WM WN MR NR KC), 0 = not set; entries saved by `camdelta tune --save` */
+  int tune_loaded;
+  unsigned tune_over[3][5];
+  unsigned tune_saved[24][8]; /* family, D min, D max, WM, WN, MR, NR, KC */
+  int tune_nsaved;
 };
 
 /** A built program for kernel source file `source` (e.g. "prep.cl") with

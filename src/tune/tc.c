@@ -1,0 +1,196 @@
+/* Tensor-core path: the feature test (once per context, its result kept with the cached binaries) and the
+ * default tiles of cl/gemm_tc.cl. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tune.h"
+
+static const char PROBE_OPTS[] = "-DCD_PROBE -DCD_MR=1 -DCD_NR=1 -DCD_KC=8 -DCD_SPLIT=1";
+
+/* Runs cd_tc_probe: C (16 x 8) = A (16 x 8)·B (8 x 8) with operands whose low mantissa bits matter, so that a
+ * wrong fragment layout, a missing split or a broken conversion all show. 1: exact to 1e-6. */
+static int run_probe(camdelta_context *ctx, int emulate) {
+  cl_kernel k = NULL;
+  char opts[128];
+  snprintf(opts, sizeof opts, "%s%s", PROBE_OPTS, emulate ? " -DCD_TC_EMULATE=1" : "");
+  if (cd_kernel(ctx, "gemm_tc.cl", opts, "cd_tc_probe", &k)) return 0;
+  float a[128], b[64], c[128];
+  for (int e = 0; e < 128; e++) a[e] = (float)(((e * 37) % 17) - 8) / 8.0f + (float)e * 0x1p-17f;
+  for (int e = 0; e < 64; e++) b[e] = (float)(((e * 23) % 13) - 6) / 4.0f - (float)e * 0x1p-18f;
+  cl_int err;
+  cl_mem ba = clCreateBuffer(ctx->context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof a, a, &err);
+  cl_mem bb = err == CL_SUCCESS ? clCreateBuffer(ctx->context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof b, b, &err)
+                                : NULL;
+  cl_mem bc = err == CL_SUCCESS ? clCreateBuffer(ctx->context, CL_MEM_WRITE_ONLY, sizeof c, NULL, &err) : NULL;
+  int ok = err == CL_SUCCESS;
+  if (ok) {
+    ok = clSetKernelArg(k, 0, sizeof ba, &ba) == CL_SUCCESS && clSetKernelArg(k, 1, sizeof bb, &bb) == CL_SUCCESS &&
+         clSetKernelArg(k, 2, sizeof bc, &bc) == CL_SUCCESS;
+    const size_t n = 32;
+    ok = ok && clEnqueueNDRangeKernel(ctx->queue, k, 1, NULL, &n, &n, 0, NULL, NULL) == CL_SUCCESS &&
+         clEnqueueReadBuffer(ctx->queue, bc, CL_TRUE, 0, sizeof c, c, 0, NULL, NULL) == CL_SUCCESS;
+  }
+  if (ok) {
+    double worst = 0, scale = 0;
+    for (int m = 0; m < 16; m++)
+      for (int n = 0; n < 8; n++) {
+        double r = 0;
+        for (int q = 0; q < 8; q++) r += (double)a[m * 8 + q] * b[q * 8 + n];
+        const double e = fabs((double)c[m * 8 + n] - r);
+        if (!(e <= worst)) worst = e; /* NaN counts as the worst */
+        if (fabs(r) > scale) scale = fabs(r);
+      }
+    ok = worst <= 1e-6 * scale;
+  }
+  if (ba) clReleaseMemObject(ba);
+  if (bb) clReleaseMemObject(bb);
+  if (bc) clReleaseMemObject(bc);
+  clReleaseKernel(k);
+  return ok;
+}
+
+int cd_tc_emulated(const camdelta_context *ctx) { return ctx->tc_state == 2; }
+
+int cd_tc_available(camdelta_context *ctx) {
+  if (ctx->tc_state) return ctx->tc_state > 0;
+  int ok = 0;
+  const char *env = getenv("CAMDELTA_TC");
+  if (env && strcmp(env, "emulate") == 0) {
+    ok = run_probe(ctx, 1) ? 2 : 0;
+    cd_clear_error();
+  } else if (ctx->info.nvidia_ptx && !(env && strcmp(env, "0") == 0)) {
+    /* the recorded result of an earlier test on this device, driver and library */
+    const char *src = NULL;
+    size_t len = 0;
+    char *owned = NULL, key[65];
+    int known = 0;
+    if (cd_kernel_source("gemm_tc.cl", &src, &len, &owned) == CAMDELTA_OK) {
+      cd_cache_key(ctx, "camdelta-tc-probe-result", src, len, key);
+      size_t blen = 0;
+      unsigned char *rec = cd_cache_load(key, &blen);
+      if (rec && blen == 1 && (rec[0] == '0' || rec[0] == '1')) known = 1, ok = rec[0] == '1';
+      free(rec);
+      if (!known) {
+        ok = run_probe(ctx, 0);
+        const unsigned char r = ok ? '1' : '0';
+        cd_cache_store(key, &r, 1, ctx->info.device_name);
+      }
+    }
+    free(owned);
+    cd_clear_error(); /* a failed probe build is an answer, not an error of the caller's call */
+  }
+  mtx_lock(&ctx->lock);
+  ctx->tc_state = ok ? ok : -1;
+  mtx_unlock(&ctx->lock);
+  return ok;
+}
+
+/* Rows (or columns) of D padded to the mma tile: up to 64 rows in two warps of two 16-row tiles. */
+static void rows_for(size_t D, unsigned *w, unsigned *r) {
+  const unsigned t16 = (unsigned)((D + 15) / 16);
+  if (t16 <= 2) *w = 1, *r = t16;
+  else *w = 2, *r = 2;
+}
+
+/* Heuristics, from the H200 sweep at D=112 (`camdelta tune`, docs/performance.md): the gram is register-bound
+ * (255 registers, spills at KC=32), so it stages 16 tokens per step; the frames kernel does best with one warp
+ * per 16 tokens covering every column (WN=1). cd_tc_safe_tiles() is the fallback where these do not fit. */
+cd_tc_tiles cd_tc_gram_tiles(size_t D) {
+  cd_tc_tiles t = {2, 2, 2, 4, 16};
+  rows_for(D, &t.wm, &t.mr);
+  const unsigned t8 = (unsigned)((D + 7) / 8);
+  if (t8 <= 4) t.wn = 1, t.nr = t8;
+  else if (t8 <= 8) t.wn = 2, t.nr = (t8 + 1) / 2;
+  return t;
+}
+
+cd_tc_tiles cd_tc_apply_tiles(size_t D) {
+  cd_tc_tiles t = {2, 2, 2, 4, 32};
+  rows_for(D, &t.wm, &t.mr);
+  t.kc = D % 32 == 0 ? 32 : D % 16 == 0 ? 16 : 8;
+  return t;
+}
+
+cd_tc_tiles cd_tc_frames_tiles(size_t D) {
+  cd_tc_tiles t = {4, 1, 1, 1, 16};
+  t.nr = (unsigned)((D + 7) / 8);
+  if (t.nr > 16) t.wn = 2, t.nr = (t.nr + 1) / 2;
+  t.kc = D % 16 == 0 ? 16 : 8;
+  return t;
+}
+
+cd_tc_tiles cd_tc_safe_tiles(int family, size_t D) {
+  cd_tc_tiles t = family == CD_TC_GRAM ? cd_tc_gram_tiles(D) : cd_tc_apply_tiles(D);
+  t.kc = 8;
+  if (family == CD_TC_FRAMES) {
+    t = (cd_tc_tiles){2, 1, 1, 1, 8};
+    if (D > 8) t.wn = 2;
+    t.nr = (unsigned)((D + 8 * t.wn - 1) / (8 * t.wn));
+  }
+  return t;
+}
+
+void cd_tc_options(char *buf, size_t size, const char *family, size_t D, int split, int vec, const cd_tc_tiles *t) {
+  snprintf(buf, size,
+           "-D%s -DCD_D=%zu -DCD_SPLIT=%d -DCD_VEC=%d -DCD_WM=%u -DCD_WN=%u -DCD_MR=%u -DCD_NR=%u -DCD_KC=%u", family, D,
+           split ? 1 : 0, vec ? 1 : 0, t->wm, t->wn, t->mr, t->nr, t->kc);
+}
+
+void cd_tc_release(cd_tc_set *t) {
+  if (t->gram) clReleaseKernel(t->gram);
+  if (t->apply) clReleaseKernel(t->apply);
+  if (t->frames) clReleaseKernel(t->frames);
+  t->gram = t->apply = t->frames = NULL;
+}
+
+/* Tensor-core kernels for head dim D (exact: split-TF32; tf32: one product), or t->on = 0 without them. */
+camdelta_status cd_tc_build(camdelta_context *ctx, size_t D, camdelta_precision prec, int vec, int with_frames,
+                            cd_tc_set *t) {
+  memset(t, 0, sizeof *t);
+  if (!cd_tc_available(ctx)) return CAMDELTA_OK;
+  t->split = prec != CAMDELTA_PRECISION_TF32;
+  cd_tc_tiles *const tiles[CD_TC_FAMILIES] = {&t->g, &t->a, &t->fr};
+  camdelta_status st = CAMDELTA_OK;
+  for (int f = 0; f < CD_TC_FAMILIES && !st; f++) {
+    const char *from;
+    if ((st = cd_tc_resolve(ctx, f, D, tiles[f], &from))) break;
+    if (f == CD_TC_FRAMES && !with_frames) break;
+    st = cd_tc_check(ctx, f, D, tiles[f]);
+    /* a table or saved entry (or a preferred heuristic) that does not fit this D or device: the safe heuristic;
+     * an override that does not fit fails */
+    if (st && strcmp(from, "override") != 0) {
+      cd_clear_error();
+      *tiles[f] = cd_tc_safe_tiles(f, D);
+      st = cd_tc_check(ctx, f, D, tiles[f]);
+    }
+  }
+  if (st) return st;
+  t->vec = vec != 0;
+  cd_tc_options(t->gopts, sizeof t->gopts, "CD_GRAM", D, t->split, t->vec, &t->g);
+  cd_tc_options(t->aopts, sizeof t->aopts, "CD_APPLY", D, t->split, t->vec, &t->a);
+  cd_tc_options(t->fopts, sizeof t->fopts, "CD_FRAMES", D, t->split, t->vec, &t->fr);
+  if (cd_tc_emulated(ctx)) {
+    strncat(t->gopts, " -DCD_TC_EMULATE=1", sizeof t->gopts - strlen(t->gopts) - 1);
+    strncat(t->aopts, " -DCD_TC_EMULATE=1", sizeof t->aopts - strlen(t->aopts) - 1);
+    strncat(t->fopts, " -DCD_TC_EMULATE=1", sizeof t->fopts - strlen(t->fopts) - 1);
+  }
+  st = cd_kernel(ctx, "gemm_tc.cl", t->gopts, "cd_gram_tc", &t->gram);
+  if (!st) st = cd_kernel(ctx, "gemm_tc.cl", t->aopts, "cd_apply_tc", &t->apply);
+  if (!st && with_frames) st = cd_kernel(ctx, "gemm_tc.cl", t->fopts, "cd_frames_tc", &t->frames);
+  if (st) {
+    cd_tc_release(t);
+    return st;
+  }
+  t->on = 1;
+  return CAMDELTA_OK;
+}
+
+
+int cd_tc_vec_ok(size_t S, const size_t *offsets, int n) {
+  if (S % 4) return 0;
+  for (int i = 0; i < n; i++)
+    if (offsets[i] % 4) return 0;
+  return 1;
+}

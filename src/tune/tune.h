@@ -1,0 +1,73 @@
+/* Tuning module of the scan engine: kernel-family parameters, the tensor-core feature test and the tiles of
+ * the tensor-core GEMM core (cl/gemm_tc.cl). Not installed. */
+#ifndef CAMDELTA_TUNE_H
+#define CAMDELTA_TUNE_H
+#include "internal.h"
+
+/** Tiles of the tensor-core GEMM core, same names as cl/gemm_tc.cl's build options:
+ *  wm x wn warps per work-group, each owning mr x nr mma tiles (16 x 8 each); kc reduction elements per
+ *  staging step. Work-group tile: 16·wm·mr rows x 8·wn·nr columns, 32·wm·wn work-items,
+ *  local memory gram: 4·(tm + tn)·(kc + 4) bytes, apply: 4·kc·(tm + tn + 16) bytes. */
+typedef struct cd_tc_tiles {
+  unsigned wm, wn, mr, nr, kc;
+} cd_tc_tiles;
+
+/** 1 when the tensor-core path can run on the context's device: an NVIDIA OpenCL device on which the feature
+ *  test (a compiled cd_tc_probe program giving the exact split-TF32 product) passed. Run once per context; the
+ *  result is also kept in the binary cache folder, keyed like the programs (device, driver, library version,
+ *  source), so later processes skip the test. CAMDELTA_TC=0 turns the path off, CAMDELTA_TC=emulate turns it on
+ *  emulated (read at the first test of a context). */
+int cd_tc_available(camdelta_context *ctx);
+/** 1 when the path runs emulated (CAMDELTA_TC=emulate: the same kernels with the mma done through local
+ *  memory, on any device; for tests). */
+int cd_tc_emulated(const camdelta_context *ctx);
+
+/** Default tiles for the gram (reduction over a frame's tokens, D x D outputs) and apply (reduction over D,
+ *  D x tokens outputs) kernels. */
+cd_tc_tiles cd_tc_gram_tiles(size_t D);
+cd_tc_tiles cd_tc_apply_tiles(size_t D);
+/** Tiles of the backward's frames kernel: 16·wm·mr tokens per work-group, 8·wn·nr >= D columns, kc | D. */
+cd_tc_tiles cd_tc_frames_tiles(size_t D);
+/** Small tiles that fit any device with 48 KiB of local memory and 256-item work-groups (the fallback when a
+ *  table or saved entry, or the preferred heuristic, does not fit). */
+cd_tc_tiles cd_tc_safe_tiles(int family, size_t D);
+
+/** Build options for a tensor-core kernel family ("CD_GRAM" or "CD_APPLY") with these tiles and precision
+ *  (split = 1 exact, 0 tf32); vec = 1 when every token row the kernels touch starts on 16 bytes. */
+void cd_tc_options(char *buf, size_t size, const char *family, size_t D, int split, int vec, const cd_tc_tiles *t);
+
+/** The tensor-core kernels a call uses (gram and apply, one precision), or on = 0 without the path. */
+typedef struct cd_tc_set {
+  int on, split, vec;
+  cd_tc_tiles g, a, fr; /* gram, apply, frames (backward only) */
+  cl_kernel gram, apply, frames;
+  char gopts[192], aopts[192], fopts[192];
+} cd_tc_set;
+/** Builds (or loads) the set for head dim D: exact = split-TF32, tf32 = one product; on = 0 (and success)
+ *  when the device has no tensor-core path. */
+camdelta_status cd_tc_build(camdelta_context *ctx, size_t D, camdelta_precision prec, int vec, int with_frames,
+                            cd_tc_set *t);
+/** 1 when S and every element offset are multiples of 4 (16-byte token rows for CD_VEC). */
+int cd_tc_vec_ok(size_t S, const size_t *offsets, int n);
+void cd_tc_release(cd_tc_set *t);
+
+/** Kernel families of the tensor-core core, their names ("gram", "apply", "frames"). */
+enum { CD_TC_GRAM, CD_TC_APPLY, CD_TC_FRAMES, CD_TC_FAMILIES };
+extern const char *const cd_tc_family_names[CD_TC_FAMILIES];
+int cd_tc_family(const char *name); /* -1 when unknown */
+/** The tiles a family uses for head dim D on this context: override > saved entry > device table > heuristic;
+ *  *from names the source. */
+camdelta_status cd_tc_resolve(camdelta_context *ctx, int family, size_t D, cd_tc_tiles *t, const char **from);
+/** Local memory a family's work-group needs (the kernels' __local arrays, cl/gemm_tc.cl). */
+size_t cd_tc_local_bytes(int family, size_t D, const cd_tc_tiles *t);
+/** UNSUPPORTED with a message when the tiles break the family's constraints or the device's limits. */
+camdelta_status cd_tc_check(const camdelta_context *ctx, int family, size_t D, const cd_tc_tiles *t);
+/** The file `camdelta tune --save` writes and contexts read (cache folder, one per device name); "" without
+ *  a cache folder. Lines: "family Dmin Dmax WM WN MR NR KC". */
+void cd_tune_file(const camdelta_context *ctx, char *buf, size_t size);
+
+/** Work-group size and tile extents. */
+static inline unsigned cd_tc_wg(const cd_tc_tiles *t) { return 32 * t->wm * t->wn; }
+static inline unsigned cd_tc_tm(const cd_tc_tiles *t) { return 16 * t->wm * t->mr; }
+static inline unsigned cd_tc_tn(const cd_tc_tiles *t) { return 8 * t->wn * t->nr; }
+#endif

@@ -1,0 +1,342 @@
+/* Scan precision (SPEC sections 5 and 10): the chunkwise forward and the backward in both precisions against
+ * the f64 reference on awkward head dims (24, 40, 72) and frame sizes that are no multiple of any tile; the plan
+ * says which path runs, and `tf32` on a device without the tensor-core path falls back to the exact FMA kernels
+ * (bit-identical results). On a device with the path (NVIDIA), `exact` is split-TF32 and must still meet the
+ * SPEC 5 bounds; the largest errors per precision are printed as "[ measure ]" lines. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "testutil.h"
+#include "tune.h"
+
+#define FWD_BOUND 1e-5
+#define BWD_BOUND 1e-4
+#define TF32_BOUND 3e-2 /* a single TF32 product: about 1e-3 measured; the bound only catches a broken path */
+
+typedef struct prob {
+  size_t B, H, D, F, S, N, tok, gates, bhf, st;
+  float *q, *k, *v, *beta, *decay, *init, *go, *gf;
+} prob;
+
+static void prob_make(prob *p, size_t B, size_t H, size_t D, size_t F, size_t S, uint64_t seed) {
+  memset(p, 0, sizeof *p);
+  p->B = B, p->H = H, p->D = D, p->F = F, p->S = S, p->N = F * S;
+  p->tok = B * H * D * p->N, p->gates = B * H * F * S, p->bhf = B * H * F, p->st = B * H * D * D;
+  tu_seed(seed);
+  p->q = malloc(p->tok * 4), p->k = malloc(p->tok * 4), p->v = malloc(p->tok * 4), p->go = malloc(p->tok * 4);
+  p->beta = malloc(p->gates * 4), p->decay = malloc(p->bhf * 4), p->init = malloc(p->st * 4), p->gf = malloc(p->st * 4);
+  assert_true(p->q && p->k && p->v && p->go && p->beta && p->decay && p->init && p->gf);
+  tu_fill_uniform(p->q, p->tok, -1.0, 1.0);
+  tu_fill_normal(p->k, p->tok, 1.0 / sqrt((double)D * (double)S));
+  tu_fill_normal(p->v, p->tok, 1.0);
+  tu_fill_normal(p->go, p->tok, 1.0);
+  tu_fill_uniform(p->beta, p->gates, 0.0, 1.0);
+  tu_fill_uniform(p->decay, p->bhf, 0.6, 1.0);
+  tu_fill_normal(p->init, p->st, 0.3);
+  tu_fill_normal(p->gf, p->st, 1.0);
+}
+
+static void prob_free(prob *p) {
+  free(p->q), free(p->k), free(p->v), free(p->go), free(p->beta), free(p->decay), free(p->init), free(p->gf);
+}
+
+static double g_worst[2][2]; /* [forward, backward][exact, tf32] */
+static camdelta_context *g_ctx; /* the context under test: the shared one, or the emulated one */
+
+static camdelta_context *ctx(void) { return g_ctx ? g_ctx : tu_context(); }
+static int has_tc(void) { return cd_tc_available(ctx()); }
+
+/* Forward, chunkwise, with init and final state; returns out and final (malloc'd). */
+static void fwd_run(const prob *p, int reverse, camdelta_precision prec, float **out, float **fin) {
+  cl_mem q = tu_upload(p->q, p->tok * 4), k = tu_upload(p->k, p->tok * 4), v = tu_upload(p->v, p->tok * 4);
+  cl_mem beta = tu_upload(p->beta, p->gates * 4), decay = tu_upload(p->decay, p->bhf * 4);
+  cl_mem init = tu_upload(p->init, p->st * 4), o = tu_buffer(p->tok * 4), f = tu_buffer(p->st * 4);
+  camdelta_scan_args a = {0};
+  a.B = p->B, a.H = p->H, a.D = p->D, a.F = p->F, a.S = p->S, a.reverse = reverse;
+  a.algorithm = CAMDELTA_SCAN_CHUNKWISE, a.precision = prec;
+  a.q.mem = q, a.k.mem = k, a.v.mem = v, a.beta.mem = beta, a.decay.mem = decay, a.out.mem = o;
+  a.init_state.mem = init, a.final_state.mem = f;
+  TU_OK(camdelta_scan_forward(ctx(), &a, NULL));
+  *out = malloc(p->tok * 4), *fin = malloc(p->st * 4);
+  tu_download(o, 0, p->tok * 4, *out);
+  tu_download(f, 0, p->st * 4, *fin);
+  cl_mem all[8] = {q, k, v, beta, decay, init, o, f};
+  for (int i = 0; i < 8; i++) clReleaseMemObject(all[i]);
+}
+
+static void forward_cases(const size_t (*shapes)[5], size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    prob p;
+    prob_make(&p, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], shapes[i][4], 900 + i);
+    const int reverse = (int)(i % 2);
+    double *in[6] = {tu_to_f64(p.q, p.tok), tu_to_f64(p.k, p.tok), tu_to_f64(p.v, p.tok),
+                     tu_to_f64(p.beta, p.gates), tu_to_f64(p.decay, p.bhf), tu_to_f64(p.init, p.st)};
+    double *rout = malloc(p.tok * 8), *rfin = malloc(p.st * 8);
+    camdelta_ref_scan rs = {p.B, p.H, p.D, p.F, p.S, reverse, in[0], in[1], in[2], in[3], in[4], in[5],
+                            rout, rfin, NULL, NULL};
+    TU_OK(camdelta_ref_scan_forward(&rs));
+    float *out[2], *fin[2];
+    for (int pr = 0; pr < 2; pr++) {
+      fwd_run(&p, reverse, (camdelta_precision)pr, &out[pr], &fin[pr]);
+      double e = tu_rel_err(out[pr], rout, p.tok), ef = tu_rel_err(fin[pr], rfin, p.st);
+      if (ef > e) e = ef;
+      if (e > g_worst[0][pr]) g_worst[0][pr] = e;
+      const double bound = pr ? TF32_BOUND : FWD_BOUND;
+      if (!(e <= bound))
+        fail_msg("forward %s B=%zu H=%zu D=%zu F=%zu S=%zu %s: relative error %.3g > %.0e",
+                 camdelta_precision_name((camdelta_precision)pr), p.B, p.H, p.D, p.F, p.S,
+                 reverse ? "reverse" : "causal", e, bound);
+    }
+    /* without the tensor-core path, tf32 is the exact path: bit-identical */
+    if (!has_tc()) {
+      assert_memory_equal(out[0], out[1], p.tok * 4);
+      assert_memory_equal(fin[0], fin[1], p.st * 4);
+    }
+    for (int pr = 0; pr < 2; pr++) free(out[pr]), free(fin[pr]);
+    for (int j = 0; j < 6; j++) free(in[j]);
+    free(rout), free(rfin);
+    prob_free(&p);
+  }
+}
+
+static void test_forward(void **state) {
+  (void)state;
+  static const size_t shapes[][5] = {{1, 2, 24, 3, 37}, {2, 1, 40, 2, 100}, {1, 1, 72, 3, 300},
+                                     {1, 2, 112, 2, 129}, {1, 1, 128, 2, 70}, {1, 1, 8, 4, 45}};
+  forward_cases(shapes, sizeof shapes / sizeof *shapes);
+}
+
+/* Backward recomputing the states, with init_state and grad_final_state; worst relative error over the grads. */
+static double bwd_case(const prob *p, int reverse, camdelta_precision prec, double *const ref[6], float *keep) {
+  cl_mem in[8];
+  const float *host[8] = {p->q, p->k, p->v, p->beta, p->decay, p->init, p->go, p->gf};
+  const size_t n[8] = {p->tok, p->tok, p->tok, p->gates, p->bhf, p->st, p->tok, p->st};
+  const size_t no[6] = {p->tok, p->tok, p->tok, p->gates, p->bhf, p->st};
+  for (int i = 0; i < 8; i++) in[i] = tu_upload(host[i], n[i] * 4);
+  cl_mem out[6];
+  for (int i = 0; i < 6; i++) out[i] = tu_buffer(no[i] * 4);
+  camdelta_scan_backward_args a;
+  memset(&a, 0, sizeof a);
+  a.B = p->B, a.H = p->H, a.D = p->D, a.F = p->F, a.S = p->S, a.reverse = reverse, a.precision = prec;
+  a.q.mem = in[0], a.k.mem = in[1], a.v.mem = in[2], a.beta.mem = in[3], a.decay.mem = in[4];
+  a.init_state.mem = in[5], a.grad_out.mem = in[6], a.grad_final_state.mem = in[7];
+  a.dq.mem = out[0], a.dk.mem = out[1], a.dv.mem = out[2], a.dbeta.mem = out[3], a.ddecay.mem = out[4];
+  a.dinit_state.mem = out[5];
+  TU_OK(camdelta_scan_backward(ctx(), &a, NULL));
+  double worst = 0;
+  size_t at = 0;
+  for (int i = 0; i < 6; i++) {
+    float *h = malloc(no[i] * 4);
+    tu_download(out[i], 0, no[i] * 4, h);
+    const double e = tu_rel_err(h, ref[i], no[i]);
+    if (!(e <= worst)) worst = e;
+    if (keep) memcpy(keep + at, h, no[i] * 4);
+    at += no[i];
+    free(h);
+    clReleaseMemObject(out[i]);
+  }
+  for (int i = 0; i < 8; i++) clReleaseMemObject(in[i]);
+  return worst;
+}
+
+static void backward_cases(const size_t (*shapes)[5], size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    prob p;
+    prob_make(&p, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], shapes[i][4], 950 + i);
+    const int reverse = (int)(i % 2);
+    double *in[8] = {tu_to_f64(p.q, p.tok),     tu_to_f64(p.k, p.tok),     tu_to_f64(p.v, p.tok),
+                     tu_to_f64(p.beta, p.gates), tu_to_f64(p.decay, p.bhf), tu_to_f64(p.init, p.st),
+                     tu_to_f64(p.go, p.tok),    tu_to_f64(p.gf, p.st)};
+    double *ref[6];
+    const size_t no[6] = {p.tok, p.tok, p.tok, p.gates, p.bhf, p.st};
+    for (int j = 0; j < 6; j++) ref[j] = malloc(no[j] * 8);
+    camdelta_ref_scan rs = {p.B, p.H, p.D, p.F, p.S, reverse, in[0], in[1], in[2], in[3], in[4], in[5],
+                            NULL, NULL, NULL, NULL};
+    camdelta_ref_scan_grads g = {in[6], in[7], ref[0], ref[1], ref[2], ref[3], ref[4], ref[5]};
+    TU_OK(camdelta_ref_scan_backward(&rs, &g));
+    const size_t total = 3 * p.tok + p.gates + p.bhf + p.st;
+    float *keep[2] = {malloc(total * 4), malloc(total * 4)};
+    for (int pr = 0; pr < 2; pr++) {
+      const double e = bwd_case(&p, reverse, (camdelta_precision)pr, ref, keep[pr]);
+      if (e > g_worst[1][pr]) g_worst[1][pr] = e;
+      const double bound = pr ? TF32_BOUND : BWD_BOUND;
+      if (!(e <= bound))
+        fail_msg("backward %s B=%zu H=%zu D=%zu F=%zu S=%zu %s: relative error %.3g > %.0e",
+                 camdelta_precision_name((camdelta_precision)pr), p.B, p.H, p.D, p.F, p.S,
+                 reverse ? "reverse" : "causal", e, bound);
+    }
+    if (!has_tc()) assert_memory_equal(keep[0], keep[1], total * 4);
+    free(keep[0]), free(keep[1]);
+    for (int j = 0; j < 6; j++) free(ref[j]);
+    for (int j = 0; j < 8; j++) free(in[j]);
+    prob_free(&p);
+  }
+}
+
+static void test_backward(void **state) {
+  (void)state;
+  static const size_t shapes[][5] = {{1, 2, 24, 3, 37}, {1, 1, 72, 3, 100}, {1, 2, 112, 2, 129}, {1, 1, 40, 2, 70}};
+  backward_cases(shapes, sizeof shapes / sizeof *shapes);
+}
+
+/* The override API (camdelta_tune_set/get) changes what runs, as the plan shows, and the results stay exact;
+ * tiles breaking a constraint fail at the call with a message; NULL restores the defaults. */
+static void override_checks(camdelta_context *c) {
+  camdelta_scan_args a = {0};
+  a.B = 1, a.H = 1, a.D = 24, a.F = 2, a.S = 37, a.algorithm = CAMDELTA_SCAN_CHUNKWISE;
+  char before[1024], after[1024], got[160];
+  TU_OK(camdelta_scan_plan_describe(c, &a, before, sizeof before));
+  TU_OK(camdelta_tune_set(c, "gram", "WM=1,WN=2,MR=2,NR=2,KC=16"));
+  TU_OK(camdelta_tune_set(c, "apply", "KC=8,NR=2"));
+  TU_OK(camdelta_scan_plan_describe(c, &a, after, sizeof after));
+  printf("plan with overrides: %s\n", after);
+  assert_non_null(strstr(after, "phase_a gram_tc WM=1 WN=2 MR=2 NR=2 KC=16"));
+  assert_non_null(strstr(after, "NR=2 KC=8"));
+  assert_string_not_equal(before, after);
+  TU_OK(camdelta_tune_get(c, "gram", 24, got, sizeof got));
+  assert_string_equal(got, "WM=1 WN=2 MR=2 NR=2 KC=16 (override)");
+  static const size_t fs[][5] = {{1, 1, 24, 2, 37}};
+  forward_cases(fs, 1); /* still exact with the other tiles */
+  /* frames: KC must divide D */
+  TU_OK(camdelta_tune_set(c, "frames", "KC=16"));
+  camdelta_scan_backward_args b;
+  memset(&b, 0, sizeof b);
+  prob p;
+  prob_make(&p, 1, 1, 24, 2, 9, 991);
+  cl_mem q = tu_upload(p.q, p.tok * 4), bt = tu_upload(p.beta, p.gates * 4), dc = tu_upload(p.decay, p.bhf * 4);
+  cl_mem o[5] = {tu_buffer(p.tok * 4), tu_buffer(p.tok * 4), tu_buffer(p.tok * 4), tu_buffer(p.gates * 4),
+                 tu_buffer(p.bhf * 4)};
+  b.B = 1, b.H = 1, b.D = 24, b.F = 2, b.S = 9;
+  b.q.mem = q, b.k.mem = q, b.v.mem = q, b.beta.mem = bt, b.decay.mem = dc, b.grad_out.mem = q;
+  b.dq.mem = o[0], b.dk.mem = o[1], b.dv.mem = o[2], b.dbeta.mem = o[3], b.ddecay.mem = o[4];
+  assert_int_equal(camdelta_scan_backward(c, &b, NULL), CAMDELTA_ERROR_UNSUPPORTED);
+  assert_non_null(strstr(camdelta_last_message(), "KC must divide D"));
+  TU_OK(camdelta_tune_set(c, "frames", NULL));
+  TU_OK(camdelta_scan_backward(c, &b, NULL));
+  clReleaseMemObject(q), clReleaseMemObject(bt), clReleaseMemObject(dc);
+  for (int i = 0; i < 5; i++) clReleaseMemObject(o[i]);
+  prob_free(&p);
+  /* bad input */
+  assert_int_equal(camdelta_tune_set(c, "phase_x", "WM=1"), CAMDELTA_ERROR_INVALID_ARGUMENT);
+  assert_int_equal(camdelta_tune_set(c, "gram", "XX=1"), CAMDELTA_ERROR_INVALID_ARGUMENT);
+  assert_non_null(strstr(camdelta_last_message(), "unknown key 'XX'"));
+  /* defaults back */
+  TU_OK(camdelta_tune_set(c, "gram", NULL));
+  TU_OK(camdelta_tune_set(c, "apply", ""));
+  TU_OK(camdelta_scan_plan_describe(c, &a, after, sizeof after));
+  assert_string_equal(before, after);
+}
+
+/* Where the device has no tensor-core path, the same kernels with the mma emulated through local memory
+ * (CAMDELTA_TC=emulate on a second context sharing the queue): their indexing, tails and host side checked in CI.
+ * Small shapes, the emulation is slow. */
+static void test_emulated(void **state) {
+  (void)state;
+  if (cd_tc_available(tu_context())) return; /* the real path ran above */
+  camdelta_context *emu = NULL;
+  TU_OK(camdelta_context_create_from_queue(&emu, camdelta_context_cl_context(tu_context()),
+                                           camdelta_context_queue(tu_context())));
+  setenv("CAMDELTA_TC", "emulate", 1);
+  assert_true(cd_tc_available(emu));
+  unsetenv("CAMDELTA_TC");
+  assert_true(cd_tc_emulated(emu));
+  g_ctx = emu;
+  camdelta_scan_args a = {0};
+  a.B = 1, a.H = 1, a.D = 24, a.F = 2, a.S = 37, a.algorithm = CAMDELTA_SCAN_CHUNKWISE;
+  char plan[1024];
+  TU_OK(camdelta_scan_plan_describe(emu, &a, plan, sizeof plan));
+  assert_non_null(strstr(plan, "split-TF32"));
+  static const size_t fs[][5] = {{1, 1, 24, 2, 37}, {1, 1, 40, 3, 21}};
+  forward_cases(fs, 2);
+  static const size_t bs[][5] = {{1, 1, 24, 2, 37}, {1, 1, 16, 3, 9}};
+  backward_cases(bs, 2);
+  override_checks(emu);
+  g_ctx = NULL;
+  camdelta_context_destroy(emu);
+}
+
+/* The plan names the path: tensor cores where the feature test passed, else FMA with the tf32 fallback said. */
+static void test_plan(void **state) {
+  (void)state;
+  camdelta_scan_args a = {0};
+  a.B = 1, a.H = 2, a.D = 24, a.F = 3, a.S = 37, a.algorithm = CAMDELTA_SCAN_CHUNKWISE;
+  char exact[1024], tf32[1024];
+  TU_OK(camdelta_scan_plan_describe(tu_context(), &a, exact, sizeof exact));
+  a.precision = CAMDELTA_PRECISION_TF32;
+  TU_OK(camdelta_scan_plan_describe(tu_context(), &a, tf32, sizeof tf32));
+  printf("plan exact: %s\nplan tf32:  %s\n", exact, tf32);
+  assert_non_null(strstr(exact, "chunkwise; precision exact"));
+  if (has_tc()) {
+    assert_non_null(strstr(exact, "split-TF32"));
+    assert_non_null(strstr(exact, "phase_a gram_tc"));
+    assert_non_null(strstr(tf32, "precision tf32 (tensor cores)"));
+  } else {
+    assert_non_null(strstr(exact, "phase_a fma"));
+    assert_non_null(strstr(tf32, "tf32 requested, no tensor-core path"));
+    assert_non_null(strstr(tf32, "phase_c fma"));
+  }
+  if (has_tc()) override_checks(tu_context());
+  a.algorithm = CAMDELTA_SCAN_SEQUENTIAL;
+  TU_OK(camdelta_scan_plan_describe(tu_context(), &a, exact, sizeof exact));
+  assert_non_null(strstr(exact, "sequential; precision exact (fma"));
+  /* too small a buffer, bad precision: clear errors */
+  char tiny[8];
+  assert_int_equal(camdelta_scan_plan_describe(tu_context(), &a, tiny, sizeof tiny), CAMDELTA_ERROR_INVALID_ARGUMENT);
+  a.precision = (camdelta_precision)7;
+  assert_int_equal(camdelta_scan_plan_describe(tu_context(), &a, exact, sizeof exact),
+                   CAMDELTA_ERROR_INVALID_ARGUMENT);
+  assert_non_null(strstr(camdelta_last_message(), "precision"));
+}
+
+/* An unknown precision fails before anything is written. */
+static void test_bad_precision(void **state) {
+  (void)state;
+  prob p;
+  prob_make(&p, 1, 1, 16, 2, 9, 990);
+  cl_mem q = tu_upload(p.q, p.tok * 4), k = tu_upload(p.k, p.tok * 4), v = tu_upload(p.v, p.tok * 4);
+  cl_mem beta = tu_upload(p.beta, p.gates * 4), decay = tu_upload(p.decay, p.bhf * 4), o = tu_buffer(p.tok * 4);
+  camdelta_scan_args a = {0};
+  a.B = 1, a.H = 1, a.D = 16, a.F = 2, a.S = 9, a.precision = (camdelta_precision)2;
+  a.q.mem = q, a.k.mem = k, a.v.mem = v, a.beta.mem = beta, a.decay.mem = decay, a.out.mem = o;
+  assert_int_equal(camdelta_scan_forward(tu_context(), &a, NULL), CAMDELTA_ERROR_INVALID_ARGUMENT);
+  assert_non_null(strstr(camdelta_last_message(), "precision 2 unknown"));
+  float *h = malloc(p.tok * 4);
+  tu_download(o, 0, p.tok * 4, h);
+  for (size_t i = 0; i < p.tok; i++) assert_true(isnan(h[i])); /* still the poison */
+  camdelta_scan_backward_args b;
+  memset(&b, 0, sizeof b);
+  b.B = 1, b.H = 1, b.D = 16, b.F = 2, b.S = 9, b.precision = (camdelta_precision)-1;
+  b.q.mem = q, b.k.mem = k, b.v.mem = v, b.beta.mem = beta, b.decay.mem = decay, b.grad_out.mem = q;
+  b.dq.mem = o, b.dk.mem = o, b.dv.mem = o, b.dbeta.mem = o, b.ddecay.mem = o;
+  assert_int_equal(camdelta_scan_backward(tu_context(), &b, NULL), CAMDELTA_ERROR_INVALID_ARGUMENT);
+  assert_non_null(strstr(camdelta_last_message(), "precision -1 unknown"));
+  free(h);
+  cl_mem all[6] = {q, k, v, beta, decay, o};
+  for (int i = 0; i < 6; i++) clReleaseMemObject(all[i]);
+  prob_free(&p);
+}
+
+static int report(void **state) {
+  (void)state;
+  tu_report("scan forward chunkwise exact: worst relative error (awkward shapes)", g_worst[0][0]);
+  tu_report("scan forward chunkwise tf32: worst relative error (awkward shapes)", g_worst[0][1]);
+  tu_report("scan backward exact: worst relative error (awkward shapes)", g_worst[1][0]);
+  tu_report("scan backward tf32: worst relative error (awkward shapes)", g_worst[1][1]);
+  tu_report("tensor-core path (1 = used)", has_tc());
+  tu_context_release();
+  return 0;
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_plan),
+      cmocka_unit_test(test_bad_precision),
+      cmocka_unit_test(test_forward),
+      cmocka_unit_test(test_backward),
+      cmocka_unit_test(test_emulated),
+  };
+  return cmocka_run_group_tests(tests, NULL, report);
+}
