@@ -20,13 +20,17 @@
  * No atomics; every sum has a fixed order (bit-identical run to run).
  *
  * Build options: CD_DTYPE, CD_D, CD_TT (tokens per tile, power of two; the work-group has at most CD_TT * 32
- * work-items). Run-time: HB (heads per step, HB * CD_TT * CD_G4 <= local size), flags. */
+ * work-items), CD_PF (1: each step's loads are issued during the previous step, 0: at the step itself).
+ * Run-time: HB (heads per step, HB * CD_TT * CD_G4 <= local size), flags. */
 
 #ifndef CD_D
 #define CD_D 8
 #endif
 #ifndef CD_TT
 #define CD_TT 8
+#endif
+#ifndef CD_PF
+#define CD_PF 1 /* load the next step's inputs before this step's barriers */
 #endif
 #define CD_WGMAX (CD_TT * 32)
 #define CD_DH (CD_D / 2)
@@ -99,6 +103,31 @@ inline float4 cd_grad4(global const cd_store_t *p, ulong i, ulong N) {
   return (float4)(CD_LOAD(p, i), CD_LOAD(p, i + N), CD_LOAD(p, i + 2 * N), CD_LOAD(p, i + 3 * N));
 }
 
+/* The inputs of step S for this work-item, zeros where it has nothing (uses the kernel's locals); P2 (phase 2)
+ * adds grad_v and dpost/dpre. */
+#define CD_STEP_LOAD(S, P2, xq, xk, wq, wk, gq, gk, gv, dpo, dpr)                                        \
+  do {                                                                                                   \
+    const uint h_ = (S) * HB + hl;                                                                       \
+    xq = xk = wq = wk = gq = gk = gv = (float4)(0.0f);                                                   \
+    dpo = dpr = 0.0f;                                                                                    \
+    if (lane_ok && h_ < H && tok_ok) {                                                                   \
+      const ulong row_ = (tok * H + h_) * CD_D + 4 * g, grow_ = ((b * H + h_) * CD_D + 4 * g) * N + n; \
+      const uint c_ = h_ * CD_D + 4 * g;                                                                 \
+      xq = CD_LD4(q_raw, q_raw_off + row_, al);                                                          \
+      xk = CD_LD4(k_raw, k_raw_off + row_, al);                                                          \
+      wq = CD_LDF4(qw, qw_off + c_, al);                                                                 \
+      wk = CD_LDF4(kw, kw_off + c_, al);                                                                 \
+      if (has_gq) gq = cd_grad4(grad_q, gq_off + grow_, N);                                              \
+      if (has_gk) gk = cd_grad4(grad_k, gk_off + grow_, N);                                              \
+      if ((P2) && has_gv) gv = cd_grad4(grad_v, gv_off + grow_, N);                                      \
+      if ((P2) && has_gi) {                                                                              \
+        const ulong o_ = (b * H + h_) * N + n;                                                           \
+        dpo = dgi[o_];                                                                                   \
+        dpr = dgi[BHN + o_];                                                                             \
+      }                                                                                                  \
+    }                                                                                                    \
+  } while (0)
+
 /* Global: groups * local size (1-D), groups <= tiles. Scratch: dgi (2, B, H, N) dpost then dpre (with
  * grad_inflation_sq); part_w rows of 2 C floats (dq_norm_weight then dk_norm_weight partials): one per work-group
  * (CD_F_WLOCAL) or one per tile. */
@@ -158,23 +187,23 @@ kernel void cd_prep_bwd_fused(
     barrier(CLK_LOCAL_MEM_FENCE);
     local const float *Pq = Pl[0][t], *Pkv = Pl[1][t];
 
-    /* phase 1: this work-item's share of S_q, S_k (and dpost, dpre per (token, head)) */
+    /* phase 1: this work-item's share of S_q, S_k (and dpost, dpre per (token, head)); with CD_PF, the next step's
+     * inputs are loaded while this step waits at its barriers */
     float sq_acc = 0.0f, sk_acc = 0.0f;
+    float4 xq, xk, wq, wk, gq, gk, gv;
+    float dpo, dpr;
+#if CD_PF
+    float4 pxq, pxk, pwq, pwk, pgq, pgk, pgv;
+    float pdpo, pdpr;
+    CD_STEP_LOAD(0, 0, pxq, pxk, pwq, pwk, pgq, pgk, pgv, pdpo, pdpr);
+#endif
     for (uint s = 0; s < nsteps; s++) {
-      const uint h = s * HB + hl;
-      const int act = lane_ok && h < H && tok_ok;
-      float4 xq = (float4)(0.0f), xk = (float4)(0.0f), wq = (float4)(0.0f), wk = (float4)(0.0f);
-      float4 gq = (float4)(0.0f), gk = (float4)(0.0f);
-      if (act) {
-        const ulong row = (tok * H + h) * CD_D + 4 * g, grow = ((b * H + h) * CD_D + 4 * g) * N + n;
-        const uint c = h * CD_D + 4 * g;
-        xq = CD_LD4(q_raw, q_raw_off + row, al);
-        xk = CD_LD4(k_raw, k_raw_off + row, al);
-        wq = CD_LDF4(qw, qw_off + c, al);
-        wk = CD_LDF4(kw, kw_off + c, al);
-        if (has_gq) gq = cd_grad4(grad_q, gq_off + grow, N);
-        if (has_gk) gk = cd_grad4(grad_k, gk_off + grow, N);
-      }
+#if CD_PF
+      xq = pxq, xk = pxk, wq = pwq, wk = pwk, gq = pgq, gk = pgk;
+      if (s + 1 < nsteps) CD_STEP_LOAD(s + 1, 0, pxq, pxk, pwq, pwk, pgq, pgk, pgv, pdpo, pdpr);
+#else
+      CD_STEP_LOAD(s, 0, xq, xk, wq, wk, gq, gk, gv, dpo, dpr);
+#endif
       const float4 aq = xq * irq * wq, ak = xk * irk * wk;
       const float4 kn = fmax(ak, 0.0f) * k_scale;
       float dpost = 0.0f, dpre = 0.0f;
@@ -193,18 +222,18 @@ kernel void cd_prep_bwd_fused(
           sp += red[0][(hh * CD_G4 + u) * CD_TT + tt];
           so += red[1][(hh * CD_G4 + u) * CD_TT + tt];
         }
-        float dpo = 0.0f, dpr = 0.0f;
+        float vpo = 0.0f, vpr = 0.0f;
         if (h2 < H && tt < nt) {
           const ulong o = (b * H + h2) * N + n0 + tt;
           const float gi = grad_infl[gi_off + o];
           const float cpre = fmax(sp, 1e-12f), cpost = fmax(so, 1e-12f);
-          dpo = so > 1e-12f ? gi / cpre : 0.0f;
-          dpr = sp > 1e-12f ? -gi * cpost / (cpre * cpre) : 0.0f;
-          dgi[o] = dpo;
-          dgi[BHN + o] = dpr;
+          vpo = so > 1e-12f ? gi / cpre : 0.0f;
+          vpr = sp > 1e-12f ? -gi * cpost / (cpre * cpre) : 0.0f;
+          dgi[o] = vpo;
+          dgi[BHN + o] = vpr;
         }
-        dpp[0][lid] = dpo;
-        dpp[1][lid] = dpr;
+        dpp[0][lid] = vpo;
+        dpp[1][lid] = vpr;
       }
       barrier(CLK_LOCAL_MEM_FENCE);
       if (has_gi && lane_ok) {
@@ -236,29 +265,20 @@ kernel void cd_prep_bwd_fused(
     const float cq = irq * irq * irq / (float)C, ck = irk * irk * irk / (float)C;
 
     /* phase 2: the heads in reverse order; the gradients, and the norm-weight partials */
+#if CD_PF
+    CD_STEP_LOAD(nsteps - 1, 1, pxq, pxk, pwq, pwk, pgq, pgk, pgv, pdpo, pdpr);
+#endif
     for (uint s2 = 0; s2 < nsteps; s2++) {
       const uint s = nsteps - 1 - s2, h = s * HB + hl;
       const int act = lane_ok && h < H && tok_ok;
       const ulong row = (tok * H + h) * CD_D + 4 * g;
-      float4 xq = (float4)(0.0f), xk = (float4)(0.0f), wq = (float4)(0.0f), wk = (float4)(0.0f);
-      float4 gq = (float4)(0.0f), gk = (float4)(0.0f), gv = (float4)(0.0f);
-      float dpost = 0.0f, dpre = 0.0f;
-      if (act) {
-        const ulong grow = ((b * H + h) * CD_D + 4 * g) * N + n;
-        const uint c = h * CD_D + 4 * g;
-        xq = CD_LD4(q_raw, q_raw_off + row, al);
-        xk = CD_LD4(k_raw, k_raw_off + row, al);
-        wq = CD_LDF4(qw, qw_off + c, al);
-        wk = CD_LDF4(kw, kw_off + c, al);
-        if (has_gq) gq = cd_grad4(grad_q, gq_off + grow, N);
-        if (has_gk) gk = cd_grad4(grad_k, gk_off + grow, N);
-        if (has_gv) gv = cd_grad4(grad_v, gv_off + grow, N);
-        if (has_gi) {
-          const ulong o = (b * H + h) * N + n;
-          dpost = dgi[o];
-          dpre = dgi[BHN + o];
-        }
-      }
+#if CD_PF
+      xq = pxq, xk = pxk, wq = pwq, wk = pwk, gq = pgq, gk = pgk, gv = pgv, dpo = pdpo, dpr = pdpr;
+      if (s > 0) CD_STEP_LOAD(s - 1, 1, pxq, pxk, pwq, pwk, pgq, pgk, pgv, pdpo, pdpr);
+#else
+      CD_STEP_LOAD(s, 1, xq, xk, wq, wk, gq, gk, gv, dpo, dpr);
+#endif
+      const float dpost = dpo, dpre = dpr;
       const float4 aq = xq * irq * wq, ak = xk * irk * wk;
       const float4 kn = fmax(ak, 0.0f) * k_scale;
       if (has_gi) {

@@ -10,7 +10,8 @@
  * gradient row read covers 32 bytes, one sector), 16 for 16-bit storage. The work-groups walk the tiles
  * persistently, WPC per compute unit (default 4): few enough that the tile rows phase 1 read are still in the L2
  * cache when phase 2 reads them again, enough to keep the memory busy.
- * CAMDELTA_PREP_BWD_TILES (tuning, read at context creation): "TT=n,WPC=n", TT in {4, 8, 16, 32}, WPC >= 1.
+ * CAMDELTA_PREP_BWD_TILES (tuning, read at context creation): "TT=n,WPC=n,PF=n", TT in {4, 8, 16, 32}, WPC >= 1,
+ * PF 1 (each step loads its inputs itself) or 2 (the default: loaded one step ahead, during the barriers).
  *
  * Scratch: dpost/dpre (2, B, H, N) with grad_inflation_sq; the norm-weight partials, one row of 2 C floats per
  * work-group (accumulated in local memory when 2 C floats fit in 24 KiB next to the kernel's own local memory)
@@ -23,19 +24,21 @@
 #include "prep_common.h"
 
 enum { PBF_GQ = 1, PBF_GK = 2, PBF_GV = 4, PBF_GI = 8, PBF_ALIGNED = 16, PBF_WLOCAL = 32 };
-enum { PBF_DEFAULT_WPC = 4, PBF_WLOCAL_MAX = 24576 };
+enum { PBF_DEFAULT_WPC = 4, PBF_DEFAULT_PF = 1, PBF_WLOCAL_MAX = 24576 };
 
 static const char TILES_ENV[] = "CAMDELTA_PREP_BWD_TILES";
 
-camdelta_status cd_prep_bwd_tiles_env(unsigned tiles[2]) {
-  static const char *const keys[2] = {"TT", "WPC"};
-  tiles[0] = tiles[1] = 0;
+camdelta_status cd_prep_bwd_tiles_env(unsigned tiles[3]) {
+  static const char *const keys[3] = {"TT", "WPC", "PF"};
+  tiles[0] = tiles[1] = tiles[2] = 0;
   const char *env = getenv(TILES_ENV);
   if (!env || !*env) return CAMDELTA_OK;
-  camdelta_status st = cd_parse_tiles(TILES_ENV, env, keys, 2, tiles);
+  camdelta_status st = cd_parse_tiles(TILES_ENV, env, keys, 3, tiles);
   if (st) return st;
   if (tiles[0] && tiles[0] != 4 && tiles[0] != 8 && tiles[0] != 16 && tiles[0] != 32)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: TT must be 4, 8, 16 or 32 (value: '%s')", TILES_ENV, env);
+  if (tiles[2] > 2)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: PF must be 1 (off) or 2 (on) (value: '%s')", TILES_ENV, env);
   return CAMDELTA_OK;
 }
 
@@ -55,7 +58,8 @@ int cd_pbf_kernels(camdelta_context *ctx, camdelta_dtype dtype, size_t D, cd_pbf
   /* one step of one head needs tt * D/4 work-items */
   if (p->tt * (D / 4) > ctx->info.max_work_group_size) return 0;
   char opts[160];
-  snprintf(opts, sizeof opts, "-DCD_DTYPE=%d -DCD_D=%zu -DCD_TT=%u", (int)dtype, D, p->tt);
+  const int pf = ctx->prep_bwd_tiles[2] ? ctx->prep_bwd_tiles[2] == 2 : PBF_DEFAULT_PF;
+  snprintf(opts, sizeof opts, "-DCD_DTYPE=%d -DCD_D=%zu -DCD_TT=%u -DCD_PF=%d", (int)dtype, D, p->tt, pf);
   if ((*st = cd_kernel(ctx, "prep_backward_fused.cl", opts, "cd_prep_bwd_fused", &p->fused)) ||
       (*st = cd_kernel(ctx, "prep_backward_fused.cl", opts, "cd_prep_bwd_fused_reduce", &p->reduce))) {
     cd_pbf_release(p);

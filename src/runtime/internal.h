@@ -99,12 +99,12 @@ struct camdelta_context {
   camdelta_build_stats stats;
   int prep_fused; /* CAMDELTA_PREP_FUSED at creation: 0 two-pass, 1 fused, -1 by device type */
   int prep_bwd_fused; /* CAMDELTA_PREP_BWD_FUSED at creation: 0 three kernels, 1 fused, -1 by device type */
-  unsigned prep_bwd_tiles[2]; /* CAMDELTA_PREP_BWD_TILES at creation: TT, WPC (0: the default), see prep_backward_fused.c */
+  unsigned prep_bwd_tiles[3]; /* CAMDELTA_PREP_BWD_TILES at creation: TT, WPC, PF (0: the default), prep_backward_fused.c */
 };
 
-/** Reads CAMDELTA_PREP_BWD_TILES ("TT=8,WPC=4", prep_backward_fused.c) into tiles[2] (0: not given); a value
+/** Reads CAMDELTA_PREP_BWD_TILES ("TT=8,WPC=4,PF=2", prep_backward_fused.c) into tiles[3] (0: not given); a value
  *  that does not parse or is out of range fails naming the variable. Called once at context creation. */
-camdelta_status cd_prep_bwd_tiles_env(unsigned tiles[2]);
+camdelta_status cd_prep_bwd_tiles_env(unsigned tiles[3]);
 
 /** A built program for kernel source file `source` (e.g. "prep.cl") with
  *  extra build options (e.g. "-DCD_D=112"); built once per context, through
