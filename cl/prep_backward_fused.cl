@@ -68,24 +68,22 @@
 /* f32 vectors (weights, RoPE tables) */
 #define CD_LDF4(p, i, al) ((al) ? *(global const float4 *)((p) + (i)) : vload4(0, (p) + (i)))
 
-/* y = P x (camera transform, P row-major 4x4 in local memory, row stride 4) */
-inline float4 cd_cam(local const float *P, float4 x) {
-  float4 y;
-  y.x = fma(P[3], x.w, fma(P[2], x.z, fma(P[1], x.y, P[0] * x.x)));
-  y.y = fma(P[7], x.w, fma(P[6], x.z, fma(P[5], x.y, P[4] * x.x)));
-  y.z = fma(P[11], x.w, fma(P[10], x.z, fma(P[9], x.y, P[8] * x.x)));
-  y.w = fma(P[15], x.w, fma(P[14], x.z, fma(P[13], x.y, P[12] * x.x)));
-  return y;
+/* A 4x4 camera matrix by rows, in registers */
+typedef struct cd_m4 {
+  float4 r0, r1, r2, r3;
+} cd_m4;
+inline cd_m4 cd_load_m4(global const float *P, int al) {
+  cd_m4 m;
+  m.r0 = CD_LDF4(P, 0, al);
+  m.r1 = CD_LDF4(P, 4, al);
+  m.r2 = CD_LDF4(P, 8, al);
+  m.r3 = CD_LDF4(P, 12, al);
+  return m;
 }
+/* y = P x (camera transform) */
+inline float4 cd_cam(cd_m4 P, float4 x) { return (float4)(dot(P.r0, x), dot(P.r1, x), dot(P.r2, x), dot(P.r3, x)); }
 /* x = P^T y */
-inline float4 cd_cam_t(local const float *P, float4 y) {
-  float4 x;
-  x.x = fma(P[12], y.w, fma(P[8], y.z, fma(P[4], y.y, P[0] * y.x)));
-  x.y = fma(P[13], y.w, fma(P[9], y.z, fma(P[5], y.y, P[1] * y.x)));
-  x.z = fma(P[14], y.w, fma(P[10], y.z, fma(P[6], y.y, P[2] * y.x)));
-  x.w = fma(P[15], y.w, fma(P[11], y.z, fma(P[7], y.y, P[3] * y.x)));
-  return x;
-}
+inline float4 cd_cam_t(cd_m4 P, float4 y) { return fma(P.r3, y.w, fma(P.r2, y.z, fma(P.r1, y.y, P.r0 * y.x))); }
 /* interleaved-pair RoPE y[r] = x[r] cos[r] + x[r^1] sin[r], and its transpose x[j] = y[j] cos[j] + y[j^1] sin[j^1] */
 inline float4 cd_rope(float4 x, float4 cs, float4 sn) { return fma(x.yxwz, sn, x * cs); }
 inline float4 cd_rope_t(float4 y, float4 cs, float4 sn) { return fma(y.yxwz, sn.yxwz, y * cs); }
@@ -141,7 +139,6 @@ kernel void cd_prep_bwd_fused(
     global cd_store_t *dq_raw, ulong dq_off, global cd_store_t *dk_raw, ulong dk_off, global cd_store_t *dv_raw,
     ulong dv_off, global float *dgi, global float *part_w, local float *accw, ulong N, uint H, ulong B, uint HB,
     float k_scale, uint flags) {
-  local float Pl[2][CD_TT][17];        /* the tile's proj_q, proj_kv (row padded against bank conflicts) */
   local float red[2][CD_WGMAX];        /* pre/post per work-item, then S_q/S_k per work-item */
   local float dpp[2][CD_WGMAX];        /* dpost, dpre per (head of the step, token) */
   local float Sl[2][CD_TT];            /* S_q, S_k per token */
@@ -165,27 +162,26 @@ kernel void cd_prep_bwd_fused(
     const int tok_ok = t < nt;
     const ulong n = n0 + t, tok = b * N + n;
 
-    /* the tile's camera matrices; this work-item's inverse RMS values and RoPE coefficients */
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (uint e = lid; e < 2 * CD_TT * 16; e += L) {
-      const uint which = e / (CD_TT * 16), tt = (e / 16) % CD_TT, k = e % 16;
-      Pl[which][tt][k] = tt < nt ? (which ? proj_kv[pkv_off + (b * N + n0 + tt) * 16 + k]
-                                          : proj_q[pq_off + (b * N + n0 + tt) * 16 + k])
-                                 : 0.0f;
-    }
+    /* this work-item's inverse RMS values, and its token's camera matrices (camera half) or its RoPE coefficients
+     * (second half: cos in Mq.r0, sin in Mq.r1) */
     float irq = 0.0f, irk = 0.0f;
-    float4 cs = (float4)(0.0f), sn = (float4)(0.0f);
+    cd_m4 Mq, Mk;
+    Mq.r0 = Mq.r1 = Mq.r2 = Mq.r3 = Mk.r0 = Mk.r1 = Mk.r2 = Mk.r3 = (float4)(0.0f);
     if (tok_ok) {
       irq = inv_rms[inv_off + tok];
       irk = inv_rms[inv_off + BN + tok];
-      if (!first) {
+      if (first) {
+        Mq = cd_load_m4(proj_q + pq_off + tok * 16, al);
+        Mk = cd_load_m4(proj_kv + pkv_off + tok * 16, al);
+      } else {
         const ulong rrow = n * CD_DH + (4 * g - CD_DH);
-        cs = CD_LDF4(rope_cos, rc_off + rrow, al);
-        sn = CD_LDF4(rope_sin, rs_off + rrow, al);
+        Mq.r0 = CD_LDF4(rope_cos, rc_off + rrow, al);
+        Mq.r1 = CD_LDF4(rope_sin, rs_off + rrow, al);
       }
     }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    local const float *Pq = Pl[0][t], *Pkv = Pl[1][t];
+#define CD_TQ(y) (first ? cd_cam_t(Mq, (y)) : cd_rope_t((y), Mq.r0, Mq.r1))  /* q: T^T y */
+#define CD_TK(x) (first ? cd_cam(Mk, (x)) : cd_rope((x), Mq.r0, Mq.r1))      /* k: T x */
+#define CD_TKT(y) (first ? cd_cam_t(Mk, (y)) : cd_rope_t((y), Mq.r0, Mq.r1)) /* k, v: T^T y */
 
     /* phase 1: this work-item's share of S_q, S_k (and dpost, dpre per (token, head)); with CD_PF, the next step's
      * inputs are loaded while this step waits at its barriers */
@@ -210,7 +206,7 @@ kernel void cd_prep_bwd_fused(
       float4 ko = (float4)(0.0f);
       /* the barriers run whatever the flags (uniform anyway), so every work-item meets the same ones */
       if (has_gi) {
-        ko = first ? cd_cam(Pkv, kn) : cd_rope(kn, cs, sn);
+        ko = CD_TK(kn);
         red[0][lid] = cd_sq4(kn);
         red[1][lid] = cd_sq4(ko);
       }
@@ -241,8 +237,8 @@ kernel void cd_prep_bwd_fused(
         dpre = dpp[1][hl * CD_TT + t];
       }
       gk = fma(2.0f * ko, (float4)(dpost), gk);
-      const float4 dxq = first ? cd_cam_t(Pq, gq) : cd_rope_t(gq, cs, sn);
-      const float4 dxk = first ? cd_cam_t(Pkv, gk) : cd_rope_t(gk, cs, sn);
+      const float4 dxq = CD_TQ(gq);
+      const float4 dxk = CD_TKT(gk);
       const float4 daq = select((float4)(0.0f), dxq, isgreater(aq, (float4)(0.0f)));
       const float4 dak = select((float4)(0.0f), fma(2.0f * kn, (float4)(dpre), dxk) * k_scale,
                                 isgreater(ak, (float4)(0.0f)));
@@ -282,12 +278,12 @@ kernel void cd_prep_bwd_fused(
       const float4 aq = xq * irq * wq, ak = xk * irk * wk;
       const float4 kn = fmax(ak, 0.0f) * k_scale;
       if (has_gi) {
-        const float4 ko = first ? cd_cam(Pkv, kn) : cd_rope(kn, cs, sn);
+        const float4 ko = CD_TK(kn);
         gk = fma(2.0f * ko, (float4)(dpost), gk);
       }
-      const float4 dxq = first ? cd_cam_t(Pq, gq) : cd_rope_t(gq, cs, sn);
-      const float4 dxk = first ? cd_cam_t(Pkv, gk) : cd_rope_t(gk, cs, sn);
-      const float4 dxv = first ? cd_cam_t(Pkv, gv) : cd_rope_t(gv, cs, sn);
+      const float4 dxq = CD_TQ(gq);
+      const float4 dxk = CD_TKT(gk);
+      const float4 dxv = CD_TKT(gv);
       const float4 daq = select((float4)(0.0f), dxq, isgreater(aq, (float4)(0.0f)));
       const float4 dak = select((float4)(0.0f), fma(2.0f * kn, (float4)(dpre), dxk) * k_scale,
                                 isgreater(ak, (float4)(0.0f)));
