@@ -7,7 +7,8 @@
  * Shape: a tile is TT consecutive tokens of one batch row, all heads; a step covers HB heads, one work-item per
  * (head of the step, 4-channel unit, token): local size HB * TT * D/4 <= 32 TT. HB is the most heads that fit
  * (32 / (D/4)), evened out over the steps (H = 20, D = 8: two steps of 10, not 16 + 4). TT = 8 in f32 (a
- * gradient row read covers 32 bytes, one sector), 16 for 16-bit storage. The work-groups walk the tiles
+ * gradient row read covers 32 bytes, one sector), 16 for 16-bit storage, halved while the device or the built
+ * kernel (its registers) cannot take TT * D/4 work-items. The work-groups walk the tiles
  * persistently, WPC per compute unit (default 4): few enough that the tile rows phase 1 read are still in the L2
  * cache when phase 2 reads them again, enough to keep the memory busy.
  * CAMDELTA_PREP_BWD_TILES (tuning, read at context creation): "TT=n,WPC=n,PF=n", TT in {4, 8, 16, 32}, WPC >= 1,
@@ -55,17 +56,24 @@ int cd_pbf_kernels(camdelta_context *ctx, camdelta_dtype dtype, size_t D, cd_pbf
   if (want < 0) want = (ctx->info.type & (CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR)) != 0;
   if (!want) return 0;
   p->tt = ctx->prep_bwd_tiles[0] ? ctx->prep_bwd_tiles[0] : dtype == CAMDELTA_F32 ? 8 : 16;
-  /* one step of one head needs tt * D/4 work-items */
-  if (p->tt * (D / 4) > ctx->info.max_work_group_size) return 0;
-  char opts[160];
   const int pf = ctx->prep_bwd_tiles[2] ? ctx->prep_bwd_tiles[2] == 2 : PBF_DEFAULT_PF;
-  snprintf(opts, sizeof opts, "-DCD_DTYPE=%d -DCD_D=%zu -DCD_TT=%u -DCD_PF=%d", (int)dtype, D, p->tt, pf);
-  if ((*st = cd_kernel(ctx, "prep_backward_fused.cl", opts, "cd_prep_bwd_fused", &p->fused)) ||
-      (*st = cd_kernel(ctx, "prep_backward_fused.cl", opts, "cd_prep_bwd_fused_reduce", &p->reduce))) {
-    cd_pbf_release(p);
-    return 0;
+  /* one step of one head needs tt * D/4 work-items: a smaller tile where the device or the kernel (its registers)
+   * cannot take that many */
+  for (;;) {
+    if (p->tt * (D / 4) <= ctx->info.max_work_group_size) {
+      char opts[160];
+      snprintf(opts, sizeof opts, "-DCD_DTYPE=%d -DCD_D=%zu -DCD_TT=%u -DCD_PF=%d", (int)dtype, D, p->tt, pf);
+      if ((*st = cd_kernel(ctx, "prep_backward_fused.cl", opts, "cd_prep_bwd_fused", &p->fused)) ||
+          (*st = cd_kernel(ctx, "prep_backward_fused.cl", opts, "cd_prep_bwd_fused_reduce", &p->reduce))) {
+        cd_pbf_release(p);
+        return 0;
+      }
+      if (p->tt * (D / 4) <= cd_kernel_max_wg(ctx, p->fused)) return 1;
+      cd_pbf_release(p);
+    }
+    if (p->tt <= 4) return 0;
+    p->tt /= 2;
   }
-  return 1;
 }
 
 int cd_pbf_shape(camdelta_context *ctx, size_t B, size_t N, size_t H, size_t D, cd_pbf_plan *p) {
