@@ -5,6 +5,9 @@
 # optional benchmarks. Logs and JSON go to $OUT.
 #   bash ci/gpu-test.sh [tests] [pocl] [scan-tests] [inspect] [tune] [demo] [large] [mpi] [packed]
 #                   [bench SHAPE...] [bench-scan SHAPE...]
+#                   [prep-ab SHAPE...]
+# prep-ab: prep forward and backward of each shape in both forms (CAMDELTA_PREP_FUSED, CAMDELTA_PREP_BWD_FUSED =
+#          0 and 1), then the fused backward under a few CAMDELTA_PREP_BWD_TILES settings (to pick the defaults).
 # large: tests/large_sizes.c at B=3 H=32 D=128 N=219,600 (> 2^31 elements per tensor; about 70 GB of device
 #        memory, a few minutes with the f64 reference of the sampled sequences on the host's cores).
 # mpi: the sequence-parallel tests and tools under mpirun, 2 ranks sharing the GPU (needs Open MPI in .debs).
@@ -121,6 +124,23 @@ while [ $# -gt 0 ]; do
       for s in "$@"; do
         CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --shape "$s" --peak-gbs 4800 --peak-tflops 67 \
           --json "$OUT/bench-$s.json" 2>&1 | tee -a "$OUT/bench.txt" || rc=1
+      done
+      break
+      ;;
+    prep-ab)
+      shift
+      for s in "$@"; do
+        for v in "PREP_FUSED=1 forward" "PREP_FUSED=0 forward" "PREP_BWD_FUSED=1 backward" "PREP_BWD_FUSED=0 backward"; do
+          set -- $v
+          echo "== $s CAMDELTA_$1" | tee -a "$OUT/prep-ab.txt"
+          env "CAMDELTA_$1" CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --shape "$s" --only "prep-$2" 2>&1 |
+            tee -a "$OUT/prep-ab.txt" | grep -E "^prep|rror" || rc=1
+        done
+        for t in WPC=1 WPC=2 WPC=8 PF=1 TT=16 TT=4; do
+          echo "== $s CAMDELTA_PREP_BWD_TILES=$t" | tee -a "$OUT/prep-ab.txt"
+          CAMDELTA_PREP_BWD_FUSED=1 CAMDELTA_PREP_BWD_TILES=$t CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench \
+            --shape "$s" --only prep-backward 2>&1 | tee -a "$OUT/prep-ab.txt" | grep -E "^prep|rror" || rc=1
+        done
       done
       break
       ;;

@@ -20,6 +20,7 @@
  *                     heads, then dx_raw = u - ir^3 / C x S elementwise (coalesced along the channels).
  * cd_prep_bwd_reduce  the norm-weight gradients (sum over token tiles) and the RoPE-table gradients (sum over b).
  *
+ * This is the form CPUs run, and every device for dproj/drope; GPUs run cl/prep_backward_fused.cl otherwise.
  * Build options: CD_DTYPE (storage of q/k/v raw, their gradients and dq/dk/dv raw), CD_D, CD_TS.
  * Every buffer comes with a ulong element offset. */
 

@@ -26,6 +26,17 @@ enum { ODQ, ODK, ODV, OQW, OKW, OPQ, OPKV, OCOS, OSIN, NOUT };
 static const char *out_names[NOUT] = {"dq_raw",   "dk_raw",  "dv_raw",    "dq_norm_weight", "dk_norm_weight",
                                       "dproj_q", "dproj_kv", "drope_cos", "drope_sin"};
 static double worst[3][NOUT];
+static int g_variant = -1; /* CAMDELTA_PREP_BWD_FUSED of the current context, -1 = the device's default */
+
+/* Whether a call of case c takes the fused form (cl/prep_backward_fused.cl): GPUs and accelerators by default,
+ * never with dproj/drope. */
+static int uses_fused(const pb_case *c) {
+  if (c->all) return 0;
+  if (g_variant >= 0) return g_variant;
+  camdelta_device_info info;
+  TU_OK(camdelta_context_info(tu_context(), &info));
+  return (info.type & (CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR)) != 0;
+}
 
 typedef struct pb_data {
   prep_problem p;
@@ -192,7 +203,9 @@ static void run_case(const pb_case *c, double *ms) {
   camdelta_profile prof = {0, 0};
   camdelta_prep_backward_args a = make_args(&x, &d, c, &prof);
   TU_OK(camdelta_prep_backward(ctx, &a, saved));
-  assert_true(prof.kernels == (c->saved ? 3u : 4u)); /* [inverse RMS,] heads, tokens, reduce */
+  /* [inverse RMS,] heads, tokens, reduce; or [inverse RMS,] fused, reduce */
+  const unsigned kernels = (uses_fused(c) ? 2u : 3u) + (c->saved ? 0u : 1u);
+  if (prof.kernels != kernels) fail_msg("%s: %u kernels, expected %u", describe(c), prof.kernels, kernels);
   if (ms) *ms = prof.kernel_ms;
   for (int o = 0; o < NOUT; o++) {
     if (o >= OPQ && !c->all) continue;
@@ -249,10 +262,9 @@ static void test_prep_backward_medium(void **state) {
 }
 
 /* Two runs give bit-identical gradients (fixed reduction orders, no atomics). */
-static void test_prep_backward_deterministic(void **state) {
-  (void)state;
+static void check_deterministic(const pb_case *cp) {
+  const pb_case c = *cp;
   camdelta_context *ctx = tu_context();
-  const pb_case c = {2, 90, 4, 32, CAMDELTA_F32, 0, 0, GALL, 1, 0};
   pb_data x;
   data_init(&x, &c, 4242);
   pb_device d[2];
@@ -269,6 +281,14 @@ static void test_prep_backward_deterministic(void **state) {
   }
   device_free(&d[0]), device_free(&d[1]);
   data_free(&x);
+}
+
+static void test_prep_backward_deterministic(void **state) {
+  (void)state;
+  const pb_case c = {2, 90, 4, 32, CAMDELTA_F32, 0, 0, GALL, 1, 0};
+  check_deterministic(&c);
+  const pb_case f = {2, 90, 4, 32, CAMDELTA_F32, 0, 3, GALL, 0, 0}; /* the default form without dproj/drope */
+  check_deterministic(&f);
 }
 
 static void expect_rejected(camdelta_status st, camdelta_status want, const pb_device *d, const char *needle) {
@@ -372,12 +392,11 @@ static void test_prep_backward_bad_input(void **state) {
 
 /* The warm hook builds exactly the programs a call uses (the inverse-RMS one comes from the forward's warm-up):
  * a call with saved inverse RMS values after it builds nothing. */
-static void test_prep_backward_warm(void **state) {
-  (void)state;
+static void check_warm(const pb_case *cp) {
+  const pb_case c = *cp;
   camdelta_context *ctx = tu_context();
   assert_int_equal(cd_prep_backward_warm(ctx, CAMDELTA_F32, 12), CAMDELTA_ERROR_UNSUPPORTED);
   assert_int_equal(cd_prep_backward_warm(ctx, (camdelta_dtype)9, 16), CAMDELTA_ERROR_UNSUPPORTED);
-  const pb_case c = {1, 30, 2, 40, CAMDELTA_BF16, 0, 0, GALL, 1, 1};
   TU_OK(cd_prep_backward_warm(ctx, c.dt, c.D));
   camdelta_build_stats before, after;
   TU_OK(camdelta_context_build_stats(ctx, &before));
@@ -405,6 +424,99 @@ static void test_prep_backward_warm(void **state) {
   data_free(&x);
 }
 
+static void test_prep_backward_warm(void **state) {
+  (void)state;
+  const pb_case c = {1, 30, 2, 40, CAMDELTA_BF16, 0, 0, GALL, 1, 1};
+  check_warm(&c);
+  const pb_case f = {1, 30, 2, 40, CAMDELTA_BF16, 0, 0, GALL, 0, 1};
+  check_warm(&f);
+}
+
+/* A fresh context with CAMDELTA_PREP_BWD_FUSED = form (read at context creation) and CAMDELTA_PREP_BWD_TILES =
+ * tiles (NULL: unset). */
+static void use_form(int form, const char *tiles) {
+  tu_context_release();
+  if (form >= 0) setenv("CAMDELTA_PREP_BWD_FUSED", form ? "1" : "0", 1);
+  else unsetenv("CAMDELTA_PREP_BWD_FUSED");
+  if (tiles) setenv("CAMDELTA_PREP_BWD_TILES", tiles, 1);
+  else unsetenv("CAMDELTA_PREP_BWD_TILES");
+  g_variant = form;
+}
+
+/* The fused form on any device (the default on GPUs): every head-dim class, one and several heads per step
+ * (D = 8 with H = 20: two steps of 10 heads), partial tiles, B = 2, aligned and unaligned offsets, both clamps,
+ * both 16-bit types, each upstream gradient absent, saved inverse RMS values or not, norm-weight partials in local
+ * memory and (C = 3328) per tile in global memory, other tile sizes and work-group counts; a call with
+ * dproj/drope takes the three kernels under the same setting. */
+static void test_prep_backward_fused(void **state) {
+  (void)state;
+  static const pb_case cases[] = {
+      {1, 1, 1, 8, CAMDELTA_F32, 0, 0, GALL, 0, 0},      {1, 7, 3, 8, CAMDELTA_F32, 5, 3, GALL, 0, 0},
+      {1, 20, 20, 8, CAMDELTA_F32, 0, 2, GALL, 0, 0},     {2, 33, 1, 16, CAMDELTA_F32, 0, 0, GALL, 0, 1},
+      {1, 100, 3, 32, CAMDELTA_F32, 4, 7, GALL, 0, 0},    {2, 65, 5, 64, CAMDELTA_F32, 0, 0, GALL, 0, 1},
+      {1, 70, 3, 112, CAMDELTA_F32, 11, 5, GALL, 0, 0},   {2, 40, 2, 128, CAMDELTA_F32, 1, 0, GALL, 0, 0},
+      {1, 45, 2, 120, CAMDELTA_F32, 0, 9, GALL, 0, 1},    {1, 9, 26, 128, CAMDELTA_F32, 0, 4, GALL, 0, 0},
+      {1, 50, 3, 24, CAMDELTA_F32, 0, 4, GQ, 0, 0},       {1, 50, 3, 24, CAMDELTA_F32, 0, 4, GK, 0, 0},
+      {1, 50, 3, 24, CAMDELTA_F32, 0, 4, GV, 0, 0},       {1, 50, 3, 24, CAMDELTA_F32, 0, 4, GI, 0, 0},
+      {1, 50, 3, 24, CAMDELTA_F32, 0, 4, GK | GI, 0, 0},  {1, 50, 3, 24, CAMDELTA_F32, 0, 4, 0, 0, 0},
+      {1, 50, 3, 24, CAMDELTA_F32, 0, 4, GALL, 1, 0},     {1, 31, 3, 112, CAMDELTA_F16, 2, 4, GALL, 0, 0},
+      {2, 77, 1, 64, CAMDELTA_F16, 0, 0, GALL, 0, 1},     {1, 45, 3, 112, CAMDELTA_BF16, 7, 6, GALL, 0, 0},
+      {2, 50, 4, 16, CAMDELTA_BF16, 0, 0, GQ | GV, 0, 1}, {1, 40, 5, 16, CAMDELTA_BF16, 4, 3, GALL, 0, 0},
+  };
+  use_form(1, NULL);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], NULL);
+  report_worst("prep_backward fused");
+  const pb_case medium = {1, 600, 20, 112, CAMDELTA_F32, 0, 0, GALL, 0, 1};
+  double ms = 0;
+  run_case(&medium, &ms);
+  tu_report("prep_backward fused B1 N600 H20 D112 (saved) ms", ms);
+  report_worst("prep_backward fused medium");
+  const pb_case det = {2, 90, 4, 32, CAMDELTA_F32, 0, 3, GALL, 0, 0};
+  check_deterministic(&det);
+  const pb_case warm = {1, 30, 2, 40, CAMDELTA_BF16, 0, 0, GALL, 0, 1};
+  check_warm(&warm);
+  /* other tiles: 4 tokens, one work-group per compute unit (many tiles per work-group), no prefetch; 16 tokens in f32 */
+  use_form(1, "TT=4, WPC=1, PF=1");
+  run_case(&cases[6], NULL);
+  check_deterministic(&det);
+  use_form(1, "TT=16,WPC=3");
+  run_case(&cases[6], NULL);
+  report_worst("prep_backward fused other tiles");
+  use_form(-1, NULL);
+}
+
+/* The three-kernel form on any device (the default on CPUs, and on GPUs for dproj/drope). */
+static void test_prep_backward_three_kernels(void **state) {
+  (void)state;
+  static const pb_case cases[] = {
+      {1, 7, 3, 8, CAMDELTA_F32, 5, 3, GALL, 0, 0},
+      {2, 65, 5, 64, CAMDELTA_F32, 0, 0, GALL, 0, 1},
+      {1, 70, 3, 112, CAMDELTA_F32, 11, 5, GK | GI, 0, 0},
+      {1, 45, 3, 112, CAMDELTA_BF16, 7, 6, GALL, 0, 0},
+  };
+  use_form(0, NULL);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], NULL);
+  report_worst("prep_backward three kernels");
+  use_form(-1, NULL);
+}
+
+/* A tuning override that does not parse or is out of range fails the context creation, naming the variable. */
+static void test_prep_backward_tiles_env(void **state) {
+  (void)state;
+  static const char *bad[] = {"TT=5", "TT=8,XX=2", "WPC=0", "TT", "PF=3"};
+  tu_context_release();
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    setenv("CAMDELTA_PREP_BWD_TILES", bad[i], 1);
+    camdelta_context *ctx = (camdelta_context *)1;
+    const camdelta_status st = camdelta_context_create(&ctx, NULL);
+    if (st != CAMDELTA_ERROR_INVALID_ARGUMENT || ctx)
+      fail_msg("CAMDELTA_PREP_BWD_TILES=%s: got %s", bad[i], camdelta_status_name(st));
+    if (!strstr(camdelta_last_message(), "CAMDELTA_PREP_BWD_TILES"))
+      fail_msg("message '%s' does not name the variable", camdelta_last_message());
+  }
+  unsetenv("CAMDELTA_PREP_BWD_TILES");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_prep_backward_shapes),
@@ -412,6 +524,9 @@ int main(void) {
       cmocka_unit_test(test_prep_backward_deterministic),
       cmocka_unit_test(test_prep_backward_bad_input),
       cmocka_unit_test(test_prep_backward_warm),
+      cmocka_unit_test(test_prep_backward_fused),
+      cmocka_unit_test(test_prep_backward_three_kernels),
+      cmocka_unit_test(test_prep_backward_tiles_env),
   };
   int r = cmocka_run_group_tests(tests, NULL, NULL);
   tu_context_release();

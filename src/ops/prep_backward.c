@@ -6,6 +6,8 @@
  *   cd_prep_bwd_tokens   per (b, tile of tokens): sums over heads, dq_raw and dk_raw (the full-channel RMSNorm
  *                        backward), dproj_q/kv, the RoPE-table partials per b
  *   cd_prep_bwd_reduce   the norm-weight gradients (over token tiles) and RoPE-table gradients (over b)
+ * This three-kernel form runs on CPUs and for calls that ask for dproj_q/dproj_kv/drope_cos/drope_sin; GPUs take
+ * the fused form of prep_backward_fused.c otherwise (CAMDELTA_PREP_BWD_FUSED=0|1 forces either).
  *
  * Deterministic: every sum has a fixed order; no atomics. */
 #include <stdio.h>
@@ -14,6 +16,7 @@
 
 #include "backward.h"
 #include "internal.h"
+#include "prep_backward_fused.h"
 #include "prep_common.h"
 
 static const char OP[] = "camdelta_prep_backward";
@@ -66,7 +69,10 @@ camdelta_status cd_prep_backward_warm(camdelta_context *ctx, camdelta_dtype dtyp
   pb_kernels k;
   if ((st = build_kernels(ctx, dtype, D, &k))) return st;
   release_kernels(&k);
-  return CAMDELTA_OK;
+  /* the fused form too where the context uses it (calls without dproj/drope) */
+  cd_pbf_plan p;
+  if (cd_pbf_kernels(ctx, dtype, D, &p, &st)) cd_pbf_release(&p);
+  return st;
 }
 
 static camdelta_status check_args(const camdelta_prep_backward_args *a, const camdelta_prep_saved *saved) {
@@ -145,6 +151,21 @@ camdelta_status camdelta_prep_backward(camdelta_context *ctx, const camdelta_pre
                          (args->dproj_q.mem ? PB_WANT_PQ : 0) | (args->dproj_kv.mem ? PB_WANT_PKV : 0) |
                          (want_rope ? PB_WANT_ROPE : 0) | (args->drope_cos.mem ? PB_WANT_COS : 0) |
                          (args->drope_sin.mem ? PB_WANT_SIN : 0);
+
+  /* The fused form (GPUs, see prep_backward_fused.c) when no dproj/drope is asked for. */
+  if (!(flags & (PB_WANT_PQ | PB_WANT_PKV | PB_WANT_ROPE))) {
+    cd_pbf_plan p;
+    const int fused = cd_pbf_kernels(ctx, args->dtype, D, &p, &st);
+    if (st) return st;
+    if (fused && cd_pbf_shape(ctx, B, N, H, D, &p)) {
+      if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;
+      cd_launch l;
+      cd_launch_init(&l, args->profile);
+      st = cd_pbf_run(ctx, args, saved ? saved->inv_rms : NULL, &p, &l);
+      cd_pbf_release(&p);
+      return cd_launch_end(ctx, &l, st);
+    }
+  }
 
   /* Build everything before enqueuing anything (the inverse-RMS kernel is built by its helper first). */
   pb_kernels k;
