@@ -106,7 +106,9 @@ static void test_forward(void **state) {
   (void)state;
   static const size_t shapes[][5] = {{1, 2, 24, 3, 37}, {2, 1, 40, 2, 100}, {1, 1, 72, 3, 300},
                                      {1, 2, 112, 2, 129}, {1, 1, 128, 2, 70}, {1, 1, 8, 4, 45}};
-  forward_cases(shapes, sizeof shapes / sizeof *shapes);
+  /* D = 128 and 8 only on the tensor-core path (tile edge cases there); test_scan covers them on the FMA
+   * kernels, and PoCL spends seconds compiling each head dim */
+  forward_cases(shapes, has_tc() ? 6 : 4);
 }
 
 /* Backward recomputing the states, with init_state and grad_final_state; worst relative error over the grads. */
@@ -178,8 +180,9 @@ static void backward_cases(const size_t (*shapes)[5], size_t n) {
 
 static void test_backward(void **state) {
   (void)state;
-  static const size_t shapes[][5] = {{1, 2, 24, 3, 37}, {1, 1, 72, 3, 100}, {1, 2, 112, 2, 129}, {1, 1, 40, 2, 70}};
-  backward_cases(shapes, sizeof shapes / sizeof *shapes);
+  static const size_t shapes[][5] = {{1, 2, 24, 3, 37}, {1, 1, 72, 3, 100}, {1, 1, 40, 2, 70}, {1, 2, 112, 2, 129},
+                                     {1, 1, 128, 2, 45}, {1, 1, 8, 3, 21}};
+  backward_cases(shapes, has_tc() ? 6 : 3);
 }
 
 /* The override API (camdelta_tune_set/get) changes what runs, as the plan shows, and the results stay exact;
