@@ -169,6 +169,17 @@ int cli_scan_sizes(const char *text, int n, size_t *out) {
   return 1;
 }
 
+int cli_parse_algorithm(const char *text, camdelta_scan_algorithm *out) {
+  if (strcmp(text, "auto") == 0) *out = CAMDELTA_SCAN_AUTO;
+  else if (strcmp(text, "sequential") == 0) *out = CAMDELTA_SCAN_SEQUENTIAL;
+  else if (strcmp(text, "chunkwise") == 0) *out = CAMDELTA_SCAN_CHUNKWISE;
+  else {
+    cli_error(CLI_EXIT_USAGE, "option --algorithm: '%s' is not auto, sequential or chunkwise", text);
+    return 0;
+  }
+  return 1;
+}
+
 int cli_parse_sizes(const char *opt, const char *text, int n, size_t *out, const char *what) {
   char shown[256];
   if (cli_scan_sizes(text, n, out)) return 1;

@@ -450,11 +450,7 @@ int cmd_run(int argc, char **argv) {
       continue;
     }
     if ((r = cli_value(&a, "--algorithm", &v))) {
-      if (r < 0) return CLI_EXIT_USAGE;
-      if (strcmp(v, "auto") == 0) o.algorithm = CAMDELTA_SCAN_AUTO;
-      else if (strcmp(v, "sequential") == 0) o.algorithm = CAMDELTA_SCAN_SEQUENTIAL;
-      else if (strcmp(v, "chunkwise") == 0) o.algorithm = CAMDELTA_SCAN_CHUNKWISE;
-      else return cli_error(CLI_EXIT_USAGE, "option --algorithm: '%s' is not auto, sequential or chunkwise", v);
+      if (r < 0 || !cli_parse_algorithm(v, &o.algorithm)) return CLI_EXIT_USAGE;
       o.have_algorithm = 1;
       continue;
     }

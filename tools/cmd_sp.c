@@ -231,11 +231,7 @@ int cmd_run_sp(int argc, char **argv) {
       continue;
     }
     if ((r = cli_value(&a, "--algorithm", &v))) {
-      if (r < 0) return CLI_EXIT_USAGE;
-      if (strcmp(v, "auto") == 0) alg = CAMDELTA_SCAN_AUTO;
-      else if (strcmp(v, "sequential") == 0) alg = CAMDELTA_SCAN_SEQUENTIAL;
-      else if (strcmp(v, "chunkwise") == 0) alg = CAMDELTA_SCAN_CHUNKWISE;
-      else return cli_error(CLI_EXIT_USAGE, "option --algorithm: '%s' is not auto, sequential or chunkwise", v);
+      if (r < 0 || !cli_parse_algorithm(v, &alg)) return CLI_EXIT_USAGE;
       continue;
     }
     if (cli_flag(&a, "--reverse")) reverse = 1;
@@ -515,14 +511,6 @@ static void bufs_free(bufs *b) {
 /* The forward algorithm of the demo and bench runs (both the sequence-parallel and the one-device ones). */
 static camdelta_scan_algorithm g_alg = CAMDELTA_SCAN_AUTO;
 
-static int parse_alg(const char *v) {
-  if (strcmp(v, "auto") == 0) g_alg = CAMDELTA_SCAN_AUTO;
-  else if (strcmp(v, "sequential") == 0) g_alg = CAMDELTA_SCAN_SEQUENTIAL;
-  else if (strcmp(v, "chunkwise") == 0) g_alg = CAMDELTA_SCAN_CHUNKWISE;
-  else return cli_error(CLI_EXIT_USAGE, "option --algorithm: '%s' is not auto, sequential or chunkwise", v);
-  return CLI_EXIT_OK;
-}
-
 static camdelta_status run_fwd(camdelta_context *ctx, const sp_prob *p, size_t F, bufs *b, int reverse, int mpi,
                                camdelta_mpi_timing *tm) {
   camdelta_scan_args a;
@@ -571,7 +559,7 @@ int cmd_demo_sp(int argc, char **argv) {
     int r;
     if (cli_flag(&a, "--sequence-parallel")) continue;
     if ((r = cli_value(&a, "--algorithm", &v))) {
-      if (r < 0 || parse_alg(v)) return CLI_EXIT_USAGE;
+      if (r < 0 || !cli_parse_algorithm(v, &g_alg)) return CLI_EXIT_USAGE;
     } else if ((r = cli_value(&a, "--shape", &v))) {
       if (r < 0) return CLI_EXIT_USAGE;
       if (!parse_shape(v, &shape))
@@ -724,7 +712,7 @@ int cmd_bench_sp(int argc, char **argv) {
       continue;
     }
     if ((r = cli_value(&a, "--algorithm", &v))) {
-      if (r < 0 || parse_alg(v)) return CLI_EXIT_USAGE;
+      if (r < 0 || !cli_parse_algorithm(v, &g_alg)) return CLI_EXIT_USAGE;
       continue;
     }
     if ((r = cli_value(&a, "--shape", &v))) {
