@@ -237,6 +237,24 @@ int cli_tensor_expect(const cli_tensor *t, int ndim, const size_t *shape, const 
                    cli_shape_str(want, sizeof want, ndim, shape));
 }
 
+int cli_tensor_load_f32(cli_tensor *t, const char *dir, const char *name, int optional, int ndim, const size_t *shape,
+                        const char *symbols) {
+  char nums[256], expect[512];
+  if (ndim > 0)
+    snprintf(expect, sizeof expect, "%s = %s", symbols, cli_shape_str(nums, sizeof nums, ndim, shape));
+  else
+    snprintf(expect, sizeof expect, "%s", symbols);
+  int rc = cli_tensor_load(t, dir, name, optional, expect);
+  if (rc || !t->present) return rc;
+  if (ndim > 0 && (rc = cli_tensor_expect(t, ndim, shape, symbols))) return rc;
+  if (ndim < 0 && t->npy.ndim != -ndim) {
+    char have[256];
+    return cli_error(CLI_EXIT_INPUT, "%s: shape %s does not fit: expected %d dimensions %s", t->path,
+                     cli_shape_str(have, sizeof have, t->npy.ndim, t->npy.shape), -ndim, symbols);
+  }
+  return cli_tensor_convert(t, CAMDELTA_NPY_F4);
+}
+
 int cli_tensor_convert(cli_tensor *t, camdelta_npy_type type) {
   if (!t->present || t->npy.type == type) return CLI_EXIT_OK;
   if (t->npy.type == CAMDELTA_NPY_I8 || type == CAMDELTA_NPY_I8)

@@ -132,22 +132,8 @@ static void bjob_free(bjob *j) {
 /* Load DIR/NAME.npy (f32 after conversion) with exactly `shape` (ndim < 0: any 4-d shape, checked by the caller). */
 static int load(bjob *j, const br_opts *o, const char *name, int ndim, const size_t *shape, const char *symbols,
                 int *idx) {
-  const int k = j->n_in++;
-  *idx = k;
-  char nums[256], expect[512];
-  if (ndim > 0)
-    snprintf(expect, sizeof expect, "%s = %s", symbols, cli_shape_str(nums, sizeof nums, ndim, shape));
-  else
-    snprintf(expect, sizeof expect, "%s", symbols);
-  int rc = cli_tensor_load(&j->in[k], o->in, name, 0, expect);
-  if (rc) return rc;
-  if (ndim > 0 && (rc = cli_tensor_expect(&j->in[k], ndim, shape, symbols))) return rc;
-  if (ndim < 0 && j->in[k].npy.ndim != -ndim) {
-    char have[256];
-    return cli_error(CLI_EXIT_INPUT, "%s: shape %s does not fit: expected %d dimensions %s", j->in[k].path,
-                     cli_shape_str(have, sizeof have, j->in[k].npy.ndim, j->in[k].npy.shape), -ndim, symbols);
-  }
-  return cli_tensor_convert(&j->in[k], CAMDELTA_NPY_F4);
+  *idx = j->n_in++;
+  return cli_tensor_load_f32(&j->in[*idx], o->in, name, 0, ndim, shape, symbols);
 }
 
 static int add_output(bjob *j, const char *name, int ndim, const size_t *shape) {

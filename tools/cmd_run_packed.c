@@ -35,16 +35,6 @@ static int load_offsets(const char *dir, const char *name, int64_t **v, size_t *
   return CLI_EXIT_OK;
 }
 
-static int load(cli_tensor *t, const char *dir, const char *name, int optional, int ndim, const size_t *shape,
-                const char *symbols) {
-  char nums[256], expect[512];
-  snprintf(expect, sizeof expect, "%s = %s", symbols, cli_shape_str(nums, sizeof nums, ndim, shape));
-  int rc = cli_tensor_load(t, dir, name, optional, expect);
-  if (!rc && t->present) rc = cli_tensor_expect(t, ndim, shape, symbols);
-  if (!rc) rc = cli_tensor_convert(t, CAMDELTA_NPY_F4);
-  return rc;
-}
-
 enum { T_Q, T_K, T_V, T_BETA, T_DECAY, T_GO, T_INIT, T_GF, T_COUNT };
 
 int cmd_run_packed(int backward, const char *in, const char *outdir, const char *device, int reverse,
@@ -73,13 +63,13 @@ int cmd_run_packed(int backward, const char *in, const char *outdir, const char 
     }
   }
   const size_t tok[4] = {1, H, D, N}, bt[3] = {1, H, N}, dc[3] = {1, H, F}, st4[4] = {clips, H, D, D};
-  if (!rc) rc = load(&t[T_K], in, "k", 0, 4, tok, "(1, H, D, N)");
-  if (!rc) rc = load(&t[T_V], in, "v", 0, 4, tok, "(1, H, D, N)");
-  if (!rc) rc = load(&t[T_BETA], in, "beta", 0, 3, bt, "(1, H, N)");
-  if (!rc) rc = load(&t[T_DECAY], in, "decay", 0, 3, dc, "(1, H, F) with F + 1 = len(frame_offsets)");
-  if (!rc && backward) rc = load(&t[T_GO], in, "grad_out", 0, 4, tok, "(1, H, D, N)");
-  if (!rc) rc = load(&t[T_INIT], in, "init_state", 1, 4, st4, "(clips, H, D, D)");
-  if (!rc && backward) rc = load(&t[T_GF], in, "grad_final_state", 1, 4, st4, "(clips, H, D, D)");
+  if (!rc) rc = cli_tensor_load_f32(&t[T_K], in, "k", 0, 4, tok, "(1, H, D, N)");
+  if (!rc) rc = cli_tensor_load_f32(&t[T_V], in, "v", 0, 4, tok, "(1, H, D, N)");
+  if (!rc) rc = cli_tensor_load_f32(&t[T_BETA], in, "beta", 0, 3, bt, "(1, H, N)");
+  if (!rc) rc = cli_tensor_load_f32(&t[T_DECAY], in, "decay", 0, 3, dc, "(1, H, F) with F + 1 = len(frame_offsets)");
+  if (!rc && backward) rc = cli_tensor_load_f32(&t[T_GO], in, "grad_out", 0, 4, tok, "(1, H, D, N)");
+  if (!rc) rc = cli_tensor_load_f32(&t[T_INIT], in, "init_state", 1, 4, st4, "(clips, H, D, D)");
+  if (!rc && backward) rc = cli_tensor_load_f32(&t[T_GF], in, "grad_final_state", 1, 4, st4, "(clips, H, D, D)");
   if (!rc) rc = cli_context(&ctx, device);
   for (int i = 0; i < T_COUNT && !rc; i++)
     if (t[i].present) rc = cli_upload(ctx, &t[i], &mem[i]);

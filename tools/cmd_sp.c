@@ -185,27 +185,6 @@ static int gather_cols(const float *local, size_t rows, size_t F, size_t unit, f
 
 /* ================================================================================================ run */
 
-static int load_expect(cli_tensor *t, const char *dir, const char *name, int optional, int ndim, const size_t *shape,
-                       const char *symbols) {
-  char nums[256], expect[512];
-  snprintf(expect, sizeof expect, "%s = %s", symbols, cli_shape_str(nums, sizeof nums, ndim, shape));
-  int rc = cli_tensor_load(t, dir, name, optional, expect);
-  if (!rc && t->present) rc = cli_tensor_expect(t, ndim, shape, symbols);
-  if (!rc) rc = cli_tensor_convert(t, CAMDELTA_NPY_F4);
-  return rc;
-}
-
-static int load_4d(cli_tensor *t, const char *dir, const char *name, const char *symbols) {
-  int rc = cli_tensor_load(t, dir, name, 0, symbols);
-  if (rc) return rc;
-  if (t->npy.ndim != 4) {
-    char have[256];
-    return cli_error(CLI_EXIT_INPUT, "%s: shape %s does not fit: expected 4 dimensions %s", t->path,
-                     cli_shape_str(have, sizeof have, t->npy.ndim, t->npy.shape), symbols);
-  }
-  return cli_tensor_convert(t, CAMDELTA_NPY_F4);
-}
-
 enum { IN_Q, IN_K, IN_V, IN_BETA, IN_DECAY, IN_GO, IN_INIT, IN_GF, IN_COUNT };
 
 /* An output: name, rows, column unit (S: token columns, 1: frame columns, 0: a whole state), ndim, shape. */
@@ -260,8 +239,8 @@ int cmd_run_sp(int argc, char **argv) {
   cli_tensor t[IN_COUNT];
   memset(t, 0, sizeof t);
   size_t B = 0, H = 0, D = 0, N = 0, F = 0, S = 0;
-  rc = load_4d(&t[IN_Q], in, "q", "(B, H, D, N)");
-  if (!rc) rc = load_4d(&t[IN_BETA], in, "beta", "(B, H, F, S)");
+  rc = cli_tensor_load_f32(&t[IN_Q], in, "q", 0, -4, NULL, "(B, H, D, N)");
+  if (!rc) rc = cli_tensor_load_f32(&t[IN_BETA], in, "beta", 0, -4, NULL, "(B, H, F, S)");
   if (!rc) {
     const size_t *s = t[IN_Q].npy.shape, *bs = t[IN_BETA].npy.shape;
     B = s[0], H = s[1], D = s[2], N = s[3], F = bs[2], S = bs[3];
@@ -273,12 +252,12 @@ int cmd_run_sp(int argc, char **argv) {
     }
   }
   const size_t bhdn[4] = {B, H, D, N}, bhf[3] = {B, H, F}, bhdd[4] = {B, H, D, D};
-  if (!rc) rc = load_expect(&t[IN_K], in, "k", 0, 4, bhdn, "(B, H, D, N)");
-  if (!rc) rc = load_expect(&t[IN_V], in, "v", 0, 4, bhdn, "(B, H, D, N)");
-  if (!rc) rc = load_expect(&t[IN_DECAY], in, "decay", 0, 3, bhf, "(B, H, F)");
-  if (!rc && backward) rc = load_expect(&t[IN_GO], in, "grad_out", 0, 4, bhdn, "(B, H, D, N)");
-  if (!rc) rc = load_expect(&t[IN_INIT], in, "init_state", 1, 4, bhdd, "(B, H, D, D)");
-  if (!rc && backward) rc = load_expect(&t[IN_GF], in, "grad_final_state", 1, 4, bhdd, "(B, H, D, D)");
+  if (!rc) rc = cli_tensor_load_f32(&t[IN_K], in, "k", 0, 4, bhdn, "(B, H, D, N)");
+  if (!rc) rc = cli_tensor_load_f32(&t[IN_V], in, "v", 0, 4, bhdn, "(B, H, D, N)");
+  if (!rc) rc = cli_tensor_load_f32(&t[IN_DECAY], in, "decay", 0, 3, bhf, "(B, H, F)");
+  if (!rc && backward) rc = cli_tensor_load_f32(&t[IN_GO], in, "grad_out", 0, 4, bhdn, "(B, H, D, N)");
+  if (!rc) rc = cli_tensor_load_f32(&t[IN_INIT], in, "init_state", 1, 4, bhdd, "(B, H, D, D)");
+  if (!rc && backward) rc = cli_tensor_load_f32(&t[IN_GF], in, "grad_final_state", 1, 4, bhdd, "(B, H, D, D)");
   if (!rc && F < (size_t)g_size)
     rc = cli_error(CLI_EXIT_INPUT, "%s: F = %zu frames cannot be split over %d ranks (every rank needs a frame)",
                    t[IN_BETA].path, F, g_size);
