@@ -345,30 +345,6 @@ int cli_alloc(camdelta_context *ctx, size_t bytes, cl_mem *out) {
   return CLI_EXIT_OK;
 }
 
-int cli_download_write(camdelta_context *ctx, cl_mem mem, const char *dir, const char *name, camdelta_npy_type type,
-                       int ndim, const size_t *shape) {
-  char path[4096];
-  int w = snprintf(path, sizeof path, "%s/%s.npy", dir, name);
-  if (w < 0 || (size_t)w >= sizeof path) return cli_error(CLI_EXIT_USAGE, "--out: path too long: %s", dir);
-  size_t count = 1, es = type == CAMDELTA_NPY_F2 ? 2 : type == CAMDELTA_NPY_F4 ? 4 : 8;
-  for (int i = 0; i < ndim; i++) count *= shape[i]; /* fits: the buffer of count elements exists */
-  void *host = malloc(count ? count * es : 1);
-  if (!host) return cli_error(CLI_EXIT_FAILURE, "%s: out of host memory", path);
-  if (count) {
-    cl_int err =
-        clEnqueueReadBuffer(camdelta_context_queue(ctx), mem, CL_TRUE, 0, count * es, host, 0, NULL, NULL);
-    if (err != CL_SUCCESS) {
-      free(host);
-      return cli_error(CLI_EXIT_DEVICE, "%s: reading the result from the device failed: %s", path,
-                       camdelta_cl_error_name(err));
-    }
-  }
-  camdelta_status st = camdelta_npy_write(path, type, ndim, shape, host);
-  free(host);
-  if (st != CAMDELTA_OK) return cli_error(CLI_EXIT_FAILURE, "%s", camdelta_last_message());
-  return CLI_EXIT_OK;
-}
-
 /* ------------------------------------------------------------ output sets */
 
 typedef struct cli_outfile {
@@ -517,4 +493,54 @@ int cli_context(camdelta_context **ctx, const char *selector) {
   if (st == CAMDELTA_OK) return CLI_EXIT_OK;
   *ctx = NULL;
   return cli_device_error(st, selector);
+}
+
+/* ------------------------------------------------------------ outputs */
+
+int cli_output_alloc(camdelta_context *ctx, cli_output *out, const char *name, camdelta_npy_type type, int ndim,
+                     const size_t *shape) {
+  out->name = name;
+  out->mem = NULL;
+  out->type = type;
+  out->ndim = ndim;
+  if (ndim < 0 || ndim > 5) return cli_error(CLI_EXIT_FAILURE, "internal: output %s has %d dimensions", name, ndim);
+  size_t count = 1;
+  for (int i = 0; i < ndim; i++) {
+    out->shape[i] = shape[i];
+    if (shape[i] && count > SIZE_MAX / 8 / shape[i])
+      return cli_error(CLI_EXIT_INPUT, "output %s: its size overflows size_t", name);
+    count *= shape[i];
+  }
+  return cli_alloc(ctx, count * (type == CAMDELTA_NPY_F2 ? 2 : 4), &out->mem);
+}
+
+int cli_write_outputs(camdelta_context *ctx, const char *dir, const cli_output *outs, int n) {
+  int rc = cli_make_dir(dir);
+  if (rc) return rc;
+  /* all or nothing: temporary files beside the outputs, renamed only once every one is written */
+  cli_outset *set = cli_outset_new();
+  if (!set) return cli_error(CLI_EXIT_FAILURE, "out of host memory");
+  for (int k = 0; k < n; k++) {
+    rc = cli_outset_add_device(set, ctx, outs[k].mem, dir, outs[k].name, outs[k].type, outs[k].ndim, outs[k].shape);
+    if (rc) return rc; /* the set is aborted: no temporary file left, previous outputs untouched */
+  }
+  return cli_outset_commit(set);
+}
+
+int cli_run_finish(camdelta_context *ctx, camdelta_status st, const char *call, const camdelta_profile *prof,
+                   const char *op_name, const char *detail, const cli_output *outs, int n, const char *dir, int quiet) {
+  if (st != CAMDELTA_OK) return cli_lib_error(st, call);
+  camdelta_status fs = camdelta_finish(ctx);
+  if (fs != CAMDELTA_OK) return cli_lib_error(fs, call);
+  int rc = cli_write_outputs(ctx, dir, outs, n);
+  if (rc) return rc;
+  if (!quiet) {
+    camdelta_device_info info;
+    const char *dev = camdelta_context_info(ctx, &info) == CAMDELTA_OK ? info.device_name : "?";
+    printf("camdelta run %s: %s on %s: %.3f ms in %u kernels; wrote", op_name, detail, dev, prof->kernel_ms,
+           prof->kernels);
+    for (int k = 0; k < n; k++) printf(" %s", outs[k].name);
+    printf(" to %s\n", dir);
+  }
+  return CLI_EXIT_OK;
 }

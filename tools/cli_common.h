@@ -95,9 +95,6 @@ void cli_tensor_free(cli_tensor *t);
 int cli_upload(camdelta_context *ctx, const cli_tensor *t, cl_mem *out);
 /** A new device buffer of `bytes` (at least 4), zero-filled. */
 int cli_alloc(camdelta_context *ctx, size_t bytes, cl_mem *out);
-/** Read `count` elements of `type` from `mem` and write DIR/NAME.npy with `shape`. */
-int cli_download_write(camdelta_context *ctx, cl_mem mem, const char *dir, const char *name, camdelta_npy_type type,
-                       int ndim, const size_t *shape);
 /* ------------------------------------------------------------ output sets
  * All outputs of one command are written all or nothing: each file goes to a new temporary file beside it
  * (O_CREAT | O_EXCL | O_NOFOLLOW, fsynced) as it is added; commit renames them all over their names only after
@@ -122,6 +119,24 @@ void cli_outset_abort(cli_outset *s);
 
 /** Create folder `dir` (and its parents) if it does not exist. */
 int cli_make_dir(const char *dir);
+
+/* One output of a command: DIR/NAME.npy of `type` and `shape`, from the device buffer `mem`. */
+typedef struct cli_output {
+  const char *name;
+  cl_mem mem;
+  camdelta_npy_type type;
+  int ndim;
+  size_t shape[5];
+} cli_output;
+/** Fill *out and give it a new zero-filled device buffer (an input error when its size overflows size_t). */
+int cli_output_alloc(camdelta_context *ctx, cli_output *out, const char *name, camdelta_npy_type type, int ndim,
+                     const size_t *shape);
+/** Create `dir` and write the `n` outputs there, all or nothing (an output set). */
+int cli_write_outputs(camdelta_context *ctx, const char *dir, const cli_output *outs, int n);
+/** The end of `camdelta run OP`: the call's status, camdelta_finish, the outputs written (cli_write_outputs), then
+ *  unless `quiet` the line "camdelta run OP: DETAIL on DEVICE: T ms in K kernels; wrote NAMES to DIR". */
+int cli_run_finish(camdelta_context *ctx, camdelta_status st, const char *call, const camdelta_profile *prof,
+                   const char *op_name, const char *detail, const cli_output *outs, int n, const char *dir, int quiet);
 
 /** Create the context for `selector` (NULL: CAMDELTA_DEVICE / default);
  *  a device error (exit 4) naming the selector otherwise. */
