@@ -166,20 +166,29 @@ static camdelta_status check_shape(const char *op, size_t B, size_t H, size_t D,
   return CAMDELTA_OK;
 }
 
-/* One summary's job: its kernels, room for `n_steps` chain steps, and the scratch mem = {A, U or W (only when
+/* A job with its kernels, the profile reset and the launch begun (*j is set even on failure; sm_release and
+ * cd_launch_end after). */
+static camdelta_status sm_open(camdelta_context *ctx, size_t BH, size_t D, size_t F, size_t S,
+                               camdelta_profile *profile, sm_job *j) {
+  *j = (sm_job){ctx, NULL, NULL, BH, D, F, S, F * S, {0}};
+  camdelta_status st = sm_build(ctx, D, j);
+  if (st) return st;
+  if (profile) profile->kernel_ms = 0, profile->kernels = 0;
+  cd_launch_init(&j->l, profile);
+  return CAMDELTA_OK;
+}
+
+/* One summary's job (sm_open), room for `n_steps` chain steps, and the scratch mem = {A, U or W (only when
  * `second`), two (B, H, D, D) states}. *j, *steps and mem are set even on failure; sm_end releases them. */
 static camdelta_status sm_start(camdelta_context *ctx, const char *op, size_t BH, size_t D, size_t F, size_t S,
                                 camdelta_profile *profile, size_t n_steps, int second, sm_job *j, sm_step **steps,
                                 cl_mem mem[4]) {
-  *j = (sm_job){ctx, NULL, NULL, BH, D, F, S, F * S, {0}};
   *steps = NULL;
   for (int i = 0; i < 4; i++) mem[i] = NULL;
-  camdelta_status st = sm_build(ctx, D, j);
+  camdelta_status st = sm_open(ctx, BH, D, F, S, profile, j);
   if (st) return st;
   if (!(*steps = malloc(n_steps * sizeof **steps)))
     return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", op);
-  if (profile) profile->kernel_ms = 0, profile->kernels = 0;
-  cd_launch_init(&j->l, profile);
   const size_t frames_bytes = BH * F * D * D * 4, state_bytes = BH * D * D * 4;
   st = cd_alloc(ctx, frames_bytes, &mem[0]);
   if (!st && second) st = cd_alloc(ctx, frames_bytes, &mem[1]);
@@ -316,17 +325,12 @@ camdelta_status camdelta_summary_apply(camdelta_context *ctx, const camdelta_sum
   const cd_tensor_arg outs[1] = {{"M_out", p->M_out, ns, 4}};
   const cd_tensor_arg ins[3] = {{"T", p->T, ns, 4}, {"E", p->E, ns, 4}, {"M_in", p->M_in, ns, 4}};
   if ((st = cd_check_no_overlap(op, outs, 1, ins, 3))) return st;
-  sm_job j = {ctx, NULL, NULL, p->B * p->H, p->D, 1, 1, 1, {0}};
-  if ((st = sm_build(ctx, p->D, &j))) {
-    sm_release(&j);
-    return st;
-  }
-  if (p->profile) p->profile->kernel_ms = 0, p->profile->kernels = 0;
-  cd_launch_init(&j.l, p->profile);
+  sm_job j;
+  st = sm_open(ctx, p->B * p->H, p->D, 1, 1, p->profile, &j);
   const size_t DD = p->D * p->D;
   /* without M_in: M_out = E (T·0 = 0) */
   const sm_mat A = p->M_in.mem ? mat_of(p->T, DD) : SM_NONE;
-  st = sm_apply(&j, A, p->transpose != 0, mat_of(p->M_in, DD), SM_NONE, mat_of(p->E, DD), mat_of(p->M_out, DD));
+  if (!st) st = sm_apply(&j, A, p->transpose != 0, mat_of(p->M_in, DD), SM_NONE, mat_of(p->E, DD), mat_of(p->M_out, DD));
   sm_release(&j);
   return cd_launch_end(ctx, &j.l, st);
 }
@@ -347,15 +351,10 @@ camdelta_status camdelta_summary_combine(camdelta_context *ctx, const camdelta_s
   const cd_tensor_arg outs[2] = {{"T", p->T, ns, 4}, {"E", p->E, ns, 4}};
   const cd_tensor_arg ins[4] = {{"T1", p->T1, ns, 4}, {"E1", p->E1, ns, 4}, {"T2", p->T2, ns, 4}, {"E2", p->E2, ns, 4}};
   if ((st = cd_check_no_overlap(op, outs, 2, ins, 4))) return st;
-  sm_job j = {ctx, NULL, NULL, p->B * p->H, p->D, 1, 1, 1, {0}};
-  if ((st = sm_build(ctx, p->D, &j))) {
-    sm_release(&j);
-    return st;
-  }
-  if (p->profile) p->profile->kernel_ms = 0, p->profile->kernels = 0;
-  cd_launch_init(&j.l, p->profile);
+  sm_job j;
+  st = sm_open(ctx, p->B * p->H, p->D, 1, 1, p->profile, &j);
   const size_t DD = p->D * p->D;
-  if (p->T.mem) st = sm_apply(&j, mat_of(p->T2, DD), 0, mat_of(p->T1, DD), SM_NONE, SM_NONE, mat_of(p->T, DD));
+  if (!st && p->T.mem) st = sm_apply(&j, mat_of(p->T2, DD), 0, mat_of(p->T1, DD), SM_NONE, SM_NONE, mat_of(p->T, DD));
   if (!st && p->E.mem) {
     const sm_mat A = p->E1.mem ? mat_of(p->T2, DD) : SM_NONE;
     st = sm_apply(&j, A, 0, mat_of(p->E1, DD), SM_NONE, mat_of(p->E2, DD), mat_of(p->E, DD));
