@@ -284,6 +284,27 @@ static camdelta_status state_summary(const sp *c, const camdelta_scan_args *a, c
   return camdelta_scan_summary(c->ctx, &sa);
 }
 
+/* Step 2: every rank's summaries to every rank. This rank's summary i (0 .. n−1) is src[i] (NULL: zeros); with
+ * `need`, *all receives everyone's on the device, rank r's summary i at (r·n + i)·ns floats. */
+static camdelta_status exchange(const sp *c, scratch *s, const cl_mem *src, int n, size_t ns, int need, cl_mem *all) {
+  const size_t per = (size_t)n * ns;
+  float *send = calloc(per, 4), *recv = malloc((size_t)c->P * per * 4);
+  camdelta_status st =
+      send && recv ? CAMDELTA_OK : camdelta_set_error(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", c->op);
+  for (int i = 0; i < n && !st; i++)
+    if (src[i]) st = rw(c->ctx, 0, (camdelta_buffer){src[i], 0}, ns, send + (size_t)i * ns);
+  if ((st = agree(c, st)) == CAMDELTA_OK) {
+    MPI_Allgather(send, (int)per, MPI_FLOAT, recv, (int)per, MPI_FLOAT, c->comm);
+    if (need) {
+      st = alloc(c->ctx, s, (size_t)c->P * per * 4, all);
+      if (!st) st = rw(c->ctx, 1, (camdelta_buffer){*all, 0}, (size_t)c->P * per, recv);
+    }
+    st = agree(c, st);
+  }
+  free(send), free(recv);
+  return st;
+}
+
 /* t[0] the call's start, t[1 .. 5] the ends of steps 0 .. 4. */
 static void put_timing(camdelta_mpi_timing *timing, const double t[6]) {
   timing->summary_ms = t[2] - t[1], timing->exchange_ms = t[3] - t[2], timing->combine_ms = t[4] - t[3];
@@ -317,14 +338,11 @@ camdelta_status camdelta_mpi_scan_forward(camdelta_context *ctx, const camdelta_
 
   scratch s = {{0}, 0};
   cl_mem Mi = NULL, Mt = NULL, all = NULL, fin = NULL, T = NULL, E = NULL;
-  float *send = NULL, *recv = NULL;
   const size_t per = 2 * ns; /* per rank: T, E */
   /* 1. summaries */
   t[1] = now_ms();
   if (P > 1) {
-    send = calloc(per, 4), recv = malloc((size_t)P * per * 4);
-    if (!send || !recv) st = camdelta_set_error(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", op);
-    if (!st) st = alloc(ctx, &s, ns * 4, &T);
+    st = alloc(ctx, &s, ns * 4, &T);
     if (!st) st = alloc(ctx, &s, ns * 4, &E);
     if (!st && pos < P - 1) st = state_summary(&c, args, T, E);
     if (!st && pos < P - 1) st = camdelta_finish(ctx);
@@ -333,18 +351,8 @@ camdelta_status camdelta_mpi_scan_forward(camdelta_context *ctx, const camdelta_
   t[2] = now_ms();
   /* 2. exchange */
   if (!st && P > 1) {
-    if (pos < P - 1) {
-      if (pos > 0) st = rw(ctx, 0, (camdelta_buffer){T, 0}, ns, send);
-      if (!st) st = rw(ctx, 0, (camdelta_buffer){E, 0}, ns, send + ns);
-    }
-    if ((st = agree(&c, st)) == CAMDELTA_OK) {
-      MPI_Allgather(send, (int)per, MPI_FLOAT, recv, (int)per, MPI_FLOAT, comm);
-      if (pos > 0) {
-        st = alloc(ctx, &s, (size_t)P * per * 4, &all);
-        if (!st) st = rw(ctx, 1, (camdelta_buffer){all, 0}, (size_t)P * per, recv);
-      }
-      st = agree(&c, st);
-    }
+    const cl_mem mine[2] = {pos > 0 && pos < P - 1 ? T : NULL, pos < P - 1 ? E : NULL};
+    st = exchange(&c, &s, mine, 2, ns, pos > 0, &all);
   }
   t[3] = now_ms();
   /* 3. combine */
@@ -374,7 +382,6 @@ camdelta_status camdelta_mpi_scan_forward(camdelta_context *ctx, const camdelta_
     if (pos == P - 1) src = args->final_state.mem ? args->final_state : (camdelta_buffer){fin, 0};
     if (!st) st = bcast_state(&c, reverse, P - 1, src, args->final_state, ns);
   }
-  free(send), free(recv);
   scratch_free(&s);
   if (timing && !st) put_timing(timing, t);
   return st;
@@ -418,14 +425,11 @@ camdelta_status camdelta_mpi_scan_backward(camdelta_context *ctx, const camdelta
 
   scratch s = {{0}, 0};
   cl_mem Mi = NULL, dMo = NULL, tmp = NULL, all = NULL, din = NULL, T = NULL, E = NULL, G = NULL;
-  float *send = NULL, *recv = NULL;
   const size_t per = 3 * ns; /* per rank: T, E, G */
   t[1] = now_ms();
   /* 1. summaries */
   if (P > 1) {
-    send = calloc(per, 4), recv = malloc((size_t)P * per * 4);
-    if (!send || !recv) st = camdelta_set_error(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", op);
-    if (!st) st = alloc(ctx, &s, ns * 4, &T);
+    st = alloc(ctx, &s, ns * 4, &T);
     if (!st) st = alloc(ctx, &s, ns * 4, &E);
     if (!st) st = alloc(ctx, &s, ns * 4, &G);
     if (!st && pos < P - 1) st = state_summary(&c, &fwd, T, E);
@@ -444,15 +448,8 @@ camdelta_status camdelta_mpi_scan_backward(camdelta_context *ctx, const camdelta
   t[2] = now_ms();
   /* 2. exchange */
   if (!st && P > 1) {
-    if (pos > 0 && pos < P - 1) st = rw(ctx, 0, (camdelta_buffer){T, 0}, ns, send);
-    if (!st && pos < P - 1) st = rw(ctx, 0, (camdelta_buffer){E, 0}, ns, send + ns);
-    if (!st && pos > 0) st = rw(ctx, 0, (camdelta_buffer){G, 0}, ns, send + 2 * ns);
-    if ((st = agree(&c, st)) == CAMDELTA_OK) {
-      MPI_Allgather(send, (int)per, MPI_FLOAT, recv, (int)per, MPI_FLOAT, comm);
-      st = alloc(ctx, &s, (size_t)P * per * 4, &all);
-      if (!st) st = rw(ctx, 1, (camdelta_buffer){all, 0}, (size_t)P * per, recv);
-      st = agree(&c, st);
-    }
+    const cl_mem mine[3] = {pos > 0 && pos < P - 1 ? T : NULL, pos < P - 1 ? E : NULL, pos > 0 ? G : NULL};
+    st = exchange(&c, &s, mine, 3, ns, 1, &all);
   }
   t[3] = now_ms();
   /* 3. combine: the incoming state (forward order) and the incoming state gradient (backward order) */
@@ -489,7 +486,6 @@ camdelta_status camdelta_mpi_scan_backward(camdelta_context *ctx, const camdelta
     if (pos == 0) src = args->dinit_state.mem ? args->dinit_state : (camdelta_buffer){din, 0};
     if (!st) st = bcast_state(&c, reverse, 0, src, args->dinit_state, ns);
   }
-  free(send), free(recv);
   scratch_free(&s);
   if (timing && !st) put_timing(timing, t);
   return st;
