@@ -169,6 +169,16 @@ int cli_scan_sizes(const char *text, int n, size_t *out) {
   return 1;
 }
 
+static int cmp_double(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+double cli_median(double *x, size_t n) {
+  qsort(x, n, sizeof *x, cmp_double);
+  return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
 int cli_parse_algorithm(const char *text, camdelta_scan_algorithm *out) {
   if (strcmp(text, "auto") == 0) *out = CAMDELTA_SCAN_AUTO;
   else if (strcmp(text, "sequential") == 0) *out = CAMDELTA_SCAN_SEQUENTIAL;

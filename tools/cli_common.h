@@ -51,6 +51,8 @@ int cli_parse_double(const char *opt, const char *text, double *out);
 /** Parse a positive decimal integer for option `opt`: digits only (no sign, space or suffix), no overflow of
  *  size_t; 0 (after printing a usage error) on failure. */
 int cli_parse_size(const char *opt, const char *text, size_t *out);
+/** The median of x[0 .. n-1] (n >= 1); sorts x in place. */
+double cli_median(double *x, size_t n);
 /** Parse --algorithm's value: auto, sequential or chunkwise; 0 (after printing a usage error) otherwise. */
 int cli_parse_algorithm(const char *text, camdelta_scan_algorithm *out);
 /** Quiet form of cli_parse_sizes: 1 when `text` is exactly `n` comma-separated positive integers. */

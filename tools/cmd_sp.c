@@ -667,16 +667,6 @@ int cmd_demo_sp(int argc, char **argv) {
 
 /* ------------------------------------------------------------------------------------------ bench */
 
-static int cmp_d(const void *a, const void *b) {
-  const double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *x, int n) {
-  qsort(x, (size_t)n, sizeof *x, cmp_d);
-  return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
-}
-
 int cmd_bench_sp(int argc, char **argv) {
   const char *device = NULL, *json = NULL, *v;
   shape5 shapes[8];
@@ -767,7 +757,7 @@ int cmd_bench_sp(int argc, char **argv) {
         rc = g_rank == 0 ? cli_lib_error(st, opname) : cli_exit_code(st);
       } else {
         double med[6];
-        for (int k = 0; k < 5; k++) med[k] = reps ? median(ph[k], (int)reps) : 0;
+        for (int k = 0; k < 5; k++) med[k] = reps ? cli_median(ph[k], reps) : 0;
         med[5] = (double)fl;
         double *all = g_rank == 0 ? malloc((size_t)g_size * 6 * sizeof *all) : NULL;
         MPI_Gather(med, 6, MPI_DOUBLE, all, 6, MPI_DOUBLE, 0, MPI_COMM_WORLD);
@@ -813,7 +803,7 @@ int cmd_bench_sp(int argc, char **argv) {
           }
           if (st) lrc = cli_lib_error(st, "one-device scan");
           else if (t) {
-            const double m = reps ? median(t, (int)reps) : 0;
+            const double m = reps ? cli_median(t, reps) : 0;
             printf("%-22s %-5s %-6zu %10.3f   (one device, whole sequence, wall time)\n",
                    bwd ? (reverse ? "scan backward reverse" : "scan backward causal")
                        : (reverse ? "scan forward reverse" : "scan forward causal"),
