@@ -330,7 +330,8 @@ camdelta_status camdelta_summary_apply(camdelta_context *ctx, const camdelta_sum
   const size_t DD = p->D * p->D;
   /* without M_in: M_out = E (T·0 = 0) */
   const sm_mat A = p->M_in.mem ? mat_of(p->T, DD) : SM_NONE;
-  if (!st) st = sm_apply(&j, A, p->transpose != 0, mat_of(p->M_in, DD), SM_NONE, mat_of(p->E, DD), mat_of(p->M_out, DD));
+  if (!st)
+    st = sm_apply(&j, A, p->transpose != 0, mat_of(p->M_in, DD), SM_NONE, mat_of(p->E, DD), mat_of(p->M_out, DD));
   sm_release(&j);
   return cd_launch_end(ctx, &j.l, st);
 }
