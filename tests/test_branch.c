@@ -618,12 +618,6 @@ static void test_bad_input(void **state) {
   problem_free(&p);
 }
 
-static int teardown(void **state) {
-  (void)state;
-  tu_context_release();
-  return 0;
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_output_transform), cmocka_unit_test(test_transform_roundtrip),
@@ -631,5 +625,5 @@ int main(void) {
       cmocka_unit_test(test_no_leak),          cmocka_unit_test(test_branch_device),
       cmocka_unit_test(test_offsets_and_warm), cmocka_unit_test(test_bad_input),
   };
-  return cmocka_run_group_tests(tests, NULL, teardown);
+  return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
 }

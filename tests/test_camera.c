@@ -236,17 +236,11 @@ static void test_bad_input(void **state) {
   clReleaseMemObject(dcc);
 }
 
-static int teardown(void **state) {
-  (void)state;
-  tu_context_release();
-  return 0;
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_shapes),        cmocka_unit_test(test_identity_and_inverse),
       cmocka_unit_test(test_nan_pose),      cmocka_unit_test(test_reference_rope_values),
       cmocka_unit_test(test_reference_matrix_values), cmocka_unit_test(test_bad_input),
   };
-  return cmocka_run_group_tests(tests, NULL, teardown);
+  return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
 }

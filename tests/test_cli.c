@@ -26,15 +26,6 @@ static const char *cli_path(void) {
   return p && *p ? p : NULL;
 }
 
-static void slurp(const char *path, char *buf, size_t size) {
-  buf[0] = '\0';
-  FILE *f = fopen(path, "rb");
-  if (!f) return;
-  size_t n = fread(buf, 1, size - 1, f);
-  buf[n] = '\0';
-  fclose(f);
-}
-
 /* Run `camdelta <args>` (args: a shell word list) with optional extra
  * environment assignments; fills g_res. */
 #if defined(__GNUC__)
@@ -52,8 +43,8 @@ static cli_result *run_env(const char *env, const char *fmt, ...) {
   int st = system(cmd);
   assert_true(st != -1);
   g_res.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
-  slurp(outp, g_res.out, sizeof g_res.out);
-  slurp(errp, g_res.err, sizeof g_res.err);
+  tu_slurp(outp, g_res.out, sizeof g_res.out);
+  tu_slurp(errp, g_res.err, sizeof g_res.err);
   return &g_res;
 }
 #define run(...) run_env(NULL, __VA_ARGS__)
@@ -89,19 +80,6 @@ static int cli_teardown(void **state) {
   char cmd[1200];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tu_tmpdir());
   return system(cmd) == 0 ? 0 : -1;
-}
-
-/* A fresh folder under the test's temporary folder. */
-static const char *folder(const char *name) {
-  static char path[8][1200];
-  static int next;
-  char *p = path[next++ % 8];
-  snprintf(p, 1200, "%s/%s", tu_tmpdir(), name);
-  char cmd[1400];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", p);
-  assert_int_equal(system(cmd), 0);
-  assert_int_equal(mkdir(p, 0700), 0);
-  return p;
 }
 
 /* ------------------------------------------------------------ npy helpers */
@@ -300,7 +278,7 @@ static void test_unknown_device(void **state) {
   r = run("info --device 9:9");
   expect_code(r, 4, "9:9");
 
-  const char *in = folder("dev-in");
+  const char *in = tu_fresh_dir("dev-in");
   prep_data p;
   prep_make(&p, in, 1, 4, 1, 8, CAMDELTA_NPY_F4, 1);
   r = run("run prep --in '%s' --out '%s/out' --device no-such-device-xyz", in, in);
@@ -312,7 +290,7 @@ static void test_unknown_device(void **state) {
 
 static void test_run_prep_f32(void **state) {
   (void)state;
-  const char *in = folder("prep32");
+  const char *in = tu_fresh_dir("prep32");
   prep_data p;
   prep_make(&p, in, 2, 12, 2, 16, CAMDELTA_NPY_F4, 2);
   /* default k_scale = D^-0.5, norm_eps = 1e-6; the --out folder is created */
@@ -344,7 +322,7 @@ static void test_run_prep_f32(void **state) {
 static void test_run_prep_f16_and_f64(void **state) {
   (void)state;
   /* all of q_raw, k_raw, v_raw <f2: computed in f16 storage, outputs written as <f2 */
-  const char *in = folder("prep16");
+  const char *in = tu_fresh_dir("prep16");
   prep_data p;
   prep_make(&p, in, 1, 8, 2, 16, CAMDELTA_NPY_F2, 3);
   char out[1300];
@@ -358,7 +336,7 @@ static void test_run_prep_f16_and_f64(void **state) {
   prep_free(&p);
 
   /* <f8 inputs are converted to f32 */
-  in = folder("prep64");
+  in = tu_fresh_dir("prep64");
   prep_make(&p, in, 1, 8, 2, 16, CAMDELTA_NPY_F8, 4);
   snprintf(out, sizeof out, "%s/out", in);
   r = run("run prep --in '%s' --out '%s'", in, out);
@@ -370,7 +348,7 @@ static void test_run_prep_f16_and_f64(void **state) {
 
 static void test_run_input_errors(void **state) {
   (void)state;
-  const char *in = folder("errs");
+  const char *in = tu_fresh_dir("errs");
   prep_data p;
   prep_make(&p, in, 1, 8, 2, 16, CAMDELTA_NPY_F4, 5);
   char out[1300];
@@ -423,7 +401,7 @@ static void test_run_input_errors(void **state) {
   prep_free(&p);
 
   /* scan: beta must fit q */
-  const char *sin_ = folder("scan-errs");
+  const char *sin_ = tu_fresh_dir("scan-errs");
   size_t bhdn[4] = {1, 2, 8, 12}, beta_bad[4] = {1, 2, 5, 2};
   float *x = calloc(1 * 2 * 8 * 12, sizeof(float));
   save(sin_, "q", CAMDELTA_NPY_F4, 4, bhdn, x);
@@ -455,7 +433,7 @@ static void test_run_input_errors(void **state) {
 
 static void test_run_usage_errors(void **state) {
   (void)state;
-  const char *in = folder("usage");
+  const char *in = tu_fresh_dir("usage");
   expect_code(run("run"), 2, "missing the operation");
   expect_code(run("run frobnicate --in '%s' --out '%s'", in, in), 2, "unknown operation 'frobnicate'");
   expect_code(run("run prep --in '%s' --out '%s' --bogus", in, in), 2, "unknown option '--bogus'");
@@ -527,7 +505,7 @@ static void scan_free(scan_data *s) {
 
 static void test_run_scan(void **state) {
   (void)state;
-  const char *in = folder("scan");
+  const char *in = tu_fresh_dir("scan");
   scan_data s;
   scan_make(&s, in, 1, 2, 16, 3, 4, 1, 0, 6);
   size_t n = s.B * s.H * s.D * s.N, ns = s.B * s.H * s.D * s.D;
@@ -567,7 +545,7 @@ static void test_run_scan(void **state) {
 
 static void test_run_scan_backward(void **state) {
   (void)state;
-  const char *in = folder("scanbw");
+  const char *in = tu_fresh_dir("scanbw");
   scan_data s;
   scan_make(&s, in, 1, 2, 8, 3, 4, 1, 1, 7);
   size_t n = s.B * s.H * s.D * s.N, ns = s.B * s.H * s.D * s.D, nb = s.B * s.H * s.N, nd = s.B * s.H * s.F;
@@ -620,7 +598,7 @@ static void test_run_scan_backward(void **state) {
 
 static void test_run_prep_backward(void **state) {
   (void)state;
-  const char *in = folder("prepbw");
+  const char *in = tu_fresh_dir("prepbw");
   prep_data p;
   prep_make(&p, in, 1, 8, 2, 16, CAMDELTA_NPY_F4, 8);
   size_t B = p.B, N = p.N, H = p.H, D = p.D, n = B * N * H * D, ni = B * H * N, C = H * D;
@@ -696,7 +674,7 @@ static void test_cache(void **state) {
   expect_code(run("cache warm --shape 1,2"), 2, "B,H,D,S");
 
   /* a private copy of the entries to list and clear */
-  const char *dir = folder("cache");
+  const char *dir = tu_fresh_dir("cache");
   char cmd[4000], env[1400];
   snprintf(cmd, sizeof cmd, "cp '%s'/*.clbin '%s'/", shared, dir);
   assert_int_equal(system(cmd), 0);
@@ -789,7 +767,7 @@ static int temp_files_in(const char *dir) {
   snprintf(cmd, sizeof cmd, "ls -a '%s' | grep -c '\\.tmp\\.' > '%s/count.txt'", dir, tu_tmpdir());
   (void)system(cmd);
   snprintf(cmd, sizeof cmd, "%s/count.txt", tu_tmpdir());
-  slurp(cmd, text, sizeof text);
+  tu_slurp(cmd, text, sizeof text);
   return atoi(text);
 }
 
@@ -797,7 +775,7 @@ static int temp_files_in(const char *dir) {
  * previous good copy; a symlink in --out was followed). */
 static void test_outputs_atomic(void **state) {
   (void)state;
-  const char *in = folder("atomic");
+  const char *in = tu_fresh_dir("atomic");
   prep_data p;
   prep_make(&p, in, 1, 8, 2, 16, CAMDELTA_NPY_F4, 11);
   char out[1300], keep[1300], path[1400], saved[1400];
@@ -841,7 +819,7 @@ static void test_outputs_atomic(void **state) {
   assert_int_equal(symlink(victim, path), 0);
   expect_code(run("run prep --quiet --in '%s' --out '%s' --k-scale 0.37", in, out), 0, NULL);
   char text[64];
-  slurp(victim, text, sizeof text);
+  tu_slurp(victim, text, sizeof text);
   assert_string_equal(text, "precious");
   struct stat sb;
   assert_int_equal(lstat(path, &sb), 0);
@@ -855,7 +833,7 @@ static void test_outputs_atomic(void **state) {
  * trailing bytes (accepted), control bytes (echoed raw). `timeout` turns a hang into exit 124. */
 static void test_hostile_inputs(void **state) {
   (void)state;
-  const char *in = folder("hostile");
+  const char *in = tu_fresh_dir("hostile");
   prep_data p;
   prep_make(&p, in, 1, 8, 2, 16, CAMDELTA_NPY_F4, 12);
   char out[1300], path[1400];
@@ -901,7 +879,7 @@ static void test_hostile_inputs(void **state) {
  * 2^64-1, and `cache warm --shape 1,1,8,-1` ran). */
 static void test_numeric_options(void **state) {
   (void)state;
-  const char *in = folder("numbers");
+  const char *in = tu_fresh_dir("numbers");
   const char *big = "18446744073709551617"; /* 2^64 + 1 */
   struct {
     const char *args, *needle;
@@ -929,7 +907,7 @@ static void test_numeric_options(void **state) {
 /* A cache folder the library must not use: the call still succeeds, and says so once on stderr. */
 static void test_cache_refused_once(void **state) {
   (void)state;
-  const char *in = folder("refused");
+  const char *in = tu_fresh_dir("refused");
   prep_data p;
   prep_make(&p, in, 1, 8, 2, 16, CAMDELTA_NPY_F4, 13);
   char open_dir[1300], env[1500];
@@ -986,7 +964,7 @@ static void test_bench(void **state) {
   assert_null(strstr(r->out, "n/a"));
   assert_non_null(strstr(r->out, "%GB/s"));
   char text[65536];
-  slurp(json, text, sizeof text);
+  tu_slurp(json, text, sizeof text);
   assert_non_null(strstr(text, "\"median_ms\""));
   assert_non_null(strstr(text, "\"operations\""));
   assert_int_equal(count_lines_with(text, "\"median_ms\""), 10);
@@ -1010,7 +988,7 @@ static void test_bench(void **state) {
     return;
   }
   assert_int_equal(system(cmd), 0);
-  slurp(path, text, sizeof text);
+  tu_slurp(path, text, sizeof text);
   if (!strstr(text, "[inputs ") || !strstr(text, "generating on the device"))
     fail_msg("no input progress on a terminal:\n%s", text);
 }

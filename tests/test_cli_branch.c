@@ -15,15 +15,6 @@
 static int g_code;
 static char g_err[16384];
 
-static void slurp(const char *path, char *buf, size_t size) {
-  buf[0] = '\0';
-  FILE *f = fopen(path, "rb");
-  if (!f) return;
-  size_t n = fread(buf, 1, size - 1, f);
-  buf[n] = '\0';
-  fclose(f);
-}
-
 #if defined(__GNUC__)
 static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 #endif
@@ -38,25 +29,13 @@ static int run(const char *fmt, ...) {
   const int st = system(cmd);
   assert_true(st != -1);
   g_code = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-  slurp(errp, g_err, sizeof g_err);
+  tu_slurp(errp, g_err, sizeof g_err);
   return g_code;
 }
 
 static void expect(int code, const char *needle) {
   if (g_code != code) fail_msg("exit code %d, expected %d; stderr: %s", g_code, code, g_err);
   if (needle && !strstr(g_err, needle)) fail_msg("stderr lacks '%s': %s", needle, g_err);
-}
-
-static const char *dir(const char *name) {
-  static char path[4][1200];
-  static int next;
-  char *p = path[next++ % 4];
-  snprintf(p, 1200, "%s/%s", tu_tmpdir(), name);
-  char cmd[1400];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", p);
-  assert_int_equal(system(cmd), 0);
-  assert_int_equal(mkdir(p, 0700), 0);
-  return p;
 }
 
 static void save(const char *d, const char *name, int ndim, const size_t *shape, const float *x) {
@@ -141,7 +120,7 @@ static void check_branch(const char *out, const camdelta_chunking *ch, int backw
 
 static void test_branch_runs(void **state) {
   (void)state;
-  const char *in = dir("in"), *out = dir("out");
+  const char *in = tu_fresh_dir("in"), *out = tu_fresh_dir("out");
   write_inputs(in);
   run("run branch --in '%s' --out '%s' --grid 5,2,3 --chunk-size 2 --chunk-strategy first_chunk_plus_one", in, out);
   expect(0, NULL);
@@ -157,7 +136,7 @@ static void test_branch_runs(void **state) {
   char path[1400];
   snprintf(path, sizeof path, "%s/chunk_index.npy", in);
   TU_OK(camdelta_npy_write(path, CAMDELTA_NPY_I8, 1, three, idx));
-  const char *out2 = dir("out2");
+  const char *out2 = tu_fresh_dir("out2");
   run("run branch --in '%s' --out '%s' --grid 5,2,3", in, out2);
   expect(0, NULL);
   const camdelta_chunking chi = {0, CAMDELTA_CHUNK_UNIFORM, idx, 3};
@@ -167,7 +146,7 @@ static void test_branch_runs(void **state) {
 
 static void test_pieces(void **state) {
   (void)state;
-  const char *in = dir("in"), *out = dir("out");
+  const char *in = tu_fresh_dir("in"), *out = tu_fresh_dir("out");
   write_inputs(in);
   /* camera */
   run("run camera --in '%s' --out '%s' --grid 5,2,3 --head-dim 16", in, out);
@@ -212,9 +191,9 @@ static void test_pieces(void **state) {
 
 static void test_errors(void **state) {
   (void)state;
-  const char *in = dir("in");
+  const char *in = tu_fresh_dir("in");
   write_inputs(in);
-  const char *out = dir("out");
+  const char *out = tu_fresh_dir("out");
   /* usage: missing --grid, a malformed --grid, a bad strategy, an option of another operation */
   run("run branch --in '%s' --out '%s'", in, out);
   expect(2, "--grid");
@@ -232,7 +211,7 @@ static void test_errors(void **state) {
   run("run camera --in '%s' --out '%s' --grid 6,1,5 --head-dim 8", in, out);
   expect(3, "camera_conditions");
   const size_t c3[2] = {C, 3};
-  const char *bad = dir("bad");
+  const char *bad = tu_fresh_dir("bad");
   write_inputs(bad);
   save(bad, "conv_weight", 2, c3, w);
   run("run branch --in '%s' --out '%s' --grid 5,2,3", bad, out);

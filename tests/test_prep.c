@@ -181,12 +181,6 @@ static void test_prep_saved(void **state) {
   check_saved();
 }
 
-static int teardown(void **state) {
-  (void)state;
-  tu_context_release();
-  return 0;
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_prep_shapes),
@@ -194,5 +188,5 @@ int main(void) {
       cmocka_unit_test(test_prep_fused),
       cmocka_unit_test(test_prep_two_pass),
   };
-  return cmocka_run_group_tests(tests, NULL, teardown);
+  return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
 }

@@ -414,17 +414,11 @@ static void test_conv_bad_input(void **state) {
   clReleaseMemObject(gx), clReleaseMemObject(gw);
 }
 
-static int teardown(void **state) {
-  (void)state;
-  tu_context_release();
-  return 0;
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_chunk_bounds),      cmocka_unit_test(test_conv_device),
       cmocka_unit_test(test_conv_reference_fd), cmocka_unit_test(test_conv_no_leak),
       cmocka_unit_test(test_conv_bad_input),
   };
-  return cmocka_run_group_tests(tests, NULL, teardown);
+  return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
 }

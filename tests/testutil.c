@@ -167,3 +167,30 @@ const char *tu_tmpdir(void) {
   }
   return path;
 }
+
+const char *tu_fresh_dir(const char *name) {
+  static char path[8][1200];
+  static int next;
+  char *p = path[next++ % 8];
+  snprintf(p, 1200, "%s/%s", tu_tmpdir(), name);
+  char cmd[1400];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", p);
+  assert_int_equal(system(cmd), 0);
+  assert_int_equal(mkdir(p, 0700), 0);
+  return p;
+}
+
+void tu_slurp(const char *path, char *buf, size_t size) {
+  buf[0] = '\0';
+  FILE *f = fopen(path, "rb");
+  if (!f) return;
+  size_t n = fread(buf, 1, size - 1, f);
+  buf[n] = '\0';
+  fclose(f);
+}
+
+int tu_teardown_context(void **state) {
+  (void)state;
+  tu_context_release();
+  return 0;
+}

@@ -54,5 +54,12 @@ void tu_report(const char *what, double value);
 
 /** Path of a fresh temporary folder for this test process. */
 const char *tu_tmpdir(void);
+/** A fresh, empty folder NAME under tu_tmpdir() (an old one is removed); the path stays valid for 8 calls. */
+const char *tu_fresh_dir(const char *name);
+/** The file's first size-1 bytes into buf as a string ("" when it cannot be read). */
+void tu_slurp(const char *path, char *buf, size_t size);
+
+/** A cmocka group teardown that releases the test context. */
+int tu_teardown_context(void **state);
 
 #endif

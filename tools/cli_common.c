@@ -169,6 +169,27 @@ int cli_scan_sizes(const char *text, int n, size_t *out) {
   return 1;
 }
 
+static int cmp_double(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+double cli_median(double *x, size_t n) {
+  qsort(x, n, sizeof *x, cmp_double);
+  return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+int cli_parse_algorithm(const char *text, camdelta_scan_algorithm *out) {
+  if (strcmp(text, "auto") == 0) *out = CAMDELTA_SCAN_AUTO;
+  else if (strcmp(text, "sequential") == 0) *out = CAMDELTA_SCAN_SEQUENTIAL;
+  else if (strcmp(text, "chunkwise") == 0) *out = CAMDELTA_SCAN_CHUNKWISE;
+  else {
+    cli_error(CLI_EXIT_USAGE, "option --algorithm: '%s' is not auto, sequential or chunkwise", text);
+    return 0;
+  }
+  return 1;
+}
+
 int cli_parse_sizes(const char *opt, const char *text, int n, size_t *out, const char *what) {
   char shown[256];
   if (cli_scan_sizes(text, n, out)) return 1;
@@ -224,6 +245,24 @@ int cli_tensor_expect(const cli_tensor *t, int ndim, const size_t *shape, const 
   return cli_error(CLI_EXIT_INPUT, "%s: shape %s does not fit: expected %s = %s", t->path,
                    cli_shape_str(have, sizeof have, t->npy.ndim, t->npy.shape), symbols,
                    cli_shape_str(want, sizeof want, ndim, shape));
+}
+
+int cli_tensor_load_f32(cli_tensor *t, const char *dir, const char *name, int optional, int ndim, const size_t *shape,
+                        const char *symbols) {
+  char nums[256], expect[512];
+  if (ndim > 0)
+    snprintf(expect, sizeof expect, "%s = %s", symbols, cli_shape_str(nums, sizeof nums, ndim, shape));
+  else
+    snprintf(expect, sizeof expect, "%s", symbols);
+  int rc = cli_tensor_load(t, dir, name, optional, expect);
+  if (rc || !t->present) return rc;
+  if (ndim > 0 && (rc = cli_tensor_expect(t, ndim, shape, symbols))) return rc;
+  if (ndim < 0 && t->npy.ndim != -ndim) {
+    char have[256];
+    return cli_error(CLI_EXIT_INPUT, "%s: shape %s does not fit: expected %d dimensions %s", t->path,
+                     cli_shape_str(have, sizeof have, t->npy.ndim, t->npy.shape), -ndim, symbols);
+  }
+  return cli_tensor_convert(t, CAMDELTA_NPY_F4);
 }
 
 int cli_tensor_convert(cli_tensor *t, camdelta_npy_type type) {
@@ -313,30 +352,6 @@ int cli_alloc(camdelta_context *ctx, size_t bytes, cl_mem *out) {
   free(zero);
   if (err != CL_SUCCESS)
     return cli_error(CLI_EXIT_DEVICE, "cannot clear a device buffer: %s", camdelta_cl_error_name(err));
-  return CLI_EXIT_OK;
-}
-
-int cli_download_write(camdelta_context *ctx, cl_mem mem, const char *dir, const char *name, camdelta_npy_type type,
-                       int ndim, const size_t *shape) {
-  char path[4096];
-  int w = snprintf(path, sizeof path, "%s/%s.npy", dir, name);
-  if (w < 0 || (size_t)w >= sizeof path) return cli_error(CLI_EXIT_USAGE, "--out: path too long: %s", dir);
-  size_t count = 1, es = type == CAMDELTA_NPY_F2 ? 2 : type == CAMDELTA_NPY_F4 ? 4 : 8;
-  for (int i = 0; i < ndim; i++) count *= shape[i]; /* fits: the buffer of count elements exists */
-  void *host = malloc(count ? count * es : 1);
-  if (!host) return cli_error(CLI_EXIT_FAILURE, "%s: out of host memory", path);
-  if (count) {
-    cl_int err =
-        clEnqueueReadBuffer(camdelta_context_queue(ctx), mem, CL_TRUE, 0, count * es, host, 0, NULL, NULL);
-    if (err != CL_SUCCESS) {
-      free(host);
-      return cli_error(CLI_EXIT_DEVICE, "%s: reading the result from the device failed: %s", path,
-                       camdelta_cl_error_name(err));
-    }
-  }
-  camdelta_status st = camdelta_npy_write(path, type, ndim, shape, host);
-  free(host);
-  if (st != CAMDELTA_OK) return cli_error(CLI_EXIT_FAILURE, "%s", camdelta_last_message());
   return CLI_EXIT_OK;
 }
 
@@ -488,4 +503,54 @@ int cli_context(camdelta_context **ctx, const char *selector) {
   if (st == CAMDELTA_OK) return CLI_EXIT_OK;
   *ctx = NULL;
   return cli_device_error(st, selector);
+}
+
+/* ------------------------------------------------------------ outputs */
+
+int cli_output_alloc(camdelta_context *ctx, cli_output *out, const char *name, camdelta_npy_type type, int ndim,
+                     const size_t *shape) {
+  out->name = name;
+  out->mem = NULL;
+  out->type = type;
+  out->ndim = ndim;
+  if (ndim < 0 || ndim > 5) return cli_error(CLI_EXIT_FAILURE, "internal: output %s has %d dimensions", name, ndim);
+  size_t count = 1;
+  for (int i = 0; i < ndim; i++) {
+    out->shape[i] = shape[i];
+    if (shape[i] && count > SIZE_MAX / 8 / shape[i])
+      return cli_error(CLI_EXIT_INPUT, "output %s: its size overflows size_t", name);
+    count *= shape[i];
+  }
+  return cli_alloc(ctx, count * (type == CAMDELTA_NPY_F2 ? 2 : 4), &out->mem);
+}
+
+int cli_write_outputs(camdelta_context *ctx, const char *dir, const cli_output *outs, int n) {
+  int rc = cli_make_dir(dir);
+  if (rc) return rc;
+  /* all or nothing: temporary files beside the outputs, renamed only once every one is written */
+  cli_outset *set = cli_outset_new();
+  if (!set) return cli_error(CLI_EXIT_FAILURE, "out of host memory");
+  for (int k = 0; k < n; k++) {
+    rc = cli_outset_add_device(set, ctx, outs[k].mem, dir, outs[k].name, outs[k].type, outs[k].ndim, outs[k].shape);
+    if (rc) return rc; /* the set is aborted: no temporary file left, previous outputs untouched */
+  }
+  return cli_outset_commit(set);
+}
+
+int cli_run_finish(camdelta_context *ctx, camdelta_status st, const char *call, const camdelta_profile *prof,
+                   const char *op_name, const char *detail, const cli_output *outs, int n, const char *dir, int quiet) {
+  if (st != CAMDELTA_OK) return cli_lib_error(st, call);
+  camdelta_status fs = camdelta_finish(ctx);
+  if (fs != CAMDELTA_OK) return cli_lib_error(fs, call);
+  int rc = cli_write_outputs(ctx, dir, outs, n);
+  if (rc) return rc;
+  if (!quiet) {
+    camdelta_device_info info;
+    const char *dev = camdelta_context_info(ctx, &info) == CAMDELTA_OK ? info.device_name : "?";
+    printf("camdelta run %s: %s on %s: %.3f ms in %u kernels; wrote", op_name, detail, dev, prof->kernel_ms,
+           prof->kernels);
+    for (int k = 0; k < n; k++) printf(" %s", outs[k].name);
+    printf(" to %s\n", dir);
+  }
+  return CLI_EXIT_OK;
 }

@@ -51,6 +51,10 @@ int cli_parse_double(const char *opt, const char *text, double *out);
 /** Parse a positive decimal integer for option `opt`: digits only (no sign, space or suffix), no overflow of
  *  size_t; 0 (after printing a usage error) on failure. */
 int cli_parse_size(const char *opt, const char *text, size_t *out);
+/** The median of x[0 .. n-1] (n >= 1); sorts x in place. */
+double cli_median(double *x, size_t n);
+/** Parse --algorithm's value: auto, sequential or chunkwise; 0 (after printing a usage error) otherwise. */
+int cli_parse_algorithm(const char *text, camdelta_scan_algorithm *out);
 /** Quiet form of cli_parse_sizes: 1 when `text` is exactly `n` comma-separated positive integers. */
 int cli_scan_sizes(const char *text, int n, size_t *out);
 /** Parse exactly `n` comma-separated positive integers (each as cli_parse_size) for option `opt`; `what` names
@@ -79,6 +83,11 @@ int cli_tensor_load(cli_tensor *t, const char *dir, const char *name, int option
  *  error naming the file, its shape and the expected one (with `symbols`,
  *  e.g. "(B, H, D, N)") otherwise. */
 int cli_tensor_expect(const cli_tensor *t, int ndim, const size_t *shape, const char *symbols);
+/** cli_tensor_load, the shape check and the conversion to f32 in one: a present file must have exactly `ndim`
+ *  dims `shape` (the missing-file message names "<symbols> = <shape>"); ndim < 0: any shape of -ndim dims
+ *  (`shape` unused, the message names `symbols`). */
+int cli_tensor_load_f32(cli_tensor *t, const char *dir, const char *name, int optional, int ndim, const size_t *shape,
+                        const char *symbols);
 /** Convert the data in place to `type` (f8 -> f4, f2 <-> f4; f4/f8 -> f2
  *  rounds to nearest even). */
 int cli_tensor_convert(cli_tensor *t, camdelta_npy_type type);
@@ -88,9 +97,6 @@ void cli_tensor_free(cli_tensor *t);
 int cli_upload(camdelta_context *ctx, const cli_tensor *t, cl_mem *out);
 /** A new device buffer of `bytes` (at least 4), zero-filled. */
 int cli_alloc(camdelta_context *ctx, size_t bytes, cl_mem *out);
-/** Read `count` elements of `type` from `mem` and write DIR/NAME.npy with `shape`. */
-int cli_download_write(camdelta_context *ctx, cl_mem mem, const char *dir, const char *name, camdelta_npy_type type,
-                       int ndim, const size_t *shape);
 /* ------------------------------------------------------------ output sets
  * All outputs of one command are written all or nothing: each file goes to a new temporary file beside it
  * (O_CREAT | O_EXCL | O_NOFOLLOW, fsynced) as it is added; commit renames them all over their names only after
@@ -115,6 +121,24 @@ void cli_outset_abort(cli_outset *s);
 
 /** Create folder `dir` (and its parents) if it does not exist. */
 int cli_make_dir(const char *dir);
+
+/* One output of a command: DIR/NAME.npy of `type` and `shape`, from the device buffer `mem`. */
+typedef struct cli_output {
+  const char *name;
+  cl_mem mem;
+  camdelta_npy_type type;
+  int ndim;
+  size_t shape[5];
+} cli_output;
+/** Fill *out and give it a new zero-filled device buffer (an input error when its size overflows size_t). */
+int cli_output_alloc(camdelta_context *ctx, cli_output *out, const char *name, camdelta_npy_type type, int ndim,
+                     const size_t *shape);
+/** Create `dir` and write the `n` outputs there, all or nothing (an output set). */
+int cli_write_outputs(camdelta_context *ctx, const char *dir, const cli_output *outs, int n);
+/** The end of `camdelta run OP`: the call's status, camdelta_finish, the outputs written (cli_write_outputs), then
+ *  unless `quiet` the line "camdelta run OP: DETAIL on DEVICE: T ms in K kernels; wrote NAMES to DIR". */
+int cli_run_finish(camdelta_context *ctx, camdelta_status st, const char *call, const camdelta_profile *prof,
+                   const char *op_name, const char *detail, const cli_output *outs, int n, const char *dir, int quiet);
 
 /** Create the context for `selector` (NULL: CAMDELTA_DEVICE / default);
  *  a device error (exit 4) naming the selector otherwise. */

@@ -15,11 +15,6 @@ int cli_bench_packed_requested(int argc, char **argv) {
   return 0;
 }
 
-static int cmp_d(const void *a, const void *b) {
-  const double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 static int buf(camdelta_context *ctx, size_t n, float fill, cl_mem *m) {
   int rc = cli_alloc(ctx, n * 4, m);
   if (!rc && fill != 0.0f &&
@@ -55,7 +50,7 @@ int cmd_bench_packed(int argc, char **argv) {
   camdelta_context *ctx = NULL;
   int rc = cli_context(&ctx, device);
   if (rc) return rc;
-  const size_t N = F * S, nt = B * H * D * N, ns = B * H * D * D;
+  const size_t N = F * S, nt = B * H * D * N;
   int64_t *fo = malloc((B * F + 1) * 8), *co = malloc((B + 1) * 8);
   if (!fo || !co) rc = cli_error(CLI_EXIT_FAILURE, "out of host memory");
   for (size_t f = 0; !rc && f <= B * F; f++) fo[f] = (int64_t)(f * S);
@@ -100,10 +95,7 @@ int cmd_bench_packed(int argc, char **argv) {
         if (st) rc = cli_lib_error(st, packed ? "packed scan" : "fixed-shape scan");
         else if (it >= warmup) t[it - warmup] = prof.kernel_ms;
       }
-      if (!rc && reps) {
-        qsort(t, reps, sizeof *t, cmp_d);
-        med[packed] = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
-      }
+      if (!rc && reps) med[packed] = cli_median(t, reps);
     }
     if (!rc)
       printf("%-24s %12.3f %12.3f %7.2fx\n",
@@ -111,7 +103,6 @@ int cmd_bench_packed(int argc, char **argv) {
                  : (rev ? "scan forward reverse" : "scan forward causal"),
              med[0], med[1], med[0] > 0 ? med[1] / med[0] : 0.0);
   }
-  (void)ns;
   free(t), free(fo), free(co);
   for (int i = 0; i < 12; i++)
     if (m[i]) clReleaseMemObject(m[i]);

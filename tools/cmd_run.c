@@ -92,13 +92,7 @@ typedef struct job {
   cli_tensor in[JOB_MAX];
   cl_mem in_mem[JOB_MAX];
   int n_in;
-  struct {
-    const char *name;
-    cl_mem mem;
-    camdelta_npy_type type;
-    int ndim;
-    size_t shape[5];
-  } out[JOB_MAX];
+  cli_output out[JOB_MAX];
   int n_out;
   camdelta_context *ctx;
 } job;
@@ -151,19 +145,7 @@ static int load_primary(job *j, const run_opts *o, const char *name, const char 
 
 static int add_output(job *j, const char *name, camdelta_npy_type type, int ndim, const size_t *shape) {
   if (j->n_out >= JOB_MAX) return cli_error(CLI_EXIT_FAILURE, "internal: too many outputs");
-  int k = j->n_out++;
-  j->out[k].name = name;
-  j->out[k].type = type;
-  j->out[k].ndim = ndim;
-  size_t count = 1;
-  for (int i = 0; i < ndim; i++) {
-    j->out[k].shape[i] = shape[i];
-    if (shape[i] && count > SIZE_MAX / 8 / shape[i])
-      return cli_error(CLI_EXIT_INPUT, "output %s: its size overflows size_t", name);
-    count *= shape[i];
-  }
-  size_t es = type == CAMDELTA_NPY_F2 ? 2 : 4;
-  return cli_alloc(j->ctx, count * es, &j->out[k].mem);
+  return cli_output_alloc(j->ctx, &j->out[j->n_out++], name, type, ndim, shape);
 }
 
 static camdelta_buffer buf_in(const job *j, int idx) {
@@ -190,29 +172,7 @@ static int start_device(job *j, const run_opts *o) {
 
 static int finish_and_write(job *j, const run_opts *o, camdelta_status st, const char *call,
                             const camdelta_profile *prof, const char *detail) {
-  if (st != CAMDELTA_OK) return cli_lib_error(st, call);
-  camdelta_status fs = camdelta_finish(j->ctx);
-  if (fs != CAMDELTA_OK) return cli_lib_error(fs, call);
-  int rc = cli_make_dir(o->out);
-  if (rc) return rc;
-  /* all or nothing: temporary files beside the outputs, renamed only once every one is written */
-  cli_outset *set = cli_outset_new();
-  if (!set) return cli_error(CLI_EXIT_FAILURE, "out of host memory");
-  for (int k = 0; k < j->n_out; k++) {
-    rc = cli_outset_add_device(set, j->ctx, j->out[k].mem, o->out, j->out[k].name, j->out[k].type, j->out[k].ndim,
-                               j->out[k].shape);
-    if (rc) return rc; /* the set is aborted: no temporary file left, previous outputs untouched */
-  }
-  if ((rc = cli_outset_commit(set))) return rc;
-  if (!o->quiet) {
-    camdelta_device_info info;
-    const char *dev = camdelta_context_info(j->ctx, &info) == CAMDELTA_OK ? info.device_name : "?";
-    printf("camdelta run %s: %s on %s: %.3f ms in %u kernels; wrote", o->op_name, detail, dev, prof->kernel_ms,
-           prof->kernels);
-    for (int k = 0; k < j->n_out; k++) printf(" %s", j->out[k].name);
-    printf(" to %s\n", o->out);
-  }
-  return CLI_EXIT_OK;
+  return cli_run_finish(j->ctx, st, call, prof, o->op_name, detail, j->out, j->n_out, o->out, o->quiet);
 }
 
 /* ------------------------------------------------------------------- prep */
@@ -456,11 +416,7 @@ int cmd_run(int argc, char **argv) {
       continue;
     }
     if ((r = cli_value(&a, "--algorithm", &v))) {
-      if (r < 0) return CLI_EXIT_USAGE;
-      if (strcmp(v, "auto") == 0) o.algorithm = CAMDELTA_SCAN_AUTO;
-      else if (strcmp(v, "sequential") == 0) o.algorithm = CAMDELTA_SCAN_SEQUENTIAL;
-      else if (strcmp(v, "chunkwise") == 0) o.algorithm = CAMDELTA_SCAN_CHUNKWISE;
-      else return cli_error(CLI_EXIT_USAGE, "option --algorithm: '%s' is not auto, sequential or chunkwise", v);
+      if (r < 0 || !cli_parse_algorithm(v, &o.algorithm)) return CLI_EXIT_USAGE;
       o.have_algorithm = 1;
       continue;
     }

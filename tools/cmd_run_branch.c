@@ -106,12 +106,7 @@ typedef struct bjob {
   cli_tensor in[BJ_MAX];
   cl_mem in_mem[BJ_MAX];
   int n_in;
-  struct {
-    const char *name;
-    cl_mem mem;
-    int ndim;
-    size_t shape[4];
-  } out[BJ_MAX];
+  cli_output out[BJ_MAX];
   int n_out;
   cli_tensor chunk_index;
   camdelta_context *ctx;
@@ -132,36 +127,12 @@ static void bjob_free(bjob *j) {
 /* Load DIR/NAME.npy (f32 after conversion) with exactly `shape` (ndim < 0: any 4-d shape, checked by the caller). */
 static int load(bjob *j, const br_opts *o, const char *name, int ndim, const size_t *shape, const char *symbols,
                 int *idx) {
-  const int k = j->n_in++;
-  *idx = k;
-  char nums[256], expect[512];
-  if (ndim > 0)
-    snprintf(expect, sizeof expect, "%s = %s", symbols, cli_shape_str(nums, sizeof nums, ndim, shape));
-  else
-    snprintf(expect, sizeof expect, "%s", symbols);
-  int rc = cli_tensor_load(&j->in[k], o->in, name, 0, expect);
-  if (rc) return rc;
-  if (ndim > 0 && (rc = cli_tensor_expect(&j->in[k], ndim, shape, symbols))) return rc;
-  if (ndim < 0 && j->in[k].npy.ndim != -ndim) {
-    char have[256];
-    return cli_error(CLI_EXIT_INPUT, "%s: shape %s does not fit: expected %d dimensions %s", j->in[k].path,
-                     cli_shape_str(have, sizeof have, j->in[k].npy.ndim, j->in[k].npy.shape), -ndim, symbols);
-  }
-  return cli_tensor_convert(&j->in[k], CAMDELTA_NPY_F4);
+  *idx = j->n_in++;
+  return cli_tensor_load_f32(&j->in[*idx], o->in, name, 0, ndim, shape, symbols);
 }
 
 static int add_output(bjob *j, const char *name, int ndim, const size_t *shape) {
-  const int k = j->n_out++;
-  j->out[k].name = name;
-  j->out[k].ndim = ndim;
-  size_t count = 1;
-  for (int i = 0; i < ndim; i++) {
-    j->out[k].shape[i] = shape[i];
-    if (shape[i] && count > SIZE_MAX / 8 / shape[i])
-      return cli_error(CLI_EXIT_INPUT, "output %s: its size overflows size_t", name);
-    count *= shape[i];
-  }
-  return cli_alloc(j->ctx, count * 4, &j->out[k].mem);
+  return cli_output_alloc(j->ctx, &j->out[j->n_out++], name, CAMDELTA_NPY_F4, ndim, shape);
 }
 
 static camdelta_buffer in_buf(const bjob *j, int k) { return (camdelta_buffer){j->in_mem[k], 0}; }
@@ -175,23 +146,7 @@ static int start_device(bjob *j, const br_opts *o) {
 
 static int finish(bjob *j, const br_opts *o, camdelta_status st, const char *call, const camdelta_profile *prof,
                   const char *detail) {
-  if (st != CAMDELTA_OK) return cli_lib_error(st, call);
-  camdelta_status fs = camdelta_finish(j->ctx);
-  if (fs != CAMDELTA_OK) return cli_lib_error(fs, call);
-  int rc = cli_make_dir(o->out);
-  for (int k = 0; k < j->n_out && !rc; k++)
-    rc = cli_download_write(j->ctx, j->out[k].mem, o->out, j->out[k].name, CAMDELTA_NPY_F4, j->out[k].ndim,
-                            j->out[k].shape);
-  if (rc) return rc;
-  if (!o->quiet) {
-    camdelta_device_info info;
-    const char *dev = camdelta_context_info(j->ctx, &info) == CAMDELTA_OK ? info.device_name : "?";
-    printf("camdelta run %s: %s on %s: %.3f ms in %u kernels; wrote", o->op_name, detail, dev, prof->kernel_ms,
-           prof->kernels);
-    for (int k = 0; k < j->n_out; k++) printf(" %s", j->out[k].name);
-    printf(" to %s\n", o->out);
-  }
-  return CLI_EXIT_OK;
+  return cli_run_finish(j->ctx, st, call, prof, o->op_name, detail, j->out, j->n_out, o->out, o->quiet);
 }
 
 /* The grid must give N tokens (N from `from`). */
@@ -421,11 +376,7 @@ int cmd_run_branch(int argc, char **argv) {
       continue;
     }
     if ((r = cli_value(&a, "--algorithm", &v))) {
-      if (r < 0) return CLI_EXIT_USAGE;
-      if (strcmp(v, "auto") == 0) o.algorithm = CAMDELTA_SCAN_AUTO;
-      else if (strcmp(v, "sequential") == 0) o.algorithm = CAMDELTA_SCAN_SEQUENTIAL;
-      else if (strcmp(v, "chunkwise") == 0) o.algorithm = CAMDELTA_SCAN_CHUNKWISE;
-      else return cli_error(CLI_EXIT_USAGE, "option --algorithm: '%s' is not auto, sequential or chunkwise", v);
+      if (r < 0 || !cli_parse_algorithm(v, &o.algorithm)) return CLI_EXIT_USAGE;
       continue;
     }
     if (cli_flag(&a, "--quiet") || cli_flag(&a, "-q")) {

@@ -35,16 +35,6 @@ static int load_offsets(const char *dir, const char *name, int64_t **v, size_t *
   return CLI_EXIT_OK;
 }
 
-static int load(cli_tensor *t, const char *dir, const char *name, int optional, int ndim, const size_t *shape,
-                const char *symbols) {
-  char nums[256], expect[512];
-  snprintf(expect, sizeof expect, "%s = %s", symbols, cli_shape_str(nums, sizeof nums, ndim, shape));
-  int rc = cli_tensor_load(t, dir, name, optional, expect);
-  if (!rc && t->present) rc = cli_tensor_expect(t, ndim, shape, symbols);
-  if (!rc) rc = cli_tensor_convert(t, CAMDELTA_NPY_F4);
-  return rc;
-}
-
 enum { T_Q, T_K, T_V, T_BETA, T_DECAY, T_GO, T_INIT, T_GF, T_COUNT };
 
 int cmd_run_packed(int backward, const char *in, const char *outdir, const char *device, int reverse,
@@ -55,7 +45,9 @@ int cmd_run_packed(int backward, const char *in, const char *outdir, const char 
   cli_tensor t[T_COUNT];
   memset(t, 0, sizeof t);
   camdelta_context *ctx = NULL;
-  cl_mem mem[T_COUNT] = {NULL}, outm[6] = {NULL};
+  cl_mem mem[T_COUNT] = {NULL};
+  cli_output out[6];
+  int no = 0;
   int rc = load_offsets(in, "frame_offsets", &fo, &nfo);
   if (!rc) rc = load_offsets(in, "clip_offsets", &co, &nco);
   size_t H = 0, D = 0, N = 0;
@@ -73,36 +65,26 @@ int cmd_run_packed(int backward, const char *in, const char *outdir, const char 
     }
   }
   const size_t tok[4] = {1, H, D, N}, bt[3] = {1, H, N}, dc[3] = {1, H, F}, st4[4] = {clips, H, D, D};
-  if (!rc) rc = load(&t[T_K], in, "k", 0, 4, tok, "(1, H, D, N)");
-  if (!rc) rc = load(&t[T_V], in, "v", 0, 4, tok, "(1, H, D, N)");
-  if (!rc) rc = load(&t[T_BETA], in, "beta", 0, 3, bt, "(1, H, N)");
-  if (!rc) rc = load(&t[T_DECAY], in, "decay", 0, 3, dc, "(1, H, F) with F + 1 = len(frame_offsets)");
-  if (!rc && backward) rc = load(&t[T_GO], in, "grad_out", 0, 4, tok, "(1, H, D, N)");
-  if (!rc) rc = load(&t[T_INIT], in, "init_state", 1, 4, st4, "(clips, H, D, D)");
-  if (!rc && backward) rc = load(&t[T_GF], in, "grad_final_state", 1, 4, st4, "(clips, H, D, D)");
+  if (!rc) rc = cli_tensor_load_f32(&t[T_K], in, "k", 0, 4, tok, "(1, H, D, N)");
+  if (!rc) rc = cli_tensor_load_f32(&t[T_V], in, "v", 0, 4, tok, "(1, H, D, N)");
+  if (!rc) rc = cli_tensor_load_f32(&t[T_BETA], in, "beta", 0, 3, bt, "(1, H, N)");
+  if (!rc) rc = cli_tensor_load_f32(&t[T_DECAY], in, "decay", 0, 3, dc, "(1, H, F) with F + 1 = len(frame_offsets)");
+  if (!rc && backward) rc = cli_tensor_load_f32(&t[T_GO], in, "grad_out", 0, 4, tok, "(1, H, D, N)");
+  if (!rc) rc = cli_tensor_load_f32(&t[T_INIT], in, "init_state", 1, 4, st4, "(clips, H, D, D)");
+  if (!rc && backward) rc = cli_tensor_load_f32(&t[T_GF], in, "grad_final_state", 1, 4, st4, "(clips, H, D, D)");
   if (!rc) rc = cli_context(&ctx, device);
   for (int i = 0; i < T_COUNT && !rc; i++)
     if (t[i].present) rc = cli_upload(ctx, &t[i], &mem[i]);
   const int has_init = t[T_INIT].present;
-  const char *names[6];
-  int ndims[6], no = 0;
-  size_t shapes[6][4];
-#define ADD_OUT(nm, nd, s0, s1, s2, s3) \
-  (names[no] = (nm), ndims[no] = (nd), shapes[no][0] = (s0), shapes[no][1] = (s1), shapes[no][2] = (s2), \
-   shapes[no][3] = (s3), no++)
   if (!backward) {
-    ADD_OUT("out", 4, 1, H, D, N);
-    if (final_state) ADD_OUT("final_state", 4, clips, H, D, D);
+    if (!rc) rc = cli_output_alloc(ctx, &out[no++], "out", CAMDELTA_NPY_F4, 4, tok);
+    if (!rc && final_state) rc = cli_output_alloc(ctx, &out[no++], "final_state", CAMDELTA_NPY_F4, 4, st4);
   } else {
-    ADD_OUT("dq", 4, 1, H, D, N), ADD_OUT("dk", 4, 1, H, D, N), ADD_OUT("dv", 4, 1, H, D, N);
-    ADD_OUT("dbeta", 3, 1, H, N, 0), ADD_OUT("ddecay", 3, 1, H, F, 0);
-    if (has_init) ADD_OUT("dinit_state", 4, clips, H, D, D);
-  }
-#undef ADD_OUT
-  for (int i = 0; i < no && !rc; i++) {
-    size_t n = 1;
-    for (int d = 0; d < ndims[i]; d++) n *= shapes[i][d];
-    rc = cli_alloc(ctx, n * 4, &outm[i]);
+    const char *const names[5] = {"dq", "dk", "dv", "dbeta", "ddecay"};
+    const size_t *const shapes[5] = {tok, tok, tok, bt, dc};
+    for (int i = 0; i < 5 && !rc; i++)
+      rc = cli_output_alloc(ctx, &out[no++], names[i], CAMDELTA_NPY_F4, i < 3 ? 4 : 3, shapes[i]);
+    if (!rc && has_init) rc = cli_output_alloc(ctx, &out[no++], "dinit_state", CAMDELTA_NPY_F4, 4, st4);
   }
   camdelta_profile prof = {0, 0};
   camdelta_scan_algorithm used = alg;
@@ -114,8 +96,8 @@ int cmd_run_packed(int backward, const char *in, const char *outdir, const char 
       memset(&a, 0, sizeof a);
       a.B = 1, a.H = H, a.D = D, a.F = F, a.S = 0, a.reverse = reverse, a.algorithm = alg, a.used = &used;
       a.q.mem = mem[T_Q], a.k.mem = mem[T_K], a.v.mem = mem[T_V], a.beta.mem = mem[T_BETA];
-      a.decay.mem = mem[T_DECAY], a.init_state.mem = mem[T_INIT], a.out.mem = outm[0];
-      if (final_state) a.final_state.mem = outm[1];
+      a.decay.mem = mem[T_DECAY], a.init_state.mem = mem[T_INIT], a.out.mem = out[0].mem;
+      if (final_state) a.final_state.mem = out[1].mem;
       a.profile = &prof;
       st = camdelta_scan_forward_packed(ctx, &a, &pc, NULL);
     } else {
@@ -125,31 +107,30 @@ int cmd_run_packed(int backward, const char *in, const char *outdir, const char 
       a.q.mem = mem[T_Q], a.k.mem = mem[T_K], a.v.mem = mem[T_V], a.beta.mem = mem[T_BETA];
       a.decay.mem = mem[T_DECAY], a.init_state.mem = mem[T_INIT], a.grad_out.mem = mem[T_GO];
       a.grad_final_state.mem = mem[T_GF];
-      a.dq.mem = outm[0], a.dk.mem = outm[1], a.dv.mem = outm[2], a.dbeta.mem = outm[3], a.ddecay.mem = outm[4];
-      if (has_init) a.dinit_state.mem = outm[5];
+      a.dq.mem = out[0].mem, a.dk.mem = out[1].mem, a.dv.mem = out[2].mem, a.dbeta.mem = out[3].mem;
+      a.ddecay.mem = out[4].mem;
+      if (has_init) a.dinit_state.mem = out[5].mem;
       a.profile = &prof;
       st = camdelta_scan_backward_packed(ctx, &a, &pc, NULL);
     }
     if (!st) st = camdelta_finish(ctx);
     if (st) rc = cli_lib_error(st, backward ? "camdelta_scan_backward_packed" : "camdelta_scan_forward_packed");
   }
-  if (!rc) rc = cli_make_dir(outdir);
-  for (int i = 0; i < no && !rc; i++)
-    rc = cli_download_write(ctx, outm[i], outdir, names[i], CAMDELTA_NPY_F4, ndims[i], shapes[i]);
+  if (!rc) rc = cli_write_outputs(ctx, outdir, out, no);
   if (!rc && !quiet) {
     printf("camdelta run %s: %zu packed clips, %zu frames, N=%zu tokens, H=%zu D=%zu %s%s%s: %.3f ms in %u kernels; "
            "wrote", op, clips, F, N, H, D, reverse ? "reverse" : "causal", has_init ? " from init_state" : "",
            backward ? "" : (used == CAMDELTA_SCAN_CHUNKWISE ? ", chunkwise" : ", sequential"), prof.kernel_ms,
            prof.kernels);
-    for (int i = 0; i < no; i++) printf(" %s", names[i]);
+    for (int i = 0; i < no; i++) printf(" %s", out[i].name);
     printf(" to %s\n", outdir);
   }
   for (int i = 0; i < T_COUNT; i++) {
     cli_tensor_free(&t[i]);
     if (mem[i]) clReleaseMemObject(mem[i]);
   }
-  for (int i = 0; i < 6; i++)
-    if (outm[i]) clReleaseMemObject(outm[i]);
+  for (int i = 0; i < no; i++)
+    if (out[i].mem) clReleaseMemObject(out[i].mem);
   camdelta_context_destroy(ctx);
   free(fo), free(co);
   return rc;

@@ -185,27 +185,6 @@ static int gather_cols(const float *local, size_t rows, size_t F, size_t unit, f
 
 /* ================================================================================================ run */
 
-static int load_expect(cli_tensor *t, const char *dir, const char *name, int optional, int ndim, const size_t *shape,
-                       const char *symbols) {
-  char nums[256], expect[512];
-  snprintf(expect, sizeof expect, "%s = %s", symbols, cli_shape_str(nums, sizeof nums, ndim, shape));
-  int rc = cli_tensor_load(t, dir, name, optional, expect);
-  if (!rc && t->present) rc = cli_tensor_expect(t, ndim, shape, symbols);
-  if (!rc) rc = cli_tensor_convert(t, CAMDELTA_NPY_F4);
-  return rc;
-}
-
-static int load_4d(cli_tensor *t, const char *dir, const char *name, const char *symbols) {
-  int rc = cli_tensor_load(t, dir, name, 0, symbols);
-  if (rc) return rc;
-  if (t->npy.ndim != 4) {
-    char have[256];
-    return cli_error(CLI_EXIT_INPUT, "%s: shape %s does not fit: expected 4 dimensions %s", t->path,
-                     cli_shape_str(have, sizeof have, t->npy.ndim, t->npy.shape), symbols);
-  }
-  return cli_tensor_convert(t, CAMDELTA_NPY_F4);
-}
-
 enum { IN_Q, IN_K, IN_V, IN_BETA, IN_DECAY, IN_GO, IN_INIT, IN_GF, IN_COUNT };
 
 /* An output: name, rows, column unit (S: token columns, 1: frame columns, 0: a whole state), ndim, shape. */
@@ -231,11 +210,7 @@ int cmd_run_sp(int argc, char **argv) {
       continue;
     }
     if ((r = cli_value(&a, "--algorithm", &v))) {
-      if (r < 0) return CLI_EXIT_USAGE;
-      if (strcmp(v, "auto") == 0) alg = CAMDELTA_SCAN_AUTO;
-      else if (strcmp(v, "sequential") == 0) alg = CAMDELTA_SCAN_SEQUENTIAL;
-      else if (strcmp(v, "chunkwise") == 0) alg = CAMDELTA_SCAN_CHUNKWISE;
-      else return cli_error(CLI_EXIT_USAGE, "option --algorithm: '%s' is not auto, sequential or chunkwise", v);
+      if (r < 0 || !cli_parse_algorithm(v, &alg)) return CLI_EXIT_USAGE;
       continue;
     }
     if (cli_flag(&a, "--reverse")) reverse = 1;
@@ -264,8 +239,8 @@ int cmd_run_sp(int argc, char **argv) {
   cli_tensor t[IN_COUNT];
   memset(t, 0, sizeof t);
   size_t B = 0, H = 0, D = 0, N = 0, F = 0, S = 0;
-  rc = load_4d(&t[IN_Q], in, "q", "(B, H, D, N)");
-  if (!rc) rc = load_4d(&t[IN_BETA], in, "beta", "(B, H, F, S)");
+  rc = cli_tensor_load_f32(&t[IN_Q], in, "q", 0, -4, NULL, "(B, H, D, N)");
+  if (!rc) rc = cli_tensor_load_f32(&t[IN_BETA], in, "beta", 0, -4, NULL, "(B, H, F, S)");
   if (!rc) {
     const size_t *s = t[IN_Q].npy.shape, *bs = t[IN_BETA].npy.shape;
     B = s[0], H = s[1], D = s[2], N = s[3], F = bs[2], S = bs[3];
@@ -277,12 +252,12 @@ int cmd_run_sp(int argc, char **argv) {
     }
   }
   const size_t bhdn[4] = {B, H, D, N}, bhf[3] = {B, H, F}, bhdd[4] = {B, H, D, D};
-  if (!rc) rc = load_expect(&t[IN_K], in, "k", 0, 4, bhdn, "(B, H, D, N)");
-  if (!rc) rc = load_expect(&t[IN_V], in, "v", 0, 4, bhdn, "(B, H, D, N)");
-  if (!rc) rc = load_expect(&t[IN_DECAY], in, "decay", 0, 3, bhf, "(B, H, F)");
-  if (!rc && backward) rc = load_expect(&t[IN_GO], in, "grad_out", 0, 4, bhdn, "(B, H, D, N)");
-  if (!rc) rc = load_expect(&t[IN_INIT], in, "init_state", 1, 4, bhdd, "(B, H, D, D)");
-  if (!rc && backward) rc = load_expect(&t[IN_GF], in, "grad_final_state", 1, 4, bhdd, "(B, H, D, D)");
+  if (!rc) rc = cli_tensor_load_f32(&t[IN_K], in, "k", 0, 4, bhdn, "(B, H, D, N)");
+  if (!rc) rc = cli_tensor_load_f32(&t[IN_V], in, "v", 0, 4, bhdn, "(B, H, D, N)");
+  if (!rc) rc = cli_tensor_load_f32(&t[IN_DECAY], in, "decay", 0, 3, bhf, "(B, H, F)");
+  if (!rc && backward) rc = cli_tensor_load_f32(&t[IN_GO], in, "grad_out", 0, 4, bhdn, "(B, H, D, N)");
+  if (!rc) rc = cli_tensor_load_f32(&t[IN_INIT], in, "init_state", 1, 4, bhdd, "(B, H, D, D)");
+  if (!rc && backward) rc = cli_tensor_load_f32(&t[IN_GF], in, "grad_final_state", 1, 4, bhdd, "(B, H, D, D)");
   if (!rc && F < (size_t)g_size)
     rc = cli_error(CLI_EXIT_INPUT, "%s: F = %zu frames cannot be split over %d ranks (every rank needs a frame)",
                    t[IN_BETA].path, F, g_size);
@@ -515,14 +490,6 @@ static void bufs_free(bufs *b) {
 /* The forward algorithm of the demo and bench runs (both the sequence-parallel and the one-device ones). */
 static camdelta_scan_algorithm g_alg = CAMDELTA_SCAN_AUTO;
 
-static int parse_alg(const char *v) {
-  if (strcmp(v, "auto") == 0) g_alg = CAMDELTA_SCAN_AUTO;
-  else if (strcmp(v, "sequential") == 0) g_alg = CAMDELTA_SCAN_SEQUENTIAL;
-  else if (strcmp(v, "chunkwise") == 0) g_alg = CAMDELTA_SCAN_CHUNKWISE;
-  else return cli_error(CLI_EXIT_USAGE, "option --algorithm: '%s' is not auto, sequential or chunkwise", v);
-  return CLI_EXIT_OK;
-}
-
 static camdelta_status run_fwd(camdelta_context *ctx, const sp_prob *p, size_t F, bufs *b, int reverse, int mpi,
                                camdelta_mpi_timing *tm) {
   camdelta_scan_args a;
@@ -571,7 +538,7 @@ int cmd_demo_sp(int argc, char **argv) {
     int r;
     if (cli_flag(&a, "--sequence-parallel")) continue;
     if ((r = cli_value(&a, "--algorithm", &v))) {
-      if (r < 0 || parse_alg(v)) return CLI_EXIT_USAGE;
+      if (r < 0 || !cli_parse_algorithm(v, &g_alg)) return CLI_EXIT_USAGE;
     } else if ((r = cli_value(&a, "--shape", &v))) {
       if (r < 0) return CLI_EXIT_USAGE;
       if (!parse_shape(v, &shape))
@@ -700,16 +667,6 @@ int cmd_demo_sp(int argc, char **argv) {
 
 /* ------------------------------------------------------------------------------------------ bench */
 
-static int cmp_d(const void *a, const void *b) {
-  const double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *x, int n) {
-  qsort(x, (size_t)n, sizeof *x, cmp_d);
-  return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
-}
-
 int cmd_bench_sp(int argc, char **argv) {
   const char *device = NULL, *json = NULL, *v;
   shape5 shapes[8];
@@ -724,7 +681,7 @@ int cmd_bench_sp(int argc, char **argv) {
       continue;
     }
     if ((r = cli_value(&a, "--algorithm", &v))) {
-      if (r < 0 || parse_alg(v)) return CLI_EXIT_USAGE;
+      if (r < 0 || !cli_parse_algorithm(v, &g_alg)) return CLI_EXIT_USAGE;
       continue;
     }
     if ((r = cli_value(&a, "--shape", &v))) {
@@ -800,7 +757,7 @@ int cmd_bench_sp(int argc, char **argv) {
         rc = g_rank == 0 ? cli_lib_error(st, opname) : cli_exit_code(st);
       } else {
         double med[6];
-        for (int k = 0; k < 5; k++) med[k] = reps ? median(ph[k], (int)reps) : 0;
+        for (int k = 0; k < 5; k++) med[k] = reps ? cli_median(ph[k], reps) : 0;
         med[5] = (double)fl;
         double *all = g_rank == 0 ? malloc((size_t)g_size * 6 * sizeof *all) : NULL;
         MPI_Gather(med, 6, MPI_DOUBLE, all, 6, MPI_DOUBLE, 0, MPI_COMM_WORLD);
@@ -846,7 +803,7 @@ int cmd_bench_sp(int argc, char **argv) {
           }
           if (st) lrc = cli_lib_error(st, "one-device scan");
           else if (t) {
-            const double m = reps ? median(t, (int)reps) : 0;
+            const double m = reps ? cli_median(t, reps) : 0;
             printf("%-22s %-5s %-6zu %10.3f   (one device, whole sequence, wall time)\n",
                    bwd ? (reverse ? "scan backward reverse" : "scan backward causal")
                        : (reverse ? "scan forward reverse" : "scan forward causal"),

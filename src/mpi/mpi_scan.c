@@ -114,12 +114,26 @@ static camdelta_status check_shape(const char *op, size_t B, size_t H, size_t D,
   return CAMDELTA_OK;
 }
 
+/* The forward inputs both directions check first: the shape, the head dim, q, k, v, beta and decay. */
+static camdelta_status check_inputs(const char *op, const camdelta_scan_args *a, sizes *z) {
+  camdelta_status st = check_shape(op, a->B, a->H, a->D, a->F, a->S, z);
+  if (!st && (a->D % 8 || a->D > 128))
+    st = camdelta_set_error(CAMDELTA_ERROR_UNSUPPORTED, "%s: D=%zu (expected a multiple of 8 in [8, 128])", op, a->D);
+  if (!st && ((st = check_buf(op, "q", a->q, z->tok, 0)) || (st = check_buf(op, "k", a->k, z->tok, 0)) ||
+              (st = check_buf(op, "v", a->v, z->tok, 0)) || (st = check_buf(op, "beta", a->beta, z->beta, 0)) ||
+              (st = check_buf(op, "decay", a->decay, z->decay, 0))))
+    (void)0;
+  return st;
+}
+
 enum { DS_ST, DS_B, DS_H, DS_D, DS_F, DS_S, DS_REV, DS_WANT, DS_COUNT };
 
-/* All-gather the descriptors; check that the shapes agree. `want`: this rank asks for final/dinit_state.
- * *any_want: some rank does. */
-static camdelta_status gather_desc(const sp *c, camdelta_status st, size_t B, size_t H, size_t D, size_t F, size_t S,
-                                   int reverse, int want, int *any_want) {
+/* All-gather the descriptors; check that the shapes agree. `a`: this rank's shape and direction (NULL: none);
+ * `want`: this rank asks for final/dinit_state. *any_want: some rank does. */
+static camdelta_status gather_desc(const sp *c, camdelta_status st, const camdelta_scan_args *a, int want,
+                                   int *any_want) {
+  const size_t B = a ? a->B : 0, H = a ? a->H : 0, D = a ? a->D : 0, F = a ? a->F : 0, S = a ? a->S : 0;
+  const int reverse = a && a->reverse != 0;
   int64_t mine[DS_COUNT] = {st, (int64_t)B, (int64_t)H, (int64_t)D, (int64_t)F, (int64_t)S, reverse != 0, want != 0};
   int64_t *all = malloc((size_t)c->P * DS_COUNT * sizeof *all);
   int ok = all != NULL, all_ok = 0;
@@ -226,7 +240,10 @@ static camdelta_status fold(const sp *c, size_t B, size_t H, size_t D, int rever
   return st;
 }
 
-static camdelta_status sp_begin(sp *c, camdelta_context *ctx, MPI_Comm comm, const char *op) {
+static camdelta_status sp_begin(sp *c, camdelta_context *ctx, MPI_Comm comm, const char *op,
+                                camdelta_mpi_timing *timing) {
+  camdelta_set_error(CAMDELTA_OK, "%s", "");
+  if (timing) memset(timing, 0, sizeof *timing);
   int inited = 0;
   MPI_Initialized(&inited);
   if (!inited) return camdelta_set_error(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: MPI is not initialised", op);
@@ -254,80 +271,90 @@ static camdelta_status bcast_state(const sp *c, int reverse, int from_pos, camde
   return agree(c, st);
 }
 
+/* Step 1's forward summary of the local share at position c->pos < P−1: T (c->pos > 0) and E (at position 0 with
+ * init_state folded in). */
+static camdelta_status state_summary(const sp *c, const camdelta_scan_args *a, cl_mem T, cl_mem E) {
+  camdelta_scan_summary_args sa;
+  memset(&sa, 0, sizeof sa);
+  sa.B = a->B, sa.H = a->H, sa.D = a->D, sa.F = a->F, sa.S = a->S, sa.reverse = a->reverse != 0;
+  sa.k = a->k, sa.v = a->v, sa.beta = a->beta, sa.decay = a->decay;
+  if (c->pos == 0) sa.init_state = a->init_state;
+  if (c->pos > 0) sa.T = (camdelta_buffer){T, 0};
+  sa.E = (camdelta_buffer){E, 0};
+  return camdelta_scan_summary(c->ctx, &sa);
+}
+
+/* Step 2: every rank's summaries to every rank. This rank's summary i (0 .. n−1) is src[i] (NULL: zeros); with
+ * `need`, *all receives everyone's on the device, rank r's summary i at (r·n + i)·ns floats. */
+static camdelta_status exchange(const sp *c, scratch *s, const cl_mem *src, int n, size_t ns, int need, cl_mem *all) {
+  const size_t per = (size_t)n * ns;
+  float *send = calloc(per, 4), *recv = malloc((size_t)c->P * per * 4);
+  camdelta_status st =
+      send && recv ? CAMDELTA_OK : camdelta_set_error(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", c->op);
+  for (int i = 0; i < n && !st; i++)
+    if (src[i]) st = rw(c->ctx, 0, (camdelta_buffer){src[i], 0}, ns, send + (size_t)i * ns);
+  if ((st = agree(c, st)) == CAMDELTA_OK) {
+    MPI_Allgather(send, (int)per, MPI_FLOAT, recv, (int)per, MPI_FLOAT, c->comm);
+    if (need) {
+      st = alloc(c->ctx, s, (size_t)c->P * per * 4, all);
+      if (!st) st = rw(c->ctx, 1, (camdelta_buffer){*all, 0}, (size_t)c->P * per, recv);
+    }
+    st = agree(c, st);
+  }
+  free(send), free(recv);
+  return st;
+}
+
+/* t[0] the call's start, t[1 .. 5] the ends of steps 0 .. 4. */
+static void put_timing(camdelta_mpi_timing *timing, const double t[6]) {
+  timing->summary_ms = t[2] - t[1], timing->exchange_ms = t[3] - t[2], timing->combine_ms = t[4] - t[3];
+  timing->scan_ms = t[5] - t[4], timing->total_ms = now_ms() - t[0];
+}
+
 /* ------------------------------------------------------------------------------------------ forward */
 
 camdelta_status camdelta_mpi_scan_forward(camdelta_context *ctx, const camdelta_scan_args *args,
                                           camdelta_scan_saved *saved, MPI_Comm comm, camdelta_mpi_timing *timing) {
   static const char op[] = "camdelta_mpi_scan_forward";
-  const double t0 = now_ms();
-  camdelta_set_error(CAMDELTA_OK, "%s", "");
-  if (timing) memset(timing, 0, sizeof *timing);
+  double t[6] = {now_ms(), 0, 0, 0, 0, 0}; /* see put_timing */
   sp c;
-  camdelta_status st = sp_begin(&c, ctx, comm, op);
+  camdelta_status st = sp_begin(&c, ctx, comm, op, timing);
   if (st) return st;
   /* 0. checks */
   sizes z = {0, 0, 0, 0};
   if (!ctx || !args) st = camdelta_set_error(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", op, ctx ? "args" : "ctx");
-  if (!st) st = check_shape(op, args->B, args->H, args->D, args->F, args->S, &z);
-  if (!st && (args->D % 8 || args->D > 128))
-    st = camdelta_set_error(CAMDELTA_ERROR_UNSUPPORTED, "%s: D=%zu (expected a multiple of 8 in [8, 128])", op, args->D);
-  if (!st && ((st = check_buf(op, "q", args->q, z.tok, 0)) || (st = check_buf(op, "k", args->k, z.tok, 0)) ||
-              (st = check_buf(op, "v", args->v, z.tok, 0)) || (st = check_buf(op, "beta", args->beta, z.beta, 0)) ||
-              (st = check_buf(op, "decay", args->decay, z.decay, 0)) ||
-              (st = check_buf(op, "out", args->out, z.tok, 0)) ||
+  if (!st) st = check_inputs(op, args, &z);
+  if (!st && ((st = check_buf(op, "out", args->out, z.tok, 0)) ||
               (st = check_buf(op, "init_state", args->init_state, z.state, 1)) ||
               (st = check_buf(op, "final_state", args->final_state, z.state, 1))))
     (void)0;
   int any_final = 0;
-  const int reverse = args && args->reverse != 0;
-  st = gather_desc(&c, st, args ? args->B : 0, args ? args->H : 0, args ? args->D : 0, args ? args->F : 0,
-                   args ? args->S : 0, reverse, args && args->final_state.mem, &any_final);
+  st = gather_desc(&c, st, args, args && args->final_state.mem, &any_final);
   if (st) return st;
+  const int reverse = args->reverse != 0;
   const size_t B = args->B, H = args->H, D = args->D, ns = z.state;
   const int P = c.P, pos = reverse ? P - 1 - c.rank : c.rank;
   c.pos = pos;
 
   scratch s = {{0}, 0};
   cl_mem Mi = NULL, Mt = NULL, all = NULL, fin = NULL, T = NULL, E = NULL;
-  float *send = NULL, *recv = NULL;
   const size_t per = 2 * ns; /* per rank: T, E */
   /* 1. summaries */
-  double t1 = now_ms();
+  t[1] = now_ms();
   if (P > 1) {
-    send = calloc(per, 4), recv = malloc((size_t)P * per * 4);
-    if (!send || !recv) st = camdelta_set_error(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", op);
-    if (!st) st = alloc(ctx, &s, ns * 4, &T);
+    st = alloc(ctx, &s, ns * 4, &T);
     if (!st) st = alloc(ctx, &s, ns * 4, &E);
-    if (!st && pos < P - 1) {
-      camdelta_scan_summary_args sa;
-      memset(&sa, 0, sizeof sa);
-      sa.B = B, sa.H = H, sa.D = D, sa.F = args->F, sa.S = args->S, sa.reverse = reverse;
-      sa.k = args->k, sa.v = args->v, sa.beta = args->beta, sa.decay = args->decay;
-      if (pos == 0) sa.init_state = args->init_state;
-      if (pos > 0) sa.T = (camdelta_buffer){T, 0};
-      sa.E = (camdelta_buffer){E, 0};
-      st = camdelta_scan_summary(ctx, &sa);
-      if (!st) st = camdelta_finish(ctx);
-    }
+    if (!st && pos < P - 1) st = state_summary(&c, args, T, E);
+    if (!st && pos < P - 1) st = camdelta_finish(ctx);
   }
   st = agree(&c, st);
-  double t2 = now_ms();
+  t[2] = now_ms();
   /* 2. exchange */
   if (!st && P > 1) {
-    if (pos < P - 1) {
-      if (pos > 0) st = rw(ctx, 0, (camdelta_buffer){T, 0}, ns, send);
-      if (!st) st = rw(ctx, 0, (camdelta_buffer){E, 0}, ns, send + ns);
-    }
-    if ((st = agree(&c, st)) == CAMDELTA_OK) {
-      MPI_Allgather(send, (int)per, MPI_FLOAT, recv, (int)per, MPI_FLOAT, comm);
-      if (pos > 0) {
-        st = alloc(ctx, &s, (size_t)P * per * 4, &all);
-        if (!st) st = rw(ctx, 1, (camdelta_buffer){all, 0}, (size_t)P * per, recv);
-      }
-      st = agree(&c, st);
-    }
+    const cl_mem mine[2] = {pos > 0 && pos < P - 1 ? T : NULL, pos < P - 1 ? E : NULL};
+    st = exchange(&c, &s, mine, 2, ns, pos > 0, &all);
   }
-  double t3 = now_ms();
+  t[3] = now_ms();
   /* 3. combine */
   if (!st && pos > 0) {
     st = alloc(ctx, &s, ns * 4, &Mi);
@@ -336,7 +363,7 @@ camdelta_status camdelta_mpi_scan_forward(camdelta_context *ctx, const camdelta_
     if (!st && timing) st = camdelta_finish(ctx);
   }
   st = agree(&c, st);
-  double t4 = now_ms();
+  t[4] = now_ms();
   /* 4. the local scan */
   if (!st) {
     camdelta_scan_args a = *args;
@@ -348,19 +375,15 @@ camdelta_status camdelta_mpi_scan_forward(camdelta_context *ctx, const camdelta_
     if (!st) st = camdelta_finish(ctx);
     st = agree(&c, st);
   }
-  double t5 = now_ms();
+  t[5] = now_ms();
   /* 5. the sequence's final state */
   if (!st && any_final && P > 1) {
     camdelta_buffer src = {NULL, 0};
     if (pos == P - 1) src = args->final_state.mem ? args->final_state : (camdelta_buffer){fin, 0};
     if (!st) st = bcast_state(&c, reverse, P - 1, src, args->final_state, ns);
   }
-  free(send), free(recv);
   scratch_free(&s);
-  if (timing && !st) {
-    timing->summary_ms = t2 - t1, timing->exchange_ms = t3 - t2, timing->combine_ms = t4 - t3;
-    timing->scan_ms = t5 - t4, timing->total_ms = now_ms() - t0;
-  }
+  if (timing && !st) put_timing(timing, t);
   return st;
 }
 
@@ -370,21 +393,21 @@ camdelta_status camdelta_mpi_scan_backward(camdelta_context *ctx, const camdelta
                                            const camdelta_scan_saved *saved, MPI_Comm comm,
                                            camdelta_mpi_timing *timing) {
   static const char op[] = "camdelta_mpi_scan_backward";
-  const double t0 = now_ms();
-  camdelta_set_error(CAMDELTA_OK, "%s", "");
-  if (timing) memset(timing, 0, sizeof *timing);
+  double t[6] = {now_ms(), 0, 0, 0, 0, 0}; /* see put_timing */
   sp c;
-  camdelta_status st = sp_begin(&c, ctx, comm, op);
+  camdelta_status st = sp_begin(&c, ctx, comm, op, timing);
   if (st) return st;
   sizes z = {0, 0, 0, 0};
+  /* the forward's inputs, as the forward takes them */
+  camdelta_scan_args fwd = CAMDELTA_SCAN_ARGS_INIT;
+  if (args) {
+    fwd.B = args->B, fwd.H = args->H, fwd.D = args->D, fwd.F = args->F, fwd.S = args->S, fwd.reverse = args->reverse;
+    fwd.q = args->q, fwd.k = args->k, fwd.v = args->v, fwd.beta = args->beta, fwd.decay = args->decay;
+    fwd.init_state = args->init_state;
+  }
   if (!ctx || !args) st = camdelta_set_error(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", op, ctx ? "args" : "ctx");
-  if (!st) st = check_shape(op, args->B, args->H, args->D, args->F, args->S, &z);
-  if (!st && (args->D % 8 || args->D > 128))
-    st = camdelta_set_error(CAMDELTA_ERROR_UNSUPPORTED, "%s: D=%zu (expected a multiple of 8 in [8, 128])", op, args->D);
-  if (!st && ((st = check_buf(op, "q", args->q, z.tok, 0)) || (st = check_buf(op, "k", args->k, z.tok, 0)) ||
-              (st = check_buf(op, "v", args->v, z.tok, 0)) || (st = check_buf(op, "beta", args->beta, z.beta, 0)) ||
-              (st = check_buf(op, "decay", args->decay, z.decay, 0)) ||
-              (st = check_buf(op, "grad_out", args->grad_out, z.tok, 0)) ||
+  if (!st) st = check_inputs(op, &fwd, &z);
+  if (!st && ((st = check_buf(op, "grad_out", args->grad_out, z.tok, 0)) ||
               (st = check_buf(op, "init_state", args->init_state, z.state, 1)) ||
               (st = check_buf(op, "grad_final_state", args->grad_final_state, z.state, 1)) ||
               (st = check_buf(op, "dq", args->dq, z.tok, 0)) || (st = check_buf(op, "dk", args->dk, z.tok, 0)) ||
@@ -393,36 +416,23 @@ camdelta_status camdelta_mpi_scan_backward(camdelta_context *ctx, const camdelta
               (st = check_buf(op, "dinit_state", args->dinit_state, z.state, 1))))
     (void)0;
   int any_dinit = 0;
-  const int reverse = args && args->reverse != 0;
-  st = gather_desc(&c, st, args ? args->B : 0, args ? args->H : 0, args ? args->D : 0, args ? args->F : 0,
-                   args ? args->S : 0, reverse, args && args->dinit_state.mem, &any_dinit);
+  st = gather_desc(&c, st, args ? &fwd : NULL, args && args->dinit_state.mem, &any_dinit);
   if (st) return st;
+  const int reverse = args->reverse != 0;
   const size_t B = args->B, H = args->H, D = args->D, ns = z.state;
   const int P = c.P, pos = reverse ? P - 1 - c.rank : c.rank;
   c.pos = pos;
 
   scratch s = {{0}, 0};
   cl_mem Mi = NULL, dMo = NULL, tmp = NULL, all = NULL, din = NULL, T = NULL, E = NULL, G = NULL;
-  float *send = NULL, *recv = NULL;
   const size_t per = 3 * ns; /* per rank: T, E, G */
-  double t1 = now_ms();
+  t[1] = now_ms();
   /* 1. summaries */
   if (P > 1) {
-    send = calloc(per, 4), recv = malloc((size_t)P * per * 4);
-    if (!send || !recv) st = camdelta_set_error(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", op);
-    if (!st) st = alloc(ctx, &s, ns * 4, &T);
+    st = alloc(ctx, &s, ns * 4, &T);
     if (!st) st = alloc(ctx, &s, ns * 4, &E);
     if (!st) st = alloc(ctx, &s, ns * 4, &G);
-    if (!st && pos < P - 1) {
-      camdelta_scan_summary_args sa;
-      memset(&sa, 0, sizeof sa);
-      sa.B = B, sa.H = H, sa.D = D, sa.F = args->F, sa.S = args->S, sa.reverse = reverse;
-      sa.k = args->k, sa.v = args->v, sa.beta = args->beta, sa.decay = args->decay;
-      if (pos == 0) sa.init_state = args->init_state;
-      if (pos > 0) sa.T = (camdelta_buffer){T, 0};
-      sa.E = (camdelta_buffer){E, 0};
-      st = camdelta_scan_summary(ctx, &sa);
-    }
+    if (!st && pos < P - 1) st = state_summary(&c, &fwd, T, E);
     if (!st && pos > 0) {
       camdelta_scan_grad_summary_args ga;
       memset(&ga, 0, sizeof ga);
@@ -435,20 +445,13 @@ camdelta_status camdelta_mpi_scan_backward(camdelta_context *ctx, const camdelta
     if (!st) st = camdelta_finish(ctx);
   }
   st = agree(&c, st);
-  double t2 = now_ms();
+  t[2] = now_ms();
   /* 2. exchange */
   if (!st && P > 1) {
-    if (pos > 0 && pos < P - 1) st = rw(ctx, 0, (camdelta_buffer){T, 0}, ns, send);
-    if (!st && pos < P - 1) st = rw(ctx, 0, (camdelta_buffer){E, 0}, ns, send + ns);
-    if (!st && pos > 0) st = rw(ctx, 0, (camdelta_buffer){G, 0}, ns, send + 2 * ns);
-    if ((st = agree(&c, st)) == CAMDELTA_OK) {
-      MPI_Allgather(send, (int)per, MPI_FLOAT, recv, (int)per, MPI_FLOAT, comm);
-      st = alloc(ctx, &s, (size_t)P * per * 4, &all);
-      if (!st) st = rw(ctx, 1, (camdelta_buffer){all, 0}, (size_t)P * per, recv);
-      st = agree(&c, st);
-    }
+    const cl_mem mine[3] = {pos > 0 && pos < P - 1 ? T : NULL, pos < P - 1 ? E : NULL, pos > 0 ? G : NULL};
+    st = exchange(&c, &s, mine, 3, ns, 1, &all);
   }
-  double t3 = now_ms();
+  t[3] = now_ms();
   /* 3. combine: the incoming state (forward order) and the incoming state gradient (backward order) */
   if (!st && P > 1) {
     st = alloc(ctx, &s, ns * 4, &tmp);
@@ -463,7 +466,7 @@ camdelta_status camdelta_mpi_scan_backward(camdelta_context *ctx, const camdelta
     if (!st && timing) st = camdelta_finish(ctx);
   }
   st = agree(&c, st);
-  double t4 = now_ms();
+  t[4] = now_ms();
   /* 4. the local backward */
   if (!st) {
     camdelta_scan_backward_args a = *args;
@@ -476,18 +479,14 @@ camdelta_status camdelta_mpi_scan_backward(camdelta_context *ctx, const camdelta
     if (!st) st = camdelta_finish(ctx);
     st = agree(&c, st);
   }
-  double t5 = now_ms();
+  t[5] = now_ms();
   /* 5. the sequence's dinit_state */
   if (!st && any_dinit && P > 1) {
     camdelta_buffer src = {NULL, 0};
     if (pos == 0) src = args->dinit_state.mem ? args->dinit_state : (camdelta_buffer){din, 0};
     if (!st) st = bcast_state(&c, reverse, 0, src, args->dinit_state, ns);
   }
-  free(send), free(recv);
   scratch_free(&s);
-  if (timing && !st) {
-    timing->summary_ms = t2 - t1, timing->exchange_ms = t3 - t2, timing->combine_ms = t4 - t3;
-    timing->scan_ms = t5 - t4, timing->total_ms = now_ms() - t0;
-  }
+  if (timing && !st) put_timing(timing, t);
   return st;
 }

@@ -282,14 +282,11 @@ camdelta_status camdelta_branch_forward(camdelta_context *ctx, const camdelta_br
                                         camdelta_branch_saved *saved) {
   static const char op[] = "camdelta_branch_forward";
   cd_clear_error();
-  if (!ctx || !args) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", op, ctx ? "args" : "ctx");
-  if (saved && saved->ctx != ctx)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' was created for another context", op);
-  if (args->profile && !ctx->profiling)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
-                   "%s: 'profile' requested but the queue was created without CL_QUEUE_PROFILING_ENABLE", op);
+  camdelta_status st = cd_prologue(op, ctx, args, saved ? saved->ctx : NULL, saved != NULL,
+                                   args ? args->profile : NULL, NULL, 0);
+  if (st) return st;
   branch_geo g;
-  camdelta_status st = check_args(op, args, &g);
+  st = check_args(op, args, &g);
   if (!st) st = cd_check_buffer(op, "y", args->y, g.BNC, 4, 0);
   if (!st) {
     cd_tensor_arg in[9];
@@ -481,15 +478,12 @@ camdelta_status camdelta_branch_backward(camdelta_context *ctx, const camdelta_b
                                          const camdelta_branch_grads *grads, const camdelta_branch_saved *saved) {
   static const char op[] = "camdelta_branch_backward";
   cd_clear_error();
-  if (!ctx || !args || !grads)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", op, !ctx ? "ctx" : !args ? "args" : "grads");
-  if (saved && saved->ctx != ctx)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' was created for another context", op);
-  if (grads->profile && !ctx->profiling)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
-                   "%s: 'profile' requested but the queue was created without CL_QUEUE_PROFILING_ENABLE", op);
+  if (ctx && args && !grads) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'grads' is NULL", op);
+  camdelta_status st = cd_prologue(op, ctx, args, saved ? saved->ctx : NULL, saved != NULL,
+                                   grads ? grads->profile : NULL, NULL, 0);
+  if (st) return st;
   branch_geo g;
-  camdelta_status st = check_args(op, args, &g);
+  st = check_args(op, args, &g);
   if (!st) st = cd_check_buffer(op, "grad_y", grads->grad_y, g.BNC, 4, 0);
   if (!st) {
     cd_tensor_arg in[10];

@@ -119,12 +119,9 @@ camdelta_status cd_camera_enqueue(camdelta_context *ctx, const camdelta_camera_a
 
 camdelta_status camdelta_camera_forward(camdelta_context *ctx, const camdelta_camera_args *args) {
   cd_clear_error();
-  if (!ctx || !args) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", OP, ctx ? "args" : "ctx");
-  if (args->profile && !ctx->profiling)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
-                   "%s: 'profile' requested but the queue was created without CL_QUEUE_PROFILING_ENABLE", OP);
+  camdelta_status st = cd_prologue(OP, ctx, args, NULL, 0, args ? args->profile : NULL, NULL, 0);
   size_t N;
-  camdelta_status st = cd_camera_check(OP, args, &N);
+  if (!st) st = cd_camera_check(OP, args, &N);
   if (st) return st;
   if (!args->proj_q.mem && !args->proj_kv.mem && !args->proj_o.mem && !args->rope_cos.mem && !args->rope_sin.mem)
     return CAMDELTA_OK;

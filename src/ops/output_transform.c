@@ -43,11 +43,8 @@ camdelta_status cd_output_transform_enqueue(camdelta_context *ctx, int backward,
 static camdelta_status run(camdelta_context *ctx, const camdelta_output_transform_args *a, int backward) {
   const char *op = backward ? "camdelta_output_transform_backward" : "camdelta_output_transform_forward";
   cd_clear_error();
-  if (!ctx || !a) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", op, ctx ? "args" : "ctx");
-  if (a->profile && !ctx->profiling)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
-                   "%s: 'profile' requested but the queue was created without CL_QUEUE_PROFILING_ENABLE", op);
-  camdelta_status st = cd_check_head_dim(op, a->D);
+  camdelta_status st = cd_prologue(op, ctx, a, NULL, 0, a ? a->profile : NULL, NULL, 0);
+  if (!st) st = cd_check_head_dim(op, a->D);
   if (st) return st;
   if (!a->B || !a->N || !a->H)
     return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: B=%zu, N=%zu, H=%zu: each must be at least 1", op, a->B, a->N, a->H);

@@ -21,9 +21,13 @@ typedef struct pk_geo {
   size_t H, D, F, clips, N, Fm, Sm;
 } pk_geo;
 
-/* Offsets: increasing from 0, ending at N (tokens) and F (frames). */
-static camdelta_status check_offsets(const char *op, const int64_t *fo, const int64_t *co, size_t B, size_t S,
-                                     size_t F, size_t clips, size_t N, size_t H, size_t D, pk_geo *g) {
+/* The head dim, and the offsets: increasing from 0, ending at N (tokens) and F (frames). */
+static camdelta_status check_geometry(const char *op, const camdelta_packed_clips *pc, size_t B, size_t S, size_t F,
+                                      size_t H, size_t D, pk_geo *g) {
+  camdelta_status st = cd_check_head_dim(op, D);
+  if (st) return st;
+  const int64_t *fo = pc->frame_offsets, *co = pc->clip_offsets;
+  const size_t clips = pc->clips, N = pc->tokens;
   if (!fo || !co)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: packed clips need both 'frame_offsets' and 'clip_offsets' "
                    "('%s' is NULL)", op, fo ? "clip_offsets" : "frame_offsets");
@@ -97,6 +101,7 @@ static void job_free(pk_job *j) {
 static camdelta_status job_start(pk_job *j, camdelta_context *ctx, const pk_geo *g, const int64_t *fo,
                                  const int64_t *co, camdelta_profile *profile) {
   memset(j, 0, sizeof *j);
+  if (profile) profile->kernel_ms = 0, profile->kernels = 0;
   j->ctx = ctx, j->g = *g;
   camdelta_status st = cd_kernel(ctx, "scan_packed.cl", "", "cd_pack_gather", &j->gather);
   if (!st) st = cd_kernel(ctx, "scan_packed.cl", "", "cd_pack_scatter", &j->scatter);
@@ -141,18 +146,60 @@ static void add_profile(camdelta_profile *to, const camdelta_profile *from) {
   to->kernel_ms += from->kernel_ms, to->kernels += from->kernels;
 }
 
+/* The moved tensors, by kind: q, k, v (and grad_out, dq, dk, dv, out) have D rows per head and a column per
+ * token, beta (dbeta) one row, decay (ddecay) one row and a column per frame, padded with decay 1. */
+enum { PK_Q, PK_K, PK_V, PK_BETA, PK_DECAY, PK_GRAD_OUT };
+
+static size_t pk_rows(const pk_geo *g, int kind) { return kind == PK_BETA || kind == PK_DECAY ? 1 : g->D; }
+
+/* Elements of a padded tensor of that kind. */
+static size_t pk_padded(const pk_geo *g, int kind) {
+  return g->clips * g->H * pk_rows(g, kind) * g->Fm * (kind == PK_DECAY ? 1 : g->Sm);
+}
+
+/* Gather src[kind] for kind = 0 .. n-1 into fresh padded device buffers in[kind]. */
+static camdelta_status gather_inputs(pk_job *j, const camdelta_buffer *src, int n, cl_mem *in) {
+  const pk_geo *g = &j->g;
+  camdelta_status st = CAMDELTA_OK;
+  for (int t = 0; t < n && !st; t++) {
+    const int per_frame = t == PK_DECAY;
+    st = job_alloc(j, pk_padded(g, t), &in[t]);
+    if (!st) st = move(j, 0, src[t], in[t], pk_rows(g, t), per_frame, per_frame ? 1.0f : 0.0f);
+  }
+  return st;
+}
+
+/* Fresh padded device buffers out[kind] for kind = 0 .. n-1. */
+static camdelta_status alloc_outputs(pk_job *j, int n, cl_mem *out) {
+  camdelta_status st = CAMDELTA_OK;
+  for (int t = 0; t < n && !st; t++) st = job_alloc(j, pk_padded(&j->g, t), &out[t]);
+  return st;
+}
+
+/* Scatter the padded padded[kind] back into dst[kind] for kind = 0 .. n-1. */
+static camdelta_status scatter_outputs(pk_job *j, const camdelta_buffer *dst, int n, const cl_mem *padded) {
+  camdelta_status st = CAMDELTA_OK;
+  for (int t = 0; t < n && !st; t++) st = move(j, 1, dst[t], padded[t], pk_rows(&j->g, t), t == PK_DECAY, 0.0f);
+  return st;
+}
+
+/* The inner fixed-shape call failed: keep its message, name the packed view. */
+static camdelta_status name_padded_batch(camdelta_status st, const pk_geo *g) {
+  char msg[1024];
+  snprintf(msg, sizeof msg, "%s", camdelta_last_message());
+  return cd_fail(st, "%s (packed clips, run as a padded batch of %zu clips x %zu frames x %zu tokens)", msg, g->clips,
+                 g->Fm, g->Sm);
+}
+
 camdelta_status camdelta_scan_forward_packed(camdelta_context *ctx, const camdelta_scan_args *p,
                                              const camdelta_packed_clips *pc, camdelta_scan_saved *saved) {
   static const char op[] = "camdelta_scan_forward_packed";
   cd_clear_error();
   if (!ctx || !p || !pc)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", op, !ctx ? "ctx" : !p ? "args" : "clips");
-  camdelta_status st = cd_check_head_dim(op, p->D);
-  if (st) return st;
   pk_geo g = {0, 0, 0, 0, 0, 0, 0};
-  if ((st = check_offsets(op, pc->frame_offsets, pc->clip_offsets, p->B, p->S, p->F, pc->clips, pc->tokens, p->H,
-                          p->D, &g)))
-    return st;
+  camdelta_status st = check_geometry(op, pc, p->B, p->S, p->F, p->H, p->D, &g);
+  if (st) return st;
   const size_t H = g.H, D = g.D, tok = H * D * g.N, ns = g.clips * H * D * D;
   if ((st = cd_check_buffer(op, "q", p->q, tok, 4, 0)) || (st = cd_check_buffer(op, "k", p->k, tok, 4, 0)) ||
       (st = cd_check_buffer(op, "v", p->v, tok, 4, 0)) || (st = cd_check_buffer(op, "beta", p->beta, H * g.N, 4, 0)) ||
@@ -173,37 +220,23 @@ camdelta_status camdelta_scan_forward_packed(camdelta_context *ctx, const camdel
                    "%s: 'final_state' partly overlaps 'init_state' (the same range, or disjoint ranges, are fine)", op);
 
   pk_job j;
-  if (p->profile) p->profile->kernel_ms = 0, p->profile->kernels = 0;
   st = job_start(&j, ctx, &g, pc->frame_offsets, pc->clip_offsets, p->profile);
-  const size_t ptok = g.clips * H * D * g.Fm * g.Sm, pbeta = g.clips * H * g.Fm * g.Sm, pdec = g.clips * H * g.Fm;
-  cl_mem q = NULL, k = NULL, v = NULL, beta = NULL, decay = NULL, out = NULL;
-  if (!st) st = job_alloc(&j, ptok, &q);
-  if (!st) st = job_alloc(&j, ptok, &k);
-  if (!st) st = job_alloc(&j, ptok, &v);
-  if (!st) st = job_alloc(&j, pbeta, &beta);
-  if (!st) st = job_alloc(&j, pdec, &decay);
-  if (!st) st = job_alloc(&j, ptok, &out);
-  if (!st) st = move(&j, 0, p->q, q, D, 0, 0.0f);
-  if (!st) st = move(&j, 0, p->k, k, D, 0, 0.0f);
-  if (!st) st = move(&j, 0, p->v, v, D, 0, 0.0f);
-  if (!st) st = move(&j, 0, p->beta, beta, 1, 0, 0.0f);
-  if (!st) st = move(&j, 0, p->decay, decay, 1, 1, 1.0f);
+  cl_mem in[5] = {NULL}, out = NULL;
+  const camdelta_buffer src[5] = {p->q, p->k, p->v, p->beta, p->decay};
+  if (!st) st = gather_inputs(&j, src, 5, in);
+  if (!st) st = alloc_outputs(&j, 1, &out); /* laid out like q */
   camdelta_profile inner = {0, 0};
   if (!st) {
     camdelta_scan_args a = *p;
     a.B = g.clips, a.F = g.Fm, a.S = g.Sm;
-    a.q = (camdelta_buffer){q, 0}, a.k = (camdelta_buffer){k, 0}, a.v = (camdelta_buffer){v, 0};
-    a.beta = (camdelta_buffer){beta, 0}, a.decay = (camdelta_buffer){decay, 0}, a.out = (camdelta_buffer){out, 0};
+    a.q = (camdelta_buffer){in[PK_Q], 0}, a.k = (camdelta_buffer){in[PK_K], 0}, a.v = (camdelta_buffer){in[PK_V], 0};
+    a.beta = (camdelta_buffer){in[PK_BETA], 0}, a.decay = (camdelta_buffer){in[PK_DECAY], 0};
+    a.out = (camdelta_buffer){out, 0};
     a.profile = p->profile ? &inner : NULL;
     st = camdelta_scan_forward(ctx, &a, saved);
-    if (st) { /* keep the inner call's message, name the packed view */
-      char msg[1024];
-      snprintf(msg, sizeof msg, "%s", camdelta_last_message());
-      st = cd_fail(st, "%s (packed clips, run as a padded batch of %zu clips x %zu frames x %zu tokens)", msg, g.clips,
-                   g.Fm, g.Sm);
-    }
+    if (st) st = name_padded_batch(st, &g);
   }
-  if (!st) st = move(&j, 1, p->out, out, D, 0, 0.0f);
+  if (!st) st = scatter_outputs(&j, &p->out, 1, &out);
   st = cd_launch_end(ctx, &j.l, st);
   if (!st) add_profile(p->profile, &inner);
   job_free(&j);
@@ -216,12 +249,9 @@ camdelta_status camdelta_scan_backward_packed(camdelta_context *ctx, const camde
   cd_clear_error();
   if (!ctx || !p || !pc)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", op, !ctx ? "ctx" : !p ? "args" : "clips");
-  camdelta_status st = cd_check_head_dim(op, p->D);
-  if (st) return st;
   pk_geo g = {0, 0, 0, 0, 0, 0, 0};
-  if ((st = check_offsets(op, pc->frame_offsets, pc->clip_offsets, p->B, p->S, p->F, pc->clips, pc->tokens, p->H,
-                          p->D, &g)))
-    return st;
+  camdelta_status st = check_geometry(op, pc, p->B, p->S, p->F, p->H, p->D, &g);
+  if (st) return st;
   const size_t H = g.H, D = g.D, tok = H * D * g.N, ns = g.clips * H * D * D, nb = H * g.N, nd = H * g.F;
   if ((st = cd_check_buffer(op, "q", p->q, tok, 4, 0)) || (st = cd_check_buffer(op, "k", p->k, tok, 4, 0)) ||
       (st = cd_check_buffer(op, "v", p->v, tok, 4, 0)) || (st = cd_check_buffer(op, "beta", p->beta, nb, 4, 0)) ||
@@ -248,37 +278,27 @@ camdelta_status camdelta_scan_backward_packed(camdelta_context *ctx, const camde
   if ((st = cd_check_no_overlap(op, outs, 6, ins, 8))) return st;
 
   pk_job j;
-  if (p->profile) p->profile->kernel_ms = 0, p->profile->kernels = 0;
   st = job_start(&j, ctx, &g, pc->frame_offsets, pc->clip_offsets, p->profile);
-  const size_t ptok = g.clips * H * D * g.Fm * g.Sm, pbeta = g.clips * H * g.Fm * g.Sm, pdec = g.clips * H * g.Fm;
   cl_mem in[6] = {NULL}, outm[5] = {NULL};
   const camdelta_buffer src[6] = {p->q, p->k, p->v, p->beta, p->decay, p->grad_out};
-  const size_t rows[6] = {D, D, D, 1, 1, D};
-  for (int i = 0; i < 6 && !st; i++) {
-    st = job_alloc(&j, i == 3 ? pbeta : i == 4 ? pdec : ptok, &in[i]);
-    if (!st) st = move(&j, 0, src[i], in[i], rows[i], i == 4, i == 4 ? 1.0f : 0.0f);
-  }
-  for (int i = 0; i < 5 && !st; i++) st = job_alloc(&j, i == 3 ? pbeta : i == 4 ? pdec : ptok, &outm[i]);
+  if (!st) st = gather_inputs(&j, src, 6, in);
+  if (!st) st = alloc_outputs(&j, 5, outm); /* dq, dk, dv, dbeta, ddecay: laid out like q, k, v, beta, decay */
   camdelta_profile inner = {0, 0};
   if (!st) {
     camdelta_scan_backward_args a = *p;
     a.B = g.clips, a.F = g.Fm, a.S = g.Sm;
-    a.q = (camdelta_buffer){in[0], 0}, a.k = (camdelta_buffer){in[1], 0}, a.v = (camdelta_buffer){in[2], 0};
-    a.beta = (camdelta_buffer){in[3], 0}, a.decay = (camdelta_buffer){in[4], 0};
-    a.grad_out = (camdelta_buffer){in[5], 0};
-    a.dq = (camdelta_buffer){outm[0], 0}, a.dk = (camdelta_buffer){outm[1], 0}, a.dv = (camdelta_buffer){outm[2], 0};
-    a.dbeta = (camdelta_buffer){outm[3], 0}, a.ddecay = (camdelta_buffer){outm[4], 0};
+    a.q = (camdelta_buffer){in[PK_Q], 0}, a.k = (camdelta_buffer){in[PK_K], 0}, a.v = (camdelta_buffer){in[PK_V], 0};
+    a.beta = (camdelta_buffer){in[PK_BETA], 0}, a.decay = (camdelta_buffer){in[PK_DECAY], 0};
+    a.grad_out = (camdelta_buffer){in[PK_GRAD_OUT], 0};
+    a.dq = (camdelta_buffer){outm[PK_Q], 0}, a.dk = (camdelta_buffer){outm[PK_K], 0};
+    a.dv = (camdelta_buffer){outm[PK_V], 0};
+    a.dbeta = (camdelta_buffer){outm[PK_BETA], 0}, a.ddecay = (camdelta_buffer){outm[PK_DECAY], 0};
     a.profile = p->profile ? &inner : NULL;
     st = camdelta_scan_backward(ctx, &a, saved);
-    if (st) {
-      char msg[1024];
-      snprintf(msg, sizeof msg, "%s", camdelta_last_message());
-      st = cd_fail(st, "%s (packed clips, run as a padded batch of %zu clips x %zu frames x %zu tokens)", msg, g.clips,
-                   g.Fm, g.Sm);
-    }
+    if (st) st = name_padded_batch(st, &g);
   }
   const camdelta_buffer dst[5] = {p->dq, p->dk, p->dv, p->dbeta, p->ddecay};
-  for (int i = 0; i < 5 && !st; i++) st = move(&j, 1, dst[i], outm[i], rows[i], i == 4, 0.0f);
+  if (!st) st = scatter_outputs(&j, dst, 5, outm);
   st = cd_launch_end(ctx, &j.l, st);
   if (!st) add_profile(p->profile, &inner);
   job_free(&j);

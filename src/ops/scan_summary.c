@@ -166,18 +166,43 @@ static camdelta_status check_shape(const char *op, size_t B, size_t H, size_t D,
   return CAMDELTA_OK;
 }
 
-static camdelta_status alloc_scratch(camdelta_context *ctx, size_t frames_bytes, size_t state_bytes, cl_mem *A,
-                                     cl_mem *B2, cl_mem scratch[2]) {
-  camdelta_status st = cd_alloc(ctx, frames_bytes, A);
-  if (!st) st = cd_alloc(ctx, frames_bytes, B2);
-  if (!st) st = cd_alloc(ctx, state_bytes, &scratch[0]);
-  if (!st) st = cd_alloc(ctx, state_bytes, &scratch[1]);
+/* A job with its kernels, the profile reset and the launch begun (*j is set even on failure; sm_release and
+ * cd_launch_end after). */
+static camdelta_status sm_open(camdelta_context *ctx, size_t BH, size_t D, size_t F, size_t S,
+                               camdelta_profile *profile, sm_job *j) {
+  *j = (sm_job){ctx, NULL, NULL, BH, D, F, S, F * S, {0}};
+  camdelta_status st = sm_build(ctx, D, j);
+  if (st) return st;
+  if (profile) profile->kernel_ms = 0, profile->kernels = 0;
+  cd_launch_init(&j->l, profile);
+  return CAMDELTA_OK;
+}
+
+/* One summary's job (sm_open), room for `n_steps` chain steps, and the scratch mem = {A, U or W (only when
+ * `second`), two (B, H, D, D) states}. *j, *steps and mem are set even on failure; sm_end releases them. */
+static camdelta_status sm_start(camdelta_context *ctx, const char *op, size_t BH, size_t D, size_t F, size_t S,
+                                camdelta_profile *profile, size_t n_steps, int second, sm_job *j, sm_step **steps,
+                                cl_mem mem[4]) {
+  *steps = NULL;
+  for (int i = 0; i < 4; i++) mem[i] = NULL;
+  camdelta_status st = sm_open(ctx, BH, D, F, S, profile, j);
+  if (st) return st;
+  if (!(*steps = malloc(n_steps * sizeof **steps)))
+    return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", op);
+  const size_t frames_bytes = BH * F * D * D * 4, state_bytes = BH * D * D * 4;
+  st = cd_alloc(ctx, frames_bytes, &mem[0]);
+  if (!st && second) st = cd_alloc(ctx, frames_bytes, &mem[1]);
+  if (!st) st = cd_alloc(ctx, state_bytes, &mem[2]);
+  if (!st) st = cd_alloc(ctx, state_bytes, &mem[3]);
   return st;
 }
 
-static void release_mem(cl_mem *m, int n) {
-  for (int i = 0; i < n; i++)
-    if (m[i]) clReleaseMemObject(m[i]), m[i] = NULL;
+static camdelta_status sm_end(sm_job *j, sm_step *steps, cl_mem mem[4], camdelta_status st) {
+  free(steps);
+  for (int i = 0; i < 4; i++) /* the runtime keeps them alive until the kernels finish */
+    if (mem[i]) clReleaseMemObject(mem[i]);
+  sm_release(j);
+  return cd_launch_end(j->ctx, &j->l, st);
 }
 
 /* -------------------------------------------------------------------------------------- forward */
@@ -207,25 +232,15 @@ camdelta_status camdelta_scan_summary(camdelta_context *ctx, const camdelta_scan
                                 {"init_state", p->init_state, n_state, 4}};
   if ((st = cd_check_no_overlap(op, outs, 2, ins, 5))) return st;
 
-  sm_job j = {ctx, NULL, NULL, p->B * p->H, p->D, p->F, p->S, p->F * p->S, {0}};
-  if ((st = sm_build(ctx, p->D, &j))) {
-    sm_release(&j);
-    return st;
-  }
   const size_t F = p->F, DD = p->D * p->D;
-  sm_step *steps = malloc(F * sizeof *steps);
-  if (!steps) {
-    sm_release(&j);
-    return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", op);
-  }
-  if (p->profile) p->profile->kernel_ms = 0, p->profile->kernels = 0;
-  cd_launch_init(&j.l, p->profile);
-  cl_mem mem[4] = {NULL, NULL, NULL, NULL}; /* A, U, scratch x 2 */
-  st = alloc_scratch(ctx, n_frames * DD * 4, n_state * 4, &mem[0], &mem[1], &mem[2]);
+  sm_job j;
+  sm_step *steps;
+  cl_mem mem[4]; /* A, U, two states */
+  st = sm_start(ctx, op, p->B * p->H, p->D, F, p->S, p->profile, F, want_e, &j, &steps, mem);
   const camdelta_buffer none = {NULL, 0};
   if (!st) st = sm_gram(&j, p->k, p->k, p->beta, p->decay, mem[0], 1, -1.0f, "cd_summary_gram A");
   if (!st && want_e) st = sm_gram(&j, p->k, p->v, p->beta, none, mem[1], 0, 1.0f, "cd_summary_gram U");
-  for (size_t i = 0; i < F; i++) {
+  for (size_t i = 0; i < F && !st; i++) {
     const long f = (long)(p->reverse ? F - 1 - i : i);
     steps[i] = (sm_step){f, -1, -1};
   }
@@ -236,10 +251,7 @@ camdelta_status camdelta_scan_summary(camdelta_context *ctx, const camdelta_scan
     const sm_mat init = p->init_state.mem ? (sm_mat){p->init_state.mem, p->init_state.offset, DD} : SM_NONE;
     st = sm_chain(&j, steps, F, init, 0, mem[0], NULL, mem[1], &mem[2], (sm_mat){p->E.mem, p->E.offset, DD});
   }
-  free(steps);
-  release_mem(mem, 4); /* the runtime keeps them alive until the kernels finish */
-  sm_release(&j);
-  return cd_launch_end(ctx, &j.l, st);
+  return sm_end(&j, steps, mem, st);
 }
 
 /* ------------------------------------------------------------------------------------- gradient */
@@ -265,38 +277,25 @@ camdelta_status camdelta_scan_grad_summary(camdelta_context *ctx, const camdelta
                                 {"grad_out", p->grad_out, n_tok, 4}, {"grad_final_state", p->grad_final_state, n_state, 4}};
   if ((st = cd_check_no_overlap(op, outs, 1, ins, 6))) return st;
 
-  sm_job j = {ctx, NULL, NULL, p->B * p->H, p->D, p->F, p->S, p->F * p->S, {0}};
-  if ((st = sm_build(ctx, p->D, &j))) {
-    sm_release(&j);
-    return st;
-  }
   const size_t F = p->F, DD = p->D * p->D;
-  sm_step *steps = malloc((F + 1) * sizeof *steps);
-  if (!steps) {
-    sm_release(&j);
-    return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", op);
-  }
-  if (p->profile) p->profile->kernel_ms = 0, p->profile->kernels = 0;
-  cd_launch_init(&j.l, p->profile);
-  cl_mem mem[4] = {NULL, NULL, NULL, NULL}; /* A, W, scratch x 2 */
-  st = alloc_scratch(ctx, n_frames * DD * 4, n_state * 4, &mem[0], &mem[1], &mem[2]);
+  sm_job j;
+  sm_step *steps;
+  cl_mem mem[4]; /* A, W, two states */
+  st = sm_start(ctx, op, p->B * p->H, p->D, F, p->S, p->profile, F + 1, 1, &j, &steps, mem);
   const camdelta_buffer none = {NULL, 0};
   if (!st) st = sm_gram(&j, p->k, p->k, p->beta, p->decay, mem[0], 1, -1.0f, "cd_summary_gram A");
   if (!st) st = sm_gram(&j, p->q, p->grad_out, none, none, mem[1], 0, 1.0f, "cd_summary_gram W");
   size_t n = 0;
-  if (!p->reverse) {
+  if (!st && !p->reverse) {
     for (size_t i = 0; i < F; i++) steps[n++] = (sm_step){(long)(F - 1 - i), (long)(F - 1 - i), -1};
-  } else {
+  } else if (!st) {
     for (size_t f = 0; f < F; f++) steps[n++] = (sm_step){(long)f, (long)f - 1, -1};
     steps[n++] = (sm_step){-1, (long)F - 1, -1};
   }
   const sm_mat init = p->grad_final_state.mem ? (sm_mat){p->grad_final_state.mem, p->grad_final_state.offset, DD}
                                               : SM_NONE;
   if (!st) st = sm_chain(&j, steps, n, init, 0, mem[0], mem[1], NULL, &mem[2], (sm_mat){p->G.mem, p->G.offset, DD});
-  free(steps);
-  release_mem(mem, 4);
-  sm_release(&j);
-  return cd_launch_end(ctx, &j.l, st);
+  return sm_end(&j, steps, mem, st);
 }
 
 /* ------------------------------------------------------------------------------ apply and combine */
@@ -326,17 +325,13 @@ camdelta_status camdelta_summary_apply(camdelta_context *ctx, const camdelta_sum
   const cd_tensor_arg outs[1] = {{"M_out", p->M_out, ns, 4}};
   const cd_tensor_arg ins[3] = {{"T", p->T, ns, 4}, {"E", p->E, ns, 4}, {"M_in", p->M_in, ns, 4}};
   if ((st = cd_check_no_overlap(op, outs, 1, ins, 3))) return st;
-  sm_job j = {ctx, NULL, NULL, p->B * p->H, p->D, 1, 1, 1, {0}};
-  if ((st = sm_build(ctx, p->D, &j))) {
-    sm_release(&j);
-    return st;
-  }
-  if (p->profile) p->profile->kernel_ms = 0, p->profile->kernels = 0;
-  cd_launch_init(&j.l, p->profile);
+  sm_job j;
+  st = sm_open(ctx, p->B * p->H, p->D, 1, 1, p->profile, &j);
   const size_t DD = p->D * p->D;
   /* without M_in: M_out = E (T·0 = 0) */
   const sm_mat A = p->M_in.mem ? mat_of(p->T, DD) : SM_NONE;
-  st = sm_apply(&j, A, p->transpose != 0, mat_of(p->M_in, DD), SM_NONE, mat_of(p->E, DD), mat_of(p->M_out, DD));
+  if (!st)
+    st = sm_apply(&j, A, p->transpose != 0, mat_of(p->M_in, DD), SM_NONE, mat_of(p->E, DD), mat_of(p->M_out, DD));
   sm_release(&j);
   return cd_launch_end(ctx, &j.l, st);
 }
@@ -357,15 +352,10 @@ camdelta_status camdelta_summary_combine(camdelta_context *ctx, const camdelta_s
   const cd_tensor_arg outs[2] = {{"T", p->T, ns, 4}, {"E", p->E, ns, 4}};
   const cd_tensor_arg ins[4] = {{"T1", p->T1, ns, 4}, {"E1", p->E1, ns, 4}, {"T2", p->T2, ns, 4}, {"E2", p->E2, ns, 4}};
   if ((st = cd_check_no_overlap(op, outs, 2, ins, 4))) return st;
-  sm_job j = {ctx, NULL, NULL, p->B * p->H, p->D, 1, 1, 1, {0}};
-  if ((st = sm_build(ctx, p->D, &j))) {
-    sm_release(&j);
-    return st;
-  }
-  if (p->profile) p->profile->kernel_ms = 0, p->profile->kernels = 0;
-  cd_launch_init(&j.l, p->profile);
+  sm_job j;
+  st = sm_open(ctx, p->B * p->H, p->D, 1, 1, p->profile, &j);
   const size_t DD = p->D * p->D;
-  if (p->T.mem) st = sm_apply(&j, mat_of(p->T2, DD), 0, mat_of(p->T1, DD), SM_NONE, SM_NONE, mat_of(p->T, DD));
+  if (!st && p->T.mem) st = sm_apply(&j, mat_of(p->T2, DD), 0, mat_of(p->T1, DD), SM_NONE, SM_NONE, mat_of(p->T, DD));
   if (!st && p->E.mem) {
     const sm_mat A = p->E1.mem ? mat_of(p->T2, DD) : SM_NONE;
     st = sm_apply(&j, A, 0, mat_of(p->E1, DD), SM_NONE, mat_of(p->E2, DD), mat_of(p->E, DD));

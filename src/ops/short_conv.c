@@ -136,11 +136,8 @@ static camdelta_status check(const char *op, const camdelta_short_conv_args *a, 
 static camdelta_status run(camdelta_context *ctx, const camdelta_short_conv_args *args, int backward) {
   const char *op = backward ? "camdelta_short_conv_backward" : "camdelta_short_conv_forward";
   cd_clear_error();
-  if (!ctx || !args) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", op, ctx ? "args" : "ctx");
-  if (args->profile && !ctx->profiling)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
-                   "%s: 'profile' requested but the queue was created without CL_QUEUE_PROFILING_ENABLE", op);
-  camdelta_status st = check(op, args, backward);
+  camdelta_status st = cd_prologue(op, ctx, args, NULL, 0, args ? args->profile : NULL, NULL, 0);
+  if (!st) st = check(op, args, backward);
   if (st) return st;
   if (backward && !args->dk_raw.mem && !args->dconv_weight.mem) return CAMDELTA_OK;
   cl_mem seg = NULL;

@@ -471,6 +471,32 @@ void cd_cache_store(const char *key_hex, const unsigned char *bin, size_t len, c
 
 /* ------------------------------------------------------------ listing */
 
+/* Open the cache folder for listing or clearing: *dfd and *d (a stream on a duplicate of *dfd; the caller closes
+ * both). No cache folder (none configured, or it does not exist): CAMDELTA_OK with *d NULL. The folder's refusal
+ * (see open_folder) is the error here instead of a warning on stderr. `dir` gets the folder's path. */
+static camdelta_status open_listing(const char *op, char *dir, size_t size, int *dfd, DIR **d) {
+  *dfd = -1;
+  *d = NULL;
+  if (!cd_cache_folder(dir, size)) return CAMDELTA_OK;
+  refusal[0] = '\0';
+  quiet = 1;
+  const int fd = open_folder(dir, 0);
+  quiet = 0;
+  if (fd == -2) return CAMDELTA_OK;
+  if (fd < 0) return cd_fail(CAMDELTA_ERROR_IO, "%s: the cache folder is not used: %s", op, refusal);
+  const int fd2 = dup(fd);
+  DIR *stream = fd2 >= 0 ? fdopendir(fd2) : NULL;
+  if (!stream) {
+    const int e = errno;
+    if (fd2 >= 0) close(fd2);
+    close(fd);
+    return cd_fail(CAMDELTA_ERROR_IO, "%s: %s: cannot list: %s", op, dir, strerror(e));
+  }
+  *dfd = fd;
+  *d = stream;
+  return CAMDELTA_OK;
+}
+
 static int newest_first(const void *a, const void *b) {
   const camdelta_cache_entry *x = a, *y = b;
   if (x->mtime != y->mtime) return x->mtime < y->mtime ? 1 : -1;
@@ -484,22 +510,10 @@ camdelta_status camdelta_cache_list(camdelta_cache_entry **entries, size_t *coun
   *entries = NULL;
   *count = 0;
   char dir[PATH_MAX];
-  if (!cd_cache_folder(dir, sizeof dir)) return CAMDELTA_OK;
-  refusal[0] = '\0';
-  quiet = 1;
-  int dfd = open_folder(dir, 0);
-  quiet = 0;
-  if (dfd == -2) return CAMDELTA_OK;
-  if (dfd < 0) return cd_fail(CAMDELTA_ERROR_IO, "camdelta_cache_list: the cache folder is not used: %s", refusal);
-  int d2 = dup(dfd);
-  DIR *d = d2 >= 0 ? fdopendir(d2) : NULL;
-  if (!d) {
-    int e = errno;
-    if (d2 >= 0) close(d2);
-    close(dfd);
-    return cd_fail(CAMDELTA_ERROR_IO, "camdelta_cache_list: %s: cannot list: %s", dir, strerror(e));
-  }
-  camdelta_status st = CAMDELTA_OK;
+  int dfd = -1;
+  DIR *d = NULL;
+  camdelta_status st = open_listing("camdelta_cache_list", dir, sizeof dir, &dfd, &d);
+  if (st || !d) return st;
   size_t cap = 0, n = 0;
   camdelta_cache_entry *v = NULL;
   struct dirent *de;
@@ -554,22 +568,10 @@ camdelta_status camdelta_cache_clear(size_t *removed, uint64_t *bytes) {
   if (removed) *removed = 0;
   if (bytes) *bytes = 0;
   char dir[PATH_MAX];
-  if (!cd_cache_folder(dir, sizeof dir)) return CAMDELTA_OK;
-  refusal[0] = '\0';
-  quiet = 1;
-  int dfd = open_folder(dir, 0);
-  quiet = 0;
-  if (dfd == -2) return CAMDELTA_OK;
-  if (dfd < 0) return cd_fail(CAMDELTA_ERROR_IO, "camdelta_cache_clear: the cache folder is not used: %s", refusal);
-  int d2 = dup(dfd);
-  DIR *d = d2 >= 0 ? fdopendir(d2) : NULL;
-  if (!d) {
-    int e = errno;
-    if (d2 >= 0) close(d2);
-    close(dfd);
-    return cd_fail(CAMDELTA_ERROR_IO, "camdelta_cache_clear: %s: cannot list: %s", dir, strerror(e));
-  }
-  camdelta_status st = CAMDELTA_OK;
+  int dfd = -1;
+  DIR *d = NULL;
+  camdelta_status st = open_listing("camdelta_cache_clear", dir, sizeof dir, &dfd, &d);
+  if (st || !d) return st;
   struct dirent *de;
   while ((de = readdir(d)) != NULL) {
     if (!classify_name(de->d_name)) continue;
