@@ -765,7 +765,7 @@ static int same_file_bytes(const char *a, const char *b) {
 static int temp_files_in(const char *dir) {
   char cmd[1400], text[256];
   snprintf(cmd, sizeof cmd, "ls -a '%s' | grep -c '\\.tmp\\.' > '%s/count.txt'", dir, tu_tmpdir());
-  (void)system(cmd);
+  if (system(cmd) == -1) fail_msg("cannot run: %s", cmd); /* grep -c exits 1 on a count of 0 */
   snprintf(cmd, sizeof cmd, "%s/count.txt", tu_tmpdir());
   tu_slurp(cmd, text, sizeof text);
   return atoi(text);
