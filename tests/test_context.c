@@ -147,11 +147,13 @@ static int run_worker(void *arg) {
   return 0;
 }
 
-/* Several threads share one context (and build its programs concurrently). */
-static void test_threads(void **state) {
-  (void)state;
+/* Several threads share one context (and build its programs concurrently), for both forms of the prep forward
+ * (CAMDELTA_PREP_FUSED is read at context creation): each program is built once. */
+static void threads_with(const char *form, unsigned programs) {
+  setenv("CAMDELTA_PREP_FUSED", form, 1);
   camdelta_context *ctx = NULL;
   TU_OK(camdelta_context_create(&ctx, NULL));
+  unsetenv("CAMDELTA_PREP_FUSED");
   thrd_t t[4];
   worker w[4];
   for (int i = 0; i < 4; i++) {
@@ -161,8 +163,14 @@ static void test_threads(void **state) {
   for (int i = 0; i < 4; i++) thrd_join(t[i], NULL);
   camdelta_build_stats s;
   TU_OK(camdelta_context_build_stats(ctx, &s));
-  assert_int_equal(s.programs, 2); /* prep.cl for the inverse RMS and for D=32: each built once */
+  assert_int_equal(s.programs, programs);
   camdelta_context_destroy(ctx);
+}
+
+static void test_threads(void **state) {
+  (void)state;
+  threads_with("0", 2); /* prep.cl for the inverse RMS and for D=32 */
+  threads_with("1", 1); /* prep.cl for the fused form at D=32 */
 }
 
 /* ------------------------------------------------------------ the entry prologue (issue 11) */
