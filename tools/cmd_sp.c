@@ -359,7 +359,8 @@ static int run_branch_sp(int argc, char **argv) {
       o[no++] = (sp_out){"dbeta", B * H, S, 4, {B, H, T, S}, NULL};
       o[no++] = (sp_out){"ddecay", B * H, 1, 3, {B, H, T, 0}, NULL};
     }
-    for (int i = 0; i < no && !rc; i++) rc = upload(ctx, NULL, o[i].unit ? o[i].rows * fl * o[i].unit : o[i].rows, &o[i].mem);
+    for (int i = 0; i < no && !rc; i++)
+      rc = upload(ctx, NULL, o[i].unit ? o[i].rows * fl * o[i].unit : o[i].rows, &o[i].mem);
     rc = agree_rc(rc);
     const double t0 = now_ms();
     if (!rc) {
@@ -383,8 +384,8 @@ static int run_branch_sp(int argc, char **argv) {
         g.dbeta.mem = o[6].mem, g.ddecay.mem = o[7].mem;
         st = camdelta_mpi_branch_backward(ctx, &ba, &g, NULL, MPI_COMM_WORLD);
       }
-      if (st) rc = g_rank == 0 ? cli_lib_error(st, backward ? "camdelta_mpi_branch_backward" : "camdelta_mpi_branch_forward")
-                               : cli_exit_code(st);
+      const char *call = backward ? "camdelta_mpi_branch_backward" : "camdelta_mpi_branch_forward";
+      if (st) rc = g_rank == 0 ? cli_lib_error(st, call) : cli_exit_code(st);
     }
     const double ms = now_ms() - t0;
     if (!rc && g_rank == 0) rc = cli_make_dir(outdir);

@@ -147,7 +147,8 @@ static camdelta_status setup(bsp *c, cd_branch_sp *sp, MPI_Comm comm, const char
   int inited = 0;
   MPI_Initialized(&inited);
   if (!inited) return camdelta_set_error(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: MPI is not initialised", op);
-  if (comm == MPI_COMM_NULL) return camdelta_set_error(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'comm' is MPI_COMM_NULL", op);
+  if (comm == MPI_COMM_NULL)
+    return camdelta_set_error(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'comm' is MPI_COMM_NULL", op);
   c->comm = comm;
   MPI_Comm_size(comm, &c->P);
   MPI_Comm_rank(comm, &c->rank);
@@ -212,7 +213,7 @@ camdelta_status camdelta_mpi_branch_forward(camdelta_context *ctx, const camdelt
   bsp c;
   cd_branch_sp sp;
   camdelta_status st = setup(&c, &sp, comm, "camdelta_mpi_branch_forward", args, saved != NULL, 0);
-  if (!st) st = cd_branch_forward_sp(ctx, args, saved, &sp);
+  if (!st) st = camdelta_branch_sp_forward(ctx, args, saved, &sp);
   cleanup(&c);
   return st;
 }
@@ -229,7 +230,7 @@ camdelta_status camdelta_mpi_branch_backward(camdelta_context *ctx, const camdel
   bsp c;
   cd_branch_sp sp;
   camdelta_status st = setup(&c, &sp, comm, "camdelta_mpi_branch_backward", args, saved != NULL, mask);
-  if (!st) st = cd_branch_backward_sp(ctx, args, grads, saved, &sp);
+  if (!st) st = camdelta_branch_sp_backward(ctx, args, grads, saved, &sp);
   cleanup(&c);
   return st;
 }

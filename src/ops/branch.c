@@ -155,7 +155,6 @@ static const cd_tensor_arg *inputs_of(const camdelta_branch_args *a, const branc
   return in;
 }
 
-
 /* ------------------------------------------------------------------------------ sequence parallelism */
 
 /* Copies n frames (fs floats each) of every batch: frame sf of src (B, sT frames) -> frame df of dst (B, dT). */
@@ -406,7 +405,7 @@ camdelta_status camdelta_branch_forward(camdelta_context *ctx, const camdelta_br
   return branch_forward(ctx, args, saved, NULL);
 }
 
-camdelta_status cd_branch_forward_sp(camdelta_context *ctx, const camdelta_branch_args *args,
+camdelta_status camdelta_branch_sp_forward(camdelta_context *ctx, const camdelta_branch_args *args,
                                      camdelta_branch_saved *saved, const cd_branch_sp *sp) {
   return branch_forward(ctx, args, saved, sp);
 }
@@ -678,7 +677,7 @@ camdelta_status camdelta_branch_backward(camdelta_context *ctx, const camdelta_b
   return branch_backward(ctx, args, grads, saved, NULL);
 }
 
-camdelta_status cd_branch_backward_sp(camdelta_context *ctx, const camdelta_branch_args *args,
+camdelta_status camdelta_branch_sp_backward(camdelta_context *ctx, const camdelta_branch_args *args,
                                       const camdelta_branch_grads *grads, const camdelta_branch_saved *saved,
                                       const cd_branch_sp *sp) {
   return branch_backward(ctx, args, grads, saved, sp);

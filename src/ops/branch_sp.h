@@ -25,11 +25,12 @@ typedef struct cd_branch_sp {
   camdelta_status (*reduce)(void *user, camdelta_status st, float *x, size_t n);
 } cd_branch_sp;
 
-/** camdelta_branch_forward / _backward on this rank's frames (args->T of them), with the chunking of the whole
+/** Internal (exported for camdelta_mpi only, not installed; names start with camdelta_ as every exported symbol).
+ *  camdelta_branch_forward / _backward on this rank's frames (args->T of them), with the chunking of the whole
  *  sequence (sp->T_global frames). Collective over the ranks behind `sp`. `saved` is required. */
-CAMDELTA_API camdelta_status cd_branch_forward_sp(camdelta_context *ctx, const camdelta_branch_args *args,
+CAMDELTA_API camdelta_status camdelta_branch_sp_forward(camdelta_context *ctx, const camdelta_branch_args *args,
                                                   camdelta_branch_saved *saved, const cd_branch_sp *sp);
-CAMDELTA_API camdelta_status cd_branch_backward_sp(camdelta_context *ctx, const camdelta_branch_args *args,
+CAMDELTA_API camdelta_status camdelta_branch_sp_backward(camdelta_context *ctx, const camdelta_branch_args *args,
                                                    const camdelta_branch_grads *grads,
                                                    const camdelta_branch_saved *saved, const cd_branch_sp *sp);
 #endif

@@ -110,6 +110,7 @@ int main(int argc, char **argv) {
     for (int i = 5; i < argc; i++) bad |= cmp(argv[2], argv[3], atof(argv[4]), argv[i]);
     return bad;
   }
-  fprintf(stderr, "usage: npy_tool gen DIR B H D F S SEED | genbranch DIR B T Hs Ws H D SEED | cmp DIR_A DIR_B TOL NAME...\n");
+  fprintf(stderr, "usage: npy_tool gen DIR B H D F S SEED | genbranch DIR B T Hs Ws H D SEED | "
+                  "cmp DIR_A DIR_B TOL NAME...\n");
   return 2;
 }
