@@ -57,6 +57,23 @@ CAMDELTA_API camdelta_status camdelta_mpi_scan_backward(camdelta_context *ctx, c
                                                         const camdelta_scan_saved *saved, MPI_Comm comm,
                                                         camdelta_mpi_timing *timing);
 
+/** The whole camera branch (camdelta_branch_forward / _backward, SPEC 8.6) over the ranks of `comm`. Each rank
+ *  passes its contiguous share of every sequence's frames: args->T = this rank's frame count (at least 1; rank 0
+ *  the first frames, rank 1 the next ones, ...), every tensor the slice of those frames (q_raw, k_raw, v_raw, y,
+ *  grad_y and the token gradients (B, T·Hs·Ws, H, D); beta, dbeta (B, H, T, S); decay, ddecay (B, H, T);
+ *  camera_conditions (B, T, 20)). The chunking is that of the whole sequence (its T = the sum of the ranks'
+ *  frames); conv_weight and the norm weights are the same on every rank. Every rank passes the same shape,
+ *  chunking, k_scale, norm_eps, algorithm and precision, and `saved` (and each gradient buffer) on all ranks or
+ *  on none. The ranks exchange D x D state summaries (the scan pair, as camdelta_mpi_scan_*), the short conv's
+ *  halo (up to 3 frames of raw K forward, of its gradient backward, from the neighbours) and, in the backward,
+ *  the partial sums of dconv_weight, dq_norm_weight and dk_norm_weight (added in rank order; every rank gets
+ *  the same totals). Collective; every rank returns the same status. Results equal one device to rounding. */
+CAMDELTA_API camdelta_status camdelta_mpi_branch_forward(camdelta_context *ctx, const camdelta_branch_args *args,
+                                                         camdelta_branch_saved *saved, MPI_Comm comm);
+CAMDELTA_API camdelta_status camdelta_mpi_branch_backward(camdelta_context *ctx, const camdelta_branch_args *args,
+                                                          const camdelta_branch_grads *grads,
+                                                          const camdelta_branch_saved *saved, MPI_Comm comm);
+
 /** The contiguous share of F frames that rank `rank` of `ranks` takes in camdelta's tools and tests:
  *  frames [F·rank/ranks, F·(rank+1)/ranks). Needs F >= ranks for every share to be non-empty. */
 CAMDELTA_API void camdelta_mpi_frame_share(size_t F, int ranks, int rank, size_t *first, size_t *count);

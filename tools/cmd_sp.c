@@ -29,8 +29,11 @@ void usage_sp(void) {
          "sequence parallel (under mpirun; camdelta built with MPI):\n"
          "  --sequence-parallel      split the frames of every sequence over the MPI ranks\n"
          "                           (rank r takes frames [F*r/P, F*(r+1)/P); F >= P).\n"
-         "                           run scan|scan-backward: every rank reads --in, rank 0\n"
-         "                           writes the same files as one device. demo: every rank's\n"
+         "                           run scan|scan-backward|branch|branch-backward: every\n"
+         "                           rank reads --in, rank 0 writes the same files as one\n"
+         "                           device (branch: T >= P; --grid --patch --chunk-size\n"
+         "                           --chunk-strategy --k-scale --norm-eps --algorithm and\n"
+         "                           chunk_index as one device). demo: every rank's\n"
          "                           share checked against one device. bench: time per rank\n"
          "                           and the summary-exchange time.\n"
          "  demo/bench: --algorithm auto|sequential|chunkwise  the forward's algorithm (demo\n"
@@ -196,10 +199,247 @@ typedef struct sp_out {
   cl_mem mem;
 } sp_out;
 
+/* ---------------------------------------------------------------------------------- run branch over ranks */
+
+static int parse_triple_sp(const char *opt, const char *text, size_t v[3]) {
+  char buf[128];
+  if (strlen(text) >= sizeof buf) return cli_error(CLI_EXIT_USAGE, "option %s: '%s' is too long", opt, text), 0;
+  strcpy(buf, text);
+  char *save = NULL, *tok = strtok_r(buf, ",", &save);
+  for (int i = 0; i < 3; i++) {
+    if (!tok || !cli_parse_size(opt, tok, &v[i])) {
+      if (!tok) cli_error(CLI_EXIT_USAGE, "option %s: '%s' is not three positive integers a,b,c", opt, text);
+      return 0;
+    }
+    tok = strtok_r(NULL, ",", &save);
+  }
+  if (tok) return cli_error(CLI_EXIT_USAGE, "option %s: '%s' is not three positive integers a,b,c", opt, text), 0;
+  return 1;
+}
+
+/* `camdelta run branch|branch-backward --sequence-parallel`: every rank reads the inputs of the single-device
+ * operation, takes its share of frames and runs camdelta_mpi_branch_forward/_backward; rank 0 gathers the
+ * shares and writes the same files as one device. */
+static int run_branch_sp(int argc, char **argv) {
+  const char *op = NULL, *in = NULL, *outdir = NULL, *device = NULL, *v;
+  size_t grid[3] = {0, 0, 0}, patch[3] = {1, 1, 1}, cs = 0;
+  int have_grid = 0, have_k_scale = 0, quiet = 0;
+  double k_scale = 0, norm_eps = 1e-6;
+  camdelta_chunk_strategy strategy = CAMDELTA_CHUNK_UNIFORM;
+  camdelta_scan_algorithm alg = CAMDELTA_SCAN_AUTO;
+  cli_args a = {argc, argv, 0};
+  while (a.i < argc) {
+    int r;
+    if (cli_flag(&a, "--sequence-parallel")) continue;
+    if ((r = cli_value(&a, "--in", &in)) || (r = cli_value(&a, "--out", &outdir)) ||
+        (r = cli_value(&a, "--device", &device))) {
+      if (r < 0) return CLI_EXIT_USAGE;
+      continue;
+    }
+    if ((r = cli_value(&a, "--grid", &v))) {
+      if (r < 0 || !parse_triple_sp("--grid", v, grid)) return CLI_EXIT_USAGE;
+      have_grid = 1;
+      continue;
+    }
+    if ((r = cli_value(&a, "--patch", &v))) {
+      if (r < 0 || !parse_triple_sp("--patch", v, patch)) return CLI_EXIT_USAGE;
+      continue;
+    }
+    if ((r = cli_value(&a, "--chunk-size", &v))) {
+      if (r < 0 || !cli_parse_size("--chunk-size", v, &cs)) return CLI_EXIT_USAGE;
+      continue;
+    }
+    if ((r = cli_value(&a, "--chunk-strategy", &v))) {
+      if (r < 0) return CLI_EXIT_USAGE;
+      if (strcmp(v, "uniform") == 0) strategy = CAMDELTA_CHUNK_UNIFORM;
+      else if (strcmp(v, "first_frame") == 0) strategy = CAMDELTA_CHUNK_FIRST_FRAME;
+      else if (strcmp(v, "first_chunk_plus_one") == 0) strategy = CAMDELTA_CHUNK_FIRST_CHUNK_PLUS_ONE;
+      else
+        return cli_error(CLI_EXIT_USAGE,
+                         "option --chunk-strategy: '%s' is not uniform, first_frame or first_chunk_plus_one", v);
+      continue;
+    }
+    if ((r = cli_value(&a, "--k-scale", &v))) {
+      if (r < 0 || !cli_parse_double("--k-scale", v, &k_scale)) return CLI_EXIT_USAGE;
+      have_k_scale = 1;
+      continue;
+    }
+    if ((r = cli_value(&a, "--norm-eps", &v))) {
+      if (r < 0 || !cli_parse_double("--norm-eps", v, &norm_eps)) return CLI_EXIT_USAGE;
+      if (norm_eps < 0) return cli_error(CLI_EXIT_USAGE, "option --norm-eps: must be >= 0, got '%s'", v);
+      continue;
+    }
+    if ((r = cli_value(&a, "--algorithm", &v))) {
+      if (r < 0 || !cli_parse_algorithm(v, &alg)) return CLI_EXIT_USAGE;
+      continue;
+    }
+    if (cli_flag(&a, "--quiet") || cli_flag(&a, "-q")) quiet = 1;
+    else if (argv[a.i][0] == '-' && argv[a.i][1])
+      return cli_error(CLI_EXIT_USAGE, "run --sequence-parallel: option '%s' is not supported by branch and "
+                       "branch-backward", argv[a.i]);
+    else if (op)
+      return cli_error(CLI_EXIT_USAGE, "run: unexpected argument '%s' (the operation is '%s')", argv[a.i], op);
+    else op = argv[a.i++];
+  }
+  if (!op) return cli_error(CLI_EXIT_USAGE, "run --sequence-parallel: missing the operation");
+  const int backward = strcmp(op, "branch-backward") == 0;
+  if (!in || !*in) return cli_error(CLI_EXIT_USAGE, "run %s: missing --in DIR", op);
+  if (!outdir || !*outdir) return cli_error(CLI_EXIT_USAGE, "run %s: missing --out DIR", op);
+  if (!have_grid) return cli_error(CLI_EXIT_USAGE, "run %s: missing --grid T,Hs,Ws", op);
+  int rc = sp_init();
+  if (rc) return rc;
+  enum { I_Q, I_K, I_V, I_W, I_QW, I_KW, I_CC, I_B, I_D, I_GY, I_N };
+  cli_tensor t[I_N], ci;
+  memset(t, 0, sizeof t);
+  memset(&ci, 0, sizeof ci);
+  const size_t T = grid[0], Hs = grid[1], Ws = grid[2], S = Hs * Ws;
+  size_t B = 0, N = 0, H = 0, D = 0;
+  rc = cli_tensor_load_f32(&t[I_Q], in, "q_raw", 0, -4, NULL, "(B, N, H, D)");
+  if (!rc) {
+    const size_t *s = t[I_Q].npy.shape;
+    B = s[0], N = s[1], H = s[2], D = s[3];
+    if (Hs > SIZE_MAX / Ws || T > SIZE_MAX / S || T * S != N)
+      rc = cli_error(CLI_EXIT_INPUT, "--grid %zu,%zu,%zu does not match N = %zu tokens of %s (expected T*Hs*Ws = N)",
+                     T, Hs, Ws, N, t[I_Q].path);
+  }
+  const size_t C = H * D, bnhd[4] = {B, N, H, D}, c4[2] = {C, 4}, c1[1] = {C}, bt20[3] = {B, T, 20},
+               bhts[4] = {B, H, T, S}, bht[3] = {B, H, T};
+  if (!rc) rc = cli_tensor_load_f32(&t[I_K], in, "k_raw", 0, 4, bnhd, "(B, N, H, D)");
+  if (!rc) rc = cli_tensor_load_f32(&t[I_V], in, "v_raw", 0, 4, bnhd, "(B, N, H, D)");
+  if (!rc) rc = cli_tensor_load_f32(&t[I_W], in, "conv_weight", 0, 2, c4, "(C, 4) with C = H*D");
+  if (!rc) rc = cli_tensor_load_f32(&t[I_QW], in, "q_norm_weight", 0, 1, c1, "(C,) with C = H*D");
+  if (!rc) rc = cli_tensor_load_f32(&t[I_KW], in, "k_norm_weight", 0, 1, c1, "(C,) with C = H*D");
+  if (!rc) rc = cli_tensor_load_f32(&t[I_CC], in, "camera_conditions", 0, 3, bt20, "(B, T, 20) with T from --grid");
+  if (!rc) rc = cli_tensor_load_f32(&t[I_B], in, "beta", 0, 4, bhts, "(B, H, T, S) with S = Hs*Ws");
+  if (!rc) rc = cli_tensor_load_f32(&t[I_D], in, "decay", 0, 3, bht, "(B, H, T)");
+  if (!rc && backward) rc = cli_tensor_load_f32(&t[I_GY], in, "grad_y", 0, 4, bnhd, "(B, N, H, D)");
+  camdelta_chunking ch;
+  memset(&ch, 0, sizeof ch);
+  ch.chunk_size = cs, ch.strategy = strategy;
+  if (!rc) rc = cli_tensor_load(&ci, in, "chunk_index", 1, "(K,) <i8");
+  if (!rc && ci.present) {
+    if (ci.npy.type != CAMDELTA_NPY_I8 || ci.npy.ndim != 1 || ci.npy.count == 0)
+      rc = cli_error(CLI_EXIT_INPUT, "%s: expected a non-empty 1-d <i8 array of frame starts", ci.path);
+    ch.chunk_index = (const int64_t *)ci.npy.data, ch.chunk_index_count = ci.npy.count;
+  }
+  if (!rc && T < (size_t)g_size)
+    rc = cli_error(CLI_EXIT_INPUT, "--grid: T = %zu frames cannot be split over %d ranks (every rank needs a frame)",
+                   T, g_size);
+  if (!rc && (D < 8 || D > 128 || D % 8))
+    rc = cli_error(CLI_EXIT_INPUT, "%s: head dim D = %zu unsupported (expected a multiple of 8 in [8, 128])",
+                   t[I_Q].path, D);
+  camdelta_context *ctx = NULL;
+  if ((rc = agree_rc(rc))) goto done;
+  if ((rc = agree_rc(sp_context(&ctx, device)))) goto done;
+  {
+    size_t f0, fl;
+    camdelta_mpi_frame_share(T, g_size, g_rank, &f0, &fl);
+    /* rows and per-frame columns of each input (0: whole, not split) */
+    const size_t rows[I_N] = {B, B, B, 4 * C, C, C, B, B * H, B * H, B};
+    const size_t unit[I_N] = {S * C, S * C, S * C, 0, 0, 0, 20, S, 1, S * C};
+    cl_mem m[I_N] = {NULL};
+    for (int i = 0; i < I_N && !rc; i++) {
+      if (i == I_GY && !backward) continue;
+      float *loc = unit[i] ? slice(t[i].npy.data, rows[i], T * unit[i], f0 * unit[i], fl * unit[i]) : NULL;
+      if (unit[i] && !loc) rc = cli_error(CLI_EXIT_FAILURE, "out of host memory");
+      if (!rc) rc = upload(ctx, unit[i] ? loc : t[i].npy.data, unit[i] ? rows[i] * fl * unit[i] : rows[i], &m[i]);
+      free(loc);
+    }
+    /* outputs: name, rows, unit (0: whole), ndim, shape */
+    sp_out o[8];
+    int no = 0;
+    if (!backward) o[no++] = (sp_out){"y", B, S * C, 4, {B, N, H, D}, NULL};
+    else {
+      o[no++] = (sp_out){"dq_raw", B, S * C, 4, {B, N, H, D}, NULL};
+      o[no++] = (sp_out){"dk_raw", B, S * C, 4, {B, N, H, D}, NULL};
+      o[no++] = (sp_out){"dv_raw", B, S * C, 4, {B, N, H, D}, NULL};
+      o[no++] = (sp_out){"dconv_weight", 4 * C, 0, 2, {C, 4, 0, 0}, NULL};
+      o[no++] = (sp_out){"dq_norm_weight", C, 0, 1, {C, 0, 0, 0}, NULL};
+      o[no++] = (sp_out){"dk_norm_weight", C, 0, 1, {C, 0, 0, 0}, NULL};
+      o[no++] = (sp_out){"dbeta", B * H, S, 4, {B, H, T, S}, NULL};
+      o[no++] = (sp_out){"ddecay", B * H, 1, 3, {B, H, T, 0}, NULL};
+    }
+    for (int i = 0; i < no && !rc; i++)
+      rc = upload(ctx, NULL, o[i].unit ? o[i].rows * fl * o[i].unit : o[i].rows, &o[i].mem);
+    rc = agree_rc(rc);
+    const double t0 = now_ms();
+    if (!rc) {
+      camdelta_branch_args ba;
+      memset(&ba, 0, sizeof ba);
+      ba.B = B, ba.T = fl, ba.Hs = Hs, ba.Ws = Ws, ba.H = H, ba.D = D, ba.pt = patch[0], ba.ph = patch[1];
+      ba.pw = patch[2], ba.chunking = ch, ba.algorithm = alg, ba.norm_eps = (float)norm_eps;
+      ba.k_scale = (float)(have_k_scale ? k_scale : 1.0 / sqrt((double)D * (double)S));
+      camdelta_buffer *ib[I_N - 1] = {&ba.q_raw,          &ba.k_raw,     &ba.v_raw, &ba.conv_weight, &ba.q_norm_weight,
+                                      &ba.k_norm_weight, &ba.camera_conditions, &ba.beta, &ba.decay};
+      for (int i = 0; i < I_N - 1; i++) *ib[i] = (camdelta_buffer){m[i], 0};
+      camdelta_status st;
+      if (!backward) {
+        ba.y.mem = o[0].mem;
+        st = camdelta_mpi_branch_forward(ctx, &ba, NULL, MPI_COMM_WORLD);
+      } else {
+        camdelta_branch_grads g;
+        memset(&g, 0, sizeof g);
+        g.grad_y.mem = m[I_GY], g.dq_raw.mem = o[0].mem, g.dk_raw.mem = o[1].mem, g.dv_raw.mem = o[2].mem;
+        g.dconv_weight.mem = o[3].mem, g.dq_norm_weight.mem = o[4].mem, g.dk_norm_weight.mem = o[5].mem;
+        g.dbeta.mem = o[6].mem, g.ddecay.mem = o[7].mem;
+        st = camdelta_mpi_branch_backward(ctx, &ba, &g, NULL, MPI_COMM_WORLD);
+      }
+      const char *call = backward ? "camdelta_mpi_branch_backward" : "camdelta_mpi_branch_forward";
+      if (st) rc = g_rank == 0 ? cli_lib_error(st, call) : cli_exit_code(st);
+    }
+    const double ms = now_ms() - t0;
+    if (!rc && g_rank == 0) rc = cli_make_dir(outdir);
+    rc = agree_rc(rc);
+    for (int i = 0; i < no && !rc; i++) {
+      float *h = NULL, *full = NULL;
+      rc = agree_rc(download(ctx, o[i].mem, o[i].unit ? o[i].rows * fl * o[i].unit : o[i].rows, &h));
+      if (!rc && o[i].unit) rc = agree_rc(gather_cols(h, o[i].rows, T, o[i].unit, &full));
+      else if (!rc) full = h, h = NULL; /* summed over the ranks: the same on every rank */
+      if (!rc && g_rank == 0) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s.npy", outdir, o[i].name);
+        if (camdelta_npy_write(path, CAMDELTA_NPY_F4, o[i].ndim, o[i].shape, full) != CAMDELTA_OK)
+          rc = cli_error(CLI_EXIT_FAILURE, "%s", camdelta_last_message());
+      }
+      rc = agree_rc(rc);
+      free(h), free(full);
+    }
+    double slowest = ms;
+    MPI_Reduce(&ms, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    if (!rc && g_rank == 0 && !quiet) {
+      printf("camdelta run %s: sequence parallel over %d ranks: B=%zu H=%zu D=%zu grid %zux%zux%zu; slowest rank "
+             "%.3f ms; wrote", op, g_size, B, H, D, T, Hs, Ws, slowest);
+      for (int i = 0; i < no; i++) printf(" %s", o[i].name);
+      printf(" to %s\n", outdir);
+    }
+    for (int i = 0; i < no; i++)
+      if (o[i].mem) clReleaseMemObject(o[i].mem);
+    for (int i = 0; i < I_N; i++)
+      if (m[i]) clReleaseMemObject(m[i]);
+  }
+done:
+  camdelta_context_destroy(ctx);
+  for (int i = 0; i < I_N; i++) cli_tensor_free(&t[i]);
+  cli_tensor_free(&ci);
+  return sp_end(rc);
+}
+
 int cmd_run_sp(int argc, char **argv) {
   const char *op = NULL, *in = NULL, *outdir = NULL, *device = NULL, *v;
   int reverse = 0, final_state = 0, quiet = 0;
   camdelta_scan_algorithm alg = CAMDELTA_SCAN_AUTO;
+  /* branch and branch-backward have their own options */
+  for (int i = 0; i < argc; i++) {
+    if (argv[i][0] == '-') {
+      if (i + 1 < argc && argv[i + 1][0] != '-' && strcmp(argv[i], "--sequence-parallel") != 0 &&
+          strcmp(argv[i], "--quiet") != 0 && strcmp(argv[i], "-q") != 0 && strcmp(argv[i], "--reverse") != 0 &&
+          strcmp(argv[i], "--final-state") != 0)
+        i++; /* its value */
+      continue;
+    }
+    if (strcmp(argv[i], "branch") == 0 || strcmp(argv[i], "branch-backward") == 0) return run_branch_sp(argc, argv);
+    break;
+  }
   cli_args a = {argc, argv, 0};
   while (a.i < argc) {
     int r;
@@ -223,11 +463,13 @@ int cmd_run_sp(int argc, char **argv) {
       return cli_error(CLI_EXIT_USAGE, "run: unexpected argument '%s' (the operation is '%s')", argv[a.i], op);
     else op = argv[a.i++];
   }
-  if (!op) return cli_error(CLI_EXIT_USAGE, "run --sequence-parallel: missing the operation: scan or scan-backward");
+  if (!op)
+    return cli_error(CLI_EXIT_USAGE, "run --sequence-parallel: missing the operation: scan, scan-backward, branch or "
+                     "branch-backward");
   const int backward = strcmp(op, "scan-backward") == 0;
   if (!backward && strcmp(op, "scan") != 0)
-    return cli_error(CLI_EXIT_USAGE, "run --sequence-parallel: operation '%s' is not split over ranks (scan and "
-                     "scan-backward are)", op);
+    return cli_error(CLI_EXIT_USAGE, "run --sequence-parallel: operation '%s' is not split over ranks (scan, "
+                     "scan-backward, branch and branch-backward are)", op);
   if (!in || !*in) return cli_error(CLI_EXIT_USAGE, "run %s: missing --in DIR", op);
   if (!outdir || !*outdir) return cli_error(CLI_EXIT_USAGE, "run %s: missing --out DIR", op);
   if (backward && (final_state || alg != CAMDELTA_SCAN_AUTO))

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "branch_common.h"
+#include "branch_sp.h"
 #include "camera_op.h"
 
 enum { PQ, PKV, PO, RC, RS, KCONV, QB, KB, VB, INFL, IOTA, BP, BR, DR, OUTC, OUTR, MASK, SEG, NBUF };
@@ -66,6 +67,9 @@ typedef struct branch_geo {
   size_t N, S, C, BNC, BHN, BHT, BN16, NDh;
   size_t *bounds, nb, *cbounds, ncb;
   uint32_t *mask, *seg_end;
+  /* sequence parallelism: this rank's frames start at global f0; the conv runs on the frames [e0, e0 + Te)
+   * (this rank's and up to 3 of each neighbour's); one device: f0 = e0 = 0, Te = T */
+  size_t f0, e0, Te;
 } branch_geo;
 
 static void geo_free(branch_geo *g) {
@@ -73,7 +77,8 @@ static void geo_free(branch_geo *g) {
   memset(g, 0, sizeof *g);
 }
 
-static camdelta_status check_args(const char *op, const camdelta_branch_args *a, branch_geo *g) {
+static camdelta_status check_args(const char *op, const camdelta_branch_args *a, branch_geo *g,
+                                  const cd_branch_sp *sp) {
   memset(g, 0, sizeof *g);
   camdelta_status st = cd_check_head_dim(op, a->D);
   if (st) return st;
@@ -90,7 +95,12 @@ static camdelta_status check_args(const char *op, const camdelta_branch_args *a,
     return cd_fail(CAMDELTA_ERROR_OVERFLOW, "%s: B*N*H*D = %zu*%zu*%zu*%zu overflows", op, a->B, g->N, a->H, a->D);
   g->S = a->Hs * a->Ws, g->C = a->H * a->D, g->BHN = a->B * a->H * g->N, g->BHT = a->B * a->H * a->T;
   g->BN16 = a->B * g->N * 16, g->NDh = g->N * (a->D / 2);
-  const size_t T = a->T;
+  const size_t T = sp ? sp->T_global : a->T, f0 = sp ? sp->f0 : 0;
+  if (sp && (f0 > T || a->T > T - f0))
+    return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: frames [%zu, %zu) of this rank are not within the sequence's %zu", op,
+                   f0, f0 + a->T, T);
+  g->f0 = f0, g->e0 = f0 >= 3 ? f0 - 3 : 0;
+  g->Te = (T - f0 - a->T >= 3 ? f0 + a->T + 3 : T) - g->e0;
   g->bounds = malloc((T + 1) * sizeof *g->bounds);
   g->cbounds = malloc((T + 1) * sizeof *g->cbounds);
   g->mask = malloc(T * sizeof *g->mask);
@@ -105,6 +115,13 @@ static camdelta_status check_args(const char *op, const camdelta_branch_args *a,
   }
   cd_reverse_mask(g->bounds, g->nb, T, g->mask);
   cd_segment_ends(g->cbounds, g->ncb, T, g->seg_end);
+  if (sp) { /* this rank's frames of the mask; the segment ends of the conv's frames, relative to e0 */
+    memmove(g->mask, g->mask + f0, a->T * sizeof *g->mask);
+    for (size_t i = 0; i < g->Te; i++) {
+      const size_t e = g->seg_end[g->e0 + i];
+      g->seg_end[i] = (uint32_t)((e < g->e0 + g->Te ? e : g->e0 + g->Te) - g->e0);
+    }
+  }
   if (!(a->k_scale == a->k_scale) || a->k_scale - a->k_scale != 0.0f)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: k_scale must be finite (got %g)", op, (double)a->k_scale);
   if (!(a->norm_eps >= 0.0f) || a->norm_eps - a->norm_eps != 0.0f)
@@ -116,7 +133,7 @@ static camdelta_status check_args(const char *op, const camdelta_branch_args *a,
                               {"conv_weight", a->conv_weight, 4 * g->C, 4},
                               {"q_norm_weight", a->q_norm_weight, g->C, 4},
                               {"k_norm_weight", a->k_norm_weight, g->C, 4},
-                              {"camera_conditions", a->camera_conditions, a->B * T * 20, 4},
+                              {"camera_conditions", a->camera_conditions, a->B * a->T * 20, 4},
                               {"beta", a->beta, g->BHN, 4},
                               {"decay", a->decay, g->BHT, 4}};
   for (size_t i = 0; i < sizeof in / sizeof in[0]; i++)
@@ -136,6 +153,68 @@ static const cd_tensor_arg *inputs_of(const camdelta_branch_args *a, const branc
                               {"decay", a->decay, g->BHT, 4}};
   memcpy(in, x, sizeof x);
   return in;
+}
+
+/* ------------------------------------------------------------------------------ sequence parallelism */
+
+/* Copies n frames (fs floats each) of every batch: frame sf of src (B, sT frames) -> frame df of dst (B, dT). */
+static camdelta_status copy_frames(camdelta_context *ctx, camdelta_buffer src, size_t sT, size_t sf,
+                                   camdelta_buffer dst, size_t dT, size_t df, size_t n, size_t B, size_t fs) {
+  for (size_t b = 0; b < B && n; b++) {
+    const cl_int err = clEnqueueCopyBuffer(ctx->queue, src.mem, dst.mem, (src.offset + (b * sT + sf) * fs) * 4,
+                                           (dst.offset + (b * dT + df) * fs) * 4, n * fs * 4, 0, NULL, NULL);
+    if (err != CL_SUCCESS) return cd_cl_fail(err, "copying frames");
+  }
+  return CAMDELTA_OK;
+}
+
+static camdelta_status host_frames(camdelta_context *ctx, int write, camdelta_buffer x, size_t T, size_t f,
+                                   float *h, size_t n, size_t B, size_t fs) {
+  for (size_t b = 0; b < B && n; b++) {
+    const size_t off = (x.offset + (b * T + f) * fs) * 4, bytes = n * fs * 4;
+    const cl_int err = write ? clEnqueueWriteBuffer(ctx->queue, x.mem, CL_TRUE, off, bytes, h + b * n * fs, 0, NULL,
+                                                    NULL)
+                             : clEnqueueReadBuffer(ctx->queue, x.mem, CL_TRUE, off, bytes, h + b * n * fs, 0, NULL,
+                                                   NULL);
+    if (err != CL_SUCCESS) return cd_cl_fail(err, write ? "writing halo frames" : "reading halo frames");
+  }
+  return CAMDELTA_OK;
+}
+
+/* Collective: x (B, T frames of fs floats) of this rank -> *ext (B, Te frames): the frames [e0, e0 + Te) with the
+ * neighbours' halo frames (from sp->halo). The caller releases *ext. */
+static camdelta_status sp_extend(camdelta_context *ctx, const cd_branch_sp *sp, camdelta_status st,
+                                 const branch_geo *g, size_t B, size_t T, size_t fs, camdelta_buffer x, cl_mem *ext) {
+  const size_t nf = T < 3 ? T : 3, nl = g->f0 - g->e0, nr = g->Te - nl - T;
+  float *first = NULL, *last = NULL, *left = NULL, *right = NULL;
+  *ext = NULL;
+  if (!st) {
+    first = malloc((B * nf * fs + 1) * 4), last = malloc((B * nf * fs + 1) * 4);
+    left = malloc((B * nl * fs + 1) * 4), right = malloc((B * nr * fs + 1) * 4);
+    if (!first || !last || !left || !right) st = cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "halo: out of host memory");
+  }
+  if (!st) st = cd_alloc(ctx, B * g->Te * fs * 4, ext);
+  if (!st) st = host_frames(ctx, 0, x, T, 0, first, nf, B, fs);
+  if (!st) st = host_frames(ctx, 0, x, T, T - nf, last, nf, B, fs);
+  st = sp->halo(sp->user, st, B, fs, first, nf, last, nf, left, nl, right, nr);
+  const camdelta_buffer e = {*ext, 0};
+  if (!st) st = copy_frames(ctx, x, T, 0, e, g->Te, nl, T, B, fs);
+  if (!st) st = host_frames(ctx, 1, e, g->Te, 0, left, nl, B, fs);
+  if (!st) st = host_frames(ctx, 1, e, g->Te, nl + T, right, nr, B, fs);
+  free(first), free(last), free(left), free(right);
+  return st;
+}
+
+/* Collective: dst (n floats) <- the sum over the ranks of src (n floats), in rank order. */
+static camdelta_status sp_reduce(camdelta_context *ctx, const cd_branch_sp *sp, camdelta_status st,
+                                 camdelta_buffer src, camdelta_buffer dst, size_t n) {
+  float *h = NULL;
+  if (!st && !(h = malloc(n * 4))) st = cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "reduce: out of host memory");
+  if (!st) st = host_frames(ctx, 0, src, 1, 0, h, 1, 1, n);
+  st = sp->reduce(sp->user, st, h, n);
+  if (!st) st = host_frames(ctx, 1, dst, 1, 0, h, 1, 1, n);
+  free(h);
+  return st;
 }
 
 /* ------------------------------------------------------------------------------------------- forward */
@@ -183,7 +262,7 @@ static camdelta_status warm_programs(camdelta_context *ctx, size_t D) {
 camdelta_status cd_branch_warm(camdelta_context *ctx, size_t D) { return warm_programs(ctx, D); }
 
 static camdelta_status run_forward(camdelta_context *ctx, const camdelta_branch_args *a, const branch_geo *g,
-                                   camdelta_branch_saved *s, int training) {
+                                   camdelta_branch_saved *s, int training, const cd_branch_sp *sp) {
   const size_t B = a->B, H = a->H, D = a->D, T = a->T, N = g->N, S = g->S, C = g->C;
   camdelta_status st = warm_programs(ctx, D);
   const size_t bytes[NBUF] = {g->BN16 * 4, g->BN16 * 4, g->BN16 * 4, g->NDh * 4, g->NDh * 4, g->BNC * 4,
@@ -193,11 +272,17 @@ static camdelta_status run_forward(camdelta_context *ctx, const camdelta_branch_
     if (bytes[i]) st = cd_ensure_buffer(ctx, &s->mem[i], &s->bytes[i], bytes[i]);
   s->valid = 0;
   if (!st) st = upload_u32(ctx, g->mask, T, &s->mem[MASK], &s->bytes[MASK]);
-  if (!st) st = upload_u32(ctx, g->seg_end, T, &s->mem[SEG], &s->bytes[SEG]);
+  if (!st) st = upload_u32(ctx, g->seg_end, g->Te, &s->mem[SEG], &s->bytes[SEG]);
   if (!st && training && !s->prep) st = camdelta_prep_saved_create(ctx, &s->prep);
   if (!st && training && !s->scan_c) st = camdelta_scan_saved_create(ctx, &s->scan_c);
   if (!st && training && !s->scan_r) st = camdelta_scan_saved_create(ctx, &s->scan_r);
-  if (st) return st;
+  if (st && !sp) return st;
+  /* sequence parallelism: the conv reads k_raw with the neighbours' halo frames and writes the same frames */
+  cl_mem kx = NULL, kc = NULL;
+  if (sp) {
+    st = sp_extend(ctx, sp, st, g, B, T, S * C, a->k_raw, &kx);
+    if (!st) st = cd_alloc(ctx, B * g->Te * S * C * 4, &kc);
+  }
   camdelta_buffer m[NBUF];
   for (int i = 0; i < NBUF; i++) m[i] = (camdelta_buffer){s->mem[i], 0};
   camdelta_profile *prof = a->profile, part = {0, 0};
@@ -208,9 +293,17 @@ static camdelta_status run_forward(camdelta_context *ctx, const camdelta_branch_
   begin(&l, pp);
   const camdelta_camera_args ca = {B,        T,        a->Hs,   a->Ws, a->pt, a->ph, a->pw, D, a->camera_conditions,
                                    m[PQ],    m[PKV],   m[PO],   m[RC], m[RS], NULL};
-  st = cd_camera_enqueue(ctx, &ca, N, &l);
-  if (!st) st = cd_short_conv_enqueue_forward(ctx, B, T, S, C, a->k_raw, a->conv_weight, s->mem[SEG], m[KCONV], &l);
+  if (!st) st = cd_camera_enqueue_at(ctx, &ca, N, g->f0, &l);
+  if (!st && !sp)
+    st = cd_short_conv_enqueue_forward(ctx, B, T, S, C, a->k_raw, a->conv_weight, s->mem[SEG], m[KCONV], &l);
+  if (!st && sp)
+    st = cd_short_conv_enqueue_forward(ctx, B, g->Te, S, C, (camdelta_buffer){kx, 0}, a->conv_weight, s->mem[SEG],
+                                       (camdelta_buffer){kc, 0}, &l);
+  if (!st && sp)
+    st = copy_frames(ctx, (camdelta_buffer){kc, 0}, g->Te, g->f0 - g->e0, m[KCONV], T, 0, T, B, S * C);
   st = cd_launch_end(ctx, &l, st);
+  if (kx) clReleaseMemObject(kx);
+  if (kc) clReleaseMemObject(kc);
   add_profile(prof, &part);
   if (!st) {
     camdelta_prep_args pa = {B,        N,           H,     D,     CAMDELTA_F32,  a->k_scale,   a->norm_eps,
@@ -248,11 +341,12 @@ static camdelta_status run_forward(camdelta_context *ctx, const camdelta_branch_
     st = cd_launch_end(ctx, &l, st);
     add_profile(prof, &part);
   }
-  for (int rev = 0; rev < 2 && !st; rev++) {
+  for (int rev = 0; rev < 2 && (!st || sp); rev++) {
     camdelta_scan_args sa = {B,     H,           D,     T,     S,      rev,    a->algorithm,
                              m[QB], m[KB],       m[VB], rev ? m[BR] : m[BP], rev ? m[DR] : a->decay,
                              rev ? m[OUTR] : m[OUTC], {NULL, 0}, {NULL, 0}, pp, NULL, a->precision};
-    st = camdelta_scan_forward(ctx, &sa, training ? (rev ? s->scan_r : s->scan_c) : NULL);
+    camdelta_scan_saved *ss = training ? (rev ? s->scan_r : s->scan_c) : NULL;
+    st = sp ? sp->scan_forward(sp->user, st, ctx, &sa, ss) : camdelta_scan_forward(ctx, &sa, ss);
     add_profile(prof, &part);
   }
   if (!st) {
@@ -278,29 +372,42 @@ static camdelta_status run_forward(camdelta_context *ctx, const camdelta_branch_
   return st;
 }
 
-camdelta_status camdelta_branch_forward(camdelta_context *ctx, const camdelta_branch_args *args,
-                                        camdelta_branch_saved *saved) {
-  static const char op[] = "camdelta_branch_forward";
+/* With sp (sequence parallelism), every rank reaches the same collective hooks in the same order whatever its
+ * status: the checks are agreed on before anything is enqueued, and the end status too. */
+static camdelta_status branch_forward(camdelta_context *ctx, const camdelta_branch_args *args,
+                                      camdelta_branch_saved *saved, const cd_branch_sp *sp) {
+  const char *op = sp ? "camdelta_mpi_branch_forward" : "camdelta_branch_forward";
   cd_clear_error();
   camdelta_status st = cd_prologue(op, ctx, args, saved ? saved->ctx : NULL, saved != NULL,
                                    args ? args->profile : NULL, NULL, 0);
-  if (st) return st;
   branch_geo g;
-  st = check_args(op, args, &g);
+  memset(&g, 0, sizeof g);
+  if (st && !sp) return st;
+  if (!st) st = check_args(op, args, &g, sp);
   if (!st) st = cd_check_buffer(op, "y", args->y, g.BNC, 4, 0);
   if (!st) {
     cd_tensor_arg in[9];
     const cd_tensor_arg out[1] = {{"y", args->y, g.BNC, 4}};
     st = cd_check_no_overlap(op, out, 1, inputs_of(args, &g, in), 9);
   }
-  if (!st) {
-    camdelta_branch_saved *s = saved;
-    if (!s) st = camdelta_branch_saved_create(ctx, &s);
-    if (!st) st = run_forward(ctx, args, &g, s, saved != NULL);
-    if (!saved) camdelta_branch_saved_destroy(s);
-  }
+  camdelta_branch_saved *s = saved;
+  if (!st && !s) st = camdelta_branch_saved_create(ctx, &s);
+  if (sp) st = sp->agree(sp->user, st);
+  if (!st) st = run_forward(ctx, args, &g, s, saved != NULL, sp);
+  if (sp) st = sp->agree(sp->user, st);
+  if (!saved) camdelta_branch_saved_destroy(s);
   geo_free(&g);
   return st;
+}
+
+camdelta_status camdelta_branch_forward(camdelta_context *ctx, const camdelta_branch_args *args,
+                                        camdelta_branch_saved *saved) {
+  return branch_forward(ctx, args, saved, NULL);
+}
+
+camdelta_status camdelta_branch_sp_forward(camdelta_context *ctx, const camdelta_branch_args *args,
+                                     camdelta_branch_saved *saved, const cd_branch_sp *sp) {
+  return branch_forward(ctx, args, saved, sp);
 }
 
 /* ------------------------------------------------------------------------------------------ backward */
@@ -332,7 +439,7 @@ enum { GOUT, DQ, DK, DV, DQ2, DK2, DV2, DB, DB2, DD, DD2, GINFL, DQW, DKW, NSCR 
 
 static camdelta_status run_backward(camdelta_context *ctx, const camdelta_branch_args *a,
                                     const camdelta_branch_grads *gr, const branch_geo *g,
-                                    const camdelta_branch_saved *s) {
+                                    const camdelta_branch_saved *s, const cd_branch_sp *sp) {
   const size_t B = a->B, H = a->H, D = a->D, T = a->T, N = g->N, S = g->S, C = g->C;
   camdelta_status st = warm_programs(ctx, D);
   const size_t bytes[NSCR] = {g->BNC * 4, g->BNC * 4, g->BNC * 4, g->BNC * 4, g->BNC * 4,
@@ -355,7 +462,7 @@ static camdelta_status run_backward(camdelta_context *ctx, const camdelta_branch
     st = cd_launch_end(ctx, &l, st);
     add_profile(prof, &part);
   }
-  for (int rev = 0; rev < 2 && !st; rev++) {
+  for (int rev = 0; rev < 2 && (!st || sp); rev++) {
     camdelta_scan_backward_args sb = {B,
                                       H,
                                       D,
@@ -378,7 +485,8 @@ static camdelta_status run_backward(camdelta_context *ctx, const camdelta_branch
                                       {NULL, 0},
                                       pp,
                                       a->precision};
-    st = camdelta_scan_backward(ctx, &sb, rev ? s->scan_r : s->scan_c);
+    const camdelta_scan_saved *ss = rev ? s->scan_r : s->scan_c;
+    st = sp ? sp->scan_backward(sp->user, st, ctx, &sb, ss) : camdelta_scan_backward(ctx, &sb, ss);
     add_profile(prof, &part);
   }
   if (!st) {
@@ -462,7 +570,42 @@ static camdelta_status run_backward(camdelta_context *ctx, const camdelta_branch
     st = camdelta_prep_backward(ctx, &pb, s->prep);
     add_profile(prof, &part);
   }
-  if (!st && (gr->dk_raw.mem || gr->dconv_weight.mem)) {
+  /* sequence parallelism: the norm weights' gradients summed over the ranks */
+  if (sp && gr->dq_norm_weight.mem) st = sp_reduce(ctx, sp, st, gr->dq_norm_weight, gr->dq_norm_weight, C);
+  if (sp && gr->dk_norm_weight.mem) st = sp_reduce(ctx, sp, st, gr->dk_norm_weight, gr->dk_norm_weight, C);
+  if (sp && (gr->dk_raw.mem || gr->dconv_weight.mem)) {
+    /* the conv's adjoint on frames [e0, e0 + Te): dk_raw of this rank's frames reads dk_conv of up to 3 frames of
+     * each neighbour; dconv_weight of this rank's own outputs (dk_conv zero elsewhere), summed over the ranks */
+    const size_t fs = S * C, nl = g->f0 - g->e0;
+    cl_mem kx = NULL, gx = NULL, gz = NULL, dxe = NULL, dw = NULL;
+    st = sp_extend(ctx, sp, st, g, B, T, fs, a->k_raw, &kx);
+    st = sp_extend(ctx, sp, st, g, B, T, fs, x[DQ2], &gx);
+    if (!st && gr->dk_raw.mem) st = cd_alloc(ctx, B * g->Te * fs * 4, &dxe);
+    if (!st && gr->dconv_weight.mem) st = cd_alloc(ctx, B * g->Te * fs * 4, &gz);
+    if (!st && gr->dconv_weight.mem) st = cd_alloc(ctx, 4 * C * 4, &dw);
+    if (!st && gz) {
+      const float zero = 0.0f;
+      const cl_int err = clEnqueueFillBuffer(ctx->queue, gz, &zero, sizeof zero, 0, B * g->Te * fs * 4, 0, NULL, NULL);
+      if (err != CL_SUCCESS) st = cd_cl_fail(err, "clearing a buffer");
+      if (!st) st = copy_frames(ctx, x[DQ2], T, 0, (camdelta_buffer){gz, 0}, g->Te, nl, T, B, fs);
+    }
+    begin(&l, pp);
+    const camdelta_buffer none = {NULL, 0};
+    if (!st && dxe)
+      st = cd_short_conv_enqueue_backward(ctx, B, g->Te, S, C, (camdelta_buffer){kx, 0}, a->conv_weight, s->mem[SEG],
+                                          (camdelta_buffer){gx, 0}, (camdelta_buffer){dxe, 0}, none, &l);
+    if (!st && dw)
+      st = cd_short_conv_enqueue_backward(ctx, B, g->Te, S, C, (camdelta_buffer){kx, 0}, a->conv_weight, s->mem[SEG],
+                                          (camdelta_buffer){gz, 0}, none, (camdelta_buffer){dw, 0}, &l);
+    if (!st && dxe) st = copy_frames(ctx, (camdelta_buffer){dxe, 0}, g->Te, nl, gr->dk_raw, T, 0, T, B, fs);
+    st = cd_launch_end(ctx, &l, st);
+    add_profile(prof, &part);
+    if (gr->dconv_weight.mem) st = sp_reduce(ctx, sp, st, (camdelta_buffer){dw, 0}, gr->dconv_weight, 4 * C);
+    cl_mem rel[5] = {kx, gx, gz, dxe, dw};
+    for (int i = 0; i < 5; i++)
+      if (rel[i]) clReleaseMemObject(rel[i]);
+  }
+  if (!sp && !st && (gr->dk_raw.mem || gr->dconv_weight.mem)) {
     begin(&l, pp);
     st = cd_short_conv_enqueue_backward(ctx, B, T, S, C, a->k_raw, a->conv_weight, s->mem[SEG], x[DQ2], gr->dk_raw,
                                         gr->dconv_weight, &l);
@@ -474,16 +617,19 @@ static camdelta_status run_backward(camdelta_context *ctx, const camdelta_branch
   return st;
 }
 
-camdelta_status camdelta_branch_backward(camdelta_context *ctx, const camdelta_branch_args *args,
-                                         const camdelta_branch_grads *grads, const camdelta_branch_saved *saved) {
-  static const char op[] = "camdelta_branch_backward";
+static camdelta_status branch_backward(camdelta_context *ctx, const camdelta_branch_args *args,
+                                       const camdelta_branch_grads *grads, const camdelta_branch_saved *saved,
+                                       const cd_branch_sp *sp) {
+  const char *op = sp ? "camdelta_mpi_branch_backward" : "camdelta_branch_backward";
   cd_clear_error();
-  if (ctx && args && !grads) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'grads' is NULL", op);
-  camdelta_status st = cd_prologue(op, ctx, args, saved ? saved->ctx : NULL, saved != NULL,
-                                   grads ? grads->profile : NULL, NULL, 0);
-  if (st) return st;
+  camdelta_status st = CAMDELTA_OK;
+  if (ctx && args && !grads) st = cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'grads' is NULL", op);
+  if (!st)
+    st = cd_prologue(op, ctx, args, saved ? saved->ctx : NULL, saved != NULL, grads ? grads->profile : NULL, NULL, 0);
   branch_geo g;
-  st = check_args(op, args, &g);
+  memset(&g, 0, sizeof g);
+  if (st && !sp) return st;
+  if (!st) st = check_args(op, args, &g, sp);
   if (!st) st = cd_check_buffer(op, "grad_y", grads->grad_y, g.BNC, 4, 0);
   if (!st) {
     cd_tensor_arg in[10];
@@ -501,28 +647,40 @@ camdelta_status camdelta_branch_backward(camdelta_context *ctx, const camdelta_b
     if (!st) st = cd_check_no_overlap(op, out, 8, in, 10);
   }
   if (!st && saved) st = check_saved(op, args, &g, saved);
-  if (!st) {
-    camdelta_branch_saved *tmp = NULL;
-    const camdelta_branch_saved *s = saved;
-    cl_mem y = NULL;
-    if (!s) {
-      /* recompute the forward into a temporary saved object */
-      st = camdelta_branch_saved_create(ctx, &tmp);
-      if (!st) st = cd_alloc(ctx, g.BNC * 4, &y);
-      if (!st) {
-        camdelta_branch_args fa = *args;
-        fa.y = (camdelta_buffer){y, 0};
-        fa.profile = NULL;
-        st = run_forward(ctx, &fa, &g, tmp, 1);
-      }
-      s = tmp;
+  camdelta_branch_saved *tmp = NULL;
+  const camdelta_branch_saved *s = saved;
+  cl_mem y = NULL;
+  if (!saved) {
+    /* recompute the forward into a temporary saved object (with sp: every rank passes no saved object) */
+    if (!st) st = camdelta_branch_saved_create(ctx, &tmp);
+    if (!st) st = cd_alloc(ctx, g.BNC * 4, &y);
+    if (sp) st = sp->agree(sp->user, st);
+    if (!st) {
+      camdelta_branch_args fa = *args;
+      fa.y = (camdelta_buffer){y, 0};
+      fa.profile = NULL;
+      st = run_forward(ctx, &fa, &g, tmp, 1, sp);
     }
-    if (!st) st = run_backward(ctx, args, grads, &g, s);
-    if (y) clReleaseMemObject(y);
-    camdelta_branch_saved_destroy(tmp);
+    s = tmp;
   }
+  if (sp) st = sp->agree(sp->user, st);
+  if (!st) st = run_backward(ctx, args, grads, &g, s, sp);
+  if (sp) st = sp->agree(sp->user, st);
+  if (y) clReleaseMemObject(y);
+  camdelta_branch_saved_destroy(tmp);
   geo_free(&g);
   return st;
+}
+
+camdelta_status camdelta_branch_backward(camdelta_context *ctx, const camdelta_branch_args *args,
+                                         const camdelta_branch_grads *grads, const camdelta_branch_saved *saved) {
+  return branch_backward(ctx, args, grads, saved, NULL);
+}
+
+camdelta_status camdelta_branch_sp_backward(camdelta_context *ctx, const camdelta_branch_args *args,
+                                      const camdelta_branch_grads *grads, const camdelta_branch_saved *saved,
+                                      const cd_branch_sp *sp) {
+  return branch_backward(ctx, args, grads, saved, sp);
 }
 
 camdelta_status cd_branch_saved_gates(const camdelta_branch_saved *s, cl_mem *beta_p, cl_mem *beta_r,

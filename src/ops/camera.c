@@ -37,6 +37,11 @@ camdelta_status cd_camera_check(const char *op, const camdelta_camera_args *a, s
 }
 
 camdelta_status cd_camera_enqueue(camdelta_context *ctx, const camdelta_camera_args *a, size_t N, cd_launch *l) {
+  return cd_camera_enqueue_at(ctx, a, N, 0, l);
+}
+
+camdelta_status cd_camera_enqueue_at(camdelta_context *ctx, const camdelta_camera_args *a, size_t N, size_t frame0,
+                                     cd_launch *l) {
   const int want_m = a->proj_q.mem || a->proj_kv.mem || a->proj_o.mem;
   const int want_r = a->rope_cos.mem || a->rope_sin.mem;
   cl_kernel km = NULL, kr = NULL;
@@ -53,11 +58,12 @@ camdelta_status cd_camera_enqueue(camdelta_context *ctx, const camdelta_camera_a
     if (!cs) st = cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", OP);
     if (!st) {
       size_t i = 0;
+      const size_t first = frame0; /* global index of frame 0 (sequence parallelism) */
       const size_t ext[3] = {a->T, a->Hs, a->Ws}, nf[3] = {nt, nh, nh}, f0[3] = {0, nt, nt + nh};
       for (int ax = 0; ax < 3; ax++)
         for (size_t p = 0; p < ext[ax]; p++)
           for (size_t j = 0; j < nf[ax]; j++, i++) {
-            const double ang = (double)p * omega[f0[ax] + j];
+            const double ang = (double)(ax == 0 ? p + first : p) * omega[f0[ax] + j];
             cs[2 * i] = (float)cos(ang);
             cs[2 * i + 1] = (float)sin(ang);
           }

@@ -6,6 +6,9 @@
 camdelta_status cd_camera_check(const char *op, const camdelta_camera_args *a, size_t *N);
 /** Enqueue the camera kernels (arguments already checked). */
 camdelta_status cd_camera_enqueue(camdelta_context *ctx, const camdelta_camera_args *a, size_t N, cd_launch *l);
+/** The same for frames that start at global frame f0 (the RoPE's temporal angles use f0 + f). */
+camdelta_status cd_camera_enqueue_at(camdelta_context *ctx, const camdelta_camera_args *a, size_t N, size_t f0,
+                                     cd_launch *l);
 
 /** Short conv: checked shapes; bounds -> device seg_end buffer (caller releases). */
 camdelta_status cd_short_conv_segments(camdelta_context *ctx, const char *op, size_t T,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The tool's sequence-parallel modes under mpirun (SPEC section 7):
 #   `mpirun -np P camdelta run scan|scan-backward --sequence-parallel` writes the same files as one device
-#   (within 1e-6 relative), both directions, F not divisible by P; `demo --sequence-parallel` passes;
+#   (within 1e-6 relative), both directions, F not divisible by P; so does `run branch|branch-backward`; `demo --sequence-parallel` passes;
 #   `bench --sequence-parallel` reports the exchange time per rank; bad use is refused clearly.
 # Usage: cli_sp.sh CAMDELTA NPY_TOOL MPIEXEC WORKDIR [mpirun flags...]
 set -euo pipefail
@@ -25,6 +25,22 @@ for P in 2 3; do
     "$mpiexec" -np $P "${flags[@]}" "$cli" run scan-backward --in "$in" --out "$sp-b" "${rev[@]}" --sequence-parallel
     "$tool" cmp "$sp-b" "$one-b" 1e-6 dq dk dv dbeta ddecay dinit_state
   done
+done
+
+# the whole camera branch: T = 7 frames, chunk size 3 (the chunk [3, 7) straddles ranks), forward and backward
+bin="$work/branch-in"
+mkdir -p "$bin"
+"$tool" genbranch "$bin" 1 7 2 3 2 16 5   # B T Hs Ws H D seed
+bopts=(--grid 7,2,3 --chunk-size 3 --algorithm sequential)
+"$cli" run branch --in "$bin" --out "$work/b-one" "${bopts[@]}" --quiet
+"$cli" run branch-backward --in "$bin" --out "$work/bb-one" "${bopts[@]}" --quiet
+for P in 2 3; do
+  "$mpiexec" -np $P "${flags[@]}" "$cli" run branch --in "$bin" --out "$work/b-sp$P" "${bopts[@]}" --sequence-parallel
+  "$tool" cmp "$work/b-sp$P" "$work/b-one" 1e-6 y
+  "$mpiexec" -np $P "${flags[@]}" "$cli" run branch-backward --in "$bin" --out "$work/bb-sp$P" "${bopts[@]}" \
+    --sequence-parallel --quiet
+  "$tool" cmp "$work/bb-sp$P" "$work/bb-one" 1e-6 dq_raw dk_raw dv_raw dconv_weight dq_norm_weight dk_norm_weight \
+    dbeta ddecay
 done
 
 # the demo checks every rank against one device and must say so

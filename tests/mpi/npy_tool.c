@@ -1,5 +1,7 @@
 /* Helper of tests/mpi/cli_sp.sh (no NumPy needed):
  *   npy_tool gen DIR B H D F S SEED   random scan inputs q k v beta decay grad_out init_state grad_final_state
+ *   npy_tool genbranch DIR B T Hs Ws H D SEED   random camera-branch inputs q_raw k_raw v_raw conv_weight
+ *       q_norm_weight k_norm_weight camera_conditions beta decay grad_y
  *   npy_tool cmp DIR_A DIR_B TOL NAME...
  *       for each NAME: A/NAME.npy and B/NAME.npy have the same shape and max|a − b| / max|b| <= TOL;
  *       prints the difference; exit 1 when a file is missing, the shapes differ or the bound fails. */
@@ -74,11 +76,41 @@ int main(int argc, char **argv) {
            write_rand(dir, "decay", 3, decay, 0.6, 1) || write_rand(dir, "grad_out", 4, tok, -1, 1) ||
            write_rand(dir, "init_state", 4, st, -0.5, 0.5) || write_rand(dir, "grad_final_state", 4, st, -0.5, 0.5);
   }
+  if (argc == 10 && strcmp(argv[1], "genbranch") == 0) {
+    const char *dir = argv[2];
+    size_t B = strtoul(argv[3], 0, 10), T = strtoul(argv[4], 0, 10), Hs = strtoul(argv[5], 0, 10),
+           Ws = strtoul(argv[6], 0, 10), H = strtoul(argv[7], 0, 10), D = strtoul(argv[8], 0, 10);
+    rng = strtoull(argv[9], 0, 10) * 0x9E3779B97F4A7C15ull + 11;
+    const size_t S = Hs * Ws, C = H * D, tok[4] = {B, T * S, H, D}, c4[2] = {C, 4}, c1[1] = {C},
+                 beta[4] = {B, H, T, S}, decay[3] = {B, H, T}, cc[3] = {B, T, 20};
+    if (write_rand(dir, "q_raw", 4, tok, -1.5, 1.5) || write_rand(dir, "k_raw", 4, tok, -1.5, 1.5) ||
+        write_rand(dir, "v_raw", 4, tok, -1.5, 1.5) || write_rand(dir, "conv_weight", 2, c4, -0.6, 0.6) ||
+        write_rand(dir, "q_norm_weight", 1, c1, 0.5, 1.5) || write_rand(dir, "k_norm_weight", 1, c1, 0.5, 1.5) ||
+        write_rand(dir, "beta", 4, beta, 0.1, 0.9) || write_rand(dir, "decay", 3, decay, 0.5, 1) ||
+        write_rand(dir, "grad_y", 4, tok, -1, 1))
+      return 1;
+    /* cameras: c2w near the identity, focal lengths near the image extent, centres near its middle */
+    float *x = malloc(B * T * 20 * 4);
+    if (!x) return 1;
+    for (size_t i = 0; i < B * T; i++) {
+      float *c = x + i * 20;
+      for (int k = 0; k < 16; k++) c[k] = (k % 5 == 0 ? 1.0f : 0.0f) + (k < 12 ? uni(-0.3, 0.3) : 0.0f);
+      c[16] = (float)Ws * uni(0.8, 1.2), c[17] = (float)Hs * uni(0.8, 1.2);
+      c[18] = (float)Ws * uni(0.4, 0.6), c[19] = (float)Hs * uni(0.4, 0.6);
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/camera_conditions.npy", dir);
+    const camdelta_status st = camdelta_npy_write(path, CAMDELTA_NPY_F4, 3, cc, x);
+    free(x);
+    if (st) fprintf(stderr, "%s: %s\n", path, camdelta_last_message());
+    return st != CAMDELTA_OK;
+  }
   if (argc >= 6 && strcmp(argv[1], "cmp") == 0) {
     int bad = 0;
     for (int i = 5; i < argc; i++) bad |= cmp(argv[2], argv[3], atof(argv[4]), argv[i]);
     return bad;
   }
-  fprintf(stderr, "usage: npy_tool gen DIR B H D F S SEED | cmp DIR_A DIR_B TOL NAME...\n");
+  fprintf(stderr, "usage: npy_tool gen DIR B H D F S SEED | genbranch DIR B T Hs Ws H D SEED | "
+                  "cmp DIR_A DIR_B TOL NAME...\n");
   return 2;
 }

@@ -1,0 +1,236 @@
+/* The whole camera branch over MPI (include/camdelta_mpi.h): each rank holds a contiguous share of every
+ * sequence's frames. The single-device branch (src/ops/branch.c) runs on the rank's frames with the chunking of
+ * the whole sequence (masks and conv segments from global frame indices, RoPE angles from global frame
+ * indices) and reaches the other ranks through the hooks of src/ops/branch_sp.h, implemented here:
+ *   - the two scans and their backward: camdelta_mpi_scan_forward / _backward (D x D summaries only; the
+ *     chunk-masked reverse scan needs nothing more: a frame whose beta'_r and decay_r are zero drops its
+ *     incoming state, so its chaining across ranks is that of one device);
+ *   - the short conv's halo: up to 3 raw K frames (forward) or dk_conv frames (backward) on each side; every
+ *     rank contributes its first and last min(3, F) frames to one MPI_Allgatherv and takes the frames it needs
+ *     from their owners (a halo may span several ranks when ranks hold fewer than 3 frames);
+ *   - sums over all frames (dconv_weight, dq_norm_weight, dk_norm_weight): each rank's partial is all-gathered
+ *     and summed in rank order, so every rank holds the same bits run to run.
+ * Every hook first agrees on a status over the ranks, so all ranks return the same status and no rank waits
+ * in a collective that another one skipped. */
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../ops/branch_sp.h"
+#include "camdelta_helpers.h"
+#include "camdelta_mpi.h"
+
+typedef struct bsp {
+  MPI_Comm comm;
+  int P, rank;
+  size_t *first, *count; /* every rank's frames */
+} bsp;
+
+static camdelta_status agree(void *user, camdelta_status st) {
+  const bsp *c = user;
+  int mine = st != CAMDELTA_OK ? c->rank : c->P, first = c->P;
+  MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, c->comm);
+  if (first >= c->P) return CAMDELTA_OK;
+  struct {
+    int st;
+    char msg[1536];
+  } m;
+  memset(&m, 0, sizeof m);
+  if (c->rank == first) {
+    m.st = (int)st;
+    snprintf(m.msg, sizeof m.msg, "%s", camdelta_last_message());
+  }
+  MPI_Bcast(&m, (int)sizeof m, MPI_BYTE, first, c->comm);
+  /* a message that already names its rank (from camdelta_mpi_scan_*) is passed on as it is */
+  if (strncmp(m.msg, "rank ", 5) == 0) return camdelta_set_error((camdelta_status)m.st, "%s", m.msg);
+  return camdelta_set_error((camdelta_status)m.st, "rank %d of %d: %s", first, c->P, m.msg);
+}
+
+static camdelta_status scan_forward(void *user, camdelta_status st, camdelta_context *ctx,
+                                    const camdelta_scan_args *args, camdelta_scan_saved *saved) {
+  const bsp *c = user;
+  if ((st = agree(user, st))) return st;
+  return camdelta_mpi_scan_forward(ctx, args, saved, c->comm, NULL);
+}
+
+static camdelta_status scan_backward(void *user, camdelta_status st, camdelta_context *ctx,
+                                     const camdelta_scan_backward_args *args, const camdelta_scan_saved *saved) {
+  const bsp *c = user;
+  if ((st = agree(user, st))) return st;
+  return camdelta_mpi_scan_backward(ctx, args, saved, c->comm, NULL);
+}
+
+static size_t min3(size_t n) { return n < 3 ? n : 3; }
+
+static camdelta_status halo(void *user, camdelta_status st, size_t B, size_t frame, const float *first,
+                            size_t nfirst, const float *last, size_t nlast, float *left, size_t nleft, float *right,
+                            size_t nright) {
+  const bsp *c = user;
+  if ((st = agree(user, st))) return st;
+  const int P = c->P;
+  int *counts = malloc((size_t)P * sizeof *counts), *displs = malloc((size_t)P * sizeof *displs);
+  size_t total = 0, *at = malloc((size_t)P * sizeof *at);
+  if (!counts || !displs || !at) st = camdelta_set_error(CAMDELTA_ERROR_OUT_OF_MEMORY, "halo: out of host memory");
+  for (int r = 0; r < P && !st; r++) {
+    const size_t n = 2 * B * min3(c->count[r]) * frame;
+    if (n > (size_t)INT_MAX || total > (size_t)INT_MAX - n)
+      st = camdelta_set_error(CAMDELTA_ERROR_OVERFLOW, "halo: %zu floats exceed MPI's int counts", total + n);
+    else
+      counts[r] = (int)n, displs[r] = (int)total, at[r] = total, total += n;
+  }
+  float *send = NULL, *recv = NULL;
+  const size_t mine = 2 * B * min3(c->count[c->rank]) * frame;
+  if (!st && (nfirst != min3(c->count[c->rank]) || nlast != nfirst))
+    st = camdelta_set_error(CAMDELTA_ERROR_INVALID_ARGUMENT, "halo: internal: %zu/%zu boundary frames", nfirst, nlast);
+  if (!st && (!(send = malloc(mine * 4 + 4)) || !(recv = malloc(total * 4 + 4))))
+    st = camdelta_set_error(CAMDELTA_ERROR_OUT_OF_MEMORY, "halo: out of host memory");
+  if ((st = agree(user, st)) == CAMDELTA_OK) {
+    memcpy(send, first, B * nfirst * frame * 4);
+    memcpy(send + B * nfirst * frame, last, B * nlast * frame * 4);
+    MPI_Allgatherv(send, (int)mine, MPI_FLOAT, recv, counts, displs, MPI_FLOAT, c->comm);
+    const size_t f0 = c->first[c->rank], f1 = f0 + c->count[c->rank];
+    /* global frame gf of batch b -> dst frame i of n */
+    for (int side = 0; side < 2; side++) {
+      const size_t n = side ? nright : nleft, g0 = side ? f1 : f0 - nleft;
+      float *dst = side ? right : left;
+      for (size_t i = 0; i < n; i++) {
+        const size_t gf = g0 + i;
+        int r = 0;
+        while (r < P - 1 && gf >= c->first[r] + c->count[r]) r++;
+        const size_t k = min3(c->count[r]);
+        /* left halo: in the owner's last k frames; right halo: in its first k */
+        const size_t idx = side ? gf - c->first[r] : gf - (c->first[r] + c->count[r] - k);
+        const float *src = recv + at[r] + (side ? 0 : B * k * frame);
+        for (size_t b = 0; b < B; b++) memcpy(dst + (b * n + i) * frame, src + (b * k + idx) * frame, frame * 4);
+      }
+    }
+  }
+  free(counts), free(displs), free(at), free(send), free(recv);
+  return st;
+}
+
+static camdelta_status reduce(void *user, camdelta_status st, float *x, size_t n) {
+  const bsp *c = user;
+  if ((st = agree(user, st))) return st;
+  float *all = malloc((size_t)c->P * n * 4);
+  if (!all) st = camdelta_set_error(CAMDELTA_ERROR_OUT_OF_MEMORY, "reduce: out of host memory");
+  if (!st && n > (size_t)INT_MAX) st = camdelta_set_error(CAMDELTA_ERROR_OVERFLOW, "reduce: %zu floats", n);
+  if ((st = agree(user, st)) == CAMDELTA_OK) {
+    MPI_Allgather(x, (int)n, MPI_FLOAT, all, (int)n, MPI_FLOAT, c->comm);
+    for (size_t i = 0; i < n; i++) {
+      float acc = 0.0f;
+      for (int r = 0; r < c->P; r++) acc += all[(size_t)r * n + i];
+      x[i] = acc;
+    }
+  }
+  free(all);
+  return st;
+}
+
+enum { DS_OK, DS_B, DS_T, DS_HS, DS_WS, DS_H, DS_D, DS_PT, DS_PH, DS_PW, DS_CS, DS_STRAT, DS_CIC, DS_ALG, DS_PREC,
+       DS_KS, DS_EPS, DS_SAVED, DS_GRADS, DS_COUNT };
+
+static uint32_t fbits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+
+/* Checks MPI, gathers every rank's descriptor and frame count, checks that the calls match. */
+static camdelta_status setup(bsp *c, cd_branch_sp *sp, MPI_Comm comm, const char *op,
+                             const camdelta_branch_args *a, int has_saved, int grads) {
+  memset(c, 0, sizeof *c);
+  memset(sp, 0, sizeof *sp);
+  camdelta_set_error(CAMDELTA_OK, "%s", "");
+  int inited = 0;
+  MPI_Initialized(&inited);
+  if (!inited) return camdelta_set_error(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: MPI is not initialised", op);
+  if (comm == MPI_COMM_NULL)
+    return camdelta_set_error(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'comm' is MPI_COMM_NULL", op);
+  c->comm = comm;
+  MPI_Comm_size(comm, &c->P);
+  MPI_Comm_rank(comm, &c->rank);
+  camdelta_status st = CAMDELTA_OK;
+  if (!a) st = camdelta_set_error(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'args' is NULL", op);
+  else if (!a->T)
+    st = camdelta_set_error(CAMDELTA_ERROR_SHAPE, "%s: T=0 (each rank must hold at least one frame)", op);
+  int64_t d[DS_COUNT] = {0};
+  if (!st) {
+    const int64_t v[DS_COUNT] = {1, (int64_t)a->B, (int64_t)a->T, (int64_t)a->Hs, (int64_t)a->Ws, (int64_t)a->H,
+                                 (int64_t)a->D, (int64_t)a->pt, (int64_t)a->ph, (int64_t)a->pw,
+                                 (int64_t)a->chunking.chunk_size, (int64_t)a->chunking.strategy,
+                                 (int64_t)a->chunking.chunk_index_count, (int64_t)a->algorithm,
+                                 (int64_t)a->precision, fbits(a->k_scale), fbits(a->norm_eps), has_saved, grads};
+    memcpy(d, v, sizeof d);
+  }
+  int64_t *all = malloc((size_t)c->P * DS_COUNT * sizeof *all);
+  c->first = malloc((size_t)c->P * sizeof *c->first);
+  c->count = malloc((size_t)c->P * sizeof *c->count);
+  int ok = all && c->first && c->count, all_ok = 0;
+  MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm);
+  if (!all_ok) {
+    free(all);
+    return agree(c, camdelta_set_error(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", op));
+  }
+  MPI_Allgather(d, DS_COUNT, MPI_INT64_T, all, DS_COUNT, MPI_INT64_T, comm);
+  size_t T = 0;
+  for (int r = 0; r < c->P && !st; r++) {
+    const int64_t *o = all + (size_t)r * DS_COUNT;
+    if (!o[DS_OK]) continue; /* that rank reports its own failure */
+    for (int i = DS_B; i < DS_COUNT; i++)
+      if (i != DS_T && o[i] != d[i]) {
+        st = camdelta_set_error(CAMDELTA_ERROR_INVALID_ARGUMENT,
+                                "%s: rank %d and rank %d differ in %s (every rank must pass the same shape, chunking, "
+                                "k_scale, norm_eps, algorithm, precision, and the same saved/gradient buffers present)",
+                                op, r, c->rank,
+                                i <= DS_PW    ? "shape or patch"
+                                : i <= DS_CIC ? "chunking"
+                                : i <= DS_EPS ? "algorithm, precision, k_scale or norm_eps"
+                                : i == DS_SAVED ? "whether 'saved' is passed"
+                                                : "which gradients are asked for");
+        break;
+      }
+    c->first[r] = T, c->count[r] = (size_t)o[DS_T], T += (size_t)o[DS_T];
+  }
+  free(all);
+  st = agree(c, st);
+  if (st) return st;
+  sp->T_global = T, sp->f0 = c->first[c->rank], sp->user = c;
+  sp->agree = agree, sp->scan_forward = scan_forward, sp->scan_backward = scan_backward, sp->halo = halo;
+  sp->reduce = reduce;
+  return CAMDELTA_OK;
+}
+
+static void cleanup(bsp *c) {
+  free(c->first), free(c->count);
+  c->first = c->count = NULL;
+}
+
+camdelta_status camdelta_mpi_branch_forward(camdelta_context *ctx, const camdelta_branch_args *args,
+                                            camdelta_branch_saved *saved, MPI_Comm comm) {
+  bsp c;
+  cd_branch_sp sp;
+  camdelta_status st = setup(&c, &sp, comm, "camdelta_mpi_branch_forward", args, saved != NULL, 0);
+  if (!st) st = camdelta_branch_sp_forward(ctx, args, saved, &sp);
+  cleanup(&c);
+  return st;
+}
+
+camdelta_status camdelta_mpi_branch_backward(camdelta_context *ctx, const camdelta_branch_args *args,
+                                             const camdelta_branch_grads *grads, const camdelta_branch_saved *saved,
+                                             MPI_Comm comm) {
+  int mask = 0;
+  if (grads) {
+    const camdelta_buffer b[8] = {grads->dq_raw,         grads->dk_raw,         grads->dv_raw, grads->dconv_weight,
+                                  grads->dq_norm_weight, grads->dk_norm_weight, grads->dbeta,  grads->ddecay};
+    for (int i = 0; i < 8; i++) mask |= (b[i].mem != NULL) << i;
+  }
+  bsp c;
+  cd_branch_sp sp;
+  camdelta_status st = setup(&c, &sp, comm, "camdelta_mpi_branch_backward", args, saved != NULL, mask);
+  if (!st) st = camdelta_branch_sp_backward(ctx, args, grads, saved, &sp);
+  cleanup(&c);
+  return st;
+}
