@@ -475,7 +475,8 @@ static void test_prep_backward_fused(void **state) {
   check_deterministic(&det);
   const pb_case warm = {1, 30, 2, 40, CAMDELTA_BF16, 0, 0, GALL, 0, 1};
   check_warm(&warm);
-  /* other tiles: 4 tokens, one work-group per compute unit (many tiles per work-group), no prefetch; 16 tokens in f32 */
+  /* other tiles: 4 tokens, one work-group per compute unit (many tiles per work-group), no prefetch; then 16
+   * tokens in f32 */
   use_form(1, "TT=4, WPC=1, PF=1");
   run_case(&cases[6], NULL);
   check_deterministic(&det);
@@ -503,7 +504,7 @@ static void test_prep_backward_three_kernels(void **state) {
 /* A tuning override that does not parse or is out of range fails the context creation, naming the variable. */
 static void test_prep_backward_tiles_env(void **state) {
   (void)state;
-  static const char *bad[] = {"TT=5", "TT=8,XX=2", "WPC=0", "TT", "PF=3"};
+  static const char *bad[] = {"TT=5", "TT=32", "TT=8,XX=2", "WPC=0", "TT", "PF=3"};
   tu_context_release();
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     setenv("CAMDELTA_PREP_BWD_TILES", bad[i], 1);

@@ -8,11 +8,12 @@
  * (head of the step, 4-channel unit, token): local size HB * TT * D/4 <= 32 TT. HB is the most heads that fit
  * (32 / (D/4)), evened out over the steps (H = 20, D = 8: two steps of 10, not 16 + 4). TT = 8 in f32 (a
  * gradient row read covers 32 bytes, one sector), 16 for 16-bit storage, halved while the device or the built
- * kernel (its registers) cannot take TT * D/4 work-items. The work-groups walk the tiles
- * persistently, WPC per compute unit (default 4): few enough that the tile rows phase 1 read are still in the L2
- * cache when phase 2 reads them again, enough to keep the memory busy.
- * CAMDELTA_PREP_BWD_TILES (tuning, read at context creation): "TT=n,WPC=n,PF=n", TT in {4, 8, 16, 32}, WPC >= 1,
- * PF 1 (each step loads its inputs itself) or 2 (the default: loaded one step ahead, during the barriers).
+ * kernel (its registers) cannot take TT * D/4 work-items. The work-groups walk the tiles persistently, WPC per
+ * compute unit (default 4, not yet measured against 1, 2, 8: `ci/gpu-test.sh prep-ab`): fewer keep more of the
+ * tile rows phase 1 read in the L2 cache until phase 2 reads them again, more keep more loads in flight.
+ * CAMDELTA_PREP_BWD_TILES (tuning, read at context creation): "TT=n,WPC=n,PF=n", TT in {4, 8, 16} (32 would need
+ * more than 48 KiB of local memory), WPC >= 1, PF 1 (each step loads its inputs itself) or 2 (the default: loaded
+ * one step ahead, during the previous step's barriers).
  *
  * Scratch: dpost/dpre (2, B, H, N) with grad_inflation_sq; the norm-weight partials, one row of 2 C floats per
  * work-group (accumulated in local memory when 2 C floats fit in 24 KiB next to the kernel's own local memory)
@@ -36,8 +37,8 @@ camdelta_status cd_prep_bwd_tiles_env(unsigned tiles[3]) {
   if (!env || !*env) return CAMDELTA_OK;
   camdelta_status st = cd_parse_tiles(TILES_ENV, env, keys, 3, tiles);
   if (st) return st;
-  if (tiles[0] && tiles[0] != 4 && tiles[0] != 8 && tiles[0] != 16 && tiles[0] != 32)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: TT must be 4, 8, 16 or 32 (value: '%s')", TILES_ENV, env);
+  if (tiles[0] && tiles[0] != 4 && tiles[0] != 8 && tiles[0] != 16)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: TT must be 4, 8 or 16 (value: '%s')", TILES_ENV, env);
   if (tiles[2] > 2)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: PF must be 1 (off) or 2 (on) (value: '%s')", TILES_ENV, env);
   return CAMDELTA_OK;

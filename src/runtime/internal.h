@@ -106,7 +106,8 @@ struct camdelta_context {
   unsigned tune_saved[24][8]; /* family, D min, D max, WM, WN, MR, NR, KC */
   int tune_nsaved;
   int prep_bwd_fused; /* CAMDELTA_PREP_BWD_FUSED at creation: 0 three kernels, 1 fused, -1 by device type */
-  unsigned prep_bwd_tiles[3]; /* CAMDELTA_PREP_BWD_TILES at creation: TT, WPC, PF (0: the default), prep_backward_fused.c */
+  unsigned prep_bwd_tiles[3]; /* CAMDELTA_PREP_BWD_TILES at creation: TT, WPC, PF (0: default), see
+                               * prep_backward_fused.c */
 };
 
 /** Reads CAMDELTA_PREP_BWD_TILES ("TT=8,WPC=4,PF=2", prep_backward_fused.c) into tiles[3] (0: not given); a value
