@@ -26,7 +26,9 @@
 #include "prep_common.h"
 
 enum { PBF_GQ = 1, PBF_GK = 2, PBF_GV = 4, PBF_GI = 8, PBF_ALIGNED = 16, PBF_WLOCAL = 32 };
-enum { PBF_DEFAULT_WPC = 4, PBF_DEFAULT_PF = 1, PBF_WLOCAL_MAX = 24576 };
+/* Defaults measured on the H200 at sana480 (ci/gpu-test.sh prep-ab, 2026-12-02): loads one step ahead (PF=2)
+ * 1.913 ms, without (PF=1) 1.594 ms; WPC 1/2/4/8 1.885/1.896/1.913/1.937 ms (within 3%). */
+enum { PBF_DEFAULT_WPC = 4, PBF_DEFAULT_PF = 0, PBF_WLOCAL_MAX = 24576 };
 
 static const char TILES_ENV[] = "CAMDELTA_PREP_BWD_TILES";
 
