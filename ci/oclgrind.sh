@@ -47,13 +47,14 @@ check prep-d24 12 prep 2 5 1 24 -- prep
 check prep-backward-all 12 prep-backward 1 9 2 16 -- prep-backward --all-grads --k-scale 0.3
 check prep-backward-d24 12 prep-backward 1 5 2 24 -- prep-backward --all-grads
 check prep-backward 12 prep-backward 2 5 1 8 -- prep-backward
-# Scan head dims 8 and 16 only: at D = 24 and 40 the chunkwise scan's cd_scan_phase_b still computes on
-# uninitialised local padding (pass 2 reports it; the scan kernels' owner fixes it, then add a D = 24 case here).
+# D = 24 and 40: cd_scan_phase_b once computed on uninitialised local padding there (it now zeroes it).
 for alg in sequential chunkwise; do
   p=12; [ $alg = sequential ] && p=2
   check scan-$alg $p scan 1 2 16 3 5 -- scan --algorithm $alg --final-state
   check scan-$alg-reverse $p scan 1 1 8 3 4 -- scan --algorithm $alg --final-state --reverse
 done
+check scan-chunkwise-d24 12 scan 1 1 24 3 5 -- scan --algorithm chunkwise --final-state
+check scan-chunkwise-d40 12 scan 1 1 40 2 3 -- scan --algorithm chunkwise
 check scan-backward 12 scan-backward 1 2 16 3 5 -- scan-backward
 check scan-backward-reverse 12 scan-backward 1 1 8 3 4 -- scan-backward --reverse
 echo "oclgrind: $n runs in $(( $(date +%s) - start )) s, $([ $rc = 0 ] && echo 'no reports' || echo 'REPORTS (see above)')"
