@@ -21,6 +21,7 @@
 #include "../ops/branch_sp.h"
 #include "camdelta_helpers.h"
 #include "camdelta_mpi.h"
+#include "mpi_agree.h"
 
 typedef struct bsp {
   MPI_Comm comm;
@@ -30,22 +31,7 @@ typedef struct bsp {
 
 static camdelta_status agree(void *user, camdelta_status st) {
   const bsp *c = user;
-  int mine = st != CAMDELTA_OK ? c->rank : c->P, first = c->P;
-  MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, c->comm);
-  if (first >= c->P) return CAMDELTA_OK;
-  struct {
-    int st;
-    char msg[1536];
-  } m;
-  memset(&m, 0, sizeof m);
-  if (c->rank == first) {
-    m.st = (int)st;
-    snprintf(m.msg, sizeof m.msg, "%s", camdelta_last_message());
-  }
-  MPI_Bcast(&m, (int)sizeof m, MPI_BYTE, first, c->comm);
-  /* a message that already names its rank (from camdelta_mpi_scan_*) is passed on as it is */
-  if (strncmp(m.msg, "rank ", 5) == 0) return camdelta_set_error((camdelta_status)m.st, "%s", m.msg);
-  return camdelta_set_error((camdelta_status)m.st, "rank %d of %d: %s", first, c->P, m.msg);
+  return cd_mpi_agree(c->comm, c->rank, c->P, st);
 }
 
 static camdelta_status scan_forward(void *user, camdelta_status st, camdelta_context *ctx,

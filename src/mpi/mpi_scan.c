@@ -23,6 +23,7 @@
 #include "camdelta_helpers.h"
 #include "camdelta_mpi.h"
 #include "camdelta_summary.h"
+#include "mpi_agree.h"
 
 void camdelta_mpi_frame_share(size_t F, int ranks, int rank, size_t *first, size_t *count) {
   if (ranks < 1 || rank < 0 || rank >= ranks) {
@@ -50,23 +51,26 @@ typedef struct sp {
   camdelta_context *ctx;
 } sp;
 
-/* Every rank learns whether any rank failed; then all return the first failing rank's status and message. */
-static camdelta_status agree(const sp *c, camdelta_status st) {
-  int mine = st != CAMDELTA_OK ? c->rank : c->P, first = c->P;
-  MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, c->comm);
-  if (first >= c->P) return CAMDELTA_OK;
+camdelta_status cd_mpi_agree(MPI_Comm comm, int rank, int P, camdelta_status st) {
+  int mine = st != CAMDELTA_OK ? rank : P, first = P;
+  MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
+  if (first >= P) return CAMDELTA_OK;
   struct {
     int st;
     char msg[1536];
   } m;
   memset(&m, 0, sizeof m);
-  if (c->rank == first) {
+  if (rank == first) {
     m.st = (int)st;
     snprintf(m.msg, sizeof m.msg, "%s", camdelta_last_message());
   }
-  MPI_Bcast(&m, (int)sizeof m, MPI_BYTE, first, c->comm);
-  return camdelta_set_error((camdelta_status)m.st, "rank %d of %d: %s", first, c->P, m.msg);
+  MPI_Bcast(&m, (int)sizeof m, MPI_BYTE, first, comm);
+  /* a message that already names its rank (from a nested collective call) is passed on as it is */
+  if (strncmp(m.msg, "rank ", 5) == 0) return camdelta_set_error((camdelta_status)m.st, "%s", m.msg);
+  return camdelta_set_error((camdelta_status)m.st, "rank %d of %d: %s", first, P, m.msg);
 }
+
+static camdelta_status agree(const sp *c, camdelta_status st) { return cd_mpi_agree(c->comm, c->rank, c->P, st); }
 
 /* ------------------------------------------------------------------------------------------ checks */
 
