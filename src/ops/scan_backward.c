@@ -390,16 +390,20 @@ camdelta_status camdelta_scan_backward(camdelta_context *ctx, const camdelta_sca
     const size_t lws = D, gws = BH * (D / cfg.cb) * lws;
     if (!st) st = cd_enqueue(ctx, k.chain, 1, &gws, &lws, &l, "cd_scan_bwd_chain");
   }
-  /* 3. frames */
-  if (!st && tc.on) {
-    cd_args a = {tc.frames, 0, CL_SUCCESS};
+  /* 3. frames: the tensor-core kernel takes the FMA kernel's arguments less grad_out and dq (dq has its own
+   * apply launch on that path) */
+  if (!st) {
+    const char *name = tc.on ? "cd_frames_tc" : "cd_scan_bwd_frames";
+    cd_args a = {tc.on ? tc.frames : k.frames, 0, CL_SUCCESS};
     cd_arg_buf(&a, args->k);
     cd_arg_buf(&a, args->v);
     cd_arg_buf(&a, args->beta);
     cd_arg_buf(&a, args->decay);
+    if (!tc.on) cd_arg_buf(&a, args->grad_out);
     cd_arg_buf(&a, bstates);
     cd_arg_buf(&a, binit);
     cd_arg_buf(&a, bG);
+    if (!tc.on) cd_arg_buf(&a, args->dq);
     cd_arg_buf(&a, args->dk);
     cd_arg_buf(&a, args->dv);
     cd_arg_buf(&a, args->dbeta);
@@ -410,33 +414,11 @@ camdelta_status camdelta_scan_backward(camdelta_context *ctx, const camdelta_sca
     cd_arg_u32(&a, (uint32_t)ntiles);
     cd_arg_i32(&a, reverse);
     cd_arg_i32(&a, has_init);
-    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_frames_tc: setting arguments");
-    const size_t w = cd_tc_wg(&tc.fr), lws[2] = {w, 1}, gws[2] = {w * ntiles, BHF};
-    if (!st) st = cd_enqueue(ctx, tc.frames, 2, gws, lws, &l, "cd_frames_tc");
-  } else if (!st) {
-    cd_args a = {k.frames, 0, CL_SUCCESS};
-    cd_arg_buf(&a, args->k);
-    cd_arg_buf(&a, args->v);
-    cd_arg_buf(&a, args->beta);
-    cd_arg_buf(&a, args->decay);
-    cd_arg_buf(&a, args->grad_out);
-    cd_arg_buf(&a, bstates);
-    cd_arg_buf(&a, binit);
-    cd_arg_buf(&a, bG);
-    cd_arg_buf(&a, args->dq);
-    cd_arg_buf(&a, args->dk);
-    cd_arg_buf(&a, args->dv);
-    cd_arg_buf(&a, args->dbeta);
-    cd_arg_buf(&a, bpart);
-    cd_arg_u64(&a, N);
-    cd_arg_u32(&a, (uint32_t)S);
-    cd_arg_u32(&a, (uint32_t)F);
-    cd_arg_u32(&a, (uint32_t)ntiles);
-    cd_arg_i32(&a, reverse);
-    cd_arg_i32(&a, has_init);
-    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_scan_bwd_frames: setting arguments");
-    const size_t lws = cfg.tl * (D / cfg.dpt), gws = BHF * ntiles * lws;
-    if (!st) st = cd_enqueue(ctx, k.frames, 1, &gws, &lws, &l, "cd_scan_bwd_frames");
+    if (a.err != CL_SUCCESS)
+      st = cd_cl_fail(a.err, tc.on ? "cd_frames_tc: setting arguments" : "cd_scan_bwd_frames: setting arguments");
+    const size_t w = tc.on ? cd_tc_wg(&tc.fr) : cfg.tl * (D / cfg.dpt);
+    const size_t lws[2] = {w, 1}, gws[2] = {tc.on ? w * ntiles : BHF * ntiles * w, tc.on ? BHF : 1};
+    if (!st) st = cd_enqueue(ctx, a.kernel, 2, gws, lws, &l, name);
   }
   /* 3b. with tensor cores, dq apart from the frames kernel: dq[k][s] = Σ_v M[k][v]·dO[v][s] */
   if (!st && tc.on) {
