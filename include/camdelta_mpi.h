@@ -40,11 +40,15 @@ extern "C" {
 
 /** Wall-clock phases of one call on this rank, in ms (the device is synchronised at each phase's end). */
 typedef struct camdelta_mpi_timing {
-  double summary_ms;  /* this rank's state (and gradient) summaries on the device */
-  double exchange_ms; /* summaries to the host, MPI all-gather, back to the device */
+  double summary_ms;  /* local work before the exchange: the per-frame matrices (the scan's phase A, or the
+                         backward's grams, computed once and reused by the scan) and this rank's summaries */
+  double exchange_ms; /* the summaries some rank needs to the host, MPI all-gather, back to the device */
   double combine_ms;  /* folding the other ranks' summaries into the incoming state (and gradient) */
-  double scan_ms;     /* the local scan forward or backward from the incoming state */
+  double scan_ms;     /* the rest of the local scan forward or backward from the incoming state */
   double total_ms;    /* the whole call, including the checks and the broadcast of final/dinit states */
+  double wait_ms;     /* waiting for the other ranks to finish their local work (the status agreement before
+                         the exchange; with ranks sharing one device, also the time their kernels take it) */
+  double compute_ms;  /* local device work: summary_ms + combine_ms + scan_ms */
 } camdelta_mpi_timing;
 
 /** Scan forward over the ranks of `comm`. `timing` may be NULL. */
