@@ -390,7 +390,7 @@ static camdelta_status sp_middle(void *user, cl_mem A, cl_mem U, cl_mem W) {
   camdelta_buffer G = m->grad && pos > 0 ? (camdelta_buffer){m->G, 0} : none;
   camdelta_status st = CAMDELTA_OK;
   if (A) {
-    st = cd_summary_from_frames(c->ctx, a->B * a->H, a->D, a->F, reverse, A, U, W, pos == 0 ? a->init_state : none,
+    st = camdelta_summary_sp_from_frames(c->ctx, a->B * a->H, a->D, a->F, reverse, A, U, W, pos == 0 ? a->init_state : none,
                                 pos == P - 1 ? m->grad_final : none, T, E, G);
   } else if (E.mem) {
     st = state_summary(c, a, m->T, m->E);
@@ -477,7 +477,7 @@ camdelta_status camdelta_mpi_scan_forward(camdelta_context *ctx, const camdelta_
   if (pos == P - 1 && any_final) a.final_state = args->final_state.mem ? args->final_state : (camdelta_buffer){fin, 0};
   else a.final_state = (camdelta_buffer){NULL, 0};
   const cd_scan_hook hook = {sp_middle, &m, 0};
-  if (!st) st = cd_scan_forward_hooked(ctx, &a, saved, P > 1 ? &hook : NULL);
+  if (!st) st = camdelta_scan_sp_forward_hooked(ctx, &a, saved, P > 1 ? &hook : NULL);
   if (P > 1 && !m.called) st = agree(&c, st); /* the ranks in the callback wait there for this status */
   if (P == 1) t[TM_COMPUTE] = t[TM_WAIT] = t[TM_EXCHANGE] = t[TM_COMBINE] = t[TM_CHECKS];
   if (!st) st = camdelta_finish(ctx);
@@ -548,7 +548,7 @@ camdelta_status camdelta_mpi_scan_backward(camdelta_context *ctx, const camdelta
   if (pos == 0 && any_dinit) a.dinit_state = args->dinit_state.mem ? args->dinit_state : (camdelta_buffer){din, 0};
   else a.dinit_state = (camdelta_buffer){NULL, 0};
   const cd_scan_hook hook = {sp_middle, &m, 1};
-  if (!st) st = cd_scan_backward_hooked(ctx, &a, saved, P > 1 ? &hook : NULL);
+  if (!st) st = camdelta_scan_sp_backward_hooked(ctx, &a, saved, P > 1 ? &hook : NULL);
   if (P > 1 && !m.called) st = agree(&c, st); /* the ranks in the callback wait there for this status */
   if (P == 1) t[TM_COMPUTE] = t[TM_WAIT] = t[TM_EXCHANGE] = t[TM_COMBINE] = t[TM_CHECKS];
   if (!st) st = camdelta_finish(ctx);

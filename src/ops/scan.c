@@ -812,10 +812,10 @@ camdelta_status camdelta_scan_plan_describe(camdelta_context *ctx, const camdelt
 
 camdelta_status camdelta_scan_forward(camdelta_context *ctx, const camdelta_scan_args *args,
                                       camdelta_scan_saved *saved) {
-  return cd_scan_forward_hooked(ctx, args, saved, NULL);
+  return camdelta_scan_sp_forward_hooked(ctx, args, saved, NULL);
 }
 
-camdelta_status cd_scan_forward_hooked(camdelta_context *ctx, const camdelta_scan_args *args,
+camdelta_status camdelta_scan_sp_forward_hooked(camdelta_context *ctx, const camdelta_scan_args *args,
                                        camdelta_scan_saved *saved, const cd_scan_hook *hook) {
   cd_clear_error();
   { const camdelta_status pst = cd_prologue_scan_forward(ctx, args, saved); if (pst) return pst; }

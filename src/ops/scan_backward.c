@@ -266,10 +266,10 @@ static camdelta_status check_args(const camdelta_scan_backward_args *a, const ca
 
 camdelta_status camdelta_scan_backward(camdelta_context *ctx, const camdelta_scan_backward_args *args,
                                        const camdelta_scan_saved *saved) {
-  return cd_scan_backward_hooked(ctx, args, saved, NULL);
+  return camdelta_scan_sp_backward_hooked(ctx, args, saved, NULL);
 }
 
-camdelta_status cd_scan_backward_hooked(camdelta_context *ctx, const camdelta_scan_backward_args *args,
+camdelta_status camdelta_scan_sp_backward_hooked(camdelta_context *ctx, const camdelta_scan_backward_args *args,
                                         const camdelta_scan_saved *saved, const cd_scan_hook *hook) {
   cd_clear_error();
   { const camdelta_status pst = cd_prologue_scan_backward(ctx, args, saved); if (pst) return pst; }

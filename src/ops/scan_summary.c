@@ -383,10 +383,10 @@ camdelta_status camdelta_summary_combine(camdelta_context *ctx, const camdelta_s
 
 /* ------------------------------------------------------------------------- from a scan's own frames */
 
-camdelta_status cd_summary_from_frames(camdelta_context *ctx, size_t BH, size_t D, size_t F, int reverse, cl_mem A,
+camdelta_status camdelta_summary_sp_from_frames(camdelta_context *ctx, size_t BH, size_t D, size_t F, int reverse, cl_mem A,
                                        cl_mem U, cl_mem W, camdelta_buffer init, camdelta_buffer gfinal,
                                        camdelta_buffer T, camdelta_buffer E, camdelta_buffer G) {
-  static const char op[] = "cd_summary_from_frames";
+  static const char op[] = "camdelta_summary_sp_from_frames";
   if (!ctx || !A || !BH || !F || (E.mem && !U) || (G.mem && !W))
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: missing per-frame matrices or shape", op);
   if (!T.mem && !E.mem && !G.mem) return CAMDELTA_OK;
