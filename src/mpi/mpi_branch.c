@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../ops/branch_sp.h"
 #include "camdelta_helpers.h"
@@ -27,25 +28,51 @@ typedef struct bsp {
   MPI_Comm comm;
   int P, rank;
   size_t *first, *count; /* every rank's frames */
+  camdelta_mpi_timing tm; /* summed over the call's scans, halos and reductions (see camdelta_mpi.h) */
 } bsp;
+
+static double now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+static void add_scan(bsp *c, const camdelta_mpi_timing *t) {
+  c->tm.summary_ms += t->summary_ms, c->tm.wait_ms += t->wait_ms, c->tm.exchange_ms += t->exchange_ms;
+  c->tm.combine_ms += t->combine_ms;
+}
 
 static camdelta_status agree(void *user, camdelta_status st) {
   const bsp *c = user;
   return cd_mpi_agree(c->comm, c->rank, c->P, st);
 }
 
+/* A hook's first agreement: the wait for the other ranks. */
+static camdelta_status agree_timed(bsp *c, camdelta_status st) {
+  const double t0 = now_ms();
+  st = agree(c, st);
+  c->tm.wait_ms += now_ms() - t0;
+  return st;
+}
+
 static camdelta_status scan_forward(void *user, camdelta_status st, camdelta_context *ctx,
                                     const camdelta_scan_args *args, camdelta_scan_saved *saved) {
-  const bsp *c = user;
-  if ((st = agree(user, st))) return st;
-  return camdelta_mpi_scan_forward(ctx, args, saved, c->comm, NULL);
+  bsp *c = user;
+  if ((st = agree_timed(c, st))) return st;
+  camdelta_mpi_timing t;
+  st = camdelta_mpi_scan_forward(ctx, args, saved, c->comm, &t);
+  if (!st) add_scan(c, &t);
+  return st;
 }
 
 static camdelta_status scan_backward(void *user, camdelta_status st, camdelta_context *ctx,
                                      const camdelta_scan_backward_args *args, const camdelta_scan_saved *saved) {
-  const bsp *c = user;
-  if ((st = agree(user, st))) return st;
-  return camdelta_mpi_scan_backward(ctx, args, saved, c->comm, NULL);
+  bsp *c = user;
+  if ((st = agree_timed(c, st))) return st;
+  camdelta_mpi_timing t;
+  st = camdelta_mpi_scan_backward(ctx, args, saved, c->comm, &t);
+  if (!st) add_scan(c, &t);
+  return st;
 }
 
 static size_t min3(size_t n) { return n < 3 ? n : 3; }
@@ -53,8 +80,9 @@ static size_t min3(size_t n) { return n < 3 ? n : 3; }
 static camdelta_status halo(void *user, camdelta_status st, size_t B, size_t frame, const float *first,
                             size_t nfirst, const float *last, size_t nlast, float *left, size_t nleft, float *right,
                             size_t nright) {
-  const bsp *c = user;
-  if ((st = agree(user, st))) return st;
+  bsp *c = user;
+  if ((st = agree_timed(c, st))) return st;
+  const double t0 = now_ms();
   const int P = c->P;
   int *counts = malloc((size_t)P * sizeof *counts), *displs = malloc((size_t)P * sizeof *displs);
   size_t total = 0, *at = malloc((size_t)P * sizeof *at);
@@ -94,12 +122,14 @@ static camdelta_status halo(void *user, camdelta_status st, size_t B, size_t fra
     }
   }
   free(counts), free(displs), free(at), free(send), free(recv);
+  c->tm.exchange_ms += now_ms() - t0;
   return st;
 }
 
 static camdelta_status reduce(void *user, camdelta_status st, float *x, size_t n) {
-  const bsp *c = user;
-  if ((st = agree(user, st))) return st;
+  bsp *c = user;
+  if ((st = agree_timed(c, st))) return st;
+  const double t0 = now_ms();
   float *all = malloc((size_t)c->P * n * 4);
   if (!all) st = camdelta_set_error(CAMDELTA_ERROR_OUT_OF_MEMORY, "reduce: out of host memory");
   if (!st && n > (size_t)INT_MAX) st = camdelta_set_error(CAMDELTA_ERROR_OVERFLOW, "reduce: %zu floats", n);
@@ -112,6 +142,7 @@ static camdelta_status reduce(void *user, camdelta_status st, float *x, size_t n
     }
   }
   free(all);
+  c->tm.exchange_ms += now_ms() - t0;
   return st;
 }
 
@@ -194,19 +225,43 @@ static void cleanup(bsp *c) {
   c->first = c->count = NULL;
 }
 
-camdelta_status camdelta_mpi_branch_forward(camdelta_context *ctx, const camdelta_branch_args *args,
-                                            camdelta_branch_saved *saved, MPI_Comm comm) {
+/* The call's timing from the sums of its hooks: what is neither waiting nor exchanging is local compute. */
+static void put_timing(bsp *c, double t0, camdelta_mpi_timing *timing) {
+  if (!timing) return;
+  *timing = c->tm;
+  timing->total_ms = now_ms() - t0;
+  timing->scan_ms = timing->total_ms - timing->summary_ms - timing->wait_ms - timing->exchange_ms - timing->combine_ms;
+  timing->compute_ms = timing->summary_ms + timing->combine_ms + timing->scan_ms;
+}
+
+camdelta_status camdelta_mpi_branch_forward_timed(camdelta_context *ctx, const camdelta_branch_args *args,
+                                                  camdelta_branch_saved *saved, MPI_Comm comm,
+                                                  camdelta_mpi_timing *timing) {
+  const double t0 = now_ms();
+  if (timing) memset(timing, 0, sizeof *timing);
   bsp c;
   cd_branch_sp sp;
   camdelta_status st = setup(&c, &sp, comm, "camdelta_mpi_branch_forward", args, saved != NULL, 0);
-  if (!st) st = camdelta_branch_sp_forward(ctx, args, saved, &sp);
+  if (!st) {
+    st = camdelta_branch_sp_forward(ctx, args, saved, &sp);
+    st = agree(&c, st ? st : camdelta_finish(ctx)); /* every rank that passed the setup agrees once more */
+  }
+  if (!st) put_timing(&c, t0, timing);
   cleanup(&c);
   return st;
 }
 
-camdelta_status camdelta_mpi_branch_backward(camdelta_context *ctx, const camdelta_branch_args *args,
-                                             const camdelta_branch_grads *grads, const camdelta_branch_saved *saved,
-                                             MPI_Comm comm) {
+camdelta_status camdelta_mpi_branch_forward(camdelta_context *ctx, const camdelta_branch_args *args,
+                                            camdelta_branch_saved *saved, MPI_Comm comm) {
+  return camdelta_mpi_branch_forward_timed(ctx, args, saved, comm, NULL);
+}
+
+camdelta_status camdelta_mpi_branch_backward_timed(camdelta_context *ctx, const camdelta_branch_args *args,
+                                                   const camdelta_branch_grads *grads,
+                                                   const camdelta_branch_saved *saved, MPI_Comm comm,
+                                                   camdelta_mpi_timing *timing) {
+  const double t0 = now_ms();
+  if (timing) memset(timing, 0, sizeof *timing);
   int mask = 0;
   if (grads) {
     const camdelta_buffer b[8] = {grads->dq_raw,         grads->dk_raw,         grads->dv_raw, grads->dconv_weight,
@@ -216,7 +271,17 @@ camdelta_status camdelta_mpi_branch_backward(camdelta_context *ctx, const camdel
   bsp c;
   cd_branch_sp sp;
   camdelta_status st = setup(&c, &sp, comm, "camdelta_mpi_branch_backward", args, saved != NULL, mask);
-  if (!st) st = camdelta_branch_sp_backward(ctx, args, grads, saved, &sp);
+  if (!st) {
+    st = camdelta_branch_sp_backward(ctx, args, grads, saved, &sp);
+    st = agree(&c, st ? st : camdelta_finish(ctx)); /* every rank that passed the setup agrees once more */
+  }
+  if (!st) put_timing(&c, t0, timing);
   cleanup(&c);
   return st;
+}
+
+camdelta_status camdelta_mpi_branch_backward(camdelta_context *ctx, const camdelta_branch_args *args,
+                                             const camdelta_branch_grads *grads, const camdelta_branch_saved *saved,
+                                             MPI_Comm comm) {
+  return camdelta_mpi_branch_backward_timed(ctx, args, grads, saved, comm, NULL);
 }
