@@ -1,20 +1,31 @@
-/* Sequence parallelism over MPI (include/camdelta_mpi.h, SPEC section 9), on the public API only.
+/* Sequence parallelism over MPI (include/camdelta_mpi.h, SPEC section 9), on the public API plus the scan's
+ * callback (src/ops/scan_hook.h).
  *
  * Ranks are ordered along the direction the state flows: position pos = rank (causal) or P−1−rank (reverse), so
  * position 0 holds the sequence's start (it reads init_state) and position P−1 its end (it produces final_state
  * and reads grad_final_state). Per call:
  *   0. checks: every rank checks its own arguments, the ranks all-gather a descriptor (shape, direction, which
  *      optional states are given) and agree on one status before anything is enqueued;
- *   1. summaries: position p < P−1 computes E_p (at p = 0 with init_state folded in: E_0 = its final state) and,
- *      for 0 < p < P−1, T_p; in the backward, position p > 0 also computes G_p (at p = P−1 with
- *      grad_final_state folded in: G_{P−1} = its dinit_state);
- *   2. exchange: the summaries go to the host and MPI_Allgather gives every rank all of them;
+ *   then the local scan (or backward) starts, with init_state (and grad_final_state) pointing at this rank's
+ *   incoming-state buffers, and computes its per-frame matrices once (phase A: A_f, U_f; the backward's grams:
+ *   A_f, W_f and U_f); between those and the state chain it calls sp_middle, which does 1-3:
+ *   1. summaries from those matrices (only D x D chains, no gram): position p < P−1 computes E_p (at p = 0 with
+ *      init_state folded in: E_0 = its final state) and, for 0 < p < P−1, T_p; in the backward, position p > 0
+ *      also computes G_p (at p = P−1 with grad_final_state folded in: G_{P−1} = its dinit_state); then a status
+ *      agreement, timed apart as the wait for the slowest rank;
+ *   2. exchange: only the summaries some rank folds go to the host, MPI_Allgatherv, and each rank uploads those
+ *      of the ranks it folds;
  *   3. combine: M_in(p) = T_{p−1}(…(T_1·E_0 + E_1)…) + E_{p−1} (p > 0); in the backward also
- *      dM_out(p) = G_{p+1} + T_{p+1}ᵀ(G_{p+2} + …) (p < P−1), each on the device in that fixed order;
- *   4. the local scan (or backward) from init_state = M_in (and grad_final_state = dM_out);
+ *      dM_out(p) = G_{p+1} + T_{p+1}ᵀ(G_{p+2} + …) (p < P−1), each on the device in that fixed order, into the
+ *      incoming-state buffers;
+ *   4. the scan goes on from there (phase B and C; the backward's chain, frames and ddecay);
  *   5. the sequence's final_state (dinit_state) is broadcast from the rank that holds it to the ranks that ask.
+ * The sequential forward has no phase A: the callback runs before its launch and computes the summaries with
+ * their own grams (camdelta_scan_summary), as every summary does with CAMDELTA_SP_SEPARATE_SUMMARIES=1 (for
+ * measuring what the reuse saves).
  * Statuses are agreed after every step that can fail, so every rank returns the same status; the message of a
- * failing rank is broadcast and carries its rank. */
+ * failing rank is broadcast and carries its rank. A rank whose scan fails before its callback agrees on that
+ * failure after the scan returns, where the other ranks wait in their callback's first agreement. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -374,7 +385,28 @@ typedef struct sp_mid {
   cl_mem T, E, G, Mi, dMo, tmp, all;
   double *t;
   int called, timed;
+  int separate;                             /* CAMDELTA_SP_SEPARATE_SUMMARIES (see the top of this file) */
+  const camdelta_scan_backward_args *gsrc; /* backward: q, grad_out for a separate gradient summary */
 } sp_mid;
+
+/* The gradient summary with its own grams (CAMDELTA_SP_SEPARATE_SUMMARIES=1 only). */
+static camdelta_status grad_summary(const sp *c, const camdelta_scan_args *a, const camdelta_scan_backward_args *b,
+                                    camdelta_buffer grad_final, cl_mem G) {
+  camdelta_scan_grad_summary_args ga;
+  memset(&ga, 0, sizeof ga);
+  ga.B = a->B, ga.H = a->H, ga.D = a->D, ga.F = a->F, ga.S = a->S, ga.reverse = a->reverse != 0;
+  ga.q = b->q, ga.k = b->k, ga.beta = b->beta, ga.decay = b->decay, ga.grad_out = b->grad_out;
+  if (c->pos == c->P - 1) ga.grad_final_state = grad_final;
+  ga.G = (camdelta_buffer){G, 0};
+  return camdelta_scan_grad_summary(c->ctx, &ga);
+}
+
+/* CAMDELTA_SP_SEPARATE_SUMMARIES=1: the summaries from their own grams (camdelta_scan_summary /
+ * camdelta_scan_grad_summary) instead of the scan's; for measuring what the reuse saves. */
+static int separate_summaries(void) {
+  const char *e = getenv("CAMDELTA_SP_SEPARATE_SUMMARIES");
+  return e && *e && strcmp(e, "0") != 0;
+}
 
 static camdelta_status sp_middle(void *user, cl_mem A, cl_mem U, cl_mem W) {
   sp_mid *m = user;
@@ -389,11 +421,12 @@ static camdelta_status sp_middle(void *user, cl_mem A, cl_mem U, cl_mem W) {
   camdelta_buffer E = pos < P - 1 ? (camdelta_buffer){m->E, 0} : none;
   camdelta_buffer G = m->grad && pos > 0 ? (camdelta_buffer){m->G, 0} : none;
   camdelta_status st = CAMDELTA_OK;
-  if (A) {
-    st = camdelta_summary_sp_from_frames(c->ctx, a->B * a->H, a->D, a->F, reverse, A, U, W, pos == 0 ? a->init_state : none,
-                                pos == P - 1 ? m->grad_final : none, T, E, G);
-  } else if (E.mem) {
-    st = state_summary(c, a, m->T, m->E);
+  if (A && !m->separate) {
+    st = camdelta_summary_sp_from_frames(c->ctx, a->B * a->H, a->D, a->F, reverse, A, U, W,
+                                         pos == 0 ? a->init_state : none, pos == P - 1 ? m->grad_final : none, T, E, G);
+  } else {
+    if (E.mem) st = state_summary(c, a, m->T, m->E);
+    if (!st && G.mem) st = grad_summary(c, a, m->gsrc, m->grad_final, m->G);
   }
   if (!st) st = camdelta_finish(c->ctx);
   m->t[TM_COMPUTE] = now_ms();
@@ -466,7 +499,7 @@ camdelta_status camdelta_mpi_scan_forward(camdelta_context *ctx, const camdelta_
   cl_mem fin = NULL;
   sp_mid m;
   memset(&m, 0, sizeof m);
-  m.c = &c, m.fwd = args, m.ns = ns, m.s = &s, m.t = t, m.timed = timing != NULL;
+  m.c = &c, m.fwd = args, m.ns = ns, m.s = &s, m.t = t, m.timed = timing != NULL, m.separate = separate_summaries();
   t[TM_CHECKS] = now_ms();
   /* 1-4: the scan computes phase A once; its callback (sp_middle) makes the summaries from it, exchanges and
    * combines them and writes the incoming state before phase B reads it */
@@ -535,7 +568,7 @@ camdelta_status camdelta_mpi_scan_backward(camdelta_context *ctx, const camdelta
   sp_mid m;
   memset(&m, 0, sizeof m);
   m.c = &c, m.fwd = &fwd, m.grad = 1, m.grad_final = args->grad_final_state, m.ns = ns, m.s = &s, m.t = t;
-  m.timed = timing != NULL;
+  m.timed = timing != NULL, m.separate = separate_summaries(), m.gsrc = args;
   t[TM_CHECKS] = now_ms();
   /* 1-4: the backward computes its grams once (A, W, and U for the forward summaries); its callback makes the
    * summaries from them, exchanges and combines them and writes the incoming state and state gradient before
@@ -547,7 +580,7 @@ camdelta_status camdelta_mpi_scan_backward(camdelta_context *ctx, const camdelta
   if (!st && pos == 0 && any_dinit && !args->dinit_state.mem) st = alloc(ctx, &s, ns * 4, &din);
   if (pos == 0 && any_dinit) a.dinit_state = args->dinit_state.mem ? args->dinit_state : (camdelta_buffer){din, 0};
   else a.dinit_state = (camdelta_buffer){NULL, 0};
-  const cd_scan_hook hook = {sp_middle, &m, 1};
+  const cd_scan_hook hook = {sp_middle, &m, !m.separate};
   if (!st) st = camdelta_scan_sp_backward_hooked(ctx, &a, saved, P > 1 ? &hook : NULL);
   if (P > 1 && !m.called) st = agree(&c, st); /* the ranks in the callback wait there for this status */
   if (P == 1) t[TM_COMPUTE] = t[TM_WAIT] = t[TM_EXCHANGE] = t[TM_COMBINE] = t[TM_CHECKS];

@@ -261,6 +261,11 @@ int main(int argc, char **argv) {
       {1, 1, 24, 2 * P + 1, 9, 1, 0, 1, CAMDELTA_SCAN_CHUNKWISE, 1},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], 1000 + i);
+  /* the summaries from their own grams instead of the scan's (the measuring switch) give the same results */
+  setenv("CAMDELTA_SP_SEPARATE_SUMMARIES", "1", 1);
+  run_case(&cases[4], 2000);
+  run_case(&cases[5], 2001);
+  unsetenv("CAMDELTA_SP_SEPARATE_SUMMARIES");
   bad_input();
   if (g_rank == 0)
     for (int o = 0; o < O_COUNT; o++)
