@@ -315,10 +315,11 @@ static camdelta_status state_summary(const sp *c, const camdelta_scan_args *a, c
 }
 
 /* Step 2: the summaries some rank folds (see sends()), rank r's summary k from src[k] on rank r, to every rank
- * (MPI_Allgatherv of only those). A rank that folds (`need`) receives on the device in *all those of the ranks in
- * `want` (want[r] != 0), at off[r·NSLOT + k]. */
+ * (MPI_Allgatherv of only those). A rank that folds (`need`) receives on the device those of the ranks in `want`
+ * (want[r] != 0): into direct[r·NSLOT + k] when given (a fold of that one summary is the summary itself), else
+ * into *all (allocated here) at off[r·NSLOT + k]. */
 static camdelta_status exchange(const sp *c, scratch *s, int reverse, int grad, const cl_mem src[NSLOT], size_t ns,
-                                int need, const int *want, cl_mem *all, size_t *off) {
+                                int need, const int *want, const cl_mem *direct, cl_mem *all, size_t *off) {
   const int P = c->P;
   int *counts = malloc((size_t)P * 2 * sizeof *counts);
   size_t total = 0;
@@ -345,15 +346,19 @@ static camdelta_status exchange(const sp *c, scratch *s, int reverse, int grad, 
   if ((st = agree(c, st)) == CAMDELTA_OK) {
     MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, counts + P, MPI_FLOAT, c->comm);
     if (need && total) {
-      st = alloc(c->ctx, s, total * 4, all);
       cl_command_queue q = camdelta_context_queue(c->ctx);
-      for (int r = 0; r < P && !st; r++) {
-        if (!want[r] || !counts[r]) continue;
-        const size_t o = (size_t)counts[P + r];
-        cl_int err = clEnqueueWriteBuffer(q, *all, CL_FALSE, o * 4, (size_t)counts[r] * 4, buf + o, 0, NULL, NULL);
-        if (err != CL_SUCCESS)
-          st = camdelta_set_error(CAMDELTA_ERROR_OPENCL, "writing the summaries: %s", camdelta_cl_error_name(err));
-      }
+      for (int r = 0; r < P && !st; r++)
+        for (int k = 0; k < NSLOT && !st && want[r]; k++) {
+          const size_t o = off[(size_t)r * NSLOT + k];
+          if (o == NO_SLOT) continue;
+          cl_mem dst = direct[(size_t)r * NSLOT + k];
+          if (!dst && !*all) st = alloc(c->ctx, s, total * 4, all);
+          if (st) break;
+          cl_int err = clEnqueueWriteBuffer(q, dst ? dst : *all, CL_FALSE, dst ? 0 : o * 4, ns * 4, buf + o, 0, NULL,
+                                            NULL);
+          if (err != CL_SUCCESS)
+            st = camdelta_set_error(CAMDELTA_ERROR_OPENCL, "writing the summaries: %s", camdelta_cl_error_name(err));
+        }
       if (!st) st = camdelta_finish(c->ctx); /* buf is freed below */
     }
     st = agree(c, st);
@@ -437,23 +442,30 @@ static camdelta_status sp_middle(void *user, cl_mem A, cl_mem U, cl_mem W) {
   /* 2. exchange: forward folds need the positions before this one, gradient folds those after it */
   int *want = calloc((size_t)P, sizeof *want);
   size_t *off = malloc((size_t)P * NSLOT * sizeof *off);
-  if (!want || !off) st = camdelta_set_error(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", c->op);
+  cl_mem *direct = calloc((size_t)P * NSLOT, sizeof *direct);
+  if (!want || !off || !direct) st = camdelta_set_error(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", c->op);
+  /* a fold of one summary is that summary: position 1's incoming state is E_0, position P−2's incoming state
+   * gradient G_{P−1}; those go straight into place */
+  const int direct_fwd = pos == 1, direct_grad = m->grad && pos == P - 2;
+  if (!st && direct_fwd) direct[(size_t)rank_at(c, 0, reverse) * NSLOT + SL_E] = m->Mi;
+  if (!st && direct_grad) direct[(size_t)rank_at(c, P - 1, reverse) * NSLOT + SL_G] = m->dMo;
   for (int r = 0; r < P && !st; r++) {
     const int p = pos_of(c, r, reverse);
     want[r] = p < pos || (m->grad && p > pos);
   }
   st = agree(c, st);
   const cl_mem mine[NSLOT] = {T.mem, E.mem, G.mem};
-  if (!st) st = exchange(c, m->s, reverse, m->grad, mine, m->ns, pos > 0 || (m->grad && pos < P - 1), want, &m->all,
-                         off);
+  if (!st) st = exchange(c, m->s, reverse, m->grad, mine, m->ns, pos > 0 || (m->grad && pos < P - 1), want, direct,
+                         &m->all, off);
   m->t[TM_EXCHANGE] = now_ms();
   /* 3. combine: the incoming state (forward order) and the incoming state gradient (backward order) */
-  if (!st && pos > 0) st = fold(c, a->B, a->H, a->D, reverse, m->all, off, 0, pos - 1, 0, m->Mi, m->tmp);
-  if (!st && m->grad && pos < P - 1) st = fold(c, a->B, a->H, a->D, reverse, m->all, off, P - 1, pos + 1, 1, m->dMo, m->tmp);
+  if (!st && pos > 0 && !direct_fwd) st = fold(c, a->B, a->H, a->D, reverse, m->all, off, 0, pos - 1, 0, m->Mi, m->tmp);
+  if (!st && m->grad && pos < P - 1 && !direct_grad)
+    st = fold(c, a->B, a->H, a->D, reverse, m->all, off, P - 1, pos + 1, 1, m->dMo, m->tmp);
   if (!st && m->timed) st = camdelta_finish(c->ctx);
   st = agree(c, st);
   m->t[TM_COMBINE] = now_ms();
-  free(want), free(off);
+  free(want), free(off), free(direct);
   return st;
 }
 
