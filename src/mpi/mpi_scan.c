@@ -13,8 +13,9 @@
  *      init_state folded in: E_0 = its final state) and, for 0 < p < P−1, T_p; in the backward, position p > 0
  *      also computes G_p (at p = P−1 with grad_final_state folded in: G_{P−1} = its dinit_state); then a status
  *      agreement, timed apart as the wait for the slowest rank;
- *   2. exchange: only the summaries some rank folds go to the host, MPI_Allgatherv, and each rank uploads those
- *      of the ranks it folds;
+ *   2. exchange: only the summaries some rank folds go to the host (before that agreement, overlapping slower
+ *      ranks' work), MPI_Allgatherv, and each rank uploads those of the ranks it folds (a fold of one summary,
+ *      as with 2 ranks, straight into the incoming-state buffer);
  *   3. combine: M_in(p) = T_{p−1}(…(T_1·E_0 + E_1)…) + E_{p−1} (p > 0); in the backward also
  *      dM_out(p) = G_{p+1} + T_{p+1}ᵀ(G_{p+2} + …) (p < P−1), each on the device in that fixed order, into the
  *      incoming-state buffers;
@@ -314,65 +315,85 @@ static camdelta_status state_summary(const sp *c, const camdelta_scan_args *a, c
   return camdelta_scan_summary(c->ctx, &sa);
 }
 
-/* Step 2: the summaries some rank folds (see sends()), rank r's summary k from src[k] on rank r, to every rank
- * (MPI_Allgatherv of only those). A rank that folds (`need`) receives on the device those of the ranks in `want`
- * (want[r] != 0): into direct[r·NSLOT + k] when given (a fold of that one summary is the summary itself), else
- * into *all (allocated here) at off[r·NSLOT + k]. */
-static camdelta_status exchange(const sp *c, scratch *s, int reverse, int grad, const cl_mem src[NSLOT], size_t ns,
-                                int need, const int *want, const cl_mem *direct, cl_mem *all, size_t *off) {
+/* Step 2, the exchange of the summaries some rank folds (see sends()): rank r's summary k (from src[k] on rank r)
+ * goes to every rank by one MPI_Allgatherv of only those. In two parts:
+ *  xch_begin, before the ranks wait for each other (so that it overlaps the slower ranks' work): the layout
+ *    (off[r·NSLOT + k], in floats, or NO_SLOT) and this rank's summaries to the host; not collective;
+ *  xch_end, after the agreement: the all-gather, and a rank that folds (`need`) writes to the device those of
+ *    the ranks in `want` (want[r] != 0): into direct[r·NSLOT + k] when given (a fold of one summary is that
+ *    summary), else into *all (allocated here) at off[r·NSLOT + k]. Collective. */
+typedef struct xch {
+  int *counts; /* P counts, then P displacements */
+  float *buf;
+  size_t total;
+} xch;
+
+static camdelta_status xch_begin(const sp *c, xch *x, int reverse, int grad, const cl_mem src[NSLOT], size_t ns,
+                                 size_t *off) {
   const int P = c->P;
-  int *counts = malloc((size_t)P * 2 * sizeof *counts);
-  size_t total = 0;
-  camdelta_status st = counts ? CAMDELTA_OK : camdelta_set_error(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", c->op);
+  x->total = 0, x->buf = NULL;
+  x->counts = malloc((size_t)P * 2 * sizeof *x->counts);
+  camdelta_status st =
+      x->counts ? CAMDELTA_OK : camdelta_set_error(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", c->op);
   for (int r = 0; r < P && !st; r++) {
     const int p = pos_of(c, r, reverse);
     size_t n = 0;
     for (int k = 0; k < NSLOT; k++) {
-      off[(size_t)r * NSLOT + k] = sends(P, p, k, grad) ? total + n * ns : NO_SLOT;
+      off[(size_t)r * NSLOT + k] = sends(P, p, k, grad) ? x->total + n * ns : NO_SLOT;
       n += sends(P, p, k, grad) ? 1 : 0;
     }
-    if (n * ns > (size_t)0x7fffffff || total > (size_t)0x7fffffff)
+    if (n * ns > (size_t)0x7fffffff || x->total > (size_t)0x7fffffff)
       st = camdelta_set_error(CAMDELTA_ERROR_UNSUPPORTED, "%s: summaries of %zu floats exceed MPI's int counts", c->op,
                               n * ns);
     else
-      counts[r] = (int)(n * ns), counts[P + r] = (int)total;
-    total += n * ns;
+      x->counts[r] = (int)(n * ns), x->counts[P + r] = (int)x->total;
+    x->total += n * ns;
   }
-  float *buf = st ? NULL : malloc(total ? total * 4 : 4);
-  if (!st && !buf) st = camdelta_set_error(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", c->op);
+  if (!st && !(x->buf = malloc(x->total ? x->total * 4 : 4)))
+    st = camdelta_set_error(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", c->op);
   for (int k = 0; k < NSLOT && !st; k++)
     if (src[k] && off[(size_t)c->rank * NSLOT + k] != NO_SLOT)
-      st = rw(c->ctx, 0, (camdelta_buffer){src[k], 0}, ns, buf + off[(size_t)c->rank * NSLOT + k]);
-  if ((st = agree(c, st)) == CAMDELTA_OK) {
-    MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, counts + P, MPI_FLOAT, c->comm);
-    if (need && total) {
-      cl_command_queue q = camdelta_context_queue(c->ctx);
-      for (int r = 0; r < P && !st; r++)
-        for (int k = 0; k < NSLOT && !st && want[r]; k++) {
-          const size_t o = off[(size_t)r * NSLOT + k];
-          if (o == NO_SLOT) continue;
-          cl_mem dst = direct[(size_t)r * NSLOT + k];
-          if (!dst && !*all) st = alloc(c->ctx, s, total * 4, all);
-          if (st) break;
-          cl_int err = clEnqueueWriteBuffer(q, dst ? dst : *all, CL_FALSE, dst ? 0 : o * 4, ns * 4, buf + o, 0, NULL,
-                                            NULL);
-          if (err != CL_SUCCESS)
-            st = camdelta_set_error(CAMDELTA_ERROR_OPENCL, "writing the summaries: %s", camdelta_cl_error_name(err));
-        }
-      if (!st) st = camdelta_finish(c->ctx); /* buf is freed below */
-    }
-    st = agree(c, st);
-  }
-  free(counts), free(buf);
+      st = rw(c->ctx, 0, (camdelta_buffer){src[k], 0}, ns, x->buf + off[(size_t)c->rank * NSLOT + k]);
   return st;
+}
+
+static void xch_free(xch *x) {
+  free(x->counts), free(x->buf);
+  x->counts = NULL, x->buf = NULL;
+}
+
+static camdelta_status xch_end(const sp *c, scratch *s, xch *x, size_t ns, int need, const int *want,
+                               const cl_mem *direct, cl_mem *all, const size_t *off) {
+  const int P = c->P;
+  camdelta_status st = CAMDELTA_OK;
+  MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x->buf, x->counts, x->counts + P, MPI_FLOAT, c->comm);
+  if (need && x->total) {
+    cl_command_queue q = camdelta_context_queue(c->ctx);
+    for (int r = 0; r < P && !st; r++)
+      for (int k = 0; k < NSLOT && !st && want[r]; k++) {
+        const size_t o = off[(size_t)r * NSLOT + k];
+        if (o == NO_SLOT) continue;
+        cl_mem dst = direct[(size_t)r * NSLOT + k];
+        if (!dst && !*all) st = alloc(c->ctx, s, x->total * 4, all);
+        if (st) break;
+        cl_int err = clEnqueueWriteBuffer(q, dst ? dst : *all, CL_FALSE, dst ? 0 : o * 4, ns * 4, x->buf + o, 0, NULL,
+                                          NULL);
+        if (err != CL_SUCCESS)
+          st = camdelta_set_error(CAMDELTA_ERROR_OPENCL, "writing the summaries: %s", camdelta_cl_error_name(err));
+      }
+    if (!st) st = camdelta_finish(c->ctx); /* the host buffer is freed after */
+  }
+  return agree(c, st);
 }
 
 /* t[0] the call's start, then the ends of: checks, the local compute before the exchange, the wait for the other
  * ranks, the exchange, the combine, the rest of the local scan. */
-enum { TM_START, TM_CHECKS, TM_COMPUTE, TM_WAIT, TM_EXCHANGE, TM_COMBINE, TM_SCAN, TM_N };
+enum { TM_START, TM_CHECKS, TM_COMPUTE, TM_WAIT, TM_EXCHANGE, TM_COMBINE, TM_SCAN, TM_PRE, TM_N };
+/* TM_PRE: not a time stamp but the duration of the exchange's first part (xch_begin), between TM_COMPUTE and the
+ * wait's start. */
 static void put_timing(camdelta_mpi_timing *timing, const double t[TM_N]) {
-  timing->summary_ms = t[TM_COMPUTE] - t[TM_CHECKS], timing->wait_ms = t[TM_WAIT] - t[TM_COMPUTE];
-  timing->exchange_ms = t[TM_EXCHANGE] - t[TM_WAIT], timing->combine_ms = t[TM_COMBINE] - t[TM_EXCHANGE];
+  timing->summary_ms = t[TM_COMPUTE] - t[TM_CHECKS], timing->wait_ms = t[TM_WAIT] - t[TM_COMPUTE] - t[TM_PRE];
+  timing->exchange_ms = t[TM_EXCHANGE] - t[TM_WAIT] + t[TM_PRE], timing->combine_ms = t[TM_COMBINE] - t[TM_EXCHANGE];
   timing->scan_ms = t[TM_SCAN] - t[TM_COMBINE], timing->total_ms = now_ms() - t[TM_START];
   timing->compute_ms = timing->summary_ms + timing->combine_ms + timing->scan_ms;
 }
@@ -435,28 +456,36 @@ static camdelta_status sp_middle(void *user, cl_mem A, cl_mem U, cl_mem W) {
   }
   if (!st) st = camdelta_finish(c->ctx);
   m->t[TM_COMPUTE] = now_ms();
-  /* the wait for the slowest rank: the status agreement is the first collective after the local work */
-  st = agree(c, st);
-  m->t[TM_WAIT] = now_ms();
-  if (st) return st;
-  /* 2. exchange: forward folds need the positions before this one, gradient folds those after it */
+  /* 2. exchange, first part: the layout and this rank's summaries to the host, before waiting for the others */
   int *want = calloc((size_t)P, sizeof *want);
   size_t *off = malloc((size_t)P * NSLOT * sizeof *off);
   cl_mem *direct = calloc((size_t)P * NSLOT, sizeof *direct);
-  if (!want || !off || !direct) st = camdelta_set_error(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", c->op);
-  /* a fold of one summary is that summary: position 1's incoming state is E_0, position P−2's incoming state
-   * gradient G_{P−1}; those go straight into place */
+  xch x = {NULL, NULL, 0};
+  if (!st && (!want || !off || !direct))
+    st = camdelta_set_error(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", c->op);
+  const cl_mem mine[NSLOT] = {T.mem, E.mem, G.mem};
+  if (!st) st = xch_begin(c, &x, reverse, m->grad, mine, m->ns, off);
+  m->t[TM_PRE] = now_ms() - m->t[TM_COMPUTE];
+  /* the wait for the slowest rank: the status agreement is the first collective after the local work */
+  st = agree(c, st);
+  m->t[TM_WAIT] = now_ms();
+  if (st) { /* every rank stops here (a rank whose scan failed before calling back agrees once, after it) */
+    xch_free(&x);
+    free(want), free(off), free(direct);
+    return st;
+  }
+  /* forward folds need the positions before this one, gradient folds those after it; a fold of one summary is that
+   * summary: position 1's incoming state is E_0, position P−2's incoming state gradient G_{P−1}, written straight
+   * into place */
   const int direct_fwd = pos == 1, direct_grad = m->grad && pos == P - 2;
-  if (!st && direct_fwd) direct[(size_t)rank_at(c, 0, reverse) * NSLOT + SL_E] = m->Mi;
-  if (!st && direct_grad) direct[(size_t)rank_at(c, P - 1, reverse) * NSLOT + SL_G] = m->dMo;
-  for (int r = 0; r < P && !st; r++) {
+  if (direct_fwd) direct[(size_t)rank_at(c, 0, reverse) * NSLOT + SL_E] = m->Mi;
+  if (direct_grad) direct[(size_t)rank_at(c, P - 1, reverse) * NSLOT + SL_G] = m->dMo;
+  for (int r = 0; r < P; r++) {
     const int p = pos_of(c, r, reverse);
     want[r] = p < pos || (m->grad && p > pos);
   }
-  st = agree(c, st);
-  const cl_mem mine[NSLOT] = {T.mem, E.mem, G.mem};
-  if (!st) st = exchange(c, m->s, reverse, m->grad, mine, m->ns, pos > 0 || (m->grad && pos < P - 1), want, direct,
-                         &m->all, off);
+  st = xch_end(c, m->s, &x, m->ns, pos > 0 || (m->grad && pos < P - 1), want, direct, &m->all, off);
+  xch_free(&x);
   m->t[TM_EXCHANGE] = now_ms();
   /* 3. combine: the incoming state (forward order) and the incoming state gradient (backward order) */
   if (!st && pos > 0 && !direct_fwd) st = fold(c, a->B, a->H, a->D, reverse, m->all, off, 0, pos - 1, 0, m->Mi, m->tmp);
@@ -487,7 +516,7 @@ static camdelta_status mid_alloc(sp_mid *m) {
 camdelta_status camdelta_mpi_scan_forward(camdelta_context *ctx, const camdelta_scan_args *args,
                                           camdelta_scan_saved *saved, MPI_Comm comm, camdelta_mpi_timing *timing) {
   static const char op[] = "camdelta_mpi_scan_forward";
-  double t[TM_N] = {now_ms(), 0, 0, 0, 0, 0, 0}; /* see put_timing */
+  double t[TM_N] = {now_ms(), 0, 0, 0, 0, 0, 0, 0}; /* see put_timing */
   sp c;
   camdelta_status st = sp_begin(&c, ctx, comm, op, timing);
   if (st) return st;
@@ -545,7 +574,7 @@ camdelta_status camdelta_mpi_scan_backward(camdelta_context *ctx, const camdelta
                                            const camdelta_scan_saved *saved, MPI_Comm comm,
                                            camdelta_mpi_timing *timing) {
   static const char op[] = "camdelta_mpi_scan_backward";
-  double t[TM_N] = {now_ms(), 0, 0, 0, 0, 0, 0}; /* see put_timing */
+  double t[TM_N] = {now_ms(), 0, 0, 0, 0, 0, 0, 0}; /* see put_timing */
   sp c;
   camdelta_status st = sp_begin(&c, ctx, comm, op, timing);
   if (st) return st;
