@@ -3,14 +3,15 @@
 # unpacks the Debian packages carried in .debs/ into a prefix, registers the
 # NVIDIA OpenCL ICD, builds, runs the whole suite on the GPU and on PoCL, then
 # optional benchmarks. Logs and JSON go to $OUT.
-#   bash ci/gpu-test.sh [tests] [pocl] [scan-tests] [inspect] [tune] [demo] [large] [mpi] [packed]
+#   bash ci/gpu-test.sh [tests] [pocl] [scan-tests] [inspect] [tune] [demo] [large] [mpi] [mpi-bench] [packed]
 #                   [bench SHAPE...] [bench-scan SHAPE...]
 #                   [prep-ab SHAPE...]
 # prep-ab: prep forward and backward of each shape in both forms (CAMDELTA_PREP_FUSED, CAMDELTA_PREP_BWD_FUSED =
 #          0 and 1), then the fused backward under a few CAMDELTA_PREP_BWD_TILES settings (to pick the defaults).
 # large: tests/large_sizes.c at B=3 H=32 D=128 N=219,600 (> 2^31 elements per tensor; about 70 GB of device
 #        memory, a few minutes with the f64 reference of the sampled sequences on the host's cores).
-# mpi: the sequence-parallel tests and tools under mpirun, 2 ranks sharing the GPU (needs Open MPI in .debs).
+# mpi: the sequence-parallel tests and tools under mpirun, 2 ranks sharing the GPU (needs Open MPI in .debs);
+#      mpi-bench: the same without the tests (bench at sana720, new and former summaries, and the demo).
 # packed: the packed-clip tests and `bench --packed` (packed against fixed shape on equal clips).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -105,14 +106,21 @@ while [ $# -gt 0 ]; do
       CAMDELTA_DEVICE=nvidia ./build-gpu/tests/cd_large_sizes 2>&1 | tee "$OUT/large.txt"
       [ "${PIPESTATUS[0]}" = 0 ] || rc=1
       ;;
-    mpi)
+    mpi | mpi-bench)
       grep -i "mpi" "$OUT/configure.log" | head -3
-      CAMDELTA_DEVICE=nvidia ctest --test-dir build-gpu -R "mpi|summary" --output-on-failure -V >"$OUT/ctest-mpi.log" 2>&1 || rc=1
-      grep -E "measure|tests passed|tests failed|Failed  |Timeout" "$OUT/ctest-mpi.log" | sort -u | tail -40
-      CAMDELTA_DEVICE=nvidia "${MPIRUN[@]}" -np 2 ./build-gpu/camdelta demo --sequence-parallel --shape 1,20,112,21,1560 \
-        2>&1 | tee "$OUT/demo-sp.txt" || rc=1
+      if [ "$1" = mpi ]; then
+        CAMDELTA_DEVICE=nvidia ctest --test-dir build-gpu -R "mpi|summary" --output-on-failure -V >"$OUT/ctest-mpi.log" 2>&1 || rc=1
+        grep -E "measure|tests passed|tests failed|Failed  |Timeout" "$OUT/ctest-mpi.log" | sort -u | tail -40
+      fi
+      # sana720 over 2 ranks sharing the GPU: compute / wait / exchange per rank, scans and branch, beside one device;
+      # then the scans with the summaries from their own grams (CAMDELTA_SP_SEPARATE_SUMMARIES=1, the former way)
       CAMDELTA_DEVICE=nvidia "${MPIRUN[@]}" -np 2 ./build-gpu/camdelta bench --sequence-parallel --shape sana720 \
         --reps 10 --json "$OUT/bench-sp-sana720.json" 2>&1 | tee "$OUT/bench-sp.txt" || rc=1
+      CAMDELTA_SP_SEPARATE_SUMMARIES=1 CAMDELTA_DEVICE=nvidia "${MPIRUN[@]}" -x CAMDELTA_SP_SEPARATE_SUMMARIES -np 2 \
+        ./build-gpu/camdelta bench --sequence-parallel --shape sana720 --reps 10 --no-branch --no-single \
+        --json "$OUT/bench-sp-sana720-separate.json" 2>&1 | tee "$OUT/bench-sp-separate.txt" || rc=1
+      CAMDELTA_DEVICE=nvidia "${MPIRUN[@]}" -np 2 ./build-gpu/camdelta demo --sequence-parallel --shape 1,20,112,21,1560 \
+        2>&1 | tee "$OUT/demo-sp.txt" || rc=1
       ;;
     packed)
       CAMDELTA_DEVICE=nvidia ctest --test-dir build-gpu -R "packed" --output-on-failure -V >"$OUT/ctest-packed.log" 2>&1 || rc=1

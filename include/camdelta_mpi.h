@@ -40,11 +40,15 @@ extern "C" {
 
 /** Wall-clock phases of one call on this rank, in ms (the device is synchronised at each phase's end). */
 typedef struct camdelta_mpi_timing {
-  double summary_ms;  /* this rank's state (and gradient) summaries on the device */
-  double exchange_ms; /* summaries to the host, MPI all-gather, back to the device */
+  double summary_ms;  /* local work before the exchange: the per-frame matrices (the scan's phase A, or the
+                         backward's grams, computed once and reused by the scan) and this rank's summaries */
+  double exchange_ms; /* the summaries some rank needs to the host, MPI all-gather, back to the device */
   double combine_ms;  /* folding the other ranks' summaries into the incoming state (and gradient) */
-  double scan_ms;     /* the local scan forward or backward from the incoming state */
+  double scan_ms;     /* the rest of the local scan forward or backward from the incoming state */
   double total_ms;    /* the whole call, including the checks and the broadcast of final/dinit states */
+  double wait_ms;     /* waiting for the other ranks to finish their local work (the status agreement before
+                         the exchange; with ranks sharing one device, also the time their kernels take it) */
+  double compute_ms;  /* local device work: summary_ms + combine_ms + scan_ms */
 } camdelta_mpi_timing;
 
 /** Scan forward over the ranks of `comm`. `timing` may be NULL. */
@@ -74,6 +78,18 @@ CAMDELTA_API camdelta_status camdelta_mpi_branch_backward(camdelta_context *ctx,
                                                           const camdelta_branch_grads *grads,
                                                           const camdelta_branch_saved *saved, MPI_Comm comm);
 
+/** As camdelta_mpi_branch_forward / _backward, with this rank's wall-clock split (`timing` may be NULL): wait_ms and
+ *  exchange_ms sum every collective step of the call (the two scans' summary exchanges, the conv halo, the sums
+ *  of the weight gradients; wait = the status agreement each step begins with), summary_ms and combine_ms those
+ *  of the two scans, scan_ms the rest of the local work (prep, conv, the scans' local parts, ...); compute_ms =
+ *  summary_ms + combine_ms + scan_ms. The calls return with the results complete on the device. */
+CAMDELTA_API camdelta_status camdelta_mpi_branch_forward_timed(camdelta_context *ctx, const camdelta_branch_args *args,
+                                                               camdelta_branch_saved *saved, MPI_Comm comm,
+                                                               camdelta_mpi_timing *timing);
+CAMDELTA_API camdelta_status camdelta_mpi_branch_backward_timed(camdelta_context *ctx, const camdelta_branch_args *args,
+                                                                const camdelta_branch_grads *grads,
+                                                                const camdelta_branch_saved *saved, MPI_Comm comm,
+                                                                camdelta_mpi_timing *timing);
 /** The contiguous share of F frames that rank `rank` of `ranks` takes in camdelta's tools and tests:
  *  frames [F·rank/ranks, F·(rank+1)/ranks). Needs F >= ranks for every share to be non-empty. */
 CAMDELTA_API void camdelta_mpi_frame_share(size_t F, int ranks, int rank, size_t *first, size_t *count);

@@ -3,12 +3,14 @@
  *       every rank reads the inputs, takes its contiguous share of frames (camdelta_mpi_frame_share), runs
  *       camdelta_mpi_scan_forward/backward; rank 0 gathers the shares and writes the same files as a
  *       single-device run.
- *   camdelta demo --sequence-parallel [--shape B,H,D,F,S]
+ *   camdelta demo --sequence-parallel [--shape B,H,D,F,S] [--no-branch]
  *       rank 0 runs the whole sequence on one device, every rank checks its share of the sequence-parallel
- *       forward and backward (both directions) against it.
- *   camdelta bench --sequence-parallel [--shape ...]
- *       time per rank of the sequence-parallel forward and backward, split into summaries, exchange, combine
- *       and the local scan, beside the single-device time (rank 0).
+ *       forward and backward (both directions) against it; then the same for the whole camera branch forward
+ *       and backward (camdelta_mpi_branch_*; grid F x Hs x Ws with Hs·Ws = S, patch 1, uniform chunks).
+ *   camdelta bench --sequence-parallel [--shape ...] [--no-branch]
+ *       time per rank of the sequence-parallel scan forward and backward and of the branch forward and
+ *       backward: local compute, waiting for the other ranks, the exchange (and the summaries, the local rest),
+ *       beside the single-device time (rank 0).
  * The tool links camdelta_mpi only when built with MPI (CAMDELTA_WITH_MPI). */
 #include <math.h>
 #include <stdio.h>
@@ -34,8 +36,10 @@ void usage_sp(void) {
          "                           device (branch: T >= P; --grid --patch --chunk-size\n"
          "                           --chunk-strategy --k-scale --norm-eps --algorithm and\n"
          "                           chunk_index as one device). demo: every rank's\n"
-         "                           share checked against one device. bench: time per rank\n"
-         "                           and the summary-exchange time.\n"
+         "                           share checked against one device (the scans, then the\n"
+         "                           camera branch; --no-branch: the scans only). bench: time\n"
+         "                           per rank split into compute, wait and exchange, for the\n"
+         "                           scans and the branch (--no-branch: the scans only).\n"
          "  demo/bench: --algorithm auto|sequential|chunkwise  the forward's algorithm (demo\n"
          "                           default chunkwise, the arithmetic of the state summaries;\n"
          "                           bench default auto)\n"
@@ -769,16 +773,226 @@ static size_t unit_of(const sp_prob *p, int i) {
   return (i == B_FIN || i == B_DI) ? 0 : i == B_DD ? 1 : p->S;
 }
 
+/* ------------------------------------------------------------------------------ the branch over ranks */
+
+/* A camera-branch problem from a scan shape (B, H, D, F = T frames, S = Hs·Ws tokens per frame; patch 1): full
+ * host arrays, the same on every rank. Chunking: uniform chunks of max(3, T/3) frames (0 = one chunk when that
+ * is T or more), so that chunks cross the ranks' boundaries. */
+enum { BR_Q, BR_K, BR_V, BR_W, BR_QW, BR_KW, BR_CC, BR_BETA, BR_DECAY, BR_GY, BR_NIN };
+enum { BO_Y, BO_DQ, BO_DK, BO_DV, BO_DW, BO_DQW, BO_DKW, BO_DB, BO_DD, BO_N };
+static const char *const BO_NAME[BO_N] = {"y", "dq_raw", "dk_raw", "dv_raw", "dconv_w", "dq_norm_w", "dk_norm_w",
+                                          "dbeta", "ddecay"};
+
+typedef struct br_prob {
+  size_t B, H, D, T, Hs, Ws, S, C, cs;
+  float *in[BR_NIN];
+  size_t rows[BR_NIN], unit[BR_NIN]; /* per-frame columns (0: not split over frames) */
+  size_t orows[BO_N], ounit[BO_N];
+} br_prob;
+
+static void br_free(br_prob *p) {
+  for (int i = 0; i < BR_NIN; i++) free(p->in[i]), p->in[i] = NULL;
+}
+
+static int br_make(br_prob *p, const shape5 *s) {
+  memset(p, 0, sizeof *p);
+  size_t hs = 1;
+  for (size_t d = 1; d * d <= s->S; d++)
+    if (s->S % d == 0) hs = d;
+  p->B = s->B, p->H = s->H, p->D = s->D, p->T = s->F, p->Hs = hs, p->Ws = s->S / hs, p->S = s->S, p->C = s->H * s->D;
+  p->cs = s->F / 3 < 3 ? 3 : s->F / 3;
+  if (p->cs >= p->T) p->cs = 0;
+  const size_t B = p->B, C = p->C, T = p->T, S = p->S, BH = p->B * p->H;
+  const size_t rows[BR_NIN] = {B, B, B, 4 * C, C, C, B, BH, BH, B}, unit[BR_NIN] = {S * C, S * C, S * C, 0, 0, 0, 20,
+                                                                                  S, 1, S * C};
+  const size_t orows[BO_N] = {B, B, B, B, 4 * C, C, C, BH, BH}, ounit[BO_N] = {S * C, S * C, S * C, S * C, 0, 0, 0, S, 1};
+  memcpy(p->rows, rows, sizeof rows), memcpy(p->unit, unit, sizeof unit);
+  memcpy(p->orows, orows, sizeof orows), memcpy(p->ounit, ounit, sizeof ounit);
+  const double lo[BR_NIN] = {-1, -1, -1, -0.5, 0.8, 0.8, 0, 0.05, 0.85, -1}, hi[BR_NIN] = {1, 1, 1, 0.5, 1.2, 1.2, 0,
+                                                                                         0.95, 1.0, 1};
+  for (int i = 0; i < BR_NIN; i++) {
+    const size_t n = rows[i] * (unit[i] ? T * unit[i] : 1);
+    if (!(p->in[i] = rand_f(n, lo[i], hi[i]))) return cli_error(CLI_EXIT_FAILURE, "out of host memory");
+  }
+  /* cameras: an orbit of radius 3 around the origin at height 0.4, looking at it; fx = fy = 0.9·Ws */
+  for (size_t b = 0; b < B; b++)
+    for (size_t f = 0; f < T; f++) {
+      float *cc = p->in[BR_CC] + (b * T + f) * 20;
+      const double a = -0.4 + 0.8 * (double)f / (double)(T > 1 ? T - 1 : 1) + 0.1 * (double)b;
+      const double c[3] = {3 * sin(a), 0.4, -3 * cos(a)};
+      double z[3] = {-c[0], -c[1], -c[2]}, n = sqrt(z[0] * z[0] + z[1] * z[1] + z[2] * z[2]);
+      for (int i = 0; i < 3; i++) z[i] /= n;
+      double x[3] = {z[2], 0, -z[0]};
+      n = sqrt(x[0] * x[0] + x[2] * x[2]);
+      x[0] /= n, x[2] /= n;
+      const double y[3] = {z[1] * x[2] - z[2] * x[1], z[2] * x[0] - z[0] * x[2], z[0] * x[1] - z[1] * x[0]};
+      for (int i = 0; i < 3; i++)
+        cc[4 * i] = (float)x[i], cc[4 * i + 1] = (float)y[i], cc[4 * i + 2] = (float)z[i], cc[4 * i + 3] = (float)c[i];
+      cc[12] = cc[13] = cc[14] = 0, cc[15] = 1;
+      cc[16] = cc[17] = (float)(0.9 * (double)p->Ws), cc[18] = (float)p->Ws / 2, cc[19] = (float)p->Hs / 2;
+    }
+  return CLI_EXIT_OK;
+}
+
+typedef struct br_bufs {
+  cl_mem in[BR_NIN], out[BO_N];
+  size_t nout[BO_N];
+} br_bufs;
+
+static void br_bufs_free(br_bufs *b) {
+  for (int i = 0; i < BR_NIN; i++)
+    if (b->in[i]) clReleaseMemObject(b->in[i]);
+  for (int i = 0; i < BO_N; i++)
+    if (b->out[i]) clReleaseMemObject(b->out[i]);
+  memset(b, 0, sizeof *b);
+}
+
+/* The device buffers of frames [f0, f0 + fl). */
+static int br_bufs_make(camdelta_context *ctx, const br_prob *p, size_t f0, size_t fl, br_bufs *b) {
+  memset(b, 0, sizeof *b);
+  int rc = CLI_EXIT_OK;
+  for (int i = 0; i < BR_NIN && !rc; i++) {
+    const size_t u = p->unit[i];
+    float *loc = u ? slice(p->in[i], p->rows[i], p->T * u, f0 * u, fl * u) : NULL;
+    if (u && !loc) rc = cli_error(CLI_EXIT_FAILURE, "out of host memory");
+    if (!rc) rc = upload(ctx, u ? loc : p->in[i], p->rows[i] * (u ? fl * u : 1), &b->in[i]);
+    free(loc);
+  }
+  for (int i = 0; i < BO_N && !rc; i++) {
+    b->nout[i] = p->orows[i] * (p->ounit[i] ? fl * p->ounit[i] : 1);
+    rc = upload(ctx, NULL, b->nout[i], &b->out[i]);
+  }
+  return rc;
+}
+
+/* The branch forward (with `saved`) or backward (from `saved`) on fl frames; mpi: over the ranks. */
+static camdelta_status br_run(camdelta_context *ctx, const br_prob *p, size_t fl, const br_bufs *b, int backward,
+                              camdelta_branch_saved *saved, int mpi, camdelta_mpi_timing *tm) {
+  camdelta_branch_args a;
+  memset(&a, 0, sizeof a);
+  a.B = p->B, a.T = fl, a.Hs = p->Hs, a.Ws = p->Ws, a.H = p->H, a.D = p->D, a.pt = a.ph = a.pw = 1;
+  a.chunking.chunk_size = p->cs, a.chunking.strategy = CAMDELTA_CHUNK_UNIFORM, a.algorithm = g_alg;
+  a.k_scale = (float)(1.0 / sqrt((double)p->D * (double)p->S)), a.norm_eps = 1e-6f;
+  camdelta_buffer *ib[BR_NIN - 1] = {&a.q_raw,         &a.k_raw, &a.v_raw, &a.conv_weight, &a.q_norm_weight,
+                                     &a.k_norm_weight, &a.camera_conditions, &a.beta, &a.decay};
+  for (int i = 0; i < BR_NIN - 1; i++) *ib[i] = (camdelta_buffer){b->in[i], 0};
+  a.y = (camdelta_buffer){b->out[BO_Y], 0};
+  camdelta_status st;
+  if (!backward) {
+    st = mpi ? camdelta_mpi_branch_forward_timed(ctx, &a, saved, MPI_COMM_WORLD, tm)
+             : camdelta_branch_forward(ctx, &a, saved);
+  } else {
+    camdelta_branch_grads g;
+    memset(&g, 0, sizeof g);
+    g.grad_y = (camdelta_buffer){b->in[BR_GY], 0};
+    camdelta_buffer *ob[BO_N - 1] = {&g.dq_raw,         &g.dk_raw,         &g.dv_raw, &g.dconv_weight,
+                                     &g.dq_norm_weight, &g.dk_norm_weight, &g.dbeta,  &g.ddecay};
+    for (int i = 0; i < BO_N - 1; i++) *ob[i] = (camdelta_buffer){b->out[i + 1], 0};
+    st = mpi ? camdelta_mpi_branch_backward_timed(ctx, &a, &g, saved, MPI_COMM_WORLD, tm)
+             : camdelta_branch_backward(ctx, &a, &g, saved);
+  }
+  return st || mpi ? st : camdelta_finish(ctx);
+}
+
+/* demo: the branch forward and backward over the ranks against one device (rank 0); prints one row per rank and
+ * returns the largest relative difference in *worst. */
+static int demo_branch(camdelta_context *ctx, const shape5 *shape, double *worst) {
+  br_prob p;
+  int rc = agree_rc(br_make(&p, shape));
+  size_t f0, fl;
+  camdelta_mpi_frame_share(p.T, g_size, g_rank, &f0, &fl);
+  float *ref[BO_N] = {NULL};
+  if (!rc && g_rank == 0) {
+    br_bufs w;
+    camdelta_branch_saved *sv = NULL;
+    rc = br_bufs_make(ctx, &p, 0, p.T, &w);
+    camdelta_status st = rc ? CAMDELTA_OK : camdelta_branch_saved_create(ctx, &sv);
+    if (!rc && !st) st = br_run(ctx, &p, p.T, &w, 0, sv, 0, NULL);
+    if (!rc && !st) st = br_run(ctx, &p, p.T, &w, 1, sv, 0, NULL);
+    if (!rc && st) rc = cli_lib_error(st, "one-device branch");
+    for (int i = 0; i < BO_N && !rc; i++) rc = download(ctx, w.out[i], w.nout[i], &ref[i]);
+    camdelta_branch_saved_destroy(sv);
+    br_bufs_free(&w);
+  }
+  rc = agree_rc(rc);
+  for (int i = 0; i < BO_N && !rc; i++) {
+    const size_t n = p.orows[i] * (p.ounit[i] ? p.T * p.ounit[i] : 1);
+    if (g_rank != 0 && !(ref[i] = malloc(n * 4 + 4))) rc = cli_error(CLI_EXIT_FAILURE, "out of host memory");
+    if ((rc = agree_rc(rc))) break;
+    MPI_Bcast(ref[i], (int)n, MPI_FLOAT, 0, MPI_COMM_WORLD);
+  }
+  br_bufs mine;
+  memset(&mine, 0, sizeof mine);
+  camdelta_branch_saved *sv = NULL;
+  if (!rc) rc = agree_rc(br_bufs_make(ctx, &p, f0, fl, &mine));
+  if (!rc && g_rank == 0) {
+    printf("\nthe camera branch (camdelta_mpi_branch_forward / _backward): grid %zux%zux%zu, patch 1, chunk size %zu "
+           "(uniform), saved states\n%-8s %-5s", p.T, p.Hs, p.Ws, p.cs, "pass", "rank");
+    for (int i = 0; i < BO_N; i++) printf(" %9s", BO_NAME[i]);
+    printf(" %9s %9s\n", "total ms", "exch. ms");
+  }
+  camdelta_mpi_timing tf, tb;
+  camdelta_status st = CAMDELTA_OK;
+  if (!rc) rc = agree_rc((st = camdelta_branch_saved_create(ctx, &sv)) ? cli_lib_error(st, "branch saved") : 0);
+  if (!rc) {
+    st = br_run(ctx, &p, fl, &mine, 0, sv, 1, &tf);
+    if (!st) st = br_run(ctx, &p, fl, &mine, 1, sv, 1, &tb);
+    if (st) rc = g_rank == 0 ? cli_lib_error(st, "sequence-parallel branch") : cli_exit_code(st);
+  }
+  double err[BO_N + 2] = {0};
+  for (int i = 0; i < BO_N && !rc; i++) {
+    const size_t rows = p.orows[i], u = p.ounit[i], cols = u ? p.T * u : 1, lc = u ? fl * u : 1, c0 = u ? f0 * u : 0;
+    float *x = NULL;
+    double mref = 0, md = 0;
+    if (download(ctx, mine.out[i], rows * lc, &x)) {
+      md = INFINITY;
+    } else {
+      for (size_t j = 0; j < rows * cols; j++) mref = fmax(mref, fabs(ref[i][j]));
+      for (size_t r = 0; r < rows; r++)
+        for (size_t c = 0; c < lc; c++) {
+          const double d = fabs((double)x[r * lc + c] - ref[i][r * cols + c0 + c]);
+          md = isnan(d) ? INFINITY : fmax(md, d);
+        }
+    }
+    free(x);
+    err[i] = md / fmax(mref, 1e-30);
+    *worst = fmax(*worst, err[i]);
+  }
+  if (!rc) {
+    err[BO_N] = tf.total_ms + tb.total_ms, err[BO_N + 1] = tf.exchange_ms + tb.exchange_ms;
+    double *all = g_rank == 0 ? malloc((size_t)g_size * (BO_N + 2) * sizeof *all) : NULL;
+    MPI_Gather(err, BO_N + 2, MPI_DOUBLE, all, BO_N + 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    if (g_rank == 0 && all) {
+      for (int r = 0; r < g_size; r++) {
+        printf("%-8s %-5d", "branch", r);
+        for (int i = 0; i < BO_N; i++) printf(" %9.1e", all[r * (BO_N + 2) + i]);
+        printf(" %9.2f %9.2f\n", all[r * (BO_N + 2) + BO_N], all[r * (BO_N + 2) + BO_N + 1]);
+      }
+    }
+    free(all);
+  }
+  camdelta_branch_saved_destroy(sv);
+  br_bufs_free(&mine);
+  for (int i = 0; i < BO_N; i++) free(ref[i]);
+  br_free(&p);
+  return agree_rc(rc);
+}
+
 int cmd_demo_sp(int argc, char **argv) {
   const char *device = NULL, *v;
   shape5 shape = {"1,4,32,8,64", 1, 4, 32, 8, 64};
   /* chunkwise by default: its chain M_f = A_f·M + U_f is the arithmetic of the state summaries, so the comparison
    * shows the sequence-parallel split, not the difference between the two algorithms' f32 rounding */
   g_alg = CAMDELTA_SCAN_CHUNKWISE;
+  int branch = 1;
   cli_args a = {argc, argv, 0};
   while (a.i < argc) {
     int r;
     if (cli_flag(&a, "--sequence-parallel")) continue;
+    if (cli_flag(&a, "--no-branch")) {
+      branch = 0;
+      continue;
+    }
     if ((r = cli_value(&a, "--algorithm", &v))) {
       if (r < 0 || !cli_parse_algorithm(v, &g_alg)) return CLI_EXIT_USAGE;
     } else if ((r = cli_value(&a, "--shape", &v))) {
@@ -793,7 +1007,7 @@ int cmd_demo_sp(int argc, char **argv) {
       g_rng ^= (unsigned long long)seed * 0x9E3779B97F4A7C15ull;
     } else {
       return cli_error(CLI_EXIT_USAGE, "demo --sequence-parallel: unknown option '%s' (--shape, --device, --seed, "
-                       "--algorithm)", argv[a.i]);
+                       "--algorithm, --no-branch)", argv[a.i]);
     }
   }
   int rc = sp_init();
@@ -894,6 +1108,7 @@ int cmd_demo_sp(int argc, char **argv) {
     for (int i = 0; i < 8; i++) free(ref[i]);
     rc = agree_rc(rc);
   }
+  if (!rc && branch) rc = demo_branch(ctx, &shape, &worst);
   double w = worst;
   MPI_Allreduce(&worst, &w, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   if (!rc) {
@@ -912,7 +1127,7 @@ int cmd_demo_sp(int argc, char **argv) {
 int cmd_bench_sp(int argc, char **argv) {
   const char *device = NULL, *json = NULL, *v;
   shape5 shapes[8];
-  int nshapes = 0, single = 1;
+  int nshapes = 0, single = 1, branch = 1;
   size_t reps = 10, warmup = 2;
   cli_args a = {argc, argv, 0};
   while (a.i < argc) {
@@ -920,6 +1135,10 @@ int cmd_bench_sp(int argc, char **argv) {
     if (cli_flag(&a, "--sequence-parallel")) continue;
     if (cli_flag(&a, "--no-single")) {
       single = 0;
+      continue;
+    }
+    if (cli_flag(&a, "--no-branch")) {
+      branch = 0;
       continue;
     }
     if ((r = cli_value(&a, "--algorithm", &v))) {
@@ -940,7 +1159,7 @@ int cmd_bench_sp(int argc, char **argv) {
       if (r < 0 || !cli_parse_size("--warmup", v, &warmup)) return CLI_EXIT_USAGE;
     } else {
       return cli_error(CLI_EXIT_USAGE, "bench --sequence-parallel: unknown option '%s' (--shape, --device, --reps, "
-                       "--warmup, --json, --no-single, --algorithm)", argv[a.i]);
+                       "--warmup, --json, --no-single, --no-branch, --algorithm)", argv[a.i]);
     }
   }
   if (!nshapes) parse_shape("small", &shapes[nshapes++]);
@@ -971,97 +1190,129 @@ int cmd_bench_sp(int argc, char **argv) {
     camdelta_mpi_frame_share(p.F, g_size, g_rank, &f0, &fl);
     bufs b;
     rc = agree_rc(bufs_make(ctx, &p, f0, fl, &b)); /* random share */
-    if (!rc && g_rank == 0)
-      printf("\nshape %s: B=%zu H=%zu D=%zu F=%zu S=%zu\n%-22s %-5s %-6s %10s %10s %10s %10s %10s %9s\n", s->name, p.B,
-             p.H, p.D, p.F, p.S, "operation", "rank", "frames", "total ms", "summary", "exchange", "combine", "local",
-             "exch. %");
+    br_prob bp;
+    br_bufs bb;
+    camdelta_branch_saved *bsv = NULL;
+    memset(&bp, 0, sizeof bp), memset(&bb, 0, sizeof bb);
+    if (!rc && branch) rc = agree_rc(br_make(&bp, s));
+    if (!rc && branch) rc = agree_rc(br_bufs_make(ctx, &bp, f0, fl, &bb));
+    if (!rc && branch) {
+      const camdelta_status bst = camdelta_branch_saved_create(ctx, &bsv);
+      rc = agree_rc(bst ? cli_lib_error(bst, "branch saved") : 0);
+    }
+    if (!rc && g_rank == 0) {
+      printf("\nshape %s: B=%zu H=%zu D=%zu F=%zu S=%zu", s->name, p.B, p.H, p.D, p.F, p.S);
+      if (branch) printf("; branch grid %zux%zux%zu, chunk size %zu", bp.T, bp.Hs, bp.Ws, bp.cs);
+      printf("\n%-22s %-5s %-6s %10s %10s %10s %10s %8s %8s %10s %10s\n", "operation", "rank", "frames", "total ms",
+             "compute", "wait", "exchange", "exch. %", "wait %", "summary", "local");
+    }
     cJSON *jshape = cJSON_CreateObject();
     cJSON_AddItemToArray(js, jshape);
     cJSON_AddStringToObject(jshape, "name", s->name);
     cJSON *jops = cJSON_AddArrayToObject(jshape, "ops");
-    for (int opi = 0; opi < 4 && !rc; opi++) {
-      const int bwd = opi >= 2, reverse = opi % 2;
-      const char *opname = bwd ? (reverse ? "scan backward reverse" : "scan backward causal")
-                               : (reverse ? "scan forward reverse" : "scan forward causal");
-      double *ph[5];
-      for (int k = 0; k < 5; k++) ph[k] = calloc(reps ? reps : 1, sizeof(double));
+    enum { NPH = 7 }; /* total, summary, exchange, combine, local, wait, compute */
+    static const char *const OPNAMES[6] = {"scan forward causal", "scan forward reverse", "scan backward causal",
+                                           "scan backward reverse", "branch forward", "branch backward"};
+    for (int opi = 0; opi < (branch ? 6 : 4) && !rc; opi++) {
+      const int bwd = opi == 2 || opi == 3 || opi == 5, reverse = opi < 4 && opi % 2;
+      const char *opname = OPNAMES[opi];
+      double *ph[NPH];
+      for (int k = 0; k < NPH; k++) ph[k] = calloc(reps ? reps : 1, sizeof(double));
       camdelta_status st = CAMDELTA_OK;
       for (size_t it = 0; it < warmup + reps && !st; it++) {
         camdelta_mpi_timing tm;
         MPI_Barrier(MPI_COMM_WORLD);
-        st = bwd ? run_bwd(ctx, &p, fl, &b, reverse, 1, &tm) : run_fwd(ctx, &p, fl, &b, reverse, 1, &tm);
+        if (opi >= 4) st = br_run(ctx, &bp, fl, &bb, bwd, bsv, 1, &tm); /* the backward from the forward's saved */
+        else st = bwd ? run_bwd(ctx, &p, fl, &b, reverse, 1, &tm) : run_fwd(ctx, &p, fl, &b, reverse, 1, &tm);
         if (!st && it >= warmup) {
-          const double x[5] = {tm.total_ms, tm.summary_ms, tm.exchange_ms, tm.combine_ms, tm.scan_ms};
-          for (int k = 0; k < 5; k++) ph[k][it - warmup] = x[k];
+          const double x[NPH] = {tm.total_ms, tm.summary_ms, tm.exchange_ms, tm.combine_ms,
+                                 tm.scan_ms,  tm.wait_ms,    tm.compute_ms};
+          for (int k = 0; k < NPH; k++) ph[k][it - warmup] = x[k];
         }
       }
       if (st) {
         rc = g_rank == 0 ? cli_lib_error(st, opname) : cli_exit_code(st);
       } else {
-        double med[6];
-        for (int k = 0; k < 5; k++) med[k] = reps ? cli_median(ph[k], reps) : 0;
-        med[5] = (double)fl;
-        double *all = g_rank == 0 ? malloc((size_t)g_size * 6 * sizeof *all) : NULL;
-        MPI_Gather(med, 6, MPI_DOUBLE, all, 6, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-        if (g_rank == 0) {
+        double med[NPH + 1];
+        for (int k = 0; k < NPH; k++) med[k] = reps ? cli_median(ph[k], reps) : 0;
+        med[NPH] = (double)fl;
+        double *all = g_rank == 0 ? malloc((size_t)g_size * (NPH + 1) * sizeof *all) : NULL;
+        MPI_Gather(med, NPH + 1, MPI_DOUBLE, all, NPH + 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+        if (g_rank == 0 && all) {
           cJSON *jop = cJSON_CreateObject();
           cJSON_AddItemToArray(jops, jop);
           cJSON_AddStringToObject(jop, "op", opname);
           cJSON *jr = cJSON_AddArrayToObject(jop, "ranks");
           for (int r = 0; r < g_size; r++) {
-            const double *m = all + r * 6;
-            printf("%-22s %-5d %-6.0f %10.3f %10.3f %10.3f %10.3f %10.3f %8.1f%%\n", opname, r, m[5], m[0], m[1], m[2],
-                   m[3], m[4], m[0] > 0 ? 100.0 * m[2] / m[0] : 0.0);
+            const double *m = all + r * (NPH + 1);
+            printf("%-22s %-5d %-6.0f %10.3f %10.3f %10.3f %10.3f %7.1f%% %7.1f%% %10.3f %10.3f\n", opname, r, m[NPH],
+                   m[0], m[6], m[5], m[2], m[0] > 0 ? 100.0 * m[2] / m[0] : 0.0, m[0] > 0 ? 100.0 * m[5] / m[0] : 0.0,
+                   m[1], m[4]);
             cJSON *o = cJSON_CreateObject();
             cJSON_AddItemToArray(jr, o);
-            cJSON_AddNumberToObject(o, "frames", m[5]);
+            cJSON_AddNumberToObject(o, "frames", m[NPH]);
             cJSON_AddNumberToObject(o, "total_ms", m[0]);
-            cJSON_AddNumberToObject(o, "summary_ms", m[1]);
+            cJSON_AddNumberToObject(o, "compute_ms", m[6]);
+            cJSON_AddNumberToObject(o, "wait_ms", m[5]);
             cJSON_AddNumberToObject(o, "exchange_ms", m[2]);
+            cJSON_AddNumberToObject(o, "summary_ms", m[1]);
             cJSON_AddNumberToObject(o, "combine_ms", m[3]);
             cJSON_AddNumberToObject(o, "local_ms", m[4]);
           }
-          free(all);
         }
+        free(all);
       }
-      for (int k = 0; k < 5; k++) free(ph[k]);
+      for (int k = 0; k < NPH; k++) free(ph[k]);
       rc = agree_rc(rc);
     }
     bufs_free(&b);
+    br_bufs_free(&bb);
+    camdelta_branch_saved_destroy(bsv);
     /* the whole sequence on one device (rank 0; the other ranks wait) */
     if (!rc && single) {
       int lrc = CLI_EXIT_OK;
       if (g_rank == 0) {
         bufs w;
+        br_bufs wb;
+        camdelta_branch_saved *wsv = NULL;
+        memset(&wb, 0, sizeof wb);
         lrc = bufs_make(ctx, &p, 0, p.F, &w);
-        for (int opi = 0; opi < 4 && !lrc; opi++) {
-          const int bwd = opi >= 2, reverse = opi % 2;
+        if (!lrc && branch) lrc = br_bufs_make(ctx, &bp, 0, bp.T, &wb);
+        if (!lrc && branch) {
+          const camdelta_status bst = camdelta_branch_saved_create(ctx, &wsv);
+          if (bst) lrc = cli_lib_error(bst, "branch saved");
+        }
+        static const char *const SINGLE[6] = {"single forward causal",  "single forward reverse",
+                                              "single backward causal", "single backward reverse",
+                                              "single branch forward",  "single branch backward"};
+        for (int opi = 0; opi < (branch ? 6 : 4) && !lrc; opi++) {
+          const int bwd = opi == 2 || opi == 3 || opi == 5, reverse = opi < 4 && opi % 2;
           double *t = calloc(reps ? reps : 1, sizeof *t);
           camdelta_status st = CAMDELTA_OK;
           for (size_t it = 0; it < warmup + reps && !st && t; it++) {
             const double t0 = now_ms();
-            st = bwd ? run_bwd(ctx, &p, p.F, &w, reverse, 0, NULL) : run_fwd(ctx, &p, p.F, &w, reverse, 0, NULL);
+            if (opi >= 4) st = br_run(ctx, &bp, bp.T, &wb, bwd, wsv, 0, NULL);
+            else st = bwd ? run_bwd(ctx, &p, p.F, &w, reverse, 0, NULL) : run_fwd(ctx, &p, p.F, &w, reverse, 0, NULL);
             if (it >= warmup) t[it - warmup] = now_ms() - t0;
           }
-          if (st) lrc = cli_lib_error(st, "one-device scan");
+          if (st) lrc = cli_lib_error(st, opi >= 4 ? "one-device branch" : "one-device scan");
           else if (t) {
             const double m = reps ? cli_median(t, reps) : 0;
-            printf("%-22s %-5s %-6zu %10.3f   (one device, whole sequence, wall time)\n",
-                   bwd ? (reverse ? "scan backward reverse" : "scan backward causal")
-                       : (reverse ? "scan forward reverse" : "scan forward causal"),
-                   "one", p.F, m);
+            printf("%-22s %-5s %-6zu %10.3f   (one device, whole sequence, wall time)\n", OPNAMES[opi], "one", p.F, m);
             cJSON *o = cJSON_CreateObject();
             cJSON_AddItemToArray(jops, o);
-            cJSON_AddStringToObject(o, "op", bwd ? (reverse ? "single backward reverse" : "single backward causal")
-                                                 : (reverse ? "single forward reverse" : "single forward causal"));
+            cJSON_AddStringToObject(o, "op", SINGLE[opi]);
             cJSON_AddNumberToObject(o, "total_ms", m);
           }
           free(t);
         }
         bufs_free(&w);
+        br_bufs_free(&wb);
+        camdelta_branch_saved_destroy(wsv);
       }
       rc = agree_rc(lrc);
     }
+    br_free(&bp);
   }
   if (!rc && g_rank == 0 && json) {
     char *text = cJSON_Print(root);

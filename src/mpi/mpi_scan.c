@@ -1,20 +1,32 @@
-/* Sequence parallelism over MPI (include/camdelta_mpi.h, SPEC section 9), on the public API only.
+/* Sequence parallelism over MPI (include/camdelta_mpi.h, SPEC section 9), on the public API plus the scan's
+ * callback (src/ops/scan_hook.h).
  *
  * Ranks are ordered along the direction the state flows: position pos = rank (causal) or P−1−rank (reverse), so
  * position 0 holds the sequence's start (it reads init_state) and position P−1 its end (it produces final_state
  * and reads grad_final_state). Per call:
  *   0. checks: every rank checks its own arguments, the ranks all-gather a descriptor (shape, direction, which
  *      optional states are given) and agree on one status before anything is enqueued;
- *   1. summaries: position p < P−1 computes E_p (at p = 0 with init_state folded in: E_0 = its final state) and,
- *      for 0 < p < P−1, T_p; in the backward, position p > 0 also computes G_p (at p = P−1 with
- *      grad_final_state folded in: G_{P−1} = its dinit_state);
- *   2. exchange: the summaries go to the host and MPI_Allgather gives every rank all of them;
+ *   then the local scan (or backward) starts, with init_state (and grad_final_state) pointing at this rank's
+ *   incoming-state buffers, and computes its per-frame matrices once (phase A: A_f, U_f; the backward's grams:
+ *   A_f, W_f and U_f); between those and the state chain it calls sp_middle, which does 1-3:
+ *   1. summaries from those matrices (only D x D chains, no gram): position p < P−1 computes E_p (at p = 0 with
+ *      init_state folded in: E_0 = its final state) and, for 0 < p < P−1, T_p; in the backward, position p > 0
+ *      also computes G_p (at p = P−1 with grad_final_state folded in: G_{P−1} = its dinit_state); then a status
+ *      agreement, timed apart as the wait for the slowest rank;
+ *   2. exchange: only the summaries some rank folds go to the host (before that agreement, overlapping slower
+ *      ranks' work), MPI_Allgatherv, and each rank uploads those of the ranks it folds (a fold of one summary,
+ *      as with 2 ranks, straight into the incoming-state buffer);
  *   3. combine: M_in(p) = T_{p−1}(…(T_1·E_0 + E_1)…) + E_{p−1} (p > 0); in the backward also
- *      dM_out(p) = G_{p+1} + T_{p+1}ᵀ(G_{p+2} + …) (p < P−1), each on the device in that fixed order;
- *   4. the local scan (or backward) from init_state = M_in (and grad_final_state = dM_out);
+ *      dM_out(p) = G_{p+1} + T_{p+1}ᵀ(G_{p+2} + …) (p < P−1), each on the device in that fixed order, into the
+ *      incoming-state buffers;
+ *   4. the scan goes on from there (phase B and C; the backward's chain, frames and ddecay);
  *   5. the sequence's final_state (dinit_state) is broadcast from the rank that holds it to the ranks that ask.
+ * The sequential forward has no phase A: the callback runs before its launch and computes the summaries with
+ * their own grams (camdelta_scan_summary), as every summary does with CAMDELTA_SP_SEPARATE_SUMMARIES=1 (for
+ * measuring what the reuse saves).
  * Statuses are agreed after every step that can fail, so every rank returns the same status; the message of a
- * failing rank is broadcast and carries its rank. */
+ * failing rank is broadcast and carries its rank. A rank whose scan fails before its callback agrees on that
+ * failure after the scan returns, where the other ranks wait in their callback's first agreement. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +36,7 @@
 #include "camdelta_mpi.h"
 #include "camdelta_summary.h"
 #include "mpi_agree.h"
+#include "../ops/scan_hook.h"
 
 void camdelta_mpi_frame_share(size_t F, int ranks, int rank, size_t *first, size_t *count) {
   if (ranks < 1 || rank < 0 || rank >= ranks) {
@@ -211,31 +224,45 @@ static camdelta_status rw(camdelta_context *ctx, int write, camdelta_buffer b, s
 
 static int rank_at(const sp *c, int pos, int reverse) { return reverse ? c->P - 1 - pos : pos; }
 
-/* Fold: forward (transpose 0) X = E_{from}; for j = from+1 … to: X = T_j·X + E_j, with position j's summary at
- * slot (T_slot, E_slot) of rank_at(j) in `all` (device, `per` floats per rank). Gradient (transpose 1) walks
- * from `from` down to `to`. The result lands in `dst`; tmp is a second (B, H, D, D) buffer. */
-static camdelta_status fold(const sp *c, size_t B, size_t H, size_t D, int reverse, cl_mem all, size_t per,
-                            size_t t_slot, size_t e_slot, int from, int to, int transpose, cl_mem dst, cl_mem tmp) {
-  const size_t ns = B * H * D * D;
+/* Where each rank's summaries lie in the exchanged buffer: off[r·NSLOT + k] (floats) for rank r's summary k
+ * (k = SL_T, SL_E, SL_G), or NO_SLOT when that rank does not send it. Only the summaries some rank folds are sent:
+ * T at positions 0 < p < P−1, E at p < P−1, G (backward) at p > 0. */
+enum { SL_T, SL_E, SL_G, NSLOT };
+#define NO_SLOT ((size_t)-1)
+
+static int pos_of(const sp *c, int rank, int reverse) { return reverse ? c->P - 1 - rank : rank; }
+
+static int sends(int P, int p, int k, int grad) {
+  if (k == SL_T) return p > 0 && p < P - 1;
+  if (k == SL_E) return p < P - 1;
+  return grad && p > 0;
+}
+
+/* Fold: forward (transpose 0) X = E_{from}; for j = from+1 … to: X = T_j·X + E_j, position j's summaries at
+ * off[rank_at(j)] in `all`. Gradient (transpose 1): X = G_{from}; for j = from−1 … to: X = T_jᵀ·X + G_j. The result
+ * lands in `dst`; tmp is a second (B, H, D, D) buffer. */
+static camdelta_status fold(const sp *c, size_t B, size_t H, size_t D, int reverse, cl_mem all, const size_t *off,
+                            int from, int to, int transpose, cl_mem dst, cl_mem tmp) {
   const int step = transpose ? -1 : 1, n = transpose ? from - to : to - from; /* n applies after the first */
+  const int e_slot = transpose ? SL_G : SL_E;
   camdelta_status st = CAMDELTA_OK;
   /* the last apply must write dst: choose the first buffer so that the ping-pong ends there */
   cl_mem buf[2] = {n % 2 == 0 ? dst : tmp, n % 2 == 0 ? tmp : dst};
-  const size_t r0 = (size_t)rank_at(c, from, reverse) * per;
   camdelta_summary_apply_args a;
   memset(&a, 0, sizeof a);
   a.B = B, a.H = H, a.D = D;
-  /* copy E_from (T·0 + E) */
-  a.T = (camdelta_buffer){all, r0 + t_slot * ns};
-  a.E = (camdelta_buffer){all, r0 + e_slot * ns};
+  /* copy the first summary (T·0 + E) */
+  const size_t *o0 = off + (size_t)rank_at(c, from, reverse) * NSLOT;
+  a.T = (camdelta_buffer){all, o0[e_slot]};
+  a.E = (camdelta_buffer){all, o0[e_slot]};
   a.M_out = (camdelta_buffer){buf[0], 0};
   st = camdelta_summary_apply(c->ctx, &a);
   int cur = 0;
   for (int j = from + step, k = 0; k < n && !st; j += step, k++) {
-    const size_t rj = (size_t)rank_at(c, j, reverse) * per;
+    const size_t *oj = off + (size_t)rank_at(c, j, reverse) * NSLOT;
     a.transpose = transpose;
-    a.T = (camdelta_buffer){all, rj + t_slot * ns};
-    a.E = (camdelta_buffer){all, rj + e_slot * ns};
+    a.T = (camdelta_buffer){all, oj[SL_T]};
+    a.E = (camdelta_buffer){all, oj[e_slot]};
     a.M_in = (camdelta_buffer){buf[cur], 0};
     a.M_out = (camdelta_buffer){buf[1 - cur], 0};
     st = camdelta_summary_apply(c->ctx, &a);
@@ -288,31 +315,200 @@ static camdelta_status state_summary(const sp *c, const camdelta_scan_args *a, c
   return camdelta_scan_summary(c->ctx, &sa);
 }
 
-/* Step 2: every rank's summaries to every rank. This rank's summary i (0 .. n−1) is src[i] (NULL: zeros); with
- * `need`, *all receives everyone's on the device, rank r's summary i at (r·n + i)·ns floats. */
-static camdelta_status exchange(const sp *c, scratch *s, const cl_mem *src, int n, size_t ns, int need, cl_mem *all) {
-  const size_t per = (size_t)n * ns;
-  float *send = calloc(per, 4), *recv = malloc((size_t)c->P * per * 4);
+/* Step 2, the exchange of the summaries some rank folds (see sends()): rank r's summary k (from src[k] on rank r)
+ * goes to every rank by one MPI_Allgatherv of only those. In two parts:
+ *  xch_begin, before the ranks wait for each other (so that it overlaps the slower ranks' work): the layout
+ *    (off[r·NSLOT + k], in floats, or NO_SLOT) and this rank's summaries to the host; not collective;
+ *  xch_end, after the agreement: the all-gather, and a rank that folds (`need`) writes to the device those of
+ *    the ranks in `want` (want[r] != 0): into direct[r·NSLOT + k] when given (a fold of one summary is that
+ *    summary), else into *all (allocated here) at off[r·NSLOT + k]. Collective. */
+typedef struct xch {
+  int *counts; /* P counts, then P displacements */
+  float *buf;
+  size_t total;
+} xch;
+
+static camdelta_status xch_begin(const sp *c, xch *x, int reverse, int grad, const cl_mem src[NSLOT], size_t ns,
+                                 size_t *off) {
+  const int P = c->P;
+  x->total = 0, x->buf = NULL;
+  x->counts = malloc((size_t)P * 2 * sizeof *x->counts);
   camdelta_status st =
-      send && recv ? CAMDELTA_OK : camdelta_set_error(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", c->op);
-  for (int i = 0; i < n && !st; i++)
-    if (src[i]) st = rw(c->ctx, 0, (camdelta_buffer){src[i], 0}, ns, send + (size_t)i * ns);
-  if ((st = agree(c, st)) == CAMDELTA_OK) {
-    MPI_Allgather(send, (int)per, MPI_FLOAT, recv, (int)per, MPI_FLOAT, c->comm);
-    if (need) {
-      st = alloc(c->ctx, s, (size_t)c->P * per * 4, all);
-      if (!st) st = rw(c->ctx, 1, (camdelta_buffer){*all, 0}, (size_t)c->P * per, recv);
+      x->counts ? CAMDELTA_OK : camdelta_set_error(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", c->op);
+  for (int r = 0; r < P && !st; r++) {
+    const int p = pos_of(c, r, reverse);
+    size_t n = 0;
+    for (int k = 0; k < NSLOT; k++) {
+      off[(size_t)r * NSLOT + k] = sends(P, p, k, grad) ? x->total + n * ns : NO_SLOT;
+      n += sends(P, p, k, grad) ? 1 : 0;
     }
-    st = agree(c, st);
+    if (n * ns > (size_t)0x7fffffff || x->total > (size_t)0x7fffffff)
+      st = camdelta_set_error(CAMDELTA_ERROR_UNSUPPORTED, "%s: summaries of %zu floats exceed MPI's int counts", c->op,
+                              n * ns);
+    else
+      x->counts[r] = (int)(n * ns), x->counts[P + r] = (int)x->total;
+    x->total += n * ns;
   }
-  free(send), free(recv);
+  if (!st && !(x->buf = malloc(x->total ? x->total * 4 : 4)))
+    st = camdelta_set_error(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", c->op);
+  for (int k = 0; k < NSLOT && !st; k++)
+    if (src[k] && off[(size_t)c->rank * NSLOT + k] != NO_SLOT)
+      st = rw(c->ctx, 0, (camdelta_buffer){src[k], 0}, ns, x->buf + off[(size_t)c->rank * NSLOT + k]);
   return st;
 }
 
-/* t[0] the call's start, t[1 .. 5] the ends of steps 0 .. 4. */
-static void put_timing(camdelta_mpi_timing *timing, const double t[6]) {
-  timing->summary_ms = t[2] - t[1], timing->exchange_ms = t[3] - t[2], timing->combine_ms = t[4] - t[3];
-  timing->scan_ms = t[5] - t[4], timing->total_ms = now_ms() - t[0];
+static void xch_free(xch *x) {
+  free(x->counts), free(x->buf);
+  x->counts = NULL, x->buf = NULL;
+}
+
+static camdelta_status xch_end(const sp *c, scratch *s, xch *x, size_t ns, int need, const int *want,
+                               const cl_mem *direct, cl_mem *all, const size_t *off) {
+  const int P = c->P;
+  camdelta_status st = CAMDELTA_OK;
+  MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x->buf, x->counts, x->counts + P, MPI_FLOAT, c->comm);
+  if (need && x->total) {
+    cl_command_queue q = camdelta_context_queue(c->ctx);
+    for (int r = 0; r < P && !st; r++)
+      for (int k = 0; k < NSLOT && !st && want[r]; k++) {
+        const size_t o = off[(size_t)r * NSLOT + k];
+        if (o == NO_SLOT) continue;
+        cl_mem dst = direct[(size_t)r * NSLOT + k];
+        if (!dst && !*all) st = alloc(c->ctx, s, x->total * 4, all);
+        if (st) break;
+        cl_int err = clEnqueueWriteBuffer(q, dst ? dst : *all, CL_FALSE, dst ? 0 : o * 4, ns * 4, x->buf + o, 0, NULL,
+                                          NULL);
+        if (err != CL_SUCCESS)
+          st = camdelta_set_error(CAMDELTA_ERROR_OPENCL, "writing the summaries: %s", camdelta_cl_error_name(err));
+      }
+    if (!st) st = camdelta_finish(c->ctx); /* the host buffer is freed after */
+  }
+  return agree(c, st);
+}
+
+/* t[0] the call's start, then the ends of: checks, the local compute before the exchange, the wait for the other
+ * ranks, the exchange, the combine, the rest of the local scan. */
+enum { TM_START, TM_CHECKS, TM_COMPUTE, TM_WAIT, TM_EXCHANGE, TM_COMBINE, TM_SCAN, TM_PRE, TM_N };
+/* TM_PRE: not a time stamp but the duration of the exchange's first part (xch_begin), between TM_COMPUTE and the
+ * wait's start. */
+static void put_timing(camdelta_mpi_timing *timing, const double t[TM_N]) {
+  timing->summary_ms = t[TM_COMPUTE] - t[TM_CHECKS], timing->wait_ms = t[TM_WAIT] - t[TM_COMPUTE] - t[TM_PRE];
+  timing->exchange_ms = t[TM_EXCHANGE] - t[TM_WAIT] + t[TM_PRE], timing->combine_ms = t[TM_COMBINE] - t[TM_EXCHANGE];
+  timing->scan_ms = t[TM_SCAN] - t[TM_COMBINE], timing->total_ms = now_ms() - t[TM_START];
+  timing->compute_ms = timing->summary_ms + timing->combine_ms + timing->scan_ms;
+}
+
+/* The middle of a sequence-parallel call (the scan's callback, scan_hook.h): this rank's summaries from the
+ * scan's own per-frame matrices, the exchange, and the fold into the incoming state(s) the rest of the scan
+ * reads. */
+typedef struct sp_mid {
+  sp *c;
+  const camdelta_scan_args *fwd; /* the forward's inputs (shape, direction, k, v, beta, decay, init_state) */
+  camdelta_buffer grad_final;    /* backward: grad_final_state; NULL mem in the forward */
+  int grad;                      /* backward */
+  size_t ns;
+  scratch *s;
+  cl_mem T, E, G, Mi, dMo, tmp, all;
+  double *t;
+  int called, timed;
+  int separate;                             /* CAMDELTA_SP_SEPARATE_SUMMARIES (see the top of this file) */
+  const camdelta_scan_backward_args *gsrc; /* backward: q, grad_out for a separate gradient summary */
+} sp_mid;
+
+/* The gradient summary with its own grams (CAMDELTA_SP_SEPARATE_SUMMARIES=1 only). */
+static camdelta_status grad_summary(const sp *c, const camdelta_scan_args *a, const camdelta_scan_backward_args *b,
+                                    camdelta_buffer grad_final, cl_mem G) {
+  camdelta_scan_grad_summary_args ga;
+  memset(&ga, 0, sizeof ga);
+  ga.B = a->B, ga.H = a->H, ga.D = a->D, ga.F = a->F, ga.S = a->S, ga.reverse = a->reverse != 0;
+  ga.q = b->q, ga.k = b->k, ga.beta = b->beta, ga.decay = b->decay, ga.grad_out = b->grad_out;
+  if (c->pos == c->P - 1) ga.grad_final_state = grad_final;
+  ga.G = (camdelta_buffer){G, 0};
+  return camdelta_scan_grad_summary(c->ctx, &ga);
+}
+
+/* CAMDELTA_SP_SEPARATE_SUMMARIES=1: the summaries from their own grams (camdelta_scan_summary /
+ * camdelta_scan_grad_summary) instead of the scan's; for measuring what the reuse saves. */
+static int separate_summaries(void) {
+  const char *e = getenv("CAMDELTA_SP_SEPARATE_SUMMARIES");
+  return e && *e && strcmp(e, "0") != 0;
+}
+
+static camdelta_status sp_middle(void *user, cl_mem A, cl_mem U, cl_mem W) {
+  sp_mid *m = user;
+  sp *c = m->c;
+  const camdelta_scan_args *a = m->fwd;
+  const int P = c->P, pos = c->pos, reverse = a->reverse != 0;
+  const camdelta_buffer none = {NULL, 0};
+  m->called = 1;
+  /* 1. summaries (the per-frame matrices are this call's; without them, the sequential forward, they are
+   * computed apart) */
+  camdelta_buffer T = pos > 0 && pos < P - 1 ? (camdelta_buffer){m->T, 0} : none;
+  camdelta_buffer E = pos < P - 1 ? (camdelta_buffer){m->E, 0} : none;
+  camdelta_buffer G = m->grad && pos > 0 ? (camdelta_buffer){m->G, 0} : none;
+  camdelta_status st = CAMDELTA_OK;
+  if (A && !m->separate) {
+    st = camdelta_summary_sp_from_frames(c->ctx, a->B * a->H, a->D, a->F, reverse, A, U, W,
+                                         pos == 0 ? a->init_state : none, pos == P - 1 ? m->grad_final : none, T, E, G);
+  } else {
+    if (E.mem) st = state_summary(c, a, m->T, m->E);
+    if (!st && G.mem) st = grad_summary(c, a, m->gsrc, m->grad_final, m->G);
+  }
+  if (!st) st = camdelta_finish(c->ctx);
+  m->t[TM_COMPUTE] = now_ms();
+  /* 2. exchange, first part: the layout and this rank's summaries to the host, before waiting for the others */
+  int *want = calloc((size_t)P, sizeof *want);
+  size_t *off = malloc((size_t)P * NSLOT * sizeof *off);
+  cl_mem *direct = calloc((size_t)P * NSLOT, sizeof *direct);
+  xch x = {NULL, NULL, 0};
+  if (!st && (!want || !off || !direct))
+    st = camdelta_set_error(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", c->op);
+  const cl_mem mine[NSLOT] = {T.mem, E.mem, G.mem};
+  if (!st) st = xch_begin(c, &x, reverse, m->grad, mine, m->ns, off);
+  m->t[TM_PRE] = now_ms() - m->t[TM_COMPUTE];
+  /* the wait for the slowest rank: the status agreement is the first collective after the local work */
+  st = agree(c, st);
+  m->t[TM_WAIT] = now_ms();
+  if (st) { /* every rank stops here (a rank whose scan failed before calling back agrees once, after it) */
+    xch_free(&x);
+    free(want), free(off), free(direct);
+    return st;
+  }
+  /* forward folds need the positions before this one, gradient folds those after it; a fold of one summary is that
+   * summary: position 1's incoming state is E_0, position P−2's incoming state gradient G_{P−1}, written straight
+   * into place */
+  const int direct_fwd = pos == 1, direct_grad = m->grad && pos == P - 2;
+  if (direct_fwd) direct[(size_t)rank_at(c, 0, reverse) * NSLOT + SL_E] = m->Mi;
+  if (direct_grad) direct[(size_t)rank_at(c, P - 1, reverse) * NSLOT + SL_G] = m->dMo;
+  for (int r = 0; r < P; r++) {
+    const int p = pos_of(c, r, reverse);
+    want[r] = p < pos || (m->grad && p > pos);
+  }
+  st = xch_end(c, m->s, &x, m->ns, pos > 0 || (m->grad && pos < P - 1), want, direct, &m->all, off);
+  xch_free(&x);
+  m->t[TM_EXCHANGE] = now_ms();
+  /* 3. combine: the incoming state (forward order) and the incoming state gradient (backward order) */
+  if (!st && pos > 0 && !direct_fwd) st = fold(c, a->B, a->H, a->D, reverse, m->all, off, 0, pos - 1, 0, m->Mi, m->tmp);
+  if (!st && m->grad && pos < P - 1 && !direct_grad)
+    st = fold(c, a->B, a->H, a->D, reverse, m->all, off, P - 1, pos + 1, 1, m->dMo, m->tmp);
+  if (!st && m->timed) st = camdelta_finish(c->ctx);
+  st = agree(c, st);
+  m->t[TM_COMBINE] = now_ms();
+  free(want), free(off), free(direct);
+  return st;
+}
+
+/* Scratch of the middle: summaries and incoming states. */
+static camdelta_status mid_alloc(sp_mid *m) {
+  camdelta_context *ctx = m->c->ctx;
+  const size_t b = m->ns * 4;
+  camdelta_status st = alloc(ctx, m->s, b, &m->T);
+  if (!st) st = alloc(ctx, m->s, b, &m->E);
+  if (!st && m->grad) st = alloc(ctx, m->s, b, &m->G);
+  if (!st) st = alloc(ctx, m->s, b, &m->Mi);
+  if (!st && m->grad) st = alloc(ctx, m->s, b, &m->dMo);
+  if (!st) st = alloc(ctx, m->s, b, &m->tmp);
+  return st;
 }
 
 /* ------------------------------------------------------------------------------------------ forward */
@@ -320,7 +516,7 @@ static void put_timing(camdelta_mpi_timing *timing, const double t[6]) {
 camdelta_status camdelta_mpi_scan_forward(camdelta_context *ctx, const camdelta_scan_args *args,
                                           camdelta_scan_saved *saved, MPI_Comm comm, camdelta_mpi_timing *timing) {
   static const char op[] = "camdelta_mpi_scan_forward";
-  double t[6] = {now_ms(), 0, 0, 0, 0, 0}; /* see put_timing */
+  double t[TM_N] = {now_ms(), 0, 0, 0, 0, 0, 0, 0}; /* see put_timing */
   sp c;
   camdelta_status st = sp_begin(&c, ctx, comm, op, timing);
   if (st) return st;
@@ -336,50 +532,31 @@ camdelta_status camdelta_mpi_scan_forward(camdelta_context *ctx, const camdelta_
   st = gather_desc(&c, st, args, args && args->final_state.mem, &any_final);
   if (st) return st;
   const int reverse = args->reverse != 0;
-  const size_t B = args->B, H = args->H, D = args->D, ns = z.state;
+  const size_t ns = z.state;
   const int P = c.P, pos = reverse ? P - 1 - c.rank : c.rank;
   c.pos = pos;
 
   scratch s = {{0}, 0};
-  cl_mem Mi = NULL, Mt = NULL, all = NULL, fin = NULL, T = NULL, E = NULL;
-  const size_t per = 2 * ns; /* per rank: T, E */
-  /* 1. summaries */
-  t[1] = now_ms();
-  if (P > 1) {
-    st = alloc(ctx, &s, ns * 4, &T);
-    if (!st) st = alloc(ctx, &s, ns * 4, &E);
-    if (!st && pos < P - 1) st = state_summary(&c, args, T, E);
-    if (!st && pos < P - 1) st = camdelta_finish(ctx);
-  }
+  cl_mem fin = NULL;
+  sp_mid m;
+  memset(&m, 0, sizeof m);
+  m.c = &c, m.fwd = args, m.ns = ns, m.s = &s, m.t = t, m.timed = timing != NULL, m.separate = separate_summaries();
+  t[TM_CHECKS] = now_ms();
+  /* 1-4: the scan computes phase A once; its callback (sp_middle) makes the summaries from it, exchanges and
+   * combines them and writes the incoming state before phase B reads it */
+  camdelta_scan_args a = *args;
+  if (P > 1) st = mid_alloc(&m);
+  if (pos > 0) a.init_state = (camdelta_buffer){m.Mi, 0};
+  if (!st && pos == P - 1 && any_final && !args->final_state.mem) st = alloc(ctx, &s, ns * 4, &fin);
+  if (pos == P - 1 && any_final) a.final_state = args->final_state.mem ? args->final_state : (camdelta_buffer){fin, 0};
+  else a.final_state = (camdelta_buffer){NULL, 0};
+  const cd_scan_hook hook = {sp_middle, &m, 0};
+  if (!st) st = camdelta_scan_sp_forward_hooked(ctx, &a, saved, P > 1 ? &hook : NULL);
+  if (P > 1 && !m.called) st = agree(&c, st); /* the ranks in the callback wait there for this status */
+  if (P == 1) t[TM_COMPUTE] = t[TM_WAIT] = t[TM_EXCHANGE] = t[TM_COMBINE] = t[TM_CHECKS];
+  if (!st) st = camdelta_finish(ctx);
   st = agree(&c, st);
-  t[2] = now_ms();
-  /* 2. exchange */
-  if (!st && P > 1) {
-    const cl_mem mine[2] = {pos > 0 && pos < P - 1 ? T : NULL, pos < P - 1 ? E : NULL};
-    st = exchange(&c, &s, mine, 2, ns, pos > 0, &all);
-  }
-  t[3] = now_ms();
-  /* 3. combine */
-  if (!st && pos > 0) {
-    st = alloc(ctx, &s, ns * 4, &Mi);
-    if (!st) st = alloc(ctx, &s, ns * 4, &Mt);
-    if (!st) st = fold(&c, B, H, D, reverse, all, per, 0, 1, 0, pos - 1, 0, Mi, Mt);
-    if (!st && timing) st = camdelta_finish(ctx);
-  }
-  st = agree(&c, st);
-  t[4] = now_ms();
-  /* 4. the local scan */
-  if (!st) {
-    camdelta_scan_args a = *args;
-    if (pos > 0) a.init_state = (camdelta_buffer){Mi, 0};
-    if (pos == P - 1 && any_final && !args->final_state.mem) st = alloc(ctx, &s, ns * 4, &fin);
-    if (pos == P - 1 && any_final) a.final_state = args->final_state.mem ? args->final_state : (camdelta_buffer){fin, 0};
-    else a.final_state = (camdelta_buffer){NULL, 0};
-    if (!st) st = camdelta_scan_forward(ctx, &a, saved);
-    if (!st) st = camdelta_finish(ctx);
-    st = agree(&c, st);
-  }
-  t[5] = now_ms();
+  t[TM_SCAN] = now_ms();
   /* 5. the sequence's final state */
   if (!st && any_final && P > 1) {
     camdelta_buffer src = {NULL, 0};
@@ -397,7 +574,7 @@ camdelta_status camdelta_mpi_scan_backward(camdelta_context *ctx, const camdelta
                                            const camdelta_scan_saved *saved, MPI_Comm comm,
                                            camdelta_mpi_timing *timing) {
   static const char op[] = "camdelta_mpi_scan_backward";
-  double t[6] = {now_ms(), 0, 0, 0, 0, 0}; /* see put_timing */
+  double t[TM_N] = {now_ms(), 0, 0, 0, 0, 0, 0, 0}; /* see put_timing */
   sp c;
   camdelta_status st = sp_begin(&c, ctx, comm, op, timing);
   if (st) return st;
@@ -423,67 +600,34 @@ camdelta_status camdelta_mpi_scan_backward(camdelta_context *ctx, const camdelta
   st = gather_desc(&c, st, args ? &fwd : NULL, args && args->dinit_state.mem, &any_dinit);
   if (st) return st;
   const int reverse = args->reverse != 0;
-  const size_t B = args->B, H = args->H, D = args->D, ns = z.state;
+  const size_t ns = z.state;
   const int P = c.P, pos = reverse ? P - 1 - c.rank : c.rank;
   c.pos = pos;
 
   scratch s = {{0}, 0};
-  cl_mem Mi = NULL, dMo = NULL, tmp = NULL, all = NULL, din = NULL, T = NULL, E = NULL, G = NULL;
-  const size_t per = 3 * ns; /* per rank: T, E, G */
-  t[1] = now_ms();
-  /* 1. summaries */
-  if (P > 1) {
-    st = alloc(ctx, &s, ns * 4, &T);
-    if (!st) st = alloc(ctx, &s, ns * 4, &E);
-    if (!st) st = alloc(ctx, &s, ns * 4, &G);
-    if (!st && pos < P - 1) st = state_summary(&c, &fwd, T, E);
-    if (!st && pos > 0) {
-      camdelta_scan_grad_summary_args ga;
-      memset(&ga, 0, sizeof ga);
-      ga.B = B, ga.H = H, ga.D = D, ga.F = args->F, ga.S = args->S, ga.reverse = reverse;
-      ga.q = args->q, ga.k = args->k, ga.beta = args->beta, ga.decay = args->decay, ga.grad_out = args->grad_out;
-      if (pos == P - 1) ga.grad_final_state = args->grad_final_state;
-      ga.G = (camdelta_buffer){G, 0};
-      st = camdelta_scan_grad_summary(ctx, &ga);
-    }
-    if (!st) st = camdelta_finish(ctx);
-  }
+  cl_mem din = NULL;
+  sp_mid m;
+  memset(&m, 0, sizeof m);
+  m.c = &c, m.fwd = &fwd, m.grad = 1, m.grad_final = args->grad_final_state, m.ns = ns, m.s = &s, m.t = t;
+  m.timed = timing != NULL, m.separate = separate_summaries(), m.gsrc = args;
+  t[TM_CHECKS] = now_ms();
+  /* 1-4: the backward computes its grams once (A, W, and U for the forward summaries); its callback makes the
+   * summaries from them, exchanges and combines them and writes the incoming state and state gradient before
+   * the chain reads them */
+  camdelta_scan_backward_args a = *args;
+  if (P > 1) st = mid_alloc(&m);
+  if (pos > 0) a.init_state = (camdelta_buffer){m.Mi, 0};
+  if (pos < P - 1) a.grad_final_state = (camdelta_buffer){m.dMo, 0};
+  if (!st && pos == 0 && any_dinit && !args->dinit_state.mem) st = alloc(ctx, &s, ns * 4, &din);
+  if (pos == 0 && any_dinit) a.dinit_state = args->dinit_state.mem ? args->dinit_state : (camdelta_buffer){din, 0};
+  else a.dinit_state = (camdelta_buffer){NULL, 0};
+  const cd_scan_hook hook = {sp_middle, &m, !m.separate};
+  if (!st) st = camdelta_scan_sp_backward_hooked(ctx, &a, saved, P > 1 ? &hook : NULL);
+  if (P > 1 && !m.called) st = agree(&c, st); /* the ranks in the callback wait there for this status */
+  if (P == 1) t[TM_COMPUTE] = t[TM_WAIT] = t[TM_EXCHANGE] = t[TM_COMBINE] = t[TM_CHECKS];
+  if (!st) st = camdelta_finish(ctx);
   st = agree(&c, st);
-  t[2] = now_ms();
-  /* 2. exchange */
-  if (!st && P > 1) {
-    const cl_mem mine[3] = {pos > 0 && pos < P - 1 ? T : NULL, pos < P - 1 ? E : NULL, pos > 0 ? G : NULL};
-    st = exchange(&c, &s, mine, 3, ns, 1, &all);
-  }
-  t[3] = now_ms();
-  /* 3. combine: the incoming state (forward order) and the incoming state gradient (backward order) */
-  if (!st && P > 1) {
-    st = alloc(ctx, &s, ns * 4, &tmp);
-    if (!st && pos > 0) {
-      st = alloc(ctx, &s, ns * 4, &Mi);
-      if (!st) st = fold(&c, B, H, D, reverse, all, per, 0, 1, 0, pos - 1, 0, Mi, tmp);
-    }
-    if (!st && pos < P - 1) {
-      st = alloc(ctx, &s, ns * 4, &dMo);
-      if (!st) st = fold(&c, B, H, D, reverse, all, per, 0, 2, P - 1, pos + 1, 1, dMo, tmp);
-    }
-    if (!st && timing) st = camdelta_finish(ctx);
-  }
-  st = agree(&c, st);
-  t[4] = now_ms();
-  /* 4. the local backward */
-  if (!st) {
-    camdelta_scan_backward_args a = *args;
-    if (pos > 0) a.init_state = (camdelta_buffer){Mi, 0};
-    if (pos < P - 1) a.grad_final_state = (camdelta_buffer){dMo, 0};
-    if (pos == 0 && any_dinit && !args->dinit_state.mem) st = alloc(ctx, &s, ns * 4, &din);
-    if (pos == 0 && any_dinit) a.dinit_state = args->dinit_state.mem ? args->dinit_state : (camdelta_buffer){din, 0};
-    else a.dinit_state = (camdelta_buffer){NULL, 0};
-    if (!st) st = camdelta_scan_backward(ctx, &a, saved);
-    if (!st) st = camdelta_finish(ctx);
-    st = agree(&c, st);
-  }
-  t[5] = now_ms();
+  t[TM_SCAN] = now_ms();
   /* 5. the sequence's dinit_state */
   if (!st && any_dinit && P > 1) {
     camdelta_buffer src = {NULL, 0};

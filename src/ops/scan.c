@@ -41,6 +41,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "scan_hook.h"
 #include "scan_warm.h"
 #include "tune.h"
 
@@ -544,7 +545,8 @@ static camdelta_status run_sequential(camdelta_context *ctx, const scan_job *j, 
 }
 
 static camdelta_status run_chunkwise(camdelta_context *ctx, const scan_job *j, cl_kernel ka, cl_kernel kb,
-                                     cl_kernel kc, const chunk_cfg *c, const cd_tc_set *tc, cd_launch *l) {
+                                     cl_kernel kc, const chunk_cfg *c, const cd_tc_set *tc, cd_launch *l,
+                                     const cd_scan_hook *hook) {
   const camdelta_scan_args *p = j->p;
   const size_t D = p->D, frames_bytes = j->BHF * D * D * sizeof(float);
   cl_mem A = NULL, U = NULL, states = j->post;
@@ -589,6 +591,7 @@ static camdelta_status run_chunkwise(camdelta_context *ctx, const scan_job *j, c
     const size_t lws[2] = {c->a_w, 1}, gws[2] = {(size_t)c->a_w * j->BHF, (size_t)c->a_nr * c->a_nc};
     if (!st) st = cd_enqueue(ctx, ka, 2, gws, lws, l, "cd_scan_phase_a");
   }
+  if (!st && hook) st = hook->fn(hook->user, A, U, NULL); /* scan_hook.h */
   if (!st) {
     cd_args a = {kb, 0, CL_SUCCESS};
     cd_arg_buf(&a, (camdelta_buffer){A, 0});
@@ -809,6 +812,11 @@ camdelta_status camdelta_scan_plan_describe(camdelta_context *ctx, const camdelt
 
 camdelta_status camdelta_scan_forward(camdelta_context *ctx, const camdelta_scan_args *args,
                                       camdelta_scan_saved *saved) {
+  return camdelta_scan_sp_forward_hooked(ctx, args, saved, NULL);
+}
+
+camdelta_status camdelta_scan_sp_forward_hooked(camdelta_context *ctx, const camdelta_scan_args *args,
+                                       camdelta_scan_saved *saved, const cd_scan_hook *hook) {
   cd_clear_error();
   { const camdelta_status pst = cd_prologue_scan_forward(ctx, args, saved); if (pst) return pst; }
   if (!ctx || !args) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", OP, ctx ? "args" : "ctx");
@@ -845,8 +853,11 @@ camdelta_status camdelta_scan_forward(camdelta_context *ctx, const camdelta_scan
   if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;
   cd_launch l;
   cd_launch_init(&l, args->profile);
-  if (alg == CAMDELTA_SCAN_SEQUENTIAL) st = run_sequential(ctx, &job, pl.kern[0], &pl.sc, &l);
-  else st = run_chunkwise(ctx, &job, pl.kern[0], pl.kern[1], pl.kern[2], &pl.cc, &pl.tc, &l);
+  if (alg == CAMDELTA_SCAN_SEQUENTIAL) {
+    if (hook) st = hook->fn(hook->user, NULL, NULL, NULL);
+    if (!st) st = run_sequential(ctx, &job, pl.kern[0], &pl.sc, &l);
+  } else
+    st = run_chunkwise(ctx, &job, pl.kern[0], pl.kern[1], pl.kern[2], &pl.cc, &pl.tc, &l, hook);
   plan_release(&pl);
   st = cd_launch_end(ctx, &l, st);
   if (saved && !st) {

@@ -22,6 +22,7 @@
 
 #include "backward.h"
 #include "internal.h"
+#include "scan_hook.h"
 #include "tune.h"
 
 static const char OP[] = "camdelta_scan_backward";
@@ -265,6 +266,11 @@ static camdelta_status check_args(const camdelta_scan_backward_args *a, const ca
 
 camdelta_status camdelta_scan_backward(camdelta_context *ctx, const camdelta_scan_backward_args *args,
                                        const camdelta_scan_saved *saved) {
+  return camdelta_scan_sp_backward_hooked(ctx, args, saved, NULL);
+}
+
+camdelta_status camdelta_scan_sp_backward_hooked(camdelta_context *ctx, const camdelta_scan_backward_args *args,
+                                        const camdelta_scan_saved *saved, const cd_scan_hook *hook) {
   cd_clear_error();
   { const camdelta_status pst = cd_prologue_scan_backward(ctx, args, saved); if (pst) return pst; }
   if (!ctx || !args) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", OP, ctx ? "args" : "ctx");
@@ -275,6 +281,7 @@ camdelta_status camdelta_scan_backward(camdelta_context *ctx, const camdelta_sca
   if (st) return st;
   const size_t B = args->B, H = args->H, D = args->D, F = args->F, S = args->S;
   const int reverse = args->reverse != 0, recompute = saved == NULL;
+  const int need_u = recompute || (hook && hook->want_u); /* U_f: the state chain's, or the hook's */
   const int has_init = args->init_state.mem != NULL, has_gfinal = args->grad_final_state.mem != NULL;
   const int has_dinit = args->dinit_state.mem != NULL;
 
@@ -298,7 +305,7 @@ camdelta_status camdelta_scan_backward(camdelta_context *ctx, const camdelta_sca
   const size_t BH = B * H, BHF = BH * F, sbytes = BHF * D * D * sizeof(float);
 
   cl_mem scratch[6] = {NULL, NULL, NULL, NULL, NULL, NULL}; /* A W G U Z part */
-  const size_t sizes[6] = {sbytes, sbytes, sbytes, recompute ? sbytes : 0, recompute ? sbytes : 0,
+  const size_t sizes[6] = {sbytes, sbytes, sbytes, need_u ? sbytes : 0, recompute ? sbytes : 0,
                            BHF * ntiles * sizeof(float)};
   for (int i = 0; i < 6 && !st; i++)
     if (sizes[i]) st = cd_alloc(ctx, sizes[i], &scratch[i]);
@@ -310,7 +317,7 @@ camdelta_status camdelta_scan_backward(camdelta_context *ctx, const camdelta_sca
     return st;
   }
   const camdelta_buffer bA = {scratch[0], 0}, bW = {scratch[1], 0}, bG = {scratch[2], 0};
-  const camdelta_buffer bU = recompute ? (camdelta_buffer){scratch[3], 0} : bA;
+  const camdelta_buffer bU = need_u ? (camdelta_buffer){scratch[3], 0} : bA;
   const camdelta_buffer bstates =
       recompute ? (camdelta_buffer){scratch[4], 0} : (camdelta_buffer){saved->state_post, 0};
   const camdelta_buffer bpart = {scratch[5], 0};
@@ -329,7 +336,7 @@ camdelta_status camdelta_scan_backward(camdelta_context *ctx, const camdelta_sca
     const unsigned nr = (unsigned)((D + cd_tc_tm(&tc.g) - 1) / cd_tc_tm(&tc.g));
     for (int pass = 0; pass < 2 && !st; pass++) {
       /* pass 0: W = Qᵀ·dO; pass 1: A = d·(I − Kᵀ·β·K) and, when recomputing, U = Kᵀ·β·V */
-      const unsigned n1 = pass == 1 && recompute ? nc : 0;
+      const unsigned n1 = pass == 1 && need_u ? nc : 0;
       cd_args a = {tc.gram, 0, CL_SUCCESS};
       cd_arg_buf(&a, pass ? args->k : args->q);
       cd_arg_buf(&a, pass ? args->k : args->grad_out);
@@ -350,7 +357,7 @@ camdelta_status camdelta_scan_backward(camdelta_context *ctx, const camdelta_sca
       if (!st) st = cd_enqueue(ctx, tc.gram, 2, gws, lws, &l, pass ? "cd_gram_tc (A, U)" : "cd_gram_tc (W)");
     }
   } else {
-    const uint32_t modes = recompute ? 3 : 2;
+    const uint32_t modes = need_u ? 3 : 2;
     cd_args a = {k.grams, 0, CL_SUCCESS};
     cd_arg_buf(&a, args->q);
     cd_arg_buf(&a, args->k);
@@ -369,6 +376,7 @@ camdelta_status camdelta_scan_backward(camdelta_context *ctx, const camdelta_sca
     const size_t lws = (D / cfg.rpt) * (D / cfg.rpt), gws = BHF * modes * lws;
     if (!st) st = cd_enqueue(ctx, k.grams, 1, &gws, &lws, &l, "cd_scan_bwd_grams");
   }
+  if (!st && hook) st = hook->fn(hook->user, bA.mem, need_u ? bU.mem : NULL, bW.mem); /* scan_hook.h */
   /* 2. chain */
   if (!st) {
     cd_args a = {k.chain, 0, CL_SUCCESS};

@@ -18,6 +18,7 @@
 
 #include "camdelta_summary.h"
 #include "internal.h"
+#include "scan_hook.h"
 
 #define SM_TILE 32
 
@@ -145,6 +146,38 @@ static camdelta_status sm_chain(sm_job *j, const sm_step *steps, size_t n, sm_ma
   return CAMDELTA_OK;
 }
 
+/* The T, E and G chains (each when its output's mem is set) over F frames from the per-frame matrices A, U, W
+ * ((B, H, F, D, D); U for E, W for G), E from `init` and G from `gfinal` (mem NULL: zero). steps: room for F + 1;
+ * scratch: two (B, H, D, D) buffers. */
+static camdelta_status sm_chains(sm_job *j, sm_step *steps, int reverse, cl_mem A, cl_mem U, cl_mem W,
+                                 camdelta_buffer init, camdelta_buffer gfinal, camdelta_buffer T, camdelta_buffer E,
+                                 camdelta_buffer G, cl_mem scratch[2]) {
+  const size_t F = j->F, DD = j->D * j->D;
+  camdelta_status st = CAMDELTA_OK;
+  for (size_t i = 0; i < F; i++) {
+    const long f = (long)(reverse ? F - 1 - i : i);
+    steps[i] = (sm_step){f, -1, -1};
+  }
+  if (T.mem) st = sm_chain(j, steps, F, SM_NONE, 1, A, NULL, NULL, scratch, (sm_mat){T.mem, T.offset, DD});
+  if (!st && E.mem) {
+    for (size_t i = 0; i < F; i++) steps[i].u = steps[i].a;
+    const sm_mat m0 = init.mem ? (sm_mat){init.mem, init.offset, DD} : SM_NONE;
+    st = sm_chain(j, steps, F, m0, 0, A, NULL, U, scratch, (sm_mat){E.mem, E.offset, DD});
+  }
+  if (!st && G.mem) {
+    size_t n = 0;
+    if (!reverse) {
+      for (size_t i = 0; i < F; i++) steps[n++] = (sm_step){(long)(F - 1 - i), (long)(F - 1 - i), -1};
+    } else {
+      for (size_t f = 0; f < F; f++) steps[n++] = (sm_step){(long)f, (long)f - 1, -1};
+      steps[n++] = (sm_step){-1, (long)F - 1, -1};
+    }
+    const sm_mat m0 = gfinal.mem ? (sm_mat){gfinal.mem, gfinal.offset, DD} : SM_NONE;
+    st = sm_chain(j, steps, n, m0, 0, A, W, NULL, scratch, (sm_mat){G.mem, G.offset, DD});
+  }
+  return st;
+}
+
 /* ------------------------------------------------------------------------------------------ checks */
 
 static camdelta_status check_shape(const char *op, size_t B, size_t H, size_t D, size_t F, size_t S, size_t *n_tok,
@@ -232,25 +265,16 @@ camdelta_status camdelta_scan_summary(camdelta_context *ctx, const camdelta_scan
                                 {"init_state", p->init_state, n_state, 4}};
   if ((st = cd_check_no_overlap(op, outs, 2, ins, 5))) return st;
 
-  const size_t F = p->F, DD = p->D * p->D;
+  const size_t F = p->F;
   sm_job j;
   sm_step *steps;
   cl_mem mem[4]; /* A, U, two states */
-  st = sm_start(ctx, op, p->B * p->H, p->D, F, p->S, p->profile, F, want_e, &j, &steps, mem);
+  st = sm_start(ctx, op, p->B * p->H, p->D, F, p->S, p->profile, F + 1, want_e, &j, &steps, mem);
   const camdelta_buffer none = {NULL, 0};
   if (!st) st = sm_gram(&j, p->k, p->k, p->beta, p->decay, mem[0], 1, -1.0f, "cd_summary_gram A");
   if (!st && want_e) st = sm_gram(&j, p->k, p->v, p->beta, none, mem[1], 0, 1.0f, "cd_summary_gram U");
-  for (size_t i = 0; i < F && !st; i++) {
-    const long f = (long)(p->reverse ? F - 1 - i : i);
-    steps[i] = (sm_step){f, -1, -1};
-  }
-  if (!st && p->T.mem)
-    st = sm_chain(&j, steps, F, SM_NONE, 1, mem[0], NULL, NULL, &mem[2], (sm_mat){p->T.mem, p->T.offset, DD});
-  if (!st && want_e) {
-    for (size_t i = 0; i < F; i++) steps[i].u = steps[i].a;
-    const sm_mat init = p->init_state.mem ? (sm_mat){p->init_state.mem, p->init_state.offset, DD} : SM_NONE;
-    st = sm_chain(&j, steps, F, init, 0, mem[0], NULL, mem[1], &mem[2], (sm_mat){p->E.mem, p->E.offset, DD});
-  }
+  if (!st)
+    st = sm_chains(&j, steps, p->reverse != 0, mem[0], mem[1], NULL, p->init_state, none, p->T, p->E, none, &mem[2]);
   return sm_end(&j, steps, mem, st);
 }
 
@@ -277,7 +301,7 @@ camdelta_status camdelta_scan_grad_summary(camdelta_context *ctx, const camdelta
                                 {"grad_out", p->grad_out, n_tok, 4}, {"grad_final_state", p->grad_final_state, n_state, 4}};
   if ((st = cd_check_no_overlap(op, outs, 1, ins, 6))) return st;
 
-  const size_t F = p->F, DD = p->D * p->D;
+  const size_t F = p->F;
   sm_job j;
   sm_step *steps;
   cl_mem mem[4]; /* A, W, two states */
@@ -285,16 +309,9 @@ camdelta_status camdelta_scan_grad_summary(camdelta_context *ctx, const camdelta
   const camdelta_buffer none = {NULL, 0};
   if (!st) st = sm_gram(&j, p->k, p->k, p->beta, p->decay, mem[0], 1, -1.0f, "cd_summary_gram A");
   if (!st) st = sm_gram(&j, p->q, p->grad_out, none, none, mem[1], 0, 1.0f, "cd_summary_gram W");
-  size_t n = 0;
-  if (!st && !p->reverse) {
-    for (size_t i = 0; i < F; i++) steps[n++] = (sm_step){(long)(F - 1 - i), (long)(F - 1 - i), -1};
-  } else if (!st) {
-    for (size_t f = 0; f < F; f++) steps[n++] = (sm_step){(long)f, (long)f - 1, -1};
-    steps[n++] = (sm_step){-1, (long)F - 1, -1};
-  }
-  const sm_mat init = p->grad_final_state.mem ? (sm_mat){p->grad_final_state.mem, p->grad_final_state.offset, DD}
-                                              : SM_NONE;
-  if (!st) st = sm_chain(&j, steps, n, init, 0, mem[0], mem[1], NULL, &mem[2], (sm_mat){p->G.mem, p->G.offset, DD});
+  if (!st)
+    st = sm_chains(&j, steps, p->reverse != 0, mem[0], NULL, mem[1], none, p->grad_final_state, none, none, p->G,
+                   &mem[2]);
   return sm_end(&j, steps, mem, st);
 }
 
@@ -362,4 +379,25 @@ camdelta_status camdelta_summary_combine(camdelta_context *ctx, const camdelta_s
   }
   sm_release(&j);
   return cd_launch_end(ctx, &j.l, st);
+}
+
+/* ------------------------------------------------------------------------- from a scan's own frames */
+
+camdelta_status camdelta_summary_sp_from_frames(camdelta_context *ctx, size_t BH, size_t D, size_t F, int reverse, cl_mem A,
+                                       cl_mem U, cl_mem W, camdelta_buffer init, camdelta_buffer gfinal,
+                                       camdelta_buffer T, camdelta_buffer E, camdelta_buffer G) {
+  static const char op[] = "camdelta_summary_sp_from_frames";
+  if (!ctx || !A || !BH || !F || (E.mem && !U) || (G.mem && !W))
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: missing per-frame matrices or shape", op);
+  if (!T.mem && !E.mem && !G.mem) return CAMDELTA_OK;
+  sm_job j;
+  sm_step *steps = NULL;
+  cl_mem mem[4] = {NULL, NULL, NULL, NULL}; /* only the two states */
+  camdelta_status st = sm_open(ctx, BH, D, F, 1, NULL, &j);
+  if (!st && !(steps = malloc((F + 1) * sizeof *steps)))
+    st = cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", op);
+  if (!st) st = cd_alloc(ctx, BH * D * D * 4, &mem[2]);
+  if (!st) st = cd_alloc(ctx, BH * D * D * 4, &mem[3]);
+  if (!st) st = sm_chains(&j, steps, reverse, A, U, W, init, gfinal, T, E, G, &mem[2]);
+  return sm_end(&j, steps, mem, st);
 }

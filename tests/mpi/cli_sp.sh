@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The tool's sequence-parallel modes under mpirun (SPEC section 7):
 #   `mpirun -np P camdelta run scan|scan-backward --sequence-parallel` writes the same files as one device
-#   (within 1e-6 relative), both directions, F not divisible by P; so does `run branch|branch-backward`; `demo --sequence-parallel` passes;
-#   `bench --sequence-parallel` reports the exchange time per rank; bad use is refused clearly.
+#   (within 1e-6 relative), both directions, F not divisible by P; so does `run branch|branch-backward`; `demo --sequence-parallel` passes
+#   (the scans and the camera branch);
+#   `bench --sequence-parallel` reports the compute, wait and exchange time per rank (scans and the branch); bad
+#   use is refused clearly.
 # Usage: cli_sp.sh CAMDELTA NPY_TOOL MPIEXEC WORKDIR [mpirun flags...]
 set -euo pipefail
 cli=$1 tool=$2 mpiexec=$3 work=$4
@@ -47,6 +49,7 @@ done
 "$mpiexec" -np 3 "${flags[@]}" "$cli" demo --sequence-parallel --shape 1,2,16,5,6 | tee "$work/demo.txt"
 grep -q "largest difference against one device: .*PASS" "$work/demo.txt"
 test "$(grep -c '^causal ' "$work/demo.txt")" = 3   # one line per rank
+test "$(grep -c '^branch ' "$work/demo.txt")" = 3   # the camera branch too, one line per rank
 
 # the bench reports the time per rank and the exchange
 "$mpiexec" -np 2 "${flags[@]}" "$cli" bench --sequence-parallel --shape 1,2,16,4,8 --reps 2 --warmup 1 \
@@ -54,6 +57,13 @@ test "$(grep -c '^causal ' "$work/demo.txt")" = 3   # one line per rank
 grep -q "exchange" "$work/bench.txt"
 test "$(grep -c '^scan forward causal  *[01] ' "$work/bench.txt")" = 2
 grep -q '"exchange_ms"' "$work/bench.json"
+grep -q '"wait_ms"' "$work/bench.json"
+grep -q '"compute_ms"' "$work/bench.json"
+# compute, wait and exchange per rank for the scans and the branch, beside one device
+grep -q "compute  *wait  *exchange" "$work/bench.txt"
+test "$(grep -c '^branch forward  *[01] ' "$work/bench.txt")" = 2
+test "$(grep -c '^branch backward  *[01] ' "$work/bench.txt")" = 2
+grep -q '^branch backward  *one ' "$work/bench.txt"
 
 # more ranks than frames: a clear input error (exit 3) and nothing written
 mkdir -p "$work/few"

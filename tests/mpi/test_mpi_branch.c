@@ -102,7 +102,22 @@ static void run_branch(const cfg *c, float *const in[NIN], const float *gy, size
   for (int o = 1; o < NOUT; o++) *gb[o] = (camdelta_buffer){g[o], 0};
   camdelta_branch_saved *saved = NULL;
   if (c->use_saved || !mpi) OK(camdelta_branch_saved_create(g_ctx, &saved));
-  if (mpi) {
+  if (mpi && c->use_saved) { /* the timed calls (the same work, with this rank's wall-clock split) */
+    camdelta_mpi_timing tt[2];
+    OK(camdelta_mpi_branch_forward_timed(g_ctx, &a, saved, MPI_COMM_WORLD, &tt[0]));
+    OK(camdelta_mpi_branch_backward_timed(g_ctx, &a, &gr, saved, MPI_COMM_WORLD, &tt[1]));
+    for (int i = 0; i < 2; i++) {
+      const camdelta_mpi_timing *t = &tt[i];
+      const double parts = t->summary_ms + t->wait_ms + t->exchange_ms + t->combine_ms + t->scan_ms;
+      CHECK(t->total_ms > 0 && t->wait_ms >= 0 && t->summary_ms >= 0 && t->combine_ms >= 0 && t->scan_ms >= 0 &&
+                fabs(parts - t->total_ms) < 1e-6 * t->total_ms + 1e-9 &&
+                fabs(t->compute_ms - (t->summary_ms + t->combine_ms + t->scan_ms)) < 1e-9 &&
+                (g_size == 1 ? t->exchange_ms >= 0 : t->exchange_ms > 0),
+            "branch %s timing: total %g summary %g wait %g exchange %g combine %g scan %g compute %g (P=%d)",
+            i ? "backward" : "forward", t->total_ms, t->summary_ms, t->wait_ms, t->exchange_ms, t->combine_ms,
+            t->scan_ms, t->compute_ms, g_size);
+    }
+  } else if (mpi) {
     OK(camdelta_mpi_branch_forward(g_ctx, &a, saved, MPI_COMM_WORLD));
     OK(camdelta_mpi_branch_backward(g_ctx, &a, &gr, saved, MPI_COMM_WORLD));
   } else {

@@ -171,6 +171,18 @@ static void run_case(const cfg *c, uint64_t seed) {
   if (g_rank == 0) printf("%s\n", line);
   /* timing of this rank (small shapes: only a sanity check that the phases were measured) */
   CHECK(tf.total_ms > 0 && tb.total_ms >= tb.scan_ms && tb.scan_ms > 0, "timing not filled");
+  const camdelta_mpi_timing *tt[2] = {&tf, &tb};
+  for (int i = 0; i < 2; i++) {
+    const camdelta_mpi_timing *t = tt[i];
+    const double parts = t->summary_ms + t->wait_ms + t->exchange_ms + t->combine_ms + t->scan_ms;
+    CHECK(t->summary_ms >= 0 && t->wait_ms >= 0 && t->exchange_ms >= 0 && t->combine_ms >= 0 &&
+              fabs(t->compute_ms - (t->summary_ms + t->combine_ms + t->scan_ms)) < 1e-9 && parts <= t->total_ms + 1e-6,
+          "%s timing: summary %g wait %g exchange %g combine %g scan %g compute %g total %g", i ? "backward" : "forward",
+          t->summary_ms, t->wait_ms, t->exchange_ms, t->combine_ms, t->scan_ms, t->compute_ms, t->total_ms);
+    /* one rank has nothing to exchange; several exchange something (and the exchange is timed apart) */
+    CHECK(g_size == 1 ? t->exchange_ms == 0 && t->wait_ms == 0 : t->exchange_ms > 0, "%s timing: exchange %g with P=%d",
+          i ? "backward" : "forward", t->exchange_ms, g_size);
+  }
   for (int o = 0; o < O_COUNT; o++) free(ref[o]), clReleaseMemObject(m[o]);
   cl_mem rel[8] = {q, k, v, b, d, in, go, gf};
   for (int i = 0; i < 8; i++) clReleaseMemObject(rel[i]);
@@ -180,31 +192,43 @@ static void run_case(const cfg *c, uint64_t seed) {
 
 /* Bad input on one rank fails every rank with the same status, before anything is written:
  * 0: the last rank calls with another S (its buffers are large enough: only the other ranks can tell),
- * 1: the last rank's decay buffer is too small (offset 1). */
+ * 1: the last rank's decay buffer is too small (offset 1),
+ * 2, 3: the last rank's final_state is its k (the MPI checks pass; the local scan's own check fails on that rank
+ *    only, so the other ranks, already inside the scan and waiting for the summaries, must learn it there),
+ *    chunkwise (the callback after phase A) and sequential (the callback before the only launch). */
 static void bad_input(void) {
   const size_t D = 16, S = 3, F = 1, nt = D * F * S, ns = D * D;
   g_rng = 77;
   float *x = randv(nt, -0.1, 0.1), *bb = randv(F * S, 0, 1), *dd = randv(F, 0.5, 1);
   cl_mem q = upload(x, nt), b = upload(bb, F * S), d = upload(dd, F), out = poisoned(nt), fin = poisoned(ns);
+  const size_t nk = nt > ns ? nt : ns; /* k, large enough to be a final_state too */
+  float *kx = randv(nk, -0.1, 0.1);
+  cl_mem kk = upload(kx, nk);
   const int culprit = g_size - 1;
-  for (int which = 0; which < 2; which++) {
+  for (int which = 0; which < 4; which++) {
     if (which == 0 && g_size == 1) continue;
     camdelta_scan_args a;
     memset(&a, 0, sizeof a);
     a.B = 1, a.H = 1, a.D = D, a.F = F, a.S = S;
     a.q.mem = q, a.k.mem = q, a.v.mem = q, a.beta.mem = b, a.decay.mem = d, a.out.mem = out, a.final_state.mem = fin;
+    a.algorithm = which == 3 ? CAMDELTA_SCAN_SEQUENTIAL : CAMDELTA_SCAN_CHUNKWISE;
+    if (which >= 2) a.k.mem = kk;
     if (g_rank == culprit) {
       if (which == 0) a.S = S - 1;
-      else a.decay.offset = 1;
+      else if (which == 1) a.decay.offset = 1;
+      else a.final_state.mem = kk;
     }
-    const camdelta_status want = which == 0 ? CAMDELTA_ERROR_SHAPE : CAMDELTA_ERROR_BUFFER_TOO_SMALL;
+    const camdelta_status want = which == 0   ? CAMDELTA_ERROR_SHAPE
+                                 : which == 1 ? CAMDELTA_ERROR_BUFFER_TOO_SMALL
+                                              : CAMDELTA_ERROR_INVALID_ARGUMENT;
+    const char *const names[4] = {"same B, H, D, S", "'decay'", "'final_state' overlaps input 'k'",
+                                  "'final_state' overlaps input 'k'"};
     const camdelta_status st = camdelta_mpi_scan_forward(g_ctx, &a, NULL, MPI_COMM_WORLD, NULL);
     char who[32];
     snprintf(who, sizeof who, "rank %d", which == 0 ? 0 : culprit); /* the first rank that fails */
     const char *msg = camdelta_last_message();
     CHECK(st == want, "bad input %d: got %s, expected %s", which, camdelta_status_name(st), camdelta_status_name(want));
-    CHECK(strstr(msg, who) && strstr(msg, which == 0 ? "same B, H, D, S" : "'decay'"), "bad input %d: message '%s'",
-          which, msg);
+    CHECK(strstr(msg, who) && strstr(msg, names[which]), "bad input %d: message '%s'", which, msg);
     float *o = download(out, nt), *f = download(fin, ns);
     int untouched = 1;
     for (size_t i = 0; i < nt; i++) untouched &= isnan(o[i]) != 0;
@@ -213,8 +237,12 @@ static void bad_input(void) {
     free(o), free(f);
     if (g_rank == 0) printf("bad input %d: %s: %s\n", which, camdelta_status_name(st), msg);
   }
+  float *kd = download(kk, nk);
+  CHECK(memcmp(kd, kx, nk * 4) == 0, "bad input: k was written");
+  free(kd);
   clReleaseMemObject(q), clReleaseMemObject(b), clReleaseMemObject(d), clReleaseMemObject(out), clReleaseMemObject(fin);
-  free(x), free(bb), free(dd);
+  clReleaseMemObject(kk);
+  free(x), free(bb), free(dd), free(kx);
 }
 
 int main(int argc, char **argv) {
@@ -233,6 +261,11 @@ int main(int argc, char **argv) {
       {1, 1, 24, 2 * P + 1, 9, 1, 0, 1, CAMDELTA_SCAN_CHUNKWISE, 1},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], 1000 + i);
+  /* the summaries from their own grams instead of the scan's (the measuring switch) give the same results */
+  setenv("CAMDELTA_SP_SEPARATE_SUMMARIES", "1", 1);
+  run_case(&cases[4], 1004); /* the same problems as above */
+  run_case(&cases[5], 1005);
+  unsetenv("CAMDELTA_SP_SEPARATE_SUMMARIES");
   bad_input();
   if (g_rank == 0)
     for (int o = 0; o < O_COUNT; o++)
