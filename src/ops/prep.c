@@ -116,6 +116,12 @@ camdelta_status cd_prep_kernel(camdelta_context *ctx, const char *source, const 
   }
 }
 
+/* The register-resident form (cl/prep_regs.cl, prep_regs.c) is the GPU default when this is 1 and the shape fits
+ * it (CAMDELTA_PREP_FUSED=2 forces it where it fits; 1 and 0 the older forms). */
+#ifndef CD_PREP_REGS_DEFAULT
+#define CD_PREP_REGS_DEFAULT 1
+#endif
+
 /* The fused forward (cl/prep.cl cd_prep_fused): GPUs and accelerators, unless the context says otherwise
  * (CAMDELTA_PREP_FUSED=0/1 at context creation); CPUs keep the two-pass form (inverse RMS, then the
  * per-head kernel), which PoCL runs faster. Returns 1 with *k set when the fused kernel is used; 0 when the
@@ -168,7 +174,13 @@ camdelta_status camdelta_prep_forward(camdelta_context *ctx, const camdelta_prep
   /* Build everything before enqueuing anything. */
   cl_kernel k;
   size_t ts;
-  const int fused = cd_prep_fused_kernel(ctx, args->dtype, D, &k, &st);
+  cd_prep_regs_plan rp = {NULL, 0, 0, 0};
+  const int gpu = (ctx->info.type & (CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR)) != 0;
+  const int regs = (ctx->prep_fused == 2 || (ctx->prep_fused < 0 && gpu && CD_PREP_REGS_DEFAULT)) &&
+                   cd_prep_regs_kernel(ctx, args->dtype, D, H, &rp, &st);
+  if (st) return st;
+  if (regs) k = rp.kernel;
+  const int fused = regs || cd_prep_fused_kernel(ctx, args->dtype, D, &k, &st);
   if (st) return st;
   if (!fused && (st = cd_prep_kernel(ctx, "prep.cl", "cd_prep_forward", args->dtype, D, &k, &ts))) return st;
 
@@ -203,10 +215,13 @@ camdelta_status camdelta_prep_forward(camdelta_context *ctx, const camdelta_prep
     if (fused) cd_arg_u64(&a, B);
     cd_arg_f32(&a, args->k_scale);
     if (fused) cd_arg_f32(&a, args->norm_eps);
-    const char *name = fused ? "cd_prep_fused" : "cd_prep_forward";
-    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, fused ? "cd_prep_fused: setting arguments" : "cd_prep_forward: setting arguments");
-    const size_t tile = fused ? CD_PREP_FUSED_TT : ts, tiles = (N + tile - 1) / tile;
-    size_t lws[3] = {fused ? CD_PREP_FUSED_WG : ts * (D / 4), 1, 1};
+    const char *name = regs ? "cd_prep_regs" : fused ? "cd_prep_fused" : "cd_prep_forward";
+    if (a.err != CL_SUCCESS)
+      st = cd_cl_fail(a.err, regs    ? "cd_prep_regs: setting arguments"
+                             : fused ? "cd_prep_fused: setting arguments"
+                                     : "cd_prep_forward: setting arguments");
+    const size_t tile = regs ? rp.tt : fused ? CD_PREP_FUSED_TT : ts, tiles = (N + tile - 1) / tile;
+    size_t lws[3] = {regs ? rp.wg : fused ? CD_PREP_FUSED_WG : ts * (D / 4), 1, 1};
     size_t gws[3] = {(fused ? B * tiles : tiles) * lws[0], fused ? 1 : H, fused ? 1 : B};
     if (!st) st = cd_enqueue(ctx, k, 3, gws, lws, &l, name);
   }
