@@ -17,6 +17,7 @@
 #include "backward.h"
 #include "internal.h"
 #include "prep_backward_fused.h"
+#include "prep_bwd_regs.h"
 #include "prep_common.h"
 
 static const char OP[] = "camdelta_prep_backward";
@@ -154,6 +155,17 @@ camdelta_status camdelta_prep_backward(camdelta_context *ctx, const camdelta_pre
 
   /* The fused form (GPUs, see prep_backward_fused.c) when no dproj/drope is asked for. */
   if (!(flags & (PB_WANT_PQ | PB_WANT_PKV | PB_WANT_ROPE))) {
+    cd_pbr_plan rp; /* the register-resident form first (prep_bwd_regs.c), where the context uses it */
+    const int regs = cd_pbr_plan_make(ctx, args, &rp, &st);
+    if (st) return st;
+    if (regs) {
+      if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;
+      cd_launch l;
+      cd_launch_init(&l, args->profile);
+      st = cd_pbr_run(ctx, args, saved ? saved->inv_rms : NULL, &rp, &l);
+      cd_pbr_release(&rp);
+      return cd_launch_end(ctx, &l, st);
+    }
     cd_pbf_plan p;
     const int fused = cd_pbf_kernels(ctx, args->dtype, D, &p, &st);
     if (st) return st;
