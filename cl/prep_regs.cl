@@ -10,7 +10,7 @@
  * ahead of its use. The outputs go out through a local tile per (head slot, token) row (two tiles used in
  * turn, one barrier per tile): CD_TT consecutive tokens of each (h, d) row of (B, H, D, N) per store.
  *
- * Build options: CD_DTYPE, CD_D, CD_TT (tokens per work-group), CD_HS (head slots), CD_HPI (heads per slot).
+ * Build options: CD_DTYPE, CD_D, CD_TT (tokens per work-group), CD_HS (head slots), CD_HPI (heads per slot), CD_AL.
  * Work-group size CD_TT * CD_D/4 * CD_HS; global size ceil(N / CD_TT) * B work-groups. Arguments as
  * cd_prep_fused. Tiles never straddle batch rows. Sums are in a fixed order: deterministic. */
 
@@ -32,8 +32,16 @@
 #define CD_ROWS (CD_HS * CD_TT)                     /* (head slot, token) rows of a tile */
 #define CD_TSTR (CD_D + (36 - CD_D % 32) % 32)      /* tile row stride: = 4 (mod 32) banks */
 
+#ifndef CD_AL
+#define CD_AL 0 /* 1: every tensor, weight, table and matrix starts at a multiple of 4 elements */
+#endif
+#if CD_AL
+#define CD_LDF4(p, i) (*(global const float4 *)((p) + (i)))
+#else
+#define CD_LDF4(p, i) vload4(0, (p) + (i))
+#endif
 #if CD_DTYPE == 0
-#define CD_LD4(p, i) vload4(0, (p) + (i))
+#define CD_LD4(p, i) CD_LDF4(p, i)
 #elif CD_DTYPE == 1
 #define CD_LD4(p, i) vload_half4(0, (p) + (i))
 #else
@@ -87,7 +95,7 @@ kernel __attribute__((reqd_work_group_size(CD_RL, 1, 1))) void cd_prep_regs(
   for (uint idx = lid; idx < 2 * CD_TT * 4; idx += CD_RL) {
     const uint which = idx / (CD_TT * 4), tt = (idx / 4) % CD_TT, r = idx % 4;
     float4 x = (float4)(0.0f);
-    if (tt < nt) x = vload4(r, (which ? proj_kv + pkv_off : proj_q + pq_off) + (b * N + n0 + tt) * 16);
+    if (tt < nt) x = CD_LDF4((which ? proj_kv + pkv_off : proj_q + pq_off), (b * N + n0 + tt) * 16 + 4 * r);
     Pl[which][tt][r] = x;
   }
   /* RoPE coefficients of this item's unit (second half; shared by every head) */
@@ -95,8 +103,8 @@ kernel __attribute__((reqd_work_group_size(CD_RL, 1, 1))) void cd_prep_regs(
   float4 cs = (float4)(0.0f), sn = (float4)(0.0f);
   if (act && !cam) {
     const ulong rrow = (n0 + t) * CD_DH + (4 * g - CD_DH);
-    cs = vload4(0, rope_cos + rc_off + rrow);
-    sn = vload4(0, rope_sin + rs_off + rrow);
+    cs = CD_LDF4(rope_cos, rc_off + rrow);
+    sn = CD_LDF4(rope_sin, rs_off + rrow);
   }
   part[0][row][g] = sq;
   part[1][row][g] = sk;
@@ -131,7 +139,7 @@ kernel __attribute__((reqd_work_group_size(CD_RL, 1, 1))) void cd_prep_regs(
     float pre = 0.0f, post = 0.0f;
     if (on) {
       const uint c = h * CD_D + 4 * g;
-      const float4 wq = vload4(0, qw + qw_off + c), wk = vload4(0, kw + kw_off + c);
+      const float4 wq = CD_LDF4(qw, qw_off + c), wk = CD_LDF4(kw, kw_off + c);
       const float4 qn = fmax(qr[i] * iq * wq, 0.0f);
       const float4 kn = fmax(kr[i] * ik * wk, 0.0f) * k_scale;
       pre = fma(kn.x, kn.x, fma(kn.y, kn.y, fma(kn.z, kn.z, kn.w * kn.w)));

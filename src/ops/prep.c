@@ -176,8 +176,10 @@ camdelta_status camdelta_prep_forward(camdelta_context *ctx, const camdelta_prep
   size_t ts;
   cd_prep_regs_plan rp = {NULL, 0, 0, 0};
   const int gpu = (ctx->info.type & (CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR)) != 0;
+  int aligned = args->q.offset % 4 == 0 && args->k.offset % 4 == 0 && args->v.offset % 4 == 0;
+  for (int i = 0; i < 9; i++) aligned = aligned && in[i].offset % 4 == 0;
   const int regs = (ctx->prep_fused == 2 || (ctx->prep_fused < 0 && gpu && CD_PREP_REGS_DEFAULT)) &&
-                   cd_prep_regs_kernel(ctx, args->dtype, D, H, &rp, &st);
+                   cd_prep_regs_kernel(ctx, args->dtype, D, H, aligned, &rp, &st);
   if (st) return st;
   if (regs) k = rp.kernel;
   const int fused = regs || cd_prep_fused_kernel(ctx, args->dtype, D, &k, &st);

@@ -32,8 +32,8 @@ typedef struct cd_prep_regs_plan {
   cl_kernel kernel;
   size_t tt, hs, wg; /* tokens per tile, head slots, work-group size */
 } cd_prep_regs_plan;
-/** The register-resident kernel for (dtype, D, H): 1 with *p set, 0 when the shape or device does not fit it (or
- *  a build failed: *st). */
-int cd_prep_regs_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, size_t H, cd_prep_regs_plan *p,
-                        camdelta_status *st);
+/** The register-resident kernel for (dtype, D, H) (aligned: every buffer offset is a multiple of 4 elements): 1
+ *  with *p set, 0 when the shape or device does not fit it (or a build failed: *st). */
+int cd_prep_regs_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, size_t H, int aligned,
+                        cd_prep_regs_plan *p, camdelta_status *st);
 #endif

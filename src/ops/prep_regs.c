@@ -27,8 +27,8 @@ camdelta_status cd_prep_fwd_tiles_env(unsigned tiles[2]) {
   return CAMDELTA_OK;
 }
 
-int cd_prep_regs_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, size_t H, cd_prep_regs_plan *p,
-                        camdelta_status *st) {
+int cd_prep_regs_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, size_t H, int aligned,
+                        cd_prep_regs_plan *p, camdelta_status *st) {
   *st = CAMDELTA_OK;
   p->kernel = NULL;
   const size_t g4 = D / 4;
@@ -48,8 +48,8 @@ int cd_prep_regs_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, s
     const size_t local = (2 * hs * tt * (D + (36 - D % 32) % 32) + 2 * hs * tt * (g4 + 1) + 2 * tt + 32 * tt) * 4;
     if (local > ctx->info.local_mem_bytes) return 0;
     char opts[192];
-    snprintf(opts, sizeof opts, "-DCD_DTYPE=%d -DCD_D=%zu -DCD_TT=%zu -DCD_HS=%zu -DCD_HPI=%zu", (int)dtype, D, tt,
-             hs, hpi);
+    snprintf(opts, sizeof opts, "-DCD_DTYPE=%d -DCD_D=%zu -DCD_TT=%zu -DCD_HS=%zu -DCD_HPI=%zu -DCD_AL=%d", (int)dtype,
+             D, tt, hs, hpi, aligned != 0);
     cl_kernel k;
     if ((*st = cd_kernel(ctx, "prep_regs.cl", opts, "cd_prep_regs", &k))) return 0;
     if (cd_kernel_max_wg(ctx, k) >= wg) {
