@@ -14,9 +14,9 @@
  * The work-groups walk the tiles persistently (one per compute unit); cd_prep_bwd_regs_reduce sums the per-group
  * norm-weight rows in a fixed order. No atomics: bit-identical run to run.
  *
- * Build options: CD_DTYPE, CD_D, CD_TT (tokens per tile), CD_HS (head slots), CD_HPI (heads per slot), CD_AL (1:
- * every (B, N, H, D) tensor, weight, table and matrix starts at a multiple of 4 elements). Work-group size
- * CD_TT * CD_D/4 * CD_HS. Flags: which of grad_q, grad_k, grad_v, grad_inflation_sq are given. */
+ * Build options: CD_DTYPE, CD_D, CD_TT (tokens per tile), CD_HS (head slots), CD_HPI (heads per slot; any
+ * H <= CD_HS * CD_HPI). Work-group size CD_TT * CD_D/4 * CD_HS. Flags: which of grad_q, grad_k, grad_v,
+ * grad_inflation_sq are given, and whether every tensor starts at a multiple of 4 elements (16-byte accesses). */
 
 #ifndef CD_D
 #define CD_D 8
@@ -29,9 +29,6 @@
 #endif
 #ifndef CD_HPI
 #define CD_HPI 1
-#endif
-#ifndef CD_AL
-#define CD_AL 0
 #endif
 #define CD_DH (CD_D / 2)
 #define CD_G4 (CD_D / 4)
@@ -46,29 +43,28 @@
 #define CD_F_GV 4u
 #define CD_F_GI 8u
 
+#define CD_F_ALIGNED 16u /* every tensor, weight, table and matrix starts at a multiple of 4 elements */
+
+#define CD_LDF4(p, i) (al ? *(global const float4 *)((p) + (i)) : vload4(0, (p) + (i)))
 #if CD_DTYPE == 0
-#if CD_AL
-#define CD_LD4(p, i) (*(global const float4 *)((p) + (i)))
-#define CD_ST4(p, i, x) (*(global float4 *)((p) + (i)) = (x))
-#else
-#define CD_LD4(p, i) vload4(0, (p) + (i))
-#define CD_ST4(p, i, x) vstore4((x), 0, (p) + (i))
-#endif
+#define CD_LD4(p, i) CD_LDF4(p, i)
+#define CD_ST4(p, i, x)                                 \
+  do {                                                  \
+    if (al) *(global float4 *)((p) + (i)) = (x);        \
+    else vstore4((x), 0, (p) + (i));                    \
+  } while (0)
 #elif CD_DTYPE == 1
 #define CD_LD4(p, i) vload_half4(0, (p) + (i))
 #define CD_ST4(p, i, x) vstore_half4_rte((x), 0, (p) + (i))
 #else
-#define CD_LD4(p, i) as_float4(convert_uint4(vload4(0, (p) + (i))) << 16)
-#define CD_ST4(p, i, val)                                                                                   \
-  do {                                                                                                      \
-    const float4 x_ = (val);                                                                                \
-    vstore4((ushort4)(cd_to_bf16(x_.x), cd_to_bf16(x_.y), cd_to_bf16(x_.z), cd_to_bf16(x_.w)), 0, (p) + (i)); \
+#define CD_LD4(p, i) as_float4(convert_uint4(al ? *(global const ushort4 *)((p) + (i)) : vload4(0, (p) + (i))) << 16)
+#define CD_ST4(p, i, val)                                                                                    \
+  do {                                                                                                       \
+    const float4 x_ = (val);                                                                                 \
+    const ushort4 u_ = (ushort4)(cd_to_bf16(x_.x), cd_to_bf16(x_.y), cd_to_bf16(x_.z), cd_to_bf16(x_.w)); \
+    if (al) *(global ushort4 *)((p) + (i)) = u_;                                                             \
+    else vstore4(u_, 0, (p) + (i));                                                                          \
   } while (0)
-#endif
-#if CD_AL
-#define CD_LDF4(p, i) (*(global const float4 *)((p) + (i)))
-#else
-#define CD_LDF4(p, i) vload4(0, (p) + (i))
 #endif
 
 inline float4 cd_r_cam(local const float4 *P, float4 x) {
@@ -124,7 +120,7 @@ kernel __attribute__((reqd_work_group_size(CD_RL, 1, 1))) void cd_prep_bwd_regs(
   const uint C = H * CD_D;
   const ulong tpr = (N + CD_TT - 1) / CD_TT, total = B * tpr, BN = B * N;
   const int has_gq = (flags & CD_F_GQ) != 0, has_gk = (flags & CD_F_GK) != 0, has_gv = (flags & CD_F_GV) != 0;
-  const int has_gi = (flags & CD_F_GI) != 0;
+  const int has_gi = (flags & CD_F_GI) != 0, al = (flags & CD_F_ALIGNED) != 0;
 
   for (uint c = lid; c < 2 * C; c += CD_RL) accw[c] = 0.0f;
 

@@ -10,9 +10,10 @@
  * ahead of its use. The outputs go out through a local tile per (head slot, token) row (two tiles used in
  * turn, one barrier per tile): CD_TT consecutive tokens of each (h, d) row of (B, H, D, N) per store.
  *
- * Build options: CD_DTYPE, CD_D, CD_TT (tokens per work-group), CD_HS (head slots), CD_HPI (heads per slot), CD_AL.
- * Work-group size CD_TT * CD_D/4 * CD_HS; global size ceil(N / CD_TT) * B work-groups. Arguments as
- * cd_prep_fused. Tiles never straddle batch rows. Sums are in a fixed order: deterministic. */
+ * Build options: CD_DTYPE, CD_D, CD_TT (tokens per work-group), CD_HS (head slots), CD_HPI (heads per slot; the
+ * kernel takes any H <= CD_HS * CD_HPI). Work-group size CD_TT * CD_D/4 * CD_HS; global size ceil(N / CD_TT) * B
+ * work-groups. Arguments as cd_prep_fused, then `al`. Tiles never straddle batch rows. Sums are in a fixed order:
+ * deterministic. */
 
 #ifndef CD_D
 #define CD_D 8
@@ -32,20 +33,14 @@
 #define CD_ROWS (CD_HS * CD_TT)                     /* (head slot, token) rows of a tile */
 #define CD_TSTR (CD_D + (36 - CD_D % 32) % 32)      /* tile row stride: = 4 (mod 32) banks */
 
-#ifndef CD_AL
-#define CD_AL 0 /* 1: every tensor, weight, table and matrix starts at a multiple of 4 elements */
-#endif
-#if CD_AL
-#define CD_LDF4(p, i) (*(global const float4 *)((p) + (i)))
-#else
-#define CD_LDF4(p, i) vload4(0, (p) + (i))
-#endif
+/* 16-byte loads: `al` (run time) says every tensor, weight, table and matrix starts at a multiple of 4 elements */
+#define CD_LDF4(p, i) (al ? *(global const float4 *)((p) + (i)) : vload4(0, (p) + (i)))
 #if CD_DTYPE == 0
 #define CD_LD4(p, i) CD_LDF4(p, i)
 #elif CD_DTYPE == 1
 #define CD_LD4(p, i) vload_half4(0, (p) + (i))
 #else
-#define CD_LD4(p, i) as_float4(convert_uint4(vload4(0, (p) + (i))) << 16)
+#define CD_LD4(p, i) as_float4(convert_uint4(al ? *(global const ushort4 *)((p) + (i)) : vload4(0, (p) + (i))) << 16)
 #endif
 
 kernel __attribute__((reqd_work_group_size(CD_RL, 1, 1))) void cd_prep_regs(
@@ -55,7 +50,7 @@ kernel __attribute__((reqd_work_group_size(CD_RL, 1, 1))) void cd_prep_regs(
     global const float *rope_cos, ulong rc_off, global const float *rope_sin, ulong rs_off, global float *inv_rms,
     ulong inv_off, global cd_store_t *q_out, ulong q_off, global cd_store_t *k_out, ulong k_off,
     global cd_store_t *v_out, ulong v_off, global float *infl, ulong infl_off, ulong N, uint H, ulong B,
-    float k_scale, float eps) {
+    float k_scale, float eps, uint al) {
   local float tile[2][CD_ROWS * CD_TSTR];
   local float part[2][CD_ROWS][CD_G4 + 1];
   local float irms[2][CD_TT];

@@ -66,7 +66,7 @@ static void run_shape(const shape *s) {
   if (g_variant == 2) { /* every shape here fits the register-resident form, so that is what ran */
     cd_prep_regs_plan rp;
     camdelta_status rst;
-    assert_int_equal(cd_prep_regs_kernel(ctx, s->dt, s->D, s->H, s->offset % 4 == 0, &rp, &rst), 1);
+    assert_int_equal(cd_prep_regs_kernel(ctx, s->dt, s->D, s->H, &rp, &rst), 1);
     clReleaseKernel(rp.kernel);
   }
 
@@ -144,14 +144,14 @@ static void test_prep_fused(void **state) {
 }
 
 /* The register-resident form (cl/prep_regs.cl): every D, partial token tiles, N = 1, B = 2, offsets, zero k tokens,
- * both 16-bit types, H = 20 over uneven head slots; then forced tiles (TT = 4, 3 head slots: H = 20 as 3 x 7 with
- * one slot idle in the last step). */
+ * both 16-bit types, H = 1 to 20 over the head slots (idle slots and steps); then forced tiles (8 tokens, 4 head
+ * slots). */
 static void test_prep_regs(void **state) {
   (void)state;
   static const size_t which[] = {1, 2, 4, 5, 7, 8, 9, 12, 13};
   memset(worst, 0, sizeof worst);
   run_variant(2, which, sizeof which / sizeof which[0]);
-  setenv("CAMDELTA_PREP_FWD_TILES", "TT=4,HS=3", 1);
+  setenv("CAMDELTA_PREP_FWD_TILES", "TT=8,HS=4", 1);
   static const size_t which2[] = {0, 4, 5, 11};
   run_variant(2, which2, sizeof which2 / sizeof which2[0]);
   unsetenv("CAMDELTA_PREP_FWD_TILES");

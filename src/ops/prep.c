@@ -116,12 +116,6 @@ camdelta_status cd_prep_kernel(camdelta_context *ctx, const char *source, const 
   }
 }
 
-/* The register-resident form (cl/prep_regs.cl, prep_regs.c) is the GPU default when this is 1 and the shape fits
- * it (CAMDELTA_PREP_FUSED=2 forces it where it fits; 1 and 0 the older forms). */
-#ifndef CD_PREP_REGS_DEFAULT
-#define CD_PREP_REGS_DEFAULT 1
-#endif
-
 /* The fused forward (cl/prep.cl cd_prep_fused): GPUs and accelerators, unless the context says otherwise
  * (CAMDELTA_PREP_FUSED=0/1 at context creation); CPUs keep the two-pass form (inverse RMS, then the
  * per-head kernel), which PoCL runs faster. Returns 1 with *k set when the fused kernel is used; 0 when the
@@ -175,11 +169,9 @@ camdelta_status camdelta_prep_forward(camdelta_context *ctx, const camdelta_prep
   cl_kernel k;
   size_t ts;
   cd_prep_regs_plan rp = {NULL, 0, 0, 0};
-  const int gpu = (ctx->info.type & (CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR)) != 0;
   int aligned = args->q.offset % 4 == 0 && args->k.offset % 4 == 0 && args->v.offset % 4 == 0;
   for (int i = 0; i < 9; i++) aligned = aligned && in[i].offset % 4 == 0;
-  const int regs = (ctx->prep_fused == 2 || (ctx->prep_fused < 0 && gpu && CD_PREP_REGS_DEFAULT)) &&
-                   cd_prep_regs_kernel(ctx, args->dtype, D, H, aligned, &rp, &st);
+  const int regs = cd_prep_regs_kernel(ctx, args->dtype, D, H, &rp, &st);
   if (st) return st;
   if (regs) k = rp.kernel;
   const int fused = regs || cd_prep_fused_kernel(ctx, args->dtype, D, &k, &st);
@@ -217,6 +209,7 @@ camdelta_status camdelta_prep_forward(camdelta_context *ctx, const camdelta_prep
     if (fused) cd_arg_u64(&a, B);
     cd_arg_f32(&a, args->k_scale);
     if (fused) cd_arg_f32(&a, args->norm_eps);
+    if (regs) cd_arg_u32(&a, (uint32_t)aligned);
     const char *name = regs ? "cd_prep_regs" : fused ? "cd_prep_fused" : "cd_prep_forward";
     if (a.err != CL_SUCCESS)
       st = cd_cl_fail(a.err, regs    ? "cd_prep_regs: setting arguments"

@@ -73,6 +73,7 @@ camdelta_status cd_prep_backward_warm(camdelta_context *ctx, camdelta_dtype dtyp
   /* the fused form too where the context uses it (calls without dproj/drope) */
   cd_pbf_plan p;
   if (cd_pbf_kernels(ctx, dtype, D, &p, &st)) cd_pbf_release(&p);
+  if (!st) st = cd_pbr_warm(ctx, dtype, D); /* and the register-resident form (prep_bwd_regs.c) */
   return st;
 }
 

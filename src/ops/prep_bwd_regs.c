@@ -1,9 +1,10 @@
 /* Prep backward, register-resident form (cl/prep_bwd_regs.cl): the kernels, the launch shape and the launches.
  *
  * A tile is TT consecutive tokens of one batch row, all heads (TT: CAMDELTA_PREP_BWD_TILES's TT, default 4);
- * HS head slots of TT * D/4 work-items, each work-item keeping the raw q, k units and u of HPI = ceil(H / HS)
- * heads in registers (16 floats per head). HS is the most slots within CD_PBR_WG_MAX work-items (so that the
- * registers need not spill), evened out over H (H = 20, D = 112: HS = 4, HPI = 5, 448 work-items). The
+ * HS head slots of TT * D/4 work-items, each work-item keeping the raw q, k units and u of up to HPI = 5 heads in
+ * registers (16 floats per head). HS is the most slots within CD_PBR_WG_MAX work-items (so that the registers
+ * need not spill; H = 20, D = 112: HS = 4, 448 work-items). The program depends on (dtype, D) only (warmed with
+ * the other prep backward programs); shapes with H > HS * HPI take the other forms. The
  * work-groups walk the tiles persistently, WPC per compute unit (CAMDELTA_PREP_BWD_TILES's WPC, default 1), and
  * sum their norm-weight terms in local memory (2 C floats); shapes whose local memory or registers do not fit
  * take the other forms. Used for calls without dproj/drope (like the fused form). */
@@ -19,7 +20,7 @@
 #ifndef CD_PBR_DEFAULT
 #define CD_PBR_DEFAULT 1
 #endif
-enum { CD_PBR_WG_MAX = 512, CD_PBR_MAX_HPI = 8, CD_PBR_DEFAULT_TT = 4, CD_PBR_DEFAULT_WPC = 1 };
+enum { CD_PBR_WG_MAX = 512, CD_PBR_HPI = 5, CD_PBR_DEFAULT_TT = 4, CD_PBR_DEFAULT_WPC = 1 };
 
 void cd_pbr_release(cd_pbr_plan *p) {
   if (p->kernel) clReleaseKernel(p->kernel);
@@ -29,59 +30,69 @@ void cd_pbr_release(cd_pbr_plan *p) {
 
 static int aligned4(camdelta_buffer b) { return !b.mem || b.offset % 4 == 0; }
 
-int cd_pbr_plan_make(camdelta_context *ctx, const camdelta_prep_backward_args *a, cd_pbr_plan *p,
-                     camdelta_status *st) {
+/* The kernels for (dtype, D): TT tokens, HS = the most slots within CD_PBR_WG_MAX work-items, HPI = CD_PBR_HPI
+ * (any H <= HS * HPI). 1 when the context uses the form and the device takes the work-group. */
+static int pbr_program(camdelta_context *ctx, camdelta_dtype dtype, size_t D, cd_pbr_plan *p, camdelta_status *st) {
   memset(p, 0, sizeof *p);
   *st = CAMDELTA_OK;
   const int gpu = (ctx->info.type & (CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR)) != 0;
   if (!(ctx->prep_bwd_fused == 2 || (ctx->prep_bwd_fused < 0 && gpu && CD_PBR_DEFAULT))) return 0;
-  const size_t B = a->B, N = a->N, H = a->H, D = a->D, C = H * D, g4 = D / 4;
-  const camdelta_buffer vec[] = {a->q_raw,  a->k_raw,    a->q_norm_weight, a->k_norm_weight, a->proj_q,
-                                 a->proj_kv, a->rope_cos, a->rope_sin,      a->dq_raw,        a->dk_raw,
-                                 a->dv_raw};
-  int al = 1;
-  for (size_t i = 0; i < sizeof vec / sizeof vec[0]; i++) al = al && aligned4(vec[i]);
-  size_t limit = ctx->info.max_work_group_size < CD_PBR_WG_MAX ? ctx->info.max_work_group_size : CD_PBR_WG_MAX;
+  const size_t g4 = D / 4;
+  const size_t limit = ctx->info.max_work_group_size < CD_PBR_WG_MAX ? ctx->info.max_work_group_size : CD_PBR_WG_MAX;
   const size_t tt = ctx->prep_bwd_tiles[0] ? ctx->prep_bwd_tiles[0] : CD_PBR_DEFAULT_TT;
-  if (tt * g4 > limit) return 0;
-  for (;;) {
-    size_t hs = limit / (tt * g4);
-    if (hs > H) hs = H;
-    const size_t hpi = (H + hs - 1) / hs;
-    if (hpi > CD_PBR_MAX_HPI) return 0;
-    hs = (H + hpi - 1) / hpi;
-    const size_t wg = tt * g4 * hs, rows = hs * tt;
-    const size_t bk = 32 / tt < 4 ? 4 : 32 / tt, gstr = D + (bk - D % 32 + 32) % 32;
-    const size_t local = (3 * rows * gstr + 2 * rows * (g4 + 1) + 2 * rows + 2 * tt + 32 * tt + 2 * C) * 4;
-    if (local > ctx->info.local_mem_bytes) return 0;
-    char opts[192];
-    snprintf(opts, sizeof opts, "-DCD_DTYPE=%d -DCD_D=%zu -DCD_TT=%zu -DCD_HS=%zu -DCD_HPI=%zu -DCD_AL=%d",
-             (int)a->dtype, D, tt, hs, hpi, al);
-    if ((*st = cd_kernel(ctx, "prep_bwd_regs.cl", opts, "cd_prep_bwd_regs", &p->kernel)) ||
-        (*st = cd_kernel(ctx, "prep_bwd_regs.cl", opts, "cd_prep_bwd_regs_reduce", &p->reduce))) {
-      cd_pbr_release(p);
-      return 0;
-    }
-    if (cd_kernel_max_wg(ctx, p->kernel) >= wg) {
-      const size_t tiles = B * ((N + tt - 1) / tt);
-      const size_t wpc = ctx->prep_bwd_tiles[1] ? ctx->prep_bwd_tiles[1] : CD_PBR_DEFAULT_WPC;
-      const size_t cu = ctx->info.compute_units ? ctx->info.compute_units : 1;
-      p->tt = tt, p->hs = hs, p->wg = wg;
-      p->groups = cu * wpc < tiles ? cu * wpc : tiles;
-      return 1;
-    }
+  const size_t hs = limit / (tt * g4);
+  if (hs < 1) return 0;
+  char opts[192];
+  snprintf(opts, sizeof opts, "-DCD_DTYPE=%d -DCD_D=%zu -DCD_TT=%zu -DCD_HS=%zu -DCD_HPI=%d", (int)dtype, D, tt, hs,
+           CD_PBR_HPI);
+  if ((*st = cd_kernel(ctx, "prep_bwd_regs.cl", opts, "cd_prep_bwd_regs", &p->kernel)) ||
+      (*st = cd_kernel(ctx, "prep_bwd_regs.cl", opts, "cd_prep_bwd_regs_reduce", &p->reduce))) {
     cd_pbr_release(p);
-    if (hs == 1) return 0;
-    limit = wg / 2;
-    if (tt * g4 > limit) return 0;
+    return 0;
   }
+  p->tt = tt, p->hs = hs, p->wg = tt * g4 * hs;
+  if (cd_kernel_max_wg(ctx, p->kernel) < p->wg) {
+    cd_pbr_release(p);
+    return 0;
+  }
+  return 1;
+}
+
+camdelta_status cd_pbr_warm(camdelta_context *ctx, camdelta_dtype dtype, size_t D) {
+  cd_pbr_plan p;
+  camdelta_status st;
+  if (pbr_program(ctx, dtype, D, &p, &st)) cd_pbr_release(&p);
+  return st;
+}
+
+int cd_pbr_plan_make(camdelta_context *ctx, const camdelta_prep_backward_args *a, cd_pbr_plan *p,
+                     camdelta_status *st) {
+  const size_t B = a->B, N = a->N, H = a->H, D = a->D, C = H * D, g4 = D / 4;
+  if (!pbr_program(ctx, a->dtype, D, p, st)) return 0;
+  const size_t tt = p->tt, hs = p->hs, rows = hs * tt;
+  const size_t bk = 32 / tt < 4 ? 4 : 32 / tt, gstr = D + (bk - D % 32 + 32) % 32;
+  const size_t local = (3 * rows * gstr + 2 * rows * (g4 + 1) + 2 * rows + 2 * tt + 32 * tt + 2 * C) * 4;
+  if (H > hs * CD_PBR_HPI || local > ctx->info.local_mem_bytes) {
+    cd_pbr_release(p);
+    return 0;
+  }
+  const size_t tiles = B * ((N + tt - 1) / tt);
+  const size_t wpc = ctx->prep_bwd_tiles[1] ? ctx->prep_bwd_tiles[1] : CD_PBR_DEFAULT_WPC;
+  const size_t cu = ctx->info.compute_units ? ctx->info.compute_units : 1;
+  p->groups = cu * wpc < tiles ? cu * wpc : tiles;
+  return 1;
 }
 
 camdelta_status cd_pbr_run(camdelta_context *ctx, const camdelta_prep_backward_args *a, cl_mem inv,
                            const cd_pbr_plan *p, cd_launch *l) {
   const size_t B = a->B, N = a->N, H = a->H, D = a->D, C = H * D;
+  const camdelta_buffer vec[] = {a->q_raw,  a->k_raw,    a->q_norm_weight, a->k_norm_weight, a->proj_q,
+                                 a->proj_kv, a->rope_cos, a->rope_sin,      a->dq_raw,        a->dk_raw,
+                                 a->dv_raw};
+  int al = 1;
+  for (size_t i = 0; i < sizeof vec / sizeof vec[0]; i++) al = al && aligned4(vec[i]);
   const unsigned flags = (a->grad_q.mem ? 1u : 0) | (a->grad_k.mem ? 2u : 0) | (a->grad_v.mem ? 4u : 0) |
-                         (a->grad_inflation_sq.mem ? 8u : 0);
+                         (a->grad_inflation_sq.mem ? 8u : 0) | (al ? 16u : 0);
   cl_mem pw = NULL, own_inv = NULL;
   camdelta_status st = cd_alloc(ctx, p->groups * 2 * C * sizeof(float), &pw);
   if (!st && !inv) st = cd_alloc(ctx, 2 * B * N * sizeof(float), &own_inv);

@@ -14,6 +14,8 @@ typedef struct cd_pbr_plan {
 int cd_pbr_plan_make(camdelta_context *ctx, const camdelta_prep_backward_args *a, cd_pbr_plan *p,
                      camdelta_status *st);
 void cd_pbr_release(cd_pbr_plan *p);
+/** Build (or load) the form's programs for (dtype, D) where the context uses it. */
+camdelta_status cd_pbr_warm(camdelta_context *ctx, camdelta_dtype dtype, size_t D);
 /** Enqueue the backward (inv: the saved inverse RMS, or NULL to compute it first). */
 camdelta_status cd_pbr_run(camdelta_context *ctx, const camdelta_prep_backward_args *a, cl_mem inv,
                            const cd_pbr_plan *p, cd_launch *l);

@@ -24,16 +24,19 @@ camdelta_status cd_prep_kernel(camdelta_context *ctx, const char *source, const 
 /** The fused prep forward kernel for (dtype, D) when the context uses it (see prep.c): returns 1 and sets *k;
  *  0 for the two-pass form. A build failure sets *st. */
 int cd_prep_fused_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, cl_kernel *k, camdelta_status *st);
-/** Register-resident prep forward (cl/prep_regs.cl, prep_regs.c): default token tile, and the most heads a
- *  work-item keeps in registers (beyond it the other forms run). */
-#define CD_PREP_REGS_TT 8
-#define CD_PREP_REGS_MAX_HPI 8
+/** Register-resident prep forward (cl/prep_regs.cl, prep_regs.c): token tile, heads per work-item (registers) and
+ *  the most work-items per work-group. */
+#define CD_PREP_REGS_TT 4
+#define CD_PREP_REGS_HPI 5
+#define CD_PREP_REGS_WG_MAX 512
 typedef struct cd_prep_regs_plan {
   cl_kernel kernel;
   size_t tt, hs, wg; /* tokens per tile, head slots, work-group size */
 } cd_prep_regs_plan;
-/** The register-resident kernel for (dtype, D, H) (aligned: every buffer offset is a multiple of 4 elements): 1
- *  with *p set, 0 when the shape or device does not fit it (or a build failed: *st). */
-int cd_prep_regs_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, size_t H, int aligned,
-                        cd_prep_regs_plan *p, camdelta_status *st);
+/** The register-resident kernel for (dtype, D) when the context uses it and it takes H heads: 1 with *p set, 0
+ *  otherwise (a build failure sets *st). */
+int cd_prep_regs_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, size_t H, cd_prep_regs_plan *p,
+                        camdelta_status *st);
+/** Build (or load) its program for (dtype, D) where the context uses the form (camdelta_warm). */
+camdelta_status cd_prep_regs_warm(camdelta_context *ctx, camdelta_dtype dtype, size_t D);
 #endif

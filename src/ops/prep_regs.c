@@ -1,10 +1,11 @@
 /* Prep forward, register-resident form (cl/prep_regs.cl): the launch shape and the kernel.
  *
- * Chosen with CAMDELTA_PREP_FUSED=2 (read at context creation; see prep.c for the GPU default). A tile is TT
- * consecutive tokens of one batch row, all heads; HS head slots of TT * D/4 work-items each, every work-item
- * holding the q and k units of HPI = ceil(H / HS) heads in registers. HS is the most slots that fit the
- * work-group limit (1024 or the device's), evened out over H (H = 20, D = 112, TT = 8: HS = 4, HPI = 5).
- * Shapes that would need more than CD_PREP_REGS_MAX_HPI heads per work-item (registers) use the other forms.
+ * The GPU default (CAMDELTA_PREP_FUSED=2 forces it on any device, 1 and 0 the older forms; read at context
+ * creation). A tile is TT consecutive tokens of one batch row, all heads; HS head slots of TT * D/4 work-items
+ * each, every work-item holding the q and k units of up to HPI = CD_PREP_REGS_HPI heads in registers. HS is the
+ * most slots within CD_PREP_REGS_WG_MAX work-items (TT = 4, D = 112: HS = 4, 448 work-items, H <= 20: 120
+ * registers without spills on the H200, where 896 work-items spill). The program depends on (dtype, D) only, so
+ * camdelta_warm builds it; shapes with H > HS * HPI use the other forms.
  * CAMDELTA_PREP_FWD_TILES (tuning, read at context creation): "TT=n,HS=n", TT in {4, 8, 16}. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,11 @@
 #include "prep_common.h"
 
 static const char TILES_ENV[] = "CAMDELTA_PREP_FWD_TILES";
+
+/* the GPU default: 1 the register-resident form where it fits, 0 the fused form (prep.c) */
+#ifndef CD_PREP_REGS_DEFAULT
+#define CD_PREP_REGS_DEFAULT 1
+#endif
 
 camdelta_status cd_prep_fwd_tiles_env(unsigned tiles[2]) {
   static const char *const keys[2] = {"TT", "HS"};
@@ -27,40 +33,52 @@ camdelta_status cd_prep_fwd_tiles_env(unsigned tiles[2]) {
   return CAMDELTA_OK;
 }
 
-int cd_prep_regs_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, size_t H, int aligned,
-                        cd_prep_regs_plan *p, camdelta_status *st) {
+/* The program: (dtype, D, TT, HS) with HS the most slots within CD_PREP_REGS_WG_MAX work-items (or the device's
+ * limit), HPI = CD_PREP_REGS_HPI; it takes any H <= HS * HPI. Returns 1 and sets *p when the context uses the form
+ * and the device takes the work-group; 0 otherwise (a build failure sets *st). */
+static int regs_program(camdelta_context *ctx, camdelta_dtype dtype, size_t D, cd_prep_regs_plan *p,
+                        camdelta_status *st) {
   *st = CAMDELTA_OK;
   p->kernel = NULL;
+  const int gpu = (ctx->info.type & (CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR)) != 0;
+  if (!(ctx->prep_fused == 2 || (ctx->prep_fused < 0 && gpu && CD_PREP_REGS_DEFAULT))) return 0;
   const size_t g4 = D / 4;
-  size_t limit = ctx->info.max_work_group_size < 1024 ? ctx->info.max_work_group_size : 1024;
-  size_t tt = ctx->prep_fwd_tiles[0] ? ctx->prep_fwd_tiles[0] : CD_PREP_REGS_TT;
-  while (tt > 1 && tt * g4 > limit) tt /= 2;
-  if (tt * g4 > limit) return 0;
-  for (;;) {
-    size_t hs = ctx->prep_fwd_tiles[1] ? ctx->prep_fwd_tiles[1] : limit / (tt * g4);
-    if (hs > H) hs = H;
-    if (hs < 1) hs = 1;
-    if (hs * tt * g4 > limit) return 0;
-    const size_t hpi = (H + hs - 1) / hs;
-    if (hpi > CD_PREP_REGS_MAX_HPI) return 0;
-    hs = (H + hpi - 1) / hpi; /* even the slots out: H = 20 with room for 4 slots -> 4 x 5, not 4 x 5 + idle */
-    const size_t wg = tt * g4 * hs;
-    const size_t local = (2 * hs * tt * (D + (36 - D % 32) % 32) + 2 * hs * tt * (g4 + 1) + 2 * tt + 32 * tt) * 4;
-    if (local > ctx->info.local_mem_bytes) return 0;
-    char opts[192];
-    snprintf(opts, sizeof opts, "-DCD_DTYPE=%d -DCD_D=%zu -DCD_TT=%zu -DCD_HS=%zu -DCD_HPI=%zu -DCD_AL=%d", (int)dtype,
-             D, tt, hs, hpi, aligned != 0);
-    cl_kernel k;
-    if ((*st = cd_kernel(ctx, "prep_regs.cl", opts, "cd_prep_regs", &k))) return 0;
-    if (cd_kernel_max_wg(ctx, k) >= wg) {
-      p->kernel = k;
-      p->tt = tt, p->hs = hs, p->wg = wg;
-      return 1;
-    }
+  const size_t limit = ctx->info.max_work_group_size < CD_PREP_REGS_WG_MAX ? ctx->info.max_work_group_size
+                                                                           : CD_PREP_REGS_WG_MAX;
+  const size_t tt = ctx->prep_fwd_tiles[0] ? ctx->prep_fwd_tiles[0] : CD_PREP_REGS_TT;
+  size_t hs = ctx->prep_fwd_tiles[1] ? ctx->prep_fwd_tiles[1] : limit / (tt * g4);
+  if (hs < 1 || hs * tt * g4 > ctx->info.max_work_group_size) return 0;
+  const size_t wg = tt * g4 * hs;
+  const size_t local = (2 * hs * tt * (D + (36 - D % 32) % 32) + 2 * hs * tt * (g4 + 1) + 2 * tt + 32 * tt) * 4;
+  if (local > ctx->info.local_mem_bytes) return 0;
+  char opts[192];
+  snprintf(opts, sizeof opts, "-DCD_DTYPE=%d -DCD_D=%zu -DCD_TT=%zu -DCD_HS=%zu -DCD_HPI=%d", (int)dtype, D, tt, hs,
+           CD_PREP_REGS_HPI);
+  cl_kernel k;
+  if ((*st = cd_kernel(ctx, "prep_regs.cl", opts, "cd_prep_regs", &k))) return 0;
+  if (cd_kernel_max_wg(ctx, k) < wg) {
     clReleaseKernel(k);
-    /* the built kernel cannot take that many work-items (registers): fewer slots, unless fixed by the caller */
-    if (ctx->prep_fwd_tiles[1] || hs == 1) return 0;
-    limit = wg / 2;
-    if (tt * g4 > limit) return 0;
+    return 0;
   }
+  p->kernel = k;
+  p->tt = tt, p->hs = hs, p->wg = wg;
+  return 1;
+}
+
+int cd_prep_regs_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, size_t H, cd_prep_regs_plan *p,
+                        camdelta_status *st) {
+  if (!regs_program(ctx, dtype, D, p, st)) return 0;
+  if (H > p->hs * CD_PREP_REGS_HPI) {
+    clReleaseKernel(p->kernel);
+    p->kernel = NULL;
+    return 0;
+  }
+  return 1;
+}
+
+camdelta_status cd_prep_regs_warm(camdelta_context *ctx, camdelta_dtype dtype, size_t D) {
+  cd_prep_regs_plan p;
+  camdelta_status st;
+  if (regs_program(ctx, dtype, D, &p, &st)) clReleaseKernel(p.kernel);
+  return st;
 }
