@@ -145,7 +145,7 @@ static void test_prep_fused(void **state) {
 
 /* The register-resident form (cl/prep_regs.cl): every D, partial token tiles, N = 1, B = 2, offsets, zero k tokens,
  * both 16-bit types, H = 1 to 20 over the head slots (idle slots and steps); then forced tiles (8 tokens, 4 head
- * slots). */
+ * slots; 2 slots of 10 heads) and CAMDELTA_PREP_FWD_TILES values out of range. */
 static void test_prep_regs(void **state) {
   (void)state;
   static const size_t which[] = {1, 2, 4, 5, 7, 8, 9, 12, 13};
@@ -154,6 +154,20 @@ static void test_prep_regs(void **state) {
   setenv("CAMDELTA_PREP_FWD_TILES", "TT=8,HS=4", 1);
   static const size_t which2[] = {0, 4, 5, 11};
   run_variant(2, which2, sizeof which2 / sizeof which2[0]);
+  setenv("CAMDELTA_PREP_FWD_TILES", "TT=4,HS=2,HPI=10", 1); /* H = 20 as 2 x 10 heads per work-item */
+  static const size_t which3[] = {4, 6};
+  run_variant(2, which3, sizeof which3 / sizeof which3[0]);
+  /* values out of range fail context creation, naming the variable */
+  static const char *bad[] = {"TT=5", "HS=65", "HPI=17", "XX=1"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    setenv("CAMDELTA_PREP_FWD_TILES", bad[i], 1);
+    camdelta_context *c = (camdelta_context *)1;
+    const camdelta_status st = camdelta_context_create(&c, NULL);
+    if (st != CAMDELTA_ERROR_INVALID_ARGUMENT || c)
+      fail_msg("CAMDELTA_PREP_FWD_TILES=%s: got %s", bad[i], camdelta_status_name(st));
+    if (!strstr(camdelta_last_message(), "CAMDELTA_PREP_FWD_TILES"))
+      fail_msg("message '%s' does not name the variable", camdelta_last_message());
+  }
   unsetenv("CAMDELTA_PREP_FWD_TILES");
   tu_report("prep_forward regs max rel err f32 q", worst[0][0]);
   tu_report("prep_forward regs max rel err f32 k", worst[0][1]);

@@ -526,6 +526,9 @@ static void test_prep_backward_regs(void **state) {
   check_deterministic(&det);
   use_form(2, "TT=16,WPC=3");
   run_case(&cases[6], NULL);
+  use_form(2, "TT=4,HS=2,HPI=10"); /* fewer work-items with more heads each: H = 20 as 2 x 10, and 3 as 2 x 2 */
+  run_case(&cases[8], NULL);
+  run_case(&cases[6], NULL);
   report_worst("prep_backward regs other tiles");
   const pb_case big = {1, 9, 26, 128, CAMDELTA_F32, 0, 4, GALL, 0, 0};
   g_expect_regs = 0;
@@ -552,7 +555,7 @@ static void test_prep_backward_three_kernels(void **state) {
 /* A tuning override that does not parse or is out of range fails the context creation, naming the variable. */
 static void test_prep_backward_tiles_env(void **state) {
   (void)state;
-  static const char *bad[] = {"TT=5", "TT=32", "TT=8,XX=2", "WPC=0", "TT", "PF=3"};
+  static const char *bad[] = {"TT=5", "TT=32", "TT=8,XX=2", "WPC=0", "TT", "PF=3", "HPI=17", "HS=65"};
   tu_context_release();
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     setenv("CAMDELTA_PREP_BWD_TILES", bad[i], 1);

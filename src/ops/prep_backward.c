@@ -163,9 +163,14 @@ camdelta_status camdelta_prep_backward(camdelta_context *ctx, const camdelta_pre
       if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;
       cd_launch l;
       cd_launch_init(&l, args->profile);
-      st = cd_pbr_run(ctx, args, saved ? saved->inv_rms : NULL, &rp, &l);
+      int refused = 0;
+      st = cd_pbr_run(ctx, args, saved ? saved->inv_rms : NULL, &rp, &l, &refused);
       cd_pbr_release(&rp);
-      return cd_launch_end(ctx, &l, st);
+      if (!refused) return cd_launch_end(ctx, &l, st);
+      /* the device refused the work-group at launch (its registers): the forms below */
+      st = cd_launch_end(ctx, &l, CAMDELTA_OK);
+      if (st) return st;
+      cd_clear_error();
     }
     cd_pbf_plan p;
     const int fused = cd_pbf_kernels(ctx, args->dtype, D, &p, &st);

@@ -5,7 +5,8 @@
  * registers (16 floats per head). HS is the most slots within CD_PBR_WG_MAX work-items (so that the registers
  * need not spill; H = 20, D = 112: HS = 4, 448 work-items). The program depends on (dtype, D) only (warmed with
  * the other prep backward programs); shapes with H > HS * HPI take the other forms. The
- * work-groups walk the tiles persistently, WPC per compute unit (CAMDELTA_PREP_BWD_TILES's WPC, default 1), and
+ * work-groups walk the tiles persistently, WPC per compute unit (CAMDELTA_PREP_BWD_TILES's WPC, default 1; its HS
+ * and HPI set the slots and heads per slot, e.g. TT=4,HS=2,HPI=10: 224 work-items with twice the registers), and
  * sum their norm-weight terms in local memory (2 C floats); shapes whose local memory or registers do not fit
  * take the other forms. Used for calls without dproj/drope (like the fused form). */
 #include <stdio.h>
@@ -15,10 +16,10 @@
 #include "prep_bwd_regs.h"
 #include "prep_common.h"
 
-/* GPU default: the register-resident form where it fits (CAMDELTA_PREP_BWD_FUSED=2 forces it, 1 and 0 the
- * older forms) */
+/* GPU default: 1 the register-resident form where it fits, 0 the fused form (CAMDELTA_PREP_BWD_FUSED=2 forces it on
+ * any device, 1 and 0 the older forms) */
 #ifndef CD_PBR_DEFAULT
-#define CD_PBR_DEFAULT 1
+#define CD_PBR_DEFAULT 0 /* until measured on the H200 (see prep_regs.c) */
 #endif
 enum { CD_PBR_WG_MAX = 512, CD_PBR_HPI = 5, CD_PBR_DEFAULT_TT = 4, CD_PBR_DEFAULT_WPC = 1 };
 
@@ -40,18 +41,24 @@ static int pbr_program(camdelta_context *ctx, camdelta_dtype dtype, size_t D, cd
   const size_t g4 = D / 4;
   const size_t limit = ctx->info.max_work_group_size < CD_PBR_WG_MAX ? ctx->info.max_work_group_size : CD_PBR_WG_MAX;
   const size_t tt = ctx->prep_bwd_tiles[0] ? ctx->prep_bwd_tiles[0] : CD_PBR_DEFAULT_TT;
-  const size_t hs = limit / (tt * g4);
-  if (hs < 1) return 0;
+  size_t hs = ctx->prep_bwd_tiles[3] ? ctx->prep_bwd_tiles[3] : limit / (tt * g4);
+  const size_t hpi = ctx->prep_bwd_tiles[4] ? ctx->prep_bwd_tiles[4] : CD_PBR_HPI;
+  /* the kernel's own local memory within 3/4 of the device's (the rest for the norm-weight sums, 2 C floats) */
+  const size_t bk = 32 / tt < 4 ? 4 : 32 / tt, gstr = D + (bk - D % 32 + 32) % 32;
+#define PBR_LOCAL(hs) ((3 * (hs) * tt * gstr + 2 * (hs) * tt * (g4 + 1) + 2 * (hs) * tt + 2 * tt + 32 * tt) * 4)
+  while (!ctx->prep_bwd_tiles[3] && hs > 1 && PBR_LOCAL(hs) > ctx->info.local_mem_bytes / 4 * 3) hs--;
+  if (hs < 1 || hs * tt * g4 > ctx->info.max_work_group_size || PBR_LOCAL(hs) > ctx->info.local_mem_bytes) return 0;
+#undef PBR_LOCAL
   char opts[192];
-  snprintf(opts, sizeof opts, "-DCD_DTYPE=%d -DCD_D=%zu -DCD_TT=%zu -DCD_HS=%zu -DCD_HPI=%d", (int)dtype, D, tt, hs,
-           CD_PBR_HPI);
+  snprintf(opts, sizeof opts, "-DCD_DTYPE=%d -DCD_D=%zu -DCD_TT=%zu -DCD_HS=%zu -DCD_HPI=%zu", (int)dtype, D, tt, hs,
+           hpi);
   if ((*st = cd_kernel(ctx, "prep_bwd_regs.cl", opts, "cd_prep_bwd_regs", &p->kernel)) ||
       (*st = cd_kernel(ctx, "prep_bwd_regs.cl", opts, "cd_prep_bwd_regs_reduce", &p->reduce))) {
     cd_pbr_release(p);
     return 0;
   }
-  p->tt = tt, p->hs = hs, p->wg = tt * g4 * hs;
-  if (cd_kernel_max_wg(ctx, p->kernel) < p->wg) {
+  p->tt = tt, p->hs = hs, p->hpi = hpi, p->wg = tt * g4 * hs;
+  if (!cd_prep_regs_wg_ok(ctx, p->kernel, p->wg)) {
     cd_pbr_release(p);
     return 0;
   }
@@ -72,7 +79,7 @@ int cd_pbr_plan_make(camdelta_context *ctx, const camdelta_prep_backward_args *a
   const size_t tt = p->tt, hs = p->hs, rows = hs * tt;
   const size_t bk = 32 / tt < 4 ? 4 : 32 / tt, gstr = D + (bk - D % 32 + 32) % 32;
   const size_t local = (3 * rows * gstr + 2 * rows * (g4 + 1) + 2 * rows + 2 * tt + 32 * tt + 2 * C) * 4;
-  if (H > hs * CD_PBR_HPI || local > ctx->info.local_mem_bytes) {
+  if (H > hs * p->hpi || local > ctx->info.local_mem_bytes) {
     cd_pbr_release(p);
     return 0;
   }
@@ -84,7 +91,8 @@ int cd_pbr_plan_make(camdelta_context *ctx, const camdelta_prep_backward_args *a
 }
 
 camdelta_status cd_pbr_run(camdelta_context *ctx, const camdelta_prep_backward_args *a, cl_mem inv,
-                           const cd_pbr_plan *p, cd_launch *l) {
+                           const cd_pbr_plan *p, cd_launch *l, int *refused) {
+  *refused = 0;
   const size_t B = a->B, N = a->N, H = a->H, D = a->D, C = H * D;
   const camdelta_buffer vec[] = {a->q_raw,  a->k_raw,    a->q_norm_weight, a->k_norm_weight, a->proj_q,
                                  a->proj_kv, a->rope_cos, a->rope_sin,      a->dq_raw,        a->dk_raw,
@@ -130,10 +138,13 @@ camdelta_status cd_pbr_run(camdelta_context *ctx, const camdelta_prep_backward_a
     cd_arg_u32(&g, flags);
     if (g.err != CL_SUCCESS) st = cd_cl_fail(g.err, "cd_prep_bwd_regs: setting arguments");
     const size_t lws = p->wg, gws = p->groups * lws;
-    if (!st) st = cd_enqueue(ctx, p->kernel, 1, &gws, &lws, l, "cd_prep_bwd_regs");
+    if (!st) {
+      st = cd_enqueue(ctx, p->kernel, 1, &gws, &lws, l, "cd_prep_bwd_regs");
+      *refused = st != CAMDELTA_OK;
+    }
   }
 #undef OPT
-  if (!st) {
+  if (!st && !*refused) {
     const size_t lmax = cd_kernel_max_wg(ctx, p->reduce);
     size_t lws[2] = {1, 1};
     while (lws[0] * 2 <= 32 && lws[0] * 2 <= lmax) lws[0] *= 2;

@@ -31,12 +31,16 @@ int cd_prep_fused_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, 
 #define CD_PREP_REGS_WG_MAX 512
 typedef struct cd_prep_regs_plan {
   cl_kernel kernel;
-  size_t tt, hs, wg; /* tokens per tile, head slots, work-group size */
+  size_t tt, hs, wg, hpi; /* tokens per tile, head slots, work-group size, heads per slot */
 } cd_prep_regs_plan;
 /** The register-resident kernel for (dtype, D) when the context uses it and it takes H heads: 1 with *p set, 0
  *  otherwise (a build failure sets *st). */
 int cd_prep_regs_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, size_t H, cd_prep_regs_plan *p,
                         camdelta_status *st);
+/** Whether kernel k (built with reqd_work_group_size) runs wg work-items: the kernel's reported limit, or the
+ *  compiled size itself (the H200's driver reported less than the compiled 448 for these kernels; a launch the
+ *  device then refuses falls back to the fused forms, see prep.c and prep_backward.c). */
+int cd_prep_regs_wg_ok(camdelta_context *ctx, cl_kernel k, size_t wg);
 /** Build (or load) its program for (dtype, D) where the context uses the form (camdelta_warm). */
 camdelta_status cd_prep_regs_warm(camdelta_context *ctx, camdelta_dtype dtype, size_t D);
 #endif

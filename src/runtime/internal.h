@@ -107,16 +107,16 @@ struct camdelta_context {
   int tune_nsaved;
   int prep_bwd_fused; /* CAMDELTA_PREP_BWD_FUSED at creation: 0 three kernels, 1 fused, 2 register-resident,
                       * -1 by device type */
-  unsigned prep_bwd_tiles[3]; /* CAMDELTA_PREP_BWD_TILES at creation: TT, WPC, PF (0: default), see
+  unsigned prep_bwd_tiles[5]; /* CAMDELTA_PREP_BWD_TILES at creation: TT, WPC, PF, HS, HPI (0: default), see
                                * prep_backward_fused.c */
-  unsigned prep_fwd_tiles[2]; /* CAMDELTA_PREP_FWD_TILES at creation: TT, HS (0: default), see prep_regs.c */
+  unsigned prep_fwd_tiles[3]; /* CAMDELTA_PREP_FWD_TILES at creation: TT, HS, HPI (0: default), see prep_regs.c */
 };
 
-/** Reads CAMDELTA_PREP_BWD_TILES ("TT=8,WPC=4,PF=2", prep_backward_fused.c) into tiles[3] (0: not given); a value
+/** Reads CAMDELTA_PREP_BWD_TILES ("TT=8,WPC=4,PF=2,HS=4,HPI=5", prep_backward_fused.c) into tiles[5] (0: not given); a value
  *  that does not parse or is out of range fails naming the variable. Called once at context creation. */
-camdelta_status cd_prep_bwd_tiles_env(unsigned tiles[3]);
-/** Reads CAMDELTA_PREP_FWD_TILES ("TT=8,HS=4", prep_regs.c) into tiles[2] (0: not given), as above. */
-camdelta_status cd_prep_fwd_tiles_env(unsigned tiles[2]);
+camdelta_status cd_prep_bwd_tiles_env(unsigned tiles[5]);
+/** Reads CAMDELTA_PREP_FWD_TILES ("TT=4,HS=4,HPI=5", prep_regs.c) into tiles[3] (0: not given), as above. */
+camdelta_status cd_prep_fwd_tiles_env(unsigned tiles[3]);
 
 /** A built program for kernel source file `source` (e.g. "prep.cl") with
  *  extra build options (e.g. "-DCD_D=112"); built once per context, through
