@@ -56,10 +56,11 @@ static camdelta_status finish_create(camdelta_context *ctx) {
   fill_info(ctx);
   /* Overrides are read once, here, never on the call path. */
   const char *pf = getenv("CAMDELTA_PREP_FUSED");
-  ctx->prep_fused = pf && (pf[0] == '0' || pf[0] == '1') && !pf[1] ? pf[0] - '0' : -1;
+  ctx->prep_fused = pf && pf[0] >= '0' && pf[0] <= '2' && !pf[1] ? pf[0] - '0' : -1;
   const char *pbf = getenv("CAMDELTA_PREP_BWD_FUSED");
-  ctx->prep_bwd_fused = pbf && (pbf[0] == '0' || pbf[0] == '1') && !pbf[1] ? pbf[0] - '0' : -1;
-  return cd_prep_bwd_tiles_env(ctx->prep_bwd_tiles);
+  ctx->prep_bwd_fused = pbf && pbf[0] >= '0' && pbf[0] <= '2' && !pbf[1] ? pbf[0] - '0' : -1;
+  camdelta_status st = cd_prep_fwd_tiles_env(ctx->prep_fwd_tiles);
+  return st ? st : cd_prep_bwd_tiles_env(ctx->prep_bwd_tiles);
 }
 
 camdelta_status camdelta_context_create(camdelta_context **out, const char *selector) {
