@@ -64,14 +64,16 @@ int cmd_bench_packed(int argc, char **argv) {
   camdelta_context_info(ctx, &info);
   if (!rc)
     printf("camdelta bench --packed on %s: %zu equal clips of F=%zu frames x S=%zu tokens, H=%zu D=%zu; kernel ms, "
-           "median of %zu after %zu warm-up\n%-24s %12s %12s %8s\n",
-           info.device_name, B, F, S, H, D, reps, warmup, "operation", "fixed ms", "packed ms", "ratio");
+           "median of %zu after %zu warm-up\n%-24s %12s %12s %8s  %s\n",
+           info.device_name, B, F, S, H, D, reps, warmup, "operation", "fixed ms", "packed ms", "ratio",
+           "packed path");
   double *t = calloc(reps ? reps : 1, sizeof *t);
   for (int op = 0; op < 4 && !rc; op++) {
     const int bwd = op >= 2, rev = op % 2;
     double med[2] = {0, 0};
+    int native = -1;
     for (int packed = 0; packed < 2 && !rc; packed++) {
-      const camdelta_packed_clips pc = {fo, co, B, B * N};
+      const camdelta_packed_clips pc = {fo, co, B, B * N, &native};
       for (size_t it = 0; it < warmup + reps && !rc; it++) {
         camdelta_profile prof = {0, 0};
         camdelta_status st;
@@ -98,10 +100,10 @@ int cmd_bench_packed(int argc, char **argv) {
       if (!rc && reps) med[packed] = cli_median(t, reps);
     }
     if (!rc)
-      printf("%-24s %12.3f %12.3f %7.2fx\n",
+      printf("%-24s %12.3f %12.3f %7.2fx  %s\n",
              bwd ? (rev ? "scan backward reverse" : "scan backward causal")
                  : (rev ? "scan forward reverse" : "scan forward causal"),
-             med[0], med[1], med[0] > 0 ? med[1] / med[0] : 0.0);
+             med[0], med[1], med[0] > 0 ? med[1] / med[0] : 0.0, native ? "native" : "padded batch");
   }
   free(t), free(fo), free(co);
   for (int i = 0; i < 12; i++)
