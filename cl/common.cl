@@ -34,15 +34,22 @@ inline ushort cd_to_bf16(float x) {
  * kernel takes two more arguments last, CD_PK_ARGS = `pk, pk_h`: pk holds F + 1 frame offsets (tokens), then per
  * frame (its clip c)·4·H + 1 (first frame of its clip) + 2 (last frame), then clips + 1 clip offsets (frames);
  * pk_h = H. Its init/final state is row c·H + h of (clips, H, D, D); S is then the longest frame (grids) and
- * each frame's own count is cd_frame_len. Per-frame scratch stays (H, F, D, D) by packed frame. */
+ * each frame's own count is cd_frame_len. Per-frame scratch stays (H, F, D, D) by packed frame.
+ * CD_PACKED=2: every frame has S tokens, so token ranges are computed as for the fixed shape (no table loads in the
+ * per-frame kernels) and the table serves the clip bounds only. */
 #ifdef CD_PACKED
 #define CD_PK_ARGS , __global const long *pk, uint pk_h
+#if CD_PACKED == 2 /* every frame has S tokens (clips of one resolution): frame starts as for the fixed shape */
+#define cd_frame_start(f, S) ((ulong)(f) * (S))
+#define cd_frame_len(f, S) (S)
+#else
 #define cd_frame_start(f, S) ((ulong)pk[f])
 #define cd_frame_len(f, S) ((uint)(pk[(f) + 1] - pk[f]))
+#endif
 #define cd_frame_first(f, F) ((pk[(ulong)(F) + 1 + (f)] & 1) != 0)
 #define cd_frame_last(f, F) ((pk[(ulong)(F) + 1 + (f)] & 2) != 0)
 #define cd_state_row(bh, f, F) ((ulong)(pk[(ulong)(F) + 1 + (f)] >> 2) + (bh))
-#define cd_beta_base(bh, bhf, f, S, N) ((bh) * (ulong)(N) + (ulong)pk[f])
+#define cd_beta_base(bh, bhf, f, S, N) ((bh) * (ulong)(N) + cd_frame_start(f, S))
 /* Chain gb = c·H + h: its first frame's row h·F + co[c] in the (H, F) per-frame buffers, and its frame count. */
 inline ulong cd_chain_rows(__global const long *pk, uint H, uint F, ulong gb, uint *n) {
   const ulong c = gb / H, h = gb % H;

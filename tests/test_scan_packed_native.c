@@ -3,8 +3,9 @@
  *    padded batch for the sequential forward and for a backward given that forward's saved states;
  *  - on equal clips the native path equals the fixed-shape call on a batch of those clips bit for bit (the same
  *    launches and tiles), forward and backward, both directions, with and without init states;
- *  - mixed clips (frames of different token counts, tiles past a frame's end) equal each clip run alone (1e-6
- *    relative, bit-equal counts printed) and the f64 packed reference (SPEC 5 bounds);
+ *  - mixed clips (frames of different token counts, tiles past a frame's end; and clips of one resolution but
+ *    different lengths, the uniform-frames variant) equal each clip run alone (1e-6 relative, bit-equal counts
+ *    printed) and the f64 packed reference (SPEC 5 bounds);
  *  - the same on the tensor-core kernels' logic where the device has none (CAMDELTA_TC=emulate on a second context),
  *    with 16-byte token loads (every frame offset a multiple of 4) and without. */
 #include <math.h>
@@ -264,6 +265,9 @@ static const size_t MIX_NF[5] = {1, 5, 21, 3, 3};
 static size_t MIX_TOK[33];
 static const size_t VEC_NF[4] = {2, 3, 1, 3};
 static const size_t VEC_TOK[9] = {8, 8, 4, 4, 4, 12, 4, 16, 8};
+/* clips of one resolution and different lengths: every frame 12 tokens (the kernels' CD_PACKED=2 variant) */
+static const size_t UNI_NF[3] = {1, 3, 2};
+static const size_t UNI_TOK[6] = {12, 12, 12, 12, 12, 12};
 
 static void fill_mix(void) {
   size_t f = 0;
@@ -281,6 +285,7 @@ static void test_fma(void **state) {
   double alone = 0, ref[R_COUNT] = {0};
   mixed_clips(ctx, 5, MIX_NF, MIX_TOK, "mix", &alone, ref);
   mixed_clips(ctx, 4, VEC_NF, VEC_TOK, "mix/4", &alone, ref);
+  mixed_clips(ctx, 3, UNI_NF, UNI_TOK, "one resolution", &alone, ref);
   tu_report("native packed vs clips alone", alone);
   for (int r = 0; r < R_COUNT; r++) {
     char what[64];
@@ -356,6 +361,7 @@ static void test_emulated(void **state) {
   double alone = 0, ref[R_COUNT] = {0};
   mixed_clips(emu, 4, nf, tok, "emulated mix", &alone, ref);
   mixed_clips(emu, 4, VEC_NF, VEC_TOK, "emulated mix/4", &alone, ref);
+  mixed_clips(emu, 3, UNI_NF, UNI_TOK, "emulated one resolution", &alone, ref);
   tu_report("native packed (emulated tensor cores) vs clips alone", alone);
   camdelta_context_destroy(emu);
 }

@@ -7,7 +7,9 @@
  * kernels run over all H·F frames at once with token-tile grids sized by the longest frame (tiles past a frame's
  * end leave at once), the serial chains (phase B, the backward's chain) run one work-group per (clip, head,
  * column block) over that clip's frames. No copies, no padding; on equal clips the launches, tiles and results are
- * those of the fixed-shape call (bit for bit). The saved object then holds (H, F, D, D) by packed frame (S = 0).
+ * those of the fixed-shape call (bit for bit). When every frame has the same token count (clips of one resolution,
+ * any lengths) the kernels compute token ranges as for the fixed shape (CD_PACKED=2) and read the table only for
+ * the clip bounds. The saved object then holds (H, F, D, D) by packed frame (S = 0).
  *
  * Padded path (the sequential forward, and a backward given a saved object of a padded forward): the clips are
  * moved (cl/scan_packed.cl, one launch per tensor) into a padded fixed-shape batch: B = clips,
@@ -222,7 +224,7 @@ static camdelta_status native_start(camdelta_context *ctx, const pk_geo *g, cons
   pr->pk = clCreateBuffer(ctx->context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, n * sizeof *t, t, &err);
   free(t);
   if (err != CL_SUCCESS) return cd_cl_fail(err, "packed clips: uploading the offsets");
-  pr->clips = C, pr->N = g->N, pr->vec = vec;
+  pr->clips = C, pr->N = g->N, pr->vec = vec, pr->uniform = g->Sm * F == g->N;
   return CAMDELTA_OK;
 }
 

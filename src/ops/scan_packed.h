@@ -11,6 +11,7 @@ typedef struct cd_packed_run {
   size_t clips; /* number of clips */
   size_t N;     /* packed tokens */
   int vec;      /* every frame offset and N are multiples of 4 (16-byte token rows for the tensor-core loads) */
+  int uniform;  /* every frame has the same token count (the kernels' CD_PACKED=2 variant) */
 } cd_packed_run;
 
 /* Chunkwise forward over packed clips: args has B = 1, F = all frames, S = the longest frame; buffers and offsets
