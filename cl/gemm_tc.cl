@@ -71,7 +71,9 @@
 #define CD_W (32 * CD_WM * CD_WN)
 #define CD_DD ((ulong)CD_D * CD_D)
 
-/* cd_frame_start(f, S) (cl/common.cl) is where frame f's tokens start on the token axis. */
+/* cd_frame_start(f, S) (cl/common.cl) is where frame f's tokens start on the token axis, cd_frame_len(f, S) how many
+ * it has. Packed clips (CD_PACKED): every kernel takes CD_PK_ARGS last, frames have their own token counts (a token
+ * tile past its frame's end leaves at once) and a chain's first/last frame and init row come from the table. */
 
 #if CD_TC_EMULATE
 /* Emulation for testing on any device (CAMDELTA_TC=emulate): no inline PTX; cd_tc_block computes each lane's

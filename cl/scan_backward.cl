@@ -30,7 +30,10 @@
  * Build options: CD_D head dim; grams: CD_RPT (rows per work-item), CD_TSG (tokens per chunk);
  * chain: CD_CB (columns per work-group); frames: CD_DPT (value columns per work-item), CD_TL (token lanes),
  * CD_TPT (tokens per lane), CD_MC (contraction chunk); ddecay: CD_RL (work-group size, power of two).
- * Every buffer comes with a ulong element offset. */
+ * Every buffer comes with a ulong element offset.
+ * Packed clips (build option CD_PACKED, cl/common.cl): every kernel takes CD_PK_ARGS last; B = 1, a frame's tokens
+ * and its chain's first/last frame and init row come from the table, the chain kernel's work-groups are
+ * (clip·H + h) chains over their clip's frames, and a frames tile past its frame's end writes a zero partial. */
 
 #ifndef CD_D
 #define CD_D 8

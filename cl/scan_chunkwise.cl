@@ -28,7 +28,10 @@
  * Reductions stream through local memory in chunks; everything accumulates in f32.
  * Phase A uses the symmetry of K_fᵀβ_fK_f: tiles strictly below the diagonal of A return at once and the upper
  * triangle is stored twice (A_f is exactly symmetric; the diagonal tiles still compute their lower half).
- * All offsets into (B, H, D, N) tensors are 64-bit. Each buffer comes as (pointer, element offset). */
+ * All offsets into (B, H, D, N) tensors are 64-bit. Each buffer comes as (pointer, element offset).
+ * Packed clips (build option CD_PACKED, cl/common.cl): every kernel takes CD_PK_ARGS last; B = 1, frames are the
+ * packed frames with their own token ranges (phases A and C; a token tile past its frame's end leaves at once) and
+ * phase B's work-groups are (clip·H + h) chains over their clip's frames. */
 
 #define CD_CEIL(a, b) (((a) + (b) - 1) / (b))
 
