@@ -35,10 +35,16 @@ inline ushort cd_to_bf16(float x) {
  * frame (its clip c)·4·H + 1 (first frame of its clip) + 2 (last frame), then clips + 1 clip offsets (frames);
  * pk_h = H. Its init/final state is row c·H + h of (clips, H, D, D); S is then the longest frame (grids) and
  * each frame's own count is cd_frame_len. Per-frame scratch stays (H, F, D, D) by packed frame.
+ * CD_PK_CONST=1: the table is a __constant argument (it fits in 64 KiB; every index is uniform per work-group).
  * CD_PACKED=2: every frame has S tokens, so token ranges are computed as for the fixed shape (no table loads in the
  * per-frame kernels) and the table serves the clip bounds only. */
 #ifdef CD_PACKED
-#define CD_PK_ARGS , __global const long *pk, uint pk_h
+#if defined(CD_PK_CONST) && CD_PK_CONST /* the table fits the constant buffer (64 KiB): read through it */
+#define CD_PK_SPACE __constant
+#else
+#define CD_PK_SPACE __global
+#endif
+#define CD_PK_ARGS , CD_PK_SPACE const long *pk, uint pk_h
 #if CD_PACKED == 2 /* every frame has S tokens (clips of one resolution): frame starts as for the fixed shape */
 #define cd_frame_start(f, S) ((ulong)(f) * (S))
 #define cd_frame_len(f, S) (S)
@@ -51,7 +57,7 @@ inline ushort cd_to_bf16(float x) {
 #define cd_state_row(bh, f, F) ((ulong)(pk[(ulong)(F) + 1 + (f)] >> 2) + (bh))
 #define cd_beta_base(bh, bhf, f, S, N) ((bh) * (ulong)(N) + cd_frame_start(f, S))
 /* Chain gb = c·H + h: its first frame's row h·F + co[c] in the (H, F) per-frame buffers, and its frame count. */
-inline ulong cd_chain_rows(__global const long *pk, uint H, uint F, ulong gb, uint *n) {
+inline ulong cd_chain_rows(CD_PK_SPACE const long *pk, uint H, uint F, ulong gb, uint *n) {
   const ulong c = gb / H, h = gb % H;
   const long f0 = pk[2 * (ulong)F + 1 + c];
   *n = (uint)(pk[2 * (ulong)F + 2 + c] - f0);

@@ -18,7 +18,7 @@
 #include "testutil.h"
 #include "tune.h"
 
-enum { MAXC = 8, MAXF = 48 };
+enum { MAXC = 8, MAXF = 4400 };
 
 typedef struct prob {
   size_t H, D, F, C, N, nt, ns;
@@ -344,6 +344,20 @@ static void test_paths(void **state) {
   release(&p);
 }
 
+/* More than 64 KiB of offsets (the table of 2F + clips + 2 int64 then goes as a __global argument instead of a
+ * __constant one): two clips of 2100 frames, of 1 and of 2 tokens. */
+static void test_large_table(void **state) {
+  (void)state;
+  enum { NF = 2100 };
+  static size_t tok[2 * NF];
+  for (size_t f = 0; f < 2 * NF; f++) tok[f] = f < NF ? 1 : 2;
+  const size_t nf[2] = {NF, NF};
+  assert_true((2 * 2 * NF + 2 + 2) * 8 > 65536);
+  double alone = 0, ref[R_COUNT] = {0};
+  mixed_clips(tu_context(), 2, nf, tok, "large table", &alone, ref);
+  tu_report("native packed (table in global memory) vs clips alone", alone);
+}
+
 /* The tensor-core kernels' packed variant, emulated where the device has no tensor cores. */
 static void test_emulated(void **state) {
   (void)state;
@@ -371,6 +385,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fma),
       cmocka_unit_test(test_paths),
+      cmocka_unit_test(test_large_table),
       cmocka_unit_test(test_emulated),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);

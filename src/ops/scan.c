@@ -309,7 +309,7 @@ typedef struct chunk_cfg {
   /* phase C: value rows x tokens */
   layout c;
   unsigned c_w, c_kc, c_nv, c_ns;
-  int packed;     /* set by the caller: the packed-clips variant -DCD_PACKED=packed (1 or 2, scan_packed.c) */
+  const char *pk_opts; /* set by the caller: the packed-clips variant's options (scan_packed.c), else NULL */
   char opts[512]; /* one program holds the three kernels */
 } chunk_cfg;
 
@@ -426,8 +426,7 @@ static camdelta_status chunk_configure(const dev_limits *lim, size_t BH, size_t 
            "-DCD_B_J=%u -DCD_B_WR=%u -DCD_B_RM=%u -DCD_B_WC=%u -DCD_B_RN=%u -DCD_B_KC=%u "
            "-DCD_C_WR=%u -DCD_C_RM=%u -DCD_C_WC=%u -DCD_C_RN=%u -DCD_C_KC=%u%s",
            D, c->a.wr, c->a.rm, c->a.wc, c->a.rn, c->a_kc, c->b_j, c->b.wr, c->b.rm, c->b.wc, c->b.rn, c->b_kc, c->c.wr,
-           c->c.rm, c->c.wc, c->c.rn, c->c_kc,
-           c->packed == 2 ? " -DCD_PACKED=2" : c->packed ? " -DCD_PACKED=1" : "");
+           c->c.rm, c->c.wc, c->c.rn, c->c_kc, c->pk_opts ? c->pk_opts : "");
   return CAMDELTA_OK;
 }
 
@@ -725,6 +724,7 @@ camdelta_status cd_scan_warm(camdelta_context *ctx, size_t BH, size_t D, size_t 
     cl_kernel kern[3];
     seq_cfg sc;
     chunk_cfg cc;
+    memset(&cc, 0, sizeof cc); /* not the packed variant */
     st = build_kernels(ctx, &lim, (camdelta_scan_algorithm)alg, BH, D, S, kern, &sc, &cc);
     if (!st) release_kernels(kern, 3);
   }
@@ -888,11 +888,11 @@ camdelta_status cd_scan_forward_native(camdelta_context *ctx, const camdelta_sca
   fwd_plan pl;
   memset(&pl, 0, sizeof pl);
   pl.alg = CAMDELTA_SCAN_CHUNKWISE;
-  pl.cc.packed = pr->uniform ? 2 : 1;
+  pl.cc.pk_opts = cd_packed_opts(pr);
   if ((st = build_kernels(ctx, &lim, pl.alg, pr->clips * H, D, args->S, pl.kern, &pl.sc, &pl.cc))) return st;
   const size_t offs[5] = {args->q.offset, args->k.offset, args->v.offset, args->beta.offset, args->out.offset};
-  if ((st = cd_tc_build_opts(ctx, D, args->precision, pr->vec && cd_tc_vec_ok(4, offs, 5), 0,
-                             pr->uniform ? " -DCD_PACKED=2" : " -DCD_PACKED=1", &pl.tc))) {
+  if ((st = cd_tc_build_opts(ctx, D, args->precision, pr->vec && cd_tc_vec_ok(4, offs, 5), 0, cd_packed_opts(pr),
+                             &pl.tc))) {
     plan_release(&pl);
     return st;
   }

@@ -299,7 +299,7 @@ static camdelta_status run_backward(camdelta_context *ctx, const camdelta_scan_b
                           args->grad_out.offset, args->dq.offset};
   const size_t offs2[4] = {args->dk.offset, args->dv.offset, 0, 0};
   const int vec = cd_tc_vec_ok(pr ? (pr->vec ? 4 : 1) : S, offs, 6) && cd_tc_vec_ok(pr ? 4 : S, offs2, 4);
-  const char *extra = !pr ? "" : pr->uniform ? " -DCD_PACKED=2" : " -DCD_PACKED=1";
+  const char *extra = pr ? cd_packed_opts(pr) : "";
   if ((st = cd_tc_build_opts(ctx, D, args->precision, vec, 1, extra, &tc))) return st;
   if ((st = build_kernels(ctx, D, tc.on, &cfg, &k, extra))) {
     cd_tc_release(&tc);

@@ -225,7 +225,14 @@ static camdelta_status native_start(camdelta_context *ctx, const pk_geo *g, cons
   free(t);
   if (err != CL_SUCCESS) return cd_cl_fail(err, "packed clips: uploading the offsets");
   pr->clips = C, pr->N = g->N, pr->vec = vec, pr->uniform = g->Sm * F == g->N;
+  pr->in_const = n * sizeof *t <= 65536;
   return CAMDELTA_OK;
+}
+
+const char *cd_packed_opts(const cd_packed_run *pr) {
+  static const char *const opts[4] = {" -DCD_PACKED=1", " -DCD_PACKED=2", " -DCD_PACKED=1 -DCD_PK_CONST=1",
+                                      " -DCD_PACKED=2 -DCD_PK_CONST=1"};
+  return opts[(pr->uniform ? 1 : 0) + (pr->in_const ? 2 : 0)];
 }
 
 static void report_path(const camdelta_packed_clips *pc, int native) {

@@ -12,7 +12,11 @@ typedef struct cd_packed_run {
   size_t N;     /* packed tokens */
   int vec;      /* every frame offset and N are multiples of 4 (16-byte token rows for the tensor-core loads) */
   int uniform;  /* every frame has the same token count (the kernels' CD_PACKED=2 variant) */
+  int in_const; /* the table fits in 64 KiB (the OpenCL minimum constant buffer): a __constant argument */
 } cd_packed_run;
+
+/* The kernels' build options for this run: " -DCD_PACKED=1|2" and " -DCD_PK_CONST=1" when in_const. */
+const char *cd_packed_opts(const cd_packed_run *pr);
 
 /* Chunkwise forward over packed clips: args has B = 1, F = all frames, S = the longest frame; buffers and offsets
  * checked by the caller. A saved object gets the states (H, F, D, D) by packed frame, marked by S = 0. */
