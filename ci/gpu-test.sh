@@ -126,6 +126,7 @@ while [ $# -gt 0 ]; do
       CAMDELTA_DEVICE=nvidia ctest --test-dir build-gpu -R "packed" --output-on-failure -V >"$OUT/ctest-packed.log" 2>&1 || rc=1
       grep -E "measure|tests passed|tests failed|Failed  |Timeout" "$OUT/ctest-packed.log" | sort -u | tail -20
       CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --packed --shape 4,20,112,5,1560 2>&1 | tee "$OUT/bench-packed.txt" || rc=1
+      CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --packed --shape 2,20,112,21,1560 2>&1 | tee -a "$OUT/bench-packed.txt" || rc=1
       ;;
     bench)
       shift

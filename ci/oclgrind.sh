@@ -57,5 +57,11 @@ check scan-chunkwise-d24 12 scan 1 1 24 3 5 -- scan --algorithm chunkwise --fina
 check scan-chunkwise-d40 12 scan 1 1 40 2 3 -- scan --algorithm chunkwise
 check scan-backward 12 scan-backward 1 2 16 3 5 -- scan-backward
 check scan-backward-reverse 12 scan-backward 1 1 8 3 4 -- scan-backward --reverse
+# Packed clips, native path (the kernels' CD_PACKED variant): frames of 70, 5 and 1 tokens, so that token tiles past
+# a frame's end exist (they leave at once) and chains of 1, 2 and 1 frames.
+check scan-packed 12 scan-packed 1 8 1x70,2x5,1x1 -- scan --algorithm chunkwise --final-state
+check scan-packed-reverse 12 scan-packed 1 8 1x70,2x5,1x1 -- scan --algorithm chunkwise --final-state --reverse
+check scan-backward-packed 12 scan-backward-packed 1 8 1x70,2x5,1x1 -- scan-backward
+check scan-backward-packed-reverse 12 scan-backward-packed 1 8 1x70,2x5,1x1 -- scan-backward --reverse
 echo "oclgrind: $n runs in $(( $(date +%s) - start )) s, $([ $rc = 0 ] && echo 'no reports' || echo 'REPORTS (see above)')"
 exit $rc

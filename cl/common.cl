@@ -26,5 +26,51 @@ inline ushort cd_to_bf16(float x) {
 #endif
 
 /* The tokens of frame f (SPEC 1: token n = f·S + s): the one place the scan kernels learn where a frame starts
- * on the token axis (per-frame offsets, e.g. packed clips, change only this). */
+ * on the token axis, how many tokens it has, and where its chain (clip) starts and ends.
+ *
+ * Fixed shape: frame f of (b, h) starts at f·S, has S tokens; the chain of (b, h) is frames 0 .. F−1 and its
+ * init/final state is row bh of (B, H, D, D).
+ * CD_PACKED (packed clips, SPEC 9, B = 1 so bh = h and f is the frame's index in the packed batch): every scan
+ * kernel takes two more arguments last, CD_PK_ARGS = `pk, pk_h`: pk holds F + 1 frame offsets (tokens), then per
+ * frame (its clip c)·4·H + 1 (first frame of its clip) + 2 (last frame), then clips + 1 clip offsets (frames);
+ * pk_h = H. Its init/final state is row c·H + h of (clips, H, D, D); S is then the longest frame (grids) and
+ * each frame's own count is cd_frame_len. Per-frame scratch stays (H, F, D, D) by packed frame.
+ * CD_PK_CONST=1: the table is a __constant argument (it fits in 64 KiB; every index is uniform per work-group).
+ * CD_PACKED=2: every frame has S tokens, so token ranges are computed as for the fixed shape (no table loads in the
+ * per-frame kernels) and the table serves the clip bounds only. */
+#ifdef CD_PACKED
+#if defined(CD_PK_CONST) && CD_PK_CONST /* the table fits the constant buffer (64 KiB): read through it */
+#define CD_PK_SPACE __constant
+#else
+#define CD_PK_SPACE __global
+#endif
+#define CD_PK_ARGS , CD_PK_SPACE const long *pk, uint pk_h
+#if CD_PACKED == 2 /* every frame has S tokens (clips of one resolution): frame starts as for the fixed shape */
+#define cd_frame_start(f, S) ((ulong)(f) * (S))
+#define cd_frame_len(f, S) (S)
+#else
+#define cd_frame_start(f, S) ((ulong)pk[f])
+#define cd_frame_len(f, S) ((uint)(pk[(f) + 1] - pk[f]))
+#endif
+#define cd_frame_first(f, F) ((pk[(ulong)(F) + 1 + (f)] & 1) != 0)
+#define cd_frame_last(f, F) ((pk[(ulong)(F) + 1 + (f)] & 2) != 0)
+#define cd_state_row(bh, f, F) ((ulong)(pk[(ulong)(F) + 1 + (f)] >> 2) + (bh))
+#define cd_beta_base(bh, bhf, f, S, N) ((bh) * (ulong)(N) + cd_frame_start(f, S))
+/* Chain gb = c·H + h: its first frame's row h·F + co[c] in the (H, F) per-frame buffers, and its frame count. */
+inline ulong cd_chain_rows(CD_PK_SPACE const long *pk, uint H, uint F, ulong gb, uint *n) {
+  const ulong c = gb / H, h = gb % H;
+  const long f0 = pk[2 * (ulong)F + 1 + c];
+  *n = (uint)(pk[2 * (ulong)F + 2 + c] - f0);
+  return h * F + (ulong)f0;
+}
+#define cd_chain(gb, F, n) cd_chain_rows(pk, pk_h, F, gb, n)
+#else
+#define CD_PK_ARGS
 inline ulong cd_frame_start(uint f, uint S) { return (ulong)f * S; }
+#define cd_frame_len(f, S) (S)
+#define cd_frame_first(f, F) ((f) == 0)
+#define cd_frame_last(f, F) ((f) == (F) - 1)
+#define cd_state_row(bh, f, F) (bh)
+#define cd_beta_base(bh, bhf, f, S, N) ((bhf) * (ulong)(S))
+#define cd_chain(gb, F, n) (*(n) = (F), (ulong)(gb) * (F))
+#endif

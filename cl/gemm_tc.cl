@@ -71,7 +71,9 @@
 #define CD_W (32 * CD_WM * CD_WN)
 #define CD_DD ((ulong)CD_D * CD_D)
 
-/* cd_frame_start(f, S) (cl/common.cl) is where frame f's tokens start on the token axis. */
+/* cd_frame_start(f, S) (cl/common.cl) is where frame f's tokens start on the token axis, cd_frame_len(f, S) how many
+ * it has. Packed clips (CD_PACKED): every kernel takes CD_PK_ARGS last, frames have their own token counts (a token
+ * tile past its frame's end leaves at once) and a chain's first/last frame and init row come from the table. */
 
 #if CD_TC_EMULATE
 /* Emulation for testing on any device (CAMDELTA_TC=emulate): no inline PTX; cd_tc_block computes each lane's
@@ -220,7 +222,7 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_gram_tc(
     __global const float *x, ulong x_off, __global const float *y0, ulong y0_off, __global const float *y1,
     ulong y1_off, __global const float *beta, ulong beta_off, __global const float *decay, ulong decay_off,
     __global float *out0, ulong o0_off, __global float *out1, ulong o1_off, ulong N, uint S, uint F, uint n_c0,
-    uint n_c1, int use_beta, int a_form) {
+    uint n_c1, int use_beta, int a_form CD_PK_ARGS) {
   __local float4 Xs4[CD_TM * CD_LDK / 4]; /* Xs[r][s] = X[row0 + r][s0 + s]        */
   __local float4 Ys4[CD_TN * CD_LDK / 4]; /* Ys[c][s] = β_s·Yr[col0 + c][s0 + s]   */
   __local const float *Xs = (__local const float *)Xs4, *Ys = (__local const float *)Ys4;
@@ -234,9 +236,10 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_gram_tc(
   const ulong bh = bhf / F;
   const uint f = (uint)(bhf % F);
   const ulong base = bh * (ulong)CD_D * N + cd_frame_start(f, S);
+  const uint Sf = cd_frame_len(f, S);
   __global const float *xb = x + x_off + base;
   __global const float *yb = (reg1 ? y1 + y1_off : y0 + y0_off) + base;
-  __global const float *bb = beta + beta_off + bhf * S;
+  __global const float *bb = beta + beta_off + cd_beta_base(bh, bhf, f, S, N);
 
   float tot[CD_MR][CD_NR][4];
 #pragma unroll
@@ -251,22 +254,22 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_gram_tc(
   do {                                                                                        \
     _Pragma("unroll") for (int u = 0; u < CD_LX; u++) {                                       \
       const uint e = lid + u * CD_W, r = e / CD_QK, i = row0 + r;                             \
-      xr[u] = (r < CD_TM && i < CD_D) ? cd_load4(xb + (ulong)i * N, (s0) + 4 * (e % CD_QK), S) \
+      xr[u] = (r < CD_TM && i < CD_D) ? cd_load4(xb + (ulong)i * N, (s0) + 4 * (e % CD_QK), Sf) \
                                       : (float4)(0.0f);                                       \
     }                                                                                         \
     _Pragma("unroll") for (int u = 0; u < CD_LY; u++) {                                       \
       const uint e = lid + u * CD_W, r = e / CD_QK, j = col0 + r, gs = (s0) + 4 * (e % CD_QK); \
       float4 yv = (float4)(0.0f);                                                             \
       if (r < CD_TN && j < CD_D) {                                                            \
-        yv = cd_load4(yb + (ulong)j * N, gs, S);                                              \
-        if (use_beta) yv *= cd_load4(bb, gs, S);                                              \
+        yv = cd_load4(yb + (ulong)j * N, gs, Sf);                                             \
+        if (use_beta) yv *= cd_load4(bb, gs, Sf);                                             \
       }                                                                                       \
       yr[u] = yv;                                                                             \
     }                                                                                         \
   } while (0)
 
   CD_FETCH(0u);
-  for (uint s0 = 0; s0 < S; s0 += CD_KC) {
+  for (uint s0 = 0; s0 < Sf; s0 += CD_KC) {
     barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll
     for (int u = 0; u < CD_LX; u++) {
@@ -279,7 +282,7 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_gram_tc(
       if (r < CD_TN) Ys4[(r * CD_LDK) / 4 + e % CD_QK] = yr[u];
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    if (s0 + CD_KC < S) CD_FETCH(s0 + CD_KC);
+    if (s0 + CD_KC < Sf) CD_FETCH(s0 + CD_KC);
     cd_tc_block(tot, Xs + (16 * CD_MR * wm) * CD_LDK, CD_LDK, 1, Ys + (8 * CD_NR * wn) * CD_LDK, 1, CD_LDK, g, t);
   }
 #undef CD_FETCH
@@ -323,7 +326,7 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_gram_tc(
 __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_apply_tc(
     __global const float *x, ulong x_off, __global const float *states, ulong st_off, __global const float *init,
     ulong init_off, __global float *out, ulong out_off, ulong N, uint S, uint F, uint n_rtiles, int transpose,
-    int last_init, int has_init) {
+    int last_init, int has_init CD_PK_ARGS) {
   __local float Ms[CD_KC * CD_LDR];        /* Ms[c][r] = op(M)[row0 + r][c0 + c] */
   __local float4 Xs4[CD_KC * CD_LDS / 4]; /* Xs[c][s] = X[c0 + c][s0 + s]       */
   __local const float *Xs = (__local const float *)Xs4;
@@ -334,10 +337,15 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_apply_tc(
   const ulong bh = bhf / F;
   const uint f = (uint)(bhf % F);
   const ulong base = bh * (ulong)CD_D * N + cd_frame_start(f, S);
+  const uint Sf = cd_frame_len(f, S);
+#ifdef CD_PACKED
+  if (s0 >= Sf) return; /* a tile past this frame's end (the grid is sized by the longest frame) */
+#endif
   __global const float *xb = x + x_off + base;
-  const int from_init = last_init && f == F - 1;
+  const int from_init = last_init && cd_frame_last(f, F);
   const int zero = from_init && !has_init;
-  __global const float *M = from_init ? init + init_off + bh * CD_DD : states + st_off + bhf * CD_DD;
+  __global const float *M =
+      from_init ? init + init_off + cd_state_row(bh, f, F) * CD_DD : states + st_off + bhf * CD_DD;
 
   float tot[CD_MR][CD_NR][4];
 #pragma unroll
@@ -359,7 +367,7 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_apply_tc(
     }                                                                                                  \
     _Pragma("unroll") for (int u = 0; u < CD_LQ; u++) {                                                \
       const uint e = lid + u * CD_W, c = e / CD_QN, cc = (c0) + c;                                     \
-      qr[u] = (c < CD_KC && cc < CD_D) ? cd_load4(xb + (ulong)cc * N, s0 + 4 * (e % CD_QN), S)         \
+      qr[u] = (c < CD_KC && cc < CD_D) ? cd_load4(xb + (ulong)cc * N, s0 + 4 * (e % CD_QN), Sf)        \
                                        : (float4)(0.0f);                                               \
     }                                                                                                  \
   } while (0)
@@ -394,10 +402,10 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_apply_tc(
         const uint s = 8 * (CD_NR * wn + ni) + 2 * t;
         if (r >= CD_D) continue;
 #if CD_VEC
-        if (s0 + s < S) *(__global float2 *)(ob + (ulong)r * N + s) = (float2)(tot[mi][ni][2 * h], tot[mi][ni][2 * h + 1]);
+        if (s0 + s < Sf) *(__global float2 *)(ob + (ulong)r * N + s) = (float2)(tot[mi][ni][2 * h], tot[mi][ni][2 * h + 1]);
 #else
-        if (s0 + s < S) ob[(ulong)r * N + s] = tot[mi][ni][2 * h];
-        if (s0 + s + 1 < S) ob[(ulong)r * N + s + 1] = tot[mi][ni][2 * h + 1];
+        if (s0 + s < Sf) ob[(ulong)r * N + s] = tot[mi][ni][2 * h];
+        if (s0 + s + 1 < Sf) ob[(ulong)r * N + s + 1] = tot[mi][ni][2 * h + 1];
 #endif
       }
 }
@@ -424,7 +432,7 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_frames_tc(
     ulong beta_off, __global const float *decay, ulong decay_off, __global const float *states, ulong st_off,
     __global const float *init, ulong init_off, __global const float *G, ulong G_off, __global float *dk,
     ulong dk_off, __global float *dv, ulong dv_off, __global float *dbeta, ulong dbeta_off, __global float *part,
-    ulong part_off, ulong N, uint S, uint F, uint ntiles, int reverse, int has_init) {
+    ulong part_off, ulong N, uint S, uint F, uint ntiles, int reverse, int has_init CD_PK_ARGS) {
   __local float4 Ks4[CD_D * CD_LDT / 4]; /* Ks[d][s] = K[d][s0 + s]; later Es[c][s], the A operand of stage 2 */
   __local float Bs[CD_BS];
   __local float red[CD_WN * 4 * CD_TS + CD_W];
@@ -436,17 +444,25 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_frames_tc(
   const ulong bh = bhf / F;
   const uint f = (uint)(bhf % F);
   const ulong base = bh * (ulong)CD_D * N + cd_frame_start(f, S);
+  const uint Sf = cd_frame_len(f, S);
+#ifdef CD_PACKED
+  if (s0 >= Sf) { /* a tile past this frame's end (the grid is sized by the longest frame): no ddecay partial */
+    if (lid == 0) part[part_off + bhf * ntiles + tile] = 0.0f;
+    return;
+  }
+#endif
+  const ulong bbase = cd_beta_base(bh, bhf, f, S, N);
   /* Mprev: the state before key frame f's update (init at the chain's start, zero without one) */
-  const int prev_init = reverse ? f == F - 1 : f == 0;
+  const int prev_init = reverse ? cd_frame_last(f, F) : cd_frame_first(f, F);
   const int prev_zero = prev_init && !has_init;
   __global const float *Mp =
-      prev_init ? init + init_off + bh * CD_DD : states + st_off + (bh * F + (reverse ? f : f - 1)) * CD_DD;
+      prev_init ? init + init_off + cd_state_row(bh, f, F) * CD_DD : states + st_off + (bh * F + (reverse ? f : f - 1)) * CD_DD;
   __global const float *Gf = G + G_off + bhf * CD_DD;
   const float d = decay[decay_off + bhf];
 
   for (uint e = lid; e < CD_D * CD_QT; e += CD_W) {
     const uint c = e / CD_QT, q = e % CD_QT;
-    Ks4[(c * CD_LDT) / 4 + q] = cd_load4(k + k_off + base + (ulong)c * N, s0 + 4 * q, S);
+    Ks4[(c * CD_LDT) / 4 + q] = cd_load4(k + k_off + base + (ulong)c * N, s0 + 4 * q, Sf);
   }
 
   /* stage 1: Y = K·Mprev, dΔ = K·G (tokens x value columns) */
@@ -479,8 +495,8 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_frames_tc(
 #pragma unroll
     for (int h = 0; h < 2; h++) {
       const uint s = 16 * (CD_MR * wm + mi) + g + 8 * h, gs = s0 + s;
-      const int valid = gs < S;
-      const float b = valid ? beta[beta_off + bhf * S + gs] : 0.0f;
+      const int valid = gs < Sf;
+      const float b = valid ? beta[beta_off + bbase + gs] : 0.0f;
       float acc = 0.0f;
 #pragma unroll
       for (int ni = 0; ni < CD_NR; ni++)
@@ -514,7 +530,7 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_frames_tc(
   for (uint s = lid; s < CD_TS; s += CD_W) {
     float sum = 0.0f;
     for (uint u = 0; u < CD_WN * 4; u++) sum += red[u * CD_TS + s];
-    if (s0 + s < S) dbeta[dbeta_off + bhf * S + s0 + s] = sum;
+    if (s0 + s < Sf) dbeta[dbeta_off + bbase + s0 + s] = sum;
   }
   if (lid == 0) {
     float sum = 0.0f;
@@ -554,7 +570,7 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_frames_tc(
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         const uint gs = s0 + 16 * (CD_MR * wm + mi) + g + 8 * (e >> 1), j = 8 * (CD_NR * wn + ni) + 2 * t + (e & 1);
-        if (j < CD_D && gs < S) kb[(ulong)j * N + gs] = Kd[mi][ni][e];
+        if (j < CD_D && gs < Sf) kb[(ulong)j * N + gs] = Kd[mi][ni][e];
       }
 }
 #endif /* CD_FRAMES */

@@ -30,7 +30,10 @@
  * Build options: CD_D head dim; grams: CD_RPT (rows per work-item), CD_TSG (tokens per chunk);
  * chain: CD_CB (columns per work-group); frames: CD_DPT (value columns per work-item), CD_TL (token lanes),
  * CD_TPT (tokens per lane), CD_MC (contraction chunk); ddecay: CD_RL (work-group size, power of two).
- * Every buffer comes with a ulong element offset. */
+ * Every buffer comes with a ulong element offset.
+ * Packed clips (build option CD_PACKED, cl/common.cl): every kernel takes CD_PK_ARGS last; B = 1, a frame's tokens
+ * and its chain's first/last frame and init row come from the table, the chain kernel's work-groups are
+ * (clip·H + h) chains over their clip's frames, and a frames tile past its frame's end writes a zero partial. */
 
 #ifndef CD_D
 #define CD_D 8
@@ -68,12 +71,13 @@
  * the (8 rows x 4 columns) store pattern below hit 32 different banks and keeps float4 alignment. */
 #define CD_DP (CD_D + 4)
 
-/* The state matrix for index j (see above) and whether it is zero. */
+/* The state matrix for index j (see above) and whether it is zero; init row srow (cd_state_row). */
 inline global const float *cd_state(global const float *states, ulong st_off, global const float *init,
-                                    ulong init_off, ulong bh, uint F, int j, int is_init, int has_init, int *zero) {
+                                    ulong init_off, ulong bh, uint F, int j, int is_init, int has_init, int *zero,
+                                    ulong srow) {
   if (is_init) {
     *zero = !has_init;
-    return init + init_off + bh * CD_DD;
+    return init + init_off + srow * CD_DD;
   }
   *zero = 0;
   return states + st_off + (bh * F + (uint)j) * CD_DD;
@@ -88,7 +92,7 @@ kernel void cd_scan_bwd_grams(global const float *q, ulong q_off, global const f
                               global const float *v, ulong v_off, global const float *go, ulong go_off,
                               global const float *beta, ulong beta_off, global const float *decay, ulong decay_off,
                               global float *W, ulong W_off, global float *A, ulong A_off, global float *U,
-                              ulong U_off, ulong N, uint S, uint F, uint modes) {
+                              ulong U_off, ulong N, uint S, uint F, uint modes CD_PK_ARGS) {
   local float4 Xs4[CD_TSG * CD_DP / 4];
   local float4 Ys4[CD_TSG * CD_DP / 4];
   local float *Xs = (local float *)Xs4;
@@ -101,18 +105,19 @@ kernel void cd_scan_bwd_grams(global const float *q, ulong q_off, global const f
   const ulong bh = bhf / F;
   const uint f = (uint)(bhf % F);
   const ulong base = bh * CD_D * N + cd_frame_start(f, S);
+  const uint Sf = cd_frame_len(f, S);
 
   global const float *X = mode == 0 ? q + q_off : k + k_off;
   global const float *Y = mode == 0 ? go + go_off : (mode == 1 ? k + k_off : v + v_off);
-  global const float *bt = beta + beta_off + bhf * S;
+  global const float *bt = beta + beta_off + cd_beta_base(bh, bhf, f, S, N);
 
   const uint ti = lid / CD_NG, tj = lid % CD_NG;
   float acc[CD_RPT][CD_RPT];
   for (int i = 0; i < CD_RPT; i++)
     for (int j = 0; j < CD_RPT; j++) acc[i][j] = 0.0f;
 
-  for (uint t0 = 0; t0 < S; t0 += CD_TSG) {
-    const uint tn = min((uint)CD_TSG, S - t0);
+  for (uint t0 = 0; t0 < Sf; t0 += CD_TSG) {
+    const uint tn = min((uint)CD_TSG, Sf - t0);
     barrier(CLK_LOCAL_MEM_FENCE);
     /* 32 consecutive work-items load 8 tokens x 4 rows: 32-byte global segments, conflict-free stores */
     for (uint idx = lid; idx < CD_D * CD_TSG; idx += CD_NG * CD_NG) {
@@ -189,20 +194,21 @@ kernel void cd_scan_bwd_chain(global const float *A, ulong A_off, global const f
                               global const float *U, ulong U_off, global float *Z, ulong Z_off,
                               global const float *init, ulong init_off, global const float *gfinal, ulong gf_off,
                               global float *G, ulong G_off, global float *dinit, ulong di_off, uint F, int reverse,
-                              int recompute, int has_init, int has_gfinal, int has_dinit) {
+                              int recompute, int has_init, int has_gfinal, int has_dinit CD_PK_ARGS) {
   local float4 Yl4[CD_D * CD_CB / 4];
   const uint i = get_local_id(0);
   const ulong grp = get_group_id(0);
   const uint c0 = (uint)(grp % (CD_D / CD_CB)) * CD_CB;
   const ulong bh = grp / (CD_D / CD_CB);
-  const ulong fb = bh * F * CD_DD; /* (b, h) base of the (B, H, F, D, D) buffers */
+  uint Fc; /* the chain's frames (F, or its clip's) */
+  const ulong fb = cd_chain(bh, F, &Fc) * CD_DD; /* the chain's first frame in the (B, H, F, D, D) buffers */
   float x[CD_CB];
 
   /* state chain: causal key frames 0..F-1 into slots 0..F-1; reverse key frames F-1..1 into slots F-2..0 */
   for (int c = 0; c < CD_CB; c++) x[c] = has_init ? init[init_off + bh * CD_DD + i * CD_D + c0 + c] : 0.0f;
-  const uint nfwd = recompute ? (reverse ? F - 1 : F) : 0;
+  const uint nfwd = recompute ? (reverse ? Fc - 1 : Fc) : 0;
   for (uint r = 0; r < nfwd; r++) {
-    const uint f = reverse ? F - 1 - r : r, slot = reverse ? f - 1 : f;
+    const uint f = reverse ? Fc - 1 - r : r, slot = reverse ? f - 1 : f;
     cd_chain_step(Yl4, x, A + A_off + fb + f * CD_DD, U + U_off + fb + f * CD_DD, 1, i, c0);
     for (int c = 0; c < CD_CB; c++) Z[Z_off + fb + slot * CD_DD + i * CD_D + c0 + c] = x[c];
   }
@@ -210,8 +216,8 @@ kernel void cd_scan_bwd_chain(global const float *A, ulong A_off, global const f
   /* G chain: causal f = F-1..0, G_f = W_f + x, x = A_f G_f; reverse f = 0..F-1, G_f = x, x = W_f + A_f G_f.
    * The last step only feeds dinit (computed always, written when asked). */
   for (int c = 0; c < CD_CB; c++) x[c] = has_gfinal ? gfinal[gf_off + bh * CD_DD + i * CD_D + c0 + c] : 0.0f;
-  for (uint r = 0; r < F; r++) {
-    const uint f = reverse ? r : F - 1 - r;
+  for (uint r = 0; r < Fc; r++) {
+    const uint f = reverse ? r : Fc - 1 - r;
     if (!reverse)
       for (int c = 0; c < CD_CB; c++) x[c] += W[W_off + fb + f * CD_DD + i * CD_D + c0 + c];
     for (int c = 0; c < CD_CB; c++) G[G_off + fb + f * CD_DD + i * CD_D + c0 + c] = x[c];
@@ -273,7 +279,7 @@ kernel void cd_scan_bwd_frames(global const float *k, ulong k_off, global const 
                                global const float *G, ulong G_off, global float *dq, ulong dq_off, global float *dk,
                                ulong dk_off, global float *dv, ulong dv_off, global float *dbeta, ulong dbeta_off,
                                global float *part, ulong part_off, ulong N, uint S, uint F, uint ntiles, int reverse,
-                               int has_init) {
+                               int has_init CD_PK_ARGS) {
   local float Ex[CD_D * CD_TS];
   local float4 Bs4[CD_MC * CD_BST / 4];
   local float red[CD_DG * CD_TS];
@@ -286,15 +292,24 @@ kernel void cd_scan_bwd_frames(global const float *k, ulong k_off, global const 
   const ulong bh = bhf / F;
   const uint f = (uint)(bhf % F);
   const uint s0 = tile * CD_TS;
-  const uint ns = min((uint)CD_TS, S - s0);
+  const uint Sf = cd_frame_len(f, S);
+#ifdef CD_PACKED
+  if (s0 >= Sf) { /* a tile past this frame's end (the grid is sized by the longest frame): no ddecay partial */
+    if (get_local_id(0) == 0) part[part_off + bhf * ntiles + tile] = 0.0f;
+    return;
+  }
+#endif
+  const uint ns = min((uint)CD_TS, Sf - s0);
   const ulong tb = bh * CD_D * N + cd_frame_start(f, S) + s0;
+  const ulong bbase = cd_beta_base(bh, bhf, f, S, N) + s0;
 
   int prev_zero, post_zero;
   const int jprev = reverse ? (int)f : (int)f - 1;
+  const ulong srow = cd_state_row(bh, f, F);
   global const float *Mp = cd_state(states, st_off, init, init_off, bh, F, jprev,
-                                    reverse ? f == F - 1 : f == 0, has_init, &prev_zero);
-  global const float *Mq = cd_state(states, st_off, init, init_off, bh, F, (int)f, reverse && f == F - 1, has_init,
-                                    &post_zero);
+                                    reverse ? cd_frame_last(f, F) : cd_frame_first(f, F), has_init, &prev_zero, srow);
+  global const float *Mq = cd_state(states, st_off, init, init_off, bh, F, (int)f, reverse && cd_frame_last(f, F),
+                                    has_init, &post_zero, srow);
   global const float *Gf = G + G_off + bhf * CD_DD;
   const float dcy = decay[decay_off + bhf];
 
@@ -338,7 +353,7 @@ kernel void cd_scan_bwd_frames(global const float *k, ulong k_off, global const 
   for (int t = 0; t < CD_TPT; t++) {
     const uint s = tl + CD_TL * t;
     const int valid = s < ns;
-    const float b = valid ? beta[beta_off + bhf * S + s0 + s] : 0.0f;
+    const float b = valid ? beta[beta_off + bbase + s] : 0.0f;
     pb[t] = 0.0f;
     for (int j = 0; j < CD_DPT; j++) {
       const ulong e = tb + (ulong)(dg * CD_DPT + j) * N + s;
@@ -362,7 +377,7 @@ kernel void cd_scan_bwd_frames(global const float *k, ulong k_off, global const 
       const uint s = tl + CD_TL * t;
       float sum = 0.0f;
       for (uint g = 0; g < CD_DG; g++) sum += red[g * CD_TS + s];
-      if (s < ns) dbeta[dbeta_off + bhf * S + s0 + s] = sum;
+      if (s < ns) dbeta[dbeta_off + bbase + s] = sum;
     }
   }
   barrier(CLK_LOCAL_MEM_FENCE);
@@ -418,7 +433,8 @@ kernel void cd_scan_bwd_frames(global const float *k, ulong k_off, global const 
 /* One work-group of CD_RL work-items per (b, h, f): ddecay = <G_f, Mprev_f> + sum of the tile partials. */
 kernel void cd_scan_bwd_ddecay(global const float *states, ulong st_off, global const float *init, ulong init_off,
                                global const float *G, ulong G_off, global const float *part, ulong part_off,
-                               global float *ddecay, ulong dd_off, uint F, uint ntiles, int reverse, int has_init) {
+                               global float *ddecay, ulong dd_off, uint F, uint ntiles, int reverse, int has_init
+                               CD_PK_ARGS) {
   local float red[CD_RL];
   const uint lid = get_local_id(0);
   const ulong bhf = get_group_id(0);
@@ -426,7 +442,8 @@ kernel void cd_scan_bwd_ddecay(global const float *states, ulong st_off, global 
   const uint f = (uint)(bhf % F);
   int zero;
   global const float *Mp = cd_state(states, st_off, init, init_off, bh, F, reverse ? (int)f : (int)f - 1,
-                                    reverse ? f == F - 1 : f == 0, has_init, &zero);
+                                    reverse ? cd_frame_last(f, F) : cd_frame_first(f, F), has_init, &zero,
+                                    cd_state_row(bh, f, F));
   global const float *Gf = G + G_off + bhf * CD_DD;
   float sum = 0.0f;
   if (!zero)

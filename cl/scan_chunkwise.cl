@@ -28,7 +28,10 @@
  * Reductions stream through local memory in chunks; everything accumulates in f32.
  * Phase A uses the symmetry of K_fᵀβ_fK_f: tiles strictly below the diagonal of A return at once and the upper
  * triangle is stored twice (A_f is exactly symmetric; the diagonal tiles still compute their lower half).
- * All offsets into (B, H, D, N) tensors are 64-bit. Each buffer comes as (pointer, element offset). */
+ * All offsets into (B, H, D, N) tensors are 64-bit. Each buffer comes as (pointer, element offset).
+ * Packed clips (build option CD_PACKED, cl/common.cl): every kernel takes CD_PK_ARGS last; B = 1, frames are the
+ * packed frames with their own token ranges (phases A and C; a token tile past its frame's end leaves at once) and
+ * phase B's work-groups are (clip·H + h) chains over their clip's frames. */
 
 #define CD_CEIL(a, b) (((a) + (b) - 1) / (b))
 
@@ -47,7 +50,7 @@
 __kernel __attribute__((reqd_work_group_size(A_W, 1, 1))) void cd_scan_phase_a(
     __global const float *k, ulong k_off, __global const float *v, ulong v_off, __global const float *beta,
     ulong beta_off, __global const float *decay, ulong decay_off, __global float *a_out, ulong a_off,
-    __global float *u_out, ulong u_off, ulong N, uint S, uint F, uint col_lo, uint col_hi, uint n_ctiles) {
+    __global float *u_out, ulong u_off, ulong N, uint S, uint F, uint col_lo, uint col_hi, uint n_ctiles CD_PK_ARGS) {
   __local float Xs[CD_A_KC * A_LDX]; /* Xs[s][i] = K[row0 + i][s0 + s]          */
   __local float Ys[CD_A_KC * A_LDY]; /* Ys[s][j] = β_s·[K | V][col0 + j][s0 + s] */
   const uint lid = get_local_id(0);
@@ -58,9 +61,10 @@ __kernel __attribute__((reqd_work_group_size(A_W, 1, 1))) void cd_scan_phase_a(
   const ulong bh = bhf / F;
   const uint f = (uint)(bhf % F);
   const ulong base = bh * (ulong)CD_D * N + cd_frame_start(f, S);
+  const uint Sf = cd_frame_len(f, S); /* this frame's tokens */
   __global const float *kb = k + k_off + base;
   __global const float *vb = v + v_off + base;
-  __global const float *bb = beta + beta_off + bhf * S;
+  __global const float *bb = beta + beta_off + cd_beta_base(bh, bhf, f, S, N);
   /* K_fᵀβ_fK_f is symmetric: only elements i <= j of A are computed and stored, each i < j also at (j, i).
    * A tile strictly below the diagonal (every element i > j) has nothing to do; the whole work-group leaves
    * before any barrier. */
@@ -72,16 +76,16 @@ __kernel __attribute__((reqd_work_group_size(A_W, 1, 1))) void cd_scan_phase_a(
 #pragma unroll
     for (int c = 0; c < CD_A_RN; c++) acc[a][c] = 0.0f;
 
-  for (uint s0 = 0; s0 < S; s0 += CD_A_KC) {
+  for (uint s0 = 0; s0 < Sf; s0 += CD_A_KC) {
     barrier(CLK_LOCAL_MEM_FENCE);
     for (uint e = lid; e < A_TM * CD_A_KC; e += A_W) {
       const uint r = e / CD_A_KC, s = e % CD_A_KC, i = row0 + r, gs = s0 + s;
-      Xs[s * A_LDX + r] = (i < CD_D && gs < S) ? kb[(ulong)i * N + gs] : 0.0f;
+      Xs[s * A_LDX + r] = (i < CD_D && gs < Sf) ? kb[(ulong)i * N + gs] : 0.0f;
     }
     for (uint e = lid; e < A_TN * CD_A_KC; e += A_W) {
       const uint r = e / CD_A_KC, s = e % CD_A_KC, j = col0 + r, gs = s0 + s;
       float y = 0.0f;
-      if (j < col_hi && gs < S) y = bb[gs] * (j < CD_D ? kb[(ulong)j * N + gs] : vb[(ulong)(j - CD_D) * N + gs]);
+      if (j < col_hi && gs < Sf) y = bb[gs] * (j < CD_D ? kb[(ulong)j * N + gs] : vb[(ulong)(j - CD_D) * N + gs]);
       Ys[s * A_LDY + r] = y;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -134,12 +138,14 @@ __kernel __attribute__((reqd_work_group_size(B_W, 1, 1))) void cd_scan_phase_b(
     __global const float *A, ulong a_off, __global const float *U, ulong u_off, __global const float *decay,
     ulong decay_off, __global const float *init, ulong init_off, __global float *post, ulong post_off,
     __global float *pre, ulong pre_off, __global float *fin, ulong fin_off, uint F, int reverse, int has_init,
-    int save_pre, int want_final) {
+    int save_pre, int want_final CD_PK_ARGS) {
   __local float Ms[CD_D * B_TN];     /* the state's column block Ms[k][j]; also stages U_f */
   __local float As[CD_B_KC * B_LDA]; /* As[kk][i] = A[i][k0 + kk]                         */
   const uint lid = get_local_id(0);
   const uint ic = lid % CD_B_WC, ir = lid / CD_B_WC;
   const ulong bh = get_group_id(0);
+  uint Fc;                              /* the chain's frames: rows fr0 .. fr0 + Fc − 1 of A, U, decay, states */
+  const ulong fr0 = cd_chain(bh, F, &Fc);
   const uint j0 = get_group_id(1) * CD_B_J;
   const uint jn = min((uint)CD_B_J, (uint)CD_D - j0); /* valid value columns of this block */
   const ulong DD = (ulong)(CD_D * CD_D);
@@ -171,15 +177,15 @@ __kernel __attribute__((reqd_work_group_size(B_W, 1, 1))) void cd_scan_phase_b(
   }
   /* Invariant at the top of each step: Ms holds m, visible to the whole work-group. */
   if (reverse) { /* output frame F−1 reads the init state: no decay, no update */
-    B_SAVE(post, post_off + (bh * F + F - 1) * DD + j0, 1.0f);
-    if (save_pre) B_SAVE(pre, pre_off + (bh * F + F - 1) * DD + j0, 1.0f);
+    B_SAVE(post, post_off + (fr0 + Fc - 1) * DD + j0, 1.0f);
+    if (save_pre) B_SAVE(pre, pre_off + (fr0 + Fc - 1) * DD + j0, 1.0f);
   }
-  const uint nsteps = reverse ? (F - 1 + (want_final ? 1 : 0)) : F;
+  const uint nsteps = reverse ? (Fc - 1 + (want_final ? 1 : 0)) : Fc;
   for (uint t = 0; t < nsteps; t++) {
-    const uint kf = reverse ? F - 1 - t : t; /* key frame of this step */
+    const uint kf = reverse ? Fc - 1 - t : t; /* key frame of this step (in the chain) */
     const int qf = reverse ? (int)kf - 1 : (int)kf; /* output frame reading the result, or -1 */
-    const ulong fbase = (bh * F + kf) * DD;
-    if (save_pre && qf >= 0) B_SAVE(pre, pre_off + (bh * F + (uint)qf) * DD + j0, decay[decay_off + bh * F + kf]);
+    const ulong fbase = (fr0 + kf) * DD;
+    if (save_pre && qf >= 0) B_SAVE(pre, pre_off + (fr0 + (uint)qf) * DD + j0, decay[decay_off + fr0 + kf]);
     /* m = A_kf · Ms */
     #pragma unroll
     for (int a = 0; a < CD_B_RM; a++)
@@ -225,7 +231,7 @@ __kernel __attribute__((reqd_work_group_size(B_W, 1, 1))) void cd_scan_phase_b(
         for (int c = 0; c < CD_B_RN; c++) Ms[i * B_TN + ic + CD_B_WC * c] = m[a][c];
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    if (qf >= 0) B_SAVE(post, post_off + (bh * F + (uint)qf) * DD + j0, 1.0f);
+    if (qf >= 0) B_SAVE(post, post_off + (fr0 + (uint)qf) * DD + j0, 1.0f);
   }
   if (want_final) B_SAVE(fin, fin_off + sbase, 1.0f);
 #undef B_SAVE
@@ -244,7 +250,7 @@ __kernel __attribute__((reqd_work_group_size(B_W, 1, 1))) void cd_scan_phase_b(
 
 __kernel __attribute__((reqd_work_group_size(C_W, 1, 1))) void cd_scan_phase_c(
     __global const float *q, ulong q_off, __global const float *states, ulong st_off, __global float *out,
-    ulong out_off, ulong N, uint S, uint F, uint n_stiles) {
+    ulong out_off, ulong N, uint S, uint F, uint n_stiles CD_PK_ARGS) {
   __local float Ms[CD_C_KC * C_TV]; /* Ms[kk][v] = M[k0 + kk][v0 + v]        */
   __local float Qs[CD_C_KC * C_TS]; /* Qs[kk][s] = q[k0 + kk][f·S + s0 + s]  */
   const uint lid = get_local_id(0);
@@ -255,6 +261,10 @@ __kernel __attribute__((reqd_work_group_size(C_W, 1, 1))) void cd_scan_phase_c(
   const ulong bh = bhf / F;
   const uint f = (uint)(bhf % F);
   const ulong base = bh * (ulong)CD_D * N + cd_frame_start(f, S);
+  const uint Sf = cd_frame_len(f, S);
+#ifdef CD_PACKED
+  if (s0 >= Sf) return; /* a tile past this frame's end (the grid is sized by the longest frame) */
+#endif
   __global const float *qb = q + q_off + base;
   __global const float *mb = states + st_off + bhf * (ulong)(CD_D * CD_D);
 
@@ -272,7 +282,7 @@ __kernel __attribute__((reqd_work_group_size(C_W, 1, 1))) void cd_scan_phase_c(
     }
     for (uint e = lid; e < CD_C_KC * C_TS; e += C_W) {
       const uint kk = e / C_TS, ss = e % C_TS;
-      Qs[e] = (s0 + ss < S) ? qb[(ulong)(k0 + kk) * N + s0 + ss] : 0.0f;
+      Qs[e] = (s0 + ss < Sf) ? qb[(ulong)(k0 + kk) * N + s0 + ss] : 0.0f;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     #pragma unroll 4
@@ -297,7 +307,7 @@ __kernel __attribute__((reqd_work_group_size(C_W, 1, 1))) void cd_scan_phase_c(
 #pragma unroll
     for (int c = 0; c < CD_C_RN; c++) {
       const uint ss = s0 + ic + CD_C_WC * c;
-      if (ss < S) ob[(ulong)vv * N + ss] = acc[a][c];
+      if (ss < Sf) ob[(ulong)vv * N + ss] = acc[a][c];
     }
   }
 }

@@ -28,16 +28,20 @@ typedef struct camdelta_packed_clips {
   const int64_t *clip_offsets;  /* host, clips + 1 frame offsets: 0, ..., F */
   size_t clips;                 /* number of clips */
   size_t tokens;                /* N, the packed token count */
+  int *native;                  /* optional out: 1 when the call ran the native packed kernels, 0 when it ran the
+                                   clips as a padded fixed-shape batch (see below) */
 } camdelta_packed_clips;
 
-/** Scan forward over packed clips. `saved` may be NULL; a saved object filled here goes to
- *  camdelta_scan_backward_packed with the same clips (its states are kept in the internal padded layout:
- *  (clips, H, most frames of a clip, D, D)). */
+/** Scan forward over packed clips. The chunkwise algorithm runs natively on the packed layout (the kernels read the
+ *  offsets; all clips and frames in parallel, no copies); the sequential algorithm runs the clips as a padded
+ *  fixed-shape batch (clips, most frames of a clip, most tokens of a frame). `saved` may be NULL; a saved object
+ *  filled here goes to camdelta_scan_backward_packed with the same clips (its states: native (H, F, D, D) by
+ *  packed frame; padded (clips, H, most frames of a clip, D, D)). */
 CAMDELTA_API camdelta_status camdelta_scan_forward_packed(camdelta_context *ctx, const camdelta_scan_args *args,
                                                           const camdelta_packed_clips *clips,
                                                           camdelta_scan_saved *saved);
 
-/** Scan backward over packed clips. */
+/** Scan backward over packed clips: native, except with the saved object of a padded (sequential) forward. */
 CAMDELTA_API camdelta_status camdelta_scan_backward_packed(camdelta_context *ctx,
                                                            const camdelta_scan_backward_args *args,
                                                            const camdelta_packed_clips *clips,

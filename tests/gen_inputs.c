@@ -1,6 +1,8 @@
 /* Writes random inputs for one `camdelta run` operation as .npy files (for the oclgrind CI step, ci/oclgrind.sh):
  *   cd_gen_inputs prep|prep-backward B N H D DIR
  *   cd_gen_inputs scan|scan-backward B H D F S DIR
+ *   cd_gen_inputs scan-packed|scan-backward-packed H D CLIPS DIR   (CLIPS: FxS,FxS,... one clip of F frames of S
+ *                                                                    tokens each; packed layout, SPEC 9)
  * Values are deterministic (xorshift) and in the ranges the tests use; prep-backward and scan-backward also get
  * every optional upstream gradient, and the scans an init_state. */
 #include <stdint.h>
@@ -66,7 +68,49 @@ int main(int argc, char **argv) {
       rc |= put(dir, "grad_out", 4, bhdn, -1, 1) | put(dir, "grad_final_state", 4, bhdd, -1, 1);
     return rc;
   }
+  if (argc >= 6 && (!strcmp(argv[1], "scan-packed") || !strcmp(argv[1], "scan-backward-packed"))) {
+    const size_t H = num(argv[2]), D = num(argv[3]);
+    const char *dir = argv[5];
+    enum { MAXC = 64 };
+    size_t cf[MAXC], cs[MAXC], clips = 0, F = 0, N = 0;
+    for (const char *p = argv[4]; *p && clips < MAXC;) {
+      char *end;
+      cf[clips] = (size_t)strtoull(p, &end, 10);
+      if (*end != 'x') break;
+      cs[clips] = (size_t)strtoull(end + 1, &end, 10);
+      if (!cf[clips] || !cs[clips] || (*end && *end != ',')) break;
+      F += cf[clips], N += cf[clips] * cs[clips], clips++;
+      p = *end ? end + 1 : end;
+      if (!*p) {
+        int64_t *fo = malloc((F + 1) * 8), *co = malloc((clips + 1) * 8);
+        if (!fo || !co) return 1;
+        size_t f = 0, n = 0;
+        for (size_t c = 0; c < clips; c++) {
+          co[c] = (int64_t)f;
+          for (size_t i = 0; i < cf[c]; i++, f++) fo[f] = (int64_t)n, n += cs[c];
+        }
+        fo[F] = (int64_t)N, co[clips] = (int64_t)F;
+        char path[4096];
+        const size_t nfo[1] = {F + 1}, nco[1] = {clips + 1};
+        snprintf(path, sizeof path, "%s/frame_offsets.npy", dir);
+        int rc = camdelta_npy_write(path, CAMDELTA_NPY_I8, 1, nfo, fo) != CAMDELTA_OK;
+        snprintf(path, sizeof path, "%s/clip_offsets.npy", dir);
+        rc |= camdelta_npy_write(path, CAMDELTA_NPY_I8, 1, nco, co) != CAMDELTA_OK;
+        free(fo), free(co);
+        const size_t hdn[4] = {1, H, D, N}, hn[3] = {1, H, N}, hf[3] = {1, H, F}, cdd[4] = {clips, H, D, D};
+        rc |= put(dir, "q", 4, hdn, -0.3f, 0.3f) | put(dir, "k", 4, hdn, -0.3f, 0.3f) | put(dir, "v", 4, hdn, -1, 1) |
+              put(dir, "beta", 3, hn, 0, 1) | put(dir, "decay", 3, hf, 0.8f, 1) |
+              put(dir, "init_state", 4, cdd, -0.1f, 0.1f);
+        if (!strcmp(argv[1], "scan-backward-packed"))
+          rc |= put(dir, "grad_out", 4, hdn, -1, 1) | put(dir, "grad_final_state", 4, cdd, -1, 1);
+        return rc;
+      }
+    }
+    fprintf(stderr, "cd_gen_inputs: CLIPS '%s' is not FxS,FxS,... (at most %d clips)\n", argv[4], (int)MAXC);
+    return 2;
+  }
   fprintf(stderr, "usage: cd_gen_inputs prep|prep-backward B N H D DIR\n"
-                  "       cd_gen_inputs scan|scan-backward B H D F S DIR\n");
+                  "       cd_gen_inputs scan|scan-backward B H D F S DIR\n"
+                  "       cd_gen_inputs scan-packed|scan-backward-packed H D FxS,FxS,... DIR\n");
   return 2;
 }

@@ -55,7 +55,7 @@ static void pk_free(pk *p) {
 }
 
 static camdelta_packed_clips clips_of(const pk *p) {
-  camdelta_packed_clips c = {p->fo, p->co, CLIPS, p->N};
+  camdelta_packed_clips c = {p->fo, p->co, CLIPS, p->N, NULL};
   return c;
 }
 
@@ -235,7 +235,7 @@ static void test_bad_offsets(void **state) {
   cl_mem out = tu_buffer(p.nt * 4), small = tu_buffer(p.nt * 4 - 4);
   float *before = fetch(out, p.nt);
   int64_t fo[MAXF + 1], co[CLIPS + 1];
-  camdelta_packed_clips pc = {fo, co, CLIPS, p.N};
+  camdelta_packed_clips pc = {fo, co, CLIPS, p.N, NULL};
   camdelta_scan_args a = {0};
   a.B = 1, a.H = H, a.D = D, a.F = p.F, a.S = 0;
   a.q.mem = p.m[0], a.k.mem = p.m[1], a.v.mem = p.m[2], a.beta.mem = p.m[3], a.decay.mem = p.m[4], a.out.mem = out;

@@ -42,6 +42,7 @@
 
 #include "internal.h"
 #include "scan_hook.h"
+#include "scan_packed.h"
 #include "scan_warm.h"
 #include "tune.h"
 
@@ -309,6 +310,7 @@ typedef struct chunk_cfg {
   /* phase C: value rows x tokens */
   layout c;
   unsigned c_w, c_kc, c_nv, c_ns;
+  const char *pk_opts; /* set by the caller: the packed-clips variant's options (scan_packed.c), else NULL */
   char opts[512]; /* one program holds the three kernels */
 } chunk_cfg;
 
@@ -423,9 +425,9 @@ static camdelta_status chunk_configure(const dev_limits *lim, size_t BH, size_t 
   snprintf(c->opts, sizeof c->opts,
            "-DCD_D=%zu -DCD_A_WR=%u -DCD_A_RM=%u -DCD_A_WC=%u -DCD_A_RN=%u -DCD_A_KC=%u "
            "-DCD_B_J=%u -DCD_B_WR=%u -DCD_B_RM=%u -DCD_B_WC=%u -DCD_B_RN=%u -DCD_B_KC=%u "
-           "-DCD_C_WR=%u -DCD_C_RM=%u -DCD_C_WC=%u -DCD_C_RN=%u -DCD_C_KC=%u",
+           "-DCD_C_WR=%u -DCD_C_RM=%u -DCD_C_WC=%u -DCD_C_RN=%u -DCD_C_KC=%u%s",
            D, c->a.wr, c->a.rm, c->a.wc, c->a.rn, c->a_kc, c->b_j, c->b.wr, c->b.rm, c->b.wc, c->b.rn, c->b_kc, c->c.wr,
-           c->c.rm, c->c.wc, c->c.rn, c->c_kc);
+           c->c.rm, c->c.wc, c->c.rn, c->c_kc, c->pk_opts ? c->pk_opts : "");
   return CAMDELTA_OK;
 }
 
@@ -515,7 +517,16 @@ typedef struct scan_job {
   const camdelta_scan_args *p;
   size_t N, BH, BHF, n_state;
   cl_mem pre, post; /* saved states, or NULL */
+  cl_mem pk;        /* packed clips (scan_packed.c): the kernels' CD_PK_ARGS, else NULL */
+  uint32_t pk_h;
 } scan_job;
+
+/* The packed variant's last two arguments (cl/common.cl, CD_PACKED). */
+static void arg_pk(cd_args *a, const scan_job *j) {
+  if (!j->pk) return;
+  cd_arg_mem(a, j->pk);
+  cd_arg_u32(a, j->pk_h);
+}
 
 static camdelta_status run_sequential(camdelta_context *ctx, const scan_job *j, cl_kernel k, const seq_cfg *c,
                                       cd_launch *l) {
@@ -570,6 +581,7 @@ static camdelta_status run_chunkwise(camdelta_context *ctx, const scan_job *j, c
     cd_arg_u32(&a, ncol);
     cd_arg_i32(&a, 1);
     cd_arg_i32(&a, 1);
+    arg_pk(&a, j);
     if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_gram_tc: setting arguments");
     const size_t w = cd_tc_wg(&tc->g), lws[2] = {w, 1}, gws[2] = {w * nr * 2 * ncol, j->BHF};
     if (!st) st = cd_enqueue(ctx, tc->gram, 2, gws, lws, l, "cd_gram_tc (phase A)");
@@ -587,6 +599,7 @@ static camdelta_status run_chunkwise(camdelta_context *ctx, const scan_job *j, c
     cd_arg_u32(&a, 0);
     cd_arg_u32(&a, (uint32_t)(2 * D));
     cd_arg_u32(&a, c->a_nc);
+    arg_pk(&a, j);
     if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_scan_phase_a: setting arguments");
     const size_t lws[2] = {c->a_w, 1}, gws[2] = {(size_t)c->a_w * j->BHF, (size_t)c->a_nr * c->a_nc};
     if (!st) st = cd_enqueue(ctx, ka, 2, gws, lws, l, "cd_scan_phase_a");
@@ -606,6 +619,7 @@ static camdelta_status run_chunkwise(camdelta_context *ctx, const scan_job *j, c
     cd_arg_i32(&a, p->init_state.mem != NULL);
     cd_arg_i32(&a, j->pre != NULL);
     cd_arg_i32(&a, p->final_state.mem != NULL);
+    arg_pk(&a, j);
     if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_scan_phase_b: setting arguments");
     const size_t lws[2] = {c->b_w, 1}, gws[2] = {(size_t)c->b_w * j->BH, c->b_nj};
     if (!st) st = cd_enqueue(ctx, kb, 2, gws, lws, l, "cd_scan_phase_b");
@@ -624,6 +638,7 @@ static camdelta_status run_chunkwise(camdelta_context *ctx, const scan_job *j, c
     cd_arg_i32(&a, 1);
     cd_arg_i32(&a, 0);
     cd_arg_i32(&a, 0);
+    arg_pk(&a, j);
     if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_apply_tc: setting arguments");
     const size_t w = cd_tc_wg(&tc->a), lws[2] = {w, 1}, gws[2] = {w * nr * ns, j->BHF};
     if (!st) st = cd_enqueue(ctx, tc->apply, 2, gws, lws, l, "cd_apply_tc (phase C)");
@@ -636,6 +651,7 @@ static camdelta_status run_chunkwise(camdelta_context *ctx, const scan_job *j, c
     cd_arg_u32(&a, (uint32_t)p->S);
     cd_arg_u32(&a, (uint32_t)p->F);
     cd_arg_u32(&a, c->c_ns);
+    arg_pk(&a, j);
     if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_scan_phase_c: setting arguments");
     const size_t lws[2] = {c->c_w, 1}, gws[2] = {(size_t)c->c_w * j->BHF, (size_t)c->c_nv * c->c_ns};
     if (!st) st = cd_enqueue(ctx, kc, 2, gws, lws, l, "cd_scan_phase_c");
@@ -711,6 +727,7 @@ camdelta_status cd_scan_warm(camdelta_context *ctx, size_t BH, size_t D, size_t 
     cl_kernel kern[3];
     seq_cfg sc;
     chunk_cfg cc;
+    memset(&cc, 0, sizeof cc); /* not the packed variant */
     st = build_kernels(ctx, &lim, (camdelta_scan_algorithm)alg, BH, D, S, kern, &sc, &cc);
     if (!st) release_kernels(kern, 3);
   }
@@ -822,7 +839,7 @@ camdelta_status camdelta_scan_sp_forward_hooked(camdelta_context *ctx, const cam
   if (!ctx || !args) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", OP, ctx ? "args" : "ctx");
   if (saved && saved->ctx != ctx)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' was created for another context", OP);
-  scan_job job = {args, 0, 0, 0, 0, NULL, NULL};
+  scan_job job = {args, 0, 0, 0, 0, NULL, NULL, NULL, 0};
   size_t n_tok, n_frames;
   camdelta_status st = check_args(args, &n_tok, &job.n_state, &n_frames);
   if (st) return st;
@@ -862,6 +879,58 @@ camdelta_status camdelta_scan_sp_forward_hooked(camdelta_context *ctx, const cam
   st = cd_launch_end(ctx, &l, st);
   if (saved && !st) {
     saved->B = args->B, saved->H = args->H, saved->D = D, saved->F = args->F, saved->S = args->S;
+    saved->reverse = args->reverse != 0;
+    saved->has_init = args->init_state.mem != NULL;
+    saved->valid = 1;
+  }
+  return st;
+}
+
+/* ------------------------------------------------------------------- packed clips, native (scan_packed.c) */
+
+/* The chunkwise forward over packed clips in the kernels' packed variant: the caller (scan_packed.c) has checked
+ * the offsets and buffers; args has B = 1, F = the packed frames and S = the longest frame (token-tile grids). */
+camdelta_status cd_scan_forward_native(camdelta_context *ctx, const camdelta_scan_args *args, const cd_packed_run *pr,
+                                       camdelta_scan_saved *saved) {
+  const size_t H = args->H, D = args->D, F = args->F;
+  dev_limits lim;
+  camdelta_status st = device_limits(ctx, &lim);
+  if (st) return st;
+  fwd_plan pl;
+  memset(&pl, 0, sizeof pl);
+  pl.alg = CAMDELTA_SCAN_CHUNKWISE;
+  pl.cc.pk_opts = cd_packed_opts(pr);
+  if ((st = build_kernels(ctx, &lim, pl.alg, pr->clips * H, D, args->S, pl.kern, &pl.sc, &pl.cc))) return st;
+  const size_t offs[5] = {args->q.offset, args->k.offset, args->v.offset, args->beta.offset, args->out.offset};
+  if ((st = cd_tc_build_opts(ctx, D, args->precision, pr->vec && cd_tc_vec_ok(4, offs, 5), 0, cd_packed_opts(pr),
+                             &pl.tc))) {
+    plan_release(&pl);
+    return st;
+  }
+  if (getenv("CAMDELTA_SCAN_VERBOSE")) {
+    char text[1024];
+    plan_text(&pl, args, text, sizeof text);
+    fprintf(stderr, "camdelta scan (packed clips, native): %s\n", text);
+  }
+  scan_job job = {args, pr->N, pr->clips * H, H * F, pr->clips * H * D * D, NULL, NULL, pr->pk, (uint32_t)H};
+  if (saved) {
+    if ((st = saved_reserve(ctx, saved, job.BHF * D * D * sizeof(float)))) {
+      plan_release(&pl);
+      return st;
+    }
+    saved->valid = 0;
+    job.pre = saved->state_pre;
+    job.post = saved->state_post;
+  }
+  if (args->used) *args->used = pl.alg;
+  if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;
+  cd_launch l;
+  cd_launch_init(&l, args->profile);
+  st = run_chunkwise(ctx, &job, pl.kern[0], pl.kern[1], pl.kern[2], &pl.cc, &pl.tc, &l, NULL);
+  plan_release(&pl);
+  st = cd_launch_end(ctx, &l, st);
+  if (saved && !st) { /* S = 0 marks the packed layout (H, F, D, D) by packed frame */
+    saved->B = 1, saved->H = H, saved->D = D, saved->F = F, saved->S = 0;
     saved->reverse = args->reverse != 0;
     saved->has_init = args->init_state.mem != NULL;
     saved->valid = 1;

@@ -23,6 +23,7 @@
 #include "backward.h"
 #include "internal.h"
 #include "scan_hook.h"
+#include "scan_packed.h"
 #include "tune.h"
 
 static const char OP[] = "camdelta_scan_backward";
@@ -132,7 +133,8 @@ static camdelta_status apply_override(size_t D, size_t local_bytes, size_t dev_w
 
 /* Builds the four kernels; shrinks the configuration when a kernel's own work-group limit (registers) is
  * below what the device reports. */
-static camdelta_status build_kernels(camdelta_context *ctx, size_t D, int skip_dq, sb_config *cfg, sb_kernels *k) {
+static camdelta_status build_kernels(camdelta_context *ctx, size_t D, int skip_dq, sb_config *cfg, sb_kernels *k,
+                                     const char *extra) {
   size_t dev_wg = ctx->info.max_work_group_size ? ctx->info.max_work_group_size : 64;
   size_t local = ctx->info.local_mem_bytes ? (size_t)ctx->info.local_mem_bytes : 16384;
   if (local > 48 * 1024) local = 48 * 1024; /* same tiles everywhere; more buys nothing here */
@@ -153,9 +155,9 @@ static camdelta_status build_kernels(camdelta_context *ctx, size_t D, int skip_d
     char opts[256];
     snprintf(opts, sizeof opts,
              "-DCD_D=%zu -DCD_RPT=%zu -DCD_TSG=%zu -DCD_CB=%zu -DCD_DPT=%zu -DCD_TL=%zu -DCD_TPT=%zu -DCD_MC=%zu "
-             "-DCD_RL=%zu%s",
+             "-DCD_RL=%zu%s%s",
              D, cfg->rpt, cfg->tsg, cfg->cb, cfg->dpt, cfg->tl, cfg->tpt, cfg->mc, cfg->rl,
-             skip_dq ? " -DCD_SKIP_DQ=1" : "");
+             skip_dq ? " -DCD_SKIP_DQ=1" : "", extra);
     if ((st = cd_kernel(ctx, "scan_backward.cl", opts, "cd_scan_bwd_grams", &k->grams)) ||
         (st = cd_kernel(ctx, "scan_backward.cl", opts, "cd_scan_bwd_chain", &k->chain)) ||
         (st = cd_kernel(ctx, "scan_backward.cl", opts, "cd_scan_bwd_frames", &k->frames)) ||
@@ -196,7 +198,7 @@ camdelta_status cd_scan_backward_warm(camdelta_context *ctx, size_t D) {
     const int on = tc.on;
     cd_tc_release(&tc);
     if (v == 0 || !on) {
-      if ((st = build_kernels(ctx, D, on, &cfg, &k))) return st;
+      if ((st = build_kernels(ctx, D, on, &cfg, &k, ""))) return st;
       release_kernels(&k);
     }
     if (!on) break;
@@ -264,6 +266,10 @@ static camdelta_status check_args(const camdelta_scan_backward_args *a, const ca
   return CAMDELTA_OK;
 }
 
+static camdelta_status run_backward(camdelta_context *ctx, const camdelta_scan_backward_args *args,
+                                    const camdelta_scan_saved *saved, size_t N, const cd_packed_run *pr,
+                                    const cd_scan_hook *hook);
+
 camdelta_status camdelta_scan_backward(camdelta_context *ctx, const camdelta_scan_backward_args *args,
                                        const camdelta_scan_saved *saved) {
   return camdelta_scan_sp_backward_hooked(ctx, args, saved, NULL);
@@ -279,6 +285,15 @@ camdelta_status camdelta_scan_sp_backward_hooked(camdelta_context *ctx, const ca
   size_t N = 0;
   camdelta_status st = check_args(args, saved, &N);
   if (st) return st;
+  return run_backward(ctx, args, saved, N, NULL, hook);
+}
+
+/* The launches; pr != NULL: packed clips (scan_packed.c), args with B = 1, F = all frames, S = the longest frame,
+ * the kernels' packed variant and one chain per (clip, head); hook != NULL: the MPI summaries (scan_hook.h). */
+static camdelta_status run_backward(camdelta_context *ctx, const camdelta_scan_backward_args *args,
+                                    const camdelta_scan_saved *saved, size_t N, const cd_packed_run *pr,
+                                    const cd_scan_hook *hook) {
+  camdelta_status st = CAMDELTA_OK;
   const size_t B = args->B, H = args->H, D = args->D, F = args->F, S = args->S;
   const int reverse = args->reverse != 0, recompute = saved == NULL;
   const int need_u = recompute || (hook && hook->want_u); /* U_f: the state chain's, or the hook's */
@@ -292,9 +307,10 @@ camdelta_status camdelta_scan_sp_backward_hooked(camdelta_context *ctx, const ca
   const size_t offs[6] = {args->q.offset,    args->k.offset,  args->v.offset, args->beta.offset,
                           args->grad_out.offset, args->dq.offset};
   const size_t offs2[4] = {args->dk.offset, args->dv.offset, 0, 0};
-  const int vec = cd_tc_vec_ok(S, offs, 6) && cd_tc_vec_ok(S, offs2, 4);
-  if ((st = cd_tc_build(ctx, D, args->precision, vec, 1, &tc))) return st;
-  if ((st = build_kernels(ctx, D, tc.on, &cfg, &k))) {
+  const int vec = cd_tc_vec_ok(pr ? (pr->vec ? 4 : 1) : S, offs, 6) && cd_tc_vec_ok(pr ? 4 : S, offs2, 4);
+  const char *extra = pr ? cd_packed_opts(pr) : "";
+  if ((st = cd_tc_build_opts(ctx, D, args->precision, vec, 1, extra, &tc))) return st;
+  if ((st = build_kernels(ctx, D, tc.on, &cfg, &k, extra))) {
     cd_tc_release(&tc);
     return st;
   }
@@ -302,7 +318,7 @@ camdelta_status camdelta_scan_sp_backward_hooked(camdelta_context *ctx, const ca
     fprintf(stderr, "camdelta scan backward: tensor cores (%s): grams %s, dq %s\n", tc.split ? "exact" : "tf32",
             tc.gopts, tc.aopts);
   const size_t ts = tc.on ? cd_tc_tm(&tc.fr) : cfg.tl * cfg.tpt, ntiles = (S + ts - 1) / ts;
-  const size_t BH = B * H, BHF = BH * F, sbytes = BHF * D * D * sizeof(float);
+  const size_t BH = pr ? pr->clips * H : B * H, BHF = B * H * F, sbytes = BHF * D * D * sizeof(float);
 
   cl_mem scratch[6] = {NULL, NULL, NULL, NULL, NULL, NULL}; /* A W G U Z part */
   const size_t sizes[6] = {sbytes, sbytes, sbytes, need_u ? sbytes : 0, recompute ? sbytes : 0,
@@ -352,6 +368,7 @@ camdelta_status camdelta_scan_sp_backward_hooked(camdelta_context *ctx, const ca
       cd_arg_u32(&a, n1);
       cd_arg_i32(&a, pass);
       cd_arg_i32(&a, pass);
+      if (pr) cd_arg_mem(&a, pr->pk), cd_arg_u32(&a, (uint32_t)H);
       if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_gram_tc: setting arguments");
       const size_t w = cd_tc_wg(&tc.g), lws[2] = {w, 1}, gws[2] = {w * nr * (nc + n1), BHF};
       if (!st) st = cd_enqueue(ctx, tc.gram, 2, gws, lws, &l, pass ? "cd_gram_tc (A, U)" : "cd_gram_tc (W)");
@@ -372,6 +389,7 @@ camdelta_status camdelta_scan_sp_backward_hooked(camdelta_context *ctx, const ca
     cd_arg_u32(&a, (uint32_t)S);
     cd_arg_u32(&a, (uint32_t)F);
     cd_arg_u32(&a, modes);
+    if (pr) cd_arg_mem(&a, pr->pk), cd_arg_u32(&a, (uint32_t)H);
     if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_scan_bwd_grams: setting arguments");
     const size_t lws = (D / cfg.rpt) * (D / cfg.rpt), gws = BHF * modes * lws;
     if (!st) st = cd_enqueue(ctx, k.grams, 1, &gws, &lws, &l, "cd_scan_bwd_grams");
@@ -394,6 +412,7 @@ camdelta_status camdelta_scan_sp_backward_hooked(camdelta_context *ctx, const ca
     cd_arg_i32(&a, has_init);
     cd_arg_i32(&a, has_gfinal);
     cd_arg_i32(&a, has_dinit);
+    if (pr) cd_arg_mem(&a, pr->pk), cd_arg_u32(&a, (uint32_t)H);
     if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_scan_bwd_chain: setting arguments");
     const size_t lws = D, gws = BH * (D / cfg.cb) * lws;
     if (!st) st = cd_enqueue(ctx, k.chain, 1, &gws, &lws, &l, "cd_scan_bwd_chain");
@@ -422,6 +441,7 @@ camdelta_status camdelta_scan_sp_backward_hooked(camdelta_context *ctx, const ca
     cd_arg_u32(&a, (uint32_t)ntiles);
     cd_arg_i32(&a, reverse);
     cd_arg_i32(&a, has_init);
+    if (pr) cd_arg_mem(&a, pr->pk), cd_arg_u32(&a, (uint32_t)H);
     if (a.err != CL_SUCCESS)
       st = cd_cl_fail(a.err, tc.on ? "cd_frames_tc: setting arguments" : "cd_scan_bwd_frames: setting arguments");
     const size_t w = tc.on ? cd_tc_wg(&tc.fr) : cfg.tl * (D / cfg.dpt);
@@ -444,6 +464,7 @@ camdelta_status camdelta_scan_sp_backward_hooked(camdelta_context *ctx, const ca
     cd_arg_i32(&a, 0);
     cd_arg_i32(&a, reverse);
     cd_arg_i32(&a, has_init);
+    if (pr) cd_arg_mem(&a, pr->pk), cd_arg_u32(&a, (uint32_t)H);
     if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_apply_tc: setting arguments");
     const size_t w = cd_tc_wg(&tc.a), lws[2] = {w, 1}, gws[2] = {w * nr * ns, BHF};
     if (!st) st = cd_enqueue(ctx, tc.apply, 2, gws, lws, &l, "cd_apply_tc (dq)");
@@ -460,6 +481,7 @@ camdelta_status camdelta_scan_sp_backward_hooked(camdelta_context *ctx, const ca
     cd_arg_u32(&a, (uint32_t)ntiles);
     cd_arg_i32(&a, reverse);
     cd_arg_i32(&a, has_init);
+    if (pr) cd_arg_mem(&a, pr->pk), cd_arg_u32(&a, (uint32_t)H);
     if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_scan_bwd_ddecay: setting arguments");
     const size_t lws = cfg.rl, gws = BHF * lws;
     if (!st) st = cd_enqueue(ctx, k.ddecay, 1, &gws, &lws, &l, "cd_scan_bwd_ddecay");
@@ -470,4 +492,9 @@ camdelta_status camdelta_scan_sp_backward_hooked(camdelta_context *ctx, const ca
   release_kernels(&k);
   cd_tc_release(&tc);
   return cd_launch_end(ctx, &l, st);
+}
+
+camdelta_status cd_scan_backward_native(camdelta_context *ctx, const camdelta_scan_backward_args *args,
+                                        const cd_packed_run *pr, const camdelta_scan_saved *saved) {
+  return run_backward(ctx, args, saved, pr->N, pr, NULL);
 }

@@ -1,7 +1,18 @@
 /* Packed clips (SPEC section 9, include/camdelta_packed.h): camdelta_scan_forward_packed and
  * camdelta_scan_backward_packed.
  *
- * The clips are moved (cl/scan_packed.cl, one launch per tensor) into a padded fixed-shape batch: B = clips,
+ * Native path (the chunkwise forward, and the backward): the scan kernels' packed variant (-DCD_PACKED, see
+ * cl/common.cl) reads each frame's token start and count, its clip's first and last frame and its clip's state
+ * row from one int64 table uploaded per call (frame offsets, a word per frame, clip offsets); the per-frame
+ * kernels run over all H·F frames at once with token-tile grids sized by the longest frame (tiles past a frame's
+ * end leave at once), the serial chains (phase B, the backward's chain) run one work-group per (clip, head,
+ * column block) over that clip's frames. No copies, no padding; on equal clips the launches, tiles and results are
+ * those of the fixed-shape call (bit for bit). When every frame has the same token count (clips of one resolution,
+ * any lengths) the kernels compute token ranges as for the fixed shape (CD_PACKED=2) and read the table only for
+ * the clip bounds. The saved object then holds (H, F, D, D) by packed frame (S = 0).
+ *
+ * Padded path (the sequential forward, and a backward given a saved object of a padded forward): the clips are
+ * moved (cl/scan_packed.cl, one launch per tensor) into a padded fixed-shape batch: B = clips,
  * F = the most frames of a clip, S = the most tokens of a frame; a clip's frames keep their order, a short frame
  * is padded with tokens whose q, k, v, β (and grad_out) are zero, a short clip with frames of decay 1 and no
  * tokens. Such padding changes nothing exactly: a zero key row neither updates the state nor carries gradient,
@@ -16,6 +27,9 @@
 
 #include "internal.h"
 #include "camdelta_packed.h"
+#include "scan_packed.h"
+#include "scan_warm.h"
+#include "tune.h"
 
 typedef struct pk_geo {
   size_t H, D, F, clips, N, Fm, Sm;
@@ -191,6 +205,42 @@ static camdelta_status name_padded_batch(camdelta_status st, const pk_geo *g) {
                  g->Fm, g->Sm);
 }
 
+/* The native path's table (cl/common.cl, CD_PACKED): F + 1 frame offsets, per frame clip·4·H + 1 (first frame of
+ * its clip) + 2 (last), clips + 1 clip offsets; uploaded once per call. */
+static camdelta_status native_start(camdelta_context *ctx, const pk_geo *g, const camdelta_packed_clips *pc,
+                                    cd_packed_run *pr) {
+  const size_t F = g->F, C = g->clips, n = 2 * F + C + 2;
+  int64_t *t = malloc(n * sizeof *t);
+  if (!t) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "packed clips: out of host memory");
+  const int64_t *fo = pc->frame_offsets, *co = pc->clip_offsets;
+  int vec = g->N % 4 == 0;
+  for (size_t f = 0; f <= F; f++) t[f] = fo[f], vec &= fo[f] % 4 == 0;
+  for (size_t c = 0; c < C; c++)
+    for (int64_t f = co[c]; f < co[c + 1]; f++)
+      t[F + 1 + (size_t)f] = (int64_t)(c * g->H) * 4 + (f == co[c] ? 1 : 0) + (f == co[c + 1] - 1 ? 2 : 0);
+  for (size_t c = 0; c <= C; c++) t[2 * F + 1 + c] = co[c];
+  cl_int err = CL_SUCCESS;
+  memset(pr, 0, sizeof *pr);
+  pr->pk = clCreateBuffer(ctx->context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, n * sizeof *t, t, &err);
+  free(t);
+  if (err != CL_SUCCESS) return cd_cl_fail(err, "packed clips: uploading the offsets");
+  pr->clips = C, pr->N = g->N, pr->vec = vec, pr->uniform = g->Sm * F == g->N;
+  pr->in_const = n * sizeof *t <= 65536;
+  return CAMDELTA_OK;
+}
+
+const char *cd_packed_opts(const cd_packed_run *pr) {
+  static const char *const opts[4] = {" -DCD_PACKED=1", " -DCD_PACKED=2", " -DCD_PACKED=1 -DCD_PK_CONST=1",
+                                      " -DCD_PACKED=2 -DCD_PK_CONST=1"};
+  return opts[(pr->uniform ? 1 : 0) + (pr->in_const ? 2 : 0)];
+}
+
+static void report_path(const camdelta_packed_clips *pc, int native) {
+  if (pc->native) *pc->native = native;
+  if (getenv("CAMDELTA_SCAN_VERBOSE"))
+    fprintf(stderr, "camdelta scan: packed clips, %s path\n", native ? "native" : "padded batch");
+}
+
 camdelta_status camdelta_scan_forward_packed(camdelta_context *ctx, const camdelta_scan_args *p,
                                              const camdelta_packed_clips *pc, camdelta_scan_saved *saved) {
   static const char op[] = "camdelta_scan_forward_packed";
@@ -218,6 +268,28 @@ camdelta_status camdelta_scan_forward_packed(camdelta_context *ctx, const camdel
   if (overlapping_states(p->init_state, p->final_state, ns))
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
                    "%s: 'final_state' partly overlaps 'init_state' (the same range, or disjoint ranges, are fine)", op);
+  if (p->algorithm != CAMDELTA_SCAN_AUTO && p->algorithm != CAMDELTA_SCAN_SEQUENTIAL &&
+      p->algorithm != CAMDELTA_SCAN_CHUNKWISE)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: algorithm %d unknown", op, (int)p->algorithm);
+  if (p->precision != CAMDELTA_PRECISION_EXACT && p->precision != CAMDELTA_PRECISION_TF32)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: precision %d unknown", op, (int)p->precision);
+  if (saved && saved->ctx != ctx)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' was created for another context", op);
+  if ((st = cd_prologue_scan_forward(ctx, p, saved))) return st;
+
+  /* The algorithm: AUTO decides as for a fixed batch of clips·H chains with the mean frame's tokens. */
+  camdelta_scan_algorithm alg = p->algorithm;
+  if (alg == CAMDELTA_SCAN_AUTO) alg = cd_scan_auto(&ctx->info, g.clips * H, D, (g.N + g.F - 1) / g.F);
+  report_path(pc, alg == CAMDELTA_SCAN_CHUNKWISE);
+  if (alg == CAMDELTA_SCAN_CHUNKWISE) {
+    cd_packed_run pr;
+    if ((st = native_start(ctx, &g, pc, &pr))) return st;
+    camdelta_scan_args a = *p;
+    a.S = g.Sm, a.algorithm = alg;
+    st = cd_scan_forward_native(ctx, &a, &pr, saved);
+    clReleaseMemObject(pr.pk);
+    return st;
+  }
 
   pk_job j;
   st = job_start(&j, ctx, &g, pc->frame_offsets, pc->clip_offsets, p->profile);
@@ -228,7 +300,7 @@ camdelta_status camdelta_scan_forward_packed(camdelta_context *ctx, const camdel
   camdelta_profile inner = {0, 0};
   if (!st) {
     camdelta_scan_args a = *p;
-    a.B = g.clips, a.F = g.Fm, a.S = g.Sm;
+    a.B = g.clips, a.F = g.Fm, a.S = g.Sm, a.algorithm = alg;
     a.q = (camdelta_buffer){in[PK_Q], 0}, a.k = (camdelta_buffer){in[PK_K], 0}, a.v = (camdelta_buffer){in[PK_V], 0};
     a.beta = (camdelta_buffer){in[PK_BETA], 0}, a.decay = (camdelta_buffer){in[PK_DECAY], 0};
     a.out = (camdelta_buffer){out, 0};
@@ -276,6 +348,40 @@ camdelta_status camdelta_scan_backward_packed(camdelta_context *ctx, const camde
                                 {"init_state", p->init_state, ns, 4},
                                 {"grad_final_state", p->grad_final_state, ns, 4}};
   if ((st = cd_check_no_overlap(op, outs, 6, ins, 8))) return st;
+  if (p->precision != CAMDELTA_PRECISION_EXACT && p->precision != CAMDELTA_PRECISION_TF32)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: precision %d unknown", op, (int)p->precision);
+  if (saved && saved->ctx != ctx)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' was created for another context", op);
+  if ((st = cd_prologue_scan_backward(ctx, p, saved))) return st;
+
+  /* Native unless the saved states are a padded forward's (S > 0: a padded batch layout). */
+  const int native = !saved || (saved->valid && saved->S == 0);
+  report_path(pc, native);
+  if (native) {
+    if (saved) {
+      if (saved->B != 1 || saved->H != H || saved->D != D || saved->F != g.F)
+        return cd_fail(CAMDELTA_ERROR_SHAPE,
+                       "%s: 'saved' is from a packed forward with H=%zu D=%zu and %zu frames, this call has H=%zu "
+                       "D=%zu and %zu frames",
+                       op, saved->H, saved->D, saved->F, H, D, g.F);
+      if ((saved->reverse != 0) != (p->reverse != 0))
+        return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' is from a %s forward, this call has reverse=%d",
+                       op, saved->reverse ? "reverse" : "causal", p->reverse != 0);
+      if ((saved->has_init != 0) != (p->init_state.mem != NULL))
+        return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
+                       "%s: 'saved' is from a forward %s an init_state, this call %s one (pass the same init_state)",
+                       op, saved->has_init ? "with" : "without", p->init_state.mem ? "has" : "has no");
+      if (!saved->state_post || saved->bytes < H * g.F * D * D * sizeof(float))
+        return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' holds no states of this shape", op);
+    }
+    cd_packed_run pr;
+    if ((st = native_start(ctx, &g, pc, &pr))) return st;
+    camdelta_scan_backward_args a = *p;
+    a.S = g.Sm;
+    st = cd_scan_backward_native(ctx, &a, &pr, saved);
+    clReleaseMemObject(pr.pk);
+    return st;
+  }
 
   pk_job j;
   st = job_start(&j, ctx, &g, pc->frame_offsets, pc->clip_offsets, p->profile);

@@ -148,6 +148,12 @@ void cd_tc_release(cd_tc_set *t) {
 /* Tensor-core kernels for head dim D (exact: split-TF32; tf32: one product), or t->on = 0 without them. */
 camdelta_status cd_tc_build(camdelta_context *ctx, size_t D, camdelta_precision prec, int vec, int with_frames,
                             cd_tc_set *t) {
+  return cd_tc_build_opts(ctx, D, prec, vec, with_frames, "", t);
+}
+
+/* The same with `extra` appended to every program's build options (e.g. " -DCD_PACKED=1"). */
+camdelta_status cd_tc_build_opts(camdelta_context *ctx, size_t D, camdelta_precision prec, int vec, int with_frames,
+                                 const char *extra, cd_tc_set *t) {
   memset(t, 0, sizeof *t);
   if (!cd_tc_available(ctx)) return CAMDELTA_OK;
   t->split = prec != CAMDELTA_PRECISION_TF32;
@@ -175,6 +181,12 @@ camdelta_status cd_tc_build(camdelta_context *ctx, size_t D, camdelta_precision 
     strncat(t->gopts, " -DCD_TC_EMULATE=1", sizeof t->gopts - strlen(t->gopts) - 1);
     strncat(t->aopts, " -DCD_TC_EMULATE=1", sizeof t->aopts - strlen(t->aopts) - 1);
     strncat(t->fopts, " -DCD_TC_EMULATE=1", sizeof t->fopts - strlen(t->fopts) - 1);
+  }
+  if (extra && *extra) {
+    if (strlen(t->gopts) + strlen(extra) >= sizeof t->gopts || strlen(t->aopts) + strlen(extra) >= sizeof t->aopts ||
+        strlen(t->fopts) + strlen(extra) >= sizeof t->fopts)
+      return cd_fail(CAMDELTA_ERROR_BUILD, "tensor-core kernels: build options too long");
+    strcat(t->gopts, extra), strcat(t->aopts, extra), strcat(t->fopts, extra);
   }
   st = cd_kernel(ctx, "gemm_tc.cl", t->gopts, "cd_gram_tc", &t->gram);
   if (!st) st = cd_kernel(ctx, "gemm_tc.cl", t->aopts, "cd_apply_tc", &t->apply);

@@ -47,6 +47,9 @@ typedef struct cd_tc_set {
  *  when the device has no tensor-core path. */
 camdelta_status cd_tc_build(camdelta_context *ctx, size_t D, camdelta_precision prec, int vec, int with_frames,
                             cd_tc_set *t);
+/** The same with `extra` appended to the build options of every program (e.g. " -DCD_PACKED=1"). */
+camdelta_status cd_tc_build_opts(camdelta_context *ctx, size_t D, camdelta_precision prec, int vec, int with_frames,
+                                 const char *extra, cd_tc_set *t);
 /** 1 when S and every element offset are multiples of 4 (16-byte token rows for CD_VEC). */
 int cd_tc_vec_ok(size_t S, const size_t *offsets, int n);
 void cd_tc_release(cd_tc_set *t);
