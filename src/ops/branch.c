@@ -5,8 +5,10 @@
  *   cd_short_conv_forward                k_raw -> k_conv
  *   camdelta_prep_forward                (q_raw, k_conv, v_raw) -> q, k, v (B, H, D, N), inflation_sq
  *   cd_branch_discount                   beta' = beta / max(mean_s inflation_sq, 1); beta'_r, decay_r masked
- *   camdelta_scan_forward x 2            causal (beta', decay) and reverse (beta'_r, decay_r)
- *   cd_output_transform                  sums the two scan outputs while transforming them -> y (B, N, H, D)
+ *   cd_scan_pair_forward                 where the scan runs chunkwise (and CAMDELTA_BRANCH_PAIR is not 0 at context
+ *                                        creation): both scans in one pass, their outputs summed (src/ops/scan_pair.c)
+ *   or camdelta_scan_forward x 2         causal (beta', decay) and reverse (beta'_r, decay_r)
+ *   cd_output_transform                  transforms the pair's sum (or sums the two scan outputs) -> y (B, N, H, D)
  * Backward:
  *   cd_output_transform_backward         grad_y -> grad_out (B, H, D, N), the same for both scans
  *   camdelta_scan_backward x 2           each scan's dq, dk, dv, dbeta, ddecay
@@ -23,6 +25,7 @@
 #include "branch_common.h"
 #include "branch_sp.h"
 #include "camera_op.h"
+#include "scan_pair.h"
 
 enum { PQ, PKV, PO, RC, RS, KCONV, QB, KB, VB, INFL, IOTA, BP, BR, DR, OUTC, OUTR, MASK, SEG, NBUF };
 
@@ -265,9 +268,12 @@ static camdelta_status run_forward(camdelta_context *ctx, const camdelta_branch_
                                    camdelta_branch_saved *s, int training, const cd_branch_sp *sp) {
   const size_t B = a->B, H = a->H, D = a->D, T = a->T, N = g->N, S = g->S, C = g->C;
   camdelta_status st = warm_programs(ctx, D);
+  /* the scan pair: fused (one phase A and one phase C for both directions, src/ops/scan_pair.c) where the scan
+   * runs chunkwise, else two scans; with sp the scans go through the hooks (their states cross the ranks) */
+  const int pair = !sp && cd_scan_pair_wanted(ctx, a->algorithm, B * H, D, S);
   const size_t bytes[NBUF] = {g->BN16 * 4, g->BN16 * 4, g->BN16 * 4, g->NDh * 4, g->NDh * 4, g->BNC * 4,
                               g->BNC * 4,  g->BNC * 4,  g->BNC * 4,  g->BHN * 4, g->BHT * 4, g->BHN * 4,
-                              g->BHN * 4,  g->BHT * 4,  g->BNC * 4,  g->BNC * 4, 0,          0};
+                              g->BHN * 4,  g->BHT * 4,  g->BNC * 4,  pair ? 0 : g->BNC * 4, 0, 0};
   for (int i = 0; i < NBUF && !st; i++)
     if (bytes[i]) st = cd_ensure_buffer(ctx, &s->mem[i], &s->bytes[i], bytes[i]);
   s->valid = 0;
@@ -341,7 +347,14 @@ static camdelta_status run_forward(camdelta_context *ctx, const camdelta_branch_
     st = cd_launch_end(ctx, &l, st);
     add_profile(prof, &part);
   }
-  for (int rev = 0; rev < 2 && (!st || sp); rev++) {
+  if (pair && !st) {
+    const cd_scan_pair_args pa = {B,     H,     D,     T,         S,         m[QB],     m[KB],     m[VB],
+                                  m[BP], a->decay, s->mem[MASK], m[OUTC], {NULL, 0}, {NULL, 0}, {NULL, 0},
+                                  {NULL, 0}, a->precision, pp};
+    st = cd_scan_pair_forward(ctx, &pa, training ? s->scan_c : NULL, training ? s->scan_r : NULL);
+    add_profile(prof, &part);
+  }
+  for (int rev = 0; rev < 2 && !pair && (!st || sp); rev++) {
     camdelta_scan_args sa = {B,     H,           D,     T,     S,      rev,    a->algorithm,
                              m[QB], m[KB],       m[VB], rev ? m[BR] : m[BP], rev ? m[DR] : a->decay,
                              rev ? m[OUTR] : m[OUTC], {NULL, 0}, {NULL, 0}, pp, NULL, a->precision};
@@ -351,7 +364,7 @@ static camdelta_status run_forward(camdelta_context *ctx, const camdelta_branch_
   }
   if (!st) {
     begin(&l, pp);
-    const camdelta_output_transform_args oa = {B,      N,         H,         D,        m[OUTC],  m[OUTR], m[PO],
+    const camdelta_output_transform_args oa = {B,      N,         H,         D,        m[OUTC],  pair ? (camdelta_buffer){NULL, 0} : m[OUTR], m[PO],
                                                m[RC],  m[RS],     a->y,      {NULL, 0}, {NULL, 0}, NULL};
     st = cd_output_transform_enqueue(ctx, 0, &oa, &l);
     st = cd_launch_end(ctx, &l, st);
