@@ -10,6 +10,7 @@
 #include "branch_problem.h"
 #include "camera_op.h"
 #include "scan_pair.h"
+#include "tune.h"
 
 /* The scan algorithm the branch runs with: AUTO (sequential on CPUs), and CHUNKWISE for the fused scan pair
  * (src/ops/scan_pair.c) on every device. */
@@ -219,8 +220,13 @@ static void run_branch(const br_shape *s, uint64_t seed) {
   camdelta_branch_grads g = {{p.dgy, 0},   {gm[GQ], 0},  {gm[GK], 0},     {gm[GV], 0},     {gm[GW], 0},
                              {gm[GQW], 0}, {gm[GKW], 0}, {gm[GBETA], 0}, {gm[GDECAY], 0}, &prof};
   TU_OK(camdelta_branch_backward(ctx, &a, &g, saved));
-  /* output transform 1, add 1, discount 1, conv 2, prep's, the scans' */
-  assert_int_equal(prof.kernels, 5 + nk[3] + nk[4] + nk[5]);
+  /* output transform 1, add 1, discount 1, conv 2, prep's, the scans'; the pair: no add, one grams launch (FMA) or
+   * the W and A grams once (tensor cores), one chain, and per direction frames and ddecay (+ sum and dq with tensor
+   * cores): one scan backward's kernels + 2 (FMA) or + 3 (tensor cores) */
+  if (pair)
+    assert_int_equal(prof.kernels, 4 + nk[3] + nk[4] + (cd_tc_available(ctx) ? 3 : 2));
+  else
+    assert_int_equal(prof.kernels, 5 + nk[3] + nk[4] + nk[5]);
   double *rg[NGRAD];
   for (int i = 0; i < NGRAD; i++) rg[i] = malloc(gcnt[i] * 8);
   double *gy64 = tu_to_f64(p.gy, BNC);

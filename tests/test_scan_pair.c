@@ -16,7 +16,7 @@
 #define FWD_BOUND 1e-5
 #define TF32_BOUND 3e-2 /* as tests/test_scan_precision.c: a single TF32 product, about 1e-3 measured */
 
-static double g_worst[2]; /* exact, tf32 */
+static double g_worst[2], g_worst_bwd[2]; /* exact, tf32 */
 
 typedef struct pcase {
   size_t B, H, D, F, S;
@@ -169,17 +169,21 @@ static void run_case(const pcase *c, camdelta_precision prec, uint64_t seed) {
     if (!(e <= (prec == CAMDELTA_PRECISION_TF32 ? TF32_BOUND : 2e-6))) fail_msg("pair vs two scans: %.3g", e);
     free(a), free(b), free(sum);
   }
-  /* the backward reads the pair's saved states: its gradients equal those from the scans' saved states */
+  /* the backward: the pair's against the f64 reference of the two scans' backward (dq, dk, dv summed) and
+   * against the two scan backward calls on the device (the same bits except dq with tensor cores, one product
+   * with the summed states there) */
   {
-    float *go = malloc(ntok * 4), *x1 = malloc(ntok * 4), *x2 = malloc(ntok * 4);
-    assert_true(go && x1 && x2);
+    const size_t n[5] = {ntok, ntok, ntok, nbeta, ndec};
+    float *go = malloc(ntok * 4), *gfc = malloc(nst * 4), *gfr = malloc(nst * 4);
+    assert_true(go && gfc && gfr);
     fill(go, ntok, -1, 1);
-    cl_mem mg = tu_upload(go, ntok * 4);
-    cl_mem d[2][5];
+    tu_fill_normal(gfc, nst, 0.5);
+    tu_fill_normal(gfr, nst, 0.5);
+    cl_mem mg = tu_upload(go, ntok * 4), mgc = tu_upload(gfc, nst * 4), mgr = tu_upload(gfr, nst * 4);
+    cl_mem d[2][6]; /* [scan direction][dq dk dv dbeta ddecay dinit] of the two scan backward calls */
     for (int rv = 0; rv < 2; rv++) {
-    for (int r = 0; r < 2; r++) {
-      d[r][0] = tu_buffer(ntok * 4), d[r][1] = tu_buffer(ntok * 4), d[r][2] = tu_buffer(ntok * 4);
-      d[r][3] = tu_buffer(nbeta * 4), d[r][4] = tu_buffer(ndec * 4);
+      for (int t = 0; t < 5; t++) d[rv][t] = tu_buffer(n[t] * 4);
+      d[rv][5] = tu_buffer(nst * 4);
       const camdelta_scan_backward_args ba = {B,
                                               H,
                                               D,
@@ -193,29 +197,96 @@ static void run_case(const pcase *c, camdelta_precision prec, uint64_t seed) {
                                               {rv ? mdr : md, 0},
                                               c->init ? (camdelta_buffer){rv ? mir : mic, 0} : none,
                                               {mg, 0},
-                                              none,
-                                              {d[r][0], 0},
-                                              {d[r][1], 0},
-                                              {d[r][2], 0},
-                                              {d[r][3], 0},
-                                              {d[r][4], 0},
-                                              none,
+                                              c->final ? (camdelta_buffer){rv ? mgr : mgc, 0} : none,
+                                              {d[rv][0], 0},
+                                              {d[rv][1], 0},
+                                              {d[rv][2], 0},
+                                              {d[rv][3], 0},
+                                              {d[rv][4], 0},
+                                              c->final ? (camdelta_buffer){d[rv][5], 0} : none,
                                               NULL,
                                               prec};
-      TU_OK(camdelta_scan_backward(ctx, &ba, r ? (rv ? sr : sc) : (rv ? pr : pc)));
+      TU_OK(camdelta_scan_backward(ctx, &ba, rv ? sr : sc));
     }
-    for (int t = 0; t < 3; t++) {
-      tu_download(d[0][t], 0, ntok * 4, x1);
-      tu_download(d[1][t], 0, ntok * 4, x2);
-      for (size_t i = 0; i < ntok; i++)
-        if (x1[i] != x2[i])
-          fail_msg("%s backward from the pair's states: gradient %d [%zu] differs", rv ? "reverse" : "causal", t, i);
+    cl_mem p[9]; /* dq dk dv dbeta_c dbeta_r ddecay_c ddecay_r dinit_c dinit_r */
+    const size_t pn[9] = {ntok, ntok, ntok, nbeta, nbeta, ndec, ndec, nst, nst};
+    for (int t = 0; t < 9; t++) p[t] = tu_buffer(pn[t] * 4);
+    const cd_scan_pair_bwd_args pb = {B,
+                                      H,
+                                      D,
+                                      F,
+                                      S,
+                                      {mq, 0},
+                                      {mk, 0},
+                                      {mv, 0},
+                                      {mb, 0},
+                                      {md, 0},
+                                      {mbr, 0},
+                                      {mdr, 0},
+                                      mm,
+                                      {mg, 0},
+                                      c->init ? (camdelta_buffer){mic, 0} : none,
+                                      c->init ? (camdelta_buffer){mir, 0} : none,
+                                      c->final ? (camdelta_buffer){mgc, 0} : none,
+                                      c->final ? (camdelta_buffer){mgr, 0} : none,
+                                      {p[0], 0},
+                                      {p[1], 0},
+                                      {p[2], 0},
+                                      {p[3], 0},
+                                      {p[4], 0},
+                                      {p[5], 0},
+                                      {p[6], 0},
+                                      c->final ? (camdelta_buffer){p[7], 0} : none,
+                                      c->final ? (camdelta_buffer){p[8], 0} : none,
+                                      prec,
+                                      NULL};
+    TU_OK(cd_scan_pair_backward(ctx, &pb, pc, pr));
+    /* f64 reference */
+    double *g64 = f64(go, ntok), *gc64 = f64(gfc, nst), *gr64 = f64(gfr, nst);
+    double *rg[2][6];
+    for (int rv = 0; rv < 2; rv++) {
+      for (int t = 0; t < 5; t++) rg[rv][t] = malloc(n[t] * 8);
+      rg[rv][5] = malloc(nst * 8);
+      const camdelta_ref_scan_grads rgr = {g64, c->final ? (rv ? gr64 : gc64) : NULL, rg[rv][0], rg[rv][1], rg[rv][2],
+                                           rg[rv][3], rg[rv][4], rg[rv][5]};
+      TU_OK(camdelta_ref_scan_backward(rv ? &rr : &rc, &rgr));
     }
-    for (int r = 0; r < 2; r++)
-      for (int t = 0; t < 5; t++) clReleaseMemObject(d[r][t]);
+    const double gbound = prec == CAMDELTA_PRECISION_TF32 ? TF32_BOUND : 1e-4;
+    static const char *const names[9] = {"dq", "dk", "dv", "dbeta_c", "dbeta_r", "ddecay_c", "ddecay_r", "dinit_c",
+                                         "dinit_r"};
+    double gworst = 0;
+    for (int t = 0; t < 9; t++) {
+      if (t >= 7 && !c->final) continue;
+      float *got = malloc(pn[t] * 4), *dev = malloc(pn[t] * 4), *dev2 = malloc(pn[t] * 4);
+      double *ref = malloc(pn[t] * 8);
+      assert_true(got && dev && dev2 && ref);
+      tu_download(p[t], 0, pn[t] * 4, got);
+      /* the reference and the device's two scans for this output */
+      const int rv = t < 3 ? -1 : t < 7 ? (t - 3) % 2 : t - 7, slot = t < 3 ? t : t < 5 ? 3 : t < 7 ? 4 : 5;
+      for (size_t e = 0; e < pn[t]; e++) ref[e] = rv < 0 ? rg[0][slot][e] + rg[1][slot][e] : rg[rv][slot][e];
+      tu_download(d[rv < 0 ? 0 : rv][slot], 0, pn[t] * 4, dev);
+      if (rv < 0) {
+        tu_download(d[1][slot], 0, pn[t] * 4, dev2);
+        for (size_t e = 0; e < pn[t]; e++) dev[e] += dev2[e];
+      }
+      const double e = tu_rel_err(got, ref, pn[t]);
+      gworst = fmax(gworst, e);
+      if (!(e <= gbound)) fail_msg("pair backward %s: rel err %.3g above %.1g", names[t], e, gbound);
+      /* dq with tensor cores: one product with the summed states (tf32: each product rounds to about 1e-3) */
+      const float dq_tol = prec == CAMDELTA_PRECISION_TF32 ? 1e-2f : 1e-5f;
+      for (size_t i2 = 0; i2 < pn[t]; i2++)
+        if (got[i2] != dev[i2] && (t != 0 || fabsf(got[i2] - dev[i2]) > dq_tol * (1.0f + fabsf(dev[i2]))))
+          fail_msg("pair backward %s [%zu]: %.9g, the two scans' %.9g", names[t], i2, (double)got[i2],
+                   (double)dev[i2]);
+      free(got), free(dev), free(dev2), free(ref);
     }
-    clReleaseMemObject(mg);
-    free(go), free(x1), free(x2);
+    printf("  backward %s: rel err %.3g\n", camdelta_precision_name(prec), gworst);
+    g_worst_bwd[prec == CAMDELTA_PRECISION_TF32] = fmax(g_worst_bwd[prec == CAMDELTA_PRECISION_TF32], gworst);
+    for (int rv = 0; rv < 2; rv++)
+      for (int t = 0; t < 6; t++) clReleaseMemObject(d[rv][t]), free(rg[rv][t]);
+    for (int t = 0; t < 9; t++) clReleaseMemObject(p[t]);
+    clReleaseMemObject(mg), clReleaseMemObject(mgc), clReleaseMemObject(mgr);
+    free(go), free(gfc), free(gfr), free(g64), free(gc64), free(gr64);
   }
   camdelta_scan_saved_destroy(pc), camdelta_scan_saved_destroy(pr);
   camdelta_scan_saved_destroy(sc), camdelta_scan_saved_destroy(sr);
@@ -292,6 +363,8 @@ static int report(void **state) {
   (void)state;
   tu_report("scan pair exact: worst relative error", g_worst[0]);
   tu_report("scan pair tf32: worst relative error", g_worst[1]);
+  tu_report("scan pair backward exact: worst relative error", g_worst_bwd[0]);
+  tu_report("scan pair backward tf32: worst relative error", g_worst_bwd[1]);
   return tu_teardown_context(state);
 }
 

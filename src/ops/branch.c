@@ -11,8 +11,9 @@
  *   cd_output_transform                  transforms the pair's sum (or sums the two scan outputs) -> y (B, N, H, D)
  * Backward:
  *   cd_output_transform_backward         grad_y -> grad_out (B, H, D, N), the same for both scans
- *   camdelta_scan_backward x 2           each scan's dq, dk, dv, dbeta, ddecay
- *   cd_branch_add3                       dq, dk, dv of the two scans summed
+ *   cd_scan_pair_backward                after the pair: both scans' dbeta, ddecay and their summed dq, dk, dv
+ *   or camdelta_scan_backward x 2        each scan's dq, dk, dv, dbeta, ddecay
+ *      and cd_branch_add3                dq, dk, dv of the two scans summed
  *   cd_branch_discount_backward          dbeta, ddecay, grad_inflation_sq
  *   camdelta_prep_backward               dq_raw, dk_conv, dv_raw, dq_norm_weight, dk_norm_weight
  *   cd_short_conv_backward, _reduce      dk_raw, dconv_weight
@@ -475,7 +476,19 @@ static camdelta_status run_backward(camdelta_context *ctx, const camdelta_branch
     st = cd_launch_end(ctx, &l, st);
     add_profile(prof, &part);
   }
-  for (int rev = 0; rev < 2 && (!st || sp); rev++) {
+  /* the scan pair's backward where the forward ran the pair: both directions' gradients in one pass, dq, dk, dv
+   * summed by the pass itself (src/ops/scan_pair.c); else two scan backward calls and an add */
+  const int pair = !sp && cd_scan_pair_wanted(ctx, a->algorithm, B * H, D, S);
+  if (pair && !st) {
+    const camdelta_buffer none = {NULL, 0};
+    const cd_scan_pair_bwd_args pb = {B,     H,     D,     T,     S,     m[QB],  m[KB],  m[VB], m[BP],
+                                      a->decay, m[BR], m[DR], s->mem[MASK], x[GOUT], none, none, none, none,
+                                      x[DQ], x[DK], x[DV], x[DB], x[DB2], x[DD], x[DD2], none, none,
+                                      a->precision, pp};
+    st = cd_scan_pair_backward(ctx, &pb, s->scan_c, s->scan_r);
+    add_profile(prof, &part);
+  }
+  for (int rev = 0; rev < 2 && !pair && (!st || sp); rev++) {
     camdelta_scan_backward_args sb = {B,
                                       H,
                                       D,
@@ -506,9 +519,9 @@ static camdelta_status run_backward(camdelta_context *ctx, const camdelta_branch
     begin(&l, pp);
     cl_kernel ka = NULL, kd = NULL;
     size_t ts;
-    st = cd_branch_kernel(ctx, D, "cd_branch_add3", &ka, &ts);
+    if (!pair) st = cd_branch_kernel(ctx, D, "cd_branch_add3", &ka, &ts);
     if (!st) st = cd_branch_kernel(ctx, D, "cd_branch_discount_backward", &kd, &ts);
-    if (!st) {
+    if (!st && !pair) {
       cd_args ar = {ka, 0, CL_SUCCESS};
       for (int i = 0; i < 3; i++) {
         cd_arg_mem(&ar, scr[DQ + i]);

@@ -22,6 +22,20 @@ camdelta_status cd_scan_chunk_phase_a(camdelta_context *ctx, const cd_scan_chunk
                                       cd_launch *l);
 camdelta_status cd_scan_chunk_phase_c(camdelta_context *ctx, const cd_scan_chunk *c, cl_mem states, cd_launch *l);
 
+/* ---- the scan backward's FMA tiles, from src/ops/scan_backward.c */
+
+/** What camdelta_scan_backward builds for head dim D (skip_dq: its tensor-core form, dq apart): the build
+ *  options of scan_backward.cl and the launch sizes they give. */
+typedef struct cd_scan_bwd_tiles {
+  char opts[256];
+  size_t grams_wg;      /* cd_scan_bwd_grams work-group */
+  size_t frames_wg;     /* cd_scan_bwd_frames work-group */
+  size_t frames_tokens; /* tokens per cd_scan_bwd_frames work-group */
+  size_t chain_cb;      /* columns per chain work-group (work-group D) */
+  size_t rl;            /* cd_scan_bwd_ddecay work-group */
+} cd_scan_bwd_tiles;
+camdelta_status cd_scan_bwd_tiles_for(camdelta_context *ctx, size_t D, int skip_dq, cd_scan_bwd_tiles *t);
+
 /* ---- the pair */
 
 /** One pair call. The causal scan runs with (beta, decay); the reverse scan with beta_r, decay_r equal to beta,
@@ -49,4 +63,27 @@ int cd_scan_pair_wanted(camdelta_context *ctx, camdelta_scan_algorithm alg, size
  *  camdelta_scan_forward with a saved object would (state_post only; state_pre is not kept). */
 camdelta_status cd_scan_pair_forward(camdelta_context *ctx, const cd_scan_pair_args *a, camdelta_scan_saved *saved_c,
                                      camdelta_scan_saved *saved_r);
+
+/** The pair's backward: both scans' gradients for one grad_out (the gradient of out, shared by the two scans), from
+ *  the states of cd_scan_pair_forward (or of two camdelta_scan_forward calls: state_post of each, reverse slot
+ *  F−1 included, as the chunkwise scan writes it). dq, dk, dv receive the sums over the two scans; dbeta_* and
+ *  ddecay_* each scan's own (the branch's discount backward combines them). beta_r, decay_r are the reverse
+ *  scan's gates (beta, decay zeroed where mask is 0). init_* (as given to the forward), grad_final_* and
+ *  dinit_* are optional. One launch of grams (W = Qᵀ·dO and the causal A once), one chain launch for both
+ *  directions, each direction's frames (the second adding into dq, dk, dv) and ddecay; with tensor cores dq is one
+ *  product with the summed states. */
+typedef struct cd_scan_pair_bwd_args {
+  size_t B, H, D, F, S;
+  camdelta_buffer q, k, v, beta, decay, beta_r, decay_r;
+  cl_mem mask;
+  camdelta_buffer grad_out;
+  camdelta_buffer init_c, init_r, grad_final_c, grad_final_r; /* optional */
+  camdelta_buffer dq, dk, dv;                                 /* (B, H, D, F·S) */
+  camdelta_buffer dbeta_c, dbeta_r, ddecay_c, ddecay_r;
+  camdelta_buffer dinit_c, dinit_r; /* optional */
+  camdelta_precision precision;
+  camdelta_profile *profile;
+} cd_scan_pair_bwd_args;
+camdelta_status cd_scan_pair_backward(camdelta_context *ctx, const cd_scan_pair_bwd_args *a,
+                                      const camdelta_scan_saved *saved_c, const camdelta_scan_saved *saved_r);
 #endif
