@@ -405,14 +405,6 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_apply_tc(
 
 /* ----------------------------------------------------------------------------------------- frames */
 #ifdef CD_FRAMES
-#ifndef CD_ACCUM /* 1: dk, dv are added to what the buffers hold (the fused scan pair, src/ops/scan_pair.c) */
-#define CD_ACCUM 0
-#endif
-#if CD_ACCUM
-#define CD_PUT(dst, x) ((dst) += (x))
-#else
-#define CD_PUT(dst, x) ((dst) = (x))
-#endif
 #define CD_TS CD_TM         /* tokens per work-group: the rows of every product here */
 #define CD_LDT (CD_TS + 8)  /* row stride of Ks / Es ([d][token]): 8 or 24 mod 32 floats */
 #define CD_LDB (CD_TN + 8)  /* stage 1: rows of the [Mprev | G] chunks ([k][n]) */
@@ -501,7 +493,7 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_frames_tc(
             const float y = Y[mi][ni][e], dd = Dl[mi][ni][e];
             const float r = (valid ? vb[(ulong)j * N + gs] : 0.0f) - d * y;
             const float dr = b * dd;
-            if (valid) CD_PUT(dv[dv_off + base + (ulong)j * N + gs], dr);
+            if (valid) dv[dv_off + base + (ulong)j * N + gs] = dr;
             acc = fma(dd, r, acc);
             pd = fma(dr, y, pd);
             delta = b * r;
@@ -562,7 +554,7 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_frames_tc(
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         const uint gs = s0 + 16 * (CD_MR * wm + mi) + g + 8 * (e >> 1), j = 8 * (CD_NR * wn + ni) + 2 * t + (e & 1);
-        if (j < CD_D && gs < S) CD_PUT(kb[(ulong)j * N + gs], Kd[mi][ni][e]);
+        if (j < CD_D && gs < S) kb[(ulong)j * N + gs] = Kd[mi][ni][e];
       }
 }
 #endif /* CD_FRAMES */

@@ -62,14 +62,6 @@
 #ifndef CD_SKIP_DQ /* 1: the frames kernel leaves dq to cd_apply_tc (cl/gemm_tc.cl) */
 #define CD_SKIP_DQ 0
 #endif
-#ifndef CD_ACCUM /* 1: the frames kernel adds dq, dk, dv to what the buffers hold (the fused scan pair) */
-#define CD_ACCUM 0
-#endif
-#if CD_ACCUM
-#define CD_PUT(dst, x) ((dst) += (x))
-#else
-#define CD_PUT(dst, x) ((dst) = (x))
-#endif
 
 #define CD_DD ((ulong)CD_D * CD_D)
 /* Row stride of the transposed token tiles and of the B-operand chunks: D + 4 (or 2D + 4) floats makes
@@ -355,7 +347,7 @@ kernel void cd_scan_bwd_frames(global const float *k, ulong k_off, global const 
       const float dr = b * dd;
       pb[t] = fma(dd, r, pb[t]);
       pd = fma(dr, y, pd);
-      if (valid) CD_PUT(dv[dv_off + e], dr);
+      if (valid) dv[dv_off + e] = dr;
       accY[t][j] = b * r;
       accD[t][j] = -dcy * dr;
     }
@@ -402,7 +394,7 @@ kernel void cd_scan_bwd_frames(global const float *k, ulong k_off, global const 
   for (int t = 0; t < CD_TPT; t++) {
     const uint s = tl + CD_TL * t;
     if (s < ns)
-      for (int j = 0; j < CD_DPT; j++) CD_PUT(dk[dk_off + tb + (ulong)(dg * CD_DPT + j) * N + s], accY[t][j]);
+      for (int j = 0; j < CD_DPT; j++) dk[dk_off + tb + (ulong)(dg * CD_DPT + j) * N + s] = accY[t][j];
   }
 
 #if !CD_SKIP_DQ
@@ -415,7 +407,7 @@ kernel void cd_scan_bwd_frames(global const float *k, ulong k_off, global const 
   for (int t = 0; t < CD_TPT; t++) {
     const uint s = tl + CD_TL * t;
     if (s < ns)
-      for (int j = 0; j < CD_DPT; j++) CD_PUT(dq[dq_off + tb + (ulong)(dg * CD_DPT + j) * N + s], accY[t][j]);
+      for (int j = 0; j < CD_DPT; j++) dq[dq_off + tb + (ulong)(dg * CD_DPT + j) * N + s] = accY[t][j];
   }
 #else
   (void)dq, (void)dq_off, (void)post_zero, (void)Mq;

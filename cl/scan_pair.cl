@@ -11,7 +11,9 @@
  *                      causal  M_f = A_f·M_{f−1} + U_f                              -> post_c[f]
  *                      reverse T_{F−1} = init_r, T_{f−1} = [mask_f] (A_f·T_f + U_f)  -> post_r[f − 1], post_r[F − 1] = init_r
  *                    Launch: local (B_WR·B_WC, 1), global (local·B·H, 2·nj): groups [0, nj) causal, [nj, 2nj) reverse.
- *   cd_pair_sum      sum[i] = a[i] + b[i], float4 elements; launch: global n4 rounded up to the local size. */
+ *   cd_pair_sum      sum[i] = a[i] + b[i], float4 elements; launch: global n4 rounded up to the local size.
+ *   cd_pair_bwd_chain  both directions' G chains of the scan backward (built with scan_backward.cl's options).
+ *   cd_pair_add      a[i] += b[i]. */
 
 #define CD_CEIL(a, b) (((a) + (b) - 1) / (b))
 
@@ -203,3 +205,9 @@ kernel void cd_pair_bwd_chain(global const float *A, ulong A_off, global const f
     for (int c = 0; c < CD_CB; c++) di[bh * CD_PDD + i * CD_D + c0 + c] = x[c];
 }
 #endif /* CD_CB */
+
+/* a[i] += b[i] (the two directions' dq, dk or dv; the same bits as cd_branch_add3) */
+__kernel void cd_pair_add(__global float *a, ulong a_off, __global const float *b, ulong b_off, ulong n) {
+  const ulong i = get_global_id(0);
+  if (i < n) a[a_off + i] = a[a_off + i] + b[b_off + i];
+}

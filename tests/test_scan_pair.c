@@ -238,6 +238,9 @@ static void run_case(const pcase *c, camdelta_precision prec, uint64_t seed) {
                                       {p[6], 0},
                                       c->final ? (camdelta_buffer){p[7], 0} : none,
                                       c->final ? (camdelta_buffer){p[8], 0} : none,
+                                      none,
+                                      none,
+                                      none,
                                       prec,
                                       NULL};
     TU_OK(cd_scan_pair_backward(ctx, &pb, pc, pr));

@@ -476,15 +476,15 @@ static camdelta_status run_backward(camdelta_context *ctx, const camdelta_branch
     st = cd_launch_end(ctx, &l, st);
     add_profile(prof, &part);
   }
-  /* the scan pair's backward where the forward ran the pair: both directions' gradients in one pass, dq, dk, dv
-   * summed by the pass itself (src/ops/scan_pair.c); else two scan backward calls and an add */
+  /* the scan pair's backward where the forward ran the pair: both directions' gradients, the work they share done
+   * once, dq, dk, dv summed (src/ops/scan_pair.c); else two scan backward calls and an add */
   const int pair = !sp && cd_scan_pair_wanted(ctx, a->algorithm, B * H, D, S);
   if (pair && !st) {
     const camdelta_buffer none = {NULL, 0};
     const cd_scan_pair_bwd_args pb = {B,     H,     D,     T,     S,     m[QB],  m[KB],  m[VB], m[BP],
                                       a->decay, m[BR], m[DR], s->mem[MASK], x[GOUT], none, none, none, none,
                                       x[DQ], x[DK], x[DV], x[DB], x[DB2], x[DD], x[DD2], none, none,
-                                      a->precision, pp};
+                                      x[DQ2], x[DK2], x[DV2], a->precision, pp};
     st = cd_scan_pair_backward(ctx, &pb, s->scan_c, s->scan_r);
     add_profile(prof, &part);
   }

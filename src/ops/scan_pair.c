@@ -195,7 +195,8 @@ camdelta_status cd_scan_pair_backward(camdelta_context *ctx, const cd_scan_pair_
                                {"dv", a->dv, ntok, 4},           {"dbeta_c", a->dbeta_c, nbeta, 4},
                                {"dbeta_r", a->dbeta_r, nbeta, 4}, {"ddecay_c", a->ddecay_c, BHF, 4},
                                {"ddecay_r", a->ddecay_r, BHF, 4}, {"dinit_c", a->dinit_c, BHDD, 4},
-                               {"dinit_r", a->dinit_r, BHDD, 4}};
+                               {"dinit_r", a->dinit_r, BHDD, 4},  {"scratch_dq", a->scratch_dq, ntok, 4},
+                               {"scratch_dk", a->scratch_dk, ntok, 4}, {"scratch_dv", a->scratch_dv, ntok, 4}};
   const size_t nin = sizeof in / sizeof in[0], nout = sizeof out / sizeof out[0];
   for (size_t i = 0; i < nin && !st; i++) st = cd_check_buffer(BOP, in[i].name, in[i].b, in[i].elems, 4, i >= 8);
   for (size_t i = 0; i < nout && !st; i++) st = cd_check_buffer(BOP, out[i].name, out[i].b, out[i].elems, 4, i >= 7);
@@ -218,26 +219,20 @@ camdelta_status cd_scan_pair_backward(camdelta_context *ctx, const cd_scan_pair_
   const int vec = cd_tc_vec_ok(S, offs, 8) && cd_tc_vec_ok(S, offs2, 1);
   if ((st = cd_tc_build(ctx, D, a->precision, vec, 1, &tc))) return st;
   cd_scan_bwd_tiles t;
-  enum { KGRAMS, KCHAIN, KFR0, KFR1, KDDEC, KSUM, NK };
+  enum { KGRAMS, KCHAIN, KFR, KDDEC, KSUM, KADD, NK };
   cl_kernel k[NK] = {NULL};
   st = cd_scan_bwd_tiles_for(ctx, D, tc.on, &t);
-  char accum[320];
-  if (!st) {
-    snprintf(accum, sizeof accum, "%s -DCD_ACCUM=1", tc.on ? tc.fopts : t.opts);
-    st = cd_kernel(ctx, "scan_pair.cl", t.opts, "cd_pair_bwd_chain", &k[KCHAIN]);
-  }
+  if (!st) st = cd_kernel(ctx, "scan_pair.cl", t.opts, "cd_pair_bwd_chain", &k[KCHAIN]);
   if (!st) st = cd_kernel(ctx, "scan_backward.cl", t.opts, "cd_scan_bwd_ddecay", &k[KDDEC]);
   if (!st && !tc.on) st = cd_kernel(ctx, "scan_backward.cl", t.opts, "cd_scan_bwd_grams", &k[KGRAMS]);
-  if (!st && !tc.on) st = cd_kernel(ctx, "scan_backward.cl", t.opts, "cd_scan_bwd_frames", &k[KFR0]);
-  if (!st) st = cd_kernel(ctx, tc.on ? "gemm_tc.cl" : "scan_backward.cl", accum, tc.on ? "cd_frames_tc" :
-                          "cd_scan_bwd_frames", &k[KFR1]);
-  if (!st && tc.on) st = cd_kernel(ctx, "scan_pair.cl", "-DCD_D=8", "cd_pair_sum", &k[KSUM]);
-  if (!st && (cd_kernel_max_wg(ctx, k[KCHAIN]) < D || cd_kernel_max_wg(ctx, k[KFR1]) < (tc.on ? cd_tc_wg(&tc.fr) :
-                                                                                          t.frames_wg)))
-    st = cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: the compiled kernels allow smaller work-groups than their tiles", BOP);
+  if (!st && !tc.on) st = cd_kernel(ctx, "scan_backward.cl", t.opts, "cd_scan_bwd_frames", &k[KFR]);
+  if (!st) st = cd_kernel(ctx, "scan_pair.cl", "-DCD_D=8", "cd_pair_sum", &k[KSUM]);
+  if (!st) st = cd_kernel(ctx, "scan_pair.cl", "-DCD_D=8", "cd_pair_add", &k[KADD]);
+  if (!st && cd_kernel_max_wg(ctx, k[KCHAIN]) < D)
+    st = cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: the compiled chain allows work-groups below D=%zu", BOP, D);
   if (!st && getenv("CAMDELTA_SCAN_VERBOSE"))
     fprintf(stderr, "camdelta scan pair backward: %s: %s\n", tc.on ? (tc.split ? "tensor cores, exact" : "tensor "
-                    "cores, tf32") : "fma", accum);
+                    "cores, tf32") : "fma", tc.on ? tc.fopts : t.opts);
   const size_t ts = tc.on ? cd_tc_tm(&tc.fr) : t.frames_tokens, ntiles = (S + ts - 1) / ts;
   const size_t fbytes = BHF * D * D * sizeof(float);
   cl_mem A = NULL, W = NULL, Gc = NULL, Gr = NULL, part = NULL, sum = NULL;
@@ -247,6 +242,14 @@ camdelta_status cd_scan_pair_backward(camdelta_context *ctx, const cd_scan_pair_
   if (!st) st = cd_alloc(ctx, fbytes, &Gr);
   if (!st) st = cd_alloc(ctx, BHF * ntiles * sizeof(float), &part);
   if (!st && tc.on) st = cd_alloc(ctx, fbytes, &sum);
+  /* the reverse direction's dq (FMA), dk, dv: the scratch given, else allocated here */
+  cl_mem own[3] = {NULL, NULL, NULL};
+  camdelta_buffer xr[3] = {a->scratch_dq, a->scratch_dk, a->scratch_dv};
+  for (int i = tc.on ? 1 : 0; i < 3 && !st; i++)
+    if (!xr[i].mem) {
+      st = cd_alloc(ctx, ntok * sizeof(float), &own[i]);
+      xr[i] = (camdelta_buffer){own[i], 0};
+    }
   const camdelta_buffer bA = {A, 0}, bW = {W, 0}, bpart = {part, 0}, none = {NULL, 0};
   const camdelta_buffer sc = {saved_c->state_post, 0}, sr = {saved_r->state_post, 0};
   if (a->profile) a->profile->kernel_ms = 0, a->profile->kernels = 0;
@@ -317,11 +320,11 @@ camdelta_status cd_scan_pair_backward(camdelta_context *ctx, const cd_scan_pair_
     const size_t lws = D, gws = 2 * BH * (D / t.chain_cb) * lws;
     if (!st) st = cd_enqueue(ctx, k[KCHAIN], 1, &gws, &lws, &l, "cd_pair_bwd_chain");
   }
-  /* 3. per direction: frames (the reverse adding into dq, dk, dv), then ddecay (part is reused in order) */
+  /* 3. per direction: frames (the reverse's dq, dk, dv into the scratch), then ddecay (part is reused in order) */
   for (int rev = 0; rev < 2 && !st; rev++) {
     const camdelta_buffer states = rev ? sr : sc, init = rev ? a->init_r : a->init_c;
     const camdelta_buffer binit = init.mem ? init : bA;
-    cl_kernel kf = rev ? k[KFR1] : tc.on ? tc.frames : k[KFR0];
+    cl_kernel kf = tc.on ? tc.frames : k[KFR];
     cd_args ar = {kf, 0, CL_SUCCESS};
     cd_arg_buf(&ar, a->k);
     cd_arg_buf(&ar, a->v);
@@ -331,9 +334,9 @@ camdelta_status cd_scan_pair_backward(camdelta_context *ctx, const cd_scan_pair_
     cd_arg_buf(&ar, states);
     cd_arg_buf(&ar, binit);
     cd_arg_buf(&ar, (camdelta_buffer){rev ? Gr : Gc, 0});
-    if (!tc.on) cd_arg_buf(&ar, a->dq);
-    cd_arg_buf(&ar, a->dk);
-    cd_arg_buf(&ar, a->dv);
+    if (!tc.on) cd_arg_buf(&ar, rev ? xr[0] : a->dq);
+    cd_arg_buf(&ar, rev ? xr[1] : a->dk);
+    cd_arg_buf(&ar, rev ? xr[2] : a->dv);
     cd_arg_buf(&ar, rev ? a->dbeta_r : a->dbeta_c);
     cd_arg_buf(&ar, bpart);
     cd_arg_u64(&ar, N);
@@ -362,7 +365,20 @@ camdelta_status cd_scan_pair_backward(camdelta_context *ctx, const cd_scan_pair_
       if (!st) st = cd_enqueue(ctx, k[KDDEC], 1, &gws1, &lws1, &l, "cd_scan_bwd_ddecay");
     }
   }
-  /* 4. tensor cores: dq = dO·(M_c + M_r)ᵀ once, from the summed states (the reverse slot F−1 holds init_r) */
+  /* 4. dq (FMA), dk, dv summed: causal + reverse, the same bits as cd_branch_add3 */
+  for (int i = tc.on ? 1 : 0; i < 3 && !st; i++) {
+    const uint64_t n = ntok;
+    cd_args ar = {k[KADD], 0, CL_SUCCESS};
+    cd_arg_buf(&ar, i == 0 ? a->dq : i == 1 ? a->dk : a->dv);
+    cd_arg_buf(&ar, xr[i]);
+    cd_arg_u64(&ar, n);
+    if (ar.err != CL_SUCCESS) st = cd_cl_fail(ar.err, "cd_pair_add: setting arguments");
+    size_t lws = 1;
+    while (lws < 256 && lws * 2 <= cd_kernel_max_wg(ctx, k[KADD])) lws *= 2;
+    const size_t gws = (n + lws - 1) / lws * lws;
+    if (!st) st = cd_enqueue(ctx, k[KADD], 1, &gws, &lws, &l, "cd_pair_add");
+  }
+  /* 5. tensor cores: dq = dO·(M_c + M_r)ᵀ once, from the summed states (the reverse slot F−1 holds init_r) */
   if (!st && tc.on) {
     const uint64_t n4 = BHF * D * D / 4;
     cd_args ar = {k[KSUM], 0, CL_SUCCESS};
@@ -396,8 +412,8 @@ camdelta_status cd_scan_pair_backward(camdelta_context *ctx, const cd_scan_pair_
     if (!st) st = cd_enqueue(ctx, tc.apply, 2, gws, lws, &l, "cd_apply_tc (dq of both scans)");
   }
   (void)none;
-  cl_mem tmp[6] = {A, W, Gc, Gr, part, sum};
-  for (int i = 0; i < 6; i++)
+  cl_mem tmp[9] = {A, W, Gc, Gr, part, sum, own[0], own[1], own[2]};
+  for (int i = 0; i < 9; i++)
     if (tmp[i]) clReleaseMemObject(tmp[i]);
   for (int i = 0; i < NK; i++)
     if (k[i]) clReleaseKernel(k[i]);

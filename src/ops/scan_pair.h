@@ -69,9 +69,9 @@ camdelta_status cd_scan_pair_forward(camdelta_context *ctx, const cd_scan_pair_a
  *  F−1 included, as the chunkwise scan writes it). dq, dk, dv receive the sums over the two scans; dbeta_* and
  *  ddecay_* each scan's own (the branch's discount backward combines them). beta_r, decay_r are the reverse
  *  scan's gates (beta, decay zeroed where mask is 0). init_* (as given to the forward), grad_final_* and
- *  dinit_* are optional. One launch of grams (W = Qᵀ·dO and the causal A once), one chain launch for both
- *  directions, each direction's frames (the second adding into dq, dk, dv) and ddecay; with tensor cores dq is one
- *  product with the summed states. */
+ *  dinit_* are optional. W = Qᵀ·dO and the causal A once, one chain launch for both directions, each direction's
+ *  frames (the reverse one into the scratch) and ddecay, then dk, dv (and dq without tensor cores) added; with
+ *  tensor cores dq is one product with the summed states. */
 typedef struct cd_scan_pair_bwd_args {
   size_t B, H, D, F, S;
   camdelta_buffer q, k, v, beta, decay, beta_r, decay_r;
@@ -81,6 +81,9 @@ typedef struct cd_scan_pair_bwd_args {
   camdelta_buffer dq, dk, dv;                                 /* (B, H, D, F·S) */
   camdelta_buffer dbeta_c, dbeta_r, ddecay_c, ddecay_r;
   camdelta_buffer dinit_c, dinit_r; /* optional */
+  /* optional (B, H, D, F·S) scratch for the reverse direction's dq, dk, dv before they are added (allocated per
+   * call when absent); not an input or output */
+  camdelta_buffer scratch_dq, scratch_dk, scratch_dv;
   camdelta_precision precision;
   camdelta_profile *profile;
 } cd_scan_pair_bwd_args;
