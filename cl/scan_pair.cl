@@ -9,8 +9,9 @@
  *                    scan_chunkwise.cl's cd_scan_phase_b (same build options CD_D, CD_B_*; same tiles and the same
  *                    order of every sum, so each direction's states are bit-identical to its own scan's)
  *                      causal  M_f = A_f·M_{f−1} + U_f                              -> post_c[f]
- *                      reverse T_{F−1} = init_r, T_{f−1} = [mask_f] (A_f·T_f + U_f)  -> post_r[f − 1], post_r[F − 1] = init_r
- *                    Launch: local (B_WR·B_WC, 1), global (local·B·H, 2·nj): groups [0, nj) causal, [nj, 2nj) reverse.
+ *                      reverse T_{F−1} = init_r, T_{f−1} = [mask_f] (A_f·T_f + U_f)  -> post_r[f − 1]
+ *                              (post_r[F − 1] = init_r)
+ *                    Launch: local (B_WR·B_WC, 1), global (local·B·H, 2·nj): groups [0, nj) causal, the rest reverse.
  *   cd_pair_sum      sum[i] = a[i] + b[i], float4 elements; launch: global n4 rounded up to the local size.
  *   cd_pair_bwd_chain  both directions' G chains of the scan backward (built with scan_backward.cl's options).
  *   cd_pair_add      a[i] += b[i]. */

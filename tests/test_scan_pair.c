@@ -339,9 +339,9 @@ static void test_bad_input(void **state) {
   float *x = calloc(ntok, 4);
   assert_non_null(x);
   cl_mem m = tu_upload(x, ntok * 4), o = tu_buffer(ntok * 4), mask = tu_upload(x, 2 * 4);
-  cd_scan_pair_args a = {1,        1,        D,        F,        S,        {m, 0},   {m, 0},    {m, 0},   {m, 0},
-                         {m, 0},   NULL,     {o, 0},   {NULL, 0}, {NULL, 0}, {NULL, 0}, {NULL, 0}, CAMDELTA_PRECISION_EXACT,
-                         NULL};
+  const camdelta_buffer none = {NULL, 0};
+  cd_scan_pair_args a = {1,    1,    D,    F,    S,    {m, 0}, {m, 0}, {m, 0}, {m, 0}, {m, 0}, NULL, {o, 0},
+                         none, none, none, none, CAMDELTA_PRECISION_EXACT, NULL};
   assert_int_equal(cd_scan_pair_forward(ctx, &a, NULL, NULL), CAMDELTA_ERROR_INVALID_ARGUMENT);
   assert_non_null(strstr(camdelta_last_message(), "mask"));
   a.mask = mask; /* 2 frames of 3 */
@@ -362,6 +362,60 @@ static void test_bad_input(void **state) {
   free(x), free(h);
 }
 
+/* camdelta_warm_shape builds the pair's programs too: a pair forward and backward afterwards build nothing. */
+static void test_warm(void **state) {
+  (void)state;
+  camdelta_context *ctx = NULL;
+  TU_OK(camdelta_context_create(&ctx, NULL));
+  const size_t B = 1, H = 2, D = 16, F = 3, S = 6, N = F * S, ntok = B * H * D * N, nst = B * H * D * D;
+  TU_OK(camdelta_warm_shape(ctx, B, H, D, S));
+  camdelta_build_stats before, after;
+  TU_OK(camdelta_context_build_stats(ctx, &before));
+  float *x = malloc(ntok * 4);
+  assert_non_null(x);
+  tu_seed(7);
+  tu_fill_uniform(x, ntok, 0.1, 0.5);
+  const uint32_t mask[3] = {1, 0, 1};
+  cl_int err;
+  cl_mem in = clCreateBuffer(camdelta_context_cl_context(ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, ntok * 4, x,
+                             &err);
+  assert_int_equal(err, CL_SUCCESS);
+  cl_mem mm = clCreateBuffer(camdelta_context_cl_context(ctx), CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof mask,
+                             (void *)mask, &err);
+  assert_int_equal(err, CL_SUCCESS);
+  cl_mem o[8];
+  for (int i = 0; i < 8; i++) {
+    o[i] = clCreateBuffer(camdelta_context_cl_context(ctx), CL_MEM_READ_WRITE, ntok * 4, NULL, &err);
+    assert_int_equal(err, CL_SUCCESS);
+  }
+  const camdelta_buffer none = {NULL, 0}, bin = {in, 0};
+  camdelta_scan_saved *sc = NULL, *sr = NULL;
+  TU_OK(camdelta_scan_saved_create(ctx, &sc));
+  TU_OK(camdelta_scan_saved_create(ctx, &sr));
+  /* q, k, v, beta, decay all read the same buffer (inputs may alias); every output its own */
+  const cd_scan_pair_args a = {B, H, D, F, S, bin, bin, bin, bin, bin, mm, {o[0], 0}, none, none, none, none,
+                               CAMDELTA_PRECISION_EXACT, NULL};
+  TU_OK(cd_scan_pair_forward(ctx, &a, sc, sr));
+  const cd_scan_pair_bwd_args b = {B,         H,         D,         F,         S,         bin,  bin,  bin,
+                                   bin,       bin,       bin,       bin,       mm,        {o[0], 0}, none, none,
+                                   none,      none,      {o[1], 0}, {o[2], 0}, {o[3], 0}, {o[4], 0}, {o[5], 0},
+                                   {o[6], 0}, {o[7], 0}, none,      none,      none,      none,      none,
+                                   CAMDELTA_PRECISION_EXACT, NULL};
+  TU_OK(cd_scan_pair_backward(ctx, &b, sc, sr));
+  TU_OK(camdelta_context_build_stats(ctx, &after));
+  /* CAMDELTA_BRANCH_PAIR=0 at creation: warm leaves the pair out, which then builds its programs on first use */
+  if (ctx->branch_pair)
+    assert_int_equal(after.programs, before.programs);
+  else
+    assert_true(after.programs > before.programs);
+  (void)nst;
+  camdelta_scan_saved_destroy(sc), camdelta_scan_saved_destroy(sr);
+  clReleaseMemObject(in), clReleaseMemObject(mm);
+  for (int i = 0; i < 8; i++) clReleaseMemObject(o[i]);
+  free(x);
+  camdelta_context_destroy(ctx);
+}
+
 static int report(void **state) {
   (void)state;
   tu_report("scan pair exact: worst relative error", g_worst[0]);
@@ -374,6 +428,7 @@ static int report(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bad_input),
+      cmocka_unit_test(test_warm),
       cmocka_unit_test(test_small_d8),
       cmocka_unit_test(test_d64_d112),
   };

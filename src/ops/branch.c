@@ -365,7 +365,8 @@ static camdelta_status run_forward(camdelta_context *ctx, const camdelta_branch_
   }
   if (!st) {
     begin(&l, pp);
-    const camdelta_output_transform_args oa = {B,      N,         H,         D,        m[OUTC],  pair ? (camdelta_buffer){NULL, 0} : m[OUTR], m[PO],
+    const camdelta_buffer out2 = pair ? (camdelta_buffer){NULL, 0} : m[OUTR]; /* the pair's output is the sum */
+    const camdelta_output_transform_args oa = {B,      N,         H,         D,        m[OUTC],  out2,     m[PO],
                                                m[RC],  m[RS],     a->y,      {NULL, 0}, {NULL, 0}, NULL};
     st = cd_output_transform_enqueue(ctx, 0, &oa, &l);
     st = cd_launch_end(ctx, &l, st);

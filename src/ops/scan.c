@@ -928,3 +928,16 @@ camdelta_status cd_scan_chunk_phase_a(camdelta_context *ctx, const cd_scan_chunk
 camdelta_status cd_scan_chunk_phase_c(camdelta_context *ctx, const cd_scan_chunk *c, cl_mem states, cd_launch *l) {
   return enqueue_phase_c(ctx, &c->job, c->pl.kern[2], &c->pl.cc, &c->pl.tc, states, l);
 }
+
+camdelta_status cd_scan_chunk_options(camdelta_context *ctx, size_t BH, size_t D, size_t S, char *opts, size_t size) {
+  dev_limits lim;
+  cl_kernel kern[3];
+  seq_cfg sc;
+  chunk_cfg cc;
+  camdelta_status st = device_limits(ctx, &lim);
+  if (!st) st = build_kernels(ctx, &lim, CAMDELTA_SCAN_CHUNKWISE, BH, D, S, kern, &sc, &cc);
+  if (st) return st;
+  release_kernels(kern, 3);
+  snprintf(opts, size, "%s", cc.opts);
+  return CAMDELTA_OK;
+}

@@ -27,6 +27,20 @@ int cd_scan_pair_wanted(camdelta_context *ctx, camdelta_scan_algorithm alg, size
   return alg == CAMDELTA_SCAN_CHUNKWISE;
 }
 
+camdelta_status cd_scan_pair_warm(camdelta_context *ctx, size_t BH, size_t D, size_t S) {
+  if (!ctx->branch_pair) return CAMDELTA_OK;
+  char opts[512];
+  cd_scan_bwd_tiles t;
+  cl_kernel k = NULL;
+  camdelta_status st = cd_scan_chunk_options(ctx, BH, D, S, opts, sizeof opts);
+  if (!st && !(st = cd_kernel(ctx, "scan_pair.cl", opts, "cd_pair_phase_b", &k))) clReleaseKernel(k);
+  if (!st && !(st = cd_kernel(ctx, "scan_pair.cl", "-DCD_D=8", "cd_pair_sum", &k))) clReleaseKernel(k);
+  /* the backward's tiles as cd_scan_pair_backward picks them: dq apart where the tensor-core path runs */
+  if (!st) st = cd_scan_bwd_tiles_for(ctx, D, cd_tc_available(ctx), &t);
+  if (!st && !(st = cd_kernel(ctx, "scan_pair.cl", t.opts, "cd_pair_bwd_chain", &k))) clReleaseKernel(k);
+  return st;
+}
+
 /* The saved object holds `bytes` of state_post (state_pre is not kept by the pair). */
 static camdelta_status saved_post(camdelta_context *ctx, camdelta_scan_saved *s, size_t bytes) {
   if (s->state_post && s->bytes >= bytes && !s->state_pre) return CAMDELTA_OK;
@@ -73,8 +87,8 @@ camdelta_status cd_scan_pair_forward(camdelta_context *ctx, const cd_scan_pair_a
   }
   if (!st) st = cd_kernel(ctx, "scan_pair.cl", "-DCD_D=8", "cd_pair_sum", &ks);
   if (!st && cd_kernel_max_wg(ctx, kb) < bw)
-    st = cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: the compiled pair chain allows work-groups of %zu items, needs %u", OP,
-                 cd_kernel_max_wg(ctx, kb), bw);
+    st = cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: the compiled pair chain allows work-groups of %zu items, needs %u",
+                 OP, cd_kernel_max_wg(ctx, kb), bw);
   if (!st && getenv("CAMDELTA_SCAN_VERBOSE")) {
     char text[1024];
     cd_scan_chunk_describe(plan, text, sizeof text);

@@ -14,6 +14,8 @@ void cd_scan_chunk_destroy(cd_scan_chunk *c);
 /** Phase B's build options (scan_chunkwise.cl's whole option string: CD_D, CD_A_*, CD_B_*, CD_C_*), its
  *  work-group size and its number of value-column blocks. */
 void cd_scan_chunk_phase_b(const cd_scan_chunk *c, const char **options, unsigned *w, unsigned *nj);
+/** The build options cd_scan_chunk_phase_b gives for B·H = BH, D, S (for camdelta_warm_shape). */
+camdelta_status cd_scan_chunk_options(camdelta_context *ctx, size_t BH, size_t D, size_t S, char *opts, size_t size);
 /** The plan in words (as camdelta_scan_plan_describe). */
 void cd_scan_chunk_describe(const cd_scan_chunk *c, char *buf, size_t size);
 /** Phase A (A_f = d_f(I − K_fᵀβ_fK_f), U_f = K_fᵀβ_fV_f into A, U, (B, H, F, D, D) each) and phase C
@@ -58,6 +60,10 @@ typedef struct cd_scan_pair_args {
  *  context creation) is not 0 and the scan's algorithm (`alg`, AUTO resolved as camdelta_scan_forward does) is
  *  chunkwise. */
 int cd_scan_pair_wanted(camdelta_context *ctx, camdelta_scan_algorithm alg, size_t BH, size_t D, size_t S);
+
+/** Builds (or loads) the pair's programs for B·H = BH, head dim D and S tokens per frame, forward and backward
+ *  (camdelta_warm_shape); nothing when CAMDELTA_BRANCH_PAIR=0. */
+camdelta_status cd_scan_pair_warm(camdelta_context *ctx, size_t BH, size_t D, size_t S);
 
 /** Forward. saved_c / saved_r (both or neither) receive each direction's states for camdelta_scan_backward, as
  *  camdelta_scan_forward with a saved object would (state_post only; state_pre is not kept). */
