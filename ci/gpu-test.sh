@@ -3,7 +3,7 @@
 # unpacks the Debian packages carried in .debs/ into a prefix, registers the
 # NVIDIA OpenCL ICD, builds, runs the whole suite on the GPU and on PoCL, then
 # optional benchmarks. Logs and JSON go to $OUT.
-#   bash ci/gpu-test.sh [tests] [pocl] [scan-tests] [inspect] [tune] [demo] [large] [mpi] [mpi-bench] [packed]
+#   bash ci/gpu-test.sh [tests] [pocl] [scan-tests] [inspect] [tune] [demo] [large] [mpi] [mpi-bench] [packed] [pair]
 #                   [bench SHAPE...] [bench-scan SHAPE...]
 #                   [prep-ab SHAPE...] [prep-regs SHAPE...]
 # prep-ab: prep forward and backward of each shape in both forms (CAMDELTA_PREP_FUSED, CAMDELTA_PREP_BWD_FUSED =
@@ -13,6 +13,7 @@
 # mpi: the sequence-parallel tests and tools under mpirun, 2 ranks sharing the GPU (needs Open MPI in .debs);
 #      mpi-bench: the same without the tests (bench at sana720, new and former summaries, and the demo).
 # packed: the packed-clip tests and `bench --packed` (packed against fixed shape on equal clips).
+# pair: the scan-pair and branch tests, and the branch rows at sana480 without and with the fused scan pair.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/camdelta-out}
@@ -178,6 +179,21 @@ while [ $# -gt 0 ]; do
           "$OUT/branch-kernels.txt" | sort | tee -a "$OUT/prep-regs.txt"
       done
       break
+      ;;
+    pair)
+      # the fused scan pair (src/ops/scan_pair.c): its tests and the branch's on the GPU, then the branch rows at
+      # sana480 with the pair off (CAMDELTA_BRANCH_PAIR=0: two scans and an add) and on, and their kernels one by one
+      CAMDELTA_DEVICE=nvidia ctest --test-dir build-gpu -R "test_scan_pair|test_branch$|test_scan_precision" \
+        --output-on-failure -V >"$OUT/ctest-pair.log" 2>&1 || rc=1
+      grep -E "measure|tests passed|tests failed|Failed  |Timeout|FAILED|ERROR" "$OUT/ctest-pair.log" | sort -u | tail -40
+      for p in 0 1; do
+        CAMDELTA_BRANCH_PAIR=$p CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --shape sana480 --only branch \
+          --json "$OUT/bench-pair$p.json" 2>&1 | sed "s/^/[pair=$p] /" | tee -a "$OUT/bench-pair.txt" || rc=1
+        CAMDELTA_BRANCH_PAIR=$p CAMDELTA_PROFILE_KERNELS=1 CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench \
+          --shape sana480 --only branch --reps 1 --warmup 1 >/dev/null 2>"/tmp/kernels-pair$p.txt" || rc=1
+        awk '/camdelta kernel/ {k=substr($0,17,40); sub(/ +$/,"",k); n[k]++; t[k]+=$(NF-1)} END {for (k in n) printf "  %-10s %-28s %8.4f ms avg over %d\n", p, k, t[k]/n[k], n[k]}' \
+          p="[pair=$p]" "/tmp/kernels-pair$p.txt" | sort | tee -a "$OUT/bench-pair.txt"
+      done
       ;;
     prep-ab)
       shift

@@ -9,6 +9,11 @@
 
 #include "branch_problem.h"
 #include "camera_op.h"
+#include "scan_pair.h"
+
+/* The scan algorithm the branch runs with: AUTO (sequential on CPUs), and CHUNKWISE for the fused scan pair
+ * (src/ops/scan_pair.c) on every device. */
+static camdelta_scan_algorithm g_algorithm = CAMDELTA_SCAN_AUTO;
 
 /* ------------------------------------------------------------------------------------- a branch problem */
 
@@ -86,7 +91,7 @@ static camdelta_branch_args device_args(const br_problem *p, cl_mem y) {
   a.pt = a.ph = a.pw = 1;
   a.chunking = p->ch;
   a.k_scale = p->k_scale, a.norm_eps = p->eps;
-  a.algorithm = CAMDELTA_SCAN_AUTO;
+  a.algorithm = g_algorithm;
   camdelta_buffer *b[NIN] = {&a.q_raw, &a.k_raw, &a.v_raw, &a.conv_weight, &a.q_norm_weight, &a.k_norm_weight,
                              &a.camera_conditions, &a.beta, &a.decay};
   for (int i = 0; i < NIN; i++) *b[i] = (camdelta_buffer){p->din[i], 0};
@@ -149,7 +154,7 @@ static void probe_kernel_counts(const br_problem *p, unsigned n[6]) {
   for (int rev = 0; rev < 2; rev++) {
     camdelta_scan_saved *ss = NULL;
     TU_OK(camdelta_scan_saved_create(ctx, &ss));
-    camdelta_scan_args sa = {s->B, s->H, s->D, s->T, p->S, rev, CAMDELTA_SCAN_AUTO, {o[0], 0}, {o[1], 0}, {o[2], 0},
+    camdelta_scan_args sa = {s->B, s->H, s->D, s->T, p->S, rev, g_algorithm, {o[0], 0}, {o[1], 0}, {o[2], 0},
                              {p->din[IBETA], 0}, {p->din[IDECAY], 0}, {o[3], 0}, {NULL, 0}, {NULL, 0}, &pr, NULL, CAMDELTA_PRECISION_EXACT};
     TU_OK(camdelta_scan_forward(ctx, &sa, ss));
     n[1 + rev] = pr.kernels;
@@ -189,7 +194,9 @@ static void run_branch(const br_shape *s, uint64_t seed) {
   /* the profile counts every kernel once: cameras 2, conv 1, discount 1, output transform 1, prep's, the scans' */
   unsigned nk[6];
   probe_kernel_counts(&p, nk);
-  assert_int_equal(prof.kernels, 5 + nk[0] + nk[1] + nk[2]);
+  /* the fused pair: the chunkwise scan's phases A and C once, its chain for both directions, one sum */
+  const int pair = cd_scan_pair_wanted(ctx, g_algorithm, s->B * s->H, s->D, p.S);
+  assert_int_equal(prof.kernels, 5 + nk[0] + (pair ? nk[1] + 1 : nk[1] + nk[2]));
   assert_true(prof.kernel_ms > 0);
 
   double *in64[NIN];
@@ -212,8 +219,13 @@ static void run_branch(const br_shape *s, uint64_t seed) {
   camdelta_branch_grads g = {{p.dgy, 0},   {gm[GQ], 0},  {gm[GK], 0},     {gm[GV], 0},     {gm[GW], 0},
                              {gm[GQW], 0}, {gm[GKW], 0}, {gm[GBETA], 0}, {gm[GDECAY], 0}, &prof};
   TU_OK(camdelta_branch_backward(ctx, &a, &g, saved));
-  /* output transform 1, add 1, discount 1, conv 2, prep's, the scans' */
-  assert_int_equal(prof.kernels, 5 + nk[3] + nk[4] + nk[5]);
+  /* output transform 1, add 1, discount 1, conv 2, prep's, the scans'; the pair instead of the scans and the add:
+   * one scan backward's kernels + the second frames and ddecay, and the adds (dq, dk, dv with FMA; dk, dv and the
+   * state sum with tensor cores, whose grams and dq run once): + 5 either way */
+  if (pair)
+    assert_int_equal(prof.kernels, 4 + nk[3] + nk[4] + 5);
+  else
+    assert_int_equal(prof.kernels, 5 + nk[3] + nk[4] + nk[5]);
   double *rg[NGRAD];
   for (int i = 0; i < NGRAD; i++) rg[i] = malloc(gcnt[i] * 8);
   double *gy64 = tu_to_f64(p.gy, BNC);
@@ -252,6 +264,11 @@ static void run_branch(const br_shape *s, uint64_t seed) {
 static void test_branch_device(void **state) {
   (void)state;
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) run_branch(&shapes[i], 100 + i);
+  /* the fused scan pair (chunkwise) on a few shapes: T = 7 first_chunk_plus_one, T = 2 D = 112, chunk_index */
+  g_algorithm = CAMDELTA_SCAN_CHUNKWISE;
+  const size_t chunkwise[] = {0, 2, 6, 8};
+  for (size_t i = 0; i < sizeof chunkwise / sizeof chunkwise[0]; i++) run_branch(&shapes[chunkwise[i]], 300 + i);
+  g_algorithm = CAMDELTA_SCAN_AUTO;
   tu_report("branch forward y max rel err", worst_y);
   for (int i = 0; i < NGRAD; i++) {
     char what[96];

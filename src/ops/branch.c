@@ -5,12 +5,15 @@
  *   cd_short_conv_forward                k_raw -> k_conv
  *   camdelta_prep_forward                (q_raw, k_conv, v_raw) -> q, k, v (B, H, D, N), inflation_sq
  *   cd_branch_discount                   beta' = beta / max(mean_s inflation_sq, 1); beta'_r, decay_r masked
- *   camdelta_scan_forward x 2            causal (beta', decay) and reverse (beta'_r, decay_r)
- *   cd_output_transform                  sums the two scan outputs while transforming them -> y (B, N, H, D)
+ *   cd_scan_pair_forward                 where the scan runs chunkwise (and CAMDELTA_BRANCH_PAIR is not 0 at context
+ *                                        creation): both scans in one pass, their outputs summed (src/ops/scan_pair.c)
+ *   or camdelta_scan_forward x 2         causal (beta', decay) and reverse (beta'_r, decay_r)
+ *   cd_output_transform                  transforms the pair's sum (or sums the two scan outputs) -> y (B, N, H, D)
  * Backward:
  *   cd_output_transform_backward         grad_y -> grad_out (B, H, D, N), the same for both scans
- *   camdelta_scan_backward x 2           each scan's dq, dk, dv, dbeta, ddecay
- *   cd_branch_add3                       dq, dk, dv of the two scans summed
+ *   cd_scan_pair_backward                after the pair: both scans' dbeta, ddecay and their summed dq, dk, dv
+ *   or camdelta_scan_backward x 2        each scan's dq, dk, dv, dbeta, ddecay
+ *      and cd_branch_add3                dq, dk, dv of the two scans summed
  *   cd_branch_discount_backward          dbeta, ddecay, grad_inflation_sq
  *   camdelta_prep_backward               dq_raw, dk_conv, dv_raw, dq_norm_weight, dk_norm_weight
  *   cd_short_conv_backward, _reduce      dk_raw, dconv_weight
@@ -23,6 +26,7 @@
 #include "branch_common.h"
 #include "branch_sp.h"
 #include "camera_op.h"
+#include "scan_pair.h"
 
 enum { PQ, PKV, PO, RC, RS, KCONV, QB, KB, VB, INFL, IOTA, BP, BR, DR, OUTC, OUTR, MASK, SEG, NBUF };
 
@@ -265,9 +269,12 @@ static camdelta_status run_forward(camdelta_context *ctx, const camdelta_branch_
                                    camdelta_branch_saved *s, int training, const cd_branch_sp *sp) {
   const size_t B = a->B, H = a->H, D = a->D, T = a->T, N = g->N, S = g->S, C = g->C;
   camdelta_status st = warm_programs(ctx, D);
+  /* the scan pair: fused (one phase A and one phase C for both directions, src/ops/scan_pair.c) where the scan
+   * runs chunkwise, else two scans; with sp the scans go through the hooks (their states cross the ranks) */
+  const int pair = !sp && cd_scan_pair_wanted(ctx, a->algorithm, B * H, D, S);
   const size_t bytes[NBUF] = {g->BN16 * 4, g->BN16 * 4, g->BN16 * 4, g->NDh * 4, g->NDh * 4, g->BNC * 4,
                               g->BNC * 4,  g->BNC * 4,  g->BNC * 4,  g->BHN * 4, g->BHT * 4, g->BHN * 4,
-                              g->BHN * 4,  g->BHT * 4,  g->BNC * 4,  g->BNC * 4, 0,          0};
+                              g->BHN * 4,  g->BHT * 4,  g->BNC * 4,  pair ? 0 : g->BNC * 4, 0, 0};
   for (int i = 0; i < NBUF && !st; i++)
     if (bytes[i]) st = cd_ensure_buffer(ctx, &s->mem[i], &s->bytes[i], bytes[i]);
   s->valid = 0;
@@ -341,7 +348,14 @@ static camdelta_status run_forward(camdelta_context *ctx, const camdelta_branch_
     st = cd_launch_end(ctx, &l, st);
     add_profile(prof, &part);
   }
-  for (int rev = 0; rev < 2 && (!st || sp); rev++) {
+  if (pair && !st) {
+    const cd_scan_pair_args pa = {B,     H,     D,     T,         S,         m[QB],     m[KB],     m[VB],
+                                  m[BP], a->decay, s->mem[MASK], m[OUTC], {NULL, 0}, {NULL, 0}, {NULL, 0},
+                                  {NULL, 0}, a->precision, pp};
+    st = cd_scan_pair_forward(ctx, &pa, training ? s->scan_c : NULL, training ? s->scan_r : NULL);
+    add_profile(prof, &part);
+  }
+  for (int rev = 0; rev < 2 && !pair && (!st || sp); rev++) {
     camdelta_scan_args sa = {B,     H,           D,     T,     S,      rev,    a->algorithm,
                              m[QB], m[KB],       m[VB], rev ? m[BR] : m[BP], rev ? m[DR] : a->decay,
                              rev ? m[OUTR] : m[OUTC], {NULL, 0}, {NULL, 0}, pp, NULL, a->precision};
@@ -351,7 +365,8 @@ static camdelta_status run_forward(camdelta_context *ctx, const camdelta_branch_
   }
   if (!st) {
     begin(&l, pp);
-    const camdelta_output_transform_args oa = {B,      N,         H,         D,        m[OUTC],  m[OUTR], m[PO],
+    const camdelta_buffer out2 = pair ? (camdelta_buffer){NULL, 0} : m[OUTR]; /* the pair's output is the sum */
+    const camdelta_output_transform_args oa = {B,      N,         H,         D,        m[OUTC],  out2,     m[PO],
                                                m[RC],  m[RS],     a->y,      {NULL, 0}, {NULL, 0}, NULL};
     st = cd_output_transform_enqueue(ctx, 0, &oa, &l);
     st = cd_launch_end(ctx, &l, st);
@@ -462,7 +477,19 @@ static camdelta_status run_backward(camdelta_context *ctx, const camdelta_branch
     st = cd_launch_end(ctx, &l, st);
     add_profile(prof, &part);
   }
-  for (int rev = 0; rev < 2 && (!st || sp); rev++) {
+  /* the scan pair's backward where the forward ran the pair: both directions' gradients, the work they share done
+   * once, dq, dk, dv summed (src/ops/scan_pair.c); else two scan backward calls and an add */
+  const int pair = !sp && cd_scan_pair_wanted(ctx, a->algorithm, B * H, D, S);
+  if (pair && !st) {
+    const camdelta_buffer none = {NULL, 0};
+    const cd_scan_pair_bwd_args pb = {B,     H,     D,     T,     S,     m[QB],  m[KB],  m[VB], m[BP],
+                                      a->decay, m[BR], m[DR], s->mem[MASK], x[GOUT], none, none, none, none,
+                                      x[DQ], x[DK], x[DV], x[DB], x[DB2], x[DD], x[DD2], none, none,
+                                      x[DQ2], x[DK2], x[DV2], a->precision, pp};
+    st = cd_scan_pair_backward(ctx, &pb, s->scan_c, s->scan_r);
+    add_profile(prof, &part);
+  }
+  for (int rev = 0; rev < 2 && !pair && (!st || sp); rev++) {
     camdelta_scan_backward_args sb = {B,
                                       H,
                                       D,
@@ -493,9 +520,9 @@ static camdelta_status run_backward(camdelta_context *ctx, const camdelta_branch
     begin(&l, pp);
     cl_kernel ka = NULL, kd = NULL;
     size_t ts;
-    st = cd_branch_kernel(ctx, D, "cd_branch_add3", &ka, &ts);
+    if (!pair) st = cd_branch_kernel(ctx, D, "cd_branch_add3", &ka, &ts);
     if (!st) st = cd_branch_kernel(ctx, D, "cd_branch_discount_backward", &kd, &ts);
-    if (!st) {
+    if (!st && !pair) {
       cd_args ar = {ka, 0, CL_SUCCESS};
       for (int i = 0; i < 3; i++) {
         cd_arg_mem(&ar, scr[DQ + i]);

@@ -43,6 +43,7 @@
 #include "internal.h"
 #include "scan_hook.h"
 #include "scan_packed.h"
+#include "scan_pair.h"
 #include "scan_warm.h"
 #include "tune.h"
 
@@ -555,16 +556,13 @@ static camdelta_status run_sequential(camdelta_context *ctx, const scan_job *j, 
   return cd_enqueue(ctx, k, 2, gws, lws, l, "cd_scan_sequential");
 }
 
-static camdelta_status run_chunkwise(camdelta_context *ctx, const scan_job *j, cl_kernel ka, cl_kernel kb,
-                                     cl_kernel kc, const chunk_cfg *c, const cd_tc_set *tc, cd_launch *l,
-                                     const cd_scan_hook *hook) {
+/* Phase A: A_f, U_f of every (b, h, f) into A and U ((B, H, F, D, D) each). */
+static camdelta_status enqueue_phase_a(camdelta_context *ctx, const scan_job *j, cl_kernel ka, const chunk_cfg *c,
+                                       const cd_tc_set *tc, cl_mem A, cl_mem U, cd_launch *l) {
   const camdelta_scan_args *p = j->p;
-  const size_t D = p->D, frames_bytes = j->BHF * D * D * sizeof(float);
-  cl_mem A = NULL, U = NULL, states = j->post;
-  camdelta_status st = cd_alloc(ctx, frames_bytes, &A);
-  if (!st) st = cd_alloc(ctx, frames_bytes, &U);
-  if (!st && !states) st = cd_alloc(ctx, frames_bytes, &states);
-  if (!st && tc->on) {
+  const size_t D = p->D;
+  camdelta_status st = CAMDELTA_OK;
+  if (tc->on) {
     const unsigned tm = cd_tc_tm(&tc->g), tn = cd_tc_tn(&tc->g), nr = ceil_div(D, tm), ncol = ceil_div(D, tn);
     cd_args a = {tc->gram, 0, CL_SUCCESS};
     cd_arg_buf(&a, p->k);
@@ -585,7 +583,7 @@ static camdelta_status run_chunkwise(camdelta_context *ctx, const scan_job *j, c
     if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_gram_tc: setting arguments");
     const size_t w = cd_tc_wg(&tc->g), lws[2] = {w, 1}, gws[2] = {w * nr * 2 * ncol, j->BHF};
     if (!st) st = cd_enqueue(ctx, tc->gram, 2, gws, lws, l, "cd_gram_tc (phase A)");
-  } else if (!st) {
+  } else {
     cd_args a = {ka, 0, CL_SUCCESS};
     cd_arg_buf(&a, p->k);
     cd_arg_buf(&a, p->v);
@@ -604,6 +602,60 @@ static camdelta_status run_chunkwise(camdelta_context *ctx, const scan_job *j, c
     const size_t lws[2] = {c->a_w, 1}, gws[2] = {(size_t)c->a_w * j->BHF, (size_t)c->a_nr * c->a_nc};
     if (!st) st = cd_enqueue(ctx, ka, 2, gws, lws, l, "cd_scan_phase_a");
   }
+  return st;
+}
+
+/* Phase C: out_f = Q_f·states_f for every (b, h, f). */
+static camdelta_status enqueue_phase_c(camdelta_context *ctx, const scan_job *j, cl_kernel kc, const chunk_cfg *c,
+                                       const cd_tc_set *tc, cl_mem states, cd_launch *l) {
+  const camdelta_scan_args *p = j->p;
+  const size_t D = p->D;
+  camdelta_status st = CAMDELTA_OK;
+  if (tc->on) {
+    const unsigned tm = cd_tc_tm(&tc->a), tn = cd_tc_tn(&tc->a), nr = ceil_div(D, tm), ns = ceil_div(p->S, tn);
+    cd_args a = {tc->apply, 0, CL_SUCCESS};
+    cd_arg_buf(&a, p->q);
+    cd_arg_buf(&a, (camdelta_buffer){states, 0});
+    cd_arg_buf(&a, (camdelta_buffer){states, 0});
+    cd_arg_buf(&a, p->out);
+    cd_arg_u64(&a, j->N);
+    cd_arg_u32(&a, (uint32_t)p->S);
+    cd_arg_u32(&a, (uint32_t)p->F);
+    cd_arg_u32(&a, nr);
+    cd_arg_i32(&a, 1);
+    cd_arg_i32(&a, 0);
+    cd_arg_i32(&a, 0);
+    arg_pk(&a, j);
+    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_apply_tc: setting arguments");
+    const size_t w = cd_tc_wg(&tc->a), lws[2] = {w, 1}, gws[2] = {w * nr * ns, j->BHF};
+    if (!st) st = cd_enqueue(ctx, tc->apply, 2, gws, lws, l, "cd_apply_tc (phase C)");
+  } else {
+    cd_args a = {kc, 0, CL_SUCCESS};
+    cd_arg_buf(&a, p->q);
+    cd_arg_buf(&a, (camdelta_buffer){states, 0});
+    cd_arg_buf(&a, p->out);
+    cd_arg_u64(&a, j->N);
+    cd_arg_u32(&a, (uint32_t)p->S);
+    cd_arg_u32(&a, (uint32_t)p->F);
+    cd_arg_u32(&a, c->c_ns);
+    arg_pk(&a, j);
+    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_scan_phase_c: setting arguments");
+    const size_t lws[2] = {c->c_w, 1}, gws[2] = {(size_t)c->c_w * j->BHF, (size_t)c->c_nv * c->c_ns};
+    if (!st) st = cd_enqueue(ctx, kc, 2, gws, lws, l, "cd_scan_phase_c");
+  }
+  return st;
+}
+
+static camdelta_status run_chunkwise(camdelta_context *ctx, const scan_job *j, cl_kernel ka, cl_kernel kb,
+                                     cl_kernel kc, const chunk_cfg *c, const cd_tc_set *tc, cd_launch *l,
+                                     const cd_scan_hook *hook) {
+  const camdelta_scan_args *p = j->p;
+  const size_t D = p->D, frames_bytes = j->BHF * D * D * sizeof(float);
+  cl_mem A = NULL, U = NULL, states = j->post;
+  camdelta_status st = cd_alloc(ctx, frames_bytes, &A);
+  if (!st) st = cd_alloc(ctx, frames_bytes, &U);
+  if (!st && !states) st = cd_alloc(ctx, frames_bytes, &states);
+  if (!st) st = enqueue_phase_a(ctx, j, ka, c, tc, A, U, l);
   if (!st && hook) st = hook->fn(hook->user, A, U, NULL); /* scan_hook.h */
   if (!st) {
     cd_args a = {kb, 0, CL_SUCCESS};
@@ -624,38 +676,7 @@ static camdelta_status run_chunkwise(camdelta_context *ctx, const scan_job *j, c
     const size_t lws[2] = {c->b_w, 1}, gws[2] = {(size_t)c->b_w * j->BH, c->b_nj};
     if (!st) st = cd_enqueue(ctx, kb, 2, gws, lws, l, "cd_scan_phase_b");
   }
-  if (!st && tc->on) {
-    const unsigned tm = cd_tc_tm(&tc->a), tn = cd_tc_tn(&tc->a), nr = ceil_div(D, tm), ns = ceil_div(p->S, tn);
-    cd_args a = {tc->apply, 0, CL_SUCCESS};
-    cd_arg_buf(&a, p->q);
-    cd_arg_buf(&a, (camdelta_buffer){states, 0});
-    cd_arg_buf(&a, (camdelta_buffer){states, 0});
-    cd_arg_buf(&a, p->out);
-    cd_arg_u64(&a, j->N);
-    cd_arg_u32(&a, (uint32_t)p->S);
-    cd_arg_u32(&a, (uint32_t)p->F);
-    cd_arg_u32(&a, nr);
-    cd_arg_i32(&a, 1);
-    cd_arg_i32(&a, 0);
-    cd_arg_i32(&a, 0);
-    arg_pk(&a, j);
-    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_apply_tc: setting arguments");
-    const size_t w = cd_tc_wg(&tc->a), lws[2] = {w, 1}, gws[2] = {w * nr * ns, j->BHF};
-    if (!st) st = cd_enqueue(ctx, tc->apply, 2, gws, lws, l, "cd_apply_tc (phase C)");
-  } else if (!st) {
-    cd_args a = {kc, 0, CL_SUCCESS};
-    cd_arg_buf(&a, p->q);
-    cd_arg_buf(&a, (camdelta_buffer){states, 0});
-    cd_arg_buf(&a, p->out);
-    cd_arg_u64(&a, j->N);
-    cd_arg_u32(&a, (uint32_t)p->S);
-    cd_arg_u32(&a, (uint32_t)p->F);
-    cd_arg_u32(&a, c->c_ns);
-    arg_pk(&a, j);
-    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_scan_phase_c: setting arguments");
-    const size_t lws[2] = {c->c_w, 1}, gws[2] = {(size_t)c->c_w * j->BHF, (size_t)c->c_nv * c->c_ns};
-    if (!st) st = cd_enqueue(ctx, kc, 2, gws, lws, l, "cd_scan_phase_c");
-  }
+  if (!st) st = enqueue_phase_c(ctx, j, kc, c, tc, states, l);
   /* Releasing after enqueue is safe: the runtime keeps the buffers alive until the kernels finish. */
   if (A) clReleaseMemObject(A);
   if (U) clReleaseMemObject(U);
@@ -884,6 +905,70 @@ camdelta_status camdelta_scan_sp_forward_hooked(camdelta_context *ctx, const cam
     saved->valid = 1;
   }
   return st;
+}
+
+/* ------------------------------------------------------------------- the chunkwise phases, internally */
+
+/* For the fused scan pair (src/ops/scan_pair.c): the chunkwise plan of one scan call and its phases A and C,
+ * exactly as camdelta_scan_forward runs them. */
+struct cd_scan_chunk {
+  camdelta_scan_args args;
+  scan_job job;
+  fwd_plan pl;
+};
+
+camdelta_status cd_scan_chunk_create(camdelta_context *ctx, const camdelta_scan_args *args, cd_scan_chunk **out) {
+  *out = NULL;
+  cd_scan_chunk *c = calloc(1, sizeof *c);
+  if (!c) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", OP);
+  c->args = *args;
+  c->args.algorithm = CAMDELTA_SCAN_CHUNKWISE;
+  size_t n_tok, n_frames;
+  camdelta_status st = check_args(&c->args, &n_tok, &c->job.n_state, &n_frames);
+  if (!st) st = plan_forward(ctx, &c->args, &c->pl);
+  if (st) {
+    free(c);
+    return st;
+  }
+  c->job.p = &c->args;
+  c->job.N = args->F * args->S, c->job.BH = args->B * args->H, c->job.BHF = n_frames;
+  *out = c;
+  return CAMDELTA_OK;
+}
+
+void cd_scan_chunk_destroy(cd_scan_chunk *c) {
+  if (!c) return;
+  plan_release(&c->pl);
+  free(c);
+}
+
+void cd_scan_chunk_phase_b(const cd_scan_chunk *c, const char **options, unsigned *w, unsigned *nj) {
+  *options = c->pl.cc.opts, *w = c->pl.cc.b_w, *nj = c->pl.cc.b_nj;
+}
+
+void cd_scan_chunk_describe(const cd_scan_chunk *c, char *buf, size_t size) { plan_text(&c->pl, &c->args, buf, size); }
+
+camdelta_status cd_scan_chunk_phase_a(camdelta_context *ctx, const cd_scan_chunk *c, cl_mem A, cl_mem U,
+                                      cd_launch *l) {
+  return enqueue_phase_a(ctx, &c->job, c->pl.kern[0], &c->pl.cc, &c->pl.tc, A, U, l);
+}
+
+camdelta_status cd_scan_chunk_phase_c(camdelta_context *ctx, const cd_scan_chunk *c, cl_mem states, cd_launch *l) {
+  return enqueue_phase_c(ctx, &c->job, c->pl.kern[2], &c->pl.cc, &c->pl.tc, states, l);
+}
+
+camdelta_status cd_scan_chunk_options(camdelta_context *ctx, size_t BH, size_t D, size_t S, char *opts, size_t size) {
+  dev_limits lim;
+  cl_kernel kern[3];
+  seq_cfg sc;
+  chunk_cfg cc;
+  memset(&cc, 0, sizeof cc); /* not the packed variant */
+  camdelta_status st = device_limits(ctx, &lim);
+  if (!st) st = build_kernels(ctx, &lim, CAMDELTA_SCAN_CHUNKWISE, BH, D, S, kern, &sc, &cc);
+  if (st) return st;
+  release_kernels(kern, 3);
+  snprintf(opts, size, "%s", cc.opts);
+  return CAMDELTA_OK;
 }
 
 /* ------------------------------------------------------------------- packed clips, native (scan_packed.c) */

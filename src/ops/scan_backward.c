@@ -24,6 +24,7 @@
 #include "internal.h"
 #include "scan_hook.h"
 #include "scan_packed.h"
+#include "scan_pair.h"
 #include "tune.h"
 
 static const char OP[] = "camdelta_scan_backward";
@@ -37,6 +38,7 @@ typedef struct sb_config {
   size_t tpt; /* frames: tokens per lane */
   size_t mc;  /* frames: contraction chunk */
   size_t rl;  /* ddecay: work-group size (power of two) */
+  char opts[256]; /* the build options of scan_backward.cl these fields give */
 } sb_config;
 
 typedef struct sb_kernels {
@@ -152,8 +154,8 @@ static camdelta_status build_kernels(camdelta_context *ctx, size_t D, int skip_d
     camdelta_status st = choose_config(D, local, wg_grams, wg_frames, wg_chain, wg_rl, cfg);
     if (!st && overridden) st = apply_override(D, local, dev_wg, ov, cfg);
     if (st) return st;
-    char opts[256];
-    snprintf(opts, sizeof opts,
+    char *const opts = cfg->opts;
+    snprintf(cfg->opts, sizeof cfg->opts,
              "-DCD_D=%zu -DCD_RPT=%zu -DCD_TSG=%zu -DCD_CB=%zu -DCD_DPT=%zu -DCD_TL=%zu -DCD_TPT=%zu -DCD_MC=%zu "
              "-DCD_RL=%zu%s%s",
              D, cfg->rpt, cfg->tsg, cfg->cb, cfg->dpt, cfg->tl, cfg->tpt, cfg->mc, cfg->rl,
@@ -301,7 +303,7 @@ static camdelta_status run_backward(camdelta_context *ctx, const camdelta_scan_b
   const int has_dinit = args->dinit_state.mem != NULL;
 
   /* Build everything before enqueuing anything. */
-  sb_config cfg = {0, 0, 0, 0, 0, 0, 0, 0};
+  sb_config cfg = {0, 0, 0, 0, 0, 0, 0, 0, ""};
   sb_kernels k;
   cd_tc_set tc;
   const size_t offs[6] = {args->q.offset,    args->k.offset,  args->v.offset, args->beta.offset,
@@ -497,4 +499,17 @@ static camdelta_status run_backward(camdelta_context *ctx, const camdelta_scan_b
 camdelta_status cd_scan_backward_native(camdelta_context *ctx, const camdelta_scan_backward_args *args,
                                         const cd_packed_run *pr, const camdelta_scan_saved *saved) {
   return run_backward(ctx, args, saved, pr->N, pr, NULL);
+}
+
+camdelta_status cd_scan_bwd_tiles_for(camdelta_context *ctx, size_t D, int skip_dq, cd_scan_bwd_tiles *t) {
+  sb_config cfg;
+  sb_kernels k;
+  memset(&cfg, 0, sizeof cfg);
+  camdelta_status st = build_kernels(ctx, D, skip_dq, &cfg, &k, "");
+  if (st) return st;
+  release_kernels(&k);
+  snprintf(t->opts, sizeof t->opts, "%s", cfg.opts);
+  t->grams_wg = (D / cfg.rpt) * (D / cfg.rpt), t->frames_wg = cfg.tl * (D / cfg.dpt);
+  t->frames_tokens = cfg.tl * cfg.tpt, t->chain_cb = cfg.cb, t->rl = cfg.rl;
+  return CAMDELTA_OK;
 }

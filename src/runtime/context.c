@@ -59,6 +59,8 @@ static camdelta_status finish_create(camdelta_context *ctx) {
   ctx->prep_fused = pf && pf[0] >= '0' && pf[0] <= '2' && !pf[1] ? pf[0] - '0' : -1;
   const char *pbf = getenv("CAMDELTA_PREP_BWD_FUSED");
   ctx->prep_bwd_fused = pbf && pbf[0] >= '0' && pbf[0] <= '2' && !pbf[1] ? pbf[0] - '0' : -1;
+  const char *bp = getenv("CAMDELTA_BRANCH_PAIR");
+  ctx->branch_pair = bp && bp[0] == '0' && !bp[1] ? 0 : 1;
   camdelta_status st = cd_prep_fwd_tiles_env(ctx->prep_fwd_tiles);
   return st ? st : cd_prep_bwd_tiles_env(ctx->prep_bwd_tiles);
 }

@@ -4,6 +4,7 @@
 #include "camera_op.h"
 #include "internal.h"
 #include "prep_common.h"
+#include "scan_pair.h"
 #include "scan_warm.h"
 
 /* Programs that depend on the head dim only. */
@@ -44,5 +45,6 @@ camdelta_status camdelta_warm_shape(camdelta_context *ctx, size_t B, size_t H, s
   if (!cd_mul(&BH, B, H)) return cd_fail(CAMDELTA_ERROR_OVERFLOW, "%s: B*H overflows size_t", op);
   if ((st = warm_head_dim(ctx, D))) return st;
   if ((st = cd_branch_warm(ctx, D))) return st; /* the camera branch's own programs */
+  if ((st = cd_scan_pair_warm(ctx, BH, D, S))) return st; /* its fused scan pair (src/ops/scan_pair.c) */
   return cd_scan_warm(ctx, BH, D, S);
 }

@@ -1,0 +1,214 @@
+/* The fused scan pair of the camera branch (SPEC 8.4; host src/ops/scan_pair.c): a causal and a chunk-masked
+ * reverse delta-rule scan over the same q, k, v, summed. The reverse scan's gates equal the causal ones except
+ * β = 0 and decay = 0 at its masked frames, so its A_f, U_f equal the causal A_f, U_f except A_f = 0, U_f = 0
+ * there: phase A (scan_chunkwise.cl / gemm_tc.cl) runs once, this file's phase B runs both chains in one launch,
+ * cd_pair_sum adds the two directions' per-frame states and phase C runs once on the sum (the output is linear
+ * in the state).
+ *
+ *   cd_pair_phase_b  per (direction, b, h, block of value columns), serial over frames: the chains of
+ *                    scan_chunkwise.cl's cd_scan_phase_b (same build options CD_D, CD_B_*; same tiles and the same
+ *                    order of every sum, so each direction's states are bit-identical to its own scan's)
+ *                      causal  M_f = A_f·M_{f−1} + U_f                              -> post_c[f]
+ *                      reverse T_{F−1} = init_r, T_{f−1} = [mask_f] (A_f·T_f + U_f)  -> post_r[f − 1]
+ *                              (post_r[F − 1] = init_r)
+ *                    Launch: local (B_WR·B_WC, 1), global (local·B·H, 2·nj): groups [0, nj) causal, the rest reverse.
+ *   cd_pair_sum      sum[i] = a[i] + b[i], float4 elements; launch: global n4 rounded up to the local size.
+ *   cd_pair_bwd_chain  both directions' G chains of the scan backward (built with scan_backward.cl's options).
+ *   cd_pair_add      a[i] += b[i]. */
+
+#define CD_CEIL(a, b) (((a) + (b) - 1) / (b))
+
+#ifdef CD_B_WR
+#define B_W (CD_B_WR * CD_B_WC)
+#define B_TM (CD_B_WR * CD_B_RM)
+#define B_TN (CD_B_WC * CD_B_RN)
+#define B_LDA (B_TM + 1)
+
+__kernel __attribute__((reqd_work_group_size(B_W, 1, 1))) void cd_pair_phase_b(
+    __global const float *A, ulong a_off, __global const float *U, ulong u_off, __global const uint *mask,
+    __global const float *init_c, ulong init_c_off, __global const float *init_r, ulong init_r_off,
+    __global float *post_c, ulong post_c_off, __global float *post_r, ulong post_r_off, __global float *fin_c,
+    ulong fin_c_off, __global float *fin_r, ulong fin_r_off, uint F, uint nj, int has_init_c, int has_init_r,
+    int want_final_c, int want_final_r) {
+  __local float Ms[CD_D * B_TN];     /* the state's column block Ms[k][j]; also stages U_f */
+  __local float As[CD_B_KC * B_LDA]; /* As[kk][i] = A[i][k0 + kk]                         */
+  const uint lid = get_local_id(0);
+  const uint ic = lid % CD_B_WC, ir = lid / CD_B_WC;
+  const ulong bh = get_group_id(0);
+  const int reverse = get_group_id(1) >= nj;
+  const uint j0 = (get_group_id(1) % nj) * CD_B_J;
+  const uint jn = min((uint)CD_B_J, (uint)CD_D - j0); /* valid value columns of this block */
+  const ulong DD = (ulong)(CD_D * CD_D);
+  const ulong sbase = bh * DD + j0; /* (B, H, D, D), this block's first column */
+  __global float *post = reverse ? post_r : post_c;
+  const ulong post_off = reverse ? post_r_off : post_c_off;
+  const int has_init = reverse ? has_init_r : has_init_c;
+  const int want_final = reverse ? want_final_r : want_final_c;
+
+#define P_SAVE(buf, base)                                         \
+  for (uint e = lid; e < CD_D * B_TN; e += B_W) {                 \
+    const uint i_ = e / B_TN, j_ = e % B_TN;                      \
+    if (j_ < jn) (buf)[(base) + i_ * CD_D + j_] = Ms[e];          \
+  }
+#define P_LOAD(buf, base, on)                                           \
+  for (uint e = lid; e < CD_D * B_TN; e += B_W) {                      \
+    const uint i_ = e / B_TN, j_ = e % B_TN;                            \
+    Ms[e] = ((on) && j_ < jn) ? (buf)[(base) + i_ * CD_D + j_] : 0.0f; \
+  }
+
+  float m[CD_B_RM][CD_B_RN];
+  for (uint e = lid; e < CD_B_KC * B_LDA; e += B_W) As[e] = 0.0f;
+  if (reverse) {
+    P_LOAD(init_r, init_r_off + sbase, has_init);
+  } else {
+    P_LOAD(init_c, init_c_off + sbase, has_init);
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+  for (int a = 0; a < CD_B_RM; a++) {
+    const uint i = ir + CD_B_WR * a;
+#pragma unroll
+    for (int c = 0; c < CD_B_RN; c++) m[a][c] = i < CD_D ? Ms[i * B_TN + ic + CD_B_WC * c] : 0.0f;
+  }
+  /* Invariant at the top of each step: Ms holds m, visible to the whole work-group. */
+  if (reverse) P_SAVE(post, post_off + (bh * F + F - 1) * DD + j0); /* output frame F−1 reads init_r */
+  const uint nsteps = reverse ? (F - 1 + (want_final ? 1 : 0)) : F;
+  for (uint t = 0; t < nsteps; t++) {
+    const uint kf = reverse ? F - 1 - t : t;        /* key frame of this step */
+    const int qf = reverse ? (int)kf - 1 : (int)kf; /* output frame reading the result, or -1 */
+    const int keep = !reverse || mask[kf] != 0u;    /* uniform over the work-group */
+    const ulong fbase = (bh * F + kf) * DD;
+    /* m = A_kf · Ms (A_kf = 0 at a masked reverse frame) */
+#pragma unroll
+    for (int a = 0; a < CD_B_RM; a++)
+#pragma unroll
+      for (int c = 0; c < CD_B_RN; c++) m[a][c] = 0.0f;
+    for (uint k0 = 0; k0 < CD_D; k0 += CD_B_KC) {
+      barrier(CLK_LOCAL_MEM_FENCE);
+      for (uint e = lid; e < CD_D * CD_B_KC; e += B_W) {
+        const uint i = e / CD_B_KC, kk = e % CD_B_KC;
+        As[kk * B_LDA + i] = keep ? A[a_off + fbase + i * CD_D + k0 + kk] : 0.0f;
+      }
+      barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll 4
+      for (int kk = 0; kk < CD_B_KC; kk++) {
+        float ar[CD_B_RM], mr[CD_B_RN];
+#pragma unroll
+        for (int a = 0; a < CD_B_RM; a++) ar[a] = As[kk * B_LDA + ir + CD_B_WR * a];
+#pragma unroll
+        for (int c = 0; c < CD_B_RN; c++) mr[c] = Ms[(k0 + kk) * B_TN + ic + CD_B_WC * c];
+#pragma unroll
+        for (int a = 0; a < CD_B_RM; a++)
+#pragma unroll
+          for (int c = 0; c < CD_B_RN; c++) m[a][c] = fma(ar[a], mr[c], m[a][c]);
+      }
+    }
+    /* m += U_kf (staged through Ms; zero at a masked reverse frame), then publish m */
+    barrier(CLK_LOCAL_MEM_FENCE);
+    P_LOAD(U, u_off + fbase + j0, keep);
+    barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+    for (int a = 0; a < CD_B_RM; a++) {
+      const uint i = ir + CD_B_WR * a;
+      if (i < CD_D)
+#pragma unroll
+        for (int c = 0; c < CD_B_RN; c++) m[a][c] += Ms[i * B_TN + ic + CD_B_WC * c];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+    for (int a = 0; a < CD_B_RM; a++) {
+      const uint i = ir + CD_B_WR * a;
+      if (i < CD_D)
+#pragma unroll
+        for (int c = 0; c < CD_B_RN; c++) Ms[i * B_TN + ic + CD_B_WC * c] = m[a][c];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (qf >= 0) P_SAVE(post, post_off + (bh * F + (uint)qf) * DD + j0);
+  }
+  if (want_final) {
+    if (reverse) {
+      P_SAVE(fin_r, fin_r_off + sbase);
+    } else {
+      P_SAVE(fin_c, fin_c_off + sbase);
+    }
+  }
+#undef P_SAVE
+#undef P_LOAD
+}
+#endif /* CD_B_WR */
+
+__kernel void cd_pair_sum(__global const float4 *a, __global const float4 *b, __global float4 *out, ulong n4) {
+  const ulong i = get_global_id(0);
+  if (i < n4) out[i] = a[i] + b[i];
+}
+
+/* ------------------------------------------------------------------------------------- backward chain */
+/* Built with scan_backward.cl's options (CD_D, CD_CB, ...). Both directions' G chains of cd_scan_bwd_chain (no
+ * recompute) in one launch, the reverse one with A_f = 0 at its masked frames; the same arithmetic in the same
+ * order as that kernel, so each direction's G is bit-identical to its own scan backward's.
+ *   causal  f = F−1..0: G_f = W_f + x, x = A_f·G_f               (x starts at grad_final_c; dinit_c = x)
+ *   reverse f = 0..F−1: G_f = x, x = W_f + [mask_f] A_f·G_f        (x starts at grad_final_r; dinit_r = x)
+ * Launch: local D, global D·2·B·H·(D / CB): groups [0, G) causal, [G, 2·G) reverse. */
+#ifdef CD_CB
+#define CD_PDD ((ulong)CD_D * CD_D)
+
+/* x[c] = [use_add] add[i, c0 + c] + [keep] sum_m Am[m, i]·Yl[m][c] (cd_chain_step of scan_backward.cl) */
+inline void cd_pair_chain_step(local float4 *Yl4, float *x, global const float *Am, int keep,
+                               global const float *add, int use_add, uint i, uint c0) {
+  local float *Yl = (local float *)Yl4;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int c = 0; c < CD_CB; c++) Yl[i * CD_CB + c] = x[c];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  float y[CD_CB];
+  for (int c = 0; c < CD_CB; c++) y[c] = use_add ? add[i * CD_D + c0 + c] : 0.0f;
+  if (keep)
+    for (uint m = 0; m < CD_D; m++) {
+      const float a = Am[m * CD_D + i];
+      for (int c4 = 0; c4 < CD_CB / 4; c4++) {
+        const float4 yl = Yl4[m * (CD_CB / 4) + c4];
+        y[4 * c4] = fma(a, yl.x, y[4 * c4]);
+        y[4 * c4 + 1] = fma(a, yl.y, y[4 * c4 + 1]);
+        y[4 * c4 + 2] = fma(a, yl.z, y[4 * c4 + 2]);
+        y[4 * c4 + 3] = fma(a, yl.w, y[4 * c4 + 3]);
+      }
+    }
+  for (int c = 0; c < CD_CB; c++) x[c] = y[c];
+}
+
+kernel void cd_pair_bwd_chain(global const float *A, ulong A_off, global const float *W, ulong W_off,
+                              global const uint *mask, global const float *gf_c, ulong gf_c_off,
+                              global const float *gf_r, ulong gf_r_off, global float *G_c, ulong G_c_off,
+                              global float *G_r, ulong G_r_off, global float *di_c, ulong di_c_off, global float *di_r,
+                              ulong di_r_off, uint F, int has_gf_c, int has_gf_r, int has_di_c, int has_di_r) {
+  local float4 Yl4[CD_D * CD_CB / 4];
+  const uint i = get_local_id(0);
+  const ulong nhalf = get_num_groups(0) / 2;
+  const int reverse = get_group_id(0) >= nhalf;
+  const ulong grp = get_group_id(0) % nhalf;
+  const uint c0 = (uint)(grp % (CD_D / CD_CB)) * CD_CB;
+  const ulong bh = grp / (CD_D / CD_CB);
+  const ulong fb = bh * F * CD_PDD; /* (b, h) base of the (B, H, F, D, D) buffers */
+  global const float *gf = reverse ? gf_r + gf_r_off : gf_c + gf_c_off;
+  global float *G = reverse ? G_r + G_r_off : G_c + G_c_off;
+  global float *di = reverse ? di_r + di_r_off : di_c + di_c_off;
+  const int has_gf = reverse ? has_gf_r : has_gf_c, has_di = reverse ? has_di_r : has_di_c;
+  float x[CD_CB];
+  for (int c = 0; c < CD_CB; c++) x[c] = has_gf ? gf[bh * CD_PDD + i * CD_D + c0 + c] : 0.0f;
+  for (uint r = 0; r < F; r++) {
+    const uint f = reverse ? r : F - 1 - r;
+    if (!reverse)
+      for (int c = 0; c < CD_CB; c++) x[c] += W[W_off + fb + f * CD_PDD + i * CD_D + c0 + c];
+    for (int c = 0; c < CD_CB; c++) G[fb + f * CD_PDD + i * CD_D + c0 + c] = x[c];
+    const int keep = !reverse || mask[f] != 0u;
+    cd_pair_chain_step(Yl4, x, A + A_off + fb + f * CD_PDD, keep, W + W_off + fb + f * CD_PDD, reverse, i, c0);
+  }
+  if (has_di)
+    for (int c = 0; c < CD_CB; c++) di[bh * CD_PDD + i * CD_D + c0 + c] = x[c];
+}
+#endif /* CD_CB */
+
+/* a[i] += b[i] (the two directions' dq, dk or dv; the same bits as cd_branch_add3) */
+__kernel void cd_pair_add(__global float *a, ulong a_off, __global const float *b, ulong b_off, ulong n) {
+  const ulong i = get_global_id(0);
+  if (i < n) a[a_off + i] = a[a_off + i] + b[b_off + i];
+}
