@@ -22,20 +22,13 @@
 
 #include "backward.h"
 #include "internal.h"
+#include "scan_tiles.h"
 #include "tune.h"
 
 static const char OP[] = "camdelta_scan_backward";
 
-typedef struct sb_config {
-  size_t rpt; /* grams: rows (and columns) per work-item; work-group (D/rpt)^2 */
-  size_t tsg; /* grams: tokens per local chunk */
-  size_t cb;  /* chain: columns per work-group; work-group D */
-  size_t dpt; /* frames: value columns per work-item */
-  size_t tl;  /* frames: token lanes; work-group tl * D/dpt */
-  size_t tpt; /* frames: tokens per lane */
-  size_t mc;  /* frames: contraction chunk */
-  size_t rl;  /* ddecay: work-group size (power of two) */
-} sb_config;
+/* The tile policy (parameters, constraints, local memory) lives in src/tune/scan_tiles.c. */
+typedef cd_sbwd_cfg sb_config;
 
 typedef struct sb_kernels {
   cl_kernel grams, chain, frames, ddecay;
@@ -49,105 +42,26 @@ static void release_kernels(sb_kernels *k) {
   memset(k, 0, sizeof *k);
 }
 
-static size_t frames_local_bytes(size_t D, const sb_config *c) {
-  const size_t ts = c->tl * c->tpt;
-  return (D * ts + c->mc * (2 * D + 4) + (D / c->dpt) * ts) * sizeof(float);
-}
-
-/* Largest configuration that fits the work-group limits (per kernel) and the local memory. */
-static camdelta_status choose_config(size_t D, size_t local_bytes, size_t wg_grams, size_t wg_frames, size_t wg_chain,
-                                     size_t wg_rl, sb_config *c) {
-  if (D > wg_chain)
-    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: D=%zu needs work-groups of %zu work-items, the device allows %zu",
-                   OP, D, D, wg_chain);
-  c->rpt = D;
-  for (size_t r = D >= 64 ? 8 : 4; r <= D; r += 4)
-    if (D % r == 0 && (D / r) * (D / r) <= wg_grams) {
-      c->rpt = r;
-      break;
-    }
-  c->tsg = 32;
-  while (c->tsg > 8 && 2 * c->tsg * (D + 4) * sizeof(float) > local_bytes) c->tsg /= 2;
-  c->cb = 8;
-  c->dpt = D % 16 == 0 ? 16 : 8;
-  c->tl = 32;
-  c->tpt = 2;
-  c->mc = 16; /* fewer barriers and longer runs between them when it fits, else 8 */
-  while (c->tl > 1 && c->tl * (D / c->dpt) > wg_frames) c->tl /= 2;
-  if (D % 16 != 0 || frames_local_bytes(D, c) > local_bytes) c->mc = 8;
-  while (frames_local_bytes(D, c) > local_bytes && (c->tpt > 1 || c->tl > 1)) {
-    if (c->tpt > 1) c->tpt /= 2;
-    else c->tl /= 2;
-  }
-  if (c->tl * (D / c->dpt) > wg_frames || frames_local_bytes(D, c) > local_bytes ||
-      2 * c->tsg * (D + 4) * sizeof(float) > local_bytes)
-    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: D=%zu does not fit the device's work-group or local memory limits",
-                   OP, D);
-  c->rl = 1;
-  while (c->rl * 2 <= wg_rl && c->rl * 2 <= 256) c->rl *= 2;
-  return CAMDELTA_OK;
-}
-
 static const char TILES_ENV[] = "CAMDELTA_SCAN_BWD_TILES";
-enum { T_RPT, T_TSG, T_CB, T_DPT, T_TL, T_TPT, T_MC, T_RL, T_COUNT };
-static const char *const TILE_KEYS[T_COUNT] = {"RPT", "TSG", "CB", "DPT", "TL", "TPT", "MC", "RL"};
-
-/* Parses the override into v[] (0: key not given); *any says whether any key was given. */
-static camdelta_status parse_tiles(const char *text, unsigned v[T_COUNT], int *any) {
-  camdelta_status st = cd_parse_tiles(TILES_ENV, text, TILE_KEYS, T_COUNT, v);
-  *any = 0;
-  for (int i = 0; i < T_COUNT && !st; i++) *any |= v[i] != 0;
-  return st;
-}
-
-/* Replaces the given fields of `c` and checks every constraint the kernels rely on. */
-static camdelta_status apply_override(size_t D, size_t local_bytes, size_t dev_wg, const unsigned v[T_COUNT],
-                                      sb_config *c) {
-  size_t *const field[T_COUNT] = {&c->rpt, &c->tsg, &c->cb, &c->dpt, &c->tl, &c->tpt, &c->mc, &c->rl};
-  for (int i = 0; i < T_COUNT; i++)
-    if (v[i]) *field[i] = v[i];
-  const char *bad = NULL;
-  if (c->rpt % 4 || D % c->rpt) bad = "RPT must be a multiple of 4 dividing D";
-  else if (c->tsg % 8) bad = "TSG must be a multiple of 8";
-  else if (c->cb % 4 || D % c->cb) bad = "CB must be a multiple of 4 dividing D";
-  else if (c->dpt % 4 || D % c->dpt) bad = "DPT must be a multiple of 4 dividing D";
-  else if (D % c->mc) bad = "MC must divide D";
-  else if (c->rl & (c->rl - 1) || c->rl > 256) bad = "RL must be a power of two <= 256";
-  else if (c->rpt * c->rpt > 256 || c->tpt * c->dpt > 128) bad = "RPT^2 <= 256 and TPT*DPT <= 128 (registers)";
-  if (bad)
-    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: %s (D=%zu, RPT=%zu TSG=%zu CB=%zu DPT=%zu TL=%zu TPT=%zu MC=%zu "
-                   "RL=%zu)", OP, bad, D, c->rpt, c->tsg, c->cb, c->dpt, c->tl, c->tpt, c->mc, c->rl);
-  const size_t wg_g = (D / c->rpt) * (D / c->rpt), wg_f = c->tl * (D / c->dpt);
-  const size_t lg = 2 * c->tsg * (D + 4) * sizeof(float), lf = frames_local_bytes(D, c);
-  if (wg_g > dev_wg || wg_f > dev_wg || c->rl > dev_wg || lg > local_bytes || lf > local_bytes)
-    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED,
-                   "%s: %s: grams (RPT=%zu TSG=%zu) needs work-groups of %zu and %zu bytes of local memory, frames "
-                   "(DPT=%zu TL=%zu TPT=%zu MC=%zu) %zu and %zu bytes, ddecay RL=%zu; the device allows %zu items and "
-                   "%zu bytes",
-                   OP, TILES_ENV, c->rpt, c->tsg, wg_g, lg, c->dpt, c->tl, c->tpt, c->mc, wg_f, lf, c->rl, dev_wg,
-                   local_bytes);
-  return CAMDELTA_OK;
-}
+enum { T_COUNT = CD_SB_COUNT };
 
 /* Builds the four kernels; shrinks the configuration when a kernel's own work-group limit (registers) is
  * below what the device reports. */
 static camdelta_status build_kernels(camdelta_context *ctx, size_t D, int skip_dq, sb_config *cfg, sb_kernels *k) {
-  size_t dev_wg = ctx->info.max_work_group_size ? ctx->info.max_work_group_size : 64;
-  size_t local = ctx->info.local_mem_bytes ? (size_t)ctx->info.local_mem_bytes : 16384;
-  if (local > 48 * 1024) local = 48 * 1024; /* same tiles everywhere; more buys nothing here */
-  local -= 1024;                            /* room for the implementation's own use */
+  size_t dev_wg, local;
+  cd_sbwd_limits(&ctx->info, &dev_wg, &local);
   size_t wg_grams = dev_wg, wg_frames = dev_wg, wg_chain = dev_wg, wg_rl = dev_wg;
   memset(k, 0, sizeof *k);
   unsigned ov[T_COUNT];
   int overridden = 0;
   const char *env = getenv(TILES_ENV);
   if (env && *env) {
-    camdelta_status st = parse_tiles(env, ov, &overridden);
+    camdelta_status st = cd_sbwd_parse(TILES_ENV, env, ov, &overridden);
     if (st) return st;
   }
   for (int attempt = 0; attempt < 8; attempt++) {
-    camdelta_status st = choose_config(D, local, wg_grams, wg_frames, wg_chain, wg_rl, cfg);
-    if (!st && overridden) st = apply_override(D, local, dev_wg, ov, cfg);
+    camdelta_status st = cd_sbwd_choose(D, local, wg_grams, wg_frames, wg_chain, wg_rl, cfg);
+    if (!st && overridden) st = cd_sbwd_override(D, local, dev_wg, ov, TILES_ENV, cfg);
     if (st) return st;
     char opts[256];
     snprintf(opts, sizeof opts,
