@@ -88,6 +88,14 @@ static unsigned value_blocks(const cd_scan_limits *lim, size_t BH, size_t D, siz
   return ceil_div(D, round8(ceil_div(D, want)));
 }
 
+/* More value-column blocks, until the block (a multiple of 8) is narrower than J: one more block can leave the
+ * rounded width unchanged (D = 80: 6 blocks of 16 are 5), which looped forever on devices with little local
+ * memory. Where one more block already narrows it, this is the one step it always was. */
+static void next_blocks(size_t D, unsigned J, unsigned *nJ) {
+  do ++*nJ;
+  while (round8(ceil_div(D, *nJ)) >= J);
+}
+
 /* Tokens per tile: a power of two >= S in [8, most] on GPUs; on CPUs 8 for S <= 8, else `most`. */
 static unsigned token_tile(const cd_scan_limits *lim, size_t S, unsigned most) {
   if (!lim->gpu || S >= most) return S <= 8 ? 8 : most;
@@ -124,7 +132,7 @@ camdelta_status cd_seq_configure(const cd_scan_limits *lim, size_t BH, size_t D,
     seq_layouts(D, c);
     if (cd_seq_local_bytes(D, c) <= lim->local_bytes) break;
     if (ts > 8) ts /= 2;
-    else if (c->J > 8) c->nJ++;
+    else if (c->J > 8) next_blocks(D, c->J, &c->nJ);
     else
       return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: the device's local memory (%zu bytes) is too small for D=%zu",
                      OP, lim->local_bytes, D);
@@ -256,7 +264,7 @@ camdelta_status cd_chunk_configure(const cd_scan_limits *lim, size_t BH, size_t 
       c->b = pick_layout((unsigned)D, c->b_j, c->b_w, 1);      /* the state goes to global memory through Ms */
       if (cd_chunk_b_local_bytes(D, c) <= lb) break;
       if (c->b_kc > 8) c->b_kc /= 2;
-      else if (c->b_j > 8) c->b_nj++;
+      else if (c->b_j > 8) next_blocks(D, c->b_j, &c->b_nj);
       else return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: the device's local memory (%zu bytes) is too small", OP, lb);
     }
   }
