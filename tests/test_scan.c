@@ -610,16 +610,52 @@ static void test_bad_input(void **state) {
   bad_teardown(&e);
 }
 
-/* CAMDELTA_SCAN_TILES: odd tiles (many phase-A tiles on and off the diagonal, ragged edges) give the same results;
- * lists that do not parse and tiles that break a kernel's constraints or the device's limits fail cleanly. */
+/* Chunkwise plan line of tu_context() for the tile-override shape. */
+static void chunk_plan(char *buf, size_t size) {
+  camdelta_scan_args a = {0};
+  a.B = 1, a.H = 2, a.D = 16, a.F = 3, a.S = 37, a.algorithm = CAMDELTA_SCAN_CHUNKWISE;
+  TU_OK(camdelta_scan_plan_describe(tu_context(), &a, buf, size));
+}
+
+/* CAMDELTA_SCAN_TILES (read at context creation) and camdelta_tune_set "chunkwise": odd tiles (many phase-A tiles
+ * on and off the diagonal, ragged edges) give the same results and show in the plan; the environment set after a
+ * context exists changes nothing there; lists that do not parse and tiles that break a kernel's constraints or
+ * the device's limits fail cleanly. */
 static void test_tile_override(void **state) {
   (void)state;
   static const char *const good[] = {"A_WR=4,A_RM=1,A_WC=4,A_RN=2,A_KC=5,B_KC=8,C_WR=8,C_RM=3,C_WC=4,C_RN=5,C_KC=8",
                                      " A_WR=2 , A_RM=3,A_WC=8,A_RN=1,B_J=8,C_RN=3,"};
+  static const char *const shown[] = {"A_WR=4 A_RM=1 A_WC=4 A_RN=2 A_KC=5", "A_WR=2 A_RM=3 A_WC=8 A_RN=1"};
+  char plain[1024], plan[1024];
+  tu_context_release();
+  chunk_plan(plain, sizeof plain);
   for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
-    assert_int_equal(setenv("CAMDELTA_SCAN_TILES", good[i], 1), 0);
+    /* good[0] through the environment of a new context, good[1] through camdelta_tune_set */
+    if (i == 0) {
+      assert_int_equal(setenv("CAMDELTA_SCAN_TILES", good[i], 1), 0);
+      tu_context_release();
+    } else {
+      TU_OK(camdelta_tune_set(tu_context(), "chunkwise", good[i]));
+    }
+    chunk_plan(plan, sizeof plan);
+    if (!strstr(plan, shown[i])) fail_msg("plan '%s' does not show the override '%s'", plan, shown[i]);
     for (int rev = 0; rev < 2; rev++) check_case(1, 2, 16, 3, 37, rev, 1, 1, 1, 900 + 2 * i + (uint64_t)rev);
+    if (i == 0) {
+      /* read at creation only: unsetting it now changes nothing for this context */
+      assert_int_equal(unsetenv("CAMDELTA_SCAN_TILES"), 0);
+      chunk_plan(plan, sizeof plan);
+      assert_non_null(strstr(plan, shown[0]));
+      /* camdelta_tune_set with "" restores the heuristic tiles, over the environment's */
+      TU_OK(camdelta_tune_set(tu_context(), "chunkwise", ""));
+      chunk_plan(plan, sizeof plan);
+      assert_string_equal(plan, plain);
+    }
   }
+  TU_OK(camdelta_tune_set(tu_context(), "chunkwise", NULL));
+  chunk_plan(plan, sizeof plan);
+  assert_string_equal(plan, plain);
+  assert_int_equal(camdelta_tune_set(tu_context(), "chunkwise", "A_WR=16,FOO=2"), CAMDELTA_ERROR_INVALID_ARGUMENT);
+  assert_non_null(strstr(camdelta_last_message(), "unknown key 'FOO'"));
   static const struct {
     const char *value, *needle;
     camdelta_status want;
@@ -636,15 +672,25 @@ static void test_tile_override(void **state) {
       {"B_WR=2,B_RM=2", "B_WR*B_RM >= D", CAMDELTA_ERROR_UNSUPPORTED, 1},
       {"B_J=32", "B_J <= D", CAMDELTA_ERROR_UNSUPPORTED, 1},
   };
-  bad_env e;
-  bad_setup(&e);
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    /* a context created with the bad value: its scan calls fail naming the variable */
     assert_int_equal(setenv("CAMDELTA_SCAN_TILES", bad[i].value, 1), 0);
+    tu_context_release();
+    bad_env e;
+    bad_setup(&e);
     camdelta_scan_args a = e.a;
     if (bad[i].chunkwise_only) a.algorithm = CAMDELTA_SCAN_CHUNKWISE;
     expect_bad(&e, &a, bad[i].want, bad[i].needle);
+    a.algorithm = CAMDELTA_SCAN_CHUNKWISE;
+    assert_int_equal(camdelta_scan_forward(tu_context(), &a, NULL), bad[i].want);
+    if (!strstr(camdelta_last_message(), "CAMDELTA_SCAN_TILES"))
+      fail_msg("'%s': the message does not name the variable: %s", bad[i].value, camdelta_last_message());
+    bad_teardown(&e);
   }
   assert_int_equal(unsetenv("CAMDELTA_SCAN_TILES"), 0);
+  tu_context_release();
+  bad_env e;
+  bad_setup(&e);
   TU_OK(camdelta_scan_forward(tu_context(), &e.a, NULL));
   bad_teardown(&e);
 }

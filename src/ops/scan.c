@@ -17,8 +17,13 @@
  *  - the number of value-column blocks (sequential, phase B) is chosen so that B·H·blocks covers a GPU's
  *    compute units; CPUs use one block, and their variants depend on D and on S <= 8 only (PoCL spends
  *    seconds compiling each).
- * CAMDELTA_SCAN_VERBOSE=1 prints the chosen algorithm, work-group sizes and build options to stderr.
- * CAMDELTA_SCAN_TILES (tuning, see cd_parse_tiles() in check.c): a comma-separated list of KEY=N replacing the chunkwise tile
+ * Plans: the tiles, work-group sizes and kernels are decided on the first call of an (algorithm, D, shape class,
+ * precision) and kept in the context (src/tune/plan.c); later calls set arguments and launch. The tile policy
+ * itself is src/tune/scan_tiles.c.
+ * CAMDELTA_SCAN_VERBOSE=1 prints the chosen algorithm, work-group sizes and build options to stderr (each call).
+ * The environment is read once, at context creation.
+ * CAMDELTA_SCAN_TILES (tuning, see cd_parse_tiles() in check.c; or camdelta_tune_set family "chunkwise", which
+ *   replaces it for the context): a comma-separated list of KEY=N replacing the chunkwise tile
  *   fields chosen above, keys A_WR A_RM A_WC A_RN A_KC (phase A), B_J B_WR B_RM B_WC B_RN B_KC (phase B), C_WR
  *   C_RM C_WC C_RN C_KC (phase C), e.g. "A_WR=16,A_RM=7,A_WC=8,A_RN=7,A_KC=16". Fields not given keep their
  *   choice (giving B_J re-picks phase B's layout first). A list that does not parse, or tiles that break a
@@ -41,6 +46,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "plan.h"
 #include "scan_tiles.h"
 #include "scan_warm.h"
 #include "tune.h"
@@ -128,13 +134,12 @@ static camdelta_status device_limits(camdelta_context *ctx, dev_limits *lim) {
   return CAMDELTA_OK;
 }
 
-static const char TILES_ENV[] = "CAMDELTA_SCAN_TILES";
-
-static camdelta_status read_override(tile_override *o) { return cd_scan_override_parse(TILES_ENV, getenv(TILES_ENV), o); }
-
-static camdelta_status chunk_configure(const dev_limits *lim, size_t BH, size_t D, size_t S, unsigned wg_cap,
-                                       const tile_override *o, chunk_cfg *c) {
-  return cd_chunk_configure(lim, BH, D, S, wg_cap, o, TILES_ENV, c);
+/* The chunkwise override: CAMDELTA_SCAN_TILES as read at context creation, or camdelta_tune_set "chunkwise";
+ * *var names its source in messages. */
+static camdelta_status read_override(camdelta_context *ctx, tile_override *o, char *var, size_t var_size) {
+  char text[512];
+  cd_tune_fma_text(ctx, 0, text, sizeof text, var, var_size);
+  return cd_scan_override_parse(var, text, o);
 }
 
 /* ------------------------------------------------------------------------------------------ checks */
@@ -351,7 +356,8 @@ static void release_kernels(cl_kernel *k, int n) {
 static camdelta_status build_kernels(camdelta_context *ctx, const dev_limits *lim, camdelta_scan_algorithm alg,
                                      size_t BH, size_t D, size_t S, cl_kernel kern[3], seq_cfg *sc, chunk_cfg *cc) {
   tile_override ov;
-  camdelta_status st = read_override(&ov);
+  char var[64];
+  camdelta_status st = read_override(ctx, &ov, var, sizeof var);
   if (st) return st;
   const int overridden = ov.a || ov.b || ov.c;
   kern[0] = kern[1] = kern[2] = NULL;
@@ -364,7 +370,7 @@ static camdelta_status build_kernels(camdelta_context *ctx, const dev_limits *li
       if ((st = cd_kernel(ctx, "scan_sequential.cl", sc->opts, "cd_scan_sequential", &kern[0]))) return st;
       fits = cd_kernel_max_wg(ctx, kern[0]) >= sc->W;
     } else {
-      if ((st = chunk_configure(lim, BH, D, S, cap, overridden ? &ov : NULL, cc))) return st;
+      if ((st = cd_chunk_configure(lim, BH, D, S, cap, overridden ? &ov : NULL, var, cc))) return st;
       if ((st = cd_kernel(ctx, "scan_chunkwise.cl", cc->opts, "cd_scan_phase_a", &kern[0])) ||
           (st = cd_kernel(ctx, "scan_chunkwise.cl", cc->opts, "cd_scan_phase_b", &kern[1])) ||
           (st = cd_kernel(ctx, "scan_chunkwise.cl", cc->opts, "cd_scan_phase_c", &kern[2]))) {
@@ -382,7 +388,7 @@ static camdelta_status build_kernels(camdelta_context *ctx, const dev_limits *li
           release_kernels(kern, 3);
           return cd_fail(CAMDELTA_ERROR_UNSUPPORTED,
                          "%s: %s: the compiled phase %c kernel allows work-groups of %zu items, its tiles need %u", OP,
-                         TILES_ENV, "ABC"[i], have[i], need[i]);
+                         var, "ABC"[i], have[i], need[i]);
         }
       }
     }
@@ -395,27 +401,10 @@ static camdelta_status build_kernels(camdelta_context *ctx, const dev_limits *li
   }
 }
 
-camdelta_status cd_scan_warm(camdelta_context *ctx, size_t BH, size_t D, size_t S) {
-  if (S > UINT32_MAX)
-    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "camdelta_warm_shape: S=%zu exceeds the scan's limit 2^32-1", S);
-  dev_limits lim;
-  camdelta_status st = device_limits(ctx, &lim);
-  for (int alg = CAMDELTA_SCAN_SEQUENTIAL; alg <= CAMDELTA_SCAN_CHUNKWISE && !st; alg++) {
-    cl_kernel kern[3];
-    seq_cfg sc;
-    chunk_cfg cc;
-    st = build_kernels(ctx, &lim, (camdelta_scan_algorithm)alg, BH, D, S, kern, &sc, &cc);
-    if (!st) release_kernels(kern, 3);
-  }
-  for (int prec = CAMDELTA_PRECISION_EXACT; prec <= CAMDELTA_PRECISION_TF32 && !st; prec++) {
-    cd_tc_set tc;
-    st = cd_tc_build(ctx, D, (camdelta_precision)prec, S % 4 == 0, 0, &tc);
-    if (!st) cd_tc_release(&tc);
-  }
-  return st;
-}
-
-/* Everything a call runs: the algorithm, its kernels and tiles, and the tensor-core kernels when used. */
+/* Everything a call runs: the algorithm, its kernels and tiles, and the tensor-core kernels when used. Built once
+ * per (device, D, algorithm, shape class, precision and row alignment where the tensor-core path runs) and kept
+ * in the context (src/tune/plan.c); c_ns (phase C's token tiles) is the one field that follows S itself and is
+ * recomputed per call. */
 typedef struct fwd_plan {
   camdelta_scan_algorithm alg;
   cl_kernel kern[3];
@@ -429,22 +418,67 @@ static void plan_release(fwd_plan *pl) {
   cd_tc_release(&pl->tc);
 }
 
-static camdelta_status plan_forward(camdelta_context *ctx, const camdelta_scan_args *args, fwd_plan *pl) {
-  memset(pl, 0, sizeof *pl);
+static void fwd_destroy(void *p) {
+  plan_release(p);
+  free(p);
+}
+
+/* Builds the plan for `key` from the first call of its class (arg: that call's arguments). */
+static camdelta_status fwd_build(camdelta_context *ctx, const cd_plan_key *key, const void *arg, void **out) {
+  const camdelta_scan_args *args = arg;
+  fwd_plan *pl = calloc(1, sizeof *pl);
+  if (!pl) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", OP);
+  dev_limits lim;
+  camdelta_status st = device_limits(ctx, &lim);
+  pl->alg = (camdelta_scan_algorithm)key->alg;
+  if (!st) st = build_kernels(ctx, &lim, pl->alg, args->B * args->H, args->D, args->S, pl->kern, &pl->sc, &pl->cc);
+  if (!st && pl->alg == CAMDELTA_SCAN_CHUNKWISE) st = cd_tc_build(ctx, args->D, args->precision, (int)key->vec, 0, &pl->tc);
+  if (st) {
+    fwd_destroy(pl);
+    return st;
+  }
+  *out = pl;
+  return CAMDELTA_OK;
+}
+
+/* The context's plan for `args` (built on the first call of its class), referenced and locked for this call:
+ * cd_plan_release() once the launches are enqueued. */
+static camdelta_status plan_forward(camdelta_context *ctx, const camdelta_scan_args *args, cd_plan_entry **e) {
   const size_t BH = args->B * args->H, D = args->D;
   dev_limits lim;
   camdelta_status st = device_limits(ctx, &lim);
   if (st) return st;
-  pl->alg = args->algorithm;
-  if (pl->alg == CAMDELTA_SCAN_AUTO) pl->alg = cd_scan_choose(&lim, BH, D, args->S);
-  if ((st = build_kernels(ctx, &lim, pl->alg, BH, D, args->S, pl->kern, &pl->sc, &pl->cc))) return st;
-  const size_t offs[5] = {args->q.offset, args->k.offset, args->v.offset, args->beta.offset, args->out.offset};
-  if (pl->alg == CAMDELTA_SCAN_CHUNKWISE &&
-      (st = cd_tc_build(ctx, D, args->precision, cd_tc_vec_ok(args->S, offs, 5), 0, &pl->tc))) {
-    plan_release(pl);
-    return st;
+  cd_plan_key key;
+  memset(&key, 0, sizeof key);
+  key.op = CD_PLAN_SCAN_FORWARD;
+  key.D = (unsigned)D;
+  camdelta_scan_algorithm alg = args->algorithm;
+  if (alg == CAMDELTA_SCAN_AUTO) alg = cd_scan_choose(&lim, BH, D, args->S);
+  key.alg = (unsigned)alg;
+  const cd_scan_class cls = cd_scan_shape_class(&lim, BH, D, args->S);
+  key.cls[0] = alg == CAMDELTA_SCAN_SEQUENTIAL ? cls.seq_blocks : cls.b_blocks;
+  key.cls[1] = cls.tokens;
+  if (alg == CAMDELTA_SCAN_CHUNKWISE && cd_tc_available(ctx)) {
+    const size_t offs[5] = {args->q.offset, args->k.offset, args->v.offset, args->beta.offset, args->out.offset};
+    key.prec = (unsigned)args->precision;
+    key.vec = (unsigned)cd_tc_vec_ok(args->S, offs, 5);
   }
-  return CAMDELTA_OK;
+  return cd_plan_acquire(ctx, &key, fwd_build, args, fwd_destroy, e);
+}
+
+camdelta_status cd_scan_warm(camdelta_context *ctx, size_t BH, size_t D, size_t S) {
+  if (S > UINT32_MAX)
+    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "camdelta_warm_shape: S=%zu exceeds the scan's limit 2^32-1", S);
+  camdelta_status st = CAMDELTA_OK;
+  for (int alg = CAMDELTA_SCAN_SEQUENTIAL; alg <= CAMDELTA_SCAN_CHUNKWISE && !st; alg++)
+    for (int prec = CAMDELTA_PRECISION_EXACT; prec <= CAMDELTA_PRECISION_TF32 && !st; prec++) {
+      camdelta_scan_args a = CAMDELTA_SCAN_ARGS_INIT;
+      a.B = 1, a.H = BH, a.D = D, a.F = 1, a.S = S;
+      a.algorithm = (camdelta_scan_algorithm)alg, a.precision = (camdelta_precision)prec;
+      cd_plan_entry *e;
+      if (!(st = plan_forward(ctx, &a, &e))) cd_plan_release(ctx, e);
+    }
+  return st;
 }
 
 static void tc_text(char *buf, size_t size, const char *what, const char *kernel, const cd_tc_tiles *t) {
@@ -491,11 +525,11 @@ camdelta_status camdelta_scan_plan_describe(camdelta_context *ctx, const camdelt
   if (!args->B || !args->H || !args->F || !args->S || args->S > UINT32_MAX || args->F > UINT32_MAX)
     return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: B=%zu H=%zu F=%zu S=%zu: each must be in [1, 2^32)", fn, args->B,
                    args->H, args->F, args->S);
-  fwd_plan pl;
-  if ((st = plan_forward(ctx, args, &pl))) return st;
+  cd_plan_entry *e;
+  if ((st = plan_forward(ctx, args, &e))) return st;
   char text[1024];
-  plan_text(&pl, args, text, sizeof text);
-  plan_release(&pl);
+  plan_text(e->plan, args, text, sizeof text);
+  cd_plan_release(ctx, e);
   if (strlen(text) + 1 > size)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: buffer of %zu bytes too small (%zu needed)", fn, size,
                    strlen(text) + 1);
@@ -520,17 +554,18 @@ camdelta_status camdelta_scan_forward(camdelta_context *ctx, const camdelta_scan
   job.BHF = n_frames;
 
   /* Build everything before enqueuing anything. */
-  fwd_plan pl;
-  if ((st = plan_forward(ctx, args, &pl))) return st;
-  const camdelta_scan_algorithm alg = pl.alg;
-  if (getenv("CAMDELTA_SCAN_VERBOSE")) {
+  cd_plan_entry *pe;
+  if ((st = plan_forward(ctx, args, &pe))) return st;
+  const fwd_plan *pl = pe->plan;
+  const camdelta_scan_algorithm alg = pl->alg;
+  if (ctx->scan_verbose) {
     char text[1024];
-    plan_text(&pl, args, text, sizeof text);
+    plan_text(pl, args, text, sizeof text);
     fprintf(stderr, "camdelta scan: %s\n", text);
   }
   if (saved) {
     if ((st = saved_reserve(ctx, saved, job.BHF * D * D * sizeof(float)))) {
-      plan_release(&pl);
+      cd_plan_release(ctx, pe);
       return st;
     }
     saved->valid = 0;
@@ -541,9 +576,11 @@ camdelta_status camdelta_scan_forward(camdelta_context *ctx, const camdelta_scan
   if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;
   cd_launch l;
   cd_launch_init(&l, args->profile);
-  if (alg == CAMDELTA_SCAN_SEQUENTIAL) st = run_sequential(ctx, &job, pl.kern[0], &pl.sc, &l);
-  else st = run_chunkwise(ctx, &job, pl.kern[0], pl.kern[1], pl.kern[2], &pl.cc, &pl.tc, &l);
-  plan_release(&pl);
+  chunk_cfg cc = pl->cc; /* phase C's token tiles follow this call's S */
+  if (alg == CAMDELTA_SCAN_CHUNKWISE) cc.c_ns = ceil_div(args->S, cc.c.wc * cc.c.rn);
+  if (alg == CAMDELTA_SCAN_SEQUENTIAL) st = run_sequential(ctx, &job, pl->kern[0], &pl->sc, &l);
+  else st = run_chunkwise(ctx, &job, pl->kern[0], pl->kern[1], pl->kern[2], &cc, &pl->tc, &l);
+  cd_plan_release(ctx, pe);
   st = cd_launch_end(ctx, &l, st);
   if (saved && !st) {
     saved->B = args->B, saved->H = args->H, saved->D = D, saved->F = args->F, saved->S = args->S;

@@ -22,6 +22,7 @@
 
 #include "backward.h"
 #include "internal.h"
+#include "plan.h"
 #include "scan_tiles.h"
 #include "tune.h"
 
@@ -42,29 +43,31 @@ static void release_kernels(sb_kernels *k) {
   memset(k, 0, sizeof *k);
 }
 
-static const char TILES_ENV[] = "CAMDELTA_SCAN_BWD_TILES";
 enum { T_COUNT = CD_SB_COUNT };
 
 /* Builds the four kernels; shrinks the configuration when a kernel's own work-group limit (registers) is
- * below what the device reports. */
-static camdelta_status build_kernels(camdelta_context *ctx, size_t D, int skip_dq, sb_config *cfg, sb_kernels *k) {
+ * below what the device reports. opts (256 bytes) receives their build options, *overridden whether the tiles
+ * came from CAMDELTA_SCAN_BWD_TILES (as read at context creation) or camdelta_tune_set "backward". */
+static camdelta_status build_kernels(camdelta_context *ctx, size_t D, int skip_dq, sb_config *cfg, sb_kernels *k,
+                                     char *opts, int *overridden_out) {
   size_t dev_wg, local;
   cd_sbwd_limits(&ctx->info, &dev_wg, &local);
   size_t wg_grams = dev_wg, wg_frames = dev_wg, wg_chain = dev_wg, wg_rl = dev_wg;
   memset(k, 0, sizeof *k);
   unsigned ov[T_COUNT];
   int overridden = 0;
-  const char *env = getenv(TILES_ENV);
-  if (env && *env) {
+  char env[512], TILES_ENV[64];
+  cd_tune_fma_text(ctx, CD_FMA_BACKWARD, env, sizeof env, TILES_ENV, sizeof TILES_ENV);
+  if (env[0]) {
     camdelta_status st = cd_sbwd_parse(TILES_ENV, env, ov, &overridden);
     if (st) return st;
   }
+  *overridden_out = overridden;
   for (int attempt = 0; attempt < 8; attempt++) {
     camdelta_status st = cd_sbwd_choose(D, local, wg_grams, wg_frames, wg_chain, wg_rl, cfg);
     if (!st && overridden) st = cd_sbwd_override(D, local, dev_wg, ov, TILES_ENV, cfg);
     if (st) return st;
-    char opts[256];
-    snprintf(opts, sizeof opts,
+    snprintf(opts, 256,
              "-DCD_D=%zu -DCD_RPT=%zu -DCD_TSG=%zu -DCD_CB=%zu -DCD_DPT=%zu -DCD_TL=%zu -DCD_TPT=%zu -DCD_MC=%zu "
              "-DCD_RL=%zu%s",
              D, cfg->rpt, cfg->tsg, cfg->cb, cfg->dpt, cfg->tl, cfg->tpt, cfg->mc, cfg->rl,
@@ -79,9 +82,6 @@ static camdelta_status build_kernels(camdelta_context *ctx, size_t D, int skip_d
     const size_t need_g = (D / cfg->rpt) * (D / cfg->rpt), need_f = cfg->tl * (D / cfg->dpt);
     const size_t have_g = cd_kernel_max_wg(ctx, k->grams), have_f = cd_kernel_max_wg(ctx, k->frames);
     const size_t have_c = cd_kernel_max_wg(ctx, k->chain), have_r = cd_kernel_max_wg(ctx, k->ddecay);
-    if (getenv("CAMDELTA_SCAN_VERBOSE"))
-      fprintf(stderr, "camdelta scan backward: grams W=%zu, frames W=%zu tokens=%zu%s: %s\n", need_g, need_f,
-              cfg->tl * cfg->tpt, overridden ? " (CAMDELTA_SCAN_BWD_TILES)" : "", opts);
     if (need_g <= have_g && need_f <= have_f && D <= have_c && cfg->rl <= have_r) return CAMDELTA_OK;
     release_kernels(k);
     if (overridden)
@@ -97,23 +97,121 @@ static camdelta_status build_kernels(camdelta_context *ctx, size_t D, int skip_d
   return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: no kernel configuration for D=%zu fits this device", OP, D);
 }
 
-camdelta_status cd_scan_backward_warm(camdelta_context *ctx, size_t D) {
-  camdelta_status st = cd_check_head_dim(OP, D);
-  if (st) return st;
+/* Everything a backward call runs, built once per (device, D, and where the tensor-core path runs, precision and
+ * 16-byte token rows) and kept in the context (src/tune/plan.c). */
+typedef struct bwd_plan {
   sb_config cfg;
   sb_kernels k;
-  /* both precisions, with and without 16-byte token rows (S % 4 == 0 and aligned offsets) */
-  for (int v = 0; v < 4; v++) {
-    cd_tc_set tc;
-    if ((st = cd_tc_build(ctx, D, (camdelta_precision)(v & 1), v >> 1, 1, &tc))) return st;
-    const int on = tc.on;
-    cd_tc_release(&tc);
-    if (v == 0 || !on) {
-      if ((st = build_kernels(ctx, D, on, &cfg, &k))) return st;
-      release_kernels(&k);
-    }
-    if (!on) break;
+  cd_tc_set tc;
+  char opts[256];
+  int overridden;
+} bwd_plan;
+
+static void bwd_destroy(void *p) {
+  bwd_plan *pl = p;
+  release_kernels(&pl->k);
+  cd_tc_release(&pl->tc);
+  free(pl);
+}
+
+static camdelta_status bwd_build(camdelta_context *ctx, const cd_plan_key *key, const void *arg, void **out) {
+  const camdelta_scan_backward_args *a = arg;
+  bwd_plan *pl = calloc(1, sizeof *pl);
+  if (!pl) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", OP);
+  camdelta_status st = cd_tc_build(ctx, a->D, a->precision, (int)key->vec, 1, &pl->tc);
+  if (!st) st = build_kernels(ctx, a->D, pl->tc.on, &pl->cfg, &pl->k, pl->opts, &pl->overridden);
+  if (st) {
+    bwd_destroy(pl);
+    return st;
   }
+  *out = pl;
+  return CAMDELTA_OK;
+}
+
+/* The context's plan for `a`, referenced and locked for this call (cd_plan_release() after the launches). */
+static camdelta_status plan_backward(camdelta_context *ctx, const camdelta_scan_backward_args *a, cd_plan_entry **e) {
+  cd_plan_key key;
+  memset(&key, 0, sizeof key);
+  key.op = CD_PLAN_SCAN_BACKWARD;
+  key.D = (unsigned)a->D;
+  if (cd_tc_available(ctx)) {
+    const size_t offs[6] = {a->q.offset, a->k.offset, a->v.offset, a->beta.offset, a->grad_out.offset, a->dq.offset};
+    const size_t offs2[4] = {a->dk.offset, a->dv.offset, 0, 0};
+    key.prec = (unsigned)a->precision;
+    key.vec = (unsigned)(cd_tc_vec_ok(a->S, offs, 6) && cd_tc_vec_ok(a->S, offs2, 4));
+  }
+  return cd_plan_acquire(ctx, &key, bwd_build, a, bwd_destroy, e);
+}
+
+camdelta_status cd_scan_backward_warm(camdelta_context *ctx, size_t D) {
+  camdelta_status st = cd_check_head_dim(OP, D);
+  /* both precisions, with and without 16-byte token rows (S % 4 == 0 and aligned offsets) */
+  for (int v = 0; v < 4 && !st; v++) {
+    camdelta_scan_backward_args a = CAMDELTA_SCAN_BACKWARD_ARGS_INIT;
+    a.B = a.H = a.F = 1, a.D = D, a.S = v >> 1 ? 4 : 1, a.precision = (camdelta_precision)(v & 1);
+    cd_plan_entry *e;
+    if (!(st = plan_backward(ctx, &a, &e))) cd_plan_release(ctx, e);
+  }
+  return st;
+}
+
+static void tc_text(char *buf, size_t size, const char *what, const char *kernel, const cd_tc_tiles *t) {
+  snprintf(buf, size, "; %s %s W=%u WM=%u WN=%u MR=%u NR=%u KC=%u", what, kernel, cd_tc_wg(t), t->wm, t->wn, t->mr,
+           t->nr, t->kc);
+}
+
+static void plan_text(const bwd_plan *pl, const camdelta_scan_backward_args *a, char *buf, size_t size) {
+  const cd_tc_set *tc = &pl->tc;
+  const sb_config *c = &pl->cfg;
+  const size_t D = a->D;
+  const char *path = tc->on ? (tc->split ? "exact (tensor cores, split-TF32)" : "tf32 (tensor cores)")
+                     : a->precision == CAMDELTA_PRECISION_TF32
+                         ? "exact (fma; tf32 requested, no tensor-core path on this device)"
+                         : "exact (fma)";
+  char g[160], f[160], dq[160];
+  if (tc->on) {
+    tc_text(g, sizeof g, "grams", "gram_tc", &tc->g);
+    tc_text(f, sizeof f, "frames", "frames_tc", &tc->fr);
+    tc_text(dq, sizeof dq, "dq", "apply_tc", &tc->a);
+  } else {
+    snprintf(g, sizeof g, "; grams fma W=%zu RPT=%zu TSG=%zu", (D / c->rpt) * (D / c->rpt), c->rpt, c->tsg);
+    snprintf(f, sizeof f, "; frames fma W=%zu DPT=%zu TL=%zu TPT=%zu MC=%zu", c->tl * (D / c->dpt), c->dpt, c->tl,
+             c->tpt, c->mc);
+    dq[0] = '\0';
+  }
+  snprintf(buf, size, "backward; precision %s%s; chain fma W=%zu CB=%zu%s%s; ddecay fma RL=%zu%s", path, g, D, c->cb, f,
+           dq, c->rl, pl->overridden ? " (tiles overridden)" : "");
+}
+
+static camdelta_status check_describe(const camdelta_scan_backward_args *a) {
+  static const char *const fn = "camdelta_scan_backward_plan_describe";
+  if (a->precision != CAMDELTA_PRECISION_EXACT && a->precision != CAMDELTA_PRECISION_TF32)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: precision %d unknown", fn, (int)a->precision);
+  camdelta_status st = cd_check_head_dim(fn, a->D);
+  if (st) return st;
+  if (!a->B || !a->H || !a->F || !a->S || a->S > UINT32_MAX || a->F > UINT32_MAX)
+    return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: B=%zu H=%zu F=%zu S=%zu: each must be in [1, 2^32)", fn, a->B, a->H,
+                   a->F, a->S);
+  return CAMDELTA_OK;
+}
+
+camdelta_status camdelta_scan_backward_plan_describe(camdelta_context *ctx, const camdelta_scan_backward_args *args,
+                                                     char *buf, size_t size) {
+  cd_clear_error();
+  static const char *const fn = "camdelta_scan_backward_plan_describe";
+  if (!ctx || !args || !buf)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", fn, !ctx ? "ctx" : !args ? "args" : "buf");
+  camdelta_status st = check_describe(args);
+  if (st) return st;
+  cd_plan_entry *e;
+  if ((st = plan_backward(ctx, args, &e))) return st;
+  char text[1024];
+  plan_text(e->plan, args, text, sizeof text);
+  cd_plan_release(ctx, e);
+  if (strlen(text) + 1 > size)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: buffer of %zu bytes too small (%zu needed)", fn, size,
+                   strlen(text) + 1);
+  memcpy(buf, text, strlen(text) + 1);
   return CAMDELTA_OK;
 }
 
@@ -192,22 +290,20 @@ camdelta_status camdelta_scan_backward(camdelta_context *ctx, const camdelta_sca
   const int has_init = args->init_state.mem != NULL, has_gfinal = args->grad_final_state.mem != NULL;
   const int has_dinit = args->dinit_state.mem != NULL;
 
-  /* Build everything before enqueuing anything. */
-  sb_config cfg = {0, 0, 0, 0, 0, 0, 0, 0};
-  sb_kernels k;
-  cd_tc_set tc;
-  const size_t offs[6] = {args->q.offset,    args->k.offset,  args->v.offset, args->beta.offset,
-                          args->grad_out.offset, args->dq.offset};
-  const size_t offs2[4] = {args->dk.offset, args->dv.offset, 0, 0};
-  const int vec = cd_tc_vec_ok(S, offs, 6) && cd_tc_vec_ok(S, offs2, 4);
-  if ((st = cd_tc_build(ctx, D, args->precision, vec, 1, &tc))) return st;
-  if ((st = build_kernels(ctx, D, tc.on, &cfg, &k))) {
-    cd_tc_release(&tc);
-    return st;
+  /* Build everything before enqueuing anything: the context's plan (built on the first call of its class). */
+  cd_plan_entry *pe;
+  if ((st = plan_backward(ctx, args, &pe))) return st;
+  const bwd_plan *pl = pe->plan;
+  const sb_config cfg = pl->cfg;
+  const sb_kernels k = pl->k;
+  const cd_tc_set tc = pl->tc;
+  if (ctx->scan_verbose) {
+    fprintf(stderr, "camdelta scan backward: grams W=%zu, frames W=%zu tokens=%zu%s: %s\n", (D / cfg.rpt) * (D / cfg.rpt),
+            cfg.tl * (D / cfg.dpt), cfg.tl * cfg.tpt, pl->overridden ? " (CAMDELTA_SCAN_BWD_TILES)" : "", pl->opts);
+    if (tc.on)
+      fprintf(stderr, "camdelta scan backward: tensor cores (%s): grams %s, dq %s\n", tc.split ? "exact" : "tf32",
+              tc.gopts, tc.aopts);
   }
-  if (getenv("CAMDELTA_SCAN_VERBOSE") && tc.on)
-    fprintf(stderr, "camdelta scan backward: tensor cores (%s): grams %s, dq %s\n", tc.split ? "exact" : "tf32",
-            tc.gopts, tc.aopts);
   const size_t ts = tc.on ? cd_tc_tm(&tc.fr) : cfg.tl * cfg.tpt, ntiles = (S + ts - 1) / ts;
   const size_t BH = B * H, BHF = BH * F, sbytes = BHF * D * D * sizeof(float);
 
@@ -219,8 +315,7 @@ camdelta_status camdelta_scan_backward(camdelta_context *ctx, const camdelta_sca
   if (st) {
     for (int i = 0; i < 6; i++)
       if (scratch[i]) clReleaseMemObject(scratch[i]);
-    release_kernels(&k);
-    cd_tc_release(&tc);
+    cd_plan_release(ctx, pe);
     return st;
   }
   const camdelta_buffer bA = {scratch[0], 0}, bW = {scratch[1], 0}, bG = {scratch[2], 0};
@@ -373,7 +468,6 @@ camdelta_status camdelta_scan_backward(camdelta_context *ctx, const camdelta_sca
   /* Released buffers live on until the enqueued kernels that use them have finished. */
   for (int i = 0; i < 6; i++)
     if (scratch[i]) clReleaseMemObject(scratch[i]);
-  release_kernels(&k);
-  cd_tc_release(&tc);
+  cd_plan_release(ctx, pe);
   return cd_launch_end(ctx, &l, st);
 }

@@ -122,4 +122,20 @@ camdelta_status cd_sbwd_parse(const char *var, const char *text, unsigned v[CD_S
 /** Replaces the given fields of `c` and checks every constraint the kernels rely on (`var` names the source). */
 camdelta_status cd_sbwd_override(size_t D, size_t local_bytes, size_t dev_wg, const unsigned v[CD_SB_COUNT],
                                  const char *var, cd_sbwd_cfg *c);
+
+/* ------------------------------------------------------------------ overrides per context (fma_tune.c) */
+
+/** FMA families of camdelta_tune_set / camdelta_tune_get: "chunkwise" (CAMDELTA_SCAN_TILES keys), "backward"
+ *  (CAMDELTA_SCAN_BWD_TILES keys). */
+enum { CD_FMA_CHUNKWISE, CD_FMA_BACKWARD, CD_FMA_FAMILIES };
+int cd_tune_fma_family(const char *name); /* -1 when not an FMA family */
+/** Reads CAMDELTA_SCAN_TILES and CAMDELTA_SCAN_BWD_TILES into the context (at creation; parsed when a plan is
+ *  built, so that a bad value fails the scan calls with a message naming the variable, as before). */
+camdelta_status cd_tune_fma_env(camdelta_context *ctx);
+void cd_tune_fma_free(camdelta_context *ctx);
+/** The family's override text ("" when none) and its source for messages (the variable, or camdelta_tune_set). */
+void cd_tune_fma_text(camdelta_context *ctx, int family, char *text, size_t size, char *var, size_t var_size);
+/** camdelta_tune_set / camdelta_tune_get for an FMA family. */
+camdelta_status cd_tune_fma_set(camdelta_context *ctx, int family, const char *params);
+camdelta_status cd_tune_fma_get(camdelta_context *ctx, int family, size_t D, char *buf, size_t size);
 #endif
