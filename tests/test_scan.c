@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <threads.h>
 
 #include "testutil.h"
 
@@ -751,6 +752,73 @@ static void test_huge_token_counts(void **state) {
   }
 }
 
+/* Threads sharing one context share its plans: each call takes its plan's use lock while it sets the kernels'
+ * arguments and enqueues, and camdelta_tune_set dropping the plans meanwhile (one thread) frees a plan only after
+ * its last user. Every thread's results equal the single-threaded run's, bit for bit. */
+typedef struct plan_worker {
+  camdelta_scan_args a;
+  int retune, failures;
+} plan_worker;
+
+static int plan_worker_run(void *arg) {
+  plan_worker *w = arg;
+  for (int i = 0; i < 12; i++) {
+    camdelta_scan_args a = w->a;
+    a.algorithm = i % 2 ? CAMDELTA_SCAN_CHUNKWISE : CAMDELTA_SCAN_SEQUENTIAL;
+    if (camdelta_scan_forward(tu_context(), &a, NULL) != CAMDELTA_OK) w->failures++;
+    if (w->retune && camdelta_tune_set(tu_context(), "backward", i % 2 ? "RPT=4" : NULL) != CAMDELTA_OK) w->failures++;
+  }
+  return 0;
+}
+
+static void test_threads_share_plans(void **state) {
+  (void)state;
+  problem p;
+  problem_make(&p, 1, 2, 24, 3, 21, 4242);
+  cl_mem q = tu_upload(p.q, p.n_tok * 4), k = tu_upload(p.k, p.n_tok * 4), v = tu_upload(p.v, p.n_tok * 4);
+  cl_mem beta = tu_upload(p.beta, p.n_beta * 4), decay = tu_upload(p.decay, p.n_decay * 4);
+  enum { NT = 4 };
+  cl_mem outs[NT + 2];
+  for (int t = 0; t < NT + 2; t++) outs[t] = tu_buffer(p.n_tok * 4);
+  camdelta_scan_args a = {0};
+  a.B = p.B, a.H = p.H, a.D = p.D, a.F = p.F, a.S = p.S;
+  a.q.mem = q, a.k.mem = k, a.v.mem = v, a.beta.mem = beta, a.decay.mem = decay;
+  /* single-threaded references, one per algorithm */
+  for (int r = 0; r < 2; r++) {
+    camdelta_scan_args b = a;
+    b.algorithm = r ? CAMDELTA_SCAN_CHUNKWISE : CAMDELTA_SCAN_SEQUENTIAL;
+    b.out.mem = outs[NT + r];
+    TU_OK(camdelta_scan_forward(tu_context(), &b, NULL));
+  }
+  plan_worker w[NT];
+  thrd_t th[NT];
+  for (int t = 0; t < NT; t++) {
+    memset(&w[t], 0, sizeof w[t]);
+    w[t].a = a;
+    w[t].a.out.mem = outs[t];
+    w[t].retune = t == 0;
+    assert_int_equal(thrd_create(&th[t], plan_worker_run, &w[t]), thrd_success);
+  }
+  for (int t = 0; t < NT; t++) {
+    assert_int_equal(thrd_join(th[t], NULL), thrd_success);
+    assert_int_equal(w[t].failures, 0);
+  }
+  TU_OK(camdelta_finish(tu_context()));
+  float *ref = malloc(p.n_tok * 4), *got = malloc(p.n_tok * 4);
+  assert_true(ref && got);
+  tu_download(outs[NT + 1], 0, p.n_tok * 4, ref); /* each worker's last call is chunkwise */
+  for (int t = 0; t < NT; t++) {
+    tu_download(outs[t], 0, p.n_tok * 4, got);
+    assert_memory_equal(ref, got, p.n_tok * 4);
+  }
+  free(ref), free(got);
+  for (int t = 0; t < NT + 2; t++) clReleaseMemObject(outs[t]);
+  clReleaseMemObject(q), clReleaseMemObject(k), clReleaseMemObject(v), clReleaseMemObject(beta),
+      clReleaseMemObject(decay);
+  problem_free(&p);
+  TU_OK(camdelta_tune_set(tu_context(), "backward", NULL));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_api_misc),
@@ -769,6 +837,7 @@ int main(void) {
       cmocka_unit_test(test_huge_token_counts),
       cmocka_unit_test(test_cli_frames_mismatch),
       cmocka_unit_test(test_tile_override),
+      cmocka_unit_test(test_threads_share_plans),
   };
   return cmocka_run_group_tests(tests, NULL, teardown_all);
 }
