@@ -56,16 +56,16 @@ static camdelta_status build_kernels(camdelta_context *ctx, size_t D, int skip_d
   memset(k, 0, sizeof *k);
   unsigned ov[T_COUNT];
   int overridden = 0;
-  char env[512], TILES_ENV[64];
-  cd_tune_fma_text(ctx, CD_FMA_BACKWARD, env, sizeof env, TILES_ENV, sizeof TILES_ENV);
+  char env[512], var[64]; /* the override and its source (the variable or camdelta_tune_set) */
+  cd_tune_fma_text(ctx, CD_FMA_BACKWARD, env, sizeof env, var, sizeof var);
   if (env[0]) {
-    camdelta_status st = cd_sbwd_parse(TILES_ENV, env, ov, &overridden);
+    camdelta_status st = cd_sbwd_parse(var, env, ov, &overridden);
     if (st) return st;
   }
   *overridden_out = overridden;
   for (int attempt = 0; attempt < 8; attempt++) {
     camdelta_status st = cd_sbwd_choose(D, local, wg_grams, wg_frames, wg_chain, wg_rl, cfg);
-    if (!st && overridden) st = cd_sbwd_override(D, local, dev_wg, ov, TILES_ENV, cfg);
+    if (!st && overridden) st = cd_sbwd_override(D, local, dev_wg, ov, var, cfg);
     if (st) return st;
     snprintf(opts, 256,
              "-DCD_D=%zu -DCD_RPT=%zu -DCD_TSG=%zu -DCD_CB=%zu -DCD_DPT=%zu -DCD_TL=%zu -DCD_TPT=%zu -DCD_MC=%zu "
@@ -88,7 +88,7 @@ static camdelta_status build_kernels(camdelta_context *ctx, size_t D, int skip_d
       return cd_fail(CAMDELTA_ERROR_UNSUPPORTED,
                      "%s: %s: the compiled kernels allow work-groups of %zu (grams), %zu (frames), %zu (chain), %zu "
                      "(ddecay) items; the tiles need %zu, %zu, %zu, %zu",
-                     OP, TILES_ENV, have_g, have_f, have_c, have_r, need_g, need_f, D, cfg->rl);
+                     OP, var, have_g, have_f, have_c, have_r, need_g, need_f, D, cfg->rl);
     if (need_g > have_g) wg_grams = have_g;
     if (need_f > have_f) wg_frames = have_f;
     if (D > have_c) wg_chain = have_c;
