@@ -386,10 +386,19 @@ CAMDELTA_API camdelta_status camdelta_scan_forward(camdelta_context *ctx, const 
  *  columns, 16-row and 8-column mma tiles per warp, reduction chunk), keys not given keep their default;
  *  NULL or "" restores the defaults (the device table, a `camdelta tune --save` entry, or the heuristics).
  *  Later calls plan with them; camdelta_scan_plan_describe shows them. Checked against each kernel's
- *  constraints and the device's limits when a call builds its kernels. */
+ *  constraints and the device's limits when a call builds its kernels.
+ *  The FMA kernels have two more families, with the keys and meaning of the environment variables they
+ *  replace for this context: "chunkwise" (CAMDELTA_SCAN_TILES: A_WR A_RM A_WC A_RN A_KC B_J B_WR B_RM B_WC B_RN
+ *  B_KC C_WR C_RM C_WC C_RN C_KC) and "backward" (CAMDELTA_SCAN_BWD_TILES: RPT TSG CB DPT TL TPT MC RL); NULL or
+ *  "" there restores the heuristics (also over the environment's value). Any change drops the plans the
+ *  context keeps, so the next call plans anew. Returns CAMDELTA_OK; INVALID_ARGUMENT (ctx NULL, unknown family,
+ *  params that do not parse). */
 CAMDELTA_API camdelta_status camdelta_tune_set(camdelta_context *ctx, const char *family, const char *params);
 /** The tiles `family` uses on this context for head dim D, as "WM=.. WN=.. MR=.. NR=.. KC=.." plus where they
- *  come from (override, saved, table or heuristic). */
+ *  come from (override, saved, table or heuristic).
+ *  "backward": "RPT=.. TSG=.. CB=.. DPT=.. TL=.. TPT=.. MC=.. RL=.. (override|heuristic)" (before any shrinking
+ *  for a compiled kernel's own work-group limit); "chunkwise": the override and its source, or a note that the
+ *  heuristic tiles follow B*H and S (camdelta_scan_plan_describe shows them). */
 CAMDELTA_API camdelta_status camdelta_tune_get(camdelta_context *ctx, const char *family, size_t D, char *buf,
                                                size_t size);
 
@@ -426,6 +435,20 @@ typedef struct camdelta_scan_backward_args {
  *  to recompute the forward states first. */
 CAMDELTA_API camdelta_status camdelta_scan_backward(camdelta_context *ctx, const camdelta_scan_backward_args *args,
                                                     const camdelta_scan_saved *saved);
+
+/** What camdelta_scan_backward would run for `args` (only B, H, D, F, S, precision and the buffers' offsets are
+ *  read; buffers may be absent), as one line: "backward; precision <path>" then each kernel with its path (fma,
+ *  or gram_tc / frames_tc / apply_tc on the tensor-core path), work-group size and tiles, e.g. "backward;
+ *  precision exact (fma); grams fma W=196 RPT=8 TSG=32; chain fma W=112 CB=8; frames fma W=224 DPT=16 TL=32
+ *  TPT=2 MC=16; ddecay fma RL=256", with " (tiles overridden)" when CAMDELTA_SCAN_BWD_TILES or camdelta_tune_set
+ *  "backward" gave them. Builds the plan (and its kernels) if this context has none for the shape yet; the call
+ *  then runs exactly that plan. Returns CAMDELTA_OK; INVALID_ARGUMENT (ctx, args or buf NULL, an unknown
+ *  precision, `size` too small for the line, or a tile override that does not parse); UNSUPPORTED (head dim,
+ *  tiles beyond the kernels' constraints or the device's limits); SHAPE (B, H, F or S zero or F, S >= 2^32);
+ *  BUILD, OPENCL or OUT_OF_MEMORY from building the kernels. */
+CAMDELTA_API camdelta_status camdelta_scan_backward_plan_describe(camdelta_context *ctx,
+                                                                  const camdelta_scan_backward_args *args, char *buf,
+                                                                  size_t size);
 
 /* ------------------------------------------------ camera branch (SPEC 8) */
 /* The pieces around prep and scan, on the device: cameras -> per-token

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <threads.h>
 
 #include "testutil.h"
 
@@ -610,16 +611,52 @@ static void test_bad_input(void **state) {
   bad_teardown(&e);
 }
 
-/* CAMDELTA_SCAN_TILES: odd tiles (many phase-A tiles on and off the diagonal, ragged edges) give the same results;
- * lists that do not parse and tiles that break a kernel's constraints or the device's limits fail cleanly. */
+/* Chunkwise plan line of tu_context() for the tile-override shape. */
+static void chunk_plan(char *buf, size_t size) {
+  camdelta_scan_args a = {0};
+  a.B = 1, a.H = 2, a.D = 16, a.F = 3, a.S = 37, a.algorithm = CAMDELTA_SCAN_CHUNKWISE;
+  TU_OK(camdelta_scan_plan_describe(tu_context(), &a, buf, size));
+}
+
+/* CAMDELTA_SCAN_TILES (read at context creation) and camdelta_tune_set "chunkwise": odd tiles (many phase-A tiles
+ * on and off the diagonal, ragged edges) give the same results and show in the plan; the environment set after a
+ * context exists changes nothing there; lists that do not parse and tiles that break a kernel's constraints or
+ * the device's limits fail cleanly. */
 static void test_tile_override(void **state) {
   (void)state;
   static const char *const good[] = {"A_WR=4,A_RM=1,A_WC=4,A_RN=2,A_KC=5,B_KC=8,C_WR=8,C_RM=3,C_WC=4,C_RN=5,C_KC=8",
                                      " A_WR=2 , A_RM=3,A_WC=8,A_RN=1,B_J=8,C_RN=3,"};
+  static const char *const shown[] = {"A_WR=4 A_RM=1 A_WC=4 A_RN=2 A_KC=5", "A_WR=2 A_RM=3 A_WC=8 A_RN=1"};
+  char plain[1024], plan[1024];
+  tu_context_release();
+  chunk_plan(plain, sizeof plain);
   for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
-    assert_int_equal(setenv("CAMDELTA_SCAN_TILES", good[i], 1), 0);
+    /* good[0] through the environment of a new context, good[1] through camdelta_tune_set */
+    if (i == 0) {
+      assert_int_equal(setenv("CAMDELTA_SCAN_TILES", good[i], 1), 0);
+      tu_context_release();
+    } else {
+      TU_OK(camdelta_tune_set(tu_context(), "chunkwise", good[i]));
+    }
+    chunk_plan(plan, sizeof plan);
+    if (!strstr(plan, shown[i])) fail_msg("plan '%s' does not show the override '%s'", plan, shown[i]);
     for (int rev = 0; rev < 2; rev++) check_case(1, 2, 16, 3, 37, rev, 1, 1, 1, 900 + 2 * i + (uint64_t)rev);
+    if (i == 0) {
+      /* read at creation only: unsetting it now changes nothing for this context */
+      assert_int_equal(unsetenv("CAMDELTA_SCAN_TILES"), 0);
+      chunk_plan(plan, sizeof plan);
+      assert_non_null(strstr(plan, shown[0]));
+      /* camdelta_tune_set with "" restores the heuristic tiles, over the environment's */
+      TU_OK(camdelta_tune_set(tu_context(), "chunkwise", ""));
+      chunk_plan(plan, sizeof plan);
+      assert_string_equal(plan, plain);
+    }
   }
+  TU_OK(camdelta_tune_set(tu_context(), "chunkwise", NULL));
+  chunk_plan(plan, sizeof plan);
+  assert_string_equal(plan, plain);
+  assert_int_equal(camdelta_tune_set(tu_context(), "chunkwise", "A_WR=16,FOO=2"), CAMDELTA_ERROR_INVALID_ARGUMENT);
+  assert_non_null(strstr(camdelta_last_message(), "unknown key 'FOO'"));
   static const struct {
     const char *value, *needle;
     camdelta_status want;
@@ -636,15 +673,25 @@ static void test_tile_override(void **state) {
       {"B_WR=2,B_RM=2", "B_WR*B_RM >= D", CAMDELTA_ERROR_UNSUPPORTED, 1},
       {"B_J=32", "B_J <= D", CAMDELTA_ERROR_UNSUPPORTED, 1},
   };
-  bad_env e;
-  bad_setup(&e);
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    /* a context created with the bad value: its scan calls fail naming the variable */
     assert_int_equal(setenv("CAMDELTA_SCAN_TILES", bad[i].value, 1), 0);
+    tu_context_release();
+    bad_env e;
+    bad_setup(&e);
     camdelta_scan_args a = e.a;
     if (bad[i].chunkwise_only) a.algorithm = CAMDELTA_SCAN_CHUNKWISE;
     expect_bad(&e, &a, bad[i].want, bad[i].needle);
+    a.algorithm = CAMDELTA_SCAN_CHUNKWISE;
+    assert_int_equal(camdelta_scan_forward(tu_context(), &a, NULL), bad[i].want);
+    if (!strstr(camdelta_last_message(), "CAMDELTA_SCAN_TILES"))
+      fail_msg("'%s': the message does not name the variable: %s", bad[i].value, camdelta_last_message());
+    bad_teardown(&e);
   }
   assert_int_equal(unsetenv("CAMDELTA_SCAN_TILES"), 0);
+  tu_context_release();
+  bad_env e;
+  bad_setup(&e);
   TU_OK(camdelta_scan_forward(tu_context(), &e.a, NULL));
   bad_teardown(&e);
 }
@@ -705,6 +752,73 @@ static void test_huge_token_counts(void **state) {
   }
 }
 
+/* Threads sharing one context share its plans: each call takes its plan's use lock while it sets the kernels'
+ * arguments and enqueues, and camdelta_tune_set dropping the plans meanwhile (one thread) frees a plan only after
+ * its last user. Every thread's results equal the single-threaded run's, bit for bit. */
+typedef struct plan_worker {
+  camdelta_scan_args a;
+  int retune, failures;
+} plan_worker;
+
+static int plan_worker_run(void *arg) {
+  plan_worker *w = arg;
+  for (int i = 0; i < 12; i++) {
+    camdelta_scan_args a = w->a;
+    a.algorithm = i % 2 ? CAMDELTA_SCAN_CHUNKWISE : CAMDELTA_SCAN_SEQUENTIAL;
+    if (camdelta_scan_forward(tu_context(), &a, NULL) != CAMDELTA_OK) w->failures++;
+    if (w->retune && camdelta_tune_set(tu_context(), "backward", i % 2 ? "RPT=4" : NULL) != CAMDELTA_OK) w->failures++;
+  }
+  return 0;
+}
+
+static void test_threads_share_plans(void **state) {
+  (void)state;
+  problem p;
+  problem_make(&p, 1, 2, 24, 3, 21, 4242);
+  cl_mem q = tu_upload(p.q, p.n_tok * 4), k = tu_upload(p.k, p.n_tok * 4), v = tu_upload(p.v, p.n_tok * 4);
+  cl_mem beta = tu_upload(p.beta, p.n_beta * 4), decay = tu_upload(p.decay, p.n_decay * 4);
+  enum { NT = 4 };
+  cl_mem outs[NT + 2];
+  for (int t = 0; t < NT + 2; t++) outs[t] = tu_buffer(p.n_tok * 4);
+  camdelta_scan_args a = {0};
+  a.B = p.B, a.H = p.H, a.D = p.D, a.F = p.F, a.S = p.S;
+  a.q.mem = q, a.k.mem = k, a.v.mem = v, a.beta.mem = beta, a.decay.mem = decay;
+  /* single-threaded references, one per algorithm */
+  for (int r = 0; r < 2; r++) {
+    camdelta_scan_args b = a;
+    b.algorithm = r ? CAMDELTA_SCAN_CHUNKWISE : CAMDELTA_SCAN_SEQUENTIAL;
+    b.out.mem = outs[NT + r];
+    TU_OK(camdelta_scan_forward(tu_context(), &b, NULL));
+  }
+  plan_worker w[NT];
+  thrd_t th[NT];
+  for (int t = 0; t < NT; t++) {
+    memset(&w[t], 0, sizeof w[t]);
+    w[t].a = a;
+    w[t].a.out.mem = outs[t];
+    w[t].retune = t == 0;
+    assert_int_equal(thrd_create(&th[t], plan_worker_run, &w[t]), thrd_success);
+  }
+  for (int t = 0; t < NT; t++) {
+    assert_int_equal(thrd_join(th[t], NULL), thrd_success);
+    assert_int_equal(w[t].failures, 0);
+  }
+  TU_OK(camdelta_finish(tu_context()));
+  float *ref = malloc(p.n_tok * 4), *got = malloc(p.n_tok * 4);
+  assert_true(ref && got);
+  tu_download(outs[NT + 1], 0, p.n_tok * 4, ref); /* each worker's last call is chunkwise */
+  for (int t = 0; t < NT; t++) {
+    tu_download(outs[t], 0, p.n_tok * 4, got);
+    assert_memory_equal(ref, got, p.n_tok * 4);
+  }
+  free(ref), free(got);
+  for (int t = 0; t < NT + 2; t++) clReleaseMemObject(outs[t]);
+  clReleaseMemObject(q), clReleaseMemObject(k), clReleaseMemObject(v), clReleaseMemObject(beta),
+      clReleaseMemObject(decay);
+  problem_free(&p);
+  TU_OK(camdelta_tune_set(tu_context(), "backward", NULL));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_api_misc),
@@ -723,6 +837,7 @@ int main(void) {
       cmocka_unit_test(test_huge_token_counts),
       cmocka_unit_test(test_cli_frames_mismatch),
       cmocka_unit_test(test_tile_override),
+      cmocka_unit_test(test_threads_share_plans),
   };
   return cmocka_run_group_tests(tests, NULL, teardown_all);
 }

@@ -355,18 +355,49 @@ static void expect_rejected(camdelta_status st, camdelta_status want, const sb_p
   }
 }
 
-/* CAMDELTA_SCAN_BWD_TILES: other tiles give the same gradients; bad lists and tiles fail cleanly. */
+/* The backward plan line of tu_context() for the tile-override shape. */
+static void bwd_plan(char *buf, size_t size) {
+  camdelta_scan_backward_args a = CAMDELTA_SCAN_BACKWARD_ARGS_INIT;
+  a.B = 1, a.H = 2, a.D = 32, a.F = 3, a.S = 45;
+  TU_OK(camdelta_scan_backward_plan_describe(tu_context(), &a, buf, size));
+}
+
+/* CAMDELTA_SCAN_BWD_TILES (read at context creation) and camdelta_tune_set "backward": other tiles give the same
+ * gradients and show in the plan; bad lists and tiles fail cleanly. */
 static void test_scan_backward_tile_override(void **state) {
   (void)state;
   static const char *const good[] = {"RPT=4,TSG=8,CB=4,DPT=4,TL=8,TPT=3,MC=4,RL=16", "DPT=8,TL=16,TPT=1,MC=8,TSG=16"};
+  static const char *const shown[] = {"RPT=4 TSG=8; chain fma W=32 CB=4", "DPT=8 TL=16 TPT=1 MC=8"};
+  char plain[1024], plan[1024];
+  tu_context_release();
+  bwd_plan(plain, sizeof plain);
+  assert_null(strstr(plain, "overridden"));
   for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
-    assert_int_equal(setenv("CAMDELTA_SCAN_BWD_TILES", good[i], 1), 0);
+    /* good[0] through the environment of a new context, good[1] through camdelta_tune_set */
+    if (i == 0) {
+      assert_int_equal(setenv("CAMDELTA_SCAN_BWD_TILES", good[i], 1), 0);
+      tu_context_release();
+      (void)tu_context();
+      assert_int_equal(unsetenv("CAMDELTA_SCAN_BWD_TILES"), 0); /* read at creation: no effect from here on */
+    } else {
+      TU_OK(camdelta_tune_set(tu_context(), "backward", good[i]));
+    }
+    bwd_plan(plan, sizeof plan);
+    if (!strstr(plan, shown[i]) || !strstr(plan, "(tiles overridden)"))
+      fail_msg("plan '%s' does not show the override '%s'", plan, shown[i]);
+    char got[256];
+    TU_OK(camdelta_tune_get(tu_context(), "backward", 32, got, sizeof got));
+    assert_non_null(strstr(got, "(override)"));
     for (int rev = 0; rev < 2; rev++) {
       sb_case c = {1, 2, 32, 3, 45, rev, 1, 1, rev ? SAVED_REF : SAVED_NONE, 0, 0, CAMDELTA_SCAN_AUTO};
       assert_int_equal(run_case(&c, NULL), 1);
     }
   }
   report_worst("scan_backward tile override");
+  TU_OK(camdelta_tune_set(tu_context(), "backward", NULL));
+  bwd_plan(plan, sizeof plan);
+  assert_string_equal(plan, plain);
+  assert_int_equal(camdelta_tune_set(tu_context(), "backward", "TL"), CAMDELTA_ERROR_INVALID_ARGUMENT);
   static const struct {
     const char *value, *needle;
     camdelta_status want;
@@ -385,14 +416,23 @@ static void test_scan_backward_tile_override(void **state) {
   sb_case c = {1, 2, 16, 3, 10, 0, 1, 1, SAVED_NONE, 0, 0, CAMDELTA_SCAN_AUTO};
   sb_problem p;
   problem_init(&p, &c, 6);
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    /* a context created with the bad value: the call and the plan fail, nothing written */
+    assert_int_equal(setenv("CAMDELTA_SCAN_BWD_TILES", bad[i].value, 1), 0);
+    tu_context_release();
+    sb_device d;
+    device_init(&d, &p);
+    const camdelta_scan_backward_args a = make_args(&p, &d, NULL);
+    expect_rejected(camdelta_scan_backward(tu_context(), &a, NULL), bad[i].want, &p, &d, bad[i].needle);
+    char text[1024];
+    assert_int_equal(camdelta_scan_backward_plan_describe(tu_context(), &a, text, sizeof text), bad[i].want);
+    device_free(&d);
+  }
+  assert_int_equal(unsetenv("CAMDELTA_SCAN_BWD_TILES"), 0);
+  tu_context_release();
   sb_device d;
   device_init(&d, &p);
   const camdelta_scan_backward_args a = make_args(&p, &d, NULL);
-  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-    assert_int_equal(setenv("CAMDELTA_SCAN_BWD_TILES", bad[i].value, 1), 0);
-    expect_rejected(camdelta_scan_backward(tu_context(), &a, NULL), bad[i].want, &p, &d, bad[i].needle);
-  }
-  assert_int_equal(unsetenv("CAMDELTA_SCAN_BWD_TILES"), 0);
   TU_OK(camdelta_scan_backward(tu_context(), &a, NULL));
   device_free(&d);
   problem_free(&p);

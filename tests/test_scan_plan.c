@@ -6,6 +6,8 @@
 #include <string.h>
 
 #include "internal.h"
+#include "plan.h"
+#include "scan_tiles.h"
 #include "scan_warm.h"
 #include "testutil.h"
 #include "tune.h"
@@ -153,12 +155,191 @@ static void test_resolution_order(void **state) {
   fake_free(c);
 }
 
+/* ----------------------------------------------------------------------------- FMA tiles (scan_tiles.c) */
+
+/* Given device limits -> expected tiles (the values the policy gave before it moved into src/tune, kept as the
+ * reference: a change here is a change of what runs). */
+static void test_fma_tiles_given_limits(void **state) {
+  (void)state;
+  const camdelta_device_info h200 = facts("NVIDIA Corporation", "NVIDIA H200", CL_DEVICE_TYPE_GPU, 132, 1024, 49152);
+  const camdelta_device_info cpu = facts("AuthenticAMD", "pthread-haswell", CL_DEVICE_TYPE_CPU, 2, 4096, 4 << 20);
+  cd_scan_limits lim;
+  cd_scan_limits_from_info(&h200, &lim);
+  assert_int_equal(lim.local_bytes, 48896);
+  assert_true(lim.max_wg == 256 && lim.min_wg == 32 && lim.gpu == 1 && lim.cus == 132);
+  cd_seq_cfg sq;
+  TU_OK(cd_seq_configure(&lim, 20, 112, 1560, 256, &sq));
+  assert_true(sq.J == 16 && sq.TS == 64 && sq.W == 128 && sq.nJ == 7);
+  assert_string_equal(sq.opts, "-DCD_D=112 -DCD_S_J=16 -DCD_S_TS=64 -DCD_U_WR=16 -DCD_U_RM=7 -DCD_U_WC=8 -DCD_U_RN=2 "
+                               "-DCD_P_WR=32 -DCD_P_RM=2 -DCD_P_WC=4 -DCD_P_RN=4 -DCD_O_WR=8 -DCD_O_RM=2 -DCD_O_WC=16 "
+                               "-DCD_O_RN=4");
+  cd_chunk_cfg ck;
+  TU_OK(cd_chunk_configure(&lim, 20, 112, 1560, 256, NULL, "X", &ck));
+  assert_true(ck.a_w == 64 && ck.b_w == 256 && ck.b_nj == 7 && ck.c_w == 128 && ck.c_ns == 25);
+  assert_string_equal(ck.opts, "-DCD_D=112 -DCD_A_WR=8 -DCD_A_RM=7 -DCD_A_WC=8 -DCD_A_RN=7 -DCD_A_KC=32 -DCD_B_J=16 "
+                               "-DCD_B_WR=64 -DCD_B_RM=2 -DCD_B_WC=4 -DCD_B_RN=4 -DCD_B_KC=16 -DCD_C_WR=16 "
+                               "-DCD_C_RM=7 -DCD_C_WC=8 -DCD_C_RN=8 -DCD_C_KC=16");
+  /* an override replaces exactly the given fields */
+  cd_scan_override o;
+  TU_OK(cd_scan_override_parse("X", "B_J=32", &o));
+  assert_true(!o.a && o.b && !o.c && o.v[CD_ST_B_J] == 32);
+  TU_OK(cd_chunk_configure(&lim, 20, 112, 1560, 256, &o, "X", &ck));
+  assert_true(ck.b_j == 32 && ck.b_nj == 4 && ck.a_w == 64 && ck.c_w == 128);
+  TU_OK(cd_scan_override_parse("X", "C_KC=3", &o));
+  assert_int_equal(cd_chunk_configure(&lim, 20, 112, 1560, 256, &o, "MYVAR", &ck), CAMDELTA_ERROR_UNSUPPORTED);
+  assert_non_null(strstr(camdelta_last_message(), "MYVAR: C_KC=3 must divide D=112"));
+  /* a CPU: one value block, 256 items */
+  cd_scan_limits_from_info(&cpu, &lim);
+  TU_OK(cd_seq_configure(&lim, 20, 112, 1560, 256, &sq));
+  assert_true(sq.J == 112 && sq.TS == 64 && sq.W == 256 && sq.nJ == 1);
+  /* backward on the H200's limits */
+  size_t wg, local;
+  cd_sbwd_limits(&h200, &wg, &local);
+  assert_true(wg == 1024 && local == 48128);
+  cd_sbwd_cfg b;
+  TU_OK(cd_sbwd_choose(112, local, wg, wg, wg, wg, &b));
+  assert_true(b.rpt == 8 && b.tsg == 32 && b.cb == 8 && b.dpt == 16 && b.tl == 32 && b.tpt == 2 && b.mc == 16 &&
+              b.rl == 256);
+  /* a kernel allowing fewer items (registers): smaller grams and frames groups */
+  TU_OK(cd_sbwd_choose(112, local, 128, 128, wg, 32, &b));
+  assert_true(b.rpt == 16 && b.tl == 16 && b.rl == 32);
+  unsigned v[CD_SB_COUNT];
+  int any;
+  TU_OK(cd_sbwd_parse("X", "MC=3", v, &any));
+  assert_true(any && v[CD_SB_MC] == 3);
+  assert_int_equal(cd_sbwd_override(112, local, wg, v, "X", &b), CAMDELTA_ERROR_UNSUPPORTED);
+  assert_non_null(strstr(camdelta_last_message(), "MC must divide D"));
+}
+
+/* Every head dim on devices from 8 KiB / 64 items to 1 MiB / 4096 items: the chosen tiles meet the kernels'
+ * constraints (local memory, work-group limits, the layouts covering their tiles) or the call says the device is
+ * too small; never a hang (one more value block could leave the width unchanged and looped forever). Calls of
+ * one shape class get the same tiles. */
+static void test_fma_tiles_constraints(void **state) {
+  (void)state;
+  const camdelta_device_info devs[] = {
+      facts("NVIDIA Corporation", "NVIDIA H200", CL_DEVICE_TYPE_GPU, 132, 1024, 49152),
+      facts("AuthenticAMD", "pthread-haswell", CL_DEVICE_TYPE_CPU, 2, 4096, 4 << 20),
+      facts("Advanced Micro Devices, Inc.", "gfx90a", CL_DEVICE_TYPE_GPU, 104, 256, 65536),
+      facts("X", "accel", CL_DEVICE_TYPE_ACCELERATOR, 8, 128, 16384),
+      facts("X", "tiny", CL_DEVICE_TYPE_GPU, 4, 64, 8192)};
+  static const size_t BHs[] = {1, 3, 20, 600}, Ss[] = {1, 8, 9, 37, 100, 1560};
+  for (size_t di = 0; di < sizeof devs / sizeof *devs; di++) {
+    cd_scan_limits lim;
+    cd_scan_limits_from_info(&devs[di], &lim);
+    for (size_t D = 8; D <= 128; D += 8)
+      for (size_t bi = 0; bi < sizeof BHs / sizeof *BHs; bi++)
+        for (size_t si = 0; si < sizeof Ss / sizeof *Ss; si++) {
+          const size_t BH = BHs[bi], S = Ss[si];
+          cd_seq_cfg sq;
+          if (cd_seq_configure(&lim, BH, D, S, 256, &sq) == CAMDELTA_OK) {
+            assert_true(cd_seq_local_bytes(D, &sq) <= lim.local_bytes);
+            assert_true(sq.W <= lim.max_wg && sq.J % 8 == 0 && sq.nJ * sq.J >= D && (sq.nJ - 1) * sq.J < D);
+            assert_true(sq.u.wr * sq.u.wc == sq.W && sq.u.wr * sq.u.rm >= D && sq.u.wc * sq.u.rn >= sq.J);
+            assert_true(sq.p.wr * sq.p.rm >= sq.TS && sq.o.wc * sq.o.rn >= sq.TS && sq.o.wr * sq.o.rm >= sq.J);
+          } else {
+            assert_non_null(strstr(camdelta_last_message(), "too small"));
+          }
+          cd_chunk_cfg ck;
+          if (cd_chunk_configure(&lim, BH, D, S, 256, NULL, "X", &ck) == CAMDELTA_OK) {
+            assert_true(cd_chunk_a_local_bytes(&ck) <= lim.local_bytes && cd_chunk_b_local_bytes(D, &ck) <= lim.local_bytes &&
+                        cd_chunk_c_local_bytes(&ck) <= lim.local_bytes);
+            assert_true(ck.a_w <= lim.max_wg && ck.b_w <= lim.max_wg && ck.c_w <= lim.max_wg);
+            assert_true(ck.a_nr * ck.a.wr * ck.a.rm >= D && ck.a_nc * ck.a.wc * ck.a.rn >= 2 * D);
+            assert_true(ck.b.wr * ck.b.rm >= D && ck.b.wc * ck.b.rn >= ck.b_j && ck.b_nj * ck.b_j >= D);
+            assert_true(D % ck.b_kc == 0 && D % ck.c_kc == 0 && ck.c_nv * ck.c.wr * ck.c.rm >= D &&
+                        ck.c_ns * ck.c.wc * ck.c.rn >= S);
+            /* the plan's shape class: another S and B*H of the same class give the same kernels */
+            const cd_scan_class k1 = cd_scan_shape_class(&lim, BH, D, S);
+            for (size_t b2 = 0; b2 < sizeof BHs / sizeof *BHs; b2++)
+              for (size_t s2 = 0; s2 < sizeof Ss / sizeof *Ss; s2++) {
+                const cd_scan_class k2 = cd_scan_shape_class(&lim, BHs[b2], D, Ss[s2]);
+                if (k1.b_blocks != k2.b_blocks || k1.tokens != k2.tokens) continue;
+                cd_chunk_cfg c2;
+                TU_OK(cd_chunk_configure(&lim, BHs[b2], D, Ss[s2], 256, NULL, "X", &c2));
+                assert_string_equal(ck.opts, c2.opts);
+              }
+          } else {
+            assert_non_null(strstr(camdelta_last_message(), "too small"));
+          }
+        }
+    size_t wg, local;
+    cd_sbwd_limits(&devs[di], &wg, &local);
+    for (size_t D = 8; D <= 128; D += 8) {
+      cd_sbwd_cfg b;
+      if (cd_sbwd_choose(D, local, wg, wg, wg, wg, &b) != CAMDELTA_OK) {
+        assert_true(D > wg || strstr(camdelta_last_message(), "does not fit"));
+        continue;
+      }
+      /* the kernels' constraints and the limits (RPT^2 <= 256 registers is not always kept: on a 128-item device
+       * D = 104 gets RPT = 52, as before the move) */
+      assert_true(b.rpt % 4 == 0 && D % b.rpt == 0 && b.tsg % 8 == 0 && b.cb % 4 == 0 && D % b.cb == 0);
+      assert_true(b.dpt % 4 == 0 && D % b.dpt == 0 && D % b.mc == 0 && (b.rl & (b.rl - 1)) == 0 && b.rl <= 256);
+      assert_true((D / b.rpt) * (D / b.rpt) <= wg && b.tl * (D / b.dpt) <= wg && b.rl <= wg);
+      assert_true(cd_sbwd_frames_local_bytes(D, &b) <= local && cd_sbwd_grams_local_bytes(D, &b) <= local);
+    }
+  }
+}
+
+/* The plan cache without a device: a key builds once, a different key builds again, camdelta_tune_set drops the
+ * plans (one in use is freed by its last release), and a build failure keeps nothing. */
+static int g_built, g_freed;
+static camdelta_status fake_build(camdelta_context *ctx, const cd_plan_key *key, const void *arg, void **plan) {
+  (void)ctx, (void)arg;
+  if (key->D == 999) return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "no");
+  g_built++;
+  *plan = malloc(16);
+  return *plan ? CAMDELTA_OK : CAMDELTA_ERROR_OUT_OF_MEMORY;
+}
+static void fake_destroy(void *p) {
+  g_freed++;
+  free(p);
+}
+
+static void test_plan_cache(void **state) {
+  (void)state;
+  const camdelta_device_info d = facts("X", "cpu", CL_DEVICE_TYPE_CPU, 2, 4096, 65536);
+  camdelta_context *c = fake(&d);
+  cd_plan_key k1 = {CD_PLAN_SCAN_FORWARD, 64, 1, 0, 0, {1, 64, 0}}, k2 = k1;
+  k2.cls[1] = 8;
+  cd_plan_entry *e1, *e2, *e3;
+  TU_OK(cd_plan_acquire(c, &k1, fake_build, NULL, fake_destroy, &e1));
+  cd_plan_release(c, e1);
+  TU_OK(cd_plan_acquire(c, &k1, fake_build, NULL, fake_destroy, &e2));
+  assert_ptr_equal(e1, e2);
+  assert_int_equal(g_built, 1);
+  TU_OK(cd_plan_acquire(c, &k2, fake_build, NULL, fake_destroy, &e3));
+  assert_int_equal(g_built, 2);
+  assert_int_equal(cd_plan_count(c), 2);
+  cd_plan_release(c, e3);
+  /* e2 still in use: dropped from the table now, freed at its release */
+  TU_OK(camdelta_tune_set(c, "backward", "RPT=8"));
+  assert_int_equal(cd_plan_count(c), 0);
+  assert_int_equal(g_freed, 1);
+  cd_plan_release(c, e2);
+  assert_int_equal(g_freed, 2);
+  TU_OK(cd_plan_acquire(c, &k1, fake_build, NULL, fake_destroy, &e1));
+  assert_int_equal(g_built, 3);
+  cd_plan_release(c, e1);
+  cd_plan_key bad = k1;
+  bad.D = 999;
+  assert_int_equal(cd_plan_acquire(c, &bad, fake_build, NULL, fake_destroy, &e1), CAMDELTA_ERROR_UNSUPPORTED);
+  assert_int_equal(cd_plan_count(c), 1);
+  cd_plan_free_all(c);
+  assert_int_equal(g_freed, 3);
+  cd_tune_fma_free(c);
+  fake_free(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_auto_rule),
       cmocka_unit_test(test_tiles_every_head_dim),
       cmocka_unit_test(test_local_memory_formula),
       cmocka_unit_test(test_resolution_order),
+      cmocka_unit_test(test_fma_tiles_given_limits),
+      cmocka_unit_test(test_fma_tiles_constraints),
+      cmocka_unit_test(test_plan_cache),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

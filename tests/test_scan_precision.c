@@ -217,8 +217,25 @@ static void override_checks(camdelta_context *c) {
   b.dq.mem = o[0], b.dk.mem = o[1], b.dv.mem = o[2], b.dbeta.mem = o[3], b.ddecay.mem = o[4];
   assert_int_equal(camdelta_scan_backward(c, &b, NULL), CAMDELTA_ERROR_UNSUPPORTED);
   assert_non_null(strstr(camdelta_last_message(), "KC must divide D"));
+  assert_int_equal(camdelta_scan_backward_plan_describe(c, &b, after, sizeof after), CAMDELTA_ERROR_UNSUPPORTED);
   TU_OK(camdelta_tune_set(c, "frames", NULL));
   TU_OK(camdelta_scan_backward(c, &b, NULL));
+  /* the backward plan shows the tensor-core kernels and follows an override of the frames tiles; the gradients
+   * stay exact with it */
+  char bplan[1024], bover[1024];
+  TU_OK(camdelta_scan_backward_plan_describe(c, &b, bplan, sizeof bplan));
+  printf("backward plan: %s\n", bplan);
+  assert_non_null(strstr(bplan, "split-TF32"));
+  assert_non_null(strstr(bplan, "frames frames_tc"));
+  assert_null(strstr(bplan, "frames frames_tc W=64 WM=2 "));
+  TU_OK(camdelta_tune_set(c, "frames", "WM=2,WN=1"));
+  TU_OK(camdelta_scan_backward_plan_describe(c, &b, bover, sizeof bover));
+  if (!strstr(bover, "frames frames_tc W=64 WM=2 WN=1 MR=")) fail_msg("backward plan with WM=2: %s", bover);
+  static const size_t bs1[][5] = {{1, 1, 24, 2, 9}};
+  backward_cases(bs1, 1);
+  TU_OK(camdelta_tune_set(c, "frames", NULL));
+  TU_OK(camdelta_scan_backward_plan_describe(c, &b, bover, sizeof bover));
+  assert_string_equal(bplan, bover);
   clReleaseMemObject(q), clReleaseMemObject(bt), clReleaseMemObject(dc);
   for (int i = 0; i < 5; i++) clReleaseMemObject(o[i]);
   prob_free(&p);
@@ -240,11 +257,11 @@ static void test_emulated(void **state) {
   (void)state;
   if (cd_tc_available(tu_context())) return; /* the real path ran above */
   camdelta_context *emu = NULL;
+  setenv("CAMDELTA_TC", "emulate", 1); /* read at context creation */
   TU_OK(camdelta_context_create_from_queue(&emu, camdelta_context_cl_context(tu_context()),
                                            camdelta_context_queue(tu_context())));
-  setenv("CAMDELTA_TC", "emulate", 1);
-  assert_true(cd_tc_available(emu));
   unsetenv("CAMDELTA_TC");
+  assert_true(cd_tc_available(emu));
   assert_true(cd_tc_emulated(emu));
   g_ctx = emu;
   camdelta_scan_args a = {0};

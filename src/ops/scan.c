@@ -17,8 +17,13 @@
  *  - the number of value-column blocks (sequential, phase B) is chosen so that B·H·blocks covers a GPU's
  *    compute units; CPUs use one block, and their variants depend on D and on S <= 8 only (PoCL spends
  *    seconds compiling each).
- * CAMDELTA_SCAN_VERBOSE=1 prints the chosen algorithm, work-group sizes and build options to stderr.
- * CAMDELTA_SCAN_TILES (tuning, see cd_parse_tiles() in check.c): a comma-separated list of KEY=N replacing the chunkwise tile
+ * Plans: the tiles, work-group sizes and kernels are decided on the first call of an (algorithm, D, shape class,
+ * precision) and kept in the context (src/tune/plan.c); later calls set arguments and launch. The tile policy
+ * itself is src/tune/scan_tiles.c.
+ * CAMDELTA_SCAN_VERBOSE=1 prints the chosen algorithm, work-group sizes and build options to stderr (each call).
+ * The environment is read once, at context creation.
+ * CAMDELTA_SCAN_TILES (tuning, see cd_parse_tiles() in check.c; or camdelta_tune_set family "chunkwise", which
+ *   replaces it for the context): a comma-separated list of KEY=N replacing the chunkwise tile
  *   fields chosen above, keys A_WR A_RM A_WC A_RN A_KC (phase A), B_J B_WR B_RM B_WC B_RN B_KC (phase B), C_WR
  *   C_RM C_WC C_RN C_KC (phase C), e.g. "A_WR=16,A_RM=7,A_WC=8,A_RN=7,A_KC=16". Fields not given keep their
  *   choice (giving B_J re-picks phase B's layout first). A list that does not parse, or tiles that break a
@@ -41,9 +46,11 @@
 #include <string.h>
 
 #include "internal.h"
+#include "plan.h"
 #include "scan_hook.h"
 #include "scan_packed.h"
 #include "scan_pair.h"
+#include "scan_tiles.h"
 #include "scan_warm.h"
 #include "tune.h"
 
@@ -117,332 +124,25 @@ static camdelta_status saved_reserve(camdelta_context *ctx, camdelta_scan_saved 
 
 /* ------------------------------------------------------------------------------------------ tiling */
 
-typedef struct layout {
-  unsigned wr, rm, wc, rn; /* item grid wr x wc; each item owns rm x rn (strided) */
-} layout;
+/* The tile policy lives in src/tune/scan_tiles.c (parameters, constraints, local memory, AUTO rule). */
+typedef cd_scan_limits dev_limits;
+typedef cd_seq_cfg seq_cfg;
+typedef cd_chunk_cfg chunk_cfg;
+typedef cd_scan_override tile_override;
 
 static unsigned ceil_div(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
-static unsigned round8(size_t a) { return (unsigned)((a + 7) / 8 * 8); }
-/* Powers of two around x, capped at 2^31 (so that S up to 2^32 − 1 cannot loop forever or wrap). */
-static unsigned pow2_floor(size_t x) {
-  unsigned p = 1;
-  while (p < (1u << 31) && (size_t)p * 2 <= x) p *= 2;
-  return p;
-}
-static unsigned pow2_ceil(size_t x) {
-  unsigned p = 1;
-  while (p < (1u << 31) && p < x) p *= 2;
-  return p;
-}
-
-/* Spread an R x C output tile over W items (W a power of two). Cost per reduction step and item:
- * rm·rn FMAs + rm + rn local loads, times the padding; fewer than min(min_wc, C) items along the columns
- * (the contiguous dimension in global memory) costs 50% for uncoalesced access. */
-static layout pick_layout(unsigned R, unsigned C, unsigned W, unsigned min_wc) {
-  layout best = {W, ceil_div(R, W), 1, C};
-  double best_cost = -1;
-  const unsigned want_wc = min_wc < C ? min_wc : C;
-  for (unsigned wc = 1; wc <= W; wc *= 2) {
-    const unsigned wr = W / wc, rm = ceil_div(R, wr), rn = ceil_div(C, wc);
-    double cost = (double)rm * rn + rm + rn;
-    if (wc < want_wc) cost *= 1.5;
-    if (best_cost < 0 || cost < best_cost - 1e-9) best = (layout){wr, rm, wc, rn}, best_cost = cost;
-  }
-  return best;
-}
-
-/* Largest of 32, 16, 8 that divides D (D is a multiple of 8). */
-static unsigned k_chunk(size_t D) { return D % 32 == 0 ? 32 : D % 16 == 0 ? 16 : 8; }
-
-typedef struct dev_limits {
-  size_t local_bytes; /* usable local memory per work-group */
-  size_t dev_wg;      /* the device's work-group limit */
-  unsigned max_wg;    /* power of two, <= 256 */
-  unsigned min_wg;    /* power of two >= the preferred multiple */
-  unsigned cus;
-  int gpu;
-} dev_limits;
-
-/* From the device facts the context read once (no kernel is compiled or queried here): the preferred
- * work-group multiple is the SIMD width, 64 on AMD GPUs (wave64), 32 elsewhere (NVIDIA warps; CPUs and
- * Intel GPUs prefer less, and 32 items per group suits them too). Each compiled kernel's own limit is
- * still checked in build_kernels(). */
-static void limits_from_info(const camdelta_device_info *info, dev_limits *lim) {
-  const int amd = strstr(info->device_vendor, "Advanced Micro Devices") != NULL ||
-                  strstr(info->device_vendor, "AMD") != NULL;
-  const int gpu = (info->type & CL_DEVICE_TYPE_GPU) != 0;
-  const size_t pm = amd && gpu ? 64 : 32;
-  size_t dmax = info->max_work_group_size ? info->max_work_group_size : 1;
-  const size_t kmax = dmax;
-  lim->dev_wg = dmax;
-  lim->max_wg = pow2_floor(kmax < 256 ? kmax : 256);
-  lim->min_wg = pow2_ceil(pm < 32 ? 32 : pm);
-  if (lim->min_wg > lim->max_wg) lim->min_wg = lim->max_wg;
-  uint64_t lm = info->local_mem_bytes;
-  lim->local_bytes = lm > 512 ? (size_t)(lm - 256) : 0;
-  if (lim->local_bytes > (size_t)1 << 20) lim->local_bytes = (size_t)1 << 20;
-  lim->cus = info->compute_units ? info->compute_units : 1;
-  lim->gpu = (info->type & (CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR)) != 0;
-}
 
 static camdelta_status device_limits(camdelta_context *ctx, dev_limits *lim) {
-  limits_from_info(&ctx->info, lim);
+  cd_scan_limits_from_info(&ctx->info, lim);
   return CAMDELTA_OK;
 }
 
-/* Work-group size for a tile of `outputs` cells, `per_item` cells per item. */
-static unsigned wg_for(const dev_limits *lim, size_t outputs, size_t per_item, unsigned cap) {
-  unsigned w = pow2_floor(outputs / per_item ? outputs / per_item : 1);
-  if (w > cap) w = cap;
-  if (w > lim->max_wg) w = lim->max_wg;
-  if (w < lim->min_wg) w = lim->min_wg;
-  return w;
-}
-
-/* Value-column blocks. GPUs: enough work-groups for the compute units, blocks at least `min_j` wide.
- * CPUs: one block (a few cores are filled by B·H; AUTO picks chunkwise when they are not), so that the
- * kernels built for a CPU depend on D and the token bucket only (PoCL compiles each variant for seconds). */
-static unsigned value_blocks(const dev_limits *lim, size_t BH, size_t D, size_t min_j) {
-  if (!lim->gpu) return 1;
-  size_t want = BH >= lim->cus ? 1 : (lim->cus + BH - 1) / BH, most = D / min_j ? D / min_j : 1;
-  if (want > most) want = most;
-  if (want < 1) want = 1;
-  return ceil_div(D, round8(ceil_div(D, want)));
-}
-
-/* Tokens per tile: a power of two >= S in [8, most] on GPUs; on CPUs 8 for S <= 8, else `most`. */
-static unsigned token_tile(const dev_limits *lim, size_t S, unsigned most) {
-  if (!lim->gpu || S >= most) return S <= 8 ? 8 : most;
-  unsigned t = pow2_ceil(S < 8 ? 8 : S);
-  return t > most ? most : t;
-}
-
-/* ------------------------------------------------------------------------------ sequential config */
-
-typedef struct seq_cfg {
-  unsigned J, TS, W, nJ;
-  layout u, p, o;
-  char opts[512];
-} seq_cfg;
-
-static size_t seq_local_bytes(size_t D, const seq_cfg *c) {
-  size_t sc = c->p.wr * c->p.rm, jc = c->u.wc * c->u.rn, kr = c->u.wr * c->u.rm;
-  if (c->o.wc * c->o.rn > sc) sc = c->o.wc * c->o.rn;
-  if (c->p.wc * c->p.rn > jc) jc = c->p.wc * c->p.rn;
-  if (c->o.wr * c->o.rm > jc) jc = c->o.wr * c->o.rm;
-  if (D > kr) kr = D;
-  return 4 * (kr * (sc + 1) + jc * (sc + 1) + sc * jc + D * jc + sc);
-}
-
-static void seq_layouts(size_t D, seq_cfg *c) {
-  c->u = pick_layout((unsigned)D, c->J, c->W, 1); /* the state goes to global memory through Ps */
-  c->p = pick_layout(c->TS, c->J, c->W, 1);
-  c->o = pick_layout(c->J, c->TS, c->W, 8);
-}
-
-static camdelta_status seq_configure(const dev_limits *lim, size_t BH, size_t D, size_t S, unsigned wg_cap,
-                                     seq_cfg *c) {
-  c->nJ = value_blocks(lim, BH, D, 16);
-  unsigned ts = token_tile(lim, S, 64);
-  for (;;) {
-    c->J = round8(ceil_div(D, c->nJ));
-    c->nJ = ceil_div(D, c->J);
-    c->TS = ts;
-    c->W = wg_for(lim, D * c->J, lim->gpu ? 8 : 16, wg_cap);
-    seq_layouts(D, c);
-    if (seq_local_bytes(D, c) <= lim->local_bytes) break;
-    if (ts > 8) ts /= 2;
-    else if (c->J > 8) c->nJ++;
-    else
-      return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: the device's local memory (%zu bytes) is too small for D=%zu",
-                     OP, lim->local_bytes, D);
-  }
-  snprintf(c->opts, sizeof c->opts,
-           "-DCD_D=%zu -DCD_S_J=%u -DCD_S_TS=%u -DCD_U_WR=%u -DCD_U_RM=%u -DCD_U_WC=%u -DCD_U_RN=%u "
-           "-DCD_P_WR=%u -DCD_P_RM=%u -DCD_P_WC=%u -DCD_P_RN=%u -DCD_O_WR=%u -DCD_O_RM=%u -DCD_O_WC=%u "
-           "-DCD_O_RN=%u",
-           D, c->J, c->TS, c->u.wr, c->u.rm, c->u.wc, c->u.rn, c->p.wr, c->p.rm, c->p.wc, c->p.rn, c->o.wr, c->o.rm,
-           c->o.wc, c->o.rn);
-  return CAMDELTA_OK;
-}
-
-/* ------------------------------------------------------------------------------- tile override */
-
-static const char TILES_ENV[] = "CAMDELTA_SCAN_TILES";
-
-enum {
-  T_A_WR, T_A_RM, T_A_WC, T_A_RN, T_A_KC,
-  T_B_J, T_B_WR, T_B_RM, T_B_WC, T_B_RN, T_B_KC,
-  T_C_WR, T_C_RM, T_C_WC, T_C_RN, T_C_KC,
-  T_COUNT
-};
-static const char *const TILE_KEYS[T_COUNT] = {"A_WR", "A_RM", "A_WC", "A_RN", "A_KC", "B_J",  "B_WR", "B_RM",
-                                               "B_WC", "B_RN", "B_KC", "C_WR", "C_RM", "C_WC", "C_RN", "C_KC"};
-
-typedef struct tile_override {
-  unsigned v[T_COUNT]; /* 0: not given */
-  int a, b, c;         /* any field of the phase given */
-} tile_override;
-
-static camdelta_status read_override(tile_override *o) {
-  memset(o, 0, sizeof *o);
-  const char *env = getenv(TILES_ENV);
-  if (!env || !*env) return CAMDELTA_OK;
-  camdelta_status st = cd_parse_tiles(TILES_ENV, env, TILE_KEYS, T_COUNT, o->v);
-  if (st) return st;
-  for (int i = 0; i < T_COUNT; i++)
-    if (o->v[i]) *(i <= T_A_KC ? &o->a : i <= T_B_KC ? &o->b : &o->c) = 1;
-  return CAMDELTA_OK;
-}
-
-static void set_if(unsigned *field, unsigned v) {
-  if (v) *field = v;
-}
-
-/* ------------------------------------------------------------------------------- chunkwise config */
-
-typedef struct chunk_cfg {
-  /* phase A: tile rows (key dim) x cols (2D: A then U), tokens staged per step */
-  layout a;
-  unsigned a_w, a_kc, a_nr, a_nc;
-  /* phase B: value columns per work-group */
-  layout b;
-  unsigned b_w, b_j, b_nj, b_kc;
-  /* phase C: value rows x tokens */
-  layout c;
-  unsigned c_w, c_kc, c_nv, c_ns;
-  const char *pk_opts; /* set by the caller: the packed-clips variant's options (scan_packed.c), else NULL */
-  char opts[512]; /* one program holds the three kernels */
-} chunk_cfg;
-
-/* Applies the given override fields to the tiles chosen by chunk_configure and checks what the kernels need. */
-static camdelta_status chunk_override(const dev_limits *lim, size_t D, size_t S, const tile_override *o,
-                                      chunk_cfg *c) {
-  const size_t lb = lim->local_bytes;
-  const unsigned *v = o->v;
-  size_t bytes;
-  if (o->a) {
-    set_if(&c->a.wr, v[T_A_WR]), set_if(&c->a.rm, v[T_A_RM]), set_if(&c->a.wc, v[T_A_WC]);
-    set_if(&c->a.rn, v[T_A_RN]), set_if(&c->a_kc, v[T_A_KC]);
-    c->a_w = c->a.wr * c->a.wc;
-    bytes = 4 * (size_t)c->a_kc * (c->a.wr * c->a.rm + 1 + c->a.wc * c->a.rn + 1);
-    if (c->a.rm * c->a.rn > 256 || c->a_w > lim->dev_wg || bytes > lb)
-      return cd_fail(CAMDELTA_ERROR_UNSUPPORTED,
-                     "%s: %s: phase A tiles WR=%u RM=%u WC=%u RN=%u KC=%u (work-group %u, %zu bytes of local memory, "
-                     "%u registers per item) exceed the device's limits (work-group %zu, local memory %zu bytes, "
-                     "256 registers)",
-                     OP, TILES_ENV, c->a.wr, c->a.rm, c->a.wc, c->a.rn, c->a_kc, c->a_w, bytes, c->a.rm * c->a.rn,
-                     lim->dev_wg, lb);
-    c->a_nr = ceil_div(D, c->a.wr * c->a.rm);
-    c->a_nc = ceil_div(2 * D, c->a.wc * c->a.rn);
-  }
-  if (o->b) {
-    if (v[T_B_J]) {
-      c->b_j = v[T_B_J];
-      c->b_nj = ceil_div(D, c->b_j);
-      c->b = pick_layout((unsigned)D, c->b_j, c->b_w, 1);
-    }
-    set_if(&c->b.wr, v[T_B_WR]), set_if(&c->b.rm, v[T_B_RM]), set_if(&c->b.wc, v[T_B_WC]);
-    set_if(&c->b.rn, v[T_B_RN]), set_if(&c->b_kc, v[T_B_KC]);
-    c->b_w = c->b.wr * c->b.wc;
-    bytes = 4 * (D * (size_t)(c->b.wc * c->b.rn) + (size_t)c->b_kc * (c->b.wr * c->b.rm + 1));
-    if (c->b.wr * c->b.rm < D || c->b.wc * c->b.rn < c->b_j || D % c->b_kc || c->b_j > D)
-      return cd_fail(CAMDELTA_ERROR_UNSUPPORTED,
-                     "%s: %s: phase B needs B_WR*B_RM >= D (%u*%u vs %zu), B_WC*B_RN >= B_J (%u*%u vs %u), "
-                     "B_J <= D and B_KC dividing D (B_KC=%u)",
-                     OP, TILES_ENV, c->b.wr, c->b.rm, D, c->b.wc, c->b.rn, c->b_j, c->b_kc);
-    if (c->b.rm * c->b.rn > 256 || c->b_w > lim->dev_wg || bytes > lb)
-      return cd_fail(CAMDELTA_ERROR_UNSUPPORTED,
-                     "%s: %s: phase B tiles J=%u WR=%u RM=%u WC=%u RN=%u KC=%u (work-group %u, %zu bytes of local "
-                     "memory) exceed the device's limits (work-group %zu, local memory %zu bytes, 256 registers)",
-                     OP, TILES_ENV, c->b_j, c->b.wr, c->b.rm, c->b.wc, c->b.rn, c->b_kc, c->b_w, bytes, lim->dev_wg,
-                     lb);
-  }
-  if (o->c) {
-    set_if(&c->c.wr, v[T_C_WR]), set_if(&c->c.rm, v[T_C_RM]), set_if(&c->c.wc, v[T_C_WC]);
-    set_if(&c->c.rn, v[T_C_RN]), set_if(&c->c_kc, v[T_C_KC]);
-    c->c_w = c->c.wr * c->c.wc;
-    bytes = 4 * (size_t)c->c_kc * (c->c.wr * c->c.rm + c->c.wc * c->c.rn);
-    if (D % c->c_kc)
-      return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: %s: C_KC=%u must divide D=%zu", OP, TILES_ENV, c->c_kc, D);
-    if (c->c.rm * c->c.rn > 256 || c->c_w > lim->dev_wg || bytes > lb)
-      return cd_fail(CAMDELTA_ERROR_UNSUPPORTED,
-                     "%s: %s: phase C tiles WR=%u RM=%u WC=%u RN=%u KC=%u (work-group %u, %zu bytes of local memory) "
-                     "exceed the device's limits (work-group %zu, local memory %zu bytes, 256 registers)",
-                     OP, TILES_ENV, c->c.wr, c->c.rm, c->c.wc, c->c.rn, c->c_kc, c->c_w, bytes, lim->dev_wg, lb);
-    c->c_nv = ceil_div(D, c->c.wr * c->c.rm);
-    c->c_ns = ceil_div(S, c->c.wc * c->c.rn);
-  }
-  return CAMDELTA_OK;
-}
-
-static camdelta_status chunk_configure(const dev_limits *lim, size_t BH, size_t D, size_t S, unsigned wg_cap,
-                                       const tile_override *o, chunk_cfg *c) {
-  const size_t lb = lim->local_bytes;
-  /* phase A: tiles of at most 64 x 64 outputs, ~32 outputs per item */
-  {
-    const unsigned tm = round8(ceil_div(D, ceil_div(D, 64))), tn = round8(ceil_div(2 * D, ceil_div(2 * D, 64)));
-    c->a_w = wg_for(lim, (size_t)tm * tn, 32, wg_cap);
-    c->a = pick_layout(tm, tn, c->a_w, 1);
-    c->a_kc = 32;
-    while (c->a_kc > 8 && 4 * (size_t)c->a_kc * (c->a.wr * c->a.rm + 1 + c->a.wc * c->a.rn + 1) > lb) c->a_kc /= 2;
-    if (4 * (size_t)c->a_kc * (c->a.wr * c->a.rm + 1 + c->a.wc * c->a.rn + 1) > lb)
-      return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: the device's local memory (%zu bytes) is too small", OP, lb);
-    c->a_nr = ceil_div(D, c->a.wr * c->a.rm);
-    c->a_nc = ceil_div(2 * D, c->a.wc * c->a.rn);
-  }
-  /* phase B: value-column blocks for the compute units; the state block and a chunk of A in local memory */
-  {
-    c->b_nj = value_blocks(lim, BH, D, 8);
-    c->b_kc = k_chunk(D);
-    for (;;) {
-      c->b_j = round8(ceil_div(D, c->b_nj));
-      c->b_nj = ceil_div(D, c->b_j);
-      c->b_w = wg_for(lim, D * c->b_j, lim->gpu ? 4 : 8, wg_cap); /* serial: latency matters, not occupancy */
-      c->b = pick_layout((unsigned)D, c->b_j, c->b_w, 1);      /* the state goes to global memory through Ms */
-      size_t bytes = 4 * (D * (size_t)(c->b.wc * c->b.rn) + (size_t)c->b_kc * (c->b.wr * c->b.rm + 1));
-      if (bytes <= lb) break;
-      if (c->b_kc > 8) c->b_kc /= 2;
-      else if (c->b_j > 8) c->b_nj++;
-      else return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: the device's local memory (%zu bytes) is too small", OP, lb);
-    }
-  }
-  /* phase C: all value rows of a frame (so Q_f is read once) x up to 64 tokens */
-  {
-    const unsigned ts = token_tile(lim, S, 64), tv = round8(ceil_div(D, ceil_div(D, 128)));
-    c->c_w = wg_for(lim, (size_t)tv * ts, 32, wg_cap);
-    c->c = pick_layout(tv, ts, c->c_w, 8);
-    c->c_kc = k_chunk(D);
-    while (c->c_kc > 8 && 4 * (size_t)c->c_kc * (c->c.wr * c->c.rm + c->c.wc * c->c.rn) > lb) c->c_kc /= 2;
-    if (4 * (size_t)c->c_kc * (c->c.wr * c->c.rm + c->c.wc * c->c.rn) > lb)
-      return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: the device's local memory (%zu bytes) is too small", OP, lb);
-    c->c_nv = ceil_div(D, c->c.wr * c->c.rm);
-    c->c_ns = ceil_div(S, c->c.wc * c->c.rn);
-  }
-  if (o) {
-    camdelta_status st = chunk_override(lim, D, S, o, c);
-    if (st) return st;
-  }
-  snprintf(c->opts, sizeof c->opts,
-           "-DCD_D=%zu -DCD_A_WR=%u -DCD_A_RM=%u -DCD_A_WC=%u -DCD_A_RN=%u -DCD_A_KC=%u "
-           "-DCD_B_J=%u -DCD_B_WR=%u -DCD_B_RM=%u -DCD_B_WC=%u -DCD_B_RN=%u -DCD_B_KC=%u "
-           "-DCD_C_WR=%u -DCD_C_RM=%u -DCD_C_WC=%u -DCD_C_RN=%u -DCD_C_KC=%u%s",
-           D, c->a.wr, c->a.rm, c->a.wc, c->a.rn, c->a_kc, c->b_j, c->b.wr, c->b.rm, c->b.wc, c->b.rn, c->b_kc, c->c.wr,
-           c->c.rm, c->c.wc, c->c.rn, c->c_kc, c->pk_opts ? c->pk_opts : "");
-  return CAMDELTA_OK;
-}
-
-/* ---------------------------------------------------------------------------------- algorithm rule */
-
-static camdelta_scan_algorithm choose_algorithm(const dev_limits *lim, size_t BH, size_t D, size_t S) {
-  if (2 * S < D || !lim->gpu) return CAMDELTA_SCAN_SEQUENTIAL;
-  return BH >= 4 * (size_t)lim->cus ? CAMDELTA_SCAN_SEQUENTIAL : CAMDELTA_SCAN_CHUNKWISE;
-}
-
-camdelta_scan_algorithm cd_scan_auto(const camdelta_device_info *info, size_t BH, size_t D, size_t S) {
-  dev_limits lim;
-  limits_from_info(info, &lim);
-  return choose_algorithm(&lim, BH, D, S);
+/* The chunkwise override: CAMDELTA_SCAN_TILES as read at context creation, or camdelta_tune_set "chunkwise";
+ * *var names its source in messages. */
+static camdelta_status read_override(camdelta_context *ctx, tile_override *o, char *var, size_t var_size) {
+  char text[512];
+  cd_tune_fma_text(ctx, 0, text, sizeof text, var, var_size);
+  return cd_scan_override_parse(var, text, o);
 }
 
 /* ------------------------------------------------------------------------------------------ checks */
@@ -695,7 +395,8 @@ static void release_kernels(cl_kernel *k, int n) {
 static camdelta_status build_kernels(camdelta_context *ctx, const dev_limits *lim, camdelta_scan_algorithm alg,
                                      size_t BH, size_t D, size_t S, cl_kernel kern[3], seq_cfg *sc, chunk_cfg *cc) {
   tile_override ov;
-  camdelta_status st = read_override(&ov);
+  char var[64];
+  camdelta_status st = read_override(ctx, &ov, var, sizeof var);
   if (st) return st;
   const int overridden = ov.a || ov.b || ov.c;
   kern[0] = kern[1] = kern[2] = NULL;
@@ -704,11 +405,11 @@ static camdelta_status build_kernels(camdelta_context *ctx, const dev_limits *li
     kern[0] = kern[1] = kern[2] = NULL;
     int fits = 1;
     if (alg == CAMDELTA_SCAN_SEQUENTIAL) {
-      if ((st = seq_configure(lim, BH, D, S, cap, sc))) return st;
+      if ((st = cd_seq_configure(lim, BH, D, S, cap, sc))) return st;
       if ((st = cd_kernel(ctx, "scan_sequential.cl", sc->opts, "cd_scan_sequential", &kern[0]))) return st;
       fits = cd_kernel_max_wg(ctx, kern[0]) >= sc->W;
     } else {
-      if ((st = chunk_configure(lim, BH, D, S, cap, overridden ? &ov : NULL, cc))) return st;
+      if ((st = cd_chunk_configure(lim, BH, D, S, cap, overridden ? &ov : NULL, var, cc))) return st;
       if ((st = cd_kernel(ctx, "scan_chunkwise.cl", cc->opts, "cd_scan_phase_a", &kern[0])) ||
           (st = cd_kernel(ctx, "scan_chunkwise.cl", cc->opts, "cd_scan_phase_b", &kern[1])) ||
           (st = cd_kernel(ctx, "scan_chunkwise.cl", cc->opts, "cd_scan_phase_c", &kern[2]))) {
@@ -726,7 +427,7 @@ static camdelta_status build_kernels(camdelta_context *ctx, const dev_limits *li
           release_kernels(kern, 3);
           return cd_fail(CAMDELTA_ERROR_UNSUPPORTED,
                          "%s: %s: the compiled phase %c kernel allows work-groups of %zu items, its tiles need %u", OP,
-                         TILES_ENV, "ABC"[i], have[i], need[i]);
+                         var, "ABC"[i], have[i], need[i]);
         }
       }
     }
@@ -739,28 +440,10 @@ static camdelta_status build_kernels(camdelta_context *ctx, const dev_limits *li
   }
 }
 
-camdelta_status cd_scan_warm(camdelta_context *ctx, size_t BH, size_t D, size_t S) {
-  if (S > UINT32_MAX)
-    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "camdelta_warm_shape: S=%zu exceeds the scan's limit 2^32-1", S);
-  dev_limits lim;
-  camdelta_status st = device_limits(ctx, &lim);
-  for (int alg = CAMDELTA_SCAN_SEQUENTIAL; alg <= CAMDELTA_SCAN_CHUNKWISE && !st; alg++) {
-    cl_kernel kern[3];
-    seq_cfg sc;
-    chunk_cfg cc;
-    memset(&cc, 0, sizeof cc); /* not the packed variant */
-    st = build_kernels(ctx, &lim, (camdelta_scan_algorithm)alg, BH, D, S, kern, &sc, &cc);
-    if (!st) release_kernels(kern, 3);
-  }
-  for (int prec = CAMDELTA_PRECISION_EXACT; prec <= CAMDELTA_PRECISION_TF32 && !st; prec++) {
-    cd_tc_set tc;
-    st = cd_tc_build(ctx, D, (camdelta_precision)prec, S % 4 == 0, 0, &tc);
-    if (!st) cd_tc_release(&tc);
-  }
-  return st;
-}
-
-/* Everything a call runs: the algorithm, its kernels and tiles, and the tensor-core kernels when used. */
+/* Everything a call runs: the algorithm, its kernels and tiles, and the tensor-core kernels when used. Built once
+ * per (device, D, algorithm, shape class, precision and row alignment where the tensor-core path runs) and kept
+ * in the context (src/tune/plan.c); c_ns (phase C's token tiles) is the one field that follows S itself and is
+ * recomputed per call. */
 typedef struct fwd_plan {
   camdelta_scan_algorithm alg;
   cl_kernel kern[3];
@@ -774,22 +457,67 @@ static void plan_release(fwd_plan *pl) {
   cd_tc_release(&pl->tc);
 }
 
-static camdelta_status plan_forward(camdelta_context *ctx, const camdelta_scan_args *args, fwd_plan *pl) {
-  memset(pl, 0, sizeof *pl);
+static void fwd_destroy(void *p) {
+  plan_release(p);
+  free(p);
+}
+
+/* Builds the plan for `key` from the first call of its class (arg: that call's arguments). */
+static camdelta_status fwd_build(camdelta_context *ctx, const cd_plan_key *key, const void *arg, void **out) {
+  const camdelta_scan_args *args = arg;
+  fwd_plan *pl = calloc(1, sizeof *pl);
+  if (!pl) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", OP);
+  dev_limits lim;
+  camdelta_status st = device_limits(ctx, &lim);
+  pl->alg = (camdelta_scan_algorithm)key->alg;
+  if (!st) st = build_kernels(ctx, &lim, pl->alg, args->B * args->H, args->D, args->S, pl->kern, &pl->sc, &pl->cc);
+  if (!st && pl->alg == CAMDELTA_SCAN_CHUNKWISE) st = cd_tc_build(ctx, args->D, args->precision, (int)key->vec, 0, &pl->tc);
+  if (st) {
+    fwd_destroy(pl);
+    return st;
+  }
+  *out = pl;
+  return CAMDELTA_OK;
+}
+
+/* The context's plan for `args` (built on the first call of its class), referenced and locked for this call:
+ * cd_plan_release() once the launches are enqueued. */
+static camdelta_status plan_forward(camdelta_context *ctx, const camdelta_scan_args *args, cd_plan_entry **e) {
   const size_t BH = args->B * args->H, D = args->D;
   dev_limits lim;
   camdelta_status st = device_limits(ctx, &lim);
   if (st) return st;
-  pl->alg = args->algorithm;
-  if (pl->alg == CAMDELTA_SCAN_AUTO) pl->alg = choose_algorithm(&lim, BH, D, args->S);
-  if ((st = build_kernels(ctx, &lim, pl->alg, BH, D, args->S, pl->kern, &pl->sc, &pl->cc))) return st;
-  const size_t offs[5] = {args->q.offset, args->k.offset, args->v.offset, args->beta.offset, args->out.offset};
-  if (pl->alg == CAMDELTA_SCAN_CHUNKWISE &&
-      (st = cd_tc_build(ctx, D, args->precision, cd_tc_vec_ok(args->S, offs, 5), 0, &pl->tc))) {
-    plan_release(pl);
-    return st;
+  cd_plan_key key;
+  memset(&key, 0, sizeof key);
+  key.op = CD_PLAN_SCAN_FORWARD;
+  key.D = (unsigned)D;
+  camdelta_scan_algorithm alg = args->algorithm;
+  if (alg == CAMDELTA_SCAN_AUTO) alg = cd_scan_choose(&lim, BH, D, args->S);
+  key.alg = (unsigned)alg;
+  const cd_scan_class cls = cd_scan_shape_class(&lim, BH, D, args->S);
+  key.cls[0] = alg == CAMDELTA_SCAN_SEQUENTIAL ? cls.seq_blocks : cls.b_blocks;
+  key.cls[1] = cls.tokens;
+  if (alg == CAMDELTA_SCAN_CHUNKWISE && cd_tc_available(ctx)) {
+    const size_t offs[5] = {args->q.offset, args->k.offset, args->v.offset, args->beta.offset, args->out.offset};
+    key.prec = (unsigned)args->precision;
+    key.vec = (unsigned)cd_tc_vec_ok(args->S, offs, 5);
   }
-  return CAMDELTA_OK;
+  return cd_plan_acquire(ctx, &key, fwd_build, args, fwd_destroy, e);
+}
+
+camdelta_status cd_scan_warm(camdelta_context *ctx, size_t BH, size_t D, size_t S) {
+  if (S > UINT32_MAX)
+    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "camdelta_warm_shape: S=%zu exceeds the scan's limit 2^32-1", S);
+  camdelta_status st = CAMDELTA_OK;
+  for (int alg = CAMDELTA_SCAN_SEQUENTIAL; alg <= CAMDELTA_SCAN_CHUNKWISE && !st; alg++)
+    for (int prec = CAMDELTA_PRECISION_EXACT; prec <= CAMDELTA_PRECISION_TF32 && !st; prec++) {
+      camdelta_scan_args a = CAMDELTA_SCAN_ARGS_INIT;
+      a.B = 1, a.H = BH, a.D = D, a.F = 1, a.S = S;
+      a.algorithm = (camdelta_scan_algorithm)alg, a.precision = (camdelta_precision)prec;
+      cd_plan_entry *e;
+      if (!(st = plan_forward(ctx, &a, &e))) cd_plan_release(ctx, e);
+    }
+  return st;
 }
 
 static void tc_text(char *buf, size_t size, const char *what, const char *kernel, const cd_tc_tiles *t) {
@@ -836,11 +564,11 @@ camdelta_status camdelta_scan_plan_describe(camdelta_context *ctx, const camdelt
   if (!args->B || !args->H || !args->F || !args->S || args->S > UINT32_MAX || args->F > UINT32_MAX)
     return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: B=%zu H=%zu F=%zu S=%zu: each must be in [1, 2^32)", fn, args->B,
                    args->H, args->F, args->S);
-  fwd_plan pl;
-  if ((st = plan_forward(ctx, args, &pl))) return st;
+  cd_plan_entry *e;
+  if ((st = plan_forward(ctx, args, &e))) return st;
   char text[1024];
-  plan_text(&pl, args, text, sizeof text);
-  plan_release(&pl);
+  plan_text(e->plan, args, text, sizeof text);
+  cd_plan_release(ctx, e);
   if (strlen(text) + 1 > size)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: buffer of %zu bytes too small (%zu needed)", fn, size,
                    strlen(text) + 1);
@@ -870,17 +598,18 @@ camdelta_status camdelta_scan_sp_forward_hooked(camdelta_context *ctx, const cam
   job.BHF = n_frames;
 
   /* Build everything before enqueuing anything. */
-  fwd_plan pl;
-  if ((st = plan_forward(ctx, args, &pl))) return st;
-  const camdelta_scan_algorithm alg = pl.alg;
-  if (getenv("CAMDELTA_SCAN_VERBOSE")) {
+  cd_plan_entry *pe;
+  if ((st = plan_forward(ctx, args, &pe))) return st;
+  const fwd_plan *pl = pe->plan;
+  const camdelta_scan_algorithm alg = pl->alg;
+  if (ctx->scan_verbose) {
     char text[1024];
-    plan_text(&pl, args, text, sizeof text);
+    plan_text(pl, args, text, sizeof text);
     fprintf(stderr, "camdelta scan: %s\n", text);
   }
   if (saved) {
     if ((st = saved_reserve(ctx, saved, job.BHF * D * D * sizeof(float)))) {
-      plan_release(&pl);
+      cd_plan_release(ctx, pe);
       return st;
     }
     saved->valid = 0;
@@ -891,12 +620,14 @@ camdelta_status camdelta_scan_sp_forward_hooked(camdelta_context *ctx, const cam
   if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;
   cd_launch l;
   cd_launch_init(&l, args->profile);
+  chunk_cfg cc = pl->cc; /* phase C's token tiles follow this call's S */
+  if (alg == CAMDELTA_SCAN_CHUNKWISE) cc.c_ns = ceil_div(args->S, cc.c.wc * cc.c.rn);
   if (alg == CAMDELTA_SCAN_SEQUENTIAL) {
     if (hook) st = hook->fn(hook->user, NULL, NULL, NULL);
-    if (!st) st = run_sequential(ctx, &job, pl.kern[0], &pl.sc, &l);
+    if (!st) st = run_sequential(ctx, &job, pl->kern[0], &pl->sc, &l);
   } else
-    st = run_chunkwise(ctx, &job, pl.kern[0], pl.kern[1], pl.kern[2], &pl.cc, &pl.tc, &l, hook);
-  plan_release(&pl);
+    st = run_chunkwise(ctx, &job, pl->kern[0], pl->kern[1], pl->kern[2], &cc, &pl->tc, &l, hook);
+  cd_plan_release(ctx, pe);
   st = cd_launch_end(ctx, &l, st);
   if (saved && !st) {
     saved->B = args->B, saved->H = args->H, saved->D = D, saved->F = args->F, saved->S = args->S;
@@ -912,24 +643,31 @@ camdelta_status camdelta_scan_sp_forward_hooked(camdelta_context *ctx, const cam
 /* For the fused scan pair (src/ops/scan_pair.c): the chunkwise plan of one scan call and its phases A and C,
  * exactly as camdelta_scan_forward runs them. */
 struct cd_scan_chunk {
+  camdelta_context *ctx;
   camdelta_scan_args args;
   scan_job job;
-  fwd_plan pl;
+  cd_plan_entry *pe; /* the context's plan, held (and locked) until cd_scan_chunk_destroy */
+  const fwd_plan *pl;
+  chunk_cfg cc; /* the plan's tiles with phase C's token tiles for this call's S */
 };
 
 camdelta_status cd_scan_chunk_create(camdelta_context *ctx, const camdelta_scan_args *args, cd_scan_chunk **out) {
   *out = NULL;
   cd_scan_chunk *c = calloc(1, sizeof *c);
   if (!c) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", OP);
+  c->ctx = ctx;
   c->args = *args;
   c->args.algorithm = CAMDELTA_SCAN_CHUNKWISE;
   size_t n_tok, n_frames;
   camdelta_status st = check_args(&c->args, &n_tok, &c->job.n_state, &n_frames);
-  if (!st) st = plan_forward(ctx, &c->args, &c->pl);
+  if (!st) st = plan_forward(ctx, &c->args, &c->pe);
   if (st) {
     free(c);
     return st;
   }
+  c->pl = c->pe->plan;
+  c->cc = c->pl->cc;
+  c->cc.c_ns = ceil_div(args->S, c->cc.c.wc * c->cc.c.rn);
   c->job.p = &c->args;
   c->job.N = args->F * args->S, c->job.BH = args->B * args->H, c->job.BHF = n_frames;
   *out = c;
@@ -938,23 +676,23 @@ camdelta_status cd_scan_chunk_create(camdelta_context *ctx, const camdelta_scan_
 
 void cd_scan_chunk_destroy(cd_scan_chunk *c) {
   if (!c) return;
-  plan_release(&c->pl);
+  cd_plan_release(c->ctx, c->pe);
   free(c);
 }
 
 void cd_scan_chunk_phase_b(const cd_scan_chunk *c, const char **options, unsigned *w, unsigned *nj) {
-  *options = c->pl.cc.opts, *w = c->pl.cc.b_w, *nj = c->pl.cc.b_nj;
+  *options = c->cc.opts, *w = c->cc.b_w, *nj = c->cc.b_nj;
 }
 
-void cd_scan_chunk_describe(const cd_scan_chunk *c, char *buf, size_t size) { plan_text(&c->pl, &c->args, buf, size); }
+void cd_scan_chunk_describe(const cd_scan_chunk *c, char *buf, size_t size) { plan_text(c->pl, &c->args, buf, size); }
 
 camdelta_status cd_scan_chunk_phase_a(camdelta_context *ctx, const cd_scan_chunk *c, cl_mem A, cl_mem U,
                                       cd_launch *l) {
-  return enqueue_phase_a(ctx, &c->job, c->pl.kern[0], &c->pl.cc, &c->pl.tc, A, U, l);
+  return enqueue_phase_a(ctx, &c->job, c->pl->kern[0], &c->cc, &c->pl->tc, A, U, l);
 }
 
 camdelta_status cd_scan_chunk_phase_c(camdelta_context *ctx, const cd_scan_chunk *c, cl_mem states, cd_launch *l) {
-  return enqueue_phase_c(ctx, &c->job, c->pl.kern[2], &c->pl.cc, &c->pl.tc, states, l);
+  return enqueue_phase_c(ctx, &c->job, c->pl->kern[2], &c->cc, &c->pl->tc, states, l);
 }
 
 camdelta_status cd_scan_chunk_options(camdelta_context *ctx, size_t BH, size_t D, size_t S, char *opts, size_t size) {
@@ -992,7 +730,7 @@ camdelta_status cd_scan_forward_native(camdelta_context *ctx, const camdelta_sca
     plan_release(&pl);
     return st;
   }
-  if (getenv("CAMDELTA_SCAN_VERBOSE")) {
+  if (ctx->scan_verbose) {
     char text[1024];
     plan_text(&pl, args, text, sizeof text);
     fprintf(stderr, "camdelta scan (packed clips, native): %s\n", text);

@@ -22,24 +22,17 @@
 
 #include "backward.h"
 #include "internal.h"
+#include "plan.h"
 #include "scan_hook.h"
 #include "scan_packed.h"
 #include "scan_pair.h"
+#include "scan_tiles.h"
 #include "tune.h"
 
 static const char OP[] = "camdelta_scan_backward";
 
-typedef struct sb_config {
-  size_t rpt; /* grams: rows (and columns) per work-item; work-group (D/rpt)^2 */
-  size_t tsg; /* grams: tokens per local chunk */
-  size_t cb;  /* chain: columns per work-group; work-group D */
-  size_t dpt; /* frames: value columns per work-item */
-  size_t tl;  /* frames: token lanes; work-group tl * D/dpt */
-  size_t tpt; /* frames: tokens per lane */
-  size_t mc;  /* frames: contraction chunk */
-  size_t rl;  /* ddecay: work-group size (power of two) */
-  char opts[256]; /* the build options of scan_backward.cl these fields give */
-} sb_config;
+/* The tile policy (parameters, constraints, local memory) lives in src/tune/scan_tiles.c. */
+typedef cd_sbwd_cfg sb_config;
 
 typedef struct sb_kernels {
   cl_kernel grams, chain, frames, ddecay;
@@ -53,109 +46,31 @@ static void release_kernels(sb_kernels *k) {
   memset(k, 0, sizeof *k);
 }
 
-static size_t frames_local_bytes(size_t D, const sb_config *c) {
-  const size_t ts = c->tl * c->tpt;
-  return (D * ts + c->mc * (2 * D + 4) + (D / c->dpt) * ts) * sizeof(float);
-}
-
-/* Largest configuration that fits the work-group limits (per kernel) and the local memory. */
-static camdelta_status choose_config(size_t D, size_t local_bytes, size_t wg_grams, size_t wg_frames, size_t wg_chain,
-                                     size_t wg_rl, sb_config *c) {
-  if (D > wg_chain)
-    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: D=%zu needs work-groups of %zu work-items, the device allows %zu",
-                   OP, D, D, wg_chain);
-  c->rpt = D;
-  for (size_t r = D >= 64 ? 8 : 4; r <= D; r += 4)
-    if (D % r == 0 && (D / r) * (D / r) <= wg_grams) {
-      c->rpt = r;
-      break;
-    }
-  c->tsg = 32;
-  while (c->tsg > 8 && 2 * c->tsg * (D + 4) * sizeof(float) > local_bytes) c->tsg /= 2;
-  c->cb = 8;
-  c->dpt = D % 16 == 0 ? 16 : 8;
-  c->tl = 32;
-  c->tpt = 2;
-  c->mc = 16; /* fewer barriers and longer runs between them when it fits, else 8 */
-  while (c->tl > 1 && c->tl * (D / c->dpt) > wg_frames) c->tl /= 2;
-  if (D % 16 != 0 || frames_local_bytes(D, c) > local_bytes) c->mc = 8;
-  while (frames_local_bytes(D, c) > local_bytes && (c->tpt > 1 || c->tl > 1)) {
-    if (c->tpt > 1) c->tpt /= 2;
-    else c->tl /= 2;
-  }
-  if (c->tl * (D / c->dpt) > wg_frames || frames_local_bytes(D, c) > local_bytes ||
-      2 * c->tsg * (D + 4) * sizeof(float) > local_bytes)
-    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: D=%zu does not fit the device's work-group or local memory limits",
-                   OP, D);
-  c->rl = 1;
-  while (c->rl * 2 <= wg_rl && c->rl * 2 <= 256) c->rl *= 2;
-  return CAMDELTA_OK;
-}
-
-static const char TILES_ENV[] = "CAMDELTA_SCAN_BWD_TILES";
-enum { T_RPT, T_TSG, T_CB, T_DPT, T_TL, T_TPT, T_MC, T_RL, T_COUNT };
-static const char *const TILE_KEYS[T_COUNT] = {"RPT", "TSG", "CB", "DPT", "TL", "TPT", "MC", "RL"};
-
-/* Parses the override into v[] (0: key not given); *any says whether any key was given. */
-static camdelta_status parse_tiles(const char *text, unsigned v[T_COUNT], int *any) {
-  camdelta_status st = cd_parse_tiles(TILES_ENV, text, TILE_KEYS, T_COUNT, v);
-  *any = 0;
-  for (int i = 0; i < T_COUNT && !st; i++) *any |= v[i] != 0;
-  return st;
-}
-
-/* Replaces the given fields of `c` and checks every constraint the kernels rely on. */
-static camdelta_status apply_override(size_t D, size_t local_bytes, size_t dev_wg, const unsigned v[T_COUNT],
-                                      sb_config *c) {
-  size_t *const field[T_COUNT] = {&c->rpt, &c->tsg, &c->cb, &c->dpt, &c->tl, &c->tpt, &c->mc, &c->rl};
-  for (int i = 0; i < T_COUNT; i++)
-    if (v[i]) *field[i] = v[i];
-  const char *bad = NULL;
-  if (c->rpt % 4 || D % c->rpt) bad = "RPT must be a multiple of 4 dividing D";
-  else if (c->tsg % 8) bad = "TSG must be a multiple of 8";
-  else if (c->cb % 4 || D % c->cb) bad = "CB must be a multiple of 4 dividing D";
-  else if (c->dpt % 4 || D % c->dpt) bad = "DPT must be a multiple of 4 dividing D";
-  else if (D % c->mc) bad = "MC must divide D";
-  else if (c->rl & (c->rl - 1) || c->rl > 256) bad = "RL must be a power of two <= 256";
-  else if (c->rpt * c->rpt > 256 || c->tpt * c->dpt > 128) bad = "RPT^2 <= 256 and TPT*DPT <= 128 (registers)";
-  if (bad)
-    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: %s (D=%zu, RPT=%zu TSG=%zu CB=%zu DPT=%zu TL=%zu TPT=%zu MC=%zu "
-                   "RL=%zu)", OP, bad, D, c->rpt, c->tsg, c->cb, c->dpt, c->tl, c->tpt, c->mc, c->rl);
-  const size_t wg_g = (D / c->rpt) * (D / c->rpt), wg_f = c->tl * (D / c->dpt);
-  const size_t lg = 2 * c->tsg * (D + 4) * sizeof(float), lf = frames_local_bytes(D, c);
-  if (wg_g > dev_wg || wg_f > dev_wg || c->rl > dev_wg || lg > local_bytes || lf > local_bytes)
-    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED,
-                   "%s: %s: grams (RPT=%zu TSG=%zu) needs work-groups of %zu and %zu bytes of local memory, frames "
-                   "(DPT=%zu TL=%zu TPT=%zu MC=%zu) %zu and %zu bytes, ddecay RL=%zu; the device allows %zu items and "
-                   "%zu bytes",
-                   OP, TILES_ENV, c->rpt, c->tsg, wg_g, lg, c->dpt, c->tl, c->tpt, c->mc, wg_f, lf, c->rl, dev_wg,
-                   local_bytes);
-  return CAMDELTA_OK;
-}
+enum { T_COUNT = CD_SB_COUNT };
 
 /* Builds the four kernels; shrinks the configuration when a kernel's own work-group limit (registers) is
- * below what the device reports. */
-static camdelta_status build_kernels(camdelta_context *ctx, size_t D, int skip_dq, sb_config *cfg, sb_kernels *k,
-                                     const char *extra) {
-  size_t dev_wg = ctx->info.max_work_group_size ? ctx->info.max_work_group_size : 64;
-  size_t local = ctx->info.local_mem_bytes ? (size_t)ctx->info.local_mem_bytes : 16384;
-  if (local > 48 * 1024) local = 48 * 1024; /* same tiles everywhere; more buys nothing here */
-  local -= 1024;                            /* room for the implementation's own use */
+ * below what the device reports. opts (256 bytes) receives their build options, *overridden whether the tiles
+ * came from CAMDELTA_SCAN_BWD_TILES (as read at context creation) or camdelta_tune_set "backward". */
+static camdelta_status build_kernels(camdelta_context *ctx, size_t D, int skip_dq, const char *extra, sb_config *cfg,
+                                     sb_kernels *k, char *opts, int *overridden_out) {
+  size_t dev_wg, local;
+  cd_sbwd_limits(&ctx->info, &dev_wg, &local);
   size_t wg_grams = dev_wg, wg_frames = dev_wg, wg_chain = dev_wg, wg_rl = dev_wg;
   memset(k, 0, sizeof *k);
   unsigned ov[T_COUNT];
   int overridden = 0;
-  const char *env = getenv(TILES_ENV);
-  if (env && *env) {
-    camdelta_status st = parse_tiles(env, ov, &overridden);
+  char env[512], var[64]; /* the override and its source (the variable or camdelta_tune_set) */
+  cd_tune_fma_text(ctx, CD_FMA_BACKWARD, env, sizeof env, var, sizeof var);
+  if (env[0]) {
+    camdelta_status st = cd_sbwd_parse(var, env, ov, &overridden);
     if (st) return st;
   }
+  *overridden_out = overridden;
   for (int attempt = 0; attempt < 8; attempt++) {
-    camdelta_status st = choose_config(D, local, wg_grams, wg_frames, wg_chain, wg_rl, cfg);
-    if (!st && overridden) st = apply_override(D, local, dev_wg, ov, cfg);
+    camdelta_status st = cd_sbwd_choose(D, local, wg_grams, wg_frames, wg_chain, wg_rl, cfg);
+    if (!st && overridden) st = cd_sbwd_override(D, local, dev_wg, ov, var, cfg);
     if (st) return st;
-    char *const opts = cfg->opts;
-    snprintf(cfg->opts, sizeof cfg->opts,
+    snprintf(opts, 256,
              "-DCD_D=%zu -DCD_RPT=%zu -DCD_TSG=%zu -DCD_CB=%zu -DCD_DPT=%zu -DCD_TL=%zu -DCD_TPT=%zu -DCD_MC=%zu "
              "-DCD_RL=%zu%s%s",
              D, cfg->rpt, cfg->tsg, cfg->cb, cfg->dpt, cfg->tl, cfg->tpt, cfg->mc, cfg->rl,
@@ -170,16 +85,13 @@ static camdelta_status build_kernels(camdelta_context *ctx, size_t D, int skip_d
     const size_t need_g = (D / cfg->rpt) * (D / cfg->rpt), need_f = cfg->tl * (D / cfg->dpt);
     const size_t have_g = cd_kernel_max_wg(ctx, k->grams), have_f = cd_kernel_max_wg(ctx, k->frames);
     const size_t have_c = cd_kernel_max_wg(ctx, k->chain), have_r = cd_kernel_max_wg(ctx, k->ddecay);
-    if (getenv("CAMDELTA_SCAN_VERBOSE"))
-      fprintf(stderr, "camdelta scan backward: grams W=%zu, frames W=%zu tokens=%zu%s: %s\n", need_g, need_f,
-              cfg->tl * cfg->tpt, overridden ? " (CAMDELTA_SCAN_BWD_TILES)" : "", opts);
     if (need_g <= have_g && need_f <= have_f && D <= have_c && cfg->rl <= have_r) return CAMDELTA_OK;
     release_kernels(k);
     if (overridden)
       return cd_fail(CAMDELTA_ERROR_UNSUPPORTED,
                      "%s: %s: the compiled kernels allow work-groups of %zu (grams), %zu (frames), %zu (chain), %zu "
                      "(ddecay) items; the tiles need %zu, %zu, %zu, %zu",
-                     OP, TILES_ENV, have_g, have_f, have_c, have_r, need_g, need_f, D, cfg->rl);
+                     OP, var, have_g, have_f, have_c, have_r, need_g, need_f, D, cfg->rl);
     if (need_g > have_g) wg_grams = have_g;
     if (need_f > have_f) wg_frames = have_f;
     if (D > have_c) wg_chain = have_c;
@@ -188,23 +100,129 @@ static camdelta_status build_kernels(camdelta_context *ctx, size_t D, int skip_d
   return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: no kernel configuration for D=%zu fits this device", OP, D);
 }
 
-camdelta_status cd_scan_backward_warm(camdelta_context *ctx, size_t D) {
-  camdelta_status st = cd_check_head_dim(OP, D);
-  if (st) return st;
+/* Everything a backward call runs, built once per (device, D, and where the tensor-core path runs, precision and
+ * 16-byte token rows) and kept in the context (src/tune/plan.c). */
+typedef struct bwd_plan {
   sb_config cfg;
   sb_kernels k;
-  /* both precisions, with and without 16-byte token rows (S % 4 == 0 and aligned offsets) */
-  for (int v = 0; v < 4; v++) {
-    cd_tc_set tc;
-    if ((st = cd_tc_build(ctx, D, (camdelta_precision)(v & 1), v >> 1, 1, &tc))) return st;
-    const int on = tc.on;
-    cd_tc_release(&tc);
-    if (v == 0 || !on) {
-      if ((st = build_kernels(ctx, D, on, &cfg, &k, ""))) return st;
-      release_kernels(&k);
-    }
-    if (!on) break;
+  cd_tc_set tc;
+  char opts[256];
+  int overridden;
+} bwd_plan;
+
+static void bwd_destroy(void *p) {
+  bwd_plan *pl = p;
+  release_kernels(&pl->k);
+  cd_tc_release(&pl->tc);
+  free(pl);
+}
+
+/* A plan for D and precision with 16-byte token rows or not (vec); extra: the packed variant's build options. */
+static camdelta_status bwd_build_opts(camdelta_context *ctx, const camdelta_scan_backward_args *a, int vec,
+                                      const char *extra, bwd_plan **out) {
+  bwd_plan *pl = calloc(1, sizeof *pl);
+  if (!pl) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", OP);
+  camdelta_status st = cd_tc_build_opts(ctx, a->D, a->precision, vec, 1, extra, &pl->tc);
+  if (!st) st = build_kernels(ctx, a->D, pl->tc.on, extra, &pl->cfg, &pl->k, pl->opts, &pl->overridden);
+  if (st) {
+    bwd_destroy(pl);
+    return st;
   }
+  *out = pl;
+  return CAMDELTA_OK;
+}
+
+static camdelta_status bwd_build(camdelta_context *ctx, const cd_plan_key *key, const void *arg, void **out) {
+  bwd_plan *pl = NULL;
+  camdelta_status st = bwd_build_opts(ctx, arg, (int)key->vec, "", &pl);
+  *out = pl;
+  return st;
+}
+
+/* The context's plan for `a`, referenced and locked for this call (cd_plan_release() after the launches). */
+static camdelta_status plan_backward(camdelta_context *ctx, const camdelta_scan_backward_args *a, cd_plan_entry **e) {
+  cd_plan_key key;
+  memset(&key, 0, sizeof key);
+  key.op = CD_PLAN_SCAN_BACKWARD;
+  key.D = (unsigned)a->D;
+  if (cd_tc_available(ctx)) {
+    const size_t offs[6] = {a->q.offset, a->k.offset, a->v.offset, a->beta.offset, a->grad_out.offset, a->dq.offset};
+    const size_t offs2[4] = {a->dk.offset, a->dv.offset, 0, 0};
+    key.prec = (unsigned)a->precision;
+    key.vec = (unsigned)(cd_tc_vec_ok(a->S, offs, 6) && cd_tc_vec_ok(a->S, offs2, 4));
+  }
+  return cd_plan_acquire(ctx, &key, bwd_build, a, bwd_destroy, e);
+}
+
+camdelta_status cd_scan_backward_warm(camdelta_context *ctx, size_t D) {
+  camdelta_status st = cd_check_head_dim(OP, D);
+  /* both precisions, with and without 16-byte token rows (S % 4 == 0 and aligned offsets) */
+  for (int v = 0; v < 4 && !st; v++) {
+    camdelta_scan_backward_args a = CAMDELTA_SCAN_BACKWARD_ARGS_INIT;
+    a.B = a.H = a.F = 1, a.D = D, a.S = v >> 1 ? 4 : 1, a.precision = (camdelta_precision)(v & 1);
+    cd_plan_entry *e;
+    if (!(st = plan_backward(ctx, &a, &e))) cd_plan_release(ctx, e);
+  }
+  return st;
+}
+
+static void tc_text(char *buf, size_t size, const char *what, const char *kernel, const cd_tc_tiles *t) {
+  snprintf(buf, size, "; %s %s W=%u WM=%u WN=%u MR=%u NR=%u KC=%u", what, kernel, cd_tc_wg(t), t->wm, t->wn, t->mr,
+           t->nr, t->kc);
+}
+
+static void plan_text(const bwd_plan *pl, const camdelta_scan_backward_args *a, char *buf, size_t size) {
+  const cd_tc_set *tc = &pl->tc;
+  const sb_config *c = &pl->cfg;
+  const size_t D = a->D;
+  const char *path = tc->on ? (tc->split ? "exact (tensor cores, split-TF32)" : "tf32 (tensor cores)")
+                     : a->precision == CAMDELTA_PRECISION_TF32
+                         ? "exact (fma; tf32 requested, no tensor-core path on this device)"
+                         : "exact (fma)";
+  char g[160], f[160], dq[160];
+  if (tc->on) {
+    tc_text(g, sizeof g, "grams", "gram_tc", &tc->g);
+    tc_text(f, sizeof f, "frames", "frames_tc", &tc->fr);
+    tc_text(dq, sizeof dq, "dq", "apply_tc", &tc->a);
+  } else {
+    snprintf(g, sizeof g, "; grams fma W=%zu RPT=%zu TSG=%zu", (D / c->rpt) * (D / c->rpt), c->rpt, c->tsg);
+    snprintf(f, sizeof f, "; frames fma W=%zu DPT=%zu TL=%zu TPT=%zu MC=%zu", c->tl * (D / c->dpt), c->dpt, c->tl,
+             c->tpt, c->mc);
+    dq[0] = '\0';
+  }
+  snprintf(buf, size, "backward; precision %s%s; chain fma W=%zu CB=%zu%s%s; ddecay fma RL=%zu%s", path, g, D, c->cb, f,
+           dq, c->rl, pl->overridden ? " (tiles overridden)" : "");
+}
+
+static camdelta_status check_describe(const camdelta_scan_backward_args *a) {
+  static const char *const fn = "camdelta_scan_backward_plan_describe";
+  if (a->precision != CAMDELTA_PRECISION_EXACT && a->precision != CAMDELTA_PRECISION_TF32)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: precision %d unknown", fn, (int)a->precision);
+  camdelta_status st = cd_check_head_dim(fn, a->D);
+  if (st) return st;
+  if (!a->B || !a->H || !a->F || !a->S || a->S > UINT32_MAX || a->F > UINT32_MAX)
+    return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: B=%zu H=%zu F=%zu S=%zu: each must be in [1, 2^32)", fn, a->B, a->H,
+                   a->F, a->S);
+  return CAMDELTA_OK;
+}
+
+camdelta_status camdelta_scan_backward_plan_describe(camdelta_context *ctx, const camdelta_scan_backward_args *args,
+                                                     char *buf, size_t size) {
+  cd_clear_error();
+  static const char *const fn = "camdelta_scan_backward_plan_describe";
+  if (!ctx || !args || !buf)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", fn, !ctx ? "ctx" : !args ? "args" : "buf");
+  camdelta_status st = check_describe(args);
+  if (st) return st;
+  cd_plan_entry *e;
+  if ((st = plan_backward(ctx, args, &e))) return st;
+  char text[1024];
+  plan_text(e->plan, args, text, sizeof text);
+  cd_plan_release(ctx, e);
+  if (strlen(text) + 1 > size)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: buffer of %zu bytes too small (%zu needed)", fn, size,
+                   strlen(text) + 1);
+  memcpy(buf, text, strlen(text) + 1);
   return CAMDELTA_OK;
 }
 
@@ -302,23 +320,30 @@ static camdelta_status run_backward(camdelta_context *ctx, const camdelta_scan_b
   const int has_init = args->init_state.mem != NULL, has_gfinal = args->grad_final_state.mem != NULL;
   const int has_dinit = args->dinit_state.mem != NULL;
 
-  /* Build everything before enqueuing anything. */
-  sb_config cfg = {0, 0, 0, 0, 0, 0, 0, 0, ""};
-  sb_kernels k;
-  cd_tc_set tc;
-  const size_t offs[6] = {args->q.offset,    args->k.offset,  args->v.offset, args->beta.offset,
-                          args->grad_out.offset, args->dq.offset};
-  const size_t offs2[4] = {args->dk.offset, args->dv.offset, 0, 0};
-  const int vec = cd_tc_vec_ok(pr ? (pr->vec ? 4 : 1) : S, offs, 6) && cd_tc_vec_ok(pr ? 4 : S, offs2, 4);
-  const char *extra = pr ? cd_packed_opts(pr) : "";
-  if ((st = cd_tc_build_opts(ctx, D, args->precision, vec, 1, extra, &tc))) return st;
-  if ((st = build_kernels(ctx, D, tc.on, &cfg, &k, extra))) {
-    cd_tc_release(&tc);
+  /* Build everything before enqueuing anything: the context's plan (built on the first call of its class); packed
+   * clips build their own (the kernels' packed variant, not kept). */
+  cd_plan_entry *pe = NULL;
+  bwd_plan *own = NULL;
+  if (pr) {
+    const size_t offs[6] = {args->q.offset,    args->k.offset,  args->v.offset, args->beta.offset,
+                            args->grad_out.offset, args->dq.offset};
+    const size_t offs2[4] = {args->dk.offset, args->dv.offset, 0, 0};
+    const int vec = cd_tc_vec_ok(pr->vec ? 4 : 1, offs, 6) && cd_tc_vec_ok(4, offs2, 4);
+    if ((st = bwd_build_opts(ctx, args, vec, cd_packed_opts(pr), &own))) return st;
+  } else if ((st = plan_backward(ctx, args, &pe)))
     return st;
+  const bwd_plan *pl = pe ? pe->plan : own;
+  const sb_config cfg = pl->cfg;
+  const sb_kernels k = pl->k;
+  const cd_tc_set tc = pl->tc;
+  if (ctx->scan_verbose) {
+    fprintf(stderr, "camdelta scan backward%s: grams W=%zu, frames W=%zu tokens=%zu%s: %s\n",
+            pr ? " (packed clips, native)" : "", (D / cfg.rpt) * (D / cfg.rpt), cfg.tl * (D / cfg.dpt),
+            cfg.tl * cfg.tpt, pl->overridden ? " (tiles overridden)" : "", pl->opts);
+    if (tc.on)
+      fprintf(stderr, "camdelta scan backward: tensor cores (%s): grams %s, dq %s\n", tc.split ? "exact" : "tf32",
+              tc.gopts, tc.aopts);
   }
-  if (getenv("CAMDELTA_SCAN_VERBOSE") && tc.on)
-    fprintf(stderr, "camdelta scan backward: tensor cores (%s): grams %s, dq %s\n", tc.split ? "exact" : "tf32",
-            tc.gopts, tc.aopts);
   const size_t ts = tc.on ? cd_tc_tm(&tc.fr) : cfg.tl * cfg.tpt, ntiles = (S + ts - 1) / ts;
   const size_t BH = pr ? pr->clips * H : B * H, BHF = B * H * F, sbytes = BHF * D * D * sizeof(float);
 
@@ -330,8 +355,8 @@ static camdelta_status run_backward(camdelta_context *ctx, const camdelta_scan_b
   if (st) {
     for (int i = 0; i < 6; i++)
       if (scratch[i]) clReleaseMemObject(scratch[i]);
-    release_kernels(&k);
-    cd_tc_release(&tc);
+    if (pe) cd_plan_release(ctx, pe);
+    else bwd_destroy(own);
     return st;
   }
   const camdelta_buffer bA = {scratch[0], 0}, bW = {scratch[1], 0}, bG = {scratch[2], 0};
@@ -491,8 +516,8 @@ static camdelta_status run_backward(camdelta_context *ctx, const camdelta_scan_b
   /* Released buffers live on until the enqueued kernels that use them have finished. */
   for (int i = 0; i < 6; i++)
     if (scratch[i]) clReleaseMemObject(scratch[i]);
-  release_kernels(&k);
-  cd_tc_release(&tc);
+  if (pe) cd_plan_release(ctx, pe);
+  else bwd_destroy(own);
   return cd_launch_end(ctx, &l, st);
 }
 
@@ -504,11 +529,13 @@ camdelta_status cd_scan_backward_native(camdelta_context *ctx, const camdelta_sc
 camdelta_status cd_scan_bwd_tiles_for(camdelta_context *ctx, size_t D, int skip_dq, cd_scan_bwd_tiles *t) {
   sb_config cfg;
   sb_kernels k;
+  char opts[256];
+  int overridden;
   memset(&cfg, 0, sizeof cfg);
-  camdelta_status st = build_kernels(ctx, D, skip_dq, &cfg, &k, "");
+  camdelta_status st = build_kernels(ctx, D, skip_dq, "", &cfg, &k, opts, &overridden);
   if (st) return st;
   release_kernels(&k);
-  snprintf(t->opts, sizeof t->opts, "%s", cfg.opts);
+  snprintf(t->opts, sizeof t->opts, "%s", opts);
   t->grams_wg = (D / cfg.rpt) * (D / cfg.rpt), t->frames_wg = cfg.tl * (D / cfg.dpt);
   t->frames_tokens = cfg.tl * cfg.tpt, t->chain_cb = cfg.cb, t->rl = cfg.rl;
   return CAMDELTA_OK;

@@ -235,9 +235,9 @@ const char *cd_packed_opts(const cd_packed_run *pr) {
   return opts[(pr->uniform ? 1 : 0) + (pr->in_const ? 2 : 0)];
 }
 
-static void report_path(const camdelta_packed_clips *pc, int native) {
+static void report_path(const camdelta_context *ctx, const camdelta_packed_clips *pc, int native) {
   if (pc->native) *pc->native = native;
-  if (getenv("CAMDELTA_SCAN_VERBOSE"))
+  if (ctx->scan_verbose)
     fprintf(stderr, "camdelta scan: packed clips, %s path\n", native ? "native" : "padded batch");
 }
 
@@ -280,7 +280,7 @@ camdelta_status camdelta_scan_forward_packed(camdelta_context *ctx, const camdel
   /* The algorithm: AUTO decides as for a fixed batch of clips·H chains with the mean frame's tokens. */
   camdelta_scan_algorithm alg = p->algorithm;
   if (alg == CAMDELTA_SCAN_AUTO) alg = cd_scan_auto(&ctx->info, g.clips * H, D, (g.N + g.F - 1) / g.F);
-  report_path(pc, alg == CAMDELTA_SCAN_CHUNKWISE);
+  report_path(ctx, pc, alg == CAMDELTA_SCAN_CHUNKWISE);
   if (alg == CAMDELTA_SCAN_CHUNKWISE) {
     cd_packed_run pr;
     if ((st = native_start(ctx, &g, pc, &pr))) return st;
@@ -356,7 +356,7 @@ camdelta_status camdelta_scan_backward_packed(camdelta_context *ctx, const camde
 
   /* Native unless the saved states are a padded forward's (S > 0: a padded batch layout). */
   const int native = !saved || (saved->valid && saved->S == 0);
-  report_path(pc, native);
+  report_path(ctx, pc, native);
   if (native) {
     if (saved) {
       if (saved->B != 1 || saved->H != H || saved->D != D || saved->F != g.F)

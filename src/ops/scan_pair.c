@@ -89,7 +89,7 @@ camdelta_status cd_scan_pair_forward(camdelta_context *ctx, const cd_scan_pair_a
   if (!st && cd_kernel_max_wg(ctx, kb) < bw)
     st = cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: the compiled pair chain allows work-groups of %zu items, needs %u",
                  OP, cd_kernel_max_wg(ctx, kb), bw);
-  if (!st && getenv("CAMDELTA_SCAN_VERBOSE")) {
+  if (!st && ctx->scan_verbose) {
     char text[1024];
     cd_scan_chunk_describe(plan, text, sizeof text);
     fprintf(stderr, "camdelta scan pair: %s\n", text);
@@ -244,7 +244,7 @@ camdelta_status cd_scan_pair_backward(camdelta_context *ctx, const cd_scan_pair_
   if (!st) st = cd_kernel(ctx, "scan_pair.cl", "-DCD_D=8", "cd_pair_add", &k[KADD]);
   if (!st && cd_kernel_max_wg(ctx, k[KCHAIN]) < D)
     st = cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: the compiled chain allows work-groups below D=%zu", BOP, D);
-  if (!st && getenv("CAMDELTA_SCAN_VERBOSE"))
+  if (!st && ctx->scan_verbose)
     fprintf(stderr, "camdelta scan pair backward: %s: %s\n", tc.on ? (tc.split ? "tensor cores, exact" : "tensor "
                     "cores, tf32") : "fma", tc.on ? tc.fopts : t.opts);
   const size_t ts = tc.on ? cd_tc_tm(&tc.fr) : t.frames_tokens, ntiles = (S + ts - 1) / ts;

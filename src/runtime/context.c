@@ -6,6 +6,8 @@
 
 #include "device.h"
 #include "internal.h"
+#include "plan.h"
+#include "scan_tiles.h"
 
 static double now_ms(void) {
   struct timespec ts;
@@ -61,8 +63,26 @@ static camdelta_status finish_create(camdelta_context *ctx) {
   ctx->prep_bwd_fused = pbf && pbf[0] >= '0' && pbf[0] <= '2' && !pbf[1] ? pbf[0] - '0' : -1;
   const char *bp = getenv("CAMDELTA_BRANCH_PAIR");
   ctx->branch_pair = bp && bp[0] == '0' && !bp[1] ? 0 : 1;
-  camdelta_status st = cd_prep_fwd_tiles_env(ctx->prep_fwd_tiles);
-  return st ? st : cd_prep_bwd_tiles_env(ctx->prep_bwd_tiles);
+  const char *tc = getenv("CAMDELTA_TC");
+  ctx->tc_env = !tc ? 0 : strcmp(tc, "0") == 0 ? 1 : strcmp(tc, "emulate") == 0 ? 2 : 0;
+  ctx->scan_verbose = getenv("CAMDELTA_SCAN_VERBOSE") != NULL;
+  const char *pk = getenv("CAMDELTA_PROFILE_KERNELS");
+  ctx->profile_kernels = pk && *pk && strcmp(pk, "0") != 0;
+  const char *tct = getenv("CAMDELTA_TC_TILES");
+  if (tct && *tct && !(ctx->tc_tiles_env = strdup(tct)))
+    return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "out of host memory reading CAMDELTA_TC_TILES");
+  camdelta_status st = cd_tune_fma_env(ctx);
+  if (!st) st = cd_prep_fwd_tiles_env(ctx->prep_fwd_tiles);
+  if (!st) st = cd_prep_bwd_tiles_env(ctx->prep_bwd_tiles);
+  return st;
+}
+
+/* What finish_create allocated, on its failure or at destruction. */
+static void free_created(camdelta_context *ctx) {
+  cd_plan_free_all(ctx);
+  cd_tune_fma_free(ctx);
+  free(ctx->tc_tiles_env);
+  ctx->tc_tiles_env = NULL;
 }
 
 camdelta_status camdelta_context_create(camdelta_context **out, const char *selector) {
@@ -93,6 +113,7 @@ camdelta_status camdelta_context_create(camdelta_context **out, const char *sele
   }
   st = finish_create(ctx);
   if (st) {
+    free_created(ctx);
     clReleaseCommandQueue(ctx->queue);
     clReleaseContext(ctx->context);
     free(ctx);
@@ -135,6 +156,7 @@ camdelta_status camdelta_context_create_from_queue(camdelta_context **out, cl_co
   clRetainCommandQueue(queue);
   camdelta_status st = finish_create(ctx);
   if (st) {
+    free_created(ctx);
     clReleaseCommandQueue(queue);
     clReleaseContext(context);
     free(ctx);
@@ -147,6 +169,7 @@ camdelta_status camdelta_context_create_from_queue(camdelta_context **out, cl_co
 void camdelta_context_destroy(camdelta_context *ctx) {
   if (!ctx) return;
   if (ctx->queue) clFinish(ctx->queue);
+  free_created(ctx);
   cd_program_entry *e = ctx->programs;
   while (e) {
     cd_program_entry *next = e->next;

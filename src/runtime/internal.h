@@ -111,6 +111,16 @@ struct camdelta_context {
   unsigned prep_bwd_tiles[5]; /* CAMDELTA_PREP_BWD_TILES at creation: TT, WPC, PF, HS, HPI (0: default), see
                                * prep_backward_fused.c */
   unsigned prep_fwd_tiles[3]; /* CAMDELTA_PREP_FWD_TILES at creation: TT, HS, HPI (0: default), see prep_regs.c */
+  /* The rest of the scan's environment, read once at creation (never on the call path): CAMDELTA_TC (0 unset,
+   * 1 "0": off, 2 "emulate"), CAMDELTA_TC_TILES (parsed at the first tile resolution), CAMDELTA_SCAN_VERBOSE;
+   * CAMDELTA_SCAN_TILES and CAMDELTA_SCAN_BWD_TILES (or camdelta_tune_set's "chunkwise" / "backward", guarded by
+   * lock) with their source's name, see src/tune/fma_tune.c */
+  int tc_env, scan_verbose, profile_kernels; /* profile_kernels: CAMDELTA_PROFILE_KERNELS (launch.c) */
+  char *tc_tiles_env;
+  char *fma_tiles[2];
+  char fma_var[2][48];
+  struct cd_plan_entry *plans; /* plans kept per shape class (src/tune/plan.c), guarded by lock */
+  unsigned plan_gen;           /* bumped when the plans are dropped (camdelta_tune_set) */
 };
 
 /** Reads CAMDELTA_PREP_BWD_TILES ("TT=8,WPC=4,PF=2,HS=4,HPI=5", prep_backward_fused.c) into tiles[5] (0: not given); a value

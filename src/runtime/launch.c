@@ -38,11 +38,10 @@ void cd_launch_init(cd_launch *l, camdelta_profile *profile) {
   l->profile = profile;
 }
 
-/* CAMDELTA_PROFILE_KERNELS=1: each profiled kernel's time on stderr. */
-static camdelta_status flush_events(cd_launch *l, int sum) {
+/* CAMDELTA_PROFILE_KERNELS=1 (read at context creation): each profiled kernel's time on stderr. */
+static camdelta_status flush_events(const camdelta_context *ctx, cd_launch *l, int sum) {
   camdelta_status st = CAMDELTA_OK;
-  const char *env = getenv("CAMDELTA_PROFILE_KERNELS");
-  const int verbose = env && *env && strcmp(env, "0") != 0;
+  const int verbose = ctx->profile_kernels;
   if (l->n == 0) return st;
   cl_int err = clWaitForEvents(l->n, l->events);
   if (err != CL_SUCCESS) st = cd_cl_fail(err, "waiting for kernels");
@@ -70,7 +69,7 @@ camdelta_status cd_enqueue(camdelta_context *ctx, cl_kernel k, cl_uint dims, con
   for (cl_uint d = 0; d < dims; d++)
     if (gws[d] == 0) return CAMDELTA_OK; /* nothing to do */
   if (l->profile && l->n == CD_MAX_EVENTS) {
-    camdelta_status st = flush_events(l, 1);
+    camdelta_status st = flush_events(ctx, l, 1);
     if (st) return st;
   }
   cl_event ev = NULL;
@@ -85,8 +84,7 @@ camdelta_status cd_enqueue(camdelta_context *ctx, cl_kernel k, cl_uint dims, con
 }
 
 camdelta_status cd_launch_end(camdelta_context *ctx, cd_launch *l, camdelta_status st) {
-  (void)ctx;
-  camdelta_status fst = flush_events(l, st == CAMDELTA_OK && l->profile);
+  camdelta_status fst = flush_events(ctx, l, st == CAMDELTA_OK && l->profile);
   return st ? st : fst;
 }
 

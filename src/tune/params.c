@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "plan.h"
+#include "scan_tiles.h"
 #include "tune.h"
 
 const char *const cd_tc_family_names[CD_TC_FAMILIES] = {"gram", "apply", "frames"};
@@ -70,7 +72,7 @@ static camdelta_status load(camdelta_context *ctx) {
     }
     fclose(f);
   }
-  const char *env = getenv("CAMDELTA_TC_TILES");
+  const char *env = ctx->tc_tiles_env; /* CAMDELTA_TC_TILES as read at context creation */
   if (env && *env) {
     char copy[512];
     snprintf(copy, sizeof copy, "%s", env);
@@ -149,9 +151,11 @@ camdelta_status cd_tc_check(const camdelta_context *ctx, int family, size_t D, c
 camdelta_status camdelta_tune_set(camdelta_context *ctx, const char *family, const char *params) {
   cd_clear_error();
   if (!ctx) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_tune_set: 'ctx' is NULL");
+  if (cd_tune_fma_family(family) >= 0) return cd_tune_fma_set(ctx, cd_tune_fma_family(family), params);
   const int fi = cd_tc_family(family);
   if (fi < 0)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_tune_set: unknown family '%s' (gram, apply, frames)",
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
+                   "camdelta_tune_set: unknown family '%s' (gram, apply, frames, chunkwise, backward)",
                    family ? family : "(null)");
   unsigned v[5] = {0, 0, 0, 0, 0};
   if (params && *params) {
@@ -162,6 +166,7 @@ camdelta_status camdelta_tune_set(camdelta_context *ctx, const char *family, con
   camdelta_status st = load(ctx);
   memcpy(ctx->tune_over[fi], v, sizeof v);
   mtx_unlock(&ctx->lock);
+  cd_plan_invalidate(ctx); /* the next call plans with the new tiles */
   return st;
 }
 
@@ -169,11 +174,13 @@ camdelta_status camdelta_tune_get(camdelta_context *ctx, const char *family, siz
   cd_clear_error();
   if (!ctx || !buf) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_tune_get: '%s' is NULL", ctx ? "buf" : "ctx");
   const int fi = cd_tc_family(family);
-  if (fi < 0)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_tune_get: unknown family '%s' (gram, apply, frames)",
+  if (fi < 0 && cd_tune_fma_family(family) < 0)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
+                   "camdelta_tune_get: unknown family '%s' (gram, apply, frames, chunkwise, backward)",
                    family ? family : "(null)");
   camdelta_status st = cd_check_head_dim("camdelta_tune_get", D);
   if (st) return st;
+  if (fi < 0) return cd_tune_fma_get(ctx, cd_tune_fma_family(family), D, buf, size);
   cd_tc_tiles t;
   const char *from;
   if ((st = cd_tc_resolve(ctx, fi, D, &t, &from))) return st;

@@ -56,11 +56,10 @@ int cd_tc_emulated(const camdelta_context *ctx) { return ctx->tc_state == 2; }
 int cd_tc_available(camdelta_context *ctx) {
   if (ctx->tc_state) return ctx->tc_state > 0;
   int ok = 0;
-  const char *env = getenv("CAMDELTA_TC");
-  if (env && strcmp(env, "emulate") == 0) {
+  if (ctx->tc_env == 2) { /* CAMDELTA_TC=emulate at context creation */
     ok = run_probe(ctx, 1) ? 2 : 0;
     cd_clear_error();
-  } else if (ctx->info.nvidia_ptx && !(env && strcmp(env, "0") == 0)) {
+  } else if (ctx->info.nvidia_ptx && ctx->tc_env != 1) {
     /* the recorded result of an earlier test on this device, driver and library */
     const char *src = NULL;
     size_t len = 0;

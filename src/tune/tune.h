@@ -16,7 +16,7 @@ typedef struct cd_tc_tiles {
  *  test (a compiled cd_tc_probe program giving the exact split-TF32 product) passed. Run once per context; the
  *  result is also kept in the binary cache folder, keyed like the programs (device, driver, library version,
  *  source), so later processes skip the test. CAMDELTA_TC=0 turns the path off, CAMDELTA_TC=emulate turns it on
- *  emulated (read at the first test of a context). */
+ *  emulated (read at context creation). */
 int cd_tc_available(camdelta_context *ctx);
 /** 1 when the path runs emulated (CAMDELTA_TC=emulate: the same kernels with the mma done through local
  *  memory, on any device; for tests). */
