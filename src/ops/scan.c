@@ -410,6 +410,12 @@ static camdelta_status build_kernels(camdelta_context *ctx, const dev_limits *li
       fits = cd_kernel_max_wg(ctx, kern[0]) >= sc->W;
     } else {
       if ((st = cd_chunk_configure(lim, BH, D, S, cap, overridden ? &ov : NULL, var, cc))) return st;
+      if (cc->pk_opts) { /* the packed-clips variant (scan_packed.c) */
+        const size_t used = strlen(cc->opts);
+        if (used + strlen(cc->pk_opts) >= sizeof cc->opts)
+          return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: the packed variant's build options are too long", OP);
+        memcpy(cc->opts + used, cc->pk_opts, strlen(cc->pk_opts) + 1);
+      }
       if ((st = cd_kernel(ctx, "scan_chunkwise.cl", cc->opts, "cd_scan_phase_a", &kern[0])) ||
           (st = cd_kernel(ctx, "scan_chunkwise.cl", cc->opts, "cd_scan_phase_b", &kern[1])) ||
           (st = cd_kernel(ctx, "scan_chunkwise.cl", cc->opts, "cd_scan_phase_c", &kern[2]))) {

@@ -287,9 +287,9 @@ camdelta_status cd_chunk_configure(const cd_scan_limits *lim, size_t BH, size_t 
   snprintf(c->opts, sizeof c->opts,
            "-DCD_D=%zu -DCD_A_WR=%u -DCD_A_RM=%u -DCD_A_WC=%u -DCD_A_RN=%u -DCD_A_KC=%u "
            "-DCD_B_J=%u -DCD_B_WR=%u -DCD_B_RM=%u -DCD_B_WC=%u -DCD_B_RN=%u -DCD_B_KC=%u "
-           "-DCD_C_WR=%u -DCD_C_RM=%u -DCD_C_WC=%u -DCD_C_RN=%u -DCD_C_KC=%u%s",
+           "-DCD_C_WR=%u -DCD_C_RM=%u -DCD_C_WC=%u -DCD_C_RN=%u -DCD_C_KC=%u",
            D, c->a.wr, c->a.rm, c->a.wc, c->a.rn, c->a_kc, c->b_j, c->b.wr, c->b.rm, c->b.wc, c->b.rn, c->b_kc, c->c.wr,
-           c->c.rm, c->c.wc, c->c.rn, c->c_kc, c->pk_opts ? c->pk_opts : "");
+           c->c.rm, c->c.wc, c->c.rn, c->c_kc);
   return CAMDELTA_OK;
 }
 

@@ -71,7 +71,8 @@ typedef struct cd_chunk_cfg {
   /* phase C: value rows x tokens */
   cd_scan_layout c;
   unsigned c_w, c_kc, c_nv, c_ns;
-  const char *pk_opts; /* set by the caller: the packed-clips variant's options (scan_packed.c), else NULL */
+  const char *pk_opts; /* set by the caller (else NULL): the packed-clips variant's build options (scan_packed.c),
+                        * appended to opts by the scan's build (not read by cd_chunk_configure) */
   char opts[512]; /* one program holds the three kernels */
 } cd_chunk_cfg;
 /** Local memory of each phase's work-group. */
