@@ -134,22 +134,22 @@ __kernel __attribute__((reqd_work_group_size(A_W, 1, 1))) void cd_scan_phase_a(
 #define B_TN (CD_B_WC * CD_B_RN)
 #define B_LDA (B_TM + 1)
 
-__kernel __attribute__((reqd_work_group_size(B_W, 1, 1))) void cd_scan_phase_b(
-    __global const float *A, ulong a_off, __global const float *U, ulong u_off, __global const float *decay,
-    ulong decay_off, __global const float *init, ulong init_off, __global float *post, ulong post_off,
-    __global float *pre, ulong pre_off, __global float *fin, ulong fin_off, uint F, int reverse, int has_init,
-    int save_pre, int want_final CD_PK_ARGS) {
-  __local float Ms[CD_D * B_TN];     /* the state's column block Ms[k][j]; also stages U_f */
-  __local float As[CD_B_KC * B_LDA]; /* As[kk][i] = A[i][k0 + kk]                         */
+/* One chain over the frames fr0 .. fr0 + Fc − 1 of A, U (and decay, states) for the value columns j0 .. j0 + CD_B_J
+ * of one (b, h): causal M_f = A_f·M_{f−1} + U_f, reverse T_{f−1} = A_f·T_f + U_f, writing the state each output
+ * frame reads (post) and, when save_pre, the decayed state before each update (pre). mask (NULL: none) drops the
+ * update of every key frame f with mask[f] == 0 (A_f = 0, U_f = 0: the chain restarts; the scan pair's reverse
+ * chain). init and fin are (·, D, D) at sbase (this block's first column). Shared by cd_scan_phase_b and
+ * cd_pair_phase_b, so that both give bit-identical states. Ms (D·B_TN) and As (B_KC·B_LDA) are local. */
+inline void cd_phase_b_chain(__local float *Ms, __local float *As, __global const float *A, ulong a_off,
+                             __global const float *U, ulong u_off, __global const float *decay, ulong decay_off,
+                             __global const float *init, ulong init_off, int has_init, __global float *post,
+                             ulong post_off, __global float *pre, ulong pre_off, int save_pre, __global float *fin,
+                             ulong fin_off, int want_final, __global const uint *mask, ulong fr0, uint Fc, ulong sbase,
+                             uint j0, int reverse) {
   const uint lid = get_local_id(0);
   const uint ic = lid % CD_B_WC, ir = lid / CD_B_WC;
-  const ulong bh = get_group_id(0);
-  uint Fc;                              /* the chain's frames: rows fr0 .. fr0 + Fc − 1 of A, U, decay, states */
-  const ulong fr0 = cd_chain(bh, F, &Fc);
-  const uint j0 = get_group_id(1) * CD_B_J;
   const uint jn = min((uint)CD_B_J, (uint)CD_D - j0); /* valid value columns of this block */
   const ulong DD = (ulong)(CD_D * CD_D);
-  const ulong sbase = bh * DD + j0; /* (B, H, D, D), this block's first column */
 
 /* Rolled, coalesced copies between a (D x D) slice of global memory and the block in Ms. */
 #define B_SAVE(buf, base, scale)                                     \
@@ -184,6 +184,7 @@ __kernel __attribute__((reqd_work_group_size(B_W, 1, 1))) void cd_scan_phase_b(
   for (uint t = 0; t < nsteps; t++) {
     const uint kf = reverse ? Fc - 1 - t : t; /* key frame of this step (in the chain) */
     const int qf = reverse ? (int)kf - 1 : (int)kf; /* output frame reading the result, or -1 */
+    const int keep = !mask || mask[kf] != 0u;       /* uniform over the work-group */
     const ulong fbase = (fr0 + kf) * DD;
     if (save_pre && qf >= 0) B_SAVE(pre, pre_off + (fr0 + (uint)qf) * DD + j0, decay[decay_off + fr0 + kf]);
     /* m = A_kf · Ms */
@@ -195,7 +196,7 @@ __kernel __attribute__((reqd_work_group_size(B_W, 1, 1))) void cd_scan_phase_b(
       barrier(CLK_LOCAL_MEM_FENCE);
       for (uint e = lid; e < CD_D * CD_B_KC; e += B_W) {
         const uint i = e / CD_B_KC, kk = e % CD_B_KC;
-        As[kk * B_LDA + i] = A[a_off + fbase + i * CD_D + k0 + kk];
+        As[kk * B_LDA + i] = keep ? A[a_off + fbase + i * CD_D + k0 + kk] : 0.0f;
       }
       barrier(CLK_LOCAL_MEM_FENCE);
       #pragma unroll 4
@@ -213,7 +214,7 @@ __kernel __attribute__((reqd_work_group_size(B_W, 1, 1))) void cd_scan_phase_b(
     }
     /* m += U_kf (staged through Ms), then publish m */
     barrier(CLK_LOCAL_MEM_FENCE);
-    B_LOAD(U, u_off + fbase + j0, 1);
+    B_LOAD(U, u_off + fbase + j0, keep);
     barrier(CLK_LOCAL_MEM_FENCE);
     #pragma unroll
     for (int a = 0; a < CD_B_RM; a++) {
@@ -236,6 +237,47 @@ __kernel __attribute__((reqd_work_group_size(B_W, 1, 1))) void cd_scan_phase_b(
   if (want_final) B_SAVE(fin, fin_off + sbase, 1.0f);
 #undef B_SAVE
 #undef B_LOAD
+}
+
+__kernel __attribute__((reqd_work_group_size(B_W, 1, 1))) void cd_scan_phase_b(
+    __global const float *A, ulong a_off, __global const float *U, ulong u_off, __global const float *decay,
+    ulong decay_off, __global const float *init, ulong init_off, __global float *post, ulong post_off,
+    __global float *pre, ulong pre_off, __global float *fin, ulong fin_off, uint F, int reverse, int has_init,
+    int save_pre, int want_final CD_PK_ARGS) {
+  __local float Ms[CD_D * B_TN];     /* the state's column block Ms[k][j]; also stages U_f */
+  __local float As[CD_B_KC * B_LDA]; /* As[kk][i] = A[i][k0 + kk]                         */
+  const ulong bh = get_group_id(0);
+  uint Fc;                              /* the chain's frames: rows fr0 .. fr0 + Fc − 1 of A, U, decay, states */
+  const ulong fr0 = cd_chain(bh, F, &Fc);
+  const uint j0 = get_group_id(1) * CD_B_J;
+  cd_phase_b_chain(Ms, As, A, a_off, U, u_off, decay, decay_off, init, init_off, has_init, post, post_off, pre,
+                   pre_off, save_pre, fin, fin_off, want_final, 0, fr0, Fc, bh * (ulong)(CD_D * CD_D) + j0, j0,
+                   reverse);
+}
+
+/* The fused scan pair's chains (SPEC 8.4; src/ops/scan_pair.c, cl/scan_pair.cl), same build options as phase B:
+ * per (direction, b, h, block of value columns), the causal chain M_f = A_f·M_{f−1} + U_f -> post_c[f], and the
+ * reverse chain T_{F−1} = init_r, T_{f−1} = [mask_f] (A_f·T_f + U_f) -> post_r[f − 1] (post_r[F − 1] = init_r),
+ * each bit-identical to its own scan's phase B. Launch: local (B_WR·B_WC, 1), global (local·B·H, 2·nj): groups
+ * [0, nj) causal, the rest reverse. */
+__kernel __attribute__((reqd_work_group_size(B_W, 1, 1))) void cd_pair_phase_b(
+    __global const float *A, ulong a_off, __global const float *U, ulong u_off, __global const uint *mask,
+    __global const float *init_c, ulong init_c_off, __global const float *init_r, ulong init_r_off,
+    __global float *post_c, ulong post_c_off, __global float *post_r, ulong post_r_off, __global float *fin_c,
+    ulong fin_c_off, __global float *fin_r, ulong fin_r_off, uint F, uint nj, int has_init_c, int has_init_r,
+    int want_final_c, int want_final_r) {
+  __local float Ms[CD_D * B_TN];
+  __local float As[CD_B_KC * B_LDA];
+  const ulong bh = get_group_id(0);
+  const int reverse = get_group_id(1) >= nj;
+  const uint j0 = (get_group_id(1) % nj) * CD_B_J;
+  const ulong sbase = bh * (ulong)(CD_D * CD_D) + j0;
+  if (reverse)
+    cd_phase_b_chain(Ms, As, A, a_off, U, u_off, A, 0, init_r, init_r_off, has_init_r, post_r, post_r_off, 0, 0, 0,
+                     fin_r, fin_r_off, want_final_r, mask, bh * F, F, sbase, j0, 1);
+  else
+    cd_phase_b_chain(Ms, As, A, a_off, U, u_off, A, 0, init_c, init_c_off, has_init_c, post_c, post_c_off, 0, 0, 0,
+                     fin_c, fin_c_off, want_final_c, 0, bh * F, F, sbase, j0, 0);
 }
 #endif /* CD_B_WR */
 

@@ -5,137 +5,14 @@
  * cd_pair_sum adds the two directions' per-frame states and phase C runs once on the sum (the output is linear
  * in the state).
  *
- *   cd_pair_phase_b  per (direction, b, h, block of value columns), serial over frames: the chains of
- *                    scan_chunkwise.cl's cd_scan_phase_b (same build options CD_D, CD_B_*; same tiles and the same
- *                    order of every sum, so each direction's states are bit-identical to its own scan's)
- *                      causal  M_f = A_f·M_{f−1} + U_f                              -> post_c[f]
- *                      reverse T_{F−1} = init_r, T_{f−1} = [mask_f] (A_f·T_f + U_f)  -> post_r[f − 1]
- *                              (post_r[F − 1] = init_r)
- *                    Launch: local (B_WR·B_WC, 1), global (local·B·H, 2·nj): groups [0, nj) causal, the rest reverse.
+ *   cd_pair_phase_b  (in scan_chunkwise.cl, beside cd_scan_phase_b, whose chain it shares) both directions'
+ *                    chains in one launch, the reverse one restarting at its masked frames.
  *   cd_pair_sum      sum[i] = a[i] + b[i], float4 elements; launch: global n4 rounded up to the local size.
  *   cd_pair_bwd_chain  both directions' G chains of the scan backward (built with scan_backward.cl's options).
  *   cd_pair_add      a[i] += b[i]. */
 
 #define CD_CEIL(a, b) (((a) + (b) - 1) / (b))
 
-#ifdef CD_B_WR
-#define B_W (CD_B_WR * CD_B_WC)
-#define B_TM (CD_B_WR * CD_B_RM)
-#define B_TN (CD_B_WC * CD_B_RN)
-#define B_LDA (B_TM + 1)
-
-__kernel __attribute__((reqd_work_group_size(B_W, 1, 1))) void cd_pair_phase_b(
-    __global const float *A, ulong a_off, __global const float *U, ulong u_off, __global const uint *mask,
-    __global const float *init_c, ulong init_c_off, __global const float *init_r, ulong init_r_off,
-    __global float *post_c, ulong post_c_off, __global float *post_r, ulong post_r_off, __global float *fin_c,
-    ulong fin_c_off, __global float *fin_r, ulong fin_r_off, uint F, uint nj, int has_init_c, int has_init_r,
-    int want_final_c, int want_final_r) {
-  __local float Ms[CD_D * B_TN];     /* the state's column block Ms[k][j]; also stages U_f */
-  __local float As[CD_B_KC * B_LDA]; /* As[kk][i] = A[i][k0 + kk]                         */
-  const uint lid = get_local_id(0);
-  const uint ic = lid % CD_B_WC, ir = lid / CD_B_WC;
-  const ulong bh = get_group_id(0);
-  const int reverse = get_group_id(1) >= nj;
-  const uint j0 = (get_group_id(1) % nj) * CD_B_J;
-  const uint jn = min((uint)CD_B_J, (uint)CD_D - j0); /* valid value columns of this block */
-  const ulong DD = (ulong)(CD_D * CD_D);
-  const ulong sbase = bh * DD + j0; /* (B, H, D, D), this block's first column */
-  __global float *post = reverse ? post_r : post_c;
-  const ulong post_off = reverse ? post_r_off : post_c_off;
-  const int has_init = reverse ? has_init_r : has_init_c;
-  const int want_final = reverse ? want_final_r : want_final_c;
-
-#define P_SAVE(buf, base)                                         \
-  for (uint e = lid; e < CD_D * B_TN; e += B_W) {                 \
-    const uint i_ = e / B_TN, j_ = e % B_TN;                      \
-    if (j_ < jn) (buf)[(base) + i_ * CD_D + j_] = Ms[e];          \
-  }
-#define P_LOAD(buf, base, on)                                           \
-  for (uint e = lid; e < CD_D * B_TN; e += B_W) {                      \
-    const uint i_ = e / B_TN, j_ = e % B_TN;                            \
-    Ms[e] = ((on) && j_ < jn) ? (buf)[(base) + i_ * CD_D + j_] : 0.0f; \
-  }
-
-  float m[CD_B_RM][CD_B_RN];
-  for (uint e = lid; e < CD_B_KC * B_LDA; e += B_W) As[e] = 0.0f;
-  if (reverse) {
-    P_LOAD(init_r, init_r_off + sbase, has_init);
-  } else {
-    P_LOAD(init_c, init_c_off + sbase, has_init);
-  }
-  barrier(CLK_LOCAL_MEM_FENCE);
-#pragma unroll
-  for (int a = 0; a < CD_B_RM; a++) {
-    const uint i = ir + CD_B_WR * a;
-#pragma unroll
-    for (int c = 0; c < CD_B_RN; c++) m[a][c] = i < CD_D ? Ms[i * B_TN + ic + CD_B_WC * c] : 0.0f;
-  }
-  /* Invariant at the top of each step: Ms holds m, visible to the whole work-group. */
-  if (reverse) P_SAVE(post, post_off + (bh * F + F - 1) * DD + j0); /* output frame F−1 reads init_r */
-  const uint nsteps = reverse ? (F - 1 + (want_final ? 1 : 0)) : F;
-  for (uint t = 0; t < nsteps; t++) {
-    const uint kf = reverse ? F - 1 - t : t;        /* key frame of this step */
-    const int qf = reverse ? (int)kf - 1 : (int)kf; /* output frame reading the result, or -1 */
-    const int keep = !reverse || mask[kf] != 0u;    /* uniform over the work-group */
-    const ulong fbase = (bh * F + kf) * DD;
-    /* m = A_kf · Ms (A_kf = 0 at a masked reverse frame) */
-#pragma unroll
-    for (int a = 0; a < CD_B_RM; a++)
-#pragma unroll
-      for (int c = 0; c < CD_B_RN; c++) m[a][c] = 0.0f;
-    for (uint k0 = 0; k0 < CD_D; k0 += CD_B_KC) {
-      barrier(CLK_LOCAL_MEM_FENCE);
-      for (uint e = lid; e < CD_D * CD_B_KC; e += B_W) {
-        const uint i = e / CD_B_KC, kk = e % CD_B_KC;
-        As[kk * B_LDA + i] = keep ? A[a_off + fbase + i * CD_D + k0 + kk] : 0.0f;
-      }
-      barrier(CLK_LOCAL_MEM_FENCE);
-#pragma unroll 4
-      for (int kk = 0; kk < CD_B_KC; kk++) {
-        float ar[CD_B_RM], mr[CD_B_RN];
-#pragma unroll
-        for (int a = 0; a < CD_B_RM; a++) ar[a] = As[kk * B_LDA + ir + CD_B_WR * a];
-#pragma unroll
-        for (int c = 0; c < CD_B_RN; c++) mr[c] = Ms[(k0 + kk) * B_TN + ic + CD_B_WC * c];
-#pragma unroll
-        for (int a = 0; a < CD_B_RM; a++)
-#pragma unroll
-          for (int c = 0; c < CD_B_RN; c++) m[a][c] = fma(ar[a], mr[c], m[a][c]);
-      }
-    }
-    /* m += U_kf (staged through Ms; zero at a masked reverse frame), then publish m */
-    barrier(CLK_LOCAL_MEM_FENCE);
-    P_LOAD(U, u_off + fbase + j0, keep);
-    barrier(CLK_LOCAL_MEM_FENCE);
-#pragma unroll
-    for (int a = 0; a < CD_B_RM; a++) {
-      const uint i = ir + CD_B_WR * a;
-      if (i < CD_D)
-#pragma unroll
-        for (int c = 0; c < CD_B_RN; c++) m[a][c] += Ms[i * B_TN + ic + CD_B_WC * c];
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-#pragma unroll
-    for (int a = 0; a < CD_B_RM; a++) {
-      const uint i = ir + CD_B_WR * a;
-      if (i < CD_D)
-#pragma unroll
-        for (int c = 0; c < CD_B_RN; c++) Ms[i * B_TN + ic + CD_B_WC * c] = m[a][c];
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (qf >= 0) P_SAVE(post, post_off + (bh * F + (uint)qf) * DD + j0);
-  }
-  if (want_final) {
-    if (reverse) {
-      P_SAVE(fin_r, fin_r_off + sbase);
-    } else {
-      P_SAVE(fin_c, fin_c_off + sbase);
-    }
-  }
-#undef P_SAVE
-#undef P_LOAD
-}
-#endif /* CD_B_WR */
 
 __kernel void cd_pair_sum(__global const float4 *a, __global const float4 *b, __global float4 *out, ulong n4) {
   const ulong i = get_global_id(0);

@@ -1,5 +1,6 @@
 /* The fused scan pair of the camera branch (SPEC 8.4): the causal scan with (β', decay) plus the reverse scan
- * with (β'_r, decay_r) = (β', decay) zeroed at the chunk-start frames, summed, in one pass (cl/scan_pair.cl):
+ * with (β'_r, decay_r) = (β', decay) zeroed at the chunk-start frames, summed, in one pass (cl/scan_pair.cl, and
+ * cd_pair_phase_b in cl/scan_chunkwise.cl beside the phase B whose chain it shares):
  *
  *   phase A once          A_f, U_f of the causal gates (the reverse's are the same except 0 at masked frames)
  *   cd_pair_phase_b       both chains in one launch (2× the work-groups of one scan's phase B), each
@@ -33,7 +34,7 @@ camdelta_status cd_scan_pair_warm(camdelta_context *ctx, size_t BH, size_t D, si
   cd_scan_bwd_tiles t;
   cl_kernel k = NULL;
   camdelta_status st = cd_scan_chunk_options(ctx, BH, D, S, opts, sizeof opts);
-  if (!st && !(st = cd_kernel(ctx, "scan_pair.cl", opts, "cd_pair_phase_b", &k))) clReleaseKernel(k);
+  if (!st && !(st = cd_kernel(ctx, "scan_chunkwise.cl", opts, "cd_pair_phase_b", &k))) clReleaseKernel(k);
   if (!st && !(st = cd_kernel(ctx, "scan_pair.cl", "-DCD_D=8", "cd_pair_sum", &k))) clReleaseKernel(k);
   /* the backward's tiles as cd_scan_pair_backward picks them: dq apart where the tensor-core path runs */
   if (!st) st = cd_scan_bwd_tiles_for(ctx, D, cd_tc_available(ctx), &t);
@@ -83,7 +84,7 @@ camdelta_status cd_scan_pair_forward(camdelta_context *ctx, const cd_scan_pair_a
   cl_kernel kb = NULL, ks = NULL;
   if (!st) {
     cd_scan_chunk_phase_b(plan, &opts, &bw, &nj);
-    st = cd_kernel(ctx, "scan_pair.cl", opts, "cd_pair_phase_b", &kb);
+    st = cd_kernel(ctx, "scan_chunkwise.cl", opts, "cd_pair_phase_b", &kb);
   }
   if (!st) st = cd_kernel(ctx, "scan_pair.cl", "-DCD_D=8", "cd_pair_sum", &ks);
   if (!st && cd_kernel_max_wg(ctx, kb) < bw)
