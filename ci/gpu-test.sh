@@ -5,7 +5,7 @@
 # optional benchmarks. Logs and JSON go to $OUT.
 #   bash ci/gpu-test.sh [tests] [pocl] [scan-tests] [inspect] [tune] [demo] [large] [mpi] [mpi-bench] [packed] [pair]
 #                   [bench SHAPE...] [bench-scan SHAPE...]
-#                   [prep-ab SHAPE...] [prep-regs SHAPE...]
+#                   [prep-ab SHAPE...]
 # prep-ab: prep forward and backward of each shape in both forms (CAMDELTA_PREP_FUSED, CAMDELTA_PREP_BWD_FUSED =
 #          0 and 1), then the fused backward under a few CAMDELTA_PREP_BWD_TILES settings (to pick the defaults).
 # large: tests/large_sizes.c at B=3 H=32 D=128 N=219,600 (> 2^31 elements per tensor; about 70 GB of device
@@ -134,49 +134,6 @@ while [ $# -gt 0 ]; do
       for s in "$@"; do
         CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --shape "$s" --peak-gbs 4800 --peak-tflops 67 \
           --json "$OUT/bench-$s.json" 2>&1 | tee -a "$OUT/bench.txt" || rc=1
-      done
-      break
-      ;;
-    prep-regs)
-      # the register-resident prep forms (cl/prep_regs.cl, cl/prep_bwd_regs.cl): their registers and spills (ptxas),
-      # the prep and branch tests on the GPU, then prep forward/backward of each shape in the register-resident form
-      # (CAMDELTA_PREP_FUSED=2 / CAMDELTA_PREP_BWD_FUSED=2) against the fused one (=1) and other tiles, and the branch
-      # rows both ways, with the register-resident run's kernels (cd_prep_regs / cd_prep_bwd_regs when they ran).
-      shift
-      shapes=("$@")
-      cc -O2 -I"$PREFIX/usr/include" -o /tmp/cl-inspect ci/cl-inspect.c -L"$LIBDIR" -lOpenCL || rc=1
-      for k in "prep_regs.cl -DCD_TT=4 -DCD_HS=4 -DCD_HPI=5" "prep_regs.cl -DCD_TT=4 -DCD_HS=2 -DCD_HPI=10" \
-        "prep_bwd_regs.cl -DCD_TT=4 -DCD_HS=4 -DCD_HPI=5" "prep_bwd_regs.cl -DCD_TT=4 -DCD_HS=2 -DCD_HPI=10"; do
-        f=${k%% *}
-        cat cl/common.cl "cl/$f" >/tmp/insp.cl
-        echo "== $k" | tee -a "$OUT/prep-regs.txt"
-        /tmp/cl-inspect /tmp/insp.cl "-DCD_DTYPE=0 -DCD_D=112 ${k#* }" /tmp/insp.ptx 2>&1 |
-          grep -E "spill|Used|error" | tee -a "$OUT/prep-regs.txt"
-      done
-      CAMDELTA_DEVICE=nvidia timeout 200 ctest --test-dir build-gpu -R "test_prep|test_branch|test_short_conv" \
-        --output-on-failure -V -j4 >"$OUT/ctest-prep.log" 2>&1 || rc=1
-      grep -E "regs|tests passed|tests failed|Failed  |Timeout|FAILED|ERROR" "$OUT/ctest-prep.log" | sort -u | tail -40
-      for s in "${shapes[@]}"; do
-        for v in "PREP_FUSED=1 prep-forward" "PREP_FUSED=2 prep-forward" "PREP_FWD_TILES=TT=4,HS=2,HPI=10 prep-forward" \
-          "PREP_BWD_FUSED=1 prep-backward" "PREP_BWD_FUSED=2 prep-backward" "PREP_BWD_TILES=HS=2,HPI=10 prep-backward" \
-          "PREP_BWD_TILES=WPC=2 prep-backward"; do
-          echo "== $s CAMDELTA_${v% *}" | tee -a "$OUT/prep-regs.txt"
-          env CAMDELTA_PREP_FUSED=2 CAMDELTA_PREP_BWD_FUSED=2 "CAMDELTA_${v% *}" CAMDELTA_DEVICE=nvidia \
-            ./build-gpu/camdelta bench --shape "$s" --only "${v#* }" 2>&1 |
-            tee -a "$OUT/prep-regs.txt" | grep -E "^prep|rror" || rc=1
-        done
-        echo "== $s branch, defaults" | tee -a "$OUT/prep-regs.txt"
-        CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --shape "$s" --only branch 2>&1 | tee -a "$OUT/prep-regs.txt" |
-          grep -E "^branch|rror" || rc=1
-        echo "== $s branch, register-resident prep forms (CAMDELTA_PREP_FUSED=2 CAMDELTA_PREP_BWD_FUSED=2)" |
-          tee -a "$OUT/prep-regs.txt"
-        CAMDELTA_PREP_FUSED=2 CAMDELTA_PREP_BWD_FUSED=2 CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --shape "$s" \
-          --only branch 2>&1 | tee -a "$OUT/prep-regs.txt" | grep -E "^branch|rror" || rc=1
-        CAMDELTA_PREP_FUSED=2 CAMDELTA_PREP_BWD_FUSED=2 CAMDELTA_PROFILE_KERNELS=1 CAMDELTA_DEVICE=nvidia \
-          ./build-gpu/camdelta bench --shape "$s" --only branch --reps 2 --warmup 1 >/dev/null 2>"$OUT/branch-kernels.txt" ||
-          rc=1
-        awk '/camdelta kernel/ {k=substr($0,17,40); sub(/ +$/,"",k); n[k]++; t[k]+=$(NF-1)} END {for (k in n) printf "  %-28s %8.4f ms avg over %d\n", k, t[k]/n[k], n[k]}' \
-          "$OUT/branch-kernels.txt" | sort | tee -a "$OUT/prep-regs.txt"
       done
       break
       ;;

@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "internal.h"
-#include "prep_common.h"
 #include "prep_problem.h"
 
 typedef struct shape {
@@ -63,12 +62,6 @@ static void run_shape(const shape *s) {
   TU_OK(camdelta_prep_forward(ctx, &a, NULL));
   /* the fused form is one launch, the two-pass form two (inverse RMS, transform) */
   if (g_variant >= 0) assert_int_equal(prof.kernels, g_variant ? 1 : 2);
-  if (g_variant == 2) { /* every shape here fits the register-resident form, so that is what ran */
-    cd_prep_regs_plan rp;
-    camdelta_status rst;
-    assert_int_equal(cd_prep_regs_kernel(ctx, s->dt, s->D, s->H, &rp, &rst), 1);
-    clReleaseKernel(rp.kernel);
-  }
 
   double *rq, *rk, *rv, *ri;
   prep_problem_reference(&p, &rq, &rk, &rv, &ri);
@@ -125,7 +118,7 @@ static void check_saved(void);
 
 static void run_variant(int fused, const size_t *which, size_t count) {
   tu_context_release();
-  setenv("CAMDELTA_PREP_FUSED", fused == 2 ? "2" : fused ? "1" : "0", 1);
+  setenv("CAMDELTA_PREP_FUSED", fused ? "1" : "0", 1);
   g_variant = fused;
   for (size_t i = 0; i < count; i++) run_shape(&shapes[which[i]]);
   check_saved();
@@ -141,38 +134,6 @@ static void test_prep_fused(void **state) {
   run_variant(1, which, sizeof which / sizeof which[0]);
   tu_report("prep_forward fused max rel err f32 q", worst[0][0]);
   tu_report("prep_forward fused max rel err f32 inflation_sq", worst[0][3]);
-}
-
-/* The register-resident form (cl/prep_regs.cl): every D, partial token tiles, N = 1, B = 2, offsets, zero k tokens,
- * both 16-bit types, H = 1 to 20 over the head slots (idle slots and steps); then forced tiles (8 tokens, 4 head
- * slots; 2 slots of 10 heads) and CAMDELTA_PREP_FWD_TILES values out of range. */
-static void test_prep_regs(void **state) {
-  (void)state;
-  static const size_t which[] = {1, 2, 4, 5, 7, 8, 9, 12, 13};
-  memset(worst, 0, sizeof worst);
-  run_variant(2, which, sizeof which / sizeof which[0]);
-  setenv("CAMDELTA_PREP_FWD_TILES", "TT=8,HS=4", 1);
-  static const size_t which2[] = {0, 4, 5, 11};
-  run_variant(2, which2, sizeof which2 / sizeof which2[0]);
-  setenv("CAMDELTA_PREP_FWD_TILES", "TT=4,HS=2,HPI=10", 1); /* H = 20 as 2 x 10 heads per work-item */
-  static const size_t which3[] = {4, 6};
-  run_variant(2, which3, sizeof which3 / sizeof which3[0]);
-  /* values out of range fail context creation, naming the variable */
-  static const char *bad[] = {"TT=5", "HS=65", "HPI=17", "XX=1"};
-  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    setenv("CAMDELTA_PREP_FWD_TILES", bad[i], 1);
-    camdelta_context *c = (camdelta_context *)1;
-    const camdelta_status st = camdelta_context_create(&c, NULL);
-    if (st != CAMDELTA_ERROR_INVALID_ARGUMENT || c)
-      fail_msg("CAMDELTA_PREP_FWD_TILES=%s: got %s", bad[i], camdelta_status_name(st));
-    if (!strstr(camdelta_last_message(), "CAMDELTA_PREP_FWD_TILES"))
-      fail_msg("message '%s' does not name the variable", camdelta_last_message());
-  }
-  unsetenv("CAMDELTA_PREP_FWD_TILES");
-  tu_report("prep_forward regs max rel err f32 q", worst[0][0]);
-  tu_report("prep_forward regs max rel err f32 k", worst[0][1]);
-  tu_report("prep_forward regs max rel err f32 v", worst[0][2]);
-  tu_report("prep_forward regs max rel err f32 inflation_sq", worst[0][3]);
 }
 
 static void test_prep_two_pass(void **state) {
@@ -226,7 +187,6 @@ int main(void) {
       cmocka_unit_test(test_prep_saved),
       cmocka_unit_test(test_prep_fused),
       cmocka_unit_test(test_prep_two_pass),
-      cmocka_unit_test(test_prep_regs),
   };
   return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
 }

@@ -8,7 +8,6 @@
 
 #include "backward.h"
 #include "internal.h"
-#include "prep_bwd_regs.h"
 #include "prep_problem.h"
 
 enum { GQ = 1, GK = 2, GV = 4, GI = 8, GALL = 15 };
@@ -28,7 +27,6 @@ static const char *out_names[NOUT] = {"dq_raw",   "dk_raw",  "dv_raw",    "dq_no
                                       "dproj_q", "dproj_kv", "drope_cos", "drope_sin"};
 static double worst[3][NOUT];
 static int g_variant = -1; /* CAMDELTA_PREP_BWD_FUSED of the current context, -1 = the device's default */
-static int g_expect_regs = 1; /* with g_variant 2: the shape must fit the register-resident form */
 
 /* Whether a call of case c takes the fused form (cl/prep_backward_fused.cl): GPUs and accelerators by default,
  * never with dproj/drope. */
@@ -204,13 +202,6 @@ static void run_case(const pb_case *c, double *ms) {
   }
   camdelta_profile prof = {0, 0};
   camdelta_prep_backward_args a = make_args(&x, &d, c, &prof);
-  if (g_variant == 2 && !c->all && g_expect_regs) { /* the register-resident form is what runs for this shape */
-    cd_pbr_plan rp;
-    camdelta_status rst;
-    if (cd_pbr_plan_make(ctx, &a, &rp, &rst) != 1)
-      fail_msg("%s: no register-resident plan (%s)", describe(c), rst ? camdelta_last_message() : "does not fit");
-    cd_pbr_release(&rp);
-  }
   TU_OK(camdelta_prep_backward(ctx, &a, saved));
   /* [inverse RMS,] heads, tokens, reduce; or [inverse RMS,] fused, reduce */
   const unsigned kernels = (uses_fused(c) ? 2u : 3u) + (c->saved ? 0u : 1u);
@@ -445,7 +436,7 @@ static void test_prep_backward_warm(void **state) {
  * tiles (NULL: unset). */
 static void use_form(int form, const char *tiles) {
   tu_context_release();
-  if (form >= 0) setenv("CAMDELTA_PREP_BWD_FUSED", form == 2 ? "2" : form ? "1" : "0", 1);
+  if (form >= 0) setenv("CAMDELTA_PREP_BWD_FUSED", form ? "1" : "0", 1);
   else unsetenv("CAMDELTA_PREP_BWD_FUSED");
   if (tiles) setenv("CAMDELTA_PREP_BWD_TILES", tiles, 1);
   else unsetenv("CAMDELTA_PREP_BWD_TILES");
@@ -495,48 +486,6 @@ static void test_prep_backward_fused(void **state) {
   use_form(-1, NULL);
 }
 
-/* The register-resident form (cl/prep_bwd_regs.cl) on any device: every head-dim class, one to five heads per
- * slot (H = 20 at D = 112: 4 slots x 5), partial tiles, N = 1, B = 2, aligned and unaligned offsets, both clamps,
- * both 16-bit types, each upstream gradient absent, saved inverse RMS values or not, deterministic; other tiles
- * (8 and 16 tokens, several work-groups per compute unit); a shape whose norm-weight sums do not fit local memory
- * (C = 3328) takes the fused form under the same setting. */
-static void test_prep_backward_regs(void **state) {
-  (void)state;
-  static const pb_case cases[] = {
-      {1, 1, 1, 8, CAMDELTA_F32, 0, 0, GALL, 0, 0},       {1, 7, 3, 8, CAMDELTA_F32, 5, 3, GALL, 0, 0},
-      {1, 20, 20, 8, CAMDELTA_F32, 0, 2, GALL, 0, 0},     {2, 33, 1, 16, CAMDELTA_F32, 0, 0, GALL, 0, 1},
-      {1, 100, 3, 32, CAMDELTA_F32, 4, 7, GALL, 0, 0},    {2, 65, 5, 64, CAMDELTA_F32, 0, 0, GALL, 0, 1},
-      {1, 70, 3, 112, CAMDELTA_F32, 11, 5, GALL, 0, 0},   {2, 40, 2, 128, CAMDELTA_F32, 1, 0, GALL, 0, 0},
-      {1, 37, 20, 112, CAMDELTA_F32, 0, 6, GALL, 0, 1},   {2, 21, 7, 128, CAMDELTA_F32, 0, 0, GALL, 0, 1},
-      {1, 50, 3, 24, CAMDELTA_F32, 0, 4, GQ, 0, 0},       {1, 50, 3, 24, CAMDELTA_F32, 0, 4, GK, 0, 0},
-      {1, 50, 3, 24, CAMDELTA_F32, 0, 4, GV, 0, 0},       {1, 50, 3, 24, CAMDELTA_F32, 0, 4, GI, 0, 0},
-      {1, 50, 3, 24, CAMDELTA_F32, 0, 4, GK | GI, 0, 0},  {1, 50, 3, 24, CAMDELTA_F32, 0, 4, 0, 0, 0},
-      {1, 50, 3, 24, CAMDELTA_F32, 0, 4, GALL, 1, 0},     {1, 31, 3, 112, CAMDELTA_F16, 2, 4, GALL, 0, 0},
-      {2, 77, 1, 64, CAMDELTA_F16, 0, 0, GALL, 0, 1},     {1, 45, 3, 112, CAMDELTA_BF16, 7, 6, GALL, 0, 0},
-      {2, 50, 4, 16, CAMDELTA_BF16, 0, 0, GQ | GV, 0, 1}, {1, 40, 5, 16, CAMDELTA_BF16, 4, 3, GALL, 0, 0},
-  };
-  use_form(2, NULL);
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], NULL);
-  report_worst("prep_backward regs");
-  const pb_case det = {2, 90, 4, 32, CAMDELTA_F32, 0, 3, GALL, 0, 0};
-  check_deterministic(&det);
-  use_form(2, "TT=8,WPC=2"); /* (H = 20 at D = 112 would need 10 heads per slot here: not this form) */
-  run_case(&cases[6], NULL);
-  run_case(&cases[9], NULL);
-  check_deterministic(&det);
-  use_form(2, "TT=16,WPC=3");
-  run_case(&cases[6], NULL);
-  use_form(2, "TT=4,HS=2,HPI=10"); /* fewer work-items with more heads each: H = 20 as 2 x 10, and 3 as 2 x 2 */
-  run_case(&cases[8], NULL);
-  run_case(&cases[6], NULL);
-  report_worst("prep_backward regs other tiles");
-  const pb_case big = {1, 9, 26, 128, CAMDELTA_F32, 0, 4, GALL, 0, 0};
-  g_expect_regs = 0;
-  run_case(&big, NULL);
-  g_expect_regs = 1;
-  use_form(-1, NULL);
-}
-
 /* The three-kernel form on any device (the default on CPUs, and on GPUs for dproj/drope). */
 static void test_prep_backward_three_kernels(void **state) {
   (void)state;
@@ -555,7 +504,7 @@ static void test_prep_backward_three_kernels(void **state) {
 /* A tuning override that does not parse or is out of range fails the context creation, naming the variable. */
 static void test_prep_backward_tiles_env(void **state) {
   (void)state;
-  static const char *bad[] = {"TT=5", "TT=32", "TT=8,XX=2", "WPC=0", "TT", "PF=3", "HPI=17", "HS=65"};
+  static const char *bad[] = {"TT=5", "TT=32", "TT=8,XX=2", "WPC=0", "TT", "PF=3"};
   tu_context_release();
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     setenv("CAMDELTA_PREP_BWD_TILES", bad[i], 1);
@@ -578,7 +527,6 @@ int main(void) {
       cmocka_unit_test(test_prep_backward_warm),
       cmocka_unit_test(test_prep_backward_fused),
       cmocka_unit_test(test_prep_backward_three_kernels),
-      cmocka_unit_test(test_prep_backward_regs),
       cmocka_unit_test(test_prep_backward_tiles_env),
   };
   int r = cmocka_run_group_tests(tests, NULL, NULL);

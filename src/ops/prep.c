@@ -168,13 +168,7 @@ camdelta_status camdelta_prep_forward(camdelta_context *ctx, const camdelta_prep
   /* Build everything before enqueuing anything. */
   cl_kernel k;
   size_t ts;
-  cd_prep_regs_plan rp = {NULL, 0, 0, 0, 0};
-  int aligned = args->q.offset % 4 == 0 && args->k.offset % 4 == 0 && args->v.offset % 4 == 0;
-  for (int i = 0; i < 9; i++) aligned = aligned && in[i].offset % 4 == 0;
-  int regs = cd_prep_regs_kernel(ctx, args->dtype, D, H, &rp, &st);
-  if (st) return st;
-  if (regs) k = rp.kernel;
-  int fused = regs || cd_prep_fused_kernel(ctx, args->dtype, D, &k, &st);
+  const int fused = cd_prep_fused_kernel(ctx, args->dtype, D, &k, &st);
   if (st) return st;
   if (!fused && (st = cd_prep_kernel(ctx, "prep.cl", "cd_prep_forward", args->dtype, D, &k, &ts))) return st;
 
@@ -193,45 +187,30 @@ camdelta_status camdelta_prep_forward(camdelta_context *ctx, const camdelta_prep
   if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;
   cd_launch l;
   cd_launch_init(&l, args->profile);
-  /* Every form takes the same leading arguments; the fused ones add B and eps (they compute the inverse RMS). A
-   * device that refuses the register-resident work-group at launch (its registers) gets the fused form. */
-  for (int attempt = 0; attempt < 2 && !st; attempt++) {
-    if (!fused) st = cd_prep_inv_rms(ctx, B, N, H, D, args->dtype, args->norm_eps, args->q_raw, args->k_raw, inv, &l);
-    if (!st) {
-      cd_args a = {k, 0, CL_SUCCESS};
-      for (int i = 0; i < 9; i++) cd_arg_buf(&a, in[i]);
-      cd_arg_mem(&a, inv);
-      cd_arg_u64(&a, 0);
-      cd_arg_buf(&a, args->q);
-      cd_arg_buf(&a, args->k);
-      cd_arg_buf(&a, args->v);
-      cd_arg_buf(&a, args->inflation_sq);
-      cd_arg_u64(&a, N);
-      cd_arg_u32(&a, (uint32_t)H);
-      if (fused) cd_arg_u64(&a, B);
-      cd_arg_f32(&a, args->k_scale);
-      if (fused) cd_arg_f32(&a, args->norm_eps);
-      if (regs) cd_arg_u32(&a, (uint32_t)aligned);
-      const char *name = regs ? "cd_prep_regs" : fused ? "cd_prep_fused" : "cd_prep_forward";
-      if (a.err != CL_SUCCESS)
-        st = cd_cl_fail(a.err, regs    ? "cd_prep_regs: setting arguments"
-                               : fused ? "cd_prep_fused: setting arguments"
-                                       : "cd_prep_forward: setting arguments");
-      const size_t tile = regs ? rp.tt : fused ? CD_PREP_FUSED_TT : ts, tiles = (N + tile - 1) / tile;
-      size_t lws[3] = {regs ? rp.wg : fused ? CD_PREP_FUSED_WG : ts * (D / 4), 1, 1};
-      size_t gws[3] = {(fused ? B * tiles : tiles) * lws[0], fused ? 1 : H, fused ? 1 : B};
-      if (!st) st = cd_enqueue(ctx, k, 3, gws, lws, &l, name);
-    }
-    if (!st || !regs) break;
-    clReleaseKernel(k);
-    k = NULL;
-    regs = 0;
-    cd_clear_error();
-    st = CAMDELTA_OK;
-    fused = cd_prep_fused_kernel(ctx, args->dtype, D, &k, &st);
-    if (!st && !fused) st = cd_prep_kernel(ctx, "prep.cl", "cd_prep_forward", args->dtype, D, &k, &ts);
+  /* Both forms take the same leading arguments; the fused one adds B and eps (it computes the inverse RMS). */
+  if (!fused) st = cd_prep_inv_rms(ctx, B, N, H, D, args->dtype, args->norm_eps, args->q_raw, args->k_raw, inv, &l);
+  if (!st) {
+    cd_args a = {k, 0, CL_SUCCESS};
+    for (int i = 0; i < 9; i++) cd_arg_buf(&a, in[i]);
+    cd_arg_mem(&a, inv);
+    cd_arg_u64(&a, 0);
+    cd_arg_buf(&a, args->q);
+    cd_arg_buf(&a, args->k);
+    cd_arg_buf(&a, args->v);
+    cd_arg_buf(&a, args->inflation_sq);
+    cd_arg_u64(&a, N);
+    cd_arg_u32(&a, (uint32_t)H);
+    if (fused) cd_arg_u64(&a, B);
+    cd_arg_f32(&a, args->k_scale);
+    if (fused) cd_arg_f32(&a, args->norm_eps);
+    const char *name = fused ? "cd_prep_fused" : "cd_prep_forward";
+    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, fused ? "cd_prep_fused: setting arguments" : "cd_prep_forward: setting arguments");
+    const size_t tile = fused ? CD_PREP_FUSED_TT : ts, tiles = (N + tile - 1) / tile;
+    size_t lws[3] = {fused ? CD_PREP_FUSED_WG : ts * (D / 4), 1, 1};
+    size_t gws[3] = {(fused ? B * tiles : tiles) * lws[0], fused ? 1 : H, fused ? 1 : B};
+    if (!st) st = cd_enqueue(ctx, k, 3, gws, lws, &l, name);
   }
-  if (k) clReleaseKernel(k);
+  clReleaseKernel(k);
   if (!saved) clReleaseMemObject(inv);
   st = cd_launch_end(ctx, &l, st);
   if (saved && !st) {

@@ -17,7 +17,6 @@
 #include "backward.h"
 #include "internal.h"
 #include "prep_backward_fused.h"
-#include "prep_bwd_regs.h"
 #include "prep_common.h"
 
 static const char OP[] = "camdelta_prep_backward";
@@ -73,7 +72,6 @@ camdelta_status cd_prep_backward_warm(camdelta_context *ctx, camdelta_dtype dtyp
   /* the fused form too where the context uses it (calls without dproj/drope) */
   cd_pbf_plan p;
   if (cd_pbf_kernels(ctx, dtype, D, &p, &st)) cd_pbf_release(&p);
-  if (!st) st = cd_pbr_warm(ctx, dtype, D); /* and the register-resident form (prep_bwd_regs.c) */
   return st;
 }
 
@@ -156,22 +154,6 @@ camdelta_status camdelta_prep_backward(camdelta_context *ctx, const camdelta_pre
 
   /* The fused form (GPUs, see prep_backward_fused.c) when no dproj/drope is asked for. */
   if (!(flags & (PB_WANT_PQ | PB_WANT_PKV | PB_WANT_ROPE))) {
-    cd_pbr_plan rp; /* the register-resident form first (prep_bwd_regs.c), where the context uses it */
-    const int regs = cd_pbr_plan_make(ctx, args, &rp, &st);
-    if (st) return st;
-    if (regs) {
-      if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;
-      cd_launch l;
-      cd_launch_init(&l, args->profile);
-      int refused = 0;
-      st = cd_pbr_run(ctx, args, saved ? saved->inv_rms : NULL, &rp, &l, &refused);
-      cd_pbr_release(&rp);
-      if (!refused) return cd_launch_end(ctx, &l, st);
-      /* the device refused the work-group at launch (its registers): the forms below */
-      st = cd_launch_end(ctx, &l, CAMDELTA_OK);
-      if (st) return st;
-      cd_clear_error();
-    }
     cd_pbf_plan p;
     const int fused = cd_pbf_kernels(ctx, args->dtype, D, &p, &st);
     if (st) return st;

@@ -13,8 +13,7 @@
  * tile rows phase 1 read in the L2 cache until phase 2 reads them again, more keep more loads in flight.
  * CAMDELTA_PREP_BWD_TILES (tuning, read at context creation): "TT=n,WPC=n,PF=n", TT in {4, 8, 16} (32 would need
  * more than 48 KiB of local memory), WPC >= 1, PF 1 (each step loads its inputs itself) or 2 (the default: loaded
- * one step ahead, during the previous step's barriers); HS, HPI: the register-resident form's head slots and heads
- * per slot (prep_bwd_regs.c).
+ * one step ahead, during the previous step's barriers).
  *
  * Scratch: dpost/dpre (2, B, H, N) with grad_inflation_sq; the norm-weight partials, one row of 2 C floats per
  * work-group (accumulated in local memory when 2 C floats fit in 24 KiB next to the kernel's own local memory)
@@ -33,21 +32,17 @@ enum { PBF_DEFAULT_WPC = 4, PBF_DEFAULT_PF = 0, PBF_WLOCAL_MAX = 24576 };
 
 static const char TILES_ENV[] = "CAMDELTA_PREP_BWD_TILES";
 
-camdelta_status cd_prep_bwd_tiles_env(unsigned tiles[5]) {
-  /* HS, HPI: head slots and heads per slot of the register-resident form (prep_bwd_regs.c) */
-  static const char *const keys[5] = {"TT", "WPC", "PF", "HS", "HPI"};
-  tiles[0] = tiles[1] = tiles[2] = tiles[3] = tiles[4] = 0;
+camdelta_status cd_prep_bwd_tiles_env(unsigned tiles[3]) {
+  static const char *const keys[3] = {"TT", "WPC", "PF"};
+  tiles[0] = tiles[1] = tiles[2] = 0;
   const char *env = getenv(TILES_ENV);
   if (!env || !*env) return CAMDELTA_OK;
-  camdelta_status st = cd_parse_tiles(TILES_ENV, env, keys, 5, tiles);
+  camdelta_status st = cd_parse_tiles(TILES_ENV, env, keys, 3, tiles);
   if (st) return st;
   if (tiles[0] && tiles[0] != 4 && tiles[0] != 8 && tiles[0] != 16)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: TT must be 4, 8 or 16 (value: '%s')", TILES_ENV, env);
   if (tiles[2] > 2)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: PF must be 1 (off) or 2 (on) (value: '%s')", TILES_ENV, env);
-  if (tiles[3] > 64 || tiles[4] > 16)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: HS must be at most 64 and HPI at most 16 (value: '%s')",
-                   TILES_ENV, env);
   return CAMDELTA_OK;
 }
 

@@ -24,23 +24,4 @@ camdelta_status cd_prep_kernel(camdelta_context *ctx, const char *source, const 
 /** The fused prep forward kernel for (dtype, D) when the context uses it (see prep.c): returns 1 and sets *k;
  *  0 for the two-pass form. A build failure sets *st. */
 int cd_prep_fused_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, cl_kernel *k, camdelta_status *st);
-/** Register-resident prep forward (cl/prep_regs.cl, prep_regs.c): token tile, heads per work-item (registers) and
- *  the most work-items per work-group. */
-#define CD_PREP_REGS_TT 4
-#define CD_PREP_REGS_HPI 5
-#define CD_PREP_REGS_WG_MAX 512
-typedef struct cd_prep_regs_plan {
-  cl_kernel kernel;
-  size_t tt, hs, wg, hpi; /* tokens per tile, head slots, work-group size, heads per slot */
-} cd_prep_regs_plan;
-/** The register-resident kernel for (dtype, D) when the context uses it and it takes H heads: 1 with *p set, 0
- *  otherwise (a build failure sets *st). */
-int cd_prep_regs_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, size_t H, cd_prep_regs_plan *p,
-                        camdelta_status *st);
-/** Whether kernel k (built with reqd_work_group_size) runs wg work-items: the kernel's reported limit, or the
- *  compiled size itself (the H200's driver reported less than the compiled 448 for these kernels; a launch the
- *  device then refuses falls back to the fused forms, see prep.c and prep_backward.c). */
-int cd_prep_regs_wg_ok(camdelta_context *ctx, cl_kernel k, size_t wg);
-/** Build (or load) its program for (dtype, D) where the context uses the form (camdelta_warm). */
-camdelta_status cd_prep_regs_warm(camdelta_context *ctx, camdelta_dtype dtype, size_t D);
 #endif

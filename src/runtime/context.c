@@ -58,9 +58,9 @@ static camdelta_status finish_create(camdelta_context *ctx) {
   fill_info(ctx);
   /* Overrides are read once, here, never on the call path. */
   const char *pf = getenv("CAMDELTA_PREP_FUSED");
-  ctx->prep_fused = pf && pf[0] >= '0' && pf[0] <= '2' && !pf[1] ? pf[0] - '0' : -1;
+  ctx->prep_fused = pf && (pf[0] == '0' || pf[0] == '1') && !pf[1] ? pf[0] - '0' : -1;
   const char *pbf = getenv("CAMDELTA_PREP_BWD_FUSED");
-  ctx->prep_bwd_fused = pbf && pbf[0] >= '0' && pbf[0] <= '2' && !pbf[1] ? pbf[0] - '0' : -1;
+  ctx->prep_bwd_fused = pbf && (pbf[0] == '0' || pbf[0] == '1') && !pbf[1] ? pbf[0] - '0' : -1;
   const char *bp = getenv("CAMDELTA_BRANCH_PAIR");
   ctx->branch_pair = bp && bp[0] == '0' && !bp[1] ? 0 : 1;
   const char *tc = getenv("CAMDELTA_TC");
@@ -72,7 +72,6 @@ static camdelta_status finish_create(camdelta_context *ctx) {
   if (tct && *tct && !(ctx->tc_tiles_env = strdup(tct)))
     return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "out of host memory reading CAMDELTA_TC_TILES");
   camdelta_status st = cd_tune_fma_env(ctx);
-  if (!st) st = cd_prep_fwd_tiles_env(ctx->prep_fwd_tiles);
   if (!st) st = cd_prep_bwd_tiles_env(ctx->prep_bwd_tiles);
   return st;
 }

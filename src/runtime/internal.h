@@ -97,7 +97,7 @@ struct camdelta_context {
   mtx_t lock; /* guards programs and stats */
   cd_program_entry *programs;
   camdelta_build_stats stats;
-  int prep_fused; /* CAMDELTA_PREP_FUSED at creation: 0 two-pass, 1 fused, 2 register-resident, -1 by device type */
+  int prep_fused; /* CAMDELTA_PREP_FUSED at creation: 0 two-pass, 1 fused, -1 by device type */
   int branch_pair; /* CAMDELTA_BRANCH_PAIR at creation: 0 the branch runs two scans, else the fused pair */
   int tc_state; /* tensor-core feature test (src/tune/tc.c): 0 not run yet, 1 passed, 2 emulated, -1 off */
   /* tensor-core tiles (src/tune/params.c), read once per context: overrides (camdelta_tune_set, CAMDELTA_TC_TILES)
@@ -106,11 +106,9 @@ struct camdelta_context {
   unsigned tune_over[3][5];
   unsigned tune_saved[24][8]; /* family, D min, D max, WM, WN, MR, NR, KC */
   int tune_nsaved;
-  int prep_bwd_fused; /* CAMDELTA_PREP_BWD_FUSED at creation: 0 three kernels, 1 fused, 2 register-resident,
-                      * -1 by device type */
-  unsigned prep_bwd_tiles[5]; /* CAMDELTA_PREP_BWD_TILES at creation: TT, WPC, PF, HS, HPI (0: default), see
+  int prep_bwd_fused; /* CAMDELTA_PREP_BWD_FUSED at creation: 0 three kernels, 1 fused, -1 by device type */
+  unsigned prep_bwd_tiles[3]; /* CAMDELTA_PREP_BWD_TILES at creation: TT, WPC, PF (0: default), see
                                * prep_backward_fused.c */
-  unsigned prep_fwd_tiles[3]; /* CAMDELTA_PREP_FWD_TILES at creation: TT, HS, HPI (0: default), see prep_regs.c */
   /* The rest of the scan's environment, read once at creation (never on the call path): CAMDELTA_TC (0 unset,
    * 1 "0": off, 2 "emulate"), CAMDELTA_TC_TILES (parsed at the first tile resolution), CAMDELTA_SCAN_VERBOSE;
    * CAMDELTA_SCAN_TILES and CAMDELTA_SCAN_BWD_TILES (or camdelta_tune_set's "chunkwise" / "backward", guarded by
@@ -123,11 +121,9 @@ struct camdelta_context {
   unsigned plan_gen;           /* bumped when the plans are dropped (camdelta_tune_set) */
 };
 
-/** Reads CAMDELTA_PREP_BWD_TILES ("TT=8,WPC=4,PF=2,HS=4,HPI=5", prep_backward_fused.c) into tiles[5] (0: not given); a value
+/** Reads CAMDELTA_PREP_BWD_TILES ("TT=8,WPC=4,PF=2", prep_backward_fused.c) into tiles[3] (0: not given); a value
  *  that does not parse or is out of range fails naming the variable. Called once at context creation. */
-camdelta_status cd_prep_bwd_tiles_env(unsigned tiles[5]);
-/** Reads CAMDELTA_PREP_FWD_TILES ("TT=4,HS=4,HPI=5", prep_regs.c) into tiles[3] (0: not given), as above. */
-camdelta_status cd_prep_fwd_tiles_env(unsigned tiles[3]);
+camdelta_status cd_prep_bwd_tiles_env(unsigned tiles[3]);
 
 /** A built program for kernel source file `source` (e.g. "prep.cl") with
  *  extra build options (e.g. "-DCD_D=112"); built once per context, through
