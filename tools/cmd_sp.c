@@ -147,6 +147,26 @@ static int download(camdelta_context *ctx, cl_mem m, size_t n, float **out) {
   return CLI_EXIT_OK;
 }
 
+/* max |x − ref| / max |ref| of this rank's share: the rows x lc array in m against columns [c0, c0 + lc) of the
+ * rows x cols reference; INFINITY when m cannot be read or a difference is NaN. */
+static double share_error(camdelta_context *ctx, cl_mem m, const float *ref, size_t rows, size_t cols, size_t lc,
+                          size_t c0) {
+  float *x = NULL;
+  double mref = 0, md = 0;
+  if (download(ctx, m, rows * lc, &x)) {
+    md = INFINITY;
+  } else {
+    for (size_t j = 0; j < rows * cols; j++) mref = fmax(mref, fabs(ref[j]));
+    for (size_t r = 0; r < rows; r++)
+      for (size_t c = 0; c < lc; c++) {
+        const double d = fabs((double)x[r * lc + c] - ref[r * cols + c0 + c]);
+        md = isnan(d) ? INFINITY : fmax(md, d);
+      }
+  }
+  free(x);
+  return md / fmax(mref, 1e-30);
+}
+
 /* rows x [c0, c0 + cl) of a rows x cols array (malloc'd) */
 static float *slice(const float *x, size_t rows, size_t cols, size_t c0, size_t cl) {
   float *y = malloc(rows * cl * 4 + 4);
@@ -950,20 +970,7 @@ static int demo_branch(camdelta_context *ctx, const shape5 *shape, double *worst
   double err[BO_N + 2] = {0};
   for (int i = 0; i < BO_N && !rc; i++) {
     const size_t rows = p.orows[i], u = p.ounit[i], cols = u ? p.T * u : 1, lc = u ? fl * u : 1, c0 = u ? f0 * u : 0;
-    float *x = NULL;
-    double mref = 0, md = 0;
-    if (download(ctx, mine.out[i], rows * lc, &x)) {
-      md = INFINITY;
-    } else {
-      for (size_t j = 0; j < rows * cols; j++) mref = fmax(mref, fabs(ref[i][j]));
-      for (size_t r = 0; r < rows; r++)
-        for (size_t c = 0; c < lc; c++) {
-          const double d = fabs((double)x[r * lc + c] - ref[i][r * cols + c0 + c]);
-          md = isnan(d) ? INFINITY : fmax(md, d);
-        }
-    }
-    free(x);
-    err[i] = md / fmax(mref, 1e-30);
+    err[i] = share_error(ctx, mine.out[i], ref[i], rows, cols, lc, c0);
     *worst = fmax(*worst, err[i]);
   }
   if (!rc) {
@@ -1085,20 +1092,7 @@ int cmd_demo_sp(int argc, char **argv) {
         const int bi = DEMO_OUT[i];
         const size_t rows = rows_of(&p, bi), unit = unit_of(&p, bi), cols = unit ? p.F * unit : p.BH * p.D * p.D;
         const size_t lc = unit ? fl * unit : cols, c0 = unit ? f0 * unit : 0;
-        float *x = NULL;
-        double mref = 0, md = 0;
-        if (download(ctx, mine.m[bi], rows * lc, &x)) {
-          md = INFINITY;
-        } else {
-          for (size_t j = 0; j < rows * cols; j++) mref = fmax(mref, fabs(ref[i][j]));
-          for (size_t r = 0; r < rows; r++)
-            for (size_t c = 0; c < lc; c++) {
-              const double d = fabs((double)x[r * lc + c] - ref[i][r * cols + c0 + c]);
-              md = isnan(d) ? INFINITY : fmax(md, d);
-            }
-        }
-        free(x);
-        err[i] = md / fmax(mref, 1e-30);
+        err[i] = share_error(ctx, mine.m[bi], ref[i], rows, cols, lc, c0);
         worst = fmax(worst, err[i]);
       }
       err[8] = tf.total_ms + tb.total_ms, err[9] = tf.exchange_ms + tb.exchange_ms;
