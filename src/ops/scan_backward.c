@@ -219,11 +219,7 @@ camdelta_status camdelta_scan_backward_plan_describe(camdelta_context *ctx, cons
   char text[1024];
   plan_text(e->plan, args, text, sizeof text);
   cd_plan_release(ctx, e);
-  if (strlen(text) + 1 > size)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: buffer of %zu bytes too small (%zu needed)", fn, size,
-                   strlen(text) + 1);
-  memcpy(buf, text, strlen(text) + 1);
-  return CAMDELTA_OK;
+  return cd_copy_text(fn, text, buf, size);
 }
 
 static camdelta_status check_args(const camdelta_scan_backward_args *a, const camdelta_scan_saved *saved,

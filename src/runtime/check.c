@@ -214,3 +214,11 @@ camdelta_status cd_prologue_scan_backward(const camdelta_context *ctx, const cam
 }
 #undef NB
 #undef NBN
+
+camdelta_status cd_copy_text(const char *op, const char *text, char *buf, size_t size) {
+  const size_t need = strlen(text) + 1;
+  if (need > size)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: buffer of %zu bytes too small (%zu needed)", op, size, need);
+  memcpy(buf, text, need);
+  return CAMDELTA_OK;
+}

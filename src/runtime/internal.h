@@ -74,6 +74,8 @@ camdelta_status cd_prologue_scan_backward(const camdelta_context *ctx, const cam
                                           const camdelta_scan_saved *saved);
 /** Check the head dim: D % 8 == 0 and 8 <= D <= 128. */
 camdelta_status cd_check_head_dim(const char *op, size_t D);
+/** Copies the string text into the caller's buf of `size` bytes: INVALID_ARGUMENT naming op when it does not fit. */
+camdelta_status cd_copy_text(const char *op, const char *text, char *buf, size_t size);
 camdelta_status cd_check_dtype(const char *op, camdelta_dtype dtype);
 
 /* -------------------------------------------------------- context (context.c) */

@@ -92,8 +92,5 @@ camdelta_status cd_tune_fma_get(camdelta_context *ctx, int family, size_t D, cha
     snprintf(out, sizeof out, "RPT=%zu TSG=%zu CB=%zu DPT=%zu TL=%zu TPT=%zu MC=%zu RL=%zu (%s)", c.rpt, c.tsg, c.cb,
              c.dpt, c.tl, c.tpt, c.mc, c.rl, any ? "override" : "heuristic");
   }
-  if (strlen(out) + 1 > size)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_tune_get: buffer of %zu bytes too small", size);
-  memcpy(buf, out, strlen(out) + 1);
-  return CAMDELTA_OK;
+  return cd_copy_text("camdelta_tune_get", out, buf, size);
 }

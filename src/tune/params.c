@@ -186,10 +186,7 @@ camdelta_status camdelta_tune_get(camdelta_context *ctx, const char *family, siz
   if ((st = cd_tc_resolve(ctx, fi, D, &t, &from))) return st;
   char text[160];
   snprintf(text, sizeof text, "WM=%u WN=%u MR=%u NR=%u KC=%u (%s)", t.wm, t.wn, t.mr, t.nr, t.kc, from);
-  if (strlen(text) + 1 > size)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_tune_get: buffer of %zu bytes too small", size);
-  memcpy(buf, text, strlen(text) + 1);
-  return CAMDELTA_OK;
+  return cd_copy_text("camdelta_tune_get", text, buf, size);
 }
 
 camdelta_status camdelta_tune_save(camdelta_context *ctx, size_t D, char *path, size_t path_size) {
