@@ -468,22 +468,35 @@ static void fwd_destroy(void *p) {
   free(p);
 }
 
-/* Builds the plan for `key` from the first call of its class (arg: that call's arguments). */
-static camdelta_status fwd_build(camdelta_context *ctx, const cd_plan_key *key, const void *arg, void **out) {
-  const camdelta_scan_args *args = arg;
+/* A plan of algorithm `alg` for BH chains of args' D and S, 16-byte token rows or not (vec); pk_opts: the packed
+ * variant's build options (scan_packed.c), else NULL. */
+static camdelta_status fwd_build_opts(camdelta_context *ctx, camdelta_scan_algorithm alg, size_t BH,
+                                      const camdelta_scan_args *args, int vec, const char *pk_opts, fwd_plan **out) {
   fwd_plan *pl = calloc(1, sizeof *pl);
   if (!pl) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", OP);
   dev_limits lim;
   camdelta_status st = device_limits(ctx, &lim);
-  pl->alg = (camdelta_scan_algorithm)key->alg;
-  if (!st) st = build_kernels(ctx, &lim, pl->alg, args->B * args->H, args->D, args->S, pl->kern, &pl->sc, &pl->cc);
-  if (!st && pl->alg == CAMDELTA_SCAN_CHUNKWISE) st = cd_tc_build(ctx, args->D, args->precision, (int)key->vec, 0, &pl->tc);
+  pl->alg = alg;
+  pl->cc.pk_opts = pk_opts;
+  if (!st) st = build_kernels(ctx, &lim, pl->alg, BH, args->D, args->S, pl->kern, &pl->sc, &pl->cc);
+  if (!st && pl->alg == CAMDELTA_SCAN_CHUNKWISE)
+    st = cd_tc_build_opts(ctx, args->D, args->precision, vec, 0, pk_opts ? pk_opts : "", &pl->tc);
   if (st) {
     fwd_destroy(pl);
     return st;
   }
   *out = pl;
   return CAMDELTA_OK;
+}
+
+/* Builds the plan for `key` from the first call of its class (arg: that call's arguments). */
+static camdelta_status fwd_build(camdelta_context *ctx, const cd_plan_key *key, const void *arg, void **out) {
+  const camdelta_scan_args *args = arg;
+  fwd_plan *pl = NULL;
+  const camdelta_status st =
+      fwd_build_opts(ctx, (camdelta_scan_algorithm)key->alg, args->B * args->H, args, (int)key->vec, NULL, &pl);
+  *out = pl;
+  return st;
 }
 
 /* The context's plan for `args` (built on the first call of its class), referenced and locked for this call:
@@ -718,41 +731,32 @@ camdelta_status cd_scan_chunk_options(camdelta_context *ctx, size_t BH, size_t D
 camdelta_status cd_scan_forward_native(camdelta_context *ctx, const camdelta_scan_args *args, const cd_packed_run *pr,
                                        camdelta_scan_saved *saved) {
   const size_t H = args->H, D = args->D, F = args->F;
-  dev_limits lim;
-  camdelta_status st = device_limits(ctx, &lim);
-  if (st) return st;
-  fwd_plan pl;
-  memset(&pl, 0, sizeof pl);
-  pl.alg = CAMDELTA_SCAN_CHUNKWISE;
-  pl.cc.pk_opts = cd_packed_opts(pr);
-  if ((st = build_kernels(ctx, &lim, pl.alg, pr->clips * H, D, args->S, pl.kern, &pl.sc, &pl.cc))) return st;
   const size_t offs[5] = {args->q.offset, args->k.offset, args->v.offset, args->beta.offset, args->out.offset};
-  if ((st = cd_tc_build_opts(ctx, D, args->precision, pr->vec && cd_tc_vec_ok(4, offs, 5), 0, cd_packed_opts(pr),
-                             &pl.tc))) {
-    plan_release(&pl);
-    return st;
-  }
+  fwd_plan *pl = NULL; /* the packed variant's own plan (not kept in the context) */
+  camdelta_status st = fwd_build_opts(ctx, CAMDELTA_SCAN_CHUNKWISE, pr->clips * H, args,
+                                      pr->vec && cd_tc_vec_ok(4, offs, 5), cd_packed_opts(pr), &pl);
+  if (st) return st;
   if (ctx->scan_verbose) {
     char text[1024];
-    plan_text(&pl, args, text, sizeof text);
+    plan_text(pl, args, text, sizeof text);
     fprintf(stderr, "camdelta scan (packed clips, native): %s\n", text);
   }
   scan_job job = {args, pr->N, pr->clips * H, H * F, pr->clips * H * D * D, NULL, NULL, pr->pk, (uint32_t)H};
   if (saved) {
     if ((st = saved_reserve(ctx, saved, job.BHF * D * D * sizeof(float)))) {
-      plan_release(&pl);
+      fwd_destroy(pl);
       return st;
     }
     saved->valid = 0;
     job.pre = saved->state_pre;
     job.post = saved->state_post;
   }
-  if (args->used) *args->used = pl.alg;
+  if (args->used) *args->used = pl->alg;
   if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;
   cd_launch l;
   cd_launch_init(&l, args->profile);
-  st = run_chunkwise(ctx, &job, pl.kern[0], pl.kern[1], pl.kern[2], &pl.cc, &pl.tc, &l, NULL);
-  plan_release(&pl);
+  st = run_chunkwise(ctx, &job, pl->kern[0], pl->kern[1], pl->kern[2], &pl->cc, &pl->tc, &l, NULL);
+  fwd_destroy(pl);
   st = cd_launch_end(ctx, &l, st);
   if (saved && !st) { /* S = 0 marks the packed layout (H, F, D, D) by packed frame */
     saved->B = 1, saved->H = H, saved->D = D, saved->F = F, saved->S = 0;
