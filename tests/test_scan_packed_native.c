@@ -362,11 +362,7 @@ static void test_large_table(void **state) {
 static void test_emulated(void **state) {
   (void)state;
   if (cd_tc_available(tu_context())) return; /* test_fma ran the real tensor-core kernels */
-  camdelta_context *emu = NULL;
-  setenv("CAMDELTA_TC", "emulate", 1); /* read at context creation */
-  TU_OK(camdelta_context_create_from_queue(&emu, camdelta_context_cl_context(tu_context()),
-                                           camdelta_context_queue(tu_context())));
-  unsetenv("CAMDELTA_TC");
+  camdelta_context *emu = tu_context_tc_emulated();
   assert_true(cd_tc_available(emu));
   assert_true(cd_tc_emulated(emu));
   equal_clips(emu, 2, 3, 12, "emulated tensor cores");

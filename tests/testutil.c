@@ -19,6 +19,17 @@ camdelta_context *tu_context(void) {
   return g_ctx;
 }
 
+camdelta_context *tu_context_tc_emulated(void) {
+  camdelta_context *emu = NULL;
+  setenv("CAMDELTA_TC", "emulate", 1);
+  camdelta_status st = camdelta_context_create_from_queue(&emu, camdelta_context_cl_context(tu_context()),
+                                                          camdelta_context_queue(tu_context()));
+  unsetenv("CAMDELTA_TC");
+  if (st != CAMDELTA_OK) fail_msg("camdelta_context_create_from_queue: %s: %s", camdelta_status_name(st),
+                                  camdelta_last_message());
+  return emu;
+}
+
 void tu_context_release(void) {
   camdelta_context_destroy(g_ctx);
   g_ctx = NULL;

@@ -16,6 +16,9 @@
 /** The test context: one per process, on CAMDELTA_DEVICE (default device). */
 camdelta_context *tu_context(void);
 void tu_context_release(void);
+/** A second context on tu_context()'s queue created with CAMDELTA_TC=emulate (read at creation): the tensor-core
+ *  kernels' logic on any device. The caller destroys it. */
+camdelta_context *tu_context_tc_emulated(void);
 
 /** Deterministic random numbers (xorshift); seed per test. */
 void tu_seed(uint64_t seed);
