@@ -91,8 +91,9 @@ while [ $# -gt 0 ]; do
       # registers, spills and local memory of the tensor-core kernels at D=112 (ptxas via -cl-nv-verbose)
       cc -O2 -I"$PREFIX/usr/include" -o /tmp/cl-inspect ci/cl-inspect.c -L"$LIBDIR" -lOpenCL || rc=1
       mkdir -p /tmp/ptx
-      for fam in "CD_GRAM -DCD_WM=2 -DCD_WN=2 -DCD_MR=2 -DCD_NR=4 -DCD_KC=32" \
-        "CD_APPLY -DCD_WM=2 -DCD_WN=2 -DCD_MR=2 -DCD_NR=4 -DCD_KC=16" \
+      for fam in "CD_GRAM -DCD_WM=2 -DCD_WN=4 -DCD_MR=2 -DCD_NR=2 -DCD_KC=32" \
+        "CD_GRAM -DCD_WM=7 -DCD_WN=2 -DCD_MR=1 -DCD_NR=7 -DCD_KC=16" \
+        "CD_APPLY -DCD_WM=2 -DCD_WN=1 -DCD_MR=2 -DCD_NR=8 -DCD_KC=16" \
         "CD_FRAMES -DCD_WM=2 -DCD_WN=2 -DCD_MR=1 -DCD_NR=7 -DCD_KC=16"; do
         name=$(echo "$fam" | cut -d' ' -f1)
         /tmp/cl-inspect cl/gemm_tc.cl "-D$fam -DCD_D=112 -DCD_SPLIT=1 -DCD_VEC=1" "/tmp/ptx/$name.ptx" 2>&1 |

@@ -100,11 +100,142 @@ inline uint cd_tf32(float x) {
       : "r"((a)[0]), "r"((a)[1]), "r"((a)[2]), "r"((a)[3]), "r"((b)[0]), "r"((b)[1]))
 #endif
 
+/* ------------------------------------------------------------------------------ staged operand tiles */
+/* The gram and the apply stage both operands in "fragment order", split once when they are written (each element is
+ * converted by one work-item, not by every warp that reads it): for an operand tile of R rows (the m rows of A or
+ * the n columns of B) and CD_KC reduction elements, element (r, k) with k = 8q + t + 4h (t < 4, h < 2) sits in
+ * slot (4q + t)·LDR + r, and a slot holds {hi(k), hi(k + 4), lo(k), lo(k + 4)} (split) or {hi(k), hi(k + 4)}
+ * (tf32). A lane (g, t) then gets the pair its mma fragment needs, k = 8q + t and 8q + t + 4, in one 16- or
+ * 8-byte load. LDR = R + CD_RPAD makes those loads conflict-free: a quarter warp's 16-byte loads touch rows
+ * g, g + 1 of planes t = 0..3, i.e. units t·LDR + g, distinct mod 8 when LDR ≡ 2 (mod 8); a half warp's 8-byte
+ * loads units t·LDR + g (g < 4), distinct mod 16 when LDR ≡ 4 or 12 (mod 16). R is a multiple of 8. */
+#if CD_SPLIT
+typedef uint4 cd_slot;
+#define CD_RPAD 2
+#else
+typedef uint2 cd_slot;
+#define CD_RPAD 4
+#endif
+#define CD_LDR(R) ((R) + CD_RPAD)
+#define CD_SLOTS(R) ((CD_KC / 2) * CD_LDR(R)) /* slots of a staged R x CD_KC tile */
+
+/* Writes the pair (r, k = 8q + t) and (r, k + 4) with values x0, x1 into plane p = 4q + t. */
+inline void cd_put(local cd_slot *tile, uint ldr, uint r, uint p, float x0, float x1) {
+  const uint h0 = cd_tf32(x0), h1 = cd_tf32(x1);
+#if CD_SPLIT
+  tile[p * ldr + r] = (uint4)(h0, h1, cd_tf32(x0 - as_float(h0)), cd_tf32(x1 - as_float(h1)));
+#else
+  tile[p * ldr + r] = (uint2)(h0, h1);
+#endif
+}
+
+/* Row r's elements k = 8q .. 8q+7 (lo = the first four, hi = the last four): an operand contiguous along k. */
+inline void cd_put_row8(local cd_slot *tile, uint ldr, uint r, uint q, float4 lo, float4 hi) {
+  cd_put(tile, ldr, r, 4 * q + 0, lo.x, hi.x);
+  cd_put(tile, ldr, r, 4 * q + 1, lo.y, hi.y);
+  cd_put(tile, ldr, r, 4 * q + 2, lo.z, hi.z);
+  cd_put(tile, ldr, r, 4 * q + 3, lo.w, hi.w);
+}
+
+/* Rows r .. r+3 at k = 8q + t (a) and k + 4 (b), plane p = 4q + t: an operand contiguous along its rows. */
+inline void cd_put_col4(local cd_slot *tile, uint ldr, uint r, uint p, float4 a, float4 b) {
+  cd_put(tile, ldr, r + 0, p, a.x, b.x);
+  cd_put(tile, ldr, r + 1, p, a.y, b.y);
+  cd_put(tile, ldr, r + 2, p, a.z, b.z);
+  cd_put(tile, ldr, r + 3, p, a.w, b.w);
+}
+
+/* tot[mi][ni] += Σ_k A(16·mi + row, k)·B(k, 8·ni + col) for k in [0, CD_KC), one warp, both operands staged
+ * tiles (A and B point at the warp's first row / column; lda, ldb their LDR). PTX fragment layout, lane = 4·g + t:
+ * a = {A(g, t), A(g+8, t), A(g, t+4), A(g+8, t+4)}, b = {B(t, g), B(t+4, g)},
+ * c = {C(g, 2t), C(g, 2t+1), C(g+8, 2t), C(g+8, 2t+1)}. */
+inline void cd_tc_tile(float tot[CD_MR][CD_NR][4], local const cd_slot *A, uint lda, local const cd_slot *B, uint ldb,
+                       uint g, uint t) {
+#if CD_CHUNK_SUM
+  float c[CD_MR][CD_NR][4];
+#pragma unroll
+  for (int mi = 0; mi < CD_MR; mi++)
+#pragma unroll
+    for (int ni = 0; ni < CD_NR; ni++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) c[mi][ni][e] = 0.0f;
+#else
+#define c tot
+#endif
+#if CD_TC_EMULATE
+  for (uint q = 0; q < CD_KC / 8; q++)
+    for (int mi = 0; mi < CD_MR; mi++)
+      for (int ni = 0; ni < CD_NR; ni++)
+        for (int e = 0; e < 4; e++) {
+          const uint row = 16 * mi + g + 8 * (e >> 1), col = 8 * ni + 2 * t + (e & 1);
+          float sum = 0.0f;
+          for (uint kk = 0; kk < 8; kk++) {
+            const cd_slot x = A[(4 * q + kk % 4) * lda + row], y = B[(4 * q + kk % 4) * ldb + col];
+            const uint h = kk / 4;
+            const float xh = as_float(h ? x.y : x.x), yh = as_float(h ? y.y : y.x);
+#if CD_SPLIT
+            const float xl = as_float(h ? x.w : x.z), yl = as_float(h ? y.w : y.z);
+            sum = fma(xl, yh, sum);
+            sum = fma(xh, yl, sum);
+#endif
+            sum = fma(xh, yh, sum);
+          }
+          c[mi][ni][e] += sum;
+        }
+#else
+#pragma unroll
+  for (uint q = 0; q < CD_KC / 8; q++) {
+    const uint p = 4 * q + t;
+    uint ah[CD_MR][4], bh[CD_NR][2];
+#if CD_SPLIT
+    uint al[CD_MR][4], bl[CD_NR][2];
+#endif
+#pragma unroll
+    for (int mi = 0; mi < CD_MR; mi++) {
+      const cd_slot s0 = A[p * lda + 16 * mi + g], s1 = A[p * lda + 16 * mi + g + 8];
+      ah[mi][0] = s0.x, ah[mi][1] = s1.x, ah[mi][2] = s0.y, ah[mi][3] = s1.y;
+#if CD_SPLIT
+      al[mi][0] = s0.z, al[mi][1] = s1.z, al[mi][2] = s0.w, al[mi][3] = s1.w;
+#endif
+    }
+#pragma unroll
+    for (int ni = 0; ni < CD_NR; ni++) {
+      const cd_slot s = B[p * ldb + 8 * ni + g];
+      bh[ni][0] = s.x, bh[ni][1] = s.y;
+#if CD_SPLIT
+      bl[ni][0] = s.z, bl[ni][1] = s.w;
+#endif
+    }
+#pragma unroll
+    for (int mi = 0; mi < CD_MR; mi++)
+#pragma unroll
+      for (int ni = 0; ni < CD_NR; ni++) {
+#if CD_SPLIT
+        CD_MMA(c[mi][ni], al[mi], bh[ni]);
+        CD_MMA(c[mi][ni], ah[mi], bl[ni]);
+#endif
+        CD_MMA(c[mi][ni], ah[mi], bh[ni]);
+      }
+  }
+#endif
+#if CD_CHUNK_SUM
+#pragma unroll
+  for (int mi = 0; mi < CD_MR; mi++)
+#pragma unroll
+    for (int ni = 0; ni < CD_NR; ni++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) tot[mi][ni][e] += c[mi][ni][e];
+#else
+#undef c
+#endif
+}
+
+#if defined(CD_FRAMES) || defined(CD_PROBE)
 /* tot[mi][ni] += Σ_k A(16·mi + row, k)·B(k, 8·ni + col) for k in [0, CD_KC), one warp, fragments from local
  * memory: A(m, k) = Am[m·am + k·ak], B(k, n) = Bm[k·bk + n·bn]. Lane = 4·g + t (PTX fragment layout):
  * a = {A(g, t), A(g+8, t), A(g, t+4), A(g+8, t+4)}, b = {B(t, g), B(t+4, g)},
  * c = {C(g, 2t), C(g, 2t+1), C(g+8, 2t), C(g+8, 2t+1)}. */
-inline void cd_tc_block(float tot[CD_MR][CD_NR][4], local const float *Am, uint am, uint ak, local const float *Bm,
+inline void cd_tc_block_raw(float tot[CD_MR][CD_NR][4], local const float *Am, uint am, uint ak, local const float *Bm,
                         uint bk, uint bn, uint g, uint t) {
 #if CD_CHUNK_SUM
   float c[CD_MR][CD_NR][4];
@@ -186,6 +317,7 @@ inline void cd_tc_block(float tot[CD_MR][CD_NR][4], local const float *Am, uint 
 #undef c
 #endif
 }
+#endif /* CD_FRAMES || CD_PROBE */
 
 /* ------------------------------------------------------------------------------------ token loads */
 /* Four consecutive tokens gs .. gs+3 (frame-relative) of one row, zero past the frame's S tokens. With CD_VEC the
@@ -206,26 +338,28 @@ inline float4 cd_load4(__global const float *row, uint gs, uint S) {
 
 /* ------------------------------------------------------------------------------------------- gram */
 #ifdef CD_GRAM
-#define CD_LDK (CD_KC + 4) /* row stride of the staged tiles: fragment reads hit 32 different banks */
-#define CD_QK (CD_KC / 4)  /* float4 per staged row */
-#define CD_LX ((CD_TM * CD_QK + CD_W - 1) / CD_W)
-#define CD_LY ((CD_TN * CD_QK + CD_W - 1) / CD_W)
+#define CD_LDX CD_LDR(CD_TM)
+#define CD_LDY CD_LDR(CD_TN)
+#define CD_UX (CD_TM * (CD_KC / 8)) /* 8-token units of a staged X chunk (row r = unit % TM) */
+#define CD_UY (CD_TN * (CD_KC / 8))
+#define CD_LX ((CD_UX + CD_W - 1) / CD_W)
+#define CD_LY ((CD_UY + CD_W - 1) / CD_W)
 
 /* Per tile = group 0 (row tile rt, column tile ct; ct < n_c0: region 0, else region 1) and (b, h, f) = group 1
  * (the tiles of one frame run side by side and share its tokens in the cache):
  *   C[i][j] = Σ_s X[i][s]·β_s·Yr[j][s] over frame f's tokens (β_s = 1 without use_beta), i, j < D;
  *   region 0 goes to out0 (a_form: out0 = decay_f·(I − C), only the tiles on or above the diagonal run and
  *   C's upper triangle is stored at (i, j) and (j, i)), region 1 to out1. Outputs (B, H, F, D, D).
- * Global loads for the next chunk of tokens are issued before the mma work on the current one.
+ * Each work-item loads 8 consecutive tokens of a row per unit (two 16-byte loads); the loads of the next chunk
+ * are issued before the mma work on the current one, and split into the staged tiles after it.
  * Launch: local (32·WM·WN), global (local·n_rt·(n_c0 + n_c1), B·H·F), n_rt = ceil(D / TM), n_c = ceil(D / TN). */
 __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_gram_tc(
     __global const float *x, ulong x_off, __global const float *y0, ulong y0_off, __global const float *y1,
     ulong y1_off, __global const float *beta, ulong beta_off, __global const float *decay, ulong decay_off,
     __global float *out0, ulong o0_off, __global float *out1, ulong o1_off, ulong N, uint S, uint F, uint n_c0,
     uint n_c1, int use_beta, int a_form CD_PK_ARGS) {
-  __local float4 Xs4[CD_TM * CD_LDK / 4]; /* Xs[r][s] = X[row0 + r][s0 + s]        */
-  __local float4 Ys4[CD_TN * CD_LDK / 4]; /* Ys[c][s] = β_s·Yr[col0 + c][s0 + s]   */
-  __local const float *Xs = (__local const float *)Xs4, *Ys = (__local const float *)Ys4;
+  __local cd_slot Xs[CD_SLOTS(CD_TM)]; /* X[row0 + r][s0 + k] */
+  __local cd_slot Ys[CD_SLOTS(CD_TN)]; /* β_s·Yr[col0 + c][s0 + k] */
   const uint lid = get_local_id(0), lane = lid & 31, warp = lid >> 5;
   const uint wm = warp / CD_WN, wn = warp % CD_WN, g = lane >> 2, t = lane & 3;
   const ulong bhf = get_group_id(1);
@@ -249,22 +383,28 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_gram_tc(
 #pragma unroll
       for (int e = 0; e < 4; e++) tot[mi][ni][e] = 0.0f;
 
-  float4 xr[CD_LX], yr[CD_LY];
+  float4 xr[CD_LX][2], yr[CD_LY][2];
 #define CD_FETCH(s0)                                                                          \
   do {                                                                                        \
     _Pragma("unroll") for (int u = 0; u < CD_LX; u++) {                                       \
-      const uint e = lid + u * CD_W, r = e / CD_QK, i = row0 + r;                             \
-      xr[u] = (r < CD_TM && i < CD_D) ? cd_load4(xb + (ulong)i * N, (s0) + 4 * (e % CD_QK), Sf) \
-                                      : (float4)(0.0f);                                       \
+      const uint e = lid + u * CD_W, i = row0 + e % CD_TM, gs = (s0) + 8 * (e / CD_TM);        \
+      xr[u][0] = xr[u][1] = (float4)(0.0f);                                                   \
+      if (e < CD_UX && i < CD_D) {                                                            \
+        xr[u][0] = cd_load4(xb + (ulong)i * N, gs, Sf);                                       \
+        xr[u][1] = cd_load4(xb + (ulong)i * N, gs + 4, Sf);                                   \
+      }                                                                                       \
     }                                                                                         \
     _Pragma("unroll") for (int u = 0; u < CD_LY; u++) {                                       \
-      const uint e = lid + u * CD_W, r = e / CD_QK, j = col0 + r, gs = (s0) + 4 * (e % CD_QK); \
-      float4 yv = (float4)(0.0f);                                                             \
-      if (r < CD_TN && j < CD_D) {                                                            \
-        yv = cd_load4(yb + (ulong)j * N, gs, Sf);                                             \
-        if (use_beta) yv *= cd_load4(bb, gs, Sf);                                             \
+      const uint e = lid + u * CD_W, j = col0 + e % CD_TN, gs = (s0) + 8 * (e / CD_TN);        \
+      yr[u][0] = yr[u][1] = (float4)(0.0f);                                                   \
+      if (e < CD_UY && j < CD_D) {                                                            \
+        yr[u][0] = cd_load4(yb + (ulong)j * N, gs, Sf);                                       \
+        yr[u][1] = cd_load4(yb + (ulong)j * N, gs + 4, Sf);                                   \
+        if (use_beta) {                                                                       \
+          yr[u][0] *= cd_load4(bb, gs, Sf);                                                   \
+          yr[u][1] *= cd_load4(bb, gs + 4, Sf);                                               \
+        }                                                                                     \
       }                                                                                       \
-      yr[u] = yv;                                                                             \
     }                                                                                         \
   } while (0)
 
@@ -273,17 +413,17 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_gram_tc(
     barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll
     for (int u = 0; u < CD_LX; u++) {
-      const uint e = lid + u * CD_W, r = e / CD_QK;
-      if (r < CD_TM) Xs4[(r * CD_LDK) / 4 + e % CD_QK] = xr[u];
+      const uint e = lid + u * CD_W;
+      if (e < CD_UX) cd_put_row8(Xs, CD_LDX, e % CD_TM, e / CD_TM, xr[u][0], xr[u][1]);
     }
 #pragma unroll
     for (int u = 0; u < CD_LY; u++) {
-      const uint e = lid + u * CD_W, r = e / CD_QK;
-      if (r < CD_TN) Ys4[(r * CD_LDK) / 4 + e % CD_QK] = yr[u];
+      const uint e = lid + u * CD_W;
+      if (e < CD_UY) cd_put_row8(Ys, CD_LDY, e % CD_TN, e / CD_TN, yr[u][0], yr[u][1]);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     if (s0 + CD_KC < Sf) CD_FETCH(s0 + CD_KC);
-    cd_tc_block(tot, Xs + (16 * CD_MR * wm) * CD_LDK, CD_LDK, 1, Ys + (8 * CD_NR * wn) * CD_LDK, 1, CD_LDK, g, t);
+    cd_tc_tile(tot, Xs + 16 * CD_MR * wm, CD_LDX, Ys + 8 * CD_NR * wn, CD_LDY, g, t);
   }
 #undef CD_FETCH
 
@@ -312,24 +452,26 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_gram_tc(
 
 /* ------------------------------------------------------------------------------------------ apply */
 #ifdef CD_APPLY
-#define CD_LDR (CD_TM + 8) /* row strides of the staged tiles: 8 or 24 mod 32 floats, conflict-free fragments */
-#define CD_LDS (CD_TN + 8)
-#define CD_QN (CD_TN / 4) /* float4 per staged token row */
-#define CD_LM ((CD_KC * CD_TM + CD_W - 1) / CD_W)
-#define CD_LQ ((CD_KC * CD_QN + CD_W - 1) / CD_W)
+#define CD_LDM CD_LDR(CD_TM)
+#define CD_LDQ CD_LDR(CD_TN)
+#define CD_UM ((CD_TM / 4) * (CD_KC / 2)) /* units: 4 consecutive rows at one (k, k + 4) pair */
+#define CD_UQ ((CD_TN / 4) * (CD_KC / 2))
+#define CD_LM ((CD_UM + CD_W - 1) / CD_W)
+#define CD_LQ ((CD_UQ + CD_W - 1) / CD_W)
 
 /* Per tile = group 0 (token tile st, row tile rt: the row tiles of one token tile run side by side) and
  * (b, h, f) = group 1:
  *   out[r][s] = Σ_c op(M)[r][c]·X[c][s] over frame f's tokens, op(M)[r][c] = M[c][r] when transpose, else M[r][c];
  *   M = states[b, h, f] (B, H, F, D, D), except that with last_init frame F−1 reads init (zero without has_init).
+ * Both operands are staged with the reduction index c as their k: a unit is 4 consecutive rows (of op(M)) or
+ * tokens (of X) at the pair c = c0 + 8q + t, c + 4.
  * Launch: local (32·WM·WN), global (local·n_rt·n_stiles, B·H·F), n_rt = ceil(D / TM), n_stiles = ceil(S / TN). */
 __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_apply_tc(
     __global const float *x, ulong x_off, __global const float *states, ulong st_off, __global const float *init,
     ulong init_off, __global float *out, ulong out_off, ulong N, uint S, uint F, uint n_rtiles, int transpose,
     int last_init, int has_init CD_PK_ARGS) {
-  __local float Ms[CD_KC * CD_LDR];        /* Ms[c][r] = op(M)[row0 + r][c0 + c] */
-  __local float4 Xs4[CD_KC * CD_LDS / 4]; /* Xs[c][s] = X[c0 + c][s0 + s]       */
-  __local const float *Xs = (__local const float *)Xs4;
+  __local cd_slot Ms[CD_SLOTS(CD_TM)]; /* op(M)[row0 + r][c0 + k] */
+  __local cd_slot Xs[CD_SLOTS(CD_TN)]; /* X[c0 + k][s0 + s]       */
   const uint lid = get_local_id(0), lane = lid & 31, warp = lid >> 5;
   const uint wm = warp / CD_WN, wn = warp % CD_WN, g = lane >> 2, t = lane & 3;
   const ulong bhf = get_group_id(1);
@@ -346,6 +488,8 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_apply_tc(
   const int zero = from_init && !has_init;
   __global const float *M =
       from_init ? init + init_off + cd_state_row(bh, f, F) * CD_DD : states + st_off + bhf * CD_DD;
+  /* op(M)[r][c] = M[c·rs + r·ls] */
+  const uint ls = transpose ? 1 : CD_D, rs = transpose ? CD_D : 1;
 
   float tot[CD_MR][CD_NR][4];
 #pragma unroll
@@ -355,20 +499,26 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_apply_tc(
 #pragma unroll
       for (int e = 0; e < 4; e++) tot[mi][ni][e] = 0.0f;
 
-  float mr[CD_LM];
-  float4 qr[CD_LQ];
+  float4 mr[CD_LM][2], qr[CD_LQ][2];
 #define CD_FETCH(c0)                                                                                   \
   do {                                                                                                 \
     _Pragma("unroll") for (int u = 0; u < CD_LM; u++) {                                                \
-      const uint e = lid + u * CD_W, c = e / CD_TM, rr = row0 + e % CD_TM, cc = (c0) + c;              \
-      float m = 0.0f;                                                                                  \
-      if (c < CD_KC && rr < CD_D && cc < CD_D && !zero) m = transpose ? M[cc * CD_D + rr] : M[rr * CD_D + cc]; \
-      mr[u] = m;                                                                                       \
+      const uint e = lid + u * CD_W, r = row0 + 4 * (e % (CD_TM / 4)), p = e / (CD_TM / 4);            \
+      const uint c = (c0) + 8 * (p / 4) + p % 4;                                                       \
+      float m[8];                                                                                      \
+      _Pragma("unroll") for (int v = 0; v < 8; v++) {                                                  \
+        const uint rr = r + v % 4, cc = c + 4 * (v / 4);                                               \
+        m[v] = (e < CD_UM && rr < CD_D && cc < CD_D && !zero) ? M[cc * rs + rr * ls] : 0.0f;           \
+      }                                                                                                \
+      mr[u][0] = (float4)(m[0], m[1], m[2], m[3]);                                                     \
+      mr[u][1] = (float4)(m[4], m[5], m[6], m[7]);                                                     \
     }                                                                                                  \
     _Pragma("unroll") for (int u = 0; u < CD_LQ; u++) {                                                \
-      const uint e = lid + u * CD_W, c = e / CD_QN, cc = (c0) + c;                                     \
-      qr[u] = (c < CD_KC && cc < CD_D) ? cd_load4(xb + (ulong)cc * N, s0 + 4 * (e % CD_QN), Sf)        \
-                                       : (float4)(0.0f);                                               \
+      const uint e = lid + u * CD_W, s = s0 + 4 * (e % (CD_TN / 4)), p = e / (CD_TN / 4);              \
+      const uint c = (c0) + 8 * (p / 4) + p % 4;                                                       \
+      const int ok = e < CD_UQ;                                                                        \
+      qr[u][0] = (ok && c < CD_D) ? cd_load4(xb + (ulong)c * N, s, Sf) : (float4)(0.0f);               \
+      qr[u][1] = (ok && c + 4 < CD_D) ? cd_load4(xb + (ulong)(c + 4) * N, s, Sf) : (float4)(0.0f);     \
     }                                                                                                  \
   } while (0)
 
@@ -377,17 +527,17 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_apply_tc(
     barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll
     for (int u = 0; u < CD_LM; u++) {
-      const uint e = lid + u * CD_W, c = e / CD_TM;
-      if (c < CD_KC) Ms[c * CD_LDR + e % CD_TM] = mr[u];
+      const uint e = lid + u * CD_W;
+      if (e < CD_UM) cd_put_col4(Ms, CD_LDM, 4 * (e % (CD_TM / 4)), e / (CD_TM / 4), mr[u][0], mr[u][1]);
     }
 #pragma unroll
     for (int u = 0; u < CD_LQ; u++) {
-      const uint e = lid + u * CD_W, c = e / CD_QN;
-      if (c < CD_KC) Xs4[(c * CD_LDS) / 4 + e % CD_QN] = qr[u];
+      const uint e = lid + u * CD_W;
+      if (e < CD_UQ) cd_put_col4(Xs, CD_LDQ, 4 * (e % (CD_TN / 4)), e / (CD_TN / 4), qr[u][0], qr[u][1]);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     if (c0 + CD_KC < CD_D) CD_FETCH(c0 + CD_KC);
-    cd_tc_block(tot, Ms + 16 * CD_MR * wm, 1, CD_LDR, Xs + 8 * CD_NR * wn, CD_LDS, 1, g, t);
+    cd_tc_tile(tot, Ms + 16 * CD_MR * wm, CD_LDM, Xs + 8 * CD_NR * wn, CD_LDQ, g, t);
   }
 #undef CD_FETCH
 
@@ -483,8 +633,8 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_frames_tc(
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     __local const float *Ak = Ks + k0 * CD_LDT + 16 * CD_MR * wm;
-    cd_tc_block(Y, Ak, 1, CD_LDT, Bs + 8 * CD_NR * wn, CD_LDB, 1, g, t);
-    cd_tc_block(Dl, Ak, 1, CD_LDT, Bs + CD_KC * CD_LDB + 8 * CD_NR * wn, CD_LDB, 1, g, t);
+    cd_tc_block_raw(Y, Ak, 1, CD_LDT, Bs + 8 * CD_NR * wn, CD_LDB, 1, g, t);
+    cd_tc_block_raw(Dl, Ak, 1, CD_LDT, Bs + CD_KC * CD_LDB + 8 * CD_NR * wn, CD_LDB, 1, g, t);
   }
 
   /* elementwise: dv, the dbeta and ddecay partials; Y becomes Δ = β·R, Dl becomes −d·dR */
@@ -559,7 +709,7 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_frames_tc(
         Bs[j * CD_LDC + c] = (j < CD_D && !zero) ? src[j * CD_D + c0 + c] : 0.0f;
       }
       barrier(CLK_LOCAL_MEM_FENCE);
-      cd_tc_block(Kd, Ks + c0 * CD_LDT + 16 * CD_MR * wm, 1, CD_LDT, Bs + 8 * CD_NR * wn * CD_LDC, 1, CD_LDC, g, t);
+      cd_tc_block_raw(Kd, Ks + c0 * CD_LDT + 16 * CD_MR * wm, 1, CD_LDT, Bs + 8 * CD_NR * wn * CD_LDC, 1, CD_LDC, g, t);
     }
   }
   __global float *kb = dk + dk_off + base;
@@ -577,20 +727,31 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_frames_tc(
 
 /* ------------------------------------------------------------------------------------------ probe */
 #ifdef CD_PROBE
-/* One warp: C (16 x 8) = A (16 x 8)·B (8 x 8) with A[m][k] = a[m·8 + k], B[k][n] = b[k·8 + n], written row-major
- * to c; the host compares with its own product (layout, conversion and split all checked at once). */
+/* One warp: C (16 x 8) = A (16 x 8)·B (8 x 8) with A[m][k] = a[m·8 + k], B[k][n] = b[k·8 + n], computed twice: through
+ * the staged tiles of the gram and the apply (written row-major to c[0, 128)) and through the raw tiles of the
+ * frames kernel (c[128, 256)); the host compares both with its own product (fragment layouts, conversion and
+ * split all checked at once). */
 __kernel __attribute__((reqd_work_group_size(32, 1, 1))) void cd_tc_probe(__global const float *a,
                                                                           __global const float *b, __global float *c) {
   __local float As[16 * 8], Bs[8 * 8];
+  __local cd_slot Ast[CD_SLOTS(16)], Bst[CD_SLOTS(8)];
   const uint lane = get_local_id(0), g = lane >> 2, t = lane & 3;
   for (uint e = lane; e < 128; e += 32) As[e] = a[e];
   for (uint e = lane; e < 64; e += 32) Bs[e] = b[e];
+  if (lane < 16) /* row `lane` of A, planes t = 0..3 */
+    for (uint p = 0; p < 4; p++) cd_put(Ast, CD_LDR(16), lane, p, a[lane * 8 + p], a[lane * 8 + p + 4]);
+  else if (lane < 24) /* column n = lane − 16 of B */
+    for (uint p = 0; p < 4; p++) cd_put(Bst, CD_LDR(8), lane - 16, p, b[p * 8 + lane - 16], b[(p + 4) * 8 + lane - 16]);
   barrier(CLK_LOCAL_MEM_FENCE);
-  float tot[CD_MR][CD_NR][4];
+  float tot[CD_MR][CD_NR][4], raw[CD_MR][CD_NR][4];
 #pragma unroll
-  for (int e = 0; e < 4; e++) tot[0][0][e] = 0.0f;
-  cd_tc_block(tot, As, 8, 1, Bs, 8, 1, g, t);
+  for (int e = 0; e < 4; e++) tot[0][0][e] = raw[0][0][e] = 0.0f;
+  cd_tc_tile(tot, Ast, CD_LDR(16), Bst, CD_LDR(8), g, t);
+  cd_tc_block_raw(raw, As, 8, 1, Bs, 8, 1, g, t);
 #pragma unroll
-  for (int e = 0; e < 4; e++) c[(g + 8 * (e >> 1)) * 8 + 2 * t + (e & 1)] = tot[0][0][e];
+  for (int e = 0; e < 4; e++) {
+    c[(g + 8 * (e >> 1)) * 8 + 2 * t + (e & 1)] = tot[0][0][e];
+    c[128 + (g + 8 * (e >> 1)) * 8 + 2 * t + (e & 1)] = raw[0][0][e];
+  }
 }
 #endif /* CD_PROBE */

@@ -54,7 +54,7 @@ static void test_auto_rule(void **state) {
 }
 
 static void check_fits(camdelta_context *c, int family, size_t D, const cd_tc_tiles *t) {
-  if (cd_tc_check(c, family, D, t) != CAMDELTA_OK)
+  if (cd_tc_check(c, family, D, 1, t) != CAMDELTA_OK)
     fail_msg("%s D=%zu WM=%u WN=%u MR=%u NR=%u KC=%u: %s", cd_tc_family_names[family], D, t->wm, t->wn, t->mr, t->nr,
              t->kc, camdelta_last_message());
 }
@@ -70,7 +70,7 @@ static void test_tiles_every_head_dim(void **state) {
       const char *from;
       TU_OK(cd_tc_resolve(c, f, D, &t, &from));
       assert_string_equal(from, "heuristic");
-      if (cd_tc_check(c, f, D, &t) != CAMDELTA_OK) t = cd_tc_safe_tiles(f, D); /* as cd_tc_build does */
+      if (cd_tc_check(c, f, D, 1, &t) != CAMDELTA_OK) t = cd_tc_safe_tiles(f, D); /* as cd_tc_build does */
       check_fits(c, f, D, &t);
       if (f == CD_TC_FRAMES) {
         assert_int_equal(D % t.kc, 0);
@@ -90,25 +90,28 @@ static void test_tiles_every_head_dim(void **state) {
   fake_free(c);
 }
 
-/* The local-memory formulas match the kernels' __local arrays (ptxas reported 18448 and 34832 bytes for these on
- * the H200, 16 of which are the implementation's own). */
+/* The local-memory formulas match the kernels' __local arrays (ptxas reported 34832 bytes for the frames tiles on
+ * the H200, 16 of which are the implementation's own). The gram's staged tiles: 16 planes (KC/2) of 64 + 2 slots
+ * per operand, 16-byte slots (split) or 64 + 4 slots of 8 bytes (tf32). */
 static void test_local_memory_formula(void **state) {
   (void)state;
   const cd_tc_tiles g = {2, 2, 2, 4, 32}, fr = {2, 2, 1, 7, 16}, big = {4, 1, 1, 14, 16};
-  assert_int_equal(cd_tc_local_bytes(CD_TC_GRAM, 112, &g), 18432);
-  assert_int_equal(cd_tc_local_bytes(CD_TC_FRAMES, 112, &fr), 34816);
-  assert_int_equal(cd_tc_local_bytes(CD_TC_FRAMES, 112, &big), 49152);
+  assert_int_equal(cd_tc_local_bytes(CD_TC_GRAM, 112, 1, &g), 33792);
+  assert_int_equal(cd_tc_local_bytes(CD_TC_GRAM, 112, 0, &g), 17408);
+  assert_int_equal(cd_tc_local_bytes(CD_TC_APPLY, 112, 1, &g), 33792);
+  assert_int_equal(cd_tc_local_bytes(CD_TC_FRAMES, 112, 1, &fr), 34816);
+  assert_int_equal(cd_tc_local_bytes(CD_TC_FRAMES, 112, 1, &big), 49152);
   const camdelta_device_info d = facts("NVIDIA Corporation", "Some GPU", CL_DEVICE_TYPE_GPU, 100, 1024, 49152);
   camdelta_context *c = fake(&d);
   const cd_tc_tiles toobig = {4, 2, 1, 7, 16}; /* 50688 bytes, skipped by the H200 sweep */
-  assert_int_equal(cd_tc_local_bytes(CD_TC_FRAMES, 112, &toobig), 50688);
-  assert_int_equal(cd_tc_check(c, CD_TC_FRAMES, 112, &toobig), CAMDELTA_ERROR_UNSUPPORTED);
+  assert_int_equal(cd_tc_local_bytes(CD_TC_FRAMES, 112, 1, &toobig), 50688);
+  assert_int_equal(cd_tc_check(c, CD_TC_FRAMES, 112, 1, &toobig), CAMDELTA_ERROR_UNSUPPORTED);
   assert_non_null(strstr(camdelta_last_message(), "local memory"));
   const cd_tc_tiles badkc = {2, 2, 1, 8, 16};
-  assert_int_equal(cd_tc_check(c, CD_TC_FRAMES, 120, &badkc), CAMDELTA_ERROR_UNSUPPORTED);
+  assert_int_equal(cd_tc_check(c, CD_TC_FRAMES, 120, 1, &badkc), CAMDELTA_ERROR_UNSUPPORTED);
   assert_non_null(strstr(camdelta_last_message(), "KC must divide D"));
   const cd_tc_tiles wide = {8, 8, 1, 1, 8};
-  assert_int_equal(cd_tc_check(c, CD_TC_GRAM, 64, &wide), CAMDELTA_ERROR_UNSUPPORTED);
+  assert_int_equal(cd_tc_check(c, CD_TC_GRAM, 64, 1, &wide), CAMDELTA_ERROR_UNSUPPORTED);
   assert_non_null(strstr(camdelta_last_message(), "work-group"));
   fake_free(c);
 }

@@ -122,15 +122,17 @@ camdelta_status cd_tc_resolve(camdelta_context *ctx, int family, size_t D, cd_tc
   return st;
 }
 
-size_t cd_tc_local_bytes(int family, size_t D, const cd_tc_tiles *t) {
+size_t cd_tc_local_bytes(int family, size_t D, int split, const cd_tc_tiles *t) {
   const size_t tm = cd_tc_tm(t), tn = cd_tc_tn(t), kc = t->kc, w = cd_tc_wg(t);
-  if (family == CD_TC_GRAM) return 4 * (tm + tn) * (kc + 4);
-  if (family == CD_TC_APPLY) return 4 * kc * (tm + 8) + 4 * kc * (tn + 8);
+  /* the gram's and the apply's staged tiles: KC/2 planes of R + pad slots, a slot {hi, hi', lo, lo'} (split, pad
+   * 2) or {hi, hi'} (tf32, pad 4) */
+  if (family == CD_TC_GRAM || family == CD_TC_APPLY)
+    return split ? 16 * (kc / 2) * (tm + 2 + tn + 2) : 8 * (kc / 2) * (tm + 4 + tn + 4);
   const size_t b1 = 2 * kc * (tn + 8), b2 = tn * (kc + 4);
   return 4 * (D * (tm + 8) + (b1 > b2 ? b1 : b2) + t->wn * 4 * tm + w);
 }
 
-camdelta_status cd_tc_check(const camdelta_context *ctx, int family, size_t D, const cd_tc_tiles *t) {
+camdelta_status cd_tc_check(const camdelta_context *ctx, int family, size_t D, int split, const cd_tc_tiles *t) {
   const char *bad = NULL;
   const size_t lm = ctx->info.local_mem_bytes ? (size_t)ctx->info.local_mem_bytes : 16384;
   const size_t maxwg = ctx->info.max_work_group_size ? ctx->info.max_work_group_size : 256;
@@ -140,12 +142,12 @@ camdelta_status cd_tc_check(const camdelta_context *ctx, int family, size_t D, c
   else if (cd_tc_wg(t) > maxwg || cd_tc_wg(t) > 1024) bad = "32*WM*WN exceeds the device's work-group size";
   else if (family == CD_TC_FRAMES && D % t->kc) bad = "frames: KC must divide D";
   else if (family == CD_TC_FRAMES && 8 * t->wn * t->nr < D) bad = "frames: 8*WN*NR must cover D";
-  else if (cd_tc_local_bytes(family, D, t) > lm) bad = "the tiles need more local memory than the device has";
+  else if (cd_tc_local_bytes(family, D, split, t) > lm) bad = "the tiles need more local memory than the device has";
   if (!bad) return CAMDELTA_OK;
   return cd_fail(CAMDELTA_ERROR_UNSUPPORTED,
                  "scan tiles %s WM=%u WN=%u MR=%u NR=%u KC=%u for D=%zu: %s (local memory %zu of %zu bytes)",
                  cd_tc_family_names[family], t->wm, t->wn, t->mr, t->nr, t->kc, D, bad,
-                 cd_tc_local_bytes(family, D, t), lm);
+                 cd_tc_local_bytes(family, D, split, t), lm);
 }
 
 camdelta_status camdelta_tune_set(camdelta_context *ctx, const char *family, const char *params) {

@@ -9,14 +9,15 @@
 
 static const char PROBE_OPTS[] = "-DCD_PROBE -DCD_MR=1 -DCD_NR=1 -DCD_KC=8 -DCD_SPLIT=1";
 
-/* Runs cd_tc_probe: C (16 x 8) = A (16 x 8)·B (8 x 8) with operands whose low mantissa bits matter, so that a
- * wrong fragment layout, a missing split or a broken conversion all show. 1: exact to 1e-6. */
+/* Runs cd_tc_probe: C (16 x 8) = A (16 x 8)·B (8 x 8), through the staged tiles and through the raw ones, with
+ * operands whose low mantissa bits matter, so that a wrong fragment layout, a missing split or a broken conversion
+ * all show. 1: both exact to 1e-6. */
 static int run_probe(camdelta_context *ctx, int emulate) {
   cl_kernel k = NULL;
   char opts[128];
   snprintf(opts, sizeof opts, "%s%s", PROBE_OPTS, emulate ? " -DCD_TC_EMULATE=1" : "");
   if (cd_kernel(ctx, "gemm_tc.cl", opts, "cd_tc_probe", &k)) return 0;
-  float a[128], b[64], c[128];
+  float a[128], b[64], c[256];
   for (int e = 0; e < 128; e++) a[e] = (float)(((e * 37) % 17) - 8) / 8.0f + (float)e * 0x1p-17f;
   for (int e = 0; e < 64; e++) b[e] = (float)(((e * 23) % 13) - 6) / 4.0f - (float)e * 0x1p-18f;
   cl_int err;
@@ -34,14 +35,15 @@ static int run_probe(camdelta_context *ctx, int emulate) {
   }
   if (ok) {
     double worst = 0, scale = 0;
-    for (int m = 0; m < 16; m++)
-      for (int n = 0; n < 8; n++) {
-        double r = 0;
-        for (int q = 0; q < 8; q++) r += (double)a[m * 8 + q] * b[q * 8 + n];
-        const double e = fabs((double)c[m * 8 + n] - r);
-        if (!(e <= worst)) worst = e; /* NaN counts as the worst */
-        if (fabs(r) > scale) scale = fabs(r);
-      }
+    for (int half = 0; half < 2; half++)
+      for (int m = 0; m < 16; m++)
+        for (int n = 0; n < 8; n++) {
+          double r = 0;
+          for (int q = 0; q < 8; q++) r += (double)a[m * 8 + q] * b[q * 8 + n];
+          const double e = fabs((double)c[128 * half + m * 8 + n] - r);
+          if (!(e <= worst)) worst = e; /* NaN counts as the worst */
+          if (fabs(r) > scale) scale = fabs(r);
+        }
     ok = worst <= 1e-6 * scale;
   }
   if (ba) clReleaseMemObject(ba);
@@ -162,13 +164,13 @@ camdelta_status cd_tc_build_opts(camdelta_context *ctx, size_t D, camdelta_preci
     const char *from;
     if ((st = cd_tc_resolve(ctx, f, D, tiles[f], &from))) break;
     if (f == CD_TC_FRAMES && !with_frames) break;
-    st = cd_tc_check(ctx, f, D, tiles[f]);
+    st = cd_tc_check(ctx, f, D, t->split, tiles[f]);
     /* a table or saved entry (or a preferred heuristic) that does not fit this D or device: the safe heuristic;
      * an override that does not fit fails */
     if (st && strcmp(from, "override") != 0) {
       cd_clear_error();
       *tiles[f] = cd_tc_safe_tiles(f, D);
-      st = cd_tc_check(ctx, f, D, tiles[f]);
+      st = cd_tc_check(ctx, f, D, t->split, tiles[f]);
     }
   }
   if (st) return st;

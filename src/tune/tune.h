@@ -61,10 +61,11 @@ int cd_tc_family(const char *name); /* -1 when unknown */
 /** The tiles a family uses for head dim D on this context: override > saved entry > device table > heuristic;
  *  *from names the source. */
 camdelta_status cd_tc_resolve(camdelta_context *ctx, int family, size_t D, cd_tc_tiles *t, const char **from);
-/** Local memory a family's work-group needs (the kernels' __local arrays, cl/gemm_tc.cl). */
-size_t cd_tc_local_bytes(int family, size_t D, const cd_tc_tiles *t);
+/** Local memory a family's work-group needs (the kernels' __local arrays, cl/gemm_tc.cl); split: 1 for `exact`
+ *  (split-TF32: the gram's and apply's staged slots hold hi and lo), 0 for `tf32`. */
+size_t cd_tc_local_bytes(int family, size_t D, int split, const cd_tc_tiles *t);
 /** UNSUPPORTED with a message when the tiles break the family's constraints or the device's limits. */
-camdelta_status cd_tc_check(const camdelta_context *ctx, int family, size_t D, const cd_tc_tiles *t);
+camdelta_status cd_tc_check(const camdelta_context *ctx, int family, size_t D, int split, const cd_tc_tiles *t);
 /** The file `camdelta tune --save` writes and contexts read (cache folder, one per device name); "" without
  *  a cache folder. Lines: "family Dmin Dmax WM WN MR NR KC". */
 void cd_tune_file(const camdelta_context *ctx, char *buf, size_t size);
