@@ -86,6 +86,9 @@ while [ $# -gt 0 ]; do
     tune)
       # sweep the tensor-core tiles at one shape and store the winners where the library reads them
       CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta tune --shape "${TUNE_SHAPE:-sana480}" --save 2>&1 | tee -a "$OUT/bench.txt" || rc=1
+      # the tf32 sweep for comparison (not saved: the saved entry serves both precisions)
+      CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta tune --shape "${TUNE_SHAPE:-sana480}" --precision tf32 2>&1 |
+        sed 's/^/[tf32] /' | tee -a "$OUT/bench.txt" || rc=1
       ;;
     inspect)
       # registers, spills and local memory of the tensor-core kernels at D=112 (ptxas via -cl-nv-verbose)
