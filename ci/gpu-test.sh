@@ -5,7 +5,8 @@
 # optional benchmarks. Logs and JSON go to $OUT.
 #   bash ci/gpu-test.sh [tests] [pocl] [scan-tests] [inspect] [tune] [demo] [large] [mpi] [mpi-bench] [packed] [pair]
 #                   [bench SHAPE...] [bench-scan SHAPE...]
-#                   [prep-ab SHAPE...]
+#                   [prep-ab SHAPE...] [gram-ab]
+# gram-ab: the staged gram at sana480 in variants (lo parts unrounded, without mma, staging once) and their profile.
 # prep-ab: prep forward and backward of each shape in both forms (CAMDELTA_PREP_FUSED, CAMDELTA_PREP_BWD_FUSED =
 #          0 and 1), then the fused backward under a few CAMDELTA_PREP_BWD_TILES settings (to pick the defaults).
 # large: tests/large_sizes.c at B=3 H=32 D=128 N=219,600 (> 2^31 elements per tensor; about 70 GB of device
@@ -94,12 +95,13 @@ while [ $# -gt 0 ]; do
       # registers, spills and local memory of the tensor-core kernels at D=112 (ptxas via -cl-nv-verbose)
       cc -O2 -I"$PREFIX/usr/include" -o /tmp/cl-inspect ci/cl-inspect.c -L"$LIBDIR" -lOpenCL || rc=1
       mkdir -p /tmp/ptx
+      cat cl/common.cl cl/gemm_tc.cl >/tmp/gemm_tc_full.cl # as the library builds it (common.cl first)
       for fam in "CD_GRAM -DCD_WM=2 -DCD_WN=4 -DCD_MR=2 -DCD_NR=2 -DCD_KC=32" \
         "CD_GRAM -DCD_WM=7 -DCD_WN=2 -DCD_MR=1 -DCD_NR=7 -DCD_KC=16" \
         "CD_APPLY -DCD_WM=2 -DCD_WN=1 -DCD_MR=2 -DCD_NR=8 -DCD_KC=16" \
         "CD_FRAMES -DCD_WM=2 -DCD_WN=2 -DCD_MR=1 -DCD_NR=7 -DCD_KC=16"; do
         name=$(echo "$fam" | cut -d' ' -f1)
-        /tmp/cl-inspect cl/gemm_tc.cl "-D$fam -DCD_D=112 -DCD_SPLIT=1 -DCD_VEC=1" "/tmp/ptx/$name.ptx" 2>&1 |
+        /tmp/cl-inspect /tmp/gemm_tc_full.cl "-D$fam -DCD_D=112 -DCD_SPLIT=1 -DCD_VEC=1" "/tmp/ptx/$name.ptx" 2>&1 |
           grep -E "==|ptxas|error|spill|Used" | tee -a "$OUT/bench.txt"
       done
       ;;
@@ -155,6 +157,29 @@ while [ $# -gt 0 ]; do
         awk '/camdelta kernel/ {k=substr($0,17,40); sub(/ +$/,"",k); n[k]++; t[k]+=$(NF-1)} END {for (k in n) printf "  %-10s %-28s %8.4f ms avg over %d\n", p, k, t[k]/n[k], n[k]}' \
           p="[pair=$p]" "/tmp/kernels-pair$p.txt" | sort | tee -a "$OUT/bench-pair.txt"
       done
+      ;;
+    gram-ab)
+      # the staged gram (phase A of the forward at sana480) in variants built from copies of cl/ (CAMDELTA_KERNEL_DIR):
+      # as is; lo parts unrounded (CD_LO_ROUND 0); without the mma (staging and loads only); staging only the first
+      # chunk (mma, fragment loads and barriers only). Accuracy of the lo variant from the precision test.
+      for v in base lo nomma nostage; do
+        rm -rf "/tmp/k-$v" && cp -r cl "/tmp/k-$v"
+        case $v in
+          lo) sed -i 's/^#define CD_LO_ROUND 1/#define CD_LO_ROUND 0/' "/tmp/k-$v/gemm_tc.cl" ;;
+          nomma) sed -i 's/^    cd_tc_tile(tot, Xs/    if (0) cd_tc_tile(tot, Xs/' "/tmp/k-$v/gemm_tc.cl" ;;
+          nostage) sed -i 's/if (e < CD_UX) cd_put_row8/if (e < CD_UX \&\& s0 == 0) cd_put_row8/; s/if (e < CD_UY) cd_put_row8/if (e < CD_UY \&\& s0 == 0) cd_put_row8/' "/tmp/k-$v/gemm_tc.cl" ;;
+        esac
+        for prec in exact tf32; do
+          CAMDELTA_KERNEL_DIR="/tmp/k-$v" CAMDELTA_PROFILE_KERNELS=1 CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench \
+            --shape sana480 --only "forward chunkwise causal" --precision $prec --reps 5 --warmup 1 >/dev/null 2>"/tmp/kern-$v.txt" || rc=1
+          awk '/camdelta kernel/ && /gram/ {n++; t+=$(NF-1)} END {printf "gram-ab %-8s %-6s cd_gram_tc phase A %.4f ms (avg of %d)\n", v, p, t/n, n}' \
+            v=$v p=$prec "/tmp/kern-$v.txt" | tee -a "$OUT/gram-ab.txt"
+        done
+      done
+      CAMDELTA_KERNEL_DIR=/tmp/k-lo CAMDELTA_DEVICE=nvidia ./build-gpu/tests/test_scan_precision 2>&1 | grep -E "measure|FAIL|PASS" |
+        sed 's/^/gram-ab lo: /' | tee -a "$OUT/gram-ab.txt"
+      CAMDELTA_KERNEL_DIR=/tmp/k-lo CAMDELTA_DEVICE=nvidia ./build-gpu/tests/test_scan_backward 2>&1 | grep -E "measure.*err|FAIL|PASS" |
+        sed 's/^/gram-ab lo: /' | tee -a "$OUT/gram-ab.txt"
       ;;
     prep-ab)
       shift

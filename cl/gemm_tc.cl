@@ -55,6 +55,11 @@
 #ifndef CD_VEC
 #define CD_VEC 0
 #endif
+#ifndef CD_LO_ROUND /* gram's staged lo parts: 1 = rounded to TF32 (cvt.rna), 0 = their f32 bits, of which the tensor
+                       core reads the TF32 part (truncation: one conversion less per element, 2^-21 instead of
+                       2^-23 relative per product) */
+#define CD_LO_ROUND 1
+#endif
 #ifndef CD_TC_EMULATE /* 1: no inline PTX, each lane's products computed from the local tiles (tests on any device) */
 #define CD_TC_EMULATE 0
 #endif
@@ -100,6 +105,20 @@ inline uint cd_tf32(float x) {
       : "r"((a)[0]), "r"((a)[1]), "r"((a)[2]), "r"((a)[3]), "r"((b)[0]), "r"((b)[1]))
 #endif
 
+#if !CD_TC_EMULATE
+/* c[mi][ni] += a[mi]·b[ni] for every tile of one k8 step: hi·hi, with the split also lo·hi and hi·lo (that order). */
+#define CD_MMA_ALL(c, ah, al, bh, bl)                                                                    \
+  do {                                                                                                  \
+    _Pragma("unroll") for (int mi_ = 0; mi_ < CD_MR; mi_++) _Pragma("unroll") for (int ni_ = 0; ni_ < CD_NR; ni_++) { \
+      if (CD_SPLIT) {                                                                                   \
+        CD_MMA((c)[mi_][ni_], (al)[mi_], (bh)[ni_]);                                                    \
+        CD_MMA((c)[mi_][ni_], (ah)[mi_], (bl)[ni_]);                                                    \
+      }                                                                                                 \
+      CD_MMA((c)[mi_][ni_], (ah)[mi_], (bh)[ni_]);                                                      \
+    }                                                                                                   \
+  } while (0)
+#endif
+
 /* ------------------------------------------------------------------------------ staged operand tiles */
 /* The gram and the apply stage both operands in "fragment order", split once when they are written (each element is
  * converted by one work-item, not by every warp that reads it): for an operand tile of R rows (the m rows of A or
@@ -122,8 +141,10 @@ typedef uint2 cd_slot;
 /* Writes the pair (r, k = 8q + t) and (r, k + 4) with values x0, x1 into plane p = 4q + t. */
 inline void cd_put(local cd_slot *tile, uint ldr, uint r, uint p, float x0, float x1) {
   const uint h0 = cd_tf32(x0), h1 = cd_tf32(x1);
-#if CD_SPLIT
+#if CD_SPLIT && CD_LO_ROUND
   tile[p * ldr + r] = (uint4)(h0, h1, cd_tf32(x0 - as_float(h0)), cd_tf32(x1 - as_float(h1)));
+#elif CD_SPLIT
+  tile[p * ldr + r] = (uint4)(h0, h1, as_uint(x0 - as_float(h0)), as_uint(x1 - as_float(h1)));
 #else
   tile[p * ldr + r] = (uint2)(h0, h1);
 #endif
@@ -174,7 +195,8 @@ inline void cd_tc_tile(float tot[CD_MR][CD_NR][4], local const cd_slot *A, uint 
             const uint h = kk / 4;
             const float xh = as_float(h ? x.y : x.x), yh = as_float(h ? y.y : y.x);
 #if CD_SPLIT
-            const float xl = as_float(h ? x.w : x.z), yl = as_float(h ? y.w : y.z);
+            const uint keep = CD_LO_ROUND ? 0xffffffffu : 0xffffe000u; /* what the tensor core reads of lo */
+            const float xl = as_float((h ? x.w : x.z) & keep), yl = as_float((h ? y.w : y.z) & keep);
             sum = fma(xl, yh, sum);
             sum = fma(xh, yl, sum);
 #endif
@@ -186,10 +208,7 @@ inline void cd_tc_tile(float tot[CD_MR][CD_NR][4], local const cd_slot *A, uint 
 #pragma unroll
   for (uint q = 0; q < CD_KC / 8; q++) {
     const uint p = 4 * q + t;
-    uint ah[CD_MR][4], bh[CD_NR][2];
-#if CD_SPLIT
-    uint al[CD_MR][4], bl[CD_NR][2];
-#endif
+    uint ah[CD_MR][4], bh[CD_NR][2], al[CD_MR][4], bl[CD_NR][2]; /* al, bl: split only */
 #pragma unroll
     for (int mi = 0; mi < CD_MR; mi++) {
       const cd_slot s0 = A[p * lda + 16 * mi + g], s1 = A[p * lda + 16 * mi + g + 8];
@@ -206,16 +225,7 @@ inline void cd_tc_tile(float tot[CD_MR][CD_NR][4], local const cd_slot *A, uint 
       bl[ni][0] = s.z, bl[ni][1] = s.w;
 #endif
     }
-#pragma unroll
-    for (int mi = 0; mi < CD_MR; mi++)
-#pragma unroll
-      for (int ni = 0; ni < CD_NR; ni++) {
-#if CD_SPLIT
-        CD_MMA(c[mi][ni], al[mi], bh[ni]);
-        CD_MMA(c[mi][ni], ah[mi], bl[ni]);
-#endif
-        CD_MMA(c[mi][ni], ah[mi], bh[ni]);
-      }
+    CD_MMA_ALL(c, ah, al, bh, bl);
   }
 #endif
 #if CD_CHUNK_SUM
@@ -230,7 +240,7 @@ inline void cd_tc_tile(float tot[CD_MR][CD_NR][4], local const cd_slot *A, uint 
 #endif
 }
 
-#if defined(CD_FRAMES) || defined(CD_PROBE)
+#if defined(CD_APPLY) || defined(CD_FRAMES) || defined(CD_PROBE)
 /* tot[mi][ni] += Σ_k A(16·mi + row, k)·B(k, 8·ni + col) for k in [0, CD_KC), one warp, fragments from local
  * memory: A(m, k) = Am[m·am + k·ak], B(k, n) = Bm[k·bk + n·bn]. Lane = 4·g + t (PTX fragment layout):
  * a = {A(g, t), A(g+8, t), A(g, t+4), A(g+8, t+4)}, b = {B(t, g), B(t+4, g)},
@@ -270,10 +280,7 @@ inline void cd_tc_block_raw(float tot[CD_MR][CD_NR][4], local const float *Am, u
 #else
 #pragma unroll
   for (uint k0 = 0; k0 < CD_KC; k0 += 8) {
-    uint ah[CD_MR][4], bh[CD_NR][2];
-#if CD_SPLIT
-    uint al[CD_MR][4], bl[CD_NR][2];
-#endif
+    uint ah[CD_MR][4], bh[CD_NR][2], al[CD_MR][4], bl[CD_NR][2]; /* al, bl: split only */
 #pragma unroll
     for (int mi = 0; mi < CD_MR; mi++)
 #pragma unroll
@@ -294,16 +301,7 @@ inline void cd_tc_block_raw(float tot[CD_MR][CD_NR][4], local const float *Am, u
         bl[ni][e] = cd_tf32(x - as_float(bh[ni][e]));
 #endif
       }
-#pragma unroll
-    for (int mi = 0; mi < CD_MR; mi++)
-#pragma unroll
-      for (int ni = 0; ni < CD_NR; ni++) {
-#if CD_SPLIT
-        CD_MMA(c[mi][ni], al[mi], bh[ni]);
-        CD_MMA(c[mi][ni], ah[mi], bl[ni]);
-#endif
-        CD_MMA(c[mi][ni], ah[mi], bh[ni]);
-      }
+    CD_MMA_ALL(c, ah, al, bh, bl);
   }
 #endif
 #if CD_CHUNK_SUM
@@ -317,7 +315,7 @@ inline void cd_tc_block_raw(float tot[CD_MR][CD_NR][4], local const float *Am, u
 #undef c
 #endif
 }
-#endif /* CD_FRAMES || CD_PROBE */
+#endif /* CD_APPLY || CD_FRAMES || CD_PROBE */
 
 /* ------------------------------------------------------------------------------------ token loads */
 /* Four consecutive tokens gs .. gs+3 (frame-relative) of one row, zero past the frame's S tokens. With CD_VEC the
@@ -452,26 +450,24 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_gram_tc(
 
 /* ------------------------------------------------------------------------------------------ apply */
 #ifdef CD_APPLY
-#define CD_LDM CD_LDR(CD_TM)
-#define CD_LDQ CD_LDR(CD_TN)
-#define CD_UM ((CD_TM / 4) * (CD_KC / 2)) /* units: 4 consecutive rows at one (k, k + 4) pair */
-#define CD_UQ ((CD_TN / 4) * (CD_KC / 2))
-#define CD_LM ((CD_UM + CD_W - 1) / CD_W)
-#define CD_LQ ((CD_UQ + CD_W - 1) / CD_W)
+#define CD_LDA (CD_TM + 8) /* row strides of the staged tiles: 8 or 24 mod 32 floats, conflict-free fragments */
+#define CD_LDS (CD_TN + 8)
+#define CD_QN (CD_TN / 4) /* float4 per staged token row */
+#define CD_LM ((CD_KC * CD_TM + CD_W - 1) / CD_W)
+#define CD_LQ ((CD_KC * CD_QN + CD_W - 1) / CD_W)
 
 /* Per tile = group 0 (token tile st, row tile rt: the row tiles of one token tile run side by side) and
  * (b, h, f) = group 1:
  *   out[r][s] = Σ_c op(M)[r][c]·X[c][s] over frame f's tokens, op(M)[r][c] = M[c][r] when transpose, else M[r][c];
  *   M = states[b, h, f] (B, H, F, D, D), except that with last_init frame F−1 reads init (zero without has_init).
- * Both operands are staged with the reduction index c as their k: a unit is 4 consecutive rows (of op(M)) or
- * tokens (of X) at the pair c = c0 + 8q + t, c + 4.
  * Launch: local (32·WM·WN), global (local·n_rt·n_stiles, B·H·F), n_rt = ceil(D / TM), n_stiles = ceil(S / TN). */
 __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_apply_tc(
     __global const float *x, ulong x_off, __global const float *states, ulong st_off, __global const float *init,
     ulong init_off, __global float *out, ulong out_off, ulong N, uint S, uint F, uint n_rtiles, int transpose,
     int last_init, int has_init CD_PK_ARGS) {
-  __local cd_slot Ms[CD_SLOTS(CD_TM)]; /* op(M)[row0 + r][c0 + k] */
-  __local cd_slot Xs[CD_SLOTS(CD_TN)]; /* X[c0 + k][s0 + s]       */
+  __local float Ms[CD_KC * CD_LDA];        /* Ms[c][r] = op(M)[row0 + r][c0 + c] */
+  __local float4 Xs4[CD_KC * CD_LDS / 4]; /* Xs[c][s] = X[c0 + c][s0 + s]       */
+  __local const float *Xs = (__local const float *)Xs4;
   const uint lid = get_local_id(0), lane = lid & 31, warp = lid >> 5;
   const uint wm = warp / CD_WN, wn = warp % CD_WN, g = lane >> 2, t = lane & 3;
   const ulong bhf = get_group_id(1);
@@ -488,8 +484,6 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_apply_tc(
   const int zero = from_init && !has_init;
   __global const float *M =
       from_init ? init + init_off + cd_state_row(bh, f, F) * CD_DD : states + st_off + bhf * CD_DD;
-  /* op(M)[r][c] = M[c·rs + r·ls] */
-  const uint ls = transpose ? 1 : CD_D, rs = transpose ? CD_D : 1;
 
   float tot[CD_MR][CD_NR][4];
 #pragma unroll
@@ -499,26 +493,20 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_apply_tc(
 #pragma unroll
       for (int e = 0; e < 4; e++) tot[mi][ni][e] = 0.0f;
 
-  float4 mr[CD_LM][2], qr[CD_LQ][2];
+  float mr[CD_LM];
+  float4 qr[CD_LQ];
 #define CD_FETCH(c0)                                                                                   \
   do {                                                                                                 \
     _Pragma("unroll") for (int u = 0; u < CD_LM; u++) {                                                \
-      const uint e = lid + u * CD_W, r = row0 + 4 * (e % (CD_TM / 4)), p = e / (CD_TM / 4);            \
-      const uint c = (c0) + 8 * (p / 4) + p % 4;                                                       \
-      float m[8];                                                                                      \
-      _Pragma("unroll") for (int v = 0; v < 8; v++) {                                                  \
-        const uint rr = r + v % 4, cc = c + 4 * (v / 4);                                               \
-        m[v] = (e < CD_UM && rr < CD_D && cc < CD_D && !zero) ? M[cc * rs + rr * ls] : 0.0f;           \
-      }                                                                                                \
-      mr[u][0] = (float4)(m[0], m[1], m[2], m[3]);                                                     \
-      mr[u][1] = (float4)(m[4], m[5], m[6], m[7]);                                                     \
+      const uint e = lid + u * CD_W, c = e / CD_TM, rr = row0 + e % CD_TM, cc = (c0) + c;              \
+      float m = 0.0f;                                                                                  \
+      if (c < CD_KC && rr < CD_D && cc < CD_D && !zero) m = transpose ? M[cc * CD_D + rr] : M[rr * CD_D + cc]; \
+      mr[u] = m;                                                                                       \
     }                                                                                                  \
     _Pragma("unroll") for (int u = 0; u < CD_LQ; u++) {                                                \
-      const uint e = lid + u * CD_W, s = s0 + 4 * (e % (CD_TN / 4)), p = e / (CD_TN / 4);              \
-      const uint c = (c0) + 8 * (p / 4) + p % 4;                                                       \
-      const int ok = e < CD_UQ;                                                                        \
-      qr[u][0] = (ok && c < CD_D) ? cd_load4(xb + (ulong)c * N, s, Sf) : (float4)(0.0f);               \
-      qr[u][1] = (ok && c + 4 < CD_D) ? cd_load4(xb + (ulong)(c + 4) * N, s, Sf) : (float4)(0.0f);     \
+      const uint e = lid + u * CD_W, c = e / CD_QN, cc = (c0) + c;                                     \
+      qr[u] = (c < CD_KC && cc < CD_D) ? cd_load4(xb + (ulong)cc * N, s0 + 4 * (e % CD_QN), Sf)        \
+                                       : (float4)(0.0f);                                               \
     }                                                                                                  \
   } while (0)
 
@@ -527,17 +515,17 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_apply_tc(
     barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll
     for (int u = 0; u < CD_LM; u++) {
-      const uint e = lid + u * CD_W;
-      if (e < CD_UM) cd_put_col4(Ms, CD_LDM, 4 * (e % (CD_TM / 4)), e / (CD_TM / 4), mr[u][0], mr[u][1]);
+      const uint e = lid + u * CD_W, c = e / CD_TM;
+      if (c < CD_KC) Ms[c * CD_LDA + e % CD_TM] = mr[u];
     }
 #pragma unroll
     for (int u = 0; u < CD_LQ; u++) {
-      const uint e = lid + u * CD_W;
-      if (e < CD_UQ) cd_put_col4(Xs, CD_LDQ, 4 * (e % (CD_TN / 4)), e / (CD_TN / 4), qr[u][0], qr[u][1]);
+      const uint e = lid + u * CD_W, c = e / CD_QN;
+      if (c < CD_KC) Xs4[(c * CD_LDS) / 4 + e % CD_QN] = qr[u];
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     if (c0 + CD_KC < CD_D) CD_FETCH(c0 + CD_KC);
-    cd_tc_tile(tot, Ms + 16 * CD_MR * wm, CD_LDM, Xs + 8 * CD_NR * wn, CD_LDQ, g, t);
+    cd_tc_block_raw(tot, Ms + 16 * CD_MR * wm, 1, CD_LDA, Xs + 8 * CD_NR * wn, CD_LDS, 1, g, t);
   }
 #undef CD_FETCH
 
@@ -563,12 +551,64 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_apply_tc(
 
 /* ----------------------------------------------------------------------------------------- frames */
 #ifdef CD_FRAMES
-#define CD_TS CD_TM         /* tokens per work-group: the rows of every product here */
-#define CD_LDT (CD_TS + 8)  /* row stride of Ks / Es ([d][token]): 8 or 24 mod 32 floats */
-#define CD_LDB (CD_TN + 8)  /* stage 1: rows of the [Mprev | G] chunks ([k][n]) */
-#define CD_LDC (CD_KC + 4)  /* stage 2: rows of the G / Mprev chunks ([j][c]) */
+#define CD_TS CD_TM             /* tokens per work-group: the rows of every product here */
+#define CD_LDT (CD_TS + 8)      /* row stride of Ks / Es ([d][token]): 8 or 24 mod 32 floats */
+#define CD_LDBS CD_LDR(CD_TN)   /* the staged B chunks (Mprev, G or their transposes): KC/2 planes of TN + pad slots */
 #define CD_QT (CD_TS / 4)
-#define CD_BS (2 * CD_KC * CD_LDB > CD_TN * CD_LDC ? 2 * CD_KC * CD_LDB : CD_TN * CD_LDC)
+
+/* tot[mi][ni] += Σ_k A(16·mi + row, k)·B(k, 8·ni + col) for k in [0, CD_KC), one warp: A raw from local memory,
+ * A(m, k) = Am[m·am + k·ak], split per fragment (each warp converts only its own token rows), B a staged tile
+ * (split once when written, shared by every warp of the work-group). Fragment layout as cd_tc_tile's. */
+inline void cd_tc_rawa(float tot[CD_MR][CD_NR][4], local const float *Am, uint am, uint ak, local const cd_slot *B,
+                       uint ldb, uint g, uint t) {
+#if CD_TC_EMULATE
+  for (uint q = 0; q < CD_KC / 8; q++)
+    for (int mi = 0; mi < CD_MR; mi++)
+      for (int ni = 0; ni < CD_NR; ni++)
+        for (int e = 0; e < 4; e++) {
+          const uint row = 16 * mi + g + 8 * (e >> 1), col = 8 * ni + 2 * t + (e & 1);
+          float sum = 0.0f;
+          for (uint kk = 0; kk < 8; kk++) {
+            const float x = Am[row * am + (8 * q + kk) * ak];
+            const cd_slot y = B[(4 * q + kk % 4) * ldb + col];
+            const uint h = kk / 4;
+            const float xh = as_float(cd_tf32(x)), yh = as_float(h ? y.y : y.x);
+#if CD_SPLIT
+            const uint keep = CD_LO_ROUND ? 0xffffffffu : 0xffffe000u;
+            const float xl = as_float(cd_tf32(x - xh)), yl = as_float((h ? y.w : y.z) & keep);
+            sum = fma(xl, yh, sum);
+            sum = fma(xh, yl, sum);
+#endif
+            sum = fma(xh, yh, sum);
+          }
+          tot[mi][ni][e] += sum;
+        }
+#else
+#pragma unroll
+  for (uint q = 0; q < CD_KC / 8; q++) {
+    uint ah[CD_MR][4], bh[CD_NR][2], al[CD_MR][4], bl[CD_NR][2]; /* al, bl: split only */
+#pragma unroll
+    for (int mi = 0; mi < CD_MR; mi++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const float x = Am[(16 * mi + g + 8 * (e & 1)) * am + (8 * q + t + 4 * (e >> 1)) * ak];
+        ah[mi][e] = cd_tf32(x);
+#if CD_SPLIT
+        al[mi][e] = cd_tf32(x - as_float(ah[mi][e]));
+#endif
+      }
+#pragma unroll
+    for (int ni = 0; ni < CD_NR; ni++) {
+      const cd_slot y = B[(4 * q + t) * ldb + 8 * ni + g];
+      bh[ni][0] = y.x, bh[ni][1] = y.y;
+#if CD_SPLIT
+      bl[ni][0] = y.z, bl[ni][1] = y.w;
+#endif
+    }
+    CD_MMA_ALL(tot, ah, al, bh, bl);
+  }
+#endif
+}
 
 /* The scan backward's per-token work on tensor cores (the FMA twin is cd_scan_bwd_frames in scan_backward.cl,
  * whose header states the math): per tile of CD_TS tokens = group 0 and (b, h, f) = group 1, with
@@ -584,7 +624,7 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_frames_tc(
     ulong dk_off, __global float *dv, ulong dv_off, __global float *dbeta, ulong dbeta_off, __global float *part,
     ulong part_off, ulong N, uint S, uint F, uint ntiles, int reverse, int has_init CD_PK_ARGS) {
   __local float4 Ks4[CD_D * CD_LDT / 4]; /* Ks[d][s] = K[d][s0 + s]; later Es[c][s], the A operand of stage 2 */
-  __local float Bs[CD_BS];
+  __local cd_slot Bs[CD_SLOTS(CD_TN)]; /* a staged B chunk: Mprev or G rows k (stage 1), their columns (stage 2) */
   __local float red[CD_WN * 4 * CD_TS + CD_W];
   __local float *Ks = (__local float *)Ks4;
   const uint lid = get_local_id(0), lane = lid & 31, warp = lid >> 5;
@@ -623,19 +663,22 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_frames_tc(
     for (int ni = 0; ni < CD_NR; ni++)
 #pragma unroll
       for (int e = 0; e < 4; e++) Y[mi][ni][e] = Dl[mi][ni][e] = Kd[mi][ni][e] = 0.0f;
-  for (uint k0 = 0; k0 < CD_D; k0 += CD_KC) {
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (uint e = lid; e < 2 * CD_KC * CD_TN; e += CD_W) {
-      const uint h = e / (CD_KC * CD_TN), r = e % (CD_KC * CD_TN), kk = r / CD_TN, n = r % CD_TN;
-      float x = 0.0f;
-      if (n < CD_D) x = h ? Gf[(k0 + kk) * CD_D + n] : (prev_zero ? 0.0f : Mp[(k0 + kk) * CD_D + n]);
-      Bs[(h * CD_KC + kk) * CD_LDB + n] = x;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    __local const float *Ak = Ks + k0 * CD_LDT + 16 * CD_MR * wm;
-    cd_tc_block_raw(Y, Ak, 1, CD_LDT, Bs + 8 * CD_NR * wn, CD_LDB, 1, g, t);
-    cd_tc_block_raw(Dl, Ak, 1, CD_LDT, Bs + CD_KC * CD_LDB + 8 * CD_NR * wn, CD_LDB, 1, g, t);
+  /* B(k, n) = src[k·D + n], k = k0 + 8q + t (+4): units of 4 columns n at one plane */
+#define CD_STAGE1(acc, src, zero)                                                                           \
+  for (uint k0 = 0; k0 < CD_D; k0 += CD_KC) {                                                               \
+    barrier(CLK_LOCAL_MEM_FENCE);                                                                           \
+    for (uint e = lid; e < (CD_TN / 4) * (CD_KC / 2); e += CD_W) {                                          \
+      const uint n = 4 * (e % (CD_TN / 4)), p = e / (CD_TN / 4), kk = k0 + 8 * (p / 4) + p % 4;            \
+      const int ok = n < CD_D && !(zero);                                                                   \
+      cd_put_col4(Bs, CD_LDBS, n, p, ok ? vload4(0, (src) + kk * CD_D + n) : (float4)(0.0f),                \
+                  ok ? vload4(0, (src) + (kk + 4) * CD_D + n) : (float4)(0.0f));                            \
+    }                                                                                                       \
+    barrier(CLK_LOCAL_MEM_FENCE);                                                                           \
+    cd_tc_rawa(acc, Ks + k0 * CD_LDT + 16 * CD_MR * wm, 1, CD_LDT, Bs + 8 * CD_NR * wn, CD_LDBS, g, t);     \
   }
+  CD_STAGE1(Y, Mp, prev_zero)
+  CD_STAGE1(Dl, Gf, 0)
+#undef CD_STAGE1
 
   /* elementwise: dv, the dbeta and ddecay partials; Y becomes Δ = β·R, Dl becomes −d·dR */
   __global const float *vb = v + v_off + base;
@@ -702,14 +745,17 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_frames_tc(
         }
     __global const float *src = pass ? Mp : Gf;
     const int zero = pass && prev_zero;
+    /* B(c, j) = src[j·D + c]: units of 8 consecutive c of one row j */
     for (uint c0 = 0; c0 < CD_D; c0 += CD_KC) {
       barrier(CLK_LOCAL_MEM_FENCE);
-      for (uint e = lid; e < CD_TN * CD_KC; e += CD_W) {
-        const uint j = e / CD_KC, c = e % CD_KC;
-        Bs[j * CD_LDC + c] = (j < CD_D && !zero) ? src[j * CD_D + c0 + c] : 0.0f;
+      for (uint e = lid; e < CD_TN * (CD_KC / 8); e += CD_W) {
+        const uint j = e % CD_TN, q = e / CD_TN;
+        const int ok = j < CD_D && !zero;
+        __global const float *row = src + j * CD_D + c0 + 8 * q;
+        cd_put_row8(Bs, CD_LDBS, j, q, ok ? vload4(0, row) : (float4)(0.0f), ok ? vload4(1, row) : (float4)(0.0f));
       }
       barrier(CLK_LOCAL_MEM_FENCE);
-      cd_tc_block_raw(Kd, Ks + c0 * CD_LDT + 16 * CD_MR * wm, 1, CD_LDT, Bs + 8 * CD_NR * wn * CD_LDC, 1, CD_LDC, g, t);
+      cd_tc_rawa(Kd, Ks + c0 * CD_LDT + 16 * CD_MR * wm, 1, CD_LDT, Bs + 8 * CD_NR * wn, CD_LDBS, g, t);
     }
   }
   __global float *kb = dk + dk_off + base;

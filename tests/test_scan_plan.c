@@ -90,21 +90,22 @@ static void test_tiles_every_head_dim(void **state) {
   fake_free(c);
 }
 
-/* The local-memory formulas match the kernels' __local arrays (ptxas reported 34832 bytes for the frames tiles on
- * the H200, 16 of which are the implementation's own). The gram's staged tiles: 16 planes (KC/2) of 64 + 2 slots
- * per operand, 16-byte slots (split) or 64 + 4 slots of 8 bytes (tf32). */
+/* The local-memory formulas match the kernels' __local arrays. The gram's staged tiles: 16 planes (KC/2) of 64 + 2
+ * slots per operand, 16-byte slots (split) or 64 + 4 slots of 8 bytes (tf32). The frames kernel: the raw K tile
+ * (D rows of TM + 8 floats), one staged B chunk of TN columns, the reduction scratch. */
 static void test_local_memory_formula(void **state) {
   (void)state;
   const cd_tc_tiles g = {2, 2, 2, 4, 32}, fr = {2, 2, 1, 7, 16}, big = {4, 1, 1, 14, 16};
   assert_int_equal(cd_tc_local_bytes(CD_TC_GRAM, 112, 1, &g), 33792);
   assert_int_equal(cd_tc_local_bytes(CD_TC_GRAM, 112, 0, &g), 17408);
-  assert_int_equal(cd_tc_local_bytes(CD_TC_APPLY, 112, 1, &g), 33792);
-  assert_int_equal(cd_tc_local_bytes(CD_TC_FRAMES, 112, 1, &fr), 34816);
-  assert_int_equal(cd_tc_local_bytes(CD_TC_FRAMES, 112, 1, &big), 49152);
+  assert_int_equal(cd_tc_local_bytes(CD_TC_APPLY, 112, 1, &g), 18432); /* raw tiles, as before */
+  assert_int_equal(cd_tc_local_bytes(CD_TC_FRAMES, 112, 1, &fr), 17920 + 14592 + 1536);
+  assert_int_equal(cd_tc_local_bytes(CD_TC_FRAMES, 112, 1, &big), 32256 + 14592 + 1536);
+  assert_int_equal(cd_tc_local_bytes(CD_TC_FRAMES, 112, 0, &big), 32256 + 7424 + 1536);
   const camdelta_device_info d = facts("NVIDIA Corporation", "Some GPU", CL_DEVICE_TYPE_GPU, 100, 1024, 49152);
   camdelta_context *c = fake(&d);
-  const cd_tc_tiles toobig = {4, 2, 1, 7, 16}; /* 50688 bytes, skipped by the H200 sweep */
-  assert_int_equal(cd_tc_local_bytes(CD_TC_FRAMES, 112, 1, &toobig), 50688);
+  const cd_tc_tiles toobig = {4, 2, 1, 7, 16}; /* skipped by the H200 sweep */
+  assert_int_equal(cd_tc_local_bytes(CD_TC_FRAMES, 112, 1, &toobig), 32256 + 14592 + 3072);
   assert_int_equal(cd_tc_check(c, CD_TC_FRAMES, 112, 1, &toobig), CAMDELTA_ERROR_UNSUPPORTED);
   assert_non_null(strstr(camdelta_last_message(), "local memory"));
   const cd_tc_tiles badkc = {2, 2, 1, 8, 16};
@@ -125,7 +126,7 @@ static void test_resolution_order(void **state) {
   const char *from;
   TU_OK(cd_tc_resolve(c, CD_TC_GRAM, 112, &t, &from));
   assert_string_equal(from, "table");
-  assert_true(t.wm == 2 && t.wn == 4 && t.mr == 2 && t.nr == 2 && t.kc == 32);
+  assert_true(t.wm == 2 && t.wn == 2 && t.mr == 2 && t.nr == 4 && t.kc == 32);
   TU_OK(cd_tc_resolve(c, CD_TC_FRAMES, 112, &t, &from));
   assert_string_equal(from, "table");
   assert_true(t.wm == 4 && t.wn == 1 && t.nr == 14);

@@ -25,7 +25,7 @@ static const table_entry TABLE[] = {
     /* NVIDIA H200 (driver 580.159.04, OpenCL 3.0 CUDA 13.0.98), `camdelta tune --shape sana480` (B1 H20 D112 F21
      * S1560, exact), 2026-12-02: forward chunkwise 2.28 ms with these vs 2.81 with the first defaults; backward
      * 5.22 vs 6.08. PoCL and other devices without the tensor-core path have no entries: the FMA kernels. */
-    {"NVIDIA", "NVIDIA H200", CD_TC_GRAM, 112, 112, {2, 4, 2, 2, 32}},
+    {"NVIDIA", "NVIDIA H200", CD_TC_GRAM, 112, 112, {2, 2, 2, 4, 32}},
     {"NVIDIA", "NVIDIA H200", CD_TC_APPLY, 112, 112, {2, 1, 2, 8, 16}},
     {"NVIDIA", "NVIDIA H200", CD_TC_FRAMES, 112, 112, {4, 1, 1, 14, 16}},
 };
@@ -124,12 +124,13 @@ camdelta_status cd_tc_resolve(camdelta_context *ctx, int family, size_t D, cd_tc
 
 size_t cd_tc_local_bytes(int family, size_t D, int split, const cd_tc_tiles *t) {
   const size_t tm = cd_tc_tm(t), tn = cd_tc_tn(t), kc = t->kc, w = cd_tc_wg(t);
-  /* the gram's and the apply's staged tiles: KC/2 planes of R + pad slots, a slot {hi, hi', lo, lo'} (split, pad
-   * 2) or {hi, hi'} (tf32, pad 4) */
-  if (family == CD_TC_GRAM || family == CD_TC_APPLY)
-    return split ? 16 * (kc / 2) * (tm + 2 + tn + 2) : 8 * (kc / 2) * (tm + 4 + tn + 4);
-  const size_t b1 = 2 * kc * (tn + 8), b2 = tn * (kc + 4);
-  return 4 * (D * (tm + 8) + (b1 > b2 ? b1 : b2) + t->wn * 4 * tm + w);
+  /* the gram's staged tiles: KC/2 planes of R + pad slots, a slot {hi, hi', lo, lo'} (split, pad 2) or {hi, hi'}
+   * (tf32, pad 4) */
+  if (family == CD_TC_GRAM) return split ? 16 * (kc / 2) * (tm + 2 + tn + 2) : 8 * (kc / 2) * (tm + 4 + tn + 4);
+  if (family == CD_TC_APPLY) return 4 * kc * (tm + 8) + 4 * kc * (tn + 8);
+  /* frames: the raw K tile, one staged B chunk (as the gram's), the reduction scratch */
+  const size_t bs = split ? 16 * (kc / 2) * (tn + 2) : 8 * (kc / 2) * (tn + 4);
+  return 4 * D * (tm + 8) + bs + 4 * (t->wn * 4 * tm + w);
 }
 
 camdelta_status cd_tc_check(const camdelta_context *ctx, int family, size_t D, int split, const cd_tc_tiles *t) {
