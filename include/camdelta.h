@@ -366,7 +366,9 @@ typedef struct camdelta_scan_args {
 #define CAMDELTA_SCAN_ARGS_INIT {0}
 
 /** Per-frame states (state_pre / state_post, (B, H, F, D, D)) kept by a
- *  forward for its backward. create returns CAMDELTA_OK, INVALID_ARGUMENT or
+ *  forward for its backward; a chunkwise forward also keeps its per-frame
+ *  A_f = d_f·(I − K_fᵀβ_fK_f) (one more (B, H, F, D, D) f32 buffer), which
+ *  the backward then reads instead of computing it again. create returns CAMDELTA_OK, INVALID_ARGUMENT or
  *  OUT_OF_MEMORY; destroy of NULL is a no-op; states returns CAMDELTA_OK, or
  *  INVALID_ARGUMENT when `saved` is NULL or holds nothing yet. */
 typedef struct camdelta_scan_saved camdelta_scan_saved;

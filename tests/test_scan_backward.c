@@ -186,9 +186,11 @@ static const char *describe(const sb_case *c) {
   return buf;
 }
 
+static camdelta_context *g_ctx; /* the context under test when not the shared one (the emulated tensor cores) */
+
 /* Runs one case; returns 1 (a failure fails the test). */
 static int run_case(const sb_case *c, double *ms) {
-  camdelta_context *ctx = tu_context();
+  camdelta_context *ctx = g_ctx ? g_ctx : tu_context();
   sb_problem p;
   problem_init(&p, c, 7000 + c->D * 31 + c->F * 7 + c->S + (uint64_t)c->reverse * 3 + (uint64_t)c->init * 5);
   double *ref[NOUT], *state_post = NULL;
@@ -196,6 +198,7 @@ static int run_case(const sb_case *c, double *ms) {
   sb_device d;
   device_init(&d, &p);
   camdelta_scan_saved *saved = NULL;
+  camdelta_scan_algorithm fwd_alg = CAMDELTA_SCAN_AUTO;
   if (c->saved == SAVED_REF) saved = saved_from_states(&p, state_post);
   if (c->saved == SAVED_FORWARD) {
     TU_OK(camdelta_scan_saved_create(ctx, &saved));
@@ -210,6 +213,7 @@ static int run_case(const sb_case *c, double *ms) {
     fa.beta = (camdelta_buffer){d.in[IBETA], c->off};
     fa.decay = (camdelta_buffer){d.in[IDECAY], c->off};
     fa.out = (camdelta_buffer){out, c->off};
+    fa.used = &fwd_alg;
     if (c->init) fa.init_state = (camdelta_buffer){d.in[IINIT], c->off};
     camdelta_status st = camdelta_scan_forward(ctx, &fa, saved);
     clReleaseMemObject(out);
@@ -218,8 +222,11 @@ static int run_case(const sb_case *c, double *ms) {
   camdelta_profile prof = {0, 0};
   camdelta_scan_backward_args a = make_args(&p, &d, &prof);
   TU_OK(camdelta_scan_backward(ctx, &a, saved));
-  /* grams, chain, frames, ddecay; with tensor cores two grams (W; A, U) and dq apart */
-  assert_true(prof.kernels == (cd_tc_available(ctx) ? 6u : 4u));
+  /* grams, chain, frames, ddecay; with tensor cores two grams (W; A, U) and dq apart, one gram (W) when the saved
+   * object holds the chunkwise forward's A_f */
+  const int reused_a = c->saved == SAVED_FORWARD && fwd_alg == CAMDELTA_SCAN_CHUNKWISE;
+  if (c->saved == SAVED_FORWARD) assert_true(fwd_alg == CAMDELTA_SCAN_SEQUENTIAL || fwd_alg == CAMDELTA_SCAN_CHUNKWISE);
+  assert_int_equal(prof.kernels, cd_tc_available(ctx) ? (reused_a ? 5u : 6u) : 4u);
   if (ms) *ms = prof.kernel_ms;
   for (int o = 0; o < NOUT; o++) {
     if (o == OINIT && !c->init) continue;
@@ -310,6 +317,26 @@ static void test_scan_backward_from_forward(void **state) {
       }
   assert_int_equal(ran, 8); /* every case ran */
   report_worst("scan_backward from forward");
+}
+
+/* The emulated tensor-core path (where the device has none): from a chunkwise forward's saved object the backward
+ * reads A_f (one gram kernel fewer, checked in run_case), from a sequential one it computes A_f; both meet the
+ * bound against the reference. */
+static void test_scan_backward_saved_a_emulated(void **state) {
+  (void)state;
+  if (cd_tc_available(tu_context())) return; /* the real path ran in test_scan_backward_from_forward */
+  g_ctx = tu_context_tc_emulated();
+  assert_true(cd_tc_available(g_ctx));
+  int ran = 0;
+  for (int algo = CAMDELTA_SCAN_SEQUENTIAL; algo <= CAMDELTA_SCAN_CHUNKWISE; algo++)
+    for (int rev = 0; rev < 2; rev++) {
+      sb_case c = {1, 2, 16, 3, 21, rev, 1, 1, SAVED_FORWARD, 1, 0, (camdelta_scan_algorithm)algo};
+      ran += run_case(&c, NULL);
+    }
+  camdelta_context_destroy(g_ctx);
+  g_ctx = NULL;
+  assert_int_equal(ran, 4);
+  report_worst("scan_backward saved A (emulated tensor cores)");
 }
 
 /* Two runs give bit-identical gradients (fixed reduction orders, no atomics). */
@@ -531,6 +558,7 @@ int main(void) {
       cmocka_unit_test(test_scan_backward_d112),          cmocka_unit_test(test_scan_backward_from_forward),
       cmocka_unit_test(test_scan_backward_deterministic), cmocka_unit_test(test_scan_backward_bad_input),
       cmocka_unit_test(test_scan_backward_warm),          cmocka_unit_test(test_scan_backward_tile_override),
+      cmocka_unit_test(test_scan_backward_saved_a_emulated),
   };
   int r = cmocka_run_group_tests(tests, NULL, NULL);
   tu_context_release();

@@ -89,6 +89,7 @@ void camdelta_scan_saved_destroy(camdelta_scan_saved *saved) {
   if (!saved) return;
   if (saved->state_pre) clReleaseMemObject(saved->state_pre);
   if (saved->state_post) clReleaseMemObject(saved->state_post);
+  if (saved->a_mat) clReleaseMemObject(saved->a_mat);
   free(saved);
 }
 
@@ -218,6 +219,7 @@ typedef struct scan_job {
   const camdelta_scan_args *p;
   size_t N, BH, BHF, n_state;
   cl_mem pre, post; /* saved states, or NULL */
+  camdelta_scan_saved *sv; /* the saved object (phase A's A_f is kept in it), or NULL */
   cl_mem pk;        /* packed clips (scan_packed.c): the kernels' CD_PK_ARGS, else NULL */
   uint32_t pk_h;
 } scan_job;
@@ -352,7 +354,10 @@ static camdelta_status run_chunkwise(camdelta_context *ctx, const scan_job *j, c
   const camdelta_scan_args *p = j->p;
   const size_t D = p->D, frames_bytes = j->BHF * D * D * sizeof(float);
   cl_mem A = NULL, U = NULL, states = j->post;
-  camdelta_status st = cd_alloc(ctx, frames_bytes, &A);
+  /* with a saved object, A_f goes into it: the backward reads it instead of computing it again */
+  camdelta_status st = j->sv ? cd_ensure_buffer(ctx, &j->sv->a_mat, &j->sv->a_bytes, frames_bytes)
+                             : cd_alloc(ctx, frames_bytes, &A);
+  if (j->sv) A = j->sv->a_mat;
   if (!st) st = cd_alloc(ctx, frames_bytes, &U);
   if (!st && !states) st = cd_alloc(ctx, frames_bytes, &states);
   if (!st) st = enqueue_phase_a(ctx, j, ka, c, tc, A, U, l);
@@ -378,7 +383,7 @@ static camdelta_status run_chunkwise(camdelta_context *ctx, const scan_job *j, c
   }
   if (!st) st = enqueue_phase_c(ctx, j, kc, c, tc, states, l);
   /* Releasing after enqueue is safe: the runtime keeps the buffers alive until the kernels finish. */
-  if (A) clReleaseMemObject(A);
+  if (A && !j->sv) clReleaseMemObject(A);
   if (U) clReleaseMemObject(U);
   if (states && states != j->post) clReleaseMemObject(states);
   return st;
@@ -603,7 +608,7 @@ camdelta_status camdelta_scan_sp_forward_hooked(camdelta_context *ctx, const cam
   if (!ctx || !args) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", OP, ctx ? "args" : "ctx");
   if (saved && saved->ctx != ctx)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' was created for another context", OP);
-  scan_job job = {args, 0, 0, 0, 0, NULL, NULL, NULL, 0};
+  scan_job job = {args, 0, 0, 0, 0, NULL, NULL, NULL, NULL, 0};
   size_t n_tok, n_frames;
   camdelta_status st = check_args(args, &n_tok, &job.n_state, &n_frames);
   if (st) return st;
@@ -627,9 +632,10 @@ camdelta_status camdelta_scan_sp_forward_hooked(camdelta_context *ctx, const cam
       cd_plan_release(ctx, pe);
       return st;
     }
-    saved->valid = 0;
+    saved->valid = 0, saved->has_a = 0;
     job.pre = saved->state_pre;
     job.post = saved->state_post;
+    job.sv = saved;
   }
   if (args->used) *args->used = alg;
   if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;
@@ -648,6 +654,7 @@ camdelta_status camdelta_scan_sp_forward_hooked(camdelta_context *ctx, const cam
     saved->B = args->B, saved->H = args->H, saved->D = D, saved->F = args->F, saved->S = args->S;
     saved->reverse = args->reverse != 0;
     saved->has_init = args->init_state.mem != NULL;
+    saved->has_a = alg == CAMDELTA_SCAN_CHUNKWISE;
     saved->valid = 1;
   }
   return st;
@@ -741,15 +748,16 @@ camdelta_status cd_scan_forward_native(camdelta_context *ctx, const camdelta_sca
     plan_text(pl, args, text, sizeof text);
     fprintf(stderr, "camdelta scan (packed clips, native): %s\n", text);
   }
-  scan_job job = {args, pr->N, pr->clips * H, H * F, pr->clips * H * D * D, NULL, NULL, pr->pk, (uint32_t)H};
+  scan_job job = {args, pr->N, pr->clips * H, H * F, pr->clips * H * D * D, NULL, NULL, NULL, pr->pk, (uint32_t)H};
   if (saved) {
     if ((st = saved_reserve(ctx, saved, job.BHF * D * D * sizeof(float)))) {
       fwd_destroy(pl);
       return st;
     }
-    saved->valid = 0;
+    saved->valid = 0, saved->has_a = 0;
     job.pre = saved->state_pre;
     job.post = saved->state_post;
+    job.sv = saved;
   }
   if (args->used) *args->used = pl->alg;
   if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;
@@ -762,6 +770,7 @@ camdelta_status cd_scan_forward_native(camdelta_context *ctx, const camdelta_sca
     saved->B = 1, saved->H = H, saved->D = D, saved->F = F, saved->S = 0;
     saved->reverse = args->reverse != 0;
     saved->has_init = args->init_state.mem != NULL;
+    saved->has_a = 1;
     saved->valid = 1;
   }
   return st;

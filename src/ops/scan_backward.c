@@ -1,7 +1,8 @@
 /* Scan backward (SPEC section 4): argument checks and the four launches of cl/scan_backward.cl.
  *
- *   1. grams  (parallel over b, h, f): W_f = Q_fᵀ·dO_f, A_f = d_f·(I − K_fᵀβ_fK_f), and U_f = K_fᵀβ_fV_f when
- *             the forward's states must be recomputed (saved == NULL)
+ *   1. grams  (parallel over b, h, f): W_f = Q_fᵀ·dO_f, A_f = d_f·(I − K_fᵀβ_fK_f) (unless the saved object
+ *             holds the chunkwise forward's A_f), and U_f = K_fᵀβ_fV_f when the forward's states must be
+ *             recomputed (saved == NULL)
  *   2. chain  (parallel over b, h and column blocks of D; serial over frames): the state chain
  *             M_f = A_f·M_prev + U_f when recomputing, then the gradient chain G_f = dL/dM_f and dinit_state
  *   3. frames (parallel over b, h, f and token tiles): dq, dk, dv, dbeta and per-tile ddecay partials
@@ -313,6 +314,8 @@ static camdelta_status run_backward(camdelta_context *ctx, const camdelta_scan_b
   const size_t B = args->B, H = args->H, D = args->D, F = args->F, S = args->S;
   const int reverse = args->reverse != 0, recompute = saved == NULL;
   const int need_u = recompute || (hook && hook->want_u); /* U_f: the state chain's, or the hook's */
+  /* A_f as the chunkwise forward computed it, kept in the saved object: no second A gram */
+  const int reuse_a = saved && saved->has_a && !need_u;
   const int has_init = args->init_state.mem != NULL, has_gfinal = args->grad_final_state.mem != NULL;
   const int has_dinit = args->dinit_state.mem != NULL;
 
@@ -344,7 +347,7 @@ static camdelta_status run_backward(camdelta_context *ctx, const camdelta_scan_b
   const size_t BH = pr ? pr->clips * H : B * H, BHF = B * H * F, sbytes = BHF * D * D * sizeof(float);
 
   cl_mem scratch[6] = {NULL, NULL, NULL, NULL, NULL, NULL}; /* A W G U Z part */
-  const size_t sizes[6] = {sbytes, sbytes, sbytes, need_u ? sbytes : 0, recompute ? sbytes : 0,
+  const size_t sizes[6] = {reuse_a ? 0 : sbytes, sbytes, sbytes, need_u ? sbytes : 0, recompute ? sbytes : 0,
                            BHF * ntiles * sizeof(float)};
   for (int i = 0; i < 6 && !st; i++)
     if (sizes[i]) st = cd_alloc(ctx, sizes[i], &scratch[i]);
@@ -355,7 +358,7 @@ static camdelta_status run_backward(camdelta_context *ctx, const camdelta_scan_b
     else bwd_destroy(own);
     return st;
   }
-  const camdelta_buffer bA = {scratch[0], 0}, bW = {scratch[1], 0}, bG = {scratch[2], 0};
+  const camdelta_buffer bA = {reuse_a ? saved->a_mat : scratch[0], 0}, bW = {scratch[1], 0}, bG = {scratch[2], 0};
   const camdelta_buffer bU = need_u ? (camdelta_buffer){scratch[3], 0} : bA;
   const camdelta_buffer bstates =
       recompute ? (camdelta_buffer){scratch[4], 0} : (camdelta_buffer){saved->state_post, 0};
@@ -373,8 +376,9 @@ static camdelta_status run_backward(camdelta_context *ctx, const camdelta_scan_b
   if (tc.on) {
     const unsigned nc = (unsigned)((D + cd_tc_tn(&tc.g) - 1) / cd_tc_tn(&tc.g));
     const unsigned nr = (unsigned)((D + cd_tc_tm(&tc.g) - 1) / cd_tc_tm(&tc.g));
-    for (int pass = 0; pass < 2 && !st; pass++) {
-      /* pass 0: W = Qᵀ·dO; pass 1: A = d·(I − Kᵀ·β·K) and, when recomputing, U = Kᵀ·β·V */
+    for (int pass = 0; pass < (reuse_a ? 1 : 2) && !st; pass++) {
+      /* pass 0: W = Qᵀ·dO; pass 1 (unless the forward's A_f is kept): A = d·(I − Kᵀ·β·K) and, when recomputing,
+       * U = Kᵀ·β·V */
       const unsigned n1 = pass == 1 && need_u ? nc : 0;
       cd_args a = {tc.gram, 0, CL_SUCCESS};
       cd_arg_buf(&a, pass ? args->k : args->q);
@@ -397,7 +401,7 @@ static camdelta_status run_backward(camdelta_context *ctx, const camdelta_scan_b
       if (!st) st = cd_enqueue(ctx, tc.gram, 2, gws, lws, &l, pass ? "cd_gram_tc (A, U)" : "cd_gram_tc (W)");
     }
   } else {
-    const uint32_t modes = need_u ? 3 : 2;
+    const uint32_t modes = need_u ? 3 : reuse_a ? 1 : 2; /* W; A; U */
     cd_args a = {k.grams, 0, CL_SUCCESS};
     cd_arg_buf(&a, args->q);
     cd_arg_buf(&a, args->k);

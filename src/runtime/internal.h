@@ -228,6 +228,9 @@ struct camdelta_scan_saved {
   camdelta_context *ctx;
   cl_mem state_pre, state_post; /* (B, H, F, D, D) f32 */
   size_t bytes;
+  cl_mem a_mat;   /* the chunkwise forward's A_f = d_f·(I − K_fᵀβ_fK_f), (B, H, F, D, D) f32: the backward reuses it */
+  size_t a_bytes;
+  int has_a;      /* a_mat holds this forward's A_f (chunkwise; the sequential kernel has no phase A) */
   size_t B, H, D, F, S;
   int reverse;
   int has_init;
