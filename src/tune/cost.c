@@ -128,14 +128,29 @@ void cd_scan_estimate_costs(const cd_cost_device *d, size_t BH, size_t D, size_t
                 : CAMDELTA_SCAN_SEQUENTIAL;
 }
 
+/* The last estimate of this thread: a loop calling with one shape (the usual case) configures the two plans once
+ * (about 2 us each time otherwise), later calls compare the facts and the shape. */
+typedef struct cost_memo {
+  int valid;
+  cd_cost_device d; /* compared bytewise: cd_cost_device_from_info zeroes it first, memcpy keeps its padding */
+  size_t BH, D, F, S;
+  cd_scan_estimate e;
+} cost_memo;
+static _Thread_local cost_memo memo;
+
 camdelta_scan_algorithm cd_scan_auto(const camdelta_device_info *info, int tc, size_t BH, size_t D, size_t F,
                                      size_t S, cd_scan_estimate *e) {
   cd_cost_device d;
-  cd_scan_estimate own;
-  if (!e) e = &own;
   cd_cost_device_from_info(info, tc, &d);
-  cd_scan_estimate_costs(&d, BH, D, F, S, e);
-  return e->pick;
+  if (!(memo.valid && memo.BH == BH && memo.D == D && memo.F == F && memo.S == S &&
+        memcmp(&memo.d, &d, sizeof d) == 0)) {
+    cd_scan_estimate_costs(&d, BH, D, F, S, &memo.e);
+    memcpy(&memo.d, &d, sizeof d);
+    memo.BH = BH, memo.D = D, memo.F = F, memo.S = S;
+    memo.valid = 1;
+  }
+  if (e) *e = memo.e;
+  return memo.e.pick;
 }
 
 camdelta_scan_algorithm cd_scan_auto_ctx(camdelta_context *ctx, size_t BH, size_t D, size_t F, size_t S,
