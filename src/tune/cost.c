@@ -19,12 +19,15 @@
  *    S1560), sana720 (S3600) and D=64:
  *      phase A 1.375 ms tensor cores / 2.140 FMA for 32.9 GFLOP   -> eff_a_tc 0.357, eff_a 0.229
  *      phase C 0.492 ms tensor cores / 0.750 FMA for 16.4 GFLOP   -> eff_c_tc 0.498, eff_c 0.327
- *      phase B 0.394 ms: 140 work-groups, 21 frames x 7 reduction chunks -> 2.42 us per stage
+ *      phase B 0.394 ms: 140 work-groups, 21 frames x 7 reduction chunks of 16 -> 2.42 us per chunk stage,
+ *        0.151 us per reduction element
  *      sequential 11.35 ms (D112), 10.0 ms (D64), 25.8 ms (S3600): 140 / 80 work-groups of 128 items, 2 tile
  *        stages (update, output) per 64-token tile per frame; the two head dims pin the lone work-group's rate
  *        (111.8 GFLOP/s at 128 items) and the stage latency (7.81 us per 64-token stage); items_sat = 256
- *        makes that rate eff_seq = 0.44 of the SM (not measured at full occupancy: an assumption).
- *    Launch 5 us. Resident items per CU: 2048 (NVIDIA), 2560 (AMD), 1024 (others).
+ *        makes that rate eff_seq = 0.44 of the SM (not measured at full occupancy: an assumption; phase B is
+ *        given the same).
+ *    Launch 5 us; 10 us per scratch buffer allocated (an assumption). Resident items per CU: 2048 (NVIDIA), 2560
+ *    (AMD), 1024 (others).
  *  - CPU class, from PoCL on this project's 2-core CI machine (causal kernel time): per core the sequential kernel
  *    runs at 10 GFLOP/s, phases A and C at 7.3, phase B at 2.0 (a nominal 32 GFLOP/s core: eff 0.3125, 0.228,
  *    0.0625); launch 70 us; stage latencies hidden (0); one work-group per core at a time.
@@ -38,10 +41,16 @@
 #include "tune.h"
 
 static const cd_cost_class GPU_CLASS = {
-    "gpu", 0.44, 0.229, 0.44, 0.327, 0.357, 0.498, 7.81 / 64, 2.42 / 16, 5.0, 10.0, 256,
+    .name = "gpu",
+    .eff_seq = 0.44, .eff_a = 0.229, .eff_b = 0.44, .eff_c = 0.327, .eff_a_tc = 0.357, .eff_c_tc = 0.498,
+    .seq_us_per_token = 7.81 / 64, .b_us_per_elem = 2.42 / 16,
+    .launch_us = 5.0, .alloc_us = 10.0, .items_sat = 256,
 };
 static const cd_cost_class CPU_CLASS = {
-    "cpu", 0.3125, 0.228, 0.0625, 0.228, 0.228, 0.228, 0.0, 0.0, 70.0, 0.0, 1,
+    .name = "cpu",
+    .eff_seq = 0.3125, .eff_a = 0.228, .eff_b = 0.0625, .eff_c = 0.228, .eff_a_tc = 0.228, .eff_c_tc = 0.228,
+    .seq_us_per_token = 0.0, .b_us_per_elem = 0.0,
+    .launch_us = 70.0, .alloc_us = 0.0, .items_sat = 1,
 };
 
 void cd_cost_device_from_info(const camdelta_device_info *info, int tc, cd_cost_device *d) {
@@ -99,7 +108,9 @@ void cd_scan_estimate_costs(const cd_cost_device *d, size_t BH, size_t D, size_t
   } else
     cd_clear_error(); /* this algorithm cannot run here: an answer, not the caller's error */
 
-  /* chunkwise: A (A_f, U_f per frame and tile), B (serial over frames per chain and value block), C */
+  /* chunkwise: A (A_f, U_f per frame and tile), B (serial over frames per chain and value block), C. Where A and C
+   * run on tensor cores their rates change, and the FMA plan's grid stands in for the tensor-core tiles' (at every
+   * calibrated shape the device is full and only the rate counts); exact and tf32 are not told apart. */
   cd_chunk_cfg cc;
   memset(&cc, 0, sizeof cc);
   e->ms[CAMDELTA_SCAN_CHUNKWISE] = HUGE_VAL;
