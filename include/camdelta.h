@@ -412,7 +412,9 @@ CAMDELTA_API camdelta_status camdelta_tune_save(camdelta_context *ctx, size_t D,
 /** What camdelta_scan_forward would run for `args` (only the shape, direction, algorithm and precision
  *  fields are read; buffers may be absent): one line naming the algorithm, each kernel with its path
  *  (fma or tensor-core exact/tf32) and tiles, e.g. "chunkwise; precision exact (tensor cores); phase_a
- *  gram_tc WM=2 ...". Builds the kernels if needed. Fails when `size` is too small. */
+ *  gram_tc WM=2 ...", ending with both algorithms' estimated costs and the choice, e.g. "; auto: chunkwise
+ *  (est. 2.3 ms) over sequential (est. 11.4 ms)" (or "... forced by the caller ..." when `algorithm` is
+ *  given). Builds the kernels if needed. Fails when `size` is too small. */
 CAMDELTA_API camdelta_status camdelta_scan_plan_describe(camdelta_context *ctx, const camdelta_scan_args *args,
                                                          char *buf, size_t size);
 

@@ -195,7 +195,7 @@ static void run_branch(const br_shape *s, uint64_t seed) {
   unsigned nk[6];
   probe_kernel_counts(&p, nk);
   /* the fused pair: the chunkwise scan's phases A and C once, its chain for both directions, one sum */
-  const int pair = cd_scan_pair_wanted(ctx, g_algorithm, s->B * s->H, s->D, p.S);
+  const int pair = cd_scan_pair_wanted(ctx, g_algorithm, s->B * s->H, s->D, s->T, p.S);
   assert_int_equal(prof.kernels, 5 + nk[0] + (pair ? nk[1] + 1 : nk[1] + nk[2]));
   assert_true(prof.kernel_ms > 0);
 

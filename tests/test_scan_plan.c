@@ -1,4 +1,4 @@
-/* Scan plans without a device: the AUTO rule from device facts, the tensor-core tile resolution (heuristic,
+/* Scan plans without a device (the AUTO choice: test_scan_auto.c): the tensor-core tile resolution (heuristic,
  * per-device table, saved entries, overrides) with each family's constraints and local-memory formula, and the
  * fallback when an entry does not fit. A fake context carries only the device facts. */
 #include <stdio.h>
@@ -35,22 +35,6 @@ static camdelta_context *fake(const camdelta_device_info *d) {
 static void fake_free(camdelta_context *c) {
   mtx_destroy(&c->lock);
   free(c);
-}
-
-static void test_auto_rule(void **state) {
-  (void)state;
-  const camdelta_device_info h200 = facts("NVIDIA Corporation", "NVIDIA H200", CL_DEVICE_TYPE_GPU, 132, 1024, 49152);
-  const camdelta_device_info cpu = facts("AuthenticAMD", "pthread-haswell", CL_DEVICE_TYPE_CPU, 2, 4096, 4 << 20);
-  /* GPU, B·H below 4 per compute unit: chunkwise (B·H·F-way parallelism) */
-  assert_int_equal(cd_scan_auto(&h200, 20, 112, 1560), CAMDELTA_SCAN_CHUNKWISE);
-  assert_int_equal(cd_scan_auto(&h200, 20, 64, 1560), CAMDELTA_SCAN_CHUNKWISE);
-  /* GPU with B·H >= 4 per compute unit: sequential fills it without scratch traffic */
-  assert_int_equal(cd_scan_auto(&h200, 4 * 132, 112, 1560), CAMDELTA_SCAN_SEQUENTIAL);
-  /* frames much shorter than D: chunkwise would add more than 2/3 of the useful work */
-  assert_int_equal(cd_scan_auto(&h200, 20, 112, 40), CAMDELTA_SCAN_SEQUENTIAL);
-  assert_int_equal(cd_scan_auto(&h200, 20, 112, 56), CAMDELTA_SCAN_CHUNKWISE);
-  /* CPUs: sequential */
-  assert_int_equal(cd_scan_auto(&cpu, 20, 112, 1560), CAMDELTA_SCAN_SEQUENTIAL);
 }
 
 static void check_fits(camdelta_context *c, int family, size_t D, const cd_tc_tiles *t) {
@@ -337,7 +321,6 @@ static void test_plan_cache(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_auto_rule),
       cmocka_unit_test(test_tiles_every_head_dim),
       cmocka_unit_test(test_local_memory_formula),
       cmocka_unit_test(test_resolution_order),

@@ -271,7 +271,7 @@ static camdelta_status run_forward(camdelta_context *ctx, const camdelta_branch_
   camdelta_status st = warm_programs(ctx, D);
   /* the scan pair: fused (one phase A and one phase C for both directions, src/ops/scan_pair.c) where the scan
    * runs chunkwise, else two scans; with sp the scans go through the hooks (their states cross the ranks) */
-  const int pair = !sp && cd_scan_pair_wanted(ctx, a->algorithm, B * H, D, S);
+  const int pair = !sp && cd_scan_pair_wanted(ctx, a->algorithm, B * H, D, T, S);
   const size_t bytes[NBUF] = {g->BN16 * 4, g->BN16 * 4, g->BN16 * 4, g->NDh * 4, g->NDh * 4, g->BNC * 4,
                               g->BNC * 4,  g->BNC * 4,  g->BNC * 4,  g->BHN * 4, g->BHT * 4, g->BHN * 4,
                               g->BHN * 4,  g->BHT * 4,  g->BNC * 4,  pair ? 0 : g->BNC * 4, 0, 0};
@@ -479,7 +479,7 @@ static camdelta_status run_backward(camdelta_context *ctx, const camdelta_branch
   }
   /* the scan pair's backward where the forward ran the pair: both directions' gradients, the work they share done
    * once, dq, dk, dv summed (src/ops/scan_pair.c); else two scan backward calls and an add */
-  const int pair = !sp && cd_scan_pair_wanted(ctx, a->algorithm, B * H, D, S);
+  const int pair = !sp && cd_scan_pair_wanted(ctx, a->algorithm, B * H, D, T, S);
   if (pair && !st) {
     const camdelta_buffer none = {NULL, 0};
     const cd_scan_pair_bwd_args pb = {B,     H,     D,     T,     S,     m[QB],  m[KB],  m[VB], m[BP],

@@ -29,22 +29,23 @@
  *   choice (giving B_J re-picks phase B's layout first). A list that does not parse, or tiles that break a
  *   kernel's constraints, the local memory or the work-group limit, fail with a message naming the variable.
  *
- * AUTO rule (camdelta_scan_algorithm CAMDELTA_SCAN_AUTO), see choose_algorithm():
- *  - chunkwise does 2·F·D³ more flops than sequential (the D x D products of phase B; D/(3·S) of the useful
- *    6·N·D² per (b, h)) and moves 3·B·H·F·D² scratch floats; its gain is B·H·F-way parallelism where the
- *    sequential kernel has B·H·(value blocks) work-groups.
- *  - any device: sequential when S < D/2 (chunkwise would add more than 2/3 of the useful work);
- *  - GPUs and accelerators: otherwise chunkwise, unless B·H alone gives at least 4 work-groups per compute
- *    unit (then the sequential kernel fills the device without scratch traffic);
- *  - CPUs: sequential. Measured on PoCL (2 cores, causal, kernel time): B=1 H=20 D=112 F=21 S=1560
- *    sequential 2.5-3.0 s vs chunkwise 3.9 s; B=1 H=8 D=112 F=5 S=1560 231 vs 328 ms; B=1 H=1 D=112 F=5
- *    S=300 11.6 vs 18.2 ms; B=2 H=4 D=32 F=5 S=64 0.76 vs 2.1 ms.
- * The GPU thresholds are first estimates, to be checked against H200 timings.
- * The caller can force either through camdelta_scan_args.algorithm (the CLI's --algorithm). */
+ * AUTO (camdelta_scan_algorithm CAMDELTA_SCAN_AUTO) comes from the plans' costs (src/tune/cost.c): both plans
+ * are configured for the call's B·H, D, F, S and each kernel's time is estimated from its flops (chunkwise: the
+ * useful 6·N·D² per (b, h) plus phase B's 2·F·D³; tensor-core rates for phases A and C where the plan runs them
+ * there), its bytes (chunkwise: 3·B·H·F·D² scratch floats written and read), its work-groups against what the
+ * device holds, its serial chain (the sequential kernel: two stages per token tile per frame, B·H·(value blocks)
+ * work-groups; phase B: its reduction chunks per frame) and launches; chunkwise must be estimated at least 10%
+ * faster. Calibrated on the H200 (sana480, sana720, D=64) and on PoCL with 2 cores (B1 H20 D112 F21 S1560,
+ * B1 H8 D112 F5 S1560, B1 H1 D112 F5 S300, B2 H4 D32 F5 S64: sequential in all); the table of estimates
+ * against measurements is in docs/performance.md ("AUTO from plan costs"), the unit tests in
+ * tests/test_scan_auto.c. The plan description (camdelta_scan_plan_describe, CAMDELTA_SCAN_VERBOSE) ends with
+ * both estimates and the choice. The caller can force either through camdelta_scan_args.algorithm (the CLI's
+ * --algorithm); the estimates are then still shown. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cost.h"
 #include "internal.h"
 #include "plan.h"
 #include "scan_hook.h"
@@ -516,7 +517,7 @@ static camdelta_status plan_forward(camdelta_context *ctx, const camdelta_scan_a
   key.op = CD_PLAN_SCAN_FORWARD;
   key.D = (unsigned)D;
   camdelta_scan_algorithm alg = args->algorithm;
-  if (alg == CAMDELTA_SCAN_AUTO) alg = cd_scan_choose(&lim, BH, D, args->S);
+  if (alg == CAMDELTA_SCAN_AUTO) alg = cd_scan_auto_ctx(ctx, BH, D, args->F, args->S, NULL);
   key.alg = (unsigned)alg;
   const cd_scan_class cls = cd_scan_shape_class(&lim, BH, D, args->S);
   key.cls[0] = alg == CAMDELTA_SCAN_SEQUENTIAL ? cls.seq_blocks : cls.b_blocks;
@@ -572,6 +573,16 @@ static void plan_text(const fwd_plan *pl, const camdelta_scan_args *args, char *
            a, cc->b_j, cc->b.wr, cc->b.rm, cc->b.wc, cc->b.rn, cc->b_kc, c);
 }
 
+/* Appends "; " and both algorithms' estimated costs with the choice (src/tune/cost.c) to the plan text. */
+static void choice_text(camdelta_context *ctx, const camdelta_scan_args *args, char *text, size_t size) {
+  cd_scan_estimate est;
+  char choice[256];
+  cd_scan_auto_ctx(ctx, args->B * args->H, args->D, args->F, args->S, &est);
+  cd_scan_estimate_text(&est, args->algorithm, choice, sizeof choice);
+  const size_t used = strlen(text);
+  snprintf(text + used, size - used, "; %s", choice);
+}
+
 camdelta_status camdelta_scan_plan_describe(camdelta_context *ctx, const camdelta_scan_args *args, char *buf,
                                             size_t size) {
   cd_clear_error();
@@ -593,6 +604,7 @@ camdelta_status camdelta_scan_plan_describe(camdelta_context *ctx, const camdelt
   char text[1024];
   plan_text(e->plan, args, text, sizeof text);
   cd_plan_release(ctx, e);
+  choice_text(ctx, args, text, sizeof text);
   return cd_copy_text(fn, text, buf, size);
 }
 
@@ -625,6 +637,7 @@ camdelta_status camdelta_scan_sp_forward_hooked(camdelta_context *ctx, const cam
   if (ctx->scan_verbose) {
     char text[1024];
     plan_text(pl, args, text, sizeof text);
+    choice_text(ctx, args, text, sizeof text);
     fprintf(stderr, "camdelta scan: %s\n", text);
   }
   if (saved) {

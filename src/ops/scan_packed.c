@@ -27,6 +27,7 @@
 
 #include "internal.h"
 #include "camdelta_packed.h"
+#include "cost.h"
 #include "scan_packed.h"
 #include "scan_warm.h"
 #include "tune.h"
@@ -277,9 +278,11 @@ camdelta_status camdelta_scan_forward_packed(camdelta_context *ctx, const camdel
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' was created for another context", op);
   if ((st = cd_prologue_scan_forward(ctx, p, saved))) return st;
 
-  /* The algorithm: AUTO decides as for a fixed batch of clips·H chains with the mean frame's tokens. */
+  /* The algorithm: AUTO decides as for a fixed batch of clips·H chains of the mean clip's frames with the mean
+   * frame's tokens. */
   camdelta_scan_algorithm alg = p->algorithm;
-  if (alg == CAMDELTA_SCAN_AUTO) alg = cd_scan_auto(&ctx->info, g.clips * H, D, (g.N + g.F - 1) / g.F);
+  if (alg == CAMDELTA_SCAN_AUTO)
+    alg = cd_scan_auto_ctx(ctx, g.clips * H, D, (g.F + g.clips - 1) / g.clips, (g.N + g.F - 1) / g.F, NULL);
   report_path(ctx, pc, alg == CAMDELTA_SCAN_CHUNKWISE);
   if (alg == CAMDELTA_SCAN_CHUNKWISE) {
     cd_packed_run pr;

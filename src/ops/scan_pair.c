@@ -16,15 +16,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cost.h"
 #include "scan_pair.h"
 #include "scan_warm.h"
 #include "tune.h"
 
 static const char OP[] = "cd_scan_pair_forward";
 
-int cd_scan_pair_wanted(camdelta_context *ctx, camdelta_scan_algorithm alg, size_t BH, size_t D, size_t S) {
+int cd_scan_pair_wanted(camdelta_context *ctx, camdelta_scan_algorithm alg, size_t BH, size_t D, size_t F,
+                        size_t S) {
   if (!ctx->branch_pair) return 0;
-  if (alg == CAMDELTA_SCAN_AUTO) alg = cd_scan_auto(&ctx->info, BH, D, S);
+  if (alg == CAMDELTA_SCAN_AUTO) alg = cd_scan_auto_ctx(ctx, BH, D, F, S, NULL);
   return alg == CAMDELTA_SCAN_CHUNKWISE;
 }
 

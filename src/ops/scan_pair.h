@@ -59,7 +59,8 @@ typedef struct cd_scan_pair_args {
 /** 1 when the pair should replace two scans for this shape on this context: CAMDELTA_BRANCH_PAIR (read at
  *  context creation) is not 0 and the scan's algorithm (`alg`, AUTO resolved as camdelta_scan_forward does) is
  *  chunkwise. */
-int cd_scan_pair_wanted(camdelta_context *ctx, camdelta_scan_algorithm alg, size_t BH, size_t D, size_t S);
+int cd_scan_pair_wanted(camdelta_context *ctx, camdelta_scan_algorithm alg, size_t BH, size_t D, size_t F,
+                        size_t S);
 
 /** Builds (or loads) the pair's programs for B·H = BH, head dim D and S tokens per frame, forward and backward
  *  (camdelta_warm_shape); nothing when CAMDELTA_BRANCH_PAIR=0. */

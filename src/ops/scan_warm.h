@@ -7,6 +7,4 @@
  *  B*H = BH, head dim D and S tokens per frame would (their tiles depend on
  *  all three). */
 camdelta_status cd_scan_warm(camdelta_context *ctx, size_t BH, size_t D, size_t S);
-/** The algorithm CAMDELTA_SCAN_AUTO picks for B*H = BH, D, S on a device with these facts (no device needed). */
-camdelta_scan_algorithm cd_scan_auto(const camdelta_device_info *info, size_t BH, size_t D, size_t S);
 #endif

@@ -1,5 +1,5 @@
 /* Tile policy of the scan's FMA kernel families: parameters, constraints, local-memory formulas, the choice for
- * given device limits, the overrides and the AUTO rule (declarations and meanings in scan_tiles.h). Moved here
+ * given device limits and the overrides (declarations and meanings in scan_tiles.h). Moved here
  * from src/ops/scan.c and src/ops/scan_backward.c unchanged, so that the plans decide once per shape class and
  * the tests check the policy without a device. */
 #include <stdio.h>
@@ -293,19 +293,9 @@ camdelta_status cd_chunk_configure(const cd_scan_limits *lim, size_t BH, size_t 
   return CAMDELTA_OK;
 }
 
-/* ---------------------------------------------------------------------------------- algorithm rule */
+/* ---------------------------------------------------------------------------------- shape class */
 
-camdelta_scan_algorithm cd_scan_choose(const cd_scan_limits *lim, size_t BH, size_t D, size_t S) {
-  if (2 * S < D || !lim->gpu) return CAMDELTA_SCAN_SEQUENTIAL;
-  return BH >= 4 * (size_t)lim->cus ? CAMDELTA_SCAN_SEQUENTIAL : CAMDELTA_SCAN_CHUNKWISE;
-}
-
-camdelta_scan_algorithm cd_scan_auto(const camdelta_device_info *info, size_t BH, size_t D, size_t S) {
-  cd_scan_limits lim;
-  cd_scan_limits_from_info(info, &lim);
-  return cd_scan_choose(&lim, BH, D, S);
-}
-
+/* (The AUTO choice between the algorithms is src/tune/cost.c: it estimates both plans configured here.) */
 cd_scan_class cd_scan_shape_class(const cd_scan_limits *lim, size_t BH, size_t D, size_t S) {
   const cd_scan_class k = {value_blocks(lim, BH, D, 16), value_blocks(lim, BH, D, 8), token_tile(lim, S, 64)};
   return k;

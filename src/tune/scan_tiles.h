@@ -1,9 +1,9 @@
 /* Tile policy of the scan's FMA kernel families (cl/scan_sequential.cl, cl/scan_chunkwise.cl,
  * cl/scan_backward.c), in one place: each kernel's parameters (the build options' names without "CD_"), their
- * constraints, their local-memory formula, the choice for given device limits, the tile overrides, and the AUTO
- * rule between the forward's algorithms. Pure functions of the device facts and the shape (no device, no
- * environment): the plans (src/ops/scan.c, scan_backward.c) call them once per (operation, device, shape class)
- * and the unit tests call them with given device limits. Not installed. */
+ * constraints, their local-memory formula, the choice for given device limits and the tile overrides (the AUTO
+ * choice between the forward's algorithms estimates these plans' costs: cost.h). Pure functions of the device
+ * facts and the shape (no device, no environment): the plans (src/ops/scan.c, scan_backward.c) call them once per
+ * (operation, device, shape class) and the unit tests call them with given device limits. Not installed. */
 #ifndef CAMDELTA_SCAN_TILES_H
 #define CAMDELTA_SCAN_TILES_H
 #include "internal.h"
@@ -84,10 +84,7 @@ size_t cd_chunk_c_local_bytes(const cd_chunk_cfg *c);
 camdelta_status cd_chunk_configure(const cd_scan_limits *lim, size_t BH, size_t D, size_t S, unsigned wg_cap,
                                    const cd_scan_override *o, const char *var, cd_chunk_cfg *c);
 
-/* ----------------------------------------------------------------------------------- AUTO rule */
-
-/** The algorithm CAMDELTA_SCAN_AUTO picks (see src/ops/scan.c's header for the rule and its measurements). */
-camdelta_scan_algorithm cd_scan_choose(const cd_scan_limits *lim, size_t BH, size_t D, size_t S);
+/* ----------------------------------------------------------------------------------- shape class */
 
 /** What the forward's tiles depend on besides D and the device: the value-column blocks of the sequential kernel
  *  and of phase B, the token tile (a call with the same class gets the same tiles). */
