@@ -99,7 +99,13 @@ camdelta_status cd_scan_pair_forward(camdelta_context *ctx, const cd_scan_pair_a
   }
   const size_t BHF = BH * a->F, fbytes = BHF * D * D * sizeof(float);
   cl_mem A = NULL, U = NULL, sc = NULL, sr = NULL, sum = NULL;
-  if (!st) st = cd_alloc(ctx, fbytes, &A);
+  /* with saved objects the causal A_f goes into the causal one: the pair's backward reads it */
+  if (!st && saved_c) {
+    saved_c->has_a = saved_r->has_a = 0;
+    st = cd_ensure_buffer(ctx, &saved_c->a_mat, &saved_c->a_bytes, fbytes);
+    A = saved_c->a_mat;
+  } else if (!st)
+    st = cd_alloc(ctx, fbytes, &A);
   if (!st) st = cd_alloc(ctx, fbytes, &U);
   if (!st && saved_c) {
     saved_c->valid = saved_r->valid = 0;
@@ -150,7 +156,7 @@ camdelta_status cd_scan_pair_forward(camdelta_context *ctx, const cd_scan_pair_a
   }
   if (!st) st = cd_scan_chunk_phase_c(ctx, plan, sum, &l);
   /* released buffers live on until the enqueued kernels that use them have finished */
-  cl_mem tmp[5] = {A, U, saved_c ? NULL : sc, saved_r ? NULL : sr, sum};
+  cl_mem tmp[5] = {saved_c ? NULL : A, U, saved_c ? NULL : sc, saved_r ? NULL : sr, sum};
   for (int i = 0; i < 5; i++)
     if (tmp[i]) clReleaseMemObject(tmp[i]);
   if (kb) clReleaseKernel(kb);
@@ -163,6 +169,7 @@ camdelta_status cd_scan_pair_forward(camdelta_context *ctx, const cd_scan_pair_a
       s[i]->B = a->B, s[i]->H = a->H, s[i]->D = D, s[i]->F = a->F, s[i]->S = a->S;
       s[i]->reverse = i;
       s[i]->has_init = (i ? a->init_r.mem : a->init_c.mem) != NULL;
+      s[i]->has_a = i == 0; /* the reverse's A_f (0 at masked frames) is not kept */
       s[i]->valid = 1;
     }
   }
@@ -253,7 +260,8 @@ camdelta_status cd_scan_pair_backward(camdelta_context *ctx, const cd_scan_pair_
   const size_t ts = tc.on ? cd_tc_tm(&tc.fr) : t.frames_tokens, ntiles = (S + ts - 1) / ts;
   const size_t fbytes = BHF * D * D * sizeof(float);
   cl_mem A = NULL, W = NULL, Gc = NULL, Gr = NULL, part = NULL, sum = NULL;
-  if (!st) st = cd_alloc(ctx, fbytes, &A);
+  const int reuse_a = !st && saved_c->has_a; /* the causal A_f as the forward's phase A computed it */
+  if (!st && !reuse_a) st = cd_alloc(ctx, fbytes, &A);
   if (!st) st = cd_alloc(ctx, fbytes, &W);
   if (!st) st = cd_alloc(ctx, fbytes, &Gc);
   if (!st) st = cd_alloc(ctx, fbytes, &Gr);
@@ -267,17 +275,17 @@ camdelta_status cd_scan_pair_backward(camdelta_context *ctx, const cd_scan_pair_
       st = cd_alloc(ctx, ntok * sizeof(float), &own[i]);
       xr[i] = (camdelta_buffer){own[i], 0};
     }
-  const camdelta_buffer bA = {A, 0}, bW = {W, 0}, bpart = {part, 0}, none = {NULL, 0};
+  const camdelta_buffer bA = {reuse_a ? saved_c->a_mat : A, 0}, bW = {W, 0}, bpart = {part, 0}, none = {NULL, 0};
   const camdelta_buffer sc = {saved_c->state_post, 0}, sr = {saved_r->state_post, 0};
   if (a->profile) a->profile->kernel_ms = 0, a->profile->kernels = 0;
   cd_launch l;
   cd_launch_init(&l, a->profile);
 
-  /* 1. W = Qᵀ·dO and the causal A = d·(I − Kᵀ·β·K), once for both directions */
+  /* 1. W = Qᵀ·dO and (unless the forward's is kept) the causal A = d·(I − Kᵀ·β·K), once for both directions */
   if (!st && tc.on) {
     const unsigned nc = (unsigned)((D + cd_tc_tn(&tc.g) - 1) / cd_tc_tn(&tc.g));
     const unsigned nr = (unsigned)((D + cd_tc_tm(&tc.g) - 1) / cd_tc_tm(&tc.g));
-    for (int pass = 0; pass < 2 && !st; pass++) {
+    for (int pass = 0; pass < (reuse_a ? 1 : 2) && !st; pass++) {
       cd_args ar = {tc.gram, 0, CL_SUCCESS};
       cd_arg_buf(&ar, pass ? a->k : a->q);
       cd_arg_buf(&ar, pass ? a->k : a->grad_out);
@@ -311,9 +319,9 @@ camdelta_status cd_scan_pair_backward(camdelta_context *ctx, const cd_scan_pair_
     cd_arg_u64(&ar, N);
     cd_arg_u32(&ar, (uint32_t)S);
     cd_arg_u32(&ar, (uint32_t)F);
-    cd_arg_u32(&ar, 2);
+    cd_arg_u32(&ar, reuse_a ? 1 : 2); /* W; A */
     if (ar.err != CL_SUCCESS) st = cd_cl_fail(ar.err, "cd_scan_bwd_grams: setting arguments");
-    const size_t lws = t.grams_wg, gws = BHF * 2 * lws;
+    const size_t lws = t.grams_wg, gws = BHF * (reuse_a ? 1 : 2) * lws;
     if (!st) st = cd_enqueue(ctx, k[KGRAMS], 1, &gws, &lws, &l, "cd_scan_bwd_grams");
   }
   /* 2. both G chains */
