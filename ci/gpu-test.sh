@@ -6,8 +6,7 @@
 #   bash ci/gpu-test.sh [tests] [pocl] [scan-tests] [inspect] [tune] [demo] [large] [mpi] [mpi-bench] [packed] [pair]
 #                   [bench SHAPE...] [bench-scan SHAPE...]
 #                   [prep-ab SHAPE...] [gram-ab]
-# gram-ab: the staged gram at sana480 in variants (lo parts unrounded, lo products in their own accumulator, without
-#          mma, staging once) and their profile.
+# gram-ab: the staged gram at sana480 in variants (lo parts unrounded, without mma, staging once) and their profile.
 # prep-ab: prep forward and backward of each shape in both forms (CAMDELTA_PREP_FUSED, CAMDELTA_PREP_BWD_FUSED =
 #          0 and 1), then the fused backward under a few CAMDELTA_PREP_BWD_TILES settings (to pick the defaults).
 # large: tests/large_sizes.c at B=3 H=32 D=128 N=219,600 (> 2^31 elements per tensor; about 70 GB of device
@@ -66,12 +65,13 @@ while [ $# -gt 0 ]; do
       grep -E "awkward|tensor-core|plan |tests passed|tests failed|Failed  |Timeout|FAILED|ERROR|Failure" "$OUT/ctest-nvidia-scan.log" | sort -u | tail -40
       ;;
     bench-scan)
-      # the scan ops only, three arithmetic paths: the FMA kernels (CAMDELTA_TC=0), split-TF32 exact, tf32;
+      # the scan ops only, three arithmetic paths (BENCH_PATHS, default all): the FMA kernels (CAMDELTA_TC=0),
+      # split-TF32 exact, tf32;
       # then one profiled run per path with each kernel's time. JSON files go to $OUT/bench-json.tgz.
       shift
       mkdir -p /tmp/bench-json
       for s in "$@"; do
-        for p in fma exact tf32; do
+        for p in ${BENCH_PATHS:-fma exact tf32}; do
           prec=$p; tc=1
           [ "$p" = fma ] && prec=exact && tc=0
           CAMDELTA_TC=$tc CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --shape "$s" --only scan --precision "$prec" \
@@ -163,11 +163,10 @@ while [ $# -gt 0 ]; do
       # the staged gram (phase A of the forward at sana480) in variants built from copies of cl/ (CAMDELTA_KERNEL_DIR):
       # as is; lo parts unrounded (CD_LO_ROUND 0); without the mma (staging and loads only); staging only the first
       # chunk (mma, fragment loads and barriers only). Accuracy of the lo variant from the precision test.
-      for v in base lo xacc nomma nostage; do
+      for v in base lo nomma nostage; do
         rm -rf "/tmp/k-$v" && cp -r cl "/tmp/k-$v"
         case $v in
           lo) sed -i 's/^#define CD_LO_ROUND 1/#define CD_LO_ROUND 0/' "/tmp/k-$v/gemm_tc.cl" ;;
-          xacc) sed -i 's/^#define CD_XACC 0/#define CD_XACC 1/' "/tmp/k-$v/gemm_tc.cl" ;;
           nomma) sed -i 's/^    cd_tc_tile(tot, Xs/    if (0) cd_tc_tile(tot, Xs/' "/tmp/k-$v/gemm_tc.cl" ;;
           nostage) sed -i 's/if (e < CD_UX) cd_put_row8/if (e < CD_UX \&\& s0 == 0) cd_put_row8/; s/if (e < CD_UY) cd_put_row8/if (e < CD_UY \&\& s0 == 0) cd_put_row8/' "/tmp/k-$v/gemm_tc.cl" ;;
         esac

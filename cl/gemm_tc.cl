@@ -60,10 +60,6 @@
                        2^-23 relative per product) */
 #define CD_LO_ROUND 1
 #endif
-#ifndef CD_XACC /* staged tiles with the split: 1 = the two lo products go into an accumulator of their own (two
-                   mma chains per tile, 2 + 1 deep, instead of one chain of three; 4·MR·NR more registers) */
-#define CD_XACC 0
-#endif
 #ifndef CD_TC_EMULATE /* 1: no inline PTX, each lane's products computed from the local tiles (tests on any device) */
 #define CD_TC_EMULATE 0
 #endif
@@ -187,15 +183,6 @@ inline void cd_tc_tile(float tot[CD_MR][CD_NR][4], local const cd_slot *A, uint 
 #else
 #define c tot
 #endif
-#if CD_XACC && CD_SPLIT && !CD_TC_EMULATE
-  float x[CD_MR][CD_NR][4];
-#pragma unroll
-  for (int mi = 0; mi < CD_MR; mi++)
-#pragma unroll
-    for (int ni = 0; ni < CD_NR; ni++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) x[mi][ni][e] = 0.0f;
-#endif
 #if CD_TC_EMULATE
   for (uint q = 0; q < CD_KC / 8; q++)
     for (int mi = 0; mi < CD_MR; mi++)
@@ -238,27 +225,8 @@ inline void cd_tc_tile(float tot[CD_MR][CD_NR][4], local const cd_slot *A, uint 
       bl[ni][0] = s.z, bl[ni][1] = s.w;
 #endif
     }
-#if CD_XACC && CD_SPLIT
-#pragma unroll
-    for (int mi = 0; mi < CD_MR; mi++)
-#pragma unroll
-      for (int ni = 0; ni < CD_NR; ni++) {
-        CD_MMA(x[mi][ni], al[mi], bh[ni]);
-        CD_MMA(x[mi][ni], ah[mi], bl[ni]);
-        CD_MMA(c[mi][ni], ah[mi], bh[ni]);
-      }
-#else
     CD_MMA_ALL(c, ah, al, bh, bl);
-#endif
   }
-#endif
-#if CD_XACC && CD_SPLIT && !CD_TC_EMULATE
-#pragma unroll
-  for (int mi = 0; mi < CD_MR; mi++)
-#pragma unroll
-    for (int ni = 0; ni < CD_NR; ni++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) c[mi][ni][e] += x[mi][ni][e];
 #endif
 #if CD_CHUNK_SUM
 #pragma unroll
