@@ -23,8 +23,10 @@ typedef struct table_entry {
 } table_entry;
 static const table_entry TABLE[] = {
     /* NVIDIA H200 (driver 580.159.04, OpenCL 3.0 CUDA 13.0.98), `camdelta tune --shape sana480` (B1 H20 D112 F21
-     * S1560, exact), 2026-12-02: forward chunkwise 2.28 ms with these vs 2.81 with the first defaults; backward
-     * 5.22 vs 6.08. PoCL and other devices without the tensor-core path have no entries: the FMA kernels. */
+     * S1560, exact), 2026-12-03, with the gram's staged split operands and the frames kernel's staged B: forward
+     * chunkwise 2.11 ms, backward 4.82 ms (4.21 once the backward reads the forward's A_f). The tf32 sweep
+     * preferred gram KC=16 and apply WN=2, NR=8 by 1-3%; one entry serves both precisions. PoCL and other
+     * devices without the tensor-core path have no entries: the FMA kernels. */
     {"NVIDIA", "NVIDIA H200", CD_TC_GRAM, 112, 112, {2, 2, 2, 4, 32}},
     {"NVIDIA", "NVIDIA H200", CD_TC_APPLY, 112, 112, {2, 1, 2, 8, 16}},
     {"NVIDIA", "NVIDIA H200", CD_TC_FRAMES, 112, 112, {4, 1, 1, 14, 16}},
