@@ -40,7 +40,7 @@ camdelta_status cd_scan_pair_warm(camdelta_context *ctx, size_t BH, size_t D, si
   if (!st && !(st = cd_kernel(ctx, "scan_pair.cl", "-DCD_D=8", "cd_pair_sum", &k))) clReleaseKernel(k);
   /* the backward's tiles as cd_scan_pair_backward picks them: dq apart where the tensor-core path runs */
   if (!st) st = cd_scan_bwd_tiles_for(ctx, D, cd_tc_available(ctx), &t);
-  if (!st && !(st = cd_kernel(ctx, "scan_pair.cl", t.opts, "cd_pair_bwd_chain", &k))) clReleaseKernel(k);
+  if (!st && !(st = cd_kernel(ctx, "scan_backward.cl", t.opts, "cd_pair_bwd_chain", &k))) clReleaseKernel(k);
   return st;
 }
 
@@ -246,7 +246,7 @@ camdelta_status cd_scan_pair_backward(camdelta_context *ctx, const cd_scan_pair_
   enum { KGRAMS, KCHAIN, KFR, KDDEC, KSUM, KADD, NK };
   cl_kernel k[NK] = {NULL};
   st = cd_scan_bwd_tiles_for(ctx, D, tc.on, &t);
-  if (!st) st = cd_kernel(ctx, "scan_pair.cl", t.opts, "cd_pair_bwd_chain", &k[KCHAIN]);
+  if (!st) st = cd_kernel(ctx, "scan_backward.cl", t.opts, "cd_pair_bwd_chain", &k[KCHAIN]);
   if (!st) st = cd_kernel(ctx, "scan_backward.cl", t.opts, "cd_scan_bwd_ddecay", &k[KDDEC]);
   if (!st && !tc.on) st = cd_kernel(ctx, "scan_backward.cl", t.opts, "cd_scan_bwd_grams", &k[KGRAMS]);
   if (!st && !tc.on) st = cd_kernel(ctx, "scan_backward.cl", t.opts, "cd_scan_bwd_frames", &k[KFR]);
