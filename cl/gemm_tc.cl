@@ -136,6 +136,13 @@ typedef uint2 cd_slot;
 #define CD_RPAD 4
 #endif
 #define CD_LDR(R) ((R) + CD_RPAD)
+#if CD_SPLIT /* a slot's lo parts (none without the split) */
+#define CD_LO0(s) (s).z
+#define CD_LO1(s) (s).w
+#else
+#define CD_LO0(s) 0u
+#define CD_LO1(s) 0u
+#endif
 #define CD_SLOTS(R) ((CD_KC / 2) * CD_LDR(R)) /* slots of a staged R x CD_KC tile */
 
 /* Writes the pair (r, k = 8q + t) and (r, k + 4) with values x0, x1 into plane p = 4q + t. */
@@ -166,12 +173,85 @@ inline void cd_put_col4(local cd_slot *tile, uint ldr, uint r, uint p, float4 a,
   cd_put(tile, ldr, r + 3, p, a.w, b.w);
 }
 
-/* tot[mi][ni] += Σ_k A(16·mi + row, k)·B(k, 8·ni + col) for k in [0, CD_KC), one warp, both operands staged
- * tiles (A and B point at the warp's first row / column; lda, ldb their LDR). PTX fragment layout, lane = 4·g + t:
- * a = {A(g, t), A(g+8, t), A(g, t+4), A(g+8, t+4)}, b = {B(t, g), B(t+4, g)},
- * c = {C(g, 2t), C(g, 2t+1), C(g+8, 2t), C(g+8, 2t+1)}. */
+/* ----------------------------------------------------------------------------- one warp's products */
+/* tot[mi][ni] += Σ_k A(16·mi + row, k)·B(k, 8·ni + col) for k in [0, CD_KC), one warp, with each operand either a
+ * staged tile (A or B pointing at the warp's first row / column, lda / ldb its LDR) or raw floats in local memory
+ * (A(m, k) = Am[m·am + k·ak], B(k, n) = Bm[k·bk + n·bn]; split per fragment by each warp that reads it).
+ * PTX fragment layout, lane = 4·g + t: a = {A(g, t), A(g+8, t), A(g, t+4), A(g+8, t+4)}, b = {B(t, g), B(t+4, g)},
+ * c = {C(g, 2t), C(g, 2t+1), C(g+8, 2t), C(g+8, 2t+1)}. The fragment loaders of one k8 step q: */
+#define CD_FRAG_A_STAGED(A, lda, q)                                                                       \
+  _Pragma("unroll") for (int mi = 0; mi < CD_MR; mi++) {                                                    \
+    const cd_slot s0 = (A)[(4 * (q) + t) * (lda) + 16 * mi + g], s1 = (A)[(4 * (q) + t) * (lda) + 16 * mi + g + 8]; \
+    ah[mi][0] = s0.x, ah[mi][1] = s1.x, ah[mi][2] = s0.y, ah[mi][3] = s1.y;                                 \
+    al[mi][0] = CD_LO0(s0), al[mi][1] = CD_LO0(s1), al[mi][2] = CD_LO1(s0), al[mi][3] = CD_LO1(s1);         \
+  }
+#define CD_FRAG_B_STAGED(B, ldb, q)                                                                       \
+  _Pragma("unroll") for (int ni = 0; ni < CD_NR; ni++) {                                                    \
+    const cd_slot s = (B)[(4 * (q) + t) * (ldb) + 8 * ni + g];                                              \
+    bh[ni][0] = s.x, bh[ni][1] = s.y;                                                                       \
+    bl[ni][0] = CD_LO0(s), bl[ni][1] = CD_LO1(s);                                                           \
+  }
+#define CD_FRAG_A_RAW(Am, am, ak, q)                                                                      \
+  _Pragma("unroll") for (int mi = 0; mi < CD_MR; mi++) _Pragma("unroll") for (int e = 0; e < 4; e++) {      \
+    const float x = (Am)[(16 * mi + g + 8 * (e & 1)) * (am) + (8 * (q) + t + 4 * (e >> 1)) * (ak)];         \
+    ah[mi][e] = cd_tf32(x);                                                                                 \
+    if (CD_SPLIT) al[mi][e] = cd_tf32(x - as_float(ah[mi][e]));                                             \
+  }
+#define CD_FRAG_B_RAW(Bm, bk, bn, q)                                                                      \
+  _Pragma("unroll") for (int ni = 0; ni < CD_NR; ni++) _Pragma("unroll") for (int e = 0; e < 2; e++) {      \
+    const float x = (Bm)[(8 * (q) + t + 4 * e) * (bk) + (8 * ni + g) * (bn)];                               \
+    bh[ni][e] = cd_tf32(x);                                                                                 \
+    if (CD_SPLIT) bl[ni][e] = cd_tf32(x - as_float(bh[ni][e]));                                             \
+  }
+
+#if CD_TC_EMULATE
+/* The parts the tensor core reads of one element (lo = 0: hi, 1: lo): of a staged tile's element (r, k), and of a
+ * raw value. */
+inline float cd_staged_part(local const cd_slot *T, uint ld, uint r, uint k, int lo) {
+  const cd_slot x = T[(4 * (k / 8) + k % 4) * ld + r];
+  const uint h = (k % 8) / 4, keep = CD_LO_ROUND ? 0xffffffffu : 0xffffe000u;
+  return lo ? as_float((h ? CD_LO1(x) : CD_LO0(x)) & keep) : as_float(h ? x.y : x.x);
+}
+inline float cd_raw_part(float x, int lo) {
+  const float hi = as_float(cd_tf32(x));
+  return lo ? as_float(cd_tf32(x - hi)) : hi;
+}
+/* c += each lane's accumulator entries from the element parts AP(row, k, lo) and BP(k, col, lo), with the same
+ * TF32 rounding and split, without barriers */
+#define CD_TC_PRODUCTS(c, AP, BP, FRAG_A, FRAG_B)                                                         \
+  for (uint k0 = 0; k0 < CD_KC; k0 += 8)                                                                  \
+    for (int mi = 0; mi < CD_MR; mi++)                                                                    \
+      for (int ni = 0; ni < CD_NR; ni++)                                                                  \
+        for (int e = 0; e < 4; e++) {                                                                     \
+          const uint row = 16 * mi + g + 8 * (e >> 1), col = 8 * ni + 2 * t + (e & 1);                    \
+          float sum = 0.0f;                                                                               \
+          for (uint k = k0; k < k0 + 8; k++) {                                                            \
+            if (CD_SPLIT) {                                                                               \
+              sum = fma(AP(row, k, 1), BP(k, col, 0), sum);                                               \
+              sum = fma(AP(row, k, 0), BP(k, col, 1), sum);                                               \
+            }                                                                                             \
+            sum = fma(AP(row, k, 0), BP(k, col, 0), sum);                                                 \
+          }                                                                                               \
+          (c)[mi][ni][e] += sum;                                                                          \
+        }
+#else
+#define CD_TC_PRODUCTS(c, AP, BP, FRAG_A, FRAG_B)                                                         \
+  _Pragma("unroll") for (uint q = 0; q < CD_KC / 8; q++) {                                                \
+    uint ah[CD_MR][4], bh[CD_NR][2], al[CD_MR][4], bl[CD_NR][2]; /* al, bl: split only */                 \
+    FRAG_A(q)                                                                                             \
+    FRAG_B(q)                                                                                             \
+    CD_MMA_ALL(c, ah, al, bh, bl);                                                                        \
+  }
+#endif
+
+/* Both operands staged (the gram; the probe). With CD_CHUNK_SUM the chunk is summed in a fresh accumulator and
+ * added to tot rounded (see the header). */
 inline void cd_tc_tile(float tot[CD_MR][CD_NR][4], local const cd_slot *A, uint lda, local const cd_slot *B, uint ldb,
                        uint g, uint t) {
+#define CD_AP(r, k, lo) cd_staged_part(A, lda, r, k, lo)
+#define CD_BP(k, n, lo) cd_staged_part(B, ldb, n, k, lo)
+#define CD_FA(q) CD_FRAG_A_STAGED(A, lda, q)
+#define CD_FB(q) CD_FRAG_B_STAGED(B, ldb, q)
 #if CD_CHUNK_SUM
   float c[CD_MR][CD_NR][4];
 #pragma unroll
@@ -180,55 +260,7 @@ inline void cd_tc_tile(float tot[CD_MR][CD_NR][4], local const cd_slot *A, uint 
     for (int ni = 0; ni < CD_NR; ni++)
 #pragma unroll
       for (int e = 0; e < 4; e++) c[mi][ni][e] = 0.0f;
-#else
-#define c tot
-#endif
-#if CD_TC_EMULATE
-  for (uint q = 0; q < CD_KC / 8; q++)
-    for (int mi = 0; mi < CD_MR; mi++)
-      for (int ni = 0; ni < CD_NR; ni++)
-        for (int e = 0; e < 4; e++) {
-          const uint row = 16 * mi + g + 8 * (e >> 1), col = 8 * ni + 2 * t + (e & 1);
-          float sum = 0.0f;
-          for (uint kk = 0; kk < 8; kk++) {
-            const cd_slot x = A[(4 * q + kk % 4) * lda + row], y = B[(4 * q + kk % 4) * ldb + col];
-            const uint h = kk / 4;
-            const float xh = as_float(h ? x.y : x.x), yh = as_float(h ? y.y : y.x);
-#if CD_SPLIT
-            const uint keep = CD_LO_ROUND ? 0xffffffffu : 0xffffe000u; /* what the tensor core reads of lo */
-            const float xl = as_float((h ? x.w : x.z) & keep), yl = as_float((h ? y.w : y.z) & keep);
-            sum = fma(xl, yh, sum);
-            sum = fma(xh, yl, sum);
-#endif
-            sum = fma(xh, yh, sum);
-          }
-          c[mi][ni][e] += sum;
-        }
-#else
-#pragma unroll
-  for (uint q = 0; q < CD_KC / 8; q++) {
-    const uint p = 4 * q + t;
-    uint ah[CD_MR][4], bh[CD_NR][2], al[CD_MR][4], bl[CD_NR][2]; /* al, bl: split only */
-#pragma unroll
-    for (int mi = 0; mi < CD_MR; mi++) {
-      const cd_slot s0 = A[p * lda + 16 * mi + g], s1 = A[p * lda + 16 * mi + g + 8];
-      ah[mi][0] = s0.x, ah[mi][1] = s1.x, ah[mi][2] = s0.y, ah[mi][3] = s1.y;
-#if CD_SPLIT
-      al[mi][0] = s0.z, al[mi][1] = s1.z, al[mi][2] = s0.w, al[mi][3] = s1.w;
-#endif
-    }
-#pragma unroll
-    for (int ni = 0; ni < CD_NR; ni++) {
-      const cd_slot s = B[p * ldb + 8 * ni + g];
-      bh[ni][0] = s.x, bh[ni][1] = s.y;
-#if CD_SPLIT
-      bl[ni][0] = s.z, bl[ni][1] = s.w;
-#endif
-    }
-    CD_MMA_ALL(c, ah, al, bh, bl);
-  }
-#endif
-#if CD_CHUNK_SUM
+  CD_TC_PRODUCTS(c, CD_AP, CD_BP, CD_FA, CD_FB)
 #pragma unroll
   for (int mi = 0; mi < CD_MR; mi++)
 #pragma unroll
@@ -236,86 +268,46 @@ inline void cd_tc_tile(float tot[CD_MR][CD_NR][4], local const cd_slot *A, uint 
 #pragma unroll
       for (int e = 0; e < 4; e++) tot[mi][ni][e] += c[mi][ni][e];
 #else
-#undef c
+  CD_TC_PRODUCTS(tot, CD_AP, CD_BP, CD_FA, CD_FB)
 #endif
+#undef CD_AP
+#undef CD_BP
+#undef CD_FA
+#undef CD_FB
 }
 
 #if defined(CD_APPLY) || defined(CD_FRAMES) || defined(CD_PROBE)
-/* tot[mi][ni] += Σ_k A(16·mi + row, k)·B(k, 8·ni + col) for k in [0, CD_KC), one warp, fragments from local
- * memory: A(m, k) = Am[m·am + k·ak], B(k, n) = Bm[k·bk + n·bn]. Lane = 4·g + t (PTX fragment layout):
- * a = {A(g, t), A(g+8, t), A(g, t+4), A(g+8, t+4)}, b = {B(t, g), B(t+4, g)},
- * c = {C(g, 2t), C(g, 2t+1), C(g+8, 2t), C(g+8, 2t+1)}. */
+/* Both operands raw (the apply; the probe). */
 inline void cd_tc_block_raw(float tot[CD_MR][CD_NR][4], local const float *Am, uint am, uint ak, local const float *Bm,
-                        uint bk, uint bn, uint g, uint t) {
-#if CD_CHUNK_SUM
-  float c[CD_MR][CD_NR][4];
-#pragma unroll
-  for (int mi = 0; mi < CD_MR; mi++)
-#pragma unroll
-    for (int ni = 0; ni < CD_NR; ni++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) c[mi][ni][e] = 0.0f;
-#else
-#define c tot
-#endif
-#if CD_TC_EMULATE
-  for (uint k0 = 0; k0 < CD_KC; k0 += 8)
-    for (int mi = 0; mi < CD_MR; mi++)
-      for (int ni = 0; ni < CD_NR; ni++)
-        for (int e = 0; e < 4; e++) {
-          const uint row = 16 * mi + g + 8 * (e >> 1), col = 8 * ni + 2 * t + (e & 1);
-          float sum = 0.0f;
-          for (uint kk = 0; kk < 8; kk++) {
-            const float x = Am[row * am + (k0 + kk) * ak], y = Bm[(k0 + kk) * bk + col * bn];
-            const float xh = as_float(cd_tf32(x)), yh = as_float(cd_tf32(y));
-#if CD_SPLIT
-            const float xl = as_float(cd_tf32(x - xh)), yl = as_float(cd_tf32(y - yh));
-            sum = fma(xl, yh, sum);
-            sum = fma(xh, yl, sum);
-#endif
-            sum = fma(xh, yh, sum);
-          }
-          c[mi][ni][e] += sum;
-        }
-#else
-#pragma unroll
-  for (uint k0 = 0; k0 < CD_KC; k0 += 8) {
-    uint ah[CD_MR][4], bh[CD_NR][2], al[CD_MR][4], bl[CD_NR][2]; /* al, bl: split only */
-#pragma unroll
-    for (int mi = 0; mi < CD_MR; mi++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const float x = Am[(16 * mi + g + 8 * (e & 1)) * am + (k0 + t + 4 * (e >> 1)) * ak];
-        ah[mi][e] = cd_tf32(x);
-#if CD_SPLIT
-        al[mi][e] = cd_tf32(x - as_float(ah[mi][e]));
-#endif
-      }
-#pragma unroll
-    for (int ni = 0; ni < CD_NR; ni++)
-#pragma unroll
-      for (int e = 0; e < 2; e++) {
-        const float x = Bm[(k0 + t + 4 * e) * bk + (8 * ni + g) * bn];
-        bh[ni][e] = cd_tf32(x);
-#if CD_SPLIT
-        bl[ni][e] = cd_tf32(x - as_float(bh[ni][e]));
-#endif
-      }
-    CD_MMA_ALL(c, ah, al, bh, bl);
-  }
-#endif
-#if CD_CHUNK_SUM
-#pragma unroll
-  for (int mi = 0; mi < CD_MR; mi++)
-#pragma unroll
-    for (int ni = 0; ni < CD_NR; ni++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) tot[mi][ni][e] += c[mi][ni][e];
-#else
-#undef c
-#endif
+                            uint bk, uint bn, uint g, uint t) {
+#define CD_AP(r, k, lo) cd_raw_part(Am[(r) * am + (k) * ak], lo)
+#define CD_BP(k, n, lo) cd_raw_part(Bm[(k) * bk + (n) * bn], lo)
+#define CD_FA(q) CD_FRAG_A_RAW(Am, am, ak, q)
+#define CD_FB(q) CD_FRAG_B_RAW(Bm, bk, bn, q)
+  CD_TC_PRODUCTS(tot, CD_AP, CD_BP, CD_FA, CD_FB)
+#undef CD_AP
+#undef CD_BP
+#undef CD_FA
+#undef CD_FB
 }
-#endif /* CD_APPLY || CD_FRAMES || CD_PROBE */
+#endif
+
+#ifdef CD_FRAMES
+/* A raw, B staged (the frames kernel: each warp splits only its own token rows; the Mprev / G chunk is split once
+ * when staged and shared by every warp). */
+inline void cd_tc_rawa(float tot[CD_MR][CD_NR][4], local const float *Am, uint am, uint ak, local const cd_slot *B,
+                       uint ldb, uint g, uint t) {
+#define CD_AP(r, k, lo) cd_raw_part(Am[(r) * am + (k) * ak], lo)
+#define CD_BP(k, n, lo) cd_staged_part(B, ldb, n, k, lo)
+#define CD_FA(q) CD_FRAG_A_RAW(Am, am, ak, q)
+#define CD_FB(q) CD_FRAG_B_STAGED(B, ldb, q)
+  CD_TC_PRODUCTS(tot, CD_AP, CD_BP, CD_FA, CD_FB)
+#undef CD_AP
+#undef CD_BP
+#undef CD_FA
+#undef CD_FB
+}
+#endif
 
 /* ------------------------------------------------------------------------------------ token loads */
 /* Four consecutive tokens gs .. gs+3 (frame-relative) of one row, zero past the frame's S tokens. With CD_VEC the
@@ -555,60 +547,6 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_apply_tc(
 #define CD_LDT (CD_TS + 8)      /* row stride of Ks / Es ([d][token]): 8 or 24 mod 32 floats */
 #define CD_LDBS CD_LDR(CD_TN)   /* the staged B chunks (Mprev, G or their transposes): KC/2 planes of TN + pad slots */
 #define CD_QT (CD_TS / 4)
-
-/* tot[mi][ni] += Σ_k A(16·mi + row, k)·B(k, 8·ni + col) for k in [0, CD_KC), one warp: A raw from local memory,
- * A(m, k) = Am[m·am + k·ak], split per fragment (each warp converts only its own token rows), B a staged tile
- * (split once when written, shared by every warp of the work-group). Fragment layout as cd_tc_tile's. */
-inline void cd_tc_rawa(float tot[CD_MR][CD_NR][4], local const float *Am, uint am, uint ak, local const cd_slot *B,
-                       uint ldb, uint g, uint t) {
-#if CD_TC_EMULATE
-  for (uint q = 0; q < CD_KC / 8; q++)
-    for (int mi = 0; mi < CD_MR; mi++)
-      for (int ni = 0; ni < CD_NR; ni++)
-        for (int e = 0; e < 4; e++) {
-          const uint row = 16 * mi + g + 8 * (e >> 1), col = 8 * ni + 2 * t + (e & 1);
-          float sum = 0.0f;
-          for (uint kk = 0; kk < 8; kk++) {
-            const float x = Am[row * am + (8 * q + kk) * ak];
-            const cd_slot y = B[(4 * q + kk % 4) * ldb + col];
-            const uint h = kk / 4;
-            const float xh = as_float(cd_tf32(x)), yh = as_float(h ? y.y : y.x);
-#if CD_SPLIT
-            const uint keep = CD_LO_ROUND ? 0xffffffffu : 0xffffe000u;
-            const float xl = as_float(cd_tf32(x - xh)), yl = as_float((h ? y.w : y.z) & keep);
-            sum = fma(xl, yh, sum);
-            sum = fma(xh, yl, sum);
-#endif
-            sum = fma(xh, yh, sum);
-          }
-          tot[mi][ni][e] += sum;
-        }
-#else
-#pragma unroll
-  for (uint q = 0; q < CD_KC / 8; q++) {
-    uint ah[CD_MR][4], bh[CD_NR][2], al[CD_MR][4], bl[CD_NR][2]; /* al, bl: split only */
-#pragma unroll
-    for (int mi = 0; mi < CD_MR; mi++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const float x = Am[(16 * mi + g + 8 * (e & 1)) * am + (8 * q + t + 4 * (e >> 1)) * ak];
-        ah[mi][e] = cd_tf32(x);
-#if CD_SPLIT
-        al[mi][e] = cd_tf32(x - as_float(ah[mi][e]));
-#endif
-      }
-#pragma unroll
-    for (int ni = 0; ni < CD_NR; ni++) {
-      const cd_slot y = B[(4 * q + t) * ldb + 8 * ni + g];
-      bh[ni][0] = y.x, bh[ni][1] = y.y;
-#if CD_SPLIT
-      bl[ni][0] = y.z, bl[ni][1] = y.w;
-#endif
-    }
-    CD_MMA_ALL(tot, ah, al, bh, bl);
-  }
-#endif
-}
 
 /* The scan backward's per-token work on tensor cores (the FMA twin is cd_scan_bwd_frames in scan_backward.cl,
  * whose header states the math): per tile of CD_TS tokens = group 0 and (b, h, f) = group 1, with
