@@ -125,6 +125,12 @@ static camdelta_status extend(void *user, camdelta_status st, camdelta_context *
     if (err != CL_SUCCESS)
       st = camdelta_set_error(CAMDELTA_ERROR_OPENCL, "halo: copying frames: %s", camdelta_cl_error_name(err));
   }
+  /* the local work before (the kernels that make x) ends here, as local compute: the reads below then time
+   * only themselves */
+  if (!st) {
+    const cl_int err = clFinish(q);
+    if (err != CL_SUCCESS) st = camdelta_set_error(CAMDELTA_ERROR_OPENCL, "halo: %s", camdelta_cl_error_name(err));
+  }
   /* the wants and statuses of every rank: the wait */
   const double tw = now_ms();
   int64_t mine[HW_N] = {st, (int64_t)want_left, (int64_t)want_right};
@@ -229,6 +235,10 @@ static camdelta_status reduce(void *user, camdelta_status st, camdelta_context *
   if (!st && n > (size_t)INT_MAX) st = camdelta_set_error(CAMDELTA_ERROR_OVERFLOW, "reduce: %zu floats", n);
   if (!st) st = cd_stage_host(c->stg, CD_HOST_SMALL, ((size_t)c->P + 1) * n * 4, &h);
   cl_event rd = NULL;
+  if (!st) { /* the kernels that make src, as local compute */
+    const cl_int err = clFinish(q);
+    if (err != CL_SUCCESS) st = camdelta_set_error(CAMDELTA_ERROR_OPENCL, "reduce: %s", camdelta_cl_error_name(err));
+  }
   const double t0 = now_ms();
   if (!st) {
     const cl_int err = clEnqueueReadBuffer(q, src.mem, CL_FALSE, src.offset * 4, n * 4, h + (size_t)c->P * n, 0,

@@ -463,6 +463,7 @@ static camdelta_status sp_middle(void *user, cl_mem A, cl_mem U, cl_mem W) {
   }
   m->lg.pre = now_ms() - tp;
   if (computed) {
+    clFlush(queue_of(c));
     const cl_int err = clWaitForEvents(1, &computed);
     if (!st && err != CL_SUCCESS)
       st = camdelta_set_error(CAMDELTA_ERROR_OPENCL, "%s: the summaries: %s", c->op, camdelta_cl_error_name(err));
