@@ -6,9 +6,9 @@
  * Every rank of `comm` calls with the same B, H, D, S and direction, and its own contiguous share of every
  * sequence's frames: rank 0 the first frames, rank 1 the next ones, ... (args->F = this rank's frame count, at
  * least 1; the tensors are this rank's share, laid out as a single-device call with F frames). A rank computes
- * its segment's state summary (camdelta_summary.h), the ranks exchange only these D x D summaries (an
- * all-gather; each rank folds those of the ranks before it in a fixed order: causal left to right, reverse right
- * to left), and each rank then runs its segment from its exact incoming state. The backward does the same with
+ * its segment's state summary (camdelta_summary.h), the ranks exchange only these D x D summaries (point to
+ * point, each to the ranks that fold it; each rank folds those of the ranks before it in a fixed order: causal
+ * left to right, reverse right to left), and each rank then runs its segment from its exact incoming state. The backward does the same with
  * the gradient summaries (causal right to left, reverse left to right), so the cross-rank terms (the ddecay and
  * dk/dv/dbeta of a segment's first frame, dinit_state) are those of one device. Results equal one device to
  * rounding (SPEC: 1e-6 relative).
@@ -47,7 +47,7 @@ extern "C" {
 typedef struct camdelta_mpi_timing {
   double summary_ms;  /* local work before the exchange: the per-frame matrices (the scan's phase A, or the
                          backward's grams, computed once and reused by the scan) and this rank's summaries */
-  double exchange_ms; /* the summaries some rank needs to the host, MPI all-gather, back to the device */
+  double exchange_ms; /* the summaries some rank needs to pinned host memory, MPI, to the other ranks' device */
   double combine_ms;  /* folding the other ranks' summaries into the incoming state (and gradient) */
   double scan_ms;     /* the rest of the local scan forward or backward from the incoming state */
   double total_ms;    /* the whole call, including the checks and the broadcast of final/dinit states */

@@ -5,9 +5,11 @@
  *   - the two scans and their backward: camdelta_mpi_scan_forward / _backward (D x D summaries only; the
  *     chunk-masked reverse scan needs nothing more: a frame whose beta'_r and decay_r are zero drops its
  *     incoming state, so its chaining across ranks is that of one device);
- *   - the short conv's halo: up to 3 raw K frames (forward) or dk_conv frames (backward) on each side; the ranks
- *     all-gather how many frames each needs on each side, then each owner sends exactly those frames to their
- *     requester, point to point (a halo may span several ranks when ranks hold fewer than 3 frames);
+ *   - the short conv's halo (extend): up to 3 raw K frames (forward) or dk_conv frames (backward) on each side,
+ *     only those the conv reads (src/ops/branch.c, halo_wants); the ranks all-gather how many frames each needs on
+ *     each side, then each owner sends exactly those frames to their requester, device to device through pinned
+ *     staging, point to point and pipelined in chunks (cd_xfer; a halo may span several ranks when ranks hold
+ *     fewer than 3 frames), into an extended buffer kept per communicator (scratch, mpi_stage.h);
  *   - sums over all frames (dconv_weight, dq_norm_weight, dk_norm_weight): each rank's partial is all-gathered
  *     and summed in rank order, so every rank holds the same bits run to run.
  * Every hook first agrees on a status over the ranks, so all ranks return the same status and no rank waits

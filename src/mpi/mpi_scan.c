@@ -13,9 +13,11 @@
  *      init_state folded in: E_0 = its final state) and, for 0 < p < P−1, T_p; in the backward, position p > 0
  *      also computes G_p (at p = P−1 with grad_final_state folded in: G_{P−1} = its dinit_state); then a status
  *      agreement, timed apart as the wait for the slowest rank;
- *   2. exchange: only the summaries some rank folds go to the host (before that agreement, overlapping slower
- *      ranks' work), MPI_Allgatherv, and each rank uploads those of the ranks it folds (a fold of one summary,
- *      as with 2 ranks, straight into the incoming-state buffer);
+ *   2. exchange (cd_xfer, mpi_stage.h): each summary some rank folds is read into pinned staging (enqueued before
+ *      that agreement, so the copy runs while this rank waits for slower ones), sent point to point to the ranks
+ *      that fold it, and written to their device (a fold of one summary, as with 2 ranks, straight into the
+ *      incoming-state buffer), in chunks pipelined through the three legs; the staging and scratch are kept per
+ *      communicator (nothing allocated once a shape has run);
  *   3. combine: M_in(p) = T_{p−1}(…(T_1·E_0 + E_1)…) + E_{p−1} (p > 0); in the backward also
  *      dM_out(p) = G_{p+1} + T_{p+1}ᵀ(G_{p+2} + …) (p < P−1), each on the device in that fixed order, into the
  *      incoming-state buffers;
