@@ -235,10 +235,18 @@ size_t cd_xfer_chunk(void) {
 }
 
 #define CHUNK cd_xfer_chunk()
-static size_t nchunks(size_t bytes) { return (bytes + CHUNK - 1) / CHUNK; }
+/* A region's chunk: a quarter of it rounded up to 4 KiB, at least 64 KiB, at most CHUNK, so that a region of a few
+ * MB (the scan's summaries: 1 MB at D=112, H=20) still runs its legs overlapped. The same on both sides of a
+ * message (a function of its size and CHUNK only). */
+static size_t csize(size_t bytes) {
+  size_t q = (bytes / 4 + 4095) / 4096 * 4096;
+  if (q < 65536) q = 65536;
+  return q < CHUNK ? q : CHUNK;
+}
+static size_t nchunks(size_t bytes) { return (bytes + csize(bytes) - 1) / csize(bytes); }
 static size_t chunk_len(size_t bytes, size_t j) {
-  const size_t rest = bytes - j * CHUNK;
-  return rest < CHUNK ? rest : CHUNK;
+  const size_t c = csize(bytes), rest = bytes - j * c;
+  return rest < c ? rest : c;
 }
 
 /* The bookkeeping in the stage's arrays (CD_ARR_XFER): staging offsets and first chunk of every source and
@@ -285,7 +293,7 @@ camdelta_status cd_xfer_begin(cd_xfer *x) {
   size_t k = 0;
   for (int i = 0; i < ns && !st; i++)
     for (size_t j = 0; j < nchunks(x->src[i].bytes) && !st; j++, k++) {
-      const size_t at = j * CHUNK, len = chunk_len(x->src[i].bytes, j);
+      const size_t at = j * csize(x->src[i].bytes), len = chunk_len(x->src[i].bytes, j);
       const cl_int err = clEnqueueReadBuffer(q, x->src[i].mem, CL_FALSE, x->src[i].off + at, len,
                                              (char *)x->hs + b->soff[i] + at, 0, NULL, &ev[k]);
       if (err != CL_SUCCESS) {
@@ -328,7 +336,7 @@ camdelta_status cd_xfer_end(cd_xfer *x, cd_xtime *t) {
   size_t r = 0;
   for (int i = 0; i < nr; i++)
     for (size_t j = 0; j < nchunks(x->recv[i].dst.bytes); j++, r++)
-      MPI_Irecv((char *)x->hr + roff[i] + j * CHUNK, (int)chunk_len(x->recv[i].dst.bytes, j), MPI_BYTE,
+      MPI_Irecv((char *)x->hr + roff[i] + j * csize(x->recv[i].dst.bytes), (int)chunk_len(x->recv[i].dst.bytes, j), MPI_BYTE,
                 x->recv[i].peer, CD_XFER_TAG, x->comm, &rreq[r]);
   /* then poll: a source chunk whose read is done goes to every peer of that source; a received chunk is written
    * to the device */
@@ -351,7 +359,7 @@ camdelta_status cd_xfer_end(cd_xfer *x, cd_xtime *t) {
       const size_t len = chunk_len(x->src[src_i].bytes, src_j);
       for (int m = 0; m < x->nsend; m++)
         if (x->send[m].src == (int)src_i)
-          MPI_Isend((char *)x->hs + soff[src_i] + src_j * CHUNK, (int)len, MPI_BYTE, x->send[m].peer,
+          MPI_Isend((char *)x->hs + soff[src_i] + src_j * csize(x->src[src_i].bytes), (int)len, MPI_BYTE, x->send[m].peer,
                     CD_XFER_TAG, x->comm, &sreq[posted++]);
       src_j++, next++, progress = 1;
       if (next == x->nchunks_src) t_d2h = cd_mpi_now_ms();
@@ -362,7 +370,7 @@ camdelta_status cd_xfer_end(cd_xfer *x, cd_xtime *t) {
       if (outc != MPI_UNDEFINED && outc > 0) {
         for (int k = 0; k < outc; k++) {
           const int i = owner[idx[k]];
-          const size_t j = (size_t)idx[k] - rfirst[i], at = j * CHUNK;
+          const size_t j = (size_t)idx[k] - rfirst[i], at = j * csize(x->recv[i].dst.bytes);
           const cl_int err = clEnqueueWriteBuffer(q, x->recv[i].dst.mem, CL_FALSE, x->recv[i].dst.off + at,
                                                   chunk_len(x->recv[i].dst.bytes, j), (char *)x->hr + roff[i] + at,
                                                   0, NULL, NULL);

@@ -10,7 +10,7 @@
  * concurrent: the stage needs no lock (the list of stages, for MPI_Finalize, has one).
  *
  * Transfer (cd_xfer): device regions of this rank go to other ranks' device regions. Each region is split into
- * chunks (CD_XFER_CHUNK bytes); the device→host reads of the chunks are enqueued at once (non-blocking, into
+ * chunks (a quarter of the region, at least 64 KiB, at most CD_XFER_CHUNK = 4 MiB); the device→host reads of the chunks are enqueued at once (non-blocking, into
  * pinned staging), every chunk goes out (MPI_Isend) as soon as its read is done, and every received chunk
  * (MPI_Irecv, posted first) is written to the device (non-blocking) as soon as it arrives, so the three legs
  * overlap; one wait for the device at the end. */
