@@ -12,7 +12,8 @@
 # large: tests/large_sizes.c at B=3 H=32 D=128 N=219,600 (> 2^31 elements per tensor; about 70 GB of device
 #        memory, a few minutes with the f64 reference of the sampled sequences on the host's cores).
 # mpi: the sequence-parallel tests and tools under mpirun, 2 ranks sharing the GPU (needs Open MPI in .debs);
-#      mpi-bench: the same without the tests (bench at sana720, new and former summaries, and the demo).
+#      mpi-bench: the same with only the chunked-pipeline MPI tests (bench at sana720 with 4 MB and 1 MB transfer
+#      chunks, and the demo).
 # packed: the packed-clip tests and `bench --packed` (packed against fixed shape on equal clips).
 # pair: the scan-pair and branch tests, and the branch rows at sana480 without and with the fused scan pair.
 set -uo pipefail
@@ -119,14 +120,19 @@ while [ $# -gt 0 ]; do
       if [ "$1" = mpi ]; then
         CAMDELTA_DEVICE=nvidia ctest --test-dir build-gpu -R "mpi|summary" --output-on-failure -V >"$OUT/ctest-mpi.log" 2>&1 || rc=1
         grep -E "measure|tests passed|tests failed|Failed  |Timeout" "$OUT/ctest-mpi.log" | sort -u | tail -40
+      else
+        # the transfers' pipeline in many small chunks (CAMDELTA_SP_CHUNK_BYTES=100) on the NVIDIA driver
+        CAMDELTA_DEVICE=nvidia ctest --test-dir build-gpu -R "mpi_(scan|branch)_chunked_np2" --output-on-failure -V \
+          >"$OUT/ctest-mpi-chunked.log" 2>&1 || rc=1
+        grep -E "measure|tests passed|tests failed|Failed  |Timeout" "$OUT/ctest-mpi-chunked.log" | sort -u | tail -24
       fi
-      # sana720 over 2 ranks sharing the GPU: compute / wait / exchange per rank, scans and branch, beside one device;
-      # then the scans with the summaries from their own grams (CAMDELTA_SP_SEPARATE_SUMMARIES=1, the former way)
+      # sana720 over 2 ranks sharing the GPU: compute / wait / exchange (d2h, mpi, h2d) per rank, scans and branch,
+      # beside one device; then the same over ranks with the transfers in 1 MB chunks instead of 4 MB
       CAMDELTA_DEVICE=nvidia "${MPIRUN[@]}" -np 2 ./build-gpu/camdelta bench --sequence-parallel --shape sana720 \
         --reps 10 --json "$OUT/bench-sp-sana720.json" 2>&1 | tee "$OUT/bench-sp.txt" || rc=1
-      CAMDELTA_SP_SEPARATE_SUMMARIES=1 CAMDELTA_DEVICE=nvidia "${MPIRUN[@]}" -x CAMDELTA_SP_SEPARATE_SUMMARIES -np 2 \
-        ./build-gpu/camdelta bench --sequence-parallel --shape sana720 --reps 10 --no-branch --no-single \
-        --json "$OUT/bench-sp-sana720-separate.json" 2>&1 | tee "$OUT/bench-sp-separate.txt" || rc=1
+      CAMDELTA_SP_CHUNK_BYTES=1048576 CAMDELTA_DEVICE=nvidia "${MPIRUN[@]}" -x CAMDELTA_SP_CHUNK_BYTES -np 2 \
+        ./build-gpu/camdelta bench --sequence-parallel --shape sana720 --reps 5 --no-single \
+        --json "$OUT/bench-sp-sana720-chunk1m.json" 2>&1 | tee "$OUT/bench-sp-chunk1m.txt" || rc=1
       CAMDELTA_DEVICE=nvidia "${MPIRUN[@]}" -np 2 ./build-gpu/camdelta demo --sequence-parallel --shape 1,20,112,21,1560 \
         2>&1 | tee "$OUT/demo-sp.txt" || rc=1
       ;;

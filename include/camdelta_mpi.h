@@ -6,9 +6,9 @@
  * Every rank of `comm` calls with the same B, H, D, S and direction, and its own contiguous share of every
  * sequence's frames: rank 0 the first frames, rank 1 the next ones, ... (args->F = this rank's frame count, at
  * least 1; the tensors are this rank's share, laid out as a single-device call with F frames). A rank computes
- * its segment's state summary (camdelta_summary.h), the ranks exchange only these D x D summaries (an
- * all-gather; each rank folds those of the ranks before it in a fixed order: causal left to right, reverse right
- * to left), and each rank then runs its segment from its exact incoming state. The backward does the same with
+ * its segment's state summary (camdelta_summary.h), the ranks exchange only these D x D summaries (point to
+ * point, each to the ranks that fold it; each rank folds those of the ranks before it in a fixed order: causal
+ * left to right, reverse right to left), and each rank then runs its segment from its exact incoming state. The backward does the same with
  * the gradient summaries (causal right to left, reverse left to right), so the cross-rank terms (the ddecay and
  * dk/dv/dbeta of a segment's first frame, dinit_state) are those of one device. Results equal one device to
  * rounding (SPEC: 1e-6 relative).
@@ -22,6 +22,11 @@
  *    reverse); ignored elsewhere.
  *  - saved: this rank's per-frame states; a camdelta_mpi_scan_forward's saved object goes to the matching
  *    camdelta_mpi_scan_backward with the same args.
+ *
+ * Transfers: device regions go to pinned host memory (non-blocking reads), over MPI point to point in chunks,
+ * and to the device (non-blocking writes), the three legs pipelined chunk by chunk; the staging is kept per
+ * communicator (camdelta_mpi_release_staging). Calls on one communicator must not run concurrently (as MPI
+ * collectives on one communicator may not).
  *
  * The calls are collective: every rank must call, and every rank returns the same status. Bad input on any
  * rank fails every rank before anything is written (the message names the rank). The calls return when the
@@ -42,13 +47,18 @@ extern "C" {
 typedef struct camdelta_mpi_timing {
   double summary_ms;  /* local work before the exchange: the per-frame matrices (the scan's phase A, or the
                          backward's grams, computed once and reused by the scan) and this rank's summaries */
-  double exchange_ms; /* the summaries some rank needs to the host, MPI all-gather, back to the device */
+  double exchange_ms; /* the summaries some rank needs to pinned host memory, MPI, to the other ranks' device */
   double combine_ms;  /* folding the other ranks' summaries into the incoming state (and gradient) */
   double scan_ms;     /* the rest of the local scan forward or backward from the incoming state */
   double total_ms;    /* the whole call, including the checks and the broadcast of final/dinit states */
   double wait_ms;     /* waiting for the other ranks to finish their local work (the status agreement before
                          the exchange; with ranks sharing one device, also the time their kernels take it) */
   double compute_ms;  /* local device work: summary_ms + combine_ms + scan_ms */
+  /* exchange_ms split into its exposed legs (d2h_ms + mpi_ms + h2d_ms = exchange_ms): the copies to pinned host
+   * memory until the last one is done (those that ran while this rank waited for the others are not counted),
+   * then the MPI messages (with the bookkeeping and the collectives of the exchange) until every one is sent
+   * and received, then the copies to the device still running after the last message arrived */
+  double d2h_ms, mpi_ms, h2d_ms;
 } camdelta_mpi_timing;
 
 /** Scan forward over the ranks of `comm`. `timing` may be NULL. */
@@ -90,6 +100,12 @@ CAMDELTA_API camdelta_status camdelta_mpi_branch_backward_timed(camdelta_context
                                                                 const camdelta_branch_grads *grads,
                                                                 const camdelta_branch_saved *saved, MPI_Comm comm,
                                                                 camdelta_mpi_timing *timing);
+/** The calls keep their staging per communicator (pinned host buffers for the transfers, device scratch for the
+ *  summaries and the branch's conv halo; for one OpenCL context at a time), grown to the largest shape run and
+ *  freed with the communicator or at MPI_Finalize. This frees it now (not collective; a later call allocates it
+ *  again). Returns CAMDELTA_OK (also when there is nothing to free or MPI is not initialised). */
+CAMDELTA_API camdelta_status camdelta_mpi_release_staging(MPI_Comm comm);
+
 /** The contiguous share of F frames that rank `rank` of `ranks` takes in camdelta's tools and tests:
  *  frames [F·rank/ranks, F·(rank+1)/ranks). Needs F >= ranks for every share to be non-empty. */
 CAMDELTA_API void camdelta_mpi_frame_share(size_t F, int ranks, int rank, size_t *first, size_t *count);

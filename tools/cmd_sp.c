@@ -1205,14 +1205,14 @@ int cmd_bench_sp(int argc, char **argv) {
     if (!rc && g_rank == 0) {
       printf("\nshape %s: B=%zu H=%zu D=%zu F=%zu S=%zu", s->name, p.B, p.H, p.D, p.F, p.S);
       if (branch) printf("; branch grid %zux%zux%zu, chunk size %zu", bp.T, bp.Hs, bp.Ws, bp.cs);
-      printf("\n%-22s %-5s %-6s %10s %10s %10s %10s %8s %8s %10s %10s\n", "operation", "rank", "frames", "total ms",
-             "compute", "wait", "exchange", "exch. %", "wait %", "summary", "local");
+      printf("\n%-22s %-5s %-6s %10s %10s %10s %10s %8s %8s %10s %10s %8s %8s %8s\n", "operation", "rank", "frames",
+             "total ms", "compute", "wait", "exchange", "exch. %", "wait %", "summary", "local", "d2h", "mpi", "h2d");
     }
     cJSON *jshape = cJSON_CreateObject();
     cJSON_AddItemToArray(js, jshape);
     cJSON_AddStringToObject(jshape, "name", s->name);
     cJSON *jops = cJSON_AddArrayToObject(jshape, "ops");
-    enum { NPH = 7 }; /* total, summary, exchange, combine, local, wait, compute */
+    enum { NPH = 10 }; /* total, summary, exchange, combine, local, wait, compute; the exchange's d2h, mpi, h2d */
     static const char *const OPNAMES[6] = {"scan forward causal", "scan forward reverse", "scan backward causal",
                                            "scan backward reverse", "branch forward", "branch backward"};
     for (int opi = 0; opi < (branch ? 6 : 4) && !rc; opi++) {
@@ -1227,8 +1227,8 @@ int cmd_bench_sp(int argc, char **argv) {
         if (opi >= 4) st = br_run(ctx, &bp, fl, &bb, bwd, bsv, 1, &tm); /* the backward from the forward's saved */
         else st = bwd ? run_bwd(ctx, &p, fl, &b, reverse, 1, &tm) : run_fwd(ctx, &p, fl, &b, reverse, 1, &tm);
         if (!st && it >= warmup) {
-          const double x[NPH] = {tm.total_ms, tm.summary_ms, tm.exchange_ms, tm.combine_ms,
-                                 tm.scan_ms,  tm.wait_ms,    tm.compute_ms};
+          const double x[NPH] = {tm.total_ms, tm.summary_ms, tm.exchange_ms, tm.combine_ms, tm.scan_ms,
+                                 tm.wait_ms,  tm.compute_ms, tm.d2h_ms,      tm.mpi_ms,     tm.h2d_ms};
           for (int k = 0; k < NPH; k++) ph[k][it - warmup] = x[k];
         }
       }
@@ -1247,9 +1247,9 @@ int cmd_bench_sp(int argc, char **argv) {
           cJSON *jr = cJSON_AddArrayToObject(jop, "ranks");
           for (int r = 0; r < g_size; r++) {
             const double *m = all + r * (NPH + 1);
-            printf("%-22s %-5d %-6.0f %10.3f %10.3f %10.3f %10.3f %7.1f%% %7.1f%% %10.3f %10.3f\n", opname, r, m[NPH],
-                   m[0], m[6], m[5], m[2], m[0] > 0 ? 100.0 * m[2] / m[0] : 0.0, m[0] > 0 ? 100.0 * m[5] / m[0] : 0.0,
-                   m[1], m[4]);
+            printf("%-22s %-5d %-6.0f %10.3f %10.3f %10.3f %10.3f %7.1f%% %7.1f%% %10.3f %10.3f %8.3f %8.3f %8.3f\n",
+                   opname, r, m[NPH], m[0], m[6], m[5], m[2], m[0] > 0 ? 100.0 * m[2] / m[0] : 0.0,
+                   m[0] > 0 ? 100.0 * m[5] / m[0] : 0.0, m[1], m[4], m[7], m[8], m[9]);
             cJSON *o = cJSON_CreateObject();
             cJSON_AddItemToArray(jr, o);
             cJSON_AddNumberToObject(o, "frames", m[NPH]);
@@ -1260,6 +1260,9 @@ int cmd_bench_sp(int argc, char **argv) {
             cJSON_AddNumberToObject(o, "summary_ms", m[1]);
             cJSON_AddNumberToObject(o, "combine_ms", m[3]);
             cJSON_AddNumberToObject(o, "local_ms", m[4]);
+            cJSON_AddNumberToObject(o, "d2h_ms", m[7]);
+            cJSON_AddNumberToObject(o, "mpi_ms", m[8]);
+            cJSON_AddNumberToObject(o, "h2d_ms", m[9]);
           }
         }
         free(all);

@@ -5,9 +5,11 @@
  *   - the two scans and their backward: camdelta_mpi_scan_forward / _backward (D x D summaries only; the
  *     chunk-masked reverse scan needs nothing more: a frame whose beta'_r and decay_r are zero drops its
  *     incoming state, so its chaining across ranks is that of one device);
- *   - the short conv's halo: up to 3 raw K frames (forward) or dk_conv frames (backward) on each side; the ranks
- *     all-gather how many frames each needs on each side, then each owner sends exactly those frames to their
- *     requester, point to point (a halo may span several ranks when ranks hold fewer than 3 frames);
+ *   - the short conv's halo (extend): up to 3 raw K frames (forward) or dk_conv frames (backward) on each side,
+ *     only those the conv reads (src/ops/branch.c, halo_wants); the ranks all-gather how many frames each needs on
+ *     each side, then each owner sends exactly those frames to their requester, device to device through pinned
+ *     staging, point to point and pipelined in chunks (cd_xfer; a halo may span several ranks when ranks hold
+ *     fewer than 3 frames), into an extended buffer kept per communicator (scratch, mpi_stage.h);
  *   - sums over all frames (dconv_weight, dq_norm_weight, dk_norm_weight): each rank's partial is all-gathered
  *     and summed in rank order, so every rank holds the same bits run to run.
  * Every hook first agrees on a status over the ranks, so all ranks return the same status and no rank waits
@@ -23,23 +25,22 @@
 #include "camdelta_helpers.h"
 #include "camdelta_mpi.h"
 #include "mpi_agree.h"
+#include "mpi_stage.h"
 
 typedef struct bsp {
   MPI_Comm comm;
   int P, rank;
   size_t *first, *count; /* every rank's frames */
   camdelta_mpi_timing tm; /* summed over the call's scans, halos and reductions (see camdelta_mpi.h) */
+  cd_stage *stg;          /* the communicator's staging (mpi_stage.h), from the first hook that needs it */
 } bsp;
 
-static double now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
-}
+static double now_ms(void) { return cd_mpi_now_ms(); }
 
 static void add_scan(bsp *c, const camdelta_mpi_timing *t) {
   c->tm.summary_ms += t->summary_ms, c->tm.wait_ms += t->wait_ms, c->tm.exchange_ms += t->exchange_ms;
   c->tm.combine_ms += t->combine_ms;
+  c->tm.d2h_ms += t->d2h_ms, c->tm.mpi_ms += t->mpi_ms, c->tm.h2d_ms += t->h2d_ms;
 }
 
 static camdelta_status agree(void *user, camdelta_status st) {
@@ -77,113 +78,208 @@ static camdelta_status scan_backward(void *user, camdelta_status st, camdelta_co
 
 static size_t min3(size_t n) { return n < 3 ? n : 3; }
 
-/* The halo, point to point: the ranks all-gather how many frames each needs on each side (nleft, nright), then
- * every rank sends each requester exactly the frames of its own that the requester needs (one message per batch
- * and side; they lie in its first or last min(3, F) frames) and receives its halo from their owners. */
-static camdelta_status halo(void *user, camdelta_status st, size_t B, size_t frame, const float *first,
-                            size_t nfirst, const float *last, size_t nlast, float *left, size_t nleft, float *right,
-                            size_t nright) {
+static camdelta_status stage(bsp *c, camdelta_context *ctx) {
+  return c->stg ? CAMDELTA_OK : cd_stage_get(c->comm, ctx, &c->stg);
+}
+
+static const int DEV_SLOT[4] = {CD_DEV_EXT0, CD_DEV_EXT1, CD_DEV_EXT2, CD_DEV_SMALL};
+
+static camdelta_status scratch(void *user, camdelta_context *ctx, int slot, size_t bytes, cl_mem *out) {
   bsp *c = user;
-  if ((st = agree_timed(c, st))) return st;
-  const double t0 = now_ms();
+  *out = NULL;
+  if (slot < 0 || slot > 3) return camdelta_set_error(CAMDELTA_ERROR_INVALID_ARGUMENT, "scratch: internal: slot %d", slot);
+  camdelta_status st = stage(c, ctx);
+  return st ? st : cd_stage_dev(c->stg, DEV_SLOT[slot], bytes, out);
+}
+
+/* The halo, point to point through pinned staging (cd_xfer): every rank's wants are all-gathered (with its
+ * status: the wait for the other ranks), then each rank sends every requester exactly the frames of its own that
+ * the requester wants (one region per batch and side; they lie in its first or last min(3, F) frames) and
+ * receives its own halo from their owners straight into the extended buffer. */
+enum { HW_ST, HW_LEFT, HW_RIGHT, HW_N };
+
+static camdelta_status extend(void *user, camdelta_status st, camdelta_context *ctx, int slot, size_t B, size_t fs,
+                              camdelta_buffer x, size_t T, size_t Te, size_t nl, size_t want_left,
+                              size_t want_right, cl_mem *ext) {
+  bsp *c = user;
+  *ext = NULL;
   const int P = c->P, me = c->rank;
-  const size_t f0 = c->first[me], f1 = f0 + c->count[me], k = min3(c->count[me]);
-  int64_t mine[2] = {(int64_t)nleft, (int64_t)nright}, *need = malloc((size_t)P * 2 * sizeof *need);
-  /* at most one message per (peer, batch, side) each way */
-  const size_t most = (size_t)P * B * 4;
-  MPI_Request *req = malloc((most ? most : 1) * sizeof *req);
-  if (!need || !req) st = camdelta_set_error(CAMDELTA_ERROR_OUT_OF_MEMORY, "halo: out of host memory");
-  if (!st && (nfirst != k || nlast != k))
-    st = camdelta_set_error(CAMDELTA_ERROR_INVALID_ARGUMENT, "halo: internal: %zu/%zu boundary frames", nfirst, nlast);
-  if (!st && (nleft > f0 || nleft > 3 || nright > 3))
-    st = camdelta_set_error(CAMDELTA_ERROR_INVALID_ARGUMENT, "halo: internal: %zu/%zu halo frames", nleft, nright);
-  if (!st && 3 * frame > (size_t)INT_MAX)
-    st = camdelta_set_error(CAMDELTA_ERROR_OVERFLOW, "halo: frames of %zu floats exceed MPI's int counts", frame);
-  if ((st = agree(c, st)) == CAMDELTA_OK) {
-    MPI_Allgather(mine, 2, MPI_INT64_T, need, 2, MPI_INT64_T, c->comm);
-    size_t T = 0;
-    for (int r = 0; r < P; r++) T = c->first[r] + c->count[r] > T ? c->first[r] + c->count[r] : T;
-    /* every rank checks every request the same way (same data), so all post their messages or none does */
-    for (int r = 0; r < P && !st; r++) {
-      const size_t r0 = c->first[r], r1 = r0 + c->count[r];
-      for (int side = 0; side < 2 && !st; side++) {
-        const size_t want = (size_t)need[2 * r + side];
-        if (side ? r1 + want > T : want > r0) {
-          st = camdelta_set_error(CAMDELTA_ERROR_INVALID_ARGUMENT, "halo: internal: rank %d asks for %zu frames "
-                                  "beyond the sequence", r, want);
-          break;
-        }
-        const size_t g0 = side ? r1 : r0 - want, g1 = g0 + want;
-        for (int o = 0; o < P && !st; o++) {
-          const size_t o0 = c->first[o], o1 = o0 + c->count[o], ko = min3(c->count[o]);
-          const size_t a = g0 > o0 ? g0 : o0, b = g1 < o1 ? g1 : o1;
-          if (a < b && (o == r || (side ? b - o0 : o1 - a) > ko))
-            st = camdelta_set_error(CAMDELTA_ERROR_INVALID_ARGUMENT, "halo: internal: rank %d asks for frames "
-                                    "[%zu, %zu) beyond rank %d's boundary frames", r, a, b, o);
-        }
+  const size_t f0 = c->first[me], f1 = f0 + c->count[me], e0 = f0 - nl;
+  int64_t *need = NULL;
+  if (!st) st = stage(c, ctx);
+  if (!st && (slot < 0 || slot > 2 || nl > f0 || want_left > nl || T != c->count[me] || Te < nl + T ||
+              want_right > Te - nl - T))
+    st = camdelta_set_error(CAMDELTA_ERROR_INVALID_ARGUMENT, "halo: internal: slot %d, %zu/%zu/%zu frames", slot, nl,
+                            want_left, want_right);
+  if (!st) st = cd_stage_dev(c->stg, DEV_SLOT[slot], B * Te * fs * 4, ext);
+  if (!st && !(need = cd_stage_arr(c->stg, CD_ARR_LAYOUT, (size_t)P * HW_N * sizeof *need)))
+    st = CAMDELTA_ERROR_OUT_OF_MEMORY;
+  /* this rank's frames and the zeros, enqueued before waiting for the others */
+  const cl_command_queue q = camdelta_context_queue(ctx);
+  for (size_t b = 0; b < B && !st; b++) {
+    const float zero = 0.0f;
+    const size_t fb = fs * 4, base = b * Te * fb, lo = nl - want_left, hi = nl + T + want_right;
+    cl_int err = clEnqueueCopyBuffer(q, x.mem, *ext, (x.offset + b * T * fs) * 4, base + nl * fb, T * fb, 0, NULL,
+                                     NULL);
+    if (err == CL_SUCCESS && lo) err = clEnqueueFillBuffer(q, *ext, &zero, 4, base, lo * fb, 0, NULL, NULL);
+    if (err == CL_SUCCESS && hi < Te)
+      err = clEnqueueFillBuffer(q, *ext, &zero, 4, base + hi * fb, (Te - hi) * fb, 0, NULL, NULL);
+    if (err != CL_SUCCESS)
+      st = camdelta_set_error(CAMDELTA_ERROR_OPENCL, "halo: copying frames: %s", camdelta_cl_error_name(err));
+  }
+  /* the local work before (the kernels that make x) ends here, as local compute: the reads below then time
+   * only themselves */
+  if (!st) {
+    const cl_int err = clFinish(q);
+    if (err != CL_SUCCESS) st = camdelta_set_error(CAMDELTA_ERROR_OPENCL, "halo: %s", camdelta_cl_error_name(err));
+  }
+  /* the wants and statuses of every rank: the wait */
+  const double tw = now_ms();
+  int64_t mine[HW_N] = {st, (int64_t)want_left, (int64_t)want_right};
+  int ok = need != NULL, all_ok = 0;
+  MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, c->comm);
+  if (!all_ok) {
+    c->tm.wait_ms += now_ms() - tw;
+    return agree(c, ok ? CAMDELTA_OK : st ? st : CAMDELTA_ERROR_OUT_OF_MEMORY);
+  }
+  MPI_Allgather(mine, HW_N, MPI_INT64_T, need, HW_N, MPI_INT64_T, c->comm);
+  const double t0 = now_ms();
+  c->tm.wait_ms += t0 - tw;
+  int bad = 0;
+  for (int r = 0; r < P; r++) bad |= need[(size_t)r * HW_N + HW_ST] != 0;
+  if (bad) return agree(c, st);
+  size_t Tg = 0;
+  for (int r = 0; r < P; r++) Tg = c->first[r] + c->count[r] > Tg ? c->first[r] + c->count[r] : Tg;
+  /* every rank checks every request the same way (same data), so all go on or none does */
+  for (int r = 0; r < P && !st; r++) {
+    const size_t r0 = c->first[r], r1 = r0 + c->count[r];
+    for (int side = 0; side < 2 && !st; side++) {
+      const size_t want = (size_t)need[(size_t)r * HW_N + HW_LEFT + side];
+      if (want > 3 || (side ? r1 + want > Tg : want > r0)) {
+        st = camdelta_set_error(CAMDELTA_ERROR_INVALID_ARGUMENT, "halo: internal: rank %d asks for %zu frames "
+                                "beyond the sequence", r, want);
+        break;
+      }
+      const size_t g0 = side ? r1 : r0 - want, g1 = g0 + want;
+      for (int o = 0; o < P && !st; o++) {
+        const size_t o0 = c->first[o], o1 = o0 + c->count[o], ko = min3(c->count[o]);
+        const size_t a = g0 > o0 ? g0 : o0, b = g1 < o1 ? g1 : o1;
+        if (a < b && (o == r || (side ? b - o0 : o1 - a) > ko))
+          st = camdelta_set_error(CAMDELTA_ERROR_INVALID_ARGUMENT, "halo: internal: rank %d asks for frames "
+                                  "[%zu, %zu) beyond rank %d's boundary frames", r, a, b, o);
       }
     }
-    int n = 0;
-    /* sends: requester r's halo ranges, intersected with this rank's frames */
-    for (int r = 0; r < P && !st; r++) {
+  }
+  /* the lists: sources and messages by requester, side, batch; receipts by side, owner, batch (the same order for
+   * every pair of ranks) */
+  const size_t most = (size_t)P * 2 * B;
+  void *mem = st ? NULL : cd_stage_arr(c->stg, CD_ARR_LIST, most * (sizeof(cd_xregion) + sizeof(cd_xsend) +
+                                                                    sizeof(cd_xrecv)));
+  if (!st && !mem) st = CAMDELTA_ERROR_OUT_OF_MEMORY;
+  cd_xfer xf;
+  memset(&xf, 0, sizeof xf);
+  if (!st) {
+    cd_xregion *src = mem;
+    cd_xsend *snd = (cd_xsend *)(src + most);
+    cd_xrecv *rcv = (cd_xrecv *)(snd + most);
+    int ns = 0, nr = 0;
+    for (int r = 0; r < P; r++) {
       if (r == me) continue;
       const size_t r0 = c->first[r], r1 = r0 + c->count[r];
-      for (int side = 0; side < 2 && !st; side++) {
-        const size_t want = (size_t)need[2 * r + side], g0 = side ? r1 : r0 - want, g1 = g0 + want;
-        const size_t a = g0 > f0 ? g0 : f0, b = g1 < f1 ? g1 : f1;
+      for (int side = 0; side < 2; side++) {
+        const size_t want = (size_t)need[(size_t)r * HW_N + HW_LEFT + side], g0 = side ? r1 : r0 - want;
+        const size_t a = g0 > f0 ? g0 : f0, b = g0 + want < f1 ? g0 + want : f1;
         if (a >= b) continue;
-        /* r's left halo is this rank's last frames, its right halo this rank's first frames (checked above) */
-        const float *src = side ? first : last;
-        const size_t idx = side ? a - f0 : a - (f1 - k);
-        for (size_t bb = 0; bb < B; bb++)
-          MPI_Isend(src + (bb * k + idx) * frame, (int)((b - a) * frame), MPI_FLOAT, r, (int)(2 * bb + (size_t)side),
-                    c->comm, &req[n++]);
+        for (size_t bb = 0; bb < B; bb++) {
+          src[ns] = (cd_xregion){x.mem, (x.offset + (bb * T + (a - f0)) * fs) * 4, (b - a) * fs * 4};
+          snd[ns] = (cd_xsend){ns, r};
+          ns++;
+        }
       }
     }
-    /* receives: this rank's halo ranges, from their owners */
-    for (int side = 0; side < 2 && !st; side++) {
-      const size_t want = side ? nright : nleft, g0 = side ? f1 : f0 - want;
-      float *dst = side ? right : left;
+    for (int side = 0; side < 2; side++) {
+      const size_t want = side ? want_right : want_left, g0 = side ? f1 : f0 - want;
       for (int o = 0; o < P; o++) {
         if (o == me) continue;
         const size_t o0 = c->first[o], o1 = o0 + c->count[o];
         const size_t a = g0 > o0 ? g0 : o0, b = g0 + want < o1 ? g0 + want : o1;
         if (a >= b) continue;
         for (size_t bb = 0; bb < B; bb++)
-          MPI_Irecv(dst + (bb * want + (a - g0)) * frame, (int)((b - a) * frame), MPI_FLOAT, o,
-                    (int)(2 * bb + (size_t)side), c->comm, &req[n++]);
+          rcv[nr++] = (cd_xrecv){{*ext, (bb * Te + (a - e0)) * fs * 4, (b - a) * fs * 4}, o};
       }
     }
-    MPI_Waitall(n, req, MPI_STATUSES_IGNORE);
-    st = agree(c, st);
+    xf.s = c->stg, xf.ctx = ctx, xf.comm = c->comm, xf.host_send = CD_HOST_HALO_SEND;
+    xf.host_recv = CD_HOST_HALO_RECV, xf.src = src, xf.nsrc = ns, xf.send = snd, xf.nsend = ns, xf.recv = rcv;
+    xf.nrecv = nr;
+    st = cd_xfer_begin(&xf);
   }
-  free(need), free(req);
-  c->tm.exchange_ms += now_ms() - t0;
+  st = agree(c, st);
+  cd_xtime xt = {0, 0, 0};
+  if (!st) st = cd_xfer_end(&xf, &xt);
+  else cd_xfer_abandon(&xf);
+  st = agree(c, st);
+  /* legs: the reads (their enqueueing and wait) d2h; the writes still running after the last message h2d; the
+   * rest (the lists, the agreements, the messages) mpi */
+  const double total = now_ms() - t0;
+  c->tm.exchange_ms += total, c->tm.d2h_ms += xt.d2h_ms, c->tm.h2d_ms += xt.h2d_ms;
+  c->tm.mpi_ms += total - xt.d2h_ms - xt.h2d_ms;
   return st;
 }
 
-static camdelta_status reduce(void *user, camdelta_status st, float *x, size_t n) {
+/* dst <- the sum over the ranks of src (n floats), in rank order: each rank's partial to pinned memory, all-gathered,
+ * summed on the host, written back. */
+static camdelta_status reduce(void *user, camdelta_status st, camdelta_context *ctx, camdelta_buffer src,
+                              camdelta_buffer dst, size_t n) {
   bsp *c = user;
-  if ((st = agree_timed(c, st))) return st;
-  const double t0 = now_ms();
-  float *all = malloc((size_t)c->P * n * 4);
-  if (!all) st = camdelta_set_error(CAMDELTA_ERROR_OUT_OF_MEMORY, "reduce: out of host memory");
+  float *h = NULL;
+  const cl_command_queue q = camdelta_context_queue(ctx);
+  if (!st) st = stage(c, ctx);
   if (!st && n > (size_t)INT_MAX) st = camdelta_set_error(CAMDELTA_ERROR_OVERFLOW, "reduce: %zu floats", n);
-  if ((st = agree(user, st)) == CAMDELTA_OK) {
-    MPI_Allgather(x, (int)n, MPI_FLOAT, all, (int)n, MPI_FLOAT, c->comm);
-    for (size_t i = 0; i < n; i++) {
-      float acc = 0.0f;
-      for (int r = 0; r < c->P; r++) acc += all[(size_t)r * n + i];
-      x[i] = acc;
-    }
+  if (!st) st = cd_stage_host(c->stg, CD_HOST_SMALL, ((size_t)c->P + 1) * n * 4, &h);
+  cl_event rd = NULL;
+  if (!st) { /* the kernels that make src, as local compute */
+    const cl_int err = clFinish(q);
+    if (err != CL_SUCCESS) st = camdelta_set_error(CAMDELTA_ERROR_OPENCL, "reduce: %s", camdelta_cl_error_name(err));
   }
-  free(all);
-  c->tm.exchange_ms += now_ms() - t0;
+  const double t0 = now_ms();
+  if (!st) {
+    const cl_int err = clEnqueueReadBuffer(q, src.mem, CL_FALSE, src.offset * 4, n * 4, h + (size_t)c->P * n, 0,
+                                           NULL, &rd);
+    if (err != CL_SUCCESS)
+      st = camdelta_set_error(CAMDELTA_ERROR_OPENCL, "reduce: reading: %s", camdelta_cl_error_name(err));
+    else clFlush(q);
+  }
+  const double tr = now_ms();
+  if ((st = agree_timed(c, st))) {
+    if (rd) clWaitForEvents(1, &rd), clReleaseEvent(rd);
+    return st;
+  }
+  const double t1 = now_ms();
+  cl_int err = clWaitForEvents(1, &rd);
+  clReleaseEvent(rd);
+  const double t2 = now_ms();
+  if (err != CL_SUCCESS)
+    st = camdelta_set_error(CAMDELTA_ERROR_OPENCL, "reduce: reading: %s", camdelta_cl_error_name(err));
+  MPI_Allgather(h + (size_t)c->P * n, (int)n, MPI_FLOAT, h, (int)n, MPI_FLOAT, c->comm);
+  for (size_t i = 0; i < n; i++) {
+    float acc = 0.0f;
+    for (int r = 0; r < c->P; r++) acc += h[(size_t)r * n + i];
+    h[(size_t)c->P * n + i] = acc;
+  }
+  const double t3 = now_ms();
+  err = clEnqueueWriteBuffer(q, dst.mem, CL_TRUE, dst.offset * 4, n * 4, h + (size_t)c->P * n, 0, NULL, NULL);
+  if (!st && err != CL_SUCCESS)
+    st = camdelta_set_error(CAMDELTA_ERROR_OPENCL, "reduce: writing: %s", camdelta_cl_error_name(err));
+  st = agree(c, st);
+  const double t4 = now_ms();
+  c->tm.exchange_ms += (tr - t0) + (t4 - t1);
+  c->tm.d2h_ms += (tr - t0) + (t2 - t1), c->tm.mpi_ms += t3 - t2, c->tm.h2d_ms += t4 - t3;
+  /* the wait was counted by agree_timed from tr; the enqueueing before it is exchange */
   return st;
 }
 
 enum { DS_OK, DS_B, DS_T, DS_HS, DS_WS, DS_H, DS_D, DS_PT, DS_PH, DS_PW, DS_CS, DS_STRAT, DS_CIC, DS_ALG, DS_PREC,
-       DS_KS, DS_EPS, DS_SAVED, DS_GRADS, DS_COUNT };
+       DS_KS, DS_EPS, DS_SAVED, DS_GRADS, DS_CHUNK, DS_COUNT };
 
 static uint32_t fbits(float f) {
   uint32_t u;
@@ -209,13 +305,17 @@ static camdelta_status setup(bsp *c, cd_branch_sp *sp, MPI_Comm comm, const char
   if (!a) st = camdelta_set_error(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'args' is NULL", op);
   else if (!a->T)
     st = camdelta_set_error(CAMDELTA_ERROR_SHAPE, "%s: T=0 (each rank must hold at least one frame)", op);
+  else if (!cd_xfer_chunk())
+    st = camdelta_set_error(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: CAMDELTA_SP_CHUNK_BYTES='%s' (expected a multiple "
+                            "of 4 in [4, 2^30])", op, getenv("CAMDELTA_SP_CHUNK_BYTES"));
   int64_t d[DS_COUNT] = {0};
   if (!st) {
     const int64_t v[DS_COUNT] = {1, (int64_t)a->B, (int64_t)a->T, (int64_t)a->Hs, (int64_t)a->Ws, (int64_t)a->H,
                                  (int64_t)a->D, (int64_t)a->pt, (int64_t)a->ph, (int64_t)a->pw,
                                  (int64_t)a->chunking.chunk_size, (int64_t)a->chunking.strategy,
                                  (int64_t)a->chunking.chunk_index_count, (int64_t)a->algorithm,
-                                 (int64_t)a->precision, fbits(a->k_scale), fbits(a->norm_eps), has_saved, grads};
+                                 (int64_t)a->precision, fbits(a->k_scale), fbits(a->norm_eps), has_saved, grads,
+                                 (int64_t)cd_xfer_chunk()};
     memcpy(d, v, sizeof d);
   }
   int64_t *all = malloc((size_t)c->P * DS_COUNT * sizeof *all);
@@ -242,7 +342,8 @@ static camdelta_status setup(bsp *c, cd_branch_sp *sp, MPI_Comm comm, const char
                                 : i <= DS_CIC ? "chunking"
                                 : i <= DS_EPS ? "algorithm, precision, k_scale or norm_eps"
                                 : i == DS_SAVED ? "whether 'saved' is passed"
-                                                : "which gradients are asked for");
+                                : i == DS_GRADS ? "which gradients are asked for"
+                                                : "the transfers' chunk size (CAMDELTA_SP_CHUNK_BYTES)");
         break;
       }
     c->first[r] = T, c->count[r] = (size_t)o[DS_T], T += (size_t)o[DS_T];
@@ -251,8 +352,8 @@ static camdelta_status setup(bsp *c, cd_branch_sp *sp, MPI_Comm comm, const char
   st = agree(c, st);
   if (st) return st;
   sp->T_global = T, sp->f0 = c->first[c->rank], sp->user = c;
-  sp->agree = agree, sp->scan_forward = scan_forward, sp->scan_backward = scan_backward, sp->halo = halo;
-  sp->reduce = reduce;
+  sp->agree = agree, sp->scan_forward = scan_forward, sp->scan_backward = scan_backward, sp->extend = extend;
+  sp->scratch = scratch, sp->reduce = reduce;
   return CAMDELTA_OK;
 }
 

@@ -13,9 +13,11 @@
  *      init_state folded in: E_0 = its final state) and, for 0 < p < P−1, T_p; in the backward, position p > 0
  *      also computes G_p (at p = P−1 with grad_final_state folded in: G_{P−1} = its dinit_state); then a status
  *      agreement, timed apart as the wait for the slowest rank;
- *   2. exchange: only the summaries some rank folds go to the host (before that agreement, overlapping slower
- *      ranks' work), MPI_Allgatherv, and each rank uploads those of the ranks it folds (a fold of one summary,
- *      as with 2 ranks, straight into the incoming-state buffer);
+ *   2. exchange (cd_xfer, mpi_stage.h): each summary some rank folds is read into pinned staging (enqueued before
+ *      that agreement, so the copy runs while this rank waits for slower ones), sent point to point to the ranks
+ *      that fold it, and written to their device (a fold of one summary, as with 2 ranks, straight into the
+ *      incoming-state buffer), in chunks pipelined through the three legs; the staging and scratch are kept per
+ *      communicator (nothing allocated once a shape has run);
  *   3. combine: M_in(p) = T_{p−1}(…(T_1·E_0 + E_1)…) + E_{p−1} (p > 0); in the backward also
  *      dM_out(p) = G_{p+1} + T_{p+1}ᵀ(G_{p+2} + …) (p < P−1), each on the device in that fixed order, into the
  *      incoming-state buffers;
@@ -36,6 +38,7 @@
 #include "camdelta_mpi.h"
 #include "camdelta_summary.h"
 #include "mpi_agree.h"
+#include "mpi_stage.h"
 #include "../ops/scan_hook.h"
 
 void camdelta_mpi_frame_share(size_t F, int ranks, int rank, size_t *first, size_t *count) {
@@ -49,11 +52,7 @@ void camdelta_mpi_frame_share(size_t F, int ranks, int rank, size_t *first, size
   if (count) *count = b - a;
 }
 
-static double now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
-}
+static double now_ms(void) { return cd_mpi_now_ms(); }
 
 /* ------------------------------------------------------------------------------------------ agreement */
 
@@ -143,7 +142,7 @@ static camdelta_status check_inputs(const char *op, const camdelta_scan_args *a,
   return st;
 }
 
-enum { DS_ST, DS_B, DS_H, DS_D, DS_F, DS_S, DS_REV, DS_WANT, DS_COUNT };
+enum { DS_ST, DS_B, DS_H, DS_D, DS_F, DS_S, DS_REV, DS_WANT, DS_CHUNK, DS_COUNT };
 
 /* All-gather the descriptors; check that the shapes agree. `a`: this rank's shape and direction (NULL: none);
  * `want`: this rank asks for final/dinit_state. *any_want: some rank does. */
@@ -151,7 +150,11 @@ static camdelta_status gather_desc(const sp *c, camdelta_status st, const camdel
                                    int *any_want) {
   const size_t B = a ? a->B : 0, H = a ? a->H : 0, D = a ? a->D : 0, F = a ? a->F : 0, S = a ? a->S : 0;
   const int reverse = a && a->reverse != 0;
-  int64_t mine[DS_COUNT] = {st, (int64_t)B, (int64_t)H, (int64_t)D, (int64_t)F, (int64_t)S, reverse != 0, want != 0};
+  if (!st && !cd_xfer_chunk())
+    st = camdelta_set_error(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: CAMDELTA_SP_CHUNK_BYTES='%s' (expected a multiple of "
+                            "4 in [4, 2^30])", c->op, getenv("CAMDELTA_SP_CHUNK_BYTES"));
+  int64_t mine[DS_COUNT] = {st,          (int64_t)B, (int64_t)H,   (int64_t)D, (int64_t)F, (int64_t)S, reverse != 0,
+                            want != 0, (int64_t)cd_xfer_chunk()};
   int64_t *all = malloc((size_t)c->P * DS_COUNT * sizeof *all);
   int ok = all != NULL, all_ok = 0;
   MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, c->comm);
@@ -176,6 +179,12 @@ static camdelta_status gather_desc(const sp *c, camdelta_status st, const camdel
                                  reverse ? "reverse" : "causal");
         break;
       }
+      if (d[DS_CHUNK] != mine[DS_CHUNK]) {
+        out = camdelta_set_error(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: rank %d transfers in chunks of %lld bytes, rank "
+                                 "%d in chunks of %lld (CAMDELTA_SP_CHUNK_BYTES must be the same on every rank)",
+                                 c->op, r, (long long)d[DS_CHUNK], c->rank, (long long)mine[DS_CHUNK]);
+        break;
+      }
       if (d[DS_WANT]) *any_want = 1;
     }
   }
@@ -185,42 +194,7 @@ static camdelta_status gather_desc(const sp *c, camdelta_status st, const camdel
 
 /* ------------------------------------------------------------------------------------------ device help */
 
-typedef struct scratch {
-  cl_mem m[12];
-  int n;
-} scratch;
-
-static camdelta_status alloc(camdelta_context *ctx, scratch *s, size_t bytes, cl_mem *out) {
-  cl_int err;
-  if (s->n == (int)(sizeof s->m / sizeof s->m[0]))
-    return camdelta_set_error(CAMDELTA_ERROR_OUT_OF_MEMORY, "internal: too many scratch buffers");
-  *out = clCreateBuffer(camdelta_context_cl_context(ctx), CL_MEM_READ_WRITE, bytes ? bytes : 4, NULL, &err);
-  if (err != CL_SUCCESS) {
-    *out = NULL;
-    return camdelta_set_error(err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES ||
-                                      err == CL_OUT_OF_HOST_MEMORY
-                                  ? CAMDELTA_ERROR_OUT_OF_MEMORY
-                                  : CAMDELTA_ERROR_OPENCL,
-                              "allocating a device buffer of %zu bytes: %s", bytes, camdelta_cl_error_name(err));
-  }
-  s->m[s->n++] = *out;
-  return CAMDELTA_OK;
-}
-
-static void scratch_free(scratch *s) {
-  for (int i = 0; i < s->n; i++) clReleaseMemObject(s->m[i]);
-  s->n = 0;
-}
-
-static camdelta_status rw(camdelta_context *ctx, int write, camdelta_buffer b, size_t floats, float *host) {
-  cl_command_queue q = camdelta_context_queue(ctx);
-  cl_int err = write ? clEnqueueWriteBuffer(q, b.mem, CL_TRUE, b.offset * 4, floats * 4, host, 0, NULL, NULL)
-                     : clEnqueueReadBuffer(q, b.mem, CL_TRUE, b.offset * 4, floats * 4, host, 0, NULL, NULL);
-  if (err != CL_SUCCESS)
-    return camdelta_set_error(CAMDELTA_ERROR_OPENCL, "%s a state buffer: %s", write ? "writing" : "reading",
-                              camdelta_cl_error_name(err));
-  return CAMDELTA_OK;
-}
+static cl_command_queue queue_of(const sp *c) { return camdelta_context_queue(c->ctx); }
 
 static int rank_at(const sp *c, int pos, int reverse) { return reverse ? c->P - 1 - pos : pos; }
 
@@ -285,20 +259,25 @@ static camdelta_status sp_begin(sp *c, camdelta_context *ctx, MPI_Comm comm, con
   return CAMDELTA_OK;
 }
 
-/* Broadcast the sequence's (B, H, D, D) state from position `from_pos` to the ranks that pass `dst`. */
-static camdelta_status bcast_state(const sp *c, int reverse, int from_pos, camdelta_buffer src, camdelta_buffer dst,
-                                   size_t ns) {
-  float *h = malloc(ns * 4);
-  camdelta_status st = h ? CAMDELTA_OK : camdelta_set_error(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", c->op);
+/* Broadcast the sequence's (B, H, D, D) state from position `from_pos` to the ranks that pass `dst`, through pinned
+ * staging. */
+static camdelta_status bcast_state(const sp *c, cd_stage *stg, int reverse, int from_pos, camdelta_buffer src,
+                                   camdelta_buffer dst, size_t ns) {
+  float *h = NULL;
+  camdelta_status st = cd_stage_host(stg, CD_HOST_SMALL, ns * 4, &h);
   const int root = rank_at(c, from_pos, reverse);
-  if (!st && c->rank == root) st = rw(c->ctx, 0, src, ns, h);
-  if ((st = agree(c, st))) {
-    free(h);
-    return st;
+  if (!st && c->rank == root) {
+    const cl_int err = clEnqueueReadBuffer(queue_of(c), src.mem, CL_TRUE, src.offset * 4, ns * 4, h, 0, NULL, NULL);
+    if (err != CL_SUCCESS)
+      st = camdelta_set_error(CAMDELTA_ERROR_OPENCL, "reading a state buffer: %s", camdelta_cl_error_name(err));
   }
+  if ((st = agree(c, st))) return st;
   MPI_Bcast(h, (int)ns, MPI_FLOAT, root, c->comm);
-  if (c->rank != root && dst.mem) st = rw(c->ctx, 1, dst, ns, h);
-  free(h);
+  if (c->rank != root && dst.mem) {
+    const cl_int err = clEnqueueWriteBuffer(queue_of(c), dst.mem, CL_TRUE, dst.offset * 4, ns * 4, h, 0, NULL, NULL);
+    if (err != CL_SUCCESS)
+      st = camdelta_set_error(CAMDELTA_ERROR_OPENCL, "writing a state buffer: %s", camdelta_cl_error_name(err));
+  }
   return agree(c, st);
 }
 
@@ -315,87 +294,79 @@ static camdelta_status state_summary(const sp *c, const camdelta_scan_args *a, c
   return camdelta_scan_summary(c->ctx, &sa);
 }
 
-/* Step 2, the exchange of the summaries some rank folds (see sends()): rank r's summary k (from src[k] on rank r)
- * goes to every rank by one MPI_Allgatherv of only those. In two parts:
- *  xch_begin, before the ranks wait for each other (so that it overlaps the slower ranks' work): the layout
- *    (off[r·NSLOT + k], in floats, or NO_SLOT) and this rank's summaries to the host; not collective;
- *  xch_end, after the agreement: the all-gather, and a rank that folds (`need`) writes to the device those of
- *    the ranks in `want` (want[r] != 0): into direct[r·NSLOT + k] when given (a fold of one summary is that
- *    summary), else into *all (allocated here) at off[r·NSLOT + k]. Collective. */
-typedef struct xch {
-  int *counts; /* P counts, then P displacements */
-  float *buf;
-  size_t total;
-} xch;
+/* Step 2, the exchange: every summary some rank folds (see sends()) goes point to point from its owner to the
+ * ranks that fold it (wants()), through pinned staging (cd_xfer, mpi_stage.h): rank r's summary k lands in the
+ * device buffer `all` at off[r·NSLOT + k] floats, or in place (direct[r·NSLOT + k]) where a fold of one summary is
+ * that summary. The lists are built the same way on every rank: sources in slot order, each sent to its folders
+ * in rank order; receipts by owner rank, then slot. */
+static int wants(int P, int q, int j, int k, int grad) {
+  if (!sends(P, j, k, grad)) return 0;
+  if (k == SL_E) return j < q;
+  if (k == SL_T) return j < q || (grad && j > q);
+  return grad && j > q;
+}
 
-static camdelta_status xch_begin(const sp *c, xch *x, int reverse, int grad, const cl_mem src[NSLOT], size_t ns,
-                                 size_t *off) {
-  const int P = c->P;
-  x->total = 0, x->buf = NULL;
-  x->counts = malloc((size_t)P * 2 * sizeof *x->counts);
-  camdelta_status st =
-      x->counts ? CAMDELTA_OK : camdelta_set_error(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", c->op);
-  for (int r = 0; r < P && !st; r++) {
-    const int p = pos_of(c, r, reverse);
-    size_t n = 0;
-    for (int k = 0; k < NSLOT; k++) {
-      off[(size_t)r * NSLOT + k] = sends(P, p, k, grad) ? x->total + n * ns : NO_SLOT;
-      n += sends(P, p, k, grad) ? 1 : 0;
-    }
-    if (n * ns > (size_t)0x7fffffff || x->total > (size_t)0x7fffffff)
-      st = camdelta_set_error(CAMDELTA_ERROR_UNSUPPORTED, "%s: summaries of %zu floats exceed MPI's int counts", c->op,
-                              n * ns);
-    else
-      x->counts[r] = (int)(n * ns), x->counts[P + r] = (int)x->total;
-    x->total += n * ns;
+typedef struct xlists {
+  cd_xregion src[NSLOT];
+  cd_xsend *send;
+  cd_xrecv *recv;
+  int nsrc, nsend, nrecv;
+} xlists;
+
+/* Builds the transfer's lists; *all_out gets the device buffer of the summaries folded (NULL when every summary
+ * goes in place). */
+static camdelta_status xch_lists(const sp *c, cd_stage *stg, int reverse, int grad, const cl_mem mine[NSLOT],
+                                 size_t ns, const size_t *off, const cl_mem *direct, size_t total, xlists *L,
+                                 cl_mem *all_out) {
+  const int P = c->P, me = c->rank, q = c->pos;
+  *all_out = NULL;
+  memset(L->src, 0, sizeof L->src);
+  L->nsrc = L->nsend = L->nrecv = 0;
+  void *mem = cd_stage_arr(stg, CD_ARR_LIST, (size_t)P * NSLOT * (sizeof(cd_xsend) + sizeof(cd_xrecv)));
+  if (!mem) return CAMDELTA_ERROR_OUT_OF_MEMORY;
+  L->send = mem, L->recv = (cd_xrecv *)(L->send + (size_t)P * NSLOT);
+  for (int k = 0; k < NSLOT; k++) {
+    if (!mine[k] || !sends(P, q, k, grad)) continue;
+    int any = 0;
+    for (int r = 0; r < P; r++)
+      if (r != me && wants(P, pos_of(c, r, reverse), q, k, grad))
+        L->send[L->nsend++] = (cd_xsend){L->nsrc, r}, any = 1;
+    if (any) L->src[L->nsrc++] = (cd_xregion){mine[k], 0, ns * 4};
   }
-  if (!st && !(x->buf = malloc(x->total ? x->total * 4 : 4)))
-    st = camdelta_set_error(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", c->op);
-  for (int k = 0; k < NSLOT && !st; k++)
-    if (src[k] && off[(size_t)c->rank * NSLOT + k] != NO_SLOT)
-      st = rw(c->ctx, 0, (camdelta_buffer){src[k], 0}, ns, x->buf + off[(size_t)c->rank * NSLOT + k]);
-  return st;
-}
-
-static void xch_free(xch *x) {
-  free(x->counts), free(x->buf);
-  x->counts = NULL, x->buf = NULL;
-}
-
-static camdelta_status xch_end(const sp *c, scratch *s, xch *x, size_t ns, int need, const int *want,
-                               const cl_mem *direct, cl_mem *all, const size_t *off) {
-  const int P = c->P;
   camdelta_status st = CAMDELTA_OK;
-  MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x->buf, x->counts, x->counts + P, MPI_FLOAT, c->comm);
-  if (need && x->total) {
-    cl_command_queue q = camdelta_context_queue(c->ctx);
-    for (int r = 0; r < P && !st; r++)
-      for (int k = 0; k < NSLOT && !st && want[r]; k++) {
-        const size_t o = off[(size_t)r * NSLOT + k];
-        if (o == NO_SLOT) continue;
-        cl_mem dst = direct[(size_t)r * NSLOT + k];
-        if (!dst && !*all) st = alloc(c->ctx, s, x->total * 4, all);
-        if (st) break;
-        cl_int err = clEnqueueWriteBuffer(q, dst ? dst : *all, CL_FALSE, dst ? 0 : o * 4, ns * 4, x->buf + o, 0, NULL,
-                                          NULL);
-        if (err != CL_SUCCESS)
-          st = camdelta_set_error(CAMDELTA_ERROR_OPENCL, "writing the summaries: %s", camdelta_cl_error_name(err));
+  for (int r = 0; r < P && !st; r++) {
+    if (r == me) continue;
+    const int j = pos_of(c, r, reverse);
+    for (int k = 0; k < NSLOT && !st; k++) {
+      if (!wants(P, q, j, k, grad)) continue;
+      cl_mem dst = direct[(size_t)r * NSLOT + k];
+      size_t at = 0;
+      if (!dst) {
+        if (!*all_out) st = cd_stage_dev(stg, CD_DEV_ALL, total * 4, all_out);
+        dst = *all_out, at = off[(size_t)r * NSLOT + k] * 4;
       }
-    if (!st) st = camdelta_finish(c->ctx); /* the host buffer is freed after */
+      if (!st) L->recv[L->nrecv++] = (cd_xrecv){{dst, at, ns * 4}, r};
+    }
   }
-  return agree(c, st);
+  return st;
 }
 
 /* t[0] the call's start, then the ends of: checks, the local compute before the exchange, the wait for the other
  * ranks, the exchange, the combine, the rest of the local scan. */
-enum { TM_START, TM_CHECKS, TM_COMPUTE, TM_WAIT, TM_EXCHANGE, TM_COMBINE, TM_SCAN, TM_PRE, TM_N };
-/* TM_PRE: not a time stamp but the duration of the exchange's first part (xch_begin), between TM_COMPUTE and the
- * wait's start. */
-static void put_timing(camdelta_mpi_timing *timing, const double t[TM_N]) {
-  timing->summary_ms = t[TM_COMPUTE] - t[TM_CHECKS], timing->wait_ms = t[TM_WAIT] - t[TM_COMPUTE] - t[TM_PRE];
-  timing->exchange_ms = t[TM_EXCHANGE] - t[TM_WAIT] + t[TM_PRE], timing->combine_ms = t[TM_COMBINE] - t[TM_EXCHANGE];
+enum { TM_START, TM_CHECKS, TM_COMPUTE, TM_WAIT, TM_EXCHANGE, TM_COMBINE, TM_SCAN, TM_N };
+/* The exchange's legs (cd_xtime): its reads to the host are enqueued before the local compute is waited for, so
+ * their enqueueing (d2h_ms's first part, x.d2h_pre) is moved from the compute to the exchange. */
+typedef struct legs {
+  double pre, d2h, h2d;
+} legs;
+
+static void put_timing(camdelta_mpi_timing *timing, const double t[TM_N], const legs *lg) {
+  timing->summary_ms = t[TM_COMPUTE] - t[TM_CHECKS] - lg->pre, timing->wait_ms = t[TM_WAIT] - t[TM_COMPUTE];
+  timing->exchange_ms = t[TM_EXCHANGE] - t[TM_WAIT] + lg->pre, timing->combine_ms = t[TM_COMBINE] - t[TM_EXCHANGE];
   timing->scan_ms = t[TM_SCAN] - t[TM_COMBINE], timing->total_ms = now_ms() - t[TM_START];
   timing->compute_ms = timing->summary_ms + timing->combine_ms + timing->scan_ms;
+  timing->d2h_ms = lg->d2h, timing->h2d_ms = lg->h2d;
+  timing->mpi_ms = timing->exchange_ms - lg->d2h - lg->h2d;
 }
 
 /* The middle of a sequence-parallel call (the scan's callback, scan_hook.h): this rank's summaries from the
@@ -407,9 +378,10 @@ typedef struct sp_mid {
   camdelta_buffer grad_final;    /* backward: grad_final_state; NULL mem in the forward */
   int grad;                      /* backward */
   size_t ns;
-  scratch *s;
-  cl_mem T, E, G, Mi, dMo, tmp, all;
+  cd_stage *stg;
+  cl_mem T, E, G, Mi, dMo, tmp;
   double *t;
+  legs lg;
   int called, timed;
   int separate;                             /* CAMDELTA_SP_SEPARATE_SUMMARIES (see the top of this file) */
   const camdelta_scan_backward_args *gsrc; /* backward: q, grad_out for a separate gradient summary */
@@ -454,60 +426,84 @@ static camdelta_status sp_middle(void *user, cl_mem A, cl_mem U, cl_mem W) {
     if (E.mem) st = state_summary(c, a, m->T, m->E);
     if (!st && G.mem) st = grad_summary(c, a, m->gsrc, m->grad_final, m->G);
   }
-  if (!st) st = camdelta_finish(c->ctx);
+  /* the end of the local compute, as an event (so that the reads below are enqueued behind it at once) */
+  cl_event computed = NULL;
+  if (!st) {
+    const cl_int err = clEnqueueMarkerWithWaitList(queue_of(c), 0, NULL, &computed);
+    if (err != CL_SUCCESS)
+      st = camdelta_set_error(CAMDELTA_ERROR_OPENCL, "%s: enqueueing a marker: %s", c->op, camdelta_cl_error_name(err));
+  }
+  /* 2. exchange, first part: the layout, the lists and the reads of this rank's summaries to pinned host memory,
+   * enqueued before waiting (they run while this rank waits for the others). A fold of one summary is that summary:
+   * position 1's incoming state is E_0, position P−2's incoming state gradient G_{P−1}, received in place. */
+  const double tp = now_ms();
+  size_t *off = cd_stage_arr(m->stg, CD_ARR_LAYOUT, (size_t)P * NSLOT * (sizeof(size_t) + sizeof(cl_mem)));
+  cl_mem *direct = off ? (cl_mem *)(off + (size_t)P * NSLOT) : NULL;
+  if (!st && !off) st = CAMDELTA_ERROR_OUT_OF_MEMORY;
+  const int direct_fwd = pos == 1, direct_grad = m->grad && pos == P - 2;
+  size_t total = 0;
+  cl_mem all = NULL;
+  xlists L;
+  cd_xfer x;
+  memset(&x, 0, sizeof x);
+  if (!st) {
+    for (int r = 0; r < P; r++)
+      for (int k = 0; k < NSLOT; k++) {
+        const int send = sends(P, pos_of(c, r, reverse), k, m->grad);
+        off[(size_t)r * NSLOT + k] = send ? total : NO_SLOT, total += send ? m->ns : 0;
+        direct[(size_t)r * NSLOT + k] = NULL;
+      }
+    if (direct_fwd) direct[(size_t)rank_at(c, 0, reverse) * NSLOT + SL_E] = m->Mi;
+    if (direct_grad) direct[(size_t)rank_at(c, P - 1, reverse) * NSLOT + SL_G] = m->dMo;
+    const cl_mem mine[NSLOT] = {T.mem, E.mem, G.mem};
+    st = xch_lists(c, m->stg, reverse, m->grad, mine, m->ns, off, direct, total, &L, &all);
+  }
+  if (!st) {
+    x.s = m->stg, x.ctx = c->ctx, x.comm = c->comm, x.host_send = CD_HOST_SCAN_SEND, x.host_recv = CD_HOST_SCAN_RECV;
+    x.src = L.src, x.nsrc = L.nsrc, x.send = L.send, x.nsend = L.nsend, x.recv = L.recv, x.nrecv = L.nrecv;
+    st = cd_xfer_begin(&x);
+  }
+  m->lg.pre = now_ms() - tp;
+  if (computed) {
+    clFlush(queue_of(c));
+    const cl_int err = clWaitForEvents(1, &computed);
+    if (!st && err != CL_SUCCESS)
+      st = camdelta_set_error(CAMDELTA_ERROR_OPENCL, "%s: the summaries: %s", c->op, camdelta_cl_error_name(err));
+    clReleaseEvent(computed);
+  }
   m->t[TM_COMPUTE] = now_ms();
-  /* 2. exchange, first part: the layout and this rank's summaries to the host, before waiting for the others */
-  int *want = calloc((size_t)P, sizeof *want);
-  size_t *off = malloc((size_t)P * NSLOT * sizeof *off);
-  cl_mem *direct = calloc((size_t)P * NSLOT, sizeof *direct);
-  xch x = {NULL, NULL, 0};
-  if (!st && (!want || !off || !direct))
-    st = camdelta_set_error(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", c->op);
-  const cl_mem mine[NSLOT] = {T.mem, E.mem, G.mem};
-  if (!st) st = xch_begin(c, &x, reverse, m->grad, mine, m->ns, off);
-  m->t[TM_PRE] = now_ms() - m->t[TM_COMPUTE];
   /* the wait for the slowest rank: the status agreement is the first collective after the local work */
   st = agree(c, st);
   m->t[TM_WAIT] = now_ms();
   if (st) { /* every rank stops here (a rank whose scan failed before calling back agrees once, after it) */
-    xch_free(&x);
-    free(want), free(off), free(direct);
+    cd_xfer_abandon(&x);
     return st;
   }
-  /* forward folds need the positions before this one, gradient folds those after it; a fold of one summary is that
-   * summary: position 1's incoming state is E_0, position P−2's incoming state gradient G_{P−1}, written straight
-   * into place */
-  const int direct_fwd = pos == 1, direct_grad = m->grad && pos == P - 2;
-  if (direct_fwd) direct[(size_t)rank_at(c, 0, reverse) * NSLOT + SL_E] = m->Mi;
-  if (direct_grad) direct[(size_t)rank_at(c, P - 1, reverse) * NSLOT + SL_G] = m->dMo;
-  for (int r = 0; r < P; r++) {
-    const int p = pos_of(c, r, reverse);
-    want[r] = p < pos || (m->grad && p > pos);
-  }
-  st = xch_end(c, m->s, &x, m->ns, pos > 0 || (m->grad && pos < P - 1), want, direct, &m->all, off);
-  xch_free(&x);
+  /* 2. the messages; the received summaries written to the device */
+  cd_xtime xt = {0, 0, 0};
+  st = cd_xfer_end(&x, &xt);
+  m->lg.d2h = m->lg.pre + xt.d2h_ms - x.tbeg, m->lg.h2d = xt.h2d_ms;
   m->t[TM_EXCHANGE] = now_ms();
   /* 3. combine: the incoming state (forward order) and the incoming state gradient (backward order) */
-  if (!st && pos > 0 && !direct_fwd) st = fold(c, a->B, a->H, a->D, reverse, m->all, off, 0, pos - 1, 0, m->Mi, m->tmp);
+  if (!st && pos > 0 && !direct_fwd) st = fold(c, a->B, a->H, a->D, reverse, all, off, 0, pos - 1, 0, m->Mi, m->tmp);
   if (!st && m->grad && pos < P - 1 && !direct_grad)
-    st = fold(c, a->B, a->H, a->D, reverse, m->all, off, P - 1, pos + 1, 1, m->dMo, m->tmp);
+    st = fold(c, a->B, a->H, a->D, reverse, all, off, P - 1, pos + 1, 1, m->dMo, m->tmp);
   if (!st && m->timed) st = camdelta_finish(c->ctx);
   st = agree(c, st);
   m->t[TM_COMBINE] = now_ms();
-  free(want), free(off), free(direct);
   return st;
 }
 
-/* Scratch of the middle: summaries and incoming states. */
+/* Scratch of the middle: summaries and incoming states, kept in the communicator's stage. */
 static camdelta_status mid_alloc(sp_mid *m) {
-  camdelta_context *ctx = m->c->ctx;
+  cd_stage *s = m->stg;
   const size_t b = m->ns * 4;
-  camdelta_status st = alloc(ctx, m->s, b, &m->T);
-  if (!st) st = alloc(ctx, m->s, b, &m->E);
-  if (!st && m->grad) st = alloc(ctx, m->s, b, &m->G);
-  if (!st) st = alloc(ctx, m->s, b, &m->Mi);
-  if (!st && m->grad) st = alloc(ctx, m->s, b, &m->dMo);
-  if (!st) st = alloc(ctx, m->s, b, &m->tmp);
+  camdelta_status st = cd_stage_dev(s, CD_DEV_T, b, &m->T);
+  if (!st) st = cd_stage_dev(s, CD_DEV_E, b, &m->E);
+  if (!st && m->grad) st = cd_stage_dev(s, CD_DEV_G, b, &m->G);
+  if (!st) st = cd_stage_dev(s, CD_DEV_MI, b, &m->Mi);
+  if (!st && m->grad) st = cd_stage_dev(s, CD_DEV_DMO, b, &m->dMo);
+  if (!st) st = cd_stage_dev(s, CD_DEV_TMP, b, &m->tmp);
   return st;
 }
 
@@ -516,7 +512,7 @@ static camdelta_status mid_alloc(sp_mid *m) {
 camdelta_status camdelta_mpi_scan_forward(camdelta_context *ctx, const camdelta_scan_args *args,
                                           camdelta_scan_saved *saved, MPI_Comm comm, camdelta_mpi_timing *timing) {
   static const char op[] = "camdelta_mpi_scan_forward";
-  double t[TM_N] = {now_ms(), 0, 0, 0, 0, 0, 0, 0}; /* see put_timing */
+  double t[TM_N] = {now_ms(), 0, 0, 0, 0, 0, 0}; /* see put_timing */
   sp c;
   camdelta_status st = sp_begin(&c, ctx, comm, op, timing);
   if (st) return st;
@@ -536,18 +532,18 @@ camdelta_status camdelta_mpi_scan_forward(camdelta_context *ctx, const camdelta_
   const int P = c.P, pos = reverse ? P - 1 - c.rank : c.rank;
   c.pos = pos;
 
-  scratch s = {{0}, 0};
   cl_mem fin = NULL;
   sp_mid m;
   memset(&m, 0, sizeof m);
-  m.c = &c, m.fwd = args, m.ns = ns, m.s = &s, m.t = t, m.timed = timing != NULL, m.separate = separate_summaries();
+  m.c = &c, m.fwd = args, m.ns = ns, m.t = t, m.timed = timing != NULL, m.separate = separate_summaries();
   t[TM_CHECKS] = now_ms();
   /* 1-4: the scan computes phase A once; its callback (sp_middle) makes the summaries from it, exchanges and
    * combines them and writes the incoming state before phase B reads it */
   camdelta_scan_args a = *args;
-  if (P > 1) st = mid_alloc(&m);
+  if (P > 1) st = cd_stage_get(comm, ctx, &m.stg);
+  if (!st && P > 1) st = mid_alloc(&m);
   if (pos > 0) a.init_state = (camdelta_buffer){m.Mi, 0};
-  if (!st && pos == P - 1 && any_final && !args->final_state.mem) st = alloc(ctx, &s, ns * 4, &fin);
+  if (!st && pos == P - 1 && any_final && !args->final_state.mem) st = cd_stage_dev(m.stg, CD_DEV_FIN, ns * 4, &fin);
   if (pos == P - 1 && any_final) a.final_state = args->final_state.mem ? args->final_state : (camdelta_buffer){fin, 0};
   else a.final_state = (camdelta_buffer){NULL, 0};
   const cd_scan_hook hook = {sp_middle, &m, 0};
@@ -561,10 +557,9 @@ camdelta_status camdelta_mpi_scan_forward(camdelta_context *ctx, const camdelta_
   if (!st && any_final && P > 1) {
     camdelta_buffer src = {NULL, 0};
     if (pos == P - 1) src = args->final_state.mem ? args->final_state : (camdelta_buffer){fin, 0};
-    if (!st) st = bcast_state(&c, reverse, P - 1, src, args->final_state, ns);
+    if (!st) st = bcast_state(&c, m.stg, reverse, P - 1, src, args->final_state, ns);
   }
-  scratch_free(&s);
-  if (timing && !st) put_timing(timing, t);
+  if (timing && !st) put_timing(timing, t, &m.lg);
   return st;
 }
 
@@ -574,7 +569,7 @@ camdelta_status camdelta_mpi_scan_backward(camdelta_context *ctx, const camdelta
                                            const camdelta_scan_saved *saved, MPI_Comm comm,
                                            camdelta_mpi_timing *timing) {
   static const char op[] = "camdelta_mpi_scan_backward";
-  double t[TM_N] = {now_ms(), 0, 0, 0, 0, 0, 0, 0}; /* see put_timing */
+  double t[TM_N] = {now_ms(), 0, 0, 0, 0, 0, 0}; /* see put_timing */
   sp c;
   camdelta_status st = sp_begin(&c, ctx, comm, op, timing);
   if (st) return st;
@@ -604,21 +599,21 @@ camdelta_status camdelta_mpi_scan_backward(camdelta_context *ctx, const camdelta
   const int P = c.P, pos = reverse ? P - 1 - c.rank : c.rank;
   c.pos = pos;
 
-  scratch s = {{0}, 0};
   cl_mem din = NULL;
   sp_mid m;
   memset(&m, 0, sizeof m);
-  m.c = &c, m.fwd = &fwd, m.grad = 1, m.grad_final = args->grad_final_state, m.ns = ns, m.s = &s, m.t = t;
+  m.c = &c, m.fwd = &fwd, m.grad = 1, m.grad_final = args->grad_final_state, m.ns = ns, m.t = t;
   m.timed = timing != NULL, m.separate = separate_summaries(), m.gsrc = args;
   t[TM_CHECKS] = now_ms();
   /* 1-4: the backward computes its grams once (A, W, and U for the forward summaries); its callback makes the
    * summaries from them, exchanges and combines them and writes the incoming state and state gradient before
    * the chain reads them */
   camdelta_scan_backward_args a = *args;
-  if (P > 1) st = mid_alloc(&m);
+  if (P > 1) st = cd_stage_get(comm, ctx, &m.stg);
+  if (!st && P > 1) st = mid_alloc(&m);
   if (pos > 0) a.init_state = (camdelta_buffer){m.Mi, 0};
   if (pos < P - 1) a.grad_final_state = (camdelta_buffer){m.dMo, 0};
-  if (!st && pos == 0 && any_dinit && !args->dinit_state.mem) st = alloc(ctx, &s, ns * 4, &din);
+  if (!st && pos == 0 && any_dinit && !args->dinit_state.mem) st = cd_stage_dev(m.stg, CD_DEV_FIN, ns * 4, &din);
   if (pos == 0 && any_dinit) a.dinit_state = args->dinit_state.mem ? args->dinit_state : (camdelta_buffer){din, 0};
   else a.dinit_state = (camdelta_buffer){NULL, 0};
   const cd_scan_hook hook = {sp_middle, &m, !m.separate};
@@ -632,9 +627,8 @@ camdelta_status camdelta_mpi_scan_backward(camdelta_context *ctx, const camdelta
   if (!st && any_dinit && P > 1) {
     camdelta_buffer src = {NULL, 0};
     if (pos == 0) src = args->dinit_state.mem ? args->dinit_state : (camdelta_buffer){din, 0};
-    if (!st) st = bcast_state(&c, reverse, 0, src, args->dinit_state, ns);
+    if (!st) st = bcast_state(&c, m.stg, reverse, 0, src, args->dinit_state, ns);
   }
-  scratch_free(&s);
-  if (timing && !st) put_timing(timing, t);
+  if (timing && !st) put_timing(timing, t, &m.lg);
   return st;
 }

@@ -172,53 +172,28 @@ static camdelta_status copy_frames(camdelta_context *ctx, camdelta_buffer src, s
   return CAMDELTA_OK;
 }
 
-static camdelta_status host_frames(camdelta_context *ctx, int write, camdelta_buffer x, size_t T, size_t f,
-                                   float *h, size_t n, size_t B, size_t fs) {
-  for (size_t b = 0; b < B && n; b++) {
-    const size_t off = (x.offset + (b * T + f) * fs) * 4, bytes = n * fs * 4;
-    const cl_int err = write ? clEnqueueWriteBuffer(ctx->queue, x.mem, CL_TRUE, off, bytes, h + b * n * fs, 0, NULL,
-                                                    NULL)
-                             : clEnqueueReadBuffer(ctx->queue, x.mem, CL_TRUE, off, bytes, h + b * n * fs, 0, NULL,
-                                                   NULL);
-    if (err != CL_SUCCESS) return cd_cl_fail(err, write ? "writing halo frames" : "reading halo frames");
+/* Frames of this rank's outputs that read a neighbour's input (the conv's halo, SPEC 8.2), relative to the
+ * extended frames [e0, e0 + Te) with this rank's at [nl, nl + T):
+ *   forward (y reads x): all nl frames before (the look-back crosses segment starts) and, after, those within the
+ *     segment of this rank's last frame (the look-ahead stops at its end);
+ *   backward (dx reads dy): all frames after (their look-back reads this rank's frames) and, before, those whose
+ *     segment reaches into this rank's frames. */
+static void halo_wants(const branch_geo *g, size_t T, int backward, size_t *left, size_t *right) {
+  const size_t nl = g->f0 - g->e0, nr = g->Te - nl - T;
+  if (!backward) {
+    const size_t e = g->seg_end[nl + T - 1]; /* relative, at most Te */
+    *left = nl, *right = e > nl + T ? e - (nl + T) : 0;
+    return;
   }
-  return CAMDELTA_OK;
-}
-
-/* Collective: x (B, T frames of fs floats) of this rank -> *ext (B, Te frames): the frames [e0, e0 + Te) with the
- * neighbours' halo frames (from sp->halo). The caller releases *ext. */
-static camdelta_status sp_extend(camdelta_context *ctx, const cd_branch_sp *sp, camdelta_status st,
-                                 const branch_geo *g, size_t B, size_t T, size_t fs, camdelta_buffer x, cl_mem *ext) {
-  const size_t nf = T < 3 ? T : 3, nl = g->f0 - g->e0, nr = g->Te - nl - T;
-  float *first = NULL, *last = NULL, *left = NULL, *right = NULL;
-  *ext = NULL;
-  if (!st) {
-    first = malloc((B * nf * fs + 1) * 4), last = malloc((B * nf * fs + 1) * 4);
-    left = malloc((B * nl * fs + 1) * 4), right = malloc((B * nr * fs + 1) * 4);
-    if (!first || !last || !left || !right) st = cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "halo: out of host memory");
-  }
-  if (!st) st = cd_alloc(ctx, B * g->Te * fs * 4, ext);
-  if (!st) st = host_frames(ctx, 0, x, T, 0, first, nf, B, fs);
-  if (!st) st = host_frames(ctx, 0, x, T, T - nf, last, nf, B, fs);
-  st = sp->halo(sp->user, st, B, fs, first, nf, last, nf, left, nl, right, nr);
-  const camdelta_buffer e = {*ext, 0};
-  if (!st) st = copy_frames(ctx, x, T, 0, e, g->Te, nl, T, B, fs);
-  if (!st) st = host_frames(ctx, 1, e, g->Te, 0, left, nl, B, fs);
-  if (!st) st = host_frames(ctx, 1, e, g->Te, nl + T, right, nr, B, fs);
-  free(first), free(last), free(left), free(right);
-  return st;
+  size_t first = nl;
+  while (first > 0 && g->seg_end[first - 1] > nl) first--;
+  *left = nl - first, *right = nr;
 }
 
 /* Collective: dst (n floats) <- the sum over the ranks of src (n floats), in rank order. */
 static camdelta_status sp_reduce(camdelta_context *ctx, const cd_branch_sp *sp, camdelta_status st,
                                  camdelta_buffer src, camdelta_buffer dst, size_t n) {
-  float *h = NULL;
-  if (!st && !(h = malloc(n * 4))) st = cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "reduce: out of host memory");
-  if (!st) st = host_frames(ctx, 0, src, 1, 0, h, 1, 1, n);
-  st = sp->reduce(sp->user, st, h, n);
-  if (!st) st = host_frames(ctx, 1, dst, 1, 0, h, 1, 1, n);
-  free(h);
-  return st;
+  return sp->reduce(sp->user, st, ctx, src, dst, n);
 }
 
 /* ------------------------------------------------------------------------------------------- forward */
@@ -285,10 +260,12 @@ static camdelta_status run_forward(camdelta_context *ctx, const camdelta_branch_
   if (!st && training && !s->scan_r) st = camdelta_scan_saved_create(ctx, &s->scan_r);
   if (st && !sp) return st;
   /* sequence parallelism: the conv reads k_raw with the neighbours' halo frames and writes the same frames */
-  cl_mem kx = NULL, kc = NULL;
+  cl_mem kx = NULL, kc = NULL; /* the hooks' buffers (sp) */
   if (sp) {
-    st = sp_extend(ctx, sp, st, g, B, T, S * C, a->k_raw, &kx);
-    if (!st) st = cd_alloc(ctx, B * g->Te * S * C * 4, &kc);
+    size_t wl, wr;
+    halo_wants(g, T, 0, &wl, &wr);
+    st = sp->extend(sp->user, st, ctx, 0, B, S * C, a->k_raw, T, g->Te, g->f0 - g->e0, wl, wr, &kx);
+    if (!st) st = sp->scratch(sp->user, ctx, 1, B * g->Te * S * C * 4, &kc);
   }
   camdelta_buffer m[NBUF];
   for (int i = 0; i < NBUF; i++) m[i] = (camdelta_buffer){s->mem[i], 0};
@@ -309,8 +286,6 @@ static camdelta_status run_forward(camdelta_context *ctx, const camdelta_branch_
   if (!st && sp)
     st = copy_frames(ctx, (camdelta_buffer){kc, 0}, g->Te, g->f0 - g->e0, m[KCONV], T, 0, T, B, S * C);
   st = cd_launch_end(ctx, &l, st);
-  if (kx) clReleaseMemObject(kx);
-  if (kc) clReleaseMemObject(kc);
   add_profile(prof, &part);
   if (!st) {
     camdelta_prep_args pa = {B,        N,           H,     D,     CAMDELTA_F32,  a->k_scale,   a->norm_eps,
@@ -601,36 +576,30 @@ static camdelta_status run_backward(camdelta_context *ctx, const camdelta_branch
   if (sp && gr->dq_norm_weight.mem) st = sp_reduce(ctx, sp, st, gr->dq_norm_weight, gr->dq_norm_weight, C);
   if (sp && gr->dk_norm_weight.mem) st = sp_reduce(ctx, sp, st, gr->dk_norm_weight, gr->dk_norm_weight, C);
   if (sp && (gr->dk_raw.mem || gr->dconv_weight.mem)) {
-    /* the conv's adjoint on frames [e0, e0 + Te): dk_raw of this rank's frames reads dk_conv of up to 3 frames of
-     * each neighbour; dconv_weight of this rank's own outputs (dk_conv zero elsewhere), summed over the ranks */
+    /* the conv's adjoint on frames [e0, e0 + Te): each rank takes the input frames it holds. dk_raw of its frames
+     * reads dk_conv of the neighbours' outputs that read them (their halo, extend); dconv_weight sums dy[t]·x[s]
+     * over the pairs (output t, input s) with s its own: K with zeros in the other frames, dy with the same halo,
+     * so every pair is counted by exactly one rank, and the partials are summed over the ranks. One kernel for
+     * both; the neighbours' K is never sent. */
     const size_t fs = S * C, nl = g->f0 - g->e0;
-    cl_mem kx = NULL, gx = NULL, gz = NULL, dxe = NULL, dw = NULL;
-    st = sp_extend(ctx, sp, st, g, B, T, fs, a->k_raw, &kx);
-    st = sp_extend(ctx, sp, st, g, B, T, fs, x[DQ2], &gx);
-    if (!st && gr->dk_raw.mem) st = cd_alloc(ctx, B * g->Te * fs * 4, &dxe);
-    if (!st && gr->dconv_weight.mem) st = cd_alloc(ctx, B * g->Te * fs * 4, &gz);
-    if (!st && gr->dconv_weight.mem) st = cd_alloc(ctx, 4 * C * 4, &dw);
-    if (!st && gz) {
-      const float zero = 0.0f;
-      const cl_int err = clEnqueueFillBuffer(ctx->queue, gz, &zero, sizeof zero, 0, B * g->Te * fs * 4, 0, NULL, NULL);
-      if (err != CL_SUCCESS) st = cd_cl_fail(err, "clearing a buffer");
-      if (!st) st = copy_frames(ctx, x[DQ2], T, 0, (camdelta_buffer){gz, 0}, g->Te, nl, T, B, fs);
-    }
+    size_t wl, wr;
+    halo_wants(g, T, 1, &wl, &wr);
+    cl_mem gx = NULL, k0 = NULL, dxe = NULL, dw = NULL;
+    st = sp->extend(sp->user, st, ctx, 0, B, fs, x[DQ2], T, g->Te, nl, wl, wr, &gx);
+    if (gr->dconv_weight.mem) st = sp->extend(sp->user, st, ctx, 1, B, fs, a->k_raw, T, g->Te, nl, 0, 0, &k0);
+    if (!st && gr->dk_raw.mem) st = sp->scratch(sp->user, ctx, 2, B * g->Te * fs * 4, &dxe);
+    if (!st && gr->dconv_weight.mem) st = sp->scratch(sp->user, ctx, 3, 4 * C * 4, &dw);
     begin(&l, pp);
     const camdelta_buffer none = {NULL, 0};
-    if (!st && dxe)
-      st = cd_short_conv_enqueue_backward(ctx, B, g->Te, S, C, (camdelta_buffer){kx, 0}, a->conv_weight, s->mem[SEG],
-                                          (camdelta_buffer){gx, 0}, (camdelta_buffer){dxe, 0}, none, &l);
-    if (!st && dw)
-      st = cd_short_conv_enqueue_backward(ctx, B, g->Te, S, C, (camdelta_buffer){kx, 0}, a->conv_weight, s->mem[SEG],
-                                          (camdelta_buffer){gz, 0}, none, (camdelta_buffer){dw, 0}, &l);
+    if (!st)
+      st = cd_short_conv_enqueue_backward(ctx, B, g->Te, S, C, (camdelta_buffer){k0 ? k0 : gx, 0}, a->conv_weight,
+                                          s->mem[SEG], (camdelta_buffer){gx, 0},
+                                          dxe ? (camdelta_buffer){dxe, 0} : none, dw ? (camdelta_buffer){dw, 0} : none,
+                                          &l);
     if (!st && dxe) st = copy_frames(ctx, (camdelta_buffer){dxe, 0}, g->Te, nl, gr->dk_raw, T, 0, T, B, fs);
     st = cd_launch_end(ctx, &l, st);
     add_profile(prof, &part);
     if (gr->dconv_weight.mem) st = sp_reduce(ctx, sp, st, (camdelta_buffer){dw, 0}, gr->dconv_weight, 4 * C);
-    cl_mem rel[5] = {kx, gx, gz, dxe, dw};
-    for (int i = 0; i < 5; i++)
-      if (rel[i]) clReleaseMemObject(rel[i]);
   }
   if (!sp && !st && (gr->dk_raw.mem || gr->dconv_weight.mem)) {
     begin(&l, pp);

@@ -16,13 +16,21 @@ typedef struct cd_branch_sp {
                                   const camdelta_scan_args *args, camdelta_scan_saved *saved);
   camdelta_status (*scan_backward)(void *user, camdelta_status st, camdelta_context *ctx,
                                    const camdelta_scan_backward_args *args, const camdelta_scan_saved *saved);
-  /* Halo of a (B, F, frame) host tensor: `first` holds this rank's first nfirst frames and `last` its last
-   * nlast frames (each (B, n, frame)); receives global frames [f0 - nleft, f0) into `left` (B, nleft, frame)
-   * and [f1, f1 + nright) into `right` (B, nright, frame). */
-  camdelta_status (*halo)(void *user, camdelta_status st, size_t B, size_t frame, const float *first, size_t nfirst,
-                          const float *last, size_t nlast, float *left, size_t nleft, float *right, size_t nright);
-  /* x (n floats) <- the sum over the ranks of every rank's x, in rank order (the same bits on every rank) */
-  camdelta_status (*reduce)(void *user, camdelta_status st, float *x, size_t n);
+  /* The conv's frames with the neighbours' halo: *ext (B, Te frames of fs floats; frame i = the sequence's frame
+   * f0 − nl + i) gets this rank's x (B, T frames, device) at frames [nl, nl + T), the `want_left` frames just
+   * before them and the `want_right` frames just after them from the ranks that hold them, and zeros in every
+   * other frame. want_left <= nl, want_right <= Te − nl − T. *ext is the hooks' buffer in `slot` (0 … 2, kept
+   * between calls), valid until that slot is asked for again. */
+  camdelta_status (*extend)(void *user, camdelta_status st, camdelta_context *ctx, int slot, size_t B, size_t fs,
+                            camdelta_buffer x, size_t T, size_t Te, size_t nl, size_t want_left, size_t want_right,
+                            cl_mem *ext);
+  /* Not collective: a device buffer of at least `bytes` in the hooks' slot `slot` (0 … 3; 0 … 2 shared with
+   * extend), kept between calls. */
+  camdelta_status (*scratch)(void *user, camdelta_context *ctx, int slot, size_t bytes, cl_mem *out);
+  /* dst (n floats, device) <- the sum over the ranks of every rank's src (n floats, device), in rank order (the
+   * same bits on every rank) */
+  camdelta_status (*reduce)(void *user, camdelta_status st, camdelta_context *ctx, camdelta_buffer src,
+                            camdelta_buffer dst, size_t n);
 } cd_branch_sp;
 
 /** Internal (exported for camdelta_mpi only, not installed; names start with camdelta_ as every exported symbol).

@@ -116,6 +116,10 @@ static void run_branch(const cfg *c, float *const in[NIN], const float *gy, size
             "branch %s timing: total %g summary %g wait %g exchange %g combine %g scan %g compute %g (P=%d)",
             i ? "backward" : "forward", t->total_ms, t->summary_ms, t->wait_ms, t->exchange_ms, t->combine_ms,
             t->scan_ms, t->compute_ms, g_size);
+      CHECK(t->d2h_ms >= 0 && t->mpi_ms >= 0 && t->h2d_ms >= 0 &&
+                fabs(t->d2h_ms + t->mpi_ms + t->h2d_ms - t->exchange_ms) <= 1e-6 + 1e-9 * t->exchange_ms,
+            "branch %s timing: exchange %g = d2h %g + mpi %g + h2d %g?", i ? "backward" : "forward", t->exchange_ms,
+            t->d2h_ms, t->mpi_ms, t->h2d_ms);
     }
   } else if (mpi) {
     OK(camdelta_mpi_branch_forward(g_ctx, &a, saved, MPI_COMM_WORLD));
