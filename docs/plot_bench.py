@@ -34,7 +34,7 @@ def load(paths, only):
         prec = doc.get("precision", "exact")
         # the arithmetic path of the run: from any scan-forward plan in the file (the backward records none)
         plans = [op.get("plan", "") for sh in doc.get("shapes", []) for op in sh.get("operations", [])]
-        plan = next((p for p in plans if "chunkwise" in p), "")
+        plan = next((p for p in plans if p.startswith("chunkwise")), "")  # (a plan text may name the other in its AUTO estimate)
         for shape in doc.get("shapes", []):
             for op in shape.get("operations", []):
                 if "median_ms" not in op or (only and only not in op["name"]):
