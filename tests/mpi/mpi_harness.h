@@ -76,4 +76,14 @@ static inline float *slice(const float *x, size_t rows, size_t cols, size_t c0, 
   return y;
 }
 
+/* The end of a test program: every rank learns whether any failed, rank 0 says PASSED or FAILED; the exit code. */
+static inline int finish(void) {
+  int failed = g_failed, any = 0;
+  MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  camdelta_context_destroy(g_ctx);
+  MPI_Finalize();
+  if (g_rank == 0) printf("%s\n", any ? "FAILED" : "PASSED");
+  return any ? 1 : 0;
+}
+
 #endif

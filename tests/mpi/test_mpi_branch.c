@@ -252,10 +252,5 @@ int main(int argc, char **argv) {
   if (g_rank == 0)
     for (int o = 0; o < NOUT; o++)
       printf("[ measure  ] mpi branch P=%d %s max rel diff vs one device = %.3e\n", g_size, O_NAME[o], g_worst[o]);
-  int failed = g_failed, any = 0;
-  MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  camdelta_context_destroy(g_ctx);
-  MPI_Finalize();
-  if (g_rank == 0) printf("%s\n", any ? "FAILED" : "PASSED");
-  return any ? 1 : 0;
+  return finish();
 }

@@ -273,12 +273,7 @@ static int chunk_mismatch(void) {
   if (g_rank == 0) printf("chunk mismatch: %s: %s\n", camdelta_status_name(st), msg);
   free(o), free(x), free(bb), free(dd);
   clReleaseMemObject(q), clReleaseMemObject(b), clReleaseMemObject(d), clReleaseMemObject(out);
-  int failed = g_failed, any = 0;
-  MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  camdelta_context_destroy(g_ctx);
-  MPI_Finalize();
-  if (g_rank == 0) printf("%s\n", any ? "FAILED" : "PASSED");
-  return any ? 1 : 0;
+  return finish();
 }
 
 int main(int argc, char **argv) {
@@ -311,10 +306,5 @@ int main(int argc, char **argv) {
   if (g_rank == 0)
     for (int o = 0; o < O_COUNT; o++)
       printf("[ measure  ] mpi P=%d %s max rel diff vs one device = %.3e\n", g_size, O_NAME[o], g_worst[o]);
-  int failed = g_failed, any = 0;
-  MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  camdelta_context_destroy(g_ctx);
-  MPI_Finalize();
-  if (g_rank == 0) printf("%s\n", any ? "FAILED" : "PASSED");
-  return any ? 1 : 0;
+  return finish();
 }
