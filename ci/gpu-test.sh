@@ -15,6 +15,7 @@
 #      mpi-bench: the same with only the chunked-pipeline MPI tests (bench at sana720 with 4 MB and 1 MB transfer
 #      chunks, and the demo).
 # packed: the packed-clip tests and `bench --packed` (packed against fixed shape on equal clips).
+# seq-sweep: the sequential forward's tiles at sana480 (CAMDELTA_SEQ_TILES), and without its output pass.
 # pair: the scan-pair and branch tests, and the branch rows at sana480 without and with the fused scan pair.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -163,6 +164,22 @@ while [ $# -gt 0 ]; do
           --shape sana480 --only branch --reps 1 --warmup 1 >/dev/null 2>"/tmp/kernels-pair$p.txt" || rc=1
         awk '/camdelta kernel/ {k=substr($0,17,40); sub(/ +$/,"",k); n[k]++; t[k]+=$(NF-1)} END {for (k in n) printf "  %-10s %-28s %8.4f ms avg over %d\n", p, k, t[k]/n[k], n[k]}' \
           p="[pair=$p]" "/tmp/kernels-pair$p.txt" | sort | tee -a "$OUT/bench-pair.txt"
+      done
+      ;;
+    seq-sweep)
+      # the sequential forward at sana480 under CAMDELTA_SEQ_TILES (value columns J, tokens per tile TS, work-group
+      # W), then the best three again without the output pass (cl/ copy: what the serial chain alone costs)
+      for J in 16 8; do for TS in 64 32 16; do for W in 128 256 512; do
+        t=$(CAMDELTA_SEQ_TILES="J=$J,TS=$TS,W=$W" CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --shape sana480 \
+          --only "sequential causal" --reps 10 2>&1 | awk '/^scan-forward/ {print $4} /n\/a/ {print "n/a"}')
+        echo "seq-sweep J=$J TS=$TS W=$W ${t:-fail}" | tee -a "$OUT/seq-sweep.txt"
+      done; done; done
+      rm -rf /tmp/k-noout && cp -r cl /tmp/k-noout
+      sed -i 's/s_out = qf >= 0 ? S : 0u;/s_out = 0u;/' /tmp/k-noout/scan_sequential.cl
+      for cfg in $(sort -k5 -g "$OUT/seq-sweep.txt" | grep -v "n/a\|fail" | head -3 | awk '{print $2","$3","$4}'); do
+        t=$(CAMDELTA_KERNEL_DIR=/tmp/k-noout CAMDELTA_SEQ_TILES="$cfg" CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench \
+          --shape sana480 --only "sequential causal" --reps 10 2>&1 | awk '/^scan-forward/ {print $4}')
+        echo "seq-sweep no-output $cfg $t" | tee -a "$OUT/seq-sweep.txt"
       done
       ;;
     gram-ab)

@@ -389,9 +389,10 @@ CAMDELTA_API camdelta_status camdelta_scan_forward(camdelta_context *ctx, const 
  *  NULL or "" restores the defaults (the device table, a `camdelta tune --save` entry, or the heuristics).
  *  Later calls plan with them; camdelta_scan_plan_describe shows them. Checked against each kernel's
  *  constraints and the device's limits when a call builds its kernels.
- *  The FMA kernels have two more families, with the keys and meaning of the environment variables they
+ *  The FMA kernels have three more families, with the keys and meaning of the environment variables they
  *  replace for this context: "chunkwise" (CAMDELTA_SCAN_TILES: A_WR A_RM A_WC A_RN A_KC B_J B_WR B_RM B_WC B_RN
- *  B_KC C_WR C_RM C_WC C_RN C_KC) and "backward" (CAMDELTA_SCAN_BWD_TILES: RPT TSG CB DPT TL TPT MC RL); NULL or
+ *  B_KC C_WR C_RM C_WC C_RN C_KC), "backward" (CAMDELTA_SCAN_BWD_TILES: RPT TSG CB DPT TL TPT MC RL) and
+ *  "sequential" (CAMDELTA_SEQ_TILES: J value columns per work-group, TS tokens per tile, W items); NULL or
  *  "" there restores the heuristics (also over the environment's value). Any change drops the plans the
  *  context keeps, so the next call plans anew. Returns CAMDELTA_OK; INVALID_ARGUMENT (ctx NULL, unknown family,
  *  params that do not parse). */
@@ -399,8 +400,8 @@ CAMDELTA_API camdelta_status camdelta_tune_set(camdelta_context *ctx, const char
 /** The tiles `family` uses on this context for head dim D, as "WM=.. WN=.. MR=.. NR=.. KC=.." plus where they
  *  come from (override, saved, table or heuristic).
  *  "backward": "RPT=.. TSG=.. CB=.. DPT=.. TL=.. TPT=.. MC=.. RL=.. (override|heuristic)" (before any shrinking
- *  for a compiled kernel's own work-group limit); "chunkwise": the override and its source, or a note that the
- *  heuristic tiles follow B*H and S (camdelta_scan_plan_describe shows them). */
+ *  for a compiled kernel's own work-group limit); "chunkwise" and "sequential": the override and its source, or a
+ *  note that the heuristic tiles follow B*H and S (camdelta_scan_plan_describe shows them). */
 CAMDELTA_API camdelta_status camdelta_tune_get(camdelta_context *ctx, const char *family, size_t D, char *buf,
                                                size_t size);
 

@@ -622,6 +622,60 @@ static void chunk_plan(char *buf, size_t size) {
  * on and off the diagonal, ragged edges) give the same results and show in the plan; the environment set after a
  * context exists changes nothing there; lists that do not parse and tiles that break a kernel's constraints or
  * the device's limits fail cleanly. */
+static void seq_plan(char *buf, size_t size) {
+  camdelta_scan_args a = {0};
+  a.B = 1, a.H = 2, a.D = 16, a.F = 3, a.S = 37, a.algorithm = CAMDELTA_SCAN_SEQUENTIAL;
+  TU_OK(camdelta_scan_plan_describe(tu_context(), &a, buf, size));
+}
+
+/* CAMDELTA_SEQ_TILES (read at context creation) and camdelta_tune_set "sequential": ragged blocks of value columns
+ * and token tiles give the reference's results and show in the plan; "" restores the heuristic; bad values fail
+ * the sequential calls naming their source, and leave the chunkwise calls alone. */
+static void test_seq_tile_override(void **state) {
+  (void)state;
+  char plain[1024], plan[1024];
+  tu_context_release();
+  seq_plan(plain, sizeof plain);
+  assert_int_equal(setenv("CAMDELTA_SEQ_TILES", "J=5,TS=7,W=64", 1), 0);
+  tu_context_release();
+  seq_plan(plan, sizeof plan);
+  if (!strstr(plan, "W=64 blocks=4 J=5 TS=7")) fail_msg("plan '%s' does not show the override", plan);
+  for (int rev = 0; rev < 2; rev++) check_case(2, 2, 16, 3, 37, rev, 1, 1, 1, 950 + (uint64_t)rev);
+  assert_int_equal(unsetenv("CAMDELTA_SEQ_TILES"), 0);
+  TU_OK(camdelta_tune_set(tu_context(), "sequential", "TS=3,J=16"));
+  seq_plan(plan, sizeof plan);
+  if (!strstr(plan, "blocks=1 J=16 TS=3")) fail_msg("plan '%s' does not show camdelta_tune_set's tiles", plan);
+  for (int rev = 0; rev < 2; rev++) check_case(1, 3, 16, 4, 10, rev, 1, 1, 1, 960 + (uint64_t)rev);
+  char got[256];
+  TU_OK(camdelta_tune_get(tu_context(), "sequential", 16, got, sizeof got));
+  assert_non_null(strstr(got, "TS=3,J=16 (override, camdelta_tune_set(sequential))"));
+  TU_OK(camdelta_tune_set(tu_context(), "sequential", ""));
+  seq_plan(plan, sizeof plan);
+  assert_string_equal(plan, plain);
+  assert_int_equal(camdelta_tune_set(tu_context(), "sequential", "J=4,A_WR=2"), CAMDELTA_ERROR_INVALID_ARGUMENT);
+  assert_non_null(strstr(camdelta_last_message(), "unknown key 'A_WR'"));
+  static const struct {
+    const char *value, *needle;
+  } bad[] = {{"J=17", "J=17 is more than the head dim D=16"}, {"W=48", "W=48 must be a power of two"},
+             {"TS=1025", "at most 1024"}, {"J=0", "[1, 4096]"}};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    assert_int_equal(setenv("CAMDELTA_SEQ_TILES", bad[i].value, 1), 0);
+    tu_context_release();
+    bad_env e;
+    bad_setup(&e);
+    camdelta_scan_args a = e.a;
+    a.algorithm = CAMDELTA_SCAN_SEQUENTIAL;
+    assert_int_equal(camdelta_scan_forward(tu_context(), &a, NULL), CAMDELTA_ERROR_INVALID_ARGUMENT);
+    if (!strstr(camdelta_last_message(), bad[i].needle) || !strstr(camdelta_last_message(), "CAMDELTA_SEQ_TILES"))
+      fail_msg("'%s': %s", bad[i].value, camdelta_last_message());
+    a.algorithm = CAMDELTA_SCAN_CHUNKWISE;
+    TU_OK(camdelta_scan_forward(tu_context(), &a, NULL));
+    bad_teardown(&e);
+  }
+  assert_int_equal(unsetenv("CAMDELTA_SEQ_TILES"), 0);
+  tu_context_release();
+}
+
 static void test_tile_override(void **state) {
   (void)state;
   /* the FMA kernels' tiles: where the tensor-core path runs (NVIDIA) it replaces them in some phases */
@@ -840,6 +894,7 @@ int main(void) {
       cmocka_unit_test(test_huge_token_counts),
       cmocka_unit_test(test_cli_frames_mismatch),
       cmocka_unit_test(test_tile_override),
+      cmocka_unit_test(test_seq_tile_override),
       cmocka_unit_test(test_threads_share_plans),
   };
   return cmocka_run_group_tests(tests, NULL, teardown_all);

@@ -143,7 +143,7 @@ static camdelta_status device_limits(camdelta_context *ctx, dev_limits *lim) {
  * *var names its source in messages. */
 static camdelta_status read_override(camdelta_context *ctx, tile_override *o, char *var, size_t var_size) {
   char text[512];
-  cd_tune_fma_text(ctx, 0, text, sizeof text, var, var_size);
+  cd_tune_fma_text(ctx, CD_FMA_CHUNKWISE, text, sizeof text, var, var_size);
   return cd_scan_override_parse(var, text, o);
 }
 
@@ -411,9 +411,20 @@ static camdelta_status build_kernels(camdelta_context *ctx, const dev_limits *li
     kern[0] = kern[1] = kern[2] = NULL;
     int fits = 1;
     if (alg == CAMDELTA_SCAN_SEQUENTIAL) {
-      if ((st = cd_seq_configure(lim, BH, D, S, cap, sc))) return st;
+      unsigned sov[CD_SQ_COUNT];
+      char text[512], svar[64];
+      cd_tune_fma_text(ctx, CD_FMA_SEQUENTIAL, text, sizeof text, svar, sizeof svar);
+      const int sgiven = text[0] != 0;
+      if (sgiven && (st = cd_parse_tiles(svar, text, cd_seq_tile_keys, CD_SQ_COUNT, sov))) return st;
+      if ((st = cd_seq_configure(lim, BH, D, S, cap, sgiven ? sov : NULL, svar, sc))) return st;
       if ((st = cd_kernel(ctx, "scan_sequential.cl", sc->opts, "cd_scan_sequential", &kern[0]))) return st;
       fits = cd_kernel_max_wg(ctx, kern[0]) >= sc->W;
+      if (!fits && sgiven && sov[CD_SQ_W]) { /* shrinking would undo the override */
+        const size_t have = cd_kernel_max_wg(ctx, kern[0]);
+        release_kernels(kern, 3);
+        return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: %s: the compiled sequential kernel allows work-groups of %zu "
+                       "items, W=%u asked", OP, svar, have, sc->W);
+      }
     } else {
       if ((st = cd_chunk_configure(lim, BH, D, S, cap, overridden ? &ov : NULL, var, cc))) return st;
       if (cc->pk_opts) { /* the packed-clips variant (scan_packed.c) */
@@ -556,8 +567,8 @@ static void plan_text(const fwd_plan *pl, const camdelta_scan_args *args, char *
                                : "exact (fma)";
   char a[160], c[160];
   if (pl->alg == CAMDELTA_SCAN_SEQUENTIAL) {
-    snprintf(buf, size, "sequential; precision %s; sequential fma W=%u blocks=%u TS=%u", path, pl->sc.W, pl->sc.nJ,
-             pl->sc.TS);
+    snprintf(buf, size, "sequential; precision %s; sequential fma W=%u blocks=%u J=%u TS=%u", path, pl->sc.W,
+             pl->sc.nJ, pl->sc.J, pl->sc.TS);
     return;
   }
   const chunk_cfg *cc = &pl->cc;

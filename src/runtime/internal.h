@@ -113,12 +113,12 @@ struct camdelta_context {
                                * prep_backward_fused.c */
   /* The rest of the scan's environment, read once at creation (never on the call path): CAMDELTA_TC (0 unset,
    * 1 "0": off, 2 "emulate"), CAMDELTA_TC_TILES (parsed at the first tile resolution), CAMDELTA_SCAN_VERBOSE;
-   * CAMDELTA_SCAN_TILES and CAMDELTA_SCAN_BWD_TILES (or camdelta_tune_set's "chunkwise" / "backward", guarded by
-   * lock) with their source's name, see src/tune/fma_tune.c */
+   * CAMDELTA_SCAN_TILES, CAMDELTA_SCAN_BWD_TILES and CAMDELTA_SEQ_TILES (or camdelta_tune_set's "chunkwise" /
+   * "backward" / "sequential", guarded by lock) with their source's name, see src/tune/fma_tune.c */
   int tc_env, scan_verbose, profile_kernels; /* profile_kernels: CAMDELTA_PROFILE_KERNELS (launch.c) */
   char *tc_tiles_env;
-  char *fma_tiles[2];
-  char fma_var[2][48];
+  char *fma_tiles[3];
+  char fma_var[3][48];
   struct cd_plan_entry *plans; /* plans kept per shape class (src/tune/plan.c), guarded by lock */
   unsigned plan_gen;           /* bumped when the plans are dropped (camdelta_tune_set) */
 };

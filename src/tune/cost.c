@@ -98,7 +98,7 @@ void cd_scan_estimate_costs(const cd_cost_device *d, size_t BH, size_t D, size_t
   /* sequential: B·H·(value blocks) work-groups; per frame an update and an output stage per token tile */
   cd_seq_cfg sc;
   e->ms[CAMDELTA_SCAN_SEQUENTIAL] = HUGE_VAL;
-  if (cd_seq_configure(&d->lim, BH, D, S, 256, &sc) == CAMDELTA_OK) {
+  if (cd_seq_configure(&d->lim, BH, D, S, 256, NULL, NULL, &sc) == CAMDELTA_OK) {
     const double nj = sc.nJ;
     e->seq = (cd_cost_kernel){"sequential", 6.0 * bhf * s * dd * dd, (2.0 * nj + 2.0) * tok + nj * gate,
                               bh * nj, sc.W, 2.0 * f * cdiv(s, sc.TS), k->seq_us_per_token * sc.TS, k->eff_seq,

@@ -1,6 +1,6 @@
 /* Overrides of the scan's FMA tiles per context: the environment read once at context creation
- * (CAMDELTA_SCAN_TILES, CAMDELTA_SCAN_BWD_TILES), replaced by camdelta_tune_set families "chunkwise" and
- * "backward". A change drops the context's plans, so the next call plans with the new tiles. */
+ * (CAMDELTA_SCAN_TILES, CAMDELTA_SCAN_BWD_TILES, CAMDELTA_SEQ_TILES), replaced by camdelta_tune_set families
+ * "chunkwise", "backward" and "sequential". A change drops the context's plans, so the next call plans with the new tiles. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,8 +8,9 @@
 #include "plan.h"
 #include "scan_tiles.h"
 
-static const char *const FAMILY[CD_FMA_FAMILIES] = {"chunkwise", "backward"};
-static const char *const ENV[CD_FMA_FAMILIES] = {"CAMDELTA_SCAN_TILES", "CAMDELTA_SCAN_BWD_TILES"};
+static const char *const FAMILY[CD_FMA_FAMILIES] = {"chunkwise", "backward", "sequential"};
+static const char *const ENV[CD_FMA_FAMILIES] = {"CAMDELTA_SCAN_TILES", "CAMDELTA_SCAN_BWD_TILES",
+                                                 "CAMDELTA_SEQ_TILES"};
 
 int cd_tune_fma_family(const char *name) {
   for (int f = 0; f < CD_FMA_FAMILIES; f++)
@@ -53,6 +54,9 @@ camdelta_status cd_tune_fma_set(camdelta_context *ctx, int family, const char *p
   if (family == CD_FMA_CHUNKWISE) {
     cd_scan_override o;
     st = cd_scan_override_parse(var, params, &o);
+  } else if (family == CD_FMA_SEQUENTIAL) {
+    unsigned v[CD_SQ_COUNT];
+    st = params && *params ? cd_parse_tiles(var, params, cd_seq_tile_keys, CD_SQ_COUNT, v) : CAMDELTA_OK;
   } else {
     unsigned v[CD_SB_COUNT];
     int any;
@@ -75,8 +79,8 @@ camdelta_status cd_tune_fma_get(camdelta_context *ctx, int family, size_t D, cha
   char text[512], var[64], out[640];
   cd_tune_fma_text(ctx, family, text, sizeof text, var, sizeof var);
   camdelta_status st = CAMDELTA_OK;
-  if (family == CD_FMA_CHUNKWISE) {
-    /* the chunkwise tiles follow B*H and S too: only the override is a property of the context */
+  if (family != CD_FMA_BACKWARD) {
+    /* the chunkwise and sequential tiles follow B*H and S too: only the override is a property of the context */
     if (text[0]) snprintf(out, sizeof out, "%s (override, %s)", text, var);
     else snprintf(out, sizeof out, "(heuristic, by B*H and S: see camdelta_scan_plan_describe)");
   } else {

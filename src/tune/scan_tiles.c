@@ -120,8 +120,41 @@ static void seq_layouts(size_t D, cd_seq_cfg *c) {
   c->o = pick_layout(c->J, c->TS, c->W, 8);
 }
 
+const char *const cd_seq_tile_keys[CD_SQ_COUNT] = {"J", "TS", "W"};
+
+/* The override's fields over the heuristic choice, each checked against what the kernel relies on. */
+static camdelta_status seq_override(const cd_scan_limits *lim, size_t D, const unsigned *ov,
+                                    const char *var, cd_seq_cfg *c) {
+  if (ov[CD_SQ_J]) {
+    if (ov[CD_SQ_J] > D)
+      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: %s: J=%u is more than the head dim D=%zu", OP, var,
+                     ov[CD_SQ_J], D);
+    c->J = ov[CD_SQ_J];
+    c->nJ = ceil_div(D, c->J);
+  }
+  if (ov[CD_SQ_TS]) {
+    if (ov[CD_SQ_TS] > 1024)
+      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: %s: TS=%u tokens per tile, at most 1024", OP, var,
+                     ov[CD_SQ_TS]);
+    c->TS = ov[CD_SQ_TS];
+  }
+  if (ov[CD_SQ_W]) {
+    const unsigned w = ov[CD_SQ_W], most = lim->dev_wg < 1024 ? (unsigned)lim->dev_wg : 1024;
+    if (w & (w - 1) || w < 32 || w > most)
+      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: %s: W=%u must be a power of two in [32, %u]", OP, var, w,
+                     most);
+    c->W = w;
+  }
+  seq_layouts(D, c);
+  const size_t need = cd_seq_local_bytes(D, c);
+  if (need > lim->local_bytes)
+    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: %s: J=%u TS=%u need %zu bytes of local memory, the device has %zu",
+                   OP, var, c->J, c->TS, need, lim->local_bytes);
+  return CAMDELTA_OK;
+}
+
 camdelta_status cd_seq_configure(const cd_scan_limits *lim, size_t BH, size_t D, size_t S, unsigned wg_cap,
-                                 cd_seq_cfg *c) {
+                                 const unsigned *ov, const char *var, cd_seq_cfg *c) {
   c->nJ = value_blocks(lim, BH, D, 16);
   unsigned ts = token_tile(lim, S, 64);
   for (;;) {
@@ -136,6 +169,10 @@ camdelta_status cd_seq_configure(const cd_scan_limits *lim, size_t BH, size_t D,
     else
       return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: the device's local memory (%zu bytes) is too small for D=%zu",
                      OP, lim->local_bytes, D);
+  }
+  if (ov) {
+    camdelta_status st = seq_override(lim, D, ov, var ? var : "CAMDELTA_SEQ_TILES", c);
+    if (st) return st;
   }
   snprintf(c->opts, sizeof c->opts,
            "-DCD_D=%zu -DCD_S_J=%u -DCD_S_TS=%u -DCD_U_WR=%u -DCD_U_RM=%u -DCD_U_WC=%u -DCD_U_RN=%u "

@@ -37,9 +37,15 @@ typedef struct cd_seq_cfg {
 } cd_seq_cfg;
 /** Local memory of the sequential kernel's work-group. */
 size_t cd_seq_local_bytes(size_t D, const cd_seq_cfg *c);
-/** Tiles for B*H = BH, D, S with work-groups of at most wg_cap items; fills c->opts. */
+/** CAMDELTA_SEQ_TILES keys (also camdelta_tune_set family "sequential"): value columns per work-group, tokens
+ *  per tile, work-group size. */
+enum { CD_SQ_J, CD_SQ_TS, CD_SQ_W, CD_SQ_COUNT };
+extern const char *const cd_seq_tile_keys[CD_SQ_COUNT];
+/** Tiles for B*H = BH, D, S with work-groups of at most wg_cap items, then the override `ov` (NULL: none; 0 = field
+ *  not given; `var` names its source in messages): J in [1, D], TS in [1, 1024], W a power of two in
+ *  [32, the device's limit], and the work-group's local memory must fit. Fills c->opts. */
 camdelta_status cd_seq_configure(const cd_scan_limits *lim, size_t BH, size_t D, size_t S, unsigned wg_cap,
-                                 cd_seq_cfg *c);
+                                 const unsigned *ov, const char *var, cd_seq_cfg *c);
 
 /* ------------------------------------------------------------------------------ chunkwise kernels */
 
@@ -125,10 +131,10 @@ camdelta_status cd_sbwd_override(size_t D, size_t local_bytes, size_t dev_wg, co
 /* ------------------------------------------------------------------ overrides per context (fma_tune.c) */
 
 /** FMA families of camdelta_tune_set / camdelta_tune_get: "chunkwise" (CAMDELTA_SCAN_TILES keys), "backward"
- *  (CAMDELTA_SCAN_BWD_TILES keys). */
-enum { CD_FMA_CHUNKWISE, CD_FMA_BACKWARD, CD_FMA_FAMILIES };
+ *  (CAMDELTA_SCAN_BWD_TILES keys), "sequential" (CAMDELTA_SEQ_TILES keys). */
+enum { CD_FMA_CHUNKWISE, CD_FMA_BACKWARD, CD_FMA_SEQUENTIAL, CD_FMA_FAMILIES };
 int cd_tune_fma_family(const char *name); /* -1 when not an FMA family */
-/** Reads CAMDELTA_SCAN_TILES and CAMDELTA_SCAN_BWD_TILES into the context (at creation; parsed when a plan is
+/** Reads CAMDELTA_SCAN_TILES, CAMDELTA_SCAN_BWD_TILES and CAMDELTA_SEQ_TILES into the context (at creation; parsed when a plan is
  *  built, so that a bad value fails the scan calls with a message naming the variable, as before). */
 camdelta_status cd_tune_fma_env(camdelta_context *ctx);
 void cd_tune_fma_free(camdelta_context *ctx);
