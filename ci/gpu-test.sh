@@ -166,17 +166,32 @@ while [ $# -gt 0 ]; do
           p="[pair=$p]" "/tmp/kernels-pair$p.txt" | sort | tee -a "$OUT/bench-pair.txt"
       done
       ;;
+    packed-ab)
+      # the packed forward's kernels against the fixed shape's (4 equal clips of F=5, S=1560), with the offset table
+      # as built (CD_PACKED=2, __constant) and in variants from copies of cl/: __global table, general token ranges
+      for v in base global general; do
+        rm -rf "/tmp/k-$v" && cp -r cl "/tmp/k-$v"
+        case $v in
+          global) sed -i 's/^#if defined(CD_PK_CONST) \&\& CD_PK_CONST/#if 0/' "/tmp/k-$v/common.cl" ;;
+          general) sed -i 's/^#if CD_PACKED == 2 /#if 0 /' "/tmp/k-$v/common.cl" ;;
+        esac
+        CAMDELTA_KERNEL_DIR="/tmp/k-$v" CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --packed --shape 4,20,112,5,1560 \
+          2>&1 | sed "s/^/[$v] /" | tee -a "$OUT/packed-ab.txt"
+        CAMDELTA_KERNEL_DIR="/tmp/k-$v" CAMDELTA_PROFILE_KERNELS=1 CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --packed \
+          --shape 4,20,112,5,1560 --reps 3 --warmup 1 >/dev/null 2>"$OUT/packed-kernels-$v.txt"
+      done
+      ;;
     seq-sweep)
       # the sequential forward at sana480 under CAMDELTA_SEQ_TILES (value columns J, tokens per tile TS, work-group
       # W), then the best three again without the output pass (cl/ copy: what the serial chain alone costs)
-      for J in 16 8; do for TS in 64 32 16; do for W in 128 256 512; do
-        t=$(CAMDELTA_SEQ_TILES="J=$J,TS=$TS,W=$W" CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --shape sana480 \
-          --only "sequential causal" --reps 10 2>&1 | awk '/^scan-forward/ {print $4} /n\/a/ {print "n/a"}')
-        echo "seq-sweep J=$J TS=$TS W=$W ${t:-fail}" | tee -a "$OUT/seq-sweep.txt"
-      done; done; done
+      for J in 16 8; do for TS in 64 32; do for W in 128 256 512; do for PF in 1 2; do
+        t=$(CAMDELTA_SEQ_TILES="J=$J,TS=$TS,W=$W,PF=$PF" CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --shape sana480 \
+          --only "sequential causal" --reps 10 2>&1 | awk '/^scan-forward/ {print $4} /n\/a/ {print "n/a"}' | head -1)
+        echo "seq-sweep J=$J TS=$TS W=$W PF=$PF ${t:-fail}" | tee -a "$OUT/seq-sweep.txt"
+      done; done; done; done
       rm -rf /tmp/k-noout && cp -r cl /tmp/k-noout
       sed -i 's/s_out = qf >= 0 ? S : 0u;/s_out = 0u;/' /tmp/k-noout/scan_sequential.cl
-      for cfg in $(sort -k5 -g "$OUT/seq-sweep.txt" | grep -v "n/a\|fail" | head -3 | awk '{print $2","$3","$4}'); do
+      for cfg in $(sort -k6 -g "$OUT/seq-sweep.txt" | grep -v "n/a\|fail\|no-output" | head -3 | awk '{print $2","$3","$4","$5}'); do
         t=$(CAMDELTA_KERNEL_DIR=/tmp/k-noout CAMDELTA_SEQ_TILES="$cfg" CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench \
           --shape sana480 --only "sequential causal" --reps 10 2>&1 | awk '/^scan-forward/ {print $4}')
         echo "seq-sweep no-output $cfg $t" | tee -a "$OUT/seq-sweep.txt"

@@ -16,7 +16,7 @@
  * Reverse: output frame F−1−i reads the state after key frames F−1 … F−i (i = 0: the init state, no
  * decay and no update); the final state additionally absorbs frame 0.
  *
- * Build options: CD_D; CD_S_J (value columns per work-group); CD_S_TS (tokens per tile);
+ * Build options: CD_D; CD_S_J (value columns per work-group); CD_S_TS (tokens per tile); CD_S_PF (prefetch);
  *   CD_U_WR, CD_U_RM, CD_U_WC, CD_U_RN   state block D x J   (WR·RM >= D,  WC·RN >= J)
  *   CD_P_WR, CD_P_RM, CD_P_WC, CD_P_RN   E tile      TS x J  (WR·RM >= TS, WC·RN >= J)
  *   CD_O_WR, CD_O_RM, CD_O_WC, CD_O_RN   out tile    J x TS  (WR·RM >= J,  WC·RN >= TS)
@@ -37,6 +37,18 @@
 #define S_JC SQ_MAX(SQ_MAX(CD_U_WC * CD_U_RN, CD_P_WC * CD_P_RN), CD_O_WR * CD_O_RM) /* value columns  */
 #define S_KR SQ_MAX(CD_D, CD_U_WR * CD_U_RM)                                      /* key rows       */
 #define S_LDK (S_SC + 1)
+#ifndef CD_S_PF
+#define CD_S_PF 1 /* 1: prefetch the next tile into registers (GPUs); 0: load each tile when it is used (CPUs) */
+#endif
+/* Each tile's global loads go to registers first, all of them issued before any is used, and the next tile's
+ * loads are issued before the current tile's arithmetic (its registers are stored to local memory only at the
+ * next step): a load loop that stores each element to local memory as it arrives waits a global-memory latency
+ * per element, which made the kernel latency-bound (its time hardly depended on D). With CD_S_PF=0 each tile is
+ * loaded and stored in the same step (PoCL keeps values live across a barrier in memory per work-item, which
+ * cost more there than the latency it hides). Elements per item: */
+#define S_NK ((CD_D * CD_S_TS + S_W - 1) / S_W)   /* K or Q tile (D x TS) */
+#define S_NV ((CD_S_J * CD_S_TS + S_W - 1) / S_W) /* V tile (J x TS)      */
+#define S_NB ((CD_S_TS + S_W - 1) / S_W)          /* β of the tile        */
 
 __kernel __attribute__((reqd_work_group_size(S_W, 1, 1))) void cd_scan_sequential(
     __global const float *q, ulong q_off, __global const float *k, ulong k_off, __global const float *v,
@@ -107,6 +119,64 @@ __kernel __attribute__((reqd_work_group_size(S_W, 1, 1))) void cd_scan_sequentia
     barrier(CLK_LOCAL_MEM_FENCE);                                                       \
   } while (0)
 
+/* Register staging of one tile: S_FETCH_K loads rows [0, D) x tokens [s0, s0 + min(TS, S − s0)) of `src` (frame
+ * start fs) into rk, zeros past the end; S_STORE_K writes rk to Ks. The same for V (rv, the block's columns) and β. */
+#define S_FETCH_K(src, fs, s0)                                                               \
+  do {                                                                                       \
+    const uint sn_ = min((uint)CD_S_TS, S - (s0));                                           \
+    _Pragma("unroll") for (int i_ = 0; i_ < S_NK; i_++) {                                    \
+      const uint e_ = lid + (uint)i_ * S_W, kk_ = e_ / CD_S_TS, s_ = e_ % CD_S_TS;           \
+      rk[i_] = (e_ < CD_D * CD_S_TS && s_ < sn_) ? (src)[(ulong)kk_ * N + (fs) + (s0) + s_] : 0.0f; \
+    }                                                                                        \
+  } while (0)
+#define S_STORE_K()                                                       \
+  _Pragma("unroll") for (int i_ = 0; i_ < S_NK; i_++) {                   \
+    const uint e_ = lid + (uint)i_ * S_W;                                 \
+    if (e_ < CD_D * CD_S_TS) Ks[(e_ / CD_S_TS) * S_LDK + e_ % CD_S_TS] = rk[i_]; \
+  }
+#define S_FETCH_VB(fs, s0)                                                                   \
+  do {                                                                                       \
+    const uint sn_ = min((uint)CD_S_TS, S - (s0));                                           \
+    _Pragma("unroll") for (int i_ = 0; i_ < S_NV; i_++) {                                    \
+      const uint e_ = lid + (uint)i_ * S_W, j_ = e_ / CD_S_TS, s_ = e_ % CD_S_TS;            \
+      rv[i_] = (e_ < CD_S_J * CD_S_TS && s_ < sn_ && j_ < jn) ? vb[(ulong)(j0 + j_) * N + (fs) + (s0) + s_] : 0.0f; \
+    }                                                                                        \
+    _Pragma("unroll") for (int i_ = 0; i_ < S_NB; i_++) {                                    \
+      const uint s_ = lid + (uint)i_ * S_W;                                                  \
+      rb[i_] = s_ < sn_ ? bb[(fs) + (s0) + s_] : 0.0f;                                       \
+    }                                                                                        \
+  } while (0)
+#define S_STORE_VB()                                                      \
+  _Pragma("unroll") for (int i_ = 0; i_ < S_NV; i_++) {                   \
+    const uint e_ = lid + (uint)i_ * S_W;                                 \
+    if (e_ < CD_S_J * CD_S_TS) Vs[(e_ / CD_S_TS) * S_LDK + e_ % CD_S_TS] = rv[i_]; \
+  }                                                                       \
+  _Pragma("unroll") for (int i_ = 0; i_ < S_NB; i_++) {                   \
+    const uint s_ = lid + (uint)i_ * S_W;                                 \
+    if (s_ < CD_S_TS) Bs[s_] = rb[i_];                                    \
+  }
+/* Without prefetch: the tile straight to local memory (the form PoCL vectorizes across work-items best). */
+#define S_DIRECT_K(src, fs, s0)                                                                 \
+  do {                                                                                          \
+    const uint sn_ = min((uint)CD_S_TS, S - (s0));                                              \
+    for (uint e_ = lid; e_ < CD_D * CD_S_TS; e_ += S_W) {                                       \
+      const uint kk_ = e_ / CD_S_TS, s_ = e_ % CD_S_TS;                                         \
+      Ks[kk_ * S_LDK + s_] = s_ < sn_ ? (src)[(ulong)kk_ * N + (fs) + (s0) + s_] : 0.0f;        \
+    }                                                                                           \
+  } while (0)
+#define S_DIRECT_VB(fs, s0)                                                                     \
+  do {                                                                                          \
+    const uint sn_ = min((uint)CD_S_TS, S - (s0));                                              \
+    for (uint e_ = lid; e_ < CD_S_J * CD_S_TS; e_ += S_W) {                                     \
+      const uint j_ = e_ / CD_S_TS, s_ = e_ % CD_S_TS;                                          \
+      Vs[j_ * S_LDK + s_] = (s_ < sn_ && j_ < jn) ? vb[(ulong)(j0 + j_) * N + (fs) + (s0) + s_] : 0.0f; \
+    }                                                                                           \
+    for (uint s_ = lid; s_ < CD_S_TS; s_ += S_W) Bs[s_] = s_ < sn_ ? bb[(fs) + (s0) + s_] : 0.0f; \
+  } while (0)
+#if CD_S_PF
+  float rk[S_NK], rv[S_NV], rb[S_NB];
+#endif
+
   const uint nsteps = reverse ? F + (want_final ? 1u : 0u) : F;
   for (uint t = 0; t < nsteps; t++) {
     /* key frame kf (update) and output frame qf of this step */
@@ -125,19 +195,28 @@ __kernel __attribute__((reqd_work_group_size(S_W, 1, 1))) void cd_scan_sequentia
     S_PUBLISH();
     if (save_states && qf >= 0) S_SAVE(pre, pre_off + (bh * F + (uint)qf) * (ulong)(CD_D * CD_D) + j0);
     const ulong nk = cd_frame_start(kf, S);
+#if CD_S_PF
+    if (s_upd) {
+      S_FETCH_K(kb, nk, 0u);
+      S_FETCH_VB(nk, 0u);
+    }
+#endif
     for (uint s0 = 0; s0 < s_upd; s0 += CD_S_TS) {
-      const uint sn = min((uint)CD_S_TS, S - s0);
       barrier(CLK_LOCAL_MEM_FENCE);
-      for (uint e = lid; e < CD_D * CD_S_TS; e += S_W) {
-        const uint kk = e / CD_S_TS, s = e % CD_S_TS;
-        Ks[kk * S_LDK + s] = s < sn ? kb[(ulong)kk * N + nk + s0 + s] : 0.0f;
-      }
-      for (uint e = lid; e < CD_S_J * CD_S_TS; e += S_W) {
-        const uint j = e / CD_S_TS, s = e % CD_S_TS;
-        Vs[j * S_LDK + s] = (s < sn && j < jn) ? vb[(ulong)(j0 + j) * N + nk + s0 + s] : 0.0f;
-      }
-      for (uint s = lid; s < CD_S_TS; s += S_W) Bs[s] = s < sn ? bb[nk + s0 + s] : 0.0f;
+#if CD_S_PF
+      S_STORE_K();
+      S_STORE_VB();
+#else
+      S_DIRECT_K(kb, nk, s0);
+      S_DIRECT_VB(nk, s0);
+#endif
       barrier(CLK_LOCAL_MEM_FENCE);
+#if CD_S_PF
+      if (s0 + CD_S_TS < s_upd) { /* the next tile's loads, in flight during this tile's arithmetic */
+        S_FETCH_K(kb, nk, s0 + CD_S_TS);
+        S_FETCH_VB(nk, s0 + CD_S_TS);
+      }
+#endif
 
       /* E = β·(V − K·P) */
       {
@@ -189,14 +268,21 @@ __kernel __attribute__((reqd_work_group_size(S_W, 1, 1))) void cd_scan_sequentia
     S_PUBLISH();
     if (save_states && qf >= 0) S_SAVE(post, post_off + (bh * F + (uint)qf) * (ulong)(CD_D * CD_D) + j0);
     const ulong nq = cd_frame_start((uint)(qf >= 0 ? qf : 0), S);
+#if CD_S_PF
+    if (s_out) S_FETCH_K(qb, nq, 0u);
+#endif
     for (uint s0 = 0; s0 < s_out; s0 += CD_S_TS) {
       const uint sn = min((uint)CD_S_TS, S - s0);
       barrier(CLK_LOCAL_MEM_FENCE);
-      for (uint e = lid; e < CD_D * CD_S_TS; e += S_W) {
-        const uint kk = e / CD_S_TS, s = e % CD_S_TS;
-        Ks[kk * S_LDK + s] = s < sn ? qb[(ulong)kk * N + nq + s0 + s] : 0.0f;
-      }
+#if CD_S_PF
+      S_STORE_K();
+#else
+      S_DIRECT_K(qb, nq, s0);
+#endif
       barrier(CLK_LOCAL_MEM_FENCE);
+#if CD_S_PF
+      if (s0 + CD_S_TS < s_out) S_FETCH_K(qb, nq, s0 + CD_S_TS);
+#endif
       float acc[CD_O_RM][CD_O_RN];
       #pragma unroll
       for (int a = 0; a < CD_O_RM; a++)
@@ -229,4 +315,10 @@ __kernel __attribute__((reqd_work_group_size(S_W, 1, 1))) void cd_scan_sequentia
   if (want_final) S_SAVE(fin, fin_off + sbase + j0);
 #undef S_SAVE
 #undef S_PUBLISH
+#undef S_FETCH_K
+#undef S_STORE_K
+#undef S_FETCH_VB
+#undef S_STORE_VB
+#undef S_DIRECT_K
+#undef S_DIRECT_VB
 }

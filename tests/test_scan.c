@@ -636,10 +636,16 @@ static void test_seq_tile_override(void **state) {
   char plain[1024], plan[1024];
   tu_context_release();
   seq_plan(plain, sizeof plain);
-  assert_int_equal(setenv("CAMDELTA_SEQ_TILES", "J=5,TS=7,W=64", 1), 0);
+  /* prefetch on (the GPUs' default) and off (the CPUs'), whichever device runs this */
+  assert_int_equal(setenv("CAMDELTA_SEQ_TILES", "J=5,TS=7,W=64,PF=1", 1), 0);
   tu_context_release();
   seq_plan(plan, sizeof plan);
-  if (!strstr(plan, "W=64 blocks=4 J=5 TS=7")) fail_msg("plan '%s' does not show the override", plan);
+  if (!strstr(plan, "W=64 blocks=4 J=5 TS=7 PF=1")) fail_msg("plan '%s' does not show the override", plan);
+  for (int rev = 0; rev < 2; rev++) check_case(2, 2, 16, 3, 37, rev, 1, 1, 1, 940 + (uint64_t)rev);
+  assert_int_equal(setenv("CAMDELTA_SEQ_TILES", "J=5,TS=7,W=64,PF=2", 1), 0);
+  tu_context_release();
+  seq_plan(plan, sizeof plan);
+  if (!strstr(plan, "W=64 blocks=4 J=5 TS=7 PF=0")) fail_msg("plan '%s' does not show the override", plan);
   for (int rev = 0; rev < 2; rev++) check_case(2, 2, 16, 3, 37, rev, 1, 1, 1, 950 + (uint64_t)rev);
   assert_int_equal(unsetenv("CAMDELTA_SEQ_TILES"), 0);
   TU_OK(camdelta_tune_set(tu_context(), "sequential", "TS=3,J=16"));

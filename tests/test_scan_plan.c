@@ -160,17 +160,18 @@ static void test_fma_tiles_given_limits(void **state) {
   assert_true(sq.J == 16 && sq.TS == 64 && sq.W == 128 && sq.nJ == 7);
   assert_string_equal(sq.opts, "-DCD_D=112 -DCD_S_J=16 -DCD_S_TS=64 -DCD_U_WR=16 -DCD_U_RM=7 -DCD_U_WC=8 -DCD_U_RN=2 "
                                "-DCD_P_WR=32 -DCD_P_RM=2 -DCD_P_WC=4 -DCD_P_RN=4 -DCD_O_WR=8 -DCD_O_RM=2 -DCD_O_WC=16 "
-                               "-DCD_O_RN=4");
+                               "-DCD_O_RN=4 -DCD_S_PF=1");
   /* the sequential override (CAMDELTA_SEQ_TILES keys): the given fields, layouts re-spread over the new W */
-  const unsigned sov[CD_SQ_COUNT] = {8, 32, 256};
+  const unsigned sov[CD_SQ_COUNT] = {8, 32, 256, 2};
   TU_OK(cd_seq_configure(&lim, 20, 112, 1560, 256, sov, "X", &sq));
-  assert_true(sq.J == 8 && sq.nJ == 14 && sq.TS == 32 && sq.W == 256);
+  assert_true(sq.J == 8 && sq.nJ == 14 && sq.TS == 32 && sq.W == 256 && sq.PF == 0);
   assert_true(sq.u.wr * sq.u.wc == 256 && sq.p.wr * sq.p.wc == 256 && sq.o.wr * sq.o.wc == 256);
   assert_non_null(strstr(sq.opts, "-DCD_S_J=8 -DCD_S_TS=32 "));
-  const unsigned sbad[][CD_SQ_COUNT] = {{113, 0, 0}, {0, 2048, 0}, {0, 0, 96}, {0, 0, 2048}, {112, 1024, 0}};
+  const unsigned sbad[][CD_SQ_COUNT] = {{113, 0, 0, 0}, {0, 2048, 0, 0}, {0, 0, 96, 0}, {0, 0, 2048, 0},
+                                        {112, 1024, 0, 0}, {0, 0, 0, 3}};
   const char *const sneedle[] = {"MYVAR: J=113 is more than the head dim", "TS=2048 tokens per tile, at most 1024",
                                  "W=96 must be a power of two in [32, 1024]", "W=2048 must be a power of two",
-                                 "MYVAR: J=112 TS=1024 need"};
+                                 "MYVAR: J=112 TS=1024 need", "PF=3: 1 prefetches, 2 does not"};
   for (size_t i = 0; i < sizeof sbad / sizeof *sbad; i++) {
     assert_int_not_equal(cd_seq_configure(&lim, 20, 112, 1560, 256, sbad[i], "MYVAR", &sq), CAMDELTA_OK);
     if (!strstr(camdelta_last_message(), sneedle[i]))
@@ -194,7 +195,7 @@ static void test_fma_tiles_given_limits(void **state) {
   /* a CPU: one value block, 256 items */
   cd_scan_limits_from_info(&cpu, &lim);
   TU_OK(cd_seq_configure(&lim, 20, 112, 1560, 256, NULL, NULL, &sq));
-  assert_true(sq.J == 112 && sq.TS == 64 && sq.W == 256 && sq.nJ == 1);
+  assert_true(sq.J == 112 && sq.TS == 64 && sq.W == 256 && sq.nJ == 1 && sq.PF == 0);
   /* backward on the H200's limits */
   size_t wg, local;
   cd_sbwd_limits(&h200, &wg, &local);

@@ -567,8 +567,8 @@ static void plan_text(const fwd_plan *pl, const camdelta_scan_args *args, char *
                                : "exact (fma)";
   char a[160], c[160];
   if (pl->alg == CAMDELTA_SCAN_SEQUENTIAL) {
-    snprintf(buf, size, "sequential; precision %s; sequential fma W=%u blocks=%u J=%u TS=%u", path, pl->sc.W,
-             pl->sc.nJ, pl->sc.J, pl->sc.TS);
+    snprintf(buf, size, "sequential; precision %s; sequential fma W=%u blocks=%u J=%u TS=%u PF=%u", path, pl->sc.W,
+             pl->sc.nJ, pl->sc.J, pl->sc.TS, pl->sc.PF);
     return;
   }
   const chunk_cfg *cc = &pl->cc;

@@ -120,7 +120,7 @@ static void seq_layouts(size_t D, cd_seq_cfg *c) {
   c->o = pick_layout(c->J, c->TS, c->W, 8);
 }
 
-const char *const cd_seq_tile_keys[CD_SQ_COUNT] = {"J", "TS", "W"};
+const char *const cd_seq_tile_keys[CD_SQ_COUNT] = {"J", "TS", "W", "PF"};
 
 /* The override's fields over the heuristic choice, each checked against what the kernel relies on. */
 static camdelta_status seq_override(const cd_scan_limits *lim, size_t D, const unsigned *ov,
@@ -145,6 +145,11 @@ static camdelta_status seq_override(const cd_scan_limits *lim, size_t D, const u
                      most);
     c->W = w;
   }
+  if (ov[CD_SQ_PF]) {
+    if (ov[CD_SQ_PF] > 2)
+      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: %s: PF=%u: 1 prefetches, 2 does not", OP, var, ov[CD_SQ_PF]);
+    c->PF = ov[CD_SQ_PF] == 1;
+  }
   seq_layouts(D, c);
   const size_t need = cd_seq_local_bytes(D, c);
   if (need > lim->local_bytes)
@@ -156,6 +161,7 @@ static camdelta_status seq_override(const cd_scan_limits *lim, size_t D, const u
 camdelta_status cd_seq_configure(const cd_scan_limits *lim, size_t BH, size_t D, size_t S, unsigned wg_cap,
                                  const unsigned *ov, const char *var, cd_seq_cfg *c) {
   c->nJ = value_blocks(lim, BH, D, 16);
+  c->PF = lim->gpu != 0;
   unsigned ts = token_tile(lim, S, 64);
   for (;;) {
     c->J = round8(ceil_div(D, c->nJ));
@@ -177,9 +183,9 @@ camdelta_status cd_seq_configure(const cd_scan_limits *lim, size_t BH, size_t D,
   snprintf(c->opts, sizeof c->opts,
            "-DCD_D=%zu -DCD_S_J=%u -DCD_S_TS=%u -DCD_U_WR=%u -DCD_U_RM=%u -DCD_U_WC=%u -DCD_U_RN=%u "
            "-DCD_P_WR=%u -DCD_P_RM=%u -DCD_P_WC=%u -DCD_P_RN=%u -DCD_O_WR=%u -DCD_O_RM=%u -DCD_O_WC=%u "
-           "-DCD_O_RN=%u",
+           "-DCD_O_RN=%u -DCD_S_PF=%u",
            D, c->J, c->TS, c->u.wr, c->u.rm, c->u.wc, c->u.rn, c->p.wr, c->p.rm, c->p.wc, c->p.rn, c->o.wr, c->o.rm,
-           c->o.wc, c->o.rn);
+           c->o.wc, c->o.rn, c->PF);
   return CAMDELTA_OK;
 }
 
