@@ -15,7 +15,7 @@
 #      mpi-bench: the same with only the chunked-pipeline MPI tests (bench at sana720 with 4 MB and 1 MB transfer
 #      chunks, and the demo).
 # packed: the packed-clip tests and `bench --packed` (packed against fixed shape on equal clips).
-# seq-sweep: the sequential forward's tiles at sana480 (CAMDELTA_SEQ_TILES), and without its output pass.
+# seq-sweep: the sequential forward's tiles at sana480 (CAMDELTA_SEQ_TILES), outputs in the kernel or by phase C.
 # pair: the scan-pair and branch tests, and the branch rows at sana480 without and with the fused scan pair.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -182,20 +182,20 @@ while [ $# -gt 0 ]; do
       done
       ;;
     seq-sweep)
-      # the sequential forward at sana480 under CAMDELTA_SEQ_TILES (value columns J, tokens per tile TS, work-group
-      # W), then the best three again without the output pass (cl/ copy: what the serial chain alone costs)
-      for J in 16 8; do for TS in 64 32; do for W in 128 256 512; do for PF in 1 2; do
-        t=$(CAMDELTA_SEQ_TILES="J=$J,TS=$TS,W=$W,PF=$PF" CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --shape sana480 \
+      # the sequential forward at sana480 under CAMDELTA_SEQ_TILES: value columns J, tokens per tile TS, work-group
+      # W, outputs in the kernel (OUT=1) or by phase C (OUT=2); then the best three without prefetch (PF=2)
+      for J in 16 8; do for TS in 64 32; do for W in 128 256 512; do for O in 1 2; do
+        t=$(CAMDELTA_SEQ_TILES="J=$J,TS=$TS,W=$W,OUT=$O" CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --shape sana480 \
           --only "sequential causal" --reps 10 2>&1 | awk '/^scan-forward/ {print $4} /n\/a/ {print "n/a"}' | head -1)
-        echo "seq-sweep J=$J TS=$TS W=$W PF=$PF ${t:-fail}" | tee -a "$OUT/seq-sweep.txt"
+        echo "seq-sweep J=$J TS=$TS W=$W OUT=$O ${t:-fail}" | tee -a "$OUT/seq-sweep.txt"
       done; done; done; done
-      rm -rf /tmp/k-noout && cp -r cl /tmp/k-noout
-      sed -i 's/s_out = qf >= 0 ? S : 0u;/s_out = 0u;/' /tmp/k-noout/scan_sequential.cl
-      for cfg in $(sort -k6 -g "$OUT/seq-sweep.txt" | grep -v "n/a\|fail\|no-output" | head -3 | awk '{print $2","$3","$4","$5}'); do
-        t=$(CAMDELTA_KERNEL_DIR=/tmp/k-noout CAMDELTA_SEQ_TILES="$cfg" CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench \
+      for cfg in $(sort -k6 -g "$OUT/seq-sweep.txt" | grep -v "n/a\\|fail" | head -3 | awk '{print $2","$3","$4","$5}'); do
+        t=$(CAMDELTA_SEQ_TILES="$cfg,PF=2" CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench \
           --shape sana480 --only "sequential causal" --reps 10 2>&1 | awk '/^scan-forward/ {print $4}')
-        echo "seq-sweep no-output $cfg $t" | tee -a "$OUT/seq-sweep.txt"
+        echo "seq-sweep no-prefetch $cfg $t" | tee -a "$OUT/seq-sweep.txt"
       done
+      CAMDELTA_PROFILE_KERNELS=1 CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --shape sana480 --only "sequential" \
+        --reps 2 --warmup 1 2>&1 | grep -E "camdelta kernel|^scan" | sort | uniq -c | tail -12 | tee -a "$OUT/seq-sweep.txt"
       ;;
     gram-ab)
       # the staged gram (phase A of the forward at sana480) in variants built from copies of cl/ (CAMDELTA_KERNEL_DIR):

@@ -13,6 +13,9 @@
  *   per tile:  E = β·(V − K·P)   (TS x J, reduction over the key dim; layout P_*)
  *              M += Kᵀ·E          (D x J, reduction over the tile's tokens; layout U_*)
  *   out_f = Q_f·M                 (J x TS per tile, reduction over the key dim; layout O_*)
+ * With write_out = 0 the output pass is left out: the caller computes out_f = Q_f·M_f from the states saved in
+ * `post` (save_post), all frames in parallel (the chunkwise forward's phase C), which takes the output GEMM off
+ * the serial chain.
  * Reverse: output frame F−1−i reads the state after key frames F−1 … F−i (i = 0: the init state, no
  * decay and no update); the final state additionally absorbs frame 0.
  *
@@ -55,7 +58,7 @@ __kernel __attribute__((reqd_work_group_size(S_W, 1, 1))) void cd_scan_sequentia
     ulong v_off, __global const float *beta, ulong beta_off, __global const float *decay, ulong decay_off,
     __global float *out, ulong out_off, __global const float *init, ulong init_off, __global float *fin,
     ulong fin_off, __global float *pre, ulong pre_off, __global float *post, ulong post_off, ulong N, uint S,
-    uint F, int reverse, int has_init, int want_final, int save_states) {
+    uint F, int reverse, int has_init, int want_final, int save_pre, int save_post, int write_out) {
   __local float Ks[S_KR * S_LDK]; /* Ks[k][s]: K (update) or Q (output) tile */
   __local float Vs[S_JC * S_LDK]; /* Vs[j][s]                                */
   __local float Es[S_SC * S_JC];  /* Es[s][j] = β_s·(V − K·P)[s][j]          */
@@ -186,14 +189,14 @@ __kernel __attribute__((reqd_work_group_size(S_W, 1, 1))) void cd_scan_sequentia
 
     /* Barriers never sit inside a condition (only inside loops whose trip counts are uniform): the
      * update pass runs over 0 tokens when the step has no update, the output pass when no frame reads. */
-    const uint s_upd = upd ? S : 0u, s_out = qf >= 0 ? S : 0u;
+    const uint s_upd = upd ? S : 0u, s_out = qf >= 0 && write_out ? S : 0u;
     const float g = upd ? db[kf] : 1.0f;
     #pragma unroll
     for (int a = 0; a < CD_U_RM; a++)
       #pragma unroll
       for (int c = 0; c < CD_U_RN; c++) m[a][c] *= g;
     S_PUBLISH();
-    if (save_states && qf >= 0) S_SAVE(pre, pre_off + (bh * F + (uint)qf) * (ulong)(CD_D * CD_D) + j0);
+    if (save_pre && qf >= 0) S_SAVE(pre, pre_off + (bh * F + (uint)qf) * (ulong)(CD_D * CD_D) + j0);
     const ulong nk = cd_frame_start(kf, S);
 #if CD_S_PF
     if (s_upd) {
@@ -266,7 +269,7 @@ __kernel __attribute__((reqd_work_group_size(S_W, 1, 1))) void cd_scan_sequentia
     }
     /* out_qf = Q_qf · M */
     S_PUBLISH();
-    if (save_states && qf >= 0) S_SAVE(post, post_off + (bh * F + (uint)qf) * (ulong)(CD_D * CD_D) + j0);
+    if (save_post && qf >= 0) S_SAVE(post, post_off + (bh * F + (uint)qf) * (ulong)(CD_D * CD_D) + j0);
     const ulong nq = cd_frame_start((uint)(qf >= 0 ? qf : 0), S);
 #if CD_S_PF
     if (s_out) S_FETCH_K(qb, nq, 0u);

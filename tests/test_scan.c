@@ -647,7 +647,20 @@ static void test_seq_tile_override(void **state) {
   seq_plan(plan, sizeof plan);
   if (!strstr(plan, "W=64 blocks=4 J=5 TS=7 PF=0")) fail_msg("plan '%s' does not show the override", plan);
   for (int rev = 0; rev < 2; rev++) check_case(2, 2, 16, 3, 37, rev, 1, 1, 1, 950 + (uint64_t)rev);
+  /* the outputs by phase C from the saved states (the GPUs' default), and in the kernel (the CPUs') */
+  for (int out = 1; out <= 2; out++) {
+    char text[64];
+    snprintf(text, sizeof text, "OUT=%d,J=8", out);
+    assert_int_equal(setenv("CAMDELTA_SEQ_TILES", text, 1), 0);
+    tu_context_release();
+    seq_plan(plan, sizeof plan);
+    if (!strstr(plan, out == 2 ? "OUT=2; phase_c " : "OUT=1")) fail_msg("plan '%s' lacks OUT=%d", plan, out);
+    for (int rev = 0; rev < 2; rev++)
+      for (int states = 0; states < 2; states++)
+        check_case(2, 2, 16, 3, 37, rev, rev, 1, states, 970 + 4 * (uint64_t)out + 2 * (uint64_t)rev + (uint64_t)states);
+  }
   assert_int_equal(unsetenv("CAMDELTA_SEQ_TILES"), 0);
+  tu_context_release();
   TU_OK(camdelta_tune_set(tu_context(), "sequential", "TS=3,J=16"));
   seq_plan(plan, sizeof plan);
   if (!strstr(plan, "blocks=1 J=16 TS=3")) fail_msg("plan '%s' does not show camdelta_tune_set's tiles", plan);
@@ -663,7 +676,7 @@ static void test_seq_tile_override(void **state) {
   static const struct {
     const char *value, *needle;
   } bad[] = {{"J=17", "J=17 is more than the head dim D=16"}, {"W=48", "W=48 must be a power of two"},
-             {"TS=1025", "at most 1024"}, {"J=0", "[1, 4096]"}};
+             {"TS=1025", "at most 1024"}, {"J=0", "[1, 4096]"}, {"OUT=3", "OUT=3: 1 outputs in the kernel"}};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     assert_int_equal(setenv("CAMDELTA_SEQ_TILES", bad[i].value, 1), 0);
     tu_context_release();

@@ -232,10 +232,11 @@ static void arg_pk(cd_args *a, const scan_job *j) {
   cd_arg_u32(a, j->pk_h);
 }
 
+/* The sequential kernel; post: where the states every output frame reads go (NULL: nowhere), write_out: whether the
+ * kernel computes the outputs itself. */
 static camdelta_status run_sequential(camdelta_context *ctx, const scan_job *j, cl_kernel k, const seq_cfg *c,
-                                      cd_launch *l) {
+                                      cl_mem post, int write_out, cd_launch *l) {
   const camdelta_scan_args *p = j->p;
-  const int save = j->pre != NULL;
   cd_args a = {k, 0, CL_SUCCESS};
   cd_arg_buf(&a, p->q);
   cd_arg_buf(&a, p->k);
@@ -246,14 +247,16 @@ static camdelta_status run_sequential(camdelta_context *ctx, const scan_job *j, 
   cd_arg_buf(&a, p->init_state);
   cd_arg_buf(&a, p->final_state);
   cd_arg_buf(&a, (camdelta_buffer){j->pre, 0});
-  cd_arg_buf(&a, (camdelta_buffer){j->post, 0});
+  cd_arg_buf(&a, (camdelta_buffer){post, 0});
   cd_arg_u64(&a, j->N);
   cd_arg_u32(&a, (uint32_t)p->S);
   cd_arg_u32(&a, (uint32_t)p->F);
   cd_arg_i32(&a, p->reverse != 0);
   cd_arg_i32(&a, p->init_state.mem != NULL);
   cd_arg_i32(&a, p->final_state.mem != NULL);
-  cd_arg_i32(&a, save);
+  cd_arg_i32(&a, j->pre != NULL);
+  cd_arg_i32(&a, post != NULL);
+  cd_arg_i32(&a, write_out);
   if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_scan_sequential: setting arguments");
   const size_t lws[2] = {c->W, 1}, gws[2] = {(size_t)c->W * j->BH, c->nJ};
   return cd_enqueue(ctx, k, 2, gws, lws, l, "cd_scan_sequential");
@@ -425,6 +428,14 @@ static camdelta_status build_kernels(camdelta_context *ctx, const dev_limits *li
         return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: %s: the compiled sequential kernel allows work-groups of %zu "
                        "items, W=%u asked", OP, svar, have, sc->W);
       }
+      if (sc->OUT == 2) { /* the outputs by the chunkwise phase C (its FMA kernel, or the tensor-core one) */
+        if ((st = cd_chunk_configure(lim, BH, D, S, cap, NULL, var, cc)) ||
+            (st = cd_kernel(ctx, "scan_chunkwise.cl", cc->opts, "cd_scan_phase_c", &kern[2]))) {
+          release_kernels(kern, 3);
+          return st;
+        }
+        fits = fits && cd_kernel_max_wg(ctx, kern[2]) >= cc->c_w;
+      }
     } else {
       if ((st = cd_chunk_configure(lim, BH, D, S, cap, overridden ? &ov : NULL, var, cc))) return st;
       if (cc->pk_opts) { /* the packed-clips variant (scan_packed.c) */
@@ -496,7 +507,7 @@ static camdelta_status fwd_build_opts(camdelta_context *ctx, camdelta_scan_algor
   pl->alg = alg;
   pl->cc.pk_opts = pk_opts;
   if (!st) st = build_kernels(ctx, &lim, pl->alg, BH, args->D, args->S, pl->kern, &pl->sc, &pl->cc);
-  if (!st && pl->alg == CAMDELTA_SCAN_CHUNKWISE)
+  if (!st && (pl->alg == CAMDELTA_SCAN_CHUNKWISE || pl->sc.OUT == 2))
     st = cd_tc_build_opts(ctx, args->D, args->precision, vec, 0, pk_opts ? pk_opts : "", &pl->tc);
   if (st) {
     fwd_destroy(pl);
@@ -533,7 +544,7 @@ static camdelta_status plan_forward(camdelta_context *ctx, const camdelta_scan_a
   const cd_scan_class cls = cd_scan_shape_class(&lim, BH, D, args->S);
   key.cls[0] = alg == CAMDELTA_SCAN_SEQUENTIAL ? cls.seq_blocks : cls.b_blocks;
   key.cls[1] = cls.tokens;
-  if (alg == CAMDELTA_SCAN_CHUNKWISE && cd_tc_available(ctx)) {
+  if (cd_tc_available(ctx)) { /* the tensor-core phase C serves the sequential plan too (its OUT=2) */
     const size_t offs[5] = {args->q.offset, args->k.offset, args->v.offset, args->beta.offset, args->out.offset};
     key.prec = (unsigned)args->precision;
     key.vec = (unsigned)cd_tc_vec_ok(args->S, offs, 5);
@@ -566,12 +577,21 @@ static void plan_text(const fwd_plan *pl, const camdelta_scan_args *args, char *
                      : tf32    ? "exact (fma; tf32 requested, no tensor-core path on this device)"
                                : "exact (fma)";
   char a[160], c[160];
+  const chunk_cfg *cc = &pl->cc;
   if (pl->alg == CAMDELTA_SCAN_SEQUENTIAL) {
-    snprintf(buf, size, "sequential; precision %s; sequential fma W=%u blocks=%u J=%u TS=%u PF=%u", path, pl->sc.W,
-             pl->sc.nJ, pl->sc.J, pl->sc.TS, pl->sc.PF);
+    if (pl->sc.OUT != 2) {
+      snprintf(buf, size, "sequential; precision exact (fma); sequential fma W=%u blocks=%u J=%u TS=%u PF=%u OUT=1",
+               pl->sc.W, pl->sc.nJ, pl->sc.J, pl->sc.TS, pl->sc.PF);
+      return;
+    }
+    if (pl->tc.on) tc_text(c, sizeof c, "phase_c", "apply_tc", &pl->tc.a);
+    else
+      snprintf(c, sizeof c, "; phase_c fma W=%u C_WR=%u C_RM=%u C_WC=%u C_RN=%u C_KC=%u", cc->c_w, cc->c.wr, cc->c.rm,
+               cc->c.wc, cc->c.rn, cc->c_kc);
+    snprintf(buf, size, "sequential; precision %s; sequential fma W=%u blocks=%u J=%u TS=%u PF=%u OUT=2%s", path,
+             pl->sc.W, pl->sc.nJ, pl->sc.J, pl->sc.TS, pl->sc.PF, c);
     return;
   }
-  const chunk_cfg *cc = &pl->cc;
   if (pl->tc.on) tc_text(a, sizeof a, "phase_a", "gram_tc", &pl->tc.g);
   else
     snprintf(a, sizeof a, "; phase_a fma A_WR=%u A_RM=%u A_WC=%u A_RN=%u A_KC=%u", cc->a.wr, cc->a.rm, cc->a.wc,
@@ -666,10 +686,16 @@ camdelta_status camdelta_scan_sp_forward_hooked(camdelta_context *ctx, const cam
   cd_launch l;
   cd_launch_init(&l, args->profile);
   chunk_cfg cc = pl->cc; /* phase C's token tiles follow this call's S */
-  if (alg == CAMDELTA_SCAN_CHUNKWISE) cc.c_ns = ceil_div(args->S, cc.c.wc * cc.c.rn);
+  const int seq_split = alg == CAMDELTA_SCAN_SEQUENTIAL && pl->sc.OUT == 2;
+  if (alg == CAMDELTA_SCAN_CHUNKWISE || seq_split) cc.c_ns = ceil_div(args->S, cc.c.wc * cc.c.rn);
   if (alg == CAMDELTA_SCAN_SEQUENTIAL) {
+    /* OUT=2: the kernel saves the state each output frame reads, phase C computes all outputs from them */
+    cl_mem states = job.post;
     if (hook) st = hook->fn(hook->user, NULL, NULL, NULL);
-    if (!st) st = run_sequential(ctx, &job, pl->kern[0], &pl->sc, &l);
+    if (!st && seq_split && !states) st = cd_alloc(ctx, job.BHF * D * D * sizeof(float), &states);
+    if (!st) st = run_sequential(ctx, &job, pl->kern[0], &pl->sc, states, !seq_split, &l);
+    if (!st && seq_split) st = enqueue_phase_c(ctx, &job, pl->kern[2], &cc, &pl->tc, states, &l);
+    if (states && states != job.post) clReleaseMemObject(states);
   } else
     st = run_chunkwise(ctx, &job, pl->kern[0], pl->kern[1], pl->kern[2], &cc, &pl->tc, &l, hook);
   cd_plan_release(ctx, pe);

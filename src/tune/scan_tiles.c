@@ -120,7 +120,7 @@ static void seq_layouts(size_t D, cd_seq_cfg *c) {
   c->o = pick_layout(c->J, c->TS, c->W, 8);
 }
 
-const char *const cd_seq_tile_keys[CD_SQ_COUNT] = {"J", "TS", "W", "PF"};
+const char *const cd_seq_tile_keys[CD_SQ_COUNT] = {"J", "TS", "W", "PF", "OUT"};
 
 /* The override's fields over the heuristic choice, each checked against what the kernel relies on. */
 static camdelta_status seq_override(const cd_scan_limits *lim, size_t D, const unsigned *ov,
@@ -150,6 +150,12 @@ static camdelta_status seq_override(const cd_scan_limits *lim, size_t D, const u
       return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: %s: PF=%u: 1 prefetches, 2 does not", OP, var, ov[CD_SQ_PF]);
     c->PF = ov[CD_SQ_PF] == 1;
   }
+  if (ov[CD_SQ_OUT]) {
+    if (ov[CD_SQ_OUT] > 2)
+      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: %s: OUT=%u: 1 outputs in the kernel, 2 by phase C", OP, var,
+                     ov[CD_SQ_OUT]);
+    c->OUT = ov[CD_SQ_OUT];
+  }
   seq_layouts(D, c);
   const size_t need = cd_seq_local_bytes(D, c);
   if (need > lim->local_bytes)
@@ -162,6 +168,7 @@ camdelta_status cd_seq_configure(const cd_scan_limits *lim, size_t BH, size_t D,
                                  const unsigned *ov, const char *var, cd_seq_cfg *c) {
   c->nJ = value_blocks(lim, BH, D, 16);
   c->PF = lim->gpu != 0;
+  c->OUT = lim->gpu ? 2 : 1;
   unsigned ts = token_tile(lim, S, 64);
   for (;;) {
     c->J = round8(ceil_div(D, c->nJ));

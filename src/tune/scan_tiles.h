@@ -32,14 +32,16 @@ typedef struct cd_scan_layout {
  *  (D x J state update), p (TS x J projections), o (J x TS outputs). */
 typedef struct cd_seq_cfg {
   unsigned J, TS, W, nJ, PF; /* PF: next tile's loads in flight during the current tile's arithmetic (1 on GPUs) */
+  unsigned OUT;              /* 1: outputs in the kernel; 2: states only, outputs by phase C (GPUs) */
   cd_scan_layout u, p, o;
   char opts[512];
 } cd_seq_cfg;
 /** Local memory of the sequential kernel's work-group. */
 size_t cd_seq_local_bytes(size_t D, const cd_seq_cfg *c);
 /** CAMDELTA_SEQ_TILES keys (also camdelta_tune_set family "sequential"): value columns per work-group, tokens
- *  per tile, work-group size, prefetch (1 on, 2 off). */
-enum { CD_SQ_J, CD_SQ_TS, CD_SQ_W, CD_SQ_PF, CD_SQ_COUNT };
+ *  per tile, work-group size, prefetch (1 on, 2 off), where the outputs are computed (1 in the kernel, 2 by the
+ *  chunkwise phase C from the saved states). */
+enum { CD_SQ_J, CD_SQ_TS, CD_SQ_W, CD_SQ_PF, CD_SQ_OUT, CD_SQ_COUNT };
 extern const char *const cd_seq_tile_keys[CD_SQ_COUNT];
 /** Tiles for B*H = BH, D, S with work-groups of at most wg_cap items, then the override `ov` (NULL: none; 0 = field
  *  not given; `var` names its source in messages): J in [1, D], TS in [1, 1024], W a power of two in
