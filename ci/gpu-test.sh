@@ -5,7 +5,7 @@
 # optional benchmarks. Logs and JSON go to $OUT.
 #   bash ci/gpu-test.sh [tests] [pocl] [scan-tests] [inspect] [tune] [demo] [large] [mpi] [mpi-bench] [packed] [pair]
 #                   [bench SHAPE...] [bench-scan SHAPE...]
-#                   [prep-ab SHAPE...] [gram-ab]
+#                   [prep-ab SHAPE...] [gram-ab] [compare SHAPE...]
 # gram-ab: the staged gram at sana480 in variants (lo parts unrounded, without mma, staging once) and their profile.
 # prep-ab: prep forward and backward of each shape in both forms (CAMDELTA_PREP_FUSED, CAMDELTA_PREP_BWD_FUSED =
 #          0 and 1), then the fused backward under a few CAMDELTA_PREP_BWD_TILES settings (to pick the defaults).
@@ -142,6 +142,26 @@ while [ $# -gt 0 ]; do
       grep -E "measure|tests passed|tests failed|Failed  |Timeout" "$OUT/ctest-packed.log" | sort -u | tail -20
       CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --packed --shape 4,20,112,5,1560 2>&1 | tee "$OUT/bench-packed.txt" || rc=1
       CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --packed --shape 2,20,112,21,1560 2>&1 | tee -a "$OUT/bench-packed.txt" || rc=1
+      ;;
+    compare)
+      # before/after in one run: base-src/ (an older tree, e.g. `git archive REV | tar x -C base-src`, carried as an
+      # ignored path) built beside this one; each shape's bench with the two builds alternating, twice
+      shift
+      cmake -S base-src -B build-base -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PREFIX/usr" -DCAMDELTA_BUILD_TESTS=OFF \
+        -DCAMDELTA_MPI=OFF -DOpenCL_INCLUDE_DIR="$PREFIX/usr/include" -DOpenCL_LIBRARY="$LIBDIR/libOpenCL.so" \
+        >"$OUT/configure-base.log" 2>&1 && cmake --build build-base -j16 --target camdelta >"$OUT/build-base.log" 2>&1 ||
+        { tail -20 "$OUT/build-base.log"; exit 1; }
+      for s in "$@"; do
+        for round in 1 2; do
+          for b in base new; do
+            bin=./build-gpu/camdelta
+            [ $b = base ] && bin=./build-base/camdelta
+            CAMDELTA_DEVICE=nvidia $bin bench --shape "$s" --peak-gbs 4800 --peak-tflops 67 \
+              ${BENCH_ARGS:-} --json "$OUT/compare-$s-$b-$round.json" 2>&1 | sed "s/^/[$b $round] /" | tee -a "$OUT/compare.txt" || rc=1
+          done
+        done
+      done
+      break
       ;;
     bench)
       shift

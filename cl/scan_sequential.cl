@@ -122,60 +122,45 @@ __kernel __attribute__((reqd_work_group_size(S_W, 1, 1))) void cd_scan_sequentia
     barrier(CLK_LOCAL_MEM_FENCE);                                                       \
   } while (0)
 
-/* Register staging of one tile: S_FETCH_K loads rows [0, D) x tokens [s0, s0 + min(TS, S − s0)) of `src` (frame
- * start fs) into rk, zeros past the end; S_STORE_K writes rk to Ks. The same for V (rv, the block's columns) and β. */
-#define S_FETCH_K(src, fs, s0)                                                               \
-  do {                                                                                       \
-    const uint sn_ = min((uint)CD_S_TS, S - (s0));                                           \
-    _Pragma("unroll") for (int i_ = 0; i_ < S_NK; i_++) {                                    \
-      const uint e_ = lid + (uint)i_ * S_W, kk_ = e_ / CD_S_TS, s_ = e_ % CD_S_TS;           \
-      rk[i_] = (e_ < CD_D * CD_S_TS && s_ < sn_) ? (src)[(ulong)kk_ * N + (fs) + (s0) + s_] : 0.0f; \
-    }                                                                                        \
+/* One tile of a (rows x N) tensor: rows [row0, row0 + ROWS) (those at or past `valid` read as zero) x tokens
+ * [s0, s0 + min(TS, S − s0)) of frame start fs (zeros past the end), element e = row·TS + token.
+ * S_FETCH: into the registers r (NR per item); S_STORE: the registers to the local tile dst (stride S_LDK);
+ * S_DIRECT: straight from global to local memory (no prefetch: the form PoCL vectorizes across work-items best).
+ * β of the tile: rb / Bs, likewise. */
+#define S_FETCH(r, NR, ROWS, valid, src, row0, fs, s0)                                                     \
+  do {                                                                                                     \
+    const uint sn_ = min((uint)CD_S_TS, S - (s0));                                                         \
+    _Pragma("unroll") for (int i_ = 0; i_ < (NR); i_++) {                                                  \
+      const uint e_ = lid + (uint)i_ * S_W, w_ = e_ / CD_S_TS, s_ = e_ % CD_S_TS;                          \
+      r[i_] = (e_ < (ROWS) * CD_S_TS && s_ < sn_ && w_ < (valid)) ? (src)[(ulong)((row0) + w_) * N + (fs) + (s0) + s_] \
+                                                                   : 0.0f;                                 \
+    }                                                                                                      \
   } while (0)
-#define S_STORE_K()                                                       \
-  _Pragma("unroll") for (int i_ = 0; i_ < S_NK; i_++) {                   \
-    const uint e_ = lid + (uint)i_ * S_W;                                 \
-    if (e_ < CD_D * CD_S_TS) Ks[(e_ / CD_S_TS) * S_LDK + e_ % CD_S_TS] = rk[i_]; \
+#define S_STORE(r, NR, ROWS, dst)                                                       \
+  _Pragma("unroll") for (int i_ = 0; i_ < (NR); i_++) {                                 \
+    const uint e_ = lid + (uint)i_ * S_W;                                               \
+    if (e_ < (ROWS) * CD_S_TS) (dst)[(e_ / CD_S_TS) * S_LDK + e_ % CD_S_TS] = r[i_];    \
   }
-#define S_FETCH_VB(fs, s0)                                                                   \
-  do {                                                                                       \
-    const uint sn_ = min((uint)CD_S_TS, S - (s0));                                           \
-    _Pragma("unroll") for (int i_ = 0; i_ < S_NV; i_++) {                                    \
-      const uint e_ = lid + (uint)i_ * S_W, j_ = e_ / CD_S_TS, s_ = e_ % CD_S_TS;            \
-      rv[i_] = (e_ < CD_S_J * CD_S_TS && s_ < sn_ && j_ < jn) ? vb[(ulong)(j0 + j_) * N + (fs) + (s0) + s_] : 0.0f; \
-    }                                                                                        \
-    _Pragma("unroll") for (int i_ = 0; i_ < S_NB; i_++) {                                    \
-      const uint s_ = lid + (uint)i_ * S_W;                                                  \
-      rb[i_] = s_ < sn_ ? bb[(fs) + (s0) + s_] : 0.0f;                                       \
-    }                                                                                        \
+#define S_DIRECT(dst, ROWS, valid, src, row0, fs, s0)                                                      \
+  do {                                                                                                     \
+    const uint sn_ = min((uint)CD_S_TS, S - (s0));                                                         \
+    for (uint e_ = lid; e_ < (ROWS) * CD_S_TS; e_ += S_W) {                                                \
+      const uint w_ = e_ / CD_S_TS, s_ = e_ % CD_S_TS;                                                     \
+      (dst)[w_ * S_LDK + s_] = (s_ < sn_ && w_ < (valid)) ? (src)[(ulong)((row0) + w_) * N + (fs) + (s0) + s_] : 0.0f; \
+    }                                                                                                      \
   } while (0)
-#define S_STORE_VB()                                                      \
-  _Pragma("unroll") for (int i_ = 0; i_ < S_NV; i_++) {                   \
-    const uint e_ = lid + (uint)i_ * S_W;                                 \
-    if (e_ < CD_S_J * CD_S_TS) Vs[(e_ / CD_S_TS) * S_LDK + e_ % CD_S_TS] = rv[i_]; \
-  }                                                                       \
-  _Pragma("unroll") for (int i_ = 0; i_ < S_NB; i_++) {                   \
-    const uint s_ = lid + (uint)i_ * S_W;                                 \
-    if (s_ < CD_S_TS) Bs[s_] = rb[i_];                                    \
+#define S_FETCH_B(fs, s0)                                                                      \
+  _Pragma("unroll") for (int i_ = 0; i_ < S_NB; i_++) {                                        \
+    const uint s_ = lid + (uint)i_ * S_W;                                                      \
+    rb[i_] = s_ < min((uint)CD_S_TS, S - (s0)) ? bb[(fs) + (s0) + s_] : 0.0f;                  \
   }
-/* Without prefetch: the tile straight to local memory (the form PoCL vectorizes across work-items best). */
-#define S_DIRECT_K(src, fs, s0)                                                                 \
-  do {                                                                                          \
-    const uint sn_ = min((uint)CD_S_TS, S - (s0));                                              \
-    for (uint e_ = lid; e_ < CD_D * CD_S_TS; e_ += S_W) {                                       \
-      const uint kk_ = e_ / CD_S_TS, s_ = e_ % CD_S_TS;                                         \
-      Ks[kk_ * S_LDK + s_] = s_ < sn_ ? (src)[(ulong)kk_ * N + (fs) + (s0) + s_] : 0.0f;        \
-    }                                                                                           \
-  } while (0)
-#define S_DIRECT_VB(fs, s0)                                                                     \
-  do {                                                                                          \
-    const uint sn_ = min((uint)CD_S_TS, S - (s0));                                              \
-    for (uint e_ = lid; e_ < CD_S_J * CD_S_TS; e_ += S_W) {                                     \
-      const uint j_ = e_ / CD_S_TS, s_ = e_ % CD_S_TS;                                          \
-      Vs[j_ * S_LDK + s_] = (s_ < sn_ && j_ < jn) ? vb[(ulong)(j0 + j_) * N + (fs) + (s0) + s_] : 0.0f; \
-    }                                                                                           \
-    for (uint s_ = lid; s_ < CD_S_TS; s_ += S_W) Bs[s_] = s_ < sn_ ? bb[(fs) + (s0) + s_] : 0.0f; \
-  } while (0)
+#define S_STORE_B()                                                     \
+  _Pragma("unroll") for (int i_ = 0; i_ < S_NB; i_++) {                 \
+    const uint s_ = lid + (uint)i_ * S_W;                               \
+    if (s_ < CD_S_TS) Bs[s_] = rb[i_];                                  \
+  }
+#define S_DIRECT_B(fs, s0) \
+  for (uint s_ = lid; s_ < CD_S_TS; s_ += S_W) Bs[s_] = s_ < min((uint)CD_S_TS, S - (s0)) ? bb[(fs) + (s0) + s_] : 0.0f;
 #if CD_S_PF
   float rk[S_NK], rv[S_NV], rb[S_NB];
 #endif
@@ -200,24 +185,28 @@ __kernel __attribute__((reqd_work_group_size(S_W, 1, 1))) void cd_scan_sequentia
     const ulong nk = cd_frame_start(kf, S);
 #if CD_S_PF
     if (s_upd) {
-      S_FETCH_K(kb, nk, 0u);
-      S_FETCH_VB(nk, 0u);
+      S_FETCH(rk, S_NK, CD_D, CD_D, kb, 0u, nk, 0u);
+      S_FETCH(rv, S_NV, CD_S_J, jn, vb, j0, nk, 0u);
+      S_FETCH_B(nk, 0u);
     }
 #endif
     for (uint s0 = 0; s0 < s_upd; s0 += CD_S_TS) {
       barrier(CLK_LOCAL_MEM_FENCE);
 #if CD_S_PF
-      S_STORE_K();
-      S_STORE_VB();
+      S_STORE(rk, S_NK, CD_D, Ks);
+      S_STORE(rv, S_NV, CD_S_J, Vs);
+      S_STORE_B();
 #else
-      S_DIRECT_K(kb, nk, s0);
-      S_DIRECT_VB(nk, s0);
+      S_DIRECT(Ks, CD_D, CD_D, kb, 0u, nk, s0);
+      S_DIRECT(Vs, CD_S_J, jn, vb, j0, nk, s0);
+      S_DIRECT_B(nk, s0);
 #endif
       barrier(CLK_LOCAL_MEM_FENCE);
 #if CD_S_PF
       if (s0 + CD_S_TS < s_upd) { /* the next tile's loads, in flight during this tile's arithmetic */
-        S_FETCH_K(kb, nk, s0 + CD_S_TS);
-        S_FETCH_VB(nk, s0 + CD_S_TS);
+        S_FETCH(rk, S_NK, CD_D, CD_D, kb, 0u, nk, s0 + CD_S_TS);
+        S_FETCH(rv, S_NV, CD_S_J, jn, vb, j0, nk, s0 + CD_S_TS);
+        S_FETCH_B(nk, s0 + CD_S_TS);
       }
 #endif
 
@@ -272,19 +261,19 @@ __kernel __attribute__((reqd_work_group_size(S_W, 1, 1))) void cd_scan_sequentia
     if (save_post && qf >= 0) S_SAVE(post, post_off + (bh * F + (uint)qf) * (ulong)(CD_D * CD_D) + j0);
     const ulong nq = cd_frame_start((uint)(qf >= 0 ? qf : 0), S);
 #if CD_S_PF
-    if (s_out) S_FETCH_K(qb, nq, 0u);
+    if (s_out) S_FETCH(rk, S_NK, CD_D, CD_D, qb, 0u, nq, 0u);
 #endif
     for (uint s0 = 0; s0 < s_out; s0 += CD_S_TS) {
       const uint sn = min((uint)CD_S_TS, S - s0);
       barrier(CLK_LOCAL_MEM_FENCE);
 #if CD_S_PF
-      S_STORE_K();
+      S_STORE(rk, S_NK, CD_D, Ks);
 #else
-      S_DIRECT_K(qb, nq, s0);
+      S_DIRECT(Ks, CD_D, CD_D, qb, 0u, nq, s0);
 #endif
       barrier(CLK_LOCAL_MEM_FENCE);
 #if CD_S_PF
-      if (s0 + CD_S_TS < s_out) S_FETCH_K(qb, nq, s0 + CD_S_TS);
+      if (s0 + CD_S_TS < s_out) S_FETCH(rk, S_NK, CD_D, CD_D, qb, 0u, nq, s0 + CD_S_TS);
 #endif
       float acc[CD_O_RM][CD_O_RN];
       #pragma unroll
@@ -318,10 +307,10 @@ __kernel __attribute__((reqd_work_group_size(S_W, 1, 1))) void cd_scan_sequentia
   if (want_final) S_SAVE(fin, fin_off + sbase + j0);
 #undef S_SAVE
 #undef S_PUBLISH
-#undef S_FETCH_K
-#undef S_STORE_K
-#undef S_FETCH_VB
-#undef S_STORE_VB
-#undef S_DIRECT_K
-#undef S_DIRECT_VB
+#undef S_FETCH
+#undef S_STORE
+#undef S_DIRECT
+#undef S_FETCH_B
+#undef S_STORE_B
+#undef S_DIRECT_B
 }
