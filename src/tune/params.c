@@ -30,6 +30,12 @@ static const table_entry TABLE[] = {
     {"NVIDIA", "NVIDIA H200", CD_TC_GRAM, 112, 112, {2, 2, 2, 4, 32}},
     {"NVIDIA", "NVIDIA H200", CD_TC_APPLY, 112, 112, {2, 1, 2, 8, 16}},
     {"NVIDIA", "NVIDIA H200", CD_TC_FRAMES, 112, 112, {4, 1, 1, 14, 16}},
+    /* `camdelta tune --shape 1,20,64,21,1560` (exact), 2026-12-03: gram 0.722 ms against 0.739 with the heuristic
+     * tiles, apply 0.702 against 0.708, frames (the backward) 1.578 against 2.061; with these the shape's forward
+     * chunkwise 0.705 ms and backward 1.576 ms (0.740 / 1.836 with the heuristic tiles, the earlier session). */
+    {"NVIDIA", "NVIDIA H200", CD_TC_GRAM, 64, 64, {2, 2, 2, 2, 32}},
+    {"NVIDIA", "NVIDIA H200", CD_TC_APPLY, 64, 64, {2, 2, 2, 8, 16}},
+    {"NVIDIA", "NVIDIA H200", CD_TC_FRAMES, 64, 64, {2, 2, 2, 4, 16}},
 };
 
 int cd_tc_family(const char *name) {
