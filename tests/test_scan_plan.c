@@ -101,7 +101,7 @@ static void test_local_memory_formula(void **state) {
   fake_free(c);
 }
 
-/* Table entry on the H200 at D=112, heuristics elsewhere; overrides win and read back; saved entries apply. */
+/* Table entries on the H200 at D=112 and 64, heuristics elsewhere; overrides win and read back; saved entries apply. */
 static void test_resolution_order(void **state) {
   (void)state;
   const camdelta_device_info d = facts("NVIDIA Corporation", "NVIDIA H200", CL_DEVICE_TYPE_GPU, 132, 1024, 49152);
@@ -115,6 +115,9 @@ static void test_resolution_order(void **state) {
   assert_string_equal(from, "table");
   assert_true(t.wm == 4 && t.wn == 1 && t.nr == 14);
   TU_OK(cd_tc_resolve(c, CD_TC_GRAM, 64, &t, &from));
+  assert_string_equal(from, "table");
+  assert_true(t.wm == 2 && t.wn == 2 && t.mr == 2 && t.nr == 2 && t.kc == 32);
+  TU_OK(cd_tc_resolve(c, CD_TC_GRAM, 128, &t, &from));
   assert_string_equal(from, "heuristic");
   /* a saved entry (as `camdelta tune --save` leaves) beats the table */
   c->tune_nsaved = 1;
