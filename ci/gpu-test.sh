@@ -186,6 +186,32 @@ while [ $# -gt 0 ]; do
           p="[pair=$p]" "/tmp/kernels-pair$p.txt" | sort | tee -a "$OUT/bench-pair.txt"
       done
       ;;
+    seq-cal)
+      # the sequential forward with the default tiles at three shapes, tensor cores on and off (CAMDELTA_TC=0), each
+      # kernel's time (the cost model's calibration, src/tune/cost.c); then tiles around the default at sana480
+      for s in sana480 1,20,64,21,1560 sana720; do
+        for tc in 1 0; do
+          CAMDELTA_TC=$tc CAMDELTA_PROFILE_KERNELS=1 CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --shape "$s" \
+            --only "sequential causal" --reps 5 --warmup 1 >"/tmp/seqcal.txt" 2>&1 || rc=1
+          grep -E "^scan-forward" /tmp/seqcal.txt | sed "s/^/seq-cal $s tc=$tc /" | tee -a "$OUT/seq-cal.txt"
+          awk '/camdelta kernel/ {k=substr($0,17,40); sub(/ +$/,"",k); n[k]++; t[k]+=$(NF-1)} END {for (k in n) printf "seq-cal %s tc=%s %-28s %8.4f ms avg over %d\n", s, tc, k, t[k]/n[k], n[k]}' \
+            s="$s" tc=$tc /tmp/seqcal.txt | tee -a "$OUT/seq-cal.txt"
+        done
+      done
+      for cfg in J=8,W=64 J=4,W=64 J=4,W=128 J=8,TS=48 J=16,W=64; do
+        t=$(CAMDELTA_SEQ_TILES="$cfg" CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --shape sana480 \
+          --only "sequential causal" --reps 10 2>&1 | awk '/^scan-forward/ {print $4} /n\/a/ {print "n/a"}' | head -1)
+        echo "seq-cal sweep $cfg ${t:-fail}" | tee -a "$OUT/seq-cal.txt"
+      done
+      # the packed forward's difference: a fixed-shape call laid out like the packed one (1 x 20 frames, N = 31200)
+      for s in 4,20,112,5,1560 1,20,112,20,1560; do
+        CAMDELTA_PROFILE_KERNELS=1 CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --shape "$s" \
+          --only "chunkwise causal" --reps 5 --warmup 1 >"/tmp/pk.txt" 2>&1 || rc=1
+        grep -E "^scan-forward" /tmp/pk.txt | sed "s/^/layout $s /" | tee -a "$OUT/seq-cal.txt"
+        awk '/camdelta kernel/ {k=substr($0,17,40); sub(/ +$/,"",k); n[k]++; t[k]+=$(NF-1)} END {for (k in n) printf "layout %s %-28s %8.4f ms avg over %d\n", s, k, t[k]/n[k], n[k]}' \
+          s="$s" /tmp/pk.txt | tee -a "$OUT/seq-cal.txt"
+      done
+      ;;
     packed-ab)
       # the packed forward's kernels against the fixed shape's (4 equal clips of F=5, S=1560), with the offset table
       # as built (CD_PACKED=2, __constant) and in variants from copies of cl/: __global table, general token ranges

@@ -160,10 +160,13 @@ static void test_fma_tiles_given_limits(void **state) {
   assert_true(lim.max_wg == 256 && lim.min_wg == 32 && lim.gpu == 1 && lim.cus == 132);
   cd_seq_cfg sq;
   TU_OK(cd_seq_configure(&lim, 20, 112, 1560, 256, NULL, NULL, &sq));
-  assert_true(sq.J == 16 && sq.TS == 64 && sq.W == 128 && sq.nJ == 7);
-  assert_string_equal(sq.opts, "-DCD_D=112 -DCD_S_J=16 -DCD_S_TS=64 -DCD_U_WR=16 -DCD_U_RM=7 -DCD_U_WC=8 -DCD_U_RN=2 "
-                               "-DCD_P_WR=32 -DCD_P_RM=2 -DCD_P_WC=4 -DCD_P_RN=4 -DCD_O_WR=8 -DCD_O_RM=2 -DCD_O_WC=16 "
-                               "-DCD_O_RN=4 -DCD_S_PF=1");
+  /* two work-groups per compute unit (14 blocks of 8 value columns), at least 4 warps each */
+  assert_true(sq.J == 8 && sq.TS == 64 && sq.W == 128 && sq.nJ == 14 && sq.OUT == 2);
+  assert_string_equal(sq.opts, "-DCD_D=112 -DCD_S_J=8 -DCD_S_TS=64 -DCD_U_WR=64 -DCD_U_RM=2 -DCD_U_WC=2 -DCD_U_RN=4 "
+                               "-DCD_P_WR=32 -DCD_P_RM=2 -DCD_P_WC=4 -DCD_P_RN=2 -DCD_O_WR=4 -DCD_O_RM=2 -DCD_O_WC=32 "
+                               "-DCD_O_RN=2 -DCD_S_PF=1");
+  TU_OK(cd_seq_configure(&lim, 20, 64, 1560, 256, NULL, NULL, &sq));
+  assert_true(sq.J == 8 && sq.nJ == 8 && sq.W == 128);
   /* the sequential override (CAMDELTA_SEQ_TILES keys): the given fields, layouts re-spread over the new W */
   const unsigned sov[CD_SQ_COUNT] = {8, 32, 256, 2};
   TU_OK(cd_seq_configure(&lim, 20, 112, 1560, 256, sov, "X", &sq));
@@ -198,7 +201,7 @@ static void test_fma_tiles_given_limits(void **state) {
   /* a CPU: one value block, 256 items */
   cd_scan_limits_from_info(&cpu, &lim);
   TU_OK(cd_seq_configure(&lim, 20, 112, 1560, 256, NULL, NULL, &sq));
-  assert_true(sq.J == 112 && sq.TS == 64 && sq.W == 256 && sq.nJ == 1 && sq.PF == 0);
+  assert_true(sq.J == 112 && sq.TS == 64 && sq.W == 256 && sq.nJ == 1 && sq.PF == 0 && sq.OUT == 1);
   /* backward on the H200's limits */
   size_t wg, local;
   cd_sbwd_limits(&h200, &wg, &local);
