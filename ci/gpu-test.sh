@@ -149,10 +149,10 @@ while [ $# -gt 0 ]; do
       shift
       cmake -S base-src -B build-base -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PREFIX/usr" -DCAMDELTA_BUILD_TESTS=OFF \
         -DCAMDELTA_MPI=OFF -DOpenCL_INCLUDE_DIR="$PREFIX/usr/include" -DOpenCL_LIBRARY="$LIBDIR/libOpenCL.so" \
-        >"$OUT/configure-base.log" 2>&1 && cmake --build build-base -j16 --target camdelta >"$OUT/build-base.log" 2>&1 ||
+        >"$OUT/configure-base.log" 2>&1 && cmake --build build-base -j16 --target camdelta_cli >"$OUT/build-base.log" 2>&1 ||
         { tail -20 "$OUT/build-base.log"; exit 1; }
       for s in "$@"; do
-        for round in 1 2; do
+        for round in $(seq 1 "${COMPARE_ROUNDS:-2}"); do
           for b in base new; do
             bin=./build-gpu/camdelta
             [ $b = base ] && bin=./build-base/camdelta
