@@ -74,3 +74,20 @@ inline ulong cd_frame_start(uint f, uint S) { return (ulong)f * S; }
 #define cd_beta_base(bh, bhf, f, S, N) ((bhf) * (ulong)(S))
 #define cd_chain(gb, F, n) (*(n) = (F), (ulong)(gb) * (F))
 #endif
+
+/* The FMA GEMM core of the scan kernels (sequential, chunkwise phases A, B and C, the state summaries): for K
+ * reduction steps k, acc[a][c] += X(k, a)·Y(k, c) over the work-item's RM x RN cells. X and Y are function-like
+ * macros of the step and the register index that read the kernel's local-memory tiles in its own layout (an item
+ * (ir, ic) of a WR x WC grid owning rows ir + WR·a and columns ic + WC·c); the reduction loop is unrolled by 4,
+ * the register loops fully. CD_FMA_ZERO clears the accumulators. */
+#define CD_FMA_ZERO(acc, RM, RN)                            \
+  _Pragma("unroll") for (int a_ = 0; a_ < (RM); a_++)       \
+    _Pragma("unroll") for (int c_ = 0; c_ < (RN); c_++) (acc)[a_][c_] = 0.0f
+#define CD_FMA_GEMM(acc, RM, RN, K, X, Y)                                                                    \
+  _Pragma("unroll 4") for (int k_ = 0; k_ < (int)(K); k_++) {                                              \
+    float xr_[RM], yr_[RN];                                                                                 \
+    _Pragma("unroll") for (int a_ = 0; a_ < (RM); a_++) xr_[a_] = X(k_, a_);                                \
+    _Pragma("unroll") for (int c_ = 0; c_ < (RN); c_++) yr_[c_] = Y(k_, c_);                                \
+    _Pragma("unroll") for (int a_ = 0; a_ < (RM); a_++)                                                     \
+      _Pragma("unroll") for (int c_ = 0; c_ < (RN); c_++) (acc)[a_][c_] = fma(xr_[a_], yr_[c_], (acc)[a_][c_]); \
+  }

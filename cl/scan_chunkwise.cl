@@ -71,10 +71,7 @@ __kernel __attribute__((reqd_work_group_size(A_W, 1, 1))) void cd_scan_phase_a(
   if (col0 + A_TN <= CD_D && row0 >= col0 + A_TN) return;
 
   float acc[CD_A_RM][CD_A_RN];
-#pragma unroll
-  for (int a = 0; a < CD_A_RM; a++)
-#pragma unroll
-    for (int c = 0; c < CD_A_RN; c++) acc[a][c] = 0.0f;
+  CD_FMA_ZERO(acc, CD_A_RM, CD_A_RN);
 
   for (uint s0 = 0; s0 < Sf; s0 += CD_A_KC) {
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -89,18 +86,11 @@ __kernel __attribute__((reqd_work_group_size(A_W, 1, 1))) void cd_scan_phase_a(
       Ys[s * A_LDY + r] = y;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    #pragma unroll 4
-    for (int s = 0; s < CD_A_KC; s++) {
-      float xr[CD_A_RM], yr[CD_A_RN];
-#pragma unroll
-      for (int a = 0; a < CD_A_RM; a++) xr[a] = Xs[s * A_LDX + ir + CD_A_WR * a];
-#pragma unroll
-      for (int c = 0; c < CD_A_RN; c++) yr[c] = Ys[s * A_LDY + ic + CD_A_WC * c];
-#pragma unroll
-      for (int a = 0; a < CD_A_RM; a++)
-#pragma unroll
-        for (int c = 0; c < CD_A_RN; c++) acc[a][c] = fma(xr[a], yr[c], acc[a][c]);
-    }
+#define A_X(s, a) Xs[(s) * A_LDX + ir + CD_A_WR * (a)]
+#define A_Y(s, c) Ys[(s) * A_LDY + ic + CD_A_WC * (c)]
+    CD_FMA_GEMM(acc, CD_A_RM, CD_A_RN, CD_A_KC, A_X, A_Y);
+#undef A_X
+#undef A_Y
   }
 
   const float d = decay[decay_off + bhf];
@@ -199,18 +189,11 @@ inline void cd_phase_b_chain(__local float *Ms, __local float *As, __global cons
         As[kk * B_LDA + i] = keep ? A[a_off + fbase + i * CD_D + k0 + kk] : 0.0f;
       }
       barrier(CLK_LOCAL_MEM_FENCE);
-      #pragma unroll 4
-      for (int kk = 0; kk < CD_B_KC; kk++) {
-        float ar[CD_B_RM], mr[CD_B_RN];
-        #pragma unroll
-        for (int a = 0; a < CD_B_RM; a++) ar[a] = As[kk * B_LDA + ir + CD_B_WR * a];
-        #pragma unroll
-        for (int c = 0; c < CD_B_RN; c++) mr[c] = Ms[(k0 + kk) * B_TN + ic + CD_B_WC * c];
-        #pragma unroll
-        for (int a = 0; a < CD_B_RM; a++)
-          #pragma unroll
-          for (int c = 0; c < CD_B_RN; c++) m[a][c] = fma(ar[a], mr[c], m[a][c]);
-      }
+#define B_A(kk, a) As[(kk) * B_LDA + ir + CD_B_WR * (a)]
+#define B_M(kk, c) Ms[(k0 + (kk)) * B_TN + ic + CD_B_WC * (c)]
+      CD_FMA_GEMM(m, CD_B_RM, CD_B_RN, CD_B_KC, B_A, B_M);
+#undef B_A
+#undef B_M
     }
     /* m += U_kf (staged through Ms), then publish m */
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -311,10 +294,7 @@ __kernel __attribute__((reqd_work_group_size(C_W, 1, 1))) void cd_scan_phase_c(
   __global const float *mb = states + st_off + bhf * (ulong)(CD_D * CD_D);
 
   float acc[CD_C_RM][CD_C_RN];
-#pragma unroll
-  for (int a = 0; a < CD_C_RM; a++)
-#pragma unroll
-    for (int c = 0; c < CD_C_RN; c++) acc[a][c] = 0.0f;
+  CD_FMA_ZERO(acc, CD_C_RM, CD_C_RN);
 
   for (uint k0 = 0; k0 < CD_D; k0 += CD_C_KC) {
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -327,18 +307,11 @@ __kernel __attribute__((reqd_work_group_size(C_W, 1, 1))) void cd_scan_phase_c(
       Qs[e] = (s0 + ss < Sf) ? qb[(ulong)(k0 + kk) * N + s0 + ss] : 0.0f;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    #pragma unroll 4
-    for (int kk = 0; kk < CD_C_KC; kk++) {
-      float mr[CD_C_RM], qr[CD_C_RN];
-#pragma unroll
-      for (int a = 0; a < CD_C_RM; a++) mr[a] = Ms[kk * C_TV + ir + CD_C_WR * a];
-#pragma unroll
-      for (int c = 0; c < CD_C_RN; c++) qr[c] = Qs[kk * C_TS + ic + CD_C_WC * c];
-#pragma unroll
-      for (int a = 0; a < CD_C_RM; a++)
-#pragma unroll
-        for (int c = 0; c < CD_C_RN; c++) acc[a][c] = fma(mr[a], qr[c], acc[a][c]);
-    }
+#define C_M(kk, a) Ms[(kk) * C_TV + ir + CD_C_WR * (a)]
+#define C_Q(kk, c) Qs[(kk) * C_TS + ic + CD_C_WC * (c)]
+    CD_FMA_GEMM(acc, CD_C_RM, CD_C_RN, CD_C_KC, C_M, C_Q);
+#undef C_M
+#undef C_Q
   }
 
   __global float *ob = out + out_off + base;

@@ -213,22 +213,12 @@ __kernel __attribute__((reqd_work_group_size(S_W, 1, 1))) void cd_scan_sequentia
       /* E = β·(V − K·P) */
       {
         float acc[CD_P_RM][CD_P_RN];
-        #pragma unroll
-        for (int a = 0; a < CD_P_RM; a++)
-          #pragma unroll
-          for (int c = 0; c < CD_P_RN; c++) acc[a][c] = 0.0f;
-        #pragma unroll 4
-        for (int kk = 0; kk < CD_D; kk++) {
-          float kr[CD_P_RM], pv[CD_P_RN];
-          #pragma unroll
-          for (int a = 0; a < CD_P_RM; a++) kr[a] = Ks[kk * S_LDK + pr + CD_P_WR * a];
-          #pragma unroll
-          for (int c = 0; c < CD_P_RN; c++) pv[c] = Ps[kk * S_JC + pc + CD_P_WC * c];
-          #pragma unroll
-          for (int a = 0; a < CD_P_RM; a++)
-            #pragma unroll
-            for (int c = 0; c < CD_P_RN; c++) acc[a][c] = fma(kr[a], pv[c], acc[a][c]);
-        }
+        CD_FMA_ZERO(acc, CD_P_RM, CD_P_RN);
+#define S_E_K(k, a) Ks[(k) * S_LDK + pr + CD_P_WR * (a)]
+#define S_E_P(k, c) Ps[(k) * S_JC + pc + CD_P_WC * (c)]
+        CD_FMA_GEMM(acc, CD_P_RM, CD_P_RN, CD_D, S_E_K, S_E_P);
+#undef S_E_K
+#undef S_E_P
         #pragma unroll
         for (int a = 0; a < CD_P_RM; a++) {
           const uint s = pr + CD_P_WR * a;
@@ -243,18 +233,11 @@ __kernel __attribute__((reqd_work_group_size(S_W, 1, 1))) void cd_scan_sequentia
       barrier(CLK_LOCAL_MEM_FENCE);
 
       /* M += Kᵀ·E */
-      #pragma unroll 4
-      for (int s = 0; s < CD_S_TS; s++) {
-        float kr[CD_U_RM], ev[CD_U_RN];
-        #pragma unroll
-        for (int a = 0; a < CD_U_RM; a++) kr[a] = Ks[(ur + CD_U_WR * a) * S_LDK + s];
-        #pragma unroll
-        for (int c = 0; c < CD_U_RN; c++) ev[c] = Es[s * S_JC + uc + CD_U_WC * c];
-        #pragma unroll
-        for (int a = 0; a < CD_U_RM; a++)
-          #pragma unroll
-          for (int c = 0; c < CD_U_RN; c++) m[a][c] = fma(kr[a], ev[c], m[a][c]);
-      }
+#define S_U_K(s, a) Ks[(ur + CD_U_WR * (a)) * S_LDK + (s)]
+#define S_U_E(s, c) Es[(s) * S_JC + uc + CD_U_WC * (c)]
+      CD_FMA_GEMM(m, CD_U_RM, CD_U_RN, CD_S_TS, S_U_K, S_U_E);
+#undef S_U_K
+#undef S_U_E
     }
     /* out_qf = Q_qf · M */
     S_PUBLISH();
@@ -276,22 +259,12 @@ __kernel __attribute__((reqd_work_group_size(S_W, 1, 1))) void cd_scan_sequentia
       if (s0 + CD_S_TS < s_out) S_FETCH(rk, S_NK, CD_D, CD_D, qb, 0u, nq, s0 + CD_S_TS);
 #endif
       float acc[CD_O_RM][CD_O_RN];
-      #pragma unroll
-      for (int a = 0; a < CD_O_RM; a++)
-        #pragma unroll
-        for (int c = 0; c < CD_O_RN; c++) acc[a][c] = 0.0f;
-      #pragma unroll 4
-      for (int kk = 0; kk < CD_D; kk++) {
-        float pv[CD_O_RM], qr[CD_O_RN];
-        #pragma unroll
-        for (int a = 0; a < CD_O_RM; a++) pv[a] = Ps[kk * S_JC + orr + CD_O_WR * a];
-        #pragma unroll
-        for (int c = 0; c < CD_O_RN; c++) qr[c] = Ks[kk * S_LDK + oc + CD_O_WC * c];
-        #pragma unroll
-        for (int a = 0; a < CD_O_RM; a++)
-          #pragma unroll
-          for (int c = 0; c < CD_O_RN; c++) acc[a][c] = fma(pv[a], qr[c], acc[a][c]);
-      }
+      CD_FMA_ZERO(acc, CD_O_RM, CD_O_RN);
+#define S_O_P(k, a) Ps[(k) * S_JC + orr + CD_O_WR * (a)]
+#define S_O_Q(k, c) Ks[(k) * S_LDK + oc + CD_O_WC * (c)]
+      CD_FMA_GEMM(acc, CD_O_RM, CD_O_RN, CD_D, S_O_P, S_O_Q);
+#undef S_O_P
+#undef S_O_Q
       #pragma unroll
       for (int a = 0; a < CD_O_RM; a++) {
         const uint j = orr + CD_O_WR * a;

@@ -40,8 +40,7 @@ __kernel __attribute__((reqd_work_group_size(8, 8, 1))) void cd_summary_gram(
   __global const float *Yb = Y + y_off + bh * CD_D * N + tok0;
   __global const float *wb = has_w ? w + w_off + bh * N + tok0 : w;
   float acc[SM_R][SM_R];
-  for (int a = 0; a < SM_R; a++)
-    for (int c = 0; c < SM_R; c++) acc[a][c] = 0.0f;
+  CD_FMA_ZERO(acc, SM_R, SM_R);
   for (uint s0 = 0; s0 < S; s0 += SM_K) {
     for (uint e = lid; e < SM_K * SM_T; e += 64) {
       const uint r = e / SM_K, s = e % SM_K, tok = s0 + s;
@@ -51,13 +50,11 @@ __kernel __attribute__((reqd_work_group_size(8, 8, 1))) void cd_summary_gram(
       ys[s * SM_LD + r] = (in_s && j0 + r < CD_D) ? Yb[(ulong)(j0 + r) * N + tok] : 0.0f;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (uint s = 0; s < SM_K; s++) {
-      float xa[SM_R], yc[SM_R];
-      for (int a = 0; a < SM_R; a++) xa[a] = xs[s * SM_LD + ly + 8 * a];
-      for (int c = 0; c < SM_R; c++) yc[c] = ys[s * SM_LD + lx + 8 * c];
-      for (int a = 0; a < SM_R; a++)
-        for (int c = 0; c < SM_R; c++) acc[a][c] = fma(xa[a], yc[c], acc[a][c]);
-    }
+#define SM_X(s, a) xs[(s) * SM_LD + ly + 8 * (a)]
+#define SM_Y(s, c) ys[(s) * SM_LD + lx + 8 * (c)]
+    CD_FMA_GEMM(acc, SM_R, SM_R, SM_K, SM_X, SM_Y);
+#undef SM_X
+#undef SM_Y
     barrier(CLK_LOCAL_MEM_FENCE);
   }
   const float gf = has_g ? g[g_off + bhf] : 1.0f;
@@ -90,8 +87,7 @@ __kernel __attribute__((reqd_work_group_size(8, 8, 1))) void cd_summary_apply(
   __global const float *Ub = has_u ? U + u_off + bh * u_stride : U;
   __global float *Yb = Yo + y_off + bh * y_stride;
   float acc[SM_R][SM_R];
-  for (int a = 0; a < SM_R; a++)
-    for (int c = 0; c < SM_R; c++) acc[a][c] = 0.0f;
+  CD_FMA_ZERO(acc, SM_R, SM_R);
   if (has_a) {
     for (uint k0 = 0; k0 < CD_D; k0 += SM_K) {
       for (uint e = lid; e < SM_K * SM_T; e += 64) {
@@ -113,13 +109,11 @@ __kernel __attribute__((reqd_work_group_size(8, 8, 1))) void cd_summary_apply(
         xs[xk * SM_LD + xj] = xv;
       }
       barrier(CLK_LOCAL_MEM_FENCE);
-      for (uint k = 0; k < SM_K; k++) {
-        float aa[SM_R], xc[SM_R];
-        for (int a = 0; a < SM_R; a++) aa[a] = as[k * SM_LD + ly + 8 * a];
-        for (int c = 0; c < SM_R; c++) xc[c] = xs[k * SM_LD + lx + 8 * c];
-        for (int a = 0; a < SM_R; a++)
-          for (int c = 0; c < SM_R; c++) acc[a][c] = fma(aa[a], xc[c], acc[a][c]);
-      }
+#define SM_A(k, a) as[(k) * SM_LD + ly + 8 * (a)]
+#define SM_X(k, c) xs[(k) * SM_LD + lx + 8 * (c)]
+      CD_FMA_GEMM(acc, SM_R, SM_R, SM_K, SM_A, SM_X);
+#undef SM_A
+#undef SM_X
       barrier(CLK_LOCAL_MEM_FENCE);
     }
   }
