@@ -192,13 +192,13 @@ while [ $# -gt 0 ]; do
       for s in sana480 1,20,64,21,1560 sana720; do
         for tc in 1 0; do
           CAMDELTA_TC=$tc CAMDELTA_PROFILE_KERNELS=1 CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --shape "$s" \
-            --only "sequential causal" --reps 5 --warmup 1 >"/tmp/seqcal.txt" 2>&1 || rc=1
+            --only "sequential causal" --reps 3 --warmup 1 >"/tmp/seqcal.txt" 2>&1 || rc=1
           grep -E "^scan-forward" /tmp/seqcal.txt | sed "s/^/seq-cal $s tc=$tc /" | tee -a "$OUT/seq-cal.txt"
           awk '/camdelta kernel/ {k=substr($0,17,40); sub(/ +$/,"",k); n[k]++; t[k]+=$(NF-1)} END {for (k in n) printf "seq-cal %s tc=%s %-28s %8.4f ms avg over %d\n", s, tc, k, t[k]/n[k], n[k]}' \
             s="$s" tc=$tc /tmp/seqcal.txt | tee -a "$OUT/seq-cal.txt"
         done
       done
-      for cfg in J=8,W=64 J=4,W=64 J=4,W=128 J=8,TS=48 J=16,W=64; do
+      for cfg in ${SEQ_CAL_TILES:-J=8,W=64 J=4,W=64 J=4,W=128 J=8,TS=48 J=16,W=64}; do
         t=$(CAMDELTA_SEQ_TILES="$cfg" CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --shape sana480 \
           --only "sequential causal" --reps 10 2>&1 | awk '/^scan-forward/ {print $4} /n\/a/ {print "n/a"}' | head -1)
         echo "seq-cal sweep $cfg ${t:-fail}" | tee -a "$OUT/seq-cal.txt"

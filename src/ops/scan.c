@@ -1,7 +1,9 @@
 /* Scan forward (SPEC section 3): argument checks, the saved object, tile choice and the two algorithms.
  *
- * Sequential (cl/scan_sequential.cl): one launch; a work-group per (b, h, block of J value columns)
- * walks the frames with its state block in registers.
+ * Sequential (cl/scan_sequential.cl): a work-group per (b, h, block of J value columns) walks the frames with its
+ * state block in registers. On GPUs (OUT=2) it keeps only the recurrence and writes the state every output frame
+ * reads, and the chunkwise phase C (tensor cores where available) computes all the outputs from them; on CPUs
+ * (OUT=1) the kernel computes them itself, one launch.
  * Chunkwise (cl/scan_chunkwise.cl): phase A (A_f, U_f per (b, h, f)), phase B (serial over frames per
  * (b, h, value block), writes the state every output frame reads), phase C (out_f = Q_f·M_f per
  * (b, h, f, tile)). A, U and the per-frame states are scratch buffers allocated per call (with a saved
@@ -28,13 +30,17 @@
  *   C_RM C_WC C_RN C_KC (phase C), e.g. "A_WR=16,A_RM=7,A_WC=8,A_RN=7,A_KC=16". Fields not given keep their
  *   choice (giving B_J re-picks phase B's layout first). A list that does not parse, or tiles that break a
  *   kernel's constraints, the local memory or the work-group limit, fail with a message naming the variable.
+ * CAMDELTA_SEQ_TILES (or camdelta_tune_set family "sequential"): the same for the sequential kernel, keys J (value
+ *   columns per work-group), TS (tokens per tile), W (items), PF (1 prefetch, 2 not), OUT (1 outputs in the
+ *   kernel, 2 by phase C).
  *
  * AUTO (camdelta_scan_algorithm CAMDELTA_SCAN_AUTO) comes from the plans' costs (src/tune/cost.c): both plans
  * are configured for the call's B·H, D, F, S and each kernel's time is estimated from its flops (chunkwise: the
  * useful 6·N·D² per (b, h) plus phase B's 2·F·D³; tensor-core rates for phases A and C where the plan runs them
  * there), its bytes (chunkwise: 3·B·H·F·D² scratch floats written and read), its work-groups against what the
- * device holds, its serial chain (the sequential kernel: two stages per token tile per frame, B·H·(value blocks)
- * work-groups; phase B: its reduction chunks per frame) and launches; chunkwise must be estimated at least 10%
+ * device holds, its serial chain (the sequential kernel: a stage per token tile per frame, two with the outputs in
+ * the kernel, B·H·(value blocks) work-groups, plus phase C where it computes the outputs; phase B: its reduction
+ * chunks per frame) and launches; chunkwise must be estimated at least 10%
  * faster. Calibrated on the H200 (sana480, sana720, D=64) and on PoCL with 2 cores (B1 H20 D112 F21 S1560,
  * B1 H8 D112 F5 S1560, B1 H1 D112 F5 S300, B2 H4 D32 F5 S64: sequential in all); the table of estimates
  * against measurements is in docs/performance.md ("AUTO from plan costs"), the unit tests in
