@@ -160,11 +160,17 @@ static void test_fma_tiles_given_limits(void **state) {
   assert_true(lim.max_wg == 256 && lim.min_wg == 32 && lim.gpu == 1 && lim.cus == 132);
   cd_seq_cfg sq;
   TU_OK(cd_seq_configure(&lim, 20, 112, 1560, 256, NULL, NULL, &sq));
-  /* two work-groups per compute unit (14 blocks of 8 value columns), at least 4 warps each */
-  assert_true(sq.J == 8 && sq.TS == 64 && sq.W == 128 && sq.nJ == 14 && sq.OUT == 2);
-  assert_string_equal(sq.opts, "-DCD_D=112 -DCD_S_J=8 -DCD_S_TS=64 -DCD_U_WR=64 -DCD_U_RM=2 -DCD_U_WC=2 -DCD_U_RN=4 "
-                               "-DCD_P_WR=32 -DCD_P_RM=2 -DCD_P_WC=4 -DCD_P_RN=2 -DCD_O_WR=4 -DCD_O_RM=2 -DCD_O_WC=32 "
+  /* at most two work-groups per compute unit (13 blocks of 9 value columns: 260 for 132 SMs), 4 warps each */
+  assert_true(sq.J == 9 && sq.TS == 64 && sq.W == 128 && sq.nJ == 13 && sq.OUT == 2);
+  assert_string_equal(sq.opts, "-DCD_D=112 -DCD_S_J=9 -DCD_S_TS=64 -DCD_U_WR=64 -DCD_U_RM=2 -DCD_U_WC=2 -DCD_U_RN=5 "
+                               "-DCD_P_WR=64 -DCD_P_RM=1 -DCD_P_WC=2 -DCD_P_RN=5 -DCD_O_WR=4 -DCD_O_RM=3 -DCD_O_WC=32 "
                                "-DCD_O_RN=2 -DCD_S_PF=1");
+  /* more chains: fewer blocks (40 chains: 6 of 19); once B·H alone fills two per SM, one block is wanted, but
+   * a whole D=112 state block does not fit 48 KiB of local memory: two of 56, the smallest token tile */
+  TU_OK(cd_seq_configure(&lim, 40, 112, 1560, 256, NULL, NULL, &sq));
+  assert_true(sq.nJ == 6 && sq.J == 19);
+  TU_OK(cd_seq_configure(&lim, 264, 112, 1560, 256, NULL, NULL, &sq));
+  assert_true(sq.nJ == 2 && sq.J == 56 && sq.TS == 8);
   TU_OK(cd_seq_configure(&lim, 20, 64, 1560, 256, NULL, NULL, &sq));
   assert_true(sq.J == 8 && sq.nJ == 8 && sq.W == 128);
   /* the sequential override (CAMDELTA_SEQ_TILES keys): the given fields, layouts re-spread over the new W */
@@ -244,7 +250,7 @@ static void test_fma_tiles_constraints(void **state) {
           cd_seq_cfg sq;
           if (cd_seq_configure(&lim, BH, D, S, 256, NULL, NULL, &sq) == CAMDELTA_OK) {
             assert_true(cd_seq_local_bytes(D, &sq) <= lim.local_bytes);
-            assert_true(sq.W <= lim.max_wg && sq.J % 8 == 0 && sq.nJ * sq.J >= D && (sq.nJ - 1) * sq.J < D);
+            assert_true(sq.W <= lim.max_wg && sq.J >= 1 && sq.J <= D && sq.nJ * sq.J >= D && (sq.nJ - 1) * sq.J < D);
             assert_true(sq.u.wr * sq.u.wc == sq.W && sq.u.wr * sq.u.rm >= D && sq.u.wc * sq.u.rn >= sq.J);
             assert_true(sq.p.wr * sq.p.rm >= sq.TS && sq.o.wc * sq.o.rn >= sq.TS && sq.o.wr * sq.o.rm >= sq.J);
           } else {

@@ -77,13 +77,12 @@ static unsigned wg_for(const cd_scan_limits *lim, size_t outputs, size_t per_ite
   return w;
 }
 
-/* Value-column blocks. GPUs: enough work-groups for `per_cu` per compute unit, blocks at least `min_j` wide.
+/* Value-column blocks (phase B). GPUs: enough work-groups for the compute units, blocks at least `min_j` wide.
  * CPUs: one block (a few cores are filled by B·H; AUTO picks chunkwise when they are not), so that the
  * kernels built for a CPU depend on D and the token bucket only (PoCL compiles each variant for seconds). */
-static unsigned value_blocks(const cd_scan_limits *lim, size_t BH, size_t D, size_t min_j, size_t per_cu) {
+static unsigned value_blocks(const cd_scan_limits *lim, size_t BH, size_t D, size_t min_j) {
   if (!lim->gpu) return 1;
-  const size_t groups = per_cu * lim->cus;
-  size_t want = BH >= groups ? 1 : (groups + BH - 1) / BH, most = D / min_j ? D / min_j : 1;
+  size_t want = BH >= lim->cus ? 1 : (lim->cus + BH - 1) / BH, most = D / min_j ? D / min_j : 1;
   if (want > most) want = most;
   if (want < 1) want = 1;
   return ceil_div(D, round8(ceil_div(D, want)));
@@ -106,7 +105,18 @@ static unsigned token_tile(const cd_scan_limits *lim, size_t S, unsigned most) {
 
 /* ------------------------------------------------------------------------------ sequential config */
 
-enum { SEQ_MIN_J = 8, SEQ_PER_CU = 2 }; /* value-column blocks of the sequential kernel on GPUs */
+/* Value-column blocks of the sequential kernel. GPUs: at most two work-groups per compute unit, as many as fit
+ * (floor: a third work-group on some units makes them the kernel's tail), blocks at least 8 columns wide, of any
+ * width (ceil(D / blocks), not rounded). On the H200 at sana480 (B·H = 20, 132 SMs): 13 blocks of 9 columns, 260
+ * work-groups, 4.52 ms; 14 blocks of 8 (280, 16 SMs with three) 5.14 ms; 7 blocks of 16 5.46 ms. CPUs: one block. */
+static unsigned seq_blocks(const cd_scan_limits *lim, size_t BH, size_t D) {
+  if (!lim->gpu) return 1;
+  const size_t slots = 2 * (size_t)lim->cus, most = D / 8 ? D / 8 : 1;
+  size_t want = BH >= slots ? 1 : slots / BH;
+  if (want > most) want = most;
+  if (want < 1) want = 1;
+  return ceil_div(D, ceil_div(D, want));
+}
 
 size_t cd_seq_local_bytes(size_t D, const cd_seq_cfg *c) {
   size_t sc = c->p.wr * c->p.rm, jc = c->u.wc * c->u.rn, kr = c->u.wr * c->u.rm;
@@ -169,14 +179,14 @@ static camdelta_status seq_override(const cd_scan_limits *lim, size_t D, const u
 
 camdelta_status cd_seq_configure(const cd_scan_limits *lim, size_t BH, size_t D, size_t S, unsigned wg_cap,
                                  const unsigned *ov, const char *var, cd_seq_cfg *c) {
-  /* GPUs: two work-groups per compute unit, each at least 4 warps (one work-group is one serial chain: the
-   * second hides its barriers and latencies; on the H200 at sana480, J=8 W=128 5.15 ms, J=16 W=128 5.46) */
-  c->nJ = value_blocks(lim, BH, D, SEQ_MIN_J, SEQ_PER_CU);
+  /* GPUs: two work-groups per compute unit (seq_blocks), each at least 4 warps (one work-group is one serial
+   * chain: the second hides its barriers and latencies) */
+  c->nJ = seq_blocks(lim, BH, D);
   c->PF = lim->gpu != 0;
   c->OUT = lim->gpu ? 2 : 1;
   unsigned ts = token_tile(lim, S, 64);
+  c->J = ceil_div(D, c->nJ);
   for (;;) {
-    c->J = round8(ceil_div(D, c->nJ));
     c->nJ = ceil_div(D, c->J);
     c->TS = ts;
     c->W = wg_for(lim, D * c->J, lim->gpu ? 8 : 16, wg_cap);
@@ -184,8 +194,10 @@ camdelta_status cd_seq_configure(const cd_scan_limits *lim, size_t BH, size_t D,
     seq_layouts(D, c);
     if (cd_seq_local_bytes(D, c) <= lim->local_bytes) break;
     if (ts > 8) ts /= 2;
-    else if (c->J > 8) next_blocks(D, c->J, &c->nJ);
-    else
+    else if (c->J > 8) {
+      next_blocks(D, round8(c->J), &c->nJ);
+      c->J = round8(ceil_div(D, c->nJ));
+    } else
       return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: the device's local memory (%zu bytes) is too small for D=%zu",
                      OP, lim->local_bytes, D);
   }
@@ -311,7 +323,7 @@ camdelta_status cd_chunk_configure(const cd_scan_limits *lim, size_t BH, size_t 
   }
   /* phase B: value-column blocks for the compute units; the state block and a chunk of A in local memory */
   {
-    c->b_nj = value_blocks(lim, BH, D, 8, 1);
+    c->b_nj = value_blocks(lim, BH, D, 8);
     c->b_kc = k_chunk(D);
     for (;;) {
       c->b_j = round8(ceil_div(D, c->b_nj));
@@ -353,8 +365,7 @@ camdelta_status cd_chunk_configure(const cd_scan_limits *lim, size_t BH, size_t 
 
 /* (The AUTO choice between the algorithms is src/tune/cost.c: it estimates both plans configured here.) */
 cd_scan_class cd_scan_shape_class(const cd_scan_limits *lim, size_t BH, size_t D, size_t S) {
-  const cd_scan_class k = {value_blocks(lim, BH, D, SEQ_MIN_J, SEQ_PER_CU), value_blocks(lim, BH, D, 8, 1),
-                           token_tile(lim, S, 64)};
+  const cd_scan_class k = {seq_blocks(lim, BH, D), value_blocks(lim, BH, D, 8), token_tile(lim, S, 64)};
   return k;
 }
 
