@@ -4,7 +4,8 @@
  *
  *   time = max(full-device time, waves x lone work-group time) + launch
  *   full-device time   = max(flops / (CUs x peak_cu x eff), bytes / (CUs x bandwidth_cu))
- *   lone work-group    = (flops / work-groups) / (peak_cu x eff x min(1, items / items_sat))
+ *   lone work-group    = (flops / work-groups) / (peak_cu x eff x min(1, items / items_sat))  (the sequential
+ *                        kernel: items_sat_seq)
  *                        + serial stages x stage latency
  *   waves              = ceil(work-groups / (CUs x work-groups resident per CU))
  *
@@ -17,15 +18,17 @@
  *  - GPU class, from the NVIDIA H200 (132 SMs; nominal 508 GFLOP/s per SM = 67 TFLOP/s, 36.4 GB/s per SM =
  *    4.8 TB/s), kernel times of `camdelta bench` and CAMDELTA_PROFILE_KERNELS=1 at sana480 (B1 H20 D112 F21
  *    S1560), sana720 (S3600) and D=64:
- *      phase A 1.375 ms tensor cores / 2.140 FMA for 32.9 GFLOP   -> eff_a_tc 0.357, eff_a 0.229
+ *      phase A 1.209 ms tensor cores (the staged split gram) / 2.140 FMA for 32.9 GFLOP -> eff_a_tc 0.406,
+ *        eff_a 0.229
  *      phase C 0.492 ms tensor cores / 0.750 FMA for 16.4 GFLOP   -> eff_c_tc 0.498, eff_c 0.327
  *      phase B 0.394 ms: 140 work-groups, 21 frames x 7 reduction chunks of 16 -> 2.42 us per chunk stage,
- *        0.151 us per reduction element
- *      sequential 11.35 ms (D112), 10.0 ms (D64), 25.8 ms (S3600): 140 / 80 work-groups of 128 items, 2 tile
- *        stages (update, output) per 64-token tile per frame; the two head dims pin the lone work-group's rate
- *        (111.8 GFLOP/s at 128 items) and the stage latency (7.81 us per 64-token stage); items_sat = 256
- *        makes that rate eff_seq = 0.44 of the SM (not measured at full occupancy: an assumption; phase B is
- *        given the same).
+ *        0.151 us per reduction element at D=112, in proportion to D (0.096 ms at D=64: 1.14 us per stage)
+ *      sequential kernel (the recurrence; its outputs by phase C, as above) 4.02 ms (D112: 260 work-groups of
+ *        128 items, 13 blocks of 9 value columns) and 2.19 ms (D64: 160 work-groups, 8 blocks of 8), one stage
+ *        per 64-token tile per frame: the two head dims pin the lone work-group's rate (32.4 GFLOP/s at 128
+ *        items) and the stage latency (0.22 us per 64-token stage: the next tile's loads are in flight during
+ *        the current one's arithmetic). With the full device at eff_seq = 0.44 of the peak (an assumption, as
+ *        for phase B), that lone rate means the kernel needs items_sat_seq = 883 items per SM to reach it.
  *    Launch 5 us; 10 us per scratch buffer allocated (an assumption). Resident items per CU: 2048 (NVIDIA), 2560
  *    (AMD), 1024 (others).
  *  - CPU class, from PoCL on this project's 2-core CI machine (causal kernel time): per core the sequential kernel
@@ -42,15 +45,15 @@
 
 static const cd_cost_class GPU_CLASS = {
     .name = "gpu",
-    .eff_seq = 0.44, .eff_a = 0.229, .eff_b = 0.44, .eff_c = 0.327, .eff_a_tc = 0.357, .eff_c_tc = 0.498,
-    .seq_us_per_token = 7.81 / 64, .b_us_per_elem = 2.42 / 16,
-    .launch_us = 5.0, .alloc_us = 10.0, .items_sat = 256,
+    .eff_seq = 0.44, .eff_a = 0.229, .eff_b = 0.44, .eff_c = 0.327, .eff_a_tc = 0.406, .eff_c_tc = 0.498,
+    .seq_us_per_token = 0.22 / 64, .b_us_per_elem = 2.42 / 16,
+    .launch_us = 5.0, .alloc_us = 10.0, .items_sat = 256, .items_sat_seq = 883,
 };
 static const cd_cost_class CPU_CLASS = {
     .name = "cpu",
     .eff_seq = 0.3125, .eff_a = 0.228, .eff_b = 0.0625, .eff_c = 0.228, .eff_a_tc = 0.228, .eff_c_tc = 0.228,
     .seq_us_per_token = 0.0, .b_us_per_elem = 0.0,
-    .launch_us = 70.0, .alloc_us = 0.0, .items_sat = 1,
+    .launch_us = 70.0, .alloc_us = 0.0, .items_sat = 1, .items_sat_seq = 1,
 };
 
 void cd_cost_device_from_info(const camdelta_device_info *info, int tc, cd_cost_device *d) {
@@ -78,7 +81,7 @@ void cd_cost_device_from_info(const camdelta_device_info *info, int tc, cd_cost_
 static void kernel_time(const cd_cost_device *d, cd_cost_kernel *k) {
   const double cus = d->lim.cus, peak_cu = d->cu_gflops * 1e9 * k->eff, gpu = d->lim.gpu;
   const double full = fmax(k->flops / (peak_cu * cus), k->bytes / (d->cu_gbs * 1e9 * cus));
-  const double share = gpu ? fmin(1.0, k->items / d->cls->items_sat) : 1.0;
+  const double share = gpu ? fmin(1.0, k->items / (k->sat > 0 ? k->sat : d->cls->items_sat)) : 1.0;
   const double lone = k->flops / k->groups / (peak_cu * share) + k->stages * k->stage_us * 1e-6;
   const double per_cu = gpu ? fmax(1.0, floor(d->items_max / k->items)) : 1.0;
   const double waves = ceil(k->groups / (cus * per_cu));
@@ -95,41 +98,51 @@ void cd_scan_estimate_costs(const cd_cost_device *d, size_t BH, size_t D, size_t
   const double gate = 4.0 * bhf * s;      /* bytes of beta */
   const double mats = 4.0 * bhf * dd * dd; /* bytes of one per-frame D x D set (A, U or the states) */
 
-  /* sequential: B·H·(value blocks) work-groups; per frame an update and an output stage per token tile */
-  cd_seq_cfg sc;
-  e->ms[CAMDELTA_SCAN_SEQUENTIAL] = HUGE_VAL;
-  if (cd_seq_configure(&d->lim, BH, D, S, 256, NULL, NULL, &sc) == CAMDELTA_OK) {
-    const double nj = sc.nJ;
-    e->seq = (cd_cost_kernel){"sequential", 6.0 * bhf * s * dd * dd, (2.0 * nj + 2.0) * tok + nj * gate,
-                              bh * nj, sc.W, 2.0 * f * cdiv(s, sc.TS), k->seq_us_per_token * sc.TS, k->eff_seq,
-                              0};
-    kernel_time(d, &e->seq);
-    e->ms[CAMDELTA_SCAN_SEQUENTIAL] = e->seq.ms;
-  } else
-    cd_clear_error(); /* this algorithm cannot run here: an answer, not the caller's error */
-
   /* chunkwise: A (A_f, U_f per frame and tile), B (serial over frames per chain and value block), C. Where A and C
    * run on tensor cores their rates change, and the FMA plan's grid stands in for the tensor-core tiles' (at every
-   * calibrated shape the device is full and only the rate counts); exact and tf32 are not told apart. */
+   * calibrated shape the device is full and only the rate counts); exact and tf32 are not told apart. Phase C
+   * also computes the sequential plan's outputs where that plan leaves them to it (OUT=2, GPUs). */
   cd_chunk_cfg cc;
   memset(&cc, 0, sizeof cc);
-  e->ms[CAMDELTA_SCAN_CHUNKWISE] = HUGE_VAL;
-  if (cd_chunk_configure(&d->lim, BH, D, S, 256, NULL, "", &cc) == CAMDELTA_OK) {
-    e->a = (cd_cost_kernel){d->tc ? "phase A (tensor cores)" : "phase A",
-                            4.0 * bhf * s * dd * dd, 2.0 * tok + gate + 2.0 * mats, bhf * cc.a_nr * cc.a_nc,
-                            cc.a_w, 0, 0, d->tc ? k->eff_a_tc : k->eff_a, 0};
-    e->b = (cd_cost_kernel){"phase B", 2.0 * bhf * dd * dd * dd, 3.0 * mats, bh * cc.b_nj, cc.b_w,
-                            f * cdiv(dd, cc.b_kc), k->b_us_per_elem * cc.b_kc, k->eff_b, 0};
-    const double ns = cdiv(s, cc.c.wc * cc.c.rn);
+  const int chunk_ok = cd_chunk_configure(&d->lim, BH, D, S, 256, NULL, "", &cc) == CAMDELTA_OK;
+  if (!chunk_ok) cd_clear_error(); /* this algorithm cannot run here: an answer, not the caller's error */
+  const double ns = chunk_ok ? cdiv(s, cc.c.wc * cc.c.rn) : 0;
+  if (chunk_ok) {
     e->c = (cd_cost_kernel){d->tc ? "phase C (tensor cores)" : "phase C",
                             2.0 * bhf * s * dd * dd, 2.0 * tok + ns * mats, bhf * cc.c_nv * ns, cc.c_w, 0, 0,
-                            d->tc ? k->eff_c_tc : k->eff_c, 0};
-    kernel_time(d, &e->a);
-    kernel_time(d, &e->b);
+                            d->tc ? k->eff_c_tc : k->eff_c, 0, 0};
     kernel_time(d, &e->c);
-    e->ms[CAMDELTA_SCAN_CHUNKWISE] = e->a.ms + e->b.ms + e->c.ms + 3 * k->alloc_us * 1e-3;
+  }
+
+  /* sequential: B·H·(value blocks) work-groups; per frame an update stage per token tile, and an output stage per
+   * token tile unless phase C computes the outputs from the saved states (OUT=2: the kernel writes them) */
+  cd_seq_cfg sc;
+  e->ms[CAMDELTA_SCAN_SEQUENTIAL] = HUGE_VAL;
+  if (cd_seq_configure(&d->lim, BH, D, S, 256, NULL, NULL, &sc) == CAMDELTA_OK && (sc.OUT != 2 || chunk_ok)) {
+    const double nj = sc.nJ;
+    const int split = sc.OUT == 2;
+    e->seq = (cd_cost_kernel){"sequential", (split ? 4.0 : 6.0) * bhf * s * dd * dd,
+                              split ? (nj + 1.0) * tok + nj * gate + mats : (2.0 * nj + 2.0) * tok + nj * gate,
+                              bh * nj, sc.W, (split ? 1.0 : 2.0) * f * cdiv(s, sc.TS), k->seq_us_per_token * sc.TS,
+                              k->eff_seq, 0, k->items_sat_seq};
+    kernel_time(d, &e->seq);
+    e->seq_out = split ? e->c.ms + k->alloc_us * 1e-3 : 0.0;
+    e->ms[CAMDELTA_SCAN_SEQUENTIAL] = e->seq.ms + e->seq_out;
   } else
     cd_clear_error();
+
+  e->ms[CAMDELTA_SCAN_CHUNKWISE] = HUGE_VAL;
+  if (chunk_ok) {
+    e->a = (cd_cost_kernel){d->tc ? "phase A (tensor cores)" : "phase A",
+                            4.0 * bhf * s * dd * dd, 2.0 * tok + gate + 2.0 * mats, bhf * cc.a_nr * cc.a_nc,
+                            cc.a_w, 0, 0, d->tc ? k->eff_a_tc : k->eff_a, 0, 0};
+    /* a chunk stage's latency grows with the D rows it stages and walks (calibrated at D=112) */
+    e->b = (cd_cost_kernel){"phase B", 2.0 * bhf * dd * dd * dd, 3.0 * mats, bh * cc.b_nj, cc.b_w,
+                            f * cdiv(dd, cc.b_kc), k->b_us_per_elem * cc.b_kc * dd / 112.0, k->eff_b, 0, 0};
+    kernel_time(d, &e->a);
+    kernel_time(d, &e->b);
+    e->ms[CAMDELTA_SCAN_CHUNKWISE] = e->a.ms + e->b.ms + e->c.ms + 3 * k->alloc_us * 1e-3;
+  }
   /* Chunkwise must win by more than the model's error band (CD_COST_MARGIN): it also holds 3·B·H·F·D² floats of
    * scratch memory and launches three kernels, and where the two estimates are that close (latency-bound shapes:
    * few chains, short frames) the measurements do not separate them. Ties, and a device where neither fits (the

@@ -25,6 +25,7 @@ typedef struct cd_cost_class {
   double launch_us;   /* per kernel launch */
   double alloc_us;    /* per scratch buffer the call allocates (chunkwise: A, U and the per-frame states) */
   unsigned items_sat; /* work-items one compute unit needs to reach its rate (CPUs: 1, any work-group) */
+  unsigned items_sat_seq; /* the same for the sequential kernel (a lone work-group's serial chain) */
 } cd_cost_class;
 
 /** What the model knows of a device. */
@@ -51,6 +52,7 @@ typedef struct cd_cost_kernel {
   double stage_us;
   double eff; /* fraction of the peak at full device */
   double ms;  /* estimate */
+  double sat; /* items to reach a compute unit's rate; 0: the class's items_sat */
 } cd_cost_kernel;
 
 /** AUTO picks chunkwise when its estimate is below this fraction of the sequential kernel's. */
@@ -61,6 +63,7 @@ typedef struct cd_cost_kernel {
 typedef struct cd_scan_estimate {
   double ms[3];
   cd_cost_kernel seq, a, b, c;
+  double seq_out; /* the sequential plan's outputs by phase C (OUT=2): that kernel's time and its states buffer */
   camdelta_scan_algorithm pick;
 } cd_scan_estimate;
 
