@@ -153,6 +153,16 @@ static camdelta_status read_override(camdelta_context *ctx, tile_override *o, ch
   return cd_scan_override_parse(var, text, o);
 }
 
+/* The sequential override: CAMDELTA_SEQ_TILES as read at context creation, or camdelta_tune_set "sequential";
+ * *given: a value was set (sov then holds its fields, 0 = not given); *var names its source in messages. */
+static camdelta_status read_seq_override(camdelta_context *ctx, unsigned sov[CD_SQ_COUNT], int *given, char *var,
+                                         size_t var_size) {
+  char text[512];
+  cd_tune_fma_text(ctx, CD_FMA_SEQUENTIAL, text, sizeof text, var, var_size);
+  *given = text[0] != 0;
+  return *given ? cd_parse_tiles(var, text, cd_seq_tile_keys, CD_SQ_COUNT, sov) : CAMDELTA_OK;
+}
+
 /* ------------------------------------------------------------------------------------------ checks */
 
 /* 1 when [a.offset, a.offset + na) and [b.offset, b.offset + nb) of the same cl_mem overlap. */
@@ -410,8 +420,11 @@ static void release_kernels(cl_kernel *k, int n) {
 static camdelta_status build_kernels(camdelta_context *ctx, const dev_limits *lim, camdelta_scan_algorithm alg,
                                      size_t BH, size_t D, size_t S, cl_kernel kern[3], seq_cfg *sc, chunk_cfg *cc) {
   tile_override ov;
-  char var[64];
+  char var[64], svar[64];
+  unsigned sov[CD_SQ_COUNT];
+  int sgiven = 0;
   camdelta_status st = read_override(ctx, &ov, var, sizeof var);
+  if (!st && alg == CAMDELTA_SCAN_SEQUENTIAL) st = read_seq_override(ctx, sov, &sgiven, svar, sizeof svar);
   if (st) return st;
   const int overridden = ov.a || ov.b || ov.c;
   kern[0] = kern[1] = kern[2] = NULL;
@@ -420,11 +433,6 @@ static camdelta_status build_kernels(camdelta_context *ctx, const dev_limits *li
     kern[0] = kern[1] = kern[2] = NULL;
     int fits = 1;
     if (alg == CAMDELTA_SCAN_SEQUENTIAL) {
-      unsigned sov[CD_SQ_COUNT];
-      char text[512], svar[64];
-      cd_tune_fma_text(ctx, CD_FMA_SEQUENTIAL, text, sizeof text, svar, sizeof svar);
-      const int sgiven = text[0] != 0;
-      if (sgiven && (st = cd_parse_tiles(svar, text, cd_seq_tile_keys, CD_SQ_COUNT, sov))) return st;
       if ((st = cd_seq_configure(lim, BH, D, S, cap, sgiven ? sov : NULL, svar, sc))) return st;
       if ((st = cd_kernel(ctx, "scan_sequential.cl", sc->opts, "cd_scan_sequential", &kern[0]))) return st;
       fits = cd_kernel_max_wg(ctx, kern[0]) >= sc->W;
