@@ -158,145 +158,164 @@ kernel void cd_prep_forward(global const cd_store_t *q_raw, ulong q_raw_off, glo
 }
 
 /* ------------------------------------------------------------------------------------------------------------
- * Fused prep forward: the inverse RMS and the transform in one pass over q_raw/k_raw/v_raw.
- * A work-group takes CD_TT consecutive tokens of one batch row across ALL heads: it first sums the squares of
- * the tokens' full q and k rows (CD_WG / CD_TT items per token, 16-byte loads), then walks the heads, each
- * (token, 4-channel unit) item transforming one float4 of q, k and v, and writes the (D x CD_TT) tiles of the
- * three outputs transposed. The second read of q/k comes from the L2 cache while the tile is small (the
- * tile's rows were read moments before), so device memory sees each input once. inv_rms (2, B, N) is written
- * too, for the backward.
- * Build options: CD_D, CD_TT (tokens per work-group, power of two, default 8: 32-byte output rows in f32),
- * CD_WG (work-group size, a multiple of CD_TT, default 256). Global size: (ceil(B*N / CD_TT) * CD_WG).
- * Tiles never straddle batch rows: group g covers tokens [g*CD_TT, ...) of row b = first token / N, cut at N. */
+ * Fused prep forward: the inverse RMS and the transform in one kernel, read straight from the (B, N, H, D) rows and
+ * written straight to the (B, H, D, N) rows, without a transposing tile in local memory.
+ *
+ * A work-group owns CD_TT consecutive tokens of one batch row across ALL heads (a tile) and walks tiles
+ * persistently (tile = group, group + groups, ...), so that the host chooses how many tiles are in flight and with
+ * them the bytes the L2 cache must hold between the two reads of q_raw and k_raw. Per tile:
+ *   phase 1  walks the heads, HB at a time, each work-item summing the squares of its float4 of q_raw and k_raw;
+ *            the work-group then sums each token's shares in a fixed order: inv_rms (2, B, N), also written out
+ *            for the backward;
+ *   phase 2  walks the heads again in reverse order (the rows phase 1 read last are the likeliest still in the
+ *            L2 cache), transforms each float4 of q, k and v and stores its four channels as scalars: the
+ *            work-items of one 4-channel unit are CD_TT consecutive tokens, so a row store covers CD_TT tokens
+ *            (32 bytes at CD_TT = 8 in f32). The squares before and after k's transform go to a ring of CD_RS
+ *            steps in local memory, summed per (token, head) in a fixed order every CD_RS steps: inflation_sq.
+ * Work-item (hl, g, t) = lid / (CD_TT * CD_G4), (lid / CD_TT) % CD_G4, lid % CD_TT (token fastest). No barrier
+ * inside a step; two per CD_RS steps and two per tile.
+ * Build options: CD_DTYPE, CD_D, CD_TT (tokens per tile, power of two; at most CD_TT * 32 work-items).
+ * Run-time: HB (heads per step, local size HB * CD_TT * CD_D / 4), flags (CD_F_ALIGNED: every (B, N, H, D) tensor,
+ * weight, matrix and table starts at a multiple of 4 elements, 16-byte loads). Global: groups * local size. */
 #ifndef CD_TT
 #define CD_TT 8
 #endif
-#ifndef CD_WG
-#define CD_WG 256
-#endif
-#define CD_LPT (CD_WG / CD_TT) /* lanes per token in the RMS sums */
+#define CD_WGMAX (CD_TT * 32)
+#define CD_RS (2048 / CD_WGMAX > 0 ? 2048 / CD_WGMAX : 1) /* steps per inflation flush: 16 KiB of ring */
+#define CD_F_ALIGNED 1u
 
 #if CD_DTYPE == 0
-#define CD_LOAD4(p, i) vload4(0, (p) + (i))
+#define CD_LD4(p, i, al) ((al) ? *(global const float4 *)((p) + (i)) : vload4(0, (p) + (i)))
 #elif CD_DTYPE == 1
-#define CD_LOAD4(p, i) vload_half4(0, (p) + (i))
+#define CD_LD4(p, i, al) vload_half4(0, (p) + (i))
 #else
-#define CD_LOAD4(p, i) as_float4(convert_uint4(vload4(0, (p) + (i))) << 16)
+#define CD_LD4(p, i, al) \
+  as_float4(convert_uint4((al) ? *(global const ushort4 *)((p) + (i)) : vload4(0, (p) + (i))) << 16)
 #endif
+#define CD_LDF4(p, i, al) ((al) ? *(global const float4 *)((p) + (i)) : vload4(0, (p) + (i)))
 
-kernel __attribute__((reqd_work_group_size(CD_WG, 1, 1))) void cd_prep_fused(
-    global const cd_store_t *q_raw, ulong q_raw_off, global const cd_store_t *k_raw, ulong k_raw_off,
-    global const cd_store_t *v_raw, ulong v_raw_off, global const float *qw, ulong qw_off, global const float *kw,
-    ulong kw_off, global const float *proj_q, ulong pq_off, global const float *proj_kv, ulong pkv_off,
-    global const float *rope_cos, ulong rc_off, global const float *rope_sin, ulong rs_off, global float *inv_rms,
-    ulong inv_off, global cd_store_t *q_out, ulong q_off, global cd_store_t *k_out, ulong k_off,
-    global cd_store_t *v_out, ulong v_off, global float *infl, ulong infl_off, ulong N, uint H, ulong B,
-    float k_scale, float eps) {
-  local float red[2][CD_WG];
-  local float irms[2][CD_TT];
-  local float tile[3][CD_D][CD_TT + 1];
-  local float pre_part[CD_TT][CD_G4];
-  local float post_part[CD_TT][CD_G4];
+inline float cd_sq4(float4 v) { return fma(v.x, v.x, fma(v.y, v.y, fma(v.z, v.z, v.w * v.w))); }
 
-  const uint lid = get_local_id(0);
-  const ulong tiles_per_row = (N + CD_TT - 1) / CD_TT;
-  const ulong b = get_group_id(0) / tiles_per_row;
-  const ulong n0 = (get_group_id(0) % tiles_per_row) * CD_TT;
-  const uint nt = (N - n0) < CD_TT ? (uint)(N - n0) : CD_TT;
-  const uint C = H * CD_D;
+/* channels 4g .. 4g+3 of one token, stored into four (B, H, D, N) rows N apart */
+#define CD_ST_ROWS(dst, i, val)              \
+  do {                                       \
+    const float4 v_ = (val);                 \
+    CD_STORE(dst, (i), v_.x);                \
+    CD_STORE(dst, (i) + N, v_.y);            \
+    CD_STORE(dst, (i) + 2 * N, v_.z);        \
+    CD_STORE(dst, (i) + 3 * N, v_.w);        \
+  } while (0)
 
-  /* 1. inverse RMS of each token's q and k over all C channels (C is a multiple of 8) */
-  {
-    const uint t = lid / CD_LPT, lane = lid % CD_LPT;
+kernel void cd_prep_fused(global const cd_store_t *q_raw, ulong q_raw_off, global const cd_store_t *k_raw,
+                          ulong k_raw_off, global const cd_store_t *v_raw, ulong v_raw_off, global const float *qw,
+                          ulong qw_off, global const float *kw, ulong kw_off, global const float *proj_q,
+                          ulong pq_off, global const float *proj_kv, ulong pkv_off, global const float *rope_cos,
+                          ulong rc_off, global const float *rope_sin, ulong rs_off, global float *inv_rms,
+                          ulong inv_off, global cd_store_t *q_out, ulong q_off, global cd_store_t *k_out,
+                          ulong k_off, global cd_store_t *v_out, ulong v_off, global float *infl, ulong infl_off,
+                          ulong N, uint H, ulong B, float k_scale, float eps, uint HB, uint flags) {
+  local float red[2][CD_WGMAX];
+  local float irl[2][CD_TT];
+  local float ring[2][CD_RS][CD_WGMAX]; /* k's squares before / after the transform, per step and work-item */
+
+  const uint lid = get_local_id(0), L = get_local_size(0);
+  const uint t = lid % CD_TT, g = (lid / CD_TT) % CD_G4, hl = lid / (CD_TT * CD_G4);
+  const int lane_ok = hl < HB, first = 4 * g < CD_DH, al = (flags & CD_F_ALIGNED) != 0;
+  const uint C = H * CD_D, nsteps = (H + HB - 1) / HB;
+  const ulong tpr = (N + CD_TT - 1) / CD_TT, total = B * tpr, BN = B * N;
+
+  for (ulong tile = get_group_id(0); tile < total; tile += get_num_groups(0)) {
+    const ulong b = tile / tpr, n0 = (tile % tpr) * CD_TT;
+    const uint nt = (N - n0) < CD_TT ? (uint)(N - n0) : CD_TT;
+    const int tok_ok = lane_ok && t < nt;
+    const ulong n = n0 + t, tok = b * N + n;
+
+    /* phase 1: this work-item's share of the squares of q_raw and k_raw, then the inverse RMS per token */
     float sq = 0.0f, sk = 0.0f;
-    if (t < nt) {
-      const ulong row = (b * N + n0 + t) * C;
-      for (uint c = 4 * lane; c < C; c += 4 * CD_LPT) {
-        const float4 a = CD_LOAD4(q_raw, q_raw_off + row + c), e = CD_LOAD4(k_raw, k_raw_off + row + c);
-        sq = fma(a.x, a.x, fma(a.y, a.y, fma(a.z, a.z, fma(a.w, a.w, sq))));
-        sk = fma(e.x, e.x, fma(e.y, e.y, fma(e.z, e.z, fma(e.w, e.w, sk))));
+    for (uint s = 0; s < nsteps; s++) {
+      const uint h = s * HB + hl;
+      if (tok_ok && h < H) {
+        const ulong row = (tok * H + h) * CD_D + 4 * g;
+        sq += cd_sq4(CD_LD4(q_raw, q_raw_off + row, al));
+        sk += cd_sq4(CD_LD4(k_raw, k_raw_off + row, al));
       }
     }
     red[0][lid] = sq;
     red[1][lid] = sk;
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (uint s = CD_LPT / 2; s > 0; s >>= 1) {
-      if (lane < s) {
-        red[0][lid] += red[0][lid + s];
-        red[1][lid] += red[1][lid + s];
-      }
-      barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    if (lane == 0 && t < CD_TT) {
-      const float invC = 1.0f / (float)C;
-      const float iq = 1.0f / sqrt(red[0][lid] * invC + eps), ik = 1.0f / sqrt(red[1][lid] * invC + eps);
-      irms[0][t] = iq;
-      irms[1][t] = ik;
-      if (t < nt) {
-        inv_rms[inv_off + b * N + n0 + t] = iq;
-        inv_rms[inv_off + B * N + b * N + n0 + t] = ik;
-      }
+    if (lid < 2 * CD_TT) {
+      const uint which = lid / CD_TT, tt = lid % CD_TT;
+      float sum = 0.0f;
+      for (uint u = 0; u < HB * CD_G4; u++) sum += red[which][u * CD_TT + tt];
+      const float ir = 1.0f / sqrt(sum * (1.0f / (float)C) + eps);
+      irl[which][tt] = ir;
+      if (tt < nt) inv_rms[inv_off + which * BN + b * N + n0 + tt] = ir;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-  }
+    const float irq = irl[0][t], irk = irl[1][t];
 
-  /* 2. per head: transform, then write the three tiles transposed */
-  for (uint h = 0; h < H; h++) {
-    for (uint idx = lid; idx < CD_TT * CD_G4; idx += CD_WG) {
-      const uint t = idx / CD_G4, g = idx % CD_G4;
-      float4 qo = (float4)(0.0f), ko = (float4)(0.0f), vo = (float4)(0.0f);
+    /* this token's camera matrices (camera half: rows in P0..P3 for q, K0..K3 for k and v) or RoPE coefficients
+     * (second half: cos in P0, sin in P1) */
+    float4 P0 = (float4)(0.0f), P1 = P0, P2 = P0, P3 = P0, K0 = P0, K1 = P0, K2 = P0, K3 = P0;
+    if (tok_ok) {
+      if (first) {
+        global const float *Pq = proj_q + pq_off + tok * 16, *Pkv = proj_kv + pkv_off + tok * 16;
+        P0 = CD_LDF4(Pq, 0, al), P1 = CD_LDF4(Pq, 4, al), P2 = CD_LDF4(Pq, 8, al), P3 = CD_LDF4(Pq, 12, al);
+        K0 = CD_LDF4(Pkv, 0, al), K1 = CD_LDF4(Pkv, 4, al), K2 = CD_LDF4(Pkv, 8, al), K3 = CD_LDF4(Pkv, 12, al);
+      } else {
+        const ulong rrow = n * CD_DH + (4 * g - CD_DH);
+        P0 = CD_LDF4(rope_cos, rc_off + rrow, al);
+        P1 = CD_LDF4(rope_sin, rs_off + rrow, al);
+      }
+    }
+
+    /* phase 2: the heads in reverse order */
+    for (uint s2 = 0; s2 < nsteps; s2++) {
+      const uint s = nsteps - 1 - s2, h = s * HB + hl, slot = s2 % CD_RS;
       float pre = 0.0f, post = 0.0f;
-      if (t < nt) {
-        const ulong tok = b * N + n0 + t;
+      if (tok_ok && h < H) {
         const ulong row = (tok * H + h) * CD_D + 4 * g;
         const uint c = h * CD_D + 4 * g;
-        const float4 wq = vload4(0, qw + qw_off + c), wk = vload4(0, kw + kw_off + c);
-        const float4 qn = fmax(CD_LOAD4(q_raw, q_raw_off + row) * irms[0][t] * wq, 0.0f);
-        const float4 kn = fmax(CD_LOAD4(k_raw, k_raw_off + row) * irms[1][t] * wk, 0.0f) * k_scale;
-        const float4 vn = CD_LOAD4(v_raw, v_raw_off + row);
-        pre = fma(kn.x, kn.x, fma(kn.y, kn.y, fma(kn.z, kn.z, kn.w * kn.w)));
-        if (4 * g < CD_DH) {
-          global const float *Pq = proj_q + pq_off + tok * 16, *Pkv = proj_kv + pkv_off + tok * 16;
-          const float4 q0 = vload4(0, Pq), q1 = vload4(1, Pq), q2 = vload4(2, Pq), q3 = vload4(3, Pq);
-          const float4 k0 = vload4(0, Pkv), k1 = vload4(1, Pkv), k2 = vload4(2, Pkv), k3 = vload4(3, Pkv);
-          qo = (float4)(dot(q0, qn), dot(q1, qn), dot(q2, qn), dot(q3, qn));
-          ko = (float4)(dot(k0, kn), dot(k1, kn), dot(k2, kn), dot(k3, kn));
-          vo = (float4)(dot(k0, vn), dot(k1, vn), dot(k2, vn), dot(k3, vn));
+        const float4 qn = fmax(CD_LD4(q_raw, q_raw_off + row, al) * irq * CD_LDF4(qw, qw_off + c, al), 0.0f);
+        const float4 kn =
+            fmax(CD_LD4(k_raw, k_raw_off + row, al) * irk * CD_LDF4(kw, kw_off + c, al), 0.0f) * k_scale;
+        const float4 vn = CD_LD4(v_raw, v_raw_off + row, al);
+        float4 qo, ko, vo;
+        if (first) {
+          qo = (float4)(dot(P0, qn), dot(P1, qn), dot(P2, qn), dot(P3, qn));
+          ko = (float4)(dot(K0, kn), dot(K1, kn), dot(K2, kn), dot(K3, kn));
+          vo = (float4)(dot(K0, vn), dot(K1, vn), dot(K2, vn), dot(K3, vn));
         } else {
-          const ulong rrow = (n0 + t) * CD_DH + (4 * g - CD_DH);
-          const float4 cs = vload4(0, rope_cos + rc_off + rrow), sn = vload4(0, rope_sin + rs_off + rrow);
-          qo = fma(qn.yxwz, sn, qn * cs);
-          ko = fma(kn.yxwz, sn, kn * cs);
-          vo = fma(vn.yxwz, sn, vn * cs);
+          qo = fma(qn.yxwz, P1, qn * P0);
+          ko = fma(kn.yxwz, P1, kn * P0);
+          vo = fma(vn.yxwz, P1, vn * P0);
         }
-        post = fma(ko.x, ko.x, fma(ko.y, ko.y, fma(ko.z, ko.z, ko.w * ko.w)));
+        pre = cd_sq4(kn);
+        post = cd_sq4(ko);
+        const ulong o = ((b * H + h) * CD_D + 4 * g) * N + n;
+        CD_ST_ROWS(q_out, q_off + o, qo);
+        CD_ST_ROWS(k_out, k_off + o, ko);
+        CD_ST_ROWS(v_out, v_off + o, vo);
       }
-      pre_part[t][g] = pre;
-      post_part[t][g] = post;
-      tile[0][4 * g][t] = qo.x, tile[0][4 * g + 1][t] = qo.y, tile[0][4 * g + 2][t] = qo.z, tile[0][4 * g + 3][t] = qo.w;
-      tile[1][4 * g][t] = ko.x, tile[1][4 * g + 1][t] = ko.y, tile[1][4 * g + 2][t] = ko.z, tile[1][4 * g + 3][t] = ko.w;
-      tile[2][4 * g][t] = vo.x, tile[2][4 * g + 1][t] = vo.y, tile[2][4 * g + 2][t] = vo.z, tile[2][4 * g + 3][t] = vo.w;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    const ulong base = ((b * H + h) * CD_D) * N + n0;
-    for (uint idx = lid; idx < 3 * CD_D * CD_TT; idx += CD_WG) {
-      const uint which = idx / (CD_D * CD_TT), r = idx % (CD_D * CD_TT), d = r / CD_TT, t = r % CD_TT;
-      if (t < nt) {
-        const ulong o = base + (ulong)d * N + t;
-        const float x = tile[which][d][t];
-        if (which == 0) CD_STORE(q_out, q_off + o, x);
-        else if (which == 1) CD_STORE(k_out, k_off + o, x);
-        else CD_STORE(v_out, v_off + o, x);
+      ring[0][slot][lid] = pre;
+      ring[1][slot][lid] = post;
+      if (slot == CD_RS - 1 || s2 == nsteps - 1) { /* uniform: every work-item meets these barriers */
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const uint per = HB * CD_TT;
+        for (uint w = lid; w < (slot + 1) * per; w += L) {
+          const uint r = w / per, hh = (w / CD_TT) % HB, tt = w % CD_TT;
+          const uint h2 = (nsteps - 1 - (s2 - slot + r)) * HB + hh;
+          if (h2 < H && tt < nt) {
+            float sp = 0.0f, so = 0.0f;
+            for (uint u = 0; u < CD_G4; u++) {
+              sp += ring[0][r][(hh * CD_G4 + u) * CD_TT + tt];
+              so += ring[1][r][(hh * CD_G4 + u) * CD_TT + tt];
+            }
+            infl[infl_off + (b * H + h2) * N + n0 + tt] = fmax(so, 1e-12f) / fmax(sp, 1e-12f);
+          }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
       }
     }
-    if (lid < nt) {
-      float sp = 0.0f, so = 0.0f;
-      for (uint u = 0; u < CD_G4; u++) {
-        sp += pre_part[lid][u];
-        so += post_part[lid][u];
-      }
-      infl[infl_off + (b * H + h) * N + n0 + lid] = fmax(so, 1e-12f) / fmax(sp, 1e-12f);
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
   }
 }

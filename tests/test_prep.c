@@ -116,30 +116,55 @@ static void test_prep_shapes(void **state) {
  * partial token tiles, B = 2 rows, offsets, zero k tokens, both 16-bit types) keeps PoCL's compile time low. */
 static void check_saved(void);
 
-static void run_variant(int fused, const size_t *which, size_t count) {
+static void run_variant(int fused, const char *tiles, const size_t *which, size_t count) {
   tu_context_release();
   setenv("CAMDELTA_PREP_FUSED", fused ? "1" : "0", 1);
+  if (tiles) setenv("CAMDELTA_PREP_TILES", tiles, 1);
   g_variant = fused;
   for (size_t i = 0; i < count; i++) run_shape(&shapes[which[i]]);
   check_saved();
   tu_context_release();
   unsetenv("CAMDELTA_PREP_FUSED");
+  unsetenv("CAMDELTA_PREP_TILES");
   g_variant = -1;
 }
 
+/* The fused form: one and several heads per step (D = 64: two), more steps than the inflation ring holds (H = 20 at
+ * D = 64 and 128), partial tiles, B = 2, unaligned offsets, both 16-bit types (16-token tiles); then other tiles
+ * and one work-group per compute unit (each walks many tiles). */
 static void test_prep_fused(void **state) {
   (void)state;
-  static const size_t which[] = {1, 2, 4, 5, 7, 8, 9, 12};
+  static const size_t which[] = {1, 2, 4, 5, 7, 8, 9, 12, 13};
   memset(worst, 0, sizeof worst);
-  run_variant(1, which, sizeof which / sizeof which[0]);
+  run_variant(1, NULL, which, sizeof which / sizeof which[0]);
+  static const size_t other[] = {4, 5, 9};
+  run_variant(1, "TT=4,WPC=1", other, sizeof other / sizeof other[0]);
+  run_variant(1, "TT=16,WPC=3", other, 2);
   tu_report("prep_forward fused max rel err f32 q", worst[0][0]);
   tu_report("prep_forward fused max rel err f32 inflation_sq", worst[0][3]);
+}
+
+/* A tuning override that does not parse or is out of range fails the context creation, naming the variable. */
+static void test_prep_tiles_env(void **state) {
+  (void)state;
+  static const char *bad[] = {"TT=5", "TT=32", "TT=8,PF=2", "WPC=0", "TT"};
+  tu_context_release();
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    setenv("CAMDELTA_PREP_TILES", bad[i], 1);
+    camdelta_context *ctx = (camdelta_context *)1;
+    const camdelta_status st = camdelta_context_create(&ctx, NULL);
+    if (st != CAMDELTA_ERROR_INVALID_ARGUMENT || ctx)
+      fail_msg("CAMDELTA_PREP_TILES=%s: got %s", bad[i], camdelta_status_name(st));
+    if (!strstr(camdelta_last_message(), "CAMDELTA_PREP_TILES"))
+      fail_msg("message '%s' does not name the variable", camdelta_last_message());
+  }
+  unsetenv("CAMDELTA_PREP_TILES");
 }
 
 static void test_prep_two_pass(void **state) {
   (void)state;
   static const size_t which[] = {1, 5, 8, 9, 12};
-  run_variant(0, which, sizeof which / sizeof which[0]);
+  run_variant(0, NULL, which, sizeof which / sizeof which[0]);
 }
 
 /* The saved object holds the inverse RMS values; a second forward reuses it. */
@@ -187,6 +212,7 @@ int main(void) {
       cmocka_unit_test(test_prep_saved),
       cmocka_unit_test(test_prep_fused),
       cmocka_unit_test(test_prep_two_pass),
+      cmocka_unit_test(test_prep_tiles_env),
   };
   return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
 }

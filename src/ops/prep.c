@@ -2,6 +2,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "internal.h"
 #include "prep_common.h"
@@ -118,23 +119,59 @@ camdelta_status cd_prep_kernel(camdelta_context *ctx, const char *source, const 
 
 /* The fused forward (cl/prep.cl cd_prep_fused): GPUs and accelerators, unless the context says otherwise
  * (CAMDELTA_PREP_FUSED=0/1 at context creation); CPUs keep the two-pass form (inverse RMS, then the
- * per-head kernel), which PoCL runs faster. Returns 1 with *k set when the fused kernel is used; 0 when the
- * two-pass form is (also when the device cannot take the fused work-group size); *st carries a build error. */
-int cd_prep_fused_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, cl_kernel *k, camdelta_status *st) {
+ * per-head kernel), which PoCL runs faster. A tile is TT tokens of one batch row, all heads; a step covers HB heads,
+ * one work-item per (head of the step, 4-channel unit, token): local size HB * TT * D/4 <= 32 TT, HB the most heads
+ * that fit, evened out over the steps (as the fused backward, prep_backward_fused.c). TT = 8 in f32 (a row store
+ * covers 32 bytes, one sector), 16 in 16-bit storage, halved while the device or the built kernel cannot take
+ * TT * D/4 work-items. The work-groups walk the tiles persistently, WPC per compute unit (default 64: at sana480
+ * that is one tile per work-group; fewer keep fewer tiles' rows in the L2 cache but run slower on the H200).
+ * CAMDELTA_PREP_TILES (tuning, read at context creation): "TT=n,WPC=n", TT in {4, 8, 16}, WPC >= 1. */
+enum { PF_DEFAULT_WPC = 64 }; /* H200, sana480 (ci/gpu-test.sh prep-sweep): WPC 1/2/4/8/16/64 1.658/1.082/0.898/0.849/0.834/0.829 ms */
+static const char PF_TILES_ENV[] = "CAMDELTA_PREP_TILES";
+
+camdelta_status cd_prep_tiles_env(unsigned tiles[2]) {
+  static const char *const keys[2] = {"TT", "WPC"};
+  tiles[0] = tiles[1] = 0;
+  const char *env = getenv(PF_TILES_ENV);
+  if (!env || !*env) return CAMDELTA_OK;
+  camdelta_status st = cd_parse_tiles(PF_TILES_ENV, env, keys, 2, tiles);
+  if (st) return st;
+  if (tiles[0] && tiles[0] != 4 && tiles[0] != 8 && tiles[0] != 16)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: TT must be 4, 8 or 16 (value: '%s')", PF_TILES_ENV, env);
+  return CAMDELTA_OK;
+}
+
+int cd_prep_fused_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, size_t H, cd_pf_plan *p,
+                         camdelta_status *st) {
   *st = CAMDELTA_OK;
+  memset(p, 0, sizeof *p);
   int want = ctx->prep_fused;
   if (want < 0) want = (ctx->info.type & (CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR)) != 0;
-  if (!want || ctx->info.max_work_group_size < CD_PREP_FUSED_WG) return 0;
-  char opts[160];
-  snprintf(opts, sizeof opts, "-DCD_DTYPE=%d -DCD_D=%zu -DCD_TT=%d -DCD_WG=%d", (int)dtype, D, CD_PREP_FUSED_TT,
-           CD_PREP_FUSED_WG);
-  if ((*st = cd_kernel(ctx, "prep.cl", opts, "cd_prep_fused", k))) return 0;
-  if (cd_kernel_max_wg(ctx, *k) < CD_PREP_FUSED_WG) {
-    clReleaseKernel(*k);
-    return 0;
+  if (!want) return 0;
+  const size_t g4 = D / 4;
+  for (p->tt = ctx->prep_tiles[0] ? ctx->prep_tiles[0] : dtype == CAMDELTA_F32 ? 8 : 16;; p->tt /= 2) {
+    if (p->tt * g4 <= ctx->info.max_work_group_size) {
+      char opts[160];
+      snprintf(opts, sizeof opts, "-DCD_DTYPE=%d -DCD_D=%zu -DCD_TT=%u", (int)dtype, D, p->tt);
+      if ((*st = cd_kernel(ctx, "prep.cl", opts, "cd_prep_fused", &p->k))) return 0;
+      const size_t lmax = cd_kernel_max_wg(ctx, p->k);
+      if (p->tt * g4 <= lmax) {
+        size_t hbmax = 32 / g4;
+        while (hbmax > 1 && hbmax * p->tt * g4 > lmax) hbmax--;
+        if (hbmax > H) hbmax = H;
+        const size_t steps = (H + hbmax - 1) / hbmax;
+        p->hb = (unsigned)((H + steps - 1) / steps);
+        p->lws = p->hb * p->tt * g4;
+        return 1;
+      }
+      clReleaseKernel(p->k);
+      p->k = NULL;
+    }
+    if (p->tt <= 4) return 0;
   }
-  return 1;
 }
+
+static int aligned4(camdelta_buffer b) { return !b.mem || b.offset % 4 == 0; }
 
 camdelta_status camdelta_prep_forward(camdelta_context *ctx, const camdelta_prep_args *args,
                                       camdelta_prep_saved *saved) {
@@ -167,10 +204,12 @@ camdelta_status camdelta_prep_forward(camdelta_context *ctx, const camdelta_prep
 
   /* Build everything before enqueuing anything. */
   cl_kernel k;
-  size_t ts;
-  const int fused = cd_prep_fused_kernel(ctx, args->dtype, D, &k, &st);
+  size_t ts = 0;
+  cd_pf_plan pf;
+  const int fused = cd_prep_fused_kernel(ctx, args->dtype, D, H, &pf, &st);
   if (st) return st;
-  if (!fused && (st = cd_prep_kernel(ctx, "prep.cl", "cd_prep_forward", args->dtype, D, &k, &ts))) return st;
+  if (fused) k = pf.k;
+  else if ((st = cd_prep_kernel(ctx, "prep.cl", "cd_prep_forward", args->dtype, D, &k, &ts))) return st;
 
   cl_mem inv = NULL;
   if (saved) {
@@ -187,7 +226,8 @@ camdelta_status camdelta_prep_forward(camdelta_context *ctx, const camdelta_prep
   if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;
   cd_launch l;
   cd_launch_init(&l, args->profile);
-  /* Both forms take the same leading arguments; the fused one adds B and eps (it computes the inverse RMS). */
+  /* Both forms take the same leading arguments; the fused one adds B and eps (it computes the inverse RMS), heads per
+   * step and the alignment flag. */
   if (!fused) st = cd_prep_inv_rms(ctx, B, N, H, D, args->dtype, args->norm_eps, args->q_raw, args->k_raw, inv, &l);
   if (!st) {
     cd_args a = {k, 0, CL_SUCCESS};
@@ -202,12 +242,20 @@ camdelta_status camdelta_prep_forward(camdelta_context *ctx, const camdelta_prep
     cd_arg_u32(&a, (uint32_t)H);
     if (fused) cd_arg_u64(&a, B);
     cd_arg_f32(&a, args->k_scale);
-    if (fused) cd_arg_f32(&a, args->norm_eps);
+    size_t lws[3] = {ts * (D / 4), 1, 1}, gws[3] = {(N + ts - 1) / (ts ? ts : 1) * lws[0], H, B};
+    if (fused) {
+      int al = 1;
+      for (int i = 0; i < 9; i++) al = al && aligned4(in[i]);
+      al = al && aligned4(args->q) && aligned4(args->k) && aligned4(args->v);
+      cd_arg_f32(&a, args->norm_eps);
+      cd_arg_u32(&a, pf.hb);
+      cd_arg_u32(&a, al ? 1u : 0u);
+      const size_t tiles = B * ((N + pf.tt - 1) / pf.tt), cu = ctx->info.compute_units ? ctx->info.compute_units : 1;
+      const size_t wpc = ctx->prep_tiles[1] ? ctx->prep_tiles[1] : PF_DEFAULT_WPC;
+      lws[0] = pf.lws, gws[0] = (cu * wpc < tiles ? cu * wpc : tiles) * pf.lws, gws[1] = gws[2] = 1;
+    }
     const char *name = fused ? "cd_prep_fused" : "cd_prep_forward";
     if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, fused ? "cd_prep_fused: setting arguments" : "cd_prep_forward: setting arguments");
-    const size_t tile = fused ? CD_PREP_FUSED_TT : ts, tiles = (N + tile - 1) / tile;
-    size_t lws[3] = {fused ? CD_PREP_FUSED_WG : ts * (D / 4), 1, 1};
-    size_t gws[3] = {(fused ? B * tiles : tiles) * lws[0], fused ? 1 : H, fused ? 1 : B};
     if (!st) st = cd_enqueue(ctx, k, 3, gws, lws, &l, name);
   }
   clReleaseKernel(k);

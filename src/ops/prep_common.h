@@ -18,10 +18,18 @@ camdelta_status cd_prep_inv_rms_warm(camdelta_context *ctx, camdelta_dtype dtype
  *  largest token tile (CD_TS) the device allows; local size = ts * D / 4. */
 camdelta_status cd_prep_kernel(camdelta_context *ctx, const char *source, const char *name, camdelta_dtype dtype,
                                size_t D, cl_kernel *out, size_t *ts_out);
-/** Token tile and work-group size of the fused prep forward (cl/prep.cl cd_prep_fused). */
-#define CD_PREP_FUSED_TT 8
-#define CD_PREP_FUSED_WG 256
-/** The fused prep forward kernel for (dtype, D) when the context uses it (see prep.c): returns 1 and sets *k;
- *  0 for the two-pass form. A build failure sets *st. */
-int cd_prep_fused_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, cl_kernel *k, camdelta_status *st);
+/** The fused prep forward (cl/prep.cl cd_prep_fused) of one (dtype, D): its kernel, tokens per tile, heads per
+ *  step and local size. */
+typedef struct cd_pf_plan {
+  cl_kernel k;
+  unsigned tt, hb;
+  size_t lws;
+} cd_pf_plan;
+/** The fused prep forward kernel for (dtype, D, H) when the context uses it (see prep.c): returns 1 and fills *p
+ *  (the caller releases p->k); 0 for the two-pass form. A build failure sets *st. */
+int cd_prep_fused_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, size_t H, cd_pf_plan *p,
+                         camdelta_status *st);
+/** Reads CAMDELTA_PREP_TILES ("TT=8,WPC=4", prep.c) into tiles[2] (0: not given); a value that does not parse or
+ *  is out of range fails naming the variable. Called once at context creation. */
+camdelta_status cd_prep_tiles_env(unsigned tiles[2]);
 #endif

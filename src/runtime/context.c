@@ -6,6 +6,7 @@
 
 #include "device.h"
 #include "internal.h"
+#include "prep_common.h"
 #include "plan.h"
 #include "scan_tiles.h"
 
@@ -73,6 +74,7 @@ static camdelta_status finish_create(camdelta_context *ctx) {
     return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "out of host memory reading CAMDELTA_TC_TILES");
   camdelta_status st = cd_tune_fma_env(ctx);
   if (!st) st = cd_prep_bwd_tiles_env(ctx->prep_bwd_tiles);
+  if (!st) st = cd_prep_tiles_env(ctx->prep_tiles);
   return st;
 }
 

@@ -13,7 +13,8 @@ static camdelta_status warm_head_dim(camdelta_context *ctx, size_t D) {
   for (int dt = 0; dt < 3 && !st; dt++) {
     cl_kernel k;
     size_t ts;
-    if (cd_prep_fused_kernel(ctx, (camdelta_dtype)dt, D, &k, &st)) clReleaseKernel(k);
+    cd_pf_plan pf;
+    if (cd_prep_fused_kernel(ctx, (camdelta_dtype)dt, D, 1, &pf, &st)) clReleaseKernel(pf.k);
     else if (!st && !(st = cd_prep_kernel(ctx, "prep.cl", "cd_prep_forward", (camdelta_dtype)dt, D, &k, &ts)))
       clReleaseKernel(k);
     if (!st) st = cd_prep_inv_rms_warm(ctx, (camdelta_dtype)dt);
