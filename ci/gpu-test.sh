@@ -5,7 +5,8 @@
 # optional benchmarks. Logs and JSON go to $OUT.
 #   bash ci/gpu-test.sh [tests] [pocl] [scan-tests] [inspect] [tune] [demo] [large] [mpi] [mpi-bench] [packed] [pair]
 #                   [bench SHAPE...] [bench-scan SHAPE...]
-#                   [prep-ab SHAPE...] [gram-ab] [compare SHAPE...]
+#                   [prep-ab SHAPE...] [gram-ab] [compare SHAPE...] [packed-ab] [profile SHAPE...]
+#                   [prep-sweep] [ctest REGEX]
 # gram-ab: the staged gram at sana480 in variants (lo parts unrounded, without mma, staging once) and their profile.
 # prep-ab: prep forward and backward of each shape in both forms (CAMDELTA_PREP_FUSED, CAMDELTA_PREP_BWD_FUSED =
 #          0 and 1), then the fused backward under a few CAMDELTA_PREP_BWD_TILES settings (to pick the defaults).
@@ -213,19 +214,40 @@ while [ $# -gt 0 ]; do
       done
       ;;
     packed-ab)
-      # the packed forward's kernels against the fixed shape's (4 equal clips of F=5, S=1560), with the offset table
-      # as built (CD_PACKED=2, __constant) and in variants from copies of cl/: __global table, general token ranges
-      for v in base global general; do
-        rm -rf "/tmp/k-$v" && cp -r cl "/tmp/k-$v"
-        case $v in
-          global) sed -i 's/^#if defined(CD_PK_CONST) \&\& CD_PK_CONST/#if 0/' "/tmp/k-$v/common.cl" ;;
-          general) sed -i 's/^#if CD_PACKED == 2 /#if 0 /' "/tmp/k-$v/common.cl" ;;
-        esac
-        CAMDELTA_KERNEL_DIR="/tmp/k-$v" CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --packed --shape 4,20,112,5,1560 \
-          2>&1 | sed "s/^/[$v] /" | tee -a "$OUT/packed-ab.txt"
-        CAMDELTA_KERNEL_DIR="/tmp/k-$v" CAMDELTA_PROFILE_KERNELS=1 CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --packed \
-          --shape 4,20,112,5,1560 --reps 3 --warmup 1 >/dev/null 2>"$OUT/packed-kernels-$v.txt"
+      # the packed forward and backward against the fixed shape's (equal clips), and a kernel profile of each
+      for shp in 4,20,112,5,1560 2,20,112,21,1560; do
+        CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --packed --shape $shp 2>&1 | tee -a "$OUT/packed-ab.txt"
       done
+      CAMDELTA_PROFILE_KERNELS=1 CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --packed --shape 4,20,112,5,1560 \
+        --reps 3 --warmup 1 >/dev/null 2>"$OUT/packed-kernels.txt"
+      ;;
+    prep-sweep)
+      # the fused prep forward at sana480 under CAMDELTA_PREP_TILES: tokens per tile TT, work-groups per SM WPC
+      for TT in 8 16 4; do for W in 1 2 4 8 16 64; do
+        t=$(CAMDELTA_PREP_TILES="TT=$TT,WPC=$W" CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --shape sana480 \
+          --only prep-forward --reps 10 2>&1 | awk '/^prep-forward/ {print $2}' | head -1)
+        echo "prep-sweep TT=$TT WPC=$W ${t:-fail}" | tee -a "$OUT/prep-sweep.txt"
+      done; done
+      ;;
+    ctest)
+      # the ctest programs whose names match $2, on the GPU
+      shift
+      CAMDELTA_DEVICE=nvidia ctest --test-dir build-gpu -R "$1" --output-on-failure -V >"$OUT/ctest-$1.log" 2>&1 || rc=1
+      grep -E "measure|tests passed|tests failed|Failed  |Timeout" "$OUT/ctest-$1.log" | sort -u | tail -30
+      ;;
+    profile)
+      # the scan's kernels one by one (CAMDELTA_PROFILE_KERNELS=1), average ms per launch and launches, per shape
+      shift
+      while [ $# -gt 0 ] && [[ "$1" =~ ^[0-9,]+$|^sana ]]; do
+        for op in "forward chunkwise causal" "backward causal"; do
+          CAMDELTA_PROFILE_KERNELS=1 CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --shape "$1" --only "$op" \
+            --reps 5 --warmup 1 >/dev/null 2>"/tmp/prof.txt" || rc=1
+          awk '/camdelta kernel/ {n[$3]++; t[$3]+=$(NF-1)} END {for (k in t) printf "%-32s %8.4f ms x %d\n", k, t[k]/n[k], n[k]}' \
+            /tmp/prof.txt | sort | sed "s/^/profile $1 $op: /" | tee -a "$OUT/profile.txt"
+        done
+        shift
+      done
+      continue
       ;;
     seq-sweep)
       # the sequential forward at sana480 under CAMDELTA_SEQ_TILES: value columns J, tokens per tile TS, work-group
