@@ -147,18 +147,8 @@ static void test_prep_fused(void **state) {
 /* A tuning override that does not parse or is out of range fails the context creation, naming the variable. */
 static void test_prep_tiles_env(void **state) {
   (void)state;
-  static const char *bad[] = {"TT=5", "TT=32", "TT=8,PF=2", "WPC=0", "TT"};
-  tu_context_release();
-  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    setenv("CAMDELTA_PREP_TILES", bad[i], 1);
-    camdelta_context *ctx = (camdelta_context *)1;
-    const camdelta_status st = camdelta_context_create(&ctx, NULL);
-    if (st != CAMDELTA_ERROR_INVALID_ARGUMENT || ctx)
-      fail_msg("CAMDELTA_PREP_TILES=%s: got %s", bad[i], camdelta_status_name(st));
-    if (!strstr(camdelta_last_message(), "CAMDELTA_PREP_TILES"))
-      fail_msg("message '%s' does not name the variable", camdelta_last_message());
-  }
-  unsetenv("CAMDELTA_PREP_TILES");
+  static const char *const bad[] = {"TT=5", "TT=32", "TT=8,PF=2", "WPC=0", "TT"};
+  tu_check_bad_env("CAMDELTA_PREP_TILES", bad, sizeof bad / sizeof bad[0]);
 }
 
 static void test_prep_two_pass(void **state) {

@@ -165,6 +165,20 @@ double tu_rel_err64(const double *x, const double *ref, size_t n) {
 
 void tu_report(const char *what, double value) { printf("[ measure  ] %s = %.6g\n", what, value); }
 
+void tu_check_bad_env(const char *var, const char *const *bad, size_t n) {
+  tu_context_release();
+  for (size_t i = 0; i < n; i++) {
+    setenv(var, bad[i], 1);
+    camdelta_context *ctx = (camdelta_context *)1;
+    const camdelta_status st = camdelta_context_create(&ctx, NULL);
+    if (st != CAMDELTA_ERROR_INVALID_ARGUMENT || ctx)
+      fail_msg("%s=%s: got %s", var, bad[i], camdelta_status_name(st));
+    if (!strstr(camdelta_last_message(), var))
+      fail_msg("%s=%s: message '%s' does not name the variable", var, bad[i], camdelta_last_message());
+  }
+  unsetenv(var);
+}
+
 const char *tu_tmpdir(void) {
   static char path[1024];
   if (!path[0]) {

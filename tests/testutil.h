@@ -62,6 +62,11 @@ const char *tu_fresh_dir(const char *name);
 /** The file's first size-1 bytes into buf as a string ("" when it cannot be read). */
 void tu_slurp(const char *path, char *buf, size_t size);
 
+/** Each value bad[i] of environment variable var must make camdelta_context_create fail with
+ *  CAMDELTA_ERROR_INVALID_ARGUMENT, no context and a message naming var (overrides read at creation). Releases the
+ *  test context first and unsets var at the end. */
+void tu_check_bad_env(const char *var, const char *const *bad, size_t n);
+
 /** A cmocka group teardown that releases the test context. */
 int tu_teardown_context(void **state);
 

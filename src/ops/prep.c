@@ -129,16 +129,20 @@ camdelta_status cd_prep_kernel(camdelta_context *ctx, const char *source, const 
 enum { PF_DEFAULT_WPC = 64 }; /* H200, sana480 (ci/gpu-test.sh prep-sweep): WPC 1/2/4/8/16/64 1.658/1.082/0.898/0.849/0.834/0.829 ms */
 static const char PF_TILES_ENV[] = "CAMDELTA_PREP_TILES";
 
-camdelta_status cd_prep_tiles_env(unsigned tiles[2]) {
-  static const char *const keys[2] = {"TT", "WPC"};
-  tiles[0] = tiles[1] = 0;
-  const char *env = getenv(PF_TILES_ENV);
+camdelta_status cd_prep_tiles_parse_env(const char *var, const char *const *keys, size_t n, unsigned *tiles) {
+  for (size_t i = 0; i < n; i++) tiles[i] = 0;
+  const char *env = getenv(var);
   if (!env || !*env) return CAMDELTA_OK;
-  camdelta_status st = cd_parse_tiles(PF_TILES_ENV, env, keys, 2, tiles);
+  camdelta_status st = cd_parse_tiles(var, env, keys, n, tiles);
   if (st) return st;
   if (tiles[0] && tiles[0] != 4 && tiles[0] != 8 && tiles[0] != 16)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: TT must be 4, 8 or 16 (value: '%s')", PF_TILES_ENV, env);
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: TT must be 4, 8 or 16 (value: '%s')", var, env);
   return CAMDELTA_OK;
+}
+
+camdelta_status cd_prep_tiles_env(unsigned tiles[2]) {
+  static const char *const keys[2] = {"TT", "WPC"};
+  return cd_prep_tiles_parse_env(PF_TILES_ENV, keys, 2, tiles);
 }
 
 int cd_prep_fused_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, size_t H, cd_pf_plan *p,

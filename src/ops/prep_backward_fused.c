@@ -34,16 +34,11 @@ static const char TILES_ENV[] = "CAMDELTA_PREP_BWD_TILES";
 
 camdelta_status cd_prep_bwd_tiles_env(unsigned tiles[3]) {
   static const char *const keys[3] = {"TT", "WPC", "PF"};
-  tiles[0] = tiles[1] = tiles[2] = 0;
-  const char *env = getenv(TILES_ENV);
-  if (!env || !*env) return CAMDELTA_OK;
-  camdelta_status st = cd_parse_tiles(TILES_ENV, env, keys, 3, tiles);
-  if (st) return st;
-  if (tiles[0] && tiles[0] != 4 && tiles[0] != 8 && tiles[0] != 16)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: TT must be 4, 8 or 16 (value: '%s')", TILES_ENV, env);
-  if (tiles[2] > 2)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: PF must be 1 (off) or 2 (on) (value: '%s')", TILES_ENV, env);
-  return CAMDELTA_OK;
+  camdelta_status st = cd_prep_tiles_parse_env(TILES_ENV, keys, 3, tiles);
+  if (!st && tiles[2] > 2)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: PF must be 1 (off) or 2 (on) (value: '%s')", TILES_ENV,
+                   getenv(TILES_ENV));
+  return st;
 }
 
 void cd_pbf_release(cd_pbf_plan *p) {

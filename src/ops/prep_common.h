@@ -29,6 +29,9 @@ typedef struct cd_pf_plan {
  *  (the caller releases p->k); 0 for the two-pass form. A build failure sets *st. */
 int cd_prep_fused_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, size_t H, cd_pf_plan *p,
                          camdelta_status *st);
+/** Reads the tile list in environment variable `var` ("TT=8,WPC=4", keys[0] = "TT") into tiles[n] (0: not given);
+ *  TT must be 4, 8 or 16. A list that does not parse, or a TT out of range, fails naming the variable. */
+camdelta_status cd_prep_tiles_parse_env(const char *var, const char *const *keys, size_t n, unsigned *tiles);
 /** Reads CAMDELTA_PREP_TILES ("TT=8,WPC=4", prep.c) into tiles[2] (0: not given); a value that does not parse or
  *  is out of range fails naming the variable. Called once at context creation. */
 camdelta_status cd_prep_tiles_env(unsigned tiles[2]);
