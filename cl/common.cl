@@ -25,6 +25,32 @@ inline ushort cd_to_bf16(float x) {
 #define CD_STORE(p, i, x) ((p)[i] = cd_to_bf16(x))
 #endif
 
+/* Four consecutive storage elements as a float4 (CD_LD4, CD_ST4; al: the element index is a multiple of 4, one
+ * 16- or 8-byte access), four consecutive f32 values (CD_LDF4, weights and tables), and a float4's squared norm. */
+#if CD_DTYPE == 0
+#define CD_LD4(p, i, al) ((al) ? *(global const float4 *)((p) + (i)) : vload4(0, (p) + (i)))
+#define CD_ST4(p, i, x, al)                      \
+  do {                                           \
+    if (al) *(global float4 *)((p) + (i)) = (x); \
+    else vstore4((x), 0, (p) + (i));             \
+  } while (0)
+#elif CD_DTYPE == 1
+#define CD_LD4(p, i, al) vload_half4(0, (p) + (i))
+#define CD_ST4(p, i, x, al) vstore_half4_rte((x), 0, (p) + (i))
+#else
+#define CD_LD4(p, i, al) \
+  as_float4(convert_uint4((al) ? *(global const ushort4 *)((p) + (i)) : vload4(0, (p) + (i))) << 16)
+#define CD_ST4(p, i, val, al)                                                                                \
+  do {                                                                                                       \
+    const float4 x_ = (val);                                                                                 \
+    const ushort4 u_ = (ushort4)(cd_to_bf16(x_.x), cd_to_bf16(x_.y), cd_to_bf16(x_.z), cd_to_bf16(x_.w)); \
+    if (al) *(global ushort4 *)((p) + (i)) = u_;                                                             \
+    else vstore4(u_, 0, (p) + (i));                                                                          \
+  } while (0)
+#endif
+#define CD_LDF4(p, i, al) ((al) ? *(global const float4 *)((p) + (i)) : vload4(0, (p) + (i)))
+inline float cd_sq4(float4 v) { return fma(v.x, v.x, fma(v.y, v.y, fma(v.z, v.z, v.w * v.w))); }
+
 /* The tokens of frame f (SPEC 1: token n = f·S + s): the one place the scan kernels learn where a frame starts
  * on the token axis, how many tokens it has, and where its chain (clip) starts and ends.
  *

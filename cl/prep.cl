@@ -184,17 +184,6 @@ kernel void cd_prep_forward(global const cd_store_t *q_raw, ulong q_raw_off, glo
 #define CD_RS (2048 / CD_WGMAX > 0 ? 2048 / CD_WGMAX : 1) /* steps per inflation flush: 16 KiB of ring */
 #define CD_F_ALIGNED 1u
 
-#if CD_DTYPE == 0
-#define CD_LD4(p, i, al) ((al) ? *(global const float4 *)((p) + (i)) : vload4(0, (p) + (i)))
-#elif CD_DTYPE == 1
-#define CD_LD4(p, i, al) vload_half4(0, (p) + (i))
-#else
-#define CD_LD4(p, i, al) \
-  as_float4(convert_uint4((al) ? *(global const ushort4 *)((p) + (i)) : vload4(0, (p) + (i))) << 16)
-#endif
-#define CD_LDF4(p, i, al) ((al) ? *(global const float4 *)((p) + (i)) : vload4(0, (p) + (i)))
-
-inline float cd_sq4(float4 v) { return fma(v.x, v.x, fma(v.y, v.y, fma(v.z, v.z, v.w * v.w))); }
 
 /* channels 4g .. 4g+3 of one token, stored into four (B, H, D, N) rows N apart */
 #define CD_ST_ROWS(dst, i, val)              \

@@ -44,29 +44,6 @@
 #define CD_F_ALIGNED 16u /* every (B, N, H, D) tensor, the weights, tables and matrices start at a multiple of 4 */
 #define CD_F_WLOCAL 32u  /* norm-weight partials accumulate in local memory (accw holds 2 C floats) */
 
-#if CD_DTYPE == 0
-#define CD_LD4(p, i, al) ((al) ? *(global const float4 *)((p) + (i)) : vload4(0, (p) + (i)))
-#define CD_ST4(p, i, x, al)                      \
-  do {                                           \
-    if (al) *(global float4 *)((p) + (i)) = (x); \
-    else vstore4((x), 0, (p) + (i));             \
-  } while (0)
-#elif CD_DTYPE == 1
-#define CD_LD4(p, i, al) vload_half4(0, (p) + (i))
-#define CD_ST4(p, i, x, al) vstore_half4_rte((x), 0, (p) + (i))
-#else
-#define CD_LD4(p, i, al) \
-  as_float4(convert_uint4((al) ? *(global const ushort4 *)((p) + (i)) : vload4(0, (p) + (i))) << 16)
-#define CD_ST4(p, i, val, al)                                                                                \
-  do {                                                                                                       \
-    const float4 x_ = (val);                                                                                 \
-    const ushort4 u_ = (ushort4)(cd_to_bf16(x_.x), cd_to_bf16(x_.y), cd_to_bf16(x_.z), cd_to_bf16(x_.w)); \
-    if (al) *(global ushort4 *)((p) + (i)) = u_;                                                             \
-    else vstore4(u_, 0, (p) + (i));                                                                          \
-  } while (0)
-#endif
-/* f32 vectors (weights, RoPE tables) */
-#define CD_LDF4(p, i, al) ((al) ? *(global const float4 *)((p) + (i)) : vload4(0, (p) + (i)))
 
 /* A 4x4 camera matrix by rows, in registers */
 typedef struct cd_m4 {
@@ -88,7 +65,6 @@ inline float4 cd_cam_t(cd_m4 P, float4 y) { return fma(P.r3, y.w, fma(P.r2, y.z,
 inline float4 cd_rope(float4 x, float4 cs, float4 sn) { return fma(x.yxwz, sn, x * cs); }
 inline float4 cd_rope_t(float4 y, float4 cs, float4 sn) { return fma(y.yxwz, sn.yxwz, y * cs); }
 
-inline float cd_sq4(float4 v) { return fma(v.x, v.x, fma(v.y, v.y, fma(v.z, v.z, v.w * v.w))); }
 inline float cd_dotw(float4 a, float4 x, float4 w, float s) {
   s = fma(a.x * x.x, w.x, s);
   s = fma(a.y * x.y, w.y, s);
