@@ -145,6 +145,18 @@ camdelta_status cd_prep_tiles_env(unsigned tiles[2]) {
   return cd_prep_tiles_parse_env(PF_TILES_ENV, keys, 2, tiles);
 }
 
+unsigned cd_prep_heads_per_step(size_t H, size_t g4, size_t tt, size_t lmax) {
+  size_t hbmax = 32 / g4;
+  while (hbmax > 1 && hbmax * tt * g4 > lmax) hbmax--;
+  const size_t steps = (H + hbmax - 1) / hbmax;
+  return (unsigned)((H + steps - 1) / steps);
+}
+
+size_t cd_prep_tile_groups(const camdelta_context *ctx, size_t tiles, size_t wpc) {
+  const size_t cu = ctx->info.compute_units ? ctx->info.compute_units : 1;
+  return cu * wpc < tiles ? cu * wpc : tiles;
+}
+
 int cd_prep_fused_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, size_t H, cd_pf_plan *p,
                          camdelta_status *st) {
   *st = CAMDELTA_OK;
@@ -160,11 +172,7 @@ int cd_prep_fused_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, 
       if ((*st = cd_kernel(ctx, "prep.cl", opts, "cd_prep_fused", &p->k))) return 0;
       const size_t lmax = cd_kernel_max_wg(ctx, p->k);
       if (p->tt * g4 <= lmax) {
-        size_t hbmax = 32 / g4;
-        while (hbmax > 1 && hbmax * p->tt * g4 > lmax) hbmax--;
-        if (hbmax > H) hbmax = H;
-        const size_t steps = (H + hbmax - 1) / hbmax;
-        p->hb = (unsigned)((H + steps - 1) / steps);
+        p->hb = cd_prep_heads_per_step(H, g4, p->tt, lmax);
         p->lws = p->hb * p->tt * g4;
         return 1;
       }
@@ -246,17 +254,17 @@ camdelta_status camdelta_prep_forward(camdelta_context *ctx, const camdelta_prep
     cd_arg_u32(&a, (uint32_t)H);
     if (fused) cd_arg_u64(&a, B);
     cd_arg_f32(&a, args->k_scale);
-    size_t lws[3] = {ts * (D / 4), 1, 1}, gws[3] = {(N + ts - 1) / (ts ? ts : 1) * lws[0], H, B};
+    size_t lws[3] = {1, 1, 1}, gws[3] = {1, 1, 1};
     if (fused) {
-      int al = 1;
+      int al = aligned4(args->q) && aligned4(args->k) && aligned4(args->v);
       for (int i = 0; i < 9; i++) al = al && aligned4(in[i]);
-      al = al && aligned4(args->q) && aligned4(args->k) && aligned4(args->v);
       cd_arg_f32(&a, args->norm_eps);
       cd_arg_u32(&a, pf.hb);
       cd_arg_u32(&a, al ? 1u : 0u);
-      const size_t tiles = B * ((N + pf.tt - 1) / pf.tt), cu = ctx->info.compute_units ? ctx->info.compute_units : 1;
       const size_t wpc = ctx->prep_tiles[1] ? ctx->prep_tiles[1] : PF_DEFAULT_WPC;
-      lws[0] = pf.lws, gws[0] = (cu * wpc < tiles ? cu * wpc : tiles) * pf.lws, gws[1] = gws[2] = 1;
+      lws[0] = pf.lws, gws[0] = cd_prep_tile_groups(ctx, B * ((N + pf.tt - 1) / pf.tt), wpc) * pf.lws;
+    } else {
+      lws[0] = ts * (D / 4), gws[0] = (N + ts - 1) / ts * lws[0], gws[1] = H, gws[2] = B;
     }
     const char *name = fused ? "cd_prep_fused" : "cd_prep_forward";
     if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, fused ? "cd_prep_fused: setting arguments" : "cd_prep_forward: setting arguments");

@@ -76,19 +76,14 @@ int cd_pbf_kernels(camdelta_context *ctx, camdelta_dtype dtype, size_t D, cd_pbf
 
 int cd_pbf_shape(camdelta_context *ctx, size_t B, size_t N, size_t H, size_t D, cd_pbf_plan *p) {
   const size_t g4 = D / 4, lmax = cd_kernel_max_wg(ctx, p->fused);
-  size_t hbmax = 32 / g4;
-  while (hbmax > 1 && hbmax * p->tt * g4 > lmax) hbmax--;
   if (p->tt * g4 > lmax) {
     cd_pbf_release(p);
     return 0;
   }
-  const size_t steps = (H + hbmax - 1) / hbmax;
-  p->hb = (unsigned)((H + steps - 1) / steps);
+  p->hb = cd_prep_heads_per_step(H, g4, p->tt, lmax);
   p->lws = p->hb * p->tt * g4;
   p->tiles = B * ((N + p->tt - 1) / p->tt);
-  const size_t wpc = ctx->prep_bwd_tiles[1] ? ctx->prep_bwd_tiles[1] : PBF_DEFAULT_WPC;
-  const size_t cu = ctx->info.compute_units ? ctx->info.compute_units : 1;
-  p->groups = cu * wpc < p->tiles ? cu * wpc : p->tiles;
+  p->groups = cd_prep_tile_groups(ctx, p->tiles, ctx->prep_bwd_tiles[1] ? ctx->prep_bwd_tiles[1] : PBF_DEFAULT_WPC);
   cl_ulong static_local = 0;
   if (clGetKernelWorkGroupInfo(p->fused, ctx->device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof static_local, &static_local,
                                NULL) != CL_SUCCESS)

@@ -29,6 +29,11 @@ typedef struct cd_pf_plan {
  *  (the caller releases p->k); 0 for the two-pass form. A build failure sets *st. */
 int cd_prep_fused_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, size_t H, cd_pf_plan *p,
                          camdelta_status *st);
+/** The fused prep kernels' launch shape: heads per step, the most of 32 / (D/4) that fit lmax work-items of
+ *  tt * D/4 each, evened out over the steps (H = 20, D = 8: two steps of 10, not 16 + 4); and the persistent
+ *  work-groups walking `tiles` tiles, wpc per compute unit, at most one per tile. */
+unsigned cd_prep_heads_per_step(size_t H, size_t g4, size_t tt, size_t lmax);
+size_t cd_prep_tile_groups(const camdelta_context *ctx, size_t tiles, size_t wpc);
 /** Reads the tile list in environment variable `var` ("TT=8,WPC=4", keys[0] = "TT") into tiles[n] (0: not given);
  *  TT must be 4, 8 or 16. A list that does not parse, or a TT out of range, fails naming the variable. */
 camdelta_status cd_prep_tiles_parse_env(const char *var, const char *const *keys, size_t n, unsigned *tiles);

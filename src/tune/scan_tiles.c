@@ -114,7 +114,6 @@ static unsigned seq_blocks(const cd_scan_limits *lim, size_t BH, size_t D) {
   const size_t slots = 2 * (size_t)lim->cus, most = D / 8 ? D / 8 : 1;
   size_t want = BH >= slots ? 1 : slots / BH;
   if (want > most) want = most;
-  if (want < 1) want = 1;
   return ceil_div(D, ceil_div(D, want));
 }
 
