@@ -116,13 +116,27 @@ __kernel __attribute__((reqd_work_group_size(A_W, 1, 1))) void cd_scan_phase_a(
 
 /* ------------------------------------------------------------------------------------------ phase B */
 /* Build options: CD_B_J (value columns per work-group), CD_B_WR, CD_B_RM (rows: WR·RM >= D),
- * CD_B_WC, CD_B_RN (columns: WC·RN >= J), CD_B_KC (key columns of A staged per step; divides D).
+ * CD_B_WC, CD_B_RN (columns: WC·RN >= J), CD_B_KC (key columns of A staged per step; divides D),
+ * CD_B_PF (chunks of A held in registers ahead of their use, a divisor of D / B_KC; default 1).
  * Launch: local (B_WR·B_WC, 1), global (local·B·H, ceil(D / J)). */
 #ifdef CD_B_WR
 #define B_W (CD_B_WR * CD_B_WC)
 #define B_TM (CD_B_WR * CD_B_RM)
 #define B_TN (CD_B_WC * CD_B_RN)
 #define B_LDA (B_TM + 1)
+#define B_NC (CD_D / CD_B_KC)                     /* chunks of A per step */
+#define B_PER CD_CEIL(CD_D * CD_B_KC, B_W)        /* elements of a chunk per work-item */
+#ifndef CD_B_PF
+#define CD_B_PF 1
+#endif
+#if B_NC % CD_B_PF
+#error "CD_B_PF must divide D / CD_B_KC"
+#endif
+#if CD_B_PF > 1 /* the register slots of the prefetched chunks need compile-time indices */
+#define B_CHUNK_UNROLL _Pragma("unroll")
+#else
+#define B_CHUNK_UNROLL _Pragma("unroll 1")
+#endif
 
 /* One chain over the frames fr0 .. fr0 + Fc − 1 of A, U (and decay, states) for the value columns j0 .. j0 + CD_B_J
  * of one (b, h): causal M_f = A_f·M_{f−1} + U_f, reverse T_{f−1} = A_f·T_f + U_f, writing the state each output
@@ -155,7 +169,7 @@ inline void cd_phase_b_chain(__local float *Ms, __local float *As, __global cons
 
   float m[CD_B_RM][CD_B_RN];
   /* As' padding rows D .. B_TM−1 are read by the register blocks (their results are never stored): zero once,
-   * the per-chunk loads below only write rows < D */
+   * the per-chunk stores below only write rows < D */
   for (uint e = lid; e < CD_B_KC * B_LDA; e += B_W) As[e] = 0.0f;
   B_LOAD(init, init_off + sbase, has_init);
   barrier(CLK_LOCAL_MEM_FENCE);
@@ -171,41 +185,75 @@ inline void cd_phase_b_chain(__local float *Ms, __local float *As, __global cons
     if (save_pre) B_SAVE(pre, pre_off + (fr0 + Fc - 1) * DD + j0, 1.0f);
   }
   const uint nsteps = reverse ? (Fc - 1 + (want_final ? 1 : 0)) : Fc;
+
+  /* A and U do not depend on the chain, so their loads run ahead of it: ar holds the next CD_B_PF chunks of A
+   * (flat over the steps: chunk c of step t sits in slot c % CD_B_PF from CD_B_PF chunks before its use), and ur
+   * this step's block of U in m's layout, loaded a whole step before it is added. The loads are unconditional
+   * (clamped addresses, selected values; the last step reloads its own chunks): branches between the barriers of
+   * the unrolled chunk loop multiply the paths PoCL's work-group compiler walks. A chunk's elements past D·B_KC
+   * (the last of an item's B_PER) go to the dump slot at the end of As. */
+  float ar[CD_B_PF][B_PER], ur[CD_B_RM][CD_B_RN];
+#define B_KF(t_) (reverse ? Fc - 1 - (t_) : (t_)) /* key frame of step t_ (in the chain) */
+#define B_FETCH_A(slot, t_, keep_, k0_)                                                          \
+  do {                                                                                          \
+    __global const float *a_ = A + a_off + (fr0 + B_KF(t_)) * DD + (k0_);                       \
+    _Pragma("unroll") for (int u = 0; u < B_PER; u++) {                                         \
+      const uint e = min(lid + u * B_W, (uint)(CD_D * CD_B_KC - 1));                            \
+      const float x_ = a_[(e / CD_B_KC) * CD_D + e % CD_B_KC];                                   \
+      ar[slot][u] = (keep_) ? x_ : 0.0f;                                                        \
+    }                                                                                           \
+  } while (0)
+#define B_FETCH_U(t_, keep_)                                                                      \
+  do {                                                                                            \
+    __global const float *u_ = U + u_off + (fr0 + B_KF(t_)) * DD + j0;                           \
+    _Pragma("unroll") for (int a = 0; a < CD_B_RM; a++) _Pragma("unroll") for (int c = 0; c < CD_B_RN; c++) { \
+      const uint i = ir + CD_B_WR * a, jc = ic + CD_B_WC * c;                                     \
+      const float x_ = u_[min(i, (uint)CD_D - 1) * CD_D + min(jc, jn - 1)];                       \
+      ur[a][c] = ((keep_) && i < CD_D && jc < jn) ? x_ : 0.0f;                                    \
+    }                                                                                             \
+  } while (0)
+  int keep = !mask || mask[B_KF(0)] != 0u; /* this step's (uniform over the work-group) */
+  if (nsteps > 0) {
+    #pragma unroll
+    for (int p = 0; p < CD_B_PF; p++) B_FETCH_A(p, 0u, keep, p * CD_B_KC);
+    B_FETCH_U(0u, keep);
+  }
   for (uint t = 0; t < nsteps; t++) {
-    const uint kf = reverse ? Fc - 1 - t : t; /* key frame of this step (in the chain) */
+    const uint kf = B_KF(t);
     const int qf = reverse ? (int)kf - 1 : (int)kf; /* output frame reading the result, or -1 */
-    const int keep = !mask || mask[kf] != 0u;       /* uniform over the work-group */
-    const ulong fbase = (fr0 + kf) * DD;
+    const uint tn = t + 1 < nsteps ? t + 1 : t;     /* the step whose loads this one issues */
+    const int keepn = !mask || mask[B_KF(tn)] != 0u;
     if (save_pre && qf >= 0) B_SAVE(pre, pre_off + (fr0 + (uint)qf) * DD + j0, decay[decay_off + fr0 + kf]);
     /* m = A_kf · Ms */
     #pragma unroll
     for (int a = 0; a < CD_B_RM; a++)
       #pragma unroll
       for (int c = 0; c < CD_B_RN; c++) m[a][c] = 0.0f;
-    for (uint k0 = 0; k0 < CD_D; k0 += CD_B_KC) {
+    B_CHUNK_UNROLL
+    for (int ch = 0; ch < B_NC; ch++) {
+      const uint k0 = ch * CD_B_KC;
       barrier(CLK_LOCAL_MEM_FENCE);
-      for (uint e = lid; e < CD_D * CD_B_KC; e += B_W) {
-        const uint i = e / CD_B_KC, kk = e % CD_B_KC;
-        As[kk * B_LDA + i] = keep ? A[a_off + fbase + i * CD_D + k0 + kk] : 0.0f;
+      #pragma unroll
+      for (int u = 0; u < B_PER; u++) {
+        const uint e = lid + u * B_W;
+        As[e < CD_D * CD_B_KC ? (e % CD_B_KC) * B_LDA + e / CD_B_KC : CD_B_KC * B_LDA] = ar[ch % CD_B_PF][u];
       }
       barrier(CLK_LOCAL_MEM_FENCE);
+      if (ch + CD_B_PF < B_NC) B_FETCH_A(ch % CD_B_PF, t, keep, (ch + CD_B_PF) * CD_B_KC); /* compile-time test */
+      else B_FETCH_A(ch % CD_B_PF, tn, keepn, (ch + CD_B_PF - B_NC) * CD_B_KC);
 #define B_A(kk, a) As[(kk) * B_LDA + ir + CD_B_WR * (a)]
 #define B_M(kk, c) Ms[(k0 + (kk)) * B_TN + ic + CD_B_WC * (c)]
       CD_FMA_GEMM(m, CD_B_RM, CD_B_RN, CD_B_KC, B_A, B_M);
 #undef B_A
 #undef B_M
     }
-    /* m += U_kf (staged through Ms), then publish m */
-    barrier(CLK_LOCAL_MEM_FENCE);
-    B_LOAD(U, u_off + fbase + j0, keep);
-    barrier(CLK_LOCAL_MEM_FENCE);
+    /* m += U_kf, then publish m */
     #pragma unroll
-    for (int a = 0; a < CD_B_RM; a++) {
-      const uint i = ir + CD_B_WR * a;
-      if (i < CD_D)
-        #pragma unroll
-        for (int c = 0; c < CD_B_RN; c++) m[a][c] += Ms[i * B_TN + ic + CD_B_WC * c];
-    }
+    for (int a = 0; a < CD_B_RM; a++)
+      #pragma unroll
+      for (int c = 0; c < CD_B_RN; c++) m[a][c] += ur[a][c];
+    B_FETCH_U(tn, keepn);
+    keep = keepn;
     barrier(CLK_LOCAL_MEM_FENCE);
     #pragma unroll
     for (int a = 0; a < CD_B_RM; a++) {
@@ -217,6 +265,9 @@ inline void cd_phase_b_chain(__local float *Ms, __local float *As, __global cons
     barrier(CLK_LOCAL_MEM_FENCE);
     if (qf >= 0) B_SAVE(post, post_off + (fr0 + (uint)qf) * DD + j0, 1.0f);
   }
+#undef B_KF
+#undef B_FETCH_A
+#undef B_FETCH_U
   if (want_final) B_SAVE(fin, fin_off + sbase, 1.0f);
 #undef B_SAVE
 #undef B_LOAD
@@ -228,7 +279,7 @@ __kernel __attribute__((reqd_work_group_size(B_W, 1, 1))) void cd_scan_phase_b(
     __global float *pre, ulong pre_off, __global float *fin, ulong fin_off, uint F, int reverse, int has_init,
     int save_pre, int want_final CD_PK_ARGS) {
   __local float Ms[CD_D * B_TN];     /* the state's column block Ms[k][j]; also stages U_f */
-  __local float As[CD_B_KC * B_LDA]; /* As[kk][i] = A[i][k0 + kk]                         */
+  __local float As[CD_B_KC * B_LDA + 1]; /* As[kk][i] = A[i][k0 + kk], then a dump slot     */
   const ulong bh = get_group_id(0);
   uint Fc;                              /* the chain's frames: rows fr0 .. fr0 + Fc − 1 of A, U, decay, states */
   const ulong fr0 = cd_chain(bh, F, &Fc);
@@ -250,7 +301,7 @@ __kernel __attribute__((reqd_work_group_size(B_W, 1, 1))) void cd_pair_phase_b(
     ulong fin_c_off, __global float *fin_r, ulong fin_r_off, uint F, uint nj, int has_init_c, int has_init_r,
     int want_final_c, int want_final_r) {
   __local float Ms[CD_D * B_TN];
-  __local float As[CD_B_KC * B_LDA];
+  __local float As[CD_B_KC * B_LDA + 1];
   const ulong bh = get_group_id(0);
   const int reverse = get_group_id(1) >= nj;
   const uint j0 = (get_group_id(1) % nj) * CD_B_J;

@@ -193,7 +193,7 @@ static void test_fma_tiles_given_limits(void **state) {
   TU_OK(cd_chunk_configure(&lim, 20, 112, 1560, 256, NULL, "X", &ck));
   assert_true(ck.a_w == 64 && ck.b_w == 256 && ck.b_nj == 7 && ck.c_w == 128 && ck.c_ns == 25);
   assert_string_equal(ck.opts, "-DCD_D=112 -DCD_A_WR=8 -DCD_A_RM=7 -DCD_A_WC=8 -DCD_A_RN=7 -DCD_A_KC=32 -DCD_B_J=16 "
-                               "-DCD_B_WR=64 -DCD_B_RM=2 -DCD_B_WC=4 -DCD_B_RN=4 -DCD_B_KC=16 -DCD_C_WR=16 "
+                               "-DCD_B_WR=64 -DCD_B_RM=2 -DCD_B_WC=4 -DCD_B_RN=4 -DCD_B_KC=16 -DCD_B_PF=7 -DCD_C_WR=16 "
                                "-DCD_C_RM=7 -DCD_C_WC=8 -DCD_C_RN=8 -DCD_C_KC=16");
   /* an override replaces exactly the given fields */
   cd_scan_override o;
@@ -201,6 +201,18 @@ static void test_fma_tiles_given_limits(void **state) {
   assert_true(!o.a && o.b && !o.c && o.v[CD_ST_B_J] == 32);
   TU_OK(cd_chunk_configure(&lim, 20, 112, 1560, 256, &o, "X", &ck));
   assert_true(ck.b_j == 32 && ck.b_nj == 4 && ck.a_w == 64 && ck.c_w == 128);
+  /* phase B's prefetch: a whole step (7 chunks of 7 elements per item) by default; B_KC=8 makes it 14 chunks of
+   * 4, of which 14 would need 56 registers (kept); a B_PF that does not divide the chunk count fails */
+  TU_OK(cd_scan_override_parse("X", "B_KC=8", &o));
+  TU_OK(cd_chunk_configure(&lim, 20, 112, 1560, 256, &o, "X", &ck));
+  assert_true(ck.b_kc == 8 && ck.b_pf == 14);
+  TU_OK(cd_scan_override_parse("X", "B_WR=32,B_RM=4,B_WC=2,B_RN=8", &o));
+  TU_OK(cd_chunk_configure(&lim, 20, 112, 1560, 256, &o, "X", &ck));
+  assert_true(ck.b_w == 64 && ck.b_pf == 1); /* 28 elements per chunk and item: 7 chunks would need 196 */
+  TU_OK(cd_scan_override_parse("X", "B_PF=2", &o));
+  assert_true(o.b && !o.a && !o.c);
+  assert_int_equal(cd_chunk_configure(&lim, 20, 112, 1560, 256, &o, "MYVAR", &ck), CAMDELTA_ERROR_UNSUPPORTED);
+  assert_non_null(strstr(camdelta_last_message(), "MYVAR: B_PF=2 must divide D / B_KC = 7"));
   TU_OK(cd_scan_override_parse("X", "C_KC=3", &o));
   assert_int_equal(cd_chunk_configure(&lim, 20, 112, 1560, 256, &o, "MYVAR", &ck), CAMDELTA_ERROR_UNSUPPORTED);
   assert_non_null(strstr(camdelta_last_message(), "MYVAR: C_KC=3 must divide D=112"));

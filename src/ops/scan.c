@@ -614,8 +614,8 @@ static void plan_text(const fwd_plan *pl, const camdelta_scan_args *args, char *
   else
     snprintf(c, sizeof c, "; phase_c fma C_WR=%u C_RM=%u C_WC=%u C_RN=%u C_KC=%u", cc->c.wr, cc->c.rm, cc->c.wc,
              cc->c.rn, cc->c_kc);
-  snprintf(buf, size, "chunkwise; precision %s%s; phase_b fma B_J=%u B_WR=%u B_RM=%u B_WC=%u B_RN=%u B_KC=%u%s", path,
-           a, cc->b_j, cc->b.wr, cc->b.rm, cc->b.wc, cc->b.rn, cc->b_kc, c);
+  snprintf(buf, size, "chunkwise; precision %s%s; phase_b fma B_J=%u B_WR=%u B_RM=%u B_WC=%u B_RN=%u B_KC=%u B_PF=%u%s",
+           path, a, cc->b_j, cc->b.wr, cc->b.rm, cc->b.wc, cc->b.rn, cc->b_kc, cc->b_pf, c);
 }
 
 /* Appends "; " and both algorithms' estimated costs with the choice (src/tune/cost.c) to the plan text. */

@@ -215,8 +215,9 @@ camdelta_status cd_seq_configure(const cd_scan_limits *lim, size_t BH, size_t D,
 
 /* ------------------------------------------------------------------------------- tile override */
 
-const char *const cd_scan_tile_keys[CD_ST_COUNT] = {"A_WR", "A_RM", "A_WC", "A_RN", "A_KC", "B_J",  "B_WR", "B_RM",
-                                                    "B_WC", "B_RN", "B_KC", "C_WR", "C_RM", "C_WC", "C_RN", "C_KC"};
+const char *const cd_scan_tile_keys[CD_ST_COUNT] = {"A_WR", "A_RM", "A_WC", "A_RN", "A_KC", "B_J",
+                                                    "B_WR", "B_RM", "B_WC", "B_RN", "B_KC", "B_PF",
+                                                    "C_WR", "C_RM", "C_WC", "C_RN", "C_KC"};
 
 camdelta_status cd_scan_override_parse(const char *var, const char *text, cd_scan_override *o) {
   memset(o, 0, sizeof *o);
@@ -224,7 +225,7 @@ camdelta_status cd_scan_override_parse(const char *var, const char *text, cd_sca
   camdelta_status st = cd_parse_tiles(var, text, cd_scan_tile_keys, CD_ST_COUNT, o->v);
   if (st) return st;
   for (int i = 0; i < CD_ST_COUNT; i++)
-    if (o->v[i]) *(i <= CD_ST_A_KC ? &o->a : i <= CD_ST_B_KC ? &o->b : &o->c) = 1;
+    if (o->v[i]) *(i <= CD_ST_A_KC ? &o->a : i <= CD_ST_B_PF ? &o->b : &o->c) = 1;
   return CAMDELTA_OK;
 }
 
@@ -238,7 +239,7 @@ size_t cd_chunk_a_local_bytes(const cd_chunk_cfg *c) {
   return 4 * (size_t)c->a_kc * (c->a.wr * c->a.rm + 1 + c->a.wc * c->a.rn + 1);
 }
 size_t cd_chunk_b_local_bytes(size_t D, const cd_chunk_cfg *c) {
-  return 4 * (D * (size_t)(c->b.wc * c->b.rn) + (size_t)c->b_kc * (c->b.wr * c->b.rm + 1));
+  return 4 * (D * (size_t)(c->b.wc * c->b.rn) + (size_t)c->b_kc * (c->b.wr * c->b.rm + 1) + 1);
 }
 size_t cd_chunk_c_local_bytes(const cd_chunk_cfg *c) {
   return 4 * (size_t)c->c_kc * (c->c.wr * c->c.rm + c->c.wc * c->c.rn);
@@ -351,12 +352,25 @@ camdelta_status cd_chunk_configure(const cd_scan_limits *lim, size_t BH, size_t 
     camdelta_status st = chunk_override(lim, D, S, o, var, c);
     if (st) return st;
   }
+  /* phase B's loads of A run ahead of the chain by b_pf chunks: on GPUs the most that divide the step's D / B_KC
+   * chunks within 64 registers per item (the whole next step at D = 112 on 256 items); on CPUs one (the kernel
+   * unrolls its chunk loop when b_pf > 1, which costs PoCL long compiles and a CPU nothing to wait for) */
+  {
+    const unsigned nc = (unsigned)(D / c->b_kc), per = ceil_div(D * c->b_kc, c->b_w);
+    if (o && o->v[CD_ST_B_PF]) {
+      c->b_pf = o->v[CD_ST_B_PF];
+      if (nc % c->b_pf)
+        return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: %s: B_PF=%u must divide D / B_KC = %u", OP,
+                       var ? var : "CAMDELTA_SCAN_TILES", c->b_pf, nc);
+    } else
+      for (c->b_pf = lim->gpu ? nc : 1; c->b_pf > 1 && (nc % c->b_pf || c->b_pf * per > 64);) c->b_pf--;
+  }
   snprintf(c->opts, sizeof c->opts,
            "-DCD_D=%zu -DCD_A_WR=%u -DCD_A_RM=%u -DCD_A_WC=%u -DCD_A_RN=%u -DCD_A_KC=%u "
-           "-DCD_B_J=%u -DCD_B_WR=%u -DCD_B_RM=%u -DCD_B_WC=%u -DCD_B_RN=%u -DCD_B_KC=%u "
+           "-DCD_B_J=%u -DCD_B_WR=%u -DCD_B_RM=%u -DCD_B_WC=%u -DCD_B_RN=%u -DCD_B_KC=%u -DCD_B_PF=%u "
            "-DCD_C_WR=%u -DCD_C_RM=%u -DCD_C_WC=%u -DCD_C_RN=%u -DCD_C_KC=%u",
-           D, c->a.wr, c->a.rm, c->a.wc, c->a.rn, c->a_kc, c->b_j, c->b.wr, c->b.rm, c->b.wc, c->b.rn, c->b_kc, c->c.wr,
-           c->c.rm, c->c.wc, c->c.rn, c->c_kc);
+           D, c->a.wr, c->a.rm, c->a.wc, c->a.rn, c->a_kc, c->b_j, c->b.wr, c->b.rm, c->b.wc, c->b.rn, c->b_kc,
+           c->b_pf, c->c.wr, c->c.rm, c->c.wc, c->c.rn, c->c_kc);
   return CAMDELTA_OK;
 }
 

@@ -54,7 +54,7 @@ camdelta_status cd_seq_configure(const cd_scan_limits *lim, size_t BH, size_t D,
 /** CAMDELTA_SCAN_TILES keys (also camdelta_tune_set family "chunkwise"). */
 enum {
   CD_ST_A_WR, CD_ST_A_RM, CD_ST_A_WC, CD_ST_A_RN, CD_ST_A_KC,
-  CD_ST_B_J, CD_ST_B_WR, CD_ST_B_RM, CD_ST_B_WC, CD_ST_B_RN, CD_ST_B_KC,
+  CD_ST_B_J, CD_ST_B_WR, CD_ST_B_RM, CD_ST_B_WC, CD_ST_B_RN, CD_ST_B_KC, CD_ST_B_PF,
   CD_ST_C_WR, CD_ST_C_RM, CD_ST_C_WC, CD_ST_C_RN, CD_ST_C_KC,
   CD_ST_COUNT
 };
@@ -73,9 +73,9 @@ typedef struct cd_chunk_cfg {
   /* phase A: tile rows (key dim) x cols (2D: A then U), tokens staged per step */
   cd_scan_layout a;
   unsigned a_w, a_kc, a_nr, a_nc;
-  /* phase B: value columns per work-group */
+  /* phase B: value columns per work-group; b_pf chunks of A loaded ahead into registers (divides D / b_kc) */
   cd_scan_layout b;
-  unsigned b_w, b_j, b_nj, b_kc;
+  unsigned b_w, b_j, b_nj, b_kc, b_pf;
   /* phase C: value rows x tokens */
   cd_scan_layout c;
   unsigned c_w, c_kc, c_nv, c_ns;
