@@ -56,6 +56,14 @@
 #ifndef CD_TPT
 #define CD_TPT 2
 #endif
+#ifndef CD_CHAIN_UNROLL /* 1: the chain step's loops over D unrolled, its A column in registers (GPUs) */
+#define CD_CHAIN_UNROLL 0
+#endif
+#if CD_CHAIN_UNROLL
+#define CD_CHAIN_LOOP _Pragma("unroll")
+#else
+#define CD_CHAIN_LOOP _Pragma("unroll 1")
+#endif
 #ifndef CD_MC
 #define CD_MC 8
 #endif
@@ -162,20 +170,29 @@ kernel void cd_scan_bwd_grams(global const float *q, ulong q_off, global const f
 }
 
 /* ------------------------------------------------------------------ chain */
-/* x[c] = [use_add] add[i, c0 + c] + sum_m Am[m, i] * Yl[m][c], Yl holding the previous x of every row.
- * Am is symmetric in exact arithmetic (A_f = d (I - K^T b K)), so Am^T x = Am x; the transposed read is
- * the coalesced one. */
-inline void cd_chain_step(local float4 *Yl4, float *x, global const float *Am, int keep, global const float *add,
-                          int use_add, uint i, uint c0) {
+/* x[c] = [use_add] add[c] + sum_m A[m, i] * Yl[m][c], Yl holding the previous x of every row, with acol[m] = A[m, i]
+ * loaded by the step before. A is symmetric in exact arithmetic (A_f = d (I - K^T b K)), so A^T x = A x; the
+ * transposed read is the coalesced one. The chain's A and add rows do not depend on x, so each step also loads
+ * the next step's (An, adn: the last step reloads its own) into acol and addv as it goes, and a step waits on no
+ * global load. The loads are unconditional: branches between the barriers multiply the paths PoCL's work-group
+ * compiler walks. */
+inline void cd_chain_step(local float4 *Yl4, float *x, float *acol, float *addv, int keep, int use_add,
+                          global const float *An, global const float *adn, uint i, uint c0) {
   local float *Yl = (local float *)Yl4;
   barrier(CLK_LOCAL_MEM_FENCE);
   for (int c = 0; c < CD_CB; c++) Yl[i * CD_CB + c] = x[c];
   barrier(CLK_LOCAL_MEM_FENCE);
   float y[CD_CB];
-  for (int c = 0; c < CD_CB; c++) y[c] = use_add ? add[i * CD_D + c0 + c] : 0.0f;
+#pragma unroll
+  for (int c = 0; c < CD_CB; c++) {
+    y[c] = use_add ? addv[c] : 0.0f;
+    addv[c] = adn[i * CD_D + c0 + c];
+  }
   if (keep) /* uniform: 0 only at the pair's masked reverse frames (A_f = 0 there) */
+CD_CHAIN_LOOP
     for (uint m = 0; m < CD_D; m++) {
-      const float a = Am[m * CD_D + i];
+      const float a = acol[m];
+      acol[m] = An[m * CD_D + i];
       for (int c4 = 0; c4 < CD_CB / 4; c4++) {
         const float4 yl = Yl4[m * (CD_CB / 4) + c4];
         y[4 * c4] = fma(a, yl.x, y[4 * c4]);
@@ -184,7 +201,17 @@ inline void cd_chain_step(local float4 *Yl4, float *x, global const float *Am, i
         y[4 * c4 + 3] = fma(a, yl.w, y[4 * c4 + 3]);
       }
     }
+  else
+CD_CHAIN_LOOP
+    for (uint m = 0; m < CD_D; m++) acol[m] = An[m * CD_D + i];
   for (int c = 0; c < CD_CB; c++) x[c] = y[c];
+}
+
+/* The first step's A column and add row (what cd_chain_step expects loaded). */
+inline void cd_chain_first(float *acol, float *addv, global const float *A, global const float *add, uint i, uint c0) {
+CD_CHAIN_LOOP
+  for (uint m = 0; m < CD_D; m++) acol[m] = A[m * CD_D + i];
+  for (int c = 0; c < CD_CB; c++) addv[c] = add[i * CD_D + c0 + c];
 }
 
 /* One work-group of CD_D work-items (row i) per (b, h, column block); group index = bh * (D / CB) + cb.
@@ -203,27 +230,36 @@ kernel void cd_scan_bwd_chain(global const float *A, ulong A_off, global const f
   const ulong bh = grp / (CD_D / CD_CB);
   uint Fc; /* the chain's frames (F, or its clip's) */
   const ulong fb = cd_chain(bh, F, &Fc) * CD_DD; /* the chain's first frame in the (B, H, F, D, D) buffers */
-  float x[CD_CB];
+  global const float *Ab = A + A_off + fb, *Ub = U + U_off + fb, *Wb = W + W_off + fb;
+  float x[CD_CB], acol[CD_D], addv[CD_CB];
 
   /* state chain: causal key frames 0..F-1 into slots 0..F-1; reverse key frames F-1..1 into slots F-2..0 */
   for (int c = 0; c < CD_CB; c++) x[c] = has_init ? init[init_off + bh * CD_DD + i * CD_D + c0 + c] : 0.0f;
   const uint nfwd = recompute ? (reverse ? Fc - 1 : Fc) : 0;
+#define CD_SF(r) (reverse ? Fc - 1 - (r) : (r)) /* key frame of state step r */
+  if (nfwd) cd_chain_first(acol, addv, Ab + CD_SF(0) * CD_DD, Ub + CD_SF(0) * CD_DD, i, c0);
   for (uint r = 0; r < nfwd; r++) {
-    const uint f = reverse ? Fc - 1 - r : r, slot = reverse ? f - 1 : f;
-    cd_chain_step(Yl4, x, A + A_off + fb + f * CD_DD, 1, U + U_off + fb + f * CD_DD, 1, i, c0);
+    const int more = r + 1 < nfwd;
+    const uint f = CD_SF(r), slot = reverse ? f - 1 : f, fn = more ? CD_SF(r + 1) : f;
+    cd_chain_step(Yl4, x, acol, addv, 1, 1, Ab + fn * CD_DD, Ub + fn * CD_DD, i, c0);
     for (int c = 0; c < CD_CB; c++) Z[Z_off + fb + slot * CD_DD + i * CD_D + c0 + c] = x[c];
   }
+#undef CD_SF
 
   /* G chain: causal f = F-1..0, G_f = W_f + x, x = A_f G_f; reverse f = 0..F-1, G_f = x, x = W_f + A_f G_f.
    * The last step only feeds dinit (computed always, written when asked). */
   for (int c = 0; c < CD_CB; c++) x[c] = has_gfinal ? gfinal[gf_off + bh * CD_DD + i * CD_D + c0 + c] : 0.0f;
+#define CD_GF(r) (reverse ? (r) : Fc - 1 - (r)) /* key frame of G step r */
+  cd_chain_first(acol, addv, Ab + CD_GF(0) * CD_DD, Wb + CD_GF(0) * CD_DD, i, c0);
   for (uint r = 0; r < Fc; r++) {
-    const uint f = reverse ? r : Fc - 1 - r;
+    const int more = r + 1 < Fc;
+    const uint f = CD_GF(r), fn = more ? CD_GF(r + 1) : f;
     if (!reverse)
-      for (int c = 0; c < CD_CB; c++) x[c] += W[W_off + fb + f * CD_DD + i * CD_D + c0 + c];
+      for (int c = 0; c < CD_CB; c++) x[c] += addv[c];
     for (int c = 0; c < CD_CB; c++) G[G_off + fb + f * CD_DD + i * CD_D + c0 + c] = x[c];
-    cd_chain_step(Yl4, x, A + A_off + fb + f * CD_DD, 1, W + W_off + fb + f * CD_DD, reverse, i, c0);
+    cd_chain_step(Yl4, x, acol, addv, 1, reverse, Ab + fn * CD_DD, Wb + fn * CD_DD, i, c0);
   }
+#undef CD_GF
   if (has_dinit)
     for (int c = 0; c < CD_CB; c++) dinit[di_off + bh * CD_DD + i * CD_D + c0 + c] = x[c];
 }
@@ -250,17 +286,22 @@ kernel void cd_pair_bwd_chain(global const float *A, ulong A_off, global const f
   global const float *gf = reverse ? gf_r + gf_r_off : gf_c + gf_c_off;
   global float *G = reverse ? G_r + G_r_off : G_c + G_c_off;
   global float *di = reverse ? di_r + di_r_off : di_c + di_c_off;
+  global const float *Ab = A + A_off + fb, *Wb = W + W_off + fb;
   const int has_gf = reverse ? has_gf_r : has_gf_c, has_di = reverse ? has_di_r : has_di_c;
-  float x[CD_CB];
+  float x[CD_CB], acol[CD_D], addv[CD_CB];
   for (int c = 0; c < CD_CB; c++) x[c] = has_gf ? gf[bh * CD_DD + i * CD_D + c0 + c] : 0.0f;
+#define CD_GF(r) (reverse ? (r) : F - 1 - (r))
+  cd_chain_first(acol, addv, Ab + CD_GF(0) * CD_DD, Wb + CD_GF(0) * CD_DD, i, c0);
   for (uint r = 0; r < F; r++) {
-    const uint f = reverse ? r : F - 1 - r;
+    const int more = r + 1 < F;
+    const uint f = CD_GF(r), fn = more ? CD_GF(r + 1) : f;
     if (!reverse)
-      for (int c = 0; c < CD_CB; c++) x[c] += W[W_off + fb + f * CD_DD + i * CD_D + c0 + c];
+      for (int c = 0; c < CD_CB; c++) x[c] += addv[c];
     for (int c = 0; c < CD_CB; c++) G[fb + f * CD_DD + i * CD_D + c0 + c] = x[c];
     const int keep = !reverse || mask[f] != 0u;
-    cd_chain_step(Yl4, x, A + A_off + fb + f * CD_DD, keep, W + W_off + fb + f * CD_DD, reverse, i, c0);
+    cd_chain_step(Yl4, x, acol, addv, keep, reverse, Ab + fn * CD_DD, Wb + fn * CD_DD, i, c0);
   }
+#undef CD_GF
   if (has_di)
     for (int c = 0; c < CD_CB; c++) di[bh * CD_DD + i * CD_D + c0 + c] = x[c];
 }

@@ -56,6 +56,8 @@ static camdelta_status build_kernels(camdelta_context *ctx, size_t D, int skip_d
                                      sb_kernels *k, char *opts, int *overridden_out) {
   size_t dev_wg, local;
   cd_sbwd_limits(&ctx->info, &dev_wg, &local);
+  /* GPUs: the chain step unrolled over D, its A column in registers (PoCL would compile that for long) */
+  const int gpu = (ctx->info.type & (CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR)) != 0;
   size_t wg_grams = dev_wg, wg_frames = dev_wg, wg_chain = dev_wg, wg_rl = dev_wg;
   memset(k, 0, sizeof *k);
   unsigned ov[T_COUNT];
@@ -73,9 +75,9 @@ static camdelta_status build_kernels(camdelta_context *ctx, size_t D, int skip_d
     if (st) return st;
     snprintf(opts, 256,
              "-DCD_D=%zu -DCD_RPT=%zu -DCD_TSG=%zu -DCD_CB=%zu -DCD_DPT=%zu -DCD_TL=%zu -DCD_TPT=%zu -DCD_MC=%zu "
-             "-DCD_RL=%zu%s%s",
+             "-DCD_RL=%zu%s%s%s",
              D, cfg->rpt, cfg->tsg, cfg->cb, cfg->dpt, cfg->tl, cfg->tpt, cfg->mc, cfg->rl,
-             skip_dq ? " -DCD_SKIP_DQ=1" : "", extra);
+             skip_dq ? " -DCD_SKIP_DQ=1" : "", gpu ? " -DCD_CHAIN_UNROLL=1" : "", extra);
     if ((st = cd_kernel(ctx, "scan_backward.cl", opts, "cd_scan_bwd_grams", &k->grams)) ||
         (st = cd_kernel(ctx, "scan_backward.cl", opts, "cd_scan_bwd_chain", &k->chain)) ||
         (st = cd_kernel(ctx, "scan_backward.cl", opts, "cd_scan_bwd_frames", &k->frames)) ||
