@@ -225,8 +225,8 @@ static void test_plan_parts(void **state) {
   const double scratch = 4 * bhf * dd * dd; /* bytes of one of A, U, states */
   assert_true(e.a.bytes >= 2 * scratch && e.b.bytes >= 3 * scratch && e.c.bytes >= scratch);
   assert_true(e.b.stages >= 21 && e.seq.stages >= 21 * (1560 / 64));
-  /* 20 chains x 13 value blocks of 9 (two per SM, never three), phase B 20 x 7 */
-  assert_true(e.seq.groups == 260 && e.b.groups == 140);
+  /* 20 chains x 13 value blocks of 9 (two per SM, never three), phase B 20 x 5 (one per SM) */
+  assert_true(e.seq.groups == 260 && e.b.groups == 100);
   /* 1 KiB of local memory: no plan fits, no estimate, and the answer is the sequential kernel (whose plan then
    * fails the call with the message) */
   const camdelta_device_info tiny = facts("X", CL_DEVICE_TYPE_GPU, 8, 256, 1024);

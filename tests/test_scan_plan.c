@@ -191,10 +191,17 @@ static void test_fma_tiles_given_limits(void **state) {
   }
   cd_chunk_cfg ck;
   TU_OK(cd_chunk_configure(&lim, 20, 112, 1560, 256, NULL, "X", &ck));
-  assert_true(ck.a_w == 64 && ck.b_w == 256 && ck.b_nj == 7 && ck.c_w == 128 && ck.c_ns == 25);
-  assert_string_equal(ck.opts, "-DCD_D=112 -DCD_A_WR=8 -DCD_A_RM=7 -DCD_A_WC=8 -DCD_A_RN=7 -DCD_A_KC=32 -DCD_B_J=16 "
-                               "-DCD_B_WR=64 -DCD_B_RM=2 -DCD_B_WC=4 -DCD_B_RN=4 -DCD_B_KC=16 -DCD_B_PF=7 -DCD_C_WR=16 "
+  /* phase B: 20 chains, 132 compute units: 6 blocks wanted (one work-group per unit), 5 of 24 columns */
+  assert_true(ck.a_w == 64 && ck.b_w == 256 && ck.b_nj == 5 && ck.b_j == 24 && ck.c_w == 128 && ck.c_ns == 25);
+  assert_string_equal(ck.opts, "-DCD_D=112 -DCD_A_WR=8 -DCD_A_RM=7 -DCD_A_WC=8 -DCD_A_RN=7 -DCD_A_KC=32 -DCD_B_J=24 "
+                               "-DCD_B_WR=32 -DCD_B_RM=4 -DCD_B_WC=8 -DCD_B_RN=3 -DCD_B_KC=16 -DCD_B_PF=7 -DCD_C_WR=16 "
                                "-DCD_C_RM=7 -DCD_C_WC=8 -DCD_C_RN=8 -DCD_C_KC=16");
+  /* the scan pair's 40 chains: 3 blocks of 40 (120 work-groups); 200 chains fill the units with one block,
+   * which local memory holds as two of 56 columns */
+  TU_OK(cd_chunk_configure(&lim, 40, 112, 1560, 256, NULL, "X", &ck));
+  assert_true(ck.b_nj == 3 && ck.b_j == 40);
+  TU_OK(cd_chunk_configure(&lim, 200, 112, 1560, 256, NULL, "X", &ck));
+  assert_true(ck.b_nj == 2 && ck.b_j == 56);
   /* an override replaces exactly the given fields */
   cd_scan_override o;
   TU_OK(cd_scan_override_parse("X", "B_J=32", &o));
@@ -206,7 +213,7 @@ static void test_fma_tiles_given_limits(void **state) {
   TU_OK(cd_scan_override_parse("X", "B_KC=8", &o));
   TU_OK(cd_chunk_configure(&lim, 20, 112, 1560, 256, &o, "X", &ck));
   assert_true(ck.b_kc == 8 && ck.b_pf == 14);
-  TU_OK(cd_scan_override_parse("X", "B_WR=32,B_RM=4,B_WC=2,B_RN=8", &o));
+  TU_OK(cd_scan_override_parse("X", "B_J=16,B_WR=32,B_RM=4,B_WC=2,B_RN=8", &o));
   TU_OK(cd_chunk_configure(&lim, 20, 112, 1560, 256, &o, "X", &ck));
   assert_true(ck.b_w == 64 && ck.b_pf == 1); /* 28 elements per chunk and item: 7 chunks would need 196 */
   TU_OK(cd_scan_override_parse("X", "B_PF=2", &o));

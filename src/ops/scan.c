@@ -766,9 +766,6 @@ void cd_scan_chunk_destroy(cd_scan_chunk *c) {
   free(c);
 }
 
-void cd_scan_chunk_phase_b(const cd_scan_chunk *c, const char **options, unsigned *w, unsigned *nj) {
-  *options = c->cc.opts, *w = c->cc.b_w, *nj = c->cc.b_nj;
-}
 
 void cd_scan_chunk_describe(const cd_scan_chunk *c, char *buf, size_t size) { plan_text(c->pl, &c->args, buf, size); }
 
@@ -781,17 +778,19 @@ camdelta_status cd_scan_chunk_phase_c(camdelta_context *ctx, const cd_scan_chunk
   return enqueue_phase_c(ctx, &c->job, c->pl->kern[2], &c->cc, &c->pl->tc, states, l);
 }
 
-camdelta_status cd_scan_chunk_options(camdelta_context *ctx, size_t BH, size_t D, size_t S, char *opts, size_t size) {
+camdelta_status cd_scan_pair_chain_cfg(camdelta_context *ctx, size_t chains, size_t D, size_t S, unsigned cap,
+                                       char *opts, size_t size, unsigned *b_w, unsigned *b_nj) {
   dev_limits lim;
-  cl_kernel kern[3];
-  seq_cfg sc;
+  tile_override ov;
+  char var[64];
   chunk_cfg cc;
   memset(&cc, 0, sizeof cc); /* not the packed variant */
   camdelta_status st = device_limits(ctx, &lim);
-  if (!st) st = build_kernels(ctx, &lim, CAMDELTA_SCAN_CHUNKWISE, BH, D, S, kern, &sc, &cc);
+  if (!st) st = read_override(ctx, &ov, var, sizeof var);
+  if (!st) st = cd_chunk_configure(&lim, chains, D, S, cap, ov.a || ov.b || ov.c ? &ov : NULL, var, &cc);
   if (st) return st;
-  release_kernels(kern, 3);
   snprintf(opts, size, "%s", cc.opts);
+  *b_w = cc.b_w, *b_nj = cc.b_nj;
   return CAMDELTA_OK;
 }
 

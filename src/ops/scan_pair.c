@@ -3,8 +3,9 @@
  * cd_pair_phase_b in cl/scan_chunkwise.cl beside the phase B whose chain it shares):
  *
  *   phase A once          A_f, U_f of the causal gates (the reverse's are the same except 0 at masked frames)
- *   cd_pair_phase_b       both chains in one launch (2× the work-groups of one scan's phase B), each
- *                         direction's per-frame states into its own buffer (the backward reads them)
+ *   cd_pair_phase_b       both chains in one launch, with phase B's tiles for 2·B·H chains (value blocks as
+ *                         wide as the compute units need to hold one work-group each), each direction's
+ *                         per-frame states into its own buffer (the backward reads them)
  *   cd_pair_sum           states_c + states_r (B·H·F·D² floats: a few per cent of one scan's memory traffic)
  *   phase C once          out_f = Q_f·(M_f + T_f)
  *
@@ -30,13 +31,33 @@ int cd_scan_pair_wanted(camdelta_context *ctx, camdelta_scan_algorithm alg, size
   return alg == CAMDELTA_SCAN_CHUNKWISE;
 }
 
+/* The pair's chain kernel for B·H = BH: its own phase-B tiles for 2·BH chains (the compute units each hold one),
+ * work-groups halved until the compiled kernel holds them. */
+static camdelta_status chain_kernel(camdelta_context *ctx, size_t BH, size_t D, size_t S, cl_kernel *k, unsigned *bw,
+                                    unsigned *nj) {
+  *k = NULL;
+  for (unsigned cap = 256;; cap /= 2) {
+    char opts[512];
+    camdelta_status st = cd_scan_pair_chain_cfg(ctx, 2 * BH, D, S, cap, opts, sizeof opts, bw, nj);
+    if (!st) st = cd_kernel(ctx, "scan_chunkwise.cl", opts, "cd_pair_phase_b", k);
+    if (st) return st;
+    const size_t have = cd_kernel_max_wg(ctx, *k);
+    if (have >= *bw) return CAMDELTA_OK;
+    clReleaseKernel(*k);
+    *k = NULL;
+    if (cap <= 32)
+      return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: the compiled pair chain allows work-groups of %zu items, needs %u",
+                     OP, have, *bw);
+  }
+}
+
 camdelta_status cd_scan_pair_warm(camdelta_context *ctx, size_t BH, size_t D, size_t S) {
   if (!ctx->branch_pair) return CAMDELTA_OK;
-  char opts[512];
   cd_scan_bwd_tiles t;
   cl_kernel k = NULL;
-  camdelta_status st = cd_scan_chunk_options(ctx, BH, D, S, opts, sizeof opts);
-  if (!st && !(st = cd_kernel(ctx, "scan_chunkwise.cl", opts, "cd_pair_phase_b", &k))) clReleaseKernel(k);
+  unsigned bw, nj;
+  camdelta_status st = chain_kernel(ctx, BH, D, S, &k, &bw, &nj);
+  if (!st) clReleaseKernel(k);
   if (!st && !(st = cd_kernel(ctx, "scan_pair.cl", "-DCD_D=8", "cd_pair_sum", &k))) clReleaseKernel(k);
   /* the backward's tiles as cd_scan_pair_backward picks them: dq apart where the tensor-core path runs */
   if (!st) st = cd_scan_bwd_tiles_for(ctx, D, cd_tc_available(ctx), &t);
@@ -81,17 +102,10 @@ camdelta_status cd_scan_pair_forward(camdelta_context *ctx, const cd_scan_pair_a
               mask_bytes < a->F * sizeof(uint32_t)))
     st = cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'mask' holds %zu bytes, F=%zu frames need %zu", OP, mask_bytes,
                  a->F, a->F * sizeof(uint32_t));
-  const char *opts = NULL;
   unsigned bw = 0, nj = 0;
   cl_kernel kb = NULL, ks = NULL;
-  if (!st) {
-    cd_scan_chunk_phase_b(plan, &opts, &bw, &nj);
-    st = cd_kernel(ctx, "scan_chunkwise.cl", opts, "cd_pair_phase_b", &kb);
-  }
+  if (!st) st = chain_kernel(ctx, BH, D, a->S, &kb, &bw, &nj);
   if (!st) st = cd_kernel(ctx, "scan_pair.cl", "-DCD_D=8", "cd_pair_sum", &ks);
-  if (!st && cd_kernel_max_wg(ctx, kb) < bw)
-    st = cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: the compiled pair chain allows work-groups of %zu items, needs %u",
-                 OP, cd_kernel_max_wg(ctx, kb), bw);
   if (!st && ctx->scan_verbose) {
     char text[1024];
     cd_scan_chunk_describe(plan, text, sizeof text);

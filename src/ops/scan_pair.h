@@ -11,11 +11,12 @@
 typedef struct cd_scan_chunk cd_scan_chunk;
 camdelta_status cd_scan_chunk_create(camdelta_context *ctx, const camdelta_scan_args *args, cd_scan_chunk **out);
 void cd_scan_chunk_destroy(cd_scan_chunk *c);
-/** Phase B's build options (scan_chunkwise.cl's whole option string: CD_D, CD_A_*, CD_B_*, CD_C_*), its
- *  work-group size and its number of value-column blocks. */
-void cd_scan_chunk_phase_b(const cd_scan_chunk *c, const char **options, unsigned *w, unsigned *nj);
-/** The build options cd_scan_chunk_phase_b gives for B·H = BH, D, S (for camdelta_warm_shape). */
-camdelta_status cd_scan_chunk_options(camdelta_context *ctx, size_t BH, size_t D, size_t S, char *opts, size_t size);
+/** The chains' tiles for `chains` serial chains (the pair runs 2·B·H) at D, S with work-groups of at most `cap` items
+ *  (the override of CAMDELTA_SCAN_TILES / camdelta_tune_set "chunkwise" applied): scan_chunkwise.cl's whole option
+ *  string (CD_D, CD_A_*, CD_B_*, CD_C_*), phase B's work-group size and value-column blocks. Returns OK, or the
+ *  override's error. */
+camdelta_status cd_scan_pair_chain_cfg(camdelta_context *ctx, size_t chains, size_t D, size_t S, unsigned cap,
+                                       char *opts, size_t size, unsigned *b_w, unsigned *b_nj);
 /** The plan in words (as camdelta_scan_plan_describe). */
 void cd_scan_chunk_describe(const cd_scan_chunk *c, char *buf, size_t size);
 /** Phase A (A_f = d_f(I − K_fᵀβ_fK_f), U_f = K_fᵀβ_fV_f into A, U, (B, H, F, D, D) each) and phase C

@@ -21,8 +21,9 @@
  *      phase A 1.209 ms tensor cores (the staged split gram) / 2.140 FMA for 32.9 GFLOP -> eff_a_tc 0.406,
  *        eff_a 0.229
  *      phase C 0.492 ms tensor cores / 0.750 FMA for 16.4 GFLOP   -> eff_c_tc 0.498, eff_c 0.327
- *      phase B 0.394 ms: 140 work-groups, 21 frames x 7 reduction chunks of 16 -> 2.42 us per chunk stage,
- *        0.151 us per reduction element at D=112, in proportion to D (0.096 ms at D=64: 1.14 us per stage)
+ *      phase B 0.133 ms (A's chunks loaded a step ahead into registers): 100 work-groups (5 blocks of 24
+ *        columns), 21 frames x 7 reduction chunks of 16, of which the arithmetic at eff_b is 0.053 ms -> 0.55 us
+ *        per chunk stage, 0.034 us per reduction element at D=112, in proportion to D (0.052 ms at D=64)
  *      sequential kernel (the recurrence; its outputs by phase C, as above) 4.02 ms (D112: 260 work-groups of
  *        128 items, 13 blocks of 9 value columns) and 2.19 ms (D64: 160 work-groups, 8 blocks of 8), one stage
  *        per 64-token tile per frame: the two head dims pin the lone work-group's rate (32.4 GFLOP/s at 128
@@ -46,7 +47,7 @@
 static const cd_cost_class GPU_CLASS = {
     .name = "gpu",
     .eff_seq = 0.44, .eff_a = 0.229, .eff_b = 0.44, .eff_c = 0.327, .eff_a_tc = 0.406, .eff_c_tc = 0.498,
-    .seq_us_per_token = 0.22 / 64, .b_us_per_elem = 2.42 / 16,
+    .seq_us_per_token = 0.22 / 64, .b_us_per_elem = 0.55 / 16,
     .launch_us = 5.0, .alloc_us = 10.0, .items_sat = 256, .items_sat_seq = 883,
 };
 static const cd_cost_class CPU_CLASS = {

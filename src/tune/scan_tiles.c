@@ -77,12 +77,15 @@ static unsigned wg_for(const cd_scan_limits *lim, size_t outputs, size_t per_ite
   return w;
 }
 
-/* Value-column blocks (phase B). GPUs: enough work-groups for the compute units, blocks at least `min_j` wide.
+/* Value-column blocks (phase B). GPUs: as many work-groups as the compute units hold one each (BH chains, blocks
+ * at least `min_j` wide): the chain is serial and bound by latency, and a compute unit running two of them
+ * finishes last (H200, sana480: 7 blocks of 16 = 140 work-groups 0.215 ms, 5 of 24 = 100 work-groups 0.133 ms;
+ * the scan pair's 2·BH chains: 3 blocks of 40 0.182 ms, 7 of 16 0.283 ms).
  * CPUs: one block (a few cores are filled by B·H; AUTO picks chunkwise when they are not), so that the
  * kernels built for a CPU depend on D and the token bucket only (PoCL compiles each variant for seconds). */
 static unsigned value_blocks(const cd_scan_limits *lim, size_t BH, size_t D, size_t min_j) {
   if (!lim->gpu) return 1;
-  size_t want = BH >= lim->cus ? 1 : (lim->cus + BH - 1) / BH, most = D / min_j ? D / min_j : 1;
+  size_t want = BH >= lim->cus ? 1 : lim->cus / BH, most = D / min_j ? D / min_j : 1;
   if (want > most) want = most;
   if (want < 1) want = 1;
   return ceil_div(D, round8(ceil_div(D, want)));
