@@ -29,7 +29,8 @@
  *        per 64-token tile per frame: the two head dims pin the lone work-group's rate (32.4 GFLOP/s at 128
  *        items) and the stage latency (0.22 us per 64-token stage: the next tile's loads are in flight during
  *        the current one's arithmetic). With the full device at eff_seq = 0.44 of the peak (an assumption, as
- *        for phase B), that lone rate means the kernel needs items_sat_seq = 883 items per SM to reach it.
+ *        for phase B), that lone rate means the kernel needs items_sat_seq = 883 items per SM to reach it;
+ *        861 since its flops count whole 64-token tiles (1600 tokens at S=1560; the times follow the tiles).
  *    Launch 5 us; 10 us per scratch buffer allocated (an assumption). Resident items per CU: 2048 (NVIDIA), 2560
  *    (AMD), 1024 (others).
  *  - CPU class, from PoCL on this project's 2-core CI machine (causal kernel time): per core the sequential kernel
@@ -48,7 +49,7 @@ static const cd_cost_class GPU_CLASS = {
     .name = "gpu",
     .eff_seq = 0.44, .eff_a = 0.229, .eff_b = 0.44, .eff_c = 0.327, .eff_a_tc = 0.406, .eff_c_tc = 0.498,
     .seq_us_per_token = 0.22 / 64, .b_us_per_elem = 0.55 / 16,
-    .launch_us = 5.0, .alloc_us = 10.0, .items_sat = 256, .items_sat_seq = 883,
+    .launch_us = 5.0, .alloc_us = 10.0, .items_sat = 256, .items_sat_seq = 861,
 };
 static const cd_cost_class CPU_CLASS = {
     .name = "cpu",
@@ -122,7 +123,11 @@ void cd_scan_estimate_costs(const cd_cost_device *d, size_t BH, size_t D, size_t
   if (cd_seq_configure(&d->lim, BH, D, S, 256, NULL, NULL, &sc) == CAMDELTA_OK && (sc.OUT != 2 || chunk_ok)) {
     const double nj = sc.nJ;
     const int split = sc.OUT == 2;
-    e->seq = (cd_cost_kernel){"sequential", (split ? 4.0 : 6.0) * bhf * s * dd * dd,
+    /* GPUs, frames of several tiles: the kernel's arithmetic runs on whole token tiles (H200, exact,
+     * 1,20,112,21,S: 0.409 ms at S=100, 0.594 at 150, 0.760 at 200, 1.306 at 400 follow the 2, 3, 4, 7 tiles of
+     * 64, not S). A frame within one tile (its tile the power of two above S) and CPUs: not measured, S. */
+    const double sp = d->lim.gpu && s > sc.TS ? cdiv(s, sc.TS) * sc.TS : s;
+    e->seq = (cd_cost_kernel){"sequential", (split ? 4.0 : 6.0) * bhf * sp * dd * dd,
                               split ? (nj + 1.0) * tok + nj * gate + mats : (2.0 * nj + 2.0) * tok + nj * gate,
                               bh * nj, sc.W, (split ? 1.0 : 2.0) * f * cdiv(s, sc.TS), k->seq_us_per_token * sc.TS,
                               k->eff_seq, 0, k->items_sat_seq};
