@@ -6,7 +6,8 @@
 #   bash ci/gpu-test.sh [tests] [pocl] [scan-tests] [inspect] [tune] [demo] [large] [mpi] [mpi-bench] [packed] [pair]
 #                   [bench SHAPE...] [bench-scan SHAPE...]
 #                   [prep-ab SHAPE...] [gram-ab] [compare SHAPE...] [packed-ab] [profile SHAPE...]
-#                   [prep-sweep] [ctest REGEX]
+#                   [prep-sweep] [ctest REGEX] [mma]
+# mma: ci/mma-throughput.c, the rate of independent mma.sync.m16n8k8 TF32 products (1-16 chains per warp).
 # gram-ab: the staged gram at sana480 in variants (lo parts unrounded, without mma, staging once) and their profile.
 # prep-ab: prep forward and backward of each shape in both forms (CAMDELTA_PREP_FUSED, CAMDELTA_PREP_BWD_FUSED =
 #          0 and 1), then the fused backward under a few CAMDELTA_PREP_BWD_TILES settings (to pick the defaults).
@@ -94,6 +95,11 @@ while [ $# -gt 0 ]; do
       # the tf32 sweep for comparison (not saved: the saved entry serves both precisions)
       CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta tune --shape "${TUNE_SHAPE:-sana480}" --precision tf32 2>&1 |
         sed 's/^/[tf32] /' | tee -a "$OUT/bench.txt" || rc=1
+      ;;
+    mma)
+      # the tensor cores' rate for the scan's mma.sync.m16n8k8 TF32 (the bound the gram and apply are measured against)
+      cc -O2 -std=c11 -I"$PREFIX/usr/include" -o /tmp/mma-throughput ci/mma-throughput.c -L"$LIBDIR" -lOpenCL || rc=1
+      /tmp/mma-throughput ci/mma-throughput.cl 1.98 132 2>&1 | tee "$OUT/mma.txt" || rc=1
       ;;
     inspect)
       # registers, spills and local memory of the tensor-core kernels at D=112 (ptxas via -cl-nv-verbose)
