@@ -189,7 +189,7 @@ inline void cd_chain_step(local float4 *Yl4, float *x, float *acol, float *addv,
     addv[c] = adn[i * CD_D + c0 + c];
   }
   if (keep) /* uniform: 0 only at the pair's masked reverse frames (A_f = 0 there) */
-CD_CHAIN_LOOP
+    CD_CHAIN_LOOP
     for (uint m = 0; m < CD_D; m++) {
       const float a = acol[m];
       acol[m] = An[m * CD_D + i];
@@ -202,14 +202,14 @@ CD_CHAIN_LOOP
       }
     }
   else
-CD_CHAIN_LOOP
+    CD_CHAIN_LOOP
     for (uint m = 0; m < CD_D; m++) acol[m] = An[m * CD_D + i];
   for (int c = 0; c < CD_CB; c++) x[c] = y[c];
 }
 
 /* The first step's A column and add row (what cd_chain_step expects loaded). */
 inline void cd_chain_first(float *acol, float *addv, global const float *A, global const float *add, uint i, uint c0) {
-CD_CHAIN_LOOP
+  CD_CHAIN_LOOP
   for (uint m = 0; m < CD_D; m++) acol[m] = A[m * CD_D + i];
   for (int c = 0; c < CD_CB; c++) addv[c] = add[i * CD_D + c0 + c];
 }

@@ -278,7 +278,7 @@ __kernel __attribute__((reqd_work_group_size(B_W, 1, 1))) void cd_scan_phase_b(
     ulong decay_off, __global const float *init, ulong init_off, __global float *post, ulong post_off,
     __global float *pre, ulong pre_off, __global float *fin, ulong fin_off, uint F, int reverse, int has_init,
     int save_pre, int want_final CD_PK_ARGS) {
-  __local float Ms[CD_D * B_TN];     /* the state's column block Ms[k][j]; also stages U_f */
+  __local float Ms[CD_D * B_TN];     /* the state's column block Ms[k][j]            */
   __local float As[CD_B_KC * B_LDA + 1]; /* As[kk][i] = A[i][k0 + kk], then a dump slot     */
   const ulong bh = get_group_id(0);
   uint Fc;                              /* the chain's frames: rows fr0 .. fr0 + Fc − 1 of A, U, decay, states */
