@@ -18,7 +18,9 @@
 #include <string.h>
 
 #include "cost.h"
+#include "plan.h"
 #include "scan_pair.h"
+#include "scan_tiles.h"
 #include "scan_warm.h"
 #include "tune.h"
 
@@ -31,33 +33,73 @@ int cd_scan_pair_wanted(camdelta_context *ctx, camdelta_scan_algorithm alg, size
   return alg == CAMDELTA_SCAN_CHUNKWISE;
 }
 
-/* The pair's chain kernel for B·H = BH: its own phase-B tiles for 2·BH chains (the compute units each hold one),
- * work-groups halved until the compiled kernel holds them. */
-static camdelta_status chain_kernel(camdelta_context *ctx, size_t BH, size_t D, size_t S, cl_kernel *k, unsigned *bw,
-                                    unsigned *nj) {
-  *k = NULL;
+/* The pair's chain kernel, a plan kept in the context: its own phase-B tiles for the 2·BH chains (the compute units
+ * each hold one work-group), work-groups halved until the compiled kernel holds them. Keyed by what the tiles
+ * depend on: D, the value blocks of 2·BH chains and the token tile of S. */
+typedef struct chain_plan {
+  cl_kernel k;
+  unsigned bw, nj; /* work-group size, value-column blocks */
+} chain_plan;
+typedef struct chain_shape {
+  size_t BH, D, S;
+} chain_shape;
+
+static void chain_destroy(void *plan) {
+  chain_plan *p = plan;
+  if (p->k) clReleaseKernel(p->k);
+  free(p);
+}
+
+static camdelta_status chain_build(camdelta_context *ctx, const cd_plan_key *key, const void *arg, void **out) {
+  (void)key;
+  const chain_shape *sh = arg;
+  chain_plan *p = calloc(1, sizeof *p);
+  if (!p) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", OP);
   for (unsigned cap = 256;; cap /= 2) {
     char opts[512];
-    camdelta_status st = cd_scan_pair_chain_cfg(ctx, 2 * BH, D, S, cap, opts, sizeof opts, bw, nj);
-    if (!st) st = cd_kernel(ctx, "scan_chunkwise.cl", opts, "cd_pair_phase_b", k);
-    if (st) return st;
-    const size_t have = cd_kernel_max_wg(ctx, *k);
-    if (have >= *bw) return CAMDELTA_OK;
-    clReleaseKernel(*k);
-    *k = NULL;
-    if (cap <= 32)
+    camdelta_status st = cd_scan_pair_chain_cfg(ctx, 2 * sh->BH, sh->D, sh->S, cap, opts, sizeof opts, &p->bw, &p->nj);
+    if (!st) st = cd_kernel(ctx, "scan_chunkwise.cl", opts, "cd_pair_phase_b", &p->k);
+    if (st) {
+      free(p);
+      return st;
+    }
+    const size_t have = cd_kernel_max_wg(ctx, p->k);
+    if (have >= p->bw) {
+      *out = p;
+      return CAMDELTA_OK;
+    }
+    clReleaseKernel(p->k);
+    p->k = NULL;
+    if (cap <= 32) {
+      const unsigned need = p->bw;
+      free(p);
       return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: the compiled pair chain allows work-groups of %zu items, needs %u",
-                     OP, have, *bw);
+                     OP, have, need);
+    }
   }
+}
+
+static camdelta_status chain_acquire(camdelta_context *ctx, size_t BH, size_t D, size_t S, cd_plan_entry **e) {
+  cd_scan_limits lim;
+  cd_scan_limits_from_info(&ctx->info, &lim);
+  const cd_scan_class cls = cd_scan_shape_class(&lim, 2 * BH, D, S);
+  cd_plan_key key;
+  memset(&key, 0, sizeof key);
+  key.op = CD_PLAN_PAIR_CHAIN;
+  key.D = (unsigned)D;
+  key.cls[0] = cls.b_blocks;
+  key.cls[1] = cls.tokens;
+  const chain_shape sh = {BH, D, S};
+  return cd_plan_acquire(ctx, &key, chain_build, &sh, chain_destroy, e);
 }
 
 camdelta_status cd_scan_pair_warm(camdelta_context *ctx, size_t BH, size_t D, size_t S) {
   if (!ctx->branch_pair) return CAMDELTA_OK;
   cd_scan_bwd_tiles t;
   cl_kernel k = NULL;
-  unsigned bw, nj;
-  camdelta_status st = chain_kernel(ctx, BH, D, S, &k, &bw, &nj);
-  if (!st) clReleaseKernel(k);
+  cd_plan_entry *e = NULL;
+  camdelta_status st = chain_acquire(ctx, BH, D, S, &e);
+  if (!st) cd_plan_release(ctx, e);
   if (!st && !(st = cd_kernel(ctx, "scan_pair.cl", "-DCD_D=8", "cd_pair_sum", &k))) clReleaseKernel(k);
   /* the backward's tiles as cd_scan_pair_backward picks them: dq apart where the tensor-core path runs */
   if (!st) st = cd_scan_bwd_tiles_for(ctx, D, cd_tc_available(ctx), &t);
@@ -102,14 +144,16 @@ camdelta_status cd_scan_pair_forward(camdelta_context *ctx, const cd_scan_pair_a
               mask_bytes < a->F * sizeof(uint32_t)))
     st = cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'mask' holds %zu bytes, F=%zu frames need %zu", OP, mask_bytes,
                  a->F, a->F * sizeof(uint32_t));
-  unsigned bw = 0, nj = 0;
-  cl_kernel kb = NULL, ks = NULL;
-  if (!st) st = chain_kernel(ctx, BH, D, a->S, &kb, &bw, &nj);
+  cd_plan_entry *ce = NULL;
+  cl_kernel ks = NULL;
+  if (!st) st = chain_acquire(ctx, BH, D, a->S, &ce);
+  const chain_plan *cp = ce ? ce->plan : NULL;
   if (!st) st = cd_kernel(ctx, "scan_pair.cl", "-DCD_D=8", "cd_pair_sum", &ks);
   if (!st && ctx->scan_verbose) {
     char text[1024];
     cd_scan_chunk_describe(plan, text, sizeof text);
-    fprintf(stderr, "camdelta scan pair: %s\n", text);
+    fprintf(stderr, "camdelta scan pair: %s; the pair's chains in %u value blocks of work-groups of %u\n", text,
+            cp->nj, cp->bw);
   }
   const size_t BHF = BH * a->F, fbytes = BHF * D * D * sizeof(float);
   cl_mem A = NULL, U = NULL, sc = NULL, sr = NULL, sum = NULL;
@@ -135,7 +179,7 @@ camdelta_status cd_scan_pair_forward(camdelta_context *ctx, const cd_scan_pair_a
   cd_launch_init(&l, a->profile);
   if (!st) st = cd_scan_chunk_phase_a(ctx, plan, A, U, &l);
   if (!st) {
-    cd_args ar = {kb, 0, CL_SUCCESS};
+    cd_args ar = {cp->k, 0, CL_SUCCESS};
     cd_arg_buf(&ar, (camdelta_buffer){A, 0});
     cd_arg_buf(&ar, (camdelta_buffer){U, 0});
     cd_arg_mem(&ar, a->mask);
@@ -146,14 +190,14 @@ camdelta_status cd_scan_pair_forward(camdelta_context *ctx, const cd_scan_pair_a
     cd_arg_buf(&ar, a->final_c);
     cd_arg_buf(&ar, a->final_r);
     cd_arg_u32(&ar, (uint32_t)a->F);
-    cd_arg_u32(&ar, nj);
+    cd_arg_u32(&ar, cp->nj);
     cd_arg_i32(&ar, a->init_c.mem != NULL);
     cd_arg_i32(&ar, a->init_r.mem != NULL);
     cd_arg_i32(&ar, a->final_c.mem != NULL);
     cd_arg_i32(&ar, a->final_r.mem != NULL);
     if (ar.err != CL_SUCCESS) st = cd_cl_fail(ar.err, "cd_pair_phase_b: setting arguments");
-    const size_t lws[2] = {bw, 1}, gws[2] = {(size_t)bw * BH, 2 * (size_t)nj};
-    if (!st) st = cd_enqueue(ctx, kb, 2, gws, lws, &l, "cd_pair_phase_b");
+    const size_t lws[2] = {cp->bw, 1}, gws[2] = {(size_t)cp->bw * BH, 2 * (size_t)cp->nj};
+    if (!st) st = cd_enqueue(ctx, cp->k, 2, gws, lws, &l, "cd_pair_phase_b");
   }
   if (!st) {
     const uint64_t n4 = BHF * D * D / 4; /* D % 8 == 0 */
@@ -173,7 +217,7 @@ camdelta_status cd_scan_pair_forward(camdelta_context *ctx, const cd_scan_pair_a
   cl_mem tmp[5] = {saved_c ? NULL : A, U, saved_c ? NULL : sc, saved_r ? NULL : sr, sum};
   for (int i = 0; i < 5; i++)
     if (tmp[i]) clReleaseMemObject(tmp[i]);
-  if (kb) clReleaseKernel(kb);
+  if (ce) cd_plan_release(ctx, ce);
   if (ks) clReleaseKernel(ks);
   cd_scan_chunk_destroy(plan);
   st = cd_launch_end(ctx, &l, st);

@@ -5,7 +5,7 @@
 #define CAMDELTA_PLAN_H
 #include "internal.h"
 
-enum { CD_PLAN_SCAN_FORWARD = 1, CD_PLAN_SCAN_BACKWARD = 2 };
+enum { CD_PLAN_SCAN_FORWARD = 1, CD_PLAN_SCAN_BACKWARD = 2, CD_PLAN_PAIR_CHAIN = 3 };
 
 /** Everything the plan depends on besides the context (direction-independent: reverse is not in it). */
 typedef struct cd_plan_key {
