@@ -162,7 +162,7 @@ int cd_prep_fused_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, 
   *st = CAMDELTA_OK;
   memset(p, 0, sizeof *p);
   int want = ctx->prep_fused;
-  if (want < 0) want = (ctx->info.type & (CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR)) != 0;
+  if (want < 0) want = cd_device_gpu_like(&ctx->info);
   if (!want) return 0;
   const size_t g4 = D / 4;
   for (p->tt = ctx->prep_tiles[0] ? ctx->prep_tiles[0] : dtype == CAMDELTA_F32 ? 8 : 16;; p->tt /= 2) {

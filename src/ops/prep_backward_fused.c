@@ -51,7 +51,7 @@ int cd_pbf_kernels(camdelta_context *ctx, camdelta_dtype dtype, size_t D, cd_pbf
   memset(p, 0, sizeof *p);
   *st = CAMDELTA_OK;
   int want = ctx->prep_bwd_fused;
-  if (want < 0) want = (ctx->info.type & (CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR)) != 0;
+  if (want < 0) want = cd_device_gpu_like(&ctx->info);
   if (!want) return 0;
   p->tt = ctx->prep_bwd_tiles[0] ? ctx->prep_bwd_tiles[0] : dtype == CAMDELTA_F32 ? 8 : 16;
   const int pf = ctx->prep_bwd_tiles[2] ? ctx->prep_bwd_tiles[2] == 2 : PBF_DEFAULT_PF;

@@ -766,7 +766,6 @@ void cd_scan_chunk_destroy(cd_scan_chunk *c) {
   free(c);
 }
 
-
 void cd_scan_chunk_describe(const cd_scan_chunk *c, char *buf, size_t size) { plan_text(c->pl, &c->args, buf, size); }
 
 camdelta_status cd_scan_chunk_phase_a(camdelta_context *ctx, const cd_scan_chunk *c, cl_mem A, cl_mem U,

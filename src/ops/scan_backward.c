@@ -57,7 +57,7 @@ static camdelta_status build_kernels(camdelta_context *ctx, size_t D, int skip_d
   size_t dev_wg, local;
   cd_sbwd_limits(&ctx->info, &dev_wg, &local);
   /* GPUs: the chain step unrolled over D, its A column in registers (PoCL would compile that for long) */
-  const int gpu = (ctx->info.type & (CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR)) != 0;
+  const int gpu = cd_device_gpu_like(&ctx->info);
   size_t wg_grams = dev_wg, wg_frames = dev_wg, wg_chain = dev_wg, wg_rl = dev_wg;
   memset(k, 0, sizeof *k);
   unsigned ov[T_COUNT];

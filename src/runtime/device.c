@@ -120,3 +120,7 @@ camdelta_status cd_select_device(const char *selector, cd_device_entry *out) {
   describe(&list, devs, sizeof devs);
   return cd_fail(CAMDELTA_ERROR_DEVICE_NOT_FOUND, "no OpenCL device matches '%s'; devices there are:%s", sel, devs);
 }
+
+int cd_device_gpu_like(const camdelta_device_info *info) {
+  return (info->type & (CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR)) != 0;
+}

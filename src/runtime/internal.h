@@ -72,6 +72,8 @@ camdelta_status cd_prologue_scan_forward(const camdelta_context *ctx, const camd
                                          const camdelta_scan_saved *saved);
 camdelta_status cd_prologue_scan_backward(const camdelta_context *ctx, const camdelta_scan_backward_args *a,
                                           const camdelta_scan_saved *saved);
+/** 1 for a GPU or an accelerator (the device classes the kernels' GPU forms and tiles are for), 0 for a CPU. */
+int cd_device_gpu_like(const camdelta_device_info *info);
 /** Check the head dim: D % 8 == 0 and 8 <= D <= 128. */
 camdelta_status cd_check_head_dim(const char *op, size_t D);
 /** Copies the string text into the caller's buf of `size` bytes: INVALID_ARGUMENT naming op when it does not fit. */

@@ -65,7 +65,7 @@ void cd_scan_limits_from_info(const camdelta_device_info *info, cd_scan_limits *
   lim->local_bytes = lm > 512 ? (size_t)(lm - 256) : 0;
   if (lim->local_bytes > (size_t)1 << 20) lim->local_bytes = (size_t)1 << 20;
   lim->cus = info->compute_units ? info->compute_units : 1;
-  lim->gpu = (info->type & (CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR)) != 0;
+  lim->gpu = cd_device_gpu_like(info);
 }
 
 /* Work-group size for a tile of `outputs` cells, `per_item` cells per item. */
