@@ -103,21 +103,24 @@ kernel void cd_output_transform(global const float *out, ulong out_off, global c
   const uint t = lid / CD_G4, g = lid % CD_G4;
   if (t >= nt) return;
   const ulong n = n0 + t, tok = b * N + n;
-  float o[4];
-  if (4 * g < CD_DH) {
+  const float4 v = (float4)(tile[4 * g][t], tile[4 * g + 1][t], tile[4 * g + 2][t], tile[4 * g + 3][t]);
+  float4 o;
+  if (4 * g < CD_DH) { /* (cl/gemm_tc.cl's cd_apply_ot_tc does the same operations in the same order) */
     global const float *P = proj_o + po_off + tok * 16;
-    for (int i = 0; i < 4; i++) {
-      float a = 0.0f;
-      for (int j = 0; j < 4; j++) a = fma(P[4 * i + j], tile[4 * g + j][t], a);
-      o[i] = a;
-    }
+    const float4 p0 = vload4(0, P), p1 = vload4(1, P), p2 = vload4(2, P), p3 = vload4(3, P);
+    o.x = fma(p0.w, v.w, fma(p0.z, v.z, fma(p0.y, v.y, fma(p0.x, v.x, 0.0f))));
+    o.y = fma(p1.w, v.w, fma(p1.z, v.z, fma(p1.y, v.y, fma(p1.x, v.x, 0.0f))));
+    o.z = fma(p2.w, v.w, fma(p2.z, v.z, fma(p2.y, v.y, fma(p2.x, v.x, 0.0f))));
+    o.w = fma(p3.w, v.w, fma(p3.z, v.z, fma(p3.y, v.y, fma(p3.x, v.x, 0.0f))));
   } else {
     const ulong rrow = n * CD_DH + (4 * g - CD_DH);
-    for (int j = 0; j < 4; j++)
-      o[j] = fma(-tile[4 * g + (j ^ 1)][t], rope_sin[rs_off + rrow + j], tile[4 * g + j][t] * rope_cos[rc_off + rrow + j]);
+    const float4 c = vload4(0, rope_cos + rc_off + rrow), sn = vload4(0, rope_sin + rs_off + rrow);
+    o.x = fma(-v.y, sn.x, v.x * c.x);
+    o.y = fma(-v.x, sn.y, v.y * c.y);
+    o.z = fma(-v.w, sn.z, v.z * c.z);
+    o.w = fma(-v.z, sn.w, v.w * c.w);
   }
-  global float *yo = y + y_off + (tok * H + h) * CD_D + 4 * g;
-  for (int j = 0; j < 4; j++) yo[j] = o[j];
+  vstore4(o, 0, y + y_off + (tok * H + h) * CD_D + 4 * g);
 }
 
 /* Backward: grad_out (B, H, D, N) from grad_y (B, N, H, D): first half P^T gy per 4-group, second half
@@ -135,22 +138,21 @@ kernel void cd_output_transform_backward(global const float *gy, ulong gy_off, g
   const uint t = lid / CD_G4, g = lid % CD_G4;
   if (t < nt) {
     const ulong n = n0 + t, tok = b * N + n;
-    global const float *gp = gy + gy_off + (tok * H + h) * CD_D + 4 * g;
-    float gi[4], o[4];
-    for (int j = 0; j < 4; j++) gi[j] = gp[j];
-    if (4 * g < CD_DH) {
+    const float4 v = vload4(0, gy + gy_off + (tok * H + h) * CD_D + 4 * g);
+    float4 o;
+    if (4 * g < CD_DH) { /* o = Pᵀ·v */
       global const float *P = proj_o + po_off + tok * 16;
-      for (int j = 0; j < 4; j++) {
-        float a = 0.0f;
-        for (int i = 0; i < 4; i++) a = fma(P[4 * i + j], gi[i], a);
-        o[j] = a;
-      }
+      const float4 p0 = vload4(0, P), p1 = vload4(1, P), p2 = vload4(2, P), p3 = vload4(3, P);
+      o = fma(p3, (float4)(v.w), fma(p2, (float4)(v.z), fma(p1, (float4)(v.y), fma(p0, (float4)(v.x), (float4)(0.0f)))));
     } else {
       const ulong rrow = n * CD_DH + (4 * g - CD_DH);
-      for (int j = 0; j < 4; j++)
-        o[j] = fma(-gi[j ^ 1], rope_sin[rs_off + rrow + (j ^ 1)], gi[j] * rope_cos[rc_off + rrow + j]);
+      const float4 c = vload4(0, rope_cos + rc_off + rrow), sn = vload4(0, rope_sin + rs_off + rrow);
+      o.x = fma(-v.y, sn.y, v.x * c.x);
+      o.y = fma(-v.x, sn.x, v.y * c.y);
+      o.z = fma(-v.w, sn.w, v.z * c.z);
+      o.w = fma(-v.z, sn.z, v.w * c.w);
     }
-    for (int j = 0; j < 4; j++) tile[4 * g + j][t] = o[j];
+    tile[4 * g][t] = o.x, tile[4 * g + 1][t] = o.y, tile[4 * g + 2][t] = o.z, tile[4 * g + 3][t] = o.w;
   }
   barrier(CLK_LOCAL_MEM_FENCE);
   const ulong base = ((b * H + h) * CD_D) * N + n0;
