@@ -448,36 +448,13 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_gram_tc(
 #define CD_LM ((CD_KC * CD_TM + CD_W - 1) / CD_W)
 #define CD_LQ ((CD_KC * CD_QN + CD_W - 1) / CD_W)
 
-/* Per tile = group 0 (token tile st, row tile rt: the row tiles of one token tile run side by side) and
- * (b, h, f) = group 1:
- *   out[r][s] = Σ_c op(M)[r][c]·X[c][s] over frame f's tokens, op(M)[r][c] = M[c][r] when transpose, else M[r][c];
- *   M = states[b, h, f] (B, H, F, D, D), except that with last_init frame F−1 reads init (zero without has_init).
- * Launch: local (32·WM·WN), global (local·n_rt·n_stiles, B·H·F), n_rt = ceil(D / TM), n_stiles = ceil(S / TN). */
-__kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_apply_tc(
-    __global const float *x, ulong x_off, __global const float *states, ulong st_off, __global const float *init,
-    ulong init_off, __global float *out, ulong out_off, ulong N, uint S, uint F, uint n_rtiles, int transpose,
-    int last_init, int has_init CD_PK_ARGS) {
-  __local float Ms[CD_KC * CD_LDA];        /* Ms[c][r] = op(M)[row0 + r][c0 + c] */
-  __local float4 Xs4[CD_KC * CD_LDS / 4]; /* Xs[c][s] = X[c0 + c][s0 + s]       */
-  __local const float *Xs = (__local const float *)Xs4;
-  const uint lid = get_local_id(0), lane = lid & 31, warp = lid >> 5;
-  const uint wm = warp / CD_WN, wn = warp % CD_WN, g = lane >> 2, t = lane & 3;
-  const ulong bhf = get_group_id(1);
-  const uint tile = get_group_id(0), row0 = (tile % n_rtiles) * CD_TM, s0 = (tile / n_rtiles) * CD_TN;
-  const ulong bh = bhf / F;
-  const uint f = (uint)(bhf % F);
-  const ulong base = bh * (ulong)CD_D * N + cd_frame_start(f, S);
-  const uint Sf = cd_frame_len(f, S);
-#ifdef CD_PACKED
-  if (s0 >= Sf) return; /* a tile past this frame's end (the grid is sized by the longest frame) */
-#endif
-  __global const float *xb = x + x_off + base;
-  const int from_init = last_init && cd_frame_last(f, F);
-  const int zero = from_init && !has_init;
-  __global const float *M =
-      from_init ? init + init_off + cd_state_row(bh, f, F) * CD_DD : states + st_off + bhf * CD_DD;
-
-  float tot[CD_MR][CD_NR][4];
+/* tot = op(M)[row0 .. row0+TM)·X[.., s0 .. s0+TN) of one work-group tile (the warps' parts of it), M (D x D) from
+ * global memory (zero: all zero), X = xb's D rows of frame-relative tokens (Sf of them, stride N). Ms and Xs4 are
+ * the kernel's local tiles (CD_KC·CD_LDA floats, CD_KC·CD_LDS / 4 float4). */
+inline void cd_apply_products(float tot[CD_MR][CD_NR][4], __global const float *xb, __global const float *M,
+                              int transpose, int zero, uint row0, uint s0, uint Sf, ulong N, local float *Ms,
+                              local float4 *Xs4, uint lid, uint wm, uint wn, uint g, uint t) {
+  local const float *Xs = (local const float *)Xs4;
 #pragma unroll
   for (int mi = 0; mi < CD_MR; mi++)
 #pragma unroll
@@ -520,6 +497,36 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_apply_tc(
     cd_tc_block_raw(tot, Ms + 16 * CD_MR * wm, 1, CD_LDA, Xs + 8 * CD_NR * wn, CD_LDS, 1, g, t);
   }
 #undef CD_FETCH
+}
+
+/* Per tile = group 0 (token tile st, row tile rt: the row tiles of one token tile run side by side) and
+ * (b, h, f) = group 1:
+ *   out[r][s] = Σ_c op(M)[r][c]·X[c][s] over frame f's tokens, op(M)[r][c] = M[c][r] when transpose, else M[r][c];
+ *   M = states[b, h, f] (B, H, F, D, D), except that with last_init frame F−1 reads init (zero without has_init).
+ * Launch: local (32·WM·WN), global (local·n_rt·n_stiles, B·H·F), n_rt = ceil(D / TM), n_stiles = ceil(S / TN). */
+__kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_apply_tc(
+    __global const float *x, ulong x_off, __global const float *states, ulong st_off, __global const float *init,
+    ulong init_off, __global float *out, ulong out_off, ulong N, uint S, uint F, uint n_rtiles, int transpose,
+    int last_init, int has_init CD_PK_ARGS) {
+  __local float Ms[CD_KC * CD_LDA];        /* Ms[c][r] = op(M)[row0 + r][c0 + c] */
+  __local float4 Xs4[CD_KC * CD_LDS / 4]; /* Xs[c][s] = X[c0 + c][s0 + s]       */
+  const uint lid = get_local_id(0), lane = lid & 31, warp = lid >> 5;
+  const uint wm = warp / CD_WN, wn = warp % CD_WN, g = lane >> 2, t = lane & 3;
+  const ulong bhf = get_group_id(1);
+  const uint tile = get_group_id(0), row0 = (tile % n_rtiles) * CD_TM, s0 = (tile / n_rtiles) * CD_TN;
+  const ulong bh = bhf / F;
+  const uint f = (uint)(bhf % F);
+  const ulong base = bh * (ulong)CD_D * N + cd_frame_start(f, S);
+  const uint Sf = cd_frame_len(f, S);
+#ifdef CD_PACKED
+  if (s0 >= Sf) return; /* a tile past this frame's end (the grid is sized by the longest frame) */
+#endif
+  const int from_init = last_init && cd_frame_last(f, F);
+  const int zero = from_init && !has_init;
+  __global const float *M =
+      from_init ? init + init_off + cd_state_row(bh, f, F) * CD_DD : states + st_off + bhf * CD_DD;
+  float tot[CD_MR][CD_NR][4];
+  cd_apply_products(tot, x + x_off + base, M, transpose, zero, row0, s0, Sf, N, Ms, Xs4, lid, wm, wn, g, t);
 
   __global float *ob = out + out_off + base + s0;
 #pragma unroll
@@ -539,6 +546,73 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_apply_tc(
 #endif
       }
 }
+
+#ifndef CD_PACKED
+/* Phase C of the camera branch's scan pair with the output transform (SPEC 8.5) as its epilogue: the tile's
+ * o = Mᵀ·Q (M = states[b, h, f], the pair's summed state) goes through local memory Os[s][r] and each work-item
+ * writes whole 4-channel units of y (B, N, H, D): rows r < D/2 in 4-groups y = proj_o·o (proj_o (B, N, 4, 4) per
+ * token), the others the inverse RoPE y[r] = o[r]·cos[r] − o[r^1]·sin[r] (tables (N, D/2)); the same operations
+ * in the same order as cd_output_transform (cl/branch.cl), so y is bit-identical to phase C and that kernel.
+ * The pair's out (B, H, D, N) is not written. Launch as cd_apply_tc; TM is a multiple of 16, so no 4-group or
+ * RoPE pair straddles two row tiles. */
+#define CD_LDO (CD_TM + 4) /* Os row stride: 4 mod 32 floats, the fragment stores conflict-free */
+#define CD_XO (CD_KC * CD_LDS > CD_TN * CD_LDO ? CD_KC * CD_LDS : CD_TN * CD_LDO)
+__kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_apply_ot_tc(
+    __global const float *x, ulong x_off, __global const float *states, ulong st_off, __global const float *proj_o,
+    ulong po_off, __global const float *rope_cos, ulong rc_off, __global const float *rope_sin, ulong rs_off,
+    __global float *y, ulong y_off, ulong N, uint S, uint F, uint H, uint n_rtiles) {
+  __local float Ms[CD_KC * CD_LDA];
+  __local float4 XO4[CD_XO / 4]; /* Xs during the products, then Os[s][r] = o[row0 + r][s0 + s] */
+  const uint lid = get_local_id(0), lane = lid & 31, warp = lid >> 5;
+  const uint wm = warp / CD_WN, wn = warp % CD_WN, g = lane >> 2, t = lane & 3;
+  const ulong bhf = get_group_id(1);
+  const uint tile = get_group_id(0), row0 = (tile % n_rtiles) * CD_TM, s0 = (tile / n_rtiles) * CD_TN;
+  const ulong bh = bhf / F;
+  const uint f = (uint)(bhf % F);
+  const ulong base = bh * (ulong)CD_D * N + cd_frame_start(f, S);
+  float tot[CD_MR][CD_NR][4];
+  cd_apply_products(tot, x + x_off + base, states + st_off + bhf * CD_DD, 1, 0, row0, s0, S, N, Ms, XO4, lid, wm,
+                    wn, g, t);
+  local float *Os = (local float *)XO4;
+  barrier(CLK_LOCAL_MEM_FENCE); /* every warp is done with the last Xs chunk */
+#pragma unroll
+  for (int mi = 0; mi < CD_MR; mi++)
+#pragma unroll
+    for (int ni = 0; ni < CD_NR; ni++)
+#pragma unroll
+      for (int e = 0; e < 4; e++)
+        Os[(8 * (CD_NR * wn + ni) + 2 * t + (e & 1)) * CD_LDO + 16 * (CD_MR * wm + mi) + g + 8 * (e >> 1)] =
+            tot[mi][ni][e];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  const ulong b = bh / H;
+  const uint h = (uint)(bh % H);
+  for (uint u = lid; u < CD_TN * (CD_TM / 4); u += CD_W) {
+    const uint s = u / (CD_TM / 4), r = row0 + 4 * (u % (CD_TM / 4));
+    if (r >= CD_D || s0 + s >= S) continue;
+    const float4 v = vload4(0, Os + s * CD_LDO + (r - row0));
+    const ulong n = cd_frame_start(f, S) + s0 + s, tok = b * N + n;
+    float4 o;
+    if (r < CD_D / 2) {
+      __global const float *P = proj_o + po_off + tok * 16;
+      const float4 p0 = vload4(0, P), p1 = vload4(1, P), p2 = vload4(2, P), p3 = vload4(3, P);
+      o.x = fma(p0.w, v.w, fma(p0.z, v.z, fma(p0.y, v.y, fma(p0.x, v.x, 0.0f))));
+      o.y = fma(p1.w, v.w, fma(p1.z, v.z, fma(p1.y, v.y, fma(p1.x, v.x, 0.0f))));
+      o.z = fma(p2.w, v.w, fma(p2.z, v.z, fma(p2.y, v.y, fma(p2.x, v.x, 0.0f))));
+      o.w = fma(p3.w, v.w, fma(p3.z, v.z, fma(p3.y, v.y, fma(p3.x, v.x, 0.0f))));
+    } else {
+      const ulong rrow = n * (CD_D / 2) + (r - CD_D / 2);
+      const float4 c = vload4(0, rope_cos + rc_off + rrow), sn = vload4(0, rope_sin + rs_off + rrow);
+      o.x = fma(-v.y, sn.x, v.x * c.x);
+      o.y = fma(-v.x, sn.y, v.y * c.y);
+      o.z = fma(-v.w, sn.z, v.z * c.z);
+      o.w = fma(-v.z, sn.w, v.w * c.w);
+    }
+    vstore4(o, 0, y + y_off + (tok * H + h) * CD_D + r);
+  }
+}
+#undef CD_LDO
+#undef CD_XO
+#endif /* !CD_PACKED */
 #endif /* CD_APPLY */
 
 /* ----------------------------------------------------------------------------------------- frames */

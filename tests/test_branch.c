@@ -10,10 +10,14 @@
 #include "branch_problem.h"
 #include "camera_op.h"
 #include "scan_pair.h"
+#include "tune.h"
 
 /* The scan algorithm the branch runs with: AUTO (sequential on CPUs), and CHUNKWISE for the fused scan pair
  * (src/ops/scan_pair.c) on every device. */
 static camdelta_scan_algorithm g_algorithm = CAMDELTA_SCAN_AUTO;
+/* The context under test: the shared one, or an emulated tensor-core one (the fused output transform). */
+static camdelta_context *g_ctx;
+static camdelta_context *cur(void) { return g_ctx ? g_ctx : tu_context(); }
 
 /* ------------------------------------------------------------------------------------- a branch problem */
 
@@ -119,7 +123,7 @@ static const br_shape shapes[] = {
  * objects, as the branch uses them): [0] prep forward, [1] [2] causal / reverse scan forward, [3] prep backward,
  * [4] [5] causal / reverse scan backward. */
 static void probe_kernel_counts(const br_problem *p, unsigned n[6]) {
-  camdelta_context *ctx = tu_context();
+  camdelta_context *ctx = cur();
   const br_shape *s = &p->s;
   const size_t BNC = s->B * p->N * p->C;
   cl_mem o[4];
@@ -179,8 +183,9 @@ static void probe_kernel_counts(const br_problem *p, unsigned n[6]) {
 
 static double worst_y = 0, worst_g[NGRAD];
 
-static void run_branch(const br_shape *s, uint64_t seed) {
-  camdelta_context *ctx = tu_context();
+/* One branch forward and backward on cur() against the f64 reference; y_out (optional) receives y. */
+static void run_branch(const br_shape *s, uint64_t seed, float **y_out) {
+  camdelta_context *ctx = cur();
   br_problem p;
   problem_init(&p, s, seed);
   const size_t BNC = s->B * p.N * p.C;
@@ -194,9 +199,11 @@ static void run_branch(const br_shape *s, uint64_t seed) {
   /* the profile counts every kernel once: cameras 2, conv 1, discount 1, output transform 1, prep's, the scans' */
   unsigned nk[6];
   probe_kernel_counts(&p, nk);
-  /* the fused pair: the chunkwise scan's phases A and C once, its chain for both directions, one sum */
+  /* the fused pair: the chunkwise scan's phases A and C once, its chain for both directions, one sum; with
+   * tensor cores its phase C also does the output transform (one kernel less) */
   const int pair = cd_scan_pair_wanted(ctx, g_algorithm, s->B * s->H, s->D, s->T, p.S);
-  assert_int_equal(prof.kernels, 5 + nk[0] + (pair ? nk[1] + 1 : nk[1] + nk[2]));
+  const int fused_ot = pair && cd_tc_available(ctx) && ctx->branch_fused_ot;
+  assert_int_equal(prof.kernels, (fused_ot ? 4 : 5) + nk[0] + (pair ? nk[1] + 1 : nk[1] + nk[2]));
   assert_true(prof.kernel_ms > 0);
 
   double *in64[NIN];
@@ -210,7 +217,10 @@ static void run_branch(const br_shape *s, uint64_t seed) {
   if (ey > 1e-5)
     fail_msg("B=%zu T=%zu Hs=%zu Ws=%zu H=%zu D=%zu cs=%zu: branch y rel err %.3g > 1e-5", s->B, s->T, s->Hs, s->Ws,
              s->H, s->D, s->cs, ey);
-  free(got);
+  if (y_out)
+    *y_out = got;
+  else
+    free(got);
 
   /* backward: every gradient */
   const size_t gcnt[NGRAD] = {BNC, BNC, BNC, 4 * p.C, p.C, p.C, p.count[IBETA], p.count[IDECAY]};
@@ -263,11 +273,11 @@ static void run_branch(const br_shape *s, uint64_t seed) {
 
 static void test_branch_device(void **state) {
   (void)state;
-  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) run_branch(&shapes[i], 100 + i);
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) run_branch(&shapes[i], 100 + i, NULL);
   /* the fused scan pair (chunkwise) on a few shapes: T = 7 first_chunk_plus_one, T = 2 D = 112, chunk_index */
   g_algorithm = CAMDELTA_SCAN_CHUNKWISE;
   const size_t chunkwise[] = {0, 2, 6, 8};
-  for (size_t i = 0; i < sizeof chunkwise / sizeof chunkwise[0]; i++) run_branch(&shapes[chunkwise[i]], 300 + i);
+  for (size_t i = 0; i < sizeof chunkwise / sizeof chunkwise[0]; i++) run_branch(&shapes[chunkwise[i]], 300 + i, NULL);
   g_algorithm = CAMDELTA_SCAN_AUTO;
   tu_report("branch forward y max rel err", worst_y);
   for (int i = 0; i < NGRAD; i++) {
@@ -275,6 +285,47 @@ static void test_branch_device(void **state) {
     snprintf(what, sizeof what, "branch backward %s max rel err", grad_names[i]);
     tu_report(what, worst_g[i]);
   }
+}
+
+/* The output transform as the scan pair's phase C epilogue (cd_apply_ot_tc): on tensor cores, emulated where the
+ * device has none. Its y against the f64 reference (run_branch, whose kernel count shows the transform kernel
+ * gone) and bit for bit against the same context kind with CAMDELTA_BRANCH_FUSED_OT=0 (phase C, then
+ * cd_output_transform: the same operations in the same order). Shapes: D = 8 with a 4-token tail, D = 112 over
+ * two row tiles of which the second is partial, D = 64, and an explicit chunk_index. */
+static void test_fused_output_transform(void **state) {
+  (void)state;
+  camdelta_context *ctxs[2];
+  ctxs[0] = cd_tc_available(tu_context()) ? NULL : tu_context_tc_emulated();
+  setenv("CAMDELTA_BRANCH_FUSED_OT", "0", 1);
+  if (ctxs[0])
+    ctxs[1] = tu_context_tc_emulated();
+  else {
+    TU_OK(camdelta_context_create_from_queue(&ctxs[1], camdelta_context_cl_context(tu_context()),
+                                             camdelta_context_queue(tu_context())));
+  }
+  unsetenv("CAMDELTA_BRANCH_FUSED_OT");
+  assert_true(ctxs[0] ? ctxs[0]->branch_fused_ot : tu_context()->branch_fused_ot);
+  assert_false(ctxs[1]->branch_fused_ot);
+  g_algorithm = CAMDELTA_SCAN_CHUNKWISE;
+  const size_t pick[] = {0, 2, 6, 8};
+  for (size_t i = 0; i < sizeof pick / sizeof pick[0]; i++) {
+    float *y[2];
+    for (int c = 0; c < 2; c++) {
+      g_ctx = ctxs[c];
+      run_branch(&shapes[pick[i]], 500 + i, &y[c]);
+    }
+    const br_shape *s = &shapes[pick[i]];
+    const size_t n = s->B * s->T * s->Hs * s->Ws * s->H * s->D;
+    for (size_t j = 0; j < n; j++)
+      if (memcmp(&y[0][j], &y[1][j], 4) != 0)
+        fail_msg("shape %zu: y[%zu] fused %.9g, apart %.9g", pick[i], j, (double)y[0][j], (double)y[1][j]);
+    free(y[0]), free(y[1]);
+  }
+  g_ctx = NULL;
+  g_algorithm = CAMDELTA_SCAN_AUTO;
+  for (int c = 0; c < 2; c++)
+    if (ctxs[c]) camdelta_context_destroy(ctxs[c]);
+  tu_report("branch y, fused output transform: max rel err (all runs)", worst_y);
 }
 
 /* The reference backward against central differences of the reference forward, L = <grad_y, y>, on a tiny
@@ -640,6 +691,7 @@ int main(void) {
       cmocka_unit_test(test_output_transform), cmocka_unit_test(test_transform_roundtrip),
       cmocka_unit_test(test_reference_fd),     cmocka_unit_test(test_discount_gates),
       cmocka_unit_test(test_no_leak),          cmocka_unit_test(test_branch_device),
+      cmocka_unit_test(test_fused_output_transform),
       cmocka_unit_test(test_offsets_and_warm), cmocka_unit_test(test_bad_input),
   };
   return cmocka_run_group_tests(tests, NULL, tu_teardown_context);

@@ -96,6 +96,7 @@ static void run_case(const pcase *c, camdelta_precision prec, uint64_t seed) {
                                 c->final ? (camdelta_buffer){mfc, 0} : none,
                                 c->final ? (camdelta_buffer){mfr, 0} : none,
                                 prec,
+                                NULL,
                                 NULL};
   TU_OK(cd_scan_pair_forward(ctx, &pa, pc, pr));
   for (int rev = 0; rev < 2; rev++) {
@@ -341,7 +342,7 @@ static void test_bad_input(void **state) {
   cl_mem m = tu_upload(x, ntok * 4), o = tu_buffer(ntok * 4), mask = tu_upload(x, 2 * 4);
   const camdelta_buffer none = {NULL, 0};
   cd_scan_pair_args a = {1,    1,    D,    F,    S,    {m, 0}, {m, 0}, {m, 0}, {m, 0}, {m, 0}, NULL, {o, 0},
-                         none, none, none, none, CAMDELTA_PRECISION_EXACT, NULL};
+                         none, none, none, none, CAMDELTA_PRECISION_EXACT, NULL, NULL};
   assert_int_equal(cd_scan_pair_forward(ctx, &a, NULL, NULL), CAMDELTA_ERROR_INVALID_ARGUMENT);
   assert_non_null(strstr(camdelta_last_message(), "mask"));
   a.mask = mask; /* 2 frames of 3 */
@@ -394,7 +395,7 @@ static void test_warm(void **state) {
   TU_OK(camdelta_scan_saved_create(ctx, &sr));
   /* q, k, v, beta, decay all read the same buffer (inputs may alias); every output its own */
   const cd_scan_pair_args a = {B, H, D, F, S, bin, bin, bin, bin, bin, mm, {o[0], 0}, none, none, none, none,
-                               CAMDELTA_PRECISION_EXACT, NULL};
+                               CAMDELTA_PRECISION_EXACT, NULL, NULL};
   TU_OK(cd_scan_pair_forward(ctx, &a, sc, sr));
   const cd_scan_pair_bwd_args b = {B,         H,         D,         F,         S,         bin,  bin,  bin,
                                    bin,       bin,       bin,       bin,       mm,        {o[0], 0}, none, none,

@@ -8,7 +8,9 @@
  *   cd_scan_pair_forward                 where the scan runs chunkwise (and CAMDELTA_BRANCH_PAIR is not 0 at context
  *                                        creation): both scans in one pass, their outputs summed (src/ops/scan_pair.c)
  *   or camdelta_scan_forward x 2         causal (beta', decay) and reverse (beta'_r, decay_r)
- *   cd_output_transform                  transforms the pair's sum (or sums the two scan outputs) -> y (B, N, H, D)
+ *   cd_output_transform                  transforms the pair's sum (or sums the two scan outputs) -> y (B, N, H, D);
+ *                                        with tensor cores the pair's phase C does it as its epilogue instead
+ *                                        (cd_apply_ot_tc, CAMDELTA_BRANCH_FUSED_OT=0 turns that off)
  * Backward:
  *   cd_output_transform_backward         grad_y -> grad_out (B, H, D, N), the same for both scans
  *   cd_scan_pair_backward                after the pair: both scans' dbeta, ddecay and their summed dq, dk, dv
@@ -323,10 +325,12 @@ static camdelta_status run_forward(camdelta_context *ctx, const camdelta_branch_
     st = cd_launch_end(ctx, &l, st);
     add_profile(prof, &part);
   }
+  /* with tensor cores the pair's phase C writes y itself, the output transform as its epilogue */
+  cd_pair_ot ot = {m[PO], m[RC], m[RS], a->y, 0};
   if (pair && !st) {
     const cd_scan_pair_args pa = {B,     H,     D,     T,         S,         m[QB],     m[KB],     m[VB],
                                   m[BP], a->decay, s->mem[MASK], m[OUTC], {NULL, 0}, {NULL, 0}, {NULL, 0},
-                                  {NULL, 0}, a->precision, pp};
+                                  {NULL, 0}, a->precision, pp, &ot};
     st = cd_scan_pair_forward(ctx, &pa, training ? s->scan_c : NULL, training ? s->scan_r : NULL);
     add_profile(prof, &part);
   }
@@ -338,7 +342,7 @@ static camdelta_status run_forward(camdelta_context *ctx, const camdelta_branch_
     st = sp ? sp->scan_forward(sp->user, st, ctx, &sa, ss) : camdelta_scan_forward(ctx, &sa, ss);
     add_profile(prof, &part);
   }
-  if (!st) {
+  if (!st && !ot.done) {
     begin(&l, pp);
     const camdelta_buffer out2 = pair ? (camdelta_buffer){NULL, 0} : m[OUTR]; /* the pair's output is the sum */
     const camdelta_output_transform_args oa = {B,      N,         H,         D,        m[OUTC],  out2,     m[PO],

@@ -777,6 +777,42 @@ camdelta_status cd_scan_chunk_phase_c(camdelta_context *ctx, const cd_scan_chunk
   return enqueue_phase_c(ctx, &c->job, c->pl->kern[2], &c->cc, &c->pl->tc, states, l);
 }
 
+camdelta_status cd_scan_chunk_phase_c_ot(camdelta_context *ctx, const cd_scan_chunk *c, cl_mem states,
+                                         const cd_pair_ot *ot, int *done, cd_launch *l) {
+  *done = 0;
+  const cd_tc_set *tc = &c->pl->tc;
+  const camdelta_scan_args *p = &c->args;
+  const size_t D = p->D;
+  if (!tc->on || c->job.pk || !ctx->branch_fused_ot) return CAMDELTA_OK;
+  const unsigned tm = cd_tc_tm(&tc->a), tn = cd_tc_tn(&tc->a), nr = ceil_div(D, tm), ns = ceil_div(p->S, tn);
+  /* cd_apply_ot_tc's local memory: Ms, and Xs or the output tile Os (TN rows of TM + 4) */
+  const size_t xs = (size_t)tc->a.kc * (tn + 8), os = (size_t)tn * (tm + 4);
+  const size_t bytes = 4 * ((size_t)tc->a.kc * (tm + 8) + (xs > os ? xs : os));
+  const size_t lm = ctx->info.local_mem_bytes ? (size_t)ctx->info.local_mem_bytes : 16384;
+  if (bytes > lm) return CAMDELTA_OK;
+  cl_kernel k = NULL;
+  camdelta_status st = cd_kernel(ctx, "gemm_tc.cl", tc->aopts, "cd_apply_ot_tc", &k);
+  if (st) return st;
+  cd_args a = {k, 0, CL_SUCCESS};
+  cd_arg_buf(&a, p->q);
+  cd_arg_buf(&a, (camdelta_buffer){states, 0});
+  cd_arg_buf(&a, ot->proj_o);
+  cd_arg_buf(&a, ot->rope_cos);
+  cd_arg_buf(&a, ot->rope_sin);
+  cd_arg_buf(&a, ot->y);
+  cd_arg_u64(&a, c->job.N);
+  cd_arg_u32(&a, (uint32_t)p->S);
+  cd_arg_u32(&a, (uint32_t)p->F);
+  cd_arg_u32(&a, (uint32_t)p->H);
+  cd_arg_u32(&a, nr);
+  if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_apply_ot_tc: setting arguments");
+  const size_t w = cd_tc_wg(&tc->a), lws[2] = {w, 1}, gws[2] = {w * nr * ns, c->job.BHF};
+  if (!st) st = cd_enqueue(ctx, k, 2, gws, lws, l, "cd_apply_ot_tc (phase C and the output transform)");
+  clReleaseKernel(k);
+  if (!st) *done = 1;
+  return st;
+}
+
 camdelta_status cd_scan_pair_chain_cfg(camdelta_context *ctx, size_t chains, size_t D, size_t S, unsigned cap,
                                        char *opts, size_t size, unsigned *b_w, unsigned *b_nj) {
   dev_limits lim;

@@ -212,7 +212,12 @@ camdelta_status cd_scan_pair_forward(camdelta_context *ctx, const cd_scan_pair_a
     const size_t gws = (n4 + lws - 1) / lws * lws;
     if (!st) st = cd_enqueue(ctx, ks, 1, &gws, &lws, &l, "cd_pair_sum");
   }
-  if (!st) st = cd_scan_chunk_phase_c(ctx, plan, sum, &l);
+  int fused = 0;
+  if (!st && a->ot) {
+    a->ot->done = 0;
+    st = cd_scan_chunk_phase_c_ot(ctx, plan, sum, a->ot, &fused, &l);
+  }
+  if (!st && !fused) st = cd_scan_chunk_phase_c(ctx, plan, sum, &l);
   /* released buffers live on until the enqueued kernels that use them have finished */
   cl_mem tmp[5] = {saved_c ? NULL : A, U, saved_c ? NULL : sc, saved_r ? NULL : sr, sum};
   for (int i = 0; i < 5; i++)
@@ -221,6 +226,7 @@ camdelta_status cd_scan_pair_forward(camdelta_context *ctx, const cd_scan_pair_a
   if (ks) clReleaseKernel(ks);
   cd_scan_chunk_destroy(plan);
   st = cd_launch_end(ctx, &l, st);
+  if (!st && a->ot) a->ot->done = fused;
   if (!st && saved_c) {
     camdelta_scan_saved *s[2] = {saved_c, saved_r};
     for (int i = 0; i < 2; i++) {

@@ -24,6 +24,12 @@ void cd_scan_chunk_describe(const cd_scan_chunk *c, char *buf, size_t size);
 camdelta_status cd_scan_chunk_phase_a(camdelta_context *ctx, const cd_scan_chunk *c, cl_mem A, cl_mem U,
                                       cd_launch *l);
 camdelta_status cd_scan_chunk_phase_c(camdelta_context *ctx, const cd_scan_chunk *c, cl_mem states, cd_launch *l);
+/** Phase C with the output transform as its epilogue (cd_apply_ot_tc): *done = 1 when enqueued (y written, not
+ *  args->out); *done = 0 and OK when the plan cannot (FMA kernels, packed clips, CAMDELTA_BRANCH_FUSED_OT=0, the
+ *  tile's local memory above the device's). Returns OK or the build / enqueue error. */
+struct cd_pair_ot;
+camdelta_status cd_scan_chunk_phase_c_ot(camdelta_context *ctx, const cd_scan_chunk *c, cl_mem states,
+                                         const struct cd_pair_ot *ot, int *done, cd_launch *l);
 
 /* ---- the scan backward's FMA tiles, from src/ops/scan_backward.c */
 
@@ -45,6 +51,15 @@ camdelta_status cd_scan_bwd_tiles_for(camdelta_context *ctx, size_t D, int skip_
  *  decay except zero at the frames f with mask[f] == 0 (there its chain restarts from zero: A_f = 0, U_f = 0).
  *  out = causal output + reverse output. init_* / final_* (optional, (B, H, D, D)) are each direction's init and
  *  final states exactly as camdelta_scan_forward's. */
+/** The output transform (SPEC 8.5) as the pair's phase C epilogue: y (B, N, H, D) from proj_o (B, N, 4, 4) and the
+ *  RoPE tables (N, D/2), N = F·S. done: set to 1 when the pair wrote y (and not out), 0 when it wrote out (no
+ *  tensor-core path, CAMDELTA_BRANCH_FUSED_OT=0, or the tile does not fit the local memory): the caller then runs
+ *  cd_output_transform. */
+typedef struct cd_pair_ot {
+  camdelta_buffer proj_o, rope_cos, rope_sin, y;
+  int done;
+} cd_pair_ot;
+
 typedef struct cd_scan_pair_args {
   size_t B, H, D, F, S;
   camdelta_buffer q, k, v;  /* (B, H, D, F·S) f32 */
@@ -55,6 +70,7 @@ typedef struct cd_scan_pair_args {
   camdelta_buffer init_c, init_r, final_c, final_r; /* optional */
   camdelta_precision precision;
   camdelta_profile *profile; /* optional: kernel time of this call */
+  cd_pair_ot *ot;            /* optional: the output transform fused into phase C where it can be */
 } cd_scan_pair_args;
 
 /** 1 when the pair should replace two scans for this shape on this context: CAMDELTA_BRANCH_PAIR (read at
