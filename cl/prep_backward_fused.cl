@@ -43,6 +43,8 @@
 #define CD_F_GI 8u
 #define CD_F_ALIGNED 16u /* every (B, N, H, D) tensor, the weights, tables and matrices start at a multiple of 4 */
 #define CD_F_WLOCAL 32u  /* norm-weight partials accumulate in local memory (accw holds 2 C floats) */
+#define CD_F_G2 64u      /* grad_k, grad_v are each the sum of two tensors: grad_k + grad_k2, grad_v + grad_v2 (the
+                            camera branch's two scan directions, summed as they are read) */
 
 
 /* A 4x4 camera matrix by rows, in registers */
@@ -93,7 +95,9 @@ inline float4 cd_grad4(global const cd_store_t *p, ulong i, ulong N) {
       wk = CD_LDF4(kw, kw_off + c_, al);                                                                 \
       if (has_gq) gq = cd_grad4(grad_q, gq_off + grow_, N);                                              \
       if (has_gk) gk = cd_grad4(grad_k, gk_off + grow_, N);                                              \
+      if (has_gk && has_g2) gk += cd_grad4(grad_k2, gk2_off + grow_, N);                                 \
       if ((P2) && has_gv) gv = cd_grad4(grad_v, gv_off + grow_, N);                                      \
+      if ((P2) && has_gv && has_g2) gv += cd_grad4(grad_v2, gv2_off + grow_, N);                         \
       if ((P2) && has_gi) {                                                                              \
         const ulong o_ = (b * H + h_) * N + n;                                                           \
         dpo = dgi[o_];                                                                                   \
@@ -111,7 +115,8 @@ kernel void cd_prep_bwd_fused(
     ulong pq_off, global const float *proj_kv, ulong pkv_off, global const float *rope_cos, ulong rc_off,
     global const float *rope_sin, ulong rs_off, global const float *inv_rms, ulong inv_off,
     global const cd_store_t *grad_q, ulong gq_off, global const cd_store_t *grad_k, ulong gk_off,
-    global const cd_store_t *grad_v, ulong gv_off, global const float *grad_infl, ulong gi_off,
+    global const cd_store_t *grad_v, ulong gv_off, global const cd_store_t *grad_k2, ulong gk2_off,
+    global const cd_store_t *grad_v2, ulong gv2_off, global const float *grad_infl, ulong gi_off,
     global cd_store_t *dq_raw, ulong dq_off, global cd_store_t *dk_raw, ulong dk_off, global cd_store_t *dv_raw,
     ulong dv_off, global float *dgi, global float *part_w, local float *accw, ulong N, uint H, ulong B, uint HB,
     float k_scale, uint flags) {
@@ -128,6 +133,7 @@ kernel void cd_prep_bwd_fused(
   const ulong tpr = (N + CD_TT - 1) / CD_TT, total = B * tpr, BN = B * N, BHN = B * H * N;
   const int has_gq = (flags & CD_F_GQ) != 0, has_gk = (flags & CD_F_GK) != 0, has_gv = (flags & CD_F_GV) != 0;
   const int has_gi = (flags & CD_F_GI) != 0, al = (flags & CD_F_ALIGNED) != 0, wlocal = (flags & CD_F_WLOCAL) != 0;
+  const int has_g2 = (flags & CD_F_G2) != 0;
 
   if (wlocal)
     for (uint c = lid; c < 2 * C; c += L) accw[c] = 0.0f;

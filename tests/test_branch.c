@@ -9,6 +9,7 @@
 
 #include "branch_problem.h"
 #include "camera_op.h"
+#include "prep_backward_fused.h"
 #include "scan_pair.h"
 #include "tune.h"
 
@@ -183,6 +184,16 @@ static void probe_kernel_counts(const br_problem *p, unsigned n[6]) {
 
 static double worst_y = 0, worst_g[NGRAD];
 
+/* 1 when ctx runs the prep backward of this shape in the fused form (prep_backward_fused.c) */
+static int prep_bwd_fused(camdelta_context *ctx, size_t B, size_t N, size_t H, size_t D) {
+  cd_pbf_plan p;
+  camdelta_status st;
+  if (!cd_pbf_kernels(ctx, CAMDELTA_F32, D, &p, &st)) return 0;
+  if (!cd_pbf_shape(ctx, B, N, H, D, &p)) return 0;
+  cd_pbf_release(&p);
+  return 1;
+}
+
 /* One branch forward and backward on cur() against the f64 reference; y_out (optional) receives y. */
 static void run_branch(const br_shape *s, uint64_t seed, float **y_out) {
   camdelta_context *ctx = cur();
@@ -231,9 +242,10 @@ static void run_branch(const br_shape *s, uint64_t seed, float **y_out) {
   TU_OK(camdelta_branch_backward(ctx, &a, &g, saved));
   /* output transform 1, add 1, discount 1, conv 2, prep's, the scans'; the pair instead of the scans and the add:
    * one scan backward's kernels + the second frames and ddecay, and the adds (dq, dk, dv with FMA; dk, dv and the
-   * state sum with tensor cores, whose grams and dq run once): + 5 either way */
+   * state sum with tensor cores, whose grams and dq run once): + 5 either way; of those the dk and dv adds run in
+   * the prep backward's three-kernel form, while its fused form sums dk, dv as it reads them (2 kernels less) */
   if (pair)
-    assert_int_equal(prof.kernels, 4 + nk[3] + nk[4] + 5);
+    assert_int_equal(prof.kernels, 4 + nk[3] + nk[4] + 5 - (prep_bwd_fused(ctx, s->B, p.N, s->H, s->D) ? 2 : 0));
   else
     assert_int_equal(prof.kernels, 5 + nk[3] + nk[4] + nk[5]);
   double *rg[NGRAD];
@@ -326,6 +338,34 @@ static void test_fused_output_transform(void **state) {
   for (int c = 0; c < 2; c++)
     if (ctxs[c]) camdelta_context_destroy(ctxs[c]);
   tu_report("branch y, fused output transform: max rel err (all runs)", worst_y);
+}
+
+/* The prep backward's fused form (CAMDELTA_PREP_BWD_FUSED=1, the GPUs' default) in the branch with the scan pair:
+ * the two directions' dk, dv summed as the prep backward reads them (cd_prep_backward_g2), against the f64
+ * reference; the kernel count in run_branch shows the pair's dk, dv adds gone. */
+static void test_fused_prep_backward(void **state) {
+  (void)state;
+  setenv("CAMDELTA_PREP_BWD_FUSED", "1", 1);
+  TU_OK(camdelta_context_create_from_queue(&g_ctx, camdelta_context_cl_context(tu_context()),
+                                           camdelta_context_queue(tu_context())));
+  unsetenv("CAMDELTA_PREP_BWD_FUSED");
+  g_algorithm = CAMDELTA_SCAN_CHUNKWISE;
+  const size_t pick[] = {0, 2, 6, 8};
+  int fused = 0;
+  for (size_t i = 0; i < sizeof pick / sizeof pick[0]; i++) {
+    const br_shape *s = &shapes[pick[i]];
+    fused += prep_bwd_fused(g_ctx, s->B, s->T * s->Hs * s->Ws, s->H, s->D);
+    run_branch(s, 700 + i, NULL);
+  }
+  assert_true(fused > 0);
+  camdelta_context_destroy(g_ctx);
+  g_ctx = NULL;
+  g_algorithm = CAMDELTA_SCAN_AUTO;
+  for (int i = 0; i < NGRAD; i++) {
+    char what[96];
+    snprintf(what, sizeof what, "branch backward %s max rel err (all runs)", grad_names[i]);
+    tu_report(what, worst_g[i]);
+  }
 }
 
 /* The reference backward against central differences of the reference forward, L = <grad_y, y>, on a tiny
@@ -691,7 +731,7 @@ int main(void) {
       cmocka_unit_test(test_output_transform), cmocka_unit_test(test_transform_roundtrip),
       cmocka_unit_test(test_reference_fd),     cmocka_unit_test(test_discount_gates),
       cmocka_unit_test(test_no_leak),          cmocka_unit_test(test_branch_device),
-      cmocka_unit_test(test_fused_output_transform),
+      cmocka_unit_test(test_fused_output_transform), cmocka_unit_test(test_fused_prep_backward),
       cmocka_unit_test(test_offsets_and_warm), cmocka_unit_test(test_bad_input),
   };
   return cmocka_run_group_tests(tests, NULL, tu_teardown_context);

@@ -243,7 +243,8 @@ static void run_case(const pcase *c, camdelta_precision prec, uint64_t seed) {
                                       none,
                                       none,
                                       prec,
-                                      NULL};
+                                      NULL,
+                                      0};
     TU_OK(cd_scan_pair_backward(ctx, &pb, pc, pr));
     /* f64 reference */
     double *g64 = f64(go, ntok), *gc64 = f64(gfc, nst), *gr64 = f64(gfr, nst);
@@ -401,7 +402,7 @@ static void test_warm(void **state) {
                                    bin,       bin,       bin,       bin,       mm,        {o[0], 0}, none, none,
                                    none,      none,      {o[1], 0}, {o[2], 0}, {o[3], 0}, {o[4], 0}, {o[5], 0},
                                    {o[6], 0}, {o[7], 0}, none,      none,      none,      none,      none,
-                                   CAMDELTA_PRECISION_EXACT, NULL};
+                                   CAMDELTA_PRECISION_EXACT, NULL, 0};
   TU_OK(cd_scan_pair_backward(ctx, &b, sc, sr));
   TU_OK(camdelta_context_build_stats(ctx, &after));
   /* CAMDELTA_BRANCH_PAIR=0 at creation: warm leaves the pair out, which then builds its programs on first use */

@@ -28,6 +28,7 @@
 #include "branch_common.h"
 #include "branch_sp.h"
 #include "camera_op.h"
+#include "prep_common.h"
 #include "scan_pair.h"
 
 enum { PQ, PKV, PO, RC, RS, KCONV, QB, KB, VB, INFL, IOTA, BP, BR, DR, OUTC, OUTR, MASK, SEG, NBUF };
@@ -429,18 +430,25 @@ static camdelta_status check_saved(const char *op, const camdelta_branch_args *a
   return CAMDELTA_OK;
 }
 
-enum { GOUT, DQ, DK, DV, DQ2, DK2, DV2, DB, DB2, DD, DD2, GINFL, DQW, DKW, NSCR };
+/* Scratch of the backward. With the scan pair, DK2 and DV2 hold the reverse direction's dk, dv until the prep
+ * backward reads them (summed with DK, DV as it loads them), and SPARE (allocated then) takes an absent dv_raw. */
+enum { GOUT, DQ, DK, DV, DQ2, DK2, DV2, DB, DB2, DD, DD2, GINFL, DQW, DKW, SPARE, NSCR };
 
 static camdelta_status run_backward(camdelta_context *ctx, const camdelta_branch_args *a,
                                     const camdelta_branch_grads *gr, const branch_geo *g,
                                     const camdelta_branch_saved *s, const cd_branch_sp *sp) {
   const size_t B = a->B, H = a->H, D = a->D, T = a->T, N = g->N, S = g->S, C = g->C;
   camdelta_status st = warm_programs(ctx, D);
+  /* the scan pair's backward where the forward ran the pair: both directions' gradients, the work they share done
+   * once, dq summed, dk and dv summed by the prep backward's loads (src/ops/scan_pair.c); else two scan backward
+   * calls and an add */
+  const int pair = !sp && cd_scan_pair_wanted(ctx, a->algorithm, B * H, D, T, S);
   const size_t bytes[NSCR] = {g->BNC * 4, g->BNC * 4, g->BNC * 4, g->BNC * 4, g->BNC * 4,
                               g->BNC * 4, g->BNC * 4, g->BHN * 4, g->BHN * 4, g->BHT * 4,
-                              g->BHT * 4, g->BHN * 4, C * 4,      C * 4};
+                              g->BHT * 4, g->BHN * 4, C * 4,      C * 4,      pair && !gr->dv_raw.mem ? g->BNC * 4 : 0};
   cl_mem scr[NSCR] = {NULL};
-  for (int i = 0; i < NSCR && !st; i++) st = cd_alloc(ctx, bytes[i], &scr[i]);
+  for (int i = 0; i < NSCR && !st; i++)
+    if (bytes[i]) st = cd_alloc(ctx, bytes[i], &scr[i]);
   camdelta_buffer m[NBUF], x[NSCR];
   for (int i = 0; i < NBUF; i++) m[i] = (camdelta_buffer){s->mem[i], 0};
   for (int i = 0; i < NSCR; i++) x[i] = (camdelta_buffer){scr[i], 0};
@@ -456,15 +464,12 @@ static camdelta_status run_backward(camdelta_context *ctx, const camdelta_branch
     st = cd_launch_end(ctx, &l, st);
     add_profile(prof, &part);
   }
-  /* the scan pair's backward where the forward ran the pair: both directions' gradients, the work they share done
-   * once, dq, dk, dv summed (src/ops/scan_pair.c); else two scan backward calls and an add */
-  const int pair = !sp && cd_scan_pair_wanted(ctx, a->algorithm, B * H, D, T, S);
   if (pair && !st) {
     const camdelta_buffer none = {NULL, 0};
     const cd_scan_pair_bwd_args pb = {B,     H,     D,     T,     S,     m[QB],  m[KB],  m[VB], m[BP],
                                       a->decay, m[BR], m[DR], s->mem[MASK], x[GOUT], none, none, none, none,
                                       x[DQ], x[DK], x[DV], x[DB], x[DB2], x[DD], x[DD2], none, none,
-                                      x[DQ2], x[DK2], x[DV2], a->precision, pp};
+                                      x[DQ2], x[DK2], x[DV2], a->precision, pp, 1};
     st = cd_scan_pair_backward(ctx, &pb, s->scan_c, s->scan_r);
     add_profile(prof, &part);
   }
@@ -541,7 +546,8 @@ static camdelta_status run_backward(camdelta_context *ctx, const camdelta_branch
     st = cd_launch_end(ctx, &l, st);
     add_profile(prof, &part);
   }
-  /* prep backward: dk_conv into DQ2, absent outputs into free scratch (DK2, DV2 and the norm-weight slots) */
+  /* prep backward: dk_conv into DQ2, absent outputs into free scratch (GOUT and SPARE with the pair, else DK2 and
+   * DV2; the norm-weight slots) */
   if (!st) {
     camdelta_prep_backward_args pb = {B,
                                       N,
@@ -563,9 +569,9 @@ static camdelta_status run_backward(camdelta_context *ctx, const camdelta_branch
                                       x[DK],
                                       x[DV],
                                       x[GINFL],
-                                      gr->dq_raw.mem ? gr->dq_raw : x[DK2],
+                                      gr->dq_raw.mem ? gr->dq_raw : x[pair ? GOUT : DK2],
                                       x[DQ2],
-                                      gr->dv_raw.mem ? gr->dv_raw : x[DV2],
+                                      gr->dv_raw.mem ? gr->dv_raw : x[pair ? SPARE : DV2],
                                       gr->dq_norm_weight.mem ? gr->dq_norm_weight : x[DQW],
                                       gr->dk_norm_weight.mem ? gr->dk_norm_weight : x[DKW],
                                       {NULL, 0},
@@ -573,7 +579,7 @@ static camdelta_status run_backward(camdelta_context *ctx, const camdelta_branch
                                       {NULL, 0},
                                       {NULL, 0},
                                       pp};
-    st = camdelta_prep_backward(ctx, &pb, s->prep);
+    st = pair ? cd_prep_backward_g2(ctx, &pb, s->prep, x[DK2], x[DV2]) : camdelta_prep_backward(ctx, &pb, s->prep);
     add_profile(prof, &part);
   }
   /* sequence parallelism: the norm weights' gradients summed over the ranks */

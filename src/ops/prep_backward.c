@@ -137,13 +137,47 @@ static camdelta_status check_args(const camdelta_prep_backward_args *a, const ca
   return CAMDELTA_OK;
 }
 
-camdelta_status camdelta_prep_backward(camdelta_context *ctx, const camdelta_prep_backward_args *args,
-                                       const camdelta_prep_saved *saved) {
+/* grad_k += g2[0], grad_v += g2[1] in place (the three-kernel form's way to take two gradients), on l */
+static camdelta_status add_g2(camdelta_context *ctx, const camdelta_prep_backward_args *a, const camdelta_buffer *g2,
+                              cd_launch *l) {
+  cl_kernel k = NULL;
+  camdelta_status st = cd_kernel(ctx, "scan_pair.cl", "-DCD_D=8", "cd_pair_add", &k);
+  const uint64_t n = (uint64_t)a->B * a->H * a->D * a->N;
+  for (int i = 0; i < 2 && !st; i++) {
+    cd_args ar = {k, 0, CL_SUCCESS};
+    cd_arg_buf(&ar, i ? a->grad_v : a->grad_k);
+    cd_arg_buf(&ar, g2[i]);
+    cd_arg_u64(&ar, n);
+    if (ar.err != CL_SUCCESS) st = cd_cl_fail(ar.err, "cd_pair_add: setting arguments");
+    size_t lws = 1;
+    while (lws < 256 && lws * 2 <= cd_kernel_max_wg(ctx, k)) lws *= 2;
+    const size_t gws = (n + lws - 1) / lws * lws;
+    if (!st) st = cd_enqueue(ctx, k, 1, &gws, &lws, l, "cd_pair_add (prep backward's second gradients)");
+  }
+  if (k) clReleaseKernel(k);
+  return st;
+}
+
+static camdelta_status run(camdelta_context *ctx, const camdelta_prep_backward_args *args,
+                           const camdelta_prep_saved *saved, const camdelta_buffer *g2) {
   cd_clear_error();
   camdelta_status st = cd_prologue_prep_backward(ctx, args, saved);
   if (st) return st;
   st = check_args(args, saved);
   if (st) return st;
+  if (g2) {
+    const size_t n = args->B * args->H * args->D * args->N;
+    if (args->dtype != CAMDELTA_F32)
+      return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: second gradients need f32 storage", OP);
+    if (!args->grad_k.mem || !args->grad_v.mem)
+      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: second gradients need grad_k and grad_v", OP);
+    const cd_tensor_arg in[2] = {{"grad_k2", g2[0], n, 4}, {"grad_v2", g2[1], n, 4}};
+    const cd_tensor_arg out[3] = {{"dq_raw", args->dq_raw, n, 4}, {"dk_raw", args->dk_raw, n, 4},
+                                  {"dv_raw", args->dv_raw, n, 4}};
+    for (int i = 0; i < 2 && !st; i++) st = cd_check_buffer(OP, in[i].name, in[i].b, n, 4, 0);
+    if (!st) st = cd_check_no_overlap(OP, out, 3, in, 2);
+    if (st) return st;
+  }
   const size_t B = args->B, N = args->N, H = args->H, D = args->D, C = H * D, Dh = D / 2;
   const int want_rope = args->drope_cos.mem || args->drope_sin.mem;
   const unsigned flags = (args->grad_q.mem ? PB_HAS_GQ : 0) | (args->grad_k.mem ? PB_HAS_GK : 0) |
@@ -161,7 +195,7 @@ camdelta_status camdelta_prep_backward(camdelta_context *ctx, const camdelta_pre
       if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;
       cd_launch l;
       cd_launch_init(&l, args->profile);
-      st = cd_pbf_run(ctx, args, saved ? saved->inv_rms : NULL, &p, &l);
+      st = cd_pbf_run(ctx, args, saved ? saved->inv_rms : NULL, g2, &p, &l);
       cd_pbf_release(&p);
       return cd_launch_end(ctx, &l, st);
     }
@@ -204,7 +238,8 @@ camdelta_status camdelta_prep_backward(camdelta_context *ctx, const camdelta_pre
   if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;
   cd_launch l;
   cd_launch_init(&l, args->profile);
-  if (!saved)
+  if (g2) st = add_g2(ctx, args, g2, &l);
+  if (!saved && !st)
     st = cd_prep_inv_rms(ctx, B, N, H, D, args->dtype, args->norm_eps, args->q_raw, args->k_raw, scr[INV], &l);
   if (!st) {
     cd_args a = {k.heads, 0, CL_SUCCESS};
@@ -298,4 +333,16 @@ camdelta_status camdelta_prep_backward(camdelta_context *ctx, const camdelta_pre
     if (scr[i]) clReleaseMemObject(scr[i]);
   release_kernels(&k);
   return cd_launch_end(ctx, &l, st);
+}
+
+camdelta_status camdelta_prep_backward(camdelta_context *ctx, const camdelta_prep_backward_args *args,
+                                       const camdelta_prep_saved *saved) {
+  return run(ctx, args, saved, NULL);
+}
+
+camdelta_status cd_prep_backward_g2(camdelta_context *ctx, const camdelta_prep_backward_args *args,
+                                    const camdelta_prep_saved *saved, camdelta_buffer grad_k2,
+                                    camdelta_buffer grad_v2) {
+  const camdelta_buffer g2[2] = {grad_k2, grad_v2};
+  return run(ctx, args, saved, g2);
 }

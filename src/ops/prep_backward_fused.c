@@ -25,7 +25,7 @@
 #include "prep_backward_fused.h"
 #include "prep_common.h"
 
-enum { PBF_GQ = 1, PBF_GK = 2, PBF_GV = 4, PBF_GI = 8, PBF_ALIGNED = 16, PBF_WLOCAL = 32 };
+enum { PBF_GQ = 1, PBF_GK = 2, PBF_GV = 4, PBF_GI = 8, PBF_ALIGNED = 16, PBF_WLOCAL = 32, PBF_G2 = 64 };
 /* Defaults measured on the H200 at sana480 (ci/gpu-test.sh prep-ab, 2026-12-02): loads one step ahead (PF=2)
  * 1.913 ms, without (PF=1) 1.594 ms; WPC 1/2/4/8 1.885/1.896/1.913/1.937 ms (within 3%). */
 enum { PBF_DEFAULT_WPC = 4, PBF_DEFAULT_PF = 0, PBF_WLOCAL_MAX = 24576 };
@@ -96,7 +96,7 @@ int cd_pbf_shape(camdelta_context *ctx, size_t B, size_t N, size_t H, size_t D, 
 static int aligned4(camdelta_buffer b) { return !b.mem || b.offset % 4 == 0; }
 
 camdelta_status cd_pbf_run(camdelta_context *ctx, const camdelta_prep_backward_args *a, cl_mem inv,
-                           const cd_pbf_plan *p, cd_launch *l) {
+                           const camdelta_buffer *g2, const cd_pbf_plan *p, cd_launch *l) {
   const size_t B = a->B, N = a->N, H = a->H, D = a->D, C = H * D;
   const int has_gi = a->grad_inflation_sq.mem != NULL;
   const camdelta_buffer vec[] = {a->q_raw,  a->k_raw,    a->q_norm_weight, a->k_norm_weight, a->proj_q,
@@ -105,7 +105,8 @@ camdelta_status cd_pbf_run(camdelta_context *ctx, const camdelta_prep_backward_a
   int al = 1;
   for (size_t i = 0; i < sizeof vec / sizeof vec[0]; i++) al = al && aligned4(vec[i]);
   const unsigned flags = (a->grad_q.mem ? PBF_GQ : 0) | (a->grad_k.mem ? PBF_GK : 0) | (a->grad_v.mem ? PBF_GV : 0) |
-                         (has_gi ? PBF_GI : 0) | (al ? PBF_ALIGNED : 0) | (p->wlocal ? PBF_WLOCAL : 0);
+                         (has_gi ? PBF_GI : 0) | (al ? PBF_ALIGNED : 0) | (p->wlocal ? PBF_WLOCAL : 0) |
+                         (g2 ? PBF_G2 : 0);
   const size_t rows = p->wlocal ? p->groups : p->tiles;
 
   /* scratch: dpost/dpre, norm-weight partials, inverse RMS (when not saved) */
@@ -134,6 +135,8 @@ camdelta_status cd_pbf_run(camdelta_context *ctx, const camdelta_prep_backward_a
     cd_arg_buf(&g, OPT(a->grad_q));
     cd_arg_buf(&g, OPT(a->grad_k));
     cd_arg_buf(&g, OPT(a->grad_v));
+    cd_arg_buf(&g, g2 ? OPT(g2[0]) : dummy);
+    cd_arg_buf(&g, g2 ? OPT(g2[1]) : dummy);
     cd_arg_buf(&g, OPT(a->grad_inflation_sq));
     cd_arg_buf(&g, a->dq_raw);
     cd_arg_buf(&g, a->dk_raw);

@@ -21,7 +21,8 @@ int cd_pbf_kernels(camdelta_context *ctx, camdelta_dtype dtype, size_t D, cd_pbf
 int cd_pbf_shape(camdelta_context *ctx, size_t B, size_t N, size_t H, size_t D, cd_pbf_plan *p);
 void cd_pbf_release(cd_pbf_plan *p);
 /** Allocates the scratch, then enqueues [the inverse RMS kernel when inv is NULL,] the fused kernel and the
- *  norm-weight reduction; inv: saved inverse RMS values (2, B, N) or NULL. */
+ *  norm-weight reduction; inv: saved inverse RMS values (2, B, N) or NULL; g2 (NULL or two buffers shaped like
+ *  grad_k and grad_v): added to grad_k and grad_v as they are read. */
 camdelta_status cd_pbf_run(camdelta_context *ctx, const camdelta_prep_backward_args *a, cl_mem inv,
-                           const cd_pbf_plan *p, cd_launch *l);
+                           const camdelta_buffer *g2, const cd_pbf_plan *p, cd_launch *l);
 #endif

@@ -40,4 +40,11 @@ camdelta_status cd_prep_tiles_parse_env(const char *var, const char *const *keys
 /** Reads CAMDELTA_PREP_TILES ("TT=8,WPC=4", prep.c) into tiles[2] (0: not given); a value that does not parse or
  *  is out of range fails naming the variable. Called once at context creation. */
 camdelta_status cd_prep_tiles_env(unsigned tiles[2]);
+/** camdelta_prep_backward with grad_k + grad_k2 and grad_v + grad_v2 as the K and V gradients (f32; the camera
+ *  branch's two scan directions): the fused form adds them as it reads them; the three-kernel form first adds the
+ *  second ones into grad_k and grad_v (which it then overwrites), with the same bits. */
+camdelta_status cd_prep_backward_g2(camdelta_context *ctx, const camdelta_prep_backward_args *args,
+                                    const camdelta_prep_saved *saved, camdelta_buffer grad_k2,
+                                    camdelta_buffer grad_v2);
+
 #endif

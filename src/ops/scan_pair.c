@@ -289,6 +289,8 @@ camdelta_status cd_scan_pair_backward(camdelta_context *ctx, const cd_scan_pair_
   for (size_t i = 0; i < nin && !st; i++) st = cd_check_buffer(BOP, in[i].name, in[i].b, in[i].elems, 4, i >= 8);
   for (size_t i = 0; i < nout && !st; i++) st = cd_check_buffer(BOP, out[i].name, out[i].b, out[i].elems, 4, i >= 7);
   if (!st) st = cd_check_no_overlap(BOP, out, nout, in, nin);
+  if (!st && a->kv_apart && (!a->scratch_dk.mem || !a->scratch_dv.mem))
+    st = cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: kv_apart needs scratch_dk and scratch_dv", BOP);
   if (!st) st = check_saved(saved_c, 0, a, a->init_c);
   if (!st) st = check_saved(saved_r, 1, a, a->init_r);
   size_t mask_bytes = 0;
@@ -454,8 +456,8 @@ camdelta_status cd_scan_pair_backward(camdelta_context *ctx, const cd_scan_pair_
       if (!st) st = cd_enqueue(ctx, k[KDDEC], 1, &gws1, &lws1, &l, "cd_scan_bwd_ddecay");
     }
   }
-  /* 4. dq (FMA), dk, dv summed: causal + reverse, the same bits as cd_branch_add3 */
-  for (int i = tc.on ? 1 : 0; i < 3 && !st; i++) {
+  /* 4. dq (FMA), dk, dv summed: causal + reverse, the same bits as cd_branch_add3 (dk, dv not with kv_apart) */
+  for (int i = tc.on ? 1 : 0; i < (a->kv_apart ? 1 : 3) && !st; i++) {
     const uint64_t n = ntok;
     cd_args ar = {k[KADD], 0, CL_SUCCESS};
     cd_arg_buf(&ar, i == 0 ? a->dq : i == 1 ? a->dk : a->dv);

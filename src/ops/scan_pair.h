@@ -110,6 +110,9 @@ typedef struct cd_scan_pair_bwd_args {
   camdelta_buffer scratch_dq, scratch_dk, scratch_dv;
   camdelta_precision precision;
   camdelta_profile *profile;
+  /* 1: dk, dv receive the causal direction's gradients only and scratch_dk, scratch_dv (then required) the reverse
+   * one's, for the caller to sum where it reads them (the camera branch: in the prep backward's loads) */
+  int kv_apart;
 } cd_scan_pair_bwd_args;
 camdelta_status cd_scan_pair_backward(camdelta_context *ctx, const cd_scan_pair_bwd_args *a,
                                       const camdelta_scan_saved *saved_c, const camdelta_scan_saved *saved_r);
