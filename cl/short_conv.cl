@@ -7,19 +7,15 @@
  *
  * Backward: dx[t] = w3 dy[t] + sum_{o=1..3} tap(o) (dy[t+o] + [t < seg_end[t-o]] dy[t-o]) and the weight
  * gradient dw[c, 3-o] = sum dy[t] (x[t-o] + [t+o < seg_end[t]] x[t+o]) (dw[c, 3] = sum dy[t] x[t]), summed per
- * work-item over SB spatial positions into partials (P, C, 4) and then over P in a fixed order: deterministic,
- * no atomics. */
-
-#ifndef CD_SB
-#define CD_SB 8
-#endif
+ * work-item over sb spatial positions (a kernel argument, the host's choice) into partials (P, C, 4) and then over P
+ * in a fixed order: deterministic, no atomics. */
 
 #define XAT(p, t) ((t) < T ? (p)[base + (ulong)(t) * stride] : 0.0f)
 
 /* one work-item per (c, s, b) */
-kernel void cd_short_conv_forward(global const float *x, ulong x_off, global const float *w, ulong w_off,
-                                  global const uint *seg_end, global float *y, ulong y_off, uint T, uint S, uint C,
-                                  ulong BSC) {
+kernel void cd_short_conv_forward(global const float *restrict x, ulong x_off, global const float *restrict w,
+                                  ulong w_off, global const uint *restrict seg_end, global float *restrict y,
+                                  ulong y_off, uint T, uint S, uint C, ulong BSC) {
   const ulong idx = get_global_id(0);
   if (idx >= BSC) return;
   const uint c = (uint)(idx % C);
@@ -30,6 +26,8 @@ kernel void cd_short_conv_forward(global const float *x, ulong x_off, global con
               w3 = w[w_off + 4 * c + 3];
   float xm3 = 0.0f, xm2 = 0.0f, xm1 = 0.0f;
   float x0 = XAT(x, 0u), xp1 = XAT(x, 1u), xp2 = XAT(x, 2u), xp3 = XAT(x, 3u);
+  /* restrict: the loads of later steps may be issued ahead of this step's store */
+#pragma unroll 4
   for (uint t = 0; t < T; t++) {
     const uint e = seg_end[t];
     float acc = w0 * xm3;
@@ -45,12 +43,13 @@ kernel void cd_short_conv_forward(global const float *x, ulong x_off, global con
   }
 }
 
-/* one work-item per (c, block of CD_SB spatial positions, b): dx (when want_dx) and the weight partials
+/* one work-item per (c, block of sb spatial positions, b): dx (when want_dx) and the weight partials
  * part[(b*nsb + sb)*C + c][0..3] (when want_dw) */
-kernel void cd_short_conv_backward(global const float *x, ulong x_off, global const float *w, ulong w_off,
-                                   global const uint *seg_end, global const float *dy, ulong dy_off,
-                                   global float *dx, ulong dx_off, global float4 *part, uint T, uint S, uint C,
-                                   uint nsb, ulong total, uint want_dx, uint want_dw) {
+kernel void cd_short_conv_backward(global const float *restrict x, ulong x_off, global const float *restrict w,
+                                   ulong w_off, global const uint *restrict seg_end, global const float *restrict dy,
+                                   ulong dy_off, global float *restrict dx, ulong dx_off,
+                                   global float4 *restrict part, uint T, uint S, uint C,
+                                   uint sb_len, uint nsb, ulong total, uint want_dx, uint want_dw) {
   const ulong idx = get_global_id(0);
   if (idx >= total) return;
   const uint c = (uint)(idx % C);
@@ -59,8 +58,8 @@ kernel void cd_short_conv_backward(global const float *x, ulong x_off, global co
               w3 = w[w_off + 4 * c + 3];
   const ulong stride = (ulong)S * C;
   float4 acc = (float4)(0.0f);
-  const uint s_end = min((uint)(sb * CD_SB + CD_SB), S);
-  for (uint s = (uint)(sb * CD_SB); s < s_end; s++) {
+  const uint s_end = min((uint)(sb * sb_len + sb_len), S);
+  for (uint s = (uint)(sb * sb_len); s < s_end; s++) {
     const ulong base0 = (b * T * S + s) * C + c;
     ulong base = x_off + base0;
     float xm3 = 0.0f, xm2 = 0.0f, xm1 = 0.0f;
@@ -69,6 +68,7 @@ kernel void cd_short_conv_backward(global const float *x, ulong x_off, global co
     float gm3 = 0.0f, gm2 = 0.0f, gm1 = 0.0f;
     float g0 = XAT(dy, 0u), gp1 = XAT(dy, 1u), gp2 = XAT(dy, 2u), gp3 = XAT(dy, 3u);
     uint em3 = 0, em2 = 0, em1 = 0; /* seg_end of t-3, t-2, t-1 */
+#pragma unroll 4
     for (uint t = 0; t < T; t++) {
       const uint e = seg_end[t];
       if (want_dx) {

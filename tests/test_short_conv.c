@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "branch_problem.h"
+#include "internal.h"
 
 typedef struct bounds_case {
   size_t T, cs;
@@ -319,6 +320,26 @@ static void test_conv_device(void **state) {
   tu_report("short conv dconv_weight max rel err", worst_dw);
 }
 
+/* CAMDELTA_CONV_SB (spatial positions per backward work-item, read at context creation): one position, and 3 (no
+ * divisor of most S here: a short last block) give the same bounds on every shape; values outside 1..64 or not a
+ * number fail the context creation with a message naming the variable. */
+static void test_conv_sb(void **state) {
+  (void)state;
+  static const char *const sbs[] = {"1", "3"};
+  for (int i = 0; i < 2; i++) {
+    tu_context_release();
+    setenv("CAMDELTA_CONV_SB", sbs[i], 1);
+    assert_int_equal(tu_context()->conv_sb, (unsigned)atoi(sbs[i]));
+    unsetenv("CAMDELTA_CONV_SB");
+    tu_seed(22 + (uint64_t)i);
+    for (size_t j = 0; j < sizeof shapes / sizeof shapes[0]; j++) run_conv(&shapes[j]);
+  }
+  tu_context_release();
+  static const char *const bad[] = {"0", "65", "x", "2x", "-1"};
+  tu_check_bad_env("CAMDELTA_CONV_SB", bad, sizeof bad / sizeof bad[0]);
+  assert_int_equal(tu_context()->conv_sb, 0u);
+}
+
 /* The reference backward against central differences of the reference forward (L = <dy, y>). */
 static void test_conv_reference_fd(void **state) {
   (void)state;
@@ -418,7 +439,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_chunk_bounds),      cmocka_unit_test(test_conv_device),
       cmocka_unit_test(test_conv_reference_fd), cmocka_unit_test(test_conv_no_leak),
-      cmocka_unit_test(test_conv_bad_input),
+      cmocka_unit_test(test_conv_bad_input),    cmocka_unit_test(test_conv_sb),
   };
   return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
 }

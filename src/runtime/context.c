@@ -64,6 +64,14 @@ static camdelta_status finish_create(camdelta_context *ctx) {
   ctx->prep_bwd_fused = pbf && (pbf[0] == '0' || pbf[0] == '1') && !pbf[1] ? pbf[0] - '0' : -1;
   const char *bp = getenv("CAMDELTA_BRANCH_PAIR");
   ctx->branch_pair = bp && bp[0] == '0' && !bp[1] ? 0 : 1;
+  const char *csb = getenv("CAMDELTA_CONV_SB");
+  if (csb && *csb) {
+    char *end;
+    const unsigned long v = strtoul(csb, &end, 10);
+    if (*end || v < 1 || v > 64)
+      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "CAMDELTA_CONV_SB='%s': a whole number from 1 to 64", csb);
+    ctx->conv_sb = (unsigned)v;
+  }
   const char *fot = getenv("CAMDELTA_BRANCH_FUSED_OT");
   ctx->branch_fused_ot = fot && fot[0] == '0' && !fot[1] ? 0 : 1;
   const char *tc = getenv("CAMDELTA_TC");

@@ -103,6 +103,8 @@ struct camdelta_context {
   camdelta_build_stats stats;
   int prep_fused; /* CAMDELTA_PREP_FUSED at creation: 0 two-pass, 1 fused, -1 by device type */
   int branch_pair; /* CAMDELTA_BRANCH_PAIR at creation: 0 the branch runs two scans, else the fused pair */
+  unsigned conv_sb;    /* CAMDELTA_CONV_SB at creation (1..64): spatial positions per conv-backward work-item; 0
+                          the default */
   int branch_fused_ot; /* CAMDELTA_BRANCH_FUSED_OT at creation: 0 the pair's phase C and the output transform run
                           apart, else (tensor cores) the transform is phase C's epilogue */
   int tc_state; /* tensor-core feature test (src/tune/tc.c): 0 not run yet, 1 passed, 2 emulated, -1 off */
