@@ -554,13 +554,15 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_apply_tc(
  * token), the others the inverse RoPE y[r] = o[r]·cos[r] − o[r^1]·sin[r] (tables (N, D/2)); the same operations
  * in the same order as cd_output_transform (cl/branch.cl), so y is bit-identical to phase C and that kernel.
  * The pair's out (B, H, D, N) is not written. Launch as cd_apply_tc; TM is a multiple of 16, so no 4-group or
- * RoPE pair straddles two row tiles. */
+ * RoPE pair straddles two row tiles. The host has checked that y_off, po_off, rc_off and rs_off are multiples of
+ * 4 floats (D % 8 == 0): every 4-channel unit is one 16-byte load or store. */
 #define CD_LDO (CD_TM + 4) /* Os row stride: 4 mod 32 floats, the fragment stores conflict-free */
 #define CD_XO (CD_KC * CD_LDS > CD_TN * CD_LDO ? CD_KC * CD_LDS : CD_TN * CD_LDO)
 __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_apply_ot_tc(
-    __global const float *x, ulong x_off, __global const float *states, ulong st_off, __global const float *proj_o,
-    ulong po_off, __global const float *rope_cos, ulong rc_off, __global const float *rope_sin, ulong rs_off,
-    __global float *y, ulong y_off, ulong N, uint S, uint F, uint H, uint n_rtiles) {
+    __global const float *restrict x, ulong x_off, __global const float *restrict states, ulong st_off,
+    __global const float *restrict proj_o, ulong po_off, __global const float *restrict rope_cos, ulong rc_off,
+    __global const float *restrict rope_sin, ulong rs_off, __global float *restrict y, ulong y_off, ulong N, uint S,
+    uint F, uint H, uint n_rtiles) {
   __local float Ms[CD_KC * CD_LDA];
   __local float4 XO4[CD_XO / 4]; /* Xs during the products, then Os[s][r] = o[row0 + r][s0 + s] */
   const uint lid = get_local_id(0), lane = lid & 31, warp = lid >> 5;
@@ -586,6 +588,7 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_apply_ot_tc(
   barrier(CLK_LOCAL_MEM_FENCE);
   const ulong b = bh / H;
   const uint h = (uint)(bh % H);
+#pragma unroll
   for (uint u = lid; u < CD_TN * (CD_TM / 4); u += CD_W) {
     const uint s = u / (CD_TM / 4), r = row0 + 4 * (u % (CD_TM / 4));
     if (r >= CD_D || s0 + s >= S) continue;
@@ -593,21 +596,22 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_apply_ot_tc(
     const ulong n = cd_frame_start(f, S) + s0 + s, tok = b * N + n;
     float4 o;
     if (r < CD_D / 2) {
-      __global const float *P = proj_o + po_off + tok * 16;
-      const float4 p0 = vload4(0, P), p1 = vload4(1, P), p2 = vload4(2, P), p3 = vload4(3, P);
+      __global const float4 *P = (__global const float4 *)(proj_o + po_off + tok * 16);
+      const float4 p0 = P[0], p1 = P[1], p2 = P[2], p3 = P[3];
       o.x = fma(p0.w, v.w, fma(p0.z, v.z, fma(p0.y, v.y, fma(p0.x, v.x, 0.0f))));
       o.y = fma(p1.w, v.w, fma(p1.z, v.z, fma(p1.y, v.y, fma(p1.x, v.x, 0.0f))));
       o.z = fma(p2.w, v.w, fma(p2.z, v.z, fma(p2.y, v.y, fma(p2.x, v.x, 0.0f))));
       o.w = fma(p3.w, v.w, fma(p3.z, v.z, fma(p3.y, v.y, fma(p3.x, v.x, 0.0f))));
     } else {
       const ulong rrow = n * (CD_D / 2) + (r - CD_D / 2);
-      const float4 c = vload4(0, rope_cos + rc_off + rrow), sn = vload4(0, rope_sin + rs_off + rrow);
+      const float4 c = *(__global const float4 *)(rope_cos + rc_off + rrow);
+      const float4 sn = *(__global const float4 *)(rope_sin + rs_off + rrow);
       o.x = fma(-v.y, sn.x, v.x * c.x);
       o.y = fma(-v.x, sn.y, v.y * c.y);
       o.z = fma(-v.w, sn.z, v.z * c.z);
       o.w = fma(-v.z, sn.w, v.w * c.w);
     }
-    vstore4(o, 0, y + y_off + (tok * H + h) * CD_D + r);
+    *(__global float4 *)(y + y_off + (tok * H + h) * CD_D + r) = o;
   }
 }
 #undef CD_LDO
