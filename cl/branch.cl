@@ -11,16 +11,6 @@
 #endif
 #define CD_DH (CD_D / 2)
 #define CD_G4 (CD_D / 4)
-/* 4 floats at p (an index that is a multiple of 4): one 16-byte access when al (the host checked that the buffer's
- * offset is a multiple of 4 floats), else vload4/vstore4 (4-byte alignment) */
-#define CD_LD4(p, al) ((al) ? *(global const float4 *)(p) : vload4(0, (p)))
-#define CD_ST4(v, p, al)           \
-  do {                             \
-    if (al)                        \
-      *(global float4 *)(p) = (v); \
-    else                           \
-      vstore4((v), 0, (p));        \
-  } while (0)
 
 /* Sum of the local values x over the work-group (power-of-two size), in a fixed order; result in red[0]. */
 inline float wg_sum(local float *red, float x) {
@@ -118,20 +108,20 @@ kernel void cd_output_transform(global const float *restrict out, ulong out_off,
   float4 o;
   if (4 * g < CD_DH) { /* (cl/gemm_tc.cl's cd_apply_ot_tc does the same operations in the same order) */
     global const float *P = proj_o + po_off + tok * 16;
-    const float4 p0 = CD_LD4(P, al), p1 = CD_LD4(P + 4, al), p2 = CD_LD4(P + 8, al), p3 = CD_LD4(P + 12, al);
+    const float4 p0 = CD_LDF4(P, 0, al), p1 = CD_LDF4(P, 4, al), p2 = CD_LDF4(P, 8, al), p3 = CD_LDF4(P, 12, al);
     o.x = fma(p0.w, v.w, fma(p0.z, v.z, fma(p0.y, v.y, fma(p0.x, v.x, 0.0f))));
     o.y = fma(p1.w, v.w, fma(p1.z, v.z, fma(p1.y, v.y, fma(p1.x, v.x, 0.0f))));
     o.z = fma(p2.w, v.w, fma(p2.z, v.z, fma(p2.y, v.y, fma(p2.x, v.x, 0.0f))));
     o.w = fma(p3.w, v.w, fma(p3.z, v.z, fma(p3.y, v.y, fma(p3.x, v.x, 0.0f))));
   } else {
     const ulong rrow = n * CD_DH + (4 * g - CD_DH);
-    const float4 c = CD_LD4(rope_cos + rc_off + rrow, al), sn = CD_LD4(rope_sin + rs_off + rrow, al);
+    const float4 c = CD_LDF4(rope_cos, rc_off + rrow, al), sn = CD_LDF4(rope_sin, rs_off + rrow, al);
     o.x = fma(-v.y, sn.x, v.x * c.x);
     o.y = fma(-v.x, sn.y, v.y * c.y);
     o.z = fma(-v.w, sn.z, v.z * c.z);
     o.w = fma(-v.z, sn.w, v.w * c.w);
   }
-  CD_ST4(o, y + y_off + (tok * H + h) * CD_D + 4 * g, al);
+  CD_ST4(y, y_off + (tok * H + h) * CD_D + 4 * g, o, al);
 }
 
 /* Backward: grad_out (B, H, D, N) from grad_y (B, N, H, D): first half P^T gy per 4-group, second half
@@ -150,15 +140,15 @@ kernel void cd_output_transform_backward(global const float *restrict gy, ulong 
   const uint t = lid / CD_G4, g = lid % CD_G4;
   if (t < nt) {
     const ulong n = n0 + t, tok = b * N + n;
-    const float4 v = CD_LD4(gy + gy_off + (tok * H + h) * CD_D + 4 * g, al);
+    const float4 v = CD_LD4(gy, gy_off + (tok * H + h) * CD_D + 4 * g, al);
     float4 o;
     if (4 * g < CD_DH) { /* o = Pᵀ·v */
       global const float *P = proj_o + po_off + tok * 16;
-      const float4 p0 = CD_LD4(P, al), p1 = CD_LD4(P + 4, al), p2 = CD_LD4(P + 8, al), p3 = CD_LD4(P + 12, al);
+      const float4 p0 = CD_LDF4(P, 0, al), p1 = CD_LDF4(P, 4, al), p2 = CD_LDF4(P, 8, al), p3 = CD_LDF4(P, 12, al);
       o = fma(p3, (float4)(v.w), fma(p2, (float4)(v.z), fma(p1, (float4)(v.y), fma(p0, (float4)(v.x), (float4)(0.0f)))));
     } else {
       const ulong rrow = n * CD_DH + (4 * g - CD_DH);
-      const float4 c = CD_LD4(rope_cos + rc_off + rrow, al), sn = CD_LD4(rope_sin + rs_off + rrow, al);
+      const float4 c = CD_LDF4(rope_cos, rc_off + rrow, al), sn = CD_LDF4(rope_sin, rs_off + rrow, al);
       o.x = fma(-v.y, sn.y, v.x * c.x);
       o.y = fma(-v.x, sn.x, v.y * c.y);
       o.z = fma(-v.w, sn.w, v.z * c.z);
