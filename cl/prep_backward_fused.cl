@@ -20,7 +20,7 @@
  * No atomics; every sum has a fixed order (bit-identical run to run).
  *
  * Build options: CD_DTYPE, CD_D, CD_TT (tokens per tile, power of two; the work-group has at most CD_TT * 32
- * work-items), CD_PF (1: each step's loads are issued during the previous step, 0: at the step itself).
+ * work-items), CD_PF (1: each step's loads are issued during the previous step, 0: at the step itself), CD_G2.
  * Run-time: HB (heads per step, HB * CD_TT * CD_G4 <= local size), flags. */
 
 #ifndef CD_D
@@ -43,8 +43,11 @@
 #define CD_F_GI 8u
 #define CD_F_ALIGNED 16u /* every (B, N, H, D) tensor, the weights, tables and matrices start at a multiple of 4 */
 #define CD_F_WLOCAL 32u  /* norm-weight partials accumulate in local memory (accw holds 2 C floats) */
-#define CD_F_G2 64u      /* grad_k, grad_v are each the sum of two tensors: grad_k + grad_k2, grad_v + grad_v2 (the
-                            camera branch's two scan directions, summed as they are read) */
+#ifndef CD_G2 /* 1: grad_k, grad_v are each the sum of two tensors, grad_k + grad_k2 and grad_v + grad_v2 (the camera
+                 branch's two scan directions, summed as they are read); a build option, so that the plain prep
+                 backward's loads carry no test for it */
+#define CD_G2 0
+#endif
 
 
 /* A 4x4 camera matrix by rows, in registers */
@@ -133,7 +136,7 @@ kernel void cd_prep_bwd_fused(
   const ulong tpr = (N + CD_TT - 1) / CD_TT, total = B * tpr, BN = B * N, BHN = B * H * N;
   const int has_gq = (flags & CD_F_GQ) != 0, has_gk = (flags & CD_F_GK) != 0, has_gv = (flags & CD_F_GV) != 0;
   const int has_gi = (flags & CD_F_GI) != 0, al = (flags & CD_F_ALIGNED) != 0, wlocal = (flags & CD_F_WLOCAL) != 0;
-  const int has_g2 = (flags & CD_F_G2) != 0;
+  const int has_g2 = CD_G2;
 
   if (wlocal)
     for (uint c = lid; c < 2 * C; c += L) accw[c] = 0.0f;

@@ -14,9 +14,11 @@ typedef struct cd_pbf_plan {
 } cd_pbf_plan;
 
 /** 1 when this context runs the prep backward of (dtype, D) in the fused form (GPUs and accelerators unless
- *  CAMDELTA_PREP_BWD_FUSED says otherwise), with both kernels built into *p; 0 for the three-kernel form; a build
- *  failure sets *st (and returns 0). */
-int cd_pbf_kernels(camdelta_context *ctx, camdelta_dtype dtype, size_t D, cd_pbf_plan *p, camdelta_status *st);
+ *  CAMDELTA_PREP_BWD_FUSED says otherwise), with both kernels built into *p (g2: the variant that adds second K and
+ *  V gradients as it reads them, cd_prep_backward_g2); 0 for the three-kernel form; a build failure sets *st (and
+ *  returns 0). */
+int cd_pbf_kernels(camdelta_context *ctx, camdelta_dtype dtype, size_t D, int g2, cd_pbf_plan *p,
+                   camdelta_status *st);
 /** The launch shape for (B, N, H); 0 (kernels released) when the device cannot take it: use the three kernels. */
 int cd_pbf_shape(camdelta_context *ctx, size_t B, size_t N, size_t H, size_t D, cd_pbf_plan *p);
 void cd_pbf_release(cd_pbf_plan *p);
