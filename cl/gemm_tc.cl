@@ -499,6 +499,17 @@ inline void cd_apply_products(float tot[CD_MR][CD_NR][4], __global const float *
 #undef CD_FETCH
 }
 
+/* The work-item's place in an apply launch: its warp's tile (wm, wn) and lane (g, t); the work-group's row tile row0,
+ * token tile s0 and frame (bh, f); base: the frame's first token of row 0 of (B, H, D, N). */
+#define CD_APPLY_IDS                                                                                  \
+  const uint lid = get_local_id(0), lane = lid & 31, warp = lid >> 5;                                 \
+  const uint wm = warp / CD_WN, wn = warp % CD_WN, g = lane >> 2, t = lane & 3;                       \
+  const ulong bhf = get_group_id(1);                                                                  \
+  const uint tile = get_group_id(0), row0 = (tile % n_rtiles) * CD_TM, s0 = (tile / n_rtiles) * CD_TN; \
+  const ulong bh = bhf / F;                                                                           \
+  const uint f = (uint)(bhf % F);                                                                     \
+  const ulong base = bh * (ulong)CD_D * N + cd_frame_start(f, S);
+
 /* Per tile = group 0 (token tile st, row tile rt: the row tiles of one token tile run side by side) and
  * (b, h, f) = group 1:
  *   out[r][s] = Σ_c op(M)[r][c]·X[c][s] over frame f's tokens, op(M)[r][c] = M[c][r] when transpose, else M[r][c];
@@ -510,13 +521,7 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_apply_tc(
     int last_init, int has_init CD_PK_ARGS) {
   __local float Ms[CD_KC * CD_LDA];        /* Ms[c][r] = op(M)[row0 + r][c0 + c] */
   __local float4 Xs4[CD_KC * CD_LDS / 4]; /* Xs[c][s] = X[c0 + c][s0 + s]       */
-  const uint lid = get_local_id(0), lane = lid & 31, warp = lid >> 5;
-  const uint wm = warp / CD_WN, wn = warp % CD_WN, g = lane >> 2, t = lane & 3;
-  const ulong bhf = get_group_id(1);
-  const uint tile = get_group_id(0), row0 = (tile % n_rtiles) * CD_TM, s0 = (tile / n_rtiles) * CD_TN;
-  const ulong bh = bhf / F;
-  const uint f = (uint)(bhf % F);
-  const ulong base = bh * (ulong)CD_D * N + cd_frame_start(f, S);
+  CD_APPLY_IDS
   const uint Sf = cd_frame_len(f, S);
 #ifdef CD_PACKED
   if (s0 >= Sf) return; /* a tile past this frame's end (the grid is sized by the longest frame) */
@@ -565,13 +570,7 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_apply_ot_tc(
     uint F, uint H, uint n_rtiles) {
   __local float Ms[CD_KC * CD_LDA];
   __local float4 XO4[CD_XO / 4]; /* Xs during the products, then Os[s][r] = o[row0 + r][s0 + s] */
-  const uint lid = get_local_id(0), lane = lid & 31, warp = lid >> 5;
-  const uint wm = warp / CD_WN, wn = warp % CD_WN, g = lane >> 2, t = lane & 3;
-  const ulong bhf = get_group_id(1);
-  const uint tile = get_group_id(0), row0 = (tile % n_rtiles) * CD_TM, s0 = (tile / n_rtiles) * CD_TN;
-  const ulong bh = bhf / F;
-  const uint f = (uint)(bhf % F);
-  const ulong base = bh * (ulong)CD_D * N + cd_frame_start(f, S);
+  CD_APPLY_IDS
   float tot[CD_MR][CD_NR][4];
   cd_apply_products(tot, x + x_off + base, states + st_off + bhf * CD_DD, 1, 0, row0, s0, S, N, Ms, XO4, lid, wm,
                     wn, g, t);
