@@ -19,6 +19,8 @@ static camdelta_scan_algorithm g_algorithm = CAMDELTA_SCAN_AUTO;
 /* The context under test: the shared one, or an emulated tensor-core one (the fused output transform). */
 static camdelta_context *g_ctx;
 static camdelta_context *cur(void) { return g_ctx ? g_ctx : tu_context(); }
+/* y's element offset in its buffer in run_branch (the fused output transform needs a multiple of 4) */
+static size_t g_y_off;
 
 /* ------------------------------------------------------------------------------------- a branch problem */
 
@@ -200,8 +202,9 @@ static void run_branch(const br_shape *s, uint64_t seed, float **y_out) {
   br_problem p;
   problem_init(&p, s, seed);
   const size_t BNC = s->B * p.N * p.C;
-  cl_mem y = tu_buffer(BNC * 4);
+  cl_mem y = tu_buffer((BNC + g_y_off) * 4);
   camdelta_branch_args a = device_args(&p, y);
+  a.y.offset = g_y_off;
   camdelta_profile prof = {0, 0};
   a.profile = &prof;
   camdelta_branch_saved *saved = NULL;
@@ -213,7 +216,7 @@ static void run_branch(const br_shape *s, uint64_t seed, float **y_out) {
   /* the fused pair: the chunkwise scan's phases A and C once, its chain for both directions, one sum; with
    * tensor cores its phase C also does the output transform (one kernel less) */
   const int pair = cd_scan_pair_wanted(ctx, g_algorithm, s->B * s->H, s->D, s->T, p.S);
-  const int fused_ot = pair && cd_tc_available(ctx) && ctx->branch_fused_ot;
+  const int fused_ot = pair && cd_tc_available(ctx) && ctx->branch_fused_ot && g_y_off % 4 == 0;
   assert_int_equal(prof.kernels, (fused_ot ? 4 : 5) + nk[0] + (pair ? nk[1] + 1 : nk[1] + nk[2]));
   assert_true(prof.kernel_ms > 0);
 
@@ -222,7 +225,9 @@ static void run_branch(const br_shape *s, uint64_t seed, float **y_out) {
   double *ry = malloc(BNC * 8);
   r.y = ry;
   TU_OK(camdelta_ref_branch_forward(&r));
-  float *got = bp_download(y, BNC);
+  float *got = malloc(BNC * 4);
+  assert_non_null(got);
+  tu_download(y, g_y_off * 4, BNC * 4, got);
   const double ey = tu_rel_err(got, ry, BNC);
   worst_y = fmax(worst_y, ey);
   if (ey > 1e-5)
@@ -302,8 +307,9 @@ static void test_branch_device(void **state) {
 /* The output transform as the scan pair's phase C epilogue (cd_apply_ot_tc): on tensor cores, emulated where the
  * device has none. Its y against the f64 reference (run_branch, whose kernel count shows the transform kernel
  * gone) and bit for bit against the same context kind with CAMDELTA_BRANCH_FUSED_OT=0 (phase C, then
- * cd_output_transform: the same operations in the same order). Shapes: D = 8 with a 4-token tail, D = 112 over
- * two row tiles of which the second is partial, D = 64, and an explicit chunk_index. */
+ * cd_output_transform: the same operations in the same order), and with y at an offset that rules the fused kernel
+ * out. Shapes: D = 8 with a 4-token tail, D = 112 over two row tiles of which the second is partial, D = 64, and an
+ * explicit chunk_index. */
 static void test_fused_output_transform(void **state) {
   (void)state;
   camdelta_context *ctxs[2];
@@ -331,6 +337,17 @@ static void test_fused_output_transform(void **state) {
     for (size_t j = 0; j < n; j++)
       if (memcmp(&y[0][j], &y[1][j], 4) != 0)
         fail_msg("shape %zu: y[%zu] fused %.9g, apart %.9g", pick[i], j, (double)y[0][j], (double)y[1][j]);
+    /* y at an offset that is not a multiple of 4 floats: the fusing context runs the two kernels apart (run_branch
+     * counts them), with the same bits */
+    if (i == 0) {
+      float *yo;
+      g_ctx = ctxs[0];
+      g_y_off = 5;
+      run_branch(s, 500 + i, &yo);
+      g_y_off = 0;
+      if (memcmp(yo, y[0], n * 4) != 0) fail_msg("shape %zu: y at offset 5 differs from y at offset 0", pick[i]);
+      free(yo);
+    }
     free(y[0]), free(y[1]);
   }
   g_ctx = NULL;
