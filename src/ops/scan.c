@@ -521,8 +521,12 @@ static camdelta_status fwd_build_opts(camdelta_context *ctx, camdelta_scan_algor
   pl->alg = alg;
   pl->cc.pk_opts = pk_opts;
   if (!st) st = build_kernels(ctx, &lim, pl->alg, BH, args->D, args->S, pl->kern, &pl->sc, &pl->cc);
+  /* a chunkwise plan also serves the camera branch's scan pair, whose phase C can do the output transform */
+  const int with = pl->alg == CAMDELTA_SCAN_CHUNKWISE && !pk_opts && ctx->branch_pair && ctx->branch_fused_ot
+                       ? CD_TC_WITH_OT
+                       : 0;
   if (!st && (pl->alg == CAMDELTA_SCAN_CHUNKWISE || pl->sc.OUT == 2))
-    st = cd_tc_build_opts(ctx, args->D, args->precision, vec, 0, pk_opts ? pk_opts : "", &pl->tc);
+    st = cd_tc_build_opts(ctx, args->D, args->precision, vec, with, pk_opts ? pk_opts : "", &pl->tc);
   if (st) {
     fwd_destroy(pl);
     return st;
@@ -566,23 +570,6 @@ static camdelta_status plan_forward(camdelta_context *ctx, const camdelta_scan_a
   return cd_plan_acquire(ctx, &key, fwd_build, args, fwd_destroy, e);
 }
 
-/* cd_apply_ot_tc for the plan's tensor-core set: the apply's tile, a single column warp split in two along the
- * tokens (the epilogue's loads and stores want the work-items; sana480: 0.66 ms against 1.14 with one); *k = NULL
- * (and OK) where its local memory (Ms, and Xs or the output tile Os of TN rows of TM + 4) exceeds the device's. */
-static camdelta_status ot_kernel(camdelta_context *ctx, const cd_tc_set *tc, size_t D, cd_tc_tiles *t, cl_kernel *k) {
-  *k = NULL;
-  *t = tc->a;
-  if (t->wn == 1 && t->nr % 2 == 0 && 2 * cd_tc_wg(t) <= ctx->info.max_work_group_size) t->wn = 2, t->nr /= 2;
-  const size_t tm = cd_tc_tm(t), tn = cd_tc_tn(t), xs = t->kc * (tn + 8), os = tn * (tm + 4);
-  const size_t bytes = 4 * (t->kc * (tm + 8) + (xs > os ? xs : os));
-  const size_t lm = ctx->info.local_mem_bytes ? (size_t)ctx->info.local_mem_bytes : 16384;
-  if (bytes > lm) return CAMDELTA_OK;
-  char opts[192];
-  cd_tc_options(opts, sizeof opts, "CD_APPLY", D, tc->split, tc->vec, t);
-  if (cd_tc_emulated(ctx)) strncat(opts, " -DCD_TC_EMULATE=1", sizeof opts - strlen(opts) - 1);
-  return cd_kernel(ctx, "gemm_tc.cl", opts, "cd_apply_ot_tc", k);
-}
-
 camdelta_status cd_scan_warm(camdelta_context *ctx, size_t BH, size_t D, size_t S) {
   if (S > UINT32_MAX)
     return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "camdelta_warm_shape: S=%zu exceeds the scan's limit 2^32-1", S);
@@ -593,16 +580,7 @@ camdelta_status cd_scan_warm(camdelta_context *ctx, size_t BH, size_t D, size_t 
       a.B = 1, a.H = BH, a.D = D, a.F = 1, a.S = S;
       a.algorithm = (camdelta_scan_algorithm)alg, a.precision = (camdelta_precision)prec;
       cd_plan_entry *e;
-      if ((st = plan_forward(ctx, &a, &e))) break;
-      /* the camera branch's fused pair ends with phase C and the output transform in one kernel */
-      const fwd_plan *pl = e->plan;
-      if (alg == CAMDELTA_SCAN_CHUNKWISE && pl->tc.on && ctx->branch_pair && ctx->branch_fused_ot) {
-        cd_tc_tiles t;
-        cl_kernel k = NULL;
-        st = ot_kernel(ctx, &pl->tc, D, &t, &k);
-        if (k) clReleaseKernel(k);
-      }
-      cd_plan_release(ctx, e);
+      if (!(st = plan_forward(ctx, &a, &e))) cd_plan_release(ctx, e);
     }
   return st;
 }
@@ -809,16 +787,13 @@ camdelta_status cd_scan_chunk_phase_c_ot(camdelta_context *ctx, const cd_scan_ch
   const cd_tc_set *tc = &c->pl->tc;
   const camdelta_scan_args *p = &c->args;
   const size_t D = p->D;
-  if (!tc->on || c->job.pk || !ctx->branch_fused_ot) return CAMDELTA_OK;
+  if (!tc->apply_ot) return CAMDELTA_OK; /* FMA kernels, packed clips, CAMDELTA_BRANCH_FUSED_OT=0, no fit */
   /* 16-byte accesses to y, proj_o and the tables */
   if (ot->y.offset % 4 || ot->proj_o.offset % 4 || ot->rope_cos.offset % 4 || ot->rope_sin.offset % 4)
     return CAMDELTA_OK;
-  cd_tc_tiles t;
-  cl_kernel k = NULL;
-  camdelta_status st = ot_kernel(ctx, tc, D, &t, &k);
-  if (st || !k) return st;
-  const unsigned tm = cd_tc_tm(&t), tn = cd_tc_tn(&t), nr = ceil_div(D, tm), ns = ceil_div(p->S, tn);
-  cd_args a = {k, 0, CL_SUCCESS};
+  const unsigned tm = cd_tc_tm(&tc->ot), tn = cd_tc_tn(&tc->ot), nr = ceil_div(D, tm), ns = ceil_div(p->S, tn);
+  camdelta_status st = CAMDELTA_OK;
+  cd_args a = {tc->apply_ot, 0, CL_SUCCESS};
   cd_arg_buf(&a, p->q);
   cd_arg_buf(&a, (camdelta_buffer){states, 0});
   cd_arg_buf(&a, ot->proj_o);
@@ -831,9 +806,8 @@ camdelta_status cd_scan_chunk_phase_c_ot(camdelta_context *ctx, const cd_scan_ch
   cd_arg_u32(&a, (uint32_t)p->H);
   cd_arg_u32(&a, nr);
   if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_apply_ot_tc: setting arguments");
-  const size_t w = cd_tc_wg(&t), lws[2] = {w, 1}, gws[2] = {w * nr * ns, c->job.BHF};
-  if (!st) st = cd_enqueue(ctx, k, 2, gws, lws, l, "cd_apply_ot_tc (phase C and the output transform)");
-  clReleaseKernel(k);
+  const size_t w = cd_tc_wg(&tc->ot), lws[2] = {w, 1}, gws[2] = {w * nr * ns, c->job.BHF};
+  if (!st) st = cd_enqueue(ctx, tc->apply_ot, 2, gws, lws, l, "cd_apply_ot_tc (phase C and the output transform)");
   if (!st) *done = 1;
   return st;
 }

@@ -125,7 +125,7 @@ static camdelta_status bwd_build_opts(camdelta_context *ctx, const camdelta_scan
                                       const char *extra, bwd_plan **out) {
   bwd_plan *pl = calloc(1, sizeof *pl);
   if (!pl) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", OP);
-  camdelta_status st = cd_tc_build_opts(ctx, a->D, a->precision, vec, 1, extra, &pl->tc);
+  camdelta_status st = cd_tc_build_opts(ctx, a->D, a->precision, vec, CD_TC_WITH_FRAMES, extra, &pl->tc);
   if (!st) st = build_kernels(ctx, a->D, pl->tc.on, extra, &pl->cfg, &pl->k, pl->opts, &pl->overridden);
   if (st) {
     bwd_destroy(pl);

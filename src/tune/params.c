@@ -141,6 +141,11 @@ size_t cd_tc_local_bytes(int family, size_t D, int split, const cd_tc_tiles *t) 
   return 4 * D * (tm + 8) + bs + 4 * (t->wn * 4 * tm + w);
 }
 
+size_t cd_tc_apply_ot_local_bytes(const cd_tc_tiles *t) {
+  const size_t tm = cd_tc_tm(t), tn = cd_tc_tn(t), xs = t->kc * (tn + 8), os = tn * (tm + 4);
+  return 4 * (t->kc * (tm + 8) + (xs > os ? xs : os));
+}
+
 camdelta_status cd_tc_check(const camdelta_context *ctx, int family, size_t D, int split, const cd_tc_tiles *t) {
   const char *bad = NULL;
   const size_t lm = ctx->info.local_mem_bytes ? (size_t)ctx->info.local_mem_bytes : 16384;

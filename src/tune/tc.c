@@ -140,24 +140,42 @@ void cd_tc_options(char *buf, size_t size, const char *family, size_t D, int spl
 }
 
 void cd_tc_release(cd_tc_set *t) {
-  if (t->gram) clReleaseKernel(t->gram);
-  if (t->apply) clReleaseKernel(t->apply);
-  if (t->frames) clReleaseKernel(t->frames);
-  t->gram = t->apply = t->frames = NULL;
+  cl_kernel *const k[4] = {&t->gram, &t->apply, &t->frames, &t->apply_ot};
+  for (int i = 0; i < 4; i++)
+    if (*k[i]) clReleaseKernel(*k[i]), *k[i] = NULL;
+}
+
+cd_tc_tiles cd_tc_apply_ot_tiles(const cd_tc_tiles *apply, size_t max_work_group) {
+  cd_tc_tiles t = *apply;
+  /* sana480: 0.66 ms with WN=2 NR=4 against 1.14 with the apply's WN=1 NR=8 (docs/performance.md) */
+  if (t.wn == 1 && t.nr % 2 == 0 && 2 * cd_tc_wg(&t) <= max_work_group) t.wn = 2, t.nr /= 2;
+  return t;
 }
 
 /* Tensor-core kernels for head dim D (exact: split-TF32; tf32: one product), or t->on = 0 without them. */
-camdelta_status cd_tc_build(camdelta_context *ctx, size_t D, camdelta_precision prec, int vec, int with_frames,
+camdelta_status cd_tc_build(camdelta_context *ctx, size_t D, camdelta_precision prec, int vec, int with,
                             cd_tc_set *t) {
-  return cd_tc_build_opts(ctx, D, prec, vec, with_frames, "", t);
+  return cd_tc_build_opts(ctx, D, prec, vec, with, "", t);
+}
+
+/* One family's build options: its tiles, the emulation where the context asks for it, and `extra`. */
+static camdelta_status family_options(const camdelta_context *ctx, char *buf, size_t size, const char *family,
+                                      size_t D, const cd_tc_set *t, const cd_tc_tiles *tiles, const char *extra) {
+  cd_tc_options(buf, size, family, D, t->split, t->vec, tiles);
+  const char *emu = cd_tc_emulated(ctx) ? " -DCD_TC_EMULATE=1" : "";
+  if (strlen(buf) + strlen(emu) + strlen(extra) >= size)
+    return cd_fail(CAMDELTA_ERROR_BUILD, "tensor-core kernels: build options too long");
+  strcat(buf, emu), strcat(buf, extra);
+  return CAMDELTA_OK;
 }
 
 /* The same with `extra` appended to every program's build options (e.g. " -DCD_PACKED=1"). */
-camdelta_status cd_tc_build_opts(camdelta_context *ctx, size_t D, camdelta_precision prec, int vec, int with_frames,
+camdelta_status cd_tc_build_opts(camdelta_context *ctx, size_t D, camdelta_precision prec, int vec, int with,
                                  const char *extra, cd_tc_set *t) {
   memset(t, 0, sizeof *t);
   if (!cd_tc_available(ctx)) return CAMDELTA_OK;
   t->split = prec != CAMDELTA_PRECISION_TF32;
+  const int with_frames = (with & CD_TC_WITH_FRAMES) != 0;
   cd_tc_tiles *const tiles[CD_TC_FAMILIES] = {&t->g, &t->a, &t->fr};
   camdelta_status st = CAMDELTA_OK;
   for (int f = 0; f < CD_TC_FAMILIES && !st; f++) {
@@ -175,23 +193,19 @@ camdelta_status cd_tc_build_opts(camdelta_context *ctx, size_t D, camdelta_preci
   }
   if (st) return st;
   t->vec = vec != 0;
-  cd_tc_options(t->gopts, sizeof t->gopts, "CD_GRAM", D, t->split, t->vec, &t->g);
-  cd_tc_options(t->aopts, sizeof t->aopts, "CD_APPLY", D, t->split, t->vec, &t->a);
-  cd_tc_options(t->fopts, sizeof t->fopts, "CD_FRAMES", D, t->split, t->vec, &t->fr);
-  if (cd_tc_emulated(ctx)) {
-    strncat(t->gopts, " -DCD_TC_EMULATE=1", sizeof t->gopts - strlen(t->gopts) - 1);
-    strncat(t->aopts, " -DCD_TC_EMULATE=1", sizeof t->aopts - strlen(t->aopts) - 1);
-    strncat(t->fopts, " -DCD_TC_EMULATE=1", sizeof t->fopts - strlen(t->fopts) - 1);
-  }
-  if (extra && *extra) {
-    if (strlen(t->gopts) + strlen(extra) >= sizeof t->gopts || strlen(t->aopts) + strlen(extra) >= sizeof t->aopts ||
-        strlen(t->fopts) + strlen(extra) >= sizeof t->fopts)
-      return cd_fail(CAMDELTA_ERROR_BUILD, "tensor-core kernels: build options too long");
-    strcat(t->gopts, extra), strcat(t->aopts, extra), strcat(t->fopts, extra);
-  }
-  st = cd_kernel(ctx, "gemm_tc.cl", t->gopts, "cd_gram_tc", &t->gram);
+  if (!extra) extra = "";
+  char oopts[192];
+  const size_t lm = ctx->info.local_mem_bytes ? (size_t)ctx->info.local_mem_bytes : 16384;
+  t->ot = cd_tc_apply_ot_tiles(&t->a, ctx->info.max_work_group_size);
+  const int with_ot = (with & CD_TC_WITH_OT) && cd_tc_apply_ot_local_bytes(&t->ot) <= lm;
+  if (!(st = family_options(ctx, t->gopts, sizeof t->gopts, "CD_GRAM", D, t, &t->g, extra)) &&
+      !(st = family_options(ctx, t->aopts, sizeof t->aopts, "CD_APPLY", D, t, &t->a, extra)) &&
+      !(st = family_options(ctx, t->fopts, sizeof t->fopts, "CD_FRAMES", D, t, &t->fr, extra)) && with_ot)
+    st = family_options(ctx, oopts, sizeof oopts, "CD_APPLY", D, t, &t->ot, extra);
+  if (!st) st = cd_kernel(ctx, "gemm_tc.cl", t->gopts, "cd_gram_tc", &t->gram);
   if (!st) st = cd_kernel(ctx, "gemm_tc.cl", t->aopts, "cd_apply_tc", &t->apply);
   if (!st && with_frames) st = cd_kernel(ctx, "gemm_tc.cl", t->fopts, "cd_frames_tc", &t->frames);
+  if (!st && with_ot) st = cd_kernel(ctx, "gemm_tc.cl", oopts, "cd_apply_ot_tc", &t->apply_ot);
   if (st) {
     cd_tc_release(t);
     return st;

@@ -39,17 +39,24 @@ void cd_tc_options(char *buf, size_t size, const char *family, size_t D, int spl
 /** The tensor-core kernels a call uses (gram and apply, one precision), or on = 0 without the path. */
 typedef struct cd_tc_set {
   int on, split, vec;
-  cd_tc_tiles g, a, fr; /* gram, apply, frames (backward only) */
+  cd_tc_tiles g, a, fr, ot; /* gram, apply, frames (backward only), apply with the output transform */
   cl_kernel gram, apply, frames;
+  cl_kernel apply_ot; /* cd_apply_ot_tc (CD_TC_WITH_OT), NULL where its tile does not fit the local memory */
   char gopts[192], aopts[192], fopts[192];
 } cd_tc_set;
+/** What cd_tc_build builds besides the gram and the apply: the backward's frames kernel, the apply with the camera
+ *  branch's output transform as its epilogue (not in the packed variant). */
+enum { CD_TC_WITH_FRAMES = 1, CD_TC_WITH_OT = 2 };
 /** Builds (or loads) the set for head dim D: exact = split-TF32, tf32 = one product; on = 0 (and success)
- *  when the device has no tensor-core path. */
-camdelta_status cd_tc_build(camdelta_context *ctx, size_t D, camdelta_precision prec, int vec, int with_frames,
+ *  when the device has no tensor-core path. with: CD_TC_WITH_* flags. */
+camdelta_status cd_tc_build(camdelta_context *ctx, size_t D, camdelta_precision prec, int vec, int with,
                             cd_tc_set *t);
 /** The same with `extra` appended to the build options of every program (e.g. " -DCD_PACKED=1"). */
-camdelta_status cd_tc_build_opts(camdelta_context *ctx, size_t D, camdelta_precision prec, int vec, int with_frames,
+camdelta_status cd_tc_build_opts(camdelta_context *ctx, size_t D, camdelta_precision prec, int vec, int with,
                                  const char *extra, cd_tc_set *t);
+/** cd_apply_ot_tc's tile from the apply's: the same, a single column warp split in two along the tokens where
+ *  NR is even and the device takes twice the work-items (the epilogue's loads and stores want the work-items). */
+cd_tc_tiles cd_tc_apply_ot_tiles(const cd_tc_tiles *apply, size_t max_work_group);
 /** 1 when S and every element offset are multiples of 4 (16-byte token rows for CD_VEC). */
 int cd_tc_vec_ok(size_t S, const size_t *offsets, int n);
 void cd_tc_release(cd_tc_set *t);
@@ -64,6 +71,8 @@ camdelta_status cd_tc_resolve(camdelta_context *ctx, int family, size_t D, cd_tc
 /** Local memory a family's work-group needs (the kernels' __local arrays, cl/gemm_tc.cl); split: 1 for `exact`
  *  (split-TF32: the gram's and apply's staged slots hold hi and lo), 0 for `tf32`. */
 size_t cd_tc_local_bytes(int family, size_t D, int split, const cd_tc_tiles *t);
+/** cd_apply_ot_tc's local memory: the apply's Ms, and its Xs or the output tile Os (TN rows of TM + 4) in one array. */
+size_t cd_tc_apply_ot_local_bytes(const cd_tc_tiles *t);
 /** UNSUPPORTED with a message when the tiles break the family's constraints or the device's limits. */
 camdelta_status cd_tc_check(const camdelta_context *ctx, int family, size_t D, int split, const cd_tc_tiles *t);
 /** The file `camdelta tune --save` writes and contexts read (cache folder, one per device name); "" without
