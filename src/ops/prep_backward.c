@@ -18,6 +18,7 @@
 #include "internal.h"
 #include "prep_backward_fused.h"
 #include "prep_common.h"
+#include "scan_pair.h"
 
 static const char OP[] = "camdelta_prep_backward";
 
@@ -145,17 +146,9 @@ static camdelta_status add_g2(camdelta_context *ctx, const camdelta_prep_backwar
   cl_kernel k = NULL;
   camdelta_status st = cd_kernel(ctx, "scan_pair.cl", "-DCD_D=8", "cd_pair_add", &k);
   const uint64_t n = (uint64_t)a->B * a->H * a->D * a->N;
-  for (int i = 0; i < 2 && !st; i++) {
-    cd_args ar = {k, 0, CL_SUCCESS};
-    cd_arg_buf(&ar, i ? a->grad_v : a->grad_k);
-    cd_arg_buf(&ar, g2[i]);
-    cd_arg_u64(&ar, n);
-    if (ar.err != CL_SUCCESS) st = cd_cl_fail(ar.err, "cd_pair_add: setting arguments");
-    size_t lws = 1;
-    while (lws < 256 && lws * 2 <= cd_kernel_max_wg(ctx, k)) lws *= 2;
-    const size_t gws = (n + lws - 1) / lws * lws;
-    if (!st) st = cd_enqueue(ctx, k, 1, &gws, &lws, l, "cd_pair_add (prep backward's second gradients)");
-  }
+  for (int i = 0; i < 2 && !st; i++)
+    st = cd_pair_add_enqueue(ctx, k, i ? a->grad_v : a->grad_k, g2[i], n, l,
+                             "cd_pair_add (prep backward's second gradients)");
   if (k) clReleaseKernel(k);
   return st;
 }

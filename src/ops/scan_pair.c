@@ -93,6 +93,24 @@ static camdelta_status chain_acquire(camdelta_context *ctx, size_t BH, size_t D,
   return cd_plan_acquire(ctx, &key, chain_build, &sh, chain_destroy, e);
 }
 
+/* The elementwise kernels' local size: the largest power of two up to 256 that the compiled kernel takes. */
+static size_t elementwise_local(camdelta_context *ctx, cl_kernel k) {
+  size_t lws = 1;
+  while (lws < 256 && lws * 2 <= cd_kernel_max_wg(ctx, k)) lws *= 2;
+  return lws;
+}
+
+camdelta_status cd_pair_add_enqueue(camdelta_context *ctx, cl_kernel k, camdelta_buffer a, camdelta_buffer b,
+                                    uint64_t n, cd_launch *l, const char *what) {
+  cd_args ar = {k, 0, CL_SUCCESS};
+  cd_arg_buf(&ar, a);
+  cd_arg_buf(&ar, b);
+  cd_arg_u64(&ar, n);
+  if (ar.err != CL_SUCCESS) return cd_cl_fail(ar.err, "cd_pair_add: setting arguments");
+  const size_t lws = elementwise_local(ctx, k), gws = (n + lws - 1) / lws * lws;
+  return cd_enqueue(ctx, k, 1, &gws, &lws, l, what);
+}
+
 camdelta_status cd_scan_pair_warm(camdelta_context *ctx, size_t BH, size_t D, size_t S) {
   if (!ctx->branch_pair) return CAMDELTA_OK;
   cd_scan_bwd_tiles t;
@@ -207,9 +225,7 @@ camdelta_status cd_scan_pair_forward(camdelta_context *ctx, const cd_scan_pair_a
     cd_arg_mem(&ar, sum);
     cd_arg_u64(&ar, n4);
     if (ar.err != CL_SUCCESS) st = cd_cl_fail(ar.err, "cd_pair_sum: setting arguments");
-    size_t lws = 1;
-    while (lws < 256 && lws * 2 <= cd_kernel_max_wg(ctx, ks)) lws *= 2;
-    const size_t gws = (n4 + lws - 1) / lws * lws;
+    const size_t lws = elementwise_local(ctx, ks), gws = (n4 + lws - 1) / lws * lws;
     if (!st) st = cd_enqueue(ctx, ks, 1, &gws, &lws, &l, "cd_pair_sum");
   }
   int fused = 0;
@@ -307,7 +323,7 @@ camdelta_status cd_scan_pair_backward(camdelta_context *ctx, const cd_scan_pair_
                           a->dq.offset, a->dk.offset, a->grad_out.offset, a->dv.offset};
   const size_t offs2[1] = {a->beta_r.offset};
   const int vec = cd_tc_vec_ok(S, offs, 8) && cd_tc_vec_ok(S, offs2, 1);
-  if ((st = cd_tc_build(ctx, D, a->precision, vec, 1, &tc))) return st;
+  if ((st = cd_tc_build(ctx, D, a->precision, vec, CD_TC_WITH_FRAMES, &tc))) return st;
   cd_scan_bwd_tiles t;
   enum { KGRAMS, KCHAIN, KFR, KDDEC, KSUM, KADD, NK };
   cl_kernel k[NK] = {NULL};
@@ -457,18 +473,8 @@ camdelta_status cd_scan_pair_backward(camdelta_context *ctx, const cd_scan_pair_
     }
   }
   /* 4. dq (FMA), dk, dv summed: causal + reverse, the same bits as cd_branch_add3 (dk, dv not with kv_apart) */
-  for (int i = tc.on ? 1 : 0; i < (a->kv_apart ? 1 : 3) && !st; i++) {
-    const uint64_t n = ntok;
-    cd_args ar = {k[KADD], 0, CL_SUCCESS};
-    cd_arg_buf(&ar, i == 0 ? a->dq : i == 1 ? a->dk : a->dv);
-    cd_arg_buf(&ar, xr[i]);
-    cd_arg_u64(&ar, n);
-    if (ar.err != CL_SUCCESS) st = cd_cl_fail(ar.err, "cd_pair_add: setting arguments");
-    size_t lws = 1;
-    while (lws < 256 && lws * 2 <= cd_kernel_max_wg(ctx, k[KADD])) lws *= 2;
-    const size_t gws = (n + lws - 1) / lws * lws;
-    if (!st) st = cd_enqueue(ctx, k[KADD], 1, &gws, &lws, &l, "cd_pair_add");
-  }
+  for (int i = tc.on ? 1 : 0; i < (a->kv_apart ? 1 : 3) && !st; i++)
+    st = cd_pair_add_enqueue(ctx, k[KADD], i == 0 ? a->dq : i == 1 ? a->dk : a->dv, xr[i], ntok, &l, "cd_pair_add");
   /* 5. tensor cores: dq = dO·(M_c + M_r)ᵀ once, from the summed states (the reverse slot F−1 holds init_r) */
   if (!st && tc.on) {
     const uint64_t n4 = BHF * D * D / 4;
@@ -478,9 +484,7 @@ camdelta_status cd_scan_pair_backward(camdelta_context *ctx, const cd_scan_pair_
     cd_arg_mem(&ar, sum);
     cd_arg_u64(&ar, n4);
     if (ar.err != CL_SUCCESS) st = cd_cl_fail(ar.err, "cd_pair_sum: setting arguments");
-    size_t lws = 1;
-    while (lws < 256 && lws * 2 <= cd_kernel_max_wg(ctx, k[KSUM])) lws *= 2;
-    const size_t gws = (n4 + lws - 1) / lws * lws;
+    const size_t lws = elementwise_local(ctx, k[KSUM]), gws = (n4 + lws - 1) / lws * lws;
     if (!st) st = cd_enqueue(ctx, k[KSUM], 1, &gws, &lws, &l, "cd_pair_sum");
   }
   if (!st && tc.on) {

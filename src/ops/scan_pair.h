@@ -116,4 +116,7 @@ typedef struct cd_scan_pair_bwd_args {
 } cd_scan_pair_bwd_args;
 camdelta_status cd_scan_pair_backward(camdelta_context *ctx, const cd_scan_pair_bwd_args *a,
                                       const camdelta_scan_saved *saved_c, const camdelta_scan_saved *saved_r);
+/** a[i] += b[i] for n floats with k = scan_pair.cl's cd_pair_add, enqueued on l under the name `what`. */
+camdelta_status cd_pair_add_enqueue(camdelta_context *ctx, cl_kernel k, camdelta_buffer a, camdelta_buffer b,
+                                    uint64_t n, cd_launch *l, const char *what);
 #endif
