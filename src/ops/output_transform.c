@@ -33,12 +33,10 @@ camdelta_status cd_output_transform_enqueue(camdelta_context *ctx, int backward,
   cd_arg_u64(&g, a->N);
   cd_arg_u32(&g, (uint32_t)a->H);
   /* 16-byte accesses where every offset is a multiple of 4 floats (D % 8 == 0 keeps the indexes so) */
-  const size_t offs[6] = {a->out.offset, a->out2.offset, a->grad_y.offset, a->proj_o.offset, a->rope_cos.offset,
-                          a->rope_sin.offset};
-  const size_t offs2[2] = {a->y.offset, a->grad_out.offset};
+  const size_t offs[8] = {a->out.offset,    a->out2.offset,     a->grad_y.offset, a->proj_o.offset,
+                          a->rope_cos.offset, a->rope_sin.offset, a->y.offset,      a->grad_out.offset};
   uint32_t al = 1;
-  for (int i = 0; i < 6; i++) al = al && offs[i] % 4 == 0;
-  for (int i = 0; i < 2; i++) al = al && offs2[i] % 4 == 0;
+  for (int i = 0; i < 8; i++) al = al && offs[i] % 4 == 0;
   cd_arg_u32(&g, al);
   if (g.err != CL_SUCCESS) st = cd_cl_fail(g.err, "cd_output_transform: setting arguments");
   const size_t lws[3] = {ts * (a->D / 4), 1, 1}, gws[3] = {(a->N + ts - 1) / ts * lws[0], a->H, a->B};

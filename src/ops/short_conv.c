@@ -117,9 +117,9 @@ static camdelta_status check(const camdelta_context *ctx, const char *op, const 
                    a->S, a->C);
   size_t total;
   const size_t f[4] = {a->B, a->T, a->S, a->C};
+  const size_t sb = conv_sb(ctx); /* the backward's B·ceil(S / sb) weight partials are counted in 32 bits */
   if (!cd_prod(&total, 4, f) || total > SIZE_MAX / 16 || a->T > UINT32_MAX || a->S > UINT32_MAX ||
-      a->C > UINT32_MAX / 4 || a->B * a->S > UINT32_MAX ||
-      a->B * ((a->S + conv_sb(ctx) - 1) / conv_sb(ctx)) * a->C > SIZE_MAX / 16)
+      a->C > UINT32_MAX / 4 || a->B * ((a->S + sb - 1) / sb) > UINT32_MAX)
     return cd_fail(CAMDELTA_ERROR_OVERFLOW, "%s: B*T*S*C = %zu*%zu*%zu*%zu is too large", op, a->B, a->T, a->S, a->C);
   camdelta_status st;
   const size_t C4 = 4 * a->C;
