@@ -308,3 +308,122 @@ kernel void cd_prep_fused(global const cd_store_t *q_raw, ulong q_raw_off, globa
     }
   }
 }
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Register-resident prep forward: every input row is read once. A work-group owns CD_TT consecutive tokens of one
+ * batch row and ONE of the three tensors (kind = group % 3: q, k or v), all CD_H heads, and holds its rows in
+ * registers: work-item (g, t) = (lid / CD_TT, lid % CD_TT) keeps the float4 of channels 4g..4g+3 of token t in
+ * every head, x[CD_H]. The q and k kinds sum their squares and reduce them per token (inverse RMS, also written for
+ * the backward); every kind then normalizes (q, k), transforms (camera matrix or RoPE) and stores each head's four
+ * channels into four (B, H, D, N) rows: a row store covers CD_TT tokens (32 bytes at CD_TT = 8 in f32). The k kind
+ * also keeps k's squares before and after the transform in a ring of CD_RR heads and sums them per (token, head)
+ * in a fixed order: inflation_sq.
+ * Splitting by tensor halves what one work-group holds (a tile of one tensor, CD_TT * CD_H * CD_D floats) against
+ * the q-and-k form, so two tiles fit an SM's registers; all of a work-item's CD_H loads are issued back to back.
+ * Build options: CD_DTYPE, CD_D, CD_H (heads; the host uses this form while 4 * CD_H registers fit), CD_TT.
+ * Local size CD_TT * CD_D / 4; global 3 * B * ceil(N / CD_TT) work-groups. Flags as cd_prep_fused. */
+#ifdef CD_H
+#ifndef CD_RR
+#define CD_RR (CD_H < 8 ? CD_H : 8)
+#endif
+#define CD_RL (CD_TT * CD_G4)
+
+kernel void cd_prep_regs(global const cd_store_t *q_raw, ulong q_raw_off, global const cd_store_t *k_raw,
+                         ulong k_raw_off, global const cd_store_t *v_raw, ulong v_raw_off, global const float *qw,
+                         ulong qw_off, global const float *kw, ulong kw_off, global const float *proj_q,
+                         ulong pq_off, global const float *proj_kv, ulong pkv_off, global const float *rope_cos,
+                         ulong rc_off, global const float *rope_sin, ulong rs_off, global float *inv_rms,
+                         ulong inv_off, global cd_store_t *q_out, ulong q_off, global cd_store_t *k_out,
+                         ulong k_off, global cd_store_t *v_out, ulong v_off, global float *infl, ulong infl_off,
+                         ulong N, ulong B, float k_scale, float eps, uint flags) {
+  local float red[CD_RL];
+  local float irl[CD_TT];
+  local float ring[2][CD_RR][CD_RL]; /* k kind: squares before / after the transform, per head of the ring */
+
+  const uint lid = get_local_id(0);
+  const uint t = lid % CD_TT, g = lid / CD_TT, kind = get_group_id(0) % 3;
+  const int first = 4 * g < CD_DH, al = (flags & CD_F_ALIGNED) != 0;
+  const ulong tile = get_group_id(0) / 3, tpr = (N + CD_TT - 1) / CD_TT;
+  const ulong b = tile / tpr, n0 = (tile % tpr) * CD_TT;
+  const uint nt = (N - n0) < CD_TT ? (uint)(N - n0) : CD_TT;
+  const int ok = t < nt;
+  const ulong n = n0 + t, tok = b * N + n;
+
+  global const cd_store_t *src = kind == 0 ? q_raw + q_raw_off : kind == 1 ? k_raw + k_raw_off : v_raw + v_raw_off;
+  global cd_store_t *dst = kind == 0 ? q_out + q_off : kind == 1 ? k_out + k_off : v_out + v_off;
+
+  float4 x[CD_H];
+  const ulong row = tok * (CD_H * CD_D) + 4 * g;
+#pragma unroll
+  for (uint h = 0; h < CD_H; h++) x[h] = ok ? CD_LD4(src, row + h * CD_D, al) : (float4)(0.0f);
+
+  /* this token's camera matrix (camera half) or RoPE coefficients (second half: cos in P0, sin in P1) */
+  float4 P0 = (float4)(0.0f), P1 = P0, P2 = P0, P3 = P0;
+  if (ok) {
+    if (first) {
+      global const float *Pm = kind == 0 ? proj_q + pq_off + tok * 16 : proj_kv + pkv_off + tok * 16;
+      P0 = CD_LDF4(Pm, 0, al), P1 = CD_LDF4(Pm, 4, al), P2 = CD_LDF4(Pm, 8, al), P3 = CD_LDF4(Pm, 12, al);
+    } else {
+      const ulong rrow = n * CD_DH + (4 * g - CD_DH);
+      P0 = CD_LDF4(rope_cos, rc_off + rrow, al);
+      P1 = CD_LDF4(rope_sin, rs_off + rrow, al);
+    }
+  }
+
+  /* q and k: the inverse RMS of each token over all H * D channels, the work-item's heads first, then its
+   * CD_G4 units in order */
+  float ir = 1.0f;
+  if (kind < 2) { /* uniform over the work-group */
+    float s = 0.0f;
+#pragma unroll
+    for (uint h = 0; h < CD_H; h++) s += cd_sq4(x[h]);
+    red[lid] = s;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid < CD_TT) {
+      float sum = 0.0f;
+      for (uint u = 0; u < CD_G4; u++) sum += red[u * CD_TT + lid];
+      const float r = 1.0f / sqrt(sum * (1.0f / (float)(CD_H * CD_D)) + eps);
+      irl[lid] = r;
+      if (lid < nt) inv_rms[inv_off + kind * B * N + b * N + n0 + lid] = r;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    ir = irl[t];
+  }
+  global const float *w = kind == 0 ? qw + qw_off : kw + kw_off;
+  const float scale = kind == 1 ? k_scale : 1.0f;
+
+#pragma unroll
+  for (uint h = 0; h < CD_H; h++) {
+    float4 xn = x[h];
+    if (kind < 2) xn = fmax(xn * ir * CD_LDF4(w, h * CD_D + 4 * g, al), 0.0f) * scale;
+    float4 o;
+    if (first) o = (float4)(dot(P0, xn), dot(P1, xn), dot(P2, xn), dot(P3, xn));
+    else o = fma(xn.yxwz, P1, xn * P0);
+    if (ok) {
+      const ulong at = ((b * CD_H + h) * CD_D + 4 * g) * N + n;
+      CD_ST_ROWS(dst, at, o);
+    }
+    if (kind == 1) { /* uniform */
+      const uint slot = h % CD_RR;
+      ring[0][slot][lid] = cd_sq4(xn);
+      ring[1][slot][lid] = cd_sq4(o);
+      if (slot == CD_RR - 1 || h == CD_H - 1) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const uint h0 = h - slot;
+        for (uint i = lid; i < (slot + 1) * CD_TT; i += CD_RL) {
+          const uint r = i / CD_TT, tt = i % CD_TT;
+          if (tt < nt) {
+            float sp = 0.0f, so = 0.0f;
+            for (uint u = 0; u < CD_G4; u++) {
+              sp += ring[0][r][u * CD_TT + tt];
+              so += ring[1][r][u * CD_TT + tt];
+            }
+            infl[infl_off + (b * CD_H + h0 + r) * N + n0 + tt] = fmax(so, 1e-12f) / fmax(sp, 1e-12f);
+          }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+      }
+    }
+  }
+}
+#endif

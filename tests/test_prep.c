@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "prep_common.h"
 #include "prep_problem.h"
 
 typedef struct shape {
@@ -60,8 +61,15 @@ static void run_shape(const shape *s) {
                           {in[0], off}, {in[1], off}, {in[2], off}, {in[3], off}, {in[4], off}, {in[5], off},
                           {in[6], off}, {in[7], off}, {in[8], off}, {q, off}, {k, off}, {v, off}, {infl, off}, &prof};
   TU_OK(camdelta_prep_forward(ctx, &a, NULL));
-  /* the fused form is one launch, the two-pass form two (inverse RMS, transform) */
+  /* the one-pass forms are one launch, the two-pass form two (inverse RMS, transform) */
   if (g_variant >= 0) assert_int_equal(prof.kernels, g_variant ? 1 : 2);
+  if (g_variant >= 1) { /* and the form asked for is the one that ran (register-resident up to 64 heads) */
+    cd_pf_plan pf;
+    camdelta_status st;
+    assert_int_equal(cd_prep_fused_kernel(ctx, s->dt, s->D, s->H, &pf, &st), 1);
+    assert_int_equal(pf.regs, g_variant == 2 && s->H <= 64);
+    clReleaseKernel(pf.k);
+  }
 
   double *rq, *rk, *rv, *ri;
   prep_problem_reference(&p, &rq, &rk, &rv, &ri);
@@ -116,11 +124,11 @@ static void test_prep_shapes(void **state) {
  * partial token tiles, B = 2 rows, offsets, zero k tokens, both 16-bit types) keeps PoCL's compile time low. */
 static void check_saved(void);
 
-static void run_variant(int fused, const char *tiles, const size_t *which, size_t count) {
+static void run_variant(int form, const char *tiles, const size_t *which, size_t count) {
   tu_context_release();
-  setenv("CAMDELTA_PREP_FUSED", fused ? "1" : "0", 1);
+  setenv("CAMDELTA_PREP_FUSED", form == 2 ? "2" : form ? "1" : "0", 1);
   if (tiles) setenv("CAMDELTA_PREP_TILES", tiles, 1);
-  g_variant = fused;
+  g_variant = form;
   for (size_t i = 0; i < count; i++) run_shape(&shapes[which[i]]);
   check_saved();
   tu_context_release();
@@ -142,6 +150,30 @@ static void test_prep_fused(void **state) {
   run_variant(1, "TT=16,WPC=3", other, 2);
   tu_report("prep_forward fused max rel err f32 q", worst[0][0]);
   tu_report("prep_forward fused max rel err f32 inflation_sq", worst[0][3]);
+}
+
+/* The register-resident form (CAMDELTA_PREP_FUSED=2): one head and many, ragged token tiles, B = 2, unaligned
+ * offsets, zero k tokens, both 16-bit types, every D; 4-token tiles; and 65 heads, past what it holds in registers,
+ * where the context falls back to the staged one-pass form (checked through the plan in run_shape). */
+static void test_prep_regs(void **state) {
+  (void)state;
+  static const size_t which[] = {0, 1, 2, 3, 4, 5, 7, 9, 11, 12, 13};
+  memset(worst, 0, sizeof worst);
+  run_variant(2, NULL, which, sizeof which / sizeof which[0]);
+  static const size_t other[] = {3, 5};
+  run_variant(2, "TT=4", other, sizeof other / sizeof other[0]);
+  static const shape many = {1, 9, 65, 8, CAMDELTA_F32, 1, 4};
+  tu_context_release();
+  setenv("CAMDELTA_PREP_FUSED", "2", 1);
+  g_variant = 2;
+  run_shape(&many);
+  tu_context_release();
+  unsetenv("CAMDELTA_PREP_FUSED");
+  g_variant = -1;
+  tu_report("prep_forward register-resident max rel err f32 q", worst[0][0]);
+  tu_report("prep_forward register-resident max rel err f32 k", worst[0][1]);
+  tu_report("prep_forward register-resident max rel err f32 v", worst[0][2]);
+  tu_report("prep_forward register-resident max rel err f32 inflation_sq", worst[0][3]);
 }
 
 /* A tuning override that does not parse or is out of range fails the context creation, naming the variable. */
@@ -201,6 +233,7 @@ int main(void) {
       cmocka_unit_test(test_prep_shapes),
       cmocka_unit_test(test_prep_saved),
       cmocka_unit_test(test_prep_fused),
+      cmocka_unit_test(test_prep_regs),
       cmocka_unit_test(test_prep_two_pass),
       cmocka_unit_test(test_prep_tiles_env),
   };

@@ -126,7 +126,10 @@ camdelta_status cd_prep_kernel(camdelta_context *ctx, const char *source, const 
  * TT * D/4 work-items. The work-groups walk the tiles persistently, WPC per compute unit (default 64: at sana480
  * that is one tile per work-group; fewer keep fewer tiles' rows in the L2 cache but run slower on the H200).
  * CAMDELTA_PREP_TILES (tuning, read at context creation): "TT=n,WPC=n", TT in {4, 8, 16}, WPC >= 1. */
-enum { PF_DEFAULT_WPC = 64 }; /* H200, sana480 (ci/gpu-test.sh prep-sweep): WPC 1/2/4/8/16/64 1.658/1.082/0.898/0.849/0.834/0.829 ms */
+enum { PF_DEFAULT_WPC = 64 };
+/* The register-resident form (cd_prep_regs: one tensor's tile of all heads in registers, 4 H floats per work-item)
+ * is the GPUs' default up to PF_REGS_HMAX heads; CAMDELTA_PREP_FUSED=2 asks for it up to PF_REGS_HLIMIT. */
+enum { PF_REGS_HMAX = 24, PF_REGS_HLIMIT = 64 }; /* H200, sana480 (ci/gpu-test.sh prep-sweep): WPC 1/2/4/8/16/64 1.658/1.082/0.898/0.849/0.834/0.829 ms */
 static const char PF_TILES_ENV[] = "CAMDELTA_PREP_TILES";
 
 camdelta_status cd_prep_tiles_parse_env(const char *var, const char *const *keys, size_t n, unsigned *tiles) {
@@ -162,17 +165,20 @@ int cd_prep_fused_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, 
   *st = CAMDELTA_OK;
   memset(p, 0, sizeof *p);
   int want = ctx->prep_fused;
-  if (want < 0) want = cd_device_gpu_like(&ctx->info);
+  if (want < 0) want = !cd_device_gpu_like(&ctx->info) ? 0 : H && H <= PF_REGS_HMAX ? 2 : 1;
+  if (want == 2 && (!H || H > PF_REGS_HLIMIT)) want = 1;
   if (!want) return 0;
+  p->regs = want == 2;
   const size_t g4 = D / 4;
   for (p->tt = ctx->prep_tiles[0] ? ctx->prep_tiles[0] : dtype == CAMDELTA_F32 ? 8 : 16;; p->tt /= 2) {
     if (p->tt * g4 <= ctx->info.max_work_group_size) {
       char opts[160];
-      snprintf(opts, sizeof opts, "-DCD_DTYPE=%d -DCD_D=%zu -DCD_TT=%u", (int)dtype, D, p->tt);
-      if ((*st = cd_kernel(ctx, "prep.cl", opts, "cd_prep_fused", &p->k))) return 0;
+      int n = snprintf(opts, sizeof opts, "-DCD_DTYPE=%d -DCD_D=%zu -DCD_TT=%u", (int)dtype, D, p->tt);
+      if (p->regs) snprintf(opts + n, sizeof opts - (size_t)n, " -DCD_H=%zu", H);
+      if ((*st = cd_kernel(ctx, "prep.cl", opts, p->regs ? "cd_prep_regs" : "cd_prep_fused", &p->k))) return 0;
       const size_t lmax = cd_kernel_max_wg(ctx, p->k);
       if (p->tt * g4 <= lmax) {
-        p->hb = cd_prep_heads_per_step(H, g4, p->tt, lmax);
+        p->hb = p->regs ? 1 : cd_prep_heads_per_step(H, g4, p->tt, lmax);
         p->lws = p->hb * p->tt * g4;
         return 1;
       }
@@ -251,7 +257,7 @@ camdelta_status camdelta_prep_forward(camdelta_context *ctx, const camdelta_prep
     cd_arg_buf(&a, args->v);
     cd_arg_buf(&a, args->inflation_sq);
     cd_arg_u64(&a, N);
-    cd_arg_u32(&a, (uint32_t)H);
+    if (!pf.regs) cd_arg_u32(&a, (uint32_t)H);
     if (fused) cd_arg_u64(&a, B);
     cd_arg_f32(&a, args->k_scale);
     size_t lws[3] = {1, 1, 1}, gws[3] = {1, 1, 1};
@@ -259,15 +265,18 @@ camdelta_status camdelta_prep_forward(camdelta_context *ctx, const camdelta_prep
       int al = aligned4(args->q) && aligned4(args->k) && aligned4(args->v);
       for (int i = 0; i < 9; i++) al = al && aligned4(in[i]);
       cd_arg_f32(&a, args->norm_eps);
-      cd_arg_u32(&a, pf.hb);
+      if (!pf.regs) cd_arg_u32(&a, pf.hb);
       cd_arg_u32(&a, al ? 1u : 0u);
-      const size_t wpc = ctx->prep_tiles[1] ? ctx->prep_tiles[1] : PF_DEFAULT_WPC;
-      lws[0] = pf.lws, gws[0] = cd_prep_tile_groups(ctx, B * ((N + pf.tt - 1) / pf.tt), wpc) * pf.lws;
+      const size_t wpc = ctx->prep_tiles[1] ? ctx->prep_tiles[1] : PF_DEFAULT_WPC, tiles = B * ((N + pf.tt - 1) / pf.tt);
+      lws[0] = pf.lws, gws[0] = (pf.regs ? 3 * tiles : cd_prep_tile_groups(ctx, tiles, wpc)) * pf.lws;
     } else {
       lws[0] = ts * (D / 4), gws[0] = (N + ts - 1) / ts * lws[0], gws[1] = H, gws[2] = B;
     }
-    const char *name = fused ? "cd_prep_fused" : "cd_prep_forward";
-    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, fused ? "cd_prep_fused: setting arguments" : "cd_prep_forward: setting arguments");
+    const char *name = pf.regs ? "cd_prep_regs" : fused ? "cd_prep_fused" : "cd_prep_forward";
+    if (a.err != CL_SUCCESS)
+      st = cd_cl_fail(a.err, pf.regs  ? "cd_prep_regs: setting arguments"
+                             : fused ? "cd_prep_fused: setting arguments"
+                                     : "cd_prep_forward: setting arguments");
     if (!st) st = cd_enqueue(ctx, k, 3, gws, lws, &l, name);
   }
   clReleaseKernel(k);

@@ -18,15 +18,17 @@ camdelta_status cd_prep_inv_rms_warm(camdelta_context *ctx, camdelta_dtype dtype
  *  largest token tile (CD_TS) the device allows; local size = ts * D / 4. */
 camdelta_status cd_prep_kernel(camdelta_context *ctx, const char *source, const char *name, camdelta_dtype dtype,
                                size_t D, cl_kernel *out, size_t *ts_out);
-/** The fused prep forward (cl/prep.cl cd_prep_fused) of one (dtype, D): its kernel, tokens per tile, heads per
- *  step and local size. */
+/** The one-pass prep forward of one (dtype, D[, H]): its kernel (cl/prep.cl cd_prep_fused, or cd_prep_regs when
+ *  regs is set), tokens per tile, heads per step (1 for cd_prep_regs) and local size. */
 typedef struct cd_pf_plan {
   cl_kernel k;
   unsigned tt, hb;
+  int regs;
   size_t lws;
 } cd_pf_plan;
-/** The fused prep forward kernel for (dtype, D, H) when the context uses it (see prep.c): returns 1 and fills *p
- *  (the caller releases p->k); 0 for the two-pass form. A build failure sets *st. */
+/** The one-pass prep forward kernel for (dtype, D, H) when the context uses it (see prep.c): returns 1 and fills *p
+ *  (the caller releases p->k); 0 for the two-pass form. H = 0 (not known yet, camdelta_warm) never picks the
+ *  register-resident form. A build failure sets *st. */
 int cd_prep_fused_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, size_t H, cd_pf_plan *p,
                          camdelta_status *st);
 /** The fused prep kernels' launch shape: heads per step, the most of 32 / (D/4) that fit lmax work-items of

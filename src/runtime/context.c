@@ -59,7 +59,7 @@ static camdelta_status finish_create(camdelta_context *ctx) {
   fill_info(ctx);
   /* Overrides are read once, here, never on the call path. */
   const char *pf = getenv("CAMDELTA_PREP_FUSED");
-  ctx->prep_fused = pf && (pf[0] == '0' || pf[0] == '1') && !pf[1] ? pf[0] - '0' : -1;
+  ctx->prep_fused = pf && pf[0] >= '0' && pf[0] <= '2' && !pf[1] ? pf[0] - '0' : -1;
   const char *pbf = getenv("CAMDELTA_PREP_BWD_FUSED");
   ctx->prep_bwd_fused = pbf && (pbf[0] == '0' || pbf[0] == '1') && !pbf[1] ? pbf[0] - '0' : -1;
   const char *bp = getenv("CAMDELTA_BRANCH_PAIR");

@@ -101,7 +101,7 @@ struct camdelta_context {
   mtx_t lock; /* guards programs and stats */
   cd_program_entry *programs;
   camdelta_build_stats stats;
-  int prep_fused; /* CAMDELTA_PREP_FUSED at creation: 0 two-pass, 1 fused, -1 by device type */
+  int prep_fused; /* CAMDELTA_PREP_FUSED at creation: 0 two-pass, 1 fused, 2 register-resident, -1 by device */
   int branch_pair; /* CAMDELTA_BRANCH_PAIR at creation: 0 the branch runs two scans, else the fused pair */
   unsigned conv_sb;    /* CAMDELTA_CONV_SB at creation (1..64): spatial positions per conv-backward work-item; 0
                           the default */
