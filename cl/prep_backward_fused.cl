@@ -323,3 +323,195 @@ kernel void cd_prep_bwd_fused_reduce(global const float *part_w, ulong rows, uin
     else dkw[dkw_off + i - C] = tsum;
   }
 }
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Register-resident prep backward: a work-group takes one of the three tensors (kind = group % 3: q, k or v) of
+ * CD_TT consecutive tokens, all CD_H heads, and walks such tiles persistently (tile = group / 3, + groups / 3, ...).
+ * Work-item (g, t) = (lid / CD_TT, lid % CD_TT) owns channels 4g..4g+3 of token t in every head.
+ *   q, k  walk the heads CD_RK at a time: read the raw row and the upstream gradient rows, (k, with
+ *         grad_inflation_sq: the squares before and after the transform go to local memory, summed per (token,
+ *         head) for dpost, dpre after one barrier), and keep u = da ir w of every head in registers, u[CD_H]; the
+ *         share of S and the norm-weight terms da x ir go to local memory, summed over the tile's tokens in order
+ *         every CD_RK heads into the work-group's accumulator (or the tile's row of partials). After the heads,
+ *         S per token (a fixed-order sum over the work-items), then dx_raw = u - ir^3/C x S with the raw rows read
+ *         again (the tile's own rows, read a moment before: from the L2 cache).
+ *   v     dv_raw = T^T grad_v per head, nothing kept.
+ * Against cd_prep_bwd_fused, no input is read twice except x (once more, for the last step) and no (2, B, H, N)
+ * scratch is written; a work-group holds one tensor's tile, so two fit an SM's registers.
+ * Build options: CD_DTYPE, CD_D, CD_H, CD_TT, CD_RK (heads per ring, default 2), CD_G2.
+ * Local size CD_TT * CD_D / 4; global 3 * groups3 work-groups. Scratch: part_w rows of 2 C floats (q's partials,
+ * then k's) per groups3 row (CD_F_WLOCAL, accw holds C floats) or per tile. */
+#ifdef CD_H
+#ifndef CD_RK
+#define CD_RK 2
+#endif
+#define CD_RL (CD_TT * CD_G4)
+/* T x and T^T y of one work-item's 4 channels: camera matrix M (first half) or RoPE (cos M.r0, sin M.r1) */
+#define CD_TR(first, M, x) ((first) ? cd_cam((M), (x)) : cd_rope((x), (M).r0, (M).r1))
+#define CD_TTR(first, M, y) ((first) ? cd_cam_t((M), (y)) : cd_rope_t((y), (M).r0, (M).r1))
+
+kernel void cd_prep_bwd_regs(
+    global const cd_store_t *q_raw, ulong q_raw_off, global const cd_store_t *k_raw, ulong k_raw_off,
+    global const float *qw, ulong qw_off, global const float *kw, ulong kw_off, global const float *proj_q,
+    ulong pq_off, global const float *proj_kv, ulong pkv_off, global const float *rope_cos, ulong rc_off,
+    global const float *rope_sin, ulong rs_off, global const float *inv_rms, ulong inv_off,
+    global const cd_store_t *grad_q, ulong gq_off, global const cd_store_t *grad_k, ulong gk_off,
+    global const cd_store_t *grad_v, ulong gv_off, global const cd_store_t *grad_k2, ulong gk2_off,
+    global const cd_store_t *grad_v2, ulong gv2_off, global const float *grad_infl, ulong gi_off,
+    global cd_store_t *dq_raw, ulong dq_off, global cd_store_t *dk_raw, ulong dk_off, global cd_store_t *dv_raw,
+    ulong dv_off, global float *part_w, local float *accw, ulong N, ulong B, float k_scale, uint flags) {
+  local float red[CD_RL];                /* S per work-item */
+  local float Sl[CD_TT];                 /* S per token */
+  local float sqr[2][CD_RK][CD_RL];      /* k: squares of kn and T kn per head of the ring and work-item */
+  local float dpp[2][CD_RK][CD_TT];      /* k: dpost, dpre per head of the ring and token */
+  local float wr[CD_RK][4][CD_RL];       /* norm-weight terms per head of the ring, channel of the unit, item */
+
+  const uint lid = get_local_id(0);
+  const uint t = lid % CD_TT, g = lid / CD_TT, kind = get_group_id(0) % 3;
+  const ulong row3 = get_group_id(0) / 3, groups3 = get_num_groups(0) / 3;
+  const int first = 4 * g < CD_DH, qk = kind < 2;
+  const uint C = CD_H * CD_D;
+  const ulong tpr = (N + CD_TT - 1) / CD_TT, total = B * tpr, BN = B * N;
+  const int has_gq = (flags & CD_F_GQ) != 0, has_gk = (flags & CD_F_GK) != 0, has_gv = (flags & CD_F_GV) != 0;
+  const int has_gi = (flags & CD_F_GI) != 0, al = (flags & CD_F_ALIGNED) != 0, wlocal = (flags & CD_F_WLOCAL) != 0;
+  const int has_g = kind == 0 ? has_gq : kind == 1 ? has_gk : has_gv;
+  const int gi_k = kind == 1 && has_gi;
+  global const cd_store_t *x_raw = kind == 0 ? q_raw + q_raw_off : k_raw + k_raw_off;
+  global const cd_store_t *gr = kind == 0 ? grad_q + gq_off : kind == 1 ? grad_k + gk_off : grad_v + gv_off;
+  global const cd_store_t *gr2 = kind == 1 ? grad_k2 + gk2_off : grad_v2 + gv2_off;
+  global cd_store_t *dx_raw = kind == 0 ? dq_raw + dq_off : kind == 1 ? dk_raw + dk_off : dv_raw + dv_off;
+  global const float *wv = kind == 0 ? qw + qw_off : kw + kw_off;
+  const float scale = kind == 1 ? k_scale : 1.0f;
+
+  if (wlocal && qk)
+    for (uint c = lid; c < C; c += CD_RL) accw[c] = 0.0f;
+
+  /* Every work-item of every kind meets the same barriers (the v kind has nothing to share). */
+  for (ulong tile = row3; tile < total; tile += groups3) {
+    const ulong b = tile / tpr, n0 = (tile % tpr) * CD_TT;
+    const uint nt = (N - n0) < CD_TT ? (uint)(N - n0) : CD_TT;
+    const int ok = t < nt;
+    const ulong n = n0 + t, tok = b * N + n;
+    const ulong row = tok * (CD_H * CD_D) + 4 * g;
+
+    /* this token's inverse RMS, camera matrix (camera half) or RoPE coefficients (cos in M.r0, sin in M.r1) */
+    float ir = 0.0f;
+    cd_m4 M;
+    M.r0 = M.r1 = M.r2 = M.r3 = (float4)(0.0f);
+    if (ok) {
+      if (qk) ir = inv_rms[inv_off + kind * BN + tok];
+      if (first) M = cd_load_m4(kind == 0 ? proj_q + pq_off + tok * 16 : proj_kv + pkv_off + tok * 16, al);
+      else {
+        const ulong rrow = n * CD_DH + (4 * g - CD_DH);
+        M.r0 = CD_LDF4(rope_cos, rc_off + rrow, al);
+        M.r1 = CD_LDF4(rope_sin, rs_off + rrow, al);
+      }
+    }
+
+    /* q, k: u = da ir w per head in registers, S and the norm-weight terms through local memory;
+     * v: dv_raw = T^T grad_v as each head is read */
+    float4 u[CD_H];
+    float S = 0.0f;
+#pragma unroll
+    for (uint h0 = 0; h0 < CD_H; h0 += CD_RK) {
+      float4 xs[CD_RK], gs[CD_RK], kns[CD_RK], kos[CD_RK];
+#pragma unroll
+      for (uint j = 0; j < CD_RK; j++) {
+        const uint h = h0 + j;
+        xs[j] = gs[j] = kns[j] = kos[j] = (float4)(0.0f);
+        if (h < CD_H && ok) {
+          const ulong grow = ((b * CD_H + h) * CD_D + 4 * g) * N + n;
+          if (qk) xs[j] = CD_LD4(x_raw, row + h * CD_D, al);
+          if (has_g) gs[j] = cd_grad4(gr, grow, N);
+#if CD_G2
+          if (kind > 0 && has_g) gs[j] += cd_grad4(gr2, grow, N);
+#endif
+          if (!qk) CD_ST4(dx_raw, row + h * CD_D, CD_TTR(first, M, gs[j]), al);
+        }
+        if (gi_k) {
+          const float4 a = xs[j] * ir * CD_LDF4(wv, (h < CD_H ? h : 0) * CD_D + 4 * g, al);
+          kns[j] = fmax(a, 0.0f) * scale;
+          kos[j] = CD_TR(first, M, kns[j]);
+          sqr[0][j][lid] = cd_sq4(kns[j]);
+          sqr[1][j][lid] = cd_sq4(kos[j]);
+        }
+      }
+      barrier(CLK_LOCAL_MEM_FENCE);
+      if (gi_k && lid < CD_RK * CD_TT) { /* dpost, dpre of each (head of the ring, token) */
+        const uint j = lid / CD_TT, tt = lid % CD_TT, h = h0 + j;
+        float sp = 0.0f, so = 0.0f;
+        for (uint v = 0; v < CD_G4; v++) {
+          sp += sqr[0][j][v * CD_TT + tt];
+          so += sqr[1][j][v * CD_TT + tt];
+        }
+        float vpo = 0.0f, vpr = 0.0f;
+        if (h < CD_H && tt < nt) {
+          const float gi = grad_infl[gi_off + (b * CD_H + h) * N + n0 + tt];
+          const float cpre = fmax(sp, 1e-12f), cpost = fmax(so, 1e-12f);
+          vpo = so > 1e-12f ? gi / cpre : 0.0f;
+          vpr = sp > 1e-12f ? -gi * cpost / (cpre * cpre) : 0.0f;
+        }
+        dpp[0][j][tt] = vpo;
+        dpp[1][j][tt] = vpr;
+      }
+      barrier(CLK_LOCAL_MEM_FENCE);
+      if (qk) {
+#pragma unroll
+        for (uint j = 0; j < CD_RK; j++) {
+          const uint h = h0 + j;
+          const float4 w = CD_LDF4(wv, (h < CD_H ? h : 0) * CD_D + 4 * g, al);
+          const float4 a = xs[j] * ir * w;
+          float4 gy = gs[j], kterm = (float4)(0.0f);
+          if (gi_k) {
+            gy = fma(2.0f * kos[j], (float4)(dpp[0][j][t]), gy);
+            kterm = 2.0f * kns[j] * dpp[1][j][t];
+          }
+          const float4 da =
+              select((float4)(0.0f), (CD_TTR(first, M, gy) + kterm) * scale, isgreater(a, (float4)(0.0f)));
+          if (h < CD_H) {
+            u[h] = da * ir * w;
+            S = cd_dotw(da, xs[j], w, S);
+          }
+          const float4 pw = da * xs[j] * ir;
+          wr[j][0][lid] = pw.x, wr[j][1][lid] = pw.y, wr[j][2][lid] = pw.z, wr[j][3][lid] = pw.w;
+        }
+      }
+      /* the ring's norm-weight terms, summed over the tile's tokens in order */
+      barrier(CLK_LOCAL_MEM_FENCE);
+      if (qk)
+        for (uint i = lid; i < CD_RK * CD_D; i += CD_RL) {
+          const uint j = i / CD_D, c = i % CD_D, h = h0 + j;
+          if (h < CD_H) {
+            float sum = 0.0f;
+            for (uint tt = 0; tt < CD_TT; tt++) sum += wr[j][c % 4][(c / 4) * CD_TT + tt];
+            if (wlocal) accw[h * CD_D + c] += sum;
+            else part_w[tile * 2 * C + kind * C + h * CD_D + c] = sum;
+          }
+        }
+      barrier(CLK_LOCAL_MEM_FENCE);
+    }
+
+    /* S per token: the work-items' shares in unit order; then dx_raw = u - ir^3/C x S */
+    red[lid] = S;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid < CD_TT) {
+      float sum = 0.0f;
+      for (uint v = 0; v < CD_G4; v++) sum += red[v * CD_TT + lid];
+      Sl[lid] = sum;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const float St = Sl[t], c3 = ir * ir * ir / (float)C;
+    if (qk && ok) {
+#pragma unroll
+      for (uint h = 0; h < CD_H; h++) {
+        const float4 x = CD_LD4(x_raw, row + h * CD_D, al);
+        CD_ST4(dx_raw, row + h * CD_D, fma(-c3 * x, (float4)(St), u[h]), al);
+      }
+    }
+  }
+  if (wlocal && qk) {
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint c = lid; c < C; c += CD_RL) part_w[row3 * 2 * C + kind * C + c] = accw[c];
+  }
+}
+#endif
