@@ -190,7 +190,7 @@ static double worst_y = 0, worst_g[NGRAD];
 static int prep_bwd_fused(camdelta_context *ctx, size_t B, size_t N, size_t H, size_t D) {
   cd_pbf_plan p;
   camdelta_status st;
-  if (!cd_pbf_kernels(ctx, CAMDELTA_F32, D, H, 1, &p, &st)) return 0;
+  if (!cd_pbf_kernels(ctx, CAMDELTA_F32, D, 1, &p, &st)) return 0;
   if (!cd_pbf_shape(ctx, B, N, H, D, &p)) return 0;
   cd_pbf_release(&p);
   return 1;

@@ -8,7 +8,6 @@
 
 #include "backward.h"
 #include "internal.h"
-#include "prep_backward_fused.h"
 #include "prep_problem.h"
 
 enum { GQ = 1, GK = 2, GV = 4, GI = 8, GALL = 15 };
@@ -207,13 +206,6 @@ static void run_case(const pb_case *c, double *ms) {
   /* [inverse RMS,] heads, tokens, reduce; or [inverse RMS,] fused, reduce */
   const unsigned kernels = (uses_fused(c) ? 2u : 3u) + (c->saved ? 0u : 1u);
   if (prof.kernels != kernels) fail_msg("%s: %u kernels, expected %u", describe(c), prof.kernels, kernels);
-  if (g_variant >= 1 && !c->all) { /* the one-pass form asked for ran: register-resident up to 64 heads */
-    cd_pbf_plan p;
-    camdelta_status st;
-    assert_int_equal(cd_pbf_kernels(ctx, c->dt, c->D, c->H, 0, &p, &st), 1);
-    assert_int_equal(p.regs, g_variant == 2 && c->H <= 64);
-    cd_pbf_release(&p);
-  }
   if (ms) *ms = prof.kernel_ms;
   for (int o = 0; o < NOUT; o++) {
     if (o >= OPQ && !c->all) continue;
@@ -403,9 +395,9 @@ static void test_prep_backward_bad_input(void **state) {
 static void check_warm(const pb_case *cp) {
   const pb_case c = *cp;
   camdelta_context *ctx = tu_context();
-  assert_int_equal(cd_prep_backward_warm(ctx, CAMDELTA_F32, 12, c.H), CAMDELTA_ERROR_UNSUPPORTED);
-  assert_int_equal(cd_prep_backward_warm(ctx, (camdelta_dtype)9, 16, c.H), CAMDELTA_ERROR_UNSUPPORTED);
-  TU_OK(cd_prep_backward_warm(ctx, c.dt, c.D, c.H));
+  assert_int_equal(cd_prep_backward_warm(ctx, CAMDELTA_F32, 12), CAMDELTA_ERROR_UNSUPPORTED);
+  assert_int_equal(cd_prep_backward_warm(ctx, (camdelta_dtype)9, 16), CAMDELTA_ERROR_UNSUPPORTED);
+  TU_OK(cd_prep_backward_warm(ctx, c.dt, c.D));
   camdelta_build_stats before, after;
   TU_OK(camdelta_context_build_stats(ctx, &before));
   pb_data x;
@@ -444,7 +436,7 @@ static void test_prep_backward_warm(void **state) {
  * tiles (NULL: unset). */
 static void use_form(int form, const char *tiles) {
   tu_context_release();
-  if (form >= 0) setenv("CAMDELTA_PREP_BWD_FUSED", form == 2 ? "2" : form ? "1" : "0", 1);
+  if (form >= 0) setenv("CAMDELTA_PREP_BWD_FUSED", form ? "1" : "0", 1);
   else unsetenv("CAMDELTA_PREP_BWD_FUSED");
   if (tiles) setenv("CAMDELTA_PREP_BWD_TILES", tiles, 1);
   else unsetenv("CAMDELTA_PREP_BWD_TILES");
@@ -494,46 +486,6 @@ static void test_prep_backward_fused(void **state) {
   use_form(-1, NULL);
 }
 
-/* The register-resident form (CAMDELTA_PREP_BWD_FUSED=2, the GPUs' default up to 24 heads): the fused form's cases
- * (every head-dim class, partial tiles, B = 2, offsets, both clamps, both 16-bit types, each upstream gradient
- * absent, saved inverse RMS values or not); 49 heads of D = 128 (C = 6272: the norm-weight partials per tile in
- * global memory, not in local memory) and 65 heads (past what it holds: the staged fused form runs); 4- and
- * 16-token tiles, one row of partials per compute unit (many tiles per work-group); determinism. */
-static void test_prep_backward_regs(void **state) {
-  (void)state;
-  static const pb_case cases[] = {
-      {1, 1, 1, 8, CAMDELTA_F32, 0, 0, GALL, 0, 0},      {1, 7, 3, 8, CAMDELTA_F32, 5, 3, GALL, 0, 0},
-      {1, 20, 20, 8, CAMDELTA_F32, 0, 2, GALL, 0, 0},     {2, 33, 1, 16, CAMDELTA_F32, 0, 0, GALL, 0, 1},
-      {1, 100, 3, 32, CAMDELTA_F32, 4, 7, GALL, 0, 0},    {2, 65, 5, 64, CAMDELTA_F32, 0, 0, GALL, 0, 1},
-      {1, 70, 3, 112, CAMDELTA_F32, 11, 5, GALL, 0, 0},   {2, 40, 2, 128, CAMDELTA_F32, 1, 0, GALL, 0, 0},
-      {1, 45, 2, 120, CAMDELTA_F32, 0, 9, GALL, 0, 1},    {1, 9, 26, 128, CAMDELTA_F32, 0, 4, GALL, 0, 0},
-      {1, 50, 3, 24, CAMDELTA_F32, 0, 4, GQ, 0, 0},       {1, 50, 3, 24, CAMDELTA_F32, 0, 4, GK, 0, 0},
-      {1, 50, 3, 24, CAMDELTA_F32, 0, 4, GV, 0, 0},       {1, 50, 3, 24, CAMDELTA_F32, 0, 4, GI, 0, 0},
-      {1, 50, 3, 24, CAMDELTA_F32, 0, 4, GK | GI, 0, 0},  {1, 50, 3, 24, CAMDELTA_F32, 0, 4, 0, 0, 0},
-      {1, 50, 3, 24, CAMDELTA_F32, 0, 4, GALL, 1, 0},     {1, 31, 3, 112, CAMDELTA_F16, 2, 4, GALL, 0, 0},
-      {2, 77, 1, 64, CAMDELTA_F16, 0, 0, GALL, 0, 1},     {1, 45, 3, 112, CAMDELTA_BF16, 7, 6, GALL, 0, 0},
-      {2, 50, 4, 16, CAMDELTA_BF16, 0, 0, GQ | GV, 0, 1}, {1, 40, 5, 16, CAMDELTA_BF16, 4, 3, GALL, 0, 0},
-      {1, 11, 49, 128, CAMDELTA_F32, 0, 3, GALL, 0, 0},   {1, 6, 65, 8, CAMDELTA_F32, 1, 2, GALL, 0, 1},
-  };
-  memset(worst, 0, sizeof worst);
-  use_form(2, NULL);
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], NULL);
-  report_worst("prep_backward register-resident");
-  const pb_case medium = {1, 600, 20, 112, CAMDELTA_F32, 0, 0, GALL, 0, 1};
-  run_case(&medium, NULL);
-  const pb_case det = {2, 90, 4, 32, CAMDELTA_F32, 0, 3, GALL, 0, 0};
-  check_deterministic(&det);
-  const pb_case warm = {1, 30, 2, 40, CAMDELTA_BF16, 0, 0, GALL, 0, 1};
-  check_warm(&warm);
-  use_form(2, "TT=4,WPC=1");
-  run_case(&cases[6], NULL);
-  check_deterministic(&det);
-  use_form(2, "TT=16");
-  run_case(&cases[6], NULL);
-  report_worst("prep_backward register-resident, medium and other tiles");
-  use_form(-1, NULL);
-}
-
 /* The three-kernel form on any device (the default on CPUs, and on GPUs for dproj/drope). */
 static void test_prep_backward_three_kernels(void **state) {
   (void)state;
@@ -564,7 +516,6 @@ int main(void) {
       cmocka_unit_test(test_prep_backward_bad_input),
       cmocka_unit_test(test_prep_backward_warm),
       cmocka_unit_test(test_prep_backward_fused),
-      cmocka_unit_test(test_prep_backward_regs),
       cmocka_unit_test(test_prep_backward_three_kernels),
       cmocka_unit_test(test_prep_backward_tiles_env),
   };

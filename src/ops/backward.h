@@ -6,5 +6,5 @@
 /** Build (or load from the disk cache) the scan-backward kernels for head dim D, as a call would. */
 camdelta_status cd_scan_backward_warm(camdelta_context *ctx, size_t D);
 /** Build (or load) the prep-backward kernels for (dtype, D), as a call would. */
-camdelta_status cd_prep_backward_warm(camdelta_context *ctx, camdelta_dtype dtype, size_t D, size_t H);
+camdelta_status cd_prep_backward_warm(camdelta_context *ctx, camdelta_dtype dtype, size_t D);
 #endif

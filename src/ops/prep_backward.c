@@ -63,7 +63,7 @@ static camdelta_status build_kernels(camdelta_context *ctx, camdelta_dtype dtype
   return st;
 }
 
-camdelta_status cd_prep_backward_warm(camdelta_context *ctx, camdelta_dtype dtype, size_t D, size_t H) {
+camdelta_status cd_prep_backward_warm(camdelta_context *ctx, camdelta_dtype dtype, size_t D) {
   camdelta_status st = cd_check_dtype(OP, dtype);
   if (!st) st = cd_check_head_dim(OP, D);
   if (st) return st;
@@ -73,8 +73,8 @@ camdelta_status cd_prep_backward_warm(camdelta_context *ctx, camdelta_dtype dtyp
   /* the fused form too where the context uses it (calls without dproj/drope), in f32 also the camera branch's
    * variant with second K and V gradients */
   cd_pbf_plan p;
-  if (cd_pbf_kernels(ctx, dtype, D, H, 0, &p, &st)) cd_pbf_release(&p);
-  if (!st && dtype == CAMDELTA_F32 && cd_pbf_kernels(ctx, dtype, D, H, 1, &p, &st)) cd_pbf_release(&p);
+  if (cd_pbf_kernels(ctx, dtype, D, 0, &p, &st)) cd_pbf_release(&p);
+  if (!st && dtype == CAMDELTA_F32 && cd_pbf_kernels(ctx, dtype, D, 1, &p, &st)) cd_pbf_release(&p);
   return st;
 }
 
@@ -184,7 +184,7 @@ static camdelta_status run(camdelta_context *ctx, const camdelta_prep_backward_a
   /* The fused form (GPUs, see prep_backward_fused.c) when no dproj/drope is asked for. */
   if (!(flags & (PB_WANT_PQ | PB_WANT_PKV | PB_WANT_ROPE))) {
     cd_pbf_plan p;
-    const int fused = cd_pbf_kernels(ctx, args->dtype, D, H, g2 != NULL, &p, &st);
+    const int fused = cd_pbf_kernels(ctx, args->dtype, D, g2 != NULL, &p, &st);
     if (st) return st;
     if (fused && cd_pbf_shape(ctx, B, N, H, D, &p)) {
       if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;

@@ -29,10 +29,6 @@ enum { PBF_GQ = 1, PBF_GK = 2, PBF_GV = 4, PBF_GI = 8, PBF_ALIGNED = 16, PBF_WLO
 /* Defaults measured on the H200 at sana480 (ci/gpu-test.sh prep-ab, 2026-12-02): loads one step ahead (PF=2)
  * 1.913 ms, without (PF=1) 1.594 ms; WPC 1/2/4/8 1.885/1.896/1.913/1.937 ms (within 3%). */
 enum { PBF_DEFAULT_WPC = 4, PBF_DEFAULT_PF = 0, PBF_WLOCAL_MAX = 24576 };
-/* The register-resident form (cd_prep_bwd_regs: 4 H floats of u per work-item) is the GPUs' default up to
- * PBF_REGS_HMAX heads; CAMDELTA_PREP_BWD_FUSED=2 asks for it up to PBF_REGS_HLIMIT. Its work-groups: three per
- * row of partials (q, k, v), PBF_REGS_WPC rows per compute unit unless CAMDELTA_PREP_BWD_TILES sets WPC. */
-enum { PBF_REGS_HMAX = 24, PBF_REGS_HLIMIT = 64, PBF_REGS_WPC = 4 };
 
 static const char TILES_ENV[] = "CAMDELTA_PREP_BWD_TILES";
 
@@ -51,28 +47,23 @@ void cd_pbf_release(cd_pbf_plan *p) {
   p->fused = p->reduce = NULL;
 }
 
-int cd_pbf_kernels(camdelta_context *ctx, camdelta_dtype dtype, size_t D, size_t H, int g2, cd_pbf_plan *p,
+int cd_pbf_kernels(camdelta_context *ctx, camdelta_dtype dtype, size_t D, int g2, cd_pbf_plan *p,
                    camdelta_status *st) {
   memset(p, 0, sizeof *p);
   *st = CAMDELTA_OK;
   int want = ctx->prep_bwd_fused;
-  if (want < 0) want = !cd_device_gpu_like(&ctx->info) ? 0 : H && H <= PBF_REGS_HMAX ? 2 : 1;
-  if (want == 2 && (!H || H > PBF_REGS_HLIMIT)) want = 1;
+  if (want < 0) want = cd_device_gpu_like(&ctx->info);
   if (!want) return 0;
-  p->regs = want == 2;
   p->tt = ctx->prep_bwd_tiles[0] ? ctx->prep_bwd_tiles[0] : dtype == CAMDELTA_F32 ? 8 : 16;
   const int pf = ctx->prep_bwd_tiles[2] ? ctx->prep_bwd_tiles[2] == 2 : PBF_DEFAULT_PF;
   /* one step of one head needs tt * D/4 work-items: a smaller tile where the device or the kernel (its registers)
    * cannot take that many */
   for (;;) {
     if (p->tt * (D / 4) <= ctx->info.max_work_group_size) {
-      char opts[192];
-      int n = snprintf(opts, sizeof opts, "-DCD_DTYPE=%d -DCD_D=%zu -DCD_TT=%u -DCD_G2=%d", (int)dtype, D, p->tt,
-                       g2 != 0);
-      if (p->regs) snprintf(opts + n, sizeof opts - (size_t)n, " -DCD_H=%zu", H);
-      else snprintf(opts + n, sizeof opts - (size_t)n, " -DCD_PF=%d", pf);
-      if ((*st = cd_kernel(ctx, "prep_backward_fused.cl", opts, p->regs ? "cd_prep_bwd_regs" : "cd_prep_bwd_fused",
-                           &p->fused)) ||
+      char opts[160];
+      snprintf(opts, sizeof opts, "-DCD_DTYPE=%d -DCD_D=%zu -DCD_TT=%u -DCD_PF=%d -DCD_G2=%d", (int)dtype, D, p->tt, pf,
+               g2 != 0);
+      if ((*st = cd_kernel(ctx, "prep_backward_fused.cl", opts, "cd_prep_bwd_fused", &p->fused)) ||
           (*st = cd_kernel(ctx, "prep_backward_fused.cl", opts, "cd_prep_bwd_fused_reduce", &p->reduce))) {
         cd_pbf_release(p);
         return 0;
@@ -91,18 +82,16 @@ int cd_pbf_shape(camdelta_context *ctx, size_t B, size_t N, size_t H, size_t D, 
     cd_pbf_release(p);
     return 0;
   }
-  p->hb = p->regs ? 1 : cd_prep_heads_per_step(H, g4, p->tt, lmax);
+  p->hb = cd_prep_heads_per_step(H, g4, p->tt, lmax);
   p->lws = p->hb * p->tt * g4;
   p->tiles = B * ((N + p->tt - 1) / p->tt);
-  const unsigned wpc = ctx->prep_bwd_tiles[1] ? ctx->prep_bwd_tiles[1] : p->regs ? PBF_REGS_WPC : PBF_DEFAULT_WPC;
-  p->groups = cd_prep_tile_groups(ctx, p->tiles, wpc) * (p->regs ? 3 : 1);
+  p->groups = cd_prep_tile_groups(ctx, p->tiles, ctx->prep_bwd_tiles[1] ? ctx->prep_bwd_tiles[1] : PBF_DEFAULT_WPC);
   cl_ulong static_local = 0;
   if (clGetKernelWorkGroupInfo(p->fused, ctx->device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof static_local, &static_local,
                                NULL) != CL_SUCCESS)
     static_local = ctx->info.local_mem_bytes;
-  const size_t wbytes = (p->regs ? 1 : 2) * H * D * sizeof(float); /* regs: one tensor's weights per work-group */
+  const size_t wbytes = 2 * H * D * sizeof(float);
   p->wlocal = wbytes <= PBF_WLOCAL_MAX && static_local + wbytes <= ctx->info.local_mem_bytes;
-  p->rows = !p->wlocal ? p->tiles : p->regs ? p->groups / 3 : p->groups;
   return 1;
 }
 
@@ -119,12 +108,12 @@ camdelta_status cd_pbf_run(camdelta_context *ctx, const camdelta_prep_backward_a
   for (size_t i = 0; i < sizeof vec / sizeof vec[0]; i++) al = al && aligned4(vec[i]);
   const unsigned flags = (a->grad_q.mem ? PBF_GQ : 0) | (a->grad_k.mem ? PBF_GK : 0) | (a->grad_v.mem ? PBF_GV : 0) |
                          (has_gi ? PBF_GI : 0) | (al ? PBF_ALIGNED : 0) | (p->wlocal ? PBF_WLOCAL : 0);
-  const size_t rows = p->rows;
+  const size_t rows = p->wlocal ? p->groups : p->tiles;
 
   /* scratch: dpost/dpre, norm-weight partials, inverse RMS (when not saved) */
   cl_mem dgi = NULL, pw = NULL, own_inv = NULL;
   camdelta_status st = cd_alloc(ctx, rows * 2 * C * sizeof(float), &pw);
-  if (!st && has_gi && !p->regs) st = cd_alloc(ctx, 2 * B * H * N * sizeof(float), &dgi);
+  if (!st && has_gi) st = cd_alloc(ctx, 2 * B * H * N * sizeof(float), &dgi);
   if (!st && !inv) st = cd_alloc(ctx, 2 * B * N * sizeof(float), &own_inv);
   if (!st && !inv) {
     inv = own_inv;
@@ -153,21 +142,18 @@ camdelta_status cd_pbf_run(camdelta_context *ctx, const camdelta_prep_backward_a
     cd_arg_buf(&g, a->dq_raw);
     cd_arg_buf(&g, a->dk_raw);
     cd_arg_buf(&g, a->dv_raw);
-    /* the register-resident kernel takes no dpost/dpre scratch, H (a build option) or heads per step */
-    if (!p->regs) cd_arg_mem(&g, dgi ? dgi : pw);
+    cd_arg_mem(&g, dgi ? dgi : pw);
     cd_arg_mem(&g, pw);
-    cd_arg_local(&g, p->wlocal ? (p->regs ? 1 : 2) * C * sizeof(float) : sizeof(float));
+    cd_arg_local(&g, p->wlocal ? 2 * C * sizeof(float) : sizeof(float));
     cd_arg_u64(&g, N);
-    if (!p->regs) cd_arg_u32(&g, (uint32_t)H);
+    cd_arg_u32(&g, (uint32_t)H);
     cd_arg_u64(&g, B);
-    if (!p->regs) cd_arg_u32(&g, p->hb);
+    cd_arg_u32(&g, p->hb);
     cd_arg_f32(&g, a->k_scale);
     cd_arg_u32(&g, flags);
-    const char *name = p->regs ? "cd_prep_bwd_regs" : "cd_prep_bwd_fused";
-    if (g.err != CL_SUCCESS)
-      st = cd_cl_fail(g.err, p->regs ? "cd_prep_bwd_regs: setting arguments" : "cd_prep_bwd_fused: setting arguments");
+    if (g.err != CL_SUCCESS) st = cd_cl_fail(g.err, "cd_prep_bwd_fused: setting arguments");
     const size_t lws = p->lws, gws = p->groups * lws;
-    if (!st) st = cd_enqueue(ctx, p->fused, 1, &gws, &lws, l, name);
+    if (!st) st = cd_enqueue(ctx, p->fused, 1, &gws, &lws, l, "cd_prep_bwd_fused");
   }
 #undef OPT
   if (!st) {

@@ -7,20 +7,17 @@
 typedef struct cd_pbf_plan {
   cl_kernel fused, reduce;
   unsigned tt;           /* tokens per tile (CD_TT) */
-  unsigned hb;           /* heads per step (1 for cd_prep_bwd_regs) */
-  int regs;              /* cd_prep_bwd_regs (one tensor's tile of all heads in registers), else cd_prep_bwd_fused */
+  unsigned hb;           /* heads per step */
   size_t lws, groups;    /* local size, work-groups */
   size_t tiles;          /* B * ceil(N / tt) */
-  int wlocal;            /* norm-weight partials in local memory (a row per work-group, per 3 for regs), else per tile */
-  size_t rows;           /* rows of norm-weight partials */
+  int wlocal;            /* norm-weight partials in local memory (rows = groups), else one row per tile */
 } cd_pbf_plan;
 
-/** 1 when this context runs the prep backward of (dtype, D, H) in a one-pass form (GPUs and accelerators unless
- *  CAMDELTA_PREP_BWD_FUSED says otherwise: the register-resident form up to 24 heads, else the staged one), with
- *  both kernels built into *p (g2: the variant that adds second K and V gradients as it reads them,
- *  cd_prep_backward_g2); 0 for the three-kernel form; a build failure sets *st (and returns 0). H = 0 (not known,
- *  camdelta_warm) never picks the register-resident form. */
-int cd_pbf_kernels(camdelta_context *ctx, camdelta_dtype dtype, size_t D, size_t H, int g2, cd_pbf_plan *p,
+/** 1 when this context runs the prep backward of (dtype, D) in the fused form (GPUs and accelerators unless
+ *  CAMDELTA_PREP_BWD_FUSED says otherwise), with both kernels built into *p (g2: the variant that adds second K and
+ *  V gradients as it reads them, cd_prep_backward_g2); 0 for the three-kernel form; a build failure sets *st (and
+ *  returns 0). */
+int cd_pbf_kernels(camdelta_context *ctx, camdelta_dtype dtype, size_t D, int g2, cd_pbf_plan *p,
                    camdelta_status *st);
 /** The launch shape for (B, N, H); 0 (kernels released) when the device cannot take it: use the three kernels. */
 int cd_pbf_shape(camdelta_context *ctx, size_t B, size_t N, size_t H, size_t D, cd_pbf_plan *p);

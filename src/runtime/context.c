@@ -61,7 +61,7 @@ static camdelta_status finish_create(camdelta_context *ctx) {
   const char *pf = getenv("CAMDELTA_PREP_FUSED");
   ctx->prep_fused = pf && pf[0] >= '0' && pf[0] <= '2' && !pf[1] ? pf[0] - '0' : -1;
   const char *pbf = getenv("CAMDELTA_PREP_BWD_FUSED");
-  ctx->prep_bwd_fused = pbf && pbf[0] >= '0' && pbf[0] <= '2' && !pbf[1] ? pbf[0] - '0' : -1;
+  ctx->prep_bwd_fused = pbf && (pbf[0] == '0' || pbf[0] == '1') && !pbf[1] ? pbf[0] - '0' : -1;
   const char *bp = getenv("CAMDELTA_BRANCH_PAIR");
   ctx->branch_pair = bp && bp[0] == '0' && !bp[1] ? 0 : 1;
   const char *csb = getenv("CAMDELTA_CONV_SB");

@@ -114,7 +114,7 @@ struct camdelta_context {
   unsigned tune_over[3][5];
   unsigned tune_saved[24][8]; /* family, D min, D max, WM, WN, MR, NR, KC */
   int tune_nsaved;
-  int prep_bwd_fused; /* CAMDELTA_PREP_BWD_FUSED at creation: 0 three kernels, 1 fused, 2 register-resident, -1 by device */
+  int prep_bwd_fused; /* CAMDELTA_PREP_BWD_FUSED at creation: 0 three kernels, 1 fused, -1 by device type */
   unsigned prep_bwd_tiles[3]; /* CAMDELTA_PREP_BWD_TILES at creation: TT, WPC, PF (0: default), see
                                * prep_backward_fused.c */
   unsigned prep_tiles[2];     /* CAMDELTA_PREP_TILES at creation: TT, WPC of the fused forward (0: default), prep.c */

@@ -19,7 +19,7 @@ static camdelta_status warm_head_dim(camdelta_context *ctx, size_t D, size_t H) 
     else if (!st && !(st = cd_prep_kernel(ctx, "prep.cl", "cd_prep_forward", (camdelta_dtype)dt, D, &k, &ts)))
       clReleaseKernel(k);
     if (!st) st = cd_prep_inv_rms_warm(ctx, (camdelta_dtype)dt);
-    if (!st) st = cd_prep_backward_warm(ctx, (camdelta_dtype)dt, D, H);
+    if (!st) st = cd_prep_backward_warm(ctx, (camdelta_dtype)dt, D);
   }
   if (!st) st = cd_scan_backward_warm(ctx, D);
   return st;
