@@ -9,8 +9,8 @@
 #                   [prep-sweep] [ctest REGEX] [mma]
 # mma: ci/mma-throughput.c, the rate of independent mma.sync.m16n8k8 TF32 products (1-16 chains per warp).
 # gram-ab: the staged gram at sana480 in variants (lo parts unrounded, without mma, staging once) and their profile.
-# prep-ab: prep forward and backward of each shape in both forms (CAMDELTA_PREP_FUSED, CAMDELTA_PREP_BWD_FUSED =
-#          0 and 1), then the fused backward under a few CAMDELTA_PREP_BWD_TILES settings (to pick the defaults).
+# prep-ab: prep forward and backward of each shape in every form (CAMDELTA_PREP_FUSED = 2, 1, 0;
+#          CAMDELTA_PREP_BWD_FUSED = 1, 0), then the fused backward under a few CAMDELTA_PREP_BWD_TILES settings (to pick the defaults).
 # large: tests/large_sizes.c at B=3 H=32 D=128 N=219,600 (> 2^31 elements per tensor; about 70 GB of device
 #        memory, a few minutes with the f64 reference of the sampled sequences on the host's cores).
 # mpi: the sequence-parallel tests and tools under mpirun, 2 ranks sharing the GPU (needs Open MPI in .debs);
@@ -228,12 +228,18 @@ while [ $# -gt 0 ]; do
         --reps 3 --warmup 1 >/dev/null 2>"$OUT/packed-kernels.txt"
       ;;
     prep-sweep)
-      # the fused prep forward at sana480 under CAMDELTA_PREP_TILES: tokens per tile TT, work-groups per SM WPC
+      # the staged one-pass prep forward (CAMDELTA_PREP_FUSED=1) at sana480 under CAMDELTA_PREP_TILES: tokens per
+      # tile TT, work-groups per SM WPC; then the register-resident form (the default at 20 heads) at each TT
       for TT in 8 16 4; do for W in 1 2 4 8 16 64; do
-        t=$(CAMDELTA_PREP_TILES="TT=$TT,WPC=$W" CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --shape sana480 \
+        t=$(CAMDELTA_PREP_FUSED=1 CAMDELTA_PREP_TILES="TT=$TT,WPC=$W" CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --shape sana480 \
           --only prep-forward --reps 10 2>&1 | awk '/^prep-forward/ {print $2}' | head -1)
         echo "prep-sweep TT=$TT WPC=$W ${t:-fail}" | tee -a "$OUT/prep-sweep.txt"
       done; done
+      for TT in 8 16 4; do
+        t=$(CAMDELTA_PREP_FUSED=2 CAMDELTA_PREP_TILES="TT=$TT" CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench \
+          --shape sana480 --only prep-forward --reps 10 2>&1 | awk '/^prep-forward/ {print $2}' | head -1)
+        echo "prep-sweep register-resident TT=$TT ${t:-fail}" | tee -a "$OUT/prep-sweep.txt"
+      done
       ;;
     ctest)
       # the ctest programs whose names match $2, on the GPU
@@ -297,7 +303,8 @@ while [ $# -gt 0 ]; do
     prep-ab)
       shift
       for s in "$@"; do
-        for v in "PREP_FUSED=1 forward" "PREP_FUSED=0 forward" "PREP_BWD_FUSED=1 backward" "PREP_BWD_FUSED=0 backward"; do
+        for v in "PREP_FUSED=2 forward" "PREP_FUSED=1 forward" "PREP_FUSED=0 forward" "PREP_BWD_FUSED=1 backward" \
+          "PREP_BWD_FUSED=0 backward"; do
           set -- $v
           echo "== $s CAMDELTA_$1" | tee -a "$OUT/prep-ab.txt"
           env "CAMDELTA_$1" CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --shape "$s" --only "prep-$2" 2>&1 |
