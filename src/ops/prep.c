@@ -160,13 +160,17 @@ size_t cd_prep_tile_groups(const camdelta_context *ctx, size_t tiles, size_t wpc
   return cu * wpc < tiles ? cu * wpc : tiles;
 }
 
+int cd_prep_forward_form(int want, int gpu_like, size_t H) {
+  if (want < 0) want = !gpu_like ? 0 : H && H <= PF_REGS_HMAX ? 2 : 1;
+  if (want == 2 && (!H || H > PF_REGS_HLIMIT)) want = 1;
+  return want;
+}
+
 int cd_prep_fused_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, size_t H, cd_pf_plan *p,
                          camdelta_status *st) {
   *st = CAMDELTA_OK;
   memset(p, 0, sizeof *p);
-  int want = ctx->prep_fused;
-  if (want < 0) want = !cd_device_gpu_like(&ctx->info) ? 0 : H && H <= PF_REGS_HMAX ? 2 : 1;
-  if (want == 2 && (!H || H > PF_REGS_HLIMIT)) want = 1;
+  const int want = cd_prep_forward_form(ctx->prep_fused, cd_device_gpu_like(&ctx->info), H);
   if (!want) return 0;
   p->regs = want == 2;
   const size_t g4 = D / 4;
