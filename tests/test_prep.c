@@ -176,15 +176,15 @@ static void test_prep_regs(void **state) {
   tu_report("prep_forward register-resident max rel err f32 inflation_sq", worst[0][3]);
 }
 
-/* The form rule, without a device: CPUs two passes, GPUs the register-resident form up to 24 heads and the staged
+/* The form rule, without a device: CPUs two passes, GPUs the register-resident form up to 48 heads and the staged
  * one past them or while H is not known (camdelta_warm); an explicit choice holds, except the register-resident
  * form past 64 heads. */
 static void test_prep_form_rule(void **state) {
   (void)state;
   assert_int_equal(cd_prep_forward_form(-1, 0, 20), 0);
   assert_int_equal(cd_prep_forward_form(-1, 1, 20), 2);
-  assert_int_equal(cd_prep_forward_form(-1, 1, 24), 2);
-  assert_int_equal(cd_prep_forward_form(-1, 1, 25), 1);
+  assert_int_equal(cd_prep_forward_form(-1, 1, 48), 2);
+  assert_int_equal(cd_prep_forward_form(-1, 1, 49), 1);
   assert_int_equal(cd_prep_forward_form(-1, 1, 0), 1);
   assert_int_equal(cd_prep_forward_form(0, 1, 20), 0);
   assert_int_equal(cd_prep_forward_form(1, 1, 20), 1);

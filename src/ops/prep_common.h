@@ -32,7 +32,7 @@ typedef struct cd_pf_plan {
 int cd_prep_fused_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, size_t H, cd_pf_plan *p,
                          camdelta_status *st);
 /** The prep forward form for CAMDELTA_PREP_FUSED = want (-1: not set), the device type and H heads (0: not known):
- *  0 two passes, 1 the staged one-pass kernel, 2 the register-resident one (GPUs up to 24 heads by default; asked
+ *  0 two passes, 1 the staged one-pass kernel, 2 the register-resident one (GPUs up to 48 heads by default; asked
  *  for, up to 64). */
 int cd_prep_forward_form(int want, int gpu_like, size_t H);
 /** The fused prep kernels' launch shape: heads per step, the most of 32 / (D/4) that fit lmax work-items of
