@@ -195,14 +195,17 @@ kernel void cd_prep_forward(global const cd_store_t *q_raw, ulong q_raw_off, glo
     CD_STORE(dst, (i) + 3 * N, v_.w);        \
   } while (0)
 
-kernel void cd_prep_fused(global const cd_store_t *q_raw, ulong q_raw_off, global const cd_store_t *k_raw,
-                          ulong k_raw_off, global const cd_store_t *v_raw, ulong v_raw_off, global const float *qw,
-                          ulong qw_off, global const float *kw, ulong kw_off, global const float *proj_q,
-                          ulong pq_off, global const float *proj_kv, ulong pkv_off, global const float *rope_cos,
-                          ulong rc_off, global const float *rope_sin, ulong rs_off, global float *inv_rms,
-                          ulong inv_off, global cd_store_t *q_out, ulong q_off, global cd_store_t *k_out,
-                          ulong k_off, global cd_store_t *v_out, ulong v_off, global float *infl, ulong infl_off,
-                          ulong N, uint H, ulong B, float k_scale, float eps, uint HB, uint flags) {
+/* The one-pass forms' tensors: the inputs, inverse RMS (written), outputs and inflation_sq, each with an offset */
+#define CD_PREP_ONEPASS_TENSORS                                                                                     \
+  global const cd_store_t *q_raw, ulong q_raw_off, global const cd_store_t *k_raw, ulong k_raw_off,                 \
+      global const cd_store_t *v_raw, ulong v_raw_off, global const float *qw, ulong qw_off, global const float *kw, \
+      ulong kw_off, global const float *proj_q, ulong pq_off, global const float *proj_kv, ulong pkv_off,            \
+      global const float *rope_cos, ulong rc_off, global const float *rope_sin, ulong rs_off, global float *inv_rms, \
+      ulong inv_off, global cd_store_t *q_out, ulong q_off, global cd_store_t *k_out, ulong k_off,                   \
+      global cd_store_t *v_out, ulong v_off, global float *infl, ulong infl_off
+
+kernel void cd_prep_fused(CD_PREP_ONEPASS_TENSORS, ulong N, uint H, ulong B, float k_scale, float eps,
+                          uint HB, uint flags) {
   local float red[2][CD_WGMAX];
   local float irl[2][CD_TT];
   local float ring[2][CD_RS][CD_WGMAX]; /* k's squares before / after the transform, per step and work-item */
@@ -328,14 +331,7 @@ kernel void cd_prep_fused(global const cd_store_t *q_raw, ulong q_raw_off, globa
 #endif
 #define CD_RL (CD_TT * CD_G4)
 
-kernel void cd_prep_regs(global const cd_store_t *q_raw, ulong q_raw_off, global const cd_store_t *k_raw,
-                         ulong k_raw_off, global const cd_store_t *v_raw, ulong v_raw_off, global const float *qw,
-                         ulong qw_off, global const float *kw, ulong kw_off, global const float *proj_q,
-                         ulong pq_off, global const float *proj_kv, ulong pkv_off, global const float *rope_cos,
-                         ulong rc_off, global const float *rope_sin, ulong rs_off, global float *inv_rms,
-                         ulong inv_off, global cd_store_t *q_out, ulong q_off, global cd_store_t *k_out,
-                         ulong k_off, global cd_store_t *v_out, ulong v_off, global float *infl, ulong infl_off,
-                         ulong N, ulong B, float k_scale, float eps, uint flags) {
+kernel void cd_prep_regs(CD_PREP_ONEPASS_TENSORS, ulong N, ulong B, float k_scale, float eps, uint flags) {
   local float red[CD_RL];
   local float irl[CD_TT];
   local float ring[2][CD_RR][CD_RL]; /* k kind: squares before / after the transform, per head of the ring */

@@ -274,14 +274,17 @@ camdelta_status camdelta_prep_forward(camdelta_context *ctx, const camdelta_prep
       cd_arg_f32(&a, args->norm_eps);
       if (!pf.regs) cd_arg_u32(&a, pf.hb);
       cd_arg_u32(&a, al ? 1u : 0u);
-      const size_t wpc = ctx->prep_tiles[1] ? ctx->prep_tiles[1] : PF_DEFAULT_WPC, tiles = B * ((N + pf.tt - 1) / pf.tt);
+      /* the staged form's work-groups walk the tiles persistently; the register-resident form has one work-group
+       * per (tile, tensor) */
+      const size_t wpc = ctx->prep_tiles[1] ? ctx->prep_tiles[1] : PF_DEFAULT_WPC;
+      const size_t tiles = B * ((N + pf.tt - 1) / pf.tt);
       lws[0] = pf.lws, gws[0] = (pf.regs ? 3 * tiles : cd_prep_tile_groups(ctx, tiles, wpc)) * pf.lws;
     } else {
       lws[0] = ts * (D / 4), gws[0] = (N + ts - 1) / ts * lws[0], gws[1] = H, gws[2] = B;
     }
     const char *name = pf.regs ? "cd_prep_regs" : fused ? "cd_prep_fused" : "cd_prep_forward";
     if (a.err != CL_SUCCESS)
-      st = cd_cl_fail(a.err, pf.regs  ? "cd_prep_regs: setting arguments"
+      st = cd_cl_fail(a.err, pf.regs ? "cd_prep_regs: setting arguments"
                              : fused ? "cd_prep_fused: setting arguments"
                                      : "cd_prep_forward: setting arguments");
     if (!st) st = cd_enqueue(ctx, k, 3, gws, lws, &l, name);
