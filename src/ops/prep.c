@@ -117,9 +117,11 @@ camdelta_status cd_prep_kernel(camdelta_context *ctx, const char *source, const 
   }
 }
 
-/* The fused forward (cl/prep.cl cd_prep_fused): GPUs and accelerators, unless the context says otherwise
- * (CAMDELTA_PREP_FUSED=0/1 at context creation); CPUs keep the two-pass form (inverse RMS, then the
- * per-head kernel), which PoCL runs faster. A tile is TT tokens of one batch row, all heads; a step covers HB heads,
+/* The one-pass forwards on GPUs and accelerators, unless the context says otherwise (CAMDELTA_PREP_FUSED=0/1/2 at
+ * context creation; cd_prep_forward_form); CPUs keep the two-pass form (inverse RMS, then the per-head kernel),
+ * which PoCL runs faster. The register-resident form (cl/prep.cl cd_prep_regs) takes TT tokens of one tensor, all
+ * heads, per work-group (local size TT * D/4, TT as below). The staged form (cd_prep_fused), past 48 heads:
+ * a tile is TT tokens of one batch row, all heads; a step covers HB heads,
  * one work-item per (head of the step, 4-channel unit, token): local size HB * TT * D/4 <= 32 TT, HB the most heads
  * that fit, evened out over the steps (as the fused backward, prep_backward_fused.c). TT = 8 in f32 (a row store
  * covers 32 bytes, one sector), 16 in 16-bit storage, halved while the device or the built kernel cannot take
