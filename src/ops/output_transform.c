@@ -33,11 +33,8 @@ camdelta_status cd_output_transform_enqueue(camdelta_context *ctx, int backward,
   cd_arg_u64(&g, a->N);
   cd_arg_u32(&g, (uint32_t)a->H);
   /* 16-byte accesses where every offset is a multiple of 4 floats (D % 8 == 0 keeps the indexes so) */
-  const size_t offs[8] = {a->out.offset,    a->out2.offset,     a->grad_y.offset, a->proj_o.offset,
-                          a->rope_cos.offset, a->rope_sin.offset, a->y.offset,      a->grad_out.offset};
-  uint32_t al = 1;
-  for (int i = 0; i < 8; i++) al = al && offs[i] % 4 == 0;
-  cd_arg_u32(&g, al);
+  const camdelta_buffer bufs[8] = {a->out, a->out2, a->grad_y, a->proj_o, a->rope_cos, a->rope_sin, a->y, a->grad_out};
+  cd_arg_u32(&g, (uint32_t)cd_buffers_aligned4(bufs, 8));
   if (g.err != CL_SUCCESS) st = cd_cl_fail(g.err, "cd_output_transform: setting arguments");
   const size_t lws[3] = {ts * (a->D / 4), 1, 1}, gws[3] = {(a->N + ts - 1) / ts * lws[0], a->H, a->B};
   if (!st)

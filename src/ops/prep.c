@@ -198,8 +198,6 @@ int cd_prep_fused_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, 
   }
 }
 
-static int aligned4(camdelta_buffer b) { return !b.mem || b.offset % 4 == 0; }
-
 camdelta_status camdelta_prep_forward(camdelta_context *ctx, const camdelta_prep_args *args,
                                       camdelta_prep_saved *saved) {
   static const char *op = "camdelta_prep_forward";
@@ -271,8 +269,8 @@ camdelta_status camdelta_prep_forward(camdelta_context *ctx, const camdelta_prep
     cd_arg_f32(&a, args->k_scale);
     size_t lws[3] = {1, 1, 1}, gws[3] = {1, 1, 1};
     if (fused) {
-      int al = aligned4(args->q) && aligned4(args->k) && aligned4(args->v);
-      for (int i = 0; i < 9; i++) al = al && aligned4(in[i]);
+      const camdelta_buffer outs[3] = {args->q, args->k, args->v};
+      const int al = cd_buffers_aligned4(in, 9) && cd_buffers_aligned4(outs, 3);
       cd_arg_f32(&a, args->norm_eps);
       if (!pf.regs) cd_arg_u32(&a, pf.hb);
       cd_arg_u32(&a, al ? 1u : 0u);

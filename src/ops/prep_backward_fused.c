@@ -95,8 +95,6 @@ int cd_pbf_shape(camdelta_context *ctx, size_t B, size_t N, size_t H, size_t D, 
   return 1;
 }
 
-static int aligned4(camdelta_buffer b) { return !b.mem || b.offset % 4 == 0; }
-
 camdelta_status cd_pbf_run(camdelta_context *ctx, const camdelta_prep_backward_args *a, cl_mem inv,
                            const camdelta_buffer *g2, const cd_pbf_plan *p, cd_launch *l) {
   const size_t B = a->B, N = a->N, H = a->H, D = a->D, C = H * D;
@@ -104,8 +102,7 @@ camdelta_status cd_pbf_run(camdelta_context *ctx, const camdelta_prep_backward_a
   const camdelta_buffer vec[] = {a->q_raw,  a->k_raw,    a->q_norm_weight, a->k_norm_weight, a->proj_q,
                                  a->proj_kv, a->rope_cos, a->rope_sin,      a->dq_raw,        a->dk_raw,
                                  a->dv_raw};
-  int al = 1;
-  for (size_t i = 0; i < sizeof vec / sizeof vec[0]; i++) al = al && aligned4(vec[i]);
+  const int al = cd_buffers_aligned4(vec, sizeof vec / sizeof vec[0]);
   const unsigned flags = (a->grad_q.mem ? PBF_GQ : 0) | (a->grad_k.mem ? PBF_GK : 0) | (a->grad_v.mem ? PBF_GV : 0) |
                          (has_gi ? PBF_GI : 0) | (al ? PBF_ALIGNED : 0) | (p->wlocal ? PBF_WLOCAL : 0);
   const size_t rows = p->wlocal ? p->groups : p->tiles;

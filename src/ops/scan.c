@@ -789,8 +789,8 @@ camdelta_status cd_scan_chunk_phase_c_ot(camdelta_context *ctx, const cd_scan_ch
   const size_t D = p->D;
   if (!tc->apply_ot) return CAMDELTA_OK; /* FMA kernels, packed clips, CAMDELTA_BRANCH_FUSED_OT=0, no fit */
   /* 16-byte accesses to y, proj_o and the tables */
-  if (ot->y.offset % 4 || ot->proj_o.offset % 4 || ot->rope_cos.offset % 4 || ot->rope_sin.offset % 4)
-    return CAMDELTA_OK;
+  const camdelta_buffer bufs[4] = {ot->y, ot->proj_o, ot->rope_cos, ot->rope_sin};
+  if (!cd_buffers_aligned4(bufs, 4)) return CAMDELTA_OK;
   const unsigned tm = cd_tc_tm(&tc->ot), tn = cd_tc_tn(&tc->ot), nr = ceil_div(D, tm), ns = ceil_div(p->S, tn);
   camdelta_status st = CAMDELTA_OK;
   cd_args a = {tc->apply_ot, 0, CL_SUCCESS};

@@ -100,6 +100,19 @@ static size_t elementwise_local(camdelta_context *ctx, cl_kernel k) {
   return lws;
 }
 
+/* cd_pair_sum: sum = a + b over n4 float4s (the two directions' states) */
+static camdelta_status pair_sum_enqueue(camdelta_context *ctx, cl_kernel k, cl_mem a, cl_mem b, cl_mem sum, uint64_t n4,
+                                        cd_launch *l) {
+  cd_args ar = {k, 0, CL_SUCCESS};
+  cd_arg_mem(&ar, a);
+  cd_arg_mem(&ar, b);
+  cd_arg_mem(&ar, sum);
+  cd_arg_u64(&ar, n4);
+  if (ar.err != CL_SUCCESS) return cd_cl_fail(ar.err, "cd_pair_sum: setting arguments");
+  const size_t lws = elementwise_local(ctx, k), gws = (n4 + lws - 1) / lws * lws;
+  return cd_enqueue(ctx, k, 1, &gws, &lws, l, "cd_pair_sum");
+}
+
 camdelta_status cd_pair_add_enqueue(camdelta_context *ctx, cl_kernel k, camdelta_buffer a, camdelta_buffer b,
                                     uint64_t n, cd_launch *l, const char *what) {
   cd_args ar = {k, 0, CL_SUCCESS};
@@ -217,17 +230,7 @@ camdelta_status cd_scan_pair_forward(camdelta_context *ctx, const cd_scan_pair_a
     const size_t lws[2] = {cp->bw, 1}, gws[2] = {(size_t)cp->bw * BH, 2 * (size_t)cp->nj};
     if (!st) st = cd_enqueue(ctx, cp->k, 2, gws, lws, &l, "cd_pair_phase_b");
   }
-  if (!st) {
-    const uint64_t n4 = BHF * D * D / 4; /* D % 8 == 0 */
-    cd_args ar = {ks, 0, CL_SUCCESS};
-    cd_arg_mem(&ar, sc);
-    cd_arg_mem(&ar, sr);
-    cd_arg_mem(&ar, sum);
-    cd_arg_u64(&ar, n4);
-    if (ar.err != CL_SUCCESS) st = cd_cl_fail(ar.err, "cd_pair_sum: setting arguments");
-    const size_t lws = elementwise_local(ctx, ks), gws = (n4 + lws - 1) / lws * lws;
-    if (!st) st = cd_enqueue(ctx, ks, 1, &gws, &lws, &l, "cd_pair_sum");
-  }
+  if (!st) st = pair_sum_enqueue(ctx, ks, sc, sr, sum, BHF * D * D / 4, &l); /* D % 8 == 0 */
   int fused = 0;
   if (!st && a->ot) {
     a->ot->done = 0;
@@ -476,17 +479,7 @@ camdelta_status cd_scan_pair_backward(camdelta_context *ctx, const cd_scan_pair_
   for (int i = tc.on ? 1 : 0; i < (a->kv_apart ? 1 : 3) && !st; i++)
     st = cd_pair_add_enqueue(ctx, k[KADD], i == 0 ? a->dq : i == 1 ? a->dk : a->dv, xr[i], ntok, &l, "cd_pair_add");
   /* 5. tensor cores: dq = dO·(M_c + M_r)ᵀ once, from the summed states (the reverse slot F−1 holds init_r) */
-  if (!st && tc.on) {
-    const uint64_t n4 = BHF * D * D / 4;
-    cd_args ar = {k[KSUM], 0, CL_SUCCESS};
-    cd_arg_mem(&ar, sc.mem);
-    cd_arg_mem(&ar, sr.mem);
-    cd_arg_mem(&ar, sum);
-    cd_arg_u64(&ar, n4);
-    if (ar.err != CL_SUCCESS) st = cd_cl_fail(ar.err, "cd_pair_sum: setting arguments");
-    const size_t lws = elementwise_local(ctx, k[KSUM]), gws = (n4 + lws - 1) / lws * lws;
-    if (!st) st = cd_enqueue(ctx, k[KSUM], 1, &gws, &lws, &l, "cd_pair_sum");
-  }
+  if (!st && tc.on) st = pair_sum_enqueue(ctx, k[KSUM], sc.mem, sr.mem, sum, BHF * D * D / 4, &l);
   if (!st && tc.on) {
     const unsigned ns = (unsigned)((S + cd_tc_tn(&tc.a) - 1) / cd_tc_tn(&tc.a));
     const unsigned nr = (unsigned)((D + cd_tc_tm(&tc.a) - 1) / cd_tc_tm(&tc.a));

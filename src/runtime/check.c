@@ -222,3 +222,9 @@ camdelta_status cd_copy_text(const char *op, const char *text, char *buf, size_t
   memcpy(buf, text, need);
   return CAMDELTA_OK;
 }
+
+int cd_buffers_aligned4(const camdelta_buffer *b, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (b[i].mem && b[i].offset % 4) return 0;
+  return 1;
+}

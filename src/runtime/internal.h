@@ -47,6 +47,9 @@ typedef struct cd_tensor_arg {
  *  cl_mem (absent buffers are skipped). */
 camdelta_status cd_check_no_overlap(const char *op, const cd_tensor_arg *outs, size_t nout, const cd_tensor_arg *ins,
                                     size_t nin);
+/** 1 when every present buffer of b[0..n) starts at a multiple of 4 elements (absent ones count as aligned): the
+ *  kernels' 16-byte access paths. */
+int cd_buffers_aligned4(const camdelta_buffer *b, size_t n);
 /** Parses a tuning override "KEY=N,KEY=N,..." into v[0..n) for keys[0..n)
  *  (0: key not given); each N in [1, 4096]. An unknown key, a missing '=' or
  *  a bad number fails with a message naming `var`. */
