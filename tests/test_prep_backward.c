@@ -475,9 +475,9 @@ static void test_prep_backward_fused(void **state) {
   check_deterministic(&det);
   const pb_case warm = {1, 30, 2, 40, CAMDELTA_BF16, 0, 0, GALL, 0, 1};
   check_warm(&warm);
-  /* other tiles: 4 tokens, one work-group per compute unit (many tiles per work-group), loads one step ahead (the
-   * default is without); then 16 tokens in f32 */
-  use_form(1, "TT=4, WPC=1, PF=2");
+  /* other tiles: 8 tokens (f32's default is 4), one work-group per compute unit (many tiles per work-group), loads
+   * one step ahead (the default is without); then 16 tokens in f32 */
+  use_form(1, "TT=8, WPC=1, PF=2");
   run_case(&cases[6], NULL);
   check_deterministic(&det);
   use_form(1, "TT=16,WPC=3");

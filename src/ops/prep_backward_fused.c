@@ -6,9 +6,10 @@
  *
  * Shape: a tile is TT consecutive tokens of one batch row, all heads; a step covers HB heads, one work-item per
  * (head of the step, 4-channel unit, token): local size HB * TT * D/4 <= 32 TT. HB is the most heads that fit
- * (32 / (D/4)), evened out over the steps (H = 20, D = 8: two steps of 10, not 16 + 4). TT = 8 in f32 (a
- * gradient row read covers 32 bytes, one sector), 16 for 16-bit storage, halved while the device or the built
- * kernel (its registers) cannot take TT * D/4 work-items. The work-groups walk the tiles persistently, WPC per
+ * (32 / (D/4)), evened out over the steps (H = 20, D = 8: two steps of 10, not 16 + 4). TT = 4 in f32 (a
+ * gradient row read covers 16 bytes, half a sector, but half the tile rows wait in the L2 cache between the two
+ * phases: faster on the H200, see PBF_DEFAULT_TT), 16 for 16-bit storage (32 bytes), halved while the device or
+ * the built kernel (its registers) cannot take TT * D/4 work-items. The work-groups walk the tiles persistently, WPC per
  * compute unit (default 4, not yet measured against 1, 2, 8: `ci/gpu-test.sh prep-ab`): fewer keep more of the
  * tile rows phase 1 read in the L2 cache until phase 2 reads them again, more keep more loads in flight.
  * CAMDELTA_PREP_BWD_TILES (tuning, read at context creation): "TT=n,WPC=n,PF=n", TT in {4, 8, 16} (32 would need
@@ -29,6 +30,10 @@ enum { PBF_GQ = 1, PBF_GK = 2, PBF_GV = 4, PBF_GI = 8, PBF_ALIGNED = 16, PBF_WLO
 /* Defaults measured on the H200 at sana480 (ci/gpu-test.sh prep-ab, 2026-12-02): loads one step ahead (PF=2)
  * 1.913 ms, without (PF=1) 1.594 ms; WPC 1/2/4/8 1.885/1.896/1.913/1.937 ms (within 3%). */
 enum { PBF_DEFAULT_WPC = 4, PBF_DEFAULT_PF = 0, PBF_WLOCAL_MAX = 24576 };
+/* Tokens per tile in f32: H200, sana480, ms (two rounds, one call, 2026-12-03): TT=8 1.585/1.589, TT=4 1.479/1.482
+ * (sana720 3.60 at TT=8, 3.45 at TT=4 with WPC=8); TT=4 by WPC 2/4/6/8/12/16/24/32: 2.30/1.48/1.79/1.51/1.55/1.56/
+ * 1.63/1.68; TT=8 by WPC 1/2/3/4/6/8/16: 2.38/1.57/1.97/1.59/1.61/1.61/1.67. */
+enum { PBF_DEFAULT_TT = 4, PBF_DEFAULT_TT16 = 16 };
 
 static const char TILES_ENV[] = "CAMDELTA_PREP_BWD_TILES";
 
@@ -54,7 +59,7 @@ int cd_pbf_kernels(camdelta_context *ctx, camdelta_dtype dtype, size_t D, int g2
   int want = ctx->prep_bwd_fused;
   if (want < 0) want = cd_device_gpu_like(&ctx->info);
   if (!want) return 0;
-  p->tt = ctx->prep_bwd_tiles[0] ? ctx->prep_bwd_tiles[0] : dtype == CAMDELTA_F32 ? 8 : 16;
+  p->tt = ctx->prep_bwd_tiles[0] ? ctx->prep_bwd_tiles[0] : dtype == CAMDELTA_F32 ? PBF_DEFAULT_TT : PBF_DEFAULT_TT16;
   const int pf = ctx->prep_bwd_tiles[2] ? ctx->prep_bwd_tiles[2] == 2 : PBF_DEFAULT_PF;
   /* one step of one head needs tt * D/4 work-items: a smaller tile where the device or the kernel (its registers)
    * cannot take that many */
