@@ -9,9 +9,9 @@
  * (32 / (D/4)), evened out over the steps (H = 20, D = 8: two steps of 10, not 16 + 4). TT = 4 in f32 (a
  * gradient row read covers 16 bytes, half a sector, but half the tile rows wait in the L2 cache between the two
  * phases: faster on the H200, see PBF_DEFAULT_TT), 16 for 16-bit storage (32 bytes), halved while the device or
- * the built kernel (its registers) cannot take TT * D/4 work-items. The work-groups walk the tiles persistently, WPC per
- * compute unit (default 4, not yet measured against 1, 2, 8: `ci/gpu-test.sh prep-ab`): fewer keep more of the
- * tile rows phase 1 read in the L2 cache until phase 2 reads them again, more keep more loads in flight.
+ * the built kernel (its registers) cannot take TT * D/4 work-items. The work-groups walk the tiles persistently,
+ * WPC per compute unit (default 4, the fastest of the H200 sweep at PBF_DEFAULT_TT): fewer keep more of the tile
+ * rows phase 1 read in the L2 cache until phase 2 reads them again, more keep more loads in flight.
  * CAMDELTA_PREP_BWD_TILES (tuning, read at context creation): "TT=n,WPC=n,PF=n", TT in {4, 8, 16} (32 would need
  * more than 48 KiB of local memory), WPC >= 1, PF 1 (each step loads its inputs itself) or 2 (the default: loaded
  * one step ahead, during the previous step's barriers).
