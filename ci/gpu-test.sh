@@ -310,7 +310,7 @@ while [ $# -gt 0 ]; do
           env "CAMDELTA_$1" CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --shape "$s" --only "prep-$2" 2>&1 |
             tee -a "$OUT/prep-ab.txt" | grep -E "^prep|rror" || rc=1
         done
-        for t in WPC=1 WPC=2 WPC=8 PF=1 TT=16 TT=4; do
+        for t in WPC=1 WPC=2 WPC=8 PF=2 TT=16 TT=8; do
           echo "== $s CAMDELTA_PREP_BWD_TILES=$t" | tee -a "$OUT/prep-ab.txt"
           CAMDELTA_PREP_BWD_FUSED=1 CAMDELTA_PREP_BWD_TILES=$t CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench \
             --shape "$s" --only prep-backward 2>&1 | tee -a "$OUT/prep-ab.txt" | grep -E "^prep|rror" || rc=1

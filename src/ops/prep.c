@@ -128,7 +128,8 @@ camdelta_status cd_prep_kernel(camdelta_context *ctx, const char *source, const 
  * TT * D/4 work-items. The work-groups walk the tiles persistently, WPC per compute unit (default 64: at sana480
  * that is one tile per work-group; fewer keep fewer tiles' rows in the L2 cache but run slower on the H200).
  * CAMDELTA_PREP_TILES (tuning, read at context creation): "TT=n,WPC=n", TT in {4, 8, 16}, WPC >= 1. */
-enum { PF_DEFAULT_WPC = 64 }; /* H200, sana480 (ci/gpu-test.sh prep-sweep): WPC 1/2/4/8/16/64 1.658/1.082/0.898/0.849/0.834/0.829 ms */
+/* H200, sana480 (ci/gpu-test.sh prep-sweep): WPC 1/2/4/8/16/64 1.658/1.082/0.898/0.849/0.834/0.829 ms */
+enum { PF_DEFAULT_WPC = 64 };
 /* The register-resident form (cd_prep_regs: one tensor's tile of all heads in registers, 4 H floats per work-item)
  * is the GPUs' default up to PF_REGS_HMAX heads; CAMDELTA_PREP_FUSED=2 asks for it up to PF_REGS_HLIMIT. H200,
  * F21 S1560, ms staged / register-resident: H20 D112 0.829 / 0.611, H24 D112 0.999 / 0.930, H28 D112 1.170 / 1.092,

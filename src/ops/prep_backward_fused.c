@@ -13,7 +13,7 @@
  * WPC per compute unit (default 4, the fastest of the H200 sweep at PBF_DEFAULT_TT): fewer keep more of the tile
  * rows phase 1 read in the L2 cache until phase 2 reads them again, more keep more loads in flight.
  * CAMDELTA_PREP_BWD_TILES (tuning, read at context creation): "TT=n,WPC=n,PF=n", TT in {4, 8, 16} (32 would need
- * more than 48 KiB of local memory), WPC >= 1, PF 1 (each step loads its inputs itself) or 2 (the default: loaded
+ * more than 48 KiB of local memory), WPC >= 1, PF 1 (the default: each step loads its inputs itself) or 2 (loaded
  * one step ahead, during the previous step's barriers).
  *
  * Scratch: dpost/dpre (2, B, H, N) with grad_inflation_sq; the norm-weight partials, one row of 2 C floats per
@@ -27,13 +27,13 @@
 #include "prep_common.h"
 
 enum { PBF_GQ = 1, PBF_GK = 2, PBF_GV = 4, PBF_GI = 8, PBF_ALIGNED = 16, PBF_WLOCAL = 32 };
-/* Defaults measured on the H200 at sana480 (ci/gpu-test.sh prep-ab, 2026-12-02): loads one step ahead (PF=2)
+/* H200, sana480, 8-token tiles (ci/gpu-test.sh prep-ab, 2026-12-02): loads one step ahead (PF=2)
  * 1.913 ms, without (PF=1) 1.594 ms; WPC 1/2/4/8 1.885/1.896/1.913/1.937 ms (within 3%). */
 enum { PBF_DEFAULT_WPC = 4, PBF_DEFAULT_PF = 0, PBF_WLOCAL_MAX = 24576 };
 /* Tokens per tile in f32: H200, sana480, ms (two rounds, one call, 2026-12-03): TT=8 1.585/1.589, TT=4 1.479/1.482
  * (sana720 3.60 at TT=8, 3.45 at TT=4 with WPC=8); TT=4 by WPC 2/4/6/8/12/16/24/32: 2.30/1.48/1.79/1.51/1.55/1.56/
  * 1.63/1.68; TT=8 by WPC 1/2/3/4/6/8/16: 2.38/1.57/1.97/1.59/1.61/1.61/1.67. */
-enum { PBF_DEFAULT_TT = 4, PBF_DEFAULT_TT16 = 16 };
+enum { PBF_DEFAULT_TT = 4, PBF_DEFAULT_TT_16BIT = 16 };
 
 static const char TILES_ENV[] = "CAMDELTA_PREP_BWD_TILES";
 
@@ -59,7 +59,8 @@ int cd_pbf_kernels(camdelta_context *ctx, camdelta_dtype dtype, size_t D, int g2
   int want = ctx->prep_bwd_fused;
   if (want < 0) want = cd_device_gpu_like(&ctx->info);
   if (!want) return 0;
-  p->tt = ctx->prep_bwd_tiles[0] ? ctx->prep_bwd_tiles[0] : dtype == CAMDELTA_F32 ? PBF_DEFAULT_TT : PBF_DEFAULT_TT16;
+  const unsigned tt_default = dtype == CAMDELTA_F32 ? PBF_DEFAULT_TT : PBF_DEFAULT_TT_16BIT;
+  p->tt = ctx->prep_bwd_tiles[0] ? ctx->prep_bwd_tiles[0] : tt_default;
   const int pf = ctx->prep_bwd_tiles[2] ? ctx->prep_bwd_tiles[2] == 2 : PBF_DEFAULT_PF;
   /* one step of one head needs tt * D/4 work-items: a smaller tile where the device or the kernel (its registers)
    * cannot take that many */
