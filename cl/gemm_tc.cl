@@ -55,10 +55,20 @@
 #ifndef CD_VEC
 #define CD_VEC 0
 #endif
-#ifndef CD_LO_ROUND /* gram's staged lo parts: 1 = rounded to TF32 (cvt.rna), 0 = their f32 bits, of which the tensor
-                       core reads the TF32 part (truncation: one conversion less per element, 2^-21 instead of
-                       2^-23 relative per product) */
-#define CD_LO_ROUND 1
+#ifndef CD_LO_ROUND /* split: the lo parts 1 = rounded to TF32 (cvt.rna), 0 = their f32 bits, of which the tensor core
+                       reads the TF32 part (truncation: one conversion less per element; |lo − its TF32 part| is at
+                       most 2^-21 of the element instead of 2^-22) */
+#define CD_LO_ROUND 0
+#endif
+#ifndef CD_STAGE_F32 /* split: 1 = the staged tiles hold the f32 values (8-byte slots) and each warp splits the fragments it
+                        loads (half the local-memory traffic, more conversions: the gram, whose fragments are read by
+                        two warps each); 0 = they hold the split parts (16-byte slots, each element split once when it
+                        is staged: the frames kernel, whose staged B is read by every warp) */
+#ifdef CD_GRAM
+#define CD_STAGE_F32 1
+#else
+#define CD_STAGE_F32 0
+#endif
 #endif
 #ifndef CD_TC_EMULATE /* 1: no inline PTX, each lane's products computed from the local tiles (tests on any device) */
 #define CD_TC_EMULATE 0
@@ -105,6 +115,9 @@ inline uint cd_tf32(float x) {
       : "r"((a)[0]), "r"((a)[1]), "r"((a)[2]), "r"((a)[3]), "r"((b)[0]), "r"((b)[1]))
 #endif
 
+/* The split's lo part of x, whose hi part is h (see CD_LO_ROUND). */
+inline uint cd_lo(float x, uint h) { return CD_LO_ROUND ? cd_tf32(x - as_float(h)) : as_uint(x - as_float(h)); }
+
 #if !CD_TC_EMULATE
 /* c[mi][ni] += a[mi]·b[ni] for every tile of one k8 step: hi·hi, with the split also lo·hi and hi·lo (that order). */
 #define CD_MMA_ALL(c, ah, al, bh, bl)                                                                    \
@@ -120,15 +133,15 @@ inline uint cd_tf32(float x) {
 #endif
 
 /* ------------------------------------------------------------------------------ staged operand tiles */
-/* The gram and the apply stage both operands in "fragment order", split once when they are written (each element is
- * converted by one work-item, not by every warp that reads it): for an operand tile of R rows (the m rows of A or
- * the n columns of B) and CD_KC reduction elements, element (r, k) with k = 8q + t + 4h (t < 4, h < 2) sits in
- * slot (4q + t)·LDR + r, and a slot holds {hi(k), hi(k + 4), lo(k), lo(k + 4)} (split) or {hi(k), hi(k + 4)}
- * (tf32). A lane (g, t) then gets the pair its mma fragment needs, k = 8q + t and 8q + t + 4, in one 16- or
- * 8-byte load. LDR = R + CD_RPAD makes those loads conflict-free: a quarter warp's 16-byte loads touch rows
+/* The gram (both operands) and the frames kernel (B) stage operands in "fragment order": for an operand tile of R rows
+ * (the m rows of A or the n columns of B) and CD_KC reduction elements, element (r, k) with k = 8q + t + 4h (t < 4,
+ * h < 2) sits in slot (4q + t)·LDR + r, and a slot holds {hi(k), hi(k + 4), lo(k), lo(k + 4)} (split, converted
+ * once by the work-item that stages it), {x(k), x(k + 4)} (split with CD_STAGE_F32: the f32 values, split by each
+ * warp that loads them) or {hi(k), hi(k + 4)} (tf32). A lane (g, t) then gets the pair its mma fragment needs,
+ * k = 8q + t and 8q + t + 4, in one 16- or 8-byte load. LDR = R + CD_RPAD makes those loads conflict-free: a quarter warp's 16-byte loads touch rows
  * g, g + 1 of planes t = 0..3, i.e. units t·LDR + g, distinct mod 8 when LDR ≡ 2 (mod 8); a half warp's 8-byte
  * loads units t·LDR + g (g < 4), distinct mod 16 when LDR ≡ 4 or 12 (mod 16). R is a multiple of 8. */
-#if CD_SPLIT
+#if CD_SPLIT && !CD_STAGE_F32
 typedef uint4 cd_slot;
 #define CD_RPAD 2
 #else
@@ -136,7 +149,8 @@ typedef uint2 cd_slot;
 #define CD_RPAD 4
 #endif
 #define CD_LDR(R) ((R) + CD_RPAD)
-#if CD_SPLIT /* a slot's lo parts (none without the split) */
+#if CD_SPLIT && !CD_STAGE_F32 /* a slot's lo parts (none without the split, computed from the loaded values with
+                                 CD_STAGE_F32) */
 #define CD_LO0(s) (s).z
 #define CD_LO1(s) (s).w
 #else
@@ -147,13 +161,15 @@ typedef uint2 cd_slot;
 
 /* Writes the pair (r, k = 8q + t) and (r, k + 4) with values x0, x1 into plane p = 4q + t. */
 inline void cd_put(local cd_slot *tile, uint ldr, uint r, uint p, float x0, float x1) {
+#if CD_SPLIT && CD_STAGE_F32
+  tile[p * ldr + r] = (uint2)(as_uint(x0), as_uint(x1));
+#else
   const uint h0 = cd_tf32(x0), h1 = cd_tf32(x1);
-#if CD_SPLIT && CD_LO_ROUND
-  tile[p * ldr + r] = (uint4)(h0, h1, cd_tf32(x0 - as_float(h0)), cd_tf32(x1 - as_float(h1)));
-#elif CD_SPLIT
-  tile[p * ldr + r] = (uint4)(h0, h1, as_uint(x0 - as_float(h0)), as_uint(x1 - as_float(h1)));
+#if CD_SPLIT
+  tile[p * ldr + r] = (uint4)(h0, h1, cd_lo(x0, h0), cd_lo(x1, h1));
 #else
   tile[p * ldr + r] = (uint2)(h0, h1);
+#endif
 #endif
 }
 
@@ -179,6 +195,28 @@ inline void cd_put_col4(local cd_slot *tile, uint ldr, uint r, uint p, float4 a,
  * (A(m, k) = Am[m·am + k·ak], B(k, n) = Bm[k·bk + n·bn]; split per fragment by each warp that reads it).
  * PTX fragment layout, lane = 4·g + t: a = {A(g, t), A(g+8, t), A(g, t+4), A(g+8, t+4)}, b = {B(t, g), B(t+4, g)},
  * c = {C(g, 2t), C(g, 2t+1), C(g+8, 2t), C(g+8, 2t+1)}. The fragment loaders of one k8 step q: */
+#if CD_SPLIT && CD_STAGE_F32
+/* hi and lo of a staged f32 value (bits u) */
+#define CD_SPLIT_AT(h, l, u)                                                                              \
+  do {                                                                                                    \
+    h = cd_tf32(as_float(u));                                                                             \
+    l = cd_lo(as_float(u), h);                                                                            \
+  } while (0)
+#define CD_FRAG_A_STAGED(A, lda, q)                                                                       \
+  _Pragma("unroll") for (int mi = 0; mi < CD_MR; mi++) {                                                    \
+    const cd_slot s0 = (A)[(4 * (q) + t) * (lda) + 16 * mi + g], s1 = (A)[(4 * (q) + t) * (lda) + 16 * mi + g + 8]; \
+    CD_SPLIT_AT(ah[mi][0], al[mi][0], s0.x);                                                                \
+    CD_SPLIT_AT(ah[mi][1], al[mi][1], s1.x);                                                                \
+    CD_SPLIT_AT(ah[mi][2], al[mi][2], s0.y);                                                                \
+    CD_SPLIT_AT(ah[mi][3], al[mi][3], s1.y);                                                                \
+  }
+#define CD_FRAG_B_STAGED(B, ldb, q)                                                                       \
+  _Pragma("unroll") for (int ni = 0; ni < CD_NR; ni++) {                                                    \
+    const cd_slot s = (B)[(4 * (q) + t) * (ldb) + 8 * ni + g];                                              \
+    CD_SPLIT_AT(bh[ni][0], bl[ni][0], s.x);                                                                 \
+    CD_SPLIT_AT(bh[ni][1], bl[ni][1], s.y);                                                                 \
+  }
+#else
 #define CD_FRAG_A_STAGED(A, lda, q)                                                                       \
   _Pragma("unroll") for (int mi = 0; mi < CD_MR; mi++) {                                                    \
     const cd_slot s0 = (A)[(4 * (q) + t) * (lda) + 16 * mi + g], s1 = (A)[(4 * (q) + t) * (lda) + 16 * mi + g + 8]; \
@@ -191,30 +229,38 @@ inline void cd_put_col4(local cd_slot *tile, uint ldr, uint r, uint p, float4 a,
     bh[ni][0] = s.x, bh[ni][1] = s.y;                                                                       \
     bl[ni][0] = CD_LO0(s), bl[ni][1] = CD_LO1(s);                                                           \
   }
+#endif
 #define CD_FRAG_A_RAW(Am, am, ak, q)                                                                      \
   _Pragma("unroll") for (int mi = 0; mi < CD_MR; mi++) _Pragma("unroll") for (int e = 0; e < 4; e++) {      \
     const float x = (Am)[(16 * mi + g + 8 * (e & 1)) * (am) + (8 * (q) + t + 4 * (e >> 1)) * (ak)];         \
     ah[mi][e] = cd_tf32(x);                                                                                 \
-    if (CD_SPLIT) al[mi][e] = cd_tf32(x - as_float(ah[mi][e]));                                             \
+    if (CD_SPLIT) al[mi][e] = cd_lo(x, ah[mi][e]);                                                          \
   }
 #define CD_FRAG_B_RAW(Bm, bk, bn, q)                                                                      \
   _Pragma("unroll") for (int ni = 0; ni < CD_NR; ni++) _Pragma("unroll") for (int e = 0; e < 2; e++) {      \
     const float x = (Bm)[(8 * (q) + t + 4 * e) * (bk) + (8 * ni + g) * (bn)];                               \
     bh[ni][e] = cd_tf32(x);                                                                                 \
-    if (CD_SPLIT) bl[ni][e] = cd_tf32(x - as_float(bh[ni][e]));                                             \
+    if (CD_SPLIT) bl[ni][e] = cd_lo(x, bh[ni][e]);                                                          \
   }
 
 #if CD_TC_EMULATE
+#define CD_LO_KEEP (CD_LO_ROUND ? 0xffffffffu : 0xffffe000u) /* the bits of a lo part the tensor core reads */
 /* The parts the tensor core reads of one element (lo = 0: hi, 1: lo): of a staged tile's element (r, k), and of a
  * raw value. */
 inline float cd_staged_part(local const cd_slot *T, uint ld, uint r, uint k, int lo) {
   const cd_slot x = T[(4 * (k / 8) + k % 4) * ld + r];
-  const uint h = (k % 8) / 4, keep = CD_LO_ROUND ? 0xffffffffu : 0xffffe000u;
-  return lo ? as_float((h ? CD_LO1(x) : CD_LO0(x)) & keep) : as_float(h ? x.y : x.x);
+  const uint h = (k % 8) / 4;
+#if CD_SPLIT && CD_STAGE_F32
+  const float v = as_float(h ? x.y : x.x);
+  const uint hv = cd_tf32(v);
+  return lo ? as_float(cd_lo(v, hv) & CD_LO_KEEP) : as_float(hv);
+#else
+  return lo ? as_float((h ? CD_LO1(x) : CD_LO0(x)) & CD_LO_KEEP) : as_float(h ? x.y : x.x);
+#endif
 }
 inline float cd_raw_part(float x, int lo) {
-  const float hi = as_float(cd_tf32(x));
-  return lo ? as_float(cd_tf32(x - hi)) : hi;
+  const uint hi = cd_tf32(x);
+  return lo ? as_float(cd_lo(x, hi) & CD_LO_KEEP) : as_float(hi);
 }
 /* c += each lane's accumulator entries from the element parts AP(row, k, lo) and BP(k, col, lo), with the same
  * TF32 rounding and split, without barriers */
@@ -398,23 +444,27 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_gram_tc(
     }                                                                                         \
   } while (0)
 
+#define CD_STAGE(Xb, Yb)                                                                             \
+  do {                                                                                               \
+    _Pragma("unroll") for (int u = 0; u < CD_LX; u++) {                                              \
+      const uint e = lid + u * CD_W;                                                                 \
+      if (e < CD_UX) cd_put_row8((Xb), CD_LDX, e % CD_TM, e / CD_TM, xr[u][0], xr[u][1]);             \
+    }                                                                                                \
+    _Pragma("unroll") for (int u = 0; u < CD_LY; u++) {                                              \
+      const uint e = lid + u * CD_W;                                                                 \
+      if (e < CD_UY) cd_put_row8((Yb), CD_LDY, e % CD_TN, e / CD_TN, yr[u][0], yr[u][1]);             \
+    }                                                                                                \
+  } while (0)
+
   CD_FETCH(0u);
   for (uint s0 = 0; s0 < Sf; s0 += CD_KC) {
     barrier(CLK_LOCAL_MEM_FENCE);
-#pragma unroll
-    for (int u = 0; u < CD_LX; u++) {
-      const uint e = lid + u * CD_W;
-      if (e < CD_UX) cd_put_row8(Xs, CD_LDX, e % CD_TM, e / CD_TM, xr[u][0], xr[u][1]);
-    }
-#pragma unroll
-    for (int u = 0; u < CD_LY; u++) {
-      const uint e = lid + u * CD_W;
-      if (e < CD_UY) cd_put_row8(Ys, CD_LDY, e % CD_TN, e / CD_TN, yr[u][0], yr[u][1]);
-    }
+    CD_STAGE(Xs, Ys);
     barrier(CLK_LOCAL_MEM_FENCE);
     if (s0 + CD_KC < Sf) CD_FETCH(s0 + CD_KC);
     cd_tc_tile(tot, Xs + 16 * CD_MR * wm, CD_LDX, Ys + 8 * CD_NR * wn, CD_LDY, g, t);
   }
+#undef CD_STAGE
 #undef CD_FETCH
 
   const int af = a_form && !reg1;

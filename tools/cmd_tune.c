@@ -156,12 +156,13 @@ int cmd_tune(int argc, char **argv) {
   if (!rc && camdelta_scan_saved_create(ctx, &sv)) rc = cli_lib_error(CAMDELTA_ERROR_OUT_OF_MEMORY, "tune");
 
   /* candidates per family: WM WN MR NR KC (frames: NR 0 = cover D) */
-  /* the gram stages split operands (16-byte slots, cl/gemm_tc.cl): KC/2 planes of TM + TN + 4 slots must fit the
+  /* the gram stages the f32 values (8-byte slots, cl/gemm_tc.cl): KC/2 planes of TM + TN + 8 slots must fit the
    * local memory; TM = 112 or TN = 112 tiles cover D = 112 without padding */
   static const unsigned gram[][5] = {{2, 2, 2, 4, 16}, {2, 2, 2, 4, 32}, {2, 4, 2, 2, 32}, {2, 4, 2, 2, 16},
                                      {1, 4, 4, 2, 32}, {2, 2, 2, 2, 32}, {4, 2, 1, 4, 32}, {2, 2, 4, 2, 16},
                                      {1, 2, 4, 4, 16}, {7, 2, 1, 7, 16}, {7, 2, 1, 7, 8},  {7, 1, 1, 7, 16},
-                                     {1, 7, 7, 2, 16}, {4, 4, 1, 2, 32}};
+                                     {1, 7, 7, 2, 16}, {4, 4, 1, 2, 32}, {2, 2, 2, 4, 64}, {7, 2, 1, 7, 32},
+                                     {2, 2, 4, 2, 32}, {1, 2, 4, 4, 32}};
   static const unsigned apply[][5] = {{2, 2, 2, 4, 16}, {2, 1, 2, 8, 16}, {2, 1, 2, 8, 32}, {2, 2, 2, 4, 32},
                                       {4, 2, 1, 4, 16}, {2, 4, 2, 2, 16}, {7, 1, 1, 8, 16}, {7, 2, 1, 4, 16},
                                       {7, 1, 1, 8, 32}, {1, 4, 7, 2, 16}, {7, 2, 1, 8, 16}, {2, 2, 2, 8, 16}};

@@ -18,9 +18,9 @@
  *  - GPU class, from the NVIDIA H200 (132 SMs; nominal 508 GFLOP/s per SM = 67 TFLOP/s, 36.4 GB/s per SM =
  *    4.8 TB/s), kernel times of `camdelta bench` and CAMDELTA_PROFILE_KERNELS=1 at sana480 (B1 H20 D112 F21
  *    S1560), sana720 (S3600) and D=64:
- *      phase A 1.209 ms tensor cores (the staged split gram) / 2.140 FMA for 32.9 GFLOP -> eff_a_tc 0.406,
- *        eff_a 0.229
- *      phase C 0.492 ms tensor cores / 0.750 FMA for 16.4 GFLOP   -> eff_c_tc 0.498, eff_c 0.327
+ *      phase A 1.087 ms tensor cores (the gram staging f32 values, split per fragment, lo parts truncated) /
+ *        2.140 FMA for 32.9 GFLOP -> eff_a_tc 0.452, eff_a 0.229
+ *      phase C 0.462 ms tensor cores / 0.750 FMA for 16.4 GFLOP   -> eff_c_tc 0.530, eff_c 0.327
  *      phase B 0.133 ms (A's chunks loaded a step ahead into registers): 100 work-groups (5 blocks of 24
  *        columns), 21 frames x 7 reduction chunks of 16, of which the arithmetic at eff_b is 0.053 ms -> 0.55 us
  *        per chunk stage, 0.034 us per reduction element at D=112, in proportion to D (0.052 ms at D=64)
@@ -47,7 +47,7 @@
 
 static const cd_cost_class GPU_CLASS = {
     .name = "gpu",
-    .eff_seq = 0.44, .eff_a = 0.229, .eff_b = 0.44, .eff_c = 0.327, .eff_a_tc = 0.406, .eff_c_tc = 0.498,
+    .eff_seq = 0.44, .eff_a = 0.229, .eff_b = 0.44, .eff_c = 0.327, .eff_a_tc = 0.452, .eff_c_tc = 0.530,
     .seq_us_per_token = 0.22 / 64, .b_us_per_elem = 0.55 / 16,
     .launch_us = 5.0, .alloc_us = 10.0, .items_sat = 256, .items_sat_seq = 861,
 };

@@ -27,15 +27,18 @@ static const table_entry TABLE[] = {
      * chunkwise 2.11 ms, backward 4.82 ms (4.21 once the backward reads the forward's A_f). The tf32 sweep
      * preferred gram KC=16 and apply WN=2, NR=8 by 1-3%; one entry serves both precisions. PoCL and other
      * devices without the tensor-core path have no entries: the FMA kernels. */
+    /* Re-swept 2026-12-03 (tenth session) after the gram began staging f32 values and truncating lo parts: the
+     * same three winners at D = 112 (forward 1.67 ms, backward 3.06 ms). */
     {"NVIDIA", "NVIDIA H200", CD_TC_GRAM, 112, 112, {2, 2, 2, 4, 32}},
     {"NVIDIA", "NVIDIA H200", CD_TC_APPLY, 112, 112, {2, 1, 2, 8, 16}},
     {"NVIDIA", "NVIDIA H200", CD_TC_FRAMES, 112, 112, {4, 1, 1, 14, 16}},
     /* `camdelta tune --shape 1,20,64,21,1560` (exact), 2026-12-03: gram 0.722 ms against 0.739 with the heuristic
      * tiles, apply 0.702 against 0.708, frames (the backward) 1.578 against 2.061; with these the shape's forward
      * chunkwise 0.705 ms and backward 1.576 ms (0.740 / 1.836 with the heuristic tiles, the earlier session). */
+    /* Re-swept in the tenth session: gram and apply unchanged, frames WM=4 WN=1 NR=8 1.096 ms against 1.115. */
     {"NVIDIA", "NVIDIA H200", CD_TC_GRAM, 64, 64, {2, 2, 2, 2, 32}},
     {"NVIDIA", "NVIDIA H200", CD_TC_APPLY, 64, 64, {2, 2, 2, 8, 16}},
-    {"NVIDIA", "NVIDIA H200", CD_TC_FRAMES, 64, 64, {2, 2, 2, 4, 16}},
+    {"NVIDIA", "NVIDIA H200", CD_TC_FRAMES, 64, 64, {4, 1, 1, 8, 16}},
 };
 
 int cd_tc_family(const char *name) {
@@ -132,9 +135,9 @@ camdelta_status cd_tc_resolve(camdelta_context *ctx, int family, size_t D, cd_tc
 
 size_t cd_tc_local_bytes(int family, size_t D, int split, const cd_tc_tiles *t) {
   const size_t tm = cd_tc_tm(t), tn = cd_tc_tn(t), kc = t->kc, w = cd_tc_wg(t);
-  /* the gram's staged tiles: KC/2 planes of R + pad slots, a slot {hi, hi', lo, lo'} (split, pad 2) or {hi, hi'}
-   * (tf32, pad 4) */
-  if (family == CD_TC_GRAM) return split ? 16 * (kc / 2) * (tm + 2 + tn + 2) : 8 * (kc / 2) * (tm + 4 + tn + 4);
+  /* the gram's staged tiles: KC/2 planes of R + 4 slots of 8 bytes, a slot {x, x'} (split: the f32 values, split
+   * per fragment, CD_STAGE_F32) or {hi, hi'} (tf32) */
+  if (family == CD_TC_GRAM) return 8 * (kc / 2) * (tm + 4 + tn + 4);
   if (family == CD_TC_APPLY) return 4 * kc * (tm + 8) + 4 * kc * (tn + 8);
   /* frames: the raw K tile, one staged B chunk (as the gram's), the reduction scratch */
   const size_t bs = split ? 16 * (kc / 2) * (tn + 2) : 8 * (kc / 2) * (tn + 4);
