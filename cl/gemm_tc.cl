@@ -138,9 +138,10 @@ inline uint cd_lo(float x, uint h) { return CD_LO_ROUND ? cd_tf32(x - as_float(h
  * h < 2) sits in slot (4q + t)·LDR + r, and a slot holds {hi(k), hi(k + 4), lo(k), lo(k + 4)} (split, converted
  * once by the work-item that stages it), {x(k), x(k + 4)} (split with CD_STAGE_F32: the f32 values, split by each
  * warp that loads them) or {hi(k), hi(k + 4)} (tf32). A lane (g, t) then gets the pair its mma fragment needs,
- * k = 8q + t and 8q + t + 4, in one 16- or 8-byte load. LDR = R + CD_RPAD makes those loads conflict-free: a quarter warp's 16-byte loads touch rows
- * g, g + 1 of planes t = 0..3, i.e. units t·LDR + g, distinct mod 8 when LDR ≡ 2 (mod 8); a half warp's 8-byte
- * loads units t·LDR + g (g < 4), distinct mod 16 when LDR ≡ 4 or 12 (mod 16). R is a multiple of 8. */
+ * k = 8q + t and 8q + t + 4, in one 16- or 8-byte load. LDR = R + CD_RPAD makes those loads conflict-free: a
+ * quarter warp's 16-byte loads touch rows g, g + 1 of planes t = 0..3, i.e. units t·LDR + g, distinct mod 8 when
+ * LDR ≡ 2 (mod 8); a half warp's 8-byte loads units t·LDR + g (g < 4), distinct mod 16 when LDR ≡ 4 or 12
+ * (mod 16). R is a multiple of 8. */
 #if CD_SPLIT && !CD_STAGE_F32
 typedef uint4 cd_slot;
 #define CD_RPAD 2
@@ -387,7 +388,8 @@ inline float4 cd_load4(__global const float *row, uint gs, uint S) {
  *   region 0 goes to out0 (a_form: out0 = decay_f·(I − C), only the tiles on or above the diagonal run and
  *   C's upper triangle is stored at (i, j) and (j, i)), region 1 to out1. Outputs (B, H, F, D, D).
  * Each work-item loads 8 consecutive tokens of a row per unit (two 16-byte loads); the loads of the next chunk
- * are issued before the mma work on the current one, and split into the staged tiles after it.
+ * are issued before the mma work on the current one, and written into the staged tiles after it (f32 values with
+ * the split, CD_STAGE_F32; TF32 hi parts in tf32).
  * Launch: local (32·WM·WN), global (local·n_rt·(n_c0 + n_c1), B·H·F), n_rt = ceil(D / TM), n_c = ceil(D / TN). */
 __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_gram_tc(
     __global const float *x, ulong x_off, __global const float *y0, ulong y0_off, __global const float *y1,
@@ -444,27 +446,23 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_gram_tc(
     }                                                                                         \
   } while (0)
 
-#define CD_STAGE(Xb, Yb)                                                                             \
-  do {                                                                                               \
-    _Pragma("unroll") for (int u = 0; u < CD_LX; u++) {                                              \
-      const uint e = lid + u * CD_W;                                                                 \
-      if (e < CD_UX) cd_put_row8((Xb), CD_LDX, e % CD_TM, e / CD_TM, xr[u][0], xr[u][1]);             \
-    }                                                                                                \
-    _Pragma("unroll") for (int u = 0; u < CD_LY; u++) {                                              \
-      const uint e = lid + u * CD_W;                                                                 \
-      if (e < CD_UY) cd_put_row8((Yb), CD_LDY, e % CD_TN, e / CD_TN, yr[u][0], yr[u][1]);             \
-    }                                                                                                \
-  } while (0)
-
   CD_FETCH(0u);
   for (uint s0 = 0; s0 < Sf; s0 += CD_KC) {
     barrier(CLK_LOCAL_MEM_FENCE);
-    CD_STAGE(Xs, Ys);
+#pragma unroll
+    for (int u = 0; u < CD_LX; u++) {
+      const uint e = lid + u * CD_W;
+      if (e < CD_UX) cd_put_row8(Xs, CD_LDX, e % CD_TM, e / CD_TM, xr[u][0], xr[u][1]);
+    }
+#pragma unroll
+    for (int u = 0; u < CD_LY; u++) {
+      const uint e = lid + u * CD_W;
+      if (e < CD_UY) cd_put_row8(Ys, CD_LDY, e % CD_TN, e / CD_TN, yr[u][0], yr[u][1]);
+    }
     barrier(CLK_LOCAL_MEM_FENCE);
     if (s0 + CD_KC < Sf) CD_FETCH(s0 + CD_KC);
     cd_tc_tile(tot, Xs + 16 * CD_MR * wm, CD_LDX, Ys + 8 * CD_NR * wn, CD_LDY, g, t);
   }
-#undef CD_STAGE
 #undef CD_FETCH
 
   const int af = a_form && !reg1;

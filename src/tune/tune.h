@@ -69,7 +69,8 @@ int cd_tc_family(const char *name); /* -1 when unknown */
  *  *from names the source. */
 camdelta_status cd_tc_resolve(camdelta_context *ctx, int family, size_t D, cd_tc_tiles *t, const char **from);
 /** Local memory a family's work-group needs (the kernels' __local arrays, cl/gemm_tc.cl); split: 1 for `exact`
- *  (split-TF32: the gram's and apply's staged slots hold hi and lo), 0 for `tf32`. */
+ *  (split-TF32: the frames kernel's staged slots hold hi and lo; the gram's hold f32 values either way), 0 for
+ *  `tf32`. */
 size_t cd_tc_local_bytes(int family, size_t D, int split, const cd_tc_tiles *t);
 /** cd_apply_ot_tc's local memory: the apply's Ms, and its Xs or the output tile Os (TN rows of TM + 4) in one array. */
 size_t cd_tc_apply_ot_local_bytes(const cd_tc_tiles *t);
