@@ -8,7 +8,8 @@
 #                   [prep-ab SHAPE...] [gram-ab] [compare SHAPE...] [packed-ab] [profile SHAPE...]
 #                   [prep-sweep] [ctest REGEX] [mma]
 # mma: ci/mma-throughput.c, the rate of independent mma.sync.m16n8k8 TF32 products (1-16 chains per warp).
-# gram-ab: the staged gram at sana480 in variants (lo parts unrounded, without mma, staging once) and their profile.
+# gram-ab: the staged gram at sana480 in variants (lo parts rounded, split staging, without mma, staging once) and
+#          their profile.
 # prep-ab: prep forward and backward of each shape in every form (CAMDELTA_PREP_FUSED = 2, 1, 0;
 #          CAMDELTA_PREP_BWD_FUSED = 1, 0), then the fused backward under a few CAMDELTA_PREP_BWD_TILES settings (to pick the defaults).
 # large: tests/large_sizes.c at B=3 H=32 D=128 N=219,600 (> 2^31 elements per tensor; about 70 GB of device
@@ -279,12 +280,14 @@ while [ $# -gt 0 ]; do
       ;;
     gram-ab)
       # the staged gram (phase A of the forward at sana480) in variants built from copies of cl/ (CAMDELTA_KERNEL_DIR):
-      # as is; lo parts unrounded (CD_LO_ROUND 0); without the mma (staging and loads only); staging only the first
-      # chunk (mma, fragment loads and barriers only). Accuracy of the lo variant from the precision test.
-      for v in base lo nomma nostage; do
+      # as is; lo parts rounded (CD_LO_ROUND 1); hi and lo staged instead of the f32 values (CD_STAGE_F32 0); without
+      # the mma (staging and loads only); staging only the first chunk (mma, fragment loads and barriers only).
+      # Accuracy of the round variant from the precision tests.
+      for v in base round split nomma nostage; do
         rm -rf "/tmp/k-$v" && cp -r cl "/tmp/k-$v"
         case $v in
-          lo) sed -i 's/^#define CD_LO_ROUND 1/#define CD_LO_ROUND 0/' "/tmp/k-$v/gemm_tc.cl" ;;
+          round) sed -i 's/^#define CD_LO_ROUND 0/#define CD_LO_ROUND 1/' "/tmp/k-$v/gemm_tc.cl" ;;
+          split) sed -i 's/^#define CD_STAGE_F32 1/#define CD_STAGE_F32 0/' "/tmp/k-$v/gemm_tc.cl" ;;
           nomma) sed -i 's/^    cd_tc_tile(tot, Xs/    if (0) cd_tc_tile(tot, Xs/' "/tmp/k-$v/gemm_tc.cl" ;;
           nostage) sed -i 's/if (e < CD_UX) cd_put_row8/if (e < CD_UX \&\& s0 == 0) cd_put_row8/; s/if (e < CD_UY) cd_put_row8/if (e < CD_UY \&\& s0 == 0) cd_put_row8/' "/tmp/k-$v/gemm_tc.cl" ;;
         esac
@@ -295,10 +298,10 @@ while [ $# -gt 0 ]; do
             v=$v p=$prec "/tmp/kern-$v.txt" | tee -a "$OUT/gram-ab.txt"
         done
       done
-      CAMDELTA_KERNEL_DIR=/tmp/k-lo CAMDELTA_DEVICE=nvidia ./build-gpu/tests/test_scan_precision 2>&1 | grep -E "measure|FAIL|PASS" |
-        sed 's/^/gram-ab lo: /' | tee -a "$OUT/gram-ab.txt"
-      CAMDELTA_KERNEL_DIR=/tmp/k-lo CAMDELTA_DEVICE=nvidia ./build-gpu/tests/test_scan_backward 2>&1 | grep -E "measure.*err|FAIL|PASS" |
-        sed 's/^/gram-ab lo: /' | tee -a "$OUT/gram-ab.txt"
+      CAMDELTA_KERNEL_DIR=/tmp/k-round CAMDELTA_DEVICE=nvidia ./build-gpu/tests/test_scan_precision 2>&1 |
+        grep -E "measure|FAIL|PASS" | sed 's/^/gram-ab round: /' | tee -a "$OUT/gram-ab.txt"
+      CAMDELTA_KERNEL_DIR=/tmp/k-round CAMDELTA_DEVICE=nvidia ./build-gpu/tests/test_scan_backward 2>&1 |
+        grep -E "measure.*err|FAIL|PASS" | sed 's/^/gram-ab round: /' | tee -a "$OUT/gram-ab.txt"
       ;;
     prep-ab)
       shift

@@ -23,6 +23,8 @@
  *   CD_VEC    1 = token rows are 16-byte aligned at every frame start (host-checked): 16-byte loads
  *   CD_CHUNK_SUM  1 = sum each CD_KC chunk in a fresh accumulator, then add it rounded (default: the gram,
  *             whose reductions run over a whole frame; the apply reduces over D <= 128 only)
+ *   CD_STAGE_F32  1 = staged tiles hold f32 values, split per fragment (default: the gram); 0 = hi and lo parts
+ *   CD_LO_ROUND   1 = lo parts rounded to TF32; 0 = truncated by the tensor core's read (the default)
  *
  * Kernels (each in its own program, selected by CD_GRAM / CD_APPLY / CD_FRAMES / CD_PROBE):
  *   cd_gram_tc   C = X_f·diag(β_f)·[Y0_f | Y1_f]ᵀ over a frame's tokens (phase A of the forward; W, A, U of

@@ -25,17 +25,17 @@ static const table_entry TABLE[] = {
     /* NVIDIA H200 (driver 580.159.04, OpenCL 3.0 CUDA 13.0.98), `camdelta tune --shape sana480` (B1 H20 D112 F21
      * S1560, exact), 2026-12-03, with the gram's staged split operands and the frames kernel's staged B: forward
      * chunkwise 2.11 ms, backward 4.82 ms (4.21 once the backward reads the forward's A_f). The tf32 sweep
-     * preferred gram KC=16 and apply WN=2, NR=8 by 1-3%; one entry serves both precisions. PoCL and other
-     * devices without the tensor-core path have no entries: the FMA kernels. */
-    /* Re-swept 2026-12-03 (tenth session) after the gram began staging f32 values and truncating lo parts: the
-     * same three winners at D = 112 (forward 1.67 ms, backward 3.06 ms). */
+     * preferred gram KC=16 and apply WN=2, NR=8 by 1-3%; one entry serves both precisions. Re-swept in the tenth
+     * session, after the gram began staging f32 values and truncating lo parts: the same three winners (forward
+     * 1.67 ms, backward 3.06 ms). PoCL and other devices without the tensor-core path have no entries: the FMA
+     * kernels. */
     {"NVIDIA", "NVIDIA H200", CD_TC_GRAM, 112, 112, {2, 2, 2, 4, 32}},
     {"NVIDIA", "NVIDIA H200", CD_TC_APPLY, 112, 112, {2, 1, 2, 8, 16}},
     {"NVIDIA", "NVIDIA H200", CD_TC_FRAMES, 112, 112, {4, 1, 1, 14, 16}},
     /* `camdelta tune --shape 1,20,64,21,1560` (exact), 2026-12-03: gram 0.722 ms against 0.739 with the heuristic
      * tiles, apply 0.702 against 0.708, frames (the backward) 1.578 against 2.061; with these the shape's forward
-     * chunkwise 0.705 ms and backward 1.576 ms (0.740 / 1.836 with the heuristic tiles, the earlier session). */
-    /* Re-swept in the tenth session: gram and apply unchanged, frames WM=4 WN=1 NR=8 1.096 ms against 1.115. */
+     * chunkwise 0.705 ms and backward 1.576 ms (0.740 / 1.836 with the heuristic tiles, the earlier session).
+     * Re-swept in the tenth session: gram and apply unchanged, frames WM=4 WN=1 NR=8 1.096 ms against 1.115. */
     {"NVIDIA", "NVIDIA H200", CD_TC_GRAM, 64, 64, {2, 2, 2, 2, 32}},
     {"NVIDIA", "NVIDIA H200", CD_TC_APPLY, 64, 64, {2, 2, 2, 8, 16}},
     {"NVIDIA", "NVIDIA H200", CD_TC_FRAMES, 64, 64, {4, 1, 1, 8, 16}},
@@ -139,7 +139,8 @@ size_t cd_tc_local_bytes(int family, size_t D, int split, const cd_tc_tiles *t) 
    * per fragment, CD_STAGE_F32) or {hi, hi'} (tf32) */
   if (family == CD_TC_GRAM) return 8 * (kc / 2) * (tm + 4 + tn + 4);
   if (family == CD_TC_APPLY) return 4 * kc * (tm + 8) + 4 * kc * (tn + 8);
-  /* frames: the raw K tile, one staged B chunk (as the gram's), the reduction scratch */
+  /* frames: the raw K tile, one staged B chunk (KC/2 planes of TN + pad slots: {hi, hi', lo, lo'} with the split,
+   * pad 2; {hi, hi'} in tf32, pad 4), the reduction scratch */
   const size_t bs = split ? 16 * (kc / 2) * (tn + 2) : 8 * (kc / 2) * (tn + 4);
   return 4 * D * (tm + 8) + bs + 4 * (t->wn * 4 * tm + w);
 }
