@@ -6,8 +6,9 @@
 #   bash ci/gpu-test.sh [tests] [pocl] [scan-tests] [inspect] [tune] [demo] [large] [mpi] [mpi-bench] [packed] [pair]
 #                   [bench SHAPE...] [bench-scan SHAPE...]
 #                   [prep-ab SHAPE...] [gram-ab] [compare SHAPE...] [packed-ab] [profile SHAPE...]
-#                   [prep-sweep] [ctest REGEX] [mma]
+#                   [prep-sweep] [ctest REGEX] [mma] [gram-stride]
 # mma: ci/mma-throughput.c, the rate of independent mma.sync.m16n8k8 TF32 products (1-16 chains per warp).
+# gram-stride: the gram's time by row length (B clips of F frames, S tokens: rows of F·S tokens).
 # gram-ab: the staged gram at sana480 in variants (lo parts rounded, split staging, without mma, staging once) and
 #          their profile.
 # prep-ab: prep forward and backward of each shape in every form (CAMDELTA_PREP_FUSED = 2, 1, 0;
@@ -261,6 +262,17 @@ while [ $# -gt 0 ]; do
         shift
       done
       continue
+      ;;
+    gram-stride)
+      # phase A (cd_gram_tc) by row length: the same 20 frames per head laid out as B clips of F frames (rows of
+      # F·S tokens) and other row lengths; the packed path's rows are the whole batch's (docs/performance.md)
+      for s in 4,20,112,5,1560 2,20,112,10,1560 1,20,112,20,1560 4,20,112,5,1564 2,20,112,10,1564 \
+        1,20,112,20,1564 1,20,112,20,1568 1,20,112,20,1552 1,20,112,15,1560 1,20,112,16,1560 1,20,112,25,1560; do
+        CAMDELTA_PROFILE_KERNELS=1 CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --shape "$s" \
+          --only "forward chunkwise causal" --reps 5 --warmup 1 >/dev/null 2>"/tmp/prof.txt" || rc=1
+        awk '/camdelta kernel/ && /gram/ {n++; t+=$(NF-1)} END {printf "gram-stride %-18s cd_gram_tc %.4f ms\n", s, t/n}' \
+          s="$s" /tmp/prof.txt | tee -a "$OUT/gram-stride.txt"
+      done
       ;;
     seq-sweep)
       # the sequential forward at sana480 under CAMDELTA_SEQ_TILES: value columns J, tokens per tile TS, work-group
