@@ -9,8 +9,8 @@
 #                   [prep-sweep] [ctest REGEX] [mma] [gram-stride]
 # mma: ci/mma-throughput.c, the rate of independent mma.sync.m16n8k8 TF32 products (1-16 chains per warp).
 # gram-stride: the gram's time by row length (B clips of F frames, S tokens: rows of F·S tokens).
-# gram-ab: the staged gram at sana480 in variants (lo parts rounded, split staging, without mma, staging once) and
-#          their profile.
+# gram-ab: the staged gram at sana480 in variants (lo parts rounded, split staging, cvt rounding, without mma,
+#          staging once) and their profile.
 # prep-ab: prep forward and backward of each shape in every form (CAMDELTA_PREP_FUSED = 2, 1, 0;
 #          CAMDELTA_PREP_BWD_FUSED = 1, 0), then the fused backward under a few CAMDELTA_PREP_BWD_TILES settings (to pick the defaults).
 # large: tests/large_sizes.c at B=3 H=32 D=128 N=219,600 (> 2^31 elements per tensor; about 70 GB of device
@@ -292,14 +292,16 @@ while [ $# -gt 0 ]; do
       ;;
     gram-ab)
       # the staged gram (phase A of the forward at sana480) in variants built from copies of cl/ (CAMDELTA_KERNEL_DIR):
-      # as is; lo parts rounded (CD_LO_ROUND 1); hi and lo staged instead of the f32 values (CD_STAGE_F32 0); without
+      # as is; lo parts rounded (CD_LO_ROUND 1); hi and lo staged instead of the f32 values (CD_STAGE_F32 0); TF32
+      # rounding by cvt.rna (CD_TF32_CVT 1); without
       # the mma (staging and loads only); staging only the first chunk (mma, fragment loads and barriers only).
       # Accuracy of the round variant from the precision tests.
-      for v in base round split nomma nostage; do
+      for v in base round split cvt nomma nostage; do
         rm -rf "/tmp/k-$v" && cp -r cl "/tmp/k-$v"
         case $v in
           round) sed -i 's/^#define CD_LO_ROUND 0/#define CD_LO_ROUND 1/' "/tmp/k-$v/gemm_tc.cl" ;;
           split) sed -i 's/^#define CD_STAGE_F32 1/#define CD_STAGE_F32 0/' "/tmp/k-$v/gemm_tc.cl" ;;
+          cvt) sed -i 's/^#define CD_TF32_CVT 0/#define CD_TF32_CVT 1/' "/tmp/k-$v/gemm_tc.cl" ;;
           nomma) sed -i 's/^    cd_tc_tile(tot, Xs/    if (0) cd_tc_tile(tot, Xs/' "/tmp/k-$v/gemm_tc.cl" ;;
           nostage) sed -i 's/if (e < CD_UX) cd_put_row8/if (e < CD_UX \&\& s0 == 0) cd_put_row8/; s/if (e < CD_UY) cd_put_row8/if (e < CD_UY \&\& s0 == 0) cd_put_row8/' "/tmp/k-$v/gemm_tc.cl" ;;
         esac
