@@ -301,7 +301,7 @@ while [ $# -gt 0 ]; do
         case $v in
           round) sed -i 's/^#define CD_LO_ROUND 0/#define CD_LO_ROUND 1/' "/tmp/k-$v/gemm_tc.cl" ;;
           split) sed -i 's/^#define CD_STAGE_F32 1/#define CD_STAGE_F32 0/' "/tmp/k-$v/gemm_tc.cl" ;;
-          cvt) sed -i 's/^#define CD_TF32_CVT 0/#define CD_TF32_CVT 1/' "/tmp/k-$v/gemm_tc.cl" ;;
+          cvt) sed -i 's/^#define CD_TF32_CVT .*/#define CD_TF32_CVT 1/' "/tmp/k-$v/gemm_tc.cl" ;;
           nomma) sed -i 's/^    cd_tc_tile(tot, Xs/    if (0) cd_tc_tile(tot, Xs/' "/tmp/k-$v/gemm_tc.cl" ;;
           nostage) sed -i 's/if (e < CD_UX) cd_put_row8/if (e < CD_UX \&\& s0 == 0) cd_put_row8/; s/if (e < CD_UY) cd_put_row8/if (e < CD_UY \&\& s0 == 0) cd_put_row8/' "/tmp/k-$v/gemm_tc.cl" ;;
         esac

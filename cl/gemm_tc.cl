@@ -25,7 +25,8 @@
  *             whose reductions run over a whole frame; the apply reduces over D <= 128 only)
  *   CD_STAGE_F32  1 = staged tiles hold f32 values, split per fragment (default: the gram); 0 = hi and lo parts
  *   CD_LO_ROUND   1 = lo parts rounded to TF32; 0 = truncated by the tensor core's read (the default)
- *   CD_TF32_CVT   1 = TF32 rounding by cvt.rna.tf32.f32; 0 = the same rounding in integer operations (the default)
+ *   CD_TF32_CVT   1 = TF32 rounding by cvt.rna.tf32.f32 (the default in tf32 at D <= 64); 0 = the same rounding in
+ *                 integer operations
  *
  * Kernels (each in its own program, selected by CD_GRAM / CD_APPLY / CD_FRAMES / CD_PROBE):
  *   cd_gram_tc   C = X_f·diag(β_f)·[Y0_f | Y1_f]ᵀ over a frame's tokens (phase A of the forward; W, A, U of
@@ -93,26 +94,17 @@
  * it has. Packed clips (CD_PACKED): every kernel takes CD_PK_ARGS last, frames have their own token counts (a token
  * tile past its frame's end leaves at once) and a chain's first/last frame and init row come from the table. */
 
-#if CD_TC_EMULATE
-/* Emulation for testing on any device (CAMDELTA_TC=emulate): no inline PTX; cd_tc_block computes each lane's
- * accumulator entries (the PTX C layout) straight from the staged local tiles with the same TF32 rounding and
- * split, without barriers. It checks the kernels' tiles, strides, tails, epilogues and host side where no
- * tensor cores exist (CI); the fragment layout itself is what the feature test checks on the real device. */
-inline uint cd_tf32(float x) {
-  uint u = as_uint(x);
-  if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u; /* nearest, ties away */
-  return u;
-}
-#else
 #ifndef CD_TF32_CVT /* 1: TF32 rounding by cvt.rna.tf32.f32; 0: the same rounding (nearest, ties away) in two integer
-                       operations, which the H200 runs faster (sana480 exact forward 1.66 -> 1.56 ms) */
-#define CD_TF32_CVT 0
+                       operations. The H200 runs the integer form faster with the split (sana480 exact forward
+                       1.66 -> 1.56 ms) and in tf32 at D = 112, cvt in tf32 at D = 64 (backward 1.107 against 1.150 ms) */
+#define CD_TF32_CVT (!CD_SPLIT && CD_D <= 64)
 #endif
 /* TF32 operand (round to nearest, ties away). The integer form maps inf to inf and a finite value that rounds past
  * FLT_MAX to inf, as cvt.rna does; a NaN keeps its high payload bits (a quiet NaN stays NaN), and one whose payload
- * is only in the low 13 bits comes out as inf, whose split lo part x - hi is then NaN. */
+ * is only in the low 13 bits comes out as inf, whose split lo part x - hi is then NaN. The emulation always takes
+ * the integer form. */
 inline uint cd_tf32(float x) {
-#if CD_TF32_CVT
+#if CD_TF32_CVT && !CD_TC_EMULATE
   uint r;
   asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
   return r;
@@ -121,6 +113,12 @@ inline uint cd_tf32(float x) {
 #endif
 }
 
+#if CD_TC_EMULATE
+/* Emulation for testing on any device (CAMDELTA_TC=emulate): no inline PTX; cd_tc_block computes each lane's
+ * accumulator entries (the PTX C layout) straight from the staged local tiles with the same TF32 rounding and
+ * split, without barriers. It checks the kernels' tiles, strides, tails, epilogues and host side where no
+ * tensor cores exist (CI); the fragment layout itself is what the feature test checks on the real device. */
+#else
 #define CD_MMA(c, a, b)                                                                                   \
   asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "        \
       "{%0,%1,%2,%3};"                                                                                    \
