@@ -6,8 +6,9 @@
 #   bash ci/gpu-test.sh [tests] [pocl] [scan-tests] [inspect] [tune] [demo] [large] [mpi] [mpi-bench] [packed] [pair]
 #                   [bench SHAPE...] [bench-scan SHAPE...]
 #                   [prep-ab SHAPE...] [gram-ab] [compare SHAPE...] [packed-ab] [profile SHAPE...]
-#                   [prep-sweep] [ctest REGEX] [mma] [gram-stride]
+#                   [prep-sweep] [ctest REGEX] [mma] [gram-stride] [ptx-prof TAG FILE KERNEL OPTIONS G L ARG...]
 # mma: ci/mma-throughput.c, the rate of independent mma.sync.m16n8k8 TF32 products (1-16 chains per warp).
+# ptx-prof: one kernel's OpenCL PTX under Nsight Compute (through the CUDA driver API, ci/ptx-run.c), and its SASS.
 # gram-stride: the gram's time by row length (B clips of F frames, S tokens: rows of F·S tokens).
 # gram-ab: the staged gram at sana480 in variants (lo parts rounded, split staging, cvt rounding, without mma,
 #          staging once) and their profile.
@@ -273,6 +274,36 @@ while [ $# -gt 0 ]; do
         awk '/camdelta kernel/ && /gram/ {n++; t+=$(NF-1)} END {printf "gram-stride %-18s cd_gram_tc %.4f ms\n", s, t/n}' \
           s="$s" /tmp/prof.txt | tee -a "$OUT/gram-stride.txt"
       done
+      ;;
+    ptx-prof)
+      # ptx-prof TAG FILE.cl KERNEL "OPTIONS" GX,GY,GZ LX,LY,LZ ARG... (the rest of the line): one kernel as the NVIDIA
+      # OpenCL compiler builds it (ci/cl-inspect.c: registers, PTX), run through the CUDA driver API (ci/ptx-run.c,
+      # ARG as it says) so that Nsight Compute measures it: its time, the details page, the stall samples by reason
+      # and SASS opcode (ci/ncu-stalls.py), and the SASS (ptxas + cuobjdump) in $OUT/ptx-TAG.sass.
+      shift
+      tag=$1 file=$2 kern=$3 opts=$4 grid=$5 loc=$6
+      shift 6
+      CUDA=${CUDA_HOME:-/usr/local/cuda}
+      export PATH="$CUDA/bin:$PATH"
+      NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+      [ -x /tmp/cl-inspect ] || cc -O2 -I"$PREFIX/usr/include" -o /tmp/cl-inspect ci/cl-inspect.c -L"$LIBDIR" -lOpenCL || rc=1
+      [ -x /tmp/ptx-run ] || cc -O2 -I"$CUDA/include" -o /tmp/ptx-run ci/ptx-run.c -L"$CUDA/lib64/stubs" -lcuda || rc=1
+      mkdir -p /tmp/ptx
+      cat cl/common.cl "cl/$file" >"/tmp/ptx/$tag.cl" # as the library composes it (common.cl first)
+      /tmp/cl-inspect "/tmp/ptx/$tag.cl" "$opts" "/tmp/ptx/$tag.bin" 2>&1 | grep -E "error|spill|Used" | sed "s/^/[$tag] /" |
+        tee -a "$OUT/ptx-prof.txt"
+      # the binary ends in a NUL; %envreg0..2 hold OpenCL's group-id offsets, zero in these launches
+      tr -d '\000' <"/tmp/ptx/$tag.bin" | sed -E 's/%envreg[0-9]+/0/g' >"/tmp/ptx/$tag.ptx"
+      ptxas -arch=sm_90 "/tmp/ptx/$tag.ptx" -o "/tmp/ptx/$tag.cubin" && cuobjdump -sass "/tmp/ptx/$tag.cubin" >"$OUT/ptx-$tag.sass"
+      /tmp/ptx-run "/tmp/ptx/$tag.ptx" "$kern" "$grid" "$loc" 20 "$@" 2>&1 | sed "s/^/[$tag] /" | tee -a "$OUT/ptx-prof.txt" || rc=1
+      "$NCU" --clock-control none --launch-skip 3 --launch-count 1 --set full --import-source no -o "/tmp/ncu-$tag" \
+        /tmp/ptx-run "/tmp/ptx/$tag.ptx" "$kern" "$grid" "$loc" 1 "$@" >"$OUT/ncu-$tag.log" 2>&1 || rc=1
+      "$NCU" -i "/tmp/ncu-$tag.ncu-rep" --page details >"$OUT/ncu-$tag.txt" 2>&1
+      "$NCU" -i "/tmp/ncu-$tag.ncu-rep" --page source --csv --print-source sass >"/tmp/ncu-src-$tag.csv" 2>&1
+      grep -E "^    (Duration|Registers Per Thread|Achieved Occupancy|Issue Slots Busy|L2 Hit Rate|DRAM Throughput) " \
+        "$OUT/ncu-$tag.txt" | sed "s/^ */[$tag] /" | tee -a "$OUT/ptx-prof.txt"
+      python3 ci/ncu-stalls.py "/tmp/ncu-src-$tag.csv" 12 | sed "s/^/[$tag] /" | tee -a "$OUT/ptx-prof.txt"
+      break
       ;;
     seq-sweep)
       # the sequential forward at sana480 under CAMDELTA_SEQ_TILES: value columns J, tokens per tile TS, work-group
