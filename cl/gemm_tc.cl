@@ -27,6 +27,9 @@
  *   CD_LO_ROUND   1 = lo parts rounded to TF32; 0 = truncated by the tensor core's read (the default)
  *   CD_TF32_CVT   1 = TF32 rounding by cvt.rna.tf32.f32 (the default in tf32 at D <= 64); 0 = the same rounding in
  *                 integer operations
+ *   CD_FOLD       1 = local-memory accesses indexed so that their constant parts fold into immediates (default)
+ *   CD_BETA_LATE  gram: 1 = β is multiplied into the next chunk's values when they are staged (default with the split),
+ *                 0 = as soon as they are loaded (tf32: 16 registers fewer)
  *
  * Kernels (each in its own program, selected by CD_GRAM / CD_APPLY / CD_FRAMES / CD_PROBE):
  *   cd_gram_tc   C = X_f·diag(β_f)·[Y0_f | Y1_f]ᵀ over a frame's tokens (phase A of the forward; W, A, U of
@@ -94,6 +97,13 @@
  * it has. Packed clips (CD_PACKED): every kernel takes CD_PK_ARGS last, frames have their own token counts (a token
  * tile past its frame's end leaves at once) and a chain's first/last frame and init row come from the table. */
 
+#ifndef CD_BETA_LATE /* The gram's β product waits for its loads. Done as they arrive (0), it stalls the warp there, before the
+                        mma work meant to hide them: at sana480 exact phase A takes 1.01 ms, against 0.82 ms with the
+                        product done at staging (1). In tf32 the late form's 16 registers take ptxas from 166 to 208
+                        (two work-groups per SM instead of three): phase A gains 3% and the backward's W pass (no β)
+                        loses 18%, so tf32 keeps the early form. */
+#define CD_BETA_LATE CD_SPLIT
+#endif
 #ifndef CD_TF32_CVT /* 1: TF32 rounding by cvt.rna.tf32.f32; 0: the same rounding (nearest, ties away) in two integer
                        operations. The H200 runs the integer form faster with the split (sana480 exact forward
                        1.66 -> 1.56 ms) and in tf32 at D = 112, cvt in tf32 at D = 64 (backward 1.107 against 1.150 ms) */
@@ -171,37 +181,57 @@ typedef uint2 cd_slot;
 #endif
 #define CD_SLOTS(R) ((CD_KC / 2) * CD_LDR(R)) /* slots of a staged R x CD_KC tile */
 
-/* Writes the pair (r, k = 8q + t) and (r, k + 4) with values x0, x1 into plane p = 4q + t. */
-inline void cd_put(local cd_slot *tile, uint ldr, uint r, uint p, float x0, float x1) {
+/* CD_AT(T, v, c) is T[v + c] for a work-item's variable part v and a compile-time part c. With CD_FOLD (the default)
+ * it indexes from T + v, so the compiler can fold c into the load's or store's immediate offset; one unsigned index
+ * v + c cannot be split (it may wrap), and every access then needs its own address arithmetic (at sana480 the gram
+ * ran as many address instructions as mma: with CD_FOLD phase A takes 0.774 ms instead of 0.817). */
+#ifndef CD_FOLD /* 1 except in the frames kernel at D <= 64, which ran slower with it on the H200 (exact backward at
+                   1,20,64,21,1560: frames 0.871 against 0.658 ms) */
+#if defined(CD_FRAMES) && CD_D <= 64
+#define CD_FOLD 0
+#else
+#define CD_FOLD 1
+#endif
+#endif
+#if CD_FOLD
+#define CD_AT(T, v, c) ((T) + (v))[c]
+#else
+#define CD_AT(T, v, c) (T)[(v) + (c)]
+#endif
+
+/* Writes the pair (r, k = 8q + t) and (r, k + 4) with values x0, x1 into slot T[v + c] (plane p = 4q + t, row r). */
 #if CD_SPLIT && CD_STAGE_F32
-  tile[p * ldr + r] = (uint2)(as_uint(x0), as_uint(x1));
+#define CD_PUT(T, v, c, x0, x1) CD_AT(T, v, c) = (uint2)(as_uint(x0), as_uint(x1))
+#elif CD_SPLIT
+#define CD_PUT(T, v, c, x0, x1)                                                                           \
+  do {                                                                                                    \
+    const float x0_ = (x0), x1_ = (x1);                                                                   \
+    const uint h0_ = cd_tf32(x0_), h1_ = cd_tf32(x1_);                                                    \
+    CD_AT(T, v, c) = (uint4)(h0_, h1_, cd_lo(x0_, h0_), cd_lo(x1_, h1_));                                 \
+  } while (0)
 #else
-  const uint h0 = cd_tf32(x0), h1 = cd_tf32(x1);
-#if CD_SPLIT
-  tile[p * ldr + r] = (uint4)(h0, h1, cd_lo(x0, h0), cd_lo(x1, h1));
-#else
-  tile[p * ldr + r] = (uint2)(h0, h1);
+#define CD_PUT(T, v, c, x0, x1) CD_AT(T, v, c) = (uint2)(cd_tf32(x0), cd_tf32(x1))
 #endif
-#endif
-}
 
 /* Row r's elements k = 8q .. 8q+7 (lo = the first four, hi = the last four): an operand contiguous along k. */
 inline void cd_put_row8(local cd_slot *tile, uint ldr, uint r, uint q, float4 lo, float4 hi) {
-  cd_put(tile, ldr, r, 4 * q + 0, lo.x, hi.x);
-  cd_put(tile, ldr, r, 4 * q + 1, lo.y, hi.y);
-  cd_put(tile, ldr, r, 4 * q + 2, lo.z, hi.z);
-  cd_put(tile, ldr, r, 4 * q + 3, lo.w, hi.w);
+  CD_PUT(tile, 4 * q * ldr + r, 0, lo.x, hi.x);
+  CD_PUT(tile, 4 * q * ldr + r, ldr, lo.y, hi.y);
+  CD_PUT(tile, 4 * q * ldr + r, 2 * ldr, lo.z, hi.z);
+  CD_PUT(tile, 4 * q * ldr + r, 3 * ldr, lo.w, hi.w);
 }
 
 /* Rows r .. r+3 at k = 8q + t (a) and k + 4 (b), plane p = 4q + t: an operand contiguous along its rows. */
 inline void cd_put_col4(local cd_slot *tile, uint ldr, uint r, uint p, float4 a, float4 b) {
-  cd_put(tile, ldr, r + 0, p, a.x, b.x);
-  cd_put(tile, ldr, r + 1, p, a.y, b.y);
-  cd_put(tile, ldr, r + 2, p, a.z, b.z);
-  cd_put(tile, ldr, r + 3, p, a.w, b.w);
+  CD_PUT(tile, p * ldr + r, 0, a.x, b.x);
+  CD_PUT(tile, p * ldr + r, 1, a.y, b.y);
+  CD_PUT(tile, p * ldr + r, 2, a.z, b.z);
+  CD_PUT(tile, p * ldr + r, 3, a.w, b.w);
 }
 
 /* ----------------------------------------------------------------------------- one warp's products */
+/* a lane's (g, t) slot of a staged tile's plane 4q + t, row 16·mi + g: the lane part of the index */
+#define CD_LANE(ld) (t * (ld) + g)
 /* tot[mi][ni] += Σ_k A(16·mi + row, k)·B(k, 8·ni + col) for k in [0, CD_KC), one warp, with each operand either a
  * staged tile (A or B pointing at the warp's first row / column, lda / ldb its LDR) or raw floats in local memory
  * (A(m, k) = Am[m·am + k·ak], B(k, n) = Bm[k·bk + n·bn]; split per fragment by each warp that reads it).
@@ -216,7 +246,7 @@ inline void cd_put_col4(local cd_slot *tile, uint ldr, uint r, uint p, float4 a,
   } while (0)
 #define CD_FRAG_A_STAGED(A, lda, q)                                                                       \
   _Pragma("unroll") for (int mi = 0; mi < CD_MR; mi++) {                                                    \
-    const cd_slot s0 = (A)[(4 * (q) + t) * (lda) + 16 * mi + g], s1 = (A)[(4 * (q) + t) * (lda) + 16 * mi + g + 8]; \
+    const cd_slot s0 = CD_AT(A, CD_LANE(lda), 4 * (q) * (lda) + 16 * mi), s1 = CD_AT(A, CD_LANE(lda), 4 * (q) * (lda) + 16 * mi + 8); \
     CD_SPLIT_AT(ah[mi][0], al[mi][0], s0.x);                                                                \
     CD_SPLIT_AT(ah[mi][1], al[mi][1], s1.x);                                                                \
     CD_SPLIT_AT(ah[mi][2], al[mi][2], s0.y);                                                                \
@@ -224,33 +254,33 @@ inline void cd_put_col4(local cd_slot *tile, uint ldr, uint r, uint p, float4 a,
   }
 #define CD_FRAG_B_STAGED(B, ldb, q)                                                                       \
   _Pragma("unroll") for (int ni = 0; ni < CD_NR; ni++) {                                                    \
-    const cd_slot s = (B)[(4 * (q) + t) * (ldb) + 8 * ni + g];                                              \
+    const cd_slot s = CD_AT(B, CD_LANE(ldb), 4 * (q) * (ldb) + 8 * ni);                                              \
     CD_SPLIT_AT(bh[ni][0], bl[ni][0], s.x);                                                                 \
     CD_SPLIT_AT(bh[ni][1], bl[ni][1], s.y);                                                                 \
   }
 #else
 #define CD_FRAG_A_STAGED(A, lda, q)                                                                       \
   _Pragma("unroll") for (int mi = 0; mi < CD_MR; mi++) {                                                    \
-    const cd_slot s0 = (A)[(4 * (q) + t) * (lda) + 16 * mi + g], s1 = (A)[(4 * (q) + t) * (lda) + 16 * mi + g + 8]; \
+    const cd_slot s0 = CD_AT(A, CD_LANE(lda), 4 * (q) * (lda) + 16 * mi), s1 = CD_AT(A, CD_LANE(lda), 4 * (q) * (lda) + 16 * mi + 8); \
     ah[mi][0] = s0.x, ah[mi][1] = s1.x, ah[mi][2] = s0.y, ah[mi][3] = s1.y;                                 \
     al[mi][0] = CD_LO0(s0), al[mi][1] = CD_LO0(s1), al[mi][2] = CD_LO1(s0), al[mi][3] = CD_LO1(s1);         \
   }
 #define CD_FRAG_B_STAGED(B, ldb, q)                                                                       \
   _Pragma("unroll") for (int ni = 0; ni < CD_NR; ni++) {                                                    \
-    const cd_slot s = (B)[(4 * (q) + t) * (ldb) + 8 * ni + g];                                              \
+    const cd_slot s = CD_AT(B, CD_LANE(ldb), 4 * (q) * (ldb) + 8 * ni);                                              \
     bh[ni][0] = s.x, bh[ni][1] = s.y;                                                                       \
     bl[ni][0] = CD_LO0(s), bl[ni][1] = CD_LO1(s);                                                           \
   }
 #endif
 #define CD_FRAG_A_RAW(Am, am, ak, q)                                                                      \
   _Pragma("unroll") for (int mi = 0; mi < CD_MR; mi++) _Pragma("unroll") for (int e = 0; e < 4; e++) {      \
-    const float x = (Am)[(16 * mi + g + 8 * (e & 1)) * (am) + (8 * (q) + t + 4 * (e >> 1)) * (ak)];         \
+    const float x = CD_AT(Am, g * (am) + t * (ak), (16 * mi + 8 * (e & 1)) * (am) + (8 * (q) + 4 * (e >> 1)) * (ak));         \
     ah[mi][e] = cd_tf32(x);                                                                                 \
     if (CD_SPLIT) al[mi][e] = cd_lo(x, ah[mi][e]);                                                          \
   }
 #define CD_FRAG_B_RAW(Bm, bk, bn, q)                                                                      \
   _Pragma("unroll") for (int ni = 0; ni < CD_NR; ni++) _Pragma("unroll") for (int e = 0; e < 2; e++) {      \
-    const float x = (Bm)[(8 * (q) + t + 4 * e) * (bk) + (8 * ni + g) * (bn)];                               \
+    const float x = CD_AT(Bm, t * (bk) + g * (bn), (8 * (q) + 4 * e) * (bk) + 8 * ni * (bn));                               \
     bh[ni][e] = cd_tf32(x);                                                                                 \
     if (CD_SPLIT) bl[ni][e] = cd_lo(x, bh[ni][e]);                                                          \
   }
@@ -432,7 +462,18 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_gram_tc(
 #pragma unroll
       for (int e = 0; e < 4; e++) tot[mi][ni][e] = 0.0f;
 
+  /* the next chunk's values, and with CD_BETA_LATE its β (multiplied in when staged) */
   float4 xr[CD_LX][2], yr[CD_LY][2];
+#if CD_BETA_LATE
+  float4 br[CD_LY][2];
+#define CD_BETA_INIT(u) br[u][0] = br[u][1] = (float4)(1.0f)
+#define CD_BETA(u, r, x) br[u][r] = (x)
+#define CD_YB(u, r) (yr[u][r] * br[u][r])
+#else
+#define CD_BETA_INIT(u)
+#define CD_BETA(u, r, x) yr[u][r] *= (x)
+#define CD_YB(u, r) yr[u][r]
+#endif
 #define CD_FETCH(s0)                                                                          \
   do {                                                                                        \
     _Pragma("unroll") for (int u = 0; u < CD_LX; u++) {                                       \
@@ -446,12 +487,13 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_gram_tc(
     _Pragma("unroll") for (int u = 0; u < CD_LY; u++) {                                       \
       const uint e = lid + u * CD_W, j = col0 + e % CD_TN, gs = (s0) + 8 * (e / CD_TN);        \
       yr[u][0] = yr[u][1] = (float4)(0.0f);                                                   \
+      CD_BETA_INIT(u);                                                                        \
       if (e < CD_UY && j < CD_D) {                                                            \
         yr[u][0] = cd_load4(yb + (ulong)j * N, gs, Sf);                                       \
         yr[u][1] = cd_load4(yb + (ulong)j * N, gs + 4, Sf);                                   \
         if (use_beta) {                                                                       \
-          yr[u][0] *= cd_load4(bb, gs, Sf);                                                   \
-          yr[u][1] *= cd_load4(bb, gs + 4, Sf);                                               \
+          CD_BETA(u, 0, cd_load4(bb, gs, Sf));                                                \
+          CD_BETA(u, 1, cd_load4(bb, gs + 4, Sf));                                            \
         }                                                                                     \
       }                                                                                       \
     }                                                                                         \
@@ -468,13 +510,16 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_gram_tc(
 #pragma unroll
     for (int u = 0; u < CD_LY; u++) {
       const uint e = lid + u * CD_W;
-      if (e < CD_UY) cd_put_row8(Ys, CD_LDY, e % CD_TN, e / CD_TN, yr[u][0], yr[u][1]);
+      if (e < CD_UY) cd_put_row8(Ys, CD_LDY, e % CD_TN, e / CD_TN, CD_YB(u, 0), CD_YB(u, 1));
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     if (s0 + CD_KC < Sf) CD_FETCH(s0 + CD_KC);
     cd_tc_tile(tot, Xs + 16 * CD_MR * wm, CD_LDX, Ys + 8 * CD_NR * wn, CD_LDY, g, t);
   }
 #undef CD_FETCH
+#undef CD_BETA_INIT
+#undef CD_BETA
+#undef CD_YB
 
   const int af = a_form && !reg1;
   const float d = af ? decay[decay_off + bhf] : 1.0f;
@@ -897,9 +942,9 @@ __kernel __attribute__((reqd_work_group_size(32, 1, 1))) void cd_tc_probe(__glob
   for (uint e = lane; e < 128; e += 32) As[e] = a[e];
   for (uint e = lane; e < 64; e += 32) Bs[e] = b[e];
   if (lane < 16) /* row `lane` of A, planes t = 0..3 */
-    for (uint p = 0; p < 4; p++) cd_put(Ast, CD_LDR(16), lane, p, a[lane * 8 + p], a[lane * 8 + p + 4]);
+    for (uint p = 0; p < 4; p++) CD_PUT(Ast, p * CD_LDR(16) + lane, 0, a[lane * 8 + p], a[lane * 8 + p + 4]);
   else if (lane < 24) /* column n = lane − 16 of B */
-    for (uint p = 0; p < 4; p++) cd_put(Bst, CD_LDR(8), lane - 16, p, b[p * 8 + lane - 16], b[(p + 4) * 8 + lane - 16]);
+    for (uint p = 0; p < 4; p++) CD_PUT(Bst, p * CD_LDR(8) + lane - 16, 0, b[p * 8 + lane - 16], b[(p + 4) * 8 + lane - 16]);
   barrier(CLK_LOCAL_MEM_FENCE);
   float tot[CD_MR][CD_NR][4], raw[CD_MR][CD_NR][4];
 #pragma unroll
