@@ -28,8 +28,8 @@
  *   CD_TF32_CVT   1 = TF32 rounding by cvt.rna.tf32.f32 (the default in tf32 at D <= 64); 0 = the same rounding in
  *                 integer operations
  *   CD_FOLD       1 = local-memory accesses indexed so that their constant parts fold into immediates (default)
- *   CD_BETA_LATE  gram: 1 = β is multiplied into the next chunk's values when they are staged (default with the split),
- *                 0 = as soon as they are loaded (tf32: 16 registers fewer)
+ *   CD_BETA_LATE  gram: 1 = β is multiplied into the next chunk's values when they are staged (default with the
+ *                 split), 0 = as soon as they are loaded (tf32: 16 registers fewer)
  *
  * Kernels (each in its own program, selected by CD_GRAM / CD_APPLY / CD_FRAMES / CD_PROBE):
  *   cd_gram_tc   C = X_f·diag(β_f)·[Y0_f | Y1_f]ᵀ over a frame's tokens (phase A of the forward; W, A, U of
@@ -97,11 +97,11 @@
  * it has. Packed clips (CD_PACKED): every kernel takes CD_PK_ARGS last, frames have their own token counts (a token
  * tile past its frame's end leaves at once) and a chain's first/last frame and init row come from the table. */
 
-#ifndef CD_BETA_LATE /* The gram's β product waits for its loads. Done as they arrive (0), it stalls the warp there, before the
-                        mma work meant to hide them: at sana480 exact phase A takes 1.01 ms, against 0.82 ms with the
-                        product done at staging (1). In tf32 the late form's 16 registers take ptxas from 166 to 208
-                        (two work-groups per SM instead of three): phase A gains 3% and the backward's W pass (no β)
-                        loses 18%, so tf32 keeps the early form. */
+#ifndef CD_BETA_LATE /* The gram's β product waits for its loads. Done as they arrive (0), it stalls the warp there,
+                        before the mma work meant to hide them: at sana480 exact phase A takes 1.01 ms, against 0.82 ms
+                        with the product done at staging (1). In tf32 the late form's 16 registers take ptxas from 166
+                        to 208 (two work-groups per SM instead of three): phase A gains 3% and the backward's W pass
+                        (no β) loses 18%, so tf32 keeps the early form. */
 #define CD_BETA_LATE CD_SPLIT
 #endif
 #ifndef CD_TF32_CVT /* 1: TF32 rounding by cvt.rna.tf32.f32; 0: the same rounding (nearest, ties away) in two integer
@@ -246,7 +246,8 @@ inline void cd_put_col4(local cd_slot *tile, uint ldr, uint r, uint p, float4 a,
   } while (0)
 #define CD_FRAG_A_STAGED(A, lda, q)                                                                       \
   _Pragma("unroll") for (int mi = 0; mi < CD_MR; mi++) {                                                    \
-    const cd_slot s0 = CD_AT(A, CD_LANE(lda), 4 * (q) * (lda) + 16 * mi), s1 = CD_AT(A, CD_LANE(lda), 4 * (q) * (lda) + 16 * mi + 8); \
+    const cd_slot s0 = CD_AT(A, CD_LANE(lda), 4 * (q) * (lda) + 16 * mi);                                  \
+    const cd_slot s1 = CD_AT(A, CD_LANE(lda), 4 * (q) * (lda) + 16 * mi + 8);                              \
     CD_SPLIT_AT(ah[mi][0], al[mi][0], s0.x);                                                                \
     CD_SPLIT_AT(ah[mi][1], al[mi][1], s1.x);                                                                \
     CD_SPLIT_AT(ah[mi][2], al[mi][2], s0.y);                                                                \
@@ -254,33 +255,34 @@ inline void cd_put_col4(local cd_slot *tile, uint ldr, uint r, uint p, float4 a,
   }
 #define CD_FRAG_B_STAGED(B, ldb, q)                                                                       \
   _Pragma("unroll") for (int ni = 0; ni < CD_NR; ni++) {                                                    \
-    const cd_slot s = CD_AT(B, CD_LANE(ldb), 4 * (q) * (ldb) + 8 * ni);                                              \
+    const cd_slot s = CD_AT(B, CD_LANE(ldb), 4 * (q) * (ldb) + 8 * ni);                                    \
     CD_SPLIT_AT(bh[ni][0], bl[ni][0], s.x);                                                                 \
     CD_SPLIT_AT(bh[ni][1], bl[ni][1], s.y);                                                                 \
   }
 #else
 #define CD_FRAG_A_STAGED(A, lda, q)                                                                       \
   _Pragma("unroll") for (int mi = 0; mi < CD_MR; mi++) {                                                    \
-    const cd_slot s0 = CD_AT(A, CD_LANE(lda), 4 * (q) * (lda) + 16 * mi), s1 = CD_AT(A, CD_LANE(lda), 4 * (q) * (lda) + 16 * mi + 8); \
+    const cd_slot s0 = CD_AT(A, CD_LANE(lda), 4 * (q) * (lda) + 16 * mi);                                  \
+    const cd_slot s1 = CD_AT(A, CD_LANE(lda), 4 * (q) * (lda) + 16 * mi + 8);                              \
     ah[mi][0] = s0.x, ah[mi][1] = s1.x, ah[mi][2] = s0.y, ah[mi][3] = s1.y;                                 \
     al[mi][0] = CD_LO0(s0), al[mi][1] = CD_LO0(s1), al[mi][2] = CD_LO1(s0), al[mi][3] = CD_LO1(s1);         \
   }
 #define CD_FRAG_B_STAGED(B, ldb, q)                                                                       \
   _Pragma("unroll") for (int ni = 0; ni < CD_NR; ni++) {                                                    \
-    const cd_slot s = CD_AT(B, CD_LANE(ldb), 4 * (q) * (ldb) + 8 * ni);                                              \
+    const cd_slot s = CD_AT(B, CD_LANE(ldb), 4 * (q) * (ldb) + 8 * ni);                                    \
     bh[ni][0] = s.x, bh[ni][1] = s.y;                                                                       \
     bl[ni][0] = CD_LO0(s), bl[ni][1] = CD_LO1(s);                                                           \
   }
 #endif
 #define CD_FRAG_A_RAW(Am, am, ak, q)                                                                      \
   _Pragma("unroll") for (int mi = 0; mi < CD_MR; mi++) _Pragma("unroll") for (int e = 0; e < 4; e++) {      \
-    const float x = CD_AT(Am, g * (am) + t * (ak), (16 * mi + 8 * (e & 1)) * (am) + (8 * (q) + 4 * (e >> 1)) * (ak));         \
+    const float x = CD_AT(Am, g * (am) + t * (ak), (16 * mi + 8 * (e & 1)) * (am) + (8 * (q) + 4 * (e >> 1)) * (ak)); \
     ah[mi][e] = cd_tf32(x);                                                                                 \
     if (CD_SPLIT) al[mi][e] = cd_lo(x, ah[mi][e]);                                                          \
   }
 #define CD_FRAG_B_RAW(Bm, bk, bn, q)                                                                      \
   _Pragma("unroll") for (int ni = 0; ni < CD_NR; ni++) _Pragma("unroll") for (int e = 0; e < 2; e++) {      \
-    const float x = CD_AT(Bm, t * (bk) + g * (bn), (8 * (q) + 4 * e) * (bk) + 8 * ni * (bn));                               \
+    const float x = CD_AT(Bm, t * (bk) + g * (bn), (8 * (q) + 4 * e) * (bk) + 8 * ni * (bn));               \
     bh[ni][e] = cd_tf32(x);                                                                                 \
     if (CD_SPLIT) bl[ni][e] = cd_lo(x, bh[ni][e]);                                                          \
   }
@@ -944,7 +946,8 @@ __kernel __attribute__((reqd_work_group_size(32, 1, 1))) void cd_tc_probe(__glob
   if (lane < 16) /* row `lane` of A, planes t = 0..3 */
     for (uint p = 0; p < 4; p++) CD_PUT(Ast, p * CD_LDR(16) + lane, 0, a[lane * 8 + p], a[lane * 8 + p + 4]);
   else if (lane < 24) /* column n = lane − 16 of B */
-    for (uint p = 0; p < 4; p++) CD_PUT(Bst, p * CD_LDR(8) + lane - 16, 0, b[p * 8 + lane - 16], b[(p + 4) * 8 + lane - 16]);
+    for (uint p = 0; p < 4; p++)
+      CD_PUT(Bst, p * CD_LDR(8) + lane - 16, 0, b[p * 8 + lane - 16], b[(p + 4) * 8 + lane - 16]);
   barrier(CLK_LOCAL_MEM_FENCE);
   float tot[CD_MR][CD_NR][4], raw[CD_MR][CD_NR][4];
 #pragma unroll
