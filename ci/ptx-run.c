@@ -74,7 +74,12 @@ int main(int argc, char **argv) {
   CUjit_option o[2] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
   void *ov[2] = {log, (void *)(size_t)sizeof log};
   CUmodule mod;
-  if (cuModuleLoadDataEx(&mod, ptx, 2, o, ov) != CUDA_SUCCESS) return fprintf(stderr, "JIT: %s\n", log), 1;
+  const CUresult jr = cuModuleLoadDataEx(&mod, ptx, 2, o, ov);
+  if (jr != CUDA_SUCCESS) {
+    const char *why = "?";
+    cuGetErrorString(jr, &why);
+    return fprintf(stderr, "loading the PTX: %s (error %d); JIT log: %s\n", why, (int)jr, log), 1;
+  }
   CUfunction fn;
   CK(cuModuleGetFunction(&fn, mod, argv[2]));
 
