@@ -464,18 +464,8 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_gram_tc(
 #pragma unroll
       for (int e = 0; e < 4; e++) tot[mi][ni][e] = 0.0f;
 
-  /* the next chunk's values, and with CD_BETA_LATE its β (multiplied in when staged) */
-  float4 xr[CD_LX][2], yr[CD_LY][2];
-#if CD_BETA_LATE
-  float4 br[CD_LY][2];
-#define CD_BETA_INIT(u) br[u][0] = br[u][1] = (float4)(1.0f)
-#define CD_BETA(u, r, x) br[u][r] = (x)
-#define CD_YB(u, r) (yr[u][r] * br[u][r])
-#else
-#define CD_BETA_INIT(u)
-#define CD_BETA(u, r, x) yr[u][r] *= (x)
-#define CD_YB(u, r) yr[u][r]
-#endif
+  /* the next chunk's values and its β: multiplied in when staged with CD_BETA_LATE (br), else as loaded (br unused) */
+  float4 xr[CD_LX][2], yr[CD_LY][2], br[CD_LY][2];
 #define CD_FETCH(s0)                                                                          \
   do {                                                                                        \
     _Pragma("unroll") for (int u = 0; u < CD_LX; u++) {                                       \
@@ -489,13 +479,18 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_gram_tc(
     _Pragma("unroll") for (int u = 0; u < CD_LY; u++) {                                       \
       const uint e = lid + u * CD_W, j = col0 + e % CD_TN, gs = (s0) + 8 * (e / CD_TN);        \
       yr[u][0] = yr[u][1] = (float4)(0.0f);                                                   \
-      CD_BETA_INIT(u);                                                                        \
+      br[u][0] = br[u][1] = (float4)(1.0f);                                                   \
       if (e < CD_UY && j < CD_D) {                                                            \
         yr[u][0] = cd_load4(yb + (ulong)j * N, gs, Sf);                                       \
         yr[u][1] = cd_load4(yb + (ulong)j * N, gs + 4, Sf);                                   \
         if (use_beta) {                                                                       \
-          CD_BETA(u, 0, cd_load4(bb, gs, Sf));                                                \
-          CD_BETA(u, 1, cd_load4(bb, gs + 4, Sf));                                            \
+          if (CD_BETA_LATE) {                                                                 \
+            br[u][0] = cd_load4(bb, gs, Sf);                                                  \
+            br[u][1] = cd_load4(bb, gs + 4, Sf);                                              \
+          } else {                                                                            \
+            yr[u][0] *= cd_load4(bb, gs, Sf);                                                 \
+            yr[u][1] *= cd_load4(bb, gs + 4, Sf);                                             \
+          }                                                                                   \
         }                                                                                     \
       }                                                                                       \
     }                                                                                         \
@@ -512,16 +507,14 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_gram_tc(
 #pragma unroll
     for (int u = 0; u < CD_LY; u++) {
       const uint e = lid + u * CD_W;
-      if (e < CD_UY) cd_put_row8(Ys, CD_LDY, e % CD_TN, e / CD_TN, CD_YB(u, 0), CD_YB(u, 1));
+      if (e < CD_UY) cd_put_row8(Ys, CD_LDY, e % CD_TN, e / CD_TN, CD_BETA_LATE ? yr[u][0] * br[u][0] : yr[u][0],
+                                 CD_BETA_LATE ? yr[u][1] * br[u][1] : yr[u][1]);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     if (s0 + CD_KC < Sf) CD_FETCH(s0 + CD_KC);
     cd_tc_tile(tot, Xs + 16 * CD_MR * wm, CD_LDX, Ys + 8 * CD_NR * wn, CD_LDY, g, t);
   }
 #undef CD_FETCH
-#undef CD_BETA_INIT
-#undef CD_BETA
-#undef CD_YB
 
   const int af = a_form && !reg1;
   const float d = af ? decay[decay_off + bhf] : 1.0f;
