@@ -75,14 +75,17 @@ static void test_tiles_every_head_dim(void **state) {
 }
 
 /* The local-memory formulas match the kernels' __local arrays. The gram's staged tiles: 16 planes (KC/2) of 64 + 4
- * slots of 8 bytes per operand in both precisions (the split stages the f32 values). The frames kernel: the raw K
+ * slots of 8 bytes per operand in both precisions (the split stages the f32 values), and a skew of 16 / (KC/8)
+ * slots for each 8-token unit after the first (CD_COAL: 3 units of 4 at KC = 32, 1 of 8 at KC = 16). The frames kernel: the raw K
  * tile (D rows of TM + 8 floats), one staged B chunk of TN columns in 16-byte slots (split) or 8-byte ones (tf32),
  * the reduction scratch. */
 static void test_local_memory_formula(void **state) {
   (void)state;
   const cd_tc_tiles g = {2, 2, 2, 4, 32}, fr = {2, 2, 1, 7, 16}, big = {4, 1, 1, 14, 16};
-  assert_int_equal(cd_tc_local_bytes(CD_TC_GRAM, 112, 1, &g), 17408);
-  assert_int_equal(cd_tc_local_bytes(CD_TC_GRAM, 112, 0, &g), 17408);
+  assert_int_equal(cd_tc_local_bytes(CD_TC_GRAM, 112, 1, &g), 17408 + 2 * 8 * 3 * 4);
+  assert_int_equal(cd_tc_local_bytes(CD_TC_GRAM, 112, 0, &g), 17408 + 2 * 8 * 3 * 4);
+  const cd_tc_tiles g16 = {2, 2, 2, 4, 16};
+  assert_int_equal(cd_tc_local_bytes(CD_TC_GRAM, 112, 1, &g16), 8704 + 2 * 8 * 1 * 8);
   assert_int_equal(cd_tc_local_bytes(CD_TC_APPLY, 112, 1, &g), 18432); /* raw tiles, as before */
   assert_int_equal(cd_tc_local_bytes(CD_TC_FRAMES, 112, 1, &fr), 17920 + 14592 + 1536);
   assert_int_equal(cd_tc_local_bytes(CD_TC_FRAMES, 112, 1, &big), 32256 + 14592 + 1536);

@@ -136,8 +136,12 @@ camdelta_status cd_tc_resolve(camdelta_context *ctx, int family, size_t D, cd_tc
 size_t cd_tc_local_bytes(int family, size_t D, int split, const cd_tc_tiles *t) {
   const size_t tm = cd_tc_tm(t), tn = cd_tc_tn(t), kc = t->kc, w = cd_tc_wg(t);
   /* the gram's staged tiles: KC/2 planes of R + 4 slots of 8 bytes, a slot {x, x'} (split: the f32 values, split
-   * per fragment, CD_STAGE_F32) or {hi, hi'} (tf32) */
-  if (family == CD_TC_GRAM) return 8 * (kc / 2) * (tm + 4 + tn + 4);
+   * per fragment, CD_STAGE_F32) or {hi, hi'} (tf32), and a skew of 16 / (KC/8) slots per 8-token unit after the
+   * first (CD_COAL) */
+  if (family == CD_TC_GRAM) {
+    const size_t skew = (kc / 8 > 1 && kc / 8 <= 16) ? (16 / (kc / 8)) * (kc / 8 - 1) : 0;
+    return 8 * ((kc / 2) * (tm + 4 + tn + 4) + 2 * skew);
+  }
   if (family == CD_TC_APPLY) return 4 * kc * (tm + 8) + 4 * kc * (tn + 8);
   /* frames: the raw K tile, one staged B chunk (KC/2 planes of TN + pad slots: {hi, hi', lo, lo'} with the split,
    * pad 2; {hi, hi'} in tf32, pad 4), the reduction scratch */
