@@ -398,7 +398,8 @@ CAMDELTA_API camdelta_status camdelta_scan_forward(camdelta_context *ctx, const 
  *  params that do not parse). */
 CAMDELTA_API camdelta_status camdelta_tune_set(camdelta_context *ctx, const char *family, const char *params);
 /** The tiles `family` uses on this context for head dim D, as "WM=.. WN=.. MR=.. NR=.. KC=.." plus where they
- *  come from (override, saved, table or heuristic).
+ *  come from (override, saved, table or heuristic). The tensor-core families report the `exact` precision's tiles
+ *  (the device table may hold a `tf32` entry of its own; camdelta_scan_plan_describe shows the tiles of either).
  *  "backward": "RPT=.. TSG=.. CB=.. DPT=.. TL=.. TPT=.. MC=.. RL=.. (override|heuristic)" (before any shrinking
  *  for a compiled kernel's own work-group limit); "chunkwise" and "sequential": the override and its source, or a
  *  note that the heuristic tiles follow B*H and S (camdelta_scan_plan_describe shows them). */
@@ -406,8 +407,8 @@ CAMDELTA_API camdelta_status camdelta_tune_get(camdelta_context *ctx, const char
                                                size_t size);
 
 /** Stores the tiles the three families use now for head dim D (overrides included) as this device's entry for
- *  D in the cache folder (`camdelta tune --save`); contexts created afterwards pick it up. *path (optional)
- *  receives the file's name. */
+ *  D in the cache folder (`camdelta tune --save`); contexts created afterwards pick it up, in both precisions.
+ *  *path (optional) receives the file's name. */
 CAMDELTA_API camdelta_status camdelta_tune_save(camdelta_context *ctx, size_t D, char *path, size_t path_size);
 
 /** What camdelta_scan_forward would run for `args` (only the shape, direction, algorithm and precision

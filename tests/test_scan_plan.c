@@ -52,7 +52,7 @@ static void test_tiles_every_head_dim(void **state) {
     for (int f = 0; f < CD_TC_FAMILIES; f++) {
       cd_tc_tiles t;
       const char *from;
-      TU_OK(cd_tc_resolve(c, f, D, &t, &from));
+      TU_OK(cd_tc_resolve(c, f, D, 1, &t, &from));
       assert_string_equal(from, "heuristic");
       if (cd_tc_check(c, f, D, 1, &t) != CAMDELTA_OK) t = cd_tc_safe_tiles(f, D); /* as cd_tc_build does */
       check_fits(c, f, D, &t);
@@ -112,22 +112,30 @@ static void test_resolution_order(void **state) {
   camdelta_context *c = fake(&d);
   cd_tc_tiles t;
   const char *from;
-  TU_OK(cd_tc_resolve(c, CD_TC_GRAM, 112, &t, &from));
+  TU_OK(cd_tc_resolve(c, CD_TC_GRAM, 112, 1, &t, &from));
   assert_string_equal(from, "table");
   assert_true(t.wm == 2 && t.wn == 2 && t.mr == 2 && t.nr == 4 && t.kc == 32);
-  TU_OK(cd_tc_resolve(c, CD_TC_FRAMES, 112, &t, &from));
+  TU_OK(cd_tc_resolve(c, CD_TC_FRAMES, 112, 1, &t, &from));
   assert_string_equal(from, "table");
   assert_true(t.wm == 4 && t.wn == 1 && t.nr == 14);
-  TU_OK(cd_tc_resolve(c, CD_TC_GRAM, 64, &t, &from));
+  TU_OK(cd_tc_resolve(c, CD_TC_GRAM, 64, 1, &t, &from));
   assert_string_equal(from, "table");
   assert_true(t.wm == 2 && t.wn == 2 && t.mr == 2 && t.nr == 2 && t.kc == 32);
-  TU_OK(cd_tc_resolve(c, CD_TC_GRAM, 128, &t, &from));
+  TU_OK(cd_tc_resolve(c, CD_TC_GRAM, 128, 1, &t, &from));
   assert_string_equal(from, "heuristic");
+  /* tf32 has its own gram entry at D=112; the other families and D=64 share exact's */
+  TU_OK(cd_tc_resolve(c, CD_TC_GRAM, 112, 0, &t, &from));
+  assert_string_equal(from, "table");
+  assert_true(t.wm == 4 && t.wn == 2 && t.mr == 1 && t.nr == 4 && t.kc == 32);
+  TU_OK(cd_tc_resolve(c, CD_TC_FRAMES, 112, 0, &t, &from));
+  assert_true(t.wm == 4 && t.wn == 1 && t.nr == 14);
+  TU_OK(cd_tc_resolve(c, CD_TC_GRAM, 64, 0, &t, &from));
+  assert_true(t.wm == 2 && t.wn == 2 && t.mr == 2 && t.nr == 2 && t.kc == 32);
   /* a saved entry (as `camdelta tune --save` leaves) beats the table */
   c->tune_nsaved = 1;
   const unsigned row[8] = {CD_TC_GRAM, 100, 120, 1, 2, 2, 4, 16};
   memcpy(c->tune_saved[0], row, sizeof row);
-  TU_OK(cd_tc_resolve(c, CD_TC_GRAM, 112, &t, &from));
+  TU_OK(cd_tc_resolve(c, CD_TC_GRAM, 112, 1, &t, &from));
   assert_string_equal(from, "saved");
   assert_true(t.wm == 1 && t.wn == 2 && t.kc == 16);
   /* an override beats both and reads back; unset keys keep the resolved value */
@@ -137,7 +145,7 @@ static void test_resolution_order(void **state) {
   assert_string_equal(got, "WM=1 WN=2 MR=2 NR=4 KC=64 (override)");
   /* frames: overriding WN alone re-derives NR so that the tile covers D */
   TU_OK(camdelta_tune_set(c, "frames", "WN=2"));
-  TU_OK(cd_tc_resolve(c, CD_TC_FRAMES, 112, &t, &from));
+  TU_OK(cd_tc_resolve(c, CD_TC_FRAMES, 112, 1, &t, &from));
   assert_true(t.wn == 2 && 8 * t.wn * t.nr >= 112);
   TU_OK(camdelta_tune_set(c, "gram", NULL));
   TU_OK(camdelta_tune_get(c, "gram", 112, got, sizeof got));

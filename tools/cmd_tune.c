@@ -22,7 +22,7 @@ void usage_tune(void) {
          "  --precision P exact (default) or tf32: the arithmetic timed\n"
          "  --reps N      timed runs per candidate (default 5, after one warm-up)\n"
          "  --save        store the winners for this D in the cache folder; later\n"
-         "                contexts on this device use them\n");
+         "                contexts on this device use them (in both precisions)\n");
 }
 
 typedef struct tune_bufs {
@@ -225,9 +225,9 @@ int cmd_tune(int argc, char **argv) {
       if (camdelta_tune_get(ctx, fam[f].name, s[2], now, sizeof now) == CAMDELTA_OK) {
         unsigned t[5];
         if (sscanf(now, "WM=%u WN=%u MR=%u NR=%u KC=%u", &t[0], &t[1], &t[2], &t[3], &t[4]) == 5)
-          printf("    {\"%s\", \"%s\", CD_TC_%s, %zu, %zu, {%u, %u, %u, %u, %u}},\n", info.device_vendor,
+          printf("    {\"%s\", \"%s\", CD_TC_%s, %zu, %zu, {%u, %u, %u, %u, %u}, %s},\n", info.device_vendor,
                  info.device_name, f == 0 ? "GRAM" : f == 1 ? "APPLY" : "FRAMES", s[2], s[2], t[0], t[1], t[2],
-                 t[3], t[4]);
+                 t[3], t[4], prec == CAMDELTA_PRECISION_TF32 ? "TF32" : "EXACT");
       }
     }
     if (save) {

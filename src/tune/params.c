@@ -20,25 +20,32 @@ typedef struct table_entry {
   int family;
   unsigned dmin, dmax;
   cd_tc_tiles t;
+  int prec; /* ANY, or the one precision the entry is for (an entry for it beats an ANY one) */
 } table_entry;
+enum { ANY = 0, EXACT = 1, TF32 = 2 };
 static const table_entry TABLE[] = {
     /* NVIDIA H200 (driver 580.159.04, OpenCL 3.0 CUDA 13.0.98), `camdelta tune --shape sana480` (B1 H20 D112 F21
      * S1560, exact), 2026-12-03, with the gram's staged split operands and the frames kernel's staged B: forward
-     * chunkwise 2.11 ms, backward 4.82 ms (4.21 once the backward reads the forward's A_f). The tf32 sweep
-     * preferred gram KC=16 and apply WN=2, NR=8 by 1-3%; one entry serves both precisions. Re-swept in the tenth
+     * chunkwise 2.11 ms, backward 4.82 ms (4.21 once the backward reads the forward's A_f). The tf32 sweep then
+     * preferred gram KC=16 and apply WN=2, NR=8 by 1-3%, and one entry served both precisions. Re-swept in the tenth
      * session, after the gram began staging f32 values and truncating lo parts: the same three winners (forward
      * 1.67 ms, backward 3.06 ms). PoCL and other devices without the tensor-core path have no entries: the FMA
      * kernels. */
-    {"NVIDIA", "NVIDIA H200", CD_TC_GRAM, 112, 112, {2, 2, 2, 4, 32}},
-    {"NVIDIA", "NVIDIA H200", CD_TC_APPLY, 112, 112, {2, 1, 2, 8, 16}},
-    {"NVIDIA", "NVIDIA H200", CD_TC_FRAMES, 112, 112, {4, 1, 1, 14, 16}},
+    {"NVIDIA", "NVIDIA H200", CD_TC_GRAM, 112, 112, {2, 2, 2, 4, 32}, ANY},
+    {"NVIDIA", "NVIDIA H200", CD_TC_APPLY, 112, 112, {2, 1, 2, 8, 16}, ANY},
+    {"NVIDIA", "NVIDIA H200", CD_TC_FRAMES, 112, 112, {4, 1, 1, 14, 16}, ANY},
+    /* `camdelta tune --shape sana480 --precision tf32`, thirteenth session (the gram reading rows with consecutive
+     * work-items, CD_COAL): gram WM=4 WN=2 MR=1 NR=4 forward 1.096 ms against 1.184 with the entry above; the tf32
+     * forward at sana480 1.262 -> 1.176 ms, the backward 2.449 -> 2.435 in one later call; in `exact` the same tiles
+     * were slower (forward 1.361 -> 1.427), so the entry is tf32's only. */
+    {"NVIDIA", "NVIDIA H200", CD_TC_GRAM, 112, 112, {4, 2, 1, 4, 32}, TF32},
     /* `camdelta tune --shape 1,20,64,21,1560` (exact), 2026-12-03: gram 0.722 ms against 0.739 with the heuristic
      * tiles, apply 0.702 against 0.708, frames (the backward) 1.578 against 2.061; with these the shape's forward
      * chunkwise 0.705 ms and backward 1.576 ms (0.740 / 1.836 with the heuristic tiles, the earlier session).
      * Re-swept in the tenth session: gram and apply unchanged, frames WM=4 WN=1 NR=8 1.096 ms against 1.115. */
-    {"NVIDIA", "NVIDIA H200", CD_TC_GRAM, 64, 64, {2, 2, 2, 2, 32}},
-    {"NVIDIA", "NVIDIA H200", CD_TC_APPLY, 64, 64, {2, 2, 2, 8, 16}},
-    {"NVIDIA", "NVIDIA H200", CD_TC_FRAMES, 64, 64, {4, 1, 1, 8, 16}},
+    {"NVIDIA", "NVIDIA H200", CD_TC_GRAM, 64, 64, {2, 2, 2, 2, 32}, ANY},
+    {"NVIDIA", "NVIDIA H200", CD_TC_APPLY, 64, 64, {2, 2, 2, 8, 16}, ANY},
+    {"NVIDIA", "NVIDIA H200", CD_TC_FRAMES, 64, 64, {4, 1, 1, 8, 16}, ANY},
 };
 
 int cd_tc_family(const char *name) {
@@ -104,16 +111,20 @@ static camdelta_status load(camdelta_context *ctx) {
   return CAMDELTA_OK;
 }
 
-camdelta_status cd_tc_resolve(camdelta_context *ctx, int family, size_t D, cd_tc_tiles *t, const char **from) {
+camdelta_status cd_tc_resolve(camdelta_context *ctx, int family, size_t D, int split, cd_tc_tiles *t,
+                              const char **from) {
   mtx_lock(&ctx->lock);
   camdelta_status st = load(ctx);
   *t = family == CD_TC_GRAM ? cd_tc_gram_tiles(D) : family == CD_TC_APPLY ? cd_tc_apply_tiles(D) : cd_tc_frames_tiles(D);
   *from = "heuristic";
+  const int prec = split ? EXACT : TF32;
+  int found = 0; /* 1: an ANY entry, 2: one for this precision */
   for (size_t i = 0; i < sizeof TABLE / sizeof TABLE[0]; i++) {
     const table_entry *e = &TABLE[i];
-    if (e->family == family && D >= e->dmin && D <= e->dmax && strstr(ctx->info.device_vendor, e->vendor) &&
-        strcmp(ctx->info.device_name, e->device) == 0)
-      *t = e->t, *from = "table";
+    const int rank = e->prec == ANY ? 1 : e->prec == prec ? 2 : 0;
+    if (rank > found && e->family == family && D >= e->dmin && D <= e->dmax &&
+        strstr(ctx->info.device_vendor, e->vendor) && strcmp(ctx->info.device_name, e->device) == 0)
+      *t = e->t, *from = "table", found = rank;
   }
   for (int i = 0; i < ctx->tune_nsaved; i++) {
     const unsigned *r = ctx->tune_saved[i];
@@ -207,7 +218,7 @@ camdelta_status camdelta_tune_get(camdelta_context *ctx, const char *family, siz
   if (fi < 0) return cd_tune_fma_get(ctx, cd_tune_fma_family(family), D, buf, size);
   cd_tc_tiles t;
   const char *from;
-  if ((st = cd_tc_resolve(ctx, fi, D, &t, &from))) return st;
+  if ((st = cd_tc_resolve(ctx, fi, D, 1, &t, &from))) return st;
   char text[160];
   snprintf(text, sizeof text, "WM=%u WN=%u MR=%u NR=%u KC=%u (%s)", t.wm, t.wn, t.mr, t.nr, t.kc, from);
   return cd_copy_text("camdelta_tune_get", text, buf, size);
@@ -224,7 +235,7 @@ camdelta_status camdelta_tune_save(camdelta_context *ctx, size_t D, char *path, 
   cd_tc_tiles t[CD_TC_FAMILIES];
   const char *from;
   for (int f = 0; f < CD_TC_FAMILIES; f++)
-    if ((st = cd_tc_resolve(ctx, f, D, &t[f], &from))) return st;
+    if ((st = cd_tc_resolve(ctx, f, D, 1, &t[f], &from))) return st;
   /* keep the other entries, replace this D's */
   char keep[64][256];
   int nkeep = 0;

@@ -180,7 +180,7 @@ camdelta_status cd_tc_build_opts(camdelta_context *ctx, size_t D, camdelta_preci
   camdelta_status st = CAMDELTA_OK;
   for (int f = 0; f < CD_TC_FAMILIES && !st; f++) {
     const char *from;
-    if ((st = cd_tc_resolve(ctx, f, D, tiles[f], &from))) break;
+    if ((st = cd_tc_resolve(ctx, f, D, t->split, tiles[f], &from))) break;
     if (f == CD_TC_FRAMES && !with_frames) break;
     st = cd_tc_check(ctx, f, D, t->split, tiles[f]);
     /* a table or saved entry (or a preferred heuristic) that does not fit this D or device: the safe heuristic;

@@ -65,9 +65,11 @@ void cd_tc_release(cd_tc_set *t);
 enum { CD_TC_GRAM, CD_TC_APPLY, CD_TC_FRAMES, CD_TC_FAMILIES };
 extern const char *const cd_tc_family_names[CD_TC_FAMILIES];
 int cd_tc_family(const char *name); /* -1 when unknown */
-/** The tiles a family uses for head dim D on this context: override > saved entry > device table > heuristic;
- *  *from names the source. */
-camdelta_status cd_tc_resolve(camdelta_context *ctx, int family, size_t D, cd_tc_tiles *t, const char **from);
+/** The tiles a family uses for head dim D on this context in one precision (split: 1 `exact`, 0 `tf32`):
+ *  override > saved entry > device table (an entry for the precision, else one for both) > heuristic; *from names
+ *  the source. Overrides and saved entries serve both precisions. */
+camdelta_status cd_tc_resolve(camdelta_context *ctx, int family, size_t D, int split, cd_tc_tiles *t,
+                              const char **from);
 /** Local memory a family's work-group needs (the kernels' __local arrays, cl/gemm_tc.cl); split: 1 for `exact`
  *  (split-TF32: the frames kernel's staged slots hold hi and lo; the gram's hold f32 values either way), 0 for
  *  `tf32`. */
