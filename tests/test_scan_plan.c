@@ -81,6 +81,11 @@ static void test_tiles_every_head_dim(void **state) {
  * the reduction scratch. */
 static void test_local_memory_formula(void **state) {
   (void)state;
+  /* the output-transform epilogue's tiles: two column warps, at most 64 tokens wide, from either apply entry */
+  const cd_tc_tiles a1 = {2, 1, 2, 8, 16}, a2 = {2, 2, 2, 8, 16};
+  const cd_tc_tiles o1 = cd_tc_apply_ot_tiles(&a1, 1024), o2 = cd_tc_apply_ot_tiles(&a2, 1024);
+  assert_true(o1.wm == 2 && o1.wn == 2 && o1.mr == 2 && o1.nr == 4 && o1.kc == 16);
+  assert_true(o2.wm == 2 && o2.wn == 2 && o2.mr == 2 && o2.nr == 4 && o2.kc == 16);
   const cd_tc_tiles g = {2, 2, 2, 4, 32}, fr = {2, 2, 1, 7, 16}, big = {4, 1, 1, 14, 16};
   assert_int_equal(cd_tc_local_bytes(CD_TC_GRAM, 112, 1, &g), 17408 + 2 * 8 * 3 * 4);
   assert_int_equal(cd_tc_local_bytes(CD_TC_GRAM, 112, 0, &g), 17408 + 2 * 8 * 3 * 4);

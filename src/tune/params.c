@@ -32,7 +32,10 @@ static const table_entry TABLE[] = {
      * 1.67 ms, backward 3.06 ms). PoCL and other devices without the tensor-core path have no entries: the FMA
      * kernels. */
     {"NVIDIA", "NVIDIA H200", CD_TC_GRAM, 112, 112, {2, 2, 2, 4, 32}, ANY},
-    {"NVIDIA", "NVIDIA H200", CD_TC_APPLY, 112, 112, {2, 1, 2, 8, 16}, ANY},
+    /* apply re-swept in the thirteenth session: WN=2 (tiles of 64 x 128) won in both precisions, and one call of
+     * `bench sana480` against WN=1 gave exact forward 1.270 -> 1.244 ms, backward 2.935 -> 2.825 (its dq), tf32
+     * forward 1.097 -> 1.091, backward 2.392 -> 2.270 */
+    {"NVIDIA", "NVIDIA H200", CD_TC_APPLY, 112, 112, {2, 2, 2, 8, 16}, ANY},
     {"NVIDIA", "NVIDIA H200", CD_TC_FRAMES, 112, 112, {4, 1, 1, 14, 16}, ANY},
     /* `camdelta tune --shape sana480 --precision tf32`, thirteenth session (the gram reading rows with consecutive
      * work-items, CD_COAL): gram WM=4 WN=2 MR=1 NR=4 forward 1.096 ms against 1.184 with the entry above; the tf32
