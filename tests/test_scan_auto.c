@@ -63,16 +63,16 @@ static void check_measured(const char *device, const camdelta_device_info *d, in
 
 /* The H200 (132 SMs, 48 KiB local memory), `camdelta bench` medians (docs/performance.md): the exact path on
  * tensor cores, and the FMA kernels (CAMDELTA_TC=0) whose sequential kernel is the same (its outputs by the
- * tensor-core or the FMA phase C). Sequential: the fourth session's kernel (ci/gpu-test.sh seq-cal); chunkwise:
- * the twelfth session's (the gram staging f32 values, TF32 rounding in integer operations, β multiplied in at
- * staging, local-memory offsets folded into immediates; `camdelta bench`). */
+ * tensor-core or the FMA phase C). Tensor cores: the thirteenth session's `ci/gpu-test.sh bench-scan` (the gram
+ * reading rows with consecutive work-items, the apply's 64 x 128 tiles); FMA: the fourth session's sequential
+ * kernel (ci/gpu-test.sh seq-cal) and chunkwise kernels. */
 static void test_h200_measured(void **state) {
   (void)state;
   const camdelta_device_info d = h200_with(132);
   static const measured tc[] = {
-      {1, 20, 112, 21, 1560, 4.526, 1.309}, /* sana480 */
-      {1, 20, 64, 21, 1560, 2.347, 0.508},
-      {1, 20, 112, 21, 3600, 10.172, 2.871}, /* sana720 */
+      {1, 20, 112, 21, 1560, 4.411, 1.248}, /* sana480 */
+      {1, 20, 64, 21, 1560, 2.317, 0.465},
+      {1, 20, 112, 21, 3600, 9.894, 2.590}, /* sana720 */
   };
   static const measured fma[] = {
       {1, 20, 112, 21, 1560, 4.783, 2.976},

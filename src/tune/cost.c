@@ -22,9 +22,10 @@
  *        2.140 FMA for 32.9 GFLOP -> eff_a_tc 0.452, eff_a 0.229; with the TF32 rounding in integer operations
  *        (eleventh session) the forward took 0.098 ms less (1.660 -> 1.563 ms, sana480), taken as phase A's:
  *        0.989 ms -> eff_a_tc 0.497; with β multiplied in at staging and local-memory offsets folded into
- *        immediates (twelfth session) 0.774 ms -> eff_a_tc 0.634
+ *        immediates (twelfth session) 0.774 ms -> eff_a_tc 0.634; rows read by consecutive work-items
+ *        (thirteenth session) 0.742 ms -> eff_a_tc 0.661
  *      phase C 0.462 ms tensor cores / 0.750 FMA for 16.4 GFLOP   -> eff_c_tc 0.530, eff_c 0.327; with the folded
- *        offsets (twelfth session) 0.407 ms -> eff_c_tc 0.601
+ *        offsets (twelfth session) 0.407 ms -> eff_c_tc 0.601; with 64 x 128 tiles (thirteenth) 0.379 ms -> 0.645
  *      phase B 0.133 ms (A's chunks loaded a step ahead into registers): 100 work-groups (5 blocks of 24
  *        columns), 21 frames x 7 reduction chunks of 16, of which the arithmetic at eff_b is 0.053 ms -> 0.55 us
  *        per chunk stage, 0.034 us per reduction element at D=112, in proportion to D (0.052 ms at D=64)
@@ -51,7 +52,7 @@
 
 static const cd_cost_class GPU_CLASS = {
     .name = "gpu",
-    .eff_seq = 0.44, .eff_a = 0.229, .eff_b = 0.44, .eff_c = 0.327, .eff_a_tc = 0.634, .eff_c_tc = 0.601,
+    .eff_seq = 0.44, .eff_a = 0.229, .eff_b = 0.44, .eff_c = 0.327, .eff_a_tc = 0.661, .eff_c_tc = 0.645,
     .seq_us_per_token = 0.22 / 64, .b_us_per_elem = 0.55 / 16,
     .launch_us = 5.0, .alloc_us = 10.0, .items_sat = 256, .items_sat_seq = 861,
 };
