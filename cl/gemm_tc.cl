@@ -263,8 +263,8 @@ inline void cd_put_col4(local cd_slot *tile, uint ldr, uint r, uint p, float4 a,
   } while (0)
 #define CD_FRAG_A_STAGED(A, lda, q)                                                                       \
   _Pragma("unroll") for (int mi = 0; mi < CD_MR; mi++) {                                                    \
-    const cd_slot s0 = CD_AT(A, CD_LANE(lda), (4 * (lda) + CD_QS) * (q) + 16 * mi);                                  \
-    const cd_slot s1 = CD_AT(A, CD_LANE(lda), (4 * (lda) + CD_QS) * (q) + 16 * mi + 8);                              \
+    const cd_slot s0 = CD_AT(A, CD_LANE(lda), (4 * (lda) + CD_QS) * (q) + 16 * mi);                         \
+    const cd_slot s1 = CD_AT(A, CD_LANE(lda), (4 * (lda) + CD_QS) * (q) + 16 * mi + 8);                     \
     CD_SPLIT_AT(ah[mi][0], al[mi][0], s0.x);                                                                \
     CD_SPLIT_AT(ah[mi][1], al[mi][1], s1.x);                                                                \
     CD_SPLIT_AT(ah[mi][2], al[mi][2], s0.y);                                                                \
@@ -272,21 +272,21 @@ inline void cd_put_col4(local cd_slot *tile, uint ldr, uint r, uint p, float4 a,
   }
 #define CD_FRAG_B_STAGED(B, ldb, q)                                                                       \
   _Pragma("unroll") for (int ni = 0; ni < CD_NR; ni++) {                                                    \
-    const cd_slot s = CD_AT(B, CD_LANE(ldb), (4 * (ldb) + CD_QS) * (q) + 8 * ni);                                    \
+    const cd_slot s = CD_AT(B, CD_LANE(ldb), (4 * (ldb) + CD_QS) * (q) + 8 * ni);                           \
     CD_SPLIT_AT(bh[ni][0], bl[ni][0], s.x);                                                                 \
     CD_SPLIT_AT(bh[ni][1], bl[ni][1], s.y);                                                                 \
   }
 #else
 #define CD_FRAG_A_STAGED(A, lda, q)                                                                       \
   _Pragma("unroll") for (int mi = 0; mi < CD_MR; mi++) {                                                    \
-    const cd_slot s0 = CD_AT(A, CD_LANE(lda), (4 * (lda) + CD_QS) * (q) + 16 * mi);                                  \
-    const cd_slot s1 = CD_AT(A, CD_LANE(lda), (4 * (lda) + CD_QS) * (q) + 16 * mi + 8);                              \
+    const cd_slot s0 = CD_AT(A, CD_LANE(lda), (4 * (lda) + CD_QS) * (q) + 16 * mi);                         \
+    const cd_slot s1 = CD_AT(A, CD_LANE(lda), (4 * (lda) + CD_QS) * (q) + 16 * mi + 8);                     \
     ah[mi][0] = s0.x, ah[mi][1] = s1.x, ah[mi][2] = s0.y, ah[mi][3] = s1.y;                                 \
     al[mi][0] = CD_LO0(s0), al[mi][1] = CD_LO0(s1), al[mi][2] = CD_LO1(s0), al[mi][3] = CD_LO1(s1);         \
   }
 #define CD_FRAG_B_STAGED(B, ldb, q)                                                                       \
   _Pragma("unroll") for (int ni = 0; ni < CD_NR; ni++) {                                                    \
-    const cd_slot s = CD_AT(B, CD_LANE(ldb), (4 * (ldb) + CD_QS) * (q) + 8 * ni);                                    \
+    const cd_slot s = CD_AT(B, CD_LANE(ldb), (4 * (ldb) + CD_QS) * (q) + 8 * ni);                           \
     bh[ni][0] = s.x, bh[ni][1] = s.y;                                                                       \
     bl[ni][0] = CD_LO0(s), bl[ni][1] = CD_LO1(s);                                                           \
   }
@@ -537,8 +537,9 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_gram_tc(
 #pragma unroll
     for (int u = 0; u < CD_LY; u++) {
       const uint e = lid + u * CD_W;
-      if (e < CD_UY) cd_put_row8(Ys, CD_LDY, CD_UROW(e, CD_TN), CD_UQ(e, CD_TN), CD_BETA_LATE ? yr[u][0] * br[u][0] : yr[u][0],
-                                 CD_BETA_LATE ? yr[u][1] * br[u][1] : yr[u][1]);
+      if (e < CD_UY)
+        cd_put_row8(Ys, CD_LDY, CD_UROW(e, CD_TN), CD_UQ(e, CD_TN), CD_BETA_LATE ? yr[u][0] * br[u][0] : yr[u][0],
+                    CD_BETA_LATE ? yr[u][1] * br[u][1] : yr[u][1]);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     if (s0 + CD_KC < Sf) CD_FETCH(s0 + CD_KC);
