@@ -99,9 +99,11 @@
 
 #ifndef CD_BETA_LATE /* The gram's β product waits for its loads. Done as they arrive (0), it stalls the warp there,
                         before the mma work meant to hide them: at sana480 exact phase A takes 1.01 ms, against 0.82 ms
-                        with the product done at staging (1). In tf32 the late form's 16 registers take ptxas from 166
-                        to 208 (two work-groups per SM instead of three): phase A gains 3% and the backward's W pass
-                        (no β) loses 18%, so tf32 keeps the early form. */
+                        with the product done at staging (1). In tf32 the late form's 16 registers took ptxas from 166
+                        to 208 with exact's tiles (two work-groups per SM instead of three): phase A gained 3% and the
+                        backward's W pass (no β) lost 18%. With tf32's own tiles (WM=4 WN=2 MR=1 NR=4 at D=112) it
+                        gave forward 1.089 -> 1.078 ms and backward 2.242 -> 2.285 at sana480 (thirteenth session),
+                        so tf32 keeps the early form. */
 #define CD_BETA_LATE CD_SPLIT
 #endif
 #ifndef CD_TF32_CVT /* 1: TF32 rounding by cvt.rna.tf32.f32; 0: the same rounding (nearest, ties away) in two integer
