@@ -181,19 +181,16 @@ typedef uint2 cd_slot;
 #define CD_LO0(s) 0u
 #define CD_LO1(s) 0u
 #endif
-#ifndef CD_COAL /* gram: 1 = a row's chunk is read by CD_KC / 8 consecutive work-items, its first half by their first 16-byte
-                   loads and its second half by their second ones (each load instruction of a warp reads runs of
-                   CD_KC / 2 contiguous tokens from 32 / (CD_KC / 8) rows); 0 = a work-item reads 8 consecutive tokens
-                   and a warp's load instruction 16 bytes of each of 32 rows. H200, phase A (ms, 0 -> 1): sana480
-                   exact 0.772 -> 0.746, tf32 0.846 -> 0.740; rows of 2^7·odd bytes (B1 F20 S1560, as 4 packed clips
-                   of F5) exact 0.873 -> 0.712, tf32 0.971 -> 0.708 */
-#define CD_COAL 1
-#endif
-/* Staged index k of the gram's chunk and its token: with CD_COAL a work-item's unit q holds tokens 4q .. 4q+3 and
- * CD_KC/2 + 4q .. CD_KC/2 + 4q+3 as k = 8q .. 8q+7 (the same order for both operands, so the products sum the same
- * terms); the slots of unit q sit CD_QS·q further on, so that a half warp's 8-byte stores of 16 / (CD_KC / 8) rows
- * times CD_KC / 8 units hit distinct banks (planes 4q + t are 4·LDR ≡ 0 (mod 16) slots apart). */
-#if defined(CD_GRAM) && CD_COAL
+/* The gram's staged chunk: a row's KC tokens are read by KC/8 consecutive work-items, their first 16-byte loads
+ * covering the first KC/2 tokens and their second loads the rest, so a warp's load instruction reads runs of KC/2
+ * contiguous tokens from 32 / (KC/8) rows. (Before, a work-item read 8 consecutive tokens and a warp's instruction
+ * 16 bytes of each of 32 rows; H200 phase A then took, exact / tf32 ms: sana480 0.772 / 0.846 against 0.746 /
+ * 0.740 now, and rows of 2^7·odd bytes, as in 4 packed clips of F5, 0.873 / 0.971 against 0.712 / 0.708.)
+ * Work-item unit q of a row then holds tokens 4q .. 4q+3 and KC/2 + 4q .. KC/2 + 4q+3 as staged k = 8q .. 8q+7, the
+ * same order for both operands, so the products sum the same terms. The slots of unit q sit CD_QS·q further on, so
+ * that a half warp's 8-byte staging stores (16 / (KC/8) rows times KC/8 units) hit distinct banks: the planes
+ * 4q + t are 4·LDR ≡ 0 (mod 16) slots apart. The frames kernel stages whole rows of 8 (no skew). */
+#ifdef CD_GRAM
 #define CD_QS (16 / (CD_KC / 8))
 #else
 #define CD_QS 0
@@ -232,7 +229,7 @@ typedef uint2 cd_slot;
 #define CD_PUT(T, v, c, x0, x1) CD_AT(T, v, c) = (uint2)(cd_tf32(x0), cd_tf32(x1))
 #endif
 
-/* Row r's elements k = 8q .. 8q+7 (lo = the first four, hi = the last four; in the gram's order of CD_COAL). */
+/* Row r's elements k = 8q .. 8q+7 (lo = the first four, hi = the last four; the gram's order, see CD_QS). */
 inline void cd_put_row8(local cd_slot *tile, uint ldr, uint r, uint q, float4 lo, float4 hi) {
   CD_PUT(tile, (4 * ldr + CD_QS) * q + r, 0, lo.x, hi.x);
   CD_PUT(tile, (4 * ldr + CD_QS) * q + r, ldr, lo.y, hi.y);
@@ -443,26 +440,19 @@ inline float4 cd_load4(__global const float *row, uint gs, uint S) {
 #define CD_UY (CD_TN * (CD_KC / 8))
 #define CD_LX ((CD_UX + CD_W - 1) / CD_W)
 #define CD_LY ((CD_UY + CD_W - 1) / CD_W)
-/* A work-item's unit e of a staged tile of R rows: its row, its unit q within the row's chunk, the first token of its
- * first four (frame-relative, from the chunk's start) and how far on its other four start (CD_COAL) */
-#if CD_COAL
-#define CD_UROW(e, R) ((e) / (CD_KC / 8))
-#define CD_UQ(e, R) ((e) % (CD_KC / 8))
-#define CD_UTOK(e, R) (4 * CD_UQ(e, R))
+/* A work-item's unit e of a staged chunk: its row, its unit q within the row's chunk, the first token of its first
+ * four (frame-relative, from the chunk's start) and how far on its other four start (see CD_QS) */
+#define CD_UROW(e) ((e) / (CD_KC / 8))
+#define CD_UQ(e) ((e) % (CD_KC / 8))
+#define CD_UTOK(e) (4 * CD_UQ(e))
 #define CD_UHI (CD_KC / 2)
-#else
-#define CD_UROW(e, R) ((e) % (R))
-#define CD_UQ(e, R) ((e) / (R))
-#define CD_UTOK(e, R) (8 * CD_UQ(e, R))
-#define CD_UHI 4
-#endif
 
 /* Per tile = group 0 (row tile rt, column tile ct; ct < n_c0: region 0, else region 1) and (b, h, f) = group 1
  * (the tiles of one frame run side by side and share its tokens in the cache):
  *   C[i][j] = Σ_s X[i][s]·β_s·Yr[j][s] over frame f's tokens (β_s = 1 without use_beta), i, j < D;
  *   region 0 goes to out0 (a_form: out0 = decay_f·(I − C), only the tiles on or above the diagonal run and
  *   C's upper triangle is stored at (i, j) and (j, i)), region 1 to out1. Outputs (B, H, F, D, D).
- * Each work-item loads 8 tokens of a row per unit (two 16-byte loads, see CD_COAL); the loads of the next chunk
+ * Each work-item loads 8 tokens of a row per unit (two 16-byte loads, see CD_QS); the loads of the next chunk
  * are issued before the mma work on the current one, and written into the staged tiles after it (f32 values with
  * the split, CD_STAGE_F32; TF32 hi parts in tf32).
  * Launch: local (32·WM·WN), global (local·n_rt·(n_c0 + n_c1), B·H·F), n_rt = ceil(D / TM), n_c = ceil(D / TN). */
@@ -501,7 +491,7 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_gram_tc(
 #define CD_FETCH(s0)                                                                          \
   do {                                                                                        \
     _Pragma("unroll") for (int u = 0; u < CD_LX; u++) {                                       \
-      const uint e = lid + u * CD_W, i = row0 + CD_UROW(e, CD_TM), gs = (s0) + CD_UTOK(e, CD_TM); \
+      const uint e = lid + u * CD_W, i = row0 + CD_UROW(e), gs = (s0) + CD_UTOK(e);          \
       xr[u][0] = xr[u][1] = (float4)(0.0f);                                                   \
       if (e < CD_UX && i < CD_D) {                                                            \
         xr[u][0] = cd_load4(xb + (ulong)i * N, gs, Sf);                                       \
@@ -509,7 +499,7 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_gram_tc(
       }                                                                                       \
     }                                                                                         \
     _Pragma("unroll") for (int u = 0; u < CD_LY; u++) {                                       \
-      const uint e = lid + u * CD_W, j = col0 + CD_UROW(e, CD_TN), gs = (s0) + CD_UTOK(e, CD_TN); \
+      const uint e = lid + u * CD_W, j = col0 + CD_UROW(e), gs = (s0) + CD_UTOK(e);          \
       yr[u][0] = yr[u][1] = (float4)(0.0f);                                                   \
       br[u][0] = br[u][1] = (float4)(1.0f);                                                   \
       if (e < CD_UY && j < CD_D) {                                                            \
@@ -534,13 +524,13 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_gram_tc(
 #pragma unroll
     for (int u = 0; u < CD_LX; u++) {
       const uint e = lid + u * CD_W;
-      if (e < CD_UX) cd_put_row8(Xs, CD_LDX, CD_UROW(e, CD_TM), CD_UQ(e, CD_TM), xr[u][0], xr[u][1]);
+      if (e < CD_UX) cd_put_row8(Xs, CD_LDX, CD_UROW(e), CD_UQ(e), xr[u][0], xr[u][1]);
     }
 #pragma unroll
     for (int u = 0; u < CD_LY; u++) {
       const uint e = lid + u * CD_W;
       if (e < CD_UY)
-        cd_put_row8(Ys, CD_LDY, CD_UROW(e, CD_TN), CD_UQ(e, CD_TN), CD_BETA_LATE ? yr[u][0] * br[u][0] : yr[u][0],
+        cd_put_row8(Ys, CD_LDY, CD_UROW(e), CD_UQ(e), CD_BETA_LATE ? yr[u][0] * br[u][0] : yr[u][0],
                     CD_BETA_LATE ? yr[u][1] * br[u][1] : yr[u][1]);
     }
     barrier(CLK_LOCAL_MEM_FENCE);

@@ -74,18 +74,23 @@ static void test_tiles_every_head_dim(void **state) {
   fake_free(c);
 }
 
-/* The local-memory formulas match the kernels' __local arrays. The gram's staged tiles: 16 planes (KC/2) of 64 + 4
- * slots of 8 bytes per operand in both precisions (the split stages the f32 values), and a skew of 16 / (KC/8)
- * slots for each 8-token unit after the first (CD_COAL: 3 units of 4 at KC = 32, 1 of 8 at KC = 16). The frames kernel: the raw K
- * tile (D rows of TM + 8 floats), one staged B chunk of TN columns in 16-byte slots (split) or 8-byte ones (tf32),
- * the reduction scratch. */
-static void test_local_memory_formula(void **state) {
+/* The output-transform epilogue's tiles (cd_apply_ot_tc): two column warps, at most 64 tokens wide, from either of
+ * the H200's apply entries (WN=1 before the thirteenth session, WN=2 since). */
+static void test_apply_ot_tiles(void **state) {
   (void)state;
-  /* the output-transform epilogue's tiles: two column warps, at most 64 tokens wide, from either apply entry */
   const cd_tc_tiles a1 = {2, 1, 2, 8, 16}, a2 = {2, 2, 2, 8, 16};
   const cd_tc_tiles o1 = cd_tc_apply_ot_tiles(&a1, 1024), o2 = cd_tc_apply_ot_tiles(&a2, 1024);
   assert_true(o1.wm == 2 && o1.wn == 2 && o1.mr == 2 && o1.nr == 4 && o1.kc == 16);
   assert_true(o2.wm == 2 && o2.wn == 2 && o2.mr == 2 && o2.nr == 4 && o2.kc == 16);
+}
+
+/* The local-memory formulas match the kernels' __local arrays. The gram's staged tiles: 16 planes (KC/2) of 64 + 4
+ * slots of 8 bytes per operand in both precisions (the split stages the f32 values), and a skew of 16 / (KC/8)
+ * slots for each 8-token unit after the first (3 units of 4 at KC = 32, 1 of 8 at KC = 16). The frames kernel:
+ * the raw K tile (D rows of TM + 8 floats), one staged B chunk of TN columns in 16-byte slots (split) or 8-byte ones (tf32),
+ * the reduction scratch. */
+static void test_local_memory_formula(void **state) {
+  (void)state;
   const cd_tc_tiles g = {2, 2, 2, 4, 32}, fr = {2, 2, 1, 7, 16}, big = {4, 1, 1, 14, 16};
   assert_int_equal(cd_tc_local_bytes(CD_TC_GRAM, 112, 1, &g), 17408 + 2 * 8 * 3 * 4);
   assert_int_equal(cd_tc_local_bytes(CD_TC_GRAM, 112, 0, &g), 17408 + 2 * 8 * 3 * 4);
@@ -386,7 +391,7 @@ static void test_plan_cache(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_tiles_every_head_dim),
-      cmocka_unit_test(test_local_memory_formula),
+      cmocka_unit_test(test_local_memory_formula), cmocka_unit_test(test_apply_ot_tiles),
       cmocka_unit_test(test_resolution_order),
       cmocka_unit_test(test_fma_tiles_given_limits),
       cmocka_unit_test(test_fma_tiles_constraints),

@@ -38,7 +38,7 @@ static const table_entry TABLE[] = {
     {"NVIDIA", "NVIDIA H200", CD_TC_APPLY, 112, 112, {2, 2, 2, 8, 16}, ANY},
     {"NVIDIA", "NVIDIA H200", CD_TC_FRAMES, 112, 112, {4, 1, 1, 14, 16}, ANY},
     /* `camdelta tune --shape sana480 --precision tf32`, thirteenth session (the gram reading rows with consecutive
-     * work-items, CD_COAL): gram WM=4 WN=2 MR=1 NR=4 forward 1.096 ms against 1.184 with the entry above; the tf32
+     * work-items): gram WM=4 WN=2 MR=1 NR=4 forward 1.096 ms against 1.184 with the entry above; the tf32
      * forward at sana480 1.262 -> 1.176 ms, the backward 2.449 -> 2.435 in one later call; in `exact` the same tiles
      * were slower (forward 1.361 -> 1.427), so the entry is tf32's only. */
     {"NVIDIA", "NVIDIA H200", CD_TC_GRAM, 112, 112, {4, 2, 1, 4, 32}, TF32},
@@ -150,12 +150,9 @@ camdelta_status cd_tc_resolve(camdelta_context *ctx, int family, size_t D, int s
 size_t cd_tc_local_bytes(int family, size_t D, int split, const cd_tc_tiles *t) {
   const size_t tm = cd_tc_tm(t), tn = cd_tc_tn(t), kc = t->kc, w = cd_tc_wg(t);
   /* the gram's staged tiles: KC/2 planes of R + 4 slots of 8 bytes, a slot {x, x'} (split: the f32 values, split
-   * per fragment, CD_STAGE_F32) or {hi, hi'} (tf32), and a skew of 16 / (KC/8) slots per 8-token unit after the
-   * first (CD_COAL) */
-  if (family == CD_TC_GRAM) {
-    const size_t skew = (kc / 8 > 1 && kc / 8 <= 16) ? (16 / (kc / 8)) * (kc / 8 - 1) : 0;
-    return 8 * ((kc / 2) * (tm + 4 + tn + 4) + 2 * skew);
-  }
+   * per fragment, CD_STAGE_F32) or {hi, hi'} (tf32), and a skew of CD_QS = 16 / (KC/8) slots per 8-token unit
+   * after the first (KC >= 8, cd_tc_check) */
+  if (family == CD_TC_GRAM) return 8 * ((kc / 2) * (tm + 4 + tn + 4) + 2 * (16 / (kc / 8)) * (kc / 8 - 1));
   if (family == CD_TC_APPLY) return 4 * kc * (tm + 8) + 4 * kc * (tn + 8);
   /* frames: the raw K tile, one staged B chunk (KC/2 planes of TN + pad slots: {hi, hi', lo, lo'} with the split,
    * pad 2; {hi, hi'} in tf32, pad 4), the reduction scratch */
