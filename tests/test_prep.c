@@ -154,8 +154,9 @@ static void test_prep_fused(void **state) {
 
 /* The register-resident form (CAMDELTA_PREP_FUSED=2): one head and many, ragged token tiles, B = 2, aligned and
  * unaligned offsets, zero k tokens, both 16-bit types, D from 8 to 128 (a program per shape: seven of the table's
- * fourteen keep PoCL's compile time down); 4-token tiles; and 65 heads, past what it holds in registers, where the
- * context falls back to the staged one-pass form (checked through the plan in run_shape). */
+ * fourteen keep PoCL's compile time down); 4-token tiles; rings of k's squares that end full or partial; and 65
+ * heads, past what it holds in registers, where the context falls back to the staged one-pass form (checked
+ * through the plan in run_shape). */
 static void test_prep_regs(void **state) {
   (void)state;
   static const size_t which[] = {0, 1, 4, 5, 7, 9, 12};
@@ -163,10 +164,13 @@ static void test_prep_regs(void **state) {
   run_variant(2, NULL, which, sizeof which / sizeof which[0]);
   static const size_t other[] = {5};
   run_variant(2, "TT=4", other, sizeof other / sizeof other[0]);
+  /* k's squares go through rings of 8 heads (CD_RR): 23 heads end in a partial ring, 40 in a full one */
+  static const shape rings[] = {{1, 19, 23, 128, CAMDELTA_F32, 1, 3}, {1, 13, 40, 128, CAMDELTA_F32, 0, 2}};
   static const shape many = {1, 9, 65, 8, CAMDELTA_F32, 1, 4};
   tu_context_release();
   setenv("CAMDELTA_PREP_FUSED", "2", 1);
   g_variant = 2;
+  for (size_t i = 0; i < sizeof rings / sizeof rings[0]; i++) run_shape(&rings[i]);
   run_shape(&many);
   tu_context_release();
   unsetenv("CAMDELTA_PREP_FUSED");
