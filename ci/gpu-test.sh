@@ -6,7 +6,9 @@
 #   bash ci/gpu-test.sh [tests] [pocl] [scan-tests] [inspect] [tune] [demo] [large] [mpi] [mpi-bench] [packed] [pair]
 #                   [bench SHAPE...] [bench-scan SHAPE...]
 #                   [prep-ab SHAPE...] [gram-ab] [compare SHAPE...] [packed-ab] [profile SHAPE...]
-#                   [prep-sweep] [ctest REGEX] [mma] [gram-stride] [ptx-prof TAG FILE KERNEL OPTIONS G L ARG...]
+#                   [prep-sweep] [ctest REGEX] [mma] [transpose-bound] [gram-stride]
+#                   [ptx-prof TAG FILE KERNEL OPTIONS G L ARG...]
+# transpose-bound: ci/transpose-bound.c, the prep forward's data movement alone (copies and transposes of q, k, v).
 # mma: ci/mma-throughput.c, the rate of independent mma.sync.m16n8k8 TF32 products (1-16 chains per warp).
 # ptx-prof: one kernel's OpenCL PTX under Nsight Compute (through the CUDA driver API, ci/ptx-run.c), and its SASS.
 # gram-stride: the gram's time by row length (B clips of F frames, S tokens: rows of F·S tokens).
@@ -98,6 +100,12 @@ while [ $# -gt 0 ]; do
       # the tf32 sweep for comparison (not saved: the saved entry serves both precisions)
       CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta tune --shape "${TUNE_SHAPE:-sana480}" --precision tf32 2>&1 |
         sed 's/^/[tf32] /' | tee -a "$OUT/bench.txt" || rc=1
+      ;;
+    transpose-bound)
+      # ci/transpose-bound.c: the prep forward's bytes moved without its arithmetic (copies, its register tile, a
+      # streaming transpose), q, k and v at sana480
+      cc -O2 -std=c11 -I"$PREFIX/usr/include" -o /tmp/transpose-bound ci/transpose-bound.c -L"$LIBDIR" -lOpenCL || rc=1
+      /tmp/transpose-bound ci/transpose-bound.cl 2>&1 | tee "$OUT/transpose-bound.txt" || rc=1
       ;;
     mma)
       # the tensor cores' rate for the scan's mma.sync.m16n8k8 TF32 (the bound the gram and apply are measured against)
@@ -289,7 +297,9 @@ while [ $# -gt 0 ]; do
       [ -x /tmp/cl-inspect ] || cc -O2 -I"$PREFIX/usr/include" -o /tmp/cl-inspect ci/cl-inspect.c -L"$LIBDIR" -lOpenCL || rc=1
       [ -x /tmp/ptx-run ] || cc -O2 -I"$CUDA/include" -o /tmp/ptx-run ci/ptx-run.c -L"$CUDA/lib64/stubs" -lcuda || rc=1
       mkdir -p /tmp/ptx
-      cat cl/common.cl "cl/$file" >"/tmp/ptx/$tag.cl" # as the library composes it (common.cl first)
+      # as the library composes it (common.cl first), with the other kernels of the file left out (ci/one-kernel.py:
+      # the driver refused the four-kernel module of prep.cl, and took it with only the kernel to measure)
+      { cat cl/common.cl && python3 ci/one-kernel.py "cl/$file" "$kern"; } >"/tmp/ptx/$tag.cl" || rc=1
       /tmp/cl-inspect "/tmp/ptx/$tag.cl" "$opts" "/tmp/ptx/$tag.bin" 2>&1 | grep -E "error|spill|Used" | sed "s/^/[$tag] /" |
         tee -a "$OUT/ptx-prof.txt"
       # the binary ends in a NUL; %envreg0..2 hold OpenCL's group-id offsets, zero in these launches

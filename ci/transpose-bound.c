@@ -1,0 +1,130 @@
+/* The data movement under the prep forward, measured on the NVIDIA OpenCL device (`ci/gpu-test.sh transpose-bound`):
+ * B tensors of (B, N, H, D) f32 rows transposed to (B, H, D, N) by ci/transpose-bound.cl, without the prep's
+ * arithmetic: clEnqueueCopyBuffer and a float4 copy kernel (the same bytes, not transposed), the prep's register
+ * tile (TT tokens of all heads per work-group, with and without a barrier between loads and stores), and a
+ * streaming transpose (one float4 per work-item) at 8, 16 and 32 tokens per row store. Kernel time from profiling
+ * events, median of 15 after 3 warm-ups; GB/s counts each byte read and written once.
+ * Usage: transpose-bound FILE.cl [B N H D] (default 3 32760 20 112: q, k and v at sana480) */
+#define CL_TARGET_OPENCL_VERSION 120
+#include <CL/cl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { REPS = 15, WARM = 3 };
+static cl_command_queue q;
+
+static int cmp(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double timed(cl_kernel k, cl_mem src, cl_mem dst, size_t bytes, cl_uint dims, const size_t *gws,
+                    const size_t *lws) {
+  double t[REPS];
+  for (int r = 0; r < WARM + REPS; r++) {
+    cl_event ev;
+    cl_int err = k ? clEnqueueNDRangeKernel(q, k, dims, NULL, gws, lws, 0, NULL, &ev)
+                   : clEnqueueCopyBuffer(q, src, dst, 0, 0, bytes, 0, NULL, &ev);
+    if (err != CL_SUCCESS) return fprintf(stderr, "enqueue failed (%d)\n", err), -1;
+    clWaitForEvents(1, &ev);
+    cl_ulong t0, t1;
+    clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_START, sizeof t0, &t0, NULL);
+    clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL);
+    clReleaseEvent(ev);
+    if (r >= WARM) t[r - WARM] = (double)(t1 - t0) * 1e-6;
+  }
+  qsort(t, REPS, sizeof t[0], cmp);
+  return t[REPS / 2];
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2 && argc != 6) {
+    fprintf(stderr, "usage: %s FILE.cl [B N H D]\n", argv[0]);
+    return 2;
+  }
+  const unsigned long B = argc > 2 ? strtoul(argv[2], NULL, 10) : 3, N = argc > 2 ? strtoul(argv[3], NULL, 10) : 32760,
+                      H = argc > 2 ? strtoul(argv[4], NULL, 10) : 20, D = argc > 2 ? strtoul(argv[5], NULL, 10) : 112;
+  cl_platform_id pf[8];
+  cl_uint np = 0;
+  cl_device_id dev = NULL;
+  clGetPlatformIDs(8, pf, &np);
+  for (cl_uint i = 0; i < np && !dev; i++) {
+    char name[256] = "";
+    clGetPlatformInfo(pf[i], CL_PLATFORM_NAME, sizeof name, name, NULL);
+    if (strstr(name, "NVIDIA") && clGetDeviceIDs(pf[i], CL_DEVICE_TYPE_GPU, 1, &dev, NULL) != CL_SUCCESS) dev = NULL;
+  }
+  if (!dev) return fprintf(stderr, "no NVIDIA OpenCL device\n"), 1;
+  FILE *f = fopen(argv[1], "rb");
+  static char src[1 << 16];
+  const size_t n = f ? fread(src, 1, sizeof src - 1, f) : 0;
+  if (f) fclose(f);
+  if (!n) return fprintf(stderr, "cannot read %s\n", argv[1]), 1;
+  cl_int err;
+  cl_context ctx = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
+  q = clCreateCommandQueue(ctx, dev, CL_QUEUE_PROFILING_ENABLE, &err);
+  const size_t bytes = (size_t)B * N * H * D * sizeof(float);
+  cl_mem in = clCreateBuffer(ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
+  cl_mem out = clCreateBuffer(ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
+  const float one = 1.0f;
+  clEnqueueFillBuffer(q, in, &one, sizeof one, 0, bytes, 0, NULL, NULL);
+  clFinish(q);
+  printf("transpose-bound: B=%lu N=%lu H=%lu D=%lu, %.1f MB read and written\n", B, N, H, D, bytes / 1e6);
+#define REPORT(name, ms) printf("%-40s %8.4f ms %8.1f GB/s\n", name, ms, 2.0 * bytes / (ms) / 1e6)
+  REPORT("clEnqueueCopyBuffer", timed(NULL, in, out, bytes, 0, NULL, NULL));
+  const char *text = src;
+  static const unsigned tts[] = {8, 16, 32};
+  for (int i = 0; i < 3; i++) {
+    for (int dep = 0; dep < 2; dep++) {
+      char opts[96];
+      snprintf(opts, sizeof opts, "-DH=%lu -DD=%lu -DTT=%u -DDEP=%d", H, D, tts[i], dep);
+      cl_program p = clCreateProgramWithSource(ctx, 1, &text, NULL, &err);
+      if (clBuildProgram(p, 1, &dev, opts, NULL, NULL) != CL_SUCCESS) {
+        char log[8192] = "";
+        clGetProgramBuildInfo(p, dev, CL_PROGRAM_BUILD_LOG, sizeof log, log, NULL);
+        return fprintf(stderr, "%s\n", log), 1;
+      }
+      const unsigned long tt = tts[i], tiles = B * ((N + tt - 1) / tt), N_ = N, B_ = B;
+      char name[64];
+      if (i == 0 && dep == 0) { /* the float4 copy, once */
+        cl_kernel k = clCreateKernel(p, "tp_copy", &err);
+        const cl_ulong n4 = bytes / 16;
+        clSetKernelArg(k, 0, sizeof in, &in);
+        clSetKernelArg(k, 1, sizeof out, &out);
+        clSetKernelArg(k, 2, sizeof n4, &n4);
+        const size_t lws = 256, gws = 132 * 2048;
+        REPORT("copy kernel (float4, grid-stride)", timed(k, NULL, NULL, 0, 1, &gws, &lws));
+        clReleaseKernel(k);
+      }
+      const size_t lws = tt * (D / 4);
+      if (lws <= 1024) {
+        cl_kernel k = clCreateKernel(p, "tp_tile", &err);
+        clSetKernelArg(k, 0, sizeof in, &in);
+        clSetKernelArg(k, 1, sizeof out, &out);
+        clSetKernelArg(k, 2, sizeof N_, &N_);
+        clSetKernelArg(k, 3, sizeof B_, &B_);
+        const size_t gws = tiles * lws;
+        snprintf(name, sizeof name, "register tile TT=%lu%s", tt, dep ? " + barrier" : "");
+        REPORT(name, timed(k, NULL, NULL, 0, 1, &gws, &lws));
+        clReleaseKernel(k);
+      }
+      if (!dep && lws <= 1024) {
+        cl_kernel k = clCreateKernel(p, "tp_stream", &err);
+        clSetKernelArg(k, 0, sizeof in, &in);
+        clSetKernelArg(k, 1, sizeof out, &out);
+        clSetKernelArg(k, 2, sizeof N_, &N_);
+        clSetKernelArg(k, 3, sizeof B_, &B_);
+        const size_t l2[2] = {lws, 1}, g2[2] = {tiles * lws, H};
+        snprintf(name, sizeof name, "streaming TT=%lu", tt);
+        REPORT(name, timed(k, NULL, NULL, 0, 2, g2, l2));
+        clReleaseKernel(k);
+      }
+      clReleaseProgram(p);
+    }
+  }
+  clReleaseMemObject(in);
+  clReleaseMemObject(out);
+  clReleaseCommandQueue(q);
+  clReleaseContext(ctx);
+  return 0;
+}

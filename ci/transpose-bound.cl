@@ -1,0 +1,52 @@
+/* What the prep forward's data movement costs without its arithmetic (ci/transpose-bound.c): B tensors
+ * (B, N, C) -> (B, C, N), C = H * D, f32 (B = 3 stands for q, k and v). Build options H, D, TT (tokens per tile),
+ * DEP (1: the work-group meets a barrier between its loads and its stores, as the prep's inverse RMS makes it). */
+#define G4 (D / 4)
+
+/* one contiguous float4 per work-item: the plain copy */
+kernel void tp_copy(global const float4 *in, global float4 *out, ulong n4) {
+  for (ulong i = get_global_id(0); i < n4; i += get_global_size(0)) out[i] = in[i];
+}
+
+/* the prep forward's structure: a work-group holds TT tokens of all H heads, work-item (g, t) a float4 of every
+ * head in registers, loads issued back to back, then four row stores per head (TT tokens per row) */
+kernel void tp_tile(global const float *in, global float *out, ulong N, ulong B) {
+  local float red[TT * G4];
+  const uint lid = get_local_id(0), t = lid % TT, g = lid / TT;
+  const ulong tpr = (N + TT - 1) / TT, tile = get_group_id(0), b = tile / tpr, n = (tile % tpr) * TT + t;
+  if (b >= B) return;
+  const int ok = n < N;
+  float4 x[H];
+  const ulong row = (b * N + n) * (H * D) + 4 * g;
+#pragma unroll
+  for (uint h = 0; h < H; h++) x[h] = ok ? *(global const float4 *)(in + row + h * D) : (float4)(0.0f);
+  float c = 1.0f;
+#if DEP
+  float s = 0.0f;
+#pragma unroll
+  for (uint h = 0; h < H; h++) s += dot(x[h], x[h]);
+  red[lid] = s;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  c = red[t] == -1.0f ? 2.0f : 1.0f; /* a dependence on the sum that changes nothing */
+#endif
+  if (ok) {
+    const ulong at = (b * H * D + 4 * g) * N + n;
+#pragma unroll
+    for (uint h = 0; h < H; h++) {
+      const float4 v = x[h] * c;
+      const ulong i = at + (ulong)h * D * N;
+      out[i] = v.x, out[i + N] = v.y, out[i + 2 * N] = v.z, out[i + 3 * N] = v.w;
+    }
+  }
+}
+
+/* streaming: one work-item per (token, 4-channel unit, head), no register tile; work-group TT tokens x G4 units of
+ * one head (group id 1 = head) */
+kernel void tp_stream(global const float *in, global float *out, ulong N, ulong B) {
+  const uint lid = get_local_id(0), t = lid % TT, g = lid / TT, h = get_group_id(1);
+  const ulong tpr = (N + TT - 1) / TT, tile = get_group_id(0), b = tile / tpr, n = (tile % tpr) * TT + t;
+  if (b >= B || n >= N) return;
+  const float4 v = *(global const float4 *)(in + (b * N + n) * (H * D) + h * D + 4 * g);
+  const ulong i = ((b * H + h) * D + 4 * g) * N + n;
+  out[i] = v.x, out[i + N] = v.y, out[i + 2 * N] = v.z, out[i + 3 * N] = v.w;
+}
