@@ -2,11 +2,9 @@
  * ci/mma-throughput.cl for 1..16 accumulator chains per warp and runs it at 128, 256 and 512 items per work-group,
  * 8192 items per SM-sized slice; prints TFLOP/s and clocks per mma per SM at a given clock (argv[2], GHz).
  * Usage: mma-throughput FILE.cl [GHz] [SMs] */
-#define CL_TARGET_OPENCL_VERSION 120
-#include <CL/cl.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
+
+#include "cl-tool.h"
 
 int main(int argc, char **argv) {
   if (argc < 2) {
@@ -14,28 +12,9 @@ int main(int argc, char **argv) {
     return 2;
   }
   const double ghz = argc > 2 ? atof(argv[2]) : 1.98, sms = argc > 3 ? atof(argv[3]) : 132;
-  cl_platform_id pf[8];
-  cl_uint np = 0;
-  cl_device_id dev = NULL;
-  clGetPlatformIDs(8, pf, &np);
-  for (cl_uint i = 0; i < np && !dev; i++) {
-    char name[256] = "";
-    clGetPlatformInfo(pf[i], CL_PLATFORM_NAME, sizeof name, name, NULL);
-    if (strstr(name, "NVIDIA") && clGetDeviceIDs(pf[i], CL_DEVICE_TYPE_GPU, 1, &dev, NULL) != CL_SUCCESS) dev = NULL;
-  }
-  if (!dev) {
-    fprintf(stderr, "no NVIDIA OpenCL device\n");
-    return 1;
-  }
-  FILE *f = fopen(argv[1], "rb");
+  const cl_device_id dev = cl_tool_nvidia_gpu();
   static char src[1 << 16];
-  const size_t n = f ? fread(src, 1, sizeof src - 1, f) : 0;
-  if (f) fclose(f);
-  if (!n) {
-    fprintf(stderr, "cannot read %s\n", argv[1]);
-    return 1;
-  }
-  src[n] = '\0';
+  if (!dev || !cl_tool_read(argv[1], src, sizeof src)) return 1;
   cl_int err;
   cl_context ctx = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
   cl_command_queue q = clCreateCommandQueue(ctx, dev, CL_QUEUE_PROFILING_ENABLE, &err);

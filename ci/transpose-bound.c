@@ -5,11 +5,9 @@
  * streaming transpose (one float4 per work-item) at 8, 16 and 32 tokens per row store. Kernel time from profiling
  * events, median of 15 after 3 warm-ups; GB/s counts each byte read and written once.
  * Usage: transpose-bound FILE.cl [B N H D] (default 3 32760 20 112: q, k and v at sana480) */
-#define CL_TARGET_OPENCL_VERSION 120
-#include <CL/cl.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
+
+#include "cl-tool.h"
 
 enum { REPS = 15, WARM = 3 };
 static cl_command_queue q;
@@ -45,21 +43,9 @@ int main(int argc, char **argv) {
   }
   const unsigned long B = argc > 2 ? strtoul(argv[2], NULL, 10) : 3, N = argc > 2 ? strtoul(argv[3], NULL, 10) : 32760,
                       H = argc > 2 ? strtoul(argv[4], NULL, 10) : 20, D = argc > 2 ? strtoul(argv[5], NULL, 10) : 112;
-  cl_platform_id pf[8];
-  cl_uint np = 0;
-  cl_device_id dev = NULL;
-  clGetPlatformIDs(8, pf, &np);
-  for (cl_uint i = 0; i < np && !dev; i++) {
-    char name[256] = "";
-    clGetPlatformInfo(pf[i], CL_PLATFORM_NAME, sizeof name, name, NULL);
-    if (strstr(name, "NVIDIA") && clGetDeviceIDs(pf[i], CL_DEVICE_TYPE_GPU, 1, &dev, NULL) != CL_SUCCESS) dev = NULL;
-  }
-  if (!dev) return fprintf(stderr, "no NVIDIA OpenCL device\n"), 1;
-  FILE *f = fopen(argv[1], "rb");
+  const cl_device_id dev = cl_tool_nvidia_gpu();
   static char src[1 << 16];
-  const size_t n = f ? fread(src, 1, sizeof src - 1, f) : 0;
-  if (f) fclose(f);
-  if (!n) return fprintf(stderr, "cannot read %s\n", argv[1]), 1;
+  if (!dev || !cl_tool_read(argv[1], src, sizeof src)) return 1;
   cl_int err;
   cl_context ctx = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
   q = clCreateCommandQueue(ctx, dev, CL_QUEUE_PROFILING_ENABLE, &err);
