@@ -36,6 +36,13 @@ static double timed(cl_kernel k, cl_mem src, cl_mem dst, size_t bytes, cl_uint d
   return t[REPS / 2];
 }
 
+/* the transposes' arguments: in, out, N (the grid carries B) */
+static void transpose_args(cl_kernel k, cl_mem in, cl_mem out, cl_ulong N) {
+  clSetKernelArg(k, 0, sizeof in, &in);
+  clSetKernelArg(k, 1, sizeof out, &out);
+  clSetKernelArg(k, 2, sizeof N, &N);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2 && argc != 6) {
     fprintf(stderr, "usage: %s FILE.cl [B N H D]\n", argv[0]);
@@ -51,12 +58,20 @@ int main(int argc, char **argv) {
   q = clCreateCommandQueue(ctx, dev, CL_QUEUE_PROFILING_ENABLE, &err);
   const size_t bytes = (size_t)B * N * H * D * sizeof(float);
   cl_mem in = clCreateBuffer(ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
-  cl_mem out = clCreateBuffer(ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
+  cl_mem out = err == CL_SUCCESS ? clCreateBuffer(ctx, CL_MEM_READ_WRITE, bytes, NULL, &err) : NULL;
+  if (err != CL_SUCCESS) return fprintf(stderr, "two buffers of %zu bytes: error %d\n", bytes, err), 1;
+  cl_uint cus = 0;
+  clGetDeviceInfo(dev, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof cus, &cus, NULL);
   const float one = 1.0f;
   clEnqueueFillBuffer(q, in, &one, sizeof one, 0, bytes, 0, NULL, NULL);
   clFinish(q);
   printf("transpose-bound: B=%lu N=%lu H=%lu D=%lu, %.1f MB read and written\n", B, N, H, D, bytes / 1e6);
-#define REPORT(name, ms) printf("%-40s %8.4f ms %8.1f GB/s\n", name, ms, 2.0 * bytes / (ms) / 1e6)
+#define REPORT(name, ms)                                                                   \
+  do {                                                                                     \
+    const double ms_ = (ms);                                                               \
+    if (ms_ < 0) printf("%-40s      n/a (did not launch)\n", name);                         \
+    else printf("%-40s %8.4f ms %8.1f GB/s\n", name, ms_, 2.0 * bytes / ms_ / 1e6);         \
+  } while (0)
   REPORT("clEnqueueCopyBuffer", timed(NULL, in, out, bytes, 0, NULL, NULL));
   const char *text = src;
   static const unsigned tts[] = {8, 16, 32};
@@ -70,7 +85,7 @@ int main(int argc, char **argv) {
         clGetProgramBuildInfo(p, dev, CL_PROGRAM_BUILD_LOG, sizeof log, log, NULL);
         return fprintf(stderr, "%s\n", log), 1;
       }
-      const unsigned long tt = tts[i], tiles = B * ((N + tt - 1) / tt), N_ = N, B_ = B;
+      const unsigned long tt = tts[i], tiles = B * ((N + tt - 1) / tt);
       char name[64];
       if (i == 0 && dep == 0) { /* the float4 copy, once */
         cl_kernel k = clCreateKernel(p, "tp_copy", &err);
@@ -78,17 +93,14 @@ int main(int argc, char **argv) {
         clSetKernelArg(k, 0, sizeof in, &in);
         clSetKernelArg(k, 1, sizeof out, &out);
         clSetKernelArg(k, 2, sizeof n4, &n4);
-        const size_t lws = 256, gws = 132 * 2048;
+        const size_t lws = 256, gws = (size_t)(cus ? cus : 1) * 2048; /* 2048 items per compute unit */
         REPORT("copy kernel (float4, grid-stride)", timed(k, NULL, NULL, 0, 1, &gws, &lws));
         clReleaseKernel(k);
       }
       const size_t lws = tt * (D / 4);
       if (lws <= 1024) {
         cl_kernel k = clCreateKernel(p, "tp_tile", &err);
-        clSetKernelArg(k, 0, sizeof in, &in);
-        clSetKernelArg(k, 1, sizeof out, &out);
-        clSetKernelArg(k, 2, sizeof N_, &N_);
-        clSetKernelArg(k, 3, sizeof B_, &B_);
+        transpose_args(k, in, out, N);
         const size_t gws = tiles * lws;
         snprintf(name, sizeof name, "register tile TT=%lu%s", tt, dep ? " + barrier" : "");
         REPORT(name, timed(k, NULL, NULL, 0, 1, &gws, &lws));
@@ -96,10 +108,7 @@ int main(int argc, char **argv) {
       }
       if (!dep && lws <= 1024) {
         cl_kernel k = clCreateKernel(p, "tp_stream", &err);
-        clSetKernelArg(k, 0, sizeof in, &in);
-        clSetKernelArg(k, 1, sizeof out, &out);
-        clSetKernelArg(k, 2, sizeof N_, &N_);
-        clSetKernelArg(k, 3, sizeof B_, &B_);
+        transpose_args(k, in, out, N);
         const size_t l2[2] = {lws, 1}, g2[2] = {tiles * lws, H};
         snprintf(name, sizeof name, "streaming TT=%lu", tt);
         REPORT(name, timed(k, NULL, NULL, 0, 2, g2, l2));

@@ -10,12 +10,11 @@ kernel void tp_copy(global const float4 *in, global float4 *out, ulong n4) {
 
 /* the prep forward's structure: a work-group holds TT tokens of all H heads, work-item (g, t) a float4 of every
  * head in registers, loads issued back to back, then four row stores per head (TT tokens per row) */
-kernel void tp_tile(global const float *in, global float *out, ulong N, ulong B) {
+kernel void tp_tile(global const float *in, global float *out, ulong N) {
   local float red[TT * G4];
   const uint lid = get_local_id(0), t = lid % TT, g = lid / TT;
   const ulong tpr = (N + TT - 1) / TT, tile = get_group_id(0), b = tile / tpr, n = (tile % tpr) * TT + t;
-  if (b >= B) return;
-  const int ok = n < N;
+  const int ok = n < N; /* the grid has B * tpr tiles, so b < B */
   float4 x[H];
   const ulong row = (b * N + n) * (H * D) + 4 * g;
 #pragma unroll
@@ -42,10 +41,10 @@ kernel void tp_tile(global const float *in, global float *out, ulong N, ulong B)
 
 /* streaming: one work-item per (token, 4-channel unit, head), no register tile; work-group TT tokens x G4 units of
  * one head (group id 1 = head) */
-kernel void tp_stream(global const float *in, global float *out, ulong N, ulong B) {
+kernel void tp_stream(global const float *in, global float *out, ulong N) {
   const uint lid = get_local_id(0), t = lid % TT, g = lid / TT, h = get_group_id(1);
   const ulong tpr = (N + TT - 1) / TT, tile = get_group_id(0), b = tile / tpr, n = (tile % tpr) * TT + t;
-  if (b >= B || n >= N) return;
+  if (n >= N) return; /* the grid has B * tpr tiles by H, so b < B */
   const float4 v = *(global const float4 *)(in + (b * N + n) * (H * D) + h * D + 4 * g);
   const ulong i = ((b * H + h) * D + 4 * g) * N + n;
   out[i] = v.x, out[i + N] = v.y, out[i + 2 * N] = v.z, out[i + 3 * N] = v.w;
