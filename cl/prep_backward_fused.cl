@@ -1,27 +1,25 @@
-/* Prep backward, fused form for GPUs (SPEC section 4): the same gradients as cl/prep_backward.cl (read its header
- * for the math) in one pass over the tensors, without dproj_q/dproj_kv/drope_cos/drope_sin (calls that ask for
- * those take the three-kernel form).
+/* Prep backward, two-pass form for GPUs (SPEC section 4): the same gradients as cl/prep_backward.cl (read its
+ * header for the math) without dproj_q/dproj_kv/drope_cos/drope_sin (calls that ask for those take the three-kernel
+ * form). The full-channel RMSNorm couples a token's heads through S = sum_c da[c] x[c] w[c], so:
  *
- * A work-group owns CD_TT consecutive tokens of one batch row across ALL heads (a tile) and walks tiles
- * persistently (tile = group, group + groups, ...), so that the number of work-groups in flight, and with it the
- * bytes the L2 cache must hold, is chosen by the host. Per tile:
- *   phase 1  walks the heads, HB at a time, recomputing the forward of each (head, token, 4-channel unit) and the
- *            upstream gradients' share of the RMSNorm sums S_q, S_k of each token (kept per work-item, summed over
- *            the work-group in a fixed order at the end); with grad_inflation_sq, the per-(token, head) chain
- *            coefficients dpost, dpre go to a global scratch (2, B, H, N) for phase 2.
- *   phase 2  walks the heads again in reverse order (the heads read last in phase 1 are the likeliest still in the
- *            L2 cache), recomputes, and writes dq_raw = u - ir^3/C x S, dk_raw and dv_raw as 16-byte rows, and adds
- *            the tile's norm-weight partials (summed over the tile's tokens in order) to a per-work-group
- *            accumulator in local memory (when 2 C floats fit; else one row of partials per tile in global memory).
- * Work-item (hl, g, t) = lid / (CD_TT * CD_G4), (lid / CD_TT) % CD_G4, lid % CD_TT: token t fastest, so that each
- * read of a transposed (B, H, D, N) gradient row covers CD_TT consecutive tokens (32 bytes at CD_TT = 8 in f32),
- * and 4-channel units of one token next to each other for the (B, N, H, D) rows.
- * cd_prep_bwd_fused_reduce then sums the norm-weight partials over their rows in a fixed order.
- * No atomics; every sum has a fixed order (bit-identical run to run).
+ * cd_prep_bwd_sums   pass 1, one work-item per (b, n, h) walking the head's 4-channel units (reads q_raw, k_raw,
+ *                    grad_q, grad_k once): the head's share of S_q and S_k per token and, with grad_inflation_sq,
+ *                    the chain coefficients dpost, dpre. dpost and dpre need the head's pre/post sums first, so the
+ *                    share of S_k is kept linear in them:
+ *                      da_k = [a_k > 0] k_scale (T^T g_k + 2 dpost T^T (T kn) + 2 dpre kn)
+ *                      share(S_k) = A + dpost Bc + dpre Cc, A, Bc, Cc = the three terms times x w, summed over d.
+ * cd_prep_bwd_ssum   S (2, B, N): the shares summed over the heads in order.
+ * cd_prep_bwd_grads  pass 2, work-groups per head, persistent over tiles of CD_TT tokens, one work-item per
+ *                    (4-channel unit, token): writes dq_raw = da ir w - ir^3/C x S, dk_raw, dv_raw, and keeps the
+ *                    head's norm-weight terms in registers across its tiles.
+ * cd_prep_bwd_fused_reduce  the norm-weight gradients: the grads work-groups' partial rows summed in order.
  *
- * Build options: CD_DTYPE, CD_D, CD_TT (tokens per tile, power of two; the work-group has at most CD_TT * 32
- * work-items), CD_PF (1: each step's loads are issued during the previous step, 0: at the step itself), CD_G2.
- * Run-time: HB (heads per step, HB * CD_TT * CD_G4 <= local size), flags. */
+ * Measured on the H200 at sana480 (2026-12-04): 0.43 + 0.95 ms for passes 1 and 2 (1.40 ms in all) against 1.47 ms
+ * for one pass that walked each tile's heads twice with barriers in between (its second reads found little in the
+ * L2 cache). No atomics; every sum has a fixed order (bit-identical run to run).
+ *
+ * Build options: CD_DTYPE, CD_D, CD_TT (tokens per tile of cd_prep_bwd_grads; its work-group has CD_TT * D/4
+ * work-items), CD_G2. */
 
 #ifndef CD_D
 #define CD_D 8
@@ -29,26 +27,19 @@
 #ifndef CD_TT
 #define CD_TT 8
 #endif
-#ifndef CD_PF
-#define CD_PF 1 /* load the next step's inputs before this step's barriers */
-#endif
-#define CD_WGMAX (CD_TT * 32)
 #define CD_DH (CD_D / 2)
 #define CD_G4 (CD_D / 4)
-#define CD_HBD (4 * CD_WGMAX / CD_TT) /* the most channels one step covers: HB * CD_D <= 128 */
 
 #define CD_F_GQ 1u
 #define CD_F_GK 2u
 #define CD_F_GV 4u
 #define CD_F_GI 8u
 #define CD_F_ALIGNED 16u /* every (B, N, H, D) tensor, the weights, tables and matrices start at a multiple of 4 */
-#define CD_F_WLOCAL 32u  /* norm-weight partials accumulate in local memory (accw holds 2 C floats) */
 #ifndef CD_G2 /* 1: grad_k, grad_v are each the sum of two tensors, grad_k + grad_k2 and grad_v + grad_v2 (the camera
                  branch's two scan directions, summed as they are read); a build option, so that the plain prep
                  backward's loads carry no test for it */
 #define CD_G2 0
 #endif
-
 
 /* A 4x4 camera matrix by rows, in registers */
 typedef struct cd_m4 {
@@ -82,225 +73,208 @@ inline float4 cd_grad4(global const cd_store_t *p, ulong i, ulong N) {
   return (float4)(CD_LOAD(p, i), CD_LOAD(p, i + N), CD_LOAD(p, i + 2 * N), CD_LOAD(p, i + 3 * N));
 }
 
-/* The inputs of step S for this work-item, zeros where it has nothing (uses the kernel's locals); P2 (phase 2)
- * adds grad_v and dpost/dpre. */
-#define CD_STEP_LOAD(S, P2, xq, xk, wq, wk, gq, gk, gv, dpo, dpr)                                        \
-  do {                                                                                                   \
-    const uint h_ = (S) * HB + hl;                                                                       \
-    xq = xk = wq = wk = gq = gk = gv = (float4)(0.0f);                                                   \
-    dpo = dpr = 0.0f;                                                                                    \
-    if (lane_ok && h_ < H && tok_ok) {                                                                   \
-      const ulong row_ = (tok * H + h_) * CD_D + 4 * g, grow_ = ((b * H + h_) * CD_D + 4 * g) * N + n; \
-      const uint c_ = h_ * CD_D + 4 * g;                                                                 \
-      xq = CD_LD4(q_raw, q_raw_off + row_, al);                                                          \
-      xk = CD_LD4(k_raw, k_raw_off + row_, al);                                                          \
-      wq = CD_LDF4(qw, qw_off + c_, al);                                                                 \
-      wk = CD_LDF4(kw, kw_off + c_, al);                                                                 \
-      if (has_gq) gq = cd_grad4(grad_q, gq_off + grow_, N);                                              \
-      if (has_gk) gk = cd_grad4(grad_k, gk_off + grow_, N);                                              \
-      if (has_gk && has_g2) gk += cd_grad4(grad_k2, gk2_off + grow_, N);                                 \
-      if ((P2) && has_gv) gv = cd_grad4(grad_v, gv_off + grow_, N);                                      \
-      if ((P2) && has_gv && has_g2) gv += cd_grad4(grad_v2, gv2_off + grow_, N);                         \
-      if ((P2) && has_gi) {                                                                              \
-        const ulong o_ = (b * H + h_) * N + n;                                                           \
-        dpo = dgi[o_];                                                                                   \
-        dpr = dgi[BHN + o_];                                                                             \
-      }                                                                                                  \
-    }                                                                                                    \
-  } while (0)
-
-/* Global: groups * local size (1-D), groups <= tiles. Scratch: dgi (2, B, H, N) dpost then dpre (with
- * grad_inflation_sq); part_w rows of 2 C floats (dq_norm_weight then dk_norm_weight partials): one per work-group
- * (CD_F_WLOCAL) or one per tile. */
-kernel void cd_prep_bwd_fused(
-    global const cd_store_t *q_raw, ulong q_raw_off, global const cd_store_t *k_raw, ulong k_raw_off,
-    global const float *qw, ulong qw_off, global const float *kw, ulong kw_off, global const float *proj_q,
-    ulong pq_off, global const float *proj_kv, ulong pkv_off, global const float *rope_cos, ulong rc_off,
-    global const float *rope_sin, ulong rs_off, global const float *inv_rms, ulong inv_off,
-    global const cd_store_t *grad_q, ulong gq_off, global const cd_store_t *grad_k, ulong gk_off,
-    global const cd_store_t *grad_v, ulong gv_off, global const cd_store_t *grad_k2, ulong gk2_off,
-    global const cd_store_t *grad_v2, ulong gv2_off, global const float *grad_infl, ulong gi_off,
-    global cd_store_t *dq_raw, ulong dq_off, global cd_store_t *dk_raw, ulong dk_off, global cd_store_t *dv_raw,
-    ulong dv_off, global float *dgi, global float *part_w, local float *accw, ulong N, uint H, ulong B, uint HB,
-    float k_scale, uint flags) {
-  local float red[2][CD_WGMAX];        /* pre/post per work-item, then S_q/S_k per work-item */
-  local float dpp[2][CD_WGMAX];        /* dpost, dpre per (head of the step, token) */
-  local float Sl[2][CD_TT];            /* S_q, S_k per token */
-  local float rw[2][CD_HBD][CD_TT + 1]; /* norm-weight terms of one step, per channel and token */
-
-  const uint lid = get_local_id(0), L = get_local_size(0);
-  const uint t = lid % CD_TT, g = (lid / CD_TT) % CD_G4, hl = lid / (CD_TT * CD_G4);
-  const int lane_ok = hl < HB;
-  const int first = 4 * g < CD_DH;
-  const uint C = H * CD_D, nsteps = (H + HB - 1) / HB, HBD = HB * CD_D;
-  const ulong tpr = (N + CD_TT - 1) / CD_TT, total = B * tpr, BN = B * N, BHN = B * H * N;
-  const int has_gq = (flags & CD_F_GQ) != 0, has_gk = (flags & CD_F_GK) != 0, has_gv = (flags & CD_F_GV) != 0;
-  const int has_gi = (flags & CD_F_GI) != 0, al = (flags & CD_F_ALIGNED) != 0, wlocal = (flags & CD_F_WLOCAL) != 0;
-  const int has_g2 = CD_G2;
-
-  if (wlocal)
-    for (uint c = lid; c < 2 * C; c += L) accw[c] = 0.0f;
-
-  for (ulong tile = get_group_id(0); tile < total; tile += get_num_groups(0)) {
-    const ulong b = tile / tpr, n0 = (tile % tpr) * CD_TT;
-    const uint nt = (N - n0) < CD_TT ? (uint)(N - n0) : CD_TT;
-    const int tok_ok = t < nt;
-    const ulong n = n0 + t, tok = b * N + n;
-
-    /* this work-item's inverse RMS values, and its token's camera matrices (camera half) or its RoPE coefficients
-     * (second half: cos in Mq.r0, sin in Mq.r1) */
-    float irq = 0.0f, irk = 0.0f;
-    cd_m4 Mq, Mk;
-    Mq.r0 = Mq.r1 = Mq.r2 = Mq.r3 = Mk.r0 = Mk.r1 = Mk.r2 = Mk.r3 = (float4)(0.0f);
-    if (tok_ok) {
-      irq = inv_rms[inv_off + tok];
-      irk = inv_rms[inv_off + BN + tok];
-      if (first) {
-        Mq = cd_load_m4(proj_q + pq_off + tok * 16, al);
-        Mk = cd_load_m4(proj_kv + pkv_off + tok * 16, al);
-      } else {
-        const ulong rrow = n * CD_DH + (4 * g - CD_DH);
-        Mq.r0 = CD_LDF4(rope_cos, rc_off + rrow, al);
-        Mq.r1 = CD_LDF4(rope_sin, rs_off + rrow, al);
-      }
-    }
+/* The transforms of a 4-channel unit (uses first, Mq, Mk in scope): camera half by the token's matrices, RoPE half
+ * with cos in Mq.r0 and sin in Mq.r1 */
 #define CD_TQ(y) (first ? cd_cam_t(Mq, (y)) : cd_rope_t((y), Mq.r0, Mq.r1))  /* q: T^T y */
 #define CD_TK(x) (first ? cd_cam(Mk, (x)) : cd_rope((x), Mq.r0, Mq.r1))      /* k: T x */
 #define CD_TKT(y) (first ? cd_cam_t(Mk, (y)) : cd_rope_t((y), Mq.r0, Mq.r1)) /* k, v: T^T y */
 
-    /* phase 1: this work-item's share of S_q, S_k (and dpost, dpre per (token, head)); with CD_PF, the next step's
-     * inputs are loaded while this step waits at its barriers */
-    float sq_acc = 0.0f, sk_acc = 0.0f;
-    float4 xq, xk, wq, wk, gq, gk, gv;
-    float dpo, dpr;
-#if CD_PF
-    float4 pxq, pxk, pwq, pwk, pgq, pgk, pgv;
-    float pdpo, pdpr;
-    CD_STEP_LOAD(0, 0, pxq, pxk, pwq, pwk, pgq, pgk, pgv, pdpo, pdpr);
-#endif
-    for (uint s = 0; s < nsteps; s++) {
-#if CD_PF
-      xq = pxq, xk = pxk, wq = pwq, wk = pwk, gq = pgq, gk = pgk;
-      if (s + 1 < nsteps) CD_STEP_LOAD(s + 1, 0, pxq, pxk, pwq, pwk, pgq, pgk, pgv, pdpo, pdpr);
-#else
-      CD_STEP_LOAD(s, 0, xq, xk, wq, wk, gq, gk, gv, dpo, dpr);
-#endif
-      const float4 aq = xq * irq * wq, ak = xk * irk * wk;
-      const float4 kn = fmax(ak, 0.0f) * k_scale;
-      float dpost = 0.0f, dpre = 0.0f;
-      float4 ko = (float4)(0.0f);
-      /* the barriers run whatever the flags (uniform anyway), so every work-item meets the same ones */
-      if (has_gi) {
-        ko = CD_TK(kn);
-        red[0][lid] = cd_sq4(kn);
-        red[1][lid] = cd_sq4(ko);
-      }
-      barrier(CLK_LOCAL_MEM_FENCE);
-      if (has_gi && lid < HB * CD_TT) {
-        const uint hh = lid / CD_TT, tt = lid % CD_TT, h2 = s * HB + hh;
-        float sp = 0.0f, so = 0.0f;
-        for (uint u = 0; u < CD_G4; u++) {
-          sp += red[0][(hh * CD_G4 + u) * CD_TT + tt];
-          so += red[1][(hh * CD_G4 + u) * CD_TT + tt];
-        }
-        float vpo = 0.0f, vpr = 0.0f;
-        if (h2 < H && tt < nt) {
-          const ulong o = (b * H + h2) * N + n0 + tt;
-          const float gi = grad_infl[gi_off + o];
-          const float cpre = fmax(sp, 1e-12f), cpost = fmax(so, 1e-12f);
-          vpo = so > 1e-12f ? gi / cpre : 0.0f;
-          vpr = sp > 1e-12f ? -gi * cpost / (cpre * cpre) : 0.0f;
-          dgi[o] = vpo;
-          dgi[BHN + o] = vpr;
-        }
-        dpp[0][lid] = vpo;
-        dpp[1][lid] = vpr;
-      }
-      barrier(CLK_LOCAL_MEM_FENCE);
-      if (has_gi && lane_ok) {
-        dpost = dpp[0][hl * CD_TT + t];
-        dpre = dpp[1][hl * CD_TT + t];
-      }
-      gk = fma(2.0f * ko, (float4)(dpost), gk);
-      const float4 dxq = CD_TQ(gq);
-      const float4 dxk = CD_TKT(gk);
-      const float4 daq = select((float4)(0.0f), dxq, isgreater(aq, (float4)(0.0f)));
-      const float4 dak = select((float4)(0.0f), fma(2.0f * kn, (float4)(dpre), dxk) * k_scale,
-                                isgreater(ak, (float4)(0.0f)));
-      sq_acc = cd_dotw(daq, xq, wq, sq_acc);
-      sk_acc = cd_dotw(dak, xk, wk, sk_acc);
-    }
+/* A work-item's token values (uses tok_ok, tok, n, first, g, al in scope): inverse RMS of q and k, the camera
+ * matrices (camera half) or the RoPE coefficients of unit g (second half: cos in Mq.r0, sin in Mq.r1) */
+#define CD_TOKEN_VALUES()                                                        \
+  float irq = 0.0f, irk = 0.0f;                                                      \
+  cd_m4 Mq, Mk;                                                                      \
+  Mq.r0 = Mq.r1 = Mq.r2 = Mq.r3 = Mk.r0 = Mk.r1 = Mk.r2 = Mk.r3 = (float4)(0.0f); \
+  if (tok_ok) {                                                                      \
+    irq = inv_rms[inv_off + tok];                                                    \
+    irk = inv_rms[inv_off + BN + tok];                                               \
+    if (first) {                                                                     \
+      Mq = cd_load_m4(proj_q + pq_off + tok * 16, al);                               \
+      Mk = cd_load_m4(proj_kv + pkv_off + tok * 16, al);                             \
+    } else {                                                                         \
+      const ulong rrow = n * CD_DH + (4 * g - CD_DH);                                \
+      Mq.r0 = CD_LDF4(rope_cos, rc_off + rrow, al);                                  \
+      Mq.r1 = CD_LDF4(rope_sin, rs_off + rrow, al);                                  \
+    }                                                                                \
+  }
 
-    /* S per token: the work-items' shares in a fixed order; dgi becomes visible to the whole work-group */
-    red[0][lid] = sq_acc;
-    red[1][lid] = sk_acc;
-    barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
-    if (lid < 2 * CD_TT) {
-      const uint which = lid / CD_TT, tt = lid % CD_TT;
-      float sum = 0.0f;
-      for (uint u = 0; u < HB * CD_G4; u++) sum += red[which][u * CD_TT + tt];
-      Sl[which][tt] = sum;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    const float Sq = Sl[0][t], Sk = Sl[1][t];
-    const float cq = irq * irq * irq / (float)C, ck = irk * irk * irk / (float)C;
+/* One 4-channel unit of cd_prep_bwd_sums: acc[0..5] += the unit's share of S_q, of A, pre, post, Bc, Cc. first: the
+ * unit is in the camera half (Mq, Mk its matrices), else RoPE (cos in Mq.r0, sin in Mq.r1). */
+inline void cd_sums_unit(float4 xq, float4 xk, float4 wq, float4 wk, float4 gq, float4 gk, float irq, float irk,
+                         int first, cd_m4 Mq, cd_m4 Mk, float k_scale, int has_gi, float *acc) {
+  const float4 aq = xq * irq * wq, ak = xk * irk * wk;
+  const int4 mq = isgreater(aq, (float4)(0.0f)), mk = isgreater(ak, (float4)(0.0f));
+  const float4 kn = fmax(ak, 0.0f) * k_scale, xwk = xk * wk;
+  acc[0] = cd_dotw(select((float4)(0.0f), CD_TQ(gq), mq), xq, wq, acc[0]);
+  acc[1] += dot(select((float4)(0.0f), CD_TKT(gk) * k_scale, mk), xwk);
+  if (has_gi) {
+    const float4 ko = CD_TK(kn);
+    acc[2] += cd_sq4(kn);
+    acc[3] += cd_sq4(ko);
+    acc[4] += dot(select((float4)(0.0f), CD_TKT(ko) * (2.0f * k_scale), mk), xwk);
+    acc[5] += dot(select((float4)(0.0f), kn * (2.0f * k_scale), mk), xwk);
+  }
+}
 
-    /* phase 2: the heads in reverse order; the gradients, and the norm-weight partials */
-#if CD_PF
-    CD_STEP_LOAD(nsteps - 1, 1, pxq, pxk, pwq, pwk, pgq, pgk, pgv, pdpo, pdpr);
-#endif
-    for (uint s2 = 0; s2 < nsteps; s2++) {
-      const uint s = nsteps - 1 - s2, h = s * HB + hl;
-      const int act = lane_ok && h < H && tok_ok;
-      const ulong row = (tok * H + h) * CD_D + 4 * g;
-#if CD_PF
-      xq = pxq, xk = pxk, wq = pwq, wk = pwk, gq = pgq, gk = pgk, gv = pgv, dpo = pdpo, dpr = pdpr;
-      if (s > 0) CD_STEP_LOAD(s - 1, 1, pxq, pxk, pwq, pwk, pgq, pgk, pgv, pdpo, pdpr);
-#else
-      CD_STEP_LOAD(s, 1, xq, xk, wq, wk, gq, gk, gv, dpo, dpr);
-#endif
-      const float dpost = dpo, dpre = dpr;
-      const float4 aq = xq * irq * wq, ak = xk * irk * wk;
-      const float4 kn = fmax(ak, 0.0f) * k_scale;
-      if (has_gi) {
-        const float4 ko = CD_TK(kn);
-        gk = fma(2.0f * ko, (float4)(dpost), gk);
-      }
-      const float4 dxq = CD_TQ(gq);
-      const float4 dxk = CD_TKT(gk);
-      const float4 dxv = CD_TKT(gv);
-      const float4 daq = select((float4)(0.0f), dxq, isgreater(aq, (float4)(0.0f)));
-      const float4 dak = select((float4)(0.0f), fma(2.0f * kn, (float4)(dpre), dxk) * k_scale,
-                                isgreater(ak, (float4)(0.0f)));
-      if (act) {
-        CD_ST4(dq_raw, dq_off + row, fma(-cq * xq, (float4)(Sq), daq * irq * wq), al);
-        CD_ST4(dk_raw, dk_off + row, fma(-ck * xk, (float4)(Sk), dak * irk * wk), al);
-        CD_ST4(dv_raw, dv_off + row, dxv, al);
-      }
-      /* norm weights: this step's channels summed over the tile's tokens in order */
-      if (lane_ok) {
-        const float4 pq = daq * xq * irq, pk = dak * xk * irk;
-        const uint r = hl * CD_D + 4 * g;
-        rw[0][r][t] = pq.x, rw[0][r + 1][t] = pq.y, rw[0][r + 2][t] = pq.z, rw[0][r + 3][t] = pq.w;
-        rw[1][r][t] = pk.x, rw[1][r + 1][t] = pk.y, rw[1][r + 2][t] = pk.z, rw[1][r + 3][t] = pk.w;
-      }
-      barrier(CLK_LOCAL_MEM_FENCE);
-      for (uint w = lid; w < 2 * HBD; w += L) {
-        const uint which = w / HBD, r = w % HBD, h2 = s * HB + r / CD_D;
-        if (h2 < H) {
-          float sum = 0.0f;
-          for (uint u = 0; u < CD_TT; u++) sum += rw[which][r][u];
-          const uint c = which * C + h2 * CD_D + r % CD_D;
-          if (wlocal) accw[c] += sum;
-          else part_w[tile * 2 * C + c] = sum;
-        }
-      }
-      barrier(CLK_LOCAL_MEM_FENCE);
+/* Global: B * ceil(N / L) * H work-groups of L work-items (heads fastest), one work-item per (b, n, h) walking the
+ * head's 4-channel units: no reduction across work-items, no local memory. Writes part (2, B, H, N): shares of S_q
+ * then S_k; with grad_inflation_sq also dgi (2, B, H, N): dpost then dpre. */
+kernel void cd_prep_bwd_sums(global const cd_store_t *q_raw, ulong q_raw_off, global const cd_store_t *k_raw,
+                             ulong k_raw_off, global const float *qw, ulong qw_off, global const float *kw,
+                             ulong kw_off, global const float *proj_q, ulong pq_off, global const float *proj_kv,
+                             ulong pkv_off, global const float *rope_cos, ulong rc_off, global const float *rope_sin,
+                             ulong rs_off, global const float *inv_rms, ulong inv_off, global const cd_store_t *grad_q,
+                             ulong gq_off, global const cd_store_t *grad_k, ulong gk_off,
+                             global const cd_store_t *grad_k2, ulong gk2_off, global const float *grad_infl,
+                             ulong gi_off, global float *dgi, global float *part, ulong N, uint H, ulong B,
+                             float k_scale, uint flags) {
+  const ulong L = get_local_size(0), tpr = (N + L - 1) / L, BN = B * N, BHN = B * H * N;
+  const ulong grp = get_group_id(0), tile = grp / H;
+  const uint h = (uint)(grp % H);
+  const ulong b = tile / tpr, n = (tile % tpr) * L + get_local_id(0);
+  if (b >= B || n >= N) return;
+  const ulong tok = b * N + n;
+  const int has_gq = (flags & CD_F_GQ) != 0, has_gk = (flags & CD_F_GK) != 0, has_gi = (flags & CD_F_GI) != 0;
+  const int al = (flags & CD_F_ALIGNED) != 0, has_g2 = CD_G2;
+  const float irq = inv_rms[inv_off + tok], irk = inv_rms[inv_off + BN + tok];
+  const ulong row0 = (tok * H + h) * CD_D, grow0 = (b * H + h) * CD_D * N + n;
+  const uint c0 = h * CD_D;
+  float acc[6] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+  float4 gq = (float4)(0.0f), gk = (float4)(0.0f);
+#define CD_SUMS_LOADS(u)                                                                   \
+  const float4 xq = CD_LD4(q_raw, q_raw_off + row0 + 4 * (u), al);                         \
+  const float4 xk = CD_LD4(k_raw, k_raw_off + row0 + 4 * (u), al);                         \
+  const float4 wq = CD_LDF4(qw, qw_off + c0 + 4 * (u), al);                                \
+  const float4 wk = CD_LDF4(kw, kw_off + c0 + 4 * (u), al);                                \
+  if (has_gq) gq = cd_grad4(grad_q, gq_off + grow0 + 4 * (u) * N, N);                      \
+  if (has_gk) gk = cd_grad4(grad_k, gk_off + grow0 + 4 * (u) * N, N);                      \
+  if (has_gk && has_g2) gk += cd_grad4(grad_k2, gk2_off + grow0 + 4 * (u) * N, N);
+  {
+    const cd_m4 Mq = cd_load_m4(proj_q + pq_off + tok * 16, al), Mk = cd_load_m4(proj_kv + pkv_off + tok * 16, al);
+#pragma unroll 2
+    for (uint u = 0; u < CD_DH / 4; u++) {
+      CD_SUMS_LOADS(u);
+      cd_sums_unit(xq, xk, wq, wk, gq, gk, irq, irk, 1, Mq, Mk, k_scale, has_gi, acc);
     }
   }
-  if (wlocal) {
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (uint c = lid; c < 2 * C; c += L) part_w[(ulong)get_group_id(0) * 2 * C + c] = accw[c];
+#pragma unroll 2
+  for (uint u = CD_DH / 4; u < CD_G4; u++) {
+    CD_SUMS_LOADS(u);
+    const ulong rrow = n * CD_DH + (4 * u - CD_DH);
+    cd_m4 R;
+    R.r0 = CD_LDF4(rope_cos, rc_off + rrow, al);
+    R.r1 = CD_LDF4(rope_sin, rs_off + rrow, al);
+    R.r2 = R.r3 = (float4)(0.0f);
+    cd_sums_unit(xq, xk, wq, wk, gq, gk, irq, irk, 0, R, R, k_scale, has_gi, acc);
+  }
+#undef CD_SUMS_LOADS
+  const ulong o = (b * H + h) * N + n;
+  float sk = acc[1];
+  if (has_gi) {
+    const float sp = acc[2], so = acc[3], gi = grad_infl[gi_off + o];
+    const float cpre = fmax(sp, 1e-12f), cpost = fmax(so, 1e-12f);
+    const float vpo = so > 1e-12f ? gi / cpre : 0.0f;
+    const float vpr = sp > 1e-12f ? -gi * cpost / (cpre * cpre) : 0.0f;
+    dgi[o] = vpo;
+    dgi[BHN + o] = vpr;
+    sk = fma(vpo, acc[4], fma(vpr, acc[5], sk));
+  }
+  part[o] = acc[0];
+  part[BHN + o] = sk;
+}
+
+/* Global: B * N (rounded up). S (2, B, N) = part (2, B, H, N) summed over h in order. */
+kernel void cd_prep_bwd_ssum(global const float *part, global float *S, ulong N, uint H, ulong B) {
+  const ulong i = get_global_id(0), BN = B * N;
+  if (i >= BN) return;
+  const ulong b = i / N, n = i % N, BHN = BN * H;
+  float sq = 0.0f, sk = 0.0f;
+  for (uint h = 0; h < H; h++) {
+    const ulong o = (b * H + h) * N + n;
+    sq += part[o];
+    sk += part[BHN + o];
+  }
+  S[i] = sq;
+  S[BN + i] = sk;
+}
+
+/* Global: H * J work-groups of CD_TT * D/4 (group = j * H + h); work-group (h, j) takes tiles of CD_TT tokens j,
+ * j + J, ... of head h, work-item (g, t) = (lid / CD_TT, lid % CD_TT) as in cd_prep_bwd_fused. The head's norm-weight
+ * terms stay in registers across the tiles and are summed over t in order at the end: part_w has J rows of 2 C
+ * floats, row j's head-h channels written by work-group (h, j). */
+kernel void cd_prep_bwd_grads(global const cd_store_t *q_raw, ulong q_raw_off, global const cd_store_t *k_raw,
+                              ulong k_raw_off, global const float *qw, ulong qw_off, global const float *kw,
+                              ulong kw_off, global const float *proj_q, ulong pq_off, global const float *proj_kv,
+                              ulong pkv_off, global const float *rope_cos, ulong rc_off,
+                              global const float *rope_sin, ulong rs_off, global const float *inv_rms,
+                              ulong inv_off, global const cd_store_t *grad_q, ulong gq_off,
+                              global const cd_store_t *grad_k, ulong gk_off, global const cd_store_t *grad_v,
+                              ulong gv_off, global const cd_store_t *grad_k2, ulong gk2_off,
+                              global const cd_store_t *grad_v2, ulong gv2_off, global const float *dgi,
+                              global const float *S, global cd_store_t *dq_raw, ulong dq_off,
+                              global cd_store_t *dk_raw, ulong dk_off, global cd_store_t *dv_raw, ulong dv_off,
+                              global float *part_w, ulong N, uint H, ulong B, float k_scale, uint flags) {
+  local float rw[2][CD_D][CD_TT + 1];
+  const uint lid = get_local_id(0), t = lid % CD_TT, g = lid / CD_TT;
+  const int first = 4 * g < CD_DH;
+  const uint C = H * CD_D, h = (uint)(get_group_id(0) % H);
+  const ulong J = get_num_groups(0) / H, j = get_group_id(0) / H;
+  const ulong tpr = (N + CD_TT - 1) / CD_TT, total = B * tpr, BN = B * N, BHN = B * H * N;
+  const int has_gq = (flags & CD_F_GQ) != 0, has_gk = (flags & CD_F_GK) != 0, has_gv = (flags & CD_F_GV) != 0;
+  const int has_gi = (flags & CD_F_GI) != 0, al = (flags & CD_F_ALIGNED) != 0, has_g2 = CD_G2;
+  const uint c = h * CD_D + 4 * g;
+  const float4 wq = CD_LDF4(qw, qw_off + c, al), wk = CD_LDF4(kw, kw_off + c, al);
+  float4 pwq = (float4)(0.0f), pwk = (float4)(0.0f);
+
+  for (ulong tile = j; tile < total; tile += J) {
+    const ulong b = tile / tpr, n0 = (tile % tpr) * CD_TT;
+    const int tok_ok = n0 + t < N;
+    const ulong n = n0 + t, tok = b * N + n;
+    CD_TOKEN_VALUES();
+    float4 xq = (float4)(0.0f), xk = xq, gq = xq, gk = xq, gv = xq;
+    float dpost = 0.0f, dpre = 0.0f, Sq = 0.0f, Sk = 0.0f;
+    const ulong row = (tok * H + h) * CD_D + 4 * g;
+    if (tok_ok) {
+      const ulong grow = ((b * H + h) * CD_D + 4 * g) * N + n;
+      xq = CD_LD4(q_raw, q_raw_off + row, al);
+      xk = CD_LD4(k_raw, k_raw_off + row, al);
+      if (has_gq) gq = cd_grad4(grad_q, gq_off + grow, N);
+      if (has_gk) gk = cd_grad4(grad_k, gk_off + grow, N);
+      if (has_gk && has_g2) gk += cd_grad4(grad_k2, gk2_off + grow, N);
+      if (has_gv) gv = cd_grad4(grad_v, gv_off + grow, N);
+      if (has_gv && has_g2) gv += cd_grad4(grad_v2, gv2_off + grow, N);
+      if (has_gi) {
+        const ulong o = (b * H + h) * N + n;
+        dpost = dgi[o];
+        dpre = dgi[BHN + o];
+      }
+      Sq = S[tok];
+      Sk = S[BN + tok];
+    }
+    const float4 aq = xq * irq * wq, ak = xk * irk * wk;
+    const float4 kn = fmax(ak, 0.0f) * k_scale;
+    if (has_gi) gk = fma(2.0f * CD_TK(kn), (float4)(dpost), gk);
+    const float4 daq = select((float4)(0.0f), CD_TQ(gq), isgreater(aq, (float4)(0.0f)));
+    const float4 dak = select((float4)(0.0f), fma(2.0f * kn, (float4)(dpre), CD_TKT(gk)) * k_scale,
+                              isgreater(ak, (float4)(0.0f)));
+    if (tok_ok) {
+      const float cq = irq * irq * irq / (float)C, ck = irk * irk * irk / (float)C;
+      CD_ST4(dq_raw, dq_off + row, fma(-cq * xq, (float4)(Sq), daq * irq * wq), al);
+      CD_ST4(dk_raw, dk_off + row, fma(-ck * xk, (float4)(Sk), dak * irk * wk), al);
+      CD_ST4(dv_raw, dv_off + row, CD_TKT(gv), al);
+    }
+    pwq = fma(daq * xq, (float4)(irq), pwq);
+    pwk = fma(dak * xk, (float4)(irk), pwk);
+  }
+  /* the norm-weight terms summed over the work-items' tokens, then over t in order */
+  rw[0][4 * g][t] = pwq.x, rw[0][4 * g + 1][t] = pwq.y, rw[0][4 * g + 2][t] = pwq.z, rw[0][4 * g + 3][t] = pwq.w;
+  rw[1][4 * g][t] = pwk.x, rw[1][4 * g + 1][t] = pwk.y, rw[1][4 * g + 2][t] = pwk.z, rw[1][4 * g + 3][t] = pwk.w;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (uint w = lid; w < 2 * CD_D; w += get_local_size(0)) {
+    const uint which = w / CD_D, r = w % CD_D;
+    float sum = 0.0f;
+    for (uint u = 0; u < CD_TT; u++) sum += rw[which][r][u];
+    part_w[j * 2 * C + which * C + h * CD_D + r] = sum;
   }
 }
 

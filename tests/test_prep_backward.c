@@ -203,8 +203,8 @@ static void run_case(const pb_case *c, double *ms) {
   camdelta_profile prof = {0, 0};
   camdelta_prep_backward_args a = make_args(&x, &d, c, &prof);
   TU_OK(camdelta_prep_backward(ctx, &a, saved));
-  /* [inverse RMS,] heads, tokens, reduce; or [inverse RMS,] fused, reduce */
-  const unsigned kernels = (uses_fused(c) ? 2u : 3u) + (c->saved ? 0u : 1u);
+  /* [inverse RMS,] heads, tokens, reduce; or [inverse RMS,] sums, S, grads, reduce */
+  const unsigned kernels = (uses_fused(c) ? 4u : 3u) + (c->saved ? 0u : 1u);
   if (prof.kernels != kernels) fail_msg("%s: %u kernels, expected %u", describe(c), prof.kernels, kernels);
   if (ms) *ms = prof.kernel_ms;
   for (int o = 0; o < NOUT; o++) {
@@ -443,11 +443,10 @@ static void use_form(int form, const char *tiles) {
   g_variant = form;
 }
 
-/* The fused form on any device (the default on GPUs): every head-dim class, one and several heads per step
- * (D = 8 with H = 20: two steps of 10 heads), partial tiles, B = 2, aligned and unaligned offsets, both clamps,
- * both 16-bit types, each upstream gradient absent, saved inverse RMS values or not, norm-weight partials in local
- * memory and (C = 3328) per tile in global memory, other tile sizes and work-group counts; a call with
- * dproj/drope takes the three kernels under the same setting. */
+/* The two-pass form on any device (the default on GPUs): every head-dim class, partial tiles and partial work-groups
+ * of pass 1, B = 2, aligned and unaligned offsets, both clamps, both 16-bit types, each upstream gradient absent,
+ * saved inverse RMS values or not, C = 3328 (26 heads of 128), other tile sizes and work-group counts (one tile per
+ * work-group of pass 2 and many); a call with dproj/drope takes the three kernels under the same setting. */
 static void test_prep_backward_fused(void **state) {
   (void)state;
   static const pb_case cases[] = {
@@ -475,12 +474,12 @@ static void test_prep_backward_fused(void **state) {
   check_deterministic(&det);
   const pb_case warm = {1, 30, 2, 40, CAMDELTA_BF16, 0, 0, GALL, 0, 1};
   check_warm(&warm);
-  /* other tiles: 8 tokens (f32's default is 4), one work-group per compute unit (many tiles per work-group), loads
-   * one step ahead (the default is without); then 16 tokens in f32 */
-  use_form(1, "TT=8, WPC=1, PF=2");
+  /* other tiles: 4 tokens (f32's default is 8) with one work-group per compute unit (many tiles per work-group),
+   * 32 tokens per work-group of pass 1; then 16 tokens with 1000 per compute unit (one tile each) and 256 in pass 1 */
+  use_form(1, "TT=4, WPC=1, TS=32");
   run_case(&cases[6], NULL);
   check_deterministic(&det);
-  use_form(1, "TT=16,WPC=3");
+  use_form(1, "TT=16,WPC=1000,TS=256");
   run_case(&cases[6], NULL);
   report_worst("prep_backward fused other tiles");
   use_form(-1, NULL);
@@ -504,7 +503,7 @@ static void test_prep_backward_three_kernels(void **state) {
 /* A tuning override that does not parse or is out of range fails the context creation, naming the variable. */
 static void test_prep_backward_tiles_env(void **state) {
   (void)state;
-  static const char *const bad[] = {"TT=5", "TT=32", "TT=8,XX=2", "WPC=0", "TT", "PF=3"};
+  static const char *const bad[] = {"TT=5", "TT=32", "TT=8,XX=2", "WPC=0", "TT", "PF=2", "TS=48", "TS=512"};
   tu_check_bad_env("CAMDELTA_PREP_BWD_TILES", bad, sizeof bad / sizeof bad[0]);
 }
 

@@ -7,7 +7,7 @@
  *                        backward), dproj_q/kv, the RoPE-table partials per b
  *   cd_prep_bwd_reduce   the norm-weight gradients (over token tiles) and RoPE-table gradients (over b)
  * This three-kernel form runs on CPUs and for calls that ask for dproj_q/dproj_kv/drope_cos/drope_sin; GPUs take
- * the fused form of prep_backward_fused.c otherwise (CAMDELTA_PREP_BWD_FUSED=0|1 forces either).
+ * the two-pass form of prep_backward_fused.c otherwise (CAMDELTA_PREP_BWD_FUSED=0|1 forces either).
  *
  * Deterministic: every sum has a fixed order; no atomics. */
 #include <stdio.h>
@@ -181,12 +181,13 @@ static camdelta_status run(camdelta_context *ctx, const camdelta_prep_backward_a
                          (want_rope ? PB_WANT_ROPE : 0) | (args->drope_cos.mem ? PB_WANT_COS : 0) |
                          (args->drope_sin.mem ? PB_WANT_SIN : 0);
 
-  /* The fused form (GPUs, see prep_backward_fused.c) when no dproj/drope is asked for. */
+  /* The two-pass form (GPUs, see prep_backward_fused.c) when no dproj/drope is asked for. */
   if (!(flags & (PB_WANT_PQ | PB_WANT_PKV | PB_WANT_ROPE))) {
     cd_pbf_plan p;
     const int fused = cd_pbf_kernels(ctx, args->dtype, D, g2 != NULL, &p, &st);
     if (st) return st;
-    if (fused && cd_pbf_shape(ctx, B, N, H, D, &p)) {
+    if (fused) {
+      cd_pbf_shape(ctx, B, N, H, D, &p);
       if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;
       cd_launch l;
       cd_launch_init(&l, args->profile);

@@ -1,24 +1,22 @@
-/* Prep backward, fused form (cl/prep_backward_fused.cl): the kernels, the launch shape and the launches.
+/* Prep backward, two-pass form (cl/prep_backward_fused.cl): the kernels, the launch shape and the launches.
  *
  * Used on GPUs and accelerators for calls without dproj_q/dproj_kv/drope_cos/drope_sin (those, and every call on
  * a CPU, take the three-kernel form of prep_backward.c, which PoCL runs faster); CAMDELTA_PREP_BWD_FUSED=0|1,
  * read at context creation, forces either form.
  *
- * Shape: a tile is TT consecutive tokens of one batch row, all heads; a step covers HB heads, one work-item per
- * (head of the step, 4-channel unit, token): local size HB * TT * D/4 <= 32 TT. HB is the most heads that fit
- * (32 / (D/4)), evened out over the steps (H = 20, D = 8: two steps of 10, not 16 + 4). TT = 4 in f32 (a
- * gradient row read covers 16 bytes, half a sector, but half the tile rows wait in the L2 cache between the two
- * phases: faster on the H200, see PBF_DEFAULT_TT), 16 for 16-bit storage (32 bytes), halved while the device or
- * the built kernel (its registers) cannot take TT * D/4 work-items. The work-groups walk the tiles persistently,
- * WPC per compute unit (default 4, the fastest of the H200 sweep at PBF_DEFAULT_TT): fewer keep more of the tile
- * rows phase 1 read in the L2 cache until phase 2 reads them again, more keep more loads in flight.
- * CAMDELTA_PREP_BWD_TILES (tuning, read at context creation): "TT=n,WPC=n,PF=n", TT in {4, 8, 16} (32 would need
- * more than 48 KiB of local memory), WPC >= 1, PF 1 (the default: each step loads its inputs itself) or 2 (loaded
- * one step ahead, during the previous step's barriers).
+ * Shape: pass 1 (cd_prep_bwd_sums) runs one work-item per (b, n, h), TS tokens per work-group (default 64), heads
+ * fastest in the grid; pass 2 (cd_prep_bwd_grads) runs J work-groups per head of TT * D/4 work-items, each walking
+ * tiles of TT tokens (TT = 8 in f32: a gradient row read covers a 32-byte sector; 16 for 16-bit storage), halved
+ * while the device or the built kernel (its registers) cannot take that many; J = WPC * compute units / H (default
+ * WPC 16), J rows of norm-weight partials. H200, sana480, f32 (2026-12-04), passes 1 + 2 in ms: TS 32/64/128 with
+ * TT 8, WPC 16: 0.485/0.480/0.508 + 0.95 (0.43 at TS 64 once each work-item's unit loop was unrolled by 2);
+ * TT 4/8 at WPC 8: 1.38/1.04 for pass 2; WPC 4/8/16/32 at TT 8: 1.34/1.04/0.99/0.92 (but 2.6 times the partial
+ * rows to reduce at 32: no gain overall).
+ * CAMDELTA_PREP_BWD_TILES (tuning, read at context creation): "TT=n,WPC=n,TS=n", TT in {4, 8, 16}, WPC >= 1, TS in
+ * {32, 64, 128, 256}.
  *
- * Scratch: dpost/dpre (2, B, H, N) with grad_inflation_sq; the norm-weight partials, one row of 2 C floats per
- * work-group (accumulated in local memory when 2 C floats fit in 24 KiB next to the kernel's own local memory)
- * or else per tile. */
+ * Scratch: the per-(b, h, n) shares of S_q, S_k (2, B, H, N), S (2, B, N), dpost/dpre (2, B, H, N) with
+ * grad_inflation_sq, the norm-weight partials (J, 2 C), the inverse RMS values (2, B, N) when none were saved. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,30 +24,26 @@
 #include "prep_backward_fused.h"
 #include "prep_common.h"
 
-enum { PBF_GQ = 1, PBF_GK = 2, PBF_GV = 4, PBF_GI = 8, PBF_ALIGNED = 16, PBF_WLOCAL = 32 };
-/* H200, sana480, 8-token tiles (ci/gpu-test.sh prep-ab, 2026-12-02): loads one step ahead (PF=2)
- * 1.913 ms, without (PF=1) 1.594 ms; WPC 1/2/4/8 1.885/1.896/1.913/1.937 ms (within 3%). */
-enum { PBF_DEFAULT_WPC = 4, PBF_DEFAULT_PF = 0, PBF_WLOCAL_MAX = 24576 };
-/* Tokens per tile in f32: H200, sana480, ms (two rounds, one call, 2026-12-03): TT=8 1.585/1.589, TT=4 1.479/1.482
- * (sana720 3.60 at TT=8, 3.45 at TT=4 with WPC=8); TT=4 by WPC 2/4/6/8/12/16/24/32: 2.30/1.48/1.79/1.51/1.55/1.56/
- * 1.63/1.68; TT=8 by WPC 1/2/3/4/6/8/16: 2.38/1.57/1.97/1.59/1.61/1.61/1.67. */
-enum { PBF_DEFAULT_TT = 4, PBF_DEFAULT_TT_16BIT = 16 };
+enum { PBF_GQ = 1, PBF_GK = 2, PBF_GV = 4, PBF_GI = 8, PBF_ALIGNED = 16 };
+enum { PBF_DEFAULT_TT = 8, PBF_DEFAULT_TT_16BIT = 16, PBF_DEFAULT_WPC = 16, PBF_DEFAULT_TS = 64 };
 
 static const char TILES_ENV[] = "CAMDELTA_PREP_BWD_TILES";
 
 camdelta_status cd_prep_bwd_tiles_env(unsigned tiles[3]) {
-  static const char *const keys[3] = {"TT", "WPC", "PF"};
+  static const char *const keys[3] = {"TT", "WPC", "TS"};
   camdelta_status st = cd_prep_tiles_parse_env(TILES_ENV, keys, 3, tiles);
-  if (!st && tiles[2] > 2)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: PF must be 1 (off) or 2 (on) (value: '%s')", TILES_ENV,
+  if (!st && tiles[2] && tiles[2] != 32 && tiles[2] != 64 && tiles[2] != 128 && tiles[2] != 256)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: TS must be 32, 64, 128 or 256 (value: '%s')", TILES_ENV,
                    getenv(TILES_ENV));
   return st;
 }
 
 void cd_pbf_release(cd_pbf_plan *p) {
-  if (p->fused) clReleaseKernel(p->fused);
-  if (p->reduce) clReleaseKernel(p->reduce);
-  p->fused = p->reduce = NULL;
+  cl_kernel *k[4] = {&p->sums, &p->ssum, &p->grads, &p->reduce};
+  for (int i = 0; i < 4; i++) {
+    if (*k[i]) clReleaseKernel(*k[i]);
+    *k[i] = NULL;
+  }
 }
 
 int cd_pbf_kernels(camdelta_context *ctx, camdelta_dtype dtype, size_t D, int g2, cd_pbf_plan *p,
@@ -59,46 +53,66 @@ int cd_pbf_kernels(camdelta_context *ctx, camdelta_dtype dtype, size_t D, int g2
   int want = ctx->prep_bwd_fused;
   if (want < 0) want = cd_device_gpu_like(&ctx->info);
   if (!want) return 0;
-  const unsigned tt_default = dtype == CAMDELTA_F32 ? PBF_DEFAULT_TT : PBF_DEFAULT_TT_16BIT;
-  p->tt = ctx->prep_bwd_tiles[0] ? ctx->prep_bwd_tiles[0] : tt_default;
-  const int pf = ctx->prep_bwd_tiles[2] ? ctx->prep_bwd_tiles[2] == 2 : PBF_DEFAULT_PF;
-  /* one step of one head needs tt * D/4 work-items: a smaller tile where the device or the kernel (its registers)
+  p->tt = ctx->prep_bwd_tiles[0] ? ctx->prep_bwd_tiles[0]
+                                 : dtype == CAMDELTA_F32 ? PBF_DEFAULT_TT : PBF_DEFAULT_TT_16BIT;
+  /* a tile of pass 2 needs tt * D/4 work-items: a smaller tile where the device or the kernel (its registers)
    * cannot take that many */
   for (;;) {
     if (p->tt * (D / 4) <= ctx->info.max_work_group_size) {
       char opts[160];
-      snprintf(opts, sizeof opts, "-DCD_DTYPE=%d -DCD_D=%zu -DCD_TT=%u -DCD_PF=%d -DCD_G2=%d", (int)dtype, D, p->tt, pf,
-               g2 != 0);
-      if ((*st = cd_kernel(ctx, "prep_backward_fused.cl", opts, "cd_prep_bwd_fused", &p->fused)) ||
-          (*st = cd_kernel(ctx, "prep_backward_fused.cl", opts, "cd_prep_bwd_fused_reduce", &p->reduce))) {
+      snprintf(opts, sizeof opts, "-DCD_DTYPE=%d -DCD_D=%zu -DCD_TT=%u -DCD_G2=%d", (int)dtype, D, p->tt, g2 != 0);
+      static const char *const names[4] = {"cd_prep_bwd_sums", "cd_prep_bwd_ssum", "cd_prep_bwd_grads",
+                                           "cd_prep_bwd_fused_reduce"};
+      cl_kernel *k[4] = {&p->sums, &p->ssum, &p->grads, &p->reduce};
+      for (int i = 0; i < 4 && !*st; i++) *st = cd_kernel(ctx, "prep_backward_fused.cl", opts, names[i], k[i]);
+      if (*st) {
         cd_pbf_release(p);
         return 0;
       }
-      if (p->tt * (D / 4) <= cd_kernel_max_wg(ctx, p->fused)) return 1;
+      if (p->tt * (D / 4) <= cd_kernel_max_wg(ctx, p->grads)) break;
       cd_pbf_release(p);
     }
     if (p->tt <= 4) return 0;
     p->tt /= 2;
   }
+  p->ts = ctx->prep_bwd_tiles[2] ? ctx->prep_bwd_tiles[2] : PBF_DEFAULT_TS;
+  const size_t smax = cd_kernel_max_wg(ctx, p->sums);
+  while (p->ts > 1 && p->ts > smax) p->ts /= 2;
+  return 1;
 }
 
-int cd_pbf_shape(camdelta_context *ctx, size_t B, size_t N, size_t H, size_t D, cd_pbf_plan *p) {
-  const size_t g4 = D / 4, lmax = cd_kernel_max_wg(ctx, p->fused);
-  if (p->tt * g4 > lmax) {
-    cd_pbf_release(p);
-    return 0;
-  }
-  p->hb = cd_prep_heads_per_step(H, g4, p->tt, lmax);
-  p->lws = p->hb * p->tt * g4;
-  p->tiles = B * ((N + p->tt - 1) / p->tt);
-  p->groups = cd_prep_tile_groups(ctx, p->tiles, ctx->prep_bwd_tiles[1] ? ctx->prep_bwd_tiles[1] : PBF_DEFAULT_WPC);
-  cl_ulong static_local = 0;
-  if (clGetKernelWorkGroupInfo(p->fused, ctx->device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof static_local, &static_local,
-                               NULL) != CL_SUCCESS)
-    static_local = ctx->info.local_mem_bytes;
-  const size_t wbytes = 2 * H * D * sizeof(float);
-  p->wlocal = wbytes <= PBF_WLOCAL_MAX && static_local + wbytes <= ctx->info.local_mem_bytes;
-  return 1;
+void cd_pbf_shape(camdelta_context *ctx, size_t B, size_t N, size_t H, size_t D, cd_pbf_plan *p) {
+  p->groups1 = B * ((N + p->ts - 1) / p->ts) * H;
+  p->lws2 = p->tt * (D / 4);
+  const size_t tiles = B * ((N + p->tt - 1) / p->tt), cu = ctx->info.compute_units ? ctx->info.compute_units : 1;
+  const size_t wpc = ctx->prep_bwd_tiles[1] ? ctx->prep_bwd_tiles[1] : PBF_DEFAULT_WPC;
+  p->rows = (cu * wpc + H - 1) / H;
+  if (p->rows > tiles) p->rows = tiles;
+  p->groups2 = p->rows * H;
+}
+
+/* The arguments the two passes share, in their order: the forward's inputs and the saved inverse RMS values. */
+static void args_inputs(cd_args *g, const camdelta_prep_backward_args *a, cl_mem inv) {
+  cd_arg_buf(g, a->q_raw);
+  cd_arg_buf(g, a->k_raw);
+  cd_arg_buf(g, a->q_norm_weight);
+  cd_arg_buf(g, a->k_norm_weight);
+  cd_arg_buf(g, a->proj_q);
+  cd_arg_buf(g, a->proj_kv);
+  cd_arg_buf(g, a->rope_cos);
+  cd_arg_buf(g, a->rope_sin);
+  cd_arg_mem(g, inv);
+  cd_arg_u64(g, 0);
+}
+
+/* The trailing arguments of every kernel but the reduction: N, H, B[, k_scale, flags]. */
+static void args_shape(cd_args *g, const camdelta_prep_backward_args *a, int scale_flags, unsigned flags) {
+  cd_arg_u64(g, a->N);
+  cd_arg_u32(g, (uint32_t)a->H);
+  cd_arg_u64(g, a->B);
+  if (!scale_flags) return;
+  cd_arg_f32(g, a->k_scale);
+  cd_arg_u32(g, flags);
 }
 
 camdelta_status cd_pbf_run(camdelta_context *ctx, const camdelta_prep_backward_args *a, cl_mem inv,
@@ -110,53 +124,66 @@ camdelta_status cd_pbf_run(camdelta_context *ctx, const camdelta_prep_backward_a
                                  a->dv_raw};
   const int al = cd_buffers_aligned4(vec, sizeof vec / sizeof vec[0]);
   const unsigned flags = (a->grad_q.mem ? PBF_GQ : 0) | (a->grad_k.mem ? PBF_GK : 0) | (a->grad_v.mem ? PBF_GV : 0) |
-                         (has_gi ? PBF_GI : 0) | (al ? PBF_ALIGNED : 0) | (p->wlocal ? PBF_WLOCAL : 0);
-  const size_t rows = p->wlocal ? p->groups : p->tiles;
+                         (has_gi ? PBF_GI : 0) | (al ? PBF_ALIGNED : 0);
 
-  /* scratch: dpost/dpre, norm-weight partials, inverse RMS (when not saved) */
-  cl_mem dgi = NULL, pw = NULL, own_inv = NULL;
-  camdelta_status st = cd_alloc(ctx, rows * 2 * C * sizeof(float), &pw);
-  if (!st && has_gi) st = cd_alloc(ctx, 2 * B * H * N * sizeof(float), &dgi);
-  if (!st && !inv) st = cd_alloc(ctx, 2 * B * N * sizeof(float), &own_inv);
+  /* scratch: norm-weight partials, S shares, S, dpost/dpre, inverse RMS (when not saved) */
+  enum { PW, PART, S, DGI, INV, NSCR };
+  const size_t bytes[NSCR] = {p->rows * 2 * C * sizeof(float), 2 * B * H * N * sizeof(float),
+                              2 * B * N * sizeof(float), has_gi ? 2 * B * H * N * sizeof(float) : 0,
+                              inv ? 0 : 2 * B * N * sizeof(float)};
+  cl_mem scr[NSCR] = {NULL};
+  camdelta_status st = CAMDELTA_OK;
+  for (int i = 0; i < NSCR && !st; i++)
+    if (bytes[i]) st = cd_alloc(ctx, bytes[i], &scr[i]);
   if (!st && !inv) {
-    inv = own_inv;
+    inv = scr[INV];
     st = cd_prep_inv_rms(ctx, B, N, H, D, a->dtype, a->norm_eps, a->q_raw, a->k_raw, inv, l);
   }
-  const camdelta_buffer dummy = {pw, 0};
+  /* absent optional tensors: a valid buffer that is never read */
+  const camdelta_buffer dummy = {scr[PW], 0};
+  const cl_mem dgi = scr[DGI] ? scr[DGI] : scr[PW];
 #define OPT(x) ((x).mem ? (x) : dummy)
   if (!st) {
-    cd_args g = {p->fused, 0, CL_SUCCESS};
-    cd_arg_buf(&g, a->q_raw);
-    cd_arg_buf(&g, a->k_raw);
-    cd_arg_buf(&g, a->q_norm_weight);
-    cd_arg_buf(&g, a->k_norm_weight);
-    cd_arg_buf(&g, a->proj_q);
-    cd_arg_buf(&g, a->proj_kv);
-    cd_arg_buf(&g, a->rope_cos);
-    cd_arg_buf(&g, a->rope_sin);
-    cd_arg_mem(&g, inv);
-    cd_arg_u64(&g, 0);
+    cd_args g = {p->sums, 0, CL_SUCCESS};
+    args_inputs(&g, a, inv);
+    cd_arg_buf(&g, OPT(a->grad_q));
+    cd_arg_buf(&g, OPT(a->grad_k));
+    cd_arg_buf(&g, g2 ? OPT(g2[0]) : dummy);
+    cd_arg_buf(&g, OPT(a->grad_inflation_sq));
+    cd_arg_mem(&g, dgi);
+    cd_arg_mem(&g, scr[PART]);
+    args_shape(&g, a, 1, flags);
+    if (g.err != CL_SUCCESS) st = cd_cl_fail(g.err, "cd_prep_bwd_sums: setting arguments");
+    const size_t lws = p->ts, gws = p->groups1 * lws;
+    if (!st) st = cd_enqueue(ctx, p->sums, 1, &gws, &lws, l, "cd_prep_bwd_sums");
+  }
+  if (!st) {
+    cd_args g = {p->ssum, 0, CL_SUCCESS};
+    cd_arg_mem(&g, scr[PART]);
+    cd_arg_mem(&g, scr[S]);
+    args_shape(&g, a, 0, 0);
+    if (g.err != CL_SUCCESS) st = cd_cl_fail(g.err, "cd_prep_bwd_ssum: setting arguments");
+    const size_t lws = p->ts, gws = (B * N + lws - 1) / lws * lws;
+    if (!st) st = cd_enqueue(ctx, p->ssum, 1, &gws, &lws, l, "cd_prep_bwd_ssum");
+  }
+  if (!st) {
+    cd_args g = {p->grads, 0, CL_SUCCESS};
+    args_inputs(&g, a, inv);
     cd_arg_buf(&g, OPT(a->grad_q));
     cd_arg_buf(&g, OPT(a->grad_k));
     cd_arg_buf(&g, OPT(a->grad_v));
     cd_arg_buf(&g, g2 ? OPT(g2[0]) : dummy);
     cd_arg_buf(&g, g2 ? OPT(g2[1]) : dummy);
-    cd_arg_buf(&g, OPT(a->grad_inflation_sq));
+    cd_arg_mem(&g, dgi);
+    cd_arg_mem(&g, scr[S]);
     cd_arg_buf(&g, a->dq_raw);
     cd_arg_buf(&g, a->dk_raw);
     cd_arg_buf(&g, a->dv_raw);
-    cd_arg_mem(&g, dgi ? dgi : pw);
-    cd_arg_mem(&g, pw);
-    cd_arg_local(&g, p->wlocal ? 2 * C * sizeof(float) : sizeof(float));
-    cd_arg_u64(&g, N);
-    cd_arg_u32(&g, (uint32_t)H);
-    cd_arg_u64(&g, B);
-    cd_arg_u32(&g, p->hb);
-    cd_arg_f32(&g, a->k_scale);
-    cd_arg_u32(&g, flags);
-    if (g.err != CL_SUCCESS) st = cd_cl_fail(g.err, "cd_prep_bwd_fused: setting arguments");
-    const size_t lws = p->lws, gws = p->groups * lws;
-    if (!st) st = cd_enqueue(ctx, p->fused, 1, &gws, &lws, l, "cd_prep_bwd_fused");
+    cd_arg_mem(&g, scr[PW]);
+    args_shape(&g, a, 1, flags);
+    if (g.err != CL_SUCCESS) st = cd_cl_fail(g.err, "cd_prep_bwd_grads: setting arguments");
+    const size_t lws = p->lws2, gws = p->groups2 * lws;
+    if (!st) st = cd_enqueue(ctx, p->grads, 1, &gws, &lws, l, "cd_prep_bwd_grads");
   }
 #undef OPT
   if (!st) {
@@ -166,8 +193,8 @@ camdelta_status cd_pbf_run(camdelta_context *ctx, const camdelta_prep_backward_a
     while (lws[0] * 2 <= 32 && lws[0] * 2 <= lmax) lws[0] *= 2;
     while (lws[1] * 2 <= 32 && lws[0] * lws[1] * 2 <= lmax) lws[1] *= 2;
     cd_args g = {p->reduce, 0, CL_SUCCESS};
-    cd_arg_mem(&g, pw);
-    cd_arg_u64(&g, rows);
+    cd_arg_mem(&g, scr[PW]);
+    cd_arg_u64(&g, p->rows);
     cd_arg_u32(&g, (uint32_t)C);
     cd_arg_buf(&g, a->dq_norm_weight);
     cd_arg_buf(&g, a->dk_norm_weight);
@@ -176,8 +203,7 @@ camdelta_status cd_pbf_run(camdelta_context *ctx, const camdelta_prep_backward_a
     if (!st) st = cd_enqueue(ctx, p->reduce, 2, gws, lws, l, "cd_prep_bwd_fused_reduce");
   }
   /* Released buffers live on until the enqueued kernels that use them have finished. */
-  if (pw) clReleaseMemObject(pw);
-  if (dgi) clReleaseMemObject(dgi);
-  if (own_inv) clReleaseMemObject(own_inv);
+  for (int i = 0; i < NSCR; i++)
+    if (scr[i]) clReleaseMemObject(scr[i]);
   return st;
 }

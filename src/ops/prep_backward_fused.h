@@ -1,28 +1,28 @@
-/* The fused form of the prep backward (cl/prep_backward_fused.cl), used by prep_backward.c. Not installed. */
+/* The two-pass form of the prep backward (cl/prep_backward_fused.cl), used by prep_backward.c. Not installed. */
 #ifndef CAMDELTA_PREP_BACKWARD_FUSED_H
 #define CAMDELTA_PREP_BACKWARD_FUSED_H
 #include "internal.h"
 
-/** The kernels and launch shape of one fused call. */
+/** The kernels and launch shape of one call. */
 typedef struct cd_pbf_plan {
-  cl_kernel fused, reduce;
-  unsigned tt;           /* tokens per tile (CD_TT) */
-  unsigned hb;           /* heads per step */
-  size_t lws, groups;    /* local size, work-groups */
-  size_t tiles;          /* B * ceil(N / tt) */
-  int wlocal;            /* norm-weight partials in local memory (rows = groups), else one row per tile */
+  cl_kernel sums, ssum, grads, reduce;
+  unsigned ts;            /* tokens per work-group of pass 1 (cd_prep_bwd_sums, and cd_prep_bwd_ssum's local size) */
+  unsigned tt;            /* tokens per tile of pass 2 (CD_TT) */
+  size_t groups1;         /* work-groups of pass 1 */
+  size_t lws2, groups2;   /* local size and work-groups of pass 2 */
+  size_t rows;            /* work-groups per head of pass 2 = rows of norm-weight partials */
 } cd_pbf_plan;
 
-/** 1 when this context runs the prep backward of (dtype, D) in the fused form (GPUs and accelerators unless
- *  CAMDELTA_PREP_BWD_FUSED says otherwise), with both kernels built into *p (g2: the variant that adds second K and
- *  V gradients as it reads them, cd_prep_backward_g2); 0 for the three-kernel form; a build failure sets *st (and
- *  returns 0). */
+/** 1 when this context runs the prep backward of (dtype, D) in the two-pass form (GPUs and accelerators unless
+ *  CAMDELTA_PREP_BWD_FUSED says otherwise), with its kernels built into *p (g2: the variant that adds second K and
+ *  V gradients as it reads them, cd_prep_backward_g2); 0 for the three-kernel form (also where the device cannot
+ *  take a 4-token tile); a build failure sets *st (and returns 0). */
 int cd_pbf_kernels(camdelta_context *ctx, camdelta_dtype dtype, size_t D, int g2, cd_pbf_plan *p,
                    camdelta_status *st);
-/** The launch shape for (B, N, H); 0 (kernels released) when the device cannot take it: use the three kernels. */
-int cd_pbf_shape(camdelta_context *ctx, size_t B, size_t N, size_t H, size_t D, cd_pbf_plan *p);
+/** The launch shape for (B, N, H, D). */
+void cd_pbf_shape(camdelta_context *ctx, size_t B, size_t N, size_t H, size_t D, cd_pbf_plan *p);
 void cd_pbf_release(cd_pbf_plan *p);
-/** Allocates the scratch, then enqueues [the inverse RMS kernel when inv is NULL,] the fused kernel and the
+/** Allocates the scratch, then enqueues [the inverse RMS kernel when inv is NULL,] both passes and the
  *  norm-weight reduction; inv: saved inverse RMS values (2, B, N) or NULL; g2 (NULL or two buffers shaped like
  *  grad_k and grad_v): added to grad_k and grad_v as they are read. */
 camdelta_status cd_pbf_run(camdelta_context *ctx, const camdelta_prep_backward_args *a, cl_mem inv,
