@@ -369,7 +369,7 @@ while [ $# -gt 0 ]; do
           env "CAMDELTA_$1" CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --shape "$s" --only "prep-$2" 2>&1 |
             tee -a "$OUT/prep-ab.txt" | grep -E "^prep|rror" || rc=1
         done
-        for t in WPC=4 WPC=8 WPC=32 TT=4 TT=16 TS=32 TS=128; do
+        for t in WPC=8 WPC=32 TT=8 NU=1 NU=4 TS=32 TS=128; do
           echo "== $s CAMDELTA_PREP_BWD_TILES=$t" | tee -a "$OUT/prep-ab.txt"
           CAMDELTA_PREP_BWD_FUSED=1 CAMDELTA_PREP_BWD_TILES=$t CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench \
             --shape "$s" --only prep-backward 2>&1 | tee -a "$OUT/prep-ab.txt" | grep -E "^prep|rror" || rc=1

@@ -9,17 +9,17 @@
  *                      da_k = [a_k > 0] k_scale (T^T g_k + 2 dpost T^T (T kn) + 2 dpre kn)
  *                      share(S_k) = A + dpost Bc + dpre Cc, A, Bc, Cc = the three terms times x w, summed over d.
  * cd_prep_bwd_ssum   S (2, B, N): the shares summed over the heads in order.
- * cd_prep_bwd_grads  pass 2, work-groups per head, persistent over tiles of CD_TT tokens, one work-item per
- *                    (4-channel unit, token): writes dq_raw = da ir w - ir^3/C x S, dk_raw, dv_raw, and keeps the
- *                    head's norm-weight terms in registers across its tiles.
+ * cd_prep_bwd_grads  pass 2, work-groups per (head, share of the head's 4-channel units), persistent over tiles of
+ *                    CD_TT tokens, one work-item per (unit, token): writes dq_raw = da ir w - ir^3/C x S, dk_raw,
+ *                    dv_raw, and keeps its channels' norm-weight terms in registers across its tiles.
  * cd_prep_bwd_fused_reduce  the norm-weight gradients: the grads work-groups' partial rows summed in order.
  *
- * Measured on the H200 at sana480 (2026-12-04): 0.43 + 0.95 ms for passes 1 and 2 (1.40 ms in all) against 1.47 ms
+ * Measured on the H200 at sana480 (2026-12-04): 0.42 + 0.93 ms for passes 1 and 2 (1.36 ms in all) against 1.48 ms
  * for one pass that walked each tile's heads twice with barriers in between (its second reads found little in the
  * L2 cache). No atomics; every sum has a fixed order (bit-identical run to run).
  *
- * Build options: CD_DTYPE, CD_D, CD_TT (tokens per tile of cd_prep_bwd_grads; its work-group has CD_TT * D/4
- * work-items), CD_G2. */
+ * Build options: CD_DTYPE, CD_D, CD_TT (tokens per tile of cd_prep_bwd_grads), CD_UW (its 4-channel units per
+ * work-group, a divisor of D/4: the work-group has CD_TT * CD_UW work-items), CD_G2. */
 
 #ifndef CD_D
 #define CD_D 8
@@ -29,6 +29,9 @@
 #endif
 #define CD_DH (CD_D / 2)
 #define CD_G4 (CD_D / 4)
+#ifndef CD_UW
+#define CD_UW CD_G4 /* cd_prep_bwd_grads: 4-channel units per work-group (a divisor of D/4) */
+#endif
 
 #define CD_F_GQ 1u
 #define CD_F_GK 2u
@@ -198,10 +201,11 @@ kernel void cd_prep_bwd_ssum(global const float *part, global float *S, ulong N,
   S[BN + i] = sk;
 }
 
-/* Global: H * J work-groups of CD_TT * D/4 (group = j * H + h); work-group (h, j) takes tiles of CD_TT tokens j,
- * j + J, ... of head h, work-item (g, t) = (lid / CD_TT, lid % CD_TT) as in cd_prep_bwd_fused. The head's norm-weight
- * terms stay in registers across the tiles and are summed over t in order at the end: part_w has J rows of 2 C
- * floats, row j's head-h channels written by work-group (h, j). */
+/* Global: H * NU * J work-groups of CD_TT * CD_UW (NU = D/4 / CD_UW; group = (j * NU + v) * H + h): work-group
+ * (h, v, j) takes units [v CD_UW, (v + 1) CD_UW) of head h over tiles of CD_TT tokens j, j + J, ...; work-item
+ * (unit, token) = (v CD_UW + lid / CD_TT, lid % CD_TT). The norm-weight terms stay in registers across the tiles
+ * and are summed over the tokens in order at the end: part_w has J rows of 2 C floats, row j's channels of
+ * (h, v) written by work-group (h, v, j). */
 kernel void cd_prep_bwd_grads(global const cd_store_t *q_raw, ulong q_raw_off, global const cd_store_t *k_raw,
                               ulong k_raw_off, global const float *qw, ulong qw_off, global const float *kw,
                               ulong kw_off, global const float *proj_q, ulong pq_off, global const float *proj_kv,
@@ -214,11 +218,12 @@ kernel void cd_prep_bwd_grads(global const cd_store_t *q_raw, ulong q_raw_off, g
                               global const float *S, global cd_store_t *dq_raw, ulong dq_off,
                               global cd_store_t *dk_raw, ulong dk_off, global cd_store_t *dv_raw, ulong dv_off,
                               global float *part_w, ulong N, uint H, ulong B, float k_scale, uint flags) {
-  local float rw[2][CD_D][CD_TT + 1];
-  const uint lid = get_local_id(0), t = lid % CD_TT, g = lid / CD_TT;
+  local float rw[2][4 * CD_UW][CD_TT + 1];
+  const uint NU = CD_G4 / CD_UW, ug0 = (uint)((get_group_id(0) / H) % NU) * CD_UW;
+  const uint lid = get_local_id(0), t = lid % CD_TT, g = ug0 + lid / CD_TT;
   const int first = 4 * g < CD_DH;
   const uint C = H * CD_D, h = (uint)(get_group_id(0) % H);
-  const ulong J = get_num_groups(0) / H, j = get_group_id(0) / H;
+  const ulong J = get_num_groups(0) / (H * NU), j = get_group_id(0) / (H * NU);
   const ulong tpr = (N + CD_TT - 1) / CD_TT, total = B * tpr, BN = B * N, BHN = B * H * N;
   const int has_gq = (flags & CD_F_GQ) != 0, has_gk = (flags & CD_F_GK) != 0, has_gv = (flags & CD_F_GV) != 0;
   const int has_gi = (flags & CD_F_GI) != 0, al = (flags & CD_F_ALIGNED) != 0, has_g2 = CD_G2;
@@ -267,14 +272,15 @@ kernel void cd_prep_bwd_grads(global const cd_store_t *q_raw, ulong q_raw_off, g
     pwk = fma(dak * xk, (float4)(irk), pwk);
   }
   /* the norm-weight terms summed over the work-items' tokens, then over t in order */
-  rw[0][4 * g][t] = pwq.x, rw[0][4 * g + 1][t] = pwq.y, rw[0][4 * g + 2][t] = pwq.z, rw[0][4 * g + 3][t] = pwq.w;
-  rw[1][4 * g][t] = pwk.x, rw[1][4 * g + 1][t] = pwk.y, rw[1][4 * g + 2][t] = pwk.z, rw[1][4 * g + 3][t] = pwk.w;
+  const uint gl = g - ug0;
+  rw[0][4 * gl][t] = pwq.x, rw[0][4 * gl + 1][t] = pwq.y, rw[0][4 * gl + 2][t] = pwq.z, rw[0][4 * gl + 3][t] = pwq.w;
+  rw[1][4 * gl][t] = pwk.x, rw[1][4 * gl + 1][t] = pwk.y, rw[1][4 * gl + 2][t] = pwk.z, rw[1][4 * gl + 3][t] = pwk.w;
   barrier(CLK_LOCAL_MEM_FENCE);
-  for (uint w = lid; w < 2 * CD_D; w += get_local_size(0)) {
-    const uint which = w / CD_D, r = w % CD_D;
+  for (uint w = lid; w < 8 * CD_UW; w += get_local_size(0)) {
+    const uint which = w / (4 * CD_UW), r = w % (4 * CD_UW);
     float sum = 0.0f;
     for (uint u = 0; u < CD_TT; u++) sum += rw[which][r][u];
-    part_w[j * 2 * C + which * C + h * CD_D + r] = sum;
+    part_w[j * 2 * C + which * C + h * CD_D + 4 * ug0 + r] = sum;
   }
 }
 

@@ -474,13 +474,18 @@ static void test_prep_backward_fused(void **state) {
   check_deterministic(&det);
   const pb_case warm = {1, 30, 2, 40, CAMDELTA_BF16, 0, 0, GALL, 0, 1};
   check_warm(&warm);
-  /* other tiles: 4 tokens (f32's default is 8) with one work-group per compute unit (many tiles per work-group),
-   * 32 tokens per work-group of pass 1; then 16 tokens with 1000 per compute unit (one tile each) and 256 in pass 1 */
-  use_form(1, "TT=4, WPC=1, TS=32");
+  /* other tiles: 4 tokens (f32's default is 16) and whole heads per work-group of pass 2 (f32's default is halves),
+   * one work-group per compute unit (many tiles per work-group), 32 tokens per work-group of pass 1; then 16 tokens,
+   * quarter heads, 1000 work-groups per compute unit (one tile each), 256 tokens in pass 1; then a count that does
+   * not divide D/4 (D = 8: 2 units) */
+  use_form(1, "TT=4, WPC=1, TS=32, NU=1");
   run_case(&cases[6], NULL);
   check_deterministic(&det);
-  use_form(1, "TT=16,WPC=1000,TS=256");
+  use_form(1, "TT=16,WPC=1000,TS=256,NU=4");
   run_case(&cases[6], NULL);
+  run_case(&cases[1], NULL);
+  use_form(1, "TT=8,NU=4");
+  run_case(&cases[1], NULL);
   report_worst("prep_backward fused other tiles");
   use_form(-1, NULL);
 }
@@ -503,7 +508,7 @@ static void test_prep_backward_three_kernels(void **state) {
 /* A tuning override that does not parse or is out of range fails the context creation, naming the variable. */
 static void test_prep_backward_tiles_env(void **state) {
   (void)state;
-  static const char *const bad[] = {"TT=5", "TT=32", "TT=8,XX=2", "WPC=0", "TT", "PF=2", "TS=48", "TS=512"};
+  static const char *const bad[] = {"TT=5", "TT=32", "TT=8,XX=2", "WPC=0", "TT", "PF=2", "TS=48", "TS=512", "NU=3", "NU=0"};
   tu_check_bad_env("CAMDELTA_PREP_BWD_TILES", bad, sizeof bad / sizeof bad[0]);
 }
 

@@ -5,15 +5,18 @@
  * read at context creation, forces either form.
  *
  * Shape: pass 1 (cd_prep_bwd_sums) runs one work-item per (b, n, h), TS tokens per work-group (default 64), heads
- * fastest in the grid; pass 2 (cd_prep_bwd_grads) runs J work-groups per head of TT * D/4 work-items, each walking
- * tiles of TT tokens (TT = 8 in f32: a gradient row read covers a 32-byte sector; 16 for 16-bit storage), halved
- * while the device or the built kernel (its registers) cannot take that many; J = WPC * compute units / H (default
- * WPC 16), J rows of norm-weight partials. H200, sana480, f32 (2026-12-04), passes 1 + 2 in ms: TS 32/64/128 with
- * TT 8, WPC 16: 0.485/0.480/0.508 + 0.95 (0.43 at TS 64 once each work-item's unit loop was unrolled by 2);
- * TT 4/8 at WPC 8: 1.38/1.04 for pass 2; WPC 4/8/16/32 at TT 8: 1.34/1.04/0.99/0.92 (but 2.6 times the partial
- * rows to reduce at 32: no gain overall).
- * CAMDELTA_PREP_BWD_TILES (tuning, read at context creation): "TT=n,WPC=n,TS=n", TT in {4, 8, 16}, WPC >= 1, TS in
- * {32, 64, 128, 256}.
+ * fastest in the grid. Pass 2 (cd_prep_bwd_grads) runs, per head, J groups of NU work-groups, each work-group
+ * covering D/4/NU of the head's 4-channel units over tiles of TT tokens: TT * D/4/NU work-items. Defaults: TT 16
+ * (a gradient row read covers 64 bytes) with NU 2 in f32, TT 16 with NU 1 for 16-bit storage (32 bytes); TT is
+ * halved while the device or the built kernel (its registers) cannot take the work-group. J = WPC * compute units
+ * / H (default WPC 16): J rows of norm-weight partials.
+ * H200, f32 (2026-12-04), ms: pass 1 at TS 32/64/128: 0.485/0.480/0.508 (0.43 at 64 once the unit loop was
+ * unrolled by 2); pass 2 at sana480, NU 1: TT 4/8 (WPC 8) 1.38/1.04, WPC 4/8/16/32 (TT 8) 1.34/1.04/0.99/0.92 (but
+ * 2.6 times the partial rows to reduce at 32: no gain overall); NU 2: TT 8/16 1.03/0.925, NU 4, TT 16: 1.51. The
+ * whole backward, TT 8 NU 1 against TT 16 NU 2 in one call: sana480 1.381/1.355, sana720 3.263/3.100, d64
+ * 0.804/0.781; in 16-bit TT 16 NU 2 lost (f16 2.70 against 1.98, bf16 1.65 against 1.63).
+ * CAMDELTA_PREP_BWD_TILES (tuning, read at context creation): "TT=n,WPC=n,TS=n,NU=n", TT in {4, 8, 16}, WPC >= 1,
+ * TS in {32, 64, 128, 256}, NU in {1, 2, 4} (one that does not divide D/4 runs as 1).
  *
  * Scratch: the per-(b, h, n) shares of S_q, S_k (2, B, H, N), S (2, B, N), dpost/dpre (2, B, H, N) with
  * grad_inflation_sq, the norm-weight partials (J, 2 C), the inverse RMS values (2, B, N) when none were saved. */
@@ -25,15 +28,18 @@
 #include "prep_common.h"
 
 enum { PBF_GQ = 1, PBF_GK = 2, PBF_GV = 4, PBF_GI = 8, PBF_ALIGNED = 16 };
-enum { PBF_DEFAULT_TT = 8, PBF_DEFAULT_TT_16BIT = 16, PBF_DEFAULT_WPC = 16, PBF_DEFAULT_TS = 64 };
+enum { PBF_DEFAULT_TT = 16, PBF_DEFAULT_NU = 2, PBF_DEFAULT_TT_16BIT = 16, PBF_DEFAULT_WPC = 16, PBF_DEFAULT_TS = 64 };
 
 static const char TILES_ENV[] = "CAMDELTA_PREP_BWD_TILES";
 
-camdelta_status cd_prep_bwd_tiles_env(unsigned tiles[3]) {
-  static const char *const keys[3] = {"TT", "WPC", "TS"};
-  camdelta_status st = cd_prep_tiles_parse_env(TILES_ENV, keys, 3, tiles);
+camdelta_status cd_prep_bwd_tiles_env(unsigned tiles[4]) {
+  static const char *const keys[4] = {"TT", "WPC", "TS", "NU"};
+  camdelta_status st = cd_prep_tiles_parse_env(TILES_ENV, keys, 4, tiles);
   if (!st && tiles[2] && tiles[2] != 32 && tiles[2] != 64 && tiles[2] != 128 && tiles[2] != 256)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: TS must be 32, 64, 128 or 256 (value: '%s')", TILES_ENV,
+                   getenv(TILES_ENV));
+  if (!st && tiles[3] && tiles[3] != 1 && tiles[3] != 2 && tiles[3] != 4)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: NU must be 1, 2 or 4 (value: '%s')", TILES_ENV,
                    getenv(TILES_ENV));
   return st;
 }
@@ -55,12 +61,17 @@ int cd_pbf_kernels(camdelta_context *ctx, camdelta_dtype dtype, size_t D, int g2
   if (!want) return 0;
   p->tt = ctx->prep_bwd_tiles[0] ? ctx->prep_bwd_tiles[0]
                                  : dtype == CAMDELTA_F32 ? PBF_DEFAULT_TT : PBF_DEFAULT_TT_16BIT;
-  /* a tile of pass 2 needs tt * D/4 work-items: a smaller tile where the device or the kernel (its registers)
-   * cannot take that many */
+  /* work-groups per (tile, head) of pass 2: a requested count that does not divide D/4 falls back to 1 */
+  p->nu = ctx->prep_bwd_tiles[3] ? ctx->prep_bwd_tiles[3] : dtype == CAMDELTA_F32 ? PBF_DEFAULT_NU : 1;
+  if ((D / 4) % p->nu) p->nu = 1;
+  const size_t uw = D / 4 / p->nu;
+  /* a work-group of pass 2 needs tt * uw work-items: a smaller tile where the device or the kernel (its
+   * registers) cannot take that many */
   for (;;) {
-    if (p->tt * (D / 4) <= ctx->info.max_work_group_size) {
+    if (p->tt * uw <= ctx->info.max_work_group_size) {
       char opts[160];
-      snprintf(opts, sizeof opts, "-DCD_DTYPE=%d -DCD_D=%zu -DCD_TT=%u -DCD_G2=%d", (int)dtype, D, p->tt, g2 != 0);
+      snprintf(opts, sizeof opts, "-DCD_DTYPE=%d -DCD_D=%zu -DCD_TT=%u -DCD_G2=%d -DCD_UW=%zu", (int)dtype, D, p->tt,
+               g2 != 0, uw);
       static const char *const names[4] = {"cd_prep_bwd_sums", "cd_prep_bwd_ssum", "cd_prep_bwd_grads",
                                            "cd_prep_bwd_fused_reduce"};
       cl_kernel *k[4] = {&p->sums, &p->ssum, &p->grads, &p->reduce};
@@ -69,7 +80,7 @@ int cd_pbf_kernels(camdelta_context *ctx, camdelta_dtype dtype, size_t D, int g2
         cd_pbf_release(p);
         return 0;
       }
-      if (p->tt * (D / 4) <= cd_kernel_max_wg(ctx, p->grads)) break;
+      if (p->tt * uw <= cd_kernel_max_wg(ctx, p->grads)) break;
       cd_pbf_release(p);
     }
     if (p->tt <= 4) return 0;
@@ -83,12 +94,12 @@ int cd_pbf_kernels(camdelta_context *ctx, camdelta_dtype dtype, size_t D, int g2
 
 void cd_pbf_shape(camdelta_context *ctx, size_t B, size_t N, size_t H, size_t D, cd_pbf_plan *p) {
   p->groups1 = B * ((N + p->ts - 1) / p->ts) * H;
-  p->lws2 = p->tt * (D / 4);
+  p->lws2 = p->tt * (D / 4 / p->nu);
   const size_t tiles = B * ((N + p->tt - 1) / p->tt), cu = ctx->info.compute_units ? ctx->info.compute_units : 1;
   const size_t wpc = ctx->prep_bwd_tiles[1] ? ctx->prep_bwd_tiles[1] : PBF_DEFAULT_WPC;
   p->rows = (cu * wpc + H - 1) / H;
   if (p->rows > tiles) p->rows = tiles;
-  p->groups2 = p->rows * H;
+  p->groups2 = p->rows * H * p->nu;
 }
 
 /* The arguments the two passes share, in their order: the forward's inputs and the saved inverse RMS values. */

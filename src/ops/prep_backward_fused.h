@@ -8,6 +8,7 @@ typedef struct cd_pbf_plan {
   cl_kernel sums, ssum, grads, reduce;
   unsigned ts;            /* tokens per work-group of pass 1 (cd_prep_bwd_sums, and cd_prep_bwd_ssum's local size) */
   unsigned tt;            /* tokens per tile of pass 2 (CD_TT) */
+  unsigned nu;            /* work-groups per (tile, head) of pass 2, each D/4/nu units (CD_UW) */
   size_t groups1;         /* work-groups of pass 1 */
   size_t lws2, groups2;   /* local size and work-groups of pass 2 */
   size_t rows;            /* work-groups per head of pass 2 = rows of norm-weight partials */
