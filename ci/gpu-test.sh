@@ -299,7 +299,7 @@ while [ $# -gt 0 ]; do
       mkdir -p /tmp/ptx
       # as the library composes it (common.cl first), with the other kernels of the file left out (ci/one-kernel.py:
       # the driver API refused the four-kernel module of prep.cl, and took it with only the kernel to measure; a
-      # kernel with a local-memory pointer parameter, such as cd_prep_bwd_fused, still does not load)
+      # kernel with a local-memory pointer parameter, like the one-pass prep backward this repository had, did not load)
       { cat cl/common.cl && python3 ci/one-kernel.py "cl/$file" "$kern"; } >"/tmp/ptx/$tag.cl" || rc=1
       /tmp/cl-inspect "/tmp/ptx/$tag.cl" "$opts" "/tmp/ptx/$tag.bin" 2>&1 | grep -E "error|spill|Used" | sed "s/^/[$tag] /" |
         tee -a "$OUT/ptx-prof.txt"

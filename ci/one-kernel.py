@@ -4,8 +4,8 @@
 The CUDA driver API refused the PTX of cl/prep.cl, four kernels in one module, with "device kernel image is
 invalid" and an empty log, and so did the cubin ptxas made of it; the same file with only the profiled kernel
 (cd_prep_regs) loaded and ran (2026-12-04). So ptx-prof builds a module of the one kernel it measures. The likely
-cause is a kernel with a local-memory pointer parameter (prep.cl's cd_prep_inv_rms): cd_prep_bwd_fused, which
-takes one itself (accw), still fails to load on its own.
+cause is a kernel with a local-memory pointer parameter (prep.cl's cd_prep_inv_rms): the one-pass prep backward
+kernel that took one itself (since replaced by cl/prep_backward_fused.cl's two passes) failed to load on its own.
 Usage: one-kernel.py FILE.cl KERNEL"""
 import re
 import sys

@@ -82,25 +82,6 @@ inline float4 cd_grad4(global const cd_store_t *p, ulong i, ulong N) {
 #define CD_TK(x) (first ? cd_cam(Mk, (x)) : cd_rope((x), Mq.r0, Mq.r1))      /* k: T x */
 #define CD_TKT(y) (first ? cd_cam_t(Mk, (y)) : cd_rope_t((y), Mq.r0, Mq.r1)) /* k, v: T^T y */
 
-/* A work-item's token values (uses tok_ok, tok, n, first, g, al in scope): inverse RMS of q and k, the camera
- * matrices (camera half) or the RoPE coefficients of unit g (second half: cos in Mq.r0, sin in Mq.r1) */
-#define CD_TOKEN_VALUES()                                                        \
-  float irq = 0.0f, irk = 0.0f;                                                      \
-  cd_m4 Mq, Mk;                                                                      \
-  Mq.r0 = Mq.r1 = Mq.r2 = Mq.r3 = Mk.r0 = Mk.r1 = Mk.r2 = Mk.r3 = (float4)(0.0f); \
-  if (tok_ok) {                                                                      \
-    irq = inv_rms[inv_off + tok];                                                    \
-    irk = inv_rms[inv_off + BN + tok];                                               \
-    if (first) {                                                                     \
-      Mq = cd_load_m4(proj_q + pq_off + tok * 16, al);                               \
-      Mk = cd_load_m4(proj_kv + pkv_off + tok * 16, al);                             \
-    } else {                                                                         \
-      const ulong rrow = n * CD_DH + (4 * g - CD_DH);                                \
-      Mq.r0 = CD_LDF4(rope_cos, rc_off + rrow, al);                                  \
-      Mq.r1 = CD_LDF4(rope_sin, rs_off + rrow, al);                                  \
-    }                                                                                \
-  }
-
 /* One 4-channel unit of cd_prep_bwd_sums: acc[0..5] += the unit's share of S_q, of A, pre, post, Bc, Cc. first: the
  * unit is in the camera half (Mq, Mk its matrices), else RoPE (cos in Mq.r0, sin in Mq.r1). */
 inline void cd_sums_unit(float4 xq, float4 xk, float4 wq, float4 wk, float4 gq, float4 gk, float irq, float irk,
@@ -235,7 +216,23 @@ kernel void cd_prep_bwd_grads(global const cd_store_t *q_raw, ulong q_raw_off, g
     const ulong b = tile / tpr, n0 = (tile % tpr) * CD_TT;
     const int tok_ok = n0 + t < N;
     const ulong n = n0 + t, tok = b * N + n;
-    CD_TOKEN_VALUES();
+    /* the token's inverse RMS values, and its camera matrices (camera half) or this unit's RoPE coefficients
+     * (second half: cos in Mq.r0, sin in Mq.r1) */
+    float irq = 0.0f, irk = 0.0f;
+    cd_m4 Mq, Mk;
+    Mq.r0 = Mq.r1 = Mq.r2 = Mq.r3 = Mk.r0 = Mk.r1 = Mk.r2 = Mk.r3 = (float4)(0.0f);
+    if (tok_ok) {
+      irq = inv_rms[inv_off + tok];
+      irk = inv_rms[inv_off + BN + tok];
+      if (first) {
+        Mq = cd_load_m4(proj_q + pq_off + tok * 16, al);
+        Mk = cd_load_m4(proj_kv + pkv_off + tok * 16, al);
+      } else {
+        const ulong rrow = n * CD_DH + (4 * g - CD_DH);
+        Mq.r0 = CD_LDF4(rope_cos, rc_off + rrow, al);
+        Mq.r1 = CD_LDF4(rope_sin, rs_off + rrow, al);
+      }
+    }
     float4 xq = (float4)(0.0f), xk = xq, gq = xq, gk = xq, gv = xq;
     float dpost = 0.0f, dpre = 0.0f, Sq = 0.0f, Sk = 0.0f;
     const ulong row = (tok * H + h) * CD_D + 4 * g;

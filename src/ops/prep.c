@@ -123,7 +123,7 @@ camdelta_status cd_prep_kernel(camdelta_context *ctx, const char *source, const 
  * heads, per work-group (local size TT * D/4, TT as below). The staged form (cd_prep_fused), past 48 heads:
  * a tile is TT tokens of one batch row, all heads; a step covers HB heads,
  * one work-item per (head of the step, 4-channel unit, token): local size HB * TT * D/4 <= 32 TT, HB the most heads
- * that fit, evened out over the steps (as the fused backward, prep_backward_fused.c). TT = 8 in f32 (a row store
+ * that fit, evened out over the steps. TT = 8 in f32 (a row store
  * covers 32 bytes, one sector), 16 in 16-bit storage, halved while the device or the built kernel cannot take
  * TT * D/4 work-items. The work-groups walk the tiles persistently, WPC per compute unit (default 64: at sana480
  * that is one tile per work-group; fewer keep fewer tiles' rows in the L2 cache but run slower on the H200).
