@@ -8,13 +8,16 @@
  *                    share of S_k is kept linear in them:
  *                      da_k = [a_k > 0] k_scale (T^T g_k + 2 dpost T^T (T kn) + 2 dpre kn)
  *                      share(S_k) = A + dpost Bc + dpre Cc, A, Bc, Cc = the three terms times x w, summed over d.
+ * cd_prep_bwd_sums_out  pass 1 when the caller gives the forward's outputs q, k and inflation_sq: the same shares
+ *                    as dot products along the tokens, share(S_q) = (g_q . q) / ir_q.
  * cd_prep_bwd_ssum   S (2, B, N): the shares summed over the heads in order.
  * cd_prep_bwd_grads  pass 2, work-groups per (head, share of the head's 4-channel units), persistent over tiles of
  *                    CD_TT tokens, one work-item per (unit, token): writes dq_raw = da ir w - ir^3/C x S, dk_raw,
  *                    dv_raw, and keeps its channels' norm-weight terms in registers across its tiles.
  * cd_prep_bwd_fused_reduce  the norm-weight gradients: the grads work-groups' partial rows summed in order.
  *
- * Measured on the H200 at sana480 (2026-12-04): 0.42 + 0.93 ms for passes 1 and 2 (1.36 ms in all) against 1.48 ms
+ * Measured on the H200 at sana480 (2026-12-04): 0.42 (0.36 from the forward's outputs) + 0.93 ms for passes 1 and 2
+ * (1.36 ms in all; 1.30) against 1.48 ms
  * for one pass that walked each tile's heads twice with barriers in between (its second reads found little in the
  * L2 cache). No atomics; every sum has a fixed order (bit-identical run to run).
  *
@@ -165,6 +168,63 @@ kernel void cd_prep_bwd_sums(global const cd_store_t *q_raw, ulong q_raw_off, gl
   }
   part[o] = acc[0];
   part[BHN + o] = sk;
+}
+
+/* Pass 1 from the forward's outputs q = T relu(a_q), k = T kn and inflation_sq = cl(post) / cl(pre) (cl(x) =
+ * max(x, 1e-12)), in cd_prep_bwd_sums's shape and with its outputs: since x w = a / ir and [a > 0] a = relu(a),
+ *   share(S_q) = (1 / ir_q) sum_d g_q . q
+ *   share(S_k) = (1 / ir_k) (sum_d g_k . k + 2 dpost post + 2 dpre pre)
+ * with post = sum_d k^2 and cl(pre) = cl(post) / inflation_sq, so dpost = gi [post > 1e-12] inflation_sq / cl(post)
+ * and dpre = -gi inflation_sq^2 / cl(post) [pre > 1e-12]. pre > 1e-12 is taken as cl(pre) > 1e-12 (1 + 1e-6): the
+ * quotient carries the rounding of two divisions, and a clamped pre must not count as unclamped. Every read runs
+ * along the tokens: no camera matrix, RoPE table, norm weight or raw input is read. */
+kernel void cd_prep_bwd_sums_out(global const float *inv_rms, ulong inv_off, global const cd_store_t *q_out,
+                                 ulong q_off, global const cd_store_t *k_out, ulong k_off,
+                                 global const cd_store_t *grad_q, ulong gq_off, global const cd_store_t *grad_k,
+                                 ulong gk_off, global const cd_store_t *grad_k2, ulong gk2_off,
+                                 global const float *infl, ulong infl_off, global const float *grad_infl,
+                                 ulong gi_off, global float *dgi, global float *part, ulong N, uint H, ulong B,
+                                 uint flags) {
+  const ulong L = get_local_size(0), tpr = (N + L - 1) / L, BN = B * N, BHN = B * H * N;
+  const ulong grp = get_group_id(0), tile = grp / H;
+  const uint h = (uint)(grp % H);
+  const ulong b = tile / tpr, n = (tile % tpr) * L + get_local_id(0);
+  if (b >= B || n >= N) return;
+  const ulong tok = b * N + n, g0 = (b * H + h) * CD_D * N + n;
+  const int has_gq = (flags & CD_F_GQ) != 0, has_gk = (flags & CD_F_GK) != 0, has_gi = (flags & CD_F_GI) != 0;
+  const int has_g2 = CD_G2;
+  float sq = 0.0f, sk = 0.0f, post = 0.0f;
+  if (has_gq) {
+#pragma unroll 8
+    for (uint d = 0; d < CD_D; d++)
+      sq = fma(CD_LOAD(grad_q, gq_off + g0 + d * N), CD_LOAD(q_out, q_off + g0 + d * N), sq);
+  }
+  if (has_gk || has_gi) {
+#pragma unroll 8
+    for (uint d = 0; d < CD_D; d++) {
+      const float k = CD_LOAD(k_out, k_off + g0 + d * N);
+      if (has_gk) {
+        float g = CD_LOAD(grad_k, gk_off + g0 + d * N);
+        if (has_g2) g += CD_LOAD(grad_k2, gk2_off + g0 + d * N);
+        sk = fma(g, k, sk);
+      }
+      post = fma(k, k, post);
+    }
+  }
+  const ulong o = (b * H + h) * N + n;
+  if (has_gi) {
+    const float gi = grad_infl[gi_off + o], r = infl[infl_off + o], cpost = fmax(post, 1e-12f);
+    const int pre_pos = cpost / r > 1.000001e-12f;
+    const float vpo = post > 1e-12f ? gi * r / cpost : 0.0f;
+    const float vpr = pre_pos ? -gi * r * r / cpost : 0.0f;
+    dgi[o] = vpo;
+    dgi[BHN + o] = vpr;
+    /* 2 dpost post + 2 dpre pre, pre = cl(post) / r where it counts */
+    sk = fma(2.0f * vpo, post, sk);
+    if (pre_pos) sk = fma(2.0f * vpr, cpost / r, sk);
+  }
+  part[o] = sq / inv_rms[inv_off + tok];
+  part[BHN + o] = sk / inv_rms[inv_off + BN + tok];
 }
 
 /* Global: B * N (rounded up). S (2, B, N) = part (2, B, H, N) summed over h in order. */

@@ -324,6 +324,15 @@ typedef struct camdelta_prep_backward_args {
   camdelta_buffer dproj_q, dproj_kv;   /* (B, N, 4, 4) f32 */
   camdelta_buffer drope_cos, drope_sin; /* (N, D/2) f32     */
   camdelta_profile *profile;
+  /* optional inputs, all three or none: the matching forward's outputs,
+   * unchanged since it wrote them. With `saved`, f32 storage and the
+   * two-pass form (GPUs), the RMSNorm sums are read from them along the
+   * tokens instead of being recomputed from q_raw and k_raw across the
+   * channels (faster; the same results within f32 rounding, except that a
+   * head's pre-transform sum of squares within 1e-6 relative above the
+   * 1e-12 clamp counts as clamped); otherwise they are not read. */
+  camdelta_buffer q, k;         /* (B, H, D, N) dtype */
+  camdelta_buffer inflation_sq; /* (B, H, N) f32      */
 } camdelta_prep_backward_args;
 #define CAMDELTA_PREP_BACKWARD_ARGS_INIT {0}
 

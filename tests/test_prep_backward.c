@@ -19,7 +19,7 @@ typedef struct pb_case {
   size_t zero_every; /* zero all of k_raw for every such token (both inflation clamps) */
   unsigned grads;    /* which upstream gradients are given */
   int all;           /* also dproj_q, dproj_kv, drope_cos, drope_sin */
-  int saved;         /* inverse RMS values from camdelta_prep_forward */
+  int saved;         /* 1: a saved object from camdelta_prep_forward; 2: that and the forward's q, k, inflation_sq */
 } pb_case;
 
 enum { ODQ, ODK, ODV, OQW, OKW, OPQ, OPKV, OCOS, OSIN, NOUT };
@@ -188,21 +188,24 @@ static void run_case(const pb_case *c, double *ms) {
   pb_device d;
   device_init(&d, &x, c);
   camdelta_prep_saved *saved = NULL;
+  cl_mem q = NULL, k = NULL, infl = NULL;
   if (c->saved) {
     const size_t BNHD = c->B * c->N * c->H * c->D, es = camdelta_dtype_size(c->dt);
-    cl_mem q = tu_buffer(BNHD * es), k = tu_buffer(BNHD * es), v = tu_buffer(BNHD * es);
-    cl_mem infl = tu_buffer(c->B * c->H * c->N * 4);
+    q = tu_buffer(BNHD * es), k = tu_buffer(BNHD * es), infl = tu_buffer(c->B * c->H * c->N * 4);
+    cl_mem v = tu_buffer(BNHD * es);
     TU_OK(camdelta_prep_saved_create(ctx, &saved));
     camdelta_prep_args fa = {c->B, c->N, c->H, c->D, c->dt, x.p.k_scale, x.p.norm_eps,
                              {d.in[0], c->off}, {d.in[1], c->off}, {d.in[2], c->off}, {d.in[3], c->off},
                              {d.in[4], c->off}, {d.in[5], c->off}, {d.in[6], c->off}, {d.in[7], c->off},
                              {d.in[8], c->off}, {q, 0}, {k, 0}, {v, 0}, {infl, 0}, NULL};
     TU_OK(camdelta_prep_forward(ctx, &fa, saved));
-    clReleaseMemObject(q), clReleaseMemObject(k), clReleaseMemObject(v), clReleaseMemObject(infl);
+    clReleaseMemObject(v);
   }
   camdelta_profile prof = {0, 0};
   camdelta_prep_backward_args a = make_args(&x, &d, c, &prof);
+  if (c->saved == 2) a.q = (camdelta_buffer){q, 0}, a.k = (camdelta_buffer){k, 0}, a.inflation_sq = (camdelta_buffer){infl, 0};
   TU_OK(camdelta_prep_backward(ctx, &a, saved));
+  if (q) clReleaseMemObject(q), clReleaseMemObject(k), clReleaseMemObject(infl);
   /* [inverse RMS,] heads, tokens, reduce; or [inverse RMS,] sums, S, grads, reduce */
   const unsigned kernels = (uses_fused(c) ? 4u : 3u) + (c->saved ? 0u : 1u);
   if (prof.kernels != kernels) fail_msg("%s: %u kernels, expected %u", describe(c), prof.kernels, kernels);
@@ -246,6 +249,7 @@ static void test_prep_backward_shapes(void **state) {
       {1, 50, 3, 24, CAMDELTA_F32, 0, 4, GK | GI, 0, 0}, {1, 50, 3, 24, CAMDELTA_F32, 0, 4, 0, 1, 0},
       {1, 31, 3, 112, CAMDELTA_F16, 2, 4, GALL, 1, 0},  {2, 77, 1, 64, CAMDELTA_F16, 0, 0, GALL, 1, 1},
       {1, 45, 3, 112, CAMDELTA_BF16, 7, 6, GALL, 1, 0}, {2, 50, 4, 16, CAMDELTA_BF16, 0, 0, GQ | GV, 1, 1},
+      {2, 65, 5, 64, CAMDELTA_F32, 0, 3, GALL, 0, 2},   {1, 70, 3, 112, CAMDELTA_F32, 0, 5, GK | GI, 0, 2},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], NULL);
   report_worst("prep_backward shapes");
@@ -364,6 +368,21 @@ static void test_prep_backward_bad_input(void **state) {
     f[i]->offset = 1;
     expect_rejected(camdelta_prep_backward(ctx, &a, NULL), CAMDELTA_ERROR_BUFFER_TOO_SMALL, &d, opt[i]);
   }
+  /* the forward's outputs q, k, inflation_sq: all three or none, each of its size, none overlapping an output */
+  a = good, a.q = a.grad_q;
+  expect_rejected(camdelta_prep_backward(ctx, &a, NULL), CAMDELTA_ERROR_INVALID_ARGUMENT, &d, "'q' is given without 'k'");
+  a = good, a.q = a.grad_q, a.k = a.grad_k;
+  expect_rejected(camdelta_prep_backward(ctx, &a, NULL), CAMDELTA_ERROR_INVALID_ARGUMENT, &d,
+                  "'q' is given without 'inflation_sq'");
+  a = good, a.inflation_sq = a.grad_inflation_sq;
+  expect_rejected(camdelta_prep_backward(ctx, &a, NULL), CAMDELTA_ERROR_INVALID_ARGUMENT, &d,
+                  "'inflation_sq' is given without 'q'");
+  a = good, a.q = a.grad_q, a.k = a.grad_k, a.inflation_sq = a.grad_inflation_sq, a.k.offset = 1;
+  expect_rejected(camdelta_prep_backward(ctx, &a, NULL), CAMDELTA_ERROR_BUFFER_TOO_SMALL, &d, "'k'");
+  a = good, a.q = a.grad_q, a.k = a.grad_k, a.inflation_sq = a.grad_inflation_sq, a.inflation_sq.offset = 1;
+  expect_rejected(camdelta_prep_backward(ctx, &a, NULL), CAMDELTA_ERROR_BUFFER_TOO_SMALL, &d, "'inflation_sq'");
+  a = good, a.q = a.dk_raw, a.k = a.grad_k, a.inflation_sq = a.grad_inflation_sq;
+  expect_rejected(camdelta_prep_backward(ctx, &a, NULL), CAMDELTA_ERROR_INVALID_ARGUMENT, &d, "overlap");
   a = good, a.dk_raw = a.dq_raw;
   expect_rejected(camdelta_prep_backward(ctx, &a, NULL), CAMDELTA_ERROR_INVALID_ARGUMENT, &d, "overlap");
   a = good, a.dq_raw = a.grad_q;
@@ -470,6 +489,23 @@ static void test_prep_backward_fused(void **state) {
   run_case(&medium, &ms);
   tu_report("prep_backward fused B1 N600 H20 D112 (saved) ms", ms);
   report_worst("prep_backward fused medium");
+  /* pass 1 from the forward's outputs q and k (saved = 2): every head-dim class, partial work-groups of pass 1,
+   * B = 2, offsets, both clamps (zero_every: heads whose k is all zero, pre = post = 0), each upstream gradient
+   * absent; in 16-bit storage the outputs are given but not read */
+  static const pb_case outs[] = {
+      {1, 1, 1, 8, CAMDELTA_F32, 0, 0, GALL, 0, 2},      {1, 7, 3, 8, CAMDELTA_F32, 5, 3, GALL, 0, 2},
+      {1, 20, 20, 8, CAMDELTA_F32, 0, 2, GALL, 0, 2},     {2, 33, 1, 16, CAMDELTA_F32, 0, 0, GALL, 0, 2},
+      {1, 100, 3, 32, CAMDELTA_F32, 4, 7, GALL, 0, 2},    {2, 65, 5, 64, CAMDELTA_F32, 0, 0, GALL, 0, 2},
+      {1, 70, 3, 112, CAMDELTA_F32, 11, 5, GALL, 0, 2},   {2, 40, 2, 128, CAMDELTA_F32, 1, 0, GALL, 0, 2},
+      {1, 45, 2, 120, CAMDELTA_F32, 0, 9, GALL, 0, 2},    {1, 9, 26, 128, CAMDELTA_F32, 0, 4, GALL, 0, 2},
+      {1, 50, 3, 24, CAMDELTA_F32, 0, 4, GQ, 0, 2},       {1, 50, 3, 24, CAMDELTA_F32, 0, 4, GK, 0, 2},
+      {1, 50, 3, 24, CAMDELTA_F32, 0, 4, GV, 0, 2},       {1, 50, 3, 24, CAMDELTA_F32, 0, 4, GI, 0, 2},
+      {1, 50, 3, 24, CAMDELTA_F32, 0, 4, GK | GI, 0, 2},  {1, 50, 3, 24, CAMDELTA_F32, 0, 4, 0, 0, 2},
+      {1, 50, 3, 24, CAMDELTA_F32, 0, 4, GALL, 1, 2},     {2, 77, 1, 64, CAMDELTA_F16, 0, 0, GALL, 0, 2},
+      {1, 600, 20, 112, CAMDELTA_F32, 0, 0, GALL, 0, 2},
+  };
+  for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++) run_case(&outs[i], NULL);
+  report_worst("prep_backward fused from the forward's outputs");
   const pb_case det = {2, 90, 4, 32, CAMDELTA_F32, 0, 3, GALL, 0, 0};
   check_deterministic(&det);
   const pb_case warm = {1, 30, 2, 40, CAMDELTA_BF16, 0, 0, GALL, 0, 1};

@@ -109,7 +109,10 @@ static camdelta_status check_args(const camdelta_prep_backward_args *a, const ca
                   {"grad_q", a->grad_q, BNHD, es},
                   {"grad_k", a->grad_k, BNHD, es},
                   {"grad_v", a->grad_v, BNHD, es},
-                  {"grad_inflation_sq", a->grad_inflation_sq, B * H * N, 4}};
+                  {"grad_inflation_sq", a->grad_inflation_sq, B * H * N, 4},
+                  {"q", a->q, BNHD, es},
+                  {"k", a->k, BNHD, es},
+                  {"inflation_sq", a->inflation_sq, B * H * N, 4}};
   cd_tensor_arg out[] = {{"dq_raw", a->dq_raw, BNHD, es},
                    {"dk_raw", a->dk_raw, BNHD, es},
                    {"dv_raw", a->dv_raw, BNHD, es},
@@ -125,6 +128,18 @@ static camdelta_status check_args(const camdelta_prep_backward_args *a, const ca
   for (size_t i = 0; i < nout; i++)
     if ((st = cd_check_buffer(OP, out[i].name, out[i].b, out[i].elems, out[i].es, i >= 5))) return st;
   if ((st = cd_check_no_overlap(OP, out, nout, in, nin))) return st;
+  {
+    /* the forward's outputs: all three or none */
+    static const char *const fo[3] = {"q", "k", "inflation_sq"};
+    const int has[3] = {a->q.mem != NULL, a->k.mem != NULL, a->inflation_sq.mem != NULL};
+    if (has[0] + has[1] + has[2] == 1 || has[0] + has[1] + has[2] == 2) {
+      const int given = has[0] ? 0 : has[1] ? 1 : 2, missing = !has[0] ? 0 : !has[1] ? 1 : 2;
+      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
+                     "%s: '%s' is given without '%s' (the forward's outputs q, k and inflation_sq come together, or "
+                     "not at all)",
+                     OP, fo[given], fo[missing]);
+    }
+  }
   if (saved) {
     if (!saved->valid || !saved->inv_rms)
       return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
@@ -191,7 +206,7 @@ static camdelta_status run(camdelta_context *ctx, const camdelta_prep_backward_a
       if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;
       cd_launch l;
       cd_launch_init(&l, args->profile);
-      st = cd_pbf_run(ctx, args, saved ? saved->inv_rms : NULL, g2, &p, &l);
+      st = cd_pbf_run(ctx, args, saved, g2, &p, &l);
       cd_pbf_release(&p);
       return cd_launch_end(ctx, &l, st);
     }

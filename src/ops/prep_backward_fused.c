@@ -4,8 +4,10 @@
  * a CPU, take the three-kernel form of prep_backward.c, which PoCL runs faster); CAMDELTA_PREP_BWD_FUSED=0|1,
  * read at context creation, forces either form.
  *
- * Shape: pass 1 (cd_prep_bwd_sums) runs one work-item per (b, n, h), TS tokens per work-group (default 64), heads
- * fastest in the grid. Pass 2 (cd_prep_bwd_grads) runs, per head, J groups of NU work-groups, each work-group
+ * Shape: pass 1 (cd_prep_bwd_sums, or cd_prep_bwd_sums_out when the call gives the forward's outputs q, k,
+ * inflation_sq with a saved object in f32) runs one work-item per (b, n, h), TS tokens per work-group (default 64),
+ * heads fastest in the grid. H200, sana480, f32 (2026-12-04): cd_prep_bwd_sums 0.434 ms, cd_prep_bwd_sums_out
+ * 0.359 (it reads the same 1.17 GB, but along the tokens only); the whole backward 1.378 -> 1.296 ms. Pass 2 (cd_prep_bwd_grads) runs, per head, J groups of NU work-groups, each work-group
  * covering D/4/NU of the head's 4-channel units over tiles of TT tokens: TT * D/4/NU work-items. Defaults: TT 16
  * (a gradient row read covers 64 bytes) with NU 2 in f32, TT 16 with NU 1 for 16-bit storage (32 bytes); TT is
  * halved while the device or the built kernel (its registers) cannot take the work-group. J = WPC * compute units
@@ -45,8 +47,8 @@ camdelta_status cd_prep_bwd_tiles_env(unsigned tiles[4]) {
 }
 
 void cd_pbf_release(cd_pbf_plan *p) {
-  cl_kernel *k[4] = {&p->sums, &p->ssum, &p->grads, &p->reduce};
-  for (int i = 0; i < 4; i++) {
+  cl_kernel *k[5] = {&p->sums, &p->ssum, &p->grads, &p->reduce, &p->sums_out};
+  for (int i = 0; i < 5; i++) {
     if (*k[i]) clReleaseKernel(*k[i]);
     *k[i] = NULL;
   }
@@ -72,10 +74,10 @@ int cd_pbf_kernels(camdelta_context *ctx, camdelta_dtype dtype, size_t D, int g2
       char opts[160];
       snprintf(opts, sizeof opts, "-DCD_DTYPE=%d -DCD_D=%zu -DCD_TT=%u -DCD_G2=%d -DCD_UW=%zu", (int)dtype, D, p->tt,
                g2 != 0, uw);
-      static const char *const names[4] = {"cd_prep_bwd_sums", "cd_prep_bwd_ssum", "cd_prep_bwd_grads",
-                                           "cd_prep_bwd_fused_reduce"};
-      cl_kernel *k[4] = {&p->sums, &p->ssum, &p->grads, &p->reduce};
-      for (int i = 0; i < 4 && !*st; i++) *st = cd_kernel(ctx, "prep_backward_fused.cl", opts, names[i], k[i]);
+      static const char *const names[5] = {"cd_prep_bwd_sums", "cd_prep_bwd_ssum", "cd_prep_bwd_grads",
+                                           "cd_prep_bwd_fused_reduce", "cd_prep_bwd_sums_out"};
+      cl_kernel *k[5] = {&p->sums, &p->ssum, &p->grads, &p->reduce, &p->sums_out};
+      for (int i = 0; i < 5 && !*st; i++) *st = cd_kernel(ctx, "prep_backward_fused.cl", opts, names[i], k[i]);
       if (*st) {
         cd_pbf_release(p);
         return 0;
@@ -87,7 +89,8 @@ int cd_pbf_kernels(camdelta_context *ctx, camdelta_dtype dtype, size_t D, int g2
     p->tt /= 2;
   }
   p->ts = ctx->prep_bwd_tiles[2] ? ctx->prep_bwd_tiles[2] : PBF_DEFAULT_TS;
-  const size_t smax = cd_kernel_max_wg(ctx, p->sums);
+  size_t smax = cd_kernel_max_wg(ctx, p->sums);
+  if (cd_kernel_max_wg(ctx, p->sums_out) < smax) smax = cd_kernel_max_wg(ctx, p->sums_out);
   while (p->ts > 1 && p->ts > smax) p->ts /= 2;
   return 1;
 }
@@ -126,9 +129,12 @@ static void args_shape(cd_args *g, const camdelta_prep_backward_args *a, int sca
   cd_arg_u32(g, flags);
 }
 
-camdelta_status cd_pbf_run(camdelta_context *ctx, const camdelta_prep_backward_args *a, cl_mem inv,
-                           const camdelta_buffer *g2, const cd_pbf_plan *p, cd_launch *l) {
+camdelta_status cd_pbf_run(camdelta_context *ctx, const camdelta_prep_backward_args *a,
+                           const camdelta_prep_saved *saved, const camdelta_buffer *g2, const cd_pbf_plan *p,
+                           cd_launch *l) {
   const size_t B = a->B, N = a->N, H = a->H, D = a->D, C = H * D;
+  cl_mem inv = saved ? saved->inv_rms : NULL;
+  const int from_out = saved && a->q.mem && a->dtype == CAMDELTA_F32; /* with k and inflation_sq (checked) */
   const int has_gi = a->grad_inflation_sq.mem != NULL;
   const camdelta_buffer vec[] = {a->q_raw,  a->k_raw,    a->q_norm_weight, a->k_norm_weight, a->proj_q,
                                  a->proj_kv, a->rope_cos, a->rope_sin,      a->dq_raw,        a->dk_raw,
@@ -154,7 +160,25 @@ camdelta_status cd_pbf_run(camdelta_context *ctx, const camdelta_prep_backward_a
   const camdelta_buffer dummy = {scr[PW], 0};
   const cl_mem dgi = scr[DGI] ? scr[DGI] : scr[PW];
 #define OPT(x) ((x).mem ? (x) : dummy)
-  if (!st) {
+  if (!st && from_out) {
+    cd_args g = {p->sums_out, 0, CL_SUCCESS};
+    cd_arg_mem(&g, inv);
+    cd_arg_u64(&g, 0);
+    cd_arg_buf(&g, a->q);
+    cd_arg_buf(&g, a->k);
+    cd_arg_buf(&g, OPT(a->grad_q));
+    cd_arg_buf(&g, OPT(a->grad_k));
+    cd_arg_buf(&g, g2 ? OPT(g2[0]) : dummy);
+    cd_arg_buf(&g, a->inflation_sq);
+    cd_arg_buf(&g, OPT(a->grad_inflation_sq));
+    cd_arg_mem(&g, dgi);
+    cd_arg_mem(&g, scr[PART]);
+    args_shape(&g, a, 0, 0);
+    cd_arg_u32(&g, flags);
+    if (g.err != CL_SUCCESS) st = cd_cl_fail(g.err, "cd_prep_bwd_sums_out: setting arguments");
+    const size_t lws = p->ts, gws = p->groups1 * lws;
+    if (!st) st = cd_enqueue(ctx, p->sums_out, 1, &gws, &lws, l, "cd_prep_bwd_sums_out");
+  } else if (!st) {
     cd_args g = {p->sums, 0, CL_SUCCESS};
     args_inputs(&g, a, inv);
     cd_arg_buf(&g, OPT(a->grad_q));

@@ -5,7 +5,7 @@
 
 /** The kernels and launch shape of one call. */
 typedef struct cd_pbf_plan {
-  cl_kernel sums, ssum, grads, reduce;
+  cl_kernel sums, ssum, grads, reduce, sums_out;
   unsigned ts;            /* tokens per work-group of pass 1 (cd_prep_bwd_sums, and cd_prep_bwd_ssum's local size) */
   unsigned tt;            /* tokens per tile of pass 2 (CD_TT) */
   unsigned nu;            /* work-groups per (tile, head) of pass 2, each D/4/nu units (CD_UW) */
@@ -23,9 +23,11 @@ int cd_pbf_kernels(camdelta_context *ctx, camdelta_dtype dtype, size_t D, int g2
 /** The launch shape for (B, N, H, D). */
 void cd_pbf_shape(camdelta_context *ctx, size_t B, size_t N, size_t H, size_t D, cd_pbf_plan *p);
 void cd_pbf_release(cd_pbf_plan *p);
-/** Allocates the scratch, then enqueues [the inverse RMS kernel when inv is NULL,] both passes and the
- *  norm-weight reduction; inv: saved inverse RMS values (2, B, N) or NULL; g2 (NULL or two buffers shaped like
- *  grad_k and grad_v): added to grad_k and grad_v as they are read. */
-camdelta_status cd_pbf_run(camdelta_context *ctx, const camdelta_prep_backward_args *a, cl_mem inv,
-                           const camdelta_buffer *g2, const cd_pbf_plan *p, cd_launch *l);
+/** Allocates the scratch, then enqueues [the inverse RMS kernel without saved,] both passes and the norm-weight
+ *  reduction; saved: the forward's saved object (checked) or NULL; pass 1 reads the forward's outputs a->q, a->k,
+ *  a->inflation_sq when they are given with saved in f32 (cd_prep_bwd_sums_out); g2 (NULL or two buffers shaped like grad_k and
+ *  grad_v): added to grad_k and grad_v as they are read. */
+camdelta_status cd_pbf_run(camdelta_context *ctx, const camdelta_prep_backward_args *a,
+                           const camdelta_prep_saved *saved, const camdelta_buffer *g2, const cd_pbf_plan *p,
+                           cd_launch *l);
 #endif

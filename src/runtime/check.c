@@ -190,7 +190,8 @@ camdelta_status cd_prologue_prep_backward(const camdelta_context *ctx, const cam
                                NB(rope_sin), NB(grad_q),         NB(grad_k),        NB(grad_v),
                                NB(grad_inflation_sq), NB(dq_raw), NB(dk_raw),       NB(dv_raw),
                                NB(dq_norm_weight), NB(dk_norm_weight), NB(dproj_q), NB(dproj_kv),
-                               NB(drope_cos), NB(drope_sin)};
+                               NB(drope_cos), NB(drope_sin), NB(q),           NB(k),
+                               NB(inflation_sq)};
   return cd_prologue(op, ctx, a, saved ? saved->ctx : NULL, saved != NULL, a->profile, b, NBN(b));
 }
 
