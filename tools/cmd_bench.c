@@ -240,6 +240,8 @@ static camdelta_status run_op(camdelta_context *ctx, op_ctx *o, const bench_op *
     a.rope_sin.mem = b->rs, a.grad_q.mem = b->gq, a.grad_k.mem = b->gk, a.grad_v.mem = b->gv;
     a.grad_inflation_sq.mem = b->ginfl, a.dq_raw.mem = b->dq_raw, a.dk_raw.mem = b->dk_raw, a.dv_raw.mem = b->dv_raw;
     a.dq_norm_weight.mem = b->dqw, a.dk_norm_weight.mem = b->dkw, a.profile = prof;
+    /* the outputs of prepare_op's forward, as a training step keeps them */
+    a.q.mem = b->q, a.k.mem = b->k, a.inflation_sq.mem = b->infl;
     return camdelta_prep_backward(ctx, &a, o->psaved);
   }
   camdelta_scan_args s = {b->B, b->H, b->D, b->F, b->S, op->reverse, op->alg, {b->fq, 0}, {b->fk, 0}, {b->fv, 0},

@@ -578,7 +578,10 @@ static camdelta_status run_backward(camdelta_context *ctx, const camdelta_branch
                                       {NULL, 0},
                                       {NULL, 0},
                                       {NULL, 0},
-                                      pp};
+                                      pp,
+                                      m[QB], /* the forward's q, k, inflation_sq: pass 1 reads them along the */
+                                      m[KB], /* tokens */
+                                      m[INFL]};
     st = pair ? cd_prep_backward_g2(ctx, &pb, s->prep, x[DK2], x[DV2]) : camdelta_prep_backward(ctx, &pb, s->prep);
     add_profile(prof, &part);
   }
