@@ -8,16 +8,17 @@
  *                    share of S_k is kept linear in them:
  *                      da_k = [a_k > 0] k_scale (T^T g_k + 2 dpost T^T (T kn) + 2 dpre kn)
  *                      share(S_k) = A + dpost Bc + dpre Cc, A, Bc, Cc = the three terms times x w, summed over d.
- * cd_prep_bwd_sums_out  pass 1 when the caller gives the forward's outputs q, k and inflation_sq: the same shares
- *                    as dot products along the tokens, share(S_q) = (g_q . q) / ir_q.
+ * cd_prep_bwd_sums_out[4]  pass 1 when the caller gives the forward's outputs q, k and inflation_sq: the same
+ *                    shares as dot products along the tokens, share(S_q) = (g_q . q) / ir_q (4: four tokens per
+ *                    work-item, 16-byte loads).
  * cd_prep_bwd_ssum   S (2, B, N): the shares summed over the heads in order.
  * cd_prep_bwd_grads  pass 2, work-groups per (head, share of the head's 4-channel units), persistent over tiles of
  *                    CD_TT tokens, one work-item per (unit, token): writes dq_raw = da ir w - ir^3/C x S, dk_raw,
  *                    dv_raw, and keeps its channels' norm-weight terms in registers across its tiles.
  * cd_prep_bwd_fused_reduce  the norm-weight gradients: the grads work-groups' partial rows summed in order.
  *
- * Measured on the H200 at sana480 (2026-12-04): 0.42 (0.36 from the forward's outputs) + 0.93 ms for passes 1 and 2
- * (1.36 ms in all; 1.30) against 1.48 ms
+ * Measured on the H200 at sana480 (2026-12-04): 0.42 (0.30 from the forward's outputs) + 0.93 ms for passes 1 and 2
+ * (1.36 ms in all; 1.24) against 1.48 ms
  * for one pass that walked each tile's heads twice with barriers in between (its second reads found little in the
  * L2 cache). No atomics; every sum has a fixed order (bit-identical run to run).
  *
@@ -178,19 +179,41 @@ kernel void cd_prep_bwd_sums(global const cd_store_t *q_raw, ulong q_raw_off, gl
  * and dpre = -gi inflation_sq^2 / cl(post) [pre > 1e-12]. pre > 1e-12 is taken as cl(pre) > 1e-12 (1 + 1e-6): the
  * quotient carries the rounding of two divisions, and a clamped pre must not count as unclamped. Every read runs
  * along the tokens: no camera matrix, RoPE table, norm weight or raw input is read. */
-kernel void cd_prep_bwd_sums_out(global const float *inv_rms, ulong inv_off, global const cd_store_t *q_out,
-                                 ulong q_off, global const cd_store_t *k_out, ulong k_off,
-                                 global const cd_store_t *grad_q, ulong gq_off, global const cd_store_t *grad_k,
-                                 ulong gk_off, global const cd_store_t *grad_k2, ulong gk2_off,
-                                 global const float *infl, ulong infl_off, global const float *grad_infl,
-                                 ulong gi_off, global float *dgi, global float *part, ulong N, uint H, ulong B,
-                                 uint flags) {
+/* The end of both kernels below for one (b, h, n): dpost, dpre and the head's shares of S_q and S_k from the token's
+ * dot products sq = g_q . q, sk = g_k . k and post = |k|^2 over the head's channels. */
+inline void cd_sums_out_end(float sq, float sk, float post, ulong o, ulong tok, ulong BN, ulong BHN, int has_gi,
+                            global const float *inv_rms, ulong inv_off, global const float *infl, ulong infl_off,
+                            global const float *grad_infl, ulong gi_off, global float *dgi, global float *part) {
+  if (has_gi) {
+    const float gi = grad_infl[gi_off + o], r = infl[infl_off + o], cpost = fmax(post, 1e-12f);
+    const int pre_pos = cpost / r > 1.000001e-12f;
+    const float vpo = post > 1e-12f ? gi * r / cpost : 0.0f;
+    const float vpr = pre_pos ? -gi * r * r / cpost : 0.0f;
+    dgi[o] = vpo;
+    dgi[BHN + o] = vpr;
+    /* 2 dpost post + 2 dpre pre, pre = cl(post) / r where it counts */
+    sk = fma(2.0f * vpo, post, sk);
+    if (pre_pos) sk = fma(2.0f * vpr, cpost / r, sk);
+  }
+  part[o] = sq / inv_rms[inv_off + tok];
+  part[BHN + o] = sk / inv_rms[inv_off + BN + tok];
+}
+
+#define CD_SUMS_OUT_ARGS                                                                                              \
+  global const float *inv_rms, ulong inv_off, global const cd_store_t *q_out, ulong q_off,                           \
+      global const cd_store_t *k_out, ulong k_off, global const cd_store_t *grad_q, ulong gq_off,                    \
+      global const cd_store_t *grad_k, ulong gk_off, global const cd_store_t *grad_k2, ulong gk2_off,                \
+      global const float *infl, ulong infl_off, global const float *grad_infl, ulong gi_off, global float *dgi,      \
+      global float *part, ulong N, uint H, ulong B, uint flags
+
+/* One work-item per (b, n, h), as cd_prep_bwd_sums. */
+kernel void cd_prep_bwd_sums_out(CD_SUMS_OUT_ARGS) {
   const ulong L = get_local_size(0), tpr = (N + L - 1) / L, BN = B * N, BHN = B * H * N;
   const ulong grp = get_group_id(0), tile = grp / H;
   const uint h = (uint)(grp % H);
   const ulong b = tile / tpr, n = (tile % tpr) * L + get_local_id(0);
   if (b >= B || n >= N) return;
-  const ulong tok = b * N + n, g0 = (b * H + h) * CD_D * N + n;
+  const ulong g0 = (b * H + h) * CD_D * N + n;
   const int has_gq = (flags & CD_F_GQ) != 0, has_gk = (flags & CD_F_GK) != 0, has_gi = (flags & CD_F_GI) != 0;
   const int has_g2 = CD_G2;
   float sq = 0.0f, sk = 0.0f, post = 0.0f;
@@ -211,20 +234,49 @@ kernel void cd_prep_bwd_sums_out(global const float *inv_rms, ulong inv_off, glo
       post = fma(k, k, post);
     }
   }
-  const ulong o = (b * H + h) * N + n;
-  if (has_gi) {
-    const float gi = grad_infl[gi_off + o], r = infl[infl_off + o], cpost = fmax(post, 1e-12f);
-    const int pre_pos = cpost / r > 1.000001e-12f;
-    const float vpo = post > 1e-12f ? gi * r / cpost : 0.0f;
-    const float vpr = pre_pos ? -gi * r * r / cpost : 0.0f;
-    dgi[o] = vpo;
-    dgi[BHN + o] = vpr;
-    /* 2 dpost post + 2 dpre pre, pre = cl(post) / r where it counts */
-    sk = fma(2.0f * vpo, post, sk);
-    if (pre_pos) sk = fma(2.0f * vpr, cpost / r, sk);
+  cd_sums_out_end(sq, sk, post, (b * H + h) * N + n, b * N + n, BN, BHN, has_gi, inv_rms, inv_off, infl, infl_off,
+                  grad_infl, gi_off, dgi, part);
+}
+
+/* One work-item per (b, 4 consecutive tokens, h), 16-byte loads along the tokens: for N a multiple of 4 and the
+ * offsets of q, k, grad_q, grad_k[, grad_k2] multiples of 4. The same sums in the same order as cd_prep_bwd_sums_out
+ * (bit-identical results). */
+kernel void cd_prep_bwd_sums_out4(CD_SUMS_OUT_ARGS) {
+  const ulong L = get_local_size(0), N4 = N / 4, tpr = (N4 + L - 1) / L, BN = B * N, BHN = B * H * N;
+  const ulong grp = get_group_id(0), tile = grp / H;
+  const uint h = (uint)(grp % H);
+  const ulong b = tile / tpr, n4 = (tile % tpr) * L + get_local_id(0);
+  if (b >= B || n4 >= N4) return;
+  const ulong n = 4 * n4, g0 = (b * H + h) * CD_D * N + n;
+  const int has_gq = (flags & CD_F_GQ) != 0, has_gk = (flags & CD_F_GK) != 0, has_gi = (flags & CD_F_GI) != 0;
+  const int has_g2 = CD_G2;
+  float4 sq = (float4)(0.0f), sk = sq, post = sq;
+  if (has_gq) {
+#pragma unroll 4
+    for (uint d = 0; d < CD_D; d++)
+      sq = fma(CD_LD4(grad_q, gq_off + g0 + d * N, 1), CD_LD4(q_out, q_off + g0 + d * N, 1), sq);
   }
-  part[o] = sq / inv_rms[inv_off + tok];
-  part[BHN + o] = sk / inv_rms[inv_off + BN + tok];
+  if (has_gk || has_gi) {
+#pragma unroll 4
+    for (uint d = 0; d < CD_D; d++) {
+      const float4 k = CD_LD4(k_out, k_off + g0 + d * N, 1);
+      if (has_gk) {
+        float4 g = CD_LD4(grad_k, gk_off + g0 + d * N, 1);
+        if (has_g2) g += CD_LD4(grad_k2, gk2_off + g0 + d * N, 1);
+        sk = fma(g, k, sk);
+      }
+      post = fma(k, k, post);
+    }
+  }
+  const ulong o = (b * H + h) * N + n, tok = b * N + n;
+  cd_sums_out_end(sq.x, sk.x, post.x, o, tok, BN, BHN, has_gi, inv_rms, inv_off, infl, infl_off, grad_infl, gi_off,
+                  dgi, part);
+  cd_sums_out_end(sq.y, sk.y, post.y, o + 1, tok + 1, BN, BHN, has_gi, inv_rms, inv_off, infl, infl_off, grad_infl,
+                  gi_off, dgi, part);
+  cd_sums_out_end(sq.z, sk.z, post.z, o + 2, tok + 2, BN, BHN, has_gi, inv_rms, inv_off, infl, infl_off, grad_infl,
+                  gi_off, dgi, part);
+  cd_sums_out_end(sq.w, sk.w, post.w, o + 3, tok + 3, BN, BHN, has_gi, inv_rms, inv_off, infl, infl_off, grad_infl,
+                  gi_off, dgi, part);
 }
 
 /* Global: B * N (rounded up). S (2, B, N) = part (2, B, H, N) summed over h in order. */

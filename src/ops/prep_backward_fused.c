@@ -4,10 +4,12 @@
  * a CPU, take the three-kernel form of prep_backward.c, which PoCL runs faster); CAMDELTA_PREP_BWD_FUSED=0|1,
  * read at context creation, forces either form.
  *
- * Shape: pass 1 (cd_prep_bwd_sums, or cd_prep_bwd_sums_out when the call gives the forward's outputs q, k,
- * inflation_sq with a saved object in f32) runs one work-item per (b, n, h), TS tokens per work-group (default 64),
- * heads fastest in the grid. H200, sana480, f32 (2026-12-04): cd_prep_bwd_sums 0.434 ms, cd_prep_bwd_sums_out
- * 0.359 (it reads the same 1.17 GB, but along the tokens only); the whole backward 1.378 -> 1.296 ms. Pass 2 (cd_prep_bwd_grads) runs, per head, J groups of NU work-groups, each work-group
+ * Shape: pass 1 (cd_prep_bwd_sums, or cd_prep_bwd_sums_out[4] when the call gives the forward's outputs q, k,
+ * inflation_sq with a saved object in f32) runs one work-item per (b, n, h) (sums_out4: per 4 tokens, where N and
+ * the offsets are multiples of 4), TS tokens per work-group (default 64), heads fastest in the grid. H200, sana480,
+ * f32 (2026-12-04): cd_prep_bwd_sums 0.434 ms, cd_prep_bwd_sums_out 0.352, cd_prep_bwd_sums_out4 0.296 (the same
+ * 1.17 GB, read along the tokens only: 3.96 TB/s); the whole backward 1.377 / 1.294 / 1.238 ms (TS 32 / 128 / 256
+ * with sums_out4: 1.266 / 1.237 / 1.239). Pass 2 (cd_prep_bwd_grads) runs, per head, J groups of NU work-groups, each work-group
  * covering D/4/NU of the head's 4-channel units over tiles of TT tokens: TT * D/4/NU work-items. Defaults: TT 16
  * (a gradient row read covers 64 bytes) with NU 2 in f32, TT 16 with NU 1 for 16-bit storage (32 bytes); TT is
  * halved while the device or the built kernel (its registers) cannot take the work-group. J = WPC * compute units
@@ -47,8 +49,8 @@ camdelta_status cd_prep_bwd_tiles_env(unsigned tiles[4]) {
 }
 
 void cd_pbf_release(cd_pbf_plan *p) {
-  cl_kernel *k[5] = {&p->sums, &p->ssum, &p->grads, &p->reduce, &p->sums_out};
-  for (int i = 0; i < 5; i++) {
+  cl_kernel *k[6] = {&p->sums, &p->ssum, &p->grads, &p->reduce, &p->sums_out, &p->sums_out4};
+  for (int i = 0; i < 6; i++) {
     if (*k[i]) clReleaseKernel(*k[i]);
     *k[i] = NULL;
   }
@@ -74,10 +76,10 @@ int cd_pbf_kernels(camdelta_context *ctx, camdelta_dtype dtype, size_t D, int g2
       char opts[160];
       snprintf(opts, sizeof opts, "-DCD_DTYPE=%d -DCD_D=%zu -DCD_TT=%u -DCD_G2=%d -DCD_UW=%zu", (int)dtype, D, p->tt,
                g2 != 0, uw);
-      static const char *const names[5] = {"cd_prep_bwd_sums", "cd_prep_bwd_ssum", "cd_prep_bwd_grads",
-                                           "cd_prep_bwd_fused_reduce", "cd_prep_bwd_sums_out"};
-      cl_kernel *k[5] = {&p->sums, &p->ssum, &p->grads, &p->reduce, &p->sums_out};
-      for (int i = 0; i < 5 && !*st; i++) *st = cd_kernel(ctx, "prep_backward_fused.cl", opts, names[i], k[i]);
+      static const char *const names[6] = {"cd_prep_bwd_sums",         "cd_prep_bwd_ssum",     "cd_prep_bwd_grads",
+                                           "cd_prep_bwd_fused_reduce", "cd_prep_bwd_sums_out", "cd_prep_bwd_sums_out4"};
+      cl_kernel *k[6] = {&p->sums, &p->ssum, &p->grads, &p->reduce, &p->sums_out, &p->sums_out4};
+      for (int i = 0; i < 6 && !*st; i++) *st = cd_kernel(ctx, "prep_backward_fused.cl", opts, names[i], k[i]);
       if (*st) {
         cd_pbf_release(p);
         return 0;
@@ -90,7 +92,9 @@ int cd_pbf_kernels(camdelta_context *ctx, camdelta_dtype dtype, size_t D, int g2
   }
   p->ts = ctx->prep_bwd_tiles[2] ? ctx->prep_bwd_tiles[2] : PBF_DEFAULT_TS;
   size_t smax = cd_kernel_max_wg(ctx, p->sums);
-  if (cd_kernel_max_wg(ctx, p->sums_out) < smax) smax = cd_kernel_max_wg(ctx, p->sums_out);
+  const cl_kernel other[2] = {p->sums_out, p->sums_out4};
+  for (int i = 0; i < 2; i++)
+    if (cd_kernel_max_wg(ctx, other[i]) < smax) smax = cd_kernel_max_wg(ctx, other[i]);
   while (p->ts > 1 && p->ts > smax) p->ts /= 2;
   return 1;
 }
@@ -160,8 +164,13 @@ camdelta_status cd_pbf_run(camdelta_context *ctx, const camdelta_prep_backward_a
   const camdelta_buffer dummy = {scr[PW], 0};
   const cl_mem dgi = scr[DGI] ? scr[DGI] : scr[PW];
 #define OPT(x) ((x).mem ? (x) : dummy)
+  /* four tokens per work-item where every row the kernel loads starts at a multiple of 4 elements */
+  const int four = from_out && N % 4 == 0 && a->q.offset % 4 == 0 && a->k.offset % 4 == 0 &&
+                   a->grad_q.offset % 4 == 0 && a->grad_k.offset % 4 == 0 && (!g2 || g2[0].offset % 4 == 0);
   if (!st && from_out) {
-    cd_args g = {p->sums_out, 0, CL_SUCCESS};
+    const cl_kernel k1 = four ? p->sums_out4 : p->sums_out;
+    const char *name = four ? "cd_prep_bwd_sums_out4" : "cd_prep_bwd_sums_out";
+    cd_args g = {k1, 0, CL_SUCCESS};
     cd_arg_mem(&g, inv);
     cd_arg_u64(&g, 0);
     cd_arg_buf(&g, a->q);
@@ -175,9 +184,10 @@ camdelta_status cd_pbf_run(camdelta_context *ctx, const camdelta_prep_backward_a
     cd_arg_mem(&g, scr[PART]);
     args_shape(&g, a, 0, 0);
     cd_arg_u32(&g, flags);
-    if (g.err != CL_SUCCESS) st = cd_cl_fail(g.err, "cd_prep_bwd_sums_out: setting arguments");
-    const size_t lws = p->ts, gws = p->groups1 * lws;
-    if (!st) st = cd_enqueue(ctx, p->sums_out, 1, &gws, &lws, l, "cd_prep_bwd_sums_out");
+    if (g.err != CL_SUCCESS)
+      st = cd_cl_fail(g.err, four ? "cd_prep_bwd_sums_out4: setting arguments" : "cd_prep_bwd_sums_out: setting arguments");
+    const size_t lws = p->ts, gws = (four ? B * ((N / 4 + lws - 1) / lws) * H : p->groups1) * lws;
+    if (!st) st = cd_enqueue(ctx, k1, 1, &gws, &lws, l, name);
   } else if (!st) {
     cd_args g = {p->sums, 0, CL_SUCCESS};
     args_inputs(&g, a, inv);

@@ -5,7 +5,7 @@
 
 /** The kernels and launch shape of one call. */
 typedef struct cd_pbf_plan {
-  cl_kernel sums, ssum, grads, reduce, sums_out;
+  cl_kernel sums, ssum, grads, reduce, sums_out, sums_out4;
   unsigned ts;            /* tokens per work-group of pass 1 (cd_prep_bwd_sums, and cd_prep_bwd_ssum's local size) */
   unsigned tt;            /* tokens per tile of pass 2 (CD_TT) */
   unsigned nu;            /* work-groups per (tile, head) of pass 2, each D/4/nu units (CD_UW) */
