@@ -489,22 +489,18 @@ static void test_prep_backward_fused(void **state) {
   run_case(&medium, &ms);
   tu_report("prep_backward fused B1 N600 H20 D112 (saved) ms", ms);
   report_worst("prep_backward fused medium");
-  /* pass 1 from the forward's outputs q, k, inflation_sq (saved = 2): every head-dim class, partial work-groups of
-   * pass 1, B = 2, offsets, both clamps (zero_every: heads whose k is all zero, pre = post = 0), each upstream
-   * gradient absent; four tokens per work-item (N a multiple of 4 and offsets of 0, 4, 8: N = 20, 52, 64, 100, 600)
-   * and one (N = 1, 7, 33, 50 or offsets 1, 11); in 16-bit storage the outputs are given but not read */
+  /* pass 1 from the forward's outputs q, k, inflation_sq (saved = 2): the cases above again (every head-dim class,
+   * partial work-groups of pass 1, B = 2, offsets, both clamps (zero_every: heads whose k is all zero, pre = post =
+   * 0), each upstream gradient absent; in 16-bit storage the outputs are given but not read), and more where N and
+   * the offsets are multiples of 4 (four tokens per work-item: N = 20, 100 above, 600, 64, 52 here) */
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    pb_case c = cases[i];
+    c.saved = 2;
+    run_case(&c, NULL);
+  }
   static const pb_case outs[] = {
-      {1, 1, 1, 8, CAMDELTA_F32, 0, 0, GALL, 0, 2},      {1, 7, 3, 8, CAMDELTA_F32, 5, 3, GALL, 0, 2},
-      {1, 20, 20, 8, CAMDELTA_F32, 0, 2, GALL, 0, 2},     {2, 33, 1, 16, CAMDELTA_F32, 0, 0, GALL, 0, 2},
-      {1, 100, 3, 32, CAMDELTA_F32, 4, 7, GALL, 0, 2},    {2, 65, 5, 64, CAMDELTA_F32, 0, 0, GALL, 0, 2},
-      {1, 70, 3, 112, CAMDELTA_F32, 11, 5, GALL, 0, 2},   {2, 40, 2, 128, CAMDELTA_F32, 1, 0, GALL, 0, 2},
-      {1, 45, 2, 120, CAMDELTA_F32, 0, 9, GALL, 0, 2},    {1, 9, 26, 128, CAMDELTA_F32, 0, 4, GALL, 0, 2},
-      {1, 50, 3, 24, CAMDELTA_F32, 0, 4, GQ, 0, 2},       {1, 50, 3, 24, CAMDELTA_F32, 0, 4, GK, 0, 2},
-      {1, 50, 3, 24, CAMDELTA_F32, 0, 4, GV, 0, 2},       {1, 50, 3, 24, CAMDELTA_F32, 0, 4, GI, 0, 2},
-      {1, 50, 3, 24, CAMDELTA_F32, 0, 4, GK | GI, 0, 2},  {1, 50, 3, 24, CAMDELTA_F32, 0, 4, 0, 0, 2},
-      {1, 50, 3, 24, CAMDELTA_F32, 0, 4, GALL, 1, 2},     {2, 77, 1, 64, CAMDELTA_F16, 0, 0, GALL, 0, 2},
-      {1, 600, 20, 112, CAMDELTA_F32, 0, 0, GALL, 0, 2},   {2, 64, 3, 112, CAMDELTA_F32, 0, 5, GALL, 0, 2},
-      {1, 52, 3, 24, CAMDELTA_F32, 4, 4, GK | GI, 0, 2},   {1, 52, 3, 24, CAMDELTA_F32, 8, 4, GQ, 0, 2},
+      {1, 600, 20, 112, CAMDELTA_F32, 0, 0, GALL, 0, 2}, {2, 64, 3, 112, CAMDELTA_F32, 0, 5, GALL, 0, 2},
+      {1, 52, 3, 24, CAMDELTA_F32, 4, 4, GK | GI, 0, 2}, {1, 52, 3, 24, CAMDELTA_F32, 8, 4, GQ, 0, 2},
   };
   for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++) run_case(&outs[i], NULL);
   report_worst("prep_backward fused from the forward's outputs");
