@@ -18,9 +18,9 @@
  * cd_prep_bwd_fused_reduce  the norm-weight gradients: the grads work-groups' partial rows summed in order.
  *
  * Measured on the H200 at sana480 (2026-12-04): 0.42 (0.30 from the forward's outputs) + 0.93 ms for passes 1 and 2
- * (1.36 ms in all; 1.24) against 1.48 ms
- * for one pass that walked each tile's heads twice with barriers in between (its second reads found little in the
- * L2 cache). No atomics; every sum has a fixed order (bit-identical run to run).
+ * (1.36 ms in all; 1.24) against 1.48 ms for one pass that walked each tile's heads twice with barriers in between
+ * (its second reads found little in the L2 cache). No atomics; every sum has a fixed order (bit-identical run to
+ * run).
  *
  * Build options: CD_DTYPE, CD_D, CD_TT (tokens per tile of cd_prep_bwd_grads), CD_UW (its 4-channel units per
  * work-group, a divisor of D/4: the work-group has CD_TT * CD_UW work-items), CD_G2. */
@@ -178,9 +178,10 @@ kernel void cd_prep_bwd_sums(global const cd_store_t *q_raw, ulong q_raw_off, gl
  * with post = sum_d k^2 and cl(pre) = cl(post) / inflation_sq, so dpost = gi [post > 1e-12] inflation_sq / cl(post)
  * and dpre = -gi inflation_sq^2 / cl(post) [pre > 1e-12]. pre > 1e-12 is taken as cl(pre) > 1e-12 (1 + 1e-6): the
  * quotient carries the rounding of two divisions, and a clamped pre must not count as unclamped. Every read runs
- * along the tokens: no camera matrix, RoPE table, norm weight or raw input is read. */
-/* The end of both kernels below for one (b, h, n): dpost, dpre and the head's shares of S_q and S_k from the token's
- * dot products sq = g_q . q, sk = g_k . k and post = |k|^2 over the head's channels. */
+ * along the tokens: no camera matrix, RoPE table, norm weight or raw input is read.
+ *
+ * cd_sums_out_end: the end of both kernels for one (b, h, n): dpost, dpre and the head's shares of S_q and S_k from
+ * the token's dot products sq = g_q . q, sk = g_k . k and post = |k|^2 over the head's channels. */
 inline void cd_sums_out_end(float sq, float sk, float post, ulong o, ulong tok, ulong BN, ulong BHN, int has_gi,
                             global const float *inv_rms, ulong inv_off, global const float *infl, ulong infl_off,
                             global const float *grad_infl, ulong gi_off, global float *dgi, global float *part) {

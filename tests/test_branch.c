@@ -190,7 +190,7 @@ static double worst_y = 0, worst_g[NGRAD];
 static int prep_bwd_fused(camdelta_context *ctx, size_t D) {
   cd_pbf_plan p;
   camdelta_status st;
-  if (!cd_pbf_kernels(ctx, CAMDELTA_F32, D, 1, &p, &st)) return 0;
+  if (!cd_pbf_kernels(ctx, CAMDELTA_F32, D, 1, CD_PBF_P1_RAW, &p, &st)) return 0;
   cd_pbf_release(&p);
   return 1;
 }

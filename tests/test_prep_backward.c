@@ -203,7 +203,10 @@ static void run_case(const pb_case *c, double *ms) {
   }
   camdelta_profile prof = {0, 0};
   camdelta_prep_backward_args a = make_args(&x, &d, c, &prof);
-  if (c->saved == 2) a.q = (camdelta_buffer){q, 0}, a.k = (camdelta_buffer){k, 0}, a.inflation_sq = (camdelta_buffer){infl, 0};
+  if (c->saved == 2) {
+    a.q = (camdelta_buffer){q, 0}, a.k = (camdelta_buffer){k, 0};
+    a.inflation_sq = (camdelta_buffer){infl, 0};
+  }
   TU_OK(camdelta_prep_backward(ctx, &a, saved));
   if (q) clReleaseMemObject(q), clReleaseMemObject(k), clReleaseMemObject(infl);
   /* [inverse RMS,] heads, tokens, reduce; or [inverse RMS,] sums, S, grads, reduce */
@@ -370,7 +373,8 @@ static void test_prep_backward_bad_input(void **state) {
   }
   /* the forward's outputs q, k, inflation_sq: all three or none, each of its size, none overlapping an output */
   a = good, a.q = a.grad_q;
-  expect_rejected(camdelta_prep_backward(ctx, &a, NULL), CAMDELTA_ERROR_INVALID_ARGUMENT, &d, "'q' is given without 'k'");
+  expect_rejected(camdelta_prep_backward(ctx, &a, NULL), CAMDELTA_ERROR_INVALID_ARGUMENT, &d,
+                  "'q' is given without 'k'");
   a = good, a.q = a.grad_q, a.k = a.grad_k;
   expect_rejected(camdelta_prep_backward(ctx, &a, NULL), CAMDELTA_ERROR_INVALID_ARGUMENT, &d,
                   "'q' is given without 'inflation_sq'");
@@ -542,7 +546,8 @@ static void test_prep_backward_three_kernels(void **state) {
 /* A tuning override that does not parse or is out of range fails the context creation, naming the variable. */
 static void test_prep_backward_tiles_env(void **state) {
   (void)state;
-  static const char *const bad[] = {"TT=5", "TT=32", "TT=8,XX=2", "WPC=0", "TT", "PF=2", "TS=48", "TS=512", "NU=3", "NU=0"};
+  static const char *const bad[] = {"TT=5",  "TT=32",  "TT=8,XX=2", "WPC=0", "TT",
+                                    "PF=2",  "TS=48",  "TS=512",    "NU=3",  "NU=0"};
   tu_check_bad_env("CAMDELTA_PREP_BWD_TILES", bad, sizeof bad / sizeof bad[0]);
 }
 

@@ -73,8 +73,8 @@ camdelta_status cd_prep_backward_warm(camdelta_context *ctx, camdelta_dtype dtyp
   /* the fused form too where the context uses it (calls without dproj/drope), in f32 also the camera branch's
    * variant with second K and V gradients */
   cd_pbf_plan p;
-  if (cd_pbf_kernels(ctx, dtype, D, 0, &p, &st)) cd_pbf_release(&p);
-  if (!st && dtype == CAMDELTA_F32 && cd_pbf_kernels(ctx, dtype, D, 1, &p, &st)) cd_pbf_release(&p);
+  if (cd_pbf_kernels(ctx, dtype, D, 0, CD_PBF_P1_RAW, &p, &st)) cd_pbf_release(&p);
+  if (!st && dtype == CAMDELTA_F32 && cd_pbf_kernels(ctx, dtype, D, 1, CD_PBF_P1_RAW, &p, &st)) cd_pbf_release(&p);
   return st;
 }
 
@@ -199,7 +199,7 @@ static camdelta_status run(camdelta_context *ctx, const camdelta_prep_backward_a
   /* The two-pass form (GPUs, see prep_backward_fused.c) when no dproj/drope is asked for. */
   if (!(flags & (PB_WANT_PQ | PB_WANT_PKV | PB_WANT_ROPE))) {
     cd_pbf_plan p;
-    const int fused = cd_pbf_kernels(ctx, args->dtype, D, g2 != NULL, &p, &st);
+    const int fused = cd_pbf_kernels(ctx, args->dtype, D, g2 != NULL, cd_pbf_pass1_of(args, saved, g2), &p, &st);
     if (st) return st;
     if (fused) {
       cd_pbf_shape(ctx, B, N, H, D, &p);

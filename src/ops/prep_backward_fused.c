@@ -5,11 +5,12 @@
  * read at context creation, forces either form.
  *
  * Shape: pass 1 (cd_prep_bwd_sums, or cd_prep_bwd_sums_out[4] when the call gives the forward's outputs q, k,
- * inflation_sq with a saved object in f32) runs one work-item per (b, n, h) (sums_out4: per 4 tokens, where N and
- * the offsets are multiples of 4), TS tokens per work-group (default 64), heads fastest in the grid. H200, sana480,
- * f32 (2026-12-04): cd_prep_bwd_sums 0.434 ms, cd_prep_bwd_sums_out 0.352, cd_prep_bwd_sums_out4 0.296 (the same
- * 1.17 GB, read along the tokens only: 3.96 TB/s); the whole backward 1.377 / 1.294 / 1.238 ms (TS 32 / 128 / 256
- * with sums_out4: 1.266 / 1.237 / 1.239). Pass 2 (cd_prep_bwd_grads) runs, per head, J groups of NU work-groups, each work-group
+ * inflation_sq with a saved object in f32: cd_pbf_pass1_of) runs one work-item per (b, n, h) (sums_out4: per 4
+ * tokens, where N and the offsets are multiples of 4), TS tokens per work-group (default 64), heads fastest in the
+ * grid. H200, sana480, f32 (2026-12-04): cd_prep_bwd_sums 0.434 ms, cd_prep_bwd_sums_out 0.352,
+ * cd_prep_bwd_sums_out4 0.296 (the same 1.17 GB, read along the tokens only: 3.96 TB/s); the whole backward
+ * 1.377 / 1.294 / 1.238 ms (TS 32 / 128 / 256 with sums_out4: 1.266 / 1.237 / 1.239).
+ * Pass 2 (cd_prep_bwd_grads) runs, per head, J groups of NU work-groups, each work-group
  * covering D/4/NU of the head's 4-channel units over tiles of TT tokens: TT * D/4/NU work-items. Defaults: TT 16
  * (a gradient row read covers 64 bytes) with NU 2 in f32, TT 16 with NU 1 for 16-bit storage (32 bytes); TT is
  * halved while the device or the built kernel (its registers) cannot take the work-group. J = WPC * compute units
@@ -48,17 +49,28 @@ camdelta_status cd_prep_bwd_tiles_env(unsigned tiles[4]) {
   return st;
 }
 
+static const char *const PASS1_NAMES[3] = {"cd_prep_bwd_sums", "cd_prep_bwd_sums_out", "cd_prep_bwd_sums_out4"};
+
+cd_pbf_pass1 cd_pbf_pass1_of(const camdelta_prep_backward_args *a, const camdelta_prep_saved *saved,
+                             const camdelta_buffer *g2) {
+  if (!saved || !a->q.mem || a->dtype != CAMDELTA_F32) return CD_PBF_P1_RAW; /* k, inflation_sq come with q */
+  const int four = a->N % 4 == 0 && a->q.offset % 4 == 0 && a->k.offset % 4 == 0 && a->grad_q.offset % 4 == 0 &&
+                   a->grad_k.offset % 4 == 0 && (!g2 || g2[0].offset % 4 == 0);
+  return four ? CD_PBF_P1_OUT4 : CD_PBF_P1_OUT;
+}
+
 void cd_pbf_release(cd_pbf_plan *p) {
-  cl_kernel *k[6] = {&p->sums, &p->ssum, &p->grads, &p->reduce, &p->sums_out, &p->sums_out4};
-  for (int i = 0; i < 6; i++) {
+  cl_kernel *k[4] = {&p->sums, &p->ssum, &p->grads, &p->reduce};
+  for (int i = 0; i < 4; i++) {
     if (*k[i]) clReleaseKernel(*k[i]);
     *k[i] = NULL;
   }
 }
 
-int cd_pbf_kernels(camdelta_context *ctx, camdelta_dtype dtype, size_t D, int g2, cd_pbf_plan *p,
+int cd_pbf_kernels(camdelta_context *ctx, camdelta_dtype dtype, size_t D, int g2, cd_pbf_pass1 p1, cd_pbf_plan *p,
                    camdelta_status *st) {
   memset(p, 0, sizeof *p);
+  p->p1 = p1;
   *st = CAMDELTA_OK;
   int want = ctx->prep_bwd_fused;
   if (want < 0) want = cd_device_gpu_like(&ctx->info);
@@ -76,10 +88,10 @@ int cd_pbf_kernels(camdelta_context *ctx, camdelta_dtype dtype, size_t D, int g2
       char opts[160];
       snprintf(opts, sizeof opts, "-DCD_DTYPE=%d -DCD_D=%zu -DCD_TT=%u -DCD_G2=%d -DCD_UW=%zu", (int)dtype, D, p->tt,
                g2 != 0, uw);
-      static const char *const names[6] = {"cd_prep_bwd_sums",         "cd_prep_bwd_ssum",     "cd_prep_bwd_grads",
-                                           "cd_prep_bwd_fused_reduce", "cd_prep_bwd_sums_out", "cd_prep_bwd_sums_out4"};
-      cl_kernel *k[6] = {&p->sums, &p->ssum, &p->grads, &p->reduce, &p->sums_out, &p->sums_out4};
-      for (int i = 0; i < 6 && !*st; i++) *st = cd_kernel(ctx, "prep_backward_fused.cl", opts, names[i], k[i]);
+      const char *const names[4] = {PASS1_NAMES[p1], "cd_prep_bwd_ssum", "cd_prep_bwd_grads",
+                                    "cd_prep_bwd_fused_reduce"};
+      cl_kernel *k[4] = {&p->sums, &p->ssum, &p->grads, &p->reduce};
+      for (int i = 0; i < 4 && !*st; i++) *st = cd_kernel(ctx, "prep_backward_fused.cl", opts, names[i], k[i]);
       if (*st) {
         cd_pbf_release(p);
         return 0;
@@ -91,16 +103,14 @@ int cd_pbf_kernels(camdelta_context *ctx, camdelta_dtype dtype, size_t D, int g2
     p->tt /= 2;
   }
   p->ts = ctx->prep_bwd_tiles[2] ? ctx->prep_bwd_tiles[2] : PBF_DEFAULT_TS;
-  size_t smax = cd_kernel_max_wg(ctx, p->sums);
-  const cl_kernel other[2] = {p->sums_out, p->sums_out4};
-  for (int i = 0; i < 2; i++)
-    if (cd_kernel_max_wg(ctx, other[i]) < smax) smax = cd_kernel_max_wg(ctx, other[i]);
+  const size_t smax = cd_kernel_max_wg(ctx, p->sums);
   while (p->ts > 1 && p->ts > smax) p->ts /= 2;
   return 1;
 }
 
 void cd_pbf_shape(camdelta_context *ctx, size_t B, size_t N, size_t H, size_t D, cd_pbf_plan *p) {
-  p->groups1 = B * ((N + p->ts - 1) / p->ts) * H;
+  const size_t n1 = p->p1 == CD_PBF_P1_OUT4 ? N / 4 : N; /* pass 1's work-items per (b, h) */
+  p->groups1 = B * ((n1 + p->ts - 1) / p->ts) * H;
   p->lws2 = p->tt * (D / 4 / p->nu);
   const size_t tiles = B * ((N + p->tt - 1) / p->tt), cu = ctx->info.compute_units ? ctx->info.compute_units : 1;
   const size_t wpc = ctx->prep_bwd_tiles[1] ? ctx->prep_bwd_tiles[1] : PBF_DEFAULT_WPC;
@@ -138,7 +148,6 @@ camdelta_status cd_pbf_run(camdelta_context *ctx, const camdelta_prep_backward_a
                            cd_launch *l) {
   const size_t B = a->B, N = a->N, H = a->H, D = a->D, C = H * D;
   cl_mem inv = saved ? saved->inv_rms : NULL;
-  const int from_out = saved && a->q.mem && a->dtype == CAMDELTA_F32; /* with k and inflation_sq (checked) */
   const int has_gi = a->grad_inflation_sq.mem != NULL;
   const camdelta_buffer vec[] = {a->q_raw,  a->k_raw,    a->q_norm_weight, a->k_norm_weight, a->proj_q,
                                  a->proj_kv, a->rope_cos, a->rope_sin,      a->dq_raw,        a->dk_raw,
@@ -164,43 +173,30 @@ camdelta_status cd_pbf_run(camdelta_context *ctx, const camdelta_prep_backward_a
   const camdelta_buffer dummy = {scr[PW], 0};
   const cl_mem dgi = scr[DGI] ? scr[DGI] : scr[PW];
 #define OPT(x) ((x).mem ? (x) : dummy)
-  /* four tokens per work-item where every row the kernel loads starts at a multiple of 4 elements */
-  const int four = from_out && N % 4 == 0 && a->q.offset % 4 == 0 && a->k.offset % 4 == 0 &&
-                   a->grad_q.offset % 4 == 0 && a->grad_k.offset % 4 == 0 && (!g2 || g2[0].offset % 4 == 0);
-  if (!st && from_out) {
-    const cl_kernel k1 = four ? p->sums_out4 : p->sums_out;
-    const char *name = four ? "cd_prep_bwd_sums_out4" : "cd_prep_bwd_sums_out";
-    cd_args g = {k1, 0, CL_SUCCESS};
-    cd_arg_mem(&g, inv);
-    cd_arg_u64(&g, 0);
-    cd_arg_buf(&g, a->q);
-    cd_arg_buf(&g, a->k);
-    cd_arg_buf(&g, OPT(a->grad_q));
-    cd_arg_buf(&g, OPT(a->grad_k));
-    cd_arg_buf(&g, g2 ? OPT(g2[0]) : dummy);
-    cd_arg_buf(&g, a->inflation_sq);
-    cd_arg_buf(&g, OPT(a->grad_inflation_sq));
-    cd_arg_mem(&g, dgi);
-    cd_arg_mem(&g, scr[PART]);
-    args_shape(&g, a, 0, 0);
-    cd_arg_u32(&g, flags);
-    if (g.err != CL_SUCCESS)
-      st = cd_cl_fail(g.err, four ? "cd_prep_bwd_sums_out4: setting arguments" : "cd_prep_bwd_sums_out: setting arguments");
-    const size_t lws = p->ts, gws = (four ? B * ((N / 4 + lws - 1) / lws) * H : p->groups1) * lws;
-    if (!st) st = cd_enqueue(ctx, k1, 1, &gws, &lws, l, name);
-  } else if (!st) {
+  if (!st) {
     cd_args g = {p->sums, 0, CL_SUCCESS};
-    args_inputs(&g, a, inv);
+    if (p->p1 == CD_PBF_P1_RAW) {
+      args_inputs(&g, a, inv);
+    } else {
+      cd_arg_mem(&g, inv);
+      cd_arg_u64(&g, 0);
+      cd_arg_buf(&g, a->q);
+      cd_arg_buf(&g, a->k);
+    }
     cd_arg_buf(&g, OPT(a->grad_q));
     cd_arg_buf(&g, OPT(a->grad_k));
     cd_arg_buf(&g, g2 ? OPT(g2[0]) : dummy);
+    if (p->p1 != CD_PBF_P1_RAW) cd_arg_buf(&g, a->inflation_sq);
     cd_arg_buf(&g, OPT(a->grad_inflation_sq));
     cd_arg_mem(&g, dgi);
     cd_arg_mem(&g, scr[PART]);
-    args_shape(&g, a, 1, flags);
-    if (g.err != CL_SUCCESS) st = cd_cl_fail(g.err, "cd_prep_bwd_sums: setting arguments");
+    args_shape(&g, a, p->p1 == CD_PBF_P1_RAW, flags);
+    if (p->p1 != CD_PBF_P1_RAW) cd_arg_u32(&g, flags); /* its trailing flags come without k_scale */
+    char what[64];
+    snprintf(what, sizeof what, "%s: setting arguments", PASS1_NAMES[p->p1]);
+    if (g.err != CL_SUCCESS) st = cd_cl_fail(g.err, what);
     const size_t lws = p->ts, gws = p->groups1 * lws;
-    if (!st) st = cd_enqueue(ctx, p->sums, 1, &gws, &lws, l, "cd_prep_bwd_sums");
+    if (!st) st = cd_enqueue(ctx, p->sums, 1, &gws, &lws, l, PASS1_NAMES[p->p1]);
   }
   if (!st) {
     cd_args g = {p->ssum, 0, CL_SUCCESS};
