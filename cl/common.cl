@@ -25,6 +25,17 @@ inline ushort cd_to_bf16(float x) {
 #define CD_STORE(p, i, x) ((p)[i] = cd_to_bf16(x))
 #endif
 
+/* Index arithmetic: a kernel that counts its indices from each tensor's offset uses cd_ix, 32 bits where the host
+ * builds it with CD_IX32=1 because every such index of the call fits (cheaper arithmetic than 64 bits). */
+#ifndef CD_IX32
+#define CD_IX32 0
+#endif
+#if CD_IX32
+typedef uint cd_ix;
+#else
+typedef ulong cd_ix;
+#endif
+
 /* Four consecutive storage elements as a float4 (CD_LD4, CD_ST4; al: the element index is a multiple of 4, one
  * 16- or 8-byte access), four consecutive f32 values (CD_LDF4, weights and tables), and a float4's squared norm. */
 #if CD_DTYPE == 0

@@ -340,17 +340,18 @@ kernel void cd_prep_regs(CD_PREP_ONEPASS_TENSORS, ulong N, ulong B, float k_scal
   const uint lid = get_local_id(0);
   const uint t = lid % CD_TT, g = lid / CD_TT, kind = get_group_id(0) % 3;
   const int first = 4 * g < CD_DH, al = (flags & CD_F_ALIGNED) != 0;
-  const ulong tile = get_group_id(0) / 3, tpr = (N + CD_TT - 1) / CD_TT;
-  const ulong b = tile / tpr, n0 = (tile % tpr) * CD_TT;
-  const uint nt = (N - n0) < CD_TT ? (uint)(N - n0) : CD_TT;
+  /* indices count from each tensor's offset (cd_ix: 32 bits where the host found that they fit) */
+  const cd_ix Nx = (cd_ix)N, tile = get_group_id(0) / 3, tpr = (Nx + CD_TT - 1) / CD_TT;
+  const cd_ix b = tile / tpr, n0 = (tile % tpr) * CD_TT;
+  const uint nt = (Nx - n0) < CD_TT ? (uint)(Nx - n0) : CD_TT;
   const int ok = t < nt;
-  const ulong n = n0 + t, tok = b * N + n;
+  const cd_ix n = n0 + t, tok = b * Nx + n;
 
   global const cd_store_t *src = kind == 0 ? q_raw + q_raw_off : kind == 1 ? k_raw + k_raw_off : v_raw + v_raw_off;
   global cd_store_t *dst = kind == 0 ? q_out + q_off : kind == 1 ? k_out + k_off : v_out + v_off;
 
   float4 x[CD_H];
-  const ulong row = tok * (CD_H * CD_D) + 4 * g;
+  const cd_ix row = tok * (CD_H * CD_D) + 4 * g;
 #pragma unroll
   for (uint h = 0; h < CD_H; h++) x[h] = ok ? CD_LD4(src, row + h * CD_D, al) : (float4)(0.0f);
 
@@ -361,9 +362,9 @@ kernel void cd_prep_regs(CD_PREP_ONEPASS_TENSORS, ulong N, ulong B, float k_scal
       global const float *Pm = kind == 0 ? proj_q + pq_off + tok * 16 : proj_kv + pkv_off + tok * 16;
       P0 = CD_LDF4(Pm, 0, al), P1 = CD_LDF4(Pm, 4, al), P2 = CD_LDF4(Pm, 8, al), P3 = CD_LDF4(Pm, 12, al);
     } else {
-      const ulong rrow = n * CD_DH + (4 * g - CD_DH);
-      P0 = CD_LDF4(rope_cos, rc_off + rrow, al);
-      P1 = CD_LDF4(rope_sin, rs_off + rrow, al);
+      const cd_ix rrow = n * CD_DH + (4 * g - CD_DH);
+      P0 = CD_LDF4(rope_cos + rc_off, rrow, al);
+      P1 = CD_LDF4(rope_sin + rs_off, rrow, al);
     }
   }
 
@@ -381,13 +382,14 @@ kernel void cd_prep_regs(CD_PREP_ONEPASS_TENSORS, ulong N, ulong B, float k_scal
       for (uint u = 0; u < CD_G4; u++) sum += red[u * CD_TT + lid];
       const float r = 1.0f / sqrt(sum * (1.0f / (float)(CD_H * CD_D)) + eps);
       irl[lid] = r;
-      if (lid < nt) inv_rms[inv_off + kind * B * N + b * N + n0 + lid] = r;
+      if (lid < nt) inv_rms[inv_off + kind * (cd_ix)B * Nx + b * Nx + n0 + lid] = r;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     ir = irl[t];
   }
   global const float *w = kind == 0 ? qw + qw_off : kw + kw_off;
   const float scale = kind == 1 ? k_scale : 1.0f;
+  global float *inf = infl + infl_off;
 
 #pragma unroll
   for (uint h = 0; h < CD_H; h++) {
@@ -397,8 +399,11 @@ kernel void cd_prep_regs(CD_PREP_ONEPASS_TENSORS, ulong N, ulong B, float k_scal
     if (first) o = (float4)(dot(P0, xn), dot(P1, xn), dot(P2, xn), dot(P3, xn));
     else o = fma(xn.yxwz, P1, xn * P0);
     if (ok) {
-      const ulong at = ((b * CD_H + h) * CD_D + 4 * g) * N + n;
-      CD_ST_ROWS(dst, at, o);
+      const cd_ix at = ((b * CD_H + h) * CD_D + 4 * g) * Nx + n;
+      CD_STORE(dst, at, o.x);
+      CD_STORE(dst, at + Nx, o.y);
+      CD_STORE(dst, at + 2 * Nx, o.z);
+      CD_STORE(dst, at + 3 * Nx, o.w);
     }
     if (kind == 1) { /* uniform */
       const uint slot = h % CD_RR;
@@ -415,7 +420,7 @@ kernel void cd_prep_regs(CD_PREP_ONEPASS_TENSORS, ulong N, ulong B, float k_scal
               sp += ring[0][r][u * CD_TT + tt];
               so += ring[1][r][u * CD_TT + tt];
             }
-            infl[infl_off + (b * CD_H + h0 + r) * N + n0 + tt] = fmax(so, 1e-12f) / fmax(sp, 1e-12f);
+            inf[(b * CD_H + h0 + r) * Nx + n0 + tt] = fmax(so, 1e-12f) / fmax(sp, 1e-12f);
           }
         }
         barrier(CLK_LOCAL_MEM_FENCE);

@@ -66,7 +66,7 @@ static void run_shape(const shape *s) {
   if (g_variant >= 1) { /* and the form asked for is the one that ran (register-resident up to 64 heads) */
     cd_pf_plan pf;
     camdelta_status st;
-    assert_int_equal(cd_prep_fused_kernel(ctx, s->dt, s->D, s->H, &pf, &st), 1);
+    assert_int_equal(cd_prep_fused_kernel(ctx, s->dt, s->D, s->H, cd_prep_ix32(s->B, s->N, s->H, s->D), &pf, &st), 1);
     assert_int_equal(pf.regs, g_variant == 2 && s->H <= 64);
     clReleaseKernel(pf.k);
   }
@@ -154,7 +154,7 @@ static void test_prep_fused(void **state) {
 
 /* The register-resident form (CAMDELTA_PREP_FUSED=2): one head and many, ragged token tiles, B = 2, aligned and
  * unaligned offsets, zero k tokens, both 16-bit types, D from 8 to 128 (a program per shape: seven of the table's
- * fourteen keep PoCL's compile time down); 4-token tiles; rings of k's squares that end full or partial; and 65
+ * fourteen keep PoCL's compile time down); 4-token tiles; 64-bit indices (IX=64); rings of k's squares that end full or partial; and 65
  * heads, past what it holds in registers, where the context falls back to the staged one-pass form (checked
  * through the plan in run_shape). */
 static void test_prep_regs(void **state) {
@@ -162,8 +162,10 @@ static void test_prep_regs(void **state) {
   static const size_t which[] = {0, 1, 4, 5, 7, 9, 12};
   memset(worst, 0, sizeof worst);
   run_variant(2, NULL, which, sizeof which / sizeof which[0]);
-  static const size_t other[] = {5};
-  run_variant(2, "TT=4", other, sizeof other / sizeof other[0]);
+  static const size_t other[] = {5, 4};
+  run_variant(2, "TT=4", other, 1);
+  /* 64-bit index arithmetic, which the calls too large for 32 bits take (cd_prep_ix32) */
+  run_variant(2, "IX=64", other, 2);
   /* k's squares go through rings of 8 heads (CD_RR): 23 heads end in a partial ring, 40 in a full one */
   static const shape rings[] = {{1, 19, 23, 128, CAMDELTA_F32, 1, 3}, {1, 13, 40, 128, CAMDELTA_F32, 0, 2}};
   static const shape many = {1, 9, 65, 8, CAMDELTA_F32, 1, 4};
@@ -183,7 +185,7 @@ static void test_prep_regs(void **state) {
 
 /* The form rule, without a device: CPUs two passes, GPUs the register-resident form up to 48 heads and the staged
  * one past them or while H is not known (camdelta_warm); an explicit choice holds, except the register-resident
- * form past 64 heads. */
+ * form past 64 heads. And where that form's indices fit 32 bits. */
 static void test_prep_form_rule(void **state) {
   (void)state;
   assert_int_equal(cd_prep_forward_form(-1, 0, 20), 0);
@@ -198,12 +200,19 @@ static void test_prep_form_rule(void **state) {
   assert_int_equal(cd_prep_forward_form(2, 1, 64), 2);
   assert_int_equal(cd_prep_forward_form(2, 1, 65), 1);
   assert_int_equal(cd_prep_forward_form(2, 1, 0), 1);
+  /* 32-bit indices up to 2^32 - 1 elements in the rows and in the camera matrices (16 per token) */
+  assert_int_equal(cd_prep_ix32(1, 32760, 20, 112), 1);
+  assert_int_equal(cd_prep_ix32(1, ((size_t)1 << 26) - 1, 8, 8), 1);
+  assert_int_equal(cd_prep_ix32(1, (size_t)1 << 26, 8, 8), 0);
+  assert_int_equal(cd_prep_ix32(2, (size_t)1 << 25, 8, 8), 0);
+  assert_int_equal(cd_prep_ix32(1, (size_t)1 << 28, 1, 8), 0);
+  assert_int_equal(cd_prep_ix32(1, ((size_t)1 << 28) - 1, 1, 8), 1);
 }
 
 /* A tuning override that does not parse or is out of range fails the context creation, naming the variable. */
 static void test_prep_tiles_env(void **state) {
   (void)state;
-  static const char *const bad[] = {"TT=5", "TT=32", "TT=8,PF=2", "WPC=0", "TT"};
+  static const char *const bad[] = {"TT=5", "TT=32", "TT=8,PF=2", "WPC=0", "TT", "IX=16"};
   tu_check_bad_env("CAMDELTA_PREP_TILES", bad, sizeof bad / sizeof bad[0]);
 }
 

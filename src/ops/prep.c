@@ -127,7 +127,9 @@ camdelta_status cd_prep_kernel(camdelta_context *ctx, const char *source, const 
  * covers 32 bytes, one sector), 16 in 16-bit storage, halved while the device or the built kernel cannot take
  * TT * D/4 work-items. The work-groups walk the tiles persistently, WPC per compute unit (default 64: at sana480
  * that is one tile per work-group; fewer keep fewer tiles' rows in the L2 cache but run slower on the H200).
- * CAMDELTA_PREP_TILES (tuning, read at context creation): "TT=n,WPC=n", TT in {4, 8, 16}, WPC >= 1. */
+ * CAMDELTA_PREP_TILES (tuning, read at context creation): "TT=n,WPC=n,IX=n", TT in {4, 8, 16}, WPC >= 1; IX=64 keeps
+ * the register-resident form's index arithmetic in 64 bits where 32 would do (IX=32, the default, takes 32 bits only
+ * where cd_prep_ix32 allows). */
 /* H200, sana480 (ci/gpu-test.sh prep-sweep): WPC 1/2/4/8/16/64 1.658/1.082/0.898/0.849/0.834/0.829 ms */
 enum { PF_DEFAULT_WPC = 64 };
 /* The register-resident form (cd_prep_regs: one tensor's tile of all heads in registers, 4 H floats per work-item)
@@ -149,9 +151,13 @@ camdelta_status cd_prep_tiles_parse_env(const char *var, const char *const *keys
   return CAMDELTA_OK;
 }
 
-camdelta_status cd_prep_tiles_env(unsigned tiles[2]) {
-  static const char *const keys[2] = {"TT", "WPC"};
-  return cd_prep_tiles_parse_env(PF_TILES_ENV, keys, 2, tiles);
+camdelta_status cd_prep_tiles_env(unsigned tiles[3]) {
+  static const char *const keys[3] = {"TT", "WPC", "IX"};
+  camdelta_status st = cd_prep_tiles_parse_env(PF_TILES_ENV, keys, 3, tiles);
+  if (!st && tiles[2] && tiles[2] != 32 && tiles[2] != 64)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: IX must be 32 or 64 (value: '%s')", PF_TILES_ENV,
+                   getenv(PF_TILES_ENV));
+  return st;
 }
 
 unsigned cd_prep_heads_per_step(size_t H, size_t g4, size_t tt, size_t lmax) {
@@ -172,7 +178,12 @@ int cd_prep_forward_form(int want, int gpu_like, size_t H) {
   return want;
 }
 
-int cd_prep_fused_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, size_t H, cd_pf_plan *p,
+int cd_prep_ix32(size_t B, size_t N, size_t H, size_t D) {
+  const uint64_t bn = (uint64_t)B * N, most = UINT32_MAX;
+  return bn * H * D <= most && bn * 16 <= most && 2 * bn <= most && (uint64_t)N * (D / 2) <= most;
+}
+
+int cd_prep_fused_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, size_t H, int ix32, cd_pf_plan *p,
                          camdelta_status *st) {
   *st = CAMDELTA_OK;
   memset(p, 0, sizeof *p);
@@ -184,7 +195,8 @@ int cd_prep_fused_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, 
     if (p->tt * g4 <= ctx->info.max_work_group_size) {
       char opts[160];
       int n = snprintf(opts, sizeof opts, "-DCD_DTYPE=%d -DCD_D=%zu -DCD_TT=%u", (int)dtype, D, p->tt);
-      if (p->regs) snprintf(opts + n, sizeof opts - (size_t)n, " -DCD_H=%zu", H);
+      if (p->regs)
+        snprintf(opts + n, sizeof opts - (size_t)n, " -DCD_H=%zu -DCD_IX32=%d", H, ix32 && ctx->prep_tiles[2] != 64);
       if ((*st = cd_kernel(ctx, "prep.cl", opts, p->regs ? "cd_prep_regs" : "cd_prep_fused", &p->k))) return 0;
       const size_t lmax = cd_kernel_max_wg(ctx, p->k);
       if (p->tt * g4 <= lmax) {
@@ -232,7 +244,7 @@ camdelta_status camdelta_prep_forward(camdelta_context *ctx, const camdelta_prep
   cl_kernel k;
   size_t ts = 0;
   cd_pf_plan pf;
-  const int fused = cd_prep_fused_kernel(ctx, args->dtype, D, H, &pf, &st);
+  const int fused = cd_prep_fused_kernel(ctx, args->dtype, D, H, cd_prep_ix32(B, N, H, D), &pf, &st);
   if (st) return st;
   if (fused) k = pf.k;
   else if ((st = cd_prep_kernel(ctx, "prep.cl", "cd_prep_forward", args->dtype, D, &k, &ts))) return st;

@@ -28,9 +28,13 @@ typedef struct cd_pf_plan {
 } cd_pf_plan;
 /** The one-pass prep forward kernel for (dtype, D, H) when the context uses it (see prep.c): returns 1 and fills *p
  *  (the caller releases p->k); 0 for the two-pass form. H = 0 (not known yet, camdelta_warm) never picks the
- *  register-resident form. A build failure sets *st. */
-int cd_prep_fused_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, size_t H, cd_pf_plan *p,
+ *  register-resident form; that form is built with 32-bit index arithmetic when ix32 is set (cd_prep_ix32). A build
+ *  failure sets *st. */
+int cd_prep_fused_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, size_t H, int ix32, cd_pf_plan *p,
                          camdelta_status *st);
+/** 1 when every index of cd_prep_regs for (B, N, H, D), counted from each tensor's offset, fits 32 bits: the rows
+ *  (B N H D), the camera matrices (16 B N), the inverse RMS values (2 B N), the RoPE tables (N D/2); else 0. */
+int cd_prep_ix32(size_t B, size_t N, size_t H, size_t D);
 /** The prep forward form for CAMDELTA_PREP_FUSED = want (-1: not set), the device type and H heads (0: not known):
  *  0 two passes, 1 the staged one-pass kernel, 2 the register-resident one (GPUs up to 48 heads by default; asked
  *  for, up to 64). */
@@ -43,9 +47,9 @@ size_t cd_prep_tile_groups(const camdelta_context *ctx, size_t tiles, size_t wpc
 /** Reads the tile list in environment variable `var` ("TT=8,WPC=4", keys[0] = "TT") into tiles[n] (0: not given);
  *  TT must be 4, 8 or 16. A list that does not parse, or a TT out of range, fails naming the variable. */
 camdelta_status cd_prep_tiles_parse_env(const char *var, const char *const *keys, size_t n, unsigned *tiles);
-/** Reads CAMDELTA_PREP_TILES ("TT=8,WPC=4", prep.c) into tiles[2] (0: not given); a value that does not parse or
+/** Reads CAMDELTA_PREP_TILES ("TT=8,WPC=4,IX=64", prep.c) into tiles[3] (0: not given); a value that does not parse or
  *  is out of range fails naming the variable. Called once at context creation. */
-camdelta_status cd_prep_tiles_env(unsigned tiles[2]);
+camdelta_status cd_prep_tiles_env(unsigned tiles[3]);
 /** camdelta_prep_backward with grad_k + grad_k2 and grad_v + grad_v2 as the K and V gradients (f32; the camera
  *  branch's two scan directions): the fused form adds them as it reads them; the three-kernel form first adds the
  *  second ones into grad_k and grad_v (which it then overwrites), with the same bits. */

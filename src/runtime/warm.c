@@ -15,8 +15,13 @@ static camdelta_status warm_head_dim(camdelta_context *ctx, size_t D, size_t H) 
     cl_kernel k;
     size_t ts;
     cd_pf_plan pf;
-    if (cd_prep_fused_kernel(ctx, (camdelta_dtype)dt, D, H, &pf, &st)) clReleaseKernel(pf.k);
-    else if (!st && !(st = cd_prep_kernel(ctx, "prep.cl", "cd_prep_forward", (camdelta_dtype)dt, D, &k, &ts)))
+    /* the register-resident form in both index widths (a call's N decides which, cd_prep_ix32); the other forms do
+     * not take the flag, so the second call finds the first one's program */
+    int fused = 0;
+    for (int ix = 0; ix < 2 && !st; ix++)
+      if ((fused = cd_prep_fused_kernel(ctx, (camdelta_dtype)dt, D, H, ix, &pf, &st))) clReleaseKernel(pf.k);
+    if (st) break;
+    if (!fused && !(st = cd_prep_kernel(ctx, "prep.cl", "cd_prep_forward", (camdelta_dtype)dt, D, &k, &ts)))
       clReleaseKernel(k);
     if (!st) st = cd_prep_inv_rms_warm(ctx, (camdelta_dtype)dt);
     if (!st) st = cd_prep_backward_warm(ctx, (camdelta_dtype)dt, D);
