@@ -14,7 +14,9 @@
  * covering D/4/NU of the head's 4-channel units over tiles of TT tokens: TT * D/4/NU work-items. Defaults: TT 16
  * (a gradient row read covers 64 bytes) with NU 2 in f32, TT 16 with NU 1 for 16-bit storage (32 bytes); TT is
  * halved while the device or the built kernel (its registers) cannot take the work-group. J = WPC * compute units
- * / H (default WPC 16): J rows of norm-weight partials.
+ * / H (default WPC 24 in f32, 16 in 16-bit storage): J rows of norm-weight partials. H200, f32, the whole backward
+ * (2026-12-04), WPC 16/20/24/28/40/64: sana480 1.244/1.230/1.230/1.232/1.240/1.254 ms, sana720
+ * 2.878/2.856/2.815/2.798/2.808/2.810, d64 (1,20,64,21,1560) 0.699/0.693/0.688/0.693/0.694/0.699.
  * H200, f32 (2026-12-04), ms: pass 1 at TS 32/64/128: 0.485/0.480/0.508 (0.43 at 64 once the unit loop was
  * unrolled by 2); pass 2 at sana480, NU 1: TT 4/8 (WPC 8) 1.38/1.04, WPC 4/8/16/32 (TT 8) 1.34/1.04/0.99/0.92 (but
  * 2.6 times the partial rows to reduce at 32: no gain overall); NU 2: TT 8/16 1.03/0.925, NU 4, TT 16: 1.51. The
@@ -33,7 +35,8 @@
 #include "prep_common.h"
 
 enum { PBF_GQ = 1, PBF_GK = 2, PBF_GV = 4, PBF_GI = 8, PBF_ALIGNED = 16 };
-enum { PBF_DEFAULT_TT = 16, PBF_DEFAULT_NU = 2, PBF_DEFAULT_TT_16BIT = 16, PBF_DEFAULT_WPC = 16, PBF_DEFAULT_TS = 64 };
+enum { PBF_DEFAULT_TT = 16, PBF_DEFAULT_NU = 2, PBF_DEFAULT_TT_16BIT = 16, PBF_DEFAULT_TS = 64 };
+enum { PBF_DEFAULT_WPC = 24, PBF_DEFAULT_WPC_16BIT = 16 };
 
 static const char TILES_ENV[] = "CAMDELTA_PREP_BWD_TILES";
 
@@ -80,6 +83,7 @@ int cd_pbf_kernels(camdelta_context *ctx, camdelta_dtype dtype, size_t D, int g2
   /* work-groups per (tile, head) of pass 2: a requested count that does not divide D/4 falls back to 1 */
   p->nu = ctx->prep_bwd_tiles[3] ? ctx->prep_bwd_tiles[3] : dtype == CAMDELTA_F32 ? PBF_DEFAULT_NU : 1;
   if ((D / 4) % p->nu) p->nu = 1;
+  p->wpc = ctx->prep_bwd_tiles[1] ? ctx->prep_bwd_tiles[1] : dtype == CAMDELTA_F32 ? PBF_DEFAULT_WPC : PBF_DEFAULT_WPC_16BIT;
   const size_t uw = D / 4 / p->nu;
   /* a work-group of pass 2 needs tt * uw work-items: a smaller tile where the device or the kernel (its
    * registers) cannot take that many */
@@ -113,8 +117,7 @@ void cd_pbf_shape(camdelta_context *ctx, size_t B, size_t N, size_t H, size_t D,
   p->groups1 = B * ((n1 + p->ts - 1) / p->ts) * H;
   p->lws2 = p->tt * (D / 4 / p->nu);
   const size_t tiles = B * ((N + p->tt - 1) / p->tt), cu = ctx->info.compute_units ? ctx->info.compute_units : 1;
-  const size_t wpc = ctx->prep_bwd_tiles[1] ? ctx->prep_bwd_tiles[1] : PBF_DEFAULT_WPC;
-  p->rows = (cu * wpc + H - 1) / H;
+  p->rows = (cu * p->wpc + H - 1) / H;
   if (p->rows > tiles) p->rows = tiles;
   p->groups2 = p->rows * H * p->nu;
 }
