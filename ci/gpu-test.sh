@@ -288,6 +288,8 @@ while [ $# -gt 0 ]; do
       # OpenCL compiler builds it (ci/cl-inspect.c: registers, PTX), run through the CUDA driver API (ci/ptx-run.c,
       # ARG as it says) so that Nsight Compute measures it: its time, the details page, the stall samples by reason
       # and SASS opcode (ci/ncu-stalls.py), and the SASS (ptxas + cuobjdump) in $OUT/ptx-TAG.sass.
+      # Caution (2026-12-04): Nsight Compute ran past the 600 s limit without output twice, on cd_prep_bwd_grads at
+      # N = 32760 and N = 4096 (docs/performance.md, seventeenth session); give it a call of its own.
       shift
       tag=$1 file=$2 kern=$3 opts=$4 grid=$5 loc=$6
       shift 6
