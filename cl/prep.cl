@@ -185,14 +185,14 @@ kernel void cd_prep_forward(global const cd_store_t *q_raw, ulong q_raw_off, glo
 #define CD_F_ALIGNED 1u
 
 
-/* channels 4g .. 4g+3 of one token, stored into four (B, H, D, N) rows N apart */
-#define CD_ST_ROWS(dst, i, val)              \
-  do {                                       \
-    const float4 v_ = (val);                 \
-    CD_STORE(dst, (i), v_.x);                \
-    CD_STORE(dst, (i) + N, v_.y);            \
-    CD_STORE(dst, (i) + 2 * N, v_.z);        \
-    CD_STORE(dst, (i) + 3 * N, v_.w);        \
+/* channels 4g .. 4g+3 of one token, stored into four (B, H, D, N) rows `stride` (N) apart */
+#define CD_ST_ROWS(dst, i, val, stride)           \
+  do {                                            \
+    const float4 v_ = (val);                      \
+    CD_STORE(dst, (i), v_.x);                     \
+    CD_STORE(dst, (i) + (stride), v_.y);          \
+    CD_STORE(dst, (i) + 2 * (stride), v_.z);      \
+    CD_STORE(dst, (i) + 3 * (stride), v_.w);      \
   } while (0)
 
 /* The one-pass forms' tensors: the inputs, inverse RMS (written), outputs and inflation_sq, each with an offset */
@@ -285,9 +285,9 @@ kernel void cd_prep_fused(CD_PREP_ONEPASS_TENSORS, ulong N, uint H, ulong B, flo
         pre = cd_sq4(kn);
         post = cd_sq4(ko);
         const ulong o = ((b * H + h) * CD_D + 4 * g) * N + n;
-        CD_ST_ROWS(q_out, q_off + o, qo);
-        CD_ST_ROWS(k_out, k_off + o, ko);
-        CD_ST_ROWS(v_out, v_off + o, vo);
+        CD_ST_ROWS(q_out, q_off + o, qo, N);
+        CD_ST_ROWS(k_out, k_off + o, ko, N);
+        CD_ST_ROWS(v_out, v_off + o, vo, N);
       }
       ring[0][slot][lid] = pre;
       ring[1][slot][lid] = post;
@@ -400,10 +400,7 @@ kernel void cd_prep_regs(CD_PREP_ONEPASS_TENSORS, ulong N, ulong B, float k_scal
     else o = fma(xn.yxwz, P1, xn * P0);
     if (ok) {
       const cd_ix at = ((b * CD_H + h) * CD_D + 4 * g) * Nx + n;
-      CD_STORE(dst, at, o.x);
-      CD_STORE(dst, at + Nx, o.y);
-      CD_STORE(dst, at + 2 * Nx, o.z);
-      CD_STORE(dst, at + 3 * Nx, o.w);
+      CD_ST_ROWS(dst, at, o, Nx);
     }
     if (kind == 1) { /* uniform */
       const uint slot = h % CD_RR;

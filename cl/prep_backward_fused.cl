@@ -104,6 +104,17 @@ inline void cd_sums_unit(float4 xq, float4 xk, float4 wq, float4 wk, float4 gq, 
   }
 }
 
+/* Pass 1's work-item: (batch row b, item i, head h) over B rows of `count` items each (tokens, or groups of four),
+ * L = the local size items of one head per work-group, heads fastest in the grid (cd_pbf_shape sizes it); 0 past
+ * the end. */
+inline int cd_pass1_item(ulong count, ulong B, uint H, ulong *b, ulong *i, uint *h) {
+  const ulong L = get_local_size(0), tpr = (count + L - 1) / L, grp = get_group_id(0), tile = grp / H;
+  *h = (uint)(grp % H);
+  *b = tile / tpr;
+  *i = (tile % tpr) * L + get_local_id(0);
+  return *b < B && *i < count;
+}
+
 /* Global: B * ceil(N / L) * H work-groups of L work-items (heads fastest), one work-item per (b, n, h) walking the
  * head's 4-channel units: no reduction across work-items, no local memory. Writes part (2, B, H, N): shares of S_q
  * then S_k; with grad_inflation_sq also dgi (2, B, H, N): dpost then dpre. */
@@ -116,12 +127,10 @@ kernel void cd_prep_bwd_sums(global const cd_store_t *q_raw, ulong q_raw_off, gl
                              global const cd_store_t *grad_k2, ulong gk2_off, global const float *grad_infl,
                              ulong gi_off, global float *dgi, global float *part, ulong N, uint H, ulong B,
                              float k_scale, uint flags) {
-  const ulong L = get_local_size(0), tpr = (N + L - 1) / L, BN = B * N, BHN = B * H * N;
-  const ulong grp = get_group_id(0), tile = grp / H;
-  const uint h = (uint)(grp % H);
-  const ulong b = tile / tpr, n = (tile % tpr) * L + get_local_id(0);
-  if (b >= B || n >= N) return;
-  const ulong tok = b * N + n;
+  ulong b, n;
+  uint h;
+  if (!cd_pass1_item(N, B, H, &b, &n, &h)) return;
+  const ulong tok = b * N + n, BN = B * N, BHN = B * H * N;
   const int has_gq = (flags & CD_F_GQ) != 0, has_gk = (flags & CD_F_GK) != 0, has_gi = (flags & CD_F_GI) != 0;
   const int al = (flags & CD_F_ALIGNED) != 0, has_g2 = CD_G2;
   const float irq = inv_rms[inv_off + tok], irk = inv_rms[inv_off + BN + tok];
@@ -209,12 +218,10 @@ inline void cd_sums_out_end(float sq, float sk, float post, ulong o, ulong tok, 
 
 /* One work-item per (b, n, h), as cd_prep_bwd_sums. */
 kernel void cd_prep_bwd_sums_out(CD_SUMS_OUT_ARGS) {
-  const ulong L = get_local_size(0), tpr = (N + L - 1) / L, BN = B * N, BHN = B * H * N;
-  const ulong grp = get_group_id(0), tile = grp / H;
-  const uint h = (uint)(grp % H);
-  const ulong b = tile / tpr, n = (tile % tpr) * L + get_local_id(0);
-  if (b >= B || n >= N) return;
-  const ulong g0 = (b * H + h) * CD_D * N + n;
+  ulong b, n;
+  uint h;
+  if (!cd_pass1_item(N, B, H, &b, &n, &h)) return;
+  const ulong BN = B * N, BHN = B * H * N, g0 = (b * H + h) * CD_D * N + n;
   const int has_gq = (flags & CD_F_GQ) != 0, has_gk = (flags & CD_F_GK) != 0, has_gi = (flags & CD_F_GI) != 0;
   const int has_g2 = CD_G2;
   float sq = 0.0f, sk = 0.0f, post = 0.0f;
@@ -243,12 +250,10 @@ kernel void cd_prep_bwd_sums_out(CD_SUMS_OUT_ARGS) {
  * offsets of q, k, grad_q, grad_k[, grad_k2] multiples of 4. The same sums in the same order as cd_prep_bwd_sums_out
  * (bit-identical results). */
 kernel void cd_prep_bwd_sums_out4(CD_SUMS_OUT_ARGS) {
-  const ulong L = get_local_size(0), N4 = N / 4, tpr = (N4 + L - 1) / L, BN = B * N, BHN = B * H * N;
-  const ulong grp = get_group_id(0), tile = grp / H;
-  const uint h = (uint)(grp % H);
-  const ulong b = tile / tpr, n4 = (tile % tpr) * L + get_local_id(0);
-  if (b >= B || n4 >= N4) return;
-  const ulong n = 4 * n4, g0 = (b * H + h) * CD_D * N + n;
+  ulong b, n4;
+  uint h;
+  if (!cd_pass1_item(N / 4, B, H, &b, &n4, &h)) return;
+  const ulong BN = B * N, BHN = B * H * N, n = 4 * n4, g0 = (b * H + h) * CD_D * N + n;
   const int has_gq = (flags & CD_F_GQ) != 0, has_gk = (flags & CD_F_GK) != 0, has_gi = (flags & CD_F_GI) != 0;
   const int has_g2 = CD_G2;
   float4 sq = (float4)(0.0f), sk = sq, post = sq;
