@@ -15,6 +15,7 @@
  * cd_prep_bwd_grads  pass 2, work-groups per (head, share of the head's 4-channel units), persistent over tiles of
  *                    CD_TT tokens, one work-item per (unit, token): writes dq_raw = da ir w - ir^3/C x S, dk_raw,
  *                    dv_raw, and keeps its channels' norm-weight terms in registers across its tiles.
+ * cd_prep_bwd_grads_kind  pass 2 with one of dq_raw, dk_raw, dv_raw per work-group (the default in 16-bit storage).
  * cd_prep_bwd_fused_reduce  the norm-weight gradients: the grads work-groups' partial rows summed in order.
  *
  * Measured on the H200 at sana480 (2026-12-04): 0.42 (0.30 from the forward's outputs) + 0.93 ms for passes 1 and 2
@@ -396,6 +397,110 @@ kernel void cd_prep_bwd_grads(global const cd_store_t *q_raw, ulong q_raw_off, g
     float sum = 0.0f;
     for (uint u = 0; u < CD_TT; u++) sum += rw[which][r][u];
     part_w[j * 2 * C + which * C + h * CD_D + 4 * ug0 + r] = sum;
+  }
+}
+
+/* Pass 2's result for one 4-channel unit of one token, for tensor `kind` (0: dq_raw, 1: dk_raw, 2: dv_raw): x = the
+ * raw input row (q, k), g = its upstream gradient, ir = the token's inverse RMS value, Sx = its S, M = the token's
+ * camera matrix for this tensor (first) or the unit's RoPE coefficients (cos in M.r0, sin in M.r1). Adds the unit's
+ * norm-weight term to *pw (q, k):
+ *   q: da = [a > 0] T^T g;  k: da = [a > 0] k_scale (T^T (g + 2 dpost T kn) + 2 dpre kn);  dx = da ir w - ir^3/C x S
+ *   v: dv = T^T g */
+inline float4 cd_grad_unit(uint kind, int first, cd_m4 M, float4 x, float4 g, float4 w, float ir, float Sx,
+                           float dpost, float dpre, float k_scale, int has_gi, float C, float4 *pw) {
+  if (kind == 2) return first ? cd_cam_t(M, g) : cd_rope_t(g, M.r0, M.r1);
+  const float4 a = x * ir * w;
+  const float4 kn = fmax(a, 0.0f) * k_scale;
+  if (kind == 1 && has_gi) g = fma(2.0f * (first ? cd_cam(M, kn) : cd_rope(kn, M.r0, M.r1)), (float4)(dpost), g);
+  float4 da = first ? cd_cam_t(M, g) : cd_rope_t(g, M.r0, M.r1);
+  if (kind == 1) da = fma(2.0f * kn, (float4)(dpre), da) * k_scale;
+  da = select((float4)(0.0f), da, isgreater(a, (float4)(0.0f)));
+  *pw = fma(da * x, (float4)(ir), *pw);
+  return fma(-(ir * ir * ir / C) * x, (float4)(Sx), da * ir * w);
+}
+
+/* Pass 2 with one tensor per work-group: cd_prep_bwd_grads's arguments and results, 3 * H * NU * J work-groups
+ * (group = ((j * NU + v) * H + h) * 3 + kind) of CD_TT * CD_UW work-items; work-group (kind, h, v, j) writes dq_raw
+ * (kind 0), dk_raw (1) or dv_raw (2) over cd_prep_bwd_grads's tiles. Each work-item then holds one camera matrix and
+ * one input row (64 registers against 108 on the H200 at D = 112), so twice the work-groups fit an SM: faster in
+ * 16-bit storage, slower in f32 (see prep_backward_fused.c). */
+kernel void cd_prep_bwd_grads_kind(global const cd_store_t *q_raw, ulong q_raw_off, global const cd_store_t *k_raw,
+                                   ulong k_raw_off, global const float *qw, ulong qw_off, global const float *kw,
+                                   ulong kw_off, global const float *proj_q, ulong pq_off,
+                                   global const float *proj_kv, ulong pkv_off, global const float *rope_cos,
+                                   ulong rc_off, global const float *rope_sin, ulong rs_off,
+                                   global const float *inv_rms, ulong inv_off, global const cd_store_t *grad_q,
+                                   ulong gq_off, global const cd_store_t *grad_k, ulong gk_off,
+                                   global const cd_store_t *grad_v, ulong gv_off, global const cd_store_t *grad_k2,
+                                   ulong gk2_off, global const cd_store_t *grad_v2, ulong gv2_off,
+                                   global const float *dgi, global const float *S, global cd_store_t *dq_raw,
+                                   ulong dq_off, global cd_store_t *dk_raw, ulong dk_off, global cd_store_t *dv_raw,
+                                   ulong dv_off, global float *part_w, ulong N, uint H, ulong B, float k_scale,
+                                   uint flags) {
+  local float rw[4 * CD_UW][CD_TT + 1];
+  const uint kind = get_group_id(0) % 3; /* uniform over the work-group */
+  const ulong grp = get_group_id(0) / 3, ngrp = get_num_groups(0) / 3;
+  const uint NU = CD_G4 / CD_UW, ug0 = (uint)((grp / H) % NU) * CD_UW;
+  const uint lid = get_local_id(0), t = lid % CD_TT, g = ug0 + lid / CD_TT;
+  const int first = 4 * g < CD_DH;
+  const uint C = H * CD_D, h = (uint)(grp % H);
+  const ulong J = ngrp / (H * NU), j = grp / (H * NU);
+  const ulong tpr = (N + CD_TT - 1) / CD_TT, total = B * tpr, BN = B * N, BHN = B * H * N;
+  const int al = (flags & CD_F_ALIGNED) != 0, has_gi = kind == 1 && (flags & CD_F_GI) != 0;
+  const int has_g = (flags & (kind == 0 ? CD_F_GQ : kind == 1 ? CD_F_GK : CD_F_GV)) != 0, has_g2 = CD_G2 && kind;
+  global const cd_store_t *x_raw = kind == 0 ? q_raw + q_raw_off : k_raw + k_raw_off;
+  global const cd_store_t *grad = kind == 0 ? grad_q + gq_off : kind == 1 ? grad_k + gk_off : grad_v + gv_off;
+  global const cd_store_t *grad2 = kind == 1 ? grad_k2 + gk2_off : grad_v2 + gv2_off;
+  global cd_store_t *dst = kind == 0 ? dq_raw + dq_off : kind == 1 ? dk_raw + dk_off : dv_raw + dv_off;
+  global const float *proj = kind == 0 ? proj_q + pq_off : proj_kv + pkv_off;
+  const uint c = h * CD_D + 4 * g;
+  const float4 w = kind == 0 ? CD_LDF4(qw, qw_off + c, al) : CD_LDF4(kw, kw_off + c, al);
+  float4 pw = (float4)(0.0f);
+
+  for (ulong tile = j; tile < total; tile += J) {
+    const ulong b = tile / tpr, n0 = (tile % tpr) * CD_TT;
+    const int tok_ok = n0 + t < N;
+    const ulong n = n0 + t, tok = b * N + n;
+    float ir = 0.0f, dpost = 0.0f, dpre = 0.0f, Sx = 0.0f;
+    cd_m4 M;
+    M.r0 = M.r1 = M.r2 = M.r3 = (float4)(0.0f);
+    float4 x = (float4)(0.0f), gr = x;
+    const ulong row = (tok * H + h) * CD_D + 4 * g;
+    if (tok_ok) {
+      if (first) {
+        M = cd_load_m4(proj + tok * 16, al);
+      } else {
+        const ulong rrow = n * CD_DH + (4 * g - CD_DH);
+        M.r0 = CD_LDF4(rope_cos, rc_off + rrow, al);
+        M.r1 = CD_LDF4(rope_sin, rs_off + rrow, al);
+      }
+      const ulong grow = ((b * H + h) * CD_D + 4 * g) * N + n;
+      if (has_g) gr = cd_grad4(grad, grow, N);
+      if (has_g && has_g2) gr += cd_grad4(grad2, grow, N);
+      if (kind < 2) {
+        ir = inv_rms[inv_off + kind * BN + tok];
+        x = CD_LD4(x_raw, row, al);
+        Sx = S[kind * BN + tok];
+      }
+      if (has_gi) {
+        const ulong o = (b * H + h) * N + n;
+        dpost = dgi[o];
+        dpre = dgi[BHN + o];
+      }
+    }
+    const float4 out = cd_grad_unit(kind, first, M, x, gr, w, ir, Sx, dpost, dpre, kind == 1 ? k_scale : 1.0f,
+                                    has_gi, (float)C, &pw);
+    if (tok_ok) CD_ST4(dst, row, out, al);
+  }
+  if (kind == 2) return; /* uniform: dv has no norm weight */
+  /* the norm-weight terms summed over the work-items' tokens, then over t in order */
+  const uint gl = g - ug0;
+  rw[4 * gl][t] = pw.x, rw[4 * gl + 1][t] = pw.y, rw[4 * gl + 2][t] = pw.z, rw[4 * gl + 3][t] = pw.w;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (uint r = lid; r < 4 * CD_UW; r += get_local_size(0)) {
+    float sum = 0.0f;
+    for (uint u = 0; u < CD_TT; u++) sum += rw[r][u];
+    part_w[j * 2 * C + kind * C + h * CD_D + 4 * ug0 + r] = sum;
   }
 }
 

@@ -524,6 +524,16 @@ static void test_prep_backward_fused(void **state) {
   run_case(&cases[1], NULL);
   use_form(1, "TT=8,NU=4");
   run_case(&cases[1], NULL);
+  /* pass 2's other form: one tensor per work-group in f32 (16-bit storage's default), all three in 16-bit (f32's
+   * default): head-dim classes, offsets, B = 2, each gradient absent, from the forward's outputs */
+  use_form(1, "TW=1");
+  for (size_t i = 0; i < 17; i++) run_case(&cases[i], NULL);
+  pb_case out6 = cases[6];
+  out6.saved = 2;
+  run_case(&out6, NULL);
+  check_deterministic(&det);
+  use_form(1, "TW=3,NU=2");
+  for (size_t i = 17; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], NULL);
   report_worst("prep_backward fused other tiles");
   use_form(-1, NULL);
 }
@@ -547,7 +557,7 @@ static void test_prep_backward_three_kernels(void **state) {
 static void test_prep_backward_tiles_env(void **state) {
   (void)state;
   static const char *const bad[] = {"TT=5",  "TT=32",  "TT=8,XX=2", "WPC=0", "TT",
-                                    "PF=2",  "TS=48",  "TS=512",    "NU=3",  "NU=0"};
+                                    "PF=2",  "TS=48",  "TS=512",    "NU=3",  "NU=0", "TW=2"};
   tu_check_bad_env("CAMDELTA_PREP_BWD_TILES", bad, sizeof bad / sizeof bad[0]);
 }
 

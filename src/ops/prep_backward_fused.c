@@ -22,8 +22,13 @@
  * 2.6 times the partial rows to reduce at 32: no gain overall); NU 2: TT 8/16 1.03/0.925, NU 4, TT 16: 1.51. The
  * whole backward, TT 8 NU 1 against TT 16 NU 2 in one call: sana480 1.381/1.355, sana720 3.263/3.100, d64
  * 0.804/0.781; in 16-bit TT 16 NU 2 lost (f16 2.70 against 1.98, bf16 1.65 against 1.63).
- * CAMDELTA_PREP_BWD_TILES (tuning, read at context creation): "TT=n,WPC=n,TS=n,NU=n", TT in {4, 8, 16}, WPC >= 1,
- * TS in {32, 64, 128, 256}, NU in {1, 2, 4} (one that does not divide D/4 runs as 1).
+ * Pass 2 writes all three tensors per work-group in f32 (cd_prep_bwd_grads, TW 3) and one per work-group in 16-bit
+ * storage (cd_prep_bwd_grads_kind, TW 1: 3 times the work-groups, each holding one camera matrix and one input row,
+ * 64 registers against 108 at D = 112). H200, sana480, the whole backward, TW 3 against TW 1 (2026-12-04): f32
+ * 1.229 / 1.317 ms (sana720 2.81 / 3.01, d64 0.691 / 0.695), f16 1.972 / 1.920, bf16 1.599 / 1.453 (sana720 3.658 /
+ * 3.611, d64 0.920 / 0.912).
+ * CAMDELTA_PREP_BWD_TILES (tuning, read at context creation): "TT=n,WPC=n,TS=n,NU=n,TW=n", TT in {4, 8, 16},
+ * WPC >= 1, TS in {32, 64, 128, 256}, NU in {1, 2, 4} (one that does not divide D/4 runs as 1), TW in {1, 3}.
  *
  * Scratch: the per-(b, h, n) shares of S_q, S_k (2, B, H, N), S (2, B, N), dpost/dpre (2, B, H, N) with
  * grad_inflation_sq, the norm-weight partials (J, 2 C), the inverse RMS values (2, B, N) when none were saved. */
@@ -40,18 +45,22 @@ enum { PBF_DEFAULT_WPC = 24, PBF_DEFAULT_WPC_16BIT = 16 };
 
 static const char TILES_ENV[] = "CAMDELTA_PREP_BWD_TILES";
 
-camdelta_status cd_prep_bwd_tiles_env(unsigned tiles[4]) {
-  static const char *const keys[4] = {"TT", "WPC", "TS", "NU"};
-  camdelta_status st = cd_prep_tiles_parse_env(TILES_ENV, keys, 4, tiles);
+camdelta_status cd_prep_bwd_tiles_env(unsigned tiles[5]) {
+  static const char *const keys[5] = {"TT", "WPC", "TS", "NU", "TW"};
+  camdelta_status st = cd_prep_tiles_parse_env(TILES_ENV, keys, 5, tiles);
   if (!st && tiles[2] && tiles[2] != 32 && tiles[2] != 64 && tiles[2] != 128 && tiles[2] != 256)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: TS must be 32, 64, 128 or 256 (value: '%s')", TILES_ENV,
                    getenv(TILES_ENV));
   if (!st && tiles[3] && tiles[3] != 1 && tiles[3] != 2 && tiles[3] != 4)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: NU must be 1, 2 or 4 (value: '%s')", TILES_ENV,
                    getenv(TILES_ENV));
+  if (!st && tiles[4] && tiles[4] != 1 && tiles[4] != 3)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: TW must be 1 or 3 (value: '%s')", TILES_ENV,
+                   getenv(TILES_ENV));
   return st;
 }
 
+static const char *const GRADS_NAMES[2] = {"cd_prep_bwd_grads", "cd_prep_bwd_grads_kind"};
 static const char *const PASS1_NAMES[3] = {"cd_prep_bwd_sums", "cd_prep_bwd_sums_out", "cd_prep_bwd_sums_out4"};
 
 cd_pbf_pass1 cd_pbf_pass1_of(const camdelta_prep_backward_args *a, const camdelta_prep_saved *saved,
@@ -84,6 +93,7 @@ int cd_pbf_kernels(camdelta_context *ctx, camdelta_dtype dtype, size_t D, int g2
   p->nu = ctx->prep_bwd_tiles[3] ? ctx->prep_bwd_tiles[3] : dtype == CAMDELTA_F32 ? PBF_DEFAULT_NU : 1;
   if ((D / 4) % p->nu) p->nu = 1;
   p->wpc = ctx->prep_bwd_tiles[1] ? ctx->prep_bwd_tiles[1] : dtype == CAMDELTA_F32 ? PBF_DEFAULT_WPC : PBF_DEFAULT_WPC_16BIT;
+  p->tw = ctx->prep_bwd_tiles[4] ? ctx->prep_bwd_tiles[4] : dtype == CAMDELTA_F32 ? 3 : 1;
   const size_t uw = D / 4 / p->nu;
   /* a work-group of pass 2 needs tt * uw work-items: a smaller tile where the device or the kernel (its
    * registers) cannot take that many */
@@ -92,7 +102,7 @@ int cd_pbf_kernels(camdelta_context *ctx, camdelta_dtype dtype, size_t D, int g2
       char opts[160];
       snprintf(opts, sizeof opts, "-DCD_DTYPE=%d -DCD_D=%zu -DCD_TT=%u -DCD_G2=%d -DCD_UW=%zu", (int)dtype, D, p->tt,
                g2 != 0, uw);
-      const char *const names[4] = {PASS1_NAMES[p1], "cd_prep_bwd_ssum", "cd_prep_bwd_grads",
+      const char *const names[4] = {PASS1_NAMES[p1], "cd_prep_bwd_ssum", GRADS_NAMES[p->tw == 1],
                                     "cd_prep_bwd_fused_reduce"};
       cl_kernel *k[4] = {&p->sums, &p->ssum, &p->grads, &p->reduce};
       for (int i = 0; i < 4 && !*st; i++) *st = cd_kernel(ctx, "prep_backward_fused.cl", opts, names[i], k[i]);
@@ -119,7 +129,7 @@ void cd_pbf_shape(camdelta_context *ctx, size_t B, size_t N, size_t H, size_t D,
   const size_t tiles = B * ((N + p->tt - 1) / p->tt), cu = ctx->info.compute_units ? ctx->info.compute_units : 1;
   p->rows = (cu * p->wpc + H - 1) / H;
   if (p->rows > tiles) p->rows = tiles;
-  p->groups2 = p->rows * H * p->nu;
+  p->groups2 = (3 / p->tw) * p->rows * H * p->nu;
 }
 
 /* The arguments the two passes share, in their order: the forward's inputs and the saved inverse RMS values. */
@@ -225,9 +235,11 @@ camdelta_status cd_pbf_run(camdelta_context *ctx, const camdelta_prep_backward_a
     cd_arg_buf(&g, a->dv_raw);
     cd_arg_mem(&g, scr[PW]);
     args_shape(&g, a, 1, flags);
-    if (g.err != CL_SUCCESS) st = cd_cl_fail(g.err, "cd_prep_bwd_grads: setting arguments");
+    char what[64];
+    snprintf(what, sizeof what, "%s: setting arguments", GRADS_NAMES[p->tw == 1]);
+    if (g.err != CL_SUCCESS) st = cd_cl_fail(g.err, what);
     const size_t lws = p->lws2, gws = p->groups2 * lws;
-    if (!st) st = cd_enqueue(ctx, p->grads, 1, &gws, &lws, l, "cd_prep_bwd_grads");
+    if (!st) st = cd_enqueue(ctx, p->grads, 1, &gws, &lws, l, GRADS_NAMES[p->tw == 1]);
   }
 #undef OPT
   if (!st) {
