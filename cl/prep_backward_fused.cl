@@ -301,23 +301,24 @@ kernel void cd_prep_bwd_ssum(global const float *part, global float *S, ulong N,
   S[BN + i] = sk;
 }
 
+/* The arguments of both forms of pass 2 */
+#define CD_GRADS_ARGS                                                                                                \
+  global const cd_store_t *q_raw, ulong q_raw_off, global const cd_store_t *k_raw, ulong k_raw_off,                 \
+      global const float *qw, ulong qw_off, global const float *kw, ulong kw_off, global const float *proj_q,       \
+      ulong pq_off, global const float *proj_kv, ulong pkv_off, global const float *rope_cos, ulong rc_off,          \
+      global const float *rope_sin, ulong rs_off, global const float *inv_rms, ulong inv_off,                       \
+      global const cd_store_t *grad_q, ulong gq_off, global const cd_store_t *grad_k, ulong gk_off,                  \
+      global const cd_store_t *grad_v, ulong gv_off, global const cd_store_t *grad_k2, ulong gk2_off,                \
+      global const cd_store_t *grad_v2, ulong gv2_off, global const float *dgi, global const float *S,               \
+      global cd_store_t *dq_raw, ulong dq_off, global cd_store_t *dk_raw, ulong dk_off, global cd_store_t *dv_raw,   \
+      ulong dv_off, global float *part_w, ulong N, uint H, ulong B, float k_scale, uint flags
+
 /* Global: H * NU * J work-groups of CD_TT * CD_UW (NU = D/4 / CD_UW; group = (j * NU + v) * H + h): work-group
  * (h, v, j) takes units [v CD_UW, (v + 1) CD_UW) of head h over tiles of CD_TT tokens j, j + J, ...; work-item
  * (unit, token) = (v CD_UW + lid / CD_TT, lid % CD_TT). The norm-weight terms stay in registers across the tiles
  * and are summed over the tokens in order at the end: part_w has J rows of 2 C floats, row j's channels of
  * (h, v) written by work-group (h, v, j). */
-kernel void cd_prep_bwd_grads(global const cd_store_t *q_raw, ulong q_raw_off, global const cd_store_t *k_raw,
-                              ulong k_raw_off, global const float *qw, ulong qw_off, global const float *kw,
-                              ulong kw_off, global const float *proj_q, ulong pq_off, global const float *proj_kv,
-                              ulong pkv_off, global const float *rope_cos, ulong rc_off,
-                              global const float *rope_sin, ulong rs_off, global const float *inv_rms,
-                              ulong inv_off, global const cd_store_t *grad_q, ulong gq_off,
-                              global const cd_store_t *grad_k, ulong gk_off, global const cd_store_t *grad_v,
-                              ulong gv_off, global const cd_store_t *grad_k2, ulong gk2_off,
-                              global const cd_store_t *grad_v2, ulong gv2_off, global const float *dgi,
-                              global const float *S, global cd_store_t *dq_raw, ulong dq_off,
-                              global cd_store_t *dk_raw, ulong dk_off, global cd_store_t *dv_raw, ulong dv_off,
-                              global float *part_w, ulong N, uint H, ulong B, float k_scale, uint flags) {
+kernel void cd_prep_bwd_grads(CD_GRADS_ARGS) {
   local float rw[2][4 * CD_UW][CD_TT + 1];
   const uint NU = CD_G4 / CD_UW, ug0 = (uint)((get_group_id(0) / H) % NU) * CD_UW;
   const uint lid = get_local_id(0), t = lid % CD_TT, g = ug0 + lid / CD_TT;
@@ -424,19 +425,7 @@ inline float4 cd_grad_unit(uint kind, int first, cd_m4 M, float4 x, float4 g, fl
  * (kind 0), dk_raw (1) or dv_raw (2) over cd_prep_bwd_grads's tiles. Each work-item then holds one camera matrix and
  * one input row (64 registers against 108 on the H200 at D = 112), so twice the work-groups fit an SM: faster in
  * 16-bit storage, slower in f32 (see prep_backward_fused.c). */
-kernel void cd_prep_bwd_grads_kind(global const cd_store_t *q_raw, ulong q_raw_off, global const cd_store_t *k_raw,
-                                   ulong k_raw_off, global const float *qw, ulong qw_off, global const float *kw,
-                                   ulong kw_off, global const float *proj_q, ulong pq_off,
-                                   global const float *proj_kv, ulong pkv_off, global const float *rope_cos,
-                                   ulong rc_off, global const float *rope_sin, ulong rs_off,
-                                   global const float *inv_rms, ulong inv_off, global const cd_store_t *grad_q,
-                                   ulong gq_off, global const cd_store_t *grad_k, ulong gk_off,
-                                   global const cd_store_t *grad_v, ulong gv_off, global const cd_store_t *grad_k2,
-                                   ulong gk2_off, global const cd_store_t *grad_v2, ulong gv2_off,
-                                   global const float *dgi, global const float *S, global cd_store_t *dq_raw,
-                                   ulong dq_off, global cd_store_t *dk_raw, ulong dk_off, global cd_store_t *dv_raw,
-                                   ulong dv_off, global float *part_w, ulong N, uint H, ulong B, float k_scale,
-                                   uint flags) {
+kernel void cd_prep_bwd_grads_kind(CD_GRADS_ARGS) {
   local float rw[4 * CD_UW][CD_TT + 1];
   const uint kind = get_group_id(0) % 3; /* uniform over the work-group */
   const ulong grp = get_group_id(0) / 3, ngrp = get_num_groups(0) / 3;
