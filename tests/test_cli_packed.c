@@ -75,6 +75,50 @@ static int run(const char *args, char *err, size_t errsize) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* run() with stdout kept in out */
+static int run_out(const char *args, char *out, size_t outsize, char *err, size_t errsize) {
+  char full[16384], of[8192];
+  snprintf(of, sizeof of, "%s/stdout.txt", g_dir);
+  snprintf(full, sizeof full, "%s >\"%s\"", args, of);
+  const int rc = run(full, err, errsize);
+  FILE *f = fopen(of, "r");
+  size_t got = f ? fread(out, 1, outsize - 1, f) : 0;
+  out[got] = '\0';
+  if (f) fclose(f);
+  return rc;
+}
+
+/* camdelta bench --packed: one row per direction and pass, each with the fixed, packed and one-row times (positive)
+ * and the two ratios that follow from them; a bad shape is a usage error. */
+static void test_bench_packed(void **state) {
+  (void)state;
+  mkdirs("bench");
+  static char out[16384], err[8192];
+  assert_int_equal(run_out("bench --packed --shape 2,2,16,2,8 --reps 3 --warmup 1", out, sizeof out, err, sizeof err),
+                   0);
+  static const char *const rows[4] = {"scan forward causal", "scan forward reverse", "scan backward causal",
+                                      "scan backward reverse"};
+  for (int i = 0; i < 4; i++) {
+    const char *p = strstr(out, rows[i]);
+    assert_non_null(p);
+    double fixed = 0, packed = 0, ratio = 0, one = 0, ratio1 = 0;
+    char path[32] = "";
+    assert_int_equal(sscanf(p + strlen(rows[i]), "%lf %lf %lfx %lf %lfx %31s", &fixed, &packed, &ratio, &one, &ratio1,
+                            path),
+                     6);
+    assert_true(fixed > 0 && packed > 0 && one > 0);
+    /* the ratios are printed to 2 decimals from the unrounded times, the times to 3 */
+    assert_true(fabs(ratio - packed / fixed) <= 0.0051 + ratio * (0.0005 / packed + 0.0005 / fixed));
+    assert_true(fabs(ratio1 - packed / one) <= 0.0051 + ratio1 * (0.0005 / packed + 0.0005 / one));
+    /* the backward always runs natively; the forward natively unless it picked the sequential algorithm */
+    if (i >= 2) assert_string_equal(path, "native");
+    else assert_true(strcmp(path, "native") == 0 || strcmp(path, "padded") == 0);
+  }
+  assert_non_null(strstr(out, "fixed, 1 row"));
+  assert_int_equal(run_out("bench --packed --shape 2,2,12,2,8", out, sizeof out, err, sizeof err), 2);
+  assert_non_null(strstr(err, "clips,H,D,F,S"));
+}
+
 static void test_read_i64(void **state) {
   (void)state;
   mkdirs("i64");
@@ -181,6 +225,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_read_i64),
       cmocka_unit_test(test_run_packed),
+      cmocka_unit_test(test_bench_packed),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,9 @@
 /* camdelta bench --packed: the scan over packed clips against the fixed-shape scan on a batch of equal clips
  * (SPEC section 9: "no slower than the fixed-shape path"), forward and backward, both directions, kernel time
- * from profiling events (median after warm-up). Shapes B,H,D,F,S mean B clips of F frames of S tokens. */
+ * from profiling events (median after warm-up). Shapes B,H,D,F,S mean B clips of F frames of S tokens.
+ * A third call times the fixed-shape scan on the packed batch's memory layout (B = 1, B·F frames: rows B times as
+ * long, the state carried across the clip boundaries, so a time reference only): the packed call against it shows
+ * what the packed path itself costs, the fixed call against it what the longer rows cost. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,32 +67,34 @@ int cmd_bench_packed(int argc, char **argv) {
   camdelta_context_info(ctx, &info);
   if (!rc)
     printf("camdelta bench --packed on %s: %zu equal clips of F=%zu frames x S=%zu tokens, H=%zu D=%zu; kernel ms, "
-           "median of %zu after %zu warm-up, the two calls alternating\n%-24s %12s %12s %8s  %s\n",
-           info.device_name, B, F, S, H, D, reps, warmup, "operation", "fixed ms", "packed ms", "ratio",
-           "packed path");
-  double *t = calloc(2 * (reps ? reps : 1), sizeof *t);
+           "median of %zu after %zu warm-up, the three calls alternating; 'fixed, 1 row': the fixed-shape call on "
+           "the packed layout (B=1, F=%zu)\n%-24s %12s %12s %8s %14s %8s  %s\n",
+           info.device_name, B, F, S, H, D, reps, warmup, B * F, "operation", "fixed ms", "packed ms", "ratio",
+           "fixed, 1 row", "ratio", "packed path");
+  double *t = calloc(3 * (reps ? reps : 1), sizeof *t);
   if (!t) rc = cli_error(CLI_EXIT_FAILURE, "out of host memory");
   for (int op = 0; op < 4 && !rc; op++) {
     const int bwd = op >= 2, rev = op % 2;
-    double med[2] = {0, 0};
+    double med[3] = {0, 0, 0};
     int native = -1;
     const camdelta_packed_clips pc = {fo, co, B, B * N, &native};
-    /* fixed and packed alternate, so that both see the same clocks and caches */
+    /* fixed, packed and fixed on the packed layout alternate, so that all see the same clocks and caches */
     for (size_t it = 0; it < warmup + reps && !rc; it++)
-      for (int packed = 0; packed < 2 && !rc; packed++) {
+      for (int mode = 0; mode < 3 && !rc; mode++) {
+        const int packed = mode == 1, one_row = mode != 0; /* one_row: B = 1, B·F frames */
         camdelta_profile prof = {0, 0};
         camdelta_status st;
         if (!bwd) {
           camdelta_scan_args s;
           memset(&s, 0, sizeof s);
-          s.B = packed ? 1 : B, s.H = H, s.D = D, s.F = packed ? B * F : F, s.S = packed ? 0 : S, s.reverse = rev;
+          s.B = one_row ? 1 : B, s.H = H, s.D = D, s.F = one_row ? B * F : F, s.S = packed ? 0 : S, s.reverse = rev;
           s.q.mem = m[0], s.k.mem = m[1], s.v.mem = m[2], s.beta.mem = m[4], s.decay.mem = m[5], s.out.mem = m[6];
           s.profile = &prof;
           st = packed ? camdelta_scan_forward_packed(ctx, &s, &pc, NULL) : camdelta_scan_forward(ctx, &s, NULL);
         } else {
           camdelta_scan_backward_args s;
           memset(&s, 0, sizeof s);
-          s.B = packed ? 1 : B, s.H = H, s.D = D, s.F = packed ? B * F : F, s.S = packed ? 0 : S, s.reverse = rev;
+          s.B = one_row ? 1 : B, s.H = H, s.D = D, s.F = one_row ? B * F : F, s.S = packed ? 0 : S, s.reverse = rev;
           s.q.mem = m[0], s.k.mem = m[1], s.v.mem = m[2], s.grad_out.mem = m[3], s.beta.mem = m[4];
           s.decay.mem = m[5], s.dq.mem = m[7], s.dk.mem = m[8], s.dv.mem = m[9], s.dbeta.mem = m[10];
           s.ddecay.mem = m[11];
@@ -97,14 +102,15 @@ int cmd_bench_packed(int argc, char **argv) {
           st = packed ? camdelta_scan_backward_packed(ctx, &s, &pc, NULL) : camdelta_scan_backward(ctx, &s, NULL);
         }
         if (st) rc = cli_lib_error(st, packed ? "packed scan" : "fixed-shape scan");
-        else if (it >= warmup) t[packed * reps + it - warmup] = prof.kernel_ms;
+        else if (it >= warmup) t[mode * reps + it - warmup] = prof.kernel_ms;
       }
-    if (!rc && reps) med[0] = cli_median(t, reps), med[1] = cli_median(t + reps, reps);
+    for (int mode = 0; mode < 3 && !rc && reps; mode++) med[mode] = cli_median(t + mode * reps, reps);
     if (!rc)
-      printf("%-24s %12.3f %12.3f %7.2fx  %s\n",
+      printf("%-24s %12.3f %12.3f %7.2fx %14.3f %7.2fx  %s\n",
              bwd ? (rev ? "scan backward reverse" : "scan backward causal")
                  : (rev ? "scan forward reverse" : "scan forward causal"),
-             med[0], med[1], med[0] > 0 ? med[1] / med[0] : 0.0, native ? "native" : "padded batch");
+             med[0], med[1], med[0] > 0 ? med[1] / med[0] : 0.0, med[2], med[2] > 0 ? med[1] / med[2] : 0.0,
+             native ? "native" : "padded batch");
   }
   free(t), free(fo), free(co);
   for (int i = 0; i < 12; i++)
