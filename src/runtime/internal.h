@@ -133,8 +133,9 @@ struct camdelta_context {
   unsigned plan_gen;           /* bumped when the plans are dropped (camdelta_tune_set) */
 };
 
-/** Reads CAMDELTA_PREP_BWD_TILES ("TT=16,WPC=16,TS=64,NU=2", prep_backward_fused.c) into tiles[4] (0: not given); a value
- *  that does not parse or is out of range fails naming the variable. Called once at context creation. */
+/** Reads CAMDELTA_PREP_BWD_TILES ("TT=16,WPC=24,TS=64,NU=2,TW=3", prep_backward_fused.c) into tiles[5] (0: not
+ *  given); a value that does not parse or is out of range fails naming the variable. Called once at context
+ *  creation. */
 camdelta_status cd_prep_bwd_tiles_env(unsigned tiles[5]);
 
 /** A built program for kernel source file `source` (e.g. "prep.cl") with
