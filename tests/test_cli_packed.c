@@ -89,7 +89,8 @@ static int run_out(const char *args, char *out, size_t outsize, char *err, size_
 }
 
 /* camdelta bench --packed: one row per direction and pass, each with the fixed, packed and one-row times (positive)
- * and the two ratios that follow from them; a bad shape is a usage error. */
+ * and the two ratios that follow from them; a bad shape, a bad count and an option it does not take are usage
+ * errors that time nothing. */
 static void test_bench_packed(void **state) {
   (void)state;
   mkdirs("bench");
@@ -117,6 +118,11 @@ static void test_bench_packed(void **state) {
   assert_non_null(strstr(out, "fixed, 1 row"));
   assert_int_equal(run_out("bench --packed --shape 2,2,12,2,8", out, sizeof out, err, sizeof err), 2);
   assert_non_null(strstr(err, "clips,H,D,F,S"));
+  assert_int_equal(run_out("bench --packed --reps -1", out, sizeof out, err, sizeof err), 2);
+  assert_non_null(strstr(err, "--reps"));
+  assert_int_equal(run_out("bench --packed --only scan", out, sizeof out, err, sizeof err), 2);
+  assert_non_null(strstr(err, "unknown option '--only'"));
+  assert_null(strstr(out, "scan forward causal")); /* nothing timed */
 }
 
 static void test_read_i64(void **state) {
