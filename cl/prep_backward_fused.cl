@@ -11,20 +11,21 @@
  * cd_prep_bwd_sums_out[4]  pass 1 when the caller gives the forward's outputs q, k and inflation_sq: the same
  *                    shares as dot products along the tokens, share(S_q) = (g_q . q) / ir_q (4: four tokens per
  *                    work-item, 16-byte loads).
- * cd_prep_bwd_ssum   S (2, B, N): the shares summed over the heads in order.
+ * cd_prep_bwd_ssum   S (2, B, N): the shares summed over the heads in order; with CD_PM, also a planar copy of the
+ *                    camera matrices for pass 2 (cd_load_pm).
  * cd_prep_bwd_grads  pass 2, work-groups per (head, share of the head's 4-channel units), persistent over tiles of
  *                    CD_TT tokens, one work-item per (unit, token): writes dq_raw = da ir w - ir^3/C x S, dk_raw,
  *                    dv_raw, and keeps its channels' norm-weight terms in registers across its tiles.
  * cd_prep_bwd_grads_kind  pass 2 with one of dq_raw, dk_raw, dv_raw per work-group (the default in 16-bit storage).
  * cd_prep_bwd_fused_reduce  the norm-weight gradients: the grads work-groups' partial rows summed in order.
  *
- * Measured on the H200 at sana480 (2026-12-04): 0.42 (0.30 from the forward's outputs) + 0.93 ms for passes 1 and 2
- * (1.36 ms in all; 1.24) against 1.48 ms for one pass that walked each tile's heads twice with barriers in between
- * (its second reads found little in the L2 cache). No atomics; every sum has a fixed order (bit-identical run to
- * run).
+ * Measured on the H200 at sana480 (2026-12-04): 0.42 (0.29 from the forward's outputs) + 0.86 ms for passes 1 and 2
+ * (1.17 ms in all from the outputs) against 1.48 ms for one pass that walked each tile's heads twice with barriers in
+ * between (its second reads found little in the L2 cache). No atomics; every sum has a fixed order (bit-identical
+ * run to run).
  *
  * Build options: CD_DTYPE, CD_D, CD_TT (tokens per tile of cd_prep_bwd_grads), CD_UW (its 4-channel units per
- * work-group, a divisor of D/4: the work-group has CD_TT * CD_UW work-items), CD_G2. */
+ * work-group, a divisor of D/4: the work-group has CD_TT * CD_UW work-items), CD_G2, CD_PM. */
 
 #ifndef CD_D
 #define CD_D 8
@@ -48,6 +49,9 @@
                  backward's loads carry no test for it */
 #define CD_G2 0
 #endif
+#ifndef CD_PM /* 1: pass 2 reads the camera matrices from the planar copy that cd_prep_bwd_ssum writes (pm) */
+#define CD_PM 0
+#endif
 
 /* A 4x4 camera matrix by rows, in registers */
 typedef struct cd_m4 {
@@ -60,6 +64,17 @@ inline cd_m4 cd_load_m4(global const float *P, int al) {
   m.r2 = CD_LDF4(P, 8, al);
   m.r3 = CD_LDF4(P, 12, al);
   return m;
+}
+/* Matrix m (0: proj_q, 1: proj_kv) of token tok from the planar copy pm (8, BN) float4: row r at (4 m + r) BN + tok,
+ * so that a warp's row loads for consecutive tokens are contiguous */
+inline cd_m4 cd_load_pm(global const float4 *pm, uint m, ulong tok, ulong BN) {
+  cd_m4 M;
+  global const float4 *p = pm + 4 * m * BN + tok;
+  M.r0 = p[0];
+  M.r1 = p[BN];
+  M.r2 = p[2 * BN];
+  M.r3 = p[3 * BN];
+  return M;
 }
 /* y = P x (camera transform) */
 inline float4 cd_cam(cd_m4 P, float4 x) { return (float4)(dot(P.r0, x), dot(P.r1, x), dot(P.r2, x), dot(P.r3, x)); }
@@ -286,10 +301,18 @@ kernel void cd_prep_bwd_sums_out4(CD_SUMS_OUT_ARGS) {
                   gi_off, dgi, part);
 }
 
-/* Global: B * N (rounded up). S (2, B, N) = part (2, B, H, N) summed over h in order. */
-kernel void cd_prep_bwd_ssum(global const float *part, global float *S, ulong N, uint H, ulong B) {
+/* Global: B * N (rounded up). S (2, B, N) = part (2, B, H, N) summed over h in order. With CD_PM, also the token's
+ * camera matrices by rows into pm (cd_load_pm's layout); al: proj_q and proj_kv start at multiples of 4. */
+kernel void cd_prep_bwd_ssum(global const float *part, global float *S, global const float *proj_q, ulong pq_off,
+                             global const float *proj_kv, ulong pkv_off, global float4 *pm, uint al, ulong N, uint H,
+                             ulong B) {
   const ulong i = get_global_id(0), BN = B * N;
   if (i >= BN) return;
+  if (CD_PM) {
+    const cd_m4 Mq = cd_load_m4(proj_q + pq_off + i * 16, al), Mk = cd_load_m4(proj_kv + pkv_off + i * 16, al);
+    pm[i] = Mq.r0, pm[BN + i] = Mq.r1, pm[2 * BN + i] = Mq.r2, pm[3 * BN + i] = Mq.r3;
+    pm[4 * BN + i] = Mk.r0, pm[5 * BN + i] = Mk.r1, pm[6 * BN + i] = Mk.r2, pm[7 * BN + i] = Mk.r3;
+  }
   const ulong b = i / N, n = i % N, BHN = BN * H;
   float sq = 0.0f, sk = 0.0f;
   for (uint h = 0; h < H; h++) {
@@ -310,6 +333,7 @@ kernel void cd_prep_bwd_ssum(global const float *part, global float *S, ulong N,
       global const cd_store_t *grad_q, ulong gq_off, global const cd_store_t *grad_k, ulong gk_off,                  \
       global const cd_store_t *grad_v, ulong gv_off, global const cd_store_t *grad_k2, ulong gk2_off,                \
       global const cd_store_t *grad_v2, ulong gv2_off, global const float *dgi, global const float *S,               \
+      global const float4 *pm,                                                                                       \
       global cd_store_t *dq_raw, ulong dq_off, global cd_store_t *dk_raw, ulong dk_off, global cd_store_t *dv_raw,   \
       ulong dv_off, global float *part_w, ulong N, uint H, ulong B, float k_scale, uint flags
 
@@ -345,8 +369,8 @@ kernel void cd_prep_bwd_grads(CD_GRADS_ARGS) {
       irq = inv_rms[inv_off + tok];
       irk = inv_rms[inv_off + BN + tok];
       if (first) {
-        Mq = cd_load_m4(proj_q + pq_off + tok * 16, al);
-        Mk = cd_load_m4(proj_kv + pkv_off + tok * 16, al);
+        Mq = CD_PM ? cd_load_pm(pm, 0, tok, BN) : cd_load_m4(proj_q + pq_off + tok * 16, al);
+        Mk = CD_PM ? cd_load_pm(pm, 1, tok, BN) : cd_load_m4(proj_kv + pkv_off + tok * 16, al);
       } else {
         const ulong rrow = n * CD_DH + (4 * g - CD_DH);
         Mq.r0 = CD_LDF4(rope_cos, rc_off + rrow, al);
@@ -460,7 +484,7 @@ kernel void cd_prep_bwd_grads_kind(CD_GRADS_ARGS) {
     const ulong row = (tok * H + h) * CD_D + 4 * g;
     if (tok_ok) {
       if (first) {
-        M = cd_load_m4(proj + tok * 16, al);
+        M = CD_PM ? cd_load_pm(pm, kind != 0, tok, BN) : cd_load_m4(proj + tok * 16, al);
       } else {
         const ulong rrow = n * CD_DH + (4 * g - CD_DH);
         M.r0 = CD_LDF4(rope_cos, rc_off + rrow, al);

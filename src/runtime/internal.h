@@ -118,7 +118,7 @@ struct camdelta_context {
   unsigned tune_saved[24][8]; /* family, D min, D max, WM, WN, MR, NR, KC */
   int tune_nsaved;
   int prep_bwd_fused; /* CAMDELTA_PREP_BWD_FUSED at creation: 0 three kernels, 1 two passes, -1 by device type */
-  unsigned prep_bwd_tiles[5]; /* CAMDELTA_PREP_BWD_TILES at creation: TT, WPC, TS, NU, TW (0: default), see
+  unsigned prep_bwd_tiles[6]; /* CAMDELTA_PREP_BWD_TILES at creation: TT, WPC, TS, NU, TW, MX (0: default), see
                                * prep_backward_fused.c */
   unsigned prep_tiles[3];     /* CAMDELTA_PREP_TILES at creation: TT, WPC, IX of the fused forward (0: default), prep.c */
   /* The rest of the scan's environment, read once at creation (never on the call path): CAMDELTA_TC (0 unset,
@@ -133,10 +133,10 @@ struct camdelta_context {
   unsigned plan_gen;           /* bumped when the plans are dropped (camdelta_tune_set) */
 };
 
-/** Reads CAMDELTA_PREP_BWD_TILES ("TT=16,WPC=24,TS=64,NU=2,TW=3", prep_backward_fused.c) into tiles[5] (0: not
- *  given); a value that does not parse or is out of range fails naming the variable. Called once at context
+/** Reads CAMDELTA_PREP_BWD_TILES ("TT=16,WPC=24,TS=64,NU=2,TW=3,MX=2", prep_backward_fused.c) into tiles[6] (0:
+ *  not given); a value that does not parse or is out of range fails naming the variable. Called once at context
  *  creation. */
-camdelta_status cd_prep_bwd_tiles_env(unsigned tiles[5]);
+camdelta_status cd_prep_bwd_tiles_env(unsigned tiles[6]);
 
 /** A built program for kernel source file `source` (e.g. "prep.cl") with
  *  extra build options (e.g. "-DCD_D=112"); built once per context, through
