@@ -11,8 +11,8 @@
  * cd_prep_bwd_sums_out[4]  pass 1 when the caller gives the forward's outputs q, k and inflation_sq: the same
  *                    shares as dot products along the tokens, share(S_q) = (g_q . q) / ir_q (4: four tokens per
  *                    work-item, 16-byte loads).
- * cd_prep_bwd_ssum   S (2, B, N): the shares summed over the heads in order; with CD_PM, also a planar copy of the
- *                    camera matrices for pass 2 (cd_load_pm).
+ * cd_prep_bwd_ssum   S (2, B, N): the shares summed over the heads in order; with CD_PM, also planar copies of the
+ *                    camera matrices (cd_load_pm) and, CD_PM 2, of the RoPE tables for pass 2.
  * cd_prep_bwd_grads  pass 2, work-groups per (head, share of the head's 4-channel units), persistent over tiles of
  *                    CD_TT tokens, one work-item per (unit, token): writes dq_raw = da ir w - ir^3/C x S, dk_raw,
  *                    dv_raw, and keeps its channels' norm-weight terms in registers across its tiles.
@@ -49,7 +49,8 @@
                  backward's loads carry no test for it */
 #define CD_G2 0
 #endif
-#ifndef CD_PM /* 1: pass 2 reads the camera matrices from the planar copy that cd_prep_bwd_ssum writes (pm) */
+#ifndef CD_PM /* 1: pass 2 reads the camera matrices from the planar copy that cd_prep_bwd_ssum writes (pm); 2: the
+                 RoPE tables as well */
 #define CD_PM 0
 #endif
 
@@ -301,12 +302,20 @@ kernel void cd_prep_bwd_sums_out4(CD_SUMS_OUT_ARGS) {
                   gi_off, dgi, part);
 }
 
-/* Global: B * N (rounded up). S (2, B, N) = part (2, B, H, N) summed over h in order. With CD_PM, also the token's
- * camera matrices by rows into pm (cd_load_pm's layout); al: proj_q and proj_kv start at multiples of 4. */
+/* Global: B * N (rounded up; with CD_PM 2, at least N * D/8). S (2, B, N) = part (2, B, H, N) summed over h in order.
+ * With CD_PM, also the token's camera matrices by rows into pm (cd_load_pm's layout), and with CD_PM 2 the RoPE
+ * tables after them, (D/8, N) float4 each, cos then sin; al: proj_q, proj_kv and the tables start at multiples of 4. */
 kernel void cd_prep_bwd_ssum(global const float *part, global float *S, global const float *proj_q, ulong pq_off,
-                             global const float *proj_kv, ulong pkv_off, global float4 *pm, uint al, ulong N, uint H,
+                             global const float *proj_kv, ulong pkv_off, global const float *rope_cos, ulong rc_off,
+                             global const float *rope_sin, ulong rs_off, global float4 *pm, uint al, ulong N, uint H,
                              ulong B) {
   const ulong i = get_global_id(0), BN = B * N;
+  if (CD_PM == 2 && i < N * (CD_G4 / 2)) { /* the RoPE tables by 4-channel unit u across the tokens: cos, then sin */
+    const ulong n = i % N, u = i / N;
+    global float4 *pr = pm + 8 * BN + u * N + n;
+    pr[0] = CD_LDF4(rope_cos, rc_off + n * CD_DH + 4 * u, al);
+    pr[(CD_G4 / 2) * N] = CD_LDF4(rope_sin, rs_off + n * CD_DH + 4 * u, al);
+  }
   if (i >= BN) return;
   if (CD_PM) {
     const cd_m4 Mq = cd_load_m4(proj_q + pq_off + i * 16, al), Mk = cd_load_m4(proj_kv + pkv_off + i * 16, al);
@@ -372,9 +381,15 @@ kernel void cd_prep_bwd_grads(CD_GRADS_ARGS) {
         Mq = CD_PM ? cd_load_pm(pm, 0, tok, BN) : cd_load_m4(proj_q + pq_off + tok * 16, al);
         Mk = CD_PM ? cd_load_pm(pm, 1, tok, BN) : cd_load_m4(proj_kv + pkv_off + tok * 16, al);
       } else {
-        const ulong rrow = n * CD_DH + (4 * g - CD_DH);
-        Mq.r0 = CD_LDF4(rope_cos, rc_off + rrow, al);
-        Mq.r1 = CD_LDF4(rope_sin, rs_off + rrow, al);
+        if (CD_PM == 2) {
+          global const float4 *pr = pm + 8 * BN + (g - CD_G4 / 2) * N + n;
+          Mq.r0 = pr[0];
+          Mq.r1 = pr[(CD_G4 / 2) * N];
+        } else {
+          const ulong rrow = n * CD_DH + (4 * g - CD_DH);
+          Mq.r0 = CD_LDF4(rope_cos, rc_off + rrow, al);
+          Mq.r1 = CD_LDF4(rope_sin, rs_off + rrow, al);
+        }
       }
     }
     float4 xq = (float4)(0.0f), xk = xq, gq = xq, gk = xq, gv = xq;
@@ -486,9 +501,15 @@ kernel void cd_prep_bwd_grads_kind(CD_GRADS_ARGS) {
       if (first) {
         M = CD_PM ? cd_load_pm(pm, kind != 0, tok, BN) : cd_load_m4(proj + tok * 16, al);
       } else {
-        const ulong rrow = n * CD_DH + (4 * g - CD_DH);
-        M.r0 = CD_LDF4(rope_cos, rc_off + rrow, al);
-        M.r1 = CD_LDF4(rope_sin, rs_off + rrow, al);
+        if (CD_PM == 2) {
+          global const float4 *pr = pm + 8 * BN + (g - CD_G4 / 2) * N + n;
+          M.r0 = pr[0];
+          M.r1 = pr[(CD_G4 / 2) * N];
+        } else {
+          const ulong rrow = n * CD_DH + (4 * g - CD_DH);
+          M.r0 = CD_LDF4(rope_cos, rc_off + rrow, al);
+          M.r1 = CD_LDF4(rope_sin, rs_off + rrow, al);
+        }
       }
       const ulong grow = ((b * H + h) * CD_D + 4 * g) * N + n;
       if (has_g) gr = cd_grad4(grad, grow, N);

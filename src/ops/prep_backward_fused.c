@@ -27,19 +27,23 @@
  * 64 registers against 108 at D = 112). H200, sana480, the whole backward, TW 3 against TW 1 (2026-12-04): f32
  * 1.229 / 1.317 ms (sana720 2.81 / 3.01, d64 0.691 / 0.695), f16 1.972 / 1.920, bf16 1.599 / 1.453 (sana720 3.658 /
  * 3.611, d64 0.920 / 0.912).
- * Pass 2 reads the camera matrices (MX 2, the default) from a planar copy that cd_prep_bwd_ssum writes, 8 rows of B N
- * float4 (row r of proj_q, then of proj_kv, across the tokens), not in place (MX 1: 64 bytes per token, every
- * 4-channel unit's work-item loading its token's two): a warp's 16 tokens then read 256 contiguous bytes per row
- * instead of 16 rows 64 bytes apart, about a quarter of the cache transactions. H200, f32, the whole backward, MX 1
- * against MX 2 in one call (2026-12-04): sana480 1.218-1.223 / 1.166-1.168 ms (pass 2 0.912 / 0.860, the step
- * between the passes 0.0063 / 0.0078), sana720 2.772 / 2.693, d64 0.680 / 0.654; bf16 sana480 1.468 / 1.453.
+ * Pass 2 reads the camera matrices and the RoPE coefficients (MX 3, the default) from planar copies that
+ * cd_prep_bwd_ssum writes: the matrices as 8 rows of B N float4 (row r of proj_q, then of proj_kv, across the
+ * tokens), the tables as D/8 rows of N float4 each (a 4-channel unit across the tokens). In place (MX 1), every
+ * 4-channel unit's work-item loaded its token's two matrices, 64 bytes per token, and its RoPE float4s, 224 bytes
+ * apart: a warp's 16 tokens touched 16 rows per load, where planar rows give 256 contiguous bytes. MX 2 copies the
+ * matrices only. H200, the whole backward, one call (2026-12-04), MX 1 / MX 2: f32 sana480 1.218-1.223 /
+ * 1.166-1.168 ms (pass 2 0.912 / 0.860, the step between the passes 0.0063 / 0.0078), sana720 2.772 / 2.693, d64
+ * 0.680 / 0.654, bf16 sana480 1.468 / 1.453. A later call, MX 2 / MX 3: f32 sana480 1.176-1.177 / 1.171-1.174 (pass
+ * 2 0.860 / 0.846, the step 0.008 / 0.017), sana720 2.692 / 2.687, d64 0.662 / 0.656, bf16 1.453 / 1.429, f16 1.869
+ * / 1.852.
  * CAMDELTA_PREP_BWD_TILES (tuning, read at context creation): "TT=n,WPC=n,TS=n,NU=n,TW=n,MX=n", TT in {4, 8, 16},
  * WPC >= 1, TS in {32, 64, 128, 256}, NU in {1, 2, 4} (one that does not divide D/4 runs as 1), TW in {1, 3}, MX in
- * {1, 2}.
+ * {1, 2, 3}.
  *
  * Scratch: the per-(b, h, n) shares of S_q, S_k (2, B, H, N), S (2, B, N), dpost/dpre (2, B, H, N) with
  * grad_inflation_sq, the norm-weight partials (J, 2 C), the inverse RMS values (2, B, N) when none were saved, the
- * planar camera matrices (8, B N, 4) with MX 2. */
+ * planar camera matrices (8, B N, 4) with MX 2 or 3, then with MX 3 the planar RoPE tables (2, D/8, N, 4). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,7 +53,7 @@
 
 enum { PBF_GQ = 1, PBF_GK = 2, PBF_GV = 4, PBF_GI = 8, PBF_ALIGNED = 16 };
 enum { PBF_DEFAULT_TT = 16, PBF_DEFAULT_NU = 2, PBF_DEFAULT_TT_16BIT = 16, PBF_DEFAULT_TS = 64 };
-enum { PBF_DEFAULT_WPC = 24, PBF_DEFAULT_WPC_16BIT = 16, PBF_DEFAULT_MX = 2 };
+enum { PBF_DEFAULT_WPC = 24, PBF_DEFAULT_WPC_16BIT = 16, PBF_DEFAULT_MX = 3 };
 
 static const char TILES_ENV[] = "CAMDELTA_PREP_BWD_TILES";
 
@@ -65,8 +69,8 @@ camdelta_status cd_prep_bwd_tiles_env(unsigned tiles[6]) {
   if (!st && tiles[4] && tiles[4] != 1 && tiles[4] != 3)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: TW must be 1 or 3 (value: '%s')", TILES_ENV,
                    getenv(TILES_ENV));
-  if (!st && tiles[5] && tiles[5] != 1 && tiles[5] != 2)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: MX must be 1 or 2 (value: '%s')", TILES_ENV,
+  if (!st && tiles[5] && tiles[5] != 1 && tiles[5] != 2 && tiles[5] != 3)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: MX must be 1, 2 or 3 (value: '%s')", TILES_ENV,
                    getenv(TILES_ENV));
   return st;
 }
@@ -105,7 +109,7 @@ int cd_pbf_kernels(camdelta_context *ctx, camdelta_dtype dtype, size_t D, int g2
   if ((D / 4) % p->nu) p->nu = 1;
   p->wpc = ctx->prep_bwd_tiles[1] ? ctx->prep_bwd_tiles[1] : dtype == CAMDELTA_F32 ? PBF_DEFAULT_WPC : PBF_DEFAULT_WPC_16BIT;
   p->tw = ctx->prep_bwd_tiles[4] ? ctx->prep_bwd_tiles[4] : dtype == CAMDELTA_F32 ? 3 : 1;
-  p->pm = (ctx->prep_bwd_tiles[5] ? ctx->prep_bwd_tiles[5] : PBF_DEFAULT_MX) == 2;
+  p->pm = (int)(ctx->prep_bwd_tiles[5] ? ctx->prep_bwd_tiles[5] : PBF_DEFAULT_MX) - 1;
   const size_t uw = D / 4 / p->nu;
   /* a work-group of pass 2 needs tt * uw work-items: a smaller tile where the device or the kernel (its
    * registers) cannot take that many */
@@ -185,7 +189,8 @@ camdelta_status cd_pbf_run(camdelta_context *ctx, const camdelta_prep_backward_a
   enum { PW, PART, S, DGI, INV, PM, NSCR };
   const size_t bytes[NSCR] = {p->rows * 2 * C * sizeof(float), 2 * B * H * N * sizeof(float),
                               2 * B * N * sizeof(float),        has_gi ? 2 * B * H * N * sizeof(float) : 0,
-                              inv ? 0 : 2 * B * N * sizeof(float), p->pm ? 8 * B * N * 4 * sizeof(float) : 0};
+                              inv ? 0 : 2 * B * N * sizeof(float),
+                              p->pm ? (8 * B * N + (p->pm == 2 ? N * (D / 4) : 0)) * 4 * sizeof(float) : 0};
   cl_mem scr[NSCR] = {NULL};
   camdelta_status st = CAMDELTA_OK;
   for (int i = 0; i < NSCR && !st; i++)
@@ -229,11 +234,14 @@ camdelta_status cd_pbf_run(camdelta_context *ctx, const camdelta_prep_backward_a
     cd_arg_mem(&g, scr[S]);
     cd_arg_buf(&g, a->proj_q);
     cd_arg_buf(&g, a->proj_kv);
+    cd_arg_buf(&g, a->rope_cos);
+    cd_arg_buf(&g, a->rope_sin);
     cd_arg_mem(&g, scr[PM] ? scr[PM] : scr[PW]);
     cd_arg_u32(&g, (uint32_t)al);
     args_shape(&g, a, 0, 0);
     if (g.err != CL_SUCCESS) st = cd_cl_fail(g.err, "cd_prep_bwd_ssum: setting arguments");
-    const size_t lws = p->ts, gws = (B * N + lws - 1) / lws * lws;
+    const size_t items = p->pm == 2 && N * (D / 8) > B * N ? N * (D / 8) : B * N; /* cd_prep_bwd_ssum's */
+    const size_t lws = p->ts, gws = (items + lws - 1) / lws * lws;
     if (!st) st = cd_enqueue(ctx, p->ssum, 1, &gws, &lws, l, "cd_prep_bwd_ssum");
   }
   if (!st) {

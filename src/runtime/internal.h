@@ -133,7 +133,7 @@ struct camdelta_context {
   unsigned plan_gen;           /* bumped when the plans are dropped (camdelta_tune_set) */
 };
 
-/** Reads CAMDELTA_PREP_BWD_TILES ("TT=16,WPC=24,TS=64,NU=2,TW=3,MX=2", prep_backward_fused.c) into tiles[6] (0:
+/** Reads CAMDELTA_PREP_BWD_TILES ("TT=16,WPC=24,TS=64,NU=2,TW=3,MX=3", prep_backward_fused.c) into tiles[6] (0:
  *  not given); a value that does not parse or is out of range fails naming the variable. Called once at context
  *  creation. */
 camdelta_status cd_prep_bwd_tiles_env(unsigned tiles[6]);
