@@ -324,18 +324,24 @@ kernel void cd_prep_fused(CD_PREP_ONEPASS_TENSORS, ulong N, uint H, ulong B, flo
  * Splitting by tensor halves what one work-group holds (a tile of one tensor, CD_TT * CD_H * CD_D floats) against
  * the q-and-k form, so two tiles fit an SM's registers (H200: 126 registers at D = 112, H = 20); all of a
  * work-item's CD_H loads are issued back to back.
- * Build options: CD_DTYPE, CD_D, CD_H (heads; by default the host uses this form up to 48, see prep.c), CD_TT.
+ * Build options: CD_DTYPE, CD_D, CD_H (heads; by default the host uses this form up to 48, see prep.c), CD_TT,
+ * CD_WL (where the norm weights are read: prep.c says which is faster where).
  * Local size CD_TT * CD_D / 4; global 3 * B * ceil(N / CD_TT) work-groups. Flags as cd_prep_fused. */
 #ifdef CD_H
 #ifndef CD_RR
 #define CD_RR (CD_H < 8 ? CD_H : 8)
 #endif
 #define CD_RL (CD_TT * CD_G4)
+#ifndef CD_WL /* where the q and k kinds read the norm weights: 0 in the head loop (from the L1 cache), 1 applied to the
+                 rows before the barrier, 2 staged in local memory before the barrier */
+#define CD_WL 2
+#endif
 
 kernel void cd_prep_regs(CD_PREP_ONEPASS_TENSORS, ulong N, ulong B, float k_scale, float eps, uint flags) {
   local float red[CD_RL];
   local float irl[CD_TT];
   local float ring[2][CD_RR][CD_RL]; /* k kind: squares before / after the transform, per head of the ring */
+  local float4 wl[CD_WL == 2 ? CD_H * CD_G4 : 1];
 
   const uint lid = get_local_id(0);
   const uint t = lid % CD_TT, g = lid / CD_TT, kind = get_group_id(0) % 3;
@@ -371,11 +377,18 @@ kernel void cd_prep_regs(CD_PREP_ONEPASS_TENSORS, ulong N, ulong B, float k_scal
   /* q and k: the inverse RMS of each token over all H * D channels, the work-item's heads first, then its
    * CD_G4 units in order */
   float ir = 1.0f;
+  global const float *w = kind == 0 ? qw + qw_off : kw + kw_off;
   if (kind < 2) { /* uniform over the work-group */
+    if (CD_WL == 2)
+      for (uint i = lid; i < CD_H * CD_G4; i += CD_RL) wl[i] = CD_LDF4(w, 4 * i, al);
     float s = 0.0f;
 #pragma unroll
     for (uint h = 0; h < CD_H; h++) s += cd_sq4(x[h]);
     red[lid] = s;
+    if (CD_WL == 1) {
+#pragma unroll
+      for (uint h = 0; h < CD_H; h++) x[h] *= CD_LDF4(w, h * CD_D + 4 * g, al);
+    }
     barrier(CLK_LOCAL_MEM_FENCE);
     if (lid < CD_TT) {
       float sum = 0.0f;
@@ -387,14 +400,16 @@ kernel void cd_prep_regs(CD_PREP_ONEPASS_TENSORS, ulong N, ulong B, float k_scal
     barrier(CLK_LOCAL_MEM_FENCE);
     ir = irl[t];
   }
-  global const float *w = kind == 0 ? qw + qw_off : kw + kw_off;
   const float scale = kind == 1 ? k_scale : 1.0f;
   global float *inf = infl + infl_off;
 
 #pragma unroll
   for (uint h = 0; h < CD_H; h++) {
     float4 xn = x[h];
-    if (kind < 2) xn = fmax(xn * ir * CD_LDF4(w, h * CD_D + 4 * g, al), 0.0f) * scale;
+    if (kind < 2) {
+      const float4 wh = CD_WL == 0 ? CD_LDF4(w, h * CD_D + 4 * g, al) : CD_WL == 2 ? wl[h * CD_G4 + g] : 1.0f;
+      xn = fmax((CD_WL == 1 ? xn * ir : xn * ir * wh), 0.0f) * scale;
+    }
     float4 o;
     if (first) o = (float4)(dot(P0, xn), dot(P1, xn), dot(P2, xn), dot(P3, xn));
     else o = fma(xn.yxwz, P1, xn * P0);

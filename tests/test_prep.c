@@ -166,6 +166,12 @@ static void test_prep_regs(void **state) {
   run_variant(2, "TT=4", other, 1);
   /* 64-bit index arithmetic, which the calls too large for 32 bits take (cd_prep_ix32) */
   run_variant(2, "IX=64", other, 2);
+  /* the norm weights read in the head loop (WL=1), applied before the barrier (2), staged in local memory (3): f32
+   * with B = 2, f16 at D = 112 with offsets and zero k tokens, bf16 at D = 16 with B = 2 */
+  static const size_t wl[] = {4, 9, 12};
+  run_variant(2, "WL=1", wl, 3);
+  run_variant(2, "WL=2", wl, 3);
+  run_variant(2, "WL=3", wl, 3);
   /* k's squares go through rings of 8 heads (CD_RR): 23 heads end in a partial ring, 40 in a full one */
   static const shape rings[] = {{1, 19, 23, 128, CAMDELTA_F32, 1, 3}, {1, 13, 40, 128, CAMDELTA_F32, 0, 2}};
   static const shape many = {1, 9, 65, 8, CAMDELTA_F32, 1, 4};
@@ -207,12 +213,27 @@ static void test_prep_form_rule(void **state) {
   assert_int_equal(cd_prep_ix32(2, (size_t)1 << 25, 8, 8), 0);
   assert_int_equal(cd_prep_ix32(1, (size_t)1 << 28, 1, 8), 0);
   assert_int_equal(cd_prep_ix32(1, ((size_t)1 << 28) - 1, 1, 8), 1);
+  /* where the register-resident form reads the norm weights: staged in local memory in f32 and in 16-bit below
+   * D = 96, applied before the barrier in 16-bit from D = 96, in the loop where the staged weights do not fit (64
+   * heads of 128 at 16 tokens: 32 KiB of weights and 32 KiB of squares), and as CAMDELTA_PREP_TILES's WL says */
+  static camdelta_context c; /* zeroed: no override */
+  c.info.local_mem_bytes = 48 * 1024;
+  assert_int_equal(cd_prep_weights_mode(&c, CAMDELTA_F32, 20, 112, 8), 2);
+  assert_int_equal(cd_prep_weights_mode(&c, CAMDELTA_BF16, 20, 112, 16), 1);
+  assert_int_equal(cd_prep_weights_mode(&c, CAMDELTA_F16, 20, 96, 16), 1);
+  assert_int_equal(cd_prep_weights_mode(&c, CAMDELTA_BF16, 20, 64, 16), 2);
+  assert_int_equal(cd_prep_weights_mode(&c, CAMDELTA_F32, 48, 128, 8), 2);
+  assert_int_equal(cd_prep_weights_mode(&c, CAMDELTA_F32, 64, 128, 16), 0);
+  c.prep_tiles[3] = 1;
+  assert_int_equal(cd_prep_weights_mode(&c, CAMDELTA_F32, 20, 112, 8), 0);
+  c.prep_tiles[3] = 2;
+  assert_int_equal(cd_prep_weights_mode(&c, CAMDELTA_F32, 20, 112, 8), 1);
 }
 
 /* A tuning override that does not parse or is out of range fails the context creation, naming the variable. */
 static void test_prep_tiles_env(void **state) {
   (void)state;
-  static const char *const bad[] = {"TT=5", "TT=32", "TT=8,PF=2", "WPC=0", "TT", "IX=16"};
+  static const char *const bad[] = {"TT=5", "TT=32", "TT=8,PF=2", "WPC=0", "TT", "IX=16", "WL=4"};
   tu_check_bad_env("CAMDELTA_PREP_TILES", bad, sizeof bad / sizeof bad[0]);
 }
 

@@ -151,11 +151,14 @@ camdelta_status cd_prep_tiles_parse_env(const char *var, const char *const *keys
   return CAMDELTA_OK;
 }
 
-camdelta_status cd_prep_tiles_env(unsigned tiles[3]) {
-  static const char *const keys[3] = {"TT", "WPC", "IX"};
-  camdelta_status st = cd_prep_tiles_parse_env(PF_TILES_ENV, keys, 3, tiles);
+camdelta_status cd_prep_tiles_env(unsigned tiles[4]) {
+  static const char *const keys[4] = {"TT", "WPC", "IX", "WL"};
+  camdelta_status st = cd_prep_tiles_parse_env(PF_TILES_ENV, keys, 4, tiles);
   if (!st && tiles[2] && tiles[2] != 32 && tiles[2] != 64)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: IX must be 32 or 64 (value: '%s')", PF_TILES_ENV,
+                   getenv(PF_TILES_ENV));
+  if (!st && tiles[3] > 3)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: WL must be 1, 2 or 3 (value: '%s')", PF_TILES_ENV,
                    getenv(PF_TILES_ENV));
   return st;
 }
@@ -183,6 +186,23 @@ int cd_prep_ix32(size_t B, size_t N, size_t H, size_t D) {
   return bn * H * D <= most && bn * 16 <= most && 2 * bn <= most && (uint64_t)N * (D / 2) <= most;
 }
 
+/* Where cd_prep_regs reads the norm weights (CD_WL, CAMDELTA_PREP_TILES's WL minus 1). Reading them in the loop over
+ * the heads, between the barrier and the stores (mode 0, the form before 2026-12-04), cost the f32 forward 0.028 ms
+ * at sana480: the kernel with constant weights ran at 0.575 against 0.603. H200, ms, mode 0 / 1 (applied to the rows
+ * before the barrier: 194 registers, so 16-bit storage runs 8-token tiles) / 2 (staged in local memory before the
+ * barrier, read from there in the loop), 2026-12-04:
+ *   f32   sana480 0.603 / 0.622 / 0.574, sana720 1.379 / 1.42 / 1.326, d64 0.341 / 0.330 / 0.336
+ *   bf16  sana480 0.980 / 0.789 / 0.990, sana720 2.236 / 1.792 / 2.267, d64 0.308 / 0.361 / 0.278
+ *   f16   sana480 1.036 / 0.817 / 1.024, d64 0.399 / 0.450 / 0.361 */
+int cd_prep_weights_mode(const camdelta_context *ctx, camdelta_dtype dtype, size_t H, size_t D, unsigned tt) {
+  int mode = ctx->prep_tiles[3] ? (int)ctx->prep_tiles[3] - 1 : dtype != CAMDELTA_F32 && D >= 96 ? 1 : 2;
+  /* cd_prep_regs's local memory with the weights staged: the weights, the ring of k's squares, the sums */
+  const size_t g4 = D / 4, rr = H < 8 ? H : 8;
+  const size_t bytes = (H * D + 2 * rr * tt * g4 + tt * g4 + tt) * sizeof(float);
+  if (mode == 2 && bytes > ctx->info.local_mem_bytes) mode = 0;
+  return mode;
+}
+
 int cd_prep_fused_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, size_t H, int ix32, cd_pf_plan *p,
                          camdelta_status *st) {
   *st = CAMDELTA_OK;
@@ -196,7 +216,8 @@ int cd_prep_fused_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, 
       char opts[160];
       int n = snprintf(opts, sizeof opts, "-DCD_DTYPE=%d -DCD_D=%zu -DCD_TT=%u", (int)dtype, D, p->tt);
       if (p->regs)
-        snprintf(opts + n, sizeof opts - (size_t)n, " -DCD_H=%zu -DCD_IX32=%d", H, ix32 && ctx->prep_tiles[2] != 64);
+        snprintf(opts + n, sizeof opts - (size_t)n, " -DCD_H=%zu -DCD_IX32=%d -DCD_WL=%d", H,
+                 ix32 && ctx->prep_tiles[2] != 64, cd_prep_weights_mode(ctx, dtype, H, D, p->tt));
       if ((*st = cd_kernel(ctx, "prep.cl", opts, p->regs ? "cd_prep_regs" : "cd_prep_fused", &p->k))) return 0;
       const size_t lmax = cd_kernel_max_wg(ctx, p->k);
       if (p->tt * g4 <= lmax) {

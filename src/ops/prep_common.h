@@ -32,6 +32,11 @@ typedef struct cd_pf_plan {
  *  failure sets *st. */
 int cd_prep_fused_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, size_t H, int ix32, cd_pf_plan *p,
                          camdelta_status *st);
+/** Where cd_prep_regs reads the norm weights (CD_WL) for (dtype, H, D) at tt tokens per tile: CAMDELTA_PREP_TILES's WL
+ *  minus 1 when given, else 2 (staged in local memory) in f32 and below D = 96 in 16-bit storage, 1 (applied before
+ *  the barrier) in 16-bit storage from D = 96; 0 (in the head loop) where the staged weights would not fit the
+ *  device's local memory. */
+int cd_prep_weights_mode(const camdelta_context *ctx, camdelta_dtype dtype, size_t H, size_t D, unsigned tt);
 /** 1 when every index of cd_prep_regs for (B, N, H, D), counted from each tensor's offset, fits 32 bits: the rows
  *  (B N H D), the camera matrices (16 B N), the inverse RMS values (2 B N), the RoPE tables (N D/2); else 0. */
 int cd_prep_ix32(size_t B, size_t N, size_t H, size_t D);
@@ -49,7 +54,7 @@ size_t cd_prep_tile_groups(const camdelta_context *ctx, size_t tiles, size_t wpc
 camdelta_status cd_prep_tiles_parse_env(const char *var, const char *const *keys, size_t n, unsigned *tiles);
 /** Reads CAMDELTA_PREP_TILES ("TT=8,WPC=4,IX=64", prep.c) into tiles[3] (0: not given); a value that does not parse or
  *  is out of range fails naming the variable. Called once at context creation. */
-camdelta_status cd_prep_tiles_env(unsigned tiles[3]);
+camdelta_status cd_prep_tiles_env(unsigned tiles[4]);
 /** camdelta_prep_backward with grad_k + grad_k2 and grad_v + grad_v2 as the K and V gradients (f32; the camera
  *  branch's two scan directions): the fused form adds them as it reads them; the three-kernel form first adds the
  *  second ones into grad_k and grad_v (which it then overwrites), with the same bits. */

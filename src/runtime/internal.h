@@ -120,7 +120,7 @@ struct camdelta_context {
   int prep_bwd_fused; /* CAMDELTA_PREP_BWD_FUSED at creation: 0 three kernels, 1 two passes, -1 by device type */
   unsigned prep_bwd_tiles[6]; /* CAMDELTA_PREP_BWD_TILES at creation: TT, WPC, TS, NU, TW, MX (0: default), see
                                * prep_backward_fused.c */
-  unsigned prep_tiles[3];     /* CAMDELTA_PREP_TILES at creation: TT, WPC, IX of the fused forward (0: default), prep.c */
+  unsigned prep_tiles[4]; /* CAMDELTA_PREP_TILES at creation: TT, WPC, IX, WL of the fused forward (0: default), prep.c */
   /* The rest of the scan's environment, read once at creation (never on the call path): CAMDELTA_TC (0 unset,
    * 1 "0": off, 2 "emulate"), CAMDELTA_TC_TILES (parsed at the first tile resolution), CAMDELTA_SCAN_VERBOSE;
    * CAMDELTA_SCAN_TILES, CAMDELTA_SCAN_BWD_TILES and CAMDELTA_SEQ_TILES (or camdelta_tune_set's "chunkwise" /
