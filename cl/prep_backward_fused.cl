@@ -333,6 +333,21 @@ kernel void cd_prep_bwd_ssum(global const float *part, global float *S, global c
   S[BN + i] = sk;
 }
 
+/* Pass 2's RoPE coefficients of 4-channel unit g (second half) of token n into M.r0 (cos) and M.r1 (sin): from
+ * cd_prep_bwd_ssum's planar copy with CD_PM 2, else from the tables (uses pm, BN, N, the tables and al in scope) */
+#define CD_LOAD_ROPE(M)                                                                                              \
+  do {                                                                                                               \
+    if (CD_PM == 2) {                                                                                                \
+      global const float4 *pr_ = pm + 8 * BN + (g - CD_G4 / 2) * N + n;                                              \
+      (M).r0 = pr_[0];                                                                                               \
+      (M).r1 = pr_[(CD_G4 / 2) * N];                                                                                 \
+    } else {                                                                                                         \
+      const ulong rrow_ = n * CD_DH + (4 * g - CD_DH);                                                               \
+      (M).r0 = CD_LDF4(rope_cos, rc_off + rrow_, al);                                                                \
+      (M).r1 = CD_LDF4(rope_sin, rs_off + rrow_, al);                                                                \
+    }                                                                                                                \
+  } while (0)
+
 /* The arguments of both forms of pass 2 */
 #define CD_GRADS_ARGS                                                                                                \
   global const cd_store_t *q_raw, ulong q_raw_off, global const cd_store_t *k_raw, ulong k_raw_off,                 \
@@ -381,15 +396,7 @@ kernel void cd_prep_bwd_grads(CD_GRADS_ARGS) {
         Mq = CD_PM ? cd_load_pm(pm, 0, tok, BN) : cd_load_m4(proj_q + pq_off + tok * 16, al);
         Mk = CD_PM ? cd_load_pm(pm, 1, tok, BN) : cd_load_m4(proj_kv + pkv_off + tok * 16, al);
       } else {
-        if (CD_PM == 2) {
-          global const float4 *pr = pm + 8 * BN + (g - CD_G4 / 2) * N + n;
-          Mq.r0 = pr[0];
-          Mq.r1 = pr[(CD_G4 / 2) * N];
-        } else {
-          const ulong rrow = n * CD_DH + (4 * g - CD_DH);
-          Mq.r0 = CD_LDF4(rope_cos, rc_off + rrow, al);
-          Mq.r1 = CD_LDF4(rope_sin, rs_off + rrow, al);
-        }
+        CD_LOAD_ROPE(Mq);
       }
     }
     float4 xq = (float4)(0.0f), xk = xq, gq = xq, gk = xq, gv = xq;
@@ -501,15 +508,7 @@ kernel void cd_prep_bwd_grads_kind(CD_GRADS_ARGS) {
       if (first) {
         M = CD_PM ? cd_load_pm(pm, kind != 0, tok, BN) : cd_load_m4(proj + tok * 16, al);
       } else {
-        if (CD_PM == 2) {
-          global const float4 *pr = pm + 8 * BN + (g - CD_G4 / 2) * N + n;
-          M.r0 = pr[0];
-          M.r1 = pr[(CD_G4 / 2) * N];
-        } else {
-          const ulong rrow = n * CD_DH + (4 * g - CD_DH);
-          M.r0 = CD_LDF4(rope_cos, rc_off + rrow, al);
-          M.r1 = CD_LDF4(rope_sin, rs_off + rrow, al);
-        }
+        CD_LOAD_ROPE(M);
       }
       const ulong grow = ((b * H + h) * CD_D + 4 * g) * N + n;
       if (has_g) gr = cd_grad4(grad, grow, N);
