@@ -14,7 +14,7 @@
  * covering D/4/NU of the head's 4-channel units over tiles of TT tokens: TT * D/4/NU work-items. Defaults: TT 16
  * (a gradient row read covers 64 bytes) with NU 2 in f32, TT 16 with NU 1 for 16-bit storage (32 bytes); TT is
  * halved while the device or the built kernel (its registers) cannot take the work-group. J = WPC * compute units
- * / H (default WPC 24 in f32, 16 in 16-bit storage): J rows of norm-weight partials. H200, f32, the whole backward
+ * / H (default WPC 24 in f32, 32 in 16-bit storage): J rows of norm-weight partials. H200, f32, the whole backward
  * (2026-12-04), WPC 16/20/24/28/40/64: sana480 1.244/1.230/1.230/1.232/1.240/1.254 ms, sana720
  * 2.878/2.856/2.815/2.798/2.808/2.810, d64 (1,20,64,21,1560) 0.699/0.693/0.688/0.693/0.694/0.699.
  * H200, f32 (2026-12-04), ms: pass 1 at TS 32/64/128: 0.485/0.480/0.508 (0.43 at 64 once the unit loop was
@@ -37,6 +37,9 @@
  * 0.680 / 0.654, bf16 sana480 1.468 / 1.453. A later call, MX 2 / MX 3: f32 sana480 1.176-1.177 / 1.171-1.174 (pass
  * 2 0.860 / 0.846, the step 0.008 / 0.017), sana720 2.692 / 2.687, d64 0.662 / 0.656, bf16 1.453 / 1.429, f16 1.869
  * / 1.852.
+ * 16-bit storage, the whole backward by WPC 16 / 24 / 32 / 48 (H200, one call, 2026-12-04, with TW 1 and MX 3): bf16
+ * sana480 1.429 / 1.372 / 1.360 / 1.366, sana720 3.516 / 3.392 / 3.247 / 3.104, d64 0.893 / 0.900 / 0.904 / 0.923;
+ * f16 sana480 1.850 / 1.803 / 1.794 / 1.802, sana720 4.444 / 4.301 / 4.177 / 4.103, d64 1.542 / 1.538 / 1.541 / 1.545.
  * CAMDELTA_PREP_BWD_TILES (tuning, read at context creation): "TT=n,WPC=n,TS=n,NU=n,TW=n,MX=n", TT in {4, 8, 16},
  * WPC >= 1, TS in {32, 64, 128, 256}, NU in {1, 2, 4} (one that does not divide D/4 runs as 1), TW in {1, 3}, MX in
  * {1, 2, 3}.
@@ -53,7 +56,7 @@
 
 enum { PBF_GQ = 1, PBF_GK = 2, PBF_GV = 4, PBF_GI = 8, PBF_ALIGNED = 16 };
 enum { PBF_DEFAULT_TT = 16, PBF_DEFAULT_NU = 2, PBF_DEFAULT_TT_16BIT = 16, PBF_DEFAULT_TS = 64 };
-enum { PBF_DEFAULT_WPC = 24, PBF_DEFAULT_WPC_16BIT = 16, PBF_DEFAULT_MX = 3 };
+enum { PBF_DEFAULT_WPC = 24, PBF_DEFAULT_WPC_16BIT = 32, PBF_DEFAULT_MX = 3 };
 
 static const char TILES_ENV[] = "CAMDELTA_PREP_BWD_TILES";
 
