@@ -407,8 +407,9 @@ kernel void cd_prep_regs(CD_PREP_ONEPASS_TENSORS, ulong N, ulong B, float k_scal
   for (uint h = 0; h < CD_H; h++) {
     float4 xn = x[h];
     if (kind < 2) {
+      /* mode 1 has applied the weights already */
       const float4 wh = CD_WL == 0 ? CD_LDF4(w, h * CD_D + 4 * g, al) : CD_WL == 2 ? wl[h * CD_G4 + g] : 1.0f;
-      xn = fmax((CD_WL == 1 ? xn * ir : xn * ir * wh), 0.0f) * scale;
+      xn = fmax(xn * ir * wh, 0.0f) * scale;
     }
     float4 o;
     if (first) o = (float4)(dot(P0, xn), dot(P1, xn), dot(P2, xn), dot(P3, xn));

@@ -165,6 +165,13 @@ static void args_inputs(cd_args *g, const camdelta_prep_backward_args *a, cl_mem
   cd_arg_u64(g, 0);
 }
 
+/* A kernel's arguments did not set: the message names the kernel (built only on that path). */
+static camdelta_status args_failed(cl_int err, const char *kernel) {
+  char what[64];
+  snprintf(what, sizeof what, "%s: setting arguments", kernel);
+  return cd_cl_fail(err, what);
+}
+
 /* The trailing arguments of every kernel but the reduction: N, H, B[, k_scale, flags]. */
 static void args_shape(cd_args *g, const camdelta_prep_backward_args *a, int scale_flags, unsigned flags) {
   cd_arg_u64(g, a->N);
@@ -204,7 +211,7 @@ camdelta_status cd_pbf_run(camdelta_context *ctx, const camdelta_prep_backward_a
   }
   /* absent optional tensors: a valid buffer that is never read */
   const camdelta_buffer dummy = {scr[PW], 0};
-  const cl_mem dgi = scr[DGI] ? scr[DGI] : scr[PW];
+  const cl_mem dgi = scr[DGI] ? scr[DGI] : scr[PW], pm = scr[PM] ? scr[PM] : scr[PW];
 #define OPT(x) ((x).mem ? (x) : dummy)
   if (!st) {
     cd_args g = {p->sums, 0, CL_SUCCESS};
@@ -225,9 +232,7 @@ camdelta_status cd_pbf_run(camdelta_context *ctx, const camdelta_prep_backward_a
     cd_arg_mem(&g, scr[PART]);
     args_shape(&g, a, p->p1 == CD_PBF_P1_RAW, flags);
     if (p->p1 != CD_PBF_P1_RAW) cd_arg_u32(&g, flags); /* its trailing flags come without k_scale */
-    char what[64];
-    snprintf(what, sizeof what, "%s: setting arguments", PASS1_NAMES[p->p1]);
-    if (g.err != CL_SUCCESS) st = cd_cl_fail(g.err, what);
+    if (g.err != CL_SUCCESS) st = args_failed(g.err, PASS1_NAMES[p->p1]);
     const size_t lws = p->ts, gws = p->groups1 * lws;
     if (!st) st = cd_enqueue(ctx, p->sums, 1, &gws, &lws, l, PASS1_NAMES[p->p1]);
   }
@@ -239,7 +244,7 @@ camdelta_status cd_pbf_run(camdelta_context *ctx, const camdelta_prep_backward_a
     cd_arg_buf(&g, a->proj_kv);
     cd_arg_buf(&g, a->rope_cos);
     cd_arg_buf(&g, a->rope_sin);
-    cd_arg_mem(&g, scr[PM] ? scr[PM] : scr[PW]);
+    cd_arg_mem(&g, pm);
     cd_arg_u32(&g, (uint32_t)al);
     args_shape(&g, a, 0, 0);
     if (g.err != CL_SUCCESS) st = cd_cl_fail(g.err, "cd_prep_bwd_ssum: setting arguments");
@@ -257,15 +262,13 @@ camdelta_status cd_pbf_run(camdelta_context *ctx, const camdelta_prep_backward_a
     cd_arg_buf(&g, g2 ? OPT(g2[1]) : dummy);
     cd_arg_mem(&g, dgi);
     cd_arg_mem(&g, scr[S]);
-    cd_arg_mem(&g, scr[PM] ? scr[PM] : scr[PW]);
+    cd_arg_mem(&g, pm);
     cd_arg_buf(&g, a->dq_raw);
     cd_arg_buf(&g, a->dk_raw);
     cd_arg_buf(&g, a->dv_raw);
     cd_arg_mem(&g, scr[PW]);
     args_shape(&g, a, 1, flags);
-    char what[64];
-    snprintf(what, sizeof what, "%s: setting arguments", GRADS_NAMES[p->tw == 1]);
-    if (g.err != CL_SUCCESS) st = cd_cl_fail(g.err, what);
+    if (g.err != CL_SUCCESS) st = args_failed(g.err, GRADS_NAMES[p->tw == 1]);
     const size_t lws = p->lws2, gws = p->groups2 * lws;
     if (!st) st = cd_enqueue(ctx, p->grads, 1, &gws, &lws, l, GRADS_NAMES[p->tw == 1]);
   }
