@@ -1,10 +1,12 @@
 /* The data movement under the prep forward, measured on the NVIDIA OpenCL device (`ci/gpu-test.sh transpose-bound`):
  * B tensors of (B, N, H, D) f32 rows transposed to (B, H, D, N) by ci/transpose-bound.cl, without the prep's
  * arithmetic: clEnqueueCopyBuffer and a float4 copy kernel (the same bytes, not transposed), the prep's register
- * tile (TT tokens of all heads per work-group, with and without a barrier between loads and stores), and a
+ * tile (TT tokens of all heads per work-group, with and without a barrier between loads and stores; with the barrier
+ * also with float4 row stores through local memory), and a
  * streaming transpose (one float4 per work-item) at 8, 16 and 32 tokens per row store. Kernel time from profiling
  * events, median of 15 after 3 warm-ups; GB/s counts each byte read and written once.
- * Usage: transpose-bound FILE.cl [B N H D] (default 3 32760 20 112: q, k and v at sana480) */
+ * Usage: transpose-bound FILE.cl [B N H D] (default 3 32760 20 112: q, k and v at sana480); TB_OPTIONS adds build
+ * options (-DINTER=1: the register tile takes the tensors' tiles interleaved, as the prep's kinds are). */
 #include <stdlib.h>
 
 #include "cl-tool.h"
@@ -37,10 +39,18 @@ static double timed(cl_kernel k, cl_mem src, cl_mem dst, size_t bytes, cl_uint d
 }
 
 /* the transposes' arguments: in, out, N (the grid carries B) */
-static void transpose_args(cl_kernel k, cl_mem in, cl_mem out, cl_ulong N) {
+/* One of the transposes (in, out, N; the grid carries B): its median time, -1 when it did not launch */
+static double timed_transpose(cl_program p, const char *kernel, cl_mem in, cl_mem out, cl_ulong N, cl_uint dims,
+                              const size_t *gws, const size_t *lws) {
+  cl_int err;
+  cl_kernel k = clCreateKernel(p, kernel, &err);
+  if (err != CL_SUCCESS) return -1;
   clSetKernelArg(k, 0, sizeof in, &in);
   clSetKernelArg(k, 1, sizeof out, &out);
   clSetKernelArg(k, 2, sizeof N, &N);
+  const double ms = timed(k, NULL, NULL, 0, dims, gws, lws);
+  clReleaseKernel(k);
+  return ms;
 }
 
 int main(int argc, char **argv) {
@@ -77,8 +87,9 @@ int main(int argc, char **argv) {
   static const unsigned tts[] = {8, 16, 32};
   for (int i = 0; i < 3; i++) {
     for (int dep = 0; dep < 2; dep++) {
-      char opts[96];
-      snprintf(opts, sizeof opts, "-DH=%lu -DD=%lu -DTT=%u -DDEP=%d", H, D, tts[i], dep);
+      char opts[256];
+      const char *extra = getenv("TB_OPTIONS"); /* more build options, e.g. -DINTER=1 */
+      snprintf(opts, sizeof opts, "-DH=%lu -DD=%lu -DTT=%u -DDEP=%d %s", H, D, tts[i], dep, extra ? extra : "");
       cl_program p = clCreateProgramWithSource(ctx, 1, &text, NULL, &err);
       if (clBuildProgram(p, 1, &dev, opts, NULL, NULL) != CL_SUCCESS) {
         char log[8192] = "";
@@ -98,21 +109,18 @@ int main(int argc, char **argv) {
         clReleaseKernel(k);
       }
       const size_t lws = tt * (D / 4);
+      const size_t gws = tiles * lws, l2[2] = {lws, 1}, g2[2] = {tiles * lws, H};
       if (lws <= 1024) {
-        cl_kernel k = clCreateKernel(p, "tp_tile", &err);
-        transpose_args(k, in, out, N);
-        const size_t gws = tiles * lws;
         snprintf(name, sizeof name, "register tile TT=%lu%s", tt, dep ? " + barrier" : "");
-        REPORT(name, timed(k, NULL, NULL, 0, 1, &gws, &lws));
-        clReleaseKernel(k);
+        REPORT(name, timed_transpose(p, "tp_tile", in, out, N, 1, &gws, &lws));
+      }
+      if (dep && lws <= 1024 && N % 4 == 0 && tt <= 16) { /* tp_tile4's float4 stores need N % 4 == 0 */
+        snprintf(name, sizeof name, "register tile TT=%lu, float4 row stores", tt);
+        REPORT(name, timed_transpose(p, "tp_tile4", in, out, N, 1, &gws, &lws));
       }
       if (!dep && lws <= 1024) {
-        cl_kernel k = clCreateKernel(p, "tp_stream", &err);
-        transpose_args(k, in, out, N);
-        const size_t l2[2] = {lws, 1}, g2[2] = {tiles * lws, H};
         snprintf(name, sizeof name, "streaming TT=%lu", tt);
-        REPORT(name, timed(k, NULL, NULL, 0, 2, g2, l2));
-        clReleaseKernel(k);
+        REPORT(name, timed_transpose(p, "tp_stream", in, out, N, 2, g2, l2));
       }
       clReleaseProgram(p);
     }
