@@ -9,6 +9,24 @@ kernel void tp_copy(global const float4 *in, global float4 *out, ulong n4) {
   for (ulong i = get_global_id(0); i < n4; i += get_global_size(0)) out[i] = in[i];
 }
 
+/* the register tile: work-item (g, t)'s float4 of token n in every head (zero past N) */
+inline void tp_load(global const float *in, ulong N, ulong b, ulong n, uint g, float4 *x) {
+  const ulong row = (b * N + n) * (H * D) + 4 * g;
+#pragma unroll
+  for (uint h = 0; h < H; h++) x[h] = n < N ? *(global const float4 *)(in + row + h * D) : (float4)(0.0f);
+}
+
+/* the prep's inverse RMS as a dependence: the tile's sums of squares through local memory, after a barrier a factor
+ * that is always 1 */
+inline float tp_dep(const float4 *x, local float *red, uint lid, uint t) {
+  float s = 0.0f;
+#pragma unroll
+  for (uint h = 0; h < H; h++) s += dot(x[h], x[h]);
+  red[lid] = s;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  return red[t] == -1.0f ? 2.0f : 1.0f;
+}
+
 /* the prep forward's structure: a work-group holds TT tokens of all H heads, work-item (g, t) a float4 of every
  * head in registers, loads issued back to back, then four row stores per head (TT tokens per row) */
 kernel void tp_tile(global const float *in, global float *out, ulong N) {
@@ -22,17 +40,11 @@ kernel void tp_tile(global const float *in, global float *out, ulong N) {
 #endif
   const int ok = n < N; /* the grid has B * tpr tiles, so b < B */
   float4 x[H];
-  const ulong row = (b * N + n) * (H * D) + 4 * g;
-#pragma unroll
-  for (uint h = 0; h < H; h++) x[h] = ok ? *(global const float4 *)(in + row + h * D) : (float4)(0.0f);
-  float c = 1.0f;
+  tp_load(in, N, b, n, g, x);
 #if DEP
-  float s = 0.0f;
-#pragma unroll
-  for (uint h = 0; h < H; h++) s += dot(x[h], x[h]);
-  red[lid] = s;
-  barrier(CLK_LOCAL_MEM_FENCE);
-  c = red[t] == -1.0f ? 2.0f : 1.0f; /* a dependence on the sum that changes nothing */
+  const float c = tp_dep(x, red, lid, t);
+#else
+  const float c = 1.0f;
 #endif
   if (ok) {
     const ulong at = (b * H * D + 4 * g) * N + n;
@@ -65,17 +77,9 @@ kernel void tp_tile4(global const float *in, global float *out, ulong N) {
   local float tl[2][D][TLS] __attribute__((aligned(16)));
   const uint lid = get_local_id(0), t = lid % TT, g = lid / TT;
   const ulong tpr = (N + TT - 1) / TT, tile = get_group_id(0), b = tile / tpr, n0 = (tile % tpr) * TT, n = n0 + t;
-  const int ok = n < N;
   float4 x[H];
-  const ulong row = (b * N + n) * (H * D) + 4 * g;
-#pragma unroll
-  for (uint h = 0; h < H; h++) x[h] = ok ? *(global const float4 *)(in + row + h * D) : (float4)(0.0f);
-  float s = 0.0f;
-#pragma unroll
-  for (uint h = 0; h < H; h++) s += dot(x[h], x[h]);
-  red[lid] = s;
-  barrier(CLK_LOCAL_MEM_FENCE);
-  const float c = red[t] == -1.0f ? 2.0f : 1.0f;
+  tp_load(in, N, b, n, g, x);
+  const float c = tp_dep(x, red, lid, t);
   const uint r = lid / (TT / 4), seg = lid % (TT / 4);
   const int sok = n0 + 4 * seg < N; /* N % 4 == 0: a float4 is all in or all out */
 #pragma unroll
