@@ -140,26 +140,33 @@ enum { PF_DEFAULT_WPC = 64 };
 enum { PF_REGS_HMAX = 48, PF_REGS_HLIMIT = 64 };
 static const char PF_TILES_ENV[] = "CAMDELTA_PREP_TILES";
 
+camdelta_status cd_prep_tile_one_of(const char *var, const char *key, unsigned value, const unsigned *allowed,
+                                    size_t n) {
+  if (!value) return CAMDELTA_OK;
+  for (size_t i = 0; i < n; i++)
+    if (value == allowed[i]) return CAMDELTA_OK;
+  char list[128] = "";
+  size_t len = 0;
+  for (size_t i = 0; i < n && len < sizeof list; i++)
+    len += (size_t)snprintf(list + len, sizeof list - len, "%s%u", !i ? "" : i + 1 == n ? " or " : ", ", allowed[i]);
+  return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: %s must be %s (value: '%s')", var, key, list, getenv(var));
+}
+
 camdelta_status cd_prep_tiles_parse_env(const char *var, const char *const *keys, size_t n, unsigned *tiles) {
+  static const unsigned tt[] = {4, 8, 16};
   for (size_t i = 0; i < n; i++) tiles[i] = 0;
   const char *env = getenv(var);
   if (!env || !*env) return CAMDELTA_OK;
   camdelta_status st = cd_parse_tiles(var, env, keys, n, tiles);
-  if (st) return st;
-  if (tiles[0] && tiles[0] != 4 && tiles[0] != 8 && tiles[0] != 16)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: TT must be 4, 8 or 16 (value: '%s')", var, env);
-  return CAMDELTA_OK;
+  return st ? st : cd_prep_tile_one_of(var, "TT", tiles[0], tt, 3);
 }
 
 camdelta_status cd_prep_tiles_env(unsigned tiles[4]) {
   static const char *const keys[4] = {"TT", "WPC", "IX", "WL"};
+  static const unsigned ix[] = {32, 64}, wl[] = {1, 2, 3};
   camdelta_status st = cd_prep_tiles_parse_env(PF_TILES_ENV, keys, 4, tiles);
-  if (!st && tiles[2] && tiles[2] != 32 && tiles[2] != 64)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: IX must be 32 or 64 (value: '%s')", PF_TILES_ENV,
-                   getenv(PF_TILES_ENV));
-  if (!st && tiles[3] > 3)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: WL must be 1, 2 or 3 (value: '%s')", PF_TILES_ENV,
-                   getenv(PF_TILES_ENV));
+  if (!st) st = cd_prep_tile_one_of(PF_TILES_ENV, "IX", tiles[2], ix, 2);
+  if (!st) st = cd_prep_tile_one_of(PF_TILES_ENV, "WL", tiles[3], wl, 3);
   return st;
 }
 

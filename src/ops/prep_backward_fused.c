@@ -62,19 +62,12 @@ static const char TILES_ENV[] = "CAMDELTA_PREP_BWD_TILES";
 
 camdelta_status cd_prep_bwd_tiles_env(unsigned tiles[6]) {
   static const char *const keys[6] = {"TT", "WPC", "TS", "NU", "TW", "MX"};
+  static const unsigned ts[] = {32, 64, 128, 256}, nu[] = {1, 2, 4}, tw[] = {1, 3}, mx[] = {1, 2, 3};
   camdelta_status st = cd_prep_tiles_parse_env(TILES_ENV, keys, 6, tiles);
-  if (!st && tiles[2] && tiles[2] != 32 && tiles[2] != 64 && tiles[2] != 128 && tiles[2] != 256)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: TS must be 32, 64, 128 or 256 (value: '%s')", TILES_ENV,
-                   getenv(TILES_ENV));
-  if (!st && tiles[3] && tiles[3] != 1 && tiles[3] != 2 && tiles[3] != 4)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: NU must be 1, 2 or 4 (value: '%s')", TILES_ENV,
-                   getenv(TILES_ENV));
-  if (!st && tiles[4] && tiles[4] != 1 && tiles[4] != 3)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: TW must be 1 or 3 (value: '%s')", TILES_ENV,
-                   getenv(TILES_ENV));
-  if (!st && tiles[5] && tiles[5] != 1 && tiles[5] != 2 && tiles[5] != 3)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: MX must be 1, 2 or 3 (value: '%s')", TILES_ENV,
-                   getenv(TILES_ENV));
+  if (!st) st = cd_prep_tile_one_of(TILES_ENV, "TS", tiles[2], ts, 4);
+  if (!st) st = cd_prep_tile_one_of(TILES_ENV, "NU", tiles[3], nu, 3);
+  if (!st) st = cd_prep_tile_one_of(TILES_ENV, "TW", tiles[4], tw, 2);
+  if (!st) st = cd_prep_tile_one_of(TILES_ENV, "MX", tiles[5], mx, 3);
   return st;
 }
 

@@ -52,6 +52,10 @@ size_t cd_prep_tile_groups(const camdelta_context *ctx, size_t tiles, size_t wpc
 /** Reads the tile list in environment variable `var` ("TT=8,WPC=4", keys[0] = "TT") into tiles[n] (0: not given);
  *  TT must be 4, 8 or 16. A list that does not parse, or a TT out of range, fails naming the variable. */
 camdelta_status cd_prep_tiles_parse_env(const char *var, const char *const *keys, size_t n, unsigned *tiles);
+/** CAMDELTA_OK when the tile list's `key` was not given (value 0) or is one of allowed[n]; else fails with
+ *  "VAR: KEY must be a, b or c (value: '...')". */
+camdelta_status cd_prep_tile_one_of(const char *var, const char *key, unsigned value, const unsigned *allowed,
+                                    size_t n);
 /** Reads CAMDELTA_PREP_TILES ("TT=8,WPC=4,IX=64,WL=3", prep.c) into tiles[4] (0: not given); a value that does not
  *  parse or is out of range fails naming the variable. Called once at context creation. */
 camdelta_status cd_prep_tiles_env(unsigned tiles[4]);
