@@ -194,11 +194,15 @@ static void test_errors(void **state) {
   const char *in = tu_fresh_dir("in");
   write_inputs(in);
   const char *out = tu_fresh_dir("out");
-  /* usage: missing --grid, a malformed --grid, a bad strategy, an option of another operation */
+  /* usage: missing --grid, malformed --grid and --patch, a bad strategy, an option of another operation */
   run("run branch --in '%s' --out '%s'", in, out);
   expect(2, "--grid");
   run("run branch --in '%s' --out '%s' --grid 5,2", in, out);
   expect(2, "--grid");
+  run("run branch --in '%s' --out '%s' --grid 5,,2,3", in, out); /* an empty field is not skipped */
+  expect(2, "--grid");
+  run("run camera --in '%s' --out '%s' --grid 5,2,3 --head-dim 8 --patch 1,1", in, out);
+  expect(2, "--patch");
   run("run branch --in '%s' --out '%s' --grid 5,2,3 --chunk-strategy sideways", in, out);
   expect(2, "sideways");
   run("run output-transform --in '%s' --out '%s' --chunk-size 2", in, out);

@@ -82,23 +82,6 @@ typedef struct br_opts {
   int quiet;
 } br_opts;
 
-/* "a,b,c" -> three positive integers */
-static int parse_triple(const char *opt, const char *text, size_t v[3]) {
-  char buf[128];
-  if (strlen(text) >= sizeof buf) return cli_error(CLI_EXIT_USAGE, "option %s: '%s' is too long", opt, text), 0;
-  strcpy(buf, text);
-  char *save = NULL, *tok = strtok_r(buf, ",", &save);
-  for (int i = 0; i < 3; i++) {
-    if (!tok || !cli_parse_size(opt, tok, &v[i])) {
-      if (!tok) cli_error(CLI_EXIT_USAGE, "option %s: '%s' is not three positive integers a,b,c", opt, text);
-      return 0;
-    }
-    tok = strtok_r(NULL, ",", &save);
-  }
-  if (tok) return cli_error(CLI_EXIT_USAGE, "option %s: '%s' is not three positive integers a,b,c", opt, text), 0;
-  return 1;
-}
-
 /* ------------------------------------------------------------------------------------------- the job */
 
 #define BJ_MAX 16
@@ -337,12 +320,12 @@ int cmd_run_branch(int argc, char **argv) {
       continue;
     }
     if ((r = cli_value(&a, "--grid", &v))) {
-      if (r < 0 || !parse_triple("--grid", v, o.grid)) return CLI_EXIT_USAGE;
+      if (r < 0 || !cli_parse_sizes("--grid", v, 3, o.grid, "T,Hs,Ws")) return CLI_EXIT_USAGE;
       o.have_grid = 1;
       continue;
     }
     if ((r = cli_value(&a, "--patch", &v))) {
-      if (r < 0 || !parse_triple("--patch", v, o.patch)) return CLI_EXIT_USAGE;
+      if (r < 0 || !cli_parse_sizes("--patch", v, 3, o.patch, "pt,ph,pw")) return CLI_EXIT_USAGE;
       continue;
     }
     if ((r = cli_value(&a, "--head-dim", &v))) {

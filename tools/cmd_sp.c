@@ -225,22 +225,6 @@ typedef struct sp_out {
 
 /* ---------------------------------------------------------------------------------- run branch over ranks */
 
-static int parse_triple_sp(const char *opt, const char *text, size_t v[3]) {
-  char buf[128];
-  if (strlen(text) >= sizeof buf) return cli_error(CLI_EXIT_USAGE, "option %s: '%s' is too long", opt, text), 0;
-  strcpy(buf, text);
-  char *save = NULL, *tok = strtok_r(buf, ",", &save);
-  for (int i = 0; i < 3; i++) {
-    if (!tok || !cli_parse_size(opt, tok, &v[i])) {
-      if (!tok) cli_error(CLI_EXIT_USAGE, "option %s: '%s' is not three positive integers a,b,c", opt, text);
-      return 0;
-    }
-    tok = strtok_r(NULL, ",", &save);
-  }
-  if (tok) return cli_error(CLI_EXIT_USAGE, "option %s: '%s' is not three positive integers a,b,c", opt, text), 0;
-  return 1;
-}
-
 /* `camdelta run branch|branch-backward --sequence-parallel`: every rank reads the inputs of the single-device
  * operation, takes its share of frames and runs camdelta_mpi_branch_forward/_backward; rank 0 gathers the
  * shares and writes the same files as one device. */
@@ -261,12 +245,12 @@ static int run_branch_sp(int argc, char **argv) {
       continue;
     }
     if ((r = cli_value(&a, "--grid", &v))) {
-      if (r < 0 || !parse_triple_sp("--grid", v, grid)) return CLI_EXIT_USAGE;
+      if (r < 0 || !cli_parse_sizes("--grid", v, 3, grid, "T,Hs,Ws")) return CLI_EXIT_USAGE;
       have_grid = 1;
       continue;
     }
     if ((r = cli_value(&a, "--patch", &v))) {
-      if (r < 0 || !parse_triple_sp("--patch", v, patch)) return CLI_EXIT_USAGE;
+      if (r < 0 || !cli_parse_sizes("--patch", v, 3, patch, "pt,ph,pw")) return CLI_EXIT_USAGE;
       continue;
     }
     if ((r = cli_value(&a, "--chunk-size", &v))) {
