@@ -38,7 +38,6 @@ static double timed(cl_kernel k, cl_mem src, cl_mem dst, size_t bytes, cl_uint d
   return t[REPS / 2];
 }
 
-/* the transposes' arguments: in, out, N (the grid carries B) */
 /* One of the transposes (in, out, N; the grid carries B): its median time, -1 when it did not launch */
 static double timed_transpose(cl_program p, const char *kernel, cl_mem in, cl_mem out, cl_ulong N, cl_uint dims,
                               const size_t *gws, const size_t *lws) {

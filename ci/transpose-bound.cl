@@ -88,6 +88,7 @@ kernel void tp_tile4(global const float *in, global float *out, ulong N) {
     const float4 v = x[h] * c;
     tl[bf][4 * g][t] = v.x, tl[bf][4 * g + 1][t] = v.y, tl[bf][4 * g + 2][t] = v.z, tl[bf][4 * g + 3][t] = v.w;
     barrier(CLK_LOCAL_MEM_FENCE);
-    if (sok) *(global float4 *)(out + ((b * H + h) * D + r) * N + n0 + 4 * seg) = *(local const float4 *)&tl[bf][r][4 * seg];
+    global float *row = out + ((b * H + h) * D + r) * N + n0;
+    if (sok) *(global float4 *)(row + 4 * seg) = *(local const float4 *)&tl[bf][r][4 * seg];
   }
 }
