@@ -896,6 +896,11 @@ static void test_numeric_options(void **state) {
       {"bench --warmup -1", "--warmup"},
       {"bench --peak-gbs -5", "--peak-gbs"},
       {"bench --peak-tflops 1e999", "--peak-tflops"},
+      /* named values, parsed by one helper each wherever the option stands */
+      {"bench --precision fast", "--precision: 'fast' is not exact or tf32"},
+      {"tune --precision TF32", "--precision: 'TF32' is not exact or tf32"},
+      {"demo --chunk-strategy sideways", "--chunk-strategy: 'sideways' is not uniform"},
+      {"demo --chunk-strategy ''", "--chunk-strategy: '' is not uniform"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) expect_code(run("%s", cases[i].args), 2, cases[i].needle);
   expect_code(run("run prep --in '%s' --out '%s' --tokens-per-frame -1", in, in), 2, "--tokens-per-frame");
@@ -903,6 +908,7 @@ static void test_numeric_options(void **state) {
   expect_code(run("run prep --in '%s' --out '%s' --k-scale -0.5", in, in), 2, "--k-scale");
   expect_code(run("run prep --in '%s' --out '%s' --k-scale ' 0.5'", in, in), 2, "--k-scale");
   expect_code(run("run prep --in '%s' --out '%s' --norm-eps 0x1p-3", in, in), 2, "--norm-eps");
+  expect_code(run("run scan --in '%s' --out '%s' --precision exact,tf32", in, in), 2, "'exact,tf32' is not exact");
 }
 
 /* A cache folder the library must not use: the call still succeeds, and says so once on stderr. */

@@ -190,6 +190,27 @@ int cli_parse_algorithm(const char *text, camdelta_scan_algorithm *out) {
   return 1;
 }
 
+int cli_parse_strategy(const char *text, camdelta_chunk_strategy *out) {
+  if (strcmp(text, "uniform") == 0) *out = CAMDELTA_CHUNK_UNIFORM;
+  else if (strcmp(text, "first_frame") == 0) *out = CAMDELTA_CHUNK_FIRST_FRAME;
+  else if (strcmp(text, "first_chunk_plus_one") == 0) *out = CAMDELTA_CHUNK_FIRST_CHUNK_PLUS_ONE;
+  else {
+    cli_error(CLI_EXIT_USAGE, "option --chunk-strategy: '%s' is not uniform, first_frame or first_chunk_plus_one", text);
+    return 0;
+  }
+  return 1;
+}
+
+int cli_parse_precision(const char *text, camdelta_precision *out) {
+  if (strcmp(text, "exact") == 0) *out = CAMDELTA_PRECISION_EXACT;
+  else if (strcmp(text, "tf32") == 0) *out = CAMDELTA_PRECISION_TF32;
+  else {
+    cli_error(CLI_EXIT_USAGE, "option --precision: '%s' is not exact or tf32", text);
+    return 0;
+  }
+  return 1;
+}
+
 int cli_parse_sizes(const char *opt, const char *text, int n, size_t *out, const char *what) {
   char shown[256];
   if (cli_scan_sizes(text, n, out)) return 1;

@@ -55,6 +55,11 @@ int cli_parse_size(const char *opt, const char *text, size_t *out);
 double cli_median(double *x, size_t n);
 /** Parse --algorithm's value: auto, sequential or chunkwise; 0 (after printing a usage error) otherwise. */
 int cli_parse_algorithm(const char *text, camdelta_scan_algorithm *out);
+/** Parse --chunk-strategy's value: uniform, first_frame or first_chunk_plus_one; 0 (after printing a usage error)
+ *  otherwise. */
+int cli_parse_strategy(const char *text, camdelta_chunk_strategy *out);
+/** Parse --precision's value: exact or tf32; 0 (after printing a usage error) otherwise. */
+int cli_parse_precision(const char *text, camdelta_precision *out);
 /** Quiet form of cli_parse_sizes: 1 when `text` is exactly `n` comma-separated positive integers. */
 int cli_scan_sizes(const char *text, int n, size_t *out);
 /** Parse exactly `n` comma-separated positive integers (each as cli_parse_size) for option `opt`; `what` names

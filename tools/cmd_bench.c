@@ -397,10 +397,7 @@ int cmd_bench(int argc, char **argv) {
       else if (strcmp(v, "bf16") == 0) dt = CAMDELTA_BF16;
       else return cli_error(CLI_EXIT_USAGE, "bench: --dtype must be f32, f16 or bf16 (got '%s')", v);
     } else if ((r = cli_value(&a, "--precision", &v))) {
-      if (r < 0) return CLI_EXIT_USAGE;
-      if (strcmp(v, "exact") == 0) prec = CAMDELTA_PRECISION_EXACT;
-      else if (strcmp(v, "tf32") == 0) prec = CAMDELTA_PRECISION_TF32;
-      else return cli_error(CLI_EXIT_USAGE, "bench: --precision must be exact or tf32 (got '%s')", v);
+      if (r < 0 || !cli_parse_precision(v, &prec)) return CLI_EXIT_USAGE;
     } else if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
       usage_bench();
       return CLI_EXIT_OK;

@@ -85,13 +85,7 @@ static int parse_opts(int argc, char **argv, demo_opts *o, int *done) {
     } else if ((r = cli_value(&a, "--chunk-size", &v))) {
       if (r < 0 || !cli_parse_size("--chunk-size", v, &o->cs)) return CLI_EXIT_USAGE;
     } else if ((r = cli_value(&a, "--chunk-strategy", &v))) {
-      if (r < 0) return CLI_EXIT_USAGE;
-      if (strcmp(v, "uniform") == 0) o->strategy = CAMDELTA_CHUNK_UNIFORM;
-      else if (strcmp(v, "first_frame") == 0) o->strategy = CAMDELTA_CHUNK_FIRST_FRAME;
-      else if (strcmp(v, "first_chunk_plus_one") == 0) o->strategy = CAMDELTA_CHUNK_FIRST_CHUNK_PLUS_ONE;
-      else
-        return cli_error(CLI_EXIT_USAGE,
-                         "demo: --chunk-strategy '%s' is not uniform, first_frame or first_chunk_plus_one", v);
+      if (r < 0 || !cli_parse_strategy(v, &o->strategy)) return CLI_EXIT_USAGE;
     } else if ((r = cli_value(&a, "--device", &o->device))) {
       if (r < 0) return CLI_EXIT_USAGE;
     } else if ((r = cli_value(&a, "--seed", &v))) {

@@ -411,7 +411,6 @@ int cmd_run(int argc, char **argv) {
     }
     if ((r = cli_value(&a, "--norm-eps", &v))) {
       if (r < 0 || !cli_parse_double("--norm-eps", v, &o.norm_eps)) return CLI_EXIT_USAGE;
-      if (o.norm_eps < 0) return cli_error(CLI_EXIT_USAGE, "option --norm-eps: must be >= 0, got '%s'", v);
       o.have_norm_eps = 1;
       continue;
     }
@@ -421,10 +420,7 @@ int cmd_run(int argc, char **argv) {
       continue;
     }
     if ((r = cli_value(&a, "--precision", &v))) {
-      if (r < 0) return CLI_EXIT_USAGE;
-      if (strcmp(v, "exact") == 0) o.precision = CAMDELTA_PRECISION_EXACT;
-      else if (strcmp(v, "tf32") == 0) o.precision = CAMDELTA_PRECISION_TF32;
-      else return cli_error(CLI_EXIT_USAGE, "option --precision: '%s' is not exact or tf32", v);
+      if (r < 0 || !cli_parse_precision(v, &o.precision)) return CLI_EXIT_USAGE;
       o.have_precision = 1;
       continue;
     }

@@ -337,13 +337,7 @@ int cmd_run_branch(int argc, char **argv) {
       continue;
     }
     if ((r = cli_value(&a, "--chunk-strategy", &v))) {
-      if (r < 0) return CLI_EXIT_USAGE;
-      if (strcmp(v, "uniform") == 0) o.strategy = CAMDELTA_CHUNK_UNIFORM;
-      else if (strcmp(v, "first_frame") == 0) o.strategy = CAMDELTA_CHUNK_FIRST_FRAME;
-      else if (strcmp(v, "first_chunk_plus_one") == 0) o.strategy = CAMDELTA_CHUNK_FIRST_CHUNK_PLUS_ONE;
-      else
-        return cli_error(CLI_EXIT_USAGE,
-                         "option --chunk-strategy: '%s' is not uniform, first_frame or first_chunk_plus_one", v);
+      if (r < 0 || !cli_parse_strategy(v, &o.strategy)) return CLI_EXIT_USAGE;
       o.have_strategy = 1;
       continue;
     }
@@ -354,7 +348,6 @@ int cmd_run_branch(int argc, char **argv) {
     }
     if ((r = cli_value(&a, "--norm-eps", &v))) {
       if (r < 0 || !cli_parse_double("--norm-eps", v, &o.norm_eps)) return CLI_EXIT_USAGE;
-      if (o.norm_eps < 0) return cli_error(CLI_EXIT_USAGE, "option --norm-eps: must be >= 0, got '%s'", v);
       o.have_norm_eps = 1;
       continue;
     }

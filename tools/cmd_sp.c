@@ -258,13 +258,7 @@ static int run_branch_sp(int argc, char **argv) {
       continue;
     }
     if ((r = cli_value(&a, "--chunk-strategy", &v))) {
-      if (r < 0) return CLI_EXIT_USAGE;
-      if (strcmp(v, "uniform") == 0) strategy = CAMDELTA_CHUNK_UNIFORM;
-      else if (strcmp(v, "first_frame") == 0) strategy = CAMDELTA_CHUNK_FIRST_FRAME;
-      else if (strcmp(v, "first_chunk_plus_one") == 0) strategy = CAMDELTA_CHUNK_FIRST_CHUNK_PLUS_ONE;
-      else
-        return cli_error(CLI_EXIT_USAGE,
-                         "option --chunk-strategy: '%s' is not uniform, first_frame or first_chunk_plus_one", v);
+      if (r < 0 || !cli_parse_strategy(v, &strategy)) return CLI_EXIT_USAGE;
       continue;
     }
     if ((r = cli_value(&a, "--k-scale", &v))) {
@@ -274,7 +268,6 @@ static int run_branch_sp(int argc, char **argv) {
     }
     if ((r = cli_value(&a, "--norm-eps", &v))) {
       if (r < 0 || !cli_parse_double("--norm-eps", v, &norm_eps)) return CLI_EXIT_USAGE;
-      if (norm_eps < 0) return cli_error(CLI_EXIT_USAGE, "option --norm-eps: must be >= 0, got '%s'", v);
       continue;
     }
     if ((r = cli_value(&a, "--algorithm", &v))) {

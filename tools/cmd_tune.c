@@ -94,10 +94,7 @@ int cmd_tune(int argc, char **argv) {
       if (r < 0 || !cli_parse_size("--reps", v, &reps)) return CLI_EXIT_USAGE;
       if (reps < 1 || reps > 64) return cli_error(CLI_EXIT_USAGE, "tune: --reps must be in [1, 64]");
     } else if ((r = cli_value(&a, "--precision", &v))) {
-      if (r < 0) return CLI_EXIT_USAGE;
-      if (strcmp(v, "exact") == 0) prec = CAMDELTA_PRECISION_EXACT;
-      else if (strcmp(v, "tf32") == 0) prec = CAMDELTA_PRECISION_TF32;
-      else return cli_error(CLI_EXIT_USAGE, "tune: --precision must be exact or tf32 (got '%s')", v);
+      if (r < 0 || !cli_parse_precision(v, &prec)) return CLI_EXIT_USAGE;
     } else if (cli_flag(&a, "--save")) {
       save = 1;
     } else if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
