@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli_common.h"
+#include "cli_job.h"
 #include "cli_packed.h"
 #include "cli_sp.h"
 
@@ -83,31 +83,6 @@ typedef struct run_opts {
   camdelta_precision precision;
 } run_opts;
 
-/* --------------------------------------------------------------- job state */
-
-#define JOB_MAX 24
-
-/* All host and device resources of one run, released by job_free. */
-typedef struct job {
-  cli_tensor in[JOB_MAX];
-  cl_mem in_mem[JOB_MAX];
-  int n_in;
-  cli_output out[JOB_MAX];
-  int n_out;
-  camdelta_context *ctx;
-} job;
-
-static void job_free(job *j) {
-  for (int i = 0; i < j->n_in; i++) {
-    cli_tensor_free(&j->in[i]);
-    if (j->in_mem[i]) clReleaseMemObject(j->in_mem[i]);
-  }
-  for (int i = 0; i < j->n_out; i++)
-    if (j->out[i].mem) clReleaseMemObject(j->out[i].mem);
-  if (j->ctx) camdelta_context_destroy(j->ctx);
-  free(j);
-}
-
 static const char *symbols_str(char *buf, size_t size, const char *symbols, int ndim, const size_t *shape) {
   char nums[256];
   snprintf(buf, size, "%s = %s", symbols, cli_shape_str(nums, sizeof nums, ndim, shape));
@@ -116,71 +91,38 @@ static const char *symbols_str(char *buf, size_t size, const char *symbols, int 
 
 /* Load DIR/NAME.npy into the next input slot and check its shape. *idx gets
  * the slot (the tensor's `present` says whether an optional one was there). */
-static int load(job *j, const run_opts *o, const char *name, int optional, int ndim, const size_t *shape,
-                const char *symbols, int *idx) {
-  if (j->n_in >= JOB_MAX) return cli_error(CLI_EXIT_FAILURE, "internal: too many inputs");
-  int k = j->n_in++;
-  *idx = k;
+static int load(cli_job *j, const char *name, int optional, int ndim, const size_t *shape, const char *symbols,
+                int *idx) {
+  int rc = cli_job_slot(j, 0, idx);
+  if (rc) return rc;
+  cli_tensor *t = &j->in[*idx];
   char expect[512];
   symbols_str(expect, sizeof expect, symbols, ndim, shape);
-  int rc = cli_tensor_load(&j->in[k], o->in, name, optional, expect);
-  if (rc) return rc;
-  if (!j->in[k].present) return CLI_EXIT_OK;
-  return cli_tensor_expect(&j->in[k], ndim, shape, symbols);
+  if ((rc = cli_tensor_load(t, j->in_dir, name, optional, expect))) return rc;
+  if (!t->present) return CLI_EXIT_OK;
+  return cli_tensor_expect(t, ndim, shape, symbols);
 }
 
 /* Load the first file of an operation: its shape defines the sizes. */
-static int load_primary(job *j, const run_opts *o, const char *name, const char *symbols, int *idx) {
-  int k = j->n_in++;
-  *idx = k;
-  int rc = cli_tensor_load(&j->in[k], o->in, name, 0, symbols);
+static int load_primary(cli_job *j, const char *name, const char *symbols, int *idx) {
+  int rc = cli_job_slot(j, 0, idx);
   if (rc) return rc;
-  if (j->in[k].npy.ndim != 4) {
+  cli_tensor *t = &j->in[*idx];
+  if ((rc = cli_tensor_load(t, j->in_dir, name, 0, symbols))) return rc;
+  if (t->npy.ndim != 4) {
     char have[256];
-    return cli_error(CLI_EXIT_INPUT, "%s: shape %s does not fit: expected 4 dimensions %s", j->in[k].path,
-                     cli_shape_str(have, sizeof have, j->in[k].npy.ndim, j->in[k].npy.shape), symbols);
+    return cli_error(CLI_EXIT_INPUT, "%s: shape %s does not fit: expected 4 dimensions %s", t->path,
+                     cli_shape_str(have, sizeof have, t->npy.ndim, t->npy.shape), symbols);
   }
   return CLI_EXIT_OK;
-}
-
-static int add_output(job *j, const char *name, camdelta_npy_type type, int ndim, const size_t *shape) {
-  if (j->n_out >= JOB_MAX) return cli_error(CLI_EXIT_FAILURE, "internal: too many outputs");
-  return cli_output_alloc(j->ctx, &j->out[j->n_out++], name, type, ndim, shape);
-}
-
-static camdelta_buffer buf_in(const job *j, int idx) {
-  camdelta_buffer b = {NULL, 0};
-  if (idx >= 0 && j->in[idx].present) b.mem = j->in_mem[idx];
-  return b;
-}
-
-static camdelta_buffer buf_out(const job *j, int k) {
-  camdelta_buffer b = {j->out[k].mem, 0};
-  return b;
-}
-
-/* Open the device and upload every present input. */
-static int start_device(job *j, const run_opts *o) {
-  int rc = cli_context(&j->ctx, o->device);
-  if (rc) return rc;
-  for (int i = 0; i < j->n_in; i++) {
-    if (!j->in[i].present) continue;
-    if ((rc = cli_upload(j->ctx, &j->in[i], &j->in_mem[i]))) return rc;
-  }
-  return CLI_EXIT_OK;
-}
-
-static int finish_and_write(job *j, const run_opts *o, camdelta_status st, const char *call,
-                            const camdelta_profile *prof, const char *detail) {
-  return cli_run_finish(j->ctx, st, call, prof, o->op_name, detail, j->out, j->n_out, o->out, o->quiet);
 }
 
 /* ------------------------------------------------------------------- prep */
 
-static int run_prep(job *j, const run_opts *o) {
+static int run_prep(cli_job *j, const run_opts *o) {
   const int backward = o->op == OP_PREP_BACKWARD;
   int iq, ik, iv, iqw, ikw, ipq, ipkv, irc, irs, igq = -1, igk = -1, igv = -1, igi = -1, rc;
-  if ((rc = load_primary(j, o, "q_raw", "(B, N, H, D)", &iq))) return rc;
+  if ((rc = load_primary(j, "q_raw", "(B, N, H, D)", &iq))) return rc;
   const size_t *s = j->in[iq].npy.shape;
   const size_t B = s[0], N = s[1], H = s[2], D = s[3];
   if (D % 2 != 0)
@@ -190,19 +132,19 @@ static int run_prep(job *j, const run_opts *o) {
   const size_t C = H * D, Dh = D / 2;
   const size_t bnhd[4] = {B, N, H, D}, c1[1] = {C}, bn44[4] = {B, N, 4, 4}, ndh[2] = {N, Dh};
   const size_t bhdn[4] = {B, H, D, N}, bhn[3] = {B, H, N};
-  if ((rc = load(j, o, "k_raw", 0, 4, bnhd, "(B, N, H, D)", &ik))) return rc;
-  if ((rc = load(j, o, "v_raw", 0, 4, bnhd, "(B, N, H, D)", &iv))) return rc;
-  if ((rc = load(j, o, "q_norm_weight", 0, 1, c1, "(C,) with C = H*D", &iqw))) return rc;
-  if ((rc = load(j, o, "k_norm_weight", 0, 1, c1, "(C,) with C = H*D", &ikw))) return rc;
-  if ((rc = load(j, o, "proj_q", 0, 4, bn44, "(B, N, 4, 4)", &ipq))) return rc;
-  if ((rc = load(j, o, "proj_kv", 0, 4, bn44, "(B, N, 4, 4)", &ipkv))) return rc;
-  if ((rc = load(j, o, "rope_cos", 0, 2, ndh, "(N, D/2)", &irc))) return rc;
-  if ((rc = load(j, o, "rope_sin", 0, 2, ndh, "(N, D/2)", &irs))) return rc;
+  if ((rc = load(j, "k_raw", 0, 4, bnhd, "(B, N, H, D)", &ik))) return rc;
+  if ((rc = load(j, "v_raw", 0, 4, bnhd, "(B, N, H, D)", &iv))) return rc;
+  if ((rc = load(j, "q_norm_weight", 0, 1, c1, "(C,) with C = H*D", &iqw))) return rc;
+  if ((rc = load(j, "k_norm_weight", 0, 1, c1, "(C,) with C = H*D", &ikw))) return rc;
+  if ((rc = load(j, "proj_q", 0, 4, bn44, "(B, N, 4, 4)", &ipq))) return rc;
+  if ((rc = load(j, "proj_kv", 0, 4, bn44, "(B, N, 4, 4)", &ipkv))) return rc;
+  if ((rc = load(j, "rope_cos", 0, 2, ndh, "(N, D/2)", &irc))) return rc;
+  if ((rc = load(j, "rope_sin", 0, 2, ndh, "(N, D/2)", &irs))) return rc;
   if (backward) {
-    if ((rc = load(j, o, "grad_q", 1, 4, bhdn, "(B, H, D, N)", &igq))) return rc;
-    if ((rc = load(j, o, "grad_k", 1, 4, bhdn, "(B, H, D, N)", &igk))) return rc;
-    if ((rc = load(j, o, "grad_v", 1, 4, bhdn, "(B, H, D, N)", &igv))) return rc;
-    if ((rc = load(j, o, "grad_inflation_sq", 1, 3, bhn, "(B, H, N)", &igi))) return rc;
+    if ((rc = load(j, "grad_q", 1, 4, bhdn, "(B, H, D, N)", &igq))) return rc;
+    if ((rc = load(j, "grad_k", 1, 4, bhdn, "(B, H, D, N)", &igk))) return rc;
+    if ((rc = load(j, "grad_v", 1, 4, bhdn, "(B, H, D, N)", &igv))) return rc;
+    if ((rc = load(j, "grad_inflation_sq", 1, 3, bhn, "(B, H, N)", &igi))) return rc;
   }
 
   /* q_raw, k_raw, v_raw all <f2: the f16 path; anything else runs in f32 (exact for <f2 inputs). */
@@ -225,15 +167,16 @@ static int run_prep(job *j, const run_opts *o) {
     }
   }
 
-  if ((rc = start_device(j, o))) return rc;
+  if ((rc = cli_job_start(j))) return rc;
   camdelta_profile prof = {0, 0};
   camdelta_status st;
   char detail[256];
   snprintf(detail, sizeof detail, "B=%zu N=%zu H=%zu D=%zu %s k_scale=%g norm_eps=%g", B, N, H, D,
            f16 ? "f16" : "f32", k_scale, o->norm_eps);
   if (!backward) {
-    if ((rc = add_output(j, "q", data_type, 4, bhdn)) || (rc = add_output(j, "k", data_type, 4, bhdn)) ||
-        (rc = add_output(j, "v", data_type, 4, bhdn)) || (rc = add_output(j, "inflation_sq", CAMDELTA_NPY_F4, 3, bhn)))
+    if ((rc = cli_job_output(j, "q", data_type, 4, bhdn)) || (rc = cli_job_output(j, "k", data_type, 4, bhdn)) ||
+        (rc = cli_job_output(j, "v", data_type, 4, bhdn)) ||
+        (rc = cli_job_output(j, "inflation_sq", CAMDELTA_NPY_F4, 3, bhn)))
       return rc;
     camdelta_prep_args a;
     memset(&a, 0, sizeof a);
@@ -241,25 +184,26 @@ static int run_prep(job *j, const run_opts *o) {
     a.dtype = f16 ? CAMDELTA_F16 : CAMDELTA_F32;
     a.k_scale = (float)k_scale;
     a.norm_eps = (float)o->norm_eps;
-    a.q_raw = buf_in(j, iq), a.k_raw = buf_in(j, ik), a.v_raw = buf_in(j, iv);
-    a.q_norm_weight = buf_in(j, iqw), a.k_norm_weight = buf_in(j, ikw);
-    a.proj_q = buf_in(j, ipq), a.proj_kv = buf_in(j, ipkv);
-    a.rope_cos = buf_in(j, irc), a.rope_sin = buf_in(j, irs);
-    a.q = buf_out(j, 0), a.k = buf_out(j, 1), a.v = buf_out(j, 2), a.inflation_sq = buf_out(j, 3);
+    a.q_raw = cli_job_in(j, iq), a.k_raw = cli_job_in(j, ik), a.v_raw = cli_job_in(j, iv);
+    a.q_norm_weight = cli_job_in(j, iqw), a.k_norm_weight = cli_job_in(j, ikw);
+    a.proj_q = cli_job_in(j, ipq), a.proj_kv = cli_job_in(j, ipkv);
+    a.rope_cos = cli_job_in(j, irc), a.rope_sin = cli_job_in(j, irs);
+    a.q = cli_job_out(j, 0), a.k = cli_job_out(j, 1), a.v = cli_job_out(j, 2), a.inflation_sq = cli_job_out(j, 3);
     a.profile = &prof;
     st = camdelta_prep_forward(j->ctx, &a, NULL);
-    return finish_and_write(j, o, st, "camdelta_prep_forward", &prof, detail);
+    return cli_job_finish(j, st, "camdelta_prep_forward", &prof, detail);
   }
-  if ((rc = add_output(j, "dq_raw", data_type, 4, bnhd)) || (rc = add_output(j, "dk_raw", data_type, 4, bnhd)) ||
-      (rc = add_output(j, "dv_raw", data_type, 4, bnhd)) ||
-      (rc = add_output(j, "dq_norm_weight", CAMDELTA_NPY_F4, 1, c1)) ||
-      (rc = add_output(j, "dk_norm_weight", CAMDELTA_NPY_F4, 1, c1)))
+  if ((rc = cli_job_output(j, "dq_raw", data_type, 4, bnhd)) ||
+      (rc = cli_job_output(j, "dk_raw", data_type, 4, bnhd)) ||
+      (rc = cli_job_output(j, "dv_raw", data_type, 4, bnhd)) ||
+      (rc = cli_job_output(j, "dq_norm_weight", CAMDELTA_NPY_F4, 1, c1)) ||
+      (rc = cli_job_output(j, "dk_norm_weight", CAMDELTA_NPY_F4, 1, c1)))
     return rc;
   if (o->all_grads) {
-    if ((rc = add_output(j, "dproj_q", CAMDELTA_NPY_F4, 4, bn44)) ||
-        (rc = add_output(j, "dproj_kv", CAMDELTA_NPY_F4, 4, bn44)) ||
-        (rc = add_output(j, "drope_cos", CAMDELTA_NPY_F4, 2, ndh)) ||
-        (rc = add_output(j, "drope_sin", CAMDELTA_NPY_F4, 2, ndh)))
+    if ((rc = cli_job_output(j, "dproj_q", CAMDELTA_NPY_F4, 4, bn44)) ||
+        (rc = cli_job_output(j, "dproj_kv", CAMDELTA_NPY_F4, 4, bn44)) ||
+        (rc = cli_job_output(j, "drope_cos", CAMDELTA_NPY_F4, 2, ndh)) ||
+        (rc = cli_job_output(j, "drope_sin", CAMDELTA_NPY_F4, 2, ndh)))
       return rc;
   }
   camdelta_prep_backward_args a;
@@ -268,31 +212,32 @@ static int run_prep(job *j, const run_opts *o) {
   a.dtype = f16 ? CAMDELTA_F16 : CAMDELTA_F32;
   a.k_scale = (float)k_scale;
   a.norm_eps = (float)o->norm_eps;
-  a.q_raw = buf_in(j, iq), a.k_raw = buf_in(j, ik), a.v_raw = buf_in(j, iv);
-  a.q_norm_weight = buf_in(j, iqw), a.k_norm_weight = buf_in(j, ikw);
-  a.proj_q = buf_in(j, ipq), a.proj_kv = buf_in(j, ipkv);
-  a.rope_cos = buf_in(j, irc), a.rope_sin = buf_in(j, irs);
-  a.grad_q = buf_in(j, igq), a.grad_k = buf_in(j, igk), a.grad_v = buf_in(j, igv);
-  a.grad_inflation_sq = buf_in(j, igi);
-  a.dq_raw = buf_out(j, 0), a.dk_raw = buf_out(j, 1), a.dv_raw = buf_out(j, 2);
-  a.dq_norm_weight = buf_out(j, 3), a.dk_norm_weight = buf_out(j, 4);
+  a.q_raw = cli_job_in(j, iq), a.k_raw = cli_job_in(j, ik), a.v_raw = cli_job_in(j, iv);
+  a.q_norm_weight = cli_job_in(j, iqw), a.k_norm_weight = cli_job_in(j, ikw);
+  a.proj_q = cli_job_in(j, ipq), a.proj_kv = cli_job_in(j, ipkv);
+  a.rope_cos = cli_job_in(j, irc), a.rope_sin = cli_job_in(j, irs);
+  a.grad_q = cli_job_in(j, igq), a.grad_k = cli_job_in(j, igk), a.grad_v = cli_job_in(j, igv);
+  a.grad_inflation_sq = cli_job_in(j, igi);
+  a.dq_raw = cli_job_out(j, 0), a.dk_raw = cli_job_out(j, 1), a.dv_raw = cli_job_out(j, 2);
+  a.dq_norm_weight = cli_job_out(j, 3), a.dk_norm_weight = cli_job_out(j, 4);
   if (o->all_grads) {
-    a.dproj_q = buf_out(j, 5), a.dproj_kv = buf_out(j, 6), a.drope_cos = buf_out(j, 7), a.drope_sin = buf_out(j, 8);
+    a.dproj_q = cli_job_out(j, 5), a.dproj_kv = cli_job_out(j, 6);
+    a.drope_cos = cli_job_out(j, 7), a.drope_sin = cli_job_out(j, 8);
   }
   a.profile = &prof;
   st = camdelta_prep_backward(j->ctx, &a, NULL);
-  return finish_and_write(j, o, st, "camdelta_prep_backward", &prof, detail);
+  return cli_job_finish(j, st, "camdelta_prep_backward", &prof, detail);
 }
 
 /* ------------------------------------------------------------------- scan */
 
-static int run_scan(job *j, const run_opts *o) {
+static int run_scan(cli_job *j, const run_opts *o) {
   const int backward = o->op == OP_SCAN_BACKWARD;
   int iq, ik, iv, ib, idc, iinit, igo = -1, igf = -1, rc;
-  if ((rc = load_primary(j, o, "q", "(B, H, D, N)", &iq))) return rc;
+  if ((rc = load_primary(j, "q", "(B, H, D, N)", &iq))) return rc;
   const size_t *s = j->in[iq].npy.shape;
   const size_t B = s[0], H = s[1], D = s[2], N = s[3];
-  if ((rc = load_primary(j, o, "beta", "(B, H, F, S)", &ib))) return rc;
+  if ((rc = load_primary(j, "beta", "(B, H, F, S)", &ib))) return rc;
   const size_t *bs = j->in[ib].npy.shape;
   const size_t F = bs[2], S = bs[3];
   if (bs[0] != B || bs[1] != H || (S ? F > N / S || F * S != N : N != 0)) {
@@ -302,33 +247,33 @@ static int run_scan(job *j, const run_opts *o) {
                      cli_shape_str(have, sizeof have, 4, bs), B, H, N, j->in[iq].path);
   }
   const size_t bhdn[4] = {B, H, D, N}, bhf[3] = {B, H, F}, bhdd[4] = {B, H, D, D}, bhfs[4] = {B, H, F, S};
-  if ((rc = load(j, o, "k", 0, 4, bhdn, "(B, H, D, N)", &ik))) return rc;
-  if ((rc = load(j, o, "v", 0, 4, bhdn, "(B, H, D, N)", &iv))) return rc;
-  if ((rc = load(j, o, "decay", 0, 3, bhf, "(B, H, F)", &idc))) return rc;
-  if (backward && (rc = load(j, o, "grad_out", 0, 4, bhdn, "(B, H, D, N)", &igo))) return rc;
-  if ((rc = load(j, o, "init_state", 1, 4, bhdd, "(B, H, D, D)", &iinit))) return rc;
-  if (backward && (rc = load(j, o, "grad_final_state", 1, 4, bhdd, "(B, H, D, D)", &igf))) return rc;
+  if ((rc = load(j, "k", 0, 4, bhdn, "(B, H, D, N)", &ik))) return rc;
+  if ((rc = load(j, "v", 0, 4, bhdn, "(B, H, D, N)", &iv))) return rc;
+  if ((rc = load(j, "decay", 0, 3, bhf, "(B, H, F)", &idc))) return rc;
+  if (backward && (rc = load(j, "grad_out", 0, 4, bhdn, "(B, H, D, N)", &igo))) return rc;
+  if ((rc = load(j, "init_state", 1, 4, bhdd, "(B, H, D, D)", &iinit))) return rc;
+  if (backward && (rc = load(j, "grad_final_state", 1, 4, bhdd, "(B, H, D, D)", &igf))) return rc;
   for (int i = 0; i < j->n_in; i++)
     if ((rc = cli_tensor_convert(&j->in[i], CAMDELTA_NPY_F4))) return rc;
   const int has_init = j->in[iinit].present;
 
-  if ((rc = start_device(j, o))) return rc;
+  if ((rc = cli_job_start(j))) return rc;
   camdelta_profile prof = {0, 0};
   camdelta_status st;
   char detail[256];
   if (!backward) {
-    if ((rc = add_output(j, "out", CAMDELTA_NPY_F4, 4, bhdn))) return rc;
-    if (o->final_state && (rc = add_output(j, "final_state", CAMDELTA_NPY_F4, 4, bhdd))) return rc;
+    if ((rc = cli_job_output(j, "out", CAMDELTA_NPY_F4, 4, bhdn))) return rc;
+    if (o->final_state && (rc = cli_job_output(j, "final_state", CAMDELTA_NPY_F4, 4, bhdd))) return rc;
     camdelta_scan_algorithm used = o->algorithm;
     camdelta_scan_args a;
     memset(&a, 0, sizeof a);
     a.B = B, a.H = H, a.D = D, a.F = F, a.S = S;
     a.reverse = o->reverse;
     a.algorithm = o->algorithm;
-    a.q = buf_in(j, iq), a.k = buf_in(j, ik), a.v = buf_in(j, iv);
-    a.beta = buf_in(j, ib), a.decay = buf_in(j, idc), a.init_state = buf_in(j, iinit);
-    a.out = buf_out(j, 0);
-    if (o->final_state) a.final_state = buf_out(j, 1);
+    a.q = cli_job_in(j, iq), a.k = cli_job_in(j, ik), a.v = cli_job_in(j, iv);
+    a.beta = cli_job_in(j, ib), a.decay = cli_job_in(j, idc), a.init_state = cli_job_in(j, iinit);
+    a.out = cli_job_out(j, 0);
+    if (o->final_state) a.final_state = cli_job_out(j, 1);
     a.profile = &prof;
     a.used = &used;
     a.precision = o->precision;
@@ -336,30 +281,32 @@ static int run_scan(job *j, const run_opts *o) {
     snprintf(detail, sizeof detail, "B=%zu H=%zu D=%zu F=%zu S=%zu %s%s, %s algorithm", B, H, D, F, S,
              o->reverse ? "reverse" : "causal", has_init ? " from init_state" : "",
              st == CAMDELTA_OK ? camdelta_scan_algorithm_name(used) : "?");
-    return finish_and_write(j, o, st, "camdelta_scan_forward", &prof, detail);
+    return cli_job_finish(j, st, "camdelta_scan_forward", &prof, detail);
   }
-  if ((rc = add_output(j, "dq", CAMDELTA_NPY_F4, 4, bhdn)) || (rc = add_output(j, "dk", CAMDELTA_NPY_F4, 4, bhdn)) ||
-      (rc = add_output(j, "dv", CAMDELTA_NPY_F4, 4, bhdn)) ||
-      (rc = add_output(j, "dbeta", CAMDELTA_NPY_F4, 4, bhfs)) ||
-      (rc = add_output(j, "ddecay", CAMDELTA_NPY_F4, 3, bhf)))
+  if ((rc = cli_job_output(j, "dq", CAMDELTA_NPY_F4, 4, bhdn)) ||
+      (rc = cli_job_output(j, "dk", CAMDELTA_NPY_F4, 4, bhdn)) ||
+      (rc = cli_job_output(j, "dv", CAMDELTA_NPY_F4, 4, bhdn)) ||
+      (rc = cli_job_output(j, "dbeta", CAMDELTA_NPY_F4, 4, bhfs)) ||
+      (rc = cli_job_output(j, "ddecay", CAMDELTA_NPY_F4, 3, bhf)))
     return rc;
-  if (has_init && (rc = add_output(j, "dinit_state", CAMDELTA_NPY_F4, 4, bhdd))) return rc;
+  if (has_init && (rc = cli_job_output(j, "dinit_state", CAMDELTA_NPY_F4, 4, bhdd))) return rc;
   camdelta_scan_backward_args a;
   memset(&a, 0, sizeof a);
   a.B = B, a.H = H, a.D = D, a.F = F, a.S = S;
   a.reverse = o->reverse;
-  a.q = buf_in(j, iq), a.k = buf_in(j, ik), a.v = buf_in(j, iv);
-  a.beta = buf_in(j, ib), a.decay = buf_in(j, idc), a.init_state = buf_in(j, iinit);
-  a.grad_out = buf_in(j, igo), a.grad_final_state = buf_in(j, igf);
-  a.dq = buf_out(j, 0), a.dk = buf_out(j, 1), a.dv = buf_out(j, 2), a.dbeta = buf_out(j, 3), a.ddecay = buf_out(j, 4);
-  if (has_init) a.dinit_state = buf_out(j, 5);
+  a.q = cli_job_in(j, iq), a.k = cli_job_in(j, ik), a.v = cli_job_in(j, iv);
+  a.beta = cli_job_in(j, ib), a.decay = cli_job_in(j, idc), a.init_state = cli_job_in(j, iinit);
+  a.grad_out = cli_job_in(j, igo), a.grad_final_state = cli_job_in(j, igf);
+  a.dq = cli_job_out(j, 0), a.dk = cli_job_out(j, 1), a.dv = cli_job_out(j, 2);
+  a.dbeta = cli_job_out(j, 3), a.ddecay = cli_job_out(j, 4);
+  if (has_init) a.dinit_state = cli_job_out(j, 5);
   a.profile = &prof;
   a.precision = o->precision;
   st = camdelta_scan_backward(j->ctx, &a, NULL);
   snprintf(detail, sizeof detail, "B=%zu H=%zu D=%zu F=%zu S=%zu %s%s%s", B, H, D, F, S,
            o->reverse ? "reverse" : "causal", has_init ? " from init_state" : "",
            j->in[igf].present ? " with grad_final_state" : "");
-  return finish_and_write(j, o, st, "camdelta_scan_backward", &prof, detail);
+  return cli_job_finish(j, st, "camdelta_scan_backward", &prof, detail);
 }
 
 /* ------------------------------------------------------------- arguments */
@@ -472,9 +419,9 @@ int cmd_run(int argc, char **argv) {
   if (is_scan && cli_packed_requested(o.in)) /* packed clips: tools/cmd_run_packed.c */
     return cmd_run_packed(o.op == OP_SCAN_BACKWARD, o.in, o.out, o.device, o.reverse, o.algorithm, o.final_state,
                           o.quiet);
-  job *j = calloc(1, sizeof *j);
+  cli_job *j = cli_job_new(o.in, o.out, o.device, o.op_name, o.quiet);
   if (!j) return cli_error(CLI_EXIT_FAILURE, "out of host memory");
   rc = is_prep ? run_prep(j, &o) : run_scan(j, &o);
-  job_free(j);
+  cli_job_free(j);
   return rc;
 }

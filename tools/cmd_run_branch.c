@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli_common.h"
+#include "cli_job.h"
 
 void usage_run_branch(void) {
   printf(
@@ -84,52 +84,14 @@ typedef struct br_opts {
 
 /* ------------------------------------------------------------------------------------------- the job */
 
-#define BJ_MAX 16
-typedef struct bjob {
-  cli_tensor in[BJ_MAX];
-  cl_mem in_mem[BJ_MAX];
-  int n_in;
-  cli_output out[BJ_MAX];
-  int n_out;
-  cli_tensor chunk_index;
-  camdelta_context *ctx;
-} bjob;
-
-static void bjob_free(bjob *j) {
-  for (int i = 0; i < j->n_in; i++) {
-    cli_tensor_free(&j->in[i]);
-    if (j->in_mem[i]) clReleaseMemObject(j->in_mem[i]);
-  }
-  for (int i = 0; i < j->n_out; i++)
-    if (j->out[i].mem) clReleaseMemObject(j->out[i].mem);
-  cli_tensor_free(&j->chunk_index);
-  if (j->ctx) camdelta_context_destroy(j->ctx);
-  free(j);
-}
-
 /* Load DIR/NAME.npy (f32 after conversion) with exactly `shape` (ndim < 0: any 4-d shape, checked by the caller). */
-static int load(bjob *j, const br_opts *o, const char *name, int ndim, const size_t *shape, const char *symbols,
-                int *idx) {
-  *idx = j->n_in++;
-  return cli_tensor_load_f32(&j->in[*idx], o->in, name, 0, ndim, shape, symbols);
+static int load(cli_job *j, const char *name, int ndim, const size_t *shape, const char *symbols, int *idx) {
+  int rc = cli_job_slot(j, 0, idx);
+  return rc ? rc : cli_tensor_load_f32(&j->in[*idx], j->in_dir, name, 0, ndim, shape, symbols);
 }
 
-static int add_output(bjob *j, const char *name, int ndim, const size_t *shape) {
-  return cli_output_alloc(j->ctx, &j->out[j->n_out++], name, CAMDELTA_NPY_F4, ndim, shape);
-}
-
-static camdelta_buffer in_buf(const bjob *j, int k) { return (camdelta_buffer){j->in_mem[k], 0}; }
-static camdelta_buffer out_buf(const bjob *j, int k) { return (camdelta_buffer){j->out[k].mem, 0}; }
-
-static int start_device(bjob *j, const br_opts *o) {
-  int rc = cli_context(&j->ctx, o->device);
-  for (int i = 0; i < j->n_in && !rc; i++) rc = cli_upload(j->ctx, &j->in[i], &j->in_mem[i]);
-  return rc;
-}
-
-static int finish(bjob *j, const br_opts *o, camdelta_status st, const char *call, const camdelta_profile *prof,
-                  const char *detail) {
-  return cli_run_finish(j->ctx, st, call, prof, o->op_name, detail, j->out, j->n_out, o->out, o->quiet);
+static int add_output(cli_job *j, const char *name, int ndim, const size_t *shape) {
+  return cli_job_output(j, name, CAMDELTA_NPY_F4, ndim, shape);
 }
 
 /* The grid must give N tokens (N from `from`). */
@@ -143,18 +105,20 @@ static int check_grid(const br_opts *o, size_t N, const char *from) {
 
 /* Chunking from the options and the optional chunk_index file, validated for T frames (an input error names the
  * file). */
-static int chunking_of(bjob *j, const br_opts *o, size_t T, camdelta_chunking *ch) {
+static int chunking_of(cli_job *j, const br_opts *o, size_t T, camdelta_chunking *ch) {
   memset(ch, 0, sizeof *ch);
   ch->chunk_size = o->chunk_size;
   ch->strategy = o->strategy;
-  int rc = cli_tensor_load(&j->chunk_index, o->in, "chunk_index", 1, "(K,) <i8");
-  if (rc) return rc;
-  if (j->chunk_index.present) {
-    const camdelta_npy *n = &j->chunk_index.npy;
+  int ici, rc;
+  if ((rc = cli_job_slot(j, 1, &ici))) return rc;
+  const cli_tensor *ci = &j->in[ici];
+  if ((rc = cli_tensor_load(&j->in[ici], j->in_dir, "chunk_index", 1, "(K,) <i8"))) return rc;
+  if (ci->present) {
+    const camdelta_npy *n = &ci->npy;
     if (n->type != CAMDELTA_NPY_I8)
-      return cli_error(CLI_EXIT_INPUT, "%s: dtype is not <i8 (expected int64 frame starts)", j->chunk_index.path);
+      return cli_error(CLI_EXIT_INPUT, "%s: dtype is not <i8 (expected int64 frame starts)", ci->path);
     if (n->ndim != 1 || n->count == 0)
-      return cli_error(CLI_EXIT_INPUT, "%s: expected a non-empty 1-d array of frame starts", j->chunk_index.path);
+      return cli_error(CLI_EXIT_INPUT, "%s: expected a non-empty 1-d array of frame starts", ci->path);
     ch->chunk_index = (const int64_t *)n->data;
     ch->chunk_index_count = n->count;
   }
@@ -163,8 +127,7 @@ static int chunking_of(bjob *j, const br_opts *o, size_t T, camdelta_chunking *c
   camdelta_status st = camdelta_chunk_bounds(T, ch, b, T + 1, &nb);
   free(b);
   if (st) {
-    if (j->chunk_index.present)
-      return cli_error(cli_exit_code(st), "%s: %s", j->chunk_index.path, camdelta_last_message());
+    if (ci->present) return cli_error(cli_exit_code(st), "%s: %s", ci->path, camdelta_last_message());
     return cli_lib_error(st, "chunking");
   }
   return CLI_EXIT_OK;
@@ -181,11 +144,11 @@ static void chunk_str(char *buf, size_t size, const camdelta_chunking *ch) {
 
 /* --------------------------------------------------------------------------------------- operations */
 
-static int run_camera(bjob *j, const br_opts *o) {
+static int run_camera(cli_job *j, const br_opts *o) {
   int icc, rc;
   if (!o->have_grid) return cli_error(CLI_EXIT_USAGE, "run camera: missing --grid T,Hs,Ws");
   if (!o->head_dim) return cli_error(CLI_EXIT_USAGE, "run camera: missing --head-dim D");
-  if ((rc = load(j, o, "camera_conditions", -3, NULL, "(B, T, 20)", &icc))) return rc;
+  if ((rc = load(j, "camera_conditions", -3, NULL, "(B, T, 20)", &icc))) return rc;
   const size_t *s = j->in[icc].npy.shape, B = s[0], T = o->grid[0], Hs = o->grid[1], Ws = o->grid[2], D = o->head_dim;
   if (s[1] != T || s[2] != 20)
     return cli_error(CLI_EXIT_INPUT, "%s: shape (%zu, %zu, %zu) does not fit: expected (B, T, 20) with T = %zu from "
@@ -193,84 +156,85 @@ static int run_camera(bjob *j, const br_opts *o) {
   if (D < 8 || D > 128 || D % 8)
     return cli_error(CLI_EXIT_INPUT, "--head-dim %zu unsupported (expected a multiple of 8 in [8, 128])", D);
   const size_t N = T * Hs * Ws, bn44[4] = {B, N, 4, 4}, ndh[2] = {N, D / 2};
-  if ((rc = start_device(j, o)) || (rc = add_output(j, "proj_q", 4, bn44)) ||
+  if ((rc = cli_job_start(j)) || (rc = add_output(j, "proj_q", 4, bn44)) ||
       (rc = add_output(j, "proj_kv", 4, bn44)) || (rc = add_output(j, "proj_o", 4, bn44)) ||
       (rc = add_output(j, "rope_cos", 2, ndh)) || (rc = add_output(j, "rope_sin", 2, ndh)))
     return rc;
   camdelta_profile prof = {0, 0};
-  const camdelta_camera_args a = {B,          T,          Hs,         Ws,         o->patch[0], o->patch[1],
-                                  o->patch[2], D,         in_buf(j, icc), out_buf(j, 0), out_buf(j, 1), out_buf(j, 2),
-                                  out_buf(j, 3), out_buf(j, 4), &prof};
+  const camdelta_camera_args a = {B, T, Hs, Ws, o->patch[0], o->patch[1], o->patch[2], D, cli_job_in(j, icc),
+                                  cli_job_out(j, 0), cli_job_out(j, 1), cli_job_out(j, 2), cli_job_out(j, 3),
+                                  cli_job_out(j, 4), &prof};
   char detail[256];
   snprintf(detail, sizeof detail, "B=%zu grid %zux%zux%zu patch %zu,%zu,%zu D=%zu", B, T, Hs, Ws, o->patch[0],
            o->patch[1], o->patch[2], D);
-  return finish(j, o, camdelta_camera_forward(j->ctx, &a), "camdelta_camera_forward", &prof, detail);
+  return cli_job_finish(j, camdelta_camera_forward(j->ctx, &a), "camdelta_camera_forward", &prof, detail);
 }
 
-static int run_conv(bjob *j, const br_opts *o) {
+static int run_conv(cli_job *j, const br_opts *o) {
   int ik, iw, rc;
   if (!o->have_grid) return cli_error(CLI_EXIT_USAGE, "run short-conv: missing --grid T,Hs,Ws");
-  if ((rc = load(j, o, "k_raw", -4, NULL, "(B, N, H, D)", &ik))) return rc;
+  if ((rc = load(j, "k_raw", -4, NULL, "(B, N, H, D)", &ik))) return rc;
   const size_t *s = j->in[ik].npy.shape, B = s[0], N = s[1], H = s[2], D = s[3];
   if ((rc = check_grid(o, N, j->in[ik].path))) return rc;
   const size_t C = H * D, c4[2] = {C, 4}, bnhd[4] = {B, N, H, D};
-  if ((rc = load(j, o, "conv_weight", 2, c4, "(C, 4) with C = H*D", &iw))) return rc;
+  if ((rc = load(j, "conv_weight", 2, c4, "(C, 4) with C = H*D", &iw))) return rc;
   camdelta_chunking ch;
   if ((rc = chunking_of(j, o, o->grid[0], &ch))) return rc;
-  if ((rc = start_device(j, o)) || (rc = add_output(j, "k_conv", 4, bnhd))) return rc;
+  if ((rc = cli_job_start(j)) || (rc = add_output(j, "k_conv", 4, bnhd))) return rc;
   camdelta_profile prof = {0, 0};
-  const camdelta_short_conv_args a = {B, o->grid[0], o->grid[1] * o->grid[2], C, ch, in_buf(j, ik), in_buf(j, iw),
-                                      out_buf(j, 0), {NULL, 0}, {NULL, 0}, {NULL, 0}, &prof};
+  const camdelta_short_conv_args a = {B, o->grid[0], o->grid[1] * o->grid[2], C, ch, cli_job_in(j, ik),
+                                      cli_job_in(j, iw), cli_job_out(j, 0), {NULL, 0}, {NULL, 0}, {NULL, 0}, &prof};
   char detail[256], cs[96];
   chunk_str(cs, sizeof cs, &ch);
   snprintf(detail, sizeof detail, "B=%zu T=%zu S=%zu C=%zu, %s", B, o->grid[0], o->grid[1] * o->grid[2], C, cs);
-  return finish(j, o, camdelta_short_conv_forward(j->ctx, &a), "camdelta_short_conv_forward", &prof, detail);
+  return cli_job_finish(j, camdelta_short_conv_forward(j->ctx, &a), "camdelta_short_conv_forward", &prof, detail);
 }
 
-static int run_ot(bjob *j, const br_opts *o) {
+static int run_ot(cli_job *j) {
   int io, ip, ic, is, rc;
-  if ((rc = load(j, o, "out", -4, NULL, "(B, H, D, N)", &io))) return rc;
+  if ((rc = load(j, "out", -4, NULL, "(B, H, D, N)", &io))) return rc;
   const size_t *s = j->in[io].npy.shape, B = s[0], H = s[1], D = s[2], N = s[3];
   const size_t bn44[4] = {B, N, 4, 4}, ndh[2] = {N, D / 2}, bnhd[4] = {B, N, H, D};
-  if ((rc = load(j, o, "proj_o", 4, bn44, "(B, N, 4, 4)", &ip)) ||
-      (rc = load(j, o, "rope_cos", 2, ndh, "(N, D/2)", &ic)) || (rc = load(j, o, "rope_sin", 2, ndh, "(N, D/2)", &is)))
+  if ((rc = load(j, "proj_o", 4, bn44, "(B, N, 4, 4)", &ip)) || (rc = load(j, "rope_cos", 2, ndh, "(N, D/2)", &ic)) ||
+      (rc = load(j, "rope_sin", 2, ndh, "(N, D/2)", &is)))
     return rc;
-  if ((rc = start_device(j, o)) || (rc = add_output(j, "y", 4, bnhd))) return rc;
+  if ((rc = cli_job_start(j)) || (rc = add_output(j, "y", 4, bnhd))) return rc;
   camdelta_profile prof = {0, 0};
-  const camdelta_output_transform_args a = {B, N, H, D, in_buf(j, io), {NULL, 0}, in_buf(j, ip), in_buf(j, ic),
-                                            in_buf(j, is), out_buf(j, 0), {NULL, 0}, {NULL, 0}, &prof};
+  const camdelta_output_transform_args a = {B, N, H, D, cli_job_in(j, io), {NULL, 0}, cli_job_in(j, ip),
+                                            cli_job_in(j, ic), cli_job_in(j, is), cli_job_out(j, 0), {NULL, 0},
+                                            {NULL, 0}, &prof};
   char detail[128];
   snprintf(detail, sizeof detail, "B=%zu N=%zu H=%zu D=%zu", B, N, H, D);
-  return finish(j, o, camdelta_output_transform_forward(j->ctx, &a), "camdelta_output_transform_forward", &prof,
-                detail);
+  return cli_job_finish(j, camdelta_output_transform_forward(j->ctx, &a), "camdelta_output_transform_forward", &prof,
+                        detail);
 }
 
-static int run_branch(bjob *j, const br_opts *o) {
+static int run_branch(cli_job *j, const br_opts *o) {
   const int backward = o->op == BR_BACKWARD;
   if (!o->have_grid) return cli_error(CLI_EXIT_USAGE, "run %s: missing --grid T,Hs,Ws", o->op_name);
   int iq, ik, iv, iw, iqw, ikw, icc, ib, id, igy = -1, rc;
-  if ((rc = load(j, o, "q_raw", -4, NULL, "(B, N, H, D)", &iq))) return rc;
+  if ((rc = load(j, "q_raw", -4, NULL, "(B, N, H, D)", &iq))) return rc;
   const size_t *s = j->in[iq].npy.shape, B = s[0], N = s[1], H = s[2], D = s[3];
   if ((rc = check_grid(o, N, j->in[iq].path))) return rc;
   const size_t T = o->grid[0], S = o->grid[1] * o->grid[2], C = H * D;
   const size_t bnhd[4] = {B, N, H, D}, c4[2] = {C, 4}, c1[1] = {C}, bt20[3] = {B, T, 20}, bhts[4] = {B, H, T, S},
                bht[3] = {B, H, T};
-  if ((rc = load(j, o, "k_raw", 4, bnhd, "(B, N, H, D)", &ik)) || (rc = load(j, o, "v_raw", 4, bnhd, "(B, N, H, D)", &iv)) ||
-      (rc = load(j, o, "conv_weight", 2, c4, "(C, 4) with C = H*D", &iw)) ||
-      (rc = load(j, o, "q_norm_weight", 1, c1, "(C,) with C = H*D", &iqw)) ||
-      (rc = load(j, o, "k_norm_weight", 1, c1, "(C,) with C = H*D", &ikw)) ||
-      (rc = load(j, o, "camera_conditions", 3, bt20, "(B, T, 20) with T from --grid", &icc)) ||
-      (rc = load(j, o, "beta", 4, bhts, "(B, H, T, S) with S = Hs*Ws", &ib)) ||
-      (rc = load(j, o, "decay", 3, bht, "(B, H, T)", &id)))
+  if ((rc = load(j, "k_raw", 4, bnhd, "(B, N, H, D)", &ik)) || (rc = load(j, "v_raw", 4, bnhd, "(B, N, H, D)", &iv)) ||
+      (rc = load(j, "conv_weight", 2, c4, "(C, 4) with C = H*D", &iw)) ||
+      (rc = load(j, "q_norm_weight", 1, c1, "(C,) with C = H*D", &iqw)) ||
+      (rc = load(j, "k_norm_weight", 1, c1, "(C,) with C = H*D", &ikw)) ||
+      (rc = load(j, "camera_conditions", 3, bt20, "(B, T, 20) with T from --grid", &icc)) ||
+      (rc = load(j, "beta", 4, bhts, "(B, H, T, S) with S = Hs*Ws", &ib)) ||
+      (rc = load(j, "decay", 3, bht, "(B, H, T)", &id)))
     return rc;
-  if (backward && (rc = load(j, o, "grad_y", 4, bnhd, "(B, N, H, D)", &igy))) return rc;
+  if (backward && (rc = load(j, "grad_y", 4, bnhd, "(B, N, H, D)", &igy))) return rc;
   camdelta_chunking ch;
   if ((rc = chunking_of(j, o, T, &ch))) return rc;
   if (D < 8 || D > 128 || D % 8)
     return cli_error(CLI_EXIT_INPUT, "%s: head dim D = %zu unsupported (expected a multiple of 8 in [8, 128])",
                      j->in[iq].path, D);
   const double k_scale = o->have_k_scale ? o->k_scale : 1.0 / sqrt((double)D * (double)S);
-  if ((rc = start_device(j, o))) return rc;
+  if ((rc = cli_job_start(j))) return rc;
   camdelta_branch_args a;
   memset(&a, 0, sizeof a);
   a.B = B, a.T = T, a.Hs = o->grid[1], a.Ws = o->grid[2], a.H = H, a.D = D;
@@ -278,9 +242,10 @@ static int run_branch(bjob *j, const br_opts *o) {
   a.chunking = ch;
   a.k_scale = (float)k_scale, a.norm_eps = (float)o->norm_eps;
   a.algorithm = o->algorithm;
-  a.q_raw = in_buf(j, iq), a.k_raw = in_buf(j, ik), a.v_raw = in_buf(j, iv), a.conv_weight = in_buf(j, iw);
-  a.q_norm_weight = in_buf(j, iqw), a.k_norm_weight = in_buf(j, ikw), a.camera_conditions = in_buf(j, icc);
-  a.beta = in_buf(j, ib), a.decay = in_buf(j, id);
+  a.q_raw = cli_job_in(j, iq), a.k_raw = cli_job_in(j, ik), a.v_raw = cli_job_in(j, iv);
+  a.conv_weight = cli_job_in(j, iw);
+  a.q_norm_weight = cli_job_in(j, iqw), a.k_norm_weight = cli_job_in(j, ikw), a.camera_conditions = cli_job_in(j, icc);
+  a.beta = cli_job_in(j, ib), a.decay = cli_job_in(j, id);
   camdelta_profile prof = {0, 0};
   char detail[320], cs[96];
   chunk_str(cs, sizeof cs, &ch);
@@ -288,18 +253,19 @@ static int run_branch(bjob *j, const br_opts *o) {
            o->grid[2], cs, k_scale);
   if (!backward) {
     if ((rc = add_output(j, "y", 4, bnhd))) return rc;
-    a.y = out_buf(j, 0);
+    a.y = cli_job_out(j, 0);
     a.profile = &prof;
-    return finish(j, o, camdelta_branch_forward(j->ctx, &a, NULL), "camdelta_branch_forward", &prof, detail);
+    return cli_job_finish(j, camdelta_branch_forward(j->ctx, &a, NULL), "camdelta_branch_forward", &prof, detail);
   }
   if ((rc = add_output(j, "dq_raw", 4, bnhd)) || (rc = add_output(j, "dk_raw", 4, bnhd)) ||
       (rc = add_output(j, "dv_raw", 4, bnhd)) || (rc = add_output(j, "dconv_weight", 2, c4)) ||
       (rc = add_output(j, "dq_norm_weight", 1, c1)) || (rc = add_output(j, "dk_norm_weight", 1, c1)) ||
       (rc = add_output(j, "dbeta", 4, bhts)) || (rc = add_output(j, "ddecay", 3, bht)))
     return rc;
-  camdelta_branch_grads g = {in_buf(j, igy), out_buf(j, 0), out_buf(j, 1), out_buf(j, 2), out_buf(j, 3),
-                             out_buf(j, 4),  out_buf(j, 5), out_buf(j, 6), out_buf(j, 7), &prof};
-  return finish(j, o, camdelta_branch_backward(j->ctx, &a, &g, NULL), "camdelta_branch_backward", &prof, detail);
+  camdelta_branch_grads g = {cli_job_in(j, igy), cli_job_out(j, 0), cli_job_out(j, 1), cli_job_out(j, 2),
+                             cli_job_out(j, 3),  cli_job_out(j, 4), cli_job_out(j, 5), cli_job_out(j, 6),
+                             cli_job_out(j, 7),  &prof};
+  return cli_job_finish(j, camdelta_branch_backward(j->ctx, &a, &g, NULL), "camdelta_branch_backward", &prof, detail);
 }
 
 /* ------------------------------------------------------------------------------------------ options */
@@ -378,15 +344,15 @@ int cmd_run_branch(int argc, char **argv) {
                      o.op_name);
   if (o.head_dim && o.op != BR_CAMERA)
     return cli_error(CLI_EXIT_USAGE, "run %s: --head-dim applies to camera only (D comes from the files)", o.op_name);
-  bjob *j = calloc(1, sizeof *j);
+  cli_job *j = cli_job_new(o.in, o.out, o.device, o.op_name, o.quiet);
   if (!j) return cli_error(CLI_EXIT_FAILURE, "out of host memory");
   int rc;
   switch (o.op) {
     case BR_CAMERA: rc = run_camera(j, &o); break;
     case BR_CONV: rc = run_conv(j, &o); break;
-    case BR_OT: rc = run_ot(j, &o); break;
+    case BR_OT: rc = run_ot(j); break;
     default: rc = run_branch(j, &o); break;
   }
-  bjob_free(j);
+  cli_job_free(j);
   return rc;
 }

@@ -1,0 +1,58 @@
+/* The job of one `camdelta run OP` (tools/cli_job.h). */
+#include "cli_job.h"
+
+#include <stdlib.h>
+
+cli_job *cli_job_new(const char *in_dir, const char *out_dir, const char *device, const char *op_name, int quiet) {
+  cli_job *j = calloc(1, sizeof *j);
+  if (!j) return NULL;
+  j->in_dir = in_dir, j->out_dir = out_dir, j->device = device, j->op_name = op_name, j->quiet = quiet;
+  return j;
+}
+
+void cli_job_free(cli_job *j) {
+  if (!j) return;
+  for (int i = 0; i < j->n_in; i++) {
+    cli_tensor_free(&j->in[i]);
+    if (j->in_mem[i]) clReleaseMemObject(j->in_mem[i]);
+  }
+  for (int i = 0; i < j->n_out; i++)
+    if (j->out[i].mem) clReleaseMemObject(j->out[i].mem);
+  if (j->ctx) camdelta_context_destroy(j->ctx);
+  free(j);
+}
+
+int cli_job_slot(cli_job *j, int host_only, int *idx) {
+  if (j->n_in >= CLI_JOB_MAX) return cli_error(CLI_EXIT_FAILURE, "internal: more than %d inputs", CLI_JOB_MAX);
+  *idx = j->n_in++;
+  j->host_only[*idx] = (unsigned char)(host_only != 0);
+  return CLI_EXIT_OK;
+}
+
+int cli_job_start(cli_job *j) {
+  int rc = cli_context(&j->ctx, j->device);
+  for (int i = 0; i < j->n_in && !rc; i++)
+    if (j->in[i].present && !j->host_only[i]) rc = cli_upload(j->ctx, &j->in[i], &j->in_mem[i]);
+  return rc;
+}
+
+int cli_job_output(cli_job *j, const char *name, camdelta_npy_type type, int ndim, const size_t *shape) {
+  if (j->n_out >= CLI_JOB_MAX) return cli_error(CLI_EXIT_FAILURE, "internal: more than %d outputs", CLI_JOB_MAX);
+  return cli_output_alloc(j->ctx, &j->out[j->n_out++], name, type, ndim, shape);
+}
+
+camdelta_buffer cli_job_in(const cli_job *j, int idx) {
+  camdelta_buffer b = {NULL, 0};
+  if (idx >= 0 && idx < j->n_in && j->in[idx].present) b.mem = j->in_mem[idx];
+  return b;
+}
+
+camdelta_buffer cli_job_out(const cli_job *j, int k) {
+  camdelta_buffer b = {j->out[k].mem, 0};
+  return b;
+}
+
+int cli_job_finish(cli_job *j, camdelta_status st, const char *call, const camdelta_profile *prof,
+                   const char *detail) {
+  return cli_run_finish(j->ctx, st, call, prof, j->op_name, detail, j->out, j->n_out, j->out_dir, j->quiet);
+}

@@ -1,0 +1,45 @@
+/* One `camdelta run OP` on .npy files (tools/cmd_run.c, tools/cmd_run_branch.c): its input files in slots, uploaded
+ * to the device as they are once all are read and checked; its outputs as device buffers, written as one output
+ * set at the end; and the device context. Nothing touches the device before cli_job_start, so an input or usage
+ * error leaves no trace. */
+#ifndef CAMDELTA_CLI_JOB_H
+#define CAMDELTA_CLI_JOB_H
+
+#include "cli_common.h"
+
+#define CLI_JOB_MAX 24 /* inputs and, apart, outputs of one operation */
+
+typedef struct cli_job {
+  const char *in_dir, *out_dir, *device, *op_name; /* borrowed from the command line */
+  int quiet;
+  cli_tensor in[CLI_JOB_MAX];
+  cl_mem in_mem[CLI_JOB_MAX];
+  unsigned char host_only[CLI_JOB_MAX]; /* read on the host, never uploaded (e.g. chunk_index) */
+  int n_in;
+  cli_output out[CLI_JOB_MAX];
+  int n_out;
+  camdelta_context *ctx;
+} cli_job;
+
+/** A zeroed job for operation `op_name` reading from `in_dir` and writing to `out_dir` on `device` (NULL: the
+ *  default); NULL when out of host memory. */
+cli_job *cli_job_new(const char *in_dir, const char *out_dir, const char *device, const char *op_name, int quiet);
+/** Release the inputs, their device copies, the output buffers and the context. NULL is a no-op. */
+void cli_job_free(cli_job *j);
+/** Take the next input slot: *idx gets it and j->in[*idx] is the tensor to load into; `host_only` keeps it off the
+ *  device. CLI_EXIT_OK, or CLI_EXIT_FAILURE (with a message) when all CLI_JOB_MAX slots are taken. */
+int cli_job_slot(cli_job *j, int host_only, int *idx);
+/** Open the device (an error naming the selector, exit 4) and upload every present input not kept on the host. */
+int cli_job_start(cli_job *j);
+/** Add output NAME.npy of `type` and `shape` with a zeroed device buffer (after cli_job_start). CLI_EXIT_OK, or the
+ *  error of cli_output_alloc, or CLI_EXIT_FAILURE when all CLI_JOB_MAX outputs are taken. */
+int cli_job_output(cli_job *j, const char *name, camdelta_npy_type type, int ndim, const size_t *shape);
+/** The device buffer of input slot `idx`; {NULL, 0} for idx < 0 or an optional file that was not there. */
+camdelta_buffer cli_job_in(const cli_job *j, int idx);
+/** The device buffer of output `k` (in the order of cli_job_output). */
+camdelta_buffer cli_job_out(const cli_job *j, int k);
+/** cli_run_finish for this job: the call's status, the outputs written all or nothing, the report line. */
+int cli_job_finish(cli_job *j, camdelta_status st, const char *call, const camdelta_profile *prof,
+                   const char *detail);
+
+#endif
