@@ -235,6 +235,15 @@ static void test_version_and_help(void **state) {
   r = run("run --help");
   expect_code(r, 0, NULL);
   assert_non_null(strstr(r->out, "--k-scale"));
+  /* --help after the operation, in every form of run: the usage, not an unknown option (the --sequence-parallel
+   * forms: tests/mpi/cli_sp.sh) */
+  const char *forms[] = {"run scan --help", "run prep -h", "run branch --help", "run camera -h"};
+  for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+    r = run("%s", forms[i]);
+    expect_code(r, 0, NULL);
+    if (!strstr(r->out, "usage: camdelta run OP") || !strstr(r->out, "branch-backward"))
+      fail_msg("'%s' does not print the usage of run:\n%s", forms[i], r->out);
+  }
   r = run("help info");
   expect_code(r, 0, NULL);
   assert_non_null(strstr(r->out, "--device"));

@@ -209,6 +209,8 @@ static void test_errors(void **state) {
   expect(2, "chunk");
   run("run camera --in '%s' --out '%s' --grid 5,2,3", in, out);
   expect(2, "--head-dim");
+  run("run camera --in '%s' --out '%s' --grid 5,2,3 --head-dim 8 --algorithm auto", in, out); /* given = used */
+  expect(2, "--algorithm apply to branch");
   /* bad input: a grid that does not match N, T that does not match the cameras, a conv weight of the wrong shape */
   run("run branch --in '%s' --out '%s' --grid 5,3,3", in, out);
   expect(3, "does not match N");

@@ -96,6 +96,41 @@ int cli_value(cli_args *a, const char *name, const char **value) {
   return 1;
 }
 
+void cli_run_opts_init(cli_run_opts *o) {
+  memset(o, 0, sizeof *o);
+  o->norm_eps = 1e-6;
+  o->algorithm = CAMDELTA_SCAN_AUTO;
+}
+
+int cli_run_option(cli_args *a, cli_run_opts *o) {
+  const char *v = NULL;
+  int r;
+  if (cli_flag(a, "--help") || cli_flag(a, "-h")) return CLI_OPT_HELP;
+  if (cli_flag(a, "--quiet") || cli_flag(a, "-q")) {
+    o->quiet = 1;
+    return CLI_OPT_TAKEN;
+  }
+  if ((r = cli_value(a, "--in", &o->in)) || (r = cli_value(a, "--out", &o->out)) ||
+      (r = cli_value(a, "--device", &o->device)))
+    return r < 0 ? CLI_OPT_ERROR : CLI_OPT_TAKEN;
+  if ((r = cli_value(a, "--k-scale", &v))) {
+    if (r < 0 || !cli_parse_double("--k-scale", v, &o->k_scale)) return CLI_OPT_ERROR;
+    o->have_k_scale = 1;
+    return CLI_OPT_TAKEN;
+  }
+  if ((r = cli_value(a, "--norm-eps", &v))) {
+    if (r < 0 || !cli_parse_double("--norm-eps", v, &o->norm_eps)) return CLI_OPT_ERROR;
+    o->have_norm_eps = 1;
+    return CLI_OPT_TAKEN;
+  }
+  if ((r = cli_value(a, "--algorithm", &v))) {
+    if (r < 0 || !cli_parse_algorithm(v, &o->algorithm)) return CLI_OPT_ERROR;
+    o->have_algorithm = 1;
+    return CLI_OPT_TAKEN;
+  }
+  return CLI_OPT_OTHER;
+}
+
 const char *cli_escape(const char *text, char *buf, size_t size) {
   static const char digits[] = "0123456789abcdef";
   size_t n = 0;

@@ -65,6 +65,21 @@ int cli_scan_sizes(const char *text, int n, size_t *out);
 /** Parse exactly `n` comma-separated positive integers (each as cli_parse_size) for option `opt`; `what` names
  *  them for the message (e.g. "B,H,D,S"). 0 (after printing a usage error) on failure. */
 int cli_parse_sizes(const char *opt, const char *text, int n, size_t *out, const char *what);
+/* The options that every form of `camdelta run` reads alike (prep, scan, the camera branch, --sequence-parallel):
+ * each command checks afterwards which of them apply to its operation. */
+typedef struct cli_run_opts {
+  const char *op_name, *in, *out, *device; /* op_name: the operation word, set by the command */
+  double k_scale, norm_eps;                /* norm_eps 1e-6 unless given */
+  int have_k_scale, have_norm_eps, have_algorithm, quiet;
+  camdelta_scan_algorithm algorithm; /* CAMDELTA_SCAN_AUTO unless given */
+} cli_run_opts;
+enum { CLI_OPT_ERROR = -1, CLI_OPT_OTHER = 0, CLI_OPT_TAKEN = 1, CLI_OPT_HELP = 2 };
+/** The defaults: nothing given, norm_eps 1e-6, algorithm auto. */
+void cli_run_opts_init(cli_run_opts *o);
+/** Take argv[i] (and its value) when it is --in, --out, --device, --k-scale, --norm-eps, --algorithm, --quiet/-q
+ *  (CLI_OPT_TAKEN) or --help/-h (CLI_OPT_HELP, for the command to print its usage); CLI_OPT_ERROR after printing a
+ *  usage error (a missing or malformed value); CLI_OPT_OTHER for any other argument, left where it is. */
+int cli_run_option(cli_args *a, cli_run_opts *o);
 /** Copy `text` into buf with every byte outside printable ASCII written as \xNN (for messages that echo
  *  user-controlled text, e.g. a file's header or an option value). */
 const char *cli_escape(const char *text, char *buf, size_t size);

@@ -71,14 +71,10 @@ void usage_run(void) {
 typedef enum run_op { OP_PREP, OP_SCAN, OP_SCAN_BACKWARD, OP_PREP_BACKWARD } run_op;
 
 typedef struct run_opts {
+  cli_run_opts c; /* --in --out --device --k-scale --norm-eps --algorithm --quiet */
   run_op op;
-  const char *op_name, *in, *out, *device;
-  int have_k_scale, have_norm_eps;
-  double k_scale, norm_eps;
   size_t tokens_per_frame;
-  int reverse, final_state, all_grads, quiet;
-  int have_algorithm;
-  camdelta_scan_algorithm algorithm;
+  int reverse, final_state, all_grads;
   int have_precision;
   camdelta_precision precision;
 } run_opts;
@@ -156,8 +152,8 @@ static int run_prep(cli_job *j, const run_opts *o) {
     if ((rc = cli_tensor_convert(&j->in[i], is_data ? data_type : CAMDELTA_NPY_F4))) return rc;
   }
 
-  double k_scale = o->k_scale;
-  if (!o->have_k_scale) {
+  double k_scale = o->c.k_scale;
+  if (!o->c.have_k_scale) {
     k_scale = D ? 1.0 / sqrt((double)D) : 1.0;
     if (o->tokens_per_frame) {
       if (N % o->tokens_per_frame != 0)
@@ -172,7 +168,7 @@ static int run_prep(cli_job *j, const run_opts *o) {
   camdelta_status st;
   char detail[256];
   snprintf(detail, sizeof detail, "B=%zu N=%zu H=%zu D=%zu %s k_scale=%g norm_eps=%g", B, N, H, D,
-           f16 ? "f16" : "f32", k_scale, o->norm_eps);
+           f16 ? "f16" : "f32", k_scale, o->c.norm_eps);
   if (!backward) {
     if ((rc = cli_job_output(j, "q", data_type, 4, bhdn)) || (rc = cli_job_output(j, "k", data_type, 4, bhdn)) ||
         (rc = cli_job_output(j, "v", data_type, 4, bhdn)) ||
@@ -183,7 +179,7 @@ static int run_prep(cli_job *j, const run_opts *o) {
     a.B = B, a.N = N, a.H = H, a.D = D;
     a.dtype = f16 ? CAMDELTA_F16 : CAMDELTA_F32;
     a.k_scale = (float)k_scale;
-    a.norm_eps = (float)o->norm_eps;
+    a.norm_eps = (float)o->c.norm_eps;
     a.q_raw = cli_job_in(j, iq), a.k_raw = cli_job_in(j, ik), a.v_raw = cli_job_in(j, iv);
     a.q_norm_weight = cli_job_in(j, iqw), a.k_norm_weight = cli_job_in(j, ikw);
     a.proj_q = cli_job_in(j, ipq), a.proj_kv = cli_job_in(j, ipkv);
@@ -211,7 +207,7 @@ static int run_prep(cli_job *j, const run_opts *o) {
   a.B = B, a.N = N, a.H = H, a.D = D;
   a.dtype = f16 ? CAMDELTA_F16 : CAMDELTA_F32;
   a.k_scale = (float)k_scale;
-  a.norm_eps = (float)o->norm_eps;
+  a.norm_eps = (float)o->c.norm_eps;
   a.q_raw = cli_job_in(j, iq), a.k_raw = cli_job_in(j, ik), a.v_raw = cli_job_in(j, iv);
   a.q_norm_weight = cli_job_in(j, iqw), a.k_norm_weight = cli_job_in(j, ikw);
   a.proj_q = cli_job_in(j, ipq), a.proj_kv = cli_job_in(j, ipkv);
@@ -264,12 +260,12 @@ static int run_scan(cli_job *j, const run_opts *o) {
   if (!backward) {
     if ((rc = cli_job_output(j, "out", CAMDELTA_NPY_F4, 4, bhdn))) return rc;
     if (o->final_state && (rc = cli_job_output(j, "final_state", CAMDELTA_NPY_F4, 4, bhdd))) return rc;
-    camdelta_scan_algorithm used = o->algorithm;
+    camdelta_scan_algorithm used = o->c.algorithm;
     camdelta_scan_args a;
     memset(&a, 0, sizeof a);
     a.B = B, a.H = H, a.D = D, a.F = F, a.S = S;
     a.reverse = o->reverse;
-    a.algorithm = o->algorithm;
+    a.algorithm = o->c.algorithm;
     a.q = cli_job_in(j, iq), a.k = cli_job_in(j, ik), a.v = cli_job_in(j, iv);
     a.beta = cli_job_in(j, ib), a.decay = cli_job_in(j, idc), a.init_state = cli_job_in(j, iinit);
     a.out = cli_job_out(j, 0);
@@ -324,7 +320,7 @@ static int parse_op(const char *name, run_op *op) {
 static int only_for(const run_opts *o, const char *opt, int ok) {
   if (ok) return CLI_EXIT_OK;
   return cli_error(CLI_EXIT_USAGE, "run %s: option %s does not apply to this operation (see 'camdelta help run')",
-                   o->op_name, opt);
+                   o->c.op_name, opt);
 }
 
 int cmd_run(int argc, char **argv) {
@@ -332,38 +328,19 @@ int cmd_run(int argc, char **argv) {
   if (cli_is_branch_run(argc, argv)) return cmd_run_branch(argc, argv);
   run_opts o;
   memset(&o, 0, sizeof o);
-  o.norm_eps = 1e-6;
-  o.algorithm = CAMDELTA_SCAN_AUTO;
+  cli_run_opts_init(&o.c);
   cli_args a = {argc, argv, 0};
   while (a.i < a.argc) {
     const char *arg = a.argv[a.i], *v = NULL;
-    int r;
-    if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
+    int r = cli_run_option(&a, &o.c);
+    if (r == CLI_OPT_HELP) {
       usage_run();
       return CLI_EXIT_OK;
     }
-    if ((r = cli_value(&a, "--in", &o.in)) || (r = cli_value(&a, "--out", &o.out)) ||
-        (r = cli_value(&a, "--device", &o.device))) {
-      if (r < 0) return CLI_EXIT_USAGE;
-      continue;
-    }
-    if ((r = cli_value(&a, "--k-scale", &v))) {
-      if (r < 0 || !cli_parse_double("--k-scale", v, &o.k_scale)) return CLI_EXIT_USAGE;
-      o.have_k_scale = 1;
-      continue;
-    }
+    if (r == CLI_OPT_ERROR) return CLI_EXIT_USAGE;
+    if (r == CLI_OPT_TAKEN) continue;
     if ((r = cli_value(&a, "--tokens-per-frame", &v))) {
       if (r < 0 || !cli_parse_size("--tokens-per-frame", v, &o.tokens_per_frame)) return CLI_EXIT_USAGE;
-      continue;
-    }
-    if ((r = cli_value(&a, "--norm-eps", &v))) {
-      if (r < 0 || !cli_parse_double("--norm-eps", v, &o.norm_eps)) return CLI_EXIT_USAGE;
-      o.have_norm_eps = 1;
-      continue;
-    }
-    if ((r = cli_value(&a, "--algorithm", &v))) {
-      if (r < 0 || !cli_parse_algorithm(v, &o.algorithm)) return CLI_EXIT_USAGE;
-      o.have_algorithm = 1;
       continue;
     }
     if ((r = cli_value(&a, "--precision", &v))) {
@@ -383,43 +360,39 @@ int cmd_run(int argc, char **argv) {
       o.all_grads = 1;
       continue;
     }
-    if (cli_flag(&a, "--quiet") || cli_flag(&a, "-q")) {
-      o.quiet = 1;
-      continue;
-    }
     if (arg[0] == '-' && arg[1] != '\0')
       return cli_error(CLI_EXIT_USAGE, "run: unknown option '%s' (see 'camdelta help run')", arg);
-    if (o.op_name) return cli_error(CLI_EXIT_USAGE, "run: unexpected argument '%s' (the operation is '%s')", arg,
-                                    o.op_name);
-    o.op_name = arg;
+    if (o.c.op_name) return cli_error(CLI_EXIT_USAGE, "run: unexpected argument '%s' (the operation is '%s')", arg,
+                                    o.c.op_name);
+    o.c.op_name = arg;
     a.i++;
   }
-  if (!o.op_name)
+  if (!o.c.op_name)
     return cli_error(CLI_EXIT_USAGE, "run: missing the operation: prep, scan, scan-backward, prep-backward, camera, "
                      "short-conv, output-transform, branch or branch-backward");
-  if (!parse_op(o.op_name, &o.op))
+  if (!parse_op(o.c.op_name, &o.op))
     return cli_error(CLI_EXIT_USAGE,
                      "run: unknown operation '%s' (expected prep, scan, scan-backward, prep-backward, camera, "
-                     "short-conv, output-transform, branch or branch-backward)", o.op_name);
-  if (!o.in || !*o.in) return cli_error(CLI_EXIT_USAGE, "run %s: missing --in DIR", o.op_name);
-  if (!o.out || !*o.out) return cli_error(CLI_EXIT_USAGE, "run %s: missing --out DIR", o.op_name);
+                     "short-conv, output-transform, branch or branch-backward)", o.c.op_name);
+  if (!o.c.in || !*o.c.in) return cli_error(CLI_EXIT_USAGE, "run %s: missing --in DIR", o.c.op_name);
+  if (!o.c.out || !*o.c.out) return cli_error(CLI_EXIT_USAGE, "run %s: missing --out DIR", o.c.op_name);
 
   const int is_prep = o.op == OP_PREP || o.op == OP_PREP_BACKWARD, is_scan = !is_prep;
   int rc;
-  if ((o.have_k_scale && (rc = only_for(&o, "--k-scale", is_prep))) ||
+  if ((o.c.have_k_scale && (rc = only_for(&o, "--k-scale", is_prep))) ||
       (o.tokens_per_frame && (rc = only_for(&o, "--tokens-per-frame", is_prep))) ||
-      (o.have_norm_eps && (rc = only_for(&o, "--norm-eps", is_prep))) ||
+      (o.c.have_norm_eps && (rc = only_for(&o, "--norm-eps", is_prep))) ||
       (o.reverse && (rc = only_for(&o, "--reverse", is_scan))) ||
-      (o.have_algorithm && (rc = only_for(&o, "--algorithm", o.op == OP_SCAN))) ||
+      (o.c.have_algorithm && (rc = only_for(&o, "--algorithm", o.op == OP_SCAN))) ||
       (o.have_precision && (rc = only_for(&o, "--precision", is_scan))) ||
       (o.final_state && (rc = only_for(&o, "--final-state", o.op == OP_SCAN))) ||
       (o.all_grads && (rc = only_for(&o, "--all-grads", o.op == OP_PREP_BACKWARD))))
     return rc;
 
-  if (is_scan && cli_packed_requested(o.in)) /* packed clips: tools/cmd_run_packed.c */
-    return cmd_run_packed(o.op == OP_SCAN_BACKWARD, o.in, o.out, o.device, o.reverse, o.algorithm, o.final_state,
-                          o.quiet);
-  cli_job *j = cli_job_new(o.in, o.out, o.device, o.op_name, o.quiet);
+  if (is_scan && cli_packed_requested(o.c.in)) /* packed clips: tools/cmd_run_packed.c */
+    return cmd_run_packed(o.op == OP_SCAN_BACKWARD, o.c.in, o.c.out, o.c.device, o.reverse, o.c.algorithm,
+                          o.final_state, o.c.quiet);
+  cli_job *j = cli_job_new(o.c.in, o.c.out, o.c.device, o.c.op_name, o.c.quiet);
   if (!j) return cli_error(CLI_EXIT_FAILURE, "out of host memory");
   rc = is_prep ? run_prep(j, &o) : run_scan(j, &o);
   cli_job_free(j);

@@ -72,14 +72,11 @@ int cli_is_branch_run(int argc, char **argv) {
 }
 
 typedef struct br_opts {
+  cli_run_opts c; /* --in --out --device --k-scale --norm-eps --algorithm --quiet */
   br_op op;
-  const char *op_name, *in, *out, *device;
   size_t grid[3], patch[3], head_dim, chunk_size;
-  int have_grid, have_k_scale, have_norm_eps, have_strategy;
-  double k_scale, norm_eps;
+  int have_grid, have_strategy;
   camdelta_chunk_strategy strategy;
-  camdelta_scan_algorithm algorithm;
-  int quiet;
 } br_opts;
 
 /* ------------------------------------------------------------------------------------------- the job */
@@ -211,7 +208,7 @@ static int run_ot(cli_job *j) {
 
 static int run_branch(cli_job *j, const br_opts *o) {
   const int backward = o->op == BR_BACKWARD;
-  if (!o->have_grid) return cli_error(CLI_EXIT_USAGE, "run %s: missing --grid T,Hs,Ws", o->op_name);
+  if (!o->have_grid) return cli_error(CLI_EXIT_USAGE, "run %s: missing --grid T,Hs,Ws", o->c.op_name);
   int iq, ik, iv, iw, iqw, ikw, icc, ib, id, igy = -1, rc;
   if ((rc = load(j, "q_raw", -4, NULL, "(B, N, H, D)", &iq))) return rc;
   const size_t *s = j->in[iq].npy.shape, B = s[0], N = s[1], H = s[2], D = s[3];
@@ -233,15 +230,15 @@ static int run_branch(cli_job *j, const br_opts *o) {
   if (D < 8 || D > 128 || D % 8)
     return cli_error(CLI_EXIT_INPUT, "%s: head dim D = %zu unsupported (expected a multiple of 8 in [8, 128])",
                      j->in[iq].path, D);
-  const double k_scale = o->have_k_scale ? o->k_scale : 1.0 / sqrt((double)D * (double)S);
+  const double k_scale = o->c.have_k_scale ? o->c.k_scale : 1.0 / sqrt((double)D * (double)S);
   if ((rc = cli_job_start(j))) return rc;
   camdelta_branch_args a;
   memset(&a, 0, sizeof a);
   a.B = B, a.T = T, a.Hs = o->grid[1], a.Ws = o->grid[2], a.H = H, a.D = D;
   a.pt = o->patch[0], a.ph = o->patch[1], a.pw = o->patch[2];
   a.chunking = ch;
-  a.k_scale = (float)k_scale, a.norm_eps = (float)o->norm_eps;
-  a.algorithm = o->algorithm;
+  a.k_scale = (float)k_scale, a.norm_eps = (float)o->c.norm_eps;
+  a.algorithm = o->c.algorithm;
   a.q_raw = cli_job_in(j, iq), a.k_raw = cli_job_in(j, ik), a.v_raw = cli_job_in(j, iv);
   a.conv_weight = cli_job_in(j, iw);
   a.q_norm_weight = cli_job_in(j, iqw), a.k_norm_weight = cli_job_in(j, ikw), a.camera_conditions = cli_job_in(j, icc);
@@ -273,18 +270,18 @@ static int run_branch(cli_job *j, const br_opts *o) {
 int cmd_run_branch(int argc, char **argv) {
   br_opts o;
   memset(&o, 0, sizeof o);
-  o.norm_eps = 1e-6;
+  cli_run_opts_init(&o.c);
   o.patch[0] = o.patch[1] = o.patch[2] = 1;
-  o.algorithm = CAMDELTA_SCAN_AUTO;
   cli_args a = {argc, argv, 0};
   while (a.i < a.argc) {
     const char *arg = a.argv[a.i], *v = NULL;
-    int r;
-    if ((r = cli_value(&a, "--in", &o.in)) || (r = cli_value(&a, "--out", &o.out)) ||
-        (r = cli_value(&a, "--device", &o.device))) {
-      if (r < 0) return CLI_EXIT_USAGE;
-      continue;
+    int r = cli_run_option(&a, &o.c);
+    if (r == CLI_OPT_HELP) {
+      usage_run();
+      return CLI_EXIT_OK;
     }
+    if (r == CLI_OPT_ERROR) return CLI_EXIT_USAGE;
+    if (r == CLI_OPT_TAKEN) continue;
     if ((r = cli_value(&a, "--grid", &v))) {
       if (r < 0 || !cli_parse_sizes("--grid", v, 3, o.grid, "T,Hs,Ws")) return CLI_EXIT_USAGE;
       o.have_grid = 1;
@@ -307,44 +304,26 @@ int cmd_run_branch(int argc, char **argv) {
       o.have_strategy = 1;
       continue;
     }
-    if ((r = cli_value(&a, "--k-scale", &v))) {
-      if (r < 0 || !cli_parse_double("--k-scale", v, &o.k_scale)) return CLI_EXIT_USAGE;
-      o.have_k_scale = 1;
-      continue;
-    }
-    if ((r = cli_value(&a, "--norm-eps", &v))) {
-      if (r < 0 || !cli_parse_double("--norm-eps", v, &o.norm_eps)) return CLI_EXIT_USAGE;
-      o.have_norm_eps = 1;
-      continue;
-    }
-    if ((r = cli_value(&a, "--algorithm", &v))) {
-      if (r < 0 || !cli_parse_algorithm(v, &o.algorithm)) return CLI_EXIT_USAGE;
-      continue;
-    }
-    if (cli_flag(&a, "--quiet") || cli_flag(&a, "-q")) {
-      o.quiet = 1;
-      continue;
-    }
     if (arg[0] == '-' && arg[1] != '\0')
       return cli_error(CLI_EXIT_USAGE, "run: unknown option '%s' (see 'camdelta help run')", arg);
-    if (o.op_name)
-      return cli_error(CLI_EXIT_USAGE, "run: unexpected argument '%s' (the operation is '%s')", arg, o.op_name);
-    o.op_name = arg;
+    if (o.c.op_name)
+      return cli_error(CLI_EXIT_USAGE, "run: unexpected argument '%s' (the operation is '%s')", arg, o.c.op_name);
+    o.c.op_name = arg;
     a.i++;
   }
-  if (!o.op_name || !op_of(o.op_name, &o.op)) return cli_error(CLI_EXIT_USAGE, "run: unknown operation");
-  if (!o.in || !*o.in) return cli_error(CLI_EXIT_USAGE, "run %s: missing --in DIR", o.op_name);
-  if (!o.out || !*o.out) return cli_error(CLI_EXIT_USAGE, "run %s: missing --out DIR", o.op_name);
+  if (!o.c.op_name || !op_of(o.c.op_name, &o.op)) return cli_error(CLI_EXIT_USAGE, "run: unknown operation");
+  if (!o.c.in || !*o.c.in) return cli_error(CLI_EXIT_USAGE, "run %s: missing --in DIR", o.c.op_name);
+  if (!o.c.out || !*o.c.out) return cli_error(CLI_EXIT_USAGE, "run %s: missing --out DIR", o.c.op_name);
   const int branch = o.op == BR_BRANCH || o.op == BR_BACKWARD;
-  if ((o.have_k_scale || o.have_norm_eps || o.algorithm != CAMDELTA_SCAN_AUTO) && !branch)
+  if ((o.c.have_k_scale || o.c.have_norm_eps || o.c.have_algorithm) && !branch)
     return cli_error(CLI_EXIT_USAGE, "run %s: --k-scale, --norm-eps and --algorithm apply to branch and "
-                     "branch-backward only", o.op_name);
+                     "branch-backward only", o.c.op_name);
   if ((o.chunk_size || o.have_strategy) && o.op != BR_CONV && !branch)
     return cli_error(CLI_EXIT_USAGE, "run %s: the chunk options apply to short-conv, branch and branch-backward",
-                     o.op_name);
+                     o.c.op_name);
   if (o.head_dim && o.op != BR_CAMERA)
-    return cli_error(CLI_EXIT_USAGE, "run %s: --head-dim applies to camera only (D comes from the files)", o.op_name);
-  cli_job *j = cli_job_new(o.in, o.out, o.device, o.op_name, o.quiet);
+    return cli_error(CLI_EXIT_USAGE, "run %s: --head-dim applies to camera only (D comes from the files)", o.c.op_name);
+  cli_job *j = cli_job_new(o.c.in, o.c.out, o.c.device, o.c.op_name, o.c.quiet);
   if (!j) return cli_error(CLI_EXIT_FAILURE, "out of host memory");
   int rc;
   switch (o.op) {

@@ -229,21 +229,22 @@ typedef struct sp_out {
  * operation, takes its share of frames and runs camdelta_mpi_branch_forward/_backward; rank 0 gathers the
  * shares and writes the same files as one device. */
 static int run_branch_sp(int argc, char **argv) {
-  const char *op = NULL, *in = NULL, *outdir = NULL, *device = NULL, *v;
+  const char *op = NULL, *v;
   size_t grid[3] = {0, 0, 0}, patch[3] = {1, 1, 1}, cs = 0;
-  int have_grid = 0, have_k_scale = 0, quiet = 0;
-  double k_scale = 0, norm_eps = 1e-6;
+  int have_grid = 0;
   camdelta_chunk_strategy strategy = CAMDELTA_CHUNK_UNIFORM;
-  camdelta_scan_algorithm alg = CAMDELTA_SCAN_AUTO;
+  cli_run_opts c;
+  cli_run_opts_init(&c);
   cli_args a = {argc, argv, 0};
   while (a.i < argc) {
-    int r;
     if (cli_flag(&a, "--sequence-parallel")) continue;
-    if ((r = cli_value(&a, "--in", &in)) || (r = cli_value(&a, "--out", &outdir)) ||
-        (r = cli_value(&a, "--device", &device))) {
-      if (r < 0) return CLI_EXIT_USAGE;
-      continue;
+    int r = cli_run_option(&a, &c);
+    if (r == CLI_OPT_HELP) {
+      usage_run();
+      return CLI_EXIT_OK;
     }
+    if (r == CLI_OPT_ERROR) return CLI_EXIT_USAGE;
+    if (r == CLI_OPT_TAKEN) continue;
     if ((r = cli_value(&a, "--grid", &v))) {
       if (r < 0 || !cli_parse_sizes("--grid", v, 3, grid, "T,Hs,Ws")) return CLI_EXIT_USAGE;
       have_grid = 1;
@@ -261,21 +262,7 @@ static int run_branch_sp(int argc, char **argv) {
       if (r < 0 || !cli_parse_strategy(v, &strategy)) return CLI_EXIT_USAGE;
       continue;
     }
-    if ((r = cli_value(&a, "--k-scale", &v))) {
-      if (r < 0 || !cli_parse_double("--k-scale", v, &k_scale)) return CLI_EXIT_USAGE;
-      have_k_scale = 1;
-      continue;
-    }
-    if ((r = cli_value(&a, "--norm-eps", &v))) {
-      if (r < 0 || !cli_parse_double("--norm-eps", v, &norm_eps)) return CLI_EXIT_USAGE;
-      continue;
-    }
-    if ((r = cli_value(&a, "--algorithm", &v))) {
-      if (r < 0 || !cli_parse_algorithm(v, &alg)) return CLI_EXIT_USAGE;
-      continue;
-    }
-    if (cli_flag(&a, "--quiet") || cli_flag(&a, "-q")) quiet = 1;
-    else if (argv[a.i][0] == '-' && argv[a.i][1])
+    if (argv[a.i][0] == '-' && argv[a.i][1])
       return cli_error(CLI_EXIT_USAGE, "run --sequence-parallel: option '%s' is not supported by branch and "
                        "branch-backward", argv[a.i]);
     else if (op)
@@ -283,7 +270,8 @@ static int run_branch_sp(int argc, char **argv) {
     else op = argv[a.i++];
   }
   if (!op) return cli_error(CLI_EXIT_USAGE, "run --sequence-parallel: missing the operation");
-  const int backward = strcmp(op, "branch-backward") == 0;
+  const char *in = c.in, *outdir = c.out, *device = c.device;
+  const int backward = strcmp(op, "branch-backward") == 0, quiet = c.quiet;
   if (!in || !*in) return cli_error(CLI_EXIT_USAGE, "run %s: missing --in DIR", op);
   if (!outdir || !*outdir) return cli_error(CLI_EXIT_USAGE, "run %s: missing --out DIR", op);
   if (!have_grid) return cli_error(CLI_EXIT_USAGE, "run %s: missing --grid T,Hs,Ws", op);
@@ -368,8 +356,8 @@ static int run_branch_sp(int argc, char **argv) {
       camdelta_branch_args ba;
       memset(&ba, 0, sizeof ba);
       ba.B = B, ba.T = fl, ba.Hs = Hs, ba.Ws = Ws, ba.H = H, ba.D = D, ba.pt = patch[0], ba.ph = patch[1];
-      ba.pw = patch[2], ba.chunking = ch, ba.algorithm = alg, ba.norm_eps = (float)norm_eps;
-      ba.k_scale = (float)(have_k_scale ? k_scale : 1.0 / sqrt((double)D * (double)S));
+      ba.pw = patch[2], ba.chunking = ch, ba.algorithm = c.algorithm, ba.norm_eps = (float)c.norm_eps;
+      ba.k_scale = (float)(c.have_k_scale ? c.k_scale : 1.0 / sqrt((double)D * (double)S));
       camdelta_buffer *ib[I_N - 1] = {&ba.q_raw,          &ba.k_raw,     &ba.v_raw, &ba.conv_weight, &ba.q_norm_weight,
                                       &ba.k_norm_weight, &ba.camera_conditions, &ba.beta, &ba.decay};
       for (int i = 0; i < I_N - 1; i++) *ib[i] = (camdelta_buffer){m[i], 0};
@@ -426,9 +414,10 @@ done:
 }
 
 int cmd_run_sp(int argc, char **argv) {
-  const char *op = NULL, *in = NULL, *outdir = NULL, *device = NULL, *v;
-  int reverse = 0, final_state = 0, quiet = 0;
-  camdelta_scan_algorithm alg = CAMDELTA_SCAN_AUTO;
+  const char *op = NULL;
+  int reverse = 0, final_state = 0;
+  cli_run_opts c;
+  cli_run_opts_init(&c);
   /* branch and branch-backward have their own options */
   for (int i = 0; i < argc; i++) {
     if (argv[i][0] == '-') {
@@ -443,20 +432,16 @@ int cmd_run_sp(int argc, char **argv) {
   }
   cli_args a = {argc, argv, 0};
   while (a.i < argc) {
-    int r;
     if (cli_flag(&a, "--sequence-parallel")) continue;
-    if ((r = cli_value(&a, "--in", &in)) || (r = cli_value(&a, "--out", &outdir)) ||
-        (r = cli_value(&a, "--device", &device))) {
-      if (r < 0) return CLI_EXIT_USAGE;
-      continue;
+    int r = cli_run_option(&a, &c);
+    if (r == CLI_OPT_HELP) {
+      usage_run();
+      return CLI_EXIT_OK;
     }
-    if ((r = cli_value(&a, "--algorithm", &v))) {
-      if (r < 0 || !cli_parse_algorithm(v, &alg)) return CLI_EXIT_USAGE;
-      continue;
-    }
+    if (r == CLI_OPT_ERROR) return CLI_EXIT_USAGE;
+    if (r == CLI_OPT_TAKEN) continue;
     if (cli_flag(&a, "--reverse")) reverse = 1;
     else if (cli_flag(&a, "--final-state")) final_state = 1;
-    else if (cli_flag(&a, "--quiet") || cli_flag(&a, "-q")) quiet = 1;
     else if (argv[a.i][0] == '-' && argv[a.i][1])
       return cli_error(CLI_EXIT_USAGE, "run --sequence-parallel: option '%s' is not supported here (scan and "
                        "scan-backward take --in --out --device --reverse --algorithm --final-state --quiet)", argv[a.i]);
@@ -471,9 +456,15 @@ int cmd_run_sp(int argc, char **argv) {
   if (!backward && strcmp(op, "scan") != 0)
     return cli_error(CLI_EXIT_USAGE, "run --sequence-parallel: operation '%s' is not split over ranks (scan, "
                      "scan-backward, branch and branch-backward are)", op);
+  if (c.have_k_scale || c.have_norm_eps)
+    return cli_error(CLI_EXIT_USAGE, "run %s --sequence-parallel: --k-scale and --norm-eps apply to branch and "
+                     "branch-backward only", op);
+  const char *in = c.in, *outdir = c.out, *device = c.device;
+  const camdelta_scan_algorithm alg = c.algorithm;
+  const int quiet = c.quiet;
   if (!in || !*in) return cli_error(CLI_EXIT_USAGE, "run %s: missing --in DIR", op);
   if (!outdir || !*outdir) return cli_error(CLI_EXIT_USAGE, "run %s: missing --out DIR", op);
-  if (backward && (final_state || alg != CAMDELTA_SCAN_AUTO))
+  if (backward && (final_state || c.have_algorithm))
     return cli_error(CLI_EXIT_USAGE, "run scan-backward: --final-state and --algorithm apply to scan only");
   int rc = sp_init();
   if (rc) return rc;

@@ -76,4 +76,18 @@ cat "$work/err.txt"
 test $rc -ne 0
 grep -q "cannot be split over 3 ranks" "$work/err.txt"
 test ! -e "$work/none"
+# --help after the operation prints the usage of run; a prep option on the scan over ranks is refused, nothing written
+for form in "run scan --sequence-parallel --help" "run branch-backward --sequence-parallel -h"; do
+  # shellcheck disable=SC2086
+  "$cli" $form >"$work/help.txt"
+  grep -q "usage: camdelta run OP" "$work/help.txt"
+done
+set +e
+"$mpiexec" -np 2 "${flags[@]}" "$cli" run scan --in "$in" --out "$work/none" --sequence-parallel --k-scale 0.5 \
+  2>"$work/err.txt"
+rc=$?
+set -e
+test $rc -eq 2
+grep -q "k-scale and --norm-eps apply to branch" "$work/err.txt"
+test ! -e "$work/none"
 echo "cli_sp: all checks passed"
