@@ -29,16 +29,6 @@ static double bound_for(camdelta_dtype dt) { return dt == CAMDELTA_F32 ? 1e-6 : 
 static double worst[3][4];
 static int g_variant = -1; /* CAMDELTA_PREP_FUSED of the current context, -1 = the device's default */
 
-static cl_mem upload_at(const void *host, size_t elems, size_t es, size_t offset) {
-  unsigned char *tmp = malloc((elems + offset) * es);
-  assert_non_null(tmp);
-  memset(tmp, 0x7F, offset * es);
-  memcpy(tmp + offset * es, host, elems * es);
-  cl_mem m = tu_upload(tmp, (elems + offset) * es);
-  free(tmp);
-  return m;
-}
-
 static void run_shape(const shape *s) {
   camdelta_context *ctx = tu_context();
   prep_problem p;
@@ -48,10 +38,10 @@ static void run_shape(const shape *s) {
   for (int i = 0; i < 9; i++) {
     if (i < 3) {
       void *packed = tu_pack(s->dt, p.in[i], p.count[i]);
-      in[i] = upload_at(packed, p.count[i], es, off);
+      in[i] = tu_upload_at(packed, p.count[i], es, off, 0x7F);
       free(packed);
     } else {
-      in[i] = upload_at(p.in[i], p.count[i], 4, off);
+      in[i] = tu_upload_at(p.in[i], p.count[i], 4, off, 0x7F);
     }
   }
   cl_mem q = tu_buffer((BNHD + off) * es), k = tu_buffer((BNHD + off) * es), v = tu_buffer((BNHD + off) * es);

@@ -95,19 +95,9 @@ static void reference(const pb_data *x, const pb_case *c, double *ref[NOUT]) {
   for (int i = 0; i < 4; i++) free(g[i]);
 }
 
-static cl_mem upload_at(const void *host, size_t elems, size_t es, size_t offset) {
-  unsigned char *tmp = malloc((elems + offset) * es);
-  assert_non_null(tmp);
-  memset(tmp, 0x7F, offset * es);
-  memcpy(tmp + offset * es, host, elems * es);
-  cl_mem m = tu_upload(tmp, (elems + offset) * es);
-  free(tmp);
-  return m;
-}
-
 static cl_mem upload_dt(const float *x, size_t n, camdelta_dtype dt, size_t off) {
   void *packed = tu_pack(dt, x, n);
-  cl_mem m = upload_at(packed, n, camdelta_dtype_size(dt), off);
+  cl_mem m = tu_upload_at(packed, n, camdelta_dtype_size(dt), off, 0x7F);
   free(packed);
   return m;
 }
@@ -121,9 +111,10 @@ static size_t out_es(const pb_case *c, int o) { return o <= ODV ? camdelta_dtype
 static void device_init(pb_device *d, const pb_data *x, const pb_case *c) {
   for (int i = 0; i < 9; i++)
     d->in[i] = i < 3 ? upload_dt(x->p.in[i], x->p.count[i], c->dt, c->off)
-                     : upload_at(x->p.in[i], x->p.count[i], 4, c->off);
+                     : tu_upload_at(x->p.in[i], x->p.count[i], 4, c->off, 0x7F);
   for (int i = 0; i < 4; i++)
-    d->g[i] = i < 3 ? upload_dt(x->g[i], x->gcount[i], c->dt, c->off) : upload_at(x->g[i], x->gcount[i], 4, c->off);
+    d->g[i] = i < 3 ? upload_dt(x->g[i], x->gcount[i], c->dt, c->off)
+                    : tu_upload_at(x->g[i], x->gcount[i], 4, c->off, 0x7F);
   for (int o = 0; o < NOUT; o++) d->out[o] = tu_buffer((x->count[o] + c->off) * out_es(c, o));
 }
 

@@ -97,16 +97,6 @@ static void problem_reference(const sb_problem *p, double *ref[NOUT], double **s
   for (int i = 0; i < 8; i++) free(in[i]);
 }
 
-static cl_mem upload_at(const float *host, size_t elems, size_t offset) {
-  float *tmp = malloc((elems + offset) * sizeof(float));
-  assert_non_null(tmp);
-  for (size_t i = 0; i < offset; i++) tmp[i] = NAN;
-  memcpy(tmp + offset, host, elems * sizeof(float));
-  cl_mem m = tu_upload(tmp, (elems + offset) * sizeof(float));
-  free(tmp);
-  return m;
-}
-
 /* A saved object filled by hand from reference states (used until/besides the device forward). */
 static camdelta_scan_saved *saved_from_states(const sb_problem *p, const double *state_post) {
   camdelta_scan_saved *s = calloc(1, sizeof *s);
@@ -137,7 +127,7 @@ typedef struct sb_device {
 
 static void device_init(sb_device *d, const sb_problem *p) {
   const size_t off = p->c.off;
-  for (int i = 0; i < 8; i++) d->in[i] = upload_at(p->in[i], p->count[i], off);
+  for (int i = 0; i < 8; i++) d->in[i] = tu_upload_at(p->in[i], p->count[i], sizeof(float), off, 0xFF);
   for (int o = 0; o < NOUT; o++) d->out[o] = tu_buffer((out_count(p, o) + off) * sizeof(float));
 }
 

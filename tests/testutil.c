@@ -91,6 +91,16 @@ cl_mem tu_upload(const void *host, size_t bytes) {
   return m;
 }
 
+cl_mem tu_upload_at(const void *host, size_t elems, size_t es, size_t offset, unsigned char fill) {
+  unsigned char *tmp = malloc((elems + offset) * es + 1);
+  assert_non_null(tmp);
+  memset(tmp, fill, offset * es);
+  if (elems) memcpy(tmp + offset * es, host, elems * es);
+  cl_mem m = tu_upload(tmp, (elems + offset) * es);
+  free(tmp);
+  return m;
+}
+
 void tu_download(cl_mem mem, size_t byte_offset, size_t bytes, void *host) {
   camdelta_context *ctx = tu_context();
   cl_int err = clEnqueueReadBuffer(camdelta_context_queue(ctx), mem, CL_TRUE, byte_offset, bytes, host, 0, NULL, NULL);

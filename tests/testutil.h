@@ -30,6 +30,9 @@ void tu_fill_normal(float *x, size_t n, double scale);
 /** Device buffers. Failures fail the test. */
 cl_mem tu_buffer(size_t bytes);                              /* poisoned with 0xFF bytes (NaN) */
 cl_mem tu_upload(const void *host, size_t bytes);
+/* `elems` elements of `es` bytes placed `offset` elements into a new buffer (for the element offsets of
+ * camdelta_buffer); the `offset` elements before them are bytes `fill` (0xFF: NaN in every float type). */
+cl_mem tu_upload_at(const void *host, size_t elems, size_t es, size_t offset, unsigned char fill);
 void tu_download(cl_mem mem, size_t byte_offset, size_t bytes, void *host);
 size_t tu_mem_size(cl_mem mem);
 
