@@ -95,7 +95,7 @@ static void rows_for(size_t D, unsigned *w, unsigned *r) {
   else *w = 2, *r = 2;
 }
 
-/* Heuristics, from the H200 sweep at D=112 (`camdelta tune`, docs/performance.md): the gram is register-bound
+/* Heuristics, from the H200 sweep at D=112 (`camdelta tune`, docs/performance-log.md): the gram is register-bound
  * (255 registers, spills at KC=32), so it stages 16 tokens per step; the frames kernel does best with one warp
  * per 16 tokens covering every column (WN=1). cd_tc_safe_tiles() is the fallback where these do not fit. */
 cd_tc_tiles cd_tc_gram_tiles(size_t D) {
@@ -148,7 +148,7 @@ void cd_tc_release(cd_tc_set *t) {
 cd_tc_tiles cd_tc_apply_ot_tiles(const cd_tc_tiles *apply, size_t max_work_group) {
   cd_tc_tiles t = *apply;
   /* sana480: 0.66 ms with WN=2 NR=4 (64 tokens per tile) against 1.14 with the apply's WN=1 NR=8
-   * (docs/performance.md); the epilogue stages TN tokens x TM rows, so token tiles stay at most 64 wide */
+   * (docs/performance-log.md); the epilogue stages TN tokens x TM rows, so token tiles stay at most 64 wide */
   if (t.wn == 1 && t.nr % 2 == 0 && 2 * cd_tc_wg(&t) <= max_work_group) t.wn = 2, t.nr /= 2;
   while (cd_tc_tn(&t) > 64 && t.nr % 2 == 0) t.nr /= 2;
   return t;
