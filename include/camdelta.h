@@ -356,6 +356,7 @@ typedef enum camdelta_precision {
   CAMDELTA_PRECISION_EXACT = 0, /* default: the f32 bounds of SPEC section 5 (FMA, or split-TF32 tensor cores) */
   CAMDELTA_PRECISION_TF32 = 1   /* opt-in: one TF32 product on tensor cores (about 1e-3); as exact elsewhere */
 } camdelta_precision;
+/** "exact", "tf32", or "unknown" (static storage; never fails). */
 CAMDELTA_API const char *camdelta_precision_name(camdelta_precision precision);
 
 typedef struct camdelta_scan_args {
@@ -478,6 +479,7 @@ typedef enum camdelta_chunk_strategy {
   CAMDELTA_CHUNK_FIRST_CHUNK_PLUS_ONE = 2 /* [0, cs+1, 2cs+1, ...] */
 } camdelta_chunk_strategy;
 
+/** "uniform", "first_frame", "first_chunk_plus_one", or "unknown" (static storage; never fails). */
 CAMDELTA_API const char *camdelta_chunk_strategy_name(camdelta_chunk_strategy strategy);
 
 /** How the frames are chunked. All zero = one chunk (bidirectional conv, one reverse segment). */
@@ -578,7 +580,8 @@ typedef struct camdelta_branch_grads {
 } camdelta_branch_grads;
 
 /** What a branch backward needs from its forward (matrices, conv output, prep outputs, discounted gates, scan
- *  states). Owned by the caller; device memory inside is released by destroy. */
+ *  states). Owned by the caller; device memory inside is released by destroy. create returns CAMDELTA_OK,
+ *  INVALID_ARGUMENT (NULL argument) or OUT_OF_MEMORY; destroy of NULL is a no-op. */
 typedef struct camdelta_branch_saved camdelta_branch_saved;
 CAMDELTA_API camdelta_status camdelta_branch_saved_create(camdelta_context *ctx, camdelta_branch_saved **out);
 CAMDELTA_API void camdelta_branch_saved_destroy(camdelta_branch_saved *saved);

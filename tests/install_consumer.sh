@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the built camdelta into a temporary prefix, then builds and runs
-# examples/embed.c against it twice: via find_package(camdelta) and via
-# pkg-config. Usage: install_consumer.sh BUILD_DIR SOURCE_DIR WORK_DIR
+# examples/embed.c against it three ways: via find_package(camdelta) (with
+# examples/camera_branch.c), via pkg-config and statically. Usage:
+# install_consumer.sh BUILD_DIR SOURCE_DIR WORK_DIR
 set -euo pipefail
 build=$1 src=$2 work=$3
 flags=${CD_CONSUMER_FLAGS:-}   # e.g. the sanitizer flags the library was built with
@@ -18,6 +19,7 @@ echo "== find_package(camdelta)"
 cmake -S "$src/examples" -B "$work/cmake-build" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_C_FLAGS="$flags" >/dev/null
 cmake --build "$work/cmake-build" >/dev/null
 "$work/cmake-build/embed"
+"$work/cmake-build/camera_branch" # the whole camera branch, forward and backward, against the f64 reference
 
 echo "== pkg-config camdelta"
 export PKG_CONFIG_PATH="$libdir/pkgconfig"
