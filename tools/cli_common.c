@@ -105,7 +105,10 @@ void cli_run_opts_init(cli_run_opts *o) {
 int cli_run_option(cli_args *a, cli_run_opts *o) {
   const char *v = NULL;
   int r;
-  if (cli_flag(a, "--help") || cli_flag(a, "-h")) return CLI_OPT_HELP;
+  if (cli_flag(a, "--help") || cli_flag(a, "-h")) {
+    usage_run();
+    return CLI_OPT_HELP;
+  }
   if (cli_flag(a, "--quiet") || cli_flag(a, "-q")) {
     o->quiet = 1;
     return CLI_OPT_TAKEN;

@@ -77,8 +77,9 @@ enum { CLI_OPT_ERROR = -1, CLI_OPT_OTHER = 0, CLI_OPT_TAKEN = 1, CLI_OPT_HELP = 
 /** The defaults: nothing given, norm_eps 1e-6, algorithm auto. */
 void cli_run_opts_init(cli_run_opts *o);
 /** Take argv[i] (and its value) when it is --in, --out, --device, --k-scale, --norm-eps, --algorithm, --quiet/-q
- *  (CLI_OPT_TAKEN) or --help/-h (CLI_OPT_HELP, for the command to print its usage); CLI_OPT_ERROR after printing a
- *  usage error (a missing or malformed value); CLI_OPT_OTHER for any other argument, left where it is. */
+ *  (CLI_OPT_TAKEN) or --help/-h (CLI_OPT_HELP, after printing the usage of run: the command ends with exit 0);
+ *  CLI_OPT_ERROR after printing a usage error (a missing or malformed value); CLI_OPT_OTHER for any other
+ *  argument, left where it is. */
 int cli_run_option(cli_args *a, cli_run_opts *o);
 /** Copy `text` into buf with every byte outside printable ASCII written as \xNN (for messages that echo
  *  user-controlled text, e.g. a file's header or an option value). */

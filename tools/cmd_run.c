@@ -332,13 +332,9 @@ int cmd_run(int argc, char **argv) {
   cli_args a = {argc, argv, 0};
   while (a.i < a.argc) {
     const char *arg = a.argv[a.i], *v = NULL;
-    int r = cli_run_option(&a, &o.c);
-    if (r == CLI_OPT_HELP) {
-      usage_run();
-      return CLI_EXIT_OK;
-    }
-    if (r == CLI_OPT_ERROR) return CLI_EXIT_USAGE;
+    int r = cli_run_option(&a, &o.c); /* --help: the usage of run printed */
     if (r == CLI_OPT_TAKEN) continue;
+    if (r != CLI_OPT_OTHER) return r == CLI_OPT_HELP ? CLI_EXIT_OK : CLI_EXIT_USAGE;
     if ((r = cli_value(&a, "--tokens-per-frame", &v))) {
       if (r < 0 || !cli_parse_size("--tokens-per-frame", v, &o.tokens_per_frame)) return CLI_EXIT_USAGE;
       continue;

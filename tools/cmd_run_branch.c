@@ -275,13 +275,9 @@ int cmd_run_branch(int argc, char **argv) {
   cli_args a = {argc, argv, 0};
   while (a.i < a.argc) {
     const char *arg = a.argv[a.i], *v = NULL;
-    int r = cli_run_option(&a, &o.c);
-    if (r == CLI_OPT_HELP) {
-      usage_run();
-      return CLI_EXIT_OK;
-    }
-    if (r == CLI_OPT_ERROR) return CLI_EXIT_USAGE;
+    int r = cli_run_option(&a, &o.c); /* --help: the usage of run printed */
     if (r == CLI_OPT_TAKEN) continue;
+    if (r != CLI_OPT_OTHER) return r == CLI_OPT_HELP ? CLI_EXIT_OK : CLI_EXIT_USAGE;
     if ((r = cli_value(&a, "--grid", &v))) {
       if (r < 0 || !cli_parse_sizes("--grid", v, 3, o.grid, "T,Hs,Ws")) return CLI_EXIT_USAGE;
       o.have_grid = 1;

@@ -238,13 +238,9 @@ static int run_branch_sp(int argc, char **argv) {
   cli_args a = {argc, argv, 0};
   while (a.i < argc) {
     if (cli_flag(&a, "--sequence-parallel")) continue;
-    int r = cli_run_option(&a, &c);
-    if (r == CLI_OPT_HELP) {
-      usage_run();
-      return CLI_EXIT_OK;
-    }
-    if (r == CLI_OPT_ERROR) return CLI_EXIT_USAGE;
+    int r = cli_run_option(&a, &c); /* --help: the usage of run printed */
     if (r == CLI_OPT_TAKEN) continue;
+    if (r != CLI_OPT_OTHER) return r == CLI_OPT_HELP ? CLI_EXIT_OK : CLI_EXIT_USAGE;
     if ((r = cli_value(&a, "--grid", &v))) {
       if (r < 0 || !cli_parse_sizes("--grid", v, 3, grid, "T,Hs,Ws")) return CLI_EXIT_USAGE;
       have_grid = 1;
@@ -433,13 +429,9 @@ int cmd_run_sp(int argc, char **argv) {
   cli_args a = {argc, argv, 0};
   while (a.i < argc) {
     if (cli_flag(&a, "--sequence-parallel")) continue;
-    int r = cli_run_option(&a, &c);
-    if (r == CLI_OPT_HELP) {
-      usage_run();
-      return CLI_EXIT_OK;
-    }
-    if (r == CLI_OPT_ERROR) return CLI_EXIT_USAGE;
+    int r = cli_run_option(&a, &c); /* --help: the usage of run printed */
     if (r == CLI_OPT_TAKEN) continue;
+    if (r != CLI_OPT_OTHER) return r == CLI_OPT_HELP ? CLI_EXIT_OK : CLI_EXIT_USAGE;
     if (cli_flag(&a, "--reverse")) reverse = 1;
     else if (cli_flag(&a, "--final-state")) final_state = 1;
     else if (argv[a.i][0] == '-' && argv[a.i][1])
