@@ -217,36 +217,43 @@ double cli_median(double *x, size_t n) {
   return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
 
+/* The index of `text` among names[0 .. n-1] (the library's own names of an enum's values 0 .. n-1); -1 after a usage
+ * error "option OPT: 'TEXT' is not a, b or c". */
+static int cli_pick_name(const char *opt, const char *text, const char *const *names, int n) {
+  for (int i = 0; i < n; i++)
+    if (strcmp(text, names[i]) == 0) return i;
+  char list[256] = "";
+  size_t len = 0;
+  for (int i = 0; i < n && len < sizeof list; i++)
+    len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", !i ? "" : i + 1 == n ? " or " : ", ", names[i]);
+  cli_error(CLI_EXIT_USAGE, "option %s: '%s' is not %s", opt, text, list);
+  return -1;
+}
+
 int cli_parse_algorithm(const char *text, camdelta_scan_algorithm *out) {
-  if (strcmp(text, "auto") == 0) *out = CAMDELTA_SCAN_AUTO;
-  else if (strcmp(text, "sequential") == 0) *out = CAMDELTA_SCAN_SEQUENTIAL;
-  else if (strcmp(text, "chunkwise") == 0) *out = CAMDELTA_SCAN_CHUNKWISE;
-  else {
-    cli_error(CLI_EXIT_USAGE, "option --algorithm: '%s' is not auto, sequential or chunkwise", text);
-    return 0;
-  }
-  return 1;
+  const char *names[CAMDELTA_SCAN_CHUNKWISE + 1];
+  for (int i = 0; i <= CAMDELTA_SCAN_CHUNKWISE; i++)
+    names[i] = camdelta_scan_algorithm_name((camdelta_scan_algorithm)i);
+  const int i = cli_pick_name("--algorithm", text, names, CAMDELTA_SCAN_CHUNKWISE + 1);
+  if (i >= 0) *out = (camdelta_scan_algorithm)i;
+  return i >= 0;
 }
 
 int cli_parse_strategy(const char *text, camdelta_chunk_strategy *out) {
-  if (strcmp(text, "uniform") == 0) *out = CAMDELTA_CHUNK_UNIFORM;
-  else if (strcmp(text, "first_frame") == 0) *out = CAMDELTA_CHUNK_FIRST_FRAME;
-  else if (strcmp(text, "first_chunk_plus_one") == 0) *out = CAMDELTA_CHUNK_FIRST_CHUNK_PLUS_ONE;
-  else {
-    cli_error(CLI_EXIT_USAGE, "option --chunk-strategy: '%s' is not uniform, first_frame or first_chunk_plus_one", text);
-    return 0;
-  }
-  return 1;
+  const char *names[CAMDELTA_CHUNK_FIRST_CHUNK_PLUS_ONE + 1];
+  for (int i = 0; i <= CAMDELTA_CHUNK_FIRST_CHUNK_PLUS_ONE; i++)
+    names[i] = camdelta_chunk_strategy_name((camdelta_chunk_strategy)i);
+  const int i = cli_pick_name("--chunk-strategy", text, names, CAMDELTA_CHUNK_FIRST_CHUNK_PLUS_ONE + 1);
+  if (i >= 0) *out = (camdelta_chunk_strategy)i;
+  return i >= 0;
 }
 
 int cli_parse_precision(const char *text, camdelta_precision *out) {
-  if (strcmp(text, "exact") == 0) *out = CAMDELTA_PRECISION_EXACT;
-  else if (strcmp(text, "tf32") == 0) *out = CAMDELTA_PRECISION_TF32;
-  else {
-    cli_error(CLI_EXIT_USAGE, "option --precision: '%s' is not exact or tf32", text);
-    return 0;
-  }
-  return 1;
+  const char *names[CAMDELTA_PRECISION_TF32 + 1];
+  for (int i = 0; i <= CAMDELTA_PRECISION_TF32; i++) names[i] = camdelta_precision_name((camdelta_precision)i);
+  const int i = cli_pick_name("--precision", text, names, CAMDELTA_PRECISION_TF32 + 1);
+  if (i >= 0) *out = (camdelta_precision)i;
+  return i >= 0;
 }
 
 int cli_parse_sizes(const char *opt, const char *text, int n, size_t *out, const char *what) {

@@ -3,10 +3,9 @@
 
 #include <stdlib.h>
 
-cli_job *cli_job_new(const char *in_dir, const char *out_dir, const char *device, const char *op_name, int quiet) {
+cli_job *cli_job_new(const cli_run_opts *opts) {
   cli_job *j = calloc(1, sizeof *j);
-  if (!j) return NULL;
-  j->in_dir = in_dir, j->out_dir = out_dir, j->device = device, j->op_name = op_name, j->quiet = quiet;
+  if (j) j->opts = opts;
   return j;
 }
 
@@ -30,7 +29,7 @@ int cli_job_slot(cli_job *j, int host_only, int *idx) {
 }
 
 int cli_job_start(cli_job *j) {
-  int rc = cli_context(&j->ctx, j->device);
+  int rc = cli_context(&j->ctx, j->opts->device);
   for (int i = 0; i < j->n_in && !rc; i++)
     if (j->in[i].present && !j->host_only[i]) rc = cli_upload(j->ctx, &j->in[i], &j->in_mem[i]);
   return rc;
@@ -54,5 +53,6 @@ camdelta_buffer cli_job_out(const cli_job *j, int k) {
 
 int cli_job_finish(cli_job *j, camdelta_status st, const char *call, const camdelta_profile *prof,
                    const char *detail) {
-  return cli_run_finish(j->ctx, st, call, prof, j->op_name, detail, j->out, j->n_out, j->out_dir, j->quiet);
+  const cli_run_opts *o = j->opts;
+  return cli_run_finish(j->ctx, st, call, prof, o->op_name, detail, j->out, j->n_out, o->out, o->quiet);
 }

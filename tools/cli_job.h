@@ -10,8 +10,7 @@
 #define CLI_JOB_MAX 24 /* inputs and, apart, outputs of one operation */
 
 typedef struct cli_job {
-  const char *in_dir, *out_dir, *device, *op_name; /* borrowed from the command line */
-  int quiet;
+  const cli_run_opts *opts; /* borrowed: --in, --out, --device, --quiet and the operation's name */
   cli_tensor in[CLI_JOB_MAX];
   cl_mem in_mem[CLI_JOB_MAX];
   unsigned char host_only[CLI_JOB_MAX]; /* read on the host, never uploaded (e.g. chunk_index) */
@@ -21,9 +20,9 @@ typedef struct cli_job {
   camdelta_context *ctx;
 } cli_job;
 
-/** A zeroed job for operation `op_name` reading from `in_dir` and writing to `out_dir` on `device` (NULL: the
- *  default); NULL when out of host memory. */
-cli_job *cli_job_new(const char *in_dir, const char *out_dir, const char *device, const char *op_name, int quiet);
+/** A job with no inputs or outputs yet for the command line's `opts` (kept, not copied: it must outlive the job);
+ *  NULL when out of host memory. */
+cli_job *cli_job_new(const cli_run_opts *opts);
 /** Release the inputs, their device copies, the output buffers and the context. NULL is a no-op. */
 void cli_job_free(cli_job *j);
 /** Take the next input slot: *idx gets it and j->in[*idx] is the tensor to load into; `host_only` keeps it off the

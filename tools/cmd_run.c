@@ -94,7 +94,7 @@ static int load(cli_job *j, const char *name, int optional, int ndim, const size
   cli_tensor *t = &j->in[*idx];
   char expect[512];
   symbols_str(expect, sizeof expect, symbols, ndim, shape);
-  if ((rc = cli_tensor_load(t, j->in_dir, name, optional, expect))) return rc;
+  if ((rc = cli_tensor_load(t, j->opts->in, name, optional, expect))) return rc;
   if (!t->present) return CLI_EXIT_OK;
   return cli_tensor_expect(t, ndim, shape, symbols);
 }
@@ -104,7 +104,7 @@ static int load_primary(cli_job *j, const char *name, const char *symbols, int *
   int rc = cli_job_slot(j, 0, idx);
   if (rc) return rc;
   cli_tensor *t = &j->in[*idx];
-  if ((rc = cli_tensor_load(t, j->in_dir, name, 0, symbols))) return rc;
+  if ((rc = cli_tensor_load(t, j->opts->in, name, 0, symbols))) return rc;
   if (t->npy.ndim != 4) {
     char have[256];
     return cli_error(CLI_EXIT_INPUT, "%s: shape %s does not fit: expected 4 dimensions %s", t->path,
@@ -388,7 +388,7 @@ int cmd_run(int argc, char **argv) {
   if (is_scan && cli_packed_requested(o.c.in)) /* packed clips: tools/cmd_run_packed.c */
     return cmd_run_packed(o.op == OP_SCAN_BACKWARD, o.c.in, o.c.out, o.c.device, o.reverse, o.c.algorithm,
                           o.final_state, o.c.quiet);
-  cli_job *j = cli_job_new(o.c.in, o.c.out, o.c.device, o.c.op_name, o.c.quiet);
+  cli_job *j = cli_job_new(&o.c);
   if (!j) return cli_error(CLI_EXIT_FAILURE, "out of host memory");
   rc = is_prep ? run_prep(j, &o) : run_scan(j, &o);
   cli_job_free(j);

@@ -84,7 +84,7 @@ typedef struct br_opts {
 /* Load DIR/NAME.npy (f32 after conversion) with exactly `shape` (ndim < 0: any 4-d shape, checked by the caller). */
 static int load(cli_job *j, const char *name, int ndim, const size_t *shape, const char *symbols, int *idx) {
   int rc = cli_job_slot(j, 0, idx);
-  return rc ? rc : cli_tensor_load_f32(&j->in[*idx], j->in_dir, name, 0, ndim, shape, symbols);
+  return rc ? rc : cli_tensor_load_f32(&j->in[*idx], j->opts->in, name, 0, ndim, shape, symbols);
 }
 
 static int add_output(cli_job *j, const char *name, int ndim, const size_t *shape) {
@@ -109,7 +109,7 @@ static int chunking_of(cli_job *j, const br_opts *o, size_t T, camdelta_chunking
   int ici, rc;
   if ((rc = cli_job_slot(j, 1, &ici))) return rc;
   const cli_tensor *ci = &j->in[ici];
-  if ((rc = cli_tensor_load(&j->in[ici], j->in_dir, "chunk_index", 1, "(K,) <i8"))) return rc;
+  if ((rc = cli_tensor_load(&j->in[ici], j->opts->in, "chunk_index", 1, "(K,) <i8"))) return rc;
   if (ci->present) {
     const camdelta_npy *n = &ci->npy;
     if (n->type != CAMDELTA_NPY_I8)
@@ -319,7 +319,7 @@ int cmd_run_branch(int argc, char **argv) {
                      o.c.op_name);
   if (o.head_dim && o.op != BR_CAMERA)
     return cli_error(CLI_EXIT_USAGE, "run %s: --head-dim applies to camera only (D comes from the files)", o.c.op_name);
-  cli_job *j = cli_job_new(o.c.in, o.c.out, o.c.device, o.c.op_name, o.c.quiet);
+  cli_job *j = cli_job_new(&o.c);
   if (!j) return cli_error(CLI_EXIT_FAILURE, "out of host memory");
   int rc;
   switch (o.op) {
