@@ -372,8 +372,30 @@ static void test_marker_event(void **state) {
   prep_problem_free(&p);
 }
 
+/* CAMDELTA_DEVICE_LIMITS lowers what the context reports (never raises it); a bad list fails the creation. */
+static void test_device_limits(void **state) {
+  (void)state;
+  camdelta_device_info real, low;
+  TU_OK(camdelta_context_info(tu_context(), &real));
+  tu_context_release();
+  setenv("CAMDELTA_DEVICE_LIMITS", "local=16384,wg=64,cu=1", 1);
+  TU_OK(camdelta_context_info(tu_context(), &low));
+  assert_true(low.local_mem_bytes == (real.local_mem_bytes < 16384 ? real.local_mem_bytes : 16384));
+  assert_true(low.max_work_group_size == (real.max_work_group_size < 64 ? real.max_work_group_size : 64));
+  assert_true(low.compute_units == 1);
+  tu_context_release();
+  setenv("CAMDELTA_DEVICE_LIMITS", "wg=1099511627776", 1); /* above the device: ignored */
+  TU_OK(camdelta_context_info(tu_context(), &low));
+  assert_true(low.max_work_group_size == real.max_work_group_size);
+  unsetenv("CAMDELTA_DEVICE_LIMITS");
+  static const char *const bad[] = {"local", "local=", "local=0", "wg=-1", "wg=1e3", "cu=2x", "threads=4",
+                                    "local=1,,wg=2", "wg=1099511627777"};
+  tu_check_bad_env("CAMDELTA_DEVICE_LIMITS", bad, sizeof bad / sizeof bad[0]);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_device_limits),
       cmocka_unit_test(test_version),
       cmocka_unit_test(test_selectors),
       cmocka_unit_test(test_borrowed_queue),

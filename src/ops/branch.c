@@ -168,9 +168,9 @@ static const cd_tensor_arg *inputs_of(const camdelta_branch_args *a, const branc
 static camdelta_status copy_frames(camdelta_context *ctx, camdelta_buffer src, size_t sT, size_t sf,
                                    camdelta_buffer dst, size_t dT, size_t df, size_t n, size_t B, size_t fs) {
   for (size_t b = 0; b < B && n; b++) {
-    const cl_int err = clEnqueueCopyBuffer(ctx->queue, src.mem, dst.mem, (src.offset + (b * sT + sf) * fs) * 4,
-                                           (dst.offset + (b * dT + df) * fs) * 4, n * fs * 4, 0, NULL, NULL);
-    if (err != CL_SUCCESS) return cd_cl_fail(err, "copying frames");
+    const camdelta_status st = cd_copy(ctx, src.mem, (src.offset + (b * sT + sf) * fs) * 4, dst.mem,
+                                       (dst.offset + (b * dT + df) * fs) * 4, n * fs * 4);
+    if (st) return st;
   }
   return CAMDELTA_OK;
 }

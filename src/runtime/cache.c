@@ -261,12 +261,13 @@ void cd_cache_key(camdelta_context *ctx, const char *options, const char *src, s
   unsigned char out[32];
   blake2b_init(&s, sizeof out);
   feed(&s, "camdelta-program-v1");
-  feed(&s, ctx->info.platform_name);
-  feed(&s, ctx->info.platform_version);
-  feed(&s, ctx->info.device_name);
-  feed(&s, ctx->info.device_vendor);
-  feed(&s, ctx->info.device_version);
-  feed(&s, ctx->info.driver_version);
+  const camdelta_device_info *in = &ctx->real_info; /* the device the binaries are built for */
+  feed(&s, in->platform_name);
+  feed(&s, in->platform_version);
+  feed(&s, in->device_name);
+  feed(&s, in->device_vendor);
+  feed(&s, in->device_version);
+  feed(&s, in->driver_version);
   feed(&s, CAMDELTA_VERSION_STRING);
   feed(&s, options);
   uint64_t n = src_len;

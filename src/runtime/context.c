@@ -51,6 +51,7 @@ static void fill_info(camdelta_context *ctx) {
   ctx->device_extensions[sizeof ctx->device_extensions - 1] = '\0';
   /* NVIDIA's OpenCL compiles to PTX and accepts inline PTX assembly. */
   in->nvidia_ptx = strstr(ctx->device_extensions, "cl_nv_") != NULL && strstr(in->platform_name, "NVIDIA") != NULL;
+  ctx->real_info = *in;
 }
 
 static camdelta_status finish_create(camdelta_context *ctx) {
@@ -82,7 +83,8 @@ static camdelta_status finish_create(camdelta_context *ctx) {
   const char *tct = getenv("CAMDELTA_TC_TILES");
   if (tct && *tct && !(ctx->tc_tiles_env = strdup(tct)))
     return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "out of host memory reading CAMDELTA_TC_TILES");
-  camdelta_status st = cd_tune_fma_env(ctx);
+  camdelta_status st = cd_limits_env(ctx);
+  if (!st) st = cd_tune_fma_env(ctx);
   if (!st) st = cd_prep_bwd_tiles_env(ctx->prep_bwd_tiles);
   if (!st) st = cd_prep_tiles_env(ctx->prep_tiles);
   return st;
@@ -264,7 +266,7 @@ static camdelta_status build_log(camdelta_context *ctx, cl_program prog, const c
     log[n] = '\0';
   }
   camdelta_status st = cd_fail(CAMDELTA_ERROR_BUILD, "building kernel source '%s' with options '%s' for %s failed:\n%s",
-                               source, options, ctx->info.device_name, log ? log : "(no log)");
+                               source, options, ctx->real_info.device_name, log ? log : "(no log)");
   free(log);
   return st;
 }
@@ -350,7 +352,7 @@ static camdelta_status build_program(camdelta_context *ctx, const char *source, 
     unsigned char *b = malloc(bsize);
     unsigned char *bp[1] = {b};
     if (b && clGetProgramInfo(prog, CL_PROGRAM_BINARIES, sizeof bp, bp, NULL) == CL_SUCCESS)
-      cd_cache_store(key, b, bsize, ctx->info.device_name);
+      cd_cache_store(key, b, bsize, ctx->real_info.device_name);
     free(b);
   }
   *out = prog;

@@ -9,6 +9,7 @@
 #include "camdelta_ref.h"
 
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <threads.h>
 
@@ -131,7 +132,36 @@ struct camdelta_context {
   char fma_var[3][48];
   struct cd_plan_entry *plans; /* plans kept per shape class (src/tune/plan.c), guarded by lock */
   unsigned plan_gen;           /* bumped when the plans are dropped (camdelta_tune_set) */
+  /* What the device really is (platform, device and driver names for the disk cache's keys): `info` differs from
+   * it only under CAMDELTA_DEVICE_LIMITS or cd_context_emulate (src/runtime/emulate.c). */
+  camdelta_device_info real_info;
+  size_t pref_multiple; /* 0: each kernel's CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE; else this value */
+  int facts_emulated;   /* cd_context_emulate: `info` describes another device (plan golden tests) */
+  FILE *trace;          /* cd_trace_launches: every launch, fill and copy is written here */
+  int dry_run;          /* with trace: nothing is enqueued */
 };
+
+/* ------------------------------------------- device limits, emulated facts, launch traces (emulate.c) */
+/** Reads CAMDELTA_DEVICE_LIMITS ("local=BYTES,wg=ITEMS,cu=UNITS", each optional) and lowers what the context
+ *  reports (ctx->info and, through cd_kernel_max_wg, every kernel's work-group limit) to those values: a test mode
+ *  for devices with less local memory, smaller work-group limits or fewer compute units than the one at hand.
+ *  Values above the device's own are ignored; a value that does not parse fails naming the variable. Called once
+ *  at context creation, after the device facts are read. */
+camdelta_status cd_limits_env(camdelta_context *ctx);
+/** Replaces the context's device facts with those of a named device, for plan golden tests on any device:
+ *  "h200" (NVIDIA H200, its tensor-core path emulated: CAMDELTA_TC=emulate kernels, costs as tensor cores) or
+ *  "pocl2" (PoCL on two CPU cores). The kernels are still built for and run on the real device; the disk cache
+ *  keys keep the real device's identity. Call right after creating the context, before any operation. */
+camdelta_status cd_context_emulate(camdelta_context *ctx, const char *device);
+/** Writes one line per launch (kernel, its program's source and build options, global and local sizes, local
+ *  memory), fill and copy enqueued through this context to `out` (NULL stops); with `dry`, none of them is
+ *  enqueued, so operations build their plans and kernels without running them (and their outputs stay as they
+ *  were). Plan golden tests only. */
+void cd_trace_launches(camdelta_context *ctx, FILE *out, int dry);
+/** Writes a line to the trace (when one is open). */
+void cd_trace_note(camdelta_context *ctx, const char *fmt, ...) CD_PRINTF(2, 3);
+/** Copy `bytes` bytes between buffers on the context's queue (traced like launches). */
+camdelta_status cd_copy(camdelta_context *ctx, cl_mem src, size_t src_off, cl_mem dst, size_t dst_off, size_t bytes);
 
 /** Reads CAMDELTA_PREP_BWD_TILES ("TT=16,WPC=24,TS=64,NU=2,TW=3,MX=3", prep_backward_fused.c) into tiles[6] (0:
  *  not given); a value that does not parse or is out of range fails naming the variable. Called once at context

@@ -64,6 +64,41 @@ static camdelta_status flush_events(const camdelta_context *ctx, cd_launch *l, i
   return st;
 }
 
+/* The trace line of a launch (emulate.c): the kernel, its program's source file and build options, the sizes and
+ * the local memory the kernel uses with its arguments as set. */
+static void trace_launch(camdelta_context *ctx, cl_kernel k, cl_uint dims, const size_t *gws, const size_t *lws) {
+  char name[128] = "?";
+  cl_program prog = NULL;
+  cl_ulong local = 0;
+  clGetKernelInfo(k, CL_KERNEL_FUNCTION_NAME, sizeof name, name, NULL);
+  name[sizeof name - 1] = '\0';
+  clGetKernelInfo(k, CL_KERNEL_PROGRAM, sizeof prog, &prog, NULL);
+  clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof local, &local, NULL);
+  const char *key = "?";
+  mtx_lock(&ctx->lock);
+  for (const cd_program_entry *e = ctx->programs; e; e = e->next)
+    if (e->program == prog) key = e->key;
+  fprintf(ctx->trace, "  %s [", name);
+  for (const char *c = key; *c; c++) fputc(*c == '\n' ? ' ' : *c, ctx->trace); /* "source options" */
+  mtx_unlock(&ctx->lock);
+  fprintf(ctx->trace, "] global");
+  for (cl_uint d = 0; d < dims; d++) fprintf(ctx->trace, "%s%zu", d ? "x" : " ", gws[d]);
+  fprintf(ctx->trace, " local");
+  for (cl_uint d = 0; d < dims; d++) {
+    if (lws) fprintf(ctx->trace, "%s%zu", d ? "x" : " ", lws[d]);
+    else fprintf(ctx->trace, "%s", d ? "" : " any");
+  }
+  fprintf(ctx->trace, " lmem %llu\n", (unsigned long long)local);
+}
+
+camdelta_status cd_copy(camdelta_context *ctx, cl_mem src, size_t src_off, cl_mem dst, size_t dst_off, size_t bytes) {
+  if (bytes == 0) return CAMDELTA_OK;
+  cd_trace_note(ctx, "  copy %zu bytes", bytes);
+  if (ctx->dry_run) return CAMDELTA_OK;
+  const cl_int err = clEnqueueCopyBuffer(ctx->queue, src, dst, src_off, dst_off, bytes, 0, NULL, NULL);
+  return err == CL_SUCCESS ? CAMDELTA_OK : cd_cl_fail(err, "clEnqueueCopyBuffer");
+}
+
 camdelta_status cd_enqueue(camdelta_context *ctx, cl_kernel k, cl_uint dims, const size_t *gws, const size_t *lws,
                            cd_launch *l, const char *what) {
   for (cl_uint d = 0; d < dims; d++)
@@ -72,6 +107,8 @@ camdelta_status cd_enqueue(camdelta_context *ctx, cl_kernel k, cl_uint dims, con
     camdelta_status st = flush_events(ctx, l, 1);
     if (st) return st;
   }
+  if (ctx->trace) trace_launch(ctx, k, dims, gws, lws);
+  if (ctx->dry_run) return CAMDELTA_OK;
   cl_event ev = NULL;
   cl_int err = clEnqueueNDRangeKernel(ctx->queue, k, dims, NULL, gws, lws, 0, NULL, l->profile ? &ev : NULL);
   if (err != CL_SUCCESS) return cd_cl_fail(err, what);
@@ -91,6 +128,8 @@ camdelta_status cd_launch_end(camdelta_context *ctx, cd_launch *l, camdelta_stat
 camdelta_status cd_zero(camdelta_context *ctx, cl_mem mem, size_t off, size_t bytes, cd_launch *l) {
   (void)l;
   if (bytes == 0) return CAMDELTA_OK;
+  cd_trace_note(ctx, "  fill %zu bytes", bytes);
+  if (ctx->dry_run) return CAMDELTA_OK;
   const cl_uchar zero = 0;
   cl_int err;
   if (off % 4 == 0 && bytes % 4 == 0) {
@@ -104,6 +143,7 @@ camdelta_status cd_zero(camdelta_context *ctx, cl_mem mem, size_t off, size_t by
 }
 
 size_t cd_preferred_multiple(camdelta_context *ctx, cl_kernel k) {
+  if (ctx->pref_multiple) return ctx->pref_multiple;
   size_t m = 0;
   if (clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE, sizeof m, &m, NULL) !=
           CL_SUCCESS ||
@@ -114,9 +154,11 @@ size_t cd_preferred_multiple(camdelta_context *ctx, cl_kernel k) {
 
 size_t cd_kernel_max_wg(camdelta_context *ctx, cl_kernel k) {
   size_t m = 0;
+  const size_t dev = ctx->info.max_work_group_size ? ctx->info.max_work_group_size : 1;
   if (clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof m, &m, NULL) != CL_SUCCESS || m == 0)
-    m = ctx->info.max_work_group_size ? ctx->info.max_work_group_size : 1;
-  return m;
+    m = dev;
+  /* never above the device's limit as the context reports it (lowered by CAMDELTA_DEVICE_LIMITS, emulate.c) */
+  return m < dev ? m : dev;
 }
 
 camdelta_status cd_alloc(camdelta_context *ctx, size_t bytes, cl_mem *out) {

@@ -190,7 +190,8 @@ camdelta_scan_algorithm cd_scan_auto(const camdelta_device_info *info, int tc, s
 
 camdelta_scan_algorithm cd_scan_auto_ctx(camdelta_context *ctx, size_t BH, size_t D, size_t F, size_t S,
                                          cd_scan_estimate *e) {
-  const int tc = cd_tc_available(ctx) && !cd_tc_emulated(ctx);
+  /* emulated kernels run at FMA rates, except where the context stands for a device that has the tensor cores */
+  const int tc = cd_tc_available(ctx) && (!cd_tc_emulated(ctx) || ctx->facts_emulated);
   return cd_scan_auto(&ctx->info, tc, BH, D, F, S, e);
 }
 

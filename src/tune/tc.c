@@ -76,7 +76,7 @@ int cd_tc_available(camdelta_context *ctx) {
       if (!known) {
         ok = run_probe(ctx, 0);
         const unsigned char r = ok ? '1' : '0';
-        cd_cache_store(key, &r, 1, ctx->info.device_name);
+        cd_cache_store(key, &r, 1, ctx->real_info.device_name);
       }
     }
     free(owned);

@@ -1,0 +1,125 @@
+/* Device limits lowered for tests (CAMDELTA_DEVICE_LIMITS), the facts of another device (plan golden tests), and
+ * the launch trace those tests compare. */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static const char LIMITS_VAR[] = "CAMDELTA_DEVICE_LIMITS";
+
+/* One "KEY=N" value of CAMDELTA_DEVICE_LIMITS: a plain decimal in [1, 2^40]. */
+static int parse_value(const char *text, size_t len, uint64_t *out) {
+  if (len == 0 || len > 13) return 0;
+  uint64_t v = 0;
+  for (size_t i = 0; i < len; i++) {
+    if (text[i] < '0' || text[i] > '9') return 0;
+    v = v * 10 + (uint64_t)(text[i] - '0');
+  }
+  if (v == 0 || v > ((uint64_t)1 << 40)) return 0;
+  *out = v;
+  return 1;
+}
+
+camdelta_status cd_limits_env(camdelta_context *ctx) {
+  const char *text = getenv(LIMITS_VAR);
+  if (!text || !*text) return CAMDELTA_OK;
+  camdelta_device_info *in = &ctx->info;
+  for (const char *p = text; *p;) {
+    const char *end = strchr(p, ',');
+    const size_t len = end ? (size_t)(end - p) : strlen(p);
+    const char *eq = memchr(p, '=', len);
+    uint64_t v = 0;
+    const size_t klen = eq ? (size_t)(eq - p) : len;
+    if (!eq || !parse_value(eq + 1, len - klen - 1, &v))
+      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
+                     "%s: '%.*s' is not KEY=N (keys local, wg, cu; N a whole number from 1 to 2^40)", LIMITS_VAR,
+                     (int)len, p);
+    if (klen == 5 && strncmp(p, "local", 5) == 0) {
+      if (v < in->local_mem_bytes) in->local_mem_bytes = v;
+    } else if (klen == 2 && strncmp(p, "wg", 2) == 0) {
+      if (v < in->max_work_group_size) in->max_work_group_size = (size_t)v;
+    } else if (klen == 2 && strncmp(p, "cu", 2) == 0) {
+      if (v < in->compute_units) in->compute_units = (unsigned)v;
+    } else {
+      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: unknown key '%.*s' (local, wg or cu)", LIMITS_VAR,
+                     (int)klen, p);
+    }
+    p += len;
+    if (*p == ',') p++;
+  }
+  return CAMDELTA_OK;
+}
+
+/* The facts cd_context_emulate gives a context: those that plans read (ctx->info, the preferred work-group
+ * multiple, the tensor-core path). */
+typedef struct emulated_device {
+  const char *name;
+  camdelta_device_info info;
+  size_t pref_multiple;
+  int tc; /* 1: the tensor-core path exists (emulated on the real device) */
+} emulated_device;
+
+static const emulated_device DEVICES[] = {
+    {.name = "h200",
+     .info = {.platform_name = "NVIDIA CUDA",
+              .platform_version = "OpenCL 3.0 CUDA 13.0.98",
+              .device_name = "NVIDIA H200",
+              .device_vendor = "NVIDIA Corporation",
+              .device_version = "OpenCL 3.0 CUDA",
+              .driver_version = "580.159.04",
+              .type = CL_DEVICE_TYPE_GPU,
+              .max_work_group_size = 1024,
+              .local_mem_bytes = 49152,
+              .global_mem_bytes = 150754820096ull,
+              .compute_units = 132,
+              .nvidia_ptx = 1},
+     .pref_multiple = 32,
+     .tc = 1},
+    {.name = "pocl2",
+     .info = {.platform_name = "Portable Computing Language",
+              .platform_version = "OpenCL 3.0 PoCL 3.1",
+              .device_name = "pthread-emulated",
+              .device_vendor = "AuthenticAMD",
+              .device_version = "OpenCL 3.0 PoCL HSTR: pthread-x86_64-pc-linux-gnu-haswell",
+              .driver_version = "3.1",
+              .type = CL_DEVICE_TYPE_CPU,
+              .max_work_group_size = 4096,
+              .local_mem_bytes = 524288,
+              .global_mem_bytes = 23128711168ull,
+              .compute_units = 2,
+              .nvidia_ptx = 0},
+     .pref_multiple = 8,
+     .tc = 0},
+};
+
+camdelta_status cd_context_emulate(camdelta_context *ctx, const char *device) {
+  for (size_t i = 0; i < sizeof DEVICES / sizeof DEVICES[0]; i++) {
+    const emulated_device *e = &DEVICES[i];
+    if (!device || strcmp(device, e->name) != 0) continue;
+    mtx_lock(&ctx->lock);
+    ctx->info = e->info;
+    ctx->pref_multiple = e->pref_multiple;
+    ctx->facts_emulated = 1;
+    ctx->tc_env = e->tc ? 2 : 1; /* CAMDELTA_TC=emulate, or off */
+    ctx->tc_state = 0;           /* the feature test runs again with these facts */
+    mtx_unlock(&ctx->lock);
+    return CAMDELTA_OK;
+  }
+  return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "cd_context_emulate: unknown device '%s' (h200 or pocl2)",
+                 device ? device : "(null)");
+}
+
+void cd_trace_launches(camdelta_context *ctx, FILE *out, int dry) {
+  ctx->trace = out;
+  ctx->dry_run = out && dry;
+}
+
+void cd_trace_note(camdelta_context *ctx, const char *fmt, ...) {
+  if (!ctx->trace) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(ctx->trace, fmt, ap);
+  va_end(ap);
+  fputc('\n', ctx->trace);
+}
