@@ -418,7 +418,11 @@ CAMDELTA_API camdelta_status camdelta_tune_get(camdelta_context *ctx, const char
 
 /** Stores the tiles the three families use now for head dim D (overrides included) as this device's entry for
  *  D in the cache folder (`camdelta tune --save`); contexts created afterwards pick it up, in both precisions.
- *  *path (optional) receives the file's name. */
+ *  The file (tune-<device>.txt) is read and written under the cache folder's rules (camdelta_cache_dir): a
+ *  regular file owned by the user, never through a link, replaced atomically; a file that breaks a rule or does
+ *  not parse is ignored by readers (one warning on stderr) and replaced by the next save. *path (optional)
+ *  receives the file's name. Returns CAMDELTA_OK; INVALID_ARGUMENT, UNSUPPORTED (head dim) or IO (caching off,
+ *  the folder refused, the file not written; the message says why). */
 CAMDELTA_API camdelta_status camdelta_tune_save(camdelta_context *ctx, size_t D, char *path, size_t path_size);
 
 /** What camdelta_scan_forward would run for `args` (only the shape, direction, algorithm and precision
