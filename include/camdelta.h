@@ -230,12 +230,16 @@ typedef struct camdelta_build_stats {
 /** Returns CAMDELTA_OK, or INVALID_ARGUMENT for a NULL argument. */
 CAMDELTA_API camdelta_status camdelta_context_build_stats(const camdelta_context *ctx, camdelta_build_stats *stats);
 
-/** The disk cache folder configured ("" when caching is off): CAMDELTA_CACHE_DIR,
- *  else $XDG_CACHE_HOME/camdelta, else ~/.cache/camdelta. The library uses it
- *  only when it is a real folder owned by the user whose parents are owned by
- *  root or the user and not writable by group or others (sticky folders such
- *  as /tmp excepted); a folder the user owns is made private (0700). Otherwise
- *  every call runs uncached and one warning goes to stderr.
+/** The disk cache folder ("" when caching is off): CAMDELTA_CACHE_DIR, else
+ *  $XDG_CACHE_HOME/camdelta, else ~/.cache/camdelta. The library uses it only
+ *  when it is a real folder owned by the user and not writable by group or
+ *  others, whose parents are owned by root or the user and not writable by
+ *  group or others (sticky folders such as /tmp excepted); a missing one is
+ *  created 0700. camdelta changes the mode of no folder: a shared folder with
+ *  the sticky bit (such as /tmp itself), owned by root or the user, is used
+ *  through its private subfolder camdelta-<uid> (and this call names that
+ *  subfolder). Otherwise every call runs uncached and one warning (control
+ *  bytes escaped) goes to stderr.
  *  Returns CAMDELTA_OK, or INVALID_ARGUMENT (buf NULL or too small). */
 CAMDELTA_API camdelta_status camdelta_cache_dir(char *buf, size_t size);
 

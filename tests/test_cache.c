@@ -477,6 +477,65 @@ static void test_list_api(void **state) {
 }
 
 
+/* A shared sticky folder the user owns (root's /tmp, or one like it) named as the cache folder was turned 0700 even by
+ * `cache list`, locking every other user out (issue 38). Its mode is left alone: the files go to its private
+ * subfolder camdelta-<uid>, which camdelta_cache_dir names. A shared folder without the sticky bit is refused. */
+static void expect_refused(const char *dir, const char *why);
+
+static void test_shared_sticky_folder(void **state) {
+  (void)state;
+  char dir[1200], sub[1300], got[1400];
+  use_cache_dir("shared", dir, sizeof dir);
+  assert_int_equal(mkdir(dir, 0700), 0);
+  assert_int_equal(chmod(dir, 01777), 0);
+  snprintf(sub, sizeof sub, "%s/camdelta-%ld", dir, (long)geteuid());
+  camdelta_cache_entry *e = NULL;
+  size_t n = 9;
+  TU_OK(camdelta_cache_list(&e, &n));
+  assert_int_equal(n, 0);
+  struct stat sb;
+  assert_int_equal(stat(dir, &sb), 0);
+  assert_int_equal(sb.st_mode & 07777, 01777);
+  TU_OK(camdelta_cache_dir(got, sizeof got));
+  assert_string_equal(got, sub);
+  assert_int_equal(build_once().from_disk, 0);
+  assert_int_equal(build_once().from_disk, 1);
+  assert_int_equal(stat(dir, &sb), 0);
+  assert_int_equal(sb.st_mode & 07777, 01777); /* still shared */
+  assert_int_equal(stat(sub, &sb), 0);
+  assert_int_equal(sb.st_mode & 07777, 0700);
+  assert_int_equal(sb.st_uid, geteuid());
+  char entry[1500];
+  only_entry(sub, entry, sizeof entry);
+  TU_OK(camdelta_cache_list(&e, &n));
+  assert_int_equal(n, 1);
+  camdelta_cache_list_free(e);
+  /* a shared folder without the sticky bit: refused, its mode kept */
+  assert_int_equal(chmod(dir, 0777), 0);
+  expect_refused(dir, "and not sticky");
+  assert_int_equal(camdelta_cache_list(&e, &n), CAMDELTA_ERROR_IO);
+  assert_int_equal(stat(dir, &sb), 0);
+  assert_int_equal(sb.st_mode & 07777, 0777);
+  /* a private subfolder someone made group-writable: refused, not tightened */
+  assert_int_equal(chmod(dir, 01777), 0);
+  assert_int_equal(chmod(sub, 0770), 0);
+  expect_refused(dir, "writable by group or others (mode 770)");
+  assert_int_equal(stat(sub, &sb), 0);
+  assert_int_equal(sb.st_mode & 07777, 0770);
+}
+
+/* The refusal names the folder with its control bytes escaped (it once went raw to the terminal). */
+static void test_refusal_escaped(void **state) {
+  (void)state;
+  char dir[1200];
+  snprintf(dir, sizeof dir, "%s/open\x1b]0;title\x07\nx", tu_tmpdir());
+  assert_int_equal(mkdir(dir, 0700), 0);
+  assert_int_equal(chmod(dir, 0777), 0);
+  expect_refused(dir, "open\\x1b]0;title\\x07\\x0ax is writable by group or others");
+  assert_null(strchr(cd_cache_refusal(), '\x1b'));
+  assert_null(strchr(cd_cache_refusal(), '\n'));
+}
+
 /* ------------------------------------------------------------ the tuning file (issue 38, item 3) */
 
 /* The tuning file's path for the test device in folder `dir`. */
@@ -823,20 +882,28 @@ static void test_second_user(void **state) {
   struct stat sb;
   assert_int_equal(stat(path, &sb), 0);
   assert_int_equal(sb.st_uid, g_evil_uid); /* untouched */
-  /* 2. the user's own folder left 0777, where the attacker planted an entry: tightened, the entry discarded */
+  /* 2. the user's own folder left 0777 (not sticky), where the attacker planted an entry: refused, its mode left
+   *    as it is (camdelta changes the mode of no folder it did not create), the entry never loaded */
   snprintf(dir, sizeof dir, "%s/sticky/mine", g_base);
   assert_int_equal(mkdir(dir, 0777), 0);
   assert_int_equal(chmod(dir, 0777), 0);
   snprintf(cmd, sizeof cmd, "cp '%s/genuine' '%s/%s'", g_base, dir, name);
   as_evil(cmd);
-  setenv("CAMDELTA_CACHE_DIR", dir, 1);
-  camdelta_build_stats s = build_once();
-  assert_int_equal(s.from_disk, 0); /* the attacker's file is not loaded */
+  expect_refused(dir, "and not sticky");
   assert_int_equal(stat(dir, &sb), 0);
-  assert_int_equal(sb.st_mode & 0777, 0700);
+  assert_int_equal(sb.st_mode & 07777, 0777);
   snprintf(path, sizeof path, "%s/%s", dir, name);
   assert_int_equal(stat(path, &sb), 0);
+  assert_int_equal(sb.st_uid, g_evil_uid); /* untouched */
+  /* the same folder made private by its owner: the planted entry (not the user's) is discarded and rebuilt */
+  assert_int_equal(chmod(dir, 0755), 0);
+  setenv("CAMDELTA_CACHE_DIR", dir, 1);
+  camdelta_build_stats s = build_once();
+  assert_int_equal(s.from_disk, 0);
+  assert_int_equal(stat(path, &sb), 0);
   assert_int_equal(sb.st_uid, geteuid()); /* replaced by the user's own */
+  assert_int_equal(stat(dir, &sb), 0);
+  assert_int_equal(sb.st_mode & 07777, 0755); /* readable by others, used as it is */
   s = build_once();
   assert_int_equal(s.from_disk, 1); /* and a sticky parent is fine */
   /* 3. a symbolic link planted at a guessable path: as the folder, and as a parent */
@@ -846,6 +913,18 @@ static void test_second_user(void **state) {
   expect_refused(dir, "symbolic link");
   snprintf(dir, sizeof dir, "%s/sticky/link/sub", g_base);
   expect_refused(dir, "symbolic link owned by uid");
+  /* 3b. the shared sticky folder itself as the cache folder: its private subfolder, which the attacker pre-created
+   *     (theirs) or planted as a link: refused */
+  snprintf(dir, sizeof dir, "%s/sticky", g_base);
+  snprintf(cmd, sizeof cmd, "mkdir -m 0700 '%s/camdelta-%ld'", dir, (long)geteuid());
+  as_evil(cmd);
+  expect_refused(dir, "not by you");
+  snprintf(cmd, sizeof cmd, "rmdir '%s/camdelta-%ld' && ln -s '%s/theirs' '%s/camdelta-%ld'", dir, (long)geteuid(),
+           dir, dir, (long)geteuid());
+  as_evil(cmd);
+  expect_refused(dir, "as a real folder");
+  assert_int_equal(stat(dir, &sb), 0);
+  assert_int_equal(sb.st_mode & 07777, 01777);
   /* 4. a parent anyone can write (not sticky): the attacker could swap the folder */
   snprintf(dir, sizeof dir, "%s/open/cache", g_base);
   assert_int_equal(mkdir(dir, 0700), 0);
@@ -901,6 +980,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_tune_file_roundtrip), cmocka_unit_test(test_tune_parse),
       cmocka_unit_test(test_tune_file_refused),   cmocka_unit_test(test_tune_save_temp),
       cmocka_unit_test(test_tune_warning_once),   cmocka_unit_test(test_tune_second_user),
+      cmocka_unit_test(test_shared_sticky_folder), cmocka_unit_test(test_refusal_escaped),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

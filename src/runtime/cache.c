@@ -12,13 +12,14 @@
  *
  * Who may touch the folder (the model: ssh's StrictModes and the XDG base-directory rules). The folder is
  * reached by walking its path one component at a time with openat(O_NOFOLLOW) from a directory descriptor:
- *  - the folder itself must be a directory owned by the user and not a symbolic link; a folder the user owns
- *    that group or others can access is tightened to 0700; a missing one is created 0700 (its missing parents
- *    too);
+ *  - the folder itself must be a directory owned by the user, not a symbolic link, and not writable by group or
+ *    others; a missing one is created 0700 (its missing parents too). camdelta changes the mode of no folder: a
+ *    shared folder with the sticky bit (as /tmp) owned by root or the user is used through its private subfolder
+ *    camdelta-<uid>, held to the same rule; any other folder that group or others can write is refused;
  *  - every parent must be owned by root or the user and not writable by group or others unless it has the
  *    sticky bit (as /tmp has, where nobody can rename another user's entries); a symbolic link among the
  *    parents is followed only when root or the user owns it.
- * Anything else: the call runs uncached and says why once per process on stderr.
+ * Anything else: the call runs uncached and says why once per process on stderr (control bytes escaped).
  * Entries are opened relative to the folder's descriptor with O_NOFOLLOW | O_NONBLOCK (a FIFO never blocks)
  * and must be regular files owned by the user; the size is checked before anything is allocated.
  * Writes go to a temporary file "<name>.tmp.<16 random hex digits>" in the same folder (O_CREAT | O_EXCL |
@@ -57,7 +58,7 @@
 _Atomic size_t cd_cache_largest_alloc;
 
 static atomic_int warned;
-static _Thread_local char refusal[1024];
+static _Thread_local char refusal[4096];
 static _Thread_local int quiet; /* listing and clearing report the refusal as their error instead */
 
 const char *cd_cache_refusal(void) { return refusal; }
@@ -65,10 +66,12 @@ const char *cd_cache_refusal(void) { return refusal; }
 /* Records why the folder is not used and says so on stderr, once per process. */
 static int refuse(const char *fmt, ...) CD_PRINTF(1, 2);
 static int refuse(const char *fmt, ...) {
+  char raw[sizeof refusal];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(refusal, sizeof refusal, fmt, ap);
+  vsnprintf(raw, sizeof raw, fmt, ap);
   va_end(ap);
+  cd_escape(raw, (size_t)-1, refusal, sizeof refusal); /* paths with control bytes never reach a terminal raw */
   if (!quiet && atomic_exchange(&warned, 1) == 0)
     fprintf(stderr, "camdelta: warning: not using the kernel cache: %s; running uncached\n", refusal);
   return -1;
@@ -101,6 +104,17 @@ static void hex(const unsigned char *in, size_t n, char *out) {
   out[2 * n] = '\0';
 }
 
+int cd_cache_effective_folder(char *buf, size_t size) {
+  if (!cd_cache_folder(buf, size)) return 0;
+  struct stat sb;
+  if (stat(buf, &sb) == 0 && S_ISDIR(sb.st_mode) && (sb.st_mode & (S_IWGRP | S_IWOTH)) && (sb.st_mode & S_ISVTX)) {
+    const size_t n = strlen(buf);
+    const int w = snprintf(buf + n, size - n, "/camdelta-%ld", (long)geteuid());
+    return w > 0 && (size_t)w < size - n;
+  }
+  return 1;
+}
+
 /* ------------------------------------------------------------ the folder */
 
 /* Checks a parent directory: owned by root or the user, not writable by group/others unless sticky. */
@@ -114,9 +128,69 @@ static int parent_ok(int fd, const char *shown) {
   return 0;
 }
 
+/* The folder itself, `fd` at path `shown`: one the user owns that group and others cannot write is used as it is
+ * (camdelta changes the mode of no folder: those it creates are made 0700 by mkdir). A shared folder with the sticky
+ * bit (as /tmp), owned by root or the user, is used through the private subfolder camdelta-<uid> in it, created
+ * 0700 and held to the first rule (*sub = 1). Anything else is refused. Returns the descriptor to use (fd is
+ * consumed), -1 when refused, -2 when the subfolder does not exist and !create. */
+static int usable_folder(int fd, char *shown, size_t shown_size, int create, int *sub) {
+  struct stat sb;
+  *sub = 0;
+  for (int level = 0;; level++) {
+    if (fstat(fd, &sb) != 0) {
+      const int e = errno;
+      close(fd);
+      return refuse("%s: cannot stat: %s", shown, strerror(e));
+    }
+    const int mine = sb.st_uid == geteuid(), shared = (sb.st_mode & (S_IWGRP | S_IWOTH)) != 0;
+    const int sticky_shared = level == 0 && shared && (sb.st_mode & S_ISVTX);
+    if (mine && !shared) return fd;
+    if (!mine && !(sticky_shared && sb.st_uid == 0)) {
+      close(fd);
+      return refuse("%s is owned by uid %ld, not by you (uid %ld)", shown, (long)sb.st_uid, (long)geteuid());
+    }
+    if (level > 0) {
+      close(fd);
+      return refuse("%s is writable by group or others (mode %03o): camdelta changes the mode of no folder it did "
+                    "not create", shown, (unsigned)(sb.st_mode & 0777));
+    }
+    if (!(sb.st_mode & S_ISVTX)) {
+      close(fd);
+      return refuse("%s is writable by group or others (mode %03o) and not sticky: camdelta changes the mode of no "
+                    "folder it did not create; make it private or name another folder", shown,
+                    (unsigned)(sb.st_mode & 0777));
+    }
+    char name[64];
+    snprintf(name, sizeof name, "camdelta-%ld", (long)geteuid());
+    const size_t sl = strlen(shown);
+    snprintf(shown + sl, shown_size - sl, "/%s", name);
+    int nfd = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (nfd < 0 && errno == ENOENT) {
+      if (!create) {
+        close(fd);
+        return -2;
+      }
+      if (mkdirat(fd, name, 0700) != 0 && errno != EEXIST) {
+        const int e = errno;
+        close(fd);
+        return refuse("%s: cannot create: %s", shown, strerror(e));
+      }
+      nfd = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    }
+    const int e = errno;
+    close(fd);
+    if (nfd < 0)
+      return refuse("%s: cannot open%s: %s", shown, e == ELOOP || e == ENOTDIR ? " as a real folder" : "",
+                    strerror(e));
+    fd = nfd;
+    *sub = 1;
+  }
+}
+
 /* Opens the cache folder `path` under the rules above; returns a directory descriptor, -1 when refused or
- * unusable (said on stderr), -2 when it does not exist and !create. */
-static int open_folder(const char *path, int create) {
+ * unusable (said on stderr), -2 when it does not exist and !create. *sub: 1 when the descriptor is of the private
+ * subfolder of a shared sticky folder (usable_folder). */
+static int open_folder(const char *path, int create, int *sub) {
   char rest[2 * PATH_MAX + 2], shown[PATH_MAX + 1];
   if (path[0] == '/') {
     if (snprintf(rest, sizeof rest, "%s", path) >= (int)sizeof rest) return refuse("%s: path too long", path);
@@ -219,22 +293,8 @@ static int open_folder(const char *path, int create) {
         return -1;
       }
     } else {
-      struct stat sb;
-      if (fstat(fd, &sb) != 0) {
-        int e = errno;
-        close(fd);
-        return refuse("%s: cannot stat: %s", shown, strerror(e));
-      }
-      if (sb.st_uid != geteuid()) {
-        close(fd);
-        return refuse("%s is owned by uid %ld, not by you (uid %ld)", shown, (long)sb.st_uid, (long)geteuid());
-      }
-      if ((sb.st_mode & 077) && fchmod(fd, 0700) != 0) {
-        int e = errno;
-        close(fd);
-        return refuse("%s has mode %03o and cannot be made private: %s", shown, (unsigned)(sb.st_mode & 0777),
-                      strerror(e));
-      }
+      fd = usable_folder(fd, shown, sizeof shown, create, sub);
+      if (fd < 0) return fd;
       final_checked = 1;
     }
     p = next;
@@ -248,9 +308,11 @@ static int open_folder(const char *path, int create) {
 
 int cd_cache_open_dir(int create, char *path, size_t size) {
   char dir[PATH_MAX];
+  int sub = 0;
   if (!cd_cache_folder(dir, sizeof dir)) return -2;
-  if (path && size) snprintf(path, size, "%s", dir);
-  return open_folder(dir, create);
+  const int fd = open_folder(dir, create, &sub);
+  if (path && size) snprintf(path, size, sub ? "%s/camdelta-%ld" : "%s", dir, (long)geteuid());
+  return fd;
 }
 
 /* ------------------------------------------------------------ files of the folder */
@@ -534,8 +596,13 @@ static camdelta_status open_listing(const char *op, char *dir, size_t size, int 
   if (!cd_cache_folder(dir, size)) return CAMDELTA_OK;
   refusal[0] = '\0';
   quiet = 1;
-  const int fd = open_folder(dir, 0);
+  int sub = 0;
+  const int fd = open_folder(dir, 0, &sub);
   quiet = 0;
+  if (sub) {
+    const size_t n = strlen(dir);
+    snprintf(dir + n, size - n, "/camdelta-%ld", (long)geteuid());
+  }
   if (fd == -2) return CAMDELTA_OK;
   if (fd < 0) return cd_fail(CAMDELTA_ERROR_IO, "%s: the cache folder is not used: %s", op, refusal);
   const int fd2 = dup(fd);

@@ -211,6 +211,9 @@ extern const size_t cd_embedded_source_count;
 #define CD_CACHE_STALE_SECONDS 600              /* temp files older than this are left by a dead writer */
 /** Resolve the cache folder's path; returns 0 when caching is off. */
 int cd_cache_folder(char *buf, size_t size);
+/** cd_cache_folder, with the private subfolder camdelta-<uid> appended when the folder is a shared sticky one
+ *  (cache.c: where the files are then); 0 when caching is off. */
+int cd_cache_effective_folder(char *buf, size_t size);
 /** Why the cache folder was last refused on this thread ("" when it was not). */
 const char *cd_cache_refusal(void);
 /** Largest buffer the entry reader has allocated in this process (for the tests). */
