@@ -230,12 +230,16 @@ typedef struct camdelta_build_stats {
 /** Returns CAMDELTA_OK, or INVALID_ARGUMENT for a NULL argument. */
 CAMDELTA_API camdelta_status camdelta_context_build_stats(const camdelta_context *ctx, camdelta_build_stats *stats);
 
-/** The disk cache folder configured ("" when caching is off): CAMDELTA_CACHE_DIR,
- *  else $XDG_CACHE_HOME/camdelta, else ~/.cache/camdelta. The library uses it
- *  only when it is a real folder owned by the user whose parents are owned by
- *  root or the user and not writable by group or others (sticky folders such
- *  as /tmp excepted); a folder the user owns is made private (0700). Otherwise
- *  every call runs uncached and one warning goes to stderr.
+/** The disk cache folder ("" when caching is off): CAMDELTA_CACHE_DIR, else
+ *  $XDG_CACHE_HOME/camdelta, else ~/.cache/camdelta. The library uses it only
+ *  when it is a real folder owned by the user and not writable by group or
+ *  others, whose parents are owned by root or the user and not writable by
+ *  group or others (sticky folders such as /tmp excepted); a missing one is
+ *  created 0700. camdelta changes the mode of no folder: a shared folder with
+ *  the sticky bit (such as /tmp itself), owned by root or the user, is used
+ *  through its private subfolder camdelta-<uid> (and this call names that
+ *  subfolder). Otherwise every call runs uncached and one warning (control
+ *  bytes escaped) goes to stderr.
  *  Returns CAMDELTA_OK, or INVALID_ARGUMENT (buf NULL or too small). */
 CAMDELTA_API camdelta_status camdelta_cache_dir(char *buf, size_t size);
 
@@ -418,7 +422,11 @@ CAMDELTA_API camdelta_status camdelta_tune_get(camdelta_context *ctx, const char
 
 /** Stores the tiles the three families use now for head dim D (overrides included) as this device's entry for
  *  D in the cache folder (`camdelta tune --save`); contexts created afterwards pick it up, in both precisions.
- *  *path (optional) receives the file's name. */
+ *  The file (tune-<device>.txt) is read and written under the cache folder's rules (camdelta_cache_dir): a
+ *  regular file owned by the user, never through a link, replaced atomically; a file that breaks a rule or does
+ *  not parse is ignored by readers (one warning on stderr) and replaced by the next save. *path (optional)
+ *  receives the file's name. Returns CAMDELTA_OK; INVALID_ARGUMENT, UNSUPPORTED (head dim) or IO (caching off,
+ *  the folder refused, the file not written; the message says why). */
 CAMDELTA_API camdelta_status camdelta_tune_save(camdelta_context *ctx, size_t D, char *path, size_t path_size);
 
 /** What camdelta_scan_forward would run for `args` (only the shape, direction, algorithm and precision

@@ -18,6 +18,7 @@
 
 #include "internal.h"
 #include "testutil.h"
+#include "tune.h"
 
 static const char *kOpts = "-DCD_DTYPE=0 -DCD_D=16 -DCD_TS=8";
 
@@ -475,6 +476,308 @@ static void test_list_api(void **state) {
   assert_int_equal(camdelta_cache_list(NULL, &n), CAMDELTA_ERROR_INVALID_ARGUMENT);
 }
 
+
+/* A shared sticky folder the user owns (root's /tmp, or one like it) named as the cache folder was turned 0700 even by
+ * `cache list`, locking every other user out (issue 38). Its mode is left alone: the files go to its private
+ * subfolder camdelta-<uid>, which camdelta_cache_dir names. A shared folder without the sticky bit is refused. */
+static void expect_refused(const char *dir, const char *why);
+
+static void test_shared_sticky_folder(void **state) {
+  (void)state;
+  char dir[1200], sub[1300], got[1400];
+  use_cache_dir("shared", dir, sizeof dir);
+  assert_int_equal(mkdir(dir, 0700), 0);
+  assert_int_equal(chmod(dir, 01777), 0);
+  snprintf(sub, sizeof sub, "%s/camdelta-%ld", dir, (long)geteuid());
+  camdelta_cache_entry *e = NULL;
+  size_t n = 9;
+  TU_OK(camdelta_cache_list(&e, &n));
+  assert_int_equal(n, 0);
+  struct stat sb;
+  assert_int_equal(stat(dir, &sb), 0);
+  assert_int_equal(sb.st_mode & 07777, 01777);
+  TU_OK(camdelta_cache_dir(got, sizeof got));
+  assert_string_equal(got, sub);
+  assert_int_equal(build_once().from_disk, 0);
+  assert_int_equal(build_once().from_disk, 1);
+  assert_int_equal(stat(dir, &sb), 0);
+  assert_int_equal(sb.st_mode & 07777, 01777); /* still shared */
+  assert_int_equal(stat(sub, &sb), 0);
+  assert_int_equal(sb.st_mode & 07777, 0700);
+  assert_int_equal(sb.st_uid, geteuid());
+  char entry[1500];
+  only_entry(sub, entry, sizeof entry);
+  TU_OK(camdelta_cache_list(&e, &n));
+  assert_int_equal(n, 1);
+  camdelta_cache_list_free(e);
+  /* a shared folder without the sticky bit: refused, its mode kept */
+  assert_int_equal(chmod(dir, 0777), 0);
+  expect_refused(dir, "and not sticky");
+  assert_int_equal(camdelta_cache_list(&e, &n), CAMDELTA_ERROR_IO);
+  assert_int_equal(stat(dir, &sb), 0);
+  assert_int_equal(sb.st_mode & 07777, 0777);
+  /* a private subfolder someone made group-writable: refused, not tightened */
+  assert_int_equal(chmod(dir, 01777), 0);
+  assert_int_equal(chmod(sub, 0770), 0);
+  expect_refused(dir, "writable by group or others (mode 770)");
+  assert_int_equal(stat(sub, &sb), 0);
+  assert_int_equal(sb.st_mode & 07777, 0770);
+}
+
+/* The refusal names the folder with its control bytes escaped (it once went raw to the terminal). */
+static void test_refusal_escaped(void **state) {
+  (void)state;
+  char dir[1200];
+  snprintf(dir, sizeof dir, "%s/open\x1b]0;title\x07\nx", tu_tmpdir());
+  assert_int_equal(mkdir(dir, 0700), 0);
+  assert_int_equal(chmod(dir, 0777), 0);
+  expect_refused(dir, "open\\x1b]0;title\\x07\\x0ax is writable by group or others");
+  assert_null(strchr(cd_cache_refusal(), '\x1b'));
+  assert_null(strchr(cd_cache_refusal(), '\n'));
+}
+
+/* ------------------------------------------------------------ the tuning file (issue 38, item 3) */
+
+/* The tuning file's path for the test device in folder `dir`. */
+static void tune_path(const char *dir, char *out, size_t size) {
+  char name[200];
+  cd_tune_file_name(tu_context(), name, sizeof name);
+  snprintf(out, size, "%s/%s", dir, name);
+}
+
+/* The gram tiles a new context resolves for D = 16 ("WM=.. ... (source)"). */
+static void gram_tiles(char *out, size_t size) {
+  camdelta_context *ctx = NULL;
+  TU_OK(camdelta_context_create(&ctx, NULL));
+  TU_OK(camdelta_tune_get(ctx, "gram", 16, out, size));
+  camdelta_context_destroy(ctx);
+}
+
+static const char kSaved16[] = "gram 16 16 3 1 1 2 24\napply 16 16 1 1 1 2 8\nframes 16 16 1 1 1 2 8\n";
+
+/* A saved entry round trip: 0600, the user's, other D's kept, this D's replaced; a new context uses it. */
+static void test_tune_file_roundtrip(void **state) {
+  (void)state;
+  char dir[1200], file[1500], got[256];
+  use_cache_dir("tune-rt", dir, sizeof dir);
+  tune_path(dir, file, sizeof file);
+  camdelta_context *ctx = NULL;
+  TU_OK(camdelta_context_create(&ctx, NULL));
+  TU_OK(camdelta_tune_set(ctx, "gram", "WM=3,WN=1,MR=1,NR=2,KC=24"));
+  TU_OK(camdelta_tune_set(ctx, "apply", "WM=1,WN=1,MR=1,NR=2,KC=8"));
+  TU_OK(camdelta_tune_set(ctx, "frames", "WM=1,WN=1,MR=1,NR=2,KC=8"));
+  char path[1500];
+  TU_OK(camdelta_tune_save(ctx, 16, path, sizeof path));
+  assert_string_equal(path, file);
+  TU_OK(camdelta_tune_save(ctx, 32, NULL, 0));
+  TU_OK(camdelta_tune_set(ctx, "gram", "WM=1"));
+  TU_OK(camdelta_tune_save(ctx, 32, NULL, 0)); /* replaces D = 32's lines */
+  camdelta_context_destroy(ctx);
+  tu_slurp(file, got, sizeof got);
+  const size_t n16 = strlen(kSaved16);
+  assert_memory_equal(got, kSaved16, n16);
+  /* D = 32 once, with the second save's tiles: gram WM=1 (the rest as resolved then) */
+  const char *d32 = got + n16;
+  assert_true(strncmp(d32, "gram 32 32 1 ", 13) == 0);
+  assert_non_null((d32 = strstr(d32, "\napply 32 32 ")));
+  assert_non_null((d32 = strstr(d32 + 1, "\nframes 32 32 ")));
+  assert_null(strchr(strchr(d32 + 1, '\n') + 1, '\n'));
+  struct stat sb;
+  assert_int_equal(lstat(file, &sb), 0);
+  assert_true(S_ISREG(sb.st_mode));
+  assert_int_equal(sb.st_mode & 0777, 0600);
+  assert_int_equal(sb.st_uid, geteuid());
+  gram_tiles(got, sizeof got);
+  assert_string_equal(got, "WM=3 WN=1 MR=1 NR=2 KC=24 (saved)");
+  assert_string_equal(cd_tune_refusal(), "");
+}
+
+/* The strict parser: every malformed text is refused whole, naming why; good texts give their rows. */
+static void test_tune_parse(void **state) {
+  (void)state;
+  static const char *const bad[] = {
+      "gram 16 16 2 2 2 4 32",          /* no newline at the end */
+      "gram 16 16 2 2 2 4 -32\n",       "gram 16 16 2 2 2 4 +32\n",   "gram  16 16 2 2 2 4 32\n",
+      " gram 16 16 2 2 2 4 32\n",       "gram 16 16 2 2 2 4 32 \n",   "gram 16 16 2 2 2 4 32\r\n",
+      "gram 16 16 2 2 2 4 18446744073709551648\n",                    "gram 16 16 2 2 2 4 4097\n",
+      "gram 16 16 2 2 2 4 0\n",         "gram 17 17 2 2 2 4 32\n",    "gram 0 16 2 2 2 4 32\n",
+      "gram 32 16 2 2 2 4 32\n",        "gram 16 136 2 2 2 4 32\n",   "GRAM 16 16 2 2 2 4 32\n",
+      "gram 16 16 2 2 2 4\n",           "gram 16 16 2 2 2 4 32 1\n",  "gram\n",
+      "\n",                             "gram 16 16 2 2 2 4 0x20\n",  "gram 16 16 2 2 2 4 32\ngram 16\n",
+      "# comment\n",
+  };
+  unsigned rows[CD_TUNE_MAX_ENTRIES][8];
+  int n;
+  char why[256];
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    if (cd_tune_parse(bad[i], strlen(bad[i]), rows, CD_TUNE_MAX_ENTRIES, &n, why, sizeof why))
+      fail_msg("accepted '%s'", bad[i]);
+  const char nul[] = "gram 16 16 2 2 2 4 32\n\0";
+  assert_int_equal(cd_tune_parse(nul, sizeof nul - 1, rows, CD_TUNE_MAX_ENTRIES, &n, why, sizeof why), 0);
+  assert_non_null(strstr(why, "NUL"));
+  const char *three = "apply 8 8 1 1 1 1 8\ngram 16 16 2 2 2 4 32\nbad\n";
+  assert_int_equal(cd_tune_parse(three, strlen(three), rows, 8, &n, why, sizeof why), 0);
+  assert_non_null(strstr(why, "line 3"));
+  assert_int_equal(cd_tune_parse("", 0, rows, 8, &n, why, sizeof why), 1);
+  assert_int_equal(n, 0);
+  assert_int_equal(cd_tune_parse(kSaved16, strlen(kSaved16), rows, 8, &n, why, sizeof why), 1);
+  assert_int_equal(n, 3);
+  const unsigned want[8] = {CD_TC_GRAM, 16, 16, 3, 1, 1, 2, 24};
+  assert_memory_equal(rows[0], want, sizeof want);
+  /* CD_TUNE_MAX_ENTRIES lines are good, one more is not; the longest possible lines fit CD_TUNE_MAX_BYTES */
+  char text[CD_TUNE_MAX_BYTES + 64];
+  size_t len = 0;
+  for (int i = 0; i <= CD_TUNE_MAX_ENTRIES; i++)
+    len += (size_t)snprintf(text + len, sizeof text - len, "frames 128 128 4096 4096 4096 4096 4096\n");
+  assert_true(len <= CD_TUNE_MAX_BYTES);
+  const size_t one = strlen("frames 128 128 4096 4096 4096 4096 4096\n");
+  assert_int_equal(cd_tune_parse(text, len - one, rows, CD_TUNE_MAX_ENTRIES, &n, why, sizeof why), 1);
+  assert_int_equal(n, CD_TUNE_MAX_ENTRIES);
+  assert_int_equal(cd_tune_parse(text, len, rows, CD_TUNE_MAX_ENTRIES, &n, why, sizeof why), 0);
+  assert_non_null(strstr(why, "more than"));
+}
+
+/* Files the rules refuse are ignored (the heuristic tiles), with the reason: malformed, too large, a FIFO (which
+ * once blocked every tensor-core call forever, holding the context's lock), a symbolic link. */
+static void test_tune_file_refused(void **state) {
+  (void)state;
+  char dir[1200], file[1500], got[256], elsewhere[1500];
+  use_cache_dir("tune-bad", dir, sizeof dir);
+  mkdir(dir, 0700);
+  tune_path(dir, file, sizeof file);
+  spit(file, (const unsigned char *)kSaved16, strlen(kSaved16));
+  gram_tiles(got, sizeof got);
+  assert_string_equal(got, "WM=3 WN=1 MR=1 NR=2 KC=24 (saved)"); /* the good file is used */
+  static const char *const texts[] = {"gram 16 16 3 1 1 2 24\napply 16 16 1 1 1 2 -8\n", "gram 16 16 3 1 1 2 24"};
+  for (int i = 0; i < 2; i++) {
+    spit(file, (const unsigned char *)texts[i], strlen(texts[i]));
+    gram_tiles(got, sizeof got);
+    assert_non_null(strstr(got, "(heuristic)"));
+    assert_non_null(strstr(cd_tune_refusal(), file));
+  }
+  char *big = malloc(CD_TUNE_MAX_BYTES + 1);
+  assert_non_null(big);
+  memset(big, '\n', CD_TUNE_MAX_BYTES + 1);
+  memcpy(big, kSaved16, strlen(kSaved16));
+  spit(file, (const unsigned char *)big, CD_TUNE_MAX_BYTES + 1);
+  free(big);
+  gram_tiles(got, sizeof got);
+  assert_non_null(strstr(got, "(heuristic)"));
+  assert_non_null(strstr(cd_tune_refusal(), "larger than the limit of 4096 bytes"));
+  unlink(file);
+  assert_int_equal(mkfifo(file, 0600), 0);
+  alarm(60); /* a hang becomes a failure */
+  gram_tiles(got, sizeof got);
+  alarm(0);
+  assert_non_null(strstr(got, "(heuristic)"));
+  assert_non_null(strstr(cd_tune_refusal(), "not a regular file"));
+  unlink(file);
+  snprintf(elsewhere, sizeof elsewhere, "%s/tune-elsewhere.txt", tu_tmpdir());
+  spit(elsewhere, (const unsigned char *)kSaved16, strlen(kSaved16));
+  assert_int_equal(symlink(elsewhere, file), 0);
+  gram_tiles(got, sizeof got);
+  assert_non_null(strstr(got, "(heuristic)"));
+  assert_non_null(strstr(cd_tune_refusal(), "symbolic link"));
+  /* a save replaces the link (and the refused contents) with a regular file; the link's target is untouched */
+  camdelta_context *ctx = NULL;
+  TU_OK(camdelta_context_create(&ctx, NULL));
+  TU_OK(camdelta_tune_save(ctx, 64, NULL, 0));
+  camdelta_context_destroy(ctx);
+  struct stat sb;
+  assert_int_equal(lstat(file, &sb), 0);
+  assert_true(S_ISREG(sb.st_mode));
+  tu_slurp(elsewhere, got, sizeof got);
+  assert_string_equal(got, kSaved16);
+}
+
+/* `tune --save` once wrote through the fixed name <file>.tmp: a symbolic link planted there made it overwrite any
+ * file the user can write. The temporary name is now random and created exclusively; stale temporary files of a
+ * killed writer are removed by the next save. */
+static void test_tune_save_temp(void **state) {
+  (void)state;
+  char dir[1200], file[1500], link[1600], victim[1500], got[256], stale[1700];
+  use_cache_dir("tune-temp", dir, sizeof dir);
+  mkdir(dir, 0700);
+  tune_path(dir, file, sizeof file);
+  snprintf(victim, sizeof victim, "%s/victim.txt", tu_tmpdir());
+  spit(victim, (const unsigned char *)"precious\n", 9);
+  snprintf(link, sizeof link, "%s.tmp", file);
+  assert_int_equal(symlink(victim, link), 0);
+  snprintf(stale, sizeof stale, "%s.tmp.0123456789abcdef", file);
+  spit(stale, (const unsigned char *)"x", 1);
+  struct timeval tv[2];
+  gettimeofday(&tv[0], NULL);
+  tv[0].tv_sec -= CD_CACHE_STALE_SECONDS + 60;
+  tv[1] = tv[0];
+  assert_int_equal(utimes(stale, tv), 0);
+  camdelta_context *ctx = NULL;
+  TU_OK(camdelta_context_create(&ctx, NULL));
+  TU_OK(camdelta_tune_save(ctx, 16, NULL, 0));
+  camdelta_context_destroy(ctx);
+  tu_slurp(victim, got, sizeof got);
+  assert_string_equal(got, "precious\n");
+  struct stat sb;
+  assert_int_equal(lstat(file, &sb), 0);
+  assert_true(S_ISREG(sb.st_mode));
+  assert_int_not_equal(lstat(stale, &sb), 0); /* removed */
+  /* nothing else is left beside the file: only it, the planted link and nothing of the save's own */
+  DIR *d = opendir(dir);
+  assert_non_null(d);
+  int others = 0;
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (e->d_name[0] != '.' && !strstr(file, e->d_name) && !strstr(link, e->d_name)) others++;
+  closedir(d);
+  assert_int_equal(others, 0);
+}
+
+/* The child of test_tune_warning_once, a fresh process (the warning is once per process): three contexts resolve
+ * tiles with a refused tuning file; exit 0 when each gets the heuristic ones. */
+static int tune_warning_child(void) {
+  for (int i = 0; i < 3; i++) {
+    camdelta_context *ctx = NULL;
+    char got[256];
+    if (camdelta_context_create(&ctx, NULL) || camdelta_tune_get(ctx, "gram", 16, got, sizeof got)) return 91;
+    if (!strstr(got, "(heuristic)")) return 92;
+    camdelta_context_destroy(ctx);
+  }
+  return 0;
+}
+
+static char g_self[4096]; /* this program, for children run anew */
+
+/* A refused tuning file gives one warning per process, its path escaped (control bytes never reach a terminal). */
+static void test_tune_warning_once(void **state) {
+  (void)state;
+  char dir[1200], file[1500], log[1500];
+  snprintf(dir, sizeof dir, "%s/tune\x1b[31mred\nline", tu_tmpdir());
+  mkdir(dir, 0700);
+  setenv("CAMDELTA_CACHE_DIR", dir, 1);
+  tune_path(dir, file, sizeof file);
+  spit(file, (const unsigned char *)"gram 16 16\n", 11);
+  snprintf(log, sizeof log, "%s/tune-warning.log", tu_tmpdir());
+  fflush(stderr);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    if (!freopen(log, "w", stderr)) _exit(90);
+    execl(g_self, g_self, "--tune-warning-child", (char *)NULL);
+    _exit(89);
+  }
+  int st = 0;
+  assert_int_equal(waitpid(pid, &st, 0), pid);
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 0);
+  char text[8192];
+  tu_slurp(log, text, sizeof text);
+  int n = 0;
+  for (const char *p = text; (p = strstr(p, "ignoring the tuning file")); p++) n++;
+  if (n != 1) fail_msg("%d warnings, not one: '%s'", n, text);
+  assert_non_null(strstr(text, "tune\\x1b[31mred\\x0aline/tune-"));
+  assert_null(strchr(text, '\x1b'));
+  assert_non_null(strstr(text, "line 1 is not"));
+}
+
 /* ------------------------------------------------------------ a second user (issue 11) */
 
 static uid_t g_evil_uid;
@@ -488,14 +791,17 @@ static int second_user(void) {
                   "created or impersonated\n", (long)geteuid());
     return 0;
   }
-  if (g_evil_uid) return 1;
-  struct passwd *pw = getpwnam("cdevil");
-  if (!pw && system("command -v useradd >/dev/null 2>&1") == 0) {
+  struct stat sb;
+  if (g_evil_uid && g_base[0] && stat(g_base, &sb) == 0) return 1;
+  struct passwd *pw = g_evil_uid ? NULL : getpwnam("cdevil");
+  if (!g_evil_uid && !pw && system("command -v useradd >/dev/null 2>&1") == 0) {
     int rc = system("useradd --system --no-create-home --shell /usr/sbin/nologin cdevil >/dev/null 2>&1");
     pw = getpwnam("cdevil");
     if (!pw) fail_msg("root, but useradd failed (status %d): cannot create the second user", rc);
   }
-  if (pw) {
+  if (g_evil_uid) {
+    /* known from an earlier test: only the base is made anew */
+  } else if (pw) {
     g_evil_uid = pw->pw_uid;
     g_evil_gid = pw->pw_gid;
   } else {
@@ -576,20 +882,28 @@ static void test_second_user(void **state) {
   struct stat sb;
   assert_int_equal(stat(path, &sb), 0);
   assert_int_equal(sb.st_uid, g_evil_uid); /* untouched */
-  /* 2. the user's own folder left 0777, where the attacker planted an entry: tightened, the entry discarded */
+  /* 2. the user's own folder left 0777 (not sticky), where the attacker planted an entry: refused, its mode left
+   *    as it is (camdelta changes the mode of no folder it did not create), the entry never loaded */
   snprintf(dir, sizeof dir, "%s/sticky/mine", g_base);
   assert_int_equal(mkdir(dir, 0777), 0);
   assert_int_equal(chmod(dir, 0777), 0);
   snprintf(cmd, sizeof cmd, "cp '%s/genuine' '%s/%s'", g_base, dir, name);
   as_evil(cmd);
-  setenv("CAMDELTA_CACHE_DIR", dir, 1);
-  camdelta_build_stats s = build_once();
-  assert_int_equal(s.from_disk, 0); /* the attacker's file is not loaded */
+  expect_refused(dir, "and not sticky");
   assert_int_equal(stat(dir, &sb), 0);
-  assert_int_equal(sb.st_mode & 0777, 0700);
+  assert_int_equal(sb.st_mode & 07777, 0777);
   snprintf(path, sizeof path, "%s/%s", dir, name);
   assert_int_equal(stat(path, &sb), 0);
+  assert_int_equal(sb.st_uid, g_evil_uid); /* untouched */
+  /* the same folder made private by its owner: the planted entry (not the user's) is discarded and rebuilt */
+  assert_int_equal(chmod(dir, 0755), 0);
+  setenv("CAMDELTA_CACHE_DIR", dir, 1);
+  camdelta_build_stats s = build_once();
+  assert_int_equal(s.from_disk, 0);
+  assert_int_equal(stat(path, &sb), 0);
   assert_int_equal(sb.st_uid, geteuid()); /* replaced by the user's own */
+  assert_int_equal(stat(dir, &sb), 0);
+  assert_int_equal(sb.st_mode & 07777, 0755); /* readable by others, used as it is */
   s = build_once();
   assert_int_equal(s.from_disk, 1); /* and a sticky parent is fine */
   /* 3. a symbolic link planted at a guessable path: as the folder, and as a parent */
@@ -599,6 +913,18 @@ static void test_second_user(void **state) {
   expect_refused(dir, "symbolic link");
   snprintf(dir, sizeof dir, "%s/sticky/link/sub", g_base);
   expect_refused(dir, "symbolic link owned by uid");
+  /* 3b. the shared sticky folder itself as the cache folder: its private subfolder, which the attacker pre-created
+   *     (theirs) or planted as a link: refused */
+  snprintf(dir, sizeof dir, "%s/sticky", g_base);
+  snprintf(cmd, sizeof cmd, "mkdir -m 0700 '%s/camdelta-%ld'", dir, (long)geteuid());
+  as_evil(cmd);
+  expect_refused(dir, "not by you");
+  snprintf(cmd, sizeof cmd, "rmdir '%s/camdelta-%ld' && ln -s '%s/theirs' '%s/camdelta-%ld'", dir, (long)geteuid(),
+           dir, dir, (long)geteuid());
+  as_evil(cmd);
+  expect_refused(dir, "as a real folder");
+  assert_int_equal(stat(dir, &sb), 0);
+  assert_int_equal(sb.st_mode & 07777, 01777);
   /* 4. a parent anyone can write (not sticky): the attacker could swap the folder */
   snprintf(dir, sizeof dir, "%s/open/cache", g_base);
   assert_int_equal(mkdir(dir, 0700), 0);
@@ -612,7 +938,36 @@ static void test_second_user(void **state) {
   assert_int_equal(system(cmd), 0);
 }
 
-int main(void) {
+/* The tuning file under the same rules (issue 38): in a folder the cache refuses (another user's), that user's
+ * tiles were used; a tuning file in the user's own folder that another user owns is ignored too. */
+static void test_tune_second_user(void **state) {
+  (void)state;
+  if (!second_user()) skip();
+  char dir[600], file[1500], cmd[4000], got[256];
+  snprintf(dir, sizeof dir, "%s/sticky/tune-theirs", g_base);
+  tune_path(dir, file, sizeof file);
+  snprintf(cmd, sizeof cmd, "mkdir -m 0755 '%s' && printf '%%s' '%s' > '%s'", dir, kSaved16, file);
+  as_evil(cmd);
+  setenv("CAMDELTA_CACHE_DIR", dir, 1);
+  gram_tiles(got, sizeof got);
+  assert_non_null(strstr(got, "(heuristic)"));
+  assert_non_null(strstr(cd_cache_refusal(), "not by you"));
+  snprintf(dir, sizeof dir, "%s/tune-mine", g_base);
+  assert_int_equal(mkdir(dir, 0755), 0);
+  tune_path(dir, file, sizeof file);
+  spit(file, (const unsigned char *)kSaved16, strlen(kSaved16));
+  assert_int_equal(chown(file, g_evil_uid, g_evil_gid), 0);
+  setenv("CAMDELTA_CACHE_DIR", dir, 1);
+  gram_tiles(got, sizeof got);
+  assert_non_null(strstr(got, "(heuristic)"));
+  assert_non_null(strstr(cd_tune_refusal(), "not owned by you"));
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_base);
+  assert_int_equal(system(cmd), 0);
+}
+
+int main(int argc, char **argv) {
+  if (argc == 2 && strcmp(argv[1], "--tune-warning-child") == 0) return tune_warning_child();
+  if (!realpath(argv[0], g_self)) snprintf(g_self, sizeof g_self, "%s", argv[0]);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_hit_across_contexts), cmocka_unit_test(test_truncated),
       cmocka_unit_test(test_corrupt),             cmocka_unit_test(test_foreign),
@@ -622,6 +977,10 @@ int main(void) {
       cmocka_unit_test(test_moved_entry),         cmocka_unit_test(test_huge_claim),
       cmocka_unit_test(test_fifo_entry),          cmocka_unit_test(test_stale_temp),
       cmocka_unit_test(test_list_api),            cmocka_unit_test(test_second_user),
+      cmocka_unit_test(test_tune_file_roundtrip), cmocka_unit_test(test_tune_parse),
+      cmocka_unit_test(test_tune_file_refused),   cmocka_unit_test(test_tune_save_temp),
+      cmocka_unit_test(test_tune_warning_once),   cmocka_unit_test(test_tune_second_user),
+      cmocka_unit_test(test_shared_sticky_folder), cmocka_unit_test(test_refusal_escaped),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

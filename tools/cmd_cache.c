@@ -28,7 +28,11 @@ void usage_cache(void) {
          "                        without --shape those that depend on the head dim only\n"
          "                        (prep, backward) for D = 8..128; with --shape everything\n"
          "                        a call of that shape uses, the scan forward included\n"
-         "  dir                   print the folder (empty line when caching is off)\n");
+         "  dir                   print the folder (empty line when caching is off)\n"
+         "\n"
+         "camdelta changes the mode of no folder: a shared sticky folder (such as /tmp) is\n"
+         "used through its private subfolder camdelta-<uid>; a folder that group or others\n"
+         "can write otherwise is refused (the run goes uncached, with one warning).\n");
 }
 
 static int cache_folder(char *buf, size_t size) {
@@ -66,7 +70,8 @@ static int cache_list(void) {
   size_t n = 0;
   camdelta_status st = camdelta_cache_list(&e, &n);
   if (st != CAMDELTA_OK) return cli_lib_error(st, "cache list");
-  printf("cache folder: %s\n", dir);
+  char shown[4 * sizeof dir + 1];
+  printf("cache folder: %s\n", cli_escape(dir, shown, sizeof shown));
   uint64_t total = 0;
   if (n) printf("%-70s %10s %6s  %-8s %s\n", "FILE", "SIZE", "AGE", "STATE", "DEVICE");
   for (size_t i = 0; i < n; i++) {
@@ -95,10 +100,10 @@ static int cache_clear(void) {
   size_t removed = 0;
   uint64_t bytes = 0;
   camdelta_status st = camdelta_cache_clear(&removed, &bytes);
-  char sz[32];
+  char sz[32], shown[4 * sizeof dir + 1];
   if (st == CAMDELTA_OK || removed)
     printf("removed %zu %s (%s) from %s\n", removed, removed == 1 ? "entry" : "entries",
-           size_str(bytes, sz, sizeof sz), dir);
+           size_str(bytes, sz, sizeof sz), cli_escape(dir, shown, sizeof shown));
   if (st != CAMDELTA_OK) return cli_lib_error(st, "cache clear");
   return CLI_EXIT_OK;
 }
@@ -140,7 +145,8 @@ static int cache_warm(cli_args *a) {
   memset(&bs, 0, sizeof bs);
   camdelta_context_build_stats(ctx, &bs);
   printf("warmed %u programs for %s: %u from the cache, %u compiled\n", bs.programs, dev, bs.from_disk, bs.compiled);
-  if (dir[0]) printf("cache folder: %s\n", dir);
+  char shown[4 * sizeof dir + 1];
+  if (dir[0]) printf("cache folder: %s\n", cli_escape(dir, shown, sizeof shown));
   else printf("note: caching is off (CAMDELTA_CACHE=0), so nothing was kept for later runs\n");
   camdelta_context_destroy(ctx);
   return CLI_EXIT_OK;

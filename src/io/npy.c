@@ -64,26 +64,6 @@ typedef struct cursor {
   const char *name; /* file name for messages */
 } cursor;
 
-/* `in` (n bytes, or up to its NUL when n == (size_t)-1) with every byte outside printable ASCII, and the
- * backslash, written as \xNN: text from a file or a path never reaches a terminal raw. */
-static const char *escape(const char *in, size_t n, char *out, size_t cap) {
-  static const char digits[] = "0123456789abcdef";
-  size_t k = 0;
-  for (size_t i = 0; (n == (size_t)-1 ? in[i] != '\0' : i < n) && k + 5 < cap; i++) {
-    const unsigned char ch = (unsigned char)in[i];
-    if (ch >= 0x20 && ch < 0x7f && ch != '\\') {
-      out[k++] = (char)ch;
-    } else {
-      out[k++] = '\\';
-      out[k++] = 'x';
-      out[k++] = digits[ch >> 4];
-      out[k++] = digits[ch & 15];
-    }
-  }
-  out[k] = '\0';
-  return out;
-}
-
 static int is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
 static void skip_ws(cursor *c) {
@@ -187,7 +167,7 @@ static camdelta_status parse_descr(cursor *c, npy_header *h) {
   {
     char shown[160];
     return cd_fail(CAMDELTA_ERROR_FORMAT, "%s: unsupported .npy dtype '%s' (expected <f4, <f2 or <f8)", c->name,
-                   escape(d, (size_t)-1, shown, sizeof shown));
+                   cd_escape(d, (size_t)-1, shown, sizeof shown));
   }
   return CAMDELTA_OK;
 }
@@ -228,7 +208,7 @@ static camdelta_status parse_dict(const char *p, const char *end, const char *na
     {
       char shown[160];
       return cd_fail(CAMDELTA_ERROR_FORMAT, "%s: malformed .npy header: unexpected key '%s'", name,
-                     escape(key, (size_t)-1, shown, sizeof shown));
+                     cd_escape(key, (size_t)-1, shown, sizeof shown));
     }
     }
     skip_ws(&c);
@@ -287,7 +267,7 @@ static camdelta_status parse_header(const unsigned char *b, size_t avail, size_t
     return cd_fail(CAMDELTA_ERROR_FORMAT,
                    "%s: malformed .npy header: it does not end with a newline at the %zu bytes its length field "
                    "gives (ends with '%s')",
-                   name, hlen, escape(hlen >= 4 ? he - 4 : hs, hlen >= 4 ? 4 : hlen, shown, sizeof shown));
+                   name, hlen, cd_escape(hlen >= 4 ? he - 4 : hs, hlen >= 4 ? 4 : hlen, shown, sizeof shown));
   }
   camdelta_status st = parse_dict(hs, he, name, h);
   if (st) return st;
@@ -341,7 +321,7 @@ camdelta_status camdelta_npy_read(const char *path, camdelta_npy *out) {
   memset(out, 0, sizeof *out);
   if (!path) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_npy_read: 'path' is NULL");
   char name[1200];
-  escape(path, (size_t)-1, name, sizeof name);
+  cd_escape(path, (size_t)-1, name, sizeof name);
   /* O_NONBLOCK: a FIFO (or a device) in place of the file must not block the open; it is refused below */
   int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return cd_fail(CAMDELTA_ERROR_IO, "%s: cannot open: %s", name, strerror(errno));
@@ -500,7 +480,7 @@ camdelta_status camdelta_npy_write_temp(const char *path, camdelta_npy_type type
                    path ? "tmp_path" : "path");
   tmp_path[0] = '\0';
   char name[1200];
-  escape(path, (size_t)-1, name, sizeof name);
+  cd_escape(path, (size_t)-1, name, sizeof name);
   if (!type_descr(type))
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_npy_write: %s: unknown type %d", name, (int)type);
   if (ndim < 0 || ndim > CAMDELTA_NPY_MAX_DIMS)
@@ -550,7 +530,7 @@ camdelta_status camdelta_npy_write(const char *path, camdelta_npy_type type, int
     int e = errno;
     unlink(tmp);
     char name[1200];
-    return cd_fail(CAMDELTA_ERROR_IO, "%s: cannot replace: %s", escape(path, (size_t)-1, name, sizeof name),
+    return cd_fail(CAMDELTA_ERROR_IO, "%s: cannot replace: %s", cd_escape(path, (size_t)-1, name, sizeof name),
                    strerror(e));
   }
   return CAMDELTA_OK;
@@ -574,7 +554,7 @@ camdelta_status camdelta_npy_read_i64(const char *path, int64_t **data, size_t *
   camdelta_status st = camdelta_npy_read(path, &a);
   if (st) return st;
   char name[512];
-  escape(path, (size_t)-1, name, sizeof name);
+  cd_escape(path, (size_t)-1, name, sizeof name);
   if (a.type != CAMDELTA_NPY_I8)
     st = cd_fail(CAMDELTA_ERROR_FORMAT, "%s: unsupported .npy dtype '%s' (expected <i8, little-endian int64)", name,
                  type_descr(a.type));

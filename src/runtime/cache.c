@@ -12,18 +12,22 @@
  *
  * Who may touch the folder (the model: ssh's StrictModes and the XDG base-directory rules). The folder is
  * reached by walking its path one component at a time with openat(O_NOFOLLOW) from a directory descriptor:
- *  - the folder itself must be a directory owned by the user and not a symbolic link; a folder the user owns
- *    that group or others can access is tightened to 0700; a missing one is created 0700 (its missing parents
- *    too);
+ *  - the folder itself must be a directory owned by the user, not a symbolic link, and not writable by group or
+ *    others; a missing one is created 0700 (its missing parents too). camdelta changes the mode of no folder: a
+ *    shared folder with the sticky bit (as /tmp) owned by root or the user is used through its private subfolder
+ *    camdelta-<uid>, held to the same rule; any other folder that group or others can write is refused;
  *  - every parent must be owned by root or the user and not writable by group or others unless it has the
  *    sticky bit (as /tmp has, where nobody can rename another user's entries); a symbolic link among the
  *    parents is followed only when root or the user owns it.
- * Anything else: the call runs uncached and says why once per process on stderr.
+ * Anything else: the call runs uncached and says why once per process on stderr (control bytes escaped).
  * Entries are opened relative to the folder's descriptor with O_NOFOLLOW | O_NONBLOCK (a FIFO never blocks)
  * and must be regular files owned by the user; the size is checked before anything is allocated.
- * Writes go to a unique temporary file in the same folder (O_CREAT | O_EXCL | O_NOFOLLOW), are flushed with
- * fsync, then renamed over the entry, so readers never see a partial file. Temporary files older than
- * CD_CACHE_STALE_SECONDS (left by a writer that died) are removed on the next store.
+ * Writes go to a temporary file "<name>.tmp.<16 random hex digits>" in the same folder (O_CREAT | O_EXCL |
+ * O_NOFOLLOW, a fresh random name when one exists, as mkstemp does), are flushed with fsync, then renamed over
+ * the file, so readers never see a partial file. Temporary files older than CD_CACHE_STALE_SECONDS (left by a
+ * writer that died) are removed on the next store.
+ * The tuning file (src/tune/params.c) lives in the same folder under the same rules, through
+ * cd_cache_open_dir, cd_cache_open_file and cd_cache_write_file.
  * Anything that does not verify is deleted and rebuilt by the caller. */
 #include <blake2.h>
 #include <dirent.h>
@@ -35,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -47,12 +52,13 @@
 
 #define CD_MAGIC "CAMDELTA-CLBIN2"
 #define CD_HDR 184
-#define CD_TMP_TAG ".clbin.tmp."
+#define CD_TMP_MID ".tmp."          /* a temporary file is "<its file's name>.tmp.<16 random hex digits>" */
+#define CD_TMP_TAG ".clbin" CD_TMP_MID
 
 _Atomic size_t cd_cache_largest_alloc;
 
 static atomic_int warned;
-static _Thread_local char refusal[1024];
+static _Thread_local char refusal[4096];
 static _Thread_local int quiet; /* listing and clearing report the refusal as their error instead */
 
 const char *cd_cache_refusal(void) { return refusal; }
@@ -60,10 +66,12 @@ const char *cd_cache_refusal(void) { return refusal; }
 /* Records why the folder is not used and says so on stderr, once per process. */
 static int refuse(const char *fmt, ...) CD_PRINTF(1, 2);
 static int refuse(const char *fmt, ...) {
+  char raw[sizeof refusal];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(refusal, sizeof refusal, fmt, ap);
+  vsnprintf(raw, sizeof raw, fmt, ap);
   va_end(ap);
+  cd_escape(raw, (size_t)-1, refusal, sizeof refusal); /* paths with control bytes never reach a terminal raw */
   if (!quiet && atomic_exchange(&warned, 1) == 0)
     fprintf(stderr, "camdelta: warning: not using the kernel cache: %s; running uncached\n", refusal);
   return -1;
@@ -87,6 +95,26 @@ int cd_cache_folder(char *buf, size_t size) {
   return w > 0 && (size_t)w < size;
 }
 
+static void hex(const unsigned char *in, size_t n, char *out) {
+  static const char digits[] = "0123456789abcdef";
+  for (size_t i = 0; i < n; i++) {
+    out[2 * i] = digits[in[i] >> 4];
+    out[2 * i + 1] = digits[in[i] & 15];
+  }
+  out[2 * n] = '\0';
+}
+
+int cd_cache_effective_folder(char *buf, size_t size) {
+  if (!cd_cache_folder(buf, size)) return 0;
+  struct stat sb;
+  if (stat(buf, &sb) == 0 && S_ISDIR(sb.st_mode) && (sb.st_mode & (S_IWGRP | S_IWOTH)) && (sb.st_mode & S_ISVTX)) {
+    const size_t n = strlen(buf);
+    const int w = snprintf(buf + n, size - n, "/camdelta-%ld", (long)geteuid());
+    return w > 0 && (size_t)w < size - n;
+  }
+  return 1;
+}
+
 /* ------------------------------------------------------------ the folder */
 
 /* Checks a parent directory: owned by root or the user, not writable by group/others unless sticky. */
@@ -100,9 +128,69 @@ static int parent_ok(int fd, const char *shown) {
   return 0;
 }
 
+/* The folder itself, `fd` at path `shown`: one the user owns that group and others cannot write is used as it is
+ * (camdelta changes the mode of no folder: those it creates are made 0700 by mkdir). A shared folder with the sticky
+ * bit (as /tmp), owned by root or the user, is used through the private subfolder camdelta-<uid> in it, created
+ * 0700 and held to the first rule (*sub = 1). Anything else is refused. Returns the descriptor to use (fd is
+ * consumed), -1 when refused, -2 when the subfolder does not exist and !create. */
+static int usable_folder(int fd, char *shown, size_t shown_size, int create, int *sub) {
+  struct stat sb;
+  *sub = 0;
+  for (int level = 0;; level++) {
+    if (fstat(fd, &sb) != 0) {
+      const int e = errno;
+      close(fd);
+      return refuse("%s: cannot stat: %s", shown, strerror(e));
+    }
+    const int mine = sb.st_uid == geteuid(), shared = (sb.st_mode & (S_IWGRP | S_IWOTH)) != 0;
+    const int sticky_shared = level == 0 && shared && (sb.st_mode & S_ISVTX);
+    if (mine && !shared) return fd;
+    if (!mine && !(sticky_shared && sb.st_uid == 0)) {
+      close(fd);
+      return refuse("%s is owned by uid %ld, not by you (uid %ld)", shown, (long)sb.st_uid, (long)geteuid());
+    }
+    if (level > 0) {
+      close(fd);
+      return refuse("%s is writable by group or others (mode %03o): camdelta changes the mode of no folder it did "
+                    "not create", shown, (unsigned)(sb.st_mode & 0777));
+    }
+    if (!(sb.st_mode & S_ISVTX)) {
+      close(fd);
+      return refuse("%s is writable by group or others (mode %03o) and not sticky: camdelta changes the mode of no "
+                    "folder it did not create; make it private or name another folder", shown,
+                    (unsigned)(sb.st_mode & 0777));
+    }
+    char name[64];
+    snprintf(name, sizeof name, "camdelta-%ld", (long)geteuid());
+    const size_t sl = strlen(shown);
+    snprintf(shown + sl, shown_size - sl, "/%s", name);
+    int nfd = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (nfd < 0 && errno == ENOENT) {
+      if (!create) {
+        close(fd);
+        return -2;
+      }
+      if (mkdirat(fd, name, 0700) != 0 && errno != EEXIST) {
+        const int e = errno;
+        close(fd);
+        return refuse("%s: cannot create: %s", shown, strerror(e));
+      }
+      nfd = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    }
+    const int e = errno;
+    close(fd);
+    if (nfd < 0)
+      return refuse("%s: cannot open%s: %s", shown, e == ELOOP || e == ENOTDIR ? " as a real folder" : "",
+                    strerror(e));
+    fd = nfd;
+    *sub = 1;
+  }
+}
+
 /* Opens the cache folder `path` under the rules above; returns a directory descriptor, -1 when refused or
- * unusable (said on stderr), -2 when it does not exist and !create. */
-static int open_folder(const char *path, int create) {
+ * unusable (said on stderr), -2 when it does not exist and !create. *sub: 1 when the descriptor is of the private
+ * subfolder of a shared sticky folder (usable_folder). */
+static int open_folder(const char *path, int create, int *sub) {
   char rest[2 * PATH_MAX + 2], shown[PATH_MAX + 1];
   if (path[0] == '/') {
     if (snprintf(rest, sizeof rest, "%s", path) >= (int)sizeof rest) return refuse("%s: path too long", path);
@@ -205,22 +293,8 @@ static int open_folder(const char *path, int create) {
         return -1;
       }
     } else {
-      struct stat sb;
-      if (fstat(fd, &sb) != 0) {
-        int e = errno;
-        close(fd);
-        return refuse("%s: cannot stat: %s", shown, strerror(e));
-      }
-      if (sb.st_uid != geteuid()) {
-        close(fd);
-        return refuse("%s is owned by uid %ld, not by you (uid %ld)", shown, (long)sb.st_uid, (long)geteuid());
-      }
-      if ((sb.st_mode & 077) && fchmod(fd, 0700) != 0) {
-        int e = errno;
-        close(fd);
-        return refuse("%s has mode %03o and cannot be made private: %s", shown, (unsigned)(sb.st_mode & 0777),
-                      strerror(e));
-      }
+      fd = usable_folder(fd, shown, sizeof shown, create, sub);
+      if (fd < 0) return fd;
       final_checked = 1;
     }
     p = next;
@@ -232,23 +306,98 @@ static int open_folder(const char *path, int create) {
   return fd;
 }
 
-/* The folder's descriptor (see open_folder), or a negative value. */
-static int folder_fd(int create) {
+int cd_cache_open_dir(int create, char *path, size_t size) {
   char dir[PATH_MAX];
+  int sub = 0;
   if (!cd_cache_folder(dir, sizeof dir)) return -2;
-  return open_folder(dir, create);
+  const int fd = open_folder(dir, create, &sub);
+  if (path && size) snprintf(path, size, sub ? "%s/camdelta-%ld" : "%s", dir, (long)geteuid());
+  return fd;
+}
+
+/* ------------------------------------------------------------ files of the folder */
+
+int cd_cache_open_file(int dfd, const char *name, uint64_t max, uint64_t *size, const char **why) {
+  *why = NULL;
+  int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno != ENOENT) *why = errno == ELOOP ? "it is a symbolic link" : "it cannot be opened";
+    return -1;
+  }
+  struct stat sb;
+  if (fstat(fd, &sb) != 0) *why = "it cannot be examined";
+  else if (!S_ISREG(sb.st_mode)) *why = "it is not a regular file";
+  else if (sb.st_uid != geteuid()) *why = "it is not owned by you";
+  else if (sb.st_size < 0 || (uint64_t)sb.st_size > max) *why = "it is larger than the limit";
+  if (*why) {
+    close(fd);
+    return -1;
+  }
+  *size = (uint64_t)sb.st_size;
+  return fd;
+}
+
+int cd_cache_read_all(int fd, unsigned char *buf, size_t size) {
+  size_t done = 0;
+  while (done < size) {
+    ssize_t r = pread(fd, buf + done, size - done, (off_t)done);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return 0;
+    done += (size_t)r;
+  }
+  unsigned char extra;
+  return pread(fd, &extra, 1, (off_t)size) == 0; /* the file did not grow meanwhile */
+}
+
+static void remove_stale(int dfd);
+
+/* A name no other writer picks: TAG followed by 16 random hex digits (as mkstemp draws its letters). */
+static void random_suffix(char out[17]) {
+  static atomic_uint counter;
+  unsigned char r[8];
+  ssize_t got = getrandom(r, sizeof r, GRND_NONBLOCK);
+  if (got != (ssize_t)sizeof r) { /* no entropy yet: pid, time and a counter are unique enough with O_EXCL */
+    uint64_t v = ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL) ^ ((uint64_t)atomic_fetch_add(&counter, 1) << 48);
+    for (int i = 0; i < 8; i++) r[i] = (unsigned char)(v >> (8 * i));
+  }
+  hex(r, sizeof r, out);
+}
+
+int cd_cache_write_file(int dfd, const char *name, const unsigned char *const *parts, const size_t *sizes, int n) {
+  char tmp[NAME_MAX + 1];
+  int fd = -1;
+  /* mkstemp's method relative to the folder's descriptor: a fresh random name, created exclusively and never
+   * through a link; a name that exists (even a planted one) is skipped, never opened */
+  for (int attempt = 0; attempt < 100 && fd < 0; attempt++) {
+    char suffix[17];
+    random_suffix(suffix);
+    if (snprintf(tmp, sizeof tmp, "%s" CD_TMP_MID "%s", name, suffix) >= (int)sizeof tmp) return 0;
+    fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0 && errno != EEXIST) return 0;
+  }
+  if (fd < 0) return 0;
+  remove_stale(dfd);
+  int ok = 1;
+  for (int p = 0; p < n && ok; p++) {
+    size_t done = 0;
+    while (done < sizes[p]) {
+      ssize_t w = write(fd, parts[p] + done, sizes[p] - done);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        ok = 0;
+        break;
+      }
+      done += (size_t)w;
+    }
+  }
+  if (ok && fsync(fd) != 0) ok = 0;
+  if (close(fd) != 0) ok = 0;
+  if (ok && renameat(dfd, tmp, dfd, name) != 0) ok = 0;
+  if (!ok) unlinkat(dfd, tmp, 0);
+  return ok;
 }
 
 /* ------------------------------------------------------------ keys */
-
-static void hex(const unsigned char *in, size_t n, char *out) {
-  static const char digits[] = "0123456789abcdef";
-  for (size_t i = 0; i < n; i++) {
-    out[2 * i] = digits[in[i] >> 4];
-    out[2 * i + 1] = digits[in[i] & 15];
-  }
-  out[2 * n] = '\0';
-}
 
 static void feed(blake2b_state *s, const char *field) {
   uint64_t n = strlen(field);
@@ -337,38 +486,23 @@ static void note_alloc(size_t n) {
   }
 }
 
-/* Reads and verifies entry `name` of folder `dfd`: a regular file owned by the user whose size fits the
- * limits, read without blocking. Returns a malloc'd buffer with the payload at its start, or NULL. */
+/* Reads and verifies entry `name` of folder `dfd` (cd_cache_open_file's rules; the header's length field is
+ * checked before the payload is allocated). Returns a malloc'd buffer with the payload at its start, or NULL. */
 static unsigned char *read_entry(int dfd, const char *name, const char *key_hex, size_t *len, char device[65],
                                  struct stat *sb_out) {
-  int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  const char *why;
+  uint64_t size64 = 0;
+  int fd = cd_cache_open_file(dfd, name, CD_HDR + CD_CACHE_MAX_PAYLOAD, &size64, &why);
   if (fd < 0) return NULL;
-  struct stat sb;
+  const size_t size = (size_t)size64;
   unsigned char *buf = NULL;
-  size_t size = 0;
-  int ok = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_uid == geteuid() && sb.st_size >= CD_HDR &&
-           (uint64_t)sb.st_size - CD_HDR <= CD_CACHE_MAX_PAYLOAD;
-  if (sb_out && ok) *sb_out = sb;
-  if (ok) {
-    unsigned char hdr[CD_HDR];
-    size = (size_t)sb.st_size;
-    ok = pread(fd, hdr, CD_HDR, 0) == CD_HDR && get_le64(hdr + 144) == (uint64_t)(size - CD_HDR);
-  }
+  unsigned char hdr[CD_HDR];
+  int ok = size >= CD_HDR && pread(fd, hdr, CD_HDR, 0) == CD_HDR && get_le64(hdr + 144) == (uint64_t)(size - CD_HDR);
+  if (ok && sb_out) ok = fstat(fd, sb_out) == 0;
   if (ok) {
     note_alloc(size);
     buf = malloc(size);
-    ok = buf != NULL;
-  }
-  size_t done = 0;
-  while (ok && done < size) {
-    ssize_t r = pread(fd, buf + done, size - done, (off_t)done);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) ok = 0;
-    else done += (size_t)r;
-  }
-  if (ok) {
-    unsigned char extra;
-    ok = pread(fd, &extra, 1, (off_t)size) == 0; /* the file did not grow meanwhile */
+    ok = buf != NULL && cd_cache_read_all(fd, buf, size);
   }
   close(fd);
   size_t plen = 0;
@@ -383,7 +517,7 @@ static unsigned char *read_entry(int dfd, const char *name, const char *key_hex,
 }
 
 unsigned char *cd_cache_load(const char *key_hex, size_t *len) {
-  int dfd = folder_fd(0);
+  int dfd = cd_cache_open_dir(0, NULL, 0);
   if (dfd < 0) return NULL;
   char name[80];
   snprintf(name, sizeof name, "%.64s.clbin", key_hex);
@@ -398,12 +532,18 @@ unsigned char *cd_cache_load(const char *key_hex, size_t *len) {
 }
 
 void cd_cache_discard(const char *key_hex) {
-  int dfd = folder_fd(0);
+  int dfd = cd_cache_open_dir(0, NULL, 0);
   if (dfd < 0) return;
   char name[80];
   snprintf(name, sizeof name, "%.64s.clbin", key_hex);
   unlinkat(dfd, name, 0);
   close(dfd);
+}
+
+/* 1 for a temporary file of the tuning file: "tune-<device>.txt.tmp.*" (src/tune/params.c). */
+static int is_tune_temp(const char *name) {
+  const char *t = strstr(name, ".txt" CD_TMP_MID);
+  return strncmp(name, "tune-", 5) == 0 && t != NULL;
 }
 
 /* Removes temporary files older than CD_CACHE_STALE_SECONDS (their writer died). */
@@ -418,7 +558,7 @@ static void remove_stale(int dfd) {
   const time_t now = time(NULL);
   struct dirent *de;
   while ((de = readdir(d)) != NULL) {
-    if (classify_name(de->d_name) != 2) continue;
+    if (classify_name(de->d_name) != 2 && !is_tune_temp(de->d_name)) continue;
     struct stat sb;
     if (fstatat(dfd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && difftime(now, sb.st_mtime) > CD_CACHE_STALE_SECONDS)
       unlinkat(dfd, de->d_name, 0);
@@ -428,19 +568,10 @@ static void remove_stale(int dfd) {
 
 void cd_cache_store(const char *key_hex, const unsigned char *bin, size_t len, const char *device_name) {
   if (len == 0 || (uint64_t)len > CD_CACHE_MAX_PAYLOAD) return;
-  int dfd = folder_fd(1);
+  int dfd = cd_cache_open_dir(1, NULL, 0);
   if (dfd < 0) return;
-  remove_stale(dfd);
-  char name[80], tmp[160];
+  char name[80];
   snprintf(name, sizeof name, "%.64s.clbin", key_hex);
-  static atomic_uint counter;
-  snprintf(tmp, sizeof tmp, "%.64s" CD_TMP_TAG "%ld.%lx.%u", key_hex, (long)getpid(), (unsigned long)time(NULL),
-           atomic_fetch_add(&counter, 1));
-  int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    close(dfd);
-    return;
-  }
   unsigned char hdr[CD_HDR];
   memset(hdr, 0, sizeof hdr);
   memcpy(hdr, CD_MAGIC, sizeof CD_MAGIC);
@@ -449,24 +580,9 @@ void cd_cache_store(const char *key_hex, const unsigned char *bin, size_t len, c
   uint64_t plen = len;
   for (int i = 0; i < 8; i++) hdr[144 + i] = (unsigned char)(plen >> (8 * i));
   entry_hash(hdr, bin, len, hdr + 152);
-  int ok = 1;
   const unsigned char *parts[2] = {hdr, bin};
-  size_t sizes[2] = {sizeof hdr, len};
-  for (int p = 0; p < 2 && ok; p++) {
-    size_t done = 0;
-    while (done < sizes[p]) {
-      ssize_t w = write(fd, parts[p] + done, sizes[p] - done);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) {
-        ok = 0;
-        break;
-      }
-      done += (size_t)w;
-    }
-  }
-  if (ok && fsync(fd) != 0) ok = 0;
-  if (close(fd) != 0) ok = 0;
-  if (!ok || renameat(dfd, tmp, dfd, name) != 0) unlinkat(dfd, tmp, 0);
+  const size_t sizes[2] = {sizeof hdr, len};
+  cd_cache_write_file(dfd, name, parts, sizes, 2);
   close(dfd);
 }
 
@@ -481,8 +597,13 @@ static camdelta_status open_listing(const char *op, char *dir, size_t size, int 
   if (!cd_cache_folder(dir, size)) return CAMDELTA_OK;
   refusal[0] = '\0';
   quiet = 1;
-  const int fd = open_folder(dir, 0);
+  int sub = 0;
+  const int fd = open_folder(dir, 0, &sub);
   quiet = 0;
+  if (sub) {
+    const size_t n = strlen(dir);
+    snprintf(dir + n, size - n, "/camdelta-%ld", (long)geteuid());
+  }
   if (fd == -2) return CAMDELTA_OK;
   if (fd < 0) return cd_fail(CAMDELTA_ERROR_IO, "%s: the cache folder is not used: %s", op, refusal);
   const int fd2 = dup(fd);

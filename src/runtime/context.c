@@ -247,7 +247,7 @@ camdelta_status camdelta_cache_dir(char *buf, size_t size) {
   cd_clear_error();
   if (!buf || size == 0) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_cache_dir: 'buf' is NULL or empty");
   char tmp[4096];
-  if (!cd_cache_folder(tmp, sizeof tmp)) tmp[0] = '\0';
+  if (!cd_cache_effective_folder(tmp, sizeof tmp)) tmp[0] = '\0';
   if (strlen(tmp) + 1 > size)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_cache_dir: buffer of %zu bytes too small", size);
   strcpy(buf, tmp);

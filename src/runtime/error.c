@@ -16,6 +16,24 @@ camdelta_status cd_fail(camdelta_status st, const char *fmt, ...) {
 
 void cd_clear_error(void) { cd_message[0] = '\0'; }
 
+const char *cd_escape(const char *in, size_t n, char *out, size_t cap) {
+  static const char digits[] = "0123456789abcdef";
+  size_t k = 0;
+  for (size_t i = 0; (n == (size_t)-1 ? in[i] != '\0' : i < n) && k + 5 < cap; i++) {
+    const unsigned char ch = (unsigned char)in[i];
+    if (ch >= 0x20 && ch < 0x7f && ch != '\\') {
+      out[k++] = (char)ch;
+    } else {
+      out[k++] = '\\';
+      out[k++] = 'x';
+      out[k++] = digits[ch >> 4];
+      out[k++] = digits[ch & 15];
+    }
+  }
+  if (cap) out[k] = '\0';
+  return out;
+}
+
 camdelta_status camdelta_set_error(camdelta_status status, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);

@@ -27,6 +27,10 @@ camdelta_status cd_fail(camdelta_status st, const char *fmt, ...) CD_PRINTF(2, 3
 camdelta_status cd_cl_fail(cl_int err, const char *what);
 /** Clear this thread's message (called at the start of public entry points). */
 void cd_clear_error(void);
+/** `in` (n bytes, or up to its NUL when n == (size_t)-1) into out (cap >= 1 bytes) with every byte outside
+ *  printable ASCII, and the backslash, written as \xNN: text from a file, a path or the environment never reaches
+ *  a terminal raw. Truncates to fit; returns out. */
+const char *cd_escape(const char *in, size_t n, char *out, size_t cap);
 
 /* ---------------------------------------------------------- sizes (check.c) */
 /** *out = a*b; 0 on overflow. */
@@ -85,6 +89,8 @@ camdelta_status cd_copy_text(const char *op, const char *text, char *buf, size_t
 camdelta_status cd_check_dtype(const char *op, camdelta_dtype dtype);
 
 /* -------------------------------------------------------- context (context.c) */
+#define CD_TUNE_MAX_ENTRIES 48 /* lines of the tuning file (src/tune/params.c): 16 head dims x 3 families */
+#define CD_TUNE_MAX_BYTES 4096 /* its size limit (48 lines of at most 40 bytes) */
 typedef struct cd_program_entry {
   char *key; /* source name + '\n' + options */
   cl_program program;
@@ -116,7 +122,7 @@ struct camdelta_context {
    * per family x (WM WN MR NR KC), 0 = not set; entries saved by `camdelta tune --save` */
   int tune_loaded;
   unsigned tune_over[3][5];
-  unsigned tune_saved[24][8]; /* family, D min, D max, WM, WN, MR, NR, KC */
+  unsigned tune_saved[CD_TUNE_MAX_ENTRIES][8]; /* family, D min, D max, WM, WN, MR, NR, KC */
   int tune_nsaved;
   int prep_bwd_fused; /* CAMDELTA_PREP_BWD_FUSED at creation: 0 three kernels, 1 two passes, -1 by device type */
   unsigned prep_bwd_tiles[6]; /* CAMDELTA_PREP_BWD_TILES at creation: TT, WPC, TS, NU, TW, MX (0: default), see
@@ -235,10 +241,27 @@ extern const size_t cd_embedded_source_count;
 #define CD_CACHE_STALE_SECONDS 600              /* temp files older than this are left by a dead writer */
 /** Resolve the cache folder's path; returns 0 when caching is off. */
 int cd_cache_folder(char *buf, size_t size);
+/** cd_cache_folder, with the private subfolder camdelta-<uid> appended when the folder is a shared sticky one
+ *  (cache.c: where the files are then); 0 when caching is off. */
+int cd_cache_effective_folder(char *buf, size_t size);
 /** Why the cache folder was last refused on this thread ("" when it was not). */
 const char *cd_cache_refusal(void);
 /** Largest buffer the entry reader has allocated in this process (for the tests). */
 extern _Atomic size_t cd_cache_largest_alloc;
+/** The cache folder's directory descriptor under the folder rules (cache.c): -1 when refused (the reason said
+ *  once per process on stderr, see cd_cache_refusal), -2 when caching is off or the folder does not exist and
+ *  !create. path (optional, `size` bytes) gets the folder's path. */
+int cd_cache_open_dir(int create, char *path, size_t size);
+/** Opens file `name` of the folder `dfd` for reading: O_NOFOLLOW | O_NONBLOCK (a link is never followed, a FIFO
+ *  never blocks), a regular file owned by the user, at most `max` bytes (*size). A descriptor, or -1 with *why
+ *  NULL (no such file) or a static reason ("it is not a regular file", ...). */
+int cd_cache_open_file(int dfd, const char *name, uint64_t max, uint64_t *size, const char **why);
+/** Reads exactly `size` bytes from fd into buf; 0 on a short read or when the file grew meanwhile. */
+int cd_cache_read_all(int fd, unsigned char *buf, size_t size);
+/** Writes parts[0..n) as file `name` of the folder `dfd`, atomically: a new temporary file with a random name
+ *  (O_CREAT | O_EXCL | O_NOFOLLOW, 0600), fsync, renamed over `name`; removed again on any failure. Stale temporary
+ *  files of dead writers are removed first. 1 on success, 0 (errno set) otherwise. */
+int cd_cache_write_file(int dfd, const char *name, const unsigned char *const *parts, const size_t *sizes, int n);
 /** Hex key of (device identity, library version, options, source). */
 void cd_cache_key(camdelta_context *ctx, const char *options, const char *src, size_t src_len, char key_hex[65]);
 /** Verify an entry image of `size` bytes for `key_hex` (NULL: any key): magic, key, length = size - header,

@@ -1,11 +1,15 @@
 /* Tiles of the tensor-core kernel families: each family's parameters, constraints and local-memory formula in
  * one place; the per-device table (vendor -> device -> entry, as CLBlast's database); entries saved by
- * `camdelta tune --save` in the cache folder; overrides per context (camdelta_tune_set, CAMDELTA_TC_TILES).
+ * `camdelta tune --save` in the cache folder (the tuning file, read and written under the kernel cache's trust
+ * rules: src/runtime/cache.c); overrides per context (camdelta_tune_set, CAMDELTA_TC_TILES).
  * Resolution for (family, D): override > saved entry > table entry > heuristic (tc.c). */
 #include <ctype.h>
+#include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "plan.h"
 #include "scan_tiles.h"
@@ -60,38 +64,122 @@ int cd_tc_family(const char *name) {
 static void to_row(const cd_tc_tiles *t, unsigned v[5]) { v[0] = t->wm, v[1] = t->wn, v[2] = t->mr, v[3] = t->nr, v[4] = t->kc; }
 static void from_row(const unsigned v[5], cd_tc_tiles *t) { t->wm = v[0], t->wn = v[1], t->mr = v[2], t->nr = v[3], t->kc = v[4]; }
 
-void cd_tune_file(const camdelta_context *ctx, char *buf, size_t size) {
-  char dir[4096], name[160];
+void cd_tune_file_name(const camdelta_context *ctx, char *buf, size_t size) {
+  char name[160];
   size_t n = 0;
   for (const char *p = ctx->info.device_name; *p && n + 1 < sizeof name; p++)
     name[n++] = isalnum((unsigned char)*p) ? *p : '_';
   name[n] = '\0';
-  if (!cd_cache_folder(dir, sizeof dir)) {
-    buf[0] = '\0';
-    return;
+  snprintf(buf, size, "tune-%s.txt", name);
+}
+
+/* One decimal number of digits only (no sign, no space), at most 4 digits, in [lo, hi]; *p past it. */
+static int tune_number(const char **p, unsigned lo, unsigned hi, unsigned *out) {
+  unsigned v = 0;
+  int digits = 0;
+  while (**p >= '0' && **p <= '9' && digits < 5) v = 10 * v + (unsigned)(*(*p)++ - '0'), digits++;
+  if (digits == 0 || digits > 4 || v < lo || v > hi) return 0;
+  *out = v;
+  return 1;
+}
+
+int cd_tune_parse(const char *text, size_t len, unsigned rows[][8], int max_rows, int *nrows, char *why,
+                  size_t why_size) {
+  *nrows = 0;
+  if (len > CD_TUNE_MAX_BYTES) {
+    snprintf(why, why_size, "larger than %d bytes", CD_TUNE_MAX_BYTES);
+    return 0;
   }
-  snprintf(buf, size, "%s/tune-%s.txt", dir, name);
+  if (memchr(text, '\0', len)) {
+    snprintf(why, why_size, "it holds a NUL byte");
+    return 0;
+  }
+  if (len && text[len - 1] != '\n') {
+    snprintf(why, why_size, "the last line does not end with a newline");
+    return 0;
+  }
+  const char *p = text, *end = text + len;
+  for (int line = 1; p < end; line++) {
+    const char *eol = memchr(p, '\n', (size_t)(end - p));
+    const char *sp = memchr(p, ' ', (size_t)(eol - p));
+    int fam = -1;
+    for (int f = 0; sp && f < CD_TC_FAMILIES; f++)
+      if (strlen(cd_tc_family_names[f]) == (size_t)(sp - p) && !memcmp(p, cd_tc_family_names[f], (size_t)(sp - p)))
+        fam = f;
+    unsigned v[7];
+    int ok = fam >= 0;
+    const char *q = sp;
+    for (int i = 0; ok && i < 7; i++) {
+      const unsigned lo = i < 2 ? CAMDELTA_MIN_HEAD_DIM : 1, hi = i < 2 ? CAMDELTA_MAX_HEAD_DIM : 4096;
+      ok = *q++ == ' ' && tune_number(&q, lo, hi, &v[i]);
+      if (ok && i < 2) ok = v[i] % CAMDELTA_HEAD_DIM_MULTIPLE == 0;
+    }
+    ok = ok && q == eol && v[0] <= v[1];
+    if (!ok) {
+      snprintf(why, why_size,
+               "line %d is not 'FAMILY DMIN DMAX WM WN MR NR KC' (FAMILY gram, apply or frames; DMIN <= DMAX head dims; "
+               "tiles in [1, 4096]; single spaces)",
+               line);
+      return 0;
+    }
+    if (*nrows == max_rows) {
+      snprintf(why, why_size, "more than %d entries", max_rows);
+      return 0;
+    }
+    unsigned *row = rows[(*nrows)++];
+    row[0] = (unsigned)fam;
+    for (int i = 0; i < 7; i++) row[1 + i] = v[i];
+    p = eol + 1;
+  }
+  return 1;
+}
+
+static _Thread_local char tune_refusal_text[1024];
+const char *cd_tune_refusal(void) { return tune_refusal_text; }
+
+/* Reads the tuning file `name` of the cache folder `dfd` (at `dir`, for the message) into rows[0 .. *n): 1 when
+ * it is absent or good; 0 when refused (the reason in cd_tune_refusal, and once per process on stderr, escaped). */
+static int read_tune_file(int dfd, const char *dir, const char *name, unsigned rows[][8], int *n) {
+  static atomic_int warned;
+  *n = 0;
+  tune_refusal_text[0] = '\0';
+  const char *why = NULL;
+  uint64_t size = 0;
+  char reason[512];
+  reason[0] = '\0';
+  int fd = cd_cache_open_file(dfd, name, CD_TUNE_MAX_BYTES, &size, &why);
+  if (fd < 0 && !why) return 1; /* none saved */
+  if (fd >= 0) {
+    char text[CD_TUNE_MAX_BYTES + 1];
+    if (!cd_cache_read_all(fd, (unsigned char *)text, (size_t)size)) snprintf(reason, sizeof reason, "short read");
+    else if (cd_tune_parse(text, (size_t)size, rows, CD_TUNE_MAX_ENTRIES, n, reason, sizeof reason)) reason[0] = '\0';
+    else *n = 0;
+    close(fd);
+    if (!reason[0]) return 1;
+  } else {
+    snprintf(reason, sizeof reason, "%s", why);
+    if (strstr(why, "limit")) snprintf(reason, sizeof reason, "%s of %d bytes", why, CD_TUNE_MAX_BYTES);
+  }
+  char raw[4400], shown[4 * sizeof raw + 1];
+  snprintf(raw, sizeof raw, "%s/%s", dir, name);
+  cd_escape(raw, (size_t)-1, shown, sizeof shown);
+  snprintf(tune_refusal_text, sizeof tune_refusal_text, "%.400s: %s", shown, reason);
+  if (atomic_exchange(&warned, 1) == 0)
+    fprintf(stderr, "camdelta: warning: ignoring the tuning file %s (saved tiles are not used)\n", tune_refusal_text);
+  return 0;
 }
 
 /* Overrides from CAMDELTA_TC_TILES ("gram:WM=2,KC=16;frames:WM=4") and the saved entries, once per context. */
 static camdelta_status load(camdelta_context *ctx) {
   if (ctx->tune_loaded) return CAMDELTA_OK;
   ctx->tune_loaded = 1;
-  char path[4300];
-  cd_tune_file(ctx, path, sizeof path);
-  FILE *f = path[0] ? fopen(path, "r") : NULL;
-  if (f) {
-    char line[256], fam[32];
-    unsigned v[7];
-    while (fgets(line, sizeof line, f) && ctx->tune_nsaved < 24) {
-      if (sscanf(line, "%31s %u %u %u %u %u %u %u", fam, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6]) != 8) continue;
-      const int fi = cd_tc_family(fam);
-      if (fi < 0) continue;
-      unsigned *row = ctx->tune_saved[ctx->tune_nsaved++];
-      row[0] = (unsigned)fi;
-      for (int i = 0; i < 7; i++) row[1 + i] = v[i];
-    }
-    fclose(f);
+  char dir[4096];
+  const int dfd = cd_cache_open_dir(0, dir, sizeof dir);
+  if (dfd >= 0) {
+    char name[200];
+    cd_tune_file_name(ctx, name, sizeof name);
+    read_tune_file(dfd, dir, name, ctx->tune_saved, &ctx->tune_nsaved);
+    close(dfd);
   }
   const char *env = ctx->tc_tiles_env; /* CAMDELTA_TC_TILES as read at context creation */
   if (env && *env) {
@@ -229,35 +317,46 @@ camdelta_status camdelta_tune_save(camdelta_context *ctx, size_t D, char *path, 
   if (!ctx) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_tune_save: 'ctx' is NULL");
   camdelta_status st = cd_check_head_dim("camdelta_tune_save", D);
   if (st) return st;
-  char file[4300], tmp[4400];
-  cd_tune_file(ctx, file, sizeof file);
-  if (!file[0]) return cd_fail(CAMDELTA_ERROR_IO, "camdelta_tune_save: the kernel cache is off (CAMDELTA_CACHE=0)");
   cd_tc_tiles t[CD_TC_FAMILIES];
   const char *from;
   for (int f = 0; f < CD_TC_FAMILIES; f++)
     if ((st = cd_tc_resolve(ctx, f, D, 1, &t[f], &from))) return st;
-  /* keep the other entries, replace this D's */
-  char keep[64][256];
-  int nkeep = 0;
-  FILE *in = fopen(file, "r");
-  if (in) {
-    char line[256], fam[32];
-    unsigned lo, hi;
-    while (fgets(line, sizeof line, in) && nkeep < 64)
-      if (sscanf(line, "%31s %u %u", fam, &lo, &hi) == 3 && !(lo == D && hi == D)) snprintf(keep[nkeep++], 256, "%s", line);
-    fclose(in);
+  char dir[4096], name[200], file[4400], shown[4 * 4400 + 1];
+  const int dfd = cd_cache_open_dir(1, dir, sizeof dir);
+  if (dfd == -2)
+    return cd_fail(CAMDELTA_ERROR_IO, "camdelta_tune_save: the kernel cache is off (CAMDELTA_CACHE=0)");
+  if (dfd < 0)
+    return cd_fail(CAMDELTA_ERROR_IO, "camdelta_tune_save: the cache folder is not used: %s", cd_cache_refusal());
+  cd_tune_file_name(ctx, name, sizeof name);
+  snprintf(file, sizeof file, "%s/%s", dir, name);
+  cd_escape(file, (size_t)-1, shown, sizeof shown);
+  /* keep the other entries of a good file (a refused one is replaced), replace this D's; the oldest go first
+   * when the file would hold more than CD_TUNE_MAX_ENTRIES */
+  unsigned rows[CD_TUNE_MAX_ENTRIES][8];
+  int n = 0;
+  read_tune_file(dfd, dir, name, rows, &n);
+  char text[CD_TUNE_MAX_BYTES + 1]; /* CD_TUNE_MAX_ENTRIES lines of at most 40 bytes fit */
+  size_t len = 0;
+  int kept = 0;
+  for (int i = 0; i < n; i++) kept += !(rows[i][1] == D && rows[i][2] == D);
+  int skip = kept + CD_TC_FAMILIES - CD_TUNE_MAX_ENTRIES;
+  for (int i = 0; i < n; i++) {
+    if (rows[i][1] == D && rows[i][2] == D) continue;
+    if (skip > 0) {
+      skip--;
+      continue;
+    }
+    len += (size_t)snprintf(text + len, sizeof text - len, "%s %u %u %u %u %u %u %u\n", cd_tc_family_names[rows[i][0]],
+                            rows[i][1], rows[i][2], rows[i][3], rows[i][4], rows[i][5], rows[i][6], rows[i][7]);
   }
-  snprintf(tmp, sizeof tmp, "%s.tmp", file);
-  FILE *out = fopen(tmp, "w");
-  if (!out) return cd_fail(CAMDELTA_ERROR_IO, "camdelta_tune_save: cannot write '%s' (does the cache folder exist?)", tmp);
-  for (int i = 0; i < nkeep; i++) fputs(keep[i], out);
   for (int f = 0; f < CD_TC_FAMILIES; f++)
-    fprintf(out, "%s %zu %zu %u %u %u %u %u\n", cd_tc_family_names[f], D, D, t[f].wm, t[f].wn, t[f].mr, t[f].nr,
-            t[f].kc);
-  if (fclose(out) != 0 || rename(tmp, file) != 0) {
-    remove(tmp);
-    return cd_fail(CAMDELTA_ERROR_IO, "camdelta_tune_save: cannot write '%s'", file);
-  }
+    len += (size_t)snprintf(text + len, sizeof text - len, "%s %zu %zu %u %u %u %u %u\n", cd_tc_family_names[f], D,
+                            D, t[f].wm, t[f].wn, t[f].mr, t[f].nr, t[f].kc);
+  const unsigned char *part = (const unsigned char *)text;
+  const int ok = len < sizeof text && cd_cache_write_file(dfd, name, &part, &len, 1);
+  const int e = errno;
+  close(dfd);
+  if (!ok) return cd_fail(CAMDELTA_ERROR_IO, "camdelta_tune_save: cannot write %s: %s", shown, strerror(e));
   if (path && path_size) snprintf(path, path_size, "%s", file);
   return CAMDELTA_OK;
 }

@@ -78,9 +78,22 @@ size_t cd_tc_local_bytes(int family, size_t D, int split, const cd_tc_tiles *t);
 size_t cd_tc_apply_ot_local_bytes(const cd_tc_tiles *t);
 /** UNSUPPORTED with a message when the tiles break the family's constraints or the device's limits. */
 camdelta_status cd_tc_check(const camdelta_context *ctx, int family, size_t D, int split, const cd_tc_tiles *t);
-/** The file `camdelta tune --save` writes and contexts read (cache folder, one per device name); "" without
- *  a cache folder. Lines: "family Dmin Dmax WM WN MR NR KC". */
-void cd_tune_file(const camdelta_context *ctx, char *buf, size_t size);
+/** The name of the tuning file `camdelta tune --save` writes and contexts read in the cache folder, one per device
+ *  name: "tune-<device name, each byte but letters and digits as '_'>.txt". It is read and written under the kernel
+ *  cache's rules (src/runtime/cache.c: the folder's checks; a regular file owned by the user, opened without
+ *  following a link or blocking on a FIFO, at most CD_TUNE_MAX_BYTES; written through a random temporary name
+ *  and an atomic rename). A file refused by those rules or by cd_tune_parse is ignored, with one warning per
+ *  process on stderr (escaped). */
+void cd_tune_file_name(const camdelta_context *ctx, char *buf, size_t size);
+/** The strict parser of the tuning file's text (len bytes): lines "FAMILY DMIN DMAX WM WN MR NR KC\n", FAMILY one
+ *  of cd_tc_family_names, DMIN <= DMAX head dims (multiples of 8 in [8, 128]), tiles in [1, 4096], decimal digits
+ *  only, single spaces, every line ending in a newline, at most max_rows lines, at most CD_TUNE_MAX_BYTES. 1 and
+ *  rows[0 .. *nrows) (family, DMIN, DMAX, WM, WN, MR, NR, KC) when the whole text is good, else 0 with the reason
+ *  (naming the line) in why. */
+int cd_tune_parse(const char *text, size_t len, unsigned rows[][8], int max_rows, int *nrows, char *why,
+                  size_t why_size);
+/** Why the tuning file was last ignored on this thread ("" when it was not). */
+const char *cd_tune_refusal(void);
 
 /** Work-group size and tile extents. */
 static inline unsigned cd_tc_wg(const cd_tc_tiles *t) { return 32 * t->wm * t->wn; }
