@@ -1,0 +1,110 @@
+/* The declarations: every knob of the library, every environment variable it reads. docs/tuning.md is generated
+ * from this file (src/options/gen/tuning_md.c); edit here, then `cmake --build build --target tuning-doc`. */
+#include "options/options.h"
+
+const cd_opt_family cd_opt_families[CD_OPT_FAM_COUNT] = {
+    [CD_OPT_FAM_CONV] = {.name = "conv", .env = NULL, .doc = "the short convolution on raw K (camdelta_short_conv_*)"},
+};
+
+const cd_opt_decl cd_opt_decls[CD_OPT_COUNT] = {
+    [CD_OPT_CONV_SB] = {.family = CD_OPT_FAM_CONV,
+                        .key = "SB",
+                        .env = "CAMDELTA_CONV_SB",
+                        .type = CD_OPT_RANGE,
+                        .min = 1,
+                        .max = 64,
+                        .def = CD_OPT_DEF_CLASS(8, 4),
+                        .doc = "spatial positions per work-item of the backward: fewer give more work-items and more "
+                               "weight partials to sum"},
+};
+
+const cd_opt_env_doc cd_opt_env_docs[] = {
+    {.name = "CAMDELTA_DEVICE",
+     .value = "`P:D`, `gpu`, `cpu`, `accelerator`, or part of a name",
+     .when = "context creation",
+     .doc = "the device: platform and device index from `camdelta info`, a device type, or a case-insensitive part of "
+            "the platform or device name or vendor (`nvidia`, `pocl`); default the first GPU, else the first device"},
+    {.name = "CAMDELTA_CACHE_DIR",
+     .value = "a folder",
+     .when = "each program build",
+     .doc = "the kernel cache folder (default `$XDG_CACHE_HOME/camdelta`, else `~/.cache/camdelta`)"},
+    {.name = "CAMDELTA_CACHE",
+     .value = "`0`",
+     .when = "each program build",
+     .doc = "no disk cache"},
+    {.name = "CAMDELTA_KERNEL_DIR",
+     .value = "a folder",
+     .when = "each program build",
+     .doc = "read the kernel sources from this folder instead of the copies built into the library"},
+    {.name = "CAMDELTA_DEVICE_LIMITS",
+     .value = "`local=BYTES,wg=ITEMS,cu=UNITS`",
+     .when = "context creation",
+     .doc = "test mode: lower the local memory, work-group size and compute units the context reports (values above "
+            "the device's own are ignored)"},
+    {.name = "CAMDELTA_PROFILE_KERNELS",
+     .value = "`1`",
+     .when = "context creation",
+     .doc = "print each profiled kernel's time on stderr (with `camdelta bench`)"},
+    {.name = "CAMDELTA_SCAN_VERBOSE",
+     .value = "`1`",
+     .when = "context creation",
+     .doc = "print the scan's plan (algorithm, kernels, arithmetic path, tiles) on stderr; the API is "
+            "`camdelta_scan_plan_describe`"},
+    {.name = "CAMDELTA_TC",
+     .value = "`0` or `emulate`",
+     .when = "context creation",
+     .doc = "turn the NVIDIA tensor-core path off, or run its kernels emulated on any device (tests)"},
+    {.name = "CAMDELTA_TC_TILES",
+     .value = "`gram:WM=2,KC=16;frames:WM=4`",
+     .when = "context creation",
+     .doc = "the tensor-core families' tiles (gram, apply, frames; WM WN MR NR KC), as `camdelta_tune_set`"},
+    {.name = "CAMDELTA_SCAN_TILES",
+     .value = "`A_WR=16,A_KC=16,...`",
+     .when = "context creation",
+     .doc = "the chunkwise scan's FMA tiles (A_WR A_RM A_WC A_RN A_KC, B_J B_WR B_RM B_WC B_RN B_KC B_PF, C_WR C_RM "
+            "C_WC C_RN C_KC); `camdelta_tune_set` family `chunkwise`"},
+    {.name = "CAMDELTA_SCAN_BWD_TILES",
+     .value = "`RPT=8,TSG=16,...`",
+     .when = "context creation",
+     .doc = "the scan backward's FMA tiles (RPT TSG CB DPT TL TPT MC RL); `camdelta_tune_set` family `backward`"},
+    {.name = "CAMDELTA_SEQ_TILES",
+     .value = "`J=8,TS=32,W=256,PF=1,OUT=2`",
+     .when = "context creation",
+     .doc = "the sequential forward's value columns per work-group, tokens per tile, work-group size, prefetch and "
+            "where the outputs come from; `camdelta_tune_set` family `sequential`"},
+    {.name = "CAMDELTA_PREP_FUSED",
+     .value = "`0`, `1` or `2`",
+     .when = "context creation",
+     .doc = "prep forward form: `0` two passes, `1` one pass reading q and k twice, `2` one pass holding one "
+            "tensor's rows of all heads in registers"},
+    {.name = "CAMDELTA_PREP_BWD_FUSED",
+     .value = "`0` or `1`",
+     .when = "context creation",
+     .doc = "prep backward form: `0` three kernels, `1` two passes"},
+    {.name = "CAMDELTA_PREP_TILES",
+     .value = "`TT=8,WPC=64,IX=64,WL=3`",
+     .when = "context creation",
+     .doc = "tuning of the one-pass prep forward forms"},
+    {.name = "CAMDELTA_PREP_BWD_TILES",
+     .value = "`TT=16,WPC=24,TS=64,NU=2,TW=3,MX=3`",
+     .when = "context creation",
+     .doc = "tuning of the two-pass prep backward"},
+    {.name = "CAMDELTA_BRANCH_PAIR",
+     .value = "`0`",
+     .when = "context creation",
+     .doc = "the camera branch runs its scan pair as two scans and an add"},
+    {.name = "CAMDELTA_BRANCH_FUSED_OT",
+     .value = "`0`",
+     .when = "context creation",
+     .doc = "the camera branch runs the scan pair's phase C and the output transform as two kernels"},
+    {.name = "CAMDELTA_SP_CHUNK_BYTES",
+     .value = "a multiple of 4 in [4, 2^30]",
+     .when = "once per process",
+     .doc = "sequence parallelism (`camdelta_mpi`): the largest chunk of the pipelined transfers between ranks "
+            "(default 4 MiB); the same on every rank (checked)"},
+    {.name = "CAMDELTA_SP_SEPARATE_SUMMARIES",
+     .value = "`1`",
+     .when = "each sequence-parallel call",
+     .doc = "sequence parallelism: the summaries from their own grams instead of the scan's"},
+};
+const size_t cd_opt_env_doc_count = sizeof cd_opt_env_docs / sizeof cd_opt_env_docs[0];
