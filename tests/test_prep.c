@@ -184,18 +184,21 @@ static void test_prep_regs(void **state) {
  * form past 64 heads. And where that form's indices fit 32 bits. */
 static void test_prep_form_rule(void **state) {
   (void)state;
-  assert_int_equal(cd_prep_forward_form(-1, 0, 20), 0);
-  assert_int_equal(cd_prep_forward_form(-1, 1, 20), 2);
-  assert_int_equal(cd_prep_forward_form(-1, 1, 48), 2);
-  assert_int_equal(cd_prep_forward_form(-1, 1, 49), 1);
-  assert_int_equal(cd_prep_forward_form(-1, 1, 0), 1);
-  assert_int_equal(cd_prep_forward_form(0, 1, 20), 0);
-  assert_int_equal(cd_prep_forward_form(1, 1, 20), 1);
-  assert_int_equal(cd_prep_forward_form(1, 0, 20), 1);
-  assert_int_equal(cd_prep_forward_form(2, 0, 3), 2);
-  assert_int_equal(cd_prep_forward_form(2, 1, 64), 2);
-  assert_int_equal(cd_prep_forward_form(2, 1, 65), 1);
-  assert_int_equal(cd_prep_forward_form(2, 1, 0), 1);
+  const cd_opt_decl *form = &cd_opt_decls[CD_OPT_PREP_FORM];
+  assert_int_equal(form->def[cd_opt_default_index(0, 0)], 0);
+  assert_int_equal(form->def[cd_opt_default_index(0, 1)], 0);
+  assert_int_equal(form->def[cd_opt_default_index(1, 0)], CD_OPT_AUTO);
+  assert_int_equal(form->def[cd_opt_default_index(1, 1)], CD_OPT_AUTO);
+  assert_int_equal(cd_prep_forward_form(CD_OPT_AUTO, 20), 2);
+  assert_int_equal(cd_prep_forward_form(CD_OPT_AUTO, 48), 2);
+  assert_int_equal(cd_prep_forward_form(CD_OPT_AUTO, 49), 1);
+  assert_int_equal(cd_prep_forward_form(CD_OPT_AUTO, 0), 1);
+  assert_int_equal(cd_prep_forward_form(0, 20), 0);
+  assert_int_equal(cd_prep_forward_form(1, 20), 1);
+  assert_int_equal(cd_prep_forward_form(2, 3), 2);
+  assert_int_equal(cd_prep_forward_form(2, 64), 2);
+  assert_int_equal(cd_prep_forward_form(2, 65), 1);
+  assert_int_equal(cd_prep_forward_form(2, 0), 1);
   /* 32-bit indices up to 2^32 - 1 elements in the rows and in the camera matrices (16 per token) */
   assert_int_equal(cd_prep_ix32(1, 32760, 20, 112), 1);
   assert_int_equal(cd_prep_ix32(1, ((size_t)1 << 26) - 1, 8, 8), 1);
@@ -205,7 +208,7 @@ static void test_prep_form_rule(void **state) {
   assert_int_equal(cd_prep_ix32(1, ((size_t)1 << 28) - 1, 1, 8), 1);
   /* where the register-resident form reads the norm weights: staged in local memory in f32 and in 16-bit below
    * D = 96, applied before the barrier in 16-bit from D = 96, in the loop where the staged weights do not fit (64
-   * heads of 128 at 16 tokens: 32 KiB of weights and 32 KiB of squares), and as CAMDELTA_PREP_TILES's WL says */
+   * heads of 128 at 16 tokens: 32 KiB of weights and 32 KiB of squares), and as option WL says */
   static camdelta_context c; /* zeroed: no override */
   c.info.local_mem_bytes = 48 * 1024;
   assert_int_equal(cd_prep_weights_mode(&c, CAMDELTA_F32, 20, 112, 8), 2);
@@ -214,9 +217,9 @@ static void test_prep_form_rule(void **state) {
   assert_int_equal(cd_prep_weights_mode(&c, CAMDELTA_BF16, 20, 64, 16), 2);
   assert_int_equal(cd_prep_weights_mode(&c, CAMDELTA_F32, 48, 128, 8), 2);
   assert_int_equal(cd_prep_weights_mode(&c, CAMDELTA_F32, 64, 128, 16), 0);
-  c.prep_tiles[3] = 1;
+  cd_opt_put(&c.opts, CD_OPT_PREP_WL, 1, CD_OPT_FROM_API);
   assert_int_equal(cd_prep_weights_mode(&c, CAMDELTA_F32, 20, 112, 8), 0);
-  c.prep_tiles[3] = 2;
+  cd_opt_put(&c.opts, CD_OPT_PREP_WL, 2, CD_OPT_FROM_API);
   assert_int_equal(cd_prep_weights_mode(&c, CAMDELTA_F32, 20, 112, 8), 1);
 }
 

@@ -28,12 +28,26 @@
 
 /** Families: camdelta_tune_set's first argument. */
 typedef enum cd_opt_family_id {
-  CD_OPT_FAM_CONV, /* "conv": the short convolution */
+  CD_OPT_FAM_PREP,     /* "prep": the prep forward */
+  CD_OPT_FAM_PREP_BWD, /* "prep_backward": the prep backward */
+  CD_OPT_FAM_CONV,     /* "conv": the short convolution */
   CD_OPT_FAM_COUNT
 } cd_opt_family_id;
 
 /** Keys, grouped by family. */
 typedef enum cd_opt_id {
+  CD_OPT_PREP_FORM,
+  CD_OPT_PREP_TT,
+  CD_OPT_PREP_WPC,
+  CD_OPT_PREP_WL,
+  CD_OPT_PREP_IX,
+  CD_OPT_PREP_BWD_FORM,
+  CD_OPT_PREP_BWD_TT,
+  CD_OPT_PREP_BWD_WPC,
+  CD_OPT_PREP_BWD_TS,
+  CD_OPT_PREP_BWD_NU,
+  CD_OPT_PREP_BWD_TW,
+  CD_OPT_PREP_BWD_MX,
   CD_OPT_CONV_SB,
   CD_OPT_COUNT
 } cd_opt_id;

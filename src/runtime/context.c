@@ -6,7 +6,6 @@
 
 #include "device.h"
 #include "internal.h"
-#include "prep_common.h"
 #include "plan.h"
 #include "scan_tiles.h"
 
@@ -62,10 +61,6 @@ static camdelta_status finish_create(camdelta_context *ctx) {
   char msg[512];
   cd_opt_clear(&ctx->opts);
   if (cd_opt_read_env(&ctx->opts, msg, sizeof msg)) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s", msg);
-  const char *pf = getenv("CAMDELTA_PREP_FUSED");
-  ctx->prep_fused = pf && pf[0] >= '0' && pf[0] <= '2' && !pf[1] ? pf[0] - '0' : -1;
-  const char *pbf = getenv("CAMDELTA_PREP_BWD_FUSED");
-  ctx->prep_bwd_fused = pbf && (pbf[0] == '0' || pbf[0] == '1') && !pbf[1] ? pbf[0] - '0' : -1;
   const char *bp = getenv("CAMDELTA_BRANCH_PAIR");
   ctx->branch_pair = bp && bp[0] == '0' && !bp[1] ? 0 : 1;
   const char *fot = getenv("CAMDELTA_BRANCH_FUSED_OT");
@@ -80,8 +75,6 @@ static camdelta_status finish_create(camdelta_context *ctx) {
     return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "out of host memory reading CAMDELTA_TC_TILES");
   camdelta_status st = cd_limits_env(ctx);
   if (!st) st = cd_tune_fma_env(ctx);
-  if (!st) st = cd_prep_bwd_tiles_env(ctx->prep_bwd_tiles);
-  if (!st) st = cd_prep_tiles_env(ctx->prep_tiles);
   return st;
 }
 
