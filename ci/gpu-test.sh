@@ -16,7 +16,7 @@
 #          staging once) and their profile.
 # prep-ab: prep forward and backward of each shape in every form (CAMDELTA_PREP_FUSED = 2, 1, 0;
 #          CAMDELTA_PREP_BWD_FUSED = 1, 0), then the register-resident forward under each CAMDELTA_PREP_TILES WL and
-#          the two-pass backward under a few CAMDELTA_PREP_BWD_TILES settings, MX and TW among them (to pick the
+#          the two-pass backward under a few CAMDELTA_PREP_BWD_TILES settings, TW among them (to pick the
 #          defaults), in f32 and bf16.
 # large: tests/large_sizes.c at B=3 H=32 D=128 N=219,600 (> 2^31 elements per tensor; about 70 GB of device
 #        memory, a few minutes with the f64 reference of the sampled sequences on the host's cores).
@@ -379,7 +379,7 @@ while [ $# -gt 0 ]; do
             CAMDELTA_PREP_FUSED=2 CAMDELTA_PREP_TILES=$t CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench \
               --shape "$s" --dtype $dt --only prep-forward 2>&1 | tee -a "$OUT/prep-ab.txt" | grep -E "^prep|rror" || rc=1
           done
-          for t in WPC=8 WPC=32 TT=8 NU=1 NU=4 TS=32 TS=128 MX=1 MX=2 TW=1 TW=3; do
+          for t in WPC=8 WPC=32 TT=8 NU=1 NU=4 TS=32 TS=128 TW=1 TW=3; do
             echo "== $s $dt CAMDELTA_PREP_BWD_TILES=$t" | tee -a "$OUT/prep-ab.txt"
             CAMDELTA_PREP_BWD_FUSED=1 CAMDELTA_PREP_BWD_TILES=$t CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench \
               --shape "$s" --dtype $dt --only prep-backward 2>&1 | tee -a "$OUT/prep-ab.txt" | grep -E "^prep|rror" || rc=1

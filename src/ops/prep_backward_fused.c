@@ -15,14 +15,14 @@
  * Pass 2 writes all three tensors per work-group (cd_prep_bwd_grads, TW 3) or one (cd_prep_bwd_grads_kind, TW 1:
  * three times the work-groups, each holding one camera matrix and one input row, fewer registers: 16-bit storage's
  * default).
- * Pass 2 reads the camera matrices and the RoPE coefficients (MX 3) from planar copies that cd_prep_bwd_ssum writes:
- * the matrices as 8 rows of B N float4 (row r of proj_q, then of proj_kv, across the tokens), the tables as D/8 rows
- * of N float4 each (a 4-channel unit across the tokens), so that a warp's tokens read contiguous bytes where the
- * tensors' own layouts put them 64 and 224 bytes apart. MX 2 copies the matrices only, MX 1 reads both in place.
+ * Pass 2 reads the camera matrices and the RoPE coefficients from planar copies that cd_prep_bwd_ssum writes: the
+ * matrices as 8 rows of B N float4 (row r of proj_q, then of proj_kv, across the tokens), the tables as D/8 rows of
+ * N float4 each (a 4-channel unit across the tokens), so that a warp's tokens read contiguous bytes where the
+ * tensors' own layouts put them 64 and 224 bytes apart.
  *
  * Scratch: the per-(b, h, n) shares of S_q, S_k (2, B, H, N), S (2, B, N), dpost/dpre (2, B, H, N) with
  * grad_inflation_sq, the norm-weight partials (J, 2 C), the inverse RMS values (2, B, N) when none were saved, the
- * planar camera matrices (8, B N, 4) with MX 2 or 3, then with MX 3 the planar RoPE tables (2, D/8, N, 4). */
+ * planar camera matrices (8, B N, 4), then the planar RoPE tables (2, D/8, N, 4). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,15 +63,14 @@ int cd_pbf_kernels(camdelta_context *ctx, camdelta_dtype dtype, size_t D, int g2
   if ((D / 4) % p->nu) p->nu = 1;
   p->wpc = cd_option(ctx, CD_OPT_PREP_BWD_WPC, dtype);
   p->tw = cd_option(ctx, CD_OPT_PREP_BWD_TW, dtype);
-  p->pm = (int)cd_option(ctx, CD_OPT_PREP_BWD_MX, dtype) - 1;
   const size_t uw = D / 4 / p->nu;
   /* a work-group of pass 2 needs tt * uw work-items: a smaller tile where the device or the kernel (its
    * registers) cannot take that many */
   for (;;) {
     if (p->tt * uw <= ctx->info.max_work_group_size) {
       char opts[160];
-      snprintf(opts, sizeof opts, "-DCD_DTYPE=%d -DCD_D=%zu -DCD_TT=%u -DCD_G2=%d -DCD_UW=%zu -DCD_PM=%d", (int)dtype,
-               D, p->tt, g2 != 0, uw, p->pm);
+      snprintf(opts, sizeof opts, "-DCD_DTYPE=%d -DCD_D=%zu -DCD_TT=%u -DCD_G2=%d -DCD_UW=%zu", (int)dtype, D, p->tt,
+               g2 != 0, uw);
       const char *const names[4] = {PASS1_NAMES[p1], "cd_prep_bwd_ssum", GRADS_NAMES[p->tw == 1],
                                     "cd_prep_bwd_fused_reduce"};
       cl_kernel *k[4] = {&p->sums, &p->ssum, &p->grads, &p->reduce};
@@ -151,7 +150,7 @@ camdelta_status cd_pbf_run(camdelta_context *ctx, const camdelta_prep_backward_a
   const size_t bytes[NSCR] = {p->rows * 2 * C * sizeof(float), 2 * B * H * N * sizeof(float),
                               2 * B * N * sizeof(float),        has_gi ? 2 * B * H * N * sizeof(float) : 0,
                               inv ? 0 : 2 * B * N * sizeof(float),
-                              p->pm ? (8 * B * N + (p->pm == 2 ? N * (D / 4) : 0)) * 4 * sizeof(float) : 0};
+                              (8 * B * N + N * (D / 4)) * 4 * sizeof(float)};
   cl_mem scr[NSCR] = {NULL};
   camdelta_status st = CAMDELTA_OK;
   for (int i = 0; i < NSCR && !st; i++)
@@ -162,7 +161,7 @@ camdelta_status cd_pbf_run(camdelta_context *ctx, const camdelta_prep_backward_a
   }
   /* absent optional tensors: a valid buffer that is never read */
   const camdelta_buffer dummy = {scr[PW], 0};
-  const cl_mem dgi = scr[DGI] ? scr[DGI] : scr[PW], pm = scr[PM] ? scr[PM] : scr[PW];
+  const cl_mem dgi = scr[DGI] ? scr[DGI] : scr[PW], pm = scr[PM];
 #define OPT(x) ((x).mem ? (x) : dummy)
   if (!st) {
     cd_args g = {p->sums, 0, CL_SUCCESS};
@@ -199,7 +198,7 @@ camdelta_status cd_pbf_run(camdelta_context *ctx, const camdelta_prep_backward_a
     cd_arg_u32(&g, (uint32_t)al);
     args_shape(&g, a, 0, 0);
     if (g.err != CL_SUCCESS) st = cd_cl_fail(g.err, "cd_prep_bwd_ssum: setting arguments");
-    const size_t items = p->pm == 2 && N * (D / 8) > B * N ? N * (D / 8) : B * N; /* cd_prep_bwd_ssum's */
+    const size_t items = N * (D / 8) > B * N ? N * (D / 8) : B * N; /* cd_prep_bwd_ssum's */
     const size_t lws = p->ts, gws = (items + lws - 1) / lws * lws;
     if (!st) st = cd_enqueue(ctx, p->ssum, 1, &gws, &lws, l, "cd_prep_bwd_ssum");
   }

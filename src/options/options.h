@@ -47,7 +47,6 @@ typedef enum cd_opt_id {
   CD_OPT_PREP_BWD_TS,
   CD_OPT_PREP_BWD_NU,
   CD_OPT_PREP_BWD_TW,
-  CD_OPT_PREP_BWD_MX,
   CD_OPT_CONV_SB,
   CD_OPT_COUNT
 } cd_opt_id;

@@ -53,7 +53,9 @@ const cd_opt_decl cd_opt_decls[CD_OPT_COUNT] = {
                         .values = {32, 64},
                         .nvalues = 2,
                         .def = CD_OPT_DEF(32),
-                        .doc = "index width of form 2: 32 bits where the call's indices fit them; 64 keeps 64 bits"},
+                        .doc = "index width of form 2: 32 bits where the call's indices fit them; 64 runs the form "
+                               "that larger calls take on any call (the tests)",
+                        .hidden = 1},
     [CD_OPT_PREP_BWD_FORM] = {.family = CD_OPT_FAM_PREP_BWD,
                               .key = "FORM",
                               .env = "CAMDELTA_PREP_BWD_FUSED",
@@ -101,15 +103,6 @@ const cd_opt_decl cd_opt_decls[CD_OPT_COUNT] = {
                             .def = CD_OPT_DEF_STORAGE(3, 1),
                             .doc = "tensors written per work-group of pass 2: 3 dq_raw, dk_raw and dv_raw together, "
                                    "1 one each (three times the work-groups, fewer registers)"},
-    [CD_OPT_PREP_BWD_MX] = {.family = CD_OPT_FAM_PREP_BWD,
-                            .key = "MX",
-                            .type = CD_OPT_ONE_OF,
-                            .values = {1, 2, 3},
-                            .nvalues = 3,
-                            .def = CD_OPT_DEF(3),
-                            .doc = "where pass 2 reads the camera matrices and RoPE tables: 3 both from copies laid "
-                                   "out by rows across the tokens, 2 the matrices so and the tables in place, 1 both "
-                                   "in place"},
     [CD_OPT_CONV_SB] = {.family = CD_OPT_FAM_CONV,
                         .key = "SB",
                         .env = "CAMDELTA_CONV_SB",
