@@ -61,10 +61,6 @@ static camdelta_status finish_create(camdelta_context *ctx) {
   char msg[512];
   cd_opt_clear(&ctx->opts);
   if (cd_opt_read_env(&ctx->opts, msg, sizeof msg)) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s", msg);
-  const char *bp = getenv("CAMDELTA_BRANCH_PAIR");
-  ctx->branch_pair = bp && bp[0] == '0' && !bp[1] ? 0 : 1;
-  const char *fot = getenv("CAMDELTA_BRANCH_FUSED_OT");
-  ctx->branch_fused_ot = fot && fot[0] == '0' && !fot[1] ? 0 : 1;
   const char *tc = getenv("CAMDELTA_TC");
   ctx->tc_env = !tc ? 0 : strcmp(tc, "0") == 0 ? 1 : strcmp(tc, "emulate") == 0 ? 2 : 0;
   ctx->scan_verbose = getenv("CAMDELTA_SCAN_VERBOSE") != NULL;

@@ -113,9 +113,6 @@ struct camdelta_context {
   cd_program_entry *programs;
   camdelta_build_stats stats;
   cd_opt_values opts; /* the option registry's values (src/options/): the environment at creation, camdelta_tune_set */
-  int branch_pair; /* CAMDELTA_BRANCH_PAIR at creation: 0 the branch runs two scans, else the fused pair */
-  int branch_fused_ot; /* CAMDELTA_BRANCH_FUSED_OT at creation: 0 the pair's phase C and the output transform run
-                          apart, else (tensor cores) the transform is phase C's epilogue */
   int tc_state; /* tensor-core feature test (src/tune/tc.c): 0 not run yet, 1 passed, 2 emulated, -1 off */
   /* tensor-core tiles (src/tune/params.c), read once per context: overrides (camdelta_tune_set, CAMDELTA_TC_TILES)
    * per family x (WM WN MR NR KC), 0 = not set; entries saved by `camdelta tune --save` */
