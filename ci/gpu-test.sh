@@ -16,7 +16,7 @@
 #          staging once) and their profile.
 # prep-ab: prep forward and backward of each shape in every form (CAMDELTA_PREP_FUSED = 2, 1, 0;
 #          CAMDELTA_PREP_BWD_FUSED = 1, 0), then the register-resident forward under each CAMDELTA_PREP_TILES WL and
-#          the two-pass backward under a few CAMDELTA_PREP_BWD_TILES settings, MX and TW among them (to pick the
+#          the two-pass backward under a few CAMDELTA_PREP_BWD_TILES settings, TW among them (to pick the
 #          defaults), in f32 and bf16.
 # large: tests/large_sizes.c at B=3 H=32 D=128 N=219,600 (> 2^31 elements per tensor; about 70 GB of device
 #        memory, a few minutes with the f64 reference of the sampled sequences on the host's cores).
@@ -25,7 +25,7 @@
 #      chunks, and the demo).
 # packed: the packed-clip tests and `bench --packed` (packed against fixed shape on equal clips).
 # seq-sweep: the sequential forward's tiles at sana480 (CAMDELTA_SEQ_TILES), outputs in the kernel or by phase C.
-# pair: the scan-pair and branch tests, and the branch rows at sana480 without and with the fused scan pair.
+# pair: the scan-pair and branch tests, and the branch rows at sana480 with their kernels one by one.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/camdelta-out}
@@ -193,18 +193,16 @@ while [ $# -gt 0 ]; do
       ;;
     pair)
       # the fused scan pair (src/ops/scan_pair.c): its tests and the branch's on the GPU, then the branch rows at
-      # sana480 with the pair off (CAMDELTA_BRANCH_PAIR=0: two scans and an add) and on, and their kernels one by one
+      # sana480 and their kernels one by one
       CAMDELTA_DEVICE=nvidia ctest --test-dir build-gpu -R "test_scan_pair|test_branch$|test_scan_precision" \
         --output-on-failure -V >"$OUT/ctest-pair.log" 2>&1 || rc=1
       grep -E "measure|tests passed|tests failed|Failed  |Timeout|FAILED|ERROR" "$OUT/ctest-pair.log" | sort -u | tail -40
-      for p in 0 1; do
-        CAMDELTA_BRANCH_PAIR=$p CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --shape sana480 --only branch \
-          --json "$OUT/bench-pair$p.json" 2>&1 | sed "s/^/[pair=$p] /" | tee -a "$OUT/bench-pair.txt" || rc=1
-        CAMDELTA_BRANCH_PAIR=$p CAMDELTA_PROFILE_KERNELS=1 CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench \
-          --shape sana480 --only branch --reps 1 --warmup 1 >/dev/null 2>"/tmp/kernels-pair$p.txt" || rc=1
-        awk '/camdelta kernel/ {k=substr($0,17,40); sub(/ +$/,"",k); n[k]++; t[k]+=$(NF-1)} END {for (k in n) printf "  %-10s %-28s %8.4f ms avg over %d\n", p, k, t[k]/n[k], n[k]}' \
-          p="[pair=$p]" "/tmp/kernels-pair$p.txt" | sort | tee -a "$OUT/bench-pair.txt"
-      done
+      CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --shape sana480 --only branch \
+        --json "$OUT/bench-pair.json" 2>&1 | tee -a "$OUT/bench-pair.txt" || rc=1
+      CAMDELTA_PROFILE_KERNELS=1 CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench \
+        --shape sana480 --only branch --reps 1 --warmup 1 >/dev/null 2>"/tmp/kernels-pair.txt" || rc=1
+      awk '/camdelta kernel/ {k=substr($0,17,40); sub(/ +$/,"",k); n[k]++; t[k]+=$(NF-1)} END {for (k in n) printf "  %-28s %8.4f ms avg over %d\n", k, t[k]/n[k], n[k]}' \
+        "/tmp/kernels-pair.txt" | sort | tee -a "$OUT/bench-pair.txt"
       ;;
     seq-cal)
       # the sequential forward with the default tiles at three shapes, tensor cores on and off (CAMDELTA_TC=0), each
@@ -379,7 +377,7 @@ while [ $# -gt 0 ]; do
             CAMDELTA_PREP_FUSED=2 CAMDELTA_PREP_TILES=$t CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench \
               --shape "$s" --dtype $dt --only prep-forward 2>&1 | tee -a "$OUT/prep-ab.txt" | grep -E "^prep|rror" || rc=1
           done
-          for t in WPC=8 WPC=32 TT=8 NU=1 NU=4 TS=32 TS=128 MX=1 MX=2 TW=1 TW=3; do
+          for t in WPC=8 WPC=32 TT=8 NU=1 NU=4 TS=32 TS=128 TW=1 TW=3; do
             echo "== $s $dt CAMDELTA_PREP_BWD_TILES=$t" | tee -a "$OUT/prep-ab.txt"
             CAMDELTA_PREP_BWD_FUSED=1 CAMDELTA_PREP_BWD_TILES=$t CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench \
               --shape "$s" --dtype $dt --only prep-backward 2>&1 | tee -a "$OUT/prep-ab.txt" | grep -E "^prep|rror" || rc=1

@@ -11,8 +11,9 @@
  * cd_prep_bwd_sums_out[4]  pass 1 when the caller gives the forward's outputs q, k and inflation_sq: the same
  *                    shares as dot products along the tokens, share(S_q) = (g_q . q) / ir_q (4: four tokens per
  *                    work-item, 16-byte loads).
- * cd_prep_bwd_ssum   S (2, B, N): the shares summed over the heads in order; with CD_PM, also planar copies of the
- *                    camera matrices (cd_load_pm) and, CD_PM 2, of the RoPE tables for pass 2.
+ * cd_prep_bwd_ssum   S (2, B, N): the shares summed over the heads in order, and planar copies of the camera
+ *                    matrices (cd_load_pm) and of the RoPE tables, laid out by rows across the tokens, so that pass 2's
+ *                    loads for consecutive tokens are contiguous.
  * cd_prep_bwd_grads  pass 2, work-groups per (head, share of the head's 4-channel units), persistent over tiles of
  *                    CD_TT tokens, one work-item per (unit, token): writes dq_raw = da ir w - ir^3/C x S, dk_raw,
  *                    dv_raw, and keeps its channels' norm-weight terms in registers across its tiles.
@@ -25,7 +26,7 @@
  * run to run).
  *
  * Build options: CD_DTYPE, CD_D, CD_TT (tokens per tile of cd_prep_bwd_grads), CD_UW (its 4-channel units per
- * work-group, a divisor of D/4: the work-group has CD_TT * CD_UW work-items), CD_G2, CD_PM. */
+ * work-group, a divisor of D/4: the work-group has CD_TT * CD_UW work-items), CD_G2. */
 
 #ifndef CD_D
 #define CD_D 8
@@ -48,10 +49,6 @@
                  branch's two scan directions, summed as they are read); a build option, so that the plain prep
                  backward's loads carry no test for it */
 #define CD_G2 0
-#endif
-#ifndef CD_PM /* 1: pass 2 reads the camera matrices from the planar copy that cd_prep_bwd_ssum writes (pm); 2: the
-                 RoPE tables as well */
-#define CD_PM 0
 #endif
 
 /* A 4x4 camera matrix by rows, in registers */
@@ -302,22 +299,22 @@ kernel void cd_prep_bwd_sums_out4(CD_SUMS_OUT_ARGS) {
                   gi_off, dgi, part);
 }
 
-/* Global: B * N (rounded up; with CD_PM 2, at least N * D/8). S (2, B, N) = part (2, B, H, N) summed over h in order.
- * With CD_PM, also the token's camera matrices by rows into pm (cd_load_pm's layout), and with CD_PM 2 the RoPE
- * tables after them, (D/8, N) float4 each, cos then sin; al: proj_q, proj_kv and the tables start at multiples of 4. */
+/* Global: B * N, at least N * D/8 (rounded up). S (2, B, N) = part (2, B, H, N) summed over h in order; the token's
+ * camera matrices by rows into pm (cd_load_pm's layout), and the RoPE tables after them, (D/8, N) float4 each, cos
+ * then sin; al: proj_q, proj_kv and the tables start at multiples of 4. */
 kernel void cd_prep_bwd_ssum(global const float *part, global float *S, global const float *proj_q, ulong pq_off,
                              global const float *proj_kv, ulong pkv_off, global const float *rope_cos, ulong rc_off,
                              global const float *rope_sin, ulong rs_off, global float4 *pm, uint al, ulong N, uint H,
                              ulong B) {
   const ulong i = get_global_id(0), BN = B * N;
-  if (CD_PM == 2 && i < N * (CD_G4 / 2)) { /* the RoPE tables by 4-channel unit u across the tokens: cos, then sin */
+  if (i < N * (CD_G4 / 2)) { /* the RoPE tables by 4-channel unit u across the tokens: cos, then sin */
     const ulong n = i % N, u = i / N;
     global float4 *pr = pm + 8 * BN + u * N + n;
     pr[0] = CD_LDF4(rope_cos, rc_off + n * CD_DH + 4 * u, al);
     pr[(CD_G4 / 2) * N] = CD_LDF4(rope_sin, rs_off + n * CD_DH + 4 * u, al);
   }
   if (i >= BN) return;
-  if (CD_PM) {
+  {
     const cd_m4 Mq = cd_load_m4(proj_q + pq_off + i * 16, al), Mk = cd_load_m4(proj_kv + pkv_off + i * 16, al);
     pm[i] = Mq.r0, pm[BN + i] = Mq.r1, pm[2 * BN + i] = Mq.r2, pm[3 * BN + i] = Mq.r3;
     pm[4 * BN + i] = Mk.r0, pm[5 * BN + i] = Mk.r1, pm[6 * BN + i] = Mk.r2, pm[7 * BN + i] = Mk.r3;
@@ -333,19 +330,13 @@ kernel void cd_prep_bwd_ssum(global const float *part, global float *S, global c
   S[BN + i] = sk;
 }
 
-/* Pass 2's RoPE coefficients of 4-channel unit g (second half) of token n into M.r0 (cos) and M.r1 (sin): from
- * cd_prep_bwd_ssum's planar copy with CD_PM 2, else from the tables (uses pm, BN, N, the tables and al in scope) */
+/* Pass 2's RoPE coefficients of 4-channel unit g (second half) of token n into M.r0 (cos) and M.r1 (sin), from
+ * cd_prep_bwd_ssum's planar copy (uses pm, BN, N in scope) */
 #define CD_LOAD_ROPE(M)                                                                                              \
   do {                                                                                                               \
-    if (CD_PM == 2) {                                                                                                \
-      global const float4 *pr_ = pm + 8 * BN + (g - CD_G4 / 2) * N + n;                                              \
-      (M).r0 = pr_[0];                                                                                               \
-      (M).r1 = pr_[(CD_G4 / 2) * N];                                                                                 \
-    } else {                                                                                                         \
-      const ulong rrow_ = n * CD_DH + (4 * g - CD_DH);                                                               \
-      (M).r0 = CD_LDF4(rope_cos, rc_off + rrow_, al);                                                                \
-      (M).r1 = CD_LDF4(rope_sin, rs_off + rrow_, al);                                                                \
-    }                                                                                                                \
+    global const float4 *pr_ = pm + 8 * BN + (g - CD_G4 / 2) * N + n;                                                \
+    (M).r0 = pr_[0];                                                                                                 \
+    (M).r1 = pr_[(CD_G4 / 2) * N];                                                                                   \
   } while (0)
 
 /* The arguments of both forms of pass 2 */
@@ -393,8 +384,8 @@ kernel void cd_prep_bwd_grads(CD_GRADS_ARGS) {
       irq = inv_rms[inv_off + tok];
       irk = inv_rms[inv_off + BN + tok];
       if (first) {
-        Mq = CD_PM ? cd_load_pm(pm, 0, tok, BN) : cd_load_m4(proj_q + pq_off + tok * 16, al);
-        Mk = CD_PM ? cd_load_pm(pm, 1, tok, BN) : cd_load_m4(proj_kv + pkv_off + tok * 16, al);
+        Mq = cd_load_pm(pm, 0, tok, BN);
+        Mk = cd_load_pm(pm, 1, tok, BN);
       } else {
         CD_LOAD_ROPE(Mq);
       }
@@ -490,7 +481,6 @@ kernel void cd_prep_bwd_grads_kind(CD_GRADS_ARGS) {
   global const cd_store_t *grad = kind == 0 ? grad_q + gq_off : kind == 1 ? grad_k + gk_off : grad_v + gv_off;
   global const cd_store_t *grad2 = kind == 1 ? grad_k2 + gk2_off : grad_v2 + gv2_off;
   global cd_store_t *dst = kind == 0 ? dq_raw + dq_off : kind == 1 ? dk_raw + dk_off : dv_raw + dv_off;
-  global const float *proj = kind == 0 ? proj_q + pq_off : proj_kv + pkv_off;
   const uint c = h * CD_D + 4 * g;
   const float4 w = kind == 0 ? CD_LDF4(qw, qw_off + c, al) : CD_LDF4(kw, kw_off + c, al);
   float4 pw = (float4)(0.0f);
@@ -506,7 +496,7 @@ kernel void cd_prep_bwd_grads_kind(CD_GRADS_ARGS) {
     const ulong row = (tok * H + h) * CD_D + 4 * g;
     if (tok_ok) {
       if (first) {
-        M = CD_PM ? cd_load_pm(pm, kind != 0, tok, BN) : cd_load_m4(proj + tok * 16, al);
+        M = cd_load_pm(pm, kind != 0, tok, BN);
       } else {
         CD_LOAD_ROPE(M);
       }

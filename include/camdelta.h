@@ -396,9 +396,13 @@ CAMDELTA_API camdelta_status camdelta_scan_saved_states(const camdelta_scan_save
 CAMDELTA_API camdelta_status camdelta_scan_forward(camdelta_context *ctx, const camdelta_scan_args *args,
                                                    camdelta_scan_saved *saved);
 
-/** Tile parameters of the scan's tensor-core kernel families on this context (CLBlast's OverrideParameters
- *  as the model): family "gram" (phase A; the backward's W, A, U), "apply" (phase C; the backward's dq) or
- *  "frames" (the backward's per-token kernel); params "WM=2,WN=2,MR=2,NR=4,KC=32" (warps along rows and
+/** Tuning of one family of knobs on this context (CLBlast's OverrideParameters as the model). docs/tuning.md lists
+ *  the families of the option registry with their keys, allowed values and defaults (e.g. "conv": "SB=4"): params
+ *  "KEY=V,KEY=V" replaces the family's values for this context, over the environment's (keys not given return to
+ *  their defaults; NULL or "" restores every default); a key or value outside the declared ones fails naming the
+ *  family and the key, and changes nothing.
+ *  Tile parameters of the scan's tensor-core kernel families: family "gram" (phase A; the backward's W, A, U),
+ *  "apply" (phase C; the backward's dq) or "frames" (the backward's per-token kernel); params "WM=2,WN=2,MR=2,NR=4,KC=32" (warps along rows and
  *  columns, 16-row and 8-column mma tiles per warp, reduction chunk), keys not given keep their default;
  *  NULL or "" restores the defaults (the device table, a `camdelta tune --save` entry, or the heuristics).
  *  Later calls plan with them; camdelta_scan_plan_describe shows them. Checked against each kernel's
@@ -411,7 +415,10 @@ CAMDELTA_API camdelta_status camdelta_scan_forward(camdelta_context *ctx, const 
  *  context keeps, so the next call plans anew. Returns CAMDELTA_OK; INVALID_ARGUMENT (ctx NULL, unknown family,
  *  params that do not parse). */
 CAMDELTA_API camdelta_status camdelta_tune_set(camdelta_context *ctx, const char *family, const char *params);
-/** The tiles `family` uses on this context for head dim D, as "WM=.. WN=.. MR=.. NR=.. KC=.." plus where they
+/** The values a family of the option registry uses on this context, as "KEY=V KEY=V ...", each value set by the
+ *  environment or camdelta_tune_set followed by its source in parentheses (e.g. "SB=3 (camdelta_tune_set)"), a
+ *  default that differs by storage as "8 (16-bit: 16)", and "auto" where the operation decides per call.
+ *  The tiles a scan `family` uses on this context for head dim D, as "WM=.. WN=.. MR=.. NR=.. KC=.." plus where they
  *  come from (override, saved, table or heuristic). The tensor-core families report the `exact` precision's tiles
  *  (the device table may hold a `tf32` entry of its own; camdelta_scan_plan_describe shows the tiles of either).
  *  "backward": "RPT=.. TSG=.. CB=.. DPT=.. TL=.. TPT=.. MC=.. RL=.. (override|heuristic)" (before any shrinking

@@ -215,7 +215,7 @@ static void run_branch(const br_shape *s, uint64_t seed, float **y_out) {
   /* the fused pair: the chunkwise scan's phases A and C once, its chain for both directions, one sum; with
    * tensor cores its phase C also does the output transform (one kernel less) */
   const int pair = cd_scan_pair_wanted(ctx, g_algorithm, s->B * s->H, s->D, s->T, p.S);
-  const int fused_ot = pair && cd_tc_available(ctx) && ctx->branch_fused_ot && g_y_off % 4 == 0;
+  const int fused_ot = pair && cd_tc_available(ctx) && g_y_off % 4 == 0;
   assert_int_equal(prof.kernels, (fused_ot ? 4 : 5) + nk[0] + (pair ? nk[1] + 1 : nk[1] + nk[2]));
   assert_true(prof.kernel_ms > 0);
 
@@ -305,54 +305,32 @@ static void test_branch_device(void **state) {
 
 /* The output transform as the scan pair's phase C epilogue (cd_apply_ot_tc): on tensor cores, emulated where the
  * device has none. Its y against the f64 reference (run_branch, whose kernel count shows the transform kernel
- * gone) and bit for bit against the same context kind with CAMDELTA_BRANCH_FUSED_OT=0 (phase C, then
- * cd_output_transform: the same operations in the same order), and with y at an offset that rules the fused kernel
- * out. Shapes: D = 8 with a 4-token tail, D = 112 over two row tiles of which the second is partial, D = 64, and an
- * explicit chunk_index. */
+ * gone) and bit for bit against y at an offset that rules the fused kernel out (phase C, then cd_output_transform:
+ * the same operations in the same order; run_branch counts the two kernels). Shapes: D = 8 with a 4-token tail,
+ * D = 112 over two row tiles of which the second is partial, D = 64, and an explicit chunk_index. */
 static void test_fused_output_transform(void **state) {
   (void)state;
-  camdelta_context *ctxs[2];
-  ctxs[0] = cd_tc_available(tu_context()) ? NULL : tu_context_tc_emulated();
-  setenv("CAMDELTA_BRANCH_FUSED_OT", "0", 1);
-  if (ctxs[0])
-    ctxs[1] = tu_context_tc_emulated();
-  else {
-    TU_OK(camdelta_context_create_from_queue(&ctxs[1], camdelta_context_cl_context(tu_context()),
-                                             camdelta_context_queue(tu_context())));
-  }
-  unsetenv("CAMDELTA_BRANCH_FUSED_OT");
-  assert_true(ctxs[0] ? ctxs[0]->branch_fused_ot : tu_context()->branch_fused_ot);
-  assert_false(ctxs[1]->branch_fused_ot);
+  camdelta_context *emu = cd_tc_available(tu_context()) ? NULL : tu_context_tc_emulated();
+  g_ctx = emu ? emu : tu_context();
   g_algorithm = CAMDELTA_SCAN_CHUNKWISE;
   const size_t pick[] = {0, 2, 6, 8};
   for (size_t i = 0; i < sizeof pick / sizeof pick[0]; i++) {
+    const br_shape *s = &shapes[pick[i]];
     float *y[2];
     for (int c = 0; c < 2; c++) {
-      g_ctx = ctxs[c];
-      run_branch(&shapes[pick[i]], 500 + i, &y[c]);
+      g_y_off = c ? 5 : 0;
+      run_branch(s, 500 + i, &y[c]);
     }
-    const br_shape *s = &shapes[pick[i]];
+    g_y_off = 0;
     const size_t n = s->B * s->T * s->Hs * s->Ws * s->H * s->D;
     for (size_t j = 0; j < n; j++)
       if (memcmp(&y[0][j], &y[1][j], 4) != 0)
         fail_msg("shape %zu: y[%zu] fused %.9g, apart %.9g", pick[i], j, (double)y[0][j], (double)y[1][j]);
-    /* y at an offset that is not a multiple of 4 floats: the fusing context runs the two kernels apart (run_branch
-     * counts them), with the same bits */
-    if (i == 0) {
-      float *yo;
-      g_ctx = ctxs[0];
-      g_y_off = 5;
-      run_branch(s, 500 + i, &yo);
-      g_y_off = 0;
-      if (memcmp(yo, y[0], n * 4) != 0) fail_msg("shape %zu: y at offset 5 differs from y at offset 0", pick[i]);
-      free(yo);
-    }
     free(y[0]), free(y[1]);
   }
   g_ctx = NULL;
   g_algorithm = CAMDELTA_SCAN_AUTO;
-  for (int c = 0; c < 2; c++)
-    if (ctxs[c]) camdelta_context_destroy(ctxs[c]);
+  if (emu) camdelta_context_destroy(emu);
   tu_report("branch y, fused output transform: max rel err (all runs)", worst_y);
 }
 

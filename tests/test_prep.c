@@ -109,21 +109,30 @@ static void test_prep_shapes(void **state) {
     }
 }
 
-/* Both forms of the prep forward on this device, whatever its default: a fresh context per form, chosen
- * through CAMDELTA_PREP_FUSED (read at context creation). The fused form on a subset of the shapes (every D,
- * partial token tiles, B = 2 rows, offsets, zero k tokens, both 16-bit types) keeps PoCL's compile time low. */
+/* Every form of the prep forward on this device, whatever its default: a fresh context per form, chosen through
+ * camdelta_tune_set "prep" with the given tiles (ix64: 64-bit indices where 32 would do). The one-pass forms on a
+ * subset of the shapes (every D, partial token tiles, B = 2 rows, offsets, zero k tokens, both 16-bit types) keep
+ * PoCL's compile time low. */
 static void check_saved(void);
 
-static void run_variant(int form, const char *tiles, const size_t *which, size_t count) {
+static void run_variant(int form, const char *tiles, int ix64, const size_t *which, size_t count) {
   tu_context_release();
-  setenv("CAMDELTA_PREP_FUSED", form == 2 ? "2" : form ? "1" : "0", 1);
-  if (tiles) setenv("CAMDELTA_PREP_TILES", tiles, 1);
+  char params[128];
+  snprintf(params, sizeof params, "FORM=%d%s%s", form, tiles ? "," : "", tiles ? tiles : "");
+  TU_OK(camdelta_tune_set(tu_context(), "prep", params));
+  if (ix64) cd_opt_put(&tu_context()->opts, CD_OPT_PREP_IX, 64, CD_OPT_FROM_API);
   g_variant = form;
   for (size_t i = 0; i < count; i++) run_shape(&shapes[which[i]]);
   check_saved();
+  if (ix64) { /* every register-resident program of the context counts in 64 bits */
+    int regs = 0;
+    for (const cd_program_entry *e = tu_context()->programs; e; e = e->next) {
+      assert_null(strstr(e->key, "-DCD_IX32=1"));
+      regs += strstr(e->key, "-DCD_IX32=0") != NULL;
+    }
+    assert_true(regs > 0);
+  }
   tu_context_release();
-  unsetenv("CAMDELTA_PREP_FUSED");
-  unsetenv("CAMDELTA_PREP_TILES");
   g_variant = -1;
 }
 
@@ -134,34 +143,34 @@ static void test_prep_fused(void **state) {
   (void)state;
   static const size_t which[] = {1, 2, 4, 5, 7, 8, 9, 12, 13};
   memset(worst, 0, sizeof worst);
-  run_variant(1, NULL, which, sizeof which / sizeof which[0]);
+  run_variant(1, NULL, 0, which, sizeof which / sizeof which[0]);
   static const size_t other[] = {4, 5, 9};
-  run_variant(1, "TT=4,WPC=1", other, sizeof other / sizeof other[0]);
-  run_variant(1, "TT=16,WPC=3", other, 2);
+  run_variant(1, "TT=4,WPC=1", 0, other, sizeof other / sizeof other[0]);
+  run_variant(1, "TT=16,WPC=3", 0, other, 2);
   tu_report("prep_forward fused max rel err f32 q", worst[0][0]);
   tu_report("prep_forward fused max rel err f32 inflation_sq", worst[0][3]);
 }
 
 /* The register-resident form (CAMDELTA_PREP_FUSED=2): one head and many, ragged token tiles, B = 2, aligned and
  * unaligned offsets, zero k tokens, both 16-bit types, D from 8 to 128 (a program per shape: seven of the table's
- * fourteen keep PoCL's compile time down); 4-token tiles; 64-bit indices (IX=64); rings of k's squares that end full or partial; and 65
+ * fourteen keep PoCL's compile time down); 4-token tiles; 64-bit indices; rings of k's squares that end full or partial; and 65
  * heads, past what it holds in registers, where the context falls back to the staged one-pass form (checked
  * through the plan in run_shape). */
 static void test_prep_regs(void **state) {
   (void)state;
   static const size_t which[] = {0, 1, 4, 5, 7, 9, 12};
   memset(worst, 0, sizeof worst);
-  run_variant(2, NULL, which, sizeof which / sizeof which[0]);
+  run_variant(2, NULL, 0, which, sizeof which / sizeof which[0]);
   static const size_t other[] = {5, 4};
-  run_variant(2, "TT=4", other, 1);
+  run_variant(2, "TT=4", 0, other, 1);
   /* 64-bit index arithmetic, which the calls too large for 32 bits take (cd_prep_ix32) */
-  run_variant(2, "IX=64", other, 2);
+  run_variant(2, NULL, 1, other, 2);
   /* the norm weights read in the head loop (WL=1), applied before the barrier (2), staged in local memory (3): f32
    * with B = 2, f16 at D = 112 with offsets and zero k tokens, bf16 at D = 16 with B = 2 */
   static const size_t wl[] = {4, 9, 12};
-  run_variant(2, "WL=1", wl, 3);
-  run_variant(2, "WL=2", wl, 3);
-  run_variant(2, "WL=3", wl, 3);
+  run_variant(2, "WL=1", 0, wl, 3);
+  run_variant(2, "WL=2", 0, wl, 3);
+  run_variant(2, "WL=3", 0, wl, 3);
   /* k's squares go through rings of 8 heads (CD_RR): 23 heads end in a partial ring, 40 in a full one */
   static const shape rings[] = {{1, 19, 23, 128, CAMDELTA_F32, 1, 3}, {1, 13, 40, 128, CAMDELTA_F32, 0, 2}};
   static const shape many = {1, 9, 65, 8, CAMDELTA_F32, 1, 4};
@@ -184,18 +193,21 @@ static void test_prep_regs(void **state) {
  * form past 64 heads. And where that form's indices fit 32 bits. */
 static void test_prep_form_rule(void **state) {
   (void)state;
-  assert_int_equal(cd_prep_forward_form(-1, 0, 20), 0);
-  assert_int_equal(cd_prep_forward_form(-1, 1, 20), 2);
-  assert_int_equal(cd_prep_forward_form(-1, 1, 48), 2);
-  assert_int_equal(cd_prep_forward_form(-1, 1, 49), 1);
-  assert_int_equal(cd_prep_forward_form(-1, 1, 0), 1);
-  assert_int_equal(cd_prep_forward_form(0, 1, 20), 0);
-  assert_int_equal(cd_prep_forward_form(1, 1, 20), 1);
-  assert_int_equal(cd_prep_forward_form(1, 0, 20), 1);
-  assert_int_equal(cd_prep_forward_form(2, 0, 3), 2);
-  assert_int_equal(cd_prep_forward_form(2, 1, 64), 2);
-  assert_int_equal(cd_prep_forward_form(2, 1, 65), 1);
-  assert_int_equal(cd_prep_forward_form(2, 1, 0), 1);
+  const cd_opt_decl *form = &cd_opt_decls[CD_OPT_PREP_FORM];
+  assert_int_equal(form->def[cd_opt_default_index(0, 0)], 0);
+  assert_int_equal(form->def[cd_opt_default_index(0, 1)], 0);
+  assert_int_equal(form->def[cd_opt_default_index(1, 0)], CD_OPT_AUTO);
+  assert_int_equal(form->def[cd_opt_default_index(1, 1)], CD_OPT_AUTO);
+  assert_int_equal(cd_prep_forward_form(CD_OPT_AUTO, 20), 2);
+  assert_int_equal(cd_prep_forward_form(CD_OPT_AUTO, 48), 2);
+  assert_int_equal(cd_prep_forward_form(CD_OPT_AUTO, 49), 1);
+  assert_int_equal(cd_prep_forward_form(CD_OPT_AUTO, 0), 1);
+  assert_int_equal(cd_prep_forward_form(0, 20), 0);
+  assert_int_equal(cd_prep_forward_form(1, 20), 1);
+  assert_int_equal(cd_prep_forward_form(2, 3), 2);
+  assert_int_equal(cd_prep_forward_form(2, 64), 2);
+  assert_int_equal(cd_prep_forward_form(2, 65), 1);
+  assert_int_equal(cd_prep_forward_form(2, 0), 1);
   /* 32-bit indices up to 2^32 - 1 elements in the rows and in the camera matrices (16 per token) */
   assert_int_equal(cd_prep_ix32(1, 32760, 20, 112), 1);
   assert_int_equal(cd_prep_ix32(1, ((size_t)1 << 26) - 1, 8, 8), 1);
@@ -205,7 +217,7 @@ static void test_prep_form_rule(void **state) {
   assert_int_equal(cd_prep_ix32(1, ((size_t)1 << 28) - 1, 1, 8), 1);
   /* where the register-resident form reads the norm weights: staged in local memory in f32 and in 16-bit below
    * D = 96, applied before the barrier in 16-bit from D = 96, in the loop where the staged weights do not fit (64
-   * heads of 128 at 16 tokens: 32 KiB of weights and 32 KiB of squares), and as CAMDELTA_PREP_TILES's WL says */
+   * heads of 128 at 16 tokens: 32 KiB of weights and 32 KiB of squares), and as option WL says */
   static camdelta_context c; /* zeroed: no override */
   c.info.local_mem_bytes = 48 * 1024;
   assert_int_equal(cd_prep_weights_mode(&c, CAMDELTA_F32, 20, 112, 8), 2);
@@ -214,23 +226,23 @@ static void test_prep_form_rule(void **state) {
   assert_int_equal(cd_prep_weights_mode(&c, CAMDELTA_BF16, 20, 64, 16), 2);
   assert_int_equal(cd_prep_weights_mode(&c, CAMDELTA_F32, 48, 128, 8), 2);
   assert_int_equal(cd_prep_weights_mode(&c, CAMDELTA_F32, 64, 128, 16), 0);
-  c.prep_tiles[3] = 1;
+  cd_opt_put(&c.opts, CD_OPT_PREP_WL, 1, CD_OPT_FROM_API);
   assert_int_equal(cd_prep_weights_mode(&c, CAMDELTA_F32, 20, 112, 8), 0);
-  c.prep_tiles[3] = 2;
+  cd_opt_put(&c.opts, CD_OPT_PREP_WL, 2, CD_OPT_FROM_API);
   assert_int_equal(cd_prep_weights_mode(&c, CAMDELTA_F32, 20, 112, 8), 1);
 }
 
 /* A tuning override that does not parse or is out of range fails the context creation, naming the variable. */
 static void test_prep_tiles_env(void **state) {
   (void)state;
-  static const char *const bad[] = {"TT=5", "TT=32", "TT=8,PF=2", "WPC=0", "TT", "IX=16", "WL=4"};
+  static const char *const bad[] = {"TT=5", "TT=32", "TT=8,PF=2", "WPC=0", "TT", "IX=64", "WL=4"};
   tu_check_bad_env("CAMDELTA_PREP_TILES", bad, sizeof bad / sizeof bad[0]);
 }
 
 static void test_prep_two_pass(void **state) {
   (void)state;
   static const size_t which[] = {1, 5, 8, 9, 12};
-  run_variant(0, NULL, which, sizeof which / sizeof which[0]);
+  run_variant(0, NULL, 0, which, sizeof which / sizeof which[0]);
 }
 
 /* The saved object holds the inverse RMS values; a second forward reuses it. */

@@ -528,17 +528,6 @@ static void test_prep_backward_fused(void **state) {
   use_form(1, "TW=3,NU=2");
   for (size_t i = 0; i < ncases; i++)
     if (cases[i].dt != CAMDELTA_F32) run_case(&cases[i], NULL);
-  /* the camera matrices and RoPE tables read in place (MX=1), and only the matrices from planar copies (MX=2; the
-   * default copies both): both forms of pass 2, offsets, B = 2, D = 112 and 128, both 16-bit types */
-  static const size_t mx[] = {1, 5, 6, 7, 17, 19};
-  use_form(1, "MX=1");
-  for (size_t i = 0; i < sizeof mx / sizeof mx[0]; i++) run_case(&cases[mx[i]], NULL);
-  use_form(1, "MX=1,TW=1");
-  for (size_t i = 0; i < sizeof mx / sizeof mx[0]; i++) run_case(&cases[mx[i]], NULL);
-  use_form(1, "MX=2");
-  for (size_t i = 0; i < sizeof mx / sizeof mx[0]; i++) run_case(&cases[mx[i]], NULL);
-  use_form(1, "MX=2,TW=1");
-  for (size_t i = 0; i < sizeof mx / sizeof mx[0]; i++) run_case(&cases[mx[i]], NULL);
   report_worst("prep_backward fused other tiles");
   use_form(-1, NULL);
 }
@@ -562,7 +551,7 @@ static void test_prep_backward_three_kernels(void **state) {
 static void test_prep_backward_tiles_env(void **state) {
   (void)state;
   static const char *const bad[] = {"TT=5",  "TT=32",  "TT=8,XX=2", "WPC=0", "TT",
-                                    "PF=2",  "TS=48",  "TS=512",    "NU=3",  "NU=0", "TW=2", "MX=4"};
+                                    "PF=2",  "TS=48",  "TS=512",    "NU=3",  "NU=0", "TW=2", "MX=3"};
   tu_check_bad_env("CAMDELTA_PREP_BWD_TILES", bad, sizeof bad / sizeof bad[0]);
 }
 

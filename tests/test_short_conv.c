@@ -320,24 +320,28 @@ static void test_conv_device(void **state) {
   tu_report("short conv dconv_weight max rel err", worst_dw);
 }
 
-/* CAMDELTA_CONV_SB (spatial positions per backward work-item, read at context creation): one position, and 3 (no
- * divisor of most S here: a short last block) give the same bounds on every shape; values outside 1..64 or not a
- * number fail the context creation with a message naming the variable. */
+/* Spatial positions per backward work-item (option "conv" SB): one position, and 3 (no divisor of most S here: a
+ * short last block) give the same bounds on every shape, set through CAMDELTA_CONV_SB at context creation and through
+ * camdelta_tune_set; values outside 1..64 or not a number fail the context creation with a message naming the
+ * variable. */
 static void test_conv_sb(void **state) {
   (void)state;
-  static const char *const sbs[] = {"1", "3"};
-  for (int i = 0; i < 2; i++) {
-    tu_context_release();
-    setenv("CAMDELTA_CONV_SB", sbs[i], 1);
-    assert_int_equal(tu_context()->conv_sb, (unsigned)atoi(sbs[i]));
-    unsetenv("CAMDELTA_CONV_SB");
-    tu_seed(22 + (uint64_t)i);
-    for (size_t j = 0; j < sizeof shapes / sizeof shapes[0]; j++) run_conv(&shapes[j]);
-  }
   tu_context_release();
+  setenv("CAMDELTA_CONV_SB", "1", 1);
+  assert_int_equal(cd_option(tu_context(), CD_OPT_CONV_SB, CAMDELTA_F32), 1u);
+  unsetenv("CAMDELTA_CONV_SB");
+  tu_seed(22);
+  for (size_t j = 0; j < sizeof shapes / sizeof shapes[0]; j++) run_conv(&shapes[j]);
+  TU_OK(camdelta_tune_set(tu_context(), "conv", "SB=3"));
+  assert_int_equal(cd_option(tu_context(), CD_OPT_CONV_SB, CAMDELTA_F32), 3u);
+  tu_seed(23);
+  for (size_t j = 0; j < sizeof shapes / sizeof shapes[0]; j++) run_conv(&shapes[j]);
+  TU_OK(camdelta_tune_set(tu_context(), "conv", NULL));
   static const char *const bad[] = {"0", "65", "x", "2x", "-1"};
   tu_check_bad_env("CAMDELTA_CONV_SB", bad, sizeof bad / sizeof bad[0]);
-  assert_int_equal(tu_context()->conv_sb, 0u);
+  assert_false(cd_opt_is_set(&tu_context()->opts, CD_OPT_CONV_SB));
+  assert_int_equal(cd_option(tu_context(), CD_OPT_CONV_SB, CAMDELTA_F32),
+                   cd_device_gpu_like(&tu_context()->info) ? 4u : 8u);
 }
 
 /* The reference backward against central differences of the reference forward (L = <dy, y>). */

@@ -5,12 +5,12 @@
  *   cd_short_conv_forward                k_raw -> k_conv
  *   camdelta_prep_forward                (q_raw, k_conv, v_raw) -> q, k, v (B, H, D, N), inflation_sq
  *   cd_branch_discount                   beta' = beta / max(mean_s inflation_sq, 1); beta'_r, decay_r masked
- *   cd_scan_pair_forward                 where the scan runs chunkwise (and CAMDELTA_BRANCH_PAIR is not 0 at context
- *                                        creation): both scans in one pass, their outputs summed (src/ops/scan_pair.c)
+ *   cd_scan_pair_forward                 where the scan runs chunkwise: both scans in one pass, their outputs summed
+ *                                        (src/ops/scan_pair.c)
  *   or camdelta_scan_forward x 2         causal (beta', decay) and reverse (beta'_r, decay_r)
  *   cd_output_transform                  transforms the pair's sum (or sums the two scan outputs) -> y (B, N, H, D);
  *                                        with tensor cores the pair's phase C does it as its epilogue instead
- *                                        (cd_apply_ot_tc, CAMDELTA_BRANCH_FUSED_OT=0 turns that off)
+ *                                        (cd_apply_ot_tc, where y, proj_o and the tables start on 16 bytes)
  * Backward:
  *   cd_output_transform_backward         grad_y -> grad_out (B, H, D, N), the same for both scans
  *   cd_scan_pair_backward                after the pair: both scans' dbeta, ddecay and their summed dq, dk, dv

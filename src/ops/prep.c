@@ -117,58 +117,20 @@ camdelta_status cd_prep_kernel(camdelta_context *ctx, const char *source, const 
   }
 }
 
-/* The one-pass forwards on GPUs and accelerators, unless the context says otherwise (CAMDELTA_PREP_FUSED=0/1/2 at
- * context creation; cd_prep_forward_form); CPUs keep the two-pass form (inverse RMS, then the per-head kernel),
- * which PoCL runs faster. The register-resident form (cl/prep.cl cd_prep_regs) takes TT tokens of one tensor, all
- * heads, per work-group (local size TT * D/4, TT as below). The staged form (cd_prep_fused), past 48 heads:
- * a tile is TT tokens of one batch row, all heads; a step covers HB heads,
- * one work-item per (head of the step, 4-channel unit, token): local size HB * TT * D/4 <= 32 TT, HB the most heads
- * that fit, evened out over the steps. TT = 8 in f32 (a row store
- * covers 32 bytes, one sector), 16 in 16-bit storage, halved while the device or the built kernel cannot take
- * TT * D/4 work-items. The work-groups walk the tiles persistently, WPC per compute unit (default 64: at sana480
- * that is one tile per work-group; fewer keep fewer tiles' rows in the L2 cache but run slower on the H200).
- * CAMDELTA_PREP_TILES (tuning, read at context creation): "TT=n,WPC=n,IX=n", TT in {4, 8, 16}, WPC >= 1; IX=64 keeps
- * the register-resident form's index arithmetic in 64 bits where 32 would do (IX=32, the default, takes 32 bits only
- * where cd_prep_ix32 allows). */
-/* H200, sana480 (ci/gpu-test.sh prep-sweep): WPC 1/2/4/8/16/64 1.658/1.082/0.898/0.849/0.834/0.829 ms */
-enum { PF_DEFAULT_WPC = 64 };
+/* The one-pass forwards on GPUs and accelerators, unless the context says otherwise (option "prep" FORM;
+ * cd_prep_forward_form); CPUs keep the two-pass form (inverse RMS, then the per-head kernel), which PoCL runs faster.
+ * The register-resident form (cl/prep.cl cd_prep_regs) takes TT tokens of one tensor, all heads, per work-group
+ * (local size TT * D/4, TT as below). The staged form (cd_prep_fused), past 48 heads: a tile is TT tokens of one
+ * batch row, all heads; a step covers HB heads, one work-item per (head of the step, 4-channel unit, token): local
+ * size HB * TT * D/4 <= 32 TT, HB the most heads that fit, evened out over the steps. TT (option TT) = 8 in f32 (a
+ * row store covers 32 bytes, one sector), 16 in 16-bit storage, halved while the device or the built kernel cannot
+ * take TT * D/4 work-items. The work-groups walk the tiles persistently, WPC per compute unit (fewer keep fewer
+ * tiles' rows in the L2 cache). The register-resident form counts its indices in 32 bits where cd_prep_ix32 allows
+ * (option IX). */
 /* The register-resident form (cd_prep_regs: one tensor's tile of all heads in registers, 4 H floats per work-item)
- * is the GPUs' default up to PF_REGS_HMAX heads; CAMDELTA_PREP_FUSED=2 asks for it up to PF_REGS_HLIMIT. H200,
- * F21 S1560, ms staged / register-resident: H20 D112 0.829 / 0.611, H24 D112 0.999 / 0.930, H28 D112 1.170 / 1.092,
- * H32 D112 1.338 / 1.240, H32 D64 0.770 / 0.623, H40 D64 0.953 / 0.785, H48 D64 1.144 / 0.955, H64 D32 0.816 /
- * 0.975 (slower: 256 registers' worth of rows per work-item). */
+ * is the GPUs' default up to PF_REGS_HMAX heads; FORM=2 asks for it up to PF_REGS_HLIMIT (past them its registers'
+ * worth of rows per work-item makes it slower than the staged form). */
 enum { PF_REGS_HMAX = 48, PF_REGS_HLIMIT = 64 };
-static const char PF_TILES_ENV[] = "CAMDELTA_PREP_TILES";
-
-camdelta_status cd_prep_tile_one_of(const char *var, const char *key, unsigned value, const unsigned *allowed,
-                                    size_t n) {
-  if (!value) return CAMDELTA_OK;
-  for (size_t i = 0; i < n; i++)
-    if (value == allowed[i]) return CAMDELTA_OK;
-  char list[128] = "";
-  size_t len = 0;
-  for (size_t i = 0; i < n && len < sizeof list; i++)
-    len += (size_t)snprintf(list + len, sizeof list - len, "%s%u", !i ? "" : i + 1 == n ? " or " : ", ", allowed[i]);
-  return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: %s must be %s (value: '%s')", var, key, list, getenv(var));
-}
-
-camdelta_status cd_prep_tiles_parse_env(const char *var, const char *const *keys, size_t n, unsigned *tiles) {
-  static const unsigned tt[] = {4, 8, 16};
-  for (size_t i = 0; i < n; i++) tiles[i] = 0;
-  const char *env = getenv(var);
-  if (!env || !*env) return CAMDELTA_OK;
-  camdelta_status st = cd_parse_tiles(var, env, keys, n, tiles);
-  return st ? st : cd_prep_tile_one_of(var, "TT", tiles[0], tt, 3);
-}
-
-camdelta_status cd_prep_tiles_env(unsigned tiles[4]) {
-  static const char *const keys[4] = {"TT", "WPC", "IX", "WL"};
-  static const unsigned ix[] = {32, 64}, wl[] = {1, 2, 3};
-  camdelta_status st = cd_prep_tiles_parse_env(PF_TILES_ENV, keys, 4, tiles);
-  if (!st) st = cd_prep_tile_one_of(PF_TILES_ENV, "IX", tiles[2], ix, 2);
-  if (!st) st = cd_prep_tile_one_of(PF_TILES_ENV, "WL", tiles[3], wl, 3);
-  return st;
-}
 
 unsigned cd_prep_heads_per_step(size_t H, size_t g4, size_t tt, size_t lmax) {
   size_t hbmax = 32 / g4;
@@ -182,10 +144,10 @@ size_t cd_prep_tile_groups(const camdelta_context *ctx, size_t tiles, size_t wpc
   return cu * wpc < tiles ? cu * wpc : tiles;
 }
 
-int cd_prep_forward_form(int want, int gpu_like, size_t H) {
-  if (want < 0) want = !gpu_like ? 0 : H && H <= PF_REGS_HMAX ? 2 : 1;
-  if (want == 2 && (!H || H > PF_REGS_HLIMIT)) want = 1;
-  return want;
+int cd_prep_forward_form(uint32_t form, size_t H) {
+  if (form == CD_OPT_AUTO) form = H && H <= PF_REGS_HMAX ? 2 : 1;
+  if (form == 2 && (!H || H > PF_REGS_HLIMIT)) form = 1;
+  return (int)form;
 }
 
 int cd_prep_ix32(size_t B, size_t N, size_t H, size_t D) {
@@ -193,16 +155,13 @@ int cd_prep_ix32(size_t B, size_t N, size_t H, size_t D) {
   return bn * H * D <= most && bn * 16 <= most && 2 * bn <= most && (uint64_t)N * (D / 2) <= most;
 }
 
-/* Where cd_prep_regs reads the norm weights (CD_WL, CAMDELTA_PREP_TILES's WL minus 1). Reading them in the loop over
- * the heads, between the barrier and the stores (mode 0, the form before 2026-12-04), cost the f32 forward 0.028 ms
- * at sana480: the kernel with constant weights ran at 0.575 against 0.603. H200, ms, mode 0 / 1 (applied to the rows
- * before the barrier: 194 registers, so 16-bit storage runs 8-token tiles) / 2 (staged in local memory before the
- * barrier, read from there in the loop), 2026-12-04:
- *   f32   sana480 0.603 / 0.622 / 0.574, sana720 1.379 / 1.42 / 1.326, d64 0.341 / 0.330 / 0.336
- *   bf16  sana480 0.980 / 0.789 / 0.990, sana720 2.236 / 1.792 / 2.267, d64 0.308 / 0.361 / 0.278
- *   f16   sana480 1.036 / 0.817 / 1.024, d64 0.399 / 0.450 / 0.361 */
+/* Where cd_prep_regs reads the norm weights (CD_WL, option WL minus 1): in the loop over the heads, between the
+ * barrier and the stores (0); applied to the rows before the barrier (1: more registers, so 16-bit storage runs
+ * 8-token tiles, but its loads leave the loop); staged in local memory before the barrier and read from there in the
+ * loop (2). */
 int cd_prep_weights_mode(const camdelta_context *ctx, camdelta_dtype dtype, size_t H, size_t D, unsigned tt) {
-  int mode = ctx->prep_tiles[3] ? (int)ctx->prep_tiles[3] - 1 : dtype != CAMDELTA_F32 && D >= 96 ? 1 : 2;
+  const uint32_t wl = cd_option(ctx, CD_OPT_PREP_WL, dtype);
+  int mode = wl != CD_OPT_AUTO ? (int)wl - 1 : dtype != CAMDELTA_F32 && D >= 96 ? 1 : 2;
   /* cd_prep_regs's local memory with the weights staged: the weights, the ring of k's squares, the sums */
   const size_t g4 = D / 4, rr = H < 8 ? H : 8;
   const size_t bytes = (H * D + 2 * rr * tt * g4 + tt * g4 + tt) * sizeof(float);
@@ -214,17 +173,17 @@ int cd_prep_fused_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, 
                          camdelta_status *st) {
   *st = CAMDELTA_OK;
   memset(p, 0, sizeof *p);
-  const int want = cd_prep_forward_form(ctx->prep_fused, cd_device_gpu_like(&ctx->info), H);
+  const int want = cd_prep_forward_form(cd_option(ctx, CD_OPT_PREP_FORM, dtype), H);
   if (!want) return 0;
   p->regs = want == 2;
   const size_t g4 = D / 4;
-  for (p->tt = ctx->prep_tiles[0] ? ctx->prep_tiles[0] : dtype == CAMDELTA_F32 ? 8 : 16;; p->tt /= 2) {
+  for (p->tt = cd_option(ctx, CD_OPT_PREP_TT, dtype);; p->tt /= 2) {
     if (p->tt * g4 <= ctx->info.max_work_group_size) {
       char opts[160];
       int n = snprintf(opts, sizeof opts, "-DCD_DTYPE=%d -DCD_D=%zu -DCD_TT=%u", (int)dtype, D, p->tt);
       if (p->regs)
         snprintf(opts + n, sizeof opts - (size_t)n, " -DCD_H=%zu -DCD_IX32=%d -DCD_WL=%d", H,
-                 ix32 && ctx->prep_tiles[2] != 64, cd_prep_weights_mode(ctx, dtype, H, D, p->tt));
+                 ix32 && cd_option(ctx, CD_OPT_PREP_IX, dtype) != 64, cd_prep_weights_mode(ctx, dtype, H, D, p->tt));
       if ((*st = cd_kernel(ctx, "prep.cl", opts, p->regs ? "cd_prep_regs" : "cd_prep_fused", &p->k))) return 0;
       const size_t lmax = cd_kernel_max_wg(ctx, p->k);
       if (p->tt * g4 <= lmax) {
@@ -317,7 +276,7 @@ camdelta_status camdelta_prep_forward(camdelta_context *ctx, const camdelta_prep
       cd_arg_u32(&a, al ? 1u : 0u);
       /* the staged form's work-groups walk the tiles persistently; the register-resident form has one work-group
        * per (tile, tensor) */
-      const size_t wpc = ctx->prep_tiles[1] ? ctx->prep_tiles[1] : PF_DEFAULT_WPC;
+      const size_t wpc = cd_option(ctx, CD_OPT_PREP_WPC, args->dtype);
       const size_t tiles = B * ((N + pf.tt - 1) / pf.tt);
       lws[0] = pf.lws, gws[0] = (pf.regs ? 3 * tiles : cd_prep_tile_groups(ctx, tiles, wpc)) * pf.lws;
     } else {

@@ -1,52 +1,28 @@
 /* Prep backward, two-pass form (cl/prep_backward_fused.cl): the kernels, the launch shape and the launches.
  *
  * Used on GPUs and accelerators for calls without dproj_q/dproj_kv/drope_cos/drope_sin (those, and every call on
- * a CPU, take the three-kernel form of prep_backward.c, which PoCL runs faster); CAMDELTA_PREP_BWD_FUSED=0|1,
- * read at context creation, forces either form.
+ * a CPU, take the three-kernel form of prep_backward.c, which PoCL runs faster); option "prep_backward" FORM forces
+ * either form. The keys named below are that family's (src/options/table.c has their defaults).
  *
  * Shape: pass 1 (cd_prep_bwd_sums, or cd_prep_bwd_sums_out[4] when the call gives the forward's outputs q, k,
  * inflation_sq with a saved object in f32: cd_pbf_pass1_of) runs one work-item per (b, n, h) (sums_out4: per 4
- * tokens, where N and the offsets are multiples of 4), TS tokens per work-group (default 64), heads fastest in the
- * grid. H200, sana480, f32 (2026-12-04): cd_prep_bwd_sums 0.434 ms, cd_prep_bwd_sums_out 0.352,
- * cd_prep_bwd_sums_out4 0.296 (the same 1.17 GB, read along the tokens only: 3.96 TB/s); the whole backward
- * 1.377 / 1.294 / 1.238 ms (TS 32 / 128 / 256 with sums_out4: 1.266 / 1.237 / 1.239).
- * Pass 2 (cd_prep_bwd_grads) runs, per head, J groups of NU work-groups, each work-group
- * covering D/4/NU of the head's 4-channel units over tiles of TT tokens: TT * D/4/NU work-items. Defaults: TT 16
- * (a gradient row read covers 64 bytes) with NU 2 in f32, TT 16 with NU 1 for 16-bit storage (32 bytes); TT is
- * halved while the device or the built kernel (its registers) cannot take the work-group. J = WPC * compute units
- * / H (default WPC 24 in f32, 32 in 16-bit storage): J rows of norm-weight partials. H200, f32, the whole backward
- * (2026-12-04), WPC 16/20/24/28/40/64: sana480 1.244/1.230/1.230/1.232/1.240/1.254 ms, sana720
- * 2.878/2.856/2.815/2.798/2.808/2.810, d64 (1,20,64,21,1560) 0.699/0.693/0.688/0.693/0.694/0.699.
- * H200, f32 (2026-12-04), ms: pass 1 at TS 32/64/128: 0.485/0.480/0.508 (0.43 at 64 once the unit loop was
- * unrolled by 2); pass 2 at sana480, NU 1: TT 4/8 (WPC 8) 1.38/1.04, WPC 4/8/16/32 (TT 8) 1.34/1.04/0.99/0.92 (but
- * 2.6 times the partial rows to reduce at 32: no gain overall); NU 2: TT 8/16 1.03/0.925, NU 4, TT 16: 1.51. The
- * whole backward, TT 8 NU 1 against TT 16 NU 2 in one call: sana480 1.381/1.355, sana720 3.263/3.100, d64
- * 0.804/0.781; in 16-bit TT 16 NU 2 lost (f16 2.70 against 1.98, bf16 1.65 against 1.63).
- * Pass 2 writes all three tensors per work-group in f32 (cd_prep_bwd_grads, TW 3) and one per work-group in 16-bit
- * storage (cd_prep_bwd_grads_kind, TW 1: 3 times the work-groups, each holding one camera matrix and one input row,
- * 64 registers against 108 at D = 112). H200, sana480, the whole backward, TW 3 against TW 1 (2026-12-04): f32
- * 1.229 / 1.317 ms (sana720 2.81 / 3.01, d64 0.691 / 0.695), f16 1.972 / 1.920, bf16 1.599 / 1.453 (sana720 3.658 /
- * 3.611, d64 0.920 / 0.912).
- * Pass 2 reads the camera matrices and the RoPE coefficients (MX 3, the default) from planar copies that
- * cd_prep_bwd_ssum writes: the matrices as 8 rows of B N float4 (row r of proj_q, then of proj_kv, across the
- * tokens), the tables as D/8 rows of N float4 each (a 4-channel unit across the tokens). In place (MX 1), every
- * 4-channel unit's work-item loaded its token's two matrices, 64 bytes per token, and its RoPE float4s, 224 bytes
- * apart: a warp's 16 tokens touched 16 rows per load, where planar rows give 256 contiguous bytes. MX 2 copies the
- * matrices only. H200, the whole backward, one call (2026-12-04), MX 1 / MX 2: f32 sana480 1.218-1.223 /
- * 1.166-1.168 ms (pass 2 0.912 / 0.860, the step between the passes 0.0063 / 0.0078), sana720 2.772 / 2.693, d64
- * 0.680 / 0.654, bf16 sana480 1.468 / 1.453. A later call, MX 2 / MX 3: f32 sana480 1.176-1.177 / 1.171-1.174 (pass
- * 2 0.860 / 0.846, the step 0.008 / 0.017), sana720 2.692 / 2.687, d64 0.662 / 0.656, bf16 1.453 / 1.429, f16 1.869
- * / 1.852.
- * 16-bit storage, the whole backward by WPC 16 / 24 / 32 / 48 (H200, one call, 2026-12-04, with TW 1 and MX 3): bf16
- * sana480 1.429 / 1.372 / 1.360 / 1.366, sana720 3.516 / 3.392 / 3.247 / 3.104, d64 0.893 / 0.900 / 0.904 / 0.923;
- * f16 sana480 1.850 / 1.803 / 1.794 / 1.802, sana720 4.444 / 4.301 / 4.177 / 4.103, d64 1.542 / 1.538 / 1.541 / 1.545.
- * CAMDELTA_PREP_BWD_TILES (tuning, read at context creation): "TT=n,WPC=n,TS=n,NU=n,TW=n,MX=n", TT in {4, 8, 16},
- * WPC >= 1, TS in {32, 64, 128, 256}, NU in {1, 2, 4} (one that does not divide D/4 runs as 1), TW in {1, 3}, MX in
- * {1, 2, 3}.
+ * tokens, where N and the offsets are multiples of 4: the same bytes read along the tokens only), TS tokens per
+ * work-group, heads fastest in the grid.
+ * Pass 2 (cd_prep_bwd_grads) runs, per head, J groups of NU work-groups, each work-group covering D/4/NU of the
+ * head's 4-channel units over tiles of TT tokens: TT * D/4/NU work-items (TT 16: a gradient row read covers 64
+ * bytes in f32); TT is halved while the device or the built kernel (its registers) cannot take the work-group.
+ * J = WPC * compute units / H: J rows of norm-weight partials.
+ * Pass 2 writes all three tensors per work-group (cd_prep_bwd_grads, TW 3) or one (cd_prep_bwd_grads_kind, TW 1:
+ * three times the work-groups, each holding one camera matrix and one input row, fewer registers: 16-bit storage's
+ * default).
+ * Pass 2 reads the camera matrices and the RoPE coefficients from planar copies that cd_prep_bwd_ssum writes: the
+ * matrices as 8 rows of B N float4 (row r of proj_q, then of proj_kv, across the tokens), the tables as D/8 rows of
+ * N float4 each (a 4-channel unit across the tokens), so that a warp's tokens read contiguous bytes where the
+ * tensors' own layouts put them 64 and 224 bytes apart.
  *
  * Scratch: the per-(b, h, n) shares of S_q, S_k (2, B, H, N), S (2, B, N), dpost/dpre (2, B, H, N) with
  * grad_inflation_sq, the norm-weight partials (J, 2 C), the inverse RMS values (2, B, N) when none were saved, the
- * planar camera matrices (8, B N, 4) with MX 2 or 3, then with MX 3 the planar RoPE tables (2, D/8, N, 4). */
+ * planar camera matrices (8, B N, 4), then the planar RoPE tables (2, D/8, N, 4). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,21 +31,6 @@
 #include "prep_common.h"
 
 enum { PBF_GQ = 1, PBF_GK = 2, PBF_GV = 4, PBF_GI = 8, PBF_ALIGNED = 16 };
-enum { PBF_DEFAULT_TT = 16, PBF_DEFAULT_NU = 2, PBF_DEFAULT_TT_16BIT = 16, PBF_DEFAULT_TS = 64 };
-enum { PBF_DEFAULT_WPC = 24, PBF_DEFAULT_WPC_16BIT = 32, PBF_DEFAULT_MX = 3 };
-
-static const char TILES_ENV[] = "CAMDELTA_PREP_BWD_TILES";
-
-camdelta_status cd_prep_bwd_tiles_env(unsigned tiles[6]) {
-  static const char *const keys[6] = {"TT", "WPC", "TS", "NU", "TW", "MX"};
-  static const unsigned ts[] = {32, 64, 128, 256}, nu[] = {1, 2, 4}, tw[] = {1, 3}, mx[] = {1, 2, 3};
-  camdelta_status st = cd_prep_tiles_parse_env(TILES_ENV, keys, 6, tiles);
-  if (!st) st = cd_prep_tile_one_of(TILES_ENV, "TS", tiles[2], ts, 4);
-  if (!st) st = cd_prep_tile_one_of(TILES_ENV, "NU", tiles[3], nu, 3);
-  if (!st) st = cd_prep_tile_one_of(TILES_ENV, "TW", tiles[4], tw, 2);
-  if (!st) st = cd_prep_tile_one_of(TILES_ENV, "MX", tiles[5], mx, 3);
-  return st;
-}
 
 static const char *const GRADS_NAMES[2] = {"cd_prep_bwd_grads", "cd_prep_bwd_grads_kind"};
 static const char *const PASS1_NAMES[3] = {"cd_prep_bwd_sums", "cd_prep_bwd_sums_out", "cd_prep_bwd_sums_out4"};
@@ -95,25 +56,21 @@ int cd_pbf_kernels(camdelta_context *ctx, camdelta_dtype dtype, size_t D, int g2
   memset(p, 0, sizeof *p);
   p->p1 = p1;
   *st = CAMDELTA_OK;
-  int want = ctx->prep_bwd_fused;
-  if (want < 0) want = cd_device_gpu_like(&ctx->info);
-  if (!want) return 0;
-  p->tt = ctx->prep_bwd_tiles[0] ? ctx->prep_bwd_tiles[0]
-                                 : dtype == CAMDELTA_F32 ? PBF_DEFAULT_TT : PBF_DEFAULT_TT_16BIT;
-  /* work-groups per (tile, head) of pass 2: a requested count that does not divide D/4 falls back to 1 */
-  p->nu = ctx->prep_bwd_tiles[3] ? ctx->prep_bwd_tiles[3] : dtype == CAMDELTA_F32 ? PBF_DEFAULT_NU : 1;
+  if (!cd_option(ctx, CD_OPT_PREP_BWD_FORM, dtype)) return 0;
+  p->tt = cd_option(ctx, CD_OPT_PREP_BWD_TT, dtype);
+  /* work-groups per (tile, head) of pass 2: a count that does not divide D/4 falls back to 1 */
+  p->nu = cd_option(ctx, CD_OPT_PREP_BWD_NU, dtype);
   if ((D / 4) % p->nu) p->nu = 1;
-  p->wpc = ctx->prep_bwd_tiles[1] ? ctx->prep_bwd_tiles[1] : dtype == CAMDELTA_F32 ? PBF_DEFAULT_WPC : PBF_DEFAULT_WPC_16BIT;
-  p->tw = ctx->prep_bwd_tiles[4] ? ctx->prep_bwd_tiles[4] : dtype == CAMDELTA_F32 ? 3 : 1;
-  p->pm = (int)(ctx->prep_bwd_tiles[5] ? ctx->prep_bwd_tiles[5] : PBF_DEFAULT_MX) - 1;
+  p->wpc = cd_option(ctx, CD_OPT_PREP_BWD_WPC, dtype);
+  p->tw = cd_option(ctx, CD_OPT_PREP_BWD_TW, dtype);
   const size_t uw = D / 4 / p->nu;
   /* a work-group of pass 2 needs tt * uw work-items: a smaller tile where the device or the kernel (its
    * registers) cannot take that many */
   for (;;) {
     if (p->tt * uw <= ctx->info.max_work_group_size) {
       char opts[160];
-      snprintf(opts, sizeof opts, "-DCD_DTYPE=%d -DCD_D=%zu -DCD_TT=%u -DCD_G2=%d -DCD_UW=%zu -DCD_PM=%d", (int)dtype,
-               D, p->tt, g2 != 0, uw, p->pm);
+      snprintf(opts, sizeof opts, "-DCD_DTYPE=%d -DCD_D=%zu -DCD_TT=%u -DCD_G2=%d -DCD_UW=%zu", (int)dtype, D, p->tt,
+               g2 != 0, uw);
       const char *const names[4] = {PASS1_NAMES[p1], "cd_prep_bwd_ssum", GRADS_NAMES[p->tw == 1],
                                     "cd_prep_bwd_fused_reduce"};
       cl_kernel *k[4] = {&p->sums, &p->ssum, &p->grads, &p->reduce};
@@ -128,7 +85,7 @@ int cd_pbf_kernels(camdelta_context *ctx, camdelta_dtype dtype, size_t D, int g2
     if (p->tt <= 4) return 0;
     p->tt /= 2;
   }
-  p->ts = ctx->prep_bwd_tiles[2] ? ctx->prep_bwd_tiles[2] : PBF_DEFAULT_TS;
+  p->ts = cd_option(ctx, CD_OPT_PREP_BWD_TS, dtype);
   const size_t smax = cd_kernel_max_wg(ctx, p->sums);
   while (p->ts > 1 && p->ts > smax) p->ts /= 2;
   return 1;
@@ -193,7 +150,7 @@ camdelta_status cd_pbf_run(camdelta_context *ctx, const camdelta_prep_backward_a
   const size_t bytes[NSCR] = {p->rows * 2 * C * sizeof(float), 2 * B * H * N * sizeof(float),
                               2 * B * N * sizeof(float),        has_gi ? 2 * B * H * N * sizeof(float) : 0,
                               inv ? 0 : 2 * B * N * sizeof(float),
-                              p->pm ? (8 * B * N + (p->pm == 2 ? N * (D / 4) : 0)) * 4 * sizeof(float) : 0};
+                              (8 * B * N + N * (D / 4)) * 4 * sizeof(float)};
   cl_mem scr[NSCR] = {NULL};
   camdelta_status st = CAMDELTA_OK;
   for (int i = 0; i < NSCR && !st; i++)
@@ -204,7 +161,7 @@ camdelta_status cd_pbf_run(camdelta_context *ctx, const camdelta_prep_backward_a
   }
   /* absent optional tensors: a valid buffer that is never read */
   const camdelta_buffer dummy = {scr[PW], 0};
-  const cl_mem dgi = scr[DGI] ? scr[DGI] : scr[PW], pm = scr[PM] ? scr[PM] : scr[PW];
+  const cl_mem dgi = scr[DGI] ? scr[DGI] : scr[PW], pm = scr[PM];
 #define OPT(x) ((x).mem ? (x) : dummy)
   if (!st) {
     cd_args g = {p->sums, 0, CL_SUCCESS};
@@ -241,7 +198,7 @@ camdelta_status cd_pbf_run(camdelta_context *ctx, const camdelta_prep_backward_a
     cd_arg_u32(&g, (uint32_t)al);
     args_shape(&g, a, 0, 0);
     if (g.err != CL_SUCCESS) st = cd_cl_fail(g.err, "cd_prep_bwd_ssum: setting arguments");
-    const size_t items = p->pm == 2 && N * (D / 8) > B * N ? N * (D / 8) : B * N; /* cd_prep_bwd_ssum's */
+    const size_t items = N * (D / 8) > B * N ? N * (D / 8) : B * N; /* cd_prep_bwd_ssum's */
     const size_t lws = p->ts, gws = (items + lws - 1) / lws * lws;
     if (!st) st = cd_enqueue(ctx, p->ssum, 1, &gws, &lws, l, "cd_prep_bwd_ssum");
   }

@@ -21,7 +21,6 @@ typedef struct cd_pbf_plan {
   unsigned nu;            /* work-groups per (tile, head) of pass 2, each D/4/nu units (CD_UW) */
   unsigned wpc;           /* pass 2's work-groups per compute unit (sets rows below) */
   unsigned tw;            /* tensors per work-group of pass 2: 3 (cd_prep_bwd_grads) or 1 (cd_prep_bwd_grads_kind) */
-  int pm;                 /* CD_PM: pass 2 reads the camera matrices (1), and the RoPE tables (2), from planar copies */
   size_t groups1;         /* work-groups of pass 1 */
   size_t lws2, groups2;   /* local size and work-groups of pass 2 */
   size_t rows;            /* work-groups per head of pass 2 = rows of norm-weight partials */

@@ -32,33 +32,23 @@ typedef struct cd_pf_plan {
  *  failure sets *st. */
 int cd_prep_fused_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, size_t H, int ix32, cd_pf_plan *p,
                          camdelta_status *st);
-/** Where cd_prep_regs reads the norm weights (CD_WL) for (dtype, H, D) at tt tokens per tile: CAMDELTA_PREP_TILES's WL
- *  minus 1 when given, else 2 (staged in local memory) in f32 and below D = 96 in 16-bit storage, 1 (applied before
- *  the barrier) in 16-bit storage from D = 96; 0 (in the head loop) where the staged weights would not fit the
- *  device's local memory. */
+/** Where cd_prep_regs reads the norm weights (CD_WL) for (dtype, H, D) at tt tokens per tile: option "prep" WL minus
+ *  1 when given, else 2 (staged in local memory) in f32 and below D = 96 in 16-bit storage, 1 (applied before the
+ *  barrier) in 16-bit storage from D = 96; 0 (in the head loop) where the staged weights would not fit the device's
+ *  local memory. */
 int cd_prep_weights_mode(const camdelta_context *ctx, camdelta_dtype dtype, size_t H, size_t D, unsigned tt);
 /** 1 when every index of cd_prep_regs for (B, N, H, D), counted from each tensor's offset, fits 32 bits: the rows
  *  (B N H D), the camera matrices (16 B N), the inverse RMS values (2 B N), the RoPE tables (N D/2); else 0. */
 int cd_prep_ix32(size_t B, size_t N, size_t H, size_t D);
-/** The prep forward form for CAMDELTA_PREP_FUSED = want (-1: not set), the device type and H heads (0: not known):
- *  0 two passes, 1 the staged one-pass kernel, 2 the register-resident one (GPUs up to 48 heads by default; asked
- *  for, up to 64). */
-int cd_prep_forward_form(int want, int gpu_like, size_t H);
+/** The prep forward form for option "prep" FORM = form (CD_OPT_AUTO: the GPUs' rule) and H heads (0: not known):
+ *  0 two passes, 1 the staged one-pass kernel, 2 the register-resident one (up to 48 heads by the rule; asked for,
+ *  up to 64). */
+int cd_prep_forward_form(uint32_t form, size_t H);
 /** The fused prep kernels' launch shape: heads per step, the most of 32 / (D/4) that fit lmax work-items of
  *  tt * D/4 each, evened out over the steps (H = 20, D = 8: two steps of 10, not 16 + 4); and the persistent
  *  work-groups walking `tiles` tiles, wpc per compute unit, at most one per tile. */
 unsigned cd_prep_heads_per_step(size_t H, size_t g4, size_t tt, size_t lmax);
 size_t cd_prep_tile_groups(const camdelta_context *ctx, size_t tiles, size_t wpc);
-/** Reads the tile list in environment variable `var` ("TT=8,WPC=4", keys[0] = "TT") into tiles[n] (0: not given);
- *  TT must be 4, 8 or 16. A list that does not parse, or a TT out of range, fails naming the variable. */
-camdelta_status cd_prep_tiles_parse_env(const char *var, const char *const *keys, size_t n, unsigned *tiles);
-/** CAMDELTA_OK when the tile list's `key` was not given (value 0) or is one of allowed[n]; else fails with
- *  "VAR: KEY must be a, b or c (value: '...')". */
-camdelta_status cd_prep_tile_one_of(const char *var, const char *key, unsigned value, const unsigned *allowed,
-                                    size_t n);
-/** Reads CAMDELTA_PREP_TILES ("TT=8,WPC=4,IX=64,WL=3", prep.c) into tiles[4] (0: not given); a value that does not
- *  parse or is out of range fails naming the variable. Called once at context creation. */
-camdelta_status cd_prep_tiles_env(unsigned tiles[4]);
 /** camdelta_prep_backward with grad_k + grad_k2 and grad_v + grad_v2 as the K and V gradients (f32; the camera
  *  branch's two scan directions): the fused form adds them as it reads them; the three-kernel form first adds the
  *  second ones into grad_k and grad_v (which it then overwrites), with the same bits. */

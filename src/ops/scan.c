@@ -522,9 +522,7 @@ static camdelta_status fwd_build_opts(camdelta_context *ctx, camdelta_scan_algor
   pl->cc.pk_opts = pk_opts;
   if (!st) st = build_kernels(ctx, &lim, pl->alg, BH, args->D, args->S, pl->kern, &pl->sc, &pl->cc);
   /* a chunkwise plan also serves the camera branch's scan pair, whose phase C can do the output transform */
-  const int with = pl->alg == CAMDELTA_SCAN_CHUNKWISE && !pk_opts && ctx->branch_pair && ctx->branch_fused_ot
-                       ? CD_TC_WITH_OT
-                       : 0;
+  const int with = pl->alg == CAMDELTA_SCAN_CHUNKWISE && !pk_opts ? CD_TC_WITH_OT : 0;
   if (!st && (pl->alg == CAMDELTA_SCAN_CHUNKWISE || pl->sc.OUT == 2))
     st = cd_tc_build_opts(ctx, args->D, args->precision, vec, with, pk_opts ? pk_opts : "", &pl->tc);
   if (st) {
@@ -787,7 +785,7 @@ camdelta_status cd_scan_chunk_phase_c_ot(camdelta_context *ctx, const cd_scan_ch
   const cd_tc_set *tc = &c->pl->tc;
   const camdelta_scan_args *p = &c->args;
   const size_t D = p->D;
-  if (!tc->apply_ot) return CAMDELTA_OK; /* FMA kernels, packed clips, CAMDELTA_BRANCH_FUSED_OT=0, no fit */
+  if (!tc->apply_ot) return CAMDELTA_OK; /* FMA kernels, packed clips, no fit */
   /* 16-byte accesses to y, proj_o and the tables */
   const camdelta_buffer bufs[4] = {ot->y, ot->proj_o, ot->rope_cos, ot->rope_sin};
   if (!cd_buffers_aligned4(bufs, 4)) return CAMDELTA_OK;

@@ -28,7 +28,6 @@ static const char OP[] = "cd_scan_pair_forward";
 
 int cd_scan_pair_wanted(camdelta_context *ctx, camdelta_scan_algorithm alg, size_t BH, size_t D, size_t F,
                         size_t S) {
-  if (!ctx->branch_pair) return 0;
   if (alg == CAMDELTA_SCAN_AUTO) alg = cd_scan_auto_ctx(ctx, BH, D, F, S, NULL);
   return alg == CAMDELTA_SCAN_CHUNKWISE;
 }
@@ -125,7 +124,6 @@ camdelta_status cd_pair_add_enqueue(camdelta_context *ctx, cl_kernel k, camdelta
 }
 
 camdelta_status cd_scan_pair_warm(camdelta_context *ctx, size_t BH, size_t D, size_t S) {
-  if (!ctx->branch_pair) return CAMDELTA_OK;
   cd_scan_bwd_tiles t;
   cl_kernel k = NULL;
   cd_plan_entry *e = NULL;

@@ -25,8 +25,8 @@ camdelta_status cd_scan_chunk_phase_a(camdelta_context *ctx, const cd_scan_chunk
                                       cd_launch *l);
 camdelta_status cd_scan_chunk_phase_c(camdelta_context *ctx, const cd_scan_chunk *c, cl_mem states, cd_launch *l);
 /** Phase C with the output transform as its epilogue (cd_apply_ot_tc): *done = 1 when enqueued (y written, not
- *  args->out); *done = 0 and OK when the plan cannot (FMA kernels, packed clips, CAMDELTA_BRANCH_FUSED_OT=0, the
- *  tile's local memory above the device's). Returns OK or the build / enqueue error. */
+ *  args->out); *done = 0 and OK when the plan cannot (FMA kernels, packed clips, the tile's local memory
+ *  above the device's). Returns OK or the build / enqueue error. */
 struct cd_pair_ot;
 camdelta_status cd_scan_chunk_phase_c_ot(camdelta_context *ctx, const cd_scan_chunk *c, cl_mem states,
                                          const struct cd_pair_ot *ot, int *done, cd_launch *l);
@@ -53,7 +53,7 @@ camdelta_status cd_scan_bwd_tiles_for(camdelta_context *ctx, size_t D, int skip_
  *  final states exactly as camdelta_scan_forward's. */
 /** The output transform (SPEC 8.5) as the pair's phase C epilogue: y (B, N, H, D) from proj_o (B, N, 4, 4) and the
  *  RoPE tables (N, D/2), N = F·S. done: set to 1 when the pair wrote y (and not out), 0 when it wrote out (no
- *  tensor-core path, CAMDELTA_BRANCH_FUSED_OT=0, or the tile does not fit the local memory): the caller then runs
+ *  tensor-core path, or the tile does not fit the local memory): the caller then runs
  *  cd_output_transform. */
 typedef struct cd_pair_ot {
   camdelta_buffer proj_o, rope_cos, rope_sin, y;
@@ -73,14 +73,13 @@ typedef struct cd_scan_pair_args {
   cd_pair_ot *ot;            /* optional: the output transform fused into phase C where it can be */
 } cd_scan_pair_args;
 
-/** 1 when the pair should replace two scans for this shape on this context: CAMDELTA_BRANCH_PAIR (read at
- *  context creation) is not 0 and the scan's algorithm (`alg`, AUTO resolved as camdelta_scan_forward does) is
- *  chunkwise. */
+/** 1 when the pair should replace two scans for this shape on this context: the scan's algorithm (`alg`, AUTO
+ *  resolved as camdelta_scan_forward does) is chunkwise. */
 int cd_scan_pair_wanted(camdelta_context *ctx, camdelta_scan_algorithm alg, size_t BH, size_t D, size_t F,
                         size_t S);
 
 /** Builds (or loads) the pair's programs for B·H = BH, head dim D and S tokens per frame, forward and backward
- *  (camdelta_warm_shape); nothing when CAMDELTA_BRANCH_PAIR=0. */
+ *  (camdelta_warm_shape). */
 camdelta_status cd_scan_pair_warm(camdelta_context *ctx, size_t BH, size_t D, size_t S);
 
 /** Forward. saved_c / saved_r (both or neither) receive each direction's states for camdelta_scan_backward, as

@@ -7,12 +7,9 @@
 #include "device.h"
 #include "camera_op.h"
 
-/* Spatial positions per backward work-item (CAMDELTA_CONV_SB at context creation, else 4 on GPUs, 8 on CPUs): fewer
- * give more work-items (memory-level parallelism) and more weight partials to sum. H200, sana480, backward + reduce
- * (ms): 1 0.330 + 0.070, 2 0.322 + 0.037, 4 0.333 + 0.021, 8 0.360 + 0.013, 16 0.363 + 0.008. */
-static size_t conv_sb(const camdelta_context *ctx) {
-  return ctx->conv_sb ? ctx->conv_sb : cd_device_gpu_like(&ctx->info) ? 4 : 8;
-}
+/* Spatial positions per backward work-item (option "conv" SB; src/options/table.c): fewer give more work-items
+ * (memory-level parallelism) and more weight partials to sum. */
+static size_t conv_sb(const camdelta_context *ctx) { return cd_option(ctx, CD_OPT_CONV_SB, CAMDELTA_F32); }
 
 camdelta_status cd_short_conv_segments(camdelta_context *ctx, const char *op, size_t T,
                                        const camdelta_chunking *chunking, cl_mem *seg_end) {

@@ -6,7 +6,6 @@
 
 #include "device.h"
 #include "internal.h"
-#include "prep_common.h"
 #include "plan.h"
 #include "scan_tiles.h"
 
@@ -58,23 +57,10 @@ static camdelta_status finish_create(camdelta_context *ctx) {
   if (mtx_init(&ctx->lock, mtx_plain) != thrd_success)
     return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "cannot create a mutex");
   fill_info(ctx);
-  /* Overrides are read once, here, never on the call path. */
-  const char *pf = getenv("CAMDELTA_PREP_FUSED");
-  ctx->prep_fused = pf && pf[0] >= '0' && pf[0] <= '2' && !pf[1] ? pf[0] - '0' : -1;
-  const char *pbf = getenv("CAMDELTA_PREP_BWD_FUSED");
-  ctx->prep_bwd_fused = pbf && (pbf[0] == '0' || pbf[0] == '1') && !pbf[1] ? pbf[0] - '0' : -1;
-  const char *bp = getenv("CAMDELTA_BRANCH_PAIR");
-  ctx->branch_pair = bp && bp[0] == '0' && !bp[1] ? 0 : 1;
-  const char *csb = getenv("CAMDELTA_CONV_SB");
-  if (csb && *csb) {
-    char *end;
-    const unsigned long v = strtoul(csb, &end, 10);
-    if (*end || v < 1 || v > 64)
-      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "CAMDELTA_CONV_SB='%s': a whole number from 1 to 64", csb);
-    ctx->conv_sb = (unsigned)v;
-  }
-  const char *fot = getenv("CAMDELTA_BRANCH_FUSED_OT");
-  ctx->branch_fused_ot = fot && fot[0] == '0' && !fot[1] ? 0 : 1;
+  /* The environment is read once, here, never on the call path. */
+  char msg[512];
+  cd_opt_clear(&ctx->opts);
+  if (cd_opt_read_env(&ctx->opts, msg, sizeof msg)) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s", msg);
   const char *tc = getenv("CAMDELTA_TC");
   ctx->tc_env = !tc ? 0 : strcmp(tc, "0") == 0 ? 1 : strcmp(tc, "emulate") == 0 ? 2 : 0;
   ctx->scan_verbose = getenv("CAMDELTA_SCAN_VERBOSE") != NULL;
@@ -85,8 +71,6 @@ static camdelta_status finish_create(camdelta_context *ctx) {
     return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "out of host memory reading CAMDELTA_TC_TILES");
   camdelta_status st = cd_limits_env(ctx);
   if (!st) st = cd_tune_fma_env(ctx);
-  if (!st) st = cd_prep_bwd_tiles_env(ctx->prep_bwd_tiles);
-  if (!st) st = cd_prep_tiles_env(ctx->prep_tiles);
   return st;
 }
 
@@ -195,6 +179,10 @@ void camdelta_context_destroy(camdelta_context *ctx) {
   if (ctx->context) clReleaseContext(ctx->context);
   mtx_destroy(&ctx->lock);
   free(ctx);
+}
+
+uint32_t cd_option(const camdelta_context *ctx, cd_opt_id id, camdelta_dtype dtype) {
+  return cd_opt_get(&ctx->opts, id, cd_device_gpu_like(&ctx->info), dtype != CAMDELTA_F32);
 }
 
 cl_context camdelta_context_cl_context(const camdelta_context *ctx) { return ctx ? ctx->context : NULL; }

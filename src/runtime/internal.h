@@ -7,6 +7,7 @@
 #include "camdelta_helpers.h"
 #include "camdelta_npy.h"
 #include "camdelta_ref.h"
+#include "options/options.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -111,12 +112,7 @@ struct camdelta_context {
   mtx_t lock; /* guards programs and stats */
   cd_program_entry *programs;
   camdelta_build_stats stats;
-  int prep_fused; /* CAMDELTA_PREP_FUSED at creation: 0 two-pass, 1 fused, 2 register-resident, -1 by device */
-  int branch_pair; /* CAMDELTA_BRANCH_PAIR at creation: 0 the branch runs two scans, else the fused pair */
-  unsigned conv_sb;    /* CAMDELTA_CONV_SB at creation (1..64): spatial positions per conv-backward work-item; 0
-                          the default */
-  int branch_fused_ot; /* CAMDELTA_BRANCH_FUSED_OT at creation: 0 the pair's phase C and the output transform run
-                          apart, else (tensor cores) the transform is phase C's epilogue */
+  cd_opt_values opts; /* the option registry's values (src/options/): the environment at creation, camdelta_tune_set */
   int tc_state; /* tensor-core feature test (src/tune/tc.c): 0 not run yet, 1 passed, 2 emulated, -1 off */
   /* tensor-core tiles (src/tune/params.c), read once per context: overrides (camdelta_tune_set, CAMDELTA_TC_TILES)
    * per family x (WM WN MR NR KC), 0 = not set; entries saved by `camdelta tune --save` */
@@ -124,10 +120,6 @@ struct camdelta_context {
   unsigned tune_over[3][5];
   unsigned tune_saved[CD_TUNE_MAX_ENTRIES][8]; /* family, D min, D max, WM, WN, MR, NR, KC */
   int tune_nsaved;
-  int prep_bwd_fused; /* CAMDELTA_PREP_BWD_FUSED at creation: 0 three kernels, 1 two passes, -1 by device type */
-  unsigned prep_bwd_tiles[6]; /* CAMDELTA_PREP_BWD_TILES at creation: TT, WPC, TS, NU, TW, MX (0: default), see
-                               * prep_backward_fused.c */
-  unsigned prep_tiles[4]; /* CAMDELTA_PREP_TILES at creation: TT, WPC, IX, WL of the fused forward (0: default), prep.c */
   /* The rest of the scan's environment, read once at creation (never on the call path): CAMDELTA_TC (0 unset,
    * 1 "0": off, 2 "emulate"), CAMDELTA_TC_TILES (parsed at the first tile resolution), CAMDELTA_SCAN_VERBOSE;
    * CAMDELTA_SCAN_TILES, CAMDELTA_SCAN_BWD_TILES and CAMDELTA_SEQ_TILES (or camdelta_tune_set's "chunkwise" /
@@ -169,10 +161,10 @@ void cd_trace_note(camdelta_context *ctx, const char *fmt, ...) CD_PRINTF(2, 3);
 /** Copy `bytes` bytes between buffers on the context's queue (traced like launches). */
 camdelta_status cd_copy(camdelta_context *ctx, cl_mem src, size_t src_off, cl_mem dst, size_t dst_off, size_t bytes);
 
-/** Reads CAMDELTA_PREP_BWD_TILES ("TT=16,WPC=24,TS=64,NU=2,TW=3,MX=3", prep_backward_fused.c) into tiles[6] (0:
- *  not given); a value that does not parse or is out of range fails naming the variable. Called once at context
- *  creation. */
-camdelta_status cd_prep_bwd_tiles_env(unsigned tiles[6]);
+/** The value of option `id` on this context for a call in `dtype` storage: the one set (environment at creation,
+ *  camdelta_tune_set), else the declared default for the context's device class (ctx->info, so emulated facts
+ *  count) and the storage; CD_OPT_AUTO where the operation decides per call. */
+uint32_t cd_option(const camdelta_context *ctx, cd_opt_id id, camdelta_dtype dtype);
 
 /** A built program for kernel source file `source` (e.g. "prep.cl") with
  *  extra build options (e.g. "-DCD_D=112"); built once per context, through

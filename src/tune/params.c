@@ -271,15 +271,7 @@ camdelta_status cd_tc_check(const camdelta_context *ctx, int family, size_t D, i
                  cd_tc_local_bytes(family, D, split, t), lm);
 }
 
-camdelta_status camdelta_tune_set(camdelta_context *ctx, const char *family, const char *params) {
-  cd_clear_error();
-  if (!ctx) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_tune_set: 'ctx' is NULL");
-  if (cd_tune_fma_family(family) >= 0) return cd_tune_fma_set(ctx, cd_tune_fma_family(family), params);
-  const int fi = cd_tc_family(family);
-  if (fi < 0)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
-                   "camdelta_tune_set: unknown family '%s' (gram, apply, frames, chunkwise, backward)",
-                   family ? family : "(null)");
+camdelta_status cd_tc_tune_set(camdelta_context *ctx, int fi, const char *params) {
   unsigned v[5] = {0, 0, 0, 0, 0};
   if (params && *params) {
     camdelta_status st = cd_parse_tiles("camdelta_tune_set", params, KEYS, 5, v);
@@ -293,20 +285,11 @@ camdelta_status camdelta_tune_set(camdelta_context *ctx, const char *family, con
   return st;
 }
 
-camdelta_status camdelta_tune_get(camdelta_context *ctx, const char *family, size_t D, char *buf, size_t size) {
-  cd_clear_error();
-  if (!ctx || !buf) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_tune_get: '%s' is NULL", ctx ? "buf" : "ctx");
-  const int fi = cd_tc_family(family);
-  if (fi < 0 && cd_tune_fma_family(family) < 0)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
-                   "camdelta_tune_get: unknown family '%s' (gram, apply, frames, chunkwise, backward)",
-                   family ? family : "(null)");
-  camdelta_status st = cd_check_head_dim("camdelta_tune_get", D);
-  if (st) return st;
-  if (fi < 0) return cd_tune_fma_get(ctx, cd_tune_fma_family(family), D, buf, size);
+camdelta_status cd_tc_tune_get(camdelta_context *ctx, int fi, size_t D, char *buf, size_t size) {
   cd_tc_tiles t;
   const char *from;
-  if ((st = cd_tc_resolve(ctx, fi, D, 1, &t, &from))) return st;
+  camdelta_status st = cd_tc_resolve(ctx, fi, D, 1, &t, &from);
+  if (st) return st;
   char text[160];
   snprintf(text, sizeof text, "WM=%u WN=%u MR=%u NR=%u KC=%u (%s)", t.wm, t.wn, t.mr, t.nr, t.kc, from);
   return cd_copy_text("camdelta_tune_get", text, buf, size);

@@ -70,6 +70,9 @@ int cd_tc_family(const char *name); /* -1 when unknown */
  *  the source. Overrides and saved entries serve both precisions. */
 camdelta_status cd_tc_resolve(camdelta_context *ctx, int family, size_t D, int split, cd_tc_tiles *t,
                               const char **from);
+/** camdelta_tune_set / _get for the tensor-core family fi (tune_api.c dispatches by family). */
+camdelta_status cd_tc_tune_set(camdelta_context *ctx, int fi, const char *params);
+camdelta_status cd_tc_tune_get(camdelta_context *ctx, int fi, size_t D, char *buf, size_t size);
 /** Local memory a family's work-group needs (the kernels' __local arrays, cl/gemm_tc.cl); split: 1 for `exact`
  *  (split-TF32: the frames kernel's staged slots hold hi and lo; the gram's hold f32 values either way), 0 for
  *  `tf32`. */
