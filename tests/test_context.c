@@ -109,13 +109,11 @@ static void prep_check(camdelta_context *ctx, cl_context clctx, cl_command_queue
 
 static void test_borrowed_queue(void **state) {
   (void)state;
-  camdelta_context *probe = tu_context();
-  cl_device_id dev = camdelta_context_device(probe);
+  cl_device_id dev = camdelta_context_device(tu_context());
   cl_int err;
-  cl_context clctx = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
-  assert_int_equal(err, CL_SUCCESS);
-  cl_command_queue q = clCreateCommandQueue(clctx, dev, 0, &err);
-  assert_int_equal(err, CL_SUCCESS);
+  cl_context clctx;
+  cl_command_queue q;
+  tu_other_cl_context(&clctx, &q);
   camdelta_context *ctx = NULL;
   TU_OK(camdelta_context_create_from_queue(&ctx, clctx, q));
   assert_ptr_equal(camdelta_context_queue(ctx), q);

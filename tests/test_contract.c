@@ -59,59 +59,54 @@ enum { B_ = 1, H_ = 2, D_ = 16, F_ = 2, S_ = 8, HS_ = 2, WS_ = 4, N_ = F_ * S_, 
 #define POOL_BYTES 16384 /* each slot's buffer: more than any of its tensors at this shape */
 #define POISON 0x5A
 
-/* prep forward */
-static const slot PREP_SLOTS[] = {
-    A_(camdelta_prep_args, q_raw, IN),         A_(camdelta_prep_args, k_raw, IN),
-    A_(camdelta_prep_args, v_raw, IN),         A_(camdelta_prep_args, q_norm_weight, IN),
-    A_(camdelta_prep_args, k_norm_weight, IN), A_(camdelta_prep_args, proj_q, IN),
-    A_(camdelta_prep_args, proj_kv, IN),       A_(camdelta_prep_args, rope_cos, IN),
-    A_(camdelta_prep_args, rope_sin, IN),      A_(camdelta_prep_args, q, OUT),
-    A_(camdelta_prep_args, k, OUT),            A_(camdelta_prep_args, v, OUT),
-    A_(camdelta_prep_args, inflation_sq, OUT)};
-static void init_prep(void *p, void *s) {
-  (void)s;
-  *(camdelta_prep_args *)p = (camdelta_prep_args){
-      .B = B_, .N = N_, .H = H_, .D = D_, .dtype = CAMDELTA_F32, .k_scale = 0.25f, .norm_eps = 1e-6f};
-}
-static camdelta_status call_prep(camdelta_context *c, const void *a, const void *s, void *sv) {
-  (void)s;
-  return camdelta_prep_forward(c, a, sv);
-}
+#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
+/* the scalars of a small valid call: static void NAME(void *args, void *second) */
+#define INIT(name, type, ...)                   \
+  static void name(void *p, void *s) {          \
+    (void)s;                                    \
+    *(type *)p = (type){__VA_ARGS__};           \
+  }
+/* the call of an entry: static camdelta_status NAME(ctx, args, second, saved) calling FN(ctx, <the rest>), the rest
+ * being a (ctx, args), "a, sv" (ctx, args, saved) or "a, s, sv" (ctx, args, second, saved) */
+#define CALL(name, fn, ...)                                                                  \
+  static camdelta_status name(camdelta_context *c, const void *a, const void *s, void *sv) { \
+    (void)s, (void)sv;                                                                       \
+    return fn(c, __VA_ARGS__);                                                               \
+  }
 
-/* prep backward */
+/* prep forward and backward */
+#define PF_(f, r) A_(camdelta_prep_args, f, r)
+static const slot PREP_SLOTS[] = {PF_(q_raw, IN),   PF_(k_raw, IN),   PF_(v_raw, IN),    PF_(q_norm_weight, IN),
+                                  PF_(k_norm_weight, IN), PF_(proj_q, IN), PF_(proj_kv, IN), PF_(rope_cos, IN),
+                                  PF_(rope_sin, IN), PF_(q, OUT), PF_(k, OUT), PF_(v, OUT), PF_(inflation_sq, OUT)};
+INIT(init_prep, camdelta_prep_args, .B = B_, .N = N_, .H = H_, .D = D_, .dtype = CAMDELTA_F32, .k_scale = 0.25f,
+     .norm_eps = 1e-6f)
+CALL(call_prep, camdelta_prep_forward, a, sv)
+
 #define PB_(f, r) A_(camdelta_prep_backward_args, f, r)
 static const slot PREP_BWD_SLOTS[] = {
-    PB_(q_raw, IN),         PB_(k_raw, IN),          PB_(v_raw, IN),          PB_(q_norm_weight, IN),
-    PB_(k_norm_weight, IN), PB_(proj_q, IN),         PB_(proj_kv, IN),        PB_(rope_cos, IN),
-    PB_(rope_sin, IN),      PB_(grad_q, IN),         PB_(grad_k, IN),         PB_(grad_v, IN),
-    PB_(grad_inflation_sq, IN), PB_(dq_raw, OUT),    PB_(dk_raw, OUT),        PB_(dv_raw, OUT),
-    PB_(dq_norm_weight, OUT),   PB_(dk_norm_weight, OUT), PB_(dproj_q, OUT),  PB_(dproj_kv, OUT),
-    PB_(drope_cos, OUT),    PB_(drope_sin, OUT),     PB_(q, IN),              PB_(k, IN),
-    PB_(inflation_sq, IN)};
-static void init_prep_bwd(void *p, void *s) {
-  (void)s;
-  *(camdelta_prep_backward_args *)p = (camdelta_prep_backward_args){
-      .B = B_, .N = N_, .H = H_, .D = D_, .dtype = CAMDELTA_F32, .k_scale = 0.25f, .norm_eps = 1e-6f};
-}
-static camdelta_status call_prep_bwd(camdelta_context *c, const void *a, const void *s, void *sv) {
-  (void)s;
-  return camdelta_prep_backward(c, a, sv);
-}
+    PB_(q_raw, IN), PB_(k_raw, IN), PB_(v_raw, IN), PB_(q_norm_weight, IN), PB_(k_norm_weight, IN), PB_(proj_q, IN),
+    PB_(proj_kv, IN), PB_(rope_cos, IN), PB_(rope_sin, IN), PB_(grad_q, IN), PB_(grad_k, IN), PB_(grad_v, IN),
+    PB_(grad_inflation_sq, IN), PB_(dq_raw, OUT), PB_(dk_raw, OUT), PB_(dv_raw, OUT), PB_(dq_norm_weight, OUT),
+    PB_(dk_norm_weight, OUT), PB_(dproj_q, OUT), PB_(dproj_kv, OUT), PB_(drope_cos, OUT), PB_(drope_sin, OUT),
+    PB_(q, IN), PB_(k, IN), PB_(inflation_sq, IN)};
+INIT(init_prep_bwd, camdelta_prep_backward_args, .B = B_, .N = N_, .H = H_, .D = D_, .dtype = CAMDELTA_F32,
+     .k_scale = 0.25f, .norm_eps = 1e-6f)
+CALL(call_prep_bwd, camdelta_prep_backward, a, sv)
 
-/* scan forward, and over packed clips */
+/* scan forward and backward, also over packed clips: two clips of one frame each, 8 tokens per frame */
 #define SF_(f, r) A_(camdelta_scan_args, f, r)
 static const slot SCAN_SLOTS[] = {SF_(q, IN),   SF_(k, IN),          SF_(v, IN),          SF_(beta, IN),
                                   SF_(decay, IN), SF_(out, OUT),     SF_(init_state, IN), SF_(final_state, OUT)};
-static void init_scan(void *p, void *s) {
-  (void)s;
-  *(camdelta_scan_args *)p = (camdelta_scan_args){.B = B_, .H = H_, .D = D_, .F = F_, .S = S_};
-}
-static camdelta_status call_scan(camdelta_context *c, const void *a, const void *s, void *sv) {
-  (void)s;
-  return camdelta_scan_forward(c, a, sv);
-}
-
-/* two clips of one frame each, 8 tokens per frame */
+#define SB_(f, r) A_(camdelta_scan_backward_args, f, r)
+static const slot SCAN_BWD_SLOTS[] = {
+    SB_(q, IN),          SB_(k, IN),   SB_(v, IN),   SB_(beta, IN),  SB_(decay, IN),   SB_(init_state, IN),
+    SB_(grad_out, IN),   SB_(grad_final_state, IN),  SB_(dq, OUT),   SB_(dk, OUT),     SB_(dv, OUT),
+    SB_(dbeta, OUT),     SB_(ddecay, OUT),           SB_(dinit_state, OUT)};
+INIT(init_scan, camdelta_scan_args, .B = B_, .H = H_, .D = D_, .F = F_, .S = S_)
+INIT(init_scan_bwd, camdelta_scan_backward_args, .B = B_, .H = H_, .D = D_, .F = F_, .S = S_)
+CALL(call_scan, camdelta_scan_forward, a, sv)
+CALL(call_scan_bwd, camdelta_scan_backward, a, sv)
 static const int64_t FRAME_OFFSETS[] = {0, S_, 2 * S_};
 static const int64_t CLIP_OFFSETS[] = {0, 1, 2};
 static void init_clips(void *s) {
@@ -122,248 +117,139 @@ static void init_scan_packed(void *p, void *s) {
   *(camdelta_scan_args *)p = (camdelta_scan_args){.B = 1, .H = H_, .D = D_, .F = F_, .S = 0};
   init_clips(s);
 }
-static camdelta_status call_scan_packed(camdelta_context *c, const void *a, const void *s, void *sv) {
-  return camdelta_scan_forward_packed(c, a, s, sv);
-}
-
-/* scan backward, and over packed clips */
-#define SB_(f, r) A_(camdelta_scan_backward_args, f, r)
-static const slot SCAN_BWD_SLOTS[] = {SB_(q, IN),          SB_(k, IN),          SB_(v, IN),
-                                      SB_(beta, IN),       SB_(decay, IN),      SB_(init_state, IN),
-                                      SB_(grad_out, IN),   SB_(grad_final_state, IN), SB_(dq, OUT),
-                                      SB_(dk, OUT),        SB_(dv, OUT),        SB_(dbeta, OUT),
-                                      SB_(ddecay, OUT),    SB_(dinit_state, OUT)};
-static void init_scan_bwd(void *p, void *s) {
-  (void)s;
-  *(camdelta_scan_backward_args *)p = (camdelta_scan_backward_args){.B = B_, .H = H_, .D = D_, .F = F_, .S = S_};
-}
-static camdelta_status call_scan_bwd(camdelta_context *c, const void *a, const void *s, void *sv) {
-  (void)s;
-  return camdelta_scan_backward(c, a, sv);
-}
 static void init_scan_bwd_packed(void *p, void *s) {
   *(camdelta_scan_backward_args *)p = (camdelta_scan_backward_args){.B = 1, .H = H_, .D = D_, .F = F_, .S = 0};
   init_clips(s);
 }
-static camdelta_status call_scan_bwd_packed(camdelta_context *c, const void *a, const void *s, void *sv) {
-  return camdelta_scan_backward_packed(c, a, s, sv);
-}
+CALL(call_scan_packed, camdelta_scan_forward_packed, a, s, sv)
+CALL(call_scan_bwd_packed, camdelta_scan_backward_packed, a, s, sv)
 
 /* state summaries */
 #define SS_(f, r) A_(camdelta_scan_summary_args, f, r)
 static const slot SUMMARY_SLOTS[] = {SS_(k, IN),          SS_(v, IN), SS_(beta, IN), SS_(decay, IN),
                                      SS_(init_state, IN), SS_(T, OUT), SS_(E, OUT)};
-static void init_summary(void *p, void *s) {
-  (void)s;
-  *(camdelta_scan_summary_args *)p = (camdelta_scan_summary_args){.B = B_, .H = H_, .D = D_, .F = F_, .S = S_};
-}
-static camdelta_status call_summary(camdelta_context *c, const void *a, const void *s, void *sv) {
-  (void)s, (void)sv;
-  return camdelta_scan_summary(c, a);
-}
-
 #define SG_(f, r) A_(camdelta_scan_grad_summary_args, f, r)
-static const slot GRAD_SUMMARY_SLOTS[] = {SG_(q, IN),        SG_(k, IN),       SG_(beta, IN),
-                                          SG_(decay, IN),    SG_(grad_out, IN), SG_(grad_final_state, IN),
-                                          SG_(G, OUT)};
-static void init_grad_summary(void *p, void *s) {
-  (void)s;
-  *(camdelta_scan_grad_summary_args *)p =
-      (camdelta_scan_grad_summary_args){.B = B_, .H = H_, .D = D_, .F = F_, .S = S_};
-}
-static camdelta_status call_grad_summary(camdelta_context *c, const void *a, const void *s, void *sv) {
-  (void)s, (void)sv;
-  return camdelta_scan_grad_summary(c, a);
-}
-
-static const slot APPLY_SLOTS[] = {
-    A_(camdelta_summary_apply_args, T, IN), A_(camdelta_summary_apply_args, E, IN),
-    A_(camdelta_summary_apply_args, M_in, IN), A_(camdelta_summary_apply_args, M_out, OUT)};
-static void init_apply(void *p, void *s) {
-  (void)s;
-  *(camdelta_summary_apply_args *)p = (camdelta_summary_apply_args){.B = B_, .H = H_, .D = D_};
-}
-static camdelta_status call_apply(camdelta_context *c, const void *a, const void *s, void *sv) {
-  (void)s, (void)sv;
-  return camdelta_summary_apply(c, a);
-}
-
+static const slot GRAD_SUMMARY_SLOTS[] = {SG_(q, IN), SG_(k, IN), SG_(beta, IN), SG_(decay, IN), SG_(grad_out, IN),
+                                          SG_(grad_final_state, IN), SG_(G, OUT)};
+#define SA_(f, r) A_(camdelta_summary_apply_args, f, r)
+static const slot APPLY_SLOTS[] = {SA_(T, IN), SA_(E, IN), SA_(M_in, IN), SA_(M_out, OUT)};
 #define SC_(f, r) A_(camdelta_summary_combine_args, f, r)
 static const slot COMBINE_SLOTS[] = {SC_(T1, IN), SC_(E1, IN), SC_(T2, IN), SC_(E2, IN), SC_(T, OUT), SC_(E, OUT)};
-static void init_combine(void *p, void *s) {
-  (void)s;
-  *(camdelta_summary_combine_args *)p = (camdelta_summary_combine_args){.B = B_, .H = H_, .D = D_};
-}
-static camdelta_status call_combine(camdelta_context *c, const void *a, const void *s, void *sv) {
-  (void)s, (void)sv;
-  return camdelta_summary_combine(c, a);
-}
+INIT(init_summary, camdelta_scan_summary_args, .B = B_, .H = H_, .D = D_, .F = F_, .S = S_)
+INIT(init_grad_summary, camdelta_scan_grad_summary_args, .B = B_, .H = H_, .D = D_, .F = F_, .S = S_)
+INIT(init_apply, camdelta_summary_apply_args, .B = B_, .H = H_, .D = D_)
+INIT(init_combine, camdelta_summary_combine_args, .B = B_, .H = H_, .D = D_)
+CALL(call_summary, camdelta_scan_summary, a)
+CALL(call_grad_summary, camdelta_scan_grad_summary, a)
+CALL(call_apply, camdelta_summary_apply, a)
+CALL(call_combine, camdelta_summary_combine, a)
 
 /* the camera branch's pieces */
 #define CA_(f, r) A_(camdelta_camera_args, f, r)
 static const slot CAMERA_SLOTS[] = {CA_(camera_conditions, IN), CA_(proj_q, OUT),   CA_(proj_kv, OUT),
                                     CA_(proj_o, OUT),           CA_(rope_cos, OUT), CA_(rope_sin, OUT)};
-static void init_camera(void *p, void *s) {
-  (void)s;
-  *(camdelta_camera_args *)p =
-      (camdelta_camera_args){.B = B_, .T = F_, .Hs = HS_, .Ws = WS_, .pt = 1, .ph = 1, .pw = 1, .D = D_};
-}
-static camdelta_status call_camera(camdelta_context *c, const void *a, const void *s, void *sv) {
-  (void)s, (void)sv;
-  return camdelta_camera_forward(c, a);
-}
+INIT(init_camera, camdelta_camera_args, .B = B_, .T = F_, .Hs = HS_, .Ws = WS_, .pt = 1, .ph = 1, .pw = 1, .D = D_)
+CALL(call_camera, camdelta_camera_forward, a)
 
 #define CV_(f, r) A_(camdelta_short_conv_args, f, r)
-static const slot CONV_SLOTS[] = {CV_(k_raw, IN),          CV_(conv_weight, IN), CV_(k_conv, OUT),
-                                  CV_(grad_k_conv, UNREAD), CV_(dk_raw, UNREAD), CV_(dconv_weight, UNREAD)};
-static const slot CONV_BWD_SLOTS[] = {CV_(k_raw, IN),      CV_(conv_weight, IN), CV_(k_conv, UNREAD),
-                                      CV_(grad_k_conv, IN), CV_(dk_raw, OUT),    CV_(dconv_weight, OUT)};
-static void init_conv(void *p, void *s) {
-  (void)s;
-  *(camdelta_short_conv_args *)p = (camdelta_short_conv_args){.B = B_, .T = F_, .S = S_, .C = C_};
-}
-static camdelta_status call_conv(camdelta_context *c, const void *a, const void *s, void *sv) {
-  (void)s, (void)sv;
-  return camdelta_short_conv_forward(c, a);
-}
-static camdelta_status call_conv_bwd(camdelta_context *c, const void *a, const void *s, void *sv) {
-  (void)s, (void)sv;
-  return camdelta_short_conv_backward(c, a);
-}
+static const slot CONV_SLOTS[] = {CV_(k_raw, IN), CV_(conv_weight, IN), CV_(k_conv, OUT), CV_(grad_k_conv, UNREAD),
+                                  CV_(dk_raw, UNREAD), CV_(dconv_weight, UNREAD)};
+static const slot CONV_BWD_SLOTS[] = {CV_(k_raw, IN), CV_(conv_weight, IN), CV_(k_conv, UNREAD),
+                                      CV_(grad_k_conv, IN), CV_(dk_raw, OUT), CV_(dconv_weight, OUT)};
+INIT(init_conv, camdelta_short_conv_args, .B = B_, .T = F_, .S = S_, .C = C_)
+CALL(call_conv, camdelta_short_conv_forward, a)
+CALL(call_conv_bwd, camdelta_short_conv_backward, a)
 
 #define OT_(f, r) A_(camdelta_output_transform_args, f, r)
 static const slot OT_SLOTS[] = {OT_(out, IN),      OT_(out2, IN), OT_(proj_o, IN),        OT_(rope_cos, IN),
                                 OT_(rope_sin, IN), OT_(y, OUT),   OT_(grad_y, UNREAD),    OT_(grad_out, UNREAD)};
 static const slot OT_BWD_SLOTS[] = {OT_(out, UNREAD), OT_(out2, UNREAD), OT_(proj_o, IN),   OT_(rope_cos, IN),
                                     OT_(rope_sin, IN), OT_(y, UNREAD),   OT_(grad_y, IN),   OT_(grad_out, OUT)};
-static void init_ot(void *p, void *s) {
-  (void)s;
-  *(camdelta_output_transform_args *)p = (camdelta_output_transform_args){.B = B_, .N = N_, .H = H_, .D = D_};
-}
-static camdelta_status call_ot(camdelta_context *c, const void *a, const void *s, void *sv) {
-  (void)s, (void)sv;
-  return camdelta_output_transform_forward(c, a);
-}
-static camdelta_status call_ot_bwd(camdelta_context *c, const void *a, const void *s, void *sv) {
-  (void)s, (void)sv;
-  return camdelta_output_transform_backward(c, a);
-}
+INIT(init_ot, camdelta_output_transform_args, .B = B_, .N = N_, .H = H_, .D = D_)
+CALL(call_ot, camdelta_output_transform_forward, a)
+CALL(call_ot_bwd, camdelta_output_transform_backward, a)
 
 /* the whole branch */
 #define BA_(f, r) A_(camdelta_branch_args, f, r)
 #define BG_(f, r) G_(camdelta_branch_grads, f, r)
-static const slot BRANCH_SLOTS[] = {BA_(q_raw, IN),         BA_(k_raw, IN),         BA_(v_raw, IN),
-                                    BA_(conv_weight, IN),   BA_(q_norm_weight, IN), BA_(k_norm_weight, IN),
-                                    BA_(camera_conditions, IN), BA_(beta, IN),      BA_(decay, IN),
-                                    BA_(y, OUT)};
+#define BRANCH_ARGS_SLOTS(y_role)                                                                                \
+  BA_(q_raw, IN), BA_(k_raw, IN), BA_(v_raw, IN), BA_(conv_weight, IN), BA_(q_norm_weight, IN),                  \
+      BA_(k_norm_weight, IN), BA_(camera_conditions, IN), BA_(beta, IN), BA_(decay, IN), BA_(y, y_role)
+static const slot BRANCH_SLOTS[] = {BRANCH_ARGS_SLOTS(OUT)};
 static const slot BRANCH_BWD_SLOTS[] = {
-    BA_(q_raw, IN),          BA_(k_raw, IN),          BA_(v_raw, IN),          BA_(conv_weight, IN),
-    BA_(q_norm_weight, IN),  BA_(k_norm_weight, IN),  BA_(camera_conditions, IN), BA_(beta, IN),
-    BA_(decay, IN),          BA_(y, UNREAD),          BG_(grad_y, IN),         BG_(dq_raw, OUT),
-    BG_(dk_raw, OUT),        BG_(dv_raw, OUT),        BG_(dconv_weight, OUT),  BG_(dq_norm_weight, OUT),
-    BG_(dk_norm_weight, OUT), BG_(dbeta, OUT),        BG_(ddecay, OUT)};
-static void init_branch(void *p, void *s) {
-  (void)s;
-  *(camdelta_branch_args *)p = (camdelta_branch_args){.B = B_,
-                                                      .T = F_,
-                                                      .Hs = HS_,
-                                                      .Ws = WS_,
-                                                      .H = H_,
-                                                      .D = D_,
-                                                      .pt = 1,
-                                                      .ph = 1,
-                                                      .pw = 1,
-                                                      .k_scale = 0.25f,
-                                                      .norm_eps = 1e-6f};
-}
+    BRANCH_ARGS_SLOTS(UNREAD), BG_(grad_y, IN),          BG_(dq_raw, OUT),         BG_(dk_raw, OUT),
+    BG_(dv_raw, OUT),          BG_(dconv_weight, OUT),   BG_(dq_norm_weight, OUT), BG_(dk_norm_weight, OUT),
+    BG_(dbeta, OUT),           BG_(ddecay, OUT)};
+INIT(init_branch, camdelta_branch_args, .B = B_, .T = F_, .Hs = HS_, .Ws = WS_, .H = H_, .D = D_, .pt = 1, .ph = 1,
+     .pw = 1, .k_scale = 0.25f, .norm_eps = 1e-6f)
 static void init_branch_bwd(void *p, void *s) {
   init_branch(p, NULL);
   *(camdelta_branch_grads *)s = (camdelta_branch_grads){.profile = NULL};
 }
-static camdelta_status call_branch(camdelta_context *c, const void *a, const void *s, void *sv) {
-  (void)s;
-  return camdelta_branch_forward(c, a, sv);
-}
-static camdelta_status call_branch_bwd(camdelta_context *c, const void *a, const void *s, void *sv) {
-  return camdelta_branch_backward(c, a, s, sv);
-}
+CALL(call_branch, camdelta_branch_forward, a, sv)
+CALL(call_branch_bwd, camdelta_branch_backward, a, s, sv)
 
 /* device-side random inputs: the buffer is a parameter */
 typedef struct fill_args {
   camdelta_buffer buf;
 } fill_args;
 static const slot FILL_SLOTS[] = {A_(fill_args, buf, OUT)};
-static void init_fill(void *p, void *s) {
-  (void)p, (void)s;
-}
+static void init_fill(void *p, void *s) { (void)p, (void)s; }
 static camdelta_status call_fill(camdelta_context *c, const void *a, const void *s, void *sv) {
   (void)s, (void)sv;
   return camdelta_fill_random(c, ((const fill_args *)a)->buf, N_, CAMDELTA_F32, 7, 0.0f, 1.0f);
 }
 
-#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
 /* a row: the function, its args struct, the second struct (its name in the headers, its parameter's name, its
  * size; or NULL, NULL, 0), the slots, the profile's struct (0 args, 1 second) and type, the saved object's kind */
-#define ENTRY_(fn, atype, stype, sname, ssize, slots_, ppart, ptype, saved_, init_, call_)                     \
-  {                                                                                                         \
+#define ENTRY_(fn, atype, stype, sname, ssize, slots_, ppart, ptype, saved_, init_, call_)                      \
+  {                                                                                                           \
     .name = #fn, .args_type = #atype, .second_type = stype, .second_name = sname, .args_size = sizeof(atype), \
-    .second_size = ssize, .slots = slots_, .nslots = N_OF(slots_), .profile_part = ppart,                   \
-    .profile_off = offsetof(ptype, profile), .saved = saved_, .init = init_, .call = call_                  \
+    .second_size = ssize, .slots = slots_, .nslots = N_OF(slots_), .profile_part = ppart,                     \
+    .profile_off = offsetof(ptype, profile), .saved = saved_, .init = init_, .call = call_                    \
   }
-#define ENTRY(...) ENTRY_(__VA_ARGS__) /* NONE_ and CLIPS_ expand to three arguments first */
+#define ENTRY(...) ENTRY_(__VA_ARGS__) /* NONE_, CLIPS_ and GRADS_ expand to three arguments first */
 #define NONE_ NULL, NULL, 0
+/* the common row: one struct, holding the profile */
+#define ENTRY1(fn, type, slots_, saved_, init_, call_) ENTRY(fn, type, NONE_, slots_, 0, type, saved_, init_, call_)
 #define CLIPS_ "camdelta_packed_clips", "clips", sizeof(camdelta_packed_clips)
+#define GRADS_ "camdelta_branch_grads", "grads", sizeof(camdelta_branch_grads)
+#define PREP_ camdelta_prep_args
+#define PREP_BWD_ camdelta_prep_backward_args
+#define SCAN_ camdelta_scan_args
+#define SCAN_BWD_ camdelta_scan_backward_args
 
 static const entry ENTRIES[] = {
-    ENTRY(camdelta_prep_forward, camdelta_prep_args, NONE_, PREP_SLOTS, 0, camdelta_prep_args, PREP_SAVED,
-          init_prep, call_prep),
-    ENTRY(camdelta_prep_backward, camdelta_prep_backward_args, NONE_, PREP_BWD_SLOTS, 0,
-          camdelta_prep_backward_args, PREP_SAVED, init_prep_bwd, call_prep_bwd),
-    ENTRY(camdelta_scan_forward, camdelta_scan_args, NONE_, SCAN_SLOTS, 0, camdelta_scan_args, SCAN_SAVED,
-          init_scan, call_scan),
-    ENTRY(camdelta_scan_backward, camdelta_scan_backward_args, NONE_, SCAN_BWD_SLOTS, 0,
-          camdelta_scan_backward_args, SCAN_SAVED, init_scan_bwd, call_scan_bwd),
-    ENTRY(camdelta_scan_forward_packed, camdelta_scan_args, CLIPS_, SCAN_SLOTS, 0,
-          camdelta_scan_args, SCAN_SAVED, init_scan_packed, call_scan_packed),
-    ENTRY(camdelta_scan_backward_packed, camdelta_scan_backward_args, CLIPS_,
-          SCAN_BWD_SLOTS, 0, camdelta_scan_backward_args, SCAN_SAVED, init_scan_bwd_packed, call_scan_bwd_packed),
-    ENTRY(camdelta_scan_summary, camdelta_scan_summary_args, NONE_, SUMMARY_SLOTS, 0,
-          camdelta_scan_summary_args, NO_SAVED, init_summary, call_summary),
-    ENTRY(camdelta_scan_grad_summary, camdelta_scan_grad_summary_args, NONE_, GRAD_SUMMARY_SLOTS, 0,
-          camdelta_scan_grad_summary_args, NO_SAVED, init_grad_summary, call_grad_summary),
-    ENTRY(camdelta_summary_apply, camdelta_summary_apply_args, NONE_, APPLY_SLOTS, 0,
-          camdelta_summary_apply_args, NO_SAVED, init_apply, call_apply),
-    ENTRY(camdelta_summary_combine, camdelta_summary_combine_args, NONE_, COMBINE_SLOTS, 0,
-          camdelta_summary_combine_args, NO_SAVED, init_combine, call_combine),
-    ENTRY(camdelta_camera_forward, camdelta_camera_args, NONE_, CAMERA_SLOTS, 0, camdelta_camera_args,
-          NO_SAVED, init_camera, call_camera),
-    ENTRY(camdelta_short_conv_forward, camdelta_short_conv_args, NONE_, CONV_SLOTS, 0,
-          camdelta_short_conv_args, NO_SAVED, init_conv, call_conv),
-    ENTRY(camdelta_short_conv_backward, camdelta_short_conv_args, NONE_, CONV_BWD_SLOTS, 0,
-          camdelta_short_conv_args, NO_SAVED, init_conv, call_conv_bwd),
-    ENTRY(camdelta_output_transform_forward, camdelta_output_transform_args, NONE_, OT_SLOTS, 0,
-          camdelta_output_transform_args, NO_SAVED, init_ot, call_ot),
-    ENTRY(camdelta_output_transform_backward, camdelta_output_transform_args, NONE_, OT_BWD_SLOTS, 0,
-          camdelta_output_transform_args, NO_SAVED, init_ot, call_ot_bwd),
-    ENTRY(camdelta_branch_forward, camdelta_branch_args, NONE_, BRANCH_SLOTS, 0, camdelta_branch_args,
-          BRANCH_SAVED, init_branch, call_branch),
-    ENTRY(camdelta_branch_backward, camdelta_branch_args, "camdelta_branch_grads", "grads", sizeof(camdelta_branch_grads), BRANCH_BWD_SLOTS, 1,
-          camdelta_branch_grads, BRANCH_SAVED, init_branch_bwd, call_branch_bwd),
+    ENTRY1(camdelta_prep_forward, PREP_, PREP_SLOTS, PREP_SAVED, init_prep, call_prep),
+    ENTRY1(camdelta_prep_backward, PREP_BWD_, PREP_BWD_SLOTS, PREP_SAVED, init_prep_bwd, call_prep_bwd),
+    ENTRY1(camdelta_scan_forward, SCAN_, SCAN_SLOTS, SCAN_SAVED, init_scan, call_scan),
+    ENTRY1(camdelta_scan_backward, SCAN_BWD_, SCAN_BWD_SLOTS, SCAN_SAVED, init_scan_bwd, call_scan_bwd),
+    ENTRY(camdelta_scan_forward_packed, SCAN_, CLIPS_, SCAN_SLOTS, 0, SCAN_, SCAN_SAVED, init_scan_packed,
+          call_scan_packed),
+    ENTRY(camdelta_scan_backward_packed, SCAN_BWD_, CLIPS_, SCAN_BWD_SLOTS, 0, SCAN_BWD_, SCAN_SAVED,
+          init_scan_bwd_packed, call_scan_bwd_packed),
+    ENTRY1(camdelta_scan_summary, camdelta_scan_summary_args, SUMMARY_SLOTS, NO_SAVED, init_summary, call_summary),
+    ENTRY1(camdelta_scan_grad_summary, camdelta_scan_grad_summary_args, GRAD_SUMMARY_SLOTS, NO_SAVED,
+           init_grad_summary, call_grad_summary),
+    ENTRY1(camdelta_summary_apply, camdelta_summary_apply_args, APPLY_SLOTS, NO_SAVED, init_apply, call_apply),
+    ENTRY1(camdelta_summary_combine, camdelta_summary_combine_args, COMBINE_SLOTS, NO_SAVED, init_combine,
+           call_combine),
+    ENTRY1(camdelta_camera_forward, camdelta_camera_args, CAMERA_SLOTS, NO_SAVED, init_camera, call_camera),
+    ENTRY1(camdelta_short_conv_forward, camdelta_short_conv_args, CONV_SLOTS, NO_SAVED, init_conv, call_conv),
+    ENTRY1(camdelta_short_conv_backward, camdelta_short_conv_args, CONV_BWD_SLOTS, NO_SAVED, init_conv,
+           call_conv_bwd),
+    ENTRY1(camdelta_output_transform_forward, camdelta_output_transform_args, OT_SLOTS, NO_SAVED, init_ot, call_ot),
+    ENTRY1(camdelta_output_transform_backward, camdelta_output_transform_args, OT_BWD_SLOTS, NO_SAVED, init_ot,
+           call_ot_bwd),
+    ENTRY1(camdelta_branch_forward, camdelta_branch_args, BRANCH_SLOTS, BRANCH_SAVED, init_branch, call_branch),
+    ENTRY(camdelta_branch_backward, camdelta_branch_args, GRADS_, BRANCH_BWD_SLOTS, 1, camdelta_branch_grads,
+          BRANCH_SAVED, init_branch_bwd, call_branch_bwd),
 };
 /* camdelta_fill_random takes its buffer by value: its own row (no args pointer, no profile) */
-static const entry FILL = {.name = "camdelta_fill_random",
-                           .args_type = NULL,
-                           .second_type = NULL,
-                           .second_name = NULL,
-                           .args_size = sizeof(fill_args),
-                           .second_size = 0,
-                           .slots = FILL_SLOTS,
-                           .nslots = N_OF(FILL_SLOTS),
-                           .profile_part = -1,
-                           .profile_off = 0,
-                           .saved = NO_SAVED,
-                           .init = init_fill,
-                           .call = call_fill};
+static const entry FILL = {.name = "camdelta_fill_random", .args_type = NULL, .second_type = NULL,
+                           .second_name = NULL, .args_size = sizeof(fill_args), .second_size = 0,
+                           .slots = FILL_SLOTS, .nslots = N_OF(FILL_SLOTS), .profile_part = -1, .profile_off = 0,
+                           .saved = NO_SAVED, .init = init_fill, .call = call_fill};
 
 /* Public functions that take a context and argument structs but enqueue nothing (they describe plans). */
 static const char *const NOT_ENQUEUING[] = {"camdelta_scan_plan_describe", "camdelta_scan_backward_plan_describe"};
@@ -406,7 +292,8 @@ static void fixture_open(fixture *f, const entry *e, camdelta_context *ctx) {
   f->e = e, f->ctx = ctx;
   f->clctx = camdelta_context_cl_context(ctx), f->queue = camdelta_context_queue(ctx);
   assert_true(e->nslots <= N_OF(f->mem));
-  for (size_t i = 0; i < e->nslots; i++) f->mem[i] = pool_buffer(f->clctx, f->queue, e->slots[i].role == OUT ? POISON : 0);
+  for (size_t i = 0; i < e->nslots; i++)
+    f->mem[i] = pool_buffer(f->clctx, f->queue, e->slots[i].role == OUT ? POISON : 0);
   f->part[0] = calloc(1, e->args_size);
   f->part[1] = e->second_size ? calloc(1, e->second_size) : NULL;
   assert_non_null(f->part[0]);
@@ -543,12 +430,9 @@ static void saved_free(saved_kind kind, void *s) {
 static void test_foreign_buffer_in_every_slot(void **state) {
   (void)state;
   camdelta_context *ctx = tu_context();
-  cl_device_id dev = camdelta_context_device(ctx);
-  cl_int err;
-  cl_context other = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
-  assert_int_equal(err, CL_SUCCESS);
-  cl_command_queue oq = clCreateCommandQueue(other, dev, 0, &err);
-  assert_int_equal(err, CL_SUCCESS);
+  cl_context other;
+  cl_command_queue oq;
+  tu_other_cl_context(&other, &oq);
   cl_mem foreign = pool_buffer(other, oq, POISON);
   unsigned char *h = malloc(POOL_BYTES);
   int failures = 0, checked = 0;
@@ -597,12 +481,9 @@ static void test_foreign_buffer_in_every_slot(void **state) {
  * without a profile runs. */
 static void test_profile_needs_profiling_queue(void **state) {
   (void)state;
-  cl_device_id dev = camdelta_context_device(tu_context());
-  cl_int err;
-  cl_context c = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
-  assert_int_equal(err, CL_SUCCESS);
-  cl_command_queue q = clCreateCommandQueue(c, dev, 0, &err);
-  assert_int_equal(err, CL_SUCCESS);
+  cl_context c;
+  cl_command_queue q;
+  tu_other_cl_context(&c, &q);
   camdelta_context *ctx = NULL;
   TU_OK(camdelta_context_create_from_queue(&ctx, c, q));
   int failures = 0;

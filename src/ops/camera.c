@@ -11,12 +11,10 @@ static const char OP[] = "camdelta_camera_forward";
 
 enum { CAM_CONDITIONS, CAM_PROJ_Q, CAM_PROJ_KV, CAM_PROJ_O, CAM_ROPE_COS, CAM_ROPE_SIN, CAM_SLOTS };
 #define CAM_SLOT(field, role) CD_SLOT(camdelta_camera_args, field, role)
-static const cd_slot CAMERA_SLOTS[CAM_SLOTS] = {[CAM_CONDITIONS] = CAM_SLOT(camera_conditions, CD_IN),
-                                                [CAM_PROJ_Q] = CAM_SLOT(proj_q, CD_OUT),
-                                                [CAM_PROJ_KV] = CAM_SLOT(proj_kv, CD_OUT),
-                                                [CAM_PROJ_O] = CAM_SLOT(proj_o, CD_OUT),
-                                                [CAM_ROPE_COS] = CAM_SLOT(rope_cos, CD_OUT),
-                                                [CAM_ROPE_SIN] = CAM_SLOT(rope_sin, CD_OUT)};
+static const cd_slot CAMERA_SLOTS[CAM_SLOTS] = {
+    [CAM_CONDITIONS] = CAM_SLOT(camera_conditions, CD_IN), [CAM_PROJ_Q] = CAM_SLOT(proj_q, CD_OUT),
+    [CAM_PROJ_KV] = CAM_SLOT(proj_kv, CD_OUT), [CAM_PROJ_O] = CAM_SLOT(proj_o, CD_OUT),
+    [CAM_ROPE_COS] = CAM_SLOT(rope_cos, CD_OUT), [CAM_ROPE_SIN] = CAM_SLOT(rope_sin, CD_OUT)};
 
 typedef struct camera_call {
   size_t N;
@@ -145,16 +143,8 @@ static camdelta_status camera_enqueue(cd_call *c, cd_launch *l) {
   return cd_camera_enqueue(c->ctx, c->args, ((const camera_call *)c->op)->N, l);
 }
 
-static const cd_entry CAMERA = {.op = OP,
-                                .second = NULL,
-                                .slots = CAMERA_SLOTS,
-                                .nslots = CAM_SLOTS,
-                                .profile_part = 0,
-                                .profile_offset = offsetof(camdelta_camera_args, profile),
-                                .check = camera_check,
-                                .plan = camera_plan,
-                                .enqueue = camera_enqueue,
-                                .end = NULL};
+static const cd_entry CAMERA =
+    CD_ENTRY(OP, camdelta_camera_args, CAMERA_SLOTS, camera_check, camera_plan, camera_enqueue, NULL);
 
 camdelta_status camdelta_camera_forward(camdelta_context *ctx, const camdelta_camera_args *args) {
   camera_call s = {.N = 0};

@@ -46,22 +46,13 @@ camdelta_status cd_output_transform_enqueue(camdelta_context *ctx, int backward,
 enum { OT_OUT, OT_OUT2, OT_PROJ_O, OT_ROPE_COS, OT_ROPE_SIN, OT_Y, OT_GRAD_Y, OT_GRAD_OUT, OT_SLOTS };
 #define OT_SLOT(field, role) CD_SLOT(camdelta_output_transform_args, field, role)
 /* the forward's and the backward's use of the struct they share */
-static const cd_slot OT_SLOTS_OF[2][OT_SLOTS] = {{[OT_OUT] = OT_SLOT(out, CD_IN),
-                                                  [OT_OUT2] = OT_SLOT(out2, CD_IN),
-                                                  [OT_PROJ_O] = OT_SLOT(proj_o, CD_IN),
-                                                  [OT_ROPE_COS] = OT_SLOT(rope_cos, CD_IN),
-                                                  [OT_ROPE_SIN] = OT_SLOT(rope_sin, CD_IN),
-                                                  [OT_Y] = OT_SLOT(y, CD_OUT),
-                                                  [OT_GRAD_Y] = OT_SLOT(grad_y, CD_UNREAD),
-                                                  [OT_GRAD_OUT] = OT_SLOT(grad_out, CD_UNREAD)},
-                                                 {[OT_OUT] = OT_SLOT(out, CD_UNREAD),
-                                                  [OT_OUT2] = OT_SLOT(out2, CD_UNREAD),
-                                                  [OT_PROJ_O] = OT_SLOT(proj_o, CD_IN),
-                                                  [OT_ROPE_COS] = OT_SLOT(rope_cos, CD_IN),
-                                                  [OT_ROPE_SIN] = OT_SLOT(rope_sin, CD_IN),
-                                                  [OT_Y] = OT_SLOT(y, CD_UNREAD),
-                                                  [OT_GRAD_Y] = OT_SLOT(grad_y, CD_IN),
-                                                  [OT_GRAD_OUT] = OT_SLOT(grad_out, CD_OUT)}};
+static const cd_slot OT_SLOTS_OF[2][OT_SLOTS] = {
+    {[OT_OUT] = OT_SLOT(out, CD_IN), [OT_OUT2] = OT_SLOT(out2, CD_IN), [OT_PROJ_O] = OT_SLOT(proj_o, CD_IN),
+     [OT_ROPE_COS] = OT_SLOT(rope_cos, CD_IN), [OT_ROPE_SIN] = OT_SLOT(rope_sin, CD_IN), [OT_Y] = OT_SLOT(y, CD_OUT),
+     [OT_GRAD_Y] = OT_SLOT(grad_y, CD_UNREAD), [OT_GRAD_OUT] = OT_SLOT(grad_out, CD_UNREAD)},
+    {[OT_OUT] = OT_SLOT(out, CD_UNREAD), [OT_OUT2] = OT_SLOT(out2, CD_UNREAD), [OT_PROJ_O] = OT_SLOT(proj_o, CD_IN),
+     [OT_ROPE_COS] = OT_SLOT(rope_cos, CD_IN), [OT_ROPE_SIN] = OT_SLOT(rope_sin, CD_IN),
+     [OT_Y] = OT_SLOT(y, CD_UNREAD), [OT_GRAD_Y] = OT_SLOT(grad_y, CD_IN), [OT_GRAD_OUT] = OT_SLOT(grad_out, CD_OUT)}};
 
 /* the call's state: 1 for the backward */
 static int ot_backward(const cd_call *c) { return *(const int *)c->op; }
@@ -104,14 +95,11 @@ static camdelta_status ot_enqueue(cd_call *c, cd_launch *l) {
   return cd_output_transform_enqueue(c->ctx, ot_backward(c), c->args, l);
 }
 
-#define OT_ENTRY(name, dir)                                                                                     \
-  {                                                                                                            \
-    .op = name, .second = NULL, .slots = OT_SLOTS_OF[dir], .nslots = OT_SLOTS, .profile_part = 0,              \
-    .profile_offset = offsetof(camdelta_output_transform_args, profile), .check = ot_check, .plan = ot_plan,   \
-    .enqueue = ot_enqueue, .end = NULL                                                                         \
-  }
-static const cd_entry OT_ENTRIES[2] = {OT_ENTRY("camdelta_output_transform_forward", 0),
-                                       OT_ENTRY("camdelta_output_transform_backward", 1)};
+static const cd_entry OT_ENTRIES[2] = {
+    CD_ENTRY("camdelta_output_transform_forward", camdelta_output_transform_args, OT_SLOTS_OF[0], ot_check, ot_plan,
+             ot_enqueue, NULL),
+    CD_ENTRY("camdelta_output_transform_backward", camdelta_output_transform_args, OT_SLOTS_OF[1], ot_check, ot_plan,
+             ot_enqueue, NULL)};
 
 camdelta_status camdelta_output_transform_forward(camdelta_context *ctx, const camdelta_output_transform_args *args) {
   int backward = 0;

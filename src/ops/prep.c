@@ -48,8 +48,10 @@ void cd_prep_use_inputs(cd_call *c, size_t B, size_t N, size_t H, size_t D, camd
   const size_t es = camdelta_dtype_size(dtype), BNHD = B * N * H * D;
   const size_t counts[CD_PREP_INPUTS] = {BNHD,       BNHD,       BNHD,        H * D,      H * D,
                                          B * N * 16, B * N * 16, N * (D / 2), N * (D / 2)};
-  for (int i = 0; i < CD_PREP_INPUTS; i++)
-    c->use[i] = (cd_use){.need = i == 2 && !need_v ? CD_OPTIONAL : CD_REQUIRED, .elems = counts[i], .es = i < 3 ? es : 4};
+  for (int i = 0; i < CD_PREP_INPUTS; i++) {
+    const cd_need need = i == 2 && !need_v ? CD_OPTIONAL : CD_REQUIRED; /* v_raw */
+    c->use[i] = (cd_use){.need = need, .elems = counts[i], .es = i < 3 ? es : 4};
+  }
 }
 
 camdelta_status cd_prep_inv_rms_warm(camdelta_context *ctx, camdelta_dtype dtype) {
@@ -236,19 +238,9 @@ int cd_prep_fused_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, 
 
 enum { PF_Q = CD_PREP_INPUTS, PF_K, PF_V, PF_INFLATION_SQ, PF_SLOTS };
 #define PF_SLOT(field, role) CD_SLOT(camdelta_prep_args, field, role)
-static const cd_slot PF_SLOTS_[PF_SLOTS] = {[0] = PF_SLOT(q_raw, CD_IN),
-                                            [1] = PF_SLOT(k_raw, CD_IN),
-                                            [2] = PF_SLOT(v_raw, CD_IN),
-                                            [3] = PF_SLOT(q_norm_weight, CD_IN),
-                                            [4] = PF_SLOT(k_norm_weight, CD_IN),
-                                            [5] = PF_SLOT(proj_q, CD_IN),
-                                            [6] = PF_SLOT(proj_kv, CD_IN),
-                                            [7] = PF_SLOT(rope_cos, CD_IN),
-                                            [8] = PF_SLOT(rope_sin, CD_IN),
-                                            [PF_Q] = PF_SLOT(q, CD_OUT),
-                                            [PF_K] = PF_SLOT(k, CD_OUT),
-                                            [PF_V] = PF_SLOT(v, CD_OUT),
-                                            [PF_INFLATION_SQ] = PF_SLOT(inflation_sq, CD_OUT)};
+static const cd_slot PF_SLOTS_[PF_SLOTS] = {
+    CD_PREP_INPUT_SLOTS(camdelta_prep_args), [PF_Q] = PF_SLOT(q, CD_OUT), [PF_K] = PF_SLOT(k, CD_OUT),
+    [PF_V] = PF_SLOT(v, CD_OUT), [PF_INFLATION_SQ] = PF_SLOT(inflation_sq, CD_OUT)};
 
 typedef struct pf_call {
   camdelta_prep_saved *saved;
@@ -349,25 +341,13 @@ static camdelta_status pf_end(cd_call *c, camdelta_status st) {
   return st;
 }
 
-static const cd_entry PREP_FORWARD = {.op = "camdelta_prep_forward",
-                                      .second = NULL,
-                                      .slots = PF_SLOTS_,
-                                      .nslots = PF_SLOTS,
-                                      .profile_part = 0,
-                                      .profile_offset = offsetof(camdelta_prep_args, profile),
-                                      .check = pf_check,
-                                      .plan = pf_plan,
-                                      .enqueue = pf_enqueue,
-                                      .end = pf_end};
+static const cd_entry PREP_FORWARD =
+    CD_ENTRY("camdelta_prep_forward", camdelta_prep_args, PF_SLOTS_, pf_check, pf_plan, pf_enqueue, pf_end);
 
 camdelta_status camdelta_prep_forward(camdelta_context *ctx, const camdelta_prep_args *args,
                                       camdelta_prep_saved *saved) {
   pf_call s = {.saved = saved, .fused = 0, .k = NULL, .ts = 0, .inv = NULL};
-  cd_call c = {.entry = &PREP_FORWARD,
-               .ctx = ctx,
-               .args = args,
-               .saved = saved,
-               .saved_ctx = saved ? saved->ctx : NULL,
-               .op = &s};
+  cd_call c = {.entry = &PREP_FORWARD, .ctx = ctx, .args = args, .saved = saved,
+               .saved_ctx = saved ? saved->ctx : NULL, .op = &s};
   return cd_run_entry(&c);
 }

@@ -82,31 +82,15 @@ enum { PB_GRAD_Q = CD_PREP_INPUTS, PB_GRAD_K, PB_GRAD_V, PB_GRAD_INFLATION_SQ, P
        PB_DQ_NORM_WEIGHT, PB_DK_NORM_WEIGHT, PB_DPROJ_Q, PB_DPROJ_KV, PB_DROPE_COS, PB_DROPE_SIN, PB_Q, PB_K,
        PB_INFLATION_SQ, PB_SLOTS };
 #define PB_SLOT(field, role) CD_SLOT(camdelta_prep_backward_args, field, role)
-static const cd_slot PB_SLOTS_[PB_SLOTS] = {[0] = PB_SLOT(q_raw, CD_IN),
-                                            [1] = PB_SLOT(k_raw, CD_IN),
-                                            [2] = PB_SLOT(v_raw, CD_IN),
-                                            [3] = PB_SLOT(q_norm_weight, CD_IN),
-                                            [4] = PB_SLOT(k_norm_weight, CD_IN),
-                                            [5] = PB_SLOT(proj_q, CD_IN),
-                                            [6] = PB_SLOT(proj_kv, CD_IN),
-                                            [7] = PB_SLOT(rope_cos, CD_IN),
-                                            [8] = PB_SLOT(rope_sin, CD_IN),
-                                            [PB_GRAD_Q] = PB_SLOT(grad_q, CD_IN),
-                                            [PB_GRAD_K] = PB_SLOT(grad_k, CD_IN),
-                                            [PB_GRAD_V] = PB_SLOT(grad_v, CD_IN),
-                                            [PB_GRAD_INFLATION_SQ] = PB_SLOT(grad_inflation_sq, CD_IN),
-                                            [PB_DQ_RAW] = PB_SLOT(dq_raw, CD_OUT),
-                                            [PB_DK_RAW] = PB_SLOT(dk_raw, CD_OUT),
-                                            [PB_DV_RAW] = PB_SLOT(dv_raw, CD_OUT),
-                                            [PB_DQ_NORM_WEIGHT] = PB_SLOT(dq_norm_weight, CD_OUT),
-                                            [PB_DK_NORM_WEIGHT] = PB_SLOT(dk_norm_weight, CD_OUT),
-                                            [PB_DPROJ_Q] = PB_SLOT(dproj_q, CD_OUT),
-                                            [PB_DPROJ_KV] = PB_SLOT(dproj_kv, CD_OUT),
-                                            [PB_DROPE_COS] = PB_SLOT(drope_cos, CD_OUT),
-                                            [PB_DROPE_SIN] = PB_SLOT(drope_sin, CD_OUT),
-                                            [PB_Q] = PB_SLOT(q, CD_IN),
-                                            [PB_K] = PB_SLOT(k, CD_IN),
-                                            [PB_INFLATION_SQ] = PB_SLOT(inflation_sq, CD_IN)};
+static const cd_slot PB_SLOTS_[PB_SLOTS] = {
+    CD_PREP_INPUT_SLOTS(camdelta_prep_backward_args),
+    [PB_GRAD_Q] = PB_SLOT(grad_q, CD_IN), [PB_GRAD_K] = PB_SLOT(grad_k, CD_IN), [PB_GRAD_V] = PB_SLOT(grad_v, CD_IN),
+    [PB_GRAD_INFLATION_SQ] = PB_SLOT(grad_inflation_sq, CD_IN),
+    [PB_DQ_RAW] = PB_SLOT(dq_raw, CD_OUT), [PB_DK_RAW] = PB_SLOT(dk_raw, CD_OUT), [PB_DV_RAW] = PB_SLOT(dv_raw, CD_OUT),
+    [PB_DQ_NORM_WEIGHT] = PB_SLOT(dq_norm_weight, CD_OUT), [PB_DK_NORM_WEIGHT] = PB_SLOT(dk_norm_weight, CD_OUT),
+    [PB_DPROJ_Q] = PB_SLOT(dproj_q, CD_OUT), [PB_DPROJ_KV] = PB_SLOT(dproj_kv, CD_OUT),
+    [PB_DROPE_COS] = PB_SLOT(drope_cos, CD_OUT), [PB_DROPE_SIN] = PB_SLOT(drope_sin, CD_OUT),
+    [PB_Q] = PB_SLOT(q, CD_IN), [PB_K] = PB_SLOT(k, CD_IN), [PB_INFLATION_SQ] = PB_SLOT(inflation_sq, CD_IN)};
 
 /* scratch of the three-kernel form: RMSNorm sums per head ps (2, B, N, H), norm-weight partials pw (2, slots, C),
  * dproj partials pp (B, N, H, 32), RoPE partials per head prh (2, B, N, H, Dh) and per b pr (2, B, N, Dh),
@@ -370,26 +354,14 @@ static camdelta_status pb_end(cd_call *c, camdelta_status st) {
   return st;
 }
 
-static const cd_entry PREP_BACKWARD = {.op = OP,
-                                       .second = NULL,
-                                       .slots = PB_SLOTS_,
-                                       .nslots = PB_SLOTS,
-                                       .profile_part = 0,
-                                       .profile_offset = offsetof(camdelta_prep_backward_args, profile),
-                                       .check = pb_check,
-                                       .plan = pb_plan,
-                                       .enqueue = pb_enqueue,
-                                       .end = pb_end};
+static const cd_entry PREP_BACKWARD =
+    CD_ENTRY(OP, camdelta_prep_backward_args, PB_SLOTS_, pb_check, pb_plan, pb_enqueue, pb_end);
 
 static camdelta_status run(camdelta_context *ctx, const camdelta_prep_backward_args *args,
                            const camdelta_prep_saved *saved, const camdelta_buffer *g2) {
   pb_call s = {.saved = saved, .g2 = g2, .flags = 0, .fused = 0, .scr = {NULL}};
-  cd_call c = {.entry = &PREP_BACKWARD,
-               .ctx = ctx,
-               .args = args,
-               .saved = saved,
-               .saved_ctx = saved ? saved->ctx : NULL,
-               .op = &s};
+  cd_call c = {.entry = &PREP_BACKWARD, .ctx = ctx, .args = args, .saved = saved,
+               .saved_ctx = saved ? saved->ctx : NULL, .op = &s};
   return cd_run_entry(&c);
 }
 camdelta_status camdelta_prep_backward(camdelta_context *ctx, const camdelta_prep_backward_args *args,

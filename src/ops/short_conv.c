@@ -113,18 +113,13 @@ camdelta_status cd_short_conv_enqueue_backward(camdelta_context *ctx, size_t B, 
 enum { CV_K_RAW, CV_CONV_WEIGHT, CV_K_CONV, CV_GRAD_K_CONV, CV_DK_RAW, CV_DCONV_WEIGHT, CV_SLOTS };
 #define CV_SLOT(field, role) CD_SLOT(camdelta_short_conv_args, field, role)
 /* the forward's and the backward's use of the struct they share */
-static const cd_slot CONV_SLOTS[2][CV_SLOTS] = {{[CV_K_RAW] = CV_SLOT(k_raw, CD_IN),
-                                                 [CV_CONV_WEIGHT] = CV_SLOT(conv_weight, CD_IN),
-                                                 [CV_K_CONV] = CV_SLOT(k_conv, CD_OUT),
-                                                 [CV_GRAD_K_CONV] = CV_SLOT(grad_k_conv, CD_UNREAD),
-                                                 [CV_DK_RAW] = CV_SLOT(dk_raw, CD_UNREAD),
-                                                 [CV_DCONV_WEIGHT] = CV_SLOT(dconv_weight, CD_UNREAD)},
-                                                {[CV_K_RAW] = CV_SLOT(k_raw, CD_IN),
-                                                 [CV_CONV_WEIGHT] = CV_SLOT(conv_weight, CD_IN),
-                                                 [CV_K_CONV] = CV_SLOT(k_conv, CD_UNREAD),
-                                                 [CV_GRAD_K_CONV] = CV_SLOT(grad_k_conv, CD_IN),
-                                                 [CV_DK_RAW] = CV_SLOT(dk_raw, CD_OUT),
-                                                 [CV_DCONV_WEIGHT] = CV_SLOT(dconv_weight, CD_OUT)}};
+static const cd_slot CONV_SLOTS[2][CV_SLOTS] = {
+    {[CV_K_RAW] = CV_SLOT(k_raw, CD_IN), [CV_CONV_WEIGHT] = CV_SLOT(conv_weight, CD_IN),
+     [CV_K_CONV] = CV_SLOT(k_conv, CD_OUT), [CV_GRAD_K_CONV] = CV_SLOT(grad_k_conv, CD_UNREAD),
+     [CV_DK_RAW] = CV_SLOT(dk_raw, CD_UNREAD), [CV_DCONV_WEIGHT] = CV_SLOT(dconv_weight, CD_UNREAD)},
+    {[CV_K_RAW] = CV_SLOT(k_raw, CD_IN), [CV_CONV_WEIGHT] = CV_SLOT(conv_weight, CD_IN),
+     [CV_K_CONV] = CV_SLOT(k_conv, CD_UNREAD), [CV_GRAD_K_CONV] = CV_SLOT(grad_k_conv, CD_IN),
+     [CV_DK_RAW] = CV_SLOT(dk_raw, CD_OUT), [CV_DCONV_WEIGHT] = CV_SLOT(dconv_weight, CD_OUT)}};
 
 typedef struct conv_call {
   int backward;
@@ -190,14 +185,11 @@ static camdelta_status conv_end(cd_call *c, camdelta_status st) {
   return st;
 }
 
-#define CONV_ENTRY(name, dir)                                                                                   \
-  {                                                                                                            \
-    .op = name, .second = NULL, .slots = CONV_SLOTS[dir], .nslots = CV_SLOTS, .profile_part = 0,               \
-    .profile_offset = offsetof(camdelta_short_conv_args, profile), .check = conv_check, .plan = conv_plan,     \
-    .enqueue = conv_enqueue, .end = conv_end                                                                   \
-  }
-static const cd_entry CONV_ENTRIES[2] = {CONV_ENTRY("camdelta_short_conv_forward", 0),
-                                         CONV_ENTRY("camdelta_short_conv_backward", 1)};
+static const cd_entry CONV_ENTRIES[2] = {
+    CD_ENTRY("camdelta_short_conv_forward", camdelta_short_conv_args, CONV_SLOTS[0], conv_check, conv_plan,
+             conv_enqueue, conv_end),
+    CD_ENTRY("camdelta_short_conv_backward", camdelta_short_conv_args, CONV_SLOTS[1], conv_check, conv_plan,
+             conv_enqueue, conv_end)};
 
 static camdelta_status run(camdelta_context *ctx, const camdelta_short_conv_args *args, int backward) {
   conv_call s = {.backward = backward, .seg_end = NULL};

@@ -177,49 +177,19 @@ static camdelta_status run_forward(const char *op, const camdelta_ref_branch *p,
   for (size_t i = 0; i < sizeof al / sizeof al[0]; i++)
     if (!(*al[i].p = malloc(al[i].n * sizeof(double))))
       return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", op);
-  const camdelta_ref_camera cam = {.B = B,
-                                   .T = T,
-                                   .Hs = p->Hs,
-                                   .Ws = p->Ws,
-                                   .ph = p->ph ? p->ph : 1,
-                                   .pw = p->pw ? p->pw : 1,
-                                   .D = D,
-                                   .camera_conditions = p->camera_conditions,
-                                   .proj_q = f->pq,
-                                   .proj_kv = f->pkv,
-                                   .proj_o = f->po,
-                                   .rope_cos = f->rc,
+  const camdelta_ref_camera cam = {.B = B, .T = T, .Hs = p->Hs, .Ws = p->Ws, .ph = p->ph ? p->ph : 1,
+                                   .pw = p->pw ? p->pw : 1, .D = D, .camera_conditions = p->camera_conditions,
+                                   .proj_q = f->pq, .proj_kv = f->pkv, .proj_o = f->po, .rope_cos = f->rc,
                                    .rope_sin = f->rs};
   if ((st = camdelta_ref_camera_forward(&cam))) return st;
-  const camdelta_ref_conv cv = {.B = B,
-                                .T = T,
-                                .S = S,
-                                .C = C,
-                                .bounds = f->cbounds,
-                                .nbounds = f->ncb,
-                                .x = p->k_raw,
-                                .w = p->conv_weight,
-                                .y = f->kconv};
+  const camdelta_ref_conv cv = {.B = B, .T = T, .S = S, .C = C, .bounds = f->cbounds, .nbounds = f->ncb,
+                                .x = p->k_raw, .w = p->conv_weight, .y = f->kconv};
   if ((st = camdelta_ref_short_conv_forward(&cv))) return st;
-  const camdelta_ref_prep pp = {.B = B,
-                                .N = N,
-                                .H = H,
-                                .D = D,
-                                .k_scale = p->k_scale,
-                                .norm_eps = p->norm_eps,
-                                .q_raw = p->q_raw,
-                                .k_raw = f->kconv,
-                                .v_raw = p->v_raw,
-                                .q_norm_weight = p->q_norm_weight,
-                                .k_norm_weight = p->k_norm_weight,
-                                .proj_q = f->pq,
-                                .proj_kv = f->pkv,
-                                .rope_cos = f->rc,
-                                .rope_sin = f->rs,
-                                .q = f->q,
-                                .k = f->k,
-                                .v = f->v,
-                                .inflation_sq = f->infl};
+  const camdelta_ref_prep pp = {.B = B, .N = N, .H = H, .D = D, .k_scale = p->k_scale, .norm_eps = p->norm_eps,
+                                .q_raw = p->q_raw, .k_raw = f->kconv, .v_raw = p->v_raw,
+                                .q_norm_weight = p->q_norm_weight, .k_norm_weight = p->k_norm_weight,
+                                .proj_q = f->pq, .proj_kv = f->pkv, .rope_cos = f->rc, .rope_sin = f->rs,
+                                .q = f->q, .k = f->k, .v = f->v, .inflation_sq = f->infl};
   if ((st = camdelta_ref_prep_forward(&pp))) return st;
   for (size_t bh = 0; bh < B * H; bh++)
     for (size_t t = 0; t < T; t++) {
@@ -302,43 +272,18 @@ camdelta_status camdelta_ref_branch_backward(const camdelta_ref_branch *p, const
         for (size_t s = 0; s < S; s++) ginfl[bh * N + t * S + s] = diota / (double)S;
         if (g->ddecay) g->ddecay[bh * T + t] = dd[bh * T + t] + (f.mask[t] ? dd2[bh * T + t] : 0.0);
       }
-    const camdelta_ref_prep pp = {.B = B,
-                                  .N = N,
-                                  .H = H,
-                                  .D = D,
-                                  .k_scale = p->k_scale,
-                                  .norm_eps = p->norm_eps,
-                                  .q_raw = p->q_raw,
-                                  .k_raw = f.kconv,
-                                  .v_raw = p->v_raw,
-                                  .q_norm_weight = p->q_norm_weight,
-                                  .k_norm_weight = p->k_norm_weight,
-                                  .proj_q = f.pq,
-                                  .proj_kv = f.pkv,
-                                  .rope_cos = f.rc,
-                                  .rope_sin = f.rs};
-    const camdelta_ref_prep_grads pg = {.grad_q = dq,
-                                        .grad_k = dk,
-                                        .grad_v = dv,
-                                        .grad_inflation_sq = ginfl,
-                                        .dq_raw = g->dq_raw,
-                                        .dk_raw = dkconv,
-                                        .dv_raw = g->dv_raw,
-                                        .dq_norm_weight = g->dq_norm_weight,
-                                        .dk_norm_weight = g->dk_norm_weight};
+    const camdelta_ref_prep pp = {.B = B, .N = N, .H = H, .D = D, .k_scale = p->k_scale, .norm_eps = p->norm_eps,
+                                  .q_raw = p->q_raw, .k_raw = f.kconv, .v_raw = p->v_raw,
+                                  .q_norm_weight = p->q_norm_weight, .k_norm_weight = p->k_norm_weight,
+                                  .proj_q = f.pq, .proj_kv = f.pkv, .rope_cos = f.rc, .rope_sin = f.rs};
+    const camdelta_ref_prep_grads pg = {.grad_q = dq, .grad_k = dk, .grad_v = dv, .grad_inflation_sq = ginfl,
+                                        .dq_raw = g->dq_raw, .dk_raw = dkconv, .dv_raw = g->dv_raw,
+                                        .dq_norm_weight = g->dq_norm_weight, .dk_norm_weight = g->dk_norm_weight};
     st = camdelta_ref_prep_backward(&pp, &pg);
   }
   if (!st && (g->dk_raw || g->dconv_weight)) {
-    const camdelta_ref_conv cv = {.B = B,
-                                  .T = T,
-                                  .S = S,
-                                  .C = C,
-                                  .bounds = f.cbounds,
-                                  .nbounds = f.ncb,
-                                  .x = p->k_raw,
-                                  .w = p->conv_weight,
-                                  .dy = dkconv,
-                                  .dx = g->dk_raw,
+    const camdelta_ref_conv cv = {.B = B, .T = T, .S = S, .C = C, .bounds = f.cbounds, .nbounds = f.ncb,
+                                  .x = p->k_raw, .w = p->conv_weight, .dy = dkconv, .dx = g->dk_raw,
                                   .dw = g->dconv_weight};
     st = camdelta_ref_short_conv_backward(&cv);
   }

@@ -97,16 +97,8 @@ static camdelta_status run(const char *op, const camdelta_ref_scan_packed *p, co
       move_tokens(p, N, &j, h, D, (double *)p->v, j.v, 0);
       move_tokens(p, N, &j, h, 1, (double *)p->beta, j.beta, 0);
       const size_t sidx = c * H + h; /* (clips, H, D, D) */
-      camdelta_ref_scan rs = {.B = 1,
-                              .H = 1,
-                              .D = D,
-                              .F = j.F,
-                              .S = j.S,
-                              .reverse = p->reverse,
-                              .q = j.q,
-                              .k = j.k,
-                              .v = j.v,
-                              .beta = j.beta,
+      camdelta_ref_scan rs = {.B = 1, .H = 1, .D = D, .F = j.F, .S = j.S, .reverse = p->reverse,
+                              .q = j.q, .k = j.k, .v = j.v, .beta = j.beta,
                               .decay = p->decay + h * p->frames + j.f0,
                               .init_state = p->init_state ? p->init_state + sidx * DD : NULL,
                               .out = j.out,

@@ -293,6 +293,13 @@ struct cd_call {
   cd_use use[CD_MAX_SLOTS];          /* per slot, set by the check step */
 };
 
+/** The descriptor of an entry with one argument struct `type` holding its `profile` pointer. */
+#define CD_ENTRY(op_, type, slots_, check_, plan_, enqueue_, end_)                                                \
+  {                                                                                                               \
+    .op = op_, .second = NULL, .slots = slots_, .nslots = sizeof(slots_) / sizeof((slots_)[0]), .profile_part = 0, \
+    .profile_offset = offsetof(type, profile), .check = check_, .plan = plan_, .enqueue = enqueue_, .end = end_    \
+  }
+
 /** Runs the call's entry through steps 1-7 and returns its status. */
 camdelta_status cd_run_entry(cd_call *c);
 /** The buffer in slot i of the call's structs. */
