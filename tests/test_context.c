@@ -109,13 +109,11 @@ static void prep_check(camdelta_context *ctx, cl_context clctx, cl_command_queue
 
 static void test_borrowed_queue(void **state) {
   (void)state;
-  camdelta_context *probe = tu_context();
-  cl_device_id dev = camdelta_context_device(probe);
+  cl_device_id dev = camdelta_context_device(tu_context());
   cl_int err;
-  cl_context clctx = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
-  assert_int_equal(err, CL_SUCCESS);
-  cl_command_queue q = clCreateCommandQueue(clctx, dev, 0, &err);
-  assert_int_equal(err, CL_SUCCESS);
+  cl_context clctx;
+  cl_command_queue q;
+  tu_other_cl_context(&clctx, &q);
   camdelta_context *ctx = NULL;
   TU_OK(camdelta_context_create_from_queue(&ctx, clctx, q));
   assert_ptr_equal(camdelta_context_queue(ctx), q);
@@ -173,153 +171,8 @@ static void test_threads(void **state) {
   threads_with("1", 1); /* prep.cl for the fused form at D=32 */
 }
 
-/* ------------------------------------------------------------ the entry prologue (issue 11) */
-
-enum { OP_PREP, OP_PREP_BWD, OP_SCAN, OP_SCAN_BWD, N_OPS };
-static const char *const op_names[N_OPS] = {"camdelta_prep_forward", "camdelta_prep_backward", "camdelta_scan_forward",
-                                            "camdelta_scan_backward"};
-static const int op_nbuf[N_OPS] = {13, 22, 8, 14};
-static const int op_first_out[N_OPS] = {9, 13, 5, 8}; /* index of the first output buffer */
-#define POOL_BYTES 65536
-
-/* A buffer of `c` filled with `byte`. */
-static cl_mem filled(cl_context c, cl_command_queue q, unsigned char byte) {
-  cl_int err;
-  cl_mem m = clCreateBuffer(c, CL_MEM_READ_WRITE, POOL_BYTES, NULL, &err);
-  assert_int_equal(err, CL_SUCCESS);
-  unsigned char *h = malloc(POOL_BYTES);
-  memset(h, byte, POOL_BYTES);
-  assert_int_equal(clEnqueueWriteBuffer(q, m, CL_TRUE, 0, POOL_BYTES, h, 0, NULL, NULL), CL_SUCCESS);
-  free(h);
-  return m;
-}
-
-/* Runs operation `op` on small shapes with buffers m[] (inputs zero, outputs 0x5A). */
-static camdelta_status run_op(camdelta_context *ctx, int op, cl_mem *m, camdelta_profile *prof) {
-  const size_t B = 1, N = 16, H = 2, D = 16, F = 2, S = 8;
-#define BUF(i) ((camdelta_buffer){m[i], 0})
-  if (op == OP_PREP) {
-    camdelta_prep_args a = CAMDELTA_PREP_ARGS_INIT;
-    a.B = B, a.N = N, a.H = H, a.D = D, a.k_scale = 0.25f, a.norm_eps = 1e-6f;
-    a.q_raw = BUF(0), a.k_raw = BUF(1), a.v_raw = BUF(2), a.q_norm_weight = BUF(3), a.k_norm_weight = BUF(4);
-    a.proj_q = BUF(5), a.proj_kv = BUF(6), a.rope_cos = BUF(7), a.rope_sin = BUF(8);
-    a.q = BUF(9), a.k = BUF(10), a.v = BUF(11), a.inflation_sq = BUF(12);
-    a.profile = prof;
-    return camdelta_prep_forward(ctx, &a, NULL);
-  }
-  if (op == OP_PREP_BWD) {
-    camdelta_prep_backward_args a = CAMDELTA_PREP_BACKWARD_ARGS_INIT;
-    a.B = B, a.N = N, a.H = H, a.D = D, a.k_scale = 0.25f, a.norm_eps = 1e-6f;
-    a.q_raw = BUF(0), a.k_raw = BUF(1), a.v_raw = BUF(2), a.q_norm_weight = BUF(3), a.k_norm_weight = BUF(4);
-    a.proj_q = BUF(5), a.proj_kv = BUF(6), a.rope_cos = BUF(7), a.rope_sin = BUF(8);
-    a.grad_q = BUF(9), a.grad_k = BUF(10), a.grad_v = BUF(11), a.grad_inflation_sq = BUF(12);
-    a.dq_raw = BUF(13), a.dk_raw = BUF(14), a.dv_raw = BUF(15), a.dq_norm_weight = BUF(16);
-    a.dk_norm_weight = BUF(17), a.dproj_q = BUF(18), a.dproj_kv = BUF(19), a.drope_cos = BUF(20);
-    a.drope_sin = BUF(21);
-    a.profile = prof;
-    return camdelta_prep_backward(ctx, &a, NULL);
-  }
-  if (op == OP_SCAN) {
-    camdelta_scan_args a = CAMDELTA_SCAN_ARGS_INIT;
-    a.B = B, a.H = H, a.D = D, a.F = F, a.S = S;
-    a.q = BUF(0), a.k = BUF(1), a.v = BUF(2), a.beta = BUF(3), a.decay = BUF(4);
-    a.out = BUF(5), a.init_state = BUF(6), a.final_state = BUF(7);
-    a.init_state = (camdelta_buffer){NULL, 0}; /* an input among the outputs' slots: keep it absent */
-    a.profile = prof;
-    return camdelta_scan_forward(ctx, &a, NULL);
-  }
-  camdelta_scan_backward_args a = CAMDELTA_SCAN_BACKWARD_ARGS_INIT;
-  a.B = B, a.H = H, a.D = D, a.F = F, a.S = S;
-  a.q = BUF(0), a.k = BUF(1), a.v = BUF(2), a.beta = BUF(3), a.decay = BUF(4), a.init_state = BUF(5);
-  a.grad_out = BUF(6), a.grad_final_state = BUF(7);
-  a.dq = BUF(8), a.dk = BUF(9), a.dv = BUF(10), a.dbeta = BUF(11), a.ddecay = BUF(12), a.dinit_state = BUF(13);
-  a.profile = prof;
-  return camdelta_scan_backward(ctx, &a, NULL);
-#undef BUF
-}
-
-/* Every output still holds 0x5A: nothing was enqueued that wrote it. */
-static void outputs_untouched(cl_command_queue q, int op, cl_mem *m, cl_mem skip) {
-  unsigned char *h = malloc(POOL_BYTES);
-  for (int i = op_first_out[op]; i < op_nbuf[op]; i++) {
-    if ((op == OP_SCAN && i == 6) || m[i] == skip) continue; /* init_state is kept absent */
-    assert_int_equal(clEnqueueReadBuffer(q, m[i], CL_TRUE, 0, POOL_BYTES, h, 0, NULL, NULL), CL_SUCCESS);
-    for (size_t b = 0; b < POOL_BYTES; b++)
-      if (h[b] != 0x5A) fail_msg("%s: output %d was written at byte %zu", op_names[op], i, b);
-  }
-  free(h);
-}
-
-/* A buffer from another OpenCL context, in any slot of any operation, is rejected by name with nothing enqueued
- * (issue 11: it was not checked before enqueueing). */
-static void test_foreign_buffers(void **state) {
-  (void)state;
-  camdelta_context *ctx = tu_context();
-  cl_context c = camdelta_context_cl_context(ctx);
-  cl_command_queue q = camdelta_context_queue(ctx);
-  cl_device_id dev = camdelta_context_device(ctx);
-  cl_int err;
-  cl_context other = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
-  assert_int_equal(err, CL_SUCCESS);
-  cl_command_queue oq = clCreateCommandQueue(other, dev, 0, &err);
-  assert_int_equal(err, CL_SUCCESS);
-  cl_mem foreign = filled(other, oq, 0);
-  for (int op = 0; op < N_OPS; op++) {
-    cl_mem m[24];
-    for (int i = 0; i < op_nbuf[op]; i++) m[i] = filled(c, q, i < op_first_out[op] ? 0 : 0x5A);
-    TU_OK(run_op(ctx, op, m, NULL)); /* all of this context: fine */
-    TU_OK(camdelta_finish(ctx));
-    for (int i = 0; i < op_nbuf[op]; i++) {
-      if (op == OP_SCAN && i == 6) continue;
-      cl_mem keep = m[i];
-      m[i] = foreign;
-      for (int k = op_first_out[op]; k < op_nbuf[op]; k++) {
-        if (k == i) continue;
-        clReleaseMemObject(m[k]);
-        m[k] = filled(c, q, 0x5A);
-      }
-      assert_int_equal(run_op(ctx, op, m, NULL), CAMDELTA_ERROR_INVALID_ARGUMENT);
-      if (!strstr(camdelta_last_message(), "another OpenCL context"))
-        fail_msg("%s slot %d: %s", op_names[op], i, camdelta_last_message());
-      TU_OK(camdelta_finish(ctx));
-      outputs_untouched(q, op, m, foreign);
-      m[i] = keep;
-    }
-    for (int i = 0; i < op_nbuf[op]; i++) clReleaseMemObject(m[i]);
-  }
-  clReleaseMemObject(foreign);
-  clReleaseCommandQueue(oq);
-  clReleaseContext(other);
-}
-
-/* A profile requested on a queue without profiling: rejected by every operation before any kernel runs (issue
- * 11: only prep forward checked; the others ran their kernels, then failed). */
-static void test_profile_needs_profiling_queue(void **state) {
-  (void)state;
-  cl_device_id dev = camdelta_context_device(tu_context());
-  cl_int err;
-  cl_context c = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
-  assert_int_equal(err, CL_SUCCESS);
-  cl_command_queue q = clCreateCommandQueue(c, dev, 0, &err);
-  assert_int_equal(err, CL_SUCCESS);
-  camdelta_context *ctx = NULL;
-  TU_OK(camdelta_context_create_from_queue(&ctx, c, q));
-  for (int op = 0; op < N_OPS; op++) {
-    cl_mem m[24];
-    for (int i = 0; i < op_nbuf[op]; i++) m[i] = filled(c, q, i < op_first_out[op] ? 0 : 0x5A);
-    camdelta_profile prof = {0, 0};
-    assert_int_equal(run_op(ctx, op, m, &prof), CAMDELTA_ERROR_INVALID_ARGUMENT);
-    if (!strstr(camdelta_last_message(), "CL_QUEUE_PROFILING_ENABLE"))
-      fail_msg("%s: %s", op_names[op], camdelta_last_message());
-    TU_OK(camdelta_finish(ctx));
-    outputs_untouched(q, op, m, NULL);
-    TU_OK(run_op(ctx, op, m, NULL)); /* without a profile it runs */
-    for (int i = 0; i < op_nbuf[op]; i++) clReleaseMemObject(m[i]);
-  }
-  camdelta_context_destroy(ctx);
-  clReleaseCommandQueue(q);
-  clReleaseContext(c);
-}
+/* The entry prologue's checks of every public entry (foreign buffers, profiling, NULL, saved objects) are
+ * tests/test_contract.c's. */
 
 /* camdelta_enqueue_marker: an application's second queue waits for camdelta's work through the event. */
 static void test_marker_event(void **state) {
@@ -400,8 +253,6 @@ int main(void) {
       cmocka_unit_test(test_selectors),
       cmocka_unit_test(test_borrowed_queue),
       cmocka_unit_test(test_threads),
-      cmocka_unit_test(test_foreign_buffers),
-      cmocka_unit_test(test_profile_needs_profiling_queue),
       cmocka_unit_test(test_marker_event),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -64,6 +64,15 @@ void tu_fill_normal(float *x, size_t n, double scale) {
   for (size_t i = 0; i < n; i++) x[i] = (float)(scale * tu_normal());
 }
 
+void tu_other_cl_context(cl_context *c, cl_command_queue *q) {
+  cl_device_id dev = camdelta_context_device(tu_context());
+  cl_int err;
+  *c = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
+  if (err != CL_SUCCESS) fail_msg("clCreateContext: %s", camdelta_cl_error_name(err));
+  *q = clCreateCommandQueue(*c, dev, 0, &err);
+  if (err != CL_SUCCESS) fail_msg("clCreateCommandQueue: %s", camdelta_cl_error_name(err));
+}
+
 cl_mem tu_buffer(size_t bytes) {
   camdelta_context *ctx = tu_context();
   cl_int err;

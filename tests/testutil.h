@@ -27,6 +27,10 @@ double tu_normal(void);
 void tu_fill_uniform(float *x, size_t n, double lo, double hi);
 void tu_fill_normal(float *x, size_t n, double scale);
 
+/** A new OpenCL context on the test context's device and an in-order queue on it without profiling (the caller
+ *  releases both). Failures fail the test. */
+void tu_other_cl_context(cl_context *c, cl_command_queue *q);
+
 /** Device buffers. Failures fail the test. */
 cl_mem tu_buffer(size_t bytes);                              /* poisoned with 0xFF bytes (NaN) */
 cl_mem tu_upload(const void *host, size_t bytes);

@@ -9,30 +9,37 @@
 
 static const char OP[] = "camdelta_camera_forward";
 
-camdelta_status cd_camera_check(const char *op, const camdelta_camera_args *a, size_t *N_out) {
+enum { CAM_CONDITIONS, CAM_PROJ_Q, CAM_PROJ_KV, CAM_PROJ_O, CAM_ROPE_COS, CAM_ROPE_SIN, CAM_SLOTS };
+#define CAM_SLOT(field, role) CD_SLOT(camdelta_camera_args, field, role)
+static const cd_slot CAMERA_SLOTS[CAM_SLOTS] = {
+    [CAM_CONDITIONS] = CAM_SLOT(camera_conditions, CD_IN), [CAM_PROJ_Q] = CAM_SLOT(proj_q, CD_OUT),
+    [CAM_PROJ_KV] = CAM_SLOT(proj_kv, CD_OUT), [CAM_PROJ_O] = CAM_SLOT(proj_o, CD_OUT),
+    [CAM_ROPE_COS] = CAM_SLOT(rope_cos, CD_OUT), [CAM_ROPE_SIN] = CAM_SLOT(rope_sin, CD_OUT)};
+
+typedef struct camera_call {
   size_t N;
-  camdelta_status st = cd_check_grid(op, a->T, a->Hs, a->Ws, &N);
+} camera_call;
+
+static camdelta_status camera_check(cd_call *c) {
+  const camdelta_camera_args *a = c->args;
+  camera_call *s = c->op;
+  size_t N;
+  camdelta_status st = cd_check_grid(OP, a->T, a->Hs, a->Ws, &N);
   if (st) return st;
-  if (!a->B) return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: B=0 (expected at least 1)", op);
+  if (!a->B) return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: B=0 (expected at least 1)", OP);
   if (!a->pt || !a->ph || !a->pw)
-    return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: patch (%zu, %zu, %zu): each must be at least 1", op, a->pt, a->ph,
+    return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: patch (%zu, %zu, %zu): each must be at least 1", OP, a->pt, a->ph,
                    a->pw);
   const size_t f[3] = {a->B, N, 16};
   size_t BN16;
   if (!cd_prod(&BN16, 3, f) || BN16 > SIZE_MAX / 4 || a->B > UINT32_MAX)
-    return cd_fail(CAMDELTA_ERROR_OVERFLOW, "%s: B*N*16 overflows", op);
-  const int rope = a->rope_cos.mem || a->rope_sin.mem;
-  if (rope && (st = cd_check_head_dim(op, a->D))) return st;
+    return cd_fail(CAMDELTA_ERROR_OVERFLOW, "%s: B*N*16 overflows", OP);
+  if ((a->rope_cos.mem || a->rope_sin.mem) && (st = cd_check_head_dim(OP, a->D))) return st;
   const size_t NDh = N * (a->D / 2);
-  const cd_tensor_arg in[1] = {{"camera_conditions", a->camera_conditions, a->B * a->T * 20, 4}};
-  const cd_tensor_arg out[5] = {{"proj_q", a->proj_q, BN16, 4},    {"proj_kv", a->proj_kv, BN16, 4},
-                                {"proj_o", a->proj_o, BN16, 4},    {"rope_cos", a->rope_cos, NDh, 4},
-                                {"rope_sin", a->rope_sin, NDh, 4}};
-  if ((st = cd_check_buffer(op, in[0].name, in[0].b, in[0].elems, 4, 0))) return st;
-  for (int i = 0; i < 5; i++)
-    if ((st = cd_check_buffer(op, out[i].name, out[i].b, out[i].elems, 4, 1))) return st;
-  if ((st = cd_check_no_overlap(op, out, 5, in, 1))) return st;
-  *N_out = N;
+  c->use[CAM_CONDITIONS] = (cd_use){.need = CD_REQUIRED, .elems = a->B * a->T * 20, .es = 4};
+  for (int i = CAM_PROJ_Q; i <= CAM_PROJ_O; i++) c->use[i] = (cd_use){.need = CD_OPTIONAL, .elems = BN16, .es = 4};
+  for (int i = CAM_ROPE_COS; i <= CAM_ROPE_SIN; i++) c->use[i] = (cd_use){.need = CD_OPTIONAL, .elems = NDh, .es = 4};
+  s->N = N;
   return CAMDELTA_OK;
 }
 
@@ -123,20 +130,24 @@ camdelta_status cd_camera_enqueue_at(camdelta_context *ctx, const camdelta_camer
   return st;
 }
 
-camdelta_status camdelta_camera_forward(camdelta_context *ctx, const camdelta_camera_args *args) {
-  cd_clear_error();
-  camdelta_status st = cd_prologue(OP, ctx, args, NULL, 0, args ? args->profile : NULL, NULL, 0);
-  size_t N;
-  if (!st) st = cd_camera_check(OP, args, &N);
-  if (st) return st;
-  if (!args->proj_q.mem && !args->proj_kv.mem && !args->proj_o.mem && !args->rope_cos.mem && !args->rope_sin.mem)
+/* Builds the program first: nothing is enqueued when a build fails. */
+static camdelta_status camera_plan(cd_call *c) {
+  const camdelta_camera_args *a = c->args;
+  if (!a->proj_q.mem && !a->proj_kv.mem && !a->proj_o.mem && !a->rope_cos.mem && !a->rope_sin.mem)
     return CAMDELTA_OK;
-  /* build first: nothing is enqueued when a build fails */
   cl_program prog;
-  if ((st = cd_program(ctx, "camera.cl", "", &prog))) return st;
-  if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;
-  cd_launch l;
-  cd_launch_init(&l, args->profile);
-  st = cd_camera_enqueue(ctx, args, N, &l);
-  return cd_launch_end(ctx, &l, st);
+  return cd_program(c->ctx, "camera.cl", "", &prog);
+}
+
+static camdelta_status camera_enqueue(cd_call *c, cd_launch *l) {
+  return cd_camera_enqueue(c->ctx, c->args, ((const camera_call *)c->op)->N, l);
+}
+
+static const cd_entry CAMERA =
+    CD_ENTRY(OP, camdelta_camera_args, CAMERA_SLOTS, camera_check, camera_plan, camera_enqueue, NULL);
+
+camdelta_status camdelta_camera_forward(camdelta_context *ctx, const camdelta_camera_args *args) {
+  camera_call s = {.N = 0};
+  cd_call c = {.entry = &CAMERA, .ctx = ctx, .args = args, .op = &s};
+  return cd_run_entry(&c);
 }

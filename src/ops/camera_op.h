@@ -3,7 +3,6 @@
 #define CAMDELTA_CAMERA_OP_H
 #include "internal.h"
 
-camdelta_status cd_camera_check(const char *op, const camdelta_camera_args *a, size_t *N);
 /** Enqueue the camera kernels (arguments already checked). */
 camdelta_status cd_camera_enqueue(camdelta_context *ctx, const camdelta_camera_args *a, size_t N, cd_launch *l);
 /** The same for frames that start at global frame f0 (the RoPE's temporal angles use f0 + f). */

@@ -43,11 +43,24 @@ camdelta_status cd_output_transform_enqueue(camdelta_context *ctx, int backward,
   return st;
 }
 
-static camdelta_status run(camdelta_context *ctx, const camdelta_output_transform_args *a, int backward) {
-  const char *op = backward ? "camdelta_output_transform_backward" : "camdelta_output_transform_forward";
-  cd_clear_error();
-  camdelta_status st = cd_prologue(op, ctx, a, NULL, 0, a ? a->profile : NULL, NULL, 0);
-  if (!st) st = cd_check_head_dim(op, a->D);
+enum { OT_OUT, OT_OUT2, OT_PROJ_O, OT_ROPE_COS, OT_ROPE_SIN, OT_Y, OT_GRAD_Y, OT_GRAD_OUT, OT_SLOTS };
+#define OT_SLOT(field, role) CD_SLOT(camdelta_output_transform_args, field, role)
+/* the forward's and the backward's use of the struct they share */
+static const cd_slot OT_SLOTS_OF[2][OT_SLOTS] = {
+    {[OT_OUT] = OT_SLOT(out, CD_IN), [OT_OUT2] = OT_SLOT(out2, CD_IN), [OT_PROJ_O] = OT_SLOT(proj_o, CD_IN),
+     [OT_ROPE_COS] = OT_SLOT(rope_cos, CD_IN), [OT_ROPE_SIN] = OT_SLOT(rope_sin, CD_IN), [OT_Y] = OT_SLOT(y, CD_OUT),
+     [OT_GRAD_Y] = OT_SLOT(grad_y, CD_UNREAD), [OT_GRAD_OUT] = OT_SLOT(grad_out, CD_UNREAD)},
+    {[OT_OUT] = OT_SLOT(out, CD_UNREAD), [OT_OUT2] = OT_SLOT(out2, CD_UNREAD), [OT_PROJ_O] = OT_SLOT(proj_o, CD_IN),
+     [OT_ROPE_COS] = OT_SLOT(rope_cos, CD_IN), [OT_ROPE_SIN] = OT_SLOT(rope_sin, CD_IN),
+     [OT_Y] = OT_SLOT(y, CD_UNREAD), [OT_GRAD_Y] = OT_SLOT(grad_y, CD_IN), [OT_GRAD_OUT] = OT_SLOT(grad_out, CD_OUT)}};
+
+/* the call's state: 1 for the backward */
+static int ot_backward(const cd_call *c) { return *(const int *)c->op; }
+
+static camdelta_status ot_check(cd_call *c) {
+  const camdelta_output_transform_args *a = c->args;
+  const char *op = c->entry->op;
+  camdelta_status st = cd_check_head_dim(op, a->D);
   if (st) return st;
   if (!a->B || !a->N || !a->H)
     return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: B=%zu, N=%zu, H=%zu: each must be at least 1", op, a->B, a->N, a->H);
@@ -55,33 +68,48 @@ static camdelta_status run(camdelta_context *ctx, const camdelta_output_transfor
   const size_t f[4] = {a->B, a->N, a->H, a->D};
   if (!cd_prod(&total, 4, f) || total > SIZE_MAX / 4 || a->N > UINT32_MAX || a->H > UINT32_MAX)
     return cd_fail(CAMDELTA_ERROR_OVERFLOW, "%s: B*N*H*D overflows", op);
-  const size_t BN16 = a->B * a->N * 16, NDh = a->N * (a->D / 2);
-  const cd_tensor_arg in[5] = {{backward ? "grad_y" : "out", backward ? a->grad_y : a->out, total, 4},
-                               {"out2", backward ? (camdelta_buffer){NULL, 0} : a->out2, total, 4},
-                               {"proj_o", a->proj_o, BN16, 4},
-                               {"rope_cos", a->rope_cos, NDh, 4},
-                               {"rope_sin", a->rope_sin, NDh, 4}};
-  const cd_tensor_arg out[1] = {{backward ? "grad_out" : "y", backward ? a->grad_out : a->y, total, 4}};
-  for (int i = 0; i < 5; i++)
-    if ((st = cd_check_buffer(op, in[i].name, in[i].b, in[i].elems, 4, i == 1))) return st;
-  if ((st = cd_check_buffer(op, out[0].name, out[0].b, total, 4, 0))) return st;
-  if ((st = cd_check_no_overlap(op, out, 1, in, 5))) return st;
-  cl_kernel k;
-  size_t ts;
-  if ((st = cd_branch_kernel(ctx, a->D, "cd_output_transform", &k, &ts))) return st; /* build before enqueuing */
-  clReleaseKernel(k);
-  if (a->profile) a->profile->kernel_ms = 0, a->profile->kernels = 0;
-  cd_launch l;
-  cd_launch_init(&l, a->profile);
-  st = cd_output_transform_enqueue(ctx, backward, a, &l);
-  return cd_launch_end(ctx, &l, st);
+  const cd_use tokens = {.need = CD_REQUIRED, .elems = total, .es = 4};
+  const cd_use rope = {.need = CD_REQUIRED, .elems = a->N * (a->D / 2), .es = 4};
+  if (!ot_backward(c)) {
+    c->use[OT_OUT] = tokens, c->use[OT_Y] = tokens;
+    c->use[OT_OUT2] = (cd_use){.need = CD_OPTIONAL, .elems = total, .es = 4};
+  } else {
+    c->use[OT_GRAD_Y] = tokens, c->use[OT_GRAD_OUT] = tokens;
+  }
+  c->use[OT_PROJ_O] = (cd_use){.need = CD_REQUIRED, .elems = a->B * a->N * 16, .es = 4};
+  c->use[OT_ROPE_COS] = rope, c->use[OT_ROPE_SIN] = rope;
+  return CAMDELTA_OK;
 }
 
+/* Builds the program first: nothing is enqueued when a build fails. */
+static camdelta_status ot_plan(cd_call *c) {
+  cl_kernel k;
+  size_t ts;
+  const camdelta_status st =
+      cd_branch_kernel(c->ctx, ((const camdelta_output_transform_args *)c->args)->D, "cd_output_transform", &k, &ts);
+  if (!st) clReleaseKernel(k);
+  return st;
+}
+
+static camdelta_status ot_enqueue(cd_call *c, cd_launch *l) {
+  return cd_output_transform_enqueue(c->ctx, ot_backward(c), c->args, l);
+}
+
+static const cd_entry OT_ENTRIES[2] = {
+    CD_ENTRY("camdelta_output_transform_forward", camdelta_output_transform_args, OT_SLOTS_OF[0], ot_check, ot_plan,
+             ot_enqueue, NULL),
+    CD_ENTRY("camdelta_output_transform_backward", camdelta_output_transform_args, OT_SLOTS_OF[1], ot_check, ot_plan,
+             ot_enqueue, NULL)};
+
 camdelta_status camdelta_output_transform_forward(camdelta_context *ctx, const camdelta_output_transform_args *args) {
-  return run(ctx, args, 0);
+  int backward = 0;
+  cd_call c = {.entry = &OT_ENTRIES[backward], .ctx = ctx, .args = args, .op = &backward};
+  return cd_run_entry(&c);
 }
 
 camdelta_status camdelta_output_transform_backward(camdelta_context *ctx,
                                                    const camdelta_output_transform_args *args) {
-  return run(ctx, args, 1);
+  int backward = 1;
+  cd_call c = {.entry = &OT_ENTRIES[backward], .ctx = ctx, .args = args, .op = &backward};
+  return cd_run_entry(&c);
 }

@@ -44,17 +44,14 @@ camdelta_status cd_prep_check_shape(const char *op, size_t B, size_t N, size_t H
   return CAMDELTA_OK;
 }
 
-camdelta_status cd_prep_check_inputs(const char *op, size_t B, size_t N, size_t H, size_t D, camdelta_dtype dtype,
-                                     const camdelta_buffer in[9], int need_v) {
-  static const char *names[9] = {"q_raw",  "k_raw",   "v_raw",    "q_norm_weight", "k_norm_weight",
-                                 "proj_q", "proj_kv", "rope_cos", "rope_sin"};
+void cd_prep_use_inputs(cd_call *c, size_t B, size_t N, size_t H, size_t D, camdelta_dtype dtype, int need_v) {
   const size_t es = camdelta_dtype_size(dtype), BNHD = B * N * H * D;
-  const size_t counts[9] = {BNHD, BNHD, BNHD, H * D, H * D, B * N * 16, B * N * 16, N * (D / 2), N * (D / 2)};
-  for (int i = 0; i < 9; i++) {
-    camdelta_status st = cd_check_buffer(op, names[i], in[i], counts[i], i < 3 ? es : 4, i == 2 && !need_v);
-    if (st) return st;
+  const size_t counts[CD_PREP_INPUTS] = {BNHD,       BNHD,       BNHD,        H * D,      H * D,
+                                         B * N * 16, B * N * 16, N * (D / 2), N * (D / 2)};
+  for (int i = 0; i < CD_PREP_INPUTS; i++) {
+    const cd_need need = i == 2 && !need_v ? CD_OPTIONAL : CD_REQUIRED; /* v_raw */
+    c->use[i] = (cd_use){.need = need, .elems = counts[i], .es = i < 3 ? es : 4};
   }
-  return CAMDELTA_OK;
 }
 
 camdelta_status cd_prep_inv_rms_warm(camdelta_context *ctx, camdelta_dtype dtype) {
@@ -198,103 +195,118 @@ int cd_prep_fused_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, 
   }
 }
 
-camdelta_status camdelta_prep_forward(camdelta_context *ctx, const camdelta_prep_args *args,
-                                      camdelta_prep_saved *saved) {
-  static const char *op = "camdelta_prep_forward";
-  cd_clear_error();
-  camdelta_status pst = cd_prologue_prep_forward(ctx, args, saved);
-  if (pst) return pst;
-  const size_t B = args->B, N = args->N, H = args->H, D = args->D;
-  camdelta_status st = cd_prep_check_shape(op, B, N, H, D, args->dtype, args->k_scale, args->norm_eps);
-  if (st) return st;
-  const camdelta_buffer in[9] = {args->q_raw,         args->k_raw,  args->v_raw,   args->q_norm_weight,
-                                 args->k_norm_weight, args->proj_q, args->proj_kv, args->rope_cos,
-                                 args->rope_sin};
-  if ((st = cd_prep_check_inputs(op, B, N, H, D, args->dtype, in, 1))) return st;
-  const size_t es = camdelta_dtype_size(args->dtype), BNHD = B * N * H * D;
-  if ((st = cd_check_buffer(op, "q", args->q, BNHD, es, 0)) || (st = cd_check_buffer(op, "k", args->k, BNHD, es, 0)) ||
-      (st = cd_check_buffer(op, "v", args->v, BNHD, es, 0)) ||
-      (st = cd_check_buffer(op, "inflation_sq", args->inflation_sq, B * H * N, 4, 0)))
-    return st;
-  {
-    static const char *names[9] = {"q_raw",  "k_raw",   "v_raw",    "q_norm_weight", "k_norm_weight",
-                                   "proj_q", "proj_kv", "rope_cos", "rope_sin"};
-    const size_t counts[9] = {BNHD, BNHD, BNHD, H * D, H * D, B * N * 16, B * N * 16, N * (D / 2), N * (D / 2)};
-    cd_tensor_arg ins[9];
-    for (int i = 0; i < 9; i++) ins[i] = (cd_tensor_arg){names[i], in[i], counts[i], i < 3 ? es : 4};
-    const cd_tensor_arg outs[4] = {{"q", args->q, BNHD, es}, {"k", args->k, BNHD, es}, {"v", args->v, BNHD, es},
-                                   {"inflation_sq", args->inflation_sq, B * H * N, 4}};
-    if ((st = cd_check_no_overlap(op, outs, 4, ins, 9))) return st;
-  }
+enum { PF_Q = CD_PREP_INPUTS, PF_K, PF_V, PF_INFLATION_SQ, PF_SLOTS };
+#define PF_SLOT(field, role) CD_SLOT(camdelta_prep_args, field, role)
+static const cd_slot PF_SLOTS_[PF_SLOTS] = {
+    CD_PREP_INPUT_SLOTS(camdelta_prep_args), [PF_Q] = PF_SLOT(q, CD_OUT), [PF_K] = PF_SLOT(k, CD_OUT),
+    [PF_V] = PF_SLOT(v, CD_OUT), [PF_INFLATION_SQ] = PF_SLOT(inflation_sq, CD_OUT)};
 
-  /* Build everything before enqueuing anything. */
-  cl_kernel k;
-  size_t ts = 0;
+typedef struct pf_call {
+  camdelta_prep_saved *saved;
+  int fused;      /* the one-pass form (pf), else the two-pass one (k, ts) */
   cd_pf_plan pf;
-  const int fused = cd_prep_fused_kernel(ctx, args->dtype, D, H, cd_prep_ix32(B, N, H, D), &pf, &st);
-  if (st) return st;
-  if (fused) k = pf.k;
-  else if ((st = cd_prep_kernel(ctx, "prep.cl", "cd_prep_forward", args->dtype, D, &k, &ts))) return st;
+  cl_kernel k;
+  size_t ts;
+  cl_mem inv;     /* the inverse RMS values: the saved object's, or the call's own */
+} pf_call;
 
-  cl_mem inv = NULL;
-  if (saved) {
-    st = cd_ensure_buffer(ctx, &saved->inv_rms, &saved->bytes, 2 * B * N * sizeof(float));
-    inv = saved->inv_rms;
-    saved->valid = 0;
-  } else {
-    st = cd_alloc(ctx, 2 * B * N * sizeof(float), &inv);
-  }
-  if (st) {
-    clReleaseKernel(k);
+static camdelta_status pf_check(cd_call *c) {
+  const camdelta_prep_args *a = c->args;
+  camdelta_status st = cd_prep_check_shape(c->entry->op, a->B, a->N, a->H, a->D, a->dtype, a->k_scale, a->norm_eps);
+  if (st) return st;
+  cd_prep_use_inputs(c, a->B, a->N, a->H, a->D, a->dtype, 1);
+  const size_t es = camdelta_dtype_size(a->dtype), BNHD = a->B * a->N * a->H * a->D;
+  for (int i = PF_Q; i <= PF_V; i++) c->use[i] = (cd_use){.need = CD_REQUIRED, .elems = BNHD, .es = es};
+  c->use[PF_INFLATION_SQ] = (cd_use){.need = CD_REQUIRED, .elems = a->B * a->H * a->N, .es = 4};
+  return CAMDELTA_OK;
+}
+
+static camdelta_status pf_plan(cd_call *c) {
+  const camdelta_prep_args *a = c->args;
+  pf_call *s = c->op;
+  camdelta_status st;
+  s->fused = cd_prep_fused_kernel(c->ctx, a->dtype, a->D, a->H, cd_prep_ix32(a->B, a->N, a->H, a->D), &s->pf, &st);
+  if (st) return st;
+  if (s->fused) s->k = s->pf.k;
+  else if ((st = cd_prep_kernel(c->ctx, "prep.cl", "cd_prep_forward", a->dtype, a->D, &s->k, &s->ts))) return st;
+  const size_t bytes = 2 * a->B * a->N * sizeof(float);
+  if (s->saved) {
+    st = cd_ensure_buffer(c->ctx, &s->saved->inv_rms, &s->saved->bytes, bytes);
+    s->saved->valid = 0;
+    if (!st) s->inv = s->saved->inv_rms;
     return st;
   }
-  if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;
-  cd_launch l;
-  cd_launch_init(&l, args->profile);
-  /* Both forms take the same leading arguments; the fused one adds B and eps (it computes the inverse RMS), heads per
-   * step and the alignment flag. */
-  if (!fused) st = cd_prep_inv_rms(ctx, B, N, H, D, args->dtype, args->norm_eps, args->q_raw, args->k_raw, inv, &l);
-  if (!st) {
-    cd_args a = {k, 0, CL_SUCCESS};
-    for (int i = 0; i < 9; i++) cd_arg_buf(&a, in[i]);
-    cd_arg_mem(&a, inv);
-    cd_arg_u64(&a, 0);
-    cd_arg_buf(&a, args->q);
-    cd_arg_buf(&a, args->k);
-    cd_arg_buf(&a, args->v);
-    cd_arg_buf(&a, args->inflation_sq);
-    cd_arg_u64(&a, N);
-    if (!pf.regs) cd_arg_u32(&a, (uint32_t)H);
-    if (fused) cd_arg_u64(&a, B);
-    cd_arg_f32(&a, args->k_scale);
-    size_t lws[3] = {1, 1, 1}, gws[3] = {1, 1, 1};
-    if (fused) {
-      const camdelta_buffer outs[3] = {args->q, args->k, args->v};
-      const int al = cd_buffers_aligned4(in, 9) && cd_buffers_aligned4(outs, 3);
-      cd_arg_f32(&a, args->norm_eps);
-      if (!pf.regs) cd_arg_u32(&a, pf.hb);
-      cd_arg_u32(&a, al ? 1u : 0u);
-      /* the staged form's work-groups walk the tiles persistently; the register-resident form has one work-group
-       * per (tile, tensor) */
-      const size_t wpc = cd_option(ctx, CD_OPT_PREP_WPC, args->dtype);
-      const size_t tiles = B * ((N + pf.tt - 1) / pf.tt);
-      lws[0] = pf.lws, gws[0] = (pf.regs ? 3 * tiles : cd_prep_tile_groups(ctx, tiles, wpc)) * pf.lws;
-    } else {
-      lws[0] = ts * (D / 4), gws[0] = (N + ts - 1) / ts * lws[0], gws[1] = H, gws[2] = B;
-    }
-    const char *name = pf.regs ? "cd_prep_regs" : fused ? "cd_prep_fused" : "cd_prep_forward";
-    if (a.err != CL_SUCCESS)
-      st = cd_cl_fail(a.err, pf.regs ? "cd_prep_regs: setting arguments"
-                             : fused ? "cd_prep_fused: setting arguments"
-                                     : "cd_prep_forward: setting arguments");
-    if (!st) st = cd_enqueue(ctx, k, 3, gws, lws, &l, name);
+  return cd_alloc(c->ctx, bytes, &s->inv);
+}
+
+/* Both forms take the same leading arguments; the fused one adds B and eps (it computes the inverse RMS), heads per
+ * step and the alignment flag. */
+static camdelta_status pf_enqueue(cd_call *c, cd_launch *l) {
+  const camdelta_prep_args *a = c->args;
+  const pf_call *s = c->op;
+  camdelta_context *ctx = c->ctx;
+  const size_t B = a->B, N = a->N, H = a->H, D = a->D;
+  const int fused = s->fused;
+  const cd_pf_plan *pf = &s->pf;
+  camdelta_status st = CAMDELTA_OK;
+  if (!fused) st = cd_prep_inv_rms(ctx, B, N, H, D, a->dtype, a->norm_eps, a->q_raw, a->k_raw, s->inv, l);
+  if (st) return st;
+  const camdelta_buffer in[CD_PREP_INPUTS] = {a->q_raw,  a->k_raw,   a->v_raw,    a->q_norm_weight, a->k_norm_weight,
+                                              a->proj_q, a->proj_kv, a->rope_cos, a->rope_sin};
+  cd_args g = {s->k, 0, CL_SUCCESS};
+  for (int i = 0; i < CD_PREP_INPUTS; i++) cd_arg_buf(&g, in[i]);
+  cd_arg_mem(&g, s->inv);
+  cd_arg_u64(&g, 0);
+  cd_arg_buf(&g, a->q);
+  cd_arg_buf(&g, a->k);
+  cd_arg_buf(&g, a->v);
+  cd_arg_buf(&g, a->inflation_sq);
+  cd_arg_u64(&g, N);
+  if (!pf->regs) cd_arg_u32(&g, (uint32_t)H);
+  if (fused) cd_arg_u64(&g, B);
+  cd_arg_f32(&g, a->k_scale);
+  size_t lws[3] = {1, 1, 1}, gws[3] = {1, 1, 1};
+  if (fused) {
+    const camdelta_buffer outs[3] = {a->q, a->k, a->v};
+    const int al = cd_buffers_aligned4(in, CD_PREP_INPUTS) && cd_buffers_aligned4(outs, 3);
+    cd_arg_f32(&g, a->norm_eps);
+    if (!pf->regs) cd_arg_u32(&g, pf->hb);
+    cd_arg_u32(&g, al ? 1u : 0u);
+    /* the staged form's work-groups walk the tiles persistently; the register-resident form has one work-group
+     * per (tile, tensor) */
+    const size_t wpc = cd_option(ctx, CD_OPT_PREP_WPC, a->dtype);
+    const size_t tiles = B * ((N + pf->tt - 1) / pf->tt);
+    lws[0] = pf->lws, gws[0] = (pf->regs ? 3 * tiles : cd_prep_tile_groups(ctx, tiles, wpc)) * pf->lws;
+  } else {
+    lws[0] = s->ts * (D / 4), gws[0] = (N + s->ts - 1) / s->ts * lws[0], gws[1] = H, gws[2] = B;
   }
-  clReleaseKernel(k);
-  if (!saved) clReleaseMemObject(inv);
-  st = cd_launch_end(ctx, &l, st);
-  if (saved && !st) {
-    saved->B = B, saved->N = N, saved->H = H, saved->D = D;
-    saved->valid = 1;
+  const char *name = pf->regs ? "cd_prep_regs" : fused ? "cd_prep_fused" : "cd_prep_forward";
+  if (g.err != CL_SUCCESS)
+    return cd_cl_fail(g.err, pf->regs ? "cd_prep_regs: setting arguments"
+                             : fused  ? "cd_prep_fused: setting arguments"
+                                      : "cd_prep_forward: setting arguments");
+  return cd_enqueue(ctx, s->k, 3, gws, lws, l, name);
+}
+
+static camdelta_status pf_end(cd_call *c, camdelta_status st) {
+  const camdelta_prep_args *a = c->args;
+  pf_call *s = c->op;
+  if (s->k) clReleaseKernel(s->k);
+  if (!s->saved && s->inv) clReleaseMemObject(s->inv); /* lives on until the enqueued kernels are done */
+  if (s->saved && !st) {
+    s->saved->B = a->B, s->saved->N = a->N, s->saved->H = a->H, s->saved->D = a->D;
+    s->saved->valid = 1;
   }
   return st;
+}
+
+static const cd_entry PREP_FORWARD =
+    CD_ENTRY("camdelta_prep_forward", camdelta_prep_args, PF_SLOTS_, pf_check, pf_plan, pf_enqueue, pf_end);
+
+camdelta_status camdelta_prep_forward(camdelta_context *ctx, const camdelta_prep_args *args,
+                                      camdelta_prep_saved *saved) {
+  pf_call s = {.saved = saved, .fused = 0, .k = NULL, .ts = 0, .inv = NULL};
+  cd_call c = {.entry = &PREP_FORWARD, .ctx = ctx, .args = args, .saved = saved,
+               .saved_ctx = saved ? saved->ctx : NULL, .op = &s};
+  return cd_run_entry(&c);
 }

@@ -78,7 +78,39 @@ camdelta_status cd_prep_backward_warm(camdelta_context *ctx, camdelta_dtype dtyp
   return st;
 }
 
-static camdelta_status check_args(const camdelta_prep_backward_args *a, const camdelta_prep_saved *saved) {
+enum { PB_GRAD_Q = CD_PREP_INPUTS, PB_GRAD_K, PB_GRAD_V, PB_GRAD_INFLATION_SQ, PB_DQ_RAW, PB_DK_RAW, PB_DV_RAW,
+       PB_DQ_NORM_WEIGHT, PB_DK_NORM_WEIGHT, PB_DPROJ_Q, PB_DPROJ_KV, PB_DROPE_COS, PB_DROPE_SIN, PB_Q, PB_K,
+       PB_INFLATION_SQ, PB_SLOTS };
+#define PB_SLOT(field, role) CD_SLOT(camdelta_prep_backward_args, field, role)
+static const cd_slot PB_SLOTS_[PB_SLOTS] = {
+    CD_PREP_INPUT_SLOTS(camdelta_prep_backward_args),
+    [PB_GRAD_Q] = PB_SLOT(grad_q, CD_IN), [PB_GRAD_K] = PB_SLOT(grad_k, CD_IN), [PB_GRAD_V] = PB_SLOT(grad_v, CD_IN),
+    [PB_GRAD_INFLATION_SQ] = PB_SLOT(grad_inflation_sq, CD_IN),
+    [PB_DQ_RAW] = PB_SLOT(dq_raw, CD_OUT), [PB_DK_RAW] = PB_SLOT(dk_raw, CD_OUT), [PB_DV_RAW] = PB_SLOT(dv_raw, CD_OUT),
+    [PB_DQ_NORM_WEIGHT] = PB_SLOT(dq_norm_weight, CD_OUT), [PB_DK_NORM_WEIGHT] = PB_SLOT(dk_norm_weight, CD_OUT),
+    [PB_DPROJ_Q] = PB_SLOT(dproj_q, CD_OUT), [PB_DPROJ_KV] = PB_SLOT(dproj_kv, CD_OUT),
+    [PB_DROPE_COS] = PB_SLOT(drope_cos, CD_OUT), [PB_DROPE_SIN] = PB_SLOT(drope_sin, CD_OUT),
+    [PB_Q] = PB_SLOT(q, CD_IN), [PB_K] = PB_SLOT(k, CD_IN), [PB_INFLATION_SQ] = PB_SLOT(inflation_sq, CD_IN)};
+
+/* scratch of the three-kernel form: RMSNorm sums per head ps (2, B, N, H), norm-weight partials pw (2, slots, C),
+ * dproj partials pp (B, N, H, 32), RoPE partials per head prh (2, B, N, H, Dh) and per b pr (2, B, N, Dh),
+ * u = da inv_rms w for 16-bit storage uq, uk (B, N, H, D) f32 (f32 keeps u in dq_raw, dk_raw), inverse RMS (2, B, N) */
+enum { PS, PW, PP, PRH, PR, UQ, UK, INV, NSCR };
+
+typedef struct pb_call {
+  const camdelta_prep_saved *saved;
+  const camdelta_buffer *g2; /* cd_prep_backward_g2's second K and V gradients, or NULL */
+  unsigned flags;            /* of cl/prep_backward.cl */
+  int fused;                 /* the two-pass form (p), else the three-kernel form (k, scr) */
+  cd_pbf_plan p;
+  pb_kernels k;
+  cl_mem scr[NSCR];
+} pb_call;
+
+static camdelta_status pb_check(cd_call *c) {
+  const camdelta_prep_backward_args *a = c->args;
+  const pb_call *s = c->op;
+  const camdelta_prep_saved *saved = s->saved;
   const size_t B = a->B, N = a->N, H = a->H, D = a->D;
   camdelta_status st = cd_prep_check_shape(OP, B, N, H, D, a->dtype, a->k_scale, a->norm_eps);
   if (st) return st;
@@ -94,40 +126,20 @@ static camdelta_status check_args(const camdelta_prep_backward_args *a, const ca
   }
   const size_t es = camdelta_dtype_size(a->dtype), BNHD = B * N * H * D, C = H * D, Dh = D / 2;
   const int need_v = (a->dproj_kv.mem || a->drope_cos.mem || a->drope_sin.mem) && a->grad_v.mem;
-  const camdelta_buffer in9[9] = {a->q_raw,  a->k_raw,   a->v_raw,    a->q_norm_weight, a->k_norm_weight,
-                                  a->proj_q, a->proj_kv, a->rope_cos, a->rope_sin};
-  if ((st = cd_prep_check_inputs(OP, B, N, H, D, a->dtype, in9, need_v))) return st;
-  cd_tensor_arg in[] = {{"q_raw", a->q_raw, BNHD, es},
-                  {"k_raw", a->k_raw, BNHD, es},
-                  {"v_raw", a->v_raw, BNHD, es},
-                  {"q_norm_weight", a->q_norm_weight, C, 4},
-                  {"k_norm_weight", a->k_norm_weight, C, 4},
-                  {"proj_q", a->proj_q, B * N * 16, 4},
-                  {"proj_kv", a->proj_kv, B * N * 16, 4},
-                  {"rope_cos", a->rope_cos, N * Dh, 4},
-                  {"rope_sin", a->rope_sin, N * Dh, 4},
-                  {"grad_q", a->grad_q, BNHD, es},
-                  {"grad_k", a->grad_k, BNHD, es},
-                  {"grad_v", a->grad_v, BNHD, es},
-                  {"grad_inflation_sq", a->grad_inflation_sq, B * H * N, 4},
-                  {"q", a->q, BNHD, es},
-                  {"k", a->k, BNHD, es},
-                  {"inflation_sq", a->inflation_sq, B * H * N, 4}};
-  cd_tensor_arg out[] = {{"dq_raw", a->dq_raw, BNHD, es},
-                   {"dk_raw", a->dk_raw, BNHD, es},
-                   {"dv_raw", a->dv_raw, BNHD, es},
-                   {"dq_norm_weight", a->dq_norm_weight, C, 4},
-                   {"dk_norm_weight", a->dk_norm_weight, C, 4},
-                   {"dproj_q", a->dproj_q, B * N * 16, 4},
-                   {"dproj_kv", a->dproj_kv, B * N * 16, 4},
-                   {"drope_cos", a->drope_cos, N * Dh, 4},
-                   {"drope_sin", a->drope_sin, N * Dh, 4}};
-  const size_t nin = sizeof in / sizeof in[0], nout = sizeof out / sizeof out[0];
-  for (size_t i = 9; i < nin; i++)
-    if ((st = cd_check_buffer(OP, in[i].name, in[i].b, in[i].elems, in[i].es, 1))) return st;
-  for (size_t i = 0; i < nout; i++)
-    if ((st = cd_check_buffer(OP, out[i].name, out[i].b, out[i].elems, out[i].es, i >= 5))) return st;
-  if ((st = cd_check_no_overlap(OP, out, nout, in, nin))) return st;
+  cd_prep_use_inputs(c, B, N, H, D, a->dtype, need_v);
+  const cd_use tokens = {.need = CD_OPTIONAL, .elems = BNHD, .es = es};
+  const cd_use per_head = {.need = CD_OPTIONAL, .elems = B * H * N, .es = 4};
+  const cd_use weights = {.need = CD_REQUIRED, .elems = C, .es = 4};
+  const cd_use proj = {.need = CD_OPTIONAL, .elems = B * N * 16, .es = 4};
+  const cd_use rope = {.need = CD_OPTIONAL, .elems = N * Dh, .es = 4};
+  c->use[PB_GRAD_Q] = c->use[PB_GRAD_K] = c->use[PB_GRAD_V] = tokens;
+  c->use[PB_GRAD_INFLATION_SQ] = per_head;
+  c->use[PB_DQ_RAW] = c->use[PB_DK_RAW] = c->use[PB_DV_RAW] = (cd_use){.need = CD_REQUIRED, .elems = BNHD, .es = es};
+  c->use[PB_DQ_NORM_WEIGHT] = c->use[PB_DK_NORM_WEIGHT] = weights;
+  c->use[PB_DPROJ_Q] = c->use[PB_DPROJ_KV] = proj;
+  c->use[PB_DROPE_COS] = c->use[PB_DROPE_SIN] = rope;
+  c->use[PB_Q] = c->use[PB_K] = tokens;
+  c->use[PB_INFLATION_SQ] = per_head;
   {
     /* the forward's outputs: all three or none */
     static const char *const fo[3] = {"q", "k", "inflation_sq"};
@@ -152,6 +164,19 @@ static camdelta_status check_args(const camdelta_prep_backward_args *a, const ca
     camdelta_buffer inv = {saved->inv_rms, 0};
     if ((st = cd_check_buffer(OP, "saved->inv_rms", inv, 2 * B * N, 4, 0))) return st;
   }
+  if (s->g2) {
+    const camdelta_buffer *g2 = s->g2;
+    if (a->dtype != CAMDELTA_F32)
+      return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: second gradients need f32 storage", OP);
+    if (!a->grad_k.mem || !a->grad_v.mem)
+      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: second gradients need grad_k and grad_v", OP);
+    const cd_tensor_arg in[2] = {{"grad_k2", g2[0], BNHD, 4}, {"grad_v2", g2[1], BNHD, 4}};
+    const cd_tensor_arg out[3] = {{"dq_raw", a->dq_raw, BNHD, 4}, {"dk_raw", a->dk_raw, BNHD, 4},
+                                  {"dv_raw", a->dv_raw, BNHD, 4}};
+    for (int i = 0; i < 2 && !st; i++) st = cd_check_buffer(OP, in[i].name, in[i].b, BNHD, 4, 0);
+    if (!st) st = cd_check_no_overlap(OP, out, 3, in, 2);
+    if (st) return st;
+  }
   return CAMDELTA_OK;
 }
 
@@ -168,60 +193,34 @@ static camdelta_status add_g2(camdelta_context *ctx, const camdelta_prep_backwar
   return st;
 }
 
-static camdelta_status run(camdelta_context *ctx, const camdelta_prep_backward_args *args,
-                           const camdelta_prep_saved *saved, const camdelta_buffer *g2) {
-  cd_clear_error();
-  camdelta_status st = cd_prologue_prep_backward(ctx, args, saved);
-  if (st) return st;
-  st = check_args(args, saved);
-  if (st) return st;
-  if (g2) {
-    const size_t n = args->B * args->H * args->D * args->N;
-    if (args->dtype != CAMDELTA_F32)
-      return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: second gradients need f32 storage", OP);
-    if (!args->grad_k.mem || !args->grad_v.mem)
-      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: second gradients need grad_k and grad_v", OP);
-    const cd_tensor_arg in[2] = {{"grad_k2", g2[0], n, 4}, {"grad_v2", g2[1], n, 4}};
-    const cd_tensor_arg out[3] = {{"dq_raw", args->dq_raw, n, 4}, {"dk_raw", args->dk_raw, n, 4},
-                                  {"dv_raw", args->dv_raw, n, 4}};
-    for (int i = 0; i < 2 && !st; i++) st = cd_check_buffer(OP, in[i].name, in[i].b, n, 4, 0);
-    if (!st) st = cd_check_no_overlap(OP, out, 3, in, 2);
-    if (st) return st;
-  }
+static camdelta_status pb_plan(cd_call *c) {
+  const camdelta_prep_backward_args *args = c->args;
+  pb_call *s = c->op;
+  camdelta_context *ctx = c->ctx;
   const size_t B = args->B, N = args->N, H = args->H, D = args->D, C = H * D, Dh = D / 2;
   const int want_rope = args->drope_cos.mem || args->drope_sin.mem;
-  const unsigned flags = (args->grad_q.mem ? PB_HAS_GQ : 0) | (args->grad_k.mem ? PB_HAS_GK : 0) |
-                         (args->grad_v.mem ? PB_HAS_GV : 0) | (args->grad_inflation_sq.mem ? PB_HAS_GI : 0) |
-                         (args->dproj_q.mem ? PB_WANT_PQ : 0) | (args->dproj_kv.mem ? PB_WANT_PKV : 0) |
-                         (want_rope ? PB_WANT_ROPE : 0) | (args->drope_cos.mem ? PB_WANT_COS : 0) |
-                         (args->drope_sin.mem ? PB_WANT_SIN : 0);
-
+  s->flags = (args->grad_q.mem ? PB_HAS_GQ : 0) | (args->grad_k.mem ? PB_HAS_GK : 0) |
+             (args->grad_v.mem ? PB_HAS_GV : 0) | (args->grad_inflation_sq.mem ? PB_HAS_GI : 0) |
+             (args->dproj_q.mem ? PB_WANT_PQ : 0) | (args->dproj_kv.mem ? PB_WANT_PKV : 0) |
+             (want_rope ? PB_WANT_ROPE : 0) | (args->drope_cos.mem ? PB_WANT_COS : 0) |
+             (args->drope_sin.mem ? PB_WANT_SIN : 0);
+  camdelta_status st = CAMDELTA_OK;
   /* The two-pass form (GPUs, see prep_backward_fused.c) when no dproj/drope is asked for. */
-  if (!(flags & (PB_WANT_PQ | PB_WANT_PKV | PB_WANT_ROPE))) {
-    cd_pbf_plan p;
-    const int fused = cd_pbf_kernels(ctx, args->dtype, D, g2 != NULL, cd_pbf_pass1_of(args, saved, g2), &p, &st);
+  if (!(s->flags & (PB_WANT_PQ | PB_WANT_PKV | PB_WANT_ROPE))) {
+    s->fused = cd_pbf_kernels(ctx, args->dtype, D, s->g2 != NULL, cd_pbf_pass1_of(args, s->saved, s->g2), &s->p, &st);
     if (st) return st;
-    if (fused) {
-      cd_pbf_shape(ctx, B, N, H, D, &p);
-      if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;
-      cd_launch l;
-      cd_launch_init(&l, args->profile);
-      st = cd_pbf_run(ctx, args, saved, g2, &p, &l);
-      cd_pbf_release(&p);
-      return cd_launch_end(ctx, &l, st);
+    if (s->fused) {
+      cd_pbf_shape(ctx, B, N, H, D, &s->p);
+      return CAMDELTA_OK;
     }
   }
-
-  /* Build everything before enqueuing anything (the inverse-RMS kernel is built by its helper first). */
-  pb_kernels k;
-  if ((st = build_kernels(ctx, args->dtype, D, &k))) return st;
-  const size_t ts = k.ts, ntiles = (N + ts - 1) / ts, slots = B * ntiles;
+  /* The three-kernel form, with the programs of the inverse RMS (without saved) and of the second gradients' add */
+  if ((st = build_kernels(ctx, args->dtype, D, &s->k))) return st;
+  cl_program prog;
+  if (!s->saved && (st = cd_prep_inv_rms_warm(ctx, args->dtype))) return st;
+  if (s->g2 && (st = cd_program(ctx, "scan_pair.cl", "-DCD_D=8", &prog))) return st;
+  const size_t slots = B * ((N + s->k.ts - 1) / s->k.ts);
   const int want_proj = args->dproj_q.mem || args->dproj_kv.mem, f32 = args->dtype == CAMDELTA_F32;
-
-  /* scratch: RMSNorm sums per head ps (2, B, N, H), norm-weight partials pw (2, slots, C), dproj partials pp
-   * (B, N, H, 32), RoPE partials per head prh (2, B, N, H, Dh) and per b pr (2, B, N, Dh), u = da inv_rms w for
-   * 16-bit storage uq, uk (B, N, H, D) f32 (f32 keeps u in dq_raw, dk_raw), inverse RMS (2, B, N) */
-  enum { PS, PW, PP, PRH, PR, UQ, UK, INV, NSCR };
   const size_t bytes[NSCR] = {2 * B * N * H * sizeof(float),
                               2 * slots * C * sizeof(float),
                               want_proj ? B * N * H * 32 * sizeof(float) : 0,
@@ -229,31 +228,34 @@ static camdelta_status run(camdelta_context *ctx, const camdelta_prep_backward_a
                               want_rope ? 2 * B * N * Dh * sizeof(float) : 0,
                               f32 ? 0 : B * N * C * sizeof(float),
                               f32 ? 0 : B * N * C * sizeof(float),
-                              saved ? 0 : 2 * B * N * sizeof(float)};
-  cl_mem scr[NSCR] = {NULL};
+                              s->saved ? 0 : 2 * B * N * sizeof(float)};
   for (int i = 0; i < NSCR && !st; i++)
-    if (bytes[i]) st = cd_alloc(ctx, bytes[i], &scr[i]);
-  if (st) {
-    for (int i = 0; i < NSCR; i++)
-      if (scr[i]) clReleaseMemObject(scr[i]);
-    release_kernels(&k);
-    return st;
-  }
+    if (bytes[i]) st = cd_alloc(ctx, bytes[i], &s->scr[i]);
+  return st;
+}
+
+static camdelta_status pb_enqueue(cd_call *c, cd_launch *l) {
+  const camdelta_prep_backward_args *args = c->args;
+  const pb_call *s = c->op;
+  camdelta_context *ctx = c->ctx;
+  if (s->fused) return cd_pbf_run(ctx, args, s->saved, s->g2, &s->p, l);
+  const camdelta_prep_saved *saved = s->saved;
+  const size_t B = args->B, N = args->N, H = args->H, D = args->D, C = H * D, Dh = D / 2;
+  const int want_rope = (s->flags & PB_WANT_ROPE) != 0;
+  const unsigned flags = s->flags;
+  const size_t ts = s->k.ts, ntiles = (N + ts - 1) / ts, slots = B * ntiles;
   /* absent optional tensors and unused scratch: a valid buffer that is never read or written */
-  const camdelta_buffer dummy = {scr[PW], 0};
+  const camdelta_buffer dummy = {s->scr[PW], 0};
   camdelta_buffer bs[NSCR];
-  for (int i = 0; i < NSCR; i++) bs[i] = scr[i] ? (camdelta_buffer){scr[i], 0} : dummy;
+  for (int i = 0; i < NSCR; i++) bs[i] = s->scr[i] ? (camdelta_buffer){s->scr[i], 0} : dummy;
   const camdelta_buffer binv = saved ? (camdelta_buffer){saved->inv_rms, 0} : bs[INV];
 #define OPT(x) ((x).mem ? (x) : dummy)
-
-  if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;
-  cd_launch l;
-  cd_launch_init(&l, args->profile);
-  if (g2) st = add_g2(ctx, args, g2, &l);
+  camdelta_status st = CAMDELTA_OK;
+  if (s->g2) st = add_g2(ctx, args, s->g2, l);
   if (!saved && !st)
-    st = cd_prep_inv_rms(ctx, B, N, H, D, args->dtype, args->norm_eps, args->q_raw, args->k_raw, scr[INV], &l);
+    st = cd_prep_inv_rms(ctx, B, N, H, D, args->dtype, args->norm_eps, args->q_raw, args->k_raw, s->scr[INV], l);
   if (!st) {
-    cd_args a = {k.heads, 0, CL_SUCCESS};
+    cd_args a = {s->k.heads, 0, CL_SUCCESS};
     cd_arg_buf(&a, args->q_raw);
     cd_arg_buf(&a, args->k_raw);
     cd_arg_buf(&a, OPT(args->v_raw));
@@ -283,10 +285,10 @@ static camdelta_status run(camdelta_context *ctx, const camdelta_prep_backward_a
     cd_arg_u32(&a, flags);
     if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_prep_bwd_heads: setting arguments");
     const size_t lws[3] = {ts * (D / 4), 1, 1}, gws[3] = {ntiles * lws[0], H, B};
-    if (!st) st = cd_enqueue(ctx, k.heads, 3, gws, lws, &l, "cd_prep_bwd_heads");
+    if (!st) st = cd_enqueue(ctx, s->k.heads, 3, gws, lws, l, "cd_prep_bwd_heads");
   }
   if (!st) {
-    cd_args a = {k.tokens, 0, CL_SUCCESS};
+    cd_args a = {s->k.tokens, 0, CL_SUCCESS};
     cd_arg_buf(&a, args->q_raw);
     cd_arg_buf(&a, args->k_raw);
     cd_arg_buf(&a, args->q_norm_weight);
@@ -308,20 +310,20 @@ static camdelta_status run(camdelta_context *ctx, const camdelta_prep_backward_a
     if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_prep_bwd_tokens: setting arguments");
     /* a power of two up to 256 work-items, within the kernel's limit */
     size_t lws[2] = {1, 1};
-    const size_t lmax = cd_kernel_max_wg(ctx, k.tokens);
+    const size_t lmax = cd_kernel_max_wg(ctx, s->k.tokens);
     while (lws[0] * 2 <= 256 && lws[0] * 2 <= lmax) lws[0] *= 2;
     const size_t gws[2] = {(N + PB_TT - 1) / PB_TT * lws[0], B};
-    if (!st) st = cd_enqueue(ctx, k.tokens, 2, gws, lws, &l, "cd_prep_bwd_tokens");
+    if (!st) st = cd_enqueue(ctx, s->k.tokens, 2, gws, lws, l, "cd_prep_bwd_tokens");
   }
   if (!st) {
     /* local (W, R): W columns by R lanes, powers of two up to 32 each within the kernel's limit */
-    const size_t lmax = cd_kernel_max_wg(ctx, k.reduce);
+    const size_t lmax = cd_kernel_max_wg(ctx, s->k.reduce);
     size_t lws[2] = {1, 1};
     while (lws[0] * 2 <= 32 && lws[0] * 2 <= lmax) lws[0] *= 2;
     while (lws[1] * 2 <= 32 && lws[0] * lws[1] * 2 <= lmax) lws[1] *= 2;
     const size_t nwb = (2 * C + lws[0] - 1) / lws[0];
     const size_t nrb = want_rope ? (2 * N * Dh + lws[0] * lws[1] - 1) / (lws[0] * lws[1]) : 0;
-    cd_args a = {k.reduce, 0, CL_SUCCESS};
+    cd_args a = {s->k.reduce, 0, CL_SUCCESS};
     cd_arg_buf(&a, bs[PW]);
     cd_arg_buf(&a, bs[PR]);
     cd_arg_buf(&a, args->dq_norm_weight);
@@ -336,16 +338,32 @@ static camdelta_status run(camdelta_context *ctx, const camdelta_prep_backward_a
     cd_arg_u32(&a, flags);
     if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_prep_bwd_reduce: setting arguments");
     const size_t gws[2] = {(nwb + nrb) * lws[0], lws[1]};
-    if (!st) st = cd_enqueue(ctx, k.reduce, 2, gws, lws, &l, "cd_prep_bwd_reduce");
+    if (!st) st = cd_enqueue(ctx, s->k.reduce, 2, gws, lws, l, "cd_prep_bwd_reduce");
   }
 #undef OPT
-  /* Released buffers live on until the enqueued kernels that use them have finished. */
-  for (int i = 0; i < NSCR; i++)
-    if (scr[i]) clReleaseMemObject(scr[i]);
-  release_kernels(&k);
-  return cd_launch_end(ctx, &l, st);
+  return st;
 }
 
+static camdelta_status pb_end(cd_call *c, camdelta_status st) {
+  pb_call *s = c->op;
+  if (s->fused) cd_pbf_release(&s->p);
+  /* Released buffers live on until the enqueued kernels that use them have finished. */
+  for (int i = 0; i < NSCR; i++)
+    if (s->scr[i]) clReleaseMemObject(s->scr[i]);
+  release_kernels(&s->k);
+  return st;
+}
+
+static const cd_entry PREP_BACKWARD =
+    CD_ENTRY(OP, camdelta_prep_backward_args, PB_SLOTS_, pb_check, pb_plan, pb_enqueue, pb_end);
+
+static camdelta_status run(camdelta_context *ctx, const camdelta_prep_backward_args *args,
+                           const camdelta_prep_saved *saved, const camdelta_buffer *g2) {
+  pb_call s = {.saved = saved, .g2 = g2, .flags = 0, .fused = 0, .scr = {NULL}};
+  cd_call c = {.entry = &PREP_BACKWARD, .ctx = ctx, .args = args, .saved = saved,
+               .saved_ctx = saved ? saved->ctx : NULL, .op = &s};
+  return cd_run_entry(&c);
+}
 camdelta_status camdelta_prep_backward(camdelta_context *ctx, const camdelta_prep_backward_args *args,
                                        const camdelta_prep_saved *saved) {
   return run(ctx, args, saved, NULL);

@@ -6,9 +6,16 @@
 /** Shape, dtype and scalar checks of a prep call. */
 camdelta_status cd_prep_check_shape(const char *op, size_t B, size_t N, size_t H, size_t D, camdelta_dtype dtype,
                                     float k_scale, float norm_eps);
-/** Checks the nine prep inputs in camdelta_prep_args order (v_raw optional when !need_v). */
-camdelta_status cd_prep_check_inputs(const char *op, size_t B, size_t N, size_t H, size_t D, camdelta_dtype dtype,
-                                     const camdelta_buffer in[9], int need_v);
+/** The nine inputs prep forward and backward share, the first nine slots of both entries in camdelta_prep_args
+ *  order (q_raw k_raw v_raw q_norm_weight k_norm_weight proj_q proj_kv rope_cos rope_sin): their uses for a call
+ *  of that shape (v_raw optional when !need_v). */
+enum { CD_PREP_INPUTS = 9 };
+#define CD_PREP_INPUT_SLOTS(type)                                                                                \
+  [0] = CD_SLOT(type, q_raw, CD_IN), [1] = CD_SLOT(type, k_raw, CD_IN), [2] = CD_SLOT(type, v_raw, CD_IN),       \
+  [3] = CD_SLOT(type, q_norm_weight, CD_IN), [4] = CD_SLOT(type, k_norm_weight, CD_IN),                          \
+  [5] = CD_SLOT(type, proj_q, CD_IN), [6] = CD_SLOT(type, proj_kv, CD_IN), [7] = CD_SLOT(type, rope_cos, CD_IN), \
+  [8] = CD_SLOT(type, rope_sin, CD_IN)
+void cd_prep_use_inputs(cd_call *c, size_t B, size_t N, size_t H, size_t D, camdelta_dtype dtype, int need_v);
 /** Enqueue the inverse-RMS kernel: inv_rms (2, B, N) f32, q then k. */
 camdelta_status cd_prep_inv_rms(camdelta_context *ctx, size_t B, size_t N, size_t H, size_t D, camdelta_dtype dtype,
                                  float eps, camdelta_buffer q_raw, camdelta_buffer k_raw, cl_mem inv_rms, cd_launch *l);

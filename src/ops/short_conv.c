@@ -107,63 +107,91 @@ camdelta_status cd_short_conv_enqueue_backward(camdelta_context *ctx, size_t B, 
   return st;
 }
 
-static camdelta_status check(const camdelta_context *ctx, const char *op, const camdelta_short_conv_args *a,
-                             int backward) {
+enum { CV_K_RAW, CV_CONV_WEIGHT, CV_K_CONV, CV_GRAD_K_CONV, CV_DK_RAW, CV_DCONV_WEIGHT, CV_SLOTS };
+#define CV_SLOT(field, role) CD_SLOT(camdelta_short_conv_args, field, role)
+/* the forward's and the backward's use of the struct they share */
+static const cd_slot CONV_SLOTS[2][CV_SLOTS] = {
+    {[CV_K_RAW] = CV_SLOT(k_raw, CD_IN), [CV_CONV_WEIGHT] = CV_SLOT(conv_weight, CD_IN),
+     [CV_K_CONV] = CV_SLOT(k_conv, CD_OUT), [CV_GRAD_K_CONV] = CV_SLOT(grad_k_conv, CD_UNREAD),
+     [CV_DK_RAW] = CV_SLOT(dk_raw, CD_UNREAD), [CV_DCONV_WEIGHT] = CV_SLOT(dconv_weight, CD_UNREAD)},
+    {[CV_K_RAW] = CV_SLOT(k_raw, CD_IN), [CV_CONV_WEIGHT] = CV_SLOT(conv_weight, CD_IN),
+     [CV_K_CONV] = CV_SLOT(k_conv, CD_UNREAD), [CV_GRAD_K_CONV] = CV_SLOT(grad_k_conv, CD_IN),
+     [CV_DK_RAW] = CV_SLOT(dk_raw, CD_OUT), [CV_DCONV_WEIGHT] = CV_SLOT(dconv_weight, CD_OUT)}};
+
+typedef struct conv_call {
+  int backward;
+  cl_mem seg_end; /* the segment ends, uploaded by the plan step */
+} conv_call;
+
+/* A backward asked for neither gradient does nothing. */
+static int conv_idle(const cd_call *c) {
+  const camdelta_short_conv_args *a = c->args;
+  return ((const conv_call *)c->op)->backward && !a->dk_raw.mem && !a->dconv_weight.mem;
+}
+
+static camdelta_status conv_check(cd_call *c) {
+  const camdelta_short_conv_args *a = c->args;
+  const char *op = c->entry->op;
   if (!a->B || !a->T || !a->S || !a->C)
     return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: B=%zu, T=%zu, S=%zu, C=%zu: each must be at least 1", op, a->B, a->T,
                    a->S, a->C);
   size_t total;
   const size_t f[4] = {a->B, a->T, a->S, a->C};
-  const size_t sb = conv_sb(ctx); /* the backward's B·ceil(S / sb) weight partials are counted in 32 bits */
+  const size_t sb = conv_sb(c->ctx); /* the backward's B·ceil(S / sb) weight partials are counted in 32 bits */
   if (!cd_prod(&total, 4, f) || total > SIZE_MAX / 16 || a->T > UINT32_MAX || a->S > UINT32_MAX ||
       a->C > UINT32_MAX / 4 || a->B * ((a->S + sb - 1) / sb) > UINT32_MAX)
     return cd_fail(CAMDELTA_ERROR_OVERFLOW, "%s: B*T*S*C = %zu*%zu*%zu*%zu is too large", op, a->B, a->T, a->S, a->C);
-  camdelta_status st;
-  const size_t C4 = 4 * a->C;
-  if (!backward) {
-    const cd_tensor_arg in[2] = {{"k_raw", a->k_raw, total, 4}, {"conv_weight", a->conv_weight, C4, 4}};
-    const cd_tensor_arg out[1] = {{"k_conv", a->k_conv, total, 4}};
-    for (int i = 0; i < 2; i++)
-      if ((st = cd_check_buffer(op, in[i].name, in[i].b, in[i].elems, 4, 0))) return st;
-    if ((st = cd_check_buffer(op, "k_conv", a->k_conv, total, 4, 0))) return st;
-    return cd_check_no_overlap(op, out, 1, in, 2);
+  const cd_use tokens = {.need = CD_REQUIRED, .elems = total, .es = 4};
+  const cd_use weights = {.need = CD_REQUIRED, .elems = 4 * a->C, .es = 4};
+  c->use[CV_K_RAW] = tokens, c->use[CV_CONV_WEIGHT] = weights;
+  if (!((const conv_call *)c->op)->backward) {
+    c->use[CV_K_CONV] = tokens;
+  } else {
+    c->use[CV_GRAD_K_CONV] = tokens;
+    c->use[CV_DK_RAW] = (cd_use){.need = CD_OPTIONAL, .elems = total, .es = 4};
+    c->use[CV_DCONV_WEIGHT] = (cd_use){.need = CD_OPTIONAL, .elems = 4 * a->C, .es = 4};
   }
-  const cd_tensor_arg in[3] = {{"k_raw", a->k_raw, total, 4},
-                               {"conv_weight", a->conv_weight, C4, 4},
-                               {"grad_k_conv", a->grad_k_conv, total, 4}};
-  const cd_tensor_arg out[2] = {{"dk_raw", a->dk_raw, total, 4}, {"dconv_weight", a->dconv_weight, C4, 4}};
-  for (int i = 0; i < 3; i++)
-    if ((st = cd_check_buffer(op, in[i].name, in[i].b, in[i].elems, 4, 0))) return st;
-  for (int i = 0; i < 2; i++)
-    if ((st = cd_check_buffer(op, out[i].name, out[i].b, out[i].elems, 4, 1))) return st;
-  return cd_check_no_overlap(op, out, 2, in, 3);
+  return CAMDELTA_OK;
 }
 
-static camdelta_status run(camdelta_context *ctx, const camdelta_short_conv_args *args, int backward) {
-  const char *op = backward ? "camdelta_short_conv_backward" : "camdelta_short_conv_forward";
-  cd_clear_error();
-  camdelta_status st = cd_prologue(op, ctx, args, NULL, 0, args ? args->profile : NULL, NULL, 0);
-  if (!st) st = check(ctx, op, args, backward);
-  if (st) return st;
-  if (backward && !args->dk_raw.mem && !args->dconv_weight.mem) return CAMDELTA_OK;
-  cl_mem seg = NULL;
-  if ((st = cd_short_conv_segments(ctx, op, args->T, &args->chunking, &seg))) return st;
+/* The segment ends on the device and the program built: nothing is enqueued when either fails. */
+static camdelta_status conv_plan(cd_call *c) {
+  const camdelta_short_conv_args *a = c->args;
+  conv_call *s = c->op;
+  if (conv_idle(c)) return CAMDELTA_OK;
+  camdelta_status st = cd_short_conv_segments(c->ctx, c->entry->op, a->T, &a->chunking, &s->seg_end);
   cl_program prog;
-  if ((st = cd_program(ctx, "short_conv.cl", "", &prog))) {
-    clReleaseMemObject(seg);
-    return st;
-  }
-  if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;
-  cd_launch l;
-  cd_launch_init(&l, args->profile);
-  if (!backward)
-    st = cd_short_conv_enqueue_forward(ctx, args->B, args->T, args->S, args->C, args->k_raw, args->conv_weight, seg,
-                                       args->k_conv, &l);
-  else
-    st = cd_short_conv_enqueue_backward(ctx, args->B, args->T, args->S, args->C, args->k_raw, args->conv_weight, seg,
-                                        args->grad_k_conv, args->dk_raw, args->dconv_weight, &l);
-  clReleaseMemObject(seg);
-  return cd_launch_end(ctx, &l, st);
+  if (!st) st = cd_program(c->ctx, "short_conv.cl", "", &prog);
+  return st;
+}
+
+static camdelta_status conv_enqueue(cd_call *c, cd_launch *l) {
+  const camdelta_short_conv_args *a = c->args;
+  const conv_call *s = c->op;
+  if (conv_idle(c)) return CAMDELTA_OK;
+  if (!s->backward)
+    return cd_short_conv_enqueue_forward(c->ctx, a->B, a->T, a->S, a->C, a->k_raw, a->conv_weight, s->seg_end,
+                                         a->k_conv, l);
+  return cd_short_conv_enqueue_backward(c->ctx, a->B, a->T, a->S, a->C, a->k_raw, a->conv_weight, s->seg_end,
+                                        a->grad_k_conv, a->dk_raw, a->dconv_weight, l);
+}
+
+static camdelta_status conv_end(cd_call *c, camdelta_status st) {
+  conv_call *s = c->op;
+  if (s->seg_end) clReleaseMemObject(s->seg_end); /* lives on until the enqueued kernels are done */
+  return st;
+}
+
+static const cd_entry CONV_ENTRIES[2] = {
+    CD_ENTRY("camdelta_short_conv_forward", camdelta_short_conv_args, CONV_SLOTS[0], conv_check, conv_plan,
+             conv_enqueue, conv_end),
+    CD_ENTRY("camdelta_short_conv_backward", camdelta_short_conv_args, CONV_SLOTS[1], conv_check, conv_plan,
+             conv_enqueue, conv_end)};
+
+static camdelta_status run(camdelta_context *ctx, const camdelta_short_conv_args *args, int backward) {
+  conv_call s = {.backward = backward, .seg_end = NULL};
+  cd_call c = {.entry = &CONV_ENTRIES[backward], .ctx = ctx, .args = args, .op = &s};
+  return cd_run_entry(&c);
 }
 
 camdelta_status camdelta_short_conv_forward(camdelta_context *ctx, const camdelta_short_conv_args *args) {

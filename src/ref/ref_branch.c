@@ -177,14 +177,19 @@ static camdelta_status run_forward(const char *op, const camdelta_ref_branch *p,
   for (size_t i = 0; i < sizeof al / sizeof al[0]; i++)
     if (!(*al[i].p = malloc(al[i].n * sizeof(double))))
       return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", op);
-  const camdelta_ref_camera cam = {B, T, p->Hs, p->Ws, p->ph ? p->ph : 1, p->pw ? p->pw : 1, D,
-                                   p->camera_conditions, f->pq, f->pkv, f->po, f->rc, f->rs};
+  const camdelta_ref_camera cam = {.B = B, .T = T, .Hs = p->Hs, .Ws = p->Ws, .ph = p->ph ? p->ph : 1,
+                                   .pw = p->pw ? p->pw : 1, .D = D, .camera_conditions = p->camera_conditions,
+                                   .proj_q = f->pq, .proj_kv = f->pkv, .proj_o = f->po, .rope_cos = f->rc,
+                                   .rope_sin = f->rs};
   if ((st = camdelta_ref_camera_forward(&cam))) return st;
-  const camdelta_ref_conv cv = {B, T, S, C, f->cbounds, f->ncb, p->k_raw, p->conv_weight, f->kconv, NULL, NULL, NULL};
+  const camdelta_ref_conv cv = {.B = B, .T = T, .S = S, .C = C, .bounds = f->cbounds, .nbounds = f->ncb,
+                                .x = p->k_raw, .w = p->conv_weight, .y = f->kconv};
   if ((st = camdelta_ref_short_conv_forward(&cv))) return st;
-  const camdelta_ref_prep pp = {B,     N,     H,       D,       p->k_scale, p->norm_eps, p->q_raw, f->kconv,
-                                p->v_raw, p->q_norm_weight, p->k_norm_weight, f->pq, f->pkv, f->rc, f->rs,
-                                f->q, f->k, f->v, f->infl};
+  const camdelta_ref_prep pp = {.B = B, .N = N, .H = H, .D = D, .k_scale = p->k_scale, .norm_eps = p->norm_eps,
+                                .q_raw = p->q_raw, .k_raw = f->kconv, .v_raw = p->v_raw,
+                                .q_norm_weight = p->q_norm_weight, .k_norm_weight = p->k_norm_weight,
+                                .proj_q = f->pq, .proj_kv = f->pkv, .rope_cos = f->rc, .rope_sin = f->rs,
+                                .q = f->q, .k = f->k, .v = f->v, .inflation_sq = f->infl};
   if ((st = camdelta_ref_prep_forward(&pp))) return st;
   for (size_t bh = 0; bh < B * H; bh++)
     for (size_t t = 0; t < T; t++) {
@@ -199,9 +204,11 @@ static camdelta_status run_forward(const char *op, const camdelta_ref_branch *p,
       }
       f->dr[bh * T + t] = f->mask[t] ? p->decay[bh * T + t] : 0.0;
     }
-  camdelta_ref_scan sc = {B, H, D, T, S, 0, f->q, f->k, f->v, f->bp, p->decay, NULL, f->oc, NULL, NULL, NULL};
+  camdelta_ref_scan sc = {.B = B, .H = H, .D = D, .F = T, .S = S, .reverse = 0,
+                          .q = f->q, .k = f->k, .v = f->v, .beta = f->bp, .decay = p->decay, .out = f->oc};
   if ((st = camdelta_ref_scan_forward(&sc))) return st;
-  camdelta_ref_scan sr = {B, H, D, T, S, 1, f->q, f->k, f->v, f->br, f->dr, NULL, f->orv, NULL, NULL, NULL};
+  camdelta_ref_scan sr = {.B = B, .H = H, .D = D, .F = T, .S = S, .reverse = 1,
+                          .q = f->q, .k = f->k, .v = f->v, .beta = f->br, .decay = f->dr, .out = f->orv};
   if ((st = camdelta_ref_scan_forward(&sr))) return st;
   for (size_t i = 0; i < BNC; i++) f->oc[i] += f->orv[i]; /* oc = the summed scan output */
   return CAMDELTA_OK;
@@ -237,13 +244,15 @@ camdelta_status camdelta_ref_branch_backward(const camdelta_ref_branch *p, const
     if (!(*al[i] = malloc(n[i] * sizeof(double)))) st = cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: host memory", op);
   if (!st) st = camdelta_ref_output_transform_backward(B, N, H, D, g->grad_y, f.po, f.rc, f.rs, gout);
   if (!st) {
-    camdelta_ref_scan sc = {B, H, D, T, S, 0, f.q, f.k, f.v, f.bp, p->decay, NULL, NULL, NULL, NULL, NULL};
-    camdelta_ref_scan_grads gc = {gout, NULL, dq, dk, dv, db, dd, NULL};
+    camdelta_ref_scan sc = {.B = B, .H = H, .D = D, .F = T, .S = S, .reverse = 0,
+                            .q = f.q, .k = f.k, .v = f.v, .beta = f.bp, .decay = p->decay};
+    camdelta_ref_scan_grads gc = {.grad_out = gout, .dq = dq, .dk = dk, .dv = dv, .dbeta = db, .ddecay = dd};
     st = camdelta_ref_scan_backward(&sc, &gc);
   }
   if (!st) {
-    camdelta_ref_scan sr = {B, H, D, T, S, 1, f.q, f.k, f.v, f.br, f.dr, NULL, NULL, NULL, NULL, NULL};
-    camdelta_ref_scan_grads gr = {gout, NULL, dq2, dk2, dv2, db2, dd2, NULL};
+    camdelta_ref_scan sr = {.B = B, .H = H, .D = D, .F = T, .S = S, .reverse = 1,
+                            .q = f.q, .k = f.k, .v = f.v, .beta = f.br, .decay = f.dr};
+    camdelta_ref_scan_grads gr = {.grad_out = gout, .dq = dq2, .dk = dk2, .dv = dv2, .dbeta = db2, .ddecay = dd2};
     st = camdelta_ref_scan_backward(&sr, &gr);
   }
   if (!st) {
@@ -263,16 +272,19 @@ camdelta_status camdelta_ref_branch_backward(const camdelta_ref_branch *p, const
         for (size_t s = 0; s < S; s++) ginfl[bh * N + t * S + s] = diota / (double)S;
         if (g->ddecay) g->ddecay[bh * T + t] = dd[bh * T + t] + (f.mask[t] ? dd2[bh * T + t] : 0.0);
       }
-    const camdelta_ref_prep pp = {B,        N,     H,     D,     p->k_scale, p->norm_eps, p->q_raw, f.kconv,
-                                  p->v_raw, p->q_norm_weight, p->k_norm_weight, f.pq, f.pkv, f.rc, f.rs,
-                                  NULL,     NULL,  NULL,  NULL};
-    const camdelta_ref_prep_grads pg = {dq, dk, dv, ginfl, g->dq_raw, dkconv, g->dv_raw, g->dq_norm_weight,
-                                        g->dk_norm_weight, NULL, NULL, NULL, NULL};
+    const camdelta_ref_prep pp = {.B = B, .N = N, .H = H, .D = D, .k_scale = p->k_scale, .norm_eps = p->norm_eps,
+                                  .q_raw = p->q_raw, .k_raw = f.kconv, .v_raw = p->v_raw,
+                                  .q_norm_weight = p->q_norm_weight, .k_norm_weight = p->k_norm_weight,
+                                  .proj_q = f.pq, .proj_kv = f.pkv, .rope_cos = f.rc, .rope_sin = f.rs};
+    const camdelta_ref_prep_grads pg = {.grad_q = dq, .grad_k = dk, .grad_v = dv, .grad_inflation_sq = ginfl,
+                                        .dq_raw = g->dq_raw, .dk_raw = dkconv, .dv_raw = g->dv_raw,
+                                        .dq_norm_weight = g->dq_norm_weight, .dk_norm_weight = g->dk_norm_weight};
     st = camdelta_ref_prep_backward(&pp, &pg);
   }
   if (!st && (g->dk_raw || g->dconv_weight)) {
-    const camdelta_ref_conv cv = {B, T, S, C, f.cbounds, f.ncb, p->k_raw, p->conv_weight, NULL, dkconv,
-                                  g->dk_raw, g->dconv_weight};
+    const camdelta_ref_conv cv = {.B = B, .T = T, .S = S, .C = C, .bounds = f.cbounds, .nbounds = f.ncb,
+                                  .x = p->k_raw, .w = p->conv_weight, .dy = dkconv, .dx = g->dk_raw,
+                                  .dw = g->dconv_weight};
     st = camdelta_ref_short_conv_backward(&cv);
   }
   for (size_t i = 0; i < sizeof al / sizeof al[0]; i++) free(*al[i]);

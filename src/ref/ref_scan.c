@@ -124,7 +124,7 @@ camdelta_status camdelta_ref_scan_forward(const camdelta_ref_scan *p) {
   camdelta_status st = check_scan(op, p, &N, &elems);
   if (st) return st;
   (void)elems;
-  const scan_geo geo = {p->D, p->F, p->S, N, p->reverse != 0};
+  const scan_geo geo = {.D = p->D, .F = p->F, .S = p->S, .N = N, .reverse = p->reverse != 0};
   const size_t D = p->D, DD = D * D, F = p->F;
   const size_t T = step_count(&geo, p->final_state != NULL);
   double *Ms = malloc((T + 1) * DD * sizeof *Ms), *Ps = malloc((T ? T : 1) * DD * sizeof *Ps);
@@ -184,7 +184,7 @@ camdelta_status camdelta_ref_scan_backward(const camdelta_ref_scan *p, const cam
   camdelta_status st = check_scan(op, p, &N, &elems);
   if (st) return st;
   if (!gr) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: NULL argument 'g'", op);
-  const scan_geo geo = {p->D, p->F, p->S, N, p->reverse != 0};
+  const scan_geo geo = {.D = p->D, .F = p->F, .S = p->S, .N = N, .reverse = p->reverse != 0};
   const size_t D = p->D, DD = D * D, F = p->F, S = p->S;
   const size_t T = step_count(&geo, gr->grad_final_state != NULL);
   double *Ms = malloc((T + 1) * DD * sizeof *Ms), *Ps = malloc((T ? T : 1) * DD * sizeof *Ps);

@@ -97,24 +97,26 @@ static camdelta_status run(const char *op, const camdelta_ref_scan_packed *p, co
       move_tokens(p, N, &j, h, D, (double *)p->v, j.v, 0);
       move_tokens(p, N, &j, h, 1, (double *)p->beta, j.beta, 0);
       const size_t sidx = c * H + h; /* (clips, H, D, D) */
-      camdelta_ref_scan rs = {1,        1,        D,    j.F,  j.S,  p->reverse, j.q,  j.k,
-                              j.v,      j.beta,   p->decay + h * p->frames + j.f0,
-                              p->init_state ? p->init_state + sidx * DD : NULL,
-                              j.out,    p->final_state ? p->final_state + sidx * DD : NULL, NULL, NULL};
+      camdelta_ref_scan rs = {.B = 1, .H = 1, .D = D, .F = j.F, .S = j.S, .reverse = p->reverse,
+                              .q = j.q, .k = j.k, .v = j.v, .beta = j.beta,
+                              .decay = p->decay + h * p->frames + j.f0,
+                              .init_state = p->init_state ? p->init_state + sidx * DD : NULL,
+                              .out = j.out,
+                              .final_state = p->final_state ? p->final_state + sidx * DD : NULL};
       if (!g) {
         st = camdelta_ref_scan_forward(&rs);
         if (!st && p->out) move_tokens(p, N, &j, h, D, p->out, j.out, 1);
         continue;
       }
       if (g->grad_out) move_tokens(p, N, &j, h, D, (double *)g->grad_out, j.go, 0);
-      camdelta_ref_scan_grads cg = {g->grad_out ? j.go : NULL,
-                                    g->grad_final_state ? g->grad_final_state + sidx * DD : NULL,
-                                    j.dq,
-                                    j.dk,
-                                    j.dv,
-                                    j.dbeta,
-                                    g->ddecay ? g->ddecay + h * p->frames + j.f0 : NULL,
-                                    g->dinit_state ? g->dinit_state + sidx * DD : NULL};
+      camdelta_ref_scan_grads cg = {.grad_out = g->grad_out ? j.go : NULL,
+                                    .grad_final_state = g->grad_final_state ? g->grad_final_state + sidx * DD : NULL,
+                                    .dq = j.dq,
+                                    .dk = j.dk,
+                                    .dv = j.dv,
+                                    .dbeta = j.dbeta,
+                                    .ddecay = g->ddecay ? g->ddecay + h * p->frames + j.f0 : NULL,
+                                    .dinit_state = g->dinit_state ? g->dinit_state + sidx * DD : NULL};
       rs.out = NULL, rs.final_state = NULL;
       st = camdelta_ref_scan_backward(&rs, &cg);
       if (!st) {

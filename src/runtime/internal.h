@@ -10,6 +10,7 @@
 #include "options/options.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdatomic.h>
 #include <threads.h>
@@ -65,22 +66,18 @@ typedef struct cd_named_buffer {
   const char *name;
   camdelta_buffer b;
 } cd_named_buffer;
-/** The entry prologue of every operation, before any other check and long before anything is enqueued: ctx and
- *  args non-NULL, a `saved` object (when has_saved) of this context, a profile request only on a profiling
- *  queue, and every given buffer a valid cl_mem of the context's cl_context (clGetMemObjectInfo
- *  CL_MEM_CONTEXT). */
+/** The entry prologue for entries not yet run by the driver (cd_run_entry does the same from its descriptor):
+ *  ctx and args non-NULL, a `saved` object (when has_saved) of this context, a profile request only on a
+ *  profiling queue, and every given buffer a valid cl_mem of the context's cl_context. */
 camdelta_status cd_prologue(const char *op, const camdelta_context *ctx, const void *args,
                             const camdelta_context *saved_ctx, int has_saved, const camdelta_profile *profile,
                             const cd_named_buffer *bufs, size_t n);
-/** cd_prologue for each operation's argument struct (every buffer of the struct). */
-camdelta_status cd_prologue_prep_forward(const camdelta_context *ctx, const camdelta_prep_args *a,
-                                         const camdelta_prep_saved *saved);
-camdelta_status cd_prologue_prep_backward(const camdelta_context *ctx, const camdelta_prep_backward_args *a,
-                                          const camdelta_prep_saved *saved);
+/** cd_prologue for the scan's argument structs (every buffer of the struct). */
 camdelta_status cd_prologue_scan_forward(const camdelta_context *ctx, const camdelta_scan_args *a,
                                          const camdelta_scan_saved *saved);
 camdelta_status cd_prologue_scan_backward(const camdelta_context *ctx, const camdelta_scan_backward_args *a,
                                           const camdelta_scan_saved *saved);
+
 /** 1 for a GPU or an accelerator (the device classes the kernels' GPU forms and tiles are for), 0 for a CPU. */
 int cd_device_gpu_like(const camdelta_device_info *info);
 /** Check the head dim: D % 8 == 0 and 8 <= D <= 128. */
@@ -214,6 +211,91 @@ camdelta_status cd_zero(camdelta_context *ctx, cl_mem mem, size_t off, size_t by
 size_t cd_preferred_multiple(camdelta_context *ctx, cl_kernel k);
 /** Max work-group size for a kernel on the context's device. */
 size_t cd_kernel_max_wg(camdelta_context *ctx, cl_kernel k);
+
+/* ------------------------------------------------------------------------------ the entry driver (driver.c)
+ * Every public enqueuing entry runs the same steps, in this order, from a static descriptor (cd_entry):
+ *   1. clear this thread's error message;
+ *   2. the prologue: ctx and the argument structs non-NULL, a `saved` object of this context, a profile request
+ *      only on a profiling queue, every camdelta_buffer field of the structs (cd_slot) absent or a valid cl_mem
+ *      of the context's cl_context;
+ *   3. the entry's check step: shapes and scalars, and how much of each slot this call uses (cd_use);
+ *   4. every used slot present when required and large enough, no output overlapping an input or another output;
+ *   5. the entry's plan step: kernels built, workspace allocated;
+ *   6. the profile reset and the launch begun, the entry's enqueue step, the launch end;
+ *   7. the entry's end step (whatever happened after the prologue): release what the call holds, commit what it
+ *      filled (a saved object) on success.
+ * Steps 1-5 enqueue nothing, so a call rejected by any of them has written nothing. */
+
+/** What an entry does with one camdelta_buffer field of its argument structs. */
+typedef enum cd_role {
+  CD_IN,    /* read */
+  CD_OUT,   /* written */
+  CD_UNREAD /* a field of a struct shared with another entry, neither read nor written by this one (still a cl_mem
+               the call was given: the prologue checks it) */
+} cd_role;
+
+/** One camdelta_buffer field of a public entry's argument structs. */
+typedef struct cd_slot {
+  const char *name;    /* the field's name, as messages give it */
+  unsigned part;       /* 0: the args struct, 1: the entry's second struct (cd_entry.second) */
+  size_t offset;       /* offsetof the field in its struct */
+  cd_role role;
+  const char *inplace; /* an output only: the input it may cover exactly (same cl_mem, offset and size), or NULL */
+} cd_slot;
+#define CD_SLOT(type, field, role_) {.name = #field, .part = 0, .offset = offsetof(type, field), .role = role_}
+#define CD_SLOT2(type, field, role_) {.name = #field, .part = 1, .offset = offsetof(type, field), .role = role_}
+#define CD_MAX_SLOTS 32
+
+/** How one call uses a slot, set by the entry's check step (zero: not used by this call, so neither size- nor
+ *  overlap-checked). */
+typedef enum cd_need { CD_UNUSED = 0, CD_REQUIRED, CD_OPTIONAL } cd_need;
+typedef struct cd_use {
+  cd_need need;
+  size_t elems; /* elements past the buffer's offset */
+  size_t es;    /* bytes per element */
+} cd_use;
+
+typedef struct cd_call cd_call;
+
+/** A public enqueuing entry: static data, one per entry. */
+typedef struct cd_entry {
+  const char *op;           /* the public function's name, which begins every message */
+  const char *second;       /* the parameter name of the entry's second argument struct, or NULL */
+  const cd_slot *slots;     /* every camdelta_buffer field of the argument structs */
+  size_t nslots;            /* <= CD_MAX_SLOTS */
+  int profile_part;         /* the struct holding `camdelta_profile *profile` (0 args, 1 second), -1: none */
+  size_t profile_offset;    /* offsetof the profile pointer in that struct */
+  camdelta_status (*check)(cd_call *c);                  /* step 3 (sets c->use[]) */
+  camdelta_status (*plan)(cd_call *c);                   /* step 5, or NULL */
+  camdelta_status (*enqueue)(cd_call *c, cd_launch *l);  /* step 6 */
+  camdelta_status (*end)(cd_call *c, camdelta_status st); /* step 7, or NULL: returns the call's status */
+} cd_entry;
+
+/** One call of an entry. The public function fills entry, ctx, args, second, saved, saved_ctx and op; the
+ *  driver the rest. */
+struct cd_call {
+  const cd_entry *entry;
+  camdelta_context *ctx;
+  const void *args;                  /* the args struct */
+  const void *second;                /* the second struct (cd_entry.second), else NULL */
+  const void *saved;                 /* the caller's saved object, or NULL */
+  const camdelta_context *saved_ctx; /* the context `saved` was created for */
+  void *op;                          /* the entry's own state across its steps, zero-initialised by the caller */
+  camdelta_profile *profile;         /* the profile request, read by the prologue */
+  cd_use use[CD_MAX_SLOTS];          /* per slot, set by the check step */
+};
+
+/** The descriptor of an entry with one argument struct `type` holding its `profile` pointer. */
+#define CD_ENTRY(op_, type, slots_, check_, plan_, enqueue_, end_)                                                \
+  {                                                                                                               \
+    .op = op_, .second = NULL, .slots = slots_, .nslots = sizeof(slots_) / sizeof((slots_)[0]), .profile_part = 0, \
+    .profile_offset = offsetof(type, profile), .check = check_, .plan = plan_, .enqueue = enqueue_, .end = end_    \
+  }
+
+/** Runs the call's entry through steps 1-7 and returns its status. */
+camdelta_status cd_run_entry(cd_call *c);
+/** The buffer in slot i of the call's structs. */
+camdelta_buffer cd_slot_buffer(const cd_call *c, size_t i);
 
 /* ----------------------------------------------- embedded sources (generated) */
 /** Source text of kernel file `name` (e.g. "prep.cl"): from CAMDELTA_KERNEL_DIR
