@@ -8,11 +8,14 @@ Rows: prep forward (cam_prep_func), prep backward (cam_prep_func_with_grad's Tri
 and reverse (cam_scan_func), scan backward (cam_scan_func_with_grad), and the camera branch forward as the upstream
 module composes it (short conv and output transform in PyTorch, prep and the two scans in Triton; chunk size 3,
 first_chunk_plus_one). Median of triton.testing.do_bench, ms. The seed's own imports of the SANA repository
-(diffusion.*) are stubbed: only its kernels and autograd functions run."""
+(diffusion.*) are stubbed: only its kernels and autograd functions run. The scans run the seed's own Triton scan
+kernels (FUSED_GDN_FORCE_LEGACY=1): the upstream chunkwise module it dispatches to by default
+(diffusion.model.ops.fused_gdn_chunkwise) is not part of the seed."""
 import argparse
 import importlib.util
 import json
 import math
+import os
 import sys
 import types
 
@@ -21,6 +24,7 @@ import triton.testing
 
 
 def load_seed(path):
+    os.environ["FUSED_GDN_FORCE_LEGACY"] = "1"
     for name in ("diffusion", "diffusion.model", "diffusion.model.nets", "diffusion.model.ops"):
         sys.modules.setdefault(name, types.ModuleType(name))
     blocks = types.ModuleType("diffusion.model.nets.sana_camctrl_blocks")

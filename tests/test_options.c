@@ -71,7 +71,7 @@ static void test_every_key_parses_its_values(void **state) {
     if (d->hidden) continue;
     const char *fam = cd_opt_families[d->family].name;
     cd_opt_clear(&o);
-    uint32_t good[CD_OPT_MAX_VALUES];
+    uint32_t good[CD_OPT_MAX_VALUES] = {0};
     const unsigned ng = good_values(d, good);
     for (unsigned g = 0; g < ng; g++) {
       char text[320];
@@ -125,7 +125,7 @@ static void test_every_key_through_the_environment(void **state) {
     if (d->hidden) continue;
     const char *var = d->env ? d->env : cd_opt_families[d->family].env;
     assert_non_null(var); /* a key without a variable of its own is in its family's list */
-    uint32_t good[CD_OPT_MAX_VALUES];
+    uint32_t good[CD_OPT_MAX_VALUES] = {0};
     const unsigned ng = good_values(d, good);
     for (unsigned g = 0; g < ng; g++) {
       char text[320];
@@ -170,7 +170,7 @@ static void test_every_key_through_the_environment(void **state) {
       const cd_opt_decl *d = &cd_opt_decls[i];
       if ((int)d->family != f || !d->env || d->hidden) continue;
       char text[320];
-      uint32_t good[CD_OPT_MAX_VALUES];
+      uint32_t good[CD_OPT_MAX_VALUES] = {0};
       good_values(d, good);
       snprintf(text, sizeof text, "%s=%u", d->key, (unsigned)good[0]);
       setenv(var, text, 1);
@@ -192,7 +192,7 @@ static void test_context_round_trips(void **state) {
     if (d->hidden) continue;
     const char *fam = cd_opt_families[d->family].name;
     const char *var = d->env ? d->env : cd_opt_families[d->family].env;
-    uint32_t good[CD_OPT_MAX_VALUES];
+    uint32_t good[CD_OPT_MAX_VALUES] = {0};
     const unsigned ng = good_values(d, good);
     const uint32_t v = good[ng - 1];
     char text[320], want[128];
