@@ -1,0 +1,336 @@
+"""The device context, and how host arrays reach the device.
+
+A Context owns one camdelta_context (one OpenCL device and in-order queue). An operation hands each array to
+the device in one of two ways, fixed per context (`Context.zero_copy`):
+
+- zero copy (CPU devices, and any device that reports CL_DEVICE_HOST_UNIFIED_MEMORY, e.g. PoCL and Rusticl on
+  llvmpipe): a cl_mem created with CL_MEM_USE_HOST_PTR over the array's own memory. The kernels read the
+  inputs where they are and write the outputs straight into the arrays the call returns; after the call each
+  output is mapped once for reading (the OpenCL rule that makes the host's view current; on these devices it
+  moves nothing).
+- copies (discrete GPUs): inputs are copied to device buffers (CL_MEM_COPY_HOST_PTR) and outputs read back
+  after the call. `Context.transfers` counts the bytes each way, and the context says so once in the
+  "camdelta" logger (level INFO) when it is created.
+
+Every call waits for its work before it returns (the arrays may be freed as soon as the caller drops them).
+"""
+import atexit
+import ctypes as C
+import logging
+import threading
+import weakref
+from collections import namedtuple
+
+from . import _structs as S
+from ._lib import lib, cl
+from . import _lib as L
+from .errors import error_for, InvalidArgumentError, OpenCLError, OutOfMemoryError
+
+log = logging.getLogger("camdelta")
+
+DeviceInfo = namedtuple("DeviceInfo", "platform_name platform_version device_name device_vendor device_version "
+                                      "driver_version type max_work_group_size local_mem_bytes global_mem_bytes "
+                                      "compute_units nvidia_ptx host_unified_memory")
+BuildStats = namedtuple("BuildStats", "programs from_disk compiled last_from_disk last_setup_ms")
+
+_ABSENT = S.buffer()
+
+
+def _raise_status(status):
+    raise error_for(status, lib.camdelta_last_message().decode("utf-8", "replace"))
+
+
+def check(status):
+    """Raise the exception for a failed camdelta call (status != CAMDELTA_OK)."""
+    if status:
+        _raise_status(status)
+
+
+class Transfers:
+    """Bytes copied between host and device by a context that copies (always zero on a zero-copy context)."""
+
+    __slots__ = ("to_device", "from_device")
+
+    def __init__(self):
+        self.to_device = 0
+        self.from_device = 0
+
+    def __repr__(self):
+        return "Transfers(to_device=%d, from_device=%d)" % (self.to_device, self.from_device)
+
+
+class Context:
+    """One OpenCL device through camdelta.
+
+    Context(device=None, zero_copy=None): `device` is a selector as CAMDELTA_DEVICE ("pocl", "cpu", "gpu",
+    "P:D", a part of a platform or device name); None reads CAMDELTA_DEVICE, else the first GPU, else the first
+    device. `zero_copy` None decides from the device (CPU type or host-unified memory); True or False forces it.
+    Usable as a context manager; close() releases the device (later calls raise InvalidArgumentError).
+    """
+
+    def __init__(self, device=None, zero_copy=None):
+        self._lock = threading.Lock()
+        self._saved = weakref.WeakSet()
+        self._handle = None
+        h = C.c_void_p()
+        check(lib.camdelta_context_create(C.byref(h), None if device is None else str(device).encode()))
+        self._handle = h
+        self._queue = lib.camdelta_context_queue(h)
+        self._cl_context = lib.camdelta_context_cl_context(h)
+        info = S.device_info()
+        check(lib.camdelta_context_info(h, C.byref(info)))
+        unified = C.c_uint32(0)
+        err = cl.clGetDeviceInfo(lib.camdelta_context_device(h), L.CL_DEVICE_HOST_UNIFIED_MEMORY,
+                                 C.sizeof(unified), C.byref(unified), None)
+        host_unified = bool(unified.value) if err == L.CL_SUCCESS else False
+        self.device = DeviceInfo(*(info.platform_name.decode(), info.platform_version.decode(),
+                                   info.device_name.decode(), info.device_vendor.decode(),
+                                   info.device_version.decode(), info.driver_version.decode(), int(info.type),
+                                   int(info.max_work_group_size), int(info.local_mem_bytes),
+                                   int(info.global_mem_bytes), int(info.compute_units), bool(info.nvidia_ptx),
+                                   host_unified))
+        if zero_copy is None:
+            zero_copy = bool(info.type & L.CL_DEVICE_TYPE_CPU) or host_unified
+        self.zero_copy = bool(zero_copy)
+        self.transfers = Transfers()
+        log.info("camdelta: %s on %s: %s", self.device.device_name, self.device.platform_name,
+                 "arrays are used in place (zero copy)" if self.zero_copy
+                 else "arrays are copied to the device and back (the device does not share host memory)")
+
+    # -- lifetime ------------------------------------------------------------------------------------------
+    @property
+    def closed(self):
+        return self._handle is None
+
+    def close(self):
+        """Release the device. Saved objects of this context are released with it."""
+        with self._lock:
+            if self._handle is None:
+                return
+            for s in list(self._saved):
+                s.close()
+            lib.camdelta_context_destroy(self._handle)
+            self._handle = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self):
+        if self.closed:
+            return "<camdelta.Context closed>"
+        return "<camdelta.Context %s (%s), %s>" % (self.device.device_name, self.device.platform_name,
+                                                   "zero copy" if self.zero_copy else "copies")
+
+    @property
+    def handle(self):
+        """The camdelta_context pointer (raises on a closed context)."""
+        h = self._handle
+        if h is None:
+            raise InvalidArgumentError("camdelta: the context is closed")
+        return h
+
+    # -- queries -------------------------------------------------------------------------------------------
+    def build_stats(self):
+        st = S.build_stats()
+        check(lib.camdelta_context_build_stats(self.handle, C.byref(st)))
+        return BuildStats(st.programs, st.from_disk, st.compiled, bool(st.last_from_disk), st.last_setup_ms)
+
+    def finish(self):
+        check(lib.camdelta_finish(self.handle))
+
+    def warm(self, shape=None):
+        """Build (or load from the disk cache) the programs ahead of the calls: those that depend on the head
+        dim only, or with shape=(B, H, D, S) everything a call of that shape uses."""
+        if shape is None:
+            check(lib.camdelta_warm(self.handle))
+        else:
+            B, H, D, S_ = shape
+            check(lib.camdelta_warm_shape(self.handle, B, H, D, S_))
+
+    def _register(self, saved):
+        self._saved.add(saved)
+
+    def _stage(self):
+        return _Stage(self)
+
+
+class _Stage:
+    """The cl_mem objects of one call: created over (or copied from) the arrays, released when the call ends.
+    Outputs are made visible to the host (mapped, or read back) after the call's work has finished."""
+
+    __slots__ = ("ctx", "h", "mems", "outs")
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.h = ctx.handle
+        self.mems = []
+        self.outs = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        for m in self.mems:
+            cl.clReleaseMemObject(m)
+        self.mems = []
+
+    def _mem(self, a, writable):
+        nbytes = a.nbytes
+        err = L.cl_int(0)
+        ctx = self.ctx
+        if nbytes == 0:
+            # An empty array has no memory to point at: a 4-byte device buffer stands in, so that the library
+            # reports the zero size itself (CAMDELTA_ERROR_SHAPE) before it writes anything.
+            m = cl.clCreateBuffer(ctx._cl_context, L.CL_MEM_READ_WRITE, 4, None, C.byref(err))
+        elif ctx.zero_copy:
+            flags = (L.CL_MEM_READ_WRITE if writable else L.CL_MEM_READ_ONLY) | L.CL_MEM_USE_HOST_PTR
+            m = cl.clCreateBuffer(ctx._cl_context, flags, nbytes, a.ctypes.data, C.byref(err))
+        elif writable:
+            m = cl.clCreateBuffer(ctx._cl_context, L.CL_MEM_READ_WRITE, nbytes, None, C.byref(err))
+        else:
+            m = cl.clCreateBuffer(ctx._cl_context, L.CL_MEM_READ_ONLY | L.CL_MEM_COPY_HOST_PTR, nbytes,
+                                  a.ctypes.data, C.byref(err))
+            ctx.transfers.to_device += nbytes
+        if err.value != L.CL_SUCCESS or not m:
+            name = _cl_name(err.value)
+            cls = OutOfMemoryError if err.value in (-4, -5, -6, -61) else OpenCLError
+            raise cls("camdelta: clCreateBuffer of %d bytes failed (%s)" % (nbytes, name))
+        self.mems.append(m)
+        if writable and nbytes:
+            self.outs.append((m, a))
+        return m
+
+    def i(self, a):
+        """A camdelta_buffer reading array `a` (None: absent)."""
+        if a is None:
+            return _ABSENT
+        return S.buffer(self._mem(a, False), 0)
+
+    def o(self, a):
+        """A camdelta_buffer writing array `a` (None: absent)."""
+        if a is None:
+            return _ABSENT
+        return S.buffer(self._mem(a, True), 0)
+
+    def run(self, fn, *args):
+        """Call `fn(ctx, *args)`, wait for its work, and make the outputs visible on the host."""
+        st = fn(self.h, *args)
+        if st:
+            _raise_status(st)
+        self.sync()
+
+    def sync(self):
+        st = lib.camdelta_finish(self.h)
+        if st:
+            _raise_status(st)
+        q = self.ctx._queue
+        err = L.cl_int(0)
+        if self.ctx.zero_copy:
+            for m, a in self.outs:
+                p = cl.clEnqueueMapBuffer(q, m, L.CL_TRUE, L.CL_MAP_READ, 0, a.nbytes, 0, None, None,
+                                          C.byref(err))
+                if err.value != L.CL_SUCCESS:
+                    raise OpenCLError("camdelta: clEnqueueMapBuffer failed (%s)" % _cl_name(err.value))
+                cl.clEnqueueUnmapMemObject(q, m, p, 0, None, None)
+        else:
+            for m, a in self.outs:
+                e = cl.clEnqueueReadBuffer(q, m, L.CL_TRUE, 0, a.nbytes, a.ctypes.data, 0, None, None)
+                if e != L.CL_SUCCESS:
+                    raise OpenCLError("camdelta: clEnqueueReadBuffer failed (%s)" % _cl_name(e))
+                self.ctx.transfers.from_device += a.nbytes
+
+
+def _cl_name(err):
+    return lib.camdelta_cl_error_name(err).decode()
+
+
+class Saved:
+    """A forward's saved state for its backward (camdelta_prep_saved, _scan_saved, _branch_saved): device
+    memory owned by the context, released by close() or when the object is collected."""
+
+    _kind = None
+
+    def __init__(self, ctx=None):
+        self.ctx = ctx if ctx is not None else default_context()
+        h = C.c_void_p()
+        check(getattr(lib, "camdelta_%s_saved_create" % self._kind)(self.ctx.handle, C.byref(h)))
+        self._handle = h
+        self.ctx._register(self)
+
+    @property
+    def handle(self):
+        if self._handle is None:
+            raise InvalidArgumentError("camdelta: the %s saved object is closed" % self._kind)
+        return self._handle
+
+    def close(self):
+        h, self._handle = self._handle, None
+        if h is not None:
+            getattr(lib, "camdelta_%s_saved_destroy" % self._kind)(h)
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class PrepSaved(Saved):
+    """camdelta_prep_saved: what a prep backward reuses from its forward (inverse RMS values)."""
+    _kind = "prep"
+
+
+class ScanSaved(Saved):
+    """camdelta_scan_saved: the per-frame states a scan backward reuses from its forward."""
+    _kind = "scan"
+
+
+class BranchSaved(Saved):
+    """camdelta_branch_saved: what a branch backward reuses from its forward."""
+    _kind = "branch"
+
+
+_default = None
+_default_lock = threading.Lock()
+
+
+def default_context():
+    """The context operations use when none is given: created on first use on the device CAMDELTA_DEVICE
+    names (else the first GPU, else the first device), closed at exit."""
+    global _default
+    c = _default
+    if c is None or c.closed:
+        with _default_lock:
+            if _default is None or _default.closed:
+                _default = Context()
+            c = _default
+    return c
+
+
+def set_default_context(ctx):
+    """Make `ctx` the context of calls that name none (None: create one on the next call)."""
+    global _default
+    with _default_lock:
+        _default = ctx
+
+
+@atexit.register
+def _close_default():
+    c = _default
+    if c is not None:
+        c.close()
