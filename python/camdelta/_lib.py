@@ -188,8 +188,10 @@ def _clproto(name, restype, *argtypes):
 cl_int = C.c_int32
 _clproto("clCreateBuffer", P, P, C.c_uint64, sz, P, C.POINTER(cl_int))
 _clproto("clReleaseMemObject", cl_int, P)
+_clproto("clRetainMemObject", cl_int, P)
 _clproto("clEnqueueMapBuffer", P, P, P, C.c_uint32, C.c_uint64, sz, sz, C.c_uint32, P, P, C.POINTER(cl_int))
 _clproto("clEnqueueUnmapMemObject", cl_int, P, P, P, C.c_uint32, P, P)
 _clproto("clEnqueueReadBuffer", cl_int, P, P, C.c_uint32, sz, sz, P, C.c_uint32, P, P)
+_clproto("clEnqueueFillBuffer", cl_int, P, P, P, sz, sz, sz, C.c_uint32, P, P)
 _clproto("clFinish", cl_int, P)
 _clproto("clGetDeviceInfo", cl_int, P, C.c_uint32, sz, P, C.POINTER(sz))

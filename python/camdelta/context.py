@@ -5,9 +5,13 @@ the device in one of two ways, fixed per context (`Context.zero_copy`):
 
 - zero copy (CPU devices, and any device that reports CL_DEVICE_HOST_UNIFIED_MEMORY, e.g. PoCL and Rusticl on
   llvmpipe): a cl_mem created with CL_MEM_USE_HOST_PTR over the array's own memory. The kernels read the
-  inputs where they are and write the outputs straight into the arrays the call returns; after the call each
-  output is mapped once for reading (the OpenCL rule that makes the host's view current; on these devices it
-  moves nothing).
+  inputs where they are and write the outputs straight into the arrays the call returns. OpenCL asks for a
+  map before the host reads such a buffer; the context checks once, when it is created, whether the device
+  writes host memory itself (a fill of a small buffer over host memory is there without a map:
+  `Context.direct`), and maps each output after a call only where it does not. A direct context keeps the
+  cl_mem objects of the last VIEW_CACHE address ranges it was handed (a cl_mem over a range holds no memory of
+  its own there, and stands for whichever array occupies the range when a call uses it), so that repeated calls
+  on the same arrays make no new ones; close() releases them.
 - copies (discrete GPUs): inputs are copied to device buffers (CL_MEM_COPY_HOST_PTR) and outputs read back
   after the call. `Context.transfers` counts the bytes each way, and the context says so once in the
   "camdelta" logger (level INFO) when it is created.
@@ -15,11 +19,14 @@ the device in one of two ways, fixed per context (`Context.zero_copy`):
 Every call waits for its work before it returns (the arrays may be freed as soon as the caller drops them).
 """
 import atexit
+import collections
 import ctypes as C
 import logging
 import threading
 import weakref
 from collections import namedtuple
+
+import numpy as np
 
 from . import _structs as S
 from ._lib import lib, cl
@@ -34,6 +41,8 @@ DeviceInfo = namedtuple("DeviceInfo", "platform_name platform_version device_nam
 BuildStats = namedtuple("BuildStats", "programs from_disk compiled last_from_disk last_setup_ms")
 
 _ABSENT = S.buffer()
+_Buffer = S.buffer
+VIEW_CACHE = 64  # cl_mems a direct context keeps, the oldest dropped first
 
 
 def _raise_status(status):
@@ -70,6 +79,10 @@ class Context:
 
     def __init__(self, device=None, zero_copy=None):
         self._lock = threading.Lock()
+        self._views_lock = threading.Lock()
+        self._views = collections.OrderedDict()  # (address, bytes, writable) -> cl_mem, direct contexts only
+        self._evicted = []
+        self._busy = 0
         self._saved = weakref.WeakSet()
         self._handle = None
         h = C.c_void_p()
@@ -92,10 +105,28 @@ class Context:
         if zero_copy is None:
             zero_copy = bool(info.type & L.CL_DEVICE_TYPE_CPU) or host_unified
         self.zero_copy = bool(zero_copy)
+        self.direct = self.zero_copy and self._probe_direct()
         self.transfers = Transfers()
         log.info("camdelta: %s on %s: %s", self.device.device_name, self.device.platform_name,
                  "arrays are used in place (zero copy)" if self.zero_copy
                  else "arrays are copied to the device and back (the device does not share host memory)")
+
+    def _probe_direct(self):
+        """Whether the device writes a CL_MEM_USE_HOST_PTR buffer's host memory itself (no map needed)."""
+        host = (C.c_uint32 * 16)()
+        err = L.cl_int(0)
+        m = cl.clCreateBuffer(self._cl_context, L.CL_MEM_READ_WRITE | L.CL_MEM_USE_HOST_PTR, C.sizeof(host),
+                              C.addressof(host), C.byref(err))
+        if err.value != L.CL_SUCCESS or not m:
+            return False
+        try:
+            pattern = C.c_uint32(0xC0DE1A7E)
+            if cl.clEnqueueFillBuffer(self._queue, m, C.byref(pattern), 4, 0, C.sizeof(host), 0, None,
+                                      None) != L.CL_SUCCESS or cl.clFinish(self._queue) != L.CL_SUCCESS:
+                return False
+            return all(x == pattern.value for x in host)
+        finally:
+            cl.clReleaseMemObject(m)
 
     # -- lifetime ------------------------------------------------------------------------------------------
     @property
@@ -109,6 +140,11 @@ class Context:
                 return
             for s in list(self._saved):
                 s.close()
+            with self._views_lock:
+                for m in list(self._views.values()) + self._evicted:
+                    cl.clReleaseMemObject(m)
+                self._views.clear()
+                self._evicted.clear()
             lib.camdelta_context_destroy(self._handle)
             self._handle = None
 
@@ -156,6 +192,47 @@ class Context:
             B, H, D, S_ = shape
             check(lib.camdelta_warm_shape(self.handle, B, H, D, S_))
 
+    def _view(self, ptr, nbytes, writable):
+        """A CL_MEM_USE_HOST_PTR cl_mem over [ptr, ptr + nbytes) for a call in flight: on a direct context the
+        one kept from an earlier call, else made and kept (the stage does not release it); on other contexts a
+        new one the stage releases."""
+        key = (ptr, nbytes, writable)
+        views = self._views
+        if self.direct:
+            # a lock-free read: a cl_mem dropped from the cache meanwhile is released only once no call is in
+            # flight, and this one is
+            m = views.get(key)
+            if m is not None:
+                return m, False
+        err = L.cl_int(0)
+        flags = (L.CL_MEM_READ_WRITE if writable else L.CL_MEM_READ_ONLY) | L.CL_MEM_USE_HOST_PTR
+        m = cl.clCreateBuffer(self._cl_context, flags, nbytes, ptr, C.byref(err))
+        if err.value != L.CL_SUCCESS or not m:
+            _create_failed(nbytes, err.value)
+        if not self.direct:
+            return m, True
+        with self._views_lock:
+            old = views.pop(key, None)  # another thread made one meanwhile
+            views[key] = m
+            if old is not None:
+                self._evicted.append(old)
+            if len(views) > VIEW_CACHE:
+                self._evicted.append(views.popitem(last=False)[1])
+        return m, False
+
+    def _enter_call(self):
+        with self._views_lock:
+            self._busy += 1
+
+    def _leave_call(self):
+        # cl_mems dropped from the cache are released once no call that may use them is in flight
+        with self._views_lock:
+            self._busy -= 1
+            if self._busy == 0 and self._evicted:
+                for m in self._evicted:
+                    cl.clReleaseMemObject(m)
+                self._evicted.clear()
+
     def _register(self, saved):
         self._saved.add(saved)
 
@@ -167,13 +244,16 @@ class _Stage:
     """The cl_mem objects of one call: created over (or copied from) the arrays, released when the call ends.
     Outputs are made visible to the host (mapped, or read back) after the call's work has finished."""
 
-    __slots__ = ("ctx", "h", "mems", "outs")
+    __slots__ = ("ctx", "h", "mems", "outs", "direct", "views")
 
     def __init__(self, ctx):
         self.ctx = ctx
         self.h = ctx.handle
-        self.mems = []
+        self.direct = ctx.direct
+        self.views = ctx._views
+        self.mems = []  # the cl_mems this call releases
         self.outs = []
+        ctx._enter_call()
 
     def __enter__(self):
         return self
@@ -182,9 +262,15 @@ class _Stage:
         for m in self.mems:
             cl.clReleaseMemObject(m)
         self.mems = []
+        if self.ctx is not None:
+            self.ctx._leave_call()
+            self.ctx = None
 
     def _mem(self, a, writable):
-        nbytes = a.nbytes
+        if type(a) is np.ndarray:
+            ptr, nbytes = a.ctypes.data, a.nbytes
+        else:  # a torch tensor (camdelta.torch): its data pointer and size
+            ptr, nbytes = a.data_ptr(), a.numel() * a.element_size()
         err = L.cl_int(0)
         ctx = self.ctx
         if nbytes == 0:
@@ -192,18 +278,20 @@ class _Stage:
             # reports the zero size itself (CAMDELTA_ERROR_SHAPE) before it writes anything.
             m = cl.clCreateBuffer(ctx._cl_context, L.CL_MEM_READ_WRITE, 4, None, C.byref(err))
         elif ctx.zero_copy:
-            flags = (L.CL_MEM_READ_WRITE if writable else L.CL_MEM_READ_ONLY) | L.CL_MEM_USE_HOST_PTR
-            m = cl.clCreateBuffer(ctx._cl_context, flags, nbytes, a.ctypes.data, C.byref(err))
+            m, own = ctx._view(ptr, nbytes, writable)
+            if own:
+                self.mems.append(m)
+            if writable:
+                self.outs.append((m, a))
+            return m
         elif writable:
             m = cl.clCreateBuffer(ctx._cl_context, L.CL_MEM_READ_WRITE, nbytes, None, C.byref(err))
         else:
-            m = cl.clCreateBuffer(ctx._cl_context, L.CL_MEM_READ_ONLY | L.CL_MEM_COPY_HOST_PTR, nbytes,
-                                  a.ctypes.data, C.byref(err))
+            m = cl.clCreateBuffer(ctx._cl_context, L.CL_MEM_READ_ONLY | L.CL_MEM_COPY_HOST_PTR, nbytes, ptr,
+                                  C.byref(err))
             ctx.transfers.to_device += nbytes
         if err.value != L.CL_SUCCESS or not m:
-            name = _cl_name(err.value)
-            cls = OutOfMemoryError if err.value in (-4, -5, -6, -61) else OpenCLError
-            raise cls("camdelta: clCreateBuffer of %d bytes failed (%s)" % (nbytes, name))
+            _create_failed(nbytes, err.value)
         self.mems.append(m)
         if writable and nbytes:
             self.outs.append((m, a))
@@ -213,13 +301,18 @@ class _Stage:
         """A camdelta_buffer reading array `a` (None: absent)."""
         if a is None:
             return _ABSENT
-        return S.buffer(self._mem(a, False), 0)
+        if self.direct:  # the common case on CPU devices, kept short: a cl_mem kept from an earlier call
+            m = self.views.get((a.ctypes.data, a.nbytes, False) if type(a) is np.ndarray else
+                               (a.data_ptr(), a.numel() * a.element_size(), False))
+            if m is not None:
+                return _Buffer(m)
+        return _Buffer(self._mem(a, False))
 
     def o(self, a):
         """A camdelta_buffer writing array `a` (None: absent)."""
         if a is None:
             return _ABSENT
-        return S.buffer(self._mem(a, True), 0)
+        return _Buffer(self._mem(a, True))
 
     def run(self, fn, *args):
         """Call `fn(ctx, *args)`, wait for its work, and make the outputs visible on the host."""
@@ -234,6 +327,8 @@ class _Stage:
             _raise_status(st)
         q = self.ctx._queue
         err = L.cl_int(0)
+        if self.ctx.direct:
+            return
         if self.ctx.zero_copy:
             for m, a in self.outs:
                 p = cl.clEnqueueMapBuffer(q, m, L.CL_TRUE, L.CL_MAP_READ, 0, a.nbytes, 0, None, None,
@@ -251,6 +346,11 @@ class _Stage:
 
 def _cl_name(err):
     return lib.camdelta_cl_error_name(err).decode()
+
+
+def _create_failed(nbytes, err):
+    cls = OutOfMemoryError if err in (-4, -5, -6, -61) else OpenCLError
+    raise cls("camdelta: clCreateBuffer of %d bytes failed (%s)" % (nbytes, _cl_name(err)))
 
 
 class Saved:

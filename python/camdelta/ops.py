@@ -441,9 +441,17 @@ def camera_forward(camera_conditions, *, grid, head_dim, patch=(1, 1, 1), ctx=No
     return CameraOutputs(pq, pkv, po, rc, rs)
 
 
+def _conv_weight(op, conv_weight, Cc):
+    """conv_weight as (C, 4) or FLA's (C, 1, 4); returns its shape."""
+    shape = K.info(op, "conv_weight", conv_weight, "(C, 4) or (C, 1, 4)")[0]
+    K.array(op, "conv_weight", conv_weight, shape if shape in ((Cc, 4), (Cc, 1, 4)) else (Cc, 4), F32,
+            "(C, 4) or (C, 1, 4)")
+    return shape
+
+
 def _conv_shapes(op, k_raw, conv_weight, frames):
-    shape = k_raw.shape if isinstance(k_raw, np.ndarray) else None
-    if shape is None or len(shape) not in (3, 4):
+    shape = K.info(op, "k_raw", k_raw, "(B, N, C) or (B, N, H, D)")[0]
+    if len(shape) not in (3, 4):
         K.ndarray(op, "k_raw", k_raw, 3, "(B, N, C) or (B, N, H, D)")
     B, N = shape[0], shape[1]
     Cc = int(np.prod(shape[2:]))
@@ -451,10 +459,7 @@ def _conv_shapes(op, k_raw, conv_weight, frames):
     if T <= 0 or N % T:
         raise K.ShapeError("%s: k_raw has N = %d tokens, not a multiple of frames = %d" % (op, N, T))
     K.array(op, "k_raw", k_raw, shape, F32, "(B, N, C) or (B, N, H, D)")
-    if not isinstance(conv_weight, np.ndarray) or conv_weight.shape not in ((Cc, 4), (Cc, 1, 4)):
-        K.array(op, "conv_weight", conv_weight, (Cc, 4), F32, "(C, 4) or (C, 1, 4)")
-    K.array(op, "conv_weight", conv_weight, conv_weight.shape, F32, "(C, 4) or (C, 1, 4)")
-    return B, T, N // T, Cc, shape
+    return B, T, N // T, Cc, shape, _conv_weight(op, conv_weight, Cc)
 
 
 def short_conv_forward(k_raw, conv_weight, *, frames, chunk_size=None, chunk_strategy="uniform",
@@ -462,7 +467,7 @@ def short_conv_forward(k_raw, conv_weight, *, frames, chunk_size=None, chunk_str
     """The short convolution on raw K along frames (SPEC 8.2): k_raw (B, N, C) or (B, N, H, D) with N =
     frames·S, conv_weight (C, 4) (or FLA's (C, 1, 4)). Returns k_conv, shaped as k_raw."""
     op = "camdelta.short_conv_forward"
-    B, T, S_, Cc, shape = _conv_shapes(op, k_raw, conv_weight, frames)
+    B, T, S_, Cc, shape, _ = _conv_shapes(op, k_raw, conv_weight, frames)
     ch, keep = chunking(op, chunk_size, chunk_strategy, chunk_index)
     ctx = _ctx(ctx)
     y = _empty(shape, F32)
@@ -479,12 +484,12 @@ def short_conv_backward(k_raw, conv_weight, grad_k_conv, *, frames, chunk_size=N
     """Backward of short_conv_forward: grad_k_conv shaped as k_raw -> ConvGrads(dk_raw shaped as k_raw,
     dconv_weight shaped as conv_weight); dk_raw=False or dconv_weight=False skips one (None)."""
     op = "camdelta.short_conv_backward"
-    B, T, S_, Cc, shape = _conv_shapes(op, k_raw, conv_weight, frames)
+    B, T, S_, Cc, shape, wshape = _conv_shapes(op, k_raw, conv_weight, frames)
     K.array(op, "grad_k_conv", grad_k_conv, shape, F32, "shaped as k_raw")
     ch, keep = chunking(op, chunk_size, chunk_strategy, chunk_index)
     ctx = _ctx(ctx)
     dx = _empty(shape, F32) if dk_raw else None
-    dw = _empty(conv_weight.shape, F32) if dconv_weight else None
+    dw = _empty(wshape, F32) if dconv_weight else None
     with ctx._stage() as s:
         a = S.short_conv_args(B=B, T=T, S=S_, C=Cc, chunking=ch, k_raw=s.i(k_raw), conv_weight=s.i(conv_weight),
                               grad_k_conv=s.i(grad_k_conv), dk_raw=s.o(dx), dconv_weight=s.o(dw))
@@ -547,9 +552,7 @@ def _branch(op, q_raw, k_raw, v_raw, conv_weight, q_norm_weight, k_norm_weight, 
     S_, Cc = Hs * Ws, H * D
     for name, a in (("q_raw", q_raw), ("k_raw", k_raw), ("v_raw", v_raw)):
         K.array(op, name, a, (B, N, H, D), F32, "(B, N, H, D)")
-    if not isinstance(conv_weight, np.ndarray) or conv_weight.shape not in ((Cc, 4), (Cc, 1, 4)):
-        K.array(op, "conv_weight", conv_weight, (Cc, 4), F32, "(C, 4) or (C, 1, 4)")
-    K.array(op, "conv_weight", conv_weight, conv_weight.shape, F32, "(C, 4) or (C, 1, 4)")
+    wshape = _conv_weight(op, conv_weight, Cc)
     K.array(op, "q_norm_weight", q_norm_weight, (Cc,), F32, "(C,)")
     K.array(op, "k_norm_weight", k_norm_weight, (Cc,), F32, "(C,)")
     K.array(op, "camera_conditions", camera_conditions, (B, T, 20), F32, "(B, T, 20)")
@@ -560,7 +563,7 @@ def _branch(op, q_raw, k_raw, v_raw, conv_weight, q_norm_weight, k_norm_weight, 
                          k_scale=default_k_scale(D, S_) if k_scale is None else k_scale, norm_eps=norm_eps,
                          algorithm=K.choice(op, "algorithm", algorithm, S.ALGORITHMS),
                          precision=K.choice(op, "precision", precision, S.PRECISIONS))
-    return args, keep, (B, N, H, D, T, S_, Cc)
+    return args, keep, (B, N, H, D, T, S_, Cc, wshape)
 
 
 def branch_forward(q_raw, k_raw, v_raw, *, conv_weight, q_norm_weight, k_norm_weight, camera_conditions, beta,
@@ -572,7 +575,7 @@ def branch_forward(q_raw, k_raw, v_raw, *, conv_weight, q_norm_weight, k_norm_we
     'first_chunk_plus_one') or chunk_index (frame starts), none = one chunk; k_scale default D^-1/2·S^-1/2.
     `saved` (a BranchSaved) keeps what branch_backward reuses."""
     op = "camdelta.branch_forward"
-    args, keep, (B, N, H, D, T, S_, Cc) = _branch(op, q_raw, k_raw, v_raw, conv_weight, q_norm_weight,
+    args, keep, (B, N, H, D, T, S_, Cc, wshape) = _branch(op, q_raw, k_raw, v_raw, conv_weight, q_norm_weight,
                                                   k_norm_weight, camera_conditions, beta, decay, grid, patch,
                                                   chunk_size, chunk_strategy, chunk_index, k_scale, norm_eps,
                                                   algorithm, precision)
@@ -598,7 +601,7 @@ def branch_backward(q_raw, k_raw, v_raw, *, conv_weight, q_norm_weight, k_norm_w
     (dq_raw, dk_raw, dv_raw, dconv_weight (shaped as conv_weight), dq_norm_weight, dk_norm_weight, dbeta,
     ddecay). Cameras get no gradient. `saved`: the BranchSaved of the matching forward, or None."""
     op = "camdelta.branch_backward"
-    args, keep, (B, N, H, D, T, S_, Cc) = _branch(op, q_raw, k_raw, v_raw, conv_weight, q_norm_weight,
+    args, keep, (B, N, H, D, T, S_, Cc, wshape) = _branch(op, q_raw, k_raw, v_raw, conv_weight, q_norm_weight,
                                                   k_norm_weight, camera_conditions, beta, decay, grid, patch,
                                                   chunk_size, chunk_strategy, chunk_index, k_scale, norm_eps,
                                                   algorithm, precision)
@@ -606,7 +609,7 @@ def branch_backward(q_raw, k_raw, v_raw, *, conv_weight, q_norm_weight, k_norm_w
     ctx = _ctx(ctx)
     hs = _saved(op, saved, BranchSaved)
     dq, dk, dv = (_empty((B, N, H, D), F32) for _ in range(3))
-    dw = _empty(conv_weight.shape, F32)
+    dw = _empty(wshape, F32)
     dqw, dkw = _empty((Cc,), F32), _empty((Cc,), F32)
     dbeta, ddecay = _empty((B, H, T, S_), F32), _empty((B, H, T), F32)
     with ctx._stage() as s:

@@ -24,29 +24,18 @@ on camdelta.default_context() (camdelta.set_default_context chooses another).
 import numpy as np
 import torch
 
+from . import _check as K
 from . import ops
 from .context import BranchSaved, PrepSaved, ScanSaved
-from .errors import InvalidArgumentError, UnsupportedError
+from .errors import InvalidArgumentError, ShapeError, UnsupportedError
+
+# the operations take CPU tensors as they take NumPy arrays: by their data pointer, without a copy
+K.tensor_type = torch.Tensor
+K.tensor_dtypes = {torch.float32: K.F32, torch.float16: K.F16, torch.bfloat16: K.U16, torch.float64: K.F64,
+                   torch.int64: K.I64}
+K.tensor_bf16 = torch.bfloat16
 
 _DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
-
-
-def _np(op, name, t, allow=(torch.float32,)):
-    """A CPU tensor as a NumPy view of the same memory (bfloat16 as its uint16 bits); None stays None."""
-    if t is None:
-        return None
-    if not isinstance(t, torch.Tensor):
-        raise InvalidArgumentError("%s: argument '%s' is a %s, expected a torch.Tensor" % (op, name, type(t).__name__))
-    if t.device.type != "cpu":
-        raise InvalidArgumentError("%s: argument '%s' is on %s; camdelta.torch takes CPU tensors (the OpenCL "
-                                   "device reads host memory): pass %s.cpu()" % (op, name, t.device, name))
-    if t.dtype not in allow:
-        raise UnsupportedError("%s: argument '%s' has dtype %s, expected %s" %
-                               (op, name, t.dtype, " or ".join(str(d) for d in allow)))
-    t = t.detach()
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(np.uint16)
-    return t.numpy()
 
 
 def _t(a, dtype=torch.float32):
@@ -73,7 +62,9 @@ def _next_pow2(n):
 _PREP_TABLES = ("q_norm_weight", "k_norm_weight", "proj_q", "proj_kv", "rope_cos", "rope_sin")
 
 
-def _prep_np(op, q_raw, k_raw, v_raw, tables):
+def _prep_args(op, q_raw, k_raw, v_raw, tables):
+    """The activations' dtype, and the tables as keyword arguments (norm weights of any shape of H*D
+    elements, as the seed reads them, viewed flat)."""
     if not isinstance(q_raw, torch.Tensor):
         raise InvalidArgumentError("%s: argument 'q_raw' is a %s, expected a torch.Tensor" %
                                    (op, type(q_raw).__name__))
@@ -81,13 +72,12 @@ def _prep_np(op, q_raw, k_raw, v_raw, tables):
     if dt not in _DTYPES:
         raise UnsupportedError("%s: argument 'q_raw' has dtype %s, expected torch.float32, float16 or bfloat16" %
                                (op, dt))
-    act = [_np(op, n, t, (dt,)) for n, t in (("q_raw", q_raw), ("k_raw", k_raw), ("v_raw", v_raw))]
-    kw = {}
-    for name, t in zip(_PREP_TABLES, tables):
-        if name.endswith("norm_weight") and isinstance(t, torch.Tensor) and t.is_contiguous():
-            t = t.reshape(-1)  # the seed reads any weight of H*D elements
-        kw[name] = _np(op, name, t)
-    return dt, act, kw
+    kw = dict(zip(_PREP_TABLES, tables))
+    for name in ("q_norm_weight", "k_norm_weight"):
+        t = kw[name]
+        if isinstance(t, torch.Tensor) and t.dim() != 1 and t.is_contiguous():
+            kw[name] = t.view(-1)
+    return dt, kw
 
 
 def cam_prep_func(q_raw, k_raw, v_raw, *, q_norm_weight, k_norm_weight, proj_q, proj_kv, rope_cos, rope_sin,
@@ -99,9 +89,9 @@ def cam_prep_func(q_raw, k_raw, v_raw, *, q_norm_weight, k_norm_weight, proj_q, 
     rope_sin (N, D//2) float32. Returns q, k, v (B, H, D, N) in q_raw's dtype and inflation_sq (B, H, N)
     float32."""
     op = "camdelta.torch.cam_prep_func"
-    dt, act, kw = _prep_np(op, q_raw, k_raw, v_raw, (q_norm_weight, k_norm_weight, proj_q, proj_kv, rope_cos,
-                                                     rope_sin))
-    r = ops.prep_forward(*act, k_scale=k_scale, norm_eps=norm_eps, dtype=_DTYPES[dt], **kw)
+    dt, kw = _prep_args(op, q_raw, k_raw, v_raw, (q_norm_weight, k_norm_weight, proj_q, proj_kv, rope_cos,
+                                                  rope_sin))
+    r = ops.prep_forward(q_raw, k_raw, v_raw, k_scale=k_scale, norm_eps=norm_eps, dtype=_DTYPES[dt], **kw)
     return _t(r.q, dt), _t(r.k, dt), _t(r.v, dt), _t(r.inflation_sq)
 
 
@@ -114,10 +104,11 @@ class CamPrepFunction(torch.autograd.Function):
                 k_scale, norm_eps):
         op = "camdelta.torch.CamPrepFunction"
         ctx.set_materialize_grads(False)
-        dt, act, kw = _prep_np(op, q_raw, k_raw, v_raw, (q_norm_weight, k_norm_weight, proj_q, proj_kv,
-                                                         rope_cos, rope_sin))
+        dt, kw = _prep_args(op, q_raw, k_raw, v_raw, (q_norm_weight, k_norm_weight, proj_q, proj_kv, rope_cos,
+                                                      rope_sin))
         saved = PrepSaved()
-        r = ops.prep_forward(*act, k_scale=k_scale, norm_eps=norm_eps, dtype=_DTYPES[dt], saved=saved, **kw)
+        r = ops.prep_forward(q_raw, k_raw, v_raw, k_scale=k_scale, norm_eps=norm_eps, dtype=_DTYPES[dt],
+                             saved=saved, **kw)
         q, k, v, infl = _t(r.q, dt), _t(r.k, dt), _t(r.v, dt), _t(r.inflation_sq)
         ctx.cd = (saved, float(k_scale), float(norm_eps), dt, q_norm_weight.shape, k_norm_weight.shape)
         ctx.save_for_backward(q_raw, k_raw, v_raw, q_norm_weight, k_norm_weight, proj_q, proj_kv, rope_cos,
@@ -126,25 +117,19 @@ class CamPrepFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_q, grad_k, grad_v, grad_inflation_sq):
-        op = "camdelta.torch.CamPrepFunction.backward"
+        op = "camdelta.torch.CamPrepFunction.backward"  # noqa: F841 (named in errors of _prep_args)
         if grad_q is None and grad_k is None and grad_v is None and grad_inflation_sq is None:
             return (None,) * 11
         saved, k_scale, norm_eps, dt, qw_shape, kw_shape = ctx.cd
         (q_raw, k_raw, v_raw, q_norm_weight, k_norm_weight, proj_q, proj_kv, rope_cos, rope_sin, q, k,
          infl) = ctx.saved_tensors
         needs = ctx.needs_input_grad
-        _, act, kw = _prep_np(op, q_raw, k_raw, v_raw, (q_norm_weight, k_norm_weight, proj_q, proj_kv, rope_cos,
-                                                        rope_sin))
-        g = ops.prep_backward(*act, k_scale=k_scale, norm_eps=norm_eps, dtype=_DTYPES[dt],
-                              grad_q=_np(op, "grad_q", _grad(grad_q, dt), (dt,)),
-                              grad_k=_np(op, "grad_k", _grad(grad_k, dt), (dt,)),
-                              grad_v=_np(op, "grad_v", _grad(grad_v, dt), (dt,)),
-                              grad_inflation_sq=_np(op, "grad_inflation_sq", _grad(grad_inflation_sq,
-                                                                                   torch.float32)),
-                              all_grads=any(needs[5:9]),
-                              forward_outputs=(_np(op, "q", q, (dt,)), _np(op, "k", k, (dt,)),
-                                               _np(op, "inflation_sq", infl)),
-                              saved=saved, **kw)
+        _, kw = _prep_args(op, q_raw, k_raw, v_raw, (q_norm_weight, k_norm_weight, proj_q, proj_kv, rope_cos,
+                                                     rope_sin))
+        g = ops.prep_backward(q_raw, k_raw, v_raw, k_scale=k_scale, norm_eps=norm_eps, dtype=_DTYPES[dt],
+                              grad_q=_grad(grad_q, dt), grad_k=_grad(grad_k, dt), grad_v=_grad(grad_v, dt),
+                              grad_inflation_sq=_grad(grad_inflation_sq, torch.float32),
+                              all_grads=any(needs[5:9]), forward_outputs=(q, k, infl), saved=saved, **kw)
         out = [_t(g.dq_raw, dt), _t(g.dk_raw, dt), _t(g.dv_raw, dt), _t(g.dq_norm_weight).view(qw_shape),
                _t(g.dk_norm_weight).view(kw_shape), _t(g.dproj_q), _t(g.dproj_kv), _t(g.drope_cos),
                _t(g.drope_sin)]
@@ -159,25 +144,19 @@ def cam_prep_func_with_grad(q_raw, k_raw, v_raw, *, q_norm_weight, k_norm_weight
 
 
 # ----------------------------------------------------------------------------------------------------- scan
-def _scan_np(op, q, k, v, beta, decay):
-    return [_np(op, n, t) for n, t in (("q", q), ("k", k), ("v", v), ("beta", beta), ("decay", decay))]
-
-
-def _init_state_np(op, init_state, q):
-    """The seed's (B*H, BLOCK_D, BLOCK_D) init_state as camdelta's (B, H, D, D) (its top-left D x D; a view
+def _init_state(op, init_state, q):
+    """The seed's (B*H, BLOCK_D, BLOCK_D) init_state as camdelta's (B, H, D, D): its top-left D x D (a view
     when BLOCK_D == D, else a copy of that corner)."""
     if init_state is None:
         return None
     B, H, D = q.shape[0], q.shape[1], q.shape[2]
     BD = _next_pow2(D)
-    if not isinstance(init_state, torch.Tensor) or tuple(init_state.shape) != (B * H, BD, BD):
-        raise ops.K.ShapeError("%s: argument 'init_state' has shape %s, expected (B*H, BLOCK_D, BLOCK_D) = %s "
-                               "(BLOCK_D = next_pow2(D) = %d)" %
-                               (op, tuple(getattr(init_state, "shape", ())), (B * H, BD, BD), BD))
-    a = _np(op, "init_state", init_state)
-    if not a.flags.c_contiguous:
-        raise InvalidArgumentError("%s: argument 'init_state' must be contiguous" % op)
-    return np.ascontiguousarray(a[:, :D, :D]).reshape(B, H, D, D)
+    want = (B * H, BD, BD)
+    if not isinstance(init_state, torch.Tensor) or tuple(init_state.shape) != want:
+        raise ShapeError("%s: argument 'init_state' has shape %s, expected (B*H, BLOCK_D, BLOCK_D) = %s "
+                         "(BLOCK_D = next_pow2(D) = %d)" % (op, tuple(getattr(init_state, "shape", ())), want, BD))
+    K.array(op, "init_state", init_state, want, K.F32, "(B*H, BLOCK_D, BLOCK_D)")
+    return init_state.detach()[:, :D, :D].contiguous().view(B, H, D, D)
 
 
 def _final_state_t(fin, q):
@@ -202,9 +181,8 @@ def cam_scan_func(q, k, v, beta, decay, *, reverse=False, init_state=None, save_
     reverse=True runs the anti-causal scan; unlike the seed it takes init_state / save_final_state as well
     (SPEC section 3: the contribution of the frames after the segment, and the state after frame 0)."""
     op = "camdelta.torch.cam_scan_func"
-    arrs = _scan_np(op, q, k, v, beta, decay)
-    st = _init_state_np(op, init_state, q)
-    r = ops.scan_forward(*arrs, reverse=reverse, init_state=st, final_state=save_final_state)
+    st = _init_state(op, init_state, q)
+    r = ops.scan_forward(q, k, v, beta, decay, reverse=reverse, init_state=st, final_state=save_final_state)
     out = _t(r.out)
     if save_final_state:
         return out, _final_state_t(r.final_state, q)
@@ -217,22 +195,19 @@ class CamScanFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, beta, decay, reverse):
-        op = "camdelta.torch.CamScanFunction"
         ctx.set_materialize_grads(False)
         saved = ScanSaved()
-        r = ops.scan_forward(*_scan_np(op, q, k, v, beta, decay), reverse=bool(reverse), saved=saved)
+        r = ops.scan_forward(q, k, v, beta, decay, reverse=bool(reverse), saved=saved)
         ctx.cd = (saved, bool(reverse))
         ctx.save_for_backward(q, k, v, beta, decay)
         return _t(r.out)
 
     @staticmethod
     def backward(ctx, grad_out):
-        op = "camdelta.torch.CamScanFunction.backward"
         if grad_out is None:
             return (None,) * 6
         saved, reverse = ctx.cd
-        g = ops.scan_backward(*_scan_np(op, *ctx.saved_tensors), _np(op, "grad_out", _grad(grad_out, torch.float32)),
-                              reverse=reverse, saved=saved)
+        g = ops.scan_backward(*ctx.saved_tensors, _grad(grad_out, torch.float32), reverse=reverse, saved=saved)
         out = (_t(g.dq), _t(g.dk), _t(g.dv), _t(g.dbeta), _t(g.ddecay))
         return tuple(o if n else None for o, n in zip(out, ctx.needs_input_grad[:5])) + (None,)
 
@@ -245,10 +220,10 @@ class _CamScanStateFunction(torch.autograd.Function):
     def forward(ctx, q, k, v, beta, decay, init_state, reverse):
         op = "camdelta.torch.cam_scan_func_with_grad"
         ctx.set_materialize_grads(False)
-        arrs = _scan_np(op, q, k, v, beta, decay)
-        st = _init_state_np(op, init_state, q)
+        st = _init_state(op, init_state, q)
         saved = ScanSaved()
-        r = ops.scan_forward(*arrs, reverse=bool(reverse), init_state=st, final_state=True, saved=saved)
+        r = ops.scan_forward(q, k, v, beta, decay, reverse=bool(reverse), init_state=st, final_state=True,
+                             saved=saved)
         ctx.cd = (saved, bool(reverse))
         ctx.save_for_backward(q, k, v, beta, decay, init_state)
         return _t(r.out), _final_state_t(r.final_state, q)
@@ -260,14 +235,14 @@ class _CamScanStateFunction(torch.autograd.Function):
             return (None,) * 7
         saved, reverse = ctx.cd
         q, k, v, beta, decay, init_state = ctx.saved_tensors
-        st = _init_state_np(op, init_state, q)
+        st = _init_state(op, init_state, q)
         B, H, D, N = q.shape
         go = torch.zeros_like(q) if grad_out is None else _grad(grad_out, torch.float32)
         gf = None
         if grad_final is not None:
             gf = _grad(grad_final[:, :D, :D], torch.float32).view(B, H, D, D)
-        g = ops.scan_backward(*_scan_np(op, q, k, v, beta, decay), _np(op, "grad_out", go), reverse=reverse,
-                              init_state=st, grad_final_state=_np(op, "grad_final_state", gf), saved=saved)
+        g = ops.scan_backward(q, k, v, beta, decay, go, reverse=reverse, init_state=st, grad_final_state=gf,
+                              saved=saved)
         dinit = None
         if g.dinit_state is not None and ctx.needs_input_grad[5]:
             BD = _next_pow2(D)
@@ -291,33 +266,27 @@ def cam_scan_func_with_grad(q, k, v, beta, decay, *, reverse=False, init_state=N
 def cam_camera_func(camera_conditions, *, grid, head_dim, patch=(1, 1, 1)):
     """Cameras -> (proj_q, proj_kv, proj_o (B, N, 4, 4), rope_cos, rope_sin (N, D/2)) float32 (SPEC 8.1) on
     the token grid (T, Hs, Ws) with patch (pt, ph, pw); no gradient (cameras are not trained)."""
-    op = "camdelta.torch.cam_camera_func"
-    r = ops.camera_forward(_np(op, "camera_conditions", camera_conditions), grid=grid, head_dim=head_dim,
-                           patch=patch)
+    r = ops.camera_forward(camera_conditions, grid=grid, head_dim=head_dim, patch=patch)
     return tuple(_t(a) for a in r)
 
 
 class _ShortConvFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, k_raw, conv_weight, frames, chunk_size, chunk_strategy, chunk_index):
-        op = "camdelta.torch.cam_short_conv_func"
         ctx.set_materialize_grads(False)
         ch = dict(frames=frames, chunk_size=chunk_size, chunk_strategy=chunk_strategy, chunk_index=chunk_index)
-        y = ops.short_conv_forward(_np(op, "k_raw", k_raw), _np(op, "conv_weight", conv_weight), **ch)
+        y = ops.short_conv_forward(k_raw, conv_weight, **ch)
         ctx.cd = ch
         ctx.save_for_backward(k_raw, conv_weight)
         return _t(y)
 
     @staticmethod
     def backward(ctx, grad):
-        op = "camdelta.torch.cam_short_conv_func.backward"
         if grad is None:
             return (None,) * 6
         k_raw, w = ctx.saved_tensors
         n = ctx.needs_input_grad
-        g = ops.short_conv_backward(_np(op, "k_raw", k_raw), _np(op, "conv_weight", w),
-                                    _np(op, "grad_k_conv", _grad(grad, torch.float32)), dk_raw=n[0],
-                                    dconv_weight=n[1], **ctx.cd)
+        g = ops.short_conv_backward(k_raw, w, _grad(grad, torch.float32), dk_raw=n[0], dconv_weight=n[1], **ctx.cd)
         return _t(g.dk_raw), _t(g.dconv_weight), None, None, None, None
 
 
@@ -331,22 +300,16 @@ def cam_short_conv_func(k_raw, conv_weight, *, frames, chunk_size=None, chunk_st
 class _OutputTransformFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, out, out2, proj_o, rope_cos, rope_sin):
-        op = "camdelta.torch.cam_output_transform_func"
         ctx.set_materialize_grads(False)
-        tabs = (_np(op, "proj_o", proj_o), _np(op, "rope_cos", rope_cos), _np(op, "rope_sin", rope_sin))
-        y = ops.output_transform_forward(_np(op, "out", out), *tabs, out2=_np(op, "out2", out2))
+        y = ops.output_transform_forward(out, proj_o, rope_cos, rope_sin, out2=out2)
         ctx.save_for_backward(proj_o, rope_cos, rope_sin)
         return _t(y)
 
     @staticmethod
     def backward(ctx, grad_y):
-        op = "camdelta.torch.cam_output_transform_func.backward"
         if grad_y is None:
             return (None,) * 5
-        proj_o, rc, rs = ctx.saved_tensors
-        go = _t(ops.output_transform_backward(_np(op, "grad_y", _grad(grad_y, torch.float32)),
-                                              _np(op, "proj_o", proj_o), _np(op, "rope_cos", rc),
-                                              _np(op, "rope_sin", rs)))
+        go = _t(ops.output_transform_backward(_grad(grad_y, torch.float32), *ctx.saved_tensors))
         n = ctx.needs_input_grad
         return go if n[0] else None, go if n[1] else None, None, None, None
 
@@ -366,9 +329,8 @@ class CamBranchFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, options, *inputs):
-        op = "camdelta.torch.cam_branch_func"
         ctx.set_materialize_grads(False)
-        arrs = dict((n, _np(op, n, t)) for n, t in zip(_BRANCH_INPUTS, inputs))
+        arrs = dict(zip(_BRANCH_INPUTS, inputs))
         q_raw, k_raw, v_raw = (arrs.pop(n) for n in _BRANCH_INPUTS[:3])
         saved = BranchSaved()
         y = ops.branch_forward(q_raw, k_raw, v_raw, saved=saved, **arrs, **options)
@@ -378,14 +340,13 @@ class CamBranchFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_y):
-        op = "camdelta.torch.cam_branch_func.backward"
         if grad_y is None:
             return (None,) * 10
         saved, options = ctx.cd
-        arrs = dict((n, _np(op, n, t)) for n, t in zip(_BRANCH_INPUTS, ctx.saved_tensors))
+        arrs = dict(zip(_BRANCH_INPUTS, ctx.saved_tensors))
         q_raw, k_raw, v_raw = (arrs.pop(n) for n in _BRANCH_INPUTS[:3])
-        g = ops.branch_backward(q_raw, k_raw, v_raw, grad_y=_np(op, "grad_y", _grad(grad_y, torch.float32)),
-                                saved=saved, **arrs, **options)
+        g = ops.branch_backward(q_raw, k_raw, v_raw, grad_y=_grad(grad_y, torch.float32), saved=saved, **arrs,
+                                **options)
         grads = (g.dq_raw, g.dk_raw, g.dv_raw, g.dconv_weight, g.dq_norm_weight, g.dk_norm_weight, None, g.dbeta,
                  g.ddecay)
         n = ctx.needs_input_grad[1:]

@@ -5,7 +5,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import camdelta  # noqa: E402
 import camdelta.torch as ct  # noqa: E402
 import seed_loader  # noqa: E402
 from conftest import rel_err  # noqa: E402

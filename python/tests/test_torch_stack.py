@@ -1,7 +1,6 @@
 """Autograd through a model-like stack built from camdelta.torch's pieces (cameras -> short conv -> prep ->
 beta discount -> causal + chunk-masked reverse scan -> output transform, the discount and the masks in plain
 PyTorch), and cam_branch_func, both against the library's f64 reference of the whole branch (SPEC 8.6)."""
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
