@@ -88,8 +88,42 @@ def prep_problem(rng, B, N, H, D):
     return raw, kw
 
 
+def _spin(seconds):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def _python_only(fns, names, repeat):
+    """Median seconds of each function with the library's entry points `names` (and camdelta_finish) replaced
+    by a stub returning CAMDELTA_OK: the Python layer's own work."""
+    saved = {n: getattr(lib, n) for n in names + ("camdelta_finish",)}
+    try:
+        for n in saved:
+            setattr(lib, n, lambda *a: 0)
+        return interleaved(fns, repeat, inner=50)
+    finally:
+        for n, f in saved.items():
+            setattr(lib, n, f)
+
+
+def _overhead_row(label, call, entry, ops_fn, torch_fn, repeat):
+    py_ops, py_torch = _python_only([ops_fn, torch_fn], (entry,), repeat)
+    c, c_gap_ops, c_gap_torch, p, t = interleaved(
+        [call, lambda: (_spin(py_ops), call()), lambda: (_spin(py_torch), call()), ops_fn, torch_fn],
+        repeat, inner=20)
+    # the gap calls include the spin itself: what remains is the C call after that much host work
+    c_gap_ops -= py_ops
+    c_gap_torch -= py_torch
+    print("   %s: C call back to back %.1f us" % (label, c * 1e6))
+    for name, full, py, gap in (("NumPy", p, py_ops, c_gap_ops), ("torch", t, py_torch, c_gap_torch)):
+        print("     %-5s %7.1f us: +%5.1f over back-to-back C calls; Python layer's own work %5.1f; the C call "
+              "after %4.1f us of host work %5.1f (PoCL's workers wake up)" %
+              (name, full * 1e6, (full - c) * 1e6, py * 1e6, py * 1e6, gap * 1e6))
+
+
 def overhead(ctx, rng, repeat):
-    print("1. call overhead over the C call (median us per call, %d interleaved runs)" % repeat)
+    print("1. call overhead over the C call (medians of %d interleaved runs)" % repeat)
     B, H, D, F, S_ = 1, 2, 16, 2, 8
     q, k, v = (rng.standard_normal((B, H, D, F * S_)).astype(np.float32) for _ in range(3))
     beta = rng.uniform(0.1, 0.5, (B, H, F, S_)).astype(np.float32)
@@ -98,22 +132,18 @@ def overhead(ctx, rng, repeat):
     call, st = bare_scan(ctx, q, k, v, beta, decay, out)
     tq = [torch.from_numpy(a) for a in (q, k, v, beta, decay)]
     with st:
-        c, p, t = interleaved([call, lambda: camdelta.scan_forward(q, k, v, beta, decay),
-                               lambda: ct.cam_scan_func(*tq)], repeat, inner=20)
-    print("   scan forward  B%d H%d D%d F%d S%d: C call %7.1f, camdelta.scan_forward %7.1f (+%.1f), "
-          "camdelta.torch.cam_scan_func %7.1f (+%.1f)" % (B, H, D, F, S_, c * 1e6, p * 1e6, (p - c) * 1e6,
-                                                           t * 1e6, (t - c) * 1e6))
+        _overhead_row("scan forward B%d H%d D%d F%d S%d (camdelta.scan_forward, cam_scan_func)" % (B, H, D, F, S_),
+                      call, "camdelta_scan_forward", lambda: camdelta.scan_forward(q, k, v, beta, decay),
+                      lambda: ct.cam_scan_func(*tq), repeat)
     raw, kw = prep_problem(rng, 1, 16, 2, 16)
     outs = [np.empty((1, 2, 16, 16), np.float32) for _ in range(3)] + [np.empty((1, 2, 16), np.float32)]
     call, st = bare_prep(ctx, raw, kw, outs)
     traw = [torch.from_numpy(a) for a in raw]
     tkw = {n: (torch.from_numpy(a) if isinstance(a, np.ndarray) else a) for n, a in kw.items()}
     with st:
-        c, p, t = interleaved([call, lambda: camdelta.prep_forward(*raw, **kw),
-                               lambda: ct.cam_prep_func(*traw, **tkw)], repeat, inner=20)
-    print("   prep forward  B1 N16 H2 D16:  C call %7.1f, camdelta.prep_forward %7.1f (+%.1f), "
-          "camdelta.torch.cam_prep_func %7.1f (+%.1f)" % (c * 1e6, p * 1e6, (p - c) * 1e6, t * 1e6,
-                                                           (t - c) * 1e6))
+        _overhead_row("prep forward B1 N16 H2 D16 (camdelta.prep_forward, cam_prep_func)", call,
+                      "camdelta_prep_forward", lambda: camdelta.prep_forward(*raw, **kw),
+                      lambda: ct.cam_prep_func(*traw, **tkw), repeat)
 
 
 def large(ctx, rng, shape, repeat):
@@ -123,13 +153,24 @@ def large(ctx, rng, shape, repeat):
     mb = sum(a.nbytes for a in raw) / 2**20 * 2
     print("2. large arrays: prep forward B%d N%d H%d D%d (%.0f MiB in and out), median ms of %d" %
           (B, N, H, D, mb, repeat))
-    outs = [np.empty((B, H, D, N), np.float32) for _ in range(3)] + [np.empty((B, H, N), np.float32)]
+    shapes = [(B, H, D, N)] * 3 + [(B, H, N)]
+    outs = [np.empty(s_, np.float32) for s_ in shapes]
     call, st = bare_prep(ctx, raw, kw, outs)
+
+    def fresh():
+        """The C call writing into newly allocated arrays, as every call that returns new arrays does (their
+        pages are first touched by the kernels)."""
+        o = [np.empty(s_, np.float32) for s_ in shapes]
+        c2, st2 = bare_prep(ctx, raw, kw, o)
+        with st2:
+            c2()
+
     with st, camdelta.Context(zero_copy=False) as copying:
-        c, p, cp = interleaved([call, lambda: camdelta.prep_forward(*raw, **kw),
-                                lambda: camdelta.prep_forward(*raw, ctx=copying, **kw)], repeat)
-    print("   C call %.2f ms; camdelta.prep_forward %.2f ms (%+.1f%%); on a context that copies %.2f ms" %
-          (c * 1e3, p * 1e3, (p / c - 1) * 100, cp * 1e3))
+        c, cf, p, cp = interleaved([call, fresh, lambda: camdelta.prep_forward(*raw, **kw),
+                                    lambda: camdelta.prep_forward(*raw, ctx=copying, **kw)], repeat)
+    print("   C call into arrays written before %.1f ms, into new arrays %.1f ms; camdelta.prep_forward (new "
+          "arrays) %.1f ms (%+.1f%% over the C call into new arrays); on a context that copies %.1f ms" %
+          (c * 1e3, cf * 1e3, p * 1e3, (p / cf - 1) * 100, cp * 1e3))
 
 
 def side_by_side(shape, repeat, seed):

@@ -117,7 +117,7 @@ class CamPrepFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_q, grad_k, grad_v, grad_inflation_sq):
-        op = "camdelta.torch.CamPrepFunction.backward"  # noqa: F841 (named in errors of _prep_args)
+        op = "camdelta.torch.CamPrepFunction.backward"
         if grad_q is None and grad_k is None and grad_v is None and grad_inflation_sq is None:
             return (None,) * 11
         saved, k_scale, norm_eps, dt, qw_shape, kw_shape = ctx.cd

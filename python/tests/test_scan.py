@@ -8,7 +8,7 @@ from camdelta import ref
 from conftest import rel_err
 
 # (B, H, D, F, S): one frame, odd token counts, several heads
-SHAPES = [(2, 3, 8, 5, 7), (1, 2, 16, 1, 9), (1, 1, 32, 4, 3)]
+SHAPES = [(2, 3, 8, 5, 7), (1, 2, 16, 1, 9), (1, 1, 24, 4, 3)]
 
 
 @pytest.mark.parametrize("shape", SHAPES)
