@@ -142,6 +142,8 @@ def test_cam_scan_func_with_grad_through_states(inputs):
     wout, wfin = seed._torch_cam_scan_single_chunk(*a64, init_state=corner, return_final_state=True)
     wfin_seed = torch.zeros(B * H, BD, BD, dtype=torch.float64)
     wfin_seed[:, :D, :D] = wfin.transpose(-1, -2).reshape(B * H, D, D)
+    assert rel_err(out.detach().numpy(), wout.detach().numpy()) <= 1e-5
+    assert rel_err(fin.detach().numpy(), wfin_seed.detach().numpy()) <= 1e-5
     wg = torch.autograd.grad((wout, wfin_seed), a64 + [i64], (up.double(), upf.double()))
     for n, g, w in zip(("q", "k", "v", "beta", "decay", "init_state"), gg, wg):
         assert g.shape == w.shape and rel_err(g.numpy(), w.numpy()) <= 1e-4, n
