@@ -25,18 +25,18 @@ tensor_bf16 = None
 
 def info(op, name, a, what=""):
     """(shape, storage dtype, C-contiguous and aligned) of a host array or CPU tensor."""
-    if isinstance(a, np.ndarray):
+    if type(a) is np.ndarray or isinstance(a, np.ndarray):
         f = a.flags
         return a.shape, a.dtype, f.c_contiguous and f.aligned
     if tensor_type is not None and isinstance(a, tensor_type):
-        if a.device.type != "cpu":
+        if not a.is_cpu:
             raise InvalidArgumentError("%s: argument '%s' is on %s; camdelta takes tensors in host memory (the "
                                        "OpenCL device reads them there): pass %s.cpu()" % (op, name, a.device, name))
         dt = tensor_dtypes.get(a.dtype)
         if dt is None:
             raise UnsupportedError("%s: argument '%s' has dtype %s, expected %s" % (op, name, a.dtype, what or
                                                                                    "a dtype camdelta takes"))
-        return tuple(a.shape), dt, a.is_contiguous()
+        return a.shape, dt, a.is_contiguous()  # torch.Size: a tuple
     raise InvalidArgumentError("%s: argument '%s' is a %s, expected a NumPy array%s %s" %
                                (op, name, type(a).__name__, " or a torch tensor" if tensor_type else "", what))
 
@@ -45,7 +45,8 @@ def ndarray(op, name, a, ndim, what):
     """The shape of `a`, a host array of `ndim` dimensions."""
     shape = info(op, name, a, what)[0]
     if len(shape) != ndim:
-        raise ShapeError("%s: argument '%s' has shape %s, expected %d dimensions %s" % (op, name, shape, ndim, what))
+        raise ShapeError("%s: argument '%s' has shape %s, expected %d dimensions %s" %
+                         (op, name, tuple(shape), ndim, what))
     return shape
 
 
@@ -57,7 +58,8 @@ def array(op, name, a, shape, dtype, what):
     """Checks that `a` is a C-contiguous, aligned host array of `shape` and storage `dtype`; returns it."""
     ashape, adt, contiguous = info(op, name, a, what)
     if ashape != tuple(shape):
-        raise ShapeError("%s: argument '%s' has shape %s, expected %s = %s" % (op, name, ashape, what, tuple(shape)))
+        raise ShapeError("%s: argument '%s' has shape %s, expected %s = %s" %
+                         (op, name, tuple(ashape), what, tuple(shape)))
     if adt != dtype:
         raise UnsupportedError("%s: argument '%s' has dtype %s, expected %s %s" % (op, name, adt, _dtype_name(dtype),
                                                                                   what))

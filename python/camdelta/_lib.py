@@ -92,7 +92,6 @@ sz = C.c_size_t
 byref = C.POINTER
 
 # errors, names, version
-_proto("camdelta_version_string", cp)
 _proto("camdelta_status_name", cp, ST)
 _proto("camdelta_last_message", cp)
 _proto("camdelta_cl_error_name", cp, C.c_int32)
@@ -102,7 +101,6 @@ _proto("camdelta_precision_name", cp, S.c_precision)
 _proto("camdelta_chunk_strategy_name", cp, S.c_chunk_strategy)
 # context
 _proto("camdelta_context_create", ST, C.POINTER(P), cp)
-_proto("camdelta_context_create_from_queue", ST, C.POINTER(P), P, P)
 _proto("camdelta_context_destroy", None, P)
 _proto("camdelta_context_cl_context", P, P)
 _proto("camdelta_context_queue", P, P)
@@ -112,9 +110,6 @@ _proto("camdelta_context_build_stats", ST, P, byref(S.build_stats))
 _proto("camdelta_finish", ST, P)
 _proto("camdelta_warm", ST, P)
 _proto("camdelta_warm_shape", ST, P, sz, sz, sz, sz)
-_proto("camdelta_cache_dir", ST, cp, sz)
-_proto("camdelta_tune_set", ST, P, cp, cp)
-_proto("camdelta_tune_get", ST, P, cp, sz, cp, sz)
 _proto("camdelta_scan_plan_describe", ST, P, byref(S.scan_args), cp, sz)
 _proto("camdelta_scan_backward_plan_describe", ST, P, byref(S.scan_backward_args), cp, sz)
 # saved objects
@@ -147,7 +142,6 @@ _proto("camdelta_rope_tables", ST, sz, sz, F32P, F32P, F32P)
 _proto("camdelta_invert_se3", ST, sz, F32P, F32P)
 _proto("camdelta_f32_to_bf16", C.c_uint16, C.c_float)
 _proto("camdelta_bf16_to_f32", C.c_float, C.c_uint16)
-_proto("camdelta_fill_random", ST, P, S.buffer, sz, S.c_dtype, C.c_uint64, C.c_float, C.c_float)
 # f64 references (camdelta_ref.h)
 _proto("camdelta_ref_prep_forward", ST, byref(S.ref_prep))
 _proto("camdelta_ref_prep_backward", ST, byref(S.ref_prep), byref(S.ref_prep_grads))

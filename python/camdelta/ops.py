@@ -6,7 +6,7 @@ dtype='bf16'. Anything else raises (camdelta.errors) naming the argument; nothin
 Outputs are new arrays. On a zero-copy context (CPU devices) the device reads the inputs and writes the outputs
 in place; see camdelta.context. Each call returns when its work has finished.
 
-Every function takes ctx= (a camdelta.Context; default: camdelta.default_context()).
+Every operation that runs on the device takes ctx= (a camdelta.Context; default: camdelta.default_context()).
 """
 import ctypes as C
 from collections import namedtuple
