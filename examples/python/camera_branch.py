@@ -61,6 +61,7 @@ def main():
     grad_y = torch.randn(B, N, H, D)
 
     ctx = camdelta.default_context()
+    torch.set_num_threads(ctx.device.compute_units)  # PyTorch on the cores PoCL runs on
     print("camdelta %s on %s (%s)" % (camdelta.__version__, ctx.device.device_name,
                                       "zero copy" if ctx.zero_copy else "copies"))
     # ---- the camera branch: one call forward, autograd backward --------------------------------------

@@ -33,18 +33,22 @@ from camdelta.context import _Stage
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def interleaved(fns, repeat, inner=1):
-    """Median seconds per call of each function, the functions run in turn `repeat` times."""
+def interleaved(fns, repeat, inner=1, cpu=False):
+    """Median seconds per call of each function, the functions run in turn `repeat` times; with cpu=True
+    pairs (wall, CPU seconds of the whole process, its PoCL threads included)."""
     for f in fns:
         f()
     times = [[] for _ in fns]
     for _ in range(repeat):
         for i, f in enumerate(fns):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             for _ in range(inner):
                 f()
-            times[i].append((time.perf_counter() - t0) / inner)
-    return [statistics.median(t) for t in times]
+            times[i].append(((time.perf_counter() - t0) / inner, (time.process_time() - c0) / inner))
+    wall = [statistics.median(w for w, _ in t) for t in times]
+    if not cpu:
+        return wall
+    return [(w, statistics.median(c for _, c in t)) for w, t in zip(wall, times)]
 
 
 def bare_scan(ctx, q, k, v, beta, decay, out):
@@ -151,8 +155,8 @@ def large(ctx, rng, shape, repeat):
     N = F * S_
     raw, kw = prep_problem(rng, B, N, H, D)
     mb = sum(a.nbytes for a in raw) / 2**20 * 2
-    print("2. large arrays: prep forward B%d N%d H%d D%d (%.0f MiB in and out), median ms of %d" %
-          (B, N, H, D, mb, repeat))
+    print("2. large arrays: prep forward B%d N%d H%d D%d (%.0f MiB in and out), medians of %d (%% against the C "
+          "call into new arrays)" % (B, N, H, D, mb, repeat))
     shapes = [(B, H, D, N)] * 3 + [(B, H, N)]
     outs = [np.empty(s_, np.float32) for s_ in shapes]
     call, st = bare_prep(ctx, raw, kw, outs)
@@ -166,11 +170,13 @@ def large(ctx, rng, shape, repeat):
             c2()
 
     with st, camdelta.Context(zero_copy=False) as copying:
-        c, cf, p, cp = interleaved([call, fresh, lambda: camdelta.prep_forward(*raw, **kw),
-                                    lambda: camdelta.prep_forward(*raw, ctx=copying, **kw)], repeat)
-    print("   C call into arrays written before %.1f ms, into new arrays %.1f ms; camdelta.prep_forward (new "
-          "arrays) %.1f ms (%+.1f%% over the C call into new arrays); on a context that copies %.1f ms" %
-          (c * 1e3, cf * 1e3, p * 1e3, (p / cf - 1) * 100, cp * 1e3))
+        res = interleaved([call, fresh, lambda: camdelta.prep_forward(*raw, **kw),
+                           lambda: camdelta.prep_forward(*raw, ctx=copying, **kw)], repeat, cpu=True)
+    for name, (w, c) in zip(("the C call into arrays written before", "the C call into new arrays",
+                             "camdelta.prep_forward (new arrays)", "camdelta.prep_forward, a context that copies"),
+                            res):
+        print("   %-46s wall %7.1f ms (%+6.1f%%), CPU %7.1f ms (%+6.1f%%)" %
+              (name, w * 1e3, (w / res[1][0] - 1) * 100, c * 1e3, (c / res[1][1] - 1) * 100))
 
 
 def side_by_side(shape, repeat, seed):
