@@ -209,16 +209,16 @@ def side_by_side(shape, repeat, seed, threads):
 
     dev = camdelta.default_context().device
     print("3. prep -> discount -> causal + reverse scan, forward + backward, B%d H%d D%d F%d S%d; camdelta on %s "
-          "(%d compute units); medians of %d (wall ms)" % (B, H, D, F, S_, dev.device_name, dev.compute_units,
+          "(%d compute units); medians of %d (wall ms; CPU ms of the process)" % (B, H, D, F, S_, dev.device_name, dev.compute_units,
                                                           repeat))
     best = None
     for n in threads:
         torch.set_num_threads(n)
-        t_cd, t_seed = interleaved([lambda: pair(ct.cam_prep_func_with_grad, ct.cam_scan_func_with_grad),
-                                    lambda: pair(seed._torch_cam_prep_reference,
-                                                 seed._torch_cam_scan_reference)], repeat)
-        print("   PyTorch on %d thread(s): camdelta.torch %.1f, the seed's PyTorch fallback %.1f: %.2fx" %
-              (n, t_cd * 1e3, t_seed * 1e3, t_seed / t_cd))
+        (t_cd, c_cd), (t_seed, c_seed) = interleaved(
+            [lambda: pair(ct.cam_prep_func_with_grad, ct.cam_scan_func_with_grad),
+             lambda: pair(seed._torch_cam_prep_reference, seed._torch_cam_scan_reference)], repeat, cpu=True)
+        print("   PyTorch on %d thread(s): camdelta.torch %.1f (CPU %.1f), the seed's PyTorch fallback %.1f (CPU "
+              "%.1f): %.2fx" % (n, t_cd * 1e3, c_cd * 1e3, t_seed * 1e3, c_seed * 1e3, t_seed / t_cd))
         best = (t_seed / t_cd) if best is None else min(best, t_seed / t_cd)
     print("   camdelta against the fallback's best thread count: %.2fx" % best)
 
