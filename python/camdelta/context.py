@@ -24,7 +24,6 @@ import ctypes as C
 import logging
 import threading
 import weakref
-from collections import namedtuple
 
 import numpy as np
 
@@ -35,10 +34,10 @@ from .errors import error_for, InvalidArgumentError, OpenCLError, OutOfMemoryErr
 
 log = logging.getLogger("camdelta")
 
-DeviceInfo = namedtuple("DeviceInfo", "platform_name platform_version device_name device_vendor device_version "
+DeviceInfo = collections.namedtuple("DeviceInfo", "platform_name platform_version device_name device_vendor device_version "
                                       "driver_version type max_work_group_size local_mem_bytes global_mem_bytes "
                                       "compute_units nvidia_ptx host_unified_memory")
-BuildStats = namedtuple("BuildStats", "programs from_disk compiled last_from_disk last_setup_ms")
+BuildStats = collections.namedtuple("BuildStats", "programs from_disk compiled last_from_disk last_setup_ms")
 
 _ABSENT = S.buffer()
 _Buffer = S.buffer
@@ -96,12 +95,12 @@ class Context:
         err = cl.clGetDeviceInfo(lib.camdelta_context_device(h), L.CL_DEVICE_HOST_UNIFIED_MEMORY,
                                  C.sizeof(unified), C.byref(unified), None)
         host_unified = bool(unified.value) if err == L.CL_SUCCESS else False
-        self.device = DeviceInfo(*(info.platform_name.decode(), info.platform_version.decode(),
-                                   info.device_name.decode(), info.device_vendor.decode(),
-                                   info.device_version.decode(), info.driver_version.decode(), int(info.type),
-                                   int(info.max_work_group_size), int(info.local_mem_bytes),
-                                   int(info.global_mem_bytes), int(info.compute_units), bool(info.nvidia_ptx),
-                                   host_unified))
+        text = [getattr(info, f).decode("utf-8", "replace") for f in ("platform_name", "platform_version",
+                                                                        "device_name", "device_vendor",
+                                                                        "device_version", "driver_version")]
+        self.device = DeviceInfo(*text, int(info.type), int(info.max_work_group_size), int(info.local_mem_bytes),
+                                 int(info.global_mem_bytes), int(info.compute_units), bool(info.nvidia_ptx),
+                                 host_unified)
         if zero_copy is None:
             zero_copy = bool(info.type & L.CL_DEVICE_TYPE_CPU) or host_unified
         self.zero_copy = bool(zero_copy)
