@@ -36,6 +36,20 @@ def _z(shape, want=True):
     return np.empty(shape, np.float64) if want else None
 
 
+def _named(names, arrays):
+    """Struct fields by name: each array's float64 pointer (None: NULL)."""
+    assert len(names) == len(arrays)
+    return {n: _p(a) for n, a in zip(names, arrays)}
+
+
+_PREP_INPUTS = ("q_raw", "k_raw", "v_raw", "q_norm_weight", "k_norm_weight", "proj_q", "proj_kv", "rope_cos",
+                "rope_sin")
+_PREP_GRADS = ("grad_q", "grad_k", "grad_v", "grad_inflation_sq") + PrepGrads._fields
+_SCAN_GRADS = ("grad_out", "grad_final_state") + ScanGrads._fields
+_BRANCH_INPUTS = ("q_raw", "k_raw", "v_raw", "conv_weight", "q_norm_weight", "k_norm_weight", "camera_conditions",
+                  "beta", "decay")
+
+
 # ----------------------------------------------------------------------------------------------- prep
 def _prep(op, q_raw, k_raw, v_raw, q_norm_weight, k_norm_weight, proj_q, proj_kv, rope_cos, rope_sin, k_scale,
           norm_eps):
@@ -44,7 +58,7 @@ def _prep(op, q_raw, k_raw, v_raw, q_norm_weight, k_norm_weight, proj_q, proj_kv
             _d(op, "q_norm_weight", q_norm_weight, (H * D,)), _d(op, "k_norm_weight", k_norm_weight, (H * D,)),
             _d(op, "proj_q", proj_q, (B, N, 4, 4)), _d(op, "proj_kv", proj_kv, (B, N, 4, 4)),
             _d(op, "rope_cos", rope_cos, (N, D // 2)), _d(op, "rope_sin", rope_sin, (N, D // 2))]
-    p = S.ref_prep(B, N, H, D, k_scale, norm_eps, *[_p(a) for a in keep])
+    p = S.ref_prep(B=B, N=N, H=H, D=D, k_scale=k_scale, norm_eps=norm_eps, **_named(_PREP_INPUTS, keep))
     return p, keep, (B, N, H, D)
 
 
@@ -71,7 +85,7 @@ def prep_backward(q_raw, k_raw, v_raw, *, q_norm_weight, k_norm_weight, proj_q, 
     outs = [_z((B, N, H, D)), _z((B, N, H, D)), _z((B, N, H, D)), _z((H * D,)), _z((H * D,)),
             _z((B, N, 4, 4), all_grads), _z((B, N, 4, 4), all_grads), _z((N, D // 2), all_grads),
             _z((N, D // 2), all_grads)]
-    g = S.ref_prep_grads(*[_p(a) for a in gin + outs])
+    g = S.ref_prep_grads(**_named(_PREP_GRADS, gin + outs))
     check(lib.camdelta_ref_prep_backward(C.byref(p), C.byref(g)))
     del keep, gin
     return PrepGrads(*outs)
@@ -111,7 +125,7 @@ def scan_backward(q, k, v, beta, decay, grad_out, *, reverse=False, init_state=N
     gf = _d(op, "grad_final_state", grad_final_state, (B, H, D, D))
     outs = [_z((B, H, D, N)), _z((B, H, D, N)), _z((B, H, D, N)), _z((B, H, F, S_)), _z((B, H, F)),
             _z((B, H, D, D), init_state is not None)]
-    g = S.ref_scan_grads(_p(go), _p(gf), *[_p(a) for a in outs])
+    g = S.ref_scan_grads(**_named(_SCAN_GRADS, [go, gf] + outs))
     check(lib.camdelta_ref_scan_backward(C.byref(p), C.byref(g)))
     del keep
     return ScanGrads(*outs)
@@ -174,7 +188,7 @@ def scan_backward_packed(q, k, v, beta, decay, grad_out, *, frame_offsets, clip_
     gf = _d(op, "grad_final_state", grad_final_state, (clips, H, D, D))
     outs = [_z((1, H, D, N)), _z((1, H, D, N)), _z((1, H, D, N)), _z((1, H, N)), _z((1, H, F)),
             _z((clips, H, D, D), init_state is not None)]
-    g = S.ref_scan_grads(_p(go), _p(gf), *[_p(a) for a in outs])
+    g = S.ref_scan_grads(**_named(_SCAN_GRADS, [go, gf] + outs))
     check(lib.camdelta_ref_scan_packed_backward(C.byref(p), C.byref(g)))
     del keep
     return ScanGrads(*outs)
@@ -190,7 +204,8 @@ def camera_forward(camera_conditions, *, grid, head_dim, patch=(1, 1, 1)):
     cc = _d(op, "camera_conditions", camera_conditions, (B, T, 20))
     N = T * Hs * Ws
     outs = [_z((B, N, 4, 4)), _z((B, N, 4, 4)), _z((B, N, 4, 4)), _z((N, D // 2)), _z((N, D // 2))]
-    p = S.ref_camera(B, T, Hs, Ws, ph, pw, D, _p(cc), *[_p(a) for a in outs])
+    p = S.ref_camera(B=B, T=T, Hs=Hs, Ws=Ws, ph=ph, pw=pw, D=D, camera_conditions=_p(cc),
+                     **_named(CameraOutputs._fields, outs))
     check(lib.camdelta_ref_camera_forward(C.byref(p)))
     return CameraOutputs(*outs)
 
@@ -266,8 +281,9 @@ def _branch(op, q_raw, k_raw, v_raw, conv_weight, q_norm_weight, k_norm_weight, 
             _d(op, "camera_conditions", camera_conditions, (B, T, 20)), _d(op, "beta", beta, (B, H, T, S_)),
             _d(op, "decay", decay, (B, H, T))]
     ch, idx = chunking(op, chunk_size, chunk_strategy, chunk_index)
-    p = S.ref_branch(B, T, Hs, Ws, ph, pw, H, D, ch, (D * S_) ** -0.5 if k_scale is None else k_scale, norm_eps,
-                     *[_p(a) for a in keep])
+    p = S.ref_branch(B=B, T=T, Hs=Hs, Ws=Ws, ph=ph, pw=pw, H=H, D=D, chunking=ch,
+                     k_scale=(D * S_) ** -0.5 if k_scale is None else k_scale, norm_eps=norm_eps,
+                     **_named(_BRANCH_INPUTS, keep))
     return p, keep + [idx], (B, N, H, D, T, S_, Cc)
 
 
@@ -295,7 +311,7 @@ def branch_backward(q_raw, k_raw, v_raw, *, conv_weight, q_norm_weight, k_norm_w
     gy = _d(op, "grad_y", grad_y, (B, N, H, D))
     outs = [_z((B, N, H, D)), _z((B, N, H, D)), _z((B, N, H, D)), _z(np.shape(conv_weight)), _z((Cc,)),
             _z((Cc,)), _z((B, H, T, S_)), _z((B, H, T))]
-    g = S.ref_branch_grads(_p(gy), *[_p(a) for a in outs])
+    g = S.ref_branch_grads(grad_y=_p(gy), **_named(BranchGrads._fields, outs))
     check(lib.camdelta_ref_branch_backward(C.byref(p), C.byref(g)))
     del keep
     return BranchGrads(*outs)
