@@ -3,7 +3,8 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config ocl-icd-opencl-dev opencl-c-headers clinfo pocl-opencl-icd
       libcmocka-dev libb2-dev libcjson-dev clang libclang-rt-14-dev oclgrind
-      libopenmpi-dev openmpi-bin python3 python3-clang-14)
+      libopenmpi-dev openmpi-bin python3 python3-clang-14
+      python3-numpy python3-pytest python3-torch)  # the last three: the Python package (python/) and its tests
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
