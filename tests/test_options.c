@@ -11,6 +11,16 @@
 #include "internal.h"
 #include "testutil.h"
 
+/* v as camdelta_tune_get writes it: its name where it has one. */
+static void value_str(const cd_opt_decl *d, uint32_t v, char *buf, size_t size) {
+  for (unsigned i = 0; d->type == CD_OPT_ONE_OF && i < d->nvalues; i++)
+    if (d->values[i] == v && d->names[i]) {
+      snprintf(buf, size, "%s", d->names[i]);
+      return;
+    }
+  snprintf(buf, size, "%u", (unsigned)v);
+}
+
 /* Values a key accepts (at most 8 of them, the ends of a range among them) and values it rejects. */
 static unsigned good_values(const cd_opt_decl *d, uint32_t *v) {
   if (d->type == CD_OPT_FLAG) return v[0] = 0, v[1] = 1, 2;
@@ -204,7 +214,9 @@ static void test_context_round_trips(void **state) {
     setenv(var, "junk=junk", 1); /* read at creation only */
     assert_int_equal(cd_option(ctx, (cd_opt_id)i, CAMDELTA_F32), v);
     TU_OK(camdelta_tune_get(ctx, fam, 64, got, sizeof got));
-    snprintf(want, sizeof want, "%s=%u (%s)", d->key, (unsigned)v, var);
+    char vs[32];
+    value_str(d, v, vs, sizeof vs);
+    snprintf(want, sizeof want, "%s=%s (%s)", d->key, vs, var);
     if (!strstr(got, want)) fail_msg("tune_get(%s) '%s' lacks '%s'", fam, got, want);
     unsetenv(var);
     /* camdelta_tune_set over the environment's value, then the defaults back */
@@ -213,7 +225,8 @@ static void test_context_round_trips(void **state) {
     TU_OK(camdelta_tune_set(ctx, fam, text));
     assert_int_equal(cd_option(ctx, (cd_opt_id)i, CAMDELTA_BF16), w);
     TU_OK(camdelta_tune_get(ctx, fam, 64, got, sizeof got));
-    snprintf(want, sizeof want, "%s=%u (camdelta_tune_set)", d->key, (unsigned)w);
+    value_str(d, w, vs, sizeof vs);
+    snprintf(want, sizeof want, "%s=%s (camdelta_tune_set)", d->key, vs);
     if (!strstr(got, want)) fail_msg("tune_get(%s) '%s' lacks '%s'", fam, got, want);
     TU_OK(camdelta_tune_set(ctx, fam, NULL));
     const int gpu = cd_device_gpu_like(&ctx->info);

@@ -31,6 +31,8 @@ typedef enum cd_opt_family_id {
   CD_OPT_FAM_PREP,     /* "prep": the prep forward */
   CD_OPT_FAM_PREP_BWD, /* "prep_backward": the prep backward */
   CD_OPT_FAM_CONV,     /* "conv": the short convolution */
+  CD_OPT_FAM_SCAN,     /* "scan": the scan's arithmetic path */
+  CD_OPT_FAM_VERBOSE,  /* "verbose": what a context prints on stderr */
   CD_OPT_FAM_COUNT
 } cd_opt_family_id;
 
@@ -48,6 +50,9 @@ typedef enum cd_opt_id {
   CD_OPT_PREP_BWD_NU,
   CD_OPT_PREP_BWD_TW,
   CD_OPT_CONV_SB,
+  CD_OPT_SCAN_TC,
+  CD_OPT_VERBOSE_KERNELS,
+  CD_OPT_VERBOSE_SCAN,
   CD_OPT_COUNT
 } cd_opt_id;
 
