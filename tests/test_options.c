@@ -21,6 +21,12 @@ static void value_str(const cd_opt_decl *d, uint32_t v, char *buf, size_t size) 
   snprintf(buf, size, "%u", (unsigned)v);
 }
 
+/* "KEY=value" as the key's list variable holds it ("family:KEY=value" in a variable several families share). */
+static void list_entry(const cd_opt_decl *d, const char *value, char *buf, size_t size) {
+  if (cd_opt_family_env_shared(d->family)) snprintf(buf, size, "%s:%s=%s", cd_opt_families[d->family].name, d->key, value);
+  else snprintf(buf, size, "%s=%s", d->key, value);
+}
+
 /* Values a key accepts (at most 8 of them, the ends of a range among them) and values it rejects. */
 static unsigned good_values(const cd_opt_decl *d, uint32_t *v) {
   if (d->type == CD_OPT_FLAG) return v[0] = 0, v[1] = 1, 2;
@@ -138,9 +144,10 @@ static void test_every_key_through_the_environment(void **state) {
     uint32_t good[CD_OPT_MAX_VALUES] = {0};
     const unsigned ng = good_values(d, good);
     for (unsigned g = 0; g < ng; g++) {
-      char text[320];
-      if (d->env) snprintf(text, sizeof text, "%u", (unsigned)good[g]);
-      else snprintf(text, sizeof text, "%s=%u", d->key, (unsigned)good[g]);
+      char text[320], num[16];
+      snprintf(num, sizeof num, "%u", (unsigned)good[g]);
+      if (d->env) snprintf(text, sizeof text, "%s", num);
+      else list_entry(d, num, text, sizeof text);
       setenv(var, text, 1);
       cd_opt_clear(&o);
       if (cd_opt_read_env(&o, err, sizeof err)) fail_msg("%s=%s rejected: %s", var, text, err);
@@ -152,7 +159,7 @@ static void test_every_key_through_the_environment(void **state) {
     for (unsigned b = 0; b < nb; b++) {
       char text[320];
       if (d->env) snprintf(text, sizeof text, "%s", bad[b]);
-      else snprintf(text, sizeof text, "%s=%s", d->key, bad[b]);
+      else list_entry(d, bad[b], text, sizeof text);
       setenv(var, text, 1);
       err[0] = '\0';
       cd_opt_clear(&o);
@@ -182,7 +189,9 @@ static void test_every_key_through_the_environment(void **state) {
       char text[320];
       uint32_t good[CD_OPT_MAX_VALUES] = {0};
       good_values(d, good);
-      snprintf(text, sizeof text, "%s=%u", d->key, (unsigned)good[0]);
+      char num[16];
+      snprintf(num, sizeof num, "%u", (unsigned)good[0]);
+      list_entry(d, num, text, sizeof text);
       setenv(var, text, 1);
       cd_opt_clear(&o);
       if (cd_opt_read_env(&o, err, sizeof err) == 0 || !strstr(err, d->env))
@@ -205,9 +214,10 @@ static void test_context_round_trips(void **state) {
     uint32_t good[CD_OPT_MAX_VALUES] = {0};
     const unsigned ng = good_values(d, good);
     const uint32_t v = good[ng - 1];
-    char text[320], want[128];
-    if (d->env) snprintf(text, sizeof text, "%u", (unsigned)v);
-    else snprintf(text, sizeof text, "%s=%u", d->key, (unsigned)v);
+    char text[320], want[128], num[16];
+    snprintf(num, sizeof num, "%u", (unsigned)v);
+    if (d->env) snprintf(text, sizeof text, "%s", num);
+    else list_entry(d, num, text, sizeof text);
     tu_context_release();
     setenv(var, text, 1);
     camdelta_context *ctx = tu_context();
@@ -254,7 +264,7 @@ static void test_context_round_trips(void **state) {
     char bad[12][24], text[320];
     const unsigned nb = bad_values(d, bad);
     if (d->env) snprintf(text, sizeof text, "%s", bad[nb - 1]);
-    else snprintf(text, sizeof text, "%s=%s", d->key, bad[nb - 1]);
+    else list_entry(d, bad[nb - 1], text, sizeof text);
     const char *const one[] = {text};
     tu_check_bad_env(d->env ? d->env : cd_opt_families[d->family].env, one, 1);
   }

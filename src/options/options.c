@@ -192,13 +192,63 @@ static int parse_list(cd_opt_family_id f, const char *text, int own_var, const c
   return 0;
 }
 
+int cd_opt_family_env_shared(cd_opt_family_id f) {
+  const char *var = cd_opt_families[f].env;
+  for (int g = 0; var && g < CD_OPT_FAM_COUNT; g++)
+    if (g != (int)f && cd_opt_families[g].env && strcmp(cd_opt_families[g].env, var) == 0) return 1;
+  return 0;
+}
+
+/* A list variable that several families share: "family:KEY=V,...;family:KEY=V,..." (family one of those sharing
+ * var). */
+static int parse_shared(const char *var, const char *text, uint32_t *val, unsigned char *given, char *err,
+                        size_t err_size) {
+  for (const char *p = text; *p;) {
+    const char *end = strchr(p, ';');
+    const size_t len = end ? (size_t)(end - p) : strlen(p);
+    const char *colon = memchr(p, ':', len);
+    if (!colon)
+      return fail(err, err_size, "%s: '%.*s' is not FAMILY:KEY=V,... (value: '%s')", var, (int)len, p, text);
+    int f = -1;
+    for (int g = 0; g < CD_OPT_FAM_COUNT && f < 0; g++)
+      if (cd_opt_families[g].env && strcmp(cd_opt_families[g].env, var) == 0 &&
+          strlen(cd_opt_families[g].name) == (size_t)(colon - p) && strncmp(cd_opt_families[g].name, p, (size_t)(colon - p)) == 0)
+        f = g;
+    if (f < 0) {
+      char names[256];
+      size_t n = 0;
+      names[0] = '\0';
+      for (int g = 0; g < CD_OPT_FAM_COUNT; g++)
+        if (cd_opt_families[g].env && strcmp(cd_opt_families[g].env, var) == 0)
+          append(names, sizeof names, &n, "%s%s", n ? ", " : "", cd_opt_families[g].name);
+      return fail(err, err_size, "%s: unknown family '%.*s' (%s)", var, (int)(colon - p), p, names);
+    }
+    char list[512];
+    const size_t llen = len - (size_t)(colon + 1 - p);
+    if (llen >= sizeof list) return fail(err, err_size, "%s: '%.*s' is too long", var, (int)len, p);
+    memcpy(list, colon + 1, llen);
+    list[llen] = '\0';
+    if (parse_list((cd_opt_family_id)f, list, 0, var, val, given, err, err_size)) return -1;
+    p += len;
+    if (*p == ';') p++;
+  }
+  return 0;
+}
+
 int cd_opt_read_env(cd_opt_values *o, char *err, size_t err_size) {
   uint32_t val[CD_OPT_COUNT] = {0};
   unsigned char given[CD_OPT_COUNT] = {0};
   for (int f = 0; f < CD_OPT_FAM_COUNT; f++) {
     const char *var = cd_opt_families[f].env;
-    const char *text = var ? getenv(var) : NULL;
-    if (text && *text && parse_list((cd_opt_family_id)f, text, 0, var, val, given, err, err_size)) return -1;
+    int first = 1; /* a shared variable is read once, with the first family that names it */
+    for (int g = 0; var && g < f; g++)
+      if (cd_opt_families[g].env && strcmp(cd_opt_families[g].env, var) == 0) first = 0;
+    const char *text = var && first ? getenv(var) : NULL;
+    if (!text || !*text) continue;
+    if (cd_opt_family_env_shared((cd_opt_family_id)f) ? parse_shared(var, text, val, given, err, err_size)
+                                                      : parse_list((cd_opt_family_id)f, text, 0, var, val, given, err,
+                                                                   err_size))
+      return -1;
   }
   for (int i = 0; i < CD_OPT_COUNT; i++) {
     const cd_opt_decl *d = &cd_opt_decls[i];
@@ -286,7 +336,7 @@ int cd_opt_check_table(char *err, size_t err_size) {
   for (int f = 0; f < CD_OPT_FAM_COUNT; f++) {
     const cd_opt_family *fm = &cd_opt_families[f];
     if (!fm->name || !fm->doc) return fail(err, err_size, "family %d: no name or doc", f);
-    if (fm->env && var_declared_before(fm->env, 0, f, 0))
+    if (fm->env && (var_declared_before(fm->env, CD_OPT_COUNT, 0, cd_opt_env_doc_count)))
       return fail(err, err_size, "family %s: %s declared twice", fm->name, fm->env);
     int keys = 0;
     for (int i = 0; i < CD_OPT_COUNT; i++) keys += (int)cd_opt_decls[i].family == f && !cd_opt_decls[i].hidden;
@@ -364,7 +414,10 @@ void cd_opt_markdown(FILE *out) {
   for (int f = 0; f < CD_OPT_FAM_COUNT; f++) {
     const cd_opt_family *fm = &cd_opt_families[f];
     fprintf(out, "### `%s`: %s\n\n", fm->name, fm->doc);
-    if (fm->env) fprintf(out, "List variable: `%s`.\n\n", fm->env);
+    if (fm->env && cd_opt_family_env_shared((cd_opt_family_id)f))
+      fprintf(out, "List variable: `%s`, shared: `%s:KEY=V,...;OTHER:KEY=V,...`.\n\n", fm->env, fm->name);
+    else if (fm->env)
+      fprintf(out, "List variable: `%s`.\n\n", fm->env);
     fputs("| key | variable | values | default | meaning |\n|---|---|---|---|---|\n", out);
     for (int i = 0; i < CD_OPT_COUNT; i++) {
       const cd_opt_decl *d = &cd_opt_decls[i];

@@ -8,7 +8,7 @@
  * - docs/tuning.md is generated from the table (cd_opt_markdown; a test fails when the committed file is stale).
  *
  * Keys are set by family: the family's list variable holds "KEY=V,KEY=V" for its keys without a variable of their
- * own, and camdelta_tune_set(ctx, family, "KEY=V,...") replaces the whole family's values for one context (keys not
+ * own (a variable several families share holds "family:KEY=V,...;family:KEY=V,..."), and camdelta_tune_set(ctx, family, "KEY=V,...") replaces the whole family's values for one context (keys not
  * given return to their defaults, over the environment).
  *
  * Declaring a knob: an id in cd_opt_id (its family's block), its entry in table.c (designated initialisers, indexed
@@ -138,6 +138,9 @@ void cd_opt_put(cd_opt_values *o, cd_opt_id id, uint32_t value, cd_opt_source fr
 uint32_t cd_opt_get(const cd_opt_values *o, cd_opt_id id, int gpu_like, int half);
 /** 1 when `id` was set (environment or camdelta_tune_set). */
 int cd_opt_is_set(const cd_opt_values *o, cd_opt_id id);
+/** 1 when family f's list variable is shared with other families: its value is then
+ *  "family:KEY=V,...;family:KEY=V,...". */
+int cd_opt_family_env_shared(cd_opt_family_id f);
 /** The family named `name`, or -1. */
 int cd_opt_family_find(const char *name);
 /** The names of every family, ", "-separated, for messages. */
