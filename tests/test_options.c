@@ -138,7 +138,7 @@ static void test_every_key_through_the_environment(void **state) {
   char err[512];
   for (int i = 0; i < CD_OPT_COUNT; i++) {
     const cd_opt_decl *d = &cd_opt_decls[i];
-    if (d->hidden) continue;
+    if (d->hidden || cd_opt_families[d->family].process) continue; /* test_process_options */
     const char *var = d->env ? d->env : cd_opt_families[d->family].env;
     assert_non_null(var); /* a key without a variable of its own is in its family's list */
     uint32_t good[CD_OPT_MAX_VALUES] = {0};
@@ -174,7 +174,7 @@ static void test_every_key_through_the_environment(void **state) {
   }
   for (int f = 0; f < CD_OPT_FAM_COUNT; f++) {
     const char *var = cd_opt_families[f].env;
-    if (!var) continue;
+    if (!var || cd_opt_families[f].process) continue;
     static const char *const bad[] = {"NOPE=1", "X", "=2"};
     for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
       setenv(var, bad[b], 1);
@@ -208,7 +208,7 @@ static void test_context_round_trips(void **state) {
   char got[1024];
   for (int i = 0; i < CD_OPT_COUNT; i++) {
     const cd_opt_decl *d = &cd_opt_decls[i];
-    if (d->hidden) continue;
+    if (d->hidden || cd_opt_families[d->family].process) continue;
     const char *fam = cd_opt_families[d->family].name;
     const char *var = d->env ? d->env : cd_opt_families[d->family].env;
     uint32_t good[CD_OPT_MAX_VALUES] = {0};
@@ -260,7 +260,7 @@ static void test_context_round_trips(void **state) {
   /* one bad value per variable through camdelta_context_create itself */
   for (int i = 0; i < CD_OPT_COUNT; i++) {
     const cd_opt_decl *d = &cd_opt_decls[i];
-    if (d->hidden) continue;
+    if (d->hidden || cd_opt_families[d->family].process) continue;
     char bad[12][24], text[320];
     const unsigned nb = bad_values(d, bad);
     if (d->env) snprintf(text, sizeof text, "%s", bad[nb - 1]);
@@ -277,6 +277,40 @@ static void test_context_round_trips(void **state) {
   assert_int_equal(camdelta_tune_get(ctx, "no-such-family", 64, got, sizeof got), CAMDELTA_ERROR_INVALID_ARGUMENT);
   assert_int_equal(camdelta_tune_get(ctx, cd_opt_families[0].name, 64, NULL, 0), CAMDELTA_ERROR_INVALID_ARGUMENT);
   assert_int_equal(camdelta_tune_get(ctx, cd_opt_families[0].name, 64, got, 2), CAMDELTA_ERROR_INVALID_ARGUMENT);
+}
+
+/* Process-wide keys (the MPI component's): read once per process, so one bad value per key, set before the first
+ * read, fails every later read naming the variable, also after the variable is gone; a context neither reads them
+ * at creation nor takes them from camdelta_tune_set. */
+static void test_process_options(void **state) {
+  (void)state;
+  char err[512], got[512];
+  int n = 0;
+  for (int i = 0; i < CD_OPT_COUNT; i++) {
+    const cd_opt_decl *d = &cd_opt_decls[i];
+    if (!cd_opt_families[d->family].process) continue;
+    char bad[12][24];
+    bad_values(d, bad);
+    setenv(d->env, bad[0], 1);
+    uint32_t v = 0;
+    err[0] = '\0';
+    assert_int_equal(cd_opt_process((cd_opt_id)i, &v, err, sizeof err), -1);
+    if (!strstr(err, d->env)) fail_msg("'%s' does not name %s", err, d->env);
+    camdelta_context *ctx = NULL;
+    TU_OK(camdelta_context_create(&ctx, NULL)); /* not read by a context */
+    const char *fam = cd_opt_families[d->family].name;
+    assert_int_equal(camdelta_tune_get(ctx, fam, 64, got, sizeof got), CAMDELTA_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(camdelta_last_message(), d->env));
+    char text[64];
+    snprintf(text, sizeof text, "%s=%u", d->key, (unsigned)d->def[0]);
+    assert_int_equal(camdelta_tune_set(ctx, fam, text), CAMDELTA_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(camdelta_last_message(), "process-wide"));
+    camdelta_context_destroy(ctx);
+    unsetenv(d->env);
+    assert_int_equal(cd_opt_process((cd_opt_id)i, &v, err, sizeof err), -1); /* read once */
+    n++;
+  }
+  assert_true(n > 0);
 }
 
 /* Every CAMDELTA_* variable the library or the tool names (a string literal in src/ or tools/ that is not a status
@@ -343,6 +377,7 @@ int main(void) {
       cmocka_unit_test(test_every_key_parses_its_values),
       cmocka_unit_test(test_every_key_through_the_environment),
       cmocka_unit_test(test_context_round_trips),
+      cmocka_unit_test(test_process_options),
       cmocka_unit_test(test_every_variable_declared),
   };
   const int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <threads.h>
 
 /* ------------------------------------------------------------------ messages */
 
@@ -239,6 +240,7 @@ int cd_opt_read_env(cd_opt_values *o, char *err, size_t err_size) {
   uint32_t val[CD_OPT_COUNT] = {0};
   unsigned char given[CD_OPT_COUNT] = {0};
   for (int f = 0; f < CD_OPT_FAM_COUNT; f++) {
+    if (cd_opt_families[f].process) continue;
     const char *var = cd_opt_families[f].env;
     int first = 1; /* a shared variable is read once, with the first family that names it */
     for (int g = 0; var && g < f; g++)
@@ -252,7 +254,7 @@ int cd_opt_read_env(cd_opt_values *o, char *err, size_t err_size) {
   }
   for (int i = 0; i < CD_OPT_COUNT; i++) {
     const cd_opt_decl *d = &cd_opt_decls[i];
-    const char *text = d->env ? getenv(d->env) : NULL;
+    const char *text = d->env && !cd_opt_families[d->family].process ? getenv(d->env) : NULL;
     if (text && *text && !parse_value(d, text, strlen(text), &val[i])) {
       char allowed[256];
       allowed_text(d, allowed, sizeof allowed);
@@ -262,6 +264,34 @@ int cd_opt_read_env(cd_opt_values *o, char *err, size_t err_size) {
   }
   for (int i = 0; i < CD_OPT_COUNT; i++)
     if (given[i]) cd_opt_put(o, (cd_opt_id)i, val[i], CD_OPT_FROM_ENV);
+  return 0;
+}
+
+/* The process-wide keys, read together the first time one is asked for. */
+static once_flag process_once = ONCE_FLAG_INIT;
+static uint32_t process_value[CD_OPT_COUNT];
+static char process_error[CD_OPT_COUNT][512];
+
+static void read_process(void) {
+  for (int i = 0; i < CD_OPT_COUNT; i++) {
+    const cd_opt_decl *d = &cd_opt_decls[i];
+    if (!cd_opt_families[d->family].process) continue;
+    process_value[i] = d->def[0];
+    const char *text = d->env ? getenv(d->env) : NULL;
+    if (text && *text && !parse_value(d, text, strlen(text), &process_value[i])) {
+      char allowed[160];
+      allowed_text(d, allowed, sizeof allowed);
+      snprintf(process_error[i], sizeof process_error[i], "%s must be %s (value: '%.40s')", d->env, allowed, text);
+    }
+  }
+}
+
+int cd_opt_process(cd_opt_id id, uint32_t *value, char *err, size_t err_size) {
+  call_once(&process_once, read_process);
+  if (!cd_opt_families[cd_opt_decls[id].family].process)
+    return fail(err, err_size, "%s: not a process-wide option", cd_opt_decls[id].key);
+  if (process_error[id][0]) return fail(err, err_size, "%s", process_error[id]);
+  *value = process_value[id];
   return 0;
 }
 
@@ -341,6 +371,7 @@ int cd_opt_check_table(char *err, size_t err_size) {
     int keys = 0;
     for (int i = 0; i < CD_OPT_COUNT; i++) keys += (int)cd_opt_decls[i].family == f && !cd_opt_decls[i].hidden;
     if (!keys) return fail(err, err_size, "family %s: no key", fm->name);
+    if (fm->process && fm->env) return fail(err, err_size, "family %s: a process-wide family has no list", fm->name);
   }
   for (int i = 0; i < CD_OPT_COUNT; i++) {
     const cd_opt_decl *d = &cd_opt_decls[i];
@@ -354,6 +385,11 @@ int cd_opt_check_table(char *err, size_t err_size) {
       if (cd_opt_decls[j].family == d->family && strcmp(cd_opt_decls[j].key, d->key) == 0)
         return fail(err, err_size, "%s: declared twice in family %s", d->key, cd_opt_families[d->family].name);
     if (d->hidden && d->env) return fail(err, err_size, "%s: a hidden option has no variable", d->key);
+    if (cd_opt_families[d->family].process && (!d->env || d->hidden || d->def[0] == CD_OPT_AUTO))
+      return fail(err, err_size, "%s: a process-wide option has a variable of its own and one default", d->key);
+    for (int k = 1; cd_opt_families[d->family].process && k < CD_OPT_NDEF; k++)
+      if (d->def[k] != d->def[0])
+        return fail(err, err_size, "%s: a process-wide option has one default", d->key);
     if (d->env && var_declared_before(d->env, i, CD_OPT_FAM_COUNT, 0))
       return fail(err, err_size, "%s: %s declared twice", d->key, d->env);
     if (d->type == CD_OPT_RANGE && (d->min > d->max || d->max >= UINT32_MAX))
@@ -414,6 +450,8 @@ void cd_opt_markdown(FILE *out) {
   for (int f = 0; f < CD_OPT_FAM_COUNT; f++) {
     const cd_opt_family *fm = &cd_opt_families[f];
     fprintf(out, "### `%s`: %s\n\n", fm->name, fm->doc);
+    if (fm->process)
+      fputs("Process-wide: read once per process, the first time it is needed; not set per context.\n\n", out);
     if (fm->env && cd_opt_family_env_shared((cd_opt_family_id)f))
       fprintf(out, "List variable: `%s`, shared: `%s:KEY=V,...;OTHER:KEY=V,...`.\n\n", fm->env, fm->name);
     else if (fm->env)

@@ -2,7 +2,8 @@
  * environment variable, type, allowed values, default per device class and storage, and a one-line doc.
  *
  * - A context reads the environment through it once, at creation (cd_opt_read_env), into its cd_opt_values;
- *   nothing reads the environment on the call path.
+ *   nothing reads the environment on the call path. Process-wide families (the MPI component's) are read once per
+ *   process instead (cd_opt_process).
  * - camdelta_tune_set / camdelta_tune_get reach the same values by family and key (cd_opt_set_family,
  *   cd_opt_describe_family).
  * - docs/tuning.md is generated from the table (cd_opt_markdown; a test fails when the committed file is stale).
@@ -32,6 +33,7 @@ typedef enum cd_opt_family_id {
   CD_OPT_FAM_PREP_BWD, /* "prep_backward": the prep backward */
   CD_OPT_FAM_CONV,     /* "conv": the short convolution */
   CD_OPT_FAM_SCAN,     /* "scan": the scan's arithmetic path */
+  CD_OPT_FAM_MPI,      /* "mpi": sequence parallelism (camdelta_mpi), process-wide */
   CD_OPT_FAM_VERBOSE,  /* "verbose": what a context prints on stderr */
   CD_OPT_FAM_COUNT
 } cd_opt_family_id;
@@ -51,6 +53,7 @@ typedef enum cd_opt_id {
   CD_OPT_PREP_BWD_TW,
   CD_OPT_CONV_SB,
   CD_OPT_SCAN_TC,
+  CD_OPT_MPI_CHUNK_BYTES,
   CD_OPT_VERBOSE_KERNELS,
   CD_OPT_VERBOSE_SCAN,
   CD_OPT_COUNT
@@ -93,6 +96,8 @@ typedef struct cd_opt_family {
   const char *name; /* camdelta_tune_set's family */
   const char *env;  /* the list variable "KEY=V,..." for the keys without a variable of their own, or NULL */
   const char *doc;  /* one line */
+  int process;      /* process-wide: read once per process (cd_opt_process), not per context; camdelta_tune_set
+                       does not take it */
 } cd_opt_family;
 
 extern const cd_opt_family cd_opt_families[CD_OPT_FAM_COUNT];
@@ -132,6 +137,10 @@ int cd_opt_read_env(cd_opt_values *o, char *err, size_t err_size);
  *  a message in err and *o unchanged. */
 int cd_opt_set_family(cd_opt_values *o, cd_opt_family_id f, const char *params, cd_opt_source from, const char *who,
                       char *err, size_t err_size);
+/** A key of a process-wide family: read from its variable once per process, the first time any thread asks (the
+ *  default when unset). 0 and *value, or -1 with a message naming the variable in err; every later call gives the
+ *  same answer. */
+int cd_opt_process(cd_opt_id id, uint32_t *value, char *err, size_t err_size);
 /** Sets one key (tests, and the runtime's emulated device facts). */
 void cd_opt_put(cd_opt_values *o, cd_opt_id id, uint32_t value, cd_opt_source from);
 /** The value of `id`: the one set, else the default for (gpu_like, half); CD_OPT_AUTO where the operation decides. */

@@ -9,6 +9,10 @@ const cd_opt_family cd_opt_families[CD_OPT_FAM_COUNT] = {
                              .doc = "the prep backward (camdelta_prep_backward)"},
     [CD_OPT_FAM_CONV] = {.name = "conv", .env = NULL, .doc = "the short convolution on raw K (camdelta_short_conv_*)"},
     [CD_OPT_FAM_SCAN] = {.name = "scan", .env = NULL, .doc = "the scan (camdelta_scan_*, the camera branch's scans)"},
+    [CD_OPT_FAM_MPI] = {.name = "mpi",
+                        .env = NULL,
+                        .doc = "sequence parallelism over MPI (camdelta_mpi)",
+                        .process = 1},
     [CD_OPT_FAM_VERBOSE] = {.name = "verbose", .env = NULL, .doc = "what a context prints on stderr"},
 };
 
@@ -125,6 +129,16 @@ const cd_opt_decl cd_opt_decls[CD_OPT_COUNT] = {
                         .doc = "the NVIDIA tensor-core path: 0 off, 1 where the device passes its feature test, "
                                "emulate its kernels with the products done through local memory, on any device "
                                "(tests)"},
+    [CD_OPT_MPI_CHUNK_BYTES] = {.family = CD_OPT_FAM_MPI,
+                                .key = "CHUNK_BYTES",
+                                .env = "CAMDELTA_SP_CHUNK_BYTES",
+                                .type = CD_OPT_RANGE,
+                                .min = 4,
+                                .max = 1u << 30,
+                                .step = 4,
+                                .def = CD_OPT_DEF(4u << 20),
+                                .doc = "the largest chunk of the pipelined transfers between ranks (device reads to "
+                                       "pinned memory, messages, writes); the same on every rank (checked)"},
     [CD_OPT_VERBOSE_KERNELS] = {.family = CD_OPT_FAM_VERBOSE,
                                 .key = "KERNELS",
                                 .env = "CAMDELTA_PROFILE_KERNELS",
@@ -182,11 +196,6 @@ const cd_opt_env_doc cd_opt_env_docs[] = {
      .when = "context creation",
      .doc = "the sequential forward's value columns per work-group, tokens per tile, work-group size, prefetch and "
             "where the outputs come from; `camdelta_tune_set` family `sequential`"},
-    {.name = "CAMDELTA_SP_CHUNK_BYTES",
-     .value = "a multiple of 4 in [4, 2^30]",
-     .when = "once per process",
-     .doc = "sequence parallelism (`camdelta_mpi`): the largest chunk of the pipelined transfers between ranks "
-            "(default 4 MiB); the same on every rank (checked)"},
     {.name = "CAMDELTA_SP_SEPARATE_SUMMARIES",
      .value = "`1`",
      .when = "each sequence-parallel call",
