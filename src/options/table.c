@@ -164,7 +164,8 @@ const cd_opt_env_doc cd_opt_env_docs[] = {
     {.name = "CAMDELTA_CACHE_DIR",
      .value = "a folder",
      .when = "each program build",
-     .doc = "the kernel cache folder (default `$XDG_CACHE_HOME/camdelta`, else `~/.cache/camdelta`)"},
+     .doc = "the kernel cache folder (default `$XDG_CACHE_HOME/camdelta`, else `~/.cache/camdelta`; created 0700; a "
+            "shared sticky folder is used through its subfolder `camdelta-<uid>`)"},
     {.name = "CAMDELTA_CACHE",
      .value = "`0`",
      .when = "each program build",
