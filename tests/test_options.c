@@ -316,16 +316,6 @@ static void test_process_options(void **state) {
 /* Every CAMDELTA_* variable the library or the tool names (a string literal in src/ or tools/ that is not a status
  * name) is declared in the registry, so the documentation lists it; and every variable the registry documents as
  * read elsewhere is still named outside src/options/ (a declaration outliving its reader fails too). */
-static int declared(const char *name) {
-  for (int i = 0; i < CD_OPT_COUNT; i++)
-    if (cd_opt_decls[i].env && strcmp(cd_opt_decls[i].env, name) == 0) return 1;
-  for (int f = 0; f < CD_OPT_FAM_COUNT; f++)
-    if (cd_opt_families[f].env && strcmp(cd_opt_families[f].env, name) == 0) return 1;
-  for (size_t e = 0; e < cd_opt_env_doc_count; e++)
-    if (strcmp(cd_opt_env_docs[e].name, name) == 0) return 1;
-  return 0;
-}
-
 static unsigned char g_named[64]; /* cd_opt_env_docs[e] named outside src/options/ */
 
 static void scan_folder(const char *path, int *files, int *names) {
@@ -353,7 +343,7 @@ static void scan_folder(const char *path, int *files, int *names) {
         name[k] = '\0';
         if (strcmp(name, "CAMDELTA_OK") == 0 || strncmp(name, "CAMDELTA_ERROR_", 15) == 0) continue;
         (*names)++;
-        if (!declared(name)) fail_msg("%s names %s, which the option registry does not declare", sub, name);
+        if (!cd_opt_declares(name)) fail_msg("%s names %s, which the option registry does not declare", sub, name);
         for (size_t d = 0; !registry && d < cd_opt_env_doc_count; d++)
           if (strcmp(cd_opt_env_docs[d].name, name) == 0) g_named[d] = 1;
       }

@@ -156,16 +156,27 @@ static void family_keys(cd_opt_family_id f, int own_var, char *buf, size_t size)
 /* Parses the list "KEY=V,KEY=V" (commas or spaces between entries) of family f into val/given (indexed by id).
  * own_var: keys with a variable of their own are accepted too (camdelta_tune_set); src names the list in messages
  * ("CAMDELTA_PREP_TILES", "camdelta_tune_set(prep)"). */
+int cd_opt_list_next(const char **p, const char **key, size_t *klen, const char **val, size_t *vlen) {
+  const char *s = *p;
+  while (*s == ' ' || *s == ',') s++;
+  if (!*s) return *p = s, 0;
+  *key = s;
+  while (*s && *s != '=' && *s != ',' && *s != ' ') s++;
+  *klen = (size_t)(s - *key);
+  if (*s != '=') return *p = s, -1;
+  *val = ++s;
+  while (*s && *s != ',' && *s != ' ') s++;
+  *vlen = (size_t)(s - *val);
+  *p = s;
+  return 1;
+}
+
 static int parse_list(cd_opt_family_id f, const char *text, int own_var, const char *src, uint32_t *val,
                       unsigned char *given, char *err, size_t err_size) {
-  const char *p = text;
-  while (*p) {
-    while (*p == ' ' || *p == ',') p++;
-    if (!*p) break;
-    const char *key = p;
-    while (*p && *p != '=' && *p != ',' && *p != ' ') p++;
-    const size_t klen = (size_t)(p - key);
-    if (*p != '=') return fail(err, err_size, "%s: '%.*s' is not KEY=V (value: '%s')", src, (int)klen, key, text);
+  const char *p = text, *key = NULL, *v = NULL;
+  size_t klen = 0, vlen = 0;
+  for (int r; (r = cd_opt_list_next(&p, &key, &klen, &v, &vlen));) {
+    if (r < 0) return fail(err, err_size, "%s: '%.*s' is not KEY=V (value: '%s')", src, (int)klen, key, text);
     int id = -1;
     for (int i = 0; i < CD_OPT_COUNT && id < 0; i++) {
       const cd_opt_decl *d = &cd_opt_decls[i];
@@ -181,9 +192,7 @@ static int parse_list(cd_opt_family_id f, const char *text, int own_var, const c
     }
     const cd_opt_decl *d = &cd_opt_decls[id];
     if (given[id]) return fail(err, err_size, "%s: %s given twice (value: '%s')", src, d->key, text);
-    const char *v = ++p;
-    while (*p && *p != ',' && *p != ' ') p++;
-    if (!parse_value(d, v, (size_t)(p - v), &val[id])) {
+    if (!parse_value(d, v, vlen, &val[id])) {
       char allowed[256];
       allowed_text(d, allowed, sizeof allowed);
       return fail(err, err_size, "%s: %s must be %s (value: '%s')", src, d->key, allowed, text);
@@ -352,6 +361,10 @@ static int var_declared_before(const char *name, int upto_decl, int upto_family,
   for (size_t e = 0; e < upto_env; e++)
     if (strcmp(cd_opt_env_docs[e].name, name) == 0) return 1;
   return 0;
+}
+
+int cd_opt_declares(const char *name) {
+  return var_declared_before(name, CD_OPT_COUNT, CD_OPT_FAM_COUNT, cd_opt_env_doc_count);
 }
 
 static int allowed_value(const cd_opt_decl *d, uint32_t v) {

@@ -150,6 +150,12 @@ int cd_opt_is_set(const cd_opt_values *o, cd_opt_id id);
 /** 1 when family f's list variable is shared with other families: its value is then
  *  "family:KEY=V,...;family:KEY=V,...". */
 int cd_opt_family_env_shared(cd_opt_family_id f);
+/** The next entry of a list "KEY=V,KEY=V" (commas or spaces between entries) from *p: 1 with the key's text
+ *  [key, key + klen) and the value's [val, val + vlen); 0 at the end; -1 for an entry without '=' (key, klen name it).
+ *  *p moves past the entry. */
+int cd_opt_list_next(const char **p, const char **key, size_t *klen, const char **val, size_t *vlen);
+/** 1 when `name` is a variable the registry declares (a key's, a family's list, or one read elsewhere). */
+int cd_opt_declares(const char *name);
 /** The family named `name`, or -1. */
 int cd_opt_family_find(const char *name);
 /** The names of every family, ", "-separated, for messages. */
