@@ -11,6 +11,22 @@
 #include "internal.h"
 #include "testutil.h"
 
+/* v as camdelta_tune_get writes it: its name where it has one. */
+static void value_str(const cd_opt_decl *d, uint32_t v, char *buf, size_t size) {
+  for (unsigned i = 0; d->type == CD_OPT_ONE_OF && i < d->nvalues; i++)
+    if (d->values[i] == v && d->names[i]) {
+      snprintf(buf, size, "%s", d->names[i]);
+      return;
+    }
+  snprintf(buf, size, "%u", (unsigned)v);
+}
+
+/* "KEY=value" as the key's list variable holds it ("family:KEY=value" in a variable several families share). */
+static void list_entry(const cd_opt_decl *d, const char *value, char *buf, size_t size) {
+  if (cd_opt_family_env_shared(d->family)) snprintf(buf, size, "%s:%s=%s", cd_opt_families[d->family].name, d->key, value);
+  else snprintf(buf, size, "%s=%s", d->key, value);
+}
+
 /* Values a key accepts (at most 8 of them, the ends of a range among them) and values it rejects. */
 static unsigned good_values(const cd_opt_decl *d, uint32_t *v) {
   if (d->type == CD_OPT_FLAG) return v[0] = 0, v[1] = 1, 2;
@@ -122,15 +138,16 @@ static void test_every_key_through_the_environment(void **state) {
   char err[512];
   for (int i = 0; i < CD_OPT_COUNT; i++) {
     const cd_opt_decl *d = &cd_opt_decls[i];
-    if (d->hidden) continue;
+    if (d->hidden || cd_opt_families[d->family].process) continue; /* test_process_options */
     const char *var = d->env ? d->env : cd_opt_families[d->family].env;
     assert_non_null(var); /* a key without a variable of its own is in its family's list */
     uint32_t good[CD_OPT_MAX_VALUES] = {0};
     const unsigned ng = good_values(d, good);
     for (unsigned g = 0; g < ng; g++) {
-      char text[320];
-      if (d->env) snprintf(text, sizeof text, "%u", (unsigned)good[g]);
-      else snprintf(text, sizeof text, "%s=%u", d->key, (unsigned)good[g]);
+      char text[320], num[16];
+      snprintf(num, sizeof num, "%u", (unsigned)good[g]);
+      if (d->env) snprintf(text, sizeof text, "%s", num);
+      else list_entry(d, num, text, sizeof text);
       setenv(var, text, 1);
       cd_opt_clear(&o);
       if (cd_opt_read_env(&o, err, sizeof err)) fail_msg("%s=%s rejected: %s", var, text, err);
@@ -142,7 +159,7 @@ static void test_every_key_through_the_environment(void **state) {
     for (unsigned b = 0; b < nb; b++) {
       char text[320];
       if (d->env) snprintf(text, sizeof text, "%s", bad[b]);
-      else snprintf(text, sizeof text, "%s=%s", d->key, bad[b]);
+      else list_entry(d, bad[b], text, sizeof text);
       setenv(var, text, 1);
       err[0] = '\0';
       cd_opt_clear(&o);
@@ -157,7 +174,7 @@ static void test_every_key_through_the_environment(void **state) {
   }
   for (int f = 0; f < CD_OPT_FAM_COUNT; f++) {
     const char *var = cd_opt_families[f].env;
-    if (!var) continue;
+    if (!var || cd_opt_families[f].process) continue;
     static const char *const bad[] = {"NOPE=1", "X", "=2"};
     for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
       setenv(var, bad[b], 1);
@@ -172,7 +189,9 @@ static void test_every_key_through_the_environment(void **state) {
       char text[320];
       uint32_t good[CD_OPT_MAX_VALUES] = {0};
       good_values(d, good);
-      snprintf(text, sizeof text, "%s=%u", d->key, (unsigned)good[0]);
+      char num[16];
+      snprintf(num, sizeof num, "%u", (unsigned)good[0]);
+      list_entry(d, num, text, sizeof text);
       setenv(var, text, 1);
       cd_opt_clear(&o);
       if (cd_opt_read_env(&o, err, sizeof err) == 0 || !strstr(err, d->env))
@@ -189,22 +208,25 @@ static void test_context_round_trips(void **state) {
   char got[1024];
   for (int i = 0; i < CD_OPT_COUNT; i++) {
     const cd_opt_decl *d = &cd_opt_decls[i];
-    if (d->hidden) continue;
+    if (d->hidden || cd_opt_families[d->family].process) continue;
     const char *fam = cd_opt_families[d->family].name;
     const char *var = d->env ? d->env : cd_opt_families[d->family].env;
     uint32_t good[CD_OPT_MAX_VALUES] = {0};
     const unsigned ng = good_values(d, good);
     const uint32_t v = good[ng - 1];
-    char text[320], want[128];
-    if (d->env) snprintf(text, sizeof text, "%u", (unsigned)v);
-    else snprintf(text, sizeof text, "%s=%u", d->key, (unsigned)v);
+    char text[320], want[128], num[16];
+    snprintf(num, sizeof num, "%u", (unsigned)v);
+    if (d->env) snprintf(text, sizeof text, "%s", num);
+    else list_entry(d, num, text, sizeof text);
     tu_context_release();
     setenv(var, text, 1);
     camdelta_context *ctx = tu_context();
     setenv(var, "junk=junk", 1); /* read at creation only */
     assert_int_equal(cd_option(ctx, (cd_opt_id)i, CAMDELTA_F32), v);
     TU_OK(camdelta_tune_get(ctx, fam, 64, got, sizeof got));
-    snprintf(want, sizeof want, "%s=%u (%s)", d->key, (unsigned)v, var);
+    char vs[32];
+    value_str(d, v, vs, sizeof vs);
+    snprintf(want, sizeof want, "%s=%s (%s)", d->key, vs, var);
     if (!strstr(got, want)) fail_msg("tune_get(%s) '%s' lacks '%s'", fam, got, want);
     unsetenv(var);
     /* camdelta_tune_set over the environment's value, then the defaults back */
@@ -213,7 +235,8 @@ static void test_context_round_trips(void **state) {
     TU_OK(camdelta_tune_set(ctx, fam, text));
     assert_int_equal(cd_option(ctx, (cd_opt_id)i, CAMDELTA_BF16), w);
     TU_OK(camdelta_tune_get(ctx, fam, 64, got, sizeof got));
-    snprintf(want, sizeof want, "%s=%u (camdelta_tune_set)", d->key, (unsigned)w);
+    value_str(d, w, vs, sizeof vs);
+    snprintf(want, sizeof want, "%s=%s (camdelta_tune_set)", d->key, vs);
     if (!strstr(got, want)) fail_msg("tune_get(%s) '%s' lacks '%s'", fam, got, want);
     TU_OK(camdelta_tune_set(ctx, fam, NULL));
     const int gpu = cd_device_gpu_like(&ctx->info);
@@ -237,11 +260,11 @@ static void test_context_round_trips(void **state) {
   /* one bad value per variable through camdelta_context_create itself */
   for (int i = 0; i < CD_OPT_COUNT; i++) {
     const cd_opt_decl *d = &cd_opt_decls[i];
-    if (d->hidden) continue;
+    if (d->hidden || cd_opt_families[d->family].process) continue;
     char bad[12][24], text[320];
     const unsigned nb = bad_values(d, bad);
     if (d->env) snprintf(text, sizeof text, "%s", bad[nb - 1]);
-    else snprintf(text, sizeof text, "%s=%s", d->key, bad[nb - 1]);
+    else list_entry(d, bad[nb - 1], text, sizeof text);
     const char *const one[] = {text};
     tu_check_bad_env(d->env ? d->env : cd_opt_families[d->family].env, one, 1);
   }
@@ -256,21 +279,49 @@ static void test_context_round_trips(void **state) {
   assert_int_equal(camdelta_tune_get(ctx, cd_opt_families[0].name, 64, got, 2), CAMDELTA_ERROR_INVALID_ARGUMENT);
 }
 
-/* Every CAMDELTA_* variable the library or the tool names (a string literal in src/ or tools/ that is not a status
- * name) is declared in the registry, so the documentation lists it. */
-static int declared(const char *name) {
-  for (int i = 0; i < CD_OPT_COUNT; i++)
-    if (cd_opt_decls[i].env && strcmp(cd_opt_decls[i].env, name) == 0) return 1;
-  for (int f = 0; f < CD_OPT_FAM_COUNT; f++)
-    if (cd_opt_families[f].env && strcmp(cd_opt_families[f].env, name) == 0) return 1;
-  for (size_t e = 0; e < cd_opt_env_doc_count; e++)
-    if (strcmp(cd_opt_env_docs[e].name, name) == 0) return 1;
-  return 0;
+/* Process-wide keys (the MPI component's): read once per process, so one bad value per key, set before the first
+ * read, fails every later read naming the variable, also after the variable is gone; a context neither reads them
+ * at creation nor takes them from camdelta_tune_set. */
+static void test_process_options(void **state) {
+  (void)state;
+  char err[512], got[512];
+  int n = 0;
+  for (int i = 0; i < CD_OPT_COUNT; i++) {
+    const cd_opt_decl *d = &cd_opt_decls[i];
+    if (!cd_opt_families[d->family].process) continue;
+    char bad[12][24];
+    bad_values(d, bad);
+    setenv(d->env, bad[0], 1);
+    uint32_t v = 0;
+    err[0] = '\0';
+    assert_int_equal(cd_opt_process((cd_opt_id)i, &v, err, sizeof err), -1);
+    if (!strstr(err, d->env)) fail_msg("'%s' does not name %s", err, d->env);
+    camdelta_context *ctx = NULL;
+    TU_OK(camdelta_context_create(&ctx, NULL)); /* not read by a context */
+    const char *fam = cd_opt_families[d->family].name;
+    assert_int_equal(camdelta_tune_get(ctx, fam, 64, got, sizeof got), CAMDELTA_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(camdelta_last_message(), d->env));
+    char text[64];
+    snprintf(text, sizeof text, "%s=%u", d->key, (unsigned)d->def[0]);
+    assert_int_equal(camdelta_tune_set(ctx, fam, text), CAMDELTA_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(camdelta_last_message(), "process-wide"));
+    camdelta_context_destroy(ctx);
+    unsetenv(d->env);
+    assert_int_equal(cd_opt_process((cd_opt_id)i, &v, err, sizeof err), -1); /* read once */
+    n++;
+  }
+  assert_true(n > 0);
 }
+
+/* Every CAMDELTA_* variable the library or the tool names (a string literal in src/ or tools/ that is not a status
+ * name) is declared in the registry, so the documentation lists it; and every variable the registry documents as
+ * read elsewhere is still named outside src/options/ (a declaration outliving its reader fails too). */
+static unsigned char g_named[64]; /* cd_opt_env_docs[e] named outside src/options/ */
 
 static void scan_folder(const char *path, int *files, int *names) {
   DIR *dir = opendir(path);
   if (!dir) fail_msg("cannot open '%s'", path);
+  const int registry = strstr(path, "/src/options") != NULL;
   for (struct dirent *e; (e = readdir(dir));) {
     if (e->d_name[0] == '.') continue;
     char sub[2048];
@@ -292,7 +343,9 @@ static void scan_folder(const char *path, int *files, int *names) {
         name[k] = '\0';
         if (strcmp(name, "CAMDELTA_OK") == 0 || strncmp(name, "CAMDELTA_ERROR_", 15) == 0) continue;
         (*names)++;
-        if (!declared(name)) fail_msg("%s names %s, which the option registry does not declare", sub, name);
+        if (!cd_opt_declares(name)) fail_msg("%s names %s, which the option registry does not declare", sub, name);
+        for (size_t d = 0; !registry && d < cd_opt_env_doc_count; d++)
+          if (strcmp(cd_opt_env_docs[d].name, name) == 0) g_named[d] = 1;
       }
     } else if (!strchr(e->d_name, '.')) {
       scan_folder(sub, files, names);
@@ -305,6 +358,7 @@ static void test_every_variable_declared(void **state) {
   (void)state;
   const char *root = getenv("CAMDELTA_SOURCE_DIR");
   if (!root) skip();
+  assert_true(cd_opt_env_doc_count <= sizeof g_named);
   int files = 0, names = 0;
   char path[1024];
   snprintf(path, sizeof path, "%s/src", root);
@@ -312,6 +366,8 @@ static void test_every_variable_declared(void **state) {
   snprintf(path, sizeof path, "%s/tools", root);
   scan_folder(path, &files, &names);
   assert_true(files > 20 && names > 5);
+  for (size_t d = 0; d < cd_opt_env_doc_count; d++)
+    if (!g_named[d]) fail_msg("%s is documented but nothing outside src/options/ reads it", cd_opt_env_docs[d].name);
 }
 
 int main(void) {
@@ -320,6 +376,7 @@ int main(void) {
       cmocka_unit_test(test_every_key_parses_its_values),
       cmocka_unit_test(test_every_key_through_the_environment),
       cmocka_unit_test(test_context_round_trips),
+      cmocka_unit_test(test_process_options),
       cmocka_unit_test(test_every_variable_declared),
   };
   const int rc = cmocka_run_group_tests(tests, NULL, NULL);

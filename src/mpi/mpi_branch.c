@@ -306,8 +306,7 @@ static camdelta_status setup(bsp *c, cd_branch_sp *sp, MPI_Comm comm, const char
   else if (!a->T)
     st = camdelta_set_error(CAMDELTA_ERROR_SHAPE, "%s: T=0 (each rank must hold at least one frame)", op);
   else if (!cd_xfer_chunk())
-    st = camdelta_set_error(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: CAMDELTA_SP_CHUNK_BYTES='%s' (expected a multiple "
-                            "of 4 in [4, 2^30])", op, getenv("CAMDELTA_SP_CHUNK_BYTES"));
+    st = camdelta_set_error(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: %s", op, cd_xfer_chunk_error());
   int64_t d[DS_COUNT] = {0};
   if (!st) {
     const int64_t v[DS_COUNT] = {1, (int64_t)a->B, (int64_t)a->T, (int64_t)a->Hs, (int64_t)a->Ws, (int64_t)a->H,

@@ -151,8 +151,7 @@ static camdelta_status gather_desc(const sp *c, camdelta_status st, const camdel
   const size_t B = a ? a->B : 0, H = a ? a->H : 0, D = a ? a->D : 0, F = a ? a->F : 0, S = a ? a->S : 0;
   const int reverse = a && a->reverse != 0;
   if (!st && !cd_xfer_chunk())
-    st = camdelta_set_error(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: CAMDELTA_SP_CHUNK_BYTES='%s' (expected a multiple of "
-                            "4 in [4, 2^30])", c->op, getenv("CAMDELTA_SP_CHUNK_BYTES"));
+    st = camdelta_set_error(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: %s", c->op, cd_xfer_chunk_error());
   int64_t mine[DS_COUNT] = {st,          (int64_t)B, (int64_t)H,   (int64_t)D, (int64_t)F, (int64_t)S, reverse != 0,
                             want != 0, (int64_t)cd_xfer_chunk()};
   int64_t *all = malloc((size_t)c->P * DS_COUNT * sizeof *all);

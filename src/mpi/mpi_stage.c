@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "mpi_stage.h"
+#include "options/options.h"
 
 double cd_mpi_now_ms(void) {
   struct timespec t;
@@ -218,20 +219,16 @@ void *cd_stage_arr(cd_stage *s, int slot, size_t bytes) {
 /* ------------------------------------------------------------------------------------------ transfer */
 
 size_t cd_xfer_chunk(void) {
-  static size_t chunk; /* 0: not read yet; written once with the same value by any thread */
-  static int bad;
-  if (!chunk && !bad) {
-    const char *e = getenv("CAMDELTA_SP_CHUNK_BYTES");
-    size_t v = CD_XFER_CHUNK;
-    if (e && *e) {
-      char *end = NULL;
-      const unsigned long long u = strtoull(e, &end, 10);
-      v = end && !*end && u >= 4 && u <= (1ull << 30) && u % 4 == 0 && e[0] != '-' ? (size_t)u : 0;
-    }
-    if (v) chunk = v;
-    else bad = 1;
-  }
-  return chunk;
+  uint32_t v = 0;
+  char msg[256];
+  return cd_opt_process(CD_OPT_MPI_CHUNK_BYTES, &v, msg, sizeof msg) ? 0 : v;
+}
+
+const char *cd_xfer_chunk_error(void) {
+  static _Thread_local char msg[256];
+  uint32_t v;
+  if (!cd_opt_process(CD_OPT_MPI_CHUNK_BYTES, &v, msg, sizeof msg)) msg[0] = '\0';
+  return msg;
 }
 
 #define CHUNK cd_xfer_chunk()
@@ -258,8 +255,7 @@ typedef struct book {
 camdelta_status cd_xfer_begin(cd_xfer *x) {
   x->begun = 0, x->t0 = cd_mpi_now_ms();
   if (!CHUNK)
-    return camdelta_set_error(CAMDELTA_ERROR_INVALID_ARGUMENT, "CAMDELTA_SP_CHUNK_BYTES='%s' (expected a multiple "
-                              "of 4 in [4, 2^30])", getenv("CAMDELTA_SP_CHUNK_BYTES"));
+    return camdelta_set_error(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s", cd_xfer_chunk_error());
   const int ns = x->nsrc, nr = x->nrecv;
   size_t sbytes = 0, rbytes = 0;
   x->nchunks_src = x->nreq_send = x->nreq_recv = 0;

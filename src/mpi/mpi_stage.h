@@ -10,10 +10,10 @@
  * concurrent: the stage needs no lock (the list of stages, for MPI_Finalize, has one).
  *
  * Transfer (cd_xfer): device regions of this rank go to other ranks' device regions. Each region is split into
- * chunks (a quarter of the region, at least 64 KiB, at most CD_XFER_CHUNK = 4 MiB); the device→host reads of the chunks are enqueued at once (non-blocking, into
- * pinned staging), every chunk goes out (MPI_Isend) as soon as its read is done, and every received chunk
- * (MPI_Irecv, posted first) is written to the device (non-blocking) as soon as it arrives, so the three legs
- * overlap; one wait for the device at the end. */
+ * chunks (a quarter of the region, at least 64 KiB, at most cd_xfer_chunk(), 4 MiB by default); the device→host
+ * reads of the chunks are enqueued at once (non-blocking, into pinned staging), every chunk goes out (MPI_Isend) as
+ * soon as its read is done, and every received chunk (MPI_Irecv, posted first) is written to the device
+ * (non-blocking) as soon as it arrives, so the three legs overlap; one wait for the device at the end. */
 #ifndef CD_MPI_STAGE_H
 #define CD_MPI_STAGE_H
 #include "camdelta_helpers.h"
@@ -43,14 +43,15 @@ void *cd_stage_arr(cd_stage *s, int slot, size_t bytes);
 
 /* ------------------------------------------------------------------------------------------- transfer */
 
-#define CD_XFER_CHUNK ((size_t)4 << 20)
 #define CD_XFER_TAG 25443
 
-/** The chunk size in bytes: CD_XFER_CHUNK, or CAMDELTA_SP_CHUNK_BYTES (read once per process: a multiple of 4 in
- *  [4, 2^30]; the tests use small chunks to run the pipeline on small shapes). 0 when that variable is set to
- *  anything else (the calls then fail, naming it). Every rank must use the same size: the calls' descriptors
- *  carry it and are checked. */
+/** The chunk size in bytes: option "mpi" CHUNK_BYTES (CAMDELTA_SP_CHUNK_BYTES, read once per process through the
+ *  option registry; the tests use small chunks to run the pipeline on small shapes). 0 when that variable does not
+ *  parse (the calls then fail with cd_xfer_chunk_error, naming it). Every rank must use the same size: the calls'
+ *  descriptors carry it and are checked. */
 size_t cd_xfer_chunk(void);
+/** Why cd_xfer_chunk is 0 ("" when it is not). */
+const char *cd_xfer_chunk_error(void);
 
 /** A device region of this rank: `bytes` from byte `off` of `mem`. */
 typedef struct cd_xregion {

@@ -1,4 +1,4 @@
-/* The backward passes' hooks for camdelta_warm (src/warm.c). Not installed. */
+/* The backward passes' hooks for camdelta_warm (src/ops/warm.c). Not installed. */
 #ifndef CAMDELTA_BACKWARD_H
 #define CAMDELTA_BACKWARD_H
 #include "internal.h"

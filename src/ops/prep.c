@@ -61,6 +61,21 @@ camdelta_status cd_prep_inv_rms_warm(camdelta_context *ctx, camdelta_dtype dtype
   return cd_program(ctx, "prep.cl", opts, &prog);
 }
 
+camdelta_status cd_prep_forward_warm(camdelta_context *ctx, camdelta_dtype dtype, size_t D, size_t H) {
+  camdelta_status st = CAMDELTA_OK;
+  cd_pf_plan pf;
+  /* the register-resident form in both index widths (a call's N decides which, cd_prep_ix32); the other forms do not
+   * take the flag, so the second call finds the first one's program */
+  int fused = 0;
+  for (int ix = 0; ix < 2 && !st; ix++)
+    if ((fused = cd_prep_fused_kernel(ctx, dtype, D, H, ix, &pf, &st))) clReleaseKernel(pf.k);
+  if (st) return st;
+  cl_kernel k;
+  size_t ts;
+  if (!fused && !(st = cd_prep_kernel(ctx, "prep.cl", "cd_prep_forward", dtype, D, &k, &ts))) clReleaseKernel(k);
+  return st ? st : cd_prep_inv_rms_warm(ctx, dtype);
+}
+
 camdelta_status cd_prep_inv_rms(camdelta_context *ctx, size_t B, size_t N, size_t H, size_t D, camdelta_dtype dtype,
                                  float eps, camdelta_buffer q_raw, camdelta_buffer k_raw, cl_mem inv_rms,
                                  cd_launch *l) {

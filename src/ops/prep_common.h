@@ -19,6 +19,10 @@ void cd_prep_use_inputs(cd_call *c, size_t B, size_t N, size_t H, size_t D, camd
 /** Enqueue the inverse-RMS kernel: inv_rms (2, B, N) f32, q then k. */
 camdelta_status cd_prep_inv_rms(camdelta_context *ctx, size_t B, size_t N, size_t H, size_t D, camdelta_dtype dtype,
                                  float eps, camdelta_buffer q_raw, camdelta_buffer k_raw, cl_mem inv_rms, cd_launch *l);
+/** Build (or load) the prep forward's programs for (dtype, D, H) as a call would (camdelta_warm): the form the
+ *  context runs (H = 0: the heads not known, so not the register-resident form), in both index widths, and the
+ *  inverse RMS. */
+camdelta_status cd_prep_forward_warm(camdelta_context *ctx, camdelta_dtype dtype, size_t D, size_t H);
 /** Build (or load) the inverse-RMS program for `dtype`. */
 camdelta_status cd_prep_inv_rms_warm(camdelta_context *ctx, camdelta_dtype dtype);
 /** A per-token prep-family kernel from `source` built for (dtype, D) with the

@@ -681,7 +681,7 @@ camdelta_status camdelta_scan_sp_forward_hooked(camdelta_context *ctx, const cam
   if ((st = plan_forward(ctx, args, &pe))) return st;
   const fwd_plan *pl = pe->plan;
   const camdelta_scan_algorithm alg = pl->alg;
-  if (ctx->scan_verbose) {
+  if (cd_option(ctx, CD_OPT_VERBOSE_SCAN, CAMDELTA_F32)) {
     char text[1024];
     plan_text(pl, args, text, sizeof text);
     choice_text(ctx, args, text, sizeof text);
@@ -838,7 +838,7 @@ camdelta_status cd_scan_forward_native(camdelta_context *ctx, const camdelta_sca
   camdelta_status st = fwd_build_opts(ctx, CAMDELTA_SCAN_CHUNKWISE, pr->clips * H, args,
                                       pr->vec && cd_tc_vec_ok(4, offs, 5), cd_packed_opts(pr), &pl);
   if (st) return st;
-  if (ctx->scan_verbose) {
+  if (cd_option(ctx, CD_OPT_VERBOSE_SCAN, CAMDELTA_F32)) {
     char text[1024];
     plan_text(pl, args, text, sizeof text);
     fprintf(stderr, "camdelta scan (packed clips, native): %s\n", text);

@@ -337,7 +337,7 @@ static camdelta_status run_backward(camdelta_context *ctx, const camdelta_scan_b
   const sb_config cfg = pl->cfg;
   const sb_kernels k = pl->k;
   const cd_tc_set tc = pl->tc;
-  if (ctx->scan_verbose) {
+  if (cd_option(ctx, CD_OPT_VERBOSE_SCAN, CAMDELTA_F32)) {
     fprintf(stderr, "camdelta scan backward%s: grams W=%zu, frames W=%zu tokens=%zu%s: %s\n",
             pr ? " (packed clips, native)" : "", (D / cfg.rpt) * (D / cfg.rpt), cfg.tl * (D / cfg.dpt),
             cfg.tl * cfg.tpt, pl->overridden ? " (tiles overridden)" : "", pl->opts);

@@ -238,7 +238,7 @@ const char *cd_packed_opts(const cd_packed_run *pr) {
 
 static void report_path(const camdelta_context *ctx, const camdelta_packed_clips *pc, int native) {
   if (pc->native) *pc->native = native;
-  if (ctx->scan_verbose)
+  if (cd_option(ctx, CD_OPT_VERBOSE_SCAN, CAMDELTA_F32))
     fprintf(stderr, "camdelta scan: packed clips, %s path\n", native ? "native" : "padded batch");
 }
 

@@ -178,7 +178,7 @@ camdelta_status cd_scan_pair_forward(camdelta_context *ctx, const cd_scan_pair_a
   if (!st) st = chain_acquire(ctx, BH, D, a->S, &ce);
   const chain_plan *cp = ce ? ce->plan : NULL;
   if (!st) st = cd_kernel(ctx, "scan_pair.cl", "-DCD_D=8", "cd_pair_sum", &ks);
-  if (!st && ctx->scan_verbose) {
+  if (!st && cd_option(ctx, CD_OPT_VERBOSE_SCAN, CAMDELTA_F32)) {
     char text[1024];
     cd_scan_chunk_describe(plan, text, sizeof text);
     fprintf(stderr, "camdelta scan pair: %s; the pair's chains in %u value blocks of work-groups of %u\n", text,
@@ -337,7 +337,7 @@ camdelta_status cd_scan_pair_backward(camdelta_context *ctx, const cd_scan_pair_
   if (!st) st = cd_kernel(ctx, "scan_pair.cl", "-DCD_D=8", "cd_pair_add", &k[KADD]);
   if (!st && cd_kernel_max_wg(ctx, k[KCHAIN]) < D)
     st = cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: the compiled chain allows work-groups below D=%zu", BOP, D);
-  if (!st && ctx->scan_verbose)
+  if (!st && cd_option(ctx, CD_OPT_VERBOSE_SCAN, CAMDELTA_F32))
     fprintf(stderr, "camdelta scan pair backward: %s: %s\n", tc.on ? (tc.split ? "tensor cores, exact" : "tensor "
                     "cores, tf32") : "fma", tc.on ? tc.fopts : t.opts);
   const size_t ts = tc.on ? cd_tc_tm(&tc.fr) : t.frames_tokens, ntiles = (S + ts - 1) / ts;

@@ -1,4 +1,4 @@
-/* The scan forward's hook for camdelta_warm (src/warm.c). Not installed. */
+/* The scan forward's hook for camdelta_warm (src/ops/warm.c). Not installed. */
 #ifndef CAMDELTA_SCAN_WARM_H
 #define CAMDELTA_SCAN_WARM_H
 #include "internal.h"

@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <threads.h>
 
 /* ------------------------------------------------------------------ messages */
 
@@ -155,16 +156,27 @@ static void family_keys(cd_opt_family_id f, int own_var, char *buf, size_t size)
 /* Parses the list "KEY=V,KEY=V" (commas or spaces between entries) of family f into val/given (indexed by id).
  * own_var: keys with a variable of their own are accepted too (camdelta_tune_set); src names the list in messages
  * ("CAMDELTA_PREP_TILES", "camdelta_tune_set(prep)"). */
+int cd_opt_list_next(const char **p, const char **key, size_t *klen, const char **val, size_t *vlen) {
+  const char *s = *p;
+  while (*s == ' ' || *s == ',') s++;
+  if (!*s) return *p = s, 0;
+  *key = s;
+  while (*s && *s != '=' && *s != ',' && *s != ' ') s++;
+  *klen = (size_t)(s - *key);
+  if (*s != '=') return *p = s, -1;
+  *val = ++s;
+  while (*s && *s != ',' && *s != ' ') s++;
+  *vlen = (size_t)(s - *val);
+  *p = s;
+  return 1;
+}
+
 static int parse_list(cd_opt_family_id f, const char *text, int own_var, const char *src, uint32_t *val,
                       unsigned char *given, char *err, size_t err_size) {
-  const char *p = text;
-  while (*p) {
-    while (*p == ' ' || *p == ',') p++;
-    if (!*p) break;
-    const char *key = p;
-    while (*p && *p != '=' && *p != ',' && *p != ' ') p++;
-    const size_t klen = (size_t)(p - key);
-    if (*p != '=') return fail(err, err_size, "%s: '%.*s' is not KEY=V (value: '%s')", src, (int)klen, key, text);
+  const char *p = text, *key = NULL, *v = NULL;
+  size_t klen = 0, vlen = 0;
+  for (int r; (r = cd_opt_list_next(&p, &key, &klen, &v, &vlen));) {
+    if (r < 0) return fail(err, err_size, "%s: '%.*s' is not KEY=V (value: '%s')", src, (int)klen, key, text);
     int id = -1;
     for (int i = 0; i < CD_OPT_COUNT && id < 0; i++) {
       const cd_opt_decl *d = &cd_opt_decls[i];
@@ -180,9 +192,7 @@ static int parse_list(cd_opt_family_id f, const char *text, int own_var, const c
     }
     const cd_opt_decl *d = &cd_opt_decls[id];
     if (given[id]) return fail(err, err_size, "%s: %s given twice (value: '%s')", src, d->key, text);
-    const char *v = ++p;
-    while (*p && *p != ',' && *p != ' ') p++;
-    if (!parse_value(d, v, (size_t)(p - v), &val[id])) {
+    if (!parse_value(d, v, vlen, &val[id])) {
       char allowed[256];
       allowed_text(d, allowed, sizeof allowed);
       return fail(err, err_size, "%s: %s must be %s (value: '%s')", src, d->key, allowed, text);
@@ -192,17 +202,68 @@ static int parse_list(cd_opt_family_id f, const char *text, int own_var, const c
   return 0;
 }
 
+int cd_opt_family_env_shared(cd_opt_family_id f) {
+  const char *var = cd_opt_families[f].env;
+  for (int g = 0; var && g < CD_OPT_FAM_COUNT; g++)
+    if (g != (int)f && cd_opt_families[g].env && strcmp(cd_opt_families[g].env, var) == 0) return 1;
+  return 0;
+}
+
+/* A list variable that several families share: "family:KEY=V,...;family:KEY=V,..." (family one of those sharing
+ * var). */
+static int parse_shared(const char *var, const char *text, uint32_t *val, unsigned char *given, char *err,
+                        size_t err_size) {
+  for (const char *p = text; *p;) {
+    const char *end = strchr(p, ';');
+    const size_t len = end ? (size_t)(end - p) : strlen(p);
+    const char *colon = memchr(p, ':', len);
+    if (!colon)
+      return fail(err, err_size, "%s: '%.*s' is not FAMILY:KEY=V,... (value: '%s')", var, (int)len, p, text);
+    int f = -1;
+    for (int g = 0; g < CD_OPT_FAM_COUNT && f < 0; g++)
+      if (cd_opt_families[g].env && strcmp(cd_opt_families[g].env, var) == 0 &&
+          strlen(cd_opt_families[g].name) == (size_t)(colon - p) && strncmp(cd_opt_families[g].name, p, (size_t)(colon - p)) == 0)
+        f = g;
+    if (f < 0) {
+      char names[256];
+      size_t n = 0;
+      names[0] = '\0';
+      for (int g = 0; g < CD_OPT_FAM_COUNT; g++)
+        if (cd_opt_families[g].env && strcmp(cd_opt_families[g].env, var) == 0)
+          append(names, sizeof names, &n, "%s%s", n ? ", " : "", cd_opt_families[g].name);
+      return fail(err, err_size, "%s: unknown family '%.*s' (%s)", var, (int)(colon - p), p, names);
+    }
+    char list[512];
+    const size_t llen = len - (size_t)(colon + 1 - p);
+    if (llen >= sizeof list) return fail(err, err_size, "%s: '%.*s' is too long", var, (int)len, p);
+    memcpy(list, colon + 1, llen);
+    list[llen] = '\0';
+    if (parse_list((cd_opt_family_id)f, list, 0, var, val, given, err, err_size)) return -1;
+    p += len;
+    if (*p == ';') p++;
+  }
+  return 0;
+}
+
 int cd_opt_read_env(cd_opt_values *o, char *err, size_t err_size) {
   uint32_t val[CD_OPT_COUNT] = {0};
   unsigned char given[CD_OPT_COUNT] = {0};
   for (int f = 0; f < CD_OPT_FAM_COUNT; f++) {
+    if (cd_opt_families[f].process) continue;
     const char *var = cd_opt_families[f].env;
-    const char *text = var ? getenv(var) : NULL;
-    if (text && *text && parse_list((cd_opt_family_id)f, text, 0, var, val, given, err, err_size)) return -1;
+    int first = 1; /* a shared variable is read once, with the first family that names it */
+    for (int g = 0; var && g < f; g++)
+      if (cd_opt_families[g].env && strcmp(cd_opt_families[g].env, var) == 0) first = 0;
+    const char *text = var && first ? getenv(var) : NULL;
+    if (!text || !*text) continue;
+    if (cd_opt_family_env_shared((cd_opt_family_id)f) ? parse_shared(var, text, val, given, err, err_size)
+                                                      : parse_list((cd_opt_family_id)f, text, 0, var, val, given, err,
+                                                                   err_size))
+      return -1;
   }
   for (int i = 0; i < CD_OPT_COUNT; i++) {
     const cd_opt_decl *d = &cd_opt_decls[i];
-    const char *text = d->env ? getenv(d->env) : NULL;
+    const char *text = d->env && !cd_opt_families[d->family].process ? getenv(d->env) : NULL;
     if (text && *text && !parse_value(d, text, strlen(text), &val[i])) {
       char allowed[256];
       allowed_text(d, allowed, sizeof allowed);
@@ -212,6 +273,34 @@ int cd_opt_read_env(cd_opt_values *o, char *err, size_t err_size) {
   }
   for (int i = 0; i < CD_OPT_COUNT; i++)
     if (given[i]) cd_opt_put(o, (cd_opt_id)i, val[i], CD_OPT_FROM_ENV);
+  return 0;
+}
+
+/* The process-wide keys, read together the first time one is asked for. */
+static once_flag process_once = ONCE_FLAG_INIT;
+static uint32_t process_value[CD_OPT_COUNT];
+static char process_error[CD_OPT_COUNT][512];
+
+static void read_process(void) {
+  for (int i = 0; i < CD_OPT_COUNT; i++) {
+    const cd_opt_decl *d = &cd_opt_decls[i];
+    if (!cd_opt_families[d->family].process) continue;
+    process_value[i] = d->def[0];
+    const char *text = d->env ? getenv(d->env) : NULL;
+    if (text && *text && !parse_value(d, text, strlen(text), &process_value[i])) {
+      char allowed[160];
+      allowed_text(d, allowed, sizeof allowed);
+      snprintf(process_error[i], sizeof process_error[i], "%s must be %s (value: '%.40s')", d->env, allowed, text);
+    }
+  }
+}
+
+int cd_opt_process(cd_opt_id id, uint32_t *value, char *err, size_t err_size) {
+  call_once(&process_once, read_process);
+  if (!cd_opt_families[cd_opt_decls[id].family].process)
+    return fail(err, err_size, "%s: not a process-wide option", cd_opt_decls[id].key);
+  if (process_error[id][0]) return fail(err, err_size, "%s", process_error[id]);
+  *value = process_value[id];
   return 0;
 }
 
@@ -274,6 +363,10 @@ static int var_declared_before(const char *name, int upto_decl, int upto_family,
   return 0;
 }
 
+int cd_opt_declares(const char *name) {
+  return var_declared_before(name, CD_OPT_COUNT, CD_OPT_FAM_COUNT, cd_opt_env_doc_count);
+}
+
 static int allowed_value(const cd_opt_decl *d, uint32_t v) {
   if (v == CD_OPT_AUTO) return 1;
   char text[16];
@@ -286,11 +379,12 @@ int cd_opt_check_table(char *err, size_t err_size) {
   for (int f = 0; f < CD_OPT_FAM_COUNT; f++) {
     const cd_opt_family *fm = &cd_opt_families[f];
     if (!fm->name || !fm->doc) return fail(err, err_size, "family %d: no name or doc", f);
-    if (fm->env && var_declared_before(fm->env, 0, f, 0))
+    if (fm->env && (var_declared_before(fm->env, CD_OPT_COUNT, 0, cd_opt_env_doc_count)))
       return fail(err, err_size, "family %s: %s declared twice", fm->name, fm->env);
     int keys = 0;
     for (int i = 0; i < CD_OPT_COUNT; i++) keys += (int)cd_opt_decls[i].family == f && !cd_opt_decls[i].hidden;
     if (!keys) return fail(err, err_size, "family %s: no key", fm->name);
+    if (fm->process && fm->env) return fail(err, err_size, "family %s: a process-wide family has no list", fm->name);
   }
   for (int i = 0; i < CD_OPT_COUNT; i++) {
     const cd_opt_decl *d = &cd_opt_decls[i];
@@ -304,6 +398,11 @@ int cd_opt_check_table(char *err, size_t err_size) {
       if (cd_opt_decls[j].family == d->family && strcmp(cd_opt_decls[j].key, d->key) == 0)
         return fail(err, err_size, "%s: declared twice in family %s", d->key, cd_opt_families[d->family].name);
     if (d->hidden && d->env) return fail(err, err_size, "%s: a hidden option has no variable", d->key);
+    if (cd_opt_families[d->family].process && (!d->env || d->hidden || d->def[0] == CD_OPT_AUTO))
+      return fail(err, err_size, "%s: a process-wide option has a variable of its own and one default", d->key);
+    for (int k = 1; cd_opt_families[d->family].process && k < CD_OPT_NDEF; k++)
+      if (d->def[k] != d->def[0])
+        return fail(err, err_size, "%s: a process-wide option has one default", d->key);
     if (d->env && var_declared_before(d->env, i, CD_OPT_FAM_COUNT, 0))
       return fail(err, err_size, "%s: %s declared twice", d->key, d->env);
     if (d->type == CD_OPT_RANGE && (d->min > d->max || d->max >= UINT32_MAX))
@@ -364,7 +463,12 @@ void cd_opt_markdown(FILE *out) {
   for (int f = 0; f < CD_OPT_FAM_COUNT; f++) {
     const cd_opt_family *fm = &cd_opt_families[f];
     fprintf(out, "### `%s`: %s\n\n", fm->name, fm->doc);
-    if (fm->env) fprintf(out, "List variable: `%s`.\n\n", fm->env);
+    if (fm->process)
+      fputs("Process-wide: read once per process, the first time it is needed; not set per context.\n\n", out);
+    if (fm->env && cd_opt_family_env_shared((cd_opt_family_id)f))
+      fprintf(out, "List variable: `%s`, shared: `%s:KEY=V,...;OTHER:KEY=V,...`.\n\n", fm->env, fm->name);
+    else if (fm->env)
+      fprintf(out, "List variable: `%s`.\n\n", fm->env);
     fputs("| key | variable | values | default | meaning |\n|---|---|---|---|---|\n", out);
     for (int i = 0; i < CD_OPT_COUNT; i++) {
       const cd_opt_decl *d = &cd_opt_decls[i];

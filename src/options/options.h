@@ -2,13 +2,14 @@
  * environment variable, type, allowed values, default per device class and storage, and a one-line doc.
  *
  * - A context reads the environment through it once, at creation (cd_opt_read_env), into its cd_opt_values;
- *   nothing reads the environment on the call path.
+ *   nothing reads the environment on the call path. Process-wide families (the MPI component's) are read once per
+ *   process instead (cd_opt_process).
  * - camdelta_tune_set / camdelta_tune_get reach the same values by family and key (cd_opt_set_family,
  *   cd_opt_describe_family).
  * - docs/tuning.md is generated from the table (cd_opt_markdown; a test fails when the committed file is stale).
  *
  * Keys are set by family: the family's list variable holds "KEY=V,KEY=V" for its keys without a variable of their
- * own, and camdelta_tune_set(ctx, family, "KEY=V,...") replaces the whole family's values for one context (keys not
+ * own (a variable several families share holds "family:KEY=V,...;family:KEY=V,..."), and camdelta_tune_set(ctx, family, "KEY=V,...") replaces the whole family's values for one context (keys not
  * given return to their defaults, over the environment).
  *
  * Declaring a knob: an id in cd_opt_id (its family's block), its entry in table.c (designated initialisers, indexed
@@ -31,6 +32,9 @@ typedef enum cd_opt_family_id {
   CD_OPT_FAM_PREP,     /* "prep": the prep forward */
   CD_OPT_FAM_PREP_BWD, /* "prep_backward": the prep backward */
   CD_OPT_FAM_CONV,     /* "conv": the short convolution */
+  CD_OPT_FAM_SCAN,     /* "scan": the scan's arithmetic path */
+  CD_OPT_FAM_MPI,      /* "mpi": sequence parallelism (camdelta_mpi), process-wide */
+  CD_OPT_FAM_VERBOSE,  /* "verbose": what a context prints on stderr */
   CD_OPT_FAM_COUNT
 } cd_opt_family_id;
 
@@ -48,6 +52,10 @@ typedef enum cd_opt_id {
   CD_OPT_PREP_BWD_NU,
   CD_OPT_PREP_BWD_TW,
   CD_OPT_CONV_SB,
+  CD_OPT_SCAN_TC,
+  CD_OPT_MPI_CHUNK_BYTES,
+  CD_OPT_VERBOSE_KERNELS,
+  CD_OPT_VERBOSE_SCAN,
   CD_OPT_COUNT
 } cd_opt_id;
 
@@ -88,6 +96,8 @@ typedef struct cd_opt_family {
   const char *name; /* camdelta_tune_set's family */
   const char *env;  /* the list variable "KEY=V,..." for the keys without a variable of their own, or NULL */
   const char *doc;  /* one line */
+  int process;      /* process-wide: read once per process (cd_opt_process), not per context; camdelta_tune_set
+                       does not take it */
 } cd_opt_family;
 
 extern const cd_opt_family cd_opt_families[CD_OPT_FAM_COUNT];
@@ -127,12 +137,25 @@ int cd_opt_read_env(cd_opt_values *o, char *err, size_t err_size);
  *  a message in err and *o unchanged. */
 int cd_opt_set_family(cd_opt_values *o, cd_opt_family_id f, const char *params, cd_opt_source from, const char *who,
                       char *err, size_t err_size);
+/** A key of a process-wide family: read from its variable once per process, the first time any thread asks (the
+ *  default when unset). 0 and *value, or -1 with a message naming the variable in err; every later call gives the
+ *  same answer. */
+int cd_opt_process(cd_opt_id id, uint32_t *value, char *err, size_t err_size);
 /** Sets one key (tests, and the runtime's emulated device facts). */
 void cd_opt_put(cd_opt_values *o, cd_opt_id id, uint32_t value, cd_opt_source from);
 /** The value of `id`: the one set, else the default for (gpu_like, half); CD_OPT_AUTO where the operation decides. */
 uint32_t cd_opt_get(const cd_opt_values *o, cd_opt_id id, int gpu_like, int half);
 /** 1 when `id` was set (environment or camdelta_tune_set). */
 int cd_opt_is_set(const cd_opt_values *o, cd_opt_id id);
+/** 1 when family f's list variable is shared with other families: its value is then
+ *  "family:KEY=V,...;family:KEY=V,...". */
+int cd_opt_family_env_shared(cd_opt_family_id f);
+/** The next entry of a list "KEY=V,KEY=V" (commas or spaces between entries) from *p: 1 with the key's text
+ *  [key, key + klen) and the value's [val, val + vlen); 0 at the end; -1 for an entry without '=' (key, klen name it).
+ *  *p moves past the entry. */
+int cd_opt_list_next(const char **p, const char **key, size_t *klen, const char **val, size_t *vlen);
+/** 1 when `name` is a variable the registry declares (a key's, a family's list, or one read elsewhere). */
+int cd_opt_declares(const char *name);
 /** The family named `name`, or -1. */
 int cd_opt_family_find(const char *name);
 /** The names of every family, ", "-separated, for messages. */

@@ -8,6 +8,12 @@ const cd_opt_family cd_opt_families[CD_OPT_FAM_COUNT] = {
                              .env = "CAMDELTA_PREP_BWD_TILES",
                              .doc = "the prep backward (camdelta_prep_backward)"},
     [CD_OPT_FAM_CONV] = {.name = "conv", .env = NULL, .doc = "the short convolution on raw K (camdelta_short_conv_*)"},
+    [CD_OPT_FAM_SCAN] = {.name = "scan", .env = NULL, .doc = "the scan (camdelta_scan_*, the camera branch's scans)"},
+    [CD_OPT_FAM_MPI] = {.name = "mpi",
+                        .env = NULL,
+                        .doc = "sequence parallelism over MPI (camdelta_mpi)",
+                        .process = 1},
+    [CD_OPT_FAM_VERBOSE] = {.name = "verbose", .env = NULL, .doc = "what a context prints on stderr"},
 };
 
 const cd_opt_decl cd_opt_decls[CD_OPT_COUNT] = {
@@ -112,6 +118,41 @@ const cd_opt_decl cd_opt_decls[CD_OPT_COUNT] = {
                         .def = CD_OPT_DEF_CLASS(8, 4),
                         .doc = "spatial positions per work-item of the backward: fewer give more work-items and more "
                                "weight partials to sum"},
+    [CD_OPT_SCAN_TC] = {.family = CD_OPT_FAM_SCAN,
+                        .key = "TC",
+                        .env = "CAMDELTA_TC",
+                        .type = CD_OPT_ONE_OF,
+                        .values = {0, 1, 2},
+                        .names = {NULL, NULL, "emulate"},
+                        .nvalues = 3,
+                        .def = CD_OPT_DEF(1),
+                        .doc = "the NVIDIA tensor-core path: 0 off, 1 where the device passes its feature test, "
+                               "emulate its kernels with the products done through local memory, on any device "
+                               "(tests)"},
+    [CD_OPT_MPI_CHUNK_BYTES] = {.family = CD_OPT_FAM_MPI,
+                                .key = "CHUNK_BYTES",
+                                .env = "CAMDELTA_SP_CHUNK_BYTES",
+                                .type = CD_OPT_RANGE,
+                                .min = 4,
+                                .max = 1u << 30,
+                                .step = 4,
+                                .def = CD_OPT_DEF(4u << 20),
+                                .doc = "the largest chunk of the pipelined transfers between ranks (device reads to "
+                                       "pinned memory, messages, writes); the same on every rank (checked)"},
+    [CD_OPT_VERBOSE_KERNELS] = {.family = CD_OPT_FAM_VERBOSE,
+                                .key = "KERNELS",
+                                .env = "CAMDELTA_PROFILE_KERNELS",
+                                .type = CD_OPT_FLAG,
+                                .def = CD_OPT_DEF(0),
+                                .doc = "1: each profiled kernel's time (a call given a camdelta_profile, as "
+                                       "`camdelta bench` does)"},
+    [CD_OPT_VERBOSE_SCAN] = {.family = CD_OPT_FAM_VERBOSE,
+                             .key = "SCAN",
+                             .env = "CAMDELTA_SCAN_VERBOSE",
+                             .type = CD_OPT_FLAG,
+                             .def = CD_OPT_DEF(0),
+                             .doc = "1: the scan's plan at each call (algorithm, kernels, arithmetic path, tiles; the "
+                                    "API is camdelta_scan_plan_describe)"},
 };
 
 const cd_opt_env_doc cd_opt_env_docs[] = {
@@ -123,7 +164,8 @@ const cd_opt_env_doc cd_opt_env_docs[] = {
     {.name = "CAMDELTA_CACHE_DIR",
      .value = "a folder",
      .when = "each program build",
-     .doc = "the kernel cache folder (default `$XDG_CACHE_HOME/camdelta`, else `~/.cache/camdelta`)"},
+     .doc = "the kernel cache folder (default `$XDG_CACHE_HOME/camdelta`, else `~/.cache/camdelta`; created 0700; a "
+            "shared sticky folder is used through its subfolder `camdelta-<uid>`)"},
     {.name = "CAMDELTA_CACHE",
      .value = "`0`",
      .when = "each program build",
@@ -137,19 +179,6 @@ const cd_opt_env_doc cd_opt_env_docs[] = {
      .when = "context creation",
      .doc = "test mode: lower the local memory, work-group size and compute units the context reports (values above "
             "the device's own are ignored)"},
-    {.name = "CAMDELTA_PROFILE_KERNELS",
-     .value = "`1`",
-     .when = "context creation",
-     .doc = "print each profiled kernel's time on stderr (with `camdelta bench`)"},
-    {.name = "CAMDELTA_SCAN_VERBOSE",
-     .value = "`1`",
-     .when = "context creation",
-     .doc = "print the scan's plan (algorithm, kernels, arithmetic path, tiles) on stderr; the API is "
-            "`camdelta_scan_plan_describe`"},
-    {.name = "CAMDELTA_TC",
-     .value = "`0` or `emulate`",
-     .when = "context creation",
-     .doc = "turn the NVIDIA tensor-core path off, or run its kernels emulated on any device (tests)"},
     {.name = "CAMDELTA_TC_TILES",
      .value = "`gram:WM=2,KC=16;frames:WM=4`",
      .when = "context creation",
@@ -168,11 +197,6 @@ const cd_opt_env_doc cd_opt_env_docs[] = {
      .when = "context creation",
      .doc = "the sequential forward's value columns per work-group, tokens per tile, work-group size, prefetch and "
             "where the outputs come from; `camdelta_tune_set` family `sequential`"},
-    {.name = "CAMDELTA_SP_CHUNK_BYTES",
-     .value = "a multiple of 4 in [4, 2^30]",
-     .when = "once per process",
-     .doc = "sequence parallelism (`camdelta_mpi`): the largest chunk of the pipelined transfers between ranks "
-            "(default 4 MiB); the same on every rank (checked)"},
     {.name = "CAMDELTA_SP_SEPARATE_SUMMARIES",
      .value = "`1`",
      .when = "each sequence-parallel call",

@@ -102,14 +102,10 @@ camdelta_status cd_check_no_overlap(const char *op, const cd_tensor_arg *outs, s
 camdelta_status cd_parse_tiles(const char *var, const char *text, const char *const *keys, size_t n,
                                    unsigned *v) {
   for (size_t i = 0; i < n; i++) v[i] = 0;
-  const char *p = text;
-  while (*p) {
-    while (*p == ' ' || *p == ',') p++;
-    if (!*p) break;
-    const char *key = p;
-    while (*p && *p != '=' && *p != ',' && *p != ' ') p++;
-    const size_t klen = (size_t)(p - key);
-    if (*p != '=')
+  const char *p = text, *key = NULL, *val = NULL;
+  size_t klen = 0, vlen = 0;
+  for (int r; (r = cd_opt_list_next(&p, &key, &klen, &val, &vlen));) {
+    if (r < 0)
       return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%.*s' is not KEY=N (value: '%s')", var, (int)klen, key,
                      text);
     size_t k = 0;
@@ -123,14 +119,13 @@ camdelta_status cd_parse_tiles(const char *var, const char *text, const char *co
       return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: unknown key '%.*s' (known: %s)", var, (int)klen, key,
                      known);
     }
-    p++;
-    char *end = NULL;
-    const unsigned long x = strtoul(p, &end, 10);
-    if (end == p || (*end && *end != ',' && *end != ' ') || x < 1 || x > 4096)
+    unsigned long x = 0;
+    size_t d = 0;
+    while (d < vlen && d < 5 && val[d] >= '0' && val[d] <= '9') x = x * 10 + (unsigned long)(val[d++] - '0');
+    if (d == 0 || d != vlen || x < 1 || x > 4096)
       return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: %s needs an integer in [1, 4096] (value: '%s')", var,
                      keys[k], text);
     v[k] = (unsigned)x;
-    p = end;
   }
   return CAMDELTA_OK;
 }

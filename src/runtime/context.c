@@ -6,7 +6,6 @@
 
 #include "device.h"
 #include "internal.h"
-#include "plan.h"
 #include "scan_tiles.h"
 
 static double now_ms(void) {
@@ -61,11 +60,6 @@ static camdelta_status finish_create(camdelta_context *ctx) {
   char msg[512];
   cd_opt_clear(&ctx->opts);
   if (cd_opt_read_env(&ctx->opts, msg, sizeof msg)) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s", msg);
-  const char *tc = getenv("CAMDELTA_TC");
-  ctx->tc_env = !tc ? 0 : strcmp(tc, "0") == 0 ? 1 : strcmp(tc, "emulate") == 0 ? 2 : 0;
-  ctx->scan_verbose = getenv("CAMDELTA_SCAN_VERBOSE") != NULL;
-  const char *pk = getenv("CAMDELTA_PROFILE_KERNELS");
-  ctx->profile_kernels = pk && *pk && strcmp(pk, "0") != 0;
   const char *tct = getenv("CAMDELTA_TC_TILES");
   if (tct && *tct && !(ctx->tc_tiles_env = strdup(tct)))
     return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "out of host memory reading CAMDELTA_TC_TILES");
@@ -76,7 +70,7 @@ static camdelta_status finish_create(camdelta_context *ctx) {
 
 /* What finish_create allocated, on its failure or at destruction. */
 static void free_created(camdelta_context *ctx) {
-  cd_plan_free_all(ctx);
+  if (ctx->release_plans) ctx->release_plans(ctx);
   cd_tune_fma_free(ctx);
   free(ctx->tc_tiles_env);
   ctx->tc_tiles_env = NULL;

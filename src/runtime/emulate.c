@@ -101,8 +101,7 @@ camdelta_status cd_context_emulate(camdelta_context *ctx, const char *device) {
     ctx->info = e->info;
     ctx->pref_multiple = e->pref_multiple;
     ctx->facts_emulated = 1;
-    ctx->tc_env = e->tc ? 2 : 1; /* CAMDELTA_TC=emulate, or off */
-    ctx->tc_state = 0;           /* the feature test runs again with these facts */
+    cd_opt_put(&ctx->opts, CD_OPT_SCAN_TC, e->tc ? 2 : 0, CD_OPT_FROM_API); /* emulated, or off */
     mtx_unlock(&ctx->lock);
     return CAMDELTA_OK;
   }

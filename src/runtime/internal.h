@@ -110,22 +110,24 @@ struct camdelta_context {
   cd_program_entry *programs;
   camdelta_build_stats stats;
   cd_opt_values opts; /* the option registry's values (src/options/): the environment at creation, camdelta_tune_set */
-  int tc_state; /* tensor-core feature test (src/tune/tc.c): 0 not run yet, 1 passed, 2 emulated, -1 off */
+  int tc_state;     /* tensor-core feature test (src/tune/tc.c): 0 not run yet, 1 passed, 2 emulated, -1 off */
+  unsigned tc_mode; /* the value of option "scan" TC that tc_state was found for */
   /* tensor-core tiles (src/tune/params.c), read once per context: overrides (camdelta_tune_set, CAMDELTA_TC_TILES)
    * per family x (WM WN MR NR KC), 0 = not set; entries saved by `camdelta tune --save` */
   int tune_loaded;
   unsigned tune_over[3][5];
   unsigned tune_saved[CD_TUNE_MAX_ENTRIES][8]; /* family, D min, D max, WM, WN, MR, NR, KC */
   int tune_nsaved;
-  /* The rest of the scan's environment, read once at creation (never on the call path): CAMDELTA_TC (0 unset,
-   * 1 "0": off, 2 "emulate"), CAMDELTA_TC_TILES (parsed at the first tile resolution), CAMDELTA_SCAN_VERBOSE;
-   * CAMDELTA_SCAN_TILES, CAMDELTA_SCAN_BWD_TILES and CAMDELTA_SEQ_TILES (or camdelta_tune_set's "chunkwise" /
-   * "backward" / "sequential", guarded by lock) with their source's name, see src/tune/fma_tune.c */
-  int tc_env, scan_verbose, profile_kernels; /* profile_kernels: CAMDELTA_PROFILE_KERNELS (launch.c) */
+  /* The scan's tile overrides, read once at creation (never on the call path): CAMDELTA_TC_TILES (parsed at the
+   * first tile resolution); CAMDELTA_SCAN_TILES, CAMDELTA_SCAN_BWD_TILES and CAMDELTA_SEQ_TILES (or
+   * camdelta_tune_set's "chunkwise" / "backward" / "sequential", guarded by lock) with their source's name, see
+   * src/tune/fma_tune.c */
   char *tc_tiles_env;
   char *fma_tiles[3];
   char fma_var[3][48];
   struct cd_plan_entry *plans; /* plans kept per shape class (src/tune/plan.c), guarded by lock */
+  void (*release_plans)(camdelta_context *ctx); /* set by the plan cache when it keeps a plan: frees them all with
+                                                   the context (the runtime knows no plan) */
   unsigned plan_gen;           /* bumped when the plans are dropped (camdelta_tune_set) */
   /* What the device really is (platform, device and driver names for the disk cache's keys): `info` differs from
    * it only under CAMDELTA_DEVICE_LIMITS or cd_context_emulate (src/runtime/emulate.c). */

@@ -38,10 +38,10 @@ void cd_launch_init(cd_launch *l, camdelta_profile *profile) {
   l->profile = profile;
 }
 
-/* CAMDELTA_PROFILE_KERNELS=1 (read at context creation): each profiled kernel's time on stderr. */
+/* Option "verbose" KERNELS (CAMDELTA_PROFILE_KERNELS): each profiled kernel's time on stderr. */
 static camdelta_status flush_events(const camdelta_context *ctx, cd_launch *l, int sum) {
   camdelta_status st = CAMDELTA_OK;
-  const int verbose = ctx->profile_kernels;
+  const int verbose = cd_option(ctx, CD_OPT_VERBOSE_KERNELS, CAMDELTA_F32) != 0;
   if (l->n == 0) return st;
   cl_int err = clWaitForEvents(l->n, l->events);
   if (err != CL_SUCCESS) st = cd_cl_fail(err, "waiting for kernels");

@@ -58,6 +58,7 @@ camdelta_status cd_plan_acquire(camdelta_context *ctx, const cd_plan_key *key, c
     } else if (!e) {
       mine->next = ctx->plans;
       ctx->plans = mine;
+      ctx->release_plans = cd_plan_free_all;
       e = mine, mine = NULL;
     }
     mtx_unlock(&ctx->lock);

@@ -53,15 +53,20 @@ static int run_probe(camdelta_context *ctx, int emulate) {
   return ok;
 }
 
-int cd_tc_emulated(const camdelta_context *ctx) { return ctx->tc_state == 2; }
+/* Option "scan" TC: 0 off, 1 where the feature test passes, 2 emulated. */
+static unsigned tc_wanted(const camdelta_context *ctx) { return cd_option(ctx, CD_OPT_SCAN_TC, CAMDELTA_F32); }
+
+int cd_tc_emulated(const camdelta_context *ctx) { return tc_wanted(ctx) == 2 && ctx->tc_mode == 2 && ctx->tc_state == 2; }
 
 int cd_tc_available(camdelta_context *ctx) {
-  if (ctx->tc_state) return ctx->tc_state > 0;
+  const unsigned want = tc_wanted(ctx);
+  if (!want) return 0;
+  if (ctx->tc_state && ctx->tc_mode == want) return ctx->tc_state > 0;
   int ok = 0;
-  if (ctx->tc_env == 2) { /* CAMDELTA_TC=emulate at context creation */
+  if (want == 2) {
     ok = run_probe(ctx, 1) ? 2 : 0;
     cd_clear_error();
-  } else if (ctx->info.nvidia_ptx && ctx->tc_env != 1) {
+  } else if (ctx->info.nvidia_ptx) {
     /* the recorded result of an earlier test on this device, driver and library */
     const char *src = NULL;
     size_t len = 0;
@@ -84,6 +89,7 @@ int cd_tc_available(camdelta_context *ctx) {
   }
   mtx_lock(&ctx->lock);
   ctx->tc_state = ok ? ok : -1;
+  ctx->tc_mode = want;
   mtx_unlock(&ctx->lock);
   return ok;
 }

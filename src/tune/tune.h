@@ -15,10 +15,10 @@ typedef struct cd_tc_tiles {
 /** 1 when the tensor-core path can run on the context's device: an NVIDIA OpenCL device on which the feature
  *  test (a compiled cd_tc_probe program giving the exact split-TF32 product) passed. Run once per context; the
  *  result is also kept in the binary cache folder, keyed like the programs (device, driver, library version,
- *  source), so later processes skip the test. CAMDELTA_TC=0 turns the path off, CAMDELTA_TC=emulate turns it on
- *  emulated (read at context creation). */
+ *  source), so later processes skip the test. Option "scan" TC (CAMDELTA_TC) 0 turns the path off, `emulate` turns
+ *  it on emulated; the test runs again when the option changes. */
 int cd_tc_available(camdelta_context *ctx);
-/** 1 when the path runs emulated (CAMDELTA_TC=emulate: the same kernels with the mma done through local
+/** 1 when the path runs emulated (option "scan" TC = emulate: the same kernels with the mma done through local
  *  memory, on any device; for tests). */
 int cd_tc_emulated(const camdelta_context *ctx);
 

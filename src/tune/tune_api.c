@@ -14,10 +14,28 @@ static void all_families(char *buf, size_t size) {
   snprintf(buf, size, "%s, gram, apply, frames, chunkwise, backward, sequential", reg);
 }
 
+/* A process-wide family's values as this process reads them, "KEY=V KEY=V". */
+static camdelta_status process_text(cd_opt_family_id f, char *buf, size_t size) {
+  char text[1024], msg[512];
+  size_t len = 0;
+  text[0] = '\0';
+  for (int i = 0; i < CD_OPT_COUNT; i++) {
+    if (cd_opt_decls[i].family != f) continue;
+    uint32_t v;
+    if (cd_opt_process((cd_opt_id)i, &v, msg, sizeof msg)) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s", msg);
+    const int n = snprintf(text + len, sizeof text - len, "%s%s=%u", len ? " " : "", cd_opt_decls[i].key, (unsigned)v);
+    if (n > 0 && (size_t)n < sizeof text - len) len += (size_t)n;
+  }
+  return cd_copy_text("camdelta_tune_get", text, buf, size);
+}
+
 camdelta_status camdelta_tune_set(camdelta_context *ctx, const char *family, const char *params) {
   cd_clear_error();
   if (!ctx) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_tune_set: 'ctx' is NULL");
   const int f = cd_opt_family_find(family);
+  if (f >= 0 && cd_opt_families[f].process)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
+                   "camdelta_tune_set: family '%s' is process-wide, set by its environment variable only", family);
   if (f >= 0) {
     char who[64], msg[512];
     snprintf(who, sizeof who, "camdelta_tune_set(%s)", family);
@@ -50,6 +68,7 @@ camdelta_status camdelta_tune_get(camdelta_context *ctx, const char *family, siz
   if (st) return st;
   if (f >= 0) {
     char text[1024];
+    if (cd_opt_families[f].process) return process_text((cd_opt_family_id)f, buf, size);
     cd_opt_describe_family(&ctx->opts, (cd_opt_family_id)f, cd_device_gpu_like(&ctx->info), text, sizeof text);
     return cd_copy_text("camdelta_tune_get", text, buf, size);
   }
