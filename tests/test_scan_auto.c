@@ -63,9 +63,9 @@ static void check_measured(const char *device, const camdelta_device_info *d, in
 
 /* The H200 (132 SMs, 48 KiB local memory), `camdelta bench` medians (docs/performance.md): the exact path on
  * tensor cores, and the FMA kernels (CAMDELTA_TC=0) whose sequential kernel is the same (its outputs by the
- * tensor-core or the FMA phase C). Tensor cores: the thirteenth session's `ci/gpu-test.sh bench-scan` (the gram
+ * tensor-core or the FMA phase C). Tensor cores: the thirteenth session's `gpu-lab/gpu-test.sh bench-scan` (the gram
  * reading rows with consecutive work-items, the apply's 64 x 128 tiles); FMA: the fourth session's sequential
- * kernel (ci/gpu-test.sh seq-cal) and chunkwise kernels. */
+ * kernel (gpu-lab/gpu-test.sh seq-cal) and chunkwise kernels. */
 static void test_h200_measured(void **state) {
   (void)state;
   const camdelta_device_info d = h200_with(132);
