@@ -274,7 +274,7 @@ while [ $# -gt 0 ]; do
       ;;
     gram-stride)
       # phase A (cd_gram_tc) by row length: the same 20 frames per head laid out as B clips of F frames (rows of
-      # F·S tokens) and other row lengths; the packed path's rows are the whole batch's (docs/performance-log.md)
+      # F·S tokens) and other row lengths; the packed path's rows are the whole batch's (docs/tried.md, packed clips)
       for s in 4,20,112,5,1560 2,20,112,10,1560 1,20,112,20,1560 4,20,112,5,1564 2,20,112,10,1564 \
         1,20,112,20,1564 1,20,112,20,1568 1,20,112,20,1552 1,20,112,15,1560 1,20,112,16,1560 1,20,112,25,1560; do
         CAMDELTA_PROFILE_KERNELS=1 CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --shape "$s" \
@@ -288,8 +288,8 @@ while [ $# -gt 0 ]; do
       # OpenCL compiler builds it (gpu-lab/cl-inspect.c: registers, PTX), run through the CUDA driver API (gpu-lab/ptx-run.c,
       # ARG as it says) so that Nsight Compute measures it: its time, the details page, the stall samples by reason
       # and SASS opcode (gpu-lab/ncu-stalls.py), and the SASS (ptxas + cuobjdump) in $OUT/ptx-TAG.sass.
-      # Caution (2026-12-04): Nsight Compute ran past the 600 s limit without output twice, on cd_prep_bwd_grads at
-      # N = 32760 and N = 4096 (docs/performance-log.md, seventeenth session); give it a call of its own.
+      # Caution: Nsight Compute has run past a 600 s limit without output on cd_prep_bwd_grads at N = 4096 and
+      # above; give it a call of its own.
       shift
       tag=$1 file=$2 kern=$3 opts=$4 grid=$5 loc=$6
       shift 6
