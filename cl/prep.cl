@@ -1,4 +1,4 @@
-/* Prep forward (SPEC section 2): per-token inverse RMS, then the fused
+/* Prep forward (docs/math.md §2): per-token inverse RMS, then the fused
  * RMSNorm + ReLU + k-scale + UCPE 4x4 camera transform + RoPE, written
  * transposed to (B, H, D, N).
  *

@@ -1,4 +1,4 @@
-/* Prep backward, two-pass form for GPUs (SPEC section 4): the same gradients as cl/prep_backward.cl (read its
+/* Prep backward, two-pass form for GPUs (docs/math.md §4): the same gradients as cl/prep_backward.cl (read its
  * header for the math) without dproj_q/dproj_kv/drope_cos/drope_sin (calls that ask for those take the three-kernel
  * form). The full-channel RMSNorm couples a token's heads through S = sum_c da[c] x[c] w[c], so:
  *

@@ -95,7 +95,7 @@ def main():
     go = torch.randn_like(out)
     bench("scan backward causal", lambda: torch.autograd.grad(out, (qs, ks, vs, bs, ds), go, retain_graph=True))
 
-    # The branch forward as the upstream module composes it (SPEC section 8).
+    # The branch forward as the upstream module composes it (docs/math.md §8).
     cw = 0.3 * rnd(C, 4)
     b = bounds_fcp1(F, 3)
     seg_end = torch.empty(F, dtype=torch.long, device=dev)
