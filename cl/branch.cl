@@ -1,4 +1,4 @@
-/* The camera branch around prep and scan (SPEC 8.3-8.5): beta discount and the reverse gates, their backward,
+/* The camera branch around prep and scan (docs/math.md §8.3-8.5): beta discount and the reverse gates, their backward,
  * the output transform forward and backward, and the sum of the two scans' input gradients. f32.
  *
  * Build options: CD_D (head dim, multiple of 8, <= 128), CD_TS (tokens per work-group of the output transform). */

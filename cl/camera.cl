@@ -1,4 +1,4 @@
-/* Cameras -> per-token matrices and camera-half RoPE tables (SPEC 8.1). f32, no build options.
+/* Cameras -> per-token matrices and camera-half RoPE tables (docs/math.md §8.1). f32, no build options.
  *
  * cd_camera_matrices: one work-item per (token n, batch b). camera_conditions (B, T, 20) = c2w row-major (16),
  * fx fy cx cy in image pixels; token n = (f*Hs + v)*Ws + u. Ray in the camera d = (x, y, 1)/sqrt(1+x²+y²) with

@@ -62,16 +62,16 @@ typedef ulong cd_ix;
 #define CD_LDF4(p, i, al) ((al) ? *(global const float4 *)((p) + (i)) : vload4(0, (p) + (i)))
 inline float cd_sq4(float4 v) { return fma(v.x, v.x, fma(v.y, v.y, fma(v.z, v.z, v.w * v.w))); }
 
-/* The tokens of frame f (SPEC 1: token n = f·S + s): the one place the scan kernels learn where a frame starts
- * on the token axis, how many tokens it has, and where its chain (clip) starts and ends.
+/* The tokens of frame f (docs/math.md §1: token n = f·S + s): the one place the scan kernels learn where a frame
+ * starts on the token axis, how many tokens it has, and where its chain (clip) starts and ends.
  *
  * Fixed shape: frame f of (b, h) starts at f·S, has S tokens; the chain of (b, h) is frames 0 .. F−1 and its
  * init/final state is row bh of (B, H, D, D).
- * CD_PACKED (packed clips, SPEC 9, B = 1 so bh = h and f is the frame's index in the packed batch): every scan
- * kernel takes two more arguments last, CD_PK_ARGS = `pk, pk_h`: pk holds F + 1 frame offsets (tokens), then per
- * frame (its clip c)·4·H + 1 (first frame of its clip) + 2 (last frame), then clips + 1 clip offsets (frames);
- * pk_h = H. Its init/final state is row c·H + h of (clips, H, D, D); S is then the longest frame (grids) and
- * each frame's own count is cd_frame_len. Per-frame scratch stays (H, F, D, D) by packed frame.
+ * CD_PACKED (packed clips, docs/math.md §9, B = 1 so bh = h and f is the frame's index in the packed batch): every
+ * scan kernel takes two more arguments last, CD_PK_ARGS = `pk, pk_h`: pk holds F + 1 frame offsets (tokens), then
+ * per frame (its clip c)·4·H + 1 (first frame of its clip) + 2 (last frame), then clips + 1 clip offsets (frames);
+ * pk_h = H. Its init/final state is row c·H + h of (clips, H, D, D); S is then the longest frame (grids) and each
+ * frame's own count is cd_frame_len. Per-frame scratch stays (H, F, D, D) by packed frame.
  * CD_PK_CONST=1: the table is a __constant argument (it fits in 64 KiB; every index is uniform per work-group).
  * CD_PACKED=2: every frame has S tokens, so token ranges are computed as for the fixed shape (no table loads in the
  * per-frame kernels) and the table serves the clip bounds only. */

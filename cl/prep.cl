@@ -1,4 +1,4 @@
-/* Prep forward (SPEC section 2): per-token inverse RMS, then the fused
+/* Prep forward (docs/math.md §2): per-token inverse RMS, then the fused
  * RMSNorm + ReLU + k-scale + UCPE 4x4 camera transform + RoPE, written
  * transposed to (B, H, D, N).
  *
@@ -322,7 +322,7 @@ kernel void cd_prep_fused(CD_PREP_ONEPASS_TENSORS, ulong N, uint H, ulong B, flo
  * also keeps k's squares before and after the transform in a ring of CD_RR heads and sums them per (token, head)
  * in a fixed order: inflation_sq.
  * Splitting by tensor halves what one work-group holds (a tile of one tensor, CD_TT * CD_H * CD_D floats) against
- * the q-and-k form, so two tiles fit an SM's registers (H200: 126 registers at D = 112, H = 20); all of a
+ * the q-and-k form, so two tiles fit an NVIDIA SM's registers at D = 112, H = 20 without spilling; all of a
  * work-item's CD_H loads are issued back to back.
  * Build options: CD_DTYPE, CD_D, CD_H (heads; by default the host uses this form up to 48, see prep.c), CD_TT,
  * CD_WL (where the norm weights are read: prep.c says which is faster where).

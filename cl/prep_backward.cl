@@ -1,4 +1,4 @@
-/* Prep backward (SPEC section 4): the exact gradients of cl/prep.cl.
+/* Prep backward (docs/math.md §4): the exact gradients of cl/prep.cl.
  *
  * Per (b, n, h), with a = raw * inv_rms * w (pre-ReLU), qn = relu(a_q), kn = relu(a_k) * k_scale, vn = v_raw and
  * T the camera transform (first half, 4x4 per group) + RoPE (second half):

@@ -1,4 +1,4 @@
-/* Prep backward, two-pass form for GPUs (SPEC section 4): the same gradients as cl/prep_backward.cl (read its
+/* Prep backward, two-pass form for GPUs (docs/math.md §4): the same gradients as cl/prep_backward.cl (read its
  * header for the math) without dproj_q/dproj_kv/drope_cos/drope_sin (calls that ask for those take the three-kernel
  * form). The full-channel RMSNorm couples a token's heads through S = sum_c da[c] x[c] w[c], so:
  *
@@ -20,10 +20,10 @@
  * cd_prep_bwd_grads_kind  pass 2 with one of dq_raw, dk_raw, dv_raw per work-group (the default in 16-bit storage).
  * cd_prep_bwd_fused_reduce  the norm-weight gradients: the grads work-groups' partial rows summed in order.
  *
- * Measured on the H200 at sana480 (2026-12-04): 0.42 (0.29 from the forward's outputs) + 0.86 ms for passes 1 and 2
- * (1.17 ms in all from the outputs) against 1.48 ms for one pass that walked each tile's heads twice with barriers in
- * between (its second reads found little in the L2 cache). No atomics; every sum has a fixed order (bit-identical
- * run to run).
+ * Two passes, because a token's RMSNorm sum needs every head before any gradient is written: each pass streams its
+ * tensors once at close to the memory's bandwidth, where one pass holding a tile's heads for a second read would
+ * depend on the L2 cache keeping them (docs/performance.md has the times). No atomics; every sum has a fixed order
+ * (bit-identical run to run).
  *
  * Build options: CD_DTYPE, CD_D, CD_TT (tokens per tile of cd_prep_bwd_grads), CD_UW (its 4-channel units per
  * work-group, a divisor of D/4: the work-group has CD_TT * CD_UW work-items), CD_G2. */
@@ -445,8 +445,7 @@ kernel void cd_prep_bwd_grads(CD_GRADS_ARGS) {
  *   q: da = [a > 0] T^T g;  k: da = [a > 0] k_scale (T^T (g + 2 dpost T kn) + 2 dpre kn);  dx = da ir w - ir^3/C x S
  *   v: dv = T^T g
  * cd_grad_unit serves cd_prep_bwd_grads_kind only. cd_prep_bwd_grads keeps the same arithmetic written out for its
- * three tensors: calling this helper three times there made it 7% slower on the H200 (pass 2 through the helper,
- * the whole f32 backward at sana480 1.317 against 1.229 ms, 2026-12-04). */
+ * three tensors, which its compiled form needs: through three calls of this helper it runs slower. */
 inline float4 cd_grad_unit(uint kind, int first, cd_m4 M, float4 x, float4 g, float4 w, float ir, float Sx,
                            float dpost, float dpre, float k_scale, int has_gi, float C, float4 *pw) {
   if (kind == 2) return first ? cd_cam_t(M, g) : cd_rope_t(g, M.r0, M.r1);
@@ -463,8 +462,8 @@ inline float4 cd_grad_unit(uint kind, int first, cd_m4 M, float4 x, float4 g, fl
 /* Pass 2 with one tensor per work-group: cd_prep_bwd_grads's arguments and results, 3 * H * NU * J work-groups
  * (group = ((j * NU + v) * H + h) * 3 + kind) of CD_TT * CD_UW work-items; work-group (kind, h, v, j) writes dq_raw
  * (kind 0), dk_raw (1) or dv_raw (2) over cd_prep_bwd_grads's tiles. Each work-item then holds one camera matrix and
- * one input row (64 registers against 108 on the H200 at D = 112), so twice the work-groups fit an SM: faster in
- * 16-bit storage, slower in f32 (see prep_backward_fused.c). */
+ * one input row (fewer registers than cd_prep_bwd_grads), so more work-groups fit a compute unit: the faster form in
+ * 16-bit storage, the slower one in f32 (option "prep_backward" TW chooses; docs/tuning.md). */
 kernel void cd_prep_bwd_grads_kind(CD_GRADS_ARGS) {
   local float rw[4 * CD_UW][CD_TT + 1];
   const uint kind = get_group_id(0) % 3; /* uniform over the work-group */

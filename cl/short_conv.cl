@@ -1,4 +1,4 @@
-/* Short convolution on raw K along frames (SPEC 8.2), forward and backward. f32, no build options.
+/* Short convolution on raw K along frames (docs/math.md §8.2), forward and backward. f32, no build options.
  *
  * Layout (B, T, S, C): element ((b*T + t)*S + s)*C + c. Each (b, s, c) is its own length-T sequence, filtered by
  * the symmetric 7-tap w0 w1 w2 w3 w2 w1 w0 (w = conv_weight[c, 0..3]): look-back reads across segment starts

@@ -57,7 +57,7 @@ static cl_mem output(camdelta_context *ctx, size_t n) {
   return m;
 }
 
-/* The largest |device - reference| over the largest |reference| (SPEC section 5's measure). */
+/* The largest |device - reference| over the largest |reference| (docs/math.md §5's measure). */
 static double rel_error(camdelta_context *ctx, cl_mem m, const double *ref, size_t n) {
   float *got = malloc(n * sizeof *got);
   if (!got) exit(1);

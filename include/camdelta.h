@@ -30,10 +30,16 @@
  *    the automatic scan algorithm; the sizes, k_scale and norm_eps have no
  *    default (0 is rejected, or taken literally for norm_eps).
  *  - Thread safety: one camdelta_context may be used from several threads at
- *    once. Programs are built once per context under a lock; each call
- *    creates its own cl_kernel objects, so no kernel argument is shared
- *    between threads. Work from several threads is serialised by the
- *    context's in-order queue.
+ *    once. Programs are built once per context under the context's lock.
+ *    The scan operations keep a plan per shape class in the context (its
+ *    kernels, made on the first call and reused): a call holds its plan's
+ *    own lock while it sets the kernels' arguments and enqueues, so calls of
+ *    one plan from several threads take turns on the host; the other
+ *    operations create their kernel objects per call. camdelta_tune_set may
+ *    run beside calls: calls holding a plan finish with it, later calls plan
+ *    anew. Work from several threads is ordered by the context's one
+ *    in-order queue. A saved object and a profile belong to one call at a
+ *    time; camdelta_last_message() is per thread.
  */
 #ifndef CAMDELTA_H
 #define CAMDELTA_H
@@ -307,7 +313,7 @@ CAMDELTA_API void camdelta_prep_saved_destroy(camdelta_prep_saved *saved);
  * BUILD (kernel build, with the log), IO (CAMDELTA_KERNEL_DIR file missing);
  * or, from the device: OPENCL / OUT_OF_MEMORY. */
 
-/** Prep forward (SPEC section 2). `saved` may be NULL (inference). */
+/** Prep forward (docs/math.md §2). `saved` may be NULL (inference). */
 CAMDELTA_API camdelta_status camdelta_prep_forward(camdelta_context *ctx, const camdelta_prep_args *args,
                                                    camdelta_prep_saved *saved);
 
@@ -340,7 +346,7 @@ typedef struct camdelta_prep_backward_args {
 } camdelta_prep_backward_args;
 #define CAMDELTA_PREP_BACKWARD_ARGS_INIT {0}
 
-/** Prep backward (SPEC section 4). `saved` from the matching forward, or
+/** Prep backward (docs/math.md §4). `saved` from the matching forward, or
  *  NULL to recompute what is needed. Deterministic. */
 CAMDELTA_API camdelta_status camdelta_prep_backward(camdelta_context *ctx, const camdelta_prep_backward_args *args,
                                                     const camdelta_prep_saved *saved);
@@ -355,9 +361,9 @@ typedef enum camdelta_scan_algorithm {
 /** "auto", "sequential", "chunkwise", or "unknown" (never fails). */
 CAMDELTA_API const char *camdelta_scan_algorithm_name(camdelta_scan_algorithm algorithm);
 
-/** Arithmetic of the scan and its backward (SPEC section 10). */
+/** Arithmetic of the scan and its backward (docs/math.md §10). */
 typedef enum camdelta_precision {
-  CAMDELTA_PRECISION_EXACT = 0, /* default: the f32 bounds of SPEC section 5 (FMA, or split-TF32 tensor cores) */
+  CAMDELTA_PRECISION_EXACT = 0, /* default: the f32 bounds of docs/math.md §5 (FMA, or split-TF32 tensor cores) */
   CAMDELTA_PRECISION_TF32 = 1   /* opt-in: one TF32 product on tensor cores (about 1e-3); as exact elsewhere */
 } camdelta_precision;
 /** "exact", "tf32", or "unknown" (static storage; never fails). */
@@ -392,7 +398,7 @@ CAMDELTA_API void camdelta_scan_saved_destroy(camdelta_scan_saved *saved);
 CAMDELTA_API camdelta_status camdelta_scan_saved_states(const camdelta_scan_saved *saved, cl_mem *state_pre,
                                                         cl_mem *state_post);
 
-/** Scan forward (SPEC section 3). `saved` may be NULL. */
+/** Scan forward (docs/math.md §3). `saved` may be NULL. */
 CAMDELTA_API camdelta_status camdelta_scan_forward(camdelta_context *ctx, const camdelta_scan_args *args,
                                                    camdelta_scan_saved *saved);
 
@@ -462,7 +468,7 @@ typedef struct camdelta_scan_backward_args {
 } camdelta_scan_backward_args;
 #define CAMDELTA_SCAN_BACKWARD_ARGS_INIT {0}
 
-/** Scan backward (SPEC section 4). `saved` from the matching forward, or NULL
+/** Scan backward (docs/math.md §4). `saved` from the matching forward, or NULL
  *  to recompute the forward states first. */
 CAMDELTA_API camdelta_status camdelta_scan_backward(camdelta_context *ctx, const camdelta_scan_backward_args *args,
                                                     const camdelta_scan_saved *saved);
@@ -481,13 +487,13 @@ CAMDELTA_API camdelta_status camdelta_scan_backward_plan_describe(camdelta_conte
                                                                   const camdelta_scan_backward_args *args, char *buf,
                                                                   size_t size);
 
-/* ------------------------------------------------ camera branch (SPEC 8) */
+/* ------------------------------------------------ camera branch (docs/math.md §8) */
 /* The pieces around prep and scan, on the device: cameras -> per-token
- * matrices and RoPE tables (8.1), the short convolution on raw K (8.2), the
- * beta discount (8.3), the chunk-causal scan pair (8.4), the output transform
- * (8.5) and the whole branch forward and backward (8.6). All tensors f32. */
+ * matrices and RoPE tables (§8.1), the short convolution on raw K (§8.2), the
+ * beta discount (§8.3), the chunk-causal scan pair (§8.4), the output transform
+ * (§8.5) and the whole branch forward and backward (§8.6). All tensors f32. */
 
-/** Chunk bounds of a sequence of T frames (SPEC 8.4, upstream normalize_chunk_index). */
+/** Chunk bounds of a sequence of T frames (docs/math.md §8.4, upstream normalize_chunk_index). */
 typedef enum camdelta_chunk_strategy {
   CAMDELTA_CHUNK_UNIFORM = 0,             /* [0, cs, 2cs, ...], short remainder merged into the last chunk */
   CAMDELTA_CHUNK_FIRST_FRAME = 1,         /* [0, 1, 1+cs, ...] */
@@ -509,13 +515,13 @@ typedef struct camdelta_chunking {
  *  (T + 1 always suffice). Fails on a bad chunking, writing nothing. */
 CAMDELTA_API camdelta_status camdelta_chunk_bounds(size_t T, const camdelta_chunking *chunking, size_t *bounds,
                                                    size_t cap, size_t *count);
-/** The short conv's segment bounds (SPEC 8.2): one segment [0, T) without a chunk_size or when chunk_size >= T;
- *  else the uniform bounds when T % chunk_size == 0 (whatever the strategy or chunk_index, as upstream), else
- *  the scan's chunk bounds. */
+/** The short conv's segment bounds (docs/math.md §8.2): one segment [0, T) without a chunk_size or when
+ *  chunk_size >= T; else the uniform bounds when T % chunk_size == 0 (whatever the strategy or chunk_index, as
+ *  upstream), else the scan's chunk bounds. */
 CAMDELTA_API camdelta_status camdelta_conv_bounds(size_t T, const camdelta_chunking *chunking, size_t *bounds,
                                                   size_t cap, size_t *count);
 
-/** Cameras -> matrices (8.1). Token grid (T, Hs, Ws), n = (f*Hs + v)*Ws + u, N = T*Hs*Ws. */
+/** Cameras -> matrices (§8.1). Token grid (T, Hs, Ws), n = (f*Hs + v)*Ws + u, N = T*Hs*Ws. */
 typedef struct camdelta_camera_args {
   size_t B, T, Hs, Ws;
   size_t pt, ph, pw;                 /* patch (each >= 1); pt does not enter the math (T counts latent frames) */
@@ -527,7 +533,7 @@ typedef struct camdelta_camera_args {
 } camdelta_camera_args;
 CAMDELTA_API camdelta_status camdelta_camera_forward(camdelta_context *ctx, const camdelta_camera_args *args);
 
-/** Short convolution on raw K along frames (8.2): k_raw (B, T*S, C) -> k_conv; conv_weight (C, 4). */
+/** Short convolution on raw K along frames (§8.2): k_raw (B, T*S, C) -> k_conv; conv_weight (C, 4). */
 typedef struct camdelta_short_conv_args {
   size_t B, T, S, C;
   camdelta_chunking chunking;
@@ -545,7 +551,7 @@ CAMDELTA_API camdelta_status camdelta_short_conv_forward(camdelta_context *ctx, 
 CAMDELTA_API camdelta_status camdelta_short_conv_backward(camdelta_context *ctx,
                                                           const camdelta_short_conv_args *args);
 
-/** Output transform (8.5): (out [+ out2]) (B, H, D, N) -> y (B, N, H, D); first half P·x per 4-group, second
+/** Output transform (§8.5): (out [+ out2]) (B, H, D, N) -> y (B, N, H, D); first half P·x per 4-group, second
  *  half inverse RoPE. Backward: grad_y (B, N, H, D) -> grad_out (B, H, D, N). */
 typedef struct camdelta_output_transform_args {
   size_t B, N, H, D;
@@ -563,7 +569,7 @@ CAMDELTA_API camdelta_status camdelta_output_transform_forward(camdelta_context 
 CAMDELTA_API camdelta_status camdelta_output_transform_backward(camdelta_context *ctx,
                                                                 const camdelta_output_transform_args *args);
 
-/** Whole branch (8.6): k_raw -> short conv -> prep (matrices from the cameras) -> beta discount -> scan pair
+/** Whole branch (§8.6): k_raw -> short conv -> prep (matrices from the cameras) -> beta discount -> scan pair
  *  (causal + chunk-masked reverse) -> output transform -> y. N = T*Hs*Ws, S = Hs*Ws, C = H*D. */
 typedef struct camdelta_branch_args {
   size_t B, T, Hs, Ws, H, D;

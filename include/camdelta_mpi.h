@@ -1,5 +1,5 @@
 /*
- * camdelta_mpi — sequence parallelism over MPI (SPEC section 9): the scan forward and backward with the frames of
+ * camdelta_mpi — sequence parallelism over MPI (docs/math.md §9): the scan forward and backward with the frames of
  * every sequence split over the ranks of a communicator. Optional component: library camdelta_mpi, CMake target
  * camdelta::camdelta_mpi (built when CMake finds MPI); includes camdelta.h and mpi.h.
  *
@@ -11,7 +11,7 @@
  * left to right, reverse right to left), and each rank then runs its segment from its exact incoming state. The backward does the same with
  * the gradient summaries (causal right to left, reverse left to right), so the cross-rank terms (the ddecay and
  * dk/dv/dbeta of a segment's first frame, dinit_state) are those of one device. Results equal one device to
- * rounding (SPEC: 1e-6 relative).
+ * rounding (docs/math.md §9.3: 1e-6 relative).
  *
  * The sequence's own states:
  *  - init_state: read on the rank holding the sequence's start (rank 0 causal, the last rank reverse); the
@@ -71,7 +71,7 @@ CAMDELTA_API camdelta_status camdelta_mpi_scan_backward(camdelta_context *ctx, c
                                                         const camdelta_scan_saved *saved, MPI_Comm comm,
                                                         camdelta_mpi_timing *timing);
 
-/** The whole camera branch (camdelta_branch_forward / _backward, SPEC 8.6) over the ranks of `comm`. Each rank
+/** The whole camera branch (camdelta_branch_forward / _backward, docs/math.md §8.6) over `comm`'s ranks. Each rank
  *  passes its contiguous share of every sequence's frames: args->T = this rank's frame count (at least 1; rank 0
  *  the first frames, rank 1 the next ones, ...), every tensor the slice of those frames (q_raw, k_raw, v_raw, y,
  *  grad_y and the token gradients (B, T·Hs·Ws, H, D); beta, dbeta (B, H, T, S); decay, ddecay (B, H, T);

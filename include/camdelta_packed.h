@@ -1,5 +1,5 @@
 /*
- * camdelta — the scan over packed clips (SPEC section 9): a batch of clips of different lengths and resolutions
+ * camdelta — the scan over packed clips (docs/math.md §9): a batch of clips of different lengths and resolutions
  * packed along one token axis (B = 1). Part of the core library; includes camdelta.h.
  *
  * Layouts: q k v out (1, H, D, N) and grad_out, dq, dk, dv likewise; beta, dbeta (1, H, N) per token; decay,

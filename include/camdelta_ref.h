@@ -48,7 +48,7 @@ typedef struct camdelta_ref_scan_grads {
 } camdelta_ref_scan_grads;
 CAMDELTA_API camdelta_status camdelta_ref_scan_backward(const camdelta_ref_scan *p, const camdelta_ref_scan_grads *g);
 
-/* State summaries (SPEC section 9, include/camdelta_summary.h) of the segment p describes, per (b, h), f64:
+/* State summaries (docs/math.md §9, include/camdelta_summary.h) of the segment p describes, per (b, h), f64:
  * T and E (B, H, D, D), each may be NULL; with p->init_state, E receives T·init_state + E. p->out, final_state,
  * state_pre and state_post are ignored. */
 CAMDELTA_API camdelta_status camdelta_ref_scan_summary(const camdelta_ref_scan *p, double *T, double *E);
@@ -57,7 +57,7 @@ CAMDELTA_API camdelta_status camdelta_ref_scan_summary(const camdelta_ref_scan *
 CAMDELTA_API camdelta_status camdelta_ref_scan_grad_summary(const camdelta_ref_scan *p, const double *grad_out,
                                                             const double *grad_final_state, double *G);
 
-/* Packed clips (SPEC section 9), f64: q, k, v, out (1, H, D, N) with N = frame_offsets[frames]; beta (1, H, N);
+/* Packed clips (docs/math.md §9), f64: q, k, v, out (1, H, D, N) with N = frame_offsets[frames]; beta (1, H, N);
  * decay (1, H, frames); init_state, final_state and the gradients' grad_final_state, dinit_state
  * (clips, H, D, D). Frame f holds tokens [frame_offsets[f], frame_offsets[f+1]), clip c the frames
  * [clip_offsets[c], clip_offsets[c+1]); frames may have any token counts. Defined as each clip run alone. */
@@ -76,7 +76,7 @@ CAMDELTA_API camdelta_status camdelta_ref_scan_packed_forward(const camdelta_ref
 CAMDELTA_API camdelta_status camdelta_ref_scan_packed_backward(const camdelta_ref_scan_packed *p,
                                                                const camdelta_ref_scan_grads *g);
 
-/* ------------------------------------------- camera branch (SPEC 8), f64 */
+/* ------------------------------------------- camera branch (docs/math.md §8), f64 */
 /** Cameras -> proj_q, proj_kv, proj_o (B, N, 4, 4) and rope_cos, rope_sin (N, D/2); outputs may be NULL. */
 typedef struct camdelta_ref_camera {
   size_t B, T, Hs, Ws, ph, pw, D;
@@ -85,7 +85,7 @@ typedef struct camdelta_ref_camera {
 } camdelta_ref_camera;
 CAMDELTA_API camdelta_status camdelta_ref_camera_forward(const camdelta_ref_camera *p);
 
-/** Short conv (8.2) on x (B, T*S, C) with weight (C, 4) and segment bounds (from camdelta_conv_bounds).
+/** Short conv (§8.2) on x (B, T*S, C) with weight (C, 4) and segment bounds (from camdelta_conv_bounds).
  *  Forward writes y; backward writes dx and/or dw (C, 4) from dy (each may be NULL). */
 typedef struct camdelta_ref_conv {
   size_t B, T, S, C;
@@ -99,7 +99,7 @@ typedef struct camdelta_ref_conv {
 CAMDELTA_API camdelta_status camdelta_ref_short_conv_forward(const camdelta_ref_conv *p);
 CAMDELTA_API camdelta_status camdelta_ref_short_conv_backward(const camdelta_ref_conv *p);
 
-/** Output transform (8.5): out (B, H, D, N) -> y (B, N, H, D); backward grad_y -> grad_out. */
+/** Output transform (§8.5): out (B, H, D, N) -> y (B, N, H, D); backward grad_y -> grad_out. */
 CAMDELTA_API camdelta_status camdelta_ref_output_transform(size_t B, size_t N, size_t H, size_t D, const double *out,
                                                            const double *proj_o, const double *rope_cos,
                                                            const double *rope_sin, double *y);
@@ -108,7 +108,7 @@ CAMDELTA_API camdelta_status camdelta_ref_output_transform_backward(size_t B, si
                                                                     const double *rope_cos, const double *rope_sin,
                                                                     double *grad_out);
 
-/** Whole branch (8.6) in f64: the cameras, conv, prep, discount, scan pair and output transform. */
+/** Whole branch (§8.6) in f64: the cameras, conv, prep, discount, scan pair and output transform. */
 typedef struct camdelta_ref_branch {
   size_t B, T, Hs, Ws, ph, pw, H, D;
   camdelta_chunking chunking;

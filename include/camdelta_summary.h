@@ -1,5 +1,5 @@
 /*
- * camdelta — state summaries of the scan (SPEC section 9), to chain segments of a sequence over any transport
+ * camdelta — state summaries of the scan (docs/math.md §9), to chain segments of a sequence over any transport
  * (MPI, NCCL, an application's own). Part of the core library; includes camdelta.h.
  *
  * The scan over a segment is affine in its incoming state, per (b, h) (D x D matrices, rows = key dim):

@@ -2,7 +2,7 @@
  *   cd_gen_inputs prep|prep-backward B N H D DIR
  *   cd_gen_inputs scan|scan-backward B H D F S DIR
  *   cd_gen_inputs scan-packed|scan-backward-packed H D CLIPS DIR   (CLIPS: FxS,FxS,... one clip of F frames of S
- *                                                                    tokens each; packed layout, SPEC 9)
+ *                                                                    tokens each; packed layout, docs/math.md §9)
  * Values are deterministic (xorshift) and in the ranges the tests use; prep-backward and scan-backward also get
  * every optional upstream gradient, and the scans an init_state. */
 #include <stdint.h>

@@ -6,9 +6,9 @@
  *    camdelta_random_value, the outputs read with strided reads;
  *  - scan: whole (b, h) sequences (the state runs through every frame), among them the last (b, h), in parallel
  *    threads on the host.
- * Not run by ctest on PoCL at this size (ci/gpu-test.sh large runs it; ctest runs it at a small shape as a smoke
- * test). Prints "[ measure  ]" lines: kernel times and the largest relative errors, and exits 1 past the SPEC 5
- * bounds (prep 1e-6, scan 1e-5).
+ * Not run by ctest on PoCL at this size (gpu-lab/gpu-test.sh large runs it; ctest runs it at a small shape as a smoke
+ * test). Prints "[ measure  ]" lines: kernel times and the largest relative errors, and exits 1 past the bounds of
+ * docs/math.md §5 (prep 1e-6, scan 1e-5).
  *   cd_large_sizes [--shape B,H,D,F,S] [--scan-samples K]      (default 3,32,128,61,3600 and 3) */
 #include <inttypes.h>
 #include <math.h>

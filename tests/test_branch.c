@@ -1,6 +1,6 @@
-/* The output transform (SPEC 8.5) and the whole camera branch (SPEC 8.6) on the device against the f64
- * reference, forward and every gradient; the reference backward against finite differences; properties (beta'
- * <= beta and the reverse gates, output transform o K/V transform = identity, no information from a later
+/* The output transform (docs/math.md §8.5) and the whole camera branch (docs/math.md §8.6) on the device against the
+ * f64 reference, forward and every gradient; the reference backward against finite differences; properties
+ * (beta' <= beta and the reverse gates, output transform o K/V transform = identity, no information from a later
  * chunk, determinism) and bad input. */
 #include <math.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 #define _DEFAULT_SOURCE /* setgroups, utimes */
-/* The disk program cache (SPEC section 6): hits across contexts, rebuilds of
+/* The disk program cache (docs/cache.md): hits across contexts, rebuilds of
  * truncated, corrupt and foreign entries, CAMDELTA_CACHE=0, an unwritable
  * folder, private permissions, and one build per context. */
 #include <dirent.h>

@@ -1,4 +1,4 @@
-/* Cameras -> matrices and RoPE tables on the device against the f64 reference (SPEC 8.1), properties and bad
+/* Cameras -> matrices and RoPE tables on the device against the f64 reference (docs/math.md §8.1), properties and bad
  * input. */
 #include <math.h>
 #include <stdio.h>
@@ -147,7 +147,7 @@ static void test_nan_pose(void **state) {
   clReleaseMemObject(dcc), clReleaseMemObject(pq), clReleaseMemObject(pkv), clReleaseMemObject(po);
 }
 
-/* The reference against values computed independently with camref.py (float64 NumPy, SPEC 8): angles of the
+/* The reference against values computed independently with camref.py (float64 NumPy, docs/math.md §8): angles of the
  * camera-half RoPE for D = 112 at token (f, v, u) = (20, 29, 51) of a 21x30x52 grid. */
 static void test_reference_rope_values(void **state) {
   (void)state;
@@ -173,7 +173,7 @@ static void test_reference_rope_values(void **state) {
   free(cc), free(rc), free(rs);
 }
 
-/* The reference against a ray matrix computed independently with camref.py (float64 NumPy, SPEC 8.1): c2w = a
+/* The reference against a ray matrix computed independently with camref.py (float64 NumPy, docs/math.md §8.1): c2w = a
  * rotation of 0.3 rad about y with t = (0.5, -0.25, 2), fx fy cx cy = 40 36 9 7 px, patch (1, 2, 2), grid 1x4x6,
  * token (v, u) = (1, 2). */
 static void test_reference_matrix_values(void **state) {

@@ -1,4 +1,4 @@
-/* Prep forward on the device against the f64 reference (SPEC sections 2, 5). */
+/* Prep forward on the device against the f64 reference (docs/math.md §2, §5). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,7 +23,7 @@ static const shape shapes[] = {
     {2, 300, 20, 16, CAMDELTA_BF16, 0, 0}, {1, 1, 20, 128, CAMDELTA_F16, 0, 0},
 };
 
-/* Output bound: SPEC's 1e-6 for f32; one rounding of the output for 16-bit storage. */
+/* Output bound: docs/math.md §5's 1e-6 for f32; one rounding of the output for 16-bit storage. */
 static double bound_for(camdelta_dtype dt) { return dt == CAMDELTA_F32 ? 1e-6 : dt == CAMDELTA_F16 ? 1e-3 : 8e-3; }
 
 static double worst[3][4];

@@ -1,4 +1,4 @@
-/* Prep backward on the device against the f64 reference (SPEC sections 4, 5): every gradient, each upstream
+/* Prep backward on the device against the f64 reference (docs/math.md §4, §5): every gradient, each upstream
  * gradient optional, the inflation_sq clamps, 16-bit storage, offsets, saved inverse RMS values from the
  * forward, determinism, and bad input. */
 #include <math.h>
@@ -157,7 +157,7 @@ static float *download_out(const pb_device *d, const pb_data *x, const pb_case *
   return f;
 }
 
-/* f32 arithmetic: 1e-4 (SPEC section 5); outputs stored in 16 bits add one rounding. */
+/* f32 arithmetic: 1e-4 (docs/math.md §5); outputs stored in 16 bits add one rounding. */
 static double bound_for(const pb_case *c, int o) {
   if (o > ODV || c->dt == CAMDELTA_F32) return 1e-4;
   return c->dt == CAMDELTA_F16 ? 1e-3 : 8e-3;

@@ -1,4 +1,4 @@
-/* Scan forward (SPEC section 3): both algorithms and directions against the f64 C reference, saved
+/* Scan forward (docs/math.md §3): both algorithms and directions against the f64 C reference, saved
  * states, segment chaining, the two algorithms against each other, and bad input.
  *
  * Shapes are chosen so that few kernel variants are built: on a CPU the variants depend on D and on

@@ -61,11 +61,9 @@ static void check_measured(const char *device, const camdelta_device_info *d, in
   }
 }
 
-/* The H200 (132 SMs, 48 KiB local memory), `camdelta bench` medians (docs/performance.md): the exact path on
- * tensor cores, and the FMA kernels (CAMDELTA_TC=0) whose sequential kernel is the same (its outputs by the
- * tensor-core or the FMA phase C). Tensor cores: the thirteenth session's `ci/gpu-test.sh bench-scan` (the gram
- * reading rows with consecutive work-items, the apply's 64 x 128 tiles); FMA: the fourth session's sequential
- * kernel (ci/gpu-test.sh seq-cal) and chunkwise kernels. */
+/* The H200 (132 SMs, 48 KiB local memory), `camdelta bench` medians (docs/performance.md, "AUTO from plan costs";
+ * `gpu-lab/gpu-test.sh bench-scan` and `seq-cal`): the exact path on tensor cores, and the FMA kernels
+ * (CAMDELTA_TC=0) whose sequential kernel is the same (its outputs by the tensor-core or the FMA phase C). */
 static void test_h200_measured(void **state) {
   (void)state;
   const camdelta_device_info d = h200_with(132);
@@ -127,11 +125,9 @@ static void test_tiny_frames(void **state) {
   /* the H200 at sana480's heads and frames, frames of 40 tokens */
   const camdelta_device_info h = h200_with(132);
   assert_int_equal(cd_scan_auto(&h, 1, 20, 112, 21, 40, NULL), CAMDELTA_SCAN_SEQUENTIAL);
-  /* and frames long enough: chunkwise. The sequential kernel's outputs by phase C and its prefetched tiles moved
-   * the crossing from about 100 tokens to about 300 (fourth session); phase B's loads ahead of the chain and its
-   * one work-group per SM moved it back below 100 (sixth session, exact, measured sequential / chunkwise:
+  /* and frames long enough: chunkwise, from about 100 tokens (measured, exact, sequential / chunkwise:
    * S=100 0.409 / 0.306 ms, S=150 0.594 / 0.396, S=200 0.760 / 0.417 ms, S=400 1.306 / 0.640 ms; the model
-   * follows once the sequential kernel's flops count whole 64-token tiles) */
+   * follows because it counts the sequential kernel's flops on whole 64-token tiles) */
   assert_int_equal(cd_scan_auto(&h, 1, 20, 112, 21, 100, NULL), CAMDELTA_SCAN_CHUNKWISE);
   assert_int_equal(cd_scan_auto(&h, 1, 20, 112, 21, 150, NULL), CAMDELTA_SCAN_CHUNKWISE);
   assert_int_equal(cd_scan_auto(&h, 1, 20, 112, 21, 200, NULL), CAMDELTA_SCAN_CHUNKWISE);
@@ -140,8 +136,8 @@ static void test_tiny_frames(void **state) {
 
 /* B·H alone fills the GPU (4 chains per compute unit or more) with few frames. On the FMA path chunkwise gains no
  * parallelism there and still pays phase B, the scratch traffic and two more launches: sequential. On the tensor
- * cores its phases A and C run fast enough that chunkwise wins even so; the H200 measured (twelfth session,
- * `camdelta bench`, exact, sequential / chunkwise ms): B·H = 528 D64 F1 0.846 / 0.589, D112 F1 3.795 / 1.577,
+ * cores its phases A and C run fast enough that chunkwise wins even so; the H200 measured (`camdelta bench`, exact,
+ * sequential / chunkwise ms): B·H = 528 D64 F1 0.846 / 0.589, D112 F1 3.795 / 1.577,
  * D112 F2 7.599 / 3.131, D64 F3 2.473 / 1.672, D128 F5 21.44 / 8.871; B·H = 1056 D112 F3 22.44 / 9.190. */
 static void test_device_filled_by_chains(void **state) {
   (void)state;

@@ -1,4 +1,4 @@
-/* Scan backward on the device against the f64 reference (SPEC sections 4, 5): both directions, with and
+/* Scan backward on the device against the f64 reference (docs/math.md §4, §5): both directions, with and
  * without init/final states, from saved forward states and recomputed, odd shapes and offsets, decay = 0,
  * determinism, and bad input. */
 #include <math.h>

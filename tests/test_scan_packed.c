@@ -1,9 +1,9 @@
-/* Packed clips on the device (camdelta_packed.h, SPEC section 9): clips of (F, S) = (1, 7), (5, 64), (21, 12),
+/* Packed clips on the device (camdelta_packed.h, docs/math.md §9): clips of (F, S) = (1, 7), (5, 64), (21, 12),
  * (3, 1) and one clip whose frames have 4, 2 and 5 tokens, packed along one token axis; with and without per-clip
  * init states, both directions, both forward algorithms, forward and backward (with and without the forward's
- * saved states). Checked against the f64 packed reference (SPEC 5 bounds) and against each clip run alone through
- * the fixed-shape calls (1e-6 relative; bit-equal counts printed). Bad offsets and tensors that do not match them
- * are rejected with a clear message and nothing written. */
+ * saved states). Checked against the f64 packed reference (the bounds of docs/math.md §5) and against each clip run
+ * alone through the fixed-shape calls (1e-6 relative; bit-equal counts printed). Bad offsets and tensors that do not
+ * match them are rejected with a clear message and nothing written. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

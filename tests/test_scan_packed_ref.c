@@ -1,4 +1,4 @@
-/* The f64 reference of the scan over packed clips (SPEC section 9; host only): clips of (F, S) = (1, 7), (5, 6),
+/* The f64 reference of the scan over packed clips (docs/math.md §9; host only): clips of (F, S) = (1, 7), (5, 6),
  * (3, 1) and one clip whose frames have 4, 2 and 5 tokens, with and without per-clip init states, both
  * directions. Forward: equal to a direct token-range recurrence written here; on the clips of one token count,
  * bit-equal to camdelta_ref_scan_forward of the clip alone. Backward: bit-equal to camdelta_ref_scan_backward of
@@ -52,7 +52,7 @@ static camdelta_ref_scan_packed args(const pk *p, int reverse, int with_init, do
   return a;
 }
 
-/* Direct recurrence over token ranges (SPEC 3 per clip): M_t = g·M + Σ_s k_s β_s (v_s − k_sᵀ·g·M)ᵀ. */
+/* Direct recurrence over token ranges (docs/math.md §3 per clip): M_t = g·M + Σ_s k_s β_s (v_s − k_sᵀ·g·M)ᵀ. */
 static void direct_forward(const pk *p, int reverse, int with_init, double *out) {
   for (size_t c = 0; c < CLIPS; c++)
     for (size_t h = 0; h < H; h++) {

@@ -75,7 +75,7 @@ static void test_tiles_every_head_dim(void **state) {
 }
 
 /* The output-transform epilogue's tiles (cd_apply_ot_tc): two column warps, at most 64 tokens wide, from either of
- * the H200's apply entries (WN=1 before the thirteenth session, WN=2 since). */
+ * the apply tiles an H200 entry may hold (WN=1 or WN=2). */
 static void test_apply_ot_tiles(void **state) {
   (void)state;
   const cd_tc_tiles a1 = {2, 1, 2, 8, 16}, a2 = {2, 2, 2, 8, 16};

@@ -1,8 +1,8 @@
-/* Scan precision (SPEC sections 5 and 10): the chunkwise forward and the backward in both precisions against
+/* Scan precision (docs/math.md §5 and §10): the chunkwise forward and the backward in both precisions against
  * the f64 reference on awkward head dims (24, 40, 72) and frame sizes that are no multiple of any tile; the plan
  * says which path runs, and `tf32` on a device without the tensor-core path falls back to the exact FMA kernels
  * (bit-identical results). On a device with the path (NVIDIA), `exact` is split-TF32 and must still meet the
- * SPEC 5 bounds; the largest errors per precision are printed as "[ measure ]" lines. */
+ * docs/math.md §5 bounds; the largest errors per precision are printed as "[ measure ]" lines. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* State summaries (SPEC section 9): T·M + E equals running the segment from M, Tᵀ·dM + G equals the backward's
+/* State summaries (docs/math.md §9): T·M + E equals running the segment from M, Tᵀ·dM + G equals the backward's
  * dinit_state for grad_final_state dM, for random M and dM, both directions, in f64 (the references) and on the
  * device (against the f64 references and against the device's own scan forward and backward); the combine
  * helper against the summary of the joined segment; bad input. D = 16 and 40 (a partial 32-tile). */

@@ -1,6 +1,6 @@
-/* Chunk bounds (SPEC 8.4) against values from camref.py, and the short conv on K (SPEC 8.2) on the device against
- * the f64 reference, forward and backward; the reference backward against finite differences; no look-ahead
- * across a segment end; determinism; bad input. */
+/* Chunk bounds (docs/math.md §8.4) against values from camref.py, and the short conv on K (docs/math.md §8.2) on the
+ * device against the f64 reference, forward and backward; the reference backward against finite differences; no
+ * look-ahead across a segment end; determinism; bad input. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

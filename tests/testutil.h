@@ -59,7 +59,7 @@ double tu_rel_err64(const double *x, const double *ref, size_t n);
       fail_msg("%s -> %s: %s", #expr, camdelta_status_name(tu_st_), camdelta_last_message()); \
   } while (0)
 
-/** Print a "[ measure ]" line (collected by ci/gpu-test.sh for notes). */
+/** Print a "[ measure ]" line (collected by gpu-lab/gpu-test.sh for notes). */
 void tu_report(const char *what, double value);
 
 /** Path of a fresh temporary folder for this test process. */

@@ -1,6 +1,7 @@
 /* camdelta bench --packed: the scan over packed clips against the fixed-shape scan on a batch of equal clips
- * (SPEC section 9: "no slower than the fixed-shape path"), forward and backward, both directions, kernel time
- * from profiling events (median after warm-up). Shapes B,H,D,F,S mean B clips of F frames of S tokens.
+ * (docs/parallel.md, packed clips: the packed path should cost no more than the fixed shape), forward and
+ * backward, both directions, kernel time from profiling events (median after warm-up). Shapes B,H,D,F,S mean B
+ * clips of F frames of S tokens.
  * A third call times the fixed-shape scan on the packed batch's memory layout (B = 1, B·F frames: rows B times as
  * long, the state carried across the clip boundaries, so a time reference only): the packed call against it shows
  * what the packed path itself costs, the fixed call against it what the longer rows cost. */

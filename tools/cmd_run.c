@@ -1,4 +1,4 @@
-/* camdelta run OP --in DIR --out DIR: one operation on .npy files (SPEC 7). */
+/* camdelta run OP --in DIR --out DIR: one operation on .npy files (docs/math.md §7). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* camdelta run camera | short-conv | output-transform | branch | branch-backward (SPEC 7 and 8): the camera-branch
+/* camdelta run camera | short-conv | output-transform | branch | branch-backward (docs/branch.md): the camera-branch
  * operations on .npy files, with the conventions of `camdelta run` (exit codes 2 usage, 3 bad input, 4 device). */
 #include <math.h>
 #include <stdio.h>
@@ -10,7 +10,7 @@
 void usage_run_branch(void) {
   printf(
       "\n"
-      "camera-branch operations (SPEC section 8; all f32):\n"
+      "camera-branch operations (docs/branch.md; all f32):\n"
       "  camera            in:  camera_conditions (B, T, 20) = c2w row-major (16), fx fy cx cy\n"
       "                    out: proj_q proj_kv proj_o (B, N, 4, 4); rope_cos rope_sin (N, D/2)\n"
       "                    needs --grid and --head-dim\n"

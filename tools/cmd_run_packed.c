@@ -1,4 +1,4 @@
-/* camdelta run scan|scan-backward over packed clips (SPEC sections 7 and 9): the --in folder holds
+/* camdelta run scan|scan-backward over packed clips (docs/math.md §7 and §9): the --in folder holds
  * frame_offsets.npy (int64, F+1) and clip_offsets.npy (int64, clips+1) beside the packed tensors
  *   q k v (1, H, D, N), beta (1, H, N), decay (1, H, F), optional init_state (clips, H, D, D);
  *   scan-backward also grad_out (1, H, D, N) and optional grad_final_state (clips, H, D, D).

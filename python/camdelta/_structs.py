@@ -174,7 +174,7 @@ class scan_backward_args(_Struct):
     ]
 
 
-# --- camera branch (SPEC 8) -------------------------------------------------------------------------------
+# --- camera branch (docs/math.md §8) -------------------------------------------------------------------------------
 class chunking(_Struct):
     _fields_ = [
         ("chunk_size", c_size),

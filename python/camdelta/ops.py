@@ -1,6 +1,6 @@
 """Every operation of the C API on NumPy arrays.
 
-Arrays are in the C API's layouts (SPEC section 1) and must be C-contiguous, aligned and of the dtype the
+Arrays are in the C API's layouts (docs/math.md §1) and must be C-contiguous, aligned and of the dtype the
 operation takes: float32, and for the prep's activations also float16, or bfloat16 bits as uint16 with
 dtype='bf16'. Anything else raises (camdelta.errors) naming the argument; nothing is converted silently.
 Outputs are new arrays. On a zero-copy context (CPU devices) the device reads the inputs and writes the outputs
@@ -72,7 +72,7 @@ def _prep_inputs(op, q_raw, k_raw, v_raw, q_norm_weight, k_norm_weight, proj_q, 
 
 def prep_forward(q_raw, k_raw, v_raw, *, q_norm_weight, k_norm_weight, proj_q, proj_kv, rope_cos, rope_sin,
                  k_scale, norm_eps, dtype=None, saved=None, ctx=None):
-    """Prep forward (SPEC section 2): q_raw, k_raw, v_raw (B, N, H, D) -> q, k, v (B, H, D, N) in the input's
+    """Prep forward (docs/math.md §2): q_raw, k_raw, v_raw (B, N, H, D) -> q, k, v (B, H, D, N) in the input's
     dtype and inflation_sq (B, H, N) float32. `saved` (a PrepSaved) keeps what prep_backward reuses."""
     op = "camdelta.prep_forward"
     dt, st, (B, N, H, D) = _prep_inputs(op, q_raw, k_raw, v_raw, q_norm_weight, k_norm_weight, proj_q, proj_kv,
@@ -94,7 +94,7 @@ def prep_forward(q_raw, k_raw, v_raw, *, q_norm_weight, k_norm_weight, proj_q, p
 def prep_backward(q_raw, k_raw, v_raw, *, q_norm_weight, k_norm_weight, proj_q, proj_kv, rope_cos, rope_sin,
                   k_scale, norm_eps, grad_q=None, grad_k=None, grad_v=None, grad_inflation_sq=None, dtype=None,
                   all_grads=False, forward_outputs=None, saved=None, ctx=None):
-    """Prep backward (SPEC section 4). Upstream gradients grad_q, grad_k, grad_v (B, H, D, N, the activations'
+    """Prep backward (docs/math.md §4). Upstream gradients grad_q, grad_k, grad_v (B, H, D, N, the activations'
     dtype) and grad_inflation_sq (B, H, N) float32, each optional (None = zero). Returns PrepGrads: dq_raw,
     dk_raw, dv_raw (B, N, H, D) in the activations' dtype, dq_norm_weight, dk_norm_weight (C,) float32, and
     with all_grads=True also dproj_q, dproj_kv (B, N, 4, 4) and drope_cos, drope_sin (N, D/2) (else None).
@@ -156,7 +156,7 @@ def _scan_inputs(op, q, k, v, beta, decay, need_v=True):
 
 def scan_forward(q, k, v, beta, decay, *, reverse=False, init_state=None, final_state=False, algorithm="auto",
                  precision="exact", saved=None, ctx=None):
-    """Scan forward (SPEC section 3): q, k, v (B, H, D, N), beta (B, H, F, S), decay (B, H, F), float32 ->
+    """Scan forward (docs/math.md §3): q, k, v (B, H, D, N), beta (B, H, F, S), decay (B, H, F), float32 ->
     ScanOutputs(out (B, H, D, N), final_state (B, H, D, D) when final_state=True else None, algorithm run).
     init_state (B, H, D, D) optional; states are (key, value) oriented. algorithm 'auto', 'sequential' or
     'chunkwise'; precision 'exact' or 'tf32'. `saved` (a ScanSaved) keeps the states scan_backward reuses."""
@@ -180,7 +180,7 @@ def scan_forward(q, k, v, beta, decay, *, reverse=False, init_state=None, final_
 
 def scan_backward(q, k, v, beta, decay, grad_out, *, reverse=False, init_state=None, grad_final_state=None,
                   precision="exact", saved=None, ctx=None):
-    """Scan backward (SPEC section 4): the forward's inputs and grad_out (B, H, D, N) (plus, optionally, the
+    """Scan backward (docs/math.md §4): the forward's inputs and grad_out (B, H, D, N) (plus, optionally, the
     forward's init_state and a grad_final_state (B, H, D, D)) -> ScanGrads(dq, dk, dv (B, H, D, N),
     dbeta (B, H, F, S), ddecay (B, H, F), dinit_state (B, H, D, D) when init_state was given, else None).
     `saved`: the ScanSaved of the matching forward, or None to recompute its states."""
@@ -251,7 +251,7 @@ def _packed(op, q, k, v, beta, decay, frame_offsets, clip_offsets, need_v=True):
 
 def scan_forward_packed(q, k, v, beta, decay, *, frame_offsets, clip_offsets, reverse=False, init_state=None,
                         final_state=False, algorithm="auto", precision="exact", saved=None, ctx=None):
-    """Scan forward over packed clips (SPEC section 9): q, k, v (1, H, D, N), beta (1, H, N) per token, decay
+    """Scan forward over packed clips (docs/math.md §9): q, k, v (1, H, D, N), beta (1, H, N) per token, decay
     (1, H, F) per frame; frame_offsets (F + 1) token offsets and clip_offsets (clips + 1) frame offsets, int64;
     init_state / final_state (clips, H, D, D). Returns PackedScanOutputs(out, final_state, algorithm, native)."""
     op = "camdelta.scan_forward_packed"
@@ -408,19 +408,19 @@ def _bounds(fn, op, T, chunk_size, chunk_strategy, chunk_index):
 
 
 def chunk_bounds(T, *, chunk_size=None, chunk_strategy="uniform", chunk_index=None):
-    """The scan's chunk bounds of T frames (SPEC 8.4): [0, ..., T]."""
+    """The scan's chunk bounds of T frames (docs/math.md §8.4): [0, ..., T]."""
     return _bounds(lib.camdelta_chunk_bounds, "camdelta.chunk_bounds", int(T), chunk_size, chunk_strategy,
                    chunk_index)
 
 
 def conv_bounds(T, *, chunk_size=None, chunk_strategy="uniform", chunk_index=None):
-    """The short conv's segment bounds of T frames (SPEC 8.2): [0, ..., T]."""
+    """The short conv's segment bounds of T frames (docs/math.md §8.2): [0, ..., T]."""
     return _bounds(lib.camdelta_conv_bounds, "camdelta.conv_bounds", int(T), chunk_size, chunk_strategy,
                    chunk_index)
 
 
 def camera_forward(camera_conditions, *, grid, head_dim, patch=(1, 1, 1), ctx=None):
-    """Cameras -> per-token matrices and RoPE tables (SPEC 8.1): camera_conditions (B, T, 20) float32 (c2w
+    """Cameras -> per-token matrices and RoPE tables (docs/math.md §8.1): camera_conditions (B, T, 20) float32 (c2w
     row-major, then fx fy cx cy in image pixels) on the token grid `grid` = (T, Hs, Ws) with `patch` =
     (pt, ph, pw). Returns CameraOutputs(proj_q, proj_kv, proj_o (B, N, 4, 4), rope_cos, rope_sin (N, D/2))."""
     op = "camdelta.camera_forward"
@@ -464,7 +464,7 @@ def _conv_shapes(op, k_raw, conv_weight, frames):
 
 def short_conv_forward(k_raw, conv_weight, *, frames, chunk_size=None, chunk_strategy="uniform",
                        chunk_index=None, ctx=None):
-    """The short convolution on raw K along frames (SPEC 8.2): k_raw (B, N, C) or (B, N, H, D) with N =
+    """The short convolution on raw K along frames (docs/math.md §8.2): k_raw (B, N, C) or (B, N, H, D) with N =
     frames·S, conv_weight (C, 4) (or FLA's (C, 1, 4)). Returns k_conv, shaped as k_raw."""
     op = "camdelta.short_conv_forward"
     B, T, S_, Cc, shape, _ = _conv_shapes(op, k_raw, conv_weight, frames)
@@ -505,7 +505,7 @@ def _ot_tables(op, N, D, proj_o, rope_cos, rope_sin, B):
 
 
 def output_transform_forward(out, proj_o, rope_cos, rope_sin, *, out2=None, ctx=None):
-    """The output transform (SPEC 8.5): out (+ out2) (B, H, D, N) -> y (B, N, H, D): proj_o (B, N, 4, 4) on
+    """The output transform (docs/math.md §8.5): out (+ out2) (B, H, D, N) -> y (B, N, H, D): proj_o (B, N, 4, 4) on
     each 4-group of the first half, the inverse RoPE (rope_cos, rope_sin (N, D/2)) on the second."""
     op = "camdelta.output_transform_forward"
     B, H, D, N = K.ndarray(op, "out", out, 4, "(B, H, D, N)")
@@ -569,7 +569,7 @@ def _branch(op, q_raw, k_raw, v_raw, conv_weight, q_norm_weight, k_norm_weight, 
 def branch_forward(q_raw, k_raw, v_raw, *, conv_weight, q_norm_weight, k_norm_weight, camera_conditions, beta,
                    decay, grid, patch=(1, 1, 1), chunk_size=None, chunk_strategy="uniform", chunk_index=None,
                    k_scale=None, norm_eps=1e-6, algorithm="auto", precision="exact", saved=None, ctx=None):
-    """The whole camera branch forward (SPEC 8.6): q_raw, k_raw, v_raw (B, N, H, D) -> y (B, N, H, D).
+    """The whole camera branch forward (docs/math.md §8.6): q_raw, k_raw, v_raw (B, N, H, D) -> y (B, N, H, D).
     conv_weight (C, 4), norm weights (C,), camera_conditions (B, T, 20), beta (B, H, T, S), decay (B, H, T);
     grid (T, Hs, Ws), patch (pt, ph, pw); chunking by chunk_size + chunk_strategy ('uniform', 'first_frame',
     'first_chunk_plus_one') or chunk_index (frame starts), none = one chunk; k_scale default D^-1/2·S^-1/2.
@@ -628,7 +628,7 @@ def branch_backward(q_raw, k_raw, v_raw, *, conv_weight, q_norm_weight, k_norm_w
 # ------------------------------------------------------------------------------------------ host helpers
 def rope_tables(freqs):
     """Complex RoPE frequencies (N, Dh/2) (complex, or float32 (N, Dh/2, 2) as (re, im) pairs) -> the
-    interleaved-pair tables rope_cos, rope_sin (N, Dh) float32 (SPEC section 2; the seed's
+    interleaved-pair tables rope_cos, rope_sin (N, Dh) float32 (docs/math.md §2; the seed's
     _prepare_ucpe_rope_tables)."""
     op = "camdelta.rope_tables"
     if isinstance(freqs, np.ndarray) and np.iscomplexobj(freqs):

@@ -10,7 +10,7 @@ cam_prep_func, cam_prep_func_with_grad, cam_scan_func (reverse, init_state as (B
 BLOCK_D = next_pow2(D) and only the top-left D x D read, save_final_state), cam_scan_func_with_grad, and the
 autograd Functions CamPrepFunction and CamScanFunction. Backward runs camdelta's exact backward (all
 gradients, proj_q, proj_kv, rope_cos and rope_sin included), never a PyTorch recomputation. Beyond the seed:
-the reverse direction takes init_state / save_final_state too (SPEC section 3), cam_scan_func_with_grad takes
+the reverse direction takes init_state / save_final_state too (docs/math.md §3), cam_scan_func_with_grad takes
 init_state and save_final_state (with their gradients), and cam_branch_func runs the whole branch (short conv,
 cameras, prep, beta discount, scan pair, output transform) with autograd; cam_short_conv_func,
 cam_output_transform_func and cam_camera_func are its pieces.
@@ -179,7 +179,7 @@ def cam_scan_func(q, k, v, beta, decay, *, reverse=False, init_state=None, save_
     the previous segment's last update. Returns out (B, H, D, N) float32, or (out, final_state) with
     save_final_state=True, final_state (B*H, BLOCK_D, BLOCK_D) float32 (zero outside the top-left D x D).
     reverse=True runs the anti-causal scan; unlike the seed it takes init_state / save_final_state as well
-    (SPEC section 3: the contribution of the frames after the segment, and the state after frame 0)."""
+    (docs/math.md §3: the contribution of the frames after the segment, and the state after frame 0)."""
     op = "camdelta.torch.cam_scan_func"
     st = _init_state(op, init_state, q)
     r = ops.scan_forward(q, k, v, beta, decay, reverse=reverse, init_state=st, final_state=save_final_state)
@@ -264,7 +264,7 @@ def cam_scan_func_with_grad(q, k, v, beta, decay, *, reverse=False, init_state=N
 
 # ---------------------------------------------------------------------------------------- camera branch
 def cam_camera_func(camera_conditions, *, grid, head_dim, patch=(1, 1, 1)):
-    """Cameras -> (proj_q, proj_kv, proj_o (B, N, 4, 4), rope_cos, rope_sin (N, D/2)) float32 (SPEC 8.1) on
+    """Cameras -> (proj_q, proj_kv, proj_o (B, N, 4, 4), rope_cos, rope_sin (N, D/2)) float32 (docs/math.md §8.1) on
     the token grid (T, Hs, Ws) with patch (pt, ph, pw); no gradient (cameras are not trained)."""
     r = ops.camera_forward(camera_conditions, grid=grid, head_dim=head_dim, patch=patch)
     return tuple(_t(a) for a in r)
@@ -292,7 +292,7 @@ class _ShortConvFunction(torch.autograd.Function):
 
 def cam_short_conv_func(k_raw, conv_weight, *, frames, chunk_size=None, chunk_strategy="uniform",
                         chunk_index=None):
-    """The short convolution on raw K along frames (SPEC 8.2) with autograd: k_raw (B, N, C) or (B, N, H, D),
+    """The short convolution on raw K along frames (docs/math.md §8.2) with autograd: k_raw (B, N, C) or (B, N, H, D),
     conv_weight (C, 4) or (C, 1, 4); returns k_conv shaped as k_raw."""
     return _ShortConvFunction.apply(k_raw, conv_weight, frames, chunk_size, chunk_strategy, chunk_index)
 
@@ -315,7 +315,7 @@ class _OutputTransformFunction(torch.autograd.Function):
 
 
 def cam_output_transform_func(out, proj_o, rope_cos, rope_sin, *, out2=None):
-    """The output transform (SPEC 8.5) with autograd for out (and out2, summed with it): (B, H, D, N) ->
+    """The output transform (docs/math.md §8.5) with autograd for out (and out2, summed with it): (B, H, D, N) ->
     y (B, N, H, D). proj_o, rope_cos, rope_sin get no gradient."""
     return _OutputTransformFunction.apply(out, out2, proj_o, rope_cos, rope_sin)
 
@@ -356,7 +356,7 @@ class CamBranchFunction(torch.autograd.Function):
 def cam_branch_func(q_raw, k_raw, v_raw, *, conv_weight, q_norm_weight, k_norm_weight, camera_conditions, beta,
                     decay, grid, patch=(1, 1, 1), chunk_size=None, chunk_strategy="uniform", chunk_index=None,
                     k_scale=None, norm_eps=1e-6, algorithm="auto", precision="exact"):
-    """The whole camera branch of one attention layer (SPEC 8.6) with autograd, float32:
+    """The whole camera branch of one attention layer (docs/math.md §8.6) with autograd, float32:
     k_raw -> short conv -> prep (matrices and RoPE from the cameras) -> beta discount -> causal + chunk-masked
     reverse scan -> output transform -> y.
 

@@ -1,5 +1,5 @@
 """Shared fixtures of the Python tests: the device context, reproducible inputs, the error measure of
-SPEC section 5, and outputs poisoned with NaN before every call (so an element the library leaves unwritten
+docs/math.md §5, and outputs poisoned with NaN before every call (so an element the library leaves unwritten
 shows up as an error instead of passing as the zero a fresh allocation happens to hold)."""
 import os
 import sys
@@ -14,7 +14,7 @@ from camdelta import ops  # noqa: E402
 
 
 def rel_err(x, ref):
-    """max|x - ref| / max(max|ref|, tiny) (SPEC section 5); NaN anywhere counts as an infinite error."""
+    """max|x - ref| / max(max|ref|, tiny) (docs/math.md §5); NaN anywhere counts as an infinite error."""
     x = np.asarray(x, dtype=np.float64)
     ref = np.asarray(ref, dtype=np.float64)
     assert x.shape == ref.shape, (x.shape, ref.shape)
@@ -41,7 +41,7 @@ def ctx():
 
 
 class Inputs:
-    """Reproducible random inputs of the layouts of SPEC section 1."""
+    """Reproducible random inputs of the layouts of docs/math.md §1."""
 
     def __init__(self, seed):
         self.rng = np.random.default_rng(seed)

@@ -1,5 +1,5 @@
 """The camera branch's pieces and the whole branch on NumPy arrays against the library's f64 references
-(SPEC section 8), and the host helpers against the seed's PyTorch versions."""
+(docs/math.md §8), and the host helpers against the seed's PyTorch versions."""
 import numpy as np
 import pytest
 

@@ -1,4 +1,4 @@
-"""camdelta.prep_forward / prep_backward against the library's f64 references (SPEC sections 2, 4, 5)."""
+"""camdelta.prep_forward / prep_backward against the library's f64 references (docs/math.md §2, §4, §5)."""
 import numpy as np
 import pytest
 

@@ -1,5 +1,5 @@
 """camdelta.scan_forward / scan_backward, packed clips and state summaries against the library's f64
-references (SPEC sections 3, 4, 5, 9)."""
+references (docs/math.md §3, §4, §5, §9)."""
 import numpy as np
 import pytest
 

@@ -1,6 +1,6 @@
 """Autograd through a model-like stack built from camdelta.torch's pieces (cameras -> short conv -> prep ->
 beta discount -> causal + chunk-masked reverse scan -> output transform, the discount and the masks in plain
-PyTorch), and cam_branch_func, both against the library's f64 reference of the whole branch (SPEC 8.6)."""
+PyTorch), and cam_branch_func, both against the library's f64 reference of the whole branch (docs/math.md §8.6)."""
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -21,7 +21,7 @@ CASES = [
 
 
 def reverse_mask(T, chunking):
-    """1 where the reverse scan keeps a frame, 0 at interior chunk starts and one-frame chunks (SPEC 8.4)."""
+    """1 where the reverse scan keeps a frame, 0 at interior chunk starts and one-frame chunks (docs/math.md §8.4)."""
     b = camdelta.chunk_bounds(T, **chunking)
     m = torch.ones(T)
     for s, e in zip(b[:-1], b[1:]):

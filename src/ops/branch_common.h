@@ -4,7 +4,7 @@
 #define CAMDELTA_BRANCH_COMMON_H
 #include "internal.h"
 
-/** Camera-half RoPE frequencies (SPEC 8.1, WAN 3-axis RoPE of the full head dim D, theta = 10000): the first
+/** Camera-half RoPE frequencies (docs/math.md §8.1, WAN 3-axis RoPE of the full head dim D, theta = 10000): the first
  *  nt temporal, nh height and nh width frequencies (nt + 2 nh = D/4). omega must hold D/4 doubles:
  *  omega[0..nt) temporal, [nt, nt+nh) height, [nt+nh, D/4) width. */
 void cd_rope_frequencies(size_t D, size_t *nt, size_t *nh, double *omega);
@@ -15,7 +15,7 @@ camdelta_status cd_check_grid(const char *op, size_t T, size_t Hs, size_t Ws, si
 /** Per-frame end of each frame's segment: seg_end[t] = the bound after t, from `bounds` (nb entries). */
 void cd_segment_ends(const size_t *bounds, size_t nb, size_t T, uint32_t *seg_end);
 
-/** Reverse-scan mask (SPEC 8.4): mask[t] = 0 at every interior chunk start 0 < p < T and at the start of every
- *  one-frame chunk, else 1. */
+/** Reverse-scan mask (docs/math.md §8.4): mask[t] = 0 at every interior chunk start 0 < p < T and at the start of
+ *  every one-frame chunk, else 1. */
 void cd_reverse_mask(const size_t *bounds, size_t nb, size_t T, uint32_t *mask);
 #endif

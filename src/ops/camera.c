@@ -1,6 +1,7 @@
-/* Cameras -> per-token matrices and camera-half RoPE tables (SPEC 8.1): checks and the launches of cl/camera.cl.
- * The RoPE angles are computed on the host in f64 per axis position (T*nt + Hs*nh + Ws*nh values, uploaded with
- * the call); the device spreads them to the (N, D/2) tables. The matrices are computed on the device in f32. */
+/* Cameras -> per-token matrices and camera-half RoPE tables (docs/math.md §8.1): checks and the launches of
+ * cl/camera.cl. The RoPE angles are computed on the host in f64 per axis position (T*nt + Hs*nh + Ws*nh values,
+ * uploaded with the call); the device spreads them to the (N, D/2) tables. The matrices are computed on the device in
+ * f32. */
 #include <math.h>
 #include <stdlib.h>
 

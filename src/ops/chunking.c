@@ -1,4 +1,4 @@
-/* Chunk bounds of the camera branch (SPEC 8.2 and 8.4; upstream normalize_chunk_index in chunk_utils.py):
+/* Chunk bounds of the camera branch (docs/math.md §8.2 and §8.4; upstream normalize_chunk_index in chunk_utils.py):
  * the scan's chunks and the short conv's segments. Host-only integer logic shared by the device operations,
  * the f64 references and the CLI. */
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* Output transform (SPEC 8.5), forward and backward: checks and the launches of cl/branch.cl. */
+/* Output transform (docs/math.md §8.5), forward and backward: checks and the launches of cl/branch.cl. */
 #include "branch_common.h"
 #include "camera_op.h"
 #include "prep_common.h"

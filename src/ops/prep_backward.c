@@ -1,4 +1,4 @@
-/* Prep backward (SPEC section 4): argument checks and the launches of cl/prep_backward.cl.
+/* Prep backward (docs/math.md §4): argument checks and the launches of cl/prep_backward.cl.
  *
  *   [cd_prep_inv_rms  the inverse RMS per token, when no saved object from the forward is given]
  *   cd_prep_bwd_heads    per (b, tile of tokens, h), like the forward: dv_raw, u = da inv_rms w, and fixed-order

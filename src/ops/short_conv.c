@@ -1,4 +1,4 @@
-/* Short convolution on raw K along frames (SPEC 8.2): checks and the launches of cl/short_conv.cl.
+/* Short convolution on raw K along frames (docs/math.md §8.2): checks and the launches of cl/short_conv.cl.
  * The segment bounds (camdelta_conv_bounds) become one seg_end value per frame, uploaded with the call. */
 #include <stdio.h>
 #include <stdlib.h>

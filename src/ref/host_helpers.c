@@ -1,4 +1,4 @@
-/* Host helpers (SPEC section 2): RoPE tables from complex frequencies and the closed-form SE(3) inverse. */
+/* Host helpers (docs/math.md §2): RoPE tables from complex frequencies and the closed-form SE(3) inverse. */
 #include <stdint.h>
 
 #include "internal.h"

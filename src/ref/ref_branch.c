@@ -1,4 +1,4 @@
-/* f64 references of the camera branch around prep and scan (SPEC 8.2-8.6): the short conv on K, the output
+/* f64 references of the camera branch around prep and scan (docs/math.md §8.2-8.6): the short conv on K, the output
  * transform, and the whole branch forward and backward composed from the references of every stage (cameras,
  * conv, prep, beta discount, causal + chunk-masked reverse scan, output transform). */
 #include <math.h>

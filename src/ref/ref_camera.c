@@ -1,4 +1,4 @@
-/* f64 reference of the cameras -> per-token matrices and RoPE tables (SPEC 8.1).
+/* f64 reference of the cameras -> per-token matrices and RoPE tables (docs/math.md §8.1).
  *
  * Per (b, f): c2w = camera_conditions[b, f, 0:16] (row-major), R = c2w[:3,:3], t = c2w[:3,3], focal lengths and
  * centres on the token grid fx/pw, fy/ph, cx/pw, cy/ph. Per token (u, v): the unit ray d in the camera,

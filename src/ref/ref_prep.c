@@ -1,4 +1,4 @@
-/* f64 host reference of the prep forward (SPEC section 2). */
+/* f64 host reference of the prep forward (docs/math.md §2). */
 #include <math.h>
 #include <stdlib.h>
 

@@ -1,4 +1,4 @@
-/* f64 host reference of the prep backward (SPEC section 4): the exact gradients of camdelta_ref_prep_forward
+/* f64 host reference of the prep backward (docs/math.md §4): the exact gradients of camdelta_ref_prep_forward
  * (src/ref_prep.c), recomputing the forward per token.
  *
  * Per (b, n, h), with a = raw·inv_rms·w (pre-ReLU), qn = relu(a_q), kn = relu(a_k)·k_scale, vn = v_raw:

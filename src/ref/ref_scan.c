@@ -1,4 +1,4 @@
-/* f64 host reference of the scan forward (SPEC section 3) and its exact backward (SPEC section 4).
+/* f64 host reference of the scan forward (docs/math.md §3) and its exact backward (docs/math.md §4).
  *
  * Per (b, h) both directions are one chain of "steps" over a state M (D x D, rows = key dim, cols = value dim):
  *

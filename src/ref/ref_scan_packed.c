@@ -1,4 +1,4 @@
-/* f64 host reference of the scan over packed clips (SPEC section 9), forward and backward.
+/* f64 host reference of the scan over packed clips (docs/math.md §9), forward and backward.
  *
  * Packed layouts (B = 1): q, k, v, out (1, H, D, N) with N = frame_offsets[frames]; beta (1, H, N) per token;
  * decay (1, H, frames); states (clips, H, D, D). Frame f holds tokens [frame_offsets[f], frame_offsets[f+1]),

@@ -1,4 +1,4 @@
-/* f64 host reference of the state summaries (SPEC section 9, include/camdelta_summary.h), per (b, h):
+/* f64 host reference of the state summaries (docs/math.md §9, include/camdelta_summary.h), per (b, h):
  *   A_f = decay_f·(I − K_fᵀβ_fK_f), U_f = K_fᵀβ_fV_f, W_f = Q_fᵀ·dO_f (D x D, rows = key dim)
  *   T: causal A_{F−1}···A_0, reverse A_0···A_{F−1}
  *   E: causal X ← A_f·X + U_f for f = 0 … F−1, reverse for f = F−1 … 0, from X = 0 (or init_state)

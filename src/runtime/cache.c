@@ -1,4 +1,4 @@
-/* The on-disk program cache (SPEC section 6).
+/* The on-disk program cache (docs/cache.md).
  *
  * One file per program: <folder>/<key>.clbin where key = BLAKE2b-256 (hex) of
  * everything that determines the binary. File layout (little-endian):

@@ -1,4 +1,4 @@
-/* Device discovery and selection (CAMDELTA_DEVICE syntax, SPEC section 6). */
+/* Device discovery and selection (CAMDELTA_DEVICE syntax, docs/math.md §6). */
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>

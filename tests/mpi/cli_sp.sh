@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The tool's sequence-parallel modes under mpirun (SPEC section 7):
+# The tool's sequence-parallel modes under mpirun (docs/parallel.md):
 #   `mpirun -np P camdelta run scan|scan-backward --sequence-parallel` writes the same files as one device
 #   (within 1e-6 relative), both directions, F not divisible by P; so does `run branch|branch-backward`; `demo --sequence-parallel` passes
 #   (the scans and the camera branch);

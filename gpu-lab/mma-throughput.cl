@@ -1,4 +1,4 @@
-/* The tensor cores' rate for the scan's instruction (ci/mma-throughput.c, `ci/gpu-test.sh mma`): every warp runs
+/* The tensor cores' rate for the scan's instruction (gpu-lab/mma-throughput.c, `gpu-lab/gpu-test.sh mma`): every warp runs
  * `iters` rounds of NCH independent mma.sync.m16n8k8 TF32 products (NCH accumulator chains), nothing else. */
 #ifndef NCH
 #define NCH 8

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Downloads (here, where Debian's archive is reachable) the packages that ci/gpu-test.sh unpacks on the lent
+# Downloads (here, where Debian's archive is reachable) the packages that gpu-lab/gpu-test.sh unpacks on the lent
 # NVIDIA machine, which has no network: OpenCL headers and ICD loader, cmocka, libb2, cJSON. The folder .debs/
 # is git-ignored and travels with `carry: [".debs"]`.
 set -euo pipefail

@@ -1,4 +1,4 @@
-/* Shared by the ci/ measurement programs that run one OpenCL C file on the lent machine's NVIDIA GPU
+/* Shared by the gpu-lab/ measurement programs that run one OpenCL C file on the lent machine's NVIDIA GPU
  * (mma-throughput.c, transpose-bound.c). Header-only: each program is one translation unit. */
 #ifndef CAMDELTA_CI_CL_TOOL_H
 #define CAMDELTA_CI_CL_TOOL_H

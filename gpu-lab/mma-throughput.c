@@ -1,5 +1,5 @@
-/* The tensor cores' rate for mma.sync.m16n8k8 TF32 on the NVIDIA OpenCL device (`ci/gpu-test.sh mma`): builds
- * ci/mma-throughput.cl for 1..16 accumulator chains per warp and runs it at 128, 256 and 512 items per work-group,
+/* The tensor cores' rate for mma.sync.m16n8k8 TF32 on the NVIDIA OpenCL device (`gpu-lab/gpu-test.sh mma`): builds
+ * gpu-lab/mma-throughput.cl for 1..16 accumulator chains per warp and runs it at 128, 256 and 512 items per work-group,
  * 8192 items per SM-sized slice; prints TFLOP/s and clocks per mma per SM at a given clock (argv[2], GHz).
  * Usage: mma-throughput FILE.cl [GHz] [SMs] */
 #include <stdlib.h>

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # NOTE: on devices with the tensor-core path (the H200) the scan's GEMM phases run cl/gemm_tc.cl, whose tiles
-# `camdelta tune --save` sweeps and stores (bash ci/gpu-test.sh tune); this script tunes the portable FMA
+# `camdelta tune --save` sweeps and stores (bash gpu-lab/gpu-test.sh tune); this script tunes the portable FMA
 # kernels, which run there only with CAMDELTA_TC=0 (set below) and everywhere else.
 # Tile sweep for the chunkwise scan forward (phases A, B, C) and the scan backward (grams, frames) on the lent
-# NVIDIA machine, at the sana480 shape (B=1 H=20 D=112 F=21 S=1560). Same setup as ci/gpu-test.sh (packages from
+# NVIDIA machine, at the sana480 shape (B=1 H=20 D=112 F=21 S=1560). Same setup as gpu-lab/gpu-test.sh (packages from
 # .debs/ unpacked into a prefix, NVIDIA ICD); reuses build-gpu/ when it is configured, else configures it the same
 # way, and (re)builds only the CLI.
-#   bash ci/gpu-tune.sh [fwd] [bwd]          (default: both)
+#   bash gpu-lab/gpu-tune.sh [fwd] [bwd]          (default: both)
 # Each candidate is one `camdelta bench --only <op>` run with CAMDELTA_SCAN_TILES / CAMDELTA_SCAN_BWD_TILES set
 # and CAMDELTA_PROFILE_KERNELS=1; it prints one line with the per-kernel median ms (all profiled launches: 1
 # warm-up + 3 reps). The kernels of one op are independent, so each candidate sets one phase-A, one phase-B and

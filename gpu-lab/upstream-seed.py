@@ -2,7 +2,7 @@
 """The peer on the GPU: the seed module's Triton kernels (fused_cam_ucpe_reference.py) timed at a camdelta bench
 shape on the same card, so that `camdelta bench` figures have their upstream counterpart from the same run.
 
-    python3 ci/upstream-seed.py SEED_FILE [--shape B,H,D,F,S] [--grid Hs,Ws] [--json FILE]
+    python3 gpu-lab/upstream-seed.py SEED_FILE [--shape B,H,D,F,S] [--grid Hs,Ws] [--json FILE]
 
 Rows: prep forward (cam_prep_func), prep backward (cam_prep_func_with_grad's Triton backward), scan forward causal
 and reverse (cam_scan_func), scan backward (cam_scan_func_with_grad), and the camera branch forward as the upstream
@@ -95,7 +95,7 @@ def main():
     go = torch.randn_like(out)
     bench("scan backward causal", lambda: torch.autograd.grad(out, (qs, ks, vs, bs, ds), go, retain_graph=True))
 
-    # The branch forward as the upstream module composes it (SPEC section 8).
+    # The branch forward as the upstream module composes it (docs/math.md §8).
     cw = 0.3 * rnd(C, 4)
     b = bounds_fcp1(F, 3)
     seg_end = torch.empty(F, dtype=torch.long, device=dev)

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# Runs on the lent NVIDIA machine (no network, no cmocka/OpenCL headers there; ci/fetch-debs.sh fills .debs/ here):
+# Runs on the lent NVIDIA machine (no network, no cmocka/OpenCL headers there; gpu-lab/fetch-debs.sh fills .debs/ here):
 # unpacks the Debian packages carried in .debs/ into a prefix, registers the
 # NVIDIA OpenCL ICD, builds, runs the whole suite on the GPU and on PoCL, then
 # optional benchmarks. Logs and JSON go to $OUT.
-#   bash ci/gpu-test.sh [tests] [pocl] [scan-tests] [inspect] [tune] [demo] [large] [mpi] [mpi-bench] [packed] [pair]
+#   bash gpu-lab/gpu-test.sh [tests] [pocl] [scan-tests] [inspect] [tune] [demo] [large] [mpi] [mpi-bench] [packed] [pair]
 #                   [bench SHAPE...] [bench-scan SHAPE...]
 #                   [prep-ab SHAPE...] [gram-ab] [compare SHAPE...] [packed-ab] [profile SHAPE...]
 #                   [prep-sweep] [ctest REGEX] [mma] [transpose-bound] [gram-stride]
 #                   [ptx-prof TAG FILE KERNEL OPTIONS G L ARG...]
-# transpose-bound: ci/transpose-bound.c, the prep forward's data movement alone (copies and transposes of q, k, v).
-# mma: ci/mma-throughput.c, the rate of independent mma.sync.m16n8k8 TF32 products (1-16 chains per warp).
-# ptx-prof: one kernel's OpenCL PTX under Nsight Compute (through the CUDA driver API, ci/ptx-run.c), and its SASS.
+# transpose-bound: gpu-lab/transpose-bound.c, the prep forward's data movement alone (copies and transposes of q, k, v).
+# mma: gpu-lab/mma-throughput.c, the rate of independent mma.sync.m16n8k8 TF32 products (1-16 chains per warp).
+# ptx-prof: one kernel's OpenCL PTX under Nsight Compute (through the CUDA driver API, gpu-lab/ptx-run.c), and its SASS.
 # gram-stride: the gram's time by row length (B clips of F frames, S tokens: rows of F·S tokens).
 # gram-ab: the staged gram at sana480 in variants (lo parts rounded, split staging, cvt rounding, without mma,
 #          staging once) and their profile.
@@ -104,19 +104,19 @@ while [ $# -gt 0 ]; do
         sed 's/^/[tf32] /' | tee -a "$OUT/bench.txt" || rc=1
       ;;
     transpose-bound)
-      # ci/transpose-bound.c: the prep forward's bytes moved without its arithmetic (copies, its register tile, a
+      # gpu-lab/transpose-bound.c: the prep forward's bytes moved without its arithmetic (copies, its register tile, a
       # streaming transpose), q, k and v at sana480
-      cc -O2 -std=c11 -I"$PREFIX/usr/include" -o /tmp/transpose-bound ci/transpose-bound.c -L"$LIBDIR" -lOpenCL || rc=1
-      /tmp/transpose-bound ci/transpose-bound.cl 2>&1 | tee "$OUT/transpose-bound.txt" || rc=1
+      cc -O2 -std=c11 -I"$PREFIX/usr/include" -o /tmp/transpose-bound gpu-lab/transpose-bound.c -L"$LIBDIR" -lOpenCL || rc=1
+      /tmp/transpose-bound gpu-lab/transpose-bound.cl 2>&1 | tee "$OUT/transpose-bound.txt" || rc=1
       ;;
     mma)
       # the tensor cores' rate for the scan's mma.sync.m16n8k8 TF32 (the bound the gram and apply are measured against)
-      cc -O2 -std=c11 -I"$PREFIX/usr/include" -o /tmp/mma-throughput ci/mma-throughput.c -L"$LIBDIR" -lOpenCL || rc=1
-      /tmp/mma-throughput ci/mma-throughput.cl 1.98 132 2>&1 | tee "$OUT/mma.txt" || rc=1
+      cc -O2 -std=c11 -I"$PREFIX/usr/include" -o /tmp/mma-throughput gpu-lab/mma-throughput.c -L"$LIBDIR" -lOpenCL || rc=1
+      /tmp/mma-throughput gpu-lab/mma-throughput.cl 1.98 132 2>&1 | tee "$OUT/mma.txt" || rc=1
       ;;
     inspect)
       # registers, spills and local memory of the tensor-core kernels at D=112 (ptxas via -cl-nv-verbose)
-      cc -O2 -I"$PREFIX/usr/include" -o /tmp/cl-inspect ci/cl-inspect.c -L"$LIBDIR" -lOpenCL || rc=1
+      cc -O2 -I"$PREFIX/usr/include" -o /tmp/cl-inspect gpu-lab/cl-inspect.c -L"$LIBDIR" -lOpenCL || rc=1
       mkdir -p /tmp/ptx
       cat cl/common.cl cl/gemm_tc.cl >/tmp/gemm_tc_full.cl # as the library builds it (common.cl first)
       for fam in "CD_GRAM -DCD_WM=2 -DCD_WN=4 -DCD_MR=2 -DCD_NR=2 -DCD_KC=32" \
@@ -274,7 +274,7 @@ while [ $# -gt 0 ]; do
       ;;
     gram-stride)
       # phase A (cd_gram_tc) by row length: the same 20 frames per head laid out as B clips of F frames (rows of
-      # F·S tokens) and other row lengths; the packed path's rows are the whole batch's (docs/performance-log.md)
+      # F·S tokens) and other row lengths; the packed path's rows are the whole batch's (docs/tried.md, packed clips)
       for s in 4,20,112,5,1560 2,20,112,10,1560 1,20,112,20,1560 4,20,112,5,1564 2,20,112,10,1564 \
         1,20,112,20,1564 1,20,112,20,1568 1,20,112,20,1552 1,20,112,15,1560 1,20,112,16,1560 1,20,112,25,1560; do
         CAMDELTA_PROFILE_KERNELS=1 CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --shape "$s" \
@@ -285,24 +285,24 @@ while [ $# -gt 0 ]; do
       ;;
     ptx-prof)
       # ptx-prof TAG FILE.cl KERNEL "OPTIONS" GX,GY,GZ LX,LY,LZ ARG... (the rest of the line): one kernel as the NVIDIA
-      # OpenCL compiler builds it (ci/cl-inspect.c: registers, PTX), run through the CUDA driver API (ci/ptx-run.c,
+      # OpenCL compiler builds it (gpu-lab/cl-inspect.c: registers, PTX), run through the CUDA driver API (gpu-lab/ptx-run.c,
       # ARG as it says) so that Nsight Compute measures it: its time, the details page, the stall samples by reason
-      # and SASS opcode (ci/ncu-stalls.py), and the SASS (ptxas + cuobjdump) in $OUT/ptx-TAG.sass.
-      # Caution (2026-12-04): Nsight Compute ran past the 600 s limit without output twice, on cd_prep_bwd_grads at
-      # N = 32760 and N = 4096 (docs/performance-log.md, seventeenth session); give it a call of its own.
+      # and SASS opcode (gpu-lab/ncu-stalls.py), and the SASS (ptxas + cuobjdump) in $OUT/ptx-TAG.sass.
+      # Caution: Nsight Compute has run past a 600 s limit without output on cd_prep_bwd_grads at N = 4096 and
+      # above; give it a call of its own.
       shift
       tag=$1 file=$2 kern=$3 opts=$4 grid=$5 loc=$6
       shift 6
       CUDA=${CUDA_HOME:-/usr/local/cuda}
       export PATH="$CUDA/bin:$PATH"
       NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-      [ -x /tmp/cl-inspect ] || cc -O2 -I"$PREFIX/usr/include" -o /tmp/cl-inspect ci/cl-inspect.c -L"$LIBDIR" -lOpenCL || rc=1
-      [ -x /tmp/ptx-run ] || cc -O2 -I"$CUDA/include" -o /tmp/ptx-run ci/ptx-run.c -L"$CUDA/lib64/stubs" -lcuda || rc=1
+      [ -x /tmp/cl-inspect ] || cc -O2 -I"$PREFIX/usr/include" -o /tmp/cl-inspect gpu-lab/cl-inspect.c -L"$LIBDIR" -lOpenCL || rc=1
+      [ -x /tmp/ptx-run ] || cc -O2 -I"$CUDA/include" -o /tmp/ptx-run gpu-lab/ptx-run.c -L"$CUDA/lib64/stubs" -lcuda || rc=1
       mkdir -p /tmp/ptx
-      # as the library composes it (common.cl first), with the other kernels of the file left out (ci/one-kernel.py:
+      # as the library composes it (common.cl first), with the other kernels of the file left out (gpu-lab/one-kernel.py:
       # the driver API refused the four-kernel module of prep.cl, and took it with only the kernel to measure; a
       # kernel with a local-memory pointer parameter, like the one-pass prep backward this repository had, did not load)
-      { cat cl/common.cl && python3 ci/one-kernel.py "cl/$file" "$kern"; } >"/tmp/ptx/$tag.cl" || rc=1
+      { cat cl/common.cl && python3 gpu-lab/one-kernel.py "cl/$file" "$kern"; } >"/tmp/ptx/$tag.cl" || rc=1
       /tmp/cl-inspect "/tmp/ptx/$tag.cl" "$opts" "/tmp/ptx/$tag.bin" 2>&1 | grep -E "error|spill|Used" | sed "s/^/[$tag] /" |
         tee -a "$OUT/ptx-prof.txt"
       # the binary ends in a NUL; %envreg0..2 hold OpenCL's group-id offsets, zero in these launches
@@ -315,7 +315,7 @@ while [ $# -gt 0 ]; do
       "$NCU" -i "/tmp/ncu-$tag.ncu-rep" --page source --csv --print-source sass >"/tmp/ncu-src-$tag.csv" 2>&1
       grep -E "^    (Duration|Registers Per Thread|Achieved Occupancy|Issue Slots Busy|L2 Hit Rate|DRAM Throughput) " \
         "$OUT/ncu-$tag.txt" | sed "s/^ */[$tag] /" | tee -a "$OUT/ptx-prof.txt"
-      python3 ci/ncu-stalls.py "/tmp/ncu-src-$tag.csv" 12 | sed "s/^/[$tag] /" | tee -a "$OUT/ptx-prof.txt"
+      python3 gpu-lab/ncu-stalls.py "/tmp/ncu-src-$tag.csv" 12 | sed "s/^/[$tag] /" | tee -a "$OUT/ptx-prof.txt"
       break
       ;;
     seq-sweep)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Prints an OpenCL C file with every kernel but one removed (ci/gpu-test.sh ptx-prof).
+"""Prints an OpenCL C file with every kernel but one removed (gpu-lab/gpu-test.sh ptx-prof).
 
 The CUDA driver API refused the PTX of cl/prep.cl, four kernels in one module, with "device kernel image is
 invalid" and an empty log, and so did the cubin ptxas made of it; the same file with only the profiled kernel

@@ -3,10 +3,10 @@
 # and 64, both precisions, fixed and packed) between a git revision and the working tree, compiled here by clang's
 # NVPTX back end (not the NVIDIA driver's compiler): a kernel edit that should not change the device code can be
 # checked without a GPU. Needs clang (Debian clang-15).
-#   bash ci/ptx-diff.sh REV     # prints "same" or "differs" per program; exit status 1 if any differs
+#   bash gpu-lab/ptx-diff.sh REV     # prints "same" or "differs" per program; exit status 1 if any differs
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rev=${1:?usage: ci/ptx-diff.sh REV}
+rev=${1:?usage: gpu-lab/ptx-diff.sh REV}
 cc=$(command -v clang-15 || command -v clang)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

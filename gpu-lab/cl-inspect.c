@@ -1,6 +1,6 @@
 /* Builds one kernel file on the first GPU with NVIDIA's verbose option and prints the build log (ptxas
  * registers, spills, local memory per kernel); writes the program binary (PTX on NVIDIA) to OUT.
- *   cc -o cl-inspect ci/cl-inspect.c -lOpenCL && ./cl-inspect cl/gemm_tc.cl "-DCD_GRAM -DCD_D=112" out.ptx */
+ *   cc -o cl-inspect gpu-lab/cl-inspect.c -lOpenCL && ./cl-inspect cl/gemm_tc.cl "-DCD_GRAM -DCD_D=112" out.ptx */
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>
 #include <stdio.h>

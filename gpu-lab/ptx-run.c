@@ -1,8 +1,8 @@
-/* Runs one kernel of an OpenCL program's PTX (as ci/cl-inspect.c writes it) through the CUDA driver API, so that
+/* Runs one kernel of an OpenCL program's PTX (as gpu-lab/cl-inspect.c writes it) through the CUDA driver API, so that
  * Nsight Compute (ncu), which does not see OpenCL kernels, can measure the machine code the OpenCL driver builds.
- * The arguments are given on the command line, buffers filled with pseudo-random data. `ci/gpu-test.sh ptx-prof`
+ * The arguments are given on the command line, buffers filled with pseudo-random data. `gpu-lab/gpu-test.sh ptx-prof`
  * runs it on the lent GPU.
- *   cc -I/usr/local/cuda/include -o ptx-run ci/ptx-run.c -lcuda
+ *   cc -I/usr/local/cuda/include -o ptx-run gpu-lab/ptx-run.c -lcuda
  *   ptx-run FILE.ptx KERNEL GX,GY,GZ LX,LY,LZ REPS ARG...
  * G: work-groups per dimension (OpenCL's global size / local size), L: the local size. ARG, one per kernel argument:
  *   r<bytes>  a buffer of f32 values in [-1, 1)    p<bytes>  in [0, 1)    z<bytes>  zeros

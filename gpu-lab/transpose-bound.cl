@@ -1,4 +1,4 @@
-/* What the prep forward's data movement costs without its arithmetic (ci/transpose-bound.c): B tensors
+/* What the prep forward's data movement costs without its arithmetic (gpu-lab/transpose-bound.c): B tensors
  * (B, N, C) -> (B, C, N), C = H * D, f32 (B = 3 stands for q, k and v). Build options H, D, TT (tokens per tile),
  * DEP (1: the work-group meets a barrier between its loads and its stores, as the prep's inverse RMS makes it),
  * INTER (1: the register tile walks the B tensors' tiles interleaved, tile % B). */

@@ -1,5 +1,5 @@
-/* The data movement under the prep forward, measured on the NVIDIA OpenCL device (`ci/gpu-test.sh transpose-bound`):
- * B tensors of (B, N, H, D) f32 rows transposed to (B, H, D, N) by ci/transpose-bound.cl, without the prep's
+/* The data movement under the prep forward, measured on the NVIDIA OpenCL device (`gpu-lab/gpu-test.sh transpose-bound`):
+ * B tensors of (B, N, H, D) f32 rows transposed to (B, H, D, N) by gpu-lab/transpose-bound.cl, without the prep's
  * arithmetic: clEnqueueCopyBuffer and a float4 copy kernel (the same bytes, not transposed), the prep's register
  * tile (TT tokens of all heads per work-group, with and without a barrier between loads and stores; with the barrier
  * also with float4 row stores through local memory), and a
