@@ -11,10 +11,10 @@
 #include "camera_op.h"
 #include "prep_backward_fused.h"
 #include "scan_pair.h"
-#include "tune.h"
+#include "tc.h"
 
 /* The scan algorithm the branch runs with: AUTO (sequential on CPUs), and CHUNKWISE for the fused scan pair
- * (src/ops/scan_pair.c) on every device. */
+ * (src/scan/pair.c) on every device. */
 static camdelta_scan_algorithm g_algorithm = CAMDELTA_SCAN_AUTO;
 /* The context under test: the shared one, or an emulated tensor-core one (the fused output transform). */
 static camdelta_context *g_ctx;

@@ -1,4 +1,4 @@
-/* The scan forward's AUTO choice from the plans' costs (src/tune/cost.c), without a device: given device facts,
+/* The scan forward's AUTO choice from the plans' costs (src/scan/cost.c), without a device: given device facts,
  * the estimates must reproduce the measured kernel times (NVIDIA H200 and PoCL on a 2-core CPU) and the choices
  * they imply; tiny frames, a device filled by B·H alone, more compute units and longer frames move the estimates
  * and the choice as they should. One test at the end runs on the test device (PoCL in CI): the call takes the

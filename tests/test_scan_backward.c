@@ -9,7 +9,7 @@
 #include "backward.h"
 #include "internal.h"
 #include "testutil.h"
-#include "tune.h"
+#include "tc.h"
 
 #define BOUND 1e-4
 

@@ -7,10 +7,10 @@
 
 #include "internal.h"
 #include "plan.h"
-#include "scan_tiles.h"
+#include "tiles.h"
 #include "scan_warm.h"
 #include "testutil.h"
-#include "tune.h"
+#include "tc.h"
 
 static camdelta_device_info facts(const char *vendor, const char *name, cl_device_type type, unsigned cus,
                                   size_t max_wg, uint64_t local) {

@@ -1,6 +1,6 @@
 /* camdelta tune: sweeps the tile parameters of the scan's tensor-core kernel families on the current device
  * for one shape, one family at a time (gram, apply, frames), prints the winners as a table entry for
- * src/tune/params.c and, with --save, stores them in the cache folder where the library picks them up. */
+ * src/scan/tc_params.c and, with --save, stores them in the cache folder where the library picks them up. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +14,7 @@ void usage_tune(void) {
          "Times the scan's tensor-core kernel families (gram: phase A and the backward's\n"
          "W, A, U; apply: phase C and dq; frames: the backward's per-token kernel) with\n"
          "candidate tiles on the current device, one family at a time, keeping each\n"
-         "winner, and prints the entry for the per-device table (src/tune/params.c).\n"
+         "winner, and prints the entry for the per-device table (src/scan/tc_params.c).\n"
          "Devices without the tensor-core path keep the FMA kernels (nothing to tune here).\n"
          "\n"
          "options:\n"
@@ -216,7 +216,7 @@ int cmd_tune(int argc, char **argv) {
     }
   }
   if (!rc) {
-    printf("\ntable entry (src/tune/params.c):\n");
+    printf("\ntable entry (src/scan/tc_params.c):\n");
     for (int f = 0; f < 3; f++) {
       char now[160];
       if (camdelta_tune_get(ctx, fam[f].name, s[2], now, sizeof now) == CAMDELTA_OK) {

@@ -1,5 +1,5 @@
 /* Sequence parallelism over MPI (include/camdelta_mpi.h, SPEC section 9), on the public API plus the scan's
- * callback (src/ops/scan_hook.h).
+ * callback (src/scan/scan_hook.h).
  *
  * Ranks are ordered along the direction the state flows: position pos = rank (causal) or P−1−rank (reverse), so
  * position 0 holds the sequence's start (it reads init_state) and position P−1 its end (it produces final_state
@@ -39,7 +39,7 @@
 #include "camdelta_summary.h"
 #include "mpi_agree.h"
 #include "mpi_stage.h"
-#include "../ops/scan_hook.h"
+#include "../scan/scan_hook.h"
 
 void camdelta_mpi_frame_share(size_t F, int ranks, int rank, size_t *first, size_t *count) {
   if (ranks < 1 || rank < 0 || rank >= ranks) {

@@ -6,7 +6,7 @@
  *   camdelta_prep_forward                (q_raw, k_conv, v_raw) -> q, k, v (B, H, D, N), inflation_sq
  *   cd_branch_discount                   beta' = beta / max(mean_s inflation_sq, 1); beta'_r, decay_r masked
  *   cd_scan_pair_forward                 where the scan runs chunkwise: both scans in one pass, their outputs summed
- *                                        (src/ops/scan_pair.c)
+ *                                        (src/scan/pair.c)
  *   or camdelta_scan_forward x 2         causal (beta', decay) and reverse (beta'_r, decay_r)
  *   cd_output_transform                  transforms the pair's sum (or sums the two scan outputs) -> y (B, N, H, D);
  *                                        with tensor cores the pair's phase C does it as its epilogue instead
@@ -247,7 +247,7 @@ static camdelta_status run_forward(camdelta_context *ctx, const camdelta_branch_
                                    camdelta_branch_saved *s, int training, const cd_branch_sp *sp) {
   const size_t B = a->B, H = a->H, D = a->D, T = a->T, N = g->N, S = g->S, C = g->C;
   camdelta_status st = warm_programs(ctx, D);
-  /* the scan pair: fused (one phase A and one phase C for both directions, src/ops/scan_pair.c) where the scan
+  /* the scan pair: fused (one phase A and one phase C for both directions, src/scan/pair.c) where the scan
    * runs chunkwise, else two scans; with sp the scans go through the hooks (their states cross the ranks) */
   const int pair = !sp && cd_scan_pair_wanted(ctx, a->algorithm, B * H, D, T, S);
   const size_t bytes[NBUF] = {g->BN16 * 4, g->BN16 * 4, g->BN16 * 4, g->NDh * 4, g->NDh * 4, g->BNC * 4,
@@ -440,7 +440,7 @@ static camdelta_status run_backward(camdelta_context *ctx, const camdelta_branch
   const size_t B = a->B, H = a->H, D = a->D, T = a->T, N = g->N, S = g->S, C = g->C;
   camdelta_status st = warm_programs(ctx, D);
   /* the scan pair's backward where the forward ran the pair: both directions' gradients, the work they share done
-   * once, dq summed, dk and dv summed by the prep backward's loads (src/ops/scan_pair.c); else two scan backward
+   * once, dq summed, dk and dv summed by the prep backward's loads (src/scan/pair.c); else two scan backward
    * calls and an add */
   const int pair = !sp && cd_scan_pair_wanted(ctx, a->algorithm, B * H, D, T, S);
   const size_t bytes[NSCR] = {g->BNC * 4, g->BNC * 4, g->BNC * 4, g->BNC * 4, g->BNC * 4,

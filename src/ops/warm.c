@@ -34,7 +34,7 @@ static camdelta_status branch(camdelta_context *ctx, const warm_for *w) {
   return w->S ? cd_branch_warm(ctx, w->D) : CAMDELTA_OK;
 }
 
-/* the branch's fused scan pair (src/ops/scan_pair.c) */
+/* the branch's fused scan pair (src/scan/pair.c) */
 static camdelta_status scan_pair(camdelta_context *ctx, const warm_for *w) {
   return w->S ? cd_scan_pair_warm(ctx, w->BH, w->D, w->S) : CAMDELTA_OK;
 }

@@ -87,7 +87,7 @@ camdelta_status cd_copy_text(const char *op, const char *text, char *buf, size_t
 camdelta_status cd_check_dtype(const char *op, camdelta_dtype dtype);
 
 /* -------------------------------------------------------- context (context.c) */
-#define CD_TUNE_MAX_ENTRIES 48 /* lines of the tuning file (src/tune/params.c): 16 head dims x 3 families */
+#define CD_TUNE_MAX_ENTRIES 48 /* lines of the tuning file (src/scan/tc_params.c): 16 head dims x 3 families */
 #define CD_TUNE_MAX_BYTES 4096 /* its size limit (48 lines of at most 40 bytes) */
 typedef struct cd_program_entry {
   char *key; /* source name + '\n' + options */
@@ -110,9 +110,9 @@ struct camdelta_context {
   cd_program_entry *programs;
   camdelta_build_stats stats;
   cd_opt_values opts; /* the option registry's values (src/options/): the environment at creation, camdelta_tune_set */
-  int tc_state;     /* tensor-core feature test (src/tune/tc.c): 0 not run yet, 1 passed, 2 emulated, -1 off */
+  int tc_state;     /* tensor-core feature test (src/scan/tc.c): 0 not run yet, 1 passed, 2 emulated, -1 off */
   unsigned tc_mode; /* the value of option "scan" TC that tc_state was found for */
-  /* tensor-core tiles (src/tune/params.c), read once per context: overrides (camdelta_tune_set, CAMDELTA_TC_TILES)
+  /* tensor-core tiles (src/scan/tc_params.c), read once per context: overrides (camdelta_tune_set, CAMDELTA_TC_TILES)
    * per family x (WM WN MR NR KC), 0 = not set; entries saved by `camdelta tune --save` */
   int tune_loaded;
   unsigned tune_over[3][5];
@@ -121,11 +121,11 @@ struct camdelta_context {
   /* The scan's tile overrides, read once at creation (never on the call path): CAMDELTA_TC_TILES (parsed at the
    * first tile resolution); CAMDELTA_SCAN_TILES, CAMDELTA_SCAN_BWD_TILES and CAMDELTA_SEQ_TILES (or
    * camdelta_tune_set's "chunkwise" / "backward" / "sequential", guarded by lock) with their source's name, see
-   * src/tune/fma_tune.c */
+   * src/scan/fma_tune.c */
   char *tc_tiles_env;
   char *fma_tiles[3];
   char fma_var[3][48];
-  struct cd_plan_entry *plans; /* plans kept per shape class (src/tune/plan.c), guarded by lock */
+  struct cd_plan_entry *plans; /* plans kept per shape class (src/scan/plan.c), guarded by lock */
   void (*release_plans)(camdelta_context *ctx); /* set by the plan cache when it keeps a plan: frees them all with
                                                    the context (the runtime knows no plan) */
   unsigned plan_gen;           /* bumped when the plans are dropped (camdelta_tune_set) */

@@ -30,7 +30,7 @@
 #include "cost.h"
 #include "scan_packed.h"
 #include "scan_warm.h"
-#include "tune.h"
+#include "tc.h"
 
 typedef struct pk_geo {
   size_t H, D, F, clips, N, Fm, Sm;

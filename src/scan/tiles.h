@@ -2,7 +2,7 @@
  * cl/scan_backward.c), in one place: each kernel's parameters (the build options' names without "CD_"), their
  * constraints, their local-memory formula, the choice for given device limits and the tile overrides (the AUTO
  * choice between the forward's algorithms estimates these plans' costs: cost.h). Pure functions of the device
- * facts and the shape (no device, no environment): the plans (src/ops/scan.c, scan_backward.c) call them once per
+ * facts and the shape (no device, no environment): the plans (src/scan/forward.c, scan_backward.c) call them once per
  * (operation, device, shape class) and the unit tests call them with given device limits. Not installed. */
 #ifndef CAMDELTA_SCAN_TILES_H
 #define CAMDELTA_SCAN_TILES_H

@@ -1,7 +1,7 @@
 /* Tuning module of the scan engine: kernel-family parameters, the tensor-core feature test and the tiles of
  * the tensor-core GEMM core (cl/gemm_tc.cl). Not installed. */
-#ifndef CAMDELTA_TUNE_H
-#define CAMDELTA_TUNE_H
+#ifndef CAMDELTA_SCAN_TC_H
+#define CAMDELTA_SCAN_TC_H
 #include "internal.h"
 
 /** Tiles of the tensor-core GEMM core, same names as cl/gemm_tc.cl's build options:

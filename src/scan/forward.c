@@ -20,8 +20,8 @@
  *    compute units; CPUs use one block, and their variants depend on D and on S <= 8 only (PoCL spends
  *    seconds compiling each).
  * Plans: the tiles, work-group sizes and kernels are decided on the first call of an (algorithm, D, shape class,
- * precision) and kept in the context (src/tune/plan.c); later calls set arguments and launch. The tile policy
- * itself is src/tune/scan_tiles.c.
+ * precision) and kept in the context (src/scan/plan.c); later calls set arguments and launch. The tile policy
+ * itself is src/scan/tiles.c.
  * CAMDELTA_SCAN_VERBOSE=1 prints the chosen algorithm, work-group sizes and build options to stderr (each call).
  * The environment is read once, at context creation.
  * CAMDELTA_SCAN_TILES (tuning, see cd_parse_tiles() in check.c; or camdelta_tune_set family "chunkwise", which
@@ -34,7 +34,7 @@
  *   columns per work-group), TS (tokens per tile), W (items), PF (1 prefetch, 2 not), OUT (1 outputs in the
  *   kernel, 2 by phase C).
  *
- * AUTO (camdelta_scan_algorithm CAMDELTA_SCAN_AUTO) comes from the plans' costs (src/tune/cost.c): both plans
+ * AUTO (camdelta_scan_algorithm CAMDELTA_SCAN_AUTO) comes from the plans' costs (src/scan/cost.c): both plans
  * are configured for the call's B·H, D, F, S and each kernel's time is estimated from its flops (chunkwise: the
  * useful 6·N·D² per (b, h) plus phase B's 2·F·D³; tensor-core rates for phases A and C where the plan runs them
  * there), its bytes (chunkwise: 3·B·H·F·D² scratch floats written and read), its work-groups against what the
@@ -57,9 +57,9 @@
 #include "scan_hook.h"
 #include "scan_packed.h"
 #include "scan_pair.h"
-#include "scan_tiles.h"
+#include "tiles.h"
 #include "scan_warm.h"
-#include "tune.h"
+#include "tc.h"
 
 static const char *const OP = "camdelta_scan_forward";
 
@@ -132,7 +132,7 @@ static camdelta_status saved_reserve(camdelta_context *ctx, camdelta_scan_saved 
 
 /* ------------------------------------------------------------------------------------------ tiling */
 
-/* The tile policy lives in src/tune/scan_tiles.c (parameters, constraints, local memory, AUTO rule). */
+/* The tile policy lives in src/scan/tiles.c (parameters, constraints, local memory, AUTO rule). */
 typedef cd_scan_limits dev_limits;
 typedef cd_seq_cfg seq_cfg;
 typedef cd_chunk_cfg chunk_cfg;
@@ -490,7 +490,7 @@ static camdelta_status build_kernels(camdelta_context *ctx, const dev_limits *li
 
 /* Everything a call runs: the algorithm, its kernels and tiles, and the tensor-core kernels when used. Built once
  * per (device, D, algorithm, shape class, precision and row alignment where the tensor-core path runs) and kept
- * in the context (src/tune/plan.c); c_ns (phase C's token tiles) is the one field that follows S itself and is
+ * in the context (src/scan/plan.c); c_ns (phase C's token tiles) is the one field that follows S itself and is
  * recomputed per call. */
 typedef struct fwd_plan {
   camdelta_scan_algorithm alg;
@@ -620,7 +620,7 @@ static void plan_text(const fwd_plan *pl, const camdelta_scan_args *args, char *
            path, a, cc->b_j, cc->b.wr, cc->b.rm, cc->b.wc, cc->b.rn, cc->b_kc, cc->b_pf, c);
 }
 
-/* Appends "; " and both algorithms' estimated costs with the choice (src/tune/cost.c) to the plan text. */
+/* Appends "; " and both algorithms' estimated costs with the choice (src/scan/cost.c) to the plan text. */
 static void choice_text(camdelta_context *ctx, const camdelta_scan_args *args, char *text, size_t size) {
   cd_scan_estimate est;
   char choice[256];
@@ -728,7 +728,7 @@ camdelta_status camdelta_scan_sp_forward_hooked(camdelta_context *ctx, const cam
 
 /* ------------------------------------------------------------------- the chunkwise phases, internally */
 
-/* For the fused scan pair (src/ops/scan_pair.c): the chunkwise plan of one scan call and its phases A and C,
+/* For the fused scan pair (src/scan/pair.c): the chunkwise plan of one scan call and its phases A and C,
  * exactly as camdelta_scan_forward runs them. */
 struct cd_scan_chunk {
   camdelta_context *ctx;

@@ -27,12 +27,12 @@
 #include "scan_hook.h"
 #include "scan_packed.h"
 #include "scan_pair.h"
-#include "scan_tiles.h"
-#include "tune.h"
+#include "tiles.h"
+#include "tc.h"
 
 static const char OP[] = "camdelta_scan_backward";
 
-/* The tile policy (parameters, constraints, local memory) lives in src/tune/scan_tiles.c. */
+/* The tile policy (parameters, constraints, local memory) lives in src/scan/tiles.c. */
 typedef cd_sbwd_cfg sb_config;
 
 typedef struct sb_kernels {
@@ -104,7 +104,7 @@ static camdelta_status build_kernels(camdelta_context *ctx, size_t D, int skip_d
 }
 
 /* Everything a backward call runs, built once per (device, D, and where the tensor-core path runs, precision and
- * 16-byte token rows) and kept in the context (src/tune/plan.c). */
+ * 16-byte token rows) and kept in the context (src/scan/plan.c). */
 typedef struct bwd_plan {
   sb_config cfg;
   sb_kernels k;

@@ -4,8 +4,8 @@
 
 #include "options/options.h"
 #include "plan.h"
-#include "scan_tiles.h"
-#include "tune.h"
+#include "tiles.h"
+#include "tc.h"
 
 /* The families of either kind, for messages. */
 static void all_families(char *buf, size_t size) {

@@ -1,6 +1,6 @@
 /* Cost model of the scan forward's two algorithms, and the AUTO choice made from it (CAMDELTA_SCAN_AUTO).
  *
- * For each algorithm the plan that would run is configured (src/tune/scan_tiles.c: work-groups, work-group
+ * For each algorithm the plan that would run is configured (src/scan/tiles.c: work-groups, work-group
  * sizes, token tiles, value blocks, reduction chunks) and every kernel of it gets an estimated time from its
  * flops, the bytes it moves, its parallelism (work-groups against what the device holds) and its serial chain
  * (steps one work-group must take in order), plus a launch overhead. AUTO takes the lower estimate. Pure
@@ -11,7 +11,7 @@
 #ifndef CAMDELTA_COST_H
 #define CAMDELTA_COST_H
 #include "internal.h"
-#include "scan_tiles.h"
+#include "tiles.h"
 
 /** Per-kernel-family rates of one device class (GPU or CPU), calibrated by measurement (cost.c). */
 typedef struct cd_cost_class {

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "plan.h"
-#include "scan_tiles.h"
+#include "tiles.h"
 
 static const char *const FAMILY[CD_FMA_FAMILIES] = {"chunkwise", "backward", "sequential"};
 static const char *const ENV[CD_FMA_FAMILIES] = {"CAMDELTA_SCAN_TILES", "CAMDELTA_SCAN_BWD_TILES",

@@ -1,12 +1,12 @@
 /* Tile policy of the scan's FMA kernel families: parameters, constraints, local-memory formulas, the choice for
  * given device limits and the overrides (declarations and meanings in scan_tiles.h). Moved here
- * from src/ops/scan.c and src/ops/scan_backward.c unchanged, so that the plans decide once per shape class and
+ * from src/scan/forward.c and src/scan/backward.c unchanged, so that the plans decide once per shape class and
  * the tests check the policy without a device. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "scan_tiles.h"
+#include "tiles.h"
 
 static const char *const OP = "camdelta_scan_forward";
 static const char SBWD_OP[] = "camdelta_scan_backward";
@@ -379,7 +379,7 @@ camdelta_status cd_chunk_configure(const cd_scan_limits *lim, size_t BH, size_t 
 
 /* ---------------------------------------------------------------------------------- shape class */
 
-/* (The AUTO choice between the algorithms is src/tune/cost.c: it estimates both plans configured here.) */
+/* (The AUTO choice between the algorithms is src/scan/cost.c: it estimates both plans configured here.) */
 cd_scan_class cd_scan_shape_class(const cd_scan_limits *lim, size_t BH, size_t D, size_t S) {
   const cd_scan_class k = {seq_blocks(lim, BH, D), value_blocks(lim, BH, D, 8), token_tile(lim, S, 64)};
   return k;

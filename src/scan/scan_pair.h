@@ -1,10 +1,10 @@
 /* The fused scan pair of the camera branch (SPEC 8.4): a causal and a chunk-masked reverse delta-rule scan over
- * the same q, k, v and gates, summed, in one pass. Internal (src/ops/scan_pair.c, cl/scan_pair.cl); not installed. */
+ * the same q, k, v and gates, summed, in one pass. Internal (src/scan/pair.c, cl/scan_pair.cl); not installed. */
 #ifndef CAMDELTA_SCAN_PAIR_H
 #define CAMDELTA_SCAN_PAIR_H
 #include "internal.h"
 
-/* ---- the chunkwise forward's phases, from src/ops/scan.c */
+/* ---- the chunkwise forward's phases, from src/scan/forward.c */
 
 /** The chunkwise plan of one camdelta_scan_forward call (args->algorithm is taken as CHUNKWISE; args->reverse
  *  and the states are not used by the phases). Checks args as camdelta_scan_forward does. */
@@ -31,7 +31,7 @@ struct cd_pair_ot;
 camdelta_status cd_scan_chunk_phase_c_ot(camdelta_context *ctx, const cd_scan_chunk *c, cl_mem states,
                                          const struct cd_pair_ot *ot, int *done, cd_launch *l);
 
-/* ---- the scan backward's FMA tiles, from src/ops/scan_backward.c */
+/* ---- the scan backward's FMA tiles, from src/scan/backward.c */
 
 /** What camdelta_scan_backward builds for head dim D (skip_dq: its tensor-core form, dq apart): the build
  *  options of scan_backward.cl and the launch sizes they give. */

@@ -12,8 +12,8 @@
 #include <unistd.h>
 
 #include "plan.h"
-#include "scan_tiles.h"
-#include "tune.h"
+#include "tiles.h"
+#include "tc.h"
 
 const char *const cd_tc_family_names[CD_TC_FAMILIES] = {"gram", "apply", "frames"};
 static const char *const KEYS[5] = {"WM", "WN", "MR", "NR", "KC"};

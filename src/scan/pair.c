@@ -10,7 +10,7 @@
  *   phase C once          out_f = Q_f·(M_f + T_f)
  *
  * instead of two scans (phases A, B, C twice) and an add. Phases A and C are the chunkwise scan's own
- * (src/ops/scan.c, tensor cores where its plan has them); each direction's states are bit-identical to those of
+ * (src/scan/forward.c, tensor cores where its plan has them); each direction's states are bit-identical to those of
  * its own camdelta_scan_forward, the output differs from the sum of the two outputs by the rounding of one
  * product instead of two. */
 #include <stdio.h>
@@ -20,9 +20,9 @@
 #include "cost.h"
 #include "plan.h"
 #include "scan_pair.h"
-#include "scan_tiles.h"
+#include "tiles.h"
 #include "scan_warm.h"
-#include "tune.h"
+#include "tc.h"
 
 static const char OP[] = "cd_scan_pair_forward";
 

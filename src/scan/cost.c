@@ -48,7 +48,7 @@
 #include <string.h>
 
 #include "cost.h"
-#include "tune.h"
+#include "tc.h"
 
 static const cd_cost_class GPU_CLASS = {
     .name = "gpu",
