@@ -10,7 +10,7 @@
 #include "branch_problem.h"
 #include "camera_op.h"
 #include "prep_backward_fused.h"
-#include "scan_pair.h"
+#include "engine.h"
 #include "tc.h"
 
 /* The scan algorithm the branch runs with: AUTO (sequential on CPUs), and CHUNKWISE for the fused scan pair
@@ -214,7 +214,9 @@ static void run_branch(const br_shape *s, uint64_t seed, float **y_out) {
   probe_kernel_counts(&p, nk);
   /* the fused pair: the chunkwise scan's phases A and C once, its chain for both directions, one sum; with
    * tensor cores its phase C also does the output transform (one kernel less) */
-  const int pair = cd_scan_pair_wanted(ctx, g_algorithm, s->B * s->H, s->D, s->T, p.S);
+  camdelta_scan_algorithm run;
+  int pair;
+  TU_OK(cd_scan_branch_algorithm(ctx, g_algorithm, s->B * s->H, s->D, s->T, p.S, &run, &pair));
   const int fused_ot = pair && cd_tc_available(ctx) && g_y_off % 4 == 0;
   assert_int_equal(prof.kernels, (fused_ot ? 4 : 5) + nk[0] + (pair ? nk[1] + 1 : nk[1] + nk[2]));
   assert_true(prof.kernel_ms > 0);

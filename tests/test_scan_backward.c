@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backward.h"
+#include "engine.h"
 #include "internal.h"
 #include "testutil.h"
 #include "tc.h"

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "branch_common.h"
-#include "scan_pair.h"
+#include "engine.h"
 #include "testutil.h"
 
 #define FWD_BOUND 1e-5

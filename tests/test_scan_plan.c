@@ -8,7 +8,7 @@
 #include "internal.h"
 #include "plan.h"
 #include "tiles.h"
-#include "scan_warm.h"
+#include "engine.h"
 #include "testutil.h"
 #include "tc.h"
 
@@ -54,7 +54,7 @@ static void test_tiles_every_head_dim(void **state) {
       const char *from;
       TU_OK(cd_tc_resolve(c, f, D, 1, &t, &from));
       assert_string_equal(from, "heuristic");
-      if (cd_tc_check(c, f, D, 1, &t) != CAMDELTA_OK) t = cd_tc_safe_tiles(f, D); /* as cd_tc_build does */
+      if (cd_tc_check(c, f, D, 1, &t) != CAMDELTA_OK) t = cd_tc_safe_tiles(f, D); /* as cd_tc_tiles_for does */
       check_fits(c, f, D, &t);
       if (f == CD_TC_FRAMES) {
         assert_int_equal(D % t.kc, 0);
@@ -357,7 +357,7 @@ static void test_plan_cache(void **state) {
   (void)state;
   const camdelta_device_info d = facts("X", "cpu", CL_DEVICE_TYPE_CPU, 2, 4096, 65536);
   camdelta_context *c = fake(&d);
-  cd_plan_key k1 = {CD_PLAN_SCAN_FORWARD, 64, 1, 0, 0, {1, 64, 0}}, k2 = k1;
+  cd_plan_key k1 = {.op = CD_PLAN_SCAN_FORWARD, .D = 64, .alg = 1, .cls = {1, 64, 0}}, k2 = k1;
   k2.cls[1] = 8;
   cd_plan_entry *e1, *e2, *e3;
   TU_OK(cd_plan_acquire(c, &k1, fake_build, NULL, fake_destroy, &e1));

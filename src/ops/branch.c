@@ -29,7 +29,7 @@
 #include "branch_sp.h"
 #include "camera_op.h"
 #include "prep_common.h"
-#include "scan_pair.h"
+#include "engine.h"
 
 enum { PQ, PKV, PO, RC, RS, KCONV, QB, KB, VB, INFL, IOTA, BP, BR, DR, OUTC, OUTR, MASK, SEG, NBUF };
 
@@ -43,6 +43,7 @@ struct camdelta_branch_saved {
   size_t B, T, Hs, Ws, H, D, ph, pw;
   float k_scale, norm_eps;
   size_t *bounds, nb, *cbounds, ncb;
+  int pair; /* the forward ran the fused scan pair (its backward then runs the pair's) */
   int valid;
 };
 
@@ -249,7 +250,10 @@ static camdelta_status run_forward(camdelta_context *ctx, const camdelta_branch_
   camdelta_status st = warm_programs(ctx, D);
   /* the scan pair: fused (one phase A and one phase C for both directions, src/scan/pair.c) where the scan
    * runs chunkwise, else two scans; with sp the scans go through the hooks (their states cross the ranks) */
-  const int pair = !sp && cd_scan_pair_wanted(ctx, a->algorithm, B * H, D, T, S);
+  camdelta_scan_algorithm alg = a->algorithm;
+  int pair = 0;
+  if (!st) st = cd_scan_branch_algorithm(ctx, a->algorithm, B * H, D, T, S, &alg, &pair);
+  pair = pair && !sp;
   const size_t bytes[NBUF] = {g->BN16 * 4, g->BN16 * 4, g->BN16 * 4, g->NDh * 4, g->NDh * 4, g->BNC * 4,
                               g->BNC * 4,  g->BNC * 4,  g->BNC * 4,  g->BHN * 4, g->BHT * 4, g->BHN * 4,
                               g->BHN * 4,  g->BHT * 4,  g->BNC * 4,  pair ? 0 : g->BNC * 4, 0, 0};
@@ -336,7 +340,7 @@ static camdelta_status run_forward(camdelta_context *ctx, const camdelta_branch_
     add_profile(prof, &part);
   }
   for (int rev = 0; rev < 2 && !pair && (!st || sp); rev++) {
-    camdelta_scan_args sa = {B,     H,           D,     T,     S,      rev,    a->algorithm,
+    camdelta_scan_args sa = {B,     H,           D,     T,     S,      rev,    alg,
                              m[QB], m[KB],       m[VB], rev ? m[BR] : m[BP], rev ? m[DR] : a->decay,
                              rev ? m[OUTR] : m[OUTC], {NULL, 0}, {NULL, 0}, pp, NULL, a->precision};
     camdelta_scan_saved *ss = training ? (rev ? s->scan_r : s->scan_c) : NULL;
@@ -362,6 +366,7 @@ static camdelta_status run_forward(camdelta_context *ctx, const camdelta_branch_
     memcpy(s->bounds, g->bounds, g->nb * sizeof *s->bounds);
     memcpy(s->cbounds, g->cbounds, g->ncb * sizeof *s->cbounds);
     s->nb = g->nb, s->ncb = g->ncb;
+    s->pair = pair;
     s->valid = training ? 1 : 0;
   }
   return st;
@@ -442,7 +447,7 @@ static camdelta_status run_backward(camdelta_context *ctx, const camdelta_branch
   /* the scan pair's backward where the forward ran the pair: both directions' gradients, the work they share done
    * once, dq summed, dk and dv summed by the prep backward's loads (src/scan/pair.c); else two scan backward
    * calls and an add */
-  const int pair = !sp && cd_scan_pair_wanted(ctx, a->algorithm, B * H, D, T, S);
+  const int pair = s->pair;
   const size_t bytes[NSCR] = {g->BNC * 4, g->BNC * 4, g->BNC * 4, g->BNC * 4, g->BNC * 4,
                               g->BNC * 4, g->BNC * 4, g->BHN * 4, g->BHN * 4, g->BHT * 4,
                               g->BHT * 4, g->BHN * 4, C * 4,      C * 4,      pair && !gr->dv_raw.mem ? g->BNC * 4 : 0};

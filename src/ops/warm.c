@@ -2,10 +2,9 @@
  * would use, so that later calls never compile. The operations are asked in turn, from one table. */
 #include "backward.h"
 #include "camera_op.h"
+#include "engine.h"
 #include "internal.h"
 #include "prep_common.h"
-#include "scan_pair.h"
-#include "scan_warm.h"
 
 /* What to warm: head dim D; for camdelta_warm_shape also B·H = BH, H and S (0 for camdelta_warm, which knows the head
  * dim only: the operations whose programs depend on the shape skip it). */

@@ -1,17 +1,18 @@
-/* Scan backward (SPEC section 4): argument checks and the four launches of cl/scan_backward.cl.
+/* Scan backward (SPEC section 4): argument checks and the composition of the units (units.h):
  *
- *   1. grams  (parallel over b, h, f): W_f = Q_fᵀ·dO_f, A_f = d_f·(I − K_fᵀβ_fK_f) (unless the saved object
+ *   1. gram   (parallel over b, h, f): W_f = Q_fᵀ·dO_f, A_f = d_f·(I − K_fᵀβ_fK_f) (unless the saved object
  *             holds the chunkwise forward's A_f), and U_f = K_fᵀβ_fV_f when the forward's states must be
  *             recomputed (saved == NULL)
  *   2. chain  (parallel over b, h and column blocks of D; serial over frames): the state chain
  *             M_f = A_f·M_prev + U_f when recomputing, then the gradient chain G_f = dL/dM_f and dinit_state
- *   3. frames (parallel over b, h, f and token tiles): dq, dk, dv, dbeta and per-tile ddecay partials
+ *   3. frames (parallel over b, h, f and token tiles): dq, dk, dv, dbeta and per-tile ddecay partials (with
+ *             tensor cores dq apart: the apply, dq_f = dO_f·M_fᵀ)
  *   4. ddecay (parallel over b, h, f): ddecay = <G_f, M_prev> + the partials, in a fixed order
  *
  * Everything is f32 with fixed summation orders (no atomics), so two runs give bit-identical gradients.
- * Scratch: A, W, G (and U, Z when recomputing), each (B, H, F, D, D) f32, allocated per call.
+ * Scratch: A, W, G (and U, Z when recomputing), each (B, H, F, D, D) f32, the plan's workspace.
  *
- * CAMDELTA_SCAN_BWD_TILES (tuning): a comma-separated list of KEY=N replacing the fields choose_config() picks:
+ * CAMDELTA_SCAN_BWD_TILES (tuning): a comma-separated list of KEY=N replacing the fields cd_sbwd_choose() picks:
  * grams RPT (rows and columns per item; a multiple of 4 dividing D) and TSG (tokens per chunk; a multiple of 8),
  * chain CB (columns per work-group; a multiple of 4 dividing D), frames DPT (value columns per item; a multiple of
  * 4 dividing D), TL (token lanes), TPT (tokens per lane), MC (contraction chunk; divides D), ddecay RL (a power of
@@ -21,112 +22,56 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backward.h"
-#include "internal.h"
-#include "plan.h"
+#include "compose.h"
+#include "engine.h"
 #include "scan_hook.h"
-#include "scan_packed.h"
-#include "scan_pair.h"
-#include "tiles.h"
-#include "tc.h"
 
 static const char OP[] = "camdelta_scan_backward";
 
-/* The tile policy (parameters, constraints, local memory) lives in src/scan/tiles.c. */
-typedef cd_sbwd_cfg sb_config;
-
-typedef struct sb_kernels {
-  cl_kernel grams, chain, frames, ddecay;
-} sb_kernels;
-
-static void release_kernels(sb_kernels *k) {
-  if (k->grams) clReleaseKernel(k->grams);
-  if (k->chain) clReleaseKernel(k->chain);
-  if (k->frames) clReleaseKernel(k->frames);
-  if (k->ddecay) clReleaseKernel(k->ddecay);
-  memset(k, 0, sizeof *k);
-}
-
-enum { T_COUNT = CD_SB_COUNT };
-
-/* Builds the four kernels; shrinks the configuration when a kernel's own work-group limit (registers) is
- * below what the device reports. opts (256 bytes) receives their build options, *overridden whether the tiles
- * came from CAMDELTA_SCAN_BWD_TILES (as read at context creation) or camdelta_tune_set "backward". */
-static camdelta_status build_kernels(camdelta_context *ctx, size_t D, int skip_dq, const char *extra, sb_config *cfg,
-                                     sb_kernels *k, char *opts, int *overridden_out) {
-  size_t dev_wg, local;
-  cd_sbwd_limits(&ctx->info, &dev_wg, &local);
-  /* GPUs: the chain step unrolled over D, its A column in registers (PoCL would compile that for long) */
-  const int gpu = cd_device_gpu_like(&ctx->info);
-  size_t wg_grams = dev_wg, wg_frames = dev_wg, wg_chain = dev_wg, wg_rl = dev_wg;
-  memset(k, 0, sizeof *k);
-  unsigned ov[T_COUNT];
-  int overridden = 0;
-  char env[512], var[64]; /* the override and its source (the variable or camdelta_tune_set) */
-  cd_tune_fma_text(ctx, CD_FMA_BACKWARD, env, sizeof env, var, sizeof var);
-  if (env[0]) {
-    camdelta_status st = cd_sbwd_parse(var, env, ov, &overridden);
-    if (st) return st;
-  }
-  *overridden_out = overridden;
-  for (int attempt = 0; attempt < 8; attempt++) {
-    camdelta_status st = cd_sbwd_choose(D, local, wg_grams, wg_frames, wg_chain, wg_rl, cfg);
-    if (!st && overridden) st = cd_sbwd_override(D, local, dev_wg, ov, var, cfg);
-    if (st) return st;
-    snprintf(opts, 256,
-             "-DCD_D=%zu -DCD_RPT=%zu -DCD_TSG=%zu -DCD_CB=%zu -DCD_DPT=%zu -DCD_TL=%zu -DCD_TPT=%zu -DCD_MC=%zu "
-             "-DCD_RL=%zu%s%s%s",
-             D, cfg->rpt, cfg->tsg, cfg->cb, cfg->dpt, cfg->tl, cfg->tpt, cfg->mc, cfg->rl,
-             skip_dq ? " -DCD_SKIP_DQ=1" : "", gpu ? " -DCD_CHAIN_UNROLL=1" : "", extra);
-    if ((st = cd_kernel(ctx, "scan_backward.cl", opts, "cd_scan_bwd_grams", &k->grams)) ||
-        (st = cd_kernel(ctx, "scan_backward.cl", opts, "cd_scan_bwd_chain", &k->chain)) ||
-        (st = cd_kernel(ctx, "scan_backward.cl", opts, "cd_scan_bwd_frames", &k->frames)) ||
-        (st = cd_kernel(ctx, "scan_backward.cl", opts, "cd_scan_bwd_ddecay", &k->ddecay))) {
-      release_kernels(k);
-      return st;
-    }
-    const size_t need_g = (D / cfg->rpt) * (D / cfg->rpt), need_f = cfg->tl * (D / cfg->dpt);
-    const size_t have_g = cd_kernel_max_wg(ctx, k->grams), have_f = cd_kernel_max_wg(ctx, k->frames);
-    const size_t have_c = cd_kernel_max_wg(ctx, k->chain), have_r = cd_kernel_max_wg(ctx, k->ddecay);
-    if (need_g <= have_g && need_f <= have_f && D <= have_c && cfg->rl <= have_r) return CAMDELTA_OK;
-    release_kernels(k);
-    if (overridden)
-      return cd_fail(CAMDELTA_ERROR_UNSUPPORTED,
-                     "%s: %s: the compiled kernels allow work-groups of %zu (grams), %zu (frames), %zu (chain), %zu "
-                     "(ddecay) items; the tiles need %zu, %zu, %zu, %zu",
-                     OP, var, have_g, have_f, have_c, have_r, need_g, need_f, D, cfg->rl);
-    if (need_g > have_g) wg_grams = have_g;
-    if (need_f > have_f) wg_frames = have_f;
-    if (D > have_c) wg_chain = have_c;
-    if (cfg->rl > have_r) wg_rl = have_r;
-  }
-  return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: no kernel configuration for D=%zu fits this device", OP, D);
-}
-
-/* Everything a backward call runs, built once per (device, D, and where the tensor-core path runs, precision and
- * 16-byte token rows) and kept in the context (src/scan/plan.c). */
+/* Everything a backward call runs: the backward program's tiles and its parts (the FMA gram, frames and ddecay,
+ * the gradient chain), the tensor-core gram, frames and dq apply where the device has them, and the workspace.
+ * Built once per (device, D, and where the tensor-core path runs, precision and 16-byte token rows, variant) and
+ * kept in the context (plan.c). */
 typedef struct bwd_plan {
-  sb_config cfg;
-  sb_kernels k;
-  cd_tc_set tc;
+  cd_sbwd_cfg cfg;
   char opts[256];
   int overridden;
+  int tc, split;
+  cd_gram gram;
+  cd_chain chain;
+  cd_frames frames;
+  cd_ddecay ddecay;
+  cd_apply apply; /* tensor cores: dq */
+  cd_workspace ws;
 } bwd_plan;
+enum { WS_A, WS_W, WS_G, WS_U, WS_Z, WS_PART };
 
 static void bwd_destroy(void *p) {
   bwd_plan *pl = p;
-  release_kernels(&pl->k);
-  cd_tc_release(&pl->tc);
+  cd_gram_release(&pl->gram);
+  cd_chain_release(&pl->chain);
+  cd_frames_release(&pl->frames);
+  cd_ddecay_release(&pl->ddecay);
+  cd_apply_release(&pl->apply);
+  cd_ws_free(&pl->ws);
   free(pl);
 }
 
-/* A plan for D and precision with 16-byte token rows or not (vec); extra: the packed variant's build options. */
-static camdelta_status bwd_build_opts(camdelta_context *ctx, const camdelta_scan_backward_args *a, int vec,
-                                      const char *extra, bwd_plan **out) {
+static camdelta_status bwd_build(camdelta_context *ctx, const cd_plan_key *key, const void *arg, void **out) {
+  (void)key;
+  const cd_bwd_request *r = arg;
   bwd_plan *pl = calloc(1, sizeof *pl);
   if (!pl) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", OP);
-  camdelta_status st = cd_tc_build_opts(ctx, a->D, a->precision, vec, CD_TC_WITH_FRAMES, extra, &pl->tc);
-  if (!st) st = build_kernels(ctx, a->D, pl->tc.on, extra, &pl->cfg, &pl->k, pl->opts, &pl->overridden);
+  camdelta_status st = CAMDELTA_OK;
+  if ((pl->tc = cd_tc_available(ctx))) {
+    pl->split = r->prec != CAMDELTA_PRECISION_TF32;
+    st = cd_gram_build_tc(ctx, r->D, pl->split, r->vec, r->extra, &pl->gram);
+    if (!st) st = cd_frames_build_tc(ctx, r->D, pl->split, r->vec, r->extra, &pl->frames);
+    if (!st) st = cd_apply_build_tc(ctx, r->D, pl->split, r->vec, 0, r->extra, &pl->apply);
+  }
+  if (!st)
+    st = cd_backward_parts(ctx, r->D, pl->tc, r->extra, 0, &pl->cfg, pl->opts, &pl->overridden,
+                           pl->tc ? NULL : &pl->gram, &pl->chain, pl->tc ? NULL : &pl->frames, &pl->ddecay);
   if (st) {
     bwd_destroy(pl);
     return st;
@@ -135,36 +80,31 @@ static camdelta_status bwd_build_opts(camdelta_context *ctx, const camdelta_scan
   return CAMDELTA_OK;
 }
 
-static camdelta_status bwd_build(camdelta_context *ctx, const cd_plan_key *key, const void *arg, void **out) {
-  bwd_plan *pl = NULL;
-  camdelta_status st = bwd_build_opts(ctx, arg, (int)key->vec, "", &pl);
-  *out = pl;
-  return st;
-}
-
-/* The context's plan for `a`, referenced and locked for this call (cd_plan_release() after the launches). */
-static camdelta_status plan_backward(camdelta_context *ctx, const camdelta_scan_backward_args *a, cd_plan_entry **e) {
+camdelta_status cd_backward_acquire(camdelta_context *ctx, const cd_bwd_request *r, cd_plan_entry **e) {
   cd_plan_key key;
   memset(&key, 0, sizeof key);
   key.op = CD_PLAN_SCAN_BACKWARD;
-  key.D = (unsigned)a->D;
-  if (cd_tc_available(ctx)) {
-    const size_t offs[6] = {a->q.offset, a->k.offset, a->v.offset, a->beta.offset, a->grad_out.offset, a->dq.offset};
-    const size_t offs2[4] = {a->dk.offset, a->dv.offset, 0, 0};
-    key.prec = (unsigned)a->precision;
-    key.vec = (unsigned)(cd_tc_vec_ok(a->S, offs, 6) && cd_tc_vec_ok(a->S, offs2, 4));
-  }
-  return cd_plan_acquire(ctx, &key, bwd_build, a, bwd_destroy, e);
+  key.D = (unsigned)r->D;
+  key.variant = r->variant;
+  if (cd_tc_available(ctx)) key.prec = (unsigned)r->prec, key.vec = (unsigned)(r->vec != 0);
+  return cd_plan_acquire(ctx, &key, bwd_build, r, bwd_destroy, e);
+}
+
+/* The fixed-shape request of a call: 16-byte token rows when S and every token tensor's offset allow them. */
+static cd_bwd_request request_of(const camdelta_scan_backward_args *a) {
+  const size_t offs[8] = {a->q.offset,        a->k.offset,  a->v.offset,  a->beta.offset,
+                          a->grad_out.offset, a->dq.offset, a->dk.offset, a->dv.offset};
+  const cd_bwd_request r = {.D = a->D, .prec = a->precision, .vec = cd_tc_vec_ok(a->S, offs, 8), .extra = ""};
+  return r;
 }
 
 camdelta_status cd_scan_backward_warm(camdelta_context *ctx, size_t D) {
   camdelta_status st = cd_check_head_dim(OP, D);
   /* both precisions, with and without 16-byte token rows (S % 4 == 0 and aligned offsets) */
   for (int v = 0; v < 4 && !st; v++) {
-    camdelta_scan_backward_args a = CAMDELTA_SCAN_BACKWARD_ARGS_INIT;
-    a.B = a.H = a.F = 1, a.D = D, a.S = v >> 1 ? 4 : 1, a.precision = (camdelta_precision)(v & 1);
+    const cd_bwd_request r = {.D = D, .prec = (camdelta_precision)(v & 1), .vec = v >> 1, .extra = ""};
     cd_plan_entry *e;
-    if (!(st = plan_backward(ctx, &a, &e))) cd_plan_release(ctx, e);
+    if (!(st = cd_backward_acquire(ctx, &r, &e))) cd_plan_release(ctx, e);
   }
   return st;
 }
@@ -175,18 +115,17 @@ static void tc_text(char *buf, size_t size, const char *what, const char *kernel
 }
 
 static void plan_text(const bwd_plan *pl, const camdelta_scan_backward_args *a, char *buf, size_t size) {
-  const cd_tc_set *tc = &pl->tc;
-  const sb_config *c = &pl->cfg;
+  const cd_sbwd_cfg *c = &pl->cfg;
   const size_t D = a->D;
-  const char *path = tc->on ? (tc->split ? "exact (tensor cores, split-TF32)" : "tf32 (tensor cores)")
+  const char *path = pl->tc ? (pl->split ? "exact (tensor cores, split-TF32)" : "tf32 (tensor cores)")
                      : a->precision == CAMDELTA_PRECISION_TF32
                          ? "exact (fma; tf32 requested, no tensor-core path on this device)"
                          : "exact (fma)";
   char g[160], f[160], dq[160];
-  if (tc->on) {
-    tc_text(g, sizeof g, "grams", "gram_tc", &tc->g);
-    tc_text(f, sizeof f, "frames", "frames_tc", &tc->fr);
-    tc_text(dq, sizeof dq, "dq", "apply_tc", &tc->a);
+  if (pl->tc) {
+    tc_text(g, sizeof g, "grams", "gram_tc", &pl->gram.t);
+    tc_text(f, sizeof f, "frames", "frames_tc", &pl->frames.t);
+    tc_text(dq, sizeof dq, "dq", "apply_tc", &pl->apply.t);
   } else {
     snprintf(g, sizeof g, "; grams fma W=%zu RPT=%zu TSG=%zu", (D / c->rpt) * (D / c->rpt), c->rpt, c->tsg);
     snprintf(f, sizeof f, "; frames fma W=%zu DPT=%zu TL=%zu TPT=%zu MC=%zu", c->tl * (D / c->dpt), c->dpt, c->tl,
@@ -218,7 +157,8 @@ camdelta_status camdelta_scan_backward_plan_describe(camdelta_context *ctx, cons
   camdelta_status st = check_describe(args);
   if (st) return st;
   cd_plan_entry *e;
-  if ((st = plan_backward(ctx, args, &e))) return st;
+  const cd_bwd_request r = request_of(args);
+  if ((st = cd_backward_acquire(ctx, &r, &e))) return st;
   char text[1024];
   plan_text(e->plan, args, text, sizeof text);
   cd_plan_release(ctx, e);
@@ -285,260 +225,135 @@ static camdelta_status check_args(const camdelta_scan_backward_args *a, const ca
   return CAMDELTA_OK;
 }
 
-static camdelta_status run_backward(camdelta_context *ctx, const camdelta_scan_backward_args *args,
-                                    const camdelta_scan_saved *saved, size_t N, const cd_packed_run *pr,
-                                    const cd_scan_hook *hook);
+
+/* ------------------------------------------------------------------------------------- composition */
+
+camdelta_status cd_backward_gram(camdelta_context *ctx, cd_plan_entry *e, const cd_scan_geo *geo,
+                                 const camdelta_scan_backward_args *p, camdelta_buffer A, int A_given,
+                                 camdelta_buffer U, int need_u, camdelta_buffer W, cd_launch *l) {
+  const bwd_plan *pl = e->plan;
+  const camdelta_buffer none = {NULL, 0};
+  const cd_gram_io io = {.q = p->q, .k = p->k, .v = p->v, .dout = p->grad_out, .beta = p->beta, .decay = p->decay,
+                         .A = A_given ? none : A, .U = need_u ? U : none, .W = W};
+  return cd_gram_enqueue(ctx, &pl->gram, geo, &io, l);
+}
+
+camdelta_status cd_backward_rest(camdelta_context *ctx, cd_plan_entry *e, const cd_scan_geo *geo,
+                                 const camdelta_scan_backward_args *p, camdelta_buffer states, camdelta_buffer A,
+                                 camdelta_buffer U, camdelta_buffer W, cd_launch *l) {
+  bwd_plan *pl = e->plan;
+  const size_t D = geo->D, fbytes = geo->BHF * D * D * sizeof(float), ntiles = cd_frames_tiles(&pl->frames, geo->S);
+  const int recompute = states.mem == NULL, has_init = p->init_state.mem != NULL;
+  camdelta_buffer G, part;
+  camdelta_status st = cd_ws_get(ctx, &pl->ws, WS_G, fbytes, &G);
+  if (!st) st = cd_ws_get(ctx, &pl->ws, WS_PART, geo->BHF * ntiles * sizeof(float), &part);
+  if (!st && recompute) st = cd_ws_get(ctx, &pl->ws, WS_Z, fbytes, &states);
+  if (st) return st;
+  /* the state chain when the forward's states are not given, then the gradient chain */
+  const cd_chain_grads_io cio = {.A = A, .W = W, .U = U, .states = states, .init = p->init_state,
+                                 .gfinal = p->grad_final_state, .G = G, .dinit = p->dinit_state,
+                                 .reverse = p->reverse, .recompute = recompute};
+  st = cd_chain_grads(ctx, &pl->chain, geo, &cio, l);
+  const cd_frames_io fio = {.k = p->k, .v = p->v, .beta = p->beta, .decay = p->decay, .dout = p->grad_out,
+                            .states = states, .init = p->init_state, .G = G, .dq = p->dq, .dk = p->dk, .dv = p->dv,
+                            .dbeta = p->dbeta, .part = part, .reverse = p->reverse, .has_init = has_init};
+  if (!st) st = cd_frames_enqueue(ctx, &pl->frames, geo, &fio, l);
+  /* with tensor cores, dq apart from the frames kernel: dq[k][s] = Σ_v M[k][v]·dO[v][s] */
+  if (!st && pl->tc)
+    st = cd_apply_dq(ctx, &pl->apply, geo, p->grad_out, states, p->init_state, p->dq, p->reverse, has_init, l);
+  if (!st)
+    st = cd_ddecay_enqueue(ctx, &pl->ddecay, geo, states, p->init_state, G, part, p->ddecay, ntiles, p->reverse,
+                           has_init, l);
+  return st;
+}
+
+camdelta_status cd_backward_enqueue(camdelta_context *ctx, cd_plan_entry *e, const cd_scan_geo *geo,
+                                    const camdelta_scan_backward_args *p, const camdelta_scan_saved *saved,
+                                    cd_launch *l) {
+  bwd_plan *pl = e->plan;
+  const size_t fbytes = geo->BHF * geo->D * geo->D * sizeof(float);
+  const int recompute = saved == NULL;
+  /* A_f as the chunkwise forward computed it, kept in the saved object: no second A gram */
+  const int reuse_a = saved && saved->has_a;
+  camdelta_buffer A = {reuse_a ? saved->a_mat : NULL, 0}, U = {NULL, 0}, W;
+  camdelta_status st = reuse_a ? CAMDELTA_OK : cd_ws_get(ctx, &pl->ws, WS_A, fbytes, &A);
+  if (!st) st = cd_ws_get(ctx, &pl->ws, WS_W, fbytes, &W);
+  if (!st && recompute) st = cd_ws_get(ctx, &pl->ws, WS_U, fbytes, &U);
+  if (!st) st = cd_backward_gram(ctx, e, geo, p, A, reuse_a, U, recompute, W, l);
+  const camdelta_buffer states = {recompute ? NULL : saved->state_post, 0};
+  if (!st) st = cd_backward_rest(ctx, e, geo, p, states, A, U, W, l);
+  return st;
+}
+
+static void verbose(const bwd_plan *pl, size_t D, const char *what) {
+  const cd_sbwd_cfg *c = &pl->cfg;
+  fprintf(stderr, "camdelta scan backward%s: grams W=%zu, frames W=%zu tokens=%zu%s: %s\n", what,
+          (D / c->rpt) * (D / c->rpt), c->tl * (D / c->dpt), c->tl * c->tpt,
+          pl->overridden ? " (tiles overridden)" : "", pl->opts);
+  if (pl->tc)
+    fprintf(stderr, "camdelta scan backward: tensor cores (%s): grams WM=%u WN=%u MR=%u NR=%u KC=%u\n",
+            pl->split ? "exact" : "tf32", pl->gram.t.wm, pl->gram.t.wn, pl->gram.t.mr, pl->gram.t.nr, pl->gram.t.kc);
+}
+
+void cd_backward_verbose(camdelta_context *ctx, const cd_plan_entry *e, size_t D, const char *what) {
+  if (cd_option(ctx, CD_OPT_VERBOSE_SCAN, CAMDELTA_F32)) verbose(e->plan, D, what);
+}
 
 camdelta_status camdelta_scan_backward(camdelta_context *ctx, const camdelta_scan_backward_args *args,
                                        const camdelta_scan_saved *saved) {
-  return camdelta_scan_sp_backward_hooked(ctx, args, saved, NULL);
-}
-
-camdelta_status camdelta_scan_sp_backward_hooked(camdelta_context *ctx, const camdelta_scan_backward_args *args,
-                                        const camdelta_scan_saved *saved, const cd_scan_hook *hook) {
   cd_clear_error();
-  { const camdelta_status pst = cd_prologue_scan_backward(ctx, args, saved); if (pst) return pst; }
+  camdelta_status st = cd_prologue_scan_backward(ctx, args, saved);
+  if (st) return st;
   if (!ctx || !args) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", OP, ctx ? "args" : "ctx");
   if (saved && saved->ctx != ctx)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' was created for another context", OP);
   size_t N = 0;
-  camdelta_status st = check_args(args, saved, &N);
-  if (st) return st;
-  return run_backward(ctx, args, saved, N, NULL, hook);
-}
-
-/* The launches; pr != NULL: packed clips (scan_packed.c), args with B = 1, F = all frames, S = the longest frame,
- * the kernels' packed variant and one chain per (clip, head); hook != NULL: the MPI summaries (scan_hook.h). */
-static camdelta_status run_backward(camdelta_context *ctx, const camdelta_scan_backward_args *args,
-                                    const camdelta_scan_saved *saved, size_t N, const cd_packed_run *pr,
-                                    const cd_scan_hook *hook) {
-  camdelta_status st = CAMDELTA_OK;
-  const size_t B = args->B, H = args->H, D = args->D, F = args->F, S = args->S;
-  const int reverse = args->reverse != 0, recompute = saved == NULL;
-  const int need_u = recompute || (hook && hook->want_u); /* U_f: the state chain's, or the hook's */
-  /* A_f as the chunkwise forward computed it, kept in the saved object: no second A gram */
-  const int reuse_a = saved && saved->has_a && !need_u;
-  const int has_init = args->init_state.mem != NULL, has_gfinal = args->grad_final_state.mem != NULL;
-  const int has_dinit = args->dinit_state.mem != NULL;
-
-  /* Build everything before enqueuing anything: the context's plan (built on the first call of its class); packed
-   * clips build their own (the kernels' packed variant, not kept). */
-  cd_plan_entry *pe = NULL;
-  bwd_plan *own = NULL;
-  if (pr) {
-    const size_t offs[6] = {args->q.offset,    args->k.offset,  args->v.offset, args->beta.offset,
-                            args->grad_out.offset, args->dq.offset};
-    const size_t offs2[4] = {args->dk.offset, args->dv.offset, 0, 0};
-    const int vec = cd_tc_vec_ok(pr->vec ? 4 : 1, offs, 6) && cd_tc_vec_ok(4, offs2, 4);
-    if ((st = bwd_build_opts(ctx, args, vec, cd_packed_opts(pr), &own))) return st;
-  } else if ((st = plan_backward(ctx, args, &pe)))
-    return st;
-  const bwd_plan *pl = pe ? pe->plan : own;
-  const sb_config cfg = pl->cfg;
-  const sb_kernels k = pl->k;
-  const cd_tc_set tc = pl->tc;
-  if (cd_option(ctx, CD_OPT_VERBOSE_SCAN, CAMDELTA_F32)) {
-    fprintf(stderr, "camdelta scan backward%s: grams W=%zu, frames W=%zu tokens=%zu%s: %s\n",
-            pr ? " (packed clips, native)" : "", (D / cfg.rpt) * (D / cfg.rpt), cfg.tl * (D / cfg.dpt),
-            cfg.tl * cfg.tpt, pl->overridden ? " (tiles overridden)" : "", pl->opts);
-    if (tc.on)
-      fprintf(stderr, "camdelta scan backward: tensor cores (%s): grams %s, dq %s\n", tc.split ? "exact" : "tf32",
-              tc.gopts, tc.aopts);
-  }
-  const size_t ts = tc.on ? cd_tc_tm(&tc.fr) : cfg.tl * cfg.tpt, ntiles = (S + ts - 1) / ts;
-  const size_t BH = pr ? pr->clips * H : B * H, BHF = B * H * F, sbytes = BHF * D * D * sizeof(float);
-
-  cl_mem scratch[6] = {NULL, NULL, NULL, NULL, NULL, NULL}; /* A W G U Z part */
-  const size_t sizes[6] = {reuse_a ? 0 : sbytes, sbytes, sbytes, need_u ? sbytes : 0, recompute ? sbytes : 0,
-                           BHF * ntiles * sizeof(float)};
-  for (int i = 0; i < 6 && !st; i++)
-    if (sizes[i]) st = cd_alloc(ctx, sizes[i], &scratch[i]);
-  if (st) {
-    for (int i = 0; i < 6; i++)
-      if (scratch[i]) clReleaseMemObject(scratch[i]);
-    if (pe) cd_plan_release(ctx, pe);
-    else bwd_destroy(own);
-    return st;
-  }
-  const camdelta_buffer bA = {reuse_a ? saved->a_mat : scratch[0], 0}, bW = {scratch[1], 0}, bG = {scratch[2], 0};
-  const camdelta_buffer bU = need_u ? (camdelta_buffer){scratch[3], 0} : bA;
-  const camdelta_buffer bstates =
-      recompute ? (camdelta_buffer){scratch[4], 0} : (camdelta_buffer){saved->state_post, 0};
-  const camdelta_buffer bpart = {scratch[5], 0};
-  /* absent optional tensors: a valid buffer that is never read or written */
-  const camdelta_buffer binit = has_init ? args->init_state : bA;
-  const camdelta_buffer bgf = has_gfinal ? args->grad_final_state : bA;
-  const camdelta_buffer bdinit = has_dinit ? args->dinit_state : bG;
-
+  if ((st = check_args(args, saved, &N))) return st;
+  /* build everything before enqueuing anything */
+  const cd_bwd_request r = request_of(args);
+  cd_plan_entry *e;
+  if ((st = cd_backward_acquire(ctx, &r, &e))) return st;
+  cd_backward_verbose(ctx, e, args->D, "");
   if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;
   cd_launch l;
   cd_launch_init(&l, args->profile);
-
-  /* 1. grams */
-  if (tc.on) {
-    const unsigned nc = (unsigned)((D + cd_tc_tn(&tc.g) - 1) / cd_tc_tn(&tc.g));
-    const unsigned nr = (unsigned)((D + cd_tc_tm(&tc.g) - 1) / cd_tc_tm(&tc.g));
-    for (int pass = 0; pass < (reuse_a ? 1 : 2) && !st; pass++) {
-      /* pass 0: W = Qᵀ·dO; pass 1 (unless the forward's A_f is kept): A = d·(I − Kᵀ·β·K) and, when recomputing,
-       * U = Kᵀ·β·V */
-      const unsigned n1 = pass == 1 && need_u ? nc : 0;
-      cd_args a = {tc.gram, 0, CL_SUCCESS};
-      cd_arg_buf(&a, pass ? args->k : args->q);
-      cd_arg_buf(&a, pass ? args->k : args->grad_out);
-      cd_arg_buf(&a, pass ? args->v : args->grad_out);
-      cd_arg_buf(&a, args->beta);
-      cd_arg_buf(&a, args->decay);
-      cd_arg_buf(&a, pass ? bA : bW);
-      cd_arg_buf(&a, pass ? bU : bW);
-      cd_arg_u64(&a, N);
-      cd_arg_u32(&a, (uint32_t)S);
-      cd_arg_u32(&a, (uint32_t)F);
-      cd_arg_u32(&a, nc);
-      cd_arg_u32(&a, n1);
-      cd_arg_i32(&a, pass);
-      cd_arg_i32(&a, pass);
-      if (pr) cd_arg_mem(&a, pr->pk), cd_arg_u32(&a, (uint32_t)H);
-      if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_gram_tc: setting arguments");
-      const size_t w = cd_tc_wg(&tc.g), lws[2] = {w, 1}, gws[2] = {w * nr * (nc + n1), BHF};
-      if (!st) st = cd_enqueue(ctx, tc.gram, 2, gws, lws, &l, pass ? "cd_gram_tc (A, U)" : "cd_gram_tc (W)");
-    }
-  } else {
-    const uint32_t modes = need_u ? 3 : reuse_a ? 1 : 2; /* W; A; U */
-    cd_args a = {k.grams, 0, CL_SUCCESS};
-    cd_arg_buf(&a, args->q);
-    cd_arg_buf(&a, args->k);
-    cd_arg_buf(&a, args->v);
-    cd_arg_buf(&a, args->grad_out);
-    cd_arg_buf(&a, args->beta);
-    cd_arg_buf(&a, args->decay);
-    cd_arg_buf(&a, bW);
-    cd_arg_buf(&a, bA);
-    cd_arg_buf(&a, bU);
-    cd_arg_u64(&a, N);
-    cd_arg_u32(&a, (uint32_t)S);
-    cd_arg_u32(&a, (uint32_t)F);
-    cd_arg_u32(&a, modes);
-    if (pr) cd_arg_mem(&a, pr->pk), cd_arg_u32(&a, (uint32_t)H);
-    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_scan_bwd_grams: setting arguments");
-    const size_t lws = (D / cfg.rpt) * (D / cfg.rpt), gws = BHF * modes * lws;
-    if (!st) st = cd_enqueue(ctx, k.grams, 1, &gws, &lws, &l, "cd_scan_bwd_grams");
-  }
-  if (!st && hook) st = hook->fn(hook->user, bA.mem, need_u ? bU.mem : NULL, bW.mem); /* scan_hook.h */
-  /* 2. chain */
-  if (!st) {
-    cd_args a = {k.chain, 0, CL_SUCCESS};
-    cd_arg_buf(&a, bA);
-    cd_arg_buf(&a, bW);
-    cd_arg_buf(&a, bU);
-    cd_arg_buf(&a, recompute ? bstates : bG);
-    cd_arg_buf(&a, binit);
-    cd_arg_buf(&a, bgf);
-    cd_arg_buf(&a, bG);
-    cd_arg_buf(&a, bdinit);
-    cd_arg_u32(&a, (uint32_t)F);
-    cd_arg_i32(&a, reverse);
-    cd_arg_i32(&a, recompute);
-    cd_arg_i32(&a, has_init);
-    cd_arg_i32(&a, has_gfinal);
-    cd_arg_i32(&a, has_dinit);
-    if (pr) cd_arg_mem(&a, pr->pk), cd_arg_u32(&a, (uint32_t)H);
-    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_scan_bwd_chain: setting arguments");
-    const size_t lws = D, gws = BH * (D / cfg.cb) * lws;
-    if (!st) st = cd_enqueue(ctx, k.chain, 1, &gws, &lws, &l, "cd_scan_bwd_chain");
-  }
-  /* 3. frames: the tensor-core kernel takes the FMA kernel's arguments less grad_out and dq (dq has its own
-   * apply launch on that path) */
-  if (!st) {
-    const char *name = tc.on ? "cd_frames_tc" : "cd_scan_bwd_frames";
-    cd_args a = {tc.on ? tc.frames : k.frames, 0, CL_SUCCESS};
-    cd_arg_buf(&a, args->k);
-    cd_arg_buf(&a, args->v);
-    cd_arg_buf(&a, args->beta);
-    cd_arg_buf(&a, args->decay);
-    if (!tc.on) cd_arg_buf(&a, args->grad_out);
-    cd_arg_buf(&a, bstates);
-    cd_arg_buf(&a, binit);
-    cd_arg_buf(&a, bG);
-    if (!tc.on) cd_arg_buf(&a, args->dq);
-    cd_arg_buf(&a, args->dk);
-    cd_arg_buf(&a, args->dv);
-    cd_arg_buf(&a, args->dbeta);
-    cd_arg_buf(&a, bpart);
-    cd_arg_u64(&a, N);
-    cd_arg_u32(&a, (uint32_t)S);
-    cd_arg_u32(&a, (uint32_t)F);
-    cd_arg_u32(&a, (uint32_t)ntiles);
-    cd_arg_i32(&a, reverse);
-    cd_arg_i32(&a, has_init);
-    if (pr) cd_arg_mem(&a, pr->pk), cd_arg_u32(&a, (uint32_t)H);
-    if (a.err != CL_SUCCESS)
-      st = cd_cl_fail(a.err, tc.on ? "cd_frames_tc: setting arguments" : "cd_scan_bwd_frames: setting arguments");
-    const size_t w = tc.on ? cd_tc_wg(&tc.fr) : cfg.tl * (D / cfg.dpt);
-    const size_t lws[2] = {w, 1}, gws[2] = {tc.on ? w * ntiles : BHF * ntiles * w, tc.on ? BHF : 1};
-    if (!st) st = cd_enqueue(ctx, a.kernel, 2, gws, lws, &l, name);
-  }
-  /* 3b. with tensor cores, dq apart from the frames kernel: dq[k][s] = Σ_v M[k][v]·dO[v][s] */
-  if (!st && tc.on) {
-    const unsigned ns = (unsigned)((S + cd_tc_tn(&tc.a) - 1) / cd_tc_tn(&tc.a));
-    const unsigned nr = (unsigned)((D + cd_tc_tm(&tc.a) - 1) / cd_tc_tm(&tc.a));
-    cd_args a = {tc.apply, 0, CL_SUCCESS};
-    cd_arg_buf(&a, args->grad_out);
-    cd_arg_buf(&a, bstates);
-    cd_arg_buf(&a, binit);
-    cd_arg_buf(&a, args->dq);
-    cd_arg_u64(&a, N);
-    cd_arg_u32(&a, (uint32_t)S);
-    cd_arg_u32(&a, (uint32_t)F);
-    cd_arg_u32(&a, nr);
-    cd_arg_i32(&a, 0);
-    cd_arg_i32(&a, reverse);
-    cd_arg_i32(&a, has_init);
-    if (pr) cd_arg_mem(&a, pr->pk), cd_arg_u32(&a, (uint32_t)H);
-    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_apply_tc: setting arguments");
-    const size_t w = cd_tc_wg(&tc.a), lws[2] = {w, 1}, gws[2] = {w * nr * ns, BHF};
-    if (!st) st = cd_enqueue(ctx, tc.apply, 2, gws, lws, &l, "cd_apply_tc (dq)");
-  }
-  /* 4. ddecay */
-  if (!st) {
-    cd_args a = {k.ddecay, 0, CL_SUCCESS};
-    cd_arg_buf(&a, bstates);
-    cd_arg_buf(&a, binit);
-    cd_arg_buf(&a, bG);
-    cd_arg_buf(&a, bpart);
-    cd_arg_buf(&a, args->ddecay);
-    cd_arg_u32(&a, (uint32_t)F);
-    cd_arg_u32(&a, (uint32_t)ntiles);
-    cd_arg_i32(&a, reverse);
-    cd_arg_i32(&a, has_init);
-    if (pr) cd_arg_mem(&a, pr->pk), cd_arg_u32(&a, (uint32_t)H);
-    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_scan_bwd_ddecay: setting arguments");
-    const size_t lws = cfg.rl, gws = BHF * lws;
-    if (!st) st = cd_enqueue(ctx, k.ddecay, 1, &gws, &lws, &l, "cd_scan_bwd_ddecay");
-  }
-  /* Released buffers live on until the enqueued kernels that use them have finished. */
-  for (int i = 0; i < 6; i++)
-    if (scratch[i]) clReleaseMemObject(scratch[i]);
-  if (pe) cd_plan_release(ctx, pe);
-  else bwd_destroy(own);
+  const cd_scan_geo geo = cd_scan_geo_fixed(args->B, args->H, args->D, args->F, args->S);
+  st = cd_backward_enqueue(ctx, e, &geo, args, saved, &l);
+  cd_plan_release(ctx, e);
   return cd_launch_end(ctx, &l, st);
 }
 
-camdelta_status cd_scan_backward_native(camdelta_context *ctx, const camdelta_scan_backward_args *args,
-                                        const cd_packed_run *pr, const camdelta_scan_saved *saved) {
-  return run_backward(ctx, args, saved, pr->N, pr, NULL);
-}
+/* ------------------------------------------------------------------- the sequence-parallel callback */
 
-camdelta_status cd_scan_bwd_tiles_for(camdelta_context *ctx, size_t D, int skip_dq, cd_scan_bwd_tiles *t) {
-  sb_config cfg;
-  sb_kernels k;
-  char opts[256];
-  int overridden;
-  memset(&cfg, 0, sizeof cfg);
-  camdelta_status st = build_kernels(ctx, D, skip_dq, "", &cfg, &k, opts, &overridden);
+camdelta_status camdelta_scan_sp_backward_hooked(camdelta_context *ctx, const camdelta_scan_backward_args *args,
+                                                 const camdelta_scan_saved *saved, const cd_scan_hook *hook) {
+  if (!hook) return camdelta_scan_backward(ctx, args, saved);
+  cd_clear_error();
+  camdelta_status st = cd_prologue_scan_backward(ctx, args, saved);
   if (st) return st;
-  release_kernels(&k);
-  snprintf(t->opts, sizeof t->opts, "%s", opts);
-  t->grams_wg = (D / cfg.rpt) * (D / cfg.rpt), t->frames_wg = cfg.tl * (D / cfg.dpt);
-  t->frames_tokens = cfg.tl * cfg.tpt, t->chain_cb = cfg.cb, t->rl = cfg.rl;
-  return CAMDELTA_OK;
+  if (!ctx || !args) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", OP, ctx ? "args" : "ctx");
+  if (saved && saved->ctx != ctx)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' was created for another context", OP);
+  size_t N = 0;
+  if ((st = check_args(args, saved, &N))) return st;
+  const cd_bwd_request r = request_of(args);
+  cd_plan_entry *e;
+  if ((st = cd_backward_acquire(ctx, &r, &e))) return st;
+  bwd_plan *pl = e->plan;
+  if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;
+  cd_launch l;
+  cd_launch_init(&l, args->profile);
+  const cd_scan_geo geo = cd_scan_geo_fixed(args->B, args->H, args->D, args->F, args->S);
+  const size_t fbytes = geo.BHF * geo.D * geo.D * sizeof(float);
+  const int need_u = !saved || hook->want_u, reuse_a = saved && saved->has_a && !need_u;
+  camdelta_buffer A = {reuse_a ? saved->a_mat : NULL, 0}, U = {NULL, 0}, W;
+  st = reuse_a ? CAMDELTA_OK : cd_ws_get(ctx, &pl->ws, WS_A, fbytes, &A);
+  if (!st) st = cd_ws_get(ctx, &pl->ws, WS_W, fbytes, &W);
+  if (!st && need_u) st = cd_ws_get(ctx, &pl->ws, WS_U, fbytes, &U);
+  if (!st) st = cd_backward_gram(ctx, e, &geo, args, A, reuse_a, U, need_u, W, &l);
+  if (!st) st = hook->fn(hook->user, A.mem, U.mem, W.mem);
+  const camdelta_buffer states = {saved ? saved->state_post : NULL, 0};
+  if (!st) st = cd_backward_rest(ctx, e, &geo, args, states, A, U, W, &l);
+  cd_plan_release(ctx, e);
+  return cd_launch_end(ctx, &l, st);
 }

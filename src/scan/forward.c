@@ -4,14 +4,16 @@
  * state block in registers. On GPUs (OUT=2) it keeps only the recurrence and writes the state every output frame
  * reads, and the chunkwise phase C (tensor cores where available) computes all the outputs from them; on CPUs
  * (OUT=1) the kernel computes them itself, one launch.
- * Chunkwise (cl/scan_chunkwise.cl): phase A (A_f, U_f per (b, h, f)), phase B (serial over frames per
- * (b, h, value block), writes the state every output frame reads), phase C (out_f = Q_f·M_f per
- * (b, h, f, tile)). A, U and the per-frame states are scratch buffers allocated per call (with a saved
- * object, the per-frame states are its state_post and phase B also writes its state_pre).
+ * Chunkwise: the gram (phase A: A_f, U_f per (b, h, f)), the state chain (phase B: serial over frames per
+ * (b, h, value block), writing the state every output frame reads) and the apply (phase C: out_f = Q_f·M_f per
+ * (b, h, f, tile)), the units of units.h. A, U and the per-frame states are the plan's workspace (with a saved
+ * object, A_f and the per-frame states go into it: its a_mat, its state_post, and phase B also writes its
+ * state_pre).
  *
  * Tiles come from the device, never from constants for one GPU:
  *  - the work-group size W is a power of two, at least the kernel's preferred work-group multiple
- *    (from the device facts read at context creation, see device_limits()) and at most 256 and the device's/kernel's limit;
+ *    (from the device facts read at context creation, cd_scan_limits_from_info()) and at most 256 and the device's
+ *    and kernel's limit;
  *  - every work-group output tile is spread over its W items as (WR x WC) items owning (RM x RN)
  *    register blocks, chosen by pick_layout() to minimise padding and local-memory reads per FMA while
  *    keeping >= 8 consecutive items (a 32-byte sector) along the contiguous dimension of global stores;
@@ -20,8 +22,8 @@
  *    compute units; CPUs use one block, and their variants depend on D and on S <= 8 only (PoCL spends
  *    seconds compiling each).
  * Plans: the tiles, work-group sizes and kernels are decided on the first call of an (algorithm, D, shape class,
- * precision) and kept in the context (src/scan/plan.c); later calls set arguments and launch. The tile policy
- * itself is src/scan/tiles.c.
+ * precision) and kept in the context (src/scan/plan.c) with their workspace; later calls set arguments and
+ * launch. The tile policy itself is src/scan/tiles.c, the programs' parts src/scan/programs.c.
  * CAMDELTA_SCAN_VERBOSE=1 prints the chosen algorithm, work-group sizes and build options to stderr (each call).
  * The environment is read once, at context creation.
  * CAMDELTA_SCAN_TILES (tuning, see cd_parse_tiles() in check.c; or camdelta_tune_set family "chunkwise", which
@@ -34,7 +36,8 @@
  *   columns per work-group), TS (tokens per tile), W (items), PF (1 prefetch, 2 not), OUT (1 outputs in the
  *   kernel, 2 by phase C).
  *
- * AUTO (camdelta_scan_algorithm CAMDELTA_SCAN_AUTO) comes from the plans' costs (src/scan/cost.c): both plans
+ * AUTO (camdelta_scan_algorithm CAMDELTA_SCAN_AUTO) is decided once per shape, in the plan lookup, from the plans'
+ * costs (src/scan/cost.c), and kept with the plans: both plans
  * are configured for the call's B·H, D, F, S and each kernel's time is estimated from its flops (chunkwise: the
  * useful 6·N·D² per (b, h) plus phase B's 2·F·D³; tensor-core rates for phases A and C where the plan runs them
  * there), its bytes (chunkwise: 3·B·H·F·D² scratch floats written and read), its work-groups against what the
@@ -51,15 +54,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cost.h"
-#include "internal.h"
-#include "plan.h"
+#include "compose.h"
+#include "engine.h"
 #include "scan_hook.h"
-#include "scan_packed.h"
-#include "scan_pair.h"
-#include "tiles.h"
-#include "scan_warm.h"
-#include "tc.h"
 
 static const char *const OP = "camdelta_scan_forward";
 
@@ -113,7 +110,7 @@ camdelta_status camdelta_scan_saved_states(const camdelta_scan_saved *saved, cl_
 }
 
 /* Both (B, H, F, D, D) buffers, (re)allocated together so that they always have the same size. */
-static camdelta_status saved_reserve(camdelta_context *ctx, camdelta_scan_saved *saved, size_t bytes) {
+camdelta_status cd_saved_reserve(camdelta_context *ctx, camdelta_scan_saved *saved, size_t bytes) {
   if (saved->state_pre && saved->state_post && saved->bytes >= bytes) return CAMDELTA_OK;
   if (saved->state_pre) clReleaseMemObject(saved->state_pre);
   if (saved->state_post) clReleaseMemObject(saved->state_post);
@@ -130,39 +127,6 @@ static camdelta_status saved_reserve(camdelta_context *ctx, camdelta_scan_saved 
   return CAMDELTA_OK;
 }
 
-/* ------------------------------------------------------------------------------------------ tiling */
-
-/* The tile policy lives in src/scan/tiles.c (parameters, constraints, local memory, AUTO rule). */
-typedef cd_scan_limits dev_limits;
-typedef cd_seq_cfg seq_cfg;
-typedef cd_chunk_cfg chunk_cfg;
-typedef cd_scan_override tile_override;
-
-static unsigned ceil_div(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
-
-static camdelta_status device_limits(camdelta_context *ctx, dev_limits *lim) {
-  cd_scan_limits_from_info(&ctx->info, lim);
-  return CAMDELTA_OK;
-}
-
-/* The chunkwise override: CAMDELTA_SCAN_TILES as read at context creation, or camdelta_tune_set "chunkwise";
- * *var names its source in messages. */
-static camdelta_status read_override(camdelta_context *ctx, tile_override *o, char *var, size_t var_size) {
-  char text[512];
-  cd_tune_fma_text(ctx, CD_FMA_CHUNKWISE, text, sizeof text, var, var_size);
-  return cd_scan_override_parse(var, text, o);
-}
-
-/* The sequential override: CAMDELTA_SEQ_TILES as read at context creation, or camdelta_tune_set "sequential";
- * *given: a value was set (sov then holds its fields, 0 = not given); *var names its source in messages. */
-static camdelta_status read_seq_override(camdelta_context *ctx, unsigned sov[CD_SQ_COUNT], int *given, char *var,
-                                         size_t var_size) {
-  char text[512];
-  cd_tune_fma_text(ctx, CD_FMA_SEQUENTIAL, text, sizeof text, var, var_size);
-  *given = text[0] != 0;
-  return *given ? cd_parse_tiles(var, text, cd_seq_tile_keys, CD_SQ_COUNT, sov) : CAMDELTA_OK;
-}
-
 /* ------------------------------------------------------------------------------------------ checks */
 
 /* 1 when [a.offset, a.offset + na) and [b.offset, b.offset + nb) of the same cl_mem overlap. */
@@ -171,360 +135,114 @@ static int overlaps(camdelta_buffer a, size_t na, camdelta_buffer b, size_t nb) 
   return a.offset < b.offset + nb && b.offset < a.offset + na;
 }
 
-static camdelta_status check_args(const camdelta_scan_args *p, size_t *n_tok, size_t *n_state, size_t *n_frames) {
+camdelta_status cd_forward_check(const char *op, const camdelta_scan_args *p) {
   if (p->algorithm != CAMDELTA_SCAN_AUTO && p->algorithm != CAMDELTA_SCAN_SEQUENTIAL &&
       p->algorithm != CAMDELTA_SCAN_CHUNKWISE)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
-                   "%s: algorithm %d unknown (expected CAMDELTA_SCAN_AUTO, SEQUENTIAL or CHUNKWISE)", OP,
+                   "%s: algorithm %d unknown (expected CAMDELTA_SCAN_AUTO, SEQUENTIAL or CHUNKWISE)", op,
                    (int)p->algorithm);
   if (p->precision != CAMDELTA_PRECISION_EXACT && p->precision != CAMDELTA_PRECISION_TF32)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
-                   "%s: precision %d unknown (expected CAMDELTA_PRECISION_EXACT or CAMDELTA_PRECISION_TF32)", OP,
+                   "%s: precision %d unknown (expected CAMDELTA_PRECISION_EXACT or CAMDELTA_PRECISION_TF32)", op,
                    (int)p->precision);
-  camdelta_status st = cd_check_head_dim(OP, p->D);
+  camdelta_status st = cd_check_head_dim(op, p->D);
   if (st) return st;
   const size_t B = p->B, H = p->H, D = p->D, F = p->F, S = p->S;
   if (!B || !H || !F || !S)
-    return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: B=%zu, H=%zu, F=%zu, S=%zu: each must be at least 1", OP, B, H, F, S);
-  size_t N = 0, frames;
+    return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: B=%zu, H=%zu, F=%zu, S=%zu: each must be at least 1", op, B, H, F, S);
+  size_t N = 0, frames, n_tok, n_state, n_frames;
   const size_t fst[4] = {B, H, D, D}, ffr[5] = {B, H, F, D, D}, fbhf[3] = {B, H, F};
   if (!cd_mul(&N, F, S))
-    return cd_fail(CAMDELTA_ERROR_OVERFLOW, "%s: N = F*S = %zu*%zu overflows size_t", OP, F, S);
+    return cd_fail(CAMDELTA_ERROR_OVERFLOW, "%s: N = F*S = %zu*%zu overflows size_t", op, F, S);
   const size_t ftok[4] = {B, H, D, N};
-  if (!cd_prod(n_tok, 4, ftok) || *n_tok > SIZE_MAX / 4 || !cd_prod(n_state, 4, fst) || !cd_prod(&frames, 5, ffr) ||
-      frames > SIZE_MAX / 4 || !cd_prod(n_frames, 3, fbhf) || *n_frames > SIZE_MAX / 256)
-    return cd_fail(CAMDELTA_ERROR_OVERFLOW, "%s: sizes overflow size_t (B=%zu H=%zu D=%zu F=%zu S=%zu)", OP, B, H, D,
+  if (!cd_prod(&n_tok, 4, ftok) || n_tok > SIZE_MAX / 4 || !cd_prod(&n_state, 4, fst) || !cd_prod(&frames, 5, ffr) ||
+      frames > SIZE_MAX / 4 || !cd_prod(&n_frames, 3, fbhf) || n_frames > SIZE_MAX / 256)
+    return cd_fail(CAMDELTA_ERROR_OVERFLOW, "%s: sizes overflow size_t (B=%zu H=%zu D=%zu F=%zu S=%zu)", op, B, H, D,
                    F, S);
   if (F > UINT32_MAX || S > UINT32_MAX)
-    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: F=%zu or S=%zu exceeds 2^32-1", OP, F, S);
-  const size_t nbeta = *n_frames * S;
-  if ((st = cd_check_buffer(OP, "q", p->q, *n_tok, 4, 0)) || (st = cd_check_buffer(OP, "k", p->k, *n_tok, 4, 0)) ||
-      (st = cd_check_buffer(OP, "v", p->v, *n_tok, 4, 0)) ||
-      (st = cd_check_buffer(OP, "beta", p->beta, nbeta, 4, 0)) ||
-      (st = cd_check_buffer(OP, "decay", p->decay, *n_frames, 4, 0)) ||
-      (st = cd_check_buffer(OP, "out", p->out, *n_tok, 4, 0)) ||
-      (st = cd_check_buffer(OP, "init_state", p->init_state, *n_state, 4, 1)) ||
-      (st = cd_check_buffer(OP, "final_state", p->final_state, *n_state, 4, 1)))
+    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: F=%zu or S=%zu exceeds 2^32-1", op, F, S);
+  const size_t nbeta = n_frames * S;
+  if ((st = cd_check_buffer(op, "q", p->q, n_tok, 4, 0)) || (st = cd_check_buffer(op, "k", p->k, n_tok, 4, 0)) ||
+      (st = cd_check_buffer(op, "v", p->v, n_tok, 4, 0)) ||
+      (st = cd_check_buffer(op, "beta", p->beta, nbeta, 4, 0)) ||
+      (st = cd_check_buffer(op, "decay", p->decay, n_frames, 4, 0)) ||
+      (st = cd_check_buffer(op, "out", p->out, n_tok, 4, 0)) ||
+      (st = cd_check_buffer(op, "init_state", p->init_state, n_state, 4, 1)) ||
+      (st = cd_check_buffer(op, "final_state", p->final_state, n_state, 4, 1)))
     return st;
   /* outputs must not overlap inputs (final_state may be init_state itself: each is read before written) */
   const struct {
     const char *name;
     camdelta_buffer b;
     size_t n;
-  } in[6] = {{"q", p->q, *n_tok},          {"k", p->k, *n_tok},           {"v", p->v, *n_tok},
-             {"beta", p->beta, nbeta},     {"decay", p->decay, *n_frames}, {"init_state", p->init_state, *n_state}};
+  } in[6] = {{"q", p->q, n_tok},          {"k", p->k, n_tok},           {"v", p->v, n_tok},
+             {"beta", p->beta, nbeta},    {"decay", p->decay, n_frames}, {"init_state", p->init_state, n_state}};
   for (int i = 0; i < 6; i++) {
-    if (overlaps(p->out, *n_tok, in[i].b, in[i].n))
-      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'out' overlaps input '%s' in the same cl_mem", OP,
+    if (overlaps(p->out, n_tok, in[i].b, in[i].n))
+      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'out' overlaps input '%s' in the same cl_mem", op,
                      in[i].name);
-    if (i < 5 && overlaps(p->final_state, *n_state, in[i].b, in[i].n))
-      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'final_state' overlaps input '%s' in the same cl_mem", OP,
+    if (i < 5 && overlaps(p->final_state, n_state, in[i].b, in[i].n))
+      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'final_state' overlaps input '%s' in the same cl_mem", op,
                      in[i].name);
   }
-  if (overlaps(p->final_state, *n_state, p->out, *n_tok))
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'final_state' overlaps 'out' in the same cl_mem", OP);
+  if (overlaps(p->final_state, n_state, p->out, n_tok))
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'final_state' overlaps 'out' in the same cl_mem", op);
   if (p->init_state.mem && p->final_state.mem == p->init_state.mem &&
-      overlaps(p->final_state, *n_state, p->init_state, *n_state) && p->final_state.offset != p->init_state.offset)
+      overlaps(p->final_state, n_state, p->init_state, n_state) && p->final_state.offset != p->init_state.offset)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
-                   "%s: 'final_state' partly overlaps 'init_state' (the same range, or disjoint ranges, are fine)", OP);
+                   "%s: 'final_state' partly overlaps 'init_state' (the same range, or disjoint ranges, are fine)", op);
   return CAMDELTA_OK;
 }
 
-/* ------------------------------------------------------------------------------------- launches */
+/* ------------------------------------------------------------------------------------------- plans */
 
-typedef struct scan_job {
-  const camdelta_scan_args *p;
-  size_t N, BH, BHF, n_state;
-  cl_mem pre, post; /* saved states, or NULL */
-  camdelta_scan_saved *sv; /* the saved object (phase A's A_f is kept in it), or NULL */
-  cl_mem pk;        /* packed clips (scan_packed.c): the kernels' CD_PK_ARGS, else NULL */
-  uint32_t pk_h;
-} scan_job;
-
-/* The packed variant's last two arguments (cl/common.cl, CD_PACKED). */
-static void arg_pk(cd_args *a, const scan_job *j) {
-  if (!j->pk) return;
-  cd_arg_mem(a, j->pk);
-  cd_arg_u32(a, j->pk_h);
-}
-
-/* The sequential kernel; post: where the states every output frame reads go (NULL: nowhere), write_out: whether the
- * kernel computes the outputs itself. */
-static camdelta_status run_sequential(camdelta_context *ctx, const scan_job *j, cl_kernel k, const seq_cfg *c,
-                                      cl_mem post, int write_out, cd_launch *l) {
-  const camdelta_scan_args *p = j->p;
-  cd_args a = {k, 0, CL_SUCCESS};
-  cd_arg_buf(&a, p->q);
-  cd_arg_buf(&a, p->k);
-  cd_arg_buf(&a, p->v);
-  cd_arg_buf(&a, p->beta);
-  cd_arg_buf(&a, p->decay);
-  cd_arg_buf(&a, p->out);
-  cd_arg_buf(&a, p->init_state);
-  cd_arg_buf(&a, p->final_state);
-  cd_arg_buf(&a, (camdelta_buffer){j->pre, 0});
-  cd_arg_buf(&a, (camdelta_buffer){post, 0});
-  cd_arg_u64(&a, j->N);
-  cd_arg_u32(&a, (uint32_t)p->S);
-  cd_arg_u32(&a, (uint32_t)p->F);
-  cd_arg_i32(&a, p->reverse != 0);
-  cd_arg_i32(&a, p->init_state.mem != NULL);
-  cd_arg_i32(&a, p->final_state.mem != NULL);
-  cd_arg_i32(&a, j->pre != NULL);
-  cd_arg_i32(&a, post != NULL);
-  cd_arg_i32(&a, write_out);
-  if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_scan_sequential: setting arguments");
-  const size_t lws[2] = {c->W, 1}, gws[2] = {(size_t)c->W * j->BH, c->nJ};
-  return cd_enqueue(ctx, k, 2, gws, lws, l, "cd_scan_sequential");
-}
-
-/* Phase A: A_f, U_f of every (b, h, f) into A and U ((B, H, F, D, D) each). */
-static camdelta_status enqueue_phase_a(camdelta_context *ctx, const scan_job *j, cl_kernel ka, const chunk_cfg *c,
-                                       const cd_tc_set *tc, cl_mem A, cl_mem U, cd_launch *l) {
-  const camdelta_scan_args *p = j->p;
-  const size_t D = p->D;
-  camdelta_status st = CAMDELTA_OK;
-  if (tc->on) {
-    const unsigned tm = cd_tc_tm(&tc->g), tn = cd_tc_tn(&tc->g), nr = ceil_div(D, tm), ncol = ceil_div(D, tn);
-    cd_args a = {tc->gram, 0, CL_SUCCESS};
-    cd_arg_buf(&a, p->k);
-    cd_arg_buf(&a, p->k);
-    cd_arg_buf(&a, p->v);
-    cd_arg_buf(&a, p->beta);
-    cd_arg_buf(&a, p->decay);
-    cd_arg_buf(&a, (camdelta_buffer){A, 0});
-    cd_arg_buf(&a, (camdelta_buffer){U, 0});
-    cd_arg_u64(&a, j->N);
-    cd_arg_u32(&a, (uint32_t)p->S);
-    cd_arg_u32(&a, (uint32_t)p->F);
-    cd_arg_u32(&a, ncol);
-    cd_arg_u32(&a, ncol);
-    cd_arg_i32(&a, 1);
-    cd_arg_i32(&a, 1);
-    arg_pk(&a, j);
-    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_gram_tc: setting arguments");
-    const size_t w = cd_tc_wg(&tc->g), lws[2] = {w, 1}, gws[2] = {w * nr * 2 * ncol, j->BHF};
-    if (!st) st = cd_enqueue(ctx, tc->gram, 2, gws, lws, l, "cd_gram_tc (phase A)");
-  } else {
-    cd_args a = {ka, 0, CL_SUCCESS};
-    cd_arg_buf(&a, p->k);
-    cd_arg_buf(&a, p->v);
-    cd_arg_buf(&a, p->beta);
-    cd_arg_buf(&a, p->decay);
-    cd_arg_buf(&a, (camdelta_buffer){A, 0});
-    cd_arg_buf(&a, (camdelta_buffer){U, 0});
-    cd_arg_u64(&a, j->N);
-    cd_arg_u32(&a, (uint32_t)p->S);
-    cd_arg_u32(&a, (uint32_t)p->F);
-    cd_arg_u32(&a, 0);
-    cd_arg_u32(&a, (uint32_t)(2 * D));
-    cd_arg_u32(&a, c->a_nc);
-    arg_pk(&a, j);
-    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_scan_phase_a: setting arguments");
-    const size_t lws[2] = {c->a_w, 1}, gws[2] = {(size_t)c->a_w * j->BHF, (size_t)c->a_nr * c->a_nc};
-    if (!st) st = cd_enqueue(ctx, ka, 2, gws, lws, l, "cd_scan_phase_a");
-  }
-  return st;
-}
-
-/* Phase C: out_f = Q_f·states_f for every (b, h, f). */
-static camdelta_status enqueue_phase_c(camdelta_context *ctx, const scan_job *j, cl_kernel kc, const chunk_cfg *c,
-                                       const cd_tc_set *tc, cl_mem states, cd_launch *l) {
-  const camdelta_scan_args *p = j->p;
-  const size_t D = p->D;
-  camdelta_status st = CAMDELTA_OK;
-  if (tc->on) {
-    const unsigned tm = cd_tc_tm(&tc->a), tn = cd_tc_tn(&tc->a), nr = ceil_div(D, tm), ns = ceil_div(p->S, tn);
-    cd_args a = {tc->apply, 0, CL_SUCCESS};
-    cd_arg_buf(&a, p->q);
-    cd_arg_buf(&a, (camdelta_buffer){states, 0});
-    cd_arg_buf(&a, (camdelta_buffer){states, 0});
-    cd_arg_buf(&a, p->out);
-    cd_arg_u64(&a, j->N);
-    cd_arg_u32(&a, (uint32_t)p->S);
-    cd_arg_u32(&a, (uint32_t)p->F);
-    cd_arg_u32(&a, nr);
-    cd_arg_i32(&a, 1);
-    cd_arg_i32(&a, 0);
-    cd_arg_i32(&a, 0);
-    arg_pk(&a, j);
-    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_apply_tc: setting arguments");
-    const size_t w = cd_tc_wg(&tc->a), lws[2] = {w, 1}, gws[2] = {w * nr * ns, j->BHF};
-    if (!st) st = cd_enqueue(ctx, tc->apply, 2, gws, lws, l, "cd_apply_tc (phase C)");
-  } else {
-    cd_args a = {kc, 0, CL_SUCCESS};
-    cd_arg_buf(&a, p->q);
-    cd_arg_buf(&a, (camdelta_buffer){states, 0});
-    cd_arg_buf(&a, p->out);
-    cd_arg_u64(&a, j->N);
-    cd_arg_u32(&a, (uint32_t)p->S);
-    cd_arg_u32(&a, (uint32_t)p->F);
-    cd_arg_u32(&a, c->c_ns);
-    arg_pk(&a, j);
-    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_scan_phase_c: setting arguments");
-    const size_t lws[2] = {c->c_w, 1}, gws[2] = {(size_t)c->c_w * j->BHF, (size_t)c->c_nv * c->c_ns};
-    if (!st) st = cd_enqueue(ctx, kc, 2, gws, lws, l, "cd_scan_phase_c");
-  }
-  return st;
-}
-
-static camdelta_status run_chunkwise(camdelta_context *ctx, const scan_job *j, cl_kernel ka, cl_kernel kb,
-                                     cl_kernel kc, const chunk_cfg *c, const cd_tc_set *tc, cd_launch *l,
-                                     const cd_scan_hook *hook) {
-  const camdelta_scan_args *p = j->p;
-  const size_t D = p->D, frames_bytes = j->BHF * D * D * sizeof(float);
-  cl_mem A = NULL, U = NULL, states = j->post;
-  /* with a saved object, A_f goes into it: the backward reads it instead of computing it again */
-  camdelta_status st = j->sv ? cd_ensure_buffer(ctx, &j->sv->a_mat, &j->sv->a_bytes, frames_bytes)
-                             : cd_alloc(ctx, frames_bytes, &A);
-  if (j->sv) A = j->sv->a_mat;
-  if (!st) st = cd_alloc(ctx, frames_bytes, &U);
-  if (!st && !states) st = cd_alloc(ctx, frames_bytes, &states);
-  if (!st) st = enqueue_phase_a(ctx, j, ka, c, tc, A, U, l);
-  if (!st && hook) st = hook->fn(hook->user, A, U, NULL); /* scan_hook.h */
-  if (!st) {
-    cd_args a = {kb, 0, CL_SUCCESS};
-    cd_arg_buf(&a, (camdelta_buffer){A, 0});
-    cd_arg_buf(&a, (camdelta_buffer){U, 0});
-    cd_arg_buf(&a, p->decay);
-    cd_arg_buf(&a, p->init_state);
-    cd_arg_buf(&a, (camdelta_buffer){states, 0});
-    cd_arg_buf(&a, (camdelta_buffer){j->pre, 0});
-    cd_arg_buf(&a, p->final_state);
-    cd_arg_u32(&a, (uint32_t)p->F);
-    cd_arg_i32(&a, p->reverse != 0);
-    cd_arg_i32(&a, p->init_state.mem != NULL);
-    cd_arg_i32(&a, j->pre != NULL);
-    cd_arg_i32(&a, p->final_state.mem != NULL);
-    arg_pk(&a, j);
-    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_scan_phase_b: setting arguments");
-    const size_t lws[2] = {c->b_w, 1}, gws[2] = {(size_t)c->b_w * j->BH, c->b_nj};
-    if (!st) st = cd_enqueue(ctx, kb, 2, gws, lws, l, "cd_scan_phase_b");
-  }
-  if (!st) st = enqueue_phase_c(ctx, j, kc, c, tc, states, l);
-  /* Releasing after enqueue is safe: the runtime keeps the buffers alive until the kernels finish. */
-  if (A && !j->sv) clReleaseMemObject(A);
-  if (U) clReleaseMemObject(U);
-  if (states && states != j->post) clReleaseMemObject(states);
-  return st;
-}
-
-/* ------------------------------------------------------------------------------------- entry point */
-
-static void release_kernels(cl_kernel *k, int n) {
-  for (int i = 0; i < n; i++)
-    if (k[i]) clReleaseKernel(k[i]);
-}
-
-/* The kernels of `alg` for (B*H, D, S), shrinking the work-groups if a compiled kernel allows fewer items. */
-static camdelta_status build_kernels(camdelta_context *ctx, const dev_limits *lim, camdelta_scan_algorithm alg,
-                                     size_t BH, size_t D, size_t S, cl_kernel kern[3], seq_cfg *sc, chunk_cfg *cc) {
-  tile_override ov;
-  char var[64], svar[64];
-  unsigned sov[CD_SQ_COUNT];
-  int sgiven = 0;
-  camdelta_status st = read_override(ctx, &ov, var, sizeof var);
-  if (!st && alg == CAMDELTA_SCAN_SEQUENTIAL) st = read_seq_override(ctx, sov, &sgiven, svar, sizeof svar);
-  if (st) return st;
-  const int overridden = ov.a || ov.b || ov.c;
-  kern[0] = kern[1] = kern[2] = NULL;
-  for (unsigned cap = 256;; cap /= 2) {
-    release_kernels(kern, 3);
-    kern[0] = kern[1] = kern[2] = NULL;
-    int fits = 1;
-    if (alg == CAMDELTA_SCAN_SEQUENTIAL) {
-      if ((st = cd_seq_configure(lim, BH, D, S, cap, sgiven ? sov : NULL, svar, sc))) return st;
-      if ((st = cd_kernel(ctx, "scan_sequential.cl", sc->opts, "cd_scan_sequential", &kern[0]))) return st;
-      fits = cd_kernel_max_wg(ctx, kern[0]) >= sc->W;
-      if (!fits && sgiven && sov[CD_SQ_W]) { /* shrinking would undo the override */
-        const size_t have = cd_kernel_max_wg(ctx, kern[0]);
-        release_kernels(kern, 3);
-        return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: %s: the compiled sequential kernel allows work-groups of %zu "
-                       "items, W=%u asked", OP, svar, have, sc->W);
-      }
-      if (sc->OUT == 2) { /* the outputs by the chunkwise phase C (its FMA kernel, or the tensor-core one) */
-        if ((st = cd_chunk_configure(lim, BH, D, S, cap, NULL, var, cc)) ||
-            (st = cd_kernel(ctx, "scan_chunkwise.cl", cc->opts, "cd_scan_phase_c", &kern[2]))) {
-          release_kernels(kern, 3);
-          return st;
-        }
-        fits = fits && cd_kernel_max_wg(ctx, kern[2]) >= cc->c_w;
-      }
-    } else {
-      if ((st = cd_chunk_configure(lim, BH, D, S, cap, overridden ? &ov : NULL, var, cc))) return st;
-      if (cc->pk_opts) { /* the packed-clips variant (scan_packed.c) */
-        const size_t used = strlen(cc->opts);
-        if (used + strlen(cc->pk_opts) >= sizeof cc->opts)
-          return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: the packed variant's build options are too long", OP);
-        memcpy(cc->opts + used, cc->pk_opts, strlen(cc->pk_opts) + 1);
-      }
-      if ((st = cd_kernel(ctx, "scan_chunkwise.cl", cc->opts, "cd_scan_phase_a", &kern[0])) ||
-          (st = cd_kernel(ctx, "scan_chunkwise.cl", cc->opts, "cd_scan_phase_b", &kern[1])) ||
-          (st = cd_kernel(ctx, "scan_chunkwise.cl", cc->opts, "cd_scan_phase_c", &kern[2]))) {
-        release_kernels(kern, 3);
-        return st;
-      }
-      const size_t have[3] = {cd_kernel_max_wg(ctx, kern[0]), cd_kernel_max_wg(ctx, kern[1]),
-                              cd_kernel_max_wg(ctx, kern[2])};
-      const unsigned need[3] = {cc->a_w, cc->b_w, cc->c_w};
-      const int given[3] = {ov.a, ov.b, ov.c};
-      for (int i = 0; i < 3; i++) {
-        if (have[i] >= need[i]) continue;
-        fits = 0;
-        if (given[i]) { /* shrinking would undo the override */
-          release_kernels(kern, 3);
-          return cd_fail(CAMDELTA_ERROR_UNSUPPORTED,
-                         "%s: %s: the compiled phase %c kernel allows work-groups of %zu items, its tiles need %u", OP,
-                         var, "ABC"[i], have[i], need[i]);
-        }
-      }
-    }
-    if (fits) return CAMDELTA_OK;
-    if (cap <= lim->min_wg) {
-      release_kernels(kern, 3);
-      return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: the %s kernels for D=%zu do not fit the device's work-group limit",
-                     OP, camdelta_scan_algorithm_name(alg), D);
-    }
-  }
-}
-
-/* Everything a call runs: the algorithm, its kernels and tiles, and the tensor-core kernels when used. Built once
- * per (device, D, algorithm, shape class, precision and row alignment where the tensor-core path runs) and kept
- * in the context (src/scan/plan.c); c_ns (phase C's token tiles) is the one field that follows S itself and is
- * recomputed per call. */
+/* Everything a call runs: the algorithm, its units (the sequential kernel, or the gram and the state chain) and
+ * the apply (the tensor-core forms of the gram and the apply where the device has them), the tiles they were built
+ * with, and the workspace: A, U and the per-frame states of calls without a saved object. Built once per (device,
+ * D, algorithm, shape class, precision, row alignment where the tensor-core path runs, variant) and kept in the
+ * context (plan.c). */
 typedef struct fwd_plan {
   camdelta_scan_algorithm alg;
-  cl_kernel kern[3];
-  seq_cfg sc;
-  chunk_cfg cc;
-  cd_tc_set tc;
+  cd_chunk_cfg cc; /* chunkwise: the three phases' tiles; sequential with OUT=2: its phase C's */
+  cd_sequential seq;
+  cd_gram gram;
+  cd_chain chain;
+  cd_apply apply;
+  int tc, split; /* the gram and the apply on tensor cores; split-TF32 (exact) or one TF32 product */
+  cd_workspace ws;
 } fwd_plan;
-
-static void plan_release(fwd_plan *pl) {
-  release_kernels(pl->kern, 3);
-  cd_tc_release(&pl->tc);
-}
+enum { WS_A, WS_U, WS_STATES };
 
 static void fwd_destroy(void *p) {
-  plan_release(p);
-  free(p);
+  fwd_plan *pl = p;
+  cd_sequential_release(&pl->seq);
+  cd_gram_release(&pl->gram);
+  cd_chain_release(&pl->chain);
+  cd_apply_release(&pl->apply);
+  cd_ws_free(&pl->ws);
+  free(pl);
 }
 
-/* A plan of algorithm `alg` for BH chains of args' D and S, 16-byte token rows or not (vec); pk_opts: the packed
- * variant's build options (scan_packed.c), else NULL. */
-static camdelta_status fwd_build_opts(camdelta_context *ctx, camdelta_scan_algorithm alg, size_t BH,
-                                      const camdelta_scan_args *args, int vec, const char *pk_opts, fwd_plan **out) {
+static camdelta_status fwd_build(camdelta_context *ctx, const cd_plan_key *key, const void *arg, void **out) {
+  (void)key;
+  const cd_fwd_request *r = arg;
   fwd_plan *pl = calloc(1, sizeof *pl);
   if (!pl) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", OP);
-  dev_limits lim;
-  camdelta_status st = device_limits(ctx, &lim);
-  pl->alg = alg;
-  pl->cc.pk_opts = pk_opts;
-  if (!st) st = build_kernels(ctx, &lim, pl->alg, BH, args->D, args->S, pl->kern, &pl->sc, &pl->cc);
-  /* a chunkwise plan also serves the camera branch's scan pair, whose phase C can do the output transform */
-  const int with = pl->alg == CAMDELTA_SCAN_CHUNKWISE && !pk_opts ? CD_TC_WITH_OT : 0;
-  if (!st && (pl->alg == CAMDELTA_SCAN_CHUNKWISE || pl->sc.OUT == 2))
-    st = cd_tc_build_opts(ctx, args->D, args->precision, vec, with, pk_opts ? pk_opts : "", &pl->tc);
+  pl->alg = r->alg;
+  camdelta_status st = r->alg == CAMDELTA_SCAN_SEQUENTIAL
+                           ? cd_sequential_parts(ctx, r->BH, r->D, r->S, &pl->seq, &pl->cc, &pl->apply)
+                           : cd_chunk_parts(ctx, r->BH, r->D, r->S, r->extra, &pl->cc, &pl->gram, &pl->chain,
+                                            &pl->apply);
+  /* the gram and the apply on tensor cores where the device has them (the sequential plan's apply too, OUT=2) */
+  if (!st && cd_tc_available(ctx) && (r->alg == CAMDELTA_SCAN_CHUNKWISE || pl->seq.c.OUT == 2)) {
+    pl->tc = 1, pl->split = r->prec != CAMDELTA_PRECISION_TF32;
+    if (r->alg == CAMDELTA_SCAN_CHUNKWISE) {
+      cd_gram_release(&pl->gram);
+      st = cd_gram_build_tc(ctx, r->D, pl->split, r->vec, r->extra, &pl->gram);
+    }
+    cd_apply_release(&pl->apply);
+    if (!st) st = cd_apply_build_tc(ctx, r->D, pl->split, r->vec, 0, r->extra, &pl->apply);
+  }
   if (st) {
     fwd_destroy(pl);
     return st;
@@ -533,39 +251,63 @@ static camdelta_status fwd_build_opts(camdelta_context *ctx, camdelta_scan_algor
   return CAMDELTA_OK;
 }
 
-/* Builds the plan for `key` from the first call of its class (arg: that call's arguments). */
-static camdelta_status fwd_build(camdelta_context *ctx, const cd_plan_key *key, const void *arg, void **out) {
-  const camdelta_scan_args *args = arg;
-  fwd_plan *pl = NULL;
-  const camdelta_status st =
-      fwd_build_opts(ctx, (camdelta_scan_algorithm)key->alg, args->B * args->H, args, (int)key->vec, NULL, &pl);
-  *out = pl;
-  return st;
-}
-
-/* The context's plan for `args` (built on the first call of its class), referenced and locked for this call:
- * cd_plan_release() once the launches are enqueued. */
-static camdelta_status plan_forward(camdelta_context *ctx, const camdelta_scan_args *args, cd_plan_entry **e) {
-  const size_t BH = args->B * args->H, D = args->D;
-  dev_limits lim;
-  camdelta_status st = device_limits(ctx, &lim);
-  if (st) return st;
+camdelta_status cd_forward_acquire(camdelta_context *ctx, const cd_fwd_request *r, cd_plan_entry **e) {
+  cd_scan_limits lim;
+  cd_scan_limits_from_info(&ctx->info, &lim);
+  const cd_scan_class cls = cd_scan_shape_class(&lim, r->BH, r->D, r->S);
   cd_plan_key key;
   memset(&key, 0, sizeof key);
   key.op = CD_PLAN_SCAN_FORWARD;
-  key.D = (unsigned)D;
-  camdelta_scan_algorithm alg = args->algorithm;
-  if (alg == CAMDELTA_SCAN_AUTO) alg = cd_scan_auto_ctx(ctx, BH, D, args->F, args->S, NULL);
-  key.alg = (unsigned)alg;
-  const cd_scan_class cls = cd_scan_shape_class(&lim, BH, D, args->S);
-  key.cls[0] = alg == CAMDELTA_SCAN_SEQUENTIAL ? cls.seq_blocks : cls.b_blocks;
+  key.D = (unsigned)r->D;
+  key.alg = (unsigned)r->alg;
+  key.cls[0] = r->alg == CAMDELTA_SCAN_SEQUENTIAL ? cls.seq_blocks : cls.b_blocks;
   key.cls[1] = cls.tokens;
-  if (cd_tc_available(ctx)) { /* the tensor-core phase C serves the sequential plan too (its OUT=2) */
-    const size_t offs[5] = {args->q.offset, args->k.offset, args->v.offset, args->beta.offset, args->out.offset};
-    key.prec = (unsigned)args->precision;
-    key.vec = (unsigned)cd_tc_vec_ok(args->S, offs, 5);
+  key.variant = r->variant;
+  if (cd_tc_available(ctx)) { /* the tensor-core apply serves the sequential plan too (its OUT=2) */
+    key.prec = (unsigned)r->prec;
+    key.vec = (unsigned)(r->vec != 0);
   }
-  return cd_plan_acquire(ctx, &key, fwd_build, args, fwd_destroy, e);
+  return cd_plan_acquire(ctx, &key, fwd_build, r, fwd_destroy, e);
+}
+
+camdelta_scan_algorithm cd_forward_algorithm(const cd_plan_entry *e) { return ((const fwd_plan *)e->plan)->alg; }
+
+/* The AUTO choice of one shape, kept with the plans. */
+static void auto_destroy(void *p) { free(p); }
+
+static camdelta_status auto_build(camdelta_context *ctx, const cd_plan_key *key, const void *arg, void **out) {
+  (void)arg;
+  cd_scan_estimate *e = malloc(sizeof *e);
+  if (!e) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", OP);
+  cd_scan_auto_ctx(ctx, key->exact[0], key->D, key->exact[1], key->exact[2], e);
+  *out = e;
+  return CAMDELTA_OK;
+}
+
+camdelta_status cd_scan_decide(camdelta_context *ctx, size_t BH, size_t D, size_t F, size_t S,
+                               camdelta_scan_algorithm *alg, cd_scan_estimate *e) {
+  cd_plan_key key;
+  memset(&key, 0, sizeof key);
+  key.op = CD_PLAN_AUTO;
+  key.D = (unsigned)D;
+  key.exact[0] = BH, key.exact[1] = F, key.exact[2] = S;
+  cd_plan_entry *pe;
+  const camdelta_status st = cd_plan_acquire(ctx, &key, auto_build, NULL, auto_destroy, &pe);
+  if (st) return st;
+  const cd_scan_estimate *est = pe->plan;
+  *alg = est->pick;
+  if (e) *e = *est;
+  cd_plan_release(ctx, pe);
+  return CAMDELTA_OK;
+}
+
+/* The fixed-shape request of a call (AUTO decided). */
+static camdelta_status request_of(camdelta_context *ctx, const camdelta_scan_args *a, cd_fwd_request *r) {
+  const size_t BH = a->B * a->H;
+  *r = (cd_fwd_request){.alg = a->algorithm, .BH = BH, .D = a->D, .S = a->S, .prec = a->precision, .extra = ""};
+  const size_t offs[5] = {a->q.offset, a->k.offset, a->v.offset, a->beta.offset, a->out.offset};
+  r->vec = cd_tc_vec_ok(a->S, offs, 5);
+  return r->alg == CAMDELTA_SCAN_AUTO ? cd_scan_decide(ctx, BH, a->D, a->F, a->S, &r->alg, NULL) : CAMDELTA_OK;
 }
 
 camdelta_status cd_scan_warm(camdelta_context *ctx, size_t BH, size_t D, size_t S) {
@@ -574,60 +316,76 @@ camdelta_status cd_scan_warm(camdelta_context *ctx, size_t BH, size_t D, size_t 
   camdelta_status st = CAMDELTA_OK;
   for (int alg = CAMDELTA_SCAN_SEQUENTIAL; alg <= CAMDELTA_SCAN_CHUNKWISE && !st; alg++)
     for (int prec = CAMDELTA_PRECISION_EXACT; prec <= CAMDELTA_PRECISION_TF32 && !st; prec++) {
-      camdelta_scan_args a = CAMDELTA_SCAN_ARGS_INIT;
-      a.B = 1, a.H = BH, a.D = D, a.F = 1, a.S = S;
-      a.algorithm = (camdelta_scan_algorithm)alg, a.precision = (camdelta_precision)prec;
+      const cd_fwd_request r = {.alg = (camdelta_scan_algorithm)alg, .BH = BH, .D = D, .S = S,
+                                .prec = (camdelta_precision)prec, .vec = S % 4 == 0, .extra = ""};
       cd_plan_entry *e;
-      if (!(st = plan_forward(ctx, &a, &e))) cd_plan_release(ctx, e);
+      if (!(st = cd_forward_acquire(ctx, &r, &e))) cd_plan_release(ctx, e);
     }
   return st;
 }
+
+/* ------------------------------------------------------------------------------------------ describe */
 
 static void tc_text(char *buf, size_t size, const char *what, const char *kernel, const cd_tc_tiles *t) {
   snprintf(buf, size, "; %s %s WM=%u WN=%u MR=%u NR=%u KC=%u", what, kernel, t->wm, t->wn, t->mr, t->nr, t->kc);
 }
 
-static void plan_text(const fwd_plan *pl, const camdelta_scan_args *args, char *buf, size_t size) {
-  const int tf32 = args->precision == CAMDELTA_PRECISION_TF32;
-  const char *path = pl->tc.on ? (pl->tc.split ? "exact (tensor cores, split-TF32)" : "tf32 (tensor cores)")
-                     : tf32    ? "exact (fma; tf32 requested, no tensor-core path on this device)"
-                               : "exact (fma)";
+static const char *path_text(int tc, int split, camdelta_precision requested) {
+  return tc ? (split ? "exact (tensor cores, split-TF32)" : "tf32 (tensor cores)")
+         : requested == CAMDELTA_PRECISION_TF32 ? "exact (fma; tf32 requested, no tensor-core path on this device)"
+                                                : "exact (fma)";
+}
+
+void cd_chunk_text(const cd_chunk_cfg *cc, const cd_gram *gram, const cd_apply *apply, int split,
+                   camdelta_precision requested, char *buf, size_t size) {
+  const int tc = gram->form == CD_GRAM_TC;
   char a[160], c[160];
-  const chunk_cfg *cc = &pl->cc;
-  if (pl->alg == CAMDELTA_SCAN_SEQUENTIAL) {
-    if (pl->sc.OUT != 2) {
-      snprintf(buf, size, "sequential; precision exact (fma); sequential fma W=%u blocks=%u J=%u TS=%u PF=%u OUT=1",
-               pl->sc.W, pl->sc.nJ, pl->sc.J, pl->sc.TS, pl->sc.PF);
-      return;
-    }
-    if (pl->tc.on) tc_text(c, sizeof c, "phase_c", "apply_tc", &pl->tc.a);
-    else
-      snprintf(c, sizeof c, "; phase_c fma W=%u C_WR=%u C_RM=%u C_WC=%u C_RN=%u C_KC=%u", cc->c_w, cc->c.wr, cc->c.rm,
-               cc->c.wc, cc->c.rn, cc->c_kc);
-    snprintf(buf, size, "sequential; precision %s; sequential fma W=%u blocks=%u J=%u TS=%u PF=%u OUT=2%s", path,
-             pl->sc.W, pl->sc.nJ, pl->sc.J, pl->sc.TS, pl->sc.PF, c);
-    return;
-  }
-  if (pl->tc.on) tc_text(a, sizeof a, "phase_a", "gram_tc", &pl->tc.g);
+  if (tc) tc_text(a, sizeof a, "phase_a", "gram_tc", &gram->t);
   else
     snprintf(a, sizeof a, "; phase_a fma A_WR=%u A_RM=%u A_WC=%u A_RN=%u A_KC=%u", cc->a.wr, cc->a.rm, cc->a.wc,
              cc->a.rn, cc->a_kc);
-  if (pl->tc.on) tc_text(c, sizeof c, "phase_c", "apply_tc", &pl->tc.a);
+  if (apply->form == CD_APPLY_TC) tc_text(c, sizeof c, "phase_c", "apply_tc", &apply->t);
   else
     snprintf(c, sizeof c, "; phase_c fma C_WR=%u C_RM=%u C_WC=%u C_RN=%u C_KC=%u", cc->c.wr, cc->c.rm, cc->c.wc,
              cc->c.rn, cc->c_kc);
   snprintf(buf, size, "chunkwise; precision %s%s; phase_b fma B_J=%u B_WR=%u B_RM=%u B_WC=%u B_RN=%u B_KC=%u B_PF=%u%s",
-           path, a, cc->b_j, cc->b.wr, cc->b.rm, cc->b.wc, cc->b.rn, cc->b_kc, cc->b_pf, c);
+           path_text(tc, split, requested), a, cc->b_j, cc->b.wr, cc->b.rm, cc->b.wc, cc->b.rn, cc->b_kc, cc->b_pf,
+           c);
+}
+
+void cd_forward_text(const cd_plan_entry *e, camdelta_precision requested, char *buf, size_t size) {
+  const fwd_plan *pl = e->plan;
+  const cd_chunk_cfg *cc = &pl->cc;
+  const cd_seq_cfg *sc = &pl->seq.c;
+  if (pl->alg == CAMDELTA_SCAN_CHUNKWISE) {
+    cd_chunk_text(cc, &pl->gram, &pl->apply, pl->split, requested, buf, size);
+    return;
+  }
+  if (sc->OUT != 2) {
+    snprintf(buf, size, "sequential; precision exact (fma); sequential fma W=%u blocks=%u J=%u TS=%u PF=%u OUT=1",
+             sc->W, sc->nJ, sc->J, sc->TS, sc->PF);
+    return;
+  }
+  char c[160];
+  if (pl->tc) tc_text(c, sizeof c, "phase_c", "apply_tc", &pl->apply.t);
+  else
+    snprintf(c, sizeof c, "; phase_c fma W=%u C_WR=%u C_RM=%u C_WC=%u C_RN=%u C_KC=%u", cc->c_w, cc->c.wr, cc->c.rm,
+             cc->c.wc, cc->c.rn, cc->c_kc);
+  snprintf(buf, size, "sequential; precision %s; sequential fma W=%u blocks=%u J=%u TS=%u PF=%u OUT=2%s",
+           path_text(pl->tc, pl->split, requested), sc->W, sc->nJ, sc->J, sc->TS, sc->PF, c);
 }
 
 /* Appends "; " and both algorithms' estimated costs with the choice (src/scan/cost.c) to the plan text. */
-static void choice_text(camdelta_context *ctx, const camdelta_scan_args *args, char *text, size_t size) {
+static camdelta_status choice_text(camdelta_context *ctx, const camdelta_scan_args *args, char *text, size_t size) {
   cd_scan_estimate est;
+  camdelta_scan_algorithm alg;
   char choice[256];
-  cd_scan_auto_ctx(ctx, args->B * args->H, args->D, args->F, args->S, &est);
+  const camdelta_status st = cd_scan_decide(ctx, args->B * args->H, args->D, args->F, args->S, &alg, &est);
+  if (st) return st;
   cd_scan_estimate_text(&est, args->algorithm, choice, sizeof choice);
   const size_t used = strlen(text);
   snprintf(text + used, size - used, "; %s", choice);
+  return CAMDELTA_OK;
 }
 
 camdelta_status camdelta_scan_plan_describe(camdelta_context *ctx, const camdelta_scan_args *args, char *buf,
@@ -646,226 +404,155 @@ camdelta_status camdelta_scan_plan_describe(camdelta_context *ctx, const camdelt
   if (!args->B || !args->H || !args->F || !args->S || args->S > UINT32_MAX || args->F > UINT32_MAX)
     return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: B=%zu H=%zu F=%zu S=%zu: each must be in [1, 2^32)", fn, args->B,
                    args->H, args->F, args->S);
+  cd_fwd_request r;
   cd_plan_entry *e;
-  if ((st = plan_forward(ctx, args, &e))) return st;
+  if ((st = request_of(ctx, args, &r)) || (st = cd_forward_acquire(ctx, &r, &e))) return st;
   char text[1024];
-  plan_text(e->plan, args, text, sizeof text);
+  cd_forward_text(e, args->precision, text, sizeof text);
   cd_plan_release(ctx, e);
-  choice_text(ctx, args, text, sizeof text);
+  if ((st = choice_text(ctx, args, text, sizeof text))) return st;
   return cd_copy_text(fn, text, buf, size);
+}
+
+/* ------------------------------------------------------------------------------------- composition */
+
+camdelta_status cd_forward_gram(camdelta_context *ctx, cd_plan_entry *e, const cd_scan_geo *geo,
+                                const camdelta_scan_args *p, camdelta_scan_saved *saved, camdelta_buffer A,
+                                camdelta_buffer U, cd_launch *l) {
+  const fwd_plan *pl = e->plan;
+  if (saved) A = (camdelta_buffer){saved->a_mat, 0};
+  const cd_gram_io io = {.k = p->k, .v = p->v, .beta = p->beta, .decay = p->decay, .A = A, .U = U};
+  return cd_gram_enqueue(ctx, &pl->gram, geo, &io, l);
+}
+
+camdelta_status cd_forward_rest(camdelta_context *ctx, cd_plan_entry *e, const cd_scan_geo *geo,
+                                const camdelta_scan_args *p, camdelta_scan_saved *saved, camdelta_buffer A,
+                                camdelta_buffer U, cd_launch *l) {
+  fwd_plan *pl = e->plan;
+  const size_t frames_bytes = geo->BHF * geo->D * geo->D * sizeof(float);
+  const camdelta_buffer none = {NULL, 0};
+  /* the per-frame states: the saved object's (it also gets the states before each update), else the workspace's */
+  camdelta_buffer post = saved ? (camdelta_buffer){saved->state_post, 0} : none;
+  const camdelta_buffer pre = saved ? (camdelta_buffer){saved->state_pre, 0} : none;
+  camdelta_status st = CAMDELTA_OK;
+  if (pl->alg == CAMDELTA_SCAN_SEQUENTIAL) {
+    /* OUT=2: the kernel saves the state each output frame reads, the apply computes all outputs from them */
+    const int split = pl->seq.c.OUT == 2;
+    if (split && !post.mem) st = cd_ws_get(ctx, &pl->ws, WS_STATES, frames_bytes, &post);
+    const cd_sequential_io io = {.q = p->q, .k = p->k, .v = p->v, .beta = p->beta, .decay = p->decay, .out = p->out,
+                                 .init = p->init_state, .final = p->final_state, .pre = pre, .post = post,
+                                 .reverse = p->reverse, .write_out = !split};
+    if (!st) st = cd_sequential_enqueue(ctx, &pl->seq, geo, &io, l);
+    if (!st && split) st = cd_apply_out(ctx, &pl->apply, geo, p->q, post, p->out, l);
+    return st;
+  }
+  if (saved) A = (camdelta_buffer){saved->a_mat, 0};
+  if (!post.mem) st = cd_ws_get(ctx, &pl->ws, WS_STATES, frames_bytes, &post);
+  const cd_chain_states_io io = {.A = A, .U = U, .decay = p->decay, .init = p->init_state, .post = post, .pre = pre,
+                                 .final = p->final_state, .reverse = p->reverse};
+  if (!st) st = cd_chain_states(ctx, &pl->chain, geo, &io, l);
+  if (!st) st = cd_apply_out(ctx, &pl->apply, geo, p->q, post, p->out, l);
+  return st;
+}
+
+camdelta_status cd_forward_enqueue(camdelta_context *ctx, cd_plan_entry *e, const cd_scan_geo *geo,
+                                   const camdelta_scan_args *p, camdelta_scan_saved *saved, cd_launch *l) {
+  fwd_plan *pl = e->plan;
+  const size_t frames_bytes = geo->BHF * geo->D * geo->D * sizeof(float);
+  camdelta_buffer A = {NULL, 0}, U = {NULL, 0};
+  camdelta_status st = CAMDELTA_OK;
+  if (saved) {
+    if ((st = cd_saved_reserve(ctx, saved, frames_bytes))) return st;
+    saved->valid = 0, saved->has_a = 0;
+  }
+  if (pl->alg == CAMDELTA_SCAN_CHUNKWISE) {
+    /* with a saved object, A_f goes into it: the backward reads it instead of computing it again */
+    st = saved ? cd_ensure_buffer(ctx, &saved->a_mat, &saved->a_bytes, frames_bytes)
+               : cd_ws_get(ctx, &pl->ws, WS_A, frames_bytes, &A);
+    if (!st) st = cd_ws_get(ctx, &pl->ws, WS_U, frames_bytes, &U);
+    if (!st) st = cd_forward_gram(ctx, e, geo, p, saved, A, U, l);
+  }
+  if (!st) st = cd_forward_rest(ctx, e, geo, p, saved, A, U, l);
+  return st;
 }
 
 camdelta_status camdelta_scan_forward(camdelta_context *ctx, const camdelta_scan_args *args,
                                       camdelta_scan_saved *saved) {
-  return camdelta_scan_sp_forward_hooked(ctx, args, saved, NULL);
-}
-
-camdelta_status camdelta_scan_sp_forward_hooked(camdelta_context *ctx, const camdelta_scan_args *args,
-                                       camdelta_scan_saved *saved, const cd_scan_hook *hook) {
   cd_clear_error();
-  { const camdelta_status pst = cd_prologue_scan_forward(ctx, args, saved); if (pst) return pst; }
+  camdelta_status st = cd_prologue_scan_forward(ctx, args, saved);
+  if (st) return st;
   if (!ctx || !args) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", OP, ctx ? "args" : "ctx");
   if (saved && saved->ctx != ctx)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' was created for another context", OP);
-  scan_job job = {args, 0, 0, 0, 0, NULL, NULL, NULL, NULL, 0};
-  size_t n_tok, n_frames;
-  camdelta_status st = check_args(args, &n_tok, &job.n_state, &n_frames);
-  if (st) return st;
-  const size_t D = args->D;
-  job.N = args->F * args->S;
-  job.BH = args->B * args->H;
-  job.BHF = n_frames;
+  if ((st = cd_forward_check(OP, args))) return st;
 
   /* Build everything before enqueuing anything. */
+  cd_fwd_request r;
   cd_plan_entry *pe;
-  if ((st = plan_forward(ctx, args, &pe))) return st;
-  const fwd_plan *pl = pe->plan;
-  const camdelta_scan_algorithm alg = pl->alg;
+  if ((st = request_of(ctx, args, &r)) || (st = cd_forward_acquire(ctx, &r, &pe))) return st;
   if (cd_option(ctx, CD_OPT_VERBOSE_SCAN, CAMDELTA_F32)) {
     char text[1024];
-    plan_text(pl, args, text, sizeof text);
-    choice_text(ctx, args, text, sizeof text);
-    fprintf(stderr, "camdelta scan: %s\n", text);
+    cd_forward_text(pe, args->precision, text, sizeof text);
+    if (!choice_text(ctx, args, text, sizeof text)) fprintf(stderr, "camdelta scan: %s\n", text);
   }
-  if (saved) {
-    if ((st = saved_reserve(ctx, saved, job.BHF * D * D * sizeof(float)))) {
-      cd_plan_release(ctx, pe);
-      return st;
-    }
-    saved->valid = 0, saved->has_a = 0;
-    job.pre = saved->state_pre;
-    job.post = saved->state_post;
-    job.sv = saved;
-  }
-  if (args->used) *args->used = alg;
+  if (args->used) *args->used = r.alg;
   if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;
   cd_launch l;
   cd_launch_init(&l, args->profile);
-  chunk_cfg cc = pl->cc; /* phase C's token tiles follow this call's S */
-  const int seq_split = alg == CAMDELTA_SCAN_SEQUENTIAL && pl->sc.OUT == 2;
-  if (alg == CAMDELTA_SCAN_CHUNKWISE || seq_split) cc.c_ns = ceil_div(args->S, cc.c.wc * cc.c.rn);
-  if (alg == CAMDELTA_SCAN_SEQUENTIAL) {
-    /* OUT=2: the kernel saves the state each output frame reads, phase C computes all outputs from them */
-    cl_mem states = job.post;
-    if (hook) st = hook->fn(hook->user, NULL, NULL, NULL);
-    if (!st && seq_split && !states) st = cd_alloc(ctx, job.BHF * D * D * sizeof(float), &states);
-    if (!st) st = run_sequential(ctx, &job, pl->kern[0], &pl->sc, states, !seq_split, &l);
-    if (!st && seq_split) st = enqueue_phase_c(ctx, &job, pl->kern[2], &cc, &pl->tc, states, &l);
-    if (states && states != job.post) clReleaseMemObject(states);
-  } else
-    st = run_chunkwise(ctx, &job, pl->kern[0], pl->kern[1], pl->kern[2], &cc, &pl->tc, &l, hook);
+  const cd_scan_geo geo = cd_scan_geo_fixed(args->B, args->H, args->D, args->F, args->S);
+  st = cd_forward_enqueue(ctx, pe, &geo, args, saved, &l);
   cd_plan_release(ctx, pe);
   st = cd_launch_end(ctx, &l, st);
   if (saved && !st) {
-    saved->B = args->B, saved->H = args->H, saved->D = D, saved->F = args->F, saved->S = args->S;
+    saved->B = args->B, saved->H = args->H, saved->D = args->D, saved->F = args->F, saved->S = args->S;
     saved->reverse = args->reverse != 0;
     saved->has_init = args->init_state.mem != NULL;
-    saved->has_a = alg == CAMDELTA_SCAN_CHUNKWISE;
+    saved->has_a = r.alg == CAMDELTA_SCAN_CHUNKWISE;
     saved->valid = 1;
   }
   return st;
 }
 
-/* ------------------------------------------------------------------- the chunkwise phases, internally */
+/* ------------------------------------------------------------------- the sequence-parallel callback */
 
-/* For the fused scan pair (src/scan/pair.c): the chunkwise plan of one scan call and its phases A and C,
- * exactly as camdelta_scan_forward runs them. */
-struct cd_scan_chunk {
-  camdelta_context *ctx;
-  camdelta_scan_args args;
-  scan_job job;
-  cd_plan_entry *pe; /* the context's plan, held (and locked) until cd_scan_chunk_destroy */
-  const fwd_plan *pl;
-  chunk_cfg cc; /* the plan's tiles with phase C's token tiles for this call's S */
-};
-
-camdelta_status cd_scan_chunk_create(camdelta_context *ctx, const camdelta_scan_args *args, cd_scan_chunk **out) {
-  *out = NULL;
-  cd_scan_chunk *c = calloc(1, sizeof *c);
-  if (!c) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", OP);
-  c->ctx = ctx;
-  c->args = *args;
-  c->args.algorithm = CAMDELTA_SCAN_CHUNKWISE;
-  size_t n_tok, n_frames;
-  camdelta_status st = check_args(&c->args, &n_tok, &c->job.n_state, &n_frames);
-  if (!st) st = plan_forward(ctx, &c->args, &c->pe);
-  if (st) {
-    free(c);
-    return st;
-  }
-  c->pl = c->pe->plan;
-  c->cc = c->pl->cc;
-  c->cc.c_ns = ceil_div(args->S, c->cc.c.wc * c->cc.c.rn);
-  c->job.p = &c->args;
-  c->job.N = args->F * args->S, c->job.BH = args->B * args->H, c->job.BHF = n_frames;
-  *out = c;
-  return CAMDELTA_OK;
-}
-
-void cd_scan_chunk_destroy(cd_scan_chunk *c) {
-  if (!c) return;
-  cd_plan_release(c->ctx, c->pe);
-  free(c);
-}
-
-void cd_scan_chunk_describe(const cd_scan_chunk *c, char *buf, size_t size) { plan_text(c->pl, &c->args, buf, size); }
-
-camdelta_status cd_scan_chunk_phase_a(camdelta_context *ctx, const cd_scan_chunk *c, cl_mem A, cl_mem U,
-                                      cd_launch *l) {
-  return enqueue_phase_a(ctx, &c->job, c->pl->kern[0], &c->cc, &c->pl->tc, A, U, l);
-}
-
-camdelta_status cd_scan_chunk_phase_c(camdelta_context *ctx, const cd_scan_chunk *c, cl_mem states, cd_launch *l) {
-  return enqueue_phase_c(ctx, &c->job, c->pl->kern[2], &c->cc, &c->pl->tc, states, l);
-}
-
-camdelta_status cd_scan_chunk_phase_c_ot(camdelta_context *ctx, const cd_scan_chunk *c, cl_mem states,
-                                         const cd_pair_ot *ot, int *done, cd_launch *l) {
-  *done = 0;
-  const cd_tc_set *tc = &c->pl->tc;
-  const camdelta_scan_args *p = &c->args;
-  const size_t D = p->D;
-  if (!tc->apply_ot) return CAMDELTA_OK; /* FMA kernels, packed clips, no fit */
-  /* 16-byte accesses to y, proj_o and the tables */
-  const camdelta_buffer bufs[4] = {ot->y, ot->proj_o, ot->rope_cos, ot->rope_sin};
-  if (!cd_buffers_aligned4(bufs, 4)) return CAMDELTA_OK;
-  const unsigned tm = cd_tc_tm(&tc->ot), tn = cd_tc_tn(&tc->ot), nr = ceil_div(D, tm), ns = ceil_div(p->S, tn);
-  camdelta_status st = CAMDELTA_OK;
-  cd_args a = {tc->apply_ot, 0, CL_SUCCESS};
-  cd_arg_buf(&a, p->q);
-  cd_arg_buf(&a, (camdelta_buffer){states, 0});
-  cd_arg_buf(&a, ot->proj_o);
-  cd_arg_buf(&a, ot->rope_cos);
-  cd_arg_buf(&a, ot->rope_sin);
-  cd_arg_buf(&a, ot->y);
-  cd_arg_u64(&a, c->job.N);
-  cd_arg_u32(&a, (uint32_t)p->S);
-  cd_arg_u32(&a, (uint32_t)p->F);
-  cd_arg_u32(&a, (uint32_t)p->H);
-  cd_arg_u32(&a, nr);
-  if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_apply_ot_tc: setting arguments");
-  const size_t w = cd_tc_wg(&tc->ot), lws[2] = {w, 1}, gws[2] = {w * nr * ns, c->job.BHF};
-  if (!st) st = cd_enqueue(ctx, tc->apply_ot, 2, gws, lws, l, "cd_apply_ot_tc (phase C and the output transform)");
-  if (!st) *done = 1;
-  return st;
-}
-
-camdelta_status cd_scan_pair_chain_cfg(camdelta_context *ctx, size_t chains, size_t D, size_t S, unsigned cap,
-                                       char *opts, size_t size, unsigned *b_w, unsigned *b_nj) {
-  dev_limits lim;
-  tile_override ov;
-  char var[64];
-  chunk_cfg cc;
-  memset(&cc, 0, sizeof cc); /* not the packed variant */
-  camdelta_status st = device_limits(ctx, &lim);
-  if (!st) st = read_override(ctx, &ov, var, sizeof var);
-  if (!st) st = cd_chunk_configure(&lim, chains, D, S, cap, ov.a || ov.b || ov.c ? &ov : NULL, var, &cc);
+camdelta_status camdelta_scan_sp_forward_hooked(camdelta_context *ctx, const camdelta_scan_args *args,
+                                                camdelta_scan_saved *saved, const cd_scan_hook *hook) {
+  if (!hook) return camdelta_scan_forward(ctx, args, saved);
+  cd_clear_error();
+  camdelta_status st = cd_prologue_scan_forward(ctx, args, saved);
   if (st) return st;
-  snprintf(opts, size, "%s", cc.opts);
-  *b_w = cc.b_w, *b_nj = cc.b_nj;
-  return CAMDELTA_OK;
-}
-
-/* ------------------------------------------------------------------- packed clips, native (scan_packed.c) */
-
-/* The chunkwise forward over packed clips in the kernels' packed variant: the caller (scan_packed.c) has checked
- * the offsets and buffers; args has B = 1, F = the packed frames and S = the longest frame (token-tile grids). */
-camdelta_status cd_scan_forward_native(camdelta_context *ctx, const camdelta_scan_args *args, const cd_packed_run *pr,
-                                       camdelta_scan_saved *saved) {
-  const size_t H = args->H, D = args->D, F = args->F;
-  const size_t offs[5] = {args->q.offset, args->k.offset, args->v.offset, args->beta.offset, args->out.offset};
-  fwd_plan *pl = NULL; /* the packed variant's own plan (not kept in the context) */
-  camdelta_status st = fwd_build_opts(ctx, CAMDELTA_SCAN_CHUNKWISE, pr->clips * H, args,
-                                      pr->vec && cd_tc_vec_ok(4, offs, 5), cd_packed_opts(pr), &pl);
-  if (st) return st;
-  if (cd_option(ctx, CD_OPT_VERBOSE_SCAN, CAMDELTA_F32)) {
-    char text[1024];
-    plan_text(pl, args, text, sizeof text);
-    fprintf(stderr, "camdelta scan (packed clips, native): %s\n", text);
-  }
-  scan_job job = {args, pr->N, pr->clips * H, H * F, pr->clips * H * D * D, NULL, NULL, NULL, pr->pk, (uint32_t)H};
-  if (saved) {
-    if ((st = saved_reserve(ctx, saved, job.BHF * D * D * sizeof(float)))) {
-      fwd_destroy(pl);
-      return st;
-    }
-    saved->valid = 0, saved->has_a = 0;
-    job.pre = saved->state_pre;
-    job.post = saved->state_post;
-    job.sv = saved;
-  }
-  if (args->used) *args->used = pl->alg;
+  if (!ctx || !args) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", OP, ctx ? "args" : "ctx");
+  if (saved && saved->ctx != ctx)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' was created for another context", OP);
+  if ((st = cd_forward_check(OP, args))) return st;
+  cd_fwd_request r;
+  cd_plan_entry *pe;
+  if ((st = request_of(ctx, args, &r)) || (st = cd_forward_acquire(ctx, &r, &pe))) return st;
+  fwd_plan *pl = pe->plan;
+  if (args->used) *args->used = r.alg;
   if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;
   cd_launch l;
   cd_launch_init(&l, args->profile);
-  st = run_chunkwise(ctx, &job, pl->kern[0], pl->kern[1], pl->kern[2], &pl->cc, &pl->tc, &l, NULL);
-  fwd_destroy(pl);
+  const cd_scan_geo geo = cd_scan_geo_fixed(args->B, args->H, args->D, args->F, args->S);
+  const size_t frames_bytes = geo.BHF * geo.D * geo.D * sizeof(float);
+  camdelta_buffer A = {NULL, 0}, U = {NULL, 0};
+  if (saved && !(st = cd_saved_reserve(ctx, saved, frames_bytes))) saved->valid = 0, saved->has_a = 0;
+  if (!st && pl->alg == CAMDELTA_SCAN_CHUNKWISE) {
+    st = saved ? cd_ensure_buffer(ctx, &saved->a_mat, &saved->a_bytes, frames_bytes)
+               : cd_ws_get(ctx, &pl->ws, WS_A, frames_bytes, &A);
+    if (saved) A = (camdelta_buffer){saved->a_mat, 0};
+    if (!st) st = cd_ws_get(ctx, &pl->ws, WS_U, frames_bytes, &U);
+    if (!st) st = cd_forward_gram(ctx, pe, &geo, args, saved, A, U, &l);
+  }
+  if (!st) st = hook->fn(hook->user, A.mem, U.mem, NULL);
+  if (!st) st = cd_forward_rest(ctx, pe, &geo, args, saved, A, U, &l);
+  cd_plan_release(ctx, pe);
   st = cd_launch_end(ctx, &l, st);
-  if (saved && !st) { /* S = 0 marks the packed layout (H, F, D, D) by packed frame */
-    saved->B = 1, saved->H = H, saved->D = D, saved->F = F, saved->S = 0;
+  if (saved && !st) {
+    saved->B = args->B, saved->H = args->H, saved->D = args->D, saved->F = args->F, saved->S = args->S;
     saved->reverse = args->reverse != 0;
     saved->has_init = args->init_state.mem != NULL;
-    saved->has_a = 1;
+    saved->has_a = r.alg == CAMDELTA_SCAN_CHUNKWISE;
     saved->valid = 1;
   }
   return st;

@@ -25,12 +25,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
 #include "camdelta_packed.h"
-#include "cost.h"
-#include "scan_packed.h"
-#include "scan_warm.h"
-#include "tc.h"
+#include "compose.h"
+
+/* The native path's table of one call (cl/common.cl, CD_PACKED). */
+typedef struct cd_packed_run {
+  cl_mem pk;    /* device int64: F + 1 frame offsets, F frame words (clip·4·H + first + 2·last), clips + 1 clip
+                   offsets */
+  size_t clips; /* number of clips */
+  size_t N;     /* packed tokens */
+  int vec;      /* every frame offset and N are multiples of 4 (16-byte token rows for the tensor-core loads) */
+  int uniform;  /* every frame has the same token count (the kernels' CD_PACKED=2 variant) */
+  int in_const; /* the table fits in 64 KiB (the OpenCL minimum constant buffer): a __constant argument */
+} cd_packed_run;
 
 typedef struct pk_geo {
   size_t H, D, F, clips, N, Fm, Sm;
@@ -230,10 +237,76 @@ static camdelta_status native_start(camdelta_context *ctx, const pk_geo *g, cons
   return CAMDELTA_OK;
 }
 
-const char *cd_packed_opts(const cd_packed_run *pr) {
+/* The kernels' variant of this run (1 … 4; 0 is the fixed shape's) and its build options. */
+static unsigned packed_variant(const cd_packed_run *pr) { return 1 + (pr->uniform ? 1 : 0) + (pr->in_const ? 2 : 0); }
+
+static const char *packed_opts(const cd_packed_run *pr) {
   static const char *const opts[4] = {" -DCD_PACKED=1", " -DCD_PACKED=2", " -DCD_PACKED=1 -DCD_PK_CONST=1",
                                       " -DCD_PACKED=2 -DCD_PK_CONST=1"};
-  return opts[(pr->uniform ? 1 : 0) + (pr->in_const ? 2 : 0)];
+  return opts[packed_variant(pr) - 1];
+}
+
+/* The kernels' geometry of a run: clips·H chains, H·F per-frame matrices, tile grids for the longest frame Sm. */
+static cd_scan_geo packed_geo(const pk_geo *g, const cd_packed_run *pr) {
+  const cd_scan_geo geo = {.D = g->D, .F = g->F, .S = g->Sm, .N = g->N, .BH = g->clips * g->H, .BHF = g->H * g->F,
+                           .pk = pr->pk, .pk_h = (uint32_t)g->H};
+  return geo;
+}
+
+/* The chunkwise forward over packed clips in the kernels' packed variant; args checked by the caller. A saved object
+ * gets the states (H, F, D, D) by packed frame, marked by S = 0. */
+static camdelta_status native_forward(camdelta_context *ctx, const camdelta_scan_args *args, const pk_geo *g,
+                                      const cd_packed_run *pr, camdelta_scan_saved *saved) {
+  const size_t offs[5] = {args->q.offset, args->k.offset, args->v.offset, args->beta.offset, args->out.offset};
+  const cd_fwd_request r = {.alg = CAMDELTA_SCAN_CHUNKWISE, .BH = g->clips * g->H, .D = g->D, .S = g->Sm,
+                            .prec = args->precision, .vec = pr->vec && cd_tc_vec_ok(4, offs, 5),
+                            .variant = packed_variant(pr), .extra = packed_opts(pr)};
+  cd_plan_entry *e;
+  camdelta_status st = cd_forward_acquire(ctx, &r, &e);
+  if (st) return st;
+  if (cd_option(ctx, CD_OPT_VERBOSE_SCAN, CAMDELTA_F32)) {
+    char text[1024];
+    cd_forward_text(e, args->precision, text, sizeof text);
+    fprintf(stderr, "camdelta scan (packed clips, native): %s\n", text);
+  }
+  if (args->used) *args->used = CAMDELTA_SCAN_CHUNKWISE;
+  if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;
+  cd_launch l;
+  cd_launch_init(&l, args->profile);
+  const cd_scan_geo geo = packed_geo(g, pr);
+  st = cd_forward_enqueue(ctx, e, &geo, args, saved, &l);
+  cd_plan_release(ctx, e);
+  st = cd_launch_end(ctx, &l, st);
+  if (saved && !st) { /* S = 0 marks the packed layout (H, F, D, D) by packed frame */
+    saved->B = 1, saved->H = g->H, saved->D = g->D, saved->F = g->F, saved->S = 0;
+    saved->reverse = args->reverse != 0;
+    saved->has_init = args->init_state.mem != NULL;
+    saved->has_a = 1;
+    saved->valid = 1;
+  }
+  return st;
+}
+
+/* The backward over packed clips (the same conventions); saved NULL (recompute) or from native_forward. */
+static camdelta_status native_backward(camdelta_context *ctx, const camdelta_scan_backward_args *args,
+                                       const pk_geo *g, const cd_packed_run *pr, const camdelta_scan_saved *saved) {
+  const size_t offs[6] = {args->q.offset,    args->k.offset,        args->v.offset,
+                          args->beta.offset, args->grad_out.offset, args->dq.offset};
+  const size_t offs2[2] = {args->dk.offset, args->dv.offset};
+  const cd_bwd_request r = {.D = g->D, .prec = args->precision,
+                            .vec = cd_tc_vec_ok(pr->vec ? 4 : 1, offs, 6) && cd_tc_vec_ok(4, offs2, 2),
+                            .variant = packed_variant(pr), .extra = packed_opts(pr)};
+  cd_plan_entry *e;
+  camdelta_status st = cd_backward_acquire(ctx, &r, &e);
+  if (st) return st;
+  cd_backward_verbose(ctx, e, g->D, " (packed clips, native)");
+  if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;
+  cd_launch l;
+  cd_launch_init(&l, args->profile);
+  const cd_scan_geo geo = packed_geo(g, pr);
+  st = cd_backward_enqueue(ctx, e, &geo, args, saved, &l);
+  cd_plan_release(ctx, e);
+  return cd_launch_end(ctx, &l, st);
 }
 
 static void report_path(const camdelta_context *ctx, const camdelta_packed_clips *pc, int native) {
@@ -281,15 +354,14 @@ camdelta_status camdelta_scan_forward_packed(camdelta_context *ctx, const camdel
   /* The algorithm: AUTO decides as for a fixed batch of clips·H chains of the mean clip's frames with the mean
    * frame's tokens. */
   camdelta_scan_algorithm alg = p->algorithm;
-  if (alg == CAMDELTA_SCAN_AUTO)
-    alg = cd_scan_auto_ctx(ctx, g.clips * H, D, (g.F + g.clips - 1) / g.clips, (g.N + g.F - 1) / g.F, NULL);
+  if (alg == CAMDELTA_SCAN_AUTO &&
+      (st = cd_scan_decide(ctx, g.clips * H, D, (g.F + g.clips - 1) / g.clips, (g.N + g.F - 1) / g.F, &alg, NULL)))
+    return st;
   report_path(ctx, pc, alg == CAMDELTA_SCAN_CHUNKWISE);
   if (alg == CAMDELTA_SCAN_CHUNKWISE) {
     cd_packed_run pr;
     if ((st = native_start(ctx, &g, pc, &pr))) return st;
-    camdelta_scan_args a = *p;
-    a.S = g.Sm, a.algorithm = alg;
-    st = cd_scan_forward_native(ctx, &a, &pr, saved);
+    st = native_forward(ctx, p, &g, &pr, saved);
     clReleaseMemObject(pr.pk);
     return st;
   }
@@ -379,9 +451,7 @@ camdelta_status camdelta_scan_backward_packed(camdelta_context *ctx, const camde
     }
     cd_packed_run pr;
     if ((st = native_start(ctx, &g, pc, &pr))) return st;
-    camdelta_scan_backward_args a = *p;
-    a.S = g.Sm;
-    st = cd_scan_backward_native(ctx, &a, &pr, saved);
+    st = native_backward(ctx, p, &g, &pr, saved);
     clReleaseMemObject(pr.pk);
     return st;
   }

@@ -1,139 +1,106 @@
 /* The fused scan pair of the camera branch (SPEC 8.4): the causal scan with (β', decay) plus the reverse scan
- * with (β'_r, decay_r) = (β', decay) zeroed at the chunk-start frames, summed, in one pass (cl/scan_pair.cl, and
- * cd_pair_phase_b in cl/scan_chunkwise.cl beside the phase B whose chain it shares):
+ * with (β'_r, decay_r) = (β', decay) zeroed at the chunk-start frames, summed, in one pass (units.h):
  *
- *   phase A once          A_f, U_f of the causal gates (the reverse's are the same except 0 at masked frames)
- *   cd_pair_phase_b       both chains in one launch, with phase B's tiles for 2·B·H chains (value blocks as
+ *   gram once             A_f, U_f of the causal gates (the reverse's are the same except 0 at masked frames)
+ *   chain (pair form)     both chains in one launch, with phase B's tiles for 2·B·H chains (value blocks as
  *                         wide as the compute units need to hold one work-group each), each direction's
  *                         per-frame states into its own buffer (the backward reads them)
- *   cd_pair_sum           states_c + states_r (B·H·F·D² floats: a few per cent of one scan's memory traffic)
- *   phase C once          out_f = Q_f·(M_f + T_f)
+ *   sum                   states_c + states_r (B·H·F·D² floats: a few per cent of one scan's memory traffic)
+ *   apply once            out_f = Q_f·(M_f + T_f), or with tensor cores y straight from the output transform
  *
- * instead of two scans (phases A, B, C twice) and an add. Phases A and C are the chunkwise scan's own
- * (src/scan/forward.c, tensor cores where its plan has them); each direction's states are bit-identical to those of
- * its own camdelta_scan_forward, the output differs from the sum of the two outputs by the rounding of one
- * product instead of two. */
+ * instead of two scans (gram, chain, apply twice) and an add. The gram and the apply are the chunkwise scan's own
+ * (its tiles for B·H chains, tensor cores where the device has them); each direction's states are bit-identical
+ * to those of its own camdelta_scan_forward, the output differs from the sum of the two outputs by the rounding of
+ * one product instead of two. The backward shares the gram W = Qᵀ·dO and the causal A, runs both gradient chains
+ * in one launch, then each direction's frames and ddecay, and sums the two directions' gradients. Both have their
+ * plans (kernels and workspace) kept in the context. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cost.h"
-#include "plan.h"
-#include "scan_pair.h"
-#include "tiles.h"
-#include "scan_warm.h"
-#include "tc.h"
+#include "compose.h"
+#include "engine.h"
 
 static const char OP[] = "cd_scan_pair_forward";
 
-int cd_scan_pair_wanted(camdelta_context *ctx, camdelta_scan_algorithm alg, size_t BH, size_t D, size_t F,
-                        size_t S) {
-  if (alg == CAMDELTA_SCAN_AUTO) alg = cd_scan_auto_ctx(ctx, BH, D, F, S, NULL);
-  return alg == CAMDELTA_SCAN_CHUNKWISE;
+camdelta_status cd_scan_branch_algorithm(camdelta_context *ctx, camdelta_scan_algorithm alg, size_t BH, size_t D,
+                                         size_t F, size_t S, camdelta_scan_algorithm *run, int *pair) {
+  camdelta_status st = CAMDELTA_OK;
+  if (alg == CAMDELTA_SCAN_AUTO) st = cd_scan_decide(ctx, BH, D, F, S, &alg, NULL);
+  *run = alg;
+  *pair = !st && alg == CAMDELTA_SCAN_CHUNKWISE;
+  return st;
 }
 
-/* The pair's chain kernel, a plan kept in the context: its own phase-B tiles for the 2·BH chains (the compute units
- * each hold one work-group), work-groups halved until the compiled kernel holds them. Keyed by what the tiles
- * depend on: D, the value blocks of 2·BH chains and the token tile of S. */
-typedef struct chain_plan {
-  cl_kernel k;
-  unsigned bw, nj; /* work-group size, value-column blocks */
-} chain_plan;
-typedef struct chain_shape {
+/* ------------------------------------------------------------------------------------------- forward */
+
+/* The forward pair's plan: the chunkwise program's gram and apply for B·H chains (the apply with the output
+ * transform's epilogue form where the branch asks for it), the pair's chain with phase B's tiles for 2·B·H chains,
+ * the state sum, and the workspace. Keyed by what the tiles depend on: D, the value blocks of B·H and of 2·B·H
+ * chains, the token tile of S, and where the tensor-core path runs, the precision and row alignment. */
+typedef struct pair_plan {
+  cd_chunk_cfg cc;
+  cd_gram gram;
+  cd_chain chain;
+  cd_apply apply;
+  cd_pieces pieces;
+  int split;
+  cd_workspace ws;
+} pair_plan;
+enum { PW_A, PW_U, PW_SC, PW_SR, PW_SUM };
+
+typedef struct pair_request {
   size_t BH, D, S;
-} chain_shape;
+  camdelta_precision prec;
+  int vec;
+} pair_request;
 
-static void chain_destroy(void *plan) {
-  chain_plan *p = plan;
-  if (p->k) clReleaseKernel(p->k);
-  free(p);
+static void pair_destroy(void *p) {
+  pair_plan *pl = p;
+  cd_gram_release(&pl->gram);
+  cd_chain_release(&pl->chain);
+  cd_apply_release(&pl->apply);
+  cd_pieces_release(&pl->pieces);
+  cd_ws_free(&pl->ws);
+  free(pl);
 }
 
-static camdelta_status chain_build(camdelta_context *ctx, const cd_plan_key *key, const void *arg, void **out) {
+static camdelta_status pair_build(camdelta_context *ctx, const cd_plan_key *key, const void *arg, void **out) {
   (void)key;
-  const chain_shape *sh = arg;
-  chain_plan *p = calloc(1, sizeof *p);
-  if (!p) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", OP);
-  for (unsigned cap = 256;; cap /= 2) {
-    char opts[512];
-    camdelta_status st = cd_scan_pair_chain_cfg(ctx, 2 * sh->BH, sh->D, sh->S, cap, opts, sizeof opts, &p->bw, &p->nj);
-    if (!st) st = cd_kernel(ctx, "scan_chunkwise.cl", opts, "cd_pair_phase_b", &p->k);
-    if (st) {
-      free(p);
-      return st;
-    }
-    const size_t have = cd_kernel_max_wg(ctx, p->k);
-    if (have >= p->bw) {
-      *out = p;
-      return CAMDELTA_OK;
-    }
-    clReleaseKernel(p->k);
-    p->k = NULL;
-    if (cap <= 32) {
-      const unsigned need = p->bw;
-      free(p);
-      return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: the compiled pair chain allows work-groups of %zu items, needs %u",
-                     OP, have, need);
-    }
+  const pair_request *r = arg;
+  pair_plan *pl = calloc(1, sizeof *pl);
+  if (!pl) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", OP);
+  camdelta_status st = cd_chunk_parts(ctx, r->BH, r->D, r->S, "", &pl->cc, &pl->gram, NULL, &pl->apply);
+  if (!st && cd_tc_available(ctx)) {
+    pl->split = r->prec != CAMDELTA_PRECISION_TF32;
+    cd_gram_release(&pl->gram);
+    cd_apply_release(&pl->apply);
+    st = cd_gram_build_tc(ctx, r->D, pl->split, r->vec, "", &pl->gram);
+    if (!st)
+      st = cd_apply_build_tc(ctx, r->D, pl->split, r->vec, 1, "", &pl->apply);
   }
+  if (!st) st = cd_chunk_pair_chain(ctx, 2 * r->BH, r->D, r->S, &pl->chain);
+  if (!st) st = cd_pieces_build(ctx, &pl->pieces);
+  if (st) {
+    pair_destroy(pl);
+    return st;
+  }
+  *out = pl;
+  return CAMDELTA_OK;
 }
 
-static camdelta_status chain_acquire(camdelta_context *ctx, size_t BH, size_t D, size_t S, cd_plan_entry **e) {
+static camdelta_status pair_acquire(camdelta_context *ctx, const pair_request *r, cd_plan_entry **e) {
   cd_scan_limits lim;
   cd_scan_limits_from_info(&ctx->info, &lim);
-  const cd_scan_class cls = cd_scan_shape_class(&lim, 2 * BH, D, S);
+  const cd_scan_class one = cd_scan_shape_class(&lim, r->BH, r->D, r->S), two = cd_scan_shape_class(&lim, 2 * r->BH,
+                                                                                                    r->D, r->S);
   cd_plan_key key;
   memset(&key, 0, sizeof key);
-  key.op = CD_PLAN_PAIR_CHAIN;
-  key.D = (unsigned)D;
-  key.cls[0] = cls.b_blocks;
-  key.cls[1] = cls.tokens;
-  const chain_shape sh = {BH, D, S};
-  return cd_plan_acquire(ctx, &key, chain_build, &sh, chain_destroy, e);
-}
-
-/* The elementwise kernels' local size: the largest power of two up to 256 that the compiled kernel takes. */
-static size_t elementwise_local(camdelta_context *ctx, cl_kernel k) {
-  size_t lws = 1;
-  while (lws < 256 && lws * 2 <= cd_kernel_max_wg(ctx, k)) lws *= 2;
-  return lws;
-}
-
-/* cd_pair_sum: sum = a + b over n4 float4s (the two directions' states) */
-static camdelta_status pair_sum_enqueue(camdelta_context *ctx, cl_kernel k, cl_mem a, cl_mem b, cl_mem sum, uint64_t n4,
-                                        cd_launch *l) {
-  cd_args ar = {k, 0, CL_SUCCESS};
-  cd_arg_mem(&ar, a);
-  cd_arg_mem(&ar, b);
-  cd_arg_mem(&ar, sum);
-  cd_arg_u64(&ar, n4);
-  if (ar.err != CL_SUCCESS) return cd_cl_fail(ar.err, "cd_pair_sum: setting arguments");
-  const size_t lws = elementwise_local(ctx, k), gws = (n4 + lws - 1) / lws * lws;
-  return cd_enqueue(ctx, k, 1, &gws, &lws, l, "cd_pair_sum");
-}
-
-camdelta_status cd_pair_add_enqueue(camdelta_context *ctx, cl_kernel k, camdelta_buffer a, camdelta_buffer b,
-                                    uint64_t n, cd_launch *l, const char *what) {
-  cd_args ar = {k, 0, CL_SUCCESS};
-  cd_arg_buf(&ar, a);
-  cd_arg_buf(&ar, b);
-  cd_arg_u64(&ar, n);
-  if (ar.err != CL_SUCCESS) return cd_cl_fail(ar.err, "cd_pair_add: setting arguments");
-  const size_t lws = elementwise_local(ctx, k), gws = (n + lws - 1) / lws * lws;
-  return cd_enqueue(ctx, k, 1, &gws, &lws, l, what);
-}
-
-camdelta_status cd_scan_pair_warm(camdelta_context *ctx, size_t BH, size_t D, size_t S) {
-  cd_scan_bwd_tiles t;
-  cl_kernel k = NULL;
-  cd_plan_entry *e = NULL;
-  camdelta_status st = chain_acquire(ctx, BH, D, S, &e);
-  if (!st) cd_plan_release(ctx, e);
-  if (!st && !(st = cd_kernel(ctx, "scan_pair.cl", "-DCD_D=8", "cd_pair_sum", &k))) clReleaseKernel(k);
-  /* the backward's tiles as cd_scan_pair_backward picks them: dq apart where the tensor-core path runs */
-  if (!st) st = cd_scan_bwd_tiles_for(ctx, D, cd_tc_available(ctx), &t);
-  if (!st && !(st = cd_kernel(ctx, "scan_backward.cl", t.opts, "cd_pair_bwd_chain", &k))) clReleaseKernel(k);
-  return st;
+  key.op = CD_PLAN_PAIR_FORWARD;
+  key.D = (unsigned)r->D;
+  key.cls[0] = one.b_blocks, key.cls[1] = one.tokens, key.cls[2] = two.b_blocks;
+  if (cd_tc_available(ctx)) key.prec = (unsigned)r->prec, key.vec = (unsigned)(r->vec != 0);
+  return cd_plan_acquire(ctx, &key, pair_build, r, pair_destroy, e);
 }
 
 /* The saved object holds `bytes` of state_post (state_pre is not kept by the pair). */
@@ -155,12 +122,12 @@ camdelta_status cd_scan_pair_forward(camdelta_context *ctx, const cd_scan_pair_a
   if ((saved_c && saved_c->ctx != ctx) || (saved_r && saved_r->ctx != ctx))
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: a saved object was created for another context", OP);
   if (!a->mask) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'mask' is NULL", OP);
-  /* the shapes and the causal scan's buffers are checked by the plan (as camdelta_scan_forward checks them) */
-  const camdelta_scan_args sa = {a->B,    a->H,     a->D,       a->F,     a->S,        0,
-                                 CAMDELTA_SCAN_CHUNKWISE, a->q, a->k, a->v, a->beta, a->decay,
-                                 a->out,  a->init_c, a->final_c, a->profile, NULL, a->precision};
-  cd_scan_chunk *plan = NULL;
-  camdelta_status st = cd_scan_chunk_create(ctx, &sa, &plan);
+  /* the shapes and the causal scan's buffers as camdelta_scan_forward checks them */
+  const camdelta_scan_args sa = {.B = a->B, .H = a->H, .D = a->D, .F = a->F, .S = a->S,
+                                 .algorithm = CAMDELTA_SCAN_CHUNKWISE, .q = a->q, .k = a->k, .v = a->v,
+                                 .beta = a->beta, .decay = a->decay, .out = a->out, .init_state = a->init_c,
+                                 .final_state = a->final_c, .profile = a->profile, .precision = a->precision};
+  camdelta_status st = cd_forward_check("camdelta_scan_forward", &sa);
   if (st) return st;
   const size_t BH = a->B * a->H, D = a->D, BHDD = BH * D * D;
   if (!st) st = cd_check_buffer(OP, "init_r", a->init_r, BHDD, 4, 1);
@@ -173,75 +140,57 @@ camdelta_status cd_scan_pair_forward(camdelta_context *ctx, const cd_scan_pair_a
               mask_bytes < a->F * sizeof(uint32_t)))
     st = cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'mask' holds %zu bytes, F=%zu frames need %zu", OP, mask_bytes,
                  a->F, a->F * sizeof(uint32_t));
-  cd_plan_entry *ce = NULL;
-  cl_kernel ks = NULL;
-  if (!st) st = chain_acquire(ctx, BH, D, a->S, &ce);
-  const chain_plan *cp = ce ? ce->plan : NULL;
-  if (!st) st = cd_kernel(ctx, "scan_pair.cl", "-DCD_D=8", "cd_pair_sum", &ks);
-  if (!st && cd_option(ctx, CD_OPT_VERBOSE_SCAN, CAMDELTA_F32)) {
+  if (st) return st;
+  /* build everything before enqueuing anything */
+  const size_t offs[5] = {a->q.offset, a->k.offset, a->v.offset, a->beta.offset, a->out.offset};
+  const pair_request r = {.BH = BH, .D = D, .S = a->S, .prec = a->precision, .vec = cd_tc_vec_ok(a->S, offs, 5)};
+  cd_plan_entry *e;
+  if ((st = pair_acquire(ctx, &r, &e))) return st;
+  pair_plan *pl = e->plan;
+  if (cd_option(ctx, CD_OPT_VERBOSE_SCAN, CAMDELTA_F32)) {
     char text[1024];
-    cd_scan_chunk_describe(plan, text, sizeof text);
+    cd_chunk_text(&pl->cc, &pl->gram, &pl->apply, pl->split, a->precision, text, sizeof text);
     fprintf(stderr, "camdelta scan pair: %s; the pair's chains in %u value blocks of work-groups of %u\n", text,
-            cp->nj, cp->bw);
+            pl->chain.nj, pl->chain.w);
   }
-  const size_t BHF = BH * a->F, fbytes = BHF * D * D * sizeof(float);
-  cl_mem A = NULL, U = NULL, sc = NULL, sr = NULL, sum = NULL;
+  const cd_scan_geo geo = cd_scan_geo_fixed(a->B, a->H, D, a->F, a->S);
+  const size_t fbytes = geo.BHF * D * D * sizeof(float);
+  camdelta_buffer A, U, sc = {NULL, 0}, sr = {NULL, 0}, sum;
   /* with saved objects the causal A_f goes into the causal one: the pair's backward reads it */
-  if (!st && saved_c) {
+  if (saved_c) {
     saved_c->has_a = saved_r->has_a = 0;
     st = cd_ensure_buffer(ctx, &saved_c->a_mat, &saved_c->a_bytes, fbytes);
-    A = saved_c->a_mat;
-  } else if (!st)
-    st = cd_alloc(ctx, fbytes, &A);
-  if (!st) st = cd_alloc(ctx, fbytes, &U);
+    A = (camdelta_buffer){saved_c->a_mat, 0};
+  } else
+    st = cd_ws_get(ctx, &pl->ws, PW_A, fbytes, &A);
+  if (!st) st = cd_ws_get(ctx, &pl->ws, PW_U, fbytes, &U);
   if (!st && saved_c) {
     saved_c->valid = saved_r->valid = 0;
     st = saved_post(ctx, saved_c, fbytes);
     if (!st) st = saved_post(ctx, saved_r, fbytes);
-    if (!st) sc = saved_c->state_post, sr = saved_r->state_post;
+    if (!st) sc = (camdelta_buffer){saved_c->state_post, 0}, sr = (camdelta_buffer){saved_r->state_post, 0};
   }
-  if (!st && !sc) st = cd_alloc(ctx, fbytes, &sc);
-  if (!st && !sr) st = cd_alloc(ctx, fbytes, &sr);
-  if (!st) st = cd_alloc(ctx, fbytes, &sum);
+  if (!st && !sc.mem) st = cd_ws_get(ctx, &pl->ws, PW_SC, fbytes, &sc);
+  if (!st && !sr.mem) st = cd_ws_get(ctx, &pl->ws, PW_SR, fbytes, &sr);
+  if (!st) st = cd_ws_get(ctx, &pl->ws, PW_SUM, fbytes, &sum);
   if (a->profile) a->profile->kernel_ms = 0, a->profile->kernels = 0;
   cd_launch l;
   cd_launch_init(&l, a->profile);
-  if (!st) st = cd_scan_chunk_phase_a(ctx, plan, A, U, &l);
-  if (!st) {
-    cd_args ar = {cp->k, 0, CL_SUCCESS};
-    cd_arg_buf(&ar, (camdelta_buffer){A, 0});
-    cd_arg_buf(&ar, (camdelta_buffer){U, 0});
-    cd_arg_mem(&ar, a->mask);
-    cd_arg_buf(&ar, a->init_c);
-    cd_arg_buf(&ar, a->init_r);
-    cd_arg_buf(&ar, (camdelta_buffer){sc, 0});
-    cd_arg_buf(&ar, (camdelta_buffer){sr, 0});
-    cd_arg_buf(&ar, a->final_c);
-    cd_arg_buf(&ar, a->final_r);
-    cd_arg_u32(&ar, (uint32_t)a->F);
-    cd_arg_u32(&ar, cp->nj);
-    cd_arg_i32(&ar, a->init_c.mem != NULL);
-    cd_arg_i32(&ar, a->init_r.mem != NULL);
-    cd_arg_i32(&ar, a->final_c.mem != NULL);
-    cd_arg_i32(&ar, a->final_r.mem != NULL);
-    if (ar.err != CL_SUCCESS) st = cd_cl_fail(ar.err, "cd_pair_phase_b: setting arguments");
-    const size_t lws[2] = {cp->bw, 1}, gws[2] = {(size_t)cp->bw * BH, 2 * (size_t)cp->nj};
-    if (!st) st = cd_enqueue(ctx, cp->k, 2, gws, lws, &l, "cd_pair_phase_b");
-  }
-  if (!st) st = pair_sum_enqueue(ctx, ks, sc, sr, sum, BHF * D * D / 4, &l); /* D % 8 == 0 */
+  const cd_gram_io gio = {.k = a->k, .v = a->v, .beta = a->beta, .decay = a->decay, .A = A, .U = U};
+  if (!st) st = cd_gram_enqueue(ctx, &pl->gram, &geo, &gio, &l);
+  const cd_chain_pair_io cio = {.A = A, .U = U, .mask = a->mask, .init_c = a->init_c, .init_r = a->init_r,
+                                .post_c = sc, .post_r = sr, .final_c = a->final_c, .final_r = a->final_r};
+  if (!st) st = cd_chain_states_pair(ctx, &pl->chain, &geo, &cio, &l);
+  if (!st) st = cd_pieces_sum(ctx, &pl->pieces, sc.mem, sr.mem, sum.mem, geo.BHF * D * D, &l); /* D % 8 == 0 */
   int fused = 0;
   if (!st && a->ot) {
     a->ot->done = 0;
-    st = cd_scan_chunk_phase_c_ot(ctx, plan, sum, a->ot, &fused, &l);
+    const cd_apply_ot_io oio = {.q = a->q, .states = sum, .proj_o = a->ot->proj_o, .rope_cos = a->ot->rope_cos,
+                                .rope_sin = a->ot->rope_sin, .y = a->ot->y, .H = a->H};
+    st = cd_apply_out_transform(ctx, &pl->apply, &geo, &oio, &fused, &l);
   }
-  if (!st && !fused) st = cd_scan_chunk_phase_c(ctx, plan, sum, &l);
-  /* released buffers live on until the enqueued kernels that use them have finished */
-  cl_mem tmp[5] = {saved_c ? NULL : A, U, saved_c ? NULL : sc, saved_r ? NULL : sr, sum};
-  for (int i = 0; i < 5; i++)
-    if (tmp[i]) clReleaseMemObject(tmp[i]);
-  if (ce) cd_plan_release(ctx, ce);
-  if (ks) clReleaseKernel(ks);
-  cd_scan_chunk_destroy(plan);
+  if (!st && !fused) st = cd_apply_out(ctx, &pl->apply, &geo, a->q, sum, a->out, &l);
+  cd_plan_release(ctx, e);
   st = cd_launch_end(ctx, &l, st);
   if (!st && a->ot) a->ot->done = fused;
   if (!st && saved_c) {
@@ -260,6 +209,77 @@ camdelta_status cd_scan_pair_forward(camdelta_context *ctx, const cd_scan_pair_a
 /* ------------------------------------------------------------------------------------------ backward */
 
 static const char BOP[] = "cd_scan_pair_backward";
+
+/* The backward pair's plan: the backward program's parts with its tiles for D (the frames kernel leaving dq to the
+ * tensor-core apply where the device has one), the pair's gradient chain, the tensor-core gram, frames and apply,
+ * the elementwise pieces, and the workspace. */
+typedef struct pair_bwd_plan {
+  cd_sbwd_cfg cfg;
+  char opts[256];
+  int tc;
+  cd_gram gram;
+  cd_chain chain;
+  cd_frames frames;
+  cd_ddecay ddecay;
+  cd_apply apply;
+  cd_pieces pieces;
+  cd_workspace ws;
+} pair_bwd_plan;
+enum { PB_A, PB_W, PB_GC, PB_GR, PB_PART, PB_SUM, PB_DQ, PB_DK, PB_DV };
+
+typedef struct pair_bwd_request {
+  size_t D;
+  camdelta_precision prec;
+  int vec;
+} pair_bwd_request;
+
+static void pair_bwd_destroy(void *p) {
+  pair_bwd_plan *pl = p;
+  cd_gram_release(&pl->gram);
+  cd_chain_release(&pl->chain);
+  cd_frames_release(&pl->frames);
+  cd_ddecay_release(&pl->ddecay);
+  cd_apply_release(&pl->apply);
+  cd_pieces_release(&pl->pieces);
+  cd_ws_free(&pl->ws);
+  free(pl);
+}
+
+static camdelta_status pair_bwd_build(camdelta_context *ctx, const cd_plan_key *key, const void *arg, void **out) {
+  (void)key;
+  const pair_bwd_request *r = arg;
+  pair_bwd_plan *pl = calloc(1, sizeof *pl);
+  if (!pl) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", BOP);
+  pl->tc = cd_tc_available(ctx);
+  const int split = r->prec != CAMDELTA_PRECISION_TF32;
+  int overridden;
+  camdelta_status st = CAMDELTA_OK;
+  if (pl->tc) {
+    st = cd_gram_build_tc(ctx, r->D, split, r->vec, "", &pl->gram);
+    if (!st) st = cd_apply_build_tc(ctx, r->D, split, r->vec, 0, "", &pl->apply);
+    if (!st) st = cd_frames_build_tc(ctx, r->D, split, r->vec, "", &pl->frames);
+  }
+  if (!st)
+    st = cd_backward_parts(ctx, r->D, pl->tc, "", 1, &pl->cfg, pl->opts, &overridden, pl->tc ? NULL : &pl->gram,
+                           &pl->chain, pl->tc ? NULL : &pl->frames, &pl->ddecay);
+  if (!st) st = cd_pieces_build(ctx, &pl->pieces);
+  if (st) {
+    pair_bwd_destroy(pl);
+    return st;
+  }
+  *out = pl;
+  return CAMDELTA_OK;
+}
+
+static camdelta_status pair_bwd_acquire(camdelta_context *ctx, const pair_bwd_request *r, cd_plan_entry **e) {
+  cd_plan_key key;
+  memset(&key, 0, sizeof key);
+  key.op = CD_PLAN_PAIR_BACKWARD;
+  key.D = (unsigned)r->D;
+  if (cd_tc_available(ctx)) key.prec = (unsigned)r->prec, key.vec = (unsigned)(r->vec != 0);
+  return cd_plan_acquire(ctx, &key, pair_bwd_build, r, pair_bwd_destroy, e);
+}
+
 
 static camdelta_status check_saved(const camdelta_scan_saved *s, int reverse, const cd_scan_pair_bwd_args *a,
                                    camdelta_buffer init) {
@@ -319,190 +339,77 @@ camdelta_status cd_scan_pair_backward(camdelta_context *ctx, const cd_scan_pair_
   if (st) return st;
 
   /* build everything before enqueuing anything */
-  cd_tc_set tc;
-  const size_t offs[8] = {a->q.offset,  a->k.offset,  a->v.offset,      a->beta.offset,
-                          a->dq.offset, a->dk.offset, a->grad_out.offset, a->dv.offset};
-  const size_t offs2[1] = {a->beta_r.offset};
-  const int vec = cd_tc_vec_ok(S, offs, 8) && cd_tc_vec_ok(S, offs2, 1);
-  if ((st = cd_tc_build(ctx, D, a->precision, vec, CD_TC_WITH_FRAMES, &tc))) return st;
-  cd_scan_bwd_tiles t;
-  enum { KGRAMS, KCHAIN, KFR, KDDEC, KSUM, KADD, NK };
-  cl_kernel k[NK] = {NULL};
-  st = cd_scan_bwd_tiles_for(ctx, D, tc.on, &t);
-  if (!st) st = cd_kernel(ctx, "scan_backward.cl", t.opts, "cd_pair_bwd_chain", &k[KCHAIN]);
-  if (!st) st = cd_kernel(ctx, "scan_backward.cl", t.opts, "cd_scan_bwd_ddecay", &k[KDDEC]);
-  if (!st && !tc.on) st = cd_kernel(ctx, "scan_backward.cl", t.opts, "cd_scan_bwd_grams", &k[KGRAMS]);
-  if (!st && !tc.on) st = cd_kernel(ctx, "scan_backward.cl", t.opts, "cd_scan_bwd_frames", &k[KFR]);
-  if (!st) st = cd_kernel(ctx, "scan_pair.cl", "-DCD_D=8", "cd_pair_sum", &k[KSUM]);
-  if (!st) st = cd_kernel(ctx, "scan_pair.cl", "-DCD_D=8", "cd_pair_add", &k[KADD]);
-  if (!st && cd_kernel_max_wg(ctx, k[KCHAIN]) < D)
-    st = cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: the compiled chain allows work-groups below D=%zu", BOP, D);
-  if (!st && cd_option(ctx, CD_OPT_VERBOSE_SCAN, CAMDELTA_F32))
-    fprintf(stderr, "camdelta scan pair backward: %s: %s\n", tc.on ? (tc.split ? "tensor cores, exact" : "tensor "
-                    "cores, tf32") : "fma", tc.on ? tc.fopts : t.opts);
-  const size_t ts = tc.on ? cd_tc_tm(&tc.fr) : t.frames_tokens, ntiles = (S + ts - 1) / ts;
-  const size_t fbytes = BHF * D * D * sizeof(float);
-  cl_mem A = NULL, W = NULL, Gc = NULL, Gr = NULL, part = NULL, sum = NULL;
-  const int reuse_a = !st && saved_c->has_a; /* the causal A_f as the forward's phase A computed it */
-  if (!st && !reuse_a) st = cd_alloc(ctx, fbytes, &A);
-  if (!st) st = cd_alloc(ctx, fbytes, &W);
-  if (!st) st = cd_alloc(ctx, fbytes, &Gc);
-  if (!st) st = cd_alloc(ctx, fbytes, &Gr);
-  if (!st) st = cd_alloc(ctx, BHF * ntiles * sizeof(float), &part);
-  if (!st && tc.on) st = cd_alloc(ctx, fbytes, &sum);
-  /* the reverse direction's dq (FMA), dk, dv: the scratch given, else allocated here */
-  cl_mem own[3] = {NULL, NULL, NULL};
+  const size_t offs[9] = {a->q.offset,  a->k.offset,  a->v.offset,        a->beta.offset, a->dq.offset,
+                          a->dk.offset, a->grad_out.offset, a->dv.offset, a->beta_r.offset};
+  const pair_bwd_request r = {.D = D, .prec = a->precision, .vec = cd_tc_vec_ok(S, offs, 9)};
+  cd_plan_entry *e;
+  if ((st = pair_bwd_acquire(ctx, &r, &e))) return st;
+  pair_bwd_plan *pl = e->plan;
+  const int tc = pl->tc;
+  if (cd_option(ctx, CD_OPT_VERBOSE_SCAN, CAMDELTA_F32))
+    fprintf(stderr, "camdelta scan pair backward: %s: %s\n",
+            !tc ? "fma" : r.prec == CAMDELTA_PRECISION_TF32 ? "tensor cores, tf32" : "tensor cores, exact", pl->opts);
+  const cd_scan_geo geo = cd_scan_geo_fixed(B, H, D, F, S);
+  const size_t ntiles = cd_frames_tiles(&pl->frames, S), fbytes = BHF * D * D * sizeof(float);
+  const int reuse_a = saved_c->has_a; /* the causal A_f as the forward's gram computed it */
+  camdelta_buffer A = {saved_c->a_mat, 0}, W, Gc, Gr, part, sum = {NULL, 0};
+  if (!reuse_a) st = cd_ws_get(ctx, &pl->ws, PB_A, fbytes, &A);
+  if (!st) st = cd_ws_get(ctx, &pl->ws, PB_W, fbytes, &W);
+  if (!st) st = cd_ws_get(ctx, &pl->ws, PB_GC, fbytes, &Gc);
+  if (!st) st = cd_ws_get(ctx, &pl->ws, PB_GR, fbytes, &Gr);
+  if (!st) st = cd_ws_get(ctx, &pl->ws, PB_PART, BHF * ntiles * sizeof(float), &part);
+  if (!st && tc) st = cd_ws_get(ctx, &pl->ws, PB_SUM, fbytes, &sum);
+  /* the reverse direction's dq (FMA), dk, dv: the scratch given, else the workspace */
   camdelta_buffer xr[3] = {a->scratch_dq, a->scratch_dk, a->scratch_dv};
-  for (int i = tc.on ? 1 : 0; i < 3 && !st; i++)
-    if (!xr[i].mem) {
-      st = cd_alloc(ctx, ntok * sizeof(float), &own[i]);
-      xr[i] = (camdelta_buffer){own[i], 0};
-    }
-  const camdelta_buffer bA = {reuse_a ? saved_c->a_mat : A, 0}, bW = {W, 0}, bpart = {part, 0}, none = {NULL, 0};
+  for (int i = tc ? 1 : 0; i < 3 && !st; i++)
+    if (!xr[i].mem) st = cd_ws_get(ctx, &pl->ws, PB_DQ + i, ntok * sizeof(float), &xr[i]);
   const camdelta_buffer sc = {saved_c->state_post, 0}, sr = {saved_r->state_post, 0};
   if (a->profile) a->profile->kernel_ms = 0, a->profile->kernels = 0;
   cd_launch l;
   cd_launch_init(&l, a->profile);
 
   /* 1. W = Qᵀ·dO and (unless the forward's is kept) the causal A = d·(I − Kᵀ·β·K), once for both directions */
-  if (!st && tc.on) {
-    const unsigned nc = (unsigned)((D + cd_tc_tn(&tc.g) - 1) / cd_tc_tn(&tc.g));
-    const unsigned nr = (unsigned)((D + cd_tc_tm(&tc.g) - 1) / cd_tc_tm(&tc.g));
-    for (int pass = 0; pass < (reuse_a ? 1 : 2) && !st; pass++) {
-      cd_args ar = {tc.gram, 0, CL_SUCCESS};
-      cd_arg_buf(&ar, pass ? a->k : a->q);
-      cd_arg_buf(&ar, pass ? a->k : a->grad_out);
-      cd_arg_buf(&ar, pass ? a->v : a->grad_out);
-      cd_arg_buf(&ar, a->beta);
-      cd_arg_buf(&ar, a->decay);
-      cd_arg_buf(&ar, pass ? bA : bW);
-      cd_arg_buf(&ar, pass ? bA : bW);
-      cd_arg_u64(&ar, N);
-      cd_arg_u32(&ar, (uint32_t)S);
-      cd_arg_u32(&ar, (uint32_t)F);
-      cd_arg_u32(&ar, nc);
-      cd_arg_u32(&ar, 0);
-      cd_arg_i32(&ar, pass);
-      cd_arg_i32(&ar, pass);
-      if (ar.err != CL_SUCCESS) st = cd_cl_fail(ar.err, "cd_gram_tc: setting arguments");
-      const size_t w = cd_tc_wg(&tc.g), lws[2] = {w, 1}, gws[2] = {w * nr * nc, BHF};
-      if (!st) st = cd_enqueue(ctx, tc.gram, 2, gws, lws, &l, pass ? "cd_gram_tc (A)" : "cd_gram_tc (W)");
-    }
-  } else if (!st) {
-    cd_args ar = {k[KGRAMS], 0, CL_SUCCESS};
-    cd_arg_buf(&ar, a->q);
-    cd_arg_buf(&ar, a->k);
-    cd_arg_buf(&ar, a->v);
-    cd_arg_buf(&ar, a->grad_out);
-    cd_arg_buf(&ar, a->beta);
-    cd_arg_buf(&ar, a->decay);
-    cd_arg_buf(&ar, bW);
-    cd_arg_buf(&ar, bA);
-    cd_arg_buf(&ar, bA);
-    cd_arg_u64(&ar, N);
-    cd_arg_u32(&ar, (uint32_t)S);
-    cd_arg_u32(&ar, (uint32_t)F);
-    cd_arg_u32(&ar, reuse_a ? 1 : 2); /* W; A */
-    if (ar.err != CL_SUCCESS) st = cd_cl_fail(ar.err, "cd_scan_bwd_grams: setting arguments");
-    const size_t lws = t.grams_wg, gws = BHF * (reuse_a ? 1 : 2) * lws;
-    if (!st) st = cd_enqueue(ctx, k[KGRAMS], 1, &gws, &lws, &l, "cd_scan_bwd_grams");
-  }
+  const camdelta_buffer none = {NULL, 0};
+  const cd_gram_io gio = {.q = a->q, .k = a->k, .v = a->v, .dout = a->grad_out, .beta = a->beta, .decay = a->decay,
+                          .A = reuse_a ? none : A, .W = W};
+  if (!st) st = cd_gram_enqueue(ctx, &pl->gram, &geo, &gio, &l);
   /* 2. both G chains */
-  if (!st) {
-    cd_args ar = {k[KCHAIN], 0, CL_SUCCESS};
-    cd_arg_buf(&ar, bA);
-    cd_arg_buf(&ar, bW);
-    cd_arg_mem(&ar, a->mask);
-    cd_arg_buf(&ar, a->grad_final_c.mem ? a->grad_final_c : bA);
-    cd_arg_buf(&ar, a->grad_final_r.mem ? a->grad_final_r : bA);
-    cd_arg_buf(&ar, (camdelta_buffer){Gc, 0});
-    cd_arg_buf(&ar, (camdelta_buffer){Gr, 0});
-    cd_arg_buf(&ar, a->dinit_c.mem ? a->dinit_c : (camdelta_buffer){Gc, 0});
-    cd_arg_buf(&ar, a->dinit_r.mem ? a->dinit_r : (camdelta_buffer){Gr, 0});
-    cd_arg_u32(&ar, (uint32_t)F);
-    cd_arg_i32(&ar, a->grad_final_c.mem != NULL);
-    cd_arg_i32(&ar, a->grad_final_r.mem != NULL);
-    cd_arg_i32(&ar, a->dinit_c.mem != NULL);
-    cd_arg_i32(&ar, a->dinit_r.mem != NULL);
-    if (ar.err != CL_SUCCESS) st = cd_cl_fail(ar.err, "cd_pair_bwd_chain: setting arguments");
-    const size_t lws = D, gws = 2 * BH * (D / t.chain_cb) * lws;
-    if (!st) st = cd_enqueue(ctx, k[KCHAIN], 1, &gws, &lws, &l, "cd_pair_bwd_chain");
-  }
+  const cd_chain_grads_pair_io cio = {.A = A, .W = W, .mask = a->mask, .gfinal_c = a->grad_final_c,
+                                      .gfinal_r = a->grad_final_r, .G_c = Gc, .G_r = Gr, .dinit_c = a->dinit_c,
+                                      .dinit_r = a->dinit_r};
+  if (!st) st = cd_chain_grads_pair(ctx, &pl->chain, &geo, &cio, &l);
   /* 3. per direction: frames (the reverse's dq, dk, dv into the scratch), then ddecay (part is reused in order) */
   for (int rev = 0; rev < 2 && !st; rev++) {
     const camdelta_buffer states = rev ? sr : sc, init = rev ? a->init_r : a->init_c;
-    const camdelta_buffer binit = init.mem ? init : bA;
-    cl_kernel kf = tc.on ? tc.frames : k[KFR];
-    cd_args ar = {kf, 0, CL_SUCCESS};
-    cd_arg_buf(&ar, a->k);
-    cd_arg_buf(&ar, a->v);
-    cd_arg_buf(&ar, rev ? a->beta_r : a->beta);
-    cd_arg_buf(&ar, rev ? a->decay_r : a->decay);
-    if (!tc.on) cd_arg_buf(&ar, a->grad_out);
-    cd_arg_buf(&ar, states);
-    cd_arg_buf(&ar, binit);
-    cd_arg_buf(&ar, (camdelta_buffer){rev ? Gr : Gc, 0});
-    if (!tc.on) cd_arg_buf(&ar, rev ? xr[0] : a->dq);
-    cd_arg_buf(&ar, rev ? xr[1] : a->dk);
-    cd_arg_buf(&ar, rev ? xr[2] : a->dv);
-    cd_arg_buf(&ar, rev ? a->dbeta_r : a->dbeta_c);
-    cd_arg_buf(&ar, bpart);
-    cd_arg_u64(&ar, N);
-    cd_arg_u32(&ar, (uint32_t)S);
-    cd_arg_u32(&ar, (uint32_t)F);
-    cd_arg_u32(&ar, (uint32_t)ntiles);
-    cd_arg_i32(&ar, rev);
-    cd_arg_i32(&ar, init.mem != NULL);
-    if (ar.err != CL_SUCCESS) st = cd_cl_fail(ar.err, "the pair's frames kernel: setting arguments");
-    const size_t w = tc.on ? cd_tc_wg(&tc.fr) : t.frames_wg;
-    const size_t lws[2] = {w, 1}, gws[2] = {tc.on ? w * ntiles : BHF * ntiles * w, tc.on ? BHF : 1};
-    if (!st) st = cd_enqueue(ctx, kf, 2, gws, lws, &l, tc.on ? "cd_frames_tc" : "cd_scan_bwd_frames");
-    if (!st) {
-      cd_args ad = {k[KDDEC], 0, CL_SUCCESS};
-      cd_arg_buf(&ad, states);
-      cd_arg_buf(&ad, binit);
-      cd_arg_buf(&ad, (camdelta_buffer){rev ? Gr : Gc, 0});
-      cd_arg_buf(&ad, bpart);
-      cd_arg_buf(&ad, rev ? a->ddecay_r : a->ddecay_c);
-      cd_arg_u32(&ad, (uint32_t)F);
-      cd_arg_u32(&ad, (uint32_t)ntiles);
-      cd_arg_i32(&ad, rev);
-      cd_arg_i32(&ad, init.mem != NULL);
-      if (ad.err != CL_SUCCESS) st = cd_cl_fail(ad.err, "cd_scan_bwd_ddecay: setting arguments");
-      const size_t lws1 = t.rl, gws1 = BHF * lws1;
-      if (!st) st = cd_enqueue(ctx, k[KDDEC], 1, &gws1, &lws1, &l, "cd_scan_bwd_ddecay");
-    }
+    const cd_frames_io fio = {.k = a->k, .v = a->v, .beta = rev ? a->beta_r : a->beta,
+                              .decay = rev ? a->decay_r : a->decay, .dout = a->grad_out, .states = states,
+                              .init = init, .G = rev ? Gr : Gc, .dq = rev ? xr[0] : a->dq, .dk = rev ? xr[1] : a->dk,
+                              .dv = rev ? xr[2] : a->dv, .dbeta = rev ? a->dbeta_r : a->dbeta_c, .part = part,
+                              .reverse = rev, .has_init = init.mem != NULL};
+    st = cd_frames_enqueue(ctx, &pl->frames, &geo, &fio, &l);
+    if (!st)
+      st = cd_ddecay_enqueue(ctx, &pl->ddecay, &geo, states, init, rev ? Gr : Gc, part,
+                             rev ? a->ddecay_r : a->ddecay_c, ntiles, rev, init.mem != NULL, &l);
   }
   /* 4. dq (FMA), dk, dv summed: causal + reverse, the same bits as cd_branch_add3 (dk, dv not with kv_apart) */
-  for (int i = tc.on ? 1 : 0; i < (a->kv_apart ? 1 : 3) && !st; i++)
-    st = cd_pair_add_enqueue(ctx, k[KADD], i == 0 ? a->dq : i == 1 ? a->dk : a->dv, xr[i], ntok, &l, "cd_pair_add");
+  for (int i = tc ? 1 : 0; i < (a->kv_apart ? 1 : 3) && !st; i++)
+    st = cd_pair_add_enqueue(ctx, pl->pieces.add, i == 0 ? a->dq : i == 1 ? a->dk : a->dv, xr[i], ntok, &l,
+                             "cd_pair_add");
   /* 5. tensor cores: dq = dO·(M_c + M_r)ᵀ once, from the summed states (the reverse slot F−1 holds init_r) */
-  if (!st && tc.on) st = pair_sum_enqueue(ctx, k[KSUM], sc.mem, sr.mem, sum, BHF * D * D / 4, &l);
-  if (!st && tc.on) {
-    const unsigned ns = (unsigned)((S + cd_tc_tn(&tc.a) - 1) / cd_tc_tn(&tc.a));
-    const unsigned nr = (unsigned)((D + cd_tc_tm(&tc.a) - 1) / cd_tc_tm(&tc.a));
-    cd_args ar = {tc.apply, 0, CL_SUCCESS};
-    cd_arg_buf(&ar, a->grad_out);
-    cd_arg_buf(&ar, (camdelta_buffer){sum, 0});
-    cd_arg_buf(&ar, (camdelta_buffer){sum, 0});
-    cd_arg_buf(&ar, a->dq);
-    cd_arg_u64(&ar, N);
-    cd_arg_u32(&ar, (uint32_t)S);
-    cd_arg_u32(&ar, (uint32_t)F);
-    cd_arg_u32(&ar, nr);
-    cd_arg_i32(&ar, 0);
-    cd_arg_i32(&ar, 0);
-    cd_arg_i32(&ar, 0);
-    if (ar.err != CL_SUCCESS) st = cd_cl_fail(ar.err, "cd_apply_tc: setting arguments");
-    const size_t w = cd_tc_wg(&tc.a), lws[2] = {w, 1}, gws[2] = {w * nr * ns, BHF};
-    if (!st) st = cd_enqueue(ctx, tc.apply, 2, gws, lws, &l, "cd_apply_tc (dq of both scans)");
-  }
-  (void)none;
-  cl_mem tmp[9] = {A, W, Gc, Gr, part, sum, own[0], own[1], own[2]};
-  for (int i = 0; i < 9; i++)
-    if (tmp[i]) clReleaseMemObject(tmp[i]);
-  for (int i = 0; i < NK; i++)
-    if (k[i]) clReleaseKernel(k[i]);
-  cd_tc_release(&tc);
+  if (!st && tc) st = cd_pieces_sum(ctx, &pl->pieces, sc.mem, sr.mem, sum.mem, BHF * D * D, &l);
+  if (!st && tc) st = cd_apply_dq(ctx, &pl->apply, &geo, a->grad_out, sum, sum, a->dq, 0, 0, &l);
+  cd_plan_release(ctx, e);
   return cd_launch_end(ctx, &l, st);
+}
+
+camdelta_status cd_scan_pair_warm(camdelta_context *ctx, size_t BH, size_t D, size_t S) {
+  camdelta_status st = CAMDELTA_OK;
+  for (int prec = CAMDELTA_PRECISION_EXACT; prec <= CAMDELTA_PRECISION_TF32 && !st; prec++) {
+    const pair_request r = {.BH = BH, .D = D, .S = S, .prec = (camdelta_precision)prec, .vec = S % 4 == 0};
+    const pair_bwd_request rb = {.D = D, .prec = (camdelta_precision)prec, .vec = S % 4 == 0};
+    cd_plan_entry *e;
+    if (!(st = pair_acquire(ctx, &r, &e))) cd_plan_release(ctx, e);
+    if (!st && !(st = pair_bwd_acquire(ctx, &rb, &e))) cd_plan_release(ctx, e);
+  }
+  return st;
 }

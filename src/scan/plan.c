@@ -7,8 +7,11 @@
 
 static int same_key(const cd_plan_key *a, const cd_plan_key *b) {
   return a->op == b->op && a->D == b->D && a->alg == b->alg && a->prec == b->prec && a->vec == b->vec &&
-         a->cls[0] == b->cls[0] && a->cls[1] == b->cls[1] && a->cls[2] == b->cls[2];
+         a->cls[0] == b->cls[0] && a->cls[1] == b->cls[1] && a->cls[2] == b->cls[2] && a->variant == b->variant &&
+         a->exact[0] == b->exact[0] && a->exact[1] == b->exact[1] && a->exact[2] == b->exact[2];
 }
+
+static int is_exact(const cd_plan_key *k) { return k->exact[0] || k->exact[1] || k->exact[2]; }
 
 static void free_entry(cd_plan_entry *e) {
   if (e->plan) e->destroy(e->plan);
@@ -26,11 +29,27 @@ static cd_plan_entry *find(camdelta_context *ctx, const cd_plan_key *key) {
   return NULL;
 }
 
+/* With the context's lock held: unlinks and returns the oldest idle entry of an exact shape when there are more than
+ * CD_PLAN_MAX_EXACT of them (new entries go first, so the oldest is the last), else NULL. */
+static cd_plan_entry *trim_exact(camdelta_context *ctx) {
+  unsigned n = 0;
+  cd_plan_entry **oldest = NULL;
+  for (cd_plan_entry **p = &ctx->plans; *p; p = &(*p)->next)
+    if (is_exact(&(*p)->key)) {
+      n++;
+      if ((*p)->refs == 0) oldest = p;
+    }
+  if (n <= CD_PLAN_MAX_EXACT || !oldest) return NULL;
+  cd_plan_entry *e = *oldest;
+  *oldest = e->next;
+  return e;
+}
+
 camdelta_status cd_plan_acquire(camdelta_context *ctx, const cd_plan_key *key, cd_plan_build_fn build,
                                 const void *arg, void (*destroy)(void *plan), cd_plan_entry **out) {
   *out = NULL;
   mtx_lock(&ctx->lock);
-  cd_plan_entry *e = find(ctx, key);
+  cd_plan_entry *e = find(ctx, key), *drop = NULL;
   const unsigned gen = ctx->plan_gen;
   mtx_unlock(&ctx->lock);
   if (!e) {
@@ -60,9 +79,11 @@ camdelta_status cd_plan_acquire(camdelta_context *ctx, const cd_plan_key *key, c
       ctx->plans = mine;
       ctx->release_plans = cd_plan_free_all;
       e = mine, mine = NULL;
+      if (is_exact(key)) drop = trim_exact(ctx);
     }
     mtx_unlock(&ctx->lock);
     if (mine) free_entry(mine);
+    if (drop) free_entry(drop);
   }
   mtx_lock(&e->use);
   *out = e;
@@ -113,4 +134,17 @@ unsigned cd_plan_count(camdelta_context *ctx) {
   for (cd_plan_entry *e = ctx->plans; e; e = e->next) n++;
   mtx_unlock(&ctx->lock);
   return n;
+}
+
+camdelta_status cd_ws_get(camdelta_context *ctx, cd_workspace *ws, int slot, size_t bytes, camdelta_buffer *out) {
+  const camdelta_status st = cd_ensure_buffer(ctx, &ws->mem[slot], &ws->bytes[slot], bytes);
+  *out = (camdelta_buffer){ws->mem[slot], 0};
+  return st;
+}
+
+void cd_ws_free(cd_workspace *ws) {
+  for (int i = 0; i < CD_WS_SLOTS; i++) {
+    if (ws->mem[i]) clReleaseMemObject(ws->mem[i]); /* enqueued kernels keep their buffers alive */
+    ws->mem[i] = NULL, ws->bytes[i] = 0;
+  }
 }

@@ -1,180 +1,101 @@
-/* State summaries (SPEC section 9, include/camdelta_summary.h) on the device, with cl/scan_summary.cl:
+/* State summaries (SPEC section 9, include/camdelta_summary.h) on the device, composed of two units (units.h):
  *
- *   1. grams  (parallel over b, h, f): A_f = decay_f·(I − K_fᵀβ_fK_f), and U_f = K_fᵀβ_fV_f (forward E) or
- *             W_f = Q_fᵀ·dO_f (gradient G), each (B, H, F, D, D) scratch
- *   2. chain  one batched D x D launch per frame (parallel over b, h and 32 x 32 tiles), in the frame order of
- *             the summary:
- *               T  causal X ← A_f·X for f = 0 … F−1, reverse for f = F−1 … 0, from X = I
- *               E  causal X ← A_f·X + U_f for f = 0 … F−1, reverse for f = F−1 … 0, from X = 0 (or init_state)
- *               G  causal X ← A_f·(X + W_f) for f = F−1 … 0, from X = 0 (or grad_final_state)
- *                  reverse X ← A_f·(X + W_{f−1}) for f = 0 … F−1 (W_{−1} = 0), then G = X + W_{F−1}
- *             (A_f is symmetric, so A_fᵀ = A_f in the gradient chains.) Steps that would multiply a zero state are
- *             skipped; the chain ping-pongs between two (B, H, D, D) scratch buffers and its last step writes the
- *             caller's output.
- * Everything is f32 with fixed orders (bit-identical run to run). */
+ *   1. gram   (parallel over b, h, f; its single-product FMA form, cl/scan_summary.cl):
+ *             A_f = decay_f·(I − K_fᵀβ_fK_f), and U_f = K_fᵀβ_fV_f (forward E) or W_f = Q_fᵀ·dO_f (gradient G)
+ *   2. chain  (its summary form): one batched D x D launch per frame in the frame order of the summary (chain.c),
+ *             from the per-frame matrices
+ * The per-frame matrices and the chain's two ping-pong states are the plan's workspace. Everything is f32 with
+ * fixed orders (bit-identical run to run). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "camdelta_summary.h"
-#include "internal.h"
+#include "compose.h"
 #include "scan_hook.h"
 
-#define SM_TILE 32
+/* The summaries' plan for head dim D: the single-product gram, the summary step, and the workspace. */
+typedef struct sm_plan {
+  cd_gram gram;
+  cd_chain chain;
+  cd_workspace ws;
+} sm_plan;
+enum { SW_A, SW_UW, SW_X0, SW_X1 };
 
-/* A D x D matrix per (b, h): element offset and stride between consecutive (b, h); mem NULL = absent. */
-typedef struct sm_mat {
-  cl_mem mem;
-  size_t off, stride;
-} sm_mat;
-
-static const sm_mat SM_NONE = {NULL, 0, 0};
-
-typedef struct sm_job {
-  camdelta_context *ctx;
-  cl_kernel gram, apply;
-  size_t BH, D, F, S, N;
-  cd_launch l;
-} sm_job;
-
-static camdelta_status sm_build(camdelta_context *ctx, size_t D, sm_job *j) {
-  char opts[64];
-  snprintf(opts, sizeof opts, "-DCD_D=%zu", D);
-  j->gram = j->apply = NULL;
-  camdelta_status st = cd_kernel(ctx, "scan_summary.cl", opts, "cd_summary_gram", &j->gram);
-  if (!st) st = cd_kernel(ctx, "scan_summary.cl", opts, "cd_summary_apply", &j->apply);
-  return st;
+static void sm_destroy(void *p) {
+  sm_plan *pl = p;
+  cd_gram_release(&pl->gram);
+  cd_chain_release(&pl->chain);
+  cd_ws_free(&pl->ws);
+  free(pl);
 }
 
-static void sm_release(sm_job *j) {
-  if (j->gram) clReleaseKernel(j->gram);
-  if (j->apply) clReleaseKernel(j->apply);
-  j->gram = j->apply = NULL;
-}
-
-static size_t sm_tiles(size_t D) { return (D + SM_TILE - 1) / SM_TILE; }
-
-/* out_f = g_f·(diag·I + sgn·X_fᵀ·diag(w_f)·Y_f) for every (b, h, f) into out (B, H, F, D, D). */
-static camdelta_status sm_gram(sm_job *j, camdelta_buffer X, camdelta_buffer Y, camdelta_buffer w, camdelta_buffer g,
-                               cl_mem out, int diag, float sgn, const char *what) {
-  /* X = Y (the A_f gram): compute the upper triangle of tiles and mirror it */
-  const int sym = X.mem == Y.mem && X.offset == Y.offset;
-  cd_args a = {j->gram, 0, CL_SUCCESS};
-  cd_arg_buf(&a, X);
-  cd_arg_buf(&a, Y);
-  cd_arg_buf(&a, w);
-  cd_arg_buf(&a, g);
-  cd_arg_buf(&a, (camdelta_buffer){out, 0});
-  cd_arg_u64(&a, j->N);
-  cd_arg_u32(&a, (uint32_t)j->S);
-  cd_arg_u32(&a, (uint32_t)j->F);
-  cd_arg_i32(&a, w.mem != NULL);
-  cd_arg_i32(&a, g.mem != NULL);
-  cd_arg_i32(&a, diag);
-  cd_arg_f32(&a, sgn);
-  cd_arg_i32(&a, sym);
-  if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_summary_gram: setting arguments");
-  const size_t t = sm_tiles(j->D), lws[3] = {8, 8, 1}, gws[3] = {8 * t, 8 * t, j->BH * j->F};
-  return cd_enqueue(j->ctx, j->gram, 3, gws, lws, &j->l, what);
-}
-
-static void arg_mat(cd_args *a, sm_mat m) {
-  cd_arg_mem(a, m.mem);
-  cd_arg_u64(a, m.off);
-  cd_arg_u64(a, m.stride);
-}
-
-/* Y = op(A)·(X + W) + U for every (b, h). */
-static camdelta_status sm_apply(sm_job *j, sm_mat A, int trans, sm_mat X, sm_mat W, sm_mat U, sm_mat Y) {
-  cd_args a = {j->apply, 0, CL_SUCCESS};
-  arg_mat(&a, A);
-  arg_mat(&a, X);
-  arg_mat(&a, W);
-  arg_mat(&a, U);
-  arg_mat(&a, Y);
-  cd_arg_i32(&a, A.mem != NULL);
-  cd_arg_i32(&a, trans);
-  cd_arg_i32(&a, X.mem != NULL);
-  cd_arg_i32(&a, W.mem != NULL);
-  cd_arg_i32(&a, U.mem != NULL);
-  if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_summary_apply: setting arguments");
-  const size_t t = sm_tiles(j->D), lws[3] = {8, 8, 1}, gws[3] = {8 * t, 8 * t, j->BH};
-  return cd_enqueue(j->ctx, j->apply, 3, gws, lws, &j->l, "cd_summary_apply");
-}
-
-/* One step of a chain: X ← A_a·(X + W_w) + U_u (index −1: absent; a = −1 means the identity). */
-typedef struct sm_step {
-  long a, w, u;
-} sm_step;
-
-/* Runs `n` steps from `init` (mem NULL: zero; `identity`: the identity matrix) into `dst`, with the per-frame
- * matrices in A, W, U ((B, H, F, D, D) scratch). scratch: two (B, H, D, D) buffers. */
-static camdelta_status sm_chain(sm_job *j, const sm_step *steps, size_t n, sm_mat init, int identity, cl_mem A,
-                                cl_mem W, cl_mem U, cl_mem scratch[2], sm_mat dst) {
-  const size_t DD = j->D * j->D, fstride = j->F * DD;
-#define SM_FRAME(m, f) ((sm_mat){(m), (size_t)(f) * DD, fstride})
-  /* the current state: none (zero), identity, or a matrix */
-  sm_mat cur = init;
-  int cur_id = identity;
-  size_t placed = 0;
-  camdelta_status st = CAMDELTA_OK;
-  for (size_t i = 0; i < n && !st; i++) {
-    const sm_step s = steps[i];
-    sm_mat Am = s.a >= 0 ? SM_FRAME(A, s.a) : SM_NONE;
-    sm_mat Wm = s.w >= 0 ? SM_FRAME(W, s.w) : SM_NONE;
-    sm_mat Um = s.u >= 0 ? SM_FRAME(U, s.u) : SM_NONE;
-    sm_mat X = cur;
-    if (cur_id) { /* A·(I + W) + U is not needed by any chain here: the identity only meets A alone */
-      X = Am, Am = SM_NONE;
-    } else if (!cur.mem && !Wm.mem) {
-      if (!Um.mem) continue; /* A·0 = 0 */
-      Am = SM_NONE;          /* A·0 + U = U */
-    }
-    /* only leading steps are skipped, so the last step always writes */
-    const int last = i + 1 == n;
-    const sm_mat out = last ? dst : (sm_mat){scratch[placed % 2], 0, DD};
-    st = sm_apply(j, Am, 0, X, Wm, Um, out);
-    cur = out, cur_id = 0;
-    placed++;
+static camdelta_status sm_build(camdelta_context *ctx, const cd_plan_key *key, const void *arg, void **out) {
+  (void)arg;
+  sm_plan *pl = calloc(1, sizeof *pl);
+  if (!pl) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "state summary: out of host memory");
+  camdelta_status st = cd_gram_build_single(ctx, key->D, &pl->gram);
+  if (!st) st = cd_chain_build_summary(ctx, key->D, &pl->chain);
+  if (st) {
+    sm_destroy(pl);
+    return st;
   }
-#undef SM_FRAME
-  if (st) return st;
-  if (cur.mem != dst.mem || cur.off != dst.off) { /* nothing was written: the result is init (or zero) */
-    if (cur_id) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "state summary: empty chain"); /* F >= 1 */
-    return sm_apply(j, SM_NONE, 0, cur, SM_NONE, SM_NONE, dst);
-  }
+  *out = pl;
   return CAMDELTA_OK;
 }
 
-/* The T, E and G chains (each when its output's mem is set) over F frames from the per-frame matrices A, U, W
- * ((B, H, F, D, D); U for E, W for G), E from `init` and G from `gfinal` (mem NULL: zero). steps: room for F + 1;
- * scratch: two (B, H, D, D) buffers. */
-static camdelta_status sm_chains(sm_job *j, sm_step *steps, int reverse, cl_mem A, cl_mem U, cl_mem W,
-                                 camdelta_buffer init, camdelta_buffer gfinal, camdelta_buffer T, camdelta_buffer E,
-                                 camdelta_buffer G, cl_mem scratch[2]) {
-  const size_t F = j->F, DD = j->D * j->D;
-  camdelta_status st = CAMDELTA_OK;
-  for (size_t i = 0; i < F; i++) {
-    const long f = (long)(reverse ? F - 1 - i : i);
-    steps[i] = (sm_step){f, -1, -1};
+/* The context's summary plan for D, referenced and locked: sm_end() releases it. */
+static camdelta_status sm_acquire(camdelta_context *ctx, size_t D, cd_plan_entry **e) {
+  cd_plan_key key;
+  memset(&key, 0, sizeof key);
+  key.op = CD_PLAN_SUMMARY;
+  key.D = (unsigned)D;
+  return cd_plan_acquire(ctx, &key, sm_build, NULL, sm_destroy, e);
+}
+
+/* One call's plan, the profile reset and the launch begun; *e is NULL on failure. */
+static camdelta_status sm_begin(camdelta_context *ctx, size_t D, camdelta_profile *profile, cd_plan_entry **e,
+                                cd_launch *l) {
+  const camdelta_status st = sm_acquire(ctx, D, e);
+  if (st) {
+    *e = NULL;
+    return st;
   }
-  if (T.mem) st = sm_chain(j, steps, F, SM_NONE, 1, A, NULL, NULL, scratch, (sm_mat){T.mem, T.offset, DD});
-  if (!st && E.mem) {
-    for (size_t i = 0; i < F; i++) steps[i].u = steps[i].a;
-    const sm_mat m0 = init.mem ? (sm_mat){init.mem, init.offset, DD} : SM_NONE;
-    st = sm_chain(j, steps, F, m0, 0, A, NULL, U, scratch, (sm_mat){E.mem, E.offset, DD});
-  }
-  if (!st && G.mem) {
-    size_t n = 0;
-    if (!reverse) {
-      for (size_t i = 0; i < F; i++) steps[n++] = (sm_step){(long)(F - 1 - i), (long)(F - 1 - i), -1};
-    } else {
-      for (size_t f = 0; f < F; f++) steps[n++] = (sm_step){(long)f, (long)f - 1, -1};
-      steps[n++] = (sm_step){-1, (long)F - 1, -1};
-    }
-    const sm_mat m0 = gfinal.mem ? (sm_mat){gfinal.mem, gfinal.offset, DD} : SM_NONE;
-    st = sm_chain(j, steps, n, m0, 0, A, W, NULL, scratch, (sm_mat){G.mem, G.offset, DD});
-  }
+  if (profile) profile->kernel_ms = 0, profile->kernels = 0;
+  cd_launch_init(l, profile);
+  return CAMDELTA_OK;
+}
+
+static camdelta_status sm_end(camdelta_context *ctx, cd_plan_entry *e, cd_launch *l, camdelta_status st) {
+  if (!e) return st;
+  cd_plan_release(ctx, e);
+  return cd_launch_end(ctx, l, st);
+}
+
+/* The chains' two scratch states (BH, D, D). */
+static camdelta_status sm_scratch(camdelta_context *ctx, sm_plan *pl, size_t BH, size_t D, cl_mem x[2]) {
+  camdelta_buffer b0, b1;
+  camdelta_status st = cd_ws_get(ctx, &pl->ws, SW_X0, BH * D * D * 4, &b0);
+  if (!st) st = cd_ws_get(ctx, &pl->ws, SW_X1, BH * D * D * 4, &b1);
+  x[0] = b0.mem, x[1] = b1.mem;
+  return st;
+}
+
+/* The gram's A and the second matrix (SM_U, SM_W or none) into the workspace, then the chains into T, E or G. */
+enum { SM_NONE, SM_U, SM_W };
+static camdelta_status sm_run(camdelta_context *ctx, sm_plan *pl, const cd_scan_geo *geo, cd_gram_io *io, int second,
+                              cd_chain_summary_io *cio, cd_launch *l) {
+  const size_t bytes = geo->BHF * geo->D * geo->D * 4;
+  camdelta_buffer A, UW = {NULL, 0};
+  camdelta_status st = cd_ws_get(ctx, &pl->ws, SW_A, bytes, &A);
+  if (!st && second != SM_NONE) st = cd_ws_get(ctx, &pl->ws, SW_UW, bytes, &UW);
+  if (!st) st = sm_scratch(ctx, pl, geo->BH, geo->D, cio->scratch);
+  if (st) return st;
+  io->A = A, cio->A = A.mem;
+  if (second == SM_U) io->U = UW, cio->U = UW.mem;
+  if (second == SM_W) io->W = UW, cio->W = UW.mem;
+  st = cd_gram_enqueue(ctx, &pl->gram, geo, io, l);
+  if (!st) st = cd_chain_summaries(ctx, &pl->chain, geo->D, geo->BH, geo->F, cio, l);
   return st;
 }
 
@@ -197,45 +118,6 @@ static camdelta_status check_shape(const char *op, size_t B, size_t H, size_t D,
   if (F > UINT32_MAX || S > UINT32_MAX)
     return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: F=%zu or S=%zu exceeds 2^32-1", op, F, S);
   return CAMDELTA_OK;
-}
-
-/* A job with its kernels, the profile reset and the launch begun (*j is set even on failure; sm_release and
- * cd_launch_end after). */
-static camdelta_status sm_open(camdelta_context *ctx, size_t BH, size_t D, size_t F, size_t S,
-                               camdelta_profile *profile, sm_job *j) {
-  *j = (sm_job){ctx, NULL, NULL, BH, D, F, S, F * S, {0}};
-  camdelta_status st = sm_build(ctx, D, j);
-  if (st) return st;
-  if (profile) profile->kernel_ms = 0, profile->kernels = 0;
-  cd_launch_init(&j->l, profile);
-  return CAMDELTA_OK;
-}
-
-/* One summary's job (sm_open), room for `n_steps` chain steps, and the scratch mem = {A, U or W (only when
- * `second`), two (B, H, D, D) states}. *j, *steps and mem are set even on failure; sm_end releases them. */
-static camdelta_status sm_start(camdelta_context *ctx, const char *op, size_t BH, size_t D, size_t F, size_t S,
-                                camdelta_profile *profile, size_t n_steps, int second, sm_job *j, sm_step **steps,
-                                cl_mem mem[4]) {
-  *steps = NULL;
-  for (int i = 0; i < 4; i++) mem[i] = NULL;
-  camdelta_status st = sm_open(ctx, BH, D, F, S, profile, j);
-  if (st) return st;
-  if (!(*steps = malloc(n_steps * sizeof **steps)))
-    return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", op);
-  const size_t frames_bytes = BH * F * D * D * 4, state_bytes = BH * D * D * 4;
-  st = cd_alloc(ctx, frames_bytes, &mem[0]);
-  if (!st && second) st = cd_alloc(ctx, frames_bytes, &mem[1]);
-  if (!st) st = cd_alloc(ctx, state_bytes, &mem[2]);
-  if (!st) st = cd_alloc(ctx, state_bytes, &mem[3]);
-  return st;
-}
-
-static camdelta_status sm_end(sm_job *j, sm_step *steps, cl_mem mem[4], camdelta_status st) {
-  free(steps);
-  for (int i = 0; i < 4; i++) /* the runtime keeps them alive until the kernels finish */
-    if (mem[i]) clReleaseMemObject(mem[i]);
-  sm_release(j);
-  return cd_launch_end(j->ctx, &j->l, st);
 }
 
 /* -------------------------------------------------------------------------------------- forward */
@@ -265,17 +147,14 @@ camdelta_status camdelta_scan_summary(camdelta_context *ctx, const camdelta_scan
                                 {"init_state", p->init_state, n_state, 4}};
   if ((st = cd_check_no_overlap(op, outs, 2, ins, 5))) return st;
 
-  const size_t F = p->F;
-  sm_job j;
-  sm_step *steps;
-  cl_mem mem[4]; /* A, U, two states */
-  st = sm_start(ctx, op, p->B * p->H, p->D, F, p->S, p->profile, F + 1, want_e, &j, &steps, mem);
-  const camdelta_buffer none = {NULL, 0};
-  if (!st) st = sm_gram(&j, p->k, p->k, p->beta, p->decay, mem[0], 1, -1.0f, "cd_summary_gram A");
-  if (!st && want_e) st = sm_gram(&j, p->k, p->v, p->beta, none, mem[1], 0, 1.0f, "cd_summary_gram U");
-  if (!st)
-    st = sm_chains(&j, steps, p->reverse != 0, mem[0], mem[1], NULL, p->init_state, none, p->T, p->E, none, &mem[2]);
-  return sm_end(&j, steps, mem, st);
+  cd_plan_entry *e;
+  cd_launch l;
+  if ((st = sm_begin(ctx, p->D, p->profile, &e, &l))) return st;
+  const cd_scan_geo geo = cd_scan_geo_fixed(p->B, p->H, p->D, p->F, p->S);
+  cd_gram_io io = {.k = p->k, .v = p->v, .beta = p->beta, .decay = p->decay};
+  cd_chain_summary_io cio = {.init = p->init_state, .T = p->T, .E = p->E, .reverse = p->reverse != 0};
+  st = sm_run(ctx, e->plan, &geo, &io, want_e ? SM_U : SM_NONE, &cio, &l);
+  return sm_end(ctx, e, &l, st);
 }
 
 /* ------------------------------------------------------------------------------------- gradient */
@@ -301,18 +180,14 @@ camdelta_status camdelta_scan_grad_summary(camdelta_context *ctx, const camdelta
                                 {"grad_out", p->grad_out, n_tok, 4}, {"grad_final_state", p->grad_final_state, n_state, 4}};
   if ((st = cd_check_no_overlap(op, outs, 1, ins, 6))) return st;
 
-  const size_t F = p->F;
-  sm_job j;
-  sm_step *steps;
-  cl_mem mem[4]; /* A, W, two states */
-  st = sm_start(ctx, op, p->B * p->H, p->D, F, p->S, p->profile, F + 1, 1, &j, &steps, mem);
-  const camdelta_buffer none = {NULL, 0};
-  if (!st) st = sm_gram(&j, p->k, p->k, p->beta, p->decay, mem[0], 1, -1.0f, "cd_summary_gram A");
-  if (!st) st = sm_gram(&j, p->q, p->grad_out, none, none, mem[1], 0, 1.0f, "cd_summary_gram W");
-  if (!st)
-    st = sm_chains(&j, steps, p->reverse != 0, mem[0], NULL, mem[1], none, p->grad_final_state, none, none, p->G,
-                   &mem[2]);
-  return sm_end(&j, steps, mem, st);
+  cd_plan_entry *e;
+  cd_launch l;
+  if ((st = sm_begin(ctx, p->D, p->profile, &e, &l))) return st;
+  const cd_scan_geo geo = cd_scan_geo_fixed(p->B, p->H, p->D, p->F, p->S);
+  cd_gram_io io = {.q = p->q, .k = p->k, .dout = p->grad_out, .beta = p->beta, .decay = p->decay};
+  cd_chain_summary_io cio = {.gfinal = p->grad_final_state, .G = p->G, .reverse = p->reverse != 0};
+  st = sm_run(ctx, e->plan, &geo, &io, SM_W, &cio, &l);
+  return sm_end(ctx, e, &l, st);
 }
 
 /* ------------------------------------------------------------------------------ apply and combine */
@@ -327,7 +202,7 @@ static camdelta_status check_states(const char *op, size_t B, size_t H, size_t D
   return CAMDELTA_OK;
 }
 
-static sm_mat mat_of(camdelta_buffer b, size_t DD) { return b.mem ? (sm_mat){b.mem, b.offset, DD} : SM_NONE; }
+static cd_mat mat_of(camdelta_buffer b, size_t DD) { return b.mem ? (cd_mat){b.mem, b.offset, DD} : (cd_mat){0}; }
 
 camdelta_status camdelta_summary_apply(camdelta_context *ctx, const camdelta_summary_apply_args *p) {
   static const char op[] = "camdelta_summary_apply";
@@ -342,15 +217,16 @@ camdelta_status camdelta_summary_apply(camdelta_context *ctx, const camdelta_sum
   const cd_tensor_arg outs[1] = {{"M_out", p->M_out, ns, 4}};
   const cd_tensor_arg ins[3] = {{"T", p->T, ns, 4}, {"E", p->E, ns, 4}, {"M_in", p->M_in, ns, 4}};
   if ((st = cd_check_no_overlap(op, outs, 1, ins, 3))) return st;
-  sm_job j;
-  st = sm_open(ctx, p->B * p->H, p->D, 1, 1, p->profile, &j);
-  const size_t DD = p->D * p->D;
+  cd_plan_entry *e;
+  cd_launch l;
+  if ((st = sm_begin(ctx, p->D, p->profile, &e, &l))) return st;
+  const sm_plan *pl = e->plan;
+  const size_t DD = p->D * p->D, BH = p->B * p->H;
   /* without M_in: M_out = E (T·0 = 0) */
-  const sm_mat A = p->M_in.mem ? mat_of(p->T, DD) : SM_NONE;
-  if (!st)
-    st = sm_apply(&j, A, p->transpose != 0, mat_of(p->M_in, DD), SM_NONE, mat_of(p->E, DD), mat_of(p->M_out, DD));
-  sm_release(&j);
-  return cd_launch_end(ctx, &j.l, st);
+  const cd_mat A = p->M_in.mem ? mat_of(p->T, DD) : (cd_mat){0};
+  st = cd_chain_summary_step(ctx, &pl->chain, p->D, BH, A, p->transpose != 0, mat_of(p->M_in, DD), (cd_mat){0},
+                             mat_of(p->E, DD), mat_of(p->M_out, DD), &l);
+  return sm_end(ctx, e, &l, st);
 }
 
 camdelta_status camdelta_summary_combine(camdelta_context *ctx, const camdelta_summary_combine_args *p) {
@@ -369,16 +245,21 @@ camdelta_status camdelta_summary_combine(camdelta_context *ctx, const camdelta_s
   const cd_tensor_arg outs[2] = {{"T", p->T, ns, 4}, {"E", p->E, ns, 4}};
   const cd_tensor_arg ins[4] = {{"T1", p->T1, ns, 4}, {"E1", p->E1, ns, 4}, {"T2", p->T2, ns, 4}, {"E2", p->E2, ns, 4}};
   if ((st = cd_check_no_overlap(op, outs, 2, ins, 4))) return st;
-  sm_job j;
-  st = sm_open(ctx, p->B * p->H, p->D, 1, 1, p->profile, &j);
-  const size_t DD = p->D * p->D;
-  if (!st && p->T.mem) st = sm_apply(&j, mat_of(p->T2, DD), 0, mat_of(p->T1, DD), SM_NONE, SM_NONE, mat_of(p->T, DD));
+  cd_plan_entry *e;
+  cd_launch l;
+  if ((st = sm_begin(ctx, p->D, p->profile, &e, &l))) return st;
+  const sm_plan *pl = e->plan;
+  const size_t DD = p->D * p->D, BH = p->B * p->H;
+  const cd_mat none = {0};
+  if (p->T.mem)
+    st = cd_chain_summary_step(ctx, &pl->chain, p->D, BH, mat_of(p->T2, DD), 0, mat_of(p->T1, DD), none, none,
+                               mat_of(p->T, DD), &l);
   if (!st && p->E.mem) {
-    const sm_mat A = p->E1.mem ? mat_of(p->T2, DD) : SM_NONE;
-    st = sm_apply(&j, A, 0, mat_of(p->E1, DD), SM_NONE, mat_of(p->E2, DD), mat_of(p->E, DD));
+    const cd_mat A = p->E1.mem ? mat_of(p->T2, DD) : none;
+    st = cd_chain_summary_step(ctx, &pl->chain, p->D, BH, A, 0, mat_of(p->E1, DD), none, mat_of(p->E2, DD),
+                               mat_of(p->E, DD), &l);
   }
-  sm_release(&j);
-  return cd_launch_end(ctx, &j.l, st);
+  return sm_end(ctx, e, &l, st);
 }
 
 /* ------------------------------------------------------------------------- from a scan's own frames */
@@ -390,14 +271,13 @@ camdelta_status camdelta_summary_sp_from_frames(camdelta_context *ctx, size_t BH
   if (!ctx || !A || !BH || !F || (E.mem && !U) || (G.mem && !W))
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: missing per-frame matrices or shape", op);
   if (!T.mem && !E.mem && !G.mem) return CAMDELTA_OK;
-  sm_job j;
-  sm_step *steps = NULL;
-  cl_mem mem[4] = {NULL, NULL, NULL, NULL}; /* only the two states */
-  camdelta_status st = sm_open(ctx, BH, D, F, 1, NULL, &j);
-  if (!st && !(steps = malloc((F + 1) * sizeof *steps)))
-    st = cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", op);
-  if (!st) st = cd_alloc(ctx, BH * D * D * 4, &mem[2]);
-  if (!st) st = cd_alloc(ctx, BH * D * D * 4, &mem[3]);
-  if (!st) st = sm_chains(&j, steps, reverse, A, U, W, init, gfinal, T, E, G, &mem[2]);
-  return sm_end(&j, steps, mem, st);
+  cd_plan_entry *e;
+  cd_launch l;
+  camdelta_status st = sm_begin(ctx, D, NULL, &e, &l);
+  if (st) return st;
+  cd_chain_summary_io cio = {.A = A, .U = U, .W = W, .init = init, .gfinal = gfinal, .T = T, .E = E, .G = G,
+                             .reverse = reverse};
+  st = sm_scratch(ctx, e->plan, BH, D, cio.scratch);
+  if (!st) st = cd_chain_summaries(ctx, &((sm_plan *)e->plan)->chain, D, BH, F, &cio, &l);
+  return sm_end(ctx, e, &l, st);
 }

@@ -145,12 +145,6 @@ void cd_tc_options(char *buf, size_t size, const char *family, size_t D, int spl
            split ? 1 : 0, vec ? 1 : 0, t->wm, t->wn, t->mr, t->nr, t->kc);
 }
 
-void cd_tc_release(cd_tc_set *t) {
-  cl_kernel *const k[4] = {&t->gram, &t->apply, &t->frames, &t->apply_ot};
-  for (int i = 0; i < 4; i++)
-    if (*k[i]) clReleaseKernel(*k[i]), *k[i] = NULL;
-}
-
 cd_tc_tiles cd_tc_apply_ot_tiles(const cd_tc_tiles *apply, size_t max_work_group) {
   cd_tc_tiles t = *apply;
   /* sana480: 0.66 ms with WN=2 NR=4 (64 tokens per tile) against 1.14 with the apply's WN=1 NR=8
@@ -160,68 +154,35 @@ cd_tc_tiles cd_tc_apply_ot_tiles(const cd_tc_tiles *apply, size_t max_work_group
   return t;
 }
 
-/* Tensor-core kernels for head dim D (exact: split-TF32; tf32: one product), or t->on = 0 without them. */
-camdelta_status cd_tc_build(camdelta_context *ctx, size_t D, camdelta_precision prec, int vec, int with,
-                            cd_tc_set *t) {
-  return cd_tc_build_opts(ctx, D, prec, vec, with, "", t);
+camdelta_status cd_tc_tiles_for(camdelta_context *ctx, int family, size_t D, int split, cd_tc_tiles *t) {
+  const char *from;
+  camdelta_status st = cd_tc_resolve(ctx, family, D, split, t, &from);
+  if (st) return st;
+  st = cd_tc_check(ctx, family, D, split, t);
+  /* a table or saved entry (or a preferred heuristic) that does not fit this D or device: the safe heuristic; an
+   * override that does not fit fails */
+  if (st && strcmp(from, "override") != 0) {
+    cd_clear_error();
+    *t = cd_tc_safe_tiles(family, D);
+    st = cd_tc_check(ctx, family, D, split, t);
+  }
+  return st;
 }
 
-/* One family's build options: its tiles, the emulation where the context asks for it, and `extra`. */
-static camdelta_status family_options(const camdelta_context *ctx, char *buf, size_t size, const char *family,
-                                      size_t D, const cd_tc_set *t, const cd_tc_tiles *tiles, const char *extra) {
-  cd_tc_options(buf, size, family, D, t->split, t->vec, tiles);
+static const char *const FAMILY_MACRO[CD_TC_FAMILIES] = {"CD_GRAM", "CD_APPLY", "CD_FRAMES"};
+
+camdelta_status cd_tc_kernel(camdelta_context *ctx, int family, const char *name, size_t D, int split, int vec,
+                             const cd_tc_tiles *t, const char *extra, char *opts, size_t opts_size, cl_kernel *k) {
+  char buf[192];
+  cd_tc_options(buf, sizeof buf, FAMILY_MACRO[family], D, split, vec, t);
   const char *emu = cd_tc_emulated(ctx) ? " -DCD_TC_EMULATE=1" : "";
-  if (strlen(buf) + strlen(emu) + strlen(extra) >= size)
+  if (!extra) extra = "";
+  if (strlen(buf) + strlen(emu) + strlen(extra) >= sizeof buf)
     return cd_fail(CAMDELTA_ERROR_BUILD, "tensor-core kernels: build options too long");
   strcat(buf, emu), strcat(buf, extra);
-  return CAMDELTA_OK;
+  if (opts) snprintf(opts, opts_size, "%s", buf);
+  return cd_kernel(ctx, "gemm_tc.cl", buf, name, k);
 }
-
-/* The same with `extra` appended to every program's build options (e.g. " -DCD_PACKED=1"). */
-camdelta_status cd_tc_build_opts(camdelta_context *ctx, size_t D, camdelta_precision prec, int vec, int with,
-                                 const char *extra, cd_tc_set *t) {
-  memset(t, 0, sizeof *t);
-  if (!cd_tc_available(ctx)) return CAMDELTA_OK;
-  t->split = prec != CAMDELTA_PRECISION_TF32;
-  const int with_frames = (with & CD_TC_WITH_FRAMES) != 0;
-  cd_tc_tiles *const tiles[CD_TC_FAMILIES] = {&t->g, &t->a, &t->fr};
-  camdelta_status st = CAMDELTA_OK;
-  for (int f = 0; f < CD_TC_FAMILIES && !st; f++) {
-    const char *from;
-    if ((st = cd_tc_resolve(ctx, f, D, t->split, tiles[f], &from))) break;
-    if (f == CD_TC_FRAMES && !with_frames) break;
-    st = cd_tc_check(ctx, f, D, t->split, tiles[f]);
-    /* a table or saved entry (or a preferred heuristic) that does not fit this D or device: the safe heuristic;
-     * an override that does not fit fails */
-    if (st && strcmp(from, "override") != 0) {
-      cd_clear_error();
-      *tiles[f] = cd_tc_safe_tiles(f, D);
-      st = cd_tc_check(ctx, f, D, t->split, tiles[f]);
-    }
-  }
-  if (st) return st;
-  t->vec = vec != 0;
-  if (!extra) extra = "";
-  char oopts[192];
-  const size_t lm = ctx->info.local_mem_bytes ? (size_t)ctx->info.local_mem_bytes : 16384;
-  t->ot = cd_tc_apply_ot_tiles(&t->a, ctx->info.max_work_group_size);
-  const int with_ot = (with & CD_TC_WITH_OT) && cd_tc_apply_ot_local_bytes(&t->ot) <= lm;
-  if (!(st = family_options(ctx, t->gopts, sizeof t->gopts, "CD_GRAM", D, t, &t->g, extra)) &&
-      !(st = family_options(ctx, t->aopts, sizeof t->aopts, "CD_APPLY", D, t, &t->a, extra)) &&
-      !(st = family_options(ctx, t->fopts, sizeof t->fopts, "CD_FRAMES", D, t, &t->fr, extra)) && with_ot)
-    st = family_options(ctx, oopts, sizeof oopts, "CD_APPLY", D, t, &t->ot, extra);
-  if (!st) st = cd_kernel(ctx, "gemm_tc.cl", t->gopts, "cd_gram_tc", &t->gram);
-  if (!st) st = cd_kernel(ctx, "gemm_tc.cl", t->aopts, "cd_apply_tc", &t->apply);
-  if (!st && with_frames) st = cd_kernel(ctx, "gemm_tc.cl", t->fopts, "cd_frames_tc", &t->frames);
-  if (!st && with_ot) st = cd_kernel(ctx, "gemm_tc.cl", oopts, "cd_apply_ot_tc", &t->apply_ot);
-  if (st) {
-    cd_tc_release(t);
-    return st;
-  }
-  t->on = 1;
-  return CAMDELTA_OK;
-}
-
 
 int cd_tc_vec_ok(size_t S, const size_t *offsets, int n) {
   if (S % 4) return 0;

@@ -36,30 +36,11 @@ cd_tc_tiles cd_tc_safe_tiles(int family, size_t D);
  *  (split = 1 exact, 0 tf32); vec = 1 when every token row the kernels touch starts on 16 bytes. */
 void cd_tc_options(char *buf, size_t size, const char *family, size_t D, int split, int vec, const cd_tc_tiles *t);
 
-/** The tensor-core kernels a call uses (gram and apply, one precision), or on = 0 without the path. */
-typedef struct cd_tc_set {
-  int on, split, vec;
-  cd_tc_tiles g, a, fr, ot; /* gram, apply, frames (backward only), apply with the output transform */
-  cl_kernel gram, apply, frames;
-  cl_kernel apply_ot; /* cd_apply_ot_tc (CD_TC_WITH_OT), NULL where its tile does not fit the local memory */
-  char gopts[192], aopts[192], fopts[192];
-} cd_tc_set;
-/** What cd_tc_build builds besides the gram and the apply: the backward's frames kernel, the apply with the camera
- *  branch's output transform as its epilogue (not in the packed variant). */
-enum { CD_TC_WITH_FRAMES = 1, CD_TC_WITH_OT = 2 };
-/** Builds (or loads) the set for head dim D: exact = split-TF32, tf32 = one product; on = 0 (and success)
- *  when the device has no tensor-core path. with: CD_TC_WITH_* flags. */
-camdelta_status cd_tc_build(camdelta_context *ctx, size_t D, camdelta_precision prec, int vec, int with,
-                            cd_tc_set *t);
-/** The same with `extra` appended to the build options of every program (e.g. " -DCD_PACKED=1"). */
-camdelta_status cd_tc_build_opts(camdelta_context *ctx, size_t D, camdelta_precision prec, int vec, int with,
-                                 const char *extra, cd_tc_set *t);
 /** cd_apply_ot_tc's tile from the apply's: the same, a single column warp split in two along the tokens where
  *  NR is even and the device takes twice the work-items (the epilogue's loads and stores want the work-items). */
 cd_tc_tiles cd_tc_apply_ot_tiles(const cd_tc_tiles *apply, size_t max_work_group);
 /** 1 when S and every element offset are multiples of 4 (16-byte token rows for CD_VEC). */
 int cd_tc_vec_ok(size_t S, const size_t *offsets, int n);
-void cd_tc_release(cd_tc_set *t);
 
 /** Kernel families of the tensor-core core, their names ("gram", "apply", "frames"). */
 enum { CD_TC_GRAM, CD_TC_APPLY, CD_TC_FRAMES, CD_TC_FAMILIES };
@@ -73,6 +54,13 @@ camdelta_status cd_tc_resolve(camdelta_context *ctx, int family, size_t D, int s
 /** camdelta_tune_set / _get for the tensor-core family fi (tune_api.c dispatches by family). */
 camdelta_status cd_tc_tune_set(camdelta_context *ctx, int fi, const char *params);
 camdelta_status cd_tc_tune_get(camdelta_context *ctx, int fi, size_t D, char *buf, size_t size);
+/** The checked tiles of `family` for D in one precision: cd_tc_resolve's, or, where a table or saved entry (or the
+ *  preferred heuristic) does not fit this D or device, cd_tc_safe_tiles; an override that does not fit fails. */
+camdelta_status cd_tc_tiles_for(camdelta_context *ctx, int family, size_t D, int split, cd_tc_tiles *t);
+/** The kernel `name` of gemm_tc.cl built for `family` with tiles t (the emulation where the context runs it, and
+ *  `extra` appended, e.g. the packed variant's " -DCD_PACKED=1"); opts (may be NULL) receives the build options. */
+camdelta_status cd_tc_kernel(camdelta_context *ctx, int family, const char *name, size_t D, int split, int vec,
+                             const cd_tc_tiles *t, const char *extra, char *opts, size_t opts_size, cl_kernel *k);
 /** Local memory a family's work-group needs (the kernels' __local arrays, cl/gemm_tc.cl); split: 1 for `exact`
  *  (split-TF32: the frames kernel's staged slots hold hi and lo; the gram's hold f32 values either way), 0 for
  *  `tf32`. */

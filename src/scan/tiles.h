@@ -1,9 +1,9 @@
 /* Tile policy of the scan's FMA kernel families (cl/scan_sequential.cl, cl/scan_chunkwise.cl,
- * cl/scan_backward.c), in one place: each kernel's parameters (the build options' names without "CD_"), their
+ * cl/scan_backward.cl), in one place: each kernel's parameters (the build options' names without "CD_"), their
  * constraints, their local-memory formula, the choice for given device limits and the tile overrides (the AUTO
  * choice between the forward's algorithms estimates these plans' costs: cost.h). Pure functions of the device
- * facts and the shape (no device, no environment): the plans (src/scan/forward.c, scan_backward.c) call them once per
- * (operation, device, shape class) and the unit tests call them with given device limits. Not installed. */
+ * facts and the shape (no device, no environment): the programs' parts (programs.c) call them once per (operation,
+ * device, shape class) as plans are built, and the unit tests call them with given device limits. Not installed. */
 #ifndef CAMDELTA_SCAN_TILES_H
 #define CAMDELTA_SCAN_TILES_H
 #include "internal.h"
@@ -79,8 +79,6 @@ typedef struct cd_chunk_cfg {
   /* phase C: value rows x tokens */
   cd_scan_layout c;
   unsigned c_w, c_kc, c_nv, c_ns;
-  const char *pk_opts; /* set by the caller (else NULL): the packed-clips variant's build options (scan_packed.c),
-                        * appended to opts by the scan's build (not read by cd_chunk_configure) */
   char opts[512]; /* one program holds the three kernels */
 } cd_chunk_cfg;
 /** Local memory of each phase's work-group. */
