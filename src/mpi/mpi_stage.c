@@ -31,6 +31,8 @@ struct cd_stage {
     void *p;
     size_t bytes;
   } arr[CD_NARR];
+  camdelta_scan_frames *frames; /* the scans' per-frame matrices (camdelta_phases.h), for frames_ctx */
+  camdelta_context *frames_ctx;
   struct cd_stage *next; /* the list of live stages (freed at MPI_Finalize) */
 };
 
@@ -53,6 +55,8 @@ static void drop_buffers(cd_stage *s) {
     if (s->dev[i].mem) clReleaseMemObject(s->dev[i].mem);
     s->dev[i].mem = NULL, s->dev[i].bytes = 0;
   }
+  camdelta_scan_frames_destroy(s->frames);
+  s->frames = NULL, s->frames_ctx = NULL;
   if (s->q) clReleaseCommandQueue(s->q);
   if (s->cl) clReleaseContext(s->cl);
   s->q = NULL, s->cl = NULL;
@@ -135,6 +139,20 @@ camdelta_status cd_stage_get(MPI_Comm comm, camdelta_context *ctx, cd_stage **ou
     s->cl = cl, s->q = q;
   }
   *out = s;
+  return CAMDELTA_OK;
+}
+
+camdelta_status cd_stage_frames(cd_stage *s, camdelta_context *ctx, camdelta_scan_frames **out) {
+  if (s->frames && s->frames_ctx != ctx) {
+    camdelta_scan_frames_destroy(s->frames);
+    s->frames = NULL, s->frames_ctx = NULL;
+  }
+  if (!s->frames) {
+    const camdelta_status st = camdelta_scan_frames_create(ctx, &s->frames);
+    if (st) return st;
+    s->frames_ctx = ctx;
+  }
+  *out = s->frames;
   return CAMDELTA_OK;
 }
 

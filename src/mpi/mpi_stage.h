@@ -2,9 +2,9 @@
  * transfer over MPI that uses it.
  *
  * Staging (cd_stage): pinned host buffers (clCreateBuffer with CL_MEM_ALLOC_HOST_PTR, mapped once: page-locked
- * memory on NVIDIA, so that reads and writes run as DMA without the driver's bounce copies), device scratch and
- * small host arrays, kept in an attribute of the communicator and grown when a call needs more: nothing is
- * allocated on the call path once a shape has run. One stage per communicator, for one OpenCL context at a time
+ * memory on NVIDIA, so that reads and writes run as DMA without the driver's bounce copies), device scratch, the
+ * scans' per-frame matrices and small host arrays, kept in an attribute of the communicator and grown when a call
+ * needs more: nothing is allocated on the call path once a shape has run. One stage per communicator, for one OpenCL context at a time
  * (a call from another context drops the old buffers). Freed when the communicator is freed, by
  * camdelta_mpi_release_staging, or at MPI_Finalize. Calls on one communicator are collective, hence never
  * concurrent: the stage needs no lock (the list of stages, for MPI_Finalize, has one).
@@ -18,6 +18,7 @@
 #define CD_MPI_STAGE_H
 #include "camdelta_helpers.h"
 #include "camdelta_mpi.h"
+#include "camdelta_phases.h"
 
 /* pinned host slots */
 enum { CD_HOST_SCAN_SEND, CD_HOST_SCAN_RECV, CD_HOST_HALO_SEND, CD_HOST_HALO_RECV, CD_HOST_SMALL, CD_NHOST };
@@ -40,6 +41,8 @@ camdelta_status cd_stage_host(cd_stage *s, int slot, size_t bytes, float **ptr);
 camdelta_status cd_stage_dev(cd_stage *s, int slot, size_t bytes, cl_mem *mem);
 /** A host array of at least `bytes` in slot `slot` (NULL when out of memory, with the error set). */
 void *cd_stage_arr(cd_stage *s, int slot, size_t bytes);
+/** The scans' per-frame matrices (camdelta_phases.h) of ctx, kept with the stage (another ctx gets a new one). */
+camdelta_status cd_stage_frames(cd_stage *s, camdelta_context *ctx, camdelta_scan_frames **out);
 
 /* ------------------------------------------------------------------------------------------- transfer */
 

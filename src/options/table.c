@@ -197,9 +197,5 @@ const cd_opt_env_doc cd_opt_env_docs[] = {
      .when = "context creation",
      .doc = "the sequential forward's value columns per work-group, tokens per tile, work-group size, prefetch and "
             "where the outputs come from; `camdelta_tune_set` family `sequential`"},
-    {.name = "CAMDELTA_SP_SEPARATE_SUMMARIES",
-     .value = "`1`",
-     .when = "each sequence-parallel call",
-     .doc = "sequence parallelism: the summaries from their own grams instead of the scan's"},
 };
 const size_t cd_opt_env_doc_count = sizeof cd_opt_env_docs / sizeof cd_opt_env_docs[0];

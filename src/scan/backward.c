@@ -24,7 +24,6 @@
 
 #include "compose.h"
 #include "engine.h"
-#include "scan_hook.h"
 
 static const char OP[] = "camdelta_scan_backward";
 
@@ -91,7 +90,7 @@ camdelta_status cd_backward_acquire(camdelta_context *ctx, const cd_bwd_request 
 }
 
 /* The fixed-shape request of a call: 16-byte token rows when S and every token tensor's offset allow them. */
-static cd_bwd_request request_of(const camdelta_scan_backward_args *a) {
+cd_bwd_request cd_backward_request(const camdelta_scan_backward_args *a) {
   const size_t offs[8] = {a->q.offset,        a->k.offset,  a->v.offset,  a->beta.offset,
                           a->grad_out.offset, a->dq.offset, a->dk.offset, a->dv.offset};
   const cd_bwd_request r = {.D = a->D, .prec = a->precision, .vec = cd_tc_vec_ok(a->S, offs, 8), .extra = ""};
@@ -157,7 +156,7 @@ camdelta_status camdelta_scan_backward_plan_describe(camdelta_context *ctx, cons
   camdelta_status st = check_describe(args);
   if (st) return st;
   cd_plan_entry *e;
-  const cd_bwd_request r = request_of(args);
+  const cd_bwd_request r = cd_backward_request(args);
   if ((st = cd_backward_acquire(ctx, &r, &e))) return st;
   char text[1024];
   plan_text(e->plan, args, text, sizeof text);
@@ -165,25 +164,25 @@ camdelta_status camdelta_scan_backward_plan_describe(camdelta_context *ctx, cons
   return cd_copy_text(fn, text, buf, size);
 }
 
-static camdelta_status check_args(const camdelta_scan_backward_args *a, const camdelta_scan_saved *saved,
-                                  size_t *N_out) {
+camdelta_status cd_backward_check(const char *op, const camdelta_scan_backward_args *a,
+                                  const camdelta_scan_saved *saved) {
   const size_t B = a->B, H = a->H, D = a->D, F = a->F, S = a->S;
   if (a->precision != CAMDELTA_PRECISION_EXACT && a->precision != CAMDELTA_PRECISION_TF32)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
-                   "%s: precision %d unknown (expected CAMDELTA_PRECISION_EXACT or CAMDELTA_PRECISION_TF32)", OP,
+                   "%s: precision %d unknown (expected CAMDELTA_PRECISION_EXACT or CAMDELTA_PRECISION_TF32)", op,
                    (int)a->precision);
-  camdelta_status st = cd_check_head_dim(OP, D);
+  camdelta_status st = cd_check_head_dim(op, D);
   if (st) return st;
   if (!B || !H || !F || !S)
-    return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: B=%zu, H=%zu, F=%zu, S=%zu: each must be at least 1", OP, B, H, F, S);
+    return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: B=%zu, H=%zu, F=%zu, S=%zu: each must be at least 1", op, B, H, F, S);
   size_t N, elems, gates, states;
   const size_t f1[] = {B, H, D, F, S}, f2[] = {B, H, F, S}, f3[] = {B, H, F, D, D};
   if (!cd_mul(&N, F, S) || !cd_prod(&elems, 5, f1) || !cd_prod(&gates, 4, f2) || !cd_prod(&states, 5, f3) ||
       elems > SIZE_MAX / 8 || states > SIZE_MAX / 32)
-    return cd_fail(CAMDELTA_ERROR_OVERFLOW, "%s: B=%zu H=%zu D=%zu F=%zu S=%zu: sizes overflow size_t", OP, B, H, D, F,
+    return cd_fail(CAMDELTA_ERROR_OVERFLOW, "%s: B=%zu H=%zu D=%zu F=%zu S=%zu: sizes overflow size_t", op, B, H, D, F,
                    S);
   if (S > UINT32_MAX || F > UINT32_MAX)
-    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: F=%zu and S=%zu must each be below 2^32", OP, F, S);
+    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: F=%zu and S=%zu must each be below 2^32", op, F, S);
   const size_t BHF = B * H * F, BHDD = B * H * D * D;
   const cd_tensor_arg in[] = {{"q", a->q, elems, 4},
                               {"k", a->k, elems, 4},
@@ -198,30 +197,29 @@ static camdelta_status check_args(const camdelta_scan_backward_args *a, const ca
                                {"dinit_state", a->dinit_state, BHDD, 4}};
   const size_t nin = sizeof in / sizeof in[0], nout = sizeof out / sizeof out[0];
   for (size_t i = 0; i < nin; i++)
-    if ((st = cd_check_buffer(OP, in[i].name, in[i].b, in[i].elems, 4, i >= 6))) return st;
+    if ((st = cd_check_buffer(op, in[i].name, in[i].b, in[i].elems, 4, i >= 6))) return st;
   for (size_t i = 0; i < nout; i++)
-    if ((st = cd_check_buffer(OP, out[i].name, out[i].b, out[i].elems, 4, i == nout - 1))) return st;
-  if ((st = cd_check_no_overlap(OP, out, nout, in, nin))) return st;
+    if ((st = cd_check_buffer(op, out[i].name, out[i].b, out[i].elems, 4, i == nout - 1))) return st;
+  if ((st = cd_check_no_overlap(op, out, nout, in, nin))) return st;
   if (saved) {
     if (!saved->valid || !saved->state_post)
       return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
-                     "%s: 'saved' holds no states (pass it to camdelta_scan_forward first, or pass NULL)", OP);
+                     "%s: 'saved' holds no states (pass it to camdelta_scan_forward first, or pass NULL)", op);
     if (saved->B != B || saved->H != H || saved->D != D || saved->F != F || saved->S != S)
       return cd_fail(CAMDELTA_ERROR_SHAPE,
                      "%s: 'saved' is from a forward with B=%zu H=%zu D=%zu F=%zu S=%zu, this call has B=%zu H=%zu "
                      "D=%zu F=%zu S=%zu",
-                     OP, saved->B, saved->H, saved->D, saved->F, saved->S, B, H, D, F, S);
+                     op, saved->B, saved->H, saved->D, saved->F, saved->S, B, H, D, F, S);
     if ((saved->reverse != 0) != (a->reverse != 0))
-      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' is from a %s forward, this call has reverse=%d", OP,
+      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' is from a %s forward, this call has reverse=%d", op,
                      saved->reverse ? "reverse" : "causal", a->reverse != 0);
     if ((saved->has_init != 0) != (a->init_state.mem != NULL))
       return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
-                     "%s: 'saved' is from a forward %s an init_state, this call %s one (pass the same init_state)", OP,
+                     "%s: 'saved' is from a forward %s an init_state, this call %s one (pass the same init_state)", op,
                      saved->has_init ? "with" : "without", a->init_state.mem ? "has" : "has no");
     camdelta_buffer sp = {saved->state_post, 0};
-    if ((st = cd_check_buffer(OP, "saved->state_post", sp, states, 4, 0))) return st;
+    if ((st = cd_check_buffer(op, "saved->state_post", sp, states, 4, 0))) return st;
   }
-  *N_out = N;
   return CAMDELTA_OK;
 }
 
@@ -307,10 +305,9 @@ camdelta_status camdelta_scan_backward(camdelta_context *ctx, const camdelta_sca
   if (!ctx || !args) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", OP, ctx ? "args" : "ctx");
   if (saved && saved->ctx != ctx)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' was created for another context", OP);
-  size_t N = 0;
-  if ((st = check_args(args, saved, &N))) return st;
+  if ((st = cd_backward_check(OP, args, saved))) return st;
   /* build everything before enqueuing anything */
-  const cd_bwd_request r = request_of(args);
+  const cd_bwd_request r = cd_backward_request(args);
   cd_plan_entry *e;
   if ((st = cd_backward_acquire(ctx, &r, &e))) return st;
   cd_backward_verbose(ctx, e, args->D, "");
@@ -319,41 +316,6 @@ camdelta_status camdelta_scan_backward(camdelta_context *ctx, const camdelta_sca
   cd_launch_init(&l, args->profile);
   const cd_scan_geo geo = cd_scan_geo_fixed(args->B, args->H, args->D, args->F, args->S);
   st = cd_backward_enqueue(ctx, e, &geo, args, saved, &l);
-  cd_plan_release(ctx, e);
-  return cd_launch_end(ctx, &l, st);
-}
-
-/* ------------------------------------------------------------------- the sequence-parallel callback */
-
-camdelta_status camdelta_scan_sp_backward_hooked(camdelta_context *ctx, const camdelta_scan_backward_args *args,
-                                                 const camdelta_scan_saved *saved, const cd_scan_hook *hook) {
-  if (!hook) return camdelta_scan_backward(ctx, args, saved);
-  cd_clear_error();
-  camdelta_status st = cd_prologue_scan_backward(ctx, args, saved);
-  if (st) return st;
-  if (!ctx || !args) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", OP, ctx ? "args" : "ctx");
-  if (saved && saved->ctx != ctx)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' was created for another context", OP);
-  size_t N = 0;
-  if ((st = check_args(args, saved, &N))) return st;
-  const cd_bwd_request r = request_of(args);
-  cd_plan_entry *e;
-  if ((st = cd_backward_acquire(ctx, &r, &e))) return st;
-  bwd_plan *pl = e->plan;
-  if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;
-  cd_launch l;
-  cd_launch_init(&l, args->profile);
-  const cd_scan_geo geo = cd_scan_geo_fixed(args->B, args->H, args->D, args->F, args->S);
-  const size_t fbytes = geo.BHF * geo.D * geo.D * sizeof(float);
-  const int need_u = !saved || hook->want_u, reuse_a = saved && saved->has_a && !need_u;
-  camdelta_buffer A = {reuse_a ? saved->a_mat : NULL, 0}, U = {NULL, 0}, W;
-  st = reuse_a ? CAMDELTA_OK : cd_ws_get(ctx, &pl->ws, WS_A, fbytes, &A);
-  if (!st) st = cd_ws_get(ctx, &pl->ws, WS_W, fbytes, &W);
-  if (!st && need_u) st = cd_ws_get(ctx, &pl->ws, WS_U, fbytes, &U);
-  if (!st) st = cd_backward_gram(ctx, e, &geo, args, A, reuse_a, U, need_u, W, &l);
-  if (!st) st = hook->fn(hook->user, A.mem, U.mem, W.mem);
-  const camdelta_buffer states = {saved ? saved->state_post : NULL, 0};
-  if (!st) st = cd_backward_rest(ctx, e, &geo, args, states, A, U, W, &l);
   cd_plan_release(ctx, e);
   return cd_launch_end(ctx, &l, st);
 }

@@ -1,7 +1,10 @@
 /* What the scan engine's compositions share: the forward's and the backward's plans (forward.c, backward.c), which
- * the packed clips (packed.c) run with their own geometry and buffers. Internal to src/scan/; not installed. */
+ * the packed clips (packed.c) and the phases API (phases.c) run with their own geometry and buffers, the
+ * summaries' chains from per-frame matrices (summary.c), and the phases API's per-frame matrices object. Internal to
+ * src/scan/; not installed. */
 #ifndef CAMDELTA_SCAN_COMPOSE_H
 #define CAMDELTA_SCAN_COMPOSE_H
+#include "camdelta_phases.h"
 #include "cost.h"
 #include "plan.h"
 #include "units.h"
@@ -27,6 +30,8 @@ typedef struct cd_fwd_request {
 } cd_fwd_request;
 /** The context's forward plan for r, referenced and locked: cd_plan_release() after the launches. */
 camdelta_status cd_forward_acquire(camdelta_context *ctx, const cd_fwd_request *r, cd_plan_entry **e);
+/** The fixed-shape request of a forward call, its algorithm decided (AUTO as cd_scan_decide). */
+camdelta_status cd_forward_request(camdelta_context *ctx, const camdelta_scan_args *a, cd_fwd_request *r);
 /** The plan's algorithm. */
 camdelta_scan_algorithm cd_forward_algorithm(const cd_plan_entry *e);
 /** A checked forward on geometry geo: `saved` (may be NULL) gets the states (state_pre and state_post) and, after
@@ -46,7 +51,8 @@ camdelta_status cd_saved_reserve(camdelta_context *ctx, camdelta_scan_saved *sav
 /** A chunkwise plan in words, from its tiles and its gram's and apply's forms ("chunkwise; precision ..."). */
 void cd_chunk_text(const cd_chunk_cfg *cc, const cd_gram *gram, const cd_apply *apply, int split,
                    camdelta_precision requested, char *buf, size_t size);
-/** The check of camdelta_scan_forward's arguments, op naming the entry in messages. */
+/** The check of camdelta_scan_forward's arguments, op naming the entry in messages (the prologue's checks before
+ *  it: cd_prologue). */
 camdelta_status cd_forward_check(const char *op, const camdelta_scan_args *p);
 /** The plan in words (camdelta_scan_plan_describe, CAMDELTA_SCAN_VERBOSE), without the AUTO estimates. */
 void cd_forward_text(const cd_plan_entry *e, camdelta_precision requested, char *buf, size_t size);
@@ -72,6 +78,11 @@ camdelta_status cd_backward_gram(camdelta_context *ctx, cd_plan_entry *e, const 
 camdelta_status cd_backward_rest(camdelta_context *ctx, cd_plan_entry *e, const cd_scan_geo *geo,
                                  const camdelta_scan_backward_args *p, camdelta_buffer states, camdelta_buffer A,
                                  camdelta_buffer U, camdelta_buffer W, cd_launch *l);
+/** The check of camdelta_scan_backward's arguments and of `saved` against them, op naming the entry. */
+camdelta_status cd_backward_check(const char *op, const camdelta_scan_backward_args *a,
+                                  const camdelta_scan_saved *saved);
+/** The fixed-shape request of a backward call. */
+cd_bwd_request cd_backward_request(const camdelta_scan_backward_args *a);
 /** CAMDELTA_SCAN_VERBOSE's lines for the plan (what: "" or the variant's words). */
 void cd_backward_verbose(camdelta_context *ctx, const cd_plan_entry *e, size_t D, const char *what);
 /** A checked backward: the grams into the plan's workspace (A from saved where the chunkwise forward kept it), then
@@ -79,5 +90,32 @@ void cd_backward_verbose(camdelta_context *ctx, const cd_plan_entry *e, size_t D
 camdelta_status cd_backward_enqueue(camdelta_context *ctx, cd_plan_entry *e, const cd_scan_geo *geo,
                                     const camdelta_scan_backward_args *p, const camdelta_scan_saved *saved,
                                     cd_launch *l);
+
+/* ------------------------------------------------------------------------------------------ summary.c */
+
+/** The state summaries T, E, G (cd_chain_summary_io's meaning) of BH chains of F frames from their per-frame
+ *  matrices A, U, W, with the summaries' plan for D (its workspace holds the chains' scratch states). */
+camdelta_status cd_summary_from_frames(camdelta_context *ctx, size_t BH, size_t D, size_t F, int reverse, cl_mem A,
+                                       cl_mem U, cl_mem W, camdelta_buffer init, camdelta_buffer gfinal,
+                                       camdelta_buffer T, camdelta_buffer E, camdelta_buffer G,
+                                       camdelta_profile *profile);
+
+/* ------------------------------------------------------------------------------------------- phases.c */
+
+/** The per-frame matrices of one scan call (camdelta_phases.h): A_f, U_f, W_f in the object's own buffers, or A_f
+ *  in the saved object of the call (a_saved, a reference kept until the next gram), and what the last gram was. */
+struct camdelta_scan_frames {
+  camdelta_context *ctx;
+  cl_mem mem[3];
+  size_t bytes[3];
+  cl_mem a_saved;
+  const camdelta_scan_saved *saved; /* the gram's saved object (compared, not read), or NULL */
+  int valid, backward, has[3];
+  size_t B, H, D, F, S;
+  int reverse;
+  camdelta_precision prec;
+  camdelta_scan_algorithm alg;
+};
+enum { CD_FR_A, CD_FR_U, CD_FR_W };
 
 #endif

@@ -56,7 +56,6 @@
 
 #include "compose.h"
 #include "engine.h"
-#include "scan_hook.h"
 
 static const char *const OP = "camdelta_scan_forward";
 
@@ -301,8 +300,7 @@ camdelta_status cd_scan_decide(camdelta_context *ctx, size_t BH, size_t D, size_
   return CAMDELTA_OK;
 }
 
-/* The fixed-shape request of a call (AUTO decided). */
-static camdelta_status request_of(camdelta_context *ctx, const camdelta_scan_args *a, cd_fwd_request *r) {
+camdelta_status cd_forward_request(camdelta_context *ctx, const camdelta_scan_args *a, cd_fwd_request *r) {
   const size_t BH = a->B * a->H;
   *r = (cd_fwd_request){.alg = a->algorithm, .BH = BH, .D = a->D, .S = a->S, .prec = a->precision, .extra = ""};
   const size_t offs[5] = {a->q.offset, a->k.offset, a->v.offset, a->beta.offset, a->out.offset};
@@ -406,7 +404,7 @@ camdelta_status camdelta_scan_plan_describe(camdelta_context *ctx, const camdelt
                    args->H, args->F, args->S);
   cd_fwd_request r;
   cd_plan_entry *e;
-  if ((st = request_of(ctx, args, &r)) || (st = cd_forward_acquire(ctx, &r, &e))) return st;
+  if ((st = cd_forward_request(ctx, args, &r)) || (st = cd_forward_acquire(ctx, &r, &e))) return st;
   char text[1024];
   cd_forward_text(e, args->precision, text, sizeof text);
   cd_plan_release(ctx, e);
@@ -489,7 +487,7 @@ camdelta_status camdelta_scan_forward(camdelta_context *ctx, const camdelta_scan
   /* Build everything before enqueuing anything. */
   cd_fwd_request r;
   cd_plan_entry *pe;
-  if ((st = request_of(ctx, args, &r)) || (st = cd_forward_acquire(ctx, &r, &pe))) return st;
+  if ((st = cd_forward_request(ctx, args, &r)) || (st = cd_forward_acquire(ctx, &r, &pe))) return st;
   if (cd_option(ctx, CD_OPT_VERBOSE_SCAN, CAMDELTA_F32)) {
     char text[1024];
     cd_forward_text(pe, args->precision, text, sizeof text);
@@ -501,51 +499,6 @@ camdelta_status camdelta_scan_forward(camdelta_context *ctx, const camdelta_scan
   cd_launch_init(&l, args->profile);
   const cd_scan_geo geo = cd_scan_geo_fixed(args->B, args->H, args->D, args->F, args->S);
   st = cd_forward_enqueue(ctx, pe, &geo, args, saved, &l);
-  cd_plan_release(ctx, pe);
-  st = cd_launch_end(ctx, &l, st);
-  if (saved && !st) {
-    saved->B = args->B, saved->H = args->H, saved->D = args->D, saved->F = args->F, saved->S = args->S;
-    saved->reverse = args->reverse != 0;
-    saved->has_init = args->init_state.mem != NULL;
-    saved->has_a = r.alg == CAMDELTA_SCAN_CHUNKWISE;
-    saved->valid = 1;
-  }
-  return st;
-}
-
-/* ------------------------------------------------------------------- the sequence-parallel callback */
-
-camdelta_status camdelta_scan_sp_forward_hooked(camdelta_context *ctx, const camdelta_scan_args *args,
-                                                camdelta_scan_saved *saved, const cd_scan_hook *hook) {
-  if (!hook) return camdelta_scan_forward(ctx, args, saved);
-  cd_clear_error();
-  camdelta_status st = cd_prologue_scan_forward(ctx, args, saved);
-  if (st) return st;
-  if (!ctx || !args) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", OP, ctx ? "args" : "ctx");
-  if (saved && saved->ctx != ctx)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' was created for another context", OP);
-  if ((st = cd_forward_check(OP, args))) return st;
-  cd_fwd_request r;
-  cd_plan_entry *pe;
-  if ((st = request_of(ctx, args, &r)) || (st = cd_forward_acquire(ctx, &r, &pe))) return st;
-  fwd_plan *pl = pe->plan;
-  if (args->used) *args->used = r.alg;
-  if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;
-  cd_launch l;
-  cd_launch_init(&l, args->profile);
-  const cd_scan_geo geo = cd_scan_geo_fixed(args->B, args->H, args->D, args->F, args->S);
-  const size_t frames_bytes = geo.BHF * geo.D * geo.D * sizeof(float);
-  camdelta_buffer A = {NULL, 0}, U = {NULL, 0};
-  if (saved && !(st = cd_saved_reserve(ctx, saved, frames_bytes))) saved->valid = 0, saved->has_a = 0;
-  if (!st && pl->alg == CAMDELTA_SCAN_CHUNKWISE) {
-    st = saved ? cd_ensure_buffer(ctx, &saved->a_mat, &saved->a_bytes, frames_bytes)
-               : cd_ws_get(ctx, &pl->ws, WS_A, frames_bytes, &A);
-    if (saved) A = (camdelta_buffer){saved->a_mat, 0};
-    if (!st) st = cd_ws_get(ctx, &pl->ws, WS_U, frames_bytes, &U);
-    if (!st) st = cd_forward_gram(ctx, pe, &geo, args, saved, A, U, &l);
-  }
-  if (!st) st = hook->fn(hook->user, A.mem, U.mem, NULL);
-  if (!st) st = cd_forward_rest(ctx, pe, &geo, args, saved, A, U, &l);
   cd_plan_release(ctx, pe);
   st = cd_launch_end(ctx, &l, st);
   if (saved && !st) {

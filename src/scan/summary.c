@@ -12,7 +12,6 @@
 
 #include "camdelta_summary.h"
 #include "compose.h"
-#include "scan_hook.h"
 
 /* The summaries' plan for head dim D: the single-product gram, the summary step, and the workspace. */
 typedef struct sm_plan {
@@ -264,16 +263,13 @@ camdelta_status camdelta_summary_combine(camdelta_context *ctx, const camdelta_s
 
 /* ------------------------------------------------------------------------- from a scan's own frames */
 
-camdelta_status camdelta_summary_sp_from_frames(camdelta_context *ctx, size_t BH, size_t D, size_t F, int reverse, cl_mem A,
+camdelta_status cd_summary_from_frames(camdelta_context *ctx, size_t BH, size_t D, size_t F, int reverse, cl_mem A,
                                        cl_mem U, cl_mem W, camdelta_buffer init, camdelta_buffer gfinal,
-                                       camdelta_buffer T, camdelta_buffer E, camdelta_buffer G) {
-  static const char op[] = "camdelta_summary_sp_from_frames";
-  if (!ctx || !A || !BH || !F || (E.mem && !U) || (G.mem && !W))
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: missing per-frame matrices or shape", op);
-  if (!T.mem && !E.mem && !G.mem) return CAMDELTA_OK;
+                                       camdelta_buffer T, camdelta_buffer E, camdelta_buffer G,
+                                       camdelta_profile *profile) {
   cd_plan_entry *e;
   cd_launch l;
-  camdelta_status st = sm_begin(ctx, D, NULL, &e, &l);
+  camdelta_status st = sm_begin(ctx, D, profile, &e, &l);
   if (st) return st;
   cd_chain_summary_io cio = {.A = A, .U = U, .W = W, .init = init, .gfinal = gfinal, .T = T, .E = E, .G = G,
                              .reverse = reverse};

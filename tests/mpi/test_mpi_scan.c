@@ -297,11 +297,6 @@ int main(int argc, char **argv) {
     /* the staging kept for the communicator, freed halfway: the next calls make it again */
     if (i == 2) OK(camdelta_mpi_release_staging(MPI_COMM_WORLD));
   }
-  /* the summaries from their own grams instead of the scan's (the measuring switch) give the same results */
-  setenv("CAMDELTA_SP_SEPARATE_SUMMARIES", "1", 1);
-  run_case(&cases[4], 1004); /* the same problems as above */
-  run_case(&cases[5], 1005);
-  unsetenv("CAMDELTA_SP_SEPARATE_SUMMARIES");
   bad_input();
   if (g_rank == 0)
     for (int o = 0; o < O_COUNT; o++)
