@@ -31,15 +31,18 @@
  *    default (0 is rejected, or taken literally for norm_eps).
  *  - Thread safety: one camdelta_context may be used from several threads at
  *    once. Programs are built once per context under the context's lock.
- *    The scan operations keep a plan per shape class in the context (its
- *    kernels, made on the first call and reused): a call holds its plan's
- *    own lock while it sets the kernels' arguments and enqueues, so calls of
- *    one plan from several threads take turns on the host; the other
- *    operations create their kernel objects per call. camdelta_tune_set may
- *    run beside calls: calls holding a plan finish with it, later calls plan
- *    anew. Work from several threads is ordered by the context's one
- *    in-order queue. A saved object and a profile belong to one call at a
- *    time; camdelta_last_message() is per thread.
+ *    The scan operations and the camera branch keep a plan per shape class
+ *    in the context (its kernels and scratch memory, made on the first call
+ *    and reused): a call holds its plan's own lock while it sets the
+ *    kernels' arguments and enqueues, so calls of one plan from several
+ *    threads take turns on the host; the other operations create their
+ *    kernel objects per call. A plan's scratch memory stays allocated, grown
+ *    to the largest call, until the context is destroyed or
+ *    camdelta_tune_set drops the plans. camdelta_tune_set may run beside
+ *    calls: calls holding a plan finish with it, later calls plan anew. Work
+ *    from several threads is ordered by the context's one in-order queue. A
+ *    saved object and a profile belong to one call at a time;
+ *    camdelta_last_message() is per thread.
  */
 #ifndef CAMDELTA_H
 #define CAMDELTA_H

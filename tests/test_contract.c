@@ -384,8 +384,7 @@ static int runs(fixture *f, camdelta_profile *profile, char *why, size_t wsize) 
  * leaves the list when it is routed. */
 static const char *const PENDING[] = {"camdelta_scan_forward_packed", "camdelta_scan_backward_packed",
                                       "camdelta_scan_summary",        "camdelta_scan_grad_summary",
-                                      "camdelta_summary_apply",       "camdelta_summary_combine",
-                                      "camdelta_branch_forward",      "camdelta_branch_backward"};
+                                      "camdelta_summary_apply",       "camdelta_summary_combine"};
 static unsigned violations[N_ENTRIES + 1]; /* per entry, over the tests run so far */
 
 static int pending(const entry *e) {

@@ -22,11 +22,8 @@
 
 /* pinned host slots */
 enum { CD_HOST_SCAN_SEND, CD_HOST_SCAN_RECV, CD_HOST_HALO_SEND, CD_HOST_HALO_RECV, CD_HOST_SMALL, CD_NHOST };
-/* device slots: the scan's summaries and incoming states, the branch's extended frames */
-enum {
-  CD_DEV_T, CD_DEV_E, CD_DEV_G, CD_DEV_MI, CD_DEV_DMO, CD_DEV_TMP, CD_DEV_ALL, CD_DEV_FIN,
-  CD_DEV_EXT0, CD_DEV_EXT1, CD_DEV_EXT2, CD_DEV_SMALL, CD_NDEV
-};
+/* device slots: the scan's summaries and incoming states */
+enum { CD_DEV_T, CD_DEV_E, CD_DEV_G, CD_DEV_MI, CD_DEV_DMO, CD_DEV_TMP, CD_DEV_ALL, CD_DEV_FIN, CD_NDEV };
 /* host arrays (the transfer's bookkeeping and the callers' layouts) */
 enum { CD_ARR_XFER, CD_ARR_REQ, CD_ARR_EV, CD_ARR_IDX, CD_ARR_LAYOUT, CD_ARR_LIST, CD_NARR };
 

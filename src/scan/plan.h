@@ -61,7 +61,7 @@ unsigned cd_plan_count(camdelta_context *ctx);
 
 /** A plan's device scratch: slot i holds at least the bytes a call last asked of it (grown, never shrunk, until the
  *  plan is freed). Used under the plan's `use` lock. */
-#define CD_WS_SLOTS 16
+#define CD_WS_SLOTS 24
 typedef struct cd_workspace {
   cl_mem mem[CD_WS_SLOTS];
   size_t bytes[CD_WS_SLOTS];
