@@ -125,7 +125,7 @@ struct camdelta_context {
   char *tc_tiles_env;
   char *fma_tiles[3];
   char fma_var[3][48];
-  struct cd_plan_entry *plans; /* plans kept per shape class (src/scan/plan.c), guarded by lock */
+  struct cd_plan_entry *plans; /* plans kept per shape class (src/runtime/plan.c), guarded by lock */
   void (*release_plans)(camdelta_context *ctx); /* set by the plan cache when it keeps a plan: frees them all with
                                                    the context (the runtime knows no plan) */
   unsigned plan_gen;           /* bumped when the plans are dropped (camdelta_tune_set) */

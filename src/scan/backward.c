@@ -30,7 +30,7 @@ static const char OP[] = "camdelta_scan_backward";
 /* Everything a backward call runs: the backward program's tiles and its parts (the FMA gram, frames and ddecay,
  * the gradient chain), the tensor-core gram, frames and dq apply where the device has them, and the workspace.
  * Built once per (device, D, and where the tensor-core path runs, precision and 16-byte token rows, variant) and
- * kept in the context (plan.c). */
+ * kept in the context (src/runtime/plan.c). */
 typedef struct bwd_plan {
   cd_sbwd_cfg cfg;
   char opts[256];

@@ -22,7 +22,7 @@
  *    compute units; CPUs use one block, and their variants depend on D and on S <= 8 only (PoCL spends
  *    seconds compiling each).
  * Plans: the tiles, work-group sizes and kernels are decided on the first call of an (algorithm, D, shape class,
- * precision) and kept in the context (src/scan/plan.c) with their workspace; later calls set arguments and
+ * precision) and kept in the context (src/runtime/plan.c) with their workspace; later calls set arguments and
  * launch. The tile policy itself is src/scan/tiles.c, the programs' parts src/scan/programs.c.
  * CAMDELTA_SCAN_VERBOSE=1 prints the chosen algorithm, work-group sizes and build options to stderr (each call).
  * The environment is read once, at context creation.
@@ -58,23 +58,6 @@
 #include "engine.h"
 
 static const char *const OP = "camdelta_scan_forward";
-
-const char *camdelta_precision_name(camdelta_precision precision) {
-  switch (precision) {
-    case CAMDELTA_PRECISION_EXACT: return "exact";
-    case CAMDELTA_PRECISION_TF32: return "tf32";
-  }
-  return "unknown";
-}
-
-const char *camdelta_scan_algorithm_name(camdelta_scan_algorithm algorithm) {
-  switch (algorithm) {
-    case CAMDELTA_SCAN_AUTO: return "auto";
-    case CAMDELTA_SCAN_SEQUENTIAL: return "sequential";
-    case CAMDELTA_SCAN_CHUNKWISE: return "chunkwise";
-  }
-  return "unknown";
-}
 
 /* ------------------------------------------------------------------------------------ saved object */
 
@@ -199,7 +182,7 @@ camdelta_status cd_forward_check(const char *op, const camdelta_scan_args *p) {
  * the apply (the tensor-core forms of the gram and the apply where the device has them), the tiles they were built
  * with, and the workspace: A, U and the per-frame states of calls without a saved object. Built once per (device,
  * D, algorithm, shape class, precision, row alignment where the tensor-core path runs, variant) and kept in the
- * context (plan.c). */
+ * context (src/runtime/plan.c). */
 typedef struct fwd_plan {
   camdelta_scan_algorithm alg;
   cd_chunk_cfg cc; /* chunkwise: the three phases' tiles; sequential with OUT=2: its phase C's */

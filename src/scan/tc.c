@@ -1,5 +1,5 @@
-/* Tensor-core path: the feature test (once per context, its result kept with the cached binaries) and the
- * default tiles of cl/gemm_tc.cl. */
+/* Tensor-core path: the feature test (once per context, its result kept with the cached binaries), and a family's
+ * checked tiles and kernels of cl/gemm_tc.cl (the tiles themselves: tc_params.c). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,65 +94,12 @@ int cd_tc_available(camdelta_context *ctx) {
   return ok;
 }
 
-/* Rows (or columns) of D padded to the mma tile: up to 64 rows in two warps of two 16-row tiles. */
-static void rows_for(size_t D, unsigned *w, unsigned *r) {
-  const unsigned t16 = (unsigned)((D + 15) / 16);
-  if (t16 <= 2) *w = 1, *r = t16;
-  else *w = 2, *r = 2;
-}
-
-/* Heuristics, from the H200 sweep at D=112 (`camdelta tune`, docs/performance-log.md): the gram is register-bound
- * (255 registers, spills at KC=32), so it stages 16 tokens per step; the frames kernel does best with one warp
- * per 16 tokens covering every column (WN=1). cd_tc_safe_tiles() is the fallback where these do not fit. */
-cd_tc_tiles cd_tc_gram_tiles(size_t D) {
-  cd_tc_tiles t = {2, 2, 2, 4, 16};
-  rows_for(D, &t.wm, &t.mr);
-  const unsigned t8 = (unsigned)((D + 7) / 8);
-  if (t8 <= 4) t.wn = 1, t.nr = t8;
-  else if (t8 <= 8) t.wn = 2, t.nr = (t8 + 1) / 2;
-  return t;
-}
-
-cd_tc_tiles cd_tc_apply_tiles(size_t D) {
-  cd_tc_tiles t = {2, 2, 2, 4, 32};
-  rows_for(D, &t.wm, &t.mr);
-  t.kc = D % 32 == 0 ? 32 : D % 16 == 0 ? 16 : 8;
-  return t;
-}
-
-cd_tc_tiles cd_tc_frames_tiles(size_t D) {
-  cd_tc_tiles t = {4, 1, 1, 1, 16};
-  t.nr = (unsigned)((D + 7) / 8);
-  if (t.nr > 16) t.wn = 2, t.nr = (t.nr + 1) / 2;
-  t.kc = D % 16 == 0 ? 16 : 8;
-  return t;
-}
-
-cd_tc_tiles cd_tc_safe_tiles(int family, size_t D) {
-  cd_tc_tiles t = family == CD_TC_GRAM ? cd_tc_gram_tiles(D) : cd_tc_apply_tiles(D);
-  t.kc = 8;
-  if (family == CD_TC_FRAMES) {
-    t = (cd_tc_tiles){2, 1, 1, 1, 8};
-    if (D > 8) t.wn = 2;
-    t.nr = (unsigned)((D + 8 * t.wn - 1) / (8 * t.wn));
-  }
-  return t;
-}
-
 void cd_tc_options(char *buf, size_t size, const char *family, size_t D, int split, int vec, const cd_tc_tiles *t) {
   snprintf(buf, size,
            "-D%s -DCD_D=%zu -DCD_SPLIT=%d -DCD_VEC=%d -DCD_WM=%u -DCD_WN=%u -DCD_MR=%u -DCD_NR=%u -DCD_KC=%u", family, D,
            split ? 1 : 0, vec ? 1 : 0, t->wm, t->wn, t->mr, t->nr, t->kc);
 }
 
-cd_tc_tiles cd_tc_apply_ot_tiles(const cd_tc_tiles *apply, size_t max_work_group) {
-  cd_tc_tiles t = *apply;
-  /* sana480: 0.66 ms with WN=2 NR=4 (64 tokens per tile) against 1.14 with the apply's WN=1 NR=8
-   * (docs/performance-log.md); the epilogue stages TN tokens x TM rows, so token tiles stay at most 64 wide */
-  if (t.wn == 1 && t.nr % 2 == 0 && 2 * cd_tc_wg(&t) <= max_work_group) t.wn = 2, t.nr /= 2;
-  while (cd_tc_tn(&t) > 64 && t.nr % 2 == 0) t.nr /= 2;
-  return t;
-}
 
 camdelta_status cd_tc_tiles_for(camdelta_context *ctx, int family, size_t D, int split, cd_tc_tiles *t) {
   const char *from;

@@ -1,14 +1,16 @@
 /* Plans kept per context: what a call of an operation runs for one (operation, device, shape class, precision,
  * algorithm), decided and built once and reused by later calls, which only set arguments and launch; and the
- * device scratch those calls use (the plan's workspace), grown when a call needs more and reused after.
+ * device scratch those calls use (the plan's workspace), grown when a call needs more and reused after. The
+ * runtime keeps them (like the programs) and frees them with the context; the operations define what a plan is
+ * (its key, builder and destructor).
  *
  * Thread safety: the plans of a context are a list guarded by the context's lock. A call acquires its plan's
  * entry, which holds the entry's `use` lock until cd_plan_release: one call at a time sets the plan's kernel
  * arguments (OpenCL kernel objects are not safe for concurrent clSetKernelArg) and enqueues its launches on the
  * workspace, so that two calls' launches on the context's in-order queue never interleave their use of it. Not
  * installed. */
-#ifndef CAMDELTA_SCAN_PLAN_H
-#define CAMDELTA_SCAN_PLAN_H
+#ifndef CAMDELTA_PLAN_H
+#define CAMDELTA_PLAN_H
 #include "internal.h"
 
 enum {
