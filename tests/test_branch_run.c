@@ -146,8 +146,9 @@ static void test_whole_part(void **state) {
     TU_OK(camdelta_branch_run_backward(ctx, &a2, &g2.g, recompute ? NULL : s2, &part, &run));
     drive(ctx, run, needs, &n);
     camdelta_branch_run_destroy(run);
-    const int bwd[7] = {CAMDELTA_BRANCH_NEED_SCAN_BACKWARD, CAMDELTA_BRANCH_NEED_SCAN_BACKWARD, CAMDELTA_BRANCH_NEED_SUM,
-                        CAMDELTA_BRANCH_NEED_SUM, CAMDELTA_BRANCH_NEED_HALO, CAMDELTA_BRANCH_NEED_SUM,
+    const int bwd[7] = {CAMDELTA_BRANCH_NEED_SCAN_BACKWARD, CAMDELTA_BRANCH_NEED_SCAN_BACKWARD,
+                        CAMDELTA_BRANCH_NEED_SUM,           CAMDELTA_BRANCH_NEED_SUM,
+                        CAMDELTA_BRANCH_NEED_HALO,          CAMDELTA_BRANCH_NEED_SUM,
                         CAMDELTA_BRANCH_NEED_NOTHING};
     /* recomputing: the forward's needs first (but its NOTHING) */
     assert_int_equal(n, recompute ? 10 : 7);

@@ -277,7 +277,8 @@ static void test_bad_input(void **state) {
   grads gr = grads_make(&p);
   camdelta_scan_backward_args b = bwd_args(&p, 0, NULL, NULL, &gr);
   assert_int_equal(camdelta_scan_backward_rest(ctx, &b, NULL, fr), CAMDELTA_ERROR_INVALID_ARGUMENT);
-  for (int i = 0; i < 6; i++) assert_untouched(gr.m[i], i < 3 ? tok : i == 3 ? p.n_beta * 4 : i == 4 ? p.n_decay * 4 : st);
+  const size_t gbytes[6] = {tok, tok, tok, p.n_beta * 4, p.n_decay * 4, st};
+  for (int i = 0; i < 6; i++) assert_untouched(gr.m[i], gbytes[i]);
   /* E without U: a backward's gram with a saved object and no want_u */
   a.algorithm = CAMDELTA_SCAN_CHUNKWISE;
   TU_OK(camdelta_scan_forward(ctx, &a, s));

@@ -539,9 +539,10 @@ static camdelta_status fwd_end(camdelta_branch_run *r) {
     cd_launch l;
     group_begin(r, &l);
     const camdelta_buffer none = {NULL, 0};
+    /* the pair's output is the sum: no second one */
     const camdelta_output_transform_args oa = {.B = a->B, .N = g->N, .H = a->H, .D = a->D, .out = m[OUTC],
-                                               .out2 = r->pair ? none : m[OUTR], /* the pair's output is the sum */
-                                               .proj_o = m[PO], .rope_cos = m[RC], .rope_sin = m[RS], .y = a->y};
+                                               .out2 = r->pair ? none : m[OUTR], .proj_o = m[PO], .rope_cos = m[RC],
+                                               .rope_sin = m[RS], .y = a->y};
     st = cd_output_transform_enqueue(ctx, 0, &oa, &l);
     st = group_end(r, &l, st);
   }
@@ -589,9 +590,10 @@ static camdelta_status bwd_start(camdelta_branch_run *r, camdelta_branch_request
   /* the profile counts the backward's own kernels (not those of a forward it recomputed) */
   r->prof = gr->profile;
   if (r->prof) r->prof->kernel_ms = 0, r->prof->kernels = 0;
+  const size_t spare = r->pair && !gr->dv_raw.mem ? g->BNC * 4 : 0;
   const size_t bytes[NSCR] = {g->BNC * 4, g->BNC * 4, g->BNC * 4, g->BNC * 4, g->BNC * 4,
                               g->BNC * 4, g->BNC * 4, g->BHN * 4, g->BHN * 4, g->BHT * 4,
-                              g->BHT * 4, g->BHN * 4, C * 4,      C * 4,      r->pair && !gr->dv_raw.mem ? g->BNC * 4 : 0};
+                              g->BHT * 4, g->BHN * 4, C * 4,      C * 4,      spare};
   camdelta_status st = CAMDELTA_OK;
   for (int i = 0; i < NSCR && !st; i++)
     r->x[i] = (camdelta_buffer){NULL, 0}, st = bytes[i] ? cd_ws_get(ctx, &r->pl->ws, i, bytes[i], &r->x[i]) : st;
@@ -606,8 +608,8 @@ static camdelta_status bwd_start(camdelta_branch_run *r, camdelta_branch_request
   st = group_end(r, &l, st);
   if (st) return st;
   if (r->has_part) {
-    *rq = (camdelta_branch_request){.need = CAMDELTA_BRANCH_NEED_SCAN_BACKWARD, .scan_backward = scan_backward_args(r, 0),
-                                    .saved_backward = s->scan_c};
+    *rq = (camdelta_branch_request){.need = CAMDELTA_BRANCH_NEED_SCAN_BACKWARD,
+                                    .scan_backward = scan_backward_args(r, 0), .saved_backward = s->scan_c};
     return CAMDELTA_OK;
   }
   if (r->pair) {
@@ -681,7 +683,7 @@ static camdelta_status bwd_prep(camdelta_branch_run *r, camdelta_branch_request 
   }
   st = group_end(r, &l, st);
   /* prep backward: dk_conv into DQ2, absent outputs into free scratch (GOUT and SPARE with the pair, else DK2 and
-   * DV2; the norm-weight slots) */
+   * DV2; the norm-weight slots); the forward's q, k, inflation_sq, which its pass 1 reads along the tokens */
   if (!st) {
     const camdelta_prep_backward_args pb = {
         .B = B, .N = N, .H = H, .D = D, .dtype = CAMDELTA_F32, .k_scale = a->k_scale, .norm_eps = a->norm_eps,
@@ -692,9 +694,7 @@ static camdelta_status bwd_prep(camdelta_branch_run *r, camdelta_branch_request 
         .dv_raw = gr->dv_raw.mem ? gr->dv_raw : x[r->pair ? SPARE : DV2],
         .dq_norm_weight = gr->dq_norm_weight.mem ? gr->dq_norm_weight : x[DQW],
         .dk_norm_weight = gr->dk_norm_weight.mem ? gr->dk_norm_weight : x[DKW],
-        .profile = r->prof ? &r->part : NULL,
-        /* the forward's q, k, inflation_sq: pass 1 reads them along the tokens */
-        .q = m[QB], .k = m[KB], .inflation_sq = m[INFL]};
+        .profile = r->prof ? &r->part : NULL, .q = m[QB], .k = m[KB], .inflation_sq = m[INFL]};
     st = r->pair ? cd_prep_backward_g2(ctx, &pb, s->prep, x[DK2], x[DV2]) : camdelta_prep_backward(ctx, &pb, s->prep);
     add_part(r);
   }

@@ -122,7 +122,8 @@ camdelta_status cd_chain_grads(camdelta_context *ctx, const cd_chain *ch, const 
 
 camdelta_status cd_chain_grads_pair(camdelta_context *ctx, const cd_chain *ch, const cd_scan_geo *geo,
                                     const cd_chain_grads_pair_io *io, cd_launch *l) {
-  if (ch->form != CD_CHAIN_GRADS_PAIR) return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "the plan has no pair gradient chain");
+  if (ch->form != CD_CHAIN_GRADS_PAIR)
+    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "the plan has no pair gradient chain");
   cd_args a = {ch->k, 0, CL_SUCCESS};
   cd_arg_buf(&a, io->A);
   cd_arg_buf(&a, io->W);

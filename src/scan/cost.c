@@ -115,9 +115,9 @@ void cd_scan_estimate_costs(const cd_cost_device *d, size_t BH, size_t D, size_t
   if (!chunk_ok) cd_clear_error(); /* this algorithm cannot run here: an answer, not the caller's error */
   const double ns = chunk_ok ? cdiv(s, cc.c.wc * cc.c.rn) : 0;
   if (chunk_ok) {
-    e->c = (cd_cost_kernel){d->tc ? "phase C (tensor cores)" : "phase C",
-                            2.0 * bhf * s * dd * dd, 2.0 * tok + ns * mats, bhf * cc.c_nv * ns, cc.c_w, 0, 0,
-                            d->tc ? k->eff_c_tc : k->eff_c, 0, 0};
+    e->c = (cd_cost_kernel){.name = d->tc ? "phase C (tensor cores)" : "phase C", .flops = 2.0 * bhf * s * dd * dd,
+                            .bytes = 2.0 * tok + ns * mats, .groups = bhf * cc.c_nv * ns, .items = cc.c_w,
+                            .eff = d->tc ? k->eff_c_tc : k->eff_c};
     kernel_time(d, &e->c);
   }
 
@@ -132,10 +132,11 @@ void cd_scan_estimate_costs(const cd_cost_device *d, size_t BH, size_t D, size_t
      * 1,20,112,21,S: 0.409 ms at S=100, 0.594 at 150, 0.760 at 200, 1.306 at 400 follow the 2, 3, 4, 7 tiles of
      * 64, not S). A frame within one tile (its tile the power of two above S) and CPUs: not measured, S. */
     const double sp = d->lim.gpu && s > sc.TS ? cdiv(s, sc.TS) * sc.TS : s;
-    e->seq = (cd_cost_kernel){"sequential", (split ? 4.0 : 6.0) * bhf * sp * dd * dd,
-                              split ? (nj + 1.0) * tok + nj * gate + mats : (2.0 * nj + 2.0) * tok + nj * gate,
-                              bh * nj, sc.W, (split ? 1.0 : 2.0) * f * cdiv(s, sc.TS), k->seq_us_per_token * sc.TS,
-                              k->eff_seq, 0, k->items_sat_seq};
+    e->seq = (cd_cost_kernel){
+        .name = "sequential", .flops = (split ? 4.0 : 6.0) * bhf * sp * dd * dd,
+        .bytes = split ? (nj + 1.0) * tok + nj * gate + mats : (2.0 * nj + 2.0) * tok + nj * gate,
+        .groups = bh * nj, .items = sc.W, .stages = (split ? 1.0 : 2.0) * f * cdiv(s, sc.TS),
+        .stage_us = k->seq_us_per_token * sc.TS, .eff = k->eff_seq, .sat = k->items_sat_seq};
     kernel_time(d, &e->seq);
     e->seq_out = split ? e->c.ms + k->alloc_us * 1e-3 : 0.0;
     e->ms[CAMDELTA_SCAN_SEQUENTIAL] = e->seq.ms + e->seq_out;
@@ -144,12 +145,13 @@ void cd_scan_estimate_costs(const cd_cost_device *d, size_t BH, size_t D, size_t
 
   e->ms[CAMDELTA_SCAN_CHUNKWISE] = HUGE_VAL;
   if (chunk_ok) {
-    e->a = (cd_cost_kernel){d->tc ? "phase A (tensor cores)" : "phase A",
-                            4.0 * bhf * s * dd * dd, 2.0 * tok + gate + 2.0 * mats, bhf * cc.a_nr * cc.a_nc,
-                            cc.a_w, 0, 0, d->tc ? k->eff_a_tc : k->eff_a, 0, 0};
+    e->a = (cd_cost_kernel){.name = d->tc ? "phase A (tensor cores)" : "phase A", .flops = 4.0 * bhf * s * dd * dd,
+                            .bytes = 2.0 * tok + gate + 2.0 * mats, .groups = bhf * cc.a_nr * cc.a_nc,
+                            .items = cc.a_w, .eff = d->tc ? k->eff_a_tc : k->eff_a};
     /* a chunk stage's latency grows with the D rows it stages and walks (calibrated at D=112) */
-    e->b = (cd_cost_kernel){"phase B", 2.0 * bhf * dd * dd * dd, 3.0 * mats, bh * cc.b_nj, cc.b_w,
-                            f * cdiv(dd, cc.b_kc), k->b_us_per_elem * cc.b_kc * dd / 112.0, k->eff_b, 0, 0};
+    e->b = (cd_cost_kernel){.name = "phase B", .flops = 2.0 * bhf * dd * dd * dd, .bytes = 3.0 * mats,
+                            .groups = bh * cc.b_nj, .items = cc.b_w, .stages = f * cdiv(dd, cc.b_kc),
+                            .stage_us = k->b_us_per_elem * cc.b_kc * dd / 112.0, .eff = k->eff_b};
     kernel_time(d, &e->a);
     kernel_time(d, &e->b);
     e->ms[CAMDELTA_SCAN_CHUNKWISE] = e->a.ms + e->b.ms + e->c.ms + 3 * k->alloc_us * 1e-3;

@@ -166,7 +166,8 @@ camdelta_status cd_gram_enqueue(camdelta_context *ctx, const cd_gram *g, const c
     case CD_GRAM_FMA_TILED: return tiled(ctx, g, geo, io, l);
     case CD_GRAM_FMA_MODES: return modes(ctx, g, geo, io, l);
     case CD_GRAM_FMA_SINGLE:
-      if (io->A.mem) st = single(ctx, g, geo, io->k, io->k, io->beta, io->decay, io->A, 1, -1.0f, "cd_summary_gram A", l);
+      if (io->A.mem)
+        st = single(ctx, g, geo, io->k, io->k, io->beta, io->decay, io->A, 1, -1.0f, "cd_summary_gram A", l);
       if (!st && io->U.mem)
         st = single(ctx, g, geo, io->k, io->v, io->beta, none, io->U, 0, 1.0f, "cd_summary_gram U", l);
       if (!st && io->W.mem)

@@ -86,7 +86,7 @@ static camdelta_status check_geometry(const char *op, const camdelta_packed_clip
   const size_t fac[5] = {clips, H, D, Fm, Sm};
   if (!cd_prod(&padded, 5, fac) || padded > SIZE_MAX / 4 || Fm > UINT32_MAX || Sm > UINT32_MAX)
     return cd_fail(CAMDELTA_ERROR_OVERFLOW, "%s: packed clips: the padded batch overflows size_t", op);
-  *g = (pk_geo){H, D, F, clips, N, Fm, Sm};
+  *g = (pk_geo){.H = H, .D = D, .F = F, .clips = clips, .N = N, .Fm = Fm, .Sm = Sm};
   return CAMDELTA_OK;
 }
 
@@ -321,7 +321,7 @@ camdelta_status camdelta_scan_forward_packed(camdelta_context *ctx, const camdel
   cd_clear_error();
   if (!ctx || !p || !pc)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", op, !ctx ? "ctx" : !p ? "args" : "clips");
-  pk_geo g = {0, 0, 0, 0, 0, 0, 0};
+  pk_geo g = {0};
   camdelta_status st = check_geometry(op, pc, p->B, p->S, p->F, p->H, p->D, &g);
   if (st) return st;
   const size_t H = g.H, D = g.D, tok = H * D * g.N, ns = g.clips * H * D * D;
@@ -396,7 +396,7 @@ camdelta_status camdelta_scan_backward_packed(camdelta_context *ctx, const camde
   cd_clear_error();
   if (!ctx || !p || !pc)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", op, !ctx ? "ctx" : !p ? "args" : "clips");
-  pk_geo g = {0, 0, 0, 0, 0, 0, 0};
+  pk_geo g = {0};
   camdelta_status st = check_geometry(op, pc, p->B, p->S, p->F, p->H, p->D, &g);
   if (st) return st;
   const size_t H = g.H, D = g.D, tok = H * D * g.N, ns = g.clips * H * D * D, nb = H * g.N, nd = H * g.F;

@@ -35,24 +35,31 @@ static const table_entry TABLE[] = {
      * session, after the gram began staging f32 values and truncating lo parts: the same three winners (forward
      * 1.67 ms, backward 3.06 ms). PoCL and other devices without the tensor-core path have no entries: the FMA
      * kernels. */
-    {"NVIDIA", "NVIDIA H200", CD_TC_GRAM, 112, 112, {2, 2, 2, 4, 32}, ANY},
+    {.vendor = "NVIDIA", .device = "NVIDIA H200", .family = CD_TC_GRAM, .dmin = 112, .dmax = 112,
+     .t = {.wm = 2, .wn = 2, .mr = 2, .nr = 4, .kc = 32}, .prec = ANY},
     /* apply re-swept in the thirteenth session: WN=2 (tiles of 64 x 128) won in both precisions, and one call of
      * `bench sana480` against WN=1 gave exact forward 1.270 -> 1.244 ms, backward 2.935 -> 2.825 (its dq), tf32
      * forward 1.097 -> 1.091, backward 2.392 -> 2.270 */
-    {"NVIDIA", "NVIDIA H200", CD_TC_APPLY, 112, 112, {2, 2, 2, 8, 16}, ANY},
-    {"NVIDIA", "NVIDIA H200", CD_TC_FRAMES, 112, 112, {4, 1, 1, 14, 16}, ANY},
+    {.vendor = "NVIDIA", .device = "NVIDIA H200", .family = CD_TC_APPLY, .dmin = 112, .dmax = 112,
+     .t = {.wm = 2, .wn = 2, .mr = 2, .nr = 8, .kc = 16}, .prec = ANY},
+    {.vendor = "NVIDIA", .device = "NVIDIA H200", .family = CD_TC_FRAMES, .dmin = 112, .dmax = 112,
+     .t = {.wm = 4, .wn = 1, .mr = 1, .nr = 14, .kc = 16}, .prec = ANY},
     /* `camdelta tune --shape sana480 --precision tf32`, thirteenth session (the gram reading rows with consecutive
      * work-items): gram WM=4 WN=2 MR=1 NR=4 forward 1.096 ms against 1.184 with the entry above; the tf32
      * forward at sana480 1.262 -> 1.176 ms, the backward 2.449 -> 2.435 in one later call; in `exact` the same tiles
      * were slower (forward 1.361 -> 1.427), so the entry is tf32's only. */
-    {"NVIDIA", "NVIDIA H200", CD_TC_GRAM, 112, 112, {4, 2, 1, 4, 32}, TF32},
+    {.vendor = "NVIDIA", .device = "NVIDIA H200", .family = CD_TC_GRAM, .dmin = 112, .dmax = 112,
+     .t = {.wm = 4, .wn = 2, .mr = 1, .nr = 4, .kc = 32}, .prec = TF32},
     /* `camdelta tune --shape 1,20,64,21,1560` (exact), 2026-12-03: gram 0.722 ms against 0.739 with the heuristic
      * tiles, apply 0.702 against 0.708, frames (the backward) 1.578 against 2.061; with these the shape's forward
      * chunkwise 0.705 ms and backward 1.576 ms (0.740 / 1.836 with the heuristic tiles, the earlier session).
      * Re-swept in the tenth session: gram and apply unchanged, frames WM=4 WN=1 NR=8 1.096 ms against 1.115. */
-    {"NVIDIA", "NVIDIA H200", CD_TC_GRAM, 64, 64, {2, 2, 2, 2, 32}, ANY},
-    {"NVIDIA", "NVIDIA H200", CD_TC_APPLY, 64, 64, {2, 2, 2, 8, 16}, ANY},
-    {"NVIDIA", "NVIDIA H200", CD_TC_FRAMES, 64, 64, {4, 1, 1, 8, 16}, ANY},
+    {.vendor = "NVIDIA", .device = "NVIDIA H200", .family = CD_TC_GRAM, .dmin = 64, .dmax = 64,
+     .t = {.wm = 2, .wn = 2, .mr = 2, .nr = 2, .kc = 32}, .prec = ANY},
+    {.vendor = "NVIDIA", .device = "NVIDIA H200", .family = CD_TC_APPLY, .dmin = 64, .dmax = 64,
+     .t = {.wm = 2, .wn = 2, .mr = 2, .nr = 8, .kc = 16}, .prec = ANY},
+    {.vendor = "NVIDIA", .device = "NVIDIA H200", .family = CD_TC_FRAMES, .dmin = 64, .dmax = 64,
+     .t = {.wm = 4, .wn = 1, .mr = 1, .nr = 8, .kc = 16}, .prec = ANY},
 };
 
 /* Rows (or columns) of D padded to the mma tile: up to 64 rows in two warps of two 16-row tiles. */
@@ -66,7 +73,7 @@ static void rows_for(size_t D, unsigned *w, unsigned *r) {
  * (255 registers, spills at KC=32), so it stages 16 tokens per step; the frames kernel does best with one warp
  * per 16 tokens covering every column (WN=1). cd_tc_safe_tiles() is the fallback where these do not fit. */
 cd_tc_tiles cd_tc_gram_tiles(size_t D) {
-  cd_tc_tiles t = {2, 2, 2, 4, 16};
+  cd_tc_tiles t = {.wm = 2, .wn = 2, .mr = 2, .nr = 4, .kc = 16};
   rows_for(D, &t.wm, &t.mr);
   const unsigned t8 = (unsigned)((D + 7) / 8);
   if (t8 <= 4) t.wn = 1, t.nr = t8;
@@ -75,14 +82,14 @@ cd_tc_tiles cd_tc_gram_tiles(size_t D) {
 }
 
 cd_tc_tiles cd_tc_apply_tiles(size_t D) {
-  cd_tc_tiles t = {2, 2, 2, 4, 32};
+  cd_tc_tiles t = {.wm = 2, .wn = 2, .mr = 2, .nr = 4, .kc = 32};
   rows_for(D, &t.wm, &t.mr);
   t.kc = D % 32 == 0 ? 32 : D % 16 == 0 ? 16 : 8;
   return t;
 }
 
 cd_tc_tiles cd_tc_frames_tiles(size_t D) {
-  cd_tc_tiles t = {4, 1, 1, 1, 16};
+  cd_tc_tiles t = {.wm = 4, .wn = 1, .mr = 1, .nr = 1, .kc = 16};
   t.nr = (unsigned)((D + 7) / 8);
   if (t.nr > 16) t.wn = 2, t.nr = (t.nr + 1) / 2;
   t.kc = D % 16 == 0 ? 16 : 8;
@@ -93,7 +100,7 @@ cd_tc_tiles cd_tc_safe_tiles(int family, size_t D) {
   cd_tc_tiles t = family == CD_TC_GRAM ? cd_tc_gram_tiles(D) : cd_tc_apply_tiles(D);
   t.kc = 8;
   if (family == CD_TC_FRAMES) {
-    t = (cd_tc_tiles){2, 1, 1, 1, 8};
+    t = (cd_tc_tiles){.wm = 2, .wn = 1, .mr = 1, .nr = 1, .kc = 8};
     if (D > 8) t.wn = 2;
     t.nr = (unsigned)((D + 8 * t.wn - 1) / (8 * t.wn));
   }
