@@ -151,32 +151,37 @@ static camdelta_status check_args(const char *op, const camdelta_branch_args *a,
   if (!(a->norm_eps >= 0.0f) || a->norm_eps - a->norm_eps != 0.0f)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: norm_eps must be finite and >= 0 (got %g)", op,
                    (double)a->norm_eps);
-  const cd_tensor_arg in[] = {{"q_raw", a->q_raw, g->BNC, 4},
-                              {"k_raw", a->k_raw, g->BNC, 4},
-                              {"v_raw", a->v_raw, g->BNC, 4},
-                              {"conv_weight", a->conv_weight, 4 * g->C, 4},
-                              {"q_norm_weight", a->q_norm_weight, g->C, 4},
-                              {"k_norm_weight", a->k_norm_weight, g->C, 4},
-                              {"camera_conditions", a->camera_conditions, a->B * a->T * 20, 4},
-                              {"beta", a->beta, g->BHN, 4},
-                              {"decay", a->decay, g->BHT, 4}};
-  for (size_t i = 0; i < sizeof in / sizeof in[0]; i++)
-    if ((st = cd_check_buffer(op, in[i].name, in[i].b, in[i].elems, 4, 0))) return st;
   return CAMDELTA_OK;
 }
 
-static const cd_tensor_arg *inputs_of(const camdelta_branch_args *a, const branch_geo *g, cd_tensor_arg *in) {
-  const cd_tensor_arg x[9] = {{"q_raw", a->q_raw, g->BNC, 4},
-                              {"k_raw", a->k_raw, g->BNC, 4},
-                              {"v_raw", a->v_raw, g->BNC, 4},
-                              {"conv_weight", a->conv_weight, 4 * g->C, 4},
-                              {"q_norm_weight", a->q_norm_weight, g->C, 4},
-                              {"k_norm_weight", a->k_norm_weight, g->C, 4},
-                              {"camera_conditions", a->camera_conditions, a->B * a->T * 20, 4},
-                              {"beta", a->beta, g->BHN, 4},
-                              {"decay", a->decay, g->BHT, 4}};
-  memcpy(in, x, sizeof x);
-  return in;
+/* The entries' buffers (src/runtime/driver.c): the args struct's, then the backward's grads. */
+#define BA(f, role) CD_SLOT(camdelta_branch_args, f, role)
+#define BG(f, role) CD_SLOT2(camdelta_branch_grads, f, role)
+#define ARGS_SLOTS(y_role)                                                                                         \
+  BA(q_raw, CD_IN), BA(k_raw, CD_IN), BA(v_raw, CD_IN), BA(conv_weight, CD_IN), BA(q_norm_weight, CD_IN),          \
+      BA(k_norm_weight, CD_IN), BA(camera_conditions, CD_IN), BA(beta, CD_IN), BA(decay, CD_IN), BA(y, y_role)
+enum { NARGS = 10, NGRADS = 9 };
+static const cd_slot FWD_SLOTS[NARGS] = {ARGS_SLOTS(CD_OUT)};
+static const cd_slot BWD_SLOTS[NARGS + NGRADS] = {
+    ARGS_SLOTS(CD_UNREAD), BG(grad_y, CD_IN),          BG(dq_raw, CD_OUT),         BG(dk_raw, CD_OUT),
+    BG(dv_raw, CD_OUT),    BG(dconv_weight, CD_OUT),   BG(dq_norm_weight, CD_OUT), BG(dk_norm_weight, CD_OUT),
+    BG(dbeta, CD_OUT),     BG(ddecay, CD_OUT)};
+#undef ARGS_SLOTS
+#undef BG
+#undef BA
+
+/* How a call uses the args struct's inputs (slots 0-8) and the forward's y or the backward's grads. */
+static void set_uses(cd_call *c, const camdelta_branch_args *a, const branch_geo *g, int backward) {
+  const size_t n[NARGS + NGRADS] = {g->BNC, g->BNC, g->BNC, 4 * g->C, g->C,   g->C,   a->B * a->T * 20,
+                                    g->BHN, g->BHT, g->BNC, g->BNC,   g->BNC, g->BNC, g->BNC,
+                                    4 * g->C, g->C, g->C,   g->BHN,   g->BHT};
+  for (int i = 0; i < NARGS + NGRADS; i++) {
+    cd_need need = i < NARGS - 1 ? CD_REQUIRED : CD_UNUSED;
+    if (i == NARGS - 1 && !backward) need = CD_REQUIRED; /* y */
+    if (i == NARGS && backward) need = CD_REQUIRED;       /* grad_y */
+    if (i > NARGS && backward) need = CD_OPTIONAL;        /* the gradients */
+    if (i < NARGS || backward) c->use[i] = (cd_use){.need = need, .elems = n[i], .es = 4};
+  }
 }
 
 static int same_bounds(const size_t *a, size_t na, const size_t *b, size_t nb) {
@@ -815,145 +820,138 @@ void camdelta_branch_run_destroy(camdelta_branch_run *r) {
   free(r);
 }
 
-/* The run's common start: the prologue over every buffer of the call, the arguments and the plan. */
-static camdelta_status run_new(const char *op, camdelta_context *ctx, const camdelta_branch_args *a,
-                               const camdelta_branch_grads *gr, const camdelta_context *saved_ctx, int has_saved,
-                               const camdelta_branch_part *part, camdelta_branch_run **out) {
-  *out = NULL;
-  camdelta_status st = CAMDELTA_OK;
-  if (!a) return cd_prologue(op, ctx, a, NULL, 0, NULL, NULL, 0);
-#define NB(s, f) {#f, (s)->f}
-  const cd_named_buffer ab[] = {NB(a, q_raw),         NB(a, k_raw), NB(a, v_raw), NB(a, conv_weight),
-                                NB(a, q_norm_weight), NB(a, k_norm_weight), NB(a, camera_conditions),
-                                NB(a, beta),          NB(a, decay), NB(a, y)};
-  if (gr) {
-    const cd_named_buffer gb[] = {NB(gr, grad_y), NB(gr, dq_raw), NB(gr, dk_raw), NB(gr, dv_raw), NB(gr, dconv_weight),
-                                  NB(gr, dq_norm_weight), NB(gr, dk_norm_weight), NB(gr, dbeta), NB(gr, ddecay)};
-    cd_named_buffer b[sizeof ab / sizeof ab[0] + sizeof gb / sizeof gb[0]];
-    memcpy(b, ab, sizeof ab);
-    memcpy(b + sizeof ab / sizeof ab[0], gb, sizeof gb);
-    st = cd_prologue(op, ctx, a, saved_ctx, has_saved, gr->profile, b, sizeof b / sizeof b[0]);
-  } else
-    st = cd_prologue(op, ctx, a, saved_ctx, has_saved, a->profile, ab, sizeof ab / sizeof ab[0]);
-#undef NB
-  if (st) return st;
-  camdelta_branch_run *r = calloc(1, sizeof *r);
+/* ------------------------------------------------------------------------------------------ the entries */
+
+/* A run's start, or a whole call, as an entry (the steps of src/runtime/driver.c): the check step makes the run
+ * (its geometry), the plan step gives it the branch plan, the enqueue step of a whole call runs it to the end (a
+ * start enqueues nothing), the end step hands a started run to the caller or destroys it. */
+typedef struct start_call {
+  const camdelta_branch_part *part;
+  camdelta_branch_saved *saved; /* the forward's */
+  int whole;
+  camdelta_branch_run *r;
+} start_call;
+
+static camdelta_status start_check(cd_call *c) {
+  start_call *s = c->op;
+  const camdelta_branch_args *a = c->args;
+  const camdelta_branch_grads *gr = c->second;
+  const char *op = c->entry->op;
+  camdelta_branch_run *r = s->r = calloc(1, sizeof *r);
   if (!r) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", op);
-  r->ctx = ctx, r->op = op, r->a = *a, r->backward = gr != NULL, r->has_part = part != NULL;
+  r->ctx = c->ctx, r->op = op, r->a = *a, r->backward = gr != NULL, r->has_part = s->part != NULL;
   if (gr) r->gr = *gr;
-  st = check_args(op, a, &r->g, part);
-  if (st) {
-    camdelta_branch_run_destroy(r);
-    return st;
-  }
-  *out = r;
-  return CAMDELTA_OK;
+  camdelta_status st = check_args(op, a, &r->g, s->part);
+  if (!st && gr && c->saved) st = check_saved(op, a, &r->g, c->saved);
+  if (!st) set_uses(c, a, &r->g, gr != NULL);
+  return st;
 }
 
-camdelta_status camdelta_branch_run_forward(camdelta_context *ctx, const camdelta_branch_args *args,
-                                            camdelta_branch_saved *saved, const camdelta_branch_part *part,
-                                            camdelta_branch_run **run) {
-  const char *op = part ? "camdelta_branch_run_forward" : "camdelta_branch_forward";
-  cd_clear_error();
-  if (!run) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'run' is NULL", op);
-  camdelta_branch_run *r;
-  camdelta_status st = run_new(op, ctx, args, NULL, saved ? saved->ctx : NULL, saved != NULL, part, &r);
-  *run = NULL;
+static camdelta_status start_plan(cd_call *c) {
+  camdelta_branch_run *r = ((start_call *)c->op)->r;
+  camdelta_status st = branch_acquire(c->ctx, r->a.D, &r->pe);
   if (st) return st;
-  st = cd_check_buffer(op, "y", args->y, r->g.BNC, 4, 0);
-  if (!st) {
-    cd_tensor_arg in[9];
-    const cd_tensor_arg out[1] = {{"y", args->y, r->g.BNC, 4}};
-    st = cd_check_no_overlap(op, out, 1, inputs_of(args, &r->g, in), 9);
-  }
-  if (!st) st = branch_acquire(ctx, args->D, &r->pe);
-  if (st) {
-    camdelta_branch_run_destroy(r);
-    return st;
-  }
   r->pl = r->pe->plan;
-  r->s = saved ? saved : r->pl->tmp;
-  r->training = saved != NULL;
-  r->prof = args->profile;
-  if (r->prof) r->prof->kernel_ms = 0, r->prof->kernels = 0;
-  r->stage = ST_FWD_START;
-  *run = r;
-  return CAMDELTA_OK;
-}
-
-camdelta_status camdelta_branch_run_backward(camdelta_context *ctx, const camdelta_branch_args *args,
-                                             const camdelta_branch_grads *grads, const camdelta_branch_saved *saved,
-                                             const camdelta_branch_part *part, camdelta_branch_run **run) {
-  const char *op = part ? "camdelta_branch_run_backward" : "camdelta_branch_backward";
-  cd_clear_error();
-  if (!run) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'run' is NULL", op);
-  *run = NULL;
-  if (ctx && args && !grads) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'grads' is NULL", op);
-  camdelta_branch_run *r;
-  camdelta_status st = run_new(op, ctx, args, grads, saved ? saved->ctx : NULL, saved != NULL, part, &r);
-  if (st) return st;
-  const branch_geo *g = &r->g;
-  st = cd_check_buffer(op, "grad_y", grads->grad_y, g->BNC, 4, 0);
-  if (!st) {
-    cd_tensor_arg in[10];
-    inputs_of(args, g, in);
-    in[9] = (cd_tensor_arg){"grad_y", grads->grad_y, g->BNC, 4};
-    const cd_tensor_arg out[8] = {{"dq_raw", grads->dq_raw, g->BNC, 4},
-                                  {"dk_raw", grads->dk_raw, g->BNC, 4},
-                                  {"dv_raw", grads->dv_raw, g->BNC, 4},
-                                  {"dconv_weight", grads->dconv_weight, 4 * g->C, 4},
-                                  {"dq_norm_weight", grads->dq_norm_weight, g->C, 4},
-                                  {"dk_norm_weight", grads->dk_norm_weight, g->C, 4},
-                                  {"dbeta", grads->dbeta, g->BHN, 4},
-                                  {"ddecay", grads->ddecay, g->BHT, 4}};
-    for (int i = 0; i < 8 && !st; i++) st = cd_check_buffer(op, out[i].name, out[i].b, out[i].elems, 4, 1);
-    if (!st) st = cd_check_no_overlap(op, out, 8, in, 10);
-  }
-  if (!st && saved) st = check_saved(op, args, g, saved);
-  if (!st) st = branch_acquire(ctx, args->D, &r->pe);
-  if (st) {
-    camdelta_branch_run_destroy(r);
-    return st;
-  }
-  r->pl = r->pe->plan;
-  if (saved) { /* the forward's intermediates as it saved them */
-    r->rs = saved;
+  if (!r->backward) {
+    camdelta_branch_saved *saved = ((start_call *)c->op)->saved;
+    r->s = saved ? saved : r->pl->tmp;
+    r->training = saved != NULL;
+    r->prof = r->a.profile;
+    r->stage = ST_FWD_START;
+  } else if (c->saved) { /* the forward's intermediates as it saved them */
+    r->rs = c->saved;
     r->stage = ST_BWD_START;
   } else { /* recompute the forward into the plan's saved object, its y into the workspace; then the backward */
     camdelta_buffer y;
-    if ((st = cd_ws_get(ctx, &r->pl->ws, WS_Y, g->BNC * 4, &y))) {
-      camdelta_branch_run_destroy(r);
-      return st;
-    }
+    if ((st = cd_ws_get(c->ctx, &r->pl->ws, WS_Y, r->g.BNC * 4, &y))) return st;
     r->a.y = y, r->a.profile = NULL;
     r->s = r->pl->tmp, r->rs = r->pl->tmp;
     r->training = 1;
     r->stage = ST_FWD_START;
   }
-  *run = r;
   return CAMDELTA_OK;
 }
 
-/* The one call: a run over the whole sequence, which needs nothing. */
-static camdelta_status run_whole(camdelta_branch_run *r, camdelta_status st) {
+/* A whole call: a run over the whole sequence, which needs nothing (its stages do their own launches, adding to the
+ * call's profile). */
+static camdelta_status start_enqueue(cd_call *c, cd_launch *l) {
+  (void)l;
+  start_call *s = c->op;
+  if (!s->whole) return CAMDELTA_OK;
   camdelta_branch_request rq;
-  if (!st) st = camdelta_branch_run_next(r, &rq);
+  camdelta_status st = camdelta_branch_run_next(s->r, &rq);
   if (!st && rq.need != CAMDELTA_BRANCH_NEED_NOTHING)
-    st = cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: internal: a whole sequence's run needs %d", r->op, (int)rq.need);
-  camdelta_branch_run_destroy(r);
+    st = cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: internal: a whole sequence's run needs %d", s->r->op,
+                 (int)rq.need);
+  return st;
+}
+
+static camdelta_status start_end(cd_call *c, camdelta_status st) {
+  start_call *s = c->op;
+  if (st || s->whole) {
+    camdelta_branch_run_destroy(s->r);
+    s->r = NULL;
+  }
+  return st;
+}
+
+#define FWD_ENTRY(op_)                                                                                          \
+  {                                                                                                             \
+    .op = op_, .second = NULL, .slots = FWD_SLOTS, .nslots = NARGS, .profile_part = 0,                          \
+    .profile_offset = offsetof(camdelta_branch_args, profile), .check = start_check, .plan = start_plan,        \
+    .enqueue = start_enqueue, .end = start_end                                                                  \
+  }
+#define BWD_ENTRY(op_)                                                                                          \
+  {                                                                                                             \
+    .op = op_, .second = "grads", .slots = BWD_SLOTS, .nslots = NARGS + NGRADS, .profile_part = 1,              \
+    .profile_offset = offsetof(camdelta_branch_grads, profile), .check = start_check, .plan = start_plan,       \
+    .enqueue = start_enqueue, .end = start_end                                                                  \
+  }
+static const cd_entry FORWARD = FWD_ENTRY("camdelta_branch_forward"),
+                      RUN_FORWARD = FWD_ENTRY("camdelta_branch_run_forward");
+static const cd_entry BACKWARD = BWD_ENTRY("camdelta_branch_backward"),
+                      RUN_BACKWARD = BWD_ENTRY("camdelta_branch_run_backward");
+#undef FWD_ENTRY
+#undef BWD_ENTRY
+
+static camdelta_status start(const cd_entry *e, camdelta_context *ctx, const camdelta_branch_args *args,
+                             const camdelta_branch_grads *grads, const void *saved, const camdelta_context *saved_ctx,
+                             start_call *s) {
+  cd_call c = {.entry = e, .ctx = ctx, .args = args, .second = grads, .saved = saved, .saved_ctx = saved_ctx,
+               .op = s};
+  return cd_run_entry(&c);
+}
+
+camdelta_status camdelta_branch_run_forward(camdelta_context *ctx, const camdelta_branch_args *args,
+                                            camdelta_branch_saved *saved, const camdelta_branch_part *part,
+                                            camdelta_branch_run **run) {
+  cd_clear_error();
+  if (!run) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'run' is NULL", RUN_FORWARD.op);
+  start_call s = {.part = part, .saved = saved};
+  const camdelta_status st = start(&RUN_FORWARD, ctx, args, NULL, saved, saved ? saved->ctx : NULL, &s);
+  *run = s.r;
+  return st;
+}
+
+camdelta_status camdelta_branch_run_backward(camdelta_context *ctx, const camdelta_branch_args *args,
+                                             const camdelta_branch_grads *grads, const camdelta_branch_saved *saved,
+                                             const camdelta_branch_part *part, camdelta_branch_run **run) {
+  cd_clear_error();
+  if (!run) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'run' is NULL", RUN_BACKWARD.op);
+  start_call s = {.part = part};
+  const camdelta_status st = start(&RUN_BACKWARD, ctx, args, grads, saved, saved ? saved->ctx : NULL, &s);
+  *run = s.r;
   return st;
 }
 
 camdelta_status camdelta_branch_forward(camdelta_context *ctx, const camdelta_branch_args *args,
                                         camdelta_branch_saved *saved) {
-  camdelta_branch_run *r;
-  const camdelta_status st = camdelta_branch_run_forward(ctx, args, saved, NULL, &r);
-  return st ? st : run_whole(r, st);
+  start_call s = {.saved = saved, .whole = 1};
+  return start(&FORWARD, ctx, args, NULL, saved, saved ? saved->ctx : NULL, &s);
 }
 
 camdelta_status camdelta_branch_backward(camdelta_context *ctx, const camdelta_branch_args *args,
                                          const camdelta_branch_grads *grads, const camdelta_branch_saved *saved) {
-  camdelta_branch_run *r;
-  const camdelta_status st = camdelta_branch_run_backward(ctx, args, grads, saved, NULL, &r);
-  return st ? st : run_whole(r, st);
+  start_call s = {.whole = 1};
+  return start(&BACKWARD, ctx, args, grads, saved, saved ? saved->ctx : NULL, &s);
 }

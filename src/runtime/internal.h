@@ -61,23 +61,6 @@ int cd_buffers_aligned4(const camdelta_buffer *b, size_t n);
  *  (0: key not given); each N in [1, 4096]. An unknown key, a missing '=' or
  *  a bad number fails with a message naming `var`. */
 camdelta_status cd_parse_tiles(const char *var, const char *text, const char *const *keys, size_t n, unsigned *v);
-/** A buffer argument with its name, for the entry prologue. */
-typedef struct cd_named_buffer {
-  const char *name;
-  camdelta_buffer b;
-} cd_named_buffer;
-/** The entry prologue for entries not yet run by the driver (cd_run_entry does the same from its descriptor):
- *  ctx and args non-NULL, a `saved` object (when has_saved) of this context, a profile request only on a
- *  profiling queue, and every given buffer a valid cl_mem of the context's cl_context. */
-camdelta_status cd_prologue(const char *op, const camdelta_context *ctx, const void *args,
-                            const camdelta_context *saved_ctx, int has_saved, const camdelta_profile *profile,
-                            const cd_named_buffer *bufs, size_t n);
-/** cd_prologue for the scan's argument structs (every buffer of the struct). */
-camdelta_status cd_prologue_scan_forward(const camdelta_context *ctx, const camdelta_scan_args *a,
-                                         const camdelta_scan_saved *saved);
-camdelta_status cd_prologue_scan_backward(const camdelta_context *ctx, const camdelta_scan_backward_args *a,
-                                          const camdelta_scan_saved *saved);
-
 /** 1 for a GPU or an accelerator (the device classes the kernels' GPU forms and tiles are for), 0 for a CPU. */
 int cd_device_gpu_like(const camdelta_device_info *info);
 /** Check the head dim: D % 8 == 0 and 8 <= D <= 128. */

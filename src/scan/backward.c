@@ -164,8 +164,7 @@ camdelta_status camdelta_scan_backward_plan_describe(camdelta_context *ctx, cons
   return cd_copy_text(fn, text, buf, size);
 }
 
-camdelta_status cd_backward_check(const char *op, const camdelta_scan_backward_args *a,
-                                  const camdelta_scan_saved *saved) {
+camdelta_status cd_backward_shape(const char *op, const camdelta_scan_backward_args *a, cd_fwd_sizes *z) {
   const size_t B = a->B, H = a->H, D = a->D, F = a->F, S = a->S;
   if (a->precision != CAMDELTA_PRECISION_EXACT && a->precision != CAMDELTA_PRECISION_TF32)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
@@ -175,54 +174,68 @@ camdelta_status cd_backward_check(const char *op, const camdelta_scan_backward_a
   if (st) return st;
   if (!B || !H || !F || !S)
     return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: B=%zu, H=%zu, F=%zu, S=%zu: each must be at least 1", op, B, H, F, S);
-  size_t N, elems, gates, states;
-  const size_t f1[] = {B, H, D, F, S}, f2[] = {B, H, F, S}, f3[] = {B, H, F, D, D};
-  if (!cd_mul(&N, F, S) || !cd_prod(&elems, 5, f1) || !cd_prod(&gates, 4, f2) || !cd_prod(&states, 5, f3) ||
-      elems > SIZE_MAX / 8 || states > SIZE_MAX / 32)
+  size_t N, states;
+  const size_t f1[] = {B, H, D, F, S}, f2[] = {B, H, F, S}, f3[] = {B, H, F, D, D}, f4[] = {B, H, F},
+               f5[] = {B, H, D, D};
+  if (!cd_mul(&N, F, S) || !cd_prod(&z->tok, 5, f1) || !cd_prod(&z->beta, 4, f2) || !cd_prod(&states, 5, f3) ||
+      z->tok > SIZE_MAX / 8 || states > SIZE_MAX / 32)
     return cd_fail(CAMDELTA_ERROR_OVERFLOW, "%s: B=%zu H=%zu D=%zu F=%zu S=%zu: sizes overflow size_t", op, B, H, D, F,
                    S);
   if (S > UINT32_MAX || F > UINT32_MAX)
     return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: F=%zu and S=%zu must each be below 2^32", op, F, S);
-  const size_t BHF = B * H * F, BHDD = B * H * D * D;
-  const cd_tensor_arg in[] = {{"q", a->q, elems, 4},
-                              {"k", a->k, elems, 4},
-                              {"v", a->v, elems, 4},
-                              {"beta", a->beta, gates, 4},
-                              {"decay", a->decay, BHF, 4},
-                              {"grad_out", a->grad_out, elems, 4},
-                              {"init_state", a->init_state, BHDD, 4},
-                              {"grad_final_state", a->grad_final_state, BHDD, 4}};
-  const cd_tensor_arg out[] = {{"dq", a->dq, elems, 4},       {"dk", a->dk, elems, 4},   {"dv", a->dv, elems, 4},
-                               {"dbeta", a->dbeta, gates, 4}, {"ddecay", a->ddecay, BHF, 4},
-                               {"dinit_state", a->dinit_state, BHDD, 4}};
-  const size_t nin = sizeof in / sizeof in[0], nout = sizeof out / sizeof out[0];
-  for (size_t i = 0; i < nin; i++)
-    if ((st = cd_check_buffer(op, in[i].name, in[i].b, in[i].elems, 4, i >= 6))) return st;
-  for (size_t i = 0; i < nout; i++)
-    if ((st = cd_check_buffer(op, out[i].name, out[i].b, out[i].elems, 4, i == nout - 1))) return st;
-  if ((st = cd_check_no_overlap(op, out, nout, in, nin))) return st;
-  if (saved) {
-    if (!saved->valid || !saved->state_post)
-      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
-                     "%s: 'saved' holds no states (pass it to camdelta_scan_forward first, or pass NULL)", op);
-    if (saved->B != B || saved->H != H || saved->D != D || saved->F != F || saved->S != S)
-      return cd_fail(CAMDELTA_ERROR_SHAPE,
-                     "%s: 'saved' is from a forward with B=%zu H=%zu D=%zu F=%zu S=%zu, this call has B=%zu H=%zu "
-                     "D=%zu F=%zu S=%zu",
-                     op, saved->B, saved->H, saved->D, saved->F, saved->S, B, H, D, F, S);
-    if ((saved->reverse != 0) != (a->reverse != 0))
-      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' is from a %s forward, this call has reverse=%d", op,
-                     saved->reverse ? "reverse" : "causal", a->reverse != 0);
-    if ((saved->has_init != 0) != (a->init_state.mem != NULL))
-      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
-                     "%s: 'saved' is from a forward %s an init_state, this call %s one (pass the same init_state)", op,
-                     saved->has_init ? "with" : "without", a->init_state.mem ? "has" : "has no");
-    camdelta_buffer sp = {saved->state_post, 0};
-    if ((st = cd_check_buffer(op, "saved->state_post", sp, states, 4, 0))) return st;
-  }
+  cd_prod(&z->frames, 3, f4); /* each divides `states`, which did not overflow */
+  cd_prod(&z->state, 4, f5);
   return CAMDELTA_OK;
 }
 
+camdelta_status cd_backward_saved_check(const char *op, const camdelta_scan_backward_args *a,
+                                        const camdelta_scan_saved *saved) {
+  const size_t B = a->B, H = a->H, D = a->D, F = a->F, S = a->S;
+  if (!saved->valid || !saved->state_post)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
+                   "%s: 'saved' holds no states (pass it to camdelta_scan_forward first, or pass NULL)", op);
+  if (saved->B != B || saved->H != H || saved->D != D || saved->F != F || saved->S != S)
+    return cd_fail(CAMDELTA_ERROR_SHAPE,
+                   "%s: 'saved' is from a forward with B=%zu H=%zu D=%zu F=%zu S=%zu, this call has B=%zu H=%zu "
+                   "D=%zu F=%zu S=%zu",
+                   op, saved->B, saved->H, saved->D, saved->F, saved->S, B, H, D, F, S);
+  if ((saved->reverse != 0) != (a->reverse != 0))
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' is from a %s forward, this call has reverse=%d", op,
+                   saved->reverse ? "reverse" : "causal", a->reverse != 0);
+  if ((saved->has_init != 0) != (a->init_state.mem != NULL))
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
+                   "%s: 'saved' is from a forward %s an init_state, this call %s one (pass the same init_state)", op,
+                   saved->has_init ? "with" : "without", a->init_state.mem ? "has" : "has no");
+  const camdelta_buffer sp = {saved->state_post, 0};
+  return cd_check_buffer(op, "saved->state_post", sp, B * H * F * D * D, 4, 0);
+}
+
+#define BSLOT(f, role) CD_SLOT(camdelta_scan_backward_args, f, role)
+const cd_slot cd_backward_slots[CD_BWD_NSLOTS] = {
+    BSLOT(q, CD_IN),          BSLOT(k, CD_IN),          BSLOT(v, CD_IN),
+    BSLOT(beta, CD_IN),       BSLOT(decay, CD_IN),      BSLOT(grad_out, CD_IN),
+    BSLOT(init_state, CD_IN), BSLOT(grad_final_state, CD_IN), BSLOT(dq, CD_OUT),
+    BSLOT(dk, CD_OUT),        BSLOT(dv, CD_OUT),        BSLOT(dbeta, CD_OUT),
+    BSLOT(ddecay, CD_OUT),    BSLOT(dinit_state, CD_OUT)};
+#undef BSLOT
+
+void cd_backward_set_uses(cd_call *c, const cd_fwd_sizes *z) {
+  const size_t n[CD_BWD_NSLOTS] = {z->tok,   z->tok, z->tok, z->beta, z->frames, z->tok,    z->state,
+                                   z->state, z->tok, z->tok, z->tok,  z->beta,   z->frames, z->state};
+  for (int i = 0; i < CD_BWD_NSLOTS; i++) {
+    const int optional = i == 6 || i == 7 || i == 13; /* init_state, grad_final_state, dinit_state */
+    c->use[i] = (cd_use){.need = optional ? CD_OPTIONAL : CD_REQUIRED, .elems = n[i], .es = 4};
+  }
+}
+
+camdelta_status cd_backward_uses(cd_call *c) {
+  const camdelta_scan_backward_args *a = c->args;
+  cd_fwd_sizes z;
+  camdelta_status st = cd_backward_shape(c->entry->op, a, &z);
+  if (!st && c->saved) st = cd_backward_saved_check(c->entry->op, a, c->saved);
+  if (!st) cd_backward_set_uses(c, &z);
+  return st;
+}
 
 /* ------------------------------------------------------------------------------------- composition */
 
@@ -297,25 +310,35 @@ void cd_backward_verbose(camdelta_context *ctx, const cd_plan_entry *e, size_t D
   if (cd_option(ctx, CD_OPT_VERBOSE_SCAN, CAMDELTA_F32)) verbose(e->plan, D, what);
 }
 
+/* The entry (the steps of src/runtime/driver.c): the call's plan, held from the plan step to the end step. */
+static camdelta_status bwd_plan_step(cd_call *c) {
+  const camdelta_scan_backward_args *a = c->args;
+  const cd_bwd_request r = cd_backward_request(a);
+  cd_plan_entry **e = c->op;
+  const camdelta_status st = cd_backward_acquire(c->ctx, &r, e);
+  if (!st) cd_backward_verbose(c->ctx, *e, a->D, "");
+  return st;
+}
+
+static camdelta_status bwd_enqueue(cd_call *c, cd_launch *l) {
+  const camdelta_scan_backward_args *a = c->args;
+  const cd_scan_geo geo = cd_scan_geo_fixed(a->B, a->H, a->D, a->F, a->S);
+  return cd_backward_enqueue(c->ctx, *(cd_plan_entry **)c->op, &geo, a, c->saved, l);
+}
+
+static camdelta_status bwd_end(cd_call *c, camdelta_status st) {
+  cd_plan_entry **e = c->op;
+  if (*e) cd_plan_release(c->ctx, *e);
+  return st;
+}
+
+static const cd_entry BACKWARD = CD_ENTRY(OP, camdelta_scan_backward_args, cd_backward_slots, cd_backward_uses,
+                                          bwd_plan_step, bwd_enqueue, bwd_end);
+
 camdelta_status camdelta_scan_backward(camdelta_context *ctx, const camdelta_scan_backward_args *args,
                                        const camdelta_scan_saved *saved) {
-  cd_clear_error();
-  camdelta_status st = cd_prologue_scan_backward(ctx, args, saved);
-  if (st) return st;
-  if (!ctx || !args) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", OP, ctx ? "args" : "ctx");
-  if (saved && saved->ctx != ctx)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' was created for another context", OP);
-  if ((st = cd_backward_check(OP, args, saved))) return st;
-  /* build everything before enqueuing anything */
-  const cd_bwd_request r = cd_backward_request(args);
-  cd_plan_entry *e;
-  if ((st = cd_backward_acquire(ctx, &r, &e))) return st;
-  cd_backward_verbose(ctx, e, args->D, "");
-  if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;
-  cd_launch l;
-  cd_launch_init(&l, args->profile);
-  const cd_scan_geo geo = cd_scan_geo_fixed(args->B, args->H, args->D, args->F, args->S);
-  st = cd_backward_enqueue(ctx, e, &geo, args, saved, &l);
-  cd_plan_release(ctx, e);
-  return cd_launch_end(ctx, &l, st);
+  cd_plan_entry *e = NULL;
+  cd_call c = {.entry = &BACKWARD, .ctx = ctx, .args = args, .saved = saved, .saved_ctx = saved ? saved->ctx : NULL,
+               .op = &e};
+  return cd_run_entry(&c);
 }

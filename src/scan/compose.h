@@ -51,9 +51,24 @@ camdelta_status cd_saved_reserve(camdelta_context *ctx, camdelta_scan_saved *sav
 /** A chunkwise plan in words, from its tiles and its gram's and apply's forms ("chunkwise; precision ..."). */
 void cd_chunk_text(const cd_chunk_cfg *cc, const cd_gram *gram, const cd_apply *apply, int split,
                    camdelta_precision requested, char *buf, size_t size);
-/** The check of camdelta_scan_forward's arguments, op naming the entry in messages (the prologue's checks before
- *  it: cd_prologue). */
+/** The sizes of a forward's tensors (elements), from its shape. */
+typedef struct cd_fwd_sizes {
+  size_t tok, beta, frames, state;
+} cd_fwd_sizes;
+/** The checks of a forward's scalars (algorithm, precision, head dim, shape and its limits), op naming the entry. */
+camdelta_status cd_forward_shape(const char *op, const camdelta_scan_args *p, cd_fwd_sizes *z);
+/** camdelta_scan_args' buffers as an entry's slots (src/runtime/driver.c), how a call of those sizes uses them,
+ *  and the check step that checks the forward's shape and sets them. */
+enum { CD_FWD_NSLOTS = 8 };
+extern const cd_slot cd_forward_slots[CD_FWD_NSLOTS];
+void cd_forward_set_uses(cd_call *c, const cd_fwd_sizes *z);
+camdelta_status cd_forward_uses(cd_call *c);
+/** The whole check of a forward's arguments for callers outside the driver (the scan pair): the shape, every
+ *  buffer's size and the outputs against the inputs. */
 camdelta_status cd_forward_check(const char *op, const camdelta_scan_args *p);
+/** A saved object's record of the forward that filled it, from its args (a packed call's S = 0 marks the packed
+ *  layout; has_a: it holds A_f). */
+void cd_scan_saved_commit(camdelta_scan_saved *saved, const camdelta_scan_args *a, int has_a);
 /** The plan in words (camdelta_scan_plan_describe, CAMDELTA_SCAN_VERBOSE), without the AUTO estimates. */
 void cd_forward_text(const cd_plan_entry *e, camdelta_precision requested, char *buf, size_t size);
 
@@ -78,9 +93,19 @@ camdelta_status cd_backward_gram(camdelta_context *ctx, cd_plan_entry *e, const 
 camdelta_status cd_backward_rest(camdelta_context *ctx, cd_plan_entry *e, const cd_scan_geo *geo,
                                  const camdelta_scan_backward_args *p, camdelta_buffer states, camdelta_buffer A,
                                  camdelta_buffer U, camdelta_buffer W, cd_launch *l);
-/** The check of camdelta_scan_backward's arguments and of `saved` against them, op naming the entry. */
-camdelta_status cd_backward_check(const char *op, const camdelta_scan_backward_args *a,
-                                  const camdelta_scan_saved *saved);
+/** The checks of a backward's scalars (precision, head dim, shape and its limits), its tensors' sizes in z
+ *  (tok also dq, dk, dv, grad_out; state also init_state, grad_final_state, dinit_state), op naming the entry. */
+camdelta_status cd_backward_shape(const char *op, const camdelta_scan_backward_args *a, cd_fwd_sizes *z);
+/** A saved object against the backward's arguments: a forward's states of the same shape, direction and
+ *  init_state. */
+camdelta_status cd_backward_saved_check(const char *op, const camdelta_scan_backward_args *a,
+                                        const camdelta_scan_saved *saved);
+/** camdelta_scan_backward_args' buffers as an entry's slots, how a call of those sizes uses them, and the check
+ *  step that checks the shape and the call's saved object (when it has one) and sets them. */
+enum { CD_BWD_NSLOTS = 14 };
+extern const cd_slot cd_backward_slots[CD_BWD_NSLOTS];
+void cd_backward_set_uses(cd_call *c, const cd_fwd_sizes *z);
+camdelta_status cd_backward_uses(cd_call *c);
 /** The fixed-shape request of a backward call. */
 cd_bwd_request cd_backward_request(const camdelta_scan_backward_args *a);
 /** CAMDELTA_SCAN_VERBOSE's lines for the plan (what: "" or the variant's words). */
@@ -93,12 +118,14 @@ camdelta_status cd_backward_enqueue(camdelta_context *ctx, cd_plan_entry *e, con
 
 /* ------------------------------------------------------------------------------------------ summary.c */
 
+/** The context's summaries' plan for head dim D, referenced and locked (cd_plan_release releases it). */
+camdelta_status cd_summary_acquire(camdelta_context *ctx, size_t D, cd_plan_entry **e);
 /** The state summaries T, E, G (cd_chain_summary_io's meaning) of BH chains of F frames from their per-frame
- *  matrices A, U, W, with the summaries' plan for D (its workspace holds the chains' scratch states). */
-camdelta_status cd_summary_from_frames(camdelta_context *ctx, size_t BH, size_t D, size_t F, int reverse, cl_mem A,
-                                       cl_mem U, cl_mem W, camdelta_buffer init, camdelta_buffer gfinal,
-                                       camdelta_buffer T, camdelta_buffer E, camdelta_buffer G,
-                                       camdelta_profile *profile);
+ *  matrices A, U, W, with the summaries' plan `e` for D (its workspace holds the chains' scratch states). */
+camdelta_status cd_summary_from_frames(camdelta_context *ctx, cd_plan_entry *e, size_t BH, size_t D, size_t F,
+                                       int reverse, cl_mem A, cl_mem U, cl_mem W, camdelta_buffer init,
+                                       camdelta_buffer gfinal, camdelta_buffer T, camdelta_buffer E,
+                                       camdelta_buffer G, cd_launch *l);
 
 /* ------------------------------------------------------------------------------------------- phases.c */
 

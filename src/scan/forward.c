@@ -117,7 +117,7 @@ static int overlaps(camdelta_buffer a, size_t na, camdelta_buffer b, size_t nb) 
   return a.offset < b.offset + nb && b.offset < a.offset + na;
 }
 
-camdelta_status cd_forward_check(const char *op, const camdelta_scan_args *p) {
+camdelta_status cd_forward_shape(const char *op, const camdelta_scan_args *p, cd_fwd_sizes *z) {
   if (p->algorithm != CAMDELTA_SCAN_AUTO && p->algorithm != CAMDELTA_SCAN_SEQUENTIAL &&
       p->algorithm != CAMDELTA_SCAN_CHUNKWISE)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
@@ -132,48 +132,58 @@ camdelta_status cd_forward_check(const char *op, const camdelta_scan_args *p) {
   const size_t B = p->B, H = p->H, D = p->D, F = p->F, S = p->S;
   if (!B || !H || !F || !S)
     return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: B=%zu, H=%zu, F=%zu, S=%zu: each must be at least 1", op, B, H, F, S);
-  size_t N = 0, frames, n_tok, n_state, n_frames;
+  size_t N = 0, frames;
   const size_t fst[4] = {B, H, D, D}, ffr[5] = {B, H, F, D, D}, fbhf[3] = {B, H, F};
   if (!cd_mul(&N, F, S))
     return cd_fail(CAMDELTA_ERROR_OVERFLOW, "%s: N = F*S = %zu*%zu overflows size_t", op, F, S);
   const size_t ftok[4] = {B, H, D, N};
-  if (!cd_prod(&n_tok, 4, ftok) || n_tok > SIZE_MAX / 4 || !cd_prod(&n_state, 4, fst) || !cd_prod(&frames, 5, ffr) ||
-      frames > SIZE_MAX / 4 || !cd_prod(&n_frames, 3, fbhf) || n_frames > SIZE_MAX / 256)
+  if (!cd_prod(&z->tok, 4, ftok) || z->tok > SIZE_MAX / 4 || !cd_prod(&z->state, 4, fst) || !cd_prod(&frames, 5, ffr) ||
+      frames > SIZE_MAX / 4 || !cd_prod(&z->frames, 3, fbhf) || z->frames > SIZE_MAX / 256)
     return cd_fail(CAMDELTA_ERROR_OVERFLOW, "%s: sizes overflow size_t (B=%zu H=%zu D=%zu F=%zu S=%zu)", op, B, H, D,
                    F, S);
   if (F > UINT32_MAX || S > UINT32_MAX)
     return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: F=%zu or S=%zu exceeds 2^32-1", op, F, S);
-  const size_t nbeta = n_frames * S;
-  if ((st = cd_check_buffer(op, "q", p->q, n_tok, 4, 0)) || (st = cd_check_buffer(op, "k", p->k, n_tok, 4, 0)) ||
-      (st = cd_check_buffer(op, "v", p->v, n_tok, 4, 0)) ||
-      (st = cd_check_buffer(op, "beta", p->beta, nbeta, 4, 0)) ||
-      (st = cd_check_buffer(op, "decay", p->decay, n_frames, 4, 0)) ||
-      (st = cd_check_buffer(op, "out", p->out, n_tok, 4, 0)) ||
-      (st = cd_check_buffer(op, "init_state", p->init_state, n_state, 4, 1)) ||
-      (st = cd_check_buffer(op, "final_state", p->final_state, n_state, 4, 1)))
-    return st;
-  /* outputs must not overlap inputs (final_state may be init_state itself: each is read before written) */
-  const struct {
-    const char *name;
-    camdelta_buffer b;
-    size_t n;
-  } in[6] = {{"q", p->q, n_tok},          {"k", p->k, n_tok},           {"v", p->v, n_tok},
-             {"beta", p->beta, nbeta},    {"decay", p->decay, n_frames}, {"init_state", p->init_state, n_state}};
-  for (int i = 0; i < 6; i++) {
-    if (overlaps(p->out, n_tok, in[i].b, in[i].n))
-      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'out' overlaps input '%s' in the same cl_mem", op,
-                     in[i].name);
-    if (i < 5 && overlaps(p->final_state, n_state, in[i].b, in[i].n))
-      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'final_state' overlaps input '%s' in the same cl_mem", op,
-                     in[i].name);
-  }
-  if (overlaps(p->final_state, n_state, p->out, n_tok))
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'final_state' overlaps 'out' in the same cl_mem", op);
-  if (p->init_state.mem && p->final_state.mem == p->init_state.mem &&
-      overlaps(p->final_state, n_state, p->init_state, n_state) && p->final_state.offset != p->init_state.offset)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
-                   "%s: 'final_state' partly overlaps 'init_state' (the same range, or disjoint ranges, are fine)", op);
+  z->beta = z->frames * S;
   return CAMDELTA_OK;
+}
+
+/* The entries' buffers (final_state may be init_state itself: each is read before it is written). */
+const cd_slot cd_forward_slots[CD_FWD_NSLOTS] = {
+    CD_SLOT(camdelta_scan_args, q, CD_IN),     CD_SLOT(camdelta_scan_args, k, CD_IN),
+    CD_SLOT(camdelta_scan_args, v, CD_IN),     CD_SLOT(camdelta_scan_args, beta, CD_IN),
+    CD_SLOT(camdelta_scan_args, decay, CD_IN), CD_SLOT(camdelta_scan_args, out, CD_OUT),
+    CD_SLOT(camdelta_scan_args, init_state, CD_IN),
+    {.name = "final_state", .part = 0, .offset = offsetof(camdelta_scan_args, final_state), .role = CD_OUT,
+     .inplace = "init_state"}};
+
+void cd_forward_set_uses(cd_call *c, const cd_fwd_sizes *z) {
+  const size_t n[CD_FWD_NSLOTS] = {z->tok, z->tok, z->tok, z->beta, z->frames, z->tok, z->state, z->state};
+  for (int i = 0; i < CD_FWD_NSLOTS; i++) /* init_state and final_state optional */
+    c->use[i] = (cd_use){.need = i < 6 ? CD_REQUIRED : CD_OPTIONAL, .elems = n[i], .es = 4};
+}
+
+camdelta_status cd_forward_uses(cd_call *c) {
+  cd_fwd_sizes z;
+  const camdelta_status st = cd_forward_shape(c->entry->op, c->args, &z);
+  if (!st) cd_forward_set_uses(c, &z);
+  return st;
+}
+
+camdelta_status cd_forward_check(const char *op, const camdelta_scan_args *p) {
+  cd_fwd_sizes z;
+  camdelta_status st = cd_forward_shape(op, p, &z);
+  if (st) return st;
+  const cd_tensor_arg in[6] = {{"q", p->q, z.tok, 4},          {"k", p->k, z.tok, 4},
+                               {"v", p->v, z.tok, 4},          {"beta", p->beta, z.beta, 4},
+                               {"decay", p->decay, z.frames, 4}, {"init_state", p->init_state, z.state, 4}};
+  const cd_tensor_arg out[2] = {{"out", p->out, z.tok, 4}, {"final_state", p->final_state, z.state, 4}};
+  for (int i = 0; i < 6 && !st; i++) st = cd_check_buffer(op, in[i].name, in[i].b, in[i].elems, 4, i == 5);
+  for (int i = 0; i < 2 && !st; i++) st = cd_check_buffer(op, out[i].name, out[i].b, out[i].elems, 4, i == 1);
+  if (st) return st;
+  /* outputs must not overlap inputs, except final_state being init_state itself */
+  if (overlaps(p->final_state, z.state, p->init_state, z.state) && p->final_state.offset != p->init_state.offset)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: output 'final_state' overlaps input 'init_state'", op);
+  return cd_check_no_overlap(op, out, 2, in, 5);
 }
 
 /* ------------------------------------------------------------------------------------------- plans */
@@ -457,39 +467,59 @@ camdelta_status cd_forward_enqueue(camdelta_context *ctx, cd_plan_entry *e, cons
   return st;
 }
 
+/* The entry (the steps of src/runtime/driver.c): the call's plan, held from the plan step to the end step. */
+typedef struct fwd_call {
+  camdelta_scan_saved *saved;
+  cd_fwd_request r;
+  cd_plan_entry *e;
+} fwd_call;
+
+static camdelta_status fwd_plan_step(cd_call *c) {
+  fwd_call *s = c->op;
+  const camdelta_scan_args *args = c->args;
+  camdelta_status st = cd_forward_request(c->ctx, args, &s->r);
+  if (!st) st = cd_forward_acquire(c->ctx, &s->r, &s->e);
+  if (st) return st;
+  if (cd_option(c->ctx, CD_OPT_VERBOSE_SCAN, CAMDELTA_F32)) {
+    char text[1024];
+    cd_forward_text(s->e, args->precision, text, sizeof text);
+    if (!choice_text(c->ctx, args, text, sizeof text)) fprintf(stderr, "camdelta scan: %s\n", text);
+  }
+  if (args->used) *args->used = s->r.alg;
+  return CAMDELTA_OK;
+}
+
+static camdelta_status fwd_enqueue(cd_call *c, cd_launch *l) {
+  fwd_call *s = c->op;
+  const camdelta_scan_args *a = c->args;
+  const cd_scan_geo geo = cd_scan_geo_fixed(a->B, a->H, a->D, a->F, a->S);
+  return cd_forward_enqueue(c->ctx, s->e, &geo, a, s->saved, l);
+}
+
+void cd_scan_saved_commit(camdelta_scan_saved *saved, const camdelta_scan_args *a, int has_a) {
+  saved->B = a->B, saved->H = a->H, saved->D = a->D, saved->F = a->F, saved->S = a->S;
+  saved->reverse = a->reverse != 0;
+  saved->has_init = a->init_state.mem != NULL;
+  saved->has_a = has_a;
+  saved->valid = 1;
+}
+
+static camdelta_status fwd_end(cd_call *c, camdelta_status st) {
+  fwd_call *s = c->op;
+  if (s->e) cd_plan_release(c->ctx, s->e);
+  const camdelta_scan_args *a = c->args;
+  if (s->saved && !st) cd_scan_saved_commit(s->saved, a, s->r.alg == CAMDELTA_SCAN_CHUNKWISE);
+  return st;
+}
+
+static const cd_entry FORWARD =
+    CD_ENTRY("camdelta_scan_forward", camdelta_scan_args, cd_forward_slots, cd_forward_uses, fwd_plan_step,
+             fwd_enqueue, fwd_end);
+
 camdelta_status camdelta_scan_forward(camdelta_context *ctx, const camdelta_scan_args *args,
                                       camdelta_scan_saved *saved) {
-  cd_clear_error();
-  camdelta_status st = cd_prologue_scan_forward(ctx, args, saved);
-  if (st) return st;
-  if (!ctx || !args) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", OP, ctx ? "args" : "ctx");
-  if (saved && saved->ctx != ctx)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' was created for another context", OP);
-  if ((st = cd_forward_check(OP, args))) return st;
-
-  /* Build everything before enqueuing anything. */
-  cd_fwd_request r;
-  cd_plan_entry *pe;
-  if ((st = cd_forward_request(ctx, args, &r)) || (st = cd_forward_acquire(ctx, &r, &pe))) return st;
-  if (cd_option(ctx, CD_OPT_VERBOSE_SCAN, CAMDELTA_F32)) {
-    char text[1024];
-    cd_forward_text(pe, args->precision, text, sizeof text);
-    if (!choice_text(ctx, args, text, sizeof text)) fprintf(stderr, "camdelta scan: %s\n", text);
-  }
-  if (args->used) *args->used = r.alg;
-  if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;
-  cd_launch l;
-  cd_launch_init(&l, args->profile);
-  const cd_scan_geo geo = cd_scan_geo_fixed(args->B, args->H, args->D, args->F, args->S);
-  st = cd_forward_enqueue(ctx, pe, &geo, args, saved, &l);
-  cd_plan_release(ctx, pe);
-  st = cd_launch_end(ctx, &l, st);
-  if (saved && !st) {
-    saved->B = args->B, saved->H = args->H, saved->D = args->D, saved->F = args->F, saved->S = args->S;
-    saved->reverse = args->reverse != 0;
-    saved->has_init = args->init_state.mem != NULL;
-    saved->has_a = r.alg == CAMDELTA_SCAN_CHUNKWISE;
-    saved->valid = 1;
-  }
-  return st;
+  fwd_call s = {.saved = saved, .e = NULL};
+  cd_call c = {.entry = &FORWARD, .ctx = ctx, .args = args, .saved = saved, .saved_ctx = saved ? saved->ctx : NULL,
+               .op = &s};
+  return cd_run_entry(&c);
 }

@@ -17,10 +17,10 @@
  * is padded with tokens whose q, k, v, β (and grad_out) are zero, a short clip with frames of decay 1 and no
  * tokens. Such padding changes nothing exactly: a zero key row neither updates the state nor carries gradient,
  * and a padded frame's A_f = I, U_f = 0 (in reverse the padded frames after a clip's end pass its init_state
- * through unchanged). The batch runs as one fixed-shape call — either algorithm, all clips and frames in
- * parallel, no per-clip launches — with the per-clip states (clips, H, D, D) passed straight through, and the
- * results are moved back. Cost: the copies, and the padding's work and memory when clips differ much in size
- * (a native packed path in the scan kernels would avoid both). */
+ * through unchanged). The batch runs as the fixed-shape forward or backward (its plan and launches: all clips
+ * and frames in parallel, no per-clip launches) with the per-clip states (clips, H, D, D) passed straight through,
+ * and the results are moved back. Cost: the copies, and the padding's work and memory when clips differ much in size
+ * (a packed variant of the sequential kernel would avoid both). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,27 +90,14 @@ static camdelta_status check_geometry(const char *op, const camdelta_packed_clip
   return CAMDELTA_OK;
 }
 
-/* 1 when two state ranges of one cl_mem overlap without being the same range. */
-static int overlapping_states(camdelta_buffer a, camdelta_buffer b, size_t n) {
-  if (!a.mem || !b.mem || a.mem != b.mem || a.offset == b.offset) return 0;
-  return a.offset < b.offset + n && b.offset < a.offset + n;
-}
-
+/* The padded path's moves of one call: the two kernels, the offsets on the device, the padded tensors. */
 typedef struct pk_job {
-  camdelta_context *ctx;
   pk_geo g;
   cl_kernel gather, scatter;
   cl_mem fo, co;
   cl_mem mem[16];
   int n;
-  cd_launch l;
 } pk_job;
-
-static camdelta_status job_alloc(pk_job *j, size_t floats, cl_mem *out) {
-  camdelta_status st = cd_alloc(j->ctx, floats * 4, out);
-  if (!st) j->mem[j->n++] = *out;
-  return st;
-}
 
 static void job_free(pk_job *j) {
   for (int i = 0; i < j->n; i++) clReleaseMemObject(j->mem[i]);
@@ -121,10 +108,8 @@ static void job_free(pk_job *j) {
 }
 
 static camdelta_status job_start(pk_job *j, camdelta_context *ctx, const pk_geo *g, const int64_t *fo,
-                                 const int64_t *co, camdelta_profile *profile) {
-  memset(j, 0, sizeof *j);
-  if (profile) profile->kernel_ms = 0, profile->kernels = 0;
-  j->ctx = ctx, j->g = *g;
+                                 const int64_t *co) {
+  j->g = *g;
   camdelta_status st = cd_kernel(ctx, "scan_packed.cl", "", "cd_pack_gather", &j->gather);
   if (!st) st = cd_kernel(ctx, "scan_packed.cl", "", "cd_pack_scatter", &j->scatter);
   cl_int err = CL_SUCCESS;
@@ -132,13 +117,12 @@ static camdelta_status job_start(pk_job *j, camdelta_context *ctx, const pk_geo 
   if (!st && err == CL_SUCCESS)
     j->co = clCreateBuffer(ctx->context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, (g->clips + 1) * 8, (void *)co, &err);
   if (!st && err != CL_SUCCESS) st = cd_cl_fail(err, "packed clips: uploading the offsets");
-  cd_launch_init(&j->l, profile);
   return st;
 }
 
 /* rows R per head; per_frame: one column per frame (decay), else the frame's tokens */
-static camdelta_status move(pk_job *j, int scatter, camdelta_buffer packed, cl_mem padded, size_t R, int per_frame,
-                            float pad) {
+static camdelta_status move(camdelta_context *ctx, const pk_job *j, int scatter, camdelta_buffer packed, cl_mem padded,
+                            size_t R, int per_frame, float pad, cd_launch *l) {
   const pk_geo *g = &j->g;
   cd_args a = {scatter ? j->scatter : j->gather, 0, CL_SUCCESS};
   if (scatter) {
@@ -160,12 +144,7 @@ static camdelta_status move(pk_job *j, int scatter, camdelta_buffer packed, cl_m
   if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_pack: setting arguments");
   const size_t cols = per_frame ? g->Fm : g->Fm * g->Sm, lw = 64;
   const size_t gws[2] = {(cols + lw - 1) / lw * lw, g->clips * g->H * R}, lws[2] = {lw, 1};
-  return cd_enqueue(j->ctx, a.kernel, 2, gws, lws, &j->l, scatter ? "cd_pack_scatter" : "cd_pack_gather");
-}
-
-static void add_profile(camdelta_profile *to, const camdelta_profile *from) {
-  if (!to) return;
-  to->kernel_ms += from->kernel_ms, to->kernels += from->kernels;
+  return cd_enqueue(ctx, a.kernel, 2, gws, lws, l, scatter ? "cd_pack_scatter" : "cd_pack_gather");
 }
 
 /* The moved tensors, by kind: q, k, v (and grad_out, dq, dk, dv, out) have D rows per head and a column per
@@ -179,38 +158,36 @@ static size_t pk_padded(const pk_geo *g, int kind) {
   return g->clips * g->H * pk_rows(g, kind) * g->Fm * (kind == PK_DECAY ? 1 : g->Sm);
 }
 
-/* Gather src[kind] for kind = 0 .. n-1 into fresh padded device buffers in[kind]. */
-static camdelta_status gather_inputs(pk_job *j, const camdelta_buffer *src, int n, cl_mem *in) {
-  const pk_geo *g = &j->g;
+/* Fresh padded device buffers out[kind] for kind = 0 .. n-1. */
+static camdelta_status alloc_padded(camdelta_context *ctx, pk_job *j, int n, camdelta_buffer *out) {
   camdelta_status st = CAMDELTA_OK;
   for (int t = 0; t < n && !st; t++) {
-    const int per_frame = t == PK_DECAY;
-    st = job_alloc(j, pk_padded(g, t), &in[t]);
-    if (!st) st = move(j, 0, src[t], in[t], pk_rows(g, t), per_frame, per_frame ? 1.0f : 0.0f);
+    cl_mem m = NULL;
+    st = cd_alloc(ctx, pk_padded(&j->g, t) * 4, &m);
+    if (!st) j->mem[j->n++] = m;
+    out[t] = (camdelta_buffer){m, 0};
   }
   return st;
 }
 
-/* Fresh padded device buffers out[kind] for kind = 0 .. n-1. */
-static camdelta_status alloc_outputs(pk_job *j, int n, cl_mem *out) {
+/* Gather src[kind] for kind = 0 .. n-1 into the padded in[kind]. */
+static camdelta_status gather_inputs(camdelta_context *ctx, const pk_job *j, const camdelta_buffer *src, int n,
+                                     const camdelta_buffer *in, cd_launch *l) {
   camdelta_status st = CAMDELTA_OK;
-  for (int t = 0; t < n && !st; t++) st = job_alloc(j, pk_padded(&j->g, t), &out[t]);
+  for (int t = 0; t < n && !st; t++) {
+    const int per_frame = t == PK_DECAY;
+    st = move(ctx, j, 0, src[t], in[t].mem, pk_rows(&j->g, t), per_frame, per_frame ? 1.0f : 0.0f, l);
+  }
   return st;
 }
 
 /* Scatter the padded padded[kind] back into dst[kind] for kind = 0 .. n-1. */
-static camdelta_status scatter_outputs(pk_job *j, const camdelta_buffer *dst, int n, const cl_mem *padded) {
+static camdelta_status scatter_outputs(camdelta_context *ctx, const pk_job *j, const camdelta_buffer *dst, int n,
+                                       const camdelta_buffer *padded, cd_launch *l) {
   camdelta_status st = CAMDELTA_OK;
-  for (int t = 0; t < n && !st; t++) st = move(j, 1, dst[t], padded[t], pk_rows(&j->g, t), t == PK_DECAY, 0.0f);
+  for (int t = 0; t < n && !st; t++)
+    st = move(ctx, j, 1, dst[t], padded[t].mem, pk_rows(&j->g, t), t == PK_DECAY, 0.0f, l);
   return st;
-}
-
-/* The inner fixed-shape call failed: keep its message, name the packed view. */
-static camdelta_status name_padded_batch(camdelta_status st, const pk_geo *g) {
-  char msg[1024];
-  snprintf(msg, sizeof msg, "%s", camdelta_last_message());
-  return cd_fail(st, "%s (packed clips, run as a padded batch of %zu clips x %zu frames x %zu tokens)", msg, g->clips,
-                 g->Fm, g->Sm);
 }
 
 /* The native path's table (cl/common.cl, CD_PACKED): F + 1 frame offsets, per frame clip·4·H + 1 (first frame of
@@ -253,61 +230,22 @@ static cd_scan_geo packed_geo(const pk_geo *g, const cd_packed_run *pr) {
   return geo;
 }
 
-/* The chunkwise forward over packed clips in the kernels' packed variant; args checked by the caller. A saved object
- * gets the states (H, F, D, D) by packed frame, marked by S = 0. */
-static camdelta_status native_forward(camdelta_context *ctx, const camdelta_scan_args *args, const pk_geo *g,
-                                      const cd_packed_run *pr, camdelta_scan_saved *saved) {
-  const size_t offs[5] = {args->q.offset, args->k.offset, args->v.offset, args->beta.offset, args->out.offset};
-  const cd_fwd_request r = {.alg = CAMDELTA_SCAN_CHUNKWISE, .BH = g->clips * g->H, .D = g->D, .S = g->Sm,
-                            .prec = args->precision, .vec = pr->vec && cd_tc_vec_ok(4, offs, 5),
-                            .variant = packed_variant(pr), .extra = packed_opts(pr)};
-  cd_plan_entry *e;
-  camdelta_status st = cd_forward_acquire(ctx, &r, &e);
-  if (st) return st;
-  if (cd_option(ctx, CD_OPT_VERBOSE_SCAN, CAMDELTA_F32)) {
-    char text[1024];
-    cd_forward_text(e, args->precision, text, sizeof text);
-    fprintf(stderr, "camdelta scan (packed clips, native): %s\n", text);
-  }
-  if (args->used) *args->used = CAMDELTA_SCAN_CHUNKWISE;
-  if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;
-  cd_launch l;
-  cd_launch_init(&l, args->profile);
-  const cd_scan_geo geo = packed_geo(g, pr);
-  st = cd_forward_enqueue(ctx, e, &geo, args, saved, &l);
-  cd_plan_release(ctx, e);
-  st = cd_launch_end(ctx, &l, st);
-  if (saved && !st) { /* S = 0 marks the packed layout (H, F, D, D) by packed frame */
-    saved->B = 1, saved->H = g->H, saved->D = g->D, saved->F = g->F, saved->S = 0;
-    saved->reverse = args->reverse != 0;
-    saved->has_init = args->init_state.mem != NULL;
-    saved->has_a = 1;
-    saved->valid = 1;
-  }
-  return st;
-}
+/* ----------------------------------------------------------------------------------------- the entries */
 
-/* The backward over packed clips (the same conventions); saved NULL (recompute) or from native_forward. */
-static camdelta_status native_backward(camdelta_context *ctx, const camdelta_scan_backward_args *args,
-                                       const pk_geo *g, const cd_packed_run *pr, const camdelta_scan_saved *saved) {
-  const size_t offs[6] = {args->q.offset,    args->k.offset,        args->v.offset,
-                          args->beta.offset, args->grad_out.offset, args->dq.offset};
-  const size_t offs2[2] = {args->dk.offset, args->dv.offset};
-  const cd_bwd_request r = {.D = g->D, .prec = args->precision,
-                            .vec = cd_tc_vec_ok(pr->vec ? 4 : 1, offs, 6) && cd_tc_vec_ok(4, offs2, 2),
-                            .variant = packed_variant(pr), .extra = packed_opts(pr)};
+/* One packed call (the steps of src/runtime/driver.c): its geometry, its path, and what the plan step made for it:
+ * the native path's table, or the padded path's moves and the padded batch's args; the fixed-shape plan either
+ * runs. */
+typedef struct pk_call {
+  pk_geo g;
+  int native;
+  cd_packed_run pr;                   /* native */
+  pk_job j;                           /* padded */
+  camdelta_scan_args fa;              /* padded forward: the batch */
+  camdelta_scan_backward_args ba;     /* padded backward: the batch */
+  camdelta_scan_saved *saved;         /* the forward's */
+  camdelta_scan_algorithm alg;        /* the forward's */
   cd_plan_entry *e;
-  camdelta_status st = cd_backward_acquire(ctx, &r, &e);
-  if (st) return st;
-  cd_backward_verbose(ctx, e, g->D, " (packed clips, native)");
-  if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;
-  cd_launch l;
-  cd_launch_init(&l, args->profile);
-  const cd_scan_geo geo = packed_geo(g, pr);
-  st = cd_backward_enqueue(ctx, e, &geo, args, saved, &l);
-  cd_plan_release(ctx, e);
-  return cd_launch_end(ctx, &l, st);
-}
+} pk_call;
 
 static void report_path(const camdelta_context *ctx, const camdelta_packed_clips *pc, int native) {
   if (pc->native) *pc->native = native;
@@ -315,171 +253,224 @@ static void report_path(const camdelta_context *ctx, const camdelta_packed_clips
     fprintf(stderr, "camdelta scan: packed clips, %s path\n", native ? "native" : "padded batch");
 }
 
-camdelta_status camdelta_scan_forward_packed(camdelta_context *ctx, const camdelta_scan_args *p,
-                                             const camdelta_packed_clips *pc, camdelta_scan_saved *saved) {
-  static const char op[] = "camdelta_scan_forward_packed";
-  cd_clear_error();
-  if (!ctx || !p || !pc)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", op, !ctx ? "ctx" : !p ? "args" : "clips");
-  pk_geo g = {0};
-  camdelta_status st = check_geometry(op, pc, p->B, p->S, p->F, p->H, p->D, &g);
+static camdelta_status pk_end(cd_call *c, camdelta_status st) {
+  pk_call *s = c->op;
+  if (s->e) cd_plan_release(c->ctx, s->e);
+  if (s->pr.pk) clReleaseMemObject(s->pr.pk);
+  job_free(&s->j);
+  return st;
+}
+
+/* A packed tensor's elements (cd_fwd_sizes' meaning): tok H·D·N, beta H·N, frames (decay) H·F, state clips·H·D·D. */
+static cd_fwd_sizes pk_sizes(const pk_geo *g) {
+  return (cd_fwd_sizes){.tok = g->H * g->D * g->N, .beta = g->H * g->N, .frames = g->H * g->F,
+                        .state = g->clips * g->H * g->D * g->D};
+}
+
+/* --------------------------------------------------------------------------------------------- forward */
+
+static camdelta_status fwd_check(cd_call *c) {
+  pk_call *s = c->op;
+  const camdelta_scan_args *p = c->args;
+  const char *op = c->entry->op;
+  camdelta_status st = check_geometry(op, c->second, p->B, p->S, p->F, p->H, p->D, &s->g);
   if (st) return st;
-  const size_t H = g.H, D = g.D, tok = H * D * g.N, ns = g.clips * H * D * D;
-  if ((st = cd_check_buffer(op, "q", p->q, tok, 4, 0)) || (st = cd_check_buffer(op, "k", p->k, tok, 4, 0)) ||
-      (st = cd_check_buffer(op, "v", p->v, tok, 4, 0)) || (st = cd_check_buffer(op, "beta", p->beta, H * g.N, 4, 0)) ||
-      (st = cd_check_buffer(op, "decay", p->decay, H * g.F, 4, 0)) ||
-      (st = cd_check_buffer(op, "out", p->out, tok, 4, 0)) ||
-      (st = cd_check_buffer(op, "init_state", p->init_state, ns, 4, 1)) ||
-      (st = cd_check_buffer(op, "final_state", p->final_state, ns, 4, 1)))
-    return st;
-  const cd_tensor_arg outs[2] = {{"out", p->out, tok, 4}, {"final_state", p->final_state, ns, 4}};
-  const cd_tensor_arg ins[5] = {{"q", p->q, tok, 4},
-                                {"k", p->k, tok, 4},
-                                {"v", p->v, tok, 4},
-                                {"beta", p->beta, H * g.N, 4},
-                                {"decay", p->decay, H * g.F, 4}};
-  if ((st = cd_check_no_overlap(op, outs, 2, ins, 5))) return st;
-  if (overlapping_states(p->init_state, p->final_state, ns))
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
-                   "%s: 'final_state' partly overlaps 'init_state' (the same range, or disjoint ranges, are fine)", op);
   if (p->algorithm != CAMDELTA_SCAN_AUTO && p->algorithm != CAMDELTA_SCAN_SEQUENTIAL &&
       p->algorithm != CAMDELTA_SCAN_CHUNKWISE)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: algorithm %d unknown", op, (int)p->algorithm);
   if (p->precision != CAMDELTA_PRECISION_EXACT && p->precision != CAMDELTA_PRECISION_TF32)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: precision %d unknown", op, (int)p->precision);
-  if (saved && saved->ctx != ctx)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' was created for another context", op);
-  if ((st = cd_prologue_scan_forward(ctx, p, saved))) return st;
+  const cd_fwd_sizes z = pk_sizes(&s->g);
+  cd_forward_set_uses(c, &z);
+  return CAMDELTA_OK;
+}
 
-  /* The algorithm: AUTO decides as for a fixed batch of clips·H chains of the mean clip's frames with the mean
-   * frame's tokens. */
-  camdelta_scan_algorithm alg = p->algorithm;
-  if (alg == CAMDELTA_SCAN_AUTO &&
-      (st = cd_scan_decide(ctx, g.clips * H, D, (g.F + g.clips - 1) / g.clips, (g.N + g.F - 1) / g.F, &alg, NULL)))
-    return st;
-  report_path(ctx, pc, alg == CAMDELTA_SCAN_CHUNKWISE);
-  if (alg == CAMDELTA_SCAN_CHUNKWISE) {
-    cd_packed_run pr;
-    if ((st = native_start(ctx, &g, pc, &pr))) return st;
-    st = native_forward(ctx, p, &g, &pr, saved);
-    clReleaseMemObject(pr.pk);
-    return st;
+/* The algorithm (AUTO decides as for a fixed batch of clips·H chains of the mean clip's frames with the mean
+ * frame's tokens), then the chunkwise forward natively in the kernels' packed variant, or the sequential one on
+ * the padded batch. */
+static camdelta_status fwd_plan(cd_call *c) {
+  pk_call *s = c->op;
+  const camdelta_scan_args *p = c->args;
+  const pk_geo *g = &s->g;
+  s->alg = p->algorithm;
+  camdelta_status st = CAMDELTA_OK;
+  if (s->alg == CAMDELTA_SCAN_AUTO)
+    st = cd_scan_decide(c->ctx, g->clips * g->H, g->D, (g->F + g->clips - 1) / g->clips, (g->N + g->F - 1) / g->F,
+                        &s->alg, NULL);
+  if (st) return st;
+  s->native = s->alg == CAMDELTA_SCAN_CHUNKWISE;
+  report_path(c->ctx, c->second, s->native);
+  cd_fwd_request r;
+  if (s->native) {
+    if ((st = native_start(c->ctx, g, c->second, &s->pr))) return st;
+    const size_t offs[5] = {p->q.offset, p->k.offset, p->v.offset, p->beta.offset, p->out.offset};
+    r = (cd_fwd_request){.alg = CAMDELTA_SCAN_CHUNKWISE, .BH = g->clips * g->H, .D = g->D, .S = g->Sm,
+                         .prec = p->precision, .vec = s->pr.vec && cd_tc_vec_ok(4, offs, 5),
+                         .variant = packed_variant(&s->pr), .extra = packed_opts(&s->pr)};
+  } else {
+    const camdelta_packed_clips *pc = c->second;
+    camdelta_buffer in[6];
+    st = job_start(&s->j, c->ctx, g, pc->frame_offsets, pc->clip_offsets);
+    if (!st) st = alloc_padded(c->ctx, &s->j, 6, in); /* q, k, v, beta, decay, and out laid out like q */
+    if (st) return st;
+    camdelta_scan_args *a = &s->fa;
+    *a = *p;
+    a->B = g->clips, a->F = g->Fm, a->S = g->Sm, a->algorithm = s->alg;
+    a->q = in[PK_Q], a->k = in[PK_K], a->v = in[PK_V], a->beta = in[PK_BETA], a->decay = in[PK_DECAY];
+    a->out = in[PK_GRAD_OUT];
+    if ((st = cd_forward_request(c->ctx, a, &r))) return st;
   }
+  if ((st = cd_forward_acquire(c->ctx, &r, &s->e))) return st;
+  if (cd_option(c->ctx, CD_OPT_VERBOSE_SCAN, CAMDELTA_F32)) {
+    char text[1024];
+    cd_forward_text(s->e, p->precision, text, sizeof text);
+    fprintf(stderr, "camdelta scan (packed clips, %s): %s\n", s->native ? "native" : "padded batch", text);
+  }
+  if (p->used) *p->used = s->alg;
+  return CAMDELTA_OK;
+}
 
-  pk_job j;
-  st = job_start(&j, ctx, &g, pc->frame_offsets, pc->clip_offsets, p->profile);
-  cl_mem in[5] = {NULL}, out = NULL;
-  const camdelta_buffer src[5] = {p->q, p->k, p->v, p->beta, p->decay};
-  if (!st) st = gather_inputs(&j, src, 5, in);
-  if (!st) st = alloc_outputs(&j, 1, &out); /* laid out like q */
-  camdelta_profile inner = {0, 0};
-  if (!st) {
-    camdelta_scan_args a = *p;
-    a.B = g.clips, a.F = g.Fm, a.S = g.Sm, a.algorithm = alg;
-    a.q = (camdelta_buffer){in[PK_Q], 0}, a.k = (camdelta_buffer){in[PK_K], 0}, a.v = (camdelta_buffer){in[PK_V], 0};
-    a.beta = (camdelta_buffer){in[PK_BETA], 0}, a.decay = (camdelta_buffer){in[PK_DECAY], 0};
-    a.out = (camdelta_buffer){out, 0};
-    a.profile = p->profile ? &inner : NULL;
-    st = camdelta_scan_forward(ctx, &a, saved);
-    if (st) st = name_padded_batch(st, &g);
+static camdelta_status fwd_enqueue(cd_call *c, cd_launch *l) {
+  pk_call *s = c->op;
+  const camdelta_scan_args *p = c->args;
+  if (s->native) {
+    const cd_scan_geo geo = packed_geo(&s->g, &s->pr);
+    return cd_forward_enqueue(c->ctx, s->e, &geo, p, s->saved, l);
   }
-  if (!st) st = scatter_outputs(&j, &p->out, 1, &out);
-  st = cd_launch_end(ctx, &j.l, st);
-  if (!st) add_profile(p->profile, &inner);
-  job_free(&j);
+  const camdelta_scan_args *a = &s->fa;
+  const camdelta_buffer src[5] = {p->q, p->k, p->v, p->beta, p->decay}, in[5] = {a->q, a->k, a->v, a->beta, a->decay};
+  const cd_scan_geo geo = cd_scan_geo_fixed(a->B, a->H, a->D, a->F, a->S);
+  camdelta_status st = gather_inputs(c->ctx, &s->j, src, 5, in, l);
+  if (!st) st = cd_forward_enqueue(c->ctx, s->e, &geo, a, s->saved, l);
+  if (!st) st = scatter_outputs(c->ctx, &s->j, &p->out, 1, &a->out, l);
   return st;
 }
 
-camdelta_status camdelta_scan_backward_packed(camdelta_context *ctx, const camdelta_scan_backward_args *p,
-                                              const camdelta_packed_clips *pc, const camdelta_scan_saved *saved) {
-  static const char op[] = "camdelta_scan_backward_packed";
-  cd_clear_error();
-  if (!ctx || !p || !pc)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", op, !ctx ? "ctx" : !p ? "args" : "clips");
-  pk_geo g = {0};
-  camdelta_status st = check_geometry(op, pc, p->B, p->S, p->F, p->H, p->D, &g);
+/* A saved object of the native path holds (H, F, D, D) by packed frame, marked by S = 0 (the call's B = 1, S = 0);
+ * of the padded path, the padded batch's states. */
+static camdelta_status fwd_end(cd_call *c, camdelta_status st) {
+  pk_call *s = c->op;
+  if (s->saved && !st) cd_scan_saved_commit(s->saved, s->native ? c->args : &s->fa, s->native);
+  return pk_end(c, st);
+}
+
+static const cd_entry FORWARD = {.op = "camdelta_scan_forward_packed", .second = "clips", .slots = cd_forward_slots,
+                                 .nslots = CD_FWD_NSLOTS, .profile_part = 0,
+                                 .profile_offset = offsetof(camdelta_scan_args, profile), .check = fwd_check,
+                                 .plan = fwd_plan, .enqueue = fwd_enqueue, .end = fwd_end};
+
+camdelta_status camdelta_scan_forward_packed(camdelta_context *ctx, const camdelta_scan_args *args,
+                                             const camdelta_packed_clips *clips, camdelta_scan_saved *saved) {
+  pk_call s = {.saved = saved};
+  cd_call c = {.entry = &FORWARD, .ctx = ctx, .args = args, .second = clips, .saved = saved,
+               .saved_ctx = saved ? saved->ctx : NULL, .op = &s};
+  return cd_run_entry(&c);
+}
+
+/* -------------------------------------------------------------------------------------------- backward */
+
+/* The native path unless the saved states are a padded forward's (S > 0: a padded batch layout); a saved object
+ * checked against the path's layout. */
+static camdelta_status bwd_check(cd_call *c) {
+  pk_call *s = c->op;
+  const camdelta_scan_backward_args *p = c->args;
+  const camdelta_scan_saved *saved = c->saved;
+  const char *op = c->entry->op;
+  camdelta_status st = check_geometry(op, c->second, p->B, p->S, p->F, p->H, p->D, &s->g);
   if (st) return st;
-  const size_t H = g.H, D = g.D, tok = H * D * g.N, ns = g.clips * H * D * D, nb = H * g.N, nd = H * g.F;
-  if ((st = cd_check_buffer(op, "q", p->q, tok, 4, 0)) || (st = cd_check_buffer(op, "k", p->k, tok, 4, 0)) ||
-      (st = cd_check_buffer(op, "v", p->v, tok, 4, 0)) || (st = cd_check_buffer(op, "beta", p->beta, nb, 4, 0)) ||
-      (st = cd_check_buffer(op, "decay", p->decay, nd, 4, 0)) ||
-      (st = cd_check_buffer(op, "grad_out", p->grad_out, tok, 4, 0)) ||
-      (st = cd_check_buffer(op, "init_state", p->init_state, ns, 4, 1)) ||
-      (st = cd_check_buffer(op, "grad_final_state", p->grad_final_state, ns, 4, 1)) ||
-      (st = cd_check_buffer(op, "dq", p->dq, tok, 4, 0)) || (st = cd_check_buffer(op, "dk", p->dk, tok, 4, 0)) ||
-      (st = cd_check_buffer(op, "dv", p->dv, tok, 4, 0)) || (st = cd_check_buffer(op, "dbeta", p->dbeta, nb, 4, 0)) ||
-      (st = cd_check_buffer(op, "ddecay", p->ddecay, nd, 4, 0)) ||
-      (st = cd_check_buffer(op, "dinit_state", p->dinit_state, ns, 4, 1)))
-    return st;
-  const cd_tensor_arg outs[6] = {{"dq", p->dq, tok, 4},        {"dk", p->dk, tok, 4},
-                                 {"dv", p->dv, tok, 4},        {"dbeta", p->dbeta, nb, 4},
-                                 {"ddecay", p->ddecay, nd, 4}, {"dinit_state", p->dinit_state, ns, 4}};
-  const cd_tensor_arg ins[8] = {{"q", p->q, tok, 4},
-                                {"k", p->k, tok, 4},
-                                {"v", p->v, tok, 4},
-                                {"beta", p->beta, nb, 4},
-                                {"decay", p->decay, nd, 4},
-                                {"grad_out", p->grad_out, tok, 4},
-                                {"init_state", p->init_state, ns, 4},
-                                {"grad_final_state", p->grad_final_state, ns, 4}};
-  if ((st = cd_check_no_overlap(op, outs, 6, ins, 8))) return st;
   if (p->precision != CAMDELTA_PRECISION_EXACT && p->precision != CAMDELTA_PRECISION_TF32)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: precision %d unknown", op, (int)p->precision);
-  if (saved && saved->ctx != ctx)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' was created for another context", op);
-  if ((st = cd_prologue_scan_backward(ctx, p, saved))) return st;
-
-  /* Native unless the saved states are a padded forward's (S > 0: a padded batch layout). */
-  const int native = !saved || (saved->valid && saved->S == 0);
-  report_path(ctx, pc, native);
-  if (native) {
-    if (saved) {
-      if (saved->B != 1 || saved->H != H || saved->D != D || saved->F != g.F)
-        return cd_fail(CAMDELTA_ERROR_SHAPE,
-                       "%s: 'saved' is from a packed forward with H=%zu D=%zu and %zu frames, this call has H=%zu "
-                       "D=%zu and %zu frames",
-                       op, saved->H, saved->D, saved->F, H, D, g.F);
-      if ((saved->reverse != 0) != (p->reverse != 0))
-        return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' is from a %s forward, this call has reverse=%d",
-                       op, saved->reverse ? "reverse" : "causal", p->reverse != 0);
-      if ((saved->has_init != 0) != (p->init_state.mem != NULL))
-        return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
-                       "%s: 'saved' is from a forward %s an init_state, this call %s one (pass the same init_state)",
-                       op, saved->has_init ? "with" : "without", p->init_state.mem ? "has" : "has no");
-      if (!saved->state_post || saved->bytes < H * g.F * D * D * sizeof(float))
-        return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' holds no states of this shape", op);
-    }
-    cd_packed_run pr;
-    if ((st = native_start(ctx, &g, pc, &pr))) return st;
-    st = native_backward(ctx, p, &g, &pr, saved);
-    clReleaseMemObject(pr.pk);
-    return st;
+  const pk_geo *g = &s->g;
+  const size_t H = g->H, D = g->D;
+  s->native = !saved || (saved->valid && saved->S == 0);
+  if (s->native && saved) {
+    if (saved->B != 1 || saved->H != H || saved->D != D || saved->F != g->F)
+      return cd_fail(CAMDELTA_ERROR_SHAPE,
+                     "%s: 'saved' is from a packed forward with H=%zu D=%zu and %zu frames, this call has H=%zu "
+                     "D=%zu and %zu frames",
+                     op, saved->H, saved->D, saved->F, H, D, g->F);
+    if ((saved->reverse != 0) != (p->reverse != 0))
+      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' is from a %s forward, this call has reverse=%d", op,
+                     saved->reverse ? "reverse" : "causal", p->reverse != 0);
+    if ((saved->has_init != 0) != (p->init_state.mem != NULL))
+      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
+                     "%s: 'saved' is from a forward %s an init_state, this call %s one (pass the same init_state)", op,
+                     saved->has_init ? "with" : "without", p->init_state.mem ? "has" : "has no");
+    if (!saved->state_post || saved->bytes < H * g->F * D * D * sizeof(float))
+      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' holds no states of this shape", op);
   }
+  if (!s->native) { /* the padded batch's shape, which the saved object must be of */
+    camdelta_scan_backward_args *a = &s->ba;
+    *a = *p;
+    a->B = g->clips, a->F = g->Fm, a->S = g->Sm;
+    if ((st = cd_backward_saved_check(op, a, saved))) return st;
+  }
+  const cd_fwd_sizes z = pk_sizes(g);
+  cd_backward_set_uses(c, &z);
+  return CAMDELTA_OK;
+}
 
-  pk_job j;
-  st = job_start(&j, ctx, &g, pc->frame_offsets, pc->clip_offsets, p->profile);
-  cl_mem in[6] = {NULL}, outm[5] = {NULL};
+static camdelta_status bwd_plan(cd_call *c) {
+  pk_call *s = c->op;
+  const camdelta_scan_backward_args *p = c->args;
+  const pk_geo *g = &s->g;
+  report_path(c->ctx, c->second, s->native);
+  cd_bwd_request r;
+  camdelta_status st;
+  if (s->native) {
+    if ((st = native_start(c->ctx, g, c->second, &s->pr))) return st;
+    const size_t offs[6] = {p->q.offset, p->k.offset, p->v.offset, p->beta.offset, p->grad_out.offset, p->dq.offset};
+    const size_t offs2[2] = {p->dk.offset, p->dv.offset};
+    r = (cd_bwd_request){.D = g->D, .prec = p->precision,
+                         .vec = cd_tc_vec_ok(s->pr.vec ? 4 : 1, offs, 6) && cd_tc_vec_ok(4, offs2, 2),
+                         .variant = packed_variant(&s->pr), .extra = packed_opts(&s->pr)};
+  } else {
+    const camdelta_packed_clips *pc = c->second;
+    camdelta_buffer in[6], out[5];
+    st = job_start(&s->j, c->ctx, g, pc->frame_offsets, pc->clip_offsets);
+    if (!st) st = alloc_padded(c->ctx, &s->j, 6, in);
+    /* dq, dk, dv, dbeta, ddecay: laid out like q, k, v, beta, decay */
+    if (!st) st = alloc_padded(c->ctx, &s->j, 5, out);
+    if (st) return st;
+    camdelta_scan_backward_args *a = &s->ba;
+    a->q = in[PK_Q], a->k = in[PK_K], a->v = in[PK_V], a->beta = in[PK_BETA], a->decay = in[PK_DECAY];
+    a->grad_out = in[PK_GRAD_OUT];
+    a->dq = out[PK_Q], a->dk = out[PK_K], a->dv = out[PK_V], a->dbeta = out[PK_BETA], a->ddecay = out[PK_DECAY];
+    r = cd_backward_request(a);
+  }
+  if ((st = cd_backward_acquire(c->ctx, &r, &s->e))) return st;
+  cd_backward_verbose(c->ctx, s->e, g->D, s->native ? " (packed clips, native)" : " (packed clips, padded batch)");
+  return CAMDELTA_OK;
+}
+
+static camdelta_status bwd_enqueue(cd_call *c, cd_launch *l) {
+  pk_call *s = c->op;
+  const camdelta_scan_backward_args *p = c->args;
+  if (s->native) {
+    const cd_scan_geo geo = packed_geo(&s->g, &s->pr);
+    return cd_backward_enqueue(c->ctx, s->e, &geo, p, c->saved, l);
+  }
+  const camdelta_scan_backward_args *a = &s->ba;
   const camdelta_buffer src[6] = {p->q, p->k, p->v, p->beta, p->decay, p->grad_out};
-  if (!st) st = gather_inputs(&j, src, 6, in);
-  if (!st) st = alloc_outputs(&j, 5, outm); /* dq, dk, dv, dbeta, ddecay: laid out like q, k, v, beta, decay */
-  camdelta_profile inner = {0, 0};
-  if (!st) {
-    camdelta_scan_backward_args a = *p;
-    a.B = g.clips, a.F = g.Fm, a.S = g.Sm;
-    a.q = (camdelta_buffer){in[PK_Q], 0}, a.k = (camdelta_buffer){in[PK_K], 0}, a.v = (camdelta_buffer){in[PK_V], 0};
-    a.beta = (camdelta_buffer){in[PK_BETA], 0}, a.decay = (camdelta_buffer){in[PK_DECAY], 0};
-    a.grad_out = (camdelta_buffer){in[PK_GRAD_OUT], 0};
-    a.dq = (camdelta_buffer){outm[PK_Q], 0}, a.dk = (camdelta_buffer){outm[PK_K], 0};
-    a.dv = (camdelta_buffer){outm[PK_V], 0};
-    a.dbeta = (camdelta_buffer){outm[PK_BETA], 0}, a.ddecay = (camdelta_buffer){outm[PK_DECAY], 0};
-    a.profile = p->profile ? &inner : NULL;
-    st = camdelta_scan_backward(ctx, &a, saved);
-    if (st) st = name_padded_batch(st, &g);
-  }
+  const camdelta_buffer in[6] = {a->q, a->k, a->v, a->beta, a->decay, a->grad_out};
   const camdelta_buffer dst[5] = {p->dq, p->dk, p->dv, p->dbeta, p->ddecay};
-  if (!st) st = scatter_outputs(&j, dst, 5, outm);
-  st = cd_launch_end(ctx, &j.l, st);
-  if (!st) add_profile(p->profile, &inner);
-  job_free(&j);
+  const camdelta_buffer out[5] = {a->dq, a->dk, a->dv, a->dbeta, a->ddecay};
+  const cd_scan_geo geo = cd_scan_geo_fixed(a->B, a->H, a->D, a->F, a->S);
+  camdelta_status st = gather_inputs(c->ctx, &s->j, src, 6, in, l);
+  if (!st) st = cd_backward_enqueue(c->ctx, s->e, &geo, a, c->saved, l);
+  if (!st) st = scatter_outputs(c->ctx, &s->j, dst, 5, out, l);
   return st;
+}
+
+static const cd_entry BACKWARD = {.op = "camdelta_scan_backward_packed", .second = "clips",
+                                  .slots = cd_backward_slots, .nslots = CD_BWD_NSLOTS, .profile_part = 0,
+                                  .profile_offset = offsetof(camdelta_scan_backward_args, profile),
+                                  .check = bwd_check, .plan = bwd_plan, .enqueue = bwd_enqueue, .end = pk_end};
+
+camdelta_status camdelta_scan_backward_packed(camdelta_context *ctx, const camdelta_scan_backward_args *args,
+                                              const camdelta_packed_clips *clips, const camdelta_scan_saved *saved) {
+  pk_call s = {.native = 0};
+  cd_call c = {.entry = &BACKWARD, .ctx = ctx, .args = args, .second = clips, .saved = saved,
+               .saved_ctx = saved ? saved->ctx : NULL, .op = &s};
+  return cd_run_entry(&c);
 }

@@ -1,8 +1,9 @@
 /* The scan's phases as an API (include/camdelta_phases.h, explicitly unstable): the forward and the backward split
  * after their gram, the same compositions as camdelta_scan_forward / camdelta_scan_backward (compose.h) with the
  * per-frame matrices in a camdelta_scan_frames object instead of the plan's workspace, and the state summaries from
- * those matrices. Each half checks what it reads, acquires the plan (the rest finds the gram's: the same request,
- * its algorithm recorded) and enqueues its own launches. */
+ * those matrices. Each is an entry of the driver (src/runtime/driver.c) over the same slots as the whole call: the
+ * check step checks the frames object too, the plan step acquires the plan (the rest finds the gram's: the same
+ * request, its algorithm recorded), the enqueue step enqueues its half. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -76,189 +77,237 @@ static void record(camdelta_scan_frames *fr, int backward, size_t B, size_t H, s
   fr->reverse = reverse != 0, fr->prec = prec, fr->alg = alg, fr->saved = saved;
 }
 
-#define NB(f) {#f, a->f}
+/* One call of a phase (the steps of src/runtime/driver.c): its objects, and the plan held from the plan step to
+ * the end step. */
+typedef struct phase_call {
+  camdelta_scan_frames *frames;
+  camdelta_scan_saved *saved; /* a forward's (the backward's is the call's const saved) */
+  int want_u;                 /* camdelta_scan_backward_gram */
+  cd_fwd_request r;           /* a forward's request */
+  cd_plan_entry *e;
+} phase_call;
+
+static camdelta_status phase_end(cd_call *c, camdelta_status st) {
+  phase_call *s = c->op;
+  if (s->e) cd_plan_release(c->ctx, s->e);
+  return st;
+}
+
+static camdelta_status run(const cd_entry *entry, camdelta_context *ctx, const void *args,
+                           const camdelta_scan_saved *saved, phase_call *s) {
+  cd_call c = {.entry = entry, .ctx = ctx, .args = args, .saved = saved, .saved_ctx = saved ? saved->ctx : NULL,
+               .op = s};
+  return cd_run_entry(&c);
+}
 
 /* --------------------------------------------------------------------------------------------- forward */
 
-static camdelta_status forward_prologue(const char *op, camdelta_context *ctx, const camdelta_scan_args *a,
-                                        const camdelta_scan_saved *saved, const camdelta_scan_frames *fr) {
-  cd_clear_error();
-  camdelta_status st = CAMDELTA_OK;
-  if (!a) st = cd_prologue(op, ctx, a, NULL, 0, NULL, NULL, 0);
-  else {
-    const cd_named_buffer b[] = {NB(q),   NB(k),          NB(v),          NB(beta), NB(decay),
-                                 NB(out), NB(init_state), NB(final_state)};
-    st = cd_prologue(op, ctx, a, saved ? saved->ctx : NULL, saved != NULL, a->profile, b, sizeof b / sizeof b[0]);
-  }
-  if (!st) st = check_frames(op, ctx, fr);
-  if (!st) st = cd_forward_check(op, a);
+static camdelta_status forward_uses(cd_call *c) {
+  phase_call *s = c->op;
+  camdelta_status st = check_frames(c->entry->op, c->ctx, s->frames);
+  return st ? st : cd_forward_uses(c);
+}
+
+static camdelta_status forward_gram_plan(cd_call *c) {
+  phase_call *s = c->op;
+  const camdelta_scan_args *a = c->args;
+  camdelta_status st = cd_forward_request(c->ctx, a, &s->r);
+  if (!st) st = cd_forward_acquire(c->ctx, &s->r, &s->e);
+  if (!st && a->used) *a->used = s->r.alg;
   return st;
 }
+
+static camdelta_status forward_gram_enqueue(cd_call *c, cd_launch *l) {
+  phase_call *s = c->op;
+  const camdelta_scan_args *a = c->args;
+  camdelta_scan_frames *fr = s->frames;
+  camdelta_scan_saved *saved = s->saved;
+  const cd_scan_geo geo = cd_scan_geo_fixed(a->B, a->H, a->D, a->F, a->S);
+  const size_t bytes = geo.BHF * geo.D * geo.D * sizeof(float);
+  fr->valid = 0, fr->has[CD_FR_A] = fr->has[CD_FR_U] = fr->has[CD_FR_W] = 0;
+  drop_saved_a(fr);
+  if (s->r.alg != CAMDELTA_SCAN_CHUNKWISE) return CAMDELTA_OK;
+  camdelta_buffer A = {NULL, 0}, U;
+  camdelta_status st;
+  if (saved) { /* A_f into the saved object, which no longer holds a forward's states */
+    saved->valid = 0, saved->has_a = 0;
+    st = cd_ensure_buffer(c->ctx, &saved->a_mat, &saved->a_bytes, bytes);
+  } else
+    st = slot(fr, CD_FR_A, bytes, &A);
+  if (!st) st = slot(fr, CD_FR_U, bytes, &U);
+  if (!st) st = cd_forward_gram(c->ctx, s->e, &geo, a, saved, A, U, l);
+  if (!st && saved) clRetainMemObject(fr->a_saved = saved->a_mat);
+  fr->has[CD_FR_A] = fr->has[CD_FR_U] = !st;
+  return st;
+}
+
+static camdelta_status forward_gram_end(cd_call *c, camdelta_status st) {
+  phase_call *s = c->op;
+  const camdelta_scan_args *a = c->args;
+  if (!st) record(s->frames, 0, a->B, a->H, a->D, a->F, a->S, a->reverse, a->precision, s->r.alg, s->saved);
+  return phase_end(c, st);
+}
+
+static const cd_entry FORWARD_GRAM = CD_ENTRY("camdelta_scan_forward_gram", camdelta_scan_args, cd_forward_slots,
+                                              forward_uses, forward_gram_plan, forward_gram_enqueue, forward_gram_end);
 
 camdelta_status camdelta_scan_forward_gram(camdelta_context *ctx, const camdelta_scan_args *args,
                                            camdelta_scan_saved *saved, camdelta_scan_frames *frames) {
-  static const char op[] = "camdelta_scan_forward_gram";
-  camdelta_status st = forward_prologue(op, ctx, args, saved, frames);
-  if (st) return st;
-  cd_fwd_request r;
-  cd_plan_entry *e;
-  if ((st = cd_forward_request(ctx, args, &r)) || (st = cd_forward_acquire(ctx, &r, &e))) return st;
-  const cd_scan_geo geo = cd_scan_geo_fixed(args->B, args->H, args->D, args->F, args->S);
-  const size_t bytes = geo.BHF * geo.D * geo.D * sizeof(float);
-  frames->valid = 0, frames->has[CD_FR_A] = frames->has[CD_FR_U] = frames->has[CD_FR_W] = 0;
-  drop_saved_a(frames);
-  if (args->used) *args->used = r.alg;
-  if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;
-  cd_launch l;
-  cd_launch_init(&l, args->profile);
-  if (r.alg == CAMDELTA_SCAN_CHUNKWISE) {
-    camdelta_buffer A = {NULL, 0}, U;
-    if (saved) { /* A_f into the saved object, which no longer holds a forward's states */
-      saved->valid = 0, saved->has_a = 0;
-      st = cd_ensure_buffer(ctx, &saved->a_mat, &saved->a_bytes, bytes);
-    } else
-      st = slot(frames, CD_FR_A, bytes, &A);
-    if (!st) st = slot(frames, CD_FR_U, bytes, &U);
-    if (!st) st = cd_forward_gram(ctx, e, &geo, args, saved, A, U, &l);
-    if (!st && saved) clRetainMemObject(frames->a_saved = saved->a_mat);
-    frames->has[CD_FR_A] = frames->has[CD_FR_U] = !st;
-  }
-  cd_plan_release(ctx, e);
-  st = cd_launch_end(ctx, &l, st);
-  if (!st) record(frames, 0, args->B, args->H, args->D, args->F, args->S, args->reverse, args->precision, r.alg, saved);
+  phase_call s = {.frames = frames, .saved = saved};
+  return run(&FORWARD_GRAM, ctx, args, saved, &s);
+}
+
+static camdelta_status forward_rest_uses(cd_call *c) {
+  phase_call *s = c->op;
+  const camdelta_scan_args *a = c->args;
+  const char *op = c->entry->op;
+  camdelta_status st = forward_uses(c);
+  if (!st) st = check_same(op, s->frames, 0, a->B, a->H, a->D, a->F, a->S, a->reverse, a->precision, s->saved);
+  if (!st && s->saved && s->frames->alg == CAMDELTA_SCAN_CHUNKWISE && s->saved->a_mat != s->frames->a_saved)
+    st = cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' no longer holds the gram's A_f", op);
   return st;
 }
 
+static camdelta_status forward_rest_plan(cd_call *c) {
+  phase_call *s = c->op;
+  camdelta_scan_args a = *(const camdelta_scan_args *)c->args;
+  a.algorithm = s->frames->alg; /* the gram's decision */
+  camdelta_status st = cd_forward_request(c->ctx, &a, &s->r);
+  if (!st) st = cd_forward_acquire(c->ctx, &s->r, &s->e);
+  if (!st && a.used) *a.used = s->r.alg;
+  return st;
+}
+
+static camdelta_status forward_rest_enqueue(cd_call *c, cd_launch *l) {
+  phase_call *s = c->op;
+  const camdelta_scan_args *a = c->args;
+  const camdelta_scan_frames *fr = s->frames;
+  const cd_scan_geo geo = cd_scan_geo_fixed(a->B, a->H, a->D, a->F, a->S);
+  camdelta_status st = CAMDELTA_OK;
+  if (s->saved && !(st = cd_saved_reserve(c->ctx, s->saved, geo.BHF * geo.D * geo.D * sizeof(float))))
+    s->saved->valid = 0;
+  const camdelta_buffer A = {fr->mem[CD_FR_A], 0}, U = {fr->mem[CD_FR_U], 0};
+  return st ? st : cd_forward_rest(c->ctx, s->e, &geo, a, s->saved, A, U, l);
+}
+
+static camdelta_status forward_rest_end(cd_call *c, camdelta_status st) {
+  phase_call *s = c->op;
+  const camdelta_scan_args *a = c->args;
+  if (s->saved && !st) cd_scan_saved_commit(s->saved, a, s->r.alg == CAMDELTA_SCAN_CHUNKWISE);
+  return phase_end(c, st);
+}
+
+static const cd_entry FORWARD_REST = CD_ENTRY("camdelta_scan_forward_rest", camdelta_scan_args, cd_forward_slots,
+                                              forward_rest_uses, forward_rest_plan, forward_rest_enqueue,
+                                              forward_rest_end);
+
 camdelta_status camdelta_scan_forward_rest(camdelta_context *ctx, const camdelta_scan_args *args,
                                            camdelta_scan_saved *saved, camdelta_scan_frames *frames) {
-  static const char op[] = "camdelta_scan_forward_rest";
-  camdelta_status st = forward_prologue(op, ctx, args, saved, frames);
-  if (!st)
-    st = check_same(op, frames, 0, args->B, args->H, args->D, args->F, args->S, args->reverse, args->precision,
-                    saved);
-  if (!st && saved && frames->alg == CAMDELTA_SCAN_CHUNKWISE && saved->a_mat != frames->a_saved)
-    st = cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' no longer holds the gram's A_f", op);
-  if (st) return st;
-  cd_fwd_request r;
-  camdelta_scan_args a = *args;
-  a.algorithm = frames->alg; /* the gram's decision */
-  cd_plan_entry *e;
-  if ((st = cd_forward_request(ctx, &a, &r)) || (st = cd_forward_acquire(ctx, &r, &e))) return st;
-  const cd_scan_geo geo = cd_scan_geo_fixed(args->B, args->H, args->D, args->F, args->S);
-  if (args->used) *args->used = r.alg;
-  if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;
-  cd_launch l;
-  cd_launch_init(&l, args->profile);
-  if (saved && !(st = cd_saved_reserve(ctx, saved, geo.BHF * geo.D * geo.D * sizeof(float)))) saved->valid = 0;
-  const camdelta_buffer A = {frames->mem[CD_FR_A], 0}, U = {frames->mem[CD_FR_U], 0};
-  if (!st) st = cd_forward_rest(ctx, e, &geo, args, saved, A, U, &l);
-  cd_plan_release(ctx, e);
-  st = cd_launch_end(ctx, &l, st);
-  if (saved && !st) {
-    saved->B = args->B, saved->H = args->H, saved->D = args->D, saved->F = args->F, saved->S = args->S;
-    saved->reverse = args->reverse != 0;
-    saved->has_init = args->init_state.mem != NULL;
-    saved->has_a = r.alg == CAMDELTA_SCAN_CHUNKWISE;
-    saved->valid = 1;
-  }
-  return st;
+  phase_call s = {.frames = frames, .saved = saved};
+  return run(&FORWARD_REST, ctx, args, saved, &s);
 }
 
 /* -------------------------------------------------------------------------------------------- backward */
 
-static camdelta_status backward_prologue(const char *op, camdelta_context *ctx, const camdelta_scan_backward_args *a,
-                                         const camdelta_scan_saved *saved, const camdelta_scan_frames *fr) {
-  cd_clear_error();
-  camdelta_status st = CAMDELTA_OK;
-  if (!a) st = cd_prologue(op, ctx, a, NULL, 0, NULL, NULL, 0);
-  else {
-    const cd_named_buffer b[] = {NB(q),  NB(k),  NB(v),  NB(beta),  NB(decay),  NB(init_state), NB(grad_out),
-                                 NB(grad_final_state), NB(dq), NB(dk), NB(dv), NB(dbeta), NB(ddecay),
-                                 NB(dinit_state)};
-    st = cd_prologue(op, ctx, a, saved ? saved->ctx : NULL, saved != NULL, a->profile, b, sizeof b / sizeof b[0]);
-  }
-  if (!st) st = check_frames(op, ctx, fr);
-  if (!st) st = cd_backward_check(op, a, saved);
+static camdelta_status backward_uses(cd_call *c) {
+  phase_call *s = c->op;
+  camdelta_status st = check_frames(c->entry->op, c->ctx, s->frames);
+  return st ? st : cd_backward_uses(c);
+}
+
+static camdelta_status backward_plan(cd_call *c) {
+  phase_call *s = c->op;
+  const cd_bwd_request r = cd_backward_request(c->args);
+  return cd_backward_acquire(c->ctx, &r, &s->e);
+}
+
+static camdelta_status backward_gram_enqueue(cd_call *c, cd_launch *l) {
+  phase_call *s = c->op;
+  const camdelta_scan_backward_args *a = c->args;
+  const camdelta_scan_saved *saved = c->saved;
+  camdelta_scan_frames *fr = s->frames;
+  const cd_scan_geo geo = cd_scan_geo_fixed(a->B, a->H, a->D, a->F, a->S);
+  const size_t bytes = geo.BHF * geo.D * geo.D * sizeof(float);
+  fr->valid = 0, fr->has[CD_FR_A] = fr->has[CD_FR_U] = fr->has[CD_FR_W] = 0;
+  drop_saved_a(fr);
+  /* U_f for the state chain (no saved states) or the caller's summary E; A_f the forward's where it is kept */
+  const int need_u = !saved || s->want_u, reuse_a = saved && saved->has_a && !need_u;
+  camdelta_buffer A = {NULL, 0}, U = {NULL, 0}, W;
+  camdelta_status st = reuse_a ? CAMDELTA_OK : slot(fr, CD_FR_A, bytes, &A);
+  if (!st) st = slot(fr, CD_FR_W, bytes, &W);
+  if (!st && need_u) st = slot(fr, CD_FR_U, bytes, &U);
+  if (!st) st = cd_backward_gram(c->ctx, s->e, &geo, a, A, reuse_a, U, need_u, W, l);
+  if (!st && reuse_a) clRetainMemObject(fr->a_saved = saved->a_mat);
+  if (!st) fr->has[CD_FR_A] = fr->has[CD_FR_W] = 1, fr->has[CD_FR_U] = need_u;
   return st;
 }
+
+static camdelta_status backward_gram_end(cd_call *c, camdelta_status st) {
+  phase_call *s = c->op;
+  const camdelta_scan_backward_args *a = c->args;
+  if (!st)
+    record(s->frames, 1, a->B, a->H, a->D, a->F, a->S, a->reverse, a->precision, CAMDELTA_SCAN_CHUNKWISE, c->saved);
+  return phase_end(c, st);
+}
+
+static const cd_entry BACKWARD_GRAM =
+    CD_ENTRY("camdelta_scan_backward_gram", camdelta_scan_backward_args, cd_backward_slots, backward_uses,
+             backward_plan, backward_gram_enqueue, backward_gram_end);
 
 camdelta_status camdelta_scan_backward_gram(camdelta_context *ctx, const camdelta_scan_backward_args *args,
                                             const camdelta_scan_saved *saved, int want_u,
                                             camdelta_scan_frames *frames) {
-  static const char op[] = "camdelta_scan_backward_gram";
-  camdelta_status st = backward_prologue(op, ctx, args, saved, frames);
-  if (st) return st;
-  const cd_bwd_request r = cd_backward_request(args);
-  cd_plan_entry *e;
-  if ((st = cd_backward_acquire(ctx, &r, &e))) return st;
-  const cd_scan_geo geo = cd_scan_geo_fixed(args->B, args->H, args->D, args->F, args->S);
-  const size_t bytes = geo.BHF * geo.D * geo.D * sizeof(float);
-  frames->valid = 0, frames->has[CD_FR_A] = frames->has[CD_FR_U] = frames->has[CD_FR_W] = 0;
-  drop_saved_a(frames);
-  /* U_f for the state chain (no saved states) or the caller's summary E; A_f the forward's where it is kept */
-  const int need_u = !saved || want_u, reuse_a = saved && saved->has_a && !need_u;
-  camdelta_buffer A = {NULL, 0}, U = {NULL, 0}, W;
-  st = reuse_a ? CAMDELTA_OK : slot(frames, CD_FR_A, bytes, &A);
-  if (!st) st = slot(frames, CD_FR_W, bytes, &W);
-  if (!st && need_u) st = slot(frames, CD_FR_U, bytes, &U);
-  if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;
-  cd_launch l;
-  cd_launch_init(&l, args->profile);
-  if (!st) st = cd_backward_gram(ctx, e, &geo, args, A, reuse_a, U, need_u, W, &l);
-  if (!st && reuse_a) clRetainMemObject(frames->a_saved = saved->a_mat);
-  cd_plan_release(ctx, e);
-  st = cd_launch_end(ctx, &l, st);
-  if (!st) {
-    frames->has[CD_FR_A] = frames->has[CD_FR_W] = 1, frames->has[CD_FR_U] = need_u;
-    record(frames, 1, args->B, args->H, args->D, args->F, args->S, args->reverse, args->precision,
-           CAMDELTA_SCAN_CHUNKWISE, saved);
-  }
+  phase_call s = {.frames = frames, .want_u = want_u};
+  return run(&BACKWARD_GRAM, ctx, args, saved, &s);
+}
+
+static camdelta_status backward_rest_uses(cd_call *c) {
+  phase_call *s = c->op;
+  const camdelta_scan_backward_args *a = c->args;
+  const camdelta_scan_saved *saved = c->saved;
+  const char *op = c->entry->op;
+  camdelta_status st = backward_uses(c);
+  if (!st) st = check_same(op, s->frames, 1, a->B, a->H, a->D, a->F, a->S, a->reverse, a->precision, saved);
+  if (!st && s->frames->a_saved && saved->a_mat != s->frames->a_saved)
+    st = cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' no longer holds the A_f the gram read", op);
   return st;
 }
 
-camdelta_status camdelta_scan_backward_rest(camdelta_context *ctx, const camdelta_scan_backward_args *args,
-                                            const camdelta_scan_saved *saved, camdelta_scan_frames *frames) {
-  static const char op[] = "camdelta_scan_backward_rest";
-  camdelta_status st = backward_prologue(op, ctx, args, saved, frames);
-  if (!st)
-    st = check_same(op, frames, 1, args->B, args->H, args->D, args->F, args->S, args->reverse, args->precision,
-                    saved);
-  if (!st && frames->a_saved && saved->a_mat != frames->a_saved)
-    st = cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' no longer holds the A_f the gram read", op);
-  if (st) return st;
-  const cd_bwd_request r = cd_backward_request(args);
-  cd_plan_entry *e;
-  if ((st = cd_backward_acquire(ctx, &r, &e))) return st;
-  const cd_scan_geo geo = cd_scan_geo_fixed(args->B, args->H, args->D, args->F, args->S);
-  if (args->profile) args->profile->kernel_ms = 0, args->profile->kernels = 0;
-  cd_launch l;
-  cd_launch_init(&l, args->profile);
-  const camdelta_buffer A = {frames->a_saved ? frames->a_saved : frames->mem[CD_FR_A], 0};
-  const camdelta_buffer U = {frames->has[CD_FR_U] ? frames->mem[CD_FR_U] : NULL, 0}, W = {frames->mem[CD_FR_W], 0};
+static camdelta_status backward_rest_enqueue(cd_call *c, cd_launch *l) {
+  phase_call *s = c->op;
+  const camdelta_scan_backward_args *a = c->args;
+  const camdelta_scan_saved *saved = c->saved;
+  const camdelta_scan_frames *fr = s->frames;
+  const cd_scan_geo geo = cd_scan_geo_fixed(a->B, a->H, a->D, a->F, a->S);
+  const camdelta_buffer A = {fr->a_saved ? fr->a_saved : fr->mem[CD_FR_A], 0};
+  const camdelta_buffer U = {fr->has[CD_FR_U] ? fr->mem[CD_FR_U] : NULL, 0}, W = {fr->mem[CD_FR_W], 0};
   const camdelta_buffer states = {saved ? saved->state_post : NULL, 0};
-  st = cd_backward_rest(ctx, e, &geo, args, states, A, U, W, &l);
-  cd_plan_release(ctx, e);
-  return cd_launch_end(ctx, &l, st);
+  return cd_backward_rest(c->ctx, s->e, &geo, a, states, A, U, W, l);
 }
 
-#undef NB
+static const cd_entry BACKWARD_REST =
+    CD_ENTRY("camdelta_scan_backward_rest", camdelta_scan_backward_args, cd_backward_slots, backward_rest_uses,
+             backward_plan, backward_rest_enqueue, phase_end);
+
+camdelta_status camdelta_scan_backward_rest(camdelta_context *ctx, const camdelta_scan_backward_args *args,
+                                            const camdelta_scan_saved *saved, camdelta_scan_frames *frames) {
+  phase_call s = {.frames = frames};
+  return run(&BACKWARD_REST, ctx, args, saved, &s);
+}
 
 /* --------------------------------------------------------------------------------------------- summary */
 
-camdelta_status camdelta_scan_frames_summary(camdelta_context *ctx, const camdelta_scan_frames *frames,
-                                             const camdelta_frames_summary_args *a) {
-  static const char op[] = "camdelta_scan_frames_summary";
-  cd_clear_error();
-  camdelta_status st = CAMDELTA_OK;
-  if (!a) st = cd_prologue(op, ctx, a, NULL, 0, NULL, NULL, 0);
-  else {
-    const cd_named_buffer b[] = {{"init", a->init}, {"grad_final", a->grad_final}, {"T", a->T}, {"E", a->E},
-                                 {"G", a->G}};
-    st = cd_prologue(op, ctx, a, NULL, 0, a->profile, b, sizeof b / sizeof b[0]);
-  }
-  if (!st) st = check_frames(op, ctx, frames);
+static const cd_slot SUMMARY_SLOTS[] = {
+    CD_SLOT(camdelta_frames_summary_args, init, CD_IN), CD_SLOT(camdelta_frames_summary_args, grad_final, CD_IN),
+    CD_SLOT(camdelta_frames_summary_args, T, CD_OUT),   CD_SLOT(camdelta_frames_summary_args, E, CD_OUT),
+    CD_SLOT(camdelta_frames_summary_args, G, CD_OUT)};
+
+static camdelta_status summary_uses(cd_call *c) {
+  const camdelta_scan_frames *fr = ((phase_call *)c->op)->frames;
+  const camdelta_frames_summary_args *a = c->args;
+  const char *op = c->entry->op;
+  const camdelta_status st = check_frames(op, c->ctx, fr);
   if (st) return st;
-  const camdelta_scan_frames *fr = frames;
   if (!fr->valid || ((a->T.mem || a->E.mem || a->G.mem) && !fr->has[CD_FR_A]))
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'frames' holds no per-frame matrices (%s)", op,
                    fr->valid ? "the sequential algorithm has no gram: camdelta_scan_summary computes its own"
@@ -267,17 +316,32 @@ camdelta_status camdelta_scan_frames_summary(camdelta_context *ctx, const camdel
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'E' needs U_f, which the gram did not compute (want_u)", op);
   if (a->G.mem && !fr->has[CD_FR_W])
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'G' needs W_f, which only a backward's gram computes", op);
-  const size_t BH = fr->B * fr->H, ns = BH * fr->D * fr->D;
-  if ((st = cd_check_buffer(op, "init", a->init, ns, 4, 1)) ||
-      (st = cd_check_buffer(op, "grad_final", a->grad_final, ns, 4, 1)) ||
-      (st = cd_check_buffer(op, "T", a->T, ns, 4, 1)) || (st = cd_check_buffer(op, "E", a->E, ns, 4, 1)) ||
-      (st = cd_check_buffer(op, "G", a->G, ns, 4, 1)))
-    return st;
-  const cd_tensor_arg outs[3] = {{"T", a->T, ns, 4}, {"E", a->E, ns, 4}, {"G", a->G, ns, 4}};
-  const cd_tensor_arg ins[2] = {{"init", a->init, ns, 4}, {"grad_final", a->grad_final, ns, 4}};
-  if ((st = cd_check_no_overlap(op, outs, 3, ins, 2))) return st;
-  if (!a->T.mem && !a->E.mem && !a->G.mem) return CAMDELTA_OK;
+  const size_t n = fr->B * fr->H * fr->D * fr->D;
+  for (int i = 0; i < 5; i++) c->use[i] = (cd_use){.need = CD_OPTIONAL, .elems = n, .es = 4};
+  return CAMDELTA_OK;
+}
+
+static camdelta_status summary_plan(cd_call *c) {
+  phase_call *s = c->op;
+  const camdelta_frames_summary_args *a = c->args;
+  return a->T.mem || a->E.mem || a->G.mem ? cd_summary_acquire(c->ctx, s->frames->D, &s->e) : CAMDELTA_OK;
+}
+
+static camdelta_status summary_enqueue(cd_call *c, cd_launch *l) {
+  const phase_call *s = c->op;
+  const camdelta_scan_frames *fr = s->frames;
+  const camdelta_frames_summary_args *a = c->args;
+  if (!s->e) return CAMDELTA_OK;
   const cl_mem A = fr->a_saved ? fr->a_saved : fr->mem[CD_FR_A];
-  return cd_summary_from_frames(ctx, BH, fr->D, fr->F, fr->reverse, A, fr->mem[CD_FR_U], fr->mem[CD_FR_W], a->init,
-                                a->grad_final, a->T, a->E, a->G, a->profile);
+  return cd_summary_from_frames(c->ctx, s->e, fr->B * fr->H, fr->D, fr->F, fr->reverse, A, fr->mem[CD_FR_U],
+                                fr->mem[CD_FR_W], a->init, a->grad_final, a->T, a->E, a->G, l);
+}
+
+static const cd_entry SUMMARY = CD_ENTRY("camdelta_scan_frames_summary", camdelta_frames_summary_args, SUMMARY_SLOTS,
+                                         summary_uses, summary_plan, summary_enqueue, phase_end);
+
+camdelta_status camdelta_scan_frames_summary(camdelta_context *ctx, const camdelta_scan_frames *frames,
+                                             const camdelta_frames_summary_args *args) {
+  phase_call s = {.frames = (camdelta_scan_frames *)frames};
+  return run(&SUMMARY, ctx, args, NULL, &s);
 }

@@ -43,32 +43,12 @@ static camdelta_status sm_build(camdelta_context *ctx, const cd_plan_key *key, c
   return CAMDELTA_OK;
 }
 
-/* The context's summary plan for D, referenced and locked: sm_end() releases it. */
-static camdelta_status sm_acquire(camdelta_context *ctx, size_t D, cd_plan_entry **e) {
+camdelta_status cd_summary_acquire(camdelta_context *ctx, size_t D, cd_plan_entry **e) {
   cd_plan_key key;
   memset(&key, 0, sizeof key);
   key.op = CD_PLAN_SUMMARY;
   key.D = (unsigned)D;
   return cd_plan_acquire(ctx, &key, sm_build, NULL, sm_destroy, e);
-}
-
-/* One call's plan, the profile reset and the launch begun; *e is NULL on failure. */
-static camdelta_status sm_begin(camdelta_context *ctx, size_t D, camdelta_profile *profile, cd_plan_entry **e,
-                                cd_launch *l) {
-  const camdelta_status st = sm_acquire(ctx, D, e);
-  if (st) {
-    *e = NULL;
-    return st;
-  }
-  if (profile) profile->kernel_ms = 0, profile->kernels = 0;
-  cd_launch_init(l, profile);
-  return CAMDELTA_OK;
-}
-
-static camdelta_status sm_end(camdelta_context *ctx, cd_plan_entry *e, cd_launch *l, camdelta_status st) {
-  if (!e) return st;
-  cd_plan_release(ctx, e);
-  return cd_launch_end(ctx, l, st);
 }
 
 /* The chains' two scratch states (BH, D, D). */
@@ -100,8 +80,9 @@ static camdelta_status sm_run(camdelta_context *ctx, sm_plan *pl, const cd_scan_
 
 /* ------------------------------------------------------------------------------------------ checks */
 
-static camdelta_status check_shape(const char *op, size_t B, size_t H, size_t D, size_t F, size_t S, size_t *n_tok,
-                                   size_t *n_state, size_t *n_frames) {
+/* The sizes of a summary's tensors (elements) from its shape (cd_fwd_sizes' meaning). */
+static camdelta_status check_shape(const char *op, size_t B, size_t H, size_t D, size_t F, size_t S,
+                                   cd_fwd_sizes *z) {
   camdelta_status st = cd_check_head_dim(op, D);
   if (st) return st;
   if (!B || !H || !F || !S)
@@ -110,86 +91,16 @@ static camdelta_status check_shape(const char *op, size_t B, size_t H, size_t D,
   const size_t fst[4] = {B, H, D, D}, ffr[5] = {B, H, F, D, D}, fbhf[3] = {B, H, F};
   if (!cd_mul(&N, F, S)) return cd_fail(CAMDELTA_ERROR_OVERFLOW, "%s: N = F*S overflows size_t", op);
   const size_t ftok[4] = {B, H, D, N};
-  if (!cd_prod(n_tok, 4, ftok) || *n_tok > SIZE_MAX / 4 || !cd_prod(n_state, 4, fst) || !cd_prod(&frames, 5, ffr) ||
-      frames > SIZE_MAX / 4 || !cd_prod(n_frames, 3, fbhf) || *n_frames > SIZE_MAX / 256)
+  if (!cd_prod(&z->tok, 4, ftok) || z->tok > SIZE_MAX / 4 || !cd_prod(&z->state, 4, fst) ||
+      !cd_prod(&frames, 5, ffr) || frames > SIZE_MAX / 4 || !cd_prod(&z->frames, 3, fbhf) ||
+      z->frames > SIZE_MAX / 256)
     return cd_fail(CAMDELTA_ERROR_OVERFLOW, "%s: sizes overflow size_t (B=%zu H=%zu D=%zu F=%zu S=%zu)", op, B, H, D, F,
                    S);
   if (F > UINT32_MAX || S > UINT32_MAX)
     return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: F=%zu or S=%zu exceeds 2^32-1", op, F, S);
+  z->beta = z->frames * S;
   return CAMDELTA_OK;
 }
-
-/* -------------------------------------------------------------------------------------- forward */
-
-camdelta_status camdelta_scan_summary(camdelta_context *ctx, const camdelta_scan_summary_args *p) {
-  static const char op[] = "camdelta_scan_summary";
-  cd_clear_error();
-  if (!ctx || !p) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", op, ctx ? "args" : "ctx");
-  size_t n_tok, n_state, n_frames;
-  camdelta_status st = check_shape(op, p->B, p->H, p->D, p->F, p->S, &n_tok, &n_state, &n_frames);
-  if (st) return st;
-  if (!p->T.mem && !p->E.mem)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: neither output 'T' nor 'E' is given", op);
-  const int want_e = p->E.mem != NULL;
-  const size_t nbeta = n_frames * p->S;
-  if ((st = cd_check_buffer(op, "k", p->k, n_tok, 4, 0)) || (st = cd_check_buffer(op, "v", p->v, n_tok, 4, !want_e)) ||
-      (st = cd_check_buffer(op, "beta", p->beta, nbeta, 4, 0)) ||
-      (st = cd_check_buffer(op, "decay", p->decay, n_frames, 4, 0)) ||
-      (st = cd_check_buffer(op, "init_state", p->init_state, n_state, 4, 1)) ||
-      (st = cd_check_buffer(op, "T", p->T, n_state, 4, 1)) || (st = cd_check_buffer(op, "E", p->E, n_state, 4, 1)))
-    return st;
-  const cd_tensor_arg outs[2] = {{"T", p->T, n_state, 4}, {"E", p->E, n_state, 4}};
-  const cd_tensor_arg ins[5] = {{"k", p->k, n_tok, 4},
-                                {"v", want_e ? p->v : (camdelta_buffer){NULL, 0}, n_tok, 4},
-                                {"beta", p->beta, nbeta, 4},
-                                {"decay", p->decay, n_frames, 4},
-                                {"init_state", p->init_state, n_state, 4}};
-  if ((st = cd_check_no_overlap(op, outs, 2, ins, 5))) return st;
-
-  cd_plan_entry *e;
-  cd_launch l;
-  if ((st = sm_begin(ctx, p->D, p->profile, &e, &l))) return st;
-  const cd_scan_geo geo = cd_scan_geo_fixed(p->B, p->H, p->D, p->F, p->S);
-  cd_gram_io io = {.k = p->k, .v = p->v, .beta = p->beta, .decay = p->decay};
-  cd_chain_summary_io cio = {.init = p->init_state, .T = p->T, .E = p->E, .reverse = p->reverse != 0};
-  st = sm_run(ctx, e->plan, &geo, &io, want_e ? SM_U : SM_NONE, &cio, &l);
-  return sm_end(ctx, e, &l, st);
-}
-
-/* ------------------------------------------------------------------------------------- gradient */
-
-camdelta_status camdelta_scan_grad_summary(camdelta_context *ctx, const camdelta_scan_grad_summary_args *p) {
-  static const char op[] = "camdelta_scan_grad_summary";
-  cd_clear_error();
-  if (!ctx || !p) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", op, ctx ? "args" : "ctx");
-  size_t n_tok, n_state, n_frames;
-  camdelta_status st = check_shape(op, p->B, p->H, p->D, p->F, p->S, &n_tok, &n_state, &n_frames);
-  if (st) return st;
-  const size_t nbeta = n_frames * p->S;
-  if ((st = cd_check_buffer(op, "q", p->q, n_tok, 4, 0)) || (st = cd_check_buffer(op, "k", p->k, n_tok, 4, 0)) ||
-      (st = cd_check_buffer(op, "beta", p->beta, nbeta, 4, 0)) ||
-      (st = cd_check_buffer(op, "decay", p->decay, n_frames, 4, 0)) ||
-      (st = cd_check_buffer(op, "grad_out", p->grad_out, n_tok, 4, 0)) ||
-      (st = cd_check_buffer(op, "grad_final_state", p->grad_final_state, n_state, 4, 1)) ||
-      (st = cd_check_buffer(op, "G", p->G, n_state, 4, 0)))
-    return st;
-  const cd_tensor_arg outs[1] = {{"G", p->G, n_state, 4}};
-  const cd_tensor_arg ins[6] = {{"q", p->q, n_tok, 4},         {"k", p->k, n_tok, 4},
-                                {"beta", p->beta, nbeta, 4},    {"decay", p->decay, n_frames, 4},
-                                {"grad_out", p->grad_out, n_tok, 4}, {"grad_final_state", p->grad_final_state, n_state, 4}};
-  if ((st = cd_check_no_overlap(op, outs, 1, ins, 6))) return st;
-
-  cd_plan_entry *e;
-  cd_launch l;
-  if ((st = sm_begin(ctx, p->D, p->profile, &e, &l))) return st;
-  const cd_scan_geo geo = cd_scan_geo_fixed(p->B, p->H, p->D, p->F, p->S);
-  cd_gram_io io = {.q = p->q, .k = p->k, .dout = p->grad_out, .beta = p->beta, .decay = p->decay};
-  cd_chain_summary_io cio = {.gfinal = p->grad_final_state, .G = p->G, .reverse = p->reverse != 0};
-  st = sm_run(ctx, e->plan, &geo, &io, SM_W, &cio, &l);
-  return sm_end(ctx, e, &l, st);
-}
-
-/* ------------------------------------------------------------------------------ apply and combine */
 
 static camdelta_status check_states(const char *op, size_t B, size_t H, size_t D, size_t *n_state) {
   camdelta_status st = cd_check_head_dim(op, D);
@@ -201,79 +112,206 @@ static camdelta_status check_states(const char *op, size_t B, size_t H, size_t D
   return CAMDELTA_OK;
 }
 
+/* Slot i of a call: `need` elements of f32. */
+static void use(cd_call *c, int i, cd_need need, size_t elems) {
+  c->use[i] = (cd_use){.need = need, .elems = elems, .es = 4};
+}
+
+/* The entries (the steps of src/runtime/driver.c) hold the summaries' plan from the plan step to the end step. */
+static camdelta_status sm_end_step(cd_call *c, camdelta_status st) {
+  cd_plan_entry **e = c->op;
+  if (*e) cd_plan_release(c->ctx, *e);
+  return st;
+}
+
+static camdelta_status run(const cd_entry *entry, camdelta_context *ctx, const void *args) {
+  cd_plan_entry *e = NULL;
+  cd_call c = {.entry = entry, .ctx = ctx, .args = args, .op = &e};
+  return cd_run_entry(&c);
+}
+
+static sm_plan *plan_of(const cd_call *c) { return (*(cd_plan_entry **)c->op)->plan; }
+
+/* -------------------------------------------------------------------------------------- forward */
+
+#define SS(f, role) CD_SLOT(camdelta_scan_summary_args, f, role)
+static const cd_slot SUMMARY_SLOTS[] = {SS(k, CD_IN),          SS(v, CD_IN),     SS(beta, CD_IN), SS(decay, CD_IN),
+                                        SS(init_state, CD_IN), SS(T, CD_OUT),    SS(E, CD_OUT)};
+#undef SS
+
+static camdelta_status summary_check(cd_call *c) {
+  const camdelta_scan_summary_args *p = c->args;
+  cd_fwd_sizes z;
+  const camdelta_status st = check_shape(c->entry->op, p->B, p->H, p->D, p->F, p->S, &z);
+  if (st) return st;
+  if (!p->T.mem && !p->E.mem)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: neither output 'T' nor 'E' is given", c->entry->op);
+  use(c, 0, CD_REQUIRED, z.tok);
+  use(c, 1, p->E.mem ? CD_REQUIRED : CD_UNUSED, z.tok); /* v only for E */
+  use(c, 2, CD_REQUIRED, z.beta);
+  use(c, 3, CD_REQUIRED, z.frames);
+  for (int i = 4; i < 7; i++) use(c, i, CD_OPTIONAL, z.state);
+  return CAMDELTA_OK;
+}
+
+static camdelta_status summary_plan(cd_call *c) {
+  return cd_summary_acquire(c->ctx, ((const camdelta_scan_summary_args *)c->args)->D, c->op);
+}
+
+static camdelta_status summary_enqueue(cd_call *c, cd_launch *l) {
+  const camdelta_scan_summary_args *p = c->args;
+  const cd_scan_geo geo = cd_scan_geo_fixed(p->B, p->H, p->D, p->F, p->S);
+  cd_gram_io io = {.k = p->k, .v = p->v, .beta = p->beta, .decay = p->decay};
+  cd_chain_summary_io cio = {.init = p->init_state, .T = p->T, .E = p->E, .reverse = p->reverse != 0};
+  return sm_run(c->ctx, plan_of(c), &geo, &io, p->E.mem ? SM_U : SM_NONE, &cio, l);
+}
+
+static const cd_entry SUMMARY = CD_ENTRY("camdelta_scan_summary", camdelta_scan_summary_args, SUMMARY_SLOTS,
+                                         summary_check, summary_plan, summary_enqueue, sm_end_step);
+
+camdelta_status camdelta_scan_summary(camdelta_context *ctx, const camdelta_scan_summary_args *p) {
+  return run(&SUMMARY, ctx, p);
+}
+
+/* ------------------------------------------------------------------------------------- gradient */
+
+#define SG(f, role) CD_SLOT(camdelta_scan_grad_summary_args, f, role)
+static const cd_slot GRAD_SLOTS[] = {SG(q, CD_IN),        SG(k, CD_IN),
+                                     SG(beta, CD_IN),     SG(decay, CD_IN),
+                                     SG(grad_out, CD_IN), SG(grad_final_state, CD_IN),
+                                     SG(G, CD_OUT)};
+#undef SG
+
+static camdelta_status grad_check(cd_call *c) {
+  const camdelta_scan_grad_summary_args *p = c->args;
+  cd_fwd_sizes z;
+  const camdelta_status st = check_shape(c->entry->op, p->B, p->H, p->D, p->F, p->S, &z);
+  if (st) return st;
+  use(c, 0, CD_REQUIRED, z.tok);
+  use(c, 1, CD_REQUIRED, z.tok);
+  use(c, 2, CD_REQUIRED, z.beta);
+  use(c, 3, CD_REQUIRED, z.frames);
+  use(c, 4, CD_REQUIRED, z.tok);
+  use(c, 5, CD_OPTIONAL, z.state);
+  use(c, 6, CD_REQUIRED, z.state);
+  return CAMDELTA_OK;
+}
+
+static camdelta_status grad_plan(cd_call *c) {
+  return cd_summary_acquire(c->ctx, ((const camdelta_scan_grad_summary_args *)c->args)->D, c->op);
+}
+
+static camdelta_status grad_enqueue(cd_call *c, cd_launch *l) {
+  const camdelta_scan_grad_summary_args *p = c->args;
+  const cd_scan_geo geo = cd_scan_geo_fixed(p->B, p->H, p->D, p->F, p->S);
+  cd_gram_io io = {.q = p->q, .k = p->k, .dout = p->grad_out, .beta = p->beta, .decay = p->decay};
+  cd_chain_summary_io cio = {.gfinal = p->grad_final_state, .G = p->G, .reverse = p->reverse != 0};
+  return sm_run(c->ctx, plan_of(c), &geo, &io, SM_W, &cio, l);
+}
+
+static const cd_entry GRAD_SUMMARY = CD_ENTRY("camdelta_scan_grad_summary", camdelta_scan_grad_summary_args,
+                                              GRAD_SLOTS, grad_check, grad_plan, grad_enqueue, sm_end_step);
+
+camdelta_status camdelta_scan_grad_summary(camdelta_context *ctx, const camdelta_scan_grad_summary_args *p) {
+  return run(&GRAD_SUMMARY, ctx, p);
+}
+
+/* ------------------------------------------------------------------------------ apply and combine */
+
 static cd_mat mat_of(camdelta_buffer b, size_t DD) { return b.mem ? (cd_mat){b.mem, b.offset, DD} : (cd_mat){0}; }
 
-camdelta_status camdelta_summary_apply(camdelta_context *ctx, const camdelta_summary_apply_args *p) {
-  static const char op[] = "camdelta_summary_apply";
-  cd_clear_error();
-  if (!ctx || !p) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", op, ctx ? "args" : "ctx");
+static const cd_slot APPLY_SLOTS[] = {
+    CD_SLOT(camdelta_summary_apply_args, T, CD_IN), CD_SLOT(camdelta_summary_apply_args, E, CD_IN),
+    CD_SLOT(camdelta_summary_apply_args, M_in, CD_IN), CD_SLOT(camdelta_summary_apply_args, M_out, CD_OUT)};
+
+static camdelta_status apply_check(cd_call *c) {
+  const camdelta_summary_apply_args *p = c->args;
   size_t ns;
-  camdelta_status st = check_states(op, p->B, p->H, p->D, &ns);
+  const camdelta_status st = check_states(c->entry->op, p->B, p->H, p->D, &ns);
   if (st) return st;
-  if ((st = cd_check_buffer(op, "T", p->T, ns, 4, 0)) || (st = cd_check_buffer(op, "E", p->E, ns, 4, 1)) ||
-      (st = cd_check_buffer(op, "M_in", p->M_in, ns, 4, 1)) || (st = cd_check_buffer(op, "M_out", p->M_out, ns, 4, 0)))
-    return st;
-  const cd_tensor_arg outs[1] = {{"M_out", p->M_out, ns, 4}};
-  const cd_tensor_arg ins[3] = {{"T", p->T, ns, 4}, {"E", p->E, ns, 4}, {"M_in", p->M_in, ns, 4}};
-  if ((st = cd_check_no_overlap(op, outs, 1, ins, 3))) return st;
-  cd_plan_entry *e;
-  cd_launch l;
-  if ((st = sm_begin(ctx, p->D, p->profile, &e, &l))) return st;
-  const sm_plan *pl = e->plan;
+  use(c, 0, CD_REQUIRED, ns);
+  use(c, 1, CD_OPTIONAL, ns);
+  use(c, 2, CD_OPTIONAL, ns);
+  use(c, 3, CD_REQUIRED, ns);
+  return CAMDELTA_OK;
+}
+
+static camdelta_status apply_plan(cd_call *c) {
+  return cd_summary_acquire(c->ctx, ((const camdelta_summary_apply_args *)c->args)->D, c->op);
+}
+
+static camdelta_status apply_enqueue(cd_call *c, cd_launch *l) {
+  const camdelta_summary_apply_args *p = c->args;
   const size_t DD = p->D * p->D, BH = p->B * p->H;
   /* without M_in: M_out = E (T·0 = 0) */
   const cd_mat A = p->M_in.mem ? mat_of(p->T, DD) : (cd_mat){0};
-  st = cd_chain_summary_step(ctx, &pl->chain, p->D, BH, A, p->transpose != 0, mat_of(p->M_in, DD), (cd_mat){0},
-                             mat_of(p->E, DD), mat_of(p->M_out, DD), &l);
-  return sm_end(ctx, e, &l, st);
+  return cd_chain_summary_step(c->ctx, &plan_of(c)->chain, p->D, BH, A, p->transpose != 0, mat_of(p->M_in, DD),
+                               (cd_mat){0}, mat_of(p->E, DD), mat_of(p->M_out, DD), l);
 }
 
-camdelta_status camdelta_summary_combine(camdelta_context *ctx, const camdelta_summary_combine_args *p) {
-  static const char op[] = "camdelta_summary_combine";
-  cd_clear_error();
-  if (!ctx || !p) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", op, ctx ? "args" : "ctx");
+static const cd_entry APPLY = CD_ENTRY("camdelta_summary_apply", camdelta_summary_apply_args, APPLY_SLOTS,
+                                       apply_check, apply_plan, apply_enqueue, sm_end_step);
+
+camdelta_status camdelta_summary_apply(camdelta_context *ctx, const camdelta_summary_apply_args *p) {
+  return run(&APPLY, ctx, p);
+}
+
+#define SC(f, role) CD_SLOT(camdelta_summary_combine_args, f, role)
+static const cd_slot COMBINE_SLOTS[] = {SC(T1, CD_IN), SC(E1, CD_IN), SC(T2, CD_IN),
+                                        SC(E2, CD_IN), SC(T, CD_OUT), SC(E, CD_OUT)};
+#undef SC
+
+static camdelta_status combine_check(cd_call *c) {
+  const camdelta_summary_combine_args *p = c->args;
   size_t ns;
-  camdelta_status st = check_states(op, p->B, p->H, p->D, &ns);
+  const camdelta_status st = check_states(c->entry->op, p->B, p->H, p->D, &ns);
   if (st) return st;
   if (!p->T.mem && !p->E.mem)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: neither output 'T' nor 'E' is given", op);
-  if ((st = cd_check_buffer(op, "T1", p->T1, ns, 4, !p->T.mem)) || (st = cd_check_buffer(op, "E1", p->E1, ns, 4, 1)) ||
-      (st = cd_check_buffer(op, "T2", p->T2, ns, 4, 0)) || (st = cd_check_buffer(op, "E2", p->E2, ns, 4, 1)) ||
-      (st = cd_check_buffer(op, "T", p->T, ns, 4, 1)) || (st = cd_check_buffer(op, "E", p->E, ns, 4, 1)))
-    return st;
-  const cd_tensor_arg outs[2] = {{"T", p->T, ns, 4}, {"E", p->E, ns, 4}};
-  const cd_tensor_arg ins[4] = {{"T1", p->T1, ns, 4}, {"E1", p->E1, ns, 4}, {"T2", p->T2, ns, 4}, {"E2", p->E2, ns, 4}};
-  if ((st = cd_check_no_overlap(op, outs, 2, ins, 4))) return st;
-  cd_plan_entry *e;
-  cd_launch l;
-  if ((st = sm_begin(ctx, p->D, p->profile, &e, &l))) return st;
-  const sm_plan *pl = e->plan;
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: neither output 'T' nor 'E' is given", c->entry->op);
+  use(c, 0, p->T.mem ? CD_REQUIRED : CD_OPTIONAL, ns);
+  use(c, 1, CD_OPTIONAL, ns);
+  use(c, 2, CD_REQUIRED, ns);
+  for (int i = 3; i < 6; i++) use(c, i, CD_OPTIONAL, ns);
+  return CAMDELTA_OK;
+}
+
+static camdelta_status combine_plan(cd_call *c) {
+  return cd_summary_acquire(c->ctx, ((const camdelta_summary_combine_args *)c->args)->D, c->op);
+}
+
+static camdelta_status combine_enqueue(cd_call *c, cd_launch *l) {
+  const camdelta_summary_combine_args *p = c->args;
+  const sm_plan *pl = plan_of(c);
   const size_t DD = p->D * p->D, BH = p->B * p->H;
   const cd_mat none = {0};
+  camdelta_status st = CAMDELTA_OK;
   if (p->T.mem)
-    st = cd_chain_summary_step(ctx, &pl->chain, p->D, BH, mat_of(p->T2, DD), 0, mat_of(p->T1, DD), none, none,
-                               mat_of(p->T, DD), &l);
+    st = cd_chain_summary_step(c->ctx, &pl->chain, p->D, BH, mat_of(p->T2, DD), 0, mat_of(p->T1, DD), none, none,
+                               mat_of(p->T, DD), l);
   if (!st && p->E.mem) {
     const cd_mat A = p->E1.mem ? mat_of(p->T2, DD) : none;
-    st = cd_chain_summary_step(ctx, &pl->chain, p->D, BH, A, 0, mat_of(p->E1, DD), none, mat_of(p->E2, DD),
-                               mat_of(p->E, DD), &l);
+    st = cd_chain_summary_step(c->ctx, &pl->chain, p->D, BH, A, 0, mat_of(p->E1, DD), none, mat_of(p->E2, DD),
+                               mat_of(p->E, DD), l);
   }
-  return sm_end(ctx, e, &l, st);
+  return st;
+}
+
+static const cd_entry COMBINE = CD_ENTRY("camdelta_summary_combine", camdelta_summary_combine_args, COMBINE_SLOTS,
+                                         combine_check, combine_plan, combine_enqueue, sm_end_step);
+
+camdelta_status camdelta_summary_combine(camdelta_context *ctx, const camdelta_summary_combine_args *p) {
+  return run(&COMBINE, ctx, p);
 }
 
 /* ------------------------------------------------------------------------- from a scan's own frames */
 
-camdelta_status cd_summary_from_frames(camdelta_context *ctx, size_t BH, size_t D, size_t F, int reverse, cl_mem A,
-                                       cl_mem U, cl_mem W, camdelta_buffer init, camdelta_buffer gfinal,
-                                       camdelta_buffer T, camdelta_buffer E, camdelta_buffer G,
-                                       camdelta_profile *profile) {
-  cd_plan_entry *e;
-  cd_launch l;
-  camdelta_status st = sm_begin(ctx, D, profile, &e, &l);
-  if (st) return st;
+camdelta_status cd_summary_from_frames(camdelta_context *ctx, cd_plan_entry *e, size_t BH, size_t D, size_t F,
+                                       int reverse, cl_mem A, cl_mem U, cl_mem W, camdelta_buffer init,
+                                       camdelta_buffer gfinal, camdelta_buffer T, camdelta_buffer E,
+                                       camdelta_buffer G, cd_launch *l) {
+  sm_plan *pl = e->plan;
   cd_chain_summary_io cio = {.A = A, .U = U, .W = W, .init = init, .gfinal = gfinal, .T = T, .E = E, .G = G,
                              .reverse = reverse};
-  st = sm_scratch(ctx, e->plan, BH, D, cio.scratch);
-  if (!st) st = cd_chain_summaries(ctx, &((sm_plan *)e->plan)->chain, D, BH, F, &cio, &l);
-  return sm_end(ctx, e, &l, st);
+  const camdelta_status st = sm_scratch(ctx, pl, BH, D, cio.scratch);
+  return st ? st : cd_chain_summaries(ctx, &pl->chain, D, BH, F, &cio, l);
 }
