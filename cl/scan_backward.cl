@@ -1,4 +1,4 @@
-/* Scan backward (SPEC section 4): exact gradients of the delta-rule scan, both directions.
+/* Scan backward (docs/math.md §4.1): exact gradients of the delta-rule scan, both directions.
  *
  * Per (b, h) the forward is a chain of key-frame updates of a D x D state (rows = key dim, cols = value dim):
  *   P_f = d_f * Mprev_f,  M_f = A_f * Mprev_f + U_f,  A_f = d_f (I - K_f^T diag(b_f) K_f),  U_f = K_f^T diag(b_f) V_f
@@ -256,7 +256,7 @@ kernel void cd_scan_bwd_chain(global const float *A, ulong A_off, global const f
     for (int c = 0; c < CD_CB; c++) dinit[di_off + bh * CD_DD + i * CD_D + c0 + c] = x[c];
 }
 
-/* The fused scan pair's backward (src/ops/scan_pair.c): both directions' G chains of cd_scan_bwd_chain (no
+/* The fused scan pair's backward (src/scan/pair.c): both directions' G chains of cd_scan_bwd_chain (no
  * recompute) in one launch, the reverse one with A_f = 0 at its masked frames; the same arithmetic in the same
  * order as that kernel, so each direction's G is bit-identical to its own scan backward's.
  *   causal  f = F−1..0: G_f = W_f + x, x = A_f·G_f               (x starts at grad_final_c; dinit_c = x)

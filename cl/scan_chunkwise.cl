@@ -1,4 +1,4 @@
-/* Chunkwise-parallel delta-rule scan (SPEC section 3), three kernels:
+/* Chunkwise-parallel delta-rule scan (docs/math.md §3), three kernels:
  *
  *   cd_scan_phase_a  per (b, h, f) in parallel:
  *                      A_f = decay_f · (I − K_fᵀ·β_f·K_f)     (D x D, rows and cols = key dim)
@@ -288,7 +288,7 @@ __kernel __attribute__((reqd_work_group_size(B_W, 1, 1))) void cd_scan_phase_b(
                    reverse);
 }
 
-/* The fused scan pair's chains (SPEC 8.4; src/ops/scan_pair.c, cl/scan_pair.cl), same build options as phase B:
+/* The fused scan pair's chains (docs/math.md §8.4; src/scan/pair.c, cl/scan_pair.cl), same build options as phase B:
  * per (direction, b, h, block of value columns), the causal chain M_f = A_f·M_{f−1} + U_f -> post_c[f], and the
  * reverse chain T_{F−1} = init_r, T_{f−1} = [mask_f] (A_f·T_f + U_f) -> post_r[f − 1] (post_r[F − 1] = init_r),
  * each bit-identical to its own scan's phase B. Launch: local (B_WR·B_WC, 1), global (local·B·H, 2·nj): groups

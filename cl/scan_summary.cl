@@ -1,4 +1,4 @@
-/* State summaries (SPEC section 9): the per-frame D x D grams and a batched D x D "apply" for their chains.
+/* State summaries (docs/math.md §9.2): the per-frame D x D grams and a batched D x D "apply" for their chains.
  *
  *   cd_summary_gram   per (b, h, f, 32 x 32 output tile) in parallel:
  *                       out_f(i, j) = g_f · (diag·δ_ij + sgn · Σ_s X[i, f·S+s] · w[f·S+s] · Y[j, f·S+s])

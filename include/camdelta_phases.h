@@ -1,6 +1,6 @@
 /*
  * camdelta — the scan's phases and the camera branch in parts, to chain segments of a sequence over any transport
- * (SPEC section 9).
+ * (docs/math.md §9.3).
  *
  * EXPLICITLY UNSTABLE. Unlike camdelta.h, the functions and types of this header may change in any release, a minor
  * one included, without a deprecation period: it is installed for camdelta's own MPI component (camdelta_mpi) and

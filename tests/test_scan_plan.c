@@ -168,10 +168,9 @@ static void test_resolution_order(void **state) {
   fake_free(c);
 }
 
-/* ----------------------------------------------------------------------------- FMA tiles (scan_tiles.c) */
+/* ------------------------------------------------------------------------ FMA tiles (src/scan/tiles.c) */
 
-/* Given device limits -> expected tiles (the values the policy gave before it moved into src/tune, kept as the
- * reference: a change here is a change of what runs). */
+/* Given device limits -> expected tiles (the reference: a change here is a change of what runs). */
 static void test_fma_tiles_given_limits(void **state) {
   (void)state;
   const camdelta_device_info h200 = facts("NVIDIA Corporation", "NVIDIA H200", CL_DEVICE_TYPE_GPU, 132, 1024, 49152);

@@ -1,4 +1,4 @@
-/* Sequence parallelism over MPI (include/camdelta_mpi.h, SPEC section 9), composed of the public API: the scan's
+/* Sequence parallelism over MPI (include/camdelta_mpi.h, docs/math.md §9.3), composed of the public API: the scan's
  * phases (include/camdelta_phases.h) and the state summaries (include/camdelta_summary.h).
  *
  * Ranks are ordered along the direction the state flows: position pos = rank (causal) or P−1−rank (reverse), so

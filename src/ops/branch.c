@@ -1,5 +1,5 @@
-/* The whole camera branch (SPEC 8.6), forward and backward, composed of the camera, conv, prep, output transform
- * operations and the scan engine (src/scan/engine.h).
+/* The whole camera branch (docs/math.md §8.6), forward and backward, composed of the camera, conv, prep, output
+ * transform operations and the scan engine (src/scan/engine.h).
  *
  * Forward (one saved object holds every intermediate the backward reads):
  *   cd_camera_matrices, cd_camera_rope   cameras -> proj_q, proj_kv, proj_o, rope tables
@@ -321,7 +321,7 @@ static camdelta_status copy_frames(camdelta_context *ctx, camdelta_buffer src, s
   return CAMDELTA_OK;
 }
 
-/* Frames of this part's outputs that read a neighbour's input (the conv's halo, SPEC 8.2), relative to the
+/* Frames of this part's outputs that read a neighbour's input (the conv's halo, docs/math.md §8.2), relative to the
  * extended frames [e0, e0 + Te) with this part's at [nl, nl + T):
  *   forward (y reads x): all nl frames before (the look-back crosses segment starts) and, after, those within the
  *     segment of this part's last frame (the look-ahead stops at its end);

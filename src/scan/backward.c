@@ -1,4 +1,4 @@
-/* Scan backward (SPEC section 4): argument checks and the composition of the units (units.h):
+/* Scan backward (docs/math.md §4.1): argument checks and the composition of the units (units.h):
  *
  *   1. gram   (parallel over b, h, f): W_f = Q_fᵀ·dO_f, A_f = d_f·(I − K_fᵀβ_fK_f) (unless the saved object
  *             holds the chunkwise forward's A_f), and U_f = K_fᵀβ_fV_f when the forward's states must be

@@ -1,6 +1,6 @@
 /* Cost model of the scan forward's algorithms and the AUTO choice (declarations in cost.h).
  *
- * Each kernel of the plan that would run (the tiles come from scan_tiles.c, as the plan's own) gets
+ * Each kernel of the plan that would run (the tiles come from tiles.c, as the plan's own) gets
  *
  *   time = max(full-device time, waves x lone work-group time) + launch
  *   full-device time   = max(flops / (CUs x peak_cu x eff), bytes / (CUs x bandwidth_cu))

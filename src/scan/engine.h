@@ -25,8 +25,8 @@ camdelta_status cd_scan_pair_warm(camdelta_context *ctx, size_t BH, size_t D, si
 camdelta_status cd_scan_branch_algorithm(camdelta_context *ctx, camdelta_scan_algorithm alg, size_t BH, size_t D,
                                          size_t F, size_t S, camdelta_scan_algorithm *run, int *pair);
 
-/** The output transform (SPEC 8.5) as the pair's phase C epilogue: y (B, N, H, D) from proj_o (B, N, 4, 4) and the
- *  RoPE tables (N, D/2), N = F·S. done: set to 1 when the pair wrote y (and not out), 0 when it wrote out (no
+/** The output transform (docs/math.md §8.5) as the pair's phase C epilogue: y (B, N, H, D) from proj_o (B, N, 4, 4)
+ *  and the RoPE tables (N, D/2), N = F·S. done: set to 1 when the pair wrote y (and not out), 0 when it wrote out (no
  *  tensor-core path, y, proj_o or the tables not on 16 bytes, or the tile does not fit the local memory): the
  *  caller then runs cd_output_transform. */
 typedef struct cd_pair_ot {
@@ -34,8 +34,8 @@ typedef struct cd_pair_ot {
   int done;
 } cd_pair_ot;
 
-/** The fused scan pair of the camera branch (SPEC 8.4): a causal and a chunk-masked reverse delta-rule scan over
- *  the same q, k, v and gates, summed, in one pass (pair.c). The causal scan runs with (beta, decay); the reverse
+/** The fused scan pair of the camera branch (docs/math.md §8.4): a causal and a chunk-masked reverse delta-rule scan
+ *  over the same q, k, v and gates, summed, in one pass (pair.c). The causal scan runs with (beta, decay); the reverse
  *  scan with beta_r, decay_r equal to beta, decay except zero at the frames f with mask[f] == 0 (there its chain
  *  restarts from zero: A_f = 0, U_f = 0). out = causal output + reverse output. init_* / final_* (optional,
  *  (B, H, D, D)) are each direction's init and final states exactly as camdelta_scan_forward's. */

@@ -1,4 +1,4 @@
-/* Scan forward (SPEC section 3): argument checks, the saved object, tile choice and the two algorithms.
+/* Scan forward (docs/math.md §3): argument checks, the saved object, tile choice and the two algorithms.
  *
  * Sequential (cl/scan_sequential.cl): a work-group per (b, h, block of J value columns) walks the frames with its
  * state block in registers. On GPUs (OUT=2) it keeps only the recurrence and writes the state every output frame

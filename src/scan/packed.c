@@ -1,4 +1,4 @@
-/* Packed clips (SPEC section 9, include/camdelta_packed.h): camdelta_scan_forward_packed and
+/* Packed clips (docs/math.md §9.1, include/camdelta_packed.h): camdelta_scan_forward_packed and
  * camdelta_scan_backward_packed.
  *
  * Native path (the chunkwise forward, and the backward): the scan kernels' packed variant (-DCD_PACKED, see

@@ -1,4 +1,4 @@
-/* The fused scan pair of the camera branch (SPEC 8.4): the causal scan with (β', decay) plus the reverse scan
+/* The fused scan pair of the camera branch (docs/math.md §8.4): the causal scan with (β', decay) plus the reverse scan
  * with (β'_r, decay_r) = (β', decay) zeroed at the chunk-start frames, summed, in one pass (units.h):
  *
  *   gram once             A_f, U_f of the causal gates (the reverse's are the same except 0 at masked frames)

@@ -1,4 +1,4 @@
-/* State summaries (SPEC section 9, include/camdelta_summary.h) on the device, composed of two units (units.h):
+/* State summaries (docs/math.md §9.2, include/camdelta_summary.h) on the device, composed of two units (units.h):
  *
  *   1. gram   (parallel over b, h, f; its single-product FMA form, cl/scan_summary.cl):
  *             A_f = decay_f·(I − K_fᵀβ_fK_f), and U_f = K_fᵀβ_fV_f (forward E) or W_f = Q_fᵀ·dO_f (gradient G)

@@ -1,7 +1,6 @@
 /* Tile policy of the scan's FMA kernel families: parameters, constraints, local-memory formulas, the choice for
- * given device limits and the overrides (declarations and meanings in scan_tiles.h). Moved here
- * from src/scan/forward.c and src/scan/backward.c unchanged, so that the plans decide once per shape class and
- * the tests check the policy without a device. */
+ * given device limits and the overrides (declarations and meanings in tiles.h). Apart from the plans, so that they
+ * decide once per shape class and the tests check the policy without a device. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

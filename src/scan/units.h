@@ -150,7 +150,7 @@ typedef struct cd_mat {
  *  X, W, U are zero). Y must not overlap an input. */
 camdelta_status cd_chain_summary_step(camdelta_context *ctx, const cd_chain *ch, size_t D, size_t BH, cd_mat A,
                                       int trans, cd_mat X, cd_mat W, cd_mat U, cd_mat Y, cd_launch *l);
-/** The state summaries of SPEC section 9 over the F frames of the per-frame matrices A, U, W (U for E, W for G):
+/** The state summaries of docs/math.md §9.2 over the F frames of the per-frame matrices A, U, W (U for E, W for G):
  *  T, E (from init; absent: zero) and G (from gfinal; absent: zero), each computed when its mem is set, in
  *  camdelta_scan_summary's orders. scratch: two (BH, D, D) buffers. */
 typedef struct cd_chain_summary_io {
@@ -187,8 +187,8 @@ void cd_apply_release(cd_apply *a);
 /** out_f = Q_f·states_f (the state each output frame reads). */
 camdelta_status cd_apply_out(camdelta_context *ctx, const cd_apply *a, const cd_scan_geo *geo, camdelta_buffer q,
                              camdelta_buffer states, camdelta_buffer out, cd_launch *l);
-/** The output transform (SPEC 8.5) of Q_f·states_f straight into y (B, N, H, D): *done = 1 when enqueued, 0 (and
- *  OK, nothing enqueued) where the plan has no such form or y, proj_o or the tables are not on 16 bytes. */
+/** The output transform (docs/math.md §8.5) of Q_f·states_f straight into y (B, N, H, D): *done = 1 when enqueued, 0
+ *  (and OK, nothing enqueued) where the plan has no such form or y, proj_o or the tables are not on 16 bytes. */
 typedef struct cd_apply_ot_io {
   camdelta_buffer q, states, proj_o, rope_cos, rope_sin, y;
   size_t H;
