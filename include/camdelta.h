@@ -512,7 +512,8 @@ typedef struct camdelta_chunking {
 } camdelta_chunking;
 
 /** The scan's chunk bounds: bounds[0] = 0 < ... < bounds[*count - 1] = T. `cap` entries are available
- *  (T + 1 always suffice). Fails on a bad chunking, writing nothing. */
+ *  (T + 1 always suffice). Fails on a bad chunking, writing nothing: SHAPE (T = 0), UNSUPPORTED (T >= 2^32, the
+ *  operations' limit), INVALID_ARGUMENT, BUFFER_TOO_SMALL. */
 CAMDELTA_API camdelta_status camdelta_chunk_bounds(size_t T, const camdelta_chunking *chunking, size_t *bounds,
                                                    size_t cap, size_t *count);
 /** The short conv's segment bounds (docs/math.md §8.2): one segment [0, T) without a chunk_size or when
