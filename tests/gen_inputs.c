@@ -3,6 +3,9 @@
  *   cd_gen_inputs scan|scan-backward B H D F S DIR
  *   cd_gen_inputs scan-packed|scan-backward-packed H D CLIPS DIR   (CLIPS: FxS,FxS,... one clip of F frames of S
  *                                                                    tokens each; packed layout, docs/math.md §9)
+ *   cd_gen_inputs branch B T Hs Ws H D DIR   the inputs of every camera-branch operation: camera_conditions (poses
+ *       near the identity), k_raw and conv_weight (short-conv), out proj_o rope_cos rope_sin (output-transform), and
+ *       q_raw v_raw q_norm_weight k_norm_weight beta decay grad_y (branch, branch-backward)
  * Values are deterministic (xorshift) and in the ranges the tests use; prep-backward and scan-backward also get
  * every optional upstream gradient, and the scans an init_state. */
 #include <stdint.h>
@@ -109,8 +112,40 @@ int main(int argc, char **argv) {
     fprintf(stderr, "cd_gen_inputs: CLIPS '%s' is not FxS,FxS,... (at most %d clips)\n", argv[4], (int)MAXC);
     return 2;
   }
+  if (argc >= 9 && !strcmp(argv[1], "branch")) {
+    const size_t B = num(argv[2]), T = num(argv[3]), Hs = num(argv[4]), Ws = num(argv[5]), H = num(argv[6]),
+                 D = num(argv[7]);
+    const char *dir = argv[8];
+    const size_t S = Hs * Ws, N = T * S, C = H * D, tok[4] = {B, N, H, D}, c4[2] = {C, 4}, c1[1] = {C},
+                 beta[4] = {B, H, T, S}, decay[3] = {B, H, T}, cc[3] = {B, T, 20}, bhdn[4] = {B, H, D, N},
+                 bn44[4] = {B, N, 4, 4}, ndh[2] = {N, D / 2};
+    int rc = put(dir, "q_raw", 4, tok, -1.5f, 1.5f) | put(dir, "k_raw", 4, tok, -1.5f, 1.5f) |
+             put(dir, "v_raw", 4, tok, -1.5f, 1.5f) | put(dir, "conv_weight", 2, c4, -0.6f, 0.6f) |
+             put(dir, "q_norm_weight", 1, c1, 0.5f, 1.5f) | put(dir, "k_norm_weight", 1, c1, 0.5f, 1.5f) |
+             put(dir, "beta", 4, beta, 0.1f, 0.9f) | put(dir, "decay", 3, decay, 0.5f, 1) |
+             put(dir, "grad_y", 4, tok, -1, 1) | put(dir, "out", 4, bhdn, -1, 1) | put(dir, "proj_o", 4, bn44, -1, 1) |
+             put(dir, "rope_cos", 2, ndh, -1, 1) | put(dir, "rope_sin", 2, ndh, -1, 1);
+    /* cameras: c2w near the identity, focal lengths near the image extent, centres near its middle */
+    float *x = malloc(B * T * 20 * sizeof *x);
+    if (!x) return 1;
+    for (size_t i = 0; i < B * T; i++) {
+      float *c = x + i * 20;
+      for (int k = 0; k < 16; k++) c[k] = (k % 5 == 0 ? 1.0f : 0.0f) + (k < 12 ? uni(-0.3f, 0.3f) : 0.0f);
+      c[16] = (float)Ws * uni(0.8f, 1.2f), c[17] = (float)Hs * uni(0.8f, 1.2f);
+      c[18] = (float)Ws * uni(0.4f, 0.6f), c[19] = (float)Hs * uni(0.4f, 0.6f);
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/camera_conditions.npy", dir);
+    if (camdelta_npy_write(path, CAMDELTA_NPY_F4, 3, cc, x) != CAMDELTA_OK) {
+      fprintf(stderr, "cd_gen_inputs: %s\n", camdelta_last_message());
+      rc = 1;
+    }
+    free(x);
+    return rc;
+  }
   fprintf(stderr, "usage: cd_gen_inputs prep|prep-backward B N H D DIR\n"
                   "       cd_gen_inputs scan|scan-backward B H D F S DIR\n"
-                  "       cd_gen_inputs scan-packed|scan-backward-packed H D FxS,FxS,... DIR\n");
+                  "       cd_gen_inputs scan-packed|scan-backward-packed H D FxS,FxS,... DIR\n"
+                  "       cd_gen_inputs branch B T Hs Ws H D DIR\n");
   return 2;
 }

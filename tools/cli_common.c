@@ -168,45 +168,6 @@ int cli_parse_double(const char *opt, const char *text, double *out) {
   return 1;
 }
 
-/* digits only, at least one, value in [1, SIZE_MAX]; *end past the digits */
-static int parse_positive(const char *text, const char **end, size_t *out) {
-  size_t v = 0;
-  const char *p = text;
-  if (*p < '0' || *p > '9') return 0;
-  for (; *p >= '0' && *p <= '9'; p++) {
-    const size_t digit = (size_t)(*p - '0');
-    if (v > (SIZE_MAX - digit) / 10) return 0;
-    v = v * 10 + digit;
-  }
-  if (v == 0) return 0;
-  *end = p;
-  *out = v;
-  return 1;
-}
-
-int cli_parse_size(const char *opt, const char *text, size_t *out) {
-  const char *end;
-  size_t v;
-  char shown[256];
-  if (!parse_positive(text, &end, &v) || *end != '\0') {
-    cli_error(CLI_EXIT_USAGE, "option %s: '%s' is not a positive integer that fits in %zu bits", opt,
-              cli_escape(text, shown, sizeof shown), sizeof(size_t) * 8);
-    return 0;
-  }
-  *out = v;
-  return 1;
-}
-
-int cli_scan_sizes(const char *text, int n, size_t *out) {
-  const char *p = text;
-  for (int i = 0; i < n; i++) {
-    const char *end;
-    if (!parse_positive(p, &end, &out[i]) || (i + 1 < n ? *end != ',' : *end != '\0')) return 0;
-    p = end + 1;
-  }
-  return 1;
-}
-
 static int cmp_double(const void *a, const void *b) {
   const double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
@@ -256,14 +217,6 @@ int cli_parse_precision(const char *text, camdelta_precision *out) {
   return i >= 0;
 }
 
-int cli_parse_sizes(const char *opt, const char *text, int n, size_t *out, const char *what) {
-  char shown[256];
-  if (cli_scan_sizes(text, n, out)) return 1;
-  cli_error(CLI_EXIT_USAGE, "option %s wants %s, %d positive integers (got '%s')", opt, what, n,
-            cli_escape(text, shown, sizeof shown));
-  return 0;
-}
-
 /* ------------------------------------------------------------ tensors */
 
 const char *cli_shape_str(char *buf, size_t size, int ndim, const size_t *shape) {
@@ -300,6 +253,14 @@ int cli_tensor_load(cli_tensor *t, const char *dir, const char *name, int option
     return cli_error(CLI_EXIT_INPUT, "%s; expected shape %s", camdelta_last_message(), expect);
   }
   t->present = 1;
+  for (int i = 0; i < t->npy.ndim; i++)
+    if (t->npy.shape[i] == 0) {
+      /* no operation takes an empty tensor; sizes claimed beside a zero would otherwise reach the size checks of a
+       * file that holds nothing */
+      char have[256];
+      return cli_error(CLI_EXIT_INPUT, "%s: shape %s has a zero dimension (every size must be at least 1; expected %s)",
+                       t->path, cli_shape_str(have, sizeof have, t->npy.ndim, t->npy.shape), expect);
+    }
   return CLI_EXIT_OK;
 }
 
@@ -581,13 +542,15 @@ int cli_output_alloc(camdelta_context *ctx, cli_output *out, const char *name, c
   out->ndim = ndim;
   if (ndim < 0 || ndim > 5) return cli_error(CLI_EXIT_FAILURE, "internal: output %s has %d dimensions", name, ndim);
   size_t count = 1;
-  for (int i = 0; i < ndim; i++) {
-    out->shape[i] = shape[i];
-    if (shape[i] && count > SIZE_MAX / 8 / shape[i])
-      return cli_error(CLI_EXIT_INPUT, "output %s: its size overflows size_t", name);
-    count *= shape[i];
-  }
-  return cli_alloc(ctx, count * (type == CAMDELTA_NPY_F2 ? 2 : 4), &out->mem);
+  for (int i = 0; i < ndim; i++) out->shape[i] = shape[i];
+  const size_t es = type == CAMDELTA_NPY_F2 ? 2 : 4;
+  cli_budget b = {0, 0, 0, 0};
+  if (!camdelta_size_prod(&count, (size_t)ndim, shape)) b.overflow = 1;
+  cli_budget_device(&b, 1, count, es);
+  char what[160];
+  snprintf(what, sizeof what, "output %s", name);
+  int rc = cli_budget_check(&b, ctx, what); /* a size the device cannot hold is the input's fault (exit 3) */
+  return rc ? rc : cli_alloc(ctx, count * es, &out->mem);
 }
 
 int cli_write_outputs(camdelta_context *ctx, const char *dir, const cli_output *outs, int n) {

@@ -9,6 +9,7 @@
 #include "camdelta_helpers.h"
 #include "camdelta_npy.h"
 #include "camdelta_ref.h"
+#include "cli_shape.h" /* the size options' parser, shape limits and budgets */
 
 #if defined(__GNUC__)
 #define CLI_PRINTF(a, b) __attribute__((format(printf, a, b)))
@@ -48,9 +49,6 @@ int cli_value(cli_args *a, const char *name, const char **value);
 /** Parse a finite number >= 0 for option `opt` (no sign, no leading space, no inf/nan); 0 (after printing a
  *  usage error) on failure. */
 int cli_parse_double(const char *opt, const char *text, double *out);
-/** Parse a positive decimal integer for option `opt`: digits only (no sign, space or suffix), no overflow of
- *  size_t; 0 (after printing a usage error) on failure. */
-int cli_parse_size(const char *opt, const char *text, size_t *out);
 /** The median of x[0 .. n-1] (n >= 1); sorts x in place. */
 double cli_median(double *x, size_t n);
 /** Parse --algorithm's value: auto, sequential or chunkwise; 0 (after printing a usage error) otherwise. */
@@ -60,11 +58,6 @@ int cli_parse_algorithm(const char *text, camdelta_scan_algorithm *out);
 int cli_parse_strategy(const char *text, camdelta_chunk_strategy *out);
 /** Parse --precision's value: exact or tf32; 0 (after printing a usage error) otherwise. */
 int cli_parse_precision(const char *text, camdelta_precision *out);
-/** Quiet form of cli_parse_sizes: 1 when `text` is exactly `n` comma-separated positive integers. */
-int cli_scan_sizes(const char *text, int n, size_t *out);
-/** Parse exactly `n` comma-separated positive integers (each as cli_parse_size) for option `opt`; `what` names
- *  them for the message (e.g. "B,H,D,S"). 0 (after printing a usage error) on failure. */
-int cli_parse_sizes(const char *opt, const char *text, int n, size_t *out, const char *what);
 /* The options that every form of `camdelta run` reads alike (prep, scan, the camera branch, --sequence-parallel):
  * each command checks afterwards which of them apply to its operation. */
 typedef struct cli_run_opts {

@@ -11,15 +11,7 @@
 #include "cli_packed.h"
 #include "cli_sp.h"
 
-typedef struct bench_shape {
-  const char *name;
-  size_t B, H, D, F, S;
-} bench_shape;
-
-static const bench_shape named[] = {
-    {"small", 1, 2, 64, 4, 256},      {"d64", 1, 20, 64, 21, 1560},
-    {"sana480", 1, 20, 112, 21, 1560}, {"sana720", 1, 20, 112, 21, 3600},
-};
+typedef cli_shape bench_shape; /* named shapes and B,H,D,F,S: cli_parse_shape */
 
 void usage_bench(void) {
   printf("usage: camdelta bench [--shape NAME|B,H,D,F,S]... [options]\n"
@@ -92,17 +84,7 @@ static void release_all(bench_buffers *b) {
 
 static int make_buffers(camdelta_context *ctx, bench_buffers *b, int tty) {
   uint64_t seed = 12345;
-  {
-    /* every size below is at most 2 * B*N*H*D or B*H*D*D elements: both must fit in bytes (8 per element) */
-    const size_t f[4] = {b->B, b->N, b->H, b->D}, g[4] = {b->B, b->H, b->D, b->D};
-    size_t x = 1, y = 1;
-    for (int i = 0; i < 4; i++) {
-      if (f[i] && x > SIZE_MAX / 16 / f[i]) return cli_error(CLI_EXIT_USAGE, "bench: B*N*H*D overflows size_t");
-      x *= f[i];
-      if (g[i] && y > SIZE_MAX / 16 / g[i]) return cli_error(CLI_EXIT_USAGE, "bench: B*H*D*D overflows size_t");
-      y *= g[i];
-    }
-  }
+  /* every size below is a factor of B*N*H*D or B*H*D*D, checked by cli_check_shape and bench_budget */
   const size_t BNHD = b->B * b->N * b->H * b->D, C = b->H * b->D, BN = b->B * b->N, BHN = b->B * b->H * b->N;
   const size_t DD = b->B * b->H * b->D * b->D;
   int rc = 0;
@@ -151,7 +133,7 @@ static int make_branch_buffers(camdelta_context *ctx, bench_buffers *b, size_t H
   if (!rc) rc = device_random(ctx, BNC, -1, 1, CAMDELTA_F32, seed + 2, &b->gy);
   if (!rc) rc = device_random(ctx, 4 * C, 0, 0, CAMDELTA_F32, seed + 3, &b->dconv);
   if (rc) return rc;
-  float *cc = calloc(b->B * b->F * 20, sizeof *cc);
+  float *cc = calloc(b->B * b->F * 20, sizeof *cc); /* counted by bench_budget */
   if (!cc) return cli_error(CLI_EXIT_FAILURE, "out of host memory");
   for (size_t i = 0; i < b->B * b->F; i++) {
     const double a = 0.05 * (double)(i % b->F), c = cos(a), s = sin(a);
@@ -329,25 +311,34 @@ static void grid_of(const bench_shape *s, size_t *Hs, size_t *Ws) {
     *Hs = 45, *Ws = 80;
     return;
   }
-  *Hs = 1;
-  for (size_t i = 1; i * i <= s->S; i++)
-    if (s->S % i == 0) *Hs = i;
-  *Ws = s->S / *Hs;
+  cli_grid_of(s->S, Hs, Ws);
 }
 
-static int parse_shape(const char *text, bench_shape *out) {
-  for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
-    if (strcmp(text, named[i].name) == 0) {
-      *out = named[i];
-      return 1;
-    }
-  size_t v[5]; /* digits only: no sign (sscanf's %lu took -1 as 2^64-1), no overflow */
-  if (cli_scan_sizes(text, 5, v)) {
-    out->name = text;
-    out->B = v[0], out->H = v[1], out->D = v[2], out->F = v[3], out->S = v[4];
-    return 1;
-  }
-  return 0;
+/* The device buffers make_buffers and make_branch_buffers allocate for shape s, and the cameras on the host: an
+ * input error (exit 3) when they cannot fit. */
+static int bench_budget(camdelta_context *ctx, const bench_shape *s, camdelta_dtype dt) {
+  cli_budget b = {0, 0, 0, 0};
+  size_t N = 0, C = 0, BNHD = 0, BN = 0, BHN = 0, BHF = 0, DD = 0;
+  if (!camdelta_size_mul(&N, s->F, s->S) || !camdelta_size_mul(&C, s->H, s->D) ||
+      !camdelta_size_prod(&BNHD, 3, (const size_t[]){s->B, N, C}) || !camdelta_size_mul(&BN, s->B, N) ||
+      !camdelta_size_prod(&BHN, 3, (const size_t[]){s->B, s->H, N}) ||
+      !camdelta_size_prod(&BHF, 3, (const size_t[]){s->B, s->H, s->F}) ||
+      !camdelta_size_prod(&DD, 4, (const size_t[]){s->B, s->H, s->D, s->D}))
+    b.overflow = 1;
+  const size_t es = camdelta_dtype_size(dt);
+  cli_budget_device(&b, 12, BNHD, es); /* raw, q k v, their gradients, dq_raw dk_raw dv_raw */
+  cli_budget_device(&b, 10, BNHD, 4);  /* the f32 scan tensors and the branch's y, grad_y */
+  cli_budget_device(&b, 4, BHN, 4);
+  cli_budget_device(&b, 2, BHF, 4);
+  cli_budget_device(&b, 2, DD, 4);
+  cli_budget_device(&b, 2, BN, 16 * 4);
+  cli_budget_device(&b, 2, N, s->D / 2 * 4);
+  cli_budget_device(&b, 12, C, 4);
+  cli_budget_device(&b, 1, s->B, s->F * 20 * 4);
+  cli_budget_host(&b, 1, s->B, s->F * 20 * 4);
+  char what[320], shown[256];
+  snprintf(what, sizeof what, "bench: shape %s", cli_escape(s->name, shown, sizeof shown));
+  return cli_budget_check(&b, ctx, what);
 }
 
 int cmd_bench(int argc, char **argv) {
@@ -366,13 +357,7 @@ int cmd_bench(int argc, char **argv) {
     if ((r = cli_value(&a, "--shape", &v))) {
       if (r < 0) return CLI_EXIT_USAGE;
       if (nshapes == 16) return cli_error(CLI_EXIT_USAGE, "bench: at most 16 --shape options");
-      if (!parse_shape(v, &shapes[nshapes]))
-      {
-        char shown[256];
-        return cli_error(CLI_EXIT_USAGE,
-                         "bench: unknown shape '%s' (small, d64, sana480, sana720 or B,H,D,F,S of positive integers)",
-                         cli_escape(v, shown, sizeof shown));
-      }
+      if (!cli_parse_shape("bench", "--shape", v, 1, &shapes[nshapes])) return CLI_EXIT_USAGE;
       nshapes++;
     } else if ((r = cli_value(&a, "--device", &device))) {
       if (r < 0) return CLI_EXIT_USAGE;
@@ -381,11 +366,9 @@ int cmd_bench(int argc, char **argv) {
     } else if ((r = cli_value(&a, "--only", &only))) {
       if (r < 0) return CLI_EXIT_USAGE;
     } else if ((r = cli_value(&a, "--reps", &v))) {
-      if (r < 0 || !cli_parse_size("--reps", v, &reps)) return CLI_EXIT_USAGE;
+      if (r < 0 || !cli_parse_count("--reps", v, 1, CLI_MAX_REPS, &reps)) return CLI_EXIT_USAGE;
     } else if ((r = cli_value(&a, "--warmup", &v))) {
-      if (r < 0) return CLI_EXIT_USAGE;
-      if (strcmp(v, "0") == 0) warmup = 0;
-      else if (!cli_parse_size("--warmup", v, &warmup)) return CLI_EXIT_USAGE;
+      if (r < 0 || !cli_parse_count("--warmup", v, 0, CLI_MAX_REPS, &warmup)) return CLI_EXIT_USAGE;
     } else if ((r = cli_value(&a, "--peak-gbs", &v))) {
       if (r < 0 || !cli_parse_double("--peak-gbs", v, &peak_gbs)) return CLI_EXIT_USAGE;
     } else if ((r = cli_value(&a, "--peak-tflops", &v))) {
@@ -405,11 +388,15 @@ int cmd_bench(int argc, char **argv) {
       return cli_error(CLI_EXIT_USAGE, "bench: unknown option '%s' (see 'camdelta help bench')", argv[a.i]);
     }
   }
-  if (nshapes == 0) parse_shape("small", &shapes[nshapes++]);
+  if (nshapes == 0 && !cli_parse_shape("bench", "--shape", "small", 1, &shapes[nshapes++])) return CLI_EXIT_USAGE;
 
   camdelta_context *ctx = NULL;
   int rc = cli_context(&ctx, device);
-  if (rc) return rc;
+  for (int si = 0; si < nshapes && !rc; si++) rc = bench_budget(ctx, &shapes[si], dt); /* before any is run */
+  if (rc) {
+    camdelta_context_destroy(ctx);
+    return rc;
+  }
   camdelta_device_info info;
   camdelta_context_info(ctx, &info);
   const int tty = isatty(fileno(stderr));
@@ -459,6 +446,10 @@ int cmd_bench(int argc, char **argv) {
       if (only && !strstr(op->name, only)) continue;
       if (tty) fprintf(stderr, "\r[%zu/%zu] %-34s", oi + 1, nops, op->name), fflush(stderr);
       double *ms = calloc(reps, sizeof *ms);
+      if (!ms) {
+        rc = cli_error(CLI_EXIT_FAILURE, "bench: out of host memory");
+        break;
+      }
       camdelta_status st = prepare_op(ctx, &o, op);
       for (size_t r = 0; r < warmup && !st; r++) {
         camdelta_profile p = {0, 0};

@@ -124,6 +124,8 @@ static int cache_warm(cli_args *a) {
     if ((r = cli_value(a, "--shape", &shape))) {
       if (r < 0) return CLI_EXIT_USAGE;
       if (!cli_parse_sizes("--shape", shape, 4, sh, "B,H,D,S")) return CLI_EXIT_USAGE;
+      const cli_shape one_frame = {shape, sh[0], sh[1], sh[2], 1, sh[3]}; /* the operations' limits */
+      if (!cli_check_shape("cache warm", &one_frame)) return CLI_EXIT_USAGE;
       continue;
     }
     return cli_error(CLI_EXIT_USAGE, "cache warm: unknown option '%s' (see 'camdelta help cache')", a->argv[a->i]);
@@ -133,6 +135,16 @@ static int cache_warm(cli_args *a) {
   if (rc) return rc;
   camdelta_context *ctx;
   if ((rc = cli_context(&ctx, selector))) return rc;
+  if (shape) { /* a shape no call could run on this device is refused, not warmed: the smallest call holds q k v out */
+    cli_budget b = {0, 0, 0, 0};
+    size_t one_frame = 0;
+    if (!camdelta_size_prod(&one_frame, 4, sh)) b.overflow = 1; /* B*H*D*S, checked by cli_check_shape */
+    cli_budget_device(&b, 4, one_frame, 4);
+    if ((rc = cli_budget_check(&b, ctx, "cache warm: this shape"))) {
+      camdelta_context_destroy(ctx);
+      return rc;
+    }
+  }
   camdelta_device_info info;
   const char *dev = camdelta_context_info(ctx, &info) == CAMDELTA_OK ? info.device_name : "?";
   camdelta_status st = shape ? camdelta_warm_shape(ctx, sh[0], sh[1], sh[2], sh[3]) : camdelta_warm(ctx);

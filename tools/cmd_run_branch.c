@@ -75,7 +75,7 @@ typedef struct br_opts {
   cli_run_opts c; /* --in --out --device --k-scale --norm-eps --algorithm --quiet */
   br_op op;
   size_t grid[3], patch[3], head_dim, chunk_size;
-  int have_grid, have_strategy;
+  int have_grid, have_patch, have_strategy;
   camdelta_chunk_strategy strategy;
 } br_opts;
 
@@ -91,14 +91,8 @@ static int add_output(cli_job *j, const char *name, int ndim, const size_t *shap
   return cli_job_output(j, name, CAMDELTA_NPY_F4, ndim, shape);
 }
 
-/* The grid must give N tokens (N from `from`). */
-static int check_grid(const br_opts *o, size_t N, const char *from) {
-  const size_t T = o->grid[0], Hs = o->grid[1], Ws = o->grid[2];
-  if (Hs > SIZE_MAX / Ws || T > SIZE_MAX / (Hs * Ws) || T * Hs * Ws != N)
-    return cli_error(CLI_EXIT_INPUT, "--grid %zu,%zu,%zu does not match N = %zu tokens of %s (expected T*Hs*Ws = N)",
-                     T, Hs, Ws, N, from);
-  return CLI_EXIT_OK;
-}
+/* The grid must give N tokens (N from `from`), within the operations' limit (cli_check_grid). */
+static int check_grid(const br_opts *o, size_t N, const char *from) { return cli_check_grid(o->grid, N, from); }
 
 /* Chunking from the options and the optional chunk_index file, validated for T frames (an input error names the
  * file). */
@@ -119,7 +113,7 @@ static int chunking_of(cli_job *j, const br_opts *o, size_t T, camdelta_chunking
     ch->chunk_index = (const int64_t *)n->data;
     ch->chunk_index_count = n->count;
   }
-  size_t *b = malloc((T + 1) * sizeof *b), nb;
+  size_t *b = calloc(T + 1, sizeof *b), nb; /* T <= CLI_MAX_TOKENS (check_grid) */
   if (!b) return cli_error(CLI_EXIT_FAILURE, "out of host memory");
   camdelta_status st = camdelta_chunk_bounds(T, ch, b, T + 1, &nb);
   free(b);
@@ -152,7 +146,11 @@ static int run_camera(cli_job *j, const br_opts *o) {
                      "--grid", j->in[icc].path, s[0], s[1], s[2], T);
   if (D < 8 || D > 128 || D % 8)
     return cli_error(CLI_EXIT_INPUT, "--head-dim %zu unsupported (expected a multiple of 8 in [8, 128])", D);
-  const size_t N = T * Hs * Ws, bn44[4] = {B, N, 4, 4}, ndh[2] = {N, D / 2};
+  size_t N = 0, S = 0;
+  if (!camdelta_size_mul(&S, Hs, Ws) || !camdelta_size_mul(&N, T, S) || N > CLI_MAX_TOKENS)
+    return cli_error(CLI_EXIT_INPUT, "--grid %zu,%zu,%zu: N = T*Hs*Ws exceeds the operations' limit of 2^32-1 tokens",
+                     T, Hs, Ws);
+  const size_t bn44[4] = {B, N, 4, 4}, ndh[2] = {N, D / 2};
   if ((rc = cli_job_start(j)) || (rc = add_output(j, "proj_q", 4, bn44)) ||
       (rc = add_output(j, "proj_kv", 4, bn44)) || (rc = add_output(j, "proj_o", 4, bn44)) ||
       (rc = add_output(j, "rope_cos", 2, ndh)) || (rc = add_output(j, "rope_sin", 2, ndh)))
@@ -173,6 +171,7 @@ static int run_conv(cli_job *j, const br_opts *o) {
   if ((rc = load(j, "k_raw", -4, NULL, "(B, N, H, D)", &ik))) return rc;
   const size_t *s = j->in[ik].npy.shape, B = s[0], N = s[1], H = s[2], D = s[3];
   if ((rc = check_grid(o, N, j->in[ik].path))) return rc;
+  /* H*D divides the element count of the file just read: no overflow */
   const size_t C = H * D, c4[2] = {C, 4}, bnhd[4] = {B, N, H, D};
   if ((rc = load(j, "conv_weight", 2, c4, "(C, 4) with C = H*D", &iw))) return rc;
   camdelta_chunking ch;
@@ -213,6 +212,7 @@ static int run_branch(cli_job *j, const br_opts *o) {
   if ((rc = load(j, "q_raw", -4, NULL, "(B, N, H, D)", &iq))) return rc;
   const size_t *s = j->in[iq].npy.shape, B = s[0], N = s[1], H = s[2], D = s[3];
   if ((rc = check_grid(o, N, j->in[iq].path))) return rc;
+  /* S divides N and H*D the element count of the file just read: no overflow */
   const size_t T = o->grid[0], S = o->grid[1] * o->grid[2], C = H * D;
   const size_t bnhd[4] = {B, N, H, D}, c4[2] = {C, 4}, c1[1] = {C}, bt20[3] = {B, T, 20}, bhts[4] = {B, H, T, S},
                bht[3] = {B, H, T};
@@ -284,7 +284,8 @@ int cmd_run_branch(int argc, char **argv) {
       continue;
     }
     if ((r = cli_value(&a, "--patch", &v))) {
-      if (r < 0 || !cli_parse_sizes("--patch", v, 3, o.patch, "pt,ph,pw")) return CLI_EXIT_USAGE;
+      if (r < 0 || !cli_parse_patch(v, o.patch)) return CLI_EXIT_USAGE;
+      o.have_patch = 1;
       continue;
     }
     if ((r = cli_value(&a, "--head-dim", &v))) {
@@ -319,6 +320,11 @@ int cmd_run_branch(int argc, char **argv) {
                      o.c.op_name);
   if (o.head_dim && o.op != BR_CAMERA)
     return cli_error(CLI_EXIT_USAGE, "run %s: --head-dim applies to camera only (D comes from the files)", o.c.op_name);
+  if (o.have_grid && o.op == BR_OT)
+    return cli_error(CLI_EXIT_USAGE, "run output-transform: --grid does not apply (N comes from the files)");
+  if (o.have_patch && o.op != BR_CAMERA && !branch)
+    return cli_error(CLI_EXIT_USAGE, "run %s: --patch applies to camera, branch and branch-backward only",
+                     o.c.op_name);
   cli_job *j = cli_job_new(&o.c);
   if (!j) return cli_error(CLI_EXIT_FAILURE, "out of host memory");
   int rc;

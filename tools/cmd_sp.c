@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "cli_common.h"
+#include "cli_packed.h"
 #include "cli_sp.h"
 
 int cli_sp_requested(int argc, char **argv) {
@@ -96,7 +97,12 @@ static int agree_rc(int rc) {
   return all;
 }
 
+/* The end of a command: the worst exit code over the ranks, MPI finalised; before MPI started (an option or input
+ * refused at once, alike on every rank: they read the same files), rc as it is. */
 static int sp_end(int rc) {
+  int inited = 0;
+  MPI_Initialized(&inited);
+  if (!inited) return rc;
   rc = agree_rc(rc);
   if (g_we_init) MPI_Finalize();
   return rc;
@@ -181,7 +187,13 @@ static int gather_cols(const float *local, size_t rows, size_t F, size_t unit, f
   size_t f0, fl;
   camdelta_mpi_frame_share(F, g_size, g_rank, &f0, &fl);
   const size_t mine = rows * fl * unit;
-  if (mine > (size_t)2147483647) return cli_error(CLI_EXIT_FAILURE, "a rank's share exceeds 2^31 elements");
+  /* every rank judges every share alike, so that none waits for a message another will never send */
+  for (int r = 0; r < g_size; r++) {
+    size_t r0, rl, n;
+    camdelta_mpi_frame_share(F, g_size, r, &r0, &rl);
+    if (!camdelta_size_prod(&n, 3, (const size_t[]){rows, rl, unit}) || n > (size_t)2147483647)
+      return cli_error(CLI_EXIT_INPUT, "rank %d's share of an output exceeds 2^31-1 elements (one MPI message)", r);
+  }
   if (g_rank != 0) {
     MPI_Send(local, (int)mine, MPI_FLOAT, 0, 7, MPI_COMM_WORLD);
     return CLI_EXIT_OK;
@@ -247,7 +259,7 @@ static int run_branch_sp(int argc, char **argv) {
       continue;
     }
     if ((r = cli_value(&a, "--patch", &v))) {
-      if (r < 0 || !cli_parse_sizes("--patch", v, 3, patch, "pt,ph,pw")) return CLI_EXIT_USAGE;
+      if (r < 0 || !cli_parse_patch(v, patch)) return CLI_EXIT_USAGE;
       continue;
     }
     if ((r = cli_value(&a, "--chunk-size", &v))) {
@@ -271,21 +283,20 @@ static int run_branch_sp(int argc, char **argv) {
   if (!in || !*in) return cli_error(CLI_EXIT_USAGE, "run %s: missing --in DIR", op);
   if (!outdir || !*outdir) return cli_error(CLI_EXIT_USAGE, "run %s: missing --out DIR", op);
   if (!have_grid) return cli_error(CLI_EXIT_USAGE, "run %s: missing --grid T,Hs,Ws", op);
-  int rc = sp_init();
-  if (rc) return rc;
+  int rc = CLI_EXIT_OK;
+  /* every rank reads and checks the inputs before MPI starts, so that a bad one is refused at once */
   enum { I_Q, I_K, I_V, I_W, I_QW, I_KW, I_CC, I_B, I_D, I_GY, I_N };
   cli_tensor t[I_N], ci;
   memset(t, 0, sizeof t);
   memset(&ci, 0, sizeof ci);
-  const size_t T = grid[0], Hs = grid[1], Ws = grid[2], S = Hs * Ws;
-  size_t B = 0, N = 0, H = 0, D = 0;
+  const size_t T = grid[0], Hs = grid[1], Ws = grid[2];
+  size_t B = 0, N = 0, H = 0, D = 0, S = 0;
   rc = cli_tensor_load_f32(&t[I_Q], in, "q_raw", 0, -4, NULL, "(B, N, H, D)");
   if (!rc) {
     const size_t *s = t[I_Q].npy.shape;
     B = s[0], N = s[1], H = s[2], D = s[3];
-    if (Hs > SIZE_MAX / Ws || T > SIZE_MAX / S || T * S != N)
-      rc = cli_error(CLI_EXIT_INPUT, "--grid %zu,%zu,%zu does not match N = %zu tokens of %s (expected T*Hs*Ws = N)",
-                     T, Hs, Ws, N, t[I_Q].path);
+    rc = cli_check_grid(grid, N, t[I_Q].path); /* then S = Hs*Ws divides N: no overflow */
+    if (!rc) S = Hs * Ws;
   }
   const size_t C = H * D, bnhd[4] = {B, N, H, D}, c4[2] = {C, 4}, c1[1] = {C}, bt20[3] = {B, T, 20},
                bhts[4] = {B, H, T, S}, bht[3] = {B, H, T};
@@ -307,13 +318,14 @@ static int run_branch_sp(int argc, char **argv) {
       rc = cli_error(CLI_EXIT_INPUT, "%s: expected a non-empty 1-d <i8 array of frame starts", ci.path);
     ch.chunk_index = (const int64_t *)ci.npy.data, ch.chunk_index_count = ci.npy.count;
   }
-  if (!rc && T < (size_t)g_size)
-    rc = cli_error(CLI_EXIT_INPUT, "--grid: T = %zu frames cannot be split over %d ranks (every rank needs a frame)",
-                   T, g_size);
   if (!rc && (D < 8 || D > 128 || D % 8))
     rc = cli_error(CLI_EXIT_INPUT, "%s: head dim D = %zu unsupported (expected a multiple of 8 in [8, 128])",
                    t[I_Q].path, D);
   camdelta_context *ctx = NULL;
+  if (rc || (rc = sp_init())) goto done;
+  if (T < (size_t)g_size)
+    rc = cli_error(CLI_EXIT_INPUT, "--grid: T = %zu frames cannot be split over %d ranks (every rank needs a frame)",
+                   T, g_size);
   if ((rc = agree_rc(rc))) goto done;
   if ((rc = agree_rc(sp_context(&ctx, device)))) goto done;
   {
@@ -448,6 +460,10 @@ int cmd_run_sp(int argc, char **argv) {
   if (!backward && strcmp(op, "scan") != 0)
     return cli_error(CLI_EXIT_USAGE, "run --sequence-parallel: operation '%s' is not split over ranks (scan, "
                      "scan-backward, branch and branch-backward are)", op);
+  if (c.in && cli_packed_requested(c.in))
+    return cli_error(CLI_EXIT_INPUT,
+                     "run %s --sequence-parallel: %s holds packed clips (frame_offsets or clip_offsets): packed clips "
+                     "are not supported over ranks (run them on one device without --sequence-parallel)", op, c.in);
   if (c.have_k_scale || c.have_norm_eps)
     return cli_error(CLI_EXIT_USAGE, "run %s --sequence-parallel: --k-scale and --norm-eps apply to branch and "
                      "branch-backward only", op);
@@ -458,10 +474,8 @@ int cmd_run_sp(int argc, char **argv) {
   if (!outdir || !*outdir) return cli_error(CLI_EXIT_USAGE, "run %s: missing --out DIR", op);
   if (backward && (final_state || c.have_algorithm))
     return cli_error(CLI_EXIT_USAGE, "run scan-backward: --final-state and --algorithm apply to scan only");
-  int rc = sp_init();
-  if (rc) return rc;
-
-  /* every rank reads the inputs */
+  int rc = CLI_EXIT_OK;
+  /* every rank reads and checks the inputs before MPI starts, so that a bad one is refused at once */
   cli_tensor t[IN_COUNT];
   memset(t, 0, sizeof t);
   size_t B = 0, H = 0, D = 0, N = 0, F = 0, S = 0;
@@ -484,7 +498,8 @@ int cmd_run_sp(int argc, char **argv) {
   if (!rc && backward) rc = cli_tensor_load_f32(&t[IN_GO], in, "grad_out", 0, 4, bhdn, "(B, H, D, N)");
   if (!rc) rc = cli_tensor_load_f32(&t[IN_INIT], in, "init_state", 1, 4, bhdd, "(B, H, D, D)");
   if (!rc && backward) rc = cli_tensor_load_f32(&t[IN_GF], in, "grad_final_state", 1, 4, bhdd, "(B, H, D, D)");
-  if (!rc && F < (size_t)g_size)
+  if (rc || (rc = sp_init())) goto done_inputs;
+  if (F < (size_t)g_size)
     rc = cli_error(CLI_EXIT_INPUT, "%s: F = %zu frames cannot be split over %d ranks (every rank needs a frame)",
                    t[IN_BETA].path, F, g_size);
   if ((rc = agree_rc(rc))) goto done_inputs;
@@ -610,26 +625,29 @@ done_inputs:
 
 /* ================================================================================= demo and bench */
 
-typedef struct shape5 {
-  const char *name;
-  size_t B, H, D, F, S;
-} shape5;
+typedef cli_shape shape5; /* named shapes and B,H,D,F,S: cli_parse_shape */
 
-static const shape5 named[] = {{"small", 1, 2, 64, 4, 256},
-                               {"d64", 1, 20, 64, 21, 1560},
-                               {"sana480", 1, 20, 112, 21, 1560},
-                               {"sana720", 1, 20, 112, 21, 3600}};
-
-static int parse_shape(const char *text, shape5 *s) {
-  for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
-    if (strcmp(text, named[i].name) == 0) {
-      *s = named[i];
-      return 1;
-    }
-  size_t v[5]; /* digits only: no sign, no overflow */
-  if (!cli_scan_sizes(text, 5, v) || v[2] % 8 || v[2] < 8 || v[2] > 128) return 0;
-  *s = (shape5){text, v[0], v[1], v[2], v[3], v[4]};
-  return 1;
+/* What demo or bench `cmd` allocates for shape s (whole: also the full sequence, on the host for demo's problem
+ * and references), every count broadcast within one MPI message: an input error (exit 3) when it cannot fit (ctx
+ * NULL: the host only). */
+static int sp_budget(const char *cmd, const shape5 *s, int whole, int branch, camdelta_context *ctx) {
+  cli_budget b = {0, 0, 0, 0};
+  size_t N = 0, tok = 0, st = 0, C = 0, bnc = 0;
+  if (!camdelta_size_mul(&N, s->F, s->S) || !camdelta_size_prod(&tok, 4, (const size_t[]){s->B, s->H, s->D, N}) ||
+      !camdelta_size_prod(&st, 4, (const size_t[]){s->B, s->H, s->D, s->D}) || !camdelta_size_mul(&C, s->H, s->D) ||
+      !camdelta_size_prod(&bnc, 3, (const size_t[]){s->B, N, C}) || tok > (size_t)2147483647 ||
+      bnc > (size_t)2147483647)
+    b.overflow = 1; /* (MPI_Bcast counts are int) */
+  cli_budget_device(&b, 10, tok, 4); /* q k v grad_out out dq dk dv, beta and its gradient within */
+  cli_budget_device(&b, 4, st, 4);
+  if (whole) cli_budget_host(&b, 4 + 8, tok, 4); /* the problem and the broadcast references */
+  if (branch) {
+    cli_budget_device(&b, 8, bnc, 4);
+    if (whole) cli_budget_host(&b, 4 + 4, bnc, 4);
+  }
+  char what[320], shown[256];
+  snprintf(what, sizeof what, "%s --sequence-parallel: shape %s", cmd, cli_escape(s->name, shown, sizeof shown));
+  return cli_budget_check(&b, ctx, what);
 }
 
 static unsigned long long g_rng = 0x2545F4914F6CDD1Dull;
@@ -776,10 +794,9 @@ static void br_free(br_prob *p) {
 
 static int br_make(br_prob *p, const shape5 *s) {
   memset(p, 0, sizeof *p);
-  size_t hs = 1;
-  for (size_t d = 1; d * d <= s->S; d++)
-    if (s->S % d == 0) hs = d;
-  p->B = s->B, p->H = s->H, p->D = s->D, p->T = s->F, p->Hs = hs, p->Ws = s->S / hs, p->S = s->S, p->C = s->H * s->D;
+  size_t hs, ws;
+  cli_grid_of(s->S, &hs, &ws);
+  p->B = s->B, p->H = s->H, p->D = s->D, p->T = s->F, p->Hs = hs, p->Ws = ws, p->S = s->S, p->C = s->H * s->D;
   p->cs = s->F / 3 < 3 ? 3 : s->F / 3;
   if (p->cs >= p->T) p->cs = 0;
   const size_t B = p->B, C = p->C, T = p->T, S = p->S, BH = p->B * p->H;
@@ -971,9 +988,7 @@ int cmd_demo_sp(int argc, char **argv) {
     if ((r = cli_value(&a, "--algorithm", &v))) {
       if (r < 0 || !cli_parse_algorithm(v, &g_alg)) return CLI_EXIT_USAGE;
     } else if ((r = cli_value(&a, "--shape", &v))) {
-      if (r < 0) return CLI_EXIT_USAGE;
-      if (!parse_shape(v, &shape))
-        return cli_error(CLI_EXIT_USAGE, "demo: --shape wants B,H,D,F,S with D a multiple of 8 in [8,128] (got '%s')", v);
+      if (r < 0 || !cli_parse_shape("demo --sequence-parallel", "--shape", v, 1, &shape)) return CLI_EXIT_USAGE;
     } else if ((r = cli_value(&a, "--device", &device))) {
       if (r < 0) return CLI_EXIT_USAGE;
     } else if ((r = cli_value(&a, "--seed", &v))) {
@@ -985,17 +1000,19 @@ int cmd_demo_sp(int argc, char **argv) {
                        "--algorithm, --no-branch)", argv[a.i]);
     }
   }
-  int rc = sp_init();
+  int rc = sp_budget("demo", &shape, 1, branch, NULL); /* the host, before MPI starts */
   if (rc) return rc;
+  if ((rc = sp_init())) return rc;
   if (shape.F < (size_t)g_size) {
     if (g_rank == 0) cli_error(CLI_EXIT_USAGE, "demo: F = %zu frames cannot be split over %d ranks", shape.F, g_size);
     return sp_end(CLI_EXIT_USAGE);
   }
   sp_prob p;
   memset(&p, 0, sizeof p);
-  rc = agree_rc(prob_make(&p, &shape)); /* the same problem on every rank (same generator, same seed) */
   camdelta_context *ctx = NULL;
-  if (!rc) rc = agree_rc(sp_context(&ctx, device));
+  rc = agree_rc(sp_context(&ctx, device));
+  if (!rc) rc = agree_rc(sp_budget("demo", &shape, 1, branch, ctx));
+  if (!rc) rc = agree_rc(prob_make(&p, &shape)); /* the same problem on every rank (same generator, same seed) */
   size_t f0, fl;
   camdelta_mpi_frame_share(p.F, g_size, g_rank, &f0, &fl);
   bufs whole, mine;
@@ -1110,25 +1127,28 @@ int cmd_bench_sp(int argc, char **argv) {
     if ((r = cli_value(&a, "--shape", &v))) {
       if (r < 0) return CLI_EXIT_USAGE;
       if (nshapes == 8) return cli_error(CLI_EXIT_USAGE, "bench: at most 8 --shape options");
-      if (!parse_shape(v, &shapes[nshapes]))
-        return cli_error(CLI_EXIT_USAGE, "bench: unknown shape '%s' (small, d64, sana480, sana720 or B,H,D,F,S)", v);
+      if (!cli_parse_shape("bench --sequence-parallel", "--shape", v, 1, &shapes[nshapes])) return CLI_EXIT_USAGE;
       nshapes++;
     } else if ((r = cli_value(&a, "--device", &device)) || (r = cli_value(&a, "--json", &json))) {
       if (r < 0) return CLI_EXIT_USAGE;
     } else if ((r = cli_value(&a, "--reps", &v))) {
-      if (r < 0 || !cli_parse_size("--reps", v, &reps)) return CLI_EXIT_USAGE;
+      if (r < 0 || !cli_parse_count("--reps", v, 1, CLI_MAX_REPS, &reps)) return CLI_EXIT_USAGE;
     } else if ((r = cli_value(&a, "--warmup", &v))) {
-      if (r < 0 || !cli_parse_size("--warmup", v, &warmup)) return CLI_EXIT_USAGE;
+      if (r < 0 || !cli_parse_count("--warmup", v, 0, CLI_MAX_REPS, &warmup)) return CLI_EXIT_USAGE;
     } else {
       return cli_error(CLI_EXIT_USAGE, "bench --sequence-parallel: unknown option '%s' (--shape, --device, --reps, "
                        "--warmup, --json, --no-single, --no-branch, --algorithm)", argv[a.i]);
     }
   }
-  if (!nshapes) parse_shape("small", &shapes[nshapes++]);
-  int rc = sp_init();
+  if (!nshapes && !cli_parse_shape("bench --sequence-parallel", "--shape", "small", 1, &shapes[nshapes++]))
+    return CLI_EXIT_USAGE;
+  int rc = CLI_EXIT_OK;
+  for (int si = 0; si < nshapes && !rc; si++) rc = sp_budget("bench", &shapes[si], single, branch, NULL);
   if (rc) return rc;
+  if ((rc = sp_init())) return rc;
   camdelta_context *ctx = NULL;
   rc = agree_rc(sp_context(&ctx, device));
+  for (int si = 0; si < nshapes && !rc; si++) rc = agree_rc(sp_budget("bench", &shapes[si], single, branch, ctx));
   cJSON *root = cJSON_CreateObject(), *js = cJSON_AddArrayToObject(root, "shapes");
   if (!rc && g_rank == 0) {
     camdelta_device_info info;
