@@ -3,7 +3,6 @@
 
 #include <errno.h>
 #include <math.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -382,140 +381,6 @@ int cli_alloc(camdelta_context *ctx, size_t bytes, cl_mem *out) {
   return CLI_EXIT_OK;
 }
 
-/* ------------------------------------------------------------ output sets */
-
-typedef struct cli_outfile {
-  char *final, *tmp;
-} cli_outfile;
-
-struct cli_outset {
-  cli_outfile *f;
-  size_t n, cap;
-};
-
-cli_outset *cli_outset_new(void) {
-  signal(SIGXFSZ, SIG_IGN); /* a file-size limit makes write() fail with EFBIG instead of killing us */
-  return calloc(1, sizeof(cli_outset));
-}
-
-void cli_outset_abort(cli_outset *s) {
-  if (!s) return;
-  for (size_t i = 0; i < s->n; i++) {
-    if (s->f[i].tmp) unlink(s->f[i].tmp);
-    free(s->f[i].tmp);
-    free(s->f[i].final);
-  }
-  free(s->f);
-  free(s);
-}
-
-int cli_outset_add(cli_outset *s, const char *dir, const char *name, camdelta_npy_type type, int ndim,
-                   const size_t *shape, const void *data) {
-  char path[4096], tmp[4200], shown[1024];
-  int w = snprintf(path, sizeof path, "%s/%s.npy", dir, name);
-  if (w < 0 || (size_t)w >= sizeof path) {
-    cli_outset_abort(s);
-    return cli_error(CLI_EXIT_USAGE, "--out: path too long: %s", cli_escape(dir, shown, sizeof shown));
-  }
-  if (s->n == s->cap) {
-    size_t ncap = s->cap ? 2 * s->cap : 16;
-    cli_outfile *g = realloc(s->f, ncap * sizeof *g);
-    if (!g) {
-      cli_outset_abort(s);
-      return cli_error(CLI_EXIT_FAILURE, "%s: out of host memory", cli_escape(path, shown, sizeof shown));
-    }
-    s->f = g;
-    s->cap = ncap;
-  }
-  camdelta_status st = camdelta_npy_write_temp(path, type, ndim, shape, data, tmp, sizeof tmp);
-  if (st != CAMDELTA_OK) {
-    int rc = cli_error(CLI_EXIT_FAILURE, "%s (nothing written: previous outputs are unchanged)",
-                       camdelta_last_message());
-    cli_outset_abort(s);
-    return rc;
-  }
-  cli_outfile *f = &s->f[s->n];
-  f->final = malloc(strlen(path) + 1);
-  f->tmp = malloc(strlen(tmp) + 1);
-  if (!f->final || !f->tmp) {
-    unlink(tmp);
-    free(f->final), free(f->tmp);
-    cli_outset_abort(s);
-    return cli_error(CLI_EXIT_FAILURE, "out of host memory");
-  }
-  strcpy(f->final, path);
-  strcpy(f->tmp, tmp);
-  s->n++;
-  return CLI_EXIT_OK;
-}
-
-int cli_outset_add_device(cli_outset *s, camdelta_context *ctx, cl_mem mem, const char *dir, const char *name,
-                          camdelta_npy_type type, int ndim, const size_t *shape) {
-  size_t count = 1, es = type == CAMDELTA_NPY_F2 ? 2 : type == CAMDELTA_NPY_F4 ? 4 : 8, bytes;
-  for (int i = 0; i < ndim; i++)
-    if (shape[i] && count > SIZE_MAX / shape[i]) count = SIZE_MAX;
-    else count *= shape[i];
-  if (count > SIZE_MAX / es) {
-    cli_outset_abort(s);
-    return cli_error(CLI_EXIT_INPUT, "output %s: its size overflows size_t", name);
-  }
-  bytes = count * es;
-  void *host = malloc(bytes ? bytes : 1);
-  if (!host) {
-    cli_outset_abort(s);
-    return cli_error(CLI_EXIT_FAILURE, "output %s: out of host memory (%zu bytes)", name, bytes);
-  }
-  if (bytes) {
-    cl_int err = clEnqueueReadBuffer(camdelta_context_queue(ctx), mem, CL_TRUE, 0, bytes, host, 0, NULL, NULL);
-    if (err != CL_SUCCESS) {
-      free(host);
-      cli_outset_abort(s);
-      return cli_error(CLI_EXIT_DEVICE, "output %s: reading the result from the device failed: %s", name,
-                       camdelta_cl_error_name(err));
-    }
-  }
-  int rc = cli_outset_add(s, dir, name, type, ndim, shape, host);
-  free(host);
-  return rc;
-}
-
-int cli_outset_commit(cli_outset *s) {
-  int rc = CLI_EXIT_OK;
-  char shown[1024];
-  for (size_t i = 0; i < s->n; i++) {
-    if (rc == CLI_EXIT_OK && rename(s->f[i].tmp, s->f[i].final) != 0) {
-      rc = cli_error(CLI_EXIT_FAILURE, "%s: cannot replace: %s", cli_escape(s->f[i].final, shown, sizeof shown),
-                     strerror(errno));
-    }
-    if (rc != CLI_EXIT_OK) unlink(s->f[i].tmp); /* renamed ones are gone from tmp already */
-    free(s->f[i].tmp);
-    free(s->f[i].final);
-  }
-  free(s->f);
-  free(s);
-  return rc;
-}
-
-int cli_make_dir(const char *dir) {
-  char tmp[4096];
-  size_t n = strlen(dir);
-  if (n == 0 || n >= sizeof tmp) return cli_error(CLI_EXIT_USAGE, "--out: bad folder name '%s'", dir);
-  memcpy(tmp, dir, n + 1);
-  for (size_t i = 1; i <= n; i++) {
-    if (tmp[i] == '/' || tmp[i] == '\0') {
-      char c = tmp[i];
-      tmp[i] = '\0';
-      if (mkdir(tmp, 0777) != 0 && errno != EEXIST)
-        return cli_error(CLI_EXIT_FAILURE, "%s: cannot create folder: %s", tmp, strerror(errno));
-      tmp[i] = c;
-    }
-  }
-  struct stat sb;
-  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-    return cli_error(CLI_EXIT_FAILURE, "%s: not a folder", dir);
-  return CLI_EXIT_OK;
-}
-
 int cli_device_error(camdelta_status st, const char *selector) {
   const char *env = getenv("CAMDELTA_DEVICE");
   const char *sel = selector ? selector : env && *env ? env : "default";
@@ -554,13 +419,11 @@ int cli_output_alloc(camdelta_context *ctx, cli_output *out, const char *name, c
 }
 
 int cli_write_outputs(camdelta_context *ctx, const char *dir, const cli_output *outs, int n) {
-  int rc = cli_make_dir(dir);
-  if (rc) return rc;
-  /* all or nothing: temporary files beside the outputs, renamed only once every one is written */
-  cli_outset *set = cli_outset_new();
-  if (!set) return cli_error(CLI_EXIT_FAILURE, "out of host memory");
+  int rc;
+  cli_outset *set = cli_outset_open(dir, &rc); /* all or nothing: tools/cli_outset.h */
+  if (!set) return rc;
   for (int k = 0; k < n; k++) {
-    rc = cli_outset_add_device(set, ctx, outs[k].mem, dir, outs[k].name, outs[k].type, outs[k].ndim, outs[k].shape);
+    rc = cli_outset_add_device(set, ctx, outs[k].mem, outs[k].name, outs[k].type, outs[k].ndim, outs[k].shape);
     if (rc) return rc; /* the set is aborted: no temporary file left, previous outputs untouched */
   }
   return cli_outset_commit(set);

@@ -9,7 +9,8 @@
 #include "camdelta_helpers.h"
 #include "camdelta_npy.h"
 #include "camdelta_ref.h"
-#include "cli_shape.h" /* the size options' parser, shape limits and budgets */
+#include "cli_outset.h" /* output sets, all or nothing */
+#include "cli_shape.h"  /* the size options' parser, shape limits and budgets */
 
 #if defined(__GNUC__)
 #define CLI_PRINTF(a, b) __attribute__((format(printf, a, b)))
@@ -111,30 +112,7 @@ void cli_tensor_free(cli_tensor *t);
 int cli_upload(camdelta_context *ctx, const cli_tensor *t, cl_mem *out);
 /** A new device buffer of `bytes` (at least 4), zero-filled. */
 int cli_alloc(camdelta_context *ctx, size_t bytes, cl_mem *out);
-/* ------------------------------------------------------------ output sets
- * All outputs of one command are written all or nothing: each file goes to a new temporary file beside it
- * (O_CREAT | O_EXCL | O_NOFOLLOW, fsynced) as it is added; commit renames them all over their names only after
- * every one was written; abort (or a failed add) removes the temporary files, so the previous files stay as
- * they were and nothing half-written is left. A symbolic link at an output's name is replaced, never followed;
- * a folder in the way fails the add. Creating a set ignores SIGXFSZ, so a file-size limit (ulimit -f) is an
- * error of the add instead of killing the process with the temporary file left behind. */
-typedef struct cli_outset cli_outset;
-/** A new, empty set (NULL: out of host memory). */
-cli_outset *cli_outset_new(void);
-/** Write host data as DIR/NAME.npy into the set; on failure the whole set is aborted (temporary files removed)
- *  and the error printed (exit code returned). */
-int cli_outset_add(cli_outset *s, const char *dir, const char *name, camdelta_npy_type type, int ndim,
-                   const size_t *shape, const void *data);
-/** Read `count` elements of `type` from `mem` (count from `shape`) and add them as DIR/NAME.npy. */
-int cli_outset_add_device(cli_outset *s, camdelta_context *ctx, cl_mem mem, const char *dir, const char *name,
-                          camdelta_npy_type type, int ndim, const size_t *shape);
-/** Rename every file of the set into place and free the set. */
-int cli_outset_commit(cli_outset *s);
-/** Remove the set's temporary files and free the set (NULL is a no-op). */
-void cli_outset_abort(cli_outset *s);
-
-/** Create folder `dir` (and its parents) if it does not exist. */
-int cli_make_dir(const char *dir);
+/* Output sets, all or nothing: tools/cli_outset.h (cli_make_dir, cli_outset_*). */
 
 /* One output of a command: DIR/NAME.npy of `type` and `shape`, from the device buffer `mem`. */
 typedef struct cli_output {

@@ -385,22 +385,22 @@ static int run_branch_sp(int argc, char **argv) {
       if (st) rc = g_rank == 0 ? cli_lib_error(st, call) : cli_exit_code(st);
     }
     const double ms = now_ms() - t0;
-    if (!rc && g_rank == 0) rc = cli_make_dir(outdir);
+    cli_outset *set = NULL; /* rank 0 writes the gathered outputs as one set, all or nothing (cli_outset.h) */
+    if (!rc && g_rank == 0) set = cli_outset_open(outdir, &rc);
     rc = agree_rc(rc);
     for (int i = 0; i < no && !rc; i++) {
       float *h = NULL, *full = NULL;
       rc = agree_rc(download(ctx, o[i].mem, o[i].unit ? o[i].rows * fl * o[i].unit : o[i].rows, &h));
       if (!rc && o[i].unit) rc = agree_rc(gather_cols(h, o[i].rows, T, o[i].unit, &full));
       else if (!rc) full = h, h = NULL; /* summed over the ranks: the same on every rank */
-      if (!rc && g_rank == 0) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s.npy", outdir, o[i].name);
-        if (camdelta_npy_write(path, CAMDELTA_NPY_F4, o[i].ndim, o[i].shape, full) != CAMDELTA_OK)
-          rc = cli_error(CLI_EXIT_FAILURE, "%s", camdelta_last_message());
-      }
+      if (!rc && g_rank == 0 && (rc = cli_outset_add(set, o[i].name, CAMDELTA_NPY_F4, o[i].ndim, o[i].shape, full)))
+        set = NULL; /* aborted by the failed add */
       rc = agree_rc(rc);
       free(h), free(full);
     }
+    if (g_rank == 0 && set && rc) cli_outset_abort(set);
+    else if (g_rank == 0 && set) rc = cli_outset_commit(set);
+    rc = agree_rc(rc);
     double slowest = ms;
     MPI_Reduce(&ms, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
     if (!rc && g_rank == 0 && !quiet) {
@@ -579,7 +579,8 @@ int cmd_run_sp(int argc, char **argv) {
       if (st) rc = g_rank == 0 ? cli_lib_error(st, backward ? "camdelta_mpi_scan_backward" : "camdelta_mpi_scan_forward")
                                : cli_exit_code(st);
     }
-    if (!rc && g_rank == 0) rc = cli_make_dir(outdir);
+    cli_outset *set = NULL; /* rank 0 writes the gathered outputs as one set, all or nothing (cli_outset.h) */
+    if (!rc && g_rank == 0) set = cli_outset_open(outdir, &rc);
     rc = agree_rc(rc);
     for (int i = 0; i < no && !rc; i++) {
       float *h = NULL, *full = NULL;
@@ -587,15 +588,14 @@ int cmd_run_sp(int argc, char **argv) {
       rc = agree_rc(download(ctx, o[i].mem, count, &h));
       if (!rc && o[i].unit) rc = agree_rc(gather_cols(h, o[i].rows, F, o[i].unit, &full));
       else if (!rc) full = h, h = NULL; /* a whole state: the same on every rank */
-      if (!rc && g_rank == 0) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s.npy", outdir, o[i].name);
-        if (camdelta_npy_write(path, CAMDELTA_NPY_F4, o[i].ndim, o[i].shape, full) != CAMDELTA_OK)
-          rc = cli_error(CLI_EXIT_FAILURE, "%s", camdelta_last_message());
-      }
+      if (!rc && g_rank == 0 && (rc = cli_outset_add(set, o[i].name, CAMDELTA_NPY_F4, o[i].ndim, o[i].shape, full)))
+        set = NULL; /* aborted by the failed add */
       rc = agree_rc(rc);
       free(h), free(full);
     }
+    if (g_rank == 0 && set && rc) cli_outset_abort(set);
+    else if (g_rank == 0 && set) rc = cli_outset_commit(set);
+    rc = agree_rc(rc);
     /* timings: the largest over the ranks */
     double mx[5] = {tm.summary_ms, tm.exchange_ms, tm.combine_ms, tm.scan_ms, tm.total_ms}, all[5];
     MPI_Reduce(mx, all, 5, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
