@@ -84,8 +84,8 @@ static void geo_free(branch_geo *g) {
   memset(g, 0, sizeof *g);
 }
 
-static camdelta_status check_args(const char *op, const camdelta_branch_args *a, branch_geo *g,
-                                  const cd_branch_sp *sp) {
+static camdelta_status check_args(camdelta_context *ctx, const char *op, const camdelta_branch_args *a,
+                                  branch_geo *g, const cd_branch_sp *sp) {
   memset(g, 0, sizeof *g);
   camdelta_status st = cd_check_head_dim(op, a->D);
   if (st) return st;
@@ -126,6 +126,7 @@ static camdelta_status check_args(const char *op, const camdelta_branch_args *a,
                               {"decay", a->decay, g->BHT, 4}};
   for (size_t i = 0; i < sizeof in / sizeof in[0]; i++)
     if ((st = cd_check_buffer(op, in[i].name, in[i].b, in[i].elems, 4, 0))) return st;
+  if ((st = cd_camera_check_conditions(ctx, op, a->camera_conditions, a->B, a->T))) return st;
   g->f0 = f0, g->e0 = f0 >= 3 ? f0 - 3 : 0;
   g->Te = (T - f0 - a->T >= 3 ? f0 + a->T + 3 : T) - g->e0;
   g->bounds = cd_malloc_array(T + 1, sizeof *g->bounds); /* T + 1 <= 2^32 */
@@ -382,7 +383,7 @@ static camdelta_status branch_forward(camdelta_context *ctx, const camdelta_bran
   branch_geo g;
   memset(&g, 0, sizeof g);
   if (st && !sp) return st;
-  if (!st) st = check_args(op, args, &g, sp);
+  if (!st) st = check_args(ctx, op, args, &g, sp);
   if (!st) st = cd_check_buffer(op, "y", args->y, g.BNC, 4, 0);
   if (!st) {
     cd_tensor_arg in[9];
@@ -642,7 +643,7 @@ static camdelta_status branch_backward(camdelta_context *ctx, const camdelta_bra
   branch_geo g;
   memset(&g, 0, sizeof g);
   if (st && !sp) return st;
-  if (!st) st = check_args(op, args, &g, sp);
+  if (!st) st = check_args(ctx, op, args, &g, sp);
   if (!st) st = cd_check_buffer(op, "grad_y", grads->grad_y, g.BNC, 4, 0);
   if (!st) {
     cd_tensor_arg in[10];
