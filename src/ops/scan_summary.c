@@ -220,7 +220,7 @@ static camdelta_status sm_start(camdelta_context *ctx, const char *op, size_t BH
   for (int i = 0; i < 4; i++) mem[i] = NULL;
   camdelta_status st = sm_open(ctx, BH, D, F, S, profile, j);
   if (st) return st;
-  if (!(*steps = malloc(n_steps * sizeof **steps)))
+  if (!(*steps = cd_malloc_array(n_steps, sizeof **steps)))
     return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", op);
   const size_t frames_bytes = BH * F * D * D * 4, state_bytes = BH * D * D * 4;
   st = cd_alloc(ctx, frames_bytes, &mem[0]);
@@ -389,12 +389,17 @@ camdelta_status camdelta_summary_sp_from_frames(camdelta_context *ctx, size_t BH
   static const char op[] = "camdelta_summary_sp_from_frames";
   if (!ctx || !A || !BH || !F || (E.mem && !U) || (G.mem && !W))
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: missing per-frame matrices or shape", op);
+  size_t frames;
+  camdelta_status cst = cd_check_head_dim(op, D);
+  if (cst) return cst;
+  if (!CD_PROD(&frames, BH, F, D, D, sizeof(float)) || F > UINT32_MAX)
+    return cd_fail(CAMDELTA_ERROR_OVERFLOW, "%s: BH=%zu F=%zu D=%zu: sizes overflow", op, BH, F, D);
   if (!T.mem && !E.mem && !G.mem) return CAMDELTA_OK;
   sm_job j;
   sm_step *steps = NULL;
   cl_mem mem[4] = {NULL, NULL, NULL, NULL}; /* only the two states */
   camdelta_status st = sm_open(ctx, BH, D, F, 1, NULL, &j);
-  if (!st && !(steps = malloc((F + 1) * sizeof *steps)))
+  if (!st && !(steps = cd_malloc_array(F + 1, sizeof *steps)))
     st = cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", op);
   if (!st) st = cd_alloc(ctx, BH * D * D * 4, &mem[2]);
   if (!st) st = cd_alloc(ctx, BH * D * D * 4, &mem[3]);
