@@ -1,6 +1,7 @@
 /* Writes random inputs for one `camdelta run` operation as .npy files (for the oclgrind CI step, ci/oclgrind.sh):
  *   cd_gen_inputs prep|prep-backward B N H D DIR
- *   cd_gen_inputs scan|scan-backward B H D F S DIR
+ *   cd_gen_inputs scan|scan-backward|scan-masked|scan-backward-masked B H D F S DIR   (-masked: beta and decay
+ *       zero at odd frames, as the camera branch's masked reverse scan gets them)
  *   cd_gen_inputs scan-packed|scan-backward-packed H D CLIPS DIR   (CLIPS: FxS,FxS,... one clip of F frames of S
  *                                                                    tokens each; packed layout, docs/math.md §9)
  *   cd_gen_inputs branch B T Hs Ws H D DIR   the inputs of every camera-branch operation: camera_conditions (poses
@@ -21,12 +22,15 @@ static float uni(float lo, float hi) {
   return lo + (hi - lo) * (float)((g_s >> 40) / 16777216.0);
 }
 
+/* When nonzero, put() zeroes every odd run of g_masked consecutive values (frames of a masked scan's gates). */
+static size_t g_masked;
+
 static int put(const char *dir, const char *name, int ndim, const size_t *shape, float lo, float hi) {
   size_t n = 1;
   for (int i = 0; i < ndim; i++) n *= shape[i];
   float *x = malloc((n ? n : 1) * sizeof *x);
   if (!x) return 1;
-  for (size_t i = 0; i < n; i++) x[i] = uni(lo, hi);
+  for (size_t i = 0; i < n; i++) x[i] = g_masked && (i / g_masked) % 2 == 1 ? 0.0f : uni(lo, hi);
   char path[4096];
   snprintf(path, sizeof path, "%s/%s.npy", dir, name);
   camdelta_status st = camdelta_npy_write(path, CAMDELTA_NPY_F4, ndim, shape, x);
@@ -60,14 +64,22 @@ int main(int argc, char **argv) {
             put(dir, "grad_v", 4, bhdn, -1, 1) | put(dir, "grad_inflation_sq", 3, bhn, -1, 1);
     return rc;
   }
-  if (argc >= 8 && (!strcmp(argv[1], "scan") || !strcmp(argv[1], "scan-backward"))) {
+  if (argc >= 8 && (!strcmp(argv[1], "scan") || !strcmp(argv[1], "scan-backward") || !strcmp(argv[1], "scan-masked") ||
+                    !strcmp(argv[1], "scan-backward-masked"))) {
     const size_t B = num(argv[2]), H = num(argv[3]), D = num(argv[4]), F = num(argv[5]), S = num(argv[6]);
     const char *dir = argv[7];
     const size_t bhdn[4] = {B, H, D, F * S}, bhfs[4] = {B, H, F, S}, bhf[3] = {B, H, F}, bhdd[4] = {B, H, D, D};
+    /* "-masked": the gates of the camera branch's masked reverse scan, beta and decay zero at odd frames
+     * (cl/branch.cl cd_branch_discount: br, dr where the mask is 0) */
+    const int masked = strstr(argv[1], "-masked") != NULL;
+    g_masked = masked ? S : 0;
     int rc = put(dir, "q", 4, bhdn, -0.3f, 0.3f) | put(dir, "k", 4, bhdn, -0.3f, 0.3f) |
-             put(dir, "v", 4, bhdn, -1, 1) | put(dir, "beta", 4, bhfs, 0, 1) | put(dir, "decay", 3, bhf, 0.8f, 1) |
-             put(dir, "init_state", 4, bhdd, -0.1f, 0.1f);
-    if (!strcmp(argv[1], "scan-backward"))
+             put(dir, "v", 4, bhdn, -1, 1) | put(dir, "beta", 4, bhfs, 0, 1);
+    g_masked = g_masked ? 1 : 0;
+    rc |= put(dir, "decay", 3, bhf, 0.8f, 1);
+    g_masked = 0;
+    rc |= put(dir, "init_state", 4, bhdd, -0.1f, 0.1f);
+    if (!strncmp(argv[1], "scan-backward", 13))
       rc |= put(dir, "grad_out", 4, bhdn, -1, 1) | put(dir, "grad_final_state", 4, bhdd, -1, 1);
     return rc;
   }
@@ -144,7 +156,7 @@ int main(int argc, char **argv) {
     return rc;
   }
   fprintf(stderr, "usage: cd_gen_inputs prep|prep-backward B N H D DIR\n"
-                  "       cd_gen_inputs scan|scan-backward B H D F S DIR\n"
+                  "       cd_gen_inputs scan|scan-backward|scan-masked|scan-backward-masked B H D F S DIR\n"
                   "       cd_gen_inputs scan-packed|scan-backward-packed H D FxS,FxS,... DIR\n"
                   "       cd_gen_inputs branch B T Hs Ws H D DIR\n");
   return 2;
