@@ -907,6 +907,22 @@ static void test_outputs_commit_faults(void **state) {
     if (!same_outputs(out, keep, names, 4)) fail_msg("rename:%d: the previous outputs changed", k);
     assert_int_equal(temp_files_in(out), 0);
   }
+  /* a file system without hard links: the previous files are kept by renames instead, and come back the same way */
+  for (int k = 1; k <= 4; k++) {
+    char fault[48];
+    snprintf(fault, sizeof fault, "nolink,rename:%d", k);
+    expect_code(run_faults(fault, "run prep --in '%s' --out '%s' --k-scale 0.5", in, out), 1, "cannot replace");
+    if (!same_outputs(out, keep, names, 4)) fail_msg("%s: the previous outputs changed", fault);
+    assert_int_equal(temp_files_in(out), 0);
+    snprintf(fault, sizeof fault, "nolink,kill:%d", k);
+    assert_int_equal(run_faults(fault, "run prep --quiet --in '%s' --out '%s' --k-scale 0.5", in, out)->code, 137);
+    expect_code(run_faults("rename:1", "run prep --in '%s' --out '%s' --k-scale 0.5", in, out), 1, "cannot replace");
+    if (!same_outputs(out, keep, names, 4)) fail_msg("%s: not rolled back", fault);
+    assert_int_equal(temp_files_in(out), 0);
+  }
+  expect_code(run_faults("nolink", "run prep --quiet --in '%s' --out '%s' --k-scale 0.5", in, out), 0, NULL);
+  if (!same_outputs(out, want, names, 4)) fail_msg("nolink: not the new set");
+  expect_code(run("run prep --quiet --in '%s' --out '%s' --k-scale 0.37", in, out), 0, NULL);
   /* outputs that did not exist before are removed again (nothing of a failed set stays) */
   char fresh[1300];
   snprintf(fresh, sizeof fresh, "%s/fresh", in);

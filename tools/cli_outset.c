@@ -39,15 +39,26 @@ struct cli_outset {
 /* ------------------------------------------------------------------------------------------ test faults */
 
 #ifdef CAMDELTA_FAULT_INJECTION
-/* Only in the test build of the tool (tests/CMakeLists.txt, camdelta_faults): CAMDELTA_FAULT=rename:K makes the
- * K-th rename of a commit fail with EIO, CAMDELTA_FAULT=kill:K kills the process (SIGKILL) just before it. */
-static int fault_at(int k) {
+/* Only in the test build of the tool (tests/CMakeLists.txt, camdelta_faults): CAMDELTA_FAULT holds comma-separated
+ * faults: rename:K makes the K-th rename of a commit fail with EIO, kill:K kills the process (SIGKILL) just before it,
+ * nolink makes every hard link fail with EPERM (a file system without them). */
+static int fault_has(const char *what, int k) {
   const char *f = getenv("CAMDELTA_FAULT");
-  if (!f) return 0;
-  const int kill_it = strncmp(f, "kill:", 5) == 0, fail = strncmp(f, "rename:", 7) == 0;
-  if ((!kill_it && !fail) || atoi(f + (kill_it ? 5 : 7)) != k) return 0;
-  if (kill_it) raise(SIGKILL);
+  const size_t n = strlen(what);
+  for (const char *p = f; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+    if (strncmp(p, what, n) == 0 && (k < 0 ? (p[n] == ',' || p[n] == '\0') : p[n] == ':' && atoi(p + n + 1) == k))
+      return 1;
+  return 0;
+}
+static int fault_at(int k) {
+  if (fault_has("kill", k)) raise(SIGKILL);
+  if (!fault_has("rename", k)) return 0;
   errno = EIO;
+  return 1;
+}
+static int fault_nolink(void) {
+  if (!fault_has("nolink", -1)) return 0;
+  errno = EPERM;
   return 1;
 }
 #else
@@ -55,6 +66,7 @@ static int fault_at(int k) {
   (void)k;
   return 0;
 }
+static int fault_nolink(void) { return 0; }
 #endif
 
 /* ------------------------------------------------------------------------------------------ names */
@@ -121,11 +133,16 @@ static int roll_back(int dfd, const char *jname, const char *token) {
     char tmp[NAME_MAX + 1], old[NAME_MAX + 1];
     if (!hidden_name(tmp, sizeof tmp, name, TMP_TAG, token) || !hidden_name(old, sizeof old, name, OLD_TAG, token))
       continue;
-    struct stat ts;
+    struct stat ts, ns;
     if (fstatat(dfd, tmp, &ts, AT_SYMLINK_NOFOLLOW) == 0) {
-      /* not renamed yet: the name still holds its previous file */
+      /* not renamed yet: the name holds its previous file, or (kept by a rename where links are not supported) the
+       * kept file goes back to it */
       if (unlinkat(dfd, tmp, 0) != 0) ok = 0;
-      unlinkat(dfd, old, 0);
+      if (fstatat(dfd, name, &ns, AT_SYMLINK_NOFOLLOW) != 0 && errno == ENOENT) {
+        if (fstatat(dfd, old, &ns, AT_SYMLINK_NOFOLLOW) == 0 && renameat(dfd, old, dfd, name) != 0) ok = 0;
+      } else {
+        unlinkat(dfd, old, 0);
+      }
     } else if (line[0] == 'r') {
       /* renamed: the kept file goes back (it exists: the renames start only once every file is kept) */
       struct stat os;
@@ -385,18 +402,23 @@ int cli_outset_commit(cli_outset *s) {
     struct stat sb;
     had[i] = fstatat(s->dfd, s->f[i].name, &sb, AT_SYMLINK_NOFOLLOW) == 0;
   }
-  int ok = write_journal(s, jname, had), e = errno, renamed = 0;
+  int ok = write_journal(s, jname, had), e = errno, renamed = 0, failed = -1;
   const char *what = "cannot record the commit";
-  /* keep each file an output replaces (a link, never followed; a symbolic link is kept as one) */
+  /* keep each file an output replaces (a link, never followed; a symbolic link is kept as one). Another user's file
+   * in a sticky folder fails here (protected hard links), before any rename. */
   for (int i = 0; ok && i < s->n; i++) {
     char old[NAME_MAX + 1];
     if (!had[i]) continue;
-    if (!hidden_name(old, sizeof old, s->f[i].name, OLD_TAG, s->token) ||
-        linkat(s->dfd, s->f[i].name, s->dfd, old, 0) != 0)
-      ok = 0, e = errno, what = "cannot keep the previous file";
+    int kept = hidden_name(old, sizeof old, s->f[i].name, OLD_TAG, s->token) && !fault_nolink() &&
+               linkat(s->dfd, s->f[i].name, s->dfd, old, 0) == 0;
+    int why = errno;
+    /* a file system without hard links: the previous file is kept by a rename (the name is then absent until its
+     * output is renamed in); only the user's own files, so that another user's stays where it is */
+    if (!kept && (why == EPERM || why == EOPNOTSUPP || why == EMLINK || why == ENOSYS) && ours(s->dfd, s->f[i].name))
+      kept = renameat(s->dfd, s->f[i].name, s->dfd, old) == 0, why = errno;
+    if (!kept) ok = 0, e = why, failed = i, what = "cannot keep the previous file";
   }
   if (ok && fsync(s->dfd) != 0) ok = 0, e = errno, what = "cannot sync the folder";
-  int failed = -1;
   for (int i = 0; ok && i < s->n; i++) {
     char tmp[NAME_MAX + 1];
     hidden_name(tmp, sizeof tmp, s->f[i].name, TMP_TAG, s->token);
