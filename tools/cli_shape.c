@@ -82,10 +82,10 @@ int cli_parse_patch(const char *text, size_t patch[3]) {
 /* ------------------------------------------------------------------------------------------------ shapes */
 
 static const cli_shape NAMED[] = {
-    {"small", 1, 2, 64, 4, 256},
-    {"d64", 1, 20, 64, 21, 1560},
-    {"sana480", 1, 20, 112, 21, 1560},
-    {"sana720", 1, 20, 112, 21, 3600},
+    {.name = "small", .B = 1, .H = 2, .D = 64, .F = 4, .S = 256},
+    {.name = "d64", .B = 1, .H = 20, .D = 64, .F = 21, .S = 1560},
+    {.name = "sana480", .B = 1, .H = 20, .D = 112, .F = 21, .S = 1560},
+    {.name = "sana720", .B = 1, .H = 20, .D = 112, .F = 21, .S = 3600},
 };
 
 int cli_parse_shape(const char *cmd, const char *opt, const char *text, int names, cli_shape *out) {
@@ -101,7 +101,7 @@ int cli_parse_shape(const char *cmd, const char *opt, const char *text, int name
               names ? "small, d64, sana480, sana720 or " : "", cli_escape(text, shown, sizeof shown));
     return 0;
   }
-  *out = (cli_shape){text, v[0], v[1], v[2], v[3], v[4]};
+  *out = (cli_shape){.name = text, .B = v[0], .H = v[1], .D = v[2], .F = v[3], .S = v[4]};
   return cli_check_shape(cmd, out);
 }
 

@@ -95,23 +95,41 @@ static int make_buffers(camdelta_context *ctx, bench_buffers *b, int tty) {
     double lo, hi;
     camdelta_dtype dt;
   } list[] = {
-      {&b->qw, C, 0.5, 1.5, CAMDELTA_F32},        {&b->kw, C, 0.5, 1.5, CAMDELTA_F32},
-      {&b->pq, BN * 16, -1, 1, CAMDELTA_F32},     {&b->pkv, BN * 16, -1, 1, CAMDELTA_F32},
-      {&b->rc, b->N * b->D / 2, -1, 1, CAMDELTA_F32}, {&b->rs, b->N * b->D / 2, -1, 1, CAMDELTA_F32},
-      {&b->q, BNHD, 0, 0, b->dt},                 {&b->k, BNHD, 0, 0, b->dt},
-      {&b->v, BNHD, 0, 0, b->dt},                 {&b->infl, BHN, 0, 0, CAMDELTA_F32},
-      {&b->fq, BNHD, -0.1, 0.1, CAMDELTA_F32},    {&b->fk, BNHD, -0.1, 0.1, CAMDELTA_F32},
-      {&b->fv, BNHD, -1, 1, CAMDELTA_F32},        {&b->beta, BHN, 0, 1, CAMDELTA_F32},
-      {&b->decay, b->B * b->H * b->F, 0.9, 1, CAMDELTA_F32}, {&b->out, BNHD, 0, 0, CAMDELTA_F32},
-      {&b->st0, DD, -0.1, 0.1, CAMDELTA_F32},     {&b->st1, DD, 0, 0, CAMDELTA_F32},
-      {&b->gq, BNHD, -1, 1, b->dt},               {&b->gk, BNHD, -1, 1, b->dt},
-      {&b->gv, BNHD, -1, 1, b->dt},               {&b->ginfl, BHN, -1, 1, CAMDELTA_F32},
-      {&b->dq_raw, BNHD, 0, 0, b->dt},            {&b->dk_raw, BNHD, 0, 0, b->dt},
-      {&b->dv_raw, BNHD, 0, 0, b->dt},            {&b->dqw, C, 0, 0, CAMDELTA_F32},
-      {&b->dkw, C, 0, 0, CAMDELTA_F32},           {&b->gout, BNHD, -1, 1, CAMDELTA_F32},
-      {&b->dq, BNHD, 0, 0, CAMDELTA_F32},         {&b->dk, BNHD, 0, 0, CAMDELTA_F32},
-      {&b->dv, BNHD, 0, 0, CAMDELTA_F32},         {&b->dbeta, BHN, 0, 0, CAMDELTA_F32},
-      {&b->ddecay, b->B * b->H * b->F, 0, 0, CAMDELTA_F32},
+#define RND(m_, n_, lo_, hi_, dt_) {.m = (m_), .n = (n_), .lo = (lo_), .hi = (hi_), .dt = (dt_)}
+      RND(&b->qw, C, 0.5, 1.5, CAMDELTA_F32),
+      RND(&b->kw, C, 0.5, 1.5, CAMDELTA_F32),
+      RND(&b->pq, BN * 16, -1, 1, CAMDELTA_F32),
+      RND(&b->pkv, BN * 16, -1, 1, CAMDELTA_F32),
+      RND(&b->rc, b->N * b->D / 2, -1, 1, CAMDELTA_F32),
+      RND(&b->rs, b->N * b->D / 2, -1, 1, CAMDELTA_F32),
+      RND(&b->q, BNHD, 0, 0, b->dt),
+      RND(&b->k, BNHD, 0, 0, b->dt),
+      RND(&b->v, BNHD, 0, 0, b->dt),
+      RND(&b->infl, BHN, 0, 0, CAMDELTA_F32),
+      RND(&b->fq, BNHD, -0.1, 0.1, CAMDELTA_F32),
+      RND(&b->fk, BNHD, -0.1, 0.1, CAMDELTA_F32),
+      RND(&b->fv, BNHD, -1, 1, CAMDELTA_F32),
+      RND(&b->beta, BHN, 0, 1, CAMDELTA_F32),
+      RND(&b->decay, b->B * b->H * b->F, 0.9, 1, CAMDELTA_F32),
+      RND(&b->out, BNHD, 0, 0, CAMDELTA_F32),
+      RND(&b->st0, DD, -0.1, 0.1, CAMDELTA_F32),
+      RND(&b->st1, DD, 0, 0, CAMDELTA_F32),
+      RND(&b->gq, BNHD, -1, 1, b->dt),
+      RND(&b->gk, BNHD, -1, 1, b->dt),
+      RND(&b->gv, BNHD, -1, 1, b->dt),
+      RND(&b->ginfl, BHN, -1, 1, CAMDELTA_F32),
+      RND(&b->dq_raw, BNHD, 0, 0, b->dt),
+      RND(&b->dk_raw, BNHD, 0, 0, b->dt),
+      RND(&b->dv_raw, BNHD, 0, 0, b->dt),
+      RND(&b->dqw, C, 0, 0, CAMDELTA_F32),
+      RND(&b->dkw, C, 0, 0, CAMDELTA_F32),
+      RND(&b->gout, BNHD, -1, 1, CAMDELTA_F32),
+      RND(&b->dq, BNHD, 0, 0, CAMDELTA_F32),
+      RND(&b->dk, BNHD, 0, 0, CAMDELTA_F32),
+      RND(&b->dv, BNHD, 0, 0, CAMDELTA_F32),
+      RND(&b->dbeta, BHN, 0, 0, CAMDELTA_F32),
+      RND(&b->ddecay, b->B * b->H * b->F, 0, 0, CAMDELTA_F32),
+#undef RND
   };
   const size_t nlist = sizeof list / sizeof list[0];
   for (size_t i = 0; i < nlist && !rc; i++) {
@@ -195,6 +213,29 @@ static camdelta_branch_args branch_args(const op_ctx *o, camdelta_profile *prof)
   return a;
 }
 
+/* The prep forward on the bench buffers (the outputs a training step keeps: q, k, v, inflation_sq). */
+static camdelta_prep_args prep_args(const op_ctx *o, camdelta_profile *prof) {
+  const bench_buffers *b = o->b;
+  const camdelta_prep_args a = {.B = b->B, .N = b->N, .H = b->H, .D = b->D, .dtype = b->dt, .k_scale = o->k_scale,
+                                .norm_eps = 1e-6f, .q_raw = {b->raw[0], 0}, .k_raw = {b->raw[1], 0},
+                                .v_raw = {b->raw[2], 0}, .q_norm_weight = {b->qw, 0}, .k_norm_weight = {b->kw, 0},
+                                .proj_q = {b->pq, 0}, .proj_kv = {b->pkv, 0}, .rope_cos = {b->rc, 0},
+                                .rope_sin = {b->rs, 0}, .q = {b->q, 0}, .k = {b->k, 0}, .v = {b->v, 0},
+                                .inflation_sq = {b->infl, 0}, .profile = prof};
+  return a;
+}
+
+/* The scan forward on the bench's f32 buffers. */
+static camdelta_scan_args scan_args(const op_ctx *o, int reverse, camdelta_scan_algorithm alg,
+                                    camdelta_profile *prof) {
+  const bench_buffers *b = o->b;
+  const camdelta_scan_args s = {.B = b->B, .H = b->H, .D = b->D, .F = b->F, .S = b->S, .reverse = reverse,
+                                .algorithm = alg, .q = {b->fq, 0}, .k = {b->fk, 0}, .v = {b->fv, 0},
+                                .beta = {b->beta, 0}, .decay = {b->decay, 0}, .out = {b->out, 0}, .profile = prof,
+                                .precision = o->precision};
+  return s;
+}
+
 static camdelta_status run_op(camdelta_context *ctx, op_ctx *o, const bench_op *op, camdelta_profile *prof) {
   bench_buffers *b = o->b;
   if (op->kind == OP_BRANCH) {
@@ -203,14 +244,15 @@ static camdelta_status run_op(camdelta_context *ctx, op_ctx *o, const bench_op *
   }
   if (op->kind == OP_BRANCH_BWD) {
     const camdelta_branch_args a = branch_args(o, NULL);
-    const camdelta_branch_grads g = {{b->gy, 0},    {b->dq, 0},  {b->dk, 0},     {b->dv, 0},     {b->dconv, 0},
-                                     {b->dqw, 0},   {b->dkw, 0}, {b->dbeta, 0},  {b->ddecay, 0}, prof};
+    const camdelta_branch_grads g = {.grad_y = {b->gy, 0},          .dq_raw = {b->dq, 0},
+                                     .dk_raw = {b->dk, 0},          .dv_raw = {b->dv, 0},
+                                     .dconv_weight = {b->dconv, 0}, .dq_norm_weight = {b->dqw, 0},
+                                     .dk_norm_weight = {b->dkw, 0}, .dbeta = {b->dbeta, 0},
+                                     .ddecay = {b->ddecay, 0},      .profile = prof};
     return camdelta_branch_backward(ctx, &a, &g, o->bsaved);
   }
   if (op->kind == OP_PREP) {
-    camdelta_prep_args a = {b->B, b->N, b->H, b->D, b->dt, o->k_scale, 1e-6f, {b->raw[0], 0}, {b->raw[1], 0},
-                            {b->raw[2], 0}, {b->qw, 0}, {b->kw, 0}, {b->pq, 0}, {b->pkv, 0}, {b->rc, 0},
-                            {b->rs, 0}, {b->q, 0}, {b->k, 0}, {b->v, 0}, {b->infl, 0}, prof};
+    const camdelta_prep_args a = prep_args(o, prof);
     return camdelta_prep_forward(ctx, &a, NULL);
   }
   if (op->kind == OP_PREP_BWD) {
@@ -226,8 +268,7 @@ static camdelta_status run_op(camdelta_context *ctx, op_ctx *o, const bench_op *
     a.q.mem = b->q, a.k.mem = b->k, a.inflation_sq.mem = b->infl;
     return camdelta_prep_backward(ctx, &a, o->psaved);
   }
-  camdelta_scan_args s = {b->B, b->H, b->D, b->F, b->S, op->reverse, op->alg, {b->fq, 0}, {b->fk, 0}, {b->fv, 0},
-                          {b->beta, 0}, {b->decay, 0}, {b->out, 0}, {NULL, 0}, {NULL, 0}, prof, NULL, o->precision};
+  const camdelta_scan_args s = scan_args(o, op->reverse, op->alg, prof);
   if (op->kind == OP_SCAN) return camdelta_scan_forward(ctx, &s, NULL);
   camdelta_scan_backward_args a;
   memset(&a, 0, sizeof a);
@@ -240,21 +281,16 @@ static camdelta_status run_op(camdelta_context *ctx, op_ctx *o, const bench_op *
 
 /* What a backward needs from its forward, run once before timing. */
 static camdelta_status prepare_op(camdelta_context *ctx, op_ctx *o, const bench_op *op) {
-  bench_buffers *b = o->b;
   if (op->kind == OP_BRANCH_BWD) {
     const camdelta_branch_args a = branch_args(o, NULL);
     return camdelta_branch_forward(ctx, &a, o->bsaved);
   }
   if (op->kind == OP_PREP_BWD) {
-    camdelta_prep_args f = {b->B, b->N, b->H, b->D, b->dt, o->k_scale, 1e-6f, {b->raw[0], 0}, {b->raw[1], 0},
-                            {b->raw[2], 0}, {b->qw, 0}, {b->kw, 0}, {b->pq, 0}, {b->pkv, 0}, {b->rc, 0},
-                            {b->rs, 0}, {b->q, 0}, {b->k, 0}, {b->v, 0}, {b->infl, 0}, NULL};
+    const camdelta_prep_args f = prep_args(o, NULL);
     return camdelta_prep_forward(ctx, &f, o->psaved);
   }
   if (op->kind == OP_SCAN_BWD) {
-    camdelta_scan_args s = {b->B, b->H, b->D, b->F, b->S, op->reverse, CAMDELTA_SCAN_AUTO, {b->fq, 0}, {b->fk, 0},
-                            {b->fv, 0}, {b->beta, 0}, {b->decay, 0}, {b->out, 0}, {NULL, 0}, {NULL, 0}, NULL, NULL,
-                            o->precision};
+    const camdelta_scan_args s = scan_args(o, op->reverse, CAMDELTA_SCAN_AUTO, NULL);
     return camdelta_scan_forward(ctx, &s, o->ssaved);
   }
   return CAMDELTA_OK;
@@ -434,7 +470,7 @@ int cmd_bench(int argc, char **argv) {
     cJSON_AddNumberToObject(js, "S", (double)b.S);
     jops = cJSON_AddArrayToObject(js, "operations");
     rc = make_buffers(ctx, &b, tty);
-    op_ctx o = {&b, (float)(1.0 / sqrt((double)b.D * (double)b.S)), NULL, NULL, NULL, 0, 0, prec};
+    op_ctx o = {.b = &b, .k_scale = (float)(1.0 / sqrt((double)b.D * (double)b.S)), .precision = prec};
     grid_of(&shapes[si], &o.Hs, &o.Ws);
     if (!rc) rc = make_branch_buffers(ctx, &b, o.Hs, o.Ws);
     if (!rc && (camdelta_prep_saved_create(ctx, &o.psaved) || camdelta_scan_saved_create(ctx, &o.ssaved) ||

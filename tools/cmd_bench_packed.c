@@ -93,7 +93,8 @@ int cmd_bench_packed(int argc, char **argv) {
     const int bwd = op >= 2, rev = op % 2;
     double med[3] = {0, 0, 0};
     int native = -1;
-    const camdelta_packed_clips pc = {fo, co, B, B * N, &native};
+    const camdelta_packed_clips pc = {.frame_offsets = fo, .clip_offsets = co, .clips = B, .tokens = B * N,
+                                      .native = &native};
     /* fixed, packed and fixed on the packed layout alternate, so that all see the same clocks and caches */
     for (size_t it = 0; it < warmup + reps && !rc; it++)
       for (int mode = 0; mode < 3 && !rc; mode++) {

@@ -124,7 +124,7 @@ static int cache_warm(cli_args *a) {
     if ((r = cli_value(a, "--shape", &shape))) {
       if (r < 0) return CLI_EXIT_USAGE;
       if (!cli_parse_sizes("--shape", shape, 4, sh, "B,H,D,S")) return CLI_EXIT_USAGE;
-      const cli_shape one_frame = {shape, sh[0], sh[1], sh[2], 1, sh[3]}; /* the operations' limits */
+      const cli_shape one_frame = {.name = shape, .B = sh[0], .H = sh[1], .D = sh[2], .F = 1, .S = sh[3]};
       if (!cli_check_shape("cache warm", &one_frame)) return CLI_EXIT_USAGE;
       continue;
     }

@@ -237,16 +237,17 @@ static camdelta_branch_args branch_args(const demo_state *s, camdelta_profile *p
 static camdelta_status run_device(demo_state *s, const char **stage) {
   const demo_opts *o = &s->o;
   camdelta_profile prof = {0, 0};
-  const camdelta_camera_args ca = {o->B,          o->F,          o->Hs,         o->Ws,         1,
-                                   PATCH,         PATCH,         o->D,          din(s, ICC),   dout(s, OPQ),
-                                   dout(s, OPKV), dout(s, OPO),  dout(s, ORC),  dout(s, ORS),  &prof};
+  const camdelta_camera_args ca = {.B = o->B, .T = o->F, .Hs = o->Hs, .Ws = o->Ws, .pt = 1, .ph = PATCH, .pw = PATCH,
+                                   .D = o->D, .camera_conditions = din(s, ICC), .proj_q = dout(s, OPQ),
+                                   .proj_kv = dout(s, OPKV), .proj_o = dout(s, OPO), .rope_cos = dout(s, ORC),
+                                   .rope_sin = dout(s, ORS), .profile = &prof};
   *stage = "cameras";
   camdelta_status st = camdelta_camera_forward(s->ctx, &ca);
   s->ms[0] = prof.kernel_ms;
   if (st) return st;
-  const camdelta_short_conv_args sc = {o->B,  o->F,         o->S,          s->C,          chunking_of(o),
-                                       din(s, IK), din(s, IW), dout(s, OKCONV), {NULL, 0}, {NULL, 0},
-                                       {NULL, 0}, &prof};
+  const camdelta_short_conv_args sc = {.B = o->B, .T = o->F, .S = o->S, .C = s->C, .chunking = chunking_of(o),
+                                       .k_raw = din(s, IK), .conv_weight = din(s, IW), .k_conv = dout(s, OKCONV),
+                                       .profile = &prof};
   *stage = "short conv";
   if ((st = camdelta_short_conv_forward(s->ctx, &sc))) return st;
   s->ms[1] = prof.kernel_ms;
@@ -258,8 +259,11 @@ static camdelta_status run_device(demo_state *s, const char **stage) {
   s->ms[2] = prof.kernel_ms;
   if (!st) {
     *stage = "branch backward";
-    const camdelta_branch_grads g = {din(s, IGY),    dout(s, ODQ),  dout(s, ODK), dout(s, ODV), dout(s, ODW),
-                                     dout(s, ODQW),  dout(s, ODKW), dout(s, ODB), dout(s, ODD), &prof};
+    const camdelta_branch_grads g = {.grad_y = din(s, IGY),          .dq_raw = dout(s, ODQ),
+                                     .dk_raw = dout(s, ODK),          .dv_raw = dout(s, ODV),
+                                     .dconv_weight = dout(s, ODW),    .dq_norm_weight = dout(s, ODQW),
+                                     .dk_norm_weight = dout(s, ODKW), .dbeta = dout(s, ODB),
+                                     .ddecay = dout(s, ODD),          .profile = &prof};
     st = camdelta_branch_backward(s->ctx, &a, &g, saved);
     s->ms[3] = prof.kernel_ms;
   }
@@ -310,22 +314,29 @@ static int check_reference(demo_state *s) {
       rc = cli_error(CLI_EXIT_FAILURE, "demo: out of host memory");
   camdelta_status st = CAMDELTA_OK;
   if (!rc) {
-    const camdelta_ref_camera rcam = {o->B, o->F, o->Hs, o->Ws, PATCH, PATCH, o->D, in64[ICC], ref[OPQ], ref[OPKV],
-                                      ref[OPO], ref[ORC], ref[ORS]};
+    const camdelta_ref_camera rcam = {.B = o->B, .T = o->F, .Hs = o->Hs, .Ws = o->Ws, .ph = PATCH, .pw = PATCH,
+                                      .D = o->D, .camera_conditions = in64[ICC], .proj_q = ref[OPQ],
+                                      .proj_kv = ref[OPKV], .proj_o = ref[OPO], .rope_cos = ref[ORC],
+                                      .rope_sin = ref[ORS]};
     st = camdelta_ref_camera_forward(&rcam);
     size_t nb = 0, *b = bounds_array(o->F);
     const camdelta_chunking ch = chunking_of(o);
     if (!b) st = camdelta_set_error(CAMDELTA_ERROR_OUT_OF_MEMORY, "out of host memory");
     if (!st) st = camdelta_conv_bounds(o->F, &ch, b, o->F + 1, &nb);
-    const camdelta_ref_conv rconv = {o->B, o->F, o->S, s->C, b, nb, in64[IK], in64[IW], ref[OKCONV], NULL, NULL, NULL};
+    const camdelta_ref_conv rconv = {.B = o->B, .T = o->F, .S = o->S, .C = s->C, .bounds = b, .nbounds = nb,
+                                     .x = in64[IK], .w = in64[IW], .y = ref[OKCONV]};
     if (!st) st = camdelta_ref_short_conv_forward(&rconv);
     const camdelta_branch_args a = branch_args(s, NULL);
-    camdelta_ref_branch rb = {o->B,      o->F,      o->Hs,     o->Ws,      PATCH,       PATCH,        o->H,
-                              o->D,      ch,        a.k_scale, a.norm_eps, in64[IQ],    in64[IK],     in64[IV],
-                              in64[IW],  in64[IQW], in64[IKW], in64[ICC],  in64[IBETA], in64[IDECAY], ref[OY]};
+    camdelta_ref_branch rb = {.B = o->B, .T = o->F, .Hs = o->Hs, .Ws = o->Ws, .ph = PATCH, .pw = PATCH, .H = o->H,
+                              .D = o->D, .chunking = ch, .k_scale = a.k_scale, .norm_eps = a.norm_eps,
+                              .q_raw = in64[IQ], .k_raw = in64[IK], .v_raw = in64[IV], .conv_weight = in64[IW],
+                              .q_norm_weight = in64[IQW], .k_norm_weight = in64[IKW],
+                              .camera_conditions = in64[ICC], .beta = in64[IBETA], .decay = in64[IDECAY],
+                              .y = ref[OY]};
     if (!st) st = camdelta_ref_branch_forward(&rb);
-    const camdelta_ref_branch_grads rg = {in64[IGY], ref[ODQ],  ref[ODK], ref[ODV], ref[ODW],
-                                          ref[ODQW], ref[ODKW], ref[ODB], ref[ODD]};
+    const camdelta_ref_branch_grads rg = {.grad_y = in64[IGY], .dq_raw = ref[ODQ], .dk_raw = ref[ODK],
+                                          .dv_raw = ref[ODV], .dconv_weight = ref[ODW], .dq_norm_weight = ref[ODQW],
+                                          .dk_norm_weight = ref[ODKW], .dbeta = ref[ODB], .ddecay = ref[ODD]};
     if (!st) st = camdelta_ref_branch_backward(&rb, &rg);
     if (st) rc = cli_lib_error(st, "demo: f64 reference");
     free(b);

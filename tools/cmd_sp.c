@@ -250,6 +250,12 @@ typedef struct sp_out {
   cl_mem mem;
 } sp_out;
 
+/* an output of rows x (frames x unit) columns (unit 0: rows values, whole), written with the given shape */
+static sp_out sp_output(const char *name, size_t rows, size_t unit, int ndim, size_t d0, size_t d1, size_t d2,
+                        size_t d3) {
+  return (sp_out){.name = name, .rows = rows, .unit = unit, .ndim = ndim, .shape = {d0, d1, d2, d3}, .mem = NULL};
+}
+
 /* ---------------------------------------------------------------------------------- run branch over ranks */
 
 /* `camdelta run branch|branch-backward --sequence-parallel`: every rank reads the inputs of the single-device
@@ -360,16 +366,16 @@ static int run_branch_sp(int argc, char **argv) {
     /* outputs: name, rows, unit (0: whole), ndim, shape */
     sp_out o[8];
     int no = 0;
-    if (!backward) o[no++] = (sp_out){"y", B, S * C, 4, {B, N, H, D}, NULL};
+    if (!backward) o[no++] = sp_output("y", B, S * C, 4, B, N, H, D);
     else {
-      o[no++] = (sp_out){"dq_raw", B, S * C, 4, {B, N, H, D}, NULL};
-      o[no++] = (sp_out){"dk_raw", B, S * C, 4, {B, N, H, D}, NULL};
-      o[no++] = (sp_out){"dv_raw", B, S * C, 4, {B, N, H, D}, NULL};
-      o[no++] = (sp_out){"dconv_weight", 4 * C, 0, 2, {C, 4, 0, 0}, NULL};
-      o[no++] = (sp_out){"dq_norm_weight", C, 0, 1, {C, 0, 0, 0}, NULL};
-      o[no++] = (sp_out){"dk_norm_weight", C, 0, 1, {C, 0, 0, 0}, NULL};
-      o[no++] = (sp_out){"dbeta", B * H, S, 4, {B, H, T, S}, NULL};
-      o[no++] = (sp_out){"ddecay", B * H, 1, 3, {B, H, T, 0}, NULL};
+      o[no++] = sp_output("dq_raw", B, S * C, 4, B, N, H, D);
+      o[no++] = sp_output("dk_raw", B, S * C, 4, B, N, H, D);
+      o[no++] = sp_output("dv_raw", B, S * C, 4, B, N, H, D);
+      o[no++] = sp_output("dconv_weight", 4 * C, 0, 2, C, 4, 0, 0);
+      o[no++] = sp_output("dq_norm_weight", C, 0, 1, C, 0, 0, 0);
+      o[no++] = sp_output("dk_norm_weight", C, 0, 1, C, 0, 0, 0);
+      o[no++] = sp_output("dbeta", B * H, S, 4, B, H, T, S);
+      o[no++] = sp_output("ddecay", B * H, 1, 3, B, H, T, 0);
     }
     for (int i = 0; i < no && !rc; i++)
       rc = upload(ctx, NULL, o[i].unit ? o[i].rows * fl * o[i].unit : o[i].rows, &o[i].mem);
@@ -554,15 +560,15 @@ int cmd_run_sp(int argc, char **argv) {
     sp_out o[6];
     int no = 0;
     if (!backward) {
-      o[no++] = (sp_out){"out", BH * D, S, 4, {B, H, D, N}, NULL};
-      if (final_state) o[no++] = (sp_out){"final_state", 1, 0, 4, {B, H, D, D}, NULL};
+      o[no++] = sp_output("out", BH * D, S, 4, B, H, D, N);
+      if (final_state) o[no++] = sp_output("final_state", 1, 0, 4, B, H, D, D);
     } else {
-      o[no++] = (sp_out){"dq", BH * D, S, 4, {B, H, D, N}, NULL};
-      o[no++] = (sp_out){"dk", BH * D, S, 4, {B, H, D, N}, NULL};
-      o[no++] = (sp_out){"dv", BH * D, S, 4, {B, H, D, N}, NULL};
-      o[no++] = (sp_out){"dbeta", BH, S, 4, {B, H, F, S}, NULL};
-      o[no++] = (sp_out){"ddecay", BH, 1, 3, {B, H, F, 0}, NULL};
-      if (has_init) o[no++] = (sp_out){"dinit_state", 1, 0, 4, {B, H, D, D}, NULL};
+      o[no++] = sp_output("dq", BH * D, S, 4, B, H, D, N);
+      o[no++] = sp_output("dk", BH * D, S, 4, B, H, D, N);
+      o[no++] = sp_output("dv", BH * D, S, 4, B, H, D, N);
+      o[no++] = sp_output("dbeta", BH, S, 4, B, H, F, S);
+      o[no++] = sp_output("ddecay", BH, 1, 3, B, H, F, 0);
+      if (has_init) o[no++] = sp_output("dinit_state", 1, 0, 4, B, H, D, D);
     }
     for (int i = 0; i < no && !rc; i++) rc = upload(ctx, NULL, o[i].unit ? o[i].rows * fl * o[i].unit : ns, &o[i].mem);
     rc = agree_rc(rc);
@@ -987,7 +993,7 @@ static int demo_branch(camdelta_context *ctx, const shape5 *shape, double *worst
 
 int cmd_demo_sp(int argc, char **argv) {
   const char *device = NULL, *v;
-  shape5 shape = {"1,4,32,8,64", 1, 4, 32, 8, 64};
+  shape5 shape = {.name = "1,4,32,8,64", .B = 1, .H = 4, .D = 32, .F = 8, .S = 64};
   /* chunkwise by default: its chain M_f = A_f·M + U_f is the arithmetic of the state summaries, so the comparison
    * shows the sequence-parallel split, not the difference between the two algorithms' f32 rounding */
   g_alg = CAMDELTA_SCAN_CHUNKWISE;
