@@ -201,5 +201,11 @@ const cd_opt_env_doc cd_opt_env_docs[] = {
      .value = "`1`",
      .when = "each sequence-parallel call",
      .doc = "sequence parallelism: the summaries from their own grams instead of the scan's"},
+    {.name = "CAMDELTA_FAULT",
+     .value = "`rename:K`, `kill:K`, `nolink`, comma-separated",
+     .when = "each output commit of the tool's test build",
+     .doc = "tests only, read by `tests/camdelta_faults` (built with `CAMDELTA_FAULT_INJECTION`), never by `camdelta`: "
+            "the K-th rename of an output commit fails (EIO) or the process is killed just before it; hard links "
+            "fail (EPERM)"},
 };
 const size_t cd_opt_env_doc_count = sizeof cd_opt_env_docs / sizeof cd_opt_env_docs[0];
