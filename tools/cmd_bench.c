@@ -427,7 +427,9 @@ int cmd_bench(int argc, char **argv) {
   if (nshapes == 0 && !cli_parse_shape("bench", "--shape", "small", 1, &shapes[nshapes++])) return CLI_EXIT_USAGE;
 
   camdelta_context *ctx = NULL;
-  int rc = cli_context(&ctx, device);
+  int rc = CLI_EXIT_OK;
+  for (int si = 0; si < nshapes && !rc; si++) rc = bench_budget(NULL, &shapes[si], dt); /* the host, no device yet */
+  if (!rc) rc = cli_context(&ctx, device);
   for (int si = 0; si < nshapes && !rc; si++) rc = bench_budget(ctx, &shapes[si], dt); /* before any is run */
   if (rc) {
     camdelta_context_destroy(ctx);

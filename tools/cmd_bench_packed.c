@@ -55,9 +55,6 @@ int cmd_bench_packed(int argc, char **argv) {
                        argv[a.i]);
     }
   }
-  camdelta_context *ctx = NULL;
-  int rc = cli_context(&ctx, device);
-  if (rc) return rc;
   /* every size below is a factor of clips*H*D*F*S, checked by cli_check_shape on the one-row shape */
   const size_t N = F * S, nt = B * H * D * N;
   cli_budget bud = {0, 0, 0, 0};
@@ -66,6 +63,10 @@ int cmd_bench_packed(int argc, char **argv) {
   cli_budget_device(&bud, 2, B * H, F * 4);
   cli_budget_host(&bud, 1, B * F + B + 2, 8);
   cli_budget_host(&bud, 3, reps, sizeof(double));
+  int rc = cli_budget_check(&bud, NULL, "bench --packed: this shape"); /* the host, no device yet */
+  if (rc) return rc;
+  camdelta_context *ctx = NULL;
+  if ((rc = cli_context(&ctx, device))) return rc;
   if ((rc = cli_budget_check(&bud, ctx, "bench --packed: this shape"))) {
     camdelta_context_destroy(ctx);
     return rc;

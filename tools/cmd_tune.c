@@ -107,9 +107,6 @@ int cmd_tune(int argc, char **argv) {
   if (!cli_parse_shape("tune", "--shape", shape, 1, &sh)) return CLI_EXIT_USAGE;
   const size_t s[5] = {sh.B, sh.H, sh.D, sh.F, sh.S};
 
-  camdelta_context *ctx = NULL;
-  int rc = cli_context(&ctx, device);
-  if (rc) return rc;
   /* every size below is a factor of B*H*D*F*S, checked by cli_check_shape */
   const size_t tok = s[0] * s[1] * s[2] * s[3] * s[4], gates = s[0] * s[1] * s[3] * s[4], bhf = s[0] * s[1] * s[3];
   cli_budget bud = {0, 0, 0, 0};
@@ -117,6 +114,10 @@ int cmd_tune(int argc, char **argv) {
   cli_budget_device(&bud, 2, gates, 4);
   cli_budget_device(&bud, 2, bhf, 4);
   cli_budget_host(&bud, 1, tok, 4);
+  int rc = cli_budget_check(&bud, NULL, "tune: this shape"); /* the host, no device yet */
+  if (rc) return rc;
+  camdelta_context *ctx = NULL;
+  if ((rc = cli_context(&ctx, device))) return rc;
   if ((rc = cli_budget_check(&bud, ctx, "tune: this shape"))) {
     camdelta_context_destroy(ctx);
     return rc;
