@@ -9,30 +9,9 @@
 #include "camdelta_helpers.h"
 #include "camdelta_npy.h"
 #include "camdelta_ref.h"
+#include "cli_error.h"  /* error output and exit codes */
 #include "cli_outset.h" /* output sets, all or nothing */
 #include "cli_shape.h"  /* the size options' parser, shape limits and budgets */
-
-#if defined(__GNUC__)
-#define CLI_PRINTF(a, b) __attribute__((format(printf, a, b)))
-#else
-#define CLI_PRINTF(a, b)
-#endif
-
-/* Exit codes (documented in `camdelta help`). */
-enum {
-  CLI_EXIT_OK = 0,
-  CLI_EXIT_FAILURE = 1, /* anything else: an output file could not be written, ... */
-  CLI_EXIT_USAGE = 2,   /* unknown command or option, missing or malformed option value */
-  CLI_EXIT_INPUT = 3,   /* missing input file, wrong dtype, shape that does not fit */
-  CLI_EXIT_DEVICE = 4   /* no such device, OpenCL or kernel build failure */
-};
-
-/** Print "camdelta: error: <message>" on stderr; returns `code`. */
-int cli_error(int code, const char *fmt, ...) CLI_PRINTF(2, 3);
-/** Exit code for a library status: device/OpenCL problems 4, bad input 3, I/O 1. */
-int cli_exit_code(camdelta_status st);
-/** cli_error with the library's last message: "<what>: <message>". */
-int cli_lib_error(camdelta_status st, const char *what);
 
 /* ------------------------------------------------------------ option parsing */
 typedef struct cli_args {
@@ -75,9 +54,6 @@ void cli_run_opts_init(cli_run_opts *o);
  *  CLI_OPT_ERROR after printing a usage error (a missing or malformed value); CLI_OPT_OTHER for any other
  *  argument, left where it is. */
 int cli_run_option(cli_args *a, cli_run_opts *o);
-/** Copy `text` into buf with every byte outside printable ASCII written as \xNN (for messages that echo
- *  user-controlled text, e.g. a file's header or an option value). */
-const char *cli_escape(const char *text, char *buf, size_t size);
 
 /* -------------------------------------------------------------- tensors */
 /** Shape formatted as "(2, 3)" (or "()" for a scalar) into buf. */
@@ -135,9 +111,6 @@ int cli_run_finish(camdelta_context *ctx, camdelta_status st, const char *call, 
 /** Create the context for `selector` (NULL: CAMDELTA_DEVICE / default);
  *  a device error (exit 4) naming the selector otherwise. */
 int cli_context(camdelta_context **ctx, const char *selector);
-/** The device error (exit 4) for a failed camdelta_context_create: the
- *  selector and the library's message (which lists the devices there are). */
-int cli_device_error(camdelta_status st, const char *selector);
 
 /* -------------------------------------------------------------- commands */
 int cmd_info(int argc, char **argv);
@@ -146,15 +119,8 @@ int cmd_cache(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_tune(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
-void usage_info(void);
-void usage_run(void);
-void usage_cache(void);
-void usage_bench(void);
-void usage_tune(void);
-void usage_demo(void);
 /* camera-branch operations of `run` (tools/cmd_run_branch.c) */
 int cli_is_branch_run(int argc, char **argv);
 int cmd_run_branch(int argc, char **argv);
-void usage_run_branch(void);
 
 #endif

@@ -15,7 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli_common.h"
+#include "camdelta_helpers.h"
+#include "cli_error.h"
 
 #define TMP_TAG ".cdtmp."            /* ".NAME.npy.cdtmp.TOKEN": an output being written */
 #define OLD_TAG ".cdold."            /* ".NAME.npy.cdold.TOKEN": the file an output replaces, until the commit */

@@ -6,7 +6,7 @@
 #include <unistd.h>
 
 #include "camdelta_helpers.h"
-#include "cli_common.h"
+#include "cli_error.h"
 
 /* digits only, at least one, value in [0, SIZE_MAX]; *end past the digits */
 static int parse_digits(const char *text, const char **end, size_t *out) {

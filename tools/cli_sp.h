@@ -9,7 +9,5 @@ int cli_sp_requested(int argc, char **argv);
 int cmd_run_sp(int argc, char **argv);
 int cmd_demo_sp(int argc, char **argv);
 int cmd_bench_sp(int argc, char **argv);
-/** The --sequence-parallel part of `camdelta help run|demo|bench`. */
-void usage_sp(void);
 
 #endif

@@ -10,33 +10,9 @@
 #include "cli_common.h"
 #include "cli_packed.h"
 #include "cli_sp.h"
+#include "usage.h"
 
 typedef cli_shape bench_shape; /* named shapes and B,H,D,F,S: cli_parse_shape */
-
-void usage_bench(void) {
-  printf("usage: camdelta bench [--shape NAME|B,H,D,F,S]... [options]\n"
-         "\n"
-         "Times every operation with OpenCL profiling events after warm-up and prints\n"
-         "median and minimum kernel milliseconds, effective GB/s (the fewest bytes the\n"
-         "operation must move) and TFLOP/s (scan: 6*B*H*N*D^2 forward, 14*B*H*N*D^2\n"
-         "backward). The branch rows run the whole camera branch (camdelta_branch_forward /\n"
-         "backward, f32) at chunk size 3, first_chunk_plus_one, on the grid Hs x Ws = S\n"
-         "(sana480 and d64: 30x52, sana720: 45x80, else the most square factorisation);\n"
-         "their TFLOP/s count the two scans (12 and 28*B*H*N*D^2).\n"
-         "\n"
-         "shapes: small (1,2,64,4,256), d64 (1,20,64,21,1560), sana480 (1,20,112,21,1560),\n"
-         "        sana720 (1,20,112,21,3600), or B,H,D,F,S. Default: small.\n"
-         "options:\n"
-         "  --device SEL        device (as CAMDELTA_DEVICE)\n"
-         "  --dtype f32|f16|bf16  prep storage type (default f32)\n"
-         "  --precision exact|tf32  scan arithmetic (default exact; tf32: tensor cores where available)\n"
-         "  --reps N            timed repetitions per operation (default 20)\n"
-         "  --warmup N          untimed runs first (default 3)\n"
-         "  --only SUBSTR       only operations whose name contains SUBSTR\n"
-         "  --json FILE         also write the results as JSON\n"
-         "  --peak-gbs X        print the fraction of X GB/s (memory bound)\n"
-         "  --peak-tflops X     print the fraction of X TFLOP/s (f32 arithmetic bound)\n");
-}
 
 typedef struct bench_buffers {
   size_t B, H, D, F, S, N;

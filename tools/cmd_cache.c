@@ -12,28 +12,7 @@
 #include <time.h>
 
 #include "cli_common.h"
-
-void usage_cache(void) {
-  printf("usage: camdelta cache list|clear|warm|dir [options]\n"
-         "\n"
-         "The folder where compiled kernel programs are kept between runs: CAMDELTA_CACHE_DIR,\n"
-         "else $XDG_CACHE_HOME/camdelta, else ~/.cache/camdelta; CAMDELTA_CACHE=0 turns it off.\n"
-         "\n"
-         "  list                  every entry: file, size, age, device it was built for, state\n"
-         "                        (ok: header consistent; corrupt: it will be discarded and\n"
-         "                        rebuilt on next use; partial: a write that never finished)\n"
-         "  clear                 remove every entry (only camdelta's own *.clbin files)\n"
-         "  warm [--device SEL] [--shape B,H,D,S]\n"
-         "                        build the kernels ahead of time (for deployment images):\n"
-         "                        without --shape those that depend on the head dim only\n"
-         "                        (prep, backward) for D = 8..128; with --shape everything\n"
-         "                        a call of that shape uses, the scan forward included\n"
-         "  dir                   print the folder (empty line when caching is off)\n"
-         "\n"
-         "camdelta changes the mode of no folder: a shared sticky folder (such as /tmp) is\n"
-         "used through its private subfolder camdelta-<uid>; a folder that group or others\n"
-         "can write otherwise is refused (the run goes uncached, with one warning).\n");
-}
+#include "usage.h"
 
 static int cache_folder(char *buf, size_t size) {
   camdelta_status st = camdelta_cache_dir(buf, size);

@@ -10,22 +10,7 @@
 
 #include "cli_common.h"
 #include "cli_sp.h"
-
-void usage_demo(void) {
-  printf("usage: camdelta demo [--shape B,H,D,F,S] [--chunk-size CS] [--chunk-strategy S] [--device SEL]\n"
-         "                     [--seed N]\n"
-         "\n"
-         "A camera orbits a point over the first half of F frames, then dollies towards it while\n"
-         "zooming in (fx, fy grow); each frame's pose and intrinsics (camera_conditions) become\n"
-         "per-token matrices and RoPE tables on the device (camdelta_camera_forward) for the\n"
-         "token grid S = Hs x Ws. Q/K/V are random projections of random features. The whole\n"
-         "camera branch then runs forward and backward (camdelta_branch_forward/backward):\n"
-         "short conv on K, prep, beta discount, causal + chunk-masked reverse scan, output\n"
-         "transform. Every output is checked against the f64 C reference (docs/math.md\n"
-         "bounds: matrices and conv 1e-6, branch forward 1e-5, gradients 1e-4).\n"
-         "Default shape 1,2,32,6,48 (grid 6x6x8), --chunk-size 2 --chunk-strategy\n"
-         "first_chunk_plus_one (scan chunks [0, 3, 6], conv segments [0, 2, 4, 6]). Exit status 0 when every check passes, 5 when a check fails.\n");
-}
+#include "usage.h"
 
 typedef struct demo_opts {
   size_t B, H, D, F, S, Hs, Ws, cs;
@@ -132,7 +117,7 @@ static void trajectory(const demo_opts *o, size_t f, float *cc) {
 
 /* Every input's and output's element count (s->count, s->out_count), each product checked, and what the demo
  * allocates: the inputs and outputs on the device, the inputs as f32 and f64 and the references as f64 on the
- * host (an input error, exit 3, when that cannot fit; the device is checked once s->ctx is made). */
+ * host (an input error, exit 3, when that cannot fit). */
 static int plan_sizes(demo_state *s) {
   const demo_opts *o = &s->o;
   const size_t B = o->B, H = o->H, D = o->D, F = o->F;
@@ -410,8 +395,7 @@ int cmd_demo(int argc, char **argv) {
   const demo_opts *o = &s->o;
   if (!rc && !done) {
     s->rng = o->seed;
-    rc = plan_sizes(s); /* the host first (no context yet): a shape the host cannot hold starts no device */
-    if (!rc) rc = cli_context(&s->ctx, o->device);
+    rc = cli_context(&s->ctx, o->device);
     if (!rc) rc = plan_sizes(s);
     if (!rc) rc = build_inputs(s);
     if (!rc) {

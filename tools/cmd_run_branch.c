@@ -1,4 +1,4 @@
-/* camdelta run camera | short-conv | output-transform | branch | branch-backward (docs/branch.md): the camera-branch
+/* camdelta run camera | short-conv | output-transform | branch | branch-backward (SPEC 7 and 8): the camera-branch
  * operations on .npy files, with the conventions of `camdelta run` (exit codes 2 usage, 3 bad input, 4 device). */
 #include <math.h>
 #include <stdio.h>
@@ -6,37 +6,6 @@
 #include <string.h>
 
 #include "cli_job.h"
-
-void usage_run_branch(void) {
-  printf(
-      "\n"
-      "camera-branch operations (docs/branch.md; all f32):\n"
-      "  camera            in:  camera_conditions (B, T, 20) = c2w row-major (16), fx fy cx cy\n"
-      "                    out: proj_q proj_kv proj_o (B, N, 4, 4); rope_cos rope_sin (N, D/2)\n"
-      "                    needs --grid and --head-dim\n"
-      "  short-conv        in:  k_raw (B, N, H, D); conv_weight (H*D, 4); optional chunk_index\n"
-      "                    out: k_conv (B, N, H, D); needs --grid\n"
-      "  output-transform  in:  out (B, H, D, N); proj_o (B, N, 4, 4); rope_cos rope_sin (N, D/2)\n"
-      "                    out: y (B, N, H, D)\n"
-      "  branch            in:  q_raw k_raw v_raw (B, N, H, D); conv_weight (C, 4); q_norm_weight\n"
-      "                         k_norm_weight (C,); camera_conditions (B, T, 20); beta (B, H, T, S);\n"
-      "                         decay (B, H, T); optional chunk_index\n"
-      "                    out: y (B, N, H, D); needs --grid\n"
-      "  branch-backward   in:  the branch inputs plus grad_y (B, N, H, D)\n"
-      "                    out: dq_raw dk_raw dv_raw (B, N, H, D); dconv_weight (C, 4);\n"
-      "                         dq_norm_weight dk_norm_weight (C,); dbeta (B, H, T, S); ddecay (B, H, T)\n"
-      "options of these operations:\n"
-      "  --grid T,Hs,Ws           token grid: N = T*Hs*Ws tokens, S = Hs*Ws per frame\n"
-      "  --patch pt,ph,pw         patch size (default 1,1,1): focal lengths and centres / (pw, ph)\n"
-      "  --head-dim D             camera: head dim of the RoPE tables\n"
-      "  --chunk-size CS          chunk-causal conv and chunked reverse scan (default: one chunk)\n"
-      "  --chunk-strategy S       uniform (default), first_frame or first_chunk_plus_one\n"
-      "  chunk_index.npy          optional <i8 file of frame starts (first 0, increasing, < T): the\n"
-      "                           scan's chunks (the conv uses it only with --chunk-size)\n"
-      "  --k-scale X              branch: default D^-0.5 * S^-0.5\n"
-      "  --norm-eps E             branch: RMSNorm epsilon (default 1e-6)\n"
-      "  --algorithm A            branch: the scans' algorithm, auto (default), sequential or chunkwise\n");
-}
 
 typedef enum br_op { BR_CAMERA, BR_CONV, BR_OT, BR_BRANCH, BR_BACKWARD } br_op;
 

@@ -27,28 +27,6 @@ int cli_sp_requested(int argc, char **argv) {
   return 0;
 }
 
-void usage_sp(void) {
-  printf("\n"
-         "sequence parallel (under mpirun; camdelta built with MPI):\n"
-         "  --sequence-parallel      split the frames of every sequence over the MPI ranks\n"
-         "                           (rank r takes frames [F*r/P, F*(r+1)/P); F >= P).\n"
-         "                           run scan|scan-backward|branch|branch-backward: every\n"
-         "                           rank reads --in, rank 0 writes the same files as one\n"
-         "                           device (branch: T >= P; --grid --patch --chunk-size\n"
-         "                           --chunk-strategy --k-scale --norm-eps --algorithm and\n"
-         "                           chunk_index as one device). demo: every rank's\n"
-         "                           share checked against one device (the scans, then the\n"
-         "                           camera branch; --no-branch: the scans only). bench: time\n"
-         "                           per rank split into compute, wait and exchange, for the\n"
-         "                           scans and the branch (--no-branch: the scans only).\n"
-         "  demo/bench: --algorithm auto|sequential|chunkwise  the forward's algorithm (demo\n"
-         "                           default chunkwise, the arithmetic of the state summaries;\n"
-         "                           bench default auto)\n"
-         "  --device SEL             as usual; '{local_rank}' in SEL is replaced by the rank's\n"
-         "                           index on its node, e.g. --device 0:{local_rank} for one\n"
-         "                           GPU per rank (or set CAMDELTA_DEVICE per rank)\n");
-}
-
 #ifndef CAMDELTA_WITH_MPI
 
 static int no_mpi(void) {

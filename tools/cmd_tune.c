@@ -7,23 +7,7 @@
 #include <unistd.h>
 
 #include "cli_common.h"
-
-void usage_tune(void) {
-  printf("usage: camdelta tune [--shape NAME|B,H,D,F,S] [--device SEL] [--reps N] [--save]\n"
-         "\n"
-         "Times the scan's tensor-core kernel families (gram: phase A and the backward's\n"
-         "W, A, U; apply: phase C and dq; frames: the backward's per-token kernel) with\n"
-         "candidate tiles on the current device, one family at a time, keeping each\n"
-         "winner, and prints the entry for the per-device table (src/tune/params.c).\n"
-         "Devices without the tensor-core path keep the FMA kernels (nothing to tune here).\n"
-         "\n"
-         "options:\n"
-         "  --shape S     sana480 (default), sana720, d64, small, or B,H,D,F,S\n"
-         "  --precision P exact (default) or tf32: the arithmetic timed\n"
-         "  --reps N      timed runs per candidate (default 5, after one warm-up)\n"
-         "  --save        store the winners for this D in the cache folder; later\n"
-         "                contexts on this device use them (in both precisions)\n");
-}
+#include "usage.h"
 
 typedef struct tune_bufs {
   cl_mem q, k, v, beta, decay, out, go, dq, dk, dv, dbeta, ddecay;
