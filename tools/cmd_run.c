@@ -124,7 +124,8 @@ static int run_prep(cli_job *j, const run_opts *o) {
     a.q_norm_weight = cli_job_in(j, iqw), a.k_norm_weight = cli_job_in(j, ikw);
     a.proj_q = cli_job_in(j, ipq), a.proj_kv = cli_job_in(j, ipkv);
     a.rope_cos = cli_job_in(j, irc), a.rope_sin = cli_job_in(j, irs);
-    a.q = cli_job_out(j, 0), a.k = cli_job_out(j, 1), a.v = cli_job_out(j, 2), a.inflation_sq = cli_job_out(j, 3);
+    a.q = cli_job_out(j, "q"), a.k = cli_job_out(j, "k"), a.v = cli_job_out(j, "v");
+    a.inflation_sq = cli_job_out(j, "inflation_sq");
     a.profile = &prof;
     st = camdelta_prep_forward(j->ctx, &a, NULL);
     return cli_job_finish(j, st, "camdelta_prep_forward", &prof, detail);
@@ -154,12 +155,10 @@ static int run_prep(cli_job *j, const run_opts *o) {
   a.rope_cos = cli_job_in(j, irc), a.rope_sin = cli_job_in(j, irs);
   a.grad_q = cli_job_in(j, igq), a.grad_k = cli_job_in(j, igk), a.grad_v = cli_job_in(j, igv);
   a.grad_inflation_sq = cli_job_in(j, igi);
-  a.dq_raw = cli_job_out(j, 0), a.dk_raw = cli_job_out(j, 1), a.dv_raw = cli_job_out(j, 2);
-  a.dq_norm_weight = cli_job_out(j, 3), a.dk_norm_weight = cli_job_out(j, 4);
-  if (o->all_grads) {
-    a.dproj_q = cli_job_out(j, 5), a.dproj_kv = cli_job_out(j, 6);
-    a.drope_cos = cli_job_out(j, 7), a.drope_sin = cli_job_out(j, 8);
-  }
+  a.dq_raw = cli_job_out(j, "dq_raw"), a.dk_raw = cli_job_out(j, "dk_raw"), a.dv_raw = cli_job_out(j, "dv_raw");
+  a.dq_norm_weight = cli_job_out(j, "dq_norm_weight"), a.dk_norm_weight = cli_job_out(j, "dk_norm_weight");
+  a.dproj_q = cli_job_out(j, "dproj_q"), a.dproj_kv = cli_job_out(j, "dproj_kv"); /* with --all-grads */
+  a.drope_cos = cli_job_out(j, "drope_cos"), a.drope_sin = cli_job_out(j, "drope_sin");
   a.profile = &prof;
   st = camdelta_prep_backward(j->ctx, &a, NULL);
   return cli_job_finish(j, st, "camdelta_prep_backward", &prof, detail);
@@ -208,8 +207,7 @@ static int run_scan(cli_job *j, const run_opts *o) {
     a.algorithm = o->c.algorithm;
     a.q = cli_job_in(j, iq), a.k = cli_job_in(j, ik), a.v = cli_job_in(j, iv);
     a.beta = cli_job_in(j, ib), a.decay = cli_job_in(j, idc), a.init_state = cli_job_in(j, iinit);
-    a.out = cli_job_out(j, 0);
-    if (o->final_state) a.final_state = cli_job_out(j, 1);
+    a.out = cli_job_out(j, "out"), a.final_state = cli_job_out(j, "final_state"); /* with --final-state */
     a.profile = &prof;
     a.used = &used;
     a.precision = o->precision;
@@ -233,9 +231,9 @@ static int run_scan(cli_job *j, const run_opts *o) {
   a.q = cli_job_in(j, iq), a.k = cli_job_in(j, ik), a.v = cli_job_in(j, iv);
   a.beta = cli_job_in(j, ib), a.decay = cli_job_in(j, idc), a.init_state = cli_job_in(j, iinit);
   a.grad_out = cli_job_in(j, igo), a.grad_final_state = cli_job_in(j, igf);
-  a.dq = cli_job_out(j, 0), a.dk = cli_job_out(j, 1), a.dv = cli_job_out(j, 2);
-  a.dbeta = cli_job_out(j, 3), a.ddecay = cli_job_out(j, 4);
-  if (has_init) a.dinit_state = cli_job_out(j, 5);
+  a.dq = cli_job_out(j, "dq"), a.dk = cli_job_out(j, "dk"), a.dv = cli_job_out(j, "dv");
+  a.dbeta = cli_job_out(j, "dbeta"), a.ddecay = cli_job_out(j, "ddecay");
+  a.dinit_state = cli_job_out(j, "dinit_state"); /* with init_state */
   a.profile = &prof;
   a.precision = o->precision;
   st = camdelta_scan_backward(j->ctx, &a, NULL);

@@ -127,8 +127,9 @@ static int run_camera(cli_job *j, const br_opts *o) {
   camdelta_profile prof = {0, 0};
   const camdelta_camera_args a = {.B = B, .T = T, .Hs = Hs, .Ws = Ws, .pt = o->patch[0], .ph = o->patch[1],
                                   .pw = o->patch[2], .D = D, .camera_conditions = cli_job_in(j, icc),
-                                  .proj_q = cli_job_out(j, 0), .proj_kv = cli_job_out(j, 1), .proj_o = cli_job_out(j, 2),
-                                  .rope_cos = cli_job_out(j, 3), .rope_sin = cli_job_out(j, 4), .profile = &prof};
+                                  .proj_q = cli_job_out(j, "proj_q"), .proj_kv = cli_job_out(j, "proj_kv"),
+                                  .proj_o = cli_job_out(j, "proj_o"), .rope_cos = cli_job_out(j, "rope_cos"),
+                                  .rope_sin = cli_job_out(j, "rope_sin"), .profile = &prof};
   char detail[256];
   snprintf(detail, sizeof detail, "B=%zu grid %zux%zux%zu patch %zu,%zu,%zu D=%zu", B, T, Hs, Ws, o->patch[0],
            o->patch[1], o->patch[2], D);
@@ -150,7 +151,7 @@ static int run_conv(cli_job *j, const br_opts *o) {
   camdelta_profile prof = {0, 0};
   const camdelta_short_conv_args a = {.B = B, .T = o->grid[0], .S = o->grid[1] * o->grid[2], .C = C, .chunking = ch,
                                       .k_raw = cli_job_in(j, ik), .conv_weight = cli_job_in(j, iw),
-                                      .k_conv = cli_job_out(j, 0), .profile = &prof};
+                                      .k_conv = cli_job_out(j, "k_conv"), .profile = &prof};
   char detail[256], cs[96];
   chunk_str(cs, sizeof cs, &ch);
   snprintf(detail, sizeof detail, "B=%zu T=%zu S=%zu C=%zu, %s", B, o->grid[0], o->grid[1] * o->grid[2], C, cs);
@@ -169,7 +170,7 @@ static int run_ot(cli_job *j) {
   camdelta_profile prof = {0, 0};
   const camdelta_output_transform_args a = {.B = B, .N = N, .H = H, .D = D, .out = cli_job_in(j, io),
                                             .proj_o = cli_job_in(j, ip), .rope_cos = cli_job_in(j, ic),
-                                            .rope_sin = cli_job_in(j, is), .y = cli_job_out(j, 0), .profile = &prof};
+                                            .rope_sin = cli_job_in(j, is), .y = cli_job_out(j, "y"), .profile = &prof};
   char detail[128];
   snprintf(detail, sizeof detail, "B=%zu N=%zu H=%zu D=%zu", B, N, H, D);
   return cli_job_finish(j, camdelta_output_transform_forward(j->ctx, &a), "camdelta_output_transform_forward", &prof,
@@ -221,7 +222,7 @@ static int run_branch(cli_job *j, const br_opts *o) {
            o->grid[2], cs, k_scale);
   if (!backward) {
     if ((rc = add_output(j, "y", 4, bnhd))) return rc;
-    a.y = cli_job_out(j, 0);
+    a.y = cli_job_out(j, "y");
     a.profile = &prof;
     return cli_job_finish(j, camdelta_branch_forward(j->ctx, &a, NULL), "camdelta_branch_forward", &prof, detail);
   }
@@ -230,11 +231,16 @@ static int run_branch(cli_job *j, const br_opts *o) {
       (rc = add_output(j, "dq_norm_weight", 1, c1)) || (rc = add_output(j, "dk_norm_weight", 1, c1)) ||
       (rc = add_output(j, "dbeta", 4, bhts)) || (rc = add_output(j, "ddecay", 3, bht)))
     return rc;
-  camdelta_branch_grads g = {.grad_y = cli_job_in(j, igy),         .dq_raw = cli_job_out(j, 0),
-                             .dk_raw = cli_job_out(j, 1),           .dv_raw = cli_job_out(j, 2),
-                             .dconv_weight = cli_job_out(j, 3),     .dq_norm_weight = cli_job_out(j, 4),
-                             .dk_norm_weight = cli_job_out(j, 5),   .dbeta = cli_job_out(j, 6),
-                             .ddecay = cli_job_out(j, 7),           .profile = &prof};
+  camdelta_branch_grads g = {.grad_y = cli_job_in(j, igy),
+                             .dq_raw = cli_job_out(j, "dq_raw"),
+                             .dk_raw = cli_job_out(j, "dk_raw"),
+                             .dv_raw = cli_job_out(j, "dv_raw"),
+                             .dconv_weight = cli_job_out(j, "dconv_weight"),
+                             .dq_norm_weight = cli_job_out(j, "dq_norm_weight"),
+                             .dk_norm_weight = cli_job_out(j, "dk_norm_weight"),
+                             .dbeta = cli_job_out(j, "dbeta"),
+                             .ddecay = cli_job_out(j, "ddecay"),
+                             .profile = &prof};
   return cli_job_finish(j, camdelta_branch_backward(j->ctx, &a, &g, NULL), "camdelta_branch_backward", &prof, detail);
 }
 
