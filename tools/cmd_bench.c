@@ -354,7 +354,7 @@ static int bench_budget(camdelta_context *ctx, const bench_shape *s, camdelta_dt
 }
 
 int cmd_bench(int argc, char **argv) {
-  if (cli_sp_requested(argc, argv)) return cmd_bench_sp(argc, argv); /* tools/cmd_sp.c */
+  if (cli_sp_requested(argc, argv)) return cmd_bench_sp(argc, argv); /* tools/cmd_bench_sp.c */
   if (cli_bench_packed_requested(argc, argv)) return cmd_bench_packed(argc, argv); /* tools/cmd_bench_packed.c */
   cli_args a = {argc, argv, 0};
   const char *device = NULL, *json_path = NULL, *only = NULL, *v;

@@ -388,7 +388,7 @@ static void demo_free(demo_state *s) {
 }
 
 int cmd_demo(int argc, char **argv) {
-  if (cli_sp_requested(argc, argv)) return cmd_demo_sp(argc, argv); /* tools/cmd_sp.c */
+  if (cli_sp_requested(argc, argv)) return cmd_demo_sp(argc, argv); /* tools/cmd_demo_sp.c */
   demo_state *s = calloc(1, sizeof *s);
   if (!s) return cli_error(CLI_EXIT_FAILURE, "demo: out of host memory");
   int done = 0, rc = parse_opts(argc, argv, &s->o, &done);

@@ -262,7 +262,7 @@ static int only_for(const run_opts *o, const char *opt, int ok) {
 }
 
 int cmd_run(int argc, char **argv) {
-  if (cli_sp_requested(argc, argv)) return cmd_run_sp(argc, argv); /* tools/cmd_sp.c */
+  if (cli_sp_requested(argc, argv)) return cmd_run_sp(argc, argv); /* tools/cmd_run_sp.c */
   if (cli_is_branch_run(argc, argv)) return cmd_run_branch(argc, argv);
   run_opts o;
   memset(&o, 0, sizeof o);
