@@ -117,7 +117,7 @@ static void trajectory(const demo_opts *o, size_t f, float *cc) {
 
 /* Every input's and output's element count (s->count, s->out_count), each product checked, and what the demo
  * allocates: the inputs and outputs on the device, the inputs as f32 and f64 and the references as f64 on the
- * host (an input error, exit 3, when that cannot fit). */
+ * host (an input error, exit 3, when that cannot fit; the device is checked once s->ctx is made). */
 static int plan_sizes(demo_state *s) {
   const demo_opts *o = &s->o;
   const size_t B = o->B, H = o->H, D = o->D, F = o->F;
@@ -395,7 +395,8 @@ int cmd_demo(int argc, char **argv) {
   const demo_opts *o = &s->o;
   if (!rc && !done) {
     s->rng = o->seed;
-    rc = cli_context(&s->ctx, o->device);
+    rc = plan_sizes(s); /* the host first (no context yet): a shape the host cannot hold starts no device */
+    if (!rc) rc = cli_context(&s->ctx, o->device);
     if (!rc) rc = plan_sizes(s);
     if (!rc) rc = build_inputs(s);
     if (!rc) {

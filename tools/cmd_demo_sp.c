@@ -50,7 +50,7 @@ static int demo_branch(camdelta_context *ctx, const sp_shape *shape, camdelta_sc
     rc = sp_br_bufs_make(ctx, &p, 0, p.T, &w);
     camdelta_status st = rc ? CAMDELTA_OK : camdelta_branch_saved_create(ctx, &sv);
     /* the reference: one device, the same arithmetic as the ranks (the fused scan pair of the single-device
-     * branch sums in another order: about 2e-6 apart at this size on tensor cores, each within SPEC 5 of f64) */
+     * branch sums in another order: the two stay within the bounds of docs/math.md §5 of the f64 reference) */
     if (!rc && !st) st = sp_br_run(ctx, &p, p.T, &w, 0, sv, 2, NULL);
     if (!rc && !st) st = sp_br_run(ctx, &p, p.T, &w, 1, sv, 2, NULL);
     if (!rc && st) rc = cli_lib_error(st, "one-device branch");

@@ -1,4 +1,4 @@
-/* camdelta run camera | short-conv | output-transform | branch | branch-backward (SPEC 7 and 8): the camera-branch
+/* camdelta run camera | short-conv | output-transform | branch | branch-backward (docs/branch.md): the camera-branch
  * operations on .npy files, with the conventions of `camdelta run` (exit codes 2 usage, 3 bad input, 4 device). */
 #include <math.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /* `camdelta run scan|scan-backward|branch|branch-backward --sequence-parallel`, under mpirun: every rank reads
  * the inputs, takes its contiguous share of frames (camdelta_mpi_frame_share) and runs the MPI component's call;
- * rank 0 gathers the shares and writes the same files as a single-device run (SPEC sections 7 and 9). */
+ * rank 0 gathers the shares and writes the same files as a single-device run (docs/math.md §7 and §9). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -111,7 +111,7 @@ void usage_run(void) {
 void usage_run_branch(void) {
   printf(
       "\n"
-      "camera-branch operations (SPEC section 8; all f32):\n"
+      "camera-branch operations (docs/branch.md; all f32):\n"
       "  camera            in:  camera_conditions (B, T, 20) = c2w row-major (16), fx fy cx cy\n"
       "                    out: proj_q proj_kv proj_o (B, N, 4, 4); rope_cos rope_sin (N, D/2)\n"
       "                    needs --grid and --head-dim\n"
@@ -213,7 +213,7 @@ void usage_demo(void) {
          "token grid S = Hs x Ws. Q/K/V are random projections of random features. The whole\n"
          "camera branch then runs forward and backward (camdelta_branch_forward/backward):\n"
          "short conv on K, prep, beta discount, causal + chunk-masked reverse scan, output\n"
-         "transform. Every output is checked against the f64 C reference (SPEC section 5\n"
+         "transform. Every output is checked against the f64 C reference (docs/math.md\n"
          "bounds: matrices and conv 1e-6, branch forward 1e-5, gradients 1e-4).\n"
          "Default shape 1,2,32,6,48 (grid 6x6x8), --chunk-size 2 --chunk-strategy\n"
          "first_chunk_plus_one (scan chunks [0, 3, 6], conv segments [0, 2, 4, 6]). Exit status 0 when every check passes, 5 when a check fails.\n");
