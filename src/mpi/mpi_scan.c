@@ -43,7 +43,9 @@ void camdelta_mpi_frame_share(size_t F, int ranks, int rank, size_t *first, size
     if (count) *count = 0;
     return;
   }
-  const size_t a = F * (size_t)rank / (size_t)ranks, b = F * (size_t)(rank + 1) / (size_t)ranks;
+  /* floor(F * r / P) without forming F * r (it wraps for F near 2^64 / P): (F / P) * r + floor((F % P) * r / P) */
+  const size_t P = (size_t)ranks, q = F / P, m = F % P;
+  const size_t a = q * (size_t)rank + m * (size_t)rank / P, b = q * (size_t)(rank + 1) + m * (size_t)(rank + 1) / P;
   if (first) *first = a;
   if (count) *count = b - a;
 }
@@ -82,11 +84,8 @@ static camdelta_status agree(const sp *c, camdelta_status st) { return cd_mpi_ag
 
 /* ------------------------------------------------------------------------------------------ checks */
 
-static int mul(size_t *out, size_t a, size_t b) {
-  if (a && b > SIZE_MAX / a) return 0;
-  *out = a * b;
-  return 1;
-}
+/* sizes follow the library's rule: camdelta_size_mul / _add / _prod (camdelta_helpers.h) */
+static int mul(size_t *out, size_t a, size_t b) { return camdelta_size_mul(out, a, b); }
 
 static camdelta_status check_buf(const char *op, const char *name, camdelta_buffer b, size_t elems, int optional) {
   if (!b.mem) {
@@ -94,8 +93,8 @@ static camdelta_status check_buf(const char *op, const char *name, camdelta_buff
     return camdelta_set_error(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: argument '%s' is NULL (expected a cl_mem of %zu "
                               "elements)", op, name, elems);
   }
-  size_t bytes;
-  if (b.offset > SIZE_MAX / 4 - elems || !mul(&bytes, b.offset + elems, 4))
+  size_t end, bytes;
+  if (!camdelta_size_add(&end, b.offset, elems) || !mul(&bytes, end, 4))
     return camdelta_set_error(CAMDELTA_ERROR_OVERFLOW, "%s: argument '%s': offset + size overflows size_t", op, name);
   size_t have = 0;
   cl_int err = clGetMemObjectInfo(b.mem, CL_MEM_SIZE, sizeof have, &have, NULL);
@@ -121,7 +120,8 @@ static camdelta_status check_shape(const char *op, size_t B, size_t H, size_t D,
                               B, H, D, F, S);
   size_t bh, n;
   if (!mul(&bh, B, H) || !mul(&n, F, S) || !mul(&z->decay, bh, F) || !mul(&z->beta, bh, n) ||
-      !mul(&z->tok, z->beta, D) || !mul(&z->state, bh * D, D) || z->tok > SIZE_MAX / 8)
+      !mul(&z->tok, z->beta, D) || !camdelta_size_prod(&z->state, 3, (const size_t[]){bh, D, D}) ||
+      z->tok > SIZE_MAX / 8)
     return camdelta_set_error(CAMDELTA_ERROR_OVERFLOW, "%s: sizes overflow size_t", op);
   return CAMDELTA_OK;
 }

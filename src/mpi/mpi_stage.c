@@ -178,7 +178,8 @@ static camdelta_status cl_fail(cl_int err, const char *what, size_t bytes) {
 
 /* Sizes grow by at least an eighth, so that shapes growing a little do not reallocate every call. */
 static size_t grown(size_t have, size_t need) {
-  const size_t more = have + have / 8;
+  size_t more;
+  if (!camdelta_size_add(&more, have, have / 8)) more = need; /* no growth past size_t */
   return need > more ? need : more;
 }
 

@@ -101,8 +101,8 @@ static void geo_free(branch_geo *g) {
   memset(g, 0, sizeof *g);
 }
 
-static camdelta_status check_args(const char *op, const camdelta_branch_args *a, branch_geo *g,
-                                  const camdelta_branch_part *part) {
+static camdelta_status check_args(camdelta_context *ctx, const char *op, const camdelta_branch_args *a,
+                                  branch_geo *g, const camdelta_branch_part *part) {
   memset(g, 0, sizeof *g);
   camdelta_status st = cd_check_head_dim(op, a->D);
   if (st) return st;
@@ -114,21 +114,43 @@ static camdelta_status check_args(const char *op, const camdelta_branch_args *a,
   if (a->algorithm != CAMDELTA_SCAN_AUTO && a->algorithm != CAMDELTA_SCAN_SEQUENTIAL &&
       a->algorithm != CAMDELTA_SCAN_CHUNKWISE)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: algorithm %d unknown", op, (int)a->algorithm);
-  const size_t f[4] = {a->B, g->N, a->H, a->D};
-  if (!cd_prod(&g->BNC, 4, f) || g->BNC > SIZE_MAX / 16 || a->H * a->D > UINT32_MAX / 4)
+  /* every count, and the byte sizes the kernels index (at most 16 bytes per token element; 4*C in 32 bits) */
+  size_t cams, bytes16, c4;
+  if (!CD_PROD(&g->BNC, a->B, g->N, a->H, a->D) || !CD_PROD(&bytes16, g->BNC, 16) || !CD_PROD(&g->C, a->H, a->D) ||
+      !CD_PROD(&c4, g->C, 4) || c4 > UINT32_MAX || !CD_PROD(&g->S, a->Hs, a->Ws) ||
+      !CD_PROD(&g->BHN, a->B, a->H, g->N) || !CD_PROD(&g->BHT, a->B, a->H, a->T) ||
+      !CD_PROD(&g->BN16, a->B, g->N, 16) || !CD_PROD(&g->NDh, g->N, a->D / 2) || !CD_PROD(&cams, a->B, a->T, 20))
     return cd_fail(CAMDELTA_ERROR_OVERFLOW, "%s: B*N*H*D = %zu*%zu*%zu*%zu overflows", op, a->B, g->N, a->H, a->D);
-  g->S = a->Hs * a->Ws, g->C = a->H * a->D, g->BHN = a->B * a->H * g->N, g->BHT = a->B * a->H * a->T;
-  g->BN16 = a->B * g->N * 16, g->NDh = g->N * (a->D / 2);
   const size_t T = part ? part->frames : a->T, f0 = part ? part->first : 0;
   if (part && (f0 > T || a->T > T - f0))
     return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: frames [%zu, %zu) of this part are not within the sequence's %zu", op,
                    f0, f0 + a->T, T);
+  if (T > UINT32_MAX) return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: T=%zu frames exceeds 2^32-1", op, T);
+  if (!(a->k_scale == a->k_scale) || a->k_scale - a->k_scale != 0.0f)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: k_scale must be finite (got %g)", op, (double)a->k_scale);
+  if (!(a->norm_eps >= 0.0f) || a->norm_eps - a->norm_eps != 0.0f)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: norm_eps must be finite and >= 0 (got %g)", op,
+                   (double)a->norm_eps);
+  /* the input buffers' sizes before the per-frame host arrays: a call with hostile sizes stops here, allocating
+   * nothing (the driver checks every buffer again, with its context, after this step) */
+  const cd_tensor_arg in[] = {{"q_raw", a->q_raw, g->BNC, 4},
+                              {"k_raw", a->k_raw, g->BNC, 4},
+                              {"v_raw", a->v_raw, g->BNC, 4},
+                              {"conv_weight", a->conv_weight, 4 * g->C, 4},
+                              {"q_norm_weight", a->q_norm_weight, g->C, 4},
+                              {"k_norm_weight", a->k_norm_weight, g->C, 4},
+                              {"camera_conditions", a->camera_conditions, cams, 4},
+                              {"beta", a->beta, g->BHN, 4},
+                              {"decay", a->decay, g->BHT, 4}};
+  for (size_t i = 0; i < sizeof in / sizeof in[0]; i++)
+    if ((st = cd_check_buffer(op, in[i].name, in[i].b, in[i].elems, 4, 0))) return st;
+  if ((st = cd_camera_check_conditions(ctx, op, a->camera_conditions, a->B, a->T))) return st;
   g->f0 = f0, g->e0 = f0 >= 3 ? f0 - 3 : 0;
   g->Te = (T - f0 - a->T >= 3 ? f0 + a->T + 3 : T) - g->e0;
-  g->bounds = malloc((T + 1) * sizeof *g->bounds);
-  g->cbounds = malloc((T + 1) * sizeof *g->cbounds);
-  g->mask = malloc(T * sizeof *g->mask);
-  g->seg_end = malloc(T * sizeof *g->seg_end);
+  g->bounds = cd_malloc_array(T + 1, sizeof *g->bounds); /* T + 1 <= 2^32 */
+  g->cbounds = cd_malloc_array(T + 1, sizeof *g->cbounds);
+  g->mask = cd_malloc_array(T, sizeof *g->mask);
+  g->seg_end = cd_malloc_array(T, sizeof *g->seg_end);
   if (!g->bounds || !g->cbounds || !g->mask || !g->seg_end)
     return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", op);
   if ((st = camdelta_chunk_bounds(T, &a->chunking, g->bounds, T + 1, &g->nb)) ||
@@ -146,11 +168,6 @@ static camdelta_status check_args(const char *op, const camdelta_branch_args *a,
       g->seg_end[i] = (uint32_t)((e < g->e0 + g->Te ? e : g->e0 + g->Te) - g->e0);
     }
   }
-  if (!(a->k_scale == a->k_scale) || a->k_scale - a->k_scale != 0.0f)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: k_scale must be finite (got %g)", op, (double)a->k_scale);
-  if (!(a->norm_eps >= 0.0f) || a->norm_eps - a->norm_eps != 0.0f)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: norm_eps must be finite and >= 0 (got %g)", op,
-                   (double)a->norm_eps);
   return CAMDELTA_OK;
 }
 
@@ -841,7 +858,7 @@ static camdelta_status start_check(cd_call *c) {
   if (!r) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", op);
   r->ctx = c->ctx, r->op = op, r->a = *a, r->backward = gr != NULL, r->has_part = s->part != NULL;
   if (gr) r->gr = *gr;
-  camdelta_status st = check_args(op, a, &r->g, s->part);
+  camdelta_status st = check_args(c->ctx, op, a, &r->g, s->part);
   if (!st && gr && c->saved) st = check_saved(op, a, &r->g, c->saved);
   if (!st) set_uses(c, a, &r->g, gr != NULL);
   return st;

@@ -71,7 +71,11 @@ camdelta_status camdelta_warm_shape(camdelta_context *ctx, size_t B, size_t H, s
   if (st) return st;
   size_t BH;
   if (!B || !H || !S) return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: B=%zu, H=%zu, S=%zu: each must be at least 1", op, B, H, S);
-  if (!cd_mul(&BH, B, H)) return cd_fail(CAMDELTA_ERROR_OVERFLOW, "%s: B*H overflows size_t", op);
+  size_t tok;
+  if (!cd_mul(&BH, B, H) || !CD_PROD(&tok, BH, D, S, sizeof(float)))
+    return cd_fail(CAMDELTA_ERROR_OVERFLOW, "%s: B*H*D*S floats overflow size_t", op);
+  /* the scan's limit, checked before anything is built */
+  if (S > UINT32_MAX) return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: S=%zu exceeds the scan's limit 2^32-1", op, S);
   const warm_for w = {.BH = BH, .H = H, .D = D, .S = S};
   return warm_all(ctx, &w);
 }

@@ -35,10 +35,18 @@ void cd_clear_error(void);
 const char *cd_escape(const char *in, size_t n, char *out, size_t cap);
 
 /* ---------------------------------------------------------- sizes (check.c) */
+/* The size rule (check.c): every product and sum of sizes from a caller goes through these in the entry's check. */
 /** *out = a*b; 0 on overflow. */
 int cd_mul(size_t *out, size_t a, size_t b);
+/** *out = a+b; 0 on overflow. */
+int cd_add(size_t *out, size_t a, size_t b);
 /** Product of n factors with overflow check; 0 on overflow. */
 int cd_prod(size_t *out, int n, const size_t *factors);
+/** cd_prod of the listed factors: CD_PROD(&n, B, H, D, N). */
+#define CD_PROD(out, ...) \
+  cd_prod((out), (int)(sizeof((const size_t[]){__VA_ARGS__}) / sizeof(size_t)), (const size_t[]){__VA_ARGS__})
+/** malloc of n elements of `size` bytes (at least 1 byte); NULL when n*size overflows or memory is short. */
+void *cd_malloc_array(size_t n, size_t size);
 /** Check that `b` refers to at least `elems` elements of `elem_size` bytes
  *  past its offset. name: the argument's name for the message. When
  *  `optional` and b.mem == NULL, succeeds. */

@@ -221,7 +221,7 @@ static camdelta_status run_chain(camdelta_context *ctx, const cd_chain *ch, size
 camdelta_status cd_chain_summaries(camdelta_context *ctx, const cd_chain *ch, size_t D, size_t BH, size_t F,
                                    const cd_chain_summary_io *io, cd_launch *l) {
   const size_t DD = D * D;
-  step *steps = malloc((F + 1) * sizeof *steps);
+  step *steps = cd_malloc_array(F + 1, sizeof *steps);
   if (!steps) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "state summary: out of host memory");
   camdelta_status st = CAMDELTA_OK;
   for (size_t i = 0; i < F; i++) {

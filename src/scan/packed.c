@@ -195,7 +195,7 @@ static camdelta_status scatter_outputs(camdelta_context *ctx, const pk_job *j, c
 static camdelta_status native_start(camdelta_context *ctx, const pk_geo *g, const camdelta_packed_clips *pc,
                                     cd_packed_run *pr) {
   const size_t F = g->F, C = g->clips, n = 2 * F + C + 2;
-  int64_t *t = malloc(n * sizeof *t);
+  int64_t *t = cd_malloc_array(n, sizeof *t); /* n <= 3F + 2, F below the checked padded batch */
   if (!t) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "packed clips: out of host memory");
   const int64_t *fo = pc->frame_offsets, *co = pc->clip_offsets;
   int vec = g->N % 4 == 0;
