@@ -204,10 +204,11 @@ int cmd_tune(int argc, char **argv) {
   if (!rc) {
     printf("\ntable entry (src/scan/tc_params.c):\n");
     for (int f = 0; f < 3; f++) {
-      char now[160];
+      char now[1024];
       if (camdelta_tune_get(ctx, fam[f].name, s[2], now, sizeof now) == CAMDELTA_OK) {
-        unsigned t[5];
-        if (sscanf(now, "WM=%u WN=%u MR=%u NR=%u KC=%u", &t[0], &t[1], &t[2], &t[3], &t[4]) == 5)
+        unsigned t[5]; /* the tiles the head dim resolves to follow the family's values: "...; for D=64: WM=.." */
+        const char *tiles = strstr(now, ": WM=");
+        if (tiles && sscanf(tiles + 2, "WM=%u WN=%u MR=%u NR=%u KC=%u", &t[0], &t[1], &t[2], &t[3], &t[4]) == 5)
           printf("    {\"%s\", \"%s\", CD_TC_%s, %zu, %zu, {%u, %u, %u, %u, %u}, %s},\n", info.device_vendor,
                  info.device_name, f == 0 ? "GRAM" : f == 1 ? "APPLY" : "FRAMES", s[2], s[2], t[0], t[1], t[2],
                  t[3], t[4], prec == CAMDELTA_PRECISION_TF32 ? "TF32" : "EXACT");

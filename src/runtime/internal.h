@@ -65,10 +65,6 @@ camdelta_status cd_check_no_overlap(const char *op, const cd_tensor_arg *outs, s
 /** 1 when every present buffer of b[0..n) starts at a multiple of 4 elements (absent ones count as aligned): the
  *  kernels' 16-byte access paths. */
 int cd_buffers_aligned4(const camdelta_buffer *b, size_t n);
-/** Parses a tuning override "KEY=N,KEY=N,..." into v[0..n) for keys[0..n)
- *  (0: key not given); each N in [1, 4096]. An unknown key, a missing '=' or
- *  a bad number fails with a message naming `var`. */
-camdelta_status cd_parse_tiles(const char *var, const char *text, const char *const *keys, size_t n, unsigned *v);
 /** 1 for a GPU or an accelerator (the device classes the kernels' GPU forms and tiles are for), 0 for a CPU. */
 int cd_device_gpu_like(const camdelta_device_info *info);
 /** Check the head dim: D % 8 == 0 and 8 <= D <= 128. */
@@ -103,19 +99,10 @@ struct camdelta_context {
   cd_opt_values opts; /* the option registry's values (src/options/): the environment at creation, camdelta_tune_set */
   int tc_state;     /* tensor-core feature test (src/scan/tc.c): 0 not run yet, 1 passed, 2 emulated, -1 off */
   unsigned tc_mode; /* the value of option "scan" TC that tc_state was found for */
-  /* tensor-core tiles (src/scan/tc_params.c), read once per context: overrides (camdelta_tune_set, CAMDELTA_TC_TILES)
-   * per family x (WM WN MR NR KC), 0 = not set; entries saved by `camdelta tune --save` */
+  /* tensor-core tiles saved by `camdelta tune --save` (src/scan/tc_params.c), read once per context */
   int tune_loaded;
-  unsigned tune_over[3][5];
   unsigned tune_saved[CD_TUNE_MAX_ENTRIES][8]; /* family, D min, D max, WM, WN, MR, NR, KC */
   int tune_nsaved;
-  /* The scan's tile overrides, read once at creation (never on the call path): CAMDELTA_TC_TILES (parsed at the
-   * first tile resolution); CAMDELTA_SCAN_TILES, CAMDELTA_SCAN_BWD_TILES and CAMDELTA_SEQ_TILES (or
-   * camdelta_tune_set's "chunkwise" / "backward" / "sequential", guarded by lock) with their source's name, see
-   * src/scan/fma_tune.c */
-  char *tc_tiles_env;
-  char *fma_tiles[3];
-  char fma_var[3][48];
   struct cd_plan_entry *plans; /* plans kept per shape class (src/runtime/plan.c), guarded by lock */
   void (*release_plans)(camdelta_context *ctx); /* set by the plan cache when it keeps a plan: frees them all with
                                                    the context (the runtime knows no plan) */

@@ -11,12 +11,12 @@
 static const char FWD_OP[] = "camdelta_scan_forward";
 static const char BWD_OP[] = "camdelta_scan_backward";
 
-/* The chunkwise override: CAMDELTA_SCAN_TILES as read at context creation, or camdelta_tune_set "chunkwise";
- * *var names its source in messages. */
+/* The chunkwise override (option family "chunkwise"); *var names its source in messages. */
 static camdelta_status chunk_override(camdelta_context *ctx, cd_scan_override *o, char *var, size_t var_size) {
-  char text[512];
-  cd_tune_fma_text(ctx, CD_FMA_CHUNKWISE, text, sizeof text, var, var_size);
-  return cd_scan_override_parse(var, text, o);
+  unsigned v[CD_ST_COUNT];
+  cd_scan_tile_values(ctx, CD_OPT_CHUNKWISE, CD_ST_COUNT, v, var, var_size);
+  *o = cd_scan_override_of(v);
+  return CAMDELTA_OK;
 }
 
 camdelta_status cd_chunk_parts(camdelta_context *ctx, size_t BH, size_t D, size_t S, const char *extra,
@@ -105,13 +105,11 @@ camdelta_status cd_sequential_parts(camdelta_context *ctx, size_t BH, size_t D, 
   cd_scan_limits_from_info(&ctx->info, &lim);
   /* the chunkwise override is read (and must parse) whichever algorithm runs */
   cd_scan_override ov;
-  char var[64], svar[64], text[512];
+  char var[64], svar[64];
   unsigned sov[CD_SQ_COUNT];
   camdelta_status st = chunk_override(ctx, &ov, var, sizeof var);
   if (st) return st;
-  cd_tune_fma_text(ctx, CD_FMA_SEQUENTIAL, text, sizeof text, svar, sizeof svar);
-  const int sgiven = text[0] != 0;
-  if (sgiven && (st = cd_parse_tiles(svar, text, cd_seq_tile_keys, CD_SQ_COUNT, sov))) return st;
+  const int sgiven = cd_scan_tile_values(ctx, CD_OPT_SEQUENTIAL, CD_SQ_COUNT, sov, svar, sizeof svar);
   memset(apply, 0, sizeof *apply);
   for (unsigned cap = 256;; cap /= 2) {
     seq->k = NULL;
@@ -152,12 +150,8 @@ camdelta_status cd_backward_parts(camdelta_context *ctx, size_t D, int skip_dq, 
   size_t wg_grams = dev_wg, wg_frames = dev_wg, wg_chain = dev_wg, wg_rl = dev_wg;
   unsigned ov[CD_SB_COUNT];
   int overridden = 0;
-  char text[512], var[64]; /* the override and its source (the variable or camdelta_tune_set) */
-  cd_tune_fma_text(ctx, CD_FMA_BACKWARD, text, sizeof text, var, sizeof var);
-  if (text[0]) {
-    camdelta_status st = cd_sbwd_parse(var, text, ov, &overridden);
-    if (st) return st;
-  }
+  char var[64]; /* the override's source (the variable or camdelta_tune_set) */
+  overridden = cd_scan_tile_values(ctx, CD_OPT_BACKWARD, CD_SB_COUNT, ov, var, sizeof var);
   *overridden_out = overridden;
   if (!extra) extra = "";
   for (int attempt = 0; attempt < 8; attempt++) {

@@ -1,7 +1,8 @@
 /* Tiles of the tensor-core kernel families: each family's parameters, constraints and local-memory formula in
  * one place; the per-device table (vendor -> device -> entry, as CLBlast's database); entries saved by
  * `camdelta tune --save` in the cache folder (the tuning file, read and written under the kernel cache's trust
- * rules: src/runtime/cache.c); overrides per context (camdelta_tune_set, CAMDELTA_TC_TILES).
+ * rules: src/runtime/cache.c); overrides per context (the option registry's families gram, apply, frames: CAMDELTA_TC_TILES,
+ * camdelta_tune_set).
  * Resolution for (family, D): override > saved entry > table entry > heuristic (tc.c). */
 #include <ctype.h>
 #include <errno.h>
@@ -16,7 +17,6 @@
 #include "tc.h"
 
 const char *const cd_tc_family_names[CD_TC_FAMILIES] = {"gram", "apply", "frames"};
-static const char *const KEYS[5] = {"WM", "WN", "MR", "NR", "KC"};
 
 /* Measured winners. Device names as CL_DEVICE_NAME reports them; D ranges inclusive. */
 typedef struct table_entry {
@@ -114,12 +114,6 @@ cd_tc_tiles cd_tc_apply_ot_tiles(const cd_tc_tiles *apply, size_t max_work_group
   if (t.wn == 1 && t.nr % 2 == 0 && 2 * cd_tc_wg(&t) <= max_work_group) t.wn = 2, t.nr /= 2;
   while (cd_tc_tn(&t) > 64 && t.nr % 2 == 0) t.nr /= 2;
   return t;
-}
-
-int cd_tc_family(const char *name) {
-  for (int f = 0; f < CD_TC_FAMILIES; f++)
-    if (name && strcmp(name, cd_tc_family_names[f]) == 0) return f;
-  return -1;
 }
 
 static void to_row(const cd_tc_tiles *t, unsigned v[5]) { v[0] = t->wm, v[1] = t->wn, v[2] = t->mr, v[3] = t->nr, v[4] = t->kc; }
@@ -230,9 +224,9 @@ static int read_tune_file(int dfd, const char *dir, const char *name, unsigned r
   return 0;
 }
 
-/* Overrides from CAMDELTA_TC_TILES ("gram:WM=2,KC=16;frames:WM=4") and the saved entries, once per context. */
-static camdelta_status load(camdelta_context *ctx) {
-  if (ctx->tune_loaded) return CAMDELTA_OK;
+/* The entries saved by `camdelta tune --save`, once per context. */
+static void load(camdelta_context *ctx) {
+  if (ctx->tune_loaded) return;
   ctx->tune_loaded = 1;
   char dir[4096];
   const int dfd = cd_cache_open_dir(0, dir, sizeof dir);
@@ -242,31 +236,12 @@ static camdelta_status load(camdelta_context *ctx) {
     read_tune_file(dfd, dir, name, ctx->tune_saved, &ctx->tune_nsaved);
     close(dfd);
   }
-  const char *env = ctx->tc_tiles_env; /* CAMDELTA_TC_TILES as read at context creation */
-  if (env && *env) {
-    char copy[512];
-    snprintf(copy, sizeof copy, "%s", env);
-    for (char *part = strtok(copy, ";"); part; part = strtok(NULL, ";")) {
-      char *colon = strchr(part, ':');
-      if (!colon)
-        return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "CAMDELTA_TC_TILES: '%s' is not FAMILY:KEY=N,... (value: '%s')",
-                       part, env);
-      *colon = '\0';
-      const int fi = cd_tc_family(part);
-      if (fi < 0)
-        return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "CAMDELTA_TC_TILES: unknown family '%s' (gram, apply, frames)",
-                       part);
-      camdelta_status st = cd_parse_tiles("CAMDELTA_TC_TILES", colon + 1, KEYS, 5, ctx->tune_over[fi]);
-      if (st) return st;
-    }
-  }
-  return CAMDELTA_OK;
 }
 
 camdelta_status cd_tc_resolve(camdelta_context *ctx, int family, size_t D, int split, cd_tc_tiles *t,
                               const char **from) {
   mtx_lock(&ctx->lock);
-  camdelta_status st = load(ctx);
+  load(ctx);
   *t = family == CD_TC_GRAM ? cd_tc_gram_tiles(D) : family == CD_TC_APPLY ? cd_tc_apply_tiles(D) : cd_tc_frames_tiles(D);
   *from = "heuristic";
   const int prec = split ? EXACT : TF32;
@@ -282,18 +257,18 @@ camdelta_status cd_tc_resolve(camdelta_context *ctx, int family, size_t D, int s
     const unsigned *r = ctx->tune_saved[i];
     if ((int)r[0] == family && D >= r[1] && D <= r[2]) from_row(r + 3, t), *from = "saved";
   }
-  unsigned v[5];
+  unsigned v[5], over[5];
+  char var[64];
   to_row(t, v);
-  int over = 0;
+  const int any = cd_scan_tile_values(ctx, (cd_opt_id)(CD_OPT_TC_GRAM + 5 * family), 5, over, var, sizeof var);
   for (int k = 0; k < 5; k++)
-    if (ctx->tune_over[family][k]) v[k] = ctx->tune_over[family][k], over = 1;
+    if (over[k]) v[k] = over[k];
   from_row(v, t);
-  if (over) *from = "override";
+  if (any) *from = "override";
   /* the frames kernel covers all D columns: NR follows WN unless given */
-  if (family == CD_TC_FRAMES && (!over || !ctx->tune_over[family][3]) && 8 * t->wn * t->nr < D)
-    t->nr = (unsigned)((D + 8 * t->wn - 1) / (8 * t->wn));
+  if (family == CD_TC_FRAMES && !over[3] && 8 * t->wn * t->nr < D) t->nr = (unsigned)((D + 8 * t->wn - 1) / (8 * t->wn));
   mtx_unlock(&ctx->lock);
-  return st;
+  return CAMDELTA_OK;
 }
 
 size_t cd_tc_local_bytes(int family, size_t D, int split, const cd_tc_tiles *t) {
@@ -330,30 +305,6 @@ camdelta_status cd_tc_check(const camdelta_context *ctx, int family, size_t D, i
                  "scan tiles %s WM=%u WN=%u MR=%u NR=%u KC=%u for D=%zu: %s (local memory %zu of %zu bytes)",
                  cd_tc_family_names[family], t->wm, t->wn, t->mr, t->nr, t->kc, D, bad,
                  cd_tc_local_bytes(family, D, split, t), lm);
-}
-
-camdelta_status cd_tc_tune_set(camdelta_context *ctx, int fi, const char *params) {
-  unsigned v[5] = {0, 0, 0, 0, 0};
-  if (params && *params) {
-    camdelta_status st = cd_parse_tiles("camdelta_tune_set", params, KEYS, 5, v);
-    if (st) return st;
-  }
-  mtx_lock(&ctx->lock);
-  camdelta_status st = load(ctx);
-  memcpy(ctx->tune_over[fi], v, sizeof v);
-  mtx_unlock(&ctx->lock);
-  cd_plan_invalidate(ctx); /* the next call plans with the new tiles */
-  return st;
-}
-
-camdelta_status cd_tc_tune_get(camdelta_context *ctx, int fi, size_t D, char *buf, size_t size) {
-  cd_tc_tiles t;
-  const char *from;
-  camdelta_status st = cd_tc_resolve(ctx, fi, D, 1, &t, &from);
-  if (st) return st;
-  char text[160];
-  snprintf(text, sizeof text, "WM=%u WN=%u MR=%u NR=%u KC=%u (%s)", t.wm, t.wn, t.mr, t.nr, t.kc, from);
-  return cd_copy_text("camdelta_tune_get", text, buf, size);
 }
 
 camdelta_status camdelta_tune_save(camdelta_context *ctx, size_t D, char *path, size_t path_size) {

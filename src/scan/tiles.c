@@ -134,7 +134,6 @@ static void seq_layouts(size_t D, cd_seq_cfg *c) {
   c->o = pick_layout(c->J, c->TS, c->W, 8);
 }
 
-const char *const cd_seq_tile_keys[CD_SQ_COUNT] = {"J", "TS", "W", "PF", "OUT"};
 
 /* The override's fields over the heuristic choice, each checked against what the kernel relies on. */
 static camdelta_status seq_override(const cd_scan_limits *lim, size_t D, const unsigned *ov,
@@ -216,20 +215,6 @@ camdelta_status cd_seq_configure(const cd_scan_limits *lim, size_t BH, size_t D,
 }
 
 /* ------------------------------------------------------------------------------- tile override */
-
-const char *const cd_scan_tile_keys[CD_ST_COUNT] = {"A_WR", "A_RM", "A_WC", "A_RN", "A_KC", "B_J",
-                                                    "B_WR", "B_RM", "B_WC", "B_RN", "B_KC", "B_PF",
-                                                    "C_WR", "C_RM", "C_WC", "C_RN", "C_KC"};
-
-camdelta_status cd_scan_override_parse(const char *var, const char *text, cd_scan_override *o) {
-  memset(o, 0, sizeof *o);
-  if (!text || !*text) return CAMDELTA_OK;
-  camdelta_status st = cd_parse_tiles(var, text, cd_scan_tile_keys, CD_ST_COUNT, o->v);
-  if (st) return st;
-  for (int i = 0; i < CD_ST_COUNT; i++)
-    if (o->v[i]) *(i <= CD_ST_A_KC ? &o->a : i <= CD_ST_B_PF ? &o->b : &o->c) = 1;
-  return CAMDELTA_OK;
-}
 
 static void set_if(unsigned *field, unsigned v) {
   if (v) *field = v;
@@ -433,16 +418,6 @@ camdelta_status cd_sbwd_choose(size_t D, size_t local_bytes, size_t wg_grams, si
   c->rl = 1;
   while (c->rl * 2 <= wg_rl && c->rl * 2 <= 256) c->rl *= 2;
   return CAMDELTA_OK;
-}
-
-const char *const cd_sbwd_tile_keys[CD_SB_COUNT] = {"RPT", "TSG", "CB", "DPT", "TL", "TPT", "MC", "RL"};
-
-/* Parses the override into v[] (0: key not given); *any says whether any key was given. */
-camdelta_status cd_sbwd_parse(const char *var, const char *text, unsigned v[CD_SB_COUNT], int *any) {
-  camdelta_status st = cd_parse_tiles(var, text, cd_sbwd_tile_keys, CD_SB_COUNT, v);
-  *any = 0;
-  for (int i = 0; i < CD_SB_COUNT && !st; i++) *any |= v[i] != 0;
-  return st;
 }
 
 /* Replaces the given fields of `c` and checks every constraint the kernels rely on. */
