@@ -2,6 +2,8 @@
 # Source checks, after a build (they parse with its compile_commands.json): bash ci/lint.sh [BUILD_DIR]
 #  - designated initialisers for every struct of more than four fields in the library and the tool
 #    (ci/designated_init.py, libclang); its self-test first shows that it finds what it must;
+#  - no call cycle between the source files, nor between the folders, of the library, the MPI component and the
+#    tool (ci/cycles.py on the build's objects, with its self-test);
 #  - every relative link in the Markdown files resolves, headings included (ci/check_links.py, with its self-test).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,3 +17,5 @@ pending=()
 args=()
 for p in "${pending[@]}"; do args+=(--pending "$p"); done
 /usr/bin/python3 ci/designated_init.py "$build" "${args[@]}" src tools
+/usr/bin/python3 ci/cycles.py --self-test
+/usr/bin/python3 ci/cycles.py "$build"
