@@ -379,7 +379,5 @@ int main(void) {
       cmocka_unit_test(test_process_options),
       cmocka_unit_test(test_every_variable_declared),
   };
-  const int rc = cmocka_run_group_tests(tests, NULL, NULL);
-  tu_context_release();
-  return rc;
+  return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
 }

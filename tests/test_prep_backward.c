@@ -566,7 +566,5 @@ int main(void) {
       cmocka_unit_test(test_prep_backward_three_kernels),
       cmocka_unit_test(test_prep_backward_tiles_env),
   };
-  int r = cmocka_run_group_tests(tests, NULL, NULL);
-  tu_context_release();
-  return r;
+  return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
 }

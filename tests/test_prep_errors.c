@@ -172,7 +172,5 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_saved_other_context, setup, teardown),
       cmocka_unit_test(test_malformed_npy),
   };
-  int rc = cmocka_run_group_tests(tests, NULL, NULL);
-  tu_context_release();
-  return rc;
+  return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
 }

@@ -550,7 +550,5 @@ int main(void) {
       cmocka_unit_test(test_scan_backward_warm),          cmocka_unit_test(test_scan_backward_tile_override),
       cmocka_unit_test(test_scan_backward_saved_a_emulated),
   };
-  int r = cmocka_run_group_tests(tests, NULL, NULL);
-  tu_context_release();
-  return r;
+  return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
 }

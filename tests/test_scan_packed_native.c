@@ -384,7 +384,5 @@ int main(void) {
       cmocka_unit_test(test_large_table),
       cmocka_unit_test(test_emulated),
   };
-  int rc = cmocka_run_group_tests(tests, NULL, NULL);
-  tu_context_release();
-  return rc;
+  return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
 }

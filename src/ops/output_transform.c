@@ -19,16 +19,9 @@ camdelta_status cd_output_transform_enqueue(camdelta_context *ctx, int backward,
     cd_arg_buf(&g, a->out);
     cd_arg_buf(&g, a->out2.mem ? a->out2 : a->out);
     cd_arg_u32(&g, a->out2.mem ? 1u : 0u);
-    cd_arg_buf(&g, a->proj_o);
-    cd_arg_buf(&g, a->rope_cos);
-    cd_arg_buf(&g, a->rope_sin);
-    cd_arg_buf(&g, a->y);
+    CD_ARG_BUFS(&g, a->proj_o, a->rope_cos, a->rope_sin, a->y);
   } else {
-    cd_arg_buf(&g, a->grad_y);
-    cd_arg_buf(&g, a->proj_o);
-    cd_arg_buf(&g, a->rope_cos);
-    cd_arg_buf(&g, a->rope_sin);
-    cd_arg_buf(&g, a->grad_out);
+    CD_ARG_BUFS(&g, a->grad_y, a->proj_o, a->rope_cos, a->rope_sin, a->grad_out);
   }
   cd_arg_u64(&g, a->N);
   cd_arg_u32(&g, (uint32_t)a->H);

@@ -34,6 +34,20 @@ void cd_clear_error(void);
  *  a terminal raw. Truncates to fit; returns out. */
 const char *cd_escape(const char *in, size_t n, char *out, size_t cap);
 
+/** The body of a public creator of a host object that belongs to a context (its field `ctx`), e.g.
+ *  camdelta_scan_saved_create(ctx, &out): clears the error, refuses a NULL ctx or out (naming op), allocates the
+ *  object zeroed into *out and records ctx in it. */
+#define CD_CREATE_OBJECT(op, ctx, out)                                                                      \
+  do {                                                                                                      \
+    cd_clear_error();                                                                                       \
+    if (!(ctx) || !(out))                                                                                   \
+      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, op ": '%s' is NULL", (ctx) ? "out" : "ctx");          \
+    *(out) = calloc(1, sizeof **(out));                                                                     \
+    if (!*(out)) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, op ": out of host memory");                   \
+    (*(out))->ctx = (ctx);                                                                                  \
+    return CAMDELTA_OK;                                                                                     \
+  } while (0)
+
 /* ---------------------------------------------------------- sizes (check.c) */
 /* The size rule (check.c): every product and sum of sizes from a caller goes through these in the entry's check. */
 /** *out = a*b; 0 on overflow. */
@@ -161,6 +175,12 @@ typedef struct cd_args {
 } cd_args;
 void cd_arg_mem(cd_args *a, cl_mem m); /* NULL allowed (absent optional) */
 void cd_arg_buf(cd_args *a, camdelta_buffer b); /* mem + ulong offset (2 args) */
+/** cd_arg_buf for each of b[0..n), in order. */
+void cd_arg_bufs(cd_args *a, const camdelta_buffer *b, size_t n);
+/** cd_arg_bufs of the listed buffers: CD_ARG_BUFS(&a, io->k, io->v, io->beta). */
+#define CD_ARG_BUFS(a, ...)                                            \
+  cd_arg_bufs((a), (const camdelta_buffer[]){__VA_ARGS__},             \
+              sizeof((const camdelta_buffer[]){__VA_ARGS__}) / sizeof(camdelta_buffer))
 void cd_arg_u64(cd_args *a, uint64_t v);
 void cd_arg_u32(cd_args *a, uint32_t v);
 void cd_arg_i32(cd_args *a, int32_t v);

@@ -15,6 +15,9 @@ void cd_arg_buf(cd_args *a, camdelta_buffer b) {
   cd_arg_mem(a, b.mem);
   cd_arg_u64(a, (uint64_t)b.offset);
 }
+void cd_arg_bufs(cd_args *a, const camdelta_buffer *b, size_t n) {
+  for (size_t i = 0; i < n; i++) cd_arg_buf(a, b[i]);
+}
 void cd_arg_u64(cd_args *a, uint64_t v) {
   cl_ulong x = v;
   set(a, sizeof x, &x);
