@@ -62,13 +62,7 @@ static const char *const OP = "camdelta_scan_forward";
 /* ------------------------------------------------------------------------------------ saved object */
 
 camdelta_status camdelta_scan_saved_create(camdelta_context *ctx, camdelta_scan_saved **out) {
-  cd_clear_error();
-  if (!ctx || !out)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_scan_saved_create: '%s' is NULL", ctx ? "out" : "ctx");
-  *out = calloc(1, sizeof **out);
-  if (!*out) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "camdelta_scan_saved_create: out of host memory");
-  (*out)->ctx = ctx;
-  return CAMDELTA_OK;
+  CD_CREATE_OBJECT("camdelta_scan_saved_create", ctx, out);
 }
 
 void camdelta_scan_saved_destroy(camdelta_scan_saved *saved) {

@@ -19,9 +19,7 @@ camdelta_status cd_ddecay_enqueue(camdelta_context *ctx, const cd_ddecay *d, con
   cd_args a = {d->k, 0, CL_SUCCESS};
   cd_arg_buf(&a, states);
   cd_arg_buf(&a, has_init ? init : states); /* not read without an init */
-  cd_arg_buf(&a, G);
-  cd_arg_buf(&a, part);
-  cd_arg_buf(&a, ddecay);
+  CD_ARG_BUFS(&a, G, part, ddecay);
   cd_arg_u32(&a, (uint32_t)geo->F);
   cd_arg_u32(&a, (uint32_t)ntiles);
   cd_arg_i32(&a, reverse != 0);

@@ -37,6 +37,8 @@ typedef struct cd_scan_geo {
   uint32_t pk_h;
 } cd_scan_geo;
 cd_scan_geo cd_scan_geo_fixed(size_t B, size_t H, size_t D, size_t F, size_t S);
+/** The token geometry most kernels take after their buffers: N (ulong), S and F (uint). */
+void cd_arg_tokens(cd_args *a, const cd_scan_geo *geo);
 /** The packed variant's last two kernel arguments (pk, pk_h); nothing for the fixed shape. */
 void cd_arg_packed(cd_args *a, const cd_scan_geo *geo);
 
