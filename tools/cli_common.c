@@ -1,5 +1,6 @@
 /* Option parsing, error output and .npy <-> device helpers for the tool. */
 #include "cli_common.h"
+#include "cli_shape.h"
 #include "usage.h"
 
 #include <errno.h>
@@ -364,4 +365,12 @@ int cli_run_finish(camdelta_context *ctx, camdelta_status st, const char *call, 
     printf(" to %s\n", dir);
   }
   return CLI_EXIT_OK;
+}
+
+int cli_reps_option(cli_args *a, size_t *reps, size_t *warmup) {
+  const char *v = NULL;
+  int r = cli_value(a, "--reps", &v);
+  if (r > 0) return cli_parse_count("--reps", v, 1, CLI_MAX_REPS, reps) ? 1 : -1;
+  if (!r && (r = cli_value(a, "--warmup", &v)) > 0) return cli_parse_count("--warmup", v, 0, CLI_MAX_REPS, warmup) ? 1 : -1;
+  return r;
 }

@@ -26,6 +26,9 @@ int cli_flag(cli_args *a, const char *name);
  *  returns 1. Returns -1 (after printing a usage error) when the value is
  *  missing, 0 when argv[i] is another argument. */
 int cli_value(cli_args *a, const char *name, const char **value);
+/** The benchmarks' --reps N (1 to CLI_MAX_REPS) and --warmup N (0 to CLI_MAX_REPS): as cli_value, 1 when argv[i]
+ *  was one of them and its value parsed into *reps or *warmup, -1 (after a usage error) on a bad value. */
+int cli_reps_option(cli_args *a, size_t *reps, size_t *warmup);
 /** Parse a finite number >= 0 for option `opt` (no sign, no leading space, no inf/nan); 0 (after printing a
  *  usage error) on failure. */
 int cli_parse_double(const char *opt, const char *text, double *out);

@@ -46,10 +46,8 @@ int cmd_bench_packed(int argc, char **argv) {
       B = sh.B, H = sh.H, D = sh.D, F = sh.F, S = sh.S;
     } else if ((r = cli_value(&a, "--device", &device))) {
       if (r < 0) return CLI_EXIT_USAGE;
-    } else if ((r = cli_value(&a, "--reps", &v))) {
-      if (r < 0 || !cli_parse_count("--reps", v, 1, CLI_MAX_REPS, &reps)) return CLI_EXIT_USAGE;
-    } else if ((r = cli_value(&a, "--warmup", &v))) {
-      if (r < 0 || !cli_parse_count("--warmup", v, 0, CLI_MAX_REPS, &warmup)) return CLI_EXIT_USAGE;
+    } else if ((r = cli_reps_option(&a, &reps, &warmup))) {
+      if (r < 0) return CLI_EXIT_USAGE;
     } else {
       return cli_error(CLI_EXIT_USAGE, "bench --packed: unknown option '%s' (--shape, --device, --reps, --warmup)",
                        argv[a.i]);
