@@ -28,32 +28,17 @@ typedef struct table_entry {
 } table_entry;
 enum { ANY = 0, EXACT = 1, TF32 = 2 };
 static const table_entry TABLE[] = {
-    /* NVIDIA H200 (driver 580.159.04, OpenCL 3.0 CUDA 13.0.98), `camdelta tune --shape sana480` (B1 H20 D112 F21
-     * S1560, exact), 2026-12-03, with the gram's staged split operands and the frames kernel's staged B: forward
-     * chunkwise 2.11 ms, backward 4.82 ms (4.21 once the backward reads the forward's A_f). The tf32 sweep then
-     * preferred gram KC=16 and apply WN=2, NR=8 by 1-3%, and one entry served both precisions. Re-swept in the tenth
-     * session, after the gram began staging f32 values and truncating lo parts: the same three winners (forward
-     * 1.67 ms, backward 3.06 ms). PoCL and other devices without the tensor-core path have no entries: the FMA
-     * kernels. */
+    /* NVIDIA H200 (driver 580.159.04, OpenCL 3.0 CUDA 13.0.98): the winners of `camdelta tune` at sana480
+     * (B1 H20 D112 F21 S1560) and at D=64 (docs/performance.md, "Measurements behind the code's constants"). PoCL and other devices without the tensor-core
+     * path have no entries: the FMA kernels. */
     {.vendor = "NVIDIA", .device = "NVIDIA H200", .family = CD_TC_GRAM, .dmin = 112, .dmax = 112,
      .t = {.wm = 2, .wn = 2, .mr = 2, .nr = 4, .kc = 32}, .prec = ANY},
-    /* apply re-swept in the thirteenth session: WN=2 (tiles of 64 x 128) won in both precisions, and one call of
-     * `bench sana480` against WN=1 gave exact forward 1.270 -> 1.244 ms, backward 2.935 -> 2.825 (its dq), tf32
-     * forward 1.097 -> 1.091, backward 2.392 -> 2.270 */
     {.vendor = "NVIDIA", .device = "NVIDIA H200", .family = CD_TC_APPLY, .dmin = 112, .dmax = 112,
      .t = {.wm = 2, .wn = 2, .mr = 2, .nr = 8, .kc = 16}, .prec = ANY},
     {.vendor = "NVIDIA", .device = "NVIDIA H200", .family = CD_TC_FRAMES, .dmin = 112, .dmax = 112,
      .t = {.wm = 4, .wn = 1, .mr = 1, .nr = 14, .kc = 16}, .prec = ANY},
-    /* `camdelta tune --shape sana480 --precision tf32`, thirteenth session (the gram reading rows with consecutive
-     * work-items): gram WM=4 WN=2 MR=1 NR=4 forward 1.096 ms against 1.184 with the entry above; the tf32
-     * forward at sana480 1.262 -> 1.176 ms, the backward 2.449 -> 2.435 in one later call; in `exact` the same tiles
-     * were slower (forward 1.361 -> 1.427), so the entry is tf32's only. */
     {.vendor = "NVIDIA", .device = "NVIDIA H200", .family = CD_TC_GRAM, .dmin = 112, .dmax = 112,
      .t = {.wm = 4, .wn = 2, .mr = 1, .nr = 4, .kc = 32}, .prec = TF32},
-    /* `camdelta tune --shape 1,20,64,21,1560` (exact), 2026-12-03: gram 0.722 ms against 0.739 with the heuristic
-     * tiles, apply 0.702 against 0.708, frames (the backward) 1.578 against 2.061; with these the shape's forward
-     * chunkwise 0.705 ms and backward 1.576 ms (0.740 / 1.836 with the heuristic tiles, the earlier session).
-     * Re-swept in the tenth session: gram and apply unchanged, frames WM=4 WN=1 NR=8 1.096 ms against 1.115. */
     {.vendor = "NVIDIA", .device = "NVIDIA H200", .family = CD_TC_GRAM, .dmin = 64, .dmax = 64,
      .t = {.wm = 2, .wn = 2, .mr = 2, .nr = 2, .kc = 32}, .prec = ANY},
     {.vendor = "NVIDIA", .device = "NVIDIA H200", .family = CD_TC_APPLY, .dmin = 64, .dmax = 64,
@@ -69,7 +54,7 @@ static void rows_for(size_t D, unsigned *w, unsigned *r) {
   else *w = 2, *r = 2;
 }
 
-/* Heuristics, from the H200 sweep at D=112 (`camdelta tune`, docs/performance-log.md): the gram is register-bound
+/* Heuristics, from the H200 sweep at D=112 (`camdelta tune`): the gram is register-bound
  * (255 registers, spills at KC=32), so it stages 16 tokens per step; the frames kernel does best with one warp
  * per 16 tokens covering every column (WN=1). cd_tc_safe_tiles() is the fallback where these do not fit. */
 cd_tc_tiles cd_tc_gram_tiles(size_t D) {
@@ -109,8 +94,8 @@ cd_tc_tiles cd_tc_safe_tiles(int family, size_t D) {
 
 cd_tc_tiles cd_tc_apply_ot_tiles(const cd_tc_tiles *apply, size_t max_work_group) {
   cd_tc_tiles t = *apply;
-  /* sana480: 0.66 ms with WN=2 NR=4 (64 tokens per tile) against 1.14 with the apply's WN=1 NR=8
-   * (docs/performance-log.md); the epilogue stages TN tokens x TM rows, so token tiles stay at most 64 wide */
+  /* two warps along the tokens with half the fragments each ran faster than the apply's own tiles
+   * (docs/performance.md, "Measurements behind the code's constants"); the epilogue stages TN tokens x TM rows, so token tiles stay at most 64 wide */
   if (t.wn == 1 && t.nr % 2 == 0 && 2 * cd_tc_wg(&t) <= max_work_group) t.wn = 2, t.nr /= 2;
   while (cd_tc_tn(&t) > 64 && t.nr % 2 == 0) t.nr /= 2;
   return t;

@@ -78,8 +78,7 @@ static unsigned wg_for(const cd_scan_limits *lim, size_t outputs, size_t per_ite
 
 /* Value-column blocks (phase B). GPUs: as many work-groups as the compute units hold one each (BH chains, blocks
  * at least `min_j` wide): the chain is serial and bound by latency, and a compute unit running two of them
- * finishes last (H200, sana480: 7 blocks of 16 = 140 work-groups 0.215 ms, 5 of 24 = 100 work-groups 0.133 ms;
- * the scan pair's 2·BH chains: 3 blocks of 40 0.182 ms, 7 of 16 0.283 ms).
+ * finishes last (measured on the H200: docs/performance.md, "Measurements behind the code's constants").
  * CPUs: one block (a few cores are filled by B·H; AUTO picks chunkwise when they are not), so that the
  * kernels built for a CPU depend on D and the token bucket only (PoCL compiles each variant for seconds). */
 static unsigned value_blocks(const cd_scan_limits *lim, size_t BH, size_t D, size_t min_j) {
@@ -109,8 +108,7 @@ static unsigned token_tile(const cd_scan_limits *lim, size_t S, unsigned most) {
 
 /* Value-column blocks of the sequential kernel. GPUs: at most two work-groups per compute unit, as many as fit
  * (floor: a third work-group on some units makes them the kernel's tail), blocks at least 8 columns wide, of any
- * width (ceil(D / blocks), not rounded). On the H200 at sana480 (B·H = 20, 132 SMs): 13 blocks of 9 columns, 260
- * work-groups, 4.52 ms; 14 blocks of 8 (280, 16 SMs with three) 5.14 ms; 7 blocks of 16 5.46 ms. CPUs: one block. */
+ * width (ceil(D / blocks), not rounded); see docs/performance.md, "Measurements behind the code's constants". CPUs: one block. */
 static unsigned seq_blocks(const cd_scan_limits *lim, size_t BH, size_t D) {
   if (!lim->gpu) return 1;
   const size_t slots = 2 * (size_t)lim->cus, most = D / 8 ? D / 8 : 1;
