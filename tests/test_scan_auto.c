@@ -8,9 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cost.h"
-#include "plan.h"
-#include "internal.h"
+#include "scan/cost.h"
+#include "runtime/internal.h"
 #include "testutil.h"
 
 static camdelta_device_info facts(const char *vendor, cl_device_type type, unsigned cus, size_t max_wg,

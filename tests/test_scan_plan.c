@@ -5,12 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
-#include "plan.h"
-#include "tiles.h"
-#include "engine.h"
+#include "runtime/internal.h"
+#include "scan/tiles.h"
+#include "scan/engine.h"
 #include "testutil.h"
-#include "tc.h"
+#include "scan/tc.h"
 
 static camdelta_device_info facts(const char *vendor, const char *name, cl_device_type type, unsigned cus,
                                   size_t max_wg, uint64_t local) {

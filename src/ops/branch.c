@@ -33,12 +33,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "branch_common.h"
+#include "ops/branch_common.h"
 #include "camdelta_phases.h"
-#include "camera_op.h"
-#include "engine.h"
-#include "plan.h"
-#include "prep_common.h"
+#include "ops/camera_op.h"
+#include "scan/engine.h"
+#include "ops/prep_common.h"
 
 enum { PQ, PKV, PO, RC, RS, KCONV, QB, KB, VB, INFL, IOTA, BP, BR, DR, OUTC, OUTR, MASK, SEG, NBUF };
 

@@ -5,9 +5,8 @@
 #ifndef CAMDELTA_SCAN_COMPOSE_H
 #define CAMDELTA_SCAN_COMPOSE_H
 #include "camdelta_phases.h"
-#include "cost.h"
-#include "plan.h"
-#include "units.h"
+#include "scan/cost.h"
+#include "scan/units.h"
 
 /* ------------------------------------------------------------------------------------------ forward.c */
 

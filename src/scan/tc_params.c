@@ -12,9 +12,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "plan.h"
-#include "tiles.h"
-#include "tc.h"
+#include "scan/tiles.h"
+#include "scan/tc.h"
 
 const char *const cd_tc_family_names[CD_TC_FAMILIES] = {"gram", "apply", "frames"};
 

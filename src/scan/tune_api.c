@@ -3,9 +3,8 @@
 #include <stdio.h>
 
 #include "options/options.h"
-#include "plan.h"
-#include "tc.h"
-#include "tiles.h"
+#include "scan/tc.h"
+#include "scan/tiles.h"
 
 /* The backward's tiles for head dim D with the context's override, as camdelta_tune_get shows them. */
 static camdelta_status backward_text(const camdelta_context *ctx, size_t D, char *out, size_t size) {
