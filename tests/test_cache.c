@@ -16,9 +16,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "runtime/internal.h"
 #include "testutil.h"
-#include "tc.h"
+#include "scan/tc.h"
 
 static const char *kOpts = "-DCD_DTYPE=0 -DCD_D=16 -DCD_TS=8";
 

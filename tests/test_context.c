@@ -5,7 +5,7 @@
 #include <string.h>
 #include <threads.h>
 
-#include "internal.h"
+#include "runtime/internal.h"
 #include "prep_problem.h"
 
 /* The version as the built shared library reports it (dlopen'd: not this test's own compile-time macros) against

@@ -16,7 +16,7 @@
 #include "camdelta_packed.h"
 #include "camdelta_phases.h"
 #include "camdelta_summary.h"
-#include "internal.h"
+#include "runtime/internal.h"
 #include "testutil.h"
 
 /* --------------------------------------------------------------------------------------------- the table */

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "runtime/internal.h"
 #include "testutil.h"
 
 /* v as camdelta_tune_get writes it: its name where it has one. */

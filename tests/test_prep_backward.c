@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backward.h"
-#include "internal.h"
+#include "ops/backward.h"
+#include "runtime/internal.h"
 #include "prep_problem.h"
 
 enum { GQ = 1, GK = 2, GV = 4, GI = 8, GALL = 15 };

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "runtime/internal.h"
 #include "prep_problem.h"
 
 typedef struct fixture {

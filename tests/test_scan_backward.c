@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine.h"
-#include "internal.h"
+#include "scan/engine.h"
+#include "runtime/internal.h"
 #include "testutil.h"
-#include "tc.h"
+#include "scan/tc.h"
 
 #define BOUND 1e-4
 

@@ -14,9 +14,9 @@
 #include <string.h>
 
 #include "camdelta_packed.h"
-#include "internal.h"
+#include "runtime/internal.h"
 #include "testutil.h"
-#include "tc.h"
+#include "scan/tc.h"
 
 enum { MAXC = 8, MAXF = 4400 };
 

@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "branch_common.h"
-#include "engine.h"
+#include "ops/branch_common.h"
+#include "scan/engine.h"
 #include "testutil.h"
 
 #define FWD_BOUND 1e-5

@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "runtime/internal.h"
 #include "testutil.h"
-#include "tc.h"
+#include "scan/tc.h"
 
 #define FWD_BOUND 1e-5
 #define BWD_BOUND 1e-4

@@ -24,8 +24,8 @@
 #include "camdelta_helpers.h"
 #include "camdelta_mpi.h"
 #include "camdelta_phases.h"
-#include "mpi_agree.h"
-#include "mpi_stage.h"
+#include "mpi/mpi_agree.h"
+#include "mpi/mpi_stage.h"
 
 typedef struct bsp {
   MPI_Comm comm;

@@ -5,8 +5,8 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "branch_common.h"
-#include "camera_op.h"
+#include "ops/branch_common.h"
+#include "ops/camera_op.h"
 
 static const char OP[] = "camdelta_camera_forward";
 

@@ -3,7 +3,7 @@
  * the f64 references and the CLI. */
 #include <stdio.h>
 
-#include "internal.h"
+#include "runtime/internal.h"
 
 const char *camdelta_chunk_strategy_name(camdelta_chunk_strategy strategy) {
   switch (strategy) {

@@ -1,7 +1,7 @@
 /* Output transform (docs/math.md §8.5), forward and backward: checks and the launches of cl/branch.cl. */
-#include "branch_common.h"
-#include "camera_op.h"
-#include "prep_common.h"
+#include "ops/branch_common.h"
+#include "ops/camera_op.h"
+#include "ops/prep_common.h"
 
 camdelta_status cd_branch_kernel(camdelta_context *ctx, size_t D, const char *name, cl_kernel *k, size_t *ts) {
   return cd_prep_kernel(ctx, "branch.cl", name, CAMDELTA_F32, D, k, ts);

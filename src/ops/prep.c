@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
-#include "prep_common.h"
+#include "runtime/internal.h"
+#include "ops/prep_common.h"
 
 camdelta_status camdelta_prep_saved_create(camdelta_context *ctx, camdelta_prep_saved **out) {
   CD_CREATE_OBJECT("camdelta_prep_saved_create", ctx, out);

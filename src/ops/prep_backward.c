@@ -14,11 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backward.h"
-#include "internal.h"
-#include "prep_backward_fused.h"
-#include "prep_common.h"
-#include "engine.h"
+#include "ops/backward.h"
+#include "runtime/internal.h"
+#include "ops/prep_backward_fused.h"
+#include "ops/prep_common.h"
+#include "scan/engine.h"
 
 static const char OP[] = "camdelta_prep_backward";
 

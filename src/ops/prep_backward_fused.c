@@ -27,8 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "prep_backward_fused.h"
-#include "prep_common.h"
+#include "ops/prep_backward_fused.h"
+#include "ops/prep_common.h"
 
 enum { PBF_GQ = 1, PBF_GK = 2, PBF_GV = 4, PBF_GI = 8, PBF_ALIGNED = 16 };
 

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "branch_common.h"
+#include "ops/branch_common.h"
 
 /* ------------------------------------------------------------------------------------------- short conv */
 

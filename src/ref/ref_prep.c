@@ -2,7 +2,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "ref_prep.h"
+#include "ref/ref_prep.h"
 
 camdelta_status camdelta_ref_prep_forward(const camdelta_ref_prep *p) {
   cd_clear_error();

@@ -3,7 +3,7 @@
 #ifndef CAMDELTA_REF_PREP_H
 #define CAMDELTA_REF_PREP_H
 
-#include "internal.h"
+#include "runtime/internal.h"
 
 /** The inverse RMS of token `tok`'s (offset of its C = H*D channels) raw q and k over all heads. */
 void cd_ref_prep_inv_rms(const camdelta_ref_prep *p, size_t tok, double *irq, double *irk);

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ref_prep.h"
+#include "ref/ref_prep.h"
 
 static double clamp_floor(double x) { return x > 1e-12 ? x : 1e-12; }
 

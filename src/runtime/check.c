@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "runtime/internal.h"
 
 /* The size rule of camdelta, camdelta_mpi and the tool: every product and sum of sizes that come from a caller, a
  * file or the command line goes through these (or the public camdelta_size_* below), and a result that does not

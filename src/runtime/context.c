@@ -4,8 +4,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "device.h"
-#include "internal.h"
+#include "runtime/device.h"
+#include "runtime/internal.h"
 
 static double now_ms(void) {
   struct timespec ts;

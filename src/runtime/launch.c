@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "runtime/internal.h"
 
 static void set(cd_args *a, size_t size, const void *value) {
   if (a->err != CL_SUCCESS) return;

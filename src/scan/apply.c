@@ -2,7 +2,7 @@
  *   out   out_f = Q_f·M_f: cd_scan_phase_c (FMA, the chunkwise tiles) or cd_apply_tc
  *   ot    the same with the camera branch's output transform as its epilogue, straight into y: cd_apply_ot_tc
  *   dq    the backward's dq_f = dO_f·M_fᵀ: cd_apply_tc (the FMA backward computes dq in its frames kernel) */
-#include "units.h"
+#include "scan/units.h"
 
 static unsigned ceil_div(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
 

@@ -14,7 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "units.h"
+#include "scan/units.h"
 
 static unsigned ceil_div(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
 

@@ -25,8 +25,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cost.h"
-#include "tc.h"
+#include "scan/cost.h"
+#include "scan/tc.h"
 
 static const cd_cost_class GPU_CLASS = {
     .name = "gpu",

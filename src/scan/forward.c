@@ -54,8 +54,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compose.h"
-#include "engine.h"
+#include "scan/compose.h"
+#include "scan/engine.h"
 
 static const char *const OP = "camdelta_scan_forward";
 

@@ -1,6 +1,6 @@
 /* The frames unit (units.h): the backward's per-token work, a work-group per (b, h, f, token tile): dk, dv, dbeta
  * and the partial sums of ddecay from the states and the gradient chain's G (and dq in the FMA form). */
-#include "units.h"
+#include "scan/units.h"
 
 camdelta_status cd_frames_build_fma(camdelta_context *ctx, const char *opts, size_t D, const cd_sbwd_cfg *c,
                                     cd_frames *f) {

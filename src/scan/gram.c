@@ -4,7 +4,7 @@
  * the backward's grams, the summaries' single products), and the tensor-core kernel. */
 #include <stdio.h>
 
-#include "units.h"
+#include "scan/units.h"
 
 static unsigned ceil_div(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
 

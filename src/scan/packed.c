@@ -26,7 +26,7 @@
 #include <string.h>
 
 #include "camdelta_packed.h"
-#include "compose.h"
+#include "scan/compose.h"
 
 /* The native path's table of one call (cl/common.cl, CD_PACKED). */
 typedef struct cd_packed_run {

@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compose.h"
-#include "engine.h"
+#include "scan/compose.h"
+#include "scan/engine.h"
 
 static const char OP[] = "cd_scan_pair_forward";
 

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compose.h"
+#include "scan/compose.h"
 
 camdelta_status camdelta_scan_frames_create(camdelta_context *ctx, camdelta_scan_frames **out) {
   CD_CREATE_OBJECT("camdelta_scan_frames_create", ctx, out);

@@ -1,7 +1,7 @@
 /* The engine's small pieces (units.h): ddecay from the frames kernel's partials (scan_backward.cl), and the
  * elementwise kernels of scan_pair.cl, the pair's sum of its two directions' states and its gradient adds. */
-#include "engine.h"
-#include "units.h"
+#include "scan/engine.h"
+#include "scan/units.h"
 
 camdelta_status cd_ddecay_build(camdelta_context *ctx, const char *opts, const cd_sbwd_cfg *c, cd_ddecay *d) {
   *d = (cd_ddecay){.w = (unsigned)c->rl};

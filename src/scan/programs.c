@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "units.h"
+#include "scan/units.h"
 
 static const char FWD_OP[] = "camdelta_scan_forward";
 static const char BWD_OP[] = "camdelta_scan_backward";

@@ -1,7 +1,7 @@
 /* The sequential unit (units.h): cd_scan_sequential (scan_sequential.cl), a work-group per (b, h, block of J value
  * columns) walking the frames with its state block in registers; it computes the outputs itself (OUT=1, CPUs) or
  * writes the state every output frame reads for the apply to compute them (OUT=2, GPUs). */
-#include "units.h"
+#include "scan/units.h"
 
 void cd_sequential_release(cd_sequential *s) {
   if (s->k) clReleaseKernel(s->k);

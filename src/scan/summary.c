@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "camdelta_summary.h"
-#include "compose.h"
+#include "scan/compose.h"
 
 /* The summaries' plan for head dim D: the single-product gram, the summary step, and the workspace. */
 typedef struct sm_plan {

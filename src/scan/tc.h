@@ -2,7 +2,7 @@
  * the tensor-core GEMM core (cl/gemm_tc.cl). Not installed. */
 #ifndef CAMDELTA_SCAN_TC_H
 #define CAMDELTA_SCAN_TC_H
-#include "internal.h"
+#include "runtime/internal.h"
 
 /** Tiles of the tensor-core GEMM core, same names as cl/gemm_tc.cl's build options:
  *  wm x wn warps per work-group, each owning mr x nr mma tiles (16 x 8 each); kc reduction elements per

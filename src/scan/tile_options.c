@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "tiles.h"
+#include "scan/tiles.h"
 
 _Static_assert((int)CD_OPT_CHUNKWISE_KEYS == (int)CD_ST_COUNT, "the registry's chunkwise keys are the scan's");
 _Static_assert((int)CD_OPT_BACKWARD_KEYS == (int)CD_SB_COUNT, "the registry's backward keys are the scan's");

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tiles.h"
+#include "scan/tiles.h"
 
 static const char *const OP = "camdelta_scan_forward";
 static const char SBWD_OP[] = "camdelta_scan_backward";

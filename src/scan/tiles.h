@@ -6,7 +6,7 @@
  * device, shape class) as plans are built, and the unit tests call them with given device limits. Not installed. */
 #ifndef CAMDELTA_SCAN_TILES_H
 #define CAMDELTA_SCAN_TILES_H
-#include "internal.h"
+#include "runtime/internal.h"
 
 /* ------------------------------------------------------------------------------------ device limits */
 

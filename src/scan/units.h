@@ -20,9 +20,9 @@
  * an absent optional buffer is {NULL, 0}. */
 #ifndef CAMDELTA_SCAN_UNITS_H
 #define CAMDELTA_SCAN_UNITS_H
-#include "internal.h"
-#include "tc.h"
-#include "tiles.h"
+#include "runtime/internal.h"
+#include "scan/tc.h"
+#include "scan/tiles.h"
 
 /* ------------------------------------------------------------------------------------------ geometry */
 
