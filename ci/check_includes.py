@@ -18,6 +18,8 @@ import shutil
 import sys
 import tempfile
 
+from cycles import strongly_connected  # ci/cycles.py
+
 # The one header each folder offers the others (folders absent here offer none).
 INTERFACE = {
     "runtime": "internal.h",       # contexts, programs, launches, checks, plans, the saved objects
@@ -83,36 +85,9 @@ def check(root):
 
 
 def cycles(edges):
-    """One cycle per strongly connected component of more than one node (or a node including itself)."""
-    index, low, on, stack, out, n = {}, {}, set(), [], [], [0]
-
-    def strong(v):
-        index[v] = low[v] = n[0]
-        n[0] += 1
-        stack.append(v)
-        on.add(v)
-        for w in sorted(edges.get(v, ())):
-            if w not in index:
-                strong(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                comp.append(w)
-                if w == v:
-                    break
-            if len(comp) > 1 or v in edges.get(v, ()):
-                out.append(sorted(comp) + [sorted(comp)[0]])
-
-    sys.setrecursionlimit(100000)
-    for v in sorted(edges):
-        if v not in index:
-            strong(v)
-    return out
+    """One cycle per strongly connected component of more than one node (or a node including itself), closed."""
+    out = [c + [c[0]] for c in strongly_connected(edges)]
+    return out + [[v, v] for v in sorted(edges) if v in edges[v]]
 
 
 def self_test():
