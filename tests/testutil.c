@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static camdelta_context *g_ctx;
@@ -262,4 +263,20 @@ int tu_teardown_context(void **state) {
   (void)state;
   tu_context_release();
   return 0;
+}
+
+int tu_run_cli(const char *prefix, const char *cli, char *args, size_t args_size, char *out, size_t out_size,
+               char *err, size_t err_size, const char *fmt, va_list ap) {
+  char words[8192], cmd[12288], outp[1200], errp[1200];
+  vsnprintf(words, sizeof words, fmt, ap);
+  snprintf(outp, sizeof outp, "%s/cli.stdout", tu_tmpdir());
+  snprintf(errp, sizeof errp, "%s/cli.stderr", tu_tmpdir());
+  snprintf(cmd, sizeof cmd, "%s '%s' %s >'%s' 2>'%s' </dev/null", prefix ? prefix : "", cli, words,
+           out ? outp : "/dev/null", errp);
+  const int st = system(cmd);
+  assert_true(st != -1);
+  if (args) snprintf(args, args_size, "%s", words);
+  if (out) tu_slurp(outp, out, out_size);
+  if (err) tu_slurp(errp, err, err_size);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
 }
