@@ -43,6 +43,20 @@ void cd_pieces_release(cd_pieces *p) {
   p->sum = p->add = NULL;
 }
 
+void cd_units_destroy(void *plan) {
+  cd_units *u = plan;
+  if (!u) return;
+  cd_sequential_release(&u->seq);
+  cd_gram_release(&u->gram);
+  cd_chain_release(&u->chain);
+  cd_apply_release(&u->apply);
+  cd_frames_release(&u->frames);
+  cd_ddecay_release(&u->ddecay);
+  cd_pieces_release(&u->pieces);
+  cd_ws_free(&u->ws);
+  free(plan);
+}
+
 /* The elementwise kernels' local size: the largest power of two up to 256 that the compiled kernel takes. */
 static size_t elementwise_local(camdelta_context *ctx, cl_kernel k) {
   size_t lws = 1;

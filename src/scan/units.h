@@ -300,4 +300,22 @@ camdelta_status cd_sequential_parts(camdelta_context *ctx, size_t BH, size_t D, 
 camdelta_status cd_backward_parts(camdelta_context *ctx, size_t D, int skip_dq, const char *extra, int pair,
                                   cd_sbwd_cfg *cfg, char *opts, int *overridden, cd_gram *gram, cd_chain *chain,
                                   cd_frames *frames, cd_ddecay *ddecay);
+/* ------------------------------------------------------------------------------------- a plan's units */
+
+/** The units and the workspace a plan of the scan holds; those it does not use stay zeroed (releasing them does
+ *  nothing). Every plan struct of the scan starts with one, so that cd_units_destroy is its destructor. */
+typedef struct cd_units {
+  cd_sequential seq;
+  cd_gram gram;
+  cd_chain chain;
+  cd_apply apply;
+  cd_frames frames;
+  cd_ddecay ddecay;
+  cd_pieces pieces;
+  cd_workspace ws;
+} cd_units;
+/** A plan's destructor (cd_plan_acquire): releases the units of `plan` (a struct starting with a cd_units) and its
+ *  workspace, and frees it. */
+void cd_units_destroy(void *plan);
+
 #endif
