@@ -55,12 +55,7 @@ static camdelta_status bwd_build(camdelta_context *ctx, const cd_plan_key *key, 
   if (!st)
     st = cd_backward_parts(ctx, r->D, pl->tc, r->extra, 0, &pl->cfg, pl->opts, &pl->overridden,
                            pl->tc ? NULL : &pl->u.gram, &pl->u.chain, pl->tc ? NULL : &pl->u.frames, &pl->u.ddecay);
-  if (st) {
-    cd_units_destroy(pl);
-    return st;
-  }
-  *out = pl;
-  return CAMDELTA_OK;
+  return cd_units_done(pl, st, out);
 }
 
 camdelta_status cd_backward_acquire(camdelta_context *ctx, const cd_bwd_request *r, cd_plan_entry **e) {
@@ -172,6 +167,17 @@ camdelta_status cd_backward_shape(const char *op, const camdelta_scan_backward_a
   return CAMDELTA_OK;
 }
 
+camdelta_status cd_saved_matches(const char *op, const camdelta_scan_saved *saved, int reverse, int has_init) {
+  if ((saved->reverse != 0) != (reverse != 0))
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' is from a %s forward, this call has reverse=%d", op,
+                   saved->reverse ? "reverse" : "causal", reverse != 0);
+  if ((saved->has_init != 0) != (has_init != 0))
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
+                   "%s: 'saved' is from a forward %s an init_state, this call %s one (pass the same init_state)", op,
+                   saved->has_init ? "with" : "without", has_init ? "has" : "has no");
+  return CAMDELTA_OK;
+}
+
 camdelta_status cd_backward_saved_check(const char *op, const camdelta_scan_backward_args *a,
                                         const camdelta_scan_saved *saved) {
   const size_t B = a->B, H = a->H, D = a->D, F = a->F, S = a->S;
@@ -183,13 +189,8 @@ camdelta_status cd_backward_saved_check(const char *op, const camdelta_scan_back
                    "%s: 'saved' is from a forward with B=%zu H=%zu D=%zu F=%zu S=%zu, this call has B=%zu H=%zu "
                    "D=%zu F=%zu S=%zu",
                    op, saved->B, saved->H, saved->D, saved->F, saved->S, B, H, D, F, S);
-  if ((saved->reverse != 0) != (a->reverse != 0))
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' is from a %s forward, this call has reverse=%d", op,
-                   saved->reverse ? "reverse" : "causal", a->reverse != 0);
-  if ((saved->has_init != 0) != (a->init_state.mem != NULL))
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
-                   "%s: 'saved' is from a forward %s an init_state, this call %s one (pass the same init_state)", op,
-                   saved->has_init ? "with" : "without", a->init_state.mem ? "has" : "has no");
+  camdelta_status st = cd_saved_matches(op, saved, a->reverse, a->init_state.mem != NULL);
+  if (st) return st;
   const camdelta_buffer sp = {saved->state_post, 0};
   return cd_check_buffer(op, "saved->state_post", sp, B * H * F * D * D, 4, 0);
 }

@@ -215,12 +215,7 @@ static camdelta_status fwd_build(camdelta_context *ctx, const cd_plan_key *key, 
     cd_apply_release(&pl->u.apply);
     if (!st) st = cd_apply_build_tc(ctx, r->D, pl->split, r->vec, 0, r->extra, &pl->u.apply);
   }
-  if (st) {
-    cd_units_destroy(pl);
-    return st;
-  }
-  *out = pl;
-  return CAMDELTA_OK;
+  return cd_units_done(pl, st, out);
 }
 
 camdelta_status cd_forward_acquire(camdelta_context *ctx, const cd_fwd_request *r, cd_plan_entry **e) {

@@ -67,12 +67,7 @@ static camdelta_status pair_build(camdelta_context *ctx, const cd_plan_key *key,
   }
   if (!st) st = cd_chunk_pair_chain(ctx, 2 * r->BH, r->D, r->S, &pl->u.chain);
   if (!st) st = cd_pieces_build(ctx, &pl->u.pieces);
-  if (st) {
-    cd_units_destroy(pl);
-    return st;
-  }
-  *out = pl;
-  return CAMDELTA_OK;
+  return cd_units_done(pl, st, out);
 }
 
 static camdelta_status pair_acquire(camdelta_context *ctx, const pair_request *r, cd_plan_entry **e) {
@@ -231,12 +226,7 @@ static camdelta_status pair_bwd_build(camdelta_context *ctx, const cd_plan_key *
     st = cd_backward_parts(ctx, r->D, pl->tc, "", 1, &pl->cfg, pl->opts, &overridden, pl->tc ? NULL : &pl->u.gram,
                            &pl->u.chain, pl->tc ? NULL : &pl->u.frames, &pl->u.ddecay);
   if (!st) st = cd_pieces_build(ctx, &pl->u.pieces);
-  if (st) {
-    cd_units_destroy(pl);
-    return st;
-  }
-  *out = pl;
-  return CAMDELTA_OK;
+  return cd_units_done(pl, st, out);
 }
 
 static camdelta_status pair_bwd_acquire(camdelta_context *ctx, const pair_bwd_request *r, cd_plan_entry **e) {

@@ -57,6 +57,12 @@ void cd_units_destroy(void *plan) {
   free(plan);
 }
 
+camdelta_status cd_units_done(void *plan, camdelta_status st, void **out) {
+  if (st) cd_units_destroy(plan);
+  else *out = plan;
+  return st;
+}
+
 /* The elementwise kernels' local size: the largest power of two up to 256 that the compiled kernel takes. */
 static size_t elementwise_local(camdelta_context *ctx, cl_kernel k) {
   size_t lws = 1;

@@ -26,12 +26,7 @@ static camdelta_status sm_build(camdelta_context *ctx, const cd_plan_key *key, c
   if (!pl) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "state summary: out of host memory");
   camdelta_status st = cd_gram_build_single(ctx, key->D, &pl->u.gram);
   if (!st) st = cd_chain_build_summary(ctx, key->D, &pl->u.chain);
-  if (st) {
-    cd_units_destroy(pl);
-    return st;
-  }
-  *out = pl;
-  return CAMDELTA_OK;
+  return cd_units_done(pl, st, out);
 }
 
 camdelta_status cd_summary_acquire(camdelta_context *ctx, size_t D, cd_plan_entry **e) {

@@ -317,5 +317,7 @@ typedef struct cd_units {
 /** A plan's destructor (cd_plan_acquire): releases the units of `plan` (a struct starting with a cd_units) and its
  *  workspace, and frees it. */
 void cd_units_destroy(void *plan);
+/** The end of a plan's builder: *out = plan when st is CAMDELTA_OK, else the plan destroyed; returns st. */
+camdelta_status cd_units_done(void *plan, camdelta_status st, void **out);
 
 #endif
