@@ -374,3 +374,14 @@ int cli_reps_option(cli_args *a, size_t *reps, size_t *warmup) {
   if (!r && (r = cli_value(a, "--warmup", &v)) > 0) return cli_parse_count("--warmup", v, 0, CLI_MAX_REPS, warmup) ? 1 : -1;
   return r;
 }
+
+int cli_context_for(camdelta_context **ctx, const char *selector, const cli_budget *bud, const char *what) {
+  *ctx = NULL;
+  int rc = cli_budget_check(bud, NULL, what); /* the host, no device yet */
+  if (rc || (rc = cli_context(ctx, selector))) return rc;
+  if ((rc = cli_budget_check(bud, *ctx, what))) {
+    camdelta_context_destroy(*ctx);
+    *ctx = NULL;
+  }
+  return rc;
+}

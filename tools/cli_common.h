@@ -114,6 +114,9 @@ int cli_run_finish(camdelta_context *ctx, camdelta_status st, const char *call, 
 /** Create the context for `selector` (NULL: CAMDELTA_DEVICE / default);
  *  a device error (exit 4) naming the selector otherwise. */
 int cli_context(camdelta_context **ctx, const char *selector);
+/** The budget's host part checked, then the context for `selector` created and the budget's device part checked
+ *  (`what` names the shape in messages): 0 with *ctx, or the exit code with no context left. */
+int cli_context_for(camdelta_context **ctx, const char *selector, const cli_budget *bud, const char *what);
 
 /* -------------------------------------------------------------- commands */
 int cmd_info(int argc, char **argv);

@@ -61,14 +61,9 @@ int cmd_bench_packed(int argc, char **argv) {
   cli_budget_device(&bud, 2, B * H, F * 4);
   cli_budget_host(&bud, 1, B * F + B + 2, 8);
   cli_budget_host(&bud, 3, reps, sizeof(double));
-  int rc = cli_budget_check(&bud, NULL, "bench --packed: this shape"); /* the host, no device yet */
-  if (rc) return rc;
   camdelta_context *ctx = NULL;
-  if ((rc = cli_context(&ctx, device))) return rc;
-  if ((rc = cli_budget_check(&bud, ctx, "bench --packed: this shape"))) {
-    camdelta_context_destroy(ctx);
-    return rc;
-  }
+  int rc = cli_context_for(&ctx, device, &bud, "bench --packed: this shape");
+  if (rc) return rc;
   int64_t *fo = malloc((B * F + 1) * 8), *co = malloc((B + 1) * 8);
   if (!fo || !co) rc = cli_error(CLI_EXIT_FAILURE, "out of host memory");
   for (size_t f = 0; !rc && f <= B * F; f++) fo[f] = (int64_t)(f * S);

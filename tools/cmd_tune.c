@@ -98,14 +98,9 @@ int cmd_tune(int argc, char **argv) {
   cli_budget_device(&bud, 2, gates, 4);
   cli_budget_device(&bud, 2, bhf, 4);
   cli_budget_host(&bud, 1, tok, 4);
-  int rc = cli_budget_check(&bud, NULL, "tune: this shape"); /* the host, no device yet */
-  if (rc) return rc;
   camdelta_context *ctx = NULL;
-  if ((rc = cli_context(&ctx, device))) return rc;
-  if ((rc = cli_budget_check(&bud, ctx, "tune: this shape"))) {
-    camdelta_context_destroy(ctx);
-    return rc;
-  }
+  int rc = cli_context_for(&ctx, device, &bud, "tune: this shape");
+  if (rc) return rc;
   camdelta_device_info info;
   camdelta_context_info(ctx, &info);
   printf("camdelta tune: B=%zu H=%zu D=%zu F=%zu S=%zu, precision %s, on %s (%s)\n", s[0], s[1], s[2], s[3], s[4],
