@@ -136,7 +136,12 @@ void usage_run_branch(void) {
       "                           scan's chunks (the conv uses it only with --chunk-size)\n"
       "  --k-scale X              branch: default D^-0.5 * S^-0.5\n"
       "  --norm-eps E             branch: RMSNorm epsilon (default 1e-6)\n"
-      "  --algorithm A            branch: the scans' algorithm, auto (default), sequential or chunkwise\n");
+      "  --algorithm A            branch: the scans' algorithm, auto (default), sequential or chunkwise\n"
+      "  --stream                 branch: run the sequence through a stream (docs/streaming.md) block\n"
+      "                           by block, the blocks those of --chunk-size and --chunk-strategy\n"
+      "                           (T a whole number of them; the conv's segments are the blocks),\n"
+      "                           committing each; writes the same y\n"
+      "  --repeat K               with --stream: K non-committing steps before each commit\n");
 }
 
 void usage_cache(void) {
