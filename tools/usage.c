@@ -175,7 +175,10 @@ void usage_bench(void) {
          "backward). The branch rows run the whole camera branch (camdelta_branch_forward /\n"
          "backward, f32) at chunk size 3, first_chunk_plus_one, on the grid Hs x Ws = S\n"
          "(sana480 and d64: 30x52, sana720: 45x80, else the most square factorisation);\n"
-         "their TFLOP/s count the two scans (12 and 28*B*H*N*D^2).\n"
+         "their TFLOP/s count the two scans (12 and 28*B*H*N*D^2). The stream row times one\n"
+         "committed block of 3 frames of a stream (camdelta_stream_step, uniform blocks;\n"
+         "docs/streaming.md) in the --dtype; --flatness adds its per-block time from block\n"
+         "1, 10, 100 and 1000 on, with the stream's and the process's memory.\n"
          "\n"
          "shapes: small (1,2,64,4,256), d64 (1,20,64,21,1560), sana480 (1,20,112,21,1560),\n"
          "        sana720 (1,20,112,21,3600), or B,H,D,F,S. Default: small.\n"
@@ -188,7 +191,8 @@ void usage_bench(void) {
          "  --only SUBSTR       only operations whose name contains SUBSTR\n"
          "  --json FILE         also write the results as JSON\n"
          "  --peak-gbs X        print the fraction of X GB/s (memory bound)\n"
-         "  --peak-tflops X     print the fraction of X TFLOP/s (f32 arithmetic bound)\n");
+         "  --peak-tflops X     print the fraction of X TFLOP/s (f32 arithmetic bound)\n"
+         "  --flatness          the stream's per-block time over 1, 10, 100, 1000 blocks\n");
 }
 
 void usage_tune(void) {
