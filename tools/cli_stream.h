@@ -22,4 +22,6 @@ camdelta_status cli_stream_run(camdelta_context *ctx, camdelta_stream *s, const 
                                camdelta_buffer blk[7], camdelta_profile *total, double *block_ms, size_t nblock_ms);
 /** 1 when T frames are whole blocks of the schedule; *blocks: how many blocks reach T. */
 int cli_stream_tiles(size_t T, size_t cs, camdelta_chunk_strategy strategy, size_t *blocks);
+/** camdelta demo --stream (tools/cmd_demo_stream.c). */
+int cmd_demo_stream(int argc, char **argv);
 #endif

@@ -225,7 +225,16 @@ void usage_demo(void) {
          "transform. Every output is checked against the f64 C reference (docs/math.md\n"
          "bounds: matrices and conv 1e-6, branch forward 1e-5, gradients 1e-4).\n"
          "Default shape 1,2,32,6,48 (grid 6x6x8), --chunk-size 2 --chunk-strategy\n"
-         "first_chunk_plus_one (scan chunks [0, 3, 6], conv segments [0, 2, 4, 6]). Exit status 0 when every check passes, 5 when a check fails.\n");
+         "first_chunk_plus_one (scan chunks [0, 3, 6], conv segments [0, 2, 4, 6]). Exit status 0 when every check passes, 5 when a check fails.\n"
+         "\n"
+         "camdelta demo --stream [--shape B,H,D,F,S] [--chunk-size CS] [--chunk-strategy S]\n"
+         "                       [--denoise K] [--check-frames P] [--device SEL] [--seed N]\n"
+         "A long camera path (default 301 frames: an orbit, then a dolly, then a pan) generated\n"
+         "block by block through a stream (docs/streaming.md; default blocks of first_chunk_plus_one\n"
+         "with chunk size 3), each block run K times without committing (default 4 \"denoising\"\n"
+         "steps), then committed. Prints per-block latency and memory (flat in the number of\n"
+         "blocks) and checks the first P frames (default 31) against the f64 stream reference\n"
+         "and camdelta_branch_forward (bound 1e-5). Default shape 1,2,32,301,48.\n");
 }
 
 void usage_sp(void) {
