@@ -54,8 +54,7 @@ typedef struct camdelta_stream_args {
  *  supported by the branch), OUT_OF_MEMORY, OPENCL. *out is NULL on failure. */
 CAMDELTA_API camdelta_status camdelta_stream_create(camdelta_context *ctx, const camdelta_stream_args *args,
                                                     camdelta_stream **out);
-/** Releases the stream's device memory; NULL is a no-op. Call after the stream's last step has finished
- *  (camdelta_finish). */
+/** Releases the stream's device memory; NULL is a no-op. Destroy a stream before its context. */
 CAMDELTA_API void camdelta_stream_destroy(camdelta_stream *stream);
 
 /** One step's tensors: Tb = `frames` frames of S tokens, N = Tb * S. */
