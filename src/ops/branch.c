@@ -238,6 +238,7 @@ typedef struct branch_plan {
   cl_kernel discount, discount_bwd, add3;
   camdelta_branch_saved *tmp; /* the saved object of calls that pass none */
   cd_workspace ws;
+  cd_camera_axis axis; /* a stream block's RoPE angle table, reused block after block */
 } branch_plan;
 
 static void branch_destroy(void *p) {
@@ -247,6 +248,7 @@ static void branch_destroy(void *p) {
     if (k[i]) clReleaseKernel(k[i]);
   camdelta_branch_saved_destroy(pl->tmp);
   cd_ws_free(&pl->ws);
+  if (pl->axis.mem) clReleaseMemObject(pl->axis.mem);
   free(pl);
 }
 
@@ -437,7 +439,8 @@ static camdelta_status fwd_start(camdelta_branch_run *r, camdelta_branch_request
   if (!st && !r->blk) st = upload_u32(ctx, g->mask, T, &s->mem[MASK], &s->bytes[MASK]);
   if (!st && !r->blk) st = upload_u32(ctx, g->seg_end, g->Te, &s->mem[SEG], &s->bytes[SEG]);
   r->mask = r->blk ? r->blk->mask : s->mem[MASK], r->seg = r->blk ? r->blk->seg_end : s->mem[SEG];
-  if (!st && r->training && !s->prep) st = camdelta_prep_saved_create(ctx, &s->prep);
+  /* a block keeps prep's inverse RMS values in the plan's saved object too: its buffer is reused block after block */
+  if (!st && (r->training || r->blk) && !s->prep) st = camdelta_prep_saved_create(ctx, &s->prep);
   if (!st && r->training && !s->scan_c) st = camdelta_scan_saved_create(ctx, &s->scan_c);
   if (!st && r->training && !s->scan_r) st = camdelta_scan_saved_create(ctx, &s->scan_r);
   if (st) return st;
@@ -448,7 +451,7 @@ static camdelta_status fwd_start(camdelta_branch_run *r, camdelta_branch_request
                                    .D = D, .camera_conditions = a->camera_conditions, .proj_q = r->m[PQ],
                                    .proj_kv = r->m[PKV], .proj_o = r->m[PO], .rope_cos = r->m[RC],
                                    .rope_sin = r->m[RS]};
-  st = cd_camera_enqueue_at(ctx, &ca, g->N, g->f0, &l);
+  st = cd_camera_enqueue_at(ctx, &ca, g->N, g->f0, r->blk ? &r->pl->axis : NULL, &l);
   /* a part's conv reads k_raw with the neighbours' halo frames, a block's with the stream's look-back */
   camdelta_buffer kx;
   if (!st && (r->has_part || r->blk)) st = cd_ws_get(ctx, &r->pl->ws, WS_KX, B * g->Te * S * C * 4, &kx);
@@ -512,7 +515,7 @@ static camdelta_status fwd_conv(camdelta_branch_run *r, camdelta_branch_request 
                                    .proj_q = m[PQ], .proj_kv = m[PKV], .rope_cos = m[RC], .rope_sin = m[RS],
                                    .q = m[QB], .k = m[KB], .v = m[VB], .inflation_sq = m[INFL],
                                    .profile = r->prof ? &r->part : NULL};
-    st = camdelta_prep_forward(ctx, &pa, r->training ? s->prep : NULL);
+    st = camdelta_prep_forward(ctx, &pa, r->training || r->blk ? s->prep : NULL);
     add_part(r);
   }
   if (!st) {
