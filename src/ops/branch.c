@@ -25,7 +25,9 @@
  * A call is a run (include/camdelta_phases.h): a sequence of stages, each enqueueing its part of the work; a run
  * on a part of the sequence (camdelta_mpi's branch) stops between stages where the part needs the rest of the
  * sequence (the conv's halo, the two scans, the sums of the weights' gradients) and says what in a request. A run
- * over the whole sequence needs nothing: camdelta_branch_forward and _backward are such runs. The AUTO choice is
+ * over the whole sequence needs nothing: camdelta_branch_forward and _backward are such runs, and so is a stream's
+ * block (src/ops/stream.c, cd_branch_block_start): a forward on the frames [f0, f0 + T) whose conv reads the
+ * stream's look-back, whose causal scan starts from the stream's state and writes the next one. The AUTO choice is
  * made once per forward (the backward reads from the saved object whether the forward ran the pair). The branch's
  * plan (kept in the context) holds its kernels and its workspace: the backward's scratch, the forward's saved
  * object when the caller passes none, the halo's extended frames. */
