@@ -77,21 +77,27 @@ static void test_selectors(void **state) {
   assert_int_equal(camdelta_context_create(NULL, NULL), CAMDELTA_ERROR_INVALID_ARGUMENT);
 }
 
+/* The prep forward's nine inputs (p's data) and four outputs (q, k, v, inflation_sq) as buffers of `clctx`. */
+static void prep_buffers(cl_context clctx, const prep_problem *p, cl_mem in[9], cl_mem out[4]) {
+  const size_t BNHD = p->B * p->N * p->H * p->D;
+  cl_int err;
+  for (int i = 0; i < 9; i++) {
+    in[i] = clCreateBuffer(clctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, p->count[i] * 4, p->in[i], &err);
+    assert_int_equal(err, CL_SUCCESS);
+  }
+  for (int o = 0; o < 4; o++) {
+    out[o] = clCreateBuffer(clctx, CL_MEM_READ_WRITE, (o < 3 ? BNHD : p->H * p->N) * 4, NULL, &err);
+    assert_int_equal(err, CL_SUCCESS);
+  }
+}
+
 /* Runs a prep forward with `ctx` and checks q against the reference. */
 static void prep_check(camdelta_context *ctx, cl_context clctx, cl_command_queue queue, uint64_t seed) {
   prep_problem p;
   prep_problem_init(&p, 1, 50, 3, 32, CAMDELTA_F32, seed, 0);
   const size_t BNHD = p.B * p.N * p.H * p.D;
   cl_mem in[9], out[4];
-  cl_int err;
-  for (int i = 0; i < 9; i++) {
-    in[i] = clCreateBuffer(clctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, p.count[i] * 4, p.in[i], &err);
-    assert_int_equal(err, CL_SUCCESS);
-  }
-  for (int o = 0; o < 4; o++) {
-    out[o] = clCreateBuffer(clctx, CL_MEM_READ_WRITE, (o < 3 ? BNHD : p.H * p.N) * 4, NULL, &err);
-    assert_int_equal(err, CL_SUCCESS);
-  }
+  prep_buffers(clctx, &p, in, out);
   camdelta_prep_args a = {p.B, p.N, p.H, p.D, p.dtype, p.k_scale, p.norm_eps, {in[0], 0}, {in[1], 0}, {in[2], 0},
                           {in[3], 0}, {in[4], 0}, {in[5], 0}, {in[6], 0}, {in[7], 0}, {in[8], 0}, {out[0], 0},
                           {out[1], 0}, {out[2], 0}, {out[3], 0}, NULL};
@@ -187,14 +193,7 @@ static void test_marker_event(void **state) {
   prep_problem_init(&p, 1, 300, 4, 64, CAMDELTA_F32, 77, 0);
   const size_t BNHD = p.B * p.N * p.H * p.D;
   cl_mem in[9], out[4];
-  for (int i = 0; i < 9; i++) {
-    in[i] = clCreateBuffer(c, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, p.count[i] * 4, p.in[i], &err);
-    assert_int_equal(err, CL_SUCCESS);
-  }
-  for (int o = 0; o < 4; o++) {
-    out[o] = clCreateBuffer(c, CL_MEM_READ_WRITE, (o < 3 ? BNHD : p.H * p.N) * 4, NULL, &err);
-    assert_int_equal(err, CL_SUCCESS);
-  }
+  prep_buffers(c, &p, in, out);
   camdelta_prep_args a = CAMDELTA_PREP_ARGS_INIT;
   a.B = p.B, a.N = p.N, a.H = p.H, a.D = p.D, a.dtype = p.dtype, a.k_scale = p.k_scale, a.norm_eps = p.norm_eps;
   camdelta_buffer *slots[13] = {&a.q_raw, &a.k_raw, &a.v_raw, &a.q_norm_weight, &a.k_norm_weight, &a.proj_q,
