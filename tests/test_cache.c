@@ -59,6 +59,13 @@ static void only_entry(const char *dir, char *path, size_t size) {
   assert_int_equal(n, 1);
 }
 
+/* A cache in tu_tmpdir()/leaf (dir) holding the test program's one entry (its path in entry). */
+static void stored_entry(const char *leaf, char dir[1200], char entry[1500]) {
+  use_cache_dir(leaf, dir, 1200);
+  build_once();
+  only_entry(dir, entry, 1500);
+}
+
 static long file_size(const char *path) {
   struct stat sb;
   return stat(path, &sb) == 0 ? (long)sb.st_size : -1;
@@ -93,9 +100,7 @@ static void test_hit_across_contexts(void **state) {
 
 static void damage_and_check(const char *leaf, void (*damage)(const char *path)) {
   char dir[1200], entry[1500];
-  use_cache_dir(leaf, dir, sizeof dir);
-  build_once();
-  only_entry(dir, entry, sizeof entry);
+  stored_entry(leaf, dir, entry);
   long good = file_size(entry);
   damage(entry);
   camdelta_build_stats s = build_once();
@@ -138,21 +143,18 @@ static void garbage(const char *path) {
   fclose(f);
 }
 
-static void test_truncated(void **state) {
-  (void)state;
-  damage_and_check("truncated", truncate_half);
-}
-static void test_corrupt(void **state) {
-  (void)state;
-  damage_and_check("corrupt", flip_payload_byte);
-}
-static void test_foreign(void **state) {
-  (void)state;
-  damage_and_check("foreign", make_foreign);
-}
-static void test_garbage(void **state) {
-  (void)state;
-  damage_and_check("garbage", garbage);
+/* A damaged entry (each its own test, its state one of kDamages) is never loaded and is rewritten. */
+typedef struct damage_case {
+  const char *leaf;
+  void (*damage)(const char *path);
+} damage_case;
+
+static damage_case kDamages[] = {
+    {"truncated", truncate_half}, {"corrupt", flip_payload_byte}, {"foreign", make_foreign}, {"garbage", garbage}};
+
+static void test_damaged(void **state) {
+  const damage_case *c = *state;
+  damage_and_check(c->leaf, c->damage);
 }
 
 static void test_cache_off(void **state) {
@@ -343,9 +345,7 @@ static void test_moved_entry(void **state) {
 static void test_huge_claim(void **state) {
   (void)state;
   char dir[1200], entry[1500];
-  use_cache_dir("huge", dir, sizeof dir);
-  build_once();
-  only_entry(dir, entry, sizeof entry);
+  stored_entry("huge", dir, entry);
   size_t n;
   unsigned char *b = tu_read_file(entry, &n);
   const uint64_t claims[3] = {((uint64_t)1 << 32) - 1, (uint64_t)(n - 184 + 1), (uint64_t)(n - 184 - 1)};
@@ -368,9 +368,7 @@ static void test_huge_claim(void **state) {
 static void test_fifo_entry(void **state) {
   (void)state;
   char dir[1200], entry[1500];
-  use_cache_dir("fifo", dir, sizeof dir);
-  build_once();
-  only_entry(dir, entry, sizeof entry);
+  stored_entry("fifo", dir, entry);
   unlink(entry);
   assert_int_equal(mkfifo(entry, 0600), 0);
   alarm(120); /* a hang becomes a failure */
@@ -952,9 +950,12 @@ int main(int argc, char **argv) {
   if (argc == 2 && strcmp(argv[1], "--tune-warning-child") == 0) return tune_warning_child();
   if (!realpath(argv[0], g_self)) snprintf(g_self, sizeof g_self, "%s", argv[0]);
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_hit_across_contexts), cmocka_unit_test(test_truncated),
-      cmocka_unit_test(test_corrupt),             cmocka_unit_test(test_foreign),
-      cmocka_unit_test(test_garbage),             cmocka_unit_test(test_cache_off),
+      cmocka_unit_test(test_hit_across_contexts),
+      {.name = "test_truncated", .test_func = test_damaged, .initial_state = &kDamages[0]},
+      {.name = "test_corrupt", .test_func = test_damaged, .initial_state = &kDamages[1]},
+      {.name = "test_foreign", .test_func = test_damaged, .initial_state = &kDamages[2]},
+      {.name = "test_garbage", .test_func = test_damaged, .initial_state = &kDamages[3]},
+      cmocka_unit_test(test_cache_off),
       cmocka_unit_test(test_unwritable),          cmocka_unit_test(test_once_per_context),
       cmocka_unit_test(test_kernel_dir),          cmocka_unit_test(test_warm_shape),
       cmocka_unit_test(test_moved_entry),         cmocka_unit_test(test_huge_claim),
