@@ -4,6 +4,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+void bp_inputs(float *in[9], size_t count[9], size_t B, size_t T, size_t Hs, size_t Ws, size_t H, size_t D,
+               uint64_t seed) {
+  const size_t C = H * D, N = T * Hs * Ws, BNC = B * N * C, BHN = B * H * N;
+  const size_t cnt[9] = {BNC, BNC, BNC, 4 * C, C, C, B * T * 20, BHN, B * H * T};
+  tu_seed(seed);
+  for (int i = 0; i < 9; i++) {
+    count[i] = cnt[i];
+    in[i] = malloc(cnt[i] * sizeof(float));
+    assert_non_null(in[i]);
+  }
+  for (int i = 0; i < 3; i++) tu_fill_normal(in[i], BNC, 1.0); /* q_raw, k_raw, v_raw */
+  tu_fill_normal(in[3], 4 * C, 0.5);
+  tu_fill_uniform(in[4], C, 0.5, 1.5);
+  tu_fill_uniform(in[5], C, 0.5, 1.5);
+  bp_cameras(in[6], B, T, Hs, Ws, 1, 1);
+  tu_fill_uniform(in[7], BHN, 0.1, 0.9);
+  tu_fill_uniform(in[8], B * H * T, 0.5, 1.0);
+}
+
 void bp_cameras(float *cc, size_t B, size_t T, size_t Hs, size_t Ws, size_t ph, size_t pw) {
   const double Wi = (double)(Ws * pw), Hi = (double)(Hs * ph);
   for (size_t i = 0; i < B * T; i++) {

@@ -58,26 +58,11 @@ static void problem_init(br_problem *p, const br_shape *s, uint64_t seed) {
                               s->use_index ? 3 : 0};
   p->k_scale = (float)(1.0 / sqrt((double)s->D * (double)p->S));
   p->eps = 1e-6f;
-  const size_t BNC = s->B * p->N * p->C, BHN = s->B * s->H * p->N;
-  const size_t cnt[NIN] = {BNC, BNC, BNC, 4 * p->C, p->C, p->C, s->B * s->T * 20, BHN, s->B * s->H * s->T};
-  tu_seed(seed);
-  for (int i = 0; i < NIN; i++) {
-    p->count[i] = cnt[i];
-    p->in[i] = malloc(cnt[i] * sizeof(float));
-    assert_non_null(p->in[i]);
-  }
-  tu_fill_normal(p->in[IQ], BNC, 1.0);
-  tu_fill_normal(p->in[IK], BNC, 1.0);
-  tu_fill_normal(p->in[IV], BNC, 1.0);
-  tu_fill_normal(p->in[IW], 4 * p->C, 0.5);
-  tu_fill_uniform(p->in[IQW], p->C, 0.5, 1.5);
-  tu_fill_uniform(p->in[IKW], p->C, 0.5, 1.5);
-  bp_cameras(p->in[ICC], s->B, s->T, s->Hs, s->Ws, 1, 1);
-  tu_fill_uniform(p->in[IBETA], BHN, 0.1, 0.9);
-  tu_fill_uniform(p->in[IDECAY], s->B * s->H * s->T, 0.5, 1.0);
-  p->gy = malloc(BNC * sizeof(float));
+  bp_inputs(p->in, p->count, s->B, s->T, s->Hs, s->Ws, s->H, s->D, seed);
+  const size_t BNC = p->count[IQ];
+  p->gy = malloc(BNC * sizeof(float)); /* the generator goes on after the inputs */
   tu_fill_normal(p->gy, BNC, 1.0);
-  for (int i = 0; i < NIN; i++) p->din[i] = tu_upload(p->in[i], cnt[i] * sizeof(float));
+  for (int i = 0; i < NIN; i++) p->din[i] = tu_upload(p->in[i], p->count[i] * sizeof(float));
   p->dgy = tu_upload(p->gy, BNC * sizeof(float));
 }
 
