@@ -106,6 +106,18 @@ double cli_median(double *x, size_t n) {
   return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
 
+/* The process's resident memory in MiB (Linux /proc; -1 elsewhere): on a CPU device (PoCL) device buffers are host
+ * memory, so it shows device memory growth too. */
+double cli_rss_mib(void) {
+  FILE *f = fopen("/proc/self/statm", "r");
+  long pages = -1, resident = -1;
+  if (!f) return -1;
+  const int n = fscanf(f, "%ld %ld", &pages, &resident);
+  fclose(f);
+  const long page = sysconf(_SC_PAGESIZE);
+  return n == 2 && resident >= 0 && page > 0 ? (double)resident * (double)page / 1048576.0 : -1;
+}
+
 /* The index of `text` among names[0 .. n-1] (the library's own names of an enum's values 0 .. n-1); -1 after a usage
  * error "option OPT: 'TEXT' is not a, b or c". */
 static int cli_pick_name(const char *opt, const char *text, const char *const *names, int n) {
@@ -373,6 +385,41 @@ int cli_reps_option(cli_args *a, size_t *reps, size_t *warmup) {
   if (r > 0) return cli_parse_count("--reps", v, 1, CLI_MAX_REPS, reps) ? 1 : -1;
   if (!r && (r = cli_value(a, "--warmup", &v)) > 0) return cli_parse_count("--warmup", v, 0, CLI_MAX_REPS, warmup) ? 1 : -1;
   return r;
+}
+
+void cli_look_at_origin(const double c[3], double yaw, float cc[16]) {
+  double z[3] = {-c[0], -c[1], -c[2]}, n = sqrt(z[0] * z[0] + z[1] * z[1] + z[2] * z[2]);
+  for (int i = 0; i < 3; i++) z[i] /= n;
+  if (yaw != 0) {
+    const double cy = cos(yaw), sy = sin(yaw), z0 = z[0] * cy + z[2] * sy, z2 = -z[0] * sy + z[2] * cy;
+    z[0] = z0, z[2] = z2;
+  }
+  double x[3] = {z[2], 0, -z[0]}; /* up (0, 1, 0) x z */
+  n = sqrt(x[0] * x[0] + x[2] * x[2]);
+  x[0] /= n, x[2] /= n;
+  const double y[3] = {z[1] * x[2] - z[2] * x[1], z[2] * x[0] - z[0] * x[2], z[0] * x[1] - z[1] * x[0]};
+  for (int i = 0; i < 3; i++)
+    cc[4 * i + 0] = (float)x[i], cc[4 * i + 1] = (float)y[i], cc[4 * i + 2] = (float)z[i], cc[4 * i + 3] = (float)c[i];
+  cc[12] = cc[13] = cc[14] = 0, cc[15] = 1;
+}
+
+int cli_seed_option(cli_args *a, unsigned long long *state) {
+  const char *v = NULL;
+  size_t seed;
+  const int r = cli_value(a, "--seed", &v);
+  if (r <= 0) return r;
+  if (!cli_parse_size("--seed", v, &seed)) return -1;
+  *state ^= (unsigned long long)seed * 0x9E3779B97F4A7C15ull;
+  return 1;
+}
+
+int cli_help_or_unknown(cli_args *a, const char *what, const char *topic, void (*usage)(void)) {
+  if (cli_flag(a, "--help") || cli_flag(a, "-h")) {
+    usage();
+    return 1;
+  }
+  cli_error(CLI_EXIT_USAGE, "%s: unknown option '%s' (see 'camdelta help %s')", what, a->argv[a->i], topic);
+  return 0;
 }
 
 int cli_context_for(camdelta_context **ctx, const char *selector, const cli_budget *bud, const char *what) {

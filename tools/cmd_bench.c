@@ -309,18 +309,6 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* The process's resident memory in MiB (Linux /proc; -1 elsewhere): on a CPU device (PoCL) device buffers are host
- * memory, so it shows device memory growth too. */
-static double rss_mib(void) {
-  FILE *f = fopen("/proc/self/statm", "r");
-  long pages = -1, resident = -1;
-  if (!f) return -1;
-  const int n = fscanf(f, "%ld %ld", &pages, &resident);
-  fclose(f);
-  const long page = sysconf(_SC_PAGESIZE);
-  return n == 2 && resident >= 0 && page > 0 ? (double)resident * (double)page / 1048576.0 : -1;
-}
-
 /* --flatness: one stream committing blocks of 3 frames, the per-block kernel time (median of `reps` blocks) from
  * block 1, 10, 100 and 1000 on, with the stream's device bytes and the process's resident memory there: flat in the
  * number of committed blocks. */
@@ -336,7 +324,7 @@ static int stream_flatness(camdelta_context *ctx, op_ctx *o, size_t reps, cJSON 
     st = stream_step(ctx, o, &p);
     ms[k] = p.kernel_ms;
     for (int i = 0; i < 4; i++)
-      if (k + 1 == at[i] + reps - 1) rss[i] = rss_mib();
+      if (k + 1 == at[i] + reps - 1) rss[i] = cli_rss_mib();
   }
   if (tty) fprintf(stderr, "\r%50s\r", ""), fflush(stderr);
   if (st) {
@@ -490,11 +478,8 @@ int cmd_bench(int argc, char **argv) {
       if (r < 0 || !cli_parse_precision(v, &prec)) return CLI_EXIT_USAGE;
     } else if (cli_flag(&a, "--flatness")) {
       flatness = 1;
-    } else if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
-      usage_bench();
-      return CLI_EXIT_OK;
     } else {
-      return cli_error(CLI_EXIT_USAGE, "bench: unknown option '%s' (see 'camdelta help bench')", argv[a.i]);
+      return cli_help_or_unknown(&a, "bench", "bench", usage_bench) ? CLI_EXIT_OK : CLI_EXIT_USAGE;
     }
   }
   if (nshapes == 0 && !cli_parse_shape("bench", "--shape", "small", 1, &shapes[nshapes++])) return CLI_EXIT_USAGE;

@@ -72,16 +72,11 @@ static int parse_opts(int argc, char **argv, demo_opts *o, int *done) {
       if (r < 0 || !cli_parse_strategy(v, &o->strategy)) return CLI_EXIT_USAGE;
     } else if ((r = cli_value(&a, "--device", &o->device))) {
       if (r < 0) return CLI_EXIT_USAGE;
-    } else if ((r = cli_value(&a, "--seed", &v))) {
-      size_t seed;
-      if (r < 0 || !cli_parse_size("--seed", v, &seed)) return CLI_EXIT_USAGE;
-      o->seed ^= (unsigned long long)seed * 0x9E3779B97F4A7C15ull;
-    } else if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
-      usage_demo();
-      *done = 1;
-      return CLI_EXIT_OK;
+    } else if ((r = cli_seed_option(&a, &o->seed))) {
+      if (r < 0) return CLI_EXIT_USAGE;
     } else {
-      return cli_error(CLI_EXIT_USAGE, "demo: unknown option '%s' (see 'camdelta help demo')", argv[a.i]);
+      *done = cli_help_or_unknown(&a, "demo", "demo", usage_demo);
+      return *done ? CLI_EXIT_OK : CLI_EXIT_USAGE;
     }
   }
   cli_grid_of(o->S, &o->Hs, &o->Ws); /* the most square grid Hs x Ws = S (Hs <= Ws) */
@@ -102,15 +97,7 @@ static void trajectory(const demo_opts *o, size_t f, float *cc) {
   if (f < half) a = -0.3 + 0.6 * (double)f / (double)(half > 1 ? half - 1 : 1), r = 3.0;
   else a = a_end, r = 3.0 - 1.5 * (double)(f - half + 1) / (double)(o->F - half);
   const double c[3] = {r * sin(a), 0.4, -r * cos(a)};
-  double z[3] = {-c[0], -c[1], -c[2]}, n = sqrt(z[0] * z[0] + z[1] * z[1] + z[2] * z[2]);
-  for (int i = 0; i < 3; i++) z[i] /= n;
-  double x[3] = {z[2], 0, -z[0]}; /* up (0, 1, 0) x z */
-  n = sqrt(x[0] * x[0] + x[2] * x[2]);
-  x[0] /= n, x[2] /= n;
-  const double y[3] = {z[1] * x[2] - z[2] * x[1], z[2] * x[0] - z[0] * x[2], z[0] * x[1] - z[1] * x[0]};
-  for (int i = 0; i < 3; i++)
-    cc[4 * i + 0] = (float)x[i], cc[4 * i + 1] = (float)y[i], cc[4 * i + 2] = (float)z[i], cc[4 * i + 3] = (float)c[i];
-  cc[12] = cc[13] = cc[14] = 0, cc[15] = 1;
+  cli_look_at_origin(c, 0, cc);
   const double W = (double)(o->Ws * PATCH), Hh = (double)(o->Hs * PATCH);
   const double zoom = f < half ? 1.0 : 1.0 + (double)(f - half + 1) / (3.0 * (double)(o->F - half));
   cc[16] = (float)(0.9 * W * zoom), cc[17] = (float)(0.9 * W * zoom), cc[18] = (float)(W / 2), cc[19] = (float)(Hh / 2);

@@ -52,17 +52,7 @@ static void path(const sdemo *s, size_t f, float *cc) {
   else if (t < 2 * third) a = 0.8, r = 3.0 - 1.5 * (t - third) / third;
   else a = 0.8, r = 1.5, yaw = 0.6 * (t - 2 * third) / third;
   const double c[3] = {r * sin(a), 0.4, -r * cos(a)};
-  double z[3] = {-c[0], -c[1], -c[2]}, n = sqrt(z[0] * z[0] + z[1] * z[1] + z[2] * z[2]);
-  for (int i = 0; i < 3; i++) z[i] /= n;
-  const double cy = cos(yaw), sy = sin(yaw), z0 = z[0] * cy + z[2] * sy, z2 = -z[0] * sy + z[2] * cy;
-  z[0] = z0, z[2] = z2;
-  double x[3] = {z[2], 0, -z[0]}; /* up (0, 1, 0) x z */
-  n = sqrt(x[0] * x[0] + x[2] * x[2]);
-  x[0] /= n, x[2] /= n;
-  const double y[3] = {z[1] * x[2] - z[2] * x[1], z[2] * x[0] - z[0] * x[2], z[0] * x[1] - z[1] * x[0]};
-  for (int i = 0; i < 3; i++)
-    cc[4 * i + 0] = (float)x[i], cc[4 * i + 1] = (float)y[i], cc[4 * i + 2] = (float)z[i], cc[4 * i + 3] = (float)c[i];
-  cc[12] = cc[13] = cc[14] = 0, cc[15] = 1;
+  cli_look_at_origin(c, yaw, cc);
   const double W = (double)(s->Ws * PATCH), Hh = (double)(s->Hs * PATCH);
   cc[16] = cc[17] = (float)(0.9 * W), cc[18] = (float)(W / 2), cc[19] = (float)(Hh / 2);
 }
@@ -116,16 +106,11 @@ static int parse(int argc, char **argv, sdemo *s, int *done) {
       if (r < 0 || !cli_parse_count("--check-frames", v, 0, 1u << 20, &s->check)) return CLI_EXIT_USAGE;
     } else if ((r = cli_value(&a, "--device", &s->device))) {
       if (r < 0) return CLI_EXIT_USAGE;
-    } else if ((r = cli_value(&a, "--seed", &v))) {
-      size_t seed;
-      if (r < 0 || !cli_parse_size("--seed", v, &seed)) return CLI_EXIT_USAGE;
-      s->rng ^= (unsigned long long)seed * 0x9E3779B97F4A7C15ull;
-    } else if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
-      usage_demo();
-      *done = 1;
-      return CLI_EXIT_OK;
+    } else if ((r = cli_seed_option(&a, &s->rng))) {
+      if (r < 0) return CLI_EXIT_USAGE;
     } else {
-      return cli_error(CLI_EXIT_USAGE, "demo --stream: unknown option '%s' (see 'camdelta help demo')", argv[a.i]);
+      *done = cli_help_or_unknown(&a, "demo --stream", "demo", usage_demo);
+      return *done ? CLI_EXIT_OK : CLI_EXIT_USAGE;
     }
   }
   size_t blocks;
@@ -175,15 +160,6 @@ static int allocate(sdemo *s) {
     s->dblk[i] = clCreateBuffer(camdelta_context_cl_context(s->ctx), CL_MEM_READ_WRITE, n[i] * 4, NULL, &err);
   return err == CL_SUCCESS ? CLI_EXIT_OK
                            : cli_error(CLI_EXIT_DEVICE, "demo: allocating device memory: %s", camdelta_cl_error_name(err));
-}
-
-static double rss_mib(void) {
-  FILE *f = fopen("/proc/self/statm", "r");
-  long pages = -1, resident = -1;
-  if (!f) return -1;
-  const int n = fscanf(f, "%ld %ld", &pages, &resident);
-  fclose(f);
-  return n == 2 ? (double)resident * (double)sysconf(_SC_PAGESIZE) / 1048576.0 : -1;
 }
 
 static double rel_err(const float *x, const double *ref, size_t n) {
@@ -331,7 +307,7 @@ static int run(sdemo *s) {
     if (!rc && clEnqueueReadBuffer(camdelta_context_queue(s->ctx), s->dblk[BY], CL_TRUE, 0, rows * row * 4, s->blk[BY],
                                    0, NULL, NULL) != CL_SUCCESS)
       rc = cli_error(CLI_EXIT_DEVICE, "demo: reading y");
-    wall[k] = now_ms() - t0, kern[k] = prof.kernel_ms, rss[k] = rss_mib();
+    wall[k] = now_ms() - t0, kern[k] = prof.kernel_ms, rss[k] = cli_rss_mib();
     if (!rc && f0 < s->check) /* keep the prefix: its inputs and the stream's y, frames [f0, f0 + Tb) of P */
       for (int i = 0; i < NBLK; i++) {
         size_t rr, rw;

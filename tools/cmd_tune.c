@@ -80,11 +80,8 @@ int cmd_tune(int argc, char **argv) {
       if (r < 0 || !cli_parse_precision(v, &prec)) return CLI_EXIT_USAGE;
     } else if (cli_flag(&a, "--save")) {
       save = 1;
-    } else if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
-      usage_tune();
-      return CLI_EXIT_OK;
     } else {
-      return cli_error(CLI_EXIT_USAGE, "tune: unknown option '%s' (see 'camdelta help tune')", argv[a.i]);
+      return cli_help_or_unknown(&a, "tune", "tune", usage_tune) ? CLI_EXIT_OK : CLI_EXIT_USAGE;
     }
   }
   cli_shape sh; /* the strict parser and the operations' limits (cli_shape.h) */
