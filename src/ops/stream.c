@@ -357,13 +357,8 @@ camdelta_status camdelta_stream_restore(camdelta_stream *s, const void *src, siz
   return restore(op, s, src, size);
 }
 
-camdelta_status camdelta_stream_save_file(camdelta_stream *s, const char *path) {
-  static const char op[] = "camdelta_stream_save_file";
-  cd_clear_error();
-  if (!s || !path) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", op, s ? "path" : "stream");
-  const size_t n = cd_stream_image_size(&s->key);
-  unsigned char *img = malloc(n);
-  if (!img) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", op);
+/* The image written to `path` (through path.partial, renamed into place: a reader never sees half a file). */
+static camdelta_status save_image(const char *op, camdelta_stream *s, const char *path, unsigned char *img, size_t n) {
   camdelta_status st = camdelta_stream_save(s, img, n, NULL);
   char *tmp = NULL;
   const size_t plen = strlen(path);
@@ -381,19 +376,33 @@ camdelta_status camdelta_stream_save_file(camdelta_stream *s, const char *path) 
     }
   }
   free(tmp);
-  free(img);
   return st;
 }
 
-camdelta_status camdelta_stream_restore_file(camdelta_stream *s, const char *path) {
-  static const char op[] = "camdelta_stream_restore_file";
+static camdelta_status restore_image(const char *op, camdelta_stream *s, const char *path, unsigned char *img,
+                                     size_t n) {
+  camdelta_status st = cd_stream_read_file(op, path, img, n);
+  return st ? st : restore(op, s, img, n);
+}
+
+typedef camdelta_status (*image_io)(const char *op, camdelta_stream *s, const char *path, unsigned char *img, size_t n);
+
+/* The file entries: their arguments checked, then `io` on a host buffer of the stream's image size. */
+static camdelta_status with_image(const char *op, camdelta_stream *s, const char *path, image_io io) {
   cd_clear_error();
   if (!s || !path) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", op, s ? "path" : "stream");
   const size_t n = cd_stream_image_size(&s->key);
   unsigned char *img = malloc(n);
   if (!img) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", op);
-  camdelta_status st = cd_stream_read_file(op, path, img, n);
-  if (!st) st = restore(op, s, img, n);
+  const camdelta_status st = io(op, s, path, img, n);
   free(img);
   return st;
+}
+
+camdelta_status camdelta_stream_save_file(camdelta_stream *s, const char *path) {
+  return with_image("camdelta_stream_save_file", s, path, save_image);
+}
+
+camdelta_status camdelta_stream_restore_file(camdelta_stream *s, const char *path) {
+  return with_image("camdelta_stream_restore_file", s, path, restore_image);
 }

@@ -18,22 +18,11 @@ void cd_arg_buf(cd_args *a, camdelta_buffer b) {
 void cd_arg_bufs(cd_args *a, const camdelta_buffer *b, size_t n) {
   for (size_t i = 0; i < n; i++) cd_arg_buf(a, b[i]);
 }
-void cd_arg_u64(cd_args *a, uint64_t v) {
-  cl_ulong x = v;
-  set(a, sizeof x, &x);
-}
-void cd_arg_u32(cd_args *a, uint32_t v) {
-  cl_uint x = v;
-  set(a, sizeof x, &x);
-}
-void cd_arg_i32(cd_args *a, int32_t v) {
-  cl_int x = v;
-  set(a, sizeof x, &x);
-}
-void cd_arg_f32(cd_args *a, float v) {
-  cl_float x = v;
-  set(a, sizeof x, &x);
-}
+/* the OpenCL C types of the kernels' scalar parameters, as compound literals */
+void cd_arg_u64(cd_args *a, uint64_t v) { set(a, sizeof(cl_ulong), &(cl_ulong){v}); }
+void cd_arg_u32(cd_args *a, uint32_t v) { set(a, sizeof(cl_uint), &(cl_uint){v}); }
+void cd_arg_i32(cd_args *a, int32_t v) { set(a, sizeof(cl_int), &(cl_int){v}); }
+void cd_arg_f32(cd_args *a, float v) { set(a, sizeof(cl_float), &(cl_float){v}); }
 void cd_arg_local(cd_args *a, size_t bytes) { set(a, bytes, NULL); }
 
 void cd_launch_init(cd_launch *l, camdelta_profile *profile) {
