@@ -54,6 +54,23 @@ def check(status):
         _raise_status(status)
 
 
+class Closable:
+    """An owner of library handles: close() at the end of a `with` block and when collected (where a failure can
+    no longer be reported, as at interpreter exit, it is dropped)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
 class Transfers:
     """Bytes copied between host and device by a context that copies (always zero on a zero-copy context)."""
 
@@ -67,7 +84,7 @@ class Transfers:
         return "Transfers(to_device=%d, from_device=%d)" % (self.to_device, self.from_device)
 
 
-class Context:
+class Context(Closable):
     """One OpenCL device through camdelta.
 
     Context(device=None, zero_copy=None): `device` is a selector as CAMDELTA_DEVICE ("pocl", "cpu", "gpu",
@@ -146,18 +163,6 @@ class Context:
                 self._evicted.clear()
             lib.camdelta_context_destroy(self._handle)
             self._handle = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def __repr__(self):
         if self.closed:
@@ -352,7 +357,7 @@ def _create_failed(nbytes, err):
     raise cls("camdelta: clCreateBuffer of %d bytes failed (%s)" % (nbytes, _cl_name(err)))
 
 
-class Saved:
+class Saved(Closable):
     """A forward's saved state for its backward (camdelta_prep_saved, _scan_saved, _branch_saved): device
     memory owned by the context, released by close() or when the object is collected."""
 
@@ -375,18 +380,6 @@ class Saved:
         h, self._handle = self._handle, None
         if h is not None:
             getattr(lib, "camdelta_%s_saved_destroy" % self._kind)(h)
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 class PrepSaved(Saved):

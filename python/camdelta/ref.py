@@ -287,6 +287,15 @@ def _branch(op, q_raw, k_raw, v_raw, conv_weight, q_norm_weight, k_norm_weight, 
     return p, keep + [idx], (B, N, H, D, T, S_, Cc)
 
 
+def _branch_y(entry, p, keep, shape):
+    """y of `shape` from the reference forward `entry` on p (filled by _branch; keep holds what p points into)."""
+    y = _z(shape)
+    p.y = _p(y)
+    check(entry(C.byref(p)))
+    del keep
+    return y
+
+
 def branch_forward(q_raw, k_raw, v_raw, *, conv_weight, q_norm_weight, k_norm_weight, camera_conditions, beta,
                    decay, grid, patch=(1, 1, 1), chunk_size=None, chunk_strategy="uniform", chunk_index=None,
                    k_scale=None, norm_eps=1e-6):
@@ -294,11 +303,7 @@ def branch_forward(q_raw, k_raw, v_raw, *, conv_weight, q_norm_weight, k_norm_we
     p, keep, (B, N, H, D, T, S_, Cc) = _branch(op, q_raw, k_raw, v_raw, conv_weight, q_norm_weight, k_norm_weight,
                                                camera_conditions, beta, decay, grid, patch, chunk_size,
                                                chunk_strategy, chunk_index, k_scale, norm_eps)
-    y = _z((B, N, H, D))
-    p.y = _p(y)
-    check(lib.camdelta_ref_branch_forward(C.byref(p)))
-    del keep
-    return y
+    return _branch_y(lib.camdelta_ref_branch_forward, p, keep, (B, N, H, D))
 
 
 def stream_forward(q_raw, k_raw, v_raw, *, conv_weight, q_norm_weight, k_norm_weight, camera_conditions, beta,
@@ -309,11 +314,7 @@ def stream_forward(q_raw, k_raw, v_raw, *, conv_weight, q_norm_weight, k_norm_we
     p, keep, (B, N, H, D, T, S_, Cc) = _branch(op, q_raw, k_raw, v_raw, conv_weight, q_norm_weight, k_norm_weight,
                                                camera_conditions, beta, decay, grid, patch, chunk_size,
                                                chunk_strategy, None, k_scale, norm_eps)
-    y = _z((B, N, H, D))
-    p.y = _p(y)
-    check(lib.camdelta_ref_stream_forward(C.byref(p)))
-    del keep
-    return y
+    return _branch_y(lib.camdelta_ref_stream_forward, p, keep, (B, N, H, D))
 
 
 def branch_backward(q_raw, k_raw, v_raw, *, conv_weight, q_norm_weight, k_norm_weight, camera_conditions, beta,

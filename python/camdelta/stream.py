@@ -8,14 +8,14 @@ import numpy as np
 from . import _check as K
 from . import _structs as S
 from ._lib import lib
-from .context import check, default_context
+from .context import Closable, check, default_context
 from .errors import InvalidArgumentError
 from .ops import _conv_weight, default_k_scale
 
 F32 = K.F32
 
 
-class Stream:
+class Stream(Closable):
     """A stream of the camera branch for B sequences in lockstep (H heads of head dim D, a Hs x Ws token grid per
     frame), its blocks those of chunk_size + chunk_strategy ('uniform': chunk_size frames each, 'first_frame': 1
     then chunk_size, 'first_chunk_plus_one': chunk_size + 1 then chunk_size). The weights are copied at creation.
@@ -117,15 +117,3 @@ class Stream:
         h, self._handle = self._handle, None
         if h is not None:
             lib.camdelta_stream_destroy(h)
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
