@@ -182,6 +182,13 @@ static void prep_make(prep_data *p, const char *dir, size_t B, size_t N, size_t 
   }
 }
 
+/* A fresh folder `leaf` holding a small prep problem (B 1, N 8, H 2, D 16; q/k/v_raw as raw_type); its path. */
+static const char *small_prep(const char *leaf, prep_data *p, camdelta_npy_type raw_type, uint64_t seed) {
+  const char *in = tu_fresh_dir(leaf);
+  prep_make(p, in, 1, 8, 2, 16, raw_type, seed);
+  return in;
+}
+
 static void prep_free(prep_data *p) {
   for (int i = 0; i < 9; i++) free(p->in[i]);
 }
@@ -324,9 +331,8 @@ static void test_run_prep_f32(void **state) {
 static void test_run_prep_f16_and_f64(void **state) {
   (void)state;
   /* all of q_raw, k_raw, v_raw <f2: computed in f16 storage, outputs written as <f2 */
-  const char *in = tu_fresh_dir("prep16");
   prep_data p;
-  prep_make(&p, in, 1, 8, 2, 16, CAMDELTA_NPY_F2, 3);
+  const char *in = small_prep("prep16", &p, CAMDELTA_NPY_F2, 3);
   char out[1300];
   snprintf(out, sizeof out, "%s/out", in);
   cli_result *r = run("run prep --in '%s' --out '%s'", in, out);
@@ -338,8 +344,7 @@ static void test_run_prep_f16_and_f64(void **state) {
   prep_free(&p);
 
   /* <f8 inputs are converted to f32 */
-  in = tu_fresh_dir("prep64");
-  prep_make(&p, in, 1, 8, 2, 16, CAMDELTA_NPY_F8, 4);
+  in = small_prep("prep64", &p, CAMDELTA_NPY_F8, 4);
   snprintf(out, sizeof out, "%s/out", in);
   r = run("run prep --in '%s' --out '%s'", in, out);
   expect_code(r, 0, NULL);
@@ -350,9 +355,8 @@ static void test_run_prep_f16_and_f64(void **state) {
 
 static void test_run_input_errors(void **state) {
   (void)state;
-  const char *in = tu_fresh_dir("errs");
   prep_data p;
-  prep_make(&p, in, 1, 8, 2, 16, CAMDELTA_NPY_F4, 5);
+  const char *in = small_prep("errs", &p, CAMDELTA_NPY_F4, 5);
   char out[1300];
   snprintf(out, sizeof out, "%s/out", in);
   cli_result *r;
@@ -600,9 +604,8 @@ static void test_run_scan_backward(void **state) {
 
 static void test_run_prep_backward(void **state) {
   (void)state;
-  const char *in = tu_fresh_dir("prepbw");
   prep_data p;
-  prep_make(&p, in, 1, 8, 2, 16, CAMDELTA_NPY_F4, 8);
+  const char *in = small_prep("prepbw", &p, CAMDELTA_NPY_F4, 8);
   size_t B = p.B, N = p.N, H = p.H, D = p.D, n = B * N * H * D, ni = B * H * N, C = H * D;
   size_t bhdn[4] = {B, H, D, N}, bhn[3] = {B, H, N}, bnhd[4] = {B, N, H, D}, c1[1] = {C}, bn44[4] = {B, N, 4, 4},
          ndh[2] = {N, D / 2};
@@ -782,9 +785,8 @@ static int temp_files_in(const char *dir) {
  * previous good copy; a symlink in --out was followed). */
 static void test_outputs_atomic(void **state) {
   (void)state;
-  const char *in = tu_fresh_dir("atomic");
   prep_data p;
-  prep_make(&p, in, 1, 8, 2, 16, CAMDELTA_NPY_F4, 11);
+  const char *in = small_prep("atomic", &p, CAMDELTA_NPY_F4, 11);
   char out[1300], keep[1300], path[1400], saved[1400];
   snprintf(out, sizeof out, "%s/out", in);
   snprintf(keep, sizeof keep, "%s/keep", in);
@@ -875,9 +877,8 @@ static int same_outputs(const char *a, const char *b, const char *const *names, 
  * stayed replaced with only "cannot replace" said, and a kill left a mixed set and hidden temporary files forever. */
 static void test_outputs_commit_faults(void **state) {
   (void)state;
-  const char *in = tu_fresh_dir("commit");
   prep_data p;
-  prep_make(&p, in, 1, 8, 2, 16, CAMDELTA_NPY_F4, 14);
+  const char *in = small_prep("commit", &p, CAMDELTA_NPY_F4, 14);
   const char *names[4] = {"q", "k", "v", "inflation_sq"};
   char out[1300], keep[1300], want[1300], path[1400];
   snprintf(out, sizeof out, "%s/out", in);
@@ -970,9 +971,8 @@ static void test_outputs_commit_faults(void **state) {
  * trailing bytes (accepted), control bytes (echoed raw). `timeout` turns a hang into exit 124. */
 static void test_hostile_inputs(void **state) {
   (void)state;
-  const char *in = tu_fresh_dir("hostile");
   prep_data p;
-  prep_make(&p, in, 1, 8, 2, 16, CAMDELTA_NPY_F4, 12);
+  const char *in = small_prep("hostile", &p, CAMDELTA_NPY_F4, 12);
   char out[1300], path[1400];
   snprintf(out, sizeof out, "%s/out", in);
   snprintf(path, sizeof path, "%s/rope_sin.npy", in);
@@ -1050,9 +1050,8 @@ static void test_numeric_options(void **state) {
 /* A cache folder the library must not use: the call still succeeds, and says so once on stderr. */
 static void test_cache_refused_once(void **state) {
   (void)state;
-  const char *in = tu_fresh_dir("refused");
   prep_data p;
-  prep_make(&p, in, 1, 8, 2, 16, CAMDELTA_NPY_F4, 13);
+  const char *in = small_prep("refused", &p, CAMDELTA_NPY_F4, 13);
   char open_dir[1300], env[1500];
   snprintf(open_dir, sizeof open_dir, "%s/open", in);
   assert_int_equal(mkdir(open_dir, 0777), 0);
