@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fuzz_input.h"
 #include "runtime/internal.h"
 
 static char g_dir[256];
@@ -28,9 +29,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  unsigned char *img = malloc(size ? size : 1);
+  unsigned char *img = fuzz_copy(data, size);
   if (!img) return 0;
-  memcpy(img, data, size);
   if (size && (img[0] & 1)) cd_cache_entry_seal(img, size);
   size_t plen = 0;
   char dev[65];
@@ -40,10 +40,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (keyed && !any) abort();
   char path[400];
   snprintf(path, sizeof path, "%s/%s.clbin", g_dir, g_key);
-  FILE *f = fopen(path, "wb");
-  if (!f) abort();
-  if (size && fwrite(img, 1, size, f) != size) abort();
-  fclose(f);
+  fuzz_write_file(path, img, size);
   size_t len = 0;
   unsigned char *payload = cd_cache_load(g_key, &len);
   if ((payload != NULL) != (keyed != 0)) abort(); /* the loader and the parser agree */

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fuzz_input.h"
 #include "ops/stream_image.h"
 
 static const cd_stream_key KEY = {.B = 1, .H = 2, .D = 8, .Hs = 2, .Ws = 2, .ph = 1, .pw = 1, .chunk_size = 3,
@@ -29,9 +30,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  unsigned char *img = malloc(size ? size : 1);
+  unsigned char *img = fuzz_copy(data, size);
   if (!img) return 0;
-  memcpy(img, data, size);
   if (size > CD_STREAM_HEADER + CD_STREAM_TRAILER && (img[CD_STREAM_HEADER] & 1)) cd_stream_image_seal(img, size);
   uint64_t f0 = 0;
   size_t state_at = 0, lookback_at = 0;
@@ -42,10 +42,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (f0 != 0 && (f0 < 4 || (f0 - 4) % 3 != 0)) abort();
   }
   /* the file reader: the same bytes from a file, refused unless exactly the image's size */
-  FILE *f = fopen(g_path, "wb");
-  if (!f) abort();
-  if (size && fwrite(img, 1, size, f) != size) abort();
-  fclose(f);
+  fuzz_write_file(g_path, img, size);
   unsigned char *buf = malloc(want);
   if (!buf) abort();
   const camdelta_status rf = cd_stream_read_file("fuzz", g_path, buf, want);
