@@ -128,6 +128,20 @@ static int parent_ok(int fd, const char *shown) {
   return 0;
 }
 
+/* The folder `name` in the folder fd, opened as a real folder (no link followed); where it does not exist and
+ * `create`, made (mode 0700) first. Returns the descriptor; -2 when it does not exist and !create; -3 after a
+ * refusal (said, as `shown`) when it cannot be made; -1 with errno set when it cannot be opened. fd stays open. */
+static int open_child(int fd, const char *name, int create, const char *shown) {
+  const int nfd = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (nfd >= 0 || errno != ENOENT) return nfd;
+  if (!create) return -2;
+  if (mkdirat(fd, name, 0700) != 0 && errno != EEXIST) {
+    refuse("%s: cannot create: %s", shown, strerror(errno));
+    return -3;
+  }
+  return openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+}
+
 /* The folder itself, `fd` at path `shown`: one the user owns that group and others cannot write is used as it is
  * (camdelta changes the mode of no folder: those it creates are made 0700 by mkdir). A shared folder with the sticky
  * bit (as /tmp), owned by root or the user, is used through the private subfolder camdelta-<uid> in it, created
@@ -164,21 +178,9 @@ static int usable_folder(int fd, char *shown, size_t shown_size, int create, int
     snprintf(name, sizeof name, "camdelta-%ld", (long)geteuid());
     const size_t sl = strlen(shown);
     snprintf(shown + sl, shown_size - sl, "/%s", name);
-    int nfd = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (nfd < 0 && errno == ENOENT) {
-      if (!create) {
-        close(fd);
-        return -2;
-      }
-      if (mkdirat(fd, name, 0700) != 0 && errno != EEXIST) {
-        const int e = errno;
-        close(fd);
-        return refuse("%s: cannot create: %s", shown, strerror(e));
-      }
-      nfd = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    }
-    const int e = errno;
+    const int nfd = open_child(fd, name, create, shown), e = errno;
     close(fd);
+    if (nfd < -1) return nfd == -2 ? -2 : -1;
     if (nfd < 0)
       return refuse("%s: cannot open%s: %s", shown, e == ELOOP || e == ENOTDIR ? " as a real folder" : "",
                     strerror(e));
@@ -230,18 +232,10 @@ static int open_folder(const char *path, int create, int *sub) {
       p = next;
       continue;
     }
-    int nfd = openat(fd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (nfd < 0 && errno == ENOENT) {
-      if (!create) {
-        close(fd);
-        return -2;
-      }
-      if (mkdirat(fd, comp, 0700) != 0 && errno != EEXIST) {
-        int e = errno;
-        close(fd);
-        return refuse("%s: cannot create: %s", shown, strerror(e));
-      }
-      nfd = openat(fd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    const int nfd = open_child(fd, comp, create, shown);
+    if (nfd < -1) {
+      close(fd);
+      return nfd == -2 ? -2 : -1;
     }
     if (nfd < 0) {
       const int e = errno;
