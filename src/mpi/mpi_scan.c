@@ -467,16 +467,26 @@ static camdelta_status sp_middle(sp_mid *m, camdelta_status st, int chunkwise) {
   return st;
 }
 
-/* Scratch of the middle: summaries and incoming states, kept in the communicator's stage. */
-static camdelta_status mid_alloc(sp_mid *m) {
+/* The middle of a scan over the ranks of c (forward, or backward with m->grad set after this): the rank's place in
+ * the chain (c->pos; a reverse scan runs the ranks backwards) and the middle's fields. */
+static void mid_init(sp_mid *m, sp *c, const camdelta_scan_args *fwd, size_t ns, double *t, int timed) {
+  c->pos = fwd->reverse ? c->P - 1 - c->rank : c->rank;
+  memset(m, 0, sizeof *m);
+  m->c = c, m->fwd = fwd, m->ns = ns, m->t = t, m->timed = timed;
+}
+
+/* Scratch of the middle, kept in the communicator's stage: summaries and incoming states, and the frame table. */
+static camdelta_status mid_alloc(sp_mid *m, MPI_Comm comm, camdelta_context *ctx) {
+  camdelta_status st = cd_stage_get(comm, ctx, &m->stg);
   cd_stage *s = m->stg;
   const size_t b = m->ns * 4;
-  camdelta_status st = cd_stage_dev(s, CD_DEV_T, b, &m->T);
+  if (!st) st = cd_stage_dev(s, CD_DEV_T, b, &m->T);
   if (!st) st = cd_stage_dev(s, CD_DEV_E, b, &m->E);
   if (!st && m->grad) st = cd_stage_dev(s, CD_DEV_G, b, &m->G);
   if (!st) st = cd_stage_dev(s, CD_DEV_MI, b, &m->Mi);
   if (!st && m->grad) st = cd_stage_dev(s, CD_DEV_DMO, b, &m->dMo);
   if (!st) st = cd_stage_dev(s, CD_DEV_TMP, b, &m->tmp);
+  if (!st) st = cd_stage_frames(s, ctx, &m->frames);
   return st;
 }
 
@@ -502,19 +512,14 @@ camdelta_status camdelta_mpi_scan_forward(camdelta_context *ctx, const camdelta_
   if (st) return st;
   const int reverse = args->reverse != 0;
   const size_t ns = z.state;
-  const int P = c.P, pos = reverse ? P - 1 - c.rank : c.rank;
-  c.pos = pos;
-
-  cl_mem fin = NULL;
   sp_mid m;
-  memset(&m, 0, sizeof m);
-  m.c = &c, m.fwd = args, m.ns = ns, m.t = t, m.timed = timing != NULL;
+  mid_init(&m, &c, args, ns, t, timing != NULL);
+  const int P = c.P, pos = c.pos;
+  cl_mem fin = NULL;
   t[TM_CHECKS] = now_ms();
   /* 1-4: the gram once, the summaries from it, the exchange and the fold into the incoming state the rest reads */
   camdelta_scan_args a = *args;
-  if (P > 1) st = cd_stage_get(comm, ctx, &m.stg);
-  if (!st && P > 1) st = mid_alloc(&m);
-  if (!st && P > 1) st = cd_stage_frames(m.stg, ctx, &m.frames);
+  if (P > 1) st = mid_alloc(&m, comm, ctx);
   if (pos > 0) a.init_state = (camdelta_buffer){m.Mi, 0};
   if (!st && pos == P - 1 && any_final && !args->final_state.mem) st = cd_stage_dev(m.stg, CD_DEV_FIN, ns * 4, &fin);
   if (pos == P - 1 && any_final) a.final_state = args->final_state.mem ? args->final_state : (camdelta_buffer){fin, 0};
@@ -576,21 +581,16 @@ camdelta_status camdelta_mpi_scan_backward(camdelta_context *ctx, const camdelta
   if (st) return st;
   const int reverse = args->reverse != 0;
   const size_t ns = z.state;
-  const int P = c.P, pos = reverse ? P - 1 - c.rank : c.rank;
-  c.pos = pos;
-
-  cl_mem din = NULL;
   sp_mid m;
-  memset(&m, 0, sizeof m);
-  m.c = &c, m.fwd = &fwd, m.grad = 1, m.grad_final = args->grad_final_state, m.ns = ns, m.t = t;
-  m.timed = timing != NULL;
+  mid_init(&m, &c, &fwd, ns, t, timing != NULL);
+  m.grad = 1, m.grad_final = args->grad_final_state;
+  const int P = c.P, pos = c.pos;
+  cl_mem din = NULL;
   t[TM_CHECKS] = now_ms();
   /* 1-4: the grams once (A, W, and U for the forward summaries), the summaries from them, the exchange and the fold
    * into the incoming state and state gradient the rest reads */
   camdelta_scan_backward_args a = *args;
-  if (P > 1) st = cd_stage_get(comm, ctx, &m.stg);
-  if (!st && P > 1) st = mid_alloc(&m);
-  if (!st && P > 1) st = cd_stage_frames(m.stg, ctx, &m.frames);
+  if (P > 1) st = mid_alloc(&m, comm, ctx);
   if (pos > 0) a.init_state = (camdelta_buffer){m.Mi, 0};
   if (pos < P - 1) a.grad_final_state = (camdelta_buffer){m.dMo, 0};
   if (!st && pos == 0 && any_dinit && !args->dinit_state.mem) st = cd_stage_dev(m.stg, CD_DEV_FIN, ns * 4, &din);
