@@ -41,6 +41,21 @@ int cli_value(cli_args *a, const char *name, const char **value) {
   return 1;
 }
 
+int cli_run_operand(cli_args *a, cli_run_opts *o) {
+  const char *arg = a->argv[a->i];
+  if (arg[0] == '-' && arg[1] != '\0') {
+    cli_error(CLI_EXIT_USAGE, "run: unknown option '%s' (see 'camdelta help run')", arg);
+    return 0;
+  }
+  if (o->op_name) {
+    cli_error(CLI_EXIT_USAGE, "run: unexpected argument '%s' (the operation is '%s')", arg, o->op_name);
+    return 0;
+  }
+  o->op_name = arg;
+  a->i++;
+  return 1;
+}
+
 void cli_run_opts_init(cli_run_opts *o) {
   memset(o, 0, sizeof *o);
   o->norm_eps = 1e-6;

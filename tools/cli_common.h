@@ -69,6 +69,9 @@ void cli_run_opts_init(cli_run_opts *o);
  *  CLI_OPT_ERROR after printing a usage error (a missing or malformed value); CLI_OPT_OTHER for any other
  *  argument, left where it is. */
 int cli_run_option(cli_args *a, cli_run_opts *o);
+/** An argument of `run` that no option took: the operation (o->op_name, argv[i] taken: 1), or 0 after a usage
+ *  error when it looks like an option or the operation is already named. */
+int cli_run_operand(cli_args *a, cli_run_opts *o);
 
 /* -------------------------------------------------------------- tensors */
 /** Shape formatted as "(2, 3)" (or "()" for a scalar) into buf. */

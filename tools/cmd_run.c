@@ -269,7 +269,7 @@ int cmd_run(int argc, char **argv) {
   cli_run_opts_init(&o.c);
   cli_args a = {argc, argv, 0};
   while (a.i < a.argc) {
-    const char *arg = a.argv[a.i], *v = NULL;
+    const char *v = NULL;
     int r = cli_run_option(&a, &o.c); /* --help: the usage of run printed */
     if (r == CLI_OPT_TAKEN) continue;
     if (r != CLI_OPT_OTHER) return r == CLI_OPT_HELP ? CLI_EXIT_OK : CLI_EXIT_USAGE;
@@ -294,12 +294,7 @@ int cmd_run(int argc, char **argv) {
       o.all_grads = 1;
       continue;
     }
-    if (arg[0] == '-' && arg[1] != '\0')
-      return cli_error(CLI_EXIT_USAGE, "run: unknown option '%s' (see 'camdelta help run')", arg);
-    if (o.c.op_name) return cli_error(CLI_EXIT_USAGE, "run: unexpected argument '%s' (the operation is '%s')", arg,
-                                    o.c.op_name);
-    o.c.op_name = arg;
-    a.i++;
+    if (!cli_run_operand(&a, &o.c)) return CLI_EXIT_USAGE;
   }
   if (!o.c.op_name)
     return cli_error(CLI_EXIT_USAGE, "run: missing the operation: prep, scan, scan-backward, prep-backward, camera, "

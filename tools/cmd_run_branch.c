@@ -337,12 +337,7 @@ int cmd_run_branch(int argc, char **argv) {
       o.have_strategy = 1;
       continue;
     }
-    if (arg[0] == '-' && arg[1] != '\0')
-      return cli_error(CLI_EXIT_USAGE, "run: unknown option '%s' (see 'camdelta help run')", arg);
-    if (o.c.op_name)
-      return cli_error(CLI_EXIT_USAGE, "run: unexpected argument '%s' (the operation is '%s')", arg, o.c.op_name);
-    o.c.op_name = arg;
-    a.i++;
+    if (!cli_run_operand(&a, &o.c)) return CLI_EXIT_USAGE;
   }
   if (!o.c.op_name || !op_of(o.c.op_name, &o.op)) return cli_error(CLI_EXIT_USAGE, "run: unknown operation");
   if (!o.c.in || !*o.c.in) return cli_error(CLI_EXIT_USAGE, "run %s: missing --in DIR", o.c.op_name);
