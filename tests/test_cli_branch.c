@@ -60,6 +60,7 @@ enum { B = 1, T = 5, HS = 2, WS = 3, H = 2, D = 8, S = HS * WS, N = T * S, C = H
 static float q[B * N * C], k[B * N * C], v[B * N * C], w[C * 4], qw[C], kw[C], cc[B * T * 20], beta[B * H * N],
     decay[B * H * T], gy[B * N * C];
 
+/* The branch's inputs and grad_y (drawn again from the same seed each time) written into `in`. */
 static void write_inputs(const char *in) {
   tu_seed(81);
   tu_fill_normal(q, B * N * C, 1.0), tu_fill_normal(k, B * N * C, 1.0), tu_fill_normal(v, B * N * C, 1.0);
@@ -73,6 +74,13 @@ static void write_inputs(const char *in) {
   save(in, "conv_weight", 2, c4, w), save(in, "q_norm_weight", 1, c1, qw), save(in, "k_norm_weight", 1, c1, kw);
   save(in, "camera_conditions", 3, bt20, cc), save(in, "beta", 4, bhts, beta), save(in, "decay", 3, bht, decay);
   save(in, "grad_y", 4, bnhd, gy);
+}
+
+/* A fresh folder "in" holding them; its path. */
+static const char *fresh_inputs(void) {
+  const char *in = tu_fresh_dir("in");
+  write_inputs(in);
+  return in;
 }
 
 static void check_branch(const char *out, const camdelta_chunking *ch, int backward) {
@@ -113,8 +121,7 @@ static void check_branch(const char *out, const camdelta_chunking *ch, int backw
 
 static void test_branch_runs(void **state) {
   (void)state;
-  const char *in = tu_fresh_dir("in"), *out = tu_fresh_dir("out");
-  write_inputs(in);
+  const char *in = fresh_inputs(), *out = tu_fresh_dir("out");
   run("run branch --in '%s' --out '%s' --grid 5,2,3 --chunk-size 2 --chunk-strategy first_chunk_plus_one", in, out);
   expect(0, NULL);
   const camdelta_chunking ch = {2, CAMDELTA_CHUNK_FIRST_CHUNK_PLUS_ONE, NULL, 0};
@@ -139,8 +146,7 @@ static void test_branch_runs(void **state) {
 
 static void test_pieces(void **state) {
   (void)state;
-  const char *in = tu_fresh_dir("in"), *out = tu_fresh_dir("out");
-  write_inputs(in);
+  const char *in = fresh_inputs(), *out = tu_fresh_dir("out");
   /* camera */
   run("run camera --in '%s' --out '%s' --grid 5,2,3 --head-dim 16", in, out);
   expect(0, NULL);
@@ -186,8 +192,7 @@ static void test_pieces(void **state) {
  * blocks 3, 2 of first_chunk_plus_one with chunk size 2), with non-committing steps in between; its errors. */
 static void test_branch_stream(void **state) {
   (void)state;
-  const char *in = tu_fresh_dir("in"), *out = tu_fresh_dir("out");
-  write_inputs(in);
+  const char *in = fresh_inputs(), *out = tu_fresh_dir("out");
   const camdelta_chunking ch = {2, CAMDELTA_CHUNK_FIRST_CHUNK_PLUS_ONE, NULL, 0};
   for (int repeat = 0; repeat < 3; repeat += 2) {
     run("run branch --stream --repeat %d --in '%s' --out '%s' --grid 5,2,3 --chunk-size 2 --chunk-strategy "
@@ -209,9 +214,7 @@ static void test_branch_stream(void **state) {
 
 static void test_errors(void **state) {
   (void)state;
-  const char *in = tu_fresh_dir("in");
-  write_inputs(in);
-  const char *out = tu_fresh_dir("out");
+  const char *in = fresh_inputs(), *out = tu_fresh_dir("out");
   /* usage: missing --grid, malformed --grid and --patch, a bad strategy, an option of another operation */
   run("run branch --in '%s' --out '%s'", in, out);
   expect(2, "--grid");
