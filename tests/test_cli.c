@@ -297,32 +297,36 @@ static void test_unknown_device(void **state) {
   prep_free(&p);
 }
 
+/* `camdelta run prep --in IN --out OUT OPTIONS` exits 0 (its output in g_res); the largest relative error of its
+ * outputs (of `type`) against the reference with k_scale and eps. */
+static double prep_run_ok(const prep_data *p, const char *in, const char *out, const char *options, double k_scale,
+                          double eps, camdelta_npy_type type) {
+  expect_code(run("run prep --in '%s' --out '%s' %s", in, out, options), 0, NULL);
+  return prep_check(p, out, k_scale, eps, type);
+}
+
 static void test_run_prep_f32(void **state) {
   (void)state;
   const char *in = tu_fresh_dir("prep32");
   prep_data p;
   prep_make(&p, in, 2, 12, 2, 16, CAMDELTA_NPY_F4, 2);
   /* default k_scale = D^-0.5, norm_eps = 1e-6; the --out folder is created */
-  cli_result *r = run("run prep --in '%s' --out '%s/out/nested'", in, in);
-  expect_code(r, 0, NULL);
-  assert_non_null(strstr(r->out, "wrote q k v inflation_sq"));
   char out[1300];
   snprintf(out, sizeof out, "%s/out/nested", in);
-  double e = prep_check(&p, out, 1.0 / sqrt(16.0), 1e-6, CAMDELTA_NPY_F4);
+  double e = prep_run_ok(&p, in, out, "", 1.0 / sqrt(16.0), 1e-6, CAMDELTA_NPY_F4);
+  assert_non_null(strstr(g_res.out, "wrote q k v inflation_sq"));
   tu_report("cli prep f32 rel err", e);
   assert_true(e <= 1e-5);
 
   /* explicit options, in both spellings */
-  r = run("run prep --quiet --in='%s' --out '%s' --k-scale 0.37 --norm-eps=1e-3", in, out);
+  cli_result *r = run("run prep --quiet --in='%s' --out '%s' --k-scale 0.37 --norm-eps=1e-3", in, out);
   expect_code(r, 0, NULL);
   assert_string_equal(r->out, "");
   e = prep_check(&p, out, 0.37, 1e-3, CAMDELTA_NPY_F4);
   assert_true(e <= 1e-5);
 
   /* --tokens-per-frame S: k_scale = D^-0.5 * S^-0.5 */
-  r = run("run prep --in '%s' --out '%s' --tokens-per-frame 4", in, out);
-  expect_code(r, 0, NULL);
-  e = prep_check(&p, out, 1.0 / sqrt(16.0) / sqrt(4.0), 1e-6, CAMDELTA_NPY_F4);
+  e = prep_run_ok(&p, in, out, "--tokens-per-frame 4", 1.0 / sqrt(16.0) / sqrt(4.0), 1e-6, CAMDELTA_NPY_F4);
   assert_true(e <= 1e-5);
   expect_code(run("run prep --in '%s' --out '%s' --tokens-per-frame 5", in, out), 3, "does not divide N = 12");
   prep_free(&p);
@@ -335,10 +339,8 @@ static void test_run_prep_f16_and_f64(void **state) {
   const char *in = small_prep("prep16", &p, CAMDELTA_NPY_F2, 3);
   char out[1300];
   snprintf(out, sizeof out, "%s/out", in);
-  cli_result *r = run("run prep --in '%s' --out '%s'", in, out);
-  expect_code(r, 0, NULL);
-  assert_non_null(strstr(r->out, "f16"));
-  double e = prep_check(&p, out, 0.25, 1e-6, CAMDELTA_NPY_F2);
+  double e = prep_run_ok(&p, in, out, "", 0.25, 1e-6, CAMDELTA_NPY_F2);
+  assert_non_null(strstr(g_res.out, "f16"));
   tu_report("cli prep f16 rel err", e);
   assert_true(e <= 2e-3); /* outputs rounded to f16 */
   prep_free(&p);
@@ -346,10 +348,7 @@ static void test_run_prep_f16_and_f64(void **state) {
   /* <f8 inputs are converted to f32 */
   in = small_prep("prep64", &p, CAMDELTA_NPY_F8, 4);
   snprintf(out, sizeof out, "%s/out", in);
-  r = run("run prep --in '%s' --out '%s'", in, out);
-  expect_code(r, 0, NULL);
-  e = prep_check(&p, out, 0.25, 1e-6, CAMDELTA_NPY_F4);
-  assert_true(e <= 1e-5);
+  assert_true(prep_run_ok(&p, in, out, "", 0.25, 1e-6, CAMDELTA_NPY_F4) <= 1e-5);
   prep_free(&p);
 }
 
