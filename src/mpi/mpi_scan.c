@@ -470,7 +470,7 @@ static camdelta_status sp_middle(sp_mid *m, camdelta_status st, int chunkwise) {
 /* The middle of a scan over the ranks of c (forward, or backward with m->grad set after this): the rank's place in
  * the chain (c->pos; a reverse scan runs the ranks backwards) and the middle's fields. */
 static void mid_init(sp_mid *m, sp *c, const camdelta_scan_args *fwd, size_t ns, double *t, int timed) {
-  c->pos = fwd->reverse ? c->P - 1 - c->rank : c->rank;
+  c->pos = pos_of(c, c->rank, fwd->reverse != 0);
   memset(m, 0, sizeof *m);
   m->c = c, m->fwd = fwd, m->ns = ns, m->t = t, m->timed = timed;
 }
@@ -487,6 +487,24 @@ static camdelta_status mid_alloc(sp_mid *m, MPI_Comm comm, camdelta_context *ctx
   if (!st && m->grad) st = cd_stage_dev(s, CD_DEV_DMO, b, &m->dMo);
   if (!st) st = cd_stage_dev(s, CD_DEV_TMP, b, &m->tmp);
   if (!st) st = cd_stage_frames(s, ctx, &m->frames);
+  return st;
+}
+
+/* The end of a scan over the ranks: the queue finished and every rank's status agreed; then, where any rank asked for
+ * it (`any`), the state the rank at chain position `root` holds (`user`, or `scratch` where that rank gave none)
+ * broadcast into every rank's `user`; the timing. */
+static camdelta_status mid_end(sp_mid *m, camdelta_context *ctx, camdelta_status st, int any, int root,
+                               camdelta_buffer user, cl_mem scratch, camdelta_mpi_timing *timing) {
+  const sp *c = m->c;
+  if (!st) st = camdelta_finish(ctx);
+  st = agree(c, st);
+  m->t[TM_SCAN] = now_ms();
+  if (!st && any && c->P > 1) {
+    camdelta_buffer src = {NULL, 0};
+    if (c->pos == root) src = user.mem ? user : (camdelta_buffer){scratch, 0};
+    st = bcast_state(c, m->stg, m->fwd->reverse != 0, root, src, user, m->ns);
+  }
+  if (timing && !st) put_timing(timing, m->t, &m->lg);
   return st;
 }
 
@@ -510,7 +528,6 @@ camdelta_status camdelta_mpi_scan_forward(camdelta_context *ctx, const camdelta_
   int any_final = 0;
   st = gather_desc(&c, st, args, args && args->final_state.mem, &any_final);
   if (st) return st;
-  const int reverse = args->reverse != 0;
   const size_t ns = z.state;
   sp_mid m;
   mid_init(&m, &c, args, ns, t, timing != NULL);
@@ -535,17 +552,8 @@ camdelta_status camdelta_mpi_scan_forward(camdelta_context *ctx, const camdelta_
     a.used = args->used;
     if (!st) st = camdelta_scan_forward_rest(ctx, &a, saved, m.frames);
   }
-  if (!st) st = camdelta_finish(ctx);
-  st = agree(&c, st);
-  t[TM_SCAN] = now_ms();
   /* 5. the sequence's final state */
-  if (!st && any_final && P > 1) {
-    camdelta_buffer src = {NULL, 0};
-    if (pos == P - 1) src = args->final_state.mem ? args->final_state : (camdelta_buffer){fin, 0};
-    if (!st) st = bcast_state(&c, m.stg, reverse, P - 1, src, args->final_state, ns);
-  }
-  if (timing && !st) put_timing(timing, t, &m.lg);
-  return st;
+  return mid_end(&m, ctx, st, any_final, P - 1, args->final_state, fin, timing);
 }
 
 /* ------------------------------------------------------------------------------------------ backward */
@@ -579,7 +587,6 @@ camdelta_status camdelta_mpi_scan_backward(camdelta_context *ctx, const camdelta
   int any_dinit = 0;
   st = gather_desc(&c, st, args ? &fwd : NULL, args && args->dinit_state.mem, &any_dinit);
   if (st) return st;
-  const int reverse = args->reverse != 0;
   const size_t ns = z.state;
   sp_mid m;
   mid_init(&m, &c, &fwd, ns, t, timing != NULL);
@@ -604,15 +611,6 @@ camdelta_status camdelta_mpi_scan_backward(camdelta_context *ctx, const camdelta
     st = sp_middle(&m, st, 1);
     if (!st) st = camdelta_scan_backward_rest(ctx, &a, saved, m.frames);
   }
-  if (!st) st = camdelta_finish(ctx);
-  st = agree(&c, st);
-  t[TM_SCAN] = now_ms();
   /* 5. the sequence's dinit_state */
-  if (!st && any_dinit && P > 1) {
-    camdelta_buffer src = {NULL, 0};
-    if (pos == 0) src = args->dinit_state.mem ? args->dinit_state : (camdelta_buffer){din, 0};
-    if (!st) st = bcast_state(&c, m.stg, reverse, 0, src, args->dinit_state, ns);
-  }
-  if (timing && !st) put_timing(timing, t, &m.lg);
-  return st;
+  return mid_end(&m, ctx, st, any_dinit, 0, args->dinit_state, din, timing);
 }
