@@ -29,6 +29,8 @@ int cli_value(cli_args *a, const char *name, const char **value);
 /** The benchmarks' --reps N (1 to CLI_MAX_REPS) and --warmup N (0 to CLI_MAX_REPS): as cli_value, 1 when argv[i]
  *  was one of them and its value parsed into *reps or *warmup, -1 (after a usage error) on a bad value. */
 int cli_reps_option(cli_args *a, size_t *reps, size_t *warmup);
+/** The process's resident memory in MiB (Linux /proc), -1 where it cannot be read. */
+double cli_rss_mib(void);
 /** The demos' cameras: one at c looking at the origin (up (0, 1, 0)), then turned by `yaw` radians about the
  *  vertical axis; its camera-to-world matrix (axes as columns, the centre last) row-major in cc[0 .. 15]. */
 void cli_look_at_origin(const double c[3], double yaw, float cc[16]);
@@ -44,8 +46,6 @@ int cli_help_or_unknown(cli_args *a, const char *what, const char *topic, void (
 int cli_parse_double(const char *opt, const char *text, double *out);
 /** The median of x[0 .. n-1] (n >= 1); sorts x in place. */
 double cli_median(double *x, size_t n);
-/** The process's resident memory in MiB (Linux /proc), -1 where it cannot be read. */
-double cli_rss_mib(void);
 /** Parse --algorithm's value: auto, sequential or chunkwise; 0 (after printing a usage error) otherwise. */
 int cli_parse_algorithm(const char *text, camdelta_scan_algorithm *out);
 /** Parse --chunk-strategy's value: uniform, first_frame or first_chunk_plus_one; 0 (after printing a usage error)
