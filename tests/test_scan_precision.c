@@ -67,13 +67,30 @@ static void fwd_run(const prob *p, int reverse, camdelta_precision prec, float *
   for (int i = 0; i < 8; i++) clReleaseMemObject(all[i]);
 }
 
+/* q, k, v, beta, decay, init_state, grad_out, grad_final_state in f64 (malloc'd) for the references. */
+static void prob_f64(const prob *p, double *in[8]) {
+  const float *host[8] = {p->q, p->k, p->v, p->beta, p->decay, p->init, p->go, p->gf};
+  const size_t n[8] = {p->tok, p->tok, p->tok, p->gates, p->bhf, p->st, p->tok, p->st};
+  for (int i = 0; i < 8; i++) in[i] = tu_to_f64(host[i], n[i]);
+}
+
+/* The worst relative error e of a forward (dir 0) or backward (dir 1) case in precision pr: recorded, and within
+ * the precision's bound (TF32_BOUND for tf32, else FWD_BOUND or BWD_BOUND) or the test fails naming the case. */
+static void check_bound(int dir, const prob *p, int reverse, camdelta_precision pr, double e) {
+  if (e > g_worst[dir][pr]) g_worst[dir][pr] = e;
+  const double bound = pr ? TF32_BOUND : dir ? BWD_BOUND : FWD_BOUND;
+  if (!(e <= bound))
+    fail_msg("%s %s B=%zu H=%zu D=%zu F=%zu S=%zu %s: relative error %.3g > %.0e", dir ? "backward" : "forward",
+             camdelta_precision_name(pr), p->B, p->H, p->D, p->F, p->S, reverse ? "reverse" : "causal", e, bound);
+}
+
 static void forward_cases(const size_t (*shapes)[5], size_t n) {
   for (size_t i = 0; i < n; i++) {
     prob p;
     prob_make(&p, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], shapes[i][4], 900 + i);
     const int reverse = (int)(i % 2);
-    double *in[6] = {tu_to_f64(p.q, p.tok), tu_to_f64(p.k, p.tok), tu_to_f64(p.v, p.tok),
-                     tu_to_f64(p.beta, p.gates), tu_to_f64(p.decay, p.bhf), tu_to_f64(p.init, p.st)};
+    double *in[8];
+    prob_f64(&p, in);
     double *rout = malloc(p.tok * 8), *rfin = malloc(p.st * 8);
     camdelta_ref_scan rs = {p.B, p.H, p.D, p.F, p.S, reverse, in[0], in[1], in[2], in[3], in[4], in[5],
                             rout, rfin, NULL, NULL};
@@ -81,14 +98,8 @@ static void forward_cases(const size_t (*shapes)[5], size_t n) {
     float *out[2], *fin[2];
     for (int pr = 0; pr < 2; pr++) {
       fwd_run(&p, reverse, (camdelta_precision)pr, &out[pr], &fin[pr]);
-      double e = tu_rel_err(out[pr], rout, p.tok), ef = tu_rel_err(fin[pr], rfin, p.st);
-      if (ef > e) e = ef;
-      if (e > g_worst[0][pr]) g_worst[0][pr] = e;
-      const double bound = pr ? TF32_BOUND : FWD_BOUND;
-      if (!(e <= bound))
-        fail_msg("forward %s B=%zu H=%zu D=%zu F=%zu S=%zu %s: relative error %.3g > %.0e",
-                 camdelta_precision_name((camdelta_precision)pr), p.B, p.H, p.D, p.F, p.S,
-                 reverse ? "reverse" : "causal", e, bound);
+      const double e = tu_rel_err(out[pr], rout, p.tok), ef = tu_rel_err(fin[pr], rfin, p.st);
+      check_bound(0, &p, reverse, (camdelta_precision)pr, ef > e ? ef : e);
     }
     /* without the tensor-core path, tf32 is the exact path: bit-identical */
     if (!has_tc()) {
@@ -96,7 +107,7 @@ static void forward_cases(const size_t (*shapes)[5], size_t n) {
       assert_memory_equal(fin[0], fin[1], p.st * 4);
     }
     for (int pr = 0; pr < 2; pr++) free(out[pr]), free(fin[pr]);
-    for (int j = 0; j < 6; j++) free(in[j]);
+    for (int j = 0; j < 8; j++) free(in[j]);
     free(rout), free(rfin);
     prob_free(&p);
   }
@@ -149,9 +160,8 @@ static void backward_cases(const size_t (*shapes)[5], size_t n) {
     prob p;
     prob_make(&p, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], shapes[i][4], 950 + i);
     const int reverse = (int)(i % 2);
-    double *in[8] = {tu_to_f64(p.q, p.tok),     tu_to_f64(p.k, p.tok),     tu_to_f64(p.v, p.tok),
-                     tu_to_f64(p.beta, p.gates), tu_to_f64(p.decay, p.bhf), tu_to_f64(p.init, p.st),
-                     tu_to_f64(p.go, p.tok),    tu_to_f64(p.gf, p.st)};
+    double *in[8];
+    prob_f64(&p, in);
     double *ref[6];
     const size_t no[6] = {p.tok, p.tok, p.tok, p.gates, p.bhf, p.st};
     for (int j = 0; j < 6; j++) ref[j] = malloc(no[j] * 8);
@@ -163,12 +173,7 @@ static void backward_cases(const size_t (*shapes)[5], size_t n) {
     float *keep[2] = {malloc(total * 4), malloc(total * 4)};
     for (int pr = 0; pr < 2; pr++) {
       const double e = bwd_case(&p, reverse, (camdelta_precision)pr, ref, keep[pr]);
-      if (e > g_worst[1][pr]) g_worst[1][pr] = e;
-      const double bound = pr ? TF32_BOUND : BWD_BOUND;
-      if (!(e <= bound))
-        fail_msg("backward %s B=%zu H=%zu D=%zu F=%zu S=%zu %s: relative error %.3g > %.0e",
-                 camdelta_precision_name((camdelta_precision)pr), p.B, p.H, p.D, p.F, p.S,
-                 reverse ? "reverse" : "causal", e, bound);
+      check_bound(1, &p, reverse, (camdelta_precision)pr, e);
     }
     if (!has_tc()) assert_memory_equal(keep[0], keep[1], total * 4);
     free(keep[0]), free(keep[1]);
