@@ -189,6 +189,14 @@ static void free_res(float *res[R_COUNT]) {
   for (int r = 0; r < R_COUNT; r++) free(res[r]);
 }
 
+/* run_packed, chunkwise, the backward recomputing; both calls must report the native path. */
+static void run_native(camdelta_context *ctx, const prob *p, int rev, int init, float *res[R_COUNT]) {
+  int native[2];
+  run_packed(ctx, p, rev, init, CAMDELTA_SCAN_CHUNKWISE, 0, res, native);
+  assert_int_equal(native[0], 1);
+  assert_int_equal(native[1], 1);
+}
+
 /* Equal clips: the native path equals the fixed-shape call on the batch, bit for bit. */
 static void equal_clips(camdelta_context *ctx, size_t C, size_t F, size_t S, const char *what) {
   size_t nf[MAXC], tok[MAXF];
@@ -199,10 +207,7 @@ static void equal_clips(camdelta_context *ctx, size_t C, size_t F, size_t S, con
   for (int rev = 0; rev < 2; rev++)
     for (int init = 0; init < 2; init++) {
       float *pk[R_COUNT], *fx[R_COUNT];
-      int native[2];
-      run_packed(ctx, &p, rev, init, CAMDELTA_SCAN_CHUNKWISE, 0, pk, native);
-      assert_int_equal(native[0], 1);
-      assert_int_equal(native[1], 1);
+      run_native(ctx, &p, rev, init, pk);
       for (int r = 0; r < R_COUNT; r++) fx[r] = calloc(r_count(&p, r), 4);
       run_fixed(ctx, &p, 0, C, rev, init, CAMDELTA_SCAN_CHUNKWISE, fx);
       size_t eq = 0, tot = 0;
@@ -225,10 +230,7 @@ static void mixed_clips(camdelta_context *ctx, size_t C, const size_t *nf, const
   for (int rev = 0; rev < 2; rev++)
     for (int init = 0; init < 2; init++) {
       float *pk[R_COUNT], *al[R_COUNT];
-      int native[2];
-      run_packed(ctx, &p, rev, init, CAMDELTA_SCAN_CHUNKWISE, 0, pk, native);
-      assert_int_equal(native[0], 1);
-      assert_int_equal(native[1], 1);
+      run_native(ctx, &p, rev, init, pk);
       double *ref[R_COUNT];
       reference(&p, rev, init, ref);
       printf("%s %s init=%d vs f64:", what, rev ? "reverse" : "causal", init);
