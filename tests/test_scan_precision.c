@@ -25,18 +25,9 @@ static void prob_make(prob *p, size_t B, size_t H, size_t D, size_t F, size_t S,
   memset(p, 0, sizeof *p);
   p->B = B, p->H = H, p->D = D, p->F = F, p->S = S, p->N = F * S;
   p->tok = B * H * D * p->N, p->gates = B * H * F * S, p->bhf = B * H * F, p->st = B * H * D * D;
-  tu_seed(seed);
-  p->q = malloc(p->tok * 4), p->k = malloc(p->tok * 4), p->v = malloc(p->tok * 4), p->go = malloc(p->tok * 4);
-  p->beta = malloc(p->gates * 4), p->decay = malloc(p->bhf * 4), p->init = malloc(p->st * 4), p->gf = malloc(p->st * 4);
-  assert_true(p->q && p->k && p->v && p->go && p->beta && p->decay && p->init && p->gf);
-  tu_fill_uniform(p->q, p->tok, -1.0, 1.0);
-  tu_fill_normal(p->k, p->tok, 1.0 / sqrt((double)D * (double)S));
-  tu_fill_normal(p->v, p->tok, 1.0);
-  tu_fill_normal(p->go, p->tok, 1.0);
-  tu_fill_uniform(p->beta, p->gates, 0.0, 1.0);
-  tu_fill_uniform(p->decay, p->bhf, 0.6, 1.0);
-  tu_fill_normal(p->init, p->st, 0.3);
-  tu_fill_normal(p->gf, p->st, 1.0);
+  float *x[8];
+  tu_scan_inputs(x, B, H, D, F, S, (const double[2]){0.3, 1.0}, seed); /* init_state, grad_final_state */
+  p->q = x[0], p->k = x[1], p->v = x[2], p->go = x[3], p->beta = x[4], p->decay = x[5], p->init = x[6], p->gf = x[7];
 }
 
 static void prob_free(prob *p) {

@@ -21,19 +21,9 @@ static void sp_make(sp *p, size_t B, size_t H, size_t D, size_t F, size_t S, uin
   memset(p, 0, sizeof *p);
   p->B = B, p->H = H, p->D = D, p->F = F, p->S = S, p->N = F * S;
   p->n_tok = B * H * D * p->N, p->n_beta = B * H * p->N, p->n_decay = B * H * F, p->n_state = B * H * D * D;
-  tu_seed(seed);
-  p->q = malloc(p->n_tok * 4), p->k = malloc(p->n_tok * 4), p->v = malloc(p->n_tok * 4), p->go = malloc(p->n_tok * 4);
-  p->beta = malloc(p->n_beta * 4), p->decay = malloc(p->n_decay * 4);
-  p->M = malloc(p->n_state * 4), p->dM = malloc(p->n_state * 4);
-  assert_true(p->q && p->k && p->v && p->go && p->beta && p->decay && p->M && p->dM);
-  tu_fill_uniform(p->q, p->n_tok, -1.0, 1.0);
-  tu_fill_normal(p->k, p->n_tok, 1.0 / sqrt((double)D * (double)S));
-  tu_fill_normal(p->v, p->n_tok, 1.0);
-  tu_fill_normal(p->go, p->n_tok, 1.0);
-  tu_fill_uniform(p->beta, p->n_beta, 0.0, 1.0);
-  tu_fill_uniform(p->decay, p->n_decay, 0.6, 1.0);
-  tu_fill_normal(p->M, p->n_state, 0.5);
-  tu_fill_normal(p->dM, p->n_state, 0.5);
+  float *x[8];
+  tu_scan_inputs(x, B, H, D, F, S, (const double[2]){0.5, 0.5}, seed); /* M, dM */
+  p->q = x[0], p->k = x[1], p->v = x[2], p->go = x[3], p->beta = x[4], p->decay = x[5], p->M = x[6], p->dM = x[7];
 }
 
 static void sp_free(sp *p) {

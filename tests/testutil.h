@@ -86,6 +86,13 @@ void tu_assert_same_bytes(cl_mem a, cl_mem b, size_t bytes, const char *what);
  *  test context first and unsets var at the end. */
 void tu_check_bad_env(const char *var, const char *const *bad, size_t n);
 
+/** A scan problem's host inputs (B, H, head dim D, F frames of S tokens), malloc'd, the generator seeded with `seed`
+ *  first: x[0..3] q, k, v, grad_out (B*H*D*F*S values; q uniform in [-1, 1], k normal with sd 1/sqrt(D*S) as the
+ *  model's k_scale makes it, v and grad_out normal), x[4] beta (B*H*F*S, uniform in [0, 1]), x[5] decay (B*H*F,
+ *  uniform in [0.6, 1]), x[6] and x[7] two states (B*H*D*D each, normal with sd state_sd[0] and state_sd[1]). */
+void tu_scan_inputs(float *x[8], size_t B, size_t H, size_t D, size_t F, size_t S, const double state_sd[2],
+                    uint64_t seed);
+
 /** A cmocka group teardown that releases the test context. */
 int tu_teardown_context(void **state);
 
