@@ -75,42 +75,25 @@ static void check_bound(int dir, const prob *p, int reverse, camdelta_precision 
              camdelta_precision_name(pr), p->B, p->H, p->D, p->F, p->S, reverse ? "reverse" : "causal", e, bound);
 }
 
-static void forward_cases(const size_t (*shapes)[5], size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    prob p;
-    prob_make(&p, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], shapes[i][4], 900 + i);
-    const int reverse = (int)(i % 2);
-    double *in[8];
-    prob_f64(&p, in);
-    double *rout = malloc(p.tok * 8), *rfin = malloc(p.st * 8);
-    camdelta_ref_scan rs = {p.B, p.H, p.D, p.F, p.S, reverse, in[0], in[1], in[2], in[3], in[4], in[5],
-                            rout, rfin, NULL, NULL};
-    TU_OK(camdelta_ref_scan_forward(&rs));
-    float *out[2], *fin[2];
-    for (int pr = 0; pr < 2; pr++) {
-      fwd_run(&p, reverse, (camdelta_precision)pr, &out[pr], &fin[pr]);
-      const double e = tu_rel_err(out[pr], rout, p.tok), ef = tu_rel_err(fin[pr], rfin, p.st);
-      check_bound(0, &p, reverse, (camdelta_precision)pr, ef > e ? ef : e);
-    }
-    /* without the tensor-core path, tf32 is the exact path: bit-identical */
-    if (!has_tc()) {
-      assert_memory_equal(out[0], out[1], p.tok * 4);
-      assert_memory_equal(fin[0], fin[1], p.st * 4);
-    }
-    for (int pr = 0; pr < 2; pr++) free(out[pr]), free(fin[pr]);
-    for (int j = 0; j < 8; j++) free(in[j]);
-    free(rout), free(rfin);
-    prob_free(&p);
+/* One forward case: both precisions against the f64 reference (in: prob_f64's). */
+static void forward_case(const prob *p, int reverse, double *const in[8]) {
+  double *rout = malloc(p->tok * 8), *rfin = malloc(p->st * 8);
+  camdelta_ref_scan rs = {p->B, p->H, p->D, p->F, p->S, reverse, in[0], in[1], in[2], in[3], in[4], in[5],
+                          rout, rfin, NULL, NULL};
+  TU_OK(camdelta_ref_scan_forward(&rs));
+  float *out[2], *fin[2];
+  for (int pr = 0; pr < 2; pr++) {
+    fwd_run(p, reverse, (camdelta_precision)pr, &out[pr], &fin[pr]);
+    const double e = tu_rel_err(out[pr], rout, p->tok), ef = tu_rel_err(fin[pr], rfin, p->st);
+    check_bound(0, p, reverse, (camdelta_precision)pr, ef > e ? ef : e);
   }
-}
-
-static void test_forward(void **state) {
-  (void)state;
-  static const size_t shapes[][5] = {{1, 2, 24, 3, 37}, {2, 1, 40, 2, 100}, {1, 1, 72, 3, 300},
-                                     {1, 2, 112, 2, 129}, {1, 1, 128, 2, 70}, {1, 1, 8, 4, 45}};
-  /* D = 128 and 8 only on the tensor-core path (tile edge cases there); test_scan covers them on the FMA
-   * kernels, and PoCL spends seconds compiling each head dim */
-  forward_cases(shapes, has_tc() ? 6 : 4);
+  /* without the tensor-core path, tf32 is the exact path: bit-identical */
+  if (!has_tc()) {
+    assert_memory_equal(out[0], out[1], p->tok * 4);
+    assert_memory_equal(fin[0], fin[1], p->st * 4);
+  }
+  for (int pr = 0; pr < 2; pr++) free(out[pr]), free(fin[pr]);
+  free(rout), free(rfin);
 }
 
 /* Backward recomputing the states, with init_state and grad_final_state; worst relative error over the grads. */
@@ -146,39 +129,54 @@ static double bwd_case(const prob *p, int reverse, camdelta_precision prec, doub
   return worst;
 }
 
-static void backward_cases(const size_t (*shapes)[5], size_t n) {
+/* One backward case: both precisions against the f64 reference (in: prob_f64's). */
+static void backward_case(const prob *p, int reverse, double *const in[8]) {
+  double *ref[6];
+  const size_t no[6] = {p->tok, p->tok, p->tok, p->gates, p->bhf, p->st};
+  for (int j = 0; j < 6; j++) ref[j] = malloc(no[j] * 8);
+  camdelta_ref_scan rs = {p->B, p->H, p->D, p->F, p->S, reverse, in[0], in[1], in[2], in[3], in[4], in[5],
+                          NULL, NULL, NULL, NULL};
+  camdelta_ref_scan_grads g = {in[6], in[7], ref[0], ref[1], ref[2], ref[3], ref[4], ref[5]};
+  TU_OK(camdelta_ref_scan_backward(&rs, &g));
+  const size_t total = 3 * p->tok + p->gates + p->bhf + p->st;
+  float *keep[2] = {malloc(total * 4), malloc(total * 4)};
+  for (int pr = 0; pr < 2; pr++) {
+    const double e = bwd_case(p, reverse, (camdelta_precision)pr, ref, keep[pr]);
+    check_bound(1, p, reverse, (camdelta_precision)pr, e);
+  }
+  if (!has_tc()) assert_memory_equal(keep[0], keep[1], total * 4);
+  free(keep[0]), free(keep[1]);
+  for (int j = 0; j < 6; j++) free(ref[j]);
+}
+
+/* The cases of `shapes` (B, H, D, F, S) in one direction (dir 0 forward, 1 backward), causal and reverse in turn. */
+static void cases(const size_t (*shapes)[5], size_t n, int dir) {
   for (size_t i = 0; i < n; i++) {
     prob p;
-    prob_make(&p, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], shapes[i][4], 950 + i);
-    const int reverse = (int)(i % 2);
+    prob_make(&p, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], shapes[i][4], (dir ? 950 : 900) + i);
     double *in[8];
     prob_f64(&p, in);
-    double *ref[6];
-    const size_t no[6] = {p.tok, p.tok, p.tok, p.gates, p.bhf, p.st};
-    for (int j = 0; j < 6; j++) ref[j] = malloc(no[j] * 8);
-    camdelta_ref_scan rs = {p.B, p.H, p.D, p.F, p.S, reverse, in[0], in[1], in[2], in[3], in[4], in[5],
-                            NULL, NULL, NULL, NULL};
-    camdelta_ref_scan_grads g = {in[6], in[7], ref[0], ref[1], ref[2], ref[3], ref[4], ref[5]};
-    TU_OK(camdelta_ref_scan_backward(&rs, &g));
-    const size_t total = 3 * p.tok + p.gates + p.bhf + p.st;
-    float *keep[2] = {malloc(total * 4), malloc(total * 4)};
-    for (int pr = 0; pr < 2; pr++) {
-      const double e = bwd_case(&p, reverse, (camdelta_precision)pr, ref, keep[pr]);
-      check_bound(1, &p, reverse, (camdelta_precision)pr, e);
-    }
-    if (!has_tc()) assert_memory_equal(keep[0], keep[1], total * 4);
-    free(keep[0]), free(keep[1]);
-    for (int j = 0; j < 6; j++) free(ref[j]);
+    if (dir) backward_case(&p, (int)(i % 2), in);
+    else forward_case(&p, (int)(i % 2), in);
     for (int j = 0; j < 8; j++) free(in[j]);
     prob_free(&p);
   }
+}
+
+static void test_forward(void **state) {
+  (void)state;
+  static const size_t shapes[][5] = {{1, 2, 24, 3, 37}, {2, 1, 40, 2, 100}, {1, 1, 72, 3, 300},
+                                     {1, 2, 112, 2, 129}, {1, 1, 128, 2, 70}, {1, 1, 8, 4, 45}};
+  /* D = 128 and 8 only on the tensor-core path (tile edge cases there); test_scan covers them on the FMA
+   * kernels, and PoCL spends seconds compiling each head dim */
+  cases(shapes, has_tc() ? 6 : 4, 0);
 }
 
 static void test_backward(void **state) {
   (void)state;
   static const size_t shapes[][5] = {{1, 2, 24, 3, 37}, {1, 1, 72, 3, 100}, {1, 1, 40, 2, 70}, {1, 2, 112, 2, 129},
                                      {1, 1, 128, 2, 45}, {1, 1, 8, 3, 21}};
-  backward_cases(shapes, has_tc() ? 6 : 3);
+  cases(shapes, has_tc() ? 6 : 3, 1);
 }
 
 /* The override API (camdelta_tune_set/get) changes what runs, as the plan shows, and the results stay exact;
@@ -198,7 +196,7 @@ static void override_checks(camdelta_context *c) {
   TU_OK(camdelta_tune_get(c, "gram", 24, got, sizeof got));
   assert_non_null(strstr(got, "for D=24: WM=1 WN=2 MR=2 NR=2 KC=16 (override)"));
   static const size_t fs[][5] = {{1, 1, 24, 2, 37}};
-  forward_cases(fs, 1); /* still exact with the other tiles */
+  cases(fs, 1, 0); /* still exact with the other tiles */
   /* frames: KC must divide D */
   TU_OK(camdelta_tune_set(c, "frames", "KC=16"));
   camdelta_scan_backward_args b;
@@ -228,7 +226,7 @@ static void override_checks(camdelta_context *c) {
   TU_OK(camdelta_scan_backward_plan_describe(c, &b, bover, sizeof bover));
   if (!strstr(bover, "frames frames_tc W=64 WM=2 WN=1 MR=")) fail_msg("backward plan with WM=2: %s", bover);
   static const size_t bs1[][5] = {{1, 1, 24, 2, 9}};
-  backward_cases(bs1, 1);
+  cases(bs1, 1, 1);
   TU_OK(camdelta_tune_set(c, "frames", NULL));
   TU_OK(camdelta_scan_backward_plan_describe(c, &b, bover, sizeof bover));
   assert_string_equal(bplan, bover);
@@ -262,9 +260,9 @@ static void test_emulated(void **state) {
   TU_OK(camdelta_scan_plan_describe(emu, &a, plan, sizeof plan));
   assert_non_null(strstr(plan, "split-TF32"));
   static const size_t fs[][5] = {{1, 1, 24, 2, 37}, {1, 1, 40, 3, 21}};
-  forward_cases(fs, 2);
+  cases(fs, 2, 0);
   static const size_t bs[][5] = {{1, 1, 24, 2, 37}, {1, 1, 16, 3, 9}};
-  backward_cases(bs, 2);
+  cases(bs, 2, 1);
   override_checks(emu);
   g_ctx = NULL;
   camdelta_context_destroy(emu);
