@@ -182,10 +182,13 @@ static void prep_make(prep_data *p, const char *dir, size_t B, size_t N, size_t 
   }
 }
 
-/* A fresh folder `leaf` holding a small prep problem (B 1, N 8, H 2, D 16; q/k/v_raw as raw_type); its path. */
-static const char *small_prep(const char *leaf, prep_data *p, camdelta_npy_type raw_type, uint64_t seed) {
+/* A fresh folder `leaf` holding a small prep problem (B 1, N 8, H 2, D 16; q/k/v_raw as raw_type); its path. out
+ * (unless NULL): the path of its output folder leaf/out. */
+static const char *small_prep(const char *leaf, prep_data *p, camdelta_npy_type raw_type, uint64_t seed,
+                              char out[1300]) {
   const char *in = tu_fresh_dir(leaf);
   prep_make(p, in, 1, 8, 2, 16, raw_type, seed);
+  if (out) snprintf(out, 1300, "%s/out", in);
   return in;
 }
 
@@ -336,9 +339,8 @@ static void test_run_prep_f16_and_f64(void **state) {
   (void)state;
   /* all of q_raw, k_raw, v_raw <f2: computed in f16 storage, outputs written as <f2 */
   prep_data p;
-  const char *in = small_prep("prep16", &p, CAMDELTA_NPY_F2, 3);
   char out[1300];
-  snprintf(out, sizeof out, "%s/out", in);
+  const char *in = small_prep("prep16", &p, CAMDELTA_NPY_F2, 3, out);
   double e = prep_run_ok(&p, in, out, "", 0.25, 1e-6, CAMDELTA_NPY_F2);
   assert_non_null(strstr(g_res.out, "f16"));
   tu_report("cli prep f16 rel err", e);
@@ -346,8 +348,7 @@ static void test_run_prep_f16_and_f64(void **state) {
   prep_free(&p);
 
   /* <f8 inputs are converted to f32 */
-  in = small_prep("prep64", &p, CAMDELTA_NPY_F8, 4);
-  snprintf(out, sizeof out, "%s/out", in);
+  in = small_prep("prep64", &p, CAMDELTA_NPY_F8, 4, out);
   assert_true(prep_run_ok(&p, in, out, "", 0.25, 1e-6, CAMDELTA_NPY_F4) <= 1e-5);
   prep_free(&p);
 }
@@ -355,9 +356,8 @@ static void test_run_prep_f16_and_f64(void **state) {
 static void test_run_input_errors(void **state) {
   (void)state;
   prep_data p;
-  const char *in = small_prep("errs", &p, CAMDELTA_NPY_F4, 5);
   char out[1300];
-  snprintf(out, sizeof out, "%s/out", in);
+  const char *in = small_prep("errs", &p, CAMDELTA_NPY_F4, 5, out);
   cli_result *r;
 
   /* missing file: names it and the expected shape */
@@ -604,7 +604,7 @@ static void test_run_scan_backward(void **state) {
 static void test_run_prep_backward(void **state) {
   (void)state;
   prep_data p;
-  const char *in = small_prep("prepbw", &p, CAMDELTA_NPY_F4, 8);
+  const char *in = small_prep("prepbw", &p, CAMDELTA_NPY_F4, 8, NULL);
   size_t B = p.B, N = p.N, H = p.H, D = p.D, n = B * N * H * D, ni = B * H * N, C = H * D;
   size_t bhdn[4] = {B, H, D, N}, bhn[3] = {B, H, N}, bnhd[4] = {B, N, H, D}, c1[1] = {C}, bn44[4] = {B, N, 4, 4},
          ndh[2] = {N, D / 2};
@@ -785,9 +785,8 @@ static int temp_files_in(const char *dir) {
 static void test_outputs_atomic(void **state) {
   (void)state;
   prep_data p;
-  const char *in = small_prep("atomic", &p, CAMDELTA_NPY_F4, 11);
   char out[1300], keep[1300], path[1400], saved[1400];
-  snprintf(out, sizeof out, "%s/out", in);
+  const char *in = small_prep("atomic", &p, CAMDELTA_NPY_F4, 11, out);
   snprintf(keep, sizeof keep, "%s/keep", in);
   expect_code(run("run prep --quiet --in '%s' --out '%s' --k-scale 0.37", in, out), 0, NULL);
   expect_code(run("run prep --quiet --in '%s' --out '%s' --k-scale 0.37", in, keep), 0, NULL);
@@ -877,10 +876,9 @@ static int same_outputs(const char *a, const char *b, const char *const *names, 
 static void test_outputs_commit_faults(void **state) {
   (void)state;
   prep_data p;
-  const char *in = small_prep("commit", &p, CAMDELTA_NPY_F4, 14);
   const char *names[4] = {"q", "k", "v", "inflation_sq"};
   char out[1300], keep[1300], want[1300], path[1400];
-  snprintf(out, sizeof out, "%s/out", in);
+  const char *in = small_prep("commit", &p, CAMDELTA_NPY_F4, 14, out);
   snprintf(keep, sizeof keep, "%s/keep", in);
   snprintf(want, sizeof want, "%s/want", in);
   expect_code(run("run prep --quiet --in '%s' --out '%s' --k-scale 0.37", in, out), 0, NULL);
@@ -971,9 +969,8 @@ static void test_outputs_commit_faults(void **state) {
 static void test_hostile_inputs(void **state) {
   (void)state;
   prep_data p;
-  const char *in = small_prep("hostile", &p, CAMDELTA_NPY_F4, 12);
   char out[1300], path[1400];
-  snprintf(out, sizeof out, "%s/out", in);
+  const char *in = small_prep("hostile", &p, CAMDELTA_NPY_F4, 12, out);
   snprintf(path, sizeof path, "%s/rope_sin.npy", in);
   assert_int_equal(remove(path), 0);
   assert_int_equal(mkfifo(path, 0600), 0);
@@ -1050,7 +1047,7 @@ static void test_numeric_options(void **state) {
 static void test_cache_refused_once(void **state) {
   (void)state;
   prep_data p;
-  const char *in = small_prep("refused", &p, CAMDELTA_NPY_F4, 13);
+  const char *in = small_prep("refused", &p, CAMDELTA_NPY_F4, 13, NULL);
   char open_dir[1300], env[1500];
   snprintf(open_dir, sizeof open_dir, "%s/open", in);
   assert_int_equal(mkdir(open_dir, 0777), 0);
