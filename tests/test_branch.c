@@ -66,6 +66,15 @@ static void problem_init(br_problem *p, const br_shape *s, uint64_t seed) {
   p->dgy = tu_upload(p->gy, BNC * sizeof(float));
 }
 
+/* The worst relative error of each gradient, reported as "branch backward NAME max rel errSUFFIX". */
+static void report_grads(const double worst[NGRAD], const char *suffix) {
+  for (int i = 0; i < NGRAD; i++) {
+    char what[128];
+    snprintf(what, sizeof what, "branch backward %s max rel err%s", grad_names[i], suffix);
+    tu_report(what, worst[i]);
+  }
+}
+
 static void problem_free(br_problem *p) {
   for (int i = 0; i < NIN; i++) {
     free(p->in[i]);
@@ -283,11 +292,7 @@ static void test_branch_device(void **state) {
   for (size_t i = 0; i < sizeof chunkwise / sizeof chunkwise[0]; i++) run_branch(&shapes[chunkwise[i]], 300 + i, NULL);
   g_algorithm = CAMDELTA_SCAN_AUTO;
   tu_report("branch forward y max rel err", worst_y);
-  for (int i = 0; i < NGRAD; i++) {
-    char what[96];
-    snprintf(what, sizeof what, "branch backward %s max rel err", grad_names[i]);
-    tu_report(what, worst_g[i]);
-  }
+  report_grads(worst_g, "");
 }
 
 /* The output transform as the scan pair's phase C epilogue (cd_apply_ot_tc): on tensor cores, emulated where the
@@ -342,11 +347,7 @@ static void test_fused_prep_backward(void **state) {
   camdelta_context_destroy(g_ctx);
   g_ctx = NULL;
   g_algorithm = CAMDELTA_SCAN_AUTO;
-  for (int i = 0; i < NGRAD; i++) {
-    char what[96];
-    snprintf(what, sizeof what, "branch backward %s max rel err (all runs)", grad_names[i]);
-    tu_report(what, worst_g[i]);
-  }
+  report_grads(worst_g, " (all runs)");
 }
 
 /* The reference backward against central differences of the reference forward, L = <grad_y, y>, on a tiny
