@@ -15,12 +15,16 @@
 #include <string.h>
 
 #include "camdelta_npy.h"
+#include "tool_cameras.h"
 
 static uint64_t g_s = 0x9E3779B97F4A7C15ull;
 static float uni(float lo, float hi) {
   g_s ^= g_s << 13, g_s ^= g_s >> 7, g_s ^= g_s << 17;
   return lo + (hi - lo) * (float)((g_s >> 40) / 16777216.0);
 }
+
+/* uni with the bounds as tool_cameras gives them (rounded to float first, as the float literals were). */
+static float uni_d(double lo, double hi) { return uni((float)lo, (float)hi); }
 
 /* When nonzero, put() zeroes every odd run of g_masked consecutive values (frames of a masked scan's gates). */
 static size_t g_masked;
@@ -140,12 +144,7 @@ int main(int argc, char **argv) {
     /* cameras: c2w near the identity, focal lengths near the image extent, centres near its middle */
     float *x = malloc(B * T * 20 * sizeof *x);
     if (!x) return 1;
-    for (size_t i = 0; i < B * T; i++) {
-      float *c = x + i * 20;
-      for (int k = 0; k < 16; k++) c[k] = (k % 5 == 0 ? 1.0f : 0.0f) + (k < 12 ? uni(-0.3f, 0.3f) : 0.0f);
-      c[16] = (float)Ws * uni(0.8f, 1.2f), c[17] = (float)Hs * uni(0.8f, 1.2f);
-      c[18] = (float)Ws * uni(0.4f, 0.6f), c[19] = (float)Hs * uni(0.4f, 0.6f);
-    }
+    tool_cameras(x, B * T, Hs, Ws, uni_d);
     char path[4096];
     snprintf(path, sizeof path, "%s/camera_conditions.npy", dir);
     if (camdelta_npy_write(path, CAMDELTA_NPY_F4, 3, cc, x) != CAMDELTA_OK) {

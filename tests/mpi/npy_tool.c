@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "camdelta_npy.h"
+#include "tool_cameras.h"
 
 static unsigned long long rng = 1;
 static float uni(double lo, double hi) {
@@ -92,12 +93,7 @@ int main(int argc, char **argv) {
     /* cameras: c2w near the identity, focal lengths near the image extent, centres near its middle */
     float *x = malloc(B * T * 20 * 4);
     if (!x) return 1;
-    for (size_t i = 0; i < B * T; i++) {
-      float *c = x + i * 20;
-      for (int k = 0; k < 16; k++) c[k] = (k % 5 == 0 ? 1.0f : 0.0f) + (k < 12 ? uni(-0.3, 0.3) : 0.0f);
-      c[16] = (float)Ws * uni(0.8, 1.2), c[17] = (float)Hs * uni(0.8, 1.2);
-      c[18] = (float)Ws * uni(0.4, 0.6), c[19] = (float)Hs * uni(0.4, 0.6);
-    }
+    tool_cameras(x, B * T, Hs, Ws, uni);
     char path[4096];
     snprintf(path, sizeof path, "%s/camera_conditions.npy", dir);
     const camdelta_status st = camdelta_npy_write(path, CAMDELTA_NPY_F4, 3, cc, x);
