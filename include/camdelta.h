@@ -581,7 +581,7 @@ CAMDELTA_API camdelta_status camdelta_output_transform_backward(camdelta_context
 
 /** Whole branch (§8.6): k_raw -> short conv -> prep (matrices from the cameras) -> beta discount -> scan pair
  *  (causal + chunk-masked reverse) -> output transform -> y. N = T*Hs*Ws, S = Hs*Ws, C = H*D.
- *  16-bit activations (docs/math.md §12): with dtype CAMDELTA_F16 or CAMDELTA_BF16, q_raw, k_raw, v_raw and y (and
+ *  16-bit activations (docs/math.md §8.7): with dtype CAMDELTA_F16 or CAMDELTA_BF16, q_raw, k_raw, v_raw and y (and
  *  the backward's grad_y, dq_raw, dk_raw, dv_raw) are in that dtype; the weights, cameras, beta, decay and their
  *  gradients stay f32, and so do the arithmetic and the scan's states (the conv's output k_conv is kept in the
  *  activations' dtype, as the model's conv writes it). docs/branch.md gives the measured accuracy per dtype. A dtype

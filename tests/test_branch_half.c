@@ -1,4 +1,4 @@
-/* The camera branch on 16-bit activations (docs/math.md §12): q_raw, k_raw, v_raw, y and grad_y, dq_raw, dk_raw,
+/* The camera branch on 16-bit activations (docs/math.md §8.7): q_raw, k_raw, v_raw, y and grad_y, dq_raw, dk_raw,
  * dv_raw in f16 or bf16, forward and backward, against the f64 reference fed the same rounded inputs (the activations
  * and grad_y rounded to the dtype, then exact in f64), on many shapes (one frame, D = 8 and 128, odd grids, every
  * chunk strategy, an explicit chunk_index, B > 1) and both scan paths (AUTO, and the fused pair); the bounds are
@@ -13,6 +13,7 @@
 
 #include "branch_problem.h"
 #include "camdelta_phases.h"
+#include "camera_op.h"
 
 typedef struct hb_shape {
   size_t B, T, Hs, Ws, H, D, cs;
@@ -276,6 +277,67 @@ static void test_against_f32(void **state) {
   }
 }
 
+/* The stores round to nearest even and the loads widen exactly: the output transform with identity matrices and
+ * tables (y = out) on chosen values (ties both ways, the largest float, a denormal, NaN) gives bit for bit the
+ * library's host conversions (camdelta_f32_to_f16 / _bf16; the Python tests check the bf16 one against NumPy),
+ * and its backward gives grad_out = the widened grad_y. (Identity products keep every finite value but -0 and f32
+ * denormals, which a device may flush: neither is among them; 3e-5 and -7.5e-6 are f16 subnormals. A NaN would spread
+ * through the products' zeros to its neighbours.) */
+static void test_conversions(void **state) {
+  (void)state;
+  camdelta_context *ctx = tu_context();
+  enum { NT = 40, DD = 8 };
+  const size_t n = NT * DD;
+  float out[NT * DD], pid[NT * 16], cosv[NT * DD / 2], sinv[NT * DD / 2];
+  const float special[] = {1.00390625f,  1.01171875f, -1.00390625f, 1.0009765625f, 1.0029296875f, 3.4028235e38f,
+                           65519.0f,     65520.0f,    3e-5f,        -7.5e-6f,      0.333333f};
+  tu_seed(5);
+  for (size_t i = 0; i < n; i++) out[i] = (float)tu_normal() * 3.0f;
+  for (size_t i = 0; i < sizeof special / sizeof special[0]; i++) out[i * 7] = special[i];
+  for (size_t t = 0; t < NT; t++)
+    for (int k = 0; k < 16; k++) pid[t * 16 + k] = k % 5 == 0 ? 1.0f : 0.0f;
+  for (size_t i = 0; i < NT * DD / 2; i++) cosv[i] = 1.0f, sinv[i] = 0.0f;
+  cl_mem mo = tu_upload(out, n * 4), mp = tu_upload(pid, sizeof pid), mc = tu_upload(cosv, sizeof cosv),
+         ms = tu_upload(sinv, sizeof sinv);
+  for (int k16 = 0; k16 < 2; k16++) {
+    const camdelta_dtype dt = k16 ? CAMDELTA_BF16 : CAMDELTA_F16;
+    cl_mem y = tu_buffer(n * 2), gout = tu_buffer(n * 4);
+    const camdelta_output_transform_args oa = {.B = 1, .N = NT, .H = 1, .D = DD, .out = {mo, 0}, .proj_o = {mp, 0},
+                                               .rope_cos = {mc, 0}, .rope_sin = {ms, 0}, .y = {y, 0},
+                                               .grad_out = {gout, 0}};
+    cd_launch l;
+    cd_launch_init(&l, NULL);
+    TU_OK(cd_launch_end(ctx, &l, cd_output_transform_enqueue(ctx, dt, 0, &oa, &l)));
+    uint16_t got[NT * DD], gy[NT * DD];
+    float back[NT * DD];
+    tu_download(y, 0, n * 2, got);
+    for (size_t t = 0; t < NT; t++)
+      for (size_t d = 0; d < DD; d++) {
+        const float x = out[d * NT + t]; /* out is (D, N), y (N, D) */
+        const uint16_t want = k16 ? camdelta_f32_to_bf16(x) : camdelta_f32_to_f16(x), h = got[t * DD + d];
+        if (h != want) fail_msg("%s: %.9g stored as 0x%04x, expected 0x%04x", camdelta_dtype_name(dt), (double)x, h, want);
+      }
+    /* the backward on y with its infinities (which the identity's zeros would spread) replaced by 1 */
+    const uint16_t inf = k16 ? 0x7F80 : 0x7C00, one = k16 ? 0x3F80 : 0x3C00;
+    for (size_t i = 0; i < n; i++) gy[i] = (got[i] & 0x7FFF) == inf ? one : got[i];
+    cl_mem mgy = tu_upload(gy, n * 2);
+    camdelta_output_transform_args ob = oa;
+    ob.grad_y = (camdelta_buffer){mgy, 0};
+    cd_launch_init(&l, NULL);
+    TU_OK(cd_launch_end(ctx, &l, cd_output_transform_enqueue(ctx, dt, 1, &ob, &l)));
+    tu_download(gout, 0, n * 4, back);
+    for (size_t t = 0; t < NT; t++)
+      for (size_t d = 0; d < DD; d++) {
+        const uint16_t h = gy[t * DD + d];
+        const float wide = k16 ? camdelta_bf16_to_f32(h) : camdelta_f16_to_f32(h), b = back[d * NT + t];
+        if (memcmp(&wide, &b, 4) != 0) fail_msg("%s: 0x%04x loaded as %.9g", camdelta_dtype_name(dt), h, (double)b);
+      }
+    clReleaseMemObject(mgy);
+    clReleaseMemObject(y), clReleaseMemObject(gout);
+  }
+  clReleaseMemObject(mo), clReleaseMemObject(mp), clReleaseMemObject(mc), clReleaseMemObject(ms);
+}
+
 /* Bad input: a clear status and message, nothing written. */
 static void test_bad_input(void **state) {
   (void)state;
@@ -331,6 +393,7 @@ static void test_bad_input(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_conversions),
       cmocka_unit_test(test_bad_input),
       cmocka_unit_test(test_against_f32),
       cmocka_unit_test(test_f16),

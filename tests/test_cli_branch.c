@@ -302,7 +302,7 @@ static int teardown(void **state) {
 }
 
 /* --dtype f16 | bf16: the activations as <f2 or <u2 (bfloat16 bits) in and out, against the f64 reference fed the same
- * rounded inputs within docs/math.md §12's bounds; float activation files rounded to the dtype give the same bits;
+ * rounded inputs within docs/math.md §8.7's bounds; float activation files rounded to the dtype give the same bits;
  * <u2 without --dtype bf16, or beta as <u2, is an input error (exit 3) and --dtype on another operation a usage error,
  * each writing nothing. */
 static void save_as(const char *d, const char *name, camdelta_dtype dt, const size_t *shape, const float *x) {

@@ -574,7 +574,7 @@ def branch_forward(q_raw, k_raw, v_raw, *, conv_weight, q_norm_weight, k_norm_we
                    ctx=None):
     """The whole camera branch forward (docs/math.md §8.6): q_raw, k_raw, v_raw (B, N, H, D) -> y (B, N, H, D).
     The activations q_raw, k_raw, v_raw and y are float32, float16, or bfloat16 (bits in uint16 with
-    dtype='bf16'; docs/math.md §12), all three inputs alike; everything else is float32.
+    dtype='bf16'; docs/math.md §8.7), all three inputs alike; everything else is float32.
     conv_weight (C, 4), norm weights (C,), camera_conditions (B, T, 20), beta (B, H, T, S), decay (B, H, T);
     grid (T, Hs, Ws), patch (pt, ph, pw); chunking by chunk_size + chunk_strategy ('uniform', 'first_frame',
     'first_chunk_plus_one') or chunk_index (frame starts), none = one chunk; k_scale default D^-1/2·S^-1/2.

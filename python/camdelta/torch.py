@@ -368,7 +368,7 @@ def cam_branch_func(q_raw, k_raw, v_raw, *, conv_weight, q_norm_weight, k_norm_w
     (B, H, T); grid (T, Hs, Ws) with N = T·Hs·Ws, S = Hs·Ws; patch (pt, ph, pw); chunk_size + chunk_strategy
     ('uniform', 'first_frame', 'first_chunk_plus_one') or chunk_index (frame starts), none = one chunk; k_scale
     default D^-1/2·S^-1/2. Returns y (B, N, H, D); gradients flow to every input but camera_conditions.
-    q_raw, k_raw, v_raw are torch.float32, float16 or bfloat16 (one dtype; docs/math.md §12): y and the
+    q_raw, k_raw, v_raw are torch.float32, float16 or bfloat16 (one dtype; docs/math.md §8.7): y and the
     activations' gradients come in that dtype; the other inputs and their gradients are float32."""
     options = dict(grid=tuple(grid), patch=tuple(patch), chunk_size=chunk_size, chunk_strategy=chunk_strategy,
                    chunk_index=chunk_index, k_scale=k_scale, norm_eps=norm_eps, algorithm=algorithm,

@@ -116,7 +116,7 @@ def test_bf16_conversions_are_the_librarys(inputs):
                           np.array([lib.camdelta_bf16_to_f32(int(h)) for h in mine[~nan]], np.float32))
 
 
-# 16-bit activations (docs/math.md §12): against the f64 reference fed the same rounded inputs; y within 2e-3 (f16)
+# 16-bit activations (docs/math.md §8.7): against the f64 reference fed the same rounded inputs; y within 2e-3 (f16)
 # and 1.6e-2 (bf16) of max |reference|, every gradient within twice that
 HALF = {"f16": 2e-3, "bf16": 1.6e-2}
 
