@@ -35,6 +35,8 @@ static const char *const grad_names[NGRAD] = {"dq_raw", "dk_raw", "dv_raw", "dco
 
 /* worst errors per dtype (0 f16, 1 bf16): y, then the gradients */
 static double worst_y[2], worst_g[2][NGRAD];
+/* backwards a device's work-group limit rules out (never on PoCL; the D = 8 shapes run everywhere) */
+static unsigned skipped_backward;
 
 typedef struct hb_problem {
   hb_shape s;
@@ -167,7 +169,21 @@ static void run_half(const hb_shape *s, camdelta_dtype dt, camdelta_scan_algorit
                                    .dv_raw = {gm[GV], 0}, .dconv_weight = {gm[GW], 0},
                                    .dq_norm_weight = {gm[GQW], 0}, .dk_norm_weight = {gm[GKW], 0},
                                    .dbeta = {gm[GBETA], 0}, .ddecay = {gm[GDECAY], 0}, .profile = NULL};
-  TU_OK(camdelta_branch_backward(ctx, &a, &g, saved));
+  const camdelta_status bst = camdelta_branch_backward(ctx, &a, &g, saved);
+  if (bst == CAMDELTA_ERROR_UNSUPPORTED && strstr(camdelta_last_message(), "the device allows")) {
+    /* the scan backward's work-group needs more than this device gives (Rusticl on llvmpipe: 32 work-items): the
+     * forward was checked, the backward of this shape cannot run here */
+    printf("[ skipped  ] %s D=%zu backward: %s\n", camdelta_dtype_name(dt), s->D, camdelta_last_message());
+    skipped_backward++;
+    for (int i = 0; i < NGRAD; i++) clReleaseMemObject(gm[i]);
+    for (int i = 0; i < NIN; i++) free(in64[i]);
+    free(ry);
+    camdelta_branch_saved_destroy(saved);
+    clReleaseMemObject(y);
+    problem_free(&p);
+    return;
+  }
+  TU_OK(bst);
   double *rg[NGRAD];
   for (int i = 0; i < NGRAD; i++) {
     rg[i] = malloc(gcnt[i] * sizeof(double));
@@ -227,6 +243,9 @@ static void run_all(camdelta_dtype dt) {
   for (size_t i = 0; i < sizeof chunkwise / sizeof chunkwise[0]; i++)
     run_half(&shapes[chunkwise[i]], dt, CAMDELTA_SCAN_CHUNKWISE, 700 + i);
   const size_t di = dt == CAMDELTA_BF16;
+  /* D = 8 needs the fewest work-items: only the 8 runs with D > 8 (of 13) may be skipped */
+  assert_true(skipped_backward <= 8);
+  skipped_backward = 0;
   char what[96];
   snprintf(what, sizeof what, "branch %s forward y max rel err", camdelta_dtype_name(dt));
   tu_report(what, worst_y[di]);
