@@ -25,7 +25,8 @@
  * depend on the L2 cache keeping them (docs/performance.md has the times). No atomics; every sum has a fixed order
  * (bit-identical run to run).
  *
- * Build options: CD_DTYPE, CD_SDTYPE (common.cl), CD_D, CD_TT (tokens per tile of cd_prep_bwd_grads), CD_UW (its 4-channel units per
+ * Build options: CD_DTYPE, CD_SDTYPE (common.cl), CD_D, CD_TT (tokens per tile of cd_prep_bwd_grads), CD_UW (its
+ * 4-channel units per
  * work-group, a divisor of D/4: the work-group has CD_TT * CD_UW work-items), CD_G2. */
 
 #ifndef CD_D

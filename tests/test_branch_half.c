@@ -334,7 +334,8 @@ static void test_conversions(void **state) {
       for (size_t d = 0; d < DD; d++) {
         const float x = out[d * NT + t]; /* out is (D, N), y (N, D) */
         const uint16_t want = k16 ? camdelta_f32_to_bf16(x) : camdelta_f32_to_f16(x), h = got[t * DD + d];
-        if (h != want) fail_msg("%s: %.9g stored as 0x%04x, expected 0x%04x", camdelta_dtype_name(dt), (double)x, h, want);
+        if (h != want)
+          fail_msg("%s: %.9g stored as 0x%04x, expected 0x%04x", camdelta_dtype_name(dt), (double)x, h, want);
       }
     /* the backward on y with its infinities (which the identity's zeros would spread) replaced by 1 */
     const uint16_t inf = k16 ? 0x7F80 : 0x7C00, one = k16 ? 0x3F80 : 0x3C00;

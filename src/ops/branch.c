@@ -794,8 +794,8 @@ static camdelta_status bwd_conv(camdelta_branch_run *r, camdelta_branch_request 
   camdelta_status st = CAMDELTA_OK;
   if (!r->has_part) {
     group_begin(r, &l);
-    st = cd_short_conv_enqueue_backward(ctx, a->dtype, B, T, S, C, a->k_raw, a->conv_weight, s->mem[SEG], r->x[DQ2], gr->dk_raw,
-                                        gr->dconv_weight, &l);
+    st = cd_short_conv_enqueue_backward(ctx, a->dtype, B, T, S, C, a->k_raw, a->conv_weight, s->mem[SEG], r->x[DQ2],
+                                        gr->dk_raw, gr->dconv_weight, &l);
     return group_end(r, &l, st);
   }
   cd_workspace *ws = &r->pl->ws;
@@ -1044,7 +1044,7 @@ camdelta_status cd_branch_block_start(camdelta_context *ctx, const char *op, con
     const size_t back = block->f0 < 3 ? block->f0 : 3;
     r->g.f0 = block->f0, r->g.e0 = block->f0 - back, r->g.Te = back + r->a.T;
   }
-  if (!st) st = branch_acquire(ctx, r->a.D, &r->pe);
+  if (!st) st = branch_acquire(ctx, r->a.D, r->a.dtype, &r->pe);
   if (st) {
     camdelta_branch_run_destroy(r);
     return st;

@@ -87,7 +87,8 @@ static camdelta_status ot_plan(cd_call *c) {
   cl_kernel k;
   size_t ts;
   const camdelta_status st =
-      cd_branch_kernel(c->ctx, CAMDELTA_F32, ((const camdelta_output_transform_args *)c->args)->D, "cd_output_transform", &k, &ts);
+      cd_branch_kernel(c->ctx, CAMDELTA_F32, ((const camdelta_output_transform_args *)c->args)->D,
+                       "cd_output_transform", &k, &ts);
   if (!st) clReleaseKernel(k);
   return st;
 }

@@ -231,7 +231,8 @@ static camdelta_status pf_check(cd_call *c) {
   camdelta_status st = cd_prep_check_shape(c->entry->op, a->B, a->N, a->H, a->D, a->dtype, a->k_scale, a->norm_eps);
   if (st) return st;
   cd_prep_use_inputs(c, a->B, a->N, a->H, a->D, a->dtype, 1);
-  const size_t es = cd_scan_es(cd_store_code(a->dtype, ((const pf_call *)c->op)->scan_f32)), BNHD = a->B * a->N * a->H * a->D;
+  const size_t es = cd_scan_es(cd_store_code(a->dtype, ((const pf_call *)c->op)->scan_f32));
+  const size_t BNHD = a->B * a->N * a->H * a->D;
   for (int i = PF_Q; i <= PF_V; i++) c->use[i] = (cd_use){.need = CD_REQUIRED, .elems = BNHD, .es = es};
   c->use[PF_INFLATION_SQ] = (cd_use){.need = CD_REQUIRED, .elems = a->B * a->H * a->N, .es = 4};
   return CAMDELTA_OK;

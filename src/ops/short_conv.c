@@ -180,10 +180,10 @@ static camdelta_status conv_enqueue(cd_call *c, cd_launch *l) {
   const conv_call *s = c->op;
   if (conv_idle(c)) return CAMDELTA_OK;
   if (!s->backward)
-    return cd_short_conv_enqueue_forward(c->ctx, CAMDELTA_F32, a->B, a->T, a->S, a->C, a->k_raw, a->conv_weight, s->seg_end,
-                                         a->k_conv, l);
-  return cd_short_conv_enqueue_backward(c->ctx, CAMDELTA_F32, a->B, a->T, a->S, a->C, a->k_raw, a->conv_weight, s->seg_end,
-                                        a->grad_k_conv, a->dk_raw, a->dconv_weight, l);
+    return cd_short_conv_enqueue_forward(c->ctx, CAMDELTA_F32, a->B, a->T, a->S, a->C, a->k_raw, a->conv_weight,
+                                         s->seg_end, a->k_conv, l);
+  return cd_short_conv_enqueue_backward(c->ctx, CAMDELTA_F32, a->B, a->T, a->S, a->C, a->k_raw, a->conv_weight,
+                                        s->seg_end, a->grad_k_conv, a->dk_raw, a->dconv_weight, l);
 }
 
 static camdelta_status conv_end(cd_call *c, camdelta_status st) {
