@@ -34,19 +34,10 @@ static const char *cli_path(void) {
 static cli_result *run_env(const char *env, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 #endif
 static cli_result *run_env(const char *env, const char *fmt, ...) {
-  char args[8192], cmd[12288], outp[1200], errp[1200];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(args, sizeof args, fmt, ap);
+  g_res.code = tu_run_cli(env, cli_path(), NULL, 0, g_res.out, sizeof g_res.out, g_res.err, sizeof g_res.err, fmt, ap);
   va_end(ap);
-  snprintf(outp, sizeof outp, "%s/cli.stdout", tu_tmpdir());
-  snprintf(errp, sizeof errp, "%s/cli.stderr", tu_tmpdir());
-  snprintf(cmd, sizeof cmd, "%s '%s' %s >'%s' 2>'%s' </dev/null", env ? env : "", cli_path(), args, outp, errp);
-  int st = system(cmd);
-  assert_true(st != -1);
-  g_res.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
-  tu_slurp(outp, g_res.out, sizeof g_res.out);
-  tu_slurp(errp, g_res.err, sizeof g_res.err);
   return &g_res;
 }
 #define run(...) run_env(NULL, __VA_ARGS__)

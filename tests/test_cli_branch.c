@@ -19,17 +19,10 @@ static char g_err[16384];
 static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 #endif
 static int run(const char *fmt, ...) {
-  char args[8192], cmd[12288], errp[1200];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(args, sizeof args, fmt, ap);
+  g_code = tu_run_cli(NULL, getenv("CAMDELTA_CLI"), NULL, 0, NULL, 0, g_err, sizeof g_err, fmt, ap);
   va_end(ap);
-  snprintf(errp, sizeof errp, "%s/cli.stderr", tu_tmpdir());
-  snprintf(cmd, sizeof cmd, "'%s' %s >/dev/null 2>'%s' </dev/null", getenv("CAMDELTA_CLI"), args, errp);
-  const int st = system(cmd);
-  assert_true(st != -1);
-  g_code = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-  tu_slurp(errp, g_err, sizeof g_err);
   return g_code;
 }
 

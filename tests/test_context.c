@@ -5,7 +5,7 @@
 #include <string.h>
 #include <threads.h>
 
-#include "internal.h"
+#include "runtime/internal.h"
 #include "prep_problem.h"
 
 /* The version as the built shared library reports it (dlopen'd: not this test's own compile-time macros) against
@@ -255,7 +255,5 @@ int main(void) {
       cmocka_unit_test(test_threads),
       cmocka_unit_test(test_marker_event),
   };
-  int rc = cmocka_run_group_tests(tests, NULL, NULL);
-  tu_context_release();
-  return rc;
+  return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
 }

@@ -13,7 +13,7 @@
 #include "camdelta_packed.h"
 #include "camdelta_stream.h"
 #include "camdelta_summary.h"
-#include "internal.h"
+#include "runtime/internal.h"
 #include "testutil.h"
 
 typedef struct shape {

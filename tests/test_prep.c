@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
-#include "prep_common.h"
+#include "runtime/internal.h"
+#include "ops/prep_common.h"
 #include "prep_problem.h"
 
 typedef struct shape {

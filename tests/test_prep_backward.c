@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backward.h"
-#include "internal.h"
+#include "ops/backward.h"
+#include "runtime/internal.h"
 #include "prep_problem.h"
 
 enum { GQ = 1, GK = 2, GV = 4, GI = 8, GALL = 15 };
@@ -566,7 +566,5 @@ int main(void) {
       cmocka_unit_test(test_prep_backward_three_kernels),
       cmocka_unit_test(test_prep_backward_tiles_env),
   };
-  int r = cmocka_run_group_tests(tests, NULL, NULL);
-  tu_context_release();
-  return r;
+  return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
 }

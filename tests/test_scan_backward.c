@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine.h"
-#include "internal.h"
+#include "scan/engine.h"
+#include "runtime/internal.h"
 #include "testutil.h"
-#include "tc.h"
+#include "scan/tc.h"
 
 #define BOUND 1e-4
 
@@ -404,7 +404,7 @@ static void test_scan_backward_tile_override(void **state) {
     bwd_plan(plan, sizeof plan);
     if (!strstr(plan, shown[i]) || !strstr(plan, "(tiles overridden)"))
       fail_msg("plan '%s' does not show the override '%s'", plan, shown[i]);
-    char got[256];
+    char got[1024];
     TU_OK(camdelta_tune_get(tu_context(), "backward", 32, got, sizeof got));
     assert_non_null(strstr(got, "(override)"));
     for (int rev = 0; rev < 2; rev++) {
@@ -421,9 +421,6 @@ static void test_scan_backward_tile_override(void **state) {
     const char *value, *needle;
     camdelta_status want;
   } bad[] = {
-      {"RPT=4,FOO=1", "unknown key 'FOO'", CAMDELTA_ERROR_INVALID_ARGUMENT},
-      {"TL", "is not KEY=N", CAMDELTA_ERROR_INVALID_ARGUMENT},
-      {"TL=-1", "[1, 4096]", CAMDELTA_ERROR_INVALID_ARGUMENT},
       {"RPT=6", "RPT must be", CAMDELTA_ERROR_UNSUPPORTED},
       {"TSG=12", "TSG must be", CAMDELTA_ERROR_UNSUPPORTED},
       {"DPT=12", "DPT must be", CAMDELTA_ERROR_UNSUPPORTED},
@@ -448,6 +445,9 @@ static void test_scan_backward_tile_override(void **state) {
     device_free(&d);
   }
   assert_int_equal(unsetenv("CAMDELTA_SCAN_BWD_TILES"), 0);
+  /* what the option registry refuses (a key or value outside its declaration) fails the context's creation */
+  static const char *const refused[] = {"RPT=4,FOO=1", "TL", "TL=-1", "RL=4097"};
+  tu_check_bad_env("CAMDELTA_SCAN_BWD_TILES", refused, sizeof refused / sizeof *refused);
   assert_int_equal(unsetenv("CAMDELTA_TC"), 0);
   tu_context_release();
   sb_device d;
@@ -550,7 +550,5 @@ int main(void) {
       cmocka_unit_test(test_scan_backward_warm),          cmocka_unit_test(test_scan_backward_tile_override),
       cmocka_unit_test(test_scan_backward_saved_a_emulated),
   };
-  int r = cmocka_run_group_tests(tests, NULL, NULL);
-  tu_context_release();
-  return r;
+  return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
 }

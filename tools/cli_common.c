@@ -1,5 +1,6 @@
 /* Option parsing, error output and .npy <-> device helpers for the tool. */
 #include "cli_common.h"
+#include "cli_shape.h"
 #include "usage.h"
 
 #include <errno.h>
@@ -397,4 +398,23 @@ int cli_run_finish(camdelta_context *ctx, camdelta_status st, const char *call, 
     printf(" to %s\n", dir);
   }
   return CLI_EXIT_OK;
+}
+
+int cli_reps_option(cli_args *a, size_t *reps, size_t *warmup) {
+  const char *v = NULL;
+  int r = cli_value(a, "--reps", &v);
+  if (r > 0) return cli_parse_count("--reps", v, 1, CLI_MAX_REPS, reps) ? 1 : -1;
+  if (!r && (r = cli_value(a, "--warmup", &v)) > 0) return cli_parse_count("--warmup", v, 0, CLI_MAX_REPS, warmup) ? 1 : -1;
+  return r;
+}
+
+int cli_context_for(camdelta_context **ctx, const char *selector, const cli_budget *bud, const char *what) {
+  *ctx = NULL;
+  int rc = cli_budget_check(bud, NULL, what); /* the host, no device yet */
+  if (rc || (rc = cli_context(ctx, selector))) return rc;
+  if ((rc = cli_budget_check(bud, *ctx, what))) {
+    camdelta_context_destroy(*ctx);
+    *ctx = NULL;
+  }
+  return rc;
 }

@@ -26,6 +26,9 @@ int cli_flag(cli_args *a, const char *name);
  *  returns 1. Returns -1 (after printing a usage error) when the value is
  *  missing, 0 when argv[i] is another argument. */
 int cli_value(cli_args *a, const char *name, const char **value);
+/** The benchmarks' --reps N (1 to CLI_MAX_REPS) and --warmup N (0 to CLI_MAX_REPS): as cli_value, 1 when argv[i]
+ *  was one of them and its value parsed into *reps or *warmup, -1 (after a usage error) on a bad value. */
+int cli_reps_option(cli_args *a, size_t *reps, size_t *warmup);
 /** Parse a finite number >= 0 for option `opt` (no sign, no leading space, no inf/nan); 0 (after printing a
  *  usage error) on failure. */
 int cli_parse_double(const char *opt, const char *text, double *out);
@@ -118,6 +121,9 @@ int cli_run_finish(camdelta_context *ctx, camdelta_status st, const char *call, 
 /** Create the context for `selector` (NULL: CAMDELTA_DEVICE / default);
  *  a device error (exit 4) naming the selector otherwise. */
 int cli_context(camdelta_context **ctx, const char *selector);
+/** The budget's host part checked, then the context for `selector` created and the budget's device part checked
+ *  (`what` names the shape in messages): 0 with *ctx, or the exit code with no context left. */
+int cli_context_for(camdelta_context **ctx, const char *selector, const cli_budget *bud, const char *what);
 
 /* -------------------------------------------------------------- commands */
 int cmd_info(int argc, char **argv);

@@ -490,10 +490,8 @@ int cmd_bench(int argc, char **argv) {
       if (r < 0) return CLI_EXIT_USAGE;
     } else if ((r = cli_value(&a, "--only", &only))) {
       if (r < 0) return CLI_EXIT_USAGE;
-    } else if ((r = cli_value(&a, "--reps", &v))) {
-      if (r < 0 || !cli_parse_count("--reps", v, 1, CLI_MAX_REPS, &reps)) return CLI_EXIT_USAGE;
-    } else if ((r = cli_value(&a, "--warmup", &v))) {
-      if (r < 0 || !cli_parse_count("--warmup", v, 0, CLI_MAX_REPS, &warmup)) return CLI_EXIT_USAGE;
+    } else if ((r = cli_reps_option(&a, &reps, &warmup))) {
+      if (r < 0) return CLI_EXIT_USAGE;
     } else if ((r = cli_value(&a, "--peak-gbs", &v))) {
       if (r < 0 || !cli_parse_double("--peak-gbs", v, &peak_gbs)) return CLI_EXIT_USAGE;
     } else if ((r = cli_value(&a, "--peak-tflops", &v))) {

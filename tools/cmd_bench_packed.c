@@ -46,10 +46,8 @@ int cmd_bench_packed(int argc, char **argv) {
       B = sh.B, H = sh.H, D = sh.D, F = sh.F, S = sh.S;
     } else if ((r = cli_value(&a, "--device", &device))) {
       if (r < 0) return CLI_EXIT_USAGE;
-    } else if ((r = cli_value(&a, "--reps", &v))) {
-      if (r < 0 || !cli_parse_count("--reps", v, 1, CLI_MAX_REPS, &reps)) return CLI_EXIT_USAGE;
-    } else if ((r = cli_value(&a, "--warmup", &v))) {
-      if (r < 0 || !cli_parse_count("--warmup", v, 0, CLI_MAX_REPS, &warmup)) return CLI_EXIT_USAGE;
+    } else if ((r = cli_reps_option(&a, &reps, &warmup))) {
+      if (r < 0) return CLI_EXIT_USAGE;
     } else {
       return cli_error(CLI_EXIT_USAGE, "bench --packed: unknown option '%s' (--shape, --device, --reps, --warmup)",
                        argv[a.i]);
@@ -63,14 +61,9 @@ int cmd_bench_packed(int argc, char **argv) {
   cli_budget_device(&bud, 2, B * H, F * 4);
   cli_budget_host(&bud, 1, B * F + B + 2, 8);
   cli_budget_host(&bud, 3, reps, sizeof(double));
-  int rc = cli_budget_check(&bud, NULL, "bench --packed: this shape"); /* the host, no device yet */
-  if (rc) return rc;
   camdelta_context *ctx = NULL;
-  if ((rc = cli_context(&ctx, device))) return rc;
-  if ((rc = cli_budget_check(&bud, ctx, "bench --packed: this shape"))) {
-    camdelta_context_destroy(ctx);
-    return rc;
-  }
+  int rc = cli_context_for(&ctx, device, &bud, "bench --packed: this shape");
+  if (rc) return rc;
   int64_t *fo = malloc((B * F + 1) * 8), *co = malloc((B + 1) * 8);
   if (!fo || !co) rc = cli_error(CLI_EXIT_FAILURE, "out of host memory");
   for (size_t f = 0; !rc && f <= B * F; f++) fo[f] = (int64_t)(f * S);

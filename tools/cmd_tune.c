@@ -98,14 +98,9 @@ int cmd_tune(int argc, char **argv) {
   cli_budget_device(&bud, 2, gates, 4);
   cli_budget_device(&bud, 2, bhf, 4);
   cli_budget_host(&bud, 1, tok, 4);
-  int rc = cli_budget_check(&bud, NULL, "tune: this shape"); /* the host, no device yet */
-  if (rc) return rc;
   camdelta_context *ctx = NULL;
-  if ((rc = cli_context(&ctx, device))) return rc;
-  if ((rc = cli_budget_check(&bud, ctx, "tune: this shape"))) {
-    camdelta_context_destroy(ctx);
-    return rc;
-  }
+  int rc = cli_context_for(&ctx, device, &bud, "tune: this shape");
+  if (rc) return rc;
   camdelta_device_info info;
   camdelta_context_info(ctx, &info);
   printf("camdelta tune: B=%zu H=%zu D=%zu F=%zu S=%zu, precision %s, on %s (%s)\n", s[0], s[1], s[2], s[3], s[4],
@@ -204,10 +199,11 @@ int cmd_tune(int argc, char **argv) {
   if (!rc) {
     printf("\ntable entry (src/scan/tc_params.c):\n");
     for (int f = 0; f < 3; f++) {
-      char now[160];
+      char now[1024];
       if (camdelta_tune_get(ctx, fam[f].name, s[2], now, sizeof now) == CAMDELTA_OK) {
-        unsigned t[5];
-        if (sscanf(now, "WM=%u WN=%u MR=%u NR=%u KC=%u", &t[0], &t[1], &t[2], &t[3], &t[4]) == 5)
+        unsigned t[5]; /* the tiles the head dim resolves to follow the family's values: "...; for D=64: WM=.." */
+        const char *tiles = strstr(now, ": WM=");
+        if (tiles && sscanf(tiles + 2, "WM=%u WN=%u MR=%u NR=%u KC=%u", &t[0], &t[1], &t[2], &t[3], &t[4]) == 5)
           printf("    {\"%s\", \"%s\", CD_TC_%s, %zu, %zu, {%u, %u, %u, %u, %u}, %s},\n", info.device_vendor,
                  info.device_name, f == 0 ? "GRAM" : f == 1 ? "APPLY" : "FRAMES", s[2], s[2], t[0], t[1], t[2],
                  t[3], t[4], prec == CAMDELTA_PRECISION_TF32 ? "TF32" : "EXACT");

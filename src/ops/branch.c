@@ -35,13 +35,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "branch_block.h"
-#include "branch_common.h"
+#include "ops/branch_block.h"
+#include "ops/branch_common.h"
 #include "camdelta_phases.h"
-#include "camera_op.h"
-#include "engine.h"
-#include "plan.h"
-#include "prep_common.h"
+#include "ops/camera_op.h"
+#include "scan/engine.h"
+#include "ops/prep_common.h"
 
 enum { PQ, PKV, PO, RC, RS, KCONV, QB, KB, VB, INFL, IOTA, BP, BR, DR, OUTC, OUTR, MASK, SEG, NBUF };
 
@@ -61,13 +60,7 @@ struct camdelta_branch_saved {
 };
 
 camdelta_status camdelta_branch_saved_create(camdelta_context *ctx, camdelta_branch_saved **out) {
-  cd_clear_error();
-  if (!ctx || !out)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_branch_saved_create: '%s' is NULL", ctx ? "out" : "ctx");
-  *out = calloc(1, sizeof **out);
-  if (!*out) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "camdelta_branch_saved_create: out of host memory");
-  (*out)->ctx = ctx;
-  return CAMDELTA_OK;
+  CD_CREATE_OBJECT("camdelta_branch_saved_create", ctx, out);
 }
 
 void camdelta_branch_saved_destroy(camdelta_branch_saved *s) {

@@ -1,7 +1,7 @@
 /* Internal entry points of the camera-branch operations, used by the whole branch (src/ops/branch.c). */
 #ifndef CAMDELTA_CAMERA_OP_H
 #define CAMDELTA_CAMERA_OP_H
-#include "internal.h"
+#include "runtime/internal.h"
 
 /** The camera-conditions rule on the device buffer `cc` of B*T frames (checked to hold them): read back to the host
  *  (waiting for the queue's earlier work on it) and refused (INVALID_ARGUMENT, cd_camera_inf_error) when a value is

@@ -1,7 +1,7 @@
 /* Output transform (docs/math.md §8.5), forward and backward: checks and the launches of cl/branch.cl. */
-#include "branch_common.h"
-#include "camera_op.h"
-#include "prep_common.h"
+#include "ops/branch_common.h"
+#include "ops/camera_op.h"
+#include "ops/prep_common.h"
 
 camdelta_status cd_branch_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, const char *name,
                                  cl_kernel *k, size_t *ts) {
@@ -20,16 +20,9 @@ camdelta_status cd_output_transform_enqueue(camdelta_context *ctx, camdelta_dtyp
     cd_arg_buf(&g, a->out);
     cd_arg_buf(&g, a->out2.mem ? a->out2 : a->out);
     cd_arg_u32(&g, a->out2.mem ? 1u : 0u);
-    cd_arg_buf(&g, a->proj_o);
-    cd_arg_buf(&g, a->rope_cos);
-    cd_arg_buf(&g, a->rope_sin);
-    cd_arg_buf(&g, a->y);
+    CD_ARG_BUFS(&g, a->proj_o, a->rope_cos, a->rope_sin, a->y);
   } else {
-    cd_arg_buf(&g, a->grad_y);
-    cd_arg_buf(&g, a->proj_o);
-    cd_arg_buf(&g, a->rope_cos);
-    cd_arg_buf(&g, a->rope_sin);
-    cd_arg_buf(&g, a->grad_out);
+    CD_ARG_BUFS(&g, a->grad_y, a->proj_o, a->rope_cos, a->rope_sin, a->grad_out);
   }
   cd_arg_u64(&g, a->N);
   cd_arg_u32(&g, (uint32_t)a->H);

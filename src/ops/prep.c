@@ -4,17 +4,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
-#include "prep_common.h"
+#include "runtime/internal.h"
+#include "ops/prep_common.h"
 
 camdelta_status camdelta_prep_saved_create(camdelta_context *ctx, camdelta_prep_saved **out) {
-  cd_clear_error();
-  if (!ctx || !out)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_prep_saved_create: '%s' is NULL", ctx ? "out" : "ctx");
-  *out = calloc(1, sizeof **out);
-  if (!*out) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "camdelta_prep_saved_create: out of host memory");
-  (*out)->ctx = ctx;
-  return CAMDELTA_OK;
+  CD_CREATE_OBJECT("camdelta_prep_saved_create", ctx, out);
 }
 
 void camdelta_prep_saved_destroy(camdelta_prep_saved *saved) {
@@ -275,10 +269,7 @@ static camdelta_status pf_enqueue(cd_call *c, cd_launch *l) {
   for (int i = 0; i < CD_PREP_INPUTS; i++) cd_arg_buf(&g, in[i]);
   cd_arg_mem(&g, s->inv);
   cd_arg_u64(&g, 0);
-  cd_arg_buf(&g, a->q);
-  cd_arg_buf(&g, a->k);
-  cd_arg_buf(&g, a->v);
-  cd_arg_buf(&g, a->inflation_sq);
+  CD_ARG_BUFS(&g, a->q, a->k, a->v, a->inflation_sq);
   cd_arg_u64(&g, N);
   if (!pf->regs) cd_arg_u32(&g, (uint32_t)H);
   if (fused) cd_arg_u64(&g, B);

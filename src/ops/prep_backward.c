@@ -14,11 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backward.h"
-#include "internal.h"
-#include "prep_backward_fused.h"
-#include "prep_common.h"
-#include "engine.h"
+#include "ops/backward.h"
+#include "runtime/internal.h"
+#include "ops/prep_backward_fused.h"
+#include "ops/prep_common.h"
+#include "scan/engine.h"
 
 static const char OP[] = "camdelta_prep_backward";
 
@@ -259,29 +259,10 @@ static camdelta_status pb_enqueue(cd_call *c, cd_launch *l) {
     st = cd_prep_inv_rms(ctx, B, N, H, D, args->dtype, args->norm_eps, args->q_raw, args->k_raw, s->scr[INV], l);
   if (!st) {
     cd_args a = {s->k.heads, 0, CL_SUCCESS};
-    cd_arg_buf(&a, args->q_raw);
-    cd_arg_buf(&a, args->k_raw);
-    cd_arg_buf(&a, OPT(args->v_raw));
-    cd_arg_buf(&a, args->q_norm_weight);
-    cd_arg_buf(&a, args->k_norm_weight);
-    cd_arg_buf(&a, args->proj_q);
-    cd_arg_buf(&a, args->proj_kv);
-    cd_arg_buf(&a, args->rope_cos);
-    cd_arg_buf(&a, args->rope_sin);
-    cd_arg_buf(&a, binv);
-    cd_arg_buf(&a, OPT(args->grad_q));
-    cd_arg_buf(&a, OPT(args->grad_k));
-    cd_arg_buf(&a, OPT(args->grad_v));
-    cd_arg_buf(&a, OPT(args->grad_inflation_sq));
-    cd_arg_buf(&a, args->dq_raw);
-    cd_arg_buf(&a, args->dk_raw);
-    cd_arg_buf(&a, args->dv_raw);
-    cd_arg_buf(&a, bs[UQ]);
-    cd_arg_buf(&a, bs[UK]);
-    cd_arg_buf(&a, bs[PS]);
-    cd_arg_buf(&a, bs[PW]);
-    cd_arg_buf(&a, bs[PP]);
-    cd_arg_buf(&a, bs[PRH]);
+    CD_ARG_BUFS(&a, args->q_raw, args->k_raw, OPT(args->v_raw), args->q_norm_weight, args->k_norm_weight, args->proj_q,
+                args->proj_kv, args->rope_cos, args->rope_sin, binv, OPT(args->grad_q), OPT(args->grad_k),
+                OPT(args->grad_v), OPT(args->grad_inflation_sq), args->dq_raw, args->dk_raw, args->dv_raw, bs[UQ],
+                bs[UK], bs[PS], bs[PW], bs[PP], bs[PRH]);
     cd_arg_u64(&a, N);
     cd_arg_u32(&a, (uint32_t)H);
     cd_arg_f32(&a, args->k_scale);
@@ -292,21 +273,8 @@ static camdelta_status pb_enqueue(cd_call *c, cd_launch *l) {
   }
   if (!st) {
     cd_args a = {s->k.tokens, 0, CL_SUCCESS};
-    cd_arg_buf(&a, args->q_raw);
-    cd_arg_buf(&a, args->k_raw);
-    cd_arg_buf(&a, args->q_norm_weight);
-    cd_arg_buf(&a, args->k_norm_weight);
-    cd_arg_buf(&a, binv);
-    cd_arg_buf(&a, args->dq_raw);
-    cd_arg_buf(&a, args->dk_raw);
-    cd_arg_buf(&a, bs[UQ]);
-    cd_arg_buf(&a, bs[UK]);
-    cd_arg_buf(&a, bs[PS]);
-    cd_arg_buf(&a, bs[PP]);
-    cd_arg_buf(&a, bs[PRH]);
-    cd_arg_buf(&a, bs[PR]);
-    cd_arg_buf(&a, OPT(args->dproj_q));
-    cd_arg_buf(&a, OPT(args->dproj_kv));
+    CD_ARG_BUFS(&a, args->q_raw, args->k_raw, args->q_norm_weight, args->k_norm_weight, binv, args->dq_raw,
+                args->dk_raw, bs[UQ], bs[UK], bs[PS], bs[PP], bs[PRH], bs[PR], OPT(args->dproj_q), OPT(args->dproj_kv));
     cd_arg_u64(&a, N);
     cd_arg_u32(&a, (uint32_t)H);
     cd_arg_u32(&a, flags);
@@ -327,12 +295,8 @@ static camdelta_status pb_enqueue(cd_call *c, cd_launch *l) {
     const size_t nwb = (2 * C + lws[0] - 1) / lws[0];
     const size_t nrb = want_rope ? (2 * N * Dh + lws[0] * lws[1] - 1) / (lws[0] * lws[1]) : 0;
     cd_args a = {s->k.reduce, 0, CL_SUCCESS};
-    cd_arg_buf(&a, bs[PW]);
-    cd_arg_buf(&a, bs[PR]);
-    cd_arg_buf(&a, args->dq_norm_weight);
-    cd_arg_buf(&a, args->dk_norm_weight);
-    cd_arg_buf(&a, OPT(args->drope_cos));
-    cd_arg_buf(&a, OPT(args->drope_sin));
+    CD_ARG_BUFS(&a, bs[PW], bs[PR], args->dq_norm_weight, args->dk_norm_weight, OPT(args->drope_cos),
+                OPT(args->drope_sin));
     cd_arg_u32(&a, (uint32_t)C);
     cd_arg_u64(&a, slots);
     cd_arg_u32(&a, (uint32_t)B);

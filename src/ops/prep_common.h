@@ -1,7 +1,7 @@
 /* Pieces of the prep forward shared with the prep backward. */
 #ifndef CAMDELTA_PREP_COMMON_H
 #define CAMDELTA_PREP_COMMON_H
-#include "internal.h"
+#include "runtime/internal.h"
 
 /** Shape, dtype and scalar checks of a prep call. */
 camdelta_status cd_prep_check_shape(const char *op, size_t B, size_t N, size_t H, size_t D, camdelta_dtype dtype,

@@ -3,9 +3,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "branch_common.h"
-#include "device.h"
-#include "camera_op.h"
+#include "ops/branch_common.h"
+#include "ops/camera_op.h"
 
 /* Spatial positions per backward work-item (option "conv" SB; src/options/table.c): fewer give more work-items
  * (memory-level parallelism) and more weight partials to sum. */

@@ -4,9 +4,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "device.h"
-#include "internal.h"
-#include "tiles.h"
+#include "runtime/device.h"
+#include "runtime/internal.h"
 
 static double now_ms(void) {
   struct timespec ts;
@@ -60,20 +59,12 @@ static camdelta_status finish_create(camdelta_context *ctx) {
   char msg[512];
   cd_opt_clear(&ctx->opts);
   if (cd_opt_read_env(&ctx->opts, msg, sizeof msg)) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s", msg);
-  const char *tct = getenv("CAMDELTA_TC_TILES");
-  if (tct && *tct && !(ctx->tc_tiles_env = strdup(tct)))
-    return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "out of host memory reading CAMDELTA_TC_TILES");
-  camdelta_status st = cd_limits_env(ctx);
-  if (!st) st = cd_tune_fma_env(ctx);
-  return st;
+  return cd_limits_env(ctx);
 }
 
 /* What finish_create allocated, on its failure or at destruction. */
 static void free_created(camdelta_context *ctx) {
   if (ctx->release_plans) ctx->release_plans(ctx);
-  cd_tune_fma_free(ctx);
-  free(ctx->tc_tiles_env);
-  ctx->tc_tiles_env = NULL;
 }
 
 camdelta_status camdelta_context_create(camdelta_context **out, const char *selector) {

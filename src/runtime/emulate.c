@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "runtime/internal.h"
 
 static const char LIMITS_VAR[] = "CAMDELTA_DEVICE_LIMITS";
 

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "runtime/internal.h"
 
 static void set(cd_args *a, size_t size, const void *value) {
   if (a->err != CL_SUCCESS) return;
@@ -14,6 +14,9 @@ void cd_arg_mem(cd_args *a, cl_mem m) { set(a, sizeof m, &m); }
 void cd_arg_buf(cd_args *a, camdelta_buffer b) {
   cd_arg_mem(a, b.mem);
   cd_arg_u64(a, (uint64_t)b.offset);
+}
+void cd_arg_bufs(cd_args *a, const camdelta_buffer *b, size_t n) {
+  for (size_t i = 0; i < n; i++) cd_arg_buf(a, b[i]);
 }
 void cd_arg_u64(cd_args *a, uint64_t v) {
   cl_ulong x = v;

@@ -14,7 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "units.h"
+#include "scan/units.h"
 
 static unsigned ceil_div(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
 
@@ -49,13 +49,7 @@ camdelta_status cd_chain_states(camdelta_context *ctx, const cd_chain *ch, const
                                 const cd_chain_states_io *io, cd_launch *l) {
   if (ch->form != CD_CHAIN_STATES) return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "the plan has no state chain");
   cd_args a = {ch->k, 0, CL_SUCCESS};
-  cd_arg_buf(&a, io->A);
-  cd_arg_buf(&a, io->U);
-  cd_arg_buf(&a, io->decay);
-  cd_arg_buf(&a, io->init);
-  cd_arg_buf(&a, io->post);
-  cd_arg_buf(&a, io->pre);
-  cd_arg_buf(&a, io->final);
+  CD_ARG_BUFS(&a, io->A, io->U, io->decay, io->init, io->post, io->pre, io->final);
   cd_arg_u32(&a, (uint32_t)geo->F);
   cd_arg_i32(&a, io->reverse != 0);
   cd_arg_i32(&a, io->init.mem != NULL);
@@ -74,12 +68,7 @@ camdelta_status cd_chain_states_pair(camdelta_context *ctx, const cd_chain *ch, 
   cd_arg_buf(&a, io->A);
   cd_arg_buf(&a, io->U);
   cd_arg_mem(&a, io->mask);
-  cd_arg_buf(&a, io->init_c);
-  cd_arg_buf(&a, io->init_r);
-  cd_arg_buf(&a, io->post_c);
-  cd_arg_buf(&a, io->post_r);
-  cd_arg_buf(&a, io->final_c);
-  cd_arg_buf(&a, io->final_r);
+  CD_ARG_BUFS(&a, io->init_c, io->init_r, io->post_c, io->post_r, io->final_c, io->final_r);
   cd_arg_u32(&a, (uint32_t)geo->F);
   cd_arg_u32(&a, ch->nj);
   cd_arg_i32(&a, io->init_c.mem != NULL);
@@ -100,14 +89,7 @@ camdelta_status cd_chain_grads(camdelta_context *ctx, const cd_chain *ch, const 
   const camdelta_buffer init = io->init.mem ? io->init : io->A, gf = io->gfinal.mem ? io->gfinal : io->A;
   const camdelta_buffer dinit = io->dinit.mem ? io->dinit : io->G;
   cd_args a = {ch->k, 0, CL_SUCCESS};
-  cd_arg_buf(&a, io->A);
-  cd_arg_buf(&a, io->W);
-  cd_arg_buf(&a, io->U.mem ? io->U : io->A);
-  cd_arg_buf(&a, io->recompute ? io->states : io->G);
-  cd_arg_buf(&a, init);
-  cd_arg_buf(&a, gf);
-  cd_arg_buf(&a, io->G);
-  cd_arg_buf(&a, dinit);
+  CD_ARG_BUFS(&a, io->A, io->W, io->U.mem ? io->U : io->A, io->recompute ? io->states : io->G, init, gf, io->G, dinit);
   cd_arg_u32(&a, (uint32_t)geo->F);
   cd_arg_i32(&a, io->reverse != 0);
   cd_arg_i32(&a, io->recompute != 0);
@@ -128,12 +110,8 @@ camdelta_status cd_chain_grads_pair(camdelta_context *ctx, const cd_chain *ch, c
   cd_arg_buf(&a, io->A);
   cd_arg_buf(&a, io->W);
   cd_arg_mem(&a, io->mask);
-  cd_arg_buf(&a, io->gfinal_c.mem ? io->gfinal_c : io->A);
-  cd_arg_buf(&a, io->gfinal_r.mem ? io->gfinal_r : io->A);
-  cd_arg_buf(&a, io->G_c);
-  cd_arg_buf(&a, io->G_r);
-  cd_arg_buf(&a, io->dinit_c.mem ? io->dinit_c : io->G_c);
-  cd_arg_buf(&a, io->dinit_r.mem ? io->dinit_r : io->G_r);
+  CD_ARG_BUFS(&a, io->gfinal_c.mem ? io->gfinal_c : io->A, io->gfinal_r.mem ? io->gfinal_r : io->A, io->G_c, io->G_r,
+              io->dinit_c.mem ? io->dinit_c : io->G_c, io->dinit_r.mem ? io->dinit_r : io->G_r);
   cd_arg_u32(&a, (uint32_t)geo->F);
   cd_arg_i32(&a, io->gfinal_c.mem != NULL);
   cd_arg_i32(&a, io->gfinal_r.mem != NULL);

@@ -54,21 +54,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compose.h"
-#include "engine.h"
+#include "scan/compose.h"
+#include "scan/engine.h"
 
 static const char *const OP = "camdelta_scan_forward";
 
 /* ------------------------------------------------------------------------------------ saved object */
 
 camdelta_status camdelta_scan_saved_create(camdelta_context *ctx, camdelta_scan_saved **out) {
-  cd_clear_error();
-  if (!ctx || !out)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_scan_saved_create: '%s' is NULL", ctx ? "out" : "ctx");
-  *out = calloc(1, sizeof **out);
-  if (!*out) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "camdelta_scan_saved_create: out of host memory");
-  (*out)->ctx = ctx;
-  return CAMDELTA_OK;
+  CD_CREATE_OBJECT("camdelta_scan_saved_create", ctx, out);
 }
 
 void camdelta_scan_saved_destroy(camdelta_scan_saved *saved) {
@@ -194,26 +188,12 @@ camdelta_status cd_forward_check(const char *op, const camdelta_scan_args *p) {
  * D, algorithm, shape class, precision, row alignment where the tensor-core path runs, variant) and kept in the
  * context (src/runtime/plan.c). */
 typedef struct fwd_plan {
+  cd_units u; /* first: cd_units_destroy is the destructor */
   camdelta_scan_algorithm alg;
   cd_chunk_cfg cc; /* chunkwise: the three phases' tiles; sequential with OUT=2: its phase C's */
-  cd_sequential seq;
-  cd_gram gram;
-  cd_chain chain;
-  cd_apply apply;
   int tc, split; /* the gram and the apply on tensor cores; split-TF32 (exact) or one TF32 product */
-  cd_workspace ws;
 } fwd_plan;
 enum { WS_A, WS_U, WS_STATES };
-
-static void fwd_destroy(void *p) {
-  fwd_plan *pl = p;
-  cd_sequential_release(&pl->seq);
-  cd_gram_release(&pl->gram);
-  cd_chain_release(&pl->chain);
-  cd_apply_release(&pl->apply);
-  cd_ws_free(&pl->ws);
-  free(pl);
-}
 
 static camdelta_status fwd_build(camdelta_context *ctx, const cd_plan_key *key, const void *arg, void **out) {
   (void)key;
@@ -222,25 +202,20 @@ static camdelta_status fwd_build(camdelta_context *ctx, const cd_plan_key *key, 
   if (!pl) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", OP);
   pl->alg = r->alg;
   camdelta_status st = r->alg == CAMDELTA_SCAN_SEQUENTIAL
-                           ? cd_sequential_parts(ctx, r->BH, r->D, r->S, &pl->seq, &pl->cc, &pl->apply)
-                           : cd_chunk_parts(ctx, r->BH, r->D, r->S, r->extra, &pl->cc, &pl->gram, &pl->chain,
-                                            &pl->apply);
+                           ? cd_sequential_parts(ctx, r->BH, r->D, r->S, &pl->u.seq, &pl->cc, &pl->u.apply)
+                           : cd_chunk_parts(ctx, r->BH, r->D, r->S, r->extra, &pl->cc, &pl->u.gram, &pl->u.chain,
+                                            &pl->u.apply);
   /* the gram and the apply on tensor cores where the device has them (the sequential plan's apply too, OUT=2) */
-  if (!st && cd_tc_available(ctx) && (r->alg == CAMDELTA_SCAN_CHUNKWISE || pl->seq.c.OUT == 2)) {
+  if (!st && cd_tc_available(ctx) && (r->alg == CAMDELTA_SCAN_CHUNKWISE || pl->u.seq.c.OUT == 2)) {
     pl->tc = 1, pl->split = r->prec != CAMDELTA_PRECISION_TF32;
     if (r->alg == CAMDELTA_SCAN_CHUNKWISE) {
-      cd_gram_release(&pl->gram);
-      st = cd_gram_build_tc(ctx, r->D, pl->split, r->vec, r->extra, &pl->gram);
+      cd_gram_release(&pl->u.gram);
+      st = cd_gram_build_tc(ctx, r->D, pl->split, r->vec, r->extra, &pl->u.gram);
     }
-    cd_apply_release(&pl->apply);
-    if (!st) st = cd_apply_build_tc(ctx, r->D, pl->split, r->vec, 0, r->extra, &pl->apply);
+    cd_apply_release(&pl->u.apply);
+    if (!st) st = cd_apply_build_tc(ctx, r->D, pl->split, r->vec, 0, r->extra, &pl->u.apply);
   }
-  if (st) {
-    fwd_destroy(pl);
-    return st;
-  }
-  *out = pl;
-  return CAMDELTA_OK;
+  return cd_units_done(pl, st, out);
 }
 
 camdelta_status cd_forward_acquire(camdelta_context *ctx, const cd_fwd_request *r, cd_plan_entry **e) {
@@ -259,7 +234,7 @@ camdelta_status cd_forward_acquire(camdelta_context *ctx, const cd_fwd_request *
     key.prec = (unsigned)r->prec;
     key.vec = (unsigned)(r->vec != 0);
   }
-  return cd_plan_acquire(ctx, &key, fwd_build, r, fwd_destroy, e);
+  return cd_plan_acquire(ctx, &key, fwd_build, r, cd_units_destroy, e);
 }
 
 camdelta_scan_algorithm cd_forward_algorithm(const cd_plan_entry *e) { return ((const fwd_plan *)e->plan)->alg; }
@@ -347,9 +322,9 @@ void cd_chunk_text(const cd_chunk_cfg *cc, const cd_gram *gram, const cd_apply *
 void cd_forward_text(const cd_plan_entry *e, camdelta_precision requested, char *buf, size_t size) {
   const fwd_plan *pl = e->plan;
   const cd_chunk_cfg *cc = &pl->cc;
-  const cd_seq_cfg *sc = &pl->seq.c;
+  const cd_seq_cfg *sc = &pl->u.seq.c;
   if (pl->alg == CAMDELTA_SCAN_CHUNKWISE) {
-    cd_chunk_text(cc, &pl->gram, &pl->apply, pl->split, requested, buf, size);
+    cd_chunk_text(cc, &pl->u.gram, &pl->u.apply, pl->split, requested, buf, size);
     return;
   }
   if (sc->OUT != 2) {
@@ -358,7 +333,7 @@ void cd_forward_text(const cd_plan_entry *e, camdelta_precision requested, char 
     return;
   }
   char c[160];
-  if (pl->tc) tc_text(c, sizeof c, "phase_c", "apply_tc", &pl->apply.t);
+  if (pl->tc) tc_text(c, sizeof c, "phase_c", "apply_tc", &pl->u.apply.t);
   else
     snprintf(c, sizeof c, "; phase_c fma W=%u C_WR=%u C_RM=%u C_WC=%u C_RN=%u C_KC=%u", cc->c_w, cc->c.wr, cc->c.rm,
              cc->c.wc, cc->c.rn, cc->c_kc);
@@ -413,7 +388,7 @@ camdelta_status cd_forward_gram(camdelta_context *ctx, cd_plan_entry *e, const c
   const fwd_plan *pl = e->plan;
   if (saved) A = (camdelta_buffer){saved->a_mat, 0};
   const cd_gram_io io = {.k = p->k, .v = p->v, .beta = p->beta, .decay = p->decay, .A = A, .U = U};
-  return cd_gram_enqueue(ctx, &pl->gram, geo, &io, l);
+  return cd_gram_enqueue(ctx, &pl->u.gram, geo, &io, l);
 }
 
 camdelta_status cd_forward_rest(camdelta_context *ctx, cd_plan_entry *e, const cd_scan_geo *geo,
@@ -428,21 +403,21 @@ camdelta_status cd_forward_rest(camdelta_context *ctx, cd_plan_entry *e, const c
   camdelta_status st = CAMDELTA_OK;
   if (pl->alg == CAMDELTA_SCAN_SEQUENTIAL) {
     /* OUT=2: the kernel saves the state each output frame reads, the apply computes all outputs from them */
-    const int split = pl->seq.c.OUT == 2;
-    if (split && !post.mem) st = cd_ws_get(ctx, &pl->ws, WS_STATES, frames_bytes, &post);
+    const int split = pl->u.seq.c.OUT == 2;
+    if (split && !post.mem) st = cd_ws_get(ctx, &pl->u.ws, WS_STATES, frames_bytes, &post);
     const cd_sequential_io io = {.q = p->q, .k = p->k, .v = p->v, .beta = p->beta, .decay = p->decay, .out = p->out,
                                  .init = p->init_state, .final = p->final_state, .pre = pre, .post = post,
                                  .reverse = p->reverse, .write_out = !split};
-    if (!st) st = cd_sequential_enqueue(ctx, &pl->seq, geo, &io, l);
-    if (!st && split) st = cd_apply_out(ctx, &pl->apply, geo, p->q, post, p->out, l);
+    if (!st) st = cd_sequential_enqueue(ctx, &pl->u.seq, geo, &io, l);
+    if (!st && split) st = cd_apply_out(ctx, &pl->u.apply, geo, p->q, post, p->out, l);
     return st;
   }
   if (saved) A = (camdelta_buffer){saved->a_mat, 0};
-  if (!post.mem) st = cd_ws_get(ctx, &pl->ws, WS_STATES, frames_bytes, &post);
+  if (!post.mem) st = cd_ws_get(ctx, &pl->u.ws, WS_STATES, frames_bytes, &post);
   const cd_chain_states_io io = {.A = A, .U = U, .decay = p->decay, .init = p->init_state, .post = post, .pre = pre,
                                  .final = p->final_state, .reverse = p->reverse};
-  if (!st) st = cd_chain_states(ctx, &pl->chain, geo, &io, l);
-  if (!st) st = cd_apply_out(ctx, &pl->apply, geo, p->q, post, p->out, l);
+  if (!st) st = cd_chain_states(ctx, &pl->u.chain, geo, &io, l);
+  if (!st) st = cd_apply_out(ctx, &pl->u.apply, geo, p->q, post, p->out, l);
   return st;
 }
 
@@ -459,8 +434,8 @@ camdelta_status cd_forward_enqueue(camdelta_context *ctx, cd_plan_entry *e, cons
   if (pl->alg == CAMDELTA_SCAN_CHUNKWISE) {
     /* with a saved object, A_f goes into it: the backward reads it instead of computing it again */
     st = saved ? cd_ensure_buffer(ctx, &saved->a_mat, &saved->a_bytes, frames_bytes)
-               : cd_ws_get(ctx, &pl->ws, WS_A, frames_bytes, &A);
-    if (!st) st = cd_ws_get(ctx, &pl->ws, WS_U, frames_bytes, &U);
+               : cd_ws_get(ctx, &pl->u.ws, WS_A, frames_bytes, &A);
+    if (!st) st = cd_ws_get(ctx, &pl->u.ws, WS_U, frames_bytes, &U);
     if (!st) st = cd_forward_gram(ctx, e, geo, p, saved, A, U, l);
   }
   if (!st) st = cd_forward_rest(ctx, e, geo, p, saved, A, U, l);

@@ -4,13 +4,19 @@
  * the backward's grams, the summaries' single products), and the tensor-core kernel. */
 #include <stdio.h>
 
-#include "units.h"
+#include "scan/units.h"
 
 static unsigned ceil_div(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
 
 cd_scan_geo cd_scan_geo_fixed(size_t B, size_t H, size_t D, size_t F, size_t S) {
   const cd_scan_geo g = {.D = D, .F = F, .S = S, .N = F * S, .BH = B * H, .BHF = B * H * F, .pk = NULL, .pk_h = 0};
   return g;
+}
+
+void cd_arg_tokens(cd_args *a, const cd_scan_geo *geo) {
+  cd_arg_u64(a, geo->N);
+  cd_arg_u32(a, (uint32_t)geo->S);
+  cd_arg_u32(a, (uint32_t)geo->F);
 }
 
 void cd_arg_packed(cd_args *a, const cd_scan_geo *geo) {
@@ -60,15 +66,8 @@ static camdelta_status tiled(camdelta_context *ctx, const cd_gram *g, const cd_s
   if (!io->A.mem || !io->U.mem || io->W.mem)
     return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "cd_scan_phase_a computes A and U together, not W");
   cd_args a = {g->k, 0, CL_SUCCESS};
-  cd_arg_buf(&a, io->k);
-  cd_arg_buf(&a, io->v);
-  cd_arg_buf(&a, io->beta);
-  cd_arg_buf(&a, io->decay);
-  cd_arg_buf(&a, io->A);
-  cd_arg_buf(&a, io->U);
-  cd_arg_u64(&a, geo->N);
-  cd_arg_u32(&a, (uint32_t)geo->S);
-  cd_arg_u32(&a, (uint32_t)geo->F);
+  CD_ARG_BUFS(&a, io->k, io->v, io->beta, io->decay, io->A, io->U);
+  cd_arg_tokens(&a, geo);
   cd_arg_u32(&a, 0);
   cd_arg_u32(&a, (uint32_t)(2 * geo->D));
   cd_arg_u32(&a, g->nc);
@@ -87,18 +86,8 @@ static camdelta_status modes(camdelta_context *ctx, const cd_gram *g, const cd_s
   /* an absent slot is bound to a present buffer: the kernel touches only the modes it runs */
   const camdelta_buffer A = io->A.mem ? io->A : io->W, U = io->U.mem ? io->U : A;
   cd_args a = {g->k, 0, CL_SUCCESS};
-  cd_arg_buf(&a, io->q);
-  cd_arg_buf(&a, io->k);
-  cd_arg_buf(&a, io->v);
-  cd_arg_buf(&a, io->dout);
-  cd_arg_buf(&a, io->beta);
-  cd_arg_buf(&a, io->decay);
-  cd_arg_buf(&a, io->W);
-  cd_arg_buf(&a, A);
-  cd_arg_buf(&a, U);
-  cd_arg_u64(&a, geo->N);
-  cd_arg_u32(&a, (uint32_t)geo->S);
-  cd_arg_u32(&a, (uint32_t)geo->F);
+  CD_ARG_BUFS(&a, io->q, io->k, io->v, io->dout, io->beta, io->decay, io->W, A, U);
+  cd_arg_tokens(&a, geo);
   cd_arg_u32(&a, n);
   cd_arg_packed(&a, geo);
   if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_scan_bwd_grams: setting arguments");
@@ -113,14 +102,8 @@ static camdelta_status single(camdelta_context *ctx, const cd_gram *g, const cd_
                               int diag, float sgn, const char *what, cd_launch *l) {
   const int sym = X.mem == Y.mem && X.offset == Y.offset;
   cd_args a = {g->k, 0, CL_SUCCESS};
-  cd_arg_buf(&a, X);
-  cd_arg_buf(&a, Y);
-  cd_arg_buf(&a, w);
-  cd_arg_buf(&a, gate);
-  cd_arg_buf(&a, out);
-  cd_arg_u64(&a, geo->N);
-  cd_arg_u32(&a, (uint32_t)geo->S);
-  cd_arg_u32(&a, (uint32_t)geo->F);
+  CD_ARG_BUFS(&a, X, Y, w, gate, out);
+  cd_arg_tokens(&a, geo);
   cd_arg_i32(&a, w.mem != NULL);
   cd_arg_i32(&a, gate.mem != NULL);
   cd_arg_i32(&a, diag);
@@ -138,16 +121,8 @@ static camdelta_status tc(camdelta_context *ctx, const cd_gram *g, const cd_scan
                           camdelta_buffer out1, unsigned n1, int a_form, const char *what, cd_launch *l) {
   const unsigned nr = ceil_div(geo->D, cd_tc_tm(&g->t)), nc = ceil_div(geo->D, cd_tc_tn(&g->t));
   cd_args a = {g->k, 0, CL_SUCCESS};
-  cd_arg_buf(&a, x);
-  cd_arg_buf(&a, y0);
-  cd_arg_buf(&a, y1);
-  cd_arg_buf(&a, io->beta);
-  cd_arg_buf(&a, io->decay);
-  cd_arg_buf(&a, out0);
-  cd_arg_buf(&a, out1);
-  cd_arg_u64(&a, geo->N);
-  cd_arg_u32(&a, (uint32_t)geo->S);
-  cd_arg_u32(&a, (uint32_t)geo->F);
+  CD_ARG_BUFS(&a, x, y0, y1, io->beta, io->decay, out0, out1);
+  cd_arg_tokens(&a, geo);
   cd_arg_u32(&a, nc);
   cd_arg_u32(&a, n1);
   cd_arg_i32(&a, a_form);

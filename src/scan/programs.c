@@ -6,27 +6,27 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "units.h"
+#include "scan/units.h"
 
 static const char FWD_OP[] = "camdelta_scan_forward";
 static const char BWD_OP[] = "camdelta_scan_backward";
 
-/* The chunkwise override: CAMDELTA_SCAN_TILES as read at context creation, or camdelta_tune_set "chunkwise";
- * *var names its source in messages. */
-static camdelta_status chunk_override(camdelta_context *ctx, cd_scan_override *o, char *var, size_t var_size) {
-  char text[512];
-  cd_tune_fma_text(ctx, CD_FMA_CHUNKWISE, text, sizeof text, var, var_size);
-  return cd_scan_override_parse(var, text, o);
+/* What the chunkwise tiles are chosen from: the device's limits and the override (option family "chunkwise"), *var
+ * naming its source in messages. */
+static void chunk_inputs(camdelta_context *ctx, cd_scan_limits *lim, cd_scan_override *o, char *var, size_t var_size) {
+  unsigned v[CD_ST_COUNT];
+  cd_scan_limits_from_info(&ctx->info, lim);
+  cd_scan_tile_values(ctx, CD_OPT_CHUNKWISE, CD_ST_COUNT, v, var, var_size);
+  *o = cd_scan_override_of(v);
 }
 
 camdelta_status cd_chunk_parts(camdelta_context *ctx, size_t BH, size_t D, size_t S, const char *extra,
                                cd_chunk_cfg *cc, cd_gram *gram, cd_chain *chain, cd_apply *apply) {
   cd_scan_limits lim;
-  cd_scan_limits_from_info(&ctx->info, &lim);
   cd_scan_override ov;
   char var[64];
-  camdelta_status st = chunk_override(ctx, &ov, var, sizeof var);
-  if (st) return st;
+  chunk_inputs(ctx, &lim, &ov, var, sizeof var);
+  camdelta_status st;
   const int overridden = ov.a || ov.b || ov.c;
   for (unsigned cap = 256;; cap /= 2) {
     cd_gram g = {0};
@@ -78,11 +78,10 @@ camdelta_status cd_chunk_parts(camdelta_context *ctx, size_t BH, size_t D, size_
 camdelta_status cd_chunk_pair_chain(camdelta_context *ctx, size_t chains, size_t D, size_t S, cd_chain *chain) {
   static const char OP[] = "cd_scan_pair_forward";
   cd_scan_limits lim;
-  cd_scan_limits_from_info(&ctx->info, &lim);
   cd_scan_override ov;
   char var[64];
-  camdelta_status st = chunk_override(ctx, &ov, var, sizeof var);
-  if (st) return st;
+  chunk_inputs(ctx, &lim, &ov, var, sizeof var);
+  camdelta_status st;
   for (unsigned cap = 256;; cap /= 2) {
     cd_chunk_cfg cc;
     memset(&cc, 0, sizeof cc);
@@ -102,16 +101,12 @@ camdelta_status cd_chunk_pair_chain(camdelta_context *ctx, size_t chains, size_t
 camdelta_status cd_sequential_parts(camdelta_context *ctx, size_t BH, size_t D, size_t S, cd_sequential *seq,
                                     cd_chunk_cfg *cc, cd_apply *apply) {
   cd_scan_limits lim;
-  cd_scan_limits_from_info(&ctx->info, &lim);
-  /* the chunkwise override is read (and must parse) whichever algorithm runs */
-  cd_scan_override ov;
-  char var[64], svar[64], text[512];
+  cd_scan_override ov; /* not applied: phase C after the sequential kernel takes the policy's tiles */
+  char var[64], svar[64];
   unsigned sov[CD_SQ_COUNT];
-  camdelta_status st = chunk_override(ctx, &ov, var, sizeof var);
-  if (st) return st;
-  cd_tune_fma_text(ctx, CD_FMA_SEQUENTIAL, text, sizeof text, svar, sizeof svar);
-  const int sgiven = text[0] != 0;
-  if (sgiven && (st = cd_parse_tiles(svar, text, cd_seq_tile_keys, CD_SQ_COUNT, sov))) return st;
+  chunk_inputs(ctx, &lim, &ov, var, sizeof var);
+  camdelta_status st;
+  const int sgiven = cd_scan_tile_values(ctx, CD_OPT_SEQUENTIAL, CD_SQ_COUNT, sov, svar, sizeof svar);
   memset(apply, 0, sizeof *apply);
   for (unsigned cap = 256;; cap /= 2) {
     seq->k = NULL;
@@ -152,12 +147,8 @@ camdelta_status cd_backward_parts(camdelta_context *ctx, size_t D, int skip_dq, 
   size_t wg_grams = dev_wg, wg_frames = dev_wg, wg_chain = dev_wg, wg_rl = dev_wg;
   unsigned ov[CD_SB_COUNT];
   int overridden = 0;
-  char text[512], var[64]; /* the override and its source (the variable or camdelta_tune_set) */
-  cd_tune_fma_text(ctx, CD_FMA_BACKWARD, text, sizeof text, var, sizeof var);
-  if (text[0]) {
-    camdelta_status st = cd_sbwd_parse(var, text, ov, &overridden);
-    if (st) return st;
-  }
+  char var[64]; /* the override's source (the variable or camdelta_tune_set) */
+  overridden = cd_scan_tile_values(ctx, CD_OPT_BACKWARD, CD_SB_COUNT, ov, var, sizeof var);
   *overridden_out = overridden;
   if (!extra) extra = "";
   for (int attempt = 0; attempt < 8; attempt++) {

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tiles.h"
+#include "scan/tiles.h"
 
 static const char *const OP = "camdelta_scan_forward";
 static const char SBWD_OP[] = "camdelta_scan_backward";
@@ -78,8 +78,7 @@ static unsigned wg_for(const cd_scan_limits *lim, size_t outputs, size_t per_ite
 
 /* Value-column blocks (phase B). GPUs: as many work-groups as the compute units hold one each (BH chains, blocks
  * at least `min_j` wide): the chain is serial and bound by latency, and a compute unit running two of them
- * finishes last (H200, sana480: 7 blocks of 16 = 140 work-groups 0.215 ms, 5 of 24 = 100 work-groups 0.133 ms;
- * the scan pair's 2·BH chains: 3 blocks of 40 0.182 ms, 7 of 16 0.283 ms).
+ * finishes last (measured on the H200: docs/performance.md, "Measurements behind the code's constants").
  * CPUs: one block (a few cores are filled by B·H; AUTO picks chunkwise when they are not), so that the
  * kernels built for a CPU depend on D and the token bucket only (PoCL compiles each variant for seconds). */
 static unsigned value_blocks(const cd_scan_limits *lim, size_t BH, size_t D, size_t min_j) {
@@ -109,8 +108,7 @@ static unsigned token_tile(const cd_scan_limits *lim, size_t S, unsigned most) {
 
 /* Value-column blocks of the sequential kernel. GPUs: at most two work-groups per compute unit, as many as fit
  * (floor: a third work-group on some units makes them the kernel's tail), blocks at least 8 columns wide, of any
- * width (ceil(D / blocks), not rounded). On the H200 at sana480 (B·H = 20, 132 SMs): 13 blocks of 9 columns, 260
- * work-groups, 4.52 ms; 14 blocks of 8 (280, 16 SMs with three) 5.14 ms; 7 blocks of 16 5.46 ms. CPUs: one block. */
+ * width (ceil(D / blocks), not rounded); see docs/performance.md, "Measurements behind the code's constants". CPUs: one block. */
 static unsigned seq_blocks(const cd_scan_limits *lim, size_t BH, size_t D) {
   if (!lim->gpu) return 1;
   const size_t slots = 2 * (size_t)lim->cus, most = D / 8 ? D / 8 : 1;
@@ -134,7 +132,6 @@ static void seq_layouts(size_t D, cd_seq_cfg *c) {
   c->o = pick_layout(c->J, c->TS, c->W, 8);
 }
 
-const char *const cd_seq_tile_keys[CD_SQ_COUNT] = {"J", "TS", "W", "PF", "OUT"};
 
 /* The override's fields over the heuristic choice, each checked against what the kernel relies on. */
 static camdelta_status seq_override(const cd_scan_limits *lim, size_t D, const unsigned *ov,
@@ -216,20 +213,6 @@ camdelta_status cd_seq_configure(const cd_scan_limits *lim, size_t BH, size_t D,
 }
 
 /* ------------------------------------------------------------------------------- tile override */
-
-const char *const cd_scan_tile_keys[CD_ST_COUNT] = {"A_WR", "A_RM", "A_WC", "A_RN", "A_KC", "B_J",
-                                                    "B_WR", "B_RM", "B_WC", "B_RN", "B_KC", "B_PF",
-                                                    "C_WR", "C_RM", "C_WC", "C_RN", "C_KC"};
-
-camdelta_status cd_scan_override_parse(const char *var, const char *text, cd_scan_override *o) {
-  memset(o, 0, sizeof *o);
-  if (!text || !*text) return CAMDELTA_OK;
-  camdelta_status st = cd_parse_tiles(var, text, cd_scan_tile_keys, CD_ST_COUNT, o->v);
-  if (st) return st;
-  for (int i = 0; i < CD_ST_COUNT; i++)
-    if (o->v[i]) *(i <= CD_ST_A_KC ? &o->a : i <= CD_ST_B_PF ? &o->b : &o->c) = 1;
-  return CAMDELTA_OK;
-}
 
 static void set_if(unsigned *field, unsigned v) {
   if (v) *field = v;
@@ -433,16 +416,6 @@ camdelta_status cd_sbwd_choose(size_t D, size_t local_bytes, size_t wg_grams, si
   c->rl = 1;
   while (c->rl * 2 <= wg_rl && c->rl * 2 <= 256) c->rl *= 2;
   return CAMDELTA_OK;
-}
-
-const char *const cd_sbwd_tile_keys[CD_SB_COUNT] = {"RPT", "TSG", "CB", "DPT", "TL", "TPT", "MC", "RL"};
-
-/* Parses the override into v[] (0: key not given); *any says whether any key was given. */
-camdelta_status cd_sbwd_parse(const char *var, const char *text, unsigned v[CD_SB_COUNT], int *any) {
-  camdelta_status st = cd_parse_tiles(var, text, cd_sbwd_tile_keys, CD_SB_COUNT, v);
-  *any = 0;
-  for (int i = 0; i < CD_SB_COUNT && !st; i++) *any |= v[i] != 0;
-  return st;
 }
 
 /* Replaces the given fields of `c` and checks every constraint the kernels rely on. */

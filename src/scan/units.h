@@ -20,9 +20,9 @@
  * an absent optional buffer is {NULL, 0}. */
 #ifndef CAMDELTA_SCAN_UNITS_H
 #define CAMDELTA_SCAN_UNITS_H
-#include "internal.h"
-#include "tc.h"
-#include "tiles.h"
+#include "runtime/internal.h"
+#include "scan/tc.h"
+#include "scan/tiles.h"
 
 /* ------------------------------------------------------------------------------------------ geometry */
 
@@ -37,6 +37,8 @@ typedef struct cd_scan_geo {
   uint32_t pk_h;
 } cd_scan_geo;
 cd_scan_geo cd_scan_geo_fixed(size_t B, size_t H, size_t D, size_t F, size_t S);
+/** The token geometry most kernels take after their buffers: N (ulong), S and F (uint). */
+void cd_arg_tokens(cd_args *a, const cd_scan_geo *geo);
 /** The packed variant's last two kernel arguments (pk, pk_h); nothing for the fixed shape. */
 void cd_arg_packed(cd_args *a, const cd_scan_geo *geo);
 
@@ -298,4 +300,24 @@ camdelta_status cd_sequential_parts(camdelta_context *ctx, size_t BH, size_t D, 
 camdelta_status cd_backward_parts(camdelta_context *ctx, size_t D, int skip_dq, const char *extra, int pair,
                                   cd_sbwd_cfg *cfg, char *opts, int *overridden, cd_gram *gram, cd_chain *chain,
                                   cd_frames *frames, cd_ddecay *ddecay);
+/* ------------------------------------------------------------------------------------- a plan's units */
+
+/** The units and the workspace a plan of the scan holds; those it does not use stay zeroed (releasing them does
+ *  nothing). Every plan struct of the scan starts with one, so that cd_units_destroy is its destructor. */
+typedef struct cd_units {
+  cd_sequential seq;
+  cd_gram gram;
+  cd_chain chain;
+  cd_apply apply;
+  cd_frames frames;
+  cd_ddecay ddecay;
+  cd_pieces pieces;
+  cd_workspace ws;
+} cd_units;
+/** A plan's destructor (cd_plan_acquire): releases the units of `plan` (a struct starting with a cd_units) and its
+ *  workspace, and frees it. */
+void cd_units_destroy(void *plan);
+/** The end of a plan's builder: *out = plan when st is CAMDELTA_OK, else the plan destroyed; returns st. */
+camdelta_status cd_units_done(void *plan, camdelta_status st, void **out);
+
 #endif
