@@ -13,7 +13,7 @@
 
 #include "branch_problem.h"
 #include "camdelta_phases.h"
-#include "camera_op.h"
+#include "ops/camera_op.h"
 
 typedef struct hb_shape {
   size_t B, T, Hs, Ws, H, D, cs;
