@@ -580,7 +580,12 @@ CAMDELTA_API camdelta_status camdelta_output_transform_backward(camdelta_context
                                                                 const camdelta_output_transform_args *args);
 
 /** Whole branch (§8.6): k_raw -> short conv -> prep (matrices from the cameras) -> beta discount -> scan pair
- *  (causal + chunk-masked reverse) -> output transform -> y. N = T*Hs*Ws, S = Hs*Ws, C = H*D. */
+ *  (causal + chunk-masked reverse) -> output transform -> y. N = T*Hs*Ws, S = Hs*Ws, C = H*D.
+ *  16-bit activations (docs/math.md §8.7): with dtype CAMDELTA_F16 or CAMDELTA_BF16, q_raw, k_raw, v_raw and y (and
+ *  the backward's grad_y, dq_raw, dk_raw, dv_raw) are in that dtype; the weights, cameras, beta, decay and their
+ *  gradients stay f32, and so do the arithmetic and the scan's states (the conv's output k_conv is kept in the
+ *  activations' dtype, as the model's conv writes it). docs/branch.md gives the measured accuracy per dtype. A dtype
+ *  that is none of the three is UNSUPPORTED; a part of a sequence (camdelta_mpi) takes f32 only. */
 typedef struct camdelta_branch_args {
   size_t B, T, Hs, Ws, H, D;
   size_t pt, ph, pw; /* patch, each >= 1 */
@@ -588,21 +593,22 @@ typedef struct camdelta_branch_args {
   float k_scale;  /* typically D^-0.5 * S^-0.5 */
   float norm_eps; /* typically 1e-6 */
   camdelta_scan_algorithm algorithm;
-  camdelta_buffer q_raw, k_raw, v_raw;            /* (B, N, H, D) f32 */
+  camdelta_buffer q_raw, k_raw, v_raw;            /* (B, N, H, D) dtype */
   camdelta_buffer conv_weight;                    /* (C, 4) f32 */
   camdelta_buffer q_norm_weight, k_norm_weight;   /* (C,) f32 */
   camdelta_buffer camera_conditions;              /* (B, T, 20) f32 */
   camdelta_buffer beta;                           /* (B, H, T, S) f32 */
   camdelta_buffer decay;                          /* (B, H, T) f32 */
-  camdelta_buffer y;                              /* output (B, N, H, D) f32 */
+  camdelta_buffer y;                              /* output (B, N, H, D) dtype */
   camdelta_profile *profile;
   camdelta_precision precision; /* of the two scans and their backward; zero = exact */
+  camdelta_dtype dtype; /* of q_raw, k_raw, v_raw, y and of the grads' grad_y, dq_raw, dk_raw, dv_raw; zero = f32 */
 } camdelta_branch_args;
 
 /** Gradients of the branch. grad_y in; every output optional (absent = not written). */
 typedef struct camdelta_branch_grads {
-  camdelta_buffer grad_y;                         /* (B, N, H, D) f32 */
-  camdelta_buffer dq_raw, dk_raw, dv_raw;         /* (B, N, H, D) f32 */
+  camdelta_buffer grad_y;                         /* (B, N, H, D) args->dtype */
+  camdelta_buffer dq_raw, dk_raw, dv_raw;         /* (B, N, H, D) args->dtype */
   camdelta_buffer dconv_weight;                   /* (C, 4) f32 */
   camdelta_buffer dq_norm_weight, dk_norm_weight; /* (C,) f32 */
   camdelta_buffer dbeta;                          /* (B, H, T, S) f32 */

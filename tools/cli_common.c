@@ -189,7 +189,7 @@ const char *cli_shape_str(char *buf, size_t size, int ndim, const size_t *shape)
 
 static const char *type_name(camdelta_npy_type t) {
   return t == CAMDELTA_NPY_F4 ? "<f4" : t == CAMDELTA_NPY_F2 ? "<f2" : t == CAMDELTA_NPY_F8 ? "<f8"
-         : t == CAMDELTA_NPY_I8 ? "<i8" : "?";
+         : t == CAMDELTA_NPY_I8 ? "<i8" : t == CAMDELTA_NPY_U2 ? "<u2" : "?";
 }
 
 int cli_tensor_load(cli_tensor *t, const char *dir, const char *name, int optional, const char *expect) {
@@ -249,6 +249,10 @@ int cli_tensor_load_f32(cli_tensor *t, const char *dir, const char *name, int op
 
 int cli_tensor_convert(cli_tensor *t, camdelta_npy_type type) {
   if (!t->present || t->npy.type == type) return CLI_EXIT_OK;
+  if (t->npy.type == CAMDELTA_NPY_U2 || type == CAMDELTA_NPY_U2)
+    return cli_error(CLI_EXIT_INPUT, "%s: dtype <u2 (bfloat16 bits) is taken for the activations of branch and "
+                     "branch-backward with --dtype bf16 only; here %s is expected",
+                     t->path, type == CAMDELTA_NPY_U2 ? "<u2" : "a float array (<f4, <f2 or <f8)");
   if (t->npy.type == CAMDELTA_NPY_I8 || type == CAMDELTA_NPY_I8)
     return cli_error(CLI_EXIT_INPUT, "%s: dtype %s where %s is expected", t->path,
                      t->npy.type == CAMDELTA_NPY_I8 ? "<i8 (integers)" : type_name(t->npy.type),
@@ -288,6 +292,35 @@ int cli_tensor_convert(cli_tensor *t, camdelta_npy_type type) {
   return CLI_EXIT_OK;
 }
 
+camdelta_npy_type cli_npy_type_of(camdelta_dtype dtype) {
+  return dtype == CAMDELTA_F16 ? CAMDELTA_NPY_F2 : dtype == CAMDELTA_BF16 ? CAMDELTA_NPY_U2 : CAMDELTA_NPY_F4;
+}
+
+int cli_tensor_activations(cli_tensor *t, camdelta_dtype dtype) {
+  if (!t->present || (dtype == CAMDELTA_BF16 && t->npy.type == CAMDELTA_NPY_U2)) return CLI_EXIT_OK;
+  if (dtype != CAMDELTA_BF16) return cli_tensor_convert(t, cli_npy_type_of(dtype));
+  int rc = cli_tensor_convert(t, CAMDELTA_NPY_F4);
+  if (rc) return rc;
+  /* in place: element i's two bytes land at 2i, within floats already read */
+  unsigned char *d = t->npy.data;
+  for (size_t i = 0; i < t->npy.count; i++) {
+    float f;
+    memcpy(&f, d + 4 * i, 4);
+    const uint16_t h = camdelta_f32_to_bf16(f);
+    memcpy(d + 2 * i, &h, 2);
+  }
+  t->npy.type = CAMDELTA_NPY_U2;
+  return CLI_EXIT_OK;
+}
+
+int cli_parse_dtype(const char *what, const char *v, camdelta_dtype *out) {
+  if (strcmp(v, "f32") == 0) *out = CAMDELTA_F32;
+  else if (strcmp(v, "f16") == 0) *out = CAMDELTA_F16;
+  else if (strcmp(v, "bf16") == 0) *out = CAMDELTA_BF16;
+  else return cli_error(CLI_EXIT_USAGE, "%s: --dtype must be f32, f16 or bf16 (got '%s')", what, v);
+  return CLI_EXIT_OK;
+}
+
 void cli_tensor_free(cli_tensor *t) {
   camdelta_npy_free(&t->npy);
   t->present = 0;
@@ -295,7 +328,7 @@ void cli_tensor_free(cli_tensor *t) {
 
 /* The data's size in bytes; it was in host memory (as read, or as converted with a checked size): no overflow. */
 static size_t npy_bytes(const camdelta_npy *n) {
-  return n->count * (n->type == CAMDELTA_NPY_F2 ? 2 : n->type == CAMDELTA_NPY_F4 ? 4 : 8);
+  return n->count * (n->type == CAMDELTA_NPY_F2 || n->type == CAMDELTA_NPY_U2 ? 2 : n->type == CAMDELTA_NPY_F4 ? 4 : 8);
 }
 
 int cli_upload(camdelta_context *ctx, const cli_tensor *t, cl_mem *out) {
@@ -355,7 +388,7 @@ int cli_output_alloc(camdelta_context *ctx, cli_output *out, const char *name, c
   if (ndim < 0 || ndim > 5) return cli_error(CLI_EXIT_FAILURE, "internal: output %s has %d dimensions", name, ndim);
   size_t count = 1;
   for (int i = 0; i < ndim; i++) out->shape[i] = shape[i];
-  const size_t es = type == CAMDELTA_NPY_F2 ? 2 : 4;
+  const size_t es = type == CAMDELTA_NPY_F2 || type == CAMDELTA_NPY_U2 ? 2 : 4;
   cli_budget b = {0, 0, 0, 0};
   if (!camdelta_size_prod(&count, (size_t)ndim, shape)) b.overflow = 1;
   cli_budget_device(&b, 1, count, es);

@@ -100,6 +100,13 @@ int cli_tensor_load_f32(cli_tensor *t, const char *dir, const char *name, int op
 /** Convert the data in place to `type` (f8 -> f4, f2 <-> f4; f4/f8 -> f2
  *  rounds to nearest even). */
 int cli_tensor_convert(cli_tensor *t, camdelta_npy_type type);
+/** The activations of an operation in `dtype`: f32 as <f4, f16 as <f2, bf16 as <u2 (bfloat16 bits, kept as read);
+ *  float files are converted (to 16 bits rounding to nearest even), a <u2 file is taken for bf16 only. */
+int cli_tensor_activations(cli_tensor *t, camdelta_dtype dtype);
+/** The .npy type of activations in `dtype` (<f4, <f2, <u2). */
+camdelta_npy_type cli_npy_type_of(camdelta_dtype dtype);
+/** Parse --dtype f32|f16|bf16 into *out; a usage error naming `what` otherwise. */
+int cli_parse_dtype(const char *what, const char *v, camdelta_dtype *out);
 void cli_tensor_free(cli_tensor *t);
 
 /** Upload a loaded tensor into a new device buffer (at least 4 bytes). */

@@ -3,16 +3,17 @@
 #include "ops/camera_op.h"
 #include "ops/prep_common.h"
 
-camdelta_status cd_branch_kernel(camdelta_context *ctx, size_t D, const char *name, cl_kernel *k, size_t *ts) {
-  return cd_prep_kernel(ctx, "branch.cl", name, CAMDELTA_F32, D, k, ts);
+camdelta_status cd_branch_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, const char *name,
+                                 cl_kernel *k, size_t *ts) {
+  return cd_prep_kernel(ctx, "branch.cl", name, dtype, D, k, ts);
 }
 
-camdelta_status cd_output_transform_enqueue(camdelta_context *ctx, int backward,
+camdelta_status cd_output_transform_enqueue(camdelta_context *ctx, camdelta_dtype dtype, int backward,
                                             const camdelta_output_transform_args *a, cd_launch *l) {
   cl_kernel k;
   size_t ts;
   camdelta_status st =
-      cd_branch_kernel(ctx, a->D, backward ? "cd_output_transform_backward" : "cd_output_transform", &k, &ts);
+      cd_branch_kernel(ctx, dtype, a->D, backward ? "cd_output_transform_backward" : "cd_output_transform", &k, &ts);
   if (st) return st;
   cd_args g = {k, 0, CL_SUCCESS};
   if (!backward) {
@@ -79,13 +80,14 @@ static camdelta_status ot_plan(cd_call *c) {
   cl_kernel k;
   size_t ts;
   const camdelta_status st =
-      cd_branch_kernel(c->ctx, ((const camdelta_output_transform_args *)c->args)->D, "cd_output_transform", &k, &ts);
+      cd_branch_kernel(c->ctx, CAMDELTA_F32, ((const camdelta_output_transform_args *)c->args)->D,
+                       "cd_output_transform", &k, &ts);
   if (!st) clReleaseKernel(k);
   return st;
 }
 
 static camdelta_status ot_enqueue(cd_call *c, cd_launch *l) {
-  return cd_output_transform_enqueue(c->ctx, ot_backward(c), c->args, l);
+  return cd_output_transform_enqueue(c->ctx, CAMDELTA_F32, ot_backward(c), c->args, l);
 }
 
 static const cd_entry OT_ENTRIES[2] = {

@@ -68,8 +68,8 @@ int cd_pbf_kernels(camdelta_context *ctx, camdelta_dtype dtype, size_t D, int g2
    * registers) cannot take that many */
   for (;;) {
     if (p->tt * uw <= ctx->info.max_work_group_size) {
-      char opts[160];
-      snprintf(opts, sizeof opts, "-DCD_DTYPE=%d -DCD_D=%zu -DCD_TT=%u -DCD_G2=%d -DCD_UW=%zu", (int)dtype, D, p->tt,
+      char opts[200], dt[40];
+      snprintf(opts, sizeof opts, "%s -DCD_D=%zu -DCD_TT=%u -DCD_G2=%d -DCD_UW=%zu", cd_dtype_opts(dtype, dt), D, p->tt,
                g2 != 0, uw);
       const char *const names[4] = {PASS1_NAMES[p1], "cd_prep_bwd_ssum", GRADS_NAMES[p->tw == 1],
                                     "cd_prep_bwd_fused_reduce"};

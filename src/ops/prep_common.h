@@ -66,5 +66,13 @@ size_t cd_prep_tile_groups(const camdelta_context *ctx, size_t tiles, size_t wpc
 camdelta_status cd_prep_backward_g2(camdelta_context *ctx, const camdelta_prep_backward_args *args,
                                     const camdelta_prep_saved *saved, camdelta_buffer grad_k2,
                                     camdelta_buffer grad_v2);
+/** camdelta_prep_forward / _backward with prep's (B, H, D, N) side (q, k, v out; grad_q, grad_k, grad_v and the
+ *  saved q, k in) in f32 whatever args->dtype, the raw side (q_raw, k_raw, v_raw in, dq_raw, dk_raw, dv_raw out) in
+ *  args->dtype: the camera branch on 16-bit activations. The backward takes second K and V gradients as
+ *  cd_prep_backward_g2 when g2 (two buffers) is given. */
+camdelta_status cd_prep_forward_split(camdelta_context *ctx, const camdelta_prep_args *args,
+                                      camdelta_prep_saved *saved);
+camdelta_status cd_prep_backward_split(camdelta_context *ctx, const camdelta_prep_backward_args *args,
+                                       const camdelta_prep_saved *saved, const camdelta_buffer *g2);
 
 #endif

@@ -1,5 +1,6 @@
 /* Argument checks shared by the operations: sizes, buffers, dtypes. */
 #include <limits.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,6 +81,11 @@ camdelta_status cd_check_dtype(const char *op, camdelta_dtype dtype) {
     return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: dtype %d unsupported (expected CAMDELTA_F32, F16 or BF16)", op,
                    (int)dtype);
   return CAMDELTA_OK;
+}
+
+const char *cd_dtype_opts(camdelta_dtype d, char *buf) {
+  snprintf(buf, 40, "-DCD_DTYPE=%d%s", (int)cd_raw_dtype(d), ((int)d & CD_SCAN_F32) ? " -DCD_SDTYPE=0" : "");
+  return buf;
 }
 
 const char *camdelta_dtype_name(camdelta_dtype dtype) {

@@ -86,6 +86,23 @@ camdelta_status cd_check_head_dim(const char *op, size_t D);
 /** Copies the string text into the caller's buf of `size` bytes: INVALID_ARGUMENT naming op when it does not fit. */
 camdelta_status cd_copy_text(const char *op, const char *text, char *buf, size_t size);
 camdelta_status cd_check_dtype(const char *op, camdelta_dtype dtype);
+/* Prep's storage code inside the library: a camdelta_dtype (the raw activations', (B, N, H, D)), with CD_SCAN_F32 set
+ * where prep's (B, H, D, N) side (its outputs q, k, v, their gradients, the saved q and k) is f32 instead: the camera
+ * branch on 16-bit activations (the scan is f32). Never taken from the API. */
+#define CD_SCAN_F32 0x10
+/** The raw activations' dtype of a storage code. */
+static inline camdelta_dtype cd_raw_dtype(camdelta_dtype d) { return (camdelta_dtype)((int)d & ~CD_SCAN_F32); }
+/** Bytes per element of prep's (B, H, D, N) side. */
+static inline size_t cd_scan_es(camdelta_dtype d) {
+  return ((int)d & CD_SCAN_F32) ? 4 : camdelta_dtype_size(d);
+}
+/** The storage code of prep on `dtype` activations, its (B, H, D, N) side in f32 when scan_f32 is set. */
+static inline camdelta_dtype cd_store_code(camdelta_dtype dtype, int scan_f32) {
+  return scan_f32 && dtype != CAMDELTA_F32 ? (camdelta_dtype)((int)dtype | CD_SCAN_F32) : dtype;
+}
+/** The kernels' build options of a storage code: "-DCD_DTYPE=r", plus " -DCD_SDTYPE=0" with CD_SCAN_F32 (common.cl);
+ *  buf has room for 40 bytes. Returns buf. */
+const char *cd_dtype_opts(camdelta_dtype d, char *buf);
 
 /* -------------------------------------------------------- context (context.c) */
 #define CD_TUNE_MAX_ENTRIES 48 /* lines of the tuning file (src/scan/tc_params.c): 16 head dims x 3 families */
