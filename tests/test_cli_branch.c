@@ -215,28 +215,29 @@ static void test_branch_stream(void **state) {
 static void test_errors(void **state) {
   (void)state;
   const char *in = fresh_inputs(), *out = tu_fresh_dir("out");
-  /* usage: missing --grid, malformed --grid and --patch, a bad strategy, an option of another operation */
-  run("run branch --in '%s' --out '%s'", in, out);
-  expect(2, "--grid");
-  run("run branch --in '%s' --out '%s' --grid 5,2", in, out);
-  expect(2, "--grid");
-  run("run branch --in '%s' --out '%s' --grid 5,,2,3", in, out); /* an empty field is not skipped */
-  expect(2, "--grid");
-  run("run camera --in '%s' --out '%s' --grid 5,2,3 --head-dim 8 --patch 1,1", in, out);
-  expect(2, "--patch");
-  run("run branch --in '%s' --out '%s' --grid 5,2,3 --chunk-strategy sideways", in, out);
-  expect(2, "sideways");
-  run("run output-transform --in '%s' --out '%s' --chunk-size 2", in, out);
-  expect(2, "chunk");
-  run("run camera --in '%s' --out '%s' --grid 5,2,3", in, out);
-  expect(2, "--head-dim");
-  run("run camera --in '%s' --out '%s' --grid 5,2,3 --head-dim 8 --algorithm auto", in, out); /* given = used */
-  expect(2, "--algorithm apply to branch");
-  /* bad input: a grid that does not match N, T that does not match the cameras, a conv weight of the wrong shape */
-  run("run branch --in '%s' --out '%s' --grid 5,3,3", in, out);
-  expect(3, "does not match N");
-  run("run camera --in '%s' --out '%s' --grid 6,1,5 --head-dim 8", in, out);
-  expect(3, "camera_conditions");
+  /* usage (exit 2): missing --grid, malformed --grid and --patch, a bad strategy, an option of another operation;
+   * bad input (exit 3): a grid that does not match N, T that does not match the cameras */
+  static const struct {
+    const char *op, *options;
+    int code;
+    const char *needle;
+  } bad_runs[] = {
+      {"branch", "", 2, "--grid"},
+      {"branch", "--grid 5,2", 2, "--grid"},
+      {"branch", "--grid 5,,2,3", 2, "--grid"}, /* an empty field is not skipped */
+      {"camera", "--grid 5,2,3 --head-dim 8 --patch 1,1", 2, "--patch"},
+      {"branch", "--grid 5,2,3 --chunk-strategy sideways", 2, "sideways"},
+      {"output-transform", "--chunk-size 2", 2, "chunk"},
+      {"camera", "--grid 5,2,3", 2, "--head-dim"},
+      {"camera", "--grid 5,2,3 --head-dim 8 --algorithm auto", 2, "--algorithm apply to branch"}, /* given = used */
+      {"branch", "--grid 5,3,3", 3, "does not match N"},
+      {"camera", "--grid 6,1,5 --head-dim 8", 3, "camera_conditions"},
+  };
+  for (size_t i = 0; i < sizeof bad_runs / sizeof bad_runs[0]; i++) {
+    run("run %s --in '%s' --out '%s' %s", bad_runs[i].op, in, out, bad_runs[i].options);
+    expect(bad_runs[i].code, bad_runs[i].needle);
+  }
+  /* a conv weight of the wrong shape */
   const size_t c3[2] = {C, 3};
   const char *bad = tu_fresh_dir("bad");
   write_inputs(bad);
