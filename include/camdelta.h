@@ -415,7 +415,7 @@ CAMDELTA_API camdelta_status camdelta_scan_forward(camdelta_context *ctx, const 
  *  constraints and the device's limits when a call builds its kernels.
  *  The FMA kernels have three more families, with the keys and meaning of the environment variables they
  *  replace for this context: "chunkwise" (CAMDELTA_SCAN_TILES: A_WR A_RM A_WC A_RN A_KC B_J B_WR B_RM B_WC B_RN
- *  B_KC B_PF C_WR C_RM C_WC C_RN C_KC), "backward" (CAMDELTA_SCAN_BWD_TILES: RPT TSG CB DPT TL TPT MC RL) and
+ *  B_KC B_PF C_WR C_RM C_WC C_RN C_KC), "backward" (CAMDELTA_SCAN_BWD_TILES: RPT TSG CB DPT TL TPT MC RL CR) and
  *  "sequential" (CAMDELTA_SEQ_TILES: J value columns per work-group, TS tokens per tile, W items); NULL or
  *  "" there restores the heuristics (also over the environment's value). Any change drops the plans the
  *  context keeps, so the next call plans anew. Returns CAMDELTA_OK; INVALID_ARGUMENT (ctx NULL, unknown family,

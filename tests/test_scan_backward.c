@@ -458,6 +458,31 @@ static void test_scan_backward_tile_override(void **state) {
   problem_free(&p);
 }
 
+/* A device whose kernels allow fewer work-items than D (Mesa Rusticl on llvmpipe reports 32 for every kernel): the
+ * chain takes several rows per item instead of refusing the shape, says so in the plan, and the gradients hold. */
+static void test_scan_backward_small_kernel_limit(void **state) {
+  (void)state;
+  const char *was = getenv("CAMDELTA_DEVICE_LIMITS");
+  char *saved_env = was ? strdup(was) : NULL;
+  assert_int_equal(setenv("CAMDELTA_DEVICE_LIMITS", "wg=32", 1), 0);
+  tu_context_release();
+  camdelta_scan_backward_args a = CAMDELTA_SCAN_BACKWARD_ARGS_INIT;
+  a.B = 1, a.H = 2, a.D = 56, a.F = 3, a.S = 20;
+  char plan[1024];
+  TU_OK(camdelta_scan_backward_plan_describe(tu_context(), &a, plan, sizeof plan));
+  if (!cd_tc_available(tu_context()) && !strstr(plan, "chain fma W=28 CB=8 CR=2"))
+    fail_msg("plan '%s' does not show the chain's two rows per item", plan);
+  for (int rev = 0; rev < 2; rev++) {
+    sb_case c = {1, 2, 56, 3, 20, rev, 1, 1, rev ? SAVED_REF : SAVED_NONE, 0, 0, CAMDELTA_SCAN_AUTO};
+    assert_int_equal(run_case(&c, NULL), 1);
+  }
+  report_worst("scan_backward kernel limit 32");
+  if (saved_env) assert_int_equal(setenv("CAMDELTA_DEVICE_LIMITS", saved_env, 1), 0);
+  else assert_int_equal(unsetenv("CAMDELTA_DEVICE_LIMITS"), 0);
+  free(saved_env);
+  tu_context_release();
+}
+
 static void test_scan_backward_bad_input(void **state) {
   (void)state;
   camdelta_context *ctx = tu_context();
@@ -548,7 +573,7 @@ int main(void) {
       cmocka_unit_test(test_scan_backward_d112),          cmocka_unit_test(test_scan_backward_from_forward),
       cmocka_unit_test(test_scan_backward_deterministic), cmocka_unit_test(test_scan_backward_bad_input),
       cmocka_unit_test(test_scan_backward_warm),          cmocka_unit_test(test_scan_backward_tile_override),
-      cmocka_unit_test(test_scan_backward_saved_a_emulated),
+      cmocka_unit_test(test_scan_backward_saved_a_emulated), cmocka_unit_test(test_scan_backward_small_kernel_limit),
   };
   int r = cmocka_run_group_tests(tests, NULL, NULL);
   tu_context_release();

@@ -13,7 +13,8 @@
  *
  * CAMDELTA_SCAN_BWD_TILES (tuning): a comma-separated list of KEY=N replacing the fields choose_config() picks:
  * grams RPT (rows and columns per item; a multiple of 4 dividing D) and TSG (tokens per chunk; a multiple of 8),
- * chain CB (columns per work-group; a multiple of 4 dividing D), frames DPT (value columns per item; a multiple of
+ * chain CB (columns per work-group; a multiple of 4 dividing D) and CR (rows per item, dividing D: the chain's
+ * work-group is D / CR items; chosen above 1 only where the compiled chain allows fewer than D), frames DPT (value columns per item; a multiple of
  * 4 dividing D), TL (token lanes), TPT (tokens per lane), MC (contraction chunk; divides D), ddecay RL (a power of
  * two), e.g. "RPT=8,TSG=16,DPT=8,TL=32,TPT=2,MC=16". Fields not given keep their choice; a list that does not
  * parse, or tiles beyond these constraints, the local memory or the work-group limits, fail with a message. */
@@ -73,10 +74,12 @@ static camdelta_status build_kernels(camdelta_context *ctx, size_t D, int skip_d
     camdelta_status st = cd_sbwd_choose(D, local, wg_grams, wg_frames, wg_chain, wg_rl, cfg);
     if (!st && overridden) st = cd_sbwd_override(D, local, dev_wg, ov, var, cfg);
     if (st) return st;
+    char rows[48] = "";
+    if (cfg->cr > 1) snprintf(rows, sizeof rows, " -DCD_CHAIN_R=%zu", cfg->cr);
     snprintf(opts, 256,
              "-DCD_D=%zu -DCD_RPT=%zu -DCD_TSG=%zu -DCD_CB=%zu -DCD_DPT=%zu -DCD_TL=%zu -DCD_TPT=%zu -DCD_MC=%zu "
-             "-DCD_RL=%zu%s%s%s",
-             D, cfg->rpt, cfg->tsg, cfg->cb, cfg->dpt, cfg->tl, cfg->tpt, cfg->mc, cfg->rl,
+             "-DCD_RL=%zu%s%s%s%s",
+             D, cfg->rpt, cfg->tsg, cfg->cb, cfg->dpt, cfg->tl, cfg->tpt, cfg->mc, cfg->rl, rows,
              skip_dq ? " -DCD_SKIP_DQ=1" : "", gpu ? " -DCD_CHAIN_UNROLL=1" : "", extra);
     if ((st = cd_kernel(ctx, "scan_backward.cl", opts, "cd_scan_bwd_grams", &k->grams)) ||
         (st = cd_kernel(ctx, "scan_backward.cl", opts, "cd_scan_bwd_chain", &k->chain)) ||
@@ -88,16 +91,17 @@ static camdelta_status build_kernels(camdelta_context *ctx, size_t D, int skip_d
     const size_t need_g = (D / cfg->rpt) * (D / cfg->rpt), need_f = cfg->tl * (D / cfg->dpt);
     const size_t have_g = cd_kernel_max_wg(ctx, k->grams), have_f = cd_kernel_max_wg(ctx, k->frames);
     const size_t have_c = cd_kernel_max_wg(ctx, k->chain), have_r = cd_kernel_max_wg(ctx, k->ddecay);
-    if (need_g <= have_g && need_f <= have_f && D <= have_c && cfg->rl <= have_r) return CAMDELTA_OK;
+    const size_t need_c = D / cfg->cr;
+    if (need_g <= have_g && need_f <= have_f && need_c <= have_c && cfg->rl <= have_r) return CAMDELTA_OK;
     release_kernels(k);
     if (overridden)
       return cd_fail(CAMDELTA_ERROR_UNSUPPORTED,
                      "%s: %s: the compiled kernels allow work-groups of %zu (grams), %zu (frames), %zu (chain), %zu "
                      "(ddecay) items; the tiles need %zu, %zu, %zu, %zu",
-                     OP, var, have_g, have_f, have_c, have_r, need_g, need_f, D, cfg->rl);
+                     OP, var, have_g, have_f, have_c, have_r, need_g, need_f, need_c, cfg->rl);
     if (need_g > have_g) wg_grams = have_g;
     if (need_f > have_f) wg_frames = have_f;
-    if (D > have_c) wg_chain = have_c;
+    if (need_c > have_c) wg_chain = have_c;
     if (cfg->rl > have_r) wg_rl = have_r;
   }
   return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: no kernel configuration for D=%zu fits this device", OP, D);
@@ -193,8 +197,11 @@ static void plan_text(const bwd_plan *pl, const camdelta_scan_backward_args *a, 
              c->tpt, c->mc);
     dq[0] = '\0';
   }
-  snprintf(buf, size, "backward; precision %s%s; chain fma W=%zu CB=%zu%s%s; ddecay fma RL=%zu%s", path, g, D, c->cb, f,
-           dq, c->rl, pl->overridden ? " (tiles overridden)" : "");
+  char rows[128] = "";
+  if (c->cr > 1)
+    snprintf(rows, sizeof rows, " CR=%zu (%zu rows per item: the kernel allows fewer than D items)", c->cr, c->cr);
+  snprintf(buf, size, "backward; precision %s%s; chain fma W=%zu CB=%zu%s%s%s; ddecay fma RL=%zu%s", path, g,
+           D / c->cr, c->cb, rows, f, dq, c->rl, pl->overridden ? " (tiles overridden)" : "");
 }
 
 static camdelta_status check_describe(const camdelta_scan_backward_args *a) {
@@ -443,7 +450,7 @@ static camdelta_status run_backward(camdelta_context *ctx, const camdelta_scan_b
     cd_arg_i32(&a, has_dinit);
     if (pr) cd_arg_mem(&a, pr->pk), cd_arg_u32(&a, (uint32_t)H);
     if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_scan_bwd_chain: setting arguments");
-    const size_t lws = D, gws = BH * (D / cfg.cb) * lws;
+    const size_t lws = D / cfg.cr, gws = BH * (D / cfg.cb) * lws;
     if (!st) st = cd_enqueue(ctx, k.chain, 1, &gws, &lws, &l, "cd_scan_bwd_chain");
   }
   /* 3. frames: the tensor-core kernel takes the FMA kernel's arguments less grad_out and dq (dq has its own
@@ -539,6 +546,6 @@ camdelta_status cd_scan_bwd_tiles_for(camdelta_context *ctx, size_t D, int skip_
   release_kernels(&k);
   snprintf(t->opts, sizeof t->opts, "%s", opts);
   t->grams_wg = (D / cfg.rpt) * (D / cfg.rpt), t->frames_wg = cfg.tl * (D / cfg.dpt);
-  t->frames_tokens = cfg.tl * cfg.tpt, t->chain_cb = cfg.cb, t->rl = cfg.rl;
+  t->frames_tokens = cfg.tl * cfg.tpt, t->chain_cb = cfg.cb, t->chain_wg = D / cfg.cr, t->rl = cfg.rl;
   return CAMDELTA_OK;
 }

@@ -335,8 +335,9 @@ camdelta_status cd_scan_pair_backward(camdelta_context *ctx, const cd_scan_pair_
   if (!st && !tc.on) st = cd_kernel(ctx, "scan_backward.cl", t.opts, "cd_scan_bwd_frames", &k[KFR]);
   if (!st) st = cd_kernel(ctx, "scan_pair.cl", "-DCD_D=8", "cd_pair_sum", &k[KSUM]);
   if (!st) st = cd_kernel(ctx, "scan_pair.cl", "-DCD_D=8", "cd_pair_add", &k[KADD]);
-  if (!st && cd_kernel_max_wg(ctx, k[KCHAIN]) < D)
-    st = cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: the compiled chain allows work-groups below D=%zu", BOP, D);
+  if (!st && cd_kernel_max_wg(ctx, k[KCHAIN]) < t.chain_wg)
+    st = cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: the compiled chain allows work-groups below its %zu items", BOP,
+                 t.chain_wg);
   if (!st && cd_option(ctx, CD_OPT_VERBOSE_SCAN, CAMDELTA_F32))
     fprintf(stderr, "camdelta scan pair backward: %s: %s\n", tc.on ? (tc.split ? "tensor cores, exact" : "tensor "
                     "cores, tf32") : "fma", tc.on ? tc.fopts : t.opts);
@@ -425,7 +426,7 @@ camdelta_status cd_scan_pair_backward(camdelta_context *ctx, const cd_scan_pair_
     cd_arg_i32(&ar, a->dinit_c.mem != NULL);
     cd_arg_i32(&ar, a->dinit_r.mem != NULL);
     if (ar.err != CL_SUCCESS) st = cd_cl_fail(ar.err, "cd_pair_bwd_chain: setting arguments");
-    const size_t lws = D, gws = 2 * BH * (D / t.chain_cb) * lws;
+    const size_t lws = t.chain_wg, gws = 2 * BH * (D / t.chain_cb) * lws;
     if (!st) st = cd_enqueue(ctx, k[KCHAIN], 1, &gws, &lws, &l, "cd_pair_bwd_chain");
   }
   /* 3. per direction: frames (the reverse's dq, dk, dv into the scratch), then ddecay (part is reused in order) */

@@ -40,7 +40,8 @@ typedef struct cd_scan_bwd_tiles {
   size_t grams_wg;      /* cd_scan_bwd_grams work-group */
   size_t frames_wg;     /* cd_scan_bwd_frames work-group */
   size_t frames_tokens; /* tokens per cd_scan_bwd_frames work-group */
-  size_t chain_cb;      /* columns per chain work-group (work-group D) */
+  size_t chain_cb;      /* columns per chain work-group */
+  size_t chain_wg;      /* chain work-group: D / (rows per item) */
   size_t rl;            /* cd_scan_bwd_ddecay work-group */
 } cd_scan_bwd_tiles;
 camdelta_status cd_scan_bwd_tiles_for(camdelta_context *ctx, size_t D, int skip_dq, cd_scan_bwd_tiles *t);

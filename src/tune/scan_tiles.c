@@ -405,9 +405,9 @@ size_t cd_sbwd_frames_local_bytes(size_t D, const cd_sbwd_cfg *c) {
 /* Largest configuration that fits the work-group limits (per kernel) and the local memory. */
 camdelta_status cd_sbwd_choose(size_t D, size_t local_bytes, size_t wg_grams, size_t wg_frames, size_t wg_chain,
                                size_t wg_rl, cd_sbwd_cfg *c) {
-  if (D > wg_chain)
-    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: D=%zu needs work-groups of %zu work-items, the device allows %zu",
-                   SBWD_OP, D, D, wg_chain);
+  /* the chain: a row per work-item, or where the kernel allows fewer than D items, the fewest rows per item that
+   * divide D and fit (D / cr items) */
+  for (c->cr = 1; D / c->cr > wg_chain || D % c->cr; c->cr++) continue;
   c->rpt = D;
   for (size_t r = D >= 64 ? 8 : 4; r <= D; r += 4)
     if (D % r == 0 && (D / r) * (D / r) <= wg_grams) {
@@ -436,7 +436,7 @@ camdelta_status cd_sbwd_choose(size_t D, size_t local_bytes, size_t wg_grams, si
   return CAMDELTA_OK;
 }
 
-const char *const cd_sbwd_tile_keys[CD_SB_COUNT] = {"RPT", "TSG", "CB", "DPT", "TL", "TPT", "MC", "RL"};
+const char *const cd_sbwd_tile_keys[CD_SB_COUNT] = {"RPT", "TSG", "CB", "DPT", "TL", "TPT", "MC", "RL", "CR"};
 
 /* Parses the override into v[] (0: key not given); *any says whether any key was given. */
 camdelta_status cd_sbwd_parse(const char *var, const char *text, unsigned v[CD_SB_COUNT], int *any) {
@@ -449,7 +449,7 @@ camdelta_status cd_sbwd_parse(const char *var, const char *text, unsigned v[CD_S
 /* Replaces the given fields of `c` and checks every constraint the kernels rely on. */
 camdelta_status cd_sbwd_override(size_t D, size_t local_bytes, size_t dev_wg, const unsigned v[CD_SB_COUNT],
                                  const char *TILES_ENV, cd_sbwd_cfg *c) {
-  size_t *const field[CD_SB_COUNT] = {&c->rpt, &c->tsg, &c->cb, &c->dpt, &c->tl, &c->tpt, &c->mc, &c->rl};
+  size_t *const field[CD_SB_COUNT] = {&c->rpt, &c->tsg, &c->cb, &c->dpt, &c->tl, &c->tpt, &c->mc, &c->rl, &c->cr};
   for (int i = 0; i < CD_SB_COUNT; i++)
     if (v[i]) *field[i] = v[i];
   const char *bad = NULL;
@@ -459,18 +459,20 @@ camdelta_status cd_sbwd_override(size_t D, size_t local_bytes, size_t dev_wg, co
   else if (c->dpt % 4 || D % c->dpt) bad = "DPT must be a multiple of 4 dividing D";
   else if (D % c->mc) bad = "MC must divide D";
   else if (c->rl & (c->rl - 1) || c->rl > 256) bad = "RL must be a power of two <= 256";
+  else if (D % c->cr) bad = "CR must divide D";
   else if (c->rpt * c->rpt > 256 || c->tpt * c->dpt > 128) bad = "RPT^2 <= 256 and TPT*DPT <= 128 (registers)";
   if (bad)
     return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: %s (D=%zu, RPT=%zu TSG=%zu CB=%zu DPT=%zu TL=%zu TPT=%zu MC=%zu "
-                   "RL=%zu)", SBWD_OP, bad, D, c->rpt, c->tsg, c->cb, c->dpt, c->tl, c->tpt, c->mc, c->rl);
+                   "RL=%zu CR=%zu)", SBWD_OP, bad, D, c->rpt, c->tsg, c->cb, c->dpt, c->tl, c->tpt, c->mc, c->rl, c->cr);
   const size_t wg_g = (D / c->rpt) * (D / c->rpt), wg_f = c->tl * (D / c->dpt);
   const size_t lg = cd_sbwd_grams_local_bytes(D, c), lf = cd_sbwd_frames_local_bytes(D, c);
-  if (wg_g > dev_wg || wg_f > dev_wg || c->rl > dev_wg || lg > local_bytes || lf > local_bytes)
+  if (wg_g > dev_wg || wg_f > dev_wg || c->rl > dev_wg || D / c->cr > dev_wg || lg > local_bytes ||
+      lf > local_bytes)
     return cd_fail(CAMDELTA_ERROR_UNSUPPORTED,
                    "%s: %s: grams (RPT=%zu TSG=%zu) needs work-groups of %zu and %zu bytes of local memory, frames "
-                   "(DPT=%zu TL=%zu TPT=%zu MC=%zu) %zu and %zu bytes, ddecay RL=%zu; the device allows %zu items and "
-                   "%zu bytes",
-                   SBWD_OP, TILES_ENV, c->rpt, c->tsg, wg_g, lg, c->dpt, c->tl, c->tpt, c->mc, wg_f, lf, c->rl, dev_wg,
-                   local_bytes);
+                   "(DPT=%zu TL=%zu TPT=%zu MC=%zu) %zu and %zu bytes, ddecay RL=%zu, chain (CR=%zu) %zu items; the "
+                   "device allows %zu items and %zu bytes",
+                   SBWD_OP, TILES_ENV, c->rpt, c->tsg, wg_g, lg, c->dpt, c->tl, c->tpt, c->mc, wg_f, lf, c->rl, c->cr,
+                   D / c->cr, dev_wg, local_bytes);
   return CAMDELTA_OK;
 }

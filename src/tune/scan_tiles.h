@@ -107,14 +107,15 @@ cd_scan_class cd_scan_shape_class(const cd_scan_limits *lim, size_t BH, size_t D
 typedef struct cd_sbwd_cfg {
   size_t rpt; /* grams: rows (and columns) per work-item; work-group (D/rpt)^2 */
   size_t tsg; /* grams: tokens per local chunk */
-  size_t cb;  /* chain: columns per work-group; work-group D */
+  size_t cb;  /* chain: columns per work-group; work-group D / cr */
   size_t dpt; /* frames: value columns per work-item */
   size_t tl;  /* frames: token lanes; work-group tl * D/dpt */
   size_t tpt; /* frames: tokens per lane */
   size_t mc;  /* frames: contraction chunk */
   size_t rl;  /* ddecay: work-group size (power of two) */
+  size_t cr;  /* chain: rows per work-item, dividing D (1 unless the chain kernel's work-group limit is below D) */
 } cd_sbwd_cfg;
-enum { CD_SB_RPT, CD_SB_TSG, CD_SB_CB, CD_SB_DPT, CD_SB_TL, CD_SB_TPT, CD_SB_MC, CD_SB_RL, CD_SB_COUNT };
+enum { CD_SB_RPT, CD_SB_TSG, CD_SB_CB, CD_SB_DPT, CD_SB_TL, CD_SB_TPT, CD_SB_MC, CD_SB_RL, CD_SB_CR, CD_SB_COUNT };
 extern const char *const cd_sbwd_tile_keys[CD_SB_COUNT];
 /** The backward's device limits: work-group limit, and usable local memory (at most 48 KiB, less 1 KiB). */
 void cd_sbwd_limits(const camdelta_device_info *info, size_t *dev_wg, size_t *local_bytes);
