@@ -209,6 +209,103 @@ static void test_large_shapes(void **state) {
   check_case(1, 1, 128, 2, 300, 1, 1, 1, 0, 604);
 }
 
+/* The shapes where Mesa Rusticl on llvmpipe returned wrong outputs from the third frame on (its driver ends a
+ * work-item's loops after 65535 iterations per launch): right on every device. */
+static void test_long_walks(void **state) {
+  (void)state;
+  check_case(1, 1, 56, 4, 64, 0, 1, 1, 1, 651);
+  check_case(1, 1, 56, 4, 64, 1, 1, 1, 1, 652);
+  check_case(1, 1, 112, 4, 65, 0, 1, 1, 0, 653);
+  check_case(1, 1, 112, 4, 65, 1, 0, 1, 0, 654);
+}
+
+/* One forward of p with algorithm alg; returns its status and the launches it made. */
+static camdelta_status forward_launches(const problem *p, int reverse, unsigned *kernels, float *out_host,
+                                        float *fin_host, camdelta_scan_algorithm alg) {
+  cl_mem q = tu_upload(p->q, p->n_tok * 4), k = tu_upload(p->k, p->n_tok * 4), v = tu_upload(p->v, p->n_tok * 4);
+  cl_mem beta = tu_upload(p->beta, p->n_beta * 4), decay = tu_upload(p->decay, p->n_decay * 4);
+  cl_mem init = tu_upload(p->init, p->n_state * 4), out = tu_buffer(p->n_tok * 4), fin = tu_buffer(p->n_state * 4);
+  camdelta_profile prof = {0, 0};
+  camdelta_scan_algorithm used = CAMDELTA_SCAN_AUTO;
+  camdelta_scan_args a = CAMDELTA_SCAN_ARGS_INIT;
+  a.B = p->B, a.H = p->H, a.D = p->D, a.F = p->F, a.S = p->S, a.reverse = reverse, a.algorithm = alg;
+  a.q.mem = q, a.k.mem = k, a.v.mem = v, a.beta.mem = beta, a.decay.mem = decay, a.out.mem = out;
+  a.init_state.mem = init, a.final_state.mem = fin, a.profile = &prof, a.used = &used;
+  const camdelta_status st = camdelta_scan_forward(tu_context(), &a, NULL);
+  *kernels = prof.kernels;
+  if (!st) {
+    assert_int_equal(used, alg);
+    tu_download(out, 0, p->n_tok * 4, out_host);
+    tu_download(fin, 0, p->n_state * 4, fin_host);
+  }
+  clReleaseMemObject(q), clReleaseMemObject(k), clReleaseMemObject(v), clReleaseMemObject(beta);
+  clReleaseMemObject(decay), clReleaseMemObject(init), clReleaseMemObject(out), clReleaseMemObject(fin);
+  return st;
+}
+
+/* CAMDELTA_DEVICE_LIMITS as it was (was: NULL, unset) with `extra` appended (NULL: nothing); a new context. */
+static void limits_env(const char *was, const char *extra) {
+  char text[160];
+  snprintf(text, sizeof text, "%s%s%s", was ? was : "", was && extra ? "," : "", extra ? extra : "");
+  if (text[0]) assert_int_equal(setenv("CAMDELTA_DEVICE_LIMITS", text, 1), 0);
+  else assert_int_equal(unsetenv("CAMDELTA_DEVICE_LIMITS"), 0);
+  tu_context_release();
+}
+
+/* A driver that ends a work-item's loops after a number of iterations per launch (Mesa's llvmpipe: 65535, found by
+ * the probe), emulated with CAMDELTA_DEVICE_LIMITS loops=N: the sequential walk and the chunkwise phase B run in
+ * several launches that carry the state and give the same results; where a launch cannot fit, the call fails with a
+ * message instead of returning wrong numbers. */
+static void test_loop_budget(void **state) {
+  (void)state;
+  const char *env = getenv("CAMDELTA_DEVICE_LIMITS");
+  char *was = env ? strdup(env) : NULL;
+  problem p;
+  problem_make(&p, 1, 2, 56, 8, 64, 661);
+  float *out = malloc(p.n_tok * 4), *fin = malloc(p.n_state * 4);
+  assert_true(out && fin);
+  for (int rev = 0; rev < 2; rev++) {
+    ref_result ref;
+    reference(&p, rev, 1, 1, 0, &ref);
+    for (int alg = CAMDELTA_SCAN_SEQUENTIAL; alg <= CAMDELTA_SCAN_CHUNKWISE; alg++) {
+      unsigned split = 0;
+      int splits = 0;
+      static const char *const budgets[] = {"loops=40000", "loops=20000", "loops=12000"};
+      for (size_t b = 0; b < sizeof budgets / sizeof *budgets; b++) {
+        limits_env(was, budgets[b]);
+        const camdelta_status st = forward_launches(&p, rev, &split, out, fin, (camdelta_scan_algorithm)alg);
+        if (st == CAMDELTA_ERROR_UNSUPPORTED) { /* a launch does not fit this device's tiles: refused, named */
+          assert_non_null(strstr(camdelta_last_message(), "loops after"));
+          continue;
+        }
+        TU_OK(st);
+        check_err("out (loop budget)", &p, (camdelta_scan_algorithm)alg, rev, tu_rel_err(out, ref.out, p.n_tok));
+        check_err("final_state (loop budget)", &p, (camdelta_scan_algorithm)alg, rev,
+                  tu_rel_err(fin, ref.final_state, p.n_state));
+        /* launches of a walk in one piece: the sequential kernel (and phase C where the plan has OUT=2), or
+         * chunkwise phases A, B and C */
+        camdelta_scan_args d = CAMDELTA_SCAN_ARGS_INIT;
+        d.B = p.B, d.H = p.H, d.D = p.D, d.F = p.F, d.S = p.S, d.reverse = rev, d.algorithm = (camdelta_scan_algorithm)alg;
+        char plan[1024];
+        TU_OK(camdelta_scan_plan_describe(tu_context(), &d, plan, sizeof plan));
+        const unsigned whole = alg == CAMDELTA_SCAN_CHUNKWISE ? 3u : strstr(plan, "OUT=2") ? 2u : 1u;
+        splits += split > whole;
+      }
+      if (!splits) fail_msg("%s: no budget split the walk", camdelta_scan_algorithm_name((camdelta_scan_algorithm)alg));
+      /* far too small a budget: refused with a message */
+      limits_env(was, "loops=300");
+      assert_int_equal(forward_launches(&p, rev, &split, out, fin, (camdelta_scan_algorithm)alg),
+                       CAMDELTA_ERROR_UNSUPPORTED);
+      assert_non_null(strstr(camdelta_last_message(), "loops after 300 iterations"));
+    }
+    ref_free(&ref);
+  }
+  free(out), free(fin);
+  problem_free(&p);
+  limits_env(was, NULL);
+  free(was);
+}
+
 /* ------------------------------------------------------------------------------- saved states */
 
 static void test_saved_states(void **state) {
@@ -913,6 +1010,8 @@ int main(void) {
       cmocka_unit_test(test_segment_chaining),
       cmocka_unit_test(test_buffer_offsets),
       cmocka_unit_test(test_large_shapes),
+      cmocka_unit_test(test_long_walks),
+      cmocka_unit_test(test_loop_budget),
       cmocka_unit_test(test_huge_token_counts),
       cmocka_unit_test(test_cli_frames_mismatch),
       cmocka_unit_test(test_tile_override),

@@ -142,6 +142,7 @@ static unsigned ceil_div(size_t a, size_t b) { return (unsigned)((a + b - 1) / b
 
 static camdelta_status device_limits(camdelta_context *ctx, dev_limits *lim) {
   cd_scan_limits_from_info(&ctx->info, lim);
+  lim->loop_budget = cd_loop_budget(ctx);
   return CAMDELTA_OK;
 }
 
@@ -248,34 +249,66 @@ static void arg_pk(cd_args *a, const scan_job *j) {
   cd_arg_u32(a, j->pk_h);
 }
 
+/* Steps of the sequential walk (the kernel's t: F, and F + 1 in reverse with a final state) and how many one launch
+ * may run within the driver's loop budget (cd_loop_budget; all of them where there is none); 0 when not one fits,
+ * with the message set. */
+static size_t seq_steps(camdelta_context *ctx, const camdelta_scan_args *p, const seq_cfg *c, int write_out,
+                        size_t *steps) {
+  *steps = p->F + (p->reverse && p->final_state.mem ? 1 : 0);
+  const size_t budget = cd_loop_budget(ctx);
+  const size_t per = cd_seq_steps_per_launch(p->D, p->S, write_out, c, budget, *steps);
+  if (!per)
+    cd_fail(CAMDELTA_ERROR_UNSUPPORTED,
+            "%s: the driver ends a work-item's loops after %zu iterations per launch (Mesa's llvmpipe does, silently); "
+            "one frame of the sequential scan at D=%zu S=%zu needs more: use the chunkwise algorithm or fewer "
+            "tokens per frame", OP, budget, p->D, p->S);
+  return per;
+}
+
 /* The sequential kernel; post: where the states every output frame reads go (NULL: nowhere), write_out: whether the
- * kernel computes the outputs itself. */
+ * kernel computes the outputs itself. The walk runs in one launch, or where the driver caps a work-item's loop
+ * iterations (cd_loop_budget) in launches of as many steps as fit, the state carried from one to the next through a
+ * scratch buffer (each work-group reads its block of it before writing it back). */
 static camdelta_status run_sequential(camdelta_context *ctx, const scan_job *j, cl_kernel k, const seq_cfg *c,
                                       cl_mem post, int write_out, cd_launch *l) {
   const camdelta_scan_args *p = j->p;
-  cd_args a = {k, 0, CL_SUCCESS};
-  cd_arg_buf(&a, p->q);
-  cd_arg_buf(&a, p->k);
-  cd_arg_buf(&a, p->v);
-  cd_arg_buf(&a, p->beta);
-  cd_arg_buf(&a, p->decay);
-  cd_arg_buf(&a, p->out);
-  cd_arg_buf(&a, p->init_state);
-  cd_arg_buf(&a, p->final_state);
-  cd_arg_buf(&a, (camdelta_buffer){j->pre, 0});
-  cd_arg_buf(&a, (camdelta_buffer){post, 0});
-  cd_arg_u64(&a, j->N);
-  cd_arg_u32(&a, (uint32_t)p->S);
-  cd_arg_u32(&a, (uint32_t)p->F);
-  cd_arg_i32(&a, p->reverse != 0);
-  cd_arg_i32(&a, p->init_state.mem != NULL);
-  cd_arg_i32(&a, p->final_state.mem != NULL);
-  cd_arg_i32(&a, j->pre != NULL);
-  cd_arg_i32(&a, post != NULL);
-  cd_arg_i32(&a, write_out);
-  if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_scan_sequential: setting arguments");
-  const size_t lws[2] = {c->W, 1}, gws[2] = {(size_t)c->W * j->BH, c->nJ};
-  return cd_enqueue(ctx, k, 2, gws, lws, l, "cd_scan_sequential");
+  size_t steps;
+  const size_t per = seq_steps(ctx, p, c, write_out, &steps);
+  if (!per) return CAMDELTA_ERROR_UNSUPPORTED;
+  cl_mem carry = NULL;
+  camdelta_status st = per < steps ? cd_alloc(ctx, j->n_state * sizeof(float), &carry) : CAMDELTA_OK;
+  for (size_t t0 = 0; t0 < steps && !st; t0 += per) {
+    const size_t t1 = t0 + per < steps ? t0 + per : steps;
+    const camdelta_buffer in = t0 ? (camdelta_buffer){carry, 0} : p->init_state;
+    const camdelta_buffer fin = t1 < steps ? (camdelta_buffer){carry, 0} : p->final_state;
+    cd_args a = {k, 0, CL_SUCCESS};
+    cd_arg_buf(&a, p->q);
+    cd_arg_buf(&a, p->k);
+    cd_arg_buf(&a, p->v);
+    cd_arg_buf(&a, p->beta);
+    cd_arg_buf(&a, p->decay);
+    cd_arg_buf(&a, p->out);
+    cd_arg_buf(&a, in);
+    cd_arg_buf(&a, fin);
+    cd_arg_buf(&a, (camdelta_buffer){j->pre, 0});
+    cd_arg_buf(&a, (camdelta_buffer){post, 0});
+    cd_arg_u64(&a, j->N);
+    cd_arg_u32(&a, (uint32_t)p->S);
+    cd_arg_u32(&a, (uint32_t)p->F);
+    cd_arg_i32(&a, p->reverse != 0);
+    cd_arg_i32(&a, in.mem != NULL);
+    cd_arg_i32(&a, fin.mem != NULL);
+    cd_arg_i32(&a, j->pre != NULL);
+    cd_arg_i32(&a, post != NULL);
+    cd_arg_i32(&a, write_out);
+    cd_arg_u32(&a, (uint32_t)t0);
+    cd_arg_u32(&a, (uint32_t)t1);
+    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_scan_sequential: setting arguments");
+    const size_t lws[2] = {c->W, 1}, gws[2] = {(size_t)c->W * j->BH, c->nJ};
+    if (!st) st = cd_enqueue(ctx, k, 2, gws, lws, l, "cd_scan_sequential");
+  }
+  if (carry) clReleaseMemObject(carry); /* it lives on until the launches that use it have finished */
+  return st;
 }
 
 /* Phase A: A_f, U_f of every (b, h, f) into A and U ((B, H, F, D, D) each). */
@@ -368,34 +401,67 @@ static camdelta_status enqueue_phase_c(camdelta_context *ctx, const scan_job *j,
   return st;
 }
 
+/* The driver's loop budget (cd_loop_budget) against the chunkwise phases' work-items (cd_chunk_loop_count): *b_per
+ * frames of phase B's chain per launch (F + 1: all of them; b_per NULL: phase B not checked); UNSUPPORTED with a
+ * message where phase A or C, or one frame of phase B, needs more than the budget. */
+static camdelta_status chunk_budget(camdelta_context *ctx, const camdelta_scan_args *p, const chunk_cfg *c,
+                                    const cd_tc_set *tc, size_t *b_per) {
+  const size_t budget = cd_loop_budget(ctx);
+  size_t na, nb_fixed, nb_step, nc, per = (size_t)p->F + 1;
+  if (b_per) *b_per = per;
+  if (!budget) return CAMDELTA_OK;
+  cd_chunk_loop_count(p->D, p->S, c, &na, &nb_fixed, &nb_step, &nc);
+  const size_t over = !tc->on && na > budget ? na : !tc->on && nc > budget ? nc : 0;
+  if (b_per) *b_per = per = nb_fixed + nb_step <= budget ? (budget - nb_fixed) / nb_step : 0;
+  if (over || !per)
+    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED,
+                   "%s: the driver ends a work-item's loops after %zu iterations per launch (Mesa's llvmpipe does, "
+                   "silently); the chunkwise scan at D=%zu S=%zu needs %zu in its phase %c: use fewer tokens per frame",
+                   OP, budget, p->D, p->S, over ? over : nb_fixed + nb_step, !over ? 'B' : over == na ? 'A' : 'C');
+  return CAMDELTA_OK;
+}
+
 static camdelta_status run_chunkwise(camdelta_context *ctx, const scan_job *j, cl_kernel ka, cl_kernel kb,
                                      cl_kernel kc, const chunk_cfg *c, const cd_tc_set *tc, cd_launch *l,
                                      const cd_scan_hook *hook) {
   const camdelta_scan_args *p = j->p;
   const size_t D = p->D, frames_bytes = j->BHF * D * D * sizeof(float);
-  cl_mem A = NULL, U = NULL, states = j->post;
+  /* Under a loop budget (cd_loop_budget) phase B's chain runs in launches of as many frames as fit, the state
+   * carried through a scratch buffer; phases A and C, parallel over frames, must fit as they are. */
+  size_t b_per;
+  camdelta_status bst = chunk_budget(ctx, p, c, tc, &b_per);
+  if (bst) return bst;
+  /* the chain's steps (packed clips: at least every clip's) */
+  const size_t b_steps = j->pk ? (size_t)p->F + 1 : p->reverse ? p->F - 1 + (p->final_state.mem != NULL) : p->F;
+  cl_mem A = NULL, U = NULL, states = j->post, carry = NULL;
   /* with a saved object, A_f goes into it: the backward reads it instead of computing it again */
   camdelta_status st = j->sv ? cd_ensure_buffer(ctx, &j->sv->a_mat, &j->sv->a_bytes, frames_bytes)
                              : cd_alloc(ctx, frames_bytes, &A);
   if (j->sv) A = j->sv->a_mat;
   if (!st) st = cd_alloc(ctx, frames_bytes, &U);
   if (!st && !states) st = cd_alloc(ctx, frames_bytes, &states);
+  if (!st && b_per < b_steps) st = cd_alloc(ctx, j->n_state * sizeof(float), &carry);
   if (!st) st = enqueue_phase_a(ctx, j, ka, c, tc, A, U, l);
   if (!st && hook) st = hook->fn(hook->user, A, U, NULL); /* scan_hook.h */
-  if (!st) {
+  for (size_t t0 = 0; (t0 < b_steps || !t0) && !st; t0 += b_per) { /* one launch at least (b_steps may be 0) */
+    const int last = t0 + b_per >= b_steps;
+    const camdelta_buffer in = t0 ? (camdelta_buffer){carry, 0} : p->init_state;
+    const camdelta_buffer fin = last ? p->final_state : (camdelta_buffer){carry, 0};
     cd_args a = {kb, 0, CL_SUCCESS};
     cd_arg_buf(&a, (camdelta_buffer){A, 0});
     cd_arg_buf(&a, (camdelta_buffer){U, 0});
     cd_arg_buf(&a, p->decay);
-    cd_arg_buf(&a, p->init_state);
+    cd_arg_buf(&a, in);
     cd_arg_buf(&a, (camdelta_buffer){states, 0});
     cd_arg_buf(&a, (camdelta_buffer){j->pre, 0});
-    cd_arg_buf(&a, p->final_state);
+    cd_arg_buf(&a, fin);
     cd_arg_u32(&a, (uint32_t)p->F);
     cd_arg_i32(&a, p->reverse != 0);
-    cd_arg_i32(&a, p->init_state.mem != NULL);
+    cd_arg_i32(&a, in.mem != NULL);
     cd_arg_i32(&a, j->pre != NULL);
-    cd_arg_i32(&a, p->final_state.mem != NULL);
+    cd_arg_i32(&a, p->final_state.mem != NULL); /* the walk's length; a launch that leaves steps writes fin anyway */
+    cd_arg_u32(&a, (uint32_t)t0);
+    cd_arg_u32(&a, last ? UINT32_MAX : (uint32_t)(t0 + b_per));
     arg_pk(&a, j);
     if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_scan_phase_b: setting arguments");
     const size_t lws[2] = {c->b_w, 1}, gws[2] = {(size_t)c->b_w * j->BH, c->b_nj};
@@ -405,6 +471,7 @@ static camdelta_status run_chunkwise(camdelta_context *ctx, const scan_job *j, c
   /* Releasing after enqueue is safe: the runtime keeps the buffers alive until the kernels finish. */
   if (A && !j->sv) clReleaseMemObject(A);
   if (U) clReleaseMemObject(U);
+  if (carry) clReleaseMemObject(carry);
   if (states && states != j->post) clReleaseMemObject(states);
   return st;
 }
@@ -545,7 +612,30 @@ static camdelta_status fwd_build(camdelta_context *ctx, const cd_plan_key *key, 
 
 /* The context's plan for `args` (built on the first call of its class), referenced and locked for this call:
  * cd_plan_release() once the launches are enqueued. */
+static camdelta_status plan_alg(camdelta_context *ctx, const camdelta_scan_args *args, camdelta_scan_algorithm alg,
+                                cd_plan_entry **e);
+
 static camdelta_status plan_forward(camdelta_context *ctx, const camdelta_scan_args *args, cd_plan_entry **e) {
+  camdelta_scan_algorithm alg = args->algorithm;
+  if (alg == CAMDELTA_SCAN_AUTO) alg = cd_scan_auto_ctx(ctx, args->B * args->H, args->D, args->F, args->S, NULL);
+  camdelta_status st = plan_alg(ctx, args, alg, e);
+  /* AUTO does not pick a sequential plan whose frames exceed the driver's loop budget (cd_loop_budget) */
+  if (!st && args->algorithm == CAMDELTA_SCAN_AUTO && alg == CAMDELTA_SCAN_SEQUENTIAL && cd_loop_budget(ctx)) {
+    const fwd_plan *pl = (*e)->plan;
+    size_t steps;
+    if (!seq_steps(ctx, args, &pl->sc, pl->sc.OUT != 2, &steps)) {
+      cd_clear_error();
+      cd_plan_release(ctx, *e);
+      *e = NULL;
+      st = plan_alg(ctx, args, CAMDELTA_SCAN_CHUNKWISE, e);
+    }
+  }
+  return st;
+}
+
+/* plan_forward for the algorithm `alg`. */
+static camdelta_status plan_alg(camdelta_context *ctx, const camdelta_scan_args *args, camdelta_scan_algorithm alg,
+                                cd_plan_entry **e) {
   const size_t BH = args->B * args->H, D = args->D;
   dev_limits lim;
   camdelta_status st = device_limits(ctx, &lim);
@@ -554,12 +644,12 @@ static camdelta_status plan_forward(camdelta_context *ctx, const camdelta_scan_a
   memset(&key, 0, sizeof key);
   key.op = CD_PLAN_SCAN_FORWARD;
   key.D = (unsigned)D;
-  camdelta_scan_algorithm alg = args->algorithm;
-  if (alg == CAMDELTA_SCAN_AUTO) alg = cd_scan_auto_ctx(ctx, BH, D, args->F, args->S, NULL);
   key.alg = (unsigned)alg;
   const cd_scan_class cls = cd_scan_shape_class(&lim, BH, D, args->S);
   key.cls[0] = alg == CAMDELTA_SCAN_SEQUENTIAL ? cls.seq_blocks : cls.b_blocks;
   key.cls[1] = cls.tokens;
+  /* under a loop budget the sequential tiles follow S itself (a frame's step must fit a launch) */
+  if (alg == CAMDELTA_SCAN_SEQUENTIAL && lim.loop_budget) key.cls[2] = (unsigned)args->S;
   if (cd_tc_available(ctx)) { /* the tensor-core phase C serves the sequential plan too (its OUT=2) */
     const size_t offs[5] = {args->q.offset, args->k.offset, args->v.offset, args->beta.offset, args->out.offset};
     key.prec = (unsigned)args->precision;
@@ -620,6 +710,28 @@ static void plan_text(const fwd_plan *pl, const camdelta_scan_args *args, char *
            path, a, cc->b_j, cc->b.wr, cc->b.rm, cc->b.wc, cc->b.rn, cc->b_kc, cc->b_pf, c);
 }
 
+/* Appends to the plan text how the serial walk splits where the driver caps a work-item's loop iterations per launch
+ * (cd_loop_budget): nothing where it runs in one launch. */
+static void budget_text(camdelta_context *ctx, const fwd_plan *pl, const camdelta_scan_args *args, char *text,
+                        size_t size) {
+  const size_t budget = cd_loop_budget(ctx);
+  if (!budget) return;
+  size_t per, steps;
+  if (pl->alg == CAMDELTA_SCAN_SEQUENTIAL) {
+    per = seq_steps(ctx, args, &pl->sc, pl->sc.OUT != 2, &steps);
+  } else {
+    steps = args->reverse ? args->F - 1 + (args->final_state.mem != NULL) : args->F;
+    if (chunk_budget(ctx, args, &pl->cc, &pl->tc, &per)) per = 0;
+  }
+  cd_clear_error();
+  const size_t used = strlen(text);
+  if (!per)
+    snprintf(text + used, size - used, "; exceeds the driver's loop budget (%zu iterations per work-item)", budget);
+  else if (per < steps)
+    snprintf(text + used, size - used, "; %zu frames per launch (the driver's loop budget: %zu iterations per "
+             "work-item)", per, budget);
+}
+
 /* Appends "; " and both algorithms' estimated costs with the choice (src/tune/cost.c) to the plan text. */
 static void choice_text(camdelta_context *ctx, const camdelta_scan_args *args, char *text, size_t size) {
   cd_scan_estimate est;
@@ -650,6 +762,7 @@ camdelta_status camdelta_scan_plan_describe(camdelta_context *ctx, const camdelt
   if ((st = plan_forward(ctx, args, &e))) return st;
   char text[1024];
   plan_text(e->plan, args, text, sizeof text);
+  budget_text(ctx, e->plan, args, text, sizeof text);
   cd_plan_release(ctx, e);
   choice_text(ctx, args, text, sizeof text);
   return cd_copy_text(fn, text, buf, size);
@@ -684,6 +797,7 @@ camdelta_status camdelta_scan_sp_forward_hooked(camdelta_context *ctx, const cam
   if (cd_option(ctx, CD_OPT_VERBOSE_SCAN, CAMDELTA_F32)) {
     char text[1024];
     plan_text(pl, args, text, sizeof text);
+    budget_text(ctx, pl, args, text, sizeof text);
     choice_text(ctx, args, text, sizeof text);
     fprintf(stderr, "camdelta scan: %s\n", text);
   }
@@ -756,6 +870,12 @@ camdelta_status cd_scan_chunk_create(camdelta_context *ctx, const camdelta_scan_
   c->pl = c->pe->plan;
   c->cc = c->pl->cc;
   c->cc.c_ns = ceil_div(args->S, c->cc.c.wc * c->cc.c.rn);
+  /* phases A and C within the driver's loop budget (the caller's chains have their own tiles and check) */
+  if ((st = chunk_budget(ctx, &c->args, &c->cc, &c->pl->tc, NULL))) {
+    cd_plan_release(ctx, c->pe);
+    free(c);
+    return st;
+  }
   c->job.p = &c->args;
   c->job.N = args->F * args->S, c->job.BH = args->B * args->H, c->job.BHF = n_frames;
   *out = c;
@@ -811,7 +931,7 @@ camdelta_status cd_scan_chunk_phase_c_ot(camdelta_context *ctx, const cd_scan_ch
 }
 
 camdelta_status cd_scan_pair_chain_cfg(camdelta_context *ctx, size_t chains, size_t D, size_t S, unsigned cap,
-                                       char *opts, size_t size, unsigned *b_w, unsigned *b_nj) {
+                                       char *opts, size_t size, unsigned *b_w, unsigned *b_nj, size_t loops[2]) {
   dev_limits lim;
   tile_override ov;
   char var[64];
@@ -823,6 +943,8 @@ camdelta_status cd_scan_pair_chain_cfg(camdelta_context *ctx, size_t chains, siz
   if (st) return st;
   snprintf(opts, size, "%s", cc.opts);
   *b_w = cc.b_w, *b_nj = cc.b_nj;
+  size_t na, nc;
+  cd_chunk_loop_count(D, S, &cc, &na, &loops[0], &loops[1], &nc);
   return CAMDELTA_OK;
 }
 

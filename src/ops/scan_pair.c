@@ -37,7 +37,8 @@ int cd_scan_pair_wanted(camdelta_context *ctx, camdelta_scan_algorithm alg, size
  * depend on: D, the value blocks of 2·BH chains and the token tile of S. */
 typedef struct chain_plan {
   cl_kernel k;
-  unsigned bw, nj; /* work-group size, value-column blocks */
+  unsigned bw, nj;  /* work-group size, value-column blocks */
+  size_t loops[2]; /* a work-item's loop iterations per launch and per frame (for the driver's loop budget) */
 } chain_plan;
 typedef struct chain_shape {
   size_t BH, D, S;
@@ -56,7 +57,8 @@ static camdelta_status chain_build(camdelta_context *ctx, const cd_plan_key *key
   if (!p) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", OP);
   for (unsigned cap = 256;; cap /= 2) {
     char opts[512];
-    camdelta_status st = cd_scan_pair_chain_cfg(ctx, 2 * sh->BH, sh->D, sh->S, cap, opts, sizeof opts, &p->bw, &p->nj);
+    camdelta_status st = cd_scan_pair_chain_cfg(ctx, 2 * sh->BH, sh->D, sh->S, cap, opts, sizeof opts, &p->bw, &p->nj,
+                                                 p->loops);
     if (!st) st = cd_kernel(ctx, "scan_chunkwise.cl", opts, "cd_pair_phase_b", &p->k);
     if (st) {
       free(p);
@@ -206,28 +208,48 @@ camdelta_status cd_scan_pair_forward(camdelta_context *ctx, const cd_scan_pair_a
   if (a->profile) a->profile->kernel_ms = 0, a->profile->kernels = 0;
   cd_launch l;
   cd_launch_init(&l, a->profile);
+  /* Under the driver's loop budget (cd_loop_budget) the chains run in launches of as many frames as fit, each
+   * direction's state carried through a scratch buffer of its own. */
+  const size_t budget = cd_loop_budget(ctx), steps = a->F; /* either chain's steps at most */
+  size_t per = steps;
+  if (!st && budget) {
+    per = cp->loops[0] + cp->loops[1] <= budget ? (budget - cp->loops[0]) / cp->loops[1] : 0;
+    if (!per)
+      st = cd_fail(CAMDELTA_ERROR_UNSUPPORTED,
+                   "%s: the driver ends a work-item's loops after %zu iterations per launch (Mesa's llvmpipe does, "
+                   "silently); one frame of the pair's chains at D=%zu needs %zu", OP, budget, D,
+                   cp->loops[0] + cp->loops[1]);
+  }
+  cl_mem carry[2] = {NULL, NULL};
+  for (int d = 0; d < 2 && !st && per < steps; d++) st = cd_alloc(ctx, BH * D * D * sizeof(float), &carry[d]);
   if (!st) st = cd_scan_chunk_phase_a(ctx, plan, A, U, &l);
-  if (!st) {
+  for (size_t t0 = 0; t0 < steps && !st; t0 += per) {
+    const int last = t0 + per >= steps;
+    const camdelta_buffer cc = {carry[0], 0}, cr = {carry[1], 0};
     cd_args ar = {cp->k, 0, CL_SUCCESS};
     cd_arg_buf(&ar, (camdelta_buffer){A, 0});
     cd_arg_buf(&ar, (camdelta_buffer){U, 0});
     cd_arg_mem(&ar, a->mask);
-    cd_arg_buf(&ar, a->init_c);
-    cd_arg_buf(&ar, a->init_r);
+    cd_arg_buf(&ar, t0 ? cc : a->init_c);
+    cd_arg_buf(&ar, t0 ? cr : a->init_r);
     cd_arg_buf(&ar, (camdelta_buffer){sc, 0});
     cd_arg_buf(&ar, (camdelta_buffer){sr, 0});
-    cd_arg_buf(&ar, a->final_c);
-    cd_arg_buf(&ar, a->final_r);
+    cd_arg_buf(&ar, last ? a->final_c : cc);
+    cd_arg_buf(&ar, last ? a->final_r : cr);
     cd_arg_u32(&ar, (uint32_t)a->F);
     cd_arg_u32(&ar, cp->nj);
-    cd_arg_i32(&ar, a->init_c.mem != NULL);
-    cd_arg_i32(&ar, a->init_r.mem != NULL);
+    cd_arg_i32(&ar, t0 || a->init_c.mem != NULL);
+    cd_arg_i32(&ar, t0 || a->init_r.mem != NULL);
     cd_arg_i32(&ar, a->final_c.mem != NULL);
     cd_arg_i32(&ar, a->final_r.mem != NULL);
+    cd_arg_u32(&ar, (uint32_t)t0);
+    cd_arg_u32(&ar, last ? UINT32_MAX : (uint32_t)(t0 + per));
     if (ar.err != CL_SUCCESS) st = cd_cl_fail(ar.err, "cd_pair_phase_b: setting arguments");
     const size_t lws[2] = {cp->bw, 1}, gws[2] = {(size_t)cp->bw * BH, 2 * (size_t)cp->nj};
     if (!st) st = cd_enqueue(ctx, cp->k, 2, gws, lws, &l, "cd_pair_phase_b");
   }
+  for (int d = 0; d < 2; d++)
+    if (carry[d]) clReleaseMemObject(carry[d]); /* in use until the launches have finished */
   if (!st) st = pair_sum_enqueue(ctx, ks, sc, sr, sum, BHF * D * D / 4, &l); /* D % 8 == 0 */
   int fused = 0;
   if (!st && a->ot) {

@@ -13,10 +13,11 @@ camdelta_status cd_scan_chunk_create(camdelta_context *ctx, const camdelta_scan_
 void cd_scan_chunk_destroy(cd_scan_chunk *c);
 /** The chains' tiles for `chains` serial chains (the pair runs 2·B·H) at D, S with work-groups of at most `cap` items
  *  (the override of CAMDELTA_SCAN_TILES / camdelta_tune_set "chunkwise" applied): scan_chunkwise.cl's whole option
- *  string (CD_D, CD_A_*, CD_B_*, CD_C_*), phase B's work-group size and value-column blocks. Returns OK, or the
- *  override's error. */
+ *  string (CD_D, CD_A_*, CD_B_*, CD_C_*), phase B's work-group size and value-column blocks, and its work-items'
+ *  loop iterations (loops[0] per launch, loops[1] per frame; cd_chunk_loop_count). Returns OK, or the override's
+ *  error. */
 camdelta_status cd_scan_pair_chain_cfg(camdelta_context *ctx, size_t chains, size_t D, size_t S, unsigned cap,
-                                       char *opts, size_t size, unsigned *b_w, unsigned *b_nj);
+                                       char *opts, size_t size, unsigned *b_w, unsigned *b_nj, size_t loops[2]);
 /** The plan in words (as camdelta_scan_plan_describe). */
 void cd_scan_chunk_describe(const cd_scan_chunk *c, char *buf, size_t size);
 /** Phase A (A_f = d_f(I − K_fᵀβ_fK_f), U_f = K_fᵀβ_fV_f into A, U, (B, H, F, D, D) each) and phase C

@@ -66,6 +66,7 @@ void cd_scan_limits_from_info(const camdelta_device_info *info, cd_scan_limits *
   if (lim->local_bytes > (size_t)1 << 20) lim->local_bytes = (size_t)1 << 20;
   lim->cus = info->compute_units ? info->compute_units : 1;
   lim->gpu = cd_device_gpu_like(info);
+  lim->loop_budget = 0; /* a fact of the driver, not of the device info: the caller sets it (cd_loop_budget) */
 }
 
 /* Work-group size for a tile of `outputs` cells, `per_item` cells per item. */
@@ -194,14 +195,19 @@ camdelta_status cd_seq_configure(const cd_scan_limits *lim, size_t BH, size_t D,
     c->W = wg_for(lim, D * c->J, lim->gpu ? 8 : 16, wg_cap);
     if (lim->gpu && c->W < 128 && wg_cap >= 128 && lim->max_wg >= 128) c->W = 128;
     seq_layouts(D, c);
-    if (cd_seq_local_bytes(D, c) <= lim->local_bytes) break;
-    if (ts > 8) ts /= 2;
-    else if (c->J > 8) {
+    const int fits_local = cd_seq_local_bytes(D, c) <= lim->local_bytes;
+    /* under a loop budget, a step (one frame) of the walk must fit a launch: narrower blocks give each item less */
+    if (fits_local && (!lim->loop_budget || c->J <= 8 ||
+                       cd_seq_steps_per_launch(D, S, c->OUT == 1, c, lim->loop_budget, 1) > 0))
+      break;
+    if (fits_local || ts <= 8) {
+      if (c->J <= 8)
+        return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: the device's local memory (%zu bytes) is too small for D=%zu",
+                       OP, lim->local_bytes, D);
       next_blocks(D, round8(c->J), &c->nJ);
       c->J = round8(ceil_div(D, c->nJ));
     } else
-      return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: the device's local memory (%zu bytes) is too small for D=%zu",
-                     OP, lim->local_bytes, D);
+      ts /= 2;
   }
   if (ov) {
     camdelta_status st = seq_override(lim, D, ov, var ? var : "CAMDELTA_SEQ_TILES", c);
@@ -214,6 +220,47 @@ camdelta_status cd_seq_configure(const cd_scan_limits *lim, size_t BH, size_t D,
            D, c->J, c->TS, c->u.wr, c->u.rm, c->u.wc, c->u.rn, c->p.wr, c->p.rm, c->p.wc, c->p.rn, c->o.wr, c->o.rm,
            c->o.wc, c->o.rn, c->PF);
   return CAMDELTA_OK;
+}
+
+/* Iterations of `for (e = lid; e < n; e += W)` for one item, at most. */
+static size_t strided(size_t n, size_t W) { return (n + W - 1) / W; }
+/* The FMA GEMM core (cl/common.cl CD_FMA_GEMM) over K steps of an a x b register block, and CD_FMA_ZERO. */
+static size_t gemm_loops(size_t K, const cd_scan_layout *l) {
+  return K * (1 + 2 * (size_t)l->rm + l->rn + (size_t)l->rm * l->rn);
+}
+static size_t zero_loops(const cd_scan_layout *l) { return l->rm + (size_t)l->rm * l->rn; }
+
+void cd_seq_loop_count(size_t D, size_t S, int write_out, const cd_seq_cfg *c, size_t *fixed, size_t *per_step) {
+  const size_t W = c->W, TS = c->TS, J = c->J, tiles = (S + TS - 1) / TS;
+  size_t sc = c->p.wr * c->p.rm, jc = c->u.wc * c->u.rn, kr = c->u.wr * c->u.rm;
+  if (c->o.wc * c->o.rn > sc) sc = c->o.wc * c->o.rn;
+  if (c->p.wc * c->p.rn > jc) jc = c->p.wc * c->p.rn;
+  if (c->o.wr * c->o.rm > jc) jc = c->o.wr * c->o.rm;
+  if (D > kr) kr = D;
+  const size_t state = zero_loops(&c->u);          /* a pass over the item's state registers */
+  const size_t nk = strided(D * TS, W), nv = strided(J * TS, W), nb = strided(TS, W);
+  const size_t save = strided(D * jc, W);          /* the state block to or from global memory */
+  /* staging zeroed, the initial state loaded and spread; at the end published and saved */
+  *fixed = strided(kr * (sc + 1), W) + strided(jc * (sc + 1), W) + strided(sc * jc, W) + strided(D * jc, W) +
+           strided(sc, W) + save + state + state + save;
+  /* one update tile: its K, V and β (loaded, or stored from the registers and the next one fetched), E and M */
+  const size_t loads = c->PF ? 2 * (nk + nv + nb) : nk + nv + nb;
+  const size_t upd = 1 + loads + zero_loops(&c->p) + gemm_loops(D, &c->p) + zero_loops(&c->p) + gemm_loops(TS, &c->u);
+  /* one output tile: its Q, the output GEMM and the store */
+  const size_t out = 1 + (c->PF ? 2 * nk : nk) + zero_loops(&c->o) + gemm_loops(D, &c->o) + zero_loops(&c->o);
+  /* a step: decay, publish, the saved states, the first tiles' fetches, the tiles, publish again */
+  *per_step = 1 + state + state + 2 * save + (c->PF ? 2 * (nk + nv + nb) : 0) + tiles * upd + state +
+              (write_out ? tiles * out : 0);
+}
+
+size_t cd_seq_steps_per_launch(size_t D, size_t S, int write_out, const cd_seq_cfg *c, size_t budget,
+                               size_t steps) {
+  if (!budget) return steps;
+  size_t fixed, per;
+  cd_seq_loop_count(D, S, write_out, c, &fixed, &per);
+  if (fixed + per > budget) return 0;
+  const size_t most = (budget - fixed) / per;
+  return most < steps ? most : steps;
 }
 
 /* ------------------------------------------------------------------------------- tile override */
@@ -375,6 +422,26 @@ camdelta_status cd_chunk_configure(const cd_scan_limits *lim, size_t BH, size_t 
            D, c->a.wr, c->a.rm, c->a.wc, c->a.rn, c->a_kc, c->b_j, c->b.wr, c->b.rm, c->b.wc, c->b.rn, c->b_kc,
            c->b_pf, c->c.wr, c->c.rm, c->c.wc, c->c.rn, c->c_kc);
   return CAMDELTA_OK;
+}
+
+void cd_chunk_loop_count(size_t D, size_t S, const cd_chunk_cfg *c, size_t *a, size_t *b_fixed, size_t *b_step,
+                         size_t *cc) {
+  /* phase A: per chunk of a_kc tokens the two staging loops and the GEMM; the zeroing and the stores */
+  const size_t a_tm = c->a.wr * c->a.rm, a_tn = c->a.wc * c->a.rn;
+  *a = 2 * zero_loops(&c->a) + ((S + c->a_kc - 1) / c->a_kc) * (1 + strided(a_tm * c->a_kc, c->a_w) +
+                                                              strided(a_tn * c->a_kc, c->a_w) +
+                                                              gemm_loops(c->a_kc, &c->a));
+  /* phase B: the As padding, the initial state (loaded and spread), the reverse's first saves, the first fetches
+   * and the final save; per step the saves, the chunks (store, fetch, GEMM) and the register passes */
+  const size_t b_tn = c->b.wc * c->b.rn, b_tm = c->b.wr * c->b.rm, save = strided(D * b_tn, c->b_w);
+  const size_t per = strided(D * c->b_kc, c->b_w), regs = zero_loops(&c->b);
+  *b_fixed = strided((size_t)c->b_kc * (b_tm + 1), c->b_w) + save + regs + 2 * save + c->b_pf * (1 + per) + regs +
+             save;
+  *b_step = 1 + save + regs + (D / c->b_kc) * (1 + 2 * per + gemm_loops(c->b_kc, &c->b)) + 3 * regs + save;
+  /* phase C: per chunk of c_kc key rows its two staging loops and the GEMM; the zeroing and the stores */
+  const size_t c_tv = c->c.wr * c->c.rm, c_ts = c->c.wc * c->c.rn;
+  *cc = 2 * zero_loops(&c->c) + (D / c->c_kc) * (1 + strided(c->c_kc * c_tv, c->c_w) + strided(c->c_kc * c_ts, c->c_w) +
+                                                gemm_loops(c->c_kc, &c->c));
 }
 
 /* ---------------------------------------------------------------------------------- shape class */

@@ -17,7 +17,8 @@ typedef struct cd_scan_limits {
   unsigned max_wg;    /* power of two, <= 256 */
   unsigned min_wg;    /* power of two >= the preferred multiple (32; 64 on AMD GPUs) */
   unsigned cus;
-  int gpu; /* GPU or accelerator */
+  int gpu;            /* GPU or accelerator */
+  size_t loop_budget; /* loop iterations a work-item may run per launch (cd_loop_budget; 0: no limit) */
 } cd_scan_limits;
 void cd_scan_limits_from_info(const camdelta_device_info *info, cd_scan_limits *lim);
 
@@ -45,9 +46,20 @@ enum { CD_SQ_J, CD_SQ_TS, CD_SQ_W, CD_SQ_PF, CD_SQ_OUT, CD_SQ_COUNT };
 extern const char *const cd_seq_tile_keys[CD_SQ_COUNT];
 /** Tiles for B*H = BH, D, S with work-groups of at most wg_cap items, then the override `ov` (NULL: none; 0 = field
  *  not given; `var` names its source in messages): J in [1, D], TS in [1, 1024], W a power of two in
- *  [32, the device's limit], and the work-group's local memory must fit. Fills c->opts. */
+ *  [32, the device's limit], and the work-group's local memory must fit. Under a loop budget (lim->loop_budget),
+ *  narrower value blocks where a frame's step would not fit one launch. Fills c->opts. */
 camdelta_status cd_seq_configure(const cd_scan_limits *lim, size_t BH, size_t D, size_t S, unsigned wg_cap,
                                  const unsigned *ov, const char *var, cd_seq_cfg *c);
+
+/** Loop iterations one work-item of the sequential kernel runs (cl/scan_sequential.cl), counting every loop as
+ *  written, none unrolled (an upper bound of what a driver's loop budget sees, cd_loop_budget): *fixed for the
+ *  launch (staging set-up, the initial and the final state) and *per_step for each step of the walk over frames of
+ *  S tokens (write_out: the kernel computes the outputs). */
+void cd_seq_loop_count(size_t D, size_t S, int write_out, const cd_seq_cfg *c, size_t *fixed, size_t *per_step);
+/** Steps of the walk per launch within a loop budget (0: no budget): the whole walk (`steps`) where it fits, else
+ *  the most that fit; 0 when not even one does. */
+size_t cd_seq_steps_per_launch(size_t D, size_t S, int write_out, const cd_seq_cfg *c, size_t budget,
+                               size_t steps);
 
 /* ------------------------------------------------------------------------------ chunkwise kernels */
 
@@ -87,6 +99,11 @@ typedef struct cd_chunk_cfg {
 size_t cd_chunk_a_local_bytes(const cd_chunk_cfg *c);
 size_t cd_chunk_b_local_bytes(size_t D, const cd_chunk_cfg *c);
 size_t cd_chunk_c_local_bytes(const cd_chunk_cfg *c);
+/** Loop iterations one work-item of each chunkwise phase runs (cl/scan_chunkwise.cl), counted as
+ *  cd_seq_loop_count does: phase A over a frame of S tokens (*a), phase B's chain (*b_fixed for the launch,
+ *  *b_step per frame) and phase C (*c). */
+void cd_chunk_loop_count(size_t D, size_t S, const cd_chunk_cfg *c, size_t *a, size_t *b_fixed, size_t *b_step,
+                         size_t *cc);
 /** Tiles for BH, D, S with work-groups of at most wg_cap items, then the override `o` (NULL: none; `var` names
  *  it in messages); fills c->opts. */
 camdelta_status cd_chunk_configure(const cd_scan_limits *lim, size_t BH, size_t D, size_t S, unsigned wg_cap,
