@@ -209,7 +209,8 @@ CAMDELTA_API camdelta_status camdelta_finish(camdelta_context *ctx);
  *  context has finished (a marker on the context's in-order queue), so an
  *  application can wait on another queue (clEnqueueWaitForEvents, or an event
  *  wait list) or on the host (clWaitForEvents) without a camdelta_finish.
- *  The caller releases *event with clReleaseEvent.
+ *  The context's queue is flushed (OpenCL requires that before another queue
+ *  waits on one of its events). The caller releases *event with clReleaseEvent.
  *  Returns CAMDELTA_OK and *event; INVALID_ARGUMENT (NULL argument) or OPENCL
  *  (*event is then NULL). */
 CAMDELTA_API camdelta_status camdelta_enqueue_marker(camdelta_context *ctx, cl_event *event);

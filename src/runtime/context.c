@@ -211,6 +211,14 @@ camdelta_status camdelta_enqueue_marker(camdelta_context *ctx, cl_event *event) 
     *event = NULL;
     return cd_cl_fail(err, "camdelta_enqueue_marker: clEnqueueMarkerWithWaitList");
   }
+  /* Another queue may wait on the event only once this queue has been flushed (OpenCL's rule for events across
+   * queues): a driver that submits lazily (Mesa's Rusticl) would otherwise never run the commands it waits for. */
+  err = clFlush(ctx->queue);
+  if (err != CL_SUCCESS) {
+    clReleaseEvent(*event);
+    *event = NULL;
+    return cd_cl_fail(err, "camdelta_enqueue_marker: clFlush");
+  }
   return CAMDELTA_OK;
 }
 
