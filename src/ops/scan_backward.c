@@ -354,14 +354,29 @@ static camdelta_status run_backward(camdelta_context *ctx, const camdelta_scan_b
   }
   const size_t ts = tc.on ? cd_tc_tm(&tc.fr) : cfg.tl * cfg.tpt, ntiles = (S + ts - 1) / ts;
   const size_t BH = pr ? pr->clips * H : B * H, BHF = B * H * F, sbytes = BHF * D * D * sizeof(float);
-
-  cl_mem scratch[6] = {NULL, NULL, NULL, NULL, NULL, NULL}; /* A W G U Z part */
-  const size_t sizes[6] = {reuse_a ? 0 : sbytes, sbytes, sbytes, need_u ? sbytes : 0, recompute ? sbytes : 0,
-                           BHF * ntiles * sizeof(float)};
-  for (int i = 0; i < 6 && !st; i++)
+  /* Under the driver's loop budget (cd_loop_budget) the grams sum a frame's tokens over several launches and the
+   * chains run in launches of as many steps as fit, x carried through a scratch buffer. */
+  const size_t chain_steps = (recompute ? F : 0) + F; /* at least every chain's */
+  size_t g_tokens = SIZE_MAX, c_per = chain_steps;
+  const size_t budget = cd_loop_budget(ctx);
+  if (budget) {
+    size_t gf, gc, cf, cs;
+    cd_sbwd_loop_count(D, &cfg, &gf, &gc, &cf, &cs);
+    if (!tc.on) g_tokens = gf + gc <= budget ? (budget - gf) / gc * cfg.tsg : 0;
+    c_per = cf + cs <= budget ? (budget - cf) / cs : 0;
+    if (!g_tokens || !c_per)
+      st = cd_fail(CAMDELTA_ERROR_UNSUPPORTED,
+                   "%s: the driver ends a work-item's loops after %zu iterations per launch (Mesa's llvmpipe does, "
+                   "silently); the %s at D=%zu needs %zu", OP, budget, !g_tokens ? "grams kernel" : "chain", D,
+                   !g_tokens ? gf + gc : cf + cs);
+  }
+  cl_mem scratch[7] = {NULL, NULL, NULL, NULL, NULL, NULL, NULL}; /* A W G U Z part carry */
+  const size_t sizes[7] = {reuse_a ? 0 : sbytes, sbytes, sbytes, need_u ? sbytes : 0, recompute ? sbytes : 0,
+                           BHF * ntiles * sizeof(float), c_per < chain_steps ? BH * D * D * sizeof(float) : 0};
+  for (int i = 0; i < 7 && !st; i++)
     if (sizes[i]) st = cd_alloc(ctx, sizes[i], &scratch[i]);
   if (st) {
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < 7; i++)
       if (scratch[i]) clReleaseMemObject(scratch[i]);
     if (pe) cd_plan_release(ctx, pe);
     else bwd_destroy(own);
@@ -411,28 +426,36 @@ static camdelta_status run_backward(camdelta_context *ctx, const camdelta_scan_b
     }
   } else {
     const uint32_t modes = need_u ? 3 : reuse_a ? 1 : 2; /* W; A; U */
-    cd_args a = {k.grams, 0, CL_SUCCESS};
-    cd_arg_buf(&a, args->q);
-    cd_arg_buf(&a, args->k);
-    cd_arg_buf(&a, args->v);
-    cd_arg_buf(&a, args->grad_out);
-    cd_arg_buf(&a, args->beta);
-    cd_arg_buf(&a, args->decay);
-    cd_arg_buf(&a, bW);
-    cd_arg_buf(&a, bA);
-    cd_arg_buf(&a, bU);
-    cd_arg_u64(&a, N);
-    cd_arg_u32(&a, (uint32_t)S);
-    cd_arg_u32(&a, (uint32_t)F);
-    cd_arg_u32(&a, modes);
-    if (pr) cd_arg_mem(&a, pr->pk), cd_arg_u32(&a, (uint32_t)H);
-    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_scan_bwd_grams: setting arguments");
-    const size_t lws = (D / cfg.rpt) * (D / cfg.rpt), gws = BHF * modes * lws;
-    if (!st) st = cd_enqueue(ctx, k.grams, 1, &gws, &lws, &l, "cd_scan_bwd_grams");
+    for (size_t s0 = 0; (s0 < S || !s0) && !st; s0 += g_tokens) { /* S: the longest frame where clips are packed */
+      const int first = s0 == 0, last = g_tokens >= S - s0;
+      cd_args a = {k.grams, 0, CL_SUCCESS};
+      cd_arg_buf(&a, args->q);
+      cd_arg_buf(&a, args->k);
+      cd_arg_buf(&a, args->v);
+      cd_arg_buf(&a, args->grad_out);
+      cd_arg_buf(&a, args->beta);
+      cd_arg_buf(&a, args->decay);
+      cd_arg_buf(&a, bW);
+      cd_arg_buf(&a, bA);
+      cd_arg_buf(&a, bU);
+      cd_arg_u64(&a, N);
+      cd_arg_u32(&a, (uint32_t)S);
+      cd_arg_u32(&a, (uint32_t)F);
+      cd_arg_u32(&a, modes);
+      cd_arg_u32(&a, (uint32_t)s0);
+      cd_arg_u32(&a, last ? UINT32_MAX : (uint32_t)(s0 + g_tokens));
+      cd_arg_u32(&a, (first ? 0u : 1u) | (last ? 0u : 2u));
+      if (pr) cd_arg_mem(&a, pr->pk), cd_arg_u32(&a, (uint32_t)H);
+      if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_scan_bwd_grams: setting arguments");
+      const size_t lws = (D / cfg.rpt) * (D / cfg.rpt), gws = BHF * modes * lws;
+      if (!st) st = cd_enqueue(ctx, k.grams, 1, &gws, &lws, &l, "cd_scan_bwd_grams");
+      if (last) break;
+    }
   }
   if (!st && hook) st = hook->fn(hook->user, bA.mem, need_u ? bU.mem : NULL, bW.mem); /* scan_hook.h */
   /* 2. chain */
-  if (!st) {
+  for (size_t u0 = 0; u0 < chain_steps && !st; u0 += c_per) {
+    const int last = c_per >= chain_steps - u0;
     cd_args a = {k.chain, 0, CL_SUCCESS};
     cd_arg_buf(&a, bA);
     cd_arg_buf(&a, bW);
@@ -448,6 +471,9 @@ static camdelta_status run_backward(camdelta_context *ctx, const camdelta_scan_b
     cd_arg_i32(&a, has_init);
     cd_arg_i32(&a, has_gfinal);
     cd_arg_i32(&a, has_dinit);
+    cd_arg_u32(&a, (uint32_t)u0);
+    cd_arg_u32(&a, last ? UINT32_MAX : (uint32_t)(u0 + c_per));
+    cd_arg_mem(&a, scratch[6] ? scratch[6] : bA.mem); /* the carry (a launch that leaves no steps never uses it) */
     if (pr) cd_arg_mem(&a, pr->pk), cd_arg_u32(&a, (uint32_t)H);
     if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_scan_bwd_chain: setting arguments");
     const size_t lws = D / cfg.cr, gws = BH * (D / cfg.cb) * lws;
@@ -523,7 +549,7 @@ static camdelta_status run_backward(camdelta_context *ctx, const camdelta_scan_b
     if (!st) st = cd_enqueue(ctx, k.ddecay, 1, &gws, &lws, &l, "cd_scan_bwd_ddecay");
   }
   /* Released buffers live on until the enqueued kernels that use them have finished. */
-  for (int i = 0; i < 6; i++)
+  for (int i = 0; i < 7; i++)
     if (scratch[i]) clReleaseMemObject(scratch[i]);
   if (pe) cd_plan_release(ctx, pe);
   else bwd_destroy(own);
@@ -547,5 +573,7 @@ camdelta_status cd_scan_bwd_tiles_for(camdelta_context *ctx, size_t D, int skip_
   snprintf(t->opts, sizeof t->opts, "%s", opts);
   t->grams_wg = (D / cfg.rpt) * (D / cfg.rpt), t->frames_wg = cfg.tl * (D / cfg.dpt);
   t->frames_tokens = cfg.tl * cfg.tpt, t->chain_cb = cfg.cb, t->chain_wg = D / cfg.cr, t->rl = cfg.rl;
+  t->grams_tsg = cfg.tsg;
+  cd_sbwd_loop_count(D, &cfg, &t->loops[0], &t->loops[1], &t->loops[2], &t->loops[3]);
   return CAMDELTA_OK;
 }

@@ -365,7 +365,21 @@ camdelta_status cd_scan_pair_backward(camdelta_context *ctx, const cd_scan_pair_
                     "cores, tf32") : "fma", tc.on ? tc.fopts : t.opts);
   const size_t ts = tc.on ? cd_tc_tm(&tc.fr) : t.frames_tokens, ntiles = (S + ts - 1) / ts;
   const size_t fbytes = BHF * D * D * sizeof(float);
-  cl_mem A = NULL, W = NULL, Gc = NULL, Gr = NULL, part = NULL, sum = NULL;
+  /* Under the driver's loop budget (cd_loop_budget) the grams sum a frame's tokens over several launches and the
+   * chains run in launches of as many frames as fit, x carried through a scratch buffer. */
+  size_t g_tokens = SIZE_MAX, c_per = F;
+  const size_t budget = cd_loop_budget(ctx);
+  if (!st && budget) {
+    if (!tc.on) g_tokens = t.loops[0] + t.loops[1] <= budget ? (budget - t.loops[0]) / t.loops[1] * t.grams_tsg : 0;
+    c_per = t.loops[2] + t.loops[3] <= budget ? (budget - t.loops[2]) / t.loops[3] : 0;
+    if (!g_tokens || !c_per)
+      st = cd_fail(CAMDELTA_ERROR_UNSUPPORTED,
+                   "%s: the driver ends a work-item's loops after %zu iterations per launch (Mesa's llvmpipe does, "
+                   "silently); the %s at D=%zu needs %zu", BOP, budget, !g_tokens ? "grams kernel" : "chains", D,
+                   !g_tokens ? t.loops[0] + t.loops[1] : t.loops[2] + t.loops[3]);
+  }
+  cl_mem A = NULL, W = NULL, Gc = NULL, Gr = NULL, part = NULL, sum = NULL, carry = NULL;
+  if (!st && c_per < F) st = cd_alloc(ctx, 2 * BH * D * D * sizeof(float), &carry);
   const int reuse_a = !st && saved_c->has_a; /* the causal A_f as the forward's phase A computed it */
   if (!st && !reuse_a) st = cd_alloc(ctx, fbytes, &A);
   if (!st) st = cd_alloc(ctx, fbytes, &W);
@@ -412,26 +426,34 @@ camdelta_status cd_scan_pair_backward(camdelta_context *ctx, const cd_scan_pair_
       if (!st) st = cd_enqueue(ctx, tc.gram, 2, gws, lws, &l, pass ? "cd_gram_tc (A)" : "cd_gram_tc (W)");
     }
   } else if (!st) {
-    cd_args ar = {k[KGRAMS], 0, CL_SUCCESS};
-    cd_arg_buf(&ar, a->q);
-    cd_arg_buf(&ar, a->k);
-    cd_arg_buf(&ar, a->v);
-    cd_arg_buf(&ar, a->grad_out);
-    cd_arg_buf(&ar, a->beta);
-    cd_arg_buf(&ar, a->decay);
-    cd_arg_buf(&ar, bW);
-    cd_arg_buf(&ar, bA);
-    cd_arg_buf(&ar, bA);
-    cd_arg_u64(&ar, N);
-    cd_arg_u32(&ar, (uint32_t)S);
-    cd_arg_u32(&ar, (uint32_t)F);
-    cd_arg_u32(&ar, reuse_a ? 1 : 2); /* W; A */
-    if (ar.err != CL_SUCCESS) st = cd_cl_fail(ar.err, "cd_scan_bwd_grams: setting arguments");
-    const size_t lws = t.grams_wg, gws = BHF * (reuse_a ? 1 : 2) * lws;
-    if (!st) st = cd_enqueue(ctx, k[KGRAMS], 1, &gws, &lws, &l, "cd_scan_bwd_grams");
+    for (size_t s0 = 0; !st; s0 += g_tokens) {
+      const int last = g_tokens >= S - s0;
+      cd_args ar = {k[KGRAMS], 0, CL_SUCCESS};
+      cd_arg_buf(&ar, a->q);
+      cd_arg_buf(&ar, a->k);
+      cd_arg_buf(&ar, a->v);
+      cd_arg_buf(&ar, a->grad_out);
+      cd_arg_buf(&ar, a->beta);
+      cd_arg_buf(&ar, a->decay);
+      cd_arg_buf(&ar, bW);
+      cd_arg_buf(&ar, bA);
+      cd_arg_buf(&ar, bA);
+      cd_arg_u64(&ar, N);
+      cd_arg_u32(&ar, (uint32_t)S);
+      cd_arg_u32(&ar, (uint32_t)F);
+      cd_arg_u32(&ar, reuse_a ? 1 : 2); /* W; A */
+      cd_arg_u32(&ar, (uint32_t)s0);
+      cd_arg_u32(&ar, last ? UINT32_MAX : (uint32_t)(s0 + g_tokens));
+      cd_arg_u32(&ar, (s0 ? 1u : 0u) | (last ? 0u : 2u));
+      if (ar.err != CL_SUCCESS) st = cd_cl_fail(ar.err, "cd_scan_bwd_grams: setting arguments");
+      const size_t lws = t.grams_wg, gws = BHF * (reuse_a ? 1 : 2) * lws;
+      if (!st) st = cd_enqueue(ctx, k[KGRAMS], 1, &gws, &lws, &l, "cd_scan_bwd_grams");
+      if (last) break;
+    }
   }
   /* 2. both G chains */
-  if (!st) {
+  for (size_t u0 = 0; u0 < F && !st; u0 += c_per) {
+    const int last = c_per >= F - u0;
     cd_args ar = {k[KCHAIN], 0, CL_SUCCESS};
     cd_arg_buf(&ar, bA);
     cd_arg_buf(&ar, bW);
@@ -447,6 +469,9 @@ camdelta_status cd_scan_pair_backward(camdelta_context *ctx, const cd_scan_pair_
     cd_arg_i32(&ar, a->grad_final_r.mem != NULL);
     cd_arg_i32(&ar, a->dinit_c.mem != NULL);
     cd_arg_i32(&ar, a->dinit_r.mem != NULL);
+    cd_arg_u32(&ar, (uint32_t)u0);
+    cd_arg_u32(&ar, last ? UINT32_MAX : (uint32_t)(u0 + c_per));
+    cd_arg_mem(&ar, carry ? carry : bA.mem); /* the carry (a launch that leaves no steps never uses it) */
     if (ar.err != CL_SUCCESS) st = cd_cl_fail(ar.err, "cd_pair_bwd_chain: setting arguments");
     const size_t lws = t.chain_wg, gws = 2 * BH * (D / t.chain_cb) * lws;
     if (!st) st = cd_enqueue(ctx, k[KCHAIN], 1, &gws, &lws, &l, "cd_pair_bwd_chain");
@@ -521,8 +546,8 @@ camdelta_status cd_scan_pair_backward(camdelta_context *ctx, const cd_scan_pair_
     if (!st) st = cd_enqueue(ctx, tc.apply, 2, gws, lws, &l, "cd_apply_tc (dq of both scans)");
   }
   (void)none;
-  cl_mem tmp[9] = {A, W, Gc, Gr, part, sum, own[0], own[1], own[2]};
-  for (int i = 0; i < 9; i++)
+  cl_mem tmp[10] = {A, W, Gc, Gr, part, sum, own[0], own[1], own[2], carry};
+  for (int i = 0; i < 10; i++)
     if (tmp[i]) clReleaseMemObject(tmp[i]);
   for (int i = 0; i < NK; i++)
     if (k[i]) clReleaseKernel(k[i]);

@@ -43,6 +43,9 @@ typedef struct cd_scan_bwd_tiles {
   size_t frames_tokens; /* tokens per cd_scan_bwd_frames work-group */
   size_t chain_cb;      /* columns per chain work-group */
   size_t chain_wg;      /* chain work-group: D / (rows per item) */
+  size_t grams_tsg;     /* tokens per cd_scan_bwd_grams chunk */
+  size_t loops[4];      /* a work-item's loop iterations: grams per launch and per chunk, chain per launch and per
+                           step (cd_sbwd_loop_count) */
   size_t rl;            /* cd_scan_bwd_ddecay work-group */
 } cd_scan_bwd_tiles;
 camdelta_status cd_scan_bwd_tiles_for(camdelta_context *ctx, size_t D, int skip_dq, cd_scan_bwd_tiles *t);

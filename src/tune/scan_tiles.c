@@ -503,6 +503,18 @@ camdelta_status cd_sbwd_choose(size_t D, size_t local_bytes, size_t wg_grams, si
   return CAMDELTA_OK;
 }
 
+void cd_sbwd_loop_count(size_t D, const cd_sbwd_cfg *c, size_t *g_fixed, size_t *g_chunk, size_t *c_fixed,
+                        size_t *c_step) {
+  const size_t r = c->rpt, ng = D / r, regs = r + r * r;
+  *g_fixed = 2 * regs; /* the sums set up (or read back) and stored */
+  *g_chunk = 1 + strided(D * c->tsg, ng * ng) + c->tsg * (1 + r / 4 + regs);
+  const size_t rows = c->cr * (1 + c->cb); /* a pass over an item's rows of the block */
+  const size_t first = c->cr * (1 + D + c->cb);
+  *c_fixed = 2 * (rows + first) + 2 * rows; /* each chain's x and first columns; the carry or dinit */
+  /* the publish, each row's update (its sums over D, the next step's loads) and the kernel's row passes */
+  *c_step = 1 + rows + c->cr * (1 + 2 * c->cb + D * (1 + c->cb / 4)) + 2 * rows;
+}
+
 const char *const cd_sbwd_tile_keys[CD_SB_COUNT] = {"RPT", "TSG", "CB", "DPT", "TL", "TPT", "MC", "RL", "CR"};
 
 /* Parses the override into v[] (0: key not given); *any says whether any key was given. */

@@ -142,6 +142,10 @@ size_t cd_sbwd_frames_local_bytes(size_t D, const cd_sbwd_cfg *c);
 /** Largest configuration that fits the work-group limits (per kernel) and the local memory. */
 camdelta_status cd_sbwd_choose(size_t D, size_t local_bytes, size_t wg_grams, size_t wg_frames, size_t wg_chain,
                                size_t wg_rl, cd_sbwd_cfg *c);
+/** Loop iterations one work-item runs (counted as cd_seq_loop_count does): the grams kernel's *g_fixed per launch
+ *  and *g_chunk per TSG tokens; the chain's *c_fixed per launch and *c_step per step. */
+void cd_sbwd_loop_count(size_t D, const cd_sbwd_cfg *c, size_t *g_fixed, size_t *g_chunk, size_t *c_fixed,
+                        size_t *c_step);
 /** Parses "KEY=N,..." (keys cd_sbwd_tile_keys) into v (0: not given); *any: a key was given. */
 camdelta_status cd_sbwd_parse(const char *var, const char *text, unsigned v[CD_SB_COUNT], int *any);
 /** Replaces the given fields of `c` and checks every constraint the kernels rely on (`var` names the source). */
