@@ -144,9 +144,12 @@ typedef struct camdelta_buffer {
 
 /** Kernel time of one call, filled when a profile is requested: the call then
  *  waits for its kernels. Needs a queue with CL_QUEUE_PROFILING_ENABLE (a
- *  context created by camdelta has one). */
+ *  context created by camdelta has one). Where the driver gives no kernel
+ *  times (its profiling timer has no resolution: Mesa's Rusticl), kernel_ms
+ *  is NaN, never a made-up 0: time the call on the host around
+ *  camdelta_finish instead (as `camdelta bench` and the demo then do). */
 typedef struct camdelta_profile {
-  double kernel_ms;  /* sum over the call's kernels (end - start)   */
+  double kernel_ms;  /* sum over the call's kernels (end - start), or NaN */
   unsigned kernels;  /* number of kernels enqueued                  */
 } camdelta_profile;
 

@@ -1,5 +1,6 @@
 /* Contexts: device selection, borrowed queues, versions, threads. */
 #include <dlfcn.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -175,6 +176,42 @@ static void test_threads(void **state) {
  * tests/test_contract.c's. */
 
 /* camdelta_enqueue_marker: an application's second queue waits for camdelta's work through the event. */
+/* Where the driver gives no kernel times (Rusticl's profiling timer has no resolution; emulated with
+ * CAMDELTA_DEVICE_LIMITS profiling=0) a requested profile still counts the kernels and waits for them, and its
+ * kernel_ms is NaN, not a made-up 0. */
+static void test_profile_without_kernel_times(void **state) {
+  (void)state;
+  const char *was = getenv("CAMDELTA_DEVICE_LIMITS");
+  char *saved = was ? strdup(was) : NULL, text[160];
+  snprintf(text, sizeof text, "%s%sprofiling=0", was ? was : "", was ? "," : "");
+  assert_int_equal(setenv("CAMDELTA_DEVICE_LIMITS", text, 1), 0);
+  tu_context_release();
+  camdelta_context *ctx = tu_context();
+  prep_problem p;
+  prep_problem_init(&p, 1, 20, 2, 16, CAMDELTA_F32, 78, 0);
+  const size_t BNHD = p.B * p.N * p.H * p.D;
+  cl_mem in[9], out[4];
+  for (int i = 0; i < 9; i++) in[i] = tu_upload(p.in[i], p.count[i] * 4);
+  for (int o = 0; o < 4; o++) out[o] = tu_buffer((o < 3 ? BNHD : p.H * p.N) * 4);
+  camdelta_profile prof = {1.0, 0};
+  camdelta_prep_args a = CAMDELTA_PREP_ARGS_INIT;
+  a.B = p.B, a.N = p.N, a.H = p.H, a.D = p.D, a.dtype = p.dtype, a.k_scale = p.k_scale, a.norm_eps = p.norm_eps;
+  camdelta_buffer *slots[13] = {&a.q_raw, &a.k_raw, &a.v_raw, &a.q_norm_weight, &a.k_norm_weight, &a.proj_q,
+                                &a.proj_kv, &a.rope_cos, &a.rope_sin, &a.q, &a.k, &a.v, &a.inflation_sq};
+  for (int i = 0; i < 13; i++) slots[i]->mem = i < 9 ? in[i] : out[i - 9];
+  a.profile = &prof;
+  TU_OK(camdelta_prep_forward(ctx, &a, NULL));
+  assert_true(isnan(prof.kernel_ms));
+  assert_true(prof.kernels >= 1);
+  for (int i = 0; i < 9; i++) clReleaseMemObject(in[i]);
+  for (int o = 0; o < 4; o++) clReleaseMemObject(out[o]);
+  prep_problem_free(&p);
+  if (saved) assert_int_equal(setenv("CAMDELTA_DEVICE_LIMITS", saved, 1), 0);
+  else assert_int_equal(unsetenv("CAMDELTA_DEVICE_LIMITS"), 0);
+  free(saved);
+  tu_context_release();
+}
+
 static void test_marker_event(void **state) {
   (void)state;
   camdelta_context *ctx = tu_context();
@@ -254,6 +291,7 @@ int main(void) {
       cmocka_unit_test(test_borrowed_queue),
       cmocka_unit_test(test_threads),
       cmocka_unit_test(test_marker_event),
+      cmocka_unit_test(test_profile_without_kernel_times),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   tu_context_release();

@@ -56,6 +56,11 @@ static camdelta_status finish_create(camdelta_context *ctx) {
   if (mtx_init(&ctx->lock, mtx_plain) != thrd_success)
     return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "cannot create a mutex");
   fill_info(ctx);
+  size_t resolution = 0;
+  if (clGetDeviceInfo(ctx->device, CL_DEVICE_PROFILING_TIMER_RESOLUTION, sizeof resolution, &resolution, NULL) !=
+      CL_SUCCESS)
+    resolution = 0;
+  ctx->kernel_times = ctx->profiling && resolution > 0;
   /* The environment is read once, here, never on the call path. */
   char msg[512];
   cd_opt_clear(&ctx->opts);

@@ -31,9 +31,10 @@ camdelta_status cd_limits_env(camdelta_context *ctx) {
     const char *eq = memchr(p, '=', len);
     uint64_t v = 0;
     const size_t klen = eq ? (size_t)(eq - p) : len;
-    if (!eq || !parse_value(eq + 1, len - klen - 1, &v))
+    const int off = eq && klen == 9 && strncmp(p, "profiling", 9) == 0 && len - klen - 1 == 1 && eq[1] == '0';
+    if (!eq || (!off && !parse_value(eq + 1, len - klen - 1, &v)))
       return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
-                     "%s: '%.*s' is not KEY=N (keys local, wg, cu, loops; N a whole number from 1 to 2^40)", LIMITS_VAR,
+                     "%s: '%.*s' is not KEY=N (keys local, wg, cu, loops; N a whole number from 1 to 2^40) or profiling=0", LIMITS_VAR,
                      (int)len, p);
     if (klen == 5 && strncmp(p, "local", 5) == 0) {
       if (v < in->local_mem_bytes) in->local_mem_bytes = v;
@@ -43,9 +44,11 @@ camdelta_status cd_limits_env(camdelta_context *ctx) {
       if (v < in->compute_units) in->compute_units = (unsigned)v;
     } else if (klen == 5 && strncmp(p, "loops", 5) == 0) {
       ctx->loop_limit = (size_t)v;
+    } else if (klen == 9 && strncmp(p, "profiling", 9) == 0 && len - klen - 1 == 1 && eq[1] == '0') {
+      ctx->kernel_times = 0;
     } else {
-      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: unknown key '%.*s' (local, wg, cu or loops)", LIMITS_VAR,
-                     (int)klen, p);
+      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: unknown key '%.*s' (local, wg, cu, loops or profiling=0)",
+                     LIMITS_VAR, (int)klen, p);
     }
     p += len;
     if (*p == ',') p++;

@@ -104,6 +104,9 @@ struct camdelta_context {
   cl_command_queue queue;
   int owns; /* 1: created by camdelta, released on destroy */
   int profiling;
+  int kernel_times; /* profiling events carry usable kernel times: the queue profiles and the device's timer has a
+                       resolution (Mesa's Rusticl reports 0 and stamps 0, 1, 2, 3 ns); CAMDELTA_DEVICE_LIMITS
+                       profiling=0 clears it. Where it is 0, a requested profile gives kernel_ms = NaN. */
   camdelta_device_info info;
   char device_extensions[4096];
   mtx_t lock; /* guards programs and stats */
@@ -142,10 +145,11 @@ struct camdelta_context {
 };
 
 /* ------------------------------------------- device limits, emulated facts, launch traces (emulate.c) */
-/** Reads CAMDELTA_DEVICE_LIMITS ("local=BYTES,wg=ITEMS,cu=UNITS,loops=N", each optional) and lowers what the context
+/** Reads CAMDELTA_DEVICE_LIMITS ("local=BYTES,wg=ITEMS,cu=UNITS,loops=N,profiling=0", each optional) and lowers what the context
  *  reports (ctx->info and, through cd_kernel_max_wg, every kernel's work-group limit) to those values: a test mode
  *  for devices with less local memory, smaller work-group limits or fewer compute units than the one at hand, and
- *  (loops) for a driver that caps a work-item's loop iterations per launch (cd_loop_budget).
+ *  (loops) for a driver that caps a work-item's loop iterations per launch (cd_loop_budget), (profiling=0) one that
+ *  gives no kernel times.
  *  Values above the device's own are ignored; a value that does not parse fails naming the variable. Called once
  *  at context creation, after the device facts are read. */
 camdelta_status cd_limits_env(camdelta_context *ctx);
