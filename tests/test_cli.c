@@ -674,7 +674,7 @@ static void test_cache(void **state) {
   cli_result *r = run("cache warm --shape 1,2,16,64");
   expect_code(r, 0, NULL);
   assert_non_null(strstr(r->out, "warmed "));
-  r = run("cache warm --device 0:0 --shape 1,2,16,64");
+  r = run("cache warm --device \"${CAMDELTA_DEVICE:-0:0}\" --shape 1,2,16,64"); /* the same device, named */
   expect_code(r, 0, NULL);
   assert_non_null(strstr(r->out, " 0 compiled"));
   expect_code(run("cache warm --device no-such-device-xyz"), 4, "no-such-device-xyz");
