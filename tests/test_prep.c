@@ -150,6 +150,13 @@ static void run_variant(int form, const char *tiles, int ix64, const size_t *whi
 /* The fused form: one and several heads per step (D = 64: two), more steps than the inflation ring holds (H = 20 at
  * D = 64 and 128), partial tiles, B = 2, unaligned offsets, both 16-bit types (16-token tiles); then other tiles
  * and one work-group per compute unit (each walks many tiles). */
+/* The constrained-device profiles' case (tests/run_profile.sh): the production head dim, f32 and f16, few tokens. */
+static void test_prep_profile(void **state) {
+  (void)state;
+  static const shape cases[] = {{1, 20, 2, 112, CAMDELTA_F32, 3, 5}, {2, 9, 3, 112, CAMDELTA_F16, 0, 0}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_shape(&cases[i]);
+}
+
 static void test_prep_fused(void **state) {
   (void)state;
   static const size_t which[] = {1, 2, 4, 5, 7, 8, 9, 12, 13};
@@ -298,6 +305,7 @@ static void test_prep_saved(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_prep_shapes),
+      cmocka_unit_test(test_prep_profile),
       cmocka_unit_test(test_prep_saved),
       cmocka_unit_test(test_prep_fused),
       cmocka_unit_test(test_prep_regs),

@@ -265,6 +265,18 @@ static void test_scan_backward_medium(void **state) {
 }
 
 /* Odd shapes: every D path (DPT 8 and 16, tiny and large D), F = 1, partial token tiles, offsets, decay = 0. */
+/* The constrained-device profiles' case (tests/run_profile.sh): the production head dim and a ragged one, both
+ * directions, recomputed and from saved states, few tokens. */
+static void test_scan_backward_profile(void **state) {
+  (void)state;
+  for (int rev = 0; rev < 2; rev++) {
+    const sb_case c[2] = {{1, 2, 112, 3, 20, rev, 1, 1, SAVED_NONE, 0, 0, CAMDELTA_SCAN_AUTO},
+                          {2, 1, 56, 2, 9, rev, 1, 1, SAVED_REF, 3, 0, CAMDELTA_SCAN_AUTO}};
+    for (int i = 0; i < 2; i++) assert_int_equal(run_case(&c[i], NULL), 1);
+  }
+  report_worst("scan_backward profile");
+}
+
 static void test_scan_backward_shapes(void **state) {
   (void)state;
   static const sb_case cases[] = {
@@ -612,6 +624,7 @@ static void test_scan_backward_warm(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_scan_backward_medium),        cmocka_unit_test(test_scan_backward_shapes),
+      cmocka_unit_test(test_scan_backward_profile),
       cmocka_unit_test(test_scan_backward_d112),          cmocka_unit_test(test_scan_backward_from_forward),
       cmocka_unit_test(test_scan_backward_deterministic), cmocka_unit_test(test_scan_backward_bad_input),
       cmocka_unit_test(test_scan_backward_warm),          cmocka_unit_test(test_scan_backward_tile_override),
