@@ -27,7 +27,8 @@ void usage_bench(void) {
          "Times every operation with OpenCL profiling events after warm-up and prints\n"
          "median and minimum kernel milliseconds, effective GB/s (the fewest bytes the\n"
          "operation must move) and TFLOP/s (scan: 6*B*H*N*D^2 forward, 14*B*H*N*D^2\n"
-         "backward). The branch rows run the whole camera branch (camdelta_branch_forward /\n"
+         "backward). Where the driver gives no kernel times, the rows marked (host) are\n"
+         "host milliseconds from the call to camdelta_finish. The branch rows run the whole camera branch (camdelta_branch_forward /\n"
          "backward, f32) at chunk size 3, first_chunk_plus_one, on the grid Hs x Ws = S\n"
          "(sana480 and d64: 30x52, sana720: 45x80, else the most square factorisation);\n"
          "their TFLOP/s count the two scans (12 and 28*B*H*N*D^2).\n"
@@ -433,7 +434,7 @@ int cmd_bench(int argc, char **argv) {
     printf("shape B=%zu H=%zu D=%zu F=%zu S=%zu (N=%zu), prep dtype %s, scan precision %s, %zu reps after %zu "
            "warm-up\n",
            b.B, b.H, b.D, b.F, b.S, b.N, camdelta_dtype_name(dt), camdelta_precision_name(prec), reps, warmup);
-    printf("%-32s %10s %10s %9s %9s", "operation", "median ms", "min ms", "GB/s", "TFLOP/s");
+    printf("%-39s %10s %10s %9s %9s", "operation", "median ms", "min ms", "GB/s", "TFLOP/s");
     if (peak_gbs > 0) printf(" %8s", "%GB/s");
     if (peak_tflops > 0) printf(" %8s", "%TFLOP");
     printf("\n");
@@ -492,7 +493,7 @@ int cmd_bench(int argc, char **argv) {
         snprintf(line, sizeof line, "%s", camdelta_last_message());
         for (char *c = line; *c; c++)
           if (*c == '\n') *c = ' ';
-        printf("%-32s %10s  (%s: %s)\n", op->name, "n/a", camdelta_status_name(st), line);
+        printf("%-39s %10s  (%s: %s)\n", op->name, "n/a", camdelta_status_name(st), line);
         cJSON_AddStringToObject(jo, "error", line);
         free(ms);
         if (st != CAMDELTA_ERROR_UNSUPPORTED) rc = cli_lib_error(st, op->name);
@@ -505,7 +506,7 @@ int cmd_bench(int argc, char **argv) {
       double gbs = bytes / (med * 1e-3) / 1e9, tf = flops / (med * 1e-3) / 1e12;
       char label[64];
       snprintf(label, sizeof label, "%s%s", op->name, host ? " (host)" : "");
-      printf("%-32s %10.4f %10.4f %9.1f", label, med, mn, gbs);
+      printf("%-39s %10.4f %10.4f %9.1f", label, med, mn, gbs);
       if (flops > 0) printf(" %9.2f", tf);
       else printf(" %9s", "-");
       if (peak_gbs > 0) printf(" %7.1f%%", 100 * gbs / peak_gbs);
