@@ -175,10 +175,11 @@ const cd_opt_env_doc cd_opt_env_docs[] = {
      .when = "each program build",
      .doc = "read the kernel sources from this folder instead of the copies built into the library"},
     {.name = "CAMDELTA_DEVICE_LIMITS",
-     .value = "`local=BYTES,wg=ITEMS,cu=UNITS`",
+     .value = "`local=BYTES,wg=ITEMS,cu=UNITS,loops=N,profiling=0`",
      .when = "context creation",
      .doc = "test mode: lower the local memory, work-group size and compute units the context reports (values above "
-            "the device's own are ignored)"},
+            "the device's own are ignored), emulate a driver's loop budget per work-item and launch, or a driver "
+            "without kernel times ([portability.md](portability.md))"},
     {.name = "CAMDELTA_TC_TILES",
      .value = "`gram:WM=2,KC=16;frames:WM=4`",
      .when = "context creation",
@@ -191,7 +192,7 @@ const cd_opt_env_doc cd_opt_env_docs[] = {
     {.name = "CAMDELTA_SCAN_BWD_TILES",
      .value = "`RPT=8,TSG=16,...`",
      .when = "context creation",
-     .doc = "the scan backward's FMA tiles (RPT TSG CB DPT TL TPT MC RL); `camdelta_tune_set` family `backward`"},
+     .doc = "the scan backward's FMA tiles (RPT TSG CB DPT TL TPT MC RL CR); `camdelta_tune_set` family `backward`"},
     {.name = "CAMDELTA_SEQ_TILES",
      .value = "`J=8,TS=32,W=256,PF=1,OUT=2`",
      .when = "context creation",
