@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One constrained-device profile (CAMDELTA_DEVICE_LIMITS, set by ctest): every operation on the device against its
-# f64 reference with SPEC section 5's bounds, at the production head dim and few tokens, through the test programs'
+# f64 reference with the bounds of docs/math.md §5, at the production head dim and few tokens, through the test programs'
 # own checks (one filtered test per program) and the demo (cameras, conv, the whole branch forward and backward).
 #   run_profile.sh TESTS_DIR
 set -uo pipefail

@@ -311,6 +311,9 @@ static void test_loop_budget(void **state) {
         TU_OK(camdelta_scan_plan_describe(tu_context(), &d, plan, sizeof plan));
         const unsigned whole = alg == CAMDELTA_SCAN_CHUNKWISE ? 3u : strstr(plan, "OUT=2") ? 2u : 1u;
         splits += split > whole;
+        /* the plan says how the walk splits (causal: the call's walk and the description's have F steps) */
+        if (split > whole && !rev && !strstr(plan, "frames per launch (the driver's loop budget"))
+          fail_msg("plan '%s' does not say how the walk splits", plan);
       }
       if (!splits) fail_msg("%s: no budget split the walk", camdelta_scan_algorithm_name((camdelta_scan_algorithm)alg));
       /* far too small a budget: refused with a message */

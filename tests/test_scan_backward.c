@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backward.h"
+#include "engine.h"
 #include "internal.h"
 #include "testutil.h"
-#include "tune.h"
+#include "tc.h"
 
 #define BOUND 1e-4
 
@@ -518,6 +518,12 @@ static void test_scan_backward_loop_budget(void **state) {
       if (!cd_tc_available(tu_context())) assert_true(g_kernels > 4); /* the tensor-core grams are not split */
     }
   report_worst("scan_backward loop budget");
+  camdelta_scan_backward_args da = CAMDELTA_SCAN_BACKWARD_ARGS_INIT;
+  da.B = 1, da.H = 2, da.D = 32, da.F = 40, da.S = 200;
+  char plan[1024];
+  TU_OK(camdelta_scan_backward_plan_describe(tu_context(), &da, plan, sizeof plan));
+  if (!cd_tc_available(tu_context()) && !strstr(plan, "the driver's loop budget: grams"))
+    fail_msg("plan '%s' does not say how the grams and the chain split", plan);
   snprintf(text, sizeof text, "%s%sloops=100", was ? was : "", was ? "," : "");
   assert_int_equal(setenv("CAMDELTA_DEVICE_LIMITS", text, 1), 0);
   tu_context_release();
