@@ -399,8 +399,10 @@ void cd_forward_text(const cd_plan_entry *e, camdelta_precision requested, char 
            path_text(pl->tc, pl->split, requested), sc->W, sc->nJ, sc->J, sc->TS, sc->PF, c);
 }
 
-/* Appends "; " and both algorithms' estimated costs with the choice (src/scan/cost.c) to the plan text. */
-static camdelta_status choice_text(camdelta_context *ctx, const camdelta_scan_args *args, char *text, size_t size) {
+/* Appends "; " and both algorithms' estimated costs with the choice (src/scan/cost.c) to the plan text, and where
+ * AUTO runs another algorithm than the estimates pick (run: the plan's), why. */
+static camdelta_status choice_text(camdelta_context *ctx, const camdelta_scan_args *args, camdelta_scan_algorithm run,
+                                   char *text, size_t size) {
   cd_scan_estimate est;
   camdelta_scan_algorithm alg;
   char choice[256];
@@ -408,7 +410,10 @@ static camdelta_status choice_text(camdelta_context *ctx, const camdelta_scan_ar
   if (st) return st;
   cd_scan_estimate_text(&est, args->algorithm, choice, sizeof choice);
   const size_t used = strlen(text);
-  snprintf(text + used, size - used, "; %s", choice);
+  snprintf(text + used, size - used, "; %s%s", choice,
+           args->algorithm == CAMDELTA_SCAN_AUTO && run != alg
+               ? " (runs chunkwise: a sequential frame exceeds the driver's loop budget)"
+               : "");
   return CAMDELTA_OK;
 }
 
@@ -435,7 +440,7 @@ camdelta_status camdelta_scan_plan_describe(camdelta_context *ctx, const camdelt
   cd_forward_text(e, args->precision, text, sizeof text);
   budget_text(e->plan, cd_loop_budget(ctx), walk_steps(e->plan, args), text, sizeof text);
   cd_plan_release(ctx, e);
-  if ((st = choice_text(ctx, args, text, sizeof text))) return st;
+  if ((st = choice_text(ctx, args, r.alg, text, sizeof text))) return st;
   return cd_copy_text(fn, text, buf, size);
 }
 
@@ -518,7 +523,7 @@ static camdelta_status fwd_plan_step(cd_call *c) {
     char text[1024];
     cd_forward_text(s->e, args->precision, text, sizeof text);
     budget_text(s->e->plan, cd_loop_budget(c->ctx), walk_steps(s->e->plan, args), text, sizeof text);
-    if (!choice_text(c->ctx, args, text, sizeof text)) fprintf(stderr, "camdelta scan: %s\n", text);
+    if (!choice_text(c->ctx, args, s->r.alg, text, sizeof text)) fprintf(stderr, "camdelta scan: %s\n", text);
   }
   if (args->used) *args->used = s->r.alg;
   return CAMDELTA_OK;
