@@ -175,11 +175,11 @@ const cd_opt_env_doc cd_opt_env_docs[] = {
      .when = "each program build",
      .doc = "read the kernel sources from this folder instead of the copies built into the library"},
     {.name = "CAMDELTA_DEVICE_LIMITS",
-     .value = "`local=BYTES,wg=ITEMS,cu=UNITS,loops=N,profiling=0`",
+     .value = "`local=BYTES,wg=ITEMS,cu=UNITS,loops=N|none,profiling=0`",
      .when = "context creation",
      .doc = "test mode: lower the local memory, work-group size and compute units the context reports (values above "
-            "the device's own are ignored), emulate a driver's loop budget per work-item and launch, or a driver "
-            "without kernel times ([portability.md](portability.md))"},
+            "the device's own are ignored), emulate a driver's loop budget per work-item and launch (none: no "
+            "budget, its probe not run), or a driver without kernel times ([portability.md](portability.md))"},
     {.name = "CAMDELTA_TC_TILES",
      .value = "`gram:WM=2,KC=16;frames:WM=4`",
      .when = "context creation",

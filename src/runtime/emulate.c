@@ -32,16 +32,23 @@ camdelta_status cd_limits_env(camdelta_context *ctx) {
     uint64_t v = 0;
     const size_t klen = eq ? (size_t)(eq - p) : len;
     const int off = eq && klen == 9 && strncmp(p, "profiling", 9) == 0 && len - klen - 1 == 1 && eq[1] == '0';
-    if (!eq || (!off && !parse_value(eq + 1, len - klen - 1, &v)))
+    /* loops=none: no loop budget, and the probe kernel is not run (a simulator such as oclgrind, whose checks would
+     * also see the probe's launch) */
+    const int noloops = eq && klen == 5 && strncmp(p, "loops", 5) == 0 && len - klen - 1 == 4 &&
+                        strncmp(eq + 1, "none", 4) == 0;
+    if (!eq || (!off && !noloops && !parse_value(eq + 1, len - klen - 1, &v)))
       return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
-                     "%s: '%.*s' is not KEY=N (keys local, wg, cu, loops; N a whole number from 1 to 2^40) or profiling=0", LIMITS_VAR,
-                     (int)len, p);
+                     "%s: '%.*s' is not KEY=N (keys local, wg, cu, loops; N a whole number from 1 to 2^40), "
+                     "loops=none or profiling=0",
+                     LIMITS_VAR, (int)len, p);
     if (klen == 5 && strncmp(p, "local", 5) == 0) {
       if (v < in->local_mem_bytes) in->local_mem_bytes = v;
     } else if (klen == 2 && strncmp(p, "wg", 2) == 0) {
       if (v < in->max_work_group_size) in->max_work_group_size = (size_t)v;
     } else if (klen == 2 && strncmp(p, "cu", 2) == 0) {
       if (v < in->compute_units) in->compute_units = (unsigned)v;
+    } else if (noloops) {
+      ctx->loop_limit = 0, ctx->loop_budget = 0, ctx->loop_state = 1;
     } else if (klen == 5 && strncmp(p, "loops", 5) == 0) {
       ctx->loop_limit = (size_t)v;
     } else if (klen == 9 && strncmp(p, "profiling", 9) == 0 && len - klen - 1 == 1 && eq[1] == '0') {
