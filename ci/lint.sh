@@ -23,3 +23,11 @@ for p in "${pending[@]}"; do args+=(--pending "$p"); done
 /usr/bin/python3 ci/designated_init.py "$build" "${args[@]}" src tools
 /usr/bin/python3 ci/cycles.py --self-test
 /usr/bin/python3 ci/cycles.py "$build"
+# Vendor paths: inline assembly (NVIDIA PTX) only in the tensor-core kernels, which CAMDELTA_TC=0 turns off, so that
+# the portable path is every other kernel (docs/portability.md).
+asm=$(grep -l -E '(^|[^a-z_])(asm|__asm__)[[:space:]]*(volatile[[:space:]]*)?\(' cl/*.cl | grep -v '^cl/gemm_tc\.cl$' || true)
+if [ -n "$asm" ]; then
+  echo "ci/lint.sh: inline assembly outside cl/gemm_tc.cl (the vendor path CAMDELTA_TC=0 turns off): $asm" >&2
+  exit 1
+fi
+echo "vendor paths: inline assembly only in cl/gemm_tc.cl"

@@ -147,9 +147,12 @@ typedef struct camdelta_buffer {
 
 /** Kernel time of one call, filled when a profile is requested: the call then
  *  waits for its kernels. Needs a queue with CL_QUEUE_PROFILING_ENABLE (a
- *  context created by camdelta has one). */
+ *  context created by camdelta has one). Where the driver gives no kernel
+ *  times (its profiling timer has no resolution: Mesa's Rusticl), kernel_ms
+ *  is NaN, never a made-up 0: time the call on the host around
+ *  camdelta_finish instead (as `camdelta bench` and the demo then do). */
 typedef struct camdelta_profile {
-  double kernel_ms;  /* sum over the call's kernels (end - start)   */
+  double kernel_ms;  /* sum over the call's kernels (end - start), or NaN */
   unsigned kernels;  /* number of kernels enqueued                  */
 } camdelta_profile;
 
@@ -212,7 +215,8 @@ CAMDELTA_API camdelta_status camdelta_finish(camdelta_context *ctx);
  *  context has finished (a marker on the context's in-order queue), so an
  *  application can wait on another queue (clEnqueueWaitForEvents, or an event
  *  wait list) or on the host (clWaitForEvents) without a camdelta_finish.
- *  The caller releases *event with clReleaseEvent.
+ *  The context's queue is flushed (OpenCL requires that before another queue
+ *  waits on one of its events). The caller releases *event with clReleaseEvent.
  *  Returns CAMDELTA_OK and *event; INVALID_ARGUMENT (NULL argument) or OPENCL
  *  (*event is then NULL). */
 CAMDELTA_API camdelta_status camdelta_enqueue_marker(camdelta_context *ctx, cl_event *event);
@@ -418,7 +422,7 @@ CAMDELTA_API camdelta_status camdelta_scan_forward(camdelta_context *ctx, const 
  *  constraints and the device's limits when a call builds its kernels.
  *  The FMA kernels have three more families, with the keys and meaning of the environment variables they
  *  replace for this context: "chunkwise" (CAMDELTA_SCAN_TILES: A_WR A_RM A_WC A_RN A_KC B_J B_WR B_RM B_WC B_RN
- *  B_KC B_PF C_WR C_RM C_WC C_RN C_KC), "backward" (CAMDELTA_SCAN_BWD_TILES: RPT TSG CB DPT TL TPT MC RL) and
+ *  B_KC B_PF C_WR C_RM C_WC C_RN C_KC), "backward" (CAMDELTA_SCAN_BWD_TILES: RPT TSG CB DPT TL TPT MC RL CR) and
  *  "sequential" (CAMDELTA_SEQ_TILES: J value columns per work-group, TS tokens per tile, W items); NULL or
  *  "" there restores the heuristics (also over the environment's value). Any change drops the plans the
  *  context keeps, so the next call plans anew. Returns CAMDELTA_OK; INVALID_ARGUMENT (ctx NULL, unknown family,

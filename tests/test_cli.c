@@ -669,7 +669,7 @@ static void test_cache(void **state) {
   cli_result *r = run("cache warm --shape 1,2,16,64");
   expect_code(r, 0, NULL);
   assert_non_null(strstr(r->out, "warmed "));
-  r = run("cache warm --device 0:0 --shape 1,2,16,64");
+  r = run("cache warm --device \"${CAMDELTA_DEVICE:-0:0}\" --shape 1,2,16,64"); /* the same device, named */
   expect_code(r, 0, NULL);
   assert_non_null(strstr(r->out, " 0 compiled"));
   expect_code(run("cache warm --device no-such-device-xyz"), 4, "no-such-device-xyz");
@@ -1095,6 +1095,32 @@ static void test_demo(void **state) {
   assert_non_null(strstr(r->out, "usage: camdelta demo"));
 }
 
+/* A driver that gives no kernel times (Rusticl; emulated here with CAMDELTA_DEVICE_LIMITS profiling=0): bench and
+ * the demo time on the host around camdelta_finish and say so; `run` says that it has no kernel time. No made-up 0. */
+static void test_no_kernel_times(void **state) {
+  (void)state;
+  const char *env = "CAMDELTA_DEVICE_LIMITS=\"${CAMDELTA_DEVICE_LIMITS:+$CAMDELTA_DEVICE_LIMITS,}profiling=0\"";
+  char json[1200];
+  snprintf(json, sizeof json, "%s/bench-host.json", tu_tmpdir());
+  cli_result *r = run_env(env, "bench --shape 1,1,8,2,8 --reps 2 --warmup 1 --only scan-forward --json '%s'", json);
+  expect_code(r, 0, NULL);
+  assert_int_equal(count_lines_with(r->out, "scan-forward"), 4);
+  assert_int_equal(count_lines_with(r->out, " (host) "), 4);
+  assert_non_null(strstr(r->out, "the driver gives no kernel times"));
+  assert_null(strstr(r->out, " 0.0000 ")); /* no row timed 0 */
+  char text[65536];
+  tu_slurp(json, text, sizeof text);
+  assert_int_equal(count_lines_with(text, "\"timing\":\t\"host\""), 4);
+  r = run_env(env, "demo --shape 1,1,8,2,8");
+  expect_code(r, 0, NULL);
+  assert_non_null(strstr(r->out, "host ms"));
+  assert_null(strstr(r->out, "kernel ms"));
+  /* with kernel times (the queue profiles and the timer has a resolution) the figures are the kernels' */
+  r = run("bench --shape 1,1,8,2,8 --reps 1 --warmup 1 --only scan-forward");
+  expect_code(r, 0, NULL);
+  if (!strstr(r->out, "(host)")) assert_null(strstr(r->out, "the driver gives no kernel times"));
+}
+
 /* camdelta bench: a table for every operation, JSON that parses, errors. */
 static void test_bench(void **state) {
   (void)state;
@@ -1159,6 +1185,7 @@ int main(void) {
       cmocka_unit_test(test_cache_refused_once),
       cmocka_unit_test(test_demo),
       cmocka_unit_test(test_bench),
+      cmocka_unit_test(test_no_kernel_times),
   };
   return cmocka_run_group_tests(tests, cli_setup, cli_teardown);
 }

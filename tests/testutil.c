@@ -12,6 +12,13 @@
 static camdelta_context *g_ctx;
 static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
 
+/* CAMDELTA_TEST_FILTER=PATTERN runs only the tests whose names match (cmocka's filter: * and ? wildcards), for
+ * working on one test without running its whole program. */
+__attribute__((constructor)) static void tu_filter_from_env(void) {
+  const char *f = getenv("CAMDELTA_TEST_FILTER");
+  if (f && *f) cmocka_set_test_filter(f);
+}
+
 camdelta_context *tu_context(void) {
   if (!g_ctx) {
     camdelta_status st = camdelta_context_create(&g_ctx, NULL);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ------------------------------------------------------------ options */
@@ -114,6 +115,12 @@ int cli_parse_double(const char *opt, const char *text, double *out) {
 static int cmp_double(const void *a, const void *b) {
   const double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
+}
+
+double cli_now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
 }
 
 double cli_median(double *x, size_t n) {
@@ -419,8 +426,9 @@ int cli_run_finish(camdelta_context *ctx, camdelta_status st, const char *call, 
   if (!quiet) {
     camdelta_device_info info;
     const char *dev = camdelta_context_info(ctx, &info) == CAMDELTA_OK ? info.device_name : "?";
-    printf("camdelta run %s: %s on %s: %.3f ms in %u kernels; wrote", op_name, detail, dev, prof->kernel_ms,
-           prof->kernels);
+    char ms[48] = "no kernel times from the driver";
+    if (!isnan(prof->kernel_ms)) snprintf(ms, sizeof ms, "%.3f ms", prof->kernel_ms);
+    printf("camdelta run %s: %s on %s: %s in %u kernels; wrote", op_name, detail, dev, ms, prof->kernels);
     for (int k = 0; k < n; k++) printf(" %s", outs[k].name);
     printf(" to %s\n", dir);
   }

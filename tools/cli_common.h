@@ -46,6 +46,9 @@ int cli_help_or_unknown(cli_args *a, const char *what, const char *topic, void (
 int cli_parse_double(const char *opt, const char *text, double *out);
 /** The median of x[0 .. n-1] (n >= 1); sorts x in place. */
 double cli_median(double *x, size_t n);
+/** A monotonic host clock in milliseconds: the timing where the driver gives no kernel times (a profile's kernel_ms
+ *  is then NaN), taken around camdelta_finish. */
+double cli_now_ms(void);
 /** Parse --algorithm's value: auto, sequential or chunkwise; 0 (after printing a usage error) otherwise. */
 int cli_parse_algorithm(const char *text, camdelta_scan_algorithm *out);
 /** Parse --chunk-strategy's value: uniform, first_frame or first_chunk_plus_one; 0 (after printing a usage error)

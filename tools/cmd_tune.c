@@ -1,6 +1,7 @@
 /* camdelta tune: sweeps the tile parameters of the scan's tensor-core kernel families on the current device
  * for one shape, one family at a time (gram, apply, frames), prints the winners as a table entry for
  * src/scan/tc_params.c and, with --save, stores them in the cache folder where the library picks them up. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +34,9 @@ static camdelta_status time_op(camdelta_context *ctx, const size_t s[5], const t
   if (reps > 64) reps = 64;
   for (size_t r = 0; r <= reps; r++) {
     camdelta_profile p = {0, 0};
-    camdelta_status st;
+    camdelta_status st = camdelta_finish(ctx);
+    const double t0 = cli_now_ms();
+    if (st) return st;
     if (!backward) {
       camdelta_scan_args a;
       memset(&a, 0, sizeof a);
@@ -50,8 +53,9 @@ static camdelta_status time_op(camdelta_context *ctx, const size_t s[5], const t
       a.ddecay.mem = b->ddecay, a.profile = &p, a.precision = prec;
       st = camdelta_scan_backward(ctx, &a, sv);
     }
+    if (!st && isnan(p.kernel_ms)) st = camdelta_finish(ctx); /* no kernel times: the host's */
     if (st) return st;
-    if (r) t[r - 1] = p.kernel_ms; /* the first run warms up (and builds) */
+    if (r) t[r - 1] = isnan(p.kernel_ms) ? cli_now_ms() - t0 : p.kernel_ms; /* the first run warms up (and builds) */
   }
   for (size_t i = 1; i < reps; i++)
     for (size_t j = i; j > 0 && t[j] < t[j - 1]; j--) {

@@ -200,7 +200,10 @@ int cd_prep_fused_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, 
       clReleaseKernel(p->k);
       p->k = NULL;
     }
-    if (p->tt <= 4) return 0;
+    if (p->tt <= 4) { /* neither one-pass form fits: the caller runs the two-pass form, with its arguments */
+      memset(p, 0, sizeof *p);
+      return 0;
+    }
   }
 }
 

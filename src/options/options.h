@@ -45,7 +45,7 @@ typedef enum cd_opt_family_id {
 } cd_opt_family_id;
 
 /** How many keys each tile family has (the scan checks them against its own enumerations). */
-enum { CD_OPT_CHUNKWISE_KEYS = 17, CD_OPT_BACKWARD_KEYS = 8, CD_OPT_SEQUENTIAL_KEYS = 5, CD_OPT_TC_KEYS = 5 };
+enum { CD_OPT_CHUNKWISE_KEYS = 17, CD_OPT_BACKWARD_KEYS = 9, CD_OPT_SEQUENTIAL_KEYS = 5, CD_OPT_TC_KEYS = 5 };
 
 /** Keys, grouped by family. */
 typedef enum cd_opt_id {
@@ -65,7 +65,7 @@ typedef enum cd_opt_id {
   /* The scan's tiles: blocks of keys in the order of the scan's own enumerations (src/scan/tiles.h, tc.h), which
    * index them from the block's first id. A value left at its default (CD_OPT_AUTO) is chosen by the tile policy. */
   CD_OPT_CHUNKWISE,                                  /* CD_ST_COUNT keys: A_WR ... C_KC */
-  CD_OPT_BACKWARD = CD_OPT_CHUNKWISE + CD_OPT_CHUNKWISE_KEYS, /* CD_SB_COUNT keys: RPT ... RL */
+  CD_OPT_BACKWARD = CD_OPT_CHUNKWISE + CD_OPT_CHUNKWISE_KEYS, /* CD_SB_COUNT keys: RPT ... RL CR */
   CD_OPT_SEQUENTIAL = CD_OPT_BACKWARD + CD_OPT_BACKWARD_KEYS, /* CD_SQ_COUNT keys: J TS W PF OUT */
   CD_OPT_TC_GRAM = CD_OPT_SEQUENTIAL + CD_OPT_SEQUENTIAL_KEYS, /* CD_OPT_TC_KEYS keys each: WM WN MR NR KC */
   CD_OPT_TC_APPLY = CD_OPT_TC_GRAM + CD_OPT_TC_KEYS,

@@ -192,6 +192,7 @@ const cd_opt_decl cd_opt_decls[CD_OPT_COUNT] = {
     BWD(5, "TPT", "frames: tokens per lane"),
     BWD(6, "MC", "frames: contraction chunk (divides D)"),
     BWD(7, "RL", "ddecay: work-group size (a power of two)"),
+    BWD(8, "CR", "chain: rows per work-item (divides D; 1 unless the chain kernel's work-group limit is below D)"),
     SEQ(0, "J", "value columns per work-group (at most D)"),
     SEQ(1, "TS", "tokens per tile (at most 1024)"),
     SEQ(2, "W", "work-group size (a power of two from 32)"),
@@ -246,10 +247,11 @@ const cd_opt_env_doc cd_opt_env_docs[] = {
      .when = "each program build",
      .doc = "read the kernel sources from this folder instead of the copies built into the library"},
     {.name = "CAMDELTA_DEVICE_LIMITS",
-     .value = "`local=BYTES,wg=ITEMS,cu=UNITS`",
+     .value = "`local=BYTES,wg=ITEMS,cu=UNITS,loops=N|none,profiling=0`",
      .when = "context creation",
      .doc = "test mode: lower the local memory, work-group size and compute units the context reports (values above "
-            "the device's own are ignored)"},
+            "the device's own are ignored), emulate a driver's loop budget per work-item and launch (none: no "
+            "budget, its probe not run), or a driver without kernel times ([portability.md](portability.md))"},
     {.name = "CAMDELTA_FAULT",
      .value = "`rename:K`, `kill:K`, `nolink`, comma-separated",
      .when = "each output commit of the tool's test build",

@@ -55,6 +55,11 @@ static camdelta_status finish_create(camdelta_context *ctx) {
   if (mtx_init(&ctx->lock, mtx_plain) != thrd_success)
     return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "cannot create a mutex");
   fill_info(ctx);
+  size_t resolution = 0;
+  if (clGetDeviceInfo(ctx->device, CL_DEVICE_PROFILING_TIMER_RESOLUTION, sizeof resolution, &resolution, NULL) !=
+      CL_SUCCESS)
+    resolution = 0;
+  ctx->kernel_times = ctx->profiling && resolution > 0;
   /* The environment is read once, here, never on the call path. */
   char msg[512];
   cd_opt_clear(&ctx->opts);
@@ -201,6 +206,14 @@ camdelta_status camdelta_enqueue_marker(camdelta_context *ctx, cl_event *event) 
   if (err != CL_SUCCESS) {
     *event = NULL;
     return cd_cl_fail(err, "camdelta_enqueue_marker: clEnqueueMarkerWithWaitList");
+  }
+  /* Another queue may wait on the event only once this queue has been flushed (OpenCL's rule for events across
+   * queues): a driver that submits lazily (Mesa's Rusticl) would otherwise never run the commands it waits for. */
+  err = clFlush(ctx->queue);
+  if (err != CL_SUCCESS) {
+    clReleaseEvent(*event);
+    *event = NULL;
+    return cd_cl_fail(err, "camdelta_enqueue_marker: clFlush");
   }
   return CAMDELTA_OK;
 }

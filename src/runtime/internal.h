@@ -122,6 +122,9 @@ struct camdelta_context {
   cl_command_queue queue;
   int owns; /* 1: created by camdelta, released on destroy */
   int profiling;
+  int kernel_times; /* profiling events carry usable kernel times: the queue profiles and the device's timer has a
+                       resolution (Mesa's Rusticl reports 0 and stamps 0, 1, 2, 3 ns); CAMDELTA_DEVICE_LIMITS
+                       profiling=0 clears it. Where it is 0, a requested profile gives kernel_ms = NaN. */
   camdelta_device_info info;
   char device_extensions[4096];
   mtx_t lock; /* guards programs and stats */
@@ -130,6 +133,9 @@ struct camdelta_context {
   cd_opt_values opts; /* the option registry's values (src/options/): the environment at creation, camdelta_tune_set */
   int tc_state;     /* tensor-core feature test (src/scan/tc.c): 0 not run yet, 1 passed, 2 emulated, -1 off */
   unsigned tc_mode; /* the value of option "scan" TC that tc_state was found for */
+  int loop_state;     /* loop budget (src/runtime/loops.c): 0 not measured yet, 1 known (loop_budget) */
+  size_t loop_budget; /* loop iterations a work-item may run per launch; 0: no limit seen */
+  size_t loop_limit;  /* CAMDELTA_DEVICE_LIMITS loops=N: a budget emulated for tests (0: none) */
   /* tensor-core tiles saved by `camdelta tune --save` (src/scan/tc_params.c), read once per context */
   int tune_loaded;
   unsigned tune_saved[CD_TUNE_MAX_ENTRIES][8]; /* family, D min, D max, WM, WN, MR, NR, KC */
@@ -148,12 +154,19 @@ struct camdelta_context {
 };
 
 /* ------------------------------------------- device limits, emulated facts, launch traces (emulate.c) */
-/** Reads CAMDELTA_DEVICE_LIMITS ("local=BYTES,wg=ITEMS,cu=UNITS", each optional) and lowers what the context
+/** Reads CAMDELTA_DEVICE_LIMITS ("local=BYTES,wg=ITEMS,cu=UNITS,loops=N,profiling=0", each optional) and lowers what the context
  *  reports (ctx->info and, through cd_kernel_max_wg, every kernel's work-group limit) to those values: a test mode
- *  for devices with less local memory, smaller work-group limits or fewer compute units than the one at hand.
+ *  for devices with less local memory, smaller work-group limits or fewer compute units than the one at hand, and
+ *  (loops) for a driver that caps a work-item's loop iterations per launch (cd_loop_budget), (profiling=0) one that
+ *  gives no kernel times.
  *  Values above the device's own are ignored; a value that does not parse fails naming the variable. Called once
  *  at context creation, after the device facts are read. */
 camdelta_status cd_limits_env(camdelta_context *ctx);
+/** The loop budget (src/runtime/loops.c): how many loop iterations, over all its loops, one work-item may run in
+ *  a launch before the driver silently ends them (Mesa's gallivm: 65535), or 0 where no such limit was seen. Measured
+ *  by a probe kernel on the first call per context (its answer cached on disk per device and driver), lowered by
+ *  CAMDELTA_DEVICE_LIMITS loops=N. Plans whose work-items loop long split their launches to stay within it. */
+size_t cd_loop_budget(camdelta_context *ctx);
 /** Replaces the context's device facts with those of a named device, for plan golden tests on any device:
  *  "h200" (NVIDIA H200, its tensor-core path emulated: CAMDELTA_TC=emulate kernels, costs as tensor cores) or
  *  "pocl2" (PoCL on two CPU cores). The kernels are still built for and run on the real device; the disk cache

@@ -110,8 +110,19 @@ static void plan_text(const bwd_plan *pl, const camdelta_scan_backward_args *a, 
              c->tpt, c->mc);
     dq[0] = '\0';
   }
-  snprintf(buf, size, "backward; precision %s%s; chain fma W=%zu CB=%zu%s%s; ddecay fma RL=%zu%s", path, g, D, c->cb, f,
-           dq, c->rl, pl->overridden ? " (tiles overridden)" : "");
+  /* the chain's smaller form, where its kernel allows fewer than D work-items */
+  char rows[128] = "";
+  if (c->cr > 1)
+    snprintf(rows, sizeof rows, " CR=%zu (%zu rows per item: the kernel allows fewer than D items)", c->cr, c->cr);
+  snprintf(buf, size, "backward; precision %s%s; chain fma W=%zu CB=%zu%s%s%s; ddecay fma RL=%zu%s", path, g,
+           D / c->cr, c->cb, rows, f, dq, c->rl, pl->overridden ? " (tiles overridden)" : "");
+  /* the launches the driver's loop budget splits the grams and the chain into (nothing where there is none) */
+  const size_t used = strlen(buf);
+  const int split_g = pl->u.gram.form == CD_GRAM_FMA_MODES && pl->u.gram.tokens < a->S;
+  const size_t csteps = 2 * a->F; /* at most: the chain recomputes the states where no saved object holds them */
+  if (split_g || pl->u.chain.per < csteps)
+    snprintf(buf + used, size - used, "; the driver's loop budget: grams %zu tokens per launch, chain %zu steps per "
+             "launch", split_g ? pl->u.gram.tokens : a->S, pl->u.chain.per < csteps ? pl->u.chain.per : csteps);
 }
 
 static camdelta_status check_describe(const camdelta_scan_backward_args *a) {

@@ -229,6 +229,8 @@ camdelta_status cd_forward_acquire(camdelta_context *ctx, const cd_fwd_request *
   key.alg = (unsigned)r->alg;
   key.cls[0] = r->alg == CAMDELTA_SCAN_SEQUENTIAL ? cls.seq_blocks : cls.b_blocks;
   key.cls[1] = cls.tokens;
+  /* under a loop budget the sequential tiles follow S itself (a frame's step must fit a launch) */
+  if (r->alg == CAMDELTA_SCAN_SEQUENTIAL && cd_loop_budget(ctx)) key.cls[2] = (unsigned)r->S;
   key.variant = r->variant;
   if (cd_tc_available(ctx)) { /* the tensor-core apply serves the sequential plan too (its OUT=2) */
     key.prec = (unsigned)r->prec;
@@ -273,7 +275,17 @@ camdelta_status cd_forward_request(camdelta_context *ctx, const camdelta_scan_ar
   *r = (cd_fwd_request){.alg = a->algorithm, .BH = BH, .D = a->D, .S = a->S, .prec = a->precision, .extra = ""};
   const size_t offs[5] = {a->q.offset, a->k.offset, a->v.offset, a->beta.offset, a->out.offset};
   r->vec = cd_tc_vec_ok(a->S, offs, 5);
-  return r->alg == CAMDELTA_SCAN_AUTO ? cd_scan_decide(ctx, BH, a->D, a->F, a->S, &r->alg, NULL) : CAMDELTA_OK;
+  if (r->alg != CAMDELTA_SCAN_AUTO) return CAMDELTA_OK;
+  camdelta_status st = cd_scan_decide(ctx, BH, a->D, a->F, a->S, &r->alg, NULL);
+  /* AUTO does not pick a sequential plan whose one frame exceeds the driver's loop budget (cd_loop_budget): the
+   * chunkwise one runs instead */
+  if (!st && r->alg == CAMDELTA_SCAN_SEQUENTIAL && cd_loop_budget(ctx)) {
+    cd_plan_entry *e;
+    if ((st = cd_forward_acquire(ctx, r, &e))) return st;
+    if (!((const fwd_plan *)e->plan)->u.seq.per) r->alg = CAMDELTA_SCAN_CHUNKWISE;
+    cd_plan_release(ctx, e);
+  }
+  return st;
 }
 
 camdelta_status cd_scan_warm(camdelta_context *ctx, size_t BH, size_t D, size_t S) {
@@ -319,6 +331,27 @@ void cd_chunk_text(const cd_chunk_cfg *cc, const cd_gram *gram, const cd_apply *
            c);
 }
 
+/* The serial walk's steps of a fixed-shape call: the sequential kernel's (F, and F + 1 in reverse with a final
+ * state), phase B's (F, less one in reverse without a final state). */
+static size_t walk_steps(const fwd_plan *pl, const camdelta_scan_args *a) {
+  const size_t fin = a->final_state.mem != NULL;
+  if (pl->alg == CAMDELTA_SCAN_SEQUENTIAL) return a->F + (a->reverse ? fin : 0);
+  return a->reverse ? a->F - 1 + fin : a->F;
+}
+
+/* Appends how the serial walk splits where the driver caps a work-item's loop iterations per launch
+ * (cd_loop_budget): nothing where it runs in one launch. steps: the walk's steps in this call. */
+static void budget_text(const fwd_plan *pl, size_t budget, size_t steps, char *buf, size_t size) {
+  const size_t per = pl->alg == CAMDELTA_SCAN_SEQUENTIAL ? pl->u.seq.per : pl->u.chain.per;
+  const size_t used = strlen(buf);
+  if (!budget || per >= steps) return;
+  if (!per)
+    snprintf(buf + used, size - used, "; exceeds the driver's loop budget (%zu iterations per work-item)", budget);
+  else
+    snprintf(buf + used, size - used,
+             "; %zu frames per launch (the driver's loop budget: %zu iterations per work-item)", per, budget);
+}
+
 void cd_forward_text(const cd_plan_entry *e, camdelta_precision requested, char *buf, size_t size) {
   const fwd_plan *pl = e->plan;
   const cd_chunk_cfg *cc = &pl->cc;
@@ -341,8 +374,10 @@ void cd_forward_text(const cd_plan_entry *e, camdelta_precision requested, char 
            path_text(pl->tc, pl->split, requested), sc->W, sc->nJ, sc->J, sc->TS, sc->PF, c);
 }
 
-/* Appends "; " and both algorithms' estimated costs with the choice (src/scan/cost.c) to the plan text. */
-static camdelta_status choice_text(camdelta_context *ctx, const camdelta_scan_args *args, char *text, size_t size) {
+/* Appends "; " and both algorithms' estimated costs with the choice (src/scan/cost.c) to the plan text, and where
+ * AUTO runs another algorithm than the estimates pick (run: the plan's), why. */
+static camdelta_status choice_text(camdelta_context *ctx, const camdelta_scan_args *args, camdelta_scan_algorithm run,
+                                   char *text, size_t size) {
   cd_scan_estimate est;
   camdelta_scan_algorithm alg;
   char choice[256];
@@ -350,7 +385,10 @@ static camdelta_status choice_text(camdelta_context *ctx, const camdelta_scan_ar
   if (st) return st;
   cd_scan_estimate_text(&est, args->algorithm, choice, sizeof choice);
   const size_t used = strlen(text);
-  snprintf(text + used, size - used, "; %s", choice);
+  snprintf(text + used, size - used, "; %s%s", choice,
+           args->algorithm == CAMDELTA_SCAN_AUTO && run != alg
+               ? " (runs chunkwise: a sequential frame exceeds the driver's loop budget)"
+               : "");
   return CAMDELTA_OK;
 }
 
@@ -375,8 +413,9 @@ camdelta_status camdelta_scan_plan_describe(camdelta_context *ctx, const camdelt
   if ((st = cd_forward_request(ctx, args, &r)) || (st = cd_forward_acquire(ctx, &r, &e))) return st;
   char text[1024];
   cd_forward_text(e, args->precision, text, sizeof text);
+  budget_text(e->plan, cd_loop_budget(ctx), walk_steps(e->plan, args), text, sizeof text);
   cd_plan_release(ctx, e);
-  if ((st = choice_text(ctx, args, text, sizeof text))) return st;
+  if ((st = choice_text(ctx, args, r.alg, text, sizeof text))) return st;
   return cd_copy_text(fn, text, buf, size);
 }
 
@@ -458,7 +497,8 @@ static camdelta_status fwd_plan_step(cd_call *c) {
   if (cd_option(c->ctx, CD_OPT_VERBOSE_SCAN, CAMDELTA_F32)) {
     char text[1024];
     cd_forward_text(s->e, args->precision, text, sizeof text);
-    if (!choice_text(c->ctx, args, text, sizeof text)) fprintf(stderr, "camdelta scan: %s\n", text);
+    budget_text(s->e->plan, cd_loop_budget(c->ctx), walk_steps(s->e->plan, args), text, sizeof text);
+    if (!choice_text(c->ctx, args, s->r.alg, text, sizeof text)) fprintf(stderr, "camdelta scan: %s\n", text);
   }
   if (args->used) *args->used = s->r.alg;
   return CAMDELTA_OK;

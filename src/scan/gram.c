@@ -2,6 +2,7 @@
  *   A_f = d_f·(I − K_fᵀ·β_f·K_f),  U_f = K_fᵀ·β_f·V_f,  W_f = Q_fᵀ·dO_f
  * in four forms: three FMA kernels, each with the tiles of the program it belongs to (the chunkwise scan's phase A,
  * the backward's grams, the summaries' single products), and the tensor-core kernel. */
+#include <stdint.h>
 #include <stdio.h>
 
 #include "scan/units.h"
@@ -26,13 +27,14 @@ void cd_arg_packed(cd_args *a, const cd_scan_geo *geo) {
 }
 
 camdelta_status cd_gram_build_tiled(camdelta_context *ctx, const char *opts, const cd_chunk_cfg *c, cd_gram *g) {
-  *g = (cd_gram){.form = CD_GRAM_FMA_TILED, .w = c->a_w, .nr = c->a_nr, .nc = c->a_nc};
+  *g = (cd_gram){.form = CD_GRAM_FMA_TILED, .w = c->a_w, .nr = c->a_nr, .nc = c->a_nc, .kc = c->a_kc};
+  cd_chunk_a_loop_count(c, &g->loops[0], &g->loops[1]);
   return cd_kernel(ctx, "scan_chunkwise.cl", opts, "cd_scan_phase_a", &g->k);
 }
 
 camdelta_status cd_gram_build_modes(camdelta_context *ctx, const char *opts, size_t D, const cd_sbwd_cfg *c,
                                     cd_gram *g) {
-  *g = (cd_gram){.form = CD_GRAM_FMA_MODES, .w = (unsigned)((D / c->rpt) * (D / c->rpt))};
+  *g = (cd_gram){.form = CD_GRAM_FMA_MODES, .w = (unsigned)((D / c->rpt) * (D / c->rpt)), .tokens = SIZE_MAX};
   return cd_kernel(ctx, "scan_backward.cl", opts, "cd_scan_bwd_grams", &g->k);
 }
 
@@ -65,6 +67,14 @@ static camdelta_status tiled(camdelta_context *ctx, const cd_gram *g, const cd_s
                              cd_launch *l) {
   if (!io->A.mem || !io->U.mem || io->W.mem)
     return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "cd_scan_phase_a computes A and U together, not W");
+  /* a work-item sums a frame's tokens in one launch: they must fit the driver's loop budget */
+  const size_t budget = cd_loop_budget(ctx), need = g->loops[0] + (geo->S + g->kc - 1) / g->kc * g->loops[1];
+  if (budget && need > budget)
+    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED,
+                   "camdelta_scan_forward: the driver ends a work-item's loops after %zu iterations per launch (Mesa's "
+                   "llvmpipe does, silently); the chunkwise scan at D=%zu S=%zu needs %zu in its phase A: use fewer "
+                   "tokens per frame",
+                   budget, geo->D, geo->S, need);
   cd_args a = {g->k, 0, CL_SUCCESS};
   CD_ARG_BUFS(&a, io->k, io->v, io->beta, io->decay, io->A, io->U);
   cd_arg_tokens(&a, geo);
@@ -77,7 +87,9 @@ static camdelta_status tiled(camdelta_context *ctx, const cd_gram *g, const cd_s
   return cd_enqueue(ctx, g->k, 2, gws, lws, l, "cd_scan_phase_a");
 }
 
-/* cd_scan_bwd_grams: a work-group per (b, h, f, mode), modes W, A, U in that order, the first `modes` of them. */
+/* cd_scan_bwd_grams: a work-group per (b, h, f, mode), modes W, A, U in that order, the first `modes` of them.
+ * Under the driver's loop budget a frame's tokens are summed g->tokens per launch (part bit 0: continue the sums
+ * the previous launch left in the outputs; bit 1: leave them for the next one), in the order of one launch. */
 static camdelta_status modes(camdelta_context *ctx, const cd_gram *g, const cd_scan_geo *geo, const cd_gram_io *io,
                              cd_launch *l) {
   const uint32_t n = io->U.mem ? 3 : io->A.mem ? 2 : 1;
@@ -85,14 +97,23 @@ static camdelta_status modes(camdelta_context *ctx, const cd_gram *g, const cd_s
     return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "cd_scan_bwd_grams computes W, then A, then U");
   /* an absent slot is bound to a present buffer: the kernel touches only the modes it runs */
   const camdelta_buffer A = io->A.mem ? io->A : io->W, U = io->U.mem ? io->U : A;
-  cd_args a = {g->k, 0, CL_SUCCESS};
-  CD_ARG_BUFS(&a, io->q, io->k, io->v, io->dout, io->beta, io->decay, io->W, A, U);
-  cd_arg_tokens(&a, geo);
-  cd_arg_u32(&a, n);
-  cd_arg_packed(&a, geo);
-  if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_scan_bwd_grams: setting arguments");
-  const size_t lws = g->w, gws = geo->BHF * n * lws;
-  return cd_enqueue(ctx, g->k, 1, &gws, &lws, l, "cd_scan_bwd_grams");
+  camdelta_status st = CAMDELTA_OK;
+  for (size_t s0 = 0; !st; s0 += g->tokens) { /* S: the longest frame where clips are packed */
+    const int last = g->tokens >= geo->S - s0;
+    cd_args a = {g->k, 0, CL_SUCCESS};
+    CD_ARG_BUFS(&a, io->q, io->k, io->v, io->dout, io->beta, io->decay, io->W, A, U);
+    cd_arg_tokens(&a, geo);
+    cd_arg_u32(&a, n);
+    cd_arg_u32(&a, (uint32_t)s0);
+    cd_arg_u32(&a, last ? UINT32_MAX : (uint32_t)(s0 + g->tokens));
+    cd_arg_u32(&a, (s0 ? 1u : 0u) | (last ? 0u : 2u));
+    cd_arg_packed(&a, geo);
+    if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_scan_bwd_grams: setting arguments");
+    const size_t lws = g->w, gws = geo->BHF * n * lws;
+    st = cd_enqueue(ctx, g->k, 1, &gws, &lws, l, "cd_scan_bwd_grams");
+    if (last) break;
+  }
+  return st;
 }
 
 /* cd_summary_gram: out_f = g_f·(diag·I + sgn·X_fᵀ·diag(w_f)·Y_f), 32 x 32 tiles of 8 x 8 items; X = Y (the A gram)

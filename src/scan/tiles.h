@@ -17,7 +17,8 @@ typedef struct cd_scan_limits {
   unsigned max_wg;    /* power of two, <= 256 */
   unsigned min_wg;    /* power of two >= the preferred multiple (32; 64 on AMD GPUs) */
   unsigned cus;
-  int gpu; /* GPU or accelerator */
+  int gpu;            /* GPU or accelerator */
+  size_t loop_budget; /* loop iterations a work-item may run per launch (cd_loop_budget; 0: no limit) */
 } cd_scan_limits;
 void cd_scan_limits_from_info(const camdelta_device_info *info, cd_scan_limits *lim);
 
@@ -44,9 +45,20 @@ size_t cd_seq_local_bytes(size_t D, const cd_seq_cfg *c);
 enum { CD_SQ_J, CD_SQ_TS, CD_SQ_W, CD_SQ_PF, CD_SQ_OUT, CD_SQ_COUNT };
 /** Tiles for B*H = BH, D, S with work-groups of at most wg_cap items, then the override `ov` (NULL: none; 0 = field
  *  not given; `var` names its source in messages): J in [1, D], TS in [1, 1024], W a power of two in
- *  [32, the device's limit], and the work-group's local memory must fit. Fills c->opts. */
+ *  [32, the device's limit], and the work-group's local memory must fit. Under a loop budget (lim->loop_budget),
+ *  narrower value blocks where a frame's step would not fit one launch. Fills c->opts. */
 camdelta_status cd_seq_configure(const cd_scan_limits *lim, size_t BH, size_t D, size_t S, unsigned wg_cap,
                                  const unsigned *ov, const char *var, cd_seq_cfg *c);
+
+/** Loop iterations one work-item of the sequential kernel runs (cl/scan_sequential.cl), counting every loop as
+ *  written, none unrolled (an upper bound of what a driver's loop budget sees, cd_loop_budget): *fixed for the
+ *  launch (staging set-up, the initial and the final state) and *per_step for each step of the walk over frames of
+ *  S tokens (write_out: the kernel computes the outputs). */
+void cd_seq_loop_count(size_t D, size_t S, int write_out, const cd_seq_cfg *c, size_t *fixed, size_t *per_step);
+/** Steps of the walk per launch within a loop budget (0: no budget): the whole walk (`steps`) where it fits, else
+ *  the most that fit; 0 when not even one does. */
+size_t cd_seq_steps_per_launch(size_t D, size_t S, int write_out, const cd_seq_cfg *c, size_t budget,
+                               size_t steps);
 
 /* ------------------------------------------------------------------------------ chunkwise kernels */
 
@@ -83,6 +95,13 @@ typedef struct cd_chunk_cfg {
 size_t cd_chunk_a_local_bytes(const cd_chunk_cfg *c);
 size_t cd_chunk_b_local_bytes(size_t D, const cd_chunk_cfg *c);
 size_t cd_chunk_c_local_bytes(const cd_chunk_cfg *c);
+/** Loop iterations one work-item of each chunkwise phase runs (cl/scan_chunkwise.cl), counted as
+ *  cd_seq_loop_count does: phase A over a frame of S tokens (*a), phase B's chain (*b_fixed for the launch,
+ *  *b_step per frame) and phase C (*c). */
+void cd_chunk_loop_count(size_t D, size_t S, const cd_chunk_cfg *c, size_t *a, size_t *b_fixed, size_t *b_step,
+                         size_t *cc);
+/** Phase A's count alone: *fixed per launch and *per_chunk per a_kc tokens of a frame. */
+void cd_chunk_a_loop_count(const cd_chunk_cfg *c, size_t *fixed, size_t *per_chunk);
 /** Tiles for BH, D, S with work-groups of at most wg_cap items, then the override `o` (NULL: none; `var` names
  *  it in messages); fills c->opts. */
 camdelta_status cd_chunk_configure(const cd_scan_limits *lim, size_t BH, size_t D, size_t S, unsigned wg_cap,
@@ -103,14 +122,15 @@ cd_scan_class cd_scan_shape_class(const cd_scan_limits *lim, size_t BH, size_t D
 typedef struct cd_sbwd_cfg {
   size_t rpt; /* grams: rows (and columns) per work-item; work-group (D/rpt)^2 */
   size_t tsg; /* grams: tokens per local chunk */
-  size_t cb;  /* chain: columns per work-group; work-group D */
+  size_t cb;  /* chain: columns per work-group; work-group D / cr */
   size_t dpt; /* frames: value columns per work-item */
   size_t tl;  /* frames: token lanes; work-group tl * D/dpt */
   size_t tpt; /* frames: tokens per lane */
   size_t mc;  /* frames: contraction chunk */
   size_t rl;  /* ddecay: work-group size (power of two) */
+  size_t cr;  /* chain: rows per work-item, dividing D (1 unless the chain kernel's work-group limit is below D) */
 } cd_sbwd_cfg;
-enum { CD_SB_RPT, CD_SB_TSG, CD_SB_CB, CD_SB_DPT, CD_SB_TL, CD_SB_TPT, CD_SB_MC, CD_SB_RL, CD_SB_COUNT };
+enum { CD_SB_RPT, CD_SB_TSG, CD_SB_CB, CD_SB_DPT, CD_SB_TL, CD_SB_TPT, CD_SB_MC, CD_SB_RL, CD_SB_CR, CD_SB_COUNT };
 /** The backward's device limits: work-group limit, and usable local memory (at most 48 KiB, less 1 KiB). */
 void cd_sbwd_limits(const camdelta_device_info *info, size_t *dev_wg, size_t *local_bytes);
 /** Local memory of the grams and frames kernels. */
@@ -119,6 +139,10 @@ size_t cd_sbwd_frames_local_bytes(size_t D, const cd_sbwd_cfg *c);
 /** Largest configuration that fits the work-group limits (per kernel) and the local memory. */
 camdelta_status cd_sbwd_choose(size_t D, size_t local_bytes, size_t wg_grams, size_t wg_frames, size_t wg_chain,
                                size_t wg_rl, cd_sbwd_cfg *c);
+/** Loop iterations one work-item runs (counted as cd_seq_loop_count does): the grams kernel's *g_fixed per launch
+ *  and *g_chunk per TSG tokens; the chain's *c_fixed per launch and *c_step per step. */
+void cd_sbwd_loop_count(size_t D, const cd_sbwd_cfg *c, size_t *g_fixed, size_t *g_chunk, size_t *c_fixed,
+                        size_t *c_step);
 /** Replaces the given fields of `c` and checks every constraint the kernels rely on (`var` names the source). */
 camdelta_status cd_sbwd_override(size_t D, size_t local_bytes, size_t dev_wg, const unsigned v[CD_SB_COUNT],
                                  const char *var, cd_sbwd_cfg *c);

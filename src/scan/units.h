@@ -16,7 +16,11 @@
  *
  * Every enqueue sets its kernel's arguments and launches it on `l`: the caller holds the plan's `use` lock (the
  * kernel objects' arguments are not safe to set from two threads at once) and has built everything before the
- * first enqueue. Buffers are (B, H, F, D, D) per-frame matrices and (B, H, D, D) states unless said otherwise;
+ * first enqueue. Where the driver ends a work-item's loops after a fixed number of iterations per launch
+ * (cd_loop_budget: Mesa's gallivm), the serial units (the sequential walk, the chains, the backward's grams over a
+ * frame's tokens) run in as many launches as that budget needs, in the same order of arithmetic, their state
+ * carried from one launch to the next through a scratch buffer; a unit whose one step cannot fit fails to build
+ * with UNSUPPORTED and a message naming the budget. Without a budget every unit is one launch. Buffers are (B, H, F, D, D) per-frame matrices and (B, H, D, D) states unless said otherwise;
  * an absent optional buffer is {NULL, 0}. */
 #ifndef CAMDELTA_SCAN_UNITS_H
 #define CAMDELTA_SCAN_UNITS_H
@@ -59,6 +63,10 @@ typedef struct cd_gram {
   unsigned w;      /* work-group size */
   unsigned nr, nc; /* FMA_TILED: row and column tiles of the D x 2D product */
   cd_tc_tiles t;   /* TC */
+  size_t tokens;   /* FMA_MODES: a frame's tokens summed per launch (a multiple of TSG; SIZE_MAX: all at once) */
+  size_t loops[2]; /* FMA_TILED: a work-item's loop iterations per launch and per KC tokens of a frame, checked
+                      against the driver's loop budget at each enqueue (a frame's tokens are the call's) */
+  unsigned kc;     /* FMA_TILED: tokens per chunk */
 } cd_gram;
 
 /** Inputs (those the outputs need) and outputs (mem NULL: not computed). Tokens (B, H, D, N), beta per token,
@@ -93,8 +101,10 @@ typedef enum cd_chain_form {
 typedef struct cd_chain {
   cd_chain_form form;
   cl_kernel k;
-  unsigned w;  /* work-group size */
+  unsigned w;  /* work-group size (GRADS*: D / cr) */
   unsigned nj; /* STATES*: value-column blocks; GRADS*: column blocks D / CB */
+  unsigned cr; /* GRADS*: rows per work-item (1 unless the compiled chain allows fewer than D items) */
+  size_t per;  /* steps of the chain per launch within the driver's loop budget (SIZE_MAX: all in one launch) */
 } cd_chain;
 
 camdelta_status cd_chain_build_states(camdelta_context *ctx, const char *opts, const cd_chunk_cfg *c, int pair,
@@ -102,6 +112,9 @@ camdelta_status cd_chain_build_states(camdelta_context *ctx, const char *opts, c
 camdelta_status cd_chain_build_grads(camdelta_context *ctx, const char *opts, size_t D, const cd_sbwd_cfg *c, int pair,
                                      cd_chain *ch);
 camdelta_status cd_chain_build_summary(camdelta_context *ctx, size_t D, cd_chain *ch);
+/** Sets ch->per from the chain's loop iterations per launch (fixed) and per step within the context's loop budget
+ *  (cd_loop_budget); UNSUPPORTED with a message (what: the chain in words) where not one step fits. */
+camdelta_status cd_chain_budget(camdelta_context *ctx, cd_chain *ch, size_t fixed, size_t per_step, const char *what);
 void cd_chain_release(cd_chain *ch);
 
 /** The forward states: causal M_f = A_f·M_{f−1} + U_f from init; reverse T_{F−1} = init, T_{f−1} = A_f·T_f + U_f.
@@ -242,6 +255,8 @@ camdelta_status cd_frames_enqueue(camdelta_context *ctx, const cd_frames *f, con
 typedef struct cd_sequential {
   cl_kernel k;
   cd_seq_cfg c;
+  size_t per; /* steps of the walk per launch within the driver's loop budget (SIZE_MAX: all in one launch; 0: not
+                 one step fits, and the enqueue fails with the budget's message) */
 } cd_sequential;
 
 typedef struct cd_sequential_io {
