@@ -213,7 +213,10 @@ static void run_branch(const br_shape *s, uint64_t seed, float **y_out) {
   TU_OK(cd_scan_branch_algorithm(ctx, g_algorithm, s->B * s->H, s->D, s->T, p.S, &run, &pair));
   const int fused_ot = pair && cd_tc_available(ctx) && g_y_off % 4 == 0;
   assert_int_equal(prof.kernels, (fused_ot ? 4 : 5) + nk[0] + (pair ? nk[1] + 1 : nk[1] + nk[2]));
-  assert_true(prof.kernel_ms > 0);
+  if (ctx->kernel_times) /* a driver without kernel times (Rusticl) reports NaN, never a made-up figure */
+    assert_true(prof.kernel_ms > 0);
+  else
+    assert_true(isnan(prof.kernel_ms));
 
   double *in64[NIN];
   camdelta_ref_branch r = ref_args(&p, in64);
