@@ -34,7 +34,27 @@ enum { NX = sizeof EXTREME / sizeof EXTREME[0] };
 
 static int g_runs;
 
-/* A second in the release and debug builds; the sanitizer build (ci/test.sh --sanitize, tests in parallel) takes
+/* The driver's own start-up, which a refusal that needs the device's facts (its memory) waits for: the time of
+ * `camdelta info` on the same device, taken once, the fastest of three. Mesa's Rusticl takes about half a second to
+ * bring up llvmpipe; PoCL a few milliseconds. */
+static double device_startup_s(void) {
+  static double s = -1;
+  if (s >= 0) return s;
+  char cmd[4200];
+  snprintf(cmd, sizeof cmd, "%s info > /dev/null 2>&1", getenv("CAMDELTA_CLI"));
+  for (int i = 0; i < 3; i++) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    const int rc = system(cmd);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    const double t = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    if (rc == 0 && (s < 0 || t < s)) s = t;
+  }
+  if (s < 0) s = 0;
+  return s;
+}
+
+/* A second (beyond the driver's start-up, below) in the release and debug builds; the sanitizer build (ci/test.sh --sanitize, tests in parallel) takes
  * longer to start a device (AddressSanitizer's interception in the OpenCL drivers' loading), not to refuse. */
 #if defined(__SANITIZE_ADDRESS__)
 static const double LIMIT_S = 5.0;
@@ -57,7 +77,8 @@ static void expect_refused(const char *out, const char *fmt, ...) {
   const double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
   g_runs++;
   if (code != 2 && code != 3) fail_msg("camdelta %s: exit %d (expected 2 or 3) after %.2f s: %s", args, code, s, err);
-  if (s > LIMIT_S) fail_msg("camdelta %s: %.2f s to refuse (at most %.0f s)", args, s, LIMIT_S);
+  const double limit = LIMIT_S + device_startup_s(); /* a second beyond the driver's own start-up */
+  if (s > limit) fail_msg("camdelta %s: %.2f s to refuse (at most %.2f s)", args, s, limit);
   const char *nl = strchr(err, '\n');
   if (strncmp(err, "camdelta: error: ", 17) != 0 || !nl || nl[1] != '\0')
     fail_msg("camdelta %s: stderr is not one 'camdelta: error:' line: %s", args, err);
