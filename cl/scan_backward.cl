@@ -157,7 +157,10 @@ kernel void cd_scan_bwd_grams(global const float *q, ulong q_off, global const f
   }
 #define G_X(t, i) Xs[(t) * CD_DP + ti * CD_RPT + (i)]
 #define G_Y(t, j) Ys[(t) * CD_DP + tj * CD_RPT + (j)]
-  CD_GRAM_FMA(acc, CD_RPT, CD_RPT, CD_TSG, s_end > s_lo ? s_end - s_lo : 0u, G_STAGE, G_X, G_Y);
+  /* tokens in this launch, none where the frame ends before s_lo (packed clips); signed, so that no compiler turns it
+   * into a saturating subtraction, an intrinsic oclgrind cannot run */
+  const int n_tok = (int)s_end - (int)s_lo;
+  CD_GRAM_FMA(acc, CD_RPT, CD_RPT, CD_TSG, n_tok > 0 ? (uint)n_tok : 0u, G_STAGE, G_X, G_Y);
 #undef G_STAGE
 #undef G_X
 #undef G_Y
