@@ -30,8 +30,9 @@ fi
 ctest --test-dir "$dir" --output-on-failure -j"$(nproc)"
 # The same suite on Rusticl (RUSTICL_ENABLE names the Gallium driver it may use): its kernels report a work-group
 # limit of 32, it ends a work-item's loops after 65535 iterations and gives no kernel times (docs/portability.md).
-# The profiles emulate other devices on PoCL and are not repeated here, nor are the MPI, Python and install tests:
-# they drive the same library calls through other front ends, and each of their processes would compile its kernels
-# again on llvmpipe, which keeps CI within its time.
+# The profiles emulate other devices on PoCL and are not repeated here, nor are the MPI, Python and install tests
+# (the same library calls through other front ends) and the native packed-clip test (the scan's units with a packed
+# geometry, test_scan_packed covers them here): each of their processes would compile its kernels again on
+# llvmpipe, and CI must stay within its time.
 RUSTICL_ENABLE=llvmpipe CAMDELTA_DEVICE=rusticl ctest --test-dir "$dir" --output-on-failure -j"$(nproc)" -LE profile \
-  -E '^(mpi_|python_|install_)'
+  -E '^(mpi_|python_|install_|test_scan_packed_native$)'
