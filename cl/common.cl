@@ -150,12 +150,14 @@ inline ulong cd_frame_start(uint f, uint S) { return (ulong)f * S; }
  * order (a token's weight folded into one operand by the staging). Every entry is the sum over the frame's tokens,
  * in order, of one fma per product of its row's and its column's values: the kernels differ in their tiles and
  * their staging only. The loop's trip count is uniform over the work-group, its barriers under no condition. */
-#define CD_GRAM_FMA(acc, RM, RN, KC, Sf, STAGE, X, Y) \
-  for (uint g_s0_ = 0; g_s0_ < (Sf); g_s0_ += (KC)) { \
-    barrier(CLK_LOCAL_MEM_FENCE);                     \
-    STAGE(g_s0_);                                     \
-    barrier(CLK_LOCAL_MEM_FENCE);                     \
-    CD_FMA_GEMM(acc, RM, RN, KC, X, Y);               \
+#define CD_GRAM_FMA(acc, RM, RN, KC, Sf, STAGE, X, Y) CD_GRAM_FMA_RANGE(acc, RM, RN, KC, 0, Sf, STAGE, X, Y)
+/* The same over the tokens lo … hi − 1 only (lo a multiple of KC): a frame summed in several launches. */
+#define CD_GRAM_FMA_RANGE(acc, RM, RN, KC, lo, hi, STAGE, X, Y) \
+  for (uint g_s0_ = (lo); g_s0_ < (hi); g_s0_ += (KC)) {      \
+    barrier(CLK_LOCAL_MEM_FENCE);                               \
+    STAGE(g_s0_);                                               \
+    barrier(CLK_LOCAL_MEM_FENCE);                               \
+    CD_FMA_GEMM(acc, RM, RN, KC, X, Y);                         \
   }
 /* An entry of the A form from its sum: gate·(δ_ij − sum), A_f = d_f·(I − K_fᵀβ_fK_f). */
 #define CD_GRAM_A(gate, i, j, sum) ((gate) * (((i) == (j) ? 1.0f : 0.0f) - (sum)))

@@ -10,7 +10,7 @@
  *   cd_scan_phase_c  per (b, h, f, output tile) in parallel: out_f = Q_f·M_f.
  *
  * Phase A is reusable on its own (e.g. by a backward pass), contract:
- *   cd_scan_phase_a(k, v, beta, decay, a_out, u_out, N, S, F, col_lo, col_hi, n_ctiles)
+ *   cd_scan_phase_a(k, v, beta, decay, a_out, u_out, N, S, F, col_lo, col_hi, n_ctiles, s_lo, s_hi, part)
  *     k, v   (B, H, D, N) f32, N = F·S; beta (B, H, F, S); decay (B, H, F)
  *     a_out  (B, H, F, D, D) f32, A_f[i][j] at ((bh·F + f)·D + i)·D + j, written when col_lo == 0
  *     u_out  (B, H, F, D, D) f32, U_f[i][j] likewise, written when col_hi == 2·D
@@ -19,6 +19,11 @@
  *     A buffer whose columns are not requested may be NULL.
  *     Launch: local size (A_WR·A_WC, 1); global (local·B·H·F, n_rtiles·n_ctiles) with
  *     n_rtiles = ceil(D / A_TM), n_ctiles = ceil((col_hi − col_lo) / A_TN).
+ *     A launch sums the tokens s_lo <= s < s_hi of each frame (s_lo a multiple of A_KC): all of them (0, 0xFFFFFFFF,
+ *     part 0) in one launch, or a frame in launches of whole chunks where the driver ends a work-item's loops after
+ *     a fixed number of iterations: part bit 0 continues the raw sums the previous launch left in the outputs
+ *     (A's at i <= j), bit 1 leaves the raw sums there for the next one; the last launch (bit 1 clear) stores A and
+ *     U as above. The tokens are summed in the order of one launch.
  *   Build options: CD_D; CD_A_WR, CD_A_RM (item rows, rows per item; tile rows A_TM = WR·RM);
  *   CD_A_WC, CD_A_RN (tile cols A_TN = WC·RN); CD_A_KC (tokens staged per step).
  *
@@ -50,7 +55,8 @@
 __kernel __attribute__((reqd_work_group_size(A_W, 1, 1))) void cd_scan_phase_a(
     __global const float *k, ulong k_off, __global const float *v, ulong v_off, __global const float *beta,
     ulong beta_off, __global const float *decay, ulong decay_off, __global float *a_out, ulong a_off,
-    __global float *u_out, ulong u_off, ulong N, uint S, uint F, uint col_lo, uint col_hi, uint n_ctiles CD_PK_ARGS) {
+    __global float *u_out, ulong u_off, ulong N, uint S, uint F, uint col_lo, uint col_hi, uint n_ctiles, uint s_lo,
+    uint s_hi, uint part CD_PK_ARGS) {
   __local float Xs[CD_A_KC * A_LDX]; /* Xs[s][i] = K[row0 + i][s0 + s]          */
   __local float Ys[CD_A_KC * A_LDY]; /* Ys[s][j] = β_s·[K | V][col0 + j][s0 + s] */
   const uint lid = get_local_id(0);
@@ -61,7 +67,7 @@ __kernel __attribute__((reqd_work_group_size(A_W, 1, 1))) void cd_scan_phase_a(
   const ulong bh = bhf / F;
   const uint f = (uint)(bhf % F);
   const ulong base = bh * (ulong)CD_D * N + cd_frame_start(f, S);
-  const uint Sf = cd_frame_len(f, S); /* this frame's tokens */
+  const uint Sf = min(cd_frame_len(f, S), s_hi); /* this frame's tokens, up to the launch's last */
   __global const float *kb = k + k_off + base;
   __global const float *vb = v + v_off + base;
   __global const float *bb = beta + beta_off + cd_beta_base(bh, bhf, f, S, N);
@@ -70,8 +76,22 @@ __kernel __attribute__((reqd_work_group_size(A_W, 1, 1))) void cd_scan_phase_a(
    * before any barrier. */
   if (col0 + A_TN <= CD_D && row0 >= col0 + A_TN) return;
 
+  const ulong obase = bhf * (ulong)(CD_D * CD_D);
   float acc[CD_A_RM][CD_A_RN];
   CD_FMA_ZERO(acc, CD_A_RM, CD_A_RN);
+  if (part & 1u) { /* the raw sums of the tokens before s_lo */
+#pragma unroll
+    for (int a = 0; a < CD_A_RM; a++) {
+      const uint i = row0 + ir + CD_A_WR * a;
+#pragma unroll
+      for (int c = 0; c < CD_A_RN; c++) {
+        const uint j = col0 + ic + CD_A_WC * c;
+        if (i < CD_D && j < col_hi)
+          acc[a][c] = j >= CD_D ? u_out[u_off + obase + i * CD_D + (j - CD_D)]
+                               : i <= j ? a_out[a_off + obase + i * CD_D + j] : 0.0f;
+      }
+    }
+  }
 
   /* the tile's rows of K and its columns of β·[K | V], KC tokens at a time, consecutive items along the tokens */
 #define A_STAGE(s0)                                                                                               \
@@ -87,13 +107,13 @@ __kernel __attribute__((reqd_work_group_size(A_W, 1, 1))) void cd_scan_phase_a(
   }
 #define A_X(s, a) Xs[(s) * A_LDX + ir + CD_A_WR * (a)]
 #define A_Y(s, c) Ys[(s) * A_LDY + ic + CD_A_WC * (c)]
-  CD_GRAM_FMA(acc, CD_A_RM, CD_A_RN, CD_A_KC, Sf, A_STAGE, A_X, A_Y);
+  CD_GRAM_FMA_RANGE(acc, CD_A_RM, CD_A_RN, CD_A_KC, s_lo, Sf, A_STAGE, A_X, A_Y);
 #undef A_STAGE
 #undef A_X
 #undef A_Y
 
   const float d = decay[decay_off + bhf];
-  const ulong obase = bhf * (ulong)(CD_D * CD_D);
+  const int raw = (part & 2u) != 0; /* a later launch continues these sums */
 #pragma unroll
   for (int a = 0; a < CD_A_RM; a++) {
     const uint i = row0 + ir + CD_A_WR * a;
@@ -103,9 +123,9 @@ __kernel __attribute__((reqd_work_group_size(A_W, 1, 1))) void cd_scan_phase_a(
       const uint j = col0 + ic + CD_A_WC * c;
       if (j >= col_hi) continue;
       if (j < CD_D) {
-        const float x = CD_GRAM_A(d, i, j, acc[a][c]);
+        const float x = raw ? acc[a][c] : CD_GRAM_A(d, i, j, acc[a][c]);
         if (i <= j) a_out[a_off + obase + i * CD_D + j] = x;
-        if (i < j) a_out[a_off + obase + j * CD_D + i] = x;
+        if (i < j && !raw) a_out[a_off + obase + j * CD_D + i] = x;
       } else
         u_out[u_off + obase + i * CD_D + (j - CD_D)] = acc[a][c];
     }

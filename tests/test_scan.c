@@ -572,7 +572,10 @@ static void test_api_misc(void **state) {
   TU_OK(camdelta_scan_forward(tu_context(), &a, NULL));
   assert_true(used == CAMDELTA_SCAN_SEQUENTIAL || used == CAMDELTA_SCAN_CHUNKWISE);
   assert_true(prof.kernels >= 1 && prof.kernels <= 3);
-  assert_true(prof.kernel_ms >= 0);
+  if (tu_context()->kernel_times) /* a driver without kernel times (Rusticl) reports NaN, never a made-up figure */
+    assert_true(prof.kernel_ms >= 0);
+  else
+    assert_true(isnan(prof.kernel_ms));
   float *got = malloc(p.n_tok * 4);
   tu_download(out, 0, p.n_tok * 4, got);
   check_err("out (auto)", &p, used, 0, tu_rel_err(got, ref.out, p.n_tok));

@@ -27,8 +27,17 @@ void cd_arg_packed(cd_args *a, const cd_scan_geo *geo) {
 }
 
 camdelta_status cd_gram_build_tiled(camdelta_context *ctx, const char *opts, const cd_chunk_cfg *c, cd_gram *g) {
-  *g = (cd_gram){.form = CD_GRAM_FMA_TILED, .w = c->a_w, .nr = c->a_nr, .nc = c->a_nc, .kc = c->a_kc};
-  cd_chunk_a_loop_count(c, &g->loops[0], &g->loops[1]);
+  *g = (cd_gram){.form = CD_GRAM_FMA_TILED, .w = c->a_w, .nr = c->a_nr, .nc = c->a_nc, .tokens = SIZE_MAX};
+  /* under the driver's loop budget a frame's tokens are summed in launches of as many whole chunks as fit */
+  const size_t budget = cd_loop_budget(ctx);
+  size_t fixed, per_chunk;
+  cd_chunk_a_loop_count(c, &fixed, &per_chunk);
+  if (budget && fixed + per_chunk > budget)
+    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED,
+                   "camdelta_scan_forward: the driver ends a work-item's loops after %zu iterations per launch (Mesa's "
+                   "llvmpipe does, silently); the chunkwise phase A needs %zu for its first tokens",
+                   budget, fixed + per_chunk);
+  if (budget) g->tokens = (budget - fixed) / per_chunk * c->a_kc;
   return cd_kernel(ctx, "scan_chunkwise.cl", opts, "cd_scan_phase_a", &g->k);
 }
 
@@ -62,29 +71,32 @@ void cd_gram_release(cd_gram *g) {
 /* ------------------------------------------------------------------------------------------ the forms */
 
 /* cd_scan_phase_a: columns [0, 2D) of K_fᵀ·β_f·[K_f | V_f], the first D giving A (its upper triangle, mirrored),
- * the others U. */
+ * the others U. Under the driver's loop budget a frame's tokens are summed g->tokens per launch (part bit 0: continue
+ * the raw sums the previous launch left in the outputs; bit 1: leave them for the next one), in the order of one
+ * launch. */
 static camdelta_status tiled(camdelta_context *ctx, const cd_gram *g, const cd_scan_geo *geo, const cd_gram_io *io,
                              cd_launch *l) {
   if (!io->A.mem || !io->U.mem || io->W.mem)
     return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "cd_scan_phase_a computes A and U together, not W");
-  /* a work-item sums a frame's tokens in one launch: they must fit the driver's loop budget */
-  const size_t budget = cd_loop_budget(ctx), need = g->loops[0] + (geo->S + g->kc - 1) / g->kc * g->loops[1];
-  if (budget && need > budget)
-    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED,
-                   "camdelta_scan_forward: the driver ends a work-item's loops after %zu iterations per launch (Mesa's "
-                   "llvmpipe does, silently); the chunkwise scan at D=%zu S=%zu needs %zu in its phase A: use fewer "
-                   "tokens per frame",
-                   budget, geo->D, geo->S, need);
-  cd_args a = {g->k, 0, CL_SUCCESS};
-  CD_ARG_BUFS(&a, io->k, io->v, io->beta, io->decay, io->A, io->U);
-  cd_arg_tokens(&a, geo);
-  cd_arg_u32(&a, 0);
-  cd_arg_u32(&a, (uint32_t)(2 * geo->D));
-  cd_arg_u32(&a, g->nc);
-  cd_arg_packed(&a, geo);
-  if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_scan_phase_a: setting arguments");
-  const size_t lws[2] = {g->w, 1}, gws[2] = {(size_t)g->w * geo->BHF, (size_t)g->nr * g->nc};
-  return cd_enqueue(ctx, g->k, 2, gws, lws, l, "cd_scan_phase_a");
+  camdelta_status st = CAMDELTA_OK;
+  for (size_t s0 = 0; !st; s0 += g->tokens) { /* S: the longest frame where clips are packed */
+    const int last = g->tokens >= geo->S - s0;
+    cd_args a = {g->k, 0, CL_SUCCESS};
+    CD_ARG_BUFS(&a, io->k, io->v, io->beta, io->decay, io->A, io->U);
+    cd_arg_tokens(&a, geo);
+    cd_arg_u32(&a, 0);
+    cd_arg_u32(&a, (uint32_t)(2 * geo->D));
+    cd_arg_u32(&a, g->nc);
+    cd_arg_u32(&a, (uint32_t)s0);
+    cd_arg_u32(&a, last ? UINT32_MAX : (uint32_t)(s0 + g->tokens));
+    cd_arg_u32(&a, (s0 ? 1u : 0u) | (last ? 0u : 2u));
+    cd_arg_packed(&a, geo);
+    if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_scan_phase_a: setting arguments");
+    const size_t lws[2] = {g->w, 1}, gws[2] = {(size_t)g->w * geo->BHF, (size_t)g->nr * g->nc};
+    st = cd_enqueue(ctx, g->k, 2, gws, lws, l, "cd_scan_phase_a");
+    if (last) break;
+  }
+  return st;
 }
 
 /* cd_scan_bwd_grams: a work-group per (b, h, f, mode), modes W, A, U in that order, the first `modes` of them.

@@ -69,8 +69,9 @@ camdelta_status cd_chunk_parts(camdelta_context *ctx, size_t BH, size_t D, size_
       if (st) return st;
       continue;
     }
-    /* the driver's loop budget: phase C, parallel over frames, must fit as it is (phase A, whose count follows a
-     * frame's tokens, is checked as it is enqueued); phase B's chain runs in launches of as many frames as fit */
+    /* the driver's loop budget: phase C, parallel over frames, must fit as it is (phase A sums a frame's tokens in
+     * launches of as many chunks as fit, cd_gram_build_tiled); phase B's chain runs in launches of as many frames
+     * as fit */
     const size_t budget = cd_loop_budget(ctx);
     size_t na, nb_fixed, nb_step, nc;
     cd_chunk_loop_count(D, S, cc, &na, &nb_fixed, &nb_step, &nc);

@@ -407,9 +407,9 @@ camdelta_status cd_chunk_configure(const cd_scan_limits *lim, size_t BH, size_t 
 }
 
 void cd_chunk_a_loop_count(const cd_chunk_cfg *c, size_t *fixed, size_t *per_chunk) {
-  /* per chunk of a_kc tokens the two staging loops and the GEMM; the zeroing and the stores */
+  /* per chunk of a_kc tokens the two staging loops and the GEMM; the zeroing, the sums carried in and the stores */
   const size_t a_tm = c->a.wr * c->a.rm, a_tn = c->a.wc * c->a.rn;
-  *fixed = 2 * zero_loops(&c->a);
+  *fixed = 3 * zero_loops(&c->a);
   *per_chunk = 1 + strided(a_tm * c->a_kc, c->a_w) + strided(a_tn * c->a_kc, c->a_w) + gemm_loops(c->a_kc, &c->a);
 }
 

@@ -63,10 +63,8 @@ typedef struct cd_gram {
   unsigned w;      /* work-group size */
   unsigned nr, nc; /* FMA_TILED: row and column tiles of the D x 2D product */
   cd_tc_tiles t;   /* TC */
-  size_t tokens;   /* FMA_MODES: a frame's tokens summed per launch (a multiple of TSG; SIZE_MAX: all at once) */
-  size_t loops[2]; /* FMA_TILED: a work-item's loop iterations per launch and per KC tokens of a frame, checked
-                      against the driver's loop budget at each enqueue (a frame's tokens are the call's) */
-  unsigned kc;     /* FMA_TILED: tokens per chunk */
+  size_t tokens;   /* FMA_MODES, FMA_TILED: a frame's tokens summed per launch (whole TSG or KC chunks, as many as
+                      fit the driver's loop budget; SIZE_MAX: all at once) */
 } cd_gram;
 
 /** Inputs (those the outputs need) and outputs (mem NULL: not computed). Tokens (B, H, D, N), beta per token,
