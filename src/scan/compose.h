@@ -11,8 +11,9 @@
 /* ------------------------------------------------------------------------------------------ forward.c */
 
 /** The algorithm CAMDELTA_SCAN_AUTO runs for BH chains of F frames of S tokens at D on this context: decided on the
- *  first call of that shape from the plans' estimated costs (cost.c) and kept with the plans. e (may be NULL)
- *  receives the estimates. */
+ *  first call of that shape from the plans' estimated costs (cost.c) and kept with the plans; under the driver's
+ *  loop budget never a sequential plan whose one frame does not fit a launch (its estimate then reads HUGE_VAL).
+ *  e (may be NULL) receives the estimates. */
 camdelta_status cd_scan_decide(camdelta_context *ctx, size_t BH, size_t D, size_t F, size_t S,
                                camdelta_scan_algorithm *alg, cd_scan_estimate *e);
 

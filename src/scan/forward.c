@@ -50,6 +50,7 @@
  * tests/test_scan_auto.c. The plan description (camdelta_scan_plan_describe, CAMDELTA_SCAN_VERBOSE) ends with
  * both estimates and the choice. The caller can force either through camdelta_scan_args.algorithm (the CLI's
  * --algorithm); the estimates are then still shown. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -261,12 +262,22 @@ camdelta_status cd_scan_decide(camdelta_context *ctx, size_t BH, size_t D, size_
   key.D = (unsigned)D;
   key.exact[0] = BH, key.exact[1] = F, key.exact[2] = S;
   cd_plan_entry *pe;
-  const camdelta_status st = cd_plan_acquire(ctx, &key, auto_build, NULL, auto_destroy, &pe);
+  camdelta_status st = cd_plan_acquire(ctx, &key, auto_build, NULL, auto_destroy, &pe);
   if (st) return st;
-  const cd_scan_estimate *est = pe->plan;
-  *alg = est->pick;
-  if (e) *e = *est;
+  cd_scan_estimate est = *(const cd_scan_estimate *)pe->plan;
   cd_plan_release(ctx, pe);
+  /* AUTO does not pick a sequential plan whose one frame exceeds the driver's loop budget (cd_loop_budget): the
+   * chunkwise one, which sums long frames over several launches, runs instead */
+  if (est.pick == CAMDELTA_SCAN_SEQUENTIAL && cd_loop_budget(ctx)) {
+    const cd_fwd_request r = {.alg = CAMDELTA_SCAN_SEQUENTIAL, .BH = BH, .D = D, .S = S,
+                              .prec = CAMDELTA_PRECISION_EXACT, .vec = S % 4 == 0, .extra = ""};
+    if ((st = cd_forward_acquire(ctx, &r, &pe))) return st;
+    if (!((const fwd_plan *)pe->plan)->u.seq.per)
+      est.pick = CAMDELTA_SCAN_CHUNKWISE, est.ms[CAMDELTA_SCAN_SEQUENTIAL] = HUGE_VAL;
+    cd_plan_release(ctx, pe);
+  }
+  *alg = est.pick;
+  if (e) *e = est;
   return CAMDELTA_OK;
 }
 
@@ -276,16 +287,7 @@ camdelta_status cd_forward_request(camdelta_context *ctx, const camdelta_scan_ar
   const size_t offs[5] = {a->q.offset, a->k.offset, a->v.offset, a->beta.offset, a->out.offset};
   r->vec = cd_tc_vec_ok(a->S, offs, 5);
   if (r->alg != CAMDELTA_SCAN_AUTO) return CAMDELTA_OK;
-  camdelta_status st = cd_scan_decide(ctx, BH, a->D, a->F, a->S, &r->alg, NULL);
-  /* AUTO does not pick a sequential plan whose one frame exceeds the driver's loop budget (cd_loop_budget): the
-   * chunkwise one runs instead */
-  if (!st && r->alg == CAMDELTA_SCAN_SEQUENTIAL && cd_loop_budget(ctx)) {
-    cd_plan_entry *e;
-    if ((st = cd_forward_acquire(ctx, r, &e))) return st;
-    if (!((const fwd_plan *)e->plan)->u.seq.per) r->alg = CAMDELTA_SCAN_CHUNKWISE;
-    cd_plan_release(ctx, e);
-  }
-  return st;
+  return cd_scan_decide(ctx, BH, a->D, a->F, a->S, &r->alg, NULL);
 }
 
 camdelta_status cd_scan_warm(camdelta_context *ctx, size_t BH, size_t D, size_t S) {
