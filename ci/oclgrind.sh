@@ -58,6 +58,9 @@ for alg in sequential chunkwise; do
 done
 check scan-chunkwise-d24 12 scan 1 1 24 3 5 -- scan --algorithm chunkwise --final-state
 check scan-chunkwise-d40 12 scan 1 1 40 2 3 -- scan --algorithm chunkwise
+# A loop budget (Mesa's llvmpipe has one) that splits phase A's frames and phase B's chain over launches; pass 1 only
+# (the sums carried from one launch to the next are one kernel's stores read by the next, see above).
+CAMDELTA_DEVICE_LIMITS=loops=4000 check scan-chunkwise-split 1 scan 1 1 32 2 300 -- scan --algorithm chunkwise --final-state
 check scan-backward 12 scan-backward 1 2 16 3 5 -- scan-backward
 check scan-backward-reverse 12 scan-backward 1 1 8 3 4 -- scan-backward --reverse
 # Packed clips, native path (the kernels' CD_PACKED variant): frames of 70, 5 and 1 tokens, so that token tiles past

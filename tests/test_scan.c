@@ -330,6 +330,45 @@ static void test_loop_budget(void **state) {
   free(was);
 }
 
+/* Frames longer than one launch of the chunkwise phase A can sum (Rusticl: D=32 S=2000 needs 185679 iterations of
+ * its 65535): the gram sums a frame's tokens over several launches, carrying the raw sums in its outputs, with the
+ * results of one launch; a budget too small for one chunk of tokens is refused with a message. */
+static void test_loop_budget_long_frames(void **state) {
+  (void)state;
+  const char *env = getenv("CAMDELTA_DEVICE_LIMITS");
+  char *was = env ? strdup(env) : NULL;
+  problem p;
+  problem_make(&p, 1, 2, 32, 3, 1000, 662);
+  float *out = malloc(p.n_tok * 4), *fin = malloc(p.n_state * 4), *whole = malloc(p.n_tok * 4);
+  assert_true(out && fin && whole);
+  for (int rev = 0; rev < 2; rev++) {
+    ref_result ref;
+    reference(&p, rev, 1, 1, 0, &ref);
+    unsigned one = 0, split = 0;
+    limits_env(was, NULL);
+    TU_OK(forward_launches(&p, rev, &one, whole, fin, CAMDELTA_SCAN_CHUNKWISE));
+    limits_env(was, "loops=4000");
+    TU_OK(forward_launches(&p, rev, &split, out, fin, CAMDELTA_SCAN_CHUNKWISE));
+    printf("chunkwise D=32 S=1000 %s: %u kernels in one launch each, %u under loops=4000\n", rev ? "reverse" : "causal",
+           one, split);
+    if (split <= one + 2) fail_msg("loops=4000 did not split phase A (%u kernels, %u without a budget)", split, one);
+    check_err("out (long frames, loop budget)", &p, CAMDELTA_SCAN_CHUNKWISE, rev, tu_rel_err(out, ref.out, p.n_tok));
+    check_err("final_state (long frames, loop budget)", &p, CAMDELTA_SCAN_CHUNKWISE, rev,
+              tu_rel_err(fin, ref.final_state, p.n_state));
+    /* the tokens are summed in the order of one launch: the same bits */
+    if (memcmp(out, whole, p.n_tok * 4)) fail_msg("phase A over launches differs from one launch");
+    ref_free(&ref);
+  }
+  limits_env(was, "loops=60");
+  unsigned n;
+  assert_int_equal(forward_launches(&p, 0, &n, out, fin, CAMDELTA_SCAN_CHUNKWISE), CAMDELTA_ERROR_UNSUPPORTED);
+  assert_non_null(strstr(camdelta_last_message(), "loops after 60 iterations"));
+  free(out), free(fin), free(whole);
+  problem_free(&p);
+  limits_env(was, NULL);
+  free(was);
+}
+
 /* ------------------------------------------------------------------------------- saved states */
 
 static void test_saved_states(void **state) {
@@ -1047,7 +1086,7 @@ int main(void) {
       cmocka_unit_test(test_buffer_offsets),
       cmocka_unit_test(test_large_shapes),
       cmocka_unit_test(test_long_walks),
-      cmocka_unit_test(test_loop_budget),
+      cmocka_unit_test(test_loop_budget), cmocka_unit_test(test_loop_budget_long_frames),
       cmocka_unit_test(test_huge_token_counts),
       cmocka_unit_test(test_cli_frames_mismatch),
       cmocka_unit_test(test_tile_override),
