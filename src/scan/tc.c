@@ -64,8 +64,11 @@ int cd_tc_available(camdelta_context *ctx) {
   /* The tensor-core tiles take work-groups of at least 128 items (32*WM*WN, the safe tiles' WM = WN = 2) and up to
    * 48 KiB of local memory, what every device with this path (NVIDIA's) reports. A device, or a constrained profile
    * (CAMDELTA_DEVICE_LIMITS), reporting less takes the portable FMA forms, which fit themselves to any limits,
-   * instead of refusing shapes. The emulation (option TC=2, tests on CPUs) keeps its own rule. */
-  if (want != 2 && (ctx->info.max_work_group_size < 128 || ctx->info.local_mem_bytes < 48 * 1024)) return 0;
+   * instead of refusing shapes. The tensor-core kernels walk a whole frame in one launch: a driver that ends a
+   * work-item's loops after a budget (cd_loop_budget; emulated with CAMDELTA_DEVICE_LIMITS loops=N) takes the FMA
+   * forms too, which split their launches under it. The emulation (option TC=2, tests on CPUs) keeps its own rule. */
+  if (want != 2 && (ctx->info.max_work_group_size < 128 || ctx->info.local_mem_bytes < 48 * 1024 || cd_loop_budget(ctx)))
+    return 0;
   if (ctx->tc_state && ctx->tc_mode == want) return ctx->tc_state > 0;
   int ok = 0;
   if (want == 2) {
