@@ -54,9 +54,6 @@
 #define CD_RI 4            /* rows per register block */
 #define CD_UNROLL _Pragma("unroll")
 #define CD_UNROLL4 _Pragma("unroll 4")
-/* The blocks are inlined into each caller, so that a block's `full` flag is a constant there: a full block has
- * no tail tests in its loops. */
-#define CD_INLINE inline __attribute__((always_inline))
 
 /* Eight floats from p (n of them valid, the rest zero): the tails of frames, where a full vector could pass the
  * buffer's end. */
@@ -77,25 +74,6 @@ inline void cd_st8_part(float8 x, global float *p, int n) {
     if (full) vstore8((x), (v), (p));                         \
     else cd_st8_part((x), (p) + 8 * (v), (int)(n) - 8 * (v)); \
   } while (0)
-
-/* Transposes the 8 x 8 block r[0..8) in place (r[i].sj becomes r[j].si): unpacks, 2-lane shuffles and half swaps. */
-CD_INLINE void cd_transpose8(float8 *r) {
-  float8 t[8], u[8];
-  CD_UNROLL for (int i = 0; i < 8; i += 2) {
-    t[i] = (float8)(r[i].s0, r[i + 1].s0, r[i].s1, r[i + 1].s1, r[i].s4, r[i + 1].s4, r[i].s5, r[i + 1].s5);
-    t[i + 1] = (float8)(r[i].s2, r[i + 1].s2, r[i].s3, r[i + 1].s3, r[i].s6, r[i + 1].s6, r[i].s7, r[i + 1].s7);
-  }
-  CD_UNROLL for (int i = 0; i < 8; i += 4) {
-    u[i] = (float8)(t[i].s01, t[i + 2].s01, t[i].s45, t[i + 2].s45);
-    u[i + 1] = (float8)(t[i].s23, t[i + 2].s23, t[i].s67, t[i + 2].s67);
-    u[i + 2] = (float8)(t[i + 1].s01, t[i + 3].s01, t[i + 1].s45, t[i + 3].s45);
-    u[i + 3] = (float8)(t[i + 1].s23, t[i + 3].s23, t[i + 1].s67, t[i + 3].s67);
-  }
-  CD_UNROLL for (int i = 0; i < 4; i++) {
-    r[i] = (float8)(u[i].s0123, u[i + 4].s0123);
-    r[i + 4] = (float8)(u[i].s4567, u[i + 4].s4567);
-  }
-}
 
 /* The state matrix with index j (cd_state of scan_backward.cl): init (row srow) when is_init, else states[bh, j];
  * *zero when it is an absent init. */

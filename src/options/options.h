@@ -45,6 +45,7 @@ typedef enum cd_opt_id {
   CD_OPT_PREP_WPC,
   CD_OPT_PREP_WL,
   CD_OPT_PREP_IX,
+  CD_OPT_PREP_PB,
   CD_OPT_PREP_BWD_FORM,
   CD_OPT_PREP_BWD_TT,
   CD_OPT_PREP_BWD_WPC,
