@@ -1,5 +1,13 @@
 /* Prepended to every camdelta kernel source: storage-type helpers.
- * CD_DTYPE (build option): 0 = f32, 1 = f16, 2 = bf16 (16-bit storage).
+ *
+ * CD_SOFT_FMA=1 (set by the host where the device reports no fused multiply-add in hardware, CL_FP_FMA absent):
+ * there fma() is an exact software routine, tens of times slower than a multiply and an add, and the kernels' fma()
+ * becomes mad(), a multiply and an add. Every sum keeps its order; the results round differently from a fused
+ * multiply-add, well inside the bounds of docs/math.md §5. */
+#if defined(CD_SOFT_FMA) && CD_SOFT_FMA
+#define fma(a, b, c) mad((a), (b), (c))
+#endif
+/* CD_DTYPE (build option): 0 = f32, 1 = f16, 2 = bf16 (16-bit storage).
  * Arithmetic is always f32. */
 #ifndef CD_DTYPE
 #define CD_DTYPE 0
