@@ -137,6 +137,23 @@ inline ulong cd_frame_start(uint f, uint S) { return (ulong)f * S; }
       _Pragma("unroll") for (int c_ = 0; c_ < (RN); c_++) (acc)[a_][c_] = fma(xr_[a_], yr_[c_], (acc)[a_][c_]); \
   }
 
+/* The FMA gram, the one body of the scan's three FMA gram kernels (cl/scan_chunkwise.cl's phase A,
+ * cl/scan_backward.cl's grams, cl/scan_summary.cl's products): over a frame's Sf tokens, KC at a time, STAGE(s0)
+ * fills the work-group's local tiles with tokens s0 … s0 + KC − 1 (zero past the frame's end) and each work-item
+ * accumulates its RM x RN register block with CD_FMA_GEMM, acc[a][c] += X(k, a)·Y(k, c) for the staged tokens k in
+ * order (a token's weight folded into one operand by the staging). Every entry is the sum over the frame's tokens,
+ * in order, of one fma per product of its row's and its column's values: the kernels differ in their tiles and
+ * their staging only. The loop's trip count is uniform over the work-group, its barriers under no condition. */
+#define CD_GRAM_FMA(acc, RM, RN, KC, Sf, STAGE, X, Y) \
+  for (uint g_s0_ = 0; g_s0_ < (Sf); g_s0_ += (KC)) { \
+    barrier(CLK_LOCAL_MEM_FENCE);                     \
+    STAGE(g_s0_);                                     \
+    barrier(CLK_LOCAL_MEM_FENCE);                     \
+    CD_FMA_GEMM(acc, RM, RN, KC, X, Y);               \
+  }
+/* An entry of the A form from its sum: gate·(δ_ij − sum), A_f = d_f·(I − K_fᵀβ_fK_f). */
+#define CD_GRAM_A(gate, i, j, sum) ((gate) * (((i) == (j) ? 1.0f : 0.0f) - (sum)))
+
 /* Helpers of the CPU forms (scan_cpu.cl, prep_cpu.cl). CD_INLINE: inlined into each caller, so that a constant
  * argument (a block's `full` flag, a register tile's row count) is a constant there. */
 #define CD_INLINE inline __attribute__((always_inline))

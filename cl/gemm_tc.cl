@@ -12,7 +12,7 @@
  *   0 `tf32`: one product hi·hi (about 1e-3 relative, documented in docs/performance.md).
  *
  * Parameters (build options; the defaults below are what an unset option means; the same names as the
- * tuning module's, src/tune/tune.h):
+ * tensor-core tiles', src/scan/tc.h):
  *   CD_D      head dim (rows and columns of the D x D matrices)
  *   CD_SPLIT  1 = split-TF32 (exact), 0 = one TF32 product (tf32)
  *   CD_WM     warps along a work-group tile's rows
@@ -675,7 +675,7 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_apply_tc(
 }
 
 #ifndef CD_PACKED
-/* Phase C of the camera branch's scan pair with the output transform (SPEC 8.5) as its epilogue: the tile's
+/* Phase C of the camera branch's scan pair with the output transform (docs/math.md §8.5) as its epilogue: the tile's
  * o = Mᵀ·Q (M = states[b, h, f], the pair's summed state) goes through local memory Os[s][r] and each work-item
  * writes whole 4-channel units of y (B, N, H, D): rows r < D/2 in 4-groups y = proj_o·o (proj_o (B, N, 4, 4) per
  * token), the others the inverse RoPE y[r] = o[r]·cos[r] − o[r^1]·sin[r] (tables (N, D/2)); the same operations

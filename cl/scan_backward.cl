@@ -1,4 +1,4 @@
-/* Scan backward (SPEC section 4): exact gradients of the delta-rule scan, both directions.
+/* Scan backward (docs/math.md §4.1): exact gradients of the delta-rule scan, both directions.
  *
  * Per (b, h) the forward is a chain of key-frame updates of a D x D state (rows = key dim, cols = value dim):
  *   P_f = d_f * Mprev_f,  M_f = A_f * Mprev_f + U_f,  A_f = d_f (I - K_f^T diag(b_f) K_f),  U_f = K_f^T diag(b_f) V_f
@@ -124,36 +124,28 @@ kernel void cd_scan_bwd_grams(global const float *q, ulong q_off, global const f
   for (int i = 0; i < CD_RPT; i++)
     for (int j = 0; j < CD_RPT; j++) acc[i][j] = 0.0f;
 
-  for (uint t0 = 0; t0 < Sf; t0 += CD_TSG) {
-    const uint tn = min((uint)CD_TSG, Sf - t0);
-    barrier(CLK_LOCAL_MEM_FENCE);
-    /* 32 consecutive work-items load 8 tokens x 4 rows: 32-byte global segments, conflict-free stores */
-    for (uint idx = lid; idx < CD_D * CD_TSG; idx += CD_NG * CD_NG) {
-      const uint lo = idx % 32, blk = idx / 32;
-      const uint t = (blk / (CD_D / 4)) * 8 + lo % 8, d = (blk % (CD_D / 4)) * 4 + lo / 8;
-      float x = 0.0f, y = 0.0f;
-      if (t < tn) {
-        const ulong e = base + (ulong)d * N + t0 + t;
-        x = X[e];
-        y = Y[e];
-        if (mode != 0) x *= bt[t0 + t];
-      }
-      Xs[t * CD_DP + d] = x;
-      Ys[t * CD_DP + d] = y;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (uint t = 0; t < tn; t++) {
-      float a[CD_RPT], b[CD_RPT];
-      for (int r = 0; r < CD_RPT / 4; r++) {
-        const float4 xa = Xs4[(t * CD_DP + ti * CD_RPT) / 4 + r];
-        const float4 yb = Ys4[(t * CD_DP + tj * CD_RPT) / 4 + r];
-        a[4 * r] = xa.x, a[4 * r + 1] = xa.y, a[4 * r + 2] = xa.z, a[4 * r + 3] = xa.w;
-        b[4 * r] = yb.x, b[4 * r + 1] = yb.y, b[4 * r + 2] = yb.z, b[4 * r + 3] = yb.w;
-      }
-      for (int i = 0; i < CD_RPT; i++)
-        for (int j = 0; j < CD_RPT; j++) acc[i][j] = fma(a[i], b[j], acc[i][j]);
-    }
+  /* the frame's rows of (β·)X and of Y, TSG tokens at a time: 32 consecutive work-items load 8 tokens x 4 rows
+   * (32-byte global segments, conflict-free stores); each item's block of rows and columns is contiguous */
+#define G_STAGE(t0)                                                                  \
+  for (uint idx = lid; idx < CD_D * CD_TSG; idx += CD_NG * CD_NG) {                   \
+    const uint lo = idx % 32, blk = idx / 32;                                         \
+    const uint t = (blk / (CD_D / 4)) * 8 + lo % 8, d = (blk % (CD_D / 4)) * 4 + lo / 8; \
+    float x = 0.0f, y = 0.0f;                                                         \
+    if ((t0) + t < Sf) {                                                              \
+      const ulong e = base + (ulong)d * N + (t0) + t;                                 \
+      x = X[e];                                                                       \
+      y = Y[e];                                                                       \
+      if (mode != 0) x *= bt[(t0) + t];                                               \
+    }                                                                                 \
+    Xs[t * CD_DP + d] = x;                                                            \
+    Ys[t * CD_DP + d] = y;                                                            \
   }
+#define G_X(t, i) Xs[(t) * CD_DP + ti * CD_RPT + (i)]
+#define G_Y(t, j) Ys[(t) * CD_DP + tj * CD_RPT + (j)]
+  CD_GRAM_FMA(acc, CD_RPT, CD_RPT, CD_TSG, Sf, G_STAGE, G_X, G_Y);
+#undef G_STAGE
+#undef G_X
+#undef G_Y
 
   global float *out = mode == 0 ? W + W_off : (mode == 1 ? A + A_off : U + U_off);
   out += bhf * CD_DD;
@@ -163,7 +155,7 @@ kernel void cd_scan_bwd_grams(global const float *q, ulong q_off, global const f
     for (int j = 0; j < CD_RPT; j++) {
       const uint col = tj * CD_RPT + j;
       float x = acc[i][j];
-      if (mode == 1) x = dcy * ((row == col ? 1.0f : 0.0f) - x);
+      if (mode == 1) x = CD_GRAM_A(dcy, row, col, x);
       out[row * CD_D + col] = x;
     }
   }
@@ -264,7 +256,7 @@ kernel void cd_scan_bwd_chain(global const float *A, ulong A_off, global const f
     for (int c = 0; c < CD_CB; c++) dinit[di_off + bh * CD_DD + i * CD_D + c0 + c] = x[c];
 }
 
-/* The fused scan pair's backward (src/ops/scan_pair.c): both directions' G chains of cd_scan_bwd_chain (no
+/* The fused scan pair's backward (src/scan/pair.c): both directions' G chains of cd_scan_bwd_chain (no
  * recompute) in one launch, the reverse one with A_f = 0 at its masked frames; the same arithmetic in the same
  * order as that kernel, so each direction's G is bit-identical to its own scan backward's.
  *   causal  f = F−1..0: G_f = W_f + x, x = A_f·G_f               (x starts at grad_final_c; dinit_c = x)

@@ -1,4 +1,4 @@
-/* Chunkwise-parallel delta-rule scan (SPEC section 3), three kernels:
+/* Chunkwise-parallel delta-rule scan (docs/math.md §3), three kernels:
  *
  *   cd_scan_phase_a  per (b, h, f) in parallel:
  *                      A_f = decay_f · (I − K_fᵀ·β_f·K_f)     (D x D, rows and cols = key dim)
@@ -73,25 +73,24 @@ __kernel __attribute__((reqd_work_group_size(A_W, 1, 1))) void cd_scan_phase_a(
   float acc[CD_A_RM][CD_A_RN];
   CD_FMA_ZERO(acc, CD_A_RM, CD_A_RN);
 
-  for (uint s0 = 0; s0 < Sf; s0 += CD_A_KC) {
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (uint e = lid; e < A_TM * CD_A_KC; e += A_W) {
-      const uint r = e / CD_A_KC, s = e % CD_A_KC, i = row0 + r, gs = s0 + s;
-      Xs[s * A_LDX + r] = (i < CD_D && gs < Sf) ? kb[(ulong)i * N + gs] : 0.0f;
-    }
-    for (uint e = lid; e < A_TN * CD_A_KC; e += A_W) {
-      const uint r = e / CD_A_KC, s = e % CD_A_KC, j = col0 + r, gs = s0 + s;
-      float y = 0.0f;
-      if (j < col_hi && gs < Sf) y = bb[gs] * (j < CD_D ? kb[(ulong)j * N + gs] : vb[(ulong)(j - CD_D) * N + gs]);
-      Ys[s * A_LDY + r] = y;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
+  /* the tile's rows of K and its columns of β·[K | V], KC tokens at a time, consecutive items along the tokens */
+#define A_STAGE(s0)                                                                                               \
+  for (uint e = lid; e < A_TM * CD_A_KC; e += A_W) {                                                              \
+    const uint r = e / CD_A_KC, s = e % CD_A_KC, i = row0 + r, gs = (s0) + s;                                     \
+    Xs[s * A_LDX + r] = (i < CD_D && gs < Sf) ? kb[(ulong)i * N + gs] : 0.0f;                                    \
+  }                                                                                                               \
+  for (uint e = lid; e < A_TN * CD_A_KC; e += A_W) {                                                              \
+    const uint r = e / CD_A_KC, s = e % CD_A_KC, j = col0 + r, gs = (s0) + s;                                     \
+    float y = 0.0f;                                                                                               \
+    if (j < col_hi && gs < Sf) y = bb[gs] * (j < CD_D ? kb[(ulong)j * N + gs] : vb[(ulong)(j - CD_D) * N + gs]); \
+    Ys[s * A_LDY + r] = y;                                                                                        \
+  }
 #define A_X(s, a) Xs[(s) * A_LDX + ir + CD_A_WR * (a)]
 #define A_Y(s, c) Ys[(s) * A_LDY + ic + CD_A_WC * (c)]
-    CD_FMA_GEMM(acc, CD_A_RM, CD_A_RN, CD_A_KC, A_X, A_Y);
+  CD_GRAM_FMA(acc, CD_A_RM, CD_A_RN, CD_A_KC, Sf, A_STAGE, A_X, A_Y);
+#undef A_STAGE
 #undef A_X
 #undef A_Y
-  }
 
   const float d = decay[decay_off + bhf];
   const ulong obase = bhf * (ulong)(CD_D * CD_D);
@@ -104,7 +103,7 @@ __kernel __attribute__((reqd_work_group_size(A_W, 1, 1))) void cd_scan_phase_a(
       const uint j = col0 + ic + CD_A_WC * c;
       if (j >= col_hi) continue;
       if (j < CD_D) {
-        const float x = d * ((i == j ? 1.0f : 0.0f) - acc[a][c]);
+        const float x = CD_GRAM_A(d, i, j, acc[a][c]);
         if (i <= j) a_out[a_off + obase + i * CD_D + j] = x;
         if (i < j) a_out[a_off + obase + j * CD_D + i] = x;
       } else
@@ -289,7 +288,7 @@ __kernel __attribute__((reqd_work_group_size(B_W, 1, 1))) void cd_scan_phase_b(
                    reverse);
 }
 
-/* The fused scan pair's chains (SPEC 8.4; src/ops/scan_pair.c, cl/scan_pair.cl), same build options as phase B:
+/* The fused scan pair's chains (docs/math.md §8.4; src/scan/pair.c, cl/scan_pair.cl), same build options as phase B:
  * per (direction, b, h, block of value columns), the causal chain M_f = A_f·M_{f−1} + U_f -> post_c[f], and the
  * reverse chain T_{F−1} = init_r, T_{f−1} = [mask_f] (A_f·T_f + U_f) -> post_r[f − 1] (post_r[F − 1] = init_r),
  * each bit-identical to its own scan's phase B. Launch: local (B_WR·B_WC, 1), global (local·B·H, 2·nj): groups

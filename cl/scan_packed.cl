@@ -1,4 +1,4 @@
-/* Packed clips (SPEC section 9): moves between the packed layout and a padded fixed-shape batch.
+/* Packed clips (docs/math.md §9.1): moves between the packed layout and a padded fixed-shape batch.
  *
  * packed  (1, H, R, L): L = N tokens (frame f holds tokens [fo[f], fo[f+1])) or L = F frames (per_frame)
  * padded  (clips, H, R, Fm·Sm): clip c's frame j (< its frame count) at columns [j·Sm, j·Sm + Sm), its tokens

@@ -1,4 +1,4 @@
-/* The fused scan pair of the camera branch (SPEC 8.4; host src/ops/scan_pair.c): a causal and a chunk-masked
+/* The fused scan pair of the camera branch (docs/math.md §8.4; host src/scan/pair.c): a causal and a chunk-masked
  * reverse delta-rule scan over the same q, k, v, summed. The reverse scan's gates equal the causal ones except
  * β = 0 and decay = 0 at its masked frames, so its A_f, U_f equal the causal A_f, U_f except A_f = 0, U_f = 0
  * there: phase A (scan_chunkwise.cl / gemm_tc.cl) runs once, this file's phase B runs both chains in one launch,

@@ -1,4 +1,4 @@
-/* Sequential delta-rule scan (SPEC section 3; the seed's _cam_scan_kernel).
+/* Sequential delta-rule scan (docs/math.md §3; the seed's _cam_scan_kernel).
  *
  * One work-group per (b, h, block of value columns) walks the frames in order. With one block
  * (CD_S_J == D) that is one work-group per (b, h) holding the whole D x D state; the host splits the

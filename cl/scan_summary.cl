@@ -1,4 +1,4 @@
-/* State summaries (SPEC section 9): the per-frame D x D grams and a batched D x D "apply" for their chains.
+/* State summaries (docs/math.md §9.2): the per-frame D x D grams and a batched D x D "apply" for their chains.
  *
  *   cd_summary_gram   per (b, h, f, 32 x 32 output tile) in parallel:
  *                       out_f(i, j) = g_f · (diag·δ_ij + sgn · Σ_s X[i, f·S+s] · w[f·S+s] · Y[j, f·S+s])
@@ -41,22 +41,21 @@ __kernel __attribute__((reqd_work_group_size(8, 8, 1))) void cd_summary_gram(
   __global const float *wb = has_w ? w + w_off + bh * N + tok0 : w;
   float acc[SM_R][SM_R];
   CD_FMA_ZERO(acc, SM_R, SM_R);
-  for (uint s0 = 0; s0 < S; s0 += SM_K) {
-    for (uint e = lid; e < SM_K * SM_T; e += 64) {
-      const uint r = e / SM_K, s = e % SM_K, tok = s0 + s;
-      const int in_s = tok < S;
-      const float ws = (has_w && in_s) ? wb[tok] : 1.0f;
-      xs[s * SM_LD + r] = (in_s && i0 + r < CD_D) ? ws * Xb[(ulong)(i0 + r) * N + tok] : 0.0f;
-      ys[s * SM_LD + r] = (in_s && j0 + r < CD_D) ? Yb[(ulong)(j0 + r) * N + tok] : 0.0f;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
+  /* the tile's rows of w·X and of Y, SM_K tokens at a time, consecutive items along the tokens */
+#define SM_STAGE(s0)                                                                         \
+  for (uint e = lid; e < SM_K * SM_T; e += 64) {                                              \
+    const uint r = e / SM_K, s = e % SM_K, tok = (s0) + s;                                    \
+    const int in_s = tok < S;                                                                 \
+    const float ws = (has_w && in_s) ? wb[tok] : 1.0f;                                        \
+    xs[s * SM_LD + r] = (in_s && i0 + r < CD_D) ? ws * Xb[(ulong)(i0 + r) * N + tok] : 0.0f; \
+    ys[s * SM_LD + r] = (in_s && j0 + r < CD_D) ? Yb[(ulong)(j0 + r) * N + tok] : 0.0f;      \
+  }
 #define SM_X(s, a) xs[(s) * SM_LD + ly + 8 * (a)]
 #define SM_Y(s, c) ys[(s) * SM_LD + lx + 8 * (c)]
-    CD_FMA_GEMM(acc, SM_R, SM_R, SM_K, SM_X, SM_Y);
+  CD_GRAM_FMA(acc, SM_R, SM_R, SM_K, S, SM_STAGE, SM_X, SM_Y);
+#undef SM_STAGE
 #undef SM_X
 #undef SM_Y
-    barrier(CLK_LOCAL_MEM_FENCE);
-  }
   const float gf = has_g ? g[g_off + bhf] : 1.0f;
   __global float *ob = out + out_off + bhf * CD_D * CD_D;
   for (int a = 0; a < SM_R; a++) {

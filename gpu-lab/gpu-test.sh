@@ -192,7 +192,7 @@ while [ $# -gt 0 ]; do
       break
       ;;
     pair)
-      # the fused scan pair (src/ops/scan_pair.c): its tests and the branch's on the GPU, then the branch rows at
+      # the fused scan pair (src/scan/pair.c): its tests and the branch's on the GPU, then the branch rows at
       # sana480 and their kernels one by one
       CAMDELTA_DEVICE=nvidia ctest --test-dir build-gpu -R "test_scan_pair|test_branch$|test_scan_precision" \
         --output-on-failure -V >"$OUT/ctest-pair.log" 2>&1 || rc=1
@@ -206,7 +206,7 @@ while [ $# -gt 0 ]; do
       ;;
     seq-cal)
       # the sequential forward with the default tiles at three shapes, tensor cores on and off (CAMDELTA_TC=0), each
-      # kernel's time (the cost model's calibration, src/tune/cost.c); then tiles around the default at sana480
+      # kernel's time (the cost model's calibration, src/scan/cost.c); then tiles around the default at sana480
       for s in sana480 1,20,64,21,1560 sana720; do
         for tc in 1 0; do
           CAMDELTA_TC=$tc CAMDELTA_PROFILE_KERNELS=1 CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --shape "$s" \

@@ -31,15 +31,18 @@
  *    default (0 is rejected, or taken literally for norm_eps).
  *  - Thread safety: one camdelta_context may be used from several threads at
  *    once. Programs are built once per context under the context's lock.
- *    The scan operations keep a plan per shape class in the context (its
- *    kernels, made on the first call and reused): a call holds its plan's
- *    own lock while it sets the kernels' arguments and enqueues, so calls of
- *    one plan from several threads take turns on the host; the other
- *    operations create their kernel objects per call. camdelta_tune_set may
- *    run beside calls: calls holding a plan finish with it, later calls plan
- *    anew. Work from several threads is ordered by the context's one
- *    in-order queue. A saved object and a profile belong to one call at a
- *    time; camdelta_last_message() is per thread.
+ *    The scan operations and the camera branch keep a plan per shape class
+ *    in the context (its kernels and scratch memory, made on the first call
+ *    and reused): a call holds its plan's own lock while it sets the
+ *    kernels' arguments and enqueues, so calls of one plan from several
+ *    threads take turns on the host; the other operations create their
+ *    kernel objects per call. A plan's scratch memory stays allocated, grown
+ *    to the largest call, until the context is destroyed or
+ *    camdelta_tune_set drops the plans. camdelta_tune_set may run beside
+ *    calls: calls holding a plan finish with it, later calls plan anew. Work
+ *    from several threads is ordered by the context's one in-order queue. A
+ *    saved object and a profile belong to one call at a time;
+ *    camdelta_last_message() is per thread.
  */
 #ifndef CAMDELTA_H
 #define CAMDELTA_H
@@ -512,7 +515,8 @@ typedef struct camdelta_chunking {
 } camdelta_chunking;
 
 /** The scan's chunk bounds: bounds[0] = 0 < ... < bounds[*count - 1] = T. `cap` entries are available
- *  (T + 1 always suffice). Fails on a bad chunking, writing nothing. */
+ *  (T + 1 always suffice). Fails on a bad chunking, writing nothing: SHAPE (T = 0), UNSUPPORTED (T >= 2^32, the
+ *  operations' limit), INVALID_ARGUMENT, BUFFER_TOO_SMALL. */
 CAMDELTA_API camdelta_status camdelta_chunk_bounds(size_t T, const camdelta_chunking *chunking, size_t *bounds,
                                                    size_t cap, size_t *count);
 /** The short conv's segment bounds (docs/math.md §8.2): one segment [0, T) without a chunk_size or when
@@ -521,7 +525,13 @@ CAMDELTA_API camdelta_status camdelta_chunk_bounds(size_t T, const camdelta_chun
 CAMDELTA_API camdelta_status camdelta_conv_bounds(size_t T, const camdelta_chunking *chunking, size_t *bounds,
                                                   size_t cap, size_t *count);
 
-/** Cameras -> matrices (§8.1). Token grid (T, Hs, Ws), n = (f*Hs + v)*Ws + u, N = T*Hs*Ws. */
+/** Cameras -> matrices (§8.1). Token grid (T, Hs, Ws), n = (f*Hs + v)*Ws + u, N = T*Hs*Ws.
+ *  Non-finite cameras: a NaN marks a frame without a camera (a NaN in R·d, i.e. in R or fx fy cx cy, gives the
+ *  identity P for that frame's tokens; a NaN only in the translation t gives non-finite matrices, as the model's
+ *  reference does). An infinity anywhere in camera_conditions is refused: INVALID_ARGUMENT naming [b, f, k], and
+ *  nothing is enqueued. To check it, camdelta_camera_forward and the branch (forward, and backward) read
+ *  camera_conditions (B*T*20 floats) back to the host, waiting for earlier work on the queue that writes them;
+ *  the f64 references (camdelta_ref_camera_forward, camdelta_ref_branch_*) apply the same rule. */
 typedef struct camdelta_camera_args {
   size_t B, T, Hs, Ws;
   size_t pt, ph, pw;                 /* patch (each >= 1); pt does not enter the math (T counts latent frames) */
@@ -607,7 +617,9 @@ typedef struct camdelta_branch_saved camdelta_branch_saved;
 CAMDELTA_API camdelta_status camdelta_branch_saved_create(camdelta_context *ctx, camdelta_branch_saved **out);
 CAMDELTA_API void camdelta_branch_saved_destroy(camdelta_branch_saved *saved);
 
-/** Branch forward. `saved` may be NULL (inference). */
+/** Branch forward. `saved` may be NULL (inference). camera_conditions follow camdelta_camera_forward's rule for
+ *  non-finite values (a NaN frame has identity matrices; an infinity is INVALID_ARGUMENT before anything is
+ *  enqueued; checked on the host). */
 CAMDELTA_API camdelta_status camdelta_branch_forward(camdelta_context *ctx, const camdelta_branch_args *args,
                                                      camdelta_branch_saved *saved);
 /** Branch backward: `args` as given to the forward (its y is not read), `saved` from that forward or NULL to

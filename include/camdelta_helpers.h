@@ -1,5 +1,6 @@
 /*
- * camdelta — helpers: RoPE tables, SE(3) inverse, 16-bit float conversions, device-side random inputs.
+ * camdelta — helpers: RoPE tables, SE(3) inverse, checked size arithmetic, 16-bit float conversions, device-side
+ * random inputs.
  * Not part of the stable core API in camdelta.h; includes it.
  */
 #ifndef CAMDELTA_HELPERS_H
@@ -20,6 +21,14 @@ CAMDELTA_API camdelta_status camdelta_rope_tables(size_t N, size_t Dh, const flo
 /** Closed-form inverse of `count` 4x4 SE(3) matrices (row-major). in == out allowed.
  *  Returns CAMDELTA_OK, INVALID_ARGUMENT (NULL pointer) or OVERFLOW. */
 CAMDELTA_API camdelta_status camdelta_invert_se3(size_t count, const float *in, float *out);
+
+/** Overflow-checked size arithmetic, the rule every size in camdelta, camdelta_mpi and the camdelta tool goes
+ *  through (a product or sum of sizes from a caller, a file or a command line): *out = a*b, a+b, or the product of
+ *  factors[0..n) (1 for n = 0); 1 on success, 0 (and *out unchanged) when the result does not fit size_t or out is
+ *  NULL. */
+CAMDELTA_API int camdelta_size_mul(size_t *out, size_t a, size_t b);
+CAMDELTA_API int camdelta_size_add(size_t *out, size_t a, size_t b);
+CAMDELTA_API int camdelta_size_prod(size_t *out, size_t n, const size_t *factors);
 
 /** Host conversions between f32 and 16-bit storage (round to nearest even; never fail). */
 CAMDELTA_API uint16_t camdelta_f32_to_f16(float x);

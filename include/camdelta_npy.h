@@ -53,6 +53,11 @@ CAMDELTA_API camdelta_status camdelta_npy_write(const char *path, camdelta_npy_t
 CAMDELTA_API camdelta_status camdelta_npy_write_temp(const char *path, camdelta_npy_type type, int ndim,
                                                      const size_t *shape, const void *data, char *tmp_path,
                                                      size_t tmp_size);
+/** Write `data` as a .npy of `type` and `shape` to the open file `fd` at its current position, then fsync it (for
+ *  callers that create and name their files themselves, e.g. under a lock). `name` names the file in messages
+ *  (escaped). Returns CAMDELTA_OK; INVALID_ARGUMENT, OVERFLOW or IO (the file may then hold a partial image). */
+CAMDELTA_API camdelta_status camdelta_npy_write_fd(int fd, const char *name, camdelta_npy_type type, int ndim,
+                                                   const size_t *shape, const void *data);
 /** Frees the data and zeroes *npy (NULL is a no-op). */
 CAMDELTA_API void camdelta_npy_free(camdelta_npy *npy);
 /** Read a 1-D little-endian int64 (<i8) .npy, e.g. packed-clip offsets: *data (malloc'd, free with free())

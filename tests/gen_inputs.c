@@ -1,8 +1,12 @@
 /* Writes random inputs for one `camdelta run` operation as .npy files (for the oclgrind CI step, ci/oclgrind.sh):
  *   cd_gen_inputs prep|prep-backward B N H D DIR
- *   cd_gen_inputs scan|scan-backward B H D F S DIR
+ *   cd_gen_inputs scan|scan-backward|scan-masked|scan-backward-masked B H D F S DIR   (-masked: beta and decay
+ *       zero at odd frames, as the camera branch's masked reverse scan gets them)
  *   cd_gen_inputs scan-packed|scan-backward-packed H D CLIPS DIR   (CLIPS: FxS,FxS,... one clip of F frames of S
  *                                                                    tokens each; packed layout, docs/math.md §9)
+ *   cd_gen_inputs branch B T Hs Ws H D DIR   the inputs of every camera-branch operation: camera_conditions (poses
+ *       near the identity), k_raw and conv_weight (short-conv), out proj_o rope_cos rope_sin (output-transform), and
+ *       q_raw v_raw q_norm_weight k_norm_weight beta decay grad_y (branch, branch-backward)
  * Values are deterministic (xorshift) and in the ranges the tests use; prep-backward and scan-backward also get
  * every optional upstream gradient, and the scans an init_state. */
 #include <stdint.h>
@@ -18,12 +22,15 @@ static float uni(float lo, float hi) {
   return lo + (hi - lo) * (float)((g_s >> 40) / 16777216.0);
 }
 
+/* When nonzero, put() zeroes every odd run of g_masked consecutive values (frames of a masked scan's gates). */
+static size_t g_masked;
+
 static int put(const char *dir, const char *name, int ndim, const size_t *shape, float lo, float hi) {
   size_t n = 1;
   for (int i = 0; i < ndim; i++) n *= shape[i];
   float *x = malloc((n ? n : 1) * sizeof *x);
   if (!x) return 1;
-  for (size_t i = 0; i < n; i++) x[i] = uni(lo, hi);
+  for (size_t i = 0; i < n; i++) x[i] = g_masked && (i / g_masked) % 2 == 1 ? 0.0f : uni(lo, hi);
   char path[4096];
   snprintf(path, sizeof path, "%s/%s.npy", dir, name);
   camdelta_status st = camdelta_npy_write(path, CAMDELTA_NPY_F4, ndim, shape, x);
@@ -57,14 +64,22 @@ int main(int argc, char **argv) {
             put(dir, "grad_v", 4, bhdn, -1, 1) | put(dir, "grad_inflation_sq", 3, bhn, -1, 1);
     return rc;
   }
-  if (argc >= 8 && (!strcmp(argv[1], "scan") || !strcmp(argv[1], "scan-backward"))) {
+  if (argc >= 8 && (!strcmp(argv[1], "scan") || !strcmp(argv[1], "scan-backward") || !strcmp(argv[1], "scan-masked") ||
+                    !strcmp(argv[1], "scan-backward-masked"))) {
     const size_t B = num(argv[2]), H = num(argv[3]), D = num(argv[4]), F = num(argv[5]), S = num(argv[6]);
     const char *dir = argv[7];
     const size_t bhdn[4] = {B, H, D, F * S}, bhfs[4] = {B, H, F, S}, bhf[3] = {B, H, F}, bhdd[4] = {B, H, D, D};
+    /* "-masked": the gates of the camera branch's masked reverse scan, beta and decay zero at odd frames
+     * (cl/branch.cl cd_branch_discount: br, dr where the mask is 0) */
+    const int masked = strstr(argv[1], "-masked") != NULL;
+    g_masked = masked ? S : 0;
     int rc = put(dir, "q", 4, bhdn, -0.3f, 0.3f) | put(dir, "k", 4, bhdn, -0.3f, 0.3f) |
-             put(dir, "v", 4, bhdn, -1, 1) | put(dir, "beta", 4, bhfs, 0, 1) | put(dir, "decay", 3, bhf, 0.8f, 1) |
-             put(dir, "init_state", 4, bhdd, -0.1f, 0.1f);
-    if (!strcmp(argv[1], "scan-backward"))
+             put(dir, "v", 4, bhdn, -1, 1) | put(dir, "beta", 4, bhfs, 0, 1);
+    g_masked = g_masked ? 1 : 0;
+    rc |= put(dir, "decay", 3, bhf, 0.8f, 1);
+    g_masked = 0;
+    rc |= put(dir, "init_state", 4, bhdd, -0.1f, 0.1f);
+    if (!strncmp(argv[1], "scan-backward", 13))
       rc |= put(dir, "grad_out", 4, bhdn, -1, 1) | put(dir, "grad_final_state", 4, bhdd, -1, 1);
     return rc;
   }
@@ -109,8 +124,40 @@ int main(int argc, char **argv) {
     fprintf(stderr, "cd_gen_inputs: CLIPS '%s' is not FxS,FxS,... (at most %d clips)\n", argv[4], (int)MAXC);
     return 2;
   }
+  if (argc >= 9 && !strcmp(argv[1], "branch")) {
+    const size_t B = num(argv[2]), T = num(argv[3]), Hs = num(argv[4]), Ws = num(argv[5]), H = num(argv[6]),
+                 D = num(argv[7]);
+    const char *dir = argv[8];
+    const size_t S = Hs * Ws, N = T * S, C = H * D, tok[4] = {B, N, H, D}, c4[2] = {C, 4}, c1[1] = {C},
+                 beta[4] = {B, H, T, S}, decay[3] = {B, H, T}, cc[3] = {B, T, 20}, bhdn[4] = {B, H, D, N},
+                 bn44[4] = {B, N, 4, 4}, ndh[2] = {N, D / 2};
+    int rc = put(dir, "q_raw", 4, tok, -1.5f, 1.5f) | put(dir, "k_raw", 4, tok, -1.5f, 1.5f) |
+             put(dir, "v_raw", 4, tok, -1.5f, 1.5f) | put(dir, "conv_weight", 2, c4, -0.6f, 0.6f) |
+             put(dir, "q_norm_weight", 1, c1, 0.5f, 1.5f) | put(dir, "k_norm_weight", 1, c1, 0.5f, 1.5f) |
+             put(dir, "beta", 4, beta, 0.1f, 0.9f) | put(dir, "decay", 3, decay, 0.5f, 1) |
+             put(dir, "grad_y", 4, tok, -1, 1) | put(dir, "out", 4, bhdn, -1, 1) | put(dir, "proj_o", 4, bn44, -1, 1) |
+             put(dir, "rope_cos", 2, ndh, -1, 1) | put(dir, "rope_sin", 2, ndh, -1, 1);
+    /* cameras: c2w near the identity, focal lengths near the image extent, centres near its middle */
+    float *x = malloc(B * T * 20 * sizeof *x);
+    if (!x) return 1;
+    for (size_t i = 0; i < B * T; i++) {
+      float *c = x + i * 20;
+      for (int k = 0; k < 16; k++) c[k] = (k % 5 == 0 ? 1.0f : 0.0f) + (k < 12 ? uni(-0.3f, 0.3f) : 0.0f);
+      c[16] = (float)Ws * uni(0.8f, 1.2f), c[17] = (float)Hs * uni(0.8f, 1.2f);
+      c[18] = (float)Ws * uni(0.4f, 0.6f), c[19] = (float)Hs * uni(0.4f, 0.6f);
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/camera_conditions.npy", dir);
+    if (camdelta_npy_write(path, CAMDELTA_NPY_F4, 3, cc, x) != CAMDELTA_OK) {
+      fprintf(stderr, "cd_gen_inputs: %s\n", camdelta_last_message());
+      rc = 1;
+    }
+    free(x);
+    return rc;
+  }
   fprintf(stderr, "usage: cd_gen_inputs prep|prep-backward B N H D DIR\n"
-                  "       cd_gen_inputs scan|scan-backward B H D F S DIR\n"
-                  "       cd_gen_inputs scan-packed|scan-backward-packed H D FxS,FxS,... DIR\n");
+                  "       cd_gen_inputs scan|scan-backward|scan-masked|scan-backward-masked B H D F S DIR\n"
+                  "       cd_gen_inputs scan-packed|scan-backward-packed H D FxS,FxS,... DIR\n"
+                  "       cd_gen_inputs branch B T Hs Ws H D DIR\n");
   return 2;
 }

@@ -10,11 +10,11 @@
 #include "branch_problem.h"
 #include "camera_op.h"
 #include "prep_backward_fused.h"
-#include "scan_pair.h"
-#include "tune.h"
+#include "engine.h"
+#include "tc.h"
 
 /* The scan algorithm the branch runs with: AUTO (sequential on CPUs), and CHUNKWISE for the fused scan pair
- * (src/ops/scan_pair.c) on every device. */
+ * (src/scan/pair.c) on every device. */
 static camdelta_scan_algorithm g_algorithm = CAMDELTA_SCAN_AUTO;
 /* The context under test: the shared one, or an emulated tensor-core one (the fused output transform). */
 static camdelta_context *g_ctx;
@@ -214,7 +214,9 @@ static void run_branch(const br_shape *s, uint64_t seed, float **y_out) {
   probe_kernel_counts(&p, nk);
   /* the fused pair: the chunkwise scan's phases A and C once, its chain for both directions, one sum; with
    * tensor cores its phase C also does the output transform (one kernel less) */
-  const int pair = cd_scan_pair_wanted(ctx, g_algorithm, s->B * s->H, s->D, s->T, p.S);
+  camdelta_scan_algorithm run;
+  int pair;
+  TU_OK(cd_scan_branch_algorithm(ctx, g_algorithm, s->B * s->H, s->D, s->T, p.S, &run, &pair));
   const int fused_ot = pair && cd_tc_available(ctx) && g_y_off % 4 == 0;
   assert_int_equal(prof.kernels, (fused_ot ? 4 : 5) + nk[0] + (pair ? nk[1] + 1 : nk[1] + nk[2]));
   assert_true(prof.kernel_ms > 0);
@@ -720,8 +722,86 @@ static void test_bad_input(void **state) {
   problem_free(&p);
 }
 
+/* An infinity in camera_conditions (issue 38: one gave exit 0 and an entirely non-finite y, where a NaN maps to the
+ * identity): refused on the device and by the reference alike, naming where, nothing written; a NaN frame still
+ * runs (the identity for its tokens), on the device as in the reference. */
+static void test_nonfinite_cameras(void **state) {
+  (void)state;
+  camdelta_context *ctx = tu_context();
+  const br_shape s = {2, 4, 2, 3, 1, 8, 2, 2, 0};
+  br_problem p;
+  problem_init(&p, &s, 73);
+  const size_t BNC = s.B * p.N * p.C;
+  static const struct {
+    size_t b, f, k;
+    float v;
+    const char *field;
+  } cases[] = {{1, 2, 5, INFINITY, "c2w[1][1]"},   {0, 0, 3, -INFINITY, "c2w[0][3]"}, {1, 3, 16, INFINITY, "fx"},
+               {0, 1, 19, -INFINITY, "cy"},        {1, 0, 15, INFINITY, "c2w[3][3]"}};
+  cl_mem y = bp_poison(BNC * 4);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    float *cc = malloc(p.count[ICC] * sizeof *cc);
+    memcpy(cc, p.in[ICC], p.count[ICC] * sizeof *cc);
+    const size_t at = (cases[i].b * s.T + cases[i].f) * 20 + cases[i].k;
+    cc[at] = cases[i].v;
+    cl_mem dcc = tu_upload(cc, p.count[ICC] * sizeof *cc);
+    camdelta_branch_args a = device_args(&p, y);
+    a.camera_conditions.mem = dcc;
+    char where[96];
+    snprintf(where, sizeof where, "camera_conditions[%zu, %zu, %zu] (%s) is %s", cases[i].b, cases[i].f, cases[i].k,
+             cases[i].field, cases[i].v > 0 ? "+inf" : "-inf");
+    assert_int_equal(camdelta_branch_forward(ctx, &a, NULL), CAMDELTA_ERROR_INVALID_ARGUMENT);
+    if (!strstr(camdelta_last_message(), where)) fail_msg("'%s' lacks '%s'", camdelta_last_message(), where);
+    assert_true(bp_untouched(y, BNC * 4));
+    /* the camera operation alone */
+    cl_mem po = bp_poison(s.B * p.N * 16 * 4);
+    const camdelta_camera_args ca = {s.B, s.T, s.Hs, s.Ws, 1, 1, 1, s.D, {dcc, 0}, {NULL, 0}, {NULL, 0}, {po, 0},
+                                     {NULL, 0}, {NULL, 0}, NULL};
+    assert_int_equal(camdelta_camera_forward(ctx, &ca), CAMDELTA_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(camdelta_last_message(), where));
+    assert_true(bp_untouched(po, s.B * p.N * 16 * 4));
+    /* the references */
+    double *in64[NIN];
+    camdelta_ref_branch r = ref_args(&p, in64);
+    in64[ICC][at] = cases[i].v;
+    double *yr = malloc(BNC * sizeof *yr);
+    r.y = yr;
+    assert_int_equal(camdelta_ref_branch_forward(&r), CAMDELTA_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(camdelta_last_message(), where));
+    double *P = malloc(s.B * p.N * 16 * sizeof *P);
+    const camdelta_ref_camera rc = {s.B, s.T, s.Hs, s.Ws, 1, 1, s.D, in64[ICC], NULL, NULL, P, NULL, NULL};
+    assert_int_equal(camdelta_ref_camera_forward(&rc), CAMDELTA_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(camdelta_last_message(), where));
+    free(P), free(yr), free(cc);
+    for (int k = 0; k < NIN; k++) free(in64[k]);
+    clReleaseMemObject(dcc), clReleaseMemObject(po);
+  }
+  /* a NaN frame: it runs, y finite, the device within the docs/math.md §5 bound of the reference */
+  float *cc = malloc(p.count[ICC] * sizeof *cc);
+  memcpy(cc, p.in[ICC], p.count[ICC] * sizeof *cc);
+  for (int k = 0; k < 16; k++) cc[(1 * s.T + 2) * 20 + k] = NAN;
+  cl_mem dcc = tu_upload(cc, p.count[ICC] * sizeof *cc), yy = tu_buffer(BNC * 4);
+  camdelta_branch_args a = device_args(&p, yy);
+  a.camera_conditions.mem = dcc;
+  TU_OK(camdelta_branch_forward(ctx, &a, NULL));
+  float *yd = bp_download(yy, BNC);
+  double *in64[NIN];
+  camdelta_ref_branch r = ref_args(&p, in64);
+  for (int k = 0; k < 16; k++) in64[ICC][(1 * s.T + 2) * 20 + k] = NAN;
+  double *yr = malloc(BNC * sizeof *yr);
+  r.y = yr;
+  TU_OK(camdelta_ref_branch_forward(&r));
+  for (size_t i = 0; i < BNC; i++) assert_true(isfinite(yd[i]) && isfinite(yr[i]));
+  assert_true(tu_rel_err(yd, yr, BNC) <= 1e-5);
+  free(yd), free(yr), free(cc);
+  for (int k = 0; k < NIN; k++) free(in64[k]);
+  clReleaseMemObject(dcc), clReleaseMemObject(yy), clReleaseMemObject(y);
+  problem_free(&p);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_nonfinite_cameras),
       cmocka_unit_test(test_output_transform), cmocka_unit_test(test_transform_roundtrip),
       cmocka_unit_test(test_reference_fd),     cmocka_unit_test(test_discount_gates),
       cmocka_unit_test(test_no_leak),          cmocka_unit_test(test_branch_device),

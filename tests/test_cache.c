@@ -18,7 +18,7 @@
 
 #include "internal.h"
 #include "testutil.h"
-#include "tune.h"
+#include "tc.h"
 
 static const char *kOpts = "-DCD_DTYPE=0 -DCD_D=16 -DCD_TS=8";
 

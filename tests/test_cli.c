@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -679,7 +681,7 @@ static void test_cache(void **state) {
   assert_non_null(strstr(r->out, " 0 compiled"));
   expect_code(run("cache warm --device no-such-device-xyz"), 4, "no-such-device-xyz");
   expect_code(run("cache warm --bogus"), 2, "--bogus");
-  expect_code(run("cache warm --shape 1,2,12,64"), 3, "D=12");
+  expect_code(run("cache warm --shape 1,2,12,64"), 2, "D must be a multiple of 8"); /* at once, nothing built */
   expect_code(run("cache warm --shape 1,2"), 2, "B,H,D,S");
 
   /* a private copy of some entries to list and clear (at most 40: the listing of a long-used shared cache would
@@ -772,9 +774,13 @@ static int same_file_bytes(const char *a, const char *b) {
   return same;
 }
 
+/* Files the output commit leaves while it runs (tools/cli_outset.h): temporary files of this and older versions,
+ * kept previous files, journals. */
 static int temp_files_in(const char *dir) {
   char cmd[1400], text[256];
-  snprintf(cmd, sizeof cmd, "ls -a '%s' | grep -c '\\.tmp\\.' > '%s/count.txt'", dir, tu_tmpdir());
+  snprintf(cmd, sizeof cmd,
+           "ls -a '%s' | grep -c -E '\\.tmp\\.|\\.cdtmp\\.|\\.cdold\\.|^\\.camdelta-commit\\.' > '%s/count.txt'", dir,
+           tu_tmpdir());
   if (system(cmd) == -1) fail_msg("cannot run: %s", cmd); /* grep -c exits 1 on a count of 0 */
   snprintf(cmd, sizeof cmd, "%s/count.txt", tu_tmpdir());
   tu_slurp(cmd, text, sizeof text);
@@ -839,6 +845,136 @@ static void test_outputs_atomic(void **state) {
   prep_free(&p);
 }
 
+
+/* The tool built with fault injection (tests/CMakeLists.txt: camdelta_faults; CAMDELTA_FAULT=rename:K|kill:K). */
+static cli_result *run_faults(const char *fault, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static cli_result *run_faults(const char *fault, const char *fmt, ...) {
+  char args[8192], env[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(args, sizeof args, fmt, ap);
+  va_end(ap);
+  const char *faults = getenv("CAMDELTA_CLI_FAULTS");
+  if (!faults || !*faults) fail_msg("CAMDELTA_CLI_FAULTS is not set: run through ctest");
+  /* run_env runs CAMDELTA_CLI: point it at the fault build for this call */
+  const char *cli = getenv("CAMDELTA_CLI");
+  char saved[4096];
+  snprintf(saved, sizeof saved, "%s", cli);
+  setenv("CAMDELTA_CLI", faults, 1);
+  snprintf(env, sizeof env, "CAMDELTA_FAULT=%s", fault);
+  cli_result *r = run_env(env, "%s", args);
+  setenv("CAMDELTA_CLI", saved, 1);
+  return r;
+}
+
+/* 1 when every output of `names` in a equals its copy in b. */
+static int same_outputs(const char *a, const char *b, const char *const *names, int n) {
+  char pa[1400], pb[1400];
+  for (int i = 0; i < n; i++) {
+    snprintf(pa, sizeof pa, "%s/%s.npy", a, names[i]);
+    snprintf(pb, sizeof pb, "%s/%s.npy", b, names[i]);
+    if (!same_file_bytes(pa, pb)) return 0;
+  }
+  return 1;
+}
+
+/* Outputs all or nothing to the last rename (issue 38): a rename that fails part-way (here the third of four) rolls
+ * the renamed ones back, says so, and leaves no temporary file; a kill between renames leaves a journal that the next
+ * output set on the folder rolls back, with the stale temporary files of the killed run. Before, the first outputs
+ * stayed replaced with only "cannot replace" said, and a kill left a mixed set and hidden temporary files forever. */
+static void test_outputs_commit_faults(void **state) {
+  (void)state;
+  const char *in = tu_fresh_dir("commit");
+  prep_data p;
+  prep_make(&p, in, 1, 8, 2, 16, CAMDELTA_NPY_F4, 14);
+  const char *names[4] = {"q", "k", "v", "inflation_sq"};
+  char out[1300], keep[1300], want[1300], path[1400];
+  snprintf(out, sizeof out, "%s/out", in);
+  snprintf(keep, sizeof keep, "%s/keep", in);
+  snprintf(want, sizeof want, "%s/want", in);
+  expect_code(run("run prep --quiet --in '%s' --out '%s' --k-scale 0.37", in, out), 0, NULL);
+  expect_code(run("run prep --quiet --in '%s' --out '%s' --k-scale 0.37", in, keep), 0, NULL);
+  expect_code(run("run prep --quiet --in '%s' --out '%s' --k-scale 0.5", in, want), 0, NULL);
+  /* 1. the third rename fails: the first two are restored */
+  for (int k = 1; k <= 4; k++) {
+    char fault[32];
+    snprintf(fault, sizeof fault, "rename:%d", k);
+    cli_result *r = run_faults(fault, "run prep --in '%s' --out '%s' --k-scale 0.5", in, out);
+    expect_code(r, 1, "cannot replace");
+    char note[64];
+    snprintf(note, sizeof note, "%d output%s already renamed restored", k - 1, k == 2 ? "" : "s");
+    if (!strstr(r->err, note)) fail_msg("rename:%d: the message lacks '%s': %s", k, note, r->err);
+    if (!same_outputs(out, keep, names, 4)) fail_msg("rename:%d: the previous outputs changed", k);
+    assert_int_equal(temp_files_in(out), 0);
+  }
+  /* a file system without hard links: the previous files are kept by renames instead, and come back the same way */
+  for (int k = 1; k <= 4; k++) {
+    char fault[48];
+    snprintf(fault, sizeof fault, "nolink,rename:%d", k);
+    expect_code(run_faults(fault, "run prep --in '%s' --out '%s' --k-scale 0.5", in, out), 1, "cannot replace");
+    if (!same_outputs(out, keep, names, 4)) fail_msg("%s: the previous outputs changed", fault);
+    assert_int_equal(temp_files_in(out), 0);
+    snprintf(fault, sizeof fault, "nolink,kill:%d", k);
+    assert_int_equal(run_faults(fault, "run prep --quiet --in '%s' --out '%s' --k-scale 0.5", in, out)->code, 137);
+    expect_code(run_faults("rename:1", "run prep --in '%s' --out '%s' --k-scale 0.5", in, out), 1, "cannot replace");
+    if (!same_outputs(out, keep, names, 4)) fail_msg("%s: not rolled back", fault);
+    assert_int_equal(temp_files_in(out), 0);
+  }
+  expect_code(run_faults("nolink", "run prep --quiet --in '%s' --out '%s' --k-scale 0.5", in, out), 0, NULL);
+  if (!same_outputs(out, want, names, 4)) fail_msg("nolink: not the new set");
+  expect_code(run("run prep --quiet --in '%s' --out '%s' --k-scale 0.37", in, out), 0, NULL);
+  /* outputs that did not exist before are removed again (nothing of a failed set stays) */
+  char fresh[1300];
+  snprintf(fresh, sizeof fresh, "%s/fresh", in);
+  expect_code(run_faults("rename:3", "run prep --in '%s' --out '%s' --k-scale 0.5", in, fresh), 1, "cannot replace");
+  for (int i = 0; i < 4; i++) assert_false(file_exists(fresh, names[i]));
+  assert_int_equal(temp_files_in(fresh), 0);
+  /* 2. killed before the third rename: a mixed set and the commit's files stay, until the next set rolls back */
+  for (int k = 1; k <= 4; k++) {
+    char fault[32];
+    snprintf(fault, sizeof fault, "kill:%d", k);
+    cli_result *r = run_faults(fault, "run prep --quiet --in '%s' --out '%s' --k-scale 0.5", in, out);
+    if (r->code != 128 + 9 && r->code != 137) fail_msg("kill:%d: exit code %d, not a SIGKILL: %s", k, r->code, r->err);
+    assert_true(temp_files_in(out) > 0);
+    if (k == 3) { /* q and k are new, v and inflation_sq old */
+      snprintf(path, sizeof path, "%s/q.npy", out);
+      char other[1400];
+      snprintf(other, sizeof other, "%s/q.npy", want);
+      assert_true(same_file_bytes(path, other));
+      snprintf(path, sizeof path, "%s/v.npy", out);
+      snprintf(other, sizeof other, "%s/v.npy", keep);
+      assert_true(same_file_bytes(path, other));
+    }
+    /* the next set fails on purpose before its first rename: what it leaves is the rolled-back previous set */
+    expect_code(run_faults("rename:1", "run prep --in '%s' --out '%s' --k-scale 0.5", in, out), 1, "cannot replace");
+    if (!same_outputs(out, keep, names, 4)) fail_msg("kill:%d: the previous outputs were not restored", k);
+    assert_int_equal(temp_files_in(out), 0);
+  }
+  /* 3. a kill, then a run that succeeds: the new set, nothing else */
+  cli_result *r = run_faults("kill:2", "run prep --quiet --in '%s' --out '%s' --k-scale 0.5", in, out);
+  assert_int_equal(r->code, 137);
+  expect_code(run("run prep --quiet --in '%s' --out '%s' --k-scale 0.5", in, out), 0, NULL);
+  if (!same_outputs(out, want, names, 4)) fail_msg("after a kill and a good run: not the new set");
+  assert_int_equal(temp_files_in(out), 0);
+  /* 4. a temporary file of a live writer (its lock held) is kept; once nobody holds it, it goes; so does a stale one
+   *    of an older camdelta (its process gone) */
+  snprintf(path, sizeof path, "%s/.q.npy.cdtmp.1-0123456789abcdef", out);
+  const int live = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+  assert_true(live >= 0);
+  assert_int_equal(flock(live, LOCK_EX), 0);
+  expect_code(run("run prep --quiet --in '%s' --out '%s' --k-scale 0.37", in, out), 0, NULL);
+  assert_int_equal(temp_files_in(out), 1);
+  close(live);
+  snprintf(path, sizeof path, "%s/.q.npy.tmp.999999999.5f00.0", out);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fclose(f);
+  expect_code(run("run prep --quiet --in '%s' --out '%s' --k-scale 0.37", in, out), 0, NULL);
+  assert_int_equal(temp_files_in(out), 0);
+  if (!same_outputs(out, keep, names, 4)) fail_msg("the last good run's outputs are not in place");
+  prep_free(&p);
+}
+
 /* Hostile inputs (issue 11): a FIFO (blocked forever), a header length one byte short (read shifted, exit 0),
  * trailing bytes (accepted), control bytes (echoed raw). `timeout` turns a hang into exit 124. */
 static void test_hostile_inputs(void **state) {
@@ -899,8 +1035,8 @@ static void test_numeric_options(void **state) {
       {"cache warm --shape 1,1,8,+4", "--shape"},
       {"cache warm --shape 1,1,8,4,", "--shape"},
       {"cache warm --shape ' 1,1,8,4'", "--shape"},
-      {"bench --shape 1,2,16,2,-32", "unknown shape"},
-      {"bench --shape 1,2,16,2,18446744073709551648", "unknown shape"},
+      {"bench --shape 1,2,16,2,-32", "--shape wants small, d64, sana480, sana720 or B,H,D,F,S"},
+      {"bench --shape 1,2,16,2,18446744073709551648", "--shape wants small, d64, sana480, sana720 or B,H,D,F,S"},
       {"bench --reps -1", "--reps"},
       {"bench --warmup -1", "--warmup"},
       {"bench --peak-gbs -5", "--peak-gbs"},
@@ -1023,6 +1159,7 @@ int main(void) {
       cmocka_unit_test(test_run_prep_backward),
       cmocka_unit_test(test_cache),
       cmocka_unit_test(test_outputs_atomic),
+      cmocka_unit_test(test_outputs_commit_faults),
       cmocka_unit_test(test_hostile_inputs),
       cmocka_unit_test(test_numeric_options),
       cmocka_unit_test(test_cache_refused_once),

@@ -238,8 +238,22 @@ static void test_errors(void **state) {
   TU_OK(camdelta_npy_write(path, CAMDELTA_NPY_F4, 1, three, f));
   run("run short-conv --in '%s' --out '%s' --grid 5,2,3 --chunk-size 2", bad, out);
   expect(3, "<i8");
-  /* a missing input file */
+  /* an infinity in the cameras (a NaN marks a frame without a camera; an infinity is refused): exit 3, naming it */
   remove(path);
+  write_inputs(bad);
+  float inf_cc[B * T * 20];
+  memcpy(inf_cc, cc, sizeof inf_cc);
+  inf_cc[(0 * T + 3) * 20 + 17] = -INFINITY;
+  const size_t bt20[3] = {B, T, 20};
+  save(bad, "camera_conditions", 3, bt20, inf_cc);
+  static const char *const inf_ops[] = {"branch --grid 5,2,3", "branch-backward --grid 5,2,3",
+                                        "camera --grid 5,2,3 --head-dim 8"};
+  for (size_t i = 0; i < sizeof inf_ops / sizeof inf_ops[0]; i++) {
+    run("run %s --in '%s' --out '%s'", inf_ops[i], bad, out);
+    expect(3, "camera_conditions[0, 3, 17] (fy) is -inf");
+  }
+  write_inputs(bad);
+  /* a missing input file */
   snprintf(path, sizeof path, "%s/decay.npy", bad);
   remove(path);
   run("run branch --in '%s' --out '%s' --grid 5,2,3", bad, out);

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "camdelta_packed.h"
+#include "camdelta_phases.h"
 #include "camdelta_summary.h"
 #include "internal.h"
 #include "testutil.h"
@@ -52,6 +53,8 @@ typedef struct entry {
   saved_kind saved;
   void (*init)(void *args, void *second); /* the scalars of a small valid call */
   camdelta_status (*call)(camdelta_context *ctx, const void *args, const void *second, void *saved);
+  void (*prepare)(camdelta_context *ctx); /* or NULL: run before each call on ctx, outside its checks (the phases'
+                                             frames object) */
 } entry;
 
 /* one small shape for every entry: B 1, H 2, D 16, F = T 2 frames of S 8 tokens (Hs 2 x Ws 4), N 16, C 32 */
@@ -144,6 +147,50 @@ CALL(call_grad_summary, camdelta_scan_grad_summary, a)
 CALL(call_apply, camdelta_summary_apply, a)
 CALL(call_combine, camdelta_summary_combine, a)
 
+/* the scan's phases (camdelta_phases.h): each call gets a frames object of its context, made before the call; a
+ * rest's, and the summary's, holds the gram of a valid call of the same shape (a backward's with U_f) */
+static camdelta_scan_frames *phase_frames;
+static cl_mem pool_buffer(cl_context c, cl_command_queue q, unsigned char byte);
+static void frames_gram(camdelta_context *ctx, int backward) {
+  camdelta_scan_frames_destroy(phase_frames);
+  phase_frames = NULL;
+  TU_OK(camdelta_scan_frames_create(ctx, &phase_frames));
+  if (backward < 0) return;
+  cl_mem m[8];
+  camdelta_buffer b[8];
+  for (int i = 0; i < 8; i++) {
+    m[i] = pool_buffer(camdelta_context_cl_context(ctx), camdelta_context_queue(ctx), 0);
+    b[i] = (camdelta_buffer){m[i], 0};
+  }
+  const camdelta_buffer tok = b[0], beta = b[1], decay = b[2], out = b[3];
+  if (backward) {
+    const camdelta_scan_backward_args a = {.q = tok, .k = tok, .v = tok, .beta = beta, .decay = decay,
+                                           .grad_out = tok, .dq = out, .dk = b[4], .dv = b[5], .dbeta = b[6],
+                                           .ddecay = b[7], .B = B_, .H = H_, .D = D_, .F = F_, .S = S_};
+    TU_OK(camdelta_scan_backward_gram(ctx, &a, NULL, 1, phase_frames));
+  } else {
+    const camdelta_scan_args a = {.q = tok, .k = tok, .v = tok, .beta = beta, .decay = decay, .out = out,
+                                  .B = B_, .H = H_, .D = D_, .F = F_, .S = S_};
+    TU_OK(camdelta_scan_forward_gram(ctx, &a, NULL, phase_frames));
+  }
+  TU_OK(camdelta_finish(ctx));
+  for (int i = 0; i < 8; i++) clReleaseMemObject(m[i]);
+}
+static void frames_empty(camdelta_context *ctx) { frames_gram(ctx, -1); }
+static void frames_forward(camdelta_context *ctx) { frames_gram(ctx, 0); }
+static void frames_backward(camdelta_context *ctx) { frames_gram(ctx, 1); }
+CALL(call_fwd_gram, camdelta_scan_forward_gram, a, sv, phase_frames)
+CALL(call_fwd_rest, camdelta_scan_forward_rest, a, sv, phase_frames)
+CALL(call_bwd_gram, camdelta_scan_backward_gram, a, sv, 0, phase_frames)
+CALL(call_bwd_rest, camdelta_scan_backward_rest, a, sv, phase_frames)
+#define FS_(f, r) A_(camdelta_frames_summary_args, f, r)
+static const slot FRAMES_SUMMARY_SLOTS[] = {FS_(init, IN), FS_(grad_final, IN), FS_(T, OUT), FS_(E, OUT), FS_(G, OUT)};
+static void init_frames_summary(void *p, void *s) {
+  (void)s;
+  *(camdelta_frames_summary_args *)p = (camdelta_frames_summary_args){.profile = NULL};
+}
+CALL(call_frames_summary, camdelta_scan_frames_summary, phase_frames, a)
+
 /* the camera branch's pieces */
 #define CA_(f, r) A_(camdelta_camera_args, f, r)
 static const slot CAMERA_SLOTS[] = {CA_(camera_conditions, IN), CA_(proj_q, OUT),   CA_(proj_kv, OUT),
@@ -189,6 +236,21 @@ static void init_branch_bwd(void *p, void *s) {
 CALL(call_branch, camdelta_branch_forward, a, sv)
 CALL(call_branch_bwd, camdelta_branch_backward, a, s, sv)
 
+/* a run of the branch, started and ended (its start checks the call's arguments; it enqueues nothing) */
+static camdelta_status call_branch_run(camdelta_context *c, const void *a, const void *s, void *sv) {
+  (void)s;
+  camdelta_branch_run *run = NULL;
+  const camdelta_status st = camdelta_branch_run_forward(c, a, sv, NULL, &run);
+  camdelta_branch_run_destroy(run);
+  return st;
+}
+static camdelta_status call_branch_run_bwd(camdelta_context *c, const void *a, const void *s, void *sv) {
+  camdelta_branch_run *run = NULL;
+  const camdelta_status st = camdelta_branch_run_backward(c, a, s, sv, NULL, &run);
+  camdelta_branch_run_destroy(run);
+  return st;
+}
+
 /* device-side random inputs: the buffer is a parameter */
 typedef struct fill_args {
   camdelta_buffer buf;
@@ -218,6 +280,15 @@ static camdelta_status call_fill(camdelta_context *c, const void *a, const void 
 #define PREP_BWD_ camdelta_prep_backward_args
 #define SCAN_ camdelta_scan_args
 #define SCAN_BWD_ camdelta_scan_backward_args
+/* a phase's row: one struct, and a frames object made before each call */
+#define PHASE(...) PHASE_(__VA_ARGS__) /* SCAN_ and SCAN_BWD_ expand first */
+#define PHASE_(fn, type, slots_, saved_, init_, call_, prepare_)                                      \
+  {                                                                                                 \
+    .name = #fn, .args_type = #type, .second_type = NULL, .second_name = NULL, .args_size = sizeof(type), \
+    .second_size = 0, .slots = slots_, .nslots = N_OF(slots_), .profile_part = 0,                   \
+    .profile_off = offsetof(type, profile), .saved = saved_, .init = init_, .call = call_,          \
+    .prepare = prepare_                                                                             \
+  }
 
 static const entry ENTRIES[] = {
     ENTRY1(camdelta_prep_forward, PREP_, PREP_SLOTS, PREP_SAVED, init_prep, call_prep),
@@ -244,6 +315,18 @@ static const entry ENTRIES[] = {
     ENTRY1(camdelta_branch_forward, camdelta_branch_args, BRANCH_SLOTS, BRANCH_SAVED, init_branch, call_branch),
     ENTRY(camdelta_branch_backward, camdelta_branch_args, GRADS_, BRANCH_BWD_SLOTS, 1, camdelta_branch_grads,
           BRANCH_SAVED, init_branch_bwd, call_branch_bwd),
+    ENTRY1(camdelta_branch_run_forward, camdelta_branch_args, BRANCH_SLOTS, BRANCH_SAVED, init_branch,
+           call_branch_run),
+    ENTRY(camdelta_branch_run_backward, camdelta_branch_args, GRADS_, BRANCH_BWD_SLOTS, 1, camdelta_branch_grads,
+          BRANCH_SAVED, init_branch_bwd, call_branch_run_bwd),
+    PHASE(camdelta_scan_forward_gram, SCAN_, SCAN_SLOTS, SCAN_SAVED, init_scan, call_fwd_gram, frames_empty),
+    PHASE(camdelta_scan_forward_rest, SCAN_, SCAN_SLOTS, SCAN_SAVED, init_scan, call_fwd_rest, frames_forward),
+    PHASE(camdelta_scan_backward_gram, SCAN_BWD_, SCAN_BWD_SLOTS, SCAN_SAVED, init_scan_bwd, call_bwd_gram,
+          frames_empty),
+    PHASE(camdelta_scan_backward_rest, SCAN_BWD_, SCAN_BWD_SLOTS, SCAN_SAVED, init_scan_bwd, call_bwd_rest,
+          frames_backward),
+    PHASE(camdelta_scan_frames_summary, camdelta_frames_summary_args, FRAMES_SUMMARY_SLOTS, NO_SAVED,
+          init_frames_summary, call_frames_summary, frames_backward),
 };
 /* camdelta_fill_random takes its buffer by value: its own row (no args pointer, no profile) */
 static const entry FILL = {.name = "camdelta_fill_random", .args_type = NULL, .second_type = NULL,
@@ -328,6 +411,7 @@ static void fixture_args(fixture *f, size_t swap_slot, cl_mem swap, camdelta_pro
 static int rejected(fixture *f, camdelta_context *ctx, const void *args, const void *second, void *saved,
                     cl_mem skip, const char *const *want, size_t nwant, char *why, size_t wsize) {
   poison_outputs(f);
+  if (ctx && f->e->prepare) f->e->prepare(ctx);
   FILE *trace = tmpfile();
   assert_non_null(trace);
   if (ctx) cd_trace_launches(ctx, trace, 0);
@@ -370,6 +454,7 @@ static int rejected(fixture *f, camdelta_context *ctx, const void *args, const v
 /* A valid call on the fixture's buffers: the rejections that follow are the checks', not the fixture's. */
 static int runs(fixture *f, camdelta_profile *profile, char *why, size_t wsize) {
   fixture_args(f, 0, NULL, profile);
+  if (f->e->prepare) f->e->prepare(f->ctx);
   const camdelta_status st = f->e->call(f->ctx, f->part[0], f->part[1], NULL);
   if (st != CAMDELTA_OK) {
     snprintf(why, wsize, "a valid call failed: %s: %s", camdelta_status_name(st), camdelta_last_message());
@@ -379,28 +464,7 @@ static int runs(fixture *f, camdelta_profile *profile, char *why, size_t wsize) 
   return 1;
 }
 
-/* Entries that do not run through the entry driver (src/runtime/driver.c) yet: their violations are printed but
- * expected. The list is strict: an entry on it that keeps the whole contract fails the last test, so that it
- * leaves the list when it is routed. */
-static const char *const PENDING[] = {"camdelta_scan_forward_packed", "camdelta_scan_backward_packed",
-                                      "camdelta_scan_summary",        "camdelta_scan_grad_summary",
-                                      "camdelta_summary_apply",       "camdelta_summary_combine",
-                                      "camdelta_branch_forward",      "camdelta_branch_backward"};
-static unsigned violations[N_ENTRIES + 1]; /* per entry, over the tests run so far */
-
-static int pending(const entry *e) {
-  for (size_t i = 0; i < N_OF(PENDING); i++)
-    if (strcmp(PENDING[i], e->name) == 0) return 1;
-  return 0;
-}
-
 static void report(int *failures, const entry *e, const char *what, const char *why) {
-  for (size_t k = 0; k < N_ENTRIES; k++)
-    if (entry_at(k) == e) violations[k]++;
-  if (pending(e)) {
-    print_message("pending %s: %s: %s\n", e->name, what, why);
-    return;
-  }
   print_message("FAIL %s: %s: %s\n", e->name, what, why);
   (*failures)++;
 }
@@ -581,7 +645,8 @@ static char *read_header(const char *name) {
 }
 
 /* The headers of the core library (camdelta_mpi.h is the MPI component's). */
-static const char *const HEADERS[] = {"camdelta.h", "camdelta_summary.h", "camdelta_packed.h", "camdelta_helpers.h"};
+static const char *const HEADERS[] = {"camdelta.h", "camdelta_summary.h", "camdelta_packed.h", "camdelta_helpers.h",
+                                      "camdelta_phases.h"};
 
 /* Collapses whitespace runs of s[0..n) into single spaces, into out. */
 static void squeeze(const char *s, size_t n, char *out, size_t size) {
@@ -709,30 +774,14 @@ static void test_table_matches_headers(void **state) {
   if (failures) fail_msg("%d differences between the table and the headers (listed above)", failures);
 }
 
-/* Runs last: every entry on the PENDING list still breaks the contract somewhere (else it belongs off the list). */
-static void test_pending_list_is_current(void **state) {
-  (void)state;
-  int stale = 0;
-  for (size_t k = 0; k < N_ENTRIES; k++)
-    if (pending(entry_at(k)) && !violations[k]) {
-      print_message("FAIL %s keeps the contract: remove it from PENDING\n", entry_at(k)->name);
-      stale++;
-    }
-  for (size_t i = 0; i < N_OF(PENDING); i++) {
-    int known = 0;
-    for (size_t k = 0; k < N_ENTRIES; k++) known |= strcmp(entry_at(k)->name, PENDING[i]) == 0;
-    if (!known) fail_msg("PENDING names %s, which has no row in the table", PENDING[i]);
-  }
-  if (stale) fail_msg("%d entries on the PENDING list keep the contract", stale);
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_table_matches_headers),
       cmocka_unit_test(test_null_and_saved),
       cmocka_unit_test(test_foreign_buffer_in_every_slot),
       cmocka_unit_test(test_profile_needs_profiling_queue),
-      cmocka_unit_test(test_pending_list_is_current),
   };
-  return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
+  const int failed = cmocka_run_group_tests(tests, NULL, tu_teardown_context);
+  camdelta_scan_frames_destroy(phase_frames);
+  return failed;
 }

@@ -1,4 +1,4 @@
-/* The scan forward's AUTO choice from the plans' costs (src/tune/cost.c), without a device: given device facts,
+/* The scan forward's AUTO choice from the plans' costs (src/scan/cost.c), without a device: given device facts,
  * the estimates must reproduce the measured kernel times (NVIDIA H200 and PoCL on a 2-core CPU) and the choices
  * they imply; tiny frames, a device filled by B·H alone, more compute units and longer frames move the estimates
  * and the choice as they should. One test at the end runs on the test device (PoCL in CI): the call takes the
@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cost.h"
+#include "plan.h"
 #include "internal.h"
 #include "testutil.h"
 
@@ -349,17 +350,20 @@ static void test_on_device(void **state) {
   TU_OK(camdelta_scan_plan_describe(ctx, &a, plan, sizeof plan));
   assert_non_null(strstr(plan, "sequential forced by the caller (est. "));
 
-  /* the long chain on the facts of a device with 1 and with 1000x the compute units */
+  /* the long chain on the facts of a device with 1 and with 1000x the compute units (the context's plans, AUTO's
+   * choices among them, follow its facts: they are dropped with each change) */
   const camdelta_device_info saved = ctx->info;
   const unsigned cus[2] = {1, saved.compute_units * 1000};
   int flipped = 0;
   for (int i = 0; i < 2; i++) {
     ctx->info.compute_units = cus[i];
+    cd_plan_invalidate(ctx);
     const camdelta_scan_algorithm other = pick(ctx, &chain, &e);
     printf("with %u compute units: %s (sequential est. %.3g ms, chunkwise est. %.3g ms)\n", cus[i], name(other),
            e.ms[CAMDELTA_SCAN_SEQUENTIAL], e.ms[CAMDELTA_SCAN_CHUNKWISE]);
     const camdelta_scan_algorithm used = run_auto(ctx, &chain);
     ctx->info = saved;
+    cd_plan_invalidate(ctx);
     assert_int_equal(used, other);
     flipped |= other != want;
   }

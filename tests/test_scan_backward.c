@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backward.h"
+#include "engine.h"
 #include "internal.h"
 #include "testutil.h"
-#include "tune.h"
+#include "tc.h"
 
 #define BOUND 1e-4
 

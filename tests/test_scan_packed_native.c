@@ -1,4 +1,4 @@
-/* The native packed-clip path (SPEC section 9; src/ops/scan_packed.c, the kernels' CD_PACKED variant):
+/* The native packed-clip path (SPEC section 9; src/scan/packed.c, the kernels' CD_PACKED variant):
  *  - which path ran (camdelta_packed_clips.native): native for the chunkwise forward and every backward, the
  *    padded batch for the sequential forward and for a backward given that forward's saved states;
  *  - on equal clips the native path equals the fixed-shape call on a batch of those clips bit for bit (the same
@@ -16,7 +16,7 @@
 #include "camdelta_packed.h"
 #include "internal.h"
 #include "testutil.h"
-#include "tune.h"
+#include "tc.h"
 
 enum { MAXC = 8, MAXF = 4400 };
 

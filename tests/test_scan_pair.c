@@ -1,6 +1,6 @@
-/* The fused scan pair (src/ops/scan_pair.c, SPEC 8.4): its output against the f64 reference of the two scans
+/* The fused scan pair (src/scan/pair.c, SPEC 8.4): its output against the f64 reference of the two scans
  * (causal with beta, decay; reverse with beta_r, decay_r zeroed at the masked frames) summed, each direction's
- * init and final states (the hooks of the branch over MPI pass them), the saved states the backward reads
+ * init and final states (as a part of a sequence has them), the saved states the backward reads
  * against those of camdelta_scan_forward (bit-identical: the same phase A and the same chain arithmetic), and
  * the whole branch with and without the pair. Shapes: T = 1, 2, 7, chunk_size >= T, explicit chunk indexes,
  * D = 8, 64, 112, B = 2; both precisions (tf32 is the exact path where the device has no tensor cores). */
@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "branch_common.h"
-#include "scan_pair.h"
+#include "engine.h"
 #include "testutil.h"
 
 #define FWD_BOUND 1e-5

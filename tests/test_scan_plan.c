@@ -7,10 +7,10 @@
 
 #include "internal.h"
 #include "plan.h"
-#include "scan_tiles.h"
-#include "scan_warm.h"
+#include "tiles.h"
+#include "engine.h"
 #include "testutil.h"
-#include "tune.h"
+#include "tc.h"
 
 static camdelta_device_info facts(const char *vendor, const char *name, cl_device_type type, unsigned cus,
                                   size_t max_wg, uint64_t local) {
@@ -54,7 +54,7 @@ static void test_tiles_every_head_dim(void **state) {
       const char *from;
       TU_OK(cd_tc_resolve(c, f, D, 1, &t, &from));
       assert_string_equal(from, "heuristic");
-      if (cd_tc_check(c, f, D, 1, &t) != CAMDELTA_OK) t = cd_tc_safe_tiles(f, D); /* as cd_tc_build does */
+      if (cd_tc_check(c, f, D, 1, &t) != CAMDELTA_OK) t = cd_tc_safe_tiles(f, D); /* as cd_tc_tiles_for does */
       check_fits(c, f, D, &t);
       if (f == CD_TC_FRAMES) {
         assert_int_equal(D % t.kc, 0);
@@ -168,10 +168,9 @@ static void test_resolution_order(void **state) {
   fake_free(c);
 }
 
-/* ----------------------------------------------------------------------------- FMA tiles (scan_tiles.c) */
+/* ------------------------------------------------------------------------ FMA tiles (src/scan/tiles.c) */
 
-/* Given device limits -> expected tiles (the values the policy gave before it moved into src/tune, kept as the
- * reference: a change here is a change of what runs). */
+/* Given device limits -> expected tiles (the reference: a change here is a change of what runs). */
 static void test_fma_tiles_given_limits(void **state) {
   (void)state;
   const camdelta_device_info h200 = facts("NVIDIA Corporation", "NVIDIA H200", CL_DEVICE_TYPE_GPU, 132, 1024, 49152);
@@ -357,7 +356,7 @@ static void test_plan_cache(void **state) {
   (void)state;
   const camdelta_device_info d = facts("X", "cpu", CL_DEVICE_TYPE_CPU, 2, 4096, 65536);
   camdelta_context *c = fake(&d);
-  cd_plan_key k1 = {CD_PLAN_SCAN_FORWARD, 64, 1, 0, 0, {1, 64, 0}}, k2 = k1;
+  cd_plan_key k1 = {.op = CD_PLAN_SCAN_FORWARD, .D = 64, .alg = 1, .cls = {1, 64, 0}}, k2 = k1;
   k2.cls[1] = 8;
   cd_plan_entry *e1, *e2, *e3;
   TU_OK(cd_plan_acquire(c, &k1, fake_build, NULL, fake_destroy, &e1));

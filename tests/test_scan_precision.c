@@ -10,7 +10,7 @@
 
 #include "internal.h"
 #include "testutil.h"
-#include "tune.h"
+#include "tc.h"
 
 #define FWD_BOUND 1e-5
 #define BWD_BOUND 1e-4

@@ -1,70 +1,14 @@
 /* Option parsing, error output and .npy <-> device helpers for the tool. */
 #include "cli_common.h"
+#include "usage.h"
 
 #include <errno.h>
 #include <math.h>
-#include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-int cli_error(int code, const char *fmt, ...) {
-  /* one line, whatever the pieces hold: control bytes and escape sequences from file names, headers or option
-   * values are written as \xNN, never raw to the terminal */
-  static char msg[16384], shown[4 * sizeof msg + 1];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  fprintf(stderr, "camdelta: error: %s\n", cli_escape(msg, shown, sizeof shown));
-  return code;
-}
-
-int cli_exit_code(camdelta_status st) {
-  switch (st) {
-    case CAMDELTA_OK: return CLI_EXIT_OK;
-    case CAMDELTA_ERROR_INVALID_ARGUMENT:
-    case CAMDELTA_ERROR_SHAPE:
-    case CAMDELTA_ERROR_UNSUPPORTED:
-    case CAMDELTA_ERROR_BUFFER_TOO_SMALL:
-    case CAMDELTA_ERROR_OVERFLOW:
-    case CAMDELTA_ERROR_FORMAT: return CLI_EXIT_INPUT;
-    case CAMDELTA_ERROR_OUT_OF_MEMORY:
-    case CAMDELTA_ERROR_DEVICE_NOT_FOUND:
-    case CAMDELTA_ERROR_OPENCL:
-    case CAMDELTA_ERROR_BUILD: return CLI_EXIT_DEVICE;
-    case CAMDELTA_ERROR_IO: return CLI_EXIT_FAILURE;
-  }
-  return CLI_EXIT_FAILURE;
-}
-
-/* The library's message on one line: newlines (a build log) become "; ". */
-static void one_line(const char *msg, char *buf, size_t size) {
-  size_t n = 0;
-  for (const char *p = msg; *p && n + 3 < size; p++) {
-    if (*p == '\n') {
-      while (p[1] == ' ' || p[1] == '\t' || p[1] == '\n') p++;
-      if (p[1] == '\0') break;
-      if (n > 0 && buf[n - 1] != ':') buf[n++] = ';';
-      buf[n++] = ' ';
-    } else {
-      buf[n++] = *p;
-    }
-  }
-  buf[n] = '\0';
-}
-
-int cli_lib_error(camdelta_status st, const char *what) {
-  static char line[8192];
-  one_line(camdelta_last_message(), line, sizeof line);
-  if (!line[0]) snprintf(line, sizeof line, "%s", camdelta_status_name(st));
-  size_t n = strlen(what);
-  if (strncmp(line, what, n) == 0 && line[n] == ':') return cli_error(cli_exit_code(st), "%s", line);
-  return cli_error(cli_exit_code(st), "%s: %s", what, line);
-}
 
 /* ------------------------------------------------------------ options */
 
@@ -134,23 +78,6 @@ int cli_run_option(cli_args *a, cli_run_opts *o) {
   return CLI_OPT_OTHER;
 }
 
-const char *cli_escape(const char *text, char *buf, size_t size) {
-  static const char digits[] = "0123456789abcdef";
-  size_t n = 0;
-  for (const unsigned char *p = (const unsigned char *)text; *p && n + 5 < size; p++) {
-    if (*p >= 0x20 && *p < 0x7f) {
-      buf[n++] = (char)*p;
-    } else {
-      buf[n++] = '\\';
-      buf[n++] = 'x';
-      buf[n++] = digits[*p >> 4];
-      buf[n++] = digits[*p & 15];
-    }
-  }
-  if (size) buf[n < size ? n : size - 1] = '\0';
-  return buf;
-}
-
 int cli_parse_double(const char *opt, const char *text, double *out) {
   char *end;
   char shown[256];
@@ -165,45 +92,6 @@ int cli_parse_double(const char *opt, const char *text, double *out) {
     return 0;
   }
   *out = v;
-  return 1;
-}
-
-/* digits only, at least one, value in [1, SIZE_MAX]; *end past the digits */
-static int parse_positive(const char *text, const char **end, size_t *out) {
-  size_t v = 0;
-  const char *p = text;
-  if (*p < '0' || *p > '9') return 0;
-  for (; *p >= '0' && *p <= '9'; p++) {
-    const size_t digit = (size_t)(*p - '0');
-    if (v > (SIZE_MAX - digit) / 10) return 0;
-    v = v * 10 + digit;
-  }
-  if (v == 0) return 0;
-  *end = p;
-  *out = v;
-  return 1;
-}
-
-int cli_parse_size(const char *opt, const char *text, size_t *out) {
-  const char *end;
-  size_t v;
-  char shown[256];
-  if (!parse_positive(text, &end, &v) || *end != '\0') {
-    cli_error(CLI_EXIT_USAGE, "option %s: '%s' is not a positive integer that fits in %zu bits", opt,
-              cli_escape(text, shown, sizeof shown), sizeof(size_t) * 8);
-    return 0;
-  }
-  *out = v;
-  return 1;
-}
-
-int cli_scan_sizes(const char *text, int n, size_t *out) {
-  const char *p = text;
-  for (int i = 0; i < n; i++) {
-    const char *end;
-    if (!parse_positive(p, &end, &out[i]) || (i + 1 < n ? *end != ',' : *end != '\0')) return 0;
-    p = end + 1;
-  }
   return 1;
 }
 
@@ -256,14 +144,6 @@ int cli_parse_precision(const char *text, camdelta_precision *out) {
   return i >= 0;
 }
 
-int cli_parse_sizes(const char *opt, const char *text, int n, size_t *out, const char *what) {
-  char shown[256];
-  if (cli_scan_sizes(text, n, out)) return 1;
-  cli_error(CLI_EXIT_USAGE, "option %s wants %s, %d positive integers (got '%s')", opt, what, n,
-            cli_escape(text, shown, sizeof shown));
-  return 0;
-}
-
 /* ------------------------------------------------------------ tensors */
 
 const char *cli_shape_str(char *buf, size_t size, int ndim, const size_t *shape) {
@@ -300,6 +180,14 @@ int cli_tensor_load(cli_tensor *t, const char *dir, const char *name, int option
     return cli_error(CLI_EXIT_INPUT, "%s; expected shape %s", camdelta_last_message(), expect);
   }
   t->present = 1;
+  for (int i = 0; i < t->npy.ndim; i++)
+    if (t->npy.shape[i] == 0) {
+      /* no operation takes an empty tensor; sizes claimed beside a zero would otherwise reach the size checks of a
+       * file that holds nothing */
+      char have[256];
+      return cli_error(CLI_EXIT_INPUT, "%s: shape %s has a zero dimension (every size must be at least 1; expected %s)",
+                       t->path, cli_shape_str(have, sizeof have, t->npy.ndim, t->npy.shape), expect);
+    }
   return CLI_EXIT_OK;
 }
 
@@ -421,149 +309,6 @@ int cli_alloc(camdelta_context *ctx, size_t bytes, cl_mem *out) {
   return CLI_EXIT_OK;
 }
 
-/* ------------------------------------------------------------ output sets */
-
-typedef struct cli_outfile {
-  char *final, *tmp;
-} cli_outfile;
-
-struct cli_outset {
-  cli_outfile *f;
-  size_t n, cap;
-};
-
-cli_outset *cli_outset_new(void) {
-  signal(SIGXFSZ, SIG_IGN); /* a file-size limit makes write() fail with EFBIG instead of killing us */
-  return calloc(1, sizeof(cli_outset));
-}
-
-void cli_outset_abort(cli_outset *s) {
-  if (!s) return;
-  for (size_t i = 0; i < s->n; i++) {
-    if (s->f[i].tmp) unlink(s->f[i].tmp);
-    free(s->f[i].tmp);
-    free(s->f[i].final);
-  }
-  free(s->f);
-  free(s);
-}
-
-int cli_outset_add(cli_outset *s, const char *dir, const char *name, camdelta_npy_type type, int ndim,
-                   const size_t *shape, const void *data) {
-  char path[4096], tmp[4200], shown[1024];
-  int w = snprintf(path, sizeof path, "%s/%s.npy", dir, name);
-  if (w < 0 || (size_t)w >= sizeof path) {
-    cli_outset_abort(s);
-    return cli_error(CLI_EXIT_USAGE, "--out: path too long: %s", cli_escape(dir, shown, sizeof shown));
-  }
-  if (s->n == s->cap) {
-    size_t ncap = s->cap ? 2 * s->cap : 16;
-    cli_outfile *g = realloc(s->f, ncap * sizeof *g);
-    if (!g) {
-      cli_outset_abort(s);
-      return cli_error(CLI_EXIT_FAILURE, "%s: out of host memory", cli_escape(path, shown, sizeof shown));
-    }
-    s->f = g;
-    s->cap = ncap;
-  }
-  camdelta_status st = camdelta_npy_write_temp(path, type, ndim, shape, data, tmp, sizeof tmp);
-  if (st != CAMDELTA_OK) {
-    int rc = cli_error(CLI_EXIT_FAILURE, "%s (nothing written: previous outputs are unchanged)",
-                       camdelta_last_message());
-    cli_outset_abort(s);
-    return rc;
-  }
-  cli_outfile *f = &s->f[s->n];
-  f->final = malloc(strlen(path) + 1);
-  f->tmp = malloc(strlen(tmp) + 1);
-  if (!f->final || !f->tmp) {
-    unlink(tmp);
-    free(f->final), free(f->tmp);
-    cli_outset_abort(s);
-    return cli_error(CLI_EXIT_FAILURE, "out of host memory");
-  }
-  strcpy(f->final, path);
-  strcpy(f->tmp, tmp);
-  s->n++;
-  return CLI_EXIT_OK;
-}
-
-int cli_outset_add_device(cli_outset *s, camdelta_context *ctx, cl_mem mem, const char *dir, const char *name,
-                          camdelta_npy_type type, int ndim, const size_t *shape) {
-  size_t count = 1, es = type == CAMDELTA_NPY_F2 ? 2 : type == CAMDELTA_NPY_F4 ? 4 : 8, bytes;
-  for (int i = 0; i < ndim; i++)
-    if (shape[i] && count > SIZE_MAX / shape[i]) count = SIZE_MAX;
-    else count *= shape[i];
-  if (count > SIZE_MAX / es) {
-    cli_outset_abort(s);
-    return cli_error(CLI_EXIT_INPUT, "output %s: its size overflows size_t", name);
-  }
-  bytes = count * es;
-  void *host = malloc(bytes ? bytes : 1);
-  if (!host) {
-    cli_outset_abort(s);
-    return cli_error(CLI_EXIT_FAILURE, "output %s: out of host memory (%zu bytes)", name, bytes);
-  }
-  if (bytes) {
-    cl_int err = clEnqueueReadBuffer(camdelta_context_queue(ctx), mem, CL_TRUE, 0, bytes, host, 0, NULL, NULL);
-    if (err != CL_SUCCESS) {
-      free(host);
-      cli_outset_abort(s);
-      return cli_error(CLI_EXIT_DEVICE, "output %s: reading the result from the device failed: %s", name,
-                       camdelta_cl_error_name(err));
-    }
-  }
-  int rc = cli_outset_add(s, dir, name, type, ndim, shape, host);
-  free(host);
-  return rc;
-}
-
-int cli_outset_commit(cli_outset *s) {
-  int rc = CLI_EXIT_OK;
-  char shown[1024];
-  for (size_t i = 0; i < s->n; i++) {
-    if (rc == CLI_EXIT_OK && rename(s->f[i].tmp, s->f[i].final) != 0) {
-      rc = cli_error(CLI_EXIT_FAILURE, "%s: cannot replace: %s", cli_escape(s->f[i].final, shown, sizeof shown),
-                     strerror(errno));
-    }
-    if (rc != CLI_EXIT_OK) unlink(s->f[i].tmp); /* renamed ones are gone from tmp already */
-    free(s->f[i].tmp);
-    free(s->f[i].final);
-  }
-  free(s->f);
-  free(s);
-  return rc;
-}
-
-int cli_make_dir(const char *dir) {
-  char tmp[4096];
-  size_t n = strlen(dir);
-  if (n == 0 || n >= sizeof tmp) return cli_error(CLI_EXIT_USAGE, "--out: bad folder name '%s'", dir);
-  memcpy(tmp, dir, n + 1);
-  for (size_t i = 1; i <= n; i++) {
-    if (tmp[i] == '/' || tmp[i] == '\0') {
-      char c = tmp[i];
-      tmp[i] = '\0';
-      if (mkdir(tmp, 0777) != 0 && errno != EEXIST)
-        return cli_error(CLI_EXIT_FAILURE, "%s: cannot create folder: %s", tmp, strerror(errno));
-      tmp[i] = c;
-    }
-  }
-  struct stat sb;
-  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-    return cli_error(CLI_EXIT_FAILURE, "%s: not a folder", dir);
-  return CLI_EXIT_OK;
-}
-
-int cli_device_error(camdelta_status st, const char *selector) {
-  const char *env = getenv("CAMDELTA_DEVICE");
-  const char *sel = selector ? selector : env && *env ? env : "default";
-  /* every failure to get a device is a device error (4), whatever status it carries */
-  static char line[8192];
-  one_line(camdelta_last_message(), line, sizeof line);
-  return cli_error(CLI_EXIT_DEVICE, "device '%s': %s", sel, line[0] ? line : camdelta_status_name(st));
-}
-
 int cli_context(camdelta_context **ctx, const char *selector) {
   camdelta_status st = camdelta_context_create(ctx, selector);
   if (st == CAMDELTA_OK) return CLI_EXIT_OK;
@@ -581,23 +326,23 @@ int cli_output_alloc(camdelta_context *ctx, cli_output *out, const char *name, c
   out->ndim = ndim;
   if (ndim < 0 || ndim > 5) return cli_error(CLI_EXIT_FAILURE, "internal: output %s has %d dimensions", name, ndim);
   size_t count = 1;
-  for (int i = 0; i < ndim; i++) {
-    out->shape[i] = shape[i];
-    if (shape[i] && count > SIZE_MAX / 8 / shape[i])
-      return cli_error(CLI_EXIT_INPUT, "output %s: its size overflows size_t", name);
-    count *= shape[i];
-  }
-  return cli_alloc(ctx, count * (type == CAMDELTA_NPY_F2 ? 2 : 4), &out->mem);
+  for (int i = 0; i < ndim; i++) out->shape[i] = shape[i];
+  const size_t es = type == CAMDELTA_NPY_F2 ? 2 : 4;
+  cli_budget b = {0, 0, 0, 0};
+  if (!camdelta_size_prod(&count, (size_t)ndim, shape)) b.overflow = 1;
+  cli_budget_device(&b, 1, count, es);
+  char what[160];
+  snprintf(what, sizeof what, "output %s", name);
+  int rc = cli_budget_check(&b, ctx, what); /* a size the device cannot hold is the input's fault (exit 3) */
+  return rc ? rc : cli_alloc(ctx, count * es, &out->mem);
 }
 
 int cli_write_outputs(camdelta_context *ctx, const char *dir, const cli_output *outs, int n) {
-  int rc = cli_make_dir(dir);
-  if (rc) return rc;
-  /* all or nothing: temporary files beside the outputs, renamed only once every one is written */
-  cli_outset *set = cli_outset_new();
-  if (!set) return cli_error(CLI_EXIT_FAILURE, "out of host memory");
+  int rc;
+  cli_outset *set = cli_outset_open(dir, &rc); /* all or nothing: tools/cli_outset.h */
+  if (!set) return rc;
   for (int k = 0; k < n; k++) {
-    rc = cli_outset_add_device(set, ctx, outs[k].mem, dir, outs[k].name, outs[k].type, outs[k].ndim, outs[k].shape);
+    rc = cli_outset_add_device(set, ctx, outs[k].mem, outs[k].name, outs[k].type, outs[k].ndim, outs[k].shape);
     if (rc) return rc; /* the set is aborted: no temporary file left, previous outputs untouched */
   }
   return cli_outset_commit(set);

@@ -9,28 +9,9 @@
 #include "camdelta_helpers.h"
 #include "camdelta_npy.h"
 #include "camdelta_ref.h"
-
-#if defined(__GNUC__)
-#define CLI_PRINTF(a, b) __attribute__((format(printf, a, b)))
-#else
-#define CLI_PRINTF(a, b)
-#endif
-
-/* Exit codes (documented in `camdelta help`). */
-enum {
-  CLI_EXIT_OK = 0,
-  CLI_EXIT_FAILURE = 1, /* anything else: an output file could not be written, ... */
-  CLI_EXIT_USAGE = 2,   /* unknown command or option, missing or malformed option value */
-  CLI_EXIT_INPUT = 3,   /* missing input file, wrong dtype, shape that does not fit */
-  CLI_EXIT_DEVICE = 4   /* no such device, OpenCL or kernel build failure */
-};
-
-/** Print "camdelta: error: <message>" on stderr; returns `code`. */
-int cli_error(int code, const char *fmt, ...) CLI_PRINTF(2, 3);
-/** Exit code for a library status: device/OpenCL problems 4, bad input 3, I/O 1. */
-int cli_exit_code(camdelta_status st);
-/** cli_error with the library's last message: "<what>: <message>". */
-int cli_lib_error(camdelta_status st, const char *what);
+#include "cli_error.h"  /* error output and exit codes */
+#include "cli_outset.h" /* output sets, all or nothing */
+#include "cli_shape.h"  /* the size options' parser, shape limits and budgets */
 
 /* ------------------------------------------------------------ option parsing */
 typedef struct cli_args {
@@ -48,9 +29,6 @@ int cli_value(cli_args *a, const char *name, const char **value);
 /** Parse a finite number >= 0 for option `opt` (no sign, no leading space, no inf/nan); 0 (after printing a
  *  usage error) on failure. */
 int cli_parse_double(const char *opt, const char *text, double *out);
-/** Parse a positive decimal integer for option `opt`: digits only (no sign, space or suffix), no overflow of
- *  size_t; 0 (after printing a usage error) on failure. */
-int cli_parse_size(const char *opt, const char *text, size_t *out);
 /** The median of x[0 .. n-1] (n >= 1); sorts x in place. */
 double cli_median(double *x, size_t n);
 /** Parse --algorithm's value: auto, sequential or chunkwise; 0 (after printing a usage error) otherwise. */
@@ -60,11 +38,6 @@ int cli_parse_algorithm(const char *text, camdelta_scan_algorithm *out);
 int cli_parse_strategy(const char *text, camdelta_chunk_strategy *out);
 /** Parse --precision's value: exact or tf32; 0 (after printing a usage error) otherwise. */
 int cli_parse_precision(const char *text, camdelta_precision *out);
-/** Quiet form of cli_parse_sizes: 1 when `text` is exactly `n` comma-separated positive integers. */
-int cli_scan_sizes(const char *text, int n, size_t *out);
-/** Parse exactly `n` comma-separated positive integers (each as cli_parse_size) for option `opt`; `what` names
- *  them for the message (e.g. "B,H,D,S"). 0 (after printing a usage error) on failure. */
-int cli_parse_sizes(const char *opt, const char *text, int n, size_t *out, const char *what);
 /* The options that every form of `camdelta run` reads alike (prep, scan, the camera branch, --sequence-parallel):
  * each command checks afterwards which of them apply to its operation. */
 typedef struct cli_run_opts {
@@ -81,9 +54,6 @@ void cli_run_opts_init(cli_run_opts *o);
  *  CLI_OPT_ERROR after printing a usage error (a missing or malformed value); CLI_OPT_OTHER for any other
  *  argument, left where it is. */
 int cli_run_option(cli_args *a, cli_run_opts *o);
-/** Copy `text` into buf with every byte outside printable ASCII written as \xNN (for messages that echo
- *  user-controlled text, e.g. a file's header or an option value). */
-const char *cli_escape(const char *text, char *buf, size_t size);
 
 /* -------------------------------------------------------------- tensors */
 /** Shape formatted as "(2, 3)" (or "()" for a scalar) into buf. */
@@ -118,30 +88,7 @@ void cli_tensor_free(cli_tensor *t);
 int cli_upload(camdelta_context *ctx, const cli_tensor *t, cl_mem *out);
 /** A new device buffer of `bytes` (at least 4), zero-filled. */
 int cli_alloc(camdelta_context *ctx, size_t bytes, cl_mem *out);
-/* ------------------------------------------------------------ output sets
- * All outputs of one command are written all or nothing: each file goes to a new temporary file beside it
- * (O_CREAT | O_EXCL | O_NOFOLLOW, fsynced) as it is added; commit renames them all over their names only after
- * every one was written; abort (or a failed add) removes the temporary files, so the previous files stay as
- * they were and nothing half-written is left. A symbolic link at an output's name is replaced, never followed;
- * a folder in the way fails the add. Creating a set ignores SIGXFSZ, so a file-size limit (ulimit -f) is an
- * error of the add instead of killing the process with the temporary file left behind. */
-typedef struct cli_outset cli_outset;
-/** A new, empty set (NULL: out of host memory). */
-cli_outset *cli_outset_new(void);
-/** Write host data as DIR/NAME.npy into the set; on failure the whole set is aborted (temporary files removed)
- *  and the error printed (exit code returned). */
-int cli_outset_add(cli_outset *s, const char *dir, const char *name, camdelta_npy_type type, int ndim,
-                   const size_t *shape, const void *data);
-/** Read `count` elements of `type` from `mem` (count from `shape`) and add them as DIR/NAME.npy. */
-int cli_outset_add_device(cli_outset *s, camdelta_context *ctx, cl_mem mem, const char *dir, const char *name,
-                          camdelta_npy_type type, int ndim, const size_t *shape);
-/** Rename every file of the set into place and free the set. */
-int cli_outset_commit(cli_outset *s);
-/** Remove the set's temporary files and free the set (NULL is a no-op). */
-void cli_outset_abort(cli_outset *s);
-
-/** Create folder `dir` (and its parents) if it does not exist. */
-int cli_make_dir(const char *dir);
+/* Output sets, all or nothing: tools/cli_outset.h (cli_make_dir, cli_outset_*). */
 
 /* One output of a command: DIR/NAME.npy of `type` and `shape`, from the device buffer `mem`. */
 typedef struct cli_output {
@@ -164,9 +111,6 @@ int cli_run_finish(camdelta_context *ctx, camdelta_status st, const char *call, 
 /** Create the context for `selector` (NULL: CAMDELTA_DEVICE / default);
  *  a device error (exit 4) naming the selector otherwise. */
 int cli_context(camdelta_context **ctx, const char *selector);
-/** The device error (exit 4) for a failed camdelta_context_create: the
- *  selector and the library's message (which lists the devices there are). */
-int cli_device_error(camdelta_status st, const char *selector);
 
 /* -------------------------------------------------------------- commands */
 int cmd_info(int argc, char **argv);
@@ -175,15 +119,8 @@ int cmd_cache(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_tune(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
-void usage_info(void);
-void usage_run(void);
-void usage_cache(void);
-void usage_bench(void);
-void usage_tune(void);
-void usage_demo(void);
 /* camera-branch operations of `run` (tools/cmd_run_branch.c) */
 int cli_is_branch_run(int argc, char **argv);
 int cmd_run_branch(int argc, char **argv);
-void usage_run_branch(void);
 
 #endif

@@ -2,6 +2,7 @@
 #include "cli_job.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 cli_job *cli_job_new(const cli_run_opts *opts) {
   cli_job *j = calloc(1, sizeof *j);
@@ -46,13 +47,21 @@ camdelta_buffer cli_job_in(const cli_job *j, int idx) {
   return b;
 }
 
-camdelta_buffer cli_job_out(const cli_job *j, int k) {
-  camdelta_buffer b = {j->out[k].mem, 0};
-  return b;
+camdelta_buffer cli_job_out(cli_job *j, const char *name) {
+  for (int k = 0; k < j->n_out; k++)
+    if (strcmp(j->out[k].name, name) == 0) {
+      j->out_used[k] = 1;
+      return (camdelta_buffer){.mem = j->out[k].mem, .offset = 0};
+    }
+  return (camdelta_buffer){.mem = NULL, .offset = 0};
 }
 
 int cli_job_finish(cli_job *j, camdelta_status st, const char *call, const camdelta_profile *prof,
                    const char *detail) {
   const cli_run_opts *o = j->opts;
+  for (int k = 0; k < j->n_out; k++)
+    if (!j->out_used[k])
+      return cli_error(CLI_EXIT_FAILURE, "internal: output '%s' of %s was not passed to the call", j->out[k].name,
+                       call);
   return cli_run_finish(j->ctx, st, call, prof, o->op_name, detail, j->out, j->n_out, o->out, o->quiet);
 }

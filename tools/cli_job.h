@@ -16,6 +16,7 @@ typedef struct cli_job {
   unsigned char host_only[CLI_JOB_MAX]; /* read on the host, never uploaded (e.g. chunk_index) */
   int n_in;
   cli_output out[CLI_JOB_MAX];
+  unsigned char out_used[CLI_JOB_MAX]; /* addressed by cli_job_out: an output never given to the call is a bug */
   int n_out;
   camdelta_context *ctx;
 } cli_job;
@@ -35,9 +36,11 @@ int cli_job_start(cli_job *j);
 int cli_job_output(cli_job *j, const char *name, camdelta_npy_type type, int ndim, const size_t *shape);
 /** The device buffer of input slot `idx`; {NULL, 0} for idx < 0 or an optional file that was not there. */
 camdelta_buffer cli_job_in(const cli_job *j, int idx);
-/** The device buffer of output `k` (in the order of cli_job_output). */
-camdelta_buffer cli_job_out(const cli_job *j, int k);
-/** cli_run_finish for this job: the call's status, the outputs written all or nothing, the report line. */
+/** The device buffer of the output named `name` (as given to cli_job_output); {NULL, 0} when the job has none of
+ *  that name (an optional output not asked for). */
+camdelta_buffer cli_job_out(cli_job *j, const char *name);
+/** cli_run_finish for this job: the call's status, the outputs written all or nothing, the report line. An output
+ *  that cli_job_out never gave out is an internal error (exit 1) and nothing is written. */
 int cli_job_finish(cli_job *j, camdelta_status st, const char *call, const camdelta_profile *prof,
                    const char *detail);
 

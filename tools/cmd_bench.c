@@ -10,41 +10,9 @@
 #include "cli_common.h"
 #include "cli_packed.h"
 #include "cli_sp.h"
+#include "usage.h"
 
-typedef struct bench_shape {
-  const char *name;
-  size_t B, H, D, F, S;
-} bench_shape;
-
-static const bench_shape named[] = {
-    {"small", 1, 2, 64, 4, 256},      {"d64", 1, 20, 64, 21, 1560},
-    {"sana480", 1, 20, 112, 21, 1560}, {"sana720", 1, 20, 112, 21, 3600},
-};
-
-void usage_bench(void) {
-  printf("usage: camdelta bench [--shape NAME|B,H,D,F,S]... [options]\n"
-         "\n"
-         "Times every operation with OpenCL profiling events after warm-up and prints\n"
-         "median and minimum kernel milliseconds, effective GB/s (the fewest bytes the\n"
-         "operation must move) and TFLOP/s (scan: 6*B*H*N*D^2 forward, 14*B*H*N*D^2\n"
-         "backward). The branch rows run the whole camera branch (camdelta_branch_forward /\n"
-         "backward, f32) at chunk size 3, first_chunk_plus_one, on the grid Hs x Ws = S\n"
-         "(sana480 and d64: 30x52, sana720: 45x80, else the most square factorisation);\n"
-         "their TFLOP/s count the two scans (12 and 28*B*H*N*D^2).\n"
-         "\n"
-         "shapes: small (1,2,64,4,256), d64 (1,20,64,21,1560), sana480 (1,20,112,21,1560),\n"
-         "        sana720 (1,20,112,21,3600), or B,H,D,F,S. Default: small.\n"
-         "options:\n"
-         "  --device SEL        device (as CAMDELTA_DEVICE)\n"
-         "  --dtype f32|f16|bf16  prep storage type (default f32)\n"
-         "  --precision exact|tf32  scan arithmetic (default exact; tf32: tensor cores where available)\n"
-         "  --reps N            timed repetitions per operation (default 20)\n"
-         "  --warmup N          untimed runs first (default 3)\n"
-         "  --only SUBSTR       only operations whose name contains SUBSTR\n"
-         "  --json FILE         also write the results as JSON\n"
-         "  --peak-gbs X        print the fraction of X GB/s (memory bound)\n"
-         "  --peak-tflops X     print the fraction of X TFLOP/s (f32 arithmetic bound)\n");
-}
+typedef cli_shape bench_shape; /* named shapes and B,H,D,F,S: cli_parse_shape */
 
 typedef struct bench_buffers {
   size_t B, H, D, F, S, N;
@@ -92,17 +60,7 @@ static void release_all(bench_buffers *b) {
 
 static int make_buffers(camdelta_context *ctx, bench_buffers *b, int tty) {
   uint64_t seed = 12345;
-  {
-    /* every size below is at most 2 * B*N*H*D or B*H*D*D elements: both must fit in bytes (8 per element) */
-    const size_t f[4] = {b->B, b->N, b->H, b->D}, g[4] = {b->B, b->H, b->D, b->D};
-    size_t x = 1, y = 1;
-    for (int i = 0; i < 4; i++) {
-      if (f[i] && x > SIZE_MAX / 16 / f[i]) return cli_error(CLI_EXIT_USAGE, "bench: B*N*H*D overflows size_t");
-      x *= f[i];
-      if (g[i] && y > SIZE_MAX / 16 / g[i]) return cli_error(CLI_EXIT_USAGE, "bench: B*H*D*D overflows size_t");
-      y *= g[i];
-    }
-  }
+  /* every size below is a factor of B*N*H*D or B*H*D*D, checked by cli_check_shape and bench_budget */
   const size_t BNHD = b->B * b->N * b->H * b->D, C = b->H * b->D, BN = b->B * b->N, BHN = b->B * b->H * b->N;
   const size_t DD = b->B * b->H * b->D * b->D;
   int rc = 0;
@@ -113,23 +71,41 @@ static int make_buffers(camdelta_context *ctx, bench_buffers *b, int tty) {
     double lo, hi;
     camdelta_dtype dt;
   } list[] = {
-      {&b->qw, C, 0.5, 1.5, CAMDELTA_F32},        {&b->kw, C, 0.5, 1.5, CAMDELTA_F32},
-      {&b->pq, BN * 16, -1, 1, CAMDELTA_F32},     {&b->pkv, BN * 16, -1, 1, CAMDELTA_F32},
-      {&b->rc, b->N * b->D / 2, -1, 1, CAMDELTA_F32}, {&b->rs, b->N * b->D / 2, -1, 1, CAMDELTA_F32},
-      {&b->q, BNHD, 0, 0, b->dt},                 {&b->k, BNHD, 0, 0, b->dt},
-      {&b->v, BNHD, 0, 0, b->dt},                 {&b->infl, BHN, 0, 0, CAMDELTA_F32},
-      {&b->fq, BNHD, -0.1, 0.1, CAMDELTA_F32},    {&b->fk, BNHD, -0.1, 0.1, CAMDELTA_F32},
-      {&b->fv, BNHD, -1, 1, CAMDELTA_F32},        {&b->beta, BHN, 0, 1, CAMDELTA_F32},
-      {&b->decay, b->B * b->H * b->F, 0.9, 1, CAMDELTA_F32}, {&b->out, BNHD, 0, 0, CAMDELTA_F32},
-      {&b->st0, DD, -0.1, 0.1, CAMDELTA_F32},     {&b->st1, DD, 0, 0, CAMDELTA_F32},
-      {&b->gq, BNHD, -1, 1, b->dt},               {&b->gk, BNHD, -1, 1, b->dt},
-      {&b->gv, BNHD, -1, 1, b->dt},               {&b->ginfl, BHN, -1, 1, CAMDELTA_F32},
-      {&b->dq_raw, BNHD, 0, 0, b->dt},            {&b->dk_raw, BNHD, 0, 0, b->dt},
-      {&b->dv_raw, BNHD, 0, 0, b->dt},            {&b->dqw, C, 0, 0, CAMDELTA_F32},
-      {&b->dkw, C, 0, 0, CAMDELTA_F32},           {&b->gout, BNHD, -1, 1, CAMDELTA_F32},
-      {&b->dq, BNHD, 0, 0, CAMDELTA_F32},         {&b->dk, BNHD, 0, 0, CAMDELTA_F32},
-      {&b->dv, BNHD, 0, 0, CAMDELTA_F32},         {&b->dbeta, BHN, 0, 0, CAMDELTA_F32},
-      {&b->ddecay, b->B * b->H * b->F, 0, 0, CAMDELTA_F32},
+#define RND(m_, n_, lo_, hi_, dt_) {.m = (m_), .n = (n_), .lo = (lo_), .hi = (hi_), .dt = (dt_)}
+      RND(&b->qw, C, 0.5, 1.5, CAMDELTA_F32),
+      RND(&b->kw, C, 0.5, 1.5, CAMDELTA_F32),
+      RND(&b->pq, BN * 16, -1, 1, CAMDELTA_F32),
+      RND(&b->pkv, BN * 16, -1, 1, CAMDELTA_F32),
+      RND(&b->rc, b->N * b->D / 2, -1, 1, CAMDELTA_F32),
+      RND(&b->rs, b->N * b->D / 2, -1, 1, CAMDELTA_F32),
+      RND(&b->q, BNHD, 0, 0, b->dt),
+      RND(&b->k, BNHD, 0, 0, b->dt),
+      RND(&b->v, BNHD, 0, 0, b->dt),
+      RND(&b->infl, BHN, 0, 0, CAMDELTA_F32),
+      RND(&b->fq, BNHD, -0.1, 0.1, CAMDELTA_F32),
+      RND(&b->fk, BNHD, -0.1, 0.1, CAMDELTA_F32),
+      RND(&b->fv, BNHD, -1, 1, CAMDELTA_F32),
+      RND(&b->beta, BHN, 0, 1, CAMDELTA_F32),
+      RND(&b->decay, b->B * b->H * b->F, 0.9, 1, CAMDELTA_F32),
+      RND(&b->out, BNHD, 0, 0, CAMDELTA_F32),
+      RND(&b->st0, DD, -0.1, 0.1, CAMDELTA_F32),
+      RND(&b->st1, DD, 0, 0, CAMDELTA_F32),
+      RND(&b->gq, BNHD, -1, 1, b->dt),
+      RND(&b->gk, BNHD, -1, 1, b->dt),
+      RND(&b->gv, BNHD, -1, 1, b->dt),
+      RND(&b->ginfl, BHN, -1, 1, CAMDELTA_F32),
+      RND(&b->dq_raw, BNHD, 0, 0, b->dt),
+      RND(&b->dk_raw, BNHD, 0, 0, b->dt),
+      RND(&b->dv_raw, BNHD, 0, 0, b->dt),
+      RND(&b->dqw, C, 0, 0, CAMDELTA_F32),
+      RND(&b->dkw, C, 0, 0, CAMDELTA_F32),
+      RND(&b->gout, BNHD, -1, 1, CAMDELTA_F32),
+      RND(&b->dq, BNHD, 0, 0, CAMDELTA_F32),
+      RND(&b->dk, BNHD, 0, 0, CAMDELTA_F32),
+      RND(&b->dv, BNHD, 0, 0, CAMDELTA_F32),
+      RND(&b->dbeta, BHN, 0, 0, CAMDELTA_F32),
+      RND(&b->ddecay, b->B * b->H * b->F, 0, 0, CAMDELTA_F32),
+#undef RND
   };
   const size_t nlist = sizeof list / sizeof list[0];
   for (size_t i = 0; i < nlist && !rc; i++) {
@@ -151,7 +127,7 @@ static int make_branch_buffers(camdelta_context *ctx, bench_buffers *b, size_t H
   if (!rc) rc = device_random(ctx, BNC, -1, 1, CAMDELTA_F32, seed + 2, &b->gy);
   if (!rc) rc = device_random(ctx, 4 * C, 0, 0, CAMDELTA_F32, seed + 3, &b->dconv);
   if (rc) return rc;
-  float *cc = calloc(b->B * b->F * 20, sizeof *cc);
+  float *cc = calloc(b->B * b->F * 20, sizeof *cc); /* counted by bench_budget */
   if (!cc) return cli_error(CLI_EXIT_FAILURE, "out of host memory");
   for (size_t i = 0; i < b->B * b->F; i++) {
     const double a = 0.05 * (double)(i % b->F), c = cos(a), s = sin(a);
@@ -213,6 +189,29 @@ static camdelta_branch_args branch_args(const op_ctx *o, camdelta_profile *prof)
   return a;
 }
 
+/* The prep forward on the bench buffers (the outputs a training step keeps: q, k, v, inflation_sq). */
+static camdelta_prep_args prep_args(const op_ctx *o, camdelta_profile *prof) {
+  const bench_buffers *b = o->b;
+  const camdelta_prep_args a = {.B = b->B, .N = b->N, .H = b->H, .D = b->D, .dtype = b->dt, .k_scale = o->k_scale,
+                                .norm_eps = 1e-6f, .q_raw = {b->raw[0], 0}, .k_raw = {b->raw[1], 0},
+                                .v_raw = {b->raw[2], 0}, .q_norm_weight = {b->qw, 0}, .k_norm_weight = {b->kw, 0},
+                                .proj_q = {b->pq, 0}, .proj_kv = {b->pkv, 0}, .rope_cos = {b->rc, 0},
+                                .rope_sin = {b->rs, 0}, .q = {b->q, 0}, .k = {b->k, 0}, .v = {b->v, 0},
+                                .inflation_sq = {b->infl, 0}, .profile = prof};
+  return a;
+}
+
+/* The scan forward on the bench's f32 buffers. */
+static camdelta_scan_args scan_args(const op_ctx *o, int reverse, camdelta_scan_algorithm alg,
+                                    camdelta_profile *prof) {
+  const bench_buffers *b = o->b;
+  const camdelta_scan_args s = {.B = b->B, .H = b->H, .D = b->D, .F = b->F, .S = b->S, .reverse = reverse,
+                                .algorithm = alg, .q = {b->fq, 0}, .k = {b->fk, 0}, .v = {b->fv, 0},
+                                .beta = {b->beta, 0}, .decay = {b->decay, 0}, .out = {b->out, 0}, .profile = prof,
+                                .precision = o->precision};
+  return s;
+}
+
 static camdelta_status run_op(camdelta_context *ctx, op_ctx *o, const bench_op *op, camdelta_profile *prof) {
   bench_buffers *b = o->b;
   if (op->kind == OP_BRANCH) {
@@ -221,14 +220,15 @@ static camdelta_status run_op(camdelta_context *ctx, op_ctx *o, const bench_op *
   }
   if (op->kind == OP_BRANCH_BWD) {
     const camdelta_branch_args a = branch_args(o, NULL);
-    const camdelta_branch_grads g = {{b->gy, 0},    {b->dq, 0},  {b->dk, 0},     {b->dv, 0},     {b->dconv, 0},
-                                     {b->dqw, 0},   {b->dkw, 0}, {b->dbeta, 0},  {b->ddecay, 0}, prof};
+    const camdelta_branch_grads g = {.grad_y = {b->gy, 0},          .dq_raw = {b->dq, 0},
+                                     .dk_raw = {b->dk, 0},          .dv_raw = {b->dv, 0},
+                                     .dconv_weight = {b->dconv, 0}, .dq_norm_weight = {b->dqw, 0},
+                                     .dk_norm_weight = {b->dkw, 0}, .dbeta = {b->dbeta, 0},
+                                     .ddecay = {b->ddecay, 0},      .profile = prof};
     return camdelta_branch_backward(ctx, &a, &g, o->bsaved);
   }
   if (op->kind == OP_PREP) {
-    camdelta_prep_args a = {b->B, b->N, b->H, b->D, b->dt, o->k_scale, 1e-6f, {b->raw[0], 0}, {b->raw[1], 0},
-                            {b->raw[2], 0}, {b->qw, 0}, {b->kw, 0}, {b->pq, 0}, {b->pkv, 0}, {b->rc, 0},
-                            {b->rs, 0}, {b->q, 0}, {b->k, 0}, {b->v, 0}, {b->infl, 0}, prof};
+    const camdelta_prep_args a = prep_args(o, prof);
     return camdelta_prep_forward(ctx, &a, NULL);
   }
   if (op->kind == OP_PREP_BWD) {
@@ -244,8 +244,7 @@ static camdelta_status run_op(camdelta_context *ctx, op_ctx *o, const bench_op *
     a.q.mem = b->q, a.k.mem = b->k, a.inflation_sq.mem = b->infl;
     return camdelta_prep_backward(ctx, &a, o->psaved);
   }
-  camdelta_scan_args s = {b->B, b->H, b->D, b->F, b->S, op->reverse, op->alg, {b->fq, 0}, {b->fk, 0}, {b->fv, 0},
-                          {b->beta, 0}, {b->decay, 0}, {b->out, 0}, {NULL, 0}, {NULL, 0}, prof, NULL, o->precision};
+  const camdelta_scan_args s = scan_args(o, op->reverse, op->alg, prof);
   if (op->kind == OP_SCAN) return camdelta_scan_forward(ctx, &s, NULL);
   camdelta_scan_backward_args a;
   memset(&a, 0, sizeof a);
@@ -258,21 +257,16 @@ static camdelta_status run_op(camdelta_context *ctx, op_ctx *o, const bench_op *
 
 /* What a backward needs from its forward, run once before timing. */
 static camdelta_status prepare_op(camdelta_context *ctx, op_ctx *o, const bench_op *op) {
-  bench_buffers *b = o->b;
   if (op->kind == OP_BRANCH_BWD) {
     const camdelta_branch_args a = branch_args(o, NULL);
     return camdelta_branch_forward(ctx, &a, o->bsaved);
   }
   if (op->kind == OP_PREP_BWD) {
-    camdelta_prep_args f = {b->B, b->N, b->H, b->D, b->dt, o->k_scale, 1e-6f, {b->raw[0], 0}, {b->raw[1], 0},
-                            {b->raw[2], 0}, {b->qw, 0}, {b->kw, 0}, {b->pq, 0}, {b->pkv, 0}, {b->rc, 0},
-                            {b->rs, 0}, {b->q, 0}, {b->k, 0}, {b->v, 0}, {b->infl, 0}, NULL};
+    const camdelta_prep_args f = prep_args(o, NULL);
     return camdelta_prep_forward(ctx, &f, o->psaved);
   }
   if (op->kind == OP_SCAN_BWD) {
-    camdelta_scan_args s = {b->B, b->H, b->D, b->F, b->S, op->reverse, CAMDELTA_SCAN_AUTO, {b->fq, 0}, {b->fk, 0},
-                            {b->fv, 0}, {b->beta, 0}, {b->decay, 0}, {b->out, 0}, {NULL, 0}, {NULL, 0}, NULL, NULL,
-                            o->precision};
+    const camdelta_scan_args s = scan_args(o, op->reverse, CAMDELTA_SCAN_AUTO, NULL);
     return camdelta_scan_forward(ctx, &s, o->ssaved);
   }
   return CAMDELTA_OK;
@@ -329,29 +323,38 @@ static void grid_of(const bench_shape *s, size_t *Hs, size_t *Ws) {
     *Hs = 45, *Ws = 80;
     return;
   }
-  *Hs = 1;
-  for (size_t i = 1; i * i <= s->S; i++)
-    if (s->S % i == 0) *Hs = i;
-  *Ws = s->S / *Hs;
+  cli_grid_of(s->S, Hs, Ws);
 }
 
-static int parse_shape(const char *text, bench_shape *out) {
-  for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
-    if (strcmp(text, named[i].name) == 0) {
-      *out = named[i];
-      return 1;
-    }
-  size_t v[5]; /* digits only: no sign (sscanf's %lu took -1 as 2^64-1), no overflow */
-  if (cli_scan_sizes(text, 5, v)) {
-    out->name = text;
-    out->B = v[0], out->H = v[1], out->D = v[2], out->F = v[3], out->S = v[4];
-    return 1;
-  }
-  return 0;
+/* The device buffers make_buffers and make_branch_buffers allocate for shape s, and the cameras on the host: an
+ * input error (exit 3) when they cannot fit. */
+static int bench_budget(camdelta_context *ctx, const bench_shape *s, camdelta_dtype dt) {
+  cli_budget b = {0, 0, 0, 0};
+  size_t N = 0, C = 0, BNHD = 0, BN = 0, BHN = 0, BHF = 0, DD = 0;
+  if (!camdelta_size_mul(&N, s->F, s->S) || !camdelta_size_mul(&C, s->H, s->D) ||
+      !camdelta_size_prod(&BNHD, 3, (const size_t[]){s->B, N, C}) || !camdelta_size_mul(&BN, s->B, N) ||
+      !camdelta_size_prod(&BHN, 3, (const size_t[]){s->B, s->H, N}) ||
+      !camdelta_size_prod(&BHF, 3, (const size_t[]){s->B, s->H, s->F}) ||
+      !camdelta_size_prod(&DD, 4, (const size_t[]){s->B, s->H, s->D, s->D}))
+    b.overflow = 1;
+  const size_t es = camdelta_dtype_size(dt);
+  cli_budget_device(&b, 12, BNHD, es); /* raw, q k v, their gradients, dq_raw dk_raw dv_raw */
+  cli_budget_device(&b, 10, BNHD, 4);  /* the f32 scan tensors and the branch's y, grad_y */
+  cli_budget_device(&b, 4, BHN, 4);
+  cli_budget_device(&b, 2, BHF, 4);
+  cli_budget_device(&b, 2, DD, 4);
+  cli_budget_device(&b, 2, BN, 16 * 4);
+  cli_budget_device(&b, 2, N, s->D / 2 * 4);
+  cli_budget_device(&b, 12, C, 4);
+  cli_budget_device(&b, 1, s->B, s->F * 20 * 4);
+  cli_budget_host(&b, 1, s->B, s->F * 20 * 4);
+  char what[320], shown[256];
+  snprintf(what, sizeof what, "bench: shape %s", cli_escape(s->name, shown, sizeof shown));
+  return cli_budget_check(&b, ctx, what);
 }
 
 int cmd_bench(int argc, char **argv) {
-  if (cli_sp_requested(argc, argv)) return cmd_bench_sp(argc, argv); /* tools/cmd_sp.c */
+  if (cli_sp_requested(argc, argv)) return cmd_bench_sp(argc, argv); /* tools/cmd_bench_sp.c */
   if (cli_bench_packed_requested(argc, argv)) return cmd_bench_packed(argc, argv); /* tools/cmd_bench_packed.c */
   cli_args a = {argc, argv, 0};
   const char *device = NULL, *json_path = NULL, *only = NULL, *v;
@@ -366,13 +369,7 @@ int cmd_bench(int argc, char **argv) {
     if ((r = cli_value(&a, "--shape", &v))) {
       if (r < 0) return CLI_EXIT_USAGE;
       if (nshapes == 16) return cli_error(CLI_EXIT_USAGE, "bench: at most 16 --shape options");
-      if (!parse_shape(v, &shapes[nshapes]))
-      {
-        char shown[256];
-        return cli_error(CLI_EXIT_USAGE,
-                         "bench: unknown shape '%s' (small, d64, sana480, sana720 or B,H,D,F,S of positive integers)",
-                         cli_escape(v, shown, sizeof shown));
-      }
+      if (!cli_parse_shape("bench", "--shape", v, 1, &shapes[nshapes])) return CLI_EXIT_USAGE;
       nshapes++;
     } else if ((r = cli_value(&a, "--device", &device))) {
       if (r < 0) return CLI_EXIT_USAGE;
@@ -381,11 +378,9 @@ int cmd_bench(int argc, char **argv) {
     } else if ((r = cli_value(&a, "--only", &only))) {
       if (r < 0) return CLI_EXIT_USAGE;
     } else if ((r = cli_value(&a, "--reps", &v))) {
-      if (r < 0 || !cli_parse_size("--reps", v, &reps)) return CLI_EXIT_USAGE;
+      if (r < 0 || !cli_parse_count("--reps", v, 1, CLI_MAX_REPS, &reps)) return CLI_EXIT_USAGE;
     } else if ((r = cli_value(&a, "--warmup", &v))) {
-      if (r < 0) return CLI_EXIT_USAGE;
-      if (strcmp(v, "0") == 0) warmup = 0;
-      else if (!cli_parse_size("--warmup", v, &warmup)) return CLI_EXIT_USAGE;
+      if (r < 0 || !cli_parse_count("--warmup", v, 0, CLI_MAX_REPS, &warmup)) return CLI_EXIT_USAGE;
     } else if ((r = cli_value(&a, "--peak-gbs", &v))) {
       if (r < 0 || !cli_parse_double("--peak-gbs", v, &peak_gbs)) return CLI_EXIT_USAGE;
     } else if ((r = cli_value(&a, "--peak-tflops", &v))) {
@@ -405,11 +400,17 @@ int cmd_bench(int argc, char **argv) {
       return cli_error(CLI_EXIT_USAGE, "bench: unknown option '%s' (see 'camdelta help bench')", argv[a.i]);
     }
   }
-  if (nshapes == 0) parse_shape("small", &shapes[nshapes++]);
+  if (nshapes == 0 && !cli_parse_shape("bench", "--shape", "small", 1, &shapes[nshapes++])) return CLI_EXIT_USAGE;
 
   camdelta_context *ctx = NULL;
-  int rc = cli_context(&ctx, device);
-  if (rc) return rc;
+  int rc = CLI_EXIT_OK;
+  for (int si = 0; si < nshapes && !rc; si++) rc = bench_budget(NULL, &shapes[si], dt); /* the host, no device yet */
+  if (!rc) rc = cli_context(&ctx, device);
+  for (int si = 0; si < nshapes && !rc; si++) rc = bench_budget(ctx, &shapes[si], dt); /* before any is run */
+  if (rc) {
+    camdelta_context_destroy(ctx);
+    return rc;
+  }
   camdelta_device_info info;
   camdelta_context_info(ctx, &info);
   const int tty = isatty(fileno(stderr));
@@ -447,7 +448,7 @@ int cmd_bench(int argc, char **argv) {
     cJSON_AddNumberToObject(js, "S", (double)b.S);
     jops = cJSON_AddArrayToObject(js, "operations");
     rc = make_buffers(ctx, &b, tty);
-    op_ctx o = {&b, (float)(1.0 / sqrt((double)b.D * (double)b.S)), NULL, NULL, NULL, 0, 0, prec};
+    op_ctx o = {.b = &b, .k_scale = (float)(1.0 / sqrt((double)b.D * (double)b.S)), .precision = prec};
     grid_of(&shapes[si], &o.Hs, &o.Ws);
     if (!rc) rc = make_branch_buffers(ctx, &b, o.Hs, o.Ws);
     if (!rc && (camdelta_prep_saved_create(ctx, &o.psaved) || camdelta_scan_saved_create(ctx, &o.ssaved) ||
@@ -459,6 +460,10 @@ int cmd_bench(int argc, char **argv) {
       if (only && !strstr(op->name, only)) continue;
       if (tty) fprintf(stderr, "\r[%zu/%zu] %-34s", oi + 1, nops, op->name), fflush(stderr);
       double *ms = calloc(reps, sizeof *ms);
+      if (!ms) {
+        rc = cli_error(CLI_EXIT_FAILURE, "bench: out of host memory");
+        break;
+      }
       camdelta_status st = prepare_op(ctx, &o, op);
       for (size_t r = 0; r < warmup && !st; r++) {
         camdelta_profile p = {0, 0};

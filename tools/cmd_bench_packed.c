@@ -35,26 +35,42 @@ int cmd_bench_packed(int argc, char **argv) {
     int r;
     if (cli_flag(&a, "--packed")) continue;
     if ((r = cli_value(&a, "--shape", &v))) {
-      size_t s[5]; /* digits only: no sign, no overflow */
-      if (r < 0) return CLI_EXIT_USAGE;
-      if (!cli_scan_sizes(v, 5, s) || s[2] % 8 || s[2] < 8 || s[2] > 128)
-        return cli_error(CLI_EXIT_USAGE, "bench --packed: --shape wants clips,H,D,F,S (got '%s')", v);
-      B = s[0], H = s[1], D = s[2], F = s[3], S = s[4];
+      cli_shape sh; /* clips,H,D,F,S: B = clips */
+      if (r < 0 || !cli_parse_shape("bench --packed (--shape clips,H,D,F,S)", "--shape", v, 0, &sh))
+        return CLI_EXIT_USAGE;
+      /* the packed batch and the fixed call on its layout are one row of clips*F frames, clips*F*S tokens */
+      cli_shape row = sh;
+      row.B = 1;
+      if (!camdelta_size_mul(&row.F, sh.B, sh.F) || !cli_check_shape("bench --packed (the clips as one row)", &row))
+        return CLI_EXIT_USAGE;
+      B = sh.B, H = sh.H, D = sh.D, F = sh.F, S = sh.S;
     } else if ((r = cli_value(&a, "--device", &device))) {
       if (r < 0) return CLI_EXIT_USAGE;
     } else if ((r = cli_value(&a, "--reps", &v))) {
-      if (r < 0 || !cli_parse_size("--reps", v, &reps)) return CLI_EXIT_USAGE;
+      if (r < 0 || !cli_parse_count("--reps", v, 1, CLI_MAX_REPS, &reps)) return CLI_EXIT_USAGE;
     } else if ((r = cli_value(&a, "--warmup", &v))) {
-      if (r < 0 || !cli_parse_size("--warmup", v, &warmup)) return CLI_EXIT_USAGE;
+      if (r < 0 || !cli_parse_count("--warmup", v, 0, CLI_MAX_REPS, &warmup)) return CLI_EXIT_USAGE;
     } else {
       return cli_error(CLI_EXIT_USAGE, "bench --packed: unknown option '%s' (--shape, --device, --reps, --warmup)",
                        argv[a.i]);
     }
   }
-  camdelta_context *ctx = NULL;
-  int rc = cli_context(&ctx, device);
-  if (rc) return rc;
+  /* every size below is a factor of clips*H*D*F*S, checked by cli_check_shape on the one-row shape */
   const size_t N = F * S, nt = B * H * D * N;
+  cli_budget bud = {0, 0, 0, 0};
+  cli_budget_device(&bud, 8, nt, 4);
+  cli_budget_device(&bud, 2, B * H, N * 4);
+  cli_budget_device(&bud, 2, B * H, F * 4);
+  cli_budget_host(&bud, 1, B * F + B + 2, 8);
+  cli_budget_host(&bud, 3, reps, sizeof(double));
+  int rc = cli_budget_check(&bud, NULL, "bench --packed: this shape"); /* the host, no device yet */
+  if (rc) return rc;
+  camdelta_context *ctx = NULL;
+  if ((rc = cli_context(&ctx, device))) return rc;
+  if ((rc = cli_budget_check(&bud, ctx, "bench --packed: this shape"))) {
+    camdelta_context_destroy(ctx);
+    return rc;
+  }
   int64_t *fo = malloc((B * F + 1) * 8), *co = malloc((B + 1) * 8);
   if (!fo || !co) rc = cli_error(CLI_EXIT_FAILURE, "out of host memory");
   for (size_t f = 0; !rc && f <= B * F; f++) fo[f] = (int64_t)(f * S);
@@ -78,7 +94,8 @@ int cmd_bench_packed(int argc, char **argv) {
     const int bwd = op >= 2, rev = op % 2;
     double med[3] = {0, 0, 0};
     int native = -1;
-    const camdelta_packed_clips pc = {fo, co, B, B * N, &native};
+    const camdelta_packed_clips pc = {.frame_offsets = fo, .clip_offsets = co, .clips = B, .tokens = B * N,
+                                      .native = &native};
     /* fixed, packed and fixed on the packed layout alternate, so that all see the same clocks and caches */
     for (size_t it = 0; it < warmup + reps && !rc; it++)
       for (int mode = 0; mode < 3 && !rc; mode++) {

@@ -12,28 +12,7 @@
 #include <time.h>
 
 #include "cli_common.h"
-
-void usage_cache(void) {
-  printf("usage: camdelta cache list|clear|warm|dir [options]\n"
-         "\n"
-         "The folder where compiled kernel programs are kept between runs: CAMDELTA_CACHE_DIR,\n"
-         "else $XDG_CACHE_HOME/camdelta, else ~/.cache/camdelta; CAMDELTA_CACHE=0 turns it off.\n"
-         "\n"
-         "  list                  every entry: file, size, age, device it was built for, state\n"
-         "                        (ok: header consistent; corrupt: it will be discarded and\n"
-         "                        rebuilt on next use; partial: a write that never finished)\n"
-         "  clear                 remove every entry (only camdelta's own *.clbin files)\n"
-         "  warm [--device SEL] [--shape B,H,D,S]\n"
-         "                        build the kernels ahead of time (for deployment images):\n"
-         "                        without --shape those that depend on the head dim only\n"
-         "                        (prep, backward) for D = 8..128; with --shape everything\n"
-         "                        a call of that shape uses, the scan forward included\n"
-         "  dir                   print the folder (empty line when caching is off)\n"
-         "\n"
-         "camdelta changes the mode of no folder: a shared sticky folder (such as /tmp) is\n"
-         "used through its private subfolder camdelta-<uid>; a folder that group or others\n"
-         "can write otherwise is refused (the run goes uncached, with one warning).\n");
-}
+#include "usage.h"
 
 static int cache_folder(char *buf, size_t size) {
   camdelta_status st = camdelta_cache_dir(buf, size);
@@ -124,6 +103,8 @@ static int cache_warm(cli_args *a) {
     if ((r = cli_value(a, "--shape", &shape))) {
       if (r < 0) return CLI_EXIT_USAGE;
       if (!cli_parse_sizes("--shape", shape, 4, sh, "B,H,D,S")) return CLI_EXIT_USAGE;
+      const cli_shape one_frame = {.name = shape, .B = sh[0], .H = sh[1], .D = sh[2], .F = 1, .S = sh[3]};
+      if (!cli_check_shape("cache warm", &one_frame)) return CLI_EXIT_USAGE;
       continue;
     }
     return cli_error(CLI_EXIT_USAGE, "cache warm: unknown option '%s' (see 'camdelta help cache')", a->argv[a->i]);
@@ -133,6 +114,16 @@ static int cache_warm(cli_args *a) {
   if (rc) return rc;
   camdelta_context *ctx;
   if ((rc = cli_context(&ctx, selector))) return rc;
+  if (shape) { /* a shape no call could run on this device is refused, not warmed: the smallest call holds q k v out */
+    cli_budget b = {0, 0, 0, 0};
+    size_t one_frame = 0;
+    if (!camdelta_size_prod(&one_frame, 4, sh)) b.overflow = 1; /* B*H*D*S, checked by cli_check_shape */
+    cli_budget_device(&b, 4, one_frame, 4);
+    if ((rc = cli_budget_check(&b, ctx, "cache warm: this shape"))) {
+      camdelta_context_destroy(ctx);
+      return rc;
+    }
+  }
   camdelta_device_info info;
   const char *dev = camdelta_context_info(ctx, &info) == CAMDELTA_OK ? info.device_name : "?";
   camdelta_status st = shape ? camdelta_warm_shape(ctx, sh[0], sh[1], sh[2], sh[3]) : camdelta_warm(ctx);

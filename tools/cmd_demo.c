@@ -10,22 +10,7 @@
 
 #include "cli_common.h"
 #include "cli_sp.h"
-
-void usage_demo(void) {
-  printf("usage: camdelta demo [--shape B,H,D,F,S] [--chunk-size CS] [--chunk-strategy S] [--device SEL]\n"
-         "                     [--seed N]\n"
-         "\n"
-         "A camera orbits a point over the first half of F frames, then dollies towards it while\n"
-         "zooming in (fx, fy grow); each frame's pose and intrinsics (camera_conditions) become\n"
-         "per-token matrices and RoPE tables on the device (camdelta_camera_forward) for the\n"
-         "token grid S = Hs x Ws. Q/K/V are random projections of random features. The whole\n"
-         "camera branch then runs forward and backward (camdelta_branch_forward/backward):\n"
-         "short conv on K, prep, beta discount, causal + chunk-masked reverse scan, output\n"
-         "transform. Every output is checked against the f64 C reference (docs/math.md\n"
-         "bounds: matrices and conv 1e-6, branch forward 1e-5, gradients 1e-4).\n"
-         "Default shape 1,2,32,6,48 (grid 6x6x8), --chunk-size 2 --chunk-strategy\n"
-         "first_chunk_plus_one (scan chunks [0, 3, 6], conv segments [0, 2, 4, 6]). Exit status 0 when every check passes, 5 when a check fails.\n");
-}
+#include "usage.h"
 
 typedef struct demo_opts {
   size_t B, H, D, F, S, Hs, Ws, cs;
@@ -35,6 +20,7 @@ typedef struct demo_opts {
 } demo_opts;
 
 enum { IQ, IK, IV, IW, IQW, IKW, ICC, IBETA, IDECAY, IGY, NIN };
+enum { CIN_FEATURES = 16 }; /* token features projected to Q, K and V */
 enum { OPQ, OPKV, OPO, ORC, ORS, OKCONV, OY, ODQ, ODK, ODV, ODW, ODQW, ODKW, ODB, ODD, NOUT };
 static const char *const out_names[NOUT] = {"proj_q", "proj_kv", "proj_o", "rope_cos", "rope_sin",
                                              "k_conv", "y",       "dq_raw", "dk_raw",   "dv_raw",
@@ -76,12 +62,9 @@ static int parse_opts(int argc, char **argv, demo_opts *o, int *done) {
   while (a.i < argc) {
     int r;
     if ((r = cli_value(&a, "--shape", &v))) {
-      size_t s[5]; /* digits only: no sign, no overflow */
-      if (r < 0) return CLI_EXIT_USAGE;
-      if (!cli_scan_sizes(v, 5, s) || s[2] % 8 || s[2] < 8 || s[2] > 128)
-        return cli_error(CLI_EXIT_USAGE, "demo: --shape wants B,H,D,F,S with D a multiple of 8 in [8,128] (got '%s')",
-                         v);
-      o->B = s[0], o->H = s[1], o->D = s[2], o->F = s[3], o->S = s[4];
+      cli_shape sh; /* the strict parser and the operations' limits (cli_shape.h) */
+      if (r < 0 || !cli_parse_shape("demo", "--shape", v, 1, &sh)) return CLI_EXIT_USAGE;
+      o->B = sh.B, o->H = sh.H, o->D = sh.D, o->F = sh.F, o->S = sh.S;
     } else if ((r = cli_value(&a, "--chunk-size", &v))) {
       if (r < 0 || !cli_parse_size("--chunk-size", v, &o->cs)) return CLI_EXIT_USAGE;
     } else if ((r = cli_value(&a, "--chunk-strategy", &v))) {
@@ -100,11 +83,7 @@ static int parse_opts(int argc, char **argv, demo_opts *o, int *done) {
       return cli_error(CLI_EXIT_USAGE, "demo: unknown option '%s' (see 'camdelta help demo')", argv[a.i]);
     }
   }
-  /* the most square grid Hs x Ws = S (Hs <= Ws) */
-  o->Hs = 1;
-  for (size_t i = 1; i * i <= o->S; i++)
-    if (o->S % i == 0) o->Hs = i;
-  o->Ws = o->S / o->Hs;
+  cli_grid_of(o->S, &o->Hs, &o->Ws); /* the most square grid Hs x Ws = S (Hs <= Ws) */
   return CLI_EXIT_OK;
 }
 
@@ -136,17 +115,43 @@ static void trajectory(const demo_opts *o, size_t f, float *cc) {
   cc[16] = (float)(0.9 * W * zoom), cc[17] = (float)(0.9 * W * zoom), cc[18] = (float)(W / 2), cc[19] = (float)(Hh / 2);
 }
 
+/* Every input's and output's element count (s->count, s->out_count), each product checked, and what the demo
+ * allocates: the inputs and outputs on the device, the inputs as f32 and f64 and the references as f64 on the
+ * host (an input error, exit 3, when that cannot fit; the device is checked once s->ctx is made). */
+static int plan_sizes(demo_state *s) {
+  const demo_opts *o = &s->o;
+  const size_t B = o->B, H = o->H, D = o->D, F = o->F;
+  int ok = camdelta_size_mul(&s->N, F, o->S) && camdelta_size_mul(&s->C, H, D);
+  const size_t N = s->N, C = s->C;
+  const size_t in_f[NIN][4] = {{B, N, C, 1}, {B, N, C, 1}, {B, N, C, 1}, {4, C, 1, 1}, {C, 1, 1, 1},
+                               {C, 1, 1, 1}, {B, F, 20, 1}, {B, H, N, 1}, {B, H, F, 1}, {B, N, C, 1}};
+  const size_t out_f[NOUT][4] = {{B, N, 16, 1}, {B, N, 16, 1}, {B, N, 16, 1}, {N, D / 2, 1, 1}, {N, D / 2, 1, 1},
+                                 {B, N, C, 1},  {B, N, C, 1},  {B, N, C, 1},  {B, N, C, 1},     {B, N, C, 1},
+                                 {4, C, 1, 1},  {C, 1, 1, 1},  {C, 1, 1, 1},  {B, H, N, 1},     {B, H, F, 1}};
+  cli_budget bud = {0, 0, 0, 0};
+  for (int i = 0; i < NIN && ok; i++) {
+    ok = camdelta_size_prod(&s->count[i], 4, in_f[i]);
+    cli_budget_device(&bud, 1, s->count[i], 4);
+    cli_budget_host(&bud, 1, s->count[i], 4 + 8);
+  }
+  for (int i = 0; i < NOUT && ok; i++) {
+    ok = camdelta_size_prod(&s->out_count[i], 4, out_f[i]);
+    cli_budget_device(&bud, 1, s->out_count[i], 4);
+    cli_budget_host(&bud, 1, s->out_count[i], 8);
+  }
+  cli_budget_host(&bud, 3, CIN_FEATURES, C * 4); /* the random projections */
+  if (!ok) bud.overflow = 1;
+  return cli_budget_check(&bud, s->ctx, "demo: this shape");
+}
+
 static int build_inputs(demo_state *s) {
   const demo_opts *o = &s->o;
-  const size_t B = o->B, N = s->N, C = s->C, H = o->H, F = o->F, BNC = B * N * C;
-  const size_t cnt[NIN] = {BNC, BNC, BNC, 4 * C, C, C, B * F * 20, B * H * N, B * H * F, BNC};
-  for (int i = 0; i < NIN; i++) {
-    s->count[i] = cnt[i];
+  const size_t B = o->B, N = s->N, C = s->C, F = o->F, *cnt = s->count, BNC = cnt[IQ];
+  for (int i = 0; i < NIN; i++)
     if (!(s->in[i] = calloc(cnt[i] ? cnt[i] : 1, sizeof(float))))
       return cli_error(CLI_EXIT_FAILURE, "demo: out of host memory");
-  }
-  /* Q/K/V: random projections (16 -> C) of random token features */
-  enum { CIN = 16 };
+  /* Q/K/V: random projections (CIN_FEATURES -> C) of random token features */
+  enum { CIN = CIN_FEATURES };
   float *W = malloc(3 * CIN * C * sizeof *W), x[CIN];
   if (!W) return cli_error(CLI_EXIT_FAILURE, "demo: out of host memory");
   for (size_t i = 0; i < 3 * CIN * C; i++) W[i] = (float)(gauss(s) / sqrt((double)CIN));
@@ -174,24 +179,22 @@ static int build_inputs(demo_state *s) {
 /* ------------------------------------------------------------------------------------- device side */
 
 static int upload_all(demo_state *s) {
-  const demo_opts *o = &s->o;
-  const size_t B = o->B, N = s->N, C = s->C, BNC = B * N * C, BN16 = B * N * 16, NDh = N * (o->D / 2);
-  const size_t oc[NOUT] = {BN16, BN16, BN16, NDh, NDh, BNC, BNC, BNC, BNC, BNC, 4 * C, C, C, B * o->H * N,
-                           B * o->H * o->F};
   cl_int err = CL_SUCCESS;
   for (int i = 0; i < NIN && err == CL_SUCCESS; i++)
     s->din[i] = clCreateBuffer(camdelta_context_cl_context(s->ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
                                s->count[i] * 4, s->in[i], &err);
-  for (int i = 0; i < NOUT && err == CL_SUCCESS; i++) {
-    s->out_count[i] = oc[i];
-    s->dout[i] = clCreateBuffer(camdelta_context_cl_context(s->ctx), CL_MEM_READ_WRITE, oc[i] * 4, NULL, &err);
-  }
+  for (int i = 0; i < NOUT && err == CL_SUCCESS; i++)
+    s->dout[i] = clCreateBuffer(camdelta_context_cl_context(s->ctx), CL_MEM_READ_WRITE, s->out_count[i] * 4, NULL,
+                                &err);
   return err == CL_SUCCESS ? CLI_EXIT_OK
                            : cli_error(CLI_EXIT_DEVICE, "demo: allocating device memory: %s", camdelta_cl_error_name(err));
 }
 
 static camdelta_buffer din(const demo_state *s, int i) { return (camdelta_buffer){s->din[i], 0}; }
 static camdelta_buffer dout(const demo_state *s, int i) { return (camdelta_buffer){s->dout[i], 0}; }
+
+/* Room for the chunk bounds of F frames (F + 1 entries; F <= CLI_MAX_TOKENS, so no product wraps). */
+static size_t *bounds_array(size_t F) { return calloc(F + 1, sizeof(size_t)); }
 
 static camdelta_chunking chunking_of(const demo_opts *o) {
   const camdelta_chunking ch = {o->cs, o->strategy, NULL, 0};
@@ -219,16 +222,17 @@ static camdelta_branch_args branch_args(const demo_state *s, camdelta_profile *p
 static camdelta_status run_device(demo_state *s, const char **stage) {
   const demo_opts *o = &s->o;
   camdelta_profile prof = {0, 0};
-  const camdelta_camera_args ca = {o->B,          o->F,          o->Hs,         o->Ws,         1,
-                                   PATCH,         PATCH,         o->D,          din(s, ICC),   dout(s, OPQ),
-                                   dout(s, OPKV), dout(s, OPO),  dout(s, ORC),  dout(s, ORS),  &prof};
+  const camdelta_camera_args ca = {.B = o->B, .T = o->F, .Hs = o->Hs, .Ws = o->Ws, .pt = 1, .ph = PATCH, .pw = PATCH,
+                                   .D = o->D, .camera_conditions = din(s, ICC), .proj_q = dout(s, OPQ),
+                                   .proj_kv = dout(s, OPKV), .proj_o = dout(s, OPO), .rope_cos = dout(s, ORC),
+                                   .rope_sin = dout(s, ORS), .profile = &prof};
   *stage = "cameras";
   camdelta_status st = camdelta_camera_forward(s->ctx, &ca);
   s->ms[0] = prof.kernel_ms;
   if (st) return st;
-  const camdelta_short_conv_args sc = {o->B,  o->F,         o->S,          s->C,          chunking_of(o),
-                                       din(s, IK), din(s, IW), dout(s, OKCONV), {NULL, 0}, {NULL, 0},
-                                       {NULL, 0}, &prof};
+  const camdelta_short_conv_args sc = {.B = o->B, .T = o->F, .S = o->S, .C = s->C, .chunking = chunking_of(o),
+                                       .k_raw = din(s, IK), .conv_weight = din(s, IW), .k_conv = dout(s, OKCONV),
+                                       .profile = &prof};
   *stage = "short conv";
   if ((st = camdelta_short_conv_forward(s->ctx, &sc))) return st;
   s->ms[1] = prof.kernel_ms;
@@ -240,8 +244,11 @@ static camdelta_status run_device(demo_state *s, const char **stage) {
   s->ms[2] = prof.kernel_ms;
   if (!st) {
     *stage = "branch backward";
-    const camdelta_branch_grads g = {din(s, IGY),    dout(s, ODQ),  dout(s, ODK), dout(s, ODV), dout(s, ODW),
-                                     dout(s, ODQW),  dout(s, ODKW), dout(s, ODB), dout(s, ODD), &prof};
+    const camdelta_branch_grads g = {.grad_y = din(s, IGY),          .dq_raw = dout(s, ODQ),
+                                     .dk_raw = dout(s, ODK),          .dv_raw = dout(s, ODV),
+                                     .dconv_weight = dout(s, ODW),    .dq_norm_weight = dout(s, ODQW),
+                                     .dk_norm_weight = dout(s, ODKW), .dbeta = dout(s, ODB),
+                                     .ddecay = dout(s, ODD),          .profile = &prof};
     st = camdelta_branch_backward(s->ctx, &a, &g, saved);
     s->ms[3] = prof.kernel_ms;
   }
@@ -292,23 +299,32 @@ static int check_reference(demo_state *s) {
       rc = cli_error(CLI_EXIT_FAILURE, "demo: out of host memory");
   camdelta_status st = CAMDELTA_OK;
   if (!rc) {
-    const camdelta_ref_camera rcam = {o->B, o->F, o->Hs, o->Ws, PATCH, PATCH, o->D, in64[ICC], ref[OPQ], ref[OPKV],
-                                      ref[OPO], ref[ORC], ref[ORS]};
+    const camdelta_ref_camera rcam = {.B = o->B, .T = o->F, .Hs = o->Hs, .Ws = o->Ws, .ph = PATCH, .pw = PATCH,
+                                      .D = o->D, .camera_conditions = in64[ICC], .proj_q = ref[OPQ],
+                                      .proj_kv = ref[OPKV], .proj_o = ref[OPO], .rope_cos = ref[ORC],
+                                      .rope_sin = ref[ORS]};
     st = camdelta_ref_camera_forward(&rcam);
-    size_t b[1024], nb = 0;
+    size_t nb = 0, *b = bounds_array(o->F);
     const camdelta_chunking ch = chunking_of(o);
-    if (!st) st = camdelta_conv_bounds(o->F, &ch, b, 1024, &nb);
-    const camdelta_ref_conv rconv = {o->B, o->F, o->S, s->C, b, nb, in64[IK], in64[IW], ref[OKCONV], NULL, NULL, NULL};
+    if (!b) st = camdelta_set_error(CAMDELTA_ERROR_OUT_OF_MEMORY, "out of host memory");
+    if (!st) st = camdelta_conv_bounds(o->F, &ch, b, o->F + 1, &nb);
+    const camdelta_ref_conv rconv = {.B = o->B, .T = o->F, .S = o->S, .C = s->C, .bounds = b, .nbounds = nb,
+                                     .x = in64[IK], .w = in64[IW], .y = ref[OKCONV]};
     if (!st) st = camdelta_ref_short_conv_forward(&rconv);
     const camdelta_branch_args a = branch_args(s, NULL);
-    camdelta_ref_branch rb = {o->B,      o->F,      o->Hs,     o->Ws,      PATCH,       PATCH,        o->H,
-                              o->D,      ch,        a.k_scale, a.norm_eps, in64[IQ],    in64[IK],     in64[IV],
-                              in64[IW],  in64[IQW], in64[IKW], in64[ICC],  in64[IBETA], in64[IDECAY], ref[OY]};
+    camdelta_ref_branch rb = {.B = o->B, .T = o->F, .Hs = o->Hs, .Ws = o->Ws, .ph = PATCH, .pw = PATCH, .H = o->H,
+                              .D = o->D, .chunking = ch, .k_scale = a.k_scale, .norm_eps = a.norm_eps,
+                              .q_raw = in64[IQ], .k_raw = in64[IK], .v_raw = in64[IV], .conv_weight = in64[IW],
+                              .q_norm_weight = in64[IQW], .k_norm_weight = in64[IKW],
+                              .camera_conditions = in64[ICC], .beta = in64[IBETA], .decay = in64[IDECAY],
+                              .y = ref[OY]};
     if (!st) st = camdelta_ref_branch_forward(&rb);
-    const camdelta_ref_branch_grads rg = {in64[IGY], ref[ODQ],  ref[ODK], ref[ODV], ref[ODW],
-                                          ref[ODQW], ref[ODKW], ref[ODB], ref[ODD]};
+    const camdelta_ref_branch_grads rg = {.grad_y = in64[IGY], .dq_raw = ref[ODQ], .dk_raw = ref[ODK],
+                                          .dv_raw = ref[ODV], .dconv_weight = ref[ODW], .dq_norm_weight = ref[ODQW],
+                                          .dk_norm_weight = ref[ODKW], .dbeta = ref[ODB], .ddecay = ref[ODD]};
     if (!st) st = camdelta_ref_branch_backward(&rb, &rg);
     if (st) rc = cli_lib_error(st, "demo: f64 reference");
+    free(b);
   }
   if (!rc) rc = compare(s, ref);
   for (int i = 0; i < NOUT; i++) free(ref[i]);
@@ -321,15 +337,18 @@ static int check_reference(demo_state *s) {
 #define INDENT "                                    "
 static int report(const demo_state *s) {
   const demo_opts *o = &s->o;
-  size_t b[1024], nb = 0, cb[1024], ncb = 0;
+  size_t nb = 0, ncb = 0, *b = bounds_array(o->F), *cb = bounds_array(o->F);
   const camdelta_chunking ch = chunking_of(o);
-  camdelta_chunk_bounds(o->F, &ch, b, 1024, &nb);
-  camdelta_conv_bounds(o->F, &ch, cb, 1024, &ncb);
+  if (b && cb) {
+    camdelta_chunk_bounds(o->F, &ch, b, o->F + 1, &nb);
+    camdelta_conv_bounds(o->F, &ch, cb, o->F + 1, &ncb);
+  }
   printf("chunks   %s, chunk size %zu: scan chunks [", camdelta_chunk_strategy_name(o->strategy), o->cs);
   for (size_t i = 0; i < nb; i++) printf(i ? ", %zu" : "%zu", b[i]);
   printf("], conv segments [");
   for (size_t i = 0; i < ncb; i++) printf(i ? ", %zu" : "%zu", cb[i]);
   printf("]\n\n");
+  free(b), free(cb);
   static const struct {
     const char *label;
     int first, last;
@@ -369,15 +388,17 @@ static void demo_free(demo_state *s) {
 }
 
 int cmd_demo(int argc, char **argv) {
-  if (cli_sp_requested(argc, argv)) return cmd_demo_sp(argc, argv); /* tools/cmd_sp.c */
+  if (cli_sp_requested(argc, argv)) return cmd_demo_sp(argc, argv); /* tools/cmd_demo_sp.c */
   demo_state *s = calloc(1, sizeof *s);
   if (!s) return cli_error(CLI_EXIT_FAILURE, "demo: out of host memory");
   int done = 0, rc = parse_opts(argc, argv, &s->o, &done);
   const demo_opts *o = &s->o;
   if (!rc && !done) {
-    s->rng = o->seed, s->N = o->F * o->S, s->C = o->H * o->D;
-    rc = build_inputs(s);
+    s->rng = o->seed;
+    rc = plan_sizes(s); /* the host first (no context yet): a shape the host cannot hold starts no device */
     if (!rc) rc = cli_context(&s->ctx, o->device);
+    if (!rc) rc = plan_sizes(s);
+    if (!rc) rc = build_inputs(s);
     if (!rc) {
       camdelta_device_info info;
       camdelta_context_info(s->ctx, &info);

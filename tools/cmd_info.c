@@ -4,22 +4,10 @@
 #include <string.h>
 
 #include "cli_common.h"
+#include "usage.h"
 
 #define INFO_MAX_PLATFORMS 32
 #define INFO_MAX_DEVICES 64
-
-void usage_info(void) {
-  printf("usage: camdelta info [--device SEL]\n"
-         "\n"
-         "Lists the OpenCL platforms and devices (index P:D, name, vendor, type,\n"
-         "OpenCL version, driver version, compute units, global and local memory),\n"
-         "which device camdelta chooses (for SEL, else CAMDELTA_DEVICE, else the\n"
-         "first GPU, else the first device), that device's extensions, and the\n"
-         "kernel cache folder.\n"
-         "\n"
-         "  --device SEL   P:D, gpu, cpu, accelerator or part of a platform/device name\n"
-         "                 or vendor; a selector that matches nothing is an error (4)\n");
-}
 
 static void platform_str(cl_platform_id p, cl_platform_info what, char *buf, size_t size) {
   buf[0] = '\0';

@@ -8,66 +8,6 @@
 #include "cli_packed.h"
 #include "cli_sp.h"
 
-void usage_run(void) {
-  printf(
-      "usage: camdelta run OP --in DIR --out DIR [options]\n"
-      "\n"
-      "Runs one operation on NumPy .npy files named after the seed's arguments\n"
-      "(DIR/q_raw.npy, ...) and writes its results as .npy files into the --out\n"
-      "folder (created if needed). Shapes are taken from the files. Input dtypes:\n"
-      "<f4 and <f2; <f8 is converted to f32. All arrays little-endian, C order.\n"
-      "Everything runs in f32 except the prep's f16 path below (<f2 inputs elsewhere\n"
-      "are widened to f32 exactly); outputs are <f4 unless noted.\n"
-      "\n"
-      "operations:\n"
-      "  prep           in:  q_raw k_raw v_raw (B, N, H, D); q_norm_weight k_norm_weight (C,)\n"
-      "                      with C = H*D; proj_q proj_kv (B, N, 4, 4); rope_cos rope_sin (N, D/2)\n"
-      "                 out: q k v (B, H, D, N); inflation_sq (B, H, N)\n"
-      "                 q_raw, k_raw and v_raw all <f2: computed and written as <f2; else f32.\n"
-      "  scan           in:  q k v (B, H, D, N); beta (B, H, F, S) with F*S = N; decay (B, H, F);\n"
-      "                      optional init_state (B, H, D, D)\n"
-      "                 out: out (B, H, D, N); final_state (B, H, D, D) with --final-state\n"
-      "  scan-backward  in:  q k v beta decay as for scan; grad_out (B, H, D, N);\n"
-      "                      optional init_state, grad_final_state (B, H, D, D)\n"
-      "                 out: dq dk dv (B, H, D, N); dbeta (B, H, F, S); ddecay (B, H, F);\n"
-      "                      dinit_state (B, H, D, D) when init_state is given\n"
-      "  scan, scan-backward over packed clips: when --in holds frame_offsets (int64, F+1\n"
-      "                      token offsets) and clip_offsets (int64, clips+1 frame offsets):\n"
-      "                      q k v grad_out (1, H, D, N), beta (1, H, N), decay (1, H, F),\n"
-      "                      states (clips, H, D, D); outputs in the same packed layouts\n"
-      "  prep-backward  in:  the prep inputs; optional grad_q grad_k grad_v (B, H, D, N) and\n"
-      "                      grad_inflation_sq (B, H, N) (a missing one counts as zero)\n"
-      "                 out: dq_raw dk_raw dv_raw (B, N, H, D); dq_norm_weight dk_norm_weight (C,);\n"
-      "                      with --all-grads also dproj_q dproj_kv (B, N, 4, 4), drope_cos\n"
-      "                      drope_sin (N, D/2)\n"
-      "\n"
-      "options:\n"
-      "  --in DIR                 folder of the input .npy files (required)\n"
-      "  --out DIR                folder for the outputs (required)\n"
-      "  --device SEL             device (see 'camdelta help'); default CAMDELTA_DEVICE, else\n"
-      "                           the first GPU, else the first device\n"
-      "  --k-scale X              prep, prep-backward: scale applied to K after its ReLU.\n"
-      "                           Default: D^-0.5 * S^-0.5 when --tokens-per-frame S is given,\n"
-      "                           else D^-0.5 (the prep's inputs do not tell S; the seed's\n"
-      "                           models use D^-0.5 * S^-0.5, so pass --k-scale or\n"
-      "                           --tokens-per-frame to match them)\n"
-      "  --tokens-per-frame S     prep, prep-backward: S for the default --k-scale (must divide N)\n"
-      "  --norm-eps E             prep, prep-backward: RMSNorm epsilon (default 1e-6)\n"
-      "  --reverse                scan, scan-backward: the reverse (anti-causal) scan\n"
-      "  --algorithm A            scan: auto (default), sequential or chunkwise\n"
-      "  --precision P            scan, scan-backward: exact (default) or tf32 (tensor cores\n"
-      "                           where the device has them, about 1e-3; else as exact)\n"
-      "  --final-state            scan: also write final_state\n"
-      "  --all-grads              prep-backward: also write dproj_q dproj_kv drope_cos drope_sin\n"
-      "  --quiet                  print nothing on success\n"
-      "\n"
-      "exit status: 0 success, 1 other failure, 2 usage error, 3 bad input (missing file,\n"
-      "wrong dtype or shape; the message names the file and the expected shape), 4 device\n"
-      "or OpenCL error.\n");
-  usage_sp();
-  usage_run_branch();
-}
-
 typedef enum run_op { OP_PREP, OP_SCAN, OP_SCAN_BACKWARD, OP_PREP_BACKWARD } run_op;
 
 typedef struct run_opts {
@@ -184,7 +124,8 @@ static int run_prep(cli_job *j, const run_opts *o) {
     a.q_norm_weight = cli_job_in(j, iqw), a.k_norm_weight = cli_job_in(j, ikw);
     a.proj_q = cli_job_in(j, ipq), a.proj_kv = cli_job_in(j, ipkv);
     a.rope_cos = cli_job_in(j, irc), a.rope_sin = cli_job_in(j, irs);
-    a.q = cli_job_out(j, 0), a.k = cli_job_out(j, 1), a.v = cli_job_out(j, 2), a.inflation_sq = cli_job_out(j, 3);
+    a.q = cli_job_out(j, "q"), a.k = cli_job_out(j, "k"), a.v = cli_job_out(j, "v");
+    a.inflation_sq = cli_job_out(j, "inflation_sq");
     a.profile = &prof;
     st = camdelta_prep_forward(j->ctx, &a, NULL);
     return cli_job_finish(j, st, "camdelta_prep_forward", &prof, detail);
@@ -214,12 +155,10 @@ static int run_prep(cli_job *j, const run_opts *o) {
   a.rope_cos = cli_job_in(j, irc), a.rope_sin = cli_job_in(j, irs);
   a.grad_q = cli_job_in(j, igq), a.grad_k = cli_job_in(j, igk), a.grad_v = cli_job_in(j, igv);
   a.grad_inflation_sq = cli_job_in(j, igi);
-  a.dq_raw = cli_job_out(j, 0), a.dk_raw = cli_job_out(j, 1), a.dv_raw = cli_job_out(j, 2);
-  a.dq_norm_weight = cli_job_out(j, 3), a.dk_norm_weight = cli_job_out(j, 4);
-  if (o->all_grads) {
-    a.dproj_q = cli_job_out(j, 5), a.dproj_kv = cli_job_out(j, 6);
-    a.drope_cos = cli_job_out(j, 7), a.drope_sin = cli_job_out(j, 8);
-  }
+  a.dq_raw = cli_job_out(j, "dq_raw"), a.dk_raw = cli_job_out(j, "dk_raw"), a.dv_raw = cli_job_out(j, "dv_raw");
+  a.dq_norm_weight = cli_job_out(j, "dq_norm_weight"), a.dk_norm_weight = cli_job_out(j, "dk_norm_weight");
+  a.dproj_q = cli_job_out(j, "dproj_q"), a.dproj_kv = cli_job_out(j, "dproj_kv"); /* with --all-grads */
+  a.drope_cos = cli_job_out(j, "drope_cos"), a.drope_sin = cli_job_out(j, "drope_sin");
   a.profile = &prof;
   st = camdelta_prep_backward(j->ctx, &a, NULL);
   return cli_job_finish(j, st, "camdelta_prep_backward", &prof, detail);
@@ -268,8 +207,7 @@ static int run_scan(cli_job *j, const run_opts *o) {
     a.algorithm = o->c.algorithm;
     a.q = cli_job_in(j, iq), a.k = cli_job_in(j, ik), a.v = cli_job_in(j, iv);
     a.beta = cli_job_in(j, ib), a.decay = cli_job_in(j, idc), a.init_state = cli_job_in(j, iinit);
-    a.out = cli_job_out(j, 0);
-    if (o->final_state) a.final_state = cli_job_out(j, 1);
+    a.out = cli_job_out(j, "out"), a.final_state = cli_job_out(j, "final_state"); /* with --final-state */
     a.profile = &prof;
     a.used = &used;
     a.precision = o->precision;
@@ -293,9 +231,9 @@ static int run_scan(cli_job *j, const run_opts *o) {
   a.q = cli_job_in(j, iq), a.k = cli_job_in(j, ik), a.v = cli_job_in(j, iv);
   a.beta = cli_job_in(j, ib), a.decay = cli_job_in(j, idc), a.init_state = cli_job_in(j, iinit);
   a.grad_out = cli_job_in(j, igo), a.grad_final_state = cli_job_in(j, igf);
-  a.dq = cli_job_out(j, 0), a.dk = cli_job_out(j, 1), a.dv = cli_job_out(j, 2);
-  a.dbeta = cli_job_out(j, 3), a.ddecay = cli_job_out(j, 4);
-  if (has_init) a.dinit_state = cli_job_out(j, 5);
+  a.dq = cli_job_out(j, "dq"), a.dk = cli_job_out(j, "dk"), a.dv = cli_job_out(j, "dv");
+  a.dbeta = cli_job_out(j, "dbeta"), a.ddecay = cli_job_out(j, "ddecay");
+  a.dinit_state = cli_job_out(j, "dinit_state"); /* with init_state */
   a.profile = &prof;
   a.precision = o->precision;
   st = camdelta_scan_backward(j->ctx, &a, NULL);
@@ -324,7 +262,7 @@ static int only_for(const run_opts *o, const char *opt, int ok) {
 }
 
 int cmd_run(int argc, char **argv) {
-  if (cli_sp_requested(argc, argv)) return cmd_run_sp(argc, argv); /* tools/cmd_sp.c */
+  if (cli_sp_requested(argc, argv)) return cmd_run_sp(argc, argv); /* tools/cmd_run_sp.c */
   if (cli_is_branch_run(argc, argv)) return cmd_run_branch(argc, argv);
   run_opts o;
   memset(&o, 0, sizeof o);

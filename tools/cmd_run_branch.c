@@ -7,37 +7,6 @@
 
 #include "cli_job.h"
 
-void usage_run_branch(void) {
-  printf(
-      "\n"
-      "camera-branch operations (docs/branch.md; all f32):\n"
-      "  camera            in:  camera_conditions (B, T, 20) = c2w row-major (16), fx fy cx cy\n"
-      "                    out: proj_q proj_kv proj_o (B, N, 4, 4); rope_cos rope_sin (N, D/2)\n"
-      "                    needs --grid and --head-dim\n"
-      "  short-conv        in:  k_raw (B, N, H, D); conv_weight (H*D, 4); optional chunk_index\n"
-      "                    out: k_conv (B, N, H, D); needs --grid\n"
-      "  output-transform  in:  out (B, H, D, N); proj_o (B, N, 4, 4); rope_cos rope_sin (N, D/2)\n"
-      "                    out: y (B, N, H, D)\n"
-      "  branch            in:  q_raw k_raw v_raw (B, N, H, D); conv_weight (C, 4); q_norm_weight\n"
-      "                         k_norm_weight (C,); camera_conditions (B, T, 20); beta (B, H, T, S);\n"
-      "                         decay (B, H, T); optional chunk_index\n"
-      "                    out: y (B, N, H, D); needs --grid\n"
-      "  branch-backward   in:  the branch inputs plus grad_y (B, N, H, D)\n"
-      "                    out: dq_raw dk_raw dv_raw (B, N, H, D); dconv_weight (C, 4);\n"
-      "                         dq_norm_weight dk_norm_weight (C,); dbeta (B, H, T, S); ddecay (B, H, T)\n"
-      "options of these operations:\n"
-      "  --grid T,Hs,Ws           token grid: N = T*Hs*Ws tokens, S = Hs*Ws per frame\n"
-      "  --patch pt,ph,pw         patch size (default 1,1,1): focal lengths and centres / (pw, ph)\n"
-      "  --head-dim D             camera: head dim of the RoPE tables\n"
-      "  --chunk-size CS          chunk-causal conv and chunked reverse scan (default: one chunk)\n"
-      "  --chunk-strategy S       uniform (default), first_frame or first_chunk_plus_one\n"
-      "  chunk_index.npy          optional <i8 file of frame starts (first 0, increasing, < T): the\n"
-      "                           scan's chunks (the conv uses it only with --chunk-size)\n"
-      "  --k-scale X              branch: default D^-0.5 * S^-0.5\n"
-      "  --norm-eps E             branch: RMSNorm epsilon (default 1e-6)\n"
-      "  --algorithm A            branch: the scans' algorithm, auto (default), sequential or chunkwise\n");
-}
-
 typedef enum br_op { BR_CAMERA, BR_CONV, BR_OT, BR_BRANCH, BR_BACKWARD } br_op;
 
 static int op_of(const char *name, br_op *op) {
@@ -75,7 +44,7 @@ typedef struct br_opts {
   cli_run_opts c; /* --in --out --device --k-scale --norm-eps --algorithm --quiet */
   br_op op;
   size_t grid[3], patch[3], head_dim, chunk_size;
-  int have_grid, have_strategy;
+  int have_grid, have_patch, have_strategy;
   camdelta_chunk_strategy strategy;
 } br_opts;
 
@@ -91,14 +60,8 @@ static int add_output(cli_job *j, const char *name, int ndim, const size_t *shap
   return cli_job_output(j, name, CAMDELTA_NPY_F4, ndim, shape);
 }
 
-/* The grid must give N tokens (N from `from`). */
-static int check_grid(const br_opts *o, size_t N, const char *from) {
-  const size_t T = o->grid[0], Hs = o->grid[1], Ws = o->grid[2];
-  if (Hs > SIZE_MAX / Ws || T > SIZE_MAX / (Hs * Ws) || T * Hs * Ws != N)
-    return cli_error(CLI_EXIT_INPUT, "--grid %zu,%zu,%zu does not match N = %zu tokens of %s (expected T*Hs*Ws = N)",
-                     T, Hs, Ws, N, from);
-  return CLI_EXIT_OK;
-}
+/* The grid must give N tokens (N from `from`), within the operations' limit (cli_check_grid). */
+static int check_grid(const br_opts *o, size_t N, const char *from) { return cli_check_grid(o->grid, N, from); }
 
 /* Chunking from the options and the optional chunk_index file, validated for T frames (an input error names the
  * file). */
@@ -119,7 +82,7 @@ static int chunking_of(cli_job *j, const br_opts *o, size_t T, camdelta_chunking
     ch->chunk_index = (const int64_t *)n->data;
     ch->chunk_index_count = n->count;
   }
-  size_t *b = malloc((T + 1) * sizeof *b), nb;
+  size_t *b = calloc(T + 1, sizeof *b), nb; /* T <= CLI_MAX_TOKENS (check_grid) */
   if (!b) return cli_error(CLI_EXIT_FAILURE, "out of host memory");
   camdelta_status st = camdelta_chunk_bounds(T, ch, b, T + 1, &nb);
   free(b);
@@ -152,15 +115,21 @@ static int run_camera(cli_job *j, const br_opts *o) {
                      "--grid", j->in[icc].path, s[0], s[1], s[2], T);
   if (D < 8 || D > 128 || D % 8)
     return cli_error(CLI_EXIT_INPUT, "--head-dim %zu unsupported (expected a multiple of 8 in [8, 128])", D);
-  const size_t N = T * Hs * Ws, bn44[4] = {B, N, 4, 4}, ndh[2] = {N, D / 2};
+  size_t N = 0, S = 0;
+  if (!camdelta_size_mul(&S, Hs, Ws) || !camdelta_size_mul(&N, T, S) || N > CLI_MAX_TOKENS)
+    return cli_error(CLI_EXIT_INPUT, "--grid %zu,%zu,%zu: N = T*Hs*Ws exceeds the operations' limit of 2^32-1 tokens",
+                     T, Hs, Ws);
+  const size_t bn44[4] = {B, N, 4, 4}, ndh[2] = {N, D / 2};
   if ((rc = cli_job_start(j)) || (rc = add_output(j, "proj_q", 4, bn44)) ||
       (rc = add_output(j, "proj_kv", 4, bn44)) || (rc = add_output(j, "proj_o", 4, bn44)) ||
       (rc = add_output(j, "rope_cos", 2, ndh)) || (rc = add_output(j, "rope_sin", 2, ndh)))
     return rc;
   camdelta_profile prof = {0, 0};
-  const camdelta_camera_args a = {B, T, Hs, Ws, o->patch[0], o->patch[1], o->patch[2], D, cli_job_in(j, icc),
-                                  cli_job_out(j, 0), cli_job_out(j, 1), cli_job_out(j, 2), cli_job_out(j, 3),
-                                  cli_job_out(j, 4), &prof};
+  const camdelta_camera_args a = {.B = B, .T = T, .Hs = Hs, .Ws = Ws, .pt = o->patch[0], .ph = o->patch[1],
+                                  .pw = o->patch[2], .D = D, .camera_conditions = cli_job_in(j, icc),
+                                  .proj_q = cli_job_out(j, "proj_q"), .proj_kv = cli_job_out(j, "proj_kv"),
+                                  .proj_o = cli_job_out(j, "proj_o"), .rope_cos = cli_job_out(j, "rope_cos"),
+                                  .rope_sin = cli_job_out(j, "rope_sin"), .profile = &prof};
   char detail[256];
   snprintf(detail, sizeof detail, "B=%zu grid %zux%zux%zu patch %zu,%zu,%zu D=%zu", B, T, Hs, Ws, o->patch[0],
            o->patch[1], o->patch[2], D);
@@ -173,14 +142,16 @@ static int run_conv(cli_job *j, const br_opts *o) {
   if ((rc = load(j, "k_raw", -4, NULL, "(B, N, H, D)", &ik))) return rc;
   const size_t *s = j->in[ik].npy.shape, B = s[0], N = s[1], H = s[2], D = s[3];
   if ((rc = check_grid(o, N, j->in[ik].path))) return rc;
+  /* H*D divides the element count of the file just read: no overflow */
   const size_t C = H * D, c4[2] = {C, 4}, bnhd[4] = {B, N, H, D};
   if ((rc = load(j, "conv_weight", 2, c4, "(C, 4) with C = H*D", &iw))) return rc;
   camdelta_chunking ch;
   if ((rc = chunking_of(j, o, o->grid[0], &ch))) return rc;
   if ((rc = cli_job_start(j)) || (rc = add_output(j, "k_conv", 4, bnhd))) return rc;
   camdelta_profile prof = {0, 0};
-  const camdelta_short_conv_args a = {B, o->grid[0], o->grid[1] * o->grid[2], C, ch, cli_job_in(j, ik),
-                                      cli_job_in(j, iw), cli_job_out(j, 0), {NULL, 0}, {NULL, 0}, {NULL, 0}, &prof};
+  const camdelta_short_conv_args a = {.B = B, .T = o->grid[0], .S = o->grid[1] * o->grid[2], .C = C, .chunking = ch,
+                                      .k_raw = cli_job_in(j, ik), .conv_weight = cli_job_in(j, iw),
+                                      .k_conv = cli_job_out(j, "k_conv"), .profile = &prof};
   char detail[256], cs[96];
   chunk_str(cs, sizeof cs, &ch);
   snprintf(detail, sizeof detail, "B=%zu T=%zu S=%zu C=%zu, %s", B, o->grid[0], o->grid[1] * o->grid[2], C, cs);
@@ -197,9 +168,9 @@ static int run_ot(cli_job *j) {
     return rc;
   if ((rc = cli_job_start(j)) || (rc = add_output(j, "y", 4, bnhd))) return rc;
   camdelta_profile prof = {0, 0};
-  const camdelta_output_transform_args a = {B, N, H, D, cli_job_in(j, io), {NULL, 0}, cli_job_in(j, ip),
-                                            cli_job_in(j, ic), cli_job_in(j, is), cli_job_out(j, 0), {NULL, 0},
-                                            {NULL, 0}, &prof};
+  const camdelta_output_transform_args a = {.B = B, .N = N, .H = H, .D = D, .out = cli_job_in(j, io),
+                                            .proj_o = cli_job_in(j, ip), .rope_cos = cli_job_in(j, ic),
+                                            .rope_sin = cli_job_in(j, is), .y = cli_job_out(j, "y"), .profile = &prof};
   char detail[128];
   snprintf(detail, sizeof detail, "B=%zu N=%zu H=%zu D=%zu", B, N, H, D);
   return cli_job_finish(j, camdelta_output_transform_forward(j->ctx, &a), "camdelta_output_transform_forward", &prof,
@@ -213,6 +184,7 @@ static int run_branch(cli_job *j, const br_opts *o) {
   if ((rc = load(j, "q_raw", -4, NULL, "(B, N, H, D)", &iq))) return rc;
   const size_t *s = j->in[iq].npy.shape, B = s[0], N = s[1], H = s[2], D = s[3];
   if ((rc = check_grid(o, N, j->in[iq].path))) return rc;
+  /* S divides N and H*D the element count of the file just read: no overflow */
   const size_t T = o->grid[0], S = o->grid[1] * o->grid[2], C = H * D;
   const size_t bnhd[4] = {B, N, H, D}, c4[2] = {C, 4}, c1[1] = {C}, bt20[3] = {B, T, 20}, bhts[4] = {B, H, T, S},
                bht[3] = {B, H, T};
@@ -250,7 +222,7 @@ static int run_branch(cli_job *j, const br_opts *o) {
            o->grid[2], cs, k_scale);
   if (!backward) {
     if ((rc = add_output(j, "y", 4, bnhd))) return rc;
-    a.y = cli_job_out(j, 0);
+    a.y = cli_job_out(j, "y");
     a.profile = &prof;
     return cli_job_finish(j, camdelta_branch_forward(j->ctx, &a, NULL), "camdelta_branch_forward", &prof, detail);
   }
@@ -259,9 +231,16 @@ static int run_branch(cli_job *j, const br_opts *o) {
       (rc = add_output(j, "dq_norm_weight", 1, c1)) || (rc = add_output(j, "dk_norm_weight", 1, c1)) ||
       (rc = add_output(j, "dbeta", 4, bhts)) || (rc = add_output(j, "ddecay", 3, bht)))
     return rc;
-  camdelta_branch_grads g = {cli_job_in(j, igy), cli_job_out(j, 0), cli_job_out(j, 1), cli_job_out(j, 2),
-                             cli_job_out(j, 3),  cli_job_out(j, 4), cli_job_out(j, 5), cli_job_out(j, 6),
-                             cli_job_out(j, 7),  &prof};
+  camdelta_branch_grads g = {.grad_y = cli_job_in(j, igy),
+                             .dq_raw = cli_job_out(j, "dq_raw"),
+                             .dk_raw = cli_job_out(j, "dk_raw"),
+                             .dv_raw = cli_job_out(j, "dv_raw"),
+                             .dconv_weight = cli_job_out(j, "dconv_weight"),
+                             .dq_norm_weight = cli_job_out(j, "dq_norm_weight"),
+                             .dk_norm_weight = cli_job_out(j, "dk_norm_weight"),
+                             .dbeta = cli_job_out(j, "dbeta"),
+                             .ddecay = cli_job_out(j, "ddecay"),
+                             .profile = &prof};
   return cli_job_finish(j, camdelta_branch_backward(j->ctx, &a, &g, NULL), "camdelta_branch_backward", &prof, detail);
 }
 
@@ -284,7 +263,8 @@ int cmd_run_branch(int argc, char **argv) {
       continue;
     }
     if ((r = cli_value(&a, "--patch", &v))) {
-      if (r < 0 || !cli_parse_sizes("--patch", v, 3, o.patch, "pt,ph,pw")) return CLI_EXIT_USAGE;
+      if (r < 0 || !cli_parse_patch(v, o.patch)) return CLI_EXIT_USAGE;
+      o.have_patch = 1;
       continue;
     }
     if ((r = cli_value(&a, "--head-dim", &v))) {
@@ -319,6 +299,11 @@ int cmd_run_branch(int argc, char **argv) {
                      o.c.op_name);
   if (o.head_dim && o.op != BR_CAMERA)
     return cli_error(CLI_EXIT_USAGE, "run %s: --head-dim applies to camera only (D comes from the files)", o.c.op_name);
+  if (o.have_grid && o.op == BR_OT)
+    return cli_error(CLI_EXIT_USAGE, "run output-transform: --grid does not apply (N comes from the files)");
+  if (o.have_patch && o.op != BR_CAMERA && !branch)
+    return cli_error(CLI_EXIT_USAGE, "run %s: --patch applies to camera, branch and branch-backward only",
+                     o.c.op_name);
   cli_job *j = cli_job_new(&o.c);
   if (!j) return cli_error(CLI_EXIT_FAILURE, "out of host memory");
   int rc;

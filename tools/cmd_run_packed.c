@@ -89,7 +89,7 @@ int cmd_run_packed(int backward, const char *in, const char *outdir, const char 
   camdelta_profile prof = {0, 0};
   camdelta_scan_algorithm used = alg;
   if (!rc) {
-    const camdelta_packed_clips pc = {fo, co, clips, N, NULL};
+    const camdelta_packed_clips pc = {.frame_offsets = fo, .clip_offsets = co, .clips = clips, .tokens = N};
     camdelta_status st;
     if (!backward) {
       camdelta_scan_args a;

@@ -1,29 +1,13 @@
 /* camdelta tune: sweeps the tile parameters of the scan's tensor-core kernel families on the current device
  * for one shape, one family at a time (gram, apply, frames), prints the winners as a table entry for
- * src/tune/params.c and, with --save, stores them in the cache folder where the library picks them up. */
+ * src/scan/tc_params.c and, with --save, stores them in the cache folder where the library picks them up. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cli_common.h"
-
-void usage_tune(void) {
-  printf("usage: camdelta tune [--shape NAME|B,H,D,F,S] [--device SEL] [--reps N] [--save]\n"
-         "\n"
-         "Times the scan's tensor-core kernel families (gram: phase A and the backward's\n"
-         "W, A, U; apply: phase C and dq; frames: the backward's per-token kernel) with\n"
-         "candidate tiles on the current device, one family at a time, keeping each\n"
-         "winner, and prints the entry for the per-device table (src/tune/params.c).\n"
-         "Devices without the tensor-core path keep the FMA kernels (nothing to tune here).\n"
-         "\n"
-         "options:\n"
-         "  --shape S     sana480 (default), sana720, d64, or B,H,D,F,S\n"
-         "  --precision P exact (default) or tf32: the arithmetic timed\n"
-         "  --reps N      timed runs per candidate (default 5, after one warm-up)\n"
-         "  --save        store the winners for this D in the cache folder; later\n"
-         "                contexts on this device use them (in both precisions)\n");
-}
+#include "usage.h"
 
 typedef struct tune_bufs {
   cl_mem q, k, v, beta, decay, out, go, dq, dk, dv, dbeta, ddecay;
@@ -91,8 +75,7 @@ int cmd_tune(int argc, char **argv) {
     } else if ((r = cli_value(&a, "--device", &device))) {
       if (r < 0) return CLI_EXIT_USAGE;
     } else if ((r = cli_value(&a, "--reps", &v))) {
-      if (r < 0 || !cli_parse_size("--reps", v, &reps)) return CLI_EXIT_USAGE;
-      if (reps < 1 || reps > 64) return cli_error(CLI_EXIT_USAGE, "tune: --reps must be in [1, 64]");
+      if (r < 0 || !cli_parse_count("--reps", v, 1, 64, &reps)) return CLI_EXIT_USAGE;
     } else if ((r = cli_value(&a, "--precision", &v))) {
       if (r < 0 || !cli_parse_precision(v, &prec)) return CLI_EXIT_USAGE;
     } else if (cli_flag(&a, "--save")) {
@@ -104,21 +87,25 @@ int cmd_tune(int argc, char **argv) {
       return cli_error(CLI_EXIT_USAGE, "tune: unknown option '%s' (see 'camdelta help tune')", argv[a.i]);
     }
   }
-  size_t s[5];
-  unsigned long u[5];
-  char tail;
-  if (strcmp(shape, "sana480") == 0) s[0] = 1, s[1] = 20, s[2] = 112, s[3] = 21, s[4] = 1560;
-  else if (strcmp(shape, "sana720") == 0) s[0] = 1, s[1] = 20, s[2] = 112, s[3] = 21, s[4] = 3600;
-  else if (strcmp(shape, "d64") == 0) s[0] = 1, s[1] = 20, s[2] = 64, s[3] = 21, s[4] = 1560;
-  else if (sscanf(shape, "%lu,%lu,%lu,%lu,%lu%c", &u[0], &u[1], &u[2], &u[3], &u[4], &tail) == 5 && u[0] && u[1] &&
-           u[2] && u[3] && u[4])
-    for (int i = 0; i < 5; i++) s[i] = u[i];
-  else
-    return cli_error(CLI_EXIT_USAGE, "tune: unknown shape '%s' (sana480, sana720, d64 or B,H,D,F,S)", shape);
+  cli_shape sh; /* the strict parser and the operations' limits (cli_shape.h) */
+  if (!cli_parse_shape("tune", "--shape", shape, 1, &sh)) return CLI_EXIT_USAGE;
+  const size_t s[5] = {sh.B, sh.H, sh.D, sh.F, sh.S};
 
-  camdelta_context *ctx = NULL;
-  int rc = cli_context(&ctx, device);
+  /* every size below is a factor of B*H*D*F*S, checked by cli_check_shape */
+  const size_t tok = s[0] * s[1] * s[2] * s[3] * s[4], gates = s[0] * s[1] * s[3] * s[4], bhf = s[0] * s[1] * s[3];
+  cli_budget bud = {0, 0, 0, 0};
+  cli_budget_device(&bud, 7, tok, 4);
+  cli_budget_device(&bud, 2, gates, 4);
+  cli_budget_device(&bud, 2, bhf, 4);
+  cli_budget_host(&bud, 1, tok, 4);
+  int rc = cli_budget_check(&bud, NULL, "tune: this shape"); /* the host, no device yet */
   if (rc) return rc;
+  camdelta_context *ctx = NULL;
+  if ((rc = cli_context(&ctx, device))) return rc;
+  if ((rc = cli_budget_check(&bud, ctx, "tune: this shape"))) {
+    camdelta_context_destroy(ctx);
+    return rc;
+  }
   camdelta_device_info info;
   camdelta_context_info(ctx, &info);
   printf("camdelta tune: B=%zu H=%zu D=%zu F=%zu S=%zu, precision %s, on %s (%s)\n", s[0], s[1], s[2], s[3], s[4],
@@ -139,7 +126,6 @@ int cmd_tune(int argc, char **argv) {
     camdelta_context_destroy(ctx);
     return CLI_EXIT_OK;
   }
-  const size_t tok = s[0] * s[1] * s[2] * s[3] * s[4], gates = s[0] * s[1] * s[3] * s[4], bhf = s[0] * s[1] * s[3];
   unsigned seed = 777;
   tune_bufs b;
   b.q = rnd(ctx, tok, -0.1f, 0.1f, &seed), b.k = rnd(ctx, tok, -0.1f, 0.1f, &seed), b.v = rnd(ctx, tok, -1, 1, &seed);
@@ -216,7 +202,7 @@ int cmd_tune(int argc, char **argv) {
     }
   }
   if (!rc) {
-    printf("\ntable entry (src/tune/params.c):\n");
+    printf("\ntable entry (src/scan/tc_params.c):\n");
     for (int f = 0; f < 3; f++) {
       char now[160];
       if (camdelta_tune_get(ctx, fam[f].name, s[2], now, sizeof now) == CAMDELTA_OK) {

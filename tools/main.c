@@ -3,37 +3,7 @@
 #include <string.h>
 
 #include "cli_common.h"
-
-static void usage_main(FILE *f) {
-  fprintf(f,
-          "usage: camdelta <command> [options]\n"
-          "\n"
-          "The camera branch of a video diffusion model's linear attention (UCPE\n"
-          "single-path delta rule) on any OpenCL device.\n"
-          "\n"
-          "commands:\n"
-          "  info [--device SEL]            platforms, devices, the chosen device, its\n"
-          "                                 extensions and the kernel cache folder\n"
-          "  run OP --in DIR --out DIR ...  run one operation (prep, scan, scan-backward,\n"
-          "                                 prep-backward) on NumPy .npy files\n"
-          "  demo [--shape B,H,D,F,S]       the main job: a synthetic camera orbit through\n"
-          "                                 prep, causal and reverse scan and their\n"
-          "                                 backward, checked against the f64 reference\n"
-          "  bench [--shape NAME]...        kernel times, GB/s and TFLOP/s per operation\n"
-          "  tune [--shape NAME] [--save]   sweep the scan's tensor-core tiles on this device\n"
-          "  cache list|clear|warm|dir      the on-disk kernel cache\n"
-          "  help [COMMAND]                 this text, or a command's options\n"
-          "  --version                      print the version\n"
-          "\n"
-          "Device selector SEL (also the environment variable CAMDELTA_DEVICE): P:D\n"
-          "(platform and device index, as `camdelta info` lists them), gpu, cpu,\n"
-          "accelerator, or a case-insensitive part of the platform or device name or\n"
-          "vendor. Default: the first GPU, else the first device.\n"
-          "\n"
-          "exit status: 0 success, 1 other failure (e.g. an output file cannot be\n"
-          "written), 2 usage error, 3 bad input (missing file, wrong dtype or shape),\n"
-          "4 device or OpenCL error.\n");
-}
+#include "usage.h"
 
 static int version(void) {
   printf("camdelta %s (library %s)\n", CAMDELTA_VERSION_STRING, camdelta_version_string());

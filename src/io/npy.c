@@ -472,15 +472,10 @@ static int write_all(int fd, const void *buf, size_t n) {
   return 1;
 }
 
-camdelta_status camdelta_npy_write_temp(const char *path, camdelta_npy_type type, int ndim, const size_t *shape,
-                                        const void *data, char *tmp_path, size_t tmp_size) {
-  cd_clear_error();
-  if (!path || !tmp_path || tmp_size == 0)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_npy_write_temp: '%s' is NULL or empty",
-                   path ? "tmp_path" : "path");
-  tmp_path[0] = '\0';
-  char name[1200];
-  cd_escape(path, (size_t)-1, name, sizeof name);
+/* The arguments of a write, checked, and the header formatted: *hl header bytes, *bytes data bytes. `name` is the
+ * escaped file name for the messages. */
+static camdelta_status write_prepare(const char *name, camdelta_npy_type type, int ndim, const size_t *shape,
+                                     const void *data, char header[640], size_t *hl, size_t *bytes) {
   if (!type_descr(type))
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_npy_write: %s: unknown type %d", name, (int)type);
   if (ndim < 0 || ndim > CAMDELTA_NPY_MAX_DIMS)
@@ -488,13 +483,41 @@ camdelta_status camdelta_npy_write_temp(const char *path, camdelta_npy_type type
                    CAMDELTA_NPY_MAX_DIMS);
   if (ndim > 0 && !shape)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_npy_write: %s: 'shape' is NULL", name);
-  size_t count, bytes;
-  if (!cd_prod(&count, ndim, shape) || !cd_mul(&bytes, count, type_size(type)))
+  size_t count;
+  if (!cd_prod(&count, ndim, shape) || !cd_mul(bytes, count, type_size(type)))
     return cd_fail(CAMDELTA_ERROR_OVERFLOW, "camdelta_npy_write: %s: the element count overflows size_t", name);
-  if (bytes && !data) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_npy_write: %s: 'data' is NULL", name);
-  char header[640];
-  size_t hl = format_header(header, sizeof header, type, ndim, shape);
-  if (!hl) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_npy_write: %s: header too long", name);
+  if (*bytes && !data) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_npy_write: %s: 'data' is NULL", name);
+  *hl = format_header(header, 640, type, ndim, shape);
+  if (!*hl) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_npy_write: %s: header too long", name);
+  return CAMDELTA_OK;
+}
+
+camdelta_status camdelta_npy_write_fd(int fd, const char *name, camdelta_npy_type type, int ndim, const size_t *shape,
+                                      const void *data) {
+  cd_clear_error();
+  char shown[1200], header[640];
+  cd_escape(name ? name : "(file)", (size_t)-1, shown, sizeof shown);
+  if (fd < 0) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_npy_write_fd: %s: 'fd' is %d", shown, fd);
+  size_t hl, bytes;
+  camdelta_status st = write_prepare(shown, type, ndim, shape, data, header, &hl, &bytes);
+  if (st) return st;
+  if (!write_all(fd, header, hl) || (bytes && !write_all(fd, data, bytes)) || fsync(fd) != 0)
+    return cd_fail(CAMDELTA_ERROR_IO, "%s: write failed: %s", shown, strerror(errno));
+  return CAMDELTA_OK;
+}
+
+camdelta_status camdelta_npy_write_temp(const char *path, camdelta_npy_type type, int ndim, const size_t *shape,
+                                        const void *data, char *tmp_path, size_t tmp_size) {
+  cd_clear_error();
+  if (!path || !tmp_path || tmp_size == 0)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_npy_write_temp: '%s' is NULL or empty",
+                   path ? "tmp_path" : "path");
+  tmp_path[0] = '\0';
+  char name[1200], header[640];
+  cd_escape(path, (size_t)-1, name, sizeof name);
+  size_t hl, bytes;
+  camdelta_status st = write_prepare(name, type, ndim, shape, data, header, &hl, &bytes);
+  if (st) return st;
   struct stat sb;
   if (lstat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
     return cd_fail(CAMDELTA_ERROR_IO, "%s: cannot write: a folder is in the way", name);

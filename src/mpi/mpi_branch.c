@@ -1,19 +1,19 @@
 /* The whole camera branch over MPI (include/camdelta_mpi.h): each rank holds a contiguous share of every
- * sequence's frames. The single-device branch (src/ops/branch.c) runs on the rank's frames with the chunking of
- * the whole sequence (masks and conv segments from global frame indices, RoPE angles from global frame
- * indices) and reaches the other ranks through the hooks of src/ops/branch_sp.h, implemented here:
+ * sequence's frames. It runs the branch on its part of the sequence (camdelta_branch_run_forward / _backward,
+ * include/camdelta_phases.h: the chunking of the whole sequence, masks and conv segments and RoPE angles from the
+ * sequence's frame indices) and provides what the run asks for between its stages:
  *   - the two scans and their backward: camdelta_mpi_scan_forward / _backward (D x D summaries only; the
  *     chunk-masked reverse scan needs nothing more: a frame whose beta'_r and decay_r are zero drops its
  *     incoming state, so its chaining across ranks is that of one device);
- *   - the short conv's halo (extend): up to 3 raw K frames (forward) or dk_conv frames (backward) on each side,
- *     only those the conv reads (src/ops/branch.c, halo_wants); the ranks all-gather how many frames each needs on
- *     each side, then each owner sends exactly those frames to their requester, device to device through pinned
- *     staging, point to point and pipelined in chunks (cd_xfer; a halo may span several ranks when ranks hold
- *     fewer than 3 frames), into an extended buffer kept per communicator (scratch, mpi_stage.h);
+ *   - the short conv's halo: up to 3 raw K frames (forward) or dk_conv frames (backward) on each side, only those
+ *     the conv reads; the ranks all-gather how many frames each needs on each side, then each owner sends exactly
+ *     those frames to their requester, device to device through pinned staging, point to point and pipelined in
+ *     chunks (cd_xfer; a halo may span several ranks when ranks hold fewer than 3 frames), into the run's extended
+ *     frames;
  *   - sums over all frames (dconv_weight, dq_norm_weight, dk_norm_weight): each rank's partial is all-gathered
  *     and summed in rank order, so every rank holds the same bits run to run.
- * Every hook first agrees on a status over the ranks, so all ranks return the same status and no rank waits
- * in a collective that another one skipped. */
+ * The ranks agree on a status after every stage of the run, so all ranks return the same status and no rank
+ * waits in a collective that another one skipped. */
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -21,9 +21,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "../ops/branch_sp.h"
 #include "camdelta_helpers.h"
 #include "camdelta_mpi.h"
+#include "camdelta_phases.h"
 #include "mpi_agree.h"
 #include "mpi_stage.h"
 
@@ -32,7 +32,7 @@ typedef struct bsp {
   int P, rank;
   size_t *first, *count; /* every rank's frames */
   camdelta_mpi_timing tm; /* summed over the call's scans, halos and reductions (see camdelta_mpi.h) */
-  cd_stage *stg;          /* the communicator's staging (mpi_stage.h), from the first hook that needs it */
+  cd_stage *stg;          /* the communicator's staging (mpi_stage.h), from the first exchange that needs it */
 } bsp;
 
 static double now_ms(void) { return cd_mpi_now_ms(); }
@@ -43,36 +43,13 @@ static void add_scan(bsp *c, const camdelta_mpi_timing *t) {
   c->tm.d2h_ms += t->d2h_ms, c->tm.mpi_ms += t->mpi_ms, c->tm.h2d_ms += t->h2d_ms;
 }
 
-static camdelta_status agree(void *user, camdelta_status st) {
-  const bsp *c = user;
-  return cd_mpi_agree(c->comm, c->rank, c->P, st);
-}
+static camdelta_status agree(const bsp *c, camdelta_status st) { return cd_mpi_agree(c->comm, c->rank, c->P, st); }
 
-/* A hook's first agreement: the wait for the other ranks. */
+/* The agreement after each stage of the run: the wait for the other ranks. */
 static camdelta_status agree_timed(bsp *c, camdelta_status st) {
   const double t0 = now_ms();
   st = agree(c, st);
   c->tm.wait_ms += now_ms() - t0;
-  return st;
-}
-
-static camdelta_status scan_forward(void *user, camdelta_status st, camdelta_context *ctx,
-                                    const camdelta_scan_args *args, camdelta_scan_saved *saved) {
-  bsp *c = user;
-  if ((st = agree_timed(c, st))) return st;
-  camdelta_mpi_timing t;
-  st = camdelta_mpi_scan_forward(ctx, args, saved, c->comm, &t);
-  if (!st) add_scan(c, &t);
-  return st;
-}
-
-static camdelta_status scan_backward(void *user, camdelta_status st, camdelta_context *ctx,
-                                     const camdelta_scan_backward_args *args, const camdelta_scan_saved *saved) {
-  bsp *c = user;
-  if ((st = agree_timed(c, st))) return st;
-  camdelta_mpi_timing t;
-  st = camdelta_mpi_scan_backward(ctx, args, saved, c->comm, &t);
-  if (!st) add_scan(c, &t);
   return st;
 }
 
@@ -82,58 +59,26 @@ static camdelta_status stage(bsp *c, camdelta_context *ctx) {
   return c->stg ? CAMDELTA_OK : cd_stage_get(c->comm, ctx, &c->stg);
 }
 
-static const int DEV_SLOT[4] = {CD_DEV_EXT0, CD_DEV_EXT1, CD_DEV_EXT2, CD_DEV_SMALL};
-
-static camdelta_status scratch(void *user, camdelta_context *ctx, int slot, size_t bytes, cl_mem *out) {
-  bsp *c = user;
-  *out = NULL;
-  if (slot < 0 || slot > 3) return camdelta_set_error(CAMDELTA_ERROR_INVALID_ARGUMENT, "scratch: internal: slot %d", slot);
-  camdelta_status st = stage(c, ctx);
-  return st ? st : cd_stage_dev(c->stg, DEV_SLOT[slot], bytes, out);
-}
-
 /* The halo, point to point through pinned staging (cd_xfer): every rank's wants are all-gathered (with its
- * status: the wait for the other ranks), then each rank sends every requester exactly the frames of its own that
- * the requester wants (one region per batch and side; they lie in its first or last min(3, F) frames) and
- * receives its own halo from their owners straight into the extended buffer. */
+ * status), then each rank sends every requester exactly the frames of its own that the requester wants (one region
+ * per batch and side; they lie in its first or last min(3, F) frames, which the run's extended frames hold at
+ * [at, at + T)) and receives its own halo from their owners straight into its extended frames. */
 enum { HW_ST, HW_LEFT, HW_RIGHT, HW_N };
 
-static camdelta_status extend(void *user, camdelta_status st, camdelta_context *ctx, int slot, size_t B, size_t fs,
-                              camdelta_buffer x, size_t T, size_t Te, size_t nl, size_t want_left,
-                              size_t want_right, cl_mem *ext) {
-  bsp *c = user;
-  *ext = NULL;
+static camdelta_status halo(bsp *c, camdelta_context *ctx, const camdelta_branch_request *rq) {
   const int P = c->P, me = c->rank;
-  const size_t f0 = c->first[me], f1 = f0 + c->count[me], e0 = f0 - nl;
+  const size_t B = rq->halo_batches, fs = rq->halo_floats, Te = rq->halo_frames, nl = rq->halo_at;
+  const size_t want_left = rq->halo_before, want_right = rq->halo_after, T = c->count[me];
+  const size_t f0 = c->first[me], f1 = f0 + T, e0 = f0 - nl;
+  cl_mem ext = rq->halo;
   int64_t *need = NULL;
-  if (!st) st = stage(c, ctx);
-  if (!st && (slot < 0 || slot > 2 || nl > f0 || want_left > nl || T != c->count[me] || Te < nl + T ||
-              want_right > Te - nl - T))
-    st = camdelta_set_error(CAMDELTA_ERROR_INVALID_ARGUMENT, "halo: internal: slot %d, %zu/%zu/%zu frames", slot, nl,
-                            want_left, want_right);
-  if (!st) st = cd_stage_dev(c->stg, DEV_SLOT[slot], B * Te * fs * 4, ext);
+  camdelta_status st = stage(c, ctx);
+  if (!st && (nl > f0 || want_left > nl || Te < nl + T || want_right > Te - nl - T))
+    st = camdelta_set_error(CAMDELTA_ERROR_INVALID_ARGUMENT, "halo: internal: %zu/%zu/%zu frames", nl, want_left,
+                            want_right);
   if (!st && !(need = cd_stage_arr(c->stg, CD_ARR_LAYOUT, (size_t)P * HW_N * sizeof *need)))
     st = CAMDELTA_ERROR_OUT_OF_MEMORY;
-  /* this rank's frames and the zeros, enqueued before waiting for the others */
-  const cl_command_queue q = camdelta_context_queue(ctx);
-  for (size_t b = 0; b < B && !st; b++) {
-    const float zero = 0.0f;
-    const size_t fb = fs * 4, base = b * Te * fb, lo = nl - want_left, hi = nl + T + want_right;
-    cl_int err = clEnqueueCopyBuffer(q, x.mem, *ext, (x.offset + b * T * fs) * 4, base + nl * fb, T * fb, 0, NULL,
-                                     NULL);
-    if (err == CL_SUCCESS && lo) err = clEnqueueFillBuffer(q, *ext, &zero, 4, base, lo * fb, 0, NULL, NULL);
-    if (err == CL_SUCCESS && hi < Te)
-      err = clEnqueueFillBuffer(q, *ext, &zero, 4, base + hi * fb, (Te - hi) * fb, 0, NULL, NULL);
-    if (err != CL_SUCCESS)
-      st = camdelta_set_error(CAMDELTA_ERROR_OPENCL, "halo: copying frames: %s", camdelta_cl_error_name(err));
-  }
-  /* the local work before (the kernels that make x) ends here, as local compute: the reads below then time
-   * only themselves */
-  if (!st) {
-    const cl_int err = clFinish(q);
-    if (err != CL_SUCCESS) st = camdelta_set_error(CAMDELTA_ERROR_OPENCL, "halo: %s", camdelta_cl_error_name(err));
-  }
-  /* the wants and statuses of every rank: the wait */
+  /* the wants and statuses of every rank */
   const double tw = now_ms();
   int64_t mine[HW_N] = {st, (int64_t)want_left, (int64_t)want_right};
   int ok = need != NULL, all_ok = 0;
@@ -191,7 +136,7 @@ static camdelta_status extend(void *user, camdelta_status st, camdelta_context *
         const size_t a = g0 > f0 ? g0 : f0, b = g0 + want < f1 ? g0 + want : f1;
         if (a >= b) continue;
         for (size_t bb = 0; bb < B; bb++) {
-          src[ns] = (cd_xregion){x.mem, (x.offset + (bb * T + (a - f0)) * fs) * 4, (b - a) * fs * 4};
+          src[ns] = (cd_xregion){ext, (bb * Te + nl + (a - f0)) * fs * 4, (b - a) * fs * 4};
           snd[ns] = (cd_xsend){ns, r};
           ns++;
         }
@@ -205,7 +150,7 @@ static camdelta_status extend(void *user, camdelta_status st, camdelta_context *
         const size_t a = g0 > o0 ? g0 : o0, b = g0 + want < o1 ? g0 + want : o1;
         if (a >= b) continue;
         for (size_t bb = 0; bb < B; bb++)
-          rcv[nr++] = (cd_xrecv){{*ext, (bb * Te + (a - e0)) * fs * 4, (b - a) * fs * 4}, o};
+          rcv[nr++] = (cd_xrecv){{ext, (bb * Te + (a - e0)) * fs * 4, (b - a) * fs * 4}, o};
       }
     }
     xf.s = c->stg, xf.ctx = ctx, xf.comm = c->comm, xf.host_send = CD_HOST_HALO_SEND;
@@ -228,9 +173,8 @@ static camdelta_status extend(void *user, camdelta_status st, camdelta_context *
 
 /* dst <- the sum over the ranks of src (n floats), in rank order: each rank's partial to pinned memory, all-gathered,
  * summed on the host, written back. */
-static camdelta_status reduce(void *user, camdelta_status st, camdelta_context *ctx, camdelta_buffer src,
-                              camdelta_buffer dst, size_t n) {
-  bsp *c = user;
+static camdelta_status reduce(bsp *c, camdelta_context *ctx, camdelta_buffer src, camdelta_buffer dst, size_t n) {
+  camdelta_status st = CAMDELTA_OK;
   float *h = NULL;
   const cl_command_queue q = camdelta_context_queue(ctx);
   if (!st) st = stage(c, ctx);
@@ -288,10 +232,10 @@ static uint32_t fbits(float f) {
 }
 
 /* Checks MPI, gathers every rank's descriptor and frame count, checks that the calls match. */
-static camdelta_status setup(bsp *c, cd_branch_sp *sp, MPI_Comm comm, const char *op,
+static camdelta_status setup(bsp *c, camdelta_branch_part *part, MPI_Comm comm, const char *op,
                              const camdelta_branch_args *a, int has_saved, int grads) {
   memset(c, 0, sizeof *c);
-  memset(sp, 0, sizeof *sp);
+  memset(part, 0, sizeof *part);
   camdelta_set_error(CAMDELTA_OK, "%s", "");
   int inited = 0;
   MPI_Initialized(&inited);
@@ -350,9 +294,7 @@ static camdelta_status setup(bsp *c, cd_branch_sp *sp, MPI_Comm comm, const char
   free(all);
   st = agree(c, st);
   if (st) return st;
-  sp->T_global = T, sp->f0 = c->first[c->rank], sp->user = c;
-  sp->agree = agree, sp->scan_forward = scan_forward, sp->scan_backward = scan_backward, sp->extend = extend;
-  sp->scratch = scratch, sp->reduce = reduce;
+  part->frames = T, part->first = c->first[c->rank];
   return CAMDELTA_OK;
 }
 
@@ -361,7 +303,35 @@ static void cleanup(bsp *c) {
   c->first = c->count = NULL;
 }
 
-/* The call's timing from the sums of its hooks: what is neither waiting nor exchanging is local compute. */
+/* Runs this rank's part of a branch call (`run`, created with status st) to its end, providing what it asks for
+ * between its stages; collective: the ranks agree after every stage. */
+static camdelta_status drive(bsp *c, camdelta_context *ctx, camdelta_branch_run *run, camdelta_status st) {
+  for (;;) {
+    camdelta_branch_request rq;
+    memset(&rq, 0, sizeof rq);
+    if (!st) st = camdelta_branch_run_next(run, &rq);
+    /* the stage's device work ends here, as local compute, before the exchange it needs */
+    if (!st && (rq.need == CAMDELTA_BRANCH_NEED_HALO || rq.need == CAMDELTA_BRANCH_NEED_SUM)) st = camdelta_finish(ctx);
+    st = agree_timed(c, st);
+    if (st || rq.need == CAMDELTA_BRANCH_NEED_NOTHING) return st;
+    camdelta_mpi_timing t;
+    switch (rq.need) {
+      case CAMDELTA_BRANCH_NEED_HALO: st = halo(c, ctx, &rq); break;
+      case CAMDELTA_BRANCH_NEED_SCAN_FORWARD:
+        if (!(st = camdelta_mpi_scan_forward(ctx, &rq.scan, rq.saved, c->comm, &t))) add_scan(c, &t);
+        break;
+      case CAMDELTA_BRANCH_NEED_SCAN_BACKWARD:
+        if (!(st = camdelta_mpi_scan_backward(ctx, &rq.scan_backward, rq.saved_backward, c->comm, &t)))
+          add_scan(c, &t);
+        break;
+      case CAMDELTA_BRANCH_NEED_SUM: st = reduce(c, ctx, rq.sum_src, rq.sum_dst, rq.sum_n); break;
+      default:
+        st = agree(c, camdelta_set_error(CAMDELTA_ERROR_INVALID_ARGUMENT, "branch run: unknown need %d", (int)rq.need));
+    }
+  }
+}
+
+/* The call's timing from the sums of its exchanges: what is neither waiting nor exchanging is local compute. */
 static void put_timing(bsp *c, double t0, camdelta_mpi_timing *timing) {
   if (!timing) return;
   *timing = c->tm;
@@ -376,10 +346,13 @@ camdelta_status camdelta_mpi_branch_forward_timed(camdelta_context *ctx, const c
   const double t0 = now_ms();
   if (timing) memset(timing, 0, sizeof *timing);
   bsp c;
-  cd_branch_sp sp;
-  camdelta_status st = setup(&c, &sp, comm, "camdelta_mpi_branch_forward", args, saved != NULL, 0);
+  camdelta_branch_part part;
+  camdelta_status st = setup(&c, &part, comm, "camdelta_mpi_branch_forward", args, saved != NULL, 0);
   if (!st) {
-    st = camdelta_branch_sp_forward(ctx, args, saved, &sp);
+    camdelta_branch_run *run = NULL;
+    st = camdelta_branch_run_forward(ctx, args, saved, &part, &run);
+    st = drive(&c, ctx, run, st);
+    camdelta_branch_run_destroy(run);
     st = agree(&c, st ? st : camdelta_finish(ctx)); /* every rank that passed the setup agrees once more */
   }
   if (!st) put_timing(&c, t0, timing);
@@ -405,10 +378,13 @@ camdelta_status camdelta_mpi_branch_backward_timed(camdelta_context *ctx, const 
     for (int i = 0; i < 8; i++) mask |= (b[i].mem != NULL) << i;
   }
   bsp c;
-  cd_branch_sp sp;
-  camdelta_status st = setup(&c, &sp, comm, "camdelta_mpi_branch_backward", args, saved != NULL, mask);
+  camdelta_branch_part part;
+  camdelta_status st = setup(&c, &part, comm, "camdelta_mpi_branch_backward", args, saved != NULL, mask);
   if (!st) {
-    st = camdelta_branch_sp_backward(ctx, args, grads, saved, &sp);
+    camdelta_branch_run *run = NULL;
+    st = camdelta_branch_run_backward(ctx, args, grads, saved, &part, &run);
+    st = drive(&c, ctx, run, st);
+    camdelta_branch_run_destroy(run);
     st = agree(&c, st ? st : camdelta_finish(ctx)); /* every rank that passed the setup agrees once more */
   }
   if (!st) put_timing(&c, t0, timing);

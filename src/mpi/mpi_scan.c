@@ -1,34 +1,30 @@
-/* Sequence parallelism over MPI (include/camdelta_mpi.h, SPEC section 9), on the public API plus the scan's
- * callback (src/ops/scan_hook.h).
+/* Sequence parallelism over MPI (include/camdelta_mpi.h, docs/math.md §9.3), composed of the public API: the scan's
+ * phases (include/camdelta_phases.h) and the state summaries (include/camdelta_summary.h).
  *
  * Ranks are ordered along the direction the state flows: position pos = rank (causal) or P−1−rank (reverse), so
  * position 0 holds the sequence's start (it reads init_state) and position P−1 its end (it produces final_state
  * and reads grad_final_state). Per call:
  *   0. checks: every rank checks its own arguments, the ranks all-gather a descriptor (shape, direction, which
  *      optional states are given) and agree on one status before anything is enqueued;
- *   then the local scan (or backward) starts, with init_state (and grad_final_state) pointing at this rank's
- *   incoming-state buffers, and computes its per-frame matrices once (phase A: A_f, U_f; the backward's grams:
- *   A_f, W_f and U_f); between those and the state chain it calls sp_middle, which does 1-3:
- *   1. summaries from those matrices (only D x D chains, no gram): position p < P−1 computes E_p (at p = 0 with
- *      init_state folded in: E_0 = its final state) and, for 0 < p < P−1, T_p; in the backward, position p > 0
- *      also computes G_p (at p = P−1 with grad_final_state folded in: G_{P−1} = its dinit_state); then a status
- *      agreement, timed apart as the wait for the slowest rank;
+ *   1. the local gram (camdelta_scan_forward_gram: A_f, U_f; camdelta_scan_backward_gram: A_f, W_f, U_f), with
+ *      init_state (and grad_final_state) pointing at this rank's incoming-state buffers, and the summaries from the
+ *      per-frame matrices (camdelta_scan_frames_summary: only D x D chains, no second gram): position p < P−1
+ *      computes E_p (at p = 0 with init_state folded in: E_0 = its final state) and, for 0 < p < P−1, T_p; in the
+ *      backward, position p > 0 also computes G_p (at p = P−1 with grad_final_state folded in: G_{P−1} = its
+ *      dinit_state); then a status agreement, timed apart as the wait for the slowest rank;
  *   2. exchange (cd_xfer, mpi_stage.h): each summary some rank folds is read into pinned staging (enqueued before
  *      that agreement, so the copy runs while this rank waits for slower ones), sent point to point to the ranks
  *      that fold it, and written to their device (a fold of one summary, as with 2 ranks, straight into the
- *      incoming-state buffer), in chunks pipelined through the three legs; the staging and scratch are kept per
- *      communicator (nothing allocated once a shape has run);
+ *      incoming-state buffer), in chunks pipelined through the three legs; the staging, scratch and per-frame
+ *      matrices are kept per communicator (nothing allocated once a shape has run);
  *   3. combine: M_in(p) = T_{p−1}(…(T_1·E_0 + E_1)…) + E_{p−1} (p > 0); in the backward also
  *      dM_out(p) = G_{p+1} + T_{p+1}ᵀ(G_{p+2} + …) (p < P−1), each on the device in that fixed order, into the
  *      incoming-state buffers;
- *   4. the scan goes on from there (phase B and C; the backward's chain, frames and ddecay);
+ *   4. the rest of the local scan from there (camdelta_scan_forward_rest, camdelta_scan_backward_rest);
  *   5. the sequence's final_state (dinit_state) is broadcast from the rank that holds it to the ranks that ask.
- * The sequential forward has no phase A: the callback runs before its launch and computes the summaries with
- * their own grams (camdelta_scan_summary), as every summary does with CAMDELTA_SP_SEPARATE_SUMMARIES=1 (for
- * measuring what the reuse saves).
+ * The sequential forward has no gram: its summaries come with their own grams (camdelta_scan_summary).
  * Statuses are agreed after every step that can fail, so every rank returns the same status; the message of a
- * failing rank is broadcast and carries its rank. A rank whose scan fails before its callback agrees on that
- * failure after the scan returns, where the other ranks wait in their callback's first agreement. */
+ * failing rank is broadcast and carries its rank. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,10 +32,10 @@
 
 #include "camdelta_helpers.h"
 #include "camdelta_mpi.h"
+#include "camdelta_phases.h"
 #include "camdelta_summary.h"
 #include "mpi_agree.h"
 #include "mpi_stage.h"
-#include "../ops/scan_hook.h"
 
 void camdelta_mpi_frame_share(size_t F, int ranks, int rank, size_t *first, size_t *count) {
   if (ranks < 1 || rank < 0 || rank >= ranks) {
@@ -47,7 +43,9 @@ void camdelta_mpi_frame_share(size_t F, int ranks, int rank, size_t *first, size
     if (count) *count = 0;
     return;
   }
-  const size_t a = F * (size_t)rank / (size_t)ranks, b = F * (size_t)(rank + 1) / (size_t)ranks;
+  /* floor(F * r / P) without forming F * r (it wraps for F near 2^64 / P): (F / P) * r + floor((F % P) * r / P) */
+  const size_t P = (size_t)ranks, q = F / P, m = F % P;
+  const size_t a = q * (size_t)rank + m * (size_t)rank / P, b = q * (size_t)(rank + 1) + m * (size_t)(rank + 1) / P;
   if (first) *first = a;
   if (count) *count = b - a;
 }
@@ -86,11 +84,8 @@ static camdelta_status agree(const sp *c, camdelta_status st) { return cd_mpi_ag
 
 /* ------------------------------------------------------------------------------------------ checks */
 
-static int mul(size_t *out, size_t a, size_t b) {
-  if (a && b > SIZE_MAX / a) return 0;
-  *out = a * b;
-  return 1;
-}
+/* sizes follow the library's rule: camdelta_size_mul / _add / _prod (camdelta_helpers.h) */
+static int mul(size_t *out, size_t a, size_t b) { return camdelta_size_mul(out, a, b); }
 
 static camdelta_status check_buf(const char *op, const char *name, camdelta_buffer b, size_t elems, int optional) {
   if (!b.mem) {
@@ -98,8 +93,8 @@ static camdelta_status check_buf(const char *op, const char *name, camdelta_buff
     return camdelta_set_error(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: argument '%s' is NULL (expected a cl_mem of %zu "
                               "elements)", op, name, elems);
   }
-  size_t bytes;
-  if (b.offset > SIZE_MAX / 4 - elems || !mul(&bytes, b.offset + elems, 4))
+  size_t end, bytes;
+  if (!camdelta_size_add(&end, b.offset, elems) || !mul(&bytes, end, 4))
     return camdelta_set_error(CAMDELTA_ERROR_OVERFLOW, "%s: argument '%s': offset + size overflows size_t", op, name);
   size_t have = 0;
   cl_int err = clGetMemObjectInfo(b.mem, CL_MEM_SIZE, sizeof have, &have, NULL);
@@ -125,7 +120,8 @@ static camdelta_status check_shape(const char *op, size_t B, size_t H, size_t D,
                               B, H, D, F, S);
   size_t bh, n;
   if (!mul(&bh, B, H) || !mul(&n, F, S) || !mul(&z->decay, bh, F) || !mul(&z->beta, bh, n) ||
-      !mul(&z->tok, z->beta, D) || !mul(&z->state, bh * D, D) || z->tok > SIZE_MAX / 8)
+      !mul(&z->tok, z->beta, D) || !camdelta_size_prod(&z->state, 3, (const size_t[]){bh, D, D}) ||
+      z->tok > SIZE_MAX / 8)
     return camdelta_set_error(CAMDELTA_ERROR_OVERFLOW, "%s: sizes overflow size_t", op);
   return CAMDELTA_OK;
 }
@@ -368,9 +364,8 @@ static void put_timing(camdelta_mpi_timing *timing, const double t[TM_N], const 
   timing->mpi_ms = timing->exchange_ms - lg->d2h - lg->h2d;
 }
 
-/* The middle of a sequence-parallel call (the scan's callback, scan_hook.h): this rank's summaries from the
- * scan's own per-frame matrices, the exchange, and the fold into the incoming state(s) the rest of the scan
- * reads. */
+/* The middle of a sequence-parallel call (steps 1-3): this rank's summaries from its gram's per-frame matrices, the
+ * exchange, and the fold into the incoming state(s) the rest of the scan reads. */
 typedef struct sp_mid {
   sp *c;
   const camdelta_scan_args *fwd; /* the forward's inputs (shape, direction, k, v, beta, decay, init_state) */
@@ -378,53 +373,31 @@ typedef struct sp_mid {
   int grad;                      /* backward */
   size_t ns;
   cd_stage *stg;
+  camdelta_scan_frames *frames;
   cl_mem T, E, G, Mi, dMo, tmp;
   double *t;
   legs lg;
-  int called, timed;
-  int separate;                             /* CAMDELTA_SP_SEPARATE_SUMMARIES (see the top of this file) */
-  const camdelta_scan_backward_args *gsrc; /* backward: q, grad_out for a separate gradient summary */
+  int timed;
 } sp_mid;
 
-/* The gradient summary with its own grams (CAMDELTA_SP_SEPARATE_SUMMARIES=1 only). */
-static camdelta_status grad_summary(const sp *c, const camdelta_scan_args *a, const camdelta_scan_backward_args *b,
-                                    camdelta_buffer grad_final, cl_mem G) {
-  camdelta_scan_grad_summary_args ga;
-  memset(&ga, 0, sizeof ga);
-  ga.B = a->B, ga.H = a->H, ga.D = a->D, ga.F = a->F, ga.S = a->S, ga.reverse = a->reverse != 0;
-  ga.q = b->q, ga.k = b->k, ga.beta = b->beta, ga.decay = b->decay, ga.grad_out = b->grad_out;
-  if (c->pos == c->P - 1) ga.grad_final_state = grad_final;
-  ga.G = (camdelta_buffer){G, 0};
-  return camdelta_scan_grad_summary(c->ctx, &ga);
-}
-
-/* CAMDELTA_SP_SEPARATE_SUMMARIES=1: the summaries from their own grams (camdelta_scan_summary /
- * camdelta_scan_grad_summary) instead of the scan's; for measuring what the reuse saves. */
-static int separate_summaries(void) {
-  const char *e = getenv("CAMDELTA_SP_SEPARATE_SUMMARIES");
-  return e && *e && strcmp(e, "0") != 0;
-}
-
-static camdelta_status sp_middle(void *user, cl_mem A, cl_mem U, cl_mem W) {
-  sp_mid *m = user;
+/* Steps 1-3 after this rank's gram (its status `st`: a rank whose gram failed still takes part in the agreements,
+ * so that every rank stops at the same point); `chunkwise`: the gram computed the per-frame matrices (else the
+ * sequential forward's summaries get their own grams). */
+static camdelta_status sp_middle(sp_mid *m, camdelta_status st, int chunkwise) {
   sp *c = m->c;
   const camdelta_scan_args *a = m->fwd;
   const int P = c->P, pos = c->pos, reverse = a->reverse != 0;
   const camdelta_buffer none = {NULL, 0};
-  m->called = 1;
-  /* 1. summaries (the per-frame matrices are this call's; without them, the sequential forward, they are
-   * computed apart) */
+  /* 1. summaries */
   camdelta_buffer T = pos > 0 && pos < P - 1 ? (camdelta_buffer){m->T, 0} : none;
   camdelta_buffer E = pos < P - 1 ? (camdelta_buffer){m->E, 0} : none;
   camdelta_buffer G = m->grad && pos > 0 ? (camdelta_buffer){m->G, 0} : none;
-  camdelta_status st = CAMDELTA_OK;
-  if (A && !m->separate) {
-    st = camdelta_summary_sp_from_frames(c->ctx, a->B * a->H, a->D, a->F, reverse, A, U, W,
-                                         pos == 0 ? a->init_state : none, pos == P - 1 ? m->grad_final : none, T, E, G);
-  } else {
-    if (E.mem) st = state_summary(c, a, m->T, m->E);
-    if (!st && G.mem) st = grad_summary(c, a, m->gsrc, m->grad_final, m->G);
-  }
+  if (!st && chunkwise) {
+    const camdelta_frames_summary_args sa = {.init = pos == 0 ? a->init_state : none,
+                                             .grad_final = pos == P - 1 ? m->grad_final : none, .T = T, .E = E, .G = G};
+    st = camdelta_scan_frames_summary(c->ctx, m->frames, &sa);
+  } else if (!st && E.mem)
+    st = state_summary(c, a, m->T, m->E);
   /* the end of the local compute, as an event (so that the reads below are enqueued behind it at once) */
   cl_event computed = NULL;
   if (!st) {
@@ -436,7 +409,8 @@ static camdelta_status sp_middle(void *user, cl_mem A, cl_mem U, cl_mem W) {
    * enqueued before waiting (they run while this rank waits for the others). A fold of one summary is that summary:
    * position 1's incoming state is E_0, position P−2's incoming state gradient G_{P−1}, received in place. */
   const double tp = now_ms();
-  size_t *off = cd_stage_arr(m->stg, CD_ARR_LAYOUT, (size_t)P * NSLOT * (sizeof(size_t) + sizeof(cl_mem)));
+  size_t *off = m->stg ? cd_stage_arr(m->stg, CD_ARR_LAYOUT, (size_t)P * NSLOT * (sizeof(size_t) + sizeof(cl_mem)))
+                       : NULL;
   cl_mem *direct = off ? (cl_mem *)(off + (size_t)P * NSLOT) : NULL;
   if (!st && !off) st = CAMDELTA_ERROR_OUT_OF_MEMORY;
   const int direct_fwd = pos == 1, direct_grad = m->grad && pos == P - 2;
@@ -474,7 +448,7 @@ static camdelta_status sp_middle(void *user, cl_mem A, cl_mem U, cl_mem W) {
   /* the wait for the slowest rank: the status agreement is the first collective after the local work */
   st = agree(c, st);
   m->t[TM_WAIT] = now_ms();
-  if (st) { /* every rank stops here (a rank whose scan failed before calling back agrees once, after it) */
+  if (st) { /* every rank stops here */
     cd_xfer_abandon(&x);
     return st;
   }
@@ -534,21 +508,28 @@ camdelta_status camdelta_mpi_scan_forward(camdelta_context *ctx, const camdelta_
   cl_mem fin = NULL;
   sp_mid m;
   memset(&m, 0, sizeof m);
-  m.c = &c, m.fwd = args, m.ns = ns, m.t = t, m.timed = timing != NULL, m.separate = separate_summaries();
+  m.c = &c, m.fwd = args, m.ns = ns, m.t = t, m.timed = timing != NULL;
   t[TM_CHECKS] = now_ms();
-  /* 1-4: the scan computes phase A once; its callback (sp_middle) makes the summaries from it, exchanges and
-   * combines them and writes the incoming state before phase B reads it */
+  /* 1-4: the gram once, the summaries from it, the exchange and the fold into the incoming state the rest reads */
   camdelta_scan_args a = *args;
   if (P > 1) st = cd_stage_get(comm, ctx, &m.stg);
   if (!st && P > 1) st = mid_alloc(&m);
+  if (!st && P > 1) st = cd_stage_frames(m.stg, ctx, &m.frames);
   if (pos > 0) a.init_state = (camdelta_buffer){m.Mi, 0};
   if (!st && pos == P - 1 && any_final && !args->final_state.mem) st = cd_stage_dev(m.stg, CD_DEV_FIN, ns * 4, &fin);
   if (pos == P - 1 && any_final) a.final_state = args->final_state.mem ? args->final_state : (camdelta_buffer){fin, 0};
   else a.final_state = (camdelta_buffer){NULL, 0};
-  const cd_scan_hook hook = {sp_middle, &m, 0};
-  if (!st) st = camdelta_scan_sp_forward_hooked(ctx, &a, saved, P > 1 ? &hook : NULL);
-  if (P > 1 && !m.called) st = agree(&c, st); /* the ranks in the callback wait there for this status */
-  if (P == 1) t[TM_COMPUTE] = t[TM_WAIT] = t[TM_EXCHANGE] = t[TM_COMBINE] = t[TM_CHECKS];
+  if (P == 1) {
+    if (!st) st = camdelta_scan_forward(ctx, &a, saved);
+    t[TM_COMPUTE] = t[TM_WAIT] = t[TM_EXCHANGE] = t[TM_COMBINE] = t[TM_CHECKS];
+  } else {
+    camdelta_scan_algorithm alg = CAMDELTA_SCAN_AUTO;
+    a.used = &alg;
+    if (!st) st = camdelta_scan_forward_gram(ctx, &a, saved, m.frames);
+    st = sp_middle(&m, st, alg == CAMDELTA_SCAN_CHUNKWISE);
+    a.used = args->used;
+    if (!st) st = camdelta_scan_forward_rest(ctx, &a, saved, m.frames);
+  }
   if (!st) st = camdelta_finish(ctx);
   st = agree(&c, st);
   t[TM_SCAN] = now_ms();
@@ -602,23 +583,27 @@ camdelta_status camdelta_mpi_scan_backward(camdelta_context *ctx, const camdelta
   sp_mid m;
   memset(&m, 0, sizeof m);
   m.c = &c, m.fwd = &fwd, m.grad = 1, m.grad_final = args->grad_final_state, m.ns = ns, m.t = t;
-  m.timed = timing != NULL, m.separate = separate_summaries(), m.gsrc = args;
+  m.timed = timing != NULL;
   t[TM_CHECKS] = now_ms();
-  /* 1-4: the backward computes its grams once (A, W, and U for the forward summaries); its callback makes the
-   * summaries from them, exchanges and combines them and writes the incoming state and state gradient before
-   * the chain reads them */
+  /* 1-4: the grams once (A, W, and U for the forward summaries), the summaries from them, the exchange and the fold
+   * into the incoming state and state gradient the rest reads */
   camdelta_scan_backward_args a = *args;
   if (P > 1) st = cd_stage_get(comm, ctx, &m.stg);
   if (!st && P > 1) st = mid_alloc(&m);
+  if (!st && P > 1) st = cd_stage_frames(m.stg, ctx, &m.frames);
   if (pos > 0) a.init_state = (camdelta_buffer){m.Mi, 0};
   if (pos < P - 1) a.grad_final_state = (camdelta_buffer){m.dMo, 0};
   if (!st && pos == 0 && any_dinit && !args->dinit_state.mem) st = cd_stage_dev(m.stg, CD_DEV_FIN, ns * 4, &din);
   if (pos == 0 && any_dinit) a.dinit_state = args->dinit_state.mem ? args->dinit_state : (camdelta_buffer){din, 0};
   else a.dinit_state = (camdelta_buffer){NULL, 0};
-  const cd_scan_hook hook = {sp_middle, &m, !m.separate};
-  if (!st) st = camdelta_scan_sp_backward_hooked(ctx, &a, saved, P > 1 ? &hook : NULL);
-  if (P > 1 && !m.called) st = agree(&c, st); /* the ranks in the callback wait there for this status */
-  if (P == 1) t[TM_COMPUTE] = t[TM_WAIT] = t[TM_EXCHANGE] = t[TM_COMBINE] = t[TM_CHECKS];
+  if (P == 1) {
+    if (!st) st = camdelta_scan_backward(ctx, &a, saved);
+    t[TM_COMPUTE] = t[TM_WAIT] = t[TM_EXCHANGE] = t[TM_COMBINE] = t[TM_CHECKS];
+  } else {
+    if (!st) st = camdelta_scan_backward_gram(ctx, &a, saved, 1, m.frames);
+    st = sp_middle(&m, st, 1);
+    if (!st) st = camdelta_scan_backward_rest(ctx, &a, saved, m.frames);
+  }
   if (!st) st = camdelta_finish(ctx);
   st = agree(&c, st);
   t[TM_SCAN] = now_ms();

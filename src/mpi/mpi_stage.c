@@ -31,6 +31,8 @@ struct cd_stage {
     void *p;
     size_t bytes;
   } arr[CD_NARR];
+  camdelta_scan_frames *frames; /* the scans' per-frame matrices (camdelta_phases.h), for frames_ctx */
+  camdelta_context *frames_ctx;
   struct cd_stage *next; /* the list of live stages (freed at MPI_Finalize) */
 };
 
@@ -53,6 +55,8 @@ static void drop_buffers(cd_stage *s) {
     if (s->dev[i].mem) clReleaseMemObject(s->dev[i].mem);
     s->dev[i].mem = NULL, s->dev[i].bytes = 0;
   }
+  camdelta_scan_frames_destroy(s->frames);
+  s->frames = NULL, s->frames_ctx = NULL;
   if (s->q) clReleaseCommandQueue(s->q);
   if (s->cl) clReleaseContext(s->cl);
   s->q = NULL, s->cl = NULL;
@@ -138,6 +142,20 @@ camdelta_status cd_stage_get(MPI_Comm comm, camdelta_context *ctx, cd_stage **ou
   return CAMDELTA_OK;
 }
 
+camdelta_status cd_stage_frames(cd_stage *s, camdelta_context *ctx, camdelta_scan_frames **out) {
+  if (s->frames && s->frames_ctx != ctx) {
+    camdelta_scan_frames_destroy(s->frames);
+    s->frames = NULL, s->frames_ctx = NULL;
+  }
+  if (!s->frames) {
+    const camdelta_status st = camdelta_scan_frames_create(ctx, &s->frames);
+    if (st) return st;
+    s->frames_ctx = ctx;
+  }
+  *out = s->frames;
+  return CAMDELTA_OK;
+}
+
 camdelta_status camdelta_mpi_release_staging(MPI_Comm comm) {
   int inited = 0, finalized = 0;
   MPI_Initialized(&inited);
@@ -160,7 +178,8 @@ static camdelta_status cl_fail(cl_int err, const char *what, size_t bytes) {
 
 /* Sizes grow by at least an eighth, so that shapes growing a little do not reallocate every call. */
 static size_t grown(size_t have, size_t need) {
-  const size_t more = have + have / 8;
+  size_t more;
+  if (!camdelta_size_add(&more, have, have / 8)) more = need; /* no growth past size_t */
   return need > more ? need : more;
 }
 

@@ -2,9 +2,9 @@
  * transfer over MPI that uses it.
  *
  * Staging (cd_stage): pinned host buffers (clCreateBuffer with CL_MEM_ALLOC_HOST_PTR, mapped once: page-locked
- * memory on NVIDIA, so that reads and writes run as DMA without the driver's bounce copies), device scratch and
- * small host arrays, kept in an attribute of the communicator and grown when a call needs more: nothing is
- * allocated on the call path once a shape has run. One stage per communicator, for one OpenCL context at a time
+ * memory on NVIDIA, so that reads and writes run as DMA without the driver's bounce copies), device scratch, the
+ * scans' per-frame matrices and small host arrays, kept in an attribute of the communicator and grown when a call
+ * needs more: nothing is allocated on the call path once a shape has run. One stage per communicator, for one OpenCL context at a time
  * (a call from another context drops the old buffers). Freed when the communicator is freed, by
  * camdelta_mpi_release_staging, or at MPI_Finalize. Calls on one communicator are collective, hence never
  * concurrent: the stage needs no lock (the list of stages, for MPI_Finalize, has one).
@@ -18,14 +18,12 @@
 #define CD_MPI_STAGE_H
 #include "camdelta_helpers.h"
 #include "camdelta_mpi.h"
+#include "camdelta_phases.h"
 
 /* pinned host slots */
 enum { CD_HOST_SCAN_SEND, CD_HOST_SCAN_RECV, CD_HOST_HALO_SEND, CD_HOST_HALO_RECV, CD_HOST_SMALL, CD_NHOST };
-/* device slots: the scan's summaries and incoming states, the branch's extended frames */
-enum {
-  CD_DEV_T, CD_DEV_E, CD_DEV_G, CD_DEV_MI, CD_DEV_DMO, CD_DEV_TMP, CD_DEV_ALL, CD_DEV_FIN,
-  CD_DEV_EXT0, CD_DEV_EXT1, CD_DEV_EXT2, CD_DEV_SMALL, CD_NDEV
-};
+/* device slots: the scan's summaries and incoming states */
+enum { CD_DEV_T, CD_DEV_E, CD_DEV_G, CD_DEV_MI, CD_DEV_DMO, CD_DEV_TMP, CD_DEV_ALL, CD_DEV_FIN, CD_NDEV };
 /* host arrays (the transfer's bookkeeping and the callers' layouts) */
 enum { CD_ARR_XFER, CD_ARR_REQ, CD_ARR_EV, CD_ARR_IDX, CD_ARR_LAYOUT, CD_ARR_LIST, CD_NARR };
 
@@ -40,6 +38,8 @@ camdelta_status cd_stage_host(cd_stage *s, int slot, size_t bytes, float **ptr);
 camdelta_status cd_stage_dev(cd_stage *s, int slot, size_t bytes, cl_mem *mem);
 /** A host array of at least `bytes` in slot `slot` (NULL when out of memory, with the error set). */
 void *cd_stage_arr(cd_stage *s, int slot, size_t bytes);
+/** The scans' per-frame matrices (camdelta_phases.h) of ctx, kept with the stage (another ctx gets a new one). */
+camdelta_status cd_stage_frames(cd_stage *s, camdelta_context *ctx, camdelta_scan_frames **out);
 
 /* ------------------------------------------------------------------------------------------- transfer */
 

@@ -1,10 +1,8 @@
-/* The backward passes' hooks for camdelta_warm (src/ops/warm.c). Not installed. */
+/* The prep backward's hook for camdelta_warm (src/ops/warm.c). Not installed. */
 #ifndef CAMDELTA_BACKWARD_H
 #define CAMDELTA_BACKWARD_H
 #include "internal.h"
 
-/** Build (or load from the disk cache) the scan-backward kernels for head dim D, as a call would. */
-camdelta_status cd_scan_backward_warm(camdelta_context *ctx, size_t D);
 /** Build (or load) the prep-backward kernels for (dtype, D), as a call would. */
 camdelta_status cd_prep_backward_warm(camdelta_context *ctx, camdelta_dtype dtype, size_t D);
 #endif

@@ -31,17 +31,39 @@ static camdelta_status camera_check(cd_call *c) {
   if (!a->pt || !a->ph || !a->pw)
     return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: patch (%zu, %zu, %zu): each must be at least 1", OP, a->pt, a->ph,
                    a->pw);
-  const size_t f[3] = {a->B, N, 16};
-  size_t BN16;
-  if (!cd_prod(&BN16, 3, f) || BN16 > SIZE_MAX / 4 || a->B > UINT32_MAX)
+  size_t BN16, bytes, cams, NDh;
+  const int rope = a->rope_cos.mem || a->rope_sin.mem;
+  if (rope && (st = cd_check_head_dim(OP, a->D))) return st;
+  if (!CD_PROD(&BN16, a->B, N, 16) || !CD_PROD(&bytes, BN16, 4) || a->B > UINT32_MAX ||
+      !CD_PROD(&cams, a->B, a->T, 20) || !CD_PROD(&NDh, N, rope ? a->D / 2 : 1))
     return cd_fail(CAMDELTA_ERROR_OVERFLOW, "%s: B*N*16 overflows", OP);
-  if ((a->rope_cos.mem || a->rope_sin.mem) && (st = cd_check_head_dim(OP, a->D))) return st;
-  const size_t NDh = N * (a->D / 2);
-  c->use[CAM_CONDITIONS] = (cd_use){.need = CD_REQUIRED, .elems = a->B * a->T * 20, .es = 4};
+  c->use[CAM_CONDITIONS] = (cd_use){.need = CD_REQUIRED, .elems = cams, .es = 4};
   for (int i = CAM_PROJ_Q; i <= CAM_PROJ_O; i++) c->use[i] = (cd_use){.need = CD_OPTIONAL, .elems = BN16, .es = 4};
   for (int i = CAM_ROPE_COS; i <= CAM_ROPE_SIN; i++) c->use[i] = (cd_use){.need = CD_OPTIONAL, .elems = NDh, .es = 4};
   s->N = N;
   return CAMDELTA_OK;
+}
+
+camdelta_status cd_camera_check_conditions(camdelta_context *ctx, const char *op, camdelta_buffer cc, size_t B,
+                                           size_t T) {
+  enum { CHUNK = 4096 * 20 }; /* floats read at a time: whole frames */
+  const size_t n = B * T * 20;
+  float *host = malloc((n < CHUNK ? n : CHUNK) * sizeof *host);
+  if (!host) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", op);
+  camdelta_status st = CAMDELTA_OK;
+  for (size_t at = 0; at < n && !st; at += CHUNK) {
+    const size_t len = n - at < CHUNK ? n - at : CHUNK;
+    const cl_int err = clEnqueueReadBuffer(ctx->queue, cc.mem, CL_TRUE, (cc.offset + at) * sizeof(float),
+                                           len * sizeof(float), host, 0, NULL, NULL);
+    if (err != CL_SUCCESS) {
+      st = cd_cl_fail(err, "reading camera_conditions to check them");
+      break;
+    }
+    const size_t i = cd_camera_first_inf_f32(host, len);
+    if (i < len) st = cd_camera_inf_error(op, at + i, T, host[i]);
+  }
+  free(host);
+  return st;
 }
 
 camdelta_status cd_camera_enqueue(camdelta_context *ctx, const camdelta_camera_args *a, size_t N, cd_launch *l) {
@@ -61,8 +83,8 @@ camdelta_status cd_camera_enqueue_at(camdelta_context *ctx, const camdelta_camer
   if (!st && want_r) {
     double omega[32];
     cd_rope_frequencies(a->D, &nt, &nh, omega);
-    const size_t count = a->T * nt + (a->Hs + a->Ws) * nh;
-    float *cs = malloc((count ? count : 1) * 2 * sizeof *cs);
+    const size_t count = a->T * nt + (a->Hs + a->Ws) * nh; /* T, Hs, Ws below 2^32 (cd_check_grid), nt, nh < 32 */
+    float *cs = cd_malloc_array(count ? count : 1, 2 * sizeof *cs);
     if (!cs) st = cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", OP);
     if (!st) {
       size_t i = 0;
@@ -131,9 +153,12 @@ camdelta_status cd_camera_enqueue_at(camdelta_context *ctx, const camdelta_camer
   return st;
 }
 
-/* Builds the program first: nothing is enqueued when a build fails. */
+/* The camera-conditions rule (an infinity refused, camdelta.h), then the program: nothing is enqueued when either
+ * fails. */
 static camdelta_status camera_plan(cd_call *c) {
   const camdelta_camera_args *a = c->args;
+  camdelta_status st = cd_camera_check_conditions(c->ctx, OP, a->camera_conditions, a->B, a->T);
+  if (st) return st;
   if (!a->proj_q.mem && !a->proj_kv.mem && !a->proj_o.mem && !a->rope_cos.mem && !a->rope_sin.mem)
     return CAMDELTA_OK;
   cl_program prog;

@@ -3,6 +3,11 @@
 #define CAMDELTA_CAMERA_OP_H
 #include "internal.h"
 
+/** The camera-conditions rule on the device buffer `cc` of B*T frames (checked to hold them): read back to the host
+ *  (waiting for the queue's earlier work on it) and refused (INVALID_ARGUMENT, cd_camera_inf_error) when a value is
+ *  infinite. B*T*20 is a checked count. */
+camdelta_status cd_camera_check_conditions(camdelta_context *ctx, const char *op, camdelta_buffer cc, size_t B,
+                                           size_t T);
 /** Enqueue the camera kernels (arguments already checked). */
 camdelta_status cd_camera_enqueue(camdelta_context *ctx, const camdelta_camera_args *a, size_t N, cd_launch *l);
 /** The same for frames that start at global frame f0 (the RoPE's temporal angles use f0 + f). */

@@ -21,8 +21,13 @@ static int push(size_t *bounds, size_t cap, size_t *n, size_t x) {
   return 1;
 }
 
+/* The frame after x by steps of cs, or T when that step would reach or pass T (no sum that can wrap). */
+static size_t step(size_t x, size_t cs, size_t T) { return cs < T - x ? x + cs : T; }
+
 static camdelta_status check_chunking(const char *op, size_t T, const camdelta_chunking *c) {
   if (T == 0) return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: T=0 frames (expected at least 1)", op);
+  /* the operations' limit (N < 2^32 tokens), and so every loop below ends within 2^32 steps */
+  if (T > UINT32_MAX) return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: T=%zu frames exceeds 2^32-1", op, T);
   if (!c) return CAMDELTA_OK;
   if (c->strategy != CAMDELTA_CHUNK_UNIFORM && c->strategy != CAMDELTA_CHUNK_FIRST_FRAME &&
       c->strategy != CAMDELTA_CHUNK_FIRST_CHUNK_PLUS_ONE)
@@ -65,19 +70,19 @@ static camdelta_status scan_bounds(size_t T, const camdelta_chunking *c, size_t 
     const size_t cs = c->chunk_size;
     switch (c->strategy) {
       case CAMDELTA_CHUNK_UNIFORM:
-        for (size_t x = 0; x < T && ok; x += cs) ok = push(b, cap, &n, x);
+        for (size_t x = 0; x < T && ok; x = step(x, cs, T)) ok = push(b, cap, &n, x);
         if (ok && n > 1 && T - b[n - 1] < cs) n--;
         break;
       case CAMDELTA_CHUNK_FIRST_FRAME:
         ok = push(b, cap, &n, 0);
         if (T > 1)
-          for (size_t x = 1; x < T && ok; x += cs) ok = push(b, cap, &n, x);
+          for (size_t x = 1; x < T && ok; x = step(x, cs, T)) ok = push(b, cap, &n, x);
         if (ok && n > 2 && T - b[n - 1] < cs) n--;
         break;
       case CAMDELTA_CHUNK_FIRST_CHUNK_PLUS_ONE:
         ok = push(b, cap, &n, 0);
-        if (T > cs + 1)
-          for (size_t x = cs + 1; x < T && ok; x += cs) ok = push(b, cap, &n, x);
+        if (cs < T - 1) /* T > cs + 1 */
+          for (size_t x = cs + 1; x < T && ok; x = step(x, cs, T)) ok = push(b, cap, &n, x);
         if (ok && n > 1 && T - b[n - 1] < cs) n--;
         break;
     }
@@ -112,13 +117,14 @@ camdelta_status camdelta_conv_bounds(size_t T, const camdelta_chunking *chunking
   const size_t cs = chunking ? chunking->chunk_size : 0;
   if (cs == 0 || cs >= T || T % cs == 0) {
     /* bidirectional, or the upstream uniform rule */
-    const size_t step = (cs == 0 || cs >= T) ? T : cs;
+    const size_t by = (cs == 0 || cs >= T) ? T : cs;
     size_t n = 0;
-    for (size_t x = 0; x <= T; x += step) {
+    for (size_t x = 0;; x += by) { /* T <= 2^32-1: x + by cannot wrap */
       if (n >= cap)
         return cd_fail(CAMDELTA_ERROR_BUFFER_TOO_SMALL, "%s: 'bounds' holds %zu entries, too few (T + 1 = %zu always "
                        "suffice)", op, cap, T + 1);
       bounds[n++] = x;
+      if (x == T) break;
     }
     *count = n;
     return CAMDELTA_OK;

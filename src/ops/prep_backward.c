@@ -18,7 +18,7 @@
 #include "internal.h"
 #include "prep_backward_fused.h"
 #include "prep_common.h"
-#include "scan_pair.h"
+#include "engine.h"
 
 static const char OP[] = "camdelta_prep_backward";
 

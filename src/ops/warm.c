@@ -2,10 +2,9 @@
  * would use, so that later calls never compile. The operations are asked in turn, from one table. */
 #include "backward.h"
 #include "camera_op.h"
+#include "engine.h"
 #include "internal.h"
 #include "prep_common.h"
-#include "scan_pair.h"
-#include "scan_warm.h"
 
 /* What to warm: head dim D; for camdelta_warm_shape also B·H = BH, H and S (0 for camdelta_warm, which knows the head
  * dim only: the operations whose programs depend on the shape skip it). */
@@ -34,7 +33,7 @@ static camdelta_status branch(camdelta_context *ctx, const warm_for *w) {
   return w->S ? cd_branch_warm(ctx, w->D) : CAMDELTA_OK;
 }
 
-/* the branch's fused scan pair (src/ops/scan_pair.c) */
+/* the branch's fused scan pair (src/scan/pair.c) */
 static camdelta_status scan_pair(camdelta_context *ctx, const warm_for *w) {
   return w->S ? cd_scan_pair_warm(ctx, w->BH, w->D, w->S) : CAMDELTA_OK;
 }
@@ -72,7 +71,11 @@ camdelta_status camdelta_warm_shape(camdelta_context *ctx, size_t B, size_t H, s
   if (st) return st;
   size_t BH;
   if (!B || !H || !S) return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: B=%zu, H=%zu, S=%zu: each must be at least 1", op, B, H, S);
-  if (!cd_mul(&BH, B, H)) return cd_fail(CAMDELTA_ERROR_OVERFLOW, "%s: B*H overflows size_t", op);
+  size_t tok;
+  if (!cd_mul(&BH, B, H) || !CD_PROD(&tok, BH, D, S, sizeof(float)))
+    return cd_fail(CAMDELTA_ERROR_OVERFLOW, "%s: B*H*D*S floats overflow size_t", op);
+  /* the scan's limit, checked before anything is built */
+  if (S > UINT32_MAX) return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: S=%zu exceeds the scan's limit 2^32-1", op, S);
   const warm_for w = {.BH = BH, .H = H, .D = D, .S = S};
   return warm_all(ctx, &w);
 }

@@ -206,9 +206,11 @@ const cd_opt_env_doc cd_opt_env_docs[] = {
      .when = "context creation",
      .doc = "the sequential forward's value columns per work-group, tokens per tile, work-group size, prefetch and "
             "where the outputs come from; `camdelta_tune_set` family `sequential`"},
-    {.name = "CAMDELTA_SP_SEPARATE_SUMMARIES",
-     .value = "`1`",
-     .when = "each sequence-parallel call",
-     .doc = "sequence parallelism: the summaries from their own grams instead of the scan's"},
+    {.name = "CAMDELTA_FAULT",
+     .value = "`rename:K`, `kill:K`, `nolink`, comma-separated",
+     .when = "each output commit of the tool's test build",
+     .doc = "tests only, read by `tests/camdelta_faults` (built with `CAMDELTA_FAULT_INJECTION`), never by `camdelta`: "
+            "the K-th rename of an output commit fails (EIO) or the process is killed just before it; hard links "
+            "fail (EPERM)"},
 };
 const size_t cd_opt_env_doc_count = sizeof cd_opt_env_docs / sizeof cd_opt_env_docs[0];

@@ -18,9 +18,12 @@ static camdelta_status conv_check(const char *op, const camdelta_ref_conv *p, ui
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'p', 'x', 'w' or 'bounds' is NULL", op);
   if (!p->B || !p->T || !p->S || !p->C)
     return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: B, T, S, C must each be at least 1", op);
+  size_t total;
+  if (!CD_PROD(&total, p->B, p->T, p->S, p->C, sizeof(double)) || p->T > UINT32_MAX)
+    return cd_fail(CAMDELTA_ERROR_OVERFLOW, "%s: B*T*S*C = %zu*%zu*%zu*%zu overflows", op, p->B, p->T, p->S, p->C);
   if (p->nbounds < 2 || p->bounds[0] != 0 || p->bounds[p->nbounds - 1] != p->T)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: bounds must run from 0 to T", op);
-  *seg_end = malloc(p->T * sizeof **seg_end);
+  *seg_end = cd_malloc_array(p->T, sizeof **seg_end);
   if (!*seg_end) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", op);
   cd_segment_ends(p->bounds, p->nbounds, p->T, *seg_end);
   return CAMDELTA_OK;
@@ -88,6 +91,9 @@ camdelta_status camdelta_ref_output_transform(size_t B, size_t N, size_t H, size
   if (!out || !proj_o || !rope_cos || !rope_sin || !y)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_ref_output_transform: an argument is NULL");
   if (D < 8 || D % 8) return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "camdelta_ref_output_transform: D=%zu", D);
+  size_t total, mats;
+  if (!CD_PROD(&total, B, N, H, D, sizeof(double)) || !CD_PROD(&mats, B, N, 16, sizeof(double)))
+    return cd_fail(CAMDELTA_ERROR_OVERFLOW, "camdelta_ref_output_transform: B*N*H*D overflows size_t");
   const size_t Dh = D / 2;
   for (size_t b = 0; b < B; b++)
     for (size_t h = 0; h < H; h++)
@@ -114,6 +120,9 @@ camdelta_status camdelta_ref_output_transform_backward(size_t B, size_t N, size_
   if (!grad_y || !proj_o || !rope_cos || !rope_sin || !grad_out)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_ref_output_transform_backward: an argument is NULL");
   if (D < 8 || D % 8) return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "camdelta_ref_output_transform_backward: D=%zu", D);
+  size_t total, mats;
+  if (!CD_PROD(&total, B, N, H, D, sizeof(double)) || !CD_PROD(&mats, B, N, 16, sizeof(double)))
+    return cd_fail(CAMDELTA_ERROR_OVERFLOW, "camdelta_ref_output_transform_backward: B*N*H*D overflows size_t");
   const size_t Dh = D / 2;
   for (size_t b = 0; b < B; b++)
     for (size_t h = 0; h < H; h++)
@@ -157,11 +166,16 @@ static camdelta_status run_forward(const char *op, const camdelta_ref_branch *p,
   camdelta_status st = cd_check_grid(op, p->T, p->Hs, p->Ws, &f->N);
   if (st) return st;
   if ((st = cd_check_head_dim(op, p->D))) return st;
+  size_t bnc8;
+  if (!p->B || !p->H) return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: B=%zu, H=%zu: each must be at least 1", op, p->B, p->H);
+  if (!CD_PROD(&bnc8, p->B, f->N, p->H, p->D, sizeof(double)) || !CD_PROD(&bnc8, p->B, f->N, 16, sizeof(double)))
+    return cd_fail(CAMDELTA_ERROR_OVERFLOW, "%s: B*N*H*D = %zu*%zu*%zu*%zu overflows", op, p->B, f->N, p->H, p->D);
+  /* every count below divides B*N*H*D or B*N*16, checked just above (N >= T, S) */
   const size_t B = p->B, H = p->H, D = p->D, T = p->T, N = f->N, S = p->Hs * p->Ws, C = H * D;
   f->S = S, f->C = C;
-  f->bounds = malloc((T + 1) * sizeof *f->bounds);
-  f->cbounds = malloc((T + 1) * sizeof *f->cbounds);
-  f->mask = malloc(T * sizeof *f->mask);
+  f->bounds = cd_malloc_array(T + 1, sizeof *f->bounds);
+  f->cbounds = cd_malloc_array(T + 1, sizeof *f->cbounds);
+  f->mask = cd_malloc_array(T, sizeof *f->mask);
   if (!f->bounds || !f->cbounds || !f->mask) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: host memory", op);
   if ((st = camdelta_chunk_bounds(T, &p->chunking, f->bounds, T + 1, &f->nb)) ||
       (st = camdelta_conv_bounds(T, &p->chunking, f->cbounds, T + 1, &f->ncb)))

@@ -65,6 +65,11 @@ camdelta_status camdelta_ref_camera_forward(const camdelta_ref_camera *p) {
     return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: B=%zu, ph=%zu, pw=%zu: each must be at least 1", op, p->B, p->ph, p->pw);
   if (p->rope_cos || p->rope_sin)
     if ((st = cd_check_head_dim(op, p->D))) return st;
+  size_t cams, mats, tables;
+  if (!CD_PROD(&cams, p->B, p->T, 20) || !CD_PROD(&mats, p->B, N, 16) || !CD_PROD(&tables, N, p->D))
+    return cd_fail(CAMDELTA_ERROR_OVERFLOW, "%s: B*N*16 overflows size_t", op);
+  const size_t inf = cd_camera_first_inf_f64(p->camera_conditions, cams);
+  if (inf < cams) return cd_camera_inf_error(op, inf, p->T, p->camera_conditions[inf]);
   const size_t S = p->Hs * p->Ws;
   for (size_t b = 0; b < p->B; b++)
     for (size_t n = 0; n < N; n++) {

@@ -26,7 +26,7 @@
  * O_NOFOLLOW, a fresh random name when one exists, as mkstemp does), are flushed with fsync, then renamed over
  * the file, so readers never see a partial file. Temporary files older than CD_CACHE_STALE_SECONDS (left by a
  * writer that died) are removed on the next store.
- * The tuning file (src/tune/params.c) lives in the same folder under the same rules, through
+ * The tuning file (src/scan/tc_params.c) lives in the same folder under the same rules, through
  * cd_cache_open_dir, cd_cache_open_file and cd_cache_write_file.
  * Anything that does not verify is deleted and rebuilt by the caller. */
 #include <blake2.h>
@@ -540,7 +540,7 @@ void cd_cache_discard(const char *key_hex) {
   close(dfd);
 }
 
-/* 1 for a temporary file of the tuning file: "tune-<device>.txt.tmp.*" (src/tune/params.c). */
+/* 1 for a temporary file of the tuning file: "tune-<device>.txt.tmp.*" (src/scan/tc_params.c). */
 static int is_tune_temp(const char *name) {
   const char *t = strstr(name, ".txt" CD_TMP_MID);
   return strncmp(name, "tune-", 5) == 0 && t != NULL;

@@ -1,13 +1,25 @@
 /* Argument checks shared by the operations: sizes, buffers, dtypes. */
+#include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
 
+/* The size rule of camdelta, camdelta_mpi and the tool: every product and sum of sizes that come from a caller, a
+ * file or the command line goes through these (or the public camdelta_size_* below), and a result that does not
+ * fit size_t is an error (CAMDELTA_ERROR_OVERFLOW, or a usage/input error in the tool) before anything is
+ * allocated or enqueued. Each entry point's check computes every tensor's element count and every host allocation
+ * this way; the code after it uses only sizes that are factors of a count so checked. */
 int cd_mul(size_t *out, size_t a, size_t b) {
   if (a != 0 && b > SIZE_MAX / a) return 0;
   *out = a * b;
+  return 1;
+}
+
+int cd_add(size_t *out, size_t a, size_t b) {
+  if (b > SIZE_MAX - a) return 0;
+  *out = a + b;
   return 1;
 }
 
@@ -17,6 +29,19 @@ int cd_prod(size_t *out, int n, const size_t *factors) {
     if (!cd_mul(&p, p, factors[i])) return 0;
   *out = p;
   return 1;
+}
+
+void *cd_malloc_array(size_t n, size_t size) {
+  size_t bytes;
+  if (!cd_mul(&bytes, n, size)) return NULL;
+  return malloc(bytes ? bytes : 1);
+}
+
+int camdelta_size_mul(size_t *out, size_t a, size_t b) { return out && cd_mul(out, a, b); }
+int camdelta_size_add(size_t *out, size_t a, size_t b) { return out && cd_add(out, a, b); }
+int camdelta_size_prod(size_t *out, size_t n, const size_t *factors) {
+  if (!out || (n && !factors) || n > INT_MAX) return 0;
+  return cd_prod(out, (int)n, factors);
 }
 
 camdelta_status cd_check_buffer(const char *op, const char *name, camdelta_buffer b, size_t elems, size_t elem_size,

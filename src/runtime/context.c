@@ -6,7 +6,7 @@
 
 #include "device.h"
 #include "internal.h"
-#include "scan_tiles.h"
+#include "tiles.h"
 
 static double now_ms(void) {
   struct timespec ts;

@@ -35,10 +35,18 @@ void cd_clear_error(void);
 const char *cd_escape(const char *in, size_t n, char *out, size_t cap);
 
 /* ---------------------------------------------------------- sizes (check.c) */
+/* The size rule (check.c): every product and sum of sizes from a caller goes through these in the entry's check. */
 /** *out = a*b; 0 on overflow. */
 int cd_mul(size_t *out, size_t a, size_t b);
+/** *out = a+b; 0 on overflow. */
+int cd_add(size_t *out, size_t a, size_t b);
 /** Product of n factors with overflow check; 0 on overflow. */
 int cd_prod(size_t *out, int n, const size_t *factors);
+/** cd_prod of the listed factors: CD_PROD(&n, B, H, D, N). */
+#define CD_PROD(out, ...) \
+  cd_prod((out), (int)(sizeof((const size_t[]){__VA_ARGS__}) / sizeof(size_t)), (const size_t[]){__VA_ARGS__})
+/** malloc of n elements of `size` bytes (at least 1 byte); NULL when n*size overflows or memory is short. */
+void *cd_malloc_array(size_t n, size_t size);
 /** Check that `b` refers to at least `elems` elements of `elem_size` bytes
  *  past its offset. name: the argument's name for the message. When
  *  `optional` and b.mem == NULL, succeeds. */
@@ -61,23 +69,6 @@ int cd_buffers_aligned4(const camdelta_buffer *b, size_t n);
  *  (0: key not given); each N in [1, 4096]. An unknown key, a missing '=' or
  *  a bad number fails with a message naming `var`. */
 camdelta_status cd_parse_tiles(const char *var, const char *text, const char *const *keys, size_t n, unsigned *v);
-/** A buffer argument with its name, for the entry prologue. */
-typedef struct cd_named_buffer {
-  const char *name;
-  camdelta_buffer b;
-} cd_named_buffer;
-/** The entry prologue for entries not yet run by the driver (cd_run_entry does the same from its descriptor):
- *  ctx and args non-NULL, a `saved` object (when has_saved) of this context, a profile request only on a
- *  profiling queue, and every given buffer a valid cl_mem of the context's cl_context. */
-camdelta_status cd_prologue(const char *op, const camdelta_context *ctx, const void *args,
-                            const camdelta_context *saved_ctx, int has_saved, const camdelta_profile *profile,
-                            const cd_named_buffer *bufs, size_t n);
-/** cd_prologue for the scan's argument structs (every buffer of the struct). */
-camdelta_status cd_prologue_scan_forward(const camdelta_context *ctx, const camdelta_scan_args *a,
-                                         const camdelta_scan_saved *saved);
-camdelta_status cd_prologue_scan_backward(const camdelta_context *ctx, const camdelta_scan_backward_args *a,
-                                          const camdelta_scan_saved *saved);
-
 /** 1 for a GPU or an accelerator (the device classes the kernels' GPU forms and tiles are for), 0 for a CPU. */
 int cd_device_gpu_like(const camdelta_device_info *info);
 /** Check the head dim: D % 8 == 0 and 8 <= D <= 128. */
@@ -87,7 +78,7 @@ camdelta_status cd_copy_text(const char *op, const char *text, char *buf, size_t
 camdelta_status cd_check_dtype(const char *op, camdelta_dtype dtype);
 
 /* -------------------------------------------------------- context (context.c) */
-#define CD_TUNE_MAX_ENTRIES 48 /* lines of the tuning file (src/tune/params.c): 16 head dims x 3 families */
+#define CD_TUNE_MAX_ENTRIES 48 /* lines of the tuning file (src/scan/tc_params.c): 16 head dims x 3 families */
 #define CD_TUNE_MAX_BYTES 4096 /* its size limit (48 lines of at most 40 bytes) */
 typedef struct cd_program_entry {
   char *key; /* source name + '\n' + options */
@@ -110,9 +101,9 @@ struct camdelta_context {
   cd_program_entry *programs;
   camdelta_build_stats stats;
   cd_opt_values opts; /* the option registry's values (src/options/): the environment at creation, camdelta_tune_set */
-  int tc_state;     /* tensor-core feature test (src/tune/tc.c): 0 not run yet, 1 passed, 2 emulated, -1 off */
+  int tc_state;     /* tensor-core feature test (src/scan/tc.c): 0 not run yet, 1 passed, 2 emulated, -1 off */
   unsigned tc_mode; /* the value of option "scan" TC that tc_state was found for */
-  /* tensor-core tiles (src/tune/params.c), read once per context: overrides (camdelta_tune_set, CAMDELTA_TC_TILES)
+  /* tensor-core tiles (src/scan/tc_params.c), read once per context: overrides (camdelta_tune_set, CAMDELTA_TC_TILES)
    * per family x (WM WN MR NR KC), 0 = not set; entries saved by `camdelta tune --save` */
   int tune_loaded;
   unsigned tune_over[3][5];
@@ -121,11 +112,11 @@ struct camdelta_context {
   /* The scan's tile overrides, read once at creation (never on the call path): CAMDELTA_TC_TILES (parsed at the
    * first tile resolution); CAMDELTA_SCAN_TILES, CAMDELTA_SCAN_BWD_TILES and CAMDELTA_SEQ_TILES (or
    * camdelta_tune_set's "chunkwise" / "backward" / "sequential", guarded by lock) with their source's name, see
-   * src/tune/fma_tune.c */
+   * src/scan/fma_tune.c */
   char *tc_tiles_env;
   char *fma_tiles[3];
   char fma_var[3][48];
-  struct cd_plan_entry *plans; /* plans kept per shape class (src/tune/plan.c), guarded by lock */
+  struct cd_plan_entry *plans; /* plans kept per shape class (src/runtime/plan.c), guarded by lock */
   void (*release_plans)(camdelta_context *ctx); /* set by the plan cache when it keeps a plan: frees them all with
                                                    the context (the runtime knows no plan) */
   unsigned plan_gen;           /* bumped when the plans are dropped (camdelta_tune_set) */

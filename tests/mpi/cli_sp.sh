@@ -90,4 +90,47 @@ set -e
 test $rc -eq 2
 grep -q "k-scale and --norm-eps apply to branch" "$work/err.txt"
 test ! -e "$work/none"
+
+# packed clips are not split over ranks: said so (exit 3), nothing written
+mkdir -p "$work/packed"
+cp "$in"/*.npy "$work/packed/"
+cp "$in/decay.npy" "$work/packed/frame_offsets.npy"
+set +e
+"$mpiexec" -np 2 "${flags[@]}" "$cli" run scan --in "$work/packed" --out "$work/none" --sequence-parallel \
+  2>"$work/err.txt"
+rc=$?
+set -e
+test $rc -ne 0
+grep -q "packed clips are not supported over ranks" "$work/err.txt"
+test ! -e "$work/none"
+
+# outputs all or nothing over ranks too (rank 0 commits the gathered set, tools/cli_outset.h): a failing rename rolls
+# the renamed outputs back; a kill between renames is rolled back by the next set on the folder
+faults=${CAMDELTA_CLI_FAULTS:?the fault-injection build of the tool (tests/CMakeLists.txt)}
+names=(dq dk dv dbeta ddecay dinit_state)
+sp="$work/sp-commit"
+"$mpiexec" -np 2 "${flags[@]}" "$cli" run scan-backward --in "$in" --out "$sp" --sequence-parallel --quiet
+rm -rf "$work/sp-keep" && cp -r "$sp" "$work/sp-keep"
+same_as_keep() { for n in "${names[@]}"; do cmp -s "$sp/$n.npy" "$work/sp-keep/$n.npy" || return 1; done; }
+leftovers() { ls -A "$sp" | grep -c -E '\.cdtmp\.|\.cdold\.|^\.camdelta-commit\.|\.tmp\.' || true; }
+set +e
+"$mpiexec" -np 2 -x CAMDELTA_FAULT=rename:3 "${flags[@]}" "$faults" run scan-backward --in "$in" --out "$sp" \
+  --reverse --sequence-parallel 2>"$work/err.txt"
+rc=$?
+set -e
+test $rc -ne 0
+grep -q "cannot replace: .*2 outputs already renamed restored" "$work/err.txt"
+same_as_keep
+test "$(leftovers)" = 0
+set +e
+"$mpiexec" -np 2 -x CAMDELTA_FAULT=kill:4 "${flags[@]}" "$faults" run scan-backward --in "$in" --out "$sp" \
+  --reverse --sequence-parallel --quiet 2>"$work/err.txt"
+rc=$?
+set -e
+test $rc -ne 0
+test "$(leftovers)" -gt 0   # the killed commit's journal, kept files and temporary files
+if same_as_keep; then echo "cli_sp: kill:4 left the previous set whole (expected a mixed set)"; exit 1; fi
+"$mpiexec" -np 2 "${flags[@]}" "$cli" run scan-backward --in "$in" --out "$sp" --reverse --sequence-parallel --quiet
+"$tool" cmp "$sp" "$work/one-reverse-b" 1e-6 "${names[@]}"
+test "$(leftovers)" = 0
 echo "cli_sp: all checks passed"

@@ -1,0 +1,60 @@
+/* The frames unit (units.h): the backward's per-token work, a work-group per (b, h, f, token tile): dk, dv, dbeta
+ * and the partial sums of ddecay from the states and the gradient chain's G (and dq in the FMA form). */
+#include "units.h"
+
+camdelta_status cd_frames_build_fma(camdelta_context *ctx, const char *opts, size_t D, const cd_sbwd_cfg *c,
+                                    cd_frames *f) {
+  *f = (cd_frames){.form = CD_FRAMES_FMA, .w = (unsigned)(c->tl * (D / c->dpt)), .tokens = (unsigned)(c->tl * c->tpt)};
+  return cd_kernel(ctx, "scan_backward.cl", opts, "cd_scan_bwd_frames", &f->k);
+}
+
+camdelta_status cd_frames_build_tc(camdelta_context *ctx, size_t D, int split, int vec, const char *extra,
+                                   cd_frames *f) {
+  *f = (cd_frames){.form = CD_FRAMES_TC};
+  camdelta_status st = cd_tc_tiles_for(ctx, CD_TC_FRAMES, D, split, &f->t);
+  if (!st) st = cd_tc_kernel(ctx, CD_TC_FRAMES, "cd_frames_tc", D, split, vec, &f->t, extra, NULL, 0, &f->k);
+  f->w = cd_tc_wg(&f->t), f->tokens = cd_tc_tm(&f->t);
+  return st;
+}
+
+void cd_frames_release(cd_frames *f) {
+  if (f->k) clReleaseKernel(f->k);
+  f->k = NULL;
+  f->form = CD_FRAMES_NONE;
+}
+
+size_t cd_frames_tiles(const cd_frames *f, size_t S) { return (S + f->tokens - 1) / f->tokens; }
+
+camdelta_status cd_frames_enqueue(camdelta_context *ctx, const cd_frames *f, const cd_scan_geo *geo,
+                                  const cd_frames_io *io, cd_launch *l) {
+  if (f->form == CD_FRAMES_NONE) return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "the plan has no frames kernel");
+  const int tc = f->form == CD_FRAMES_TC; /* the tensor-core form takes no dO and writes no dq */
+  const size_t ntiles = cd_frames_tiles(f, geo->S);
+  cd_args a = {f->k, 0, CL_SUCCESS};
+  cd_arg_buf(&a, io->k);
+  cd_arg_buf(&a, io->v);
+  cd_arg_buf(&a, io->beta);
+  cd_arg_buf(&a, io->decay);
+  if (!tc) cd_arg_buf(&a, io->dout);
+  cd_arg_buf(&a, io->states);
+  cd_arg_buf(&a, io->has_init ? io->init : io->states); /* not read without an init */
+  cd_arg_buf(&a, io->G);
+  if (!tc) cd_arg_buf(&a, io->dq);
+  cd_arg_buf(&a, io->dk);
+  cd_arg_buf(&a, io->dv);
+  cd_arg_buf(&a, io->dbeta);
+  cd_arg_buf(&a, io->part);
+  cd_arg_u64(&a, geo->N);
+  cd_arg_u32(&a, (uint32_t)geo->S);
+  cd_arg_u32(&a, (uint32_t)geo->F);
+  cd_arg_u32(&a, (uint32_t)ntiles);
+  cd_arg_i32(&a, io->reverse != 0);
+  cd_arg_i32(&a, io->has_init != 0);
+  cd_arg_packed(&a, geo);
+  const char *name = tc ? "cd_frames_tc" : "cd_scan_bwd_frames";
+  if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, tc ? "cd_frames_tc: setting arguments"
+                                                        : "cd_scan_bwd_frames: setting arguments");
+  const size_t lws[2] = {f->w, 1};
+  const size_t gws[2] = {tc ? f->w * ntiles : geo->BHF * ntiles * f->w, tc ? geo->BHF : 1};
+  return cd_enqueue(ctx, f->k, 2, gws, lws, l, name);
+}

@@ -1,0 +1,190 @@
+/* The gram unit (units.h): per (b, h, f), the D x D products of one frame's tokens
+ *   A_f = d_f·(I − K_fᵀ·β_f·K_f),  U_f = K_fᵀ·β_f·V_f,  W_f = Q_fᵀ·dO_f
+ * in four forms: three FMA kernels, each with the tiles of the program it belongs to (the chunkwise scan's phase A,
+ * the backward's grams, the summaries' single products), and the tensor-core kernel. */
+#include <stdio.h>
+
+#include "units.h"
+
+static unsigned ceil_div(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
+
+cd_scan_geo cd_scan_geo_fixed(size_t B, size_t H, size_t D, size_t F, size_t S) {
+  const cd_scan_geo g = {.D = D, .F = F, .S = S, .N = F * S, .BH = B * H, .BHF = B * H * F, .pk = NULL, .pk_h = 0};
+  return g;
+}
+
+void cd_arg_packed(cd_args *a, const cd_scan_geo *geo) {
+  if (!geo->pk) return;
+  cd_arg_mem(a, geo->pk);
+  cd_arg_u32(a, geo->pk_h);
+}
+
+camdelta_status cd_gram_build_tiled(camdelta_context *ctx, const char *opts, const cd_chunk_cfg *c, cd_gram *g) {
+  *g = (cd_gram){.form = CD_GRAM_FMA_TILED, .w = c->a_w, .nr = c->a_nr, .nc = c->a_nc};
+  return cd_kernel(ctx, "scan_chunkwise.cl", opts, "cd_scan_phase_a", &g->k);
+}
+
+camdelta_status cd_gram_build_modes(camdelta_context *ctx, const char *opts, size_t D, const cd_sbwd_cfg *c,
+                                    cd_gram *g) {
+  *g = (cd_gram){.form = CD_GRAM_FMA_MODES, .w = (unsigned)((D / c->rpt) * (D / c->rpt))};
+  return cd_kernel(ctx, "scan_backward.cl", opts, "cd_scan_bwd_grams", &g->k);
+}
+
+camdelta_status cd_gram_build_single(camdelta_context *ctx, size_t D, cd_gram *g) {
+  char opts[32];
+  snprintf(opts, sizeof opts, "-DCD_D=%zu", D);
+  *g = (cd_gram){.form = CD_GRAM_FMA_SINGLE, .w = 64};
+  return cd_kernel(ctx, "scan_summary.cl", opts, "cd_summary_gram", &g->k);
+}
+
+camdelta_status cd_gram_build_tc(camdelta_context *ctx, size_t D, int split, int vec, const char *extra, cd_gram *g) {
+  *g = (cd_gram){.form = CD_GRAM_TC};
+  camdelta_status st = cd_tc_tiles_for(ctx, CD_TC_GRAM, D, split, &g->t);
+  if (!st) st = cd_tc_kernel(ctx, CD_TC_GRAM, "cd_gram_tc", D, split, vec, &g->t, extra, NULL, 0, &g->k);
+  g->w = cd_tc_wg(&g->t);
+  return st;
+}
+
+void cd_gram_release(cd_gram *g) {
+  if (g->k) clReleaseKernel(g->k);
+  g->k = NULL;
+  g->form = CD_GRAM_NONE;
+}
+
+/* ------------------------------------------------------------------------------------------ the forms */
+
+/* cd_scan_phase_a: columns [0, 2D) of K_fᵀ·β_f·[K_f | V_f], the first D giving A (its upper triangle, mirrored),
+ * the others U. */
+static camdelta_status tiled(camdelta_context *ctx, const cd_gram *g, const cd_scan_geo *geo, const cd_gram_io *io,
+                             cd_launch *l) {
+  if (!io->A.mem || !io->U.mem || io->W.mem)
+    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "cd_scan_phase_a computes A and U together, not W");
+  cd_args a = {g->k, 0, CL_SUCCESS};
+  cd_arg_buf(&a, io->k);
+  cd_arg_buf(&a, io->v);
+  cd_arg_buf(&a, io->beta);
+  cd_arg_buf(&a, io->decay);
+  cd_arg_buf(&a, io->A);
+  cd_arg_buf(&a, io->U);
+  cd_arg_u64(&a, geo->N);
+  cd_arg_u32(&a, (uint32_t)geo->S);
+  cd_arg_u32(&a, (uint32_t)geo->F);
+  cd_arg_u32(&a, 0);
+  cd_arg_u32(&a, (uint32_t)(2 * geo->D));
+  cd_arg_u32(&a, g->nc);
+  cd_arg_packed(&a, geo);
+  if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_scan_phase_a: setting arguments");
+  const size_t lws[2] = {g->w, 1}, gws[2] = {(size_t)g->w * geo->BHF, (size_t)g->nr * g->nc};
+  return cd_enqueue(ctx, g->k, 2, gws, lws, l, "cd_scan_phase_a");
+}
+
+/* cd_scan_bwd_grams: a work-group per (b, h, f, mode), modes W, A, U in that order, the first `modes` of them. */
+static camdelta_status modes(camdelta_context *ctx, const cd_gram *g, const cd_scan_geo *geo, const cd_gram_io *io,
+                             cd_launch *l) {
+  const uint32_t n = io->U.mem ? 3 : io->A.mem ? 2 : 1;
+  if (!io->W.mem || (n == 3 && !io->A.mem))
+    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "cd_scan_bwd_grams computes W, then A, then U");
+  /* an absent slot is bound to a present buffer: the kernel touches only the modes it runs */
+  const camdelta_buffer A = io->A.mem ? io->A : io->W, U = io->U.mem ? io->U : A;
+  cd_args a = {g->k, 0, CL_SUCCESS};
+  cd_arg_buf(&a, io->q);
+  cd_arg_buf(&a, io->k);
+  cd_arg_buf(&a, io->v);
+  cd_arg_buf(&a, io->dout);
+  cd_arg_buf(&a, io->beta);
+  cd_arg_buf(&a, io->decay);
+  cd_arg_buf(&a, io->W);
+  cd_arg_buf(&a, A);
+  cd_arg_buf(&a, U);
+  cd_arg_u64(&a, geo->N);
+  cd_arg_u32(&a, (uint32_t)geo->S);
+  cd_arg_u32(&a, (uint32_t)geo->F);
+  cd_arg_u32(&a, n);
+  cd_arg_packed(&a, geo);
+  if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_scan_bwd_grams: setting arguments");
+  const size_t lws = g->w, gws = geo->BHF * n * lws;
+  return cd_enqueue(ctx, g->k, 1, &gws, &lws, l, "cd_scan_bwd_grams");
+}
+
+/* cd_summary_gram: out_f = g_f·(diag·I + sgn·X_fᵀ·diag(w_f)·Y_f), 32 x 32 tiles of 8 x 8 items; X = Y (the A gram)
+ * computes the upper triangle of tiles and mirrors it. */
+static camdelta_status single(camdelta_context *ctx, const cd_gram *g, const cd_scan_geo *geo, camdelta_buffer X,
+                              camdelta_buffer Y, camdelta_buffer w, camdelta_buffer gate, camdelta_buffer out,
+                              int diag, float sgn, const char *what, cd_launch *l) {
+  const int sym = X.mem == Y.mem && X.offset == Y.offset;
+  cd_args a = {g->k, 0, CL_SUCCESS};
+  cd_arg_buf(&a, X);
+  cd_arg_buf(&a, Y);
+  cd_arg_buf(&a, w);
+  cd_arg_buf(&a, gate);
+  cd_arg_buf(&a, out);
+  cd_arg_u64(&a, geo->N);
+  cd_arg_u32(&a, (uint32_t)geo->S);
+  cd_arg_u32(&a, (uint32_t)geo->F);
+  cd_arg_i32(&a, w.mem != NULL);
+  cd_arg_i32(&a, gate.mem != NULL);
+  cd_arg_i32(&a, diag);
+  cd_arg_f32(&a, sgn);
+  cd_arg_i32(&a, sym);
+  if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_summary_gram: setting arguments");
+  const size_t t = ceil_div(geo->D, 32), lws[3] = {8, 8, 1}, gws[3] = {8 * t, 8 * t, geo->BHF};
+  return cd_enqueue(ctx, g->k, 3, gws, lws, l, what);
+}
+
+/* cd_gram_tc: x_fᵀ·[y0_f | y1_f] (n_c0 and n_c1 column tiles) into out0, out1; with use_beta (and the A form) the
+ * β weights and the decay. */
+static camdelta_status tc(camdelta_context *ctx, const cd_gram *g, const cd_scan_geo *geo, camdelta_buffer x,
+                          camdelta_buffer y0, camdelta_buffer y1, const cd_gram_io *io, camdelta_buffer out0,
+                          camdelta_buffer out1, unsigned n1, int a_form, const char *what, cd_launch *l) {
+  const unsigned nr = ceil_div(geo->D, cd_tc_tm(&g->t)), nc = ceil_div(geo->D, cd_tc_tn(&g->t));
+  cd_args a = {g->k, 0, CL_SUCCESS};
+  cd_arg_buf(&a, x);
+  cd_arg_buf(&a, y0);
+  cd_arg_buf(&a, y1);
+  cd_arg_buf(&a, io->beta);
+  cd_arg_buf(&a, io->decay);
+  cd_arg_buf(&a, out0);
+  cd_arg_buf(&a, out1);
+  cd_arg_u64(&a, geo->N);
+  cd_arg_u32(&a, (uint32_t)geo->S);
+  cd_arg_u32(&a, (uint32_t)geo->F);
+  cd_arg_u32(&a, nc);
+  cd_arg_u32(&a, n1);
+  cd_arg_i32(&a, a_form);
+  cd_arg_i32(&a, a_form);
+  cd_arg_packed(&a, geo);
+  if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_gram_tc: setting arguments");
+  const size_t lws[2] = {g->w, 1}, gws[2] = {(size_t)g->w * nr * (nc + n1), geo->BHF};
+  return cd_enqueue(ctx, g->k, 2, gws, lws, l, what);
+}
+
+camdelta_status cd_gram_enqueue(camdelta_context *ctx, const cd_gram *g, const cd_scan_geo *geo, const cd_gram_io *io,
+                                cd_launch *l) {
+  camdelta_status st = CAMDELTA_OK;
+  const camdelta_buffer none = {NULL, 0};
+  switch (g->form) {
+    case CD_GRAM_FMA_TILED: return tiled(ctx, g, geo, io, l);
+    case CD_GRAM_FMA_MODES: return modes(ctx, g, geo, io, l);
+    case CD_GRAM_FMA_SINGLE:
+      if (io->A.mem)
+        st = single(ctx, g, geo, io->k, io->k, io->beta, io->decay, io->A, 1, -1.0f, "cd_summary_gram A", l);
+      if (!st && io->U.mem)
+        st = single(ctx, g, geo, io->k, io->v, io->beta, none, io->U, 0, 1.0f, "cd_summary_gram U", l);
+      if (!st && io->W.mem)
+        st = single(ctx, g, geo, io->q, io->dout, none, none, io->W, 0, 1.0f, "cd_summary_gram W", l);
+      return st;
+    case CD_GRAM_TC: {
+      /* W = Qᵀ·dO first, then A = d·(I − Kᵀ·β·K) with U = Kᵀ·β·V beside it where asked */
+      const unsigned nc = ceil_div(geo->D, cd_tc_tn(&g->t));
+      if (io->W.mem) st = tc(ctx, g, geo, io->q, io->dout, io->dout, io, io->W, io->W, 0, 0, "cd_gram_tc (W)", l);
+      if (!st && io->A.mem)
+        st = tc(ctx, g, geo, io->k, io->k, io->v, io, io->A, io->U.mem ? io->U : io->A, io->U.mem ? nc : 0, 1,
+                !io->W.mem ? "cd_gram_tc (phase A)" : io->U.mem ? "cd_gram_tc (A, U)" : "cd_gram_tc (A)", l);
+      else if (!st && io->U.mem)
+        return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "cd_gram_tc computes U beside A only");
+      return st;
+    }
+    case CD_GRAM_NONE: break;
+  }
+  return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "the plan has no gram");
+}

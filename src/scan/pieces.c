@@ -1,0 +1,77 @@
+/* The engine's small pieces (units.h): ddecay from the frames kernel's partials (scan_backward.cl), and the
+ * elementwise kernels of scan_pair.cl, the pair's sum of its two directions' states and its gradient adds. */
+#include "engine.h"
+#include "units.h"
+
+camdelta_status cd_ddecay_build(camdelta_context *ctx, const char *opts, const cd_sbwd_cfg *c, cd_ddecay *d) {
+  *d = (cd_ddecay){.w = (unsigned)c->rl};
+  return cd_kernel(ctx, "scan_backward.cl", opts, "cd_scan_bwd_ddecay", &d->k);
+}
+
+void cd_ddecay_release(cd_ddecay *d) {
+  if (d->k) clReleaseKernel(d->k);
+  d->k = NULL;
+}
+
+camdelta_status cd_ddecay_enqueue(camdelta_context *ctx, const cd_ddecay *d, const cd_scan_geo *geo,
+                                  camdelta_buffer states, camdelta_buffer init, camdelta_buffer G, camdelta_buffer part,
+                                  camdelta_buffer ddecay, size_t ntiles, int reverse, int has_init, cd_launch *l) {
+  cd_args a = {d->k, 0, CL_SUCCESS};
+  cd_arg_buf(&a, states);
+  cd_arg_buf(&a, has_init ? init : states); /* not read without an init */
+  cd_arg_buf(&a, G);
+  cd_arg_buf(&a, part);
+  cd_arg_buf(&a, ddecay);
+  cd_arg_u32(&a, (uint32_t)geo->F);
+  cd_arg_u32(&a, (uint32_t)ntiles);
+  cd_arg_i32(&a, reverse != 0);
+  cd_arg_i32(&a, has_init != 0);
+  cd_arg_packed(&a, geo);
+  if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_scan_bwd_ddecay: setting arguments");
+  const size_t lws = d->w, gws = geo->BHF * lws;
+  return cd_enqueue(ctx, d->k, 1, &gws, &lws, l, "cd_scan_bwd_ddecay");
+}
+
+camdelta_status cd_pieces_build(camdelta_context *ctx, cd_pieces *p) {
+  p->sum = p->add = NULL;
+  camdelta_status st = cd_kernel(ctx, "scan_pair.cl", "-DCD_D=8", "cd_pair_sum", &p->sum);
+  if (!st) st = cd_kernel(ctx, "scan_pair.cl", "-DCD_D=8", "cd_pair_add", &p->add);
+  return st;
+}
+
+void cd_pieces_release(cd_pieces *p) {
+  if (p->sum) clReleaseKernel(p->sum);
+  if (p->add) clReleaseKernel(p->add);
+  p->sum = p->add = NULL;
+}
+
+/* The elementwise kernels' local size: the largest power of two up to 256 that the compiled kernel takes. */
+static size_t elementwise_local(camdelta_context *ctx, cl_kernel k) {
+  size_t lws = 1;
+  while (lws < 256 && lws * 2 <= cd_kernel_max_wg(ctx, k)) lws *= 2;
+  return lws;
+}
+
+camdelta_status cd_pieces_sum(camdelta_context *ctx, const cd_pieces *p, cl_mem a, cl_mem b, cl_mem sum, uint64_t n,
+                              cd_launch *l) {
+  const uint64_t n4 = n / 4;
+  cd_args ar = {p->sum, 0, CL_SUCCESS};
+  cd_arg_mem(&ar, a);
+  cd_arg_mem(&ar, b);
+  cd_arg_mem(&ar, sum);
+  cd_arg_u64(&ar, n4);
+  if (ar.err != CL_SUCCESS) return cd_cl_fail(ar.err, "cd_pair_sum: setting arguments");
+  const size_t lws = elementwise_local(ctx, p->sum), gws = (n4 + lws - 1) / lws * lws;
+  return cd_enqueue(ctx, p->sum, 1, &gws, &lws, l, "cd_pair_sum");
+}
+
+camdelta_status cd_pair_add_enqueue(camdelta_context *ctx, cl_kernel add, camdelta_buffer a, camdelta_buffer b,
+                                    uint64_t n, cd_launch *l, const char *what) {
+  cd_args ar = {add, 0, CL_SUCCESS};
+  cd_arg_buf(&ar, a);
+  cd_arg_buf(&ar, b);
+  cd_arg_u64(&ar, n);
+  if (ar.err != CL_SUCCESS) return cd_cl_fail(ar.err, "cd_pair_add: setting arguments");
+  const size_t lws = elementwise_local(ctx, add), gws = (n + lws - 1) / lws * lws;
+  return cd_enqueue(ctx, add, 1, &gws, &lws, l, what);
+}

@@ -1,0 +1,215 @@
+/* The FMA programs' parts (units.h): the units of one program (scan_chunkwise.cl's phases A, B, C; the sequential
+ * kernel with its phase C; scan_backward.cl's grams, chain, frames and ddecay) are built with one option string from
+ * the tile policy (tiles.c) and the context's override of that program's family. Each compiled kernel's own
+ * work-group limit (its registers) may be below the device's: the parts are then chosen again with smaller
+ * work-groups, unless an override gave the tiles (shrinking would undo it: that fails, naming its source). */
+#include <stdio.h>
+#include <string.h>
+
+#include "units.h"
+
+static const char FWD_OP[] = "camdelta_scan_forward";
+static const char BWD_OP[] = "camdelta_scan_backward";
+
+/* The chunkwise override: CAMDELTA_SCAN_TILES as read at context creation, or camdelta_tune_set "chunkwise";
+ * *var names its source in messages. */
+static camdelta_status chunk_override(camdelta_context *ctx, cd_scan_override *o, char *var, size_t var_size) {
+  char text[512];
+  cd_tune_fma_text(ctx, CD_FMA_CHUNKWISE, text, sizeof text, var, var_size);
+  return cd_scan_override_parse(var, text, o);
+}
+
+camdelta_status cd_chunk_parts(camdelta_context *ctx, size_t BH, size_t D, size_t S, const char *extra,
+                               cd_chunk_cfg *cc, cd_gram *gram, cd_chain *chain, cd_apply *apply) {
+  cd_scan_limits lim;
+  cd_scan_limits_from_info(&ctx->info, &lim);
+  cd_scan_override ov;
+  char var[64];
+  camdelta_status st = chunk_override(ctx, &ov, var, sizeof var);
+  if (st) return st;
+  const int overridden = ov.a || ov.b || ov.c;
+  for (unsigned cap = 256;; cap /= 2) {
+    cd_gram g = {0};
+    cd_chain b = {0};
+    cd_apply c = {0};
+    memset(cc, 0, sizeof *cc);
+    if ((st = cd_chunk_configure(&lim, BH, D, S, cap, overridden ? &ov : NULL, var, cc))) return st;
+    if (extra && *extra) {
+      const size_t used = strlen(cc->opts);
+      if (used + strlen(extra) >= sizeof cc->opts)
+        return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: the packed variant's build options are too long", FWD_OP);
+      memcpy(cc->opts + used, extra, strlen(extra) + 1);
+    }
+    if ((st = cd_gram_build_tiled(ctx, cc->opts, cc, &g)) || (st = cd_chain_build_states(ctx, cc->opts, cc, 0, &b)) ||
+        (st = cd_apply_build_fma(ctx, cc->opts, cc, &c))) {
+      cd_gram_release(&g), cd_chain_release(&b), cd_apply_release(&c);
+      return st;
+    }
+    const size_t have[3] = {cd_kernel_max_wg(ctx, g.k), cd_kernel_max_wg(ctx, b.k), cd_kernel_max_wg(ctx, c.k)};
+    const unsigned need[3] = {cc->a_w, cc->b_w, cc->c_w};
+    const int given[3] = {ov.a, ov.b, ov.c};
+    int fits = 1;
+    for (int i = 0; i < 3 && !st; i++) {
+      if (have[i] >= need[i]) continue;
+      fits = 0;
+      if (given[i]) /* shrinking would undo the override */
+        st = cd_fail(CAMDELTA_ERROR_UNSUPPORTED,
+                     "%s: %s: the compiled phase %c kernel allows work-groups of %zu items, its tiles need %u", FWD_OP,
+                     var, "ABC"[i], have[i], need[i]);
+    }
+    if (!st && !fits && cap <= lim.min_wg)
+      st = cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: the chunkwise kernels for D=%zu do not fit the device's work-group "
+                   "limit", FWD_OP, D);
+    if (st || !fits) {
+      cd_gram_release(&g), cd_chain_release(&b), cd_apply_release(&c);
+      if (st) return st;
+      continue;
+    }
+    if (gram) *gram = g;
+    else cd_gram_release(&g);
+    if (chain) *chain = b;
+    else cd_chain_release(&b);
+    if (apply) *apply = c;
+    else cd_apply_release(&c);
+    return CAMDELTA_OK;
+  }
+}
+
+camdelta_status cd_chunk_pair_chain(camdelta_context *ctx, size_t chains, size_t D, size_t S, cd_chain *chain) {
+  static const char OP[] = "cd_scan_pair_forward";
+  cd_scan_limits lim;
+  cd_scan_limits_from_info(&ctx->info, &lim);
+  cd_scan_override ov;
+  char var[64];
+  camdelta_status st = chunk_override(ctx, &ov, var, sizeof var);
+  if (st) return st;
+  for (unsigned cap = 256;; cap /= 2) {
+    cd_chunk_cfg cc;
+    memset(&cc, 0, sizeof cc);
+    if ((st = cd_chunk_configure(&lim, chains, D, S, cap, ov.a || ov.b || ov.c ? &ov : NULL, var, &cc)) ||
+        (st = cd_chain_build_states(ctx, cc.opts, &cc, 1, chain)))
+      return st;
+    const size_t have = cd_kernel_max_wg(ctx, chain->k);
+    if (have >= chain->w) return CAMDELTA_OK;
+    const unsigned need = chain->w;
+    cd_chain_release(chain);
+    if (cap <= 32)
+      return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: the compiled pair chain allows work-groups of %zu items, needs %u",
+                     OP, have, need);
+  }
+}
+
+camdelta_status cd_sequential_parts(camdelta_context *ctx, size_t BH, size_t D, size_t S, cd_sequential *seq,
+                                    cd_chunk_cfg *cc, cd_apply *apply) {
+  cd_scan_limits lim;
+  cd_scan_limits_from_info(&ctx->info, &lim);
+  /* the chunkwise override is read (and must parse) whichever algorithm runs */
+  cd_scan_override ov;
+  char var[64], svar[64], text[512];
+  unsigned sov[CD_SQ_COUNT];
+  camdelta_status st = chunk_override(ctx, &ov, var, sizeof var);
+  if (st) return st;
+  cd_tune_fma_text(ctx, CD_FMA_SEQUENTIAL, text, sizeof text, svar, sizeof svar);
+  const int sgiven = text[0] != 0;
+  if (sgiven && (st = cd_parse_tiles(svar, text, cd_seq_tile_keys, CD_SQ_COUNT, sov))) return st;
+  memset(apply, 0, sizeof *apply);
+  for (unsigned cap = 256;; cap /= 2) {
+    seq->k = NULL;
+    if ((st = cd_seq_configure(&lim, BH, D, S, cap, sgiven ? sov : NULL, svar, &seq->c))) return st;
+    if ((st = cd_kernel(ctx, "scan_sequential.cl", seq->c.opts, "cd_scan_sequential", &seq->k))) return st;
+    const size_t have = cd_kernel_max_wg(ctx, seq->k);
+    int fits = have >= seq->c.W;
+    if (!fits && sgiven && sov[CD_SQ_W]) { /* shrinking would undo the override */
+      cd_sequential_release(seq);
+      return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: %s: the compiled sequential kernel allows work-groups of %zu "
+                     "items, W=%u asked", FWD_OP, svar, have, seq->c.W);
+    }
+    if (seq->c.OUT == 2) { /* the outputs by the chunkwise phase C (its FMA kernel, or the tensor-core one) */
+      memset(cc, 0, sizeof *cc);
+      if ((st = cd_chunk_configure(&lim, BH, D, S, cap, NULL, var, cc)) ||
+          (st = cd_apply_build_fma(ctx, cc->opts, cc, apply))) {
+        cd_sequential_release(seq);
+        return st;
+      }
+      fits = fits && cd_kernel_max_wg(ctx, apply->k) >= cc->c_w;
+    }
+    if (fits) return CAMDELTA_OK;
+    cd_sequential_release(seq);
+    cd_apply_release(apply);
+    if (cap <= lim.min_wg)
+      return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: the sequential kernels for D=%zu do not fit the device's "
+                     "work-group limit", FWD_OP, D);
+  }
+}
+
+camdelta_status cd_backward_parts(camdelta_context *ctx, size_t D, int skip_dq, const char *extra, int pair,
+                                  cd_sbwd_cfg *cfg, char *opts, int *overridden_out, cd_gram *gram, cd_chain *chain,
+                                  cd_frames *frames, cd_ddecay *ddecay) {
+  size_t dev_wg, local;
+  cd_sbwd_limits(&ctx->info, &dev_wg, &local);
+  /* GPUs: the chain step unrolled over D, its A column in registers (PoCL would compile that for long) */
+  const int gpu = cd_device_gpu_like(&ctx->info);
+  size_t wg_grams = dev_wg, wg_frames = dev_wg, wg_chain = dev_wg, wg_rl = dev_wg;
+  unsigned ov[CD_SB_COUNT];
+  int overridden = 0;
+  char text[512], var[64]; /* the override and its source (the variable or camdelta_tune_set) */
+  cd_tune_fma_text(ctx, CD_FMA_BACKWARD, text, sizeof text, var, sizeof var);
+  if (text[0]) {
+    camdelta_status st = cd_sbwd_parse(var, text, ov, &overridden);
+    if (st) return st;
+  }
+  *overridden_out = overridden;
+  if (!extra) extra = "";
+  for (int attempt = 0; attempt < 8; attempt++) {
+    camdelta_status st = cd_sbwd_choose(D, local, wg_grams, wg_frames, wg_chain, wg_rl, cfg);
+    if (!st && overridden) st = cd_sbwd_override(D, local, dev_wg, ov, var, cfg);
+    if (st) return st;
+    snprintf(opts, 256,
+             "-DCD_D=%zu -DCD_RPT=%zu -DCD_TSG=%zu -DCD_CB=%zu -DCD_DPT=%zu -DCD_TL=%zu -DCD_TPT=%zu -DCD_MC=%zu "
+             "-DCD_RL=%zu%s%s%s",
+             D, cfg->rpt, cfg->tsg, cfg->cb, cfg->dpt, cfg->tl, cfg->tpt, cfg->mc, cfg->rl,
+             skip_dq ? " -DCD_SKIP_DQ=1" : "", gpu ? " -DCD_CHAIN_UNROLL=1" : "", extra);
+    cd_gram g = {0};
+    cd_chain c = {0};
+    cd_frames f = {0};
+    cd_ddecay d = {0};
+    if ((st = cd_gram_build_modes(ctx, opts, D, cfg, &g)) || (st = cd_chain_build_grads(ctx, opts, D, cfg, 0, &c)) ||
+        (st = cd_frames_build_fma(ctx, opts, D, cfg, &f)) || (st = cd_ddecay_build(ctx, opts, cfg, &d))) {
+      cd_gram_release(&g), cd_chain_release(&c), cd_frames_release(&f), cd_ddecay_release(&d);
+      return st;
+    }
+    const size_t need_g = g.w, need_f = f.w;
+    const size_t have_g = cd_kernel_max_wg(ctx, g.k), have_f = cd_kernel_max_wg(ctx, f.k);
+    const size_t have_c = cd_kernel_max_wg(ctx, c.k), have_r = cd_kernel_max_wg(ctx, d.k);
+    if (need_g <= have_g && need_f <= have_f && D <= have_c && cfg->rl <= have_r) {
+      if (pair) { /* the pair's chain, from the same program */
+        cd_chain_release(&c);
+        st = cd_chain_build_grads(ctx, opts, D, cfg, 1, &c);
+        if (!st && cd_kernel_max_wg(ctx, c.k) < D)
+          st = cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "cd_scan_pair_backward: the compiled chain allows work-groups below "
+                       "D=%zu", D);
+      }
+      if (st || !gram) cd_gram_release(&g);
+      if (st || !chain) cd_chain_release(&c);
+      if (st || !frames) cd_frames_release(&f);
+      if (st || !ddecay) cd_ddecay_release(&d);
+      if (st) return st;
+      if (gram) *gram = g;
+      if (chain) *chain = c;
+      if (frames) *frames = f;
+      if (ddecay) *ddecay = d;
+      return CAMDELTA_OK;
+    }
+    cd_gram_release(&g), cd_chain_release(&c), cd_frames_release(&f), cd_ddecay_release(&d);
+    if (overridden)
+      return cd_fail(CAMDELTA_ERROR_UNSUPPORTED,
+                     "%s: %s: the compiled kernels allow work-groups of %zu (grams), %zu (frames), %zu (chain), %zu "
+                     "(ddecay) items; the tiles need %zu, %zu, %zu, %zu",
+                     BWD_OP, var, have_g, have_f, have_c, have_r, need_g, need_f, D, cfg->rl);
+    if (need_g > have_g) wg_grams = have_g;
+    if (need_f > have_f) wg_frames = have_f;
+    if (D > have_c) wg_chain = have_c;
+    if (cfg->rl > have_r) wg_rl = have_r;
+  }
+  return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: no kernel configuration for D=%zu fits this device", BWD_OP, D);
+}
