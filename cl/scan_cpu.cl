@@ -303,6 +303,26 @@ kernel void cd_cpu_pair_chain(global const float *A, ulong a_off, global const f
                     post_c + post_c_off, post_c, 0, fin_c + fin_c_off, want_final_c, NULL, bh * F, F, sbase, j0, 0);
 }
 
+/* One gradient chain's column block c0 over its Fc frames (Ab, Wb at the chain's first frame): causal f = Fc−1..0:
+ * G_f = W_f + x, x = A_fᵀG_f; reverse f = 0..Fc−1: G_f = x, x = W_f + [mask_f] A_fᵀG_f (mask NULL: every frame
+ * kept); x starts at gf (zero without has_gf), dinit = x after the last frame when has_di. G at the chain's first
+ * frame and column block. */
+inline void cd_grads(local float8 *X, local float8 *Y, global const float *Ab, global const float *Wb,
+                     global const float *gf, int has_gf, global float *G, global float *di, int has_di,
+                     global const uint *mask, uint Fc, uint c0, int reverse) {
+  cd_block_load(X, gf, has_gf);
+  for (uint r = 0; r < Fc; r++) {
+    const uint f = reverse ? r : Fc - 1 - r;
+    if (!reverse) /* G_f = W_f + x */
+      for (uint i = 0; i < CD_D; i++)
+        CD_UNROLL for (int v = 0; v < CD_CBV; v++) X[i * CD_CBV + v] += vload8(v, Wb + f * CD_DD + (ulong)i * CD_D + c0);
+    cd_block_save(G + f * CD_DD, X, 1.0f);
+    cd_chain_step(Y, X, Ab + f * CD_DD, 1, Wb + f * CD_DD + c0, reverse, !mask || mask[f] != 0u);
+    for (uint i = 0; i < CD_D * CD_CBV; i++) X[i] = Y[i];
+  }
+  if (has_di) cd_block_save(di, X, 1.0f);
+}
+
 /* cd_scan_bwd_chain's arguments and meaning; group (bh, column block): with recompute, first the states
  * M_f = A_f·Mprev_f + U_f into Z (the `states` layout), then G_f (causal f = F−1..0: G_f = W_f + x, x = A_fᵀG_f;
  * reverse f = 0..F−1: G_f = x, x = W_f + A_fᵀG_f) into G, and dinit = x when asked. */
@@ -327,17 +347,31 @@ kernel void cd_cpu_grad_chain(global const float *A, ulong A_off, global const f
       cd_block_save(Z + Z_off + fb + slot * CD_DD + c0, X, 1.0f);
     }
   }
-  cd_block_load(X, gfinal + gf_off + bh * CD_DD + c0, has_gfinal);
-  for (uint r = 0; r < Fc; r++) {
-    const uint f = reverse ? r : Fc - 1 - r;
-    if (!reverse) /* G_f = W_f + x */
-      for (uint i = 0; i < CD_D; i++)
-        CD_UNROLL for (int v = 0; v < CD_CBV; v++) X[i * CD_CBV + v] += vload8(v, Wb + f * CD_DD + (ulong)i * CD_D + c0);
-    cd_block_save(G + G_off + fb + f * CD_DD + c0, X, 1.0f);
-    cd_chain_step(Y, X, Ab + f * CD_DD, 1, Wb + f * CD_DD + c0, reverse, 1);
-    for (uint i = 0; i < CD_D * CD_CBV; i++) X[i] = Y[i];
-  }
-  if (has_dinit) cd_block_save(dinit + di_off + bh * CD_DD + c0, X, 1.0f);
+  cd_grads(X, Y, Ab, Wb, gfinal + gf_off + bh * CD_DD + c0, has_gfinal, G + G_off + fb + c0,
+           dinit + di_off + bh * CD_DD + c0, has_dinit, NULL, Fc, c0, reverse);
+}
+
+/* cd_pair_bwd_chain's arguments and meaning: groups [0, B·H) the causal gradient chains, [B·H, 2·B·H) the reverse
+ * ones with A_f = 0 at the frames where mask is 0; global (2·B·H, D / CB). */
+kernel void cd_cpu_pair_grad_chain(global const float *A, ulong A_off, global const float *W, ulong W_off,
+                                   global const uint *mask, global const float *gf_c, ulong gf_c_off,
+                                   global const float *gf_r, ulong gf_r_off, global float *G_c, ulong G_c_off,
+                                   global float *G_r, ulong G_r_off, global float *di_c, ulong di_c_off,
+                                   global float *di_r, ulong di_r_off, uint F, int has_gf_c, int has_gf_r,
+                                   int has_di_c, int has_di_r) {
+  local float8 X[CD_D * CD_CBV], Y[CD_D * CD_CBV];
+  const ulong nbh = get_num_groups(0) / 2;
+  const int reverse = get_group_id(0) >= nbh;
+  const ulong bh = get_group_id(0) % nbh;
+  const uint c0 = get_group_id(1) * CD_CB;
+  const ulong fb = bh * F * CD_DD, sb = bh * CD_DD + c0;
+  global const float *Ab = A + A_off + fb, *Wb = W + W_off + fb;
+  if (reverse)
+    cd_grads(X, Y, Ab, Wb, gf_r + gf_r_off + sb, has_gf_r, G_r + G_r_off + fb + c0, di_r + di_r_off + sb, has_di_r,
+             mask, F, c0, 1);
+  else
+    cd_grads(X, Y, Ab, Wb, gf_c + gf_c_off + sb, has_gf_c, G_c + G_c_off + fb + c0, di_c + di_c_off + sb, has_di_c,
+             NULL, F, c0, 0);
 }
 
 /* Row blocks of R over the D rows of an output, CALL(j0, r) each; the rest (D is a multiple of 8, R of at most 8)

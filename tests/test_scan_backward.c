@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu.h"
 #include "engine.h"
 #include "internal.h"
 #include "testutil.h"
@@ -216,7 +217,10 @@ static int run_case(const sb_case *c, double *ms) {
    * object holds the chunkwise forward's A_f */
   const int reused_a = c->saved == SAVED_FORWARD && fwd_alg == CAMDELTA_SCAN_CHUNKWISE;
   if (c->saved == SAVED_FORWARD) assert_true(fwd_alg == CAMDELTA_SCAN_SEQUENTIAL || fwd_alg == CAMDELTA_SCAN_CHUNKWISE);
-  assert_int_equal(prof.kernels, cd_tc_available(ctx) ? (reused_a ? 5u : 6u) : 4u);
+  /* the CPU forms: W in its own launch, then A (and U) unless reused */
+  assert_int_equal(prof.kernels, cd_tc_available(ctx)    ? (reused_a ? 5u : 6u)
+                                 : cd_scan_cpu_forms(ctx) ? (reused_a ? 4u : 5u)
+                                                          : 4u);
   if (ms) *ms = prof.kernel_ms;
   for (int o = 0; o < NOUT; o++) {
     if (o == OINIT && !c->init) continue;
@@ -383,8 +387,10 @@ static void bwd_plan(char *buf, size_t size) {
  * gradients and show in the plan; bad lists and tiles fail cleanly. */
 static void test_scan_backward_tile_override(void **state) {
   (void)state;
-  /* the FMA kernels' tiles: where the tensor-core path runs (NVIDIA) it replaces them in some phases */
+  /* the FMA kernels' tiles: where the tensor-core path runs (NVIDIA) it replaces them in some phases, on CPUs the
+   * CPU forms replace them all */
   assert_int_equal(setenv("CAMDELTA_TC", "0", 1), 0);
+  assert_int_equal(setenv("CAMDELTA_SCAN_CPU", "0", 1), 0);
   static const char *const good[] = {"RPT=4,TSG=8,CB=4,DPT=4,TL=8,TPT=3,MC=4,RL=16", "DPT=8,TL=16,TPT=1,MC=8,TSG=16"};
   static const char *const shown[] = {"RPT=4 TSG=8; chain fma W=32 CB=4", "DPT=8 TL=16 TPT=1 MC=8"};
   char plain[1024], plan[1024];
@@ -449,6 +455,7 @@ static void test_scan_backward_tile_override(void **state) {
   }
   assert_int_equal(unsetenv("CAMDELTA_SCAN_BWD_TILES"), 0);
   assert_int_equal(unsetenv("CAMDELTA_TC"), 0);
+  assert_int_equal(unsetenv("CAMDELTA_SCAN_CPU"), 0);
   tu_context_release();
   sb_device d;
   device_init(&d, &p);

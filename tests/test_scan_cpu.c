@@ -1,5 +1,6 @@
-/* The CPU forms of the scan's phases (cl/scan_cpu.cl, src/ops/scan_cpu.c), forced on whatever device the tests
- * run on and composed into a forward (gram → chain → apply) and a backward (gram → chain → frames → ddecay),
+/* The CPU forms of the scan's phases (cl/scan_cpu.cl, src/scan/cpu.c), forced on whatever device the tests run on
+ * (option scan CPU=1) through the engine's forward (gram → chain → apply) and backward (gram → chain → frames →
+ * ddecay),
  * against the f64 reference (SPEC sections 3-5): both directions, init and final states, states and A_f from the
  * forward or recomputed, awkward shapes (D = 8 .. 128, partial token blocks and chunks, F = 1), offsets, decay 0. */
 #include <math.h>
@@ -8,7 +9,6 @@
 #include <string.h>
 
 #include "internal.h"
-#include "scan_cpu.h"
 #include "testutil.h"
 
 #define FWD_BOUND 1e-5
@@ -93,45 +93,40 @@ static void run_case(const sc_case *c) {
 #define BUF(m) ((camdelta_buffer){(m), c->off})
   const camdelta_buffer none = {NULL, 0};
 
-  cd_cpu_scan p = {0};
-  cd_cpu_scan_tiles(ctx, c->D, &p);
-  TU_OK(cd_cpu_scan_build(ctx, &p));
-  const cd_cpu_geo g = {.BH = c->B * c->H, .F = c->F, .S = c->S, .N = N};
-  cd_cpu_work w;
-  TU_OK(cd_cpu_work_alloc(ctx, &p, &g, &w));
-
+  /* the CPU forms forced on this device: the plans must take them (their description says so) */
+  TU_OK(camdelta_tune_set(ctx, "scan", "CPU=1"));
+  camdelta_scan_algorithm used = CAMDELTA_SCAN_SEQUENTIAL;
   const camdelta_scan_args fa = {.B = c->B, .H = c->H, .D = c->D, .F = c->F, .S = c->S, .reverse = c->reverse,
+                                 .algorithm = CAMDELTA_SCAN_AUTO, .used = &used,
                                  .q = BUF(d[IQ]), .k = BUF(d[IK]), .v = BUF(d[IV]), .beta = BUF(d[IBETA]),
                                  .decay = BUF(d[IDECAY]), .out = BUF(o[OOUT]),
                                  .init_state = c->states ? BUF(d[IINIT]) : none,
                                  .final_state = c->states ? BUF(o[OFINAL]) : none};
-  cd_launch l;
-  cd_launch_init(&l, NULL);
-  TU_OK(cd_launch_end(ctx, &l, cd_cpu_scan_forward(ctx, &p, &fa, &w, &l)));
+  char text[1024];
+  TU_OK(camdelta_scan_plan_describe(ctx, &fa, text, sizeof text));
+  if (!strstr(text, "cpu forms")) fail_msg("%s: the forward's plan is not the CPU forms': %s", describe(c), text);
+  camdelta_scan_saved *saved = NULL;
+  if (c->from_fwd) TU_OK(camdelta_scan_saved_create(ctx, &saved));
+  TU_OK(camdelta_scan_forward(ctx, &fa, saved));
+  assert_int_equal(used, CAMDELTA_SCAN_CHUNKWISE);
   check(c, OOUT, o[OOUT], elems, ref[OOUT], FWD_BOUND);
   if (c->states) check(c, OFINAL, o[OFINAL], BHDD, ref[OFINAL], FWD_BOUND);
 
-  if (!c->from_fwd) { /* the backward recomputes: the forward's states and A_f must not be read */
-    const float nan = NAN;
-    assert_int_equal(clEnqueueFillBuffer(camdelta_context_queue(ctx), w.A, &nan, sizeof nan, 0, w.mat_bytes, 0, NULL,
-                                         NULL), CL_SUCCESS);
-    assert_int_equal(clEnqueueFillBuffer(camdelta_context_queue(ctx), w.states, &nan, sizeof nan, 0, w.mat_bytes, 0,
-                                         NULL, NULL), CL_SUCCESS);
-  }
+  /* from the forward: its states and A_f; else the backward recomputes both */
   const camdelta_scan_backward_args ba = {
       .B = c->B, .H = c->H, .D = c->D, .F = c->F, .S = c->S, .reverse = c->reverse, .q = BUF(d[IQ]),
       .k = BUF(d[IK]), .v = BUF(d[IV]), .beta = BUF(d[IBETA]), .decay = BUF(d[IDECAY]),
       .init_state = c->states ? BUF(d[IINIT]) : none, .grad_out = BUF(d[IGO]),
       .grad_final_state = c->states ? BUF(d[IGF]) : none, .dq = BUF(o[ODQ]), .dk = BUF(o[ODK]), .dv = BUF(o[ODV]),
       .dbeta = BUF(o[ODBETA]), .ddecay = BUF(o[ODDECAY]), .dinit_state = c->states ? BUF(o[ODINIT]) : none};
-  cd_launch_init(&l, NULL);
-  TU_OK(cd_launch_end(ctx, &l, cd_cpu_scan_backward(ctx, &p, &ba, c->from_fwd, c->from_fwd, &w, &l)));
+  TU_OK(camdelta_scan_backward_plan_describe(ctx, &ba, text, sizeof text));
+  if (!strstr(text, "cpu forms")) fail_msg("%s: the backward's plan is not the CPU forms': %s", describe(c), text);
+  TU_OK(camdelta_scan_backward(ctx, &ba, saved));
+  camdelta_scan_saved_destroy(saved);
   for (int k = ODQ; k < NOUT; k++)
     if (k != ODINIT || c->states) check(c, k, o[k], ocount[k], ref[k], BWD_BOUND);
 #undef BUF
 
-  cd_cpu_work_release(&w);
-  cd_cpu_scan_release(&p);
   for (int i = 0; i < NIN; i++) clReleaseMemObject(d[i]), free(in[i]), free(in64[i]);
   for (int i = 0; i < NOUT; i++) clReleaseMemObject(o[i]), free(ref[i]);
 }

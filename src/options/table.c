@@ -138,6 +138,17 @@ const cd_opt_decl cd_opt_decls[CD_OPT_COUNT] = {
                         .doc = "the NVIDIA tensor-core path: 0 off, 1 where the device passes its feature test, "
                                "emulate its kernels with the products done through local memory, on any device "
                                "(tests)"},
+    [CD_OPT_SCAN_CPU] = {.family = CD_OPT_FAM_SCAN,
+                         .key = "CPU",
+                         .env = "CAMDELTA_SCAN_CPU",
+                         .type = CD_OPT_ONE_OF,
+                         .values = {0, 1},
+                         .nvalues = 2,
+                         .def = CD_OPT_DEF_CLASS(1, 0),
+                         .doc = "the CPU forms of the scan's phases (cl/scan_cpu.cl: a work-item per core's task, "
+                                "register tiles of float8; AUTO then runs the chunkwise algorithm): 1 on CPU "
+                                "devices, also on any other device (tests); 0 the work-group forms; packed clips "
+                                "and the summaries keep the work-group forms"},
     [CD_OPT_MPI_CHUNK_BYTES] = {.family = CD_OPT_FAM_MPI,
                                 .key = "CHUNK_BYTES",
                                 .env = "CAMDELTA_SP_CHUNK_BYTES",

@@ -37,6 +37,18 @@ camdelta_status cd_chain_build_summary(camdelta_context *ctx, size_t D, cd_chain
   return cd_kernel(ctx, "scan_summary.cl", opts, "cd_summary_apply", &ch->k);
 }
 
+camdelta_status cd_chain_build_cpu(const cd_cpu_scan *p, cd_chain_form form, cd_chain *ch) {
+  *ch = (cd_chain){.form = form, .w = 1, .nj = (unsigned)(p->D / p->cb)};
+  const cl_kernel k = form == CD_CHAIN_CPU_STATES        ? p->chain
+                      : form == CD_CHAIN_CPU_STATES_PAIR ? p->pair_chain
+                      : form == CD_CHAIN_CPU_GRADS       ? p->grad_chain
+                                                         : p->pair_grad_chain;
+  const cl_int err = clRetainKernel(k);
+  if (err != CL_SUCCESS) return cd_cl_fail(err, "the CPU chain: retaining the kernel");
+  ch->k = k;
+  return CAMDELTA_OK;
+}
+
 void cd_chain_release(cd_chain *ch) {
   if (ch->k) clReleaseKernel(ch->k);
   ch->k = NULL;
@@ -47,7 +59,8 @@ void cd_chain_release(cd_chain *ch) {
 
 camdelta_status cd_chain_states(camdelta_context *ctx, const cd_chain *ch, const cd_scan_geo *geo,
                                 const cd_chain_states_io *io, cd_launch *l) {
-  if (ch->form != CD_CHAIN_STATES) return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "the plan has no state chain");
+  const int cpu = ch->form == CD_CHAIN_CPU_STATES; /* the same arguments; a work-item per work-group (w = 1) */
+  if (ch->form != CD_CHAIN_STATES && !cpu) return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "the plan has no state chain");
   cd_args a = {ch->k, 0, CL_SUCCESS};
   cd_arg_buf(&a, io->A);
   cd_arg_buf(&a, io->U);
@@ -62,13 +75,35 @@ camdelta_status cd_chain_states(camdelta_context *ctx, const cd_chain *ch, const
   cd_arg_i32(&a, io->pre.mem != NULL);
   cd_arg_i32(&a, io->final.mem != NULL);
   cd_arg_packed(&a, geo);
-  if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_scan_phase_b: setting arguments");
+  const char *name = cpu ? "cd_cpu_chain" : "cd_scan_phase_b";
+  if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, name);
   const size_t lws[2] = {ch->w, 1}, gws[2] = {(size_t)ch->w * geo->BH, ch->nj};
-  return cd_enqueue(ctx, ch->k, 2, gws, lws, l, "cd_scan_phase_b");
+  return cd_enqueue(ctx, ch->k, 2, gws, lws, l, name);
 }
 
 camdelta_status cd_chain_states_pair(camdelta_context *ctx, const cd_chain *ch, const cd_scan_geo *geo,
                                      const cd_chain_pair_io *io, cd_launch *l) {
+  if (ch->form == CD_CHAIN_CPU_STATES_PAIR) { /* groups (2·B·H, column blocks); decay is not read (no pre) */
+    cd_args a = {ch->k, 0, CL_SUCCESS};
+    cd_arg_buf(&a, io->A);
+    cd_arg_buf(&a, io->U);
+    cd_arg_buf(&a, io->A);
+    cd_arg_mem(&a, io->mask);
+    cd_arg_buf(&a, io->init_c.mem ? io->init_c : io->A);
+    cd_arg_buf(&a, io->init_r.mem ? io->init_r : io->A);
+    cd_arg_buf(&a, io->post_c);
+    cd_arg_buf(&a, io->post_r);
+    cd_arg_buf(&a, io->final_c.mem ? io->final_c : io->post_c);
+    cd_arg_buf(&a, io->final_r.mem ? io->final_r : io->post_r);
+    cd_arg_u32(&a, (uint32_t)geo->F);
+    cd_arg_i32(&a, io->init_c.mem != NULL);
+    cd_arg_i32(&a, io->init_r.mem != NULL);
+    cd_arg_i32(&a, io->final_c.mem != NULL);
+    cd_arg_i32(&a, io->final_r.mem != NULL);
+    if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_cpu_pair_chain: setting arguments");
+    const size_t one[2] = {1, 1}, gws[2] = {2 * geo->BH, ch->nj};
+    return cd_enqueue(ctx, ch->k, 2, gws, one, l, "cd_cpu_pair_chain");
+  }
   if (ch->form != CD_CHAIN_STATES_PAIR) return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "the plan has no pair chain");
   cd_args a = {ch->k, 0, CL_SUCCESS};
   cd_arg_buf(&a, io->A);
@@ -95,7 +130,9 @@ camdelta_status cd_chain_states_pair(camdelta_context *ctx, const cd_chain *ch, 
 
 camdelta_status cd_chain_grads(camdelta_context *ctx, const cd_chain *ch, const cd_scan_geo *geo,
                                const cd_chain_grads_io *io, cd_launch *l) {
-  if (ch->form != CD_CHAIN_GRADS) return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "the plan has no gradient chain");
+  const int cpu = ch->form == CD_CHAIN_CPU_GRADS; /* the same arguments; groups (chain, column block) of one item */
+  if (ch->form != CD_CHAIN_GRADS && !cpu)
+    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "the plan has no gradient chain");
   /* absent optional tensors: a valid buffer that is never read or written */
   const camdelta_buffer init = io->init.mem ? io->init : io->A, gf = io->gfinal.mem ? io->gfinal : io->A;
   const camdelta_buffer dinit = io->dinit.mem ? io->dinit : io->G;
@@ -115,6 +152,11 @@ camdelta_status cd_chain_grads(camdelta_context *ctx, const cd_chain *ch, const 
   cd_arg_i32(&a, io->gfinal.mem != NULL);
   cd_arg_i32(&a, io->dinit.mem != NULL);
   cd_arg_packed(&a, geo);
+  if (cpu) {
+    if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_cpu_grad_chain: setting arguments");
+    const size_t one[2] = {1, 1}, gws2[2] = {geo->BH, ch->nj};
+    return cd_enqueue(ctx, ch->k, 2, gws2, one, l, "cd_cpu_grad_chain");
+  }
   if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_scan_bwd_chain: setting arguments");
   const size_t lws = ch->w, gws = geo->BH * ch->nj * lws;
   return cd_enqueue(ctx, ch->k, 1, &gws, &lws, l, "cd_scan_bwd_chain");
@@ -122,7 +164,8 @@ camdelta_status cd_chain_grads(camdelta_context *ctx, const cd_chain *ch, const 
 
 camdelta_status cd_chain_grads_pair(camdelta_context *ctx, const cd_chain *ch, const cd_scan_geo *geo,
                                     const cd_chain_grads_pair_io *io, cd_launch *l) {
-  if (ch->form != CD_CHAIN_GRADS_PAIR)
+  const int cpu = ch->form == CD_CHAIN_CPU_GRADS_PAIR; /* the same arguments; groups (2·B·H, column blocks) */
+  if (ch->form != CD_CHAIN_GRADS_PAIR && !cpu)
     return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "the plan has no pair gradient chain");
   cd_args a = {ch->k, 0, CL_SUCCESS};
   cd_arg_buf(&a, io->A);
@@ -139,6 +182,11 @@ camdelta_status cd_chain_grads_pair(camdelta_context *ctx, const cd_chain *ch, c
   cd_arg_i32(&a, io->gfinal_r.mem != NULL);
   cd_arg_i32(&a, io->dinit_c.mem != NULL);
   cd_arg_i32(&a, io->dinit_r.mem != NULL);
+  if (cpu) {
+    if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_cpu_pair_grad_chain: setting arguments");
+    const size_t one[2] = {1, 1}, gws2[2] = {2 * geo->BH, ch->nj};
+    return cd_enqueue(ctx, ch->k, 2, gws2, one, l, "cd_cpu_pair_grad_chain");
+  }
   if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_pair_bwd_chain: setting arguments");
   const size_t lws = ch->w, gws = 2 * geo->BH * ch->nj * lws;
   return cd_enqueue(ctx, ch->k, 1, &gws, &lws, l, "cd_pair_bwd_chain");

@@ -201,6 +201,8 @@ typedef struct fwd_plan {
   cd_chain chain;
   cd_apply apply;
   int tc, split; /* the gram and the apply on tensor cores; split-TF32 (exact) or one TF32 product */
+  int cpu;       /* chunkwise: the gram, the chain and the apply in their CPU forms, from cpu_prog */
+  cd_cpu_scan cpu_prog;
   cd_workspace ws;
 } fwd_plan;
 enum { WS_A, WS_U, WS_STATES };
@@ -211,8 +213,19 @@ static void fwd_destroy(void *p) {
   cd_gram_release(&pl->gram);
   cd_chain_release(&pl->chain);
   cd_apply_release(&pl->apply);
+  cd_cpu_scan_release(&pl->cpu_prog);
   cd_ws_free(&pl->ws);
   free(pl);
+}
+
+/* The chunkwise plan of the CPU forms: one program, its gram, state chain and apply. */
+static camdelta_status fwd_build_cpu(camdelta_context *ctx, size_t D, fwd_plan *pl) {
+  pl->cpu = 1;
+  camdelta_status st = cd_scan_cpu_program(ctx, D, &pl->cpu_prog);
+  if (!st) st = cd_gram_build_cpu(&pl->cpu_prog, &pl->gram);
+  if (!st) st = cd_chain_build_cpu(&pl->cpu_prog, CD_CHAIN_CPU_STATES, &pl->chain);
+  if (!st) st = cd_apply_build_cpu(&pl->cpu_prog, &pl->apply);
+  return st;
 }
 
 static camdelta_status fwd_build(camdelta_context *ctx, const cd_plan_key *key, const void *arg, void **out) {
@@ -221,6 +234,16 @@ static camdelta_status fwd_build(camdelta_context *ctx, const cd_plan_key *key, 
   fwd_plan *pl = calloc(1, sizeof *pl);
   if (!pl) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", OP);
   pl->alg = r->alg;
+  /* the fixed shape's chunkwise plan on a context that takes the CPU forms (packed clips keep the FMA forms) */
+  if (r->alg == CAMDELTA_SCAN_CHUNKWISE && r->variant == 0 && cd_scan_cpu_forms(ctx)) {
+    const camdelta_status st = fwd_build_cpu(ctx, r->D, pl);
+    if (st) {
+      fwd_destroy(pl);
+      return st;
+    }
+    *out = pl;
+    return CAMDELTA_OK;
+  }
   camdelta_status st = r->alg == CAMDELTA_SCAN_SEQUENTIAL
                            ? cd_sequential_parts(ctx, r->BH, r->D, r->S, &pl->seq, &pl->cc, &pl->apply)
                            : cd_chunk_parts(ctx, r->BH, r->D, r->S, r->extra, &pl->cc, &pl->gram, &pl->chain,
@@ -348,6 +371,12 @@ void cd_forward_text(const cd_plan_entry *e, camdelta_precision requested, char 
   const fwd_plan *pl = e->plan;
   const cd_chunk_cfg *cc = &pl->cc;
   const cd_seq_cfg *sc = &pl->seq.c;
+  if (pl->alg == CAMDELTA_SCAN_CHUNKWISE && pl->cpu) {
+    snprintf(buf, size, "chunkwise; precision exact (fma)%s; cpu forms (gram, chain, apply): %s",
+             requested == CAMDELTA_PRECISION_TF32 ? "; tf32 requested, no tensor-core path on this device" : "",
+             pl->cpu_prog.opts);
+    return;
+  }
   if (pl->alg == CAMDELTA_SCAN_CHUNKWISE) {
     cd_chunk_text(cc, &pl->gram, &pl->apply, pl->split, requested, buf, size);
     return;

@@ -45,6 +45,8 @@ typedef struct pair_plan {
   cd_apply apply;
   cd_pieces pieces;
   int split;
+  int cpu; /* the gram, the pair's chain and the apply in their CPU forms, from cpu_prog */
+  cd_cpu_scan cpu_prog;
   cd_workspace ws;
 } pair_plan;
 enum { PW_A, PW_U, PW_SC, PW_SR, PW_SUM };
@@ -61,6 +63,7 @@ static void pair_destroy(void *p) {
   cd_chain_release(&pl->chain);
   cd_apply_release(&pl->apply);
   cd_pieces_release(&pl->pieces);
+  cd_cpu_scan_release(&pl->cpu_prog);
   cd_ws_free(&pl->ws);
   free(pl);
 }
@@ -70,8 +73,15 @@ static camdelta_status pair_build(camdelta_context *ctx, const cd_plan_key *key,
   const pair_request *r = arg;
   pair_plan *pl = calloc(1, sizeof *pl);
   if (!pl) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", OP);
-  camdelta_status st = cd_chunk_parts(ctx, r->BH, r->D, r->S, "", &pl->cc, &pl->gram, NULL, &pl->apply);
-  if (!st && cd_tc_available(ctx)) {
+  camdelta_status st = CAMDELTA_OK;
+  if ((pl->cpu = cd_scan_cpu_forms(ctx))) {
+    st = cd_scan_cpu_program(ctx, r->D, &pl->cpu_prog);
+    if (!st) st = cd_gram_build_cpu(&pl->cpu_prog, &pl->gram);
+    if (!st) st = cd_chain_build_cpu(&pl->cpu_prog, CD_CHAIN_CPU_STATES_PAIR, &pl->chain);
+    if (!st) st = cd_apply_build_cpu(&pl->cpu_prog, &pl->apply);
+  } else
+    st = cd_chunk_parts(ctx, r->BH, r->D, r->S, "", &pl->cc, &pl->gram, NULL, &pl->apply);
+  if (!st && !pl->cpu && cd_tc_available(ctx)) {
     pl->split = r->prec != CAMDELTA_PRECISION_TF32;
     cd_gram_release(&pl->gram);
     cd_apply_release(&pl->apply);
@@ -79,7 +89,7 @@ static camdelta_status pair_build(camdelta_context *ctx, const cd_plan_key *key,
     if (!st)
       st = cd_apply_build_tc(ctx, r->D, pl->split, r->vec, 1, "", &pl->apply);
   }
-  if (!st) st = cd_chunk_pair_chain(ctx, 2 * r->BH, r->D, r->S, &pl->chain);
+  if (!st && !pl->cpu) st = cd_chunk_pair_chain(ctx, 2 * r->BH, r->D, r->S, &pl->chain);
   if (!st) st = cd_pieces_build(ctx, &pl->pieces);
   if (st) {
     pair_destroy(pl);
@@ -147,7 +157,10 @@ camdelta_status cd_scan_pair_forward(camdelta_context *ctx, const cd_scan_pair_a
   cd_plan_entry *e;
   if ((st = pair_acquire(ctx, &r, &e))) return st;
   pair_plan *pl = e->plan;
-  if (cd_option(ctx, CD_OPT_VERBOSE_SCAN, CAMDELTA_F32)) {
+  if (pl->cpu && cd_option(ctx, CD_OPT_VERBOSE_SCAN, CAMDELTA_F32))
+    fprintf(stderr, "camdelta scan pair: chunkwise; precision exact (fma); cpu forms (gram, pair chain, apply): %s\n",
+            pl->cpu_prog.opts);
+  else if (cd_option(ctx, CD_OPT_VERBOSE_SCAN, CAMDELTA_F32)) {
     char text[1024];
     cd_chunk_text(&pl->cc, &pl->gram, &pl->apply, pl->split, a->precision, text, sizeof text);
     fprintf(stderr, "camdelta scan pair: %s; the pair's chains in %u value blocks of work-groups of %u\n", text,
@@ -223,6 +236,7 @@ typedef struct pair_bwd_plan {
   cd_ddecay ddecay;
   cd_apply apply;
   cd_pieces pieces;
+  cd_cpu_scan cpu_prog; /* the CPU forms' program, where the plan takes them */
   cd_workspace ws;
 } pair_bwd_plan;
 enum { PB_A, PB_W, PB_GC, PB_GR, PB_PART, PB_SUM, PB_DQ, PB_DK, PB_DV };
@@ -241,6 +255,7 @@ static void pair_bwd_destroy(void *p) {
   cd_ddecay_release(&pl->ddecay);
   cd_apply_release(&pl->apply);
   cd_pieces_release(&pl->pieces);
+  cd_cpu_scan_release(&pl->cpu_prog);
   cd_ws_free(&pl->ws);
   free(pl);
 }
@@ -250,16 +265,20 @@ static camdelta_status pair_bwd_build(camdelta_context *ctx, const cd_plan_key *
   const pair_bwd_request *r = arg;
   pair_bwd_plan *pl = calloc(1, sizeof *pl);
   if (!pl) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", BOP);
-  pl->tc = cd_tc_available(ctx);
+  const int cpu = cd_scan_cpu_forms(ctx);
+  pl->tc = !cpu && cd_tc_available(ctx);
   const int split = r->prec != CAMDELTA_PRECISION_TF32;
   int overridden;
   camdelta_status st = CAMDELTA_OK;
-  if (pl->tc) {
+  if (cpu) {
+    st = cd_backward_cpu_parts(ctx, r->D, 1, &pl->cpu_prog, &pl->gram, &pl->chain, &pl->frames, &pl->ddecay);
+    if (!st) snprintf(pl->opts, sizeof pl->opts, "cpu forms: %s", pl->cpu_prog.opts);
+  } else if (pl->tc) {
     st = cd_gram_build_tc(ctx, r->D, split, r->vec, "", &pl->gram);
     if (!st) st = cd_apply_build_tc(ctx, r->D, split, r->vec, 0, "", &pl->apply);
     if (!st) st = cd_frames_build_tc(ctx, r->D, split, r->vec, "", &pl->frames);
   }
-  if (!st)
+  if (!st && !cpu)
     st = cd_backward_parts(ctx, r->D, pl->tc, "", 1, &pl->cfg, pl->opts, &overridden, pl->tc ? NULL : &pl->gram,
                            &pl->chain, pl->tc ? NULL : &pl->frames, &pl->ddecay);
   if (!st) st = cd_pieces_build(ctx, &pl->pieces);
