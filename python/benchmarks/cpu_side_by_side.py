@@ -44,16 +44,27 @@ def best_ms(fn, reps):
     return best * 1e3
 
 
+# the bench's operations timed here (its forced sequential scans are left out)
+GROUPS = ("prep", "chunkwise", "scan-backward", "branch")
+
+
 def camdelta_rows(cli, shape, reps, device):
+    """One bench run per group of operations, merged into the first run's JSON."""
+    data, text = None, ""
     with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "bench.json")
-        cmd = [cli, "bench", "--shape", shape, "--reps", str(reps), "--warmup", "1", "--json", path]
-        if device:
-            cmd += ["--device", device]
-        out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, universal_newlines=True).stdout
-        with open(path) as f:
-            data = json.load(f)
-    return out, data
+        for g in GROUPS:
+            path = os.path.join(tmp, "bench.json")
+            cmd = [cli, "bench", "--shape", shape, "--reps", str(reps), "--warmup", "1", "--only", g, "--json", path]
+            if device:
+                cmd += ["--device", device]
+            text += subprocess.run(cmd, check=True, stdout=subprocess.PIPE, universal_newlines=True).stdout
+            with open(path) as f:
+                part = json.load(f)
+            if data is None:
+                data = part
+            else:
+                data["shapes"][0]["operations"] += part["shapes"][0]["operations"]
+    return text, data
 
 
 def sgemm_rows(shape, reps):
