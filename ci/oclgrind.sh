@@ -69,6 +69,10 @@ check branch-chunkwise 1 branch 1 5 2 3 2 8 -- branch --grid 5,2,3 --chunk-size 
   --chunk-strategy first_chunk_plus_one --algorithm chunkwise
 check branch-backward-chunkwise 1 branch 1 5 2 3 2 8 -- branch-backward --grid 5,2,3 --chunk-size 2 \
   --chunk-strategy first_chunk_plus_one --algorithm chunkwise
+# A stream over the same frames (blocks 3, 2): the conv over a block extended by the look-back, the pair from a
+# carried state, a non-committing step before each commit.
+check branch-stream 1 branch 1 5 2 3 2 8 -- branch --grid 5,2,3 --chunk-size 2 \
+  --chunk-strategy first_chunk_plus_one --algorithm chunkwise --stream --repeat 1
 # The uninitialized-value check (pass 2) on the branch's kernels one operation at a time: the camera matrices and
 # RoPE tables, the short conv, the output transform, and the masked reverse scan (beta and decay zero at odd frames,
 # as cd_branch_discount hands them over) forward in both algorithms and backward. On the whole branch in one

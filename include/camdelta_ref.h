@@ -124,6 +124,10 @@ typedef struct camdelta_ref_branch_grads {
 CAMDELTA_API camdelta_status camdelta_ref_branch_forward(const camdelta_ref_branch *p);
 CAMDELTA_API camdelta_status camdelta_ref_branch_backward(const camdelta_ref_branch *p,
                                                           const camdelta_ref_branch_grads *g);
+/** A stream's committed blocks (camdelta_stream.h) over the T frames in f64: the whole branch with the conv's
+ *  segments at the scan's chunks (the stream's blocks: chunking.chunk_size >= 1 and its strategy, no chunk_index;
+ *  the last block may be shorter than the schedule's), whatever T % chunk_size. Writes y. */
+CAMDELTA_API camdelta_status camdelta_ref_stream_forward(const camdelta_ref_branch *p);
 
 #ifdef __cplusplus
 }

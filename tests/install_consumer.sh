@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the built camdelta into a temporary prefix, then builds and runs
 # examples/embed.c against it three ways: via find_package(camdelta) (with
-# examples/camera_branch.c), via pkg-config and statically. Usage:
+# examples/camera_branch.c and examples/stream_rollout.c), via pkg-config and statically. Usage:
 # install_consumer.sh BUILD_DIR SOURCE_DIR WORK_DIR
 set -euo pipefail
 build=$1 src=$2 work=$3
@@ -20,6 +20,7 @@ cmake -S "$src/examples" -B "$work/cmake-build" -DCMAKE_PREFIX_PATH="$prefix" -D
 cmake --build "$work/cmake-build" >/dev/null
 "$work/cmake-build/embed"
 "$work/cmake-build/camera_branch" # the whole camera branch, forward and backward, against the f64 reference
+"$work/cmake-build/stream_rollout" "$work/rollout.cds" # a streamed rollout with a checkpoint (docs/streaming.md)
 
 echo "== pkg-config camdelta"
 export PKG_CONFIG_PATH="$libdir/pkgconfig"

@@ -1092,6 +1092,14 @@ static void test_demo(void **state) {
                         "dconv_weight", "ddecay", "result   PASS: 15 outputs"};
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
     if (!strstr(r->out, want[i])) fail_msg("demo output lacks '%s':\n%s", want[i], r->out);
+  /* the stream demo: a camera path block by block, its prefix checked */
+  r = run("demo --stream --shape 1,2,16,31,24 --check-frames 13 --denoise 2");
+  expect_code(r, 0, NULL);
+  const char *want_stream[] = {"31 frames in 10 blocks", "latency  per block", "memory   stream",
+                               "vs camdelta_branch_forward", "result   PASS"};
+  for (size_t i = 0; i < sizeof want_stream / sizeof want_stream[0]; i++)
+    if (!strstr(r->out, want_stream[i])) fail_msg("demo --stream output lacks '%s':\n%s", want_stream[i], r->out);
+  expect_code(run("demo --stream --shape 1,2,16,30,24"), 2, "whole number of blocks");
   expect_code(run("demo --shape 1,2,12,3,24"), 2, "multiple of 8");
   expect_code(run("demo --shape 1,2"), 2, "B,H,D,F,S");
   expect_code(run("demo --bogus"), 2, "--bogus");
@@ -1106,11 +1114,11 @@ static void test_bench(void **state) {
   (void)state;
   char json[1200];
   snprintf(json, sizeof json, "%s/bench.json", tu_tmpdir());
-  cli_result *r = run("bench --shape 1,2,16,2,32 --reps 2 --warmup 1 --peak-gbs 100 --json '%s'", json);
+  cli_result *r = run("bench --shape 1,2,16,3,32 --reps 2 --warmup 1 --peak-gbs 100 --json '%s'", json);
   expect_code(r, 0, NULL);
   const char *ops[] = {"prep-forward", "prep-backward", "scan-forward sequential causal",
                        "scan-forward chunkwise reverse", "scan-backward causal", "scan-backward reverse",
-                       "branch-forward", "branch-backward"};
+                       "branch-forward", "branch-backward", "stream-step (3 frames)"};
   for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
     if (!strstr(r->out, ops[i])) fail_msg("bench output lacks '%s':\n%s", ops[i], r->out);
   assert_null(strstr(r->out, "n/a"));
@@ -1119,7 +1127,7 @@ static void test_bench(void **state) {
   tu_slurp(json, text, sizeof text);
   assert_non_null(strstr(text, "\"median_ms\""));
   assert_non_null(strstr(text, "\"operations\""));
-  assert_int_equal(count_lines_with(text, "\"median_ms\""), 10);
+  assert_int_equal(count_lines_with(text, "\"median_ms\""), 11);
   /* not a terminal: no progress indicator */
   assert_null(strchr(r->err, '\r'));
   r = run("bench --shape 1,2,16,2,32 --reps 1 --only prep-forward");

@@ -1,5 +1,5 @@
 /* camdelta run camera | short-conv | output-transform | branch | branch-backward as a separate process
- * (CAMDELTA_CLI): results against the f64 reference, the chunk_index file, and the error paths with their exit
+ * (CAMDELTA_CLI): results against the f64 reference, the chunk_index file, run branch --stream, and the error paths with their exit
  * codes (2 usage, 3 bad input), each leaving no output file behind. */
 #include <math.h>
 #include <stdarg.h>
@@ -189,6 +189,31 @@ static void test_pieces(void **state) {
   free(y), free(o64), free(po), free(c64), free(s64), free(ro);
 }
 
+/* run branch --stream: the same y as the one-shot branch where the conv's segments are the blocks (T = 5 frames in
+ * blocks 3, 2 of first_chunk_plus_one with chunk size 2), with non-committing steps in between; its errors. */
+static void test_branch_stream(void **state) {
+  (void)state;
+  const char *in = tu_fresh_dir("in"), *out = tu_fresh_dir("out");
+  write_inputs(in);
+  const camdelta_chunking ch = {2, CAMDELTA_CHUNK_FIRST_CHUNK_PLUS_ONE, NULL, 0};
+  for (int repeat = 0; repeat < 3; repeat += 2) {
+    run("run branch --stream --repeat %d --in '%s' --out '%s' --grid 5,2,3 --chunk-size 2 --chunk-strategy "
+        "first_chunk_plus_one", repeat, in, out);
+    expect(0, NULL);
+    check_branch(out, &ch, 0);
+  }
+  const char *bad = tu_fresh_dir("bad");
+  run("run branch --stream --in '%s' --out '%s' --grid 5,2,3", in, bad);
+  expect(2, "--chunk-size");
+  run("run branch --repeat 2 --in '%s' --out '%s' --grid 5,2,3 --chunk-size 2", in, bad);
+  expect(2, "--repeat needs --stream");
+  run("run branch-backward --stream --in '%s' --out '%s' --grid 5,2,3 --chunk-size 2", in, bad);
+  expect(2, "--stream applies to branch only");
+  run("run branch --stream --in '%s' --out '%s' --grid 5,2,3 --chunk-size 2", in, bad); /* blocks 2, 2, 2 */
+  expect(3, "not a whole number of blocks");
+  assert_false(exists(bad, "y"));
+}
+
 static void test_errors(void **state) {
   (void)state;
   const char *in = tu_fresh_dir("in");
@@ -277,7 +302,7 @@ static int teardown(void **state) {
 }
 
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_branch_runs), cmocka_unit_test(test_pieces),
-                                     cmocka_unit_test(test_errors)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_branch_runs), cmocka_unit_test(test_branch_stream),
+                                     cmocka_unit_test(test_pieces), cmocka_unit_test(test_errors)};
   return cmocka_run_group_tests(tests, setup, teardown);
 }

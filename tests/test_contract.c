@@ -15,6 +15,7 @@
 
 #include "camdelta_packed.h"
 #include "camdelta_phases.h"
+#include "camdelta_stream.h"
 #include "camdelta_summary.h"
 #include "internal.h"
 #include "testutil.h"
@@ -38,7 +39,7 @@ typedef struct slot {
 #define A_(T, f, r) {.name = #f, .part = 0, .off = offsetof(T, f), .role = r}
 #define G_(T, f, r) {.name = #f, .part = 1, .off = offsetof(T, f), .role = r}
 
-typedef enum saved_kind { NO_SAVED, PREP_SAVED, SCAN_SAVED, BRANCH_SAVED } saved_kind;
+typedef enum saved_kind { NO_SAVED, PREP_SAVED, SCAN_SAVED, BRANCH_SAVED, STREAM_SAVED } saved_kind;
 
 typedef struct entry {
   const char *name;
@@ -51,6 +52,7 @@ typedef struct entry {
   int profile_part; /* -1: no profile */
   size_t profile_off;
   saved_kind saved;
+  const char *saved_param; /* the saved object's parameter in messages, quoted; NULL: "'saved'" */
   void (*init)(void *args, void *second); /* the scalars of a small valid call */
   camdelta_status (*call)(camdelta_context *ctx, const void *args, const void *second, void *saved);
   void (*prepare)(camdelta_context *ctx); /* or NULL: run before each call on ctx, outside its checks (the phases'
@@ -251,6 +253,42 @@ static camdelta_status call_branch_run_bwd(camdelta_context *c, const void *a, c
   return st;
 }
 
+/* streams (camdelta_stream.h): a stream of the step's context, made before each call (a step's saved object) */
+#define STA_(f, r) A_(camdelta_stream_args, f, r)
+#define STS_(f, r) A_(camdelta_stream_step_args, f, r)
+static const slot STREAM_CREATE_SLOTS[] = {STA_(conv_weight, IN), STA_(q_norm_weight, IN), STA_(k_norm_weight, IN)};
+static const slot STREAM_STEP_SLOTS[] = {STS_(q_raw, IN), STS_(k_raw, IN),  STS_(v_raw, IN), STS_(camera_conditions, IN),
+                                         STS_(beta, IN),  STS_(decay, IN), STS_(y, OUT)};
+INIT(init_stream, camdelta_stream_args, .B = B_, .H = H_, .D = D_, .Hs = HS_, .Ws = WS_, .pt = 1, .ph = 1, .pw = 1,
+     .chunk_size = F_, .k_scale = 0.25f, .norm_eps = 1e-6f)
+INIT(init_stream_step, camdelta_stream_step_args, .frames = F_, .commit = 1)
+static camdelta_status call_stream_create(camdelta_context *c, const void *a, const void *s, void *sv) {
+  (void)s, (void)sv;
+  camdelta_stream *st = NULL;
+  const camdelta_status r = camdelta_stream_create(c, a, &st);
+  camdelta_stream_destroy(st);
+  return r;
+}
+static camdelta_stream *stream_of(camdelta_context *ctx) {
+  cl_mem w = pool_buffer(camdelta_context_cl_context(ctx), camdelta_context_queue(ctx), 0);
+  camdelta_stream_args a;
+  init_stream(&a, NULL);
+  a.conv_weight = a.q_norm_weight = a.k_norm_weight = (camdelta_buffer){w, 0};
+  camdelta_stream *st = NULL;
+  TU_OK(camdelta_stream_create(ctx, &a, &st));
+  clReleaseMemObject(w);
+  return st;
+}
+static camdelta_stream *prepared_stream;
+static void stream_prepare(camdelta_context *ctx) {
+  camdelta_stream_destroy(prepared_stream);
+  prepared_stream = stream_of(ctx);
+}
+static camdelta_status call_stream_step(camdelta_context *c, const void *a, const void *s, void *sv) {
+  (void)s;
+  return camdelta_stream_step(c, sv ? sv : prepared_stream, a);
+}
+
 /* device-side random inputs: the buffer is a parameter */
 typedef struct fill_args {
   camdelta_buffer buf;
@@ -329,6 +367,18 @@ static const entry ENTRIES[] = {
           init_frames_summary, call_frames_summary, frames_backward),
 };
 /* camdelta_fill_random takes its buffer by value: its own row (no args pointer, no profile) */
+static const entry STREAM_STEP = {
+    .name = "camdelta_stream_step", .args_type = "camdelta_stream_step_args", .second_type = NULL,
+    .second_name = NULL, .args_size = sizeof(camdelta_stream_step_args), .second_size = 0, .slots = STREAM_STEP_SLOTS,
+    .nslots = N_OF(STREAM_STEP_SLOTS), .profile_part = 0, .profile_off = offsetof(camdelta_stream_step_args, profile),
+    .saved = STREAM_SAVED, .saved_param = "'stream'", .init = init_stream_step, .call = call_stream_step,
+    .prepare = stream_prepare};
+/* camdelta_stream_create: no profile */
+static const entry STREAM_CREATE = {
+    .name = "camdelta_stream_create", .args_type = "camdelta_stream_args", .second_type = NULL, .second_name = NULL,
+    .args_size = sizeof(camdelta_stream_args), .second_size = 0, .slots = STREAM_CREATE_SLOTS,
+    .nslots = N_OF(STREAM_CREATE_SLOTS), .profile_part = -1, .profile_off = 0, .saved = NO_SAVED,
+    .init = init_stream, .call = call_stream_create};
 static const entry FILL = {.name = "camdelta_fill_random", .args_type = NULL, .second_type = NULL,
                            .second_name = NULL, .args_size = sizeof(fill_args), .second_size = 0,
                            .slots = FILL_SLOTS, .nslots = N_OF(FILL_SLOTS), .profile_part = -1, .profile_off = 0,
@@ -337,8 +387,11 @@ static const entry FILL = {.name = "camdelta_fill_random", .args_type = NULL, .s
 /* Public functions that take a context and argument structs but enqueue nothing (they describe plans). */
 static const char *const NOT_ENQUEUING[] = {"camdelta_scan_plan_describe", "camdelta_scan_backward_plan_describe"};
 
-static const entry *entry_at(size_t i) { return i < N_OF(ENTRIES) ? &ENTRIES[i] : i == N_OF(ENTRIES) ? &FILL : NULL; }
-#define N_ENTRIES (N_OF(ENTRIES) + 1)
+static const entry *const EXTRA[] = {&FILL, &STREAM_CREATE, &STREAM_STEP};
+static const entry *entry_at(size_t i) {
+  return i < N_OF(ENTRIES) ? &ENTRIES[i] : i < N_OF(ENTRIES) + N_OF(EXTRA) ? EXTRA[i - N_OF(ENTRIES)] : NULL;
+}
+#define N_ENTRIES (N_OF(ENTRIES) + N_OF(EXTRA))
 
 /* ------------------------------------------------------------------------------------------- fixtures */
 
@@ -477,6 +530,7 @@ static void *saved_for(camdelta_context *ctx, saved_kind kind) {
     case PREP_SAVED: TU_OK(camdelta_prep_saved_create(ctx, &ps)); return ps;
     case SCAN_SAVED: TU_OK(camdelta_scan_saved_create(ctx, &ss)); return ss;
     case BRANCH_SAVED: TU_OK(camdelta_branch_saved_create(ctx, &bs)); return bs;
+    case STREAM_SAVED: return stream_of(ctx);
     case NO_SAVED: break;
   }
   return NULL;
@@ -486,6 +540,7 @@ static void saved_free(saved_kind kind, void *s) {
   if (kind == PREP_SAVED) camdelta_prep_saved_destroy(s);
   if (kind == SCAN_SAVED) camdelta_scan_saved_destroy(s);
   if (kind == BRANCH_SAVED) camdelta_branch_saved_destroy(s);
+  if (kind == STREAM_SAVED) camdelta_stream_destroy(s);
 }
 
 /* ------------------------------------------------------------------------------------------------ tests */
@@ -601,7 +656,7 @@ static void test_null_and_saved(void **state) {
     }
     if (e->saved != NO_SAVED) {
       void *s = saved_for(ctx2, e->saved);
-      const char *want[3] = {e->name, "'saved'", "another context"};
+      const char *want[3] = {e->name, e->saved_param ? e->saved_param : "'saved'", "another context"};
       if (!rejected(&f, ctx, f.part[0], f.part[1], s, NULL, want, 3, why, sizeof why))
         report(&failures, e, "a saved object of another context", why);
       saved_free(e->saved, s);
@@ -646,7 +701,7 @@ static char *read_header(const char *name) {
 
 /* The headers of the core library (camdelta_mpi.h is the MPI component's). */
 static const char *const HEADERS[] = {"camdelta.h", "camdelta_summary.h", "camdelta_packed.h", "camdelta_helpers.h",
-                                      "camdelta_phases.h"};
+                                      "camdelta_phases.h", "camdelta_stream.h"};
 
 /* Collapses whitespace runs of s[0..n) into single spaces, into out. */
 static void squeeze(const char *s, size_t n, char *out, size_t size) {
@@ -783,5 +838,6 @@ int main(void) {
   };
   const int failed = cmocka_run_group_tests(tests, NULL, tu_teardown_context);
   camdelta_scan_frames_destroy(phase_frames);
+  camdelta_stream_destroy(prepared_stream);
   return failed;
 }

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "camdelta_packed.h"
+#include "camdelta_stream.h"
 #include "camdelta_summary.h"
 #include "internal.h"
 #include "testutil.h"
@@ -243,6 +244,30 @@ static void branch_ops(camdelta_context *ctx, pool *p, const shape *s) {
   pool_free(p);
 }
 
+/* A stream of the production schedule (first_chunk_plus_one, chunk size 3, f32): its creation, the first block of
+ * 4 frames committed, then a block of 3 frames without and with commit (the steady state). */
+static void stream_ops(camdelta_context *ctx, pool *p, const shape *s) {
+  const size_t S = s->Hs * s->Ws, C = s->H * s->D, tok = s->B * 4 * S * C;
+  const camdelta_stream_args sa = {.B = s->B, .H = s->H, .D = s->D, .Hs = s->Hs, .Ws = s->Ws, .pt = 1, .ph = 1,
+                                   .pw = 1, .chunk_size = 3, .strategy = CAMDELTA_CHUNK_FIRST_CHUNK_PLUS_ONE,
+                                   .k_scale = 0.01f, .norm_eps = 1e-6f, .dtype = CAMDELTA_F32,
+                                   .conv_weight = buf(p, C * 4), .q_norm_weight = buf(p, C),
+                                   .k_norm_weight = buf(p, C)};
+  camdelta_stream *st;
+  RUN(ctx, "stream create", camdelta_stream_create(ctx, &sa, &st));
+  camdelta_stream_step_args a = {.frames = 4, .commit = 1, .q_raw = buf(p, tok), .k_raw = buf(p, tok),
+                                 .v_raw = buf(p, tok), .camera_conditions = buf(p, s->B * 4 * 20),
+                                 .beta = buf(p, s->B * s->H * 4 * S), .decay = buf(p, s->B * s->H * 4),
+                                 .y = buf(p, tok)};
+  RUN(ctx, "stream step, first block of 4 frames, commit", camdelta_stream_step(ctx, st, &a));
+  a.frames = 3, a.commit = 0;
+  RUN(ctx, "stream step, block of 3 frames", camdelta_stream_step(ctx, st, &a));
+  a.commit = 1;
+  RUN(ctx, "stream step, block of 3 frames, commit", camdelta_stream_step(ctx, st, &a));
+  camdelta_stream_destroy(st);
+  pool_free(p);
+}
+
 /* Writes the trace of every operation at every shape on a fresh context with `device`'s facts into `path`. */
 static void trace_all(const char *device, const char *path) {
   camdelta_context *ctx;
@@ -261,6 +286,7 @@ static void trace_all(const char *device, const char *path) {
     scan_ops(ctx, &p, s);
     packed_ops(ctx, &p, s);
     branch_ops(ctx, &p, s);
+    stream_ops(ctx, &p, s);
   }
   cd_trace_launches(ctx, NULL, 0);
   fclose(f);

@@ -11,6 +11,7 @@
 #include "cli_common.h"
 #include "cli_packed.h"
 #include "cli_sp.h"
+#include "camdelta_stream.h"
 #include "usage.h"
 
 typedef cli_shape bench_shape; /* named shapes and B,H,D,F,S: cli_parse_shape */
@@ -145,7 +146,7 @@ static int make_branch_buffers(camdelta_context *ctx, bench_buffers *b, size_t H
   return CLI_EXIT_OK;
 }
 
-typedef enum { OP_PREP, OP_PREP_BWD, OP_SCAN, OP_SCAN_BWD, OP_BRANCH, OP_BRANCH_BWD } op_kind;
+typedef enum { OP_PREP, OP_PREP_BWD, OP_SCAN, OP_SCAN_BWD, OP_BRANCH, OP_BRANCH_BWD, OP_STREAM } op_kind;
 typedef struct bench_op {
   const char *name;
   op_kind kind;
@@ -164,6 +165,7 @@ static const bench_op ops[] = {
     {"scan-backward reverse", OP_SCAN_BWD, CAMDELTA_SCAN_AUTO, 1},
     {"branch-forward", OP_BRANCH, CAMDELTA_SCAN_AUTO, 0},
     {"branch-backward", OP_BRANCH_BWD, CAMDELTA_SCAN_AUTO, 0},
+    {"stream-step (3 frames)", OP_STREAM, CAMDELTA_SCAN_AUTO, 0},
 };
 
 typedef struct op_ctx {
@@ -172,6 +174,7 @@ typedef struct op_ctx {
   camdelta_prep_saved *psaved;
   camdelta_scan_saved *ssaved;
   camdelta_branch_saved *bsaved;
+  camdelta_stream *stream; /* the stream rows' (uniform blocks of STREAM_BLOCK frames), made by prepare_op */
   size_t Hs, Ws; /* the token grid of the branch rows */
   camdelta_precision precision; /* scan and scan backward */
 } op_ctx;
@@ -188,6 +191,33 @@ static camdelta_branch_args branch_args(const op_ctx *o, camdelta_profile *prof)
   a.q_norm_weight.mem = b->qw, a.k_norm_weight.mem = b->kw, a.camera_conditions.mem = b->cams;
   a.beta.mem = b->beta, a.decay.mem = b->decay, a.y.mem = b->y, a.profile = prof;
   return a;
+}
+
+/* The stream rows: committed blocks of 3 frames (the production chunk size) of a stream in the bench's dtype, its
+ * inputs the first 3 frames of the f32 scan buffers (f32 streams; a 16-bit stream reads the prep buffers). */
+enum { STREAM_BLOCK = 3 };
+static camdelta_status stream_make(camdelta_context *ctx, op_ctx *o) {
+  const bench_buffers *b = o->b;
+  camdelta_stream_destroy(o->stream);
+  o->stream = NULL;
+  const camdelta_stream_args a = {.B = b->B, .H = b->H, .D = b->D, .Hs = o->Hs, .Ws = o->Ws, .pt = 1, .ph = 16,
+                                  .pw = 16, .chunk_size = STREAM_BLOCK, .strategy = CAMDELTA_CHUNK_UNIFORM,
+                                  .k_scale = o->k_scale, .norm_eps = 1e-6f, .dtype = b->dt,
+                                  .algorithm = CAMDELTA_SCAN_AUTO, .precision = o->precision,
+                                  .conv_weight = {b->conv_w, 0}, .q_norm_weight = {b->qw, 0},
+                                  .k_norm_weight = {b->kw, 0}};
+  if (b->F < STREAM_BLOCK) return CAMDELTA_ERROR_UNSUPPORTED;
+  return camdelta_stream_create(ctx, &a, &o->stream);
+}
+
+static camdelta_status stream_step(camdelta_context *ctx, op_ctx *o, camdelta_profile *prof) {
+  const bench_buffers *b = o->b;
+  const int f32 = b->dt == CAMDELTA_F32;
+  const camdelta_stream_step_args a = {
+      .frames = STREAM_BLOCK, .commit = 1, .q_raw = {f32 ? b->fq : b->raw[0], 0},
+      .k_raw = {f32 ? b->fk : b->raw[1], 0}, .v_raw = {f32 ? b->fv : b->raw[2], 0}, .camera_conditions = {b->cams, 0},
+      .beta = {b->beta, 0}, .decay = {b->decay, 0}, .y = {f32 ? b->y : b->dq_raw, 0}, .profile = prof};
+  return camdelta_stream_step(ctx, o->stream, &a);
 }
 
 /* The prep forward on the bench buffers (the outputs a training step keeps: q, k, v, inflation_sq). */
@@ -228,6 +258,7 @@ static camdelta_status run_op(camdelta_context *ctx, op_ctx *o, const bench_op *
                                      .ddecay = {b->ddecay, 0},      .profile = prof};
     return camdelta_branch_backward(ctx, &a, &g, o->bsaved);
   }
+  if (op->kind == OP_STREAM) return stream_step(ctx, o, prof);
   if (op->kind == OP_PREP) {
     const camdelta_prep_args a = prep_args(o, prof);
     return camdelta_prep_forward(ctx, &a, NULL);
@@ -262,6 +293,7 @@ static camdelta_status prepare_op(camdelta_context *ctx, op_ctx *o, const bench_
     const camdelta_branch_args a = branch_args(o, NULL);
     return camdelta_branch_forward(ctx, &a, o->bsaved);
   }
+  if (op->kind == OP_STREAM) return stream_make(ctx, o);
   if (op->kind == OP_PREP_BWD) {
     const camdelta_prep_args f = prep_args(o, NULL);
     return camdelta_prep_forward(ctx, &f, o->psaved);
@@ -276,6 +308,66 @@ static camdelta_status prepare_op(camdelta_context *ctx, op_ctx *o, const bench_
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
+}
+
+/* The process's resident memory in MiB (Linux /proc; -1 elsewhere): on a CPU device (PoCL) device buffers are host
+ * memory, so it shows device memory growth too. */
+static double rss_mib(void) {
+  FILE *f = fopen("/proc/self/statm", "r");
+  long pages = -1, resident = -1;
+  if (!f) return -1;
+  const int n = fscanf(f, "%ld %ld", &pages, &resident);
+  fclose(f);
+  const long page = sysconf(_SC_PAGESIZE);
+  return n == 2 && resident >= 0 && page > 0 ? (double)resident * (double)page / 1048576.0 : -1;
+}
+
+/* --flatness: one stream committing blocks of 3 frames, the per-block kernel time (median of `reps` blocks) from
+ * block 1, 10, 100 and 1000 on, with the stream's device bytes and the process's resident memory there: flat in the
+ * number of committed blocks. */
+static int stream_flatness(camdelta_context *ctx, op_ctx *o, size_t reps, cJSON *jops, int tty) {
+  static const size_t at[4] = {1, 10, 100, 1000};
+  const size_t total = at[3] - 1 + reps;
+  double *ms = calloc(total, sizeof *ms), rss[4] = {0, 0, 0, 0};
+  if (!ms) return cli_error(CLI_EXIT_FAILURE, "bench: out of host memory");
+  camdelta_status st = stream_make(ctx, o);
+  for (size_t k = 0; k < total && !st; k++) {
+    if (tty && k % 10 == 0) fprintf(stderr, "\r[flatness] block %zu/%zu", k + 1, total), fflush(stderr);
+    camdelta_profile p = {0, 0};
+    st = stream_step(ctx, o, &p);
+    ms[k] = p.kernel_ms;
+    for (int i = 0; i < 4; i++)
+      if (k + 1 == at[i] + reps - 1) rss[i] = rss_mib();
+  }
+  if (tty) fprintf(stderr, "\r%50s\r", ""), fflush(stderr);
+  if (st) {
+    free(ms);
+    if (st == CAMDELTA_ERROR_UNSUPPORTED) {
+      printf("%-32s %10s  (%s)\n", "stream flatness", "n/a", camdelta_last_message());
+      return CLI_EXIT_OK;
+    }
+    return cli_lib_error(st, "stream flatness");
+  }
+  const size_t dev = camdelta_stream_device_bytes(o->stream);
+  for (int i = 0; i < 4; i++) {
+    double *w = ms + at[i] - 1;
+    qsort(w, reps, sizeof *w, cmp_double);
+    const double med = reps % 2 ? w[reps / 2] : 0.5 * (w[reps / 2 - 1] + w[reps / 2]);
+    char name[64];
+    snprintf(name, sizeof name, "stream-step from block %zu", at[i]);
+    printf("%-32s %10.4f %10.4f  stream %.2f MiB, process resident %.1f MiB\n", name, med, w[0],
+           (double)dev / 1048576.0, rss[i]);
+    cJSON *jo = cJSON_CreateObject();
+    cJSON_AddItemToArray(jops, jo);
+    cJSON_AddStringToObject(jo, "name", name);
+    cJSON_AddNumberToObject(jo, "median_ms", med);
+    cJSON_AddNumberToObject(jo, "min_ms", w[0]);
+    cJSON_AddNumberToObject(jo, "stream_device_bytes", (double)dev);
+    cJSON_AddNumberToObject(jo, "resident_mib", rss[i]);
+  }
+  fflush(stdout);
+  free(ms);
+  return CLI_EXIT_OK;
 }
 
 /* Fewest bytes each operation must move, and its floating-point operations. */
@@ -309,6 +401,10 @@ static void cost(const bench_op *op, const bench_buffers *b, double *bytes, doub
     case OP_BRANCH_BWD: /* q_raw k_raw v_raw grad_y in, three gradients out, beta and dbeta */
       *bytes = 7 * BNHD * 4 + 2 * BHN * 4;
       *flops = 28 * BNHD * D;
+      break;
+    case OP_STREAM: /* the branch forward on one block, and the state read and written */
+      *bytes = (4 * BNHD * 4 + BHN * 4) * STREAM_BLOCK / (double)b->F + 2 * (double)(b->B * b->H * D * D) * 4;
+      *flops = 12 * BNHD * D * STREAM_BLOCK / (double)b->F;
       break;
   }
 }
@@ -363,6 +459,7 @@ int cmd_bench(int argc, char **argv) {
   int nshapes = 0;
   size_t reps = 20, warmup = 3;
   double peak_gbs = 0, peak_tflops = 0;
+  int flatness = 0;
   camdelta_dtype dt = CAMDELTA_F32;
   camdelta_precision prec = CAMDELTA_PRECISION_EXACT;
   while (a.i < argc) {
@@ -394,6 +491,8 @@ int cmd_bench(int argc, char **argv) {
       else return cli_error(CLI_EXIT_USAGE, "bench: --dtype must be f32, f16 or bf16 (got '%s')", v);
     } else if ((r = cli_value(&a, "--precision", &v))) {
       if (r < 0 || !cli_parse_precision(v, &prec)) return CLI_EXIT_USAGE;
+    } else if (cli_flag(&a, "--flatness")) {
+      flatness = 1;
     } else if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
       usage_bench();
       return CLI_EXIT_OK;
@@ -541,6 +640,8 @@ int cmd_bench(int argc, char **argv) {
       }
       free(ms);
     }
+    if (!rc && flatness) rc = stream_flatness(ctx, &o, reps, jops, tty);
+    camdelta_stream_destroy(o.stream);
     camdelta_prep_saved_destroy(o.psaved);
     camdelta_scan_saved_destroy(o.ssaved);
     camdelta_branch_saved_destroy(o.bsaved);

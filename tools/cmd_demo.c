@@ -10,6 +10,7 @@
 
 #include "cli_common.h"
 #include "cli_sp.h"
+#include "cli_stream.h"
 #include "usage.h"
 
 typedef struct demo_opts {
@@ -389,6 +390,8 @@ static void demo_free(demo_state *s) {
 
 int cmd_demo(int argc, char **argv) {
   if (cli_sp_requested(argc, argv)) return cmd_demo_sp(argc, argv); /* tools/cmd_demo_sp.c */
+  for (int i = 0; i < argc; i++)
+    if (strcmp(argv[i], "--stream") == 0) return cmd_demo_stream(argc, argv); /* tools/cmd_demo_stream.c */
   demo_state *s = calloc(1, sizeof *s);
   if (!s) return cli_error(CLI_EXIT_FAILURE, "demo: out of host memory");
   int done = 0, rc = parse_opts(argc, argv, &s->o, &done);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli_job.h"
+#include "cli_stream.h"
 
 typedef enum br_op { BR_CAMERA, BR_CONV, BR_OT, BR_BRANCH, BR_BACKWARD } br_op;
 
@@ -23,7 +24,8 @@ static int op_of(const char *name, br_op *op) {
 static int takes_value(const char *arg) {
   static const char *const opts[] = {"--in",         "--out",      "--device",         "--k-scale",
                                      "--norm-eps",   "--algorithm", "--tokens-per-frame", "--grid",
-                                     "--patch",      "--head-dim", "--chunk-size",     "--chunk-strategy"};
+                                     "--patch",      "--head-dim", "--chunk-size",     "--chunk-strategy",
+                                     "--repeat"};
   for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
     if (strcmp(arg, opts[i]) == 0) return 1;
   return 0;
@@ -46,6 +48,8 @@ typedef struct br_opts {
   size_t grid[3], patch[3], head_dim, chunk_size;
   int have_grid, have_patch, have_strategy;
   camdelta_chunk_strategy strategy;
+  int stream, have_repeat; /* --stream, --repeat K */
+  size_t repeat;
 } br_opts;
 
 /* ------------------------------------------------------------------------------------------- the job */
@@ -177,6 +181,49 @@ static int run_ot(cli_job *j) {
                         detail);
 }
 
+/* --stream: the sequence through a stream (cmd_run_stream.c), its blocks those of the chunk schedule. */
+static int run_stream(cli_job *j, const br_opts *o, camdelta_branch_args *a, int iq, const size_t bnhd[4]) {
+  size_t blocks;
+  if (!cli_stream_tiles(a->T, o->chunk_size, o->strategy, &blocks))
+    return cli_error(CLI_EXIT_INPUT, "%s: T = %zu frames (--grid) is not a whole number of blocks of the schedule "
+                     "(%s, chunk size %zu)", j->in[iq].path, a->T, camdelta_chunk_strategy_name(o->strategy),
+                     o->chunk_size);
+  int rc = add_output(j, "y", 4, bnhd);
+  if (rc) return rc;
+  const camdelta_stream_args sa = {.B = a->B, .H = a->H, .D = a->D, .Hs = a->Hs, .Ws = a->Ws, .pt = a->pt,
+                                   .ph = a->ph, .pw = a->pw, .chunk_size = o->chunk_size, .strategy = o->strategy,
+                                   .k_scale = a->k_scale, .norm_eps = a->norm_eps, .dtype = CAMDELTA_F32,
+                                   .algorithm = a->algorithm, .conv_weight = a->conv_weight,
+                                   .q_norm_weight = a->q_norm_weight, .k_norm_weight = a->k_norm_weight};
+  camdelta_stream *s = NULL;
+  camdelta_status st = camdelta_stream_create(j->ctx, &sa, &s);
+  const size_t S = a->Hs * a->Ws, C = a->H * a->D, most = o->chunk_size + 1, fs = S * C;
+  const size_t bytes[7] = {a->B * most * fs * 4, a->B * most * fs * 4, a->B * most * fs * 4, a->B * most * 80,
+                           a->B * a->H * most * S * 4, a->B * a->H * most * 4, a->B * most * fs * 4};
+  camdelta_buffer blk[7];
+  memset(blk, 0, sizeof blk);
+  for (int i = 0; i < 7 && !st; i++) {
+    cl_int err;
+    blk[i].mem = clCreateBuffer(camdelta_context_cl_context(j->ctx), CL_MEM_READ_WRITE, bytes[i], NULL, &err);
+    if (err != CL_SUCCESS) st = CAMDELTA_ERROR_OUT_OF_MEMORY;
+  }
+  const cli_stream_seq q = {.B = a->B, .H = a->H, .T = a->T, .S = S, .C = C,
+                            .in = {a->q_raw, a->k_raw, a->v_raw, a->camera_conditions, a->beta, a->decay,
+                                   cli_job_out(j, "y")}};
+  camdelta_profile prof = {0, 0};
+  if (!st) st = cli_stream_run(j->ctx, s, &q, (unsigned)o->repeat, blk, &prof, NULL, 0);
+  if (!st) st = camdelta_finish(j->ctx);
+  char detail[320];
+  snprintf(detail, sizeof detail, "B=%zu H=%zu D=%zu grid %zux%zux%zu, stream of %zu blocks (%s, chunk size %zu), "
+           "%zu non-committing steps per block", a->B, a->H, a->D, a->T, a->Hs, a->Ws, blocks,
+           camdelta_chunk_strategy_name(o->strategy), o->chunk_size, o->repeat);
+  rc = cli_job_finish(j, st, "camdelta_stream_step", &prof, detail);
+  for (int i = 0; i < 7; i++)
+    if (blk[i].mem) clReleaseMemObject(blk[i].mem);
+  camdelta_stream_destroy(s);
+  return rc;
+}
+
 static int run_branch(cli_job *j, const br_opts *o) {
   const int backward = o->op == BR_BACKWARD;
   if (!o->have_grid) return cli_error(CLI_EXIT_USAGE, "run %s: missing --grid T,Hs,Ws", o->c.op_name);
@@ -220,6 +267,7 @@ static int run_branch(cli_job *j, const br_opts *o) {
   chunk_str(cs, sizeof cs, &ch);
   snprintf(detail, sizeof detail, "B=%zu H=%zu D=%zu grid %zux%zux%zu, %s, k_scale=%g", B, H, D, T, o->grid[1],
            o->grid[2], cs, k_scale);
+  if (o->stream) return run_stream(j, o, &a, iq, bnhd);
   if (!backward) {
     if ((rc = add_output(j, "y", 4, bnhd))) return rc;
     a.y = cli_job_out(j, "y");
@@ -275,6 +323,15 @@ int cmd_run_branch(int argc, char **argv) {
       if (r < 0 || !cli_parse_size("--chunk-size", v, &o.chunk_size)) return CLI_EXIT_USAGE;
       continue;
     }
+    if (strcmp(arg, "--stream") == 0) {
+      o.stream = 1, a.i++;
+      continue;
+    }
+    if ((r = cli_value(&a, "--repeat", &v))) {
+      if (r < 0 || !cli_parse_count("--repeat", v, 0, 1000000, &o.repeat)) return CLI_EXIT_USAGE;
+      o.have_repeat = 1;
+      continue;
+    }
     if ((r = cli_value(&a, "--chunk-strategy", &v))) {
       if (r < 0 || !cli_parse_strategy(v, &o.strategy)) return CLI_EXIT_USAGE;
       o.have_strategy = 1;
@@ -304,6 +361,11 @@ int cmd_run_branch(int argc, char **argv) {
   if (o.have_patch && o.op != BR_CAMERA && !branch)
     return cli_error(CLI_EXIT_USAGE, "run %s: --patch applies to camera, branch and branch-backward only",
                      o.c.op_name);
+  if (o.stream && o.op != BR_BRANCH)
+    return cli_error(CLI_EXIT_USAGE, "run %s: --stream applies to branch only", o.c.op_name);
+  if (o.have_repeat && !o.stream) return cli_error(CLI_EXIT_USAGE, "run %s: --repeat needs --stream", o.c.op_name);
+  if (o.stream && !o.chunk_size)
+    return cli_error(CLI_EXIT_USAGE, "run branch --stream: missing --chunk-size (the stream's blocks)");
   cli_job *j = cli_job_new(&o.c);
   if (!j) return cli_error(CLI_EXIT_FAILURE, "out of host memory");
   int rc;

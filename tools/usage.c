@@ -136,7 +136,12 @@ void usage_run_branch(void) {
       "                           scan's chunks (the conv uses it only with --chunk-size)\n"
       "  --k-scale X              branch: default D^-0.5 * S^-0.5\n"
       "  --norm-eps E             branch: RMSNorm epsilon (default 1e-6)\n"
-      "  --algorithm A            branch: the scans' algorithm, auto (default), sequential or chunkwise\n");
+      "  --algorithm A            branch: the scans' algorithm, auto (default), sequential or chunkwise\n"
+      "  --stream                 branch: run the sequence through a stream (docs/streaming.md) block\n"
+      "                           by block, the blocks those of --chunk-size and --chunk-strategy\n"
+      "                           (T a whole number of them; the conv's segments are the blocks),\n"
+      "                           committing each; writes the same y\n"
+      "  --repeat K               with --stream: K non-committing steps before each commit\n");
 }
 
 void usage_cache(void) {
@@ -170,7 +175,10 @@ void usage_bench(void) {
          "backward). The branch rows run the whole camera branch (camdelta_branch_forward /\n"
          "backward, f32) at chunk size 3, first_chunk_plus_one, on the grid Hs x Ws = S\n"
          "(sana480 and d64: 30x52, sana720: 45x80, else the most square factorisation);\n"
-         "their TFLOP/s count the two scans (12 and 28*B*H*N*D^2).\n"
+         "their TFLOP/s count the two scans (12 and 28*B*H*N*D^2). The stream row times one\n"
+         "committed block of 3 frames of a stream (camdelta_stream_step, uniform blocks;\n"
+         "docs/streaming.md) in the --dtype; --flatness adds its per-block time from block\n"
+         "1, 10, 100 and 1000 on, with the stream's and the process's memory.\n"
          "On a CPU device the rates are GFLOP/s, and the bench first measures the\n"
          "device's own peaks (an fma-throughput kernel and a copy kernel, printed with\n"
          "the compute units: PoCL's threads) and prints each operation's fraction of\n"
@@ -187,7 +195,8 @@ void usage_bench(void) {
          "  --only SUBSTR       only operations whose name contains SUBSTR\n"
          "  --json FILE         also write the results as JSON\n"
          "  --peak-gbs X        print the fraction of X GB/s (memory bound)\n"
-         "  --peak-tflops X     print the fraction of X TFLOP/s (f32 arithmetic bound)\n");
+         "  --peak-tflops X     print the fraction of X TFLOP/s (f32 arithmetic bound)\n"
+         "  --flatness          the stream's per-block time over 1, 10, 100, 1000 blocks\n");
 }
 
 void usage_tune(void) {
@@ -220,7 +229,16 @@ void usage_demo(void) {
          "transform. Every output is checked against the f64 C reference (docs/math.md\n"
          "bounds: matrices and conv 1e-6, branch forward 1e-5, gradients 1e-4).\n"
          "Default shape 1,2,32,6,48 (grid 6x6x8), --chunk-size 2 --chunk-strategy\n"
-         "first_chunk_plus_one (scan chunks [0, 3, 6], conv segments [0, 2, 4, 6]). Exit status 0 when every check passes, 5 when a check fails.\n");
+         "first_chunk_plus_one (scan chunks [0, 3, 6], conv segments [0, 2, 4, 6]). Exit status 0 when every check passes, 5 when a check fails.\n"
+         "\n"
+         "camdelta demo --stream [--shape B,H,D,F,S] [--chunk-size CS] [--chunk-strategy S]\n"
+         "                       [--denoise K] [--check-frames P] [--device SEL] [--seed N]\n"
+         "A long camera path (default 301 frames: an orbit, then a dolly, then a pan) generated\n"
+         "block by block through a stream (docs/streaming.md; default blocks of first_chunk_plus_one\n"
+         "with chunk size 3), each block run K times without committing (default 4 \"denoising\"\n"
+         "steps), then committed. Prints per-block latency and memory (flat in the number of\n"
+         "blocks) and checks the first P frames (default 31) against the f64 stream reference\n"
+         "and camdelta_branch_forward (bound 1e-5). Default shape 1,2,32,301,48.\n");
 }
 
 void usage_sp(void) {

@@ -159,6 +159,20 @@ _proto("camdelta_ref_output_transform_backward", ST, sz, sz, sz, sz, S.c_f64p, S
        S.c_f64p)
 _proto("camdelta_ref_branch_forward", ST, byref(S.ref_branch))
 _proto("camdelta_ref_branch_backward", ST, byref(S.ref_branch), byref(S.ref_branch_grads))
+_proto("camdelta_ref_stream_forward", ST, byref(S.ref_branch))
+# streams (camdelta_stream.h)
+_proto("camdelta_stream_create", ST, P, byref(S.stream_args), C.POINTER(P))
+_proto("camdelta_stream_destroy", None, P)
+_proto("camdelta_stream_step", ST, P, P, byref(S.stream_step_args))
+_proto("camdelta_stream_frames", sz, P)
+_proto("camdelta_stream_next_frames", sz, P)
+_proto("camdelta_stream_device_bytes", sz, P)
+_proto("camdelta_stream_reset", ST, P)
+_proto("camdelta_stream_state_size", sz, P)
+_proto("camdelta_stream_save", ST, P, P, sz, C.POINTER(sz))
+_proto("camdelta_stream_restore", ST, P, P, sz)
+_proto("camdelta_stream_save_file", ST, P, cp)
+_proto("camdelta_stream_restore_file", ST, P, cp)
 
 
 # --- OpenCL (the few calls the package makes itself: buffers over host memory, maps, device queries) -------

@@ -1,4 +1,5 @@
-"""ctypes mirrors of the C API's types (include/camdelta.h, camdelta_packed.h, camdelta_summary.h, camdelta_ref.h).
+"""ctypes mirrors of the C API's types (include/camdelta.h, camdelta_packed.h, camdelta_summary.h, camdelta_ref.h,
+camdelta_stream.h).
 
 Every struct the package passes to the library is declared here and nowhere else, field for field in the
 headers' order; python/tests/test_layout.py compares each one's size, alignment and field offsets with the
@@ -256,6 +257,38 @@ class branch_grads(_Struct):
     ]
 
 
+# --- streams (camdelta_stream.h) -------------------------------------------------------------------------
+class stream_args(_Struct):
+    _fields_ = [
+        ("B", c_size), ("H", c_size), ("D", c_size),
+        ("Hs", c_size), ("Ws", c_size),
+        ("pt", c_size), ("ph", c_size), ("pw", c_size),
+        ("chunk_size", c_size),
+        ("strategy", c_chunk_strategy),
+        ("k_scale", C.c_float),
+        ("norm_eps", C.c_float),
+        ("dtype", c_dtype),
+        ("algorithm", c_algorithm),
+        ("precision", c_precision),
+        ("conv_weight", buffer),
+        ("q_norm_weight", buffer),
+        ("k_norm_weight", buffer),
+    ]
+
+
+class stream_step_args(_Struct):
+    _fields_ = [
+        ("frames", c_size),
+        ("commit", C.c_int),
+        ("q_raw", buffer), ("k_raw", buffer), ("v_raw", buffer),
+        ("camera_conditions", buffer),
+        ("beta", buffer),
+        ("decay", buffer),
+        ("y", buffer),
+        ("profile", c_profilep),
+    ]
+
+
 # --- packed clips (camdelta_packed.h) ---------------------------------------------------------------------
 class packed_clips(_Struct):
     _fields_ = [
@@ -431,6 +464,8 @@ C_NAMES = {
     "camdelta_output_transform_args": output_transform_args,
     "camdelta_branch_args": branch_args,
     "camdelta_branch_grads": branch_grads,
+    "camdelta_stream_args": stream_args,
+    "camdelta_stream_step_args": stream_step_args,
     "camdelta_packed_clips": packed_clips,
     "camdelta_scan_summary_args": scan_summary_args,
     "camdelta_scan_grad_summary_args": scan_grad_summary_args,
@@ -448,4 +483,5 @@ C_NAMES = {
 }
 # The headers whose struct typedefs C_NAMES covers (camdelta_npy.h and camdelta_mpi.h are not wrapped: NumPy
 # reads .npy itself, and MPI belongs to the C applications).
-HEADERS = ("camdelta.h", "camdelta_packed.h", "camdelta_summary.h", "camdelta_helpers.h", "camdelta_ref.h")
+HEADERS = ("camdelta.h", "camdelta_packed.h", "camdelta_summary.h", "camdelta_helpers.h", "camdelta_ref.h",
+           "camdelta_stream.h")

@@ -301,6 +301,21 @@ def branch_forward(q_raw, k_raw, v_raw, *, conv_weight, q_norm_weight, k_norm_we
     return y
 
 
+def stream_forward(q_raw, k_raw, v_raw, *, conv_weight, q_norm_weight, k_norm_weight, camera_conditions, beta,
+                   decay, grid, chunk_size, chunk_strategy="uniform", patch=(1, 1, 1), k_scale=None, norm_eps=1e-6):
+    """A stream's committed blocks over the T frames of `grid` (camdelta_ref_stream_forward): the branch with the
+    conv's segments at the blocks of chunk_size + chunk_strategy."""
+    op = "camdelta.ref.stream_forward"
+    p, keep, (B, N, H, D, T, S_, Cc) = _branch(op, q_raw, k_raw, v_raw, conv_weight, q_norm_weight, k_norm_weight,
+                                               camera_conditions, beta, decay, grid, patch, chunk_size,
+                                               chunk_strategy, None, k_scale, norm_eps)
+    y = _z((B, N, H, D))
+    p.y = _p(y)
+    check(lib.camdelta_ref_stream_forward(C.byref(p)))
+    del keep
+    return y
+
+
 def branch_backward(q_raw, k_raw, v_raw, *, conv_weight, q_norm_weight, k_norm_weight, camera_conditions, beta,
                     decay, grad_y, grid, patch=(1, 1, 1), chunk_size=None, chunk_strategy="uniform",
                     chunk_index=None, k_scale=None, norm_eps=1e-6):

@@ -25,7 +25,9 @@
  * A call is a run (include/camdelta_phases.h): a sequence of stages, each enqueueing its part of the work; a run
  * on a part of the sequence (camdelta_mpi's branch) stops between stages where the part needs the rest of the
  * sequence (the conv's halo, the two scans, the sums of the weights' gradients) and says what in a request. A run
- * over the whole sequence needs nothing: camdelta_branch_forward and _backward are such runs. The AUTO choice is
+ * over the whole sequence needs nothing: camdelta_branch_forward and _backward are such runs, and so is a stream's
+ * block (src/ops/stream.c, cd_branch_block_start): a forward on the frames [f0, f0 + T) whose conv reads the
+ * stream's look-back, whose causal scan starts from the stream's state and writes the next one. The AUTO choice is
  * made once per forward (the backward reads from the saved object whether the forward ran the pair). The branch's
  * plan (kept in the context) holds its kernels and its workspace: the backward's scratch, the forward's saved
  * object when the caller passes none, the halo's extended frames. */
@@ -33,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "branch_block.h"
 #include "branch_common.h"
 #include "camdelta_phases.h"
 #include "camera_op.h"
@@ -237,6 +240,7 @@ typedef struct branch_plan {
   cl_kernel discount, discount_bwd, add3;
   camdelta_branch_saved *tmp; /* the saved object of calls that pass none */
   cd_workspace ws;
+  cd_camera_axis axis; /* a stream block's RoPE angle table, reused block after block */
 } branch_plan;
 
 static void branch_destroy(void *p) {
@@ -246,6 +250,7 @@ static void branch_destroy(void *p) {
     if (k[i]) clReleaseKernel(k[i]);
   camdelta_branch_saved_destroy(pl->tmp);
   cd_ws_free(&pl->ws);
+  if (pl->axis.mem) clReleaseMemObject(pl->axis.mem);
   free(pl);
 }
 
@@ -313,6 +318,9 @@ struct camdelta_branch_run {
   camdelta_branch_args a;  /* the call's (y replaced by the workspace's when the backward recomputes) */
   camdelta_branch_grads gr; /* the backward's */
   int backward, training, has_part;
+  const cd_branch_block *blk; /* a stream's block (src/ops/stream.c), or NULL */
+  cd_branch_block block;
+  cl_mem mask, seg; /* the forward's reverse-scan mask and conv segment ends on the device */
   branch_geo g;
   cd_plan_entry *pe; /* the branch plan, held for the run */
   branch_plan *pl;
@@ -430,9 +438,11 @@ static camdelta_status fwd_start(camdelta_branch_run *r, camdelta_branch_request
   for (int i = 0; i < NBUF && !st; i++)
     if (bytes[i]) st = cd_ensure_buffer(ctx, &s->mem[i], &s->bytes[i], bytes[i]);
   s->valid = 0;
-  if (!st) st = upload_u32(ctx, g->mask, T, &s->mem[MASK], &s->bytes[MASK]);
-  if (!st) st = upload_u32(ctx, g->seg_end, g->Te, &s->mem[SEG], &s->bytes[SEG]);
-  if (!st && r->training && !s->prep) st = camdelta_prep_saved_create(ctx, &s->prep);
+  if (!st && !r->blk) st = upload_u32(ctx, g->mask, T, &s->mem[MASK], &s->bytes[MASK]);
+  if (!st && !r->blk) st = upload_u32(ctx, g->seg_end, g->Te, &s->mem[SEG], &s->bytes[SEG]);
+  r->mask = r->blk ? r->blk->mask : s->mem[MASK], r->seg = r->blk ? r->blk->seg_end : s->mem[SEG];
+  /* a block keeps prep's inverse RMS values in the plan's saved object too: its buffer is reused block after block */
+  if (!st && (r->training || r->blk) && !s->prep) st = camdelta_prep_saved_create(ctx, &s->prep);
   if (!st && r->training && !s->scan_c) st = camdelta_scan_saved_create(ctx, &s->scan_c);
   if (!st && r->training && !s->scan_r) st = camdelta_scan_saved_create(ctx, &s->scan_r);
   if (st) return st;
@@ -443,11 +453,16 @@ static camdelta_status fwd_start(camdelta_branch_run *r, camdelta_branch_request
                                    .D = D, .camera_conditions = a->camera_conditions, .proj_q = r->m[PQ],
                                    .proj_kv = r->m[PKV], .proj_o = r->m[PO], .rope_cos = r->m[RC],
                                    .rope_sin = r->m[RS]};
-  st = cd_camera_enqueue_at(ctx, &ca, g->N, g->f0, &l);
-  /* a part's conv reads k_raw with the neighbours' halo frames */
+  st = cd_camera_enqueue_at(ctx, &ca, g->N, g->f0, r->blk ? &r->pl->axis : NULL, &l);
+  /* a part's conv reads k_raw with the neighbours' halo frames, a block's with the stream's look-back */
   camdelta_buffer kx;
-  if (!st && r->has_part) st = cd_ws_get(ctx, &r->pl->ws, WS_KX, B * g->Te * S * C * 4, &kx);
+  if (!st && (r->has_part || r->blk)) st = cd_ws_get(ctx, &r->pl->ws, WS_KX, B * g->Te * S * C * 4, &kx);
   if (!st && r->has_part) st = extend_local(r, a->k_raw, kx, S * C, &l);
+  if (!st && r->blk) { /* [look-back frames f0 - back .. f0 - 1 | the block's] */
+    const size_t back = g->f0 - g->e0;
+    st = copy_frames(ctx, a->k_raw, T, 0, kx, g->Te, back, T, B, S * C);
+    if (!st) st = copy_frames(ctx, r->blk->lookback, 3, 3 - back, kx, g->Te, 0, back, B, S * C);
+  }
   st = group_end(r, &l, st);
   if (!st && r->has_part) {
     size_t wl, wr;
@@ -480,17 +495,20 @@ static camdelta_status fwd_conv(camdelta_branch_run *r, camdelta_branch_request 
   const size_t B = a->B, H = a->H, D = a->D, T = a->T, N = g->N, S = g->S, C = g->C;
   camdelta_buffer kx = {NULL, 0}, kc = {NULL, 0};
   camdelta_status st = CAMDELTA_OK;
-  if (r->has_part) {
+  const int ext = r->has_part || r->blk != NULL; /* the conv runs on the extended frames */
+  if (ext) {
     kx = (camdelta_buffer){r->pl->ws.mem[WS_KX], 0};
     st = cd_ws_get(ctx, &r->pl->ws, WS_KC, B * g->Te * S * C * 4, &kc);
   }
   cd_launch l;
   group_begin(r, &l);
-  if (!st && !r->has_part)
-    st = cd_short_conv_enqueue_forward(ctx, B, T, S, C, a->k_raw, a->conv_weight, s->mem[SEG], m[KCONV], &l);
-  if (!st && r->has_part)
-    st = cd_short_conv_enqueue_forward(ctx, B, g->Te, S, C, kx, a->conv_weight, s->mem[SEG], kc, &l);
-  if (!st && r->has_part) st = copy_frames(ctx, kc, g->Te, g->f0 - g->e0, m[KCONV], T, 0, T, B, S * C);
+  if (!st && !ext) st = cd_short_conv_enqueue_forward(ctx, B, T, S, C, a->k_raw, a->conv_weight, r->seg, m[KCONV], &l);
+  if (!st && ext) st = cd_short_conv_enqueue_forward(ctx, B, g->Te, S, C, kx, a->conv_weight, r->seg, kc, &l);
+  if (!st && ext) st = copy_frames(ctx, kc, g->Te, g->f0 - g->e0, m[KCONV], T, 0, T, B, S * C);
+  if (!st && r->blk && r->blk->lookback_out.mem) { /* the last (up to) 3 of the extended frames */
+    const size_t n = g->Te < 3 ? g->Te : 3;
+    st = copy_frames(ctx, kx, g->Te, g->Te - n, r->blk->lookback_out, 3, 3 - n, n, B, S * C);
+  }
   st = group_end(r, &l, st);
   if (!st) {
     const camdelta_prep_args pa = {.B = B, .N = N, .H = H, .D = D, .dtype = CAMDELTA_F32, .k_scale = a->k_scale,
@@ -499,7 +517,7 @@ static camdelta_status fwd_conv(camdelta_branch_run *r, camdelta_branch_request 
                                    .proj_q = m[PQ], .proj_kv = m[PKV], .rope_cos = m[RC], .rope_sin = m[RS],
                                    .q = m[QB], .k = m[KB], .v = m[VB], .inflation_sq = m[INFL],
                                    .profile = r->prof ? &r->part : NULL};
-    st = camdelta_prep_forward(ctx, &pa, r->training ? s->prep : NULL);
+    st = camdelta_prep_forward(ctx, &pa, r->training || r->blk ? s->prep : NULL);
     add_part(r);
   }
   if (!st) {
@@ -510,7 +528,7 @@ static camdelta_status fwd_conv(camdelta_branch_run *r, camdelta_branch_request 
     cd_arg_mem(&ar, s->mem[INFL]);
     cd_arg_buf(&ar, a->beta);
     cd_arg_buf(&ar, a->decay);
-    cd_arg_mem(&ar, s->mem[MASK]);
+    cd_arg_mem(&ar, r->mask);
     cd_arg_mem(&ar, s->mem[BP]);
     cd_arg_mem(&ar, s->mem[BR]);
     cd_arg_mem(&ar, s->mem[DR]);
@@ -531,18 +549,21 @@ static camdelta_status fwd_conv(camdelta_branch_run *r, camdelta_branch_request 
   }
   /* with tensor cores the pair's apply writes y itself, the output transform as its epilogue */
   r->ot = (cd_pair_ot){.proj_o = m[PO], .rope_cos = m[RC], .rope_sin = m[RS], .y = a->y};
+  /* a block's causal scan goes on from the stream's state and gives the state after the block */
+  const camdelta_buffer none = {NULL, 0};
+  const camdelta_buffer init_c = r->blk ? r->blk->init : none, final_c = r->blk ? r->blk->final : none;
   if (r->pair) {
-    const camdelta_buffer none = {NULL, 0};
     const cd_scan_pair_args pa = {.B = B, .H = H, .D = D, .F = T, .S = S, .q = m[QB], .k = m[KB], .v = m[VB],
-                                  .beta = m[BP], .decay = a->decay, .mask = s->mem[MASK], .out = m[OUTC],
-                                  .init_c = none, .init_r = none, .final_c = none, .final_r = none,
+                                  .beta = m[BP], .decay = a->decay, .mask = r->mask, .out = m[OUTC],
+                                  .init_c = init_c, .init_r = none, .final_c = final_c, .final_r = none,
                                   .precision = a->precision, .profile = r->prof ? &r->part : NULL, .ot = &r->ot};
     st = cd_scan_pair_forward(ctx, &pa, r->training ? s->scan_c : NULL, r->training ? s->scan_r : NULL);
     add_part(r);
     return st;
   }
   for (int rev = 0; rev < 2 && !st; rev++) {
-    const camdelta_scan_args sa = scan_args(r, rev);
+    camdelta_scan_args sa = scan_args(r, rev);
+    if (!rev) sa.init_state = init_c, sa.final_state = final_c;
     st = camdelta_scan_forward(ctx, &sa, r->training ? (rev ? s->scan_r : s->scan_c) : NULL);
     add_part(r);
   }
@@ -569,6 +590,10 @@ static camdelta_status fwd_end(camdelta_branch_run *r) {
     st = group_end(r, &l, st);
   }
   if (st) return st;
+  if (r->blk) { /* a stream's block keeps nothing for a backward */
+    s->valid = 0;
+    return CAMDELTA_OK;
+  }
   s->B = a->B, s->T = a->T, s->Hs = a->Hs, s->Ws = a->Ws, s->H = a->H, s->D = a->D, s->ph = a->ph, s->pw = a->pw;
   s->k_scale = a->k_scale, s->norm_eps = a->norm_eps;
   free(s->bounds), free(s->cbounds);
@@ -971,4 +996,38 @@ camdelta_status camdelta_branch_backward(camdelta_context *ctx, const camdelta_b
                                          const camdelta_branch_grads *grads, const camdelta_branch_saved *saved) {
   start_call s = {.whole = 1};
   return start(&BACKWARD, ctx, args, grads, saved, saved ? saved->ctx : NULL, &s);
+}
+
+/* ---------------------------------------------------------------------------------- a stream's block */
+
+void cd_branch_block_masks(size_t f0, size_t T, uint32_t *mask, uint32_t *seg_end) {
+  const size_t back = f0 < 3 ? f0 : 3;
+  /* the block is a chunk of the sequence [0, f0 + T): its start is interior when f0 > 0 (docs/math.md §8.4) */
+  for (size_t t = 0; t < T; t++) mask[t] = t > 0 || (f0 == 0 && T > 1);
+  for (size_t t = 0; t < back + T; t++) seg_end[t] = (uint32_t)(back + T);
+}
+
+camdelta_status cd_branch_block_start(camdelta_context *ctx, const char *op, const camdelta_branch_args *args,
+                                      const cd_branch_block *block, camdelta_branch_run **run) {
+  *run = NULL;
+  camdelta_branch_run *r = calloc(1, sizeof *r);
+  if (!r) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", op);
+  r->ctx = ctx, r->op = op, r->a = *args, r->block = *block, r->blk = &r->block;
+  memset(&r->a.chunking, 0, sizeof r->a.chunking);
+  camdelta_status st = check_args(ctx, op, &r->a, &r->g, NULL);
+  if (!st) { /* the extended frames: the look-back's, then the block's */
+    const size_t back = block->f0 < 3 ? block->f0 : 3;
+    r->g.f0 = block->f0, r->g.e0 = block->f0 - back, r->g.Te = back + r->a.T;
+  }
+  if (!st) st = branch_acquire(ctx, r->a.D, &r->pe);
+  if (st) {
+    camdelta_branch_run_destroy(r);
+    return st;
+  }
+  r->pl = r->pe->plan;
+  r->s = r->pl->tmp, r->training = 0;
+  r->prof = r->a.profile;
+  r->stage = ST_FWD_START;
+  *run = r;
+  return CAMDELTA_OK;
 }

@@ -67,11 +67,11 @@ camdelta_status cd_camera_check_conditions(camdelta_context *ctx, const char *op
 }
 
 camdelta_status cd_camera_enqueue(camdelta_context *ctx, const camdelta_camera_args *a, size_t N, cd_launch *l) {
-  return cd_camera_enqueue_at(ctx, a, N, 0, l);
+  return cd_camera_enqueue_at(ctx, a, N, 0, NULL, l);
 }
 
 camdelta_status cd_camera_enqueue_at(camdelta_context *ctx, const camdelta_camera_args *a, size_t N, size_t frame0,
-                                     cd_launch *l) {
+                                     cd_camera_axis *keep, cd_launch *l) {
   const int want_m = a->proj_q.mem || a->proj_kv.mem || a->proj_o.mem;
   const int want_r = a->rope_cos.mem || a->rope_sin.mem;
   cl_kernel km = NULL, kr = NULL;
@@ -97,10 +97,16 @@ camdelta_status cd_camera_enqueue_at(camdelta_context *ctx, const camdelta_camer
             cs[2 * i] = (float)cos(ang);
             cs[2 * i + 1] = (float)sin(ang);
           }
-      cl_int err;
-      axis = clCreateBuffer(ctx->context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, (count ? count : 1) * 2 * sizeof *cs,
-                            cs, &err);
-      if (err != CL_SUCCESS) axis = NULL, st = cd_cl_fail(err, "camdelta_camera_forward: uploading the RoPE angles");
+      const size_t bytes = (count ? count : 1) * 2 * sizeof *cs;
+      cl_int err = CL_SUCCESS;
+      if (keep) {
+        st = cd_ensure_buffer(ctx, &keep->mem, &keep->bytes, bytes);
+        if (!st) err = clEnqueueWriteBuffer(ctx->queue, keep->mem, CL_TRUE, 0, bytes, cs, 0, NULL, NULL);
+        if (!st && err != CL_SUCCESS) st = cd_cl_fail(err, "camdelta_camera_forward: uploading the RoPE angles");
+      } else {
+        axis = clCreateBuffer(ctx->context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes, cs, &err);
+        if (err != CL_SUCCESS) axis = NULL, st = cd_cl_fail(err, "camdelta_camera_forward: uploading the RoPE angles");
+      }
       free(cs);
     }
   }
@@ -131,7 +137,7 @@ camdelta_status cd_camera_enqueue_at(camdelta_context *ctx, const camdelta_camer
   }
   if (!st && want_r) {
     cd_args g = {kr, 0, CL_SUCCESS};
-    cd_arg_mem(&g, axis);
+    cd_arg_mem(&g, keep ? keep->mem : axis);
     cd_arg_buf(&g, OPT(a->rope_cos));
     cd_arg_buf(&g, OPT(a->rope_sin));
     cd_arg_u64(&g, N);

@@ -10,9 +10,17 @@ camdelta_status cd_camera_check_conditions(camdelta_context *ctx, const char *op
                                            size_t T);
 /** Enqueue the camera kernels (arguments already checked). */
 camdelta_status cd_camera_enqueue(camdelta_context *ctx, const camdelta_camera_args *a, size_t N, cd_launch *l);
-/** The same for frames that start at global frame f0 (the RoPE's temporal angles use f0 + f). */
+/** The device table of the RoPE angles' cosines and sines a caller keeps between calls (grown as needed; released
+ *  by the caller). */
+typedef struct cd_camera_axis {
+  cl_mem mem;
+  size_t bytes;
+} cd_camera_axis;
+/** The same for frames that start at global frame f0 (the RoPE's temporal angles use f0 + f). keep: NULL (the table
+ *  is a buffer of this call), or the caller's table, written with a blocking write (its previous users on the
+ *  in-order queue have finished then). */
 camdelta_status cd_camera_enqueue_at(camdelta_context *ctx, const camdelta_camera_args *a, size_t N, size_t f0,
-                                     cd_launch *l);
+                                     cd_camera_axis *keep, cd_launch *l);
 
 /** Short conv: checked shapes; bounds -> device seg_end buffer (caller releases). */
 camdelta_status cd_short_conv_segments(camdelta_context *ctx, const char *op, size_t T,

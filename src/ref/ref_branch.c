@@ -158,7 +158,8 @@ static void fwd_free(branch_fwd *f) {
   for (size_t i = 0; i < sizeof arr / sizeof arr[0]; i++) free(*arr[i]), *arr[i] = NULL;
 }
 
-static camdelta_status run_forward(const char *op, const camdelta_ref_branch *p, branch_fwd *f) {
+/* stream: the conv's segments are the scan's chunks (a stream's blocks), whatever T % chunk_size */
+static camdelta_status run_forward(const char *op, const camdelta_ref_branch *p, branch_fwd *f, int stream) {
   memset(f, 0, sizeof *f);
   if (!p || !p->q_raw || !p->k_raw || !p->v_raw || !p->conv_weight || !p->q_norm_weight || !p->k_norm_weight ||
       !p->camera_conditions || !p->beta || !p->decay)
@@ -178,8 +179,9 @@ static camdelta_status run_forward(const char *op, const camdelta_ref_branch *p,
   f->mask = cd_malloc_array(T, sizeof *f->mask);
   if (!f->bounds || !f->cbounds || !f->mask) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: host memory", op);
   if ((st = camdelta_chunk_bounds(T, &p->chunking, f->bounds, T + 1, &f->nb)) ||
-      (st = camdelta_conv_bounds(T, &p->chunking, f->cbounds, T + 1, &f->ncb)))
+      (!stream && (st = camdelta_conv_bounds(T, &p->chunking, f->cbounds, T + 1, &f->ncb))))
     return st;
+  if (stream) memcpy(f->cbounds, f->bounds, f->nb * sizeof *f->bounds), f->ncb = f->nb;
   cd_reverse_mask(f->bounds, f->nb, T, f->mask);
   const size_t BN16 = B * N * 16, NDh = N * (D / 2), BNC = B * N * C, BHN = B * H * N, BHT = B * H * T;
   struct {
@@ -232,7 +234,7 @@ camdelta_status camdelta_ref_branch_forward(const camdelta_ref_branch *p) {
   static const char op[] = "camdelta_ref_branch_forward";
   cd_clear_error();
   branch_fwd f;
-  camdelta_status st = run_forward(op, p, &f);
+  camdelta_status st = run_forward(op, p, &f, 0);
   if (!st && p->y) st = camdelta_ref_output_transform(p->B, f.N, p->H, p->D, f.oc, f.po, f.rc, f.rs, p->y);
   fwd_free(&f);
   return st;
@@ -243,7 +245,7 @@ camdelta_status camdelta_ref_branch_backward(const camdelta_ref_branch *p, const
   cd_clear_error();
   if (!g || !g->grad_y) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'grad_y' is NULL", op);
   branch_fwd f;
-  camdelta_status st = run_forward(op, p, &f);
+  camdelta_status st = run_forward(op, p, &f, 0);
   if (st) {
     fwd_free(&f);
     return st;
@@ -302,6 +304,19 @@ camdelta_status camdelta_ref_branch_backward(const camdelta_ref_branch *p, const
     st = camdelta_ref_short_conv_backward(&cv);
   }
   for (size_t i = 0; i < sizeof al / sizeof al[0]; i++) free(*al[i]);
+  fwd_free(&f);
+  return st;
+}
+
+camdelta_status camdelta_ref_stream_forward(const camdelta_ref_branch *p) {
+  static const char op[] = "camdelta_ref_stream_forward";
+  cd_clear_error();
+  if (p && (!p->chunking.chunk_size || p->chunking.chunk_index))
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: a stream's schedule is a chunk_size (>= 1) and a strategy",
+                   op);
+  branch_fwd f;
+  camdelta_status st = run_forward(op, p, &f, 1);
+  if (!st && p->y) st = camdelta_ref_output_transform(p->B, f.N, p->H, p->D, f.oc, f.po, f.rc, f.rs, p->y);
   fwd_free(&f);
   return st;
 }

@@ -34,7 +34,8 @@ static camdelta_status prologue(cd_call *c) {
   if (!c->args) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'args' is NULL", e->op);
   if (e->second && !c->second) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", e->op, e->second);
   if (c->saved && c->saved_ctx != c->ctx)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' was created for another context", e->op);
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' was created for another context", e->op,
+                   e->saved_name ? e->saved_name : "saved");
   c->profile = NULL;
   if (e->profile_part >= 0) {
     const char *part = e->profile_part ? (const char *)c->second : (const char *)c->args;

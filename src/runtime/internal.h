@@ -255,6 +255,7 @@ typedef struct cd_call cd_call;
 typedef struct cd_entry {
   const char *op;           /* the public function's name, which begins every message */
   const char *second;       /* the parameter name of the entry's second argument struct, or NULL */
+  const char *saved_name;   /* the parameter name of the call's `saved` object in messages, or NULL: "saved" */
   const cd_slot *slots;     /* every camdelta_buffer field of the argument structs */
   size_t nslots;            /* <= CD_MAX_SLOTS */
   int profile_part;         /* the struct holding `camdelta_profile *profile` (0 args, 1 second), -1: none */
