@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cost.h"
+#include "cpu.h"
 #include "plan.h"
 #include "internal.h"
 #include "testutil.h"
@@ -324,6 +325,10 @@ static camdelta_scan_algorithm pick(camdelta_context *ctx, const dev_problem *p,
 static void test_on_device(void **state) {
   (void)state;
   camdelta_context *ctx = tu_context();
+  /* where the CPU forms run, AUTO takes the chunkwise algorithm whatever the costs; the costs' choice is tested
+   * with them off */
+  const int cpu_forms = cd_scan_cpu_forms(ctx);
+  TU_OK(camdelta_tune_set(ctx, "scan", "CPU=0"));
   tu_seed(7);
   dev_problem tiny = {1, 2, 32, 4, 8, NULL, NULL, NULL, NULL, NULL, NULL};
   dev_problem chain = {1, 1, 32, 4, 2000, NULL, NULL, NULL, NULL, NULL, NULL};
@@ -337,6 +342,11 @@ static void test_on_device(void **state) {
   const camdelta_scan_algorithm want = pick(ctx, &chain, &e);
   if (gpu || ctx->info.compute_units >= 2) assert_int_equal(want, CAMDELTA_SCAN_CHUNKWISE);
   assert_int_equal(run_auto(ctx, &chain), want);
+  if (cpu_forms) {
+    TU_OK(camdelta_tune_set(ctx, "scan", NULL));
+    assert_int_equal(run_auto(ctx, &tiny), CAMDELTA_SCAN_CHUNKWISE);
+    TU_OK(camdelta_tune_set(ctx, "scan", "CPU=0"));
+  }
 
   camdelta_scan_args a = {0};
   a.B = chain.B, a.H = chain.H, a.D = chain.D, a.F = chain.F, a.S = chain.S;
@@ -369,6 +379,7 @@ static void test_on_device(void **state) {
   }
   assert_true(flipped || gpu);
   assert_int_equal(run_auto(ctx, &chain), want);
+  TU_OK(camdelta_tune_set(ctx, "scan", NULL));
   problem_down(&tiny);
   problem_down(&chain);
 }
