@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian 12 machine, builds camdelta with -Werror and runs the
-# whole test suite on the default OpenCL device (PoCL when there is no GPU).
-#   bash ci/test.sh              # normal build in build/
-#   bash ci/test.sh --sanitize   # AddressSanitizer + UBSan build in build-asan/
+# whole test suite on the default OpenCL device (PoCL when there is no GPU), then
+# again on Mesa's Rusticl (llvmpipe), the second CPU stack installed beside it.
+#   bash ci/test.sh              # normal build in build/, PoCL then Rusticl
+#   bash ci/test.sh --sanitize   # AddressSanitizer + UBSan build in build-asan/, PoCL
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/deps.sh
@@ -21,4 +22,13 @@ cmake -S . -B "$dir" -DCAMDELTA_WERROR=ON "${extra[@]}"
 cmake --build "$dir" -j"$(nproc)"
 # PoCL compiles each kernel on one core: tests in parallel overlap those compiles (each test has its own temp
 # folder; the kernel caches write atomically; MPI tests declare their ranks as PROCESSORS).
+if [ "${1:-}" = "--sanitize" ]; then
+  # the constrained-device profiles (label profile) are the plans' test, run once in the normal build
+  ctest --test-dir "$dir" --output-on-failure -j"$(nproc)" -LE profile
+  exit 0
+fi
 ctest --test-dir "$dir" --output-on-failure -j"$(nproc)"
+# The same suite on Rusticl (RUSTICL_ENABLE names the Gallium driver it may use): its kernels report a work-group
+# limit of 32, it ends a work-item's loops after 65535 iterations and gives no kernel times (docs/portability.md).
+# The profiles emulate other devices on PoCL and are not repeated here.
+RUSTICL_ENABLE=llvmpipe CAMDELTA_DEVICE=rusticl ctest --test-dir "$dir" --output-on-failure -j"$(nproc)" -LE profile

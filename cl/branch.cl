@@ -1,7 +1,8 @@
 /* The camera branch around prep and scan (docs/math.md §8.3-8.5): beta discount and the reverse gates, their backward,
- * the output transform forward and backward, and the sum of the two scans' input gradients. f32.
+ * the output transform forward and backward, and the sum of the two scans' input gradients. f32 arithmetic.
  *
- * Build options: CD_D (head dim, multiple of 8, <= 128), CD_TS (tokens per work-group of the output transform). */
+ * Build options: CD_D (head dim, multiple of 8, <= 128), CD_TS (tokens per work-group of the output transform),
+ * CD_DTYPE (common.cl: the storage of the output transform's y and the backward's grad_y; everything else f32). */
 
 #ifndef CD_D
 #define CD_D 8
@@ -82,7 +83,7 @@ kernel void cd_branch_discount_backward(global const float *dbc, global const fl
 kernel void cd_output_transform(global const float *restrict out, ulong out_off, global const float *restrict out2,
                                 ulong out2_off, uint has_out2, global const float *restrict proj_o, ulong po_off,
                                 global const float *restrict rope_cos, ulong rc_off,
-                                global const float *restrict rope_sin, ulong rs_off, global float *restrict y,
+                                global const float *restrict rope_sin, ulong rs_off, global cd_store_t *restrict y,
                                 ulong y_off, ulong N, uint H, uint al) {
   local float tile[CD_D][CD_TS + 1];
   const uint lid = get_local_id(0), L = get_local_size(0);
@@ -126,7 +127,7 @@ kernel void cd_output_transform(global const float *restrict out, ulong out_off,
 
 /* Backward: grad_out (B, H, D, N) from grad_y (B, N, H, D): first half P^T gy per 4-group, second half
  * dx[r] = gy[r] cos[r] - gy[r^1] sin[r^1]. Same work-groups as the forward. */
-kernel void cd_output_transform_backward(global const float *restrict gy, ulong gy_off,
+kernel void cd_output_transform_backward(global const cd_store_t *restrict gy, ulong gy_off,
                                          global const float *restrict proj_o, ulong po_off,
                                          global const float *restrict rope_cos, ulong rc_off,
                                          global const float *restrict rope_sin, ulong rs_off,

@@ -8,30 +8,66 @@
 #define fma(a, b, c) mad((a), (b), (c))
 #endif
 /* CD_DTYPE (build option): 0 = f32, 1 = f16, 2 = bf16 (16-bit storage).
- * Arithmetic is always f32. */
+ * CD_SDTYPE (build option, default CD_DTYPE): the storage of prep's (B, H, D, N) side (its outputs q, k, v, their
+ * gradients and the saved q, k its backward reads), where it differs from the raw activations': the camera branch
+ * runs prep on 16-bit activations with the scan's f32 on that side.
+ * Arithmetic is always f32. f16 goes through vload_half / vstore_half_rte (core OpenCL C 1.2, no cl_khr_fp16); bf16
+ * is the upper half of an f32, rounded to nearest even on store (NaN kept quiet). */
 #ifndef CD_DTYPE
 #define CD_DTYPE 0
 #endif
+#ifndef CD_SDTYPE
+#define CD_SDTYPE CD_DTYPE
+#endif
 
-#if CD_DTYPE == 0
-typedef float cd_store_t;
-#define CD_LOAD(p, i) ((p)[i])
-#define CD_STORE(p, i, x) ((p)[i] = (x))
-#elif CD_DTYPE == 1
-typedef half cd_store_t;
-#define CD_LOAD(p, i) vload_half((i), (p))
-#define CD_STORE(p, i, x) vstore_half_rte((x), (i), (p))
-#else
-typedef ushort cd_store_t;
-#define CD_LOAD(p, i) as_float(((uint)(p)[i]) << 16)
 inline ushort cd_to_bf16(float x) {
   uint u = as_uint(x);
   if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (ushort)((u >> 16) | 0x40u);
   u += 0x7FFFu + ((u >> 16) & 1u);
   return (ushort)(u >> 16);
 }
-#define CD_STORE(p, i, x) ((p)[i] = cd_to_bf16(x))
-#endif
+
+/* Per storage type t (0, 1, 2): CD_T_t the element type, CD_LD_t / CD_ST_t one element, CD_LD4_t / CD_ST4_t four
+ * consecutive ones as a float4 (al: the element index is a multiple of 4, one 16- or 8-byte access). */
+#define CD_T_0 float
+#define CD_T_1 half
+#define CD_T_2 ushort
+#define CD_LD_0(p, i) ((p)[i])
+#define CD_ST_0(p, i, x) ((p)[i] = (x))
+#define CD_LD_1(p, i) vload_half((i), (p))
+#define CD_ST_1(p, i, x) vstore_half_rte((x), (i), (p))
+#define CD_LD_2(p, i) as_float(((uint)(p)[i]) << 16)
+#define CD_ST_2(p, i, x) ((p)[i] = cd_to_bf16(x))
+#define CD_LD4_0(p, i, al) ((al) ? *(global const float4 *)((p) + (i)) : vload4(0, (p) + (i)))
+#define CD_ST4_0(p, i, x, al)                    \
+  do {                                           \
+    if (al) *(global float4 *)((p) + (i)) = (x); \
+    else vstore4((x), 0, (p) + (i));             \
+  } while (0)
+#define CD_LD4_1(p, i, al) vload_half4(0, (p) + (i))
+#define CD_ST4_1(p, i, x, al) vstore_half4_rte((x), 0, (p) + (i))
+#define CD_LD4_2(p, i, al) \
+  as_float4(convert_uint4((al) ? *(global const ushort4 *)((p) + (i)) : vload4(0, (p) + (i))) << 16)
+#define CD_ST4_2(p, i, val, al)                                                                              \
+  do {                                                                                                       \
+    const float4 x_ = (val);                                                                                 \
+    const ushort4 u_ = (ushort4)(cd_to_bf16(x_.x), cd_to_bf16(x_.y), cd_to_bf16(x_.z), cd_to_bf16(x_.w)); \
+    if (al) *(global ushort4 *)((p) + (i)) = u_;                                                             \
+    else vstore4(u_, 0, (p) + (i));                                                                          \
+  } while (0)
+#define CD_CAT_(a, b) a##b
+#define CD_CAT(a, b) CD_CAT_(a, b)
+
+/* The activations' storage (CD_DTYPE) and prep's (B, H, D, N) side (CD_SDTYPE). */
+typedef CD_CAT(CD_T_, CD_DTYPE) cd_store_t;
+#define CD_LOAD(p, i) CD_CAT(CD_LD_, CD_DTYPE)(p, i)
+#define CD_STORE(p, i, x) CD_CAT(CD_ST_, CD_DTYPE)(p, i, x)
+#define CD_LD4(p, i, al) CD_CAT(CD_LD4_, CD_DTYPE)(p, i, al)
+#define CD_ST4(p, i, x, al) CD_CAT(CD_ST4_, CD_DTYPE)(p, i, x, al)
+typedef CD_CAT(CD_T_, CD_SDTYPE) cd_sstore_t;
+#define CD_SLOAD(p, i) CD_CAT(CD_LD_, CD_SDTYPE)(p, i)
+#define CD_SSTORE(p, i, x) CD_CAT(CD_ST_, CD_SDTYPE)(p, i, x)
+#define CD_SLD4(p, i, al) CD_CAT(CD_LD4_, CD_SDTYPE)(p, i, al)
 
 /* Index arithmetic: a kernel that counts its indices from each tensor's offset uses cd_ix, 32 bits where the host
  * builds it with CD_IX32=1 because every such index of the call fits (cheaper arithmetic than 64 bits). */
@@ -44,29 +80,7 @@ typedef uint cd_ix;
 typedef ulong cd_ix;
 #endif
 
-/* Four consecutive storage elements as a float4 (CD_LD4, CD_ST4; al: the element index is a multiple of 4, one
- * 16- or 8-byte access), four consecutive f32 values (CD_LDF4, weights and tables), and a float4's squared norm. */
-#if CD_DTYPE == 0
-#define CD_LD4(p, i, al) ((al) ? *(global const float4 *)((p) + (i)) : vload4(0, (p) + (i)))
-#define CD_ST4(p, i, x, al)                      \
-  do {                                           \
-    if (al) *(global float4 *)((p) + (i)) = (x); \
-    else vstore4((x), 0, (p) + (i));             \
-  } while (0)
-#elif CD_DTYPE == 1
-#define CD_LD4(p, i, al) vload_half4(0, (p) + (i))
-#define CD_ST4(p, i, x, al) vstore_half4_rte((x), 0, (p) + (i))
-#else
-#define CD_LD4(p, i, al) \
-  as_float4(convert_uint4((al) ? *(global const ushort4 *)((p) + (i)) : vload4(0, (p) + (i))) << 16)
-#define CD_ST4(p, i, val, al)                                                                                \
-  do {                                                                                                       \
-    const float4 x_ = (val);                                                                                 \
-    const ushort4 u_ = (ushort4)(cd_to_bf16(x_.x), cd_to_bf16(x_.y), cd_to_bf16(x_.z), cd_to_bf16(x_.w)); \
-    if (al) *(global ushort4 *)((p) + (i)) = u_;                                                             \
-    else vstore4(u_, 0, (p) + (i));                                                                          \
-  } while (0)
-#endif
+/* Four consecutive f32 values (weights and tables) and a float4's squared norm. */
 #define CD_LDF4(p, i, al) ((al) ? *(global const float4 *)((p) + (i)) : vload4(0, (p) + (i)))
 inline float cd_sq4(float4 v) { return fma(v.x, v.x, fma(v.y, v.y, fma(v.z, v.z, v.w * v.w))); }
 

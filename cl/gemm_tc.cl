@@ -97,18 +97,14 @@
  * it has. Packed clips (CD_PACKED): every kernel takes CD_PK_ARGS last, frames have their own token counts (a token
  * tile past its frame's end leaves at once) and a chain's first/last frame and init row come from the table. */
 
-#ifndef CD_BETA_LATE /* The gram's β product waits for its loads. Done as they arrive (0), it stalls the warp there,
-                        before the mma work meant to hide them: at sana480 exact phase A takes 1.01 ms, against 0.82 ms
-                        with the product done at staging (1). In tf32 the late form's 16 registers took ptxas from 166
-                        to 208 with exact's tiles (two work-groups per SM instead of three): phase A gained 3% and the
-                        backward's W pass (no β) lost 18%. With tf32's own tiles (WM=4 WN=2 MR=1 NR=4 at D=112) it
-                        gave forward 1.089 -> 1.078 ms and backward 2.242 -> 2.285 at sana480 (thirteenth session),
-                        so tf32 keeps the early form. */
+#ifndef CD_BETA_LATE /* 1: the gram's β product waits for its loads (exact); 0: it is done at staging (tf32), where
+                        the late form's registers cost more than it gains (docs/performance.md, "Measurements behind
+                        the code's constants") */
 #define CD_BETA_LATE CD_SPLIT
 #endif
 #ifndef CD_TF32_CVT /* 1: TF32 rounding by cvt.rna.tf32.f32; 0: the same rounding (nearest, ties away) in two integer
-                       operations. The H200 runs the integer form faster with the split (sana480 exact forward
-                       1.66 -> 1.56 ms) and in tf32 at D = 112, cvt in tf32 at D = 64 (backward 1.107 against 1.150 ms) */
+                       operations: the faster of the two per path on the H200 (docs/performance.md, "Measurements
+                       behind the code's constants") */
 #define CD_TF32_CVT (!CD_SPLIT && CD_D <= 64)
 #endif
 /* TF32 operand (round to nearest, ties away). The integer form maps inf to inf and a finite value that rounds past
@@ -183,9 +179,8 @@ typedef uint2 cd_slot;
 #endif
 /* The gram's staged chunk: a row's KC tokens are read by KC/8 consecutive work-items, their first 16-byte loads
  * covering the first KC/2 tokens and their second loads the rest, so a warp's load instruction reads runs of KC/2
- * contiguous tokens from 32 / (KC/8) rows. (Before, a work-item read 8 consecutive tokens and a warp's instruction
- * 16 bytes of each of 32 rows; H200 phase A then took, exact / tf32 ms: sana480 0.772 / 0.846 against 0.746 /
- * 0.740 now, and rows of 2^7·odd bytes, as in 4 packed clips of F5, 0.873 / 0.971 against 0.712 / 0.708.)
+ * contiguous tokens from 32 / (KC/8) rows (rather than 16 bytes of each of 32 rows, which is slower, most of all on
+ * rows of 2^7·odd bytes: docs/performance.md, "Measurements behind the code's constants").
  * Work-item unit q of a row then holds tokens 4q .. 4q+3 and KC/2 + 4q .. KC/2 + 4q+3 as staged k = 8q .. 8q+7, the
  * same order for both operands, so the products sum the same terms. The slots of unit q sit CD_QS·q further on, so
  * that a half warp's 8-byte staging stores (16 / (KC/8) rows times KC/8 units) hit distinct banks: the planes
@@ -199,10 +194,10 @@ typedef uint2 cd_slot;
 
 /* CD_AT(T, v, c) is T[v + c] for a work-item's variable part v and a compile-time part c. With CD_FOLD (the default)
  * it indexes from T + v, so the compiler can fold c into the load's or store's immediate offset; one unsigned index
- * v + c cannot be split (it may wrap), and every access then needs its own address arithmetic (at sana480 the gram
- * ran as many address instructions as mma: with CD_FOLD phase A takes 0.774 ms instead of 0.817). */
-#ifndef CD_FOLD /* 1 except in the frames kernel at D <= 64, which ran slower with it on the H200 (exact backward at
-                   1,20,64,21,1560: frames 0.871 against 0.658 ms) */
+ * v + c cannot be split (it may wrap), and every access then needs its own address arithmetic (the gram would run as
+ * many address instructions as mma). */
+#ifndef CD_FOLD /* 1 except in the frames kernel at D <= 64, which runs slower with it on the H200 (docs/performance.md,
+                   "Measurements behind the code's constants") */
 #if defined(CD_FRAMES) && CD_D <= 64
 #define CD_FOLD 0
 #else
@@ -749,8 +744,8 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_apply_ot_tc(
 #define CD_U1 ((CD_TN / 4) * (CD_KC / 2)) /* float4 pairs of a staged stage-1 B chunk */
 #define CD_U2 (CD_TN * (CD_KC / 8))       /* and of a stage-2 one (the same count) */
 #define CD_LU ((CD_U1 + CD_W - 1) / CD_W)  /* per work-item */
-#ifndef CD_FRAMES_PF /* 1: the next B chunk's loads issued before this chunk's products (H200, sana480: 1.91 ms
-                        against 2.10 loading each chunk when it is staged) */
+#ifndef CD_FRAMES_PF /* 1: the next B chunk's loads issued before this chunk's products (faster on the H200 than
+                        loading each chunk when it is staged) */
 #define CD_FRAMES_PF 1
 #endif
 

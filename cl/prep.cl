@@ -2,7 +2,7 @@
  * RMSNorm + ReLU + k-scale + UCPE 4x4 camera transform + RoPE, written
  * transposed to (B, H, D, N).
  *
- * Build options: CD_DTYPE (storage type of q/k/v in and out, see common.cl),
+ * Build options: CD_DTYPE (storage type of q/k/v raw, see common.cl), CD_SDTYPE (of q/k/v out, default CD_DTYPE),
  * CD_D (head dim, multiple of 8, <= 128), CD_TS (tokens per work-group).
  * Every buffer comes with a ulong element offset. */
 
@@ -48,11 +48,11 @@ kernel void cd_prep_inv_rms(global const cd_store_t *q_raw, ulong q_off, global 
 }
 
 /* Writes the (CD_D x CD_TS) local tile to out (B, H, D, N), rows along N. */
-inline void flush_tile(local float (*tile)[CD_TS + 1], global cd_store_t *out, ulong base, ulong N, uint n0, uint nt,
+inline void flush_tile(local float (*tile)[CD_TS + 1], global cd_sstore_t *out, ulong base, ulong N, uint n0, uint nt,
                        uint lid, uint L) {
   for (uint idx = lid; idx < CD_D * CD_TS; idx += L) {
     const uint d = idx / CD_TS, t = idx % CD_TS;
-    if (t < nt) CD_STORE(out, base + (ulong)d * N + n0 + t, tile[d][t]);
+    if (t < nt) CD_SSTORE(out, base + (ulong)d * N + n0 + t, tile[d][t]);
   }
 }
 
@@ -63,8 +63,8 @@ kernel void cd_prep_forward(global const cd_store_t *q_raw, ulong q_raw_off, glo
                             global const float *qw, ulong qw_off, global const float *kw, ulong kw_off,
                             global const float *proj_q, ulong pq_off, global const float *proj_kv, ulong pkv_off,
                             global const float *rope_cos, ulong rc_off, global const float *rope_sin, ulong rs_off,
-                            global const float *inv_rms, ulong inv_off, global cd_store_t *q_out, ulong q_off,
-                            global cd_store_t *k_out, ulong k_off, global cd_store_t *v_out, ulong v_off,
+                            global const float *inv_rms, ulong inv_off, global cd_sstore_t *q_out, ulong q_off,
+                            global cd_sstore_t *k_out, ulong k_off, global cd_sstore_t *v_out, ulong v_off,
                             global float *infl, ulong infl_off, ulong N, uint H, float k_scale) {
   local float tile[CD_D][CD_TS + 1];
   local float pre_part[CD_TS][CD_G4];
@@ -189,10 +189,10 @@ kernel void cd_prep_forward(global const cd_store_t *q_raw, ulong q_raw_off, glo
 #define CD_ST_ROWS(dst, i, val, stride)           \
   do {                                            \
     const float4 v_ = (val);                      \
-    CD_STORE(dst, (i), v_.x);                     \
-    CD_STORE(dst, (i) + (stride), v_.y);          \
-    CD_STORE(dst, (i) + 2 * (stride), v_.z);      \
-    CD_STORE(dst, (i) + 3 * (stride), v_.w);      \
+    CD_SSTORE(dst, (i), v_.x);                     \
+    CD_SSTORE(dst, (i) + (stride), v_.y);          \
+    CD_SSTORE(dst, (i) + 2 * (stride), v_.z);      \
+    CD_SSTORE(dst, (i) + 3 * (stride), v_.w);      \
   } while (0)
 
 /* The one-pass forms' tensors: the inputs, inverse RMS (written), outputs and inflation_sq, each with an offset */
@@ -201,8 +201,8 @@ kernel void cd_prep_forward(global const cd_store_t *q_raw, ulong q_raw_off, glo
       global const cd_store_t *v_raw, ulong v_raw_off, global const float *qw, ulong qw_off, global const float *kw, \
       ulong kw_off, global const float *proj_q, ulong pq_off, global const float *proj_kv, ulong pkv_off,            \
       global const float *rope_cos, ulong rc_off, global const float *rope_sin, ulong rs_off, global float *inv_rms, \
-      ulong inv_off, global cd_store_t *q_out, ulong q_off, global cd_store_t *k_out, ulong k_off,                   \
-      global cd_store_t *v_out, ulong v_off, global float *infl, ulong infl_off
+      ulong inv_off, global cd_sstore_t *q_out, ulong q_off, global cd_sstore_t *k_out, ulong k_off,                 \
+      global cd_sstore_t *v_out, ulong v_off, global float *infl, ulong infl_off
 
 kernel void cd_prep_fused(CD_PREP_ONEPASS_TENSORS, ulong N, uint H, ulong B, float k_scale, float eps,
                           uint HB, uint flags) {
@@ -354,7 +354,7 @@ kernel void cd_prep_regs(CD_PREP_ONEPASS_TENSORS, ulong N, ulong B, float k_scal
   const cd_ix n = n0 + t, tok = b * Nx + n;
 
   global const cd_store_t *src = kind == 0 ? q_raw + q_raw_off : kind == 1 ? k_raw + k_raw_off : v_raw + v_raw_off;
-  global cd_store_t *dst = kind == 0 ? q_out + q_off : kind == 1 ? k_out + k_off : v_out + v_off;
+  global cd_sstore_t *dst = kind == 0 ? q_out + q_off : kind == 1 ? k_out + k_off : v_out + v_off;
 
   float4 x[CD_H];
   const cd_ix row = tok * (CD_H * CD_D) + 4 * g;

@@ -21,7 +21,8 @@
  * cd_prep_bwd_reduce  the norm-weight gradients (sum over token tiles) and the RoPE-table gradients (sum over b).
  *
  * This is the form CPUs run, and every device for dproj/drope; GPUs run cl/prep_backward_fused.cl otherwise.
- * Build options: CD_DTYPE (storage of q/k/v raw, their gradients and dq/dk/dv raw), CD_D, CD_TS.
+ * Build options: CD_DTYPE (storage of q/k/v raw and dq/dk/dv raw), CD_SDTYPE (of the gradients of q/k/v, default
+ * CD_DTYPE; common.cl), CD_D, CD_TS.
  * Every buffer comes with a ulong element offset. */
 
 #ifndef CD_D
@@ -47,11 +48,11 @@
 #define CD_WANT_SIN 256u /* reduce: drope_sin */
 
 /* tile[d][t] = src[base + d*N + n0 + t] (zero past the last token) */
-inline void cd_load_tile(local float (*tile)[CD_TS + 1], global const cd_store_t *src, ulong base, ulong N, uint n0,
+inline void cd_load_tile(local float (*tile)[CD_TS + 1], global const cd_sstore_t *src, ulong base, ulong N, uint n0,
                          uint nt, uint lid, uint L) {
   for (uint idx = lid; idx < CD_D * CD_TS; idx += L) {
     const uint d = idx / CD_TS, t = idx % CD_TS;
-    tile[d][t] = t < nt ? CD_LOAD(src, base + (ulong)d * N + n0 + t) : 0.0f;
+    tile[d][t] = t < nt ? CD_SLOAD(src, base + (ulong)d * N + n0 + t) : 0.0f;
   }
 }
 
@@ -80,8 +81,8 @@ kernel void cd_prep_bwd_heads(
     global const cd_store_t *v_raw, ulong v_raw_off, global const float *qw, ulong qw_off, global const float *kw,
     ulong kw_off, global const float *proj_q, ulong pq_off, global const float *proj_kv, ulong pkv_off,
     global const float *rope_cos, ulong rc_off, global const float *rope_sin, ulong rs_off,
-    global const float *inv_rms, ulong inv_off, global const cd_store_t *grad_q, ulong gq_off,
-    global const cd_store_t *grad_k, ulong gk_off, global const cd_store_t *grad_v, ulong gv_off,
+    global const float *inv_rms, ulong inv_off, global const cd_sstore_t *grad_q, ulong gq_off,
+    global const cd_sstore_t *grad_k, ulong gk_off, global const cd_sstore_t *grad_v, ulong gv_off,
     global const float *grad_infl, ulong gi_off, global cd_store_t *dq_raw, ulong dq_off, global cd_store_t *dk_raw,
     ulong dk_off, global cd_store_t *dv_raw, ulong dv_off, global float *uq, ulong uq_off, global float *uk,
     ulong uk_off, global float *part_s, ulong ps_off, global float *part_w, ulong pw_off, global float *part_proj,

@@ -25,7 +25,8 @@
  * depend on the L2 cache keeping them (docs/performance.md has the times). No atomics; every sum has a fixed order
  * (bit-identical run to run).
  *
- * Build options: CD_DTYPE, CD_D, CD_TT (tokens per tile of cd_prep_bwd_grads), CD_UW (its 4-channel units per
+ * Build options: CD_DTYPE, CD_SDTYPE (common.cl), CD_D, CD_TT (tokens per tile of cd_prep_bwd_grads), CD_UW (its
+ * 4-channel units per
  * work-group, a divisor of D/4: the work-group has CD_TT * CD_UW work-items), CD_G2. */
 
 #ifndef CD_D
@@ -90,8 +91,8 @@ inline float cd_dotw(float4 a, float4 x, float4 w, float s) {
 }
 
 /* One row of the transposed gradient (B, H, D, N): 4 channels of one token, rows N apart. */
-inline float4 cd_grad4(global const cd_store_t *p, ulong i, ulong N) {
-  return (float4)(CD_LOAD(p, i), CD_LOAD(p, i + N), CD_LOAD(p, i + 2 * N), CD_LOAD(p, i + 3 * N));
+inline float4 cd_grad4(global const cd_sstore_t *p, ulong i, ulong N) {
+  return (float4)(CD_SLOAD(p, i), CD_SLOAD(p, i + N), CD_SLOAD(p, i + 2 * N), CD_SLOAD(p, i + 3 * N));
 }
 
 /* The transforms of a 4-channel unit (uses first, Mq, Mk in scope): camera half by the token's matrices, RoPE half
@@ -136,9 +137,9 @@ kernel void cd_prep_bwd_sums(global const cd_store_t *q_raw, ulong q_raw_off, gl
                              ulong k_raw_off, global const float *qw, ulong qw_off, global const float *kw,
                              ulong kw_off, global const float *proj_q, ulong pq_off, global const float *proj_kv,
                              ulong pkv_off, global const float *rope_cos, ulong rc_off, global const float *rope_sin,
-                             ulong rs_off, global const float *inv_rms, ulong inv_off, global const cd_store_t *grad_q,
-                             ulong gq_off, global const cd_store_t *grad_k, ulong gk_off,
-                             global const cd_store_t *grad_k2, ulong gk2_off, global const float *grad_infl,
+                             ulong rs_off, global const float *inv_rms, ulong inv_off, global const cd_sstore_t *grad_q,
+                             ulong gq_off, global const cd_sstore_t *grad_k, ulong gk_off,
+                             global const cd_sstore_t *grad_k2, ulong gk2_off, global const float *grad_infl,
                              ulong gi_off, global float *dgi, global float *part, ulong N, uint H, ulong B,
                              float k_scale, uint flags) {
   ulong b, n;
@@ -224,9 +225,9 @@ inline void cd_sums_out_end(float sq, float sk, float post, ulong o, ulong tok, 
 }
 
 #define CD_SUMS_OUT_ARGS                                                                                              \
-  global const float *inv_rms, ulong inv_off, global const cd_store_t *q_out, ulong q_off,                           \
-      global const cd_store_t *k_out, ulong k_off, global const cd_store_t *grad_q, ulong gq_off,                    \
-      global const cd_store_t *grad_k, ulong gk_off, global const cd_store_t *grad_k2, ulong gk2_off,                \
+  global const float *inv_rms, ulong inv_off, global const cd_sstore_t *q_out, ulong q_off,                           \
+      global const cd_sstore_t *k_out, ulong k_off, global const cd_sstore_t *grad_q, ulong gq_off,                    \
+      global const cd_sstore_t *grad_k, ulong gk_off, global const cd_sstore_t *grad_k2, ulong gk2_off,                \
       global const float *infl, ulong infl_off, global const float *grad_infl, ulong gi_off, global float *dgi,      \
       global float *part, ulong N, uint H, ulong B, uint flags
 
@@ -242,15 +243,15 @@ kernel void cd_prep_bwd_sums_out(CD_SUMS_OUT_ARGS) {
   if (has_gq) {
 #pragma unroll 8
     for (uint d = 0; d < CD_D; d++)
-      sq = fma(CD_LOAD(grad_q, gq_off + g0 + d * N), CD_LOAD(q_out, q_off + g0 + d * N), sq);
+      sq = fma(CD_SLOAD(grad_q, gq_off + g0 + d * N), CD_SLOAD(q_out, q_off + g0 + d * N), sq);
   }
   if (has_gk || has_gi) {
 #pragma unroll 8
     for (uint d = 0; d < CD_D; d++) {
-      const float k = CD_LOAD(k_out, k_off + g0 + d * N);
+      const float k = CD_SLOAD(k_out, k_off + g0 + d * N);
       if (has_gk) {
-        float g = CD_LOAD(grad_k, gk_off + g0 + d * N);
-        if (has_g2) g += CD_LOAD(grad_k2, gk2_off + g0 + d * N);
+        float g = CD_SLOAD(grad_k, gk_off + g0 + d * N);
+        if (has_g2) g += CD_SLOAD(grad_k2, gk2_off + g0 + d * N);
         sk = fma(g, k, sk);
       }
       post = fma(k, k, post);
@@ -274,15 +275,15 @@ kernel void cd_prep_bwd_sums_out4(CD_SUMS_OUT_ARGS) {
   if (has_gq) {
 #pragma unroll 4
     for (uint d = 0; d < CD_D; d++)
-      sq = fma(CD_LD4(grad_q, gq_off + g0 + d * N, 1), CD_LD4(q_out, q_off + g0 + d * N, 1), sq);
+      sq = fma(CD_SLD4(grad_q, gq_off + g0 + d * N, 1), CD_SLD4(q_out, q_off + g0 + d * N, 1), sq);
   }
   if (has_gk || has_gi) {
 #pragma unroll 4
     for (uint d = 0; d < CD_D; d++) {
-      const float4 k = CD_LD4(k_out, k_off + g0 + d * N, 1);
+      const float4 k = CD_SLD4(k_out, k_off + g0 + d * N, 1);
       if (has_gk) {
-        float4 g = CD_LD4(grad_k, gk_off + g0 + d * N, 1);
-        if (has_g2) g += CD_LD4(grad_k2, gk2_off + g0 + d * N, 1);
+        float4 g = CD_SLD4(grad_k, gk_off + g0 + d * N, 1);
+        if (has_g2) g += CD_SLD4(grad_k2, gk2_off + g0 + d * N, 1);
         sk = fma(g, k, sk);
       }
       post = fma(k, k, post);
@@ -345,9 +346,9 @@ kernel void cd_prep_bwd_ssum(global const float *part, global float *S, global c
       global const float *qw, ulong qw_off, global const float *kw, ulong kw_off, global const float *proj_q,       \
       ulong pq_off, global const float *proj_kv, ulong pkv_off, global const float *rope_cos, ulong rc_off,          \
       global const float *rope_sin, ulong rs_off, global const float *inv_rms, ulong inv_off,                       \
-      global const cd_store_t *grad_q, ulong gq_off, global const cd_store_t *grad_k, ulong gk_off,                  \
-      global const cd_store_t *grad_v, ulong gv_off, global const cd_store_t *grad_k2, ulong gk2_off,                \
-      global const cd_store_t *grad_v2, ulong gv2_off, global const float *dgi, global const float *S,               \
+      global const cd_sstore_t *grad_q, ulong gq_off, global const cd_sstore_t *grad_k, ulong gk_off,                  \
+      global const cd_sstore_t *grad_v, ulong gv_off, global const cd_sstore_t *grad_k2, ulong gk2_off,                \
+      global const cd_sstore_t *grad_v2, ulong gv2_off, global const float *dgi, global const float *S,               \
       global const float4 *pm,                                                                                       \
       global cd_store_t *dq_raw, ulong dq_off, global cd_store_t *dk_raw, ulong dk_off, global cd_store_t *dv_raw,   \
       ulong dv_off, global float *part_w, ulong N, uint H, ulong B, float k_scale, uint flags
@@ -477,8 +478,8 @@ kernel void cd_prep_bwd_grads_kind(CD_GRADS_ARGS) {
   const int al = (flags & CD_F_ALIGNED) != 0, has_gi = kind == 1 && (flags & CD_F_GI) != 0;
   const int has_g = (flags & (kind == 0 ? CD_F_GQ : kind == 1 ? CD_F_GK : CD_F_GV)) != 0, has_g2 = CD_G2 && kind;
   global const cd_store_t *x_raw = kind == 0 ? q_raw + q_raw_off : k_raw + k_raw_off;
-  global const cd_store_t *grad = kind == 0 ? grad_q + gq_off : kind == 1 ? grad_k + gk_off : grad_v + gv_off;
-  global const cd_store_t *grad2 = kind == 1 ? grad_k2 + gk2_off : grad_v2 + gv2_off;
+  global const cd_sstore_t *grad = kind == 0 ? grad_q + gq_off : kind == 1 ? grad_k + gk_off : grad_v + gv_off;
+  global const cd_sstore_t *grad2 = kind == 1 ? grad_k2 + gk2_off : grad_v2 + gv2_off;
   global cd_store_t *dst = kind == 0 ? dq_raw + dq_off : kind == 1 ? dk_raw + dk_off : dv_raw + dv_off;
   const uint c = h * CD_D + 4 * g;
   const float4 w = kind == 0 ? CD_LDF4(qw, qw_off + c, al) : CD_LDF4(kw, kw_off + c, al);

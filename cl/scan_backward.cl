@@ -28,7 +28,8 @@
  * states[f-1] (causal, init for f = 0) or states[f] (reverse, init for f = F-1). An absent init is zero.
  *
  * Build options: CD_D head dim; grams: CD_RPT (rows per work-item), CD_TSG (tokens per chunk);
- * chain: CD_CB (columns per work-group); frames: CD_DPT (value columns per work-item), CD_TL (token lanes),
+ * chain: CD_CB (columns per work-group), CD_CHAIN_R (rows per work-item, 1 unless the kernel's work-group limit is
+ * below D); frames: CD_DPT (value columns per work-item), CD_TL (token lanes),
  * CD_TPT (tokens per lane), CD_MC (contraction chunk); ddecay: CD_RL (work-group size, power of two).
  * Every buffer comes with a ulong element offset.
  * Packed clips (build option CD_PACKED, cl/common.cl): every kernel takes CD_PK_ARGS last; B = 1, a frame's tokens
@@ -67,6 +68,10 @@
 #ifndef CD_MC
 #define CD_MC 8
 #endif
+#ifndef CD_CHAIN_R /* chain rows per work-item: the chain's work-group is D / CD_CHAIN_R items */
+#define CD_CHAIN_R 1
+#endif
+#define CD_CW (CD_D / CD_CHAIN_R)
 #ifndef CD_RL
 #define CD_RL 64
 #endif
@@ -95,12 +100,17 @@ inline global const float *cd_state(global const float *states, ulong st_off, gl
 #define CD_NG (CD_D / CD_RPT)
 
 /* One work-group of CD_NG^2 work-items per (mode, b, h, f); group index = bhf * modes + mode.
- * mode 0: W = Q^T dO; mode 1: A = d (I - (b K)^T K); mode 2: U = (b K)^T V. Outputs (B, H, F, D, D). */
+ * mode 0: W = Q^T dO; mode 1: A = d (I - (b K)^T K); mode 2: U = (b K)^T V. Outputs (B, H, F, D, D).
+ * A launch sums the tokens s_lo <= s < s_hi of each frame (s_lo a multiple of CD_TSG): all of them (0, 0xFFFFFFFF),
+ * or where the driver ends a work-item's loops after a fixed number of iterations (Mesa's gallivm), a range per
+ * launch: part bit 0 continues the sums the previous launch left in the outputs, bit 1 leaves the sums there for
+ * the next one (mode 1's transform waits for the last). The sums run in the same order either way. */
 kernel void cd_scan_bwd_grams(global const float *q, ulong q_off, global const float *k, ulong k_off,
                               global const float *v, ulong v_off, global const float *go, ulong go_off,
                               global const float *beta, ulong beta_off, global const float *decay, ulong decay_off,
                               global float *W, ulong W_off, global float *A, ulong A_off, global float *U,
-                              ulong U_off, ulong N, uint S, uint F, uint modes CD_PK_ARGS) {
+                              ulong U_off, ulong N, uint S, uint F, uint modes, uint s_lo, uint s_hi,
+                              uint part CD_PK_ARGS) {
   local float4 Xs4[CD_TSG * CD_DP / 4];
   local float4 Ys4[CD_TSG * CD_DP / 4];
   local float *Xs = (local float *)Xs4;
@@ -120,42 +130,45 @@ kernel void cd_scan_bwd_grams(global const float *q, ulong q_off, global const f
   global const float *bt = beta + beta_off + cd_beta_base(bh, bhf, f, S, N);
 
   const uint ti = lid / CD_NG, tj = lid % CD_NG;
+  global float *out = mode == 0 ? W + W_off : (mode == 1 ? A + A_off : U + U_off);
+  out += bhf * CD_DD;
   float acc[CD_RPT][CD_RPT];
   for (int i = 0; i < CD_RPT; i++)
-    for (int j = 0; j < CD_RPT; j++) acc[i][j] = 0.0f;
+    for (int j = 0; j < CD_RPT; j++) acc[i][j] = (part & 1u) ? out[(ti * CD_RPT + i) * CD_D + tj * CD_RPT + j] : 0.0f;
 
   /* the frame's rows of (β·)X and of Y, TSG tokens at a time: 32 consecutive work-items load 8 tokens x 4 rows
-   * (32-byte global segments, conflict-free stores); each item's block of rows and columns is contiguous */
+   * (32-byte global segments, conflict-free stores); each item's block of rows and columns is contiguous. This
+   * launch sums tokens s_lo … min(Sf, s_hi) − 1 (s_lo a multiple of TSG), continuing the sums in out (part bit 0) */
+  const uint s_end = min(Sf, s_hi);
 #define G_STAGE(t0)                                                                  \
   for (uint idx = lid; idx < CD_D * CD_TSG; idx += CD_NG * CD_NG) {                   \
     const uint lo = idx % 32, blk = idx / 32;                                         \
     const uint t = (blk / (CD_D / 4)) * 8 + lo % 8, d = (blk % (CD_D / 4)) * 4 + lo / 8; \
+    const uint s = s_lo + (t0) + t;                                                   \
     float x = 0.0f, y = 0.0f;                                                         \
-    if ((t0) + t < Sf) {                                                              \
-      const ulong e = base + (ulong)d * N + (t0) + t;                                 \
+    if (s < s_end) {                                                                  \
+      const ulong e = base + (ulong)d * N + s;                                        \
       x = X[e];                                                                       \
       y = Y[e];                                                                       \
-      if (mode != 0) x *= bt[(t0) + t];                                               \
+      if (mode != 0) x *= bt[s];                                                      \
     }                                                                                 \
     Xs[t * CD_DP + d] = x;                                                            \
     Ys[t * CD_DP + d] = y;                                                            \
   }
 #define G_X(t, i) Xs[(t) * CD_DP + ti * CD_RPT + (i)]
 #define G_Y(t, j) Ys[(t) * CD_DP + tj * CD_RPT + (j)]
-  CD_GRAM_FMA(acc, CD_RPT, CD_RPT, CD_TSG, Sf, G_STAGE, G_X, G_Y);
+  CD_GRAM_FMA(acc, CD_RPT, CD_RPT, CD_TSG, s_end > s_lo ? s_end - s_lo : 0u, G_STAGE, G_X, G_Y);
 #undef G_STAGE
 #undef G_X
 #undef G_Y
 
-  global float *out = mode == 0 ? W + W_off : (mode == 1 ? A + A_off : U + U_off);
-  out += bhf * CD_DD;
   const float dcy = mode == 1 ? decay[decay_off + bhf] : 1.0f;
   for (int i = 0; i < CD_RPT; i++) {
     const uint row = ti * CD_RPT + i;
     for (int j = 0; j < CD_RPT; j++) {
       const uint col = tj * CD_RPT + j;
       float x = acc[i][j];
-      if (mode == 1) x = CD_GRAM_A(dcy, row, col, x);
+      if (mode == 1 && !(part & 2u)) x = CD_GRAM_A(dcy, row, col, x);
       out[row * CD_D + col] = x;
     }
   }
@@ -168,53 +181,75 @@ kernel void cd_scan_bwd_grams(global const float *q, ulong q_off, global const f
  * the next step's (An, adn: the last step reloads its own) into acol and addv as it goes, and a step waits on no
  * global load. The loads are unconditional: branches between the barriers multiply the paths PoCL's work-group
  * compiler walks. */
-inline void cd_chain_step(local float4 *Yl4, float *x, float *acol, float *addv, int keep, int use_add,
-                          global const float *An, global const float *adn, uint i, uint c0) {
+/* Work-item i owns rows i + CD_CW·r (r < CD_CHAIN_R) of a chain work-group of CD_CW = D / CD_CHAIN_R items: one row
+ * each (CD_CHAIN_R = 1) unless the kernel's work-group limit is below D. x, acol and addv hold each owned row's. */
+inline void cd_chain_step(local float4 *Yl4, float (*x)[CD_CB], float (*acol)[CD_D], float (*addv)[CD_CB], int keep,
+                          int use_add, global const float *An, global const float *adn, uint i, uint c0) {
   local float *Yl = (local float *)Yl4;
   barrier(CLK_LOCAL_MEM_FENCE);
-  for (int c = 0; c < CD_CB; c++) Yl[i * CD_CB + c] = x[c];
+  for (int r = 0; r < CD_CHAIN_R; r++)
+    for (int c = 0; c < CD_CB; c++) Yl[(i + CD_CW * r) * CD_CB + c] = x[r][c];
   barrier(CLK_LOCAL_MEM_FENCE);
-  float y[CD_CB];
+  for (int r = 0; r < CD_CHAIN_R; r++) {
+    const uint row = i + CD_CW * r;
+    float y[CD_CB];
 #pragma unroll
-  for (int c = 0; c < CD_CB; c++) {
-    y[c] = use_add ? addv[c] : 0.0f;
-    addv[c] = adn[i * CD_D + c0 + c];
-  }
-  if (keep) /* uniform: 0 only at the pair's masked reverse frames (A_f = 0 there) */
-    CD_CHAIN_LOOP
-    for (uint m = 0; m < CD_D; m++) {
-      const float a = acol[m];
-      acol[m] = An[m * CD_D + i];
-      for (int c4 = 0; c4 < CD_CB / 4; c4++) {
-        const float4 yl = Yl4[m * (CD_CB / 4) + c4];
-        y[4 * c4] = fma(a, yl.x, y[4 * c4]);
-        y[4 * c4 + 1] = fma(a, yl.y, y[4 * c4 + 1]);
-        y[4 * c4 + 2] = fma(a, yl.z, y[4 * c4 + 2]);
-        y[4 * c4 + 3] = fma(a, yl.w, y[4 * c4 + 3]);
-      }
+    for (int c = 0; c < CD_CB; c++) {
+      y[c] = use_add ? addv[r][c] : 0.0f;
+      addv[r][c] = adn[row * CD_D + c0 + c];
     }
-  else
+    if (keep) /* uniform: 0 only at the pair's masked reverse frames (A_f = 0 there) */
+      CD_CHAIN_LOOP
+      for (uint m = 0; m < CD_D; m++) {
+        const float a = acol[r][m];
+        acol[r][m] = An[m * CD_D + row];
+        for (int c4 = 0; c4 < CD_CB / 4; c4++) {
+          const float4 yl = Yl4[m * (CD_CB / 4) + c4];
+          y[4 * c4] = fma(a, yl.x, y[4 * c4]);
+          y[4 * c4 + 1] = fma(a, yl.y, y[4 * c4 + 1]);
+          y[4 * c4 + 2] = fma(a, yl.z, y[4 * c4 + 2]);
+          y[4 * c4 + 3] = fma(a, yl.w, y[4 * c4 + 3]);
+        }
+      }
+    else
+      CD_CHAIN_LOOP
+      for (uint m = 0; m < CD_D; m++) acol[r][m] = An[m * CD_D + row];
+    for (int c = 0; c < CD_CB; c++) x[r][c] = y[c];
+  }
+}
+
+/* The first step's A columns and add rows (what cd_chain_step expects loaded). */
+inline void cd_chain_first(float (*acol)[CD_D], float (*addv)[CD_CB], global const float *A, global const float *add,
+                           uint i, uint c0) {
+  for (int r = 0; r < CD_CHAIN_R; r++) {
+    const uint row = i + CD_CW * r;
     CD_CHAIN_LOOP
-    for (uint m = 0; m < CD_D; m++) acol[m] = An[m * CD_D + i];
-  for (int c = 0; c < CD_CB; c++) x[c] = y[c];
+    for (uint m = 0; m < CD_D; m++) acol[r][m] = A[m * CD_D + row];
+    for (int c = 0; c < CD_CB; c++) addv[r][c] = add[row * CD_D + c0 + c];
+  }
 }
 
-/* The first step's A column and add row (what cd_chain_step expects loaded). */
-inline void cd_chain_first(float *acol, float *addv, global const float *A, global const float *add, uint i, uint c0) {
-  CD_CHAIN_LOOP
-  for (uint m = 0; m < CD_D; m++) acol[m] = A[m * CD_D + i];
-  for (int c = 0; c < CD_CB; c++) addv[c] = add[i * CD_D + c0 + c];
-}
+/* stmt for each owned row r and column c < CD_CB of the block; ro_ is the row's element (row, c0) of a D x D matrix. */
+#define CD_CHAIN_ROWS(stmt)                                 \
+  for (int r = 0; r < CD_CHAIN_R; r++) {                    \
+    const ulong ro_ = (ulong)(i + CD_CW * r) * CD_D + c0;   \
+    for (int c = 0; c < CD_CB; c++) stmt;                   \
+  }
 
-/* One work-group of CD_D work-items (row i) per (b, h, column block); group index = bh * (D / CB) + cb.
+/* One work-group of CD_CW work-items (rows i + CD_CW·r) per (b, h, column block); group index = bh * (D / CB) + cb.
  * recompute: first the state chain M_f = A_f Mprev_f + U_f, written to Z (the `states` layout);
  * then the G chain, written to G (B, H, F, D, D) by key frame, and dinit when asked.
+ * A launch runs the steps u0 <= u < u1 of the two chains one after the other (the state chain's nfwd steps, then the
+ * G chain's Fc): all of them (0, 0xFFFFFFFF), or where the driver ends a work-item's loops after a fixed number of
+ * iterations (Mesa's gallivm), a part, the running x carried to the next launch through `carry` ((·, D, D) per
+ * chain, like init).
  * The loops have uniform trip counts and no barrier sits under a condition (see cd_gemm_t). */
 kernel void cd_scan_bwd_chain(global const float *A, ulong A_off, global const float *W, ulong W_off,
                               global const float *U, ulong U_off, global float *Z, ulong Z_off,
                               global const float *init, ulong init_off, global const float *gfinal, ulong gf_off,
                               global float *G, ulong G_off, global float *dinit, ulong di_off, uint F, int reverse,
-                              int recompute, int has_init, int has_gfinal, int has_dinit CD_PK_ARGS) {
+                              int recompute, int has_init, int has_gfinal, int has_dinit, uint u0, uint u1,
+                              global float *carry CD_PK_ARGS) {
   local float4 Yl4[CD_D * CD_CB / 4];
   const uint i = get_local_id(0);
   const ulong grp = get_group_id(0);
@@ -223,37 +258,45 @@ kernel void cd_scan_bwd_chain(global const float *A, ulong A_off, global const f
   uint Fc; /* the chain's frames (F, or its clip's) */
   const ulong fb = cd_chain(bh, F, &Fc) * CD_DD; /* the chain's first frame in the (B, H, F, D, D) buffers */
   global const float *Ab = A + A_off + fb, *Ub = U + U_off + fb, *Wb = W + W_off + fb;
-  float x[CD_CB], acol[CD_D], addv[CD_CB];
+  float x[CD_CHAIN_R][CD_CB], acol[CD_CHAIN_R][CD_D], addv[CD_CHAIN_R][CD_CB];
+  const uint nfwd = recompute ? (reverse ? Fc - 1 : Fc) : 0, total = nfwd + Fc;
+  const uint ua = min(u0, total), ub = min(u1, total); /* this launch's steps */
 
   /* state chain: causal key frames 0..F-1 into slots 0..F-1; reverse key frames F-1..1 into slots F-2..0 */
-  for (int c = 0; c < CD_CB; c++) x[c] = has_init ? init[init_off + bh * CD_DD + i * CD_D + c0 + c] : 0.0f;
-  const uint nfwd = recompute ? (reverse ? Fc - 1 : Fc) : 0;
+  const uint r0 = ua, r1 = min(ub, nfwd);
 #define CD_SF(r) (reverse ? Fc - 1 - (r) : (r)) /* key frame of state step r */
-  if (nfwd) cd_chain_first(acol, addv, Ab + CD_SF(0) * CD_DD, Ub + CD_SF(0) * CD_DD, i, c0);
-  for (uint r = 0; r < nfwd; r++) {
-    const int more = r + 1 < nfwd;
-    const uint f = CD_SF(r), slot = reverse ? f - 1 : f, fn = more ? CD_SF(r + 1) : f;
+  if (r0 < r1) {
+    if (r0 == 0) CD_CHAIN_ROWS(x[r][c] = has_init ? init[init_off + bh * CD_DD + ro_ + c] : 0.0f)
+    else CD_CHAIN_ROWS(x[r][c] = carry[bh * CD_DD + ro_ + c])
+    cd_chain_first(acol, addv, Ab + CD_SF(r0) * CD_DD, Ub + CD_SF(r0) * CD_DD, i, c0);
+  }
+  for (uint st = r0; st < r1; st++) {
+    const int more = st + 1 < r1;
+    const uint f = CD_SF(st), slot = reverse ? f - 1 : f, fn = more ? CD_SF(st + 1) : f;
     cd_chain_step(Yl4, x, acol, addv, 1, 1, Ab + fn * CD_DD, Ub + fn * CD_DD, i, c0);
-    for (int c = 0; c < CD_CB; c++) Z[Z_off + fb + slot * CD_DD + i * CD_D + c0 + c] = x[c];
+    CD_CHAIN_ROWS(Z[Z_off + fb + slot * CD_DD + ro_ + c] = x[r][c])
   }
 #undef CD_SF
 
   /* G chain: causal f = F-1..0, G_f = W_f + x, x = A_f G_f; reverse f = 0..F-1, G_f = x, x = W_f + A_f G_f.
    * The last step only feeds dinit (computed always, written when asked). */
-  for (int c = 0; c < CD_CB; c++) x[c] = has_gfinal ? gfinal[gf_off + bh * CD_DD + i * CD_D + c0 + c] : 0.0f;
+  const uint g0 = max(ua, nfwd) - nfwd, g1 = max(ub, nfwd) - nfwd;
 #define CD_GF(r) (reverse ? (r) : Fc - 1 - (r)) /* key frame of G step r */
-  cd_chain_first(acol, addv, Ab + CD_GF(0) * CD_DD, Wb + CD_GF(0) * CD_DD, i, c0);
-  for (uint r = 0; r < Fc; r++) {
-    const int more = r + 1 < Fc;
-    const uint f = CD_GF(r), fn = more ? CD_GF(r + 1) : f;
-    if (!reverse)
-      for (int c = 0; c < CD_CB; c++) x[c] += addv[c];
-    for (int c = 0; c < CD_CB; c++) G[G_off + fb + f * CD_DD + i * CD_D + c0 + c] = x[c];
+  if (g0 < g1) {
+    if (ua <= nfwd) CD_CHAIN_ROWS(x[r][c] = has_gfinal ? gfinal[gf_off + bh * CD_DD + ro_ + c] : 0.0f)
+    else CD_CHAIN_ROWS(x[r][c] = carry[bh * CD_DD + ro_ + c])
+    cd_chain_first(acol, addv, Ab + CD_GF(g0) * CD_DD, Wb + CD_GF(g0) * CD_DD, i, c0);
+  }
+  for (uint st = g0; st < g1; st++) {
+    const int more = st + 1 < g1;
+    const uint f = CD_GF(st), fn = more ? CD_GF(st + 1) : f;
+    if (!reverse) CD_CHAIN_ROWS(x[r][c] += addv[r][c])
+    CD_CHAIN_ROWS(G[G_off + fb + f * CD_DD + ro_ + c] = x[r][c])
     cd_chain_step(Yl4, x, acol, addv, 1, reverse, Ab + fn * CD_DD, Wb + fn * CD_DD, i, c0);
   }
 #undef CD_GF
-  if (has_dinit)
-    for (int c = 0; c < CD_CB; c++) dinit[di_off + bh * CD_DD + i * CD_D + c0 + c] = x[c];
+  if (ua < ub && ub < total) CD_CHAIN_ROWS(carry[bh * CD_DD + ro_ + c] = x[r][c])
+  if (ua < ub && ub == total && has_dinit) CD_CHAIN_ROWS(dinit[di_off + bh * CD_DD + ro_ + c] = x[r][c])
 }
 
 /* The fused scan pair's backward (src/scan/pair.c): both directions' G chains of cd_scan_bwd_chain (no
@@ -261,12 +304,15 @@ kernel void cd_scan_bwd_chain(global const float *A, ulong A_off, global const f
  * order as that kernel, so each direction's G is bit-identical to its own scan backward's.
  *   causal  f = F−1..0: G_f = W_f + x, x = A_f·G_f               (x starts at grad_final_c; dinit_c = x)
  *   reverse f = 0..F−1: G_f = x, x = W_f + [mask_f] A_f·G_f        (x starts at grad_final_r; dinit_r = x)
- * Launch: local D, global D·2·B·H·(D / CB): groups [0, G) causal, [G, 2·G) reverse. */
+ * Steps u0 <= u < u1 per launch, x carried through `carry` ((2·B·H, D, D): causal chains, then reverse), as
+ * cd_scan_bwd_chain's.
+ * Launch: local D / CD_CHAIN_R, global (D / CD_CHAIN_R)·2·B·H·(D / CB): groups [0, G) causal, [G, 2·G) reverse. */
 kernel void cd_pair_bwd_chain(global const float *A, ulong A_off, global const float *W, ulong W_off,
                               global const uint *mask, global const float *gf_c, ulong gf_c_off,
                               global const float *gf_r, ulong gf_r_off, global float *G_c, ulong G_c_off,
                               global float *G_r, ulong G_r_off, global float *di_c, ulong di_c_off, global float *di_r,
-                              ulong di_r_off, uint F, int has_gf_c, int has_gf_r, int has_di_c, int has_di_r) {
+                              ulong di_r_off, uint F, int has_gf_c, int has_gf_r, int has_di_c, int has_di_r, uint u0,
+                              uint u1, global float *carry) {
   local float4 Yl4[CD_D * CD_CB / 4];
   const uint i = get_local_id(0);
   const ulong nhalf = get_num_groups(0) / 2;
@@ -274,28 +320,32 @@ kernel void cd_pair_bwd_chain(global const float *A, ulong A_off, global const f
   const ulong grp = get_group_id(0) % nhalf;
   const uint c0 = (uint)(grp % (CD_D / CD_CB)) * CD_CB;
   const ulong bh = grp / (CD_D / CD_CB);
+  const ulong cb = get_group_id(0) / (CD_D / CD_CB); /* this chain's row of carry */
   const ulong fb = bh * F * CD_DD; /* (b, h) base of the (B, H, F, D, D) buffers */
   global const float *gf = reverse ? gf_r + gf_r_off : gf_c + gf_c_off;
   global float *G = reverse ? G_r + G_r_off : G_c + G_c_off;
   global float *di = reverse ? di_r + di_r_off : di_c + di_c_off;
   global const float *Ab = A + A_off + fb, *Wb = W + W_off + fb;
   const int has_gf = reverse ? has_gf_r : has_gf_c, has_di = reverse ? has_di_r : has_di_c;
-  float x[CD_CB], acol[CD_D], addv[CD_CB];
-  for (int c = 0; c < CD_CB; c++) x[c] = has_gf ? gf[bh * CD_DD + i * CD_D + c0 + c] : 0.0f;
+  float x[CD_CHAIN_R][CD_CB], acol[CD_CHAIN_R][CD_D], addv[CD_CHAIN_R][CD_CB];
+  const uint g0 = min(u0, F), g1 = min(u1, F);
 #define CD_GF(r) (reverse ? (r) : F - 1 - (r))
-  cd_chain_first(acol, addv, Ab + CD_GF(0) * CD_DD, Wb + CD_GF(0) * CD_DD, i, c0);
-  for (uint r = 0; r < F; r++) {
-    const int more = r + 1 < F;
-    const uint f = CD_GF(r), fn = more ? CD_GF(r + 1) : f;
-    if (!reverse)
-      for (int c = 0; c < CD_CB; c++) x[c] += addv[c];
-    for (int c = 0; c < CD_CB; c++) G[fb + f * CD_DD + i * CD_D + c0 + c] = x[c];
+  if (g0 < g1) {
+    if (g0 == 0) CD_CHAIN_ROWS(x[r][c] = has_gf ? gf[bh * CD_DD + ro_ + c] : 0.0f)
+    else CD_CHAIN_ROWS(x[r][c] = carry[cb * CD_DD + ro_ + c])
+    cd_chain_first(acol, addv, Ab + CD_GF(g0) * CD_DD, Wb + CD_GF(g0) * CD_DD, i, c0);
+  }
+  for (uint st = g0; st < g1; st++) {
+    const int more = st + 1 < g1;
+    const uint f = CD_GF(st), fn = more ? CD_GF(st + 1) : f;
+    if (!reverse) CD_CHAIN_ROWS(x[r][c] += addv[r][c])
+    CD_CHAIN_ROWS(G[fb + f * CD_DD + ro_ + c] = x[r][c])
     const int keep = !reverse || mask[f] != 0u;
     cd_chain_step(Yl4, x, acol, addv, keep, reverse, Ab + fn * CD_DD, Wb + fn * CD_DD, i, c0);
   }
 #undef CD_GF
-  if (has_di)
-    for (int c = 0; c < CD_CB; c++) di[bh * CD_DD + i * CD_D + c0 + c] = x[c];
+  if (g0 < g1 && g1 < F) CD_CHAIN_ROWS(carry[cb * CD_DD + ro_ + c] = x[r][c])
+  if (g0 < g1 && g1 == F && has_di) CD_CHAIN_ROWS(di[bh * CD_DD + ro_ + c] = x[r][c])
 }
 
 /* ------------------------------------------------------------------ frames */

@@ -142,13 +142,17 @@ __kernel __attribute__((reqd_work_group_size(A_W, 1, 1))) void cd_scan_phase_a(
  * frame reads (post) and, when save_pre, the decayed state before each update (pre). mask (NULL: none) drops the
  * update of every key frame f with mask[f] == 0 (A_f = 0, U_f = 0: the chain restarts; the scan pair's reverse
  * chain). init and fin are (·, D, D) at sbase (this block's first column). Shared by cd_scan_phase_b and
- * cd_pair_phase_b, so that both give bit-identical states. Ms (D·B_TN) and As (B_KC·B_LDA) are local. */
+ * cd_pair_phase_b, so that both give bit-identical states. Ms (D·B_TN) and As (B_KC·B_LDA) are local.
+ * A launch runs the steps t0 <= t < t1 of the chain (of its nsteps): all of them, or where the driver ends a
+ * work-item's loops after a fixed number of iterations (Mesa's gallivm: llvmpipe under Rusticl) a part, the state
+ * coming from init and going to fin. t1 = 0xFFFFFFFF marks the walk's last launch; an earlier one always writes
+ * fin, from which the next reads the state back (also for a packed chain that has already ended). */
 inline void cd_phase_b_chain(__local float *Ms, __local float *As, __global const float *A, ulong a_off,
                              __global const float *U, ulong u_off, __global const float *decay, ulong decay_off,
                              __global const float *init, ulong init_off, int has_init, __global float *post,
                              ulong post_off, __global float *pre, ulong pre_off, int save_pre, __global float *fin,
                              ulong fin_off, int want_final, __global const uint *mask, ulong fr0, uint Fc, ulong sbase,
-                             uint j0, int reverse) {
+                             uint j0, int reverse, uint t0, uint t1) {
   const uint lid = get_local_id(0);
   const uint ic = lid % CD_B_WC, ir = lid / CD_B_WC;
   const uint jn = min((uint)CD_B_J, (uint)CD_D - j0); /* valid value columns of this block */
@@ -179,11 +183,12 @@ inline void cd_phase_b_chain(__local float *Ms, __local float *As, __global cons
     for (int c = 0; c < CD_B_RN; c++) m[a][c] = i < CD_D ? Ms[i * B_TN + ic + CD_B_WC * c] : 0.0f;
   }
   /* Invariant at the top of each step: Ms holds m, visible to the whole work-group. */
-  if (reverse) { /* output frame F−1 reads the init state: no decay, no update */
+  if (reverse && t0 == 0) { /* output frame F−1 reads the init state: no decay, no update */
     B_SAVE(post, post_off + (fr0 + Fc - 1) * DD + j0, 1.0f);
     if (save_pre) B_SAVE(pre, pre_off + (fr0 + Fc - 1) * DD + j0, 1.0f);
   }
   const uint nsteps = reverse ? (Fc - 1 + (want_final ? 1 : 0)) : Fc;
+  const uint tend = min(t1, nsteps); /* this launch's steps: t0 .. tend − 1 */
 
   /* A and U do not depend on the chain, so their loads run ahead of it: ar holds the next CD_B_PF chunks of A
    * (flat over the steps: chunk c of step t sits in slot c % CD_B_PF from CD_B_PF chunks before its use), and ur
@@ -211,16 +216,16 @@ inline void cd_phase_b_chain(__local float *Ms, __local float *As, __global cons
       ur[a][c] = ((keep_) && i < CD_D && jc < jn) ? x_ : 0.0f;                                    \
     }                                                                                             \
   } while (0)
-  int keep = !mask || mask[B_KF(0)] != 0u; /* this step's (uniform over the work-group) */
-  if (nsteps > 0) {
+  int keep = t0 >= tend || !mask || mask[B_KF(t0)] != 0u; /* this step's (uniform over the work-group) */
+  if (t0 < tend) {
     #pragma unroll
-    for (int p = 0; p < CD_B_PF; p++) B_FETCH_A(p, 0u, keep, p * CD_B_KC);
-    B_FETCH_U(0u, keep);
+    for (int p = 0; p < CD_B_PF; p++) B_FETCH_A(p, t0, keep, p * CD_B_KC);
+    B_FETCH_U(t0, keep);
   }
-  for (uint t = 0; t < nsteps; t++) {
+  for (uint t = t0; t < tend; t++) {
     const uint kf = B_KF(t);
     const int qf = reverse ? (int)kf - 1 : (int)kf; /* output frame reading the result, or -1 */
-    const uint tn = t + 1 < nsteps ? t + 1 : t;     /* the step whose loads this one issues */
+    const uint tn = t + 1 < tend ? t + 1 : t;       /* the step whose loads this one issues */
     const int keepn = !mask || mask[B_KF(tn)] != 0u;
     if (save_pre && qf >= 0) B_SAVE(pre, pre_off + (fr0 + (uint)qf) * DD + j0, decay[decay_off + fr0 + kf]);
     /* m = A_kf · Ms */
@@ -267,7 +272,7 @@ inline void cd_phase_b_chain(__local float *Ms, __local float *As, __global cons
 #undef B_KF
 #undef B_FETCH_A
 #undef B_FETCH_U
-  if (want_final) B_SAVE(fin, fin_off + sbase, 1.0f);
+  if (want_final || t1 != 0xFFFFFFFFu) B_SAVE(fin, fin_off + sbase, 1.0f);
 #undef B_SAVE
 #undef B_LOAD
 }
@@ -276,7 +281,7 @@ __kernel __attribute__((reqd_work_group_size(B_W, 1, 1))) void cd_scan_phase_b(
     __global const float *A, ulong a_off, __global const float *U, ulong u_off, __global const float *decay,
     ulong decay_off, __global const float *init, ulong init_off, __global float *post, ulong post_off,
     __global float *pre, ulong pre_off, __global float *fin, ulong fin_off, uint F, int reverse, int has_init,
-    int save_pre, int want_final CD_PK_ARGS) {
+    int save_pre, int want_final, uint t0, uint t1 CD_PK_ARGS) {
   __local float Ms[CD_D * B_TN];     /* the state's column block Ms[k][j]            */
   __local float As[CD_B_KC * B_LDA + 1]; /* As[kk][i] = A[i][k0 + kk], then a dump slot     */
   const ulong bh = get_group_id(0);
@@ -285,7 +290,7 @@ __kernel __attribute__((reqd_work_group_size(B_W, 1, 1))) void cd_scan_phase_b(
   const uint j0 = get_group_id(1) * CD_B_J;
   cd_phase_b_chain(Ms, As, A, a_off, U, u_off, decay, decay_off, init, init_off, has_init, post, post_off, pre,
                    pre_off, save_pre, fin, fin_off, want_final, 0, fr0, Fc, bh * (ulong)(CD_D * CD_D) + j0, j0,
-                   reverse);
+                   reverse, t0, t1);
 }
 
 /* The fused scan pair's chains (docs/math.md §8.4; src/scan/pair.c, cl/scan_pair.cl), same build options as phase B:
@@ -298,7 +303,7 @@ __kernel __attribute__((reqd_work_group_size(B_W, 1, 1))) void cd_pair_phase_b(
     __global const float *init_c, ulong init_c_off, __global const float *init_r, ulong init_r_off,
     __global float *post_c, ulong post_c_off, __global float *post_r, ulong post_r_off, __global float *fin_c,
     ulong fin_c_off, __global float *fin_r, ulong fin_r_off, uint F, uint nj, int has_init_c, int has_init_r,
-    int want_final_c, int want_final_r) {
+    int want_final_c, int want_final_r, uint t0, uint t1) {
   __local float Ms[CD_D * B_TN];
   __local float As[CD_B_KC * B_LDA + 1];
   const ulong bh = get_group_id(0);
@@ -307,10 +312,10 @@ __kernel __attribute__((reqd_work_group_size(B_W, 1, 1))) void cd_pair_phase_b(
   const ulong sbase = bh * (ulong)(CD_D * CD_D) + j0;
   if (reverse)
     cd_phase_b_chain(Ms, As, A, a_off, U, u_off, A, 0, init_r, init_r_off, has_init_r, post_r, post_r_off, 0, 0, 0,
-                     fin_r, fin_r_off, want_final_r, mask, bh * F, F, sbase, j0, 1);
+                     fin_r, fin_r_off, want_final_r, mask, bh * F, F, sbase, j0, 1, t0, t1);
   else
     cd_phase_b_chain(Ms, As, A, a_off, U, u_off, A, 0, init_c, init_c_off, has_init_c, post_c, post_c_off, 0, 0, 0,
-                     fin_c, fin_c_off, want_final_c, 0, bh * F, F, sbase, j0, 0);
+                     fin_c, fin_c_off, want_final_c, 0, bh * F, F, sbase, j0, 0, t0, t1);
 }
 #endif /* CD_B_WR */
 

@@ -18,6 +18,10 @@
  * the serial chain.
  * Reverse: output frame F−1−i reads the state after key frames F−1 … F−i (i = 0: the init state, no
  * decay and no update); the final state additionally absorbs frame 0.
+ * A launch runs the steps t0 <= t < t1 of that walk (forward F steps; reverse F, and F + 1 when the final state is
+ * wanted): the state starts from init (has_init, else zero) and ends in fin (want_final). The host runs the whole
+ * walk in one launch, or, where the driver stops a work-item's loops after a fixed number of iterations (Mesa's
+ * gallivm: llvmpipe under Rusticl), in several, carrying the state between them through fin and init.
  *
  * Build options: CD_D; CD_S_J (value columns per work-group); CD_S_TS (tokens per tile); CD_S_PF (prefetch);
  *   CD_U_WR, CD_U_RM, CD_U_WC, CD_U_RN   state block D x J   (WR·RM >= D,  WC·RN >= J)
@@ -58,7 +62,7 @@ __kernel __attribute__((reqd_work_group_size(S_W, 1, 1))) void cd_scan_sequentia
     ulong v_off, __global const float *beta, ulong beta_off, __global const float *decay, ulong decay_off,
     __global float *out, ulong out_off, __global const float *init, ulong init_off, __global float *fin,
     ulong fin_off, __global float *pre, ulong pre_off, __global float *post, ulong post_off, ulong N, uint S,
-    uint F, int reverse, int has_init, int want_final, int save_pre, int save_post, int write_out) {
+    uint F, int reverse, int has_init, int want_final, int save_pre, int save_post, int write_out, uint t0, uint t1) {
   __local float Ks[S_KR * S_LDK]; /* Ks[k][s]: K (update) or Q (output) tile */
   __local float Vs[S_JC * S_LDK]; /* Vs[j][s]                                */
   __local float Es[S_SC * S_JC];  /* Es[s][j] = β_s·(V − K·P)[s][j]          */
@@ -165,8 +169,7 @@ __kernel __attribute__((reqd_work_group_size(S_W, 1, 1))) void cd_scan_sequentia
   float rk[S_NK], rv[S_NV], rb[S_NB];
 #endif
 
-  const uint nsteps = reverse ? F + (want_final ? 1u : 0u) : F;
-  for (uint t = 0; t < nsteps; t++) {
+  for (uint t = t0; t < t1; t++) {
     /* key frame kf (update) and output frame qf of this step */
     const int upd = !reverse || t > 0;
     const uint kf = reverse ? (t < F ? F - t : 0u) : t;

@@ -1,4 +1,6 @@
-/* Short convolution on raw K along frames (docs/math.md §8.2), forward and backward. f32, no build options.
+/* Short convolution on raw K along frames (docs/math.md §8.2), forward and backward. Build option CD_DTYPE
+ * (common.cl): the storage of x, y, dy and dx (the activations'); the weights and their gradient are f32, the
+ * arithmetic f32.
  *
  * Layout (B, T, S, C): element ((b*T + t)*S + s)*C + c. Each (b, s, c) is its own length-T sequence, filtered by
  * the symmetric 7-tap w0 w1 w2 w3 w2 w1 w0 (w = conv_weight[c, 0..3]): look-back reads across segment starts
@@ -10,11 +12,11 @@
  * work-item over sb spatial positions (a kernel argument, the host's choice) into partials (P, C, 4) and then over P
  * in a fixed order: deterministic, no atomics. */
 
-#define XAT(p, t) ((t) < T ? (p)[base + (ulong)(t) * stride] : 0.0f)
+#define XAT(p, t) ((t) < T ? CD_LOAD(p, base + (ulong)(t) * stride) : 0.0f)
 
 /* one work-item per (c, s, b) */
-kernel void cd_short_conv_forward(global const float *restrict x, ulong x_off, global const float *restrict w,
-                                  ulong w_off, global const uint *restrict seg_end, global float *restrict y,
+kernel void cd_short_conv_forward(global const cd_store_t *restrict x, ulong x_off, global const float *restrict w,
+                                  ulong w_off, global const uint *restrict seg_end, global cd_store_t *restrict y,
                                   ulong y_off, uint T, uint S, uint C, ulong BSC) {
   const ulong idx = get_global_id(0);
   if (idx >= BSC) return;
@@ -37,7 +39,7 @@ kernel void cd_short_conv_forward(global const float *restrict x, ulong x_off, g
     if (t + 1 < e) acc = fma(w2, xp1, acc);
     if (t + 2 < e) acc = fma(w1, xp2, acc);
     if (t + 3 < e) acc = fma(w0, xp3, acc);
-    y[ybase + (ulong)t * stride] = acc;
+    CD_STORE(y, ybase + (ulong)t * stride, acc);
     xm3 = xm2, xm2 = xm1, xm1 = x0, x0 = xp1, xp1 = xp2, xp2 = xp3;
     xp3 = XAT(x, t + 4);
   }
@@ -45,9 +47,10 @@ kernel void cd_short_conv_forward(global const float *restrict x, ulong x_off, g
 
 /* one work-item per (c, block of sb spatial positions, b): dx (when want_dx) and the weight partials
  * part[(b*nsb + sb)*C + c][0..3] (when want_dw) */
-kernel void cd_short_conv_backward(global const float *restrict x, ulong x_off, global const float *restrict w,
-                                   ulong w_off, global const uint *restrict seg_end, global const float *restrict dy,
-                                   ulong dy_off, global float *restrict dx, ulong dx_off,
+kernel void cd_short_conv_backward(global const cd_store_t *restrict x, ulong x_off, global const float *restrict w,
+                                   ulong w_off, global const uint *restrict seg_end,
+                                   global const cd_store_t *restrict dy, ulong dy_off, global cd_store_t *restrict dx,
+                                   ulong dx_off,
                                    global float4 *restrict part, uint T, uint S, uint C,
                                    uint sb_len, uint nsb, ulong total, uint want_dx, uint want_dw) {
   const ulong idx = get_global_id(0);
@@ -80,7 +83,7 @@ kernel void cd_short_conv_backward(global const float *restrict x, ulong x_off, 
         if (t >= 1 && t < em1) a = fma(w2, gm1, a);
         if (t >= 2 && t < em2) a = fma(w1, gm2, a);
         if (t >= 3 && t < em3) a = fma(w0, gm3, a);
-        dx[dx_off + base0 + (ulong)t * stride] = a;
+        CD_STORE(dx, dx_off + base0 + (ulong)t * stride, a);
       }
       if (want_dw) {
         acc.w = fma(g0, x0, acc.w);

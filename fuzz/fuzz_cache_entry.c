@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "runtime/internal.h"
 
 static char g_dir[256];
 static const char g_key[65] = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "stream_image.h"
+#include "ops/stream_image.h"
 
 static const cd_stream_key KEY = {.B = 1, .H = 2, .D = 8, .Hs = 2, .Ws = 2, .ph = 1, .pw = 1, .chunk_size = 3,
                                   .strategy = CAMDELTA_CHUNK_FIRST_CHUNK_PLUS_ONE, .dtype = CAMDELTA_F32,

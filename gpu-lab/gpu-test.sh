@@ -4,7 +4,7 @@
 # NVIDIA OpenCL ICD, builds, runs the whole suite on the GPU and on PoCL, then
 # optional benchmarks. Logs and JSON go to $OUT.
 #   bash gpu-lab/gpu-test.sh [tests] [pocl] [scan-tests] [inspect] [tune] [demo] [large] [mpi] [mpi-bench] [packed] [pair]
-#                   [bench SHAPE...] [bench-scan SHAPE...]
+#                   [bench SHAPE...] [bench-scan SHAPE...] [portable SHAPE...]
 #                   [prep-ab SHAPE...] [gram-ab] [compare SHAPE...] [packed-ab] [profile SHAPE...]
 #                   [prep-sweep] [ctest REGEX] [mma] [transpose-bound] [gram-stride]
 #                   [ptx-prof TAG FILE KERNEL OPTIONS G L ARG...]
@@ -26,6 +26,8 @@
 # packed: the packed-clip tests and `bench --packed` (packed against fixed shape on equal clips).
 # seq-sweep: the sequential forward's tiles at sana480 (CAMDELTA_SEQ_TILES), outputs in the kernel or by phase C.
 # pair: the scan-pair and branch tests, and the branch rows at sana480 with their kernels one by one.
+# portable: each shape's bench with the vendor path and with CAMDELTA_TC=0, and the demo both ways
+#           (docs/portability.md's matrix).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/camdelta-out}
@@ -180,6 +182,23 @@ while [ $# -gt 0 ]; do
               ${BENCH_ARGS:-} --json "$OUT/compare-$s-$b-$round.json" 2>&1 | sed "s/^/[$b $round] /" | tee -a "$OUT/compare.txt" || rc=1
           done
         done
+      done
+      break
+      ;;
+    portable)
+      # the portable path (what an AMD or Intel GPU runs): each shape's bench rows with the vendor path (tensor cores,
+      # inline PTX) and with CAMDELTA_TC=0 (the portable kernels only), then the demo's errors both ways; the figures
+      # for docs/portability.md's matrix
+      shift
+      for s in "$@"; do
+        for path in vendor portable; do
+          env $([ $path = portable ] && echo CAMDELTA_TC=0) CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench \
+            --shape "$s" --json "$OUT/bench-$path-$s.json" 2>&1 | sed "s/^/$path: /" | tee -a "$OUT/portable.txt" || rc=1
+        done
+      done
+      for path in vendor portable; do
+        env $([ $path = portable ] && echo CAMDELTA_TC=0) CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta demo \
+          --shape 1,2,112,3,20 2>&1 | sed "s/^/$path: /" | tee -a "$OUT/portable.txt" || rc=1
       done
       break
       ;;

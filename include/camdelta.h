@@ -147,9 +147,12 @@ typedef struct camdelta_buffer {
 
 /** Kernel time of one call, filled when a profile is requested: the call then
  *  waits for its kernels. Needs a queue with CL_QUEUE_PROFILING_ENABLE (a
- *  context created by camdelta has one). */
+ *  context created by camdelta has one). Where the driver gives no kernel
+ *  times (its profiling timer has no resolution: Mesa's Rusticl), kernel_ms
+ *  is NaN, never a made-up 0: time the call on the host around
+ *  camdelta_finish instead (as `camdelta bench` and the demo then do). */
 typedef struct camdelta_profile {
-  double kernel_ms;  /* sum over the call's kernels (end - start)   */
+  double kernel_ms;  /* sum over the call's kernels (end - start), or NaN */
   unsigned kernels;  /* number of kernels enqueued                  */
 } camdelta_profile;
 
@@ -212,7 +215,8 @@ CAMDELTA_API camdelta_status camdelta_finish(camdelta_context *ctx);
  *  context has finished (a marker on the context's in-order queue), so an
  *  application can wait on another queue (clEnqueueWaitForEvents, or an event
  *  wait list) or on the host (clWaitForEvents) without a camdelta_finish.
- *  The caller releases *event with clReleaseEvent.
+ *  The context's queue is flushed (OpenCL requires that before another queue
+ *  waits on one of its events). The caller releases *event with clReleaseEvent.
  *  Returns CAMDELTA_OK and *event; INVALID_ARGUMENT (NULL argument) or OPENCL
  *  (*event is then NULL). */
 CAMDELTA_API camdelta_status camdelta_enqueue_marker(camdelta_context *ctx, cl_event *event);
@@ -418,7 +422,7 @@ CAMDELTA_API camdelta_status camdelta_scan_forward(camdelta_context *ctx, const 
  *  constraints and the device's limits when a call builds its kernels.
  *  The FMA kernels have three more families, with the keys and meaning of the environment variables they
  *  replace for this context: "chunkwise" (CAMDELTA_SCAN_TILES: A_WR A_RM A_WC A_RN A_KC B_J B_WR B_RM B_WC B_RN
- *  B_KC B_PF C_WR C_RM C_WC C_RN C_KC), "backward" (CAMDELTA_SCAN_BWD_TILES: RPT TSG CB DPT TL TPT MC RL) and
+ *  B_KC B_PF C_WR C_RM C_WC C_RN C_KC), "backward" (CAMDELTA_SCAN_BWD_TILES: RPT TSG CB DPT TL TPT MC RL CR) and
  *  "sequential" (CAMDELTA_SEQ_TILES: J value columns per work-group, TS tokens per tile, W items); NULL or
  *  "" there restores the heuristics (also over the environment's value). Any change drops the plans the
  *  context keeps, so the next call plans anew. Returns CAMDELTA_OK; INVALID_ARGUMENT (ctx NULL, unknown family,
@@ -580,7 +584,12 @@ CAMDELTA_API camdelta_status camdelta_output_transform_backward(camdelta_context
                                                                 const camdelta_output_transform_args *args);
 
 /** Whole branch (§8.6): k_raw -> short conv -> prep (matrices from the cameras) -> beta discount -> scan pair
- *  (causal + chunk-masked reverse) -> output transform -> y. N = T*Hs*Ws, S = Hs*Ws, C = H*D. */
+ *  (causal + chunk-masked reverse) -> output transform -> y. N = T*Hs*Ws, S = Hs*Ws, C = H*D.
+ *  16-bit activations (docs/math.md §8.7): with dtype CAMDELTA_F16 or CAMDELTA_BF16, q_raw, k_raw, v_raw and y (and
+ *  the backward's grad_y, dq_raw, dk_raw, dv_raw) are in that dtype; the weights, cameras, beta, decay and their
+ *  gradients stay f32, and so do the arithmetic and the scan's states (the conv's output k_conv is kept in the
+ *  activations' dtype, as the model's conv writes it). docs/branch.md gives the measured accuracy per dtype. A dtype
+ *  that is none of the three is UNSUPPORTED; a part of a sequence (camdelta_mpi) takes f32 only. */
 typedef struct camdelta_branch_args {
   size_t B, T, Hs, Ws, H, D;
   size_t pt, ph, pw; /* patch, each >= 1 */
@@ -588,21 +597,22 @@ typedef struct camdelta_branch_args {
   float k_scale;  /* typically D^-0.5 * S^-0.5 */
   float norm_eps; /* typically 1e-6 */
   camdelta_scan_algorithm algorithm;
-  camdelta_buffer q_raw, k_raw, v_raw;            /* (B, N, H, D) f32 */
+  camdelta_buffer q_raw, k_raw, v_raw;            /* (B, N, H, D) dtype */
   camdelta_buffer conv_weight;                    /* (C, 4) f32 */
   camdelta_buffer q_norm_weight, k_norm_weight;   /* (C,) f32 */
   camdelta_buffer camera_conditions;              /* (B, T, 20) f32 */
   camdelta_buffer beta;                           /* (B, H, T, S) f32 */
   camdelta_buffer decay;                          /* (B, H, T) f32 */
-  camdelta_buffer y;                              /* output (B, N, H, D) f32 */
+  camdelta_buffer y;                              /* output (B, N, H, D) dtype */
   camdelta_profile *profile;
   camdelta_precision precision; /* of the two scans and their backward; zero = exact */
+  camdelta_dtype dtype; /* of q_raw, k_raw, v_raw, y and of the grads' grad_y, dq_raw, dk_raw, dv_raw; zero = f32 */
 } camdelta_branch_args;
 
 /** Gradients of the branch. grad_y in; every output optional (absent = not written). */
 typedef struct camdelta_branch_grads {
-  camdelta_buffer grad_y;                         /* (B, N, H, D) f32 */
-  camdelta_buffer dq_raw, dk_raw, dv_raw;         /* (B, N, H, D) f32 */
+  camdelta_buffer grad_y;                         /* (B, N, H, D) args->dtype */
+  camdelta_buffer dq_raw, dk_raw, dv_raw;         /* (B, N, H, D) args->dtype */
   camdelta_buffer dconv_weight;                   /* (C, 4) f32 */
   camdelta_buffer dq_norm_weight, dk_norm_weight; /* (C,) f32 */
   camdelta_buffer dbeta;                          /* (B, H, T, S) f32 */

@@ -17,7 +17,8 @@ typedef enum camdelta_npy_type {
   CAMDELTA_NPY_F4 = 0,
   CAMDELTA_NPY_F2 = 1,
   CAMDELTA_NPY_F8 = 2,
-  CAMDELTA_NPY_I8 = 3 /* int64, for index arrays such as chunk_index */
+  CAMDELTA_NPY_I8 = 3, /* int64, for index arrays such as chunk_index */
+  CAMDELTA_NPY_U2 = 4  /* uint16: bfloat16 bits (NumPy has no bfloat16), for 16-bit activations */
 } camdelta_npy_type;
 typedef struct camdelta_npy {
   camdelta_npy_type type; /* type in the file                         */
@@ -26,7 +27,7 @@ typedef struct camdelta_npy {
   size_t count;           /* product of shape                         */
   void *data;             /* count elements of `type`, little-endian  */
 } camdelta_npy;
-/** Read a little-endian C-order .npy of <f4, <f2, <f8 or <i8: a regular file
+/** Read a little-endian C-order .npy of <f4, <f2, <f8, <i8 or <u2: a regular file
  *  (a FIFO, device or folder is refused without blocking) whose size is
  *  exactly the header plus the data its shape needs. Returns CAMDELTA_OK and
  *  *out (free with camdelta_npy_free); INVALID_ARGUMENT (NULL argument), IO

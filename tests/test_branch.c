@@ -8,10 +8,10 @@
 #include <string.h>
 
 #include "branch_problem.h"
-#include "camera_op.h"
-#include "prep_backward_fused.h"
-#include "engine.h"
-#include "tc.h"
+#include "ops/camera_op.h"
+#include "ops/prep_backward_fused.h"
+#include "scan/engine.h"
+#include "scan/tc.h"
 
 /* The scan algorithm the branch runs with: AUTO (sequential on CPUs), and CHUNKWISE for the fused scan pair
  * (src/scan/pair.c) on every device. */

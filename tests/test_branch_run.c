@@ -77,15 +77,6 @@ static void grads_free(grads *g) {
   for (int i = 0; i < 8; i++) clReleaseMemObject(g->m[i]);
 }
 
-static void same(cl_mem a, cl_mem b, size_t bytes, const char *what) {
-  unsigned char *x = malloc(bytes), *y = malloc(bytes);
-  assert_true(x && y);
-  tu_download(a, 0, bytes, x);
-  tu_download(b, 0, bytes, y);
-  if (memcmp(x, y, bytes) != 0) fail_msg("%s: the run over the part differs from the one call", what);
-  free(x), free(y);
-}
-
 /* Drives a run over a part that is its whole sequence; *needs receives the needs in order (up to 16). */
 static void drive(camdelta_context *ctx, camdelta_branch_run *run, int *needs, int *n) {
   *n = 0;
@@ -137,7 +128,7 @@ static void test_whole_part(void **state) {
                       CAMDELTA_BRANCH_NEED_NOTHING};
   assert_int_equal(n, 4);
   assert_memory_equal(needs, fwd, sizeof fwd);
-  same(y1, y2, p.tok * 4, "y");
+  tu_assert_same_bytes(y1, y2, p.tok * 4, "y");
   /* the backward with the saved objects, and recomputing the forward */
   for (int recompute = 0; recompute < 2; recompute++) {
     grads g1, g2;
@@ -158,7 +149,7 @@ static void test_whole_part(void **state) {
                                          "dk_norm_weight", "dbeta", "ddecay"};
     const size_t bytes[8] = {p.tok * 4, p.tok * 4, p.tok * 4, 16 * p.C, 4 * p.C, 4 * p.C, 4 * p.B * p.H * p.N,
                              4 * p.frames};
-    for (int i = 0; i < 8; i++) same(g1.m[i], g2.m[i], bytes[i], names[i]);
+    for (int i = 0; i < 8; i++) tu_assert_same_bytes(g1.m[i], g2.m[i], bytes[i], names[i]);
     grads_free(&g1), grads_free(&g2);
   }
   camdelta_branch_saved_destroy(s1), camdelta_branch_saved_destroy(s2);

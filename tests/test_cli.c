@@ -34,19 +34,10 @@ static const char *cli_path(void) {
 static cli_result *run_env(const char *env, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 #endif
 static cli_result *run_env(const char *env, const char *fmt, ...) {
-  char args[8192], cmd[12288], outp[1200], errp[1200];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(args, sizeof args, fmt, ap);
+  g_res.code = tu_run_cli(env, cli_path(), NULL, 0, g_res.out, sizeof g_res.out, g_res.err, sizeof g_res.err, fmt, ap);
   va_end(ap);
-  snprintf(outp, sizeof outp, "%s/cli.stdout", tu_tmpdir());
-  snprintf(errp, sizeof errp, "%s/cli.stderr", tu_tmpdir());
-  snprintf(cmd, sizeof cmd, "%s '%s' %s >'%s' 2>'%s' </dev/null", env ? env : "", cli_path(), args, outp, errp);
-  int st = system(cmd);
-  assert_true(st != -1);
-  g_res.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
-  tu_slurp(outp, g_res.out, sizeof g_res.out);
-  tu_slurp(errp, g_res.err, sizeof g_res.err);
   return &g_res;
 }
 #define run(...) run_env(NULL, __VA_ARGS__)
@@ -676,7 +667,7 @@ static void test_cache(void **state) {
   cli_result *r = run("cache warm --shape 1,2,16,64");
   expect_code(r, 0, NULL);
   assert_non_null(strstr(r->out, "warmed "));
-  r = run("cache warm --device 0:0 --shape 1,2,16,64");
+  r = run("cache warm --device \"${CAMDELTA_DEVICE:-0:0}\" --shape 1,2,16,64"); /* the same device, named */
   expect_code(r, 0, NULL);
   assert_non_null(strstr(r->out, " 0 compiled"));
   expect_code(run("cache warm --device no-such-device-xyz"), 4, "no-such-device-xyz");
@@ -1109,6 +1100,32 @@ static void test_demo(void **state) {
   assert_non_null(strstr(r->out, "usage: camdelta demo"));
 }
 
+/* A driver that gives no kernel times (Rusticl; emulated here with CAMDELTA_DEVICE_LIMITS profiling=0): bench and
+ * the demo time on the host around camdelta_finish and say so; `run` says that it has no kernel time. No made-up 0. */
+static void test_no_kernel_times(void **state) {
+  (void)state;
+  const char *env = "CAMDELTA_DEVICE_LIMITS=\"${CAMDELTA_DEVICE_LIMITS:+$CAMDELTA_DEVICE_LIMITS,}profiling=0\"";
+  char json[1200];
+  snprintf(json, sizeof json, "%s/bench-host.json", tu_tmpdir());
+  cli_result *r = run_env(env, "bench --shape 1,1,8,2,8 --reps 2 --warmup 1 --only scan-forward --json '%s'", json);
+  expect_code(r, 0, NULL);
+  assert_int_equal(count_lines_with(r->out, "scan-forward"), 4);
+  assert_int_equal(count_lines_with(r->out, " (host) "), 4);
+  assert_non_null(strstr(r->out, "the driver gives no kernel times"));
+  assert_null(strstr(r->out, " 0.0000 ")); /* no row timed 0 */
+  char text[65536];
+  tu_slurp(json, text, sizeof text);
+  assert_int_equal(count_lines_with(text, "\"timing\":\t\"host\""), 4);
+  r = run_env(env, "demo --shape 1,1,8,2,8");
+  expect_code(r, 0, NULL);
+  assert_non_null(strstr(r->out, "host ms"));
+  assert_null(strstr(r->out, "kernel ms"));
+  /* with kernel times (the queue profiles and the timer has a resolution) the figures are the kernels' */
+  r = run("bench --shape 1,1,8,2,8 --reps 1 --warmup 1 --only scan-forward");
+  expect_code(r, 0, NULL);
+  if (!strstr(r->out, "(host)")) assert_null(strstr(r->out, "the driver gives no kernel times"));
+}
+
 /* camdelta bench: a table for every operation, JSON that parses, errors. */
 static void test_bench(void **state) {
   (void)state;
@@ -1127,7 +1144,7 @@ static void test_bench(void **state) {
   tu_slurp(json, text, sizeof text);
   assert_non_null(strstr(text, "\"median_ms\""));
   assert_non_null(strstr(text, "\"operations\""));
-  assert_int_equal(count_lines_with(text, "\"median_ms\""), 11);
+  assert_int_equal(count_lines_with(text, "\"median_ms\""), 13); /* the stream row and the bf16 branch rows included */
   /* not a terminal: no progress indicator */
   assert_null(strchr(r->err, '\r'));
   r = run("bench --shape 1,2,16,2,32 --reps 1 --only prep-forward");
@@ -1173,6 +1190,7 @@ int main(void) {
       cmocka_unit_test(test_cache_refused_once),
       cmocka_unit_test(test_demo),
       cmocka_unit_test(test_bench),
+      cmocka_unit_test(test_no_kernel_times),
   };
   return cmocka_run_group_tests(tests, cli_setup, cli_teardown);
 }

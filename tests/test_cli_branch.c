@@ -19,17 +19,10 @@ static char g_err[16384];
 static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 #endif
 static int run(const char *fmt, ...) {
-  char args[8192], cmd[12288], errp[1200];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(args, sizeof args, fmt, ap);
+  g_code = tu_run_cli(NULL, getenv("CAMDELTA_CLI"), NULL, 0, NULL, 0, g_err, sizeof g_err, fmt, ap);
   va_end(ap);
-  snprintf(errp, sizeof errp, "%s/cli.stderr", tu_tmpdir());
-  snprintf(cmd, sizeof cmd, "'%s' %s >/dev/null 2>'%s' </dev/null", getenv("CAMDELTA_CLI"), args, errp);
-  const int st = system(cmd);
-  assert_true(st != -1);
-  g_code = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-  tu_slurp(errp, g_err, sizeof g_err);
   return g_code;
 }
 
@@ -301,8 +294,122 @@ static int teardown(void **state) {
   return system(cmd) == 0 ? 0 : -1;
 }
 
+/* --dtype f16 | bf16: the activations as <f2 or <u2 (bfloat16 bits) in and out, against the f64 reference fed the same
+ * rounded inputs within docs/math.md §8.7's bounds; float activation files rounded to the dtype give the same bits;
+ * <u2 without --dtype bf16, or beta as <u2, is an input error (exit 3) and --dtype on another operation a usage error,
+ * each writing nothing. */
+static void save_as(const char *d, const char *name, camdelta_dtype dt, const size_t *shape, const float *x) {
+  char path[1400];
+  snprintf(path, sizeof path, "%s/%s.npy", d, name);
+  void *h = tu_pack(dt, x, B * N * C);
+  TU_OK(camdelta_npy_write(path, dt == CAMDELTA_F16 ? CAMDELTA_NPY_F2 : CAMDELTA_NPY_U2, 4, shape, h));
+  free(h);
+}
+
+static float *load_as(const char *d, const char *name, camdelta_dtype dt) {
+  char path[1400];
+  snprintf(path, sizeof path, "%s/%s.npy", d, name);
+  camdelta_npy n;
+  TU_OK(camdelta_npy_read(path, &n));
+  assert_int_equal(n.type, dt == CAMDELTA_F16 ? CAMDELTA_NPY_F2 : CAMDELTA_NPY_U2);
+  assert_int_equal(n.count, B * N * C);
+  float *x = malloc(n.count * sizeof(float));
+  assert_non_null(x);
+  tu_unpack(dt, n.data, x, n.count);
+  camdelta_npy_free(&n);
+  return x;
+}
+
+static void test_branch_16bit(void **state) {
+  (void)state;
+  const size_t bnhd[4] = {B, N, H, D};
+  for (int k16 = 0; k16 < 2; k16++) {
+    const camdelta_dtype dt = k16 ? CAMDELTA_BF16 : CAMDELTA_F16;
+    const char *name = camdelta_dtype_name(dt);
+    const double bound = k16 ? 1.6e-2 : 2e-3;
+    const char *in = tu_fresh_dir("in16"), *out = tu_fresh_dir("out16"), *outf = tu_fresh_dir("out16f");
+    write_inputs(in); /* <f4 files: rounded by the CLI */
+    run("run branch --in '%s' --out '%s' --grid 5,2,3 --chunk-size 2 --dtype %s", in, outf, name);
+    expect(0, NULL);
+    float *r[4] = {q, k, v, gy};
+    static const char *names[4] = {"q_raw", "k_raw", "v_raw", "grad_y"};
+    for (int i = 0; i < 4; i++) {
+      tu_round_to(dt, r[i], B * N * C);
+      save_as(in, names[i], dt, bnhd, r[i]);
+    }
+    run("run branch --in '%s' --out '%s' --grid 5,2,3 --chunk-size 2 --dtype %s", in, out, name);
+    expect(0, NULL);
+    float *y = load_as(out, "y", dt), *yf = load_as(outf, "y", dt);
+    assert_memory_equal(y, yf, B * N * C * sizeof(float));
+    const camdelta_chunking ch = {2, CAMDELTA_CHUNK_UNIFORM, NULL, 0};
+    double *in64[9] = {tu_to_f64(q, B * N * C),  tu_to_f64(k, B * N * C),  tu_to_f64(v, B * N * C),
+                       tu_to_f64(w, C * 4),      tu_to_f64(qw, C),         tu_to_f64(kw, C),
+                       tu_to_f64(cc, B * T * 20), tu_to_f64(beta, B * H * N), tu_to_f64(decay, B * H * T)};
+    double *ry = malloc(B * N * C * 8);
+    assert_non_null(ry);
+    camdelta_ref_branch rb = {.B = B, .T = T, .Hs = HS, .Ws = WS, .ph = 1, .pw = 1, .H = H, .D = D, .chunking = ch,
+                              .k_scale = (float)(1.0 / sqrt((double)D * S)), .norm_eps = 1e-6, .q_raw = in64[0],
+                              .k_raw = in64[1], .v_raw = in64[2], .conv_weight = in64[3], .q_norm_weight = in64[4],
+                              .k_norm_weight = in64[5], .camera_conditions = in64[6], .beta = in64[7],
+                              .decay = in64[8], .y = ry};
+    TU_OK(camdelta_ref_branch_forward(&rb));
+    double e = tu_rel_err(y, ry, B * N * C);
+    if (e > bound) fail_msg("CLI branch --dtype %s: y rel err %.3g > %.3g", name, e, bound);
+    free(y), free(yf);
+    run("run branch-backward --in '%s' --out '%s' --grid 5,2,3 --chunk-size 2 --dtype %s", in, out, name);
+    expect(0, NULL);
+    double *g[3];
+    for (int i = 0; i < 3; i++) g[i] = malloc(B * N * C * 8);
+    double *gy64 = tu_to_f64(gy, B * N * C);
+    const camdelta_ref_branch_grads rg = {.grad_y = gy64, .dq_raw = g[0], .dk_raw = g[1], .dv_raw = g[2]};
+    TU_OK(camdelta_ref_branch_backward(&rb, &rg));
+    static const char *gn[3] = {"dq_raw", "dk_raw", "dv_raw"};
+    for (int i = 0; i < 3; i++) {
+      float *x = load_as(out, gn[i], dt);
+      e = tu_rel_err(x, g[i], B * N * C);
+      if (e > 2 * bound) fail_msg("CLI branch-backward --dtype %s: %s rel err %.3g", name, gn[i], e);
+      free(x), free(g[i]);
+    }
+    assert_true(exists(out, "dconv_weight")); /* f32 (load64 checks <f4) */
+    free(load64(out, "dconv_weight", 4 * C));
+    free(gy64), free(ry);
+    for (int i = 0; i < 9; i++) free(in64[i]);
+  }
+  /* bad input: <u2 activations without --dtype bf16 (they are in/in16 from the bf16 round), beta as <u2 */
+  const char *in = tu_fresh_dir("in16");
+  write_inputs(in);
+  save_as(in, "q_raw", CAMDELTA_BF16, bnhd, q);
+  const char *bad = tu_fresh_dir("bad16");
+  run("run branch --in '%s' --out '%s' --grid 5,2,3", in, bad);
+  expect(3, "<u2");
+  assert_false(exists(bad, "y"));
+  run("run branch --in '%s' --out '%s' --grid 5,2,3 --dtype f16", in, bad);
+  expect(3, "q_raw");
+  assert_false(exists(bad, "y"));
+  write_inputs(in);
+  const size_t bhts[4] = {B, H, T, S};
+  char path[1400];
+  snprintf(path, sizeof path, "%s/beta.npy", in);
+  void *hb = tu_pack(CAMDELTA_BF16, beta, B * H * N);
+  TU_OK(camdelta_npy_write(path, CAMDELTA_NPY_U2, 4, bhts, hb));
+  free(hb);
+  run("run branch --in '%s' --out '%s' --grid 5,2,3 --dtype bf16", in, bad);
+  expect(3, "beta");
+  assert_false(exists(bad, "y"));
+  run("run branch --in '%s' --out '%s' --grid 5,2,3 --dtype bf8", in, bad);
+  expect(2, "--dtype");
+  run("run short-conv --in '%s' --out '%s' --grid 5,2,3 --dtype bf16", in, bad);
+  expect(2, "--dtype");
+  assert_false(exists(bad, "k_conv"));
+  run("run branch --in '%s' --out '%s' --grid 5,2,3 --chunk-size 5 --stream --dtype bf16", in, bad);
+  expect(2, "--stream");
+  assert_false(exists(bad, "y"));
+  write_inputs(in); /* the other tests' inputs as they were */
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_branch_runs), cmocka_unit_test(test_branch_stream),
-                                     cmocka_unit_test(test_pieces), cmocka_unit_test(test_errors)};
+                                     cmocka_unit_test(test_pieces), cmocka_unit_test(test_errors),
+                                     cmocka_unit_test(test_branch_16bit)};
   return cmocka_run_group_tests(tests, setup, teardown);
 }

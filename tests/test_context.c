@@ -1,11 +1,13 @@
 /* Contexts: device selection, borrowed queues, versions, threads. */
 #include <dlfcn.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <threads.h>
 
-#include "internal.h"
+#include "runtime/internal.h"
+#include "ops/prep_common.h"
 #include "prep_problem.h"
 
 /* The version as the built shared library reports it (dlopen'd: not this test's own compile-time macros) against
@@ -146,10 +148,28 @@ static int run_worker(void *arg) {
 }
 
 /* Several threads share one context (and build its programs concurrently), for both forms of the prep forward
- * (CAMDELTA_PREP_FUSED is read at context creation): each program is built once. */
+ * (CAMDELTA_PREP_FUSED is read at context creation): each program is built once, as many as one thread builds
+ * (`programs` on a device whose kernels take the first tiles tried; where a built kernel allows fewer work-items,
+ * e.g. Rusticl's 32, the plans build smaller variants too). */
 static void threads_with(const char *form, unsigned programs) {
   setenv("CAMDELTA_PREP_FUSED", form, 1);
   camdelta_context *ctx = NULL;
+  TU_OK(camdelta_context_create(&ctx, NULL));
+  prep_check(ctx, camdelta_context_cl_context(ctx), camdelta_context_queue(ctx), 99);
+  camdelta_build_stats one;
+  TU_OK(camdelta_context_build_stats(ctx, &one));
+  camdelta_context_destroy(ctx);
+  if (one.programs != programs) {
+    cl_kernel k;
+    size_t ts;
+    assert_true(one.programs > programs);
+    TU_OK(camdelta_context_create(&ctx, NULL));
+    TU_OK(cd_prep_kernel(ctx, "prep.cl", "cd_prep_forward", CAMDELTA_F32, 32, &k, &ts));
+    assert_true(cd_kernel_max_wg(ctx, k) < 32 * (32 / 4)); /* only where the first tiles (32 tokens) did not fit */
+    clReleaseKernel(k);
+    camdelta_context_destroy(ctx);
+    programs = one.programs;
+  }
   TU_OK(camdelta_context_create(&ctx, NULL));
   unsetenv("CAMDELTA_PREP_FUSED");
   thrd_t t[4];
@@ -175,6 +195,86 @@ static void test_threads(void **state) {
  * tests/test_contract.c's. */
 
 /* camdelta_enqueue_marker: an application's second queue waits for camdelta's work through the event. */
+/* A platform with no device (Mesa's Clover without a GPU, installed beside Rusticl by mesa-opencl-icd) is harmless:
+ * the default choice skips it, naming it fails cleanly with the devices there are, and `camdelta info` lists it. */
+static void test_platform_without_devices(void **state) {
+  (void)state;
+  cl_platform_id ps[16];
+  cl_uint np = 0;
+  assert_int_equal(clGetPlatformIDs(16, ps, &np), CL_SUCCESS);
+  int seen = 0;
+  for (cl_uint p = 0; p < np && p < 16; p++) {
+    cl_uint nd = 0;
+    const cl_int err = clGetDeviceIDs(ps[p], CL_DEVICE_TYPE_ALL, 0, NULL, &nd);
+    if (err == CL_SUCCESS && nd > 0) continue;
+    char name[128] = "";
+    assert_int_equal(clGetPlatformInfo(ps[p], CL_PLATFORM_NAME, sizeof name, name, NULL), CL_SUCCESS);
+    seen++;
+    /* named: no device of that platform, a clear refusal listing the devices there are */
+    camdelta_context *ctx = (camdelta_context *)1;
+    char sel[64];
+    snprintf(sel, sizeof sel, "%u:0", p);
+    assert_int_equal(camdelta_context_create(&ctx, sel), CAMDELTA_ERROR_DEVICE_NOT_FOUND);
+    assert_null(ctx);
+    assert_non_null(strstr(camdelta_last_message(), "devices there are"));
+    /* by default: another platform's device */
+    camdelta_context *def = NULL;
+    TU_OK(camdelta_context_create(&def, NULL));
+    camdelta_device_info info;
+    TU_OK(camdelta_context_info(def, &info));
+    assert_string_not_equal(info.platform_name, name);
+    camdelta_context_destroy(def);
+    /* listed by `camdelta info` as a platform without devices */
+    const char *cli = getenv("CAMDELTA_CLI");
+    if (cli && *cli) {
+      char cmd[1400], out[1200];
+      snprintf(out, sizeof out, "%s/info.txt", tu_tmpdir());
+      snprintf(cmd, sizeof cmd, "'%s' info >'%s' 2>&1", cli, out);
+      assert_int_equal(system(cmd), 0);
+      char text[16384];
+      tu_slurp(out, text, sizeof text);
+      if (!strstr(text, name) || !strstr(text, "no devices")) fail_msg("camdelta info does not list '%s':\n%s", name, text);
+    }
+  }
+  if (!seen) print_message("no platform without devices here (Clover is one, from mesa-opencl-icd): nothing checked\n");
+}
+
+/* Where the driver gives no kernel times (Rusticl's profiling timer has no resolution; emulated with
+ * CAMDELTA_DEVICE_LIMITS profiling=0) a requested profile still counts the kernels and waits for them, and its
+ * kernel_ms is NaN, not a made-up 0. */
+static void test_profile_without_kernel_times(void **state) {
+  (void)state;
+  const char *was = getenv("CAMDELTA_DEVICE_LIMITS");
+  char *saved = was ? strdup(was) : NULL, text[160];
+  snprintf(text, sizeof text, "%s%sprofiling=0", was ? was : "", was ? "," : "");
+  assert_int_equal(setenv("CAMDELTA_DEVICE_LIMITS", text, 1), 0);
+  tu_context_release();
+  camdelta_context *ctx = tu_context();
+  prep_problem p;
+  prep_problem_init(&p, 1, 20, 2, 16, CAMDELTA_F32, 78, 0);
+  const size_t BNHD = p.B * p.N * p.H * p.D;
+  cl_mem in[9], out[4];
+  for (int i = 0; i < 9; i++) in[i] = tu_upload(p.in[i], p.count[i] * 4);
+  for (int o = 0; o < 4; o++) out[o] = tu_buffer((o < 3 ? BNHD : p.H * p.N) * 4);
+  camdelta_profile prof = {1.0, 0};
+  camdelta_prep_args a = CAMDELTA_PREP_ARGS_INIT;
+  a.B = p.B, a.N = p.N, a.H = p.H, a.D = p.D, a.dtype = p.dtype, a.k_scale = p.k_scale, a.norm_eps = p.norm_eps;
+  camdelta_buffer *slots[13] = {&a.q_raw, &a.k_raw, &a.v_raw, &a.q_norm_weight, &a.k_norm_weight, &a.proj_q,
+                                &a.proj_kv, &a.rope_cos, &a.rope_sin, &a.q, &a.k, &a.v, &a.inflation_sq};
+  for (int i = 0; i < 13; i++) slots[i]->mem = i < 9 ? in[i] : out[i - 9];
+  a.profile = &prof;
+  TU_OK(camdelta_prep_forward(ctx, &a, NULL));
+  assert_true(isnan(prof.kernel_ms));
+  assert_true(prof.kernels >= 1);
+  for (int i = 0; i < 9; i++) clReleaseMemObject(in[i]);
+  for (int o = 0; o < 4; o++) clReleaseMemObject(out[o]);
+  prep_problem_free(&p);
+  if (saved) assert_int_equal(setenv("CAMDELTA_DEVICE_LIMITS", saved, 1), 0);
+  else assert_int_equal(unsetenv("CAMDELTA_DEVICE_LIMITS"), 0);
+  free(saved);
+  tu_context_release();
+}
+
 static void test_marker_event(void **state) {
   (void)state;
   camdelta_context *ctx = tu_context();
@@ -254,8 +354,8 @@ int main(void) {
       cmocka_unit_test(test_borrowed_queue),
       cmocka_unit_test(test_threads),
       cmocka_unit_test(test_marker_event),
+      cmocka_unit_test(test_profile_without_kernel_times),
+      cmocka_unit_test(test_platform_without_devices),
   };
-  int rc = cmocka_run_group_tests(tests, NULL, NULL);
-  tu_context_release();
-  return rc;
+  return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
 }

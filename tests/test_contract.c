@@ -17,7 +17,7 @@
 #include "camdelta_phases.h"
 #include "camdelta_stream.h"
 #include "camdelta_summary.h"
-#include "internal.h"
+#include "runtime/internal.h"
 #include "testutil.h"
 
 /* --------------------------------------------------------------------------------------------- the table */

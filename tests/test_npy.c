@@ -17,27 +17,6 @@ static char *tmp_path(const char *name) {
 
 static size_t elem_size(camdelta_npy_type t) { return t == CAMDELTA_NPY_F2 ? 2 : t == CAMDELTA_NPY_F4 ? 4 : 8; }
 
-static unsigned char *read_all(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  assert_non_null(f);
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  unsigned char *b = malloc(n > 0 ? (size_t)n : 1);
-  assert_non_null(b);
-  assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
-  fclose(f);
-  *len = (size_t)n;
-  return b;
-}
-
-static void write_all(const char *path, const void *b, size_t len) {
-  FILE *f = fopen(path, "wb");
-  assert_non_null(f);
-  assert_int_equal(fwrite(b, 1, len, f), len);
-  fclose(f);
-}
-
 /* An .npy image of format major.0 with the given dict text (padded to 64
  * bytes plus '\n' like NumPy) followed by `data_bytes` bytes of data. */
 static unsigned char *make_npy(int major, const char *dict, size_t data_bytes, size_t *len) {
@@ -72,7 +51,7 @@ static void expect_reject_image(const unsigned char *b, size_t len, camdelta_sta
     fail_msg("parse: message '%s' lacks '%s'", camdelta_last_message(), needle);
 
   char *path = tmp_path("bad.npy");
-  write_all(path, b, len);
+  tu_write_file(path, b, len);
   memset(&out, 0xAB, sizeof out);
   st = camdelta_npy_read(path, &out);
   if (st != want) fail_msg("read: got %s (%s), want %s", camdelta_status_name(st), camdelta_last_message(),
@@ -121,7 +100,7 @@ static void round_trip(camdelta_npy_type t, int ndim, const size_t *shape) {
   if (bytes) assert_memory_equal(a.data, data, bytes);
 
   size_t len;
-  unsigned char *img = read_all(path, &len);
+  unsigned char *img = tu_read_file(path, &len);
   assert_int_equal(len % 64, bytes % 64); /* header is a multiple of 64 bytes */
   assert_int_equal(img[len - bytes - 1], '\n');
   camdelta_npy b;
@@ -193,7 +172,7 @@ static void test_header_bytes_like_numpy(void **state) {
   char *path = tmp_path("hdr.npy");
   TU_OK(camdelta_npy_write(path, CAMDELTA_NPY_F4, 2, shape, x));
   size_t len;
-  unsigned char *b = read_all(path, &len);
+  unsigned char *b = tu_read_file(path, &len);
   assert_int_equal(len, 128 + sizeof x);
   assert_memory_equal(b, expect_header, 128);
   /* little-endian IEEE data: 1.0f = 00 00 80 3f */
@@ -208,7 +187,7 @@ static void test_header_bytes_like_numpy(void **state) {
       "{'descr': '<f8', 'fortran_order': False, 'shape': (), }";
   double s = 2.0;
   TU_OK(camdelta_npy_write(path, CAMDELTA_NPY_F8, 0, NULL, &s));
-  b = read_all(path, &len);
+  b = tu_read_file(path, &len);
   assert_int_equal(len, 128 + 8);
   assert_memory_equal(b, expect_scalar, sizeof expect_scalar - 1);
   for (size_t i = sizeof expect_scalar - 1; i < 127; i++) assert_int_equal(b[i], ' ');
@@ -220,7 +199,7 @@ static void test_header_bytes_like_numpy(void **state) {
   uint16_t h[5] = {0};
   size_t n5 = 5;
   TU_OK(camdelta_npy_write(path, CAMDELTA_NPY_F2, 1, &n5, h));
-  b = read_all(path, &len);
+  b = tu_read_file(path, &len);
   assert_int_equal(len, 128 + 10);
   assert_memory_equal(b + 10, expect_1d, sizeof expect_1d - 1);
   free(b);

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "runtime/internal.h"
 #include "testutil.h"
 
 /* v as camdelta_tune_get writes it: its name where it has one. */
@@ -379,7 +379,5 @@ int main(void) {
       cmocka_unit_test(test_process_options),
       cmocka_unit_test(test_every_variable_declared),
   };
-  const int rc = cmocka_run_group_tests(tests, NULL, NULL);
-  tu_context_release();
-  return rc;
+  return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
 }

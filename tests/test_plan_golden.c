@@ -13,7 +13,7 @@
 #include "camdelta_packed.h"
 #include "camdelta_stream.h"
 #include "camdelta_summary.h"
-#include "internal.h"
+#include "runtime/internal.h"
 #include "testutil.h"
 
 typedef struct shape {
@@ -240,6 +240,11 @@ static void branch_ops(camdelta_context *ctx, pool *p, const shape *s) {
   ba.precision = CAMDELTA_PRECISION_TF32;
   RUN(ctx, "branch forward tf32", camdelta_branch_forward(ctx, &ba, NULL));
   RUN(ctx, "branch backward tf32, recomputed", camdelta_branch_backward(ctx, &ba, &bg, NULL));
+  /* bf16 activations (docs/math.md §8.7; the buffers hold twice what they need) */
+  ba.precision = CAMDELTA_PRECISION_EXACT;
+  ba.dtype = CAMDELTA_BF16;
+  RUN(ctx, "branch forward bf16, saved", camdelta_branch_forward(ctx, &ba, saved));
+  RUN(ctx, "branch backward bf16, saved", camdelta_branch_backward(ctx, &ba, &bg, saved));
   camdelta_branch_saved_destroy(saved);
   pool_free(p);
 }

@@ -6,8 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backward.h"
-#include "internal.h"
+#include "ops/backward.h"
+#include "runtime/internal.h"
+#include "ops/prep_backward_fused.h"
 #include "prep_problem.h"
 
 enum { GQ = 1, GK = 2, GV = 4, GI = 8, GALL = 15 };
@@ -32,10 +33,24 @@ static int g_variant = -1; /* CAMDELTA_PREP_BWD_FUSED of the current context, -1
  * never with dproj/drope. */
 static int uses_fused(const pb_case *c) {
   if (c->all) return 0;
-  if (g_variant >= 0) return g_variant;
-  camdelta_device_info info;
-  TU_OK(camdelta_context_info(tu_context(), &info));
-  return (info.type & (CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR)) != 0;
+  int want = g_variant;
+  if (want < 0) {
+    camdelta_device_info info;
+    TU_OK(camdelta_context_info(tu_context(), &info));
+    want = (info.type & (CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR)) != 0;
+  }
+  if (!want) return 0;
+  /* and its kernels take a tile's work-items (where they allow few, e.g. Rusticl's 32 at D=112, the three-kernel
+   * form runs) */
+  cd_pbf_plan p;
+  camdelta_status st;
+  int fits = 1;
+  for (int g2 = 0; g2 < 2 && fits; g2++) {
+    fits = cd_pbf_kernels(tu_context(), c->dt, c->D, g2, CD_PBF_P1_RAW, &p, &st);
+    TU_OK(st);
+    if (fits) cd_pbf_release(&p);
+  }
+  return fits;
 }
 
 typedef struct pb_data {
@@ -231,6 +246,16 @@ static void report_worst(const char *prefix) {
 }
 
 /* Every gradient, on shapes covering each head dim path, partial token tiles, offsets and the clamps. */
+/* The constrained-device profiles' case (tests/run_profile.sh): the production head dim in f32 with every gradient
+ * and in f16, few tokens. */
+static void test_prep_backward_profile(void **state) {
+  (void)state;
+  static const pb_case cases[] = {{1, 20, 2, 112, CAMDELTA_F32, 3, 5, GALL, 1, 0},
+                                  {1, 20, 2, 112, CAMDELTA_F32, 0, 0, GALL, 0, 2},
+                                  {1, 9, 3, 112, CAMDELTA_F16, 0, 4, GALL, 0, 0}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], NULL);
+}
+
 static void test_prep_backward_shapes(void **state) {
   (void)state;
   static const pb_case cases[] = {
@@ -558,6 +583,7 @@ static void test_prep_backward_tiles_env(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_prep_backward_shapes),
+      cmocka_unit_test(test_prep_backward_profile),
       cmocka_unit_test(test_prep_backward_medium),
       cmocka_unit_test(test_prep_backward_deterministic),
       cmocka_unit_test(test_prep_backward_bad_input),
@@ -566,7 +592,5 @@ int main(void) {
       cmocka_unit_test(test_prep_backward_three_kernels),
       cmocka_unit_test(test_prep_backward_tiles_env),
   };
-  int r = cmocka_run_group_tests(tests, NULL, NULL);
-  tu_context_release();
-  return r;
+  return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
 }

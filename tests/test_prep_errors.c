@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "runtime/internal.h"
 #include "prep_problem.h"
 
 typedef struct fixture {
@@ -172,7 +172,5 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_saved_other_context, setup, teardown),
       cmocka_unit_test(test_malformed_npy),
   };
-  int rc = cmocka_run_group_tests(tests, NULL, NULL);
-  tu_context_release();
-  return rc;
+  return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
 }

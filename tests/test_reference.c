@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "se3.h"
 #include "testutil.h"
 
 #define FD_TOL 1e-6
@@ -649,19 +650,10 @@ static void test_invert_se3(void **state) {
   enum { COUNT = 32 };
   float P[COUNT * 16], Pi[COUNT * 16], Pp[COUNT * 16];
   for (int c = 0; c < COUNT; c++) {
-    double qv[4], nrm = 0;
-    for (int i = 0; i < 4; i++) qv[i] = tu_normal(), nrm += qv[i] * qv[i];
-    nrm = sqrt(nrm);
-    const double w = qv[0] / nrm, x = qv[1] / nrm, y = qv[2] / nrm, z = qv[3] / nrm;
-    const double R[9] = {1 - 2 * (y * y + z * z), 2 * (x * y - z * w),     2 * (x * z + y * w),
-                         2 * (x * y + z * w),     1 - 2 * (x * x + z * z), 2 * (y * z - x * w),
-                         2 * (x * z - y * w),     2 * (y * z + x * w),     1 - 2 * (x * x + y * y)};
-    float *o = P + c * 16;
-    for (int i = 0; i < 3; i++) {
-      for (int j = 0; j < 3; j++) o[i * 4 + j] = (float)R[i * 3 + j];
-      o[i * 4 + 3] = (float)tu_uniform(-5, 5);
-    }
-    o[12] = o[13] = o[14] = 0, o[15] = 1;
+    double qv[4], t[3];
+    for (int i = 0; i < 4; i++) qv[i] = tu_normal();
+    for (int i = 0; i < 3; i++) t[i] = tu_uniform(-5, 5);
+    tu_se3(qv, t, P + c * 16);
   }
   TU_OK(camdelta_invert_se3(COUNT, P, Pi));
   memcpy(Pp, P, sizeof Pp);

@@ -8,10 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cost.h"
-#include "cpu.h"
-#include "plan.h"
-#include "internal.h"
+#include "runtime/internal.h"
+#include "scan/cost.h"
+#include "scan/cpu.h"
 #include "testutil.h"
 
 static camdelta_device_info facts(const char *vendor, cl_device_type type, unsigned cus, size_t max_wg,
@@ -83,7 +82,8 @@ static void test_h200_measured(void **state) {
   check_measured("H200", &d, 0, fma, 3, CAMDELTA_SCAN_CHUNKWISE, 1.15);
 }
 
-/* PoCL on the project's 2-core CPU (causal kernel time; the first shape's sequential time varied 2.5-3.0 s). */
+/* PoCL on the project's 2-core CPU (causal kernel time; the first shape's sequential time varies from run to run
+ * by about a fifth). */
 static void test_pocl_measured(void **state) {
   (void)state;
   const camdelta_device_info d = cpu_with(2);
@@ -127,9 +127,8 @@ static void test_tiny_frames(void **state) {
   /* the H200 at sana480's heads and frames, frames of 40 tokens */
   const camdelta_device_info h = h200_with(132);
   assert_int_equal(cd_scan_auto(&h, 1, 20, 112, 21, 40, NULL), CAMDELTA_SCAN_SEQUENTIAL);
-  /* and frames long enough: chunkwise, from about 100 tokens (measured, exact, sequential / chunkwise:
-   * S=100 0.409 / 0.306 ms, S=150 0.594 / 0.396, S=200 0.760 / 0.417 ms, S=400 1.306 / 0.640 ms; the model
-   * follows because it counts the sequential kernel's flops on whole 64-token tiles) */
+  /* and frames long enough: chunkwise, from about 100 tokens, as measured (docs/performance.md, "Measurements behind the code's constants"); the
+   * model follows because it counts the sequential kernel's flops on whole 64-token tiles */
   assert_int_equal(cd_scan_auto(&h, 1, 20, 112, 21, 100, NULL), CAMDELTA_SCAN_CHUNKWISE);
   assert_int_equal(cd_scan_auto(&h, 1, 20, 112, 21, 150, NULL), CAMDELTA_SCAN_CHUNKWISE);
   assert_int_equal(cd_scan_auto(&h, 1, 20, 112, 21, 200, NULL), CAMDELTA_SCAN_CHUNKWISE);
@@ -138,9 +137,8 @@ static void test_tiny_frames(void **state) {
 
 /* B·H alone fills the GPU (4 chains per compute unit or more) with few frames. On the FMA path chunkwise gains no
  * parallelism there and still pays phase B, the scratch traffic and two more launches: sequential. On the tensor
- * cores its phases A and C run fast enough that chunkwise wins even so; the H200 measured (`camdelta bench`, exact,
- * sequential / chunkwise ms): B·H = 528 D64 F1 0.846 / 0.589, D112 F1 3.795 / 1.577,
- * D112 F2 7.599 / 3.131, D64 F3 2.473 / 1.672, D128 F5 21.44 / 8.871; B·H = 1056 D112 F3 22.44 / 9.190. */
+ * cores its phases A and C run fast enough that chunkwise wins even so, as the H200 measured
+ * (docs/performance.md, "Measurements behind the code's constants"). */
 static void test_device_filled_by_chains(void **state) {
   (void)state;
   const camdelta_device_info h = h200_with(132);

@@ -6,11 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu.h"
-#include "engine.h"
-#include "internal.h"
+#include "runtime/internal.h"
+#include "scan/cpu.h"
+#include "scan/engine.h"
 #include "testutil.h"
-#include "tc.h"
+#include "scan/tc.h"
 
 #define BOUND 1e-4
 
@@ -178,6 +178,7 @@ static const char *describe(const sb_case *c) {
 }
 
 static camdelta_context *g_ctx; /* the context under test when not the shared one (the emulated tensor cores) */
+static unsigned g_kernels;      /* launches of the last run_case's backward */
 
 /* Runs one case; returns 1 (a failure fails the test). */
 static int run_case(const sb_case *c, double *ms) {
@@ -217,10 +218,14 @@ static int run_case(const sb_case *c, double *ms) {
    * object holds the chunkwise forward's A_f */
   const int reused_a = c->saved == SAVED_FORWARD && fwd_alg == CAMDELTA_SCAN_CHUNKWISE;
   if (c->saved == SAVED_FORWARD) assert_true(fwd_alg == CAMDELTA_SCAN_SEQUENTIAL || fwd_alg == CAMDELTA_SCAN_CHUNKWISE);
-  /* the CPU forms: W in its own launch, then A (and U) unless reused */
-  assert_int_equal(prof.kernels, cd_tc_available(ctx)    ? (reused_a ? 5u : 6u)
-                                 : cd_scan_cpu_forms(ctx) ? (reused_a ? 4u : 5u)
-                                                          : 4u);
+  /* the CPU forms: W in its own launch, then A (and U) unless reused; more where the driver's loop budget splits the
+   * grams' tokens or the chains' frames over launches */
+  const unsigned launches = cd_tc_available(ctx)    ? (reused_a ? 5u : 6u)
+                            : cd_scan_cpu_forms(ctx) ? (reused_a ? 4u : 5u)
+                                                     : 4u;
+  if (cd_loop_budget(ctx)) assert_true(prof.kernels >= launches);
+  else assert_int_equal(prof.kernels, launches);
+  g_kernels = prof.kernels;
   if (ms) *ms = prof.kernel_ms;
   for (int o = 0; o < NOUT; o++) {
     if (o == OINIT && !c->init) continue;
@@ -264,6 +269,18 @@ static void test_scan_backward_medium(void **state) {
 }
 
 /* Odd shapes: every D path (DPT 8 and 16, tiny and large D), F = 1, partial token tiles, offsets, decay = 0. */
+/* The constrained-device profiles' case (tests/run_profile.sh): the production head dim and a ragged one, both
+ * directions, recomputed and from saved states, few tokens. */
+static void test_scan_backward_profile(void **state) {
+  (void)state;
+  for (int rev = 0; rev < 2; rev++) {
+    const sb_case c[2] = {{1, 2, 112, 3, 20, rev, 1, 1, SAVED_NONE, 0, 0, CAMDELTA_SCAN_AUTO},
+                          {2, 1, 56, 2, 9, rev, 1, 1, SAVED_REF, 3, 0, CAMDELTA_SCAN_AUTO}};
+    for (int i = 0; i < 2; i++) assert_int_equal(run_case(&c[i], NULL), 1);
+  }
+  report_worst("scan_backward profile");
+}
+
 static void test_scan_backward_shapes(void **state) {
   (void)state;
   static const sb_case cases[] = {
@@ -410,7 +427,7 @@ static void test_scan_backward_tile_override(void **state) {
     bwd_plan(plan, sizeof plan);
     if (!strstr(plan, shown[i]) || !strstr(plan, "(tiles overridden)"))
       fail_msg("plan '%s' does not show the override '%s'", plan, shown[i]);
-    char got[256];
+    char got[1024];
     TU_OK(camdelta_tune_get(tu_context(), "backward", 32, got, sizeof got));
     assert_non_null(strstr(got, "(override)"));
     for (int rev = 0; rev < 2; rev++) {
@@ -427,9 +444,6 @@ static void test_scan_backward_tile_override(void **state) {
     const char *value, *needle;
     camdelta_status want;
   } bad[] = {
-      {"RPT=4,FOO=1", "unknown key 'FOO'", CAMDELTA_ERROR_INVALID_ARGUMENT},
-      {"TL", "is not KEY=N", CAMDELTA_ERROR_INVALID_ARGUMENT},
-      {"TL=-1", "[1, 4096]", CAMDELTA_ERROR_INVALID_ARGUMENT},
       {"RPT=6", "RPT must be", CAMDELTA_ERROR_UNSUPPORTED},
       {"TSG=12", "TSG must be", CAMDELTA_ERROR_UNSUPPORTED},
       {"DPT=12", "DPT must be", CAMDELTA_ERROR_UNSUPPORTED},
@@ -454,6 +468,9 @@ static void test_scan_backward_tile_override(void **state) {
     device_free(&d);
   }
   assert_int_equal(unsetenv("CAMDELTA_SCAN_BWD_TILES"), 0);
+  /* what the option registry refuses (a key or value outside its declaration) fails the context's creation */
+  static const char *const refused[] = {"RPT=4,FOO=1", "TL", "TL=-1", "RL=4097"};
+  tu_check_bad_env("CAMDELTA_SCAN_BWD_TILES", refused, sizeof refused / sizeof *refused);
   assert_int_equal(unsetenv("CAMDELTA_TC"), 0);
   assert_int_equal(unsetenv("CAMDELTA_SCAN_CPU"), 0);
   tu_context_release();
@@ -463,6 +480,74 @@ static void test_scan_backward_tile_override(void **state) {
   TU_OK(camdelta_scan_backward(tu_context(), &a, NULL));
   device_free(&d);
   problem_free(&p);
+}
+
+/* A device whose kernels allow fewer work-items than D (Mesa Rusticl on llvmpipe reports 32 for every kernel): the
+ * chain takes several rows per item instead of refusing the shape, says so in the plan, and the gradients hold. */
+static void test_scan_backward_small_kernel_limit(void **state) {
+  (void)state;
+  const char *was = getenv("CAMDELTA_DEVICE_LIMITS");
+  char *saved_env = was ? strdup(was) : NULL;
+  assert_int_equal(setenv("CAMDELTA_DEVICE_LIMITS", "wg=32", 1), 0);
+  tu_context_release();
+  camdelta_scan_backward_args a = CAMDELTA_SCAN_BACKWARD_ARGS_INIT;
+  a.B = 1, a.H = 2, a.D = 56, a.F = 3, a.S = 20;
+  char plan[1024];
+  TU_OK(camdelta_scan_backward_plan_describe(tu_context(), &a, plan, sizeof plan));
+  if (!cd_tc_available(tu_context()) && !strstr(plan, "chain fma W=28 CB=8 CR=2"))
+    fail_msg("plan '%s' does not show the chain's two rows per item", plan);
+  for (int rev = 0; rev < 2; rev++) {
+    sb_case c = {1, 2, 56, 3, 20, rev, 1, 1, rev ? SAVED_REF : SAVED_NONE, 0, 0, CAMDELTA_SCAN_AUTO};
+    assert_int_equal(run_case(&c, NULL), 1);
+  }
+  report_worst("scan_backward kernel limit 32");
+  if (saved_env) assert_int_equal(setenv("CAMDELTA_DEVICE_LIMITS", saved_env, 1), 0);
+  else assert_int_equal(unsetenv("CAMDELTA_DEVICE_LIMITS"), 0);
+  free(saved_env);
+  tu_context_release();
+}
+
+/* A driver that ends a work-item's loops after a number of iterations per launch (Mesa's llvmpipe: 65535), emulated
+ * with CAMDELTA_DEVICE_LIMITS loops=N: the grams sum each frame's tokens over several launches and the chains run in
+ * launches of a few frames, with the same gradients; a budget too small for one chunk fails with a message. */
+static void test_scan_backward_loop_budget(void **state) {
+  (void)state;
+  const char *was = getenv("CAMDELTA_DEVICE_LIMITS");
+  char *saved_env = was ? strdup(was) : NULL;
+  char text[160];
+  snprintf(text, sizeof text, "%s%sloops=5000", was ? was : "", was ? "," : "");
+  assert_int_equal(setenv("CAMDELTA_DEVICE_LIMITS", text, 1), 0);
+  tu_context_release();
+  for (int rev = 0; rev < 2; rev++)
+    for (int saved = SAVED_NONE; saved <= SAVED_REF; saved++) {
+      sb_case c = {1, 2, 32, 40, 200, rev, 1, 1, saved, 0, 0, CAMDELTA_SCAN_AUTO};
+      assert_int_equal(run_case(&c, NULL), 1);
+      if (!cd_tc_available(tu_context())) assert_true(g_kernels > 4); /* the tensor-core grams are not split */
+    }
+  report_worst("scan_backward loop budget");
+  camdelta_scan_backward_args da = CAMDELTA_SCAN_BACKWARD_ARGS_INIT;
+  da.B = 1, da.H = 2, da.D = 32, da.F = 40, da.S = 200;
+  char plan[1024];
+  TU_OK(camdelta_scan_backward_plan_describe(tu_context(), &da, plan, sizeof plan));
+  if (!cd_tc_available(tu_context()) && !strstr(plan, "the driver's loop budget: grams"))
+    fail_msg("plan '%s' does not say how the grams and the chain split", plan);
+  snprintf(text, sizeof text, "%s%sloops=100", was ? was : "", was ? "," : "");
+  assert_int_equal(setenv("CAMDELTA_DEVICE_LIMITS", text, 1), 0);
+  tu_context_release();
+  sb_case c = {1, 2, 32, 3, 40, 0, 1, 1, SAVED_NONE, 0, 0, CAMDELTA_SCAN_AUTO};
+  sb_problem p;
+  problem_init(&p, &c, 9);
+  sb_device d;
+  device_init(&d, &p);
+  const camdelta_scan_backward_args a = make_args(&p, &d, NULL);
+  expect_rejected(camdelta_scan_backward(tu_context(), &a, NULL), CAMDELTA_ERROR_UNSUPPORTED, &p, &d,
+                  "loops after 100 iterations");
+  device_free(&d);
+  problem_free(&p);
+  if (saved_env) assert_int_equal(setenv("CAMDELTA_DEVICE_LIMITS", saved_env, 1), 0);
+  else assert_int_equal(unsetenv("CAMDELTA_DEVICE_LIMITS"), 0);
+  free(saved_env);
+  tu_context_release();
 }
 
 static void test_scan_backward_bad_input(void **state) {
@@ -552,12 +637,12 @@ static void test_scan_backward_warm(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_scan_backward_medium),        cmocka_unit_test(test_scan_backward_shapes),
+      cmocka_unit_test(test_scan_backward_profile),
       cmocka_unit_test(test_scan_backward_d112),          cmocka_unit_test(test_scan_backward_from_forward),
       cmocka_unit_test(test_scan_backward_deterministic), cmocka_unit_test(test_scan_backward_bad_input),
       cmocka_unit_test(test_scan_backward_warm),          cmocka_unit_test(test_scan_backward_tile_override),
-      cmocka_unit_test(test_scan_backward_saved_a_emulated),
+      cmocka_unit_test(test_scan_backward_saved_a_emulated), cmocka_unit_test(test_scan_backward_small_kernel_limit),
+      cmocka_unit_test(test_scan_backward_loop_budget),
   };
-  int r = cmocka_run_group_tests(tests, NULL, NULL);
-  tu_context_release();
-  return r;
+  return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
 }

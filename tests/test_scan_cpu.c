@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "runtime/internal.h"
 #include "testutil.h"
 
 #define FWD_BOUND 1e-5

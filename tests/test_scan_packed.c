@@ -285,7 +285,5 @@ int main(void) {
       cmocka_unit_test(test_packed),
       cmocka_unit_test(test_bad_offsets),
   };
-  int rc = cmocka_run_group_tests(tests, NULL, NULL);
-  tu_context_release();
-  return rc;
+  return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
 }

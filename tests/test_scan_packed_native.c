@@ -1,11 +1,11 @@
-/* The native packed-clip path (SPEC section 9; src/scan/packed.c, the kernels' CD_PACKED variant):
+/* The native packed-clip path (docs/math.md §9.1; src/scan/packed.c, the kernels' CD_PACKED variant):
  *  - which path ran (camdelta_packed_clips.native): native for the chunkwise forward and every backward, the
  *    padded batch for the sequential forward and for a backward given that forward's saved states;
  *  - on equal clips the native path equals the fixed-shape call on a batch of those clips bit for bit (the same
  *    launches and tiles), forward and backward, both directions, with and without init states;
  *  - mixed clips (frames of different token counts, tiles past a frame's end; and clips of one resolution but
  *    different lengths, the uniform-frames variant) equal each clip run alone (1e-6 relative, bit-equal counts
- *    printed) and the f64 packed reference (SPEC 5 bounds);
+ *    printed) and the f64 packed reference (docs/math.md §5 bounds);
  *  - the same on the tensor-core kernels' logic where the device has none (CAMDELTA_TC=emulate on a second context),
  *    with 16-byte token loads (every frame offset a multiple of 4) and without. */
 #include <math.h>
@@ -14,9 +14,9 @@
 #include <string.h>
 
 #include "camdelta_packed.h"
-#include "internal.h"
+#include "runtime/internal.h"
 #include "testutil.h"
-#include "tc.h"
+#include "scan/tc.h"
 
 enum { MAXC = 8, MAXF = 4400 };
 
@@ -384,7 +384,5 @@ int main(void) {
       cmocka_unit_test(test_large_table),
       cmocka_unit_test(test_emulated),
   };
-  int rc = cmocka_run_group_tests(tests, NULL, NULL);
-  tu_context_release();
-  return rc;
+  return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
 }

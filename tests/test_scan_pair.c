@@ -1,4 +1,4 @@
-/* The fused scan pair (src/scan/pair.c, SPEC 8.4): its output against the f64 reference of the two scans
+/* The fused scan pair (src/scan/pair.c, docs/math.md §8.4): its output against the f64 reference of the two scans
  * (causal with beta, decay; reverse with beta_r, decay_r zeroed at the masked frames) summed, each direction's
  * init and final states (as a part of a sequence has them), the saved states the backward reads
  * against those of camdelta_scan_forward (bit-identical: the same phase A and the same chain arithmetic), and
@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "branch_common.h"
-#include "engine.h"
+#include "ops/branch_common.h"
+#include "scan/engine.h"
 #include "testutil.h"
 
 #define FWD_BOUND 1e-5

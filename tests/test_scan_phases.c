@@ -78,15 +78,6 @@ static camdelta_scan_backward_args bwd_args(const prob *p, int rev, cl_mem init,
 }
 
 /* Bytes of two device buffers equal. */
-static void assert_same(cl_mem a, cl_mem b, size_t bytes, const char *what) {
-  unsigned char *x = malloc(bytes), *y = malloc(bytes);
-  assert_true(x && y);
-  tu_download(a, 0, bytes, x);
-  tu_download(b, 0, bytes, y);
-  if (memcmp(x, y, bytes) != 0) fail_msg("%s: the halves differ from the one call", what);
-  free(x), free(y);
-}
-
 /* gram + rest == the one call, bit for bit; the gram runs with another init_state (and grad_final_state), which the
  * rest replaces. */
 static void test_halves(void **state) {
@@ -115,13 +106,13 @@ static void test_halves(void **state) {
         assert_int_equal(used, alg);
         h.init_state = B_(p.m[INIT]), h.final_state = B_(fin2);
         TU_OK(camdelta_scan_forward_rest(ctx, &h, s2, fr));
-        assert_same(out1, out2, tok, "out");
-        assert_same(fin1, fin2, st, "final_state");
+        tu_assert_same_bytes(out1, out2, tok, "out");
+        tu_assert_same_bytes(fin1, fin2, st, "final_state");
         if (with_saved) {
           cl_mem pre1, post1, pre2, post2;
           TU_OK(camdelta_scan_saved_states(s1, &pre1, &post1));
           TU_OK(camdelta_scan_saved_states(s2, &pre2, &post2));
-          assert_same(post1, post2, p.n_decay * p.D * p.D * 4, "saved states");
+          tu_assert_same_bytes(post1, post2, p.n_decay * p.D * p.D * 4, "saved states");
         }
         /* the backward the same way, after each forward */
         grads g1 = grads_make(&p), g2 = grads_make(&p);
@@ -133,7 +124,7 @@ static void test_halves(void **state) {
         TU_OK(camdelta_scan_backward_rest(ctx, &b2, s2, fr));
         static const char *const names[6] = {"dq", "dk", "dv", "dbeta", "ddecay", "dinit_state"};
         const size_t n[6] = {tok, tok, tok, p.n_beta * 4, p.n_decay * 4, st};
-        for (int i = 0; i < 6; i++) assert_same(g1.m[i], g2.m[i], n[i], names[i]);
+        for (int i = 0; i < 6; i++) tu_assert_same_bytes(g1.m[i], g2.m[i], n[i], names[i]);
         grads_free(&g1), grads_free(&g2);
         camdelta_scan_saved_destroy(s1), camdelta_scan_saved_destroy(s2);
         clReleaseMemObject(out1), clReleaseMemObject(out2), clReleaseMemObject(fin1), clReleaseMemObject(fin2);

@@ -348,7 +348,5 @@ int main(void) {
       cmocka_unit_test(test_combine),
       cmocka_unit_test(test_bad_input),
   };
-  int rc = cmocka_run_group_tests(tests, NULL, NULL);
-  tu_context_release();
-  return rc;
+  return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
 }

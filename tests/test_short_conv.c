@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "branch_problem.h"
-#include "internal.h"
+#include "runtime/internal.h"
 
 typedef struct bounds_case {
   size_t T, cs;

@@ -11,7 +11,7 @@
 
 #include "branch_problem.h"
 #include "camdelta_stream.h"
-#include "stream_image.h"
+#include "ops/stream_image.h"
 
 typedef struct sshape {
   size_t B, T, Hs, Ws, H, D, cs;

@@ -6,10 +6,18 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static camdelta_context *g_ctx;
 static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+
+/* CAMDELTA_TEST_FILTER=PATTERN runs only the tests whose names match (cmocka's filter: * and ? wildcards), for
+ * working on one test without running its whole program. */
+__attribute__((constructor)) static void tu_filter_from_env(void) {
+  const char *f = getenv("CAMDELTA_TEST_FILTER");
+  if (f && *f) cmocka_set_test_filter(f);
+}
 
 camdelta_context *tu_context(void) {
   if (!g_ctx) {
@@ -158,28 +166,53 @@ void tu_unpack(camdelta_dtype dt, const void *src, float *dst, size_t n) {
   for (size_t i = 0; i < n; i++) dst[i] = dt == CAMDELTA_F16 ? camdelta_f16_to_f32(h[i]) : camdelta_bf16_to_f32(h[i]);
 }
 
-double tu_rel_err(const float *x, const double *ref, size_t n) {
+/* The largest difference over the largest reference magnitude, of x given in f32 (xf) or f64 (xd). */
+static double rel_err(const float *xf, const double *xd, const double *ref, size_t n) {
   double maxref = 0, maxdiff = 0;
   for (size_t i = 0; i < n; i++) {
-    if (!isfinite(x[i])) return INFINITY;
+    const double x = xf ? (double)xf[i] : xd[i];
+    if (!isfinite(x)) return INFINITY;
     double r = fabs(ref[i]);
     if (r > maxref) maxref = r;
-    double d = fabs((double)x[i] - ref[i]);
+    double d = fabs(x - ref[i]);
     if (d > maxdiff) maxdiff = d;
   }
   return maxdiff / (maxref > 1e-30 ? maxref : 1e-30);
 }
 
-double tu_rel_err64(const double *x, const double *ref, size_t n) {
-  double maxref = 0, maxdiff = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (!isfinite(x[i])) return INFINITY;
-    double r = fabs(ref[i]);
-    if (r > maxref) maxref = r;
-    double d = fabs(x[i] - ref[i]);
-    if (d > maxdiff) maxdiff = d;
-  }
-  return maxdiff / (maxref > 1e-30 ? maxref : 1e-30);
+double tu_rel_err(const float *x, const double *ref, size_t n) { return rel_err(x, NULL, ref, n); }
+
+double tu_rel_err64(const double *x, const double *ref, size_t n) { return rel_err(NULL, x, ref, n); }
+
+unsigned char *tu_read_file(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  unsigned char *b = malloc((size_t)(n > 0 ? n : 0) + 1);
+  assert_non_null(b);
+  assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
+  fclose(f);
+  *len = (size_t)n;
+  return b;
+}
+
+void tu_write_file(const char *path, const void *b, size_t len) {
+  unlink(path);
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(b, 1, len, f), len);
+  fclose(f);
+}
+
+void tu_assert_same_bytes(cl_mem a, cl_mem b, size_t bytes, const char *what) {
+  unsigned char *x = malloc(bytes), *y = malloc(bytes);
+  assert_true(x && y);
+  tu_download(a, 0, bytes, x);
+  tu_download(b, 0, bytes, y);
+  if (memcmp(x, y, bytes) != 0) fail_msg("%s: the bytes differ", what);
+  free(x), free(y);
 }
 
 void tu_report(const char *what, double value) { printf("[ measure  ] %s = %.6g\n", what, value); }
@@ -237,4 +270,20 @@ int tu_teardown_context(void **state) {
   (void)state;
   tu_context_release();
   return 0;
+}
+
+int tu_run_cli(const char *prefix, const char *cli, char *args, size_t args_size, char *out, size_t out_size,
+               char *err, size_t err_size, const char *fmt, va_list ap) {
+  char words[8192], cmd[12288], outp[1200], errp[1200];
+  vsnprintf(words, sizeof words, fmt, ap);
+  snprintf(outp, sizeof outp, "%s/cli.stdout", tu_tmpdir());
+  snprintf(errp, sizeof errp, "%s/cli.stderr", tu_tmpdir());
+  snprintf(cmd, sizeof cmd, "%s '%s' %s >'%s' 2>'%s' </dev/null", prefix ? prefix : "", cli, words,
+           out ? outp : "/dev/null", errp);
+  const int st = system(cmd);
+  assert_true(st != -1);
+  if (args) snprintf(args, args_size, "%s", words);
+  if (out) tu_slurp(outp, out, out_size);
+  if (err) tu_slurp(errp, err, err_size);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
 }

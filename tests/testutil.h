@@ -68,6 +68,18 @@ const char *tu_tmpdir(void);
 const char *tu_fresh_dir(const char *name);
 /** The file's first size-1 bytes into buf as a string ("" when it cannot be read). */
 void tu_slurp(const char *path, char *buf, size_t size);
+/** The whole file at path (fails the test when it cannot be read): a malloc'ed buffer of *len bytes (+1 spare). */
+unsigned char *tu_read_file(const char *path, size_t *len);
+/** Writes b[0..len) to path, replacing it (fails the test on an error). */
+void tu_write_file(const char *path, const void *b, size_t len);
+/** Runs the tool `cli` (a path) with the shell word list made of fmt and ap, as
+ *  "PREFIX 'CLI' ARGS >OUT 2>ERR </dev/null" (prefix: environment assignments or a `timeout`, may be NULL), its
+ *  stdout and stderr read into out and err (NULL: not kept) and the argument text into args (NULL: not kept).
+ *  Returns the exit code, 128 + the signal for a killed process. */
+int tu_run_cli(const char *prefix, const char *cli, char *args, size_t args_size, char *out, size_t out_size,
+               char *err, size_t err_size, const char *fmt, va_list ap);
+/** Fails the test naming `what` when the first `bytes` bytes of two device buffers differ. */
+void tu_assert_same_bytes(cl_mem a, cl_mem b, size_t bytes, const char *what);
 
 /** Each value bad[i] of environment variable var must make camdelta_context_create fail with
  *  CAMDELTA_ERROR_INVALID_ARGUMENT, no context and a message naming var (overrides read at creation). Releases the

@@ -1,5 +1,6 @@
 /* Option parsing, error output and .npy <-> device helpers for the tool. */
 #include "cli_common.h"
+#include "cli_shape.h"
 #include "usage.h"
 
 #include <errno.h>
@@ -8,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ------------------------------------------------------------ options */
@@ -100,6 +102,12 @@ static int cmp_double(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+double cli_now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
 double cli_median(double *x, size_t n) {
   qsort(x, n, sizeof *x, cmp_double);
   return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
@@ -161,7 +169,7 @@ const char *cli_shape_str(char *buf, size_t size, int ndim, const size_t *shape)
 
 static const char *type_name(camdelta_npy_type t) {
   return t == CAMDELTA_NPY_F4 ? "<f4" : t == CAMDELTA_NPY_F2 ? "<f2" : t == CAMDELTA_NPY_F8 ? "<f8"
-         : t == CAMDELTA_NPY_I8 ? "<i8" : "?";
+         : t == CAMDELTA_NPY_I8 ? "<i8" : t == CAMDELTA_NPY_U2 ? "<u2" : "?";
 }
 
 int cli_tensor_load(cli_tensor *t, const char *dir, const char *name, int optional, const char *expect) {
@@ -221,6 +229,10 @@ int cli_tensor_load_f32(cli_tensor *t, const char *dir, const char *name, int op
 
 int cli_tensor_convert(cli_tensor *t, camdelta_npy_type type) {
   if (!t->present || t->npy.type == type) return CLI_EXIT_OK;
+  if (t->npy.type == CAMDELTA_NPY_U2 || type == CAMDELTA_NPY_U2)
+    return cli_error(CLI_EXIT_INPUT, "%s: dtype <u2 (bfloat16 bits) is taken for the activations of branch and "
+                     "branch-backward with --dtype bf16 only; here %s is expected",
+                     t->path, type == CAMDELTA_NPY_U2 ? "<u2" : "a float array (<f4, <f2 or <f8)");
   if (t->npy.type == CAMDELTA_NPY_I8 || type == CAMDELTA_NPY_I8)
     return cli_error(CLI_EXIT_INPUT, "%s: dtype %s where %s is expected", t->path,
                      t->npy.type == CAMDELTA_NPY_I8 ? "<i8 (integers)" : type_name(t->npy.type),
@@ -260,6 +272,35 @@ int cli_tensor_convert(cli_tensor *t, camdelta_npy_type type) {
   return CLI_EXIT_OK;
 }
 
+camdelta_npy_type cli_npy_type_of(camdelta_dtype dtype) {
+  return dtype == CAMDELTA_F16 ? CAMDELTA_NPY_F2 : dtype == CAMDELTA_BF16 ? CAMDELTA_NPY_U2 : CAMDELTA_NPY_F4;
+}
+
+int cli_tensor_activations(cli_tensor *t, camdelta_dtype dtype) {
+  if (!t->present || (dtype == CAMDELTA_BF16 && t->npy.type == CAMDELTA_NPY_U2)) return CLI_EXIT_OK;
+  if (dtype != CAMDELTA_BF16) return cli_tensor_convert(t, cli_npy_type_of(dtype));
+  int rc = cli_tensor_convert(t, CAMDELTA_NPY_F4);
+  if (rc) return rc;
+  /* in place: element i's two bytes land at 2i, within floats already read */
+  unsigned char *d = t->npy.data;
+  for (size_t i = 0; i < t->npy.count; i++) {
+    float f;
+    memcpy(&f, d + 4 * i, 4);
+    const uint16_t h = camdelta_f32_to_bf16(f);
+    memcpy(d + 2 * i, &h, 2);
+  }
+  t->npy.type = CAMDELTA_NPY_U2;
+  return CLI_EXIT_OK;
+}
+
+int cli_parse_dtype(const char *what, const char *v, camdelta_dtype *out) {
+  if (strcmp(v, "f32") == 0) *out = CAMDELTA_F32;
+  else if (strcmp(v, "f16") == 0) *out = CAMDELTA_F16;
+  else if (strcmp(v, "bf16") == 0) *out = CAMDELTA_BF16;
+  else return cli_error(CLI_EXIT_USAGE, "%s: --dtype must be f32, f16 or bf16 (got '%s')", what, v);
+  return CLI_EXIT_OK;
+}
+
 void cli_tensor_free(cli_tensor *t) {
   camdelta_npy_free(&t->npy);
   t->present = 0;
@@ -267,7 +308,7 @@ void cli_tensor_free(cli_tensor *t) {
 
 /* The data's size in bytes; it was in host memory (as read, or as converted with a checked size): no overflow. */
 static size_t npy_bytes(const camdelta_npy *n) {
-  return n->count * (n->type == CAMDELTA_NPY_F2 ? 2 : n->type == CAMDELTA_NPY_F4 ? 4 : 8);
+  return n->count * (n->type == CAMDELTA_NPY_F2 || n->type == CAMDELTA_NPY_U2 ? 2 : n->type == CAMDELTA_NPY_F4 ? 4 : 8);
 }
 
 int cli_upload(camdelta_context *ctx, const cli_tensor *t, cl_mem *out) {
@@ -327,7 +368,7 @@ int cli_output_alloc(camdelta_context *ctx, cli_output *out, const char *name, c
   if (ndim < 0 || ndim > 5) return cli_error(CLI_EXIT_FAILURE, "internal: output %s has %d dimensions", name, ndim);
   size_t count = 1;
   for (int i = 0; i < ndim; i++) out->shape[i] = shape[i];
-  const size_t es = type == CAMDELTA_NPY_F2 ? 2 : 4;
+  const size_t es = type == CAMDELTA_NPY_F2 || type == CAMDELTA_NPY_U2 ? 2 : 4;
   cli_budget b = {0, 0, 0, 0};
   if (!camdelta_size_prod(&count, (size_t)ndim, shape)) b.overflow = 1;
   cli_budget_device(&b, 1, count, es);
@@ -358,10 +399,30 @@ int cli_run_finish(camdelta_context *ctx, camdelta_status st, const char *call, 
   if (!quiet) {
     camdelta_device_info info;
     const char *dev = camdelta_context_info(ctx, &info) == CAMDELTA_OK ? info.device_name : "?";
-    printf("camdelta run %s: %s on %s: %.3f ms in %u kernels; wrote", op_name, detail, dev, prof->kernel_ms,
-           prof->kernels);
+    char ms[48] = "no kernel times from the driver";
+    if (!isnan(prof->kernel_ms)) snprintf(ms, sizeof ms, "%.3f ms", prof->kernel_ms);
+    printf("camdelta run %s: %s on %s: %s in %u kernels; wrote", op_name, detail, dev, ms, prof->kernels);
     for (int k = 0; k < n; k++) printf(" %s", outs[k].name);
     printf(" to %s\n", dir);
   }
   return CLI_EXIT_OK;
+}
+
+int cli_reps_option(cli_args *a, size_t *reps, size_t *warmup) {
+  const char *v = NULL;
+  int r = cli_value(a, "--reps", &v);
+  if (r > 0) return cli_parse_count("--reps", v, 1, CLI_MAX_REPS, reps) ? 1 : -1;
+  if (!r && (r = cli_value(a, "--warmup", &v)) > 0) return cli_parse_count("--warmup", v, 0, CLI_MAX_REPS, warmup) ? 1 : -1;
+  return r;
+}
+
+int cli_context_for(camdelta_context **ctx, const char *selector, const cli_budget *bud, const char *what) {
+  *ctx = NULL;
+  int rc = cli_budget_check(bud, NULL, what); /* the host, no device yet */
+  if (rc || (rc = cli_context(ctx, selector))) return rc;
+  if ((rc = cli_budget_check(bud, *ctx, what))) {
+    camdelta_context_destroy(*ctx);
+    *ctx = NULL;
+  }
+  return rc;
 }

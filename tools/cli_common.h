@@ -26,11 +26,17 @@ int cli_flag(cli_args *a, const char *name);
  *  returns 1. Returns -1 (after printing a usage error) when the value is
  *  missing, 0 when argv[i] is another argument. */
 int cli_value(cli_args *a, const char *name, const char **value);
+/** The benchmarks' --reps N (1 to CLI_MAX_REPS) and --warmup N (0 to CLI_MAX_REPS): as cli_value, 1 when argv[i]
+ *  was one of them and its value parsed into *reps or *warmup, -1 (after a usage error) on a bad value. */
+int cli_reps_option(cli_args *a, size_t *reps, size_t *warmup);
 /** Parse a finite number >= 0 for option `opt` (no sign, no leading space, no inf/nan); 0 (after printing a
  *  usage error) on failure. */
 int cli_parse_double(const char *opt, const char *text, double *out);
 /** The median of x[0 .. n-1] (n >= 1); sorts x in place. */
 double cli_median(double *x, size_t n);
+/** A monotonic host clock in milliseconds: the timing where the driver gives no kernel times (a profile's kernel_ms
+ *  is then NaN), taken around camdelta_finish. */
+double cli_now_ms(void);
 /** Parse --algorithm's value: auto, sequential or chunkwise; 0 (after printing a usage error) otherwise. */
 int cli_parse_algorithm(const char *text, camdelta_scan_algorithm *out);
 /** Parse --chunk-strategy's value: uniform, first_frame or first_chunk_plus_one; 0 (after printing a usage error)
@@ -82,6 +88,13 @@ int cli_tensor_load_f32(cli_tensor *t, const char *dir, const char *name, int op
 /** Convert the data in place to `type` (f8 -> f4, f2 <-> f4; f4/f8 -> f2
  *  rounds to nearest even). */
 int cli_tensor_convert(cli_tensor *t, camdelta_npy_type type);
+/** The activations of an operation in `dtype`: f32 as <f4, f16 as <f2, bf16 as <u2 (bfloat16 bits, kept as read);
+ *  float files are converted (to 16 bits rounding to nearest even), a <u2 file is taken for bf16 only. */
+int cli_tensor_activations(cli_tensor *t, camdelta_dtype dtype);
+/** The .npy type of activations in `dtype` (<f4, <f2, <u2). */
+camdelta_npy_type cli_npy_type_of(camdelta_dtype dtype);
+/** Parse --dtype f32|f16|bf16 into *out; a usage error naming `what` otherwise. */
+int cli_parse_dtype(const char *what, const char *v, camdelta_dtype *out);
 void cli_tensor_free(cli_tensor *t);
 
 /** Upload a loaded tensor into a new device buffer (at least 4 bytes). */
@@ -111,6 +124,9 @@ int cli_run_finish(camdelta_context *ctx, camdelta_status st, const char *call, 
 /** Create the context for `selector` (NULL: CAMDELTA_DEVICE / default);
  *  a device error (exit 4) naming the selector otherwise. */
 int cli_context(camdelta_context **ctx, const char *selector);
+/** The budget's host part checked, then the context for `selector` created and the budget's device part checked
+ *  (`what` names the shape in messages): 0 with *ctx, or the exit code with no context left. */
+int cli_context_for(camdelta_context **ctx, const char *selector, const cli_budget *bud, const char *what);
 
 /* -------------------------------------------------------------- commands */
 int cmd_info(int argc, char **argv);

@@ -341,7 +341,7 @@ int cli_outset_add(cli_outset *s, const char *name, camdelta_npy_type type, int 
 int cli_outset_add_device(cli_outset *s, camdelta_context *ctx, cl_mem mem, const char *name, camdelta_npy_type type,
                           int ndim, const size_t *shape) {
   size_t count = 0, bytes = 0;
-  const size_t es = type == CAMDELTA_NPY_F2 ? 2 : type == CAMDELTA_NPY_F4 ? 4 : 8;
+  const size_t es = type == CAMDELTA_NPY_F2 || type == CAMDELTA_NPY_U2 ? 2 : type == CAMDELTA_NPY_F4 ? 4 : 8;
   if (ndim < 0 || !camdelta_size_prod(&count, (size_t)ndim, shape) || !camdelta_size_mul(&bytes, count, es)) {
     cli_outset_abort(s);
     return cli_error(CLI_EXIT_INPUT, "output %s: its size overflows size_t", name);

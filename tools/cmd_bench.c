@@ -25,6 +25,7 @@ typedef struct bench_buffers {
   cl_mem gq, gk, gv, ginfl, dq_raw, dk_raw, dv_raw, dqw, dkw; /* prep backward */
   cl_mem gout, dq, dk, dv, dbeta, ddecay;           /* scan backward */
   cl_mem conv_w, cams, y, gy, dconv;                /* camera branch (f32) */
+  cl_mem hq, hk, hv, hy, hgy, hdq, hdk, hdv;        /* the branch's bf16 activations and their gradients */
 } bench_buffers;
 
 /* A device buffer of n elements of dt filled on the device (camdelta_fill_random; zero when lo == hi == 0): nothing
@@ -120,11 +121,16 @@ static int make_buffers(camdelta_context *ctx, bench_buffers *b, int tty) {
 }
 
 /* The camera branch's own buffers: conv weight, cameras (a pan with every frame looking at the scene, so that no
- * ray is degenerate), y, grad_y, dconv_weight. The branch rows run in f32 (q_raw ... are the f32 scan buffers). */
+ * ray is degenerate), y, grad_y, dconv_weight. The f32 branch rows take the f32 scan buffers as q_raw ...; the bf16
+ * rows their own activations (q_raw, k_raw, v_raw, y, grad_y, dq_raw, dk_raw, dv_raw in bf16). */
 static int make_branch_buffers(camdelta_context *ctx, bench_buffers *b, size_t Hs, size_t Ws) {
   const uint64_t seed = 777;
   const size_t C = b->H * b->D, BNC = b->B * b->N * C;
   int rc = device_random(ctx, 4 * C, -0.5, 0.5, CAMDELTA_F32, seed, &b->conv_w);
+  cl_mem *half[8] = {&b->hq, &b->hk, &b->hv, &b->hgy, &b->hy, &b->hdq, &b->hdk, &b->hdv};
+  for (int i = 0; i < 8 && !rc; i++)
+    rc = device_random(ctx, BNC, i < 4 ? (i == 2 || i == 3 ? -1 : -0.1) : 0, i < 4 ? (i == 2 || i == 3 ? 1 : 0.1) : 0,
+                       CAMDELTA_BF16, seed + 10 + (uint64_t)i, half[i]);
   if (!rc) rc = device_random(ctx, BNC, 0, 0, CAMDELTA_F32, seed + 1, &b->y);
   if (!rc) rc = device_random(ctx, BNC, -1, 1, CAMDELTA_F32, seed + 2, &b->gy);
   if (!rc) rc = device_random(ctx, 4 * C, 0, 0, CAMDELTA_F32, seed + 3, &b->dconv);
@@ -152,21 +158,27 @@ typedef struct bench_op {
   op_kind kind;
   camdelta_scan_algorithm alg;
   int reverse;
+  camdelta_dtype act; /* the branch rows' activations */
 } bench_op;
 
+/* designated: bench_op has five fields */
+#define OPROW(n_, k_, a_, r_, t_) {.name = (n_), .kind = (k_), .alg = (a_), .reverse = (r_), .act = (t_)}
 static const bench_op ops[] = {
-    {"prep-forward", OP_PREP, CAMDELTA_SCAN_AUTO, 0},
-    {"prep-backward", OP_PREP_BWD, CAMDELTA_SCAN_AUTO, 0},
-    {"scan-forward sequential causal", OP_SCAN, CAMDELTA_SCAN_SEQUENTIAL, 0},
-    {"scan-forward sequential reverse", OP_SCAN, CAMDELTA_SCAN_SEQUENTIAL, 1},
-    {"scan-forward chunkwise causal", OP_SCAN, CAMDELTA_SCAN_CHUNKWISE, 0},
-    {"scan-forward chunkwise reverse", OP_SCAN, CAMDELTA_SCAN_CHUNKWISE, 1},
-    {"scan-backward causal", OP_SCAN_BWD, CAMDELTA_SCAN_AUTO, 0},
-    {"scan-backward reverse", OP_SCAN_BWD, CAMDELTA_SCAN_AUTO, 1},
-    {"branch-forward", OP_BRANCH, CAMDELTA_SCAN_AUTO, 0},
-    {"branch-backward", OP_BRANCH_BWD, CAMDELTA_SCAN_AUTO, 0},
-    {"stream-step (3 frames)", OP_STREAM, CAMDELTA_SCAN_AUTO, 0},
+    OPROW("prep-forward", OP_PREP, CAMDELTA_SCAN_AUTO, 0, CAMDELTA_F32),
+    OPROW("prep-backward", OP_PREP_BWD, CAMDELTA_SCAN_AUTO, 0, CAMDELTA_F32),
+    OPROW("scan-forward sequential causal", OP_SCAN, CAMDELTA_SCAN_SEQUENTIAL, 0, CAMDELTA_F32),
+    OPROW("scan-forward sequential reverse", OP_SCAN, CAMDELTA_SCAN_SEQUENTIAL, 1, CAMDELTA_F32),
+    OPROW("scan-forward chunkwise causal", OP_SCAN, CAMDELTA_SCAN_CHUNKWISE, 0, CAMDELTA_F32),
+    OPROW("scan-forward chunkwise reverse", OP_SCAN, CAMDELTA_SCAN_CHUNKWISE, 1, CAMDELTA_F32),
+    OPROW("scan-backward causal", OP_SCAN_BWD, CAMDELTA_SCAN_AUTO, 0, CAMDELTA_F32),
+    OPROW("scan-backward reverse", OP_SCAN_BWD, CAMDELTA_SCAN_AUTO, 1, CAMDELTA_F32),
+    OPROW("branch-forward", OP_BRANCH, CAMDELTA_SCAN_AUTO, 0, CAMDELTA_F32),
+    OPROW("branch-forward bf16", OP_BRANCH, CAMDELTA_SCAN_AUTO, 0, CAMDELTA_BF16),
+    OPROW("branch-backward", OP_BRANCH_BWD, CAMDELTA_SCAN_AUTO, 0, CAMDELTA_F32),
+    OPROW("branch-backward bf16", OP_BRANCH_BWD, CAMDELTA_SCAN_AUTO, 0, CAMDELTA_BF16),
+    OPROW("stream-step (3 frames)", OP_STREAM, CAMDELTA_SCAN_AUTO, 0, CAMDELTA_F32),
 };
+#undef OPROW
 
 typedef struct op_ctx {
   bench_buffers *b;
@@ -179,8 +191,8 @@ typedef struct op_ctx {
   camdelta_precision precision; /* scan and scan backward */
 } op_ctx;
 
-/* The whole camera branch at chunk size 3, first_chunk_plus_one (the production setting), f32. */
-static camdelta_branch_args branch_args(const op_ctx *o, camdelta_profile *prof) {
+/* The whole camera branch at chunk size 3, first_chunk_plus_one (the production setting), activations in `act`. */
+static camdelta_branch_args branch_args(const op_ctx *o, camdelta_dtype act, camdelta_profile *prof) {
   const bench_buffers *b = o->b;
   camdelta_branch_args a;
   memset(&a, 0, sizeof a);
@@ -190,6 +202,8 @@ static camdelta_branch_args branch_args(const op_ctx *o, camdelta_profile *prof)
   a.q_raw.mem = b->fq, a.k_raw.mem = b->fk, a.v_raw.mem = b->fv, a.conv_weight.mem = b->conv_w;
   a.q_norm_weight.mem = b->qw, a.k_norm_weight.mem = b->kw, a.camera_conditions.mem = b->cams;
   a.beta.mem = b->beta, a.decay.mem = b->decay, a.y.mem = b->y, a.profile = prof;
+  if (act == CAMDELTA_BF16) a.q_raw.mem = b->hq, a.k_raw.mem = b->hk, a.v_raw.mem = b->hv, a.y.mem = b->hy;
+  a.dtype = act;
   return a;
 }
 
@@ -246,16 +260,17 @@ static camdelta_scan_args scan_args(const op_ctx *o, int reverse, camdelta_scan_
 static camdelta_status run_op(camdelta_context *ctx, op_ctx *o, const bench_op *op, camdelta_profile *prof) {
   bench_buffers *b = o->b;
   if (op->kind == OP_BRANCH) {
-    const camdelta_branch_args a = branch_args(o, prof);
+    const camdelta_branch_args a = branch_args(o, op->act, prof);
     return camdelta_branch_forward(ctx, &a, NULL);
   }
   if (op->kind == OP_BRANCH_BWD) {
-    const camdelta_branch_args a = branch_args(o, NULL);
-    const camdelta_branch_grads g = {.grad_y = {b->gy, 0},          .dq_raw = {b->dq, 0},
-                                     .dk_raw = {b->dk, 0},          .dv_raw = {b->dv, 0},
-                                     .dconv_weight = {b->dconv, 0}, .dq_norm_weight = {b->dqw, 0},
-                                     .dk_norm_weight = {b->dkw, 0}, .dbeta = {b->dbeta, 0},
-                                     .ddecay = {b->ddecay, 0},      .profile = prof};
+    const camdelta_branch_args a = branch_args(o, op->act, NULL);
+    const int h = op->act == CAMDELTA_BF16;
+    const camdelta_branch_grads g = {.grad_y = {h ? b->hgy : b->gy, 0}, .dq_raw = {h ? b->hdq : b->dq, 0},
+                                     .dk_raw = {h ? b->hdk : b->dk, 0},   .dv_raw = {h ? b->hdv : b->dv, 0},
+                                     .dconv_weight = {b->dconv, 0},       .dq_norm_weight = {b->dqw, 0},
+                                     .dk_norm_weight = {b->dkw, 0},       .dbeta = {b->dbeta, 0},
+                                     .ddecay = {b->ddecay, 0},            .profile = prof};
     return camdelta_branch_backward(ctx, &a, &g, o->bsaved);
   }
   if (op->kind == OP_STREAM) return stream_step(ctx, o, prof);
@@ -290,7 +305,7 @@ static camdelta_status run_op(camdelta_context *ctx, op_ctx *o, const bench_op *
 /* What a backward needs from its forward, run once before timing. */
 static camdelta_status prepare_op(camdelta_context *ctx, op_ctx *o, const bench_op *op) {
   if (op->kind == OP_BRANCH_BWD) {
-    const camdelta_branch_args a = branch_args(o, NULL);
+    const camdelta_branch_args a = branch_args(o, op->act, NULL);
     return camdelta_branch_forward(ctx, &a, o->bsaved);
   }
   if (op->kind == OP_STREAM) return stream_make(ctx, o);
@@ -395,11 +410,11 @@ static void cost(const bench_op *op, const bench_buffers *b, double *bytes, doub
       *flops = 14 * BNHD * D;
       break;
     case OP_BRANCH: /* q_raw k_raw v_raw in, y out, beta; the two scans */
-      *bytes = 4 * BNHD * 4 + BHN * 4;
+      *bytes = 4 * BNHD * (double)camdelta_dtype_size(op->act) + BHN * 4;
       *flops = 12 * BNHD * D;
       break;
     case OP_BRANCH_BWD: /* q_raw k_raw v_raw grad_y in, three gradients out, beta and dbeta */
-      *bytes = 7 * BNHD * 4 + 2 * BHN * 4;
+      *bytes = 7 * BNHD * (double)camdelta_dtype_size(op->act) + 2 * BHN * 4;
       *flops = 28 * BNHD * D;
       break;
     case OP_STREAM: /* the branch forward on one block, and the state read and written */
@@ -437,6 +452,7 @@ static int bench_budget(camdelta_context *ctx, const bench_shape *s, camdelta_dt
   const size_t es = camdelta_dtype_size(dt);
   cli_budget_device(&b, 12, BNHD, es); /* raw, q k v, their gradients, dq_raw dk_raw dv_raw */
   cli_budget_device(&b, 10, BNHD, 4);  /* the f32 scan tensors and the branch's y, grad_y */
+  cli_budget_device(&b, 8, BNHD, 2);   /* the branch's bf16 activations and their gradients */
   cli_budget_device(&b, 4, BHN, 4);
   cli_budget_device(&b, 2, BHF, 4);
   cli_budget_device(&b, 2, DD, 4);
@@ -458,6 +474,7 @@ int cmd_bench(int argc, char **argv) {
   bench_shape shapes[16];
   int nshapes = 0;
   size_t reps = 20, warmup = 3;
+  int host_timed = 0; /* some row was timed on the host: the driver gives no kernel times */
   double peak_gbs = 0, peak_tflops = 0;
   int flatness = 0;
   camdelta_dtype dt = CAMDELTA_F32;
@@ -475,10 +492,8 @@ int cmd_bench(int argc, char **argv) {
       if (r < 0) return CLI_EXIT_USAGE;
     } else if ((r = cli_value(&a, "--only", &only))) {
       if (r < 0) return CLI_EXIT_USAGE;
-    } else if ((r = cli_value(&a, "--reps", &v))) {
-      if (r < 0 || !cli_parse_count("--reps", v, 1, CLI_MAX_REPS, &reps)) return CLI_EXIT_USAGE;
-    } else if ((r = cli_value(&a, "--warmup", &v))) {
-      if (r < 0 || !cli_parse_count("--warmup", v, 0, CLI_MAX_REPS, &warmup)) return CLI_EXIT_USAGE;
+    } else if ((r = cli_reps_option(&a, &reps, &warmup))) {
+      if (r < 0) return CLI_EXIT_USAGE;
     } else if ((r = cli_value(&a, "--peak-gbs", &v))) {
       if (r < 0 || !cli_parse_double("--peak-gbs", v, &peak_gbs)) return CLI_EXIT_USAGE;
     } else if ((r = cli_value(&a, "--peak-tflops", &v))) {
@@ -552,7 +567,7 @@ int cmd_bench(int argc, char **argv) {
     printf("shape B=%zu H=%zu D=%zu F=%zu S=%zu (N=%zu), prep dtype %s, scan precision %s, %zu reps after %zu "
            "warm-up\n",
            b.B, b.H, b.D, b.F, b.S, b.N, camdelta_dtype_name(dt), camdelta_precision_name(prec), reps, warmup);
-    printf("%-32s %10s %10s %9s %9s", "operation", "median ms", "min ms", "GB/s", cpu ? "GFLOP/s" : "TFLOP/s");
+    printf("%-39s %10s %10s %9s %9s", "operation", "median ms", "min ms", "GB/s", cpu ? "GFLOP/s" : "TFLOP/s");
     if (peak_gbs > 0) printf(" %8s", "%GB/s");
     if (peak_tflops > 0) printf(" %8s", "%FLOP/s");
     printf("\n");
@@ -584,15 +599,28 @@ int cmd_bench(int argc, char **argv) {
         break;
       }
       camdelta_status st = prepare_op(ctx, &o, op);
+      int host = 0; /* the driver gives no kernel times (kernel_ms NaN): host clock around camdelta_finish */
       for (size_t r = 0; r < warmup && !st; r++) {
         camdelta_profile p = {0, 0};
         st = run_op(ctx, &o, op, &p);
+        host |= isnan(p.kernel_ms);
       }
       for (size_t r = 0; r < reps && !st; r++) {
         camdelta_profile p = {0, 0};
-        st = run_op(ctx, &o, op, &p);
-        ms[r] = p.kernel_ms;
+        if (!host) {
+          st = run_op(ctx, &o, op, &p);
+          if (!(host = isnan(p.kernel_ms))) {
+            ms[r] = p.kernel_ms;
+            continue;
+          }
+        }
+        if (!st) st = camdelta_finish(ctx);
+        const double t0 = cli_now_ms();
+        if (!st) st = run_op(ctx, &o, op, NULL);
+        if (!st) st = camdelta_finish(ctx);
+        ms[r] = cli_now_ms() - t0;
       }
+      if (host) host_timed = 1;
       if (tty) fprintf(stderr, "\r%50s\r", ""), fflush(stderr);
       cJSON *jo = cJSON_CreateObject();
       cJSON_AddItemToArray(jops, jo);
@@ -602,7 +630,7 @@ int cmd_bench(int argc, char **argv) {
         snprintf(line, sizeof line, "%s", camdelta_last_message());
         for (char *c = line; *c; c++)
           if (*c == '\n') *c = ' ';
-        printf("%-32s %10s  (%s: %s)\n", op->name, "n/a", camdelta_status_name(st), line);
+        printf("%-39s %10s  (%s: %s)\n", op->name, "n/a", camdelta_status_name(st), line);
         cJSON_AddStringToObject(jo, "error", line);
         free(ms);
         if (st != CAMDELTA_ERROR_UNSUPPORTED) rc = cli_lib_error(st, op->name);
@@ -613,7 +641,9 @@ int cmd_bench(int argc, char **argv) {
       double bytes = 0, flops = 0;
       cost(op, &b, &bytes, &flops);
       double gbs = bytes / (med * 1e-3) / 1e9, tf = flops / (med * 1e-3) / 1e12;
-      printf("%-32s %10.4f %10.4f %9.1f", op->name, med, mn, gbs);
+      char label[64];
+      snprintf(label, sizeof label, "%s%s", op->name, host ? " (host)" : "");
+      printf("%-39s %10.4f %10.4f %9.1f", label, med, mn, gbs);
       if (flops > 0) printf(" %9.2f", tf * fscale);
       else printf(" %9s", "-");
       if (peak_gbs > 0) printf(" %7.1f%%", 100 * gbs / peak_gbs);
@@ -623,6 +653,7 @@ int cmd_bench(int argc, char **argv) {
       }
       printf("\n");
       fflush(stdout);
+      cJSON_AddStringToObject(jo, "timing", host ? "host" : "kernel");
       cJSON_AddNumberToObject(jo, "median_ms", med);
       cJSON_AddNumberToObject(jo, "min_ms", mn);
       cJSON_AddNumberToObject(jo, "bytes", bytes);
@@ -648,6 +679,9 @@ int cmd_bench(int argc, char **argv) {
     release_all(&b);
     printf("\n");
   }
+  if (host_timed)
+    printf("(host): the driver gives no kernel times (its profiling timer has no resolution); these rows are host\n"
+           "milliseconds from enqueue to camdelta_finish, launch and wait included.\n");
   if (!rc && json_path) {
     char *text = cJSON_Print(root);
     FILE *f = fopen(json_path, "w");

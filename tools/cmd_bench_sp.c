@@ -47,10 +47,8 @@ int cmd_bench_sp(int argc, char **argv) {
       nshapes++;
     } else if ((r = cli_value(&a, "--device", &device)) || (r = cli_value(&a, "--json", &json))) {
       if (r < 0) return CLI_EXIT_USAGE;
-    } else if ((r = cli_value(&a, "--reps", &v))) {
-      if (r < 0 || !cli_parse_count("--reps", v, 1, CLI_MAX_REPS, &reps)) return CLI_EXIT_USAGE;
-    } else if ((r = cli_value(&a, "--warmup", &v))) {
-      if (r < 0 || !cli_parse_count("--warmup", v, 0, CLI_MAX_REPS, &warmup)) return CLI_EXIT_USAGE;
+    } else if ((r = cli_reps_option(&a, &reps, &warmup))) {
+      if (r < 0) return CLI_EXIT_USAGE;
     } else {
       return cli_error(CLI_EXIT_USAGE, "bench --sequence-parallel: unknown option '%s' (--shape, --device, --reps, "
                        "--warmup, --json, --no-single, --no-branch, --algorithm)", argv[a.i]);

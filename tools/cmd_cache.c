@@ -37,14 +37,19 @@ static const char *age_str(time_t t, char *buf, size_t size) {
   return buf;
 }
 
+/* 1 with the cache folder in dir; else 0 with the command's exit code in *rc, after saying that the cache is off
+ * (`then` ends that line) or why the folder is unknown. */
+static int folder_in_use(char *dir, size_t size, const char *then, int *rc) {
+  if ((*rc = cache_folder(dir, size))) return 0;
+  if (dir[0]) return 1;
+  printf("cache: off (CAMDELTA_CACHE=0 or no home folder)%s\n", then);
+  return 0;
+}
+
 static int cache_list(void) {
   char dir[4096];
-  int rc = cache_folder(dir, sizeof dir);
-  if (rc) return rc;
-  if (!dir[0]) {
-    printf("cache: off (CAMDELTA_CACHE=0 or no home folder)\n");
-    return CLI_EXIT_OK;
-  }
+  int rc;
+  if (!folder_in_use(dir, sizeof dir, "", &rc)) return rc;
   camdelta_cache_entry *e = NULL;
   size_t n = 0;
   camdelta_status st = camdelta_cache_list(&e, &n);
@@ -70,12 +75,8 @@ static int cache_list(void) {
 
 static int cache_clear(void) {
   char dir[4096];
-  int rc = cache_folder(dir, sizeof dir);
-  if (rc) return rc;
-  if (!dir[0]) {
-    printf("cache: off (CAMDELTA_CACHE=0 or no home folder); nothing to clear\n");
-    return CLI_EXIT_OK;
-  }
+  int rc;
+  if (!folder_in_use(dir, sizeof dir, "; nothing to clear", &rc)) return rc;
   size_t removed = 0;
   uint64_t bytes = 0;
   camdelta_status st = camdelta_cache_clear(&removed, &bytes);

@@ -34,6 +34,7 @@ typedef struct demo_state {
   camdelta_context *ctx;
   cl_mem din[NIN], dout[NOUT];
   double ms[4]; /* cameras, short conv, branch forward, branch backward */
+  int host_ms;  /* ms are host times around camdelta_finish (the driver gives no kernel times) */
   double err[NOUT];
   unsigned long long rng;
 } demo_state;
@@ -219,6 +220,21 @@ static camdelta_branch_args branch_args(const demo_state *s, camdelta_profile *p
   return a;
 }
 
+/* A stage's time: its kernels' (prof), or where the driver gives none (kernel_ms NaN: the first stage finds out, the
+ * later ones request no profile) the host clock from t0 to camdelta_finish. */
+static camdelta_status stage_time(demo_state *s, camdelta_status st, const camdelta_profile *prof, double t0,
+                                  double *ms) {
+  if (st) return st;
+  if (!s->host_ms && !isnan(prof->kernel_ms)) {
+    *ms = prof->kernel_ms;
+    return CAMDELTA_OK;
+  }
+  s->host_ms = 1;
+  st = camdelta_finish(s->ctx);
+  *ms = cli_now_ms() - t0;
+  return st;
+}
+
 /* Cameras, the short conv on its own (for its check), then the branch forward and backward. */
 static camdelta_status run_device(demo_state *s, const char **stage) {
   const demo_opts *o = &s->o;
@@ -228,30 +244,32 @@ static camdelta_status run_device(demo_state *s, const char **stage) {
                                    .proj_kv = dout(s, OPKV), .proj_o = dout(s, OPO), .rope_cos = dout(s, ORC),
                                    .rope_sin = dout(s, ORS), .profile = &prof};
   *stage = "cameras";
-  camdelta_status st = camdelta_camera_forward(s->ctx, &ca);
-  s->ms[0] = prof.kernel_ms;
+  camdelta_status st = camdelta_finish(s->ctx);
+  double t0 = cli_now_ms();
+  if (!st) st = stage_time(s, camdelta_camera_forward(s->ctx, &ca), &prof, t0, &s->ms[0]);
   if (st) return st;
+  camdelta_profile *pp = s->host_ms ? NULL : &prof; /* no events where they carry no times */
   const camdelta_short_conv_args sc = {.B = o->B, .T = o->F, .S = o->S, .C = s->C, .chunking = chunking_of(o),
                                        .k_raw = din(s, IK), .conv_weight = din(s, IW), .k_conv = dout(s, OKCONV),
-                                       .profile = &prof};
+                                       .profile = pp};
   *stage = "short conv";
-  if ((st = camdelta_short_conv_forward(s->ctx, &sc))) return st;
-  s->ms[1] = prof.kernel_ms;
+  t0 = cli_now_ms();
+  if ((st = stage_time(s, camdelta_short_conv_forward(s->ctx, &sc), &prof, t0, &s->ms[1]))) return st;
   camdelta_branch_saved *saved = NULL;
   *stage = "branch forward";
   if ((st = camdelta_branch_saved_create(s->ctx, &saved))) return st;
-  const camdelta_branch_args a = branch_args(s, &prof);
-  st = camdelta_branch_forward(s->ctx, &a, saved);
-  s->ms[2] = prof.kernel_ms;
+  const camdelta_branch_args a = branch_args(s, pp);
+  t0 = cli_now_ms();
+  st = stage_time(s, camdelta_branch_forward(s->ctx, &a, saved), &prof, t0, &s->ms[2]);
   if (!st) {
     *stage = "branch backward";
     const camdelta_branch_grads g = {.grad_y = din(s, IGY),          .dq_raw = dout(s, ODQ),
                                      .dk_raw = dout(s, ODK),          .dv_raw = dout(s, ODV),
                                      .dconv_weight = dout(s, ODW),    .dq_norm_weight = dout(s, ODQW),
                                      .dk_norm_weight = dout(s, ODKW), .dbeta = dout(s, ODB),
-                                     .ddecay = dout(s, ODD),          .profile = &prof};
-    st = camdelta_branch_backward(s->ctx, &a, &g, saved);
-    s->ms[3] = prof.kernel_ms;
+                                     .ddecay = dout(s, ODD),          .profile = pp};
+    t0 = cli_now_ms();
+    st = stage_time(s, camdelta_branch_backward(s->ctx, &a, &g, saved), &prof, t0, &s->ms[3]);
   }
   camdelta_branch_saved_destroy(saved);
   if (!st) st = camdelta_finish(s->ctx);
@@ -358,7 +376,8 @@ static int report(const demo_state *s) {
                  {"short conv on K", OKCONV, OKCONV, 1e-6},
                  {"branch forward", OY, OY, 1e-5},
                  {"branch backward", ODQ, ODD, 1e-4}};
-  printf("%-22s %10s   %s\n", "stage", "kernel ms", "largest relative error vs the f64 reference");
+  printf("%-22s %10s   %s\n", "stage", s->host_ms ? "host ms" : "kernel ms",
+         "largest relative error vs the f64 reference");
   int pass = 1, checked = 0;
   for (int st = 0; st < 4; st++) {
     printf("%-22s %10.3f  ", stages[st].label, s->ms[st]);
@@ -371,6 +390,9 @@ static int report(const demo_state *s) {
     }
     printf("\n");
   }
+  if (s->host_ms)
+    printf("(host ms: the driver gives no kernel times, so each stage of a second run is timed on the host from\n"
+           " its call to camdelta_finish, launches and waits included)\n");
   printf("\nresult   %s: %d outputs checked against the f64 reference (bounds: matrices and conv 1e-6, branch forward "
          "1e-5, gradients 1e-4)\n",
          pass ? "PASS" : "FAIL", checked);
@@ -416,6 +438,8 @@ int cmd_demo(int argc, char **argv) {
     if (!rc) {
       const char *stage = "";
       camdelta_status st = run_device(s, &stage);
+      /* host times include the first calls' kernel builds: time a second run (the same outputs) */
+      if (!st && s->host_ms) st = run_device(s, &stage);
       if (st) rc = cli_lib_error(st, stage);
     }
     if (!rc) rc = check_reference(s);

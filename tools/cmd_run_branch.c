@@ -25,7 +25,7 @@ static int takes_value(const char *arg) {
   static const char *const opts[] = {"--in",         "--out",      "--device",         "--k-scale",
                                      "--norm-eps",   "--algorithm", "--tokens-per-frame", "--grid",
                                      "--patch",      "--head-dim", "--chunk-size",     "--chunk-strategy",
-                                     "--repeat"};
+                                     "--repeat",     "--dtype"};
   for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
     if (strcmp(arg, opts[i]) == 0) return 1;
   return 0;
@@ -46,10 +46,11 @@ typedef struct br_opts {
   cli_run_opts c; /* --in --out --device --k-scale --norm-eps --algorithm --quiet */
   br_op op;
   size_t grid[3], patch[3], head_dim, chunk_size;
-  int have_grid, have_patch, have_strategy;
+  int have_grid, have_patch, have_strategy, have_dtype;
   camdelta_chunk_strategy strategy;
   int stream, have_repeat; /* --stream, --repeat K */
   size_t repeat;
+  camdelta_dtype dtype; /* of branch's and branch-backward's activations */
 } br_opts;
 
 /* ------------------------------------------------------------------------------------------- the job */
@@ -58,6 +59,27 @@ typedef struct br_opts {
 static int load(cli_job *j, const char *name, int ndim, const size_t *shape, const char *symbols, int *idx) {
   int rc = cli_job_slot(j, 0, idx);
   return rc ? rc : cli_tensor_load_f32(&j->in[*idx], j->opts->in, name, 0, ndim, shape, symbols);
+}
+
+/* The same for activations in `dtype` (cli_tensor_activations: <u2 taken with bf16 only, floats rounded). */
+static int load_act(cli_job *j, camdelta_dtype dtype, const char *name, int ndim, const size_t *shape,
+                    const char *symbols, int *idx) {
+  char nums[256], expect[512];
+  int rc = cli_job_slot(j, 0, idx);
+  if (rc) return rc;
+  cli_tensor *t = &j->in[*idx];
+  if (ndim > 0)
+    snprintf(expect, sizeof expect, "%s = %s", symbols, cli_shape_str(nums, sizeof nums, ndim, shape));
+  else
+    snprintf(expect, sizeof expect, "%s", symbols);
+  if ((rc = cli_tensor_load(t, j->opts->in, name, 0, expect))) return rc;
+  if (ndim > 0 && (rc = cli_tensor_expect(t, ndim, shape, symbols))) return rc;
+  if (ndim < 0 && t->npy.ndim != -ndim) {
+    char have[256];
+    return cli_error(CLI_EXIT_INPUT, "%s: shape %s does not fit: expected %d dimensions %s", t->path,
+                     cli_shape_str(have, sizeof have, t->npy.ndim, t->npy.shape), -ndim, symbols);
+  }
+  return cli_tensor_activations(t, dtype);
 }
 
 static int add_output(cli_job *j, const char *name, int ndim, const size_t *shape) {
@@ -228,14 +250,17 @@ static int run_branch(cli_job *j, const br_opts *o) {
   const int backward = o->op == BR_BACKWARD;
   if (!o->have_grid) return cli_error(CLI_EXIT_USAGE, "run %s: missing --grid T,Hs,Ws", o->c.op_name);
   int iq, ik, iv, iw, iqw, ikw, icc, ib, id, igy = -1, rc;
-  if ((rc = load(j, "q_raw", -4, NULL, "(B, N, H, D)", &iq))) return rc;
+  const camdelta_dtype dt = o->dtype;
+  const camdelta_npy_type at = cli_npy_type_of(dt);
+  if ((rc = load_act(j, dt, "q_raw", -4, NULL, "(B, N, H, D)", &iq))) return rc;
   const size_t *s = j->in[iq].npy.shape, B = s[0], N = s[1], H = s[2], D = s[3];
   if ((rc = check_grid(o, N, j->in[iq].path))) return rc;
   /* S divides N and H*D the element count of the file just read: no overflow */
   const size_t T = o->grid[0], S = o->grid[1] * o->grid[2], C = H * D;
   const size_t bnhd[4] = {B, N, H, D}, c4[2] = {C, 4}, c1[1] = {C}, bt20[3] = {B, T, 20}, bhts[4] = {B, H, T, S},
                bht[3] = {B, H, T};
-  if ((rc = load(j, "k_raw", 4, bnhd, "(B, N, H, D)", &ik)) || (rc = load(j, "v_raw", 4, bnhd, "(B, N, H, D)", &iv)) ||
+  if ((rc = load_act(j, dt, "k_raw", 4, bnhd, "(B, N, H, D)", &ik)) ||
+      (rc = load_act(j, dt, "v_raw", 4, bnhd, "(B, N, H, D)", &iv)) ||
       (rc = load(j, "conv_weight", 2, c4, "(C, 4) with C = H*D", &iw)) ||
       (rc = load(j, "q_norm_weight", 1, c1, "(C,) with C = H*D", &iqw)) ||
       (rc = load(j, "k_norm_weight", 1, c1, "(C,) with C = H*D", &ikw)) ||
@@ -243,7 +268,7 @@ static int run_branch(cli_job *j, const br_opts *o) {
       (rc = load(j, "beta", 4, bhts, "(B, H, T, S) with S = Hs*Ws", &ib)) ||
       (rc = load(j, "decay", 3, bht, "(B, H, T)", &id)))
     return rc;
-  if (backward && (rc = load(j, "grad_y", 4, bnhd, "(B, N, H, D)", &igy))) return rc;
+  if (backward && (rc = load_act(j, dt, "grad_y", 4, bnhd, "(B, N, H, D)", &igy))) return rc;
   camdelta_chunking ch;
   if ((rc = chunking_of(j, o, T, &ch))) return rc;
   if (D < 8 || D > 128 || D % 8)
@@ -258,6 +283,7 @@ static int run_branch(cli_job *j, const br_opts *o) {
   a.chunking = ch;
   a.k_scale = (float)k_scale, a.norm_eps = (float)o->c.norm_eps;
   a.algorithm = o->c.algorithm;
+  a.dtype = dt;
   a.q_raw = cli_job_in(j, iq), a.k_raw = cli_job_in(j, ik), a.v_raw = cli_job_in(j, iv);
   a.conv_weight = cli_job_in(j, iw);
   a.q_norm_weight = cli_job_in(j, iqw), a.k_norm_weight = cli_job_in(j, ikw), a.camera_conditions = cli_job_in(j, icc);
@@ -265,17 +291,17 @@ static int run_branch(cli_job *j, const br_opts *o) {
   camdelta_profile prof = {0, 0};
   char detail[320], cs[96];
   chunk_str(cs, sizeof cs, &ch);
-  snprintf(detail, sizeof detail, "B=%zu H=%zu D=%zu grid %zux%zux%zu, %s, k_scale=%g", B, H, D, T, o->grid[1],
-           o->grid[2], cs, k_scale);
+  snprintf(detail, sizeof detail, "B=%zu H=%zu D=%zu grid %zux%zux%zu, %s, k_scale=%g, %s", B, H, D, T, o->grid[1],
+           o->grid[2], cs, k_scale, camdelta_dtype_name(dt));
   if (o->stream) return run_stream(j, o, &a, iq, bnhd);
   if (!backward) {
-    if ((rc = add_output(j, "y", 4, bnhd))) return rc;
+    if ((rc = cli_job_output(j, "y", at, 4, bnhd))) return rc;
     a.y = cli_job_out(j, "y");
     a.profile = &prof;
     return cli_job_finish(j, camdelta_branch_forward(j->ctx, &a, NULL), "camdelta_branch_forward", &prof, detail);
   }
-  if ((rc = add_output(j, "dq_raw", 4, bnhd)) || (rc = add_output(j, "dk_raw", 4, bnhd)) ||
-      (rc = add_output(j, "dv_raw", 4, bnhd)) || (rc = add_output(j, "dconv_weight", 2, c4)) ||
+  if ((rc = cli_job_output(j, "dq_raw", at, 4, bnhd)) || (rc = cli_job_output(j, "dk_raw", at, 4, bnhd)) ||
+      (rc = cli_job_output(j, "dv_raw", at, 4, bnhd)) || (rc = add_output(j, "dconv_weight", 2, c4)) ||
       (rc = add_output(j, "dq_norm_weight", 1, c1)) || (rc = add_output(j, "dk_norm_weight", 1, c1)) ||
       (rc = add_output(j, "dbeta", 4, bhts)) || (rc = add_output(j, "ddecay", 3, bht)))
     return rc;
@@ -332,6 +358,11 @@ int cmd_run_branch(int argc, char **argv) {
       o.have_repeat = 1;
       continue;
     }
+    if ((r = cli_value(&a, "--dtype", &v))) {
+      if (r < 0 || cli_parse_dtype("run", v, &o.dtype)) return CLI_EXIT_USAGE;
+      o.have_dtype = 1;
+      continue;
+    }
     if ((r = cli_value(&a, "--chunk-strategy", &v))) {
       if (r < 0 || !cli_parse_strategy(v, &o.strategy)) return CLI_EXIT_USAGE;
       o.have_strategy = 1;
@@ -356,6 +387,10 @@ int cmd_run_branch(int argc, char **argv) {
                      o.c.op_name);
   if (o.head_dim && o.op != BR_CAMERA)
     return cli_error(CLI_EXIT_USAGE, "run %s: --head-dim applies to camera only (D comes from the files)", o.c.op_name);
+  if (o.stream && o.dtype != CAMDELTA_F32)
+    return cli_error(CLI_EXIT_USAGE, "run branch: --stream takes f32 activations (16-bit streams are not built yet)");
+  if (o.have_dtype && !branch)
+    return cli_error(CLI_EXIT_USAGE, "run %s: --dtype applies to branch and branch-backward only", o.c.op_name);
   if (o.have_grid && o.op == BR_OT)
     return cli_error(CLI_EXIT_USAGE, "run output-transform: --grid does not apply (N comes from the files)");
   if (o.have_patch && o.op != BR_CAMERA && !branch)

@@ -5,6 +5,7 @@
  * Outputs: out (1, H, D, N) and with --final-state final_state (clips, H, D, D); scan-backward: dq dk dv
  * (1, H, D, N), dbeta (1, H, N), ddecay (1, H, F), dinit_state (clips, H, D, D) when init_state is given. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,10 +119,11 @@ int cmd_run_packed(int backward, const char *in, const char *outdir, const char 
   }
   if (!rc) rc = cli_write_outputs(ctx, outdir, out, no);
   if (!rc && !quiet) {
-    printf("camdelta run %s: %zu packed clips, %zu frames, N=%zu tokens, H=%zu D=%zu %s%s%s: %.3f ms in %u kernels; "
+    char ms[48] = "no kernel times from the driver";
+    if (!isnan(prof.kernel_ms)) snprintf(ms, sizeof ms, "%.3f ms", prof.kernel_ms);
+    printf("camdelta run %s: %zu packed clips, %zu frames, N=%zu tokens, H=%zu D=%zu %s%s%s: %s in %u kernels; "
            "wrote", op, clips, F, N, H, D, reverse ? "reverse" : "causal", has_init ? " from init_state" : "",
-           backward ? "" : (used == CAMDELTA_SCAN_CHUNKWISE ? ", chunkwise" : ", sequential"), prof.kernel_ms,
-           prof.kernels);
+           backward ? "" : (used == CAMDELTA_SCAN_CHUNKWISE ? ", chunkwise" : ", sequential"), ms, prof.kernels);
     for (int i = 0; i < no; i++) printf(" %s", out[i].name);
     printf(" to %s\n", outdir);
   }

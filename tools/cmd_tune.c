@@ -1,6 +1,7 @@
 /* camdelta tune: sweeps the tile parameters of the scan's tensor-core kernel families on the current device
  * for one shape, one family at a time (gram, apply, frames), prints the winners as a table entry for
  * src/scan/tc_params.c and, with --save, stores them in the cache folder where the library picks them up. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +34,9 @@ static camdelta_status time_op(camdelta_context *ctx, const size_t s[5], const t
   if (reps > 64) reps = 64;
   for (size_t r = 0; r <= reps; r++) {
     camdelta_profile p = {0, 0};
-    camdelta_status st;
+    camdelta_status st = camdelta_finish(ctx);
+    const double t0 = cli_now_ms();
+    if (st) return st;
     if (!backward) {
       camdelta_scan_args a;
       memset(&a, 0, sizeof a);
@@ -50,8 +53,9 @@ static camdelta_status time_op(camdelta_context *ctx, const size_t s[5], const t
       a.ddecay.mem = b->ddecay, a.profile = &p, a.precision = prec;
       st = camdelta_scan_backward(ctx, &a, sv);
     }
+    if (!st && isnan(p.kernel_ms)) st = camdelta_finish(ctx); /* no kernel times: the host's */
     if (st) return st;
-    if (r) t[r - 1] = p.kernel_ms; /* the first run warms up (and builds) */
+    if (r) t[r - 1] = isnan(p.kernel_ms) ? cli_now_ms() - t0 : p.kernel_ms; /* the first run warms up (and builds) */
   }
   for (size_t i = 1; i < reps; i++)
     for (size_t j = i; j > 0 && t[j] < t[j - 1]; j--) {
@@ -98,14 +102,9 @@ int cmd_tune(int argc, char **argv) {
   cli_budget_device(&bud, 2, gates, 4);
   cli_budget_device(&bud, 2, bhf, 4);
   cli_budget_host(&bud, 1, tok, 4);
-  int rc = cli_budget_check(&bud, NULL, "tune: this shape"); /* the host, no device yet */
-  if (rc) return rc;
   camdelta_context *ctx = NULL;
-  if ((rc = cli_context(&ctx, device))) return rc;
-  if ((rc = cli_budget_check(&bud, ctx, "tune: this shape"))) {
-    camdelta_context_destroy(ctx);
-    return rc;
-  }
+  int rc = cli_context_for(&ctx, device, &bud, "tune: this shape");
+  if (rc) return rc;
   camdelta_device_info info;
   camdelta_context_info(ctx, &info);
   printf("camdelta tune: B=%zu H=%zu D=%zu F=%zu S=%zu, precision %s, on %s (%s)\n", s[0], s[1], s[2], s[3], s[4],
@@ -204,10 +203,11 @@ int cmd_tune(int argc, char **argv) {
   if (!rc) {
     printf("\ntable entry (src/scan/tc_params.c):\n");
     for (int f = 0; f < 3; f++) {
-      char now[160];
+      char now[1024];
       if (camdelta_tune_get(ctx, fam[f].name, s[2], now, sizeof now) == CAMDELTA_OK) {
-        unsigned t[5];
-        if (sscanf(now, "WM=%u WN=%u MR=%u NR=%u KC=%u", &t[0], &t[1], &t[2], &t[3], &t[4]) == 5)
+        unsigned t[5]; /* the tiles the head dim resolves to follow the family's values: "...; for D=64: WM=.." */
+        const char *tiles = strstr(now, ": WM=");
+        if (tiles && sscanf(tiles + 2, "WM=%u WN=%u MR=%u NR=%u KC=%u", &t[0], &t[1], &t[2], &t[3], &t[4]) == 5)
           printf("    {\"%s\", \"%s\", CD_TC_%s, %zu, %zu, {%u, %u, %u, %u, %u}, %s},\n", info.device_vendor,
                  info.device_name, f == 0 ? "GRAM" : f == 1 ? "APPLY" : "FRAMES", s[2], s[2], t[0], t[1], t[2],
                  t[3], t[4], prec == CAMDELTA_PRECISION_TF32 ? "TF32" : "EXACT");

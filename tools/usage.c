@@ -111,7 +111,7 @@ void usage_run(void) {
 void usage_run_branch(void) {
   printf(
       "\n"
-      "camera-branch operations (docs/branch.md; all f32):\n"
+      "camera-branch operations (docs/branch.md; f32, branch and branch-backward also 16-bit):\n"
       "  camera            in:  camera_conditions (B, T, 20) = c2w row-major (16), fx fy cx cy\n"
       "                    out: proj_q proj_kv proj_o (B, N, 4, 4); rope_cos rope_sin (N, D/2)\n"
       "                    needs --grid and --head-dim\n"
@@ -141,7 +141,11 @@ void usage_run_branch(void) {
       "                           by block, the blocks those of --chunk-size and --chunk-strategy\n"
       "                           (T a whole number of them; the conv's segments are the blocks),\n"
       "                           committing each; writes the same y\n"
-      "  --repeat K               with --stream: K non-committing steps before each commit\n");
+      "  --repeat K               with --stream: K non-committing steps before each commit\n"
+      "  --dtype f32|f16|bf16     branch, branch-backward: the activations' dtype (default f32):\n"
+      "                           q_raw k_raw v_raw grad_y in, y dq_raw dk_raw dv_raw out, as <f2\n"
+      "                           (f16) or <u2 holding bfloat16 bits (bf16; NumPy has no bfloat16);\n"
+      "                           float files are rounded to it; the rest stays f32\n");
 }
 
 void usage_cache(void) {
@@ -172,8 +176,11 @@ void usage_bench(void) {
          "Times every operation with OpenCL profiling events after warm-up and prints\n"
          "median and minimum kernel milliseconds, effective GB/s (the fewest bytes the\n"
          "operation must move) and TFLOP/s (scan: 6*B*H*N*D^2 forward, 14*B*H*N*D^2\n"
-         "backward). The branch rows run the whole camera branch (camdelta_branch_forward /\n"
-         "backward, f32) at chunk size 3, first_chunk_plus_one, on the grid Hs x Ws = S\n"
+         "backward). Where the driver gives no kernel times, the rows marked (host) are\n"
+         "host milliseconds from the call to camdelta_finish. The branch rows run the\n"
+         "whole camera branch (camdelta_branch_forward / backward; f32, and bf16\n"
+         "activations in the \"bf16\" rows) at chunk size 3, first_chunk_plus_one, on the\n"
+         "grid Hs x Ws = S\n"
          "(sana480 and d64: 30x52, sana720: 45x80, else the most square factorisation);\n"
          "their TFLOP/s count the two scans (12 and 28*B*H*N*D^2). The stream row times one\n"
          "committed block of 3 frames of a stream (camdelta_stream_step, uniform blocks;\n"

@@ -242,6 +242,7 @@ class branch_args(_Struct):
         ("y", buffer),
         ("profile", c_profilep),
         ("precision", c_precision),
+        ("dtype", c_dtype),
     ]
 
 

@@ -542,7 +542,7 @@ def default_k_scale(D, S):
 
 
 def _branch(op, q_raw, k_raw, v_raw, conv_weight, q_norm_weight, k_norm_weight, camera_conditions, beta, decay,
-            grid, patch, chunk_size, chunk_strategy, chunk_index, k_scale, norm_eps, algorithm, precision):
+            grid, patch, chunk_size, chunk_strategy, chunk_index, k_scale, norm_eps, algorithm, precision, dtype):
     T, Hs, Ws = K.sizes(op, "grid", grid, 3)
     pt, ph, pw = K.sizes(op, "patch", patch, 3)
     B, N, H, D = K.ndarray(op, "q_raw", q_raw, 4, "(B, N, H, D)")
@@ -550,8 +550,10 @@ def _branch(op, q_raw, k_raw, v_raw, conv_weight, q_norm_weight, k_norm_weight, 
         raise K.ShapeError("%s: q_raw has N = %d tokens, but the grid (T, Hs, Ws) = %s has %d" %
                            (op, N, (T, Hs, Ws), T * Hs * Ws))
     S_, Cc = Hs * Ws, H * D
+    dt = K.activation_dtype(op, "q_raw", q_raw, dtype)
+    st = K.STORAGE[dt]
     for name, a in (("q_raw", q_raw), ("k_raw", k_raw), ("v_raw", v_raw)):
-        K.array(op, name, a, (B, N, H, D), F32, "(B, N, H, D)")
+        K.array(op, name, a, (B, N, H, D), st, "(B, N, H, D)")
     wshape = _conv_weight(op, conv_weight, Cc)
     K.array(op, "q_norm_weight", q_norm_weight, (Cc,), F32, "(C,)")
     K.array(op, "k_norm_weight", k_norm_weight, (Cc,), F32, "(C,)")
@@ -562,26 +564,29 @@ def _branch(op, q_raw, k_raw, v_raw, conv_weight, q_norm_weight, k_norm_weight, 
     args = S.branch_args(B=B, T=T, Hs=Hs, Ws=Ws, H=H, D=D, pt=pt, ph=ph, pw=pw, chunking=ch,
                          k_scale=default_k_scale(D, S_) if k_scale is None else k_scale, norm_eps=norm_eps,
                          algorithm=K.choice(op, "algorithm", algorithm, S.ALGORITHMS),
-                         precision=K.choice(op, "precision", precision, S.PRECISIONS))
-    return args, keep, (B, N, H, D, T, S_, Cc, wshape)
+                         precision=K.choice(op, "precision", precision, S.PRECISIONS), dtype=S.DTYPES[dt])
+    return args, keep, (B, N, H, D, T, S_, Cc, wshape, st)
 
 
 def branch_forward(q_raw, k_raw, v_raw, *, conv_weight, q_norm_weight, k_norm_weight, camera_conditions, beta,
                    decay, grid, patch=(1, 1, 1), chunk_size=None, chunk_strategy="uniform", chunk_index=None,
-                   k_scale=None, norm_eps=1e-6, algorithm="auto", precision="exact", saved=None, ctx=None):
+                   k_scale=None, norm_eps=1e-6, algorithm="auto", precision="exact", dtype=None, saved=None,
+                   ctx=None):
     """The whole camera branch forward (docs/math.md §8.6): q_raw, k_raw, v_raw (B, N, H, D) -> y (B, N, H, D).
+    The activations q_raw, k_raw, v_raw and y are float32, float16, or bfloat16 (bits in uint16 with
+    dtype='bf16'; docs/math.md §8.7), all three inputs alike; everything else is float32.
     conv_weight (C, 4), norm weights (C,), camera_conditions (B, T, 20), beta (B, H, T, S), decay (B, H, T);
     grid (T, Hs, Ws), patch (pt, ph, pw); chunking by chunk_size + chunk_strategy ('uniform', 'first_frame',
     'first_chunk_plus_one') or chunk_index (frame starts), none = one chunk; k_scale default D^-1/2·S^-1/2.
     `saved` (a BranchSaved) keeps what branch_backward reuses."""
     op = "camdelta.branch_forward"
-    args, keep, (B, N, H, D, T, S_, Cc, wshape) = _branch(op, q_raw, k_raw, v_raw, conv_weight, q_norm_weight,
-                                                  k_norm_weight, camera_conditions, beta, decay, grid, patch,
-                                                  chunk_size, chunk_strategy, chunk_index, k_scale, norm_eps,
-                                                  algorithm, precision)
+    args, keep, (B, N, H, D, T, S_, Cc, wshape, st) = _branch(op, q_raw, k_raw, v_raw, conv_weight, q_norm_weight,
+                                                      k_norm_weight, camera_conditions, beta, decay, grid, patch,
+                                                      chunk_size, chunk_strategy, chunk_index, k_scale, norm_eps,
+                                                      algorithm, precision, dtype)
     ctx = _ctx(ctx)
     hs = _saved(op, saved, BranchSaved)
-    y = _empty((B, N, H, D), F32)
+    y = _empty((B, N, H, D), st)
     with ctx._stage() as s:
         args.q_raw, args.k_raw, args.v_raw = s.i(q_raw), s.i(k_raw), s.i(v_raw)
         args.conv_weight, args.q_norm_weight, args.k_norm_weight = (s.i(conv_weight), s.i(q_norm_weight),
@@ -596,19 +601,20 @@ def branch_forward(q_raw, k_raw, v_raw, *, conv_weight, q_norm_weight, k_norm_we
 def branch_backward(q_raw, k_raw, v_raw, *, conv_weight, q_norm_weight, k_norm_weight, camera_conditions, beta,
                     decay, grad_y, grid, patch=(1, 1, 1), chunk_size=None, chunk_strategy="uniform",
                     chunk_index=None, k_scale=None, norm_eps=1e-6, algorithm="auto", precision="exact",
-                    saved=None, ctx=None):
+                    dtype=None, saved=None, ctx=None):
     """The whole camera branch backward: the forward's arguments and grad_y (B, N, H, D) -> BranchGrads
     (dq_raw, dk_raw, dv_raw, dconv_weight (shaped as conv_weight), dq_norm_weight, dk_norm_weight, dbeta,
-    ddecay). Cameras get no gradient. `saved`: the BranchSaved of the matching forward, or None."""
+    ddecay). Cameras get no gradient. `saved`: the BranchSaved of the matching forward, or None. grad_y, dq_raw,
+    dk_raw, dv_raw are in the activations' dtype; the other gradients float32."""
     op = "camdelta.branch_backward"
-    args, keep, (B, N, H, D, T, S_, Cc, wshape) = _branch(op, q_raw, k_raw, v_raw, conv_weight, q_norm_weight,
-                                                  k_norm_weight, camera_conditions, beta, decay, grid, patch,
-                                                  chunk_size, chunk_strategy, chunk_index, k_scale, norm_eps,
-                                                  algorithm, precision)
-    K.array(op, "grad_y", grad_y, (B, N, H, D), F32, "(B, N, H, D)")
+    args, keep, (B, N, H, D, T, S_, Cc, wshape, st) = _branch(op, q_raw, k_raw, v_raw, conv_weight, q_norm_weight,
+                                                      k_norm_weight, camera_conditions, beta, decay, grid, patch,
+                                                      chunk_size, chunk_strategy, chunk_index, k_scale, norm_eps,
+                                                      algorithm, precision, dtype)
+    K.array(op, "grad_y", grad_y, (B, N, H, D), st, "(B, N, H, D)")
     ctx = _ctx(ctx)
     hs = _saved(op, saved, BranchSaved)
-    dq, dk, dv = (_empty((B, N, H, D), F32) for _ in range(3))
+    dq, dk, dv = (_empty((B, N, H, D), st) for _ in range(3))
     dw = _empty(wshape, F32)
     dqw, dkw = _empty((Cc,), F32), _empty((Cc,), F32)
     dbeta, ddecay = _empty((B, H, T, S_), F32), _empty((B, H, T), F32)

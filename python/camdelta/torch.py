@@ -332,31 +332,34 @@ class CamBranchFunction(torch.autograd.Function):
         ctx.set_materialize_grads(False)
         arrs = dict(zip(_BRANCH_INPUTS, inputs))
         q_raw, k_raw, v_raw = (arrs.pop(n) for n in _BRANCH_INPUTS[:3])
+        if not isinstance(q_raw, torch.Tensor) or q_raw.dtype not in _DTYPES:
+            raise UnsupportedError("cam_branch_func: argument 'q_raw' is %s, expected a torch.float32, float16 or "
+                                   "bfloat16 tensor" % (getattr(q_raw, "dtype", type(q_raw).__name__),))
         saved = BranchSaved()
         y = ops.branch_forward(q_raw, k_raw, v_raw, saved=saved, **arrs, **options)
-        ctx.cd = (saved, options)
+        ctx.cd = (saved, options, q_raw.dtype)
         ctx.save_for_backward(*inputs)
-        return _t(y)
+        return _t(y, q_raw.dtype)
 
     @staticmethod
     def backward(ctx, grad_y):
         if grad_y is None:
             return (None,) * 10
-        saved, options = ctx.cd
+        saved, options, dt = ctx.cd
         arrs = dict(zip(_BRANCH_INPUTS, ctx.saved_tensors))
         q_raw, k_raw, v_raw = (arrs.pop(n) for n in _BRANCH_INPUTS[:3])
-        g = ops.branch_backward(q_raw, k_raw, v_raw, grad_y=_grad(grad_y, torch.float32), saved=saved, **arrs,
-                                **options)
+        g = ops.branch_backward(q_raw, k_raw, v_raw, grad_y=_grad(grad_y, dt), saved=saved, **arrs, **options)
         grads = (g.dq_raw, g.dk_raw, g.dv_raw, g.dconv_weight, g.dq_norm_weight, g.dk_norm_weight, None, g.dbeta,
                  g.ddecay)
+        dts = (dt,) * 3 + (torch.float32,) * 6
         n = ctx.needs_input_grad[1:]
-        return (None,) + tuple(_t(a) if a is not None and need else None for a, need in zip(grads, n))
+        return (None,) + tuple(_t(a, d) if a is not None and need else None for a, d, need in zip(grads, dts, n))
 
 
 def cam_branch_func(q_raw, k_raw, v_raw, *, conv_weight, q_norm_weight, k_norm_weight, camera_conditions, beta,
                     decay, grid, patch=(1, 1, 1), chunk_size=None, chunk_strategy="uniform", chunk_index=None,
                     k_scale=None, norm_eps=1e-6, algorithm="auto", precision="exact"):
-    """The whole camera branch of one attention layer (docs/math.md §8.6) with autograd, float32:
+    """The whole camera branch of one attention layer (docs/math.md §8.6) with autograd:
     k_raw -> short conv -> prep (matrices and RoPE from the cameras) -> beta discount -> causal + chunk-masked
     reverse scan -> output transform -> y.
 
@@ -364,7 +367,9 @@ def cam_branch_func(q_raw, k_raw, v_raw, *, conv_weight, q_norm_weight, k_norm_w
     (C, 1, 4), q_norm_weight, k_norm_weight (C,), camera_conditions (B, T, 20), beta (B, H, T, S), decay
     (B, H, T); grid (T, Hs, Ws) with N = T·Hs·Ws, S = Hs·Ws; patch (pt, ph, pw); chunk_size + chunk_strategy
     ('uniform', 'first_frame', 'first_chunk_plus_one') or chunk_index (frame starts), none = one chunk; k_scale
-    default D^-1/2·S^-1/2. Returns y (B, N, H, D); gradients flow to every input but camera_conditions."""
+    default D^-1/2·S^-1/2. Returns y (B, N, H, D); gradients flow to every input but camera_conditions.
+    q_raw, k_raw, v_raw are torch.float32, float16 or bfloat16 (one dtype; docs/math.md §8.7): y and the
+    activations' gradients come in that dtype; the other inputs and their gradients are float32."""
     options = dict(grid=tuple(grid), patch=tuple(patch), chunk_size=chunk_size, chunk_strategy=chunk_strategy,
                    chunk_index=chunk_index, k_scale=k_scale, norm_eps=norm_eps, algorithm=algorithm,
                    precision=precision)

@@ -114,3 +114,53 @@ def test_bf16_conversions_are_the_librarys(inputs):
     assert np.all(np.isnan(camdelta.from_bf16(mine[nan])))
     assert np.array_equal(camdelta.from_bf16(mine[~nan]),
                           np.array([lib.camdelta_bf16_to_f32(int(h)) for h in mine[~nan]], np.float32))
+
+
+# 16-bit activations (docs/math.md §8.7): against the f64 reference fed the same rounded inputs; y within 2e-3 (f16)
+# and 1.6e-2 (bf16) of max |reference|, every gradient within twice that
+HALF = {"f16": 2e-3, "bf16": 1.6e-2}
+
+
+def _to(dt, x):
+    return x.astype(np.float16) if dt == "f16" else camdelta.to_bf16(x)
+
+
+def _from(dt, x):
+    return x.astype(np.float32) if dt == "f16" else camdelta.from_bf16(x)
+
+
+@pytest.mark.parametrize("dt", sorted(HALF))
+@pytest.mark.parametrize("case", BRANCH[:2])
+def test_branch_16bit(inputs, case, dt):
+    B, T, Hs, Ws, H, D, ch = case
+    p = branch_problem(inputs, B, T, Hs, Ws, H, D)
+    raw = [_to(dt, p.pop(n)) for n in ("q_raw", "k_raw", "v_raw")]
+    gy = _to(dt, inputs.normal(*raw[0].shape))
+    kw = dict(dtype="bf16") if dt == "bf16" else {}
+    saved = camdelta.BranchSaved()
+    y = camdelta.branch_forward(*raw, grid=(T, Hs, Ws), saved=saved, **p, **ch, **kw)
+    assert y.dtype == raw[0].dtype and y.shape == raw[0].shape
+    raw32 = [_from(dt, a) for a in raw]
+    assert rel_err(_from(dt, y), ref.branch_forward(*raw32, grid=(T, Hs, Ws), **p, **ch)) <= HALF[dt]
+    g = camdelta.branch_backward(*raw, grad_y=gy, grid=(T, Hs, Ws), saved=saved, **p, **ch, **kw)
+    w = ref.branch_backward(*raw32, grad_y=_from(dt, gy), grid=(T, Hs, Ws), **p, **ch)
+    for name, a, b in zip(g._fields, g, w):
+        if name in ("dq_raw", "dk_raw", "dv_raw"):
+            assert a.dtype == raw[0].dtype
+            a = _from(dt, a)
+        else:
+            assert a.dtype == np.float32
+        assert rel_err(a, b) <= 2 * HALF[dt], name
+
+
+def test_branch_16bit_refuses_mixed_and_unknown(inputs):
+    B, T, Hs, Ws, H, D, ch = BRANCH[0]
+    p = branch_problem(inputs, B, T, Hs, Ws, H, D)
+    q, k, v = (p.pop(n) for n in ("q_raw", "k_raw", "v_raw"))
+    with pytest.raises(camdelta.errors.UnsupportedError):  # uint16 without dtype='bf16'
+        camdelta.branch_forward(camdelta.to_bf16(q), camdelta.to_bf16(k), camdelta.to_bf16(v), grid=(T, Hs, Ws),
+                                **p, **ch)
+    with pytest.raises(camdelta.errors.UnsupportedError):
+        camdelta.branch_forward(q, k, v, grid=(T, Hs, Ws), dtype="f8", **p, **ch)
+    with pytest.raises(ValueError, match="k_raw"):  # one dtype for the three
+        camdelta.branch_forward(q.astype(np.float16), k, v.astype(np.float16), grid=(T, Hs, Ws), **p, **ch)

@@ -114,3 +114,32 @@ def test_branch_in_a_module_trains(inputs):
         opt.step()
         losses.append(float(loss))
     assert losses[1] < losses[0]
+
+
+@pytest.mark.parametrize("dt", [torch.float16, torch.bfloat16])
+def test_cam_branch_func_16bit(inputs, dt):
+    """bf16 / f16 tensors through cam_branch_func: y and the activations' gradients in that dtype, within §12's
+    bounds of the f64 reference fed the same rounded inputs; the weights' gradients float32."""
+    bound = 2e-3 if dt == torch.float16 else 1.6e-2
+    B, T, Hs, Ws, H, D, ch = CASES[1]
+    p = branch_problem(inputs, B, T, Hs, Ws, H, D)
+    x = {n: torch.from_numpy(p[n]) for n in INPUTS}
+    for n in INPUTS[:3]:
+        x[n] = x[n].to(dt).requires_grad_(True)
+    for n in ("conv_weight", "q_norm_weight", "k_norm_weight"):
+        x[n].requires_grad_(True)
+    y = ct.cam_branch_func(x["q_raw"], x["k_raw"], x["v_raw"], grid=(T, Hs, Ws),
+                           **{n: x[n] for n in INPUTS[3:]}, **ch)
+    assert y.dtype == dt and y.shape == x["q_raw"].shape
+    gy = torch.from_numpy(inputs.normal(*y.shape)).to(dt)
+    y.backward(gy)
+    r = {n: x[n].detach().float().numpy() for n in INPUTS}
+    want = ref.branch_forward(r["q_raw"], r["k_raw"], r["v_raw"], grid=(T, Hs, Ws),
+                              **{n: r[n] for n in INPUTS[3:]}, **ch)
+    assert rel_err(y.detach().float().numpy(), want) <= bound
+    wg = ref.branch_backward(r["q_raw"], r["k_raw"], r["v_raw"], grad_y=gy.float().numpy(), grid=(T, Hs, Ws),
+                             **{n: r[n] for n in INPUTS[3:]}, **ch)
+    for n, w in (("q_raw", wg.dq_raw), ("k_raw", wg.dk_raw), ("v_raw", wg.dv_raw), ("conv_weight", wg.dconv_weight),
+                 ("q_norm_weight", wg.dq_norm_weight), ("k_norm_weight", wg.dk_norm_weight)):
+        assert x[n].grad.dtype == (dt if n in INPUTS[:3] else torch.float32), n
+        assert rel_err(x[n].grad.float().numpy(), w) <= 2 * bound, n

@@ -2,7 +2,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "internal.h"
+#include "runtime/internal.h"
 
 static uint32_t f2u(float x) {
   uint32_t u;

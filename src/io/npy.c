@@ -8,7 +8,8 @@
  *           padded with spaces and ended by '\n' so the data starts aligned.
  *   data:   product(shape) elements, C order.
  *
- * Only little-endian C-order float arrays are accepted: <f4, <f2, <f8; and <i8 (int64) for index arrays. */
+ * Only little-endian C-order float arrays are accepted: <f4, <f2, <f8; <i8 (int64) for index arrays; <u2 (uint16) for
+ * bfloat16 bits. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
@@ -20,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "runtime/internal.h"
 
 #define NPY_MAGIC "\x93NUMPY"
 #define NPY_MAGIC_LEN 6
@@ -34,6 +35,7 @@ static size_t type_size(camdelta_npy_type t) {
     case CAMDELTA_NPY_F2: return 2;
     case CAMDELTA_NPY_F8: return 8;
     case CAMDELTA_NPY_I8: return 8;
+    case CAMDELTA_NPY_U2: return 2;
   }
   return 0;
 }
@@ -44,6 +46,7 @@ static const char *type_descr(camdelta_npy_type t) {
     case CAMDELTA_NPY_F2: return "<f2";
     case CAMDELTA_NPY_F8: return "<f8";
     case CAMDELTA_NPY_I8: return "<i8";
+    case CAMDELTA_NPY_U2: return "<u2";
   }
   return NULL;
 }
@@ -160,6 +163,7 @@ static camdelta_status parse_descr(cursor *c, npy_header *h) {
   else if (strcmp(d, "<f2") == 0) h->type = CAMDELTA_NPY_F2;
   else if (strcmp(d, "<f8") == 0) h->type = CAMDELTA_NPY_F8;
   else if (strcmp(d, "<i8") == 0) h->type = CAMDELTA_NPY_I8;
+  else if (strcmp(d, "<u2") == 0) h->type = CAMDELTA_NPY_U2;
   else if (d[0] == '>' && (strcmp(d + 1, "f4") == 0 || strcmp(d + 1, "f2") == 0 || strcmp(d + 1, "f8") == 0))
     return cd_fail(CAMDELTA_ERROR_FORMAT, "%s: unsupported .npy dtype '%s': big-endian (expected <f4, <f2 or <f8)",
                    c->name, d);

@@ -24,8 +24,8 @@
 #include "camdelta_helpers.h"
 #include "camdelta_mpi.h"
 #include "camdelta_phases.h"
-#include "mpi_agree.h"
-#include "mpi_stage.h"
+#include "mpi/mpi_agree.h"
+#include "mpi/mpi_stage.h"
 
 typedef struct bsp {
   MPI_Comm comm;
@@ -340,17 +340,22 @@ static void put_timing(bsp *c, double t0, camdelta_mpi_timing *timing) {
   timing->compute_ms = timing->summary_ms + timing->combine_ms + timing->scan_ms;
 }
 
-camdelta_status camdelta_mpi_branch_forward_timed(camdelta_context *ctx, const camdelta_branch_args *args,
-                                                  camdelta_branch_saved *saved, MPI_Comm comm,
-                                                  camdelta_mpi_timing *timing) {
+/* Either direction: the setup (the forward writing saved_out, or the backward with the gradients `grads` of
+ * `mask`), this rank's part run through the exchanges, the ranks' agreement and the timing. */
+static camdelta_status run_branch(camdelta_context *ctx, int backward, const camdelta_branch_args *args,
+                                  const camdelta_branch_grads *grads, camdelta_branch_saved *saved_out,
+                                  const camdelta_branch_saved *saved, int mask, MPI_Comm comm,
+                                  camdelta_mpi_timing *timing) {
   const double t0 = now_ms();
   if (timing) memset(timing, 0, sizeof *timing);
   bsp c;
   camdelta_branch_part part;
-  camdelta_status st = setup(&c, &part, comm, "camdelta_mpi_branch_forward", args, saved != NULL, 0);
+  const char *op = backward ? "camdelta_mpi_branch_backward" : "camdelta_mpi_branch_forward";
+  camdelta_status st = setup(&c, &part, comm, op, args, saved != NULL, mask);
   if (!st) {
     camdelta_branch_run *run = NULL;
-    st = camdelta_branch_run_forward(ctx, args, saved, &part, &run);
+    st = backward ? camdelta_branch_run_backward(ctx, args, grads, saved, &part, &run)
+               : camdelta_branch_run_forward(ctx, args, saved_out, &part, &run);
     st = drive(&c, ctx, run, st);
     camdelta_branch_run_destroy(run);
     st = agree(&c, st ? st : camdelta_finish(ctx)); /* every rank that passed the setup agrees once more */
@@ -358,6 +363,12 @@ camdelta_status camdelta_mpi_branch_forward_timed(camdelta_context *ctx, const c
   if (!st) put_timing(&c, t0, timing);
   cleanup(&c);
   return st;
+}
+
+camdelta_status camdelta_mpi_branch_forward_timed(camdelta_context *ctx, const camdelta_branch_args *args,
+                                                  camdelta_branch_saved *saved, MPI_Comm comm,
+                                                  camdelta_mpi_timing *timing) {
+  return run_branch(ctx, 0, args, NULL, saved, saved, 0, comm, timing);
 }
 
 camdelta_status camdelta_mpi_branch_forward(camdelta_context *ctx, const camdelta_branch_args *args,
@@ -369,27 +380,13 @@ camdelta_status camdelta_mpi_branch_backward_timed(camdelta_context *ctx, const 
                                                    const camdelta_branch_grads *grads,
                                                    const camdelta_branch_saved *saved, MPI_Comm comm,
                                                    camdelta_mpi_timing *timing) {
-  const double t0 = now_ms();
-  if (timing) memset(timing, 0, sizeof *timing);
   int mask = 0;
   if (grads) {
     const camdelta_buffer b[8] = {grads->dq_raw,         grads->dk_raw,         grads->dv_raw, grads->dconv_weight,
                                   grads->dq_norm_weight, grads->dk_norm_weight, grads->dbeta,  grads->ddecay};
     for (int i = 0; i < 8; i++) mask |= (b[i].mem != NULL) << i;
   }
-  bsp c;
-  camdelta_branch_part part;
-  camdelta_status st = setup(&c, &part, comm, "camdelta_mpi_branch_backward", args, saved != NULL, mask);
-  if (!st) {
-    camdelta_branch_run *run = NULL;
-    st = camdelta_branch_run_backward(ctx, args, grads, saved, &part, &run);
-    st = drive(&c, ctx, run, st);
-    camdelta_branch_run_destroy(run);
-    st = agree(&c, st ? st : camdelta_finish(ctx)); /* every rank that passed the setup agrees once more */
-  }
-  if (!st) put_timing(&c, t0, timing);
-  cleanup(&c);
-  return st;
+  return run_branch(ctx, 1, args, grads, NULL, saved, mask, comm, timing);
 }
 
 camdelta_status camdelta_mpi_branch_backward(camdelta_context *ctx, const camdelta_branch_args *args,

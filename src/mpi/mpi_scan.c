@@ -34,8 +34,8 @@
 #include "camdelta_mpi.h"
 #include "camdelta_phases.h"
 #include "camdelta_summary.h"
-#include "mpi_agree.h"
-#include "mpi_stage.h"
+#include "mpi/mpi_agree.h"
+#include "mpi/mpi_stage.h"
 
 void camdelta_mpi_frame_share(size_t F, int ranks, int rank, size_t *first, size_t *count) {
   if (ranks < 1 || rank < 0 || rank >= ranks) {

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "mpi_stage.h"
+#include "mpi/mpi_stage.h"
 #include "options/options.h"
 
 double cd_mpi_now_ms(void) {

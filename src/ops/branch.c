@@ -35,13 +35,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "branch_block.h"
-#include "branch_common.h"
+#include "ops/branch_block.h"
+#include "ops/branch_common.h"
 #include "camdelta_phases.h"
-#include "camera_op.h"
-#include "engine.h"
-#include "plan.h"
-#include "prep_common.h"
+#include "ops/camera_op.h"
+#include "scan/engine.h"
+#include "ops/prep_common.h"
 
 enum { PQ, PKV, PO, RC, RS, KCONV, QB, KB, VB, INFL, IOTA, BP, BR, DR, OUTC, OUTR, MASK, SEG, NBUF };
 
@@ -53,6 +52,7 @@ struct camdelta_branch_saved {
   camdelta_scan_saved *scan_c, *scan_r;
   /* what the forward was run with */
   size_t B, T, Hs, Ws, H, D, ph, pw;
+  camdelta_dtype dtype;
   float k_scale, norm_eps;
   size_t *bounds, nb, *cbounds, ncb;
   int pair; /* the forward ran the fused scan pair (its backward then runs the pair's) */
@@ -60,13 +60,7 @@ struct camdelta_branch_saved {
 };
 
 camdelta_status camdelta_branch_saved_create(camdelta_context *ctx, camdelta_branch_saved **out) {
-  cd_clear_error();
-  if (!ctx || !out)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_branch_saved_create: '%s' is NULL", ctx ? "out" : "ctx");
-  *out = calloc(1, sizeof **out);
-  if (!*out) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "camdelta_branch_saved_create: out of host memory");
-  (*out)->ctx = ctx;
-  return CAMDELTA_OK;
+  CD_CREATE_OBJECT("camdelta_branch_saved_create", ctx, out);
 }
 
 void camdelta_branch_saved_destroy(camdelta_branch_saved *s) {
@@ -107,8 +101,12 @@ static void geo_free(branch_geo *g) {
 static camdelta_status check_args(camdelta_context *ctx, const char *op, const camdelta_branch_args *a,
                                   branch_geo *g, const camdelta_branch_part *part) {
   memset(g, 0, sizeof *g);
-  camdelta_status st = cd_check_head_dim(op, a->D);
+  camdelta_status st = cd_check_dtype(op, a->dtype);
+  if (!st) st = cd_check_head_dim(op, a->D);
   if (st) return st;
+  if (part && a->dtype != CAMDELTA_F32)
+    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: a part of a sequence (sequence parallel) takes f32 activations, "
+                   "got dtype %s", op, camdelta_dtype_name(a->dtype));
   if ((st = cd_check_grid(op, a->T, a->Hs, a->Ws, &g->N))) return st;
   if (!a->B || !a->H) return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: B=%zu, H=%zu: each must be at least 1", op, a->B, a->H);
   if (!a->pt || !a->ph || !a->pw)
@@ -136,9 +134,10 @@ static camdelta_status check_args(camdelta_context *ctx, const char *op, const c
                    (double)a->norm_eps);
   /* the input buffers' sizes before the per-frame host arrays: a call with hostile sizes stops here, allocating
    * nothing (the driver checks every buffer again, with its context, after this step) */
-  const cd_tensor_arg in[] = {{"q_raw", a->q_raw, g->BNC, 4},
-                              {"k_raw", a->k_raw, g->BNC, 4},
-                              {"v_raw", a->v_raw, g->BNC, 4},
+  const size_t es = camdelta_dtype_size(a->dtype);
+  const cd_tensor_arg in[] = {{"q_raw", a->q_raw, g->BNC, es},
+                              {"k_raw", a->k_raw, g->BNC, es},
+                              {"v_raw", a->v_raw, g->BNC, es},
                               {"conv_weight", a->conv_weight, 4 * g->C, 4},
                               {"q_norm_weight", a->q_norm_weight, g->C, 4},
                               {"k_norm_weight", a->k_norm_weight, g->C, 4},
@@ -146,7 +145,7 @@ static camdelta_status check_args(camdelta_context *ctx, const char *op, const c
                               {"beta", a->beta, g->BHN, 4},
                               {"decay", a->decay, g->BHT, 4}};
   for (size_t i = 0; i < sizeof in / sizeof in[0]; i++)
-    if ((st = cd_check_buffer(op, in[i].name, in[i].b, in[i].elems, 4, 0))) return st;
+    if ((st = cd_check_buffer(op, in[i].name, in[i].b, in[i].elems, in[i].es, 0))) return st;
   if ((st = cd_camera_check_conditions(ctx, op, a->camera_conditions, a->B, a->T))) return st;
   g->f0 = f0, g->e0 = f0 >= 3 ? f0 - 3 : 0;
   g->Te = (T - f0 - a->T >= 3 ? f0 + a->T + 3 : T) - g->e0;
@@ -195,12 +194,15 @@ static void set_uses(cd_call *c, const camdelta_branch_args *a, const branch_geo
   const size_t n[NARGS + NGRADS] = {g->BNC, g->BNC, g->BNC, 4 * g->C, g->C,   g->C,   a->B * a->T * 20,
                                     g->BHN, g->BHT, g->BNC, g->BNC,   g->BNC, g->BNC, g->BNC,
                                     4 * g->C, g->C, g->C,   g->BHN,   g->BHT};
+  /* the activations and their gradients in the call's dtype: q_raw, k_raw, v_raw, y, grad_y, dq_raw, dk_raw, dv_raw */
+  const size_t es = camdelta_dtype_size(a->dtype);
   for (int i = 0; i < NARGS + NGRADS; i++) {
+    const int act = i < 3 || (i >= NARGS - 1 && i <= NARGS + 3);
     cd_need need = i < NARGS - 1 ? CD_REQUIRED : CD_UNUSED;
     if (i == NARGS - 1 && !backward) need = CD_REQUIRED; /* y */
     if (i == NARGS && backward) need = CD_REQUIRED;       /* grad_y */
     if (i > NARGS && backward) need = CD_OPTIONAL;        /* the gradients */
-    if (i < NARGS || backward) c->use[i] = (cd_use){.need = need, .elems = n[i], .es = 4};
+    if (i < NARGS || backward) c->use[i] = (cd_use){.need = need, .elems = n[i], .es = act ? es : 4};
   }
 }
 
@@ -213,6 +215,9 @@ static camdelta_status check_saved(const char *op, const camdelta_branch_args *a
   if (!s->valid)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
                    "%s: 'saved' holds nothing (pass it to camdelta_branch_forward first, or pass NULL)", op);
+  if (s->dtype != a->dtype)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' is from a forward in %s, this call is in %s", op,
+                   camdelta_dtype_name(s->dtype), camdelta_dtype_name(a->dtype));
   if (s->B != a->B || s->T != a->T || s->Hs != a->Hs || s->Ws != a->Ws || s->H != a->H || s->D != a->D ||
       s->ph != a->ph || s->pw != a->pw)
     return cd_fail(CAMDELTA_ERROR_SHAPE,
@@ -261,16 +266,17 @@ static camdelta_status branch_build(camdelta_context *ctx, const cd_plan_key *ke
   branch_plan *pl = calloc(1, sizeof *pl);
   if (!pl) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "camdelta_branch: out of host memory");
   const size_t D = key->D;
+  const camdelta_dtype dtype = (camdelta_dtype)key->variant; /* the activations' */
   cl_program prog;
   size_t ts;
   cl_kernel k = NULL;
   camdelta_status st = cd_program(ctx, "camera.cl", "", &prog);
-  if (!st) st = cd_program(ctx, "short_conv.cl", "", &prog);
-  if (!st) st = cd_branch_kernel(ctx, D, "cd_branch_discount", &pl->discount, &ts);
-  if (!st) st = cd_branch_kernel(ctx, D, "cd_branch_discount_backward", &pl->discount_bwd, &ts);
-  if (!st) st = cd_branch_kernel(ctx, D, "cd_branch_add3", &pl->add3, &ts);
-  if (!st && !(st = cd_branch_kernel(ctx, D, "cd_output_transform", &k, &ts))) clReleaseKernel(k);
-  if (!st && !(st = cd_branch_kernel(ctx, D, "cd_output_transform_backward", &k, &ts))) clReleaseKernel(k);
+  if (!st) st = cd_short_conv_program(ctx, dtype);
+  if (!st) st = cd_branch_kernel(ctx, CAMDELTA_F32, D, "cd_branch_discount", &pl->discount, &ts);
+  if (!st) st = cd_branch_kernel(ctx, CAMDELTA_F32, D, "cd_branch_discount_backward", &pl->discount_bwd, &ts);
+  if (!st) st = cd_branch_kernel(ctx, CAMDELTA_F32, D, "cd_branch_add3", &pl->add3, &ts);
+  if (!st && !(st = cd_branch_kernel(ctx, dtype, D, "cd_output_transform", &k, &ts))) clReleaseKernel(k);
+  if (!st && !(st = cd_branch_kernel(ctx, dtype, D, "cd_output_transform_backward", &k, &ts))) clReleaseKernel(k);
   if (!st) st = camdelta_branch_saved_create(ctx, &pl->tmp);
   if (st) {
     branch_destroy(pl);
@@ -280,17 +286,19 @@ static camdelta_status branch_build(camdelta_context *ctx, const cd_plan_key *ke
   return CAMDELTA_OK;
 }
 
-static camdelta_status branch_acquire(camdelta_context *ctx, size_t D, cd_plan_entry **e) {
+/* One plan per head dim and activations' dtype (the key's variant; f32 = 0). */
+static camdelta_status branch_acquire(camdelta_context *ctx, size_t D, camdelta_dtype dtype, cd_plan_entry **e) {
   cd_plan_key key;
   memset(&key, 0, sizeof key);
   key.op = CD_PLAN_BRANCH;
   key.D = (unsigned)D;
+  key.variant = (unsigned)dtype;
   return cd_plan_acquire(ctx, &key, branch_build, NULL, branch_destroy, e);
 }
 
 camdelta_status cd_branch_warm(camdelta_context *ctx, size_t D) {
   cd_plan_entry *e;
-  const camdelta_status st = branch_acquire(ctx, D, &e);
+  const camdelta_status st = branch_acquire(ctx, D, CAMDELTA_F32, &e);
   if (!st) cd_plan_release(ctx, e);
   return st;
 }
@@ -335,12 +343,14 @@ struct camdelta_branch_run {
   cd_pair_ot ot;
 };
 
-/* Copies n frames (fs floats each) of every batch: frame sf of src (B, sT frames) -> frame df of dst (B, dT). */
+/* Copies n frames (fs elements of es bytes each) of every batch: frame sf of src (B, sT frames) -> frame df of dst
+ * (B, dT). */
 static camdelta_status copy_frames(camdelta_context *ctx, camdelta_buffer src, size_t sT, size_t sf,
-                                   camdelta_buffer dst, size_t dT, size_t df, size_t n, size_t B, size_t fs) {
+                                   camdelta_buffer dst, size_t dT, size_t df, size_t n, size_t B, size_t fs,
+                                   size_t es) {
   for (size_t b = 0; b < B && n; b++) {
-    const camdelta_status st = cd_copy(ctx, src.mem, (src.offset + (b * sT + sf) * fs) * 4, dst.mem,
-                                       (dst.offset + (b * dT + df) * fs) * 4, n * fs * 4);
+    const camdelta_status st = cd_copy(ctx, src.mem, (src.offset + (b * sT + sf) * fs) * es, dst.mem,
+                                       (dst.offset + (b * dT + df) * fs) * es, n * fs * es);
     if (st) return st;
   }
   return CAMDELTA_OK;
@@ -369,7 +379,7 @@ static void halo_wants(const branch_geo *g, size_t T, int backward, size_t *left
 static camdelta_status extend_local(camdelta_branch_run *r, camdelta_buffer x, camdelta_buffer ext, size_t fs,
                                     cd_launch *l) {
   const size_t B = r->a.B, T = r->a.T, Te = r->g.Te, nl = r->g.f0 - r->g.e0;
-  camdelta_status st = copy_frames(r->ctx, x, T, 0, ext, Te, nl, T, B, fs);
+  camdelta_status st = copy_frames(r->ctx, x, T, 0, ext, Te, nl, T, B, fs, 4); /* parts are f32 */
   for (size_t b = 0; b < B && !st; b++) {
     const size_t base = (ext.offset + b * Te * fs) * 4;
     if (nl) st = cd_zero(r->ctx, ext.mem, base, nl * fs * 4, l);
@@ -432,7 +442,9 @@ static camdelta_status fwd_start(camdelta_branch_run *r, camdelta_branch_request
    * chunkwise, else two scans; a part's scans are its caller's (their states cross the parts) */
   camdelta_status st = cd_scan_branch_algorithm(ctx, a->algorithm, B * H, D, T, S, &r->alg, &r->pair);
   r->pair = r->pair && !r->has_part;
-  const size_t bytes[NBUF] = {g->BN16 * 4, g->BN16 * 4, g->BN16 * 4, g->NDh * 4, g->NDh * 4, g->BNC * 4,
+  /* k_conv in the activations' dtype (as the model's conv writes it); the rest f32 */
+  const size_t bytes[NBUF] = {g->BN16 * 4, g->BN16 * 4, g->BN16 * 4, g->NDh * 4, g->NDh * 4,
+                              g->BNC * camdelta_dtype_size(a->dtype),
                               g->BNC * 4,  g->BNC * 4,  g->BNC * 4,  g->BHN * 4, g->BHT * 4, g->BHN * 4,
                               g->BHN * 4,  g->BHT * 4,  g->BNC * 4,  r->pair ? 0 : g->BNC * 4, 0, 0};
   for (int i = 0; i < NBUF && !st; i++)
@@ -456,12 +468,13 @@ static camdelta_status fwd_start(camdelta_branch_run *r, camdelta_branch_request
   st = cd_camera_enqueue_at(ctx, &ca, g->N, g->f0, r->blk ? &r->pl->axis : NULL, &l);
   /* a part's conv reads k_raw with the neighbours' halo frames, a block's with the stream's look-back */
   camdelta_buffer kx;
-  if (!st && (r->has_part || r->blk)) st = cd_ws_get(ctx, &r->pl->ws, WS_KX, B * g->Te * S * C * 4, &kx);
+  const size_t es = camdelta_dtype_size(a->dtype); /* k_raw's, the look-back's */
+  if (!st && (r->has_part || r->blk)) st = cd_ws_get(ctx, &r->pl->ws, WS_KX, B * g->Te * S * C * es, &kx);
   if (!st && r->has_part) st = extend_local(r, a->k_raw, kx, S * C, &l);
   if (!st && r->blk) { /* [look-back frames f0 - back .. f0 - 1 | the block's] */
     const size_t back = g->f0 - g->e0;
-    st = copy_frames(ctx, a->k_raw, T, 0, kx, g->Te, back, T, B, S * C);
-    if (!st) st = copy_frames(ctx, r->blk->lookback, 3, 3 - back, kx, g->Te, 0, back, B, S * C);
+    st = copy_frames(ctx, a->k_raw, T, 0, kx, g->Te, back, T, B, S * C, es);
+    if (!st) st = copy_frames(ctx, r->blk->lookback, 3, 3 - back, kx, g->Te, 0, back, B, S * C, es);
   }
   st = group_end(r, &l, st);
   if (!st && r->has_part) {
@@ -493,31 +506,34 @@ static camdelta_status fwd_conv(camdelta_branch_run *r, camdelta_branch_request 
   camdelta_branch_saved *s = r->s;
   const camdelta_buffer *m = r->m;
   const size_t B = a->B, H = a->H, D = a->D, T = a->T, N = g->N, S = g->S, C = g->C;
+  const size_t es = camdelta_dtype_size(a->dtype); /* k_raw's and k_conv's */
   camdelta_buffer kx = {NULL, 0}, kc = {NULL, 0};
   camdelta_status st = CAMDELTA_OK;
   const int ext = r->has_part || r->blk != NULL; /* the conv runs on the extended frames */
   if (ext) {
     kx = (camdelta_buffer){r->pl->ws.mem[WS_KX], 0};
-    st = cd_ws_get(ctx, &r->pl->ws, WS_KC, B * g->Te * S * C * 4, &kc);
+    st = cd_ws_get(ctx, &r->pl->ws, WS_KC, B * g->Te * S * C * es, &kc);
   }
   cd_launch l;
   group_begin(r, &l);
-  if (!st && !ext) st = cd_short_conv_enqueue_forward(ctx, B, T, S, C, a->k_raw, a->conv_weight, r->seg, m[KCONV], &l);
-  if (!st && ext) st = cd_short_conv_enqueue_forward(ctx, B, g->Te, S, C, kx, a->conv_weight, r->seg, kc, &l);
-  if (!st && ext) st = copy_frames(ctx, kc, g->Te, g->f0 - g->e0, m[KCONV], T, 0, T, B, S * C);
+  if (!st && !ext)
+    st = cd_short_conv_enqueue_forward(ctx, a->dtype, B, T, S, C, a->k_raw, a->conv_weight, r->seg, m[KCONV], &l);
+  if (!st && ext) st = cd_short_conv_enqueue_forward(ctx, a->dtype, B, g->Te, S, C, kx, a->conv_weight, r->seg, kc, &l);
+  if (!st && ext) st = copy_frames(ctx, kc, g->Te, g->f0 - g->e0, m[KCONV], T, 0, T, B, S * C, es);
   if (!st && r->blk && r->blk->lookback_out.mem) { /* the last (up to) 3 of the extended frames */
     const size_t n = g->Te < 3 ? g->Te : 3;
-    st = copy_frames(ctx, kx, g->Te, g->Te - n, r->blk->lookback_out, 3, 3 - n, n, B, S * C);
+    st = copy_frames(ctx, kx, g->Te, g->Te - n, r->blk->lookback_out, 3, 3 - n, n, B, S * C, es);
   }
   st = group_end(r, &l, st);
   if (!st) {
-    const camdelta_prep_args pa = {.B = B, .N = N, .H = H, .D = D, .dtype = CAMDELTA_F32, .k_scale = a->k_scale,
+    /* prep on the activations' dtype, its outputs in f32 for the scan */
+    const camdelta_prep_args pa = {.B = B, .N = N, .H = H, .D = D, .dtype = a->dtype, .k_scale = a->k_scale,
                                    .norm_eps = a->norm_eps, .q_raw = a->q_raw, .k_raw = m[KCONV], .v_raw = a->v_raw,
                                    .q_norm_weight = a->q_norm_weight, .k_norm_weight = a->k_norm_weight,
                                    .proj_q = m[PQ], .proj_kv = m[PKV], .rope_cos = m[RC], .rope_sin = m[RS],
                                    .q = m[QB], .k = m[KB], .v = m[VB], .inflation_sq = m[INFL],
                                    .profile = r->prof ? &r->part : NULL};
-    st = camdelta_prep_forward(ctx, &pa, r->training || r->blk ? s->prep : NULL);
+    st = cd_prep_forward_split(ctx, &pa, r->training || r->blk ? s->prep : NULL);
     add_part(r);
   }
   if (!st) {
@@ -556,7 +572,8 @@ static camdelta_status fwd_conv(camdelta_branch_run *r, camdelta_branch_request 
     const cd_scan_pair_args pa = {.B = B, .H = H, .D = D, .F = T, .S = S, .q = m[QB], .k = m[KB], .v = m[VB],
                                   .beta = m[BP], .decay = a->decay, .mask = r->mask, .out = m[OUTC],
                                   .init_c = init_c, .init_r = none, .final_c = final_c, .final_r = none,
-                                  .precision = a->precision, .profile = r->prof ? &r->part : NULL, .ot = &r->ot};
+                                  .precision = a->precision, .profile = r->prof ? &r->part : NULL,
+                                  .ot = a->dtype == CAMDELTA_F32 ? &r->ot : NULL}; /* its epilogue writes f32 */
     st = cd_scan_pair_forward(ctx, &pa, r->training ? s->scan_c : NULL, r->training ? s->scan_r : NULL);
     add_part(r);
     return st;
@@ -586,7 +603,7 @@ static camdelta_status fwd_end(camdelta_branch_run *r) {
     const camdelta_output_transform_args oa = {.B = a->B, .N = g->N, .H = a->H, .D = a->D, .out = m[OUTC],
                                                .out2 = r->pair ? none : m[OUTR], .proj_o = m[PO], .rope_cos = m[RC],
                                                .rope_sin = m[RS], .y = a->y};
-    st = cd_output_transform_enqueue(ctx, 0, &oa, &l);
+    st = cd_output_transform_enqueue(ctx, a->dtype, 0, &oa, &l);
     st = group_end(r, &l, st);
   }
   if (st) return st;
@@ -595,7 +612,7 @@ static camdelta_status fwd_end(camdelta_branch_run *r) {
     return CAMDELTA_OK;
   }
   s->B = a->B, s->T = a->T, s->Hs = a->Hs, s->Ws = a->Ws, s->H = a->H, s->D = a->D, s->ph = a->ph, s->pw = a->pw;
-  s->k_scale = a->k_scale, s->norm_eps = a->norm_eps;
+  s->k_scale = a->k_scale, s->norm_eps = a->norm_eps, s->dtype = a->dtype;
   free(s->bounds), free(s->cbounds);
   s->bounds = malloc(g->nb * sizeof *s->bounds);
   s->cbounds = malloc(g->ncb * sizeof *s->cbounds);
@@ -651,7 +668,7 @@ static camdelta_status bwd_start(camdelta_branch_run *r, camdelta_branch_request
   group_begin(r, &l);
   const camdelta_output_transform_args oa = {.B = B, .N = N, .H = H, .D = D, .proj_o = m[PO], .rope_cos = m[RC],
                                              .rope_sin = m[RS], .grad_y = gr->grad_y, .grad_out = x[GOUT]};
-  st = cd_output_transform_enqueue(ctx, 1, &oa, &l);
+  st = cd_output_transform_enqueue(ctx, a->dtype, 1, &oa, &l);
   st = group_end(r, &l, st);
   if (st) return st;
   if (r->has_part) {
@@ -733,7 +750,7 @@ static camdelta_status bwd_prep(camdelta_branch_run *r, camdelta_branch_request 
    * DV2; the norm-weight slots); the forward's q, k, inflation_sq, which its pass 1 reads along the tokens */
   if (!st) {
     const camdelta_prep_backward_args pb = {
-        .B = B, .N = N, .H = H, .D = D, .dtype = CAMDELTA_F32, .k_scale = a->k_scale, .norm_eps = a->norm_eps,
+        .B = B, .N = N, .H = H, .D = D, .dtype = a->dtype, .k_scale = a->k_scale, .norm_eps = a->norm_eps,
         .q_raw = a->q_raw, .k_raw = m[KCONV], .v_raw = a->v_raw, .q_norm_weight = a->q_norm_weight,
         .k_norm_weight = a->k_norm_weight, .proj_q = m[PQ], .proj_kv = m[PKV], .rope_cos = m[RC], .rope_sin = m[RS],
         .grad_q = x[DQ], .grad_k = x[DK], .grad_v = x[DV], .grad_inflation_sq = x[GINFL],
@@ -742,7 +759,8 @@ static camdelta_status bwd_prep(camdelta_branch_run *r, camdelta_branch_request 
         .dq_norm_weight = gr->dq_norm_weight.mem ? gr->dq_norm_weight : x[DQW],
         .dk_norm_weight = gr->dk_norm_weight.mem ? gr->dk_norm_weight : x[DKW],
         .profile = r->prof ? &r->part : NULL, .q = m[QB], .k = m[KB], .inflation_sq = m[INFL]};
-    st = r->pair ? cd_prep_backward_g2(ctx, &pb, s->prep, x[DK2], x[DV2]) : camdelta_prep_backward(ctx, &pb, s->prep);
+    const camdelta_buffer g2[2] = {x[DK2], x[DV2]};
+    st = cd_prep_backward_split(ctx, &pb, s->prep, r->pair ? g2 : NULL);
     add_part(r);
   }
   if (!st && r->has_part && gr->dq_norm_weight.mem)
@@ -769,8 +787,8 @@ static camdelta_status bwd_conv(camdelta_branch_run *r, camdelta_branch_request 
   camdelta_status st = CAMDELTA_OK;
   if (!r->has_part) {
     group_begin(r, &l);
-    st = cd_short_conv_enqueue_backward(ctx, B, T, S, C, a->k_raw, a->conv_weight, s->mem[SEG], r->x[DQ2], gr->dk_raw,
-                                        gr->dconv_weight, &l);
+    st = cd_short_conv_enqueue_backward(ctx, a->dtype, B, T, S, C, a->k_raw, a->conv_weight, s->mem[SEG], r->x[DQ2],
+                                        gr->dk_raw, gr->dconv_weight, &l);
     return group_end(r, &l, st);
   }
   cd_workspace *ws = &r->pl->ws;
@@ -794,9 +812,9 @@ static camdelta_status bwd_conv(camdelta_branch_run *r, camdelta_branch_request 
     return CAMDELTA_OK;
   }
   const size_t nl = g->f0 - g->e0;
-  st = cd_short_conv_enqueue_backward(ctx, B, g->Te, S, C, gr->dconv_weight.mem ? k0 : gx, a->conv_weight,
+  st = cd_short_conv_enqueue_backward(ctx, a->dtype, B, g->Te, S, C, gr->dconv_weight.mem ? k0 : gx, a->conv_weight,
                                       s->mem[SEG], gx, dxe, dw, &l);
-  if (!st && dxe.mem) st = copy_frames(ctx, dxe, g->Te, nl, gr->dk_raw, T, 0, T, B, fs);
+  if (!st && dxe.mem) st = copy_frames(ctx, dxe, g->Te, nl, gr->dk_raw, T, 0, T, B, fs, 4); /* parts are f32 */
   st = group_end(r, &l, st);
   if (!st && gr->dconv_weight.mem)
     *rq = (camdelta_branch_request){.need = CAMDELTA_BRANCH_NEED_SUM, .sum_src = dw, .sum_dst = gr->dconv_weight,
@@ -891,7 +909,7 @@ static camdelta_status start_check(cd_call *c) {
 
 static camdelta_status start_plan(cd_call *c) {
   camdelta_branch_run *r = ((start_call *)c->op)->r;
-  camdelta_status st = branch_acquire(c->ctx, r->a.D, &r->pe);
+  camdelta_status st = branch_acquire(c->ctx, r->a.D, r->a.dtype, &r->pe);
   if (st) return st;
   r->pl = r->pe->plan;
   if (!r->backward) {
@@ -1019,7 +1037,7 @@ camdelta_status cd_branch_block_start(camdelta_context *ctx, const char *op, con
     const size_t back = block->f0 < 3 ? block->f0 : 3;
     r->g.f0 = block->f0, r->g.e0 = block->f0 - back, r->g.Te = back + r->a.T;
   }
-  if (!st) st = branch_acquire(ctx, r->a.D, &r->pe);
+  if (!st) st = branch_acquire(ctx, r->a.D, r->a.dtype, &r->pe);
   if (st) {
     camdelta_branch_run_destroy(r);
     return st;

@@ -4,7 +4,7 @@
 #ifndef CAMDELTA_BRANCH_BLOCK_H
 #define CAMDELTA_BRANCH_BLOCK_H
 #include "camdelta_phases.h"
-#include "internal.h"
+#include "runtime/internal.h"
 
 /** The block's frames are [f0, f0 + args->T): one conv segment (its look-back reads `lookback`, its look-ahead
  *  stops at the block's end) and one scan chunk (the causal scan starts from `init`, the reverse scan restarts at

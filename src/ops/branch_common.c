@@ -1,7 +1,7 @@
 /* Host helpers shared by the camera-branch operations and references (see branch_common.h). */
 #include <math.h>
 
-#include "branch_common.h"
+#include "ops/branch_common.h"
 
 void cd_rope_frequencies(size_t D, size_t *nt_out, size_t *nh_out, double *omega) {
   const size_t hd = 2 * (D / 6), td = D - 2 * hd, Dh = D / 2;

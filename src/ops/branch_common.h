@@ -2,7 +2,7 @@
  * and their f64 references (src/ref/ref_camera.c, ref_branch.c). Not installed. */
 #ifndef CAMDELTA_BRANCH_COMMON_H
 #define CAMDELTA_BRANCH_COMMON_H
-#include "internal.h"
+#include "runtime/internal.h"
 
 /** Camera-half RoPE frequencies (docs/math.md §8.1, WAN 3-axis RoPE of the full head dim D, theta = 10000): the first
  *  nt temporal, nh height and nh width frequencies (nt + 2 nh = D/4). omega must hold D/4 doubles:

@@ -5,8 +5,8 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "branch_common.h"
-#include "camera_op.h"
+#include "ops/branch_common.h"
+#include "ops/camera_op.h"
 
 static const char OP[] = "camdelta_camera_forward";
 
@@ -120,10 +120,7 @@ camdelta_status cd_camera_enqueue_at(camdelta_context *ctx, const camdelta_camer
   if (!st && want_m) {
     const size_t S = a->Hs * a->Ws;
     cd_args g = {km, 0, CL_SUCCESS};
-    cd_arg_buf(&g, a->camera_conditions);
-    cd_arg_buf(&g, OPT(a->proj_q));
-    cd_arg_buf(&g, OPT(a->proj_kv));
-    cd_arg_buf(&g, OPT(a->proj_o));
+    CD_ARG_BUFS(&g, a->camera_conditions, OPT(a->proj_q), OPT(a->proj_kv), OPT(a->proj_o));
     cd_arg_u64(&g, N);
     cd_arg_u32(&g, (uint32_t)a->T);
     cd_arg_u32(&g, (uint32_t)S);

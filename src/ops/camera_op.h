@@ -1,7 +1,7 @@
 /* Internal entry points of the camera-branch operations, used by the whole branch (src/ops/branch.c). */
 #ifndef CAMDELTA_CAMERA_OP_H
 #define CAMDELTA_CAMERA_OP_H
-#include "internal.h"
+#include "runtime/internal.h"
 
 /** The camera-conditions rule on the device buffer `cc` of B*T frames (checked to hold them): read back to the host
  *  (waiting for the queue's earlier work on it) and refused (INVALID_ARGUMENT, cd_camera_inf_error) when a value is
@@ -25,17 +25,22 @@ camdelta_status cd_camera_enqueue_at(camdelta_context *ctx, const camdelta_camer
 /** Short conv: checked shapes; bounds -> device seg_end buffer (caller releases). */
 camdelta_status cd_short_conv_segments(camdelta_context *ctx, const char *op, size_t T,
                                        const camdelta_chunking *chunking, cl_mem *seg_end);
-camdelta_status cd_short_conv_enqueue_forward(camdelta_context *ctx, size_t B, size_t T, size_t S, size_t C,
-                                              camdelta_buffer x, camdelta_buffer w, cl_mem seg_end, camdelta_buffer y,
-                                              cd_launch *l);
-camdelta_status cd_short_conv_enqueue_backward(camdelta_context *ctx, size_t B, size_t T, size_t S, size_t C,
-                                               camdelta_buffer x, camdelta_buffer w, cl_mem seg_end,
-                                               camdelta_buffer dy, camdelta_buffer dx, camdelta_buffer dw,
-                                               cd_launch *l);
+/** The conv's launches with x, y (forward) and x, dy, dx (backward) in `dtype` storage (the activations'; f32
+ *  arithmetic, f32 weights and weight gradient); cd_short_conv_program builds (or loads) its program. */
+camdelta_status cd_short_conv_program(camdelta_context *ctx, camdelta_dtype dtype);
+camdelta_status cd_short_conv_enqueue_forward(camdelta_context *ctx, camdelta_dtype dtype, size_t B, size_t T,
+                                              size_t S, size_t C, camdelta_buffer x, camdelta_buffer w,
+                                              cl_mem seg_end, camdelta_buffer y, cd_launch *l);
+camdelta_status cd_short_conv_enqueue_backward(camdelta_context *ctx, camdelta_dtype dtype, size_t B, size_t T,
+                                               size_t S, size_t C, camdelta_buffer x, camdelta_buffer w,
+                                               cl_mem seg_end, camdelta_buffer dy, camdelta_buffer dx,
+                                               camdelta_buffer dw, cd_launch *l);
 
-/** Output transform: kernels of cl/branch.cl for D (local size ts * D / 4). */
-camdelta_status cd_branch_kernel(camdelta_context *ctx, size_t D, const char *name, cl_kernel *k, size_t *ts);
-camdelta_status cd_output_transform_enqueue(camdelta_context *ctx, int backward,
+/** Output transform: kernels of cl/branch.cl for D (local size ts * D / 4), y and grad_y in `dtype` storage (out,
+ *  out2 and grad_out stay f32: the scan's side). */
+camdelta_status cd_branch_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, const char *name,
+                                 cl_kernel *k, size_t *ts);
+camdelta_status cd_output_transform_enqueue(camdelta_context *ctx, camdelta_dtype dtype, int backward,
                                             const camdelta_output_transform_args *a, cd_launch *l);
 /** Build (or load) the camera branch's own programs (camera.cl, short_conv.cl, branch.cl for D), as a call
  *  would; camdelta_warm_shape calls it. */

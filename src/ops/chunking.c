@@ -3,7 +3,7 @@
  * the f64 references and the CLI. */
 #include <stdio.h>
 
-#include "internal.h"
+#include "runtime/internal.h"
 
 const char *camdelta_chunk_strategy_name(camdelta_chunk_strategy strategy) {
   switch (strategy) {
@@ -95,13 +95,18 @@ static camdelta_status scan_bounds(size_t T, const camdelta_chunking *c, size_t 
   return CAMDELTA_OK;
 }
 
-camdelta_status camdelta_chunk_bounds(size_t T, const camdelta_chunking *chunking, size_t *bounds, size_t cap,
-                                      size_t *count) {
-  static const char op[] = "camdelta_chunk_bounds";
+/* The checks both bounds entries start with. */
+static camdelta_status check_bounds_call(const char *op, size_t T, const camdelta_chunking *chunking,
+                                         const size_t *bounds, const size_t *count) {
   cd_clear_error();
   if (!bounds || !count)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", op, bounds ? "count" : "bounds");
-  camdelta_status st = check_chunking(op, T, chunking);
+  return check_chunking(op, T, chunking);
+}
+
+camdelta_status camdelta_chunk_bounds(size_t T, const camdelta_chunking *chunking, size_t *bounds, size_t cap,
+                                      size_t *count) {
+  camdelta_status st = check_bounds_call("camdelta_chunk_bounds", T, chunking, bounds, count);
   if (st) return st;
   return scan_bounds(T, chunking, bounds, cap, count);
 }
@@ -109,10 +114,7 @@ camdelta_status camdelta_chunk_bounds(size_t T, const camdelta_chunking *chunkin
 camdelta_status camdelta_conv_bounds(size_t T, const camdelta_chunking *chunking, size_t *bounds, size_t cap,
                                      size_t *count) {
   static const char op[] = "camdelta_conv_bounds";
-  cd_clear_error();
-  if (!bounds || !count)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", op, bounds ? "count" : "bounds");
-  camdelta_status st = check_chunking(op, T, chunking);
+  camdelta_status st = check_bounds_call(op, T, chunking, bounds, count);
   if (st) return st;
   const size_t cs = chunking ? chunking->chunk_size : 0;
   if (cs == 0 || cs >= T || T % cs == 0) {

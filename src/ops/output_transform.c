@@ -1,34 +1,28 @@
 /* Output transform (docs/math.md §8.5), forward and backward: checks and the launches of cl/branch.cl. */
-#include "branch_common.h"
-#include "camera_op.h"
-#include "prep_common.h"
+#include "ops/branch_common.h"
+#include "ops/camera_op.h"
+#include "ops/prep_common.h"
 
-camdelta_status cd_branch_kernel(camdelta_context *ctx, size_t D, const char *name, cl_kernel *k, size_t *ts) {
-  return cd_prep_kernel(ctx, "branch.cl", name, CAMDELTA_F32, D, k, ts);
+camdelta_status cd_branch_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, const char *name,
+                                 cl_kernel *k, size_t *ts) {
+  return cd_prep_kernel(ctx, "branch.cl", name, dtype, D, k, ts);
 }
 
-camdelta_status cd_output_transform_enqueue(camdelta_context *ctx, int backward,
+camdelta_status cd_output_transform_enqueue(camdelta_context *ctx, camdelta_dtype dtype, int backward,
                                             const camdelta_output_transform_args *a, cd_launch *l) {
   cl_kernel k;
   size_t ts;
   camdelta_status st =
-      cd_branch_kernel(ctx, a->D, backward ? "cd_output_transform_backward" : "cd_output_transform", &k, &ts);
+      cd_branch_kernel(ctx, dtype, a->D, backward ? "cd_output_transform_backward" : "cd_output_transform", &k, &ts);
   if (st) return st;
   cd_args g = {k, 0, CL_SUCCESS};
   if (!backward) {
     cd_arg_buf(&g, a->out);
     cd_arg_buf(&g, a->out2.mem ? a->out2 : a->out);
     cd_arg_u32(&g, a->out2.mem ? 1u : 0u);
-    cd_arg_buf(&g, a->proj_o);
-    cd_arg_buf(&g, a->rope_cos);
-    cd_arg_buf(&g, a->rope_sin);
-    cd_arg_buf(&g, a->y);
+    CD_ARG_BUFS(&g, a->proj_o, a->rope_cos, a->rope_sin, a->y);
   } else {
-    cd_arg_buf(&g, a->grad_y);
-    cd_arg_buf(&g, a->proj_o);
-    cd_arg_buf(&g, a->rope_cos);
-    cd_arg_buf(&g, a->rope_sin);
-    cd_arg_buf(&g, a->grad_out);
+    CD_ARG_BUFS(&g, a->grad_y, a->proj_o, a->rope_cos, a->rope_sin, a->grad_out);
   }
   cd_arg_u64(&g, a->N);
   cd_arg_u32(&g, (uint32_t)a->H);
@@ -86,13 +80,14 @@ static camdelta_status ot_plan(cd_call *c) {
   cl_kernel k;
   size_t ts;
   const camdelta_status st =
-      cd_branch_kernel(c->ctx, ((const camdelta_output_transform_args *)c->args)->D, "cd_output_transform", &k, &ts);
+      cd_branch_kernel(c->ctx, CAMDELTA_F32, ((const camdelta_output_transform_args *)c->args)->D,
+                       "cd_output_transform", &k, &ts);
   if (!st) clReleaseKernel(k);
   return st;
 }
 
 static camdelta_status ot_enqueue(cd_call *c, cd_launch *l) {
-  return cd_output_transform_enqueue(c->ctx, ot_backward(c), c->args, l);
+  return cd_output_transform_enqueue(c->ctx, CAMDELTA_F32, ot_backward(c), c->args, l);
 }
 
 static const cd_entry OT_ENTRIES[2] = {

@@ -4,17 +4,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
-#include "prep_common.h"
+#include "runtime/internal.h"
+#include "ops/prep_common.h"
 
 camdelta_status camdelta_prep_saved_create(camdelta_context *ctx, camdelta_prep_saved **out) {
-  cd_clear_error();
-  if (!ctx || !out)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_prep_saved_create: '%s' is NULL", ctx ? "out" : "ctx");
-  *out = calloc(1, sizeof **out);
-  if (!*out) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "camdelta_prep_saved_create: out of host memory");
-  (*out)->ctx = ctx;
-  return CAMDELTA_OK;
+  CD_CREATE_OBJECT("camdelta_prep_saved_create", ctx, out);
 }
 
 void camdelta_prep_saved_destroy(camdelta_prep_saved *saved) {
@@ -56,7 +50,7 @@ void cd_prep_use_inputs(cd_call *c, size_t B, size_t N, size_t H, size_t D, camd
 
 camdelta_status cd_prep_inv_rms_warm(camdelta_context *ctx, camdelta_dtype dtype) {
   char opts[64];
-  snprintf(opts, sizeof opts, "-DCD_DTYPE=%d", (int)dtype);
+  snprintf(opts, sizeof opts, "-DCD_DTYPE=%d", (int)cd_raw_dtype(dtype)); /* reads the raw side only */
   cl_program prog;
   return cd_program(ctx, "prep.cl", opts, &prog);
 }
@@ -80,7 +74,7 @@ camdelta_status cd_prep_inv_rms(camdelta_context *ctx, size_t B, size_t N, size_
                                  float eps, camdelta_buffer q_raw, camdelta_buffer k_raw, cl_mem inv_rms,
                                  cd_launch *l) {
   char opts[128];
-  snprintf(opts, sizeof opts, "-DCD_DTYPE=%d", (int)dtype);
+  snprintf(opts, sizeof opts, "-DCD_DTYPE=%d", (int)cd_raw_dtype(dtype)); /* reads the raw side only */
   cl_kernel k;
   camdelta_status st = cd_kernel(ctx, "prep.cl", opts, "cd_prep_inv_rms", &k);
   if (st) return st;
@@ -114,8 +108,8 @@ camdelta_status cd_prep_kernel(camdelta_context *ctx, const char *source, const 
                     (D * (ts + 1) + 2 * ts * g4) * sizeof(float) > ctx->info.local_mem_bytes / 2))
     ts /= 2;
   for (;;) {
-    char opts[160];
-    snprintf(opts, sizeof opts, "-DCD_DTYPE=%d -DCD_D=%zu -DCD_TS=%zu", (int)dtype, D, ts);
+    char opts[160], dt[40];
+    snprintf(opts, sizeof opts, "%s -DCD_D=%zu -DCD_TS=%zu", cd_dtype_opts(dtype, dt), D, ts);
     cl_kernel k;
     camdelta_status st = cd_kernel(ctx, source, opts, name, &k);
     if (st) return st;
@@ -201,8 +195,8 @@ int cd_prep_fused_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, 
   const size_t g4 = D / 4;
   for (p->tt = cd_option(ctx, CD_OPT_PREP_TT, dtype);; p->tt /= 2) {
     if (p->tt * g4 <= ctx->info.max_work_group_size) {
-      char opts[160];
-      int n = snprintf(opts, sizeof opts, "-DCD_DTYPE=%d -DCD_D=%zu -DCD_TT=%u", (int)dtype, D, p->tt);
+      char opts[200], dt[40];
+      int n = snprintf(opts, sizeof opts, "%s -DCD_D=%zu -DCD_TT=%u", cd_dtype_opts(dtype, dt), D, p->tt);
       if (p->regs)
         snprintf(opts + n, sizeof opts - (size_t)n, " -DCD_H=%zu -DCD_IX32=%d -DCD_WL=%d", H,
                  ix32 && cd_option(ctx, CD_OPT_PREP_IX, dtype) != 64, cd_prep_weights_mode(ctx, dtype, H, D, p->tt));
@@ -216,7 +210,10 @@ int cd_prep_fused_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, 
       clReleaseKernel(p->k);
       p->k = NULL;
     }
-    if (p->tt <= 4) return 0;
+    if (p->tt <= 4) { /* neither one-pass form fits: the caller runs the two-pass form, with its arguments */
+      memset(p, 0, sizeof *p);
+      return 0;
+    }
   }
 }
 
@@ -228,6 +225,7 @@ static const cd_slot PF_SLOTS_[PF_SLOTS] = {
 
 typedef struct pf_call {
   camdelta_prep_saved *saved;
+  int scan_f32;   /* q, k, v out in f32 whatever the dtype (cd_prep_forward_split) */
   int fused;      /* the one-pass form (pf), else the two-pass one (k, ts) */
   cd_pf_plan pf;
   cl_kernel k;
@@ -240,7 +238,8 @@ static camdelta_status pf_check(cd_call *c) {
   camdelta_status st = cd_prep_check_shape(c->entry->op, a->B, a->N, a->H, a->D, a->dtype, a->k_scale, a->norm_eps);
   if (st) return st;
   cd_prep_use_inputs(c, a->B, a->N, a->H, a->D, a->dtype, 1);
-  const size_t es = camdelta_dtype_size(a->dtype), BNHD = a->B * a->N * a->H * a->D;
+  const size_t es = cd_scan_es(cd_store_code(a->dtype, ((const pf_call *)c->op)->scan_f32));
+  const size_t BNHD = a->B * a->N * a->H * a->D;
   for (int i = PF_Q; i <= PF_V; i++) c->use[i] = (cd_use){.need = CD_REQUIRED, .elems = BNHD, .es = es};
   c->use[PF_INFLATION_SQ] = (cd_use){.need = CD_REQUIRED, .elems = a->B * a->H * a->N, .es = 4};
   return CAMDELTA_OK;
@@ -250,10 +249,11 @@ static camdelta_status pf_plan(cd_call *c) {
   const camdelta_prep_args *a = c->args;
   pf_call *s = c->op;
   camdelta_status st;
-  s->fused = cd_prep_fused_kernel(c->ctx, a->dtype, a->D, a->H, cd_prep_ix32(a->B, a->N, a->H, a->D), &s->pf, &st);
+  const camdelta_dtype dtype = cd_store_code(a->dtype, s->scan_f32);
+  s->fused = cd_prep_fused_kernel(c->ctx, dtype, a->D, a->H, cd_prep_ix32(a->B, a->N, a->H, a->D), &s->pf, &st);
   if (st) return st;
   if (s->fused) s->k = s->pf.k;
-  else if ((st = cd_prep_kernel(c->ctx, "prep.cl", "cd_prep_forward", a->dtype, a->D, &s->k, &s->ts))) return st;
+  else if ((st = cd_prep_kernel(c->ctx, "prep.cl", "cd_prep_forward", dtype, a->D, &s->k, &s->ts))) return st;
   const size_t bytes = 2 * a->B * a->N * sizeof(float);
   if (s->saved) {
     st = cd_ensure_buffer(c->ctx, &s->saved->inv_rms, &s->saved->bytes, bytes);
@@ -282,10 +282,7 @@ static camdelta_status pf_enqueue(cd_call *c, cd_launch *l) {
   for (int i = 0; i < CD_PREP_INPUTS; i++) cd_arg_buf(&g, in[i]);
   cd_arg_mem(&g, s->inv);
   cd_arg_u64(&g, 0);
-  cd_arg_buf(&g, a->q);
-  cd_arg_buf(&g, a->k);
-  cd_arg_buf(&g, a->v);
-  cd_arg_buf(&g, a->inflation_sq);
+  CD_ARG_BUFS(&g, a->q, a->k, a->v, a->inflation_sq);
   cd_arg_u64(&g, N);
   if (!pf->regs) cd_arg_u32(&g, (uint32_t)H);
   if (fused && !pf->cpu) cd_arg_u64(&g, B);
@@ -328,10 +325,20 @@ static camdelta_status pf_end(cd_call *c, camdelta_status st) {
 static const cd_entry PREP_FORWARD =
     CD_ENTRY("camdelta_prep_forward", camdelta_prep_args, PF_SLOTS_, pf_check, pf_plan, pf_enqueue, pf_end);
 
-camdelta_status camdelta_prep_forward(camdelta_context *ctx, const camdelta_prep_args *args,
-                                      camdelta_prep_saved *saved) {
-  pf_call s = {.saved = saved, .fused = 0, .k = NULL, .ts = 0, .inv = NULL};
+static camdelta_status pf_run(camdelta_context *ctx, const camdelta_prep_args *args, camdelta_prep_saved *saved,
+                              int scan_f32) {
+  pf_call s = {.saved = saved, .scan_f32 = scan_f32, .fused = 0, .k = NULL, .ts = 0, .inv = NULL};
   cd_call c = {.entry = &PREP_FORWARD, .ctx = ctx, .args = args, .saved = saved,
                .saved_ctx = saved ? saved->ctx : NULL, .op = &s};
   return cd_run_entry(&c);
+}
+
+camdelta_status camdelta_prep_forward(camdelta_context *ctx, const camdelta_prep_args *args,
+                                      camdelta_prep_saved *saved) {
+  return pf_run(ctx, args, saved, 0);
+}
+
+camdelta_status cd_prep_forward_split(camdelta_context *ctx, const camdelta_prep_args *args,
+                                      camdelta_prep_saved *saved) {
+  return pf_run(ctx, args, saved, 1);
 }

@@ -14,11 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backward.h"
-#include "internal.h"
-#include "prep_backward_fused.h"
-#include "prep_common.h"
-#include "engine.h"
+#include "ops/backward.h"
+#include "runtime/internal.h"
+#include "ops/prep_backward_fused.h"
+#include "ops/prep_common.h"
+#include "scan/engine.h"
 
 static const char OP[] = "camdelta_prep_backward";
 
@@ -55,8 +55,8 @@ static camdelta_status build_kernels(camdelta_context *ctx, camdelta_dtype dtype
   memset(k, 0, sizeof *k);
   camdelta_status st = cd_prep_kernel(ctx, "prep_backward.cl", "cd_prep_bwd_heads", dtype, D, &k->heads, &k->ts);
   if (st) return st;
-  char opts[160];
-  snprintf(opts, sizeof opts, "-DCD_DTYPE=%d -DCD_D=%zu -DCD_TS=%zu", (int)dtype, D, k->ts);
+  char opts[160], dt[40];
+  snprintf(opts, sizeof opts, "%s -DCD_D=%zu -DCD_TS=%zu", cd_dtype_opts(dtype, dt), D, k->ts);
   if ((st = cd_kernel(ctx, "prep_backward.cl", opts, "cd_prep_bwd_tokens", &k->tokens)) ||
       (st = cd_kernel(ctx, "prep_backward.cl", opts, "cd_prep_bwd_reduce", &k->reduce)))
     release_kernels(k);
@@ -100,6 +100,7 @@ enum { PS, PW, PP, PRH, PR, UQ, UK, INV, NSCR };
 typedef struct pb_call {
   const camdelta_prep_saved *saved;
   const camdelta_buffer *g2; /* cd_prep_backward_g2's second K and V gradients, or NULL */
+  int scan_f32;              /* the (B, H, D, N) side in f32 whatever the dtype (cd_prep_backward_split) */
   unsigned flags;            /* of cl/prep_backward.cl */
   int fused;                 /* the two-pass form (p), else the three-kernel form (k, scr) */
   cd_pbf_plan p;
@@ -114,6 +115,7 @@ static camdelta_status pb_check(cd_call *c) {
   const size_t B = a->B, N = a->N, H = a->H, D = a->D;
   camdelta_status st = cd_prep_check_shape(OP, B, N, H, D, a->dtype, a->k_scale, a->norm_eps);
   if (st) return st;
+  const camdelta_dtype dtype = cd_store_code(a->dtype, s->scan_f32);
   if (B > UINT32_MAX) return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: B=%zu exceeds 2^32-1", OP, B);
   {
     /* the largest scratch buffers: dproj partials (B, N, H, 32) and norm-weight partials (2, B * tiles, C) with
@@ -124,10 +126,11 @@ static camdelta_status pb_check(cd_call *c) {
       return cd_fail(CAMDELTA_ERROR_OVERFLOW, "%s: B=%zu N=%zu H=%zu D=%zu: the scratch sizes overflow size_t", OP,
                      B, N, H, D);
   }
-  const size_t es = camdelta_dtype_size(a->dtype), BNHD = B * N * H * D, C = H * D, Dh = D / 2;
+  const size_t es = camdelta_dtype_size(a->dtype), ses = cd_scan_es(dtype), BNHD = B * N * H * D, C = H * D,
+               Dh = D / 2;
   const int need_v = (a->dproj_kv.mem || a->drope_cos.mem || a->drope_sin.mem) && a->grad_v.mem;
   cd_prep_use_inputs(c, B, N, H, D, a->dtype, need_v);
-  const cd_use tokens = {.need = CD_OPTIONAL, .elems = BNHD, .es = es};
+  const cd_use tokens = {.need = CD_OPTIONAL, .elems = BNHD, .es = ses}; /* the (B, H, D, N) side */
   const cd_use per_head = {.need = CD_OPTIONAL, .elems = B * H * N, .es = 4};
   const cd_use weights = {.need = CD_REQUIRED, .elems = C, .es = 4};
   const cd_use proj = {.need = CD_OPTIONAL, .elems = B * N * 16, .es = 4};
@@ -166,13 +169,12 @@ static camdelta_status pb_check(cd_call *c) {
   }
   if (s->g2) {
     const camdelta_buffer *g2 = s->g2;
-    if (a->dtype != CAMDELTA_F32)
-      return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: second gradients need f32 storage", OP);
+    if (ses != 4) return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: second gradients need f32 storage", OP);
     if (!a->grad_k.mem || !a->grad_v.mem)
       return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: second gradients need grad_k and grad_v", OP);
     const cd_tensor_arg in[2] = {{"grad_k2", g2[0], BNHD, 4}, {"grad_v2", g2[1], BNHD, 4}};
-    const cd_tensor_arg out[3] = {{"dq_raw", a->dq_raw, BNHD, 4}, {"dk_raw", a->dk_raw, BNHD, 4},
-                                  {"dv_raw", a->dv_raw, BNHD, 4}};
+    const cd_tensor_arg out[3] = {{"dq_raw", a->dq_raw, BNHD, es}, {"dk_raw", a->dk_raw, BNHD, es},
+                                  {"dv_raw", a->dv_raw, BNHD, es}};
     for (int i = 0; i < 2 && !st; i++) st = cd_check_buffer(OP, in[i].name, in[i].b, BNHD, 4, 0);
     if (!st) st = cd_check_no_overlap(OP, out, 3, in, 2);
     if (st) return st;
@@ -198,6 +200,7 @@ static camdelta_status pb_plan(cd_call *c) {
   pb_call *s = c->op;
   camdelta_context *ctx = c->ctx;
   const size_t B = args->B, N = args->N, H = args->H, D = args->D, C = H * D, Dh = D / 2;
+  const camdelta_dtype dtype = cd_store_code(args->dtype, s->scan_f32);
   const int want_rope = args->drope_cos.mem || args->drope_sin.mem;
   s->flags = (args->grad_q.mem ? PB_HAS_GQ : 0) | (args->grad_k.mem ? PB_HAS_GK : 0) |
              (args->grad_v.mem ? PB_HAS_GV : 0) | (args->grad_inflation_sq.mem ? PB_HAS_GI : 0) |
@@ -207,7 +210,7 @@ static camdelta_status pb_plan(cd_call *c) {
   camdelta_status st = CAMDELTA_OK;
   /* The two-pass form (GPUs, see prep_backward_fused.c) when no dproj/drope is asked for. */
   if (!(s->flags & (PB_WANT_PQ | PB_WANT_PKV | PB_WANT_ROPE))) {
-    s->fused = cd_pbf_kernels(ctx, args->dtype, D, s->g2 != NULL, cd_pbf_pass1_of(args, s->saved, s->g2), &s->p, &st);
+    s->fused = cd_pbf_kernels(ctx, dtype, D, s->g2 != NULL, cd_pbf_pass1_of(args, s->saved, s->g2), &s->p, &st);
     if (st) return st;
     if (s->fused) {
       cd_pbf_shape(ctx, B, N, H, D, &s->p);
@@ -215,7 +218,7 @@ static camdelta_status pb_plan(cd_call *c) {
     }
   }
   /* The three-kernel form, with the programs of the inverse RMS (without saved) and of the second gradients' add */
-  if ((st = build_kernels(ctx, args->dtype, D, &s->k))) return st;
+  if ((st = build_kernels(ctx, dtype, D, &s->k))) return st;
   cl_program prog;
   if (!s->saved && (st = cd_prep_inv_rms_warm(ctx, args->dtype))) return st;
   if (s->g2 && (st = cd_program(ctx, "scan_pair.cl", "-DCD_D=8", &prog))) return st;
@@ -256,29 +259,10 @@ static camdelta_status pb_enqueue(cd_call *c, cd_launch *l) {
     st = cd_prep_inv_rms(ctx, B, N, H, D, args->dtype, args->norm_eps, args->q_raw, args->k_raw, s->scr[INV], l);
   if (!st) {
     cd_args a = {s->k.heads, 0, CL_SUCCESS};
-    cd_arg_buf(&a, args->q_raw);
-    cd_arg_buf(&a, args->k_raw);
-    cd_arg_buf(&a, OPT(args->v_raw));
-    cd_arg_buf(&a, args->q_norm_weight);
-    cd_arg_buf(&a, args->k_norm_weight);
-    cd_arg_buf(&a, args->proj_q);
-    cd_arg_buf(&a, args->proj_kv);
-    cd_arg_buf(&a, args->rope_cos);
-    cd_arg_buf(&a, args->rope_sin);
-    cd_arg_buf(&a, binv);
-    cd_arg_buf(&a, OPT(args->grad_q));
-    cd_arg_buf(&a, OPT(args->grad_k));
-    cd_arg_buf(&a, OPT(args->grad_v));
-    cd_arg_buf(&a, OPT(args->grad_inflation_sq));
-    cd_arg_buf(&a, args->dq_raw);
-    cd_arg_buf(&a, args->dk_raw);
-    cd_arg_buf(&a, args->dv_raw);
-    cd_arg_buf(&a, bs[UQ]);
-    cd_arg_buf(&a, bs[UK]);
-    cd_arg_buf(&a, bs[PS]);
-    cd_arg_buf(&a, bs[PW]);
-    cd_arg_buf(&a, bs[PP]);
-    cd_arg_buf(&a, bs[PRH]);
+    CD_ARG_BUFS(&a, args->q_raw, args->k_raw, OPT(args->v_raw), args->q_norm_weight, args->k_norm_weight, args->proj_q,
+                args->proj_kv, args->rope_cos, args->rope_sin, binv, OPT(args->grad_q), OPT(args->grad_k),
+                OPT(args->grad_v), OPT(args->grad_inflation_sq), args->dq_raw, args->dk_raw, args->dv_raw, bs[UQ],
+                bs[UK], bs[PS], bs[PW], bs[PP], bs[PRH]);
     cd_arg_u64(&a, N);
     cd_arg_u32(&a, (uint32_t)H);
     cd_arg_f32(&a, args->k_scale);
@@ -289,21 +273,8 @@ static camdelta_status pb_enqueue(cd_call *c, cd_launch *l) {
   }
   if (!st) {
     cd_args a = {s->k.tokens, 0, CL_SUCCESS};
-    cd_arg_buf(&a, args->q_raw);
-    cd_arg_buf(&a, args->k_raw);
-    cd_arg_buf(&a, args->q_norm_weight);
-    cd_arg_buf(&a, args->k_norm_weight);
-    cd_arg_buf(&a, binv);
-    cd_arg_buf(&a, args->dq_raw);
-    cd_arg_buf(&a, args->dk_raw);
-    cd_arg_buf(&a, bs[UQ]);
-    cd_arg_buf(&a, bs[UK]);
-    cd_arg_buf(&a, bs[PS]);
-    cd_arg_buf(&a, bs[PP]);
-    cd_arg_buf(&a, bs[PRH]);
-    cd_arg_buf(&a, bs[PR]);
-    cd_arg_buf(&a, OPT(args->dproj_q));
-    cd_arg_buf(&a, OPT(args->dproj_kv));
+    CD_ARG_BUFS(&a, args->q_raw, args->k_raw, args->q_norm_weight, args->k_norm_weight, binv, args->dq_raw,
+                args->dk_raw, bs[UQ], bs[UK], bs[PS], bs[PP], bs[PRH], bs[PR], OPT(args->dproj_q), OPT(args->dproj_kv));
     cd_arg_u64(&a, N);
     cd_arg_u32(&a, (uint32_t)H);
     cd_arg_u32(&a, flags);
@@ -324,12 +295,8 @@ static camdelta_status pb_enqueue(cd_call *c, cd_launch *l) {
     const size_t nwb = (2 * C + lws[0] - 1) / lws[0];
     const size_t nrb = want_rope ? (2 * N * Dh + lws[0] * lws[1] - 1) / (lws[0] * lws[1]) : 0;
     cd_args a = {s->k.reduce, 0, CL_SUCCESS};
-    cd_arg_buf(&a, bs[PW]);
-    cd_arg_buf(&a, bs[PR]);
-    cd_arg_buf(&a, args->dq_norm_weight);
-    cd_arg_buf(&a, args->dk_norm_weight);
-    cd_arg_buf(&a, OPT(args->drope_cos));
-    cd_arg_buf(&a, OPT(args->drope_sin));
+    CD_ARG_BUFS(&a, bs[PW], bs[PR], args->dq_norm_weight, args->dk_norm_weight, OPT(args->drope_cos),
+                OPT(args->drope_sin));
     cd_arg_u32(&a, (uint32_t)C);
     cd_arg_u64(&a, slots);
     cd_arg_u32(&a, (uint32_t)B);
@@ -358,20 +325,25 @@ static const cd_entry PREP_BACKWARD =
     CD_ENTRY(OP, camdelta_prep_backward_args, PB_SLOTS_, pb_check, pb_plan, pb_enqueue, pb_end);
 
 static camdelta_status run(camdelta_context *ctx, const camdelta_prep_backward_args *args,
-                           const camdelta_prep_saved *saved, const camdelta_buffer *g2) {
-  pb_call s = {.saved = saved, .g2 = g2, .flags = 0, .fused = 0, .scr = {NULL}};
+                           const camdelta_prep_saved *saved, const camdelta_buffer *g2, int scan_f32) {
+  pb_call s = {.saved = saved, .g2 = g2, .scan_f32 = scan_f32, .flags = 0, .fused = 0, .scr = {NULL}};
   cd_call c = {.entry = &PREP_BACKWARD, .ctx = ctx, .args = args, .saved = saved,
                .saved_ctx = saved ? saved->ctx : NULL, .op = &s};
   return cd_run_entry(&c);
 }
 camdelta_status camdelta_prep_backward(camdelta_context *ctx, const camdelta_prep_backward_args *args,
                                        const camdelta_prep_saved *saved) {
-  return run(ctx, args, saved, NULL);
+  return run(ctx, args, saved, NULL, 0);
+}
+
+camdelta_status cd_prep_backward_split(camdelta_context *ctx, const camdelta_prep_backward_args *args,
+                                       const camdelta_prep_saved *saved, const camdelta_buffer *g2) {
+  return run(ctx, args, saved, g2, 1);
 }
 
 camdelta_status cd_prep_backward_g2(camdelta_context *ctx, const camdelta_prep_backward_args *args,
                                     const camdelta_prep_saved *saved, camdelta_buffer grad_k2,
                                     camdelta_buffer grad_v2) {
   const camdelta_buffer g2[2] = {grad_k2, grad_v2};
-  return run(ctx, args, saved, g2);
+  return run(ctx, args, saved, g2, 0);
 }

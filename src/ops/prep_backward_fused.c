@@ -27,8 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "prep_backward_fused.h"
-#include "prep_common.h"
+#include "ops/prep_backward_fused.h"
+#include "ops/prep_common.h"
 
 enum { PBF_GQ = 1, PBF_GK = 2, PBF_GV = 4, PBF_GI = 8, PBF_ALIGNED = 16 };
 
@@ -68,8 +68,8 @@ int cd_pbf_kernels(camdelta_context *ctx, camdelta_dtype dtype, size_t D, int g2
    * registers) cannot take that many */
   for (;;) {
     if (p->tt * uw <= ctx->info.max_work_group_size) {
-      char opts[160];
-      snprintf(opts, sizeof opts, "-DCD_DTYPE=%d -DCD_D=%zu -DCD_TT=%u -DCD_G2=%d -DCD_UW=%zu", (int)dtype, D, p->tt,
+      char opts[200], dt[40];
+      snprintf(opts, sizeof opts, "%s -DCD_D=%zu -DCD_TT=%u -DCD_G2=%d -DCD_UW=%zu", cd_dtype_opts(dtype, dt), D, p->tt,
                g2 != 0, uw);
       const char *const names[4] = {PASS1_NAMES[p1], "cd_prep_bwd_ssum", GRADS_NAMES[p->tw == 1],
                                     "cd_prep_bwd_fused_reduce"};
@@ -103,14 +103,8 @@ void cd_pbf_shape(camdelta_context *ctx, size_t B, size_t N, size_t H, size_t D,
 
 /* The arguments the two passes share, in their order: the forward's inputs and the saved inverse RMS values. */
 static void args_inputs(cd_args *g, const camdelta_prep_backward_args *a, cl_mem inv) {
-  cd_arg_buf(g, a->q_raw);
-  cd_arg_buf(g, a->k_raw);
-  cd_arg_buf(g, a->q_norm_weight);
-  cd_arg_buf(g, a->k_norm_weight);
-  cd_arg_buf(g, a->proj_q);
-  cd_arg_buf(g, a->proj_kv);
-  cd_arg_buf(g, a->rope_cos);
-  cd_arg_buf(g, a->rope_sin);
+  CD_ARG_BUFS(g, a->q_raw, a->k_raw, a->q_norm_weight, a->k_norm_weight, a->proj_q, a->proj_kv, a->rope_cos,
+              a->rope_sin);
   cd_arg_mem(g, inv);
   cd_arg_u64(g, 0);
 }
@@ -173,9 +167,7 @@ camdelta_status cd_pbf_run(camdelta_context *ctx, const camdelta_prep_backward_a
       cd_arg_buf(&g, a->q);
       cd_arg_buf(&g, a->k);
     }
-    cd_arg_buf(&g, OPT(a->grad_q));
-    cd_arg_buf(&g, OPT(a->grad_k));
-    cd_arg_buf(&g, g2 ? OPT(g2[0]) : dummy);
+    CD_ARG_BUFS(&g, OPT(a->grad_q), OPT(a->grad_k), g2 ? OPT(g2[0]) : dummy);
     if (p->p1 != CD_PBF_P1_RAW) cd_arg_buf(&g, a->inflation_sq);
     cd_arg_buf(&g, OPT(a->grad_inflation_sq));
     cd_arg_mem(&g, dgi);
@@ -190,10 +182,7 @@ camdelta_status cd_pbf_run(camdelta_context *ctx, const camdelta_prep_backward_a
     cd_args g = {p->ssum, 0, CL_SUCCESS};
     cd_arg_mem(&g, scr[PART]);
     cd_arg_mem(&g, scr[S]);
-    cd_arg_buf(&g, a->proj_q);
-    cd_arg_buf(&g, a->proj_kv);
-    cd_arg_buf(&g, a->rope_cos);
-    cd_arg_buf(&g, a->rope_sin);
+    CD_ARG_BUFS(&g, a->proj_q, a->proj_kv, a->rope_cos, a->rope_sin);
     cd_arg_mem(&g, pm);
     cd_arg_u32(&g, (uint32_t)al);
     args_shape(&g, a, 0, 0);
@@ -205,17 +194,11 @@ camdelta_status cd_pbf_run(camdelta_context *ctx, const camdelta_prep_backward_a
   if (!st) {
     cd_args g = {p->grads, 0, CL_SUCCESS};
     args_inputs(&g, a, inv);
-    cd_arg_buf(&g, OPT(a->grad_q));
-    cd_arg_buf(&g, OPT(a->grad_k));
-    cd_arg_buf(&g, OPT(a->grad_v));
-    cd_arg_buf(&g, g2 ? OPT(g2[0]) : dummy);
-    cd_arg_buf(&g, g2 ? OPT(g2[1]) : dummy);
+    CD_ARG_BUFS(&g, OPT(a->grad_q), OPT(a->grad_k), OPT(a->grad_v), g2 ? OPT(g2[0]) : dummy, g2 ? OPT(g2[1]) : dummy);
     cd_arg_mem(&g, dgi);
     cd_arg_mem(&g, scr[S]);
     cd_arg_mem(&g, pm);
-    cd_arg_buf(&g, a->dq_raw);
-    cd_arg_buf(&g, a->dk_raw);
-    cd_arg_buf(&g, a->dv_raw);
+    CD_ARG_BUFS(&g, a->dq_raw, a->dk_raw, a->dv_raw);
     cd_arg_mem(&g, scr[PW]);
     args_shape(&g, a, 1, flags);
     if (g.err != CL_SUCCESS) st = args_failed(g.err, GRADS_NAMES[p->tw == 1]);

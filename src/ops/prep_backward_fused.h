@@ -1,7 +1,7 @@
 /* The two-pass form of the prep backward (cl/prep_backward_fused.cl), used by prep_backward.c. Not installed. */
 #ifndef CAMDELTA_PREP_BACKWARD_FUSED_H
 #define CAMDELTA_PREP_BACKWARD_FUSED_H
-#include "internal.h"
+#include "runtime/internal.h"
 
 /** Pass 1's kernel: recomputing the forward from q_raw and k_raw (cd_prep_bwd_sums), or reading its outputs q, k,
  *  inflation_sq one token (cd_prep_bwd_sums_out) or four tokens (cd_prep_bwd_sums_out4) per work-item. */

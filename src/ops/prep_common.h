@@ -1,7 +1,7 @@
 /* Pieces of the prep forward shared with the prep backward. */
 #ifndef CAMDELTA_PREP_COMMON_H
 #define CAMDELTA_PREP_COMMON_H
-#include "internal.h"
+#include "runtime/internal.h"
 
 /** Shape, dtype and scalar checks of a prep call. */
 camdelta_status cd_prep_check_shape(const char *op, size_t B, size_t N, size_t H, size_t D, camdelta_dtype dtype,
@@ -68,5 +68,13 @@ size_t cd_prep_tile_groups(const camdelta_context *ctx, size_t tiles, size_t wpc
 camdelta_status cd_prep_backward_g2(camdelta_context *ctx, const camdelta_prep_backward_args *args,
                                     const camdelta_prep_saved *saved, camdelta_buffer grad_k2,
                                     camdelta_buffer grad_v2);
+/** camdelta_prep_forward / _backward with prep's (B, H, D, N) side (q, k, v out; grad_q, grad_k, grad_v and the
+ *  saved q, k in) in f32 whatever args->dtype, the raw side (q_raw, k_raw, v_raw in, dq_raw, dk_raw, dv_raw out) in
+ *  args->dtype: the camera branch on 16-bit activations. The backward takes second K and V gradients as
+ *  cd_prep_backward_g2 when g2 (two buffers) is given. */
+camdelta_status cd_prep_forward_split(camdelta_context *ctx, const camdelta_prep_args *args,
+                                      camdelta_prep_saved *saved);
+camdelta_status cd_prep_backward_split(camdelta_context *ctx, const camdelta_prep_backward_args *args,
+                                       const camdelta_prep_saved *saved, const camdelta_buffer *g2);
 
 #endif

@@ -3,9 +3,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "branch_common.h"
-#include "device.h"
-#include "camera_op.h"
+#include "ops/branch_common.h"
+#include "ops/camera_op.h"
 
 /* Spatial positions per backward work-item (option "conv" SB; src/options/table.c): fewer give more work-items
  * (memory-level parallelism) and more weight partials to sum. */
@@ -37,11 +36,21 @@ camdelta_status cd_short_conv_segments(camdelta_context *ctx, const char *op, si
   return st;
 }
 
-camdelta_status cd_short_conv_enqueue_forward(camdelta_context *ctx, size_t B, size_t T, size_t S, size_t C,
-                                              camdelta_buffer x, camdelta_buffer w, cl_mem seg_end, camdelta_buffer y,
-                                              cd_launch *l) {
+/* The program for activations in `dtype`: f32 keeps the options it always had. */
+static const char *conv_opts(camdelta_dtype dtype) {
+  return dtype == CAMDELTA_F16 ? "-DCD_DTYPE=1" : dtype == CAMDELTA_BF16 ? "-DCD_DTYPE=2" : "";
+}
+
+camdelta_status cd_short_conv_program(camdelta_context *ctx, camdelta_dtype dtype) {
+  cl_program prog;
+  return cd_program(ctx, "short_conv.cl", conv_opts(dtype), &prog);
+}
+
+camdelta_status cd_short_conv_enqueue_forward(camdelta_context *ctx, camdelta_dtype dtype, size_t B, size_t T,
+                                              size_t S, size_t C, camdelta_buffer x, camdelta_buffer w,
+                                              cl_mem seg_end, camdelta_buffer y, cd_launch *l) {
   cl_kernel k;
-  camdelta_status st = cd_kernel(ctx, "short_conv.cl", "", "cd_short_conv_forward", &k);
+  camdelta_status st = cd_kernel(ctx, "short_conv.cl", conv_opts(dtype), "cd_short_conv_forward", &k);
   if (st) return st;
   const size_t BSC = B * S * C;
   cd_args a = {k, 0, CL_SUCCESS};
@@ -60,13 +69,13 @@ camdelta_status cd_short_conv_enqueue_forward(camdelta_context *ctx, size_t B, s
   return st;
 }
 
-camdelta_status cd_short_conv_enqueue_backward(camdelta_context *ctx, size_t B, size_t T, size_t S, size_t C,
-                                               camdelta_buffer x, camdelta_buffer w, cl_mem seg_end,
-                                               camdelta_buffer dy, camdelta_buffer dx, camdelta_buffer dw,
-                                               cd_launch *l) {
+camdelta_status cd_short_conv_enqueue_backward(camdelta_context *ctx, camdelta_dtype dtype, size_t B, size_t T,
+                                               size_t S, size_t C, camdelta_buffer x, camdelta_buffer w,
+                                               cl_mem seg_end, camdelta_buffer dy, camdelta_buffer dx,
+                                               camdelta_buffer dw, cd_launch *l) {
   cl_kernel kb = NULL, kr = NULL;
-  camdelta_status st = cd_kernel(ctx, "short_conv.cl", "", "cd_short_conv_backward", &kb);
-  if (!st) st = cd_kernel(ctx, "short_conv.cl", "", "cd_short_conv_reduce", &kr);
+  camdelta_status st = cd_kernel(ctx, "short_conv.cl", conv_opts(dtype), "cd_short_conv_backward", &kb);
+  if (!st) st = cd_kernel(ctx, "short_conv.cl", conv_opts(dtype), "cd_short_conv_reduce", &kr);
   const size_t sbl = conv_sb(ctx), nsb = (S + sbl - 1) / sbl, P = B * nsb, total = P * C;
   cl_mem part = NULL;
   if (!st && dw.mem) st = cd_alloc(ctx, P * C * 4 * sizeof(float), &part);
@@ -170,10 +179,10 @@ static camdelta_status conv_enqueue(cd_call *c, cd_launch *l) {
   const conv_call *s = c->op;
   if (conv_idle(c)) return CAMDELTA_OK;
   if (!s->backward)
-    return cd_short_conv_enqueue_forward(c->ctx, a->B, a->T, a->S, a->C, a->k_raw, a->conv_weight, s->seg_end,
-                                         a->k_conv, l);
-  return cd_short_conv_enqueue_backward(c->ctx, a->B, a->T, a->S, a->C, a->k_raw, a->conv_weight, s->seg_end,
-                                        a->grad_k_conv, a->dk_raw, a->dconv_weight, l);
+    return cd_short_conv_enqueue_forward(c->ctx, CAMDELTA_F32, a->B, a->T, a->S, a->C, a->k_raw, a->conv_weight,
+                                         s->seg_end, a->k_conv, l);
+  return cd_short_conv_enqueue_backward(c->ctx, CAMDELTA_F32, a->B, a->T, a->S, a->C, a->k_raw, a->conv_weight,
+                                        s->seg_end, a->grad_k_conv, a->dk_raw, a->dconv_weight, l);
 }
 
 static camdelta_status conv_end(cd_call *c, camdelta_status st) {

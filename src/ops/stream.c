@@ -7,10 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "branch_block.h"
+#include "ops/branch_block.h"
 #include "camdelta_stream.h"
-#include "camera_op.h"
-#include "stream_image.h"
+#include "ops/camera_op.h"
+#include "ops/stream_image.h"
 
 struct camdelta_stream {
   camdelta_context *ctx;

@@ -1,5 +1,5 @@
 /* The saved image of a stream: header, parser, file reader (stream_image.h). Every number little-endian. */
-#include "stream_image.h"
+#include "ops/stream_image.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -5,7 +5,7 @@
 #define CAMDELTA_STREAM_IMAGE_H
 #include <stdint.h>
 
-#include "internal.h"
+#include "runtime/internal.h"
 
 #define CD_STREAM_MAGIC "CDSTREAM"
 #define CD_STREAM_VERSION 1u

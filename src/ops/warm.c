@@ -1,10 +1,10 @@
 /* camdelta_warm / camdelta_warm_shape: every operation builds (or loads from the disk cache) the programs its calls
  * would use, so that later calls never compile. The operations are asked in turn, from one table. */
-#include "backward.h"
-#include "camera_op.h"
-#include "engine.h"
-#include "internal.h"
-#include "prep_common.h"
+#include "ops/backward.h"
+#include "ops/camera_op.h"
+#include "scan/engine.h"
+#include "runtime/internal.h"
+#include "ops/prep_common.h"
 
 /* What to warm: head dim D; for camdelta_warm_shape also B·H = BH, H and S (0 for camdelta_warm, which knows the head
  * dim only: the operations whose programs depend on the shape skip it). */

@@ -124,6 +124,17 @@ void cd_opt_put(cd_opt_values *o, cd_opt_id id, uint32_t value, cd_opt_source fr
 
 int cd_opt_is_set(const cd_opt_values *o, cd_opt_id id) { return atomic_load(&o->v[id]) != 0; }
 
+cd_opt_source cd_opt_from(const cd_opt_values *o, cd_opt_id id) {
+  return cd_opt_is_set(o, id) ? (cd_opt_source)atomic_load(&o->from[id]) : CD_OPT_FROM_DEFAULT;
+}
+
+void cd_opt_source_name(const cd_opt_values *o, cd_opt_id id, char *buf, size_t size) {
+  const cd_opt_decl *d = &cd_opt_decls[id];
+  const cd_opt_family *fm = &cd_opt_families[d->family];
+  if (cd_opt_from(o, id) == CD_OPT_FROM_API) snprintf(buf, size, "camdelta_tune_set(%s)", fm->name);
+  else snprintf(buf, size, "%s", d->env ? d->env : fm->env ? fm->env : fm->name);
+}
+
 uint32_t cd_opt_get(const cd_opt_values *o, cd_opt_id id, int gpu_like, int half) {
   const uint32_t v = atomic_load(&o->v[id]);
   return v ? v - 1 : cd_opt_decls[id].def[cd_opt_default_index(gpu_like, half)];

@@ -33,10 +33,19 @@ typedef enum cd_opt_family_id {
   CD_OPT_FAM_PREP_BWD, /* "prep_backward": the prep backward */
   CD_OPT_FAM_CONV,     /* "conv": the short convolution */
   CD_OPT_FAM_SCAN,     /* "scan": the scan's arithmetic path */
+  CD_OPT_FAM_CHUNKWISE,  /* "chunkwise": the chunkwise forward's FMA tiles */
+  CD_OPT_FAM_BACKWARD,   /* "backward": the scan backward's FMA tiles */
+  CD_OPT_FAM_SEQUENTIAL, /* "sequential": the sequential forward's tiles */
+  CD_OPT_FAM_TC_GRAM,    /* "gram": the tensor-core gram's tiles */
+  CD_OPT_FAM_TC_APPLY,   /* "apply": the tensor-core apply's tiles */
+  CD_OPT_FAM_TC_FRAMES,  /* "frames": the tensor-core frames' tiles */
   CD_OPT_FAM_MPI,      /* "mpi": sequence parallelism (camdelta_mpi), process-wide */
   CD_OPT_FAM_VERBOSE,  /* "verbose": what a context prints on stderr */
   CD_OPT_FAM_COUNT
 } cd_opt_family_id;
+
+/** How many keys each tile family has (the scan checks them against its own enumerations). */
+enum { CD_OPT_CHUNKWISE_KEYS = 17, CD_OPT_BACKWARD_KEYS = 9, CD_OPT_SEQUENTIAL_KEYS = 5, CD_OPT_TC_KEYS = 5 };
 
 /** Keys, grouped by family. */
 typedef enum cd_opt_id {
@@ -55,7 +64,15 @@ typedef enum cd_opt_id {
   CD_OPT_CONV_SB,
   CD_OPT_SCAN_TC,
   CD_OPT_SCAN_CPU,
-  CD_OPT_MPI_CHUNK_BYTES,
+  /* The scan's tiles: blocks of keys in the order of the scan's own enumerations (src/scan/tiles.h, tc.h), which
+   * index them from the block's first id. A value left at its default (CD_OPT_AUTO) is chosen by the tile policy. */
+  CD_OPT_CHUNKWISE,                                  /* CD_ST_COUNT keys: A_WR ... C_KC */
+  CD_OPT_BACKWARD = CD_OPT_CHUNKWISE + CD_OPT_CHUNKWISE_KEYS, /* CD_SB_COUNT keys: RPT ... RL CR */
+  CD_OPT_SEQUENTIAL = CD_OPT_BACKWARD + CD_OPT_BACKWARD_KEYS, /* CD_SQ_COUNT keys: J TS W PF OUT */
+  CD_OPT_TC_GRAM = CD_OPT_SEQUENTIAL + CD_OPT_SEQUENTIAL_KEYS, /* CD_OPT_TC_KEYS keys each: WM WN MR NR KC */
+  CD_OPT_TC_APPLY = CD_OPT_TC_GRAM + CD_OPT_TC_KEYS,
+  CD_OPT_TC_FRAMES = CD_OPT_TC_APPLY + CD_OPT_TC_KEYS,
+  CD_OPT_MPI_CHUNK_BYTES = CD_OPT_TC_FRAMES + CD_OPT_TC_KEYS,
   CD_OPT_VERBOSE_KERNELS,
   CD_OPT_VERBOSE_SCAN,
   CD_OPT_COUNT
@@ -149,6 +166,11 @@ void cd_opt_put(cd_opt_values *o, cd_opt_id id, uint32_t value, cd_opt_source fr
 uint32_t cd_opt_get(const cd_opt_values *o, cd_opt_id id, int gpu_like, int half);
 /** 1 when `id` was set (environment or camdelta_tune_set). */
 int cd_opt_is_set(const cd_opt_values *o, cd_opt_id id);
+/** Where the value of `id` came from (CD_OPT_FROM_DEFAULT when not set). */
+cd_opt_source cd_opt_from(const cd_opt_values *o, cd_opt_id id);
+/** The name of the source of a value of `id` for messages: its variable (or its family's list variable) when it came
+ *  from the environment, "camdelta_tune_set(FAMILY)" when it came from the API. */
+void cd_opt_source_name(const cd_opt_values *o, cd_opt_id id, char *buf, size_t size);
 /** 1 when family f's list variable is shared with other families: its value is then
  *  "family:KEY=V,...;family:KEY=V,...". */
 int cd_opt_family_env_shared(cd_opt_family_id f);

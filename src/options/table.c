@@ -9,12 +9,50 @@ const cd_opt_family cd_opt_families[CD_OPT_FAM_COUNT] = {
                              .doc = "the prep backward (camdelta_prep_backward)"},
     [CD_OPT_FAM_CONV] = {.name = "conv", .env = NULL, .doc = "the short convolution on raw K (camdelta_short_conv_*)"},
     [CD_OPT_FAM_SCAN] = {.name = "scan", .env = NULL, .doc = "the scan (camdelta_scan_*, the camera branch's scans)"},
+    [CD_OPT_FAM_CHUNKWISE] = {.name = "chunkwise",
+                              .env = "CAMDELTA_SCAN_TILES",
+                              .doc = "the chunkwise forward's FMA tiles (cl/scan_chunkwise.cl: phases A, B, C)"},
+    [CD_OPT_FAM_BACKWARD] = {.name = "backward",
+                             .env = "CAMDELTA_SCAN_BWD_TILES",
+                             .doc = "the scan backward's FMA tiles (cl/scan_backward.cl)"},
+    [CD_OPT_FAM_SEQUENTIAL] = {.name = "sequential",
+                               .env = "CAMDELTA_SEQ_TILES",
+                               .doc = "the sequential forward's tiles (cl/scan_sequential.cl)"},
+    [CD_OPT_FAM_TC_GRAM] = {.name = "gram",
+                            .env = "CAMDELTA_TC_TILES",
+                            .doc = "the tensor-core gram's tiles (work-group WM x WN warps, each MR x NR fragments, KC "
+                                   "tokens per step)"},
+    [CD_OPT_FAM_TC_APPLY] = {.name = "apply",
+                             .env = "CAMDELTA_TC_TILES",
+                             .doc = "the tensor-core apply's tiles (outputs from the states), as `gram`"},
+    [CD_OPT_FAM_TC_FRAMES] = {.name = "frames",
+                              .env = "CAMDELTA_TC_TILES",
+                              .doc = "the tensor-core frames kernel's tiles (the backward's per-frame gradients), as "
+                                     "`gram`"},
     [CD_OPT_FAM_MPI] = {.name = "mpi",
                         .env = NULL,
                         .doc = "sequence parallelism over MPI (camdelta_mpi)",
                         .process = 1},
     [CD_OPT_FAM_VERBOSE] = {.name = "verbose", .env = NULL, .doc = "what a context prints on stderr"},
 };
+
+
+/* A tile of the scan: a whole number in [1, 4096] the tile policy chooses unless it is given; the kernels'
+ * constraints (divisibility, work-group and local-memory limits) are checked when a plan is built, naming the
+ * value's source. */
+#define TILE_RULE "the tile policy (src/scan/tiles.c, tc.c) for the device and the shape; the tensor-core families " \
+                  "also take the entries saved by `camdelta tune --save` and the built-in per-device table"
+#define TILE(fam, k, d) \
+  {.family = (fam), .key = (k), .type = CD_OPT_RANGE, .min = 1, .max = 4096, .def = CD_OPT_DEF(CD_OPT_AUTO), \
+   .rule = TILE_RULE, .doc = (d)}
+#define CHUNK(i, k, d) [CD_OPT_CHUNKWISE + (i)] = TILE(CD_OPT_FAM_CHUNKWISE, k, d)
+#define BWD(i, k, d) [CD_OPT_BACKWARD + (i)] = TILE(CD_OPT_FAM_BACKWARD, k, d)
+#define SEQ(i, k, d) [CD_OPT_SEQUENTIAL + (i)] = TILE(CD_OPT_FAM_SEQUENTIAL, k, d)
+#define TC(first, fam)                                                                                                 \
+  [(first) + 0] = TILE(fam, "WM", "warps along the rows"), [(first) + 1] = TILE(fam, "WN", "warps along the columns"), \
+  [(first) + 2] = TILE(fam, "MR", "fragments per warp along the rows (MR*NR at most 32)"),                           \
+  [(first) + 3] = TILE(fam, "NR", "fragments per warp along the columns"),                                          \
+  [(first) + 4] = TILE(fam, "KC", "contraction elements per step, a multiple of 8")
 
 const cd_opt_decl cd_opt_decls[CD_OPT_COUNT] = {
     [CD_OPT_PREP_FORM] = {.family = CD_OPT_FAM_PREP,
@@ -147,8 +185,43 @@ const cd_opt_decl cd_opt_decls[CD_OPT_COUNT] = {
                          .def = CD_OPT_DEF_CLASS(1, 0),
                          .doc = "the CPU forms of the scan's phases (cl/scan_cpu.cl: a work-item per core's task, "
                                 "register tiles of float8; AUTO then runs the chunkwise algorithm): 1 on CPU "
-                                "devices, also on any other device (tests); 0 the work-group forms; packed clips "
-                                "and the summaries keep the work-group forms"},
+                                "devices, also on any other device (tests); 0 the work-group forms; packed clips, "
+                                "the summaries and drivers with a loop budget (Rusticl on llvmpipe) keep the "
+                                "work-group forms"},
+    CHUNK(0, "A_WR", "phase A (the grams): work-item rows of a tile"),
+    CHUNK(1, "A_RM", "phase A: rows per work-item (tile rows A_WR*A_RM)"),
+    CHUNK(2, "A_WC", "phase A: work-item columns of a tile"),
+    CHUNK(3, "A_RN", "phase A: columns per work-item (tile columns A_WC*A_RN)"),
+    CHUNK(4, "A_KC", "phase A: tokens staged in local memory per step"),
+    CHUNK(5, "B_J", "phase B (the chain): value columns per work-group (at most D)"),
+    CHUNK(6, "B_WR", "phase B: work-item rows (B_WR*B_RM >= D)"),
+    CHUNK(7, "B_RM", "phase B: rows per work-item"),
+    CHUNK(8, "B_WC", "phase B: work-item columns"),
+    CHUNK(9, "B_RN", "phase B: columns per work-item"),
+    CHUNK(10, "B_KC", "phase B: contraction chunk staged per step"),
+    CHUNK(11, "B_PF", "phase B: chunks of A_f loaded ahead into registers (divides D / B_KC)"),
+    CHUNK(12, "C_WR", "phase C (the outputs): work-item rows (value rows)"),
+    CHUNK(13, "C_RM", "phase C: rows per work-item"),
+    CHUNK(14, "C_WC", "phase C: work-item columns (tokens)"),
+    CHUNK(15, "C_RN", "phase C: columns per work-item"),
+    CHUNK(16, "C_KC", "phase C: contraction chunk (divides D)"),
+    BWD(0, "RPT", "grams: rows (and columns) per work-item; work-group (D/RPT)^2"),
+    BWD(1, "TSG", "grams: tokens per local chunk"),
+    BWD(2, "CB", "chain: value columns per work-group"),
+    BWD(3, "DPT", "frames: value columns per work-item"),
+    BWD(4, "TL", "frames: token lanes; work-group TL*D/DPT"),
+    BWD(5, "TPT", "frames: tokens per lane"),
+    BWD(6, "MC", "frames: contraction chunk (divides D)"),
+    BWD(7, "RL", "ddecay: work-group size (a power of two)"),
+    BWD(8, "CR", "chain: rows per work-item (divides D; 1 unless the chain kernel's work-group limit is below D)"),
+    SEQ(0, "J", "value columns per work-group (at most D)"),
+    SEQ(1, "TS", "tokens per tile (at most 1024)"),
+    SEQ(2, "W", "work-group size (a power of two from 32)"),
+    SEQ(3, "PF", "the next tile's loads in flight during the arithmetic: 1 on, 2 off"),
+    SEQ(4, "OUT", "where the outputs are computed: 1 in the kernel, 2 by the chunkwise phase C from the saved states"),
+    TC(CD_OPT_TC_GRAM, CD_OPT_FAM_TC_GRAM),
+    TC(CD_OPT_TC_APPLY, CD_OPT_FAM_TC_APPLY),
+    TC(CD_OPT_TC_FRAMES, CD_OPT_FAM_TC_FRAMES),
     [CD_OPT_MPI_CHUNK_BYTES] = {.family = CD_OPT_FAM_MPI,
                                 .key = "CHUNK_BYTES",
                                 .env = "CAMDELTA_SP_CHUNK_BYTES",
@@ -195,28 +268,11 @@ const cd_opt_env_doc cd_opt_env_docs[] = {
      .when = "each program build",
      .doc = "read the kernel sources from this folder instead of the copies built into the library"},
     {.name = "CAMDELTA_DEVICE_LIMITS",
-     .value = "`local=BYTES,wg=ITEMS,cu=UNITS`",
+     .value = "`local=BYTES,wg=ITEMS,cu=UNITS,loops=N|none,profiling=0`",
      .when = "context creation",
      .doc = "test mode: lower the local memory, work-group size and compute units the context reports (values above "
-            "the device's own are ignored)"},
-    {.name = "CAMDELTA_TC_TILES",
-     .value = "`gram:WM=2,KC=16;frames:WM=4`",
-     .when = "context creation",
-     .doc = "the tensor-core families' tiles (gram, apply, frames; WM WN MR NR KC), as `camdelta_tune_set`"},
-    {.name = "CAMDELTA_SCAN_TILES",
-     .value = "`A_WR=16,A_KC=16,...`",
-     .when = "context creation",
-     .doc = "the chunkwise scan's FMA tiles (A_WR A_RM A_WC A_RN A_KC, B_J B_WR B_RM B_WC B_RN B_KC B_PF, C_WR C_RM "
-            "C_WC C_RN C_KC); `camdelta_tune_set` family `chunkwise`"},
-    {.name = "CAMDELTA_SCAN_BWD_TILES",
-     .value = "`RPT=8,TSG=16,...`",
-     .when = "context creation",
-     .doc = "the scan backward's FMA tiles (RPT TSG CB DPT TL TPT MC RL); `camdelta_tune_set` family `backward`"},
-    {.name = "CAMDELTA_SEQ_TILES",
-     .value = "`J=8,TS=32,W=256,PF=1,OUT=2`",
-     .when = "context creation",
-     .doc = "the sequential forward's value columns per work-group, tokens per tile, work-group size, prefetch and "
-            "where the outputs come from; `camdelta_tune_set` family `sequential`"},
+            "the device's own are ignored), emulate a driver's loop budget per work-item and launch (none: no "
+            "budget, its probe not run), or a driver without kernel times ([portability.md](portability.md))"},
     {.name = "CAMDELTA_FAULT",
      .value = "`rename:K`, `kill:K`, `nolink`, comma-separated",
      .when = "each output commit of the tool's test build",

@@ -1,7 +1,7 @@
 /* Host helpers (docs/math.md §2): RoPE tables from complex frequencies and the closed-form SE(3) inverse. */
 #include <stdint.h>
 
-#include "internal.h"
+#include "runtime/internal.h"
 
 camdelta_status camdelta_rope_tables(size_t N, size_t Dh, const float *freqs_re_im, float *rope_cos,
                                      float *rope_sin) {

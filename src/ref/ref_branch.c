@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "branch_common.h"
+#include "ops/branch_common.h"
 
 /* ------------------------------------------------------------------------------------------- short conv */
 
@@ -84,16 +84,23 @@ camdelta_status camdelta_ref_short_conv_backward(const camdelta_ref_conv *p) {
 
 /* ------------------------------------------------------------------------------------- output transform */
 
+/* The checks of both directions: no NULL (all five arrays given), D a multiple of 8, the sizes in size_t. */
+static camdelta_status check_transform(const char *op, size_t B, size_t N, size_t H, size_t D, int all_given) {
+  cd_clear_error();
+  if (!all_given) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: an argument is NULL", op);
+  if (D < 8 || D % 8) return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: D=%zu", op, D);
+  size_t total, mats;
+  if (!CD_PROD(&total, B, N, H, D, sizeof(double)) || !CD_PROD(&mats, B, N, 16, sizeof(double)))
+    return cd_fail(CAMDELTA_ERROR_OVERFLOW, "%s: B*N*H*D overflows size_t", op);
+  return CAMDELTA_OK;
+}
+
 camdelta_status camdelta_ref_output_transform(size_t B, size_t N, size_t H, size_t D, const double *out,
                                               const double *proj_o, const double *rope_cos, const double *rope_sin,
                                               double *y) {
-  cd_clear_error();
-  if (!out || !proj_o || !rope_cos || !rope_sin || !y)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_ref_output_transform: an argument is NULL");
-  if (D < 8 || D % 8) return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "camdelta_ref_output_transform: D=%zu", D);
-  size_t total, mats;
-  if (!CD_PROD(&total, B, N, H, D, sizeof(double)) || !CD_PROD(&mats, B, N, 16, sizeof(double)))
-    return cd_fail(CAMDELTA_ERROR_OVERFLOW, "camdelta_ref_output_transform: B*N*H*D overflows size_t");
+  camdelta_status st = check_transform("camdelta_ref_output_transform", B, N, H, D,
+                                       out && proj_o && rope_cos && rope_sin && y);
+  if (st) return st;
   const size_t Dh = D / 2;
   for (size_t b = 0; b < B; b++)
     for (size_t h = 0; h < H; h++)
@@ -116,13 +123,9 @@ camdelta_status camdelta_ref_output_transform(size_t B, size_t N, size_t H, size
 camdelta_status camdelta_ref_output_transform_backward(size_t B, size_t N, size_t H, size_t D, const double *grad_y,
                                                        const double *proj_o, const double *rope_cos,
                                                        const double *rope_sin, double *grad_out) {
-  cd_clear_error();
-  if (!grad_y || !proj_o || !rope_cos || !rope_sin || !grad_out)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_ref_output_transform_backward: an argument is NULL");
-  if (D < 8 || D % 8) return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "camdelta_ref_output_transform_backward: D=%zu", D);
-  size_t total, mats;
-  if (!CD_PROD(&total, B, N, H, D, sizeof(double)) || !CD_PROD(&mats, B, N, 16, sizeof(double)))
-    return cd_fail(CAMDELTA_ERROR_OVERFLOW, "camdelta_ref_output_transform_backward: B*N*H*D overflows size_t");
+  camdelta_status st = check_transform("camdelta_ref_output_transform_backward", B, N, H, D,
+                                       grad_y && proj_o && rope_cos && rope_sin && grad_out);
+  if (st) return st;
   const size_t Dh = D / 2;
   for (size_t b = 0; b < B; b++)
     for (size_t h = 0; h < H; h++)

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "branch_common.h"
+#include "ops/branch_common.h"
 
 static void cross3(const double *a, const double *b, double *c) {
   c[0] = a[1] * b[2] - a[2] * b[1];

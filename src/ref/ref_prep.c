@@ -2,7 +2,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "internal.h"
+#include "ref/ref_prep.h"
 
 camdelta_status camdelta_ref_prep_forward(const camdelta_ref_prep *p) {
   cd_clear_error();
@@ -30,42 +30,17 @@ camdelta_status camdelta_ref_prep_forward(const camdelta_ref_prep *p) {
   for (size_t b = 0; b < B; b++) {
     for (size_t n = 0; n < N; n++) {
       const size_t tok = (b * N + n) * C;
-      double sq = 0, sk = 0;
-      for (size_t c = 0; c < C; c++) {
-        sq += p->q_raw[tok + c] * p->q_raw[tok + c];
-        sk += p->k_raw[tok + c] * p->k_raw[tok + c];
-      }
-      const double irq = 1.0 / sqrt(sq / (double)C + p->norm_eps);
-      const double irk = 1.0 / sqrt(sk / (double)C + p->norm_eps);
+      double irq, irk;
+      cd_ref_prep_inv_rms(p, tok, &irq, &irk);
       const double *Pq = p->proj_q + (b * N + n) * 16, *Pkv = p->proj_kv + (b * N + n) * 16;
       const double *cs = p->rope_cos + n * Dh, *sn = p->rope_sin + n * Dh;
       for (size_t h = 0; h < H; h++) {
         const size_t row = tok + h * D;
-        double pre = 0, post = 0;
-        for (size_t d = 0; d < D; d++) {
-          double q = p->q_raw[row + d] * irq * p->q_norm_weight[h * D + d];
-          double k = p->k_raw[row + d] * irk * p->k_norm_weight[h * D + d];
-          qn[d] = q > 0 ? q : 0;
-          kn[d] = (k > 0 ? k : 0) * p->k_scale;
-          vn[d] = p->v_raw[row + d];
-          pre += kn[d] * kn[d];
-        }
-        for (size_t g = 0; g < Dh / 4; g++) {
-          for (size_t i = 0; i < 4; i++) {
-            double aq = 0, ak = 0, av = 0;
-            for (size_t j = 0; j < 4; j++) {
-              aq += Pq[i * 4 + j] * qn[4 * g + j];
-              ak += Pkv[i * 4 + j] * kn[4 * g + j];
-              av += Pkv[i * 4 + j] * vn[4 * g + j];
-            }
-            qo[4 * g + i] = aq, ko[4 * g + i] = ak, vo[4 * g + i] = av;
-          }
-        }
-        for (size_t r = 0; r < Dh; r++) {
-          qo[Dh + r] = qn[Dh + r] * cs[r] + qn[Dh + (r ^ 1)] * sn[r];
-          ko[Dh + r] = kn[Dh + r] * cs[r] + kn[Dh + (r ^ 1)] * sn[r];
-          vo[Dh + r] = vn[Dh + r] * cs[r] + vn[Dh + (r ^ 1)] * sn[r];
-        }
+        const double pre = cd_ref_prep_head(p, row, h, irq, irk, qn, kn, vn);
+        double post = 0;
+        cd_ref_prep_transform(D, Pq, cs, sn, qn, qo);
+        cd_ref_prep_transform(D, Pkv, cs, sn, kn, ko);
+        cd_ref_prep_transform(D, Pkv, cs, sn, vn, vo);
         for (size_t d = 0; d < D; d++) post += ko[d] * ko[d];
         const size_t ob = ((b * H + h) * D) * N + n;
         for (size_t d = 0; d < D; d++) {
@@ -80,4 +55,41 @@ camdelta_status camdelta_ref_prep_forward(const camdelta_ref_prep *p) {
   }
   free(qn), free(kn), free(vn), free(qo), free(ko), free(vo);
   return CAMDELTA_OK;
+}
+
+void cd_ref_prep_inv_rms(const camdelta_ref_prep *p, size_t tok, double *irq, double *irk) {
+  const size_t C = p->H * p->D;
+  double sq = 0, sk = 0;
+  for (size_t c = 0; c < C; c++) {
+    sq += p->q_raw[tok + c] * p->q_raw[tok + c];
+    sk += p->k_raw[tok + c] * p->k_raw[tok + c];
+  }
+  *irq = 1.0 / sqrt(sq / (double)C + p->norm_eps);
+  *irk = 1.0 / sqrt(sk / (double)C + p->norm_eps);
+}
+
+double cd_ref_prep_head(const camdelta_ref_prep *p, size_t row, size_t h, double irq, double irk, double *qn,
+                        double *kn, double *vn) {
+  const size_t D = p->D;
+  double pre = 0;
+  for (size_t d = 0; d < D; d++) {
+    double q = p->q_raw[row + d] * irq * p->q_norm_weight[h * D + d];
+    double k = p->k_raw[row + d] * irk * p->k_norm_weight[h * D + d];
+    qn[d] = q > 0 ? q : 0;
+    kn[d] = (k > 0 ? k : 0) * p->k_scale;
+    vn[d] = p->v_raw[row + d];
+    pre += kn[d] * kn[d];
+  }
+  return pre;
+}
+
+void cd_ref_prep_transform(size_t D, const double *P, const double *cs, const double *sn, const double *x, double *y) {
+  const size_t Dh = D / 2;
+  for (size_t g = 0; g < Dh / 4; g++)
+    for (size_t i = 0; i < 4; i++) {
+      double acc = 0;
+      for (size_t j = 0; j < 4; j++) acc += P[i * 4 + j] * x[4 * g + j];
+      y[4 * g + i] = acc;
+    }
+  for (size_t r = 0; r < Dh; r++) y[Dh + r] = x[Dh + r] * cs[r] + x[Dh + (r ^ 1)] * sn[r];
 }

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "ref/ref_prep.h"
 
 static double clamp_floor(double x) { return x > 1e-12 ? x : 1e-12; }
 
@@ -46,18 +46,6 @@ static void transform_backward(size_t D, const double *P, const double *cs, cons
 }
 
 /* Forward camera transform + RoPE of one head's vector (as in ref_prep.c). */
-static void transform_forward(size_t D, const double *P, const double *cs, const double *sn, const double *x,
-                              double *y) {
-  const size_t Dh = D / 2;
-  for (size_t g = 0; g < Dh / 4; g++)
-    for (size_t i = 0; i < 4; i++) {
-      double acc = 0;
-      for (size_t j = 0; j < 4; j++) acc += P[i * 4 + j] * x[4 * g + j];
-      y[4 * g + i] = acc;
-    }
-  for (size_t r = 0; r < Dh; r++) y[Dh + r] = x[Dh + r] * cs[r] + x[Dh + (r ^ 1)] * sn[r];
-}
-
 camdelta_status camdelta_ref_prep_backward(const camdelta_ref_prep *p, const camdelta_ref_prep_grads *gr) {
   cd_clear_error();
   static const char op[] = "camdelta_ref_prep_backward";
@@ -84,13 +72,8 @@ camdelta_status camdelta_ref_prep_backward(const camdelta_ref_prep *p, const cam
     for (size_t n = 0; n < N; n++) {
       const size_t tok = (b * N + n) * C;
       const double *xq = p->q_raw + tok, *xk = p->k_raw + tok;
-      double sq = 0, sk = 0;
-      for (size_t c = 0; c < C; c++) {
-        sq += xq[c] * xq[c];
-        sk += xk[c] * xk[c];
-      }
-      const double irq = 1.0 / sqrt(sq / (double)C + p->norm_eps);
-      const double irk = 1.0 / sqrt(sk / (double)C + p->norm_eps);
+      double irq, irk;
+      cd_ref_prep_inv_rms(p, tok, &irq, &irk); /* the forward's own arithmetic: the ReLU masks agree bit for bit */
       const double *Pq = p->proj_q + (b * N + n) * 16, *Pkv = p->proj_kv + (b * N + n) * 16;
       const double *cs = p->rope_cos + n * Dh, *sn = p->rope_sin + n * Dh;
       double *dPq = gr->dproj_q ? gr->dproj_q + (b * N + n) * 16 : NULL;
@@ -100,17 +83,9 @@ camdelta_status camdelta_ref_prep_backward(const camdelta_ref_prep *p, const cam
       if (dPkv) memset(dPkv, 0, 16 * sizeof *dPkv);
       for (size_t h = 0; h < H; h++) {
         const size_t row = tok + h * D;
-        double pre = 0, post = 0;
-        for (size_t d = 0; d < D; d++) {
-          /* same expressions as the forward, so the ReLU masks agree bit for bit */
-          double q = p->q_raw[row + d] * irq * p->q_norm_weight[h * D + d];
-          double k = p->k_raw[row + d] * irk * p->k_norm_weight[h * D + d];
-          qn[d] = q > 0 ? q : 0;
-          kn[d] = (k > 0 ? k : 0) * p->k_scale;
-          vn[d] = p->v_raw[row + d];
-          pre += kn[d] * kn[d];
-        }
-        transform_forward(D, Pkv, cs, sn, kn, ko);
+        const double pre = cd_ref_prep_head(p, row, h, irq, irk, qn, kn, vn);
+        double post = 0;
+        cd_ref_prep_transform(D, Pkv, cs, sn, kn, ko);
         for (size_t d = 0; d < D; d++) post += ko[d] * ko[d];
         const size_t ob = ((b * H + h) * D) * N + n;
         for (size_t d = 0; d < D; d++) {

@@ -29,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "runtime/internal.h"
 
 /* Geometry of one (b, h) problem. */
 typedef struct scan_geo {

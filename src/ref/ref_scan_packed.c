@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "runtime/internal.h"
 
 static camdelta_status check_packed(const char *op, const camdelta_ref_scan_packed *p, size_t *N) {
   if (!p || !p->q || !p->k || !p->v || !p->beta || !p->decay || !p->frame_offsets || !p->clip_offsets)

@@ -44,7 +44,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "runtime/internal.h"
 
 #ifndef S_ISVTX
 #define S_ISVTX 01000 /* XSI; not exposed under plain _POSIX_C_SOURCE */

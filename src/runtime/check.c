@@ -1,10 +1,11 @@
 /* Argument checks shared by the operations: sizes, buffers, dtypes. */
 #include <limits.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "runtime/internal.h"
 
 /* The size rule of camdelta, camdelta_mpi and the tool: every product and sum of sizes that come from a caller, a
  * file or the command line goes through these (or the public camdelta_size_* below), and a result that does not
@@ -82,6 +83,11 @@ camdelta_status cd_check_dtype(const char *op, camdelta_dtype dtype) {
   return CAMDELTA_OK;
 }
 
+const char *cd_dtype_opts(camdelta_dtype d, char *buf) {
+  snprintf(buf, 40, "-DCD_DTYPE=%d%s", (int)cd_raw_dtype(d), ((int)d & CD_SCAN_F32) ? " -DCD_SDTYPE=0" : "");
+  return buf;
+}
+
 const char *camdelta_dtype_name(camdelta_dtype dtype) {
   switch (dtype) {
     case CAMDELTA_F32: return "f32";
@@ -118,39 +124,6 @@ camdelta_status cd_check_no_overlap(const char *op, const cd_tensor_arg *outs, s
       if (overlaps(&outs[i], &outs[j]))
         return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: outputs '%s' and '%s' overlap in the same cl_mem", op,
                        outs[j].name, outs[i].name);
-  }
-  return CAMDELTA_OK;
-}
-
-/* Parses `text` ("KEY=N,KEY=N,...", spaces allowed around items) into v[] for keys[0..n): each N an integer in
- * [1, 4096]; an unknown key, a missing '=' or a bad number fails naming `var`. */
-camdelta_status cd_parse_tiles(const char *var, const char *text, const char *const *keys, size_t n,
-                                   unsigned *v) {
-  for (size_t i = 0; i < n; i++) v[i] = 0;
-  const char *p = text, *key = NULL, *val = NULL;
-  size_t klen = 0, vlen = 0;
-  for (int r; (r = cd_opt_list_next(&p, &key, &klen, &val, &vlen));) {
-    if (r < 0)
-      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%.*s' is not KEY=N (value: '%s')", var, (int)klen, key,
-                     text);
-    size_t k = 0;
-    while (k < n && !(strlen(keys[k]) == klen && strncmp(keys[k], key, klen) == 0)) k++;
-    if (k == n) {
-      char known[256] = "";
-      for (size_t i = 0; i < n; i++) {
-        strncat(known, keys[i], sizeof known - strlen(known) - 1);
-        if (i + 1 < n) strncat(known, " ", sizeof known - strlen(known) - 1);
-      }
-      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: unknown key '%.*s' (known: %s)", var, (int)klen, key,
-                     known);
-    }
-    unsigned long x = 0;
-    size_t d = 0;
-    while (d < vlen && d < 5 && val[d] >= '0' && val[d] <= '9') x = x * 10 + (unsigned long)(val[d++] - '0');
-    if (d == 0 || d != vlen || x < 1 || x > 4096)
-      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: %s needs an integer in [1, 4096] (value: '%s')", var,
-                     keys[k], text);
-    v[k] = (unsigned)x;
   }
   return CAMDELTA_OK;
 }

@@ -4,9 +4,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "device.h"
-#include "internal.h"
-#include "tiles.h"
+#include "runtime/device.h"
+#include "runtime/internal.h"
 
 static double now_ms(void) {
   struct timespec ts;
@@ -62,24 +61,21 @@ static camdelta_status finish_create(camdelta_context *ctx) {
   if (mtx_init(&ctx->lock, mtx_plain) != thrd_success)
     return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "cannot create a mutex");
   fill_info(ctx);
+  size_t resolution = 0;
+  if (clGetDeviceInfo(ctx->device, CL_DEVICE_PROFILING_TIMER_RESOLUTION, sizeof resolution, &resolution, NULL) !=
+      CL_SUCCESS)
+    resolution = 0;
+  ctx->kernel_times = ctx->profiling && resolution > 0;
   /* The environment is read once, here, never on the call path. */
   char msg[512];
   cd_opt_clear(&ctx->opts);
   if (cd_opt_read_env(&ctx->opts, msg, sizeof msg)) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s", msg);
-  const char *tct = getenv("CAMDELTA_TC_TILES");
-  if (tct && *tct && !(ctx->tc_tiles_env = strdup(tct)))
-    return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "out of host memory reading CAMDELTA_TC_TILES");
-  camdelta_status st = cd_limits_env(ctx);
-  if (!st) st = cd_tune_fma_env(ctx);
-  return st;
+  return cd_limits_env(ctx);
 }
 
 /* What finish_create allocated, on its failure or at destruction. */
 static void free_created(camdelta_context *ctx) {
   if (ctx->release_plans) ctx->release_plans(ctx);
-  cd_tune_fma_free(ctx);
-  free(ctx->tc_tiles_env);
-  ctx->tc_tiles_env = NULL;
 }
 
 camdelta_status camdelta_context_create(camdelta_context **out, const char *selector) {
@@ -216,6 +212,14 @@ camdelta_status camdelta_enqueue_marker(camdelta_context *ctx, cl_event *event) 
   if (err != CL_SUCCESS) {
     *event = NULL;
     return cd_cl_fail(err, "camdelta_enqueue_marker: clEnqueueMarkerWithWaitList");
+  }
+  /* Another queue may wait on the event only once this queue has been flushed (OpenCL's rule for events across
+   * queues): a driver that submits lazily (Mesa's Rusticl) would otherwise never run the commands it waits for. */
+  err = clFlush(ctx->queue);
+  if (err != CL_SUCCESS) {
+    clReleaseEvent(*event);
+    *event = NULL;
+    return cd_cl_fail(err, "camdelta_enqueue_marker: clFlush");
   }
   return CAMDELTA_OK;
 }

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "device.h"
+#include "runtime/device.h"
 
 static int icontains(const char *hay, const char *needle) {
   size_t n = strlen(needle);

@@ -3,7 +3,7 @@
 #define CAMDELTA_DEVICE_H
 #include <strings.h>
 
-#include "internal.h"
+#include "runtime/internal.h"
 
 #define CD_MAX_PLATFORMS 16
 #define CD_MAX_DEVICES 64

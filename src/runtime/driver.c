@@ -2,7 +2,7 @@
  * list is in internal.h). */
 #include <string.h>
 
-#include "internal.h"
+#include "runtime/internal.h"
 
 camdelta_buffer cd_slot_buffer(const cd_call *c, size_t i) {
   const cd_slot *s = &c->entry->slots[i];

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "runtime/internal.h"
 
 static const char LIMITS_VAR[] = "CAMDELTA_DEVICE_LIMITS";
 
@@ -31,19 +31,31 @@ camdelta_status cd_limits_env(camdelta_context *ctx) {
     const char *eq = memchr(p, '=', len);
     uint64_t v = 0;
     const size_t klen = eq ? (size_t)(eq - p) : len;
-    if (!eq || !parse_value(eq + 1, len - klen - 1, &v))
+    const int off = eq && klen == 9 && strncmp(p, "profiling", 9) == 0 && len - klen - 1 == 1 && eq[1] == '0';
+    /* loops=none: no loop budget, and the probe kernel is not run (a simulator such as oclgrind, whose checks would
+     * also see the probe's launch) */
+    const int noloops = eq && klen == 5 && strncmp(p, "loops", 5) == 0 && len - klen - 1 == 4 &&
+                        strncmp(eq + 1, "none", 4) == 0;
+    if (!eq || (!off && !noloops && !parse_value(eq + 1, len - klen - 1, &v)))
       return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
-                     "%s: '%.*s' is not KEY=N (keys local, wg, cu; N a whole number from 1 to 2^40)", LIMITS_VAR,
-                     (int)len, p);
+                     "%s: '%.*s' is not KEY=N (keys local, wg, cu, loops; N a whole number from 1 to 2^40), "
+                     "loops=none or profiling=0",
+                     LIMITS_VAR, (int)len, p);
     if (klen == 5 && strncmp(p, "local", 5) == 0) {
       if (v < in->local_mem_bytes) in->local_mem_bytes = v;
     } else if (klen == 2 && strncmp(p, "wg", 2) == 0) {
       if (v < in->max_work_group_size) in->max_work_group_size = (size_t)v;
     } else if (klen == 2 && strncmp(p, "cu", 2) == 0) {
       if (v < in->compute_units) in->compute_units = (unsigned)v;
+    } else if (noloops) {
+      ctx->loop_limit = 0, ctx->loop_budget = 0, ctx->loop_state = 1;
+    } else if (klen == 5 && strncmp(p, "loops", 5) == 0) {
+      ctx->loop_limit = (size_t)v;
+    } else if (klen == 9 && strncmp(p, "profiling", 9) == 0 && len - klen - 1 == 1 && eq[1] == '0') {
+      ctx->kernel_times = 0;
     } else {
-      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: unknown key '%.*s' (local, wg or cu)", LIMITS_VAR,
-                     (int)klen, p);
+      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: unknown key '%.*s' (local, wg, cu, loops or profiling=0)",
+                     LIMITS_VAR, (int)klen, p);
     }
     p += len;
     if (*p == ',') p++;
@@ -102,6 +114,7 @@ camdelta_status cd_context_emulate(camdelta_context *ctx, const char *device) {
     ctx->pref_multiple = e->pref_multiple;
     ctx->facts_emulated = 1;
     cd_opt_put(&ctx->opts, CD_OPT_SCAN_TC, e->tc ? 2 : 0, CD_OPT_FROM_API); /* emulated, or off */
+    ctx->loop_state = 0; /* the loop budget is measured again (none, for emulated facts) */
     mtx_unlock(&ctx->lock);
     return CAMDELTA_OK;
   }

@@ -2,7 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "runtime/internal.h"
 
 static _Thread_local char cd_message[16384];
 

@@ -34,6 +34,20 @@ void cd_clear_error(void);
  *  a terminal raw. Truncates to fit; returns out. */
 const char *cd_escape(const char *in, size_t n, char *out, size_t cap);
 
+/** The body of a public creator of a host object that belongs to a context (its field `ctx`), e.g.
+ *  camdelta_scan_saved_create(ctx, &out): clears the error, refuses a NULL ctx or out (naming op), allocates the
+ *  object zeroed into *out and records ctx in it. */
+#define CD_CREATE_OBJECT(op, ctx, out)                                                                      \
+  do {                                                                                                      \
+    cd_clear_error();                                                                                       \
+    if (!(ctx) || !(out))                                                                                   \
+      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, op ": '%s' is NULL", (ctx) ? "out" : "ctx");          \
+    *(out) = calloc(1, sizeof **(out));                                                                     \
+    if (!*(out)) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, op ": out of host memory");                   \
+    (*(out))->ctx = (ctx);                                                                                  \
+    return CAMDELTA_OK;                                                                                     \
+  } while (0)
+
 /* ---------------------------------------------------------- sizes (check.c) */
 /* The size rule (check.c): every product and sum of sizes from a caller goes through these in the entry's check. */
 /** *out = a*b; 0 on overflow. */
@@ -65,10 +79,6 @@ camdelta_status cd_check_no_overlap(const char *op, const cd_tensor_arg *outs, s
 /** 1 when every present buffer of b[0..n) starts at a multiple of 4 elements (absent ones count as aligned): the
  *  kernels' 16-byte access paths. */
 int cd_buffers_aligned4(const camdelta_buffer *b, size_t n);
-/** Parses a tuning override "KEY=N,KEY=N,..." into v[0..n) for keys[0..n)
- *  (0: key not given); each N in [1, 4096]. An unknown key, a missing '=' or
- *  a bad number fails with a message naming `var`. */
-camdelta_status cd_parse_tiles(const char *var, const char *text, const char *const *keys, size_t n, unsigned *v);
 /** 1 for a GPU or an accelerator (the device classes the kernels' GPU forms and tiles are for), 0 for a CPU. */
 int cd_device_gpu_like(const camdelta_device_info *info);
 /** Check the head dim: D % 8 == 0 and 8 <= D <= 128. */
@@ -76,6 +86,23 @@ camdelta_status cd_check_head_dim(const char *op, size_t D);
 /** Copies the string text into the caller's buf of `size` bytes: INVALID_ARGUMENT naming op when it does not fit. */
 camdelta_status cd_copy_text(const char *op, const char *text, char *buf, size_t size);
 camdelta_status cd_check_dtype(const char *op, camdelta_dtype dtype);
+/* Prep's storage code inside the library: a camdelta_dtype (the raw activations', (B, N, H, D)), with CD_SCAN_F32 set
+ * where prep's (B, H, D, N) side (its outputs q, k, v, their gradients, the saved q and k) is f32 instead: the camera
+ * branch on 16-bit activations (the scan is f32). Never taken from the API. */
+#define CD_SCAN_F32 0x10
+/** The raw activations' dtype of a storage code. */
+static inline camdelta_dtype cd_raw_dtype(camdelta_dtype d) { return (camdelta_dtype)((int)d & ~CD_SCAN_F32); }
+/** Bytes per element of prep's (B, H, D, N) side. */
+static inline size_t cd_scan_es(camdelta_dtype d) {
+  return ((int)d & CD_SCAN_F32) ? 4 : camdelta_dtype_size(d);
+}
+/** The storage code of prep on `dtype` activations, its (B, H, D, N) side in f32 when scan_f32 is set. */
+static inline camdelta_dtype cd_store_code(camdelta_dtype dtype, int scan_f32) {
+  return scan_f32 && dtype != CAMDELTA_F32 ? (camdelta_dtype)((int)dtype | CD_SCAN_F32) : dtype;
+}
+/** The kernels' build options of a storage code: "-DCD_DTYPE=r", plus " -DCD_SDTYPE=0" with CD_SCAN_F32 (common.cl);
+ *  buf has room for 40 bytes. Returns buf. */
+const char *cd_dtype_opts(camdelta_dtype d, char *buf);
 
 /* -------------------------------------------------------- context (context.c) */
 #define CD_TUNE_MAX_ENTRIES 48 /* lines of the tuning file (src/scan/tc_params.c): 16 head dims x 3 families */
@@ -95,6 +122,9 @@ struct camdelta_context {
   cl_command_queue queue;
   int owns; /* 1: created by camdelta, released on destroy */
   int profiling;
+  int kernel_times; /* profiling events carry usable kernel times: the queue profiles and the device's timer has a
+                       resolution (Mesa's Rusticl reports 0 and stamps 0, 1, 2, 3 ns); CAMDELTA_DEVICE_LIMITS
+                       profiling=0 clears it. Where it is 0, a requested profile gives kernel_ms = NaN. */
   camdelta_device_info info;
   char device_extensions[4096];
   mtx_t lock; /* guards programs and stats */
@@ -103,19 +133,13 @@ struct camdelta_context {
   cd_opt_values opts; /* the option registry's values (src/options/): the environment at creation, camdelta_tune_set */
   int tc_state;     /* tensor-core feature test (src/scan/tc.c): 0 not run yet, 1 passed, 2 emulated, -1 off */
   unsigned tc_mode; /* the value of option "scan" TC that tc_state was found for */
-  /* tensor-core tiles (src/scan/tc_params.c), read once per context: overrides (camdelta_tune_set, CAMDELTA_TC_TILES)
-   * per family x (WM WN MR NR KC), 0 = not set; entries saved by `camdelta tune --save` */
+  int loop_state;     /* loop budget (src/runtime/loops.c): 0 not measured yet, 1 known (loop_budget) */
+  size_t loop_budget; /* loop iterations a work-item may run per launch; 0: no limit seen */
+  size_t loop_limit;  /* CAMDELTA_DEVICE_LIMITS loops=N: a budget emulated for tests (0: none) */
+  /* tensor-core tiles saved by `camdelta tune --save` (src/scan/tc_params.c), read once per context */
   int tune_loaded;
-  unsigned tune_over[3][5];
   unsigned tune_saved[CD_TUNE_MAX_ENTRIES][8]; /* family, D min, D max, WM, WN, MR, NR, KC */
   int tune_nsaved;
-  /* The scan's tile overrides, read once at creation (never on the call path): CAMDELTA_TC_TILES (parsed at the
-   * first tile resolution); CAMDELTA_SCAN_TILES, CAMDELTA_SCAN_BWD_TILES and CAMDELTA_SEQ_TILES (or
-   * camdelta_tune_set's "chunkwise" / "backward" / "sequential", guarded by lock) with their source's name, see
-   * src/scan/fma_tune.c */
-  char *tc_tiles_env;
-  char *fma_tiles[3];
-  char fma_var[3][48];
   struct cd_plan_entry *plans; /* plans kept per shape class (src/runtime/plan.c), guarded by lock */
   void (*release_plans)(camdelta_context *ctx); /* set by the plan cache when it keeps a plan: frees them all with
                                                    the context (the runtime knows no plan) */
@@ -131,12 +155,19 @@ struct camdelta_context {
 };
 
 /* ------------------------------------------- device limits, emulated facts, launch traces (emulate.c) */
-/** Reads CAMDELTA_DEVICE_LIMITS ("local=BYTES,wg=ITEMS,cu=UNITS", each optional) and lowers what the context
+/** Reads CAMDELTA_DEVICE_LIMITS ("local=BYTES,wg=ITEMS,cu=UNITS,loops=N,profiling=0", each optional) and lowers what the context
  *  reports (ctx->info and, through cd_kernel_max_wg, every kernel's work-group limit) to those values: a test mode
- *  for devices with less local memory, smaller work-group limits or fewer compute units than the one at hand.
+ *  for devices with less local memory, smaller work-group limits or fewer compute units than the one at hand, and
+ *  (loops) for a driver that caps a work-item's loop iterations per launch (cd_loop_budget), (profiling=0) one that
+ *  gives no kernel times.
  *  Values above the device's own are ignored; a value that does not parse fails naming the variable. Called once
  *  at context creation, after the device facts are read. */
 camdelta_status cd_limits_env(camdelta_context *ctx);
+/** The loop budget (src/runtime/loops.c): how many loop iterations, over all its loops, one work-item may run in
+ *  a launch before the driver silently ends them (Mesa's gallivm: 65535), or 0 where no such limit was seen. Measured
+ *  by a probe kernel on the first call per context (its answer cached on disk per device and driver), lowered by
+ *  CAMDELTA_DEVICE_LIMITS loops=N. Plans whose work-items loop long split their launches to stay within it. */
+size_t cd_loop_budget(camdelta_context *ctx);
 /** Replaces the context's device facts with those of a named device, for plan golden tests on any device:
  *  "h200" (NVIDIA H200, its tensor-core path emulated: CAMDELTA_TC=emulate kernels, costs as tensor cores) or
  *  "pocl2" (PoCL on two CPU cores). The kernels are still built for and run on the real device; the disk cache
@@ -175,6 +206,12 @@ typedef struct cd_args {
 } cd_args;
 void cd_arg_mem(cd_args *a, cl_mem m); /* NULL allowed (absent optional) */
 void cd_arg_buf(cd_args *a, camdelta_buffer b); /* mem + ulong offset (2 args) */
+/** cd_arg_buf for each of b[0..n), in order. */
+void cd_arg_bufs(cd_args *a, const camdelta_buffer *b, size_t n);
+/** cd_arg_bufs of the listed buffers: CD_ARG_BUFS(&a, io->k, io->v, io->beta). */
+#define CD_ARG_BUFS(a, ...)                                            \
+  cd_arg_bufs((a), (const camdelta_buffer[]){__VA_ARGS__},             \
+              sizeof((const camdelta_buffer[]){__VA_ARGS__}) / sizeof(camdelta_buffer))
 void cd_arg_u64(cd_args *a, uint64_t v);
 void cd_arg_u32(cd_args *a, uint32_t v);
 void cd_arg_i32(cd_args *a, int32_t v);
@@ -372,5 +409,76 @@ struct camdelta_scan_saved {
 
 /** (Re)allocate a buffer held in a saved object so it holds >= bytes. */
 camdelta_status cd_ensure_buffer(camdelta_context *ctx, cl_mem *mem, size_t *have, size_t bytes);
+
+/* ---------------------------------------------------------- plans (plan.c)
+ * Plans kept per context: what a call of an operation runs for one (operation, device, shape class, precision,
+ * algorithm), decided and built once and reused by later calls, which only set arguments and launch; and the
+ * device scratch those calls use (the plan's workspace), grown when a call needs more and reused after. The
+ * runtime keeps them (like the programs) and frees them with the context; the operations define what a plan is
+ * (its key, builder and destructor).
+ *
+ * Thread safety: the plans of a context are a list guarded by the context's lock. A call acquires its plan's
+ * entry, which holds the entry's `use` lock until cd_plan_release: one call at a time sets the plan's kernel
+ * arguments (OpenCL kernel objects are not safe for concurrent clSetKernelArg) and enqueues its launches on the
+ * workspace, so that two calls' launches on the context's in-order queue never interleave their use of it. Not
+ * installed. */
+enum {
+  CD_PLAN_SCAN_FORWARD = 1,
+  CD_PLAN_SCAN_BACKWARD = 2,
+  CD_PLAN_PAIR_FORWARD = 3,
+  CD_PLAN_PAIR_BACKWARD = 4,
+  CD_PLAN_SUMMARY = 5,
+  CD_PLAN_BRANCH = 6,
+  CD_PLAN_AUTO = 7 /* the AUTO choice for one exact shape (forward.c) */
+};
+
+/** Everything the plan depends on besides the context (direction-independent: reverse is not in it). */
+typedef struct cd_plan_key {
+  int op;
+  unsigned D, alg, prec, vec; /* vec: 16-byte token rows (tensor-core path only) */
+  unsigned cls[3];            /* the operation's shape class (e.g. value blocks, token tile) */
+  unsigned variant;           /* the kernels' variant: 0 the fixed shape, else the packed clips' (packed.c) */
+  size_t exact[3];            /* an exact shape, for entries kept per shape (AUTO); 0 for plans */
+} cd_plan_key;
+
+/** A cached plan. `use` is held by the one call that sets the kernels' arguments and enqueues them. */
+typedef struct cd_plan_entry {
+  cd_plan_key key;
+  void *plan;
+  void (*destroy)(void *plan);
+  int refs, retired;
+  mtx_t use;
+  struct cd_plan_entry *next;
+} cd_plan_entry;
+
+/** Builds a plan for `key` (called without the context's lock held; it may build programs). */
+typedef camdelta_status (*cd_plan_build_fn)(camdelta_context *ctx, const cd_plan_key *key, const void *arg,
+                                            void **plan);
+
+/** The entry for `key`, built with build(ctx, key, arg) on the first call; returned referenced and with its `use`
+ *  lock held: call cd_plan_release() once the launches are enqueued. A context keeps at most CD_PLAN_MAX_EXACT
+ *  entries of exact shapes: the oldest idle one goes when another comes. */
+#define CD_PLAN_MAX_EXACT 64
+camdelta_status cd_plan_acquire(camdelta_context *ctx, const cd_plan_key *key, cd_plan_build_fn build,
+                                const void *arg, void (*destroy)(void *plan), cd_plan_entry **out);
+void cd_plan_release(camdelta_context *ctx, cd_plan_entry *e);
+/** Drops every plan (camdelta_tune_set: later calls plan with the new tiles); plans in use are freed by their
+ *  last release. */
+void cd_plan_invalidate(camdelta_context *ctx);
+/** Frees every plan (context destruction). */
+void cd_plan_free_all(camdelta_context *ctx);
+/** Number of plans held (tests). */
+unsigned cd_plan_count(camdelta_context *ctx);
+
+/** A plan's device scratch: slot i holds at least the bytes a call last asked of it (grown, never shrunk, until the
+ *  plan is freed). Used under the plan's `use` lock. */
+#define CD_WS_SLOTS 24
+typedef struct cd_workspace {
+  cl_mem mem[CD_WS_SLOTS];
+  size_t bytes[CD_WS_SLOTS];
+} cd_workspace;
+/** Slot `slot` with at least `bytes` (> 0), as a buffer at offset 0. */
+camdelta_status cd_ws_get(camdelta_context *ctx, cd_workspace *ws, int slot, size_t bytes, camdelta_buffer *out);
+void cd_ws_free(cd_workspace *ws);
 
 #endif

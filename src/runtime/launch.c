@@ -1,9 +1,10 @@
 /* Kernel arguments, launches and their profiling events. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "runtime/internal.h"
 
 static void set(cd_args *a, size_t size, const void *value) {
   if (a->err != CL_SUCCESS) return;
@@ -14,6 +15,9 @@ void cd_arg_mem(cd_args *a, cl_mem m) { set(a, sizeof m, &m); }
 void cd_arg_buf(cd_args *a, camdelta_buffer b) {
   cd_arg_mem(a, b.mem);
   cd_arg_u64(a, (uint64_t)b.offset);
+}
+void cd_arg_bufs(cd_args *a, const camdelta_buffer *b, size_t n) {
+  for (size_t i = 0; i < n; i++) cd_arg_buf(a, b[i]);
 }
 void cd_arg_u64(cd_args *a, uint64_t v) {
   cl_ulong x = v;
@@ -46,7 +50,10 @@ static camdelta_status flush_events(const camdelta_context *ctx, cd_launch *l, i
   cl_int err = clWaitForEvents(l->n, l->events);
   if (err != CL_SUCCESS) st = cd_cl_fail(err, "waiting for kernels");
   for (unsigned i = 0; i < l->n; i++) {
-    if (sum && st == CAMDELTA_OK) {
+    if (sum && st == CAMDELTA_OK && !ctx->kernel_times) {
+      l->profile->kernel_ms = NAN; /* no kernel times from this driver: none made up */
+      if (verbose) fprintf(stderr, "camdelta kernel %-40s %9s\n", l->names[i] ? l->names[i] : "?", "n/a");
+    } else if (sum && st == CAMDELTA_OK) {
       cl_ulong t0 = 0, t1 = 0;
       cl_int e0 = clGetEventProfilingInfo(l->events[i], CL_PROFILING_COMMAND_START, sizeof t0, &t0, NULL);
       cl_int e1 = clGetEventProfilingInfo(l->events[i], CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL);

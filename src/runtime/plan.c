@@ -1,9 +1,9 @@
-/* Per-context plan cache (plan.h): a list guarded by the context's lock, like its program table; each entry is
+/* Per-context plan cache (declared in internal.h): a list guarded by the context's lock, like its program table; each entry is
  * reference-counted so that camdelta_tune_set can drop the plans while another thread still launches one. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan.h"
+#include "runtime/internal.h"
 
 static int same_key(const cd_plan_key *a, const cd_plan_key *b) {
   return a->op == b->op && a->D == b->D && a->alg == b->alg && a->prec == b->prec && a->vec == b->vec &&

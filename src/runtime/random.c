@@ -3,7 +3,7 @@
 #include <math.h>
 #include <stdio.h>
 
-#include "internal.h"
+#include "runtime/internal.h"
 
 static float random_unit(uint64_t seed, uint64_t i) {
   uint64_t z = seed + (i + 1) * 0x9E3779B97F4A7C15ull;

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "runtime/internal.h"
 
 static camdelta_status read_file(const char *path, char **out, size_t *len) {
   FILE *f = fopen(path, "rb");

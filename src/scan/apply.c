@@ -2,7 +2,7 @@
  *   out   out_f = Q_f·M_f: cd_scan_phase_c (FMA, the chunkwise tiles) or cd_apply_tc
  *   ot    the same with the camera branch's output transform as its epilogue, straight into y: cd_apply_ot_tc
  *   dq    the backward's dq_f = dO_f·M_fᵀ: cd_apply_tc (the FMA backward computes dq in its frames kernel) */
-#include "units.h"
+#include "scan/units.h"
 
 static unsigned ceil_div(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
 
@@ -45,13 +45,8 @@ static camdelta_status apply_tc(camdelta_context *ctx, const cd_apply *a, const 
                                 int last_init, int has_init, const char *what, cd_launch *l) {
   const unsigned nr = ceil_div(geo->D, cd_tc_tm(&a->t)), ns = ceil_div(geo->S, cd_tc_tn(&a->t));
   cd_args ar = {a->k, 0, CL_SUCCESS};
-  cd_arg_buf(&ar, x);
-  cd_arg_buf(&ar, states);
-  cd_arg_buf(&ar, init);
-  cd_arg_buf(&ar, out);
-  cd_arg_u64(&ar, geo->N);
-  cd_arg_u32(&ar, (uint32_t)geo->S);
-  cd_arg_u32(&ar, (uint32_t)geo->F);
+  CD_ARG_BUFS(&ar, x, states, init, out);
+  cd_arg_tokens(&ar, geo);
   cd_arg_u32(&ar, nr);
   cd_arg_i32(&ar, transpose);
   cd_arg_i32(&ar, last_init);
@@ -70,12 +65,8 @@ camdelta_status cd_apply_out(camdelta_context *ctx, const cd_apply *a, const cd_
   if (cpu && geo->pk) return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "cd_cpu_apply runs the fixed shape only");
   const unsigned ns = ceil_div(geo->S, a->ts); /* token tiles follow this call's S */
   cd_args ar = {a->k, 0, CL_SUCCESS};
-  cd_arg_buf(&ar, q);
-  cd_arg_buf(&ar, states);
-  cd_arg_buf(&ar, out);
-  cd_arg_u64(&ar, geo->N);
-  cd_arg_u32(&ar, (uint32_t)geo->S);
-  cd_arg_u32(&ar, (uint32_t)geo->F);
+  CD_ARG_BUFS(&ar, q, states, out);
+  cd_arg_tokens(&ar, geo);
   cd_arg_u32(&ar, ns);
   cd_arg_packed(&ar, geo);
   if (cpu) {
@@ -97,15 +88,8 @@ camdelta_status cd_apply_out_transform(camdelta_context *ctx, const cd_apply *a,
   if (!cd_buffers_aligned4(bufs, 4)) return CAMDELTA_OK;
   const unsigned nr = ceil_div(geo->D, cd_tc_tm(&a->t_ot)), ns = ceil_div(geo->S, cd_tc_tn(&a->t_ot));
   cd_args ar = {a->k_ot, 0, CL_SUCCESS};
-  cd_arg_buf(&ar, io->q);
-  cd_arg_buf(&ar, io->states);
-  cd_arg_buf(&ar, io->proj_o);
-  cd_arg_buf(&ar, io->rope_cos);
-  cd_arg_buf(&ar, io->rope_sin);
-  cd_arg_buf(&ar, io->y);
-  cd_arg_u64(&ar, geo->N);
-  cd_arg_u32(&ar, (uint32_t)geo->S);
-  cd_arg_u32(&ar, (uint32_t)geo->F);
+  CD_ARG_BUFS(&ar, io->q, io->states, io->proj_o, io->rope_cos, io->rope_sin, io->y);
+  cd_arg_tokens(&ar, geo);
   cd_arg_u32(&ar, (uint32_t)io->H);
   cd_arg_u32(&ar, nr);
   if (ar.err != CL_SUCCESS) return cd_cl_fail(ar.err, "cd_apply_ot_tc: setting arguments");

@@ -22,8 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compose.h"
-#include "engine.h"
+#include "scan/compose.h"
+#include "scan/engine.h"
 
 static const char OP[] = "camdelta_scan_backward";
 
@@ -32,32 +32,14 @@ static const char OP[] = "camdelta_scan_backward";
  * Built once per (device, D, and where the tensor-core path runs, precision and 16-byte token rows, variant) and
  * kept in the context (src/runtime/plan.c). */
 typedef struct bwd_plan {
+  cd_units u; /* first: cd_units_destroy is the destructor */
   cd_sbwd_cfg cfg;
   char opts[256];
   int overridden;
   int tc, split;
-  cd_gram gram;
-  cd_chain chain;
-  cd_frames frames;
-  cd_ddecay ddecay;
-  cd_apply apply; /* tensor cores: dq */
-  int cpu;        /* the gram, chain, frames and ddecay in their CPU forms, from cpu_prog */
-  cd_cpu_scan cpu_prog;
-  cd_workspace ws;
+  int cpu; /* the gram, chain, frames and ddecay in their CPU forms, from u.cpu_prog */
 } bwd_plan;
 enum { WS_A, WS_W, WS_G, WS_U, WS_Z, WS_PART };
-
-static void bwd_destroy(void *p) {
-  bwd_plan *pl = p;
-  cd_gram_release(&pl->gram);
-  cd_chain_release(&pl->chain);
-  cd_frames_release(&pl->frames);
-  cd_ddecay_release(&pl->ddecay);
-  cd_apply_release(&pl->apply);
-  cd_cpu_scan_release(&pl->cpu_prog);
-  cd_ws_free(&pl->ws);
-  free(pl);
-}
 
 /* The backward's CPU forms for head dim D: one program; the gram, the gradient chain (pair: both directions'),
  * the frames and ddecay from it. */
@@ -79,23 +61,18 @@ static camdelta_status bwd_build(camdelta_context *ctx, const cd_plan_key *key, 
   camdelta_status st = CAMDELTA_OK;
   if (r->variant == 0 && cd_scan_cpu_forms(ctx)) { /* packed clips keep the FMA forms */
     pl->cpu = 1;
-    st = cd_backward_cpu_parts(ctx, r->D, 0, &pl->cpu_prog, &pl->gram, &pl->chain, &pl->frames, &pl->ddecay);
-    if (!st) snprintf(pl->opts, sizeof pl->opts, "%s", pl->cpu_prog.opts);
+    st = cd_backward_cpu_parts(ctx, r->D, 0, &pl->u.cpu_prog, &pl->u.gram, &pl->u.chain, &pl->u.frames, &pl->u.ddecay);
+    if (!st) snprintf(pl->opts, sizeof pl->opts, "%s", pl->u.cpu_prog.opts);
   } else if ((pl->tc = cd_tc_available(ctx))) {
     pl->split = r->prec != CAMDELTA_PRECISION_TF32;
-    st = cd_gram_build_tc(ctx, r->D, pl->split, r->vec, r->extra, &pl->gram);
-    if (!st) st = cd_frames_build_tc(ctx, r->D, pl->split, r->vec, r->extra, &pl->frames);
-    if (!st) st = cd_apply_build_tc(ctx, r->D, pl->split, r->vec, 0, r->extra, &pl->apply);
+    st = cd_gram_build_tc(ctx, r->D, pl->split, r->vec, r->extra, &pl->u.gram);
+    if (!st) st = cd_frames_build_tc(ctx, r->D, pl->split, r->vec, r->extra, &pl->u.frames);
+    if (!st) st = cd_apply_build_tc(ctx, r->D, pl->split, r->vec, 0, r->extra, &pl->u.apply);
   }
   if (!st && !pl->cpu)
     st = cd_backward_parts(ctx, r->D, pl->tc, r->extra, 0, &pl->cfg, pl->opts, &pl->overridden,
-                           pl->tc ? NULL : &pl->gram, &pl->chain, pl->tc ? NULL : &pl->frames, &pl->ddecay);
-  if (st) {
-    bwd_destroy(pl);
-    return st;
-  }
-  *out = pl;
-  return CAMDELTA_OK;
+                           pl->tc ? NULL : &pl->u.gram, &pl->u.chain, pl->tc ? NULL : &pl->u.frames, &pl->u.ddecay);
+  return cd_units_done(pl, st, out);
 }
 
 camdelta_status cd_backward_acquire(camdelta_context *ctx, const cd_bwd_request *r, cd_plan_entry **e) {
@@ -105,7 +82,7 @@ camdelta_status cd_backward_acquire(camdelta_context *ctx, const cd_bwd_request 
   key.D = (unsigned)r->D;
   key.variant = r->variant;
   if (cd_tc_available(ctx)) key.prec = (unsigned)r->prec, key.vec = (unsigned)(r->vec != 0);
-  return cd_plan_acquire(ctx, &key, bwd_build, r, bwd_destroy, e);
+  return cd_plan_acquire(ctx, &key, bwd_build, r, cd_units_destroy, e);
 }
 
 /* The fixed-shape request of a call: 16-byte token rows when S and every token tensor's offset allow them. */
@@ -147,17 +124,28 @@ static void plan_text(const bwd_plan *pl, const camdelta_scan_backward_args *a, 
                          : "exact (fma)";
   char g[160], f[160], dq[160];
   if (pl->tc) {
-    tc_text(g, sizeof g, "grams", "gram_tc", &pl->gram.t);
-    tc_text(f, sizeof f, "frames", "frames_tc", &pl->frames.t);
-    tc_text(dq, sizeof dq, "dq", "apply_tc", &pl->apply.t);
+    tc_text(g, sizeof g, "grams", "gram_tc", &pl->u.gram.t);
+    tc_text(f, sizeof f, "frames", "frames_tc", &pl->u.frames.t);
+    tc_text(dq, sizeof dq, "dq", "apply_tc", &pl->u.apply.t);
   } else {
     snprintf(g, sizeof g, "; grams fma W=%zu RPT=%zu TSG=%zu", (D / c->rpt) * (D / c->rpt), c->rpt, c->tsg);
     snprintf(f, sizeof f, "; frames fma W=%zu DPT=%zu TL=%zu TPT=%zu MC=%zu", c->tl * (D / c->dpt), c->dpt, c->tl,
              c->tpt, c->mc);
     dq[0] = '\0';
   }
-  snprintf(buf, size, "backward; precision %s%s; chain fma W=%zu CB=%zu%s%s; ddecay fma RL=%zu%s", path, g, D, c->cb, f,
-           dq, c->rl, pl->overridden ? " (tiles overridden)" : "");
+  /* the chain's smaller form, where its kernel allows fewer than D work-items */
+  char rows[128] = "";
+  if (c->cr > 1)
+    snprintf(rows, sizeof rows, " CR=%zu (%zu rows per item: the kernel allows fewer than D items)", c->cr, c->cr);
+  snprintf(buf, size, "backward; precision %s%s; chain fma W=%zu CB=%zu%s%s%s; ddecay fma RL=%zu%s", path, g,
+           D / c->cr, c->cb, rows, f, dq, c->rl, pl->overridden ? " (tiles overridden)" : "");
+  /* the launches the driver's loop budget splits the grams and the chain into (nothing where there is none) */
+  const size_t used = strlen(buf);
+  const int split_g = pl->u.gram.form == CD_GRAM_FMA_MODES && pl->u.gram.tokens < a->S;
+  const size_t csteps = 2 * a->F; /* at most: the chain recomputes the states where no saved object holds them */
+  if (split_g || pl->u.chain.per < csteps)
+    snprintf(buf + used, size - used, "; the driver's loop budget: grams %zu tokens per launch, chain %zu steps per "
+             "launch", split_g ? pl->u.gram.tokens : a->S, pl->u.chain.per < csteps ? pl->u.chain.per : csteps);
 }
 
 static camdelta_status check_describe(const camdelta_scan_backward_args *a) {
@@ -213,6 +201,17 @@ camdelta_status cd_backward_shape(const char *op, const camdelta_scan_backward_a
   return CAMDELTA_OK;
 }
 
+camdelta_status cd_saved_matches(const char *op, const camdelta_scan_saved *saved, int reverse, int has_init) {
+  if ((saved->reverse != 0) != (reverse != 0))
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' is from a %s forward, this call has reverse=%d", op,
+                   saved->reverse ? "reverse" : "causal", reverse != 0);
+  if ((saved->has_init != 0) != (has_init != 0))
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
+                   "%s: 'saved' is from a forward %s an init_state, this call %s one (pass the same init_state)", op,
+                   saved->has_init ? "with" : "without", has_init ? "has" : "has no");
+  return CAMDELTA_OK;
+}
+
 camdelta_status cd_backward_saved_check(const char *op, const camdelta_scan_backward_args *a,
                                         const camdelta_scan_saved *saved) {
   const size_t B = a->B, H = a->H, D = a->D, F = a->F, S = a->S;
@@ -224,13 +223,8 @@ camdelta_status cd_backward_saved_check(const char *op, const camdelta_scan_back
                    "%s: 'saved' is from a forward with B=%zu H=%zu D=%zu F=%zu S=%zu, this call has B=%zu H=%zu "
                    "D=%zu F=%zu S=%zu",
                    op, saved->B, saved->H, saved->D, saved->F, saved->S, B, H, D, F, S);
-  if ((saved->reverse != 0) != (a->reverse != 0))
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' is from a %s forward, this call has reverse=%d", op,
-                   saved->reverse ? "reverse" : "causal", a->reverse != 0);
-  if ((saved->has_init != 0) != (a->init_state.mem != NULL))
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
-                   "%s: 'saved' is from a forward %s an init_state, this call %s one (pass the same init_state)", op,
-                   saved->has_init ? "with" : "without", a->init_state.mem ? "has" : "has no");
+  camdelta_status st = cd_saved_matches(op, saved, a->reverse, a->init_state.mem != NULL);
+  if (st) return st;
   const camdelta_buffer sp = {saved->state_post, 0};
   return cd_check_buffer(op, "saved->state_post", sp, B * H * F * D * D, 4, 0);
 }
@@ -271,34 +265,34 @@ camdelta_status cd_backward_gram(camdelta_context *ctx, cd_plan_entry *e, const 
   const camdelta_buffer none = {NULL, 0};
   const cd_gram_io io = {.q = p->q, .k = p->k, .v = p->v, .dout = p->grad_out, .beta = p->beta, .decay = p->decay,
                          .A = A_given ? none : A, .U = need_u ? U : none, .W = W};
-  return cd_gram_enqueue(ctx, &pl->gram, geo, &io, l);
+  return cd_gram_enqueue(ctx, &pl->u.gram, geo, &io, l);
 }
 
 camdelta_status cd_backward_rest(camdelta_context *ctx, cd_plan_entry *e, const cd_scan_geo *geo,
                                  const camdelta_scan_backward_args *p, camdelta_buffer states, camdelta_buffer A,
                                  camdelta_buffer U, camdelta_buffer W, cd_launch *l) {
   bwd_plan *pl = e->plan;
-  const size_t D = geo->D, fbytes = geo->BHF * D * D * sizeof(float), ntiles = cd_frames_tiles(&pl->frames, geo->S);
+  const size_t D = geo->D, fbytes = geo->BHF * D * D * sizeof(float), ntiles = cd_frames_tiles(&pl->u.frames, geo->S);
   const int recompute = states.mem == NULL, has_init = p->init_state.mem != NULL;
   camdelta_buffer G, part;
-  camdelta_status st = cd_ws_get(ctx, &pl->ws, WS_G, fbytes, &G);
-  if (!st) st = cd_ws_get(ctx, &pl->ws, WS_PART, geo->BHF * ntiles * sizeof(float), &part);
-  if (!st && recompute) st = cd_ws_get(ctx, &pl->ws, WS_Z, fbytes, &states);
+  camdelta_status st = cd_ws_get(ctx, &pl->u.ws, WS_G, fbytes, &G);
+  if (!st) st = cd_ws_get(ctx, &pl->u.ws, WS_PART, geo->BHF * ntiles * sizeof(float), &part);
+  if (!st && recompute) st = cd_ws_get(ctx, &pl->u.ws, WS_Z, fbytes, &states);
   if (st) return st;
   /* the state chain when the forward's states are not given, then the gradient chain */
   const cd_chain_grads_io cio = {.A = A, .W = W, .U = U, .states = states, .init = p->init_state,
                                  .gfinal = p->grad_final_state, .G = G, .dinit = p->dinit_state,
                                  .reverse = p->reverse, .recompute = recompute};
-  st = cd_chain_grads(ctx, &pl->chain, geo, &cio, l);
+  st = cd_chain_grads(ctx, &pl->u.chain, geo, &cio, l);
   const cd_frames_io fio = {.k = p->k, .v = p->v, .beta = p->beta, .decay = p->decay, .dout = p->grad_out,
                             .states = states, .init = p->init_state, .G = G, .dq = p->dq, .dk = p->dk, .dv = p->dv,
                             .dbeta = p->dbeta, .part = part, .reverse = p->reverse, .has_init = has_init};
-  if (!st) st = cd_frames_enqueue(ctx, &pl->frames, geo, &fio, l);
+  if (!st) st = cd_frames_enqueue(ctx, &pl->u.frames, geo, &fio, l);
   /* with tensor cores, dq apart from the frames kernel: dq[k][s] = Σ_v M[k][v]·dO[v][s] */
   if (!st && pl->tc)
-    st = cd_apply_dq(ctx, &pl->apply, geo, p->grad_out, states, p->init_state, p->dq, p->reverse, has_init, l);
+    st = cd_apply_dq(ctx, &pl->u.apply, geo, p->grad_out, states, p->init_state, p->dq, p->reverse, has_init, l);
   if (!st)
-    st = cd_ddecay_enqueue(ctx, &pl->ddecay, geo, states, p->init_state, G, part, p->ddecay, ntiles, p->reverse,
+    st = cd_ddecay_enqueue(ctx, &pl->u.ddecay, geo, states, p->init_state, G, part, p->ddecay, ntiles, p->reverse,
                            has_init, l);
   return st;
 }
@@ -312,9 +306,9 @@ camdelta_status cd_backward_enqueue(camdelta_context *ctx, cd_plan_entry *e, con
   /* A_f as the chunkwise forward computed it, kept in the saved object: no second A gram */
   const int reuse_a = saved && saved->has_a;
   camdelta_buffer A = {reuse_a ? saved->a_mat : NULL, 0}, U = {NULL, 0}, W;
-  camdelta_status st = reuse_a ? CAMDELTA_OK : cd_ws_get(ctx, &pl->ws, WS_A, fbytes, &A);
-  if (!st) st = cd_ws_get(ctx, &pl->ws, WS_W, fbytes, &W);
-  if (!st && recompute) st = cd_ws_get(ctx, &pl->ws, WS_U, fbytes, &U);
+  camdelta_status st = reuse_a ? CAMDELTA_OK : cd_ws_get(ctx, &pl->u.ws, WS_A, fbytes, &A);
+  if (!st) st = cd_ws_get(ctx, &pl->u.ws, WS_W, fbytes, &W);
+  if (!st && recompute) st = cd_ws_get(ctx, &pl->u.ws, WS_U, fbytes, &U);
   if (!st) st = cd_backward_gram(ctx, e, geo, p, A, reuse_a, U, recompute, W, l);
   const camdelta_buffer states = {recompute ? NULL : saved->state_post, 0};
   if (!st) st = cd_backward_rest(ctx, e, geo, p, states, A, U, W, l);
@@ -332,7 +326,7 @@ static void verbose(const bwd_plan *pl, size_t D, const char *what) {
           pl->overridden ? " (tiles overridden)" : "", pl->opts);
   if (pl->tc)
     fprintf(stderr, "camdelta scan backward: tensor cores (%s): grams WM=%u WN=%u MR=%u NR=%u KC=%u\n",
-            pl->split ? "exact" : "tf32", pl->gram.t.wm, pl->gram.t.wn, pl->gram.t.mr, pl->gram.t.nr, pl->gram.t.kc);
+            pl->split ? "exact" : "tf32", pl->u.gram.t.wm, pl->u.gram.t.wn, pl->u.gram.t.mr, pl->u.gram.t.nr, pl->u.gram.t.kc);
 }
 
 void cd_backward_verbose(camdelta_context *ctx, const cd_plan_entry *e, size_t D, const char *what) {

@@ -1,7 +1,8 @@
 /* The chain unit (units.h): the passes over frames that are serial per chain.
  *   states        cd_scan_phase_b, a work-group per (chain, block of value columns)
  *   states pair   cd_pair_phase_b, the causal and the masked reverse chain in one launch
- *   grads         cd_scan_bwd_chain, a work-group of D items per (chain, block of CB columns): the recomputed
+ *   grads         cd_scan_bwd_chain, a work-group of D / CR items per (chain, block of CB columns), each item
+ *                 owning CR rows (CR = 1 unless the compiled kernel allows fewer than D items): the recomputed
  *                 states, then the gradient chain
  *   grads pair    cd_pair_bwd_chain, both directions' gradient chains in one launch
  *   summary       cd_summary_apply, one D x D step for every chain per launch, in the frame order of the summary:
@@ -10,35 +11,41 @@
  *                   G  causal X ← A_f·(X + W_f) for f = F−1 … 0, from X = 0 (or gfinal)
  *                      reverse X ← A_f·(X + W_{f−1}) for f = 0 … F−1 (W_{−1} = 0), then G = X + W_{F−1}
  *                 (A_f is symmetric, so A_fᵀ = A_f in the gradient chains.) Steps that would multiply a zero state
- *                 are skipped; the chain ping-pongs between two scratch states and its last step writes the output. */
+ *                 are skipped; the chain ping-pongs between two scratch states and its last step writes the output.
+ * Under the driver's loop budget (cd_loop_budget) the states, pair and grads chains run ch->per steps per launch,
+ * their running state carried through a scratch buffer (the kernels' t0, t1 or u0, u1: this launch's steps;
+ * 0xFFFFFFFF marks the last launch). */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "units.h"
+#include "scan/units.h"
 
 static unsigned ceil_div(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
 
 camdelta_status cd_chain_build_states(camdelta_context *ctx, const char *opts, const cd_chunk_cfg *c, int pair,
                                       cd_chain *ch) {
-  *ch = (cd_chain){.form = pair ? CD_CHAIN_STATES_PAIR : CD_CHAIN_STATES, .w = c->b_w, .nj = c->b_nj};
+  *ch = (cd_chain){.form = pair ? CD_CHAIN_STATES_PAIR : CD_CHAIN_STATES, .w = c->b_w, .nj = c->b_nj, .cr = 1,
+                   .per = SIZE_MAX};
   return cd_kernel(ctx, "scan_chunkwise.cl", opts, pair ? "cd_pair_phase_b" : "cd_scan_phase_b", &ch->k);
 }
 
 camdelta_status cd_chain_build_grads(camdelta_context *ctx, const char *opts, size_t D, const cd_sbwd_cfg *c, int pair,
                                      cd_chain *ch) {
-  *ch = (cd_chain){.form = pair ? CD_CHAIN_GRADS_PAIR : CD_CHAIN_GRADS, .w = (unsigned)D, .nj = (unsigned)(D / c->cb)};
+  *ch = (cd_chain){.form = pair ? CD_CHAIN_GRADS_PAIR : CD_CHAIN_GRADS, .w = (unsigned)(D / c->cr),
+                   .nj = (unsigned)(D / c->cb), .cr = (unsigned)c->cr, .per = SIZE_MAX};
   return cd_kernel(ctx, "scan_backward.cl", opts, pair ? "cd_pair_bwd_chain" : "cd_scan_bwd_chain", &ch->k);
 }
 
 camdelta_status cd_chain_build_summary(camdelta_context *ctx, size_t D, cd_chain *ch) {
   char opts[32];
   snprintf(opts, sizeof opts, "-DCD_D=%zu", D);
-  *ch = (cd_chain){.form = CD_CHAIN_SUMMARY, .w = 64};
+  *ch = (cd_chain){.form = CD_CHAIN_SUMMARY, .w = 64, .cr = 1, .per = SIZE_MAX};
   return cd_kernel(ctx, "scan_summary.cl", opts, "cd_summary_apply", &ch->k);
 }
 
 camdelta_status cd_chain_build_cpu(const cd_cpu_scan *p, cd_chain_form form, cd_chain *ch) {
-  *ch = (cd_chain){.form = form, .w = 1, .nj = (unsigned)(p->D / p->cb)};
+  *ch = (cd_chain){.form = form, .w = 1, .nj = (unsigned)(p->D / p->cb), .per = SIZE_MAX};
   const cl_kernel k = form == CD_CHAIN_CPU_STATES        ? p->chain
                       : form == CD_CHAIN_CPU_STATES_PAIR ? p->pair_chain
                       : form == CD_CHAIN_CPU_GRADS       ? p->grad_chain
@@ -47,6 +54,27 @@ camdelta_status cd_chain_build_cpu(const cd_cpu_scan *p, cd_chain_form form, cd_
   if (err != CL_SUCCESS) return cd_cl_fail(err, "the CPU chain: retaining the kernel");
   ch->k = k;
   return CAMDELTA_OK;
+}
+
+camdelta_status cd_chain_budget(camdelta_context *ctx, cd_chain *ch, size_t fixed, size_t per_step, const char *what) {
+  const size_t budget = cd_loop_budget(ctx);
+  ch->per = SIZE_MAX;
+  if (!budget) return CAMDELTA_OK;
+  if (fixed + per_step > budget)
+    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED,
+                   "%s: the driver ends a work-item's loops after %zu iterations per launch (Mesa's llvmpipe does, "
+                   "silently); one step needs %zu: use a smaller head dim",
+                   what, budget, fixed + per_step);
+  ch->per = (budget - fixed) / per_step;
+  return CAMDELTA_OK;
+}
+
+/* A scratch state per chain for the launches of a split walk (NULL where it runs in one launch). */
+static camdelta_status carry_alloc(camdelta_context *ctx, const cd_chain *ch, const cd_scan_geo *geo, size_t steps,
+                                   size_t copies, cl_mem *carry) {
+  *carry = NULL;
+  if (ch->per >= steps) return CAMDELTA_OK;
+  return cd_alloc(ctx, copies * geo->BH * geo->D * geo->D * sizeof(float), carry);
 }
 
 void cd_chain_release(cd_chain *ch) {
@@ -61,24 +89,50 @@ camdelta_status cd_chain_states(camdelta_context *ctx, const cd_chain *ch, const
                                 const cd_chain_states_io *io, cd_launch *l) {
   const int cpu = ch->form == CD_CHAIN_CPU_STATES; /* the same arguments; a work-item per work-group (w = 1) */
   if (ch->form != CD_CHAIN_STATES && !cpu) return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "the plan has no state chain");
-  cd_args a = {ch->k, 0, CL_SUCCESS};
-  cd_arg_buf(&a, io->A);
-  cd_arg_buf(&a, io->U);
-  cd_arg_buf(&a, io->decay);
-  cd_arg_buf(&a, io->init);
-  cd_arg_buf(&a, io->post);
-  cd_arg_buf(&a, io->pre);
-  cd_arg_buf(&a, io->final);
-  cd_arg_u32(&a, (uint32_t)geo->F);
-  cd_arg_i32(&a, io->reverse != 0);
-  cd_arg_i32(&a, io->init.mem != NULL);
-  cd_arg_i32(&a, io->pre.mem != NULL);
-  cd_arg_i32(&a, io->final.mem != NULL);
-  cd_arg_packed(&a, geo);
-  const char *name = cpu ? "cd_cpu_chain" : "cd_scan_phase_b";
-  if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, name);
-  const size_t lws[2] = {ch->w, 1}, gws[2] = {(size_t)ch->w * geo->BH, ch->nj};
-  return cd_enqueue(ctx, ch->k, 2, gws, lws, l, name);
+  if (cpu) { /* one launch (cd_scan_cpu_forms takes the CPU forms only where the walk fits the loop budget) */
+    cd_args a = {ch->k, 0, CL_SUCCESS};
+    cd_arg_buf(&a, io->A);
+    cd_arg_buf(&a, io->U);
+    cd_arg_buf(&a, io->decay);
+    cd_arg_buf(&a, io->init);
+    cd_arg_buf(&a, io->post);
+    cd_arg_buf(&a, io->pre);
+    cd_arg_buf(&a, io->final);
+    cd_arg_u32(&a, (uint32_t)geo->F);
+    cd_arg_i32(&a, io->reverse != 0);
+    cd_arg_i32(&a, io->init.mem != NULL);
+    cd_arg_i32(&a, io->pre.mem != NULL);
+    cd_arg_i32(&a, io->final.mem != NULL);
+    cd_arg_packed(&a, geo);
+    if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_cpu_chain: setting arguments");
+    const size_t one[2] = {1, 1}, gws[2] = {geo->BH, ch->nj};
+    return cd_enqueue(ctx, ch->k, 2, gws, one, l, "cd_cpu_chain");
+  }
+  /* the chain's steps (packed clips: at least every clip's) */
+  const size_t steps = geo->pk ? geo->F + 1 : io->reverse ? geo->F - 1 + (io->final.mem != NULL) : geo->F;
+  cl_mem carry;
+  camdelta_status st = carry_alloc(ctx, ch, geo, steps, 1, &carry);
+  for (size_t t0 = 0; (t0 < steps || !t0) && !st; t0 += ch->per) { /* one launch at least (steps may be 0) */
+    const int last = steps - t0 <= ch->per;
+    const camdelta_buffer in = t0 ? (camdelta_buffer){carry, 0} : io->init;
+    const camdelta_buffer fin = last ? io->final : (camdelta_buffer){carry, 0};
+    cd_args a = {ch->k, 0, CL_SUCCESS};
+    CD_ARG_BUFS(&a, io->A, io->U, io->decay, in, io->post, io->pre, fin);
+    cd_arg_u32(&a, (uint32_t)geo->F);
+    cd_arg_i32(&a, io->reverse != 0);
+    cd_arg_i32(&a, in.mem != NULL);
+    cd_arg_i32(&a, io->pre.mem != NULL);
+    cd_arg_i32(&a, io->final.mem != NULL); /* the walk's length; a launch that leaves steps writes fin anyway */
+    cd_arg_u32(&a, (uint32_t)t0);
+    cd_arg_u32(&a, last ? UINT32_MAX : (uint32_t)(t0 + ch->per));
+    cd_arg_packed(&a, geo);
+    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_scan_phase_b: setting arguments");
+    const size_t lws[2] = {ch->w, 1}, gws[2] = {(size_t)ch->w * geo->BH, ch->nj};
+    if (!st) st = cd_enqueue(ctx, ch->k, 2, gws, lws, l, "cd_scan_phase_b");
+    if (last) break;
+  }
+  if (carry) clReleaseMemObject(carry); /* in use until the launches have finished */
+  return st;
 }
 
 camdelta_status cd_chain_states_pair(camdelta_context *ctx, const cd_chain *ch, const cd_scan_geo *geo,
@@ -105,25 +159,32 @@ camdelta_status cd_chain_states_pair(camdelta_context *ctx, const cd_chain *ch, 
     return cd_enqueue(ctx, ch->k, 2, gws, one, l, "cd_cpu_pair_chain");
   }
   if (ch->form != CD_CHAIN_STATES_PAIR) return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "the plan has no pair chain");
-  cd_args a = {ch->k, 0, CL_SUCCESS};
-  cd_arg_buf(&a, io->A);
-  cd_arg_buf(&a, io->U);
-  cd_arg_mem(&a, io->mask);
-  cd_arg_buf(&a, io->init_c);
-  cd_arg_buf(&a, io->init_r);
-  cd_arg_buf(&a, io->post_c);
-  cd_arg_buf(&a, io->post_r);
-  cd_arg_buf(&a, io->final_c);
-  cd_arg_buf(&a, io->final_r);
-  cd_arg_u32(&a, (uint32_t)geo->F);
-  cd_arg_u32(&a, ch->nj);
-  cd_arg_i32(&a, io->init_c.mem != NULL);
-  cd_arg_i32(&a, io->init_r.mem != NULL);
-  cd_arg_i32(&a, io->final_c.mem != NULL);
-  cd_arg_i32(&a, io->final_r.mem != NULL);
-  if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_pair_phase_b: setting arguments");
-  const size_t lws[2] = {ch->w, 1}, gws[2] = {(size_t)ch->w * geo->BH, 2 * (size_t)ch->nj};
-  return cd_enqueue(ctx, ch->k, 2, gws, lws, l, "cd_pair_phase_b");
+  /* either chain's steps at most; each direction's state carried in its own half of the scratch */
+  const size_t steps = geo->F, half = geo->BH * geo->D * geo->D; /* elements */
+  cl_mem carry;
+  camdelta_status st = carry_alloc(ctx, ch, geo, steps, 2, &carry);
+  for (size_t t0 = 0; t0 < steps && !st; t0 += ch->per) {
+    const int last = steps - t0 <= ch->per;
+    const camdelta_buffer cc = {carry, 0}, cr = {carry, half};
+    cd_args a = {ch->k, 0, CL_SUCCESS};
+    CD_ARG_BUFS(&a, io->A, io->U);
+    cd_arg_mem(&a, io->mask);
+    CD_ARG_BUFS(&a, t0 ? cc : io->init_c, t0 ? cr : io->init_r, io->post_c, io->post_r, last ? io->final_c : cc,
+                last ? io->final_r : cr);
+    cd_arg_u32(&a, (uint32_t)geo->F);
+    cd_arg_u32(&a, ch->nj);
+    cd_arg_i32(&a, t0 || io->init_c.mem != NULL);
+    cd_arg_i32(&a, t0 || io->init_r.mem != NULL);
+    cd_arg_i32(&a, io->final_c.mem != NULL);
+    cd_arg_i32(&a, io->final_r.mem != NULL);
+    cd_arg_u32(&a, (uint32_t)t0);
+    cd_arg_u32(&a, last ? UINT32_MAX : (uint32_t)(t0 + ch->per));
+    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_pair_phase_b: setting arguments");
+    const size_t lws[2] = {ch->w, 1}, gws[2] = {(size_t)ch->w * geo->BH, 2 * (size_t)ch->nj};
+    if (!st) st = cd_enqueue(ctx, ch->k, 2, gws, lws, l, "cd_pair_phase_b");
+  }
+  if (carry) clReleaseMemObject(carry);
+  return st;
 }
 
 /* ------------------------------------------------------------------------------------------- gradients */
@@ -136,30 +197,51 @@ camdelta_status cd_chain_grads(camdelta_context *ctx, const cd_chain *ch, const 
   /* absent optional tensors: a valid buffer that is never read or written */
   const camdelta_buffer init = io->init.mem ? io->init : io->A, gf = io->gfinal.mem ? io->gfinal : io->A;
   const camdelta_buffer dinit = io->dinit.mem ? io->dinit : io->G;
-  cd_args a = {ch->k, 0, CL_SUCCESS};
-  cd_arg_buf(&a, io->A);
-  cd_arg_buf(&a, io->W);
-  cd_arg_buf(&a, io->U.mem ? io->U : io->A);
-  cd_arg_buf(&a, io->recompute ? io->states : io->G);
-  cd_arg_buf(&a, init);
-  cd_arg_buf(&a, gf);
-  cd_arg_buf(&a, io->G);
-  cd_arg_buf(&a, dinit);
-  cd_arg_u32(&a, (uint32_t)geo->F);
-  cd_arg_i32(&a, io->reverse != 0);
-  cd_arg_i32(&a, io->recompute != 0);
-  cd_arg_i32(&a, io->init.mem != NULL);
-  cd_arg_i32(&a, io->gfinal.mem != NULL);
-  cd_arg_i32(&a, io->dinit.mem != NULL);
-  cd_arg_packed(&a, geo);
-  if (cpu) {
+  if (cpu) { /* one launch (cd_scan_cpu_forms: the walk fits the loop budget) */
+    cd_args a = {ch->k, 0, CL_SUCCESS};
+    cd_arg_buf(&a, io->A);
+    cd_arg_buf(&a, io->W);
+    cd_arg_buf(&a, io->U.mem ? io->U : io->A);
+    cd_arg_buf(&a, io->recompute ? io->states : io->G);
+    cd_arg_buf(&a, init);
+    cd_arg_buf(&a, gf);
+    cd_arg_buf(&a, io->G);
+    cd_arg_buf(&a, dinit);
+    cd_arg_u32(&a, (uint32_t)geo->F);
+    cd_arg_i32(&a, io->reverse != 0);
+    cd_arg_i32(&a, io->recompute != 0);
+    cd_arg_i32(&a, io->init.mem != NULL);
+    cd_arg_i32(&a, io->gfinal.mem != NULL);
+    cd_arg_i32(&a, io->dinit.mem != NULL);
+    cd_arg_packed(&a, geo);
     if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_cpu_grad_chain: setting arguments");
     const size_t one[2] = {1, 1}, gws2[2] = {geo->BH, ch->nj};
     return cd_enqueue(ctx, ch->k, 2, gws2, one, l, "cd_cpu_grad_chain");
   }
-  if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_scan_bwd_chain: setting arguments");
-  const size_t lws = ch->w, gws = geo->BH * ch->nj * lws;
-  return cd_enqueue(ctx, ch->k, 1, &gws, &lws, l, "cd_scan_bwd_chain");
+  const size_t steps = (io->recompute ? geo->F : 0) + geo->F; /* at least every chain's */
+  cl_mem carry;
+  camdelta_status st = carry_alloc(ctx, ch, geo, steps, 1, &carry);
+  for (size_t u0 = 0; u0 < steps && !st; u0 += ch->per) {
+    const int last = steps - u0 <= ch->per;
+    cd_args a = {ch->k, 0, CL_SUCCESS};
+    CD_ARG_BUFS(&a, io->A, io->W, io->U.mem ? io->U : io->A, io->recompute ? io->states : io->G, init, gf, io->G,
+                dinit);
+    cd_arg_u32(&a, (uint32_t)geo->F);
+    cd_arg_i32(&a, io->reverse != 0);
+    cd_arg_i32(&a, io->recompute != 0);
+    cd_arg_i32(&a, io->init.mem != NULL);
+    cd_arg_i32(&a, io->gfinal.mem != NULL);
+    cd_arg_i32(&a, io->dinit.mem != NULL);
+    cd_arg_u32(&a, (uint32_t)u0);
+    cd_arg_u32(&a, last ? UINT32_MAX : (uint32_t)(u0 + ch->per));
+    cd_arg_mem(&a, carry ? carry : io->A.mem); /* the carry (a launch that leaves no steps never uses it) */
+    cd_arg_packed(&a, geo);
+    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_scan_bwd_chain: setting arguments");
+    const size_t lws = ch->w, gws = geo->BH * ch->nj * lws;
+    if (!st) st = cd_enqueue(ctx, ch->k, 1, &gws, &lws, l, "cd_scan_bwd_chain");
+  }
+  if (carry) clReleaseMemObject(carry);
+  return st;
 }
 
 camdelta_status cd_chain_grads_pair(camdelta_context *ctx, const cd_chain *ch, const cd_scan_geo *geo,
@@ -167,29 +249,50 @@ camdelta_status cd_chain_grads_pair(camdelta_context *ctx, const cd_chain *ch, c
   const int cpu = ch->form == CD_CHAIN_CPU_GRADS_PAIR; /* the same arguments; groups (2·B·H, column blocks) */
   if (ch->form != CD_CHAIN_GRADS_PAIR && !cpu)
     return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "the plan has no pair gradient chain");
-  cd_args a = {ch->k, 0, CL_SUCCESS};
-  cd_arg_buf(&a, io->A);
-  cd_arg_buf(&a, io->W);
-  cd_arg_mem(&a, io->mask);
-  cd_arg_buf(&a, io->gfinal_c.mem ? io->gfinal_c : io->A);
-  cd_arg_buf(&a, io->gfinal_r.mem ? io->gfinal_r : io->A);
-  cd_arg_buf(&a, io->G_c);
-  cd_arg_buf(&a, io->G_r);
-  cd_arg_buf(&a, io->dinit_c.mem ? io->dinit_c : io->G_c);
-  cd_arg_buf(&a, io->dinit_r.mem ? io->dinit_r : io->G_r);
-  cd_arg_u32(&a, (uint32_t)geo->F);
-  cd_arg_i32(&a, io->gfinal_c.mem != NULL);
-  cd_arg_i32(&a, io->gfinal_r.mem != NULL);
-  cd_arg_i32(&a, io->dinit_c.mem != NULL);
-  cd_arg_i32(&a, io->dinit_r.mem != NULL);
-  if (cpu) {
+  if (cpu) { /* one launch (cd_scan_cpu_forms: the walk fits the loop budget) */
+    cd_args a = {ch->k, 0, CL_SUCCESS};
+    cd_arg_buf(&a, io->A);
+    cd_arg_buf(&a, io->W);
+    cd_arg_mem(&a, io->mask);
+    cd_arg_buf(&a, io->gfinal_c.mem ? io->gfinal_c : io->A);
+    cd_arg_buf(&a, io->gfinal_r.mem ? io->gfinal_r : io->A);
+    cd_arg_buf(&a, io->G_c);
+    cd_arg_buf(&a, io->G_r);
+    cd_arg_buf(&a, io->dinit_c.mem ? io->dinit_c : io->G_c);
+    cd_arg_buf(&a, io->dinit_r.mem ? io->dinit_r : io->G_r);
+    cd_arg_u32(&a, (uint32_t)geo->F);
+    cd_arg_i32(&a, io->gfinal_c.mem != NULL);
+    cd_arg_i32(&a, io->gfinal_r.mem != NULL);
+    cd_arg_i32(&a, io->dinit_c.mem != NULL);
+    cd_arg_i32(&a, io->dinit_r.mem != NULL);
     if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_cpu_pair_grad_chain: setting arguments");
     const size_t one[2] = {1, 1}, gws2[2] = {2 * geo->BH, ch->nj};
     return cd_enqueue(ctx, ch->k, 2, gws2, one, l, "cd_cpu_pair_grad_chain");
   }
-  if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_pair_bwd_chain: setting arguments");
-  const size_t lws = ch->w, gws = 2 * geo->BH * ch->nj * lws;
-  return cd_enqueue(ctx, ch->k, 1, &gws, &lws, l, "cd_pair_bwd_chain");
+  const size_t steps = geo->F;
+  cl_mem carry;
+  camdelta_status st = carry_alloc(ctx, ch, geo, steps, 2, &carry);
+  for (size_t u0 = 0; u0 < steps && !st; u0 += ch->per) {
+    const int last = steps - u0 <= ch->per;
+    cd_args a = {ch->k, 0, CL_SUCCESS};
+    CD_ARG_BUFS(&a, io->A, io->W);
+    cd_arg_mem(&a, io->mask);
+    CD_ARG_BUFS(&a, io->gfinal_c.mem ? io->gfinal_c : io->A, io->gfinal_r.mem ? io->gfinal_r : io->A, io->G_c, io->G_r,
+                io->dinit_c.mem ? io->dinit_c : io->G_c, io->dinit_r.mem ? io->dinit_r : io->G_r);
+    cd_arg_u32(&a, (uint32_t)geo->F);
+    cd_arg_i32(&a, io->gfinal_c.mem != NULL);
+    cd_arg_i32(&a, io->gfinal_r.mem != NULL);
+    cd_arg_i32(&a, io->dinit_c.mem != NULL);
+    cd_arg_i32(&a, io->dinit_r.mem != NULL);
+    cd_arg_u32(&a, (uint32_t)u0);
+    cd_arg_u32(&a, last ? UINT32_MAX : (uint32_t)(u0 + ch->per));
+    cd_arg_mem(&a, carry ? carry : io->A.mem); /* the carry (a launch that leaves no steps never uses it) */
+    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_pair_bwd_chain: setting arguments");
+    const size_t lws = ch->w, gws = 2 * geo->BH * ch->nj * lws;
+    if (!st) st = cd_enqueue(ctx, ch->k, 1, &gws, &lws, l, "cd_pair_bwd_chain");
+  }
+  if (carry) clReleaseMemObject(carry);
+  return st;
 }
 
 /* ------------------------------------------------------------------------------------------- summaries */

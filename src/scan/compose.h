@@ -5,9 +5,8 @@
 #ifndef CAMDELTA_SCAN_COMPOSE_H
 #define CAMDELTA_SCAN_COMPOSE_H
 #include "camdelta_phases.h"
-#include "cost.h"
-#include "plan.h"
-#include "units.h"
+#include "scan/cost.h"
+#include "scan/units.h"
 
 /* ------------------------------------------------------------------------------------------ forward.c */
 
@@ -101,6 +100,8 @@ camdelta_status cd_backward_rest(camdelta_context *ctx, cd_plan_entry *e, const 
 camdelta_status cd_backward_shape(const char *op, const camdelta_scan_backward_args *a, cd_fwd_sizes *z);
 /** A saved object against the backward's arguments: a forward's states of the same shape, direction and
  *  init_state. */
+/** A saved forward's direction and init state against the backward call's (reverse, has_init). */
+camdelta_status cd_saved_matches(const char *op, const camdelta_scan_saved *saved, int reverse, int has_init);
 camdelta_status cd_backward_saved_check(const char *op, const camdelta_scan_backward_args *a,
                                         const camdelta_scan_saved *saved);
 /** camdelta_scan_backward_args' buffers as an entry's slots, how a call of those sizes uses them, and the check

@@ -14,42 +14,20 @@
  * the frames) pays each stage's latency in order. `eff` is the fraction of the nominal f32 FMA peak the kernel
  * family reaches (tensor-core rates for phases A and C where the plan runs them there, counted in useful flops).
  *
- * Calibration (docs/performance.md, "AUTO from plan costs", has the table of estimates against measurements):
- *  - GPU class, from the NVIDIA H200 (132 SMs; nominal 508 GFLOP/s per SM = 67 TFLOP/s, 36.4 GB/s per SM =
- *    4.8 TB/s), kernel times of `camdelta bench` and CAMDELTA_PROFILE_KERNELS=1 at sana480 (B1 H20 D112 F21
- *    S1560), sana720 (S3600) and D=64:
- *      phase A 1.087 ms tensor cores (the gram staging f32 values, split per fragment, lo parts truncated) /
- *        2.140 FMA for 32.9 GFLOP -> eff_a_tc 0.452, eff_a 0.229; with the TF32 rounding in integer operations
- *        (eleventh session) the forward took 0.098 ms less (1.660 -> 1.563 ms, sana480), taken as phase A's:
- *        0.989 ms -> eff_a_tc 0.497; with β multiplied in at staging and local-memory offsets folded into
- *        immediates (twelfth session) 0.774 ms -> eff_a_tc 0.634; rows read by consecutive work-items
- *        (thirteenth session) 0.742 ms -> eff_a_tc 0.661
- *      phase C 0.462 ms tensor cores / 0.750 FMA for 16.4 GFLOP   -> eff_c_tc 0.530, eff_c 0.327; with the folded
- *        offsets (twelfth session) 0.407 ms -> eff_c_tc 0.601; with 64 x 128 tiles (thirteenth) 0.379 ms -> 0.645
- *      phase B 0.133 ms (A's chunks loaded a step ahead into registers): 100 work-groups (5 blocks of 24
- *        columns), 21 frames x 7 reduction chunks of 16, of which the arithmetic at eff_b is 0.053 ms -> 0.55 us
- *        per chunk stage, 0.034 us per reduction element at D=112, in proportion to D (0.052 ms at D=64)
- *      sequential kernel (the recurrence; its outputs by phase C, as above) 4.02 ms (D112: 260 work-groups of
- *        128 items, 13 blocks of 9 value columns) and 2.19 ms (D64: 160 work-groups, 8 blocks of 8), one stage
- *        per 64-token tile per frame: the two head dims pin the lone work-group's rate (32.4 GFLOP/s at 128
- *        items) and the stage latency (0.22 us per 64-token stage: the next tile's loads are in flight during
- *        the current one's arithmetic). With the full device at eff_seq = 0.44 of the peak (an assumption, as
- *        for phase B), that lone rate means the kernel needs items_sat_seq = 883 items per SM to reach it;
- *        861 since its flops count whole 64-token tiles (1600 tokens at S=1560; the times follow the tiles).
- *    Launch 5 us; 10 us per scratch buffer allocated (an assumption). Resident items per CU: 2048 (NVIDIA), 2560
- *    (AMD), 1024 (others).
- *  - CPU class, from PoCL on this project's 2-core CI machine (causal kernel time): per core the sequential kernel
- *    runs at 10 GFLOP/s, phases A and C at 7.3, phase B at 2.0 (a nominal 32 GFLOP/s core: eff 0.3125, 0.228,
- *    0.0625); launch 70 us; stage latencies hidden (0); one work-group per core at a time.
+ * Calibration: the constants below come from kernel times of `camdelta bench` and CAMDELTA_PROFILE_KERNELS=1 on
+ * an NVIDIA H200 (the GPU class) and of PoCL on a 2-core CPU (the CPU class); each constant's measurement is in
+ * docs/performance.md, "Measurements behind the code's constants", and the estimates against measurements in its "AUTO from plan costs".
+ * Launch 5 us (GPU), 70 us (CPU); 10 us per scratch buffer allocated (an assumption). Resident items per CU: 2048
+ * (NVIDIA), 2560 (AMD), 1024 (others); on CPUs one work-group per core at a time and stage latencies hidden.
  * Unknown GPUs get the GPU class's efficiencies with a nominal peak from the vendor (NVIDIA 508, AMD 256, others
  * 64 GFLOP/s per compute unit); the choice depends mostly on ratios within one device. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "cost.h"
-#include "cpu.h"
-#include "tc.h"
+#include "scan/cost.h"
+#include "scan/cpu.h"
+#include "scan/tc.h"
 
 static const cd_cost_class GPU_CLASS = {
     .name = "gpu",
@@ -129,9 +107,8 @@ void cd_scan_estimate_costs(const cd_cost_device *d, size_t BH, size_t D, size_t
   if (cd_seq_configure(&d->lim, BH, D, S, 256, NULL, NULL, &sc) == CAMDELTA_OK && (sc.OUT != 2 || chunk_ok)) {
     const double nj = sc.nJ;
     const int split = sc.OUT == 2;
-    /* GPUs, frames of several tiles: the kernel's arithmetic runs on whole token tiles (H200, exact,
-     * 1,20,112,21,S: 0.409 ms at S=100, 0.594 at 150, 0.760 at 200, 1.306 at 400 follow the 2, 3, 4, 7 tiles of
-     * 64, not S). A frame within one tile (its tile the power of two above S) and CPUs: not measured, S. */
+    /* GPUs, frames of several tiles: the kernel's arithmetic runs on whole token tiles (its times follow the
+     * tiles, not S: docs/performance.md, "Measurements behind the code's constants"). A frame within one tile (its tile the power of two above S) and CPUs: S. */
     const double sp = d->lim.gpu && s > sc.TS ? cdiv(s, sc.TS) * sc.TS : s;
     e->seq = (cd_cost_kernel){
         .name = "sequential", .flops = (split ? 4.0 : 6.0) * bhf * sp * dd * dd,
@@ -167,7 +144,7 @@ void cd_scan_estimate_costs(const cd_cost_device *d, size_t BH, size_t D, size_t
 }
 
 /* The last estimate of this thread: a loop calling with one shape (the usual case) configures the two plans once
- * (about 2 us each time otherwise), later calls compare the facts and the shape. */
+ * (configuring them is what costs), later calls compare the facts and the shape. */
 typedef struct cost_memo {
   int valid;
   cd_cost_device d; /* compared bytewise: cd_cost_device_from_info zeroes it first, memcpy keeps its padding */

@@ -10,8 +10,8 @@
  * docs/performance.md ("AUTO from plan costs"). Not installed. */
 #ifndef CAMDELTA_COST_H
 #define CAMDELTA_COST_H
-#include "internal.h"
-#include "tiles.h"
+#include "runtime/internal.h"
+#include "scan/tiles.h"
 
 /** Per-kernel-family rates of one device class (GPU or CPU), calibrated by measurement (cost.c). */
 typedef struct cd_cost_class {

@@ -3,8 +3,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cpu.h"
-#include "units.h"
+#include "scan/cpu.h"
+#include "scan/units.h"
 
 void cd_cpu_scan_tiles(const camdelta_context *ctx, size_t D, cd_cpu_scan *p) {
   p->D = D;
@@ -89,9 +89,11 @@ camdelta_status cd_cpu_gram(camdelta_context *ctx, const cd_cpu_scan *p, const c
   return launch(ctx, &a, 2, gws, l, what[mode]);
 }
 
-/* The tensor-core path, where the device has it (or it is emulated), comes first. */
+/* The tensor-core path, where the device has it (or it is emulated), comes first. The CPU forms run each walk over
+ * frames and tokens in one launch, so a driver with a loop budget (cd_loop_budget: Mesa's llvmpipe) keeps the
+ * work-group forms, which split their launches within it. */
 int cd_scan_cpu_forms(camdelta_context *ctx) {
-  return cd_option(ctx, CD_OPT_SCAN_CPU, CAMDELTA_F32) == 1 && !cd_tc_available(ctx);
+  return cd_option(ctx, CD_OPT_SCAN_CPU, CAMDELTA_F32) == 1 && !cd_tc_available(ctx) && !cd_loop_budget(ctx);
 }
 
 camdelta_status cd_scan_cpu_program(camdelta_context *ctx, size_t D, cd_cpu_scan *p) {

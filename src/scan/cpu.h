@@ -4,7 +4,7 @@
  * (units.h) take them where cd_scan_cpu_forms() says. Internal to src/scan/. */
 #ifndef CAMDELTA_SCAN_CPU_FORMS_H
 #define CAMDELTA_SCAN_CPU_FORMS_H
-#include "internal.h"
+#include "runtime/internal.h"
 
 typedef struct cd_cpu_scan {
   size_t D;
@@ -21,7 +21,8 @@ typedef struct cd_cpu_scan {
 } cd_cpu_scan;
 
 /** Whether the context's fixed-shape plans take the CPU forms (option scan CPU: CPU devices by default), where the
- *  tensor-core path is not available; AUTO then runs the chunkwise algorithm. */
+ *  tensor-core path is not available and the driver has no loop budget (cd_loop_budget: the CPU forms' walks run
+ *  in one launch); AUTO then runs the chunkwise algorithm. */
 int cd_scan_cpu_forms(camdelta_context *ctx);
 
 /** The geometry every launch sees: BH chains of F frames of S tokens, N = F·S tokens per (b, h). */

@@ -4,7 +4,7 @@
  * fused scan pair and the engine's warm-up. Not installed. */
 #ifndef CAMDELTA_SCAN_ENGINE_H
 #define CAMDELTA_SCAN_ENGINE_H
-#include "internal.h"
+#include "runtime/internal.h"
 
 /* ------------------------------------------------------------------------------------------- warm-up */
 

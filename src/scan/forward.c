@@ -54,21 +54,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compose.h"
-#include "engine.h"
+#include "scan/compose.h"
+#include "scan/engine.h"
 
 static const char *const OP = "camdelta_scan_forward";
 
 /* ------------------------------------------------------------------------------------ saved object */
 
 camdelta_status camdelta_scan_saved_create(camdelta_context *ctx, camdelta_scan_saved **out) {
-  cd_clear_error();
-  if (!ctx || !out)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_scan_saved_create: '%s' is NULL", ctx ? "out" : "ctx");
-  *out = calloc(1, sizeof **out);
-  if (!*out) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "camdelta_scan_saved_create: out of host memory");
-  (*out)->ctx = ctx;
-  return CAMDELTA_OK;
+  CD_CREATE_OBJECT("camdelta_scan_saved_create", ctx, out);
 }
 
 void camdelta_scan_saved_destroy(camdelta_scan_saved *saved) {
@@ -194,37 +188,21 @@ camdelta_status cd_forward_check(const char *op, const camdelta_scan_args *p) {
  * D, algorithm, shape class, precision, row alignment where the tensor-core path runs, variant) and kept in the
  * context (src/runtime/plan.c). */
 typedef struct fwd_plan {
+  cd_units u; /* first: cd_units_destroy is the destructor */
   camdelta_scan_algorithm alg;
   cd_chunk_cfg cc; /* chunkwise: the three phases' tiles; sequential with OUT=2: its phase C's */
-  cd_sequential seq;
-  cd_gram gram;
-  cd_chain chain;
-  cd_apply apply;
   int tc, split; /* the gram and the apply on tensor cores; split-TF32 (exact) or one TF32 product */
-  int cpu;       /* chunkwise: the gram, the chain and the apply in their CPU forms, from cpu_prog */
-  cd_cpu_scan cpu_prog;
-  cd_workspace ws;
+  int cpu;       /* chunkwise: the gram, the chain and the apply in their CPU forms, from u.cpu_prog */
 } fwd_plan;
 enum { WS_A, WS_U, WS_STATES };
-
-static void fwd_destroy(void *p) {
-  fwd_plan *pl = p;
-  cd_sequential_release(&pl->seq);
-  cd_gram_release(&pl->gram);
-  cd_chain_release(&pl->chain);
-  cd_apply_release(&pl->apply);
-  cd_cpu_scan_release(&pl->cpu_prog);
-  cd_ws_free(&pl->ws);
-  free(pl);
-}
 
 /* The chunkwise plan of the CPU forms: one program, its gram, state chain and apply. */
 static camdelta_status fwd_build_cpu(camdelta_context *ctx, size_t D, fwd_plan *pl) {
   pl->cpu = 1;
-  camdelta_status st = cd_scan_cpu_program(ctx, D, &pl->cpu_prog);
-  if (!st) st = cd_gram_build_cpu(&pl->cpu_prog, &pl->gram);
-  if (!st) st = cd_chain_build_cpu(&pl->cpu_prog, CD_CHAIN_CPU_STATES, &pl->chain);
-  if (!st) st = cd_apply_build_cpu(&pl->cpu_prog, &pl->apply);
+  camdelta_status st = cd_scan_cpu_program(ctx, D, &pl->u.cpu_prog);
+  if (!st) st = cd_gram_build_cpu(&pl->u.cpu_prog, &pl->u.gram);
+  if (!st) st = cd_chain_build_cpu(&pl->u.cpu_prog, CD_CHAIN_CPU_STATES, &pl->u.chain);
+  if (!st) st = cd_apply_build_cpu(&pl->u.cpu_prog, &pl->u.apply);
   return st;
 }
 
@@ -236,34 +214,23 @@ static camdelta_status fwd_build(camdelta_context *ctx, const cd_plan_key *key, 
   pl->alg = r->alg;
   /* the fixed shape's chunkwise plan on a context that takes the CPU forms (packed clips keep the FMA forms) */
   if (r->alg == CAMDELTA_SCAN_CHUNKWISE && r->variant == 0 && cd_scan_cpu_forms(ctx)) {
-    const camdelta_status st = fwd_build_cpu(ctx, r->D, pl);
-    if (st) {
-      fwd_destroy(pl);
-      return st;
-    }
-    *out = pl;
-    return CAMDELTA_OK;
+    return cd_units_done(pl, fwd_build_cpu(ctx, r->D, pl), out);
   }
   camdelta_status st = r->alg == CAMDELTA_SCAN_SEQUENTIAL
-                           ? cd_sequential_parts(ctx, r->BH, r->D, r->S, &pl->seq, &pl->cc, &pl->apply)
-                           : cd_chunk_parts(ctx, r->BH, r->D, r->S, r->extra, &pl->cc, &pl->gram, &pl->chain,
-                                            &pl->apply);
+                           ? cd_sequential_parts(ctx, r->BH, r->D, r->S, &pl->u.seq, &pl->cc, &pl->u.apply)
+                           : cd_chunk_parts(ctx, r->BH, r->D, r->S, r->extra, &pl->cc, &pl->u.gram, &pl->u.chain,
+                                            &pl->u.apply);
   /* the gram and the apply on tensor cores where the device has them (the sequential plan's apply too, OUT=2) */
-  if (!st && cd_tc_available(ctx) && (r->alg == CAMDELTA_SCAN_CHUNKWISE || pl->seq.c.OUT == 2)) {
+  if (!st && cd_tc_available(ctx) && (r->alg == CAMDELTA_SCAN_CHUNKWISE || pl->u.seq.c.OUT == 2)) {
     pl->tc = 1, pl->split = r->prec != CAMDELTA_PRECISION_TF32;
     if (r->alg == CAMDELTA_SCAN_CHUNKWISE) {
-      cd_gram_release(&pl->gram);
-      st = cd_gram_build_tc(ctx, r->D, pl->split, r->vec, r->extra, &pl->gram);
+      cd_gram_release(&pl->u.gram);
+      st = cd_gram_build_tc(ctx, r->D, pl->split, r->vec, r->extra, &pl->u.gram);
     }
-    cd_apply_release(&pl->apply);
-    if (!st) st = cd_apply_build_tc(ctx, r->D, pl->split, r->vec, 0, r->extra, &pl->apply);
+    cd_apply_release(&pl->u.apply);
+    if (!st) st = cd_apply_build_tc(ctx, r->D, pl->split, r->vec, 0, r->extra, &pl->u.apply);
   }
-  if (st) {
-    fwd_destroy(pl);
-    return st;
-  }
-  *out = pl;
-  return CAMDELTA_OK;
+  return cd_units_done(pl, st, out);
 }
 
 camdelta_status cd_forward_acquire(camdelta_context *ctx, const cd_fwd_request *r, cd_plan_entry **e) {
@@ -277,12 +244,14 @@ camdelta_status cd_forward_acquire(camdelta_context *ctx, const cd_fwd_request *
   key.alg = (unsigned)r->alg;
   key.cls[0] = r->alg == CAMDELTA_SCAN_SEQUENTIAL ? cls.seq_blocks : cls.b_blocks;
   key.cls[1] = cls.tokens;
+  /* under a loop budget the sequential tiles follow S itself (a frame's step must fit a launch) */
+  if (r->alg == CAMDELTA_SCAN_SEQUENTIAL && cd_loop_budget(ctx)) key.cls[2] = (unsigned)r->S;
   key.variant = r->variant;
   if (cd_tc_available(ctx)) { /* the tensor-core apply serves the sequential plan too (its OUT=2) */
     key.prec = (unsigned)r->prec;
     key.vec = (unsigned)(r->vec != 0);
   }
-  return cd_plan_acquire(ctx, &key, fwd_build, r, fwd_destroy, e);
+  return cd_plan_acquire(ctx, &key, fwd_build, r, cd_units_destroy, e);
 }
 
 camdelta_scan_algorithm cd_forward_algorithm(const cd_plan_entry *e) { return ((const fwd_plan *)e->plan)->alg; }
@@ -321,7 +290,17 @@ camdelta_status cd_forward_request(camdelta_context *ctx, const camdelta_scan_ar
   *r = (cd_fwd_request){.alg = a->algorithm, .BH = BH, .D = a->D, .S = a->S, .prec = a->precision, .extra = ""};
   const size_t offs[5] = {a->q.offset, a->k.offset, a->v.offset, a->beta.offset, a->out.offset};
   r->vec = cd_tc_vec_ok(a->S, offs, 5);
-  return r->alg == CAMDELTA_SCAN_AUTO ? cd_scan_decide(ctx, BH, a->D, a->F, a->S, &r->alg, NULL) : CAMDELTA_OK;
+  if (r->alg != CAMDELTA_SCAN_AUTO) return CAMDELTA_OK;
+  camdelta_status st = cd_scan_decide(ctx, BH, a->D, a->F, a->S, &r->alg, NULL);
+  /* AUTO does not pick a sequential plan whose one frame exceeds the driver's loop budget (cd_loop_budget): the
+   * chunkwise one runs instead */
+  if (!st && r->alg == CAMDELTA_SCAN_SEQUENTIAL && cd_loop_budget(ctx)) {
+    cd_plan_entry *e;
+    if ((st = cd_forward_acquire(ctx, r, &e))) return st;
+    if (!((const fwd_plan *)e->plan)->u.seq.per) r->alg = CAMDELTA_SCAN_CHUNKWISE;
+    cd_plan_release(ctx, e);
+  }
+  return st;
 }
 
 camdelta_status cd_scan_warm(camdelta_context *ctx, size_t BH, size_t D, size_t S) {
@@ -367,18 +346,39 @@ void cd_chunk_text(const cd_chunk_cfg *cc, const cd_gram *gram, const cd_apply *
            c);
 }
 
+/* The serial walk's steps of a fixed-shape call: the sequential kernel's (F, and F + 1 in reverse with a final
+ * state), phase B's (F, less one in reverse without a final state). */
+static size_t walk_steps(const fwd_plan *pl, const camdelta_scan_args *a) {
+  const size_t fin = a->final_state.mem != NULL;
+  if (pl->alg == CAMDELTA_SCAN_SEQUENTIAL) return a->F + (a->reverse ? fin : 0);
+  return a->reverse ? a->F - 1 + fin : a->F;
+}
+
+/* Appends how the serial walk splits where the driver caps a work-item's loop iterations per launch
+ * (cd_loop_budget): nothing where it runs in one launch. steps: the walk's steps in this call. */
+static void budget_text(const fwd_plan *pl, size_t budget, size_t steps, char *buf, size_t size) {
+  const size_t per = pl->alg == CAMDELTA_SCAN_SEQUENTIAL ? pl->u.seq.per : pl->u.chain.per;
+  const size_t used = strlen(buf);
+  if (!budget || per >= steps) return;
+  if (!per)
+    snprintf(buf + used, size - used, "; exceeds the driver's loop budget (%zu iterations per work-item)", budget);
+  else
+    snprintf(buf + used, size - used,
+             "; %zu frames per launch (the driver's loop budget: %zu iterations per work-item)", per, budget);
+}
+
 void cd_forward_text(const cd_plan_entry *e, camdelta_precision requested, char *buf, size_t size) {
   const fwd_plan *pl = e->plan;
   const cd_chunk_cfg *cc = &pl->cc;
-  const cd_seq_cfg *sc = &pl->seq.c;
+  const cd_seq_cfg *sc = &pl->u.seq.c;
   if (pl->alg == CAMDELTA_SCAN_CHUNKWISE && pl->cpu) {
     snprintf(buf, size, "chunkwise; precision exact (fma)%s; cpu forms (gram, chain, apply): %s",
              requested == CAMDELTA_PRECISION_TF32 ? "; tf32 requested, no tensor-core path on this device" : "",
-             pl->cpu_prog.opts);
+             pl->u.cpu_prog.opts);
     return;
   }
   if (pl->alg == CAMDELTA_SCAN_CHUNKWISE) {
-    cd_chunk_text(cc, &pl->gram, &pl->apply, pl->split, requested, buf, size);
+    cd_chunk_text(cc, &pl->u.gram, &pl->u.apply, pl->split, requested, buf, size);
     return;
   }
   if (sc->OUT != 2) {
@@ -387,7 +387,7 @@ void cd_forward_text(const cd_plan_entry *e, camdelta_precision requested, char 
     return;
   }
   char c[160];
-  if (pl->tc) tc_text(c, sizeof c, "phase_c", "apply_tc", &pl->apply.t);
+  if (pl->tc) tc_text(c, sizeof c, "phase_c", "apply_tc", &pl->u.apply.t);
   else
     snprintf(c, sizeof c, "; phase_c fma W=%u C_WR=%u C_RM=%u C_WC=%u C_RN=%u C_KC=%u", cc->c_w, cc->c.wr, cc->c.rm,
              cc->c.wc, cc->c.rn, cc->c_kc);
@@ -395,8 +395,10 @@ void cd_forward_text(const cd_plan_entry *e, camdelta_precision requested, char 
            path_text(pl->tc, pl->split, requested), sc->W, sc->nJ, sc->J, sc->TS, sc->PF, c);
 }
 
-/* Appends "; " and both algorithms' estimated costs with the choice (src/scan/cost.c) to the plan text. */
-static camdelta_status choice_text(camdelta_context *ctx, const camdelta_scan_args *args, char *text, size_t size) {
+/* Appends "; " and both algorithms' estimated costs with the choice (src/scan/cost.c) to the plan text, and where
+ * AUTO runs another algorithm than the estimates pick (run: the plan's), why. */
+static camdelta_status choice_text(camdelta_context *ctx, const camdelta_scan_args *args, camdelta_scan_algorithm run,
+                                   char *text, size_t size) {
   cd_scan_estimate est;
   camdelta_scan_algorithm alg;
   char choice[256];
@@ -404,7 +406,10 @@ static camdelta_status choice_text(camdelta_context *ctx, const camdelta_scan_ar
   if (st) return st;
   cd_scan_estimate_text(&est, args->algorithm, choice, sizeof choice);
   const size_t used = strlen(text);
-  snprintf(text + used, size - used, "; %s", choice);
+  snprintf(text + used, size - used, "; %s%s", choice,
+           args->algorithm == CAMDELTA_SCAN_AUTO && run != alg
+               ? " (runs chunkwise: a sequential frame exceeds the driver's loop budget)"
+               : "");
   return CAMDELTA_OK;
 }
 
@@ -429,8 +434,9 @@ camdelta_status camdelta_scan_plan_describe(camdelta_context *ctx, const camdelt
   if ((st = cd_forward_request(ctx, args, &r)) || (st = cd_forward_acquire(ctx, &r, &e))) return st;
   char text[1024];
   cd_forward_text(e, args->precision, text, sizeof text);
+  budget_text(e->plan, cd_loop_budget(ctx), walk_steps(e->plan, args), text, sizeof text);
   cd_plan_release(ctx, e);
-  if ((st = choice_text(ctx, args, text, sizeof text))) return st;
+  if ((st = choice_text(ctx, args, r.alg, text, sizeof text))) return st;
   return cd_copy_text(fn, text, buf, size);
 }
 
@@ -442,7 +448,7 @@ camdelta_status cd_forward_gram(camdelta_context *ctx, cd_plan_entry *e, const c
   const fwd_plan *pl = e->plan;
   if (saved) A = (camdelta_buffer){saved->a_mat, 0};
   const cd_gram_io io = {.k = p->k, .v = p->v, .beta = p->beta, .decay = p->decay, .A = A, .U = U};
-  return cd_gram_enqueue(ctx, &pl->gram, geo, &io, l);
+  return cd_gram_enqueue(ctx, &pl->u.gram, geo, &io, l);
 }
 
 camdelta_status cd_forward_rest(camdelta_context *ctx, cd_plan_entry *e, const cd_scan_geo *geo,
@@ -457,21 +463,21 @@ camdelta_status cd_forward_rest(camdelta_context *ctx, cd_plan_entry *e, const c
   camdelta_status st = CAMDELTA_OK;
   if (pl->alg == CAMDELTA_SCAN_SEQUENTIAL) {
     /* OUT=2: the kernel saves the state each output frame reads, the apply computes all outputs from them */
-    const int split = pl->seq.c.OUT == 2;
-    if (split && !post.mem) st = cd_ws_get(ctx, &pl->ws, WS_STATES, frames_bytes, &post);
+    const int split = pl->u.seq.c.OUT == 2;
+    if (split && !post.mem) st = cd_ws_get(ctx, &pl->u.ws, WS_STATES, frames_bytes, &post);
     const cd_sequential_io io = {.q = p->q, .k = p->k, .v = p->v, .beta = p->beta, .decay = p->decay, .out = p->out,
                                  .init = p->init_state, .final = p->final_state, .pre = pre, .post = post,
                                  .reverse = p->reverse, .write_out = !split};
-    if (!st) st = cd_sequential_enqueue(ctx, &pl->seq, geo, &io, l);
-    if (!st && split) st = cd_apply_out(ctx, &pl->apply, geo, p->q, post, p->out, l);
+    if (!st) st = cd_sequential_enqueue(ctx, &pl->u.seq, geo, &io, l);
+    if (!st && split) st = cd_apply_out(ctx, &pl->u.apply, geo, p->q, post, p->out, l);
     return st;
   }
   if (saved) A = (camdelta_buffer){saved->a_mat, 0};
-  if (!post.mem) st = cd_ws_get(ctx, &pl->ws, WS_STATES, frames_bytes, &post);
+  if (!post.mem) st = cd_ws_get(ctx, &pl->u.ws, WS_STATES, frames_bytes, &post);
   const cd_chain_states_io io = {.A = A, .U = U, .decay = p->decay, .init = p->init_state, .post = post, .pre = pre,
                                  .final = p->final_state, .reverse = p->reverse};
-  if (!st) st = cd_chain_states(ctx, &pl->chain, geo, &io, l);
-  if (!st) st = cd_apply_out(ctx, &pl->apply, geo, p->q, post, p->out, l);
+  if (!st) st = cd_chain_states(ctx, &pl->u.chain, geo, &io, l);
+  if (!st) st = cd_apply_out(ctx, &pl->u.apply, geo, p->q, post, p->out, l);
   return st;
 }
 
@@ -488,8 +494,8 @@ camdelta_status cd_forward_enqueue(camdelta_context *ctx, cd_plan_entry *e, cons
   if (pl->alg == CAMDELTA_SCAN_CHUNKWISE) {
     /* with a saved object, A_f goes into it: the backward reads it instead of computing it again */
     st = saved ? cd_ensure_buffer(ctx, &saved->a_mat, &saved->a_bytes, frames_bytes)
-               : cd_ws_get(ctx, &pl->ws, WS_A, frames_bytes, &A);
-    if (!st) st = cd_ws_get(ctx, &pl->ws, WS_U, frames_bytes, &U);
+               : cd_ws_get(ctx, &pl->u.ws, WS_A, frames_bytes, &A);
+    if (!st) st = cd_ws_get(ctx, &pl->u.ws, WS_U, frames_bytes, &U);
     if (!st) st = cd_forward_gram(ctx, e, geo, p, saved, A, U, l);
   }
   if (!st) st = cd_forward_rest(ctx, e, geo, p, saved, A, U, l);
@@ -512,7 +518,8 @@ static camdelta_status fwd_plan_step(cd_call *c) {
   if (cd_option(c->ctx, CD_OPT_VERBOSE_SCAN, CAMDELTA_F32)) {
     char text[1024];
     cd_forward_text(s->e, args->precision, text, sizeof text);
-    if (!choice_text(c->ctx, args, text, sizeof text)) fprintf(stderr, "camdelta scan: %s\n", text);
+    budget_text(s->e->plan, cd_loop_budget(c->ctx), walk_steps(s->e->plan, args), text, sizeof text);
+    if (!choice_text(c->ctx, args, s->r.alg, text, sizeof text)) fprintf(stderr, "camdelta scan: %s\n", text);
   }
   if (args->used) *args->used = s->r.alg;
   return CAMDELTA_OK;

@@ -1,6 +1,6 @@
 /* The frames unit (units.h): the backward's per-token work, a work-group per (b, h, f, token tile): dk, dv, dbeta
  * and the partial sums of ddecay from the states and the gradient chain's G (and dq in the FMA form). */
-#include "units.h"
+#include "scan/units.h"
 
 camdelta_status cd_frames_build_fma(camdelta_context *ctx, const char *opts, size_t D, const cd_sbwd_cfg *c,
                                     cd_frames *f) {
@@ -39,22 +39,14 @@ camdelta_status cd_frames_enqueue(camdelta_context *ctx, const cd_frames *f, con
   const int tc = f->form == CD_FRAMES_TC; /* the tensor-core form takes no dO and writes no dq */
   const size_t ntiles = cd_frames_tiles(f, geo->S);
   cd_args a = {f->k, 0, CL_SUCCESS};
-  cd_arg_buf(&a, io->k);
-  cd_arg_buf(&a, io->v);
-  cd_arg_buf(&a, io->beta);
-  cd_arg_buf(&a, io->decay);
+  CD_ARG_BUFS(&a, io->k, io->v, io->beta, io->decay);
   if (!tc) cd_arg_buf(&a, io->dout);
   cd_arg_buf(&a, io->states);
   cd_arg_buf(&a, io->has_init ? io->init : io->states); /* not read without an init */
   cd_arg_buf(&a, io->G);
   if (!tc) cd_arg_buf(&a, io->dq);
-  cd_arg_buf(&a, io->dk);
-  cd_arg_buf(&a, io->dv);
-  cd_arg_buf(&a, io->dbeta);
-  cd_arg_buf(&a, io->part);
-  cd_arg_u64(&a, geo->N);
-  cd_arg_u32(&a, (uint32_t)geo->S);
-  cd_arg_u32(&a, (uint32_t)geo->F);
+  CD_ARG_BUFS(&a, io->dk, io->dv, io->dbeta, io->part);
+  cd_arg_tokens(&a, geo);
   cd_arg_u32(&a, (uint32_t)ntiles);
   cd_arg_i32(&a, io->reverse != 0);
   cd_arg_i32(&a, io->has_init != 0);

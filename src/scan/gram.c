@@ -2,15 +2,22 @@
  *   A_f = d_f·(I − K_fᵀ·β_f·K_f),  U_f = K_fᵀ·β_f·V_f,  W_f = Q_fᵀ·dO_f
  * in four forms: three FMA kernels, each with the tiles of the program it belongs to (the chunkwise scan's phase A,
  * the backward's grams, the summaries' single products), and the tensor-core kernel. */
+#include <stdint.h>
 #include <stdio.h>
 
-#include "units.h"
+#include "scan/units.h"
 
 static unsigned ceil_div(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
 
 cd_scan_geo cd_scan_geo_fixed(size_t B, size_t H, size_t D, size_t F, size_t S) {
   const cd_scan_geo g = {.D = D, .F = F, .S = S, .N = F * S, .BH = B * H, .BHF = B * H * F, .pk = NULL, .pk_h = 0};
   return g;
+}
+
+void cd_arg_tokens(cd_args *a, const cd_scan_geo *geo) {
+  cd_arg_u64(a, geo->N);
+  cd_arg_u32(a, (uint32_t)geo->S);
+  cd_arg_u32(a, (uint32_t)geo->F);
 }
 
 void cd_arg_packed(cd_args *a, const cd_scan_geo *geo) {
@@ -20,13 +27,14 @@ void cd_arg_packed(cd_args *a, const cd_scan_geo *geo) {
 }
 
 camdelta_status cd_gram_build_tiled(camdelta_context *ctx, const char *opts, const cd_chunk_cfg *c, cd_gram *g) {
-  *g = (cd_gram){.form = CD_GRAM_FMA_TILED, .w = c->a_w, .nr = c->a_nr, .nc = c->a_nc};
+  *g = (cd_gram){.form = CD_GRAM_FMA_TILED, .w = c->a_w, .nr = c->a_nr, .nc = c->a_nc, .kc = c->a_kc};
+  cd_chunk_a_loop_count(c, &g->loops[0], &g->loops[1]);
   return cd_kernel(ctx, "scan_chunkwise.cl", opts, "cd_scan_phase_a", &g->k);
 }
 
 camdelta_status cd_gram_build_modes(camdelta_context *ctx, const char *opts, size_t D, const cd_sbwd_cfg *c,
                                     cd_gram *g) {
-  *g = (cd_gram){.form = CD_GRAM_FMA_MODES, .w = (unsigned)((D / c->rpt) * (D / c->rpt))};
+  *g = (cd_gram){.form = CD_GRAM_FMA_MODES, .w = (unsigned)((D / c->rpt) * (D / c->rpt)), .tokens = SIZE_MAX};
   return cd_kernel(ctx, "scan_backward.cl", opts, "cd_scan_bwd_grams", &g->k);
 }
 
@@ -67,16 +75,17 @@ static camdelta_status tiled(camdelta_context *ctx, const cd_gram *g, const cd_s
                              cd_launch *l) {
   if (!io->A.mem || !io->U.mem || io->W.mem)
     return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "cd_scan_phase_a computes A and U together, not W");
+  /* a work-item sums a frame's tokens in one launch: they must fit the driver's loop budget */
+  const size_t budget = cd_loop_budget(ctx), need = g->loops[0] + (geo->S + g->kc - 1) / g->kc * g->loops[1];
+  if (budget && need > budget)
+    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED,
+                   "camdelta_scan_forward: the driver ends a work-item's loops after %zu iterations per launch (Mesa's "
+                   "llvmpipe does, silently); the chunkwise scan at D=%zu S=%zu needs %zu in its phase A: use fewer "
+                   "tokens per frame",
+                   budget, geo->D, geo->S, need);
   cd_args a = {g->k, 0, CL_SUCCESS};
-  cd_arg_buf(&a, io->k);
-  cd_arg_buf(&a, io->v);
-  cd_arg_buf(&a, io->beta);
-  cd_arg_buf(&a, io->decay);
-  cd_arg_buf(&a, io->A);
-  cd_arg_buf(&a, io->U);
-  cd_arg_u64(&a, geo->N);
-  cd_arg_u32(&a, (uint32_t)geo->S);
-  cd_arg_u32(&a, (uint32_t)geo->F);
+  CD_ARG_BUFS(&a, io->k, io->v, io->beta, io->decay, io->A, io->U);
+  cd_arg_tokens(&a, geo);
   cd_arg_u32(&a, 0);
   cd_arg_u32(&a, (uint32_t)(2 * geo->D));
   cd_arg_u32(&a, g->nc);
@@ -86,7 +95,9 @@ static camdelta_status tiled(camdelta_context *ctx, const cd_gram *g, const cd_s
   return cd_enqueue(ctx, g->k, 2, gws, lws, l, "cd_scan_phase_a");
 }
 
-/* cd_scan_bwd_grams: a work-group per (b, h, f, mode), modes W, A, U in that order, the first `modes` of them. */
+/* cd_scan_bwd_grams: a work-group per (b, h, f, mode), modes W, A, U in that order, the first `modes` of them.
+ * Under the driver's loop budget a frame's tokens are summed g->tokens per launch (part bit 0: continue the sums
+ * the previous launch left in the outputs; bit 1: leave them for the next one), in the order of one launch. */
 static camdelta_status modes(camdelta_context *ctx, const cd_gram *g, const cd_scan_geo *geo, const cd_gram_io *io,
                              cd_launch *l) {
   const uint32_t n = io->U.mem ? 3 : io->A.mem ? 2 : 1;
@@ -94,24 +105,23 @@ static camdelta_status modes(camdelta_context *ctx, const cd_gram *g, const cd_s
     return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "cd_scan_bwd_grams computes W, then A, then U");
   /* an absent slot is bound to a present buffer: the kernel touches only the modes it runs */
   const camdelta_buffer A = io->A.mem ? io->A : io->W, U = io->U.mem ? io->U : A;
-  cd_args a = {g->k, 0, CL_SUCCESS};
-  cd_arg_buf(&a, io->q);
-  cd_arg_buf(&a, io->k);
-  cd_arg_buf(&a, io->v);
-  cd_arg_buf(&a, io->dout);
-  cd_arg_buf(&a, io->beta);
-  cd_arg_buf(&a, io->decay);
-  cd_arg_buf(&a, io->W);
-  cd_arg_buf(&a, A);
-  cd_arg_buf(&a, U);
-  cd_arg_u64(&a, geo->N);
-  cd_arg_u32(&a, (uint32_t)geo->S);
-  cd_arg_u32(&a, (uint32_t)geo->F);
-  cd_arg_u32(&a, n);
-  cd_arg_packed(&a, geo);
-  if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_scan_bwd_grams: setting arguments");
-  const size_t lws = g->w, gws = geo->BHF * n * lws;
-  return cd_enqueue(ctx, g->k, 1, &gws, &lws, l, "cd_scan_bwd_grams");
+  camdelta_status st = CAMDELTA_OK;
+  for (size_t s0 = 0; !st; s0 += g->tokens) { /* S: the longest frame where clips are packed */
+    const int last = g->tokens >= geo->S - s0;
+    cd_args a = {g->k, 0, CL_SUCCESS};
+    CD_ARG_BUFS(&a, io->q, io->k, io->v, io->dout, io->beta, io->decay, io->W, A, U);
+    cd_arg_tokens(&a, geo);
+    cd_arg_u32(&a, n);
+    cd_arg_u32(&a, (uint32_t)s0);
+    cd_arg_u32(&a, last ? UINT32_MAX : (uint32_t)(s0 + g->tokens));
+    cd_arg_u32(&a, (s0 ? 1u : 0u) | (last ? 0u : 2u));
+    cd_arg_packed(&a, geo);
+    if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_scan_bwd_grams: setting arguments");
+    const size_t lws = g->w, gws = geo->BHF * n * lws;
+    st = cd_enqueue(ctx, g->k, 1, &gws, &lws, l, "cd_scan_bwd_grams");
+    if (last) break;
+  }
+  return st;
 }
 
 /* cd_summary_gram: out_f = g_f·(diag·I + sgn·X_fᵀ·diag(w_f)·Y_f), 32 x 32 tiles of 8 x 8 items; X = Y (the A gram)
@@ -121,14 +131,8 @@ static camdelta_status single(camdelta_context *ctx, const cd_gram *g, const cd_
                               int diag, float sgn, const char *what, cd_launch *l) {
   const int sym = X.mem == Y.mem && X.offset == Y.offset;
   cd_args a = {g->k, 0, CL_SUCCESS};
-  cd_arg_buf(&a, X);
-  cd_arg_buf(&a, Y);
-  cd_arg_buf(&a, w);
-  cd_arg_buf(&a, gate);
-  cd_arg_buf(&a, out);
-  cd_arg_u64(&a, geo->N);
-  cd_arg_u32(&a, (uint32_t)geo->S);
-  cd_arg_u32(&a, (uint32_t)geo->F);
+  CD_ARG_BUFS(&a, X, Y, w, gate, out);
+  cd_arg_tokens(&a, geo);
   cd_arg_i32(&a, w.mem != NULL);
   cd_arg_i32(&a, gate.mem != NULL);
   cd_arg_i32(&a, diag);
@@ -146,16 +150,8 @@ static camdelta_status tc(camdelta_context *ctx, const cd_gram *g, const cd_scan
                           camdelta_buffer out1, unsigned n1, int a_form, const char *what, cd_launch *l) {
   const unsigned nr = ceil_div(geo->D, cd_tc_tm(&g->t)), nc = ceil_div(geo->D, cd_tc_tn(&g->t));
   cd_args a = {g->k, 0, CL_SUCCESS};
-  cd_arg_buf(&a, x);
-  cd_arg_buf(&a, y0);
-  cd_arg_buf(&a, y1);
-  cd_arg_buf(&a, io->beta);
-  cd_arg_buf(&a, io->decay);
-  cd_arg_buf(&a, out0);
-  cd_arg_buf(&a, out1);
-  cd_arg_u64(&a, geo->N);
-  cd_arg_u32(&a, (uint32_t)geo->S);
-  cd_arg_u32(&a, (uint32_t)geo->F);
+  CD_ARG_BUFS(&a, x, y0, y1, io->beta, io->decay, out0, out1);
+  cd_arg_tokens(&a, geo);
   cd_arg_u32(&a, nc);
   cd_arg_u32(&a, n1);
   cd_arg_i32(&a, a_form);

@@ -26,7 +26,7 @@
 #include <string.h>
 
 #include "camdelta_packed.h"
-#include "compose.h"
+#include "scan/compose.h"
 
 /* The native path's table of one call (cl/common.cl, CD_PACKED). */
 typedef struct cd_packed_run {
@@ -392,13 +392,8 @@ static camdelta_status bwd_check(cd_call *c) {
                      "%s: 'saved' is from a packed forward with H=%zu D=%zu and %zu frames, this call has H=%zu "
                      "D=%zu and %zu frames",
                      op, saved->H, saved->D, saved->F, H, D, g->F);
-    if ((saved->reverse != 0) != (p->reverse != 0))
-      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' is from a %s forward, this call has reverse=%d", op,
-                     saved->reverse ? "reverse" : "causal", p->reverse != 0);
-    if ((saved->has_init != 0) != (p->init_state.mem != NULL))
-      return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
-                     "%s: 'saved' is from a forward %s an init_state, this call %s one (pass the same init_state)", op,
-                     saved->has_init ? "with" : "without", p->init_state.mem ? "has" : "has no");
+    st = cd_saved_matches(op, saved, p->reverse, p->init_state.mem != NULL);
+    if (st) return st;
     if (!saved->state_post || saved->bytes < H * g->F * D * D * sizeof(float))
       return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'saved' holds no states of this shape", op);
   }

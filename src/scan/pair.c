@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compose.h"
-#include "engine.h"
+#include "scan/compose.h"
+#include "scan/engine.h"
 
 static const char OP[] = "cd_scan_pair_forward";
 
@@ -39,15 +39,10 @@ camdelta_status cd_scan_branch_algorithm(camdelta_context *ctx, camdelta_scan_al
  * the state sum, and the workspace. Keyed by what the tiles depend on: D, the value blocks of B·H and of 2·B·H
  * chains, the token tile of S, and where the tensor-core path runs, the precision and row alignment. */
 typedef struct pair_plan {
+  cd_units u; /* first: cd_units_destroy is the destructor */
   cd_chunk_cfg cc;
-  cd_gram gram;
-  cd_chain chain;
-  cd_apply apply;
-  cd_pieces pieces;
   int split;
-  int cpu; /* the gram, the pair's chain and the apply in their CPU forms, from cpu_prog */
-  cd_cpu_scan cpu_prog;
-  cd_workspace ws;
+  int cpu; /* the gram, the pair's chain and the apply in their CPU forms, from u.cpu_prog */
 } pair_plan;
 enum { PW_A, PW_U, PW_SC, PW_SR, PW_SUM };
 
@@ -57,17 +52,6 @@ typedef struct pair_request {
   int vec;
 } pair_request;
 
-static void pair_destroy(void *p) {
-  pair_plan *pl = p;
-  cd_gram_release(&pl->gram);
-  cd_chain_release(&pl->chain);
-  cd_apply_release(&pl->apply);
-  cd_pieces_release(&pl->pieces);
-  cd_cpu_scan_release(&pl->cpu_prog);
-  cd_ws_free(&pl->ws);
-  free(pl);
-}
-
 static camdelta_status pair_build(camdelta_context *ctx, const cd_plan_key *key, const void *arg, void **out) {
   (void)key;
   const pair_request *r = arg;
@@ -75,28 +59,23 @@ static camdelta_status pair_build(camdelta_context *ctx, const cd_plan_key *key,
   if (!pl) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", OP);
   camdelta_status st = CAMDELTA_OK;
   if ((pl->cpu = cd_scan_cpu_forms(ctx))) {
-    st = cd_scan_cpu_program(ctx, r->D, &pl->cpu_prog);
-    if (!st) st = cd_gram_build_cpu(&pl->cpu_prog, &pl->gram);
-    if (!st) st = cd_chain_build_cpu(&pl->cpu_prog, CD_CHAIN_CPU_STATES_PAIR, &pl->chain);
-    if (!st) st = cd_apply_build_cpu(&pl->cpu_prog, &pl->apply);
+    st = cd_scan_cpu_program(ctx, r->D, &pl->u.cpu_prog);
+    if (!st) st = cd_gram_build_cpu(&pl->u.cpu_prog, &pl->u.gram);
+    if (!st) st = cd_chain_build_cpu(&pl->u.cpu_prog, CD_CHAIN_CPU_STATES_PAIR, &pl->u.chain);
+    if (!st) st = cd_apply_build_cpu(&pl->u.cpu_prog, &pl->u.apply);
   } else
-    st = cd_chunk_parts(ctx, r->BH, r->D, r->S, "", &pl->cc, &pl->gram, NULL, &pl->apply);
+    st = cd_chunk_parts(ctx, r->BH, r->D, r->S, "", &pl->cc, &pl->u.gram, NULL, &pl->u.apply);
   if (!st && !pl->cpu && cd_tc_available(ctx)) {
     pl->split = r->prec != CAMDELTA_PRECISION_TF32;
-    cd_gram_release(&pl->gram);
-    cd_apply_release(&pl->apply);
-    st = cd_gram_build_tc(ctx, r->D, pl->split, r->vec, "", &pl->gram);
+    cd_gram_release(&pl->u.gram);
+    cd_apply_release(&pl->u.apply);
+    st = cd_gram_build_tc(ctx, r->D, pl->split, r->vec, "", &pl->u.gram);
     if (!st)
-      st = cd_apply_build_tc(ctx, r->D, pl->split, r->vec, 1, "", &pl->apply);
+      st = cd_apply_build_tc(ctx, r->D, pl->split, r->vec, 1, "", &pl->u.apply);
   }
-  if (!st && !pl->cpu) st = cd_chunk_pair_chain(ctx, 2 * r->BH, r->D, r->S, &pl->chain);
-  if (!st) st = cd_pieces_build(ctx, &pl->pieces);
-  if (st) {
-    pair_destroy(pl);
-    return st;
-  }
-  *out = pl;
-  return CAMDELTA_OK;
+  if (!st && !pl->cpu) st = cd_chunk_pair_chain(ctx, 2 * r->BH, r->D, r->S, &pl->u.chain);
+  if (!st) st = cd_pieces_build(ctx, &pl->u.pieces);
+  return cd_units_done(pl, st, out);
 }
 
 static camdelta_status pair_acquire(camdelta_context *ctx, const pair_request *r, cd_plan_entry **e) {
@@ -110,7 +89,7 @@ static camdelta_status pair_acquire(camdelta_context *ctx, const pair_request *r
   key.D = (unsigned)r->D;
   key.cls[0] = one.b_blocks, key.cls[1] = one.tokens, key.cls[2] = two.b_blocks;
   if (cd_tc_available(ctx)) key.prec = (unsigned)r->prec, key.vec = (unsigned)(r->vec != 0);
-  return cd_plan_acquire(ctx, &key, pair_build, r, pair_destroy, e);
+  return cd_plan_acquire(ctx, &key, pair_build, r, cd_units_destroy, e);
 }
 
 /* The saved object holds `bytes` of state_post (state_pre is not kept by the pair). */
@@ -159,12 +138,12 @@ camdelta_status cd_scan_pair_forward(camdelta_context *ctx, const cd_scan_pair_a
   pair_plan *pl = e->plan;
   if (pl->cpu && cd_option(ctx, CD_OPT_VERBOSE_SCAN, CAMDELTA_F32))
     fprintf(stderr, "camdelta scan pair: chunkwise; precision exact (fma); cpu forms (gram, pair chain, apply): %s\n",
-            pl->cpu_prog.opts);
+            pl->u.cpu_prog.opts);
   else if (cd_option(ctx, CD_OPT_VERBOSE_SCAN, CAMDELTA_F32)) {
     char text[1024];
-    cd_chunk_text(&pl->cc, &pl->gram, &pl->apply, pl->split, a->precision, text, sizeof text);
+    cd_chunk_text(&pl->cc, &pl->u.gram, &pl->u.apply, pl->split, a->precision, text, sizeof text);
     fprintf(stderr, "camdelta scan pair: %s; the pair's chains in %u value blocks of work-groups of %u\n", text,
-            pl->chain.nj, pl->chain.w);
+            pl->u.chain.nj, pl->u.chain.w);
   }
   const cd_scan_geo geo = cd_scan_geo_fixed(a->B, a->H, D, a->F, a->S);
   const size_t fbytes = geo.BHF * D * D * sizeof(float);
@@ -175,34 +154,34 @@ camdelta_status cd_scan_pair_forward(camdelta_context *ctx, const cd_scan_pair_a
     st = cd_ensure_buffer(ctx, &saved_c->a_mat, &saved_c->a_bytes, fbytes);
     A = (camdelta_buffer){saved_c->a_mat, 0};
   } else
-    st = cd_ws_get(ctx, &pl->ws, PW_A, fbytes, &A);
-  if (!st) st = cd_ws_get(ctx, &pl->ws, PW_U, fbytes, &U);
+    st = cd_ws_get(ctx, &pl->u.ws, PW_A, fbytes, &A);
+  if (!st) st = cd_ws_get(ctx, &pl->u.ws, PW_U, fbytes, &U);
   if (!st && saved_c) {
     saved_c->valid = saved_r->valid = 0;
     st = saved_post(ctx, saved_c, fbytes);
     if (!st) st = saved_post(ctx, saved_r, fbytes);
     if (!st) sc = (camdelta_buffer){saved_c->state_post, 0}, sr = (camdelta_buffer){saved_r->state_post, 0};
   }
-  if (!st && !sc.mem) st = cd_ws_get(ctx, &pl->ws, PW_SC, fbytes, &sc);
-  if (!st && !sr.mem) st = cd_ws_get(ctx, &pl->ws, PW_SR, fbytes, &sr);
-  if (!st) st = cd_ws_get(ctx, &pl->ws, PW_SUM, fbytes, &sum);
+  if (!st && !sc.mem) st = cd_ws_get(ctx, &pl->u.ws, PW_SC, fbytes, &sc);
+  if (!st && !sr.mem) st = cd_ws_get(ctx, &pl->u.ws, PW_SR, fbytes, &sr);
+  if (!st) st = cd_ws_get(ctx, &pl->u.ws, PW_SUM, fbytes, &sum);
   if (a->profile) a->profile->kernel_ms = 0, a->profile->kernels = 0;
   cd_launch l;
   cd_launch_init(&l, a->profile);
   const cd_gram_io gio = {.k = a->k, .v = a->v, .beta = a->beta, .decay = a->decay, .A = A, .U = U};
-  if (!st) st = cd_gram_enqueue(ctx, &pl->gram, &geo, &gio, &l);
+  if (!st) st = cd_gram_enqueue(ctx, &pl->u.gram, &geo, &gio, &l);
   const cd_chain_pair_io cio = {.A = A, .U = U, .mask = a->mask, .init_c = a->init_c, .init_r = a->init_r,
                                 .post_c = sc, .post_r = sr, .final_c = a->final_c, .final_r = a->final_r};
-  if (!st) st = cd_chain_states_pair(ctx, &pl->chain, &geo, &cio, &l);
-  if (!st) st = cd_pieces_sum(ctx, &pl->pieces, sc.mem, sr.mem, sum.mem, geo.BHF * D * D, &l); /* D % 8 == 0 */
+  if (!st) st = cd_chain_states_pair(ctx, &pl->u.chain, &geo, &cio, &l);
+  if (!st) st = cd_pieces_sum(ctx, &pl->u.pieces, sc.mem, sr.mem, sum.mem, geo.BHF * D * D, &l); /* D % 8 == 0 */
   int fused = 0;
   if (!st && a->ot) {
     a->ot->done = 0;
     const cd_apply_ot_io oio = {.q = a->q, .states = sum, .proj_o = a->ot->proj_o, .rope_cos = a->ot->rope_cos,
                                 .rope_sin = a->ot->rope_sin, .y = a->ot->y, .H = a->H};
-    st = cd_apply_out_transform(ctx, &pl->apply, &geo, &oio, &fused, &l);
+    st = cd_apply_out_transform(ctx, &pl->u.apply, &geo, &oio, &fused, &l);
   }
-  if (!st && !fused) st = cd_apply_out(ctx, &pl->apply, &geo, a->q, sum, a->out, &l);
+  if (!st && !fused) st = cd_apply_out(ctx, &pl->u.apply, &geo, a->q, sum, a->out, &l);
   cd_plan_release(ctx, e);
   st = cd_launch_end(ctx, &l, st);
   if (!st && a->ot) a->ot->done = fused;
@@ -227,17 +206,10 @@ static const char BOP[] = "cd_scan_pair_backward";
  * tensor-core apply where the device has one), the pair's gradient chain, the tensor-core gram, frames and apply,
  * the elementwise pieces, and the workspace. */
 typedef struct pair_bwd_plan {
+  cd_units u; /* first: cd_units_destroy is the destructor */
   cd_sbwd_cfg cfg;
   char opts[256];
   int tc;
-  cd_gram gram;
-  cd_chain chain;
-  cd_frames frames;
-  cd_ddecay ddecay;
-  cd_apply apply;
-  cd_pieces pieces;
-  cd_cpu_scan cpu_prog; /* the CPU forms' program, where the plan takes them */
-  cd_workspace ws;
 } pair_bwd_plan;
 enum { PB_A, PB_W, PB_GC, PB_GR, PB_PART, PB_SUM, PB_DQ, PB_DK, PB_DV };
 
@@ -246,19 +218,6 @@ typedef struct pair_bwd_request {
   camdelta_precision prec;
   int vec;
 } pair_bwd_request;
-
-static void pair_bwd_destroy(void *p) {
-  pair_bwd_plan *pl = p;
-  cd_gram_release(&pl->gram);
-  cd_chain_release(&pl->chain);
-  cd_frames_release(&pl->frames);
-  cd_ddecay_release(&pl->ddecay);
-  cd_apply_release(&pl->apply);
-  cd_pieces_release(&pl->pieces);
-  cd_cpu_scan_release(&pl->cpu_prog);
-  cd_ws_free(&pl->ws);
-  free(pl);
-}
 
 static camdelta_status pair_bwd_build(camdelta_context *ctx, const cd_plan_key *key, const void *arg, void **out) {
   (void)key;
@@ -271,23 +230,18 @@ static camdelta_status pair_bwd_build(camdelta_context *ctx, const cd_plan_key *
   int overridden;
   camdelta_status st = CAMDELTA_OK;
   if (cpu) {
-    st = cd_backward_cpu_parts(ctx, r->D, 1, &pl->cpu_prog, &pl->gram, &pl->chain, &pl->frames, &pl->ddecay);
-    if (!st) snprintf(pl->opts, sizeof pl->opts, "cpu forms: %s", pl->cpu_prog.opts);
+    st = cd_backward_cpu_parts(ctx, r->D, 1, &pl->u.cpu_prog, &pl->u.gram, &pl->u.chain, &pl->u.frames, &pl->u.ddecay);
+    if (!st) snprintf(pl->opts, sizeof pl->opts, "cpu forms: %s", pl->u.cpu_prog.opts);
   } else if (pl->tc) {
-    st = cd_gram_build_tc(ctx, r->D, split, r->vec, "", &pl->gram);
-    if (!st) st = cd_apply_build_tc(ctx, r->D, split, r->vec, 0, "", &pl->apply);
-    if (!st) st = cd_frames_build_tc(ctx, r->D, split, r->vec, "", &pl->frames);
+    st = cd_gram_build_tc(ctx, r->D, split, r->vec, "", &pl->u.gram);
+    if (!st) st = cd_apply_build_tc(ctx, r->D, split, r->vec, 0, "", &pl->u.apply);
+    if (!st) st = cd_frames_build_tc(ctx, r->D, split, r->vec, "", &pl->u.frames);
   }
   if (!st && !cpu)
-    st = cd_backward_parts(ctx, r->D, pl->tc, "", 1, &pl->cfg, pl->opts, &overridden, pl->tc ? NULL : &pl->gram,
-                           &pl->chain, pl->tc ? NULL : &pl->frames, &pl->ddecay);
-  if (!st) st = cd_pieces_build(ctx, &pl->pieces);
-  if (st) {
-    pair_bwd_destroy(pl);
-    return st;
-  }
-  *out = pl;
-  return CAMDELTA_OK;
+    st = cd_backward_parts(ctx, r->D, pl->tc, "", 1, &pl->cfg, pl->opts, &overridden, pl->tc ? NULL : &pl->u.gram,
+                           &pl->u.chain, pl->tc ? NULL : &pl->u.frames, &pl->u.ddecay);
+  if (!st) st = cd_pieces_build(ctx, &pl->u.pieces);
+  return cd_units_done(pl, st, out);
 }
 
 static camdelta_status pair_bwd_acquire(camdelta_context *ctx, const pair_bwd_request *r, cd_plan_entry **e) {
@@ -296,7 +250,7 @@ static camdelta_status pair_bwd_acquire(camdelta_context *ctx, const pair_bwd_re
   key.op = CD_PLAN_PAIR_BACKWARD;
   key.D = (unsigned)r->D;
   if (cd_tc_available(ctx)) key.prec = (unsigned)r->prec, key.vec = (unsigned)(r->vec != 0);
-  return cd_plan_acquire(ctx, &key, pair_bwd_build, r, pair_bwd_destroy, e);
+  return cd_plan_acquire(ctx, &key, pair_bwd_build, r, cd_units_destroy, e);
 }
 
 
@@ -369,19 +323,19 @@ camdelta_status cd_scan_pair_backward(camdelta_context *ctx, const cd_scan_pair_
     fprintf(stderr, "camdelta scan pair backward: %s: %s\n",
             !tc ? "fma" : r.prec == CAMDELTA_PRECISION_TF32 ? "tensor cores, tf32" : "tensor cores, exact", pl->opts);
   const cd_scan_geo geo = cd_scan_geo_fixed(B, H, D, F, S);
-  const size_t ntiles = cd_frames_tiles(&pl->frames, S), fbytes = BHF * D * D * sizeof(float);
+  const size_t ntiles = cd_frames_tiles(&pl->u.frames, S), fbytes = BHF * D * D * sizeof(float);
   const int reuse_a = saved_c->has_a; /* the causal A_f as the forward's gram computed it */
   camdelta_buffer A = {saved_c->a_mat, 0}, W, Gc, Gr, part, sum = {NULL, 0};
-  if (!reuse_a) st = cd_ws_get(ctx, &pl->ws, PB_A, fbytes, &A);
-  if (!st) st = cd_ws_get(ctx, &pl->ws, PB_W, fbytes, &W);
-  if (!st) st = cd_ws_get(ctx, &pl->ws, PB_GC, fbytes, &Gc);
-  if (!st) st = cd_ws_get(ctx, &pl->ws, PB_GR, fbytes, &Gr);
-  if (!st) st = cd_ws_get(ctx, &pl->ws, PB_PART, BHF * ntiles * sizeof(float), &part);
-  if (!st && tc) st = cd_ws_get(ctx, &pl->ws, PB_SUM, fbytes, &sum);
+  if (!reuse_a) st = cd_ws_get(ctx, &pl->u.ws, PB_A, fbytes, &A);
+  if (!st) st = cd_ws_get(ctx, &pl->u.ws, PB_W, fbytes, &W);
+  if (!st) st = cd_ws_get(ctx, &pl->u.ws, PB_GC, fbytes, &Gc);
+  if (!st) st = cd_ws_get(ctx, &pl->u.ws, PB_GR, fbytes, &Gr);
+  if (!st) st = cd_ws_get(ctx, &pl->u.ws, PB_PART, BHF * ntiles * sizeof(float), &part);
+  if (!st && tc) st = cd_ws_get(ctx, &pl->u.ws, PB_SUM, fbytes, &sum);
   /* the reverse direction's dq (FMA), dk, dv: the scratch given, else the workspace */
   camdelta_buffer xr[3] = {a->scratch_dq, a->scratch_dk, a->scratch_dv};
   for (int i = tc ? 1 : 0; i < 3 && !st; i++)
-    if (!xr[i].mem) st = cd_ws_get(ctx, &pl->ws, PB_DQ + i, ntok * sizeof(float), &xr[i]);
+    if (!xr[i].mem) st = cd_ws_get(ctx, &pl->u.ws, PB_DQ + i, ntok * sizeof(float), &xr[i]);
   const camdelta_buffer sc = {saved_c->state_post, 0}, sr = {saved_r->state_post, 0};
   if (a->profile) a->profile->kernel_ms = 0, a->profile->kernels = 0;
   cd_launch l;
@@ -391,12 +345,12 @@ camdelta_status cd_scan_pair_backward(camdelta_context *ctx, const cd_scan_pair_
   const camdelta_buffer none = {NULL, 0};
   const cd_gram_io gio = {.q = a->q, .k = a->k, .v = a->v, .dout = a->grad_out, .beta = a->beta, .decay = a->decay,
                           .A = reuse_a ? none : A, .W = W};
-  if (!st) st = cd_gram_enqueue(ctx, &pl->gram, &geo, &gio, &l);
+  if (!st) st = cd_gram_enqueue(ctx, &pl->u.gram, &geo, &gio, &l);
   /* 2. both G chains */
   const cd_chain_grads_pair_io cio = {.A = A, .W = W, .mask = a->mask, .gfinal_c = a->grad_final_c,
                                       .gfinal_r = a->grad_final_r, .G_c = Gc, .G_r = Gr, .dinit_c = a->dinit_c,
                                       .dinit_r = a->dinit_r};
-  if (!st) st = cd_chain_grads_pair(ctx, &pl->chain, &geo, &cio, &l);
+  if (!st) st = cd_chain_grads_pair(ctx, &pl->u.chain, &geo, &cio, &l);
   /* 3. per direction: frames (the reverse's dq, dk, dv into the scratch), then ddecay (part is reused in order) */
   for (int rev = 0; rev < 2 && !st; rev++) {
     const camdelta_buffer states = rev ? sr : sc, init = rev ? a->init_r : a->init_c;
@@ -405,18 +359,18 @@ camdelta_status cd_scan_pair_backward(camdelta_context *ctx, const cd_scan_pair_
                               .init = init, .G = rev ? Gr : Gc, .dq = rev ? xr[0] : a->dq, .dk = rev ? xr[1] : a->dk,
                               .dv = rev ? xr[2] : a->dv, .dbeta = rev ? a->dbeta_r : a->dbeta_c, .part = part,
                               .reverse = rev, .has_init = init.mem != NULL};
-    st = cd_frames_enqueue(ctx, &pl->frames, &geo, &fio, &l);
+    st = cd_frames_enqueue(ctx, &pl->u.frames, &geo, &fio, &l);
     if (!st)
-      st = cd_ddecay_enqueue(ctx, &pl->ddecay, &geo, states, init, rev ? Gr : Gc, part,
+      st = cd_ddecay_enqueue(ctx, &pl->u.ddecay, &geo, states, init, rev ? Gr : Gc, part,
                              rev ? a->ddecay_r : a->ddecay_c, ntiles, rev, init.mem != NULL, &l);
   }
   /* 4. dq (FMA), dk, dv summed: causal + reverse, the same bits as cd_branch_add3 (dk, dv not with kv_apart) */
   for (int i = tc ? 1 : 0; i < (a->kv_apart ? 1 : 3) && !st; i++)
-    st = cd_pair_add_enqueue(ctx, pl->pieces.add, i == 0 ? a->dq : i == 1 ? a->dk : a->dv, xr[i], ntok, &l,
+    st = cd_pair_add_enqueue(ctx, pl->u.pieces.add, i == 0 ? a->dq : i == 1 ? a->dk : a->dv, xr[i], ntok, &l,
                              "cd_pair_add");
   /* 5. tensor cores: dq = dO·(M_c + M_r)ᵀ once, from the summed states (the reverse slot F−1 holds init_r) */
-  if (!st && tc) st = cd_pieces_sum(ctx, &pl->pieces, sc.mem, sr.mem, sum.mem, BHF * D * D, &l);
-  if (!st && tc) st = cd_apply_dq(ctx, &pl->apply, &geo, a->grad_out, sum, sum, a->dq, 0, 0, &l);
+  if (!st && tc) st = cd_pieces_sum(ctx, &pl->u.pieces, sc.mem, sr.mem, sum.mem, BHF * D * D, &l);
+  if (!st && tc) st = cd_apply_dq(ctx, &pl->u.apply, &geo, a->grad_out, sum, sum, a->dq, 0, 0, &l);
   cd_plan_release(ctx, e);
   return cd_launch_end(ctx, &l, st);
 }

@@ -7,16 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compose.h"
+#include "scan/compose.h"
 
 camdelta_status camdelta_scan_frames_create(camdelta_context *ctx, camdelta_scan_frames **out) {
-  cd_clear_error();
-  if (!ctx || !out)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_scan_frames_create: '%s' is NULL", ctx ? "out" : "ctx");
-  *out = calloc(1, sizeof **out);
-  if (!*out) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "camdelta_scan_frames_create: out of host memory");
-  (*out)->ctx = ctx;
-  return CAMDELTA_OK;
+  CD_CREATE_OBJECT("camdelta_scan_frames_create", ctx, out);
 }
 
 static void drop_saved_a(camdelta_scan_frames *fr) {

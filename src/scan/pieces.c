@@ -1,7 +1,7 @@
 /* The engine's small pieces (units.h): ddecay from the frames kernel's partials (scan_backward.cl), and the
  * elementwise kernels of scan_pair.cl, the pair's sum of its two directions' states and its gradient adds. */
-#include "engine.h"
-#include "units.h"
+#include "scan/engine.h"
+#include "scan/units.h"
 
 camdelta_status cd_ddecay_build(camdelta_context *ctx, const char *opts, const cd_sbwd_cfg *c, cd_ddecay *d) {
   *d = (cd_ddecay){.w = (unsigned)c->rl};
@@ -27,9 +27,7 @@ camdelta_status cd_ddecay_enqueue(camdelta_context *ctx, const cd_ddecay *d, con
   cd_args a = {d->k, 0, CL_SUCCESS};
   cd_arg_buf(&a, states);
   cd_arg_buf(&a, has_init ? init : states); /* not read without an init */
-  cd_arg_buf(&a, G);
-  cd_arg_buf(&a, part);
-  cd_arg_buf(&a, ddecay);
+  CD_ARG_BUFS(&a, G, part, ddecay);
   cd_arg_u32(&a, (uint32_t)geo->F);
   cd_arg_u32(&a, (uint32_t)ntiles);
   cd_arg_i32(&a, reverse != 0);
@@ -52,6 +50,27 @@ void cd_pieces_release(cd_pieces *p) {
   if (p->sum) clReleaseKernel(p->sum);
   if (p->add) clReleaseKernel(p->add);
   p->sum = p->add = NULL;
+}
+
+void cd_units_destroy(void *plan) {
+  cd_units *u = plan;
+  if (!u) return;
+  cd_sequential_release(&u->seq);
+  cd_gram_release(&u->gram);
+  cd_chain_release(&u->chain);
+  cd_apply_release(&u->apply);
+  cd_frames_release(&u->frames);
+  cd_ddecay_release(&u->ddecay);
+  cd_pieces_release(&u->pieces);
+  cd_ws_free(&u->ws);
+  cd_cpu_scan_release(&u->cpu_prog);
+  free(plan);
+}
+
+camdelta_status cd_units_done(void *plan, camdelta_status st, void **out) {
+  if (st) cd_units_destroy(plan);
+  else *out = plan;
+  return st;
 }
 
 /* The elementwise kernels' local size: the largest power of two up to 256 that the compiled kernel takes. */

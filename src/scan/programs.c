@@ -2,31 +2,35 @@
  * kernel with its phase C; scan_backward.cl's grams, chain, frames and ddecay) are built with one option string from
  * the tile policy (tiles.c) and the context's override of that program's family. Each compiled kernel's own
  * work-group limit (its registers) may be below the device's: the parts are then chosen again with smaller
- * work-groups, unless an override gave the tiles (shrinking would undo it: that fails, naming its source). */
+ * work-groups, unless an override gave the tiles (shrinking would undo it: that fails, naming its source). Where the
+ * driver ends a work-item's loops after a fixed number of iterations per launch (cd_loop_budget), the parts also
+ * get how many steps of their serial walks (tokens, for the backward's grams) one launch may run; a part whose one
+ * step cannot fit fails with UNSUPPORTED and a message naming the budget. */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "units.h"
+#include "scan/units.h"
 
 static const char FWD_OP[] = "camdelta_scan_forward";
 static const char BWD_OP[] = "camdelta_scan_backward";
 
-/* The chunkwise override: CAMDELTA_SCAN_TILES as read at context creation, or camdelta_tune_set "chunkwise";
- * *var names its source in messages. */
-static camdelta_status chunk_override(camdelta_context *ctx, cd_scan_override *o, char *var, size_t var_size) {
-  char text[512];
-  cd_tune_fma_text(ctx, CD_FMA_CHUNKWISE, text, sizeof text, var, var_size);
-  return cd_scan_override_parse(var, text, o);
+/* What the chunkwise tiles are chosen from: the device's limits and the override (option family "chunkwise"), *var
+ * naming its source in messages. */
+static void chunk_inputs(camdelta_context *ctx, cd_scan_limits *lim, cd_scan_override *o, char *var, size_t var_size) {
+  unsigned v[CD_ST_COUNT];
+  cd_scan_limits_from_info(&ctx->info, lim);
+  cd_scan_tile_values(ctx, CD_OPT_CHUNKWISE, CD_ST_COUNT, v, var, var_size);
+  *o = cd_scan_override_of(v);
 }
 
 camdelta_status cd_chunk_parts(camdelta_context *ctx, size_t BH, size_t D, size_t S, const char *extra,
                                cd_chunk_cfg *cc, cd_gram *gram, cd_chain *chain, cd_apply *apply) {
   cd_scan_limits lim;
-  cd_scan_limits_from_info(&ctx->info, &lim);
   cd_scan_override ov;
   char var[64];
-  camdelta_status st = chunk_override(ctx, &ov, var, sizeof var);
-  if (st) return st;
+  chunk_inputs(ctx, &lim, &ov, var, sizeof var);
+  camdelta_status st;
   const int overridden = ov.a || ov.b || ov.c;
   for (unsigned cap = 256;; cap /= 2) {
     cd_gram g = {0};
@@ -65,6 +69,21 @@ camdelta_status cd_chunk_parts(camdelta_context *ctx, size_t BH, size_t D, size_
       if (st) return st;
       continue;
     }
+    /* the driver's loop budget: phase C, parallel over frames, must fit as it is (phase A, whose count follows a
+     * frame's tokens, is checked as it is enqueued); phase B's chain runs in launches of as many frames as fit */
+    const size_t budget = cd_loop_budget(ctx);
+    size_t na, nb_fixed, nb_step, nc;
+    cd_chunk_loop_count(D, S, cc, &na, &nb_fixed, &nb_step, &nc);
+    if (budget && nc > budget)
+      st = cd_fail(CAMDELTA_ERROR_UNSUPPORTED,
+                   "%s: the driver ends a work-item's loops after %zu iterations per launch (Mesa's llvmpipe does, "
+                   "silently); the chunkwise phase C at D=%zu needs %zu: use a smaller head dim",
+                   FWD_OP, budget, D, nc);
+    if (!st) st = cd_chain_budget(ctx, &b, nb_fixed, nb_step, "camdelta_scan_forward: the chunkwise phase B");
+    if (st) {
+      cd_gram_release(&g), cd_chain_release(&b), cd_apply_release(&c);
+      return st;
+    }
     if (gram) *gram = g;
     else cd_gram_release(&g);
     if (chain) *chain = b;
@@ -78,11 +97,10 @@ camdelta_status cd_chunk_parts(camdelta_context *ctx, size_t BH, size_t D, size_
 camdelta_status cd_chunk_pair_chain(camdelta_context *ctx, size_t chains, size_t D, size_t S, cd_chain *chain) {
   static const char OP[] = "cd_scan_pair_forward";
   cd_scan_limits lim;
-  cd_scan_limits_from_info(&ctx->info, &lim);
   cd_scan_override ov;
   char var[64];
-  camdelta_status st = chunk_override(ctx, &ov, var, sizeof var);
-  if (st) return st;
+  chunk_inputs(ctx, &lim, &ov, var, sizeof var);
+  camdelta_status st;
   for (unsigned cap = 256;; cap /= 2) {
     cd_chunk_cfg cc;
     memset(&cc, 0, sizeof cc);
@@ -90,7 +108,13 @@ camdelta_status cd_chunk_pair_chain(camdelta_context *ctx, size_t chains, size_t
         (st = cd_chain_build_states(ctx, cc.opts, &cc, 1, chain)))
       return st;
     const size_t have = cd_kernel_max_wg(ctx, chain->k);
-    if (have >= chain->w) return CAMDELTA_OK;
+    if (have >= chain->w) {
+      size_t na, nb_fixed, nb_step, nc;
+      cd_chunk_loop_count(D, S, &cc, &na, &nb_fixed, &nb_step, &nc);
+      if ((st = cd_chain_budget(ctx, chain, nb_fixed, nb_step, "cd_scan_pair_forward: the pair's chains")))
+        cd_chain_release(chain);
+      return st;
+    }
     const unsigned need = chain->w;
     cd_chain_release(chain);
     if (cap <= 32)
@@ -102,16 +126,13 @@ camdelta_status cd_chunk_pair_chain(camdelta_context *ctx, size_t chains, size_t
 camdelta_status cd_sequential_parts(camdelta_context *ctx, size_t BH, size_t D, size_t S, cd_sequential *seq,
                                     cd_chunk_cfg *cc, cd_apply *apply) {
   cd_scan_limits lim;
-  cd_scan_limits_from_info(&ctx->info, &lim);
-  /* the chunkwise override is read (and must parse) whichever algorithm runs */
-  cd_scan_override ov;
-  char var[64], svar[64], text[512];
+  cd_scan_override ov; /* not applied: phase C after the sequential kernel takes the policy's tiles */
+  char var[64], svar[64];
   unsigned sov[CD_SQ_COUNT];
-  camdelta_status st = chunk_override(ctx, &ov, var, sizeof var);
-  if (st) return st;
-  cd_tune_fma_text(ctx, CD_FMA_SEQUENTIAL, text, sizeof text, svar, sizeof svar);
-  const int sgiven = text[0] != 0;
-  if (sgiven && (st = cd_parse_tiles(svar, text, cd_seq_tile_keys, CD_SQ_COUNT, sov))) return st;
+  chunk_inputs(ctx, &lim, &ov, var, sizeof var);
+  lim.loop_budget = cd_loop_budget(ctx); /* narrower value blocks where a frame would not fit a launch */
+  camdelta_status st;
+  const int sgiven = cd_scan_tile_values(ctx, CD_OPT_SEQUENTIAL, CD_SQ_COUNT, sov, svar, sizeof svar);
   memset(apply, 0, sizeof *apply);
   for (unsigned cap = 256;; cap /= 2) {
     seq->k = NULL;
@@ -133,7 +154,10 @@ camdelta_status cd_sequential_parts(camdelta_context *ctx, size_t BH, size_t D, 
       }
       fits = fits && cd_kernel_max_wg(ctx, apply->k) >= cc->c_w;
     }
-    if (fits) return CAMDELTA_OK;
+    if (fits) { /* steps per launch within the loop budget (0: not one fits; the enqueue says so) */
+      seq->per = cd_seq_steps_per_launch(D, S, seq->c.OUT == 1, &seq->c, lim.loop_budget, SIZE_MAX);
+      return CAMDELTA_OK;
+    }
     cd_sequential_release(seq);
     cd_apply_release(apply);
     if (cap <= lim.min_wg)
@@ -152,22 +176,22 @@ camdelta_status cd_backward_parts(camdelta_context *ctx, size_t D, int skip_dq, 
   size_t wg_grams = dev_wg, wg_frames = dev_wg, wg_chain = dev_wg, wg_rl = dev_wg;
   unsigned ov[CD_SB_COUNT];
   int overridden = 0;
-  char text[512], var[64]; /* the override and its source (the variable or camdelta_tune_set) */
-  cd_tune_fma_text(ctx, CD_FMA_BACKWARD, text, sizeof text, var, sizeof var);
-  if (text[0]) {
-    camdelta_status st = cd_sbwd_parse(var, text, ov, &overridden);
-    if (st) return st;
-  }
+  char var[64]; /* the override's source (the variable or camdelta_tune_set) */
+  overridden = cd_scan_tile_values(ctx, CD_OPT_BACKWARD, CD_SB_COUNT, ov, var, sizeof var);
   *overridden_out = overridden;
   if (!extra) extra = "";
   for (int attempt = 0; attempt < 8; attempt++) {
     camdelta_status st = cd_sbwd_choose(D, local, wg_grams, wg_frames, wg_chain, wg_rl, cfg);
     if (!st && overridden) st = cd_sbwd_override(D, local, dev_wg, ov, var, cfg);
     if (st) return st;
+    /* the chain's rows per item: only where its kernel allows fewer than D items (the options are otherwise those
+     * of a row per item) */
+    char rows[48] = "";
+    if (cfg->cr > 1) snprintf(rows, sizeof rows, " -DCD_CHAIN_R=%zu", cfg->cr);
     snprintf(opts, 256,
              "-DCD_D=%zu -DCD_RPT=%zu -DCD_TSG=%zu -DCD_CB=%zu -DCD_DPT=%zu -DCD_TL=%zu -DCD_TPT=%zu -DCD_MC=%zu "
-             "-DCD_RL=%zu%s%s%s",
-             D, cfg->rpt, cfg->tsg, cfg->cb, cfg->dpt, cfg->tl, cfg->tpt, cfg->mc, cfg->rl,
+             "-DCD_RL=%zu%s%s%s%s",
+             D, cfg->rpt, cfg->tsg, cfg->cb, cfg->dpt, cfg->tl, cfg->tpt, cfg->mc, cfg->rl, rows,
              skip_dq ? " -DCD_SKIP_DQ=1" : "", gpu ? " -DCD_CHAIN_UNROLL=1" : "", extra);
     cd_gram g = {0};
     cd_chain c = {0};
@@ -178,17 +202,30 @@ camdelta_status cd_backward_parts(camdelta_context *ctx, size_t D, int skip_dq, 
       cd_gram_release(&g), cd_chain_release(&c), cd_frames_release(&f), cd_ddecay_release(&d);
       return st;
     }
-    const size_t need_g = g.w, need_f = f.w;
+    const size_t need_g = g.w, need_f = f.w, need_c = c.w;
     const size_t have_g = cd_kernel_max_wg(ctx, g.k), have_f = cd_kernel_max_wg(ctx, f.k);
     const size_t have_c = cd_kernel_max_wg(ctx, c.k), have_r = cd_kernel_max_wg(ctx, d.k);
-    if (need_g <= have_g && need_f <= have_f && D <= have_c && cfg->rl <= have_r) {
+    if (need_g <= have_g && need_f <= have_f && need_c <= have_c && cfg->rl <= have_r) {
       if (pair) { /* the pair's chain, from the same program */
         cd_chain_release(&c);
         st = cd_chain_build_grads(ctx, opts, D, cfg, 1, &c);
-        if (!st && cd_kernel_max_wg(ctx, c.k) < D)
-          st = cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "cd_scan_pair_backward: the compiled chain allows work-groups below "
-                       "D=%zu", D);
+        if (!st && cd_kernel_max_wg(ctx, c.k) < c.w)
+          st = cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "cd_scan_pair_backward: the compiled chain allows work-groups "
+                       "below its %u items", c.w);
       }
+      /* the driver's loop budget: the grams sum a frame's tokens over launches of whole TSG chunks, the chain runs
+       * in launches of as many steps as fit */
+      const size_t budget = cd_loop_budget(ctx);
+      size_t gf, gc, cf, cs;
+      cd_sbwd_loop_count(D, cfg, &gf, &gc, &cf, &cs);
+      if (!st && budget && gf + gc > budget)
+        st = cd_fail(CAMDELTA_ERROR_UNSUPPORTED,
+                     "%s: the driver ends a work-item's loops after %zu iterations per launch (Mesa's llvmpipe does, "
+                     "silently); the grams kernel at D=%zu needs %zu",
+                     BWD_OP, budget, D, gf + gc);
+      if (!st && budget) g.tokens = (budget - gf) / gc * cfg->tsg;
+      if (!st) st = cd_chain_budget(ctx, &c, cf, cs, pair ? "cd_scan_pair_backward: the chains" :
+                                                           "camdelta_scan_backward: the chain");
       if (st || !gram) cd_gram_release(&g);
       if (st || !chain) cd_chain_release(&c);
       if (st || !frames) cd_frames_release(&f);
@@ -205,10 +242,10 @@ camdelta_status cd_backward_parts(camdelta_context *ctx, size_t D, int skip_dq, 
       return cd_fail(CAMDELTA_ERROR_UNSUPPORTED,
                      "%s: %s: the compiled kernels allow work-groups of %zu (grams), %zu (frames), %zu (chain), %zu "
                      "(ddecay) items; the tiles need %zu, %zu, %zu, %zu",
-                     BWD_OP, var, have_g, have_f, have_c, have_r, need_g, need_f, D, cfg->rl);
+                     BWD_OP, var, have_g, have_f, have_c, have_r, need_g, need_f, need_c, cfg->rl);
     if (need_g > have_g) wg_grams = have_g;
     if (need_f > have_f) wg_frames = have_f;
-    if (D > have_c) wg_chain = have_c;
+    if (need_c > have_c) wg_chain = have_c;
     if (cfg->rl > have_r) wg_rl = have_r;
   }
   return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: no kernel configuration for D=%zu fits this device", BWD_OP, D);

@@ -11,36 +11,22 @@
 #include <string.h>
 
 #include "camdelta_summary.h"
-#include "compose.h"
+#include "scan/compose.h"
 
 /* The summaries' plan for head dim D: the single-product gram, the summary step, and the workspace. */
 typedef struct sm_plan {
-  cd_gram gram;
-  cd_chain chain;
-  cd_workspace ws;
+  cd_units u; /* first: cd_units_destroy is the destructor */
+
 } sm_plan;
 enum { SW_A, SW_UW, SW_X0, SW_X1 };
-
-static void sm_destroy(void *p) {
-  sm_plan *pl = p;
-  cd_gram_release(&pl->gram);
-  cd_chain_release(&pl->chain);
-  cd_ws_free(&pl->ws);
-  free(pl);
-}
 
 static camdelta_status sm_build(camdelta_context *ctx, const cd_plan_key *key, const void *arg, void **out) {
   (void)arg;
   sm_plan *pl = calloc(1, sizeof *pl);
   if (!pl) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "state summary: out of host memory");
-  camdelta_status st = cd_gram_build_single(ctx, key->D, &pl->gram);
-  if (!st) st = cd_chain_build_summary(ctx, key->D, &pl->chain);
-  if (st) {
-    sm_destroy(pl);
-    return st;
-  }
-  *out = pl;
-  return CAMDELTA_OK;
+  camdelta_status st = cd_gram_build_single(ctx, key->D, &pl->u.gram);
+  if (!st) st = cd_chain_build_summary(ctx, key->D, &pl->u.chain);
+  return cd_units_done(pl, st, out);
 }
 
 camdelta_status cd_summary_acquire(camdelta_context *ctx, size_t D, cd_plan_entry **e) {
@@ -48,14 +34,14 @@ camdelta_status cd_summary_acquire(camdelta_context *ctx, size_t D, cd_plan_entr
   memset(&key, 0, sizeof key);
   key.op = CD_PLAN_SUMMARY;
   key.D = (unsigned)D;
-  return cd_plan_acquire(ctx, &key, sm_build, NULL, sm_destroy, e);
+  return cd_plan_acquire(ctx, &key, sm_build, NULL, cd_units_destroy, e);
 }
 
 /* The chains' two scratch states (BH, D, D). */
 static camdelta_status sm_scratch(camdelta_context *ctx, sm_plan *pl, size_t BH, size_t D, cl_mem x[2]) {
   camdelta_buffer b0, b1;
-  camdelta_status st = cd_ws_get(ctx, &pl->ws, SW_X0, BH * D * D * 4, &b0);
-  if (!st) st = cd_ws_get(ctx, &pl->ws, SW_X1, BH * D * D * 4, &b1);
+  camdelta_status st = cd_ws_get(ctx, &pl->u.ws, SW_X0, BH * D * D * 4, &b0);
+  if (!st) st = cd_ws_get(ctx, &pl->u.ws, SW_X1, BH * D * D * 4, &b1);
   x[0] = b0.mem, x[1] = b1.mem;
   return st;
 }
@@ -66,15 +52,15 @@ static camdelta_status sm_run(camdelta_context *ctx, sm_plan *pl, const cd_scan_
                               cd_chain_summary_io *cio, cd_launch *l) {
   const size_t bytes = geo->BHF * geo->D * geo->D * 4;
   camdelta_buffer A, UW = {NULL, 0};
-  camdelta_status st = cd_ws_get(ctx, &pl->ws, SW_A, bytes, &A);
-  if (!st && second != SM_NONE) st = cd_ws_get(ctx, &pl->ws, SW_UW, bytes, &UW);
+  camdelta_status st = cd_ws_get(ctx, &pl->u.ws, SW_A, bytes, &A);
+  if (!st && second != SM_NONE) st = cd_ws_get(ctx, &pl->u.ws, SW_UW, bytes, &UW);
   if (!st) st = sm_scratch(ctx, pl, geo->BH, geo->D, cio->scratch);
   if (st) return st;
   io->A = A, cio->A = A.mem;
   if (second == SM_U) io->U = UW, cio->U = UW.mem;
   if (second == SM_W) io->W = UW, cio->W = UW.mem;
-  st = cd_gram_enqueue(ctx, &pl->gram, geo, io, l);
-  if (!st) st = cd_chain_summaries(ctx, &pl->chain, geo->D, geo->BH, geo->F, cio, l);
+  st = cd_gram_enqueue(ctx, &pl->u.gram, geo, io, l);
+  if (!st) st = cd_chain_summaries(ctx, &pl->u.chain, geo->D, geo->BH, geo->F, cio, l);
   return st;
 }
 
@@ -245,7 +231,7 @@ static camdelta_status apply_enqueue(cd_call *c, cd_launch *l) {
   const size_t DD = p->D * p->D, BH = p->B * p->H;
   /* without M_in: M_out = E (T·0 = 0) */
   const cd_mat A = p->M_in.mem ? mat_of(p->T, DD) : (cd_mat){0};
-  return cd_chain_summary_step(c->ctx, &plan_of(c)->chain, p->D, BH, A, p->transpose != 0, mat_of(p->M_in, DD),
+  return cd_chain_summary_step(c->ctx, &plan_of(c)->u.chain, p->D, BH, A, p->transpose != 0, mat_of(p->M_in, DD),
                                (cd_mat){0}, mat_of(p->E, DD), mat_of(p->M_out, DD), l);
 }
 
@@ -286,11 +272,11 @@ static camdelta_status combine_enqueue(cd_call *c, cd_launch *l) {
   const cd_mat none = {0};
   camdelta_status st = CAMDELTA_OK;
   if (p->T.mem)
-    st = cd_chain_summary_step(c->ctx, &pl->chain, p->D, BH, mat_of(p->T2, DD), 0, mat_of(p->T1, DD), none, none,
+    st = cd_chain_summary_step(c->ctx, &pl->u.chain, p->D, BH, mat_of(p->T2, DD), 0, mat_of(p->T1, DD), none, none,
                                mat_of(p->T, DD), l);
   if (!st && p->E.mem) {
     const cd_mat A = p->E1.mem ? mat_of(p->T2, DD) : none;
-    st = cd_chain_summary_step(c->ctx, &pl->chain, p->D, BH, A, 0, mat_of(p->E1, DD), none, mat_of(p->E2, DD),
+    st = cd_chain_summary_step(c->ctx, &pl->u.chain, p->D, BH, A, 0, mat_of(p->E1, DD), none, mat_of(p->E2, DD),
                                mat_of(p->E, DD), l);
   }
   return st;
@@ -313,5 +299,5 @@ camdelta_status cd_summary_from_frames(camdelta_context *ctx, cd_plan_entry *e, 
   cd_chain_summary_io cio = {.A = A, .U = U, .W = W, .init = init, .gfinal = gfinal, .T = T, .E = E, .G = G,
                              .reverse = reverse};
   const camdelta_status st = sm_scratch(ctx, pl, BH, D, cio.scratch);
-  return st ? st : cd_chain_summaries(ctx, &pl->chain, D, BH, F, &cio, l);
+  return st ? st : cd_chain_summaries(ctx, &pl->u.chain, D, BH, F, &cio, l);
 }

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tc.h"
+#include "scan/tc.h"
 
 static const char PROBE_OPTS[] = "-DCD_PROBE -DCD_MR=1 -DCD_NR=1 -DCD_KC=8 -DCD_SPLIT=1";
 

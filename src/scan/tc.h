@@ -2,7 +2,7 @@
  * the tensor-core GEMM core (cl/gemm_tc.cl). Not installed. */
 #ifndef CAMDELTA_SCAN_TC_H
 #define CAMDELTA_SCAN_TC_H
-#include "internal.h"
+#include "runtime/internal.h"
 
 /** Tiles of the tensor-core GEMM core, same names as cl/gemm_tc.cl's build options:
  *  wm x wn warps per work-group, each owning mr x nr mma tiles (16 x 8 each); kc reduction elements per
@@ -45,15 +45,11 @@ int cd_tc_vec_ok(size_t S, const size_t *offsets, int n);
 /** Kernel families of the tensor-core core, their names ("gram", "apply", "frames"). */
 enum { CD_TC_GRAM, CD_TC_APPLY, CD_TC_FRAMES, CD_TC_FAMILIES };
 extern const char *const cd_tc_family_names[CD_TC_FAMILIES];
-int cd_tc_family(const char *name); /* -1 when unknown */
 /** The tiles a family uses for head dim D on this context in one precision (split: 1 `exact`, 0 `tf32`):
  *  override > saved entry > device table (an entry for the precision, else one for both) > heuristic; *from names
  *  the source. Overrides and saved entries serve both precisions. */
 camdelta_status cd_tc_resolve(camdelta_context *ctx, int family, size_t D, int split, cd_tc_tiles *t,
                               const char **from);
-/** camdelta_tune_set / _get for the tensor-core family fi (tune_api.c dispatches by family). */
-camdelta_status cd_tc_tune_set(camdelta_context *ctx, int fi, const char *params);
-camdelta_status cd_tc_tune_get(camdelta_context *ctx, int fi, size_t D, char *buf, size_t size);
 /** The checked tiles of `family` for D in one precision: cd_tc_resolve's, or, where a table or saved entry (or the
  *  preferred heuristic) does not fit this D or device, cd_tc_safe_tiles; an override that does not fit fails. */
 camdelta_status cd_tc_tiles_for(camdelta_context *ctx, int family, size_t D, int split, cd_tc_tiles *t);

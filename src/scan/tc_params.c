@@ -1,7 +1,8 @@
 /* Tiles of the tensor-core kernel families: each family's parameters, constraints and local-memory formula in
  * one place; the per-device table (vendor -> device -> entry, as CLBlast's database); entries saved by
  * `camdelta tune --save` in the cache folder (the tuning file, read and written under the kernel cache's trust
- * rules: src/runtime/cache.c); overrides per context (camdelta_tune_set, CAMDELTA_TC_TILES).
+ * rules: src/runtime/cache.c); overrides per context (the option registry's families gram, apply, frames: CAMDELTA_TC_TILES,
+ * camdelta_tune_set).
  * Resolution for (family, D): override > saved entry > table entry > heuristic (tc.c). */
 #include <ctype.h>
 #include <errno.h>
@@ -11,12 +12,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "plan.h"
-#include "tiles.h"
-#include "tc.h"
+#include "scan/tiles.h"
+#include "scan/tc.h"
 
 const char *const cd_tc_family_names[CD_TC_FAMILIES] = {"gram", "apply", "frames"};
-static const char *const KEYS[5] = {"WM", "WN", "MR", "NR", "KC"};
 
 /* Measured winners. Device names as CL_DEVICE_NAME reports them; D ranges inclusive. */
 typedef struct table_entry {
@@ -28,32 +27,17 @@ typedef struct table_entry {
 } table_entry;
 enum { ANY = 0, EXACT = 1, TF32 = 2 };
 static const table_entry TABLE[] = {
-    /* NVIDIA H200 (driver 580.159.04, OpenCL 3.0 CUDA 13.0.98), `camdelta tune --shape sana480` (B1 H20 D112 F21
-     * S1560, exact), 2026-12-03, with the gram's staged split operands and the frames kernel's staged B: forward
-     * chunkwise 2.11 ms, backward 4.82 ms (4.21 once the backward reads the forward's A_f). The tf32 sweep then
-     * preferred gram KC=16 and apply WN=2, NR=8 by 1-3%, and one entry served both precisions. Re-swept in the tenth
-     * session, after the gram began staging f32 values and truncating lo parts: the same three winners (forward
-     * 1.67 ms, backward 3.06 ms). PoCL and other devices without the tensor-core path have no entries: the FMA
-     * kernels. */
+    /* NVIDIA H200 (driver 580.159.04, OpenCL 3.0 CUDA 13.0.98): the winners of `camdelta tune` at sana480
+     * (B1 H20 D112 F21 S1560) and at D=64 (docs/performance.md, "Measurements behind the code's constants"). PoCL and other devices without the tensor-core
+     * path have no entries: the FMA kernels. */
     {.vendor = "NVIDIA", .device = "NVIDIA H200", .family = CD_TC_GRAM, .dmin = 112, .dmax = 112,
      .t = {.wm = 2, .wn = 2, .mr = 2, .nr = 4, .kc = 32}, .prec = ANY},
-    /* apply re-swept in the thirteenth session: WN=2 (tiles of 64 x 128) won in both precisions, and one call of
-     * `bench sana480` against WN=1 gave exact forward 1.270 -> 1.244 ms, backward 2.935 -> 2.825 (its dq), tf32
-     * forward 1.097 -> 1.091, backward 2.392 -> 2.270 */
     {.vendor = "NVIDIA", .device = "NVIDIA H200", .family = CD_TC_APPLY, .dmin = 112, .dmax = 112,
      .t = {.wm = 2, .wn = 2, .mr = 2, .nr = 8, .kc = 16}, .prec = ANY},
     {.vendor = "NVIDIA", .device = "NVIDIA H200", .family = CD_TC_FRAMES, .dmin = 112, .dmax = 112,
      .t = {.wm = 4, .wn = 1, .mr = 1, .nr = 14, .kc = 16}, .prec = ANY},
-    /* `camdelta tune --shape sana480 --precision tf32`, thirteenth session (the gram reading rows with consecutive
-     * work-items): gram WM=4 WN=2 MR=1 NR=4 forward 1.096 ms against 1.184 with the entry above; the tf32
-     * forward at sana480 1.262 -> 1.176 ms, the backward 2.449 -> 2.435 in one later call; in `exact` the same tiles
-     * were slower (forward 1.361 -> 1.427), so the entry is tf32's only. */
     {.vendor = "NVIDIA", .device = "NVIDIA H200", .family = CD_TC_GRAM, .dmin = 112, .dmax = 112,
      .t = {.wm = 4, .wn = 2, .mr = 1, .nr = 4, .kc = 32}, .prec = TF32},
-    /* `camdelta tune --shape 1,20,64,21,1560` (exact), 2026-12-03: gram 0.722 ms against 0.739 with the heuristic
-     * tiles, apply 0.702 against 0.708, frames (the backward) 1.578 against 2.061; with these the shape's forward
-     * chunkwise 0.705 ms and backward 1.576 ms (0.740 / 1.836 with the heuristic tiles, the earlier session).
-     * Re-swept in the tenth session: gram and apply unchanged, frames WM=4 WN=1 NR=8 1.096 ms against 1.115. */
     {.vendor = "NVIDIA", .device = "NVIDIA H200", .family = CD_TC_GRAM, .dmin = 64, .dmax = 64,
      .t = {.wm = 2, .wn = 2, .mr = 2, .nr = 2, .kc = 32}, .prec = ANY},
     {.vendor = "NVIDIA", .device = "NVIDIA H200", .family = CD_TC_APPLY, .dmin = 64, .dmax = 64,
@@ -69,7 +53,7 @@ static void rows_for(size_t D, unsigned *w, unsigned *r) {
   else *w = 2, *r = 2;
 }
 
-/* Heuristics, from the H200 sweep at D=112 (`camdelta tune`, docs/performance-log.md): the gram is register-bound
+/* Heuristics, from the H200 sweep at D=112 (`camdelta tune`): the gram is register-bound
  * (255 registers, spills at KC=32), so it stages 16 tokens per step; the frames kernel does best with one warp
  * per 16 tokens covering every column (WN=1). cd_tc_safe_tiles() is the fallback where these do not fit. */
 cd_tc_tiles cd_tc_gram_tiles(size_t D) {
@@ -109,17 +93,11 @@ cd_tc_tiles cd_tc_safe_tiles(int family, size_t D) {
 
 cd_tc_tiles cd_tc_apply_ot_tiles(const cd_tc_tiles *apply, size_t max_work_group) {
   cd_tc_tiles t = *apply;
-  /* sana480: 0.66 ms with WN=2 NR=4 (64 tokens per tile) against 1.14 with the apply's WN=1 NR=8
-   * (docs/performance-log.md); the epilogue stages TN tokens x TM rows, so token tiles stay at most 64 wide */
+  /* two warps along the tokens with half the fragments each ran faster than the apply's own tiles
+   * (docs/performance.md, "Measurements behind the code's constants"); the epilogue stages TN tokens x TM rows, so token tiles stay at most 64 wide */
   if (t.wn == 1 && t.nr % 2 == 0 && 2 * cd_tc_wg(&t) <= max_work_group) t.wn = 2, t.nr /= 2;
   while (cd_tc_tn(&t) > 64 && t.nr % 2 == 0) t.nr /= 2;
   return t;
-}
-
-int cd_tc_family(const char *name) {
-  for (int f = 0; f < CD_TC_FAMILIES; f++)
-    if (name && strcmp(name, cd_tc_family_names[f]) == 0) return f;
-  return -1;
 }
 
 static void to_row(const cd_tc_tiles *t, unsigned v[5]) { v[0] = t->wm, v[1] = t->wn, v[2] = t->mr, v[3] = t->nr, v[4] = t->kc; }
@@ -230,9 +208,9 @@ static int read_tune_file(int dfd, const char *dir, const char *name, unsigned r
   return 0;
 }
 
-/* Overrides from CAMDELTA_TC_TILES ("gram:WM=2,KC=16;frames:WM=4") and the saved entries, once per context. */
-static camdelta_status load(camdelta_context *ctx) {
-  if (ctx->tune_loaded) return CAMDELTA_OK;
+/* The entries saved by `camdelta tune --save`, once per context. */
+static void load(camdelta_context *ctx) {
+  if (ctx->tune_loaded) return;
   ctx->tune_loaded = 1;
   char dir[4096];
   const int dfd = cd_cache_open_dir(0, dir, sizeof dir);
@@ -242,31 +220,12 @@ static camdelta_status load(camdelta_context *ctx) {
     read_tune_file(dfd, dir, name, ctx->tune_saved, &ctx->tune_nsaved);
     close(dfd);
   }
-  const char *env = ctx->tc_tiles_env; /* CAMDELTA_TC_TILES as read at context creation */
-  if (env && *env) {
-    char copy[512];
-    snprintf(copy, sizeof copy, "%s", env);
-    for (char *part = strtok(copy, ";"); part; part = strtok(NULL, ";")) {
-      char *colon = strchr(part, ':');
-      if (!colon)
-        return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "CAMDELTA_TC_TILES: '%s' is not FAMILY:KEY=N,... (value: '%s')",
-                       part, env);
-      *colon = '\0';
-      const int fi = cd_tc_family(part);
-      if (fi < 0)
-        return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "CAMDELTA_TC_TILES: unknown family '%s' (gram, apply, frames)",
-                       part);
-      camdelta_status st = cd_parse_tiles("CAMDELTA_TC_TILES", colon + 1, KEYS, 5, ctx->tune_over[fi]);
-      if (st) return st;
-    }
-  }
-  return CAMDELTA_OK;
 }
 
 camdelta_status cd_tc_resolve(camdelta_context *ctx, int family, size_t D, int split, cd_tc_tiles *t,
                               const char **from) {
   mtx_lock(&ctx->lock);
-  camdelta_status st = load(ctx);
+  load(ctx);
   *t = family == CD_TC_GRAM ? cd_tc_gram_tiles(D) : family == CD_TC_APPLY ? cd_tc_apply_tiles(D) : cd_tc_frames_tiles(D);
   *from = "heuristic";
   const int prec = split ? EXACT : TF32;
@@ -282,18 +241,18 @@ camdelta_status cd_tc_resolve(camdelta_context *ctx, int family, size_t D, int s
     const unsigned *r = ctx->tune_saved[i];
     if ((int)r[0] == family && D >= r[1] && D <= r[2]) from_row(r + 3, t), *from = "saved";
   }
-  unsigned v[5];
+  unsigned v[5], over[5];
+  char var[64];
   to_row(t, v);
-  int over = 0;
+  const int any = cd_scan_tile_values(ctx, (cd_opt_id)(CD_OPT_TC_GRAM + 5 * family), 5, over, var, sizeof var);
   for (int k = 0; k < 5; k++)
-    if (ctx->tune_over[family][k]) v[k] = ctx->tune_over[family][k], over = 1;
+    if (over[k]) v[k] = over[k];
   from_row(v, t);
-  if (over) *from = "override";
+  if (any) *from = "override";
   /* the frames kernel covers all D columns: NR follows WN unless given */
-  if (family == CD_TC_FRAMES && (!over || !ctx->tune_over[family][3]) && 8 * t->wn * t->nr < D)
-    t->nr = (unsigned)((D + 8 * t->wn - 1) / (8 * t->wn));
+  if (family == CD_TC_FRAMES && !over[3] && 8 * t->wn * t->nr < D) t->nr = (unsigned)((D + 8 * t->wn - 1) / (8 * t->wn));
   mtx_unlock(&ctx->lock);
-  return st;
+  return CAMDELTA_OK;
 }
 
 size_t cd_tc_local_bytes(int family, size_t D, int split, const cd_tc_tiles *t) {
@@ -330,30 +289,6 @@ camdelta_status cd_tc_check(const camdelta_context *ctx, int family, size_t D, i
                  "scan tiles %s WM=%u WN=%u MR=%u NR=%u KC=%u for D=%zu: %s (local memory %zu of %zu bytes)",
                  cd_tc_family_names[family], t->wm, t->wn, t->mr, t->nr, t->kc, D, bad,
                  cd_tc_local_bytes(family, D, split, t), lm);
-}
-
-camdelta_status cd_tc_tune_set(camdelta_context *ctx, int fi, const char *params) {
-  unsigned v[5] = {0, 0, 0, 0, 0};
-  if (params && *params) {
-    camdelta_status st = cd_parse_tiles("camdelta_tune_set", params, KEYS, 5, v);
-    if (st) return st;
-  }
-  mtx_lock(&ctx->lock);
-  camdelta_status st = load(ctx);
-  memcpy(ctx->tune_over[fi], v, sizeof v);
-  mtx_unlock(&ctx->lock);
-  cd_plan_invalidate(ctx); /* the next call plans with the new tiles */
-  return st;
-}
-
-camdelta_status cd_tc_tune_get(camdelta_context *ctx, int fi, size_t D, char *buf, size_t size) {
-  cd_tc_tiles t;
-  const char *from;
-  camdelta_status st = cd_tc_resolve(ctx, fi, D, 1, &t, &from);
-  if (st) return st;
-  char text[160];
-  snprintf(text, sizeof text, "WM=%u WN=%u MR=%u NR=%u KC=%u (%s)", t.wm, t.wn, t.mr, t.nr, t.kc, from);
-  return cd_copy_text("camdelta_tune_get", text, buf, size);
 }
 
 camdelta_status camdelta_tune_save(camdelta_context *ctx, size_t D, char *path, size_t path_size) {

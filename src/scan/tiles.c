@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tiles.h"
+#include "scan/tiles.h"
 
 static const char *const OP = "camdelta_scan_forward";
 static const char SBWD_OP[] = "camdelta_scan_backward";
@@ -65,6 +65,7 @@ void cd_scan_limits_from_info(const camdelta_device_info *info, cd_scan_limits *
   if (lim->local_bytes > (size_t)1 << 20) lim->local_bytes = (size_t)1 << 20;
   lim->cus = info->compute_units ? info->compute_units : 1;
   lim->gpu = cd_device_gpu_like(info);
+  lim->loop_budget = 0; /* a fact of the driver, not of the device info: the caller sets it (cd_loop_budget) */
 }
 
 /* Work-group size for a tile of `outputs` cells, `per_item` cells per item. */
@@ -78,8 +79,7 @@ static unsigned wg_for(const cd_scan_limits *lim, size_t outputs, size_t per_ite
 
 /* Value-column blocks (phase B). GPUs: as many work-groups as the compute units hold one each (BH chains, blocks
  * at least `min_j` wide): the chain is serial and bound by latency, and a compute unit running two of them
- * finishes last (H200, sana480: 7 blocks of 16 = 140 work-groups 0.215 ms, 5 of 24 = 100 work-groups 0.133 ms;
- * the scan pair's 2·BH chains: 3 blocks of 40 0.182 ms, 7 of 16 0.283 ms).
+ * finishes last (measured on the H200: docs/performance.md, "Measurements behind the code's constants").
  * CPUs: one block (a few cores are filled by B·H; AUTO picks chunkwise when they are not), so that the
  * kernels built for a CPU depend on D and the token bucket only (PoCL compiles each variant for seconds). */
 static unsigned value_blocks(const cd_scan_limits *lim, size_t BH, size_t D, size_t min_j) {
@@ -109,8 +109,7 @@ static unsigned token_tile(const cd_scan_limits *lim, size_t S, unsigned most) {
 
 /* Value-column blocks of the sequential kernel. GPUs: at most two work-groups per compute unit, as many as fit
  * (floor: a third work-group on some units makes them the kernel's tail), blocks at least 8 columns wide, of any
- * width (ceil(D / blocks), not rounded). On the H200 at sana480 (B·H = 20, 132 SMs): 13 blocks of 9 columns, 260
- * work-groups, 4.52 ms; 14 blocks of 8 (280, 16 SMs with three) 5.14 ms; 7 blocks of 16 5.46 ms. CPUs: one block. */
+ * width (ceil(D / blocks), not rounded); see docs/performance.md, "Measurements behind the code's constants". CPUs: one block. */
 static unsigned seq_blocks(const cd_scan_limits *lim, size_t BH, size_t D) {
   if (!lim->gpu) return 1;
   const size_t slots = 2 * (size_t)lim->cus, most = D / 8 ? D / 8 : 1;
@@ -134,7 +133,6 @@ static void seq_layouts(size_t D, cd_seq_cfg *c) {
   c->o = pick_layout(c->J, c->TS, c->W, 8);
 }
 
-const char *const cd_seq_tile_keys[CD_SQ_COUNT] = {"J", "TS", "W", "PF", "OUT"};
 
 /* The override's fields over the heuristic choice, each checked against what the kernel relies on. */
 static camdelta_status seq_override(const cd_scan_limits *lim, size_t D, const unsigned *ov,
@@ -193,14 +191,19 @@ camdelta_status cd_seq_configure(const cd_scan_limits *lim, size_t BH, size_t D,
     c->W = wg_for(lim, D * c->J, lim->gpu ? 8 : 16, wg_cap);
     if (lim->gpu && c->W < 128 && wg_cap >= 128 && lim->max_wg >= 128) c->W = 128;
     seq_layouts(D, c);
-    if (cd_seq_local_bytes(D, c) <= lim->local_bytes) break;
-    if (ts > 8) ts /= 2;
-    else if (c->J > 8) {
+    const int fits_local = cd_seq_local_bytes(D, c) <= lim->local_bytes;
+    /* under a loop budget, a step (one frame) of the walk must fit a launch: narrower blocks give each item less */
+    if (fits_local && (!lim->loop_budget || c->J <= 8 ||
+                       cd_seq_steps_per_launch(D, S, c->OUT == 1, c, lim->loop_budget, 1) > 0))
+      break;
+    if (fits_local || ts <= 8) {
+      if (c->J <= 8)
+        return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: the device's local memory (%zu bytes) is too small for D=%zu",
+                       OP, lim->local_bytes, D);
       next_blocks(D, round8(c->J), &c->nJ);
       c->J = round8(ceil_div(D, c->nJ));
     } else
-      return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: the device's local memory (%zu bytes) is too small for D=%zu",
-                     OP, lim->local_bytes, D);
+      ts /= 2;
   }
   if (ov) {
     camdelta_status st = seq_override(lim, D, ov, var ? var : "CAMDELTA_SEQ_TILES", c);
@@ -215,21 +218,48 @@ camdelta_status cd_seq_configure(const cd_scan_limits *lim, size_t BH, size_t D,
   return CAMDELTA_OK;
 }
 
-/* ------------------------------------------------------------------------------- tile override */
-
-const char *const cd_scan_tile_keys[CD_ST_COUNT] = {"A_WR", "A_RM", "A_WC", "A_RN", "A_KC", "B_J",
-                                                    "B_WR", "B_RM", "B_WC", "B_RN", "B_KC", "B_PF",
-                                                    "C_WR", "C_RM", "C_WC", "C_RN", "C_KC"};
-
-camdelta_status cd_scan_override_parse(const char *var, const char *text, cd_scan_override *o) {
-  memset(o, 0, sizeof *o);
-  if (!text || !*text) return CAMDELTA_OK;
-  camdelta_status st = cd_parse_tiles(var, text, cd_scan_tile_keys, CD_ST_COUNT, o->v);
-  if (st) return st;
-  for (int i = 0; i < CD_ST_COUNT; i++)
-    if (o->v[i]) *(i <= CD_ST_A_KC ? &o->a : i <= CD_ST_B_PF ? &o->b : &o->c) = 1;
-  return CAMDELTA_OK;
+/* Iterations of `for (e = lid; e < n; e += W)` for one item, at most. */
+static size_t strided(size_t n, size_t W) { return (n + W - 1) / W; }
+/* The FMA GEMM core (cl/common.cl CD_FMA_GEMM) over K steps of an a x b register block, and CD_FMA_ZERO. */
+static size_t gemm_loops(size_t K, const cd_scan_layout *l) {
+  return K * (1 + 2 * (size_t)l->rm + l->rn + (size_t)l->rm * l->rn);
 }
+static size_t zero_loops(const cd_scan_layout *l) { return l->rm + (size_t)l->rm * l->rn; }
+
+void cd_seq_loop_count(size_t D, size_t S, int write_out, const cd_seq_cfg *c, size_t *fixed, size_t *per_step) {
+  const size_t W = c->W, TS = c->TS, J = c->J, tiles = (S + TS - 1) / TS;
+  size_t sc = c->p.wr * c->p.rm, jc = c->u.wc * c->u.rn, kr = c->u.wr * c->u.rm;
+  if (c->o.wc * c->o.rn > sc) sc = c->o.wc * c->o.rn;
+  if (c->p.wc * c->p.rn > jc) jc = c->p.wc * c->p.rn;
+  if (c->o.wr * c->o.rm > jc) jc = c->o.wr * c->o.rm;
+  if (D > kr) kr = D;
+  const size_t state = zero_loops(&c->u);          /* a pass over the item's state registers */
+  const size_t nk = strided(D * TS, W), nv = strided(J * TS, W), nb = strided(TS, W);
+  const size_t save = strided(D * jc, W);          /* the state block to or from global memory */
+  /* staging zeroed, the initial state loaded and spread; at the end published and saved */
+  *fixed = strided(kr * (sc + 1), W) + strided(jc * (sc + 1), W) + strided(sc * jc, W) + strided(D * jc, W) +
+           strided(sc, W) + save + state + state + save;
+  /* one update tile: its K, V and β (loaded, or stored from the registers and the next one fetched), E and M */
+  const size_t loads = c->PF ? 2 * (nk + nv + nb) : nk + nv + nb;
+  const size_t upd = 1 + loads + zero_loops(&c->p) + gemm_loops(D, &c->p) + zero_loops(&c->p) + gemm_loops(TS, &c->u);
+  /* one output tile: its Q, the output GEMM and the store */
+  const size_t out = 1 + (c->PF ? 2 * nk : nk) + zero_loops(&c->o) + gemm_loops(D, &c->o) + zero_loops(&c->o);
+  /* a step: decay, publish, the saved states, the first tiles' fetches, the tiles, publish again */
+  *per_step = 1 + state + state + 2 * save + (c->PF ? 2 * (nk + nv + nb) : 0) + tiles * upd + state +
+              (write_out ? tiles * out : 0);
+}
+
+size_t cd_seq_steps_per_launch(size_t D, size_t S, int write_out, const cd_seq_cfg *c, size_t budget,
+                               size_t steps) {
+  if (!budget) return steps;
+  size_t fixed, per;
+  cd_seq_loop_count(D, S, write_out, c, &fixed, &per);
+  if (fixed + per > budget) return 0;
+  const size_t most = (budget - fixed) / per;
+  return most < steps ? most : steps;
+}
+
+/* ------------------------------------------------------------------------------- tile override */
 
 static void set_if(unsigned *field, unsigned v) {
   if (v) *field = v;
@@ -376,6 +406,31 @@ camdelta_status cd_chunk_configure(const cd_scan_limits *lim, size_t BH, size_t 
   return CAMDELTA_OK;
 }
 
+void cd_chunk_a_loop_count(const cd_chunk_cfg *c, size_t *fixed, size_t *per_chunk) {
+  /* per chunk of a_kc tokens the two staging loops and the GEMM; the zeroing and the stores */
+  const size_t a_tm = c->a.wr * c->a.rm, a_tn = c->a.wc * c->a.rn;
+  *fixed = 2 * zero_loops(&c->a);
+  *per_chunk = 1 + strided(a_tm * c->a_kc, c->a_w) + strided(a_tn * c->a_kc, c->a_w) + gemm_loops(c->a_kc, &c->a);
+}
+
+void cd_chunk_loop_count(size_t D, size_t S, const cd_chunk_cfg *c, size_t *a, size_t *b_fixed, size_t *b_step,
+                         size_t *cc) {
+  size_t a_fixed, a_chunk;
+  cd_chunk_a_loop_count(c, &a_fixed, &a_chunk);
+  *a = a_fixed + ((S + c->a_kc - 1) / c->a_kc) * a_chunk;
+  /* phase B: the As padding, the initial state (loaded and spread), the reverse's first saves, the first fetches
+   * and the final save; per step the saves, the chunks (store, fetch, GEMM) and the register passes */
+  const size_t b_tn = c->b.wc * c->b.rn, b_tm = c->b.wr * c->b.rm, save = strided(D * b_tn, c->b_w);
+  const size_t per = strided(D * c->b_kc, c->b_w), regs = zero_loops(&c->b);
+  *b_fixed = strided((size_t)c->b_kc * (b_tm + 1), c->b_w) + save + regs + 2 * save + c->b_pf * (1 + per) + regs +
+             save;
+  *b_step = 1 + save + regs + (D / c->b_kc) * (1 + 2 * per + gemm_loops(c->b_kc, &c->b)) + 3 * regs + save;
+  /* phase C: per chunk of c_kc key rows its two staging loops and the GEMM; the zeroing and the stores */
+  const size_t c_tv = c->c.wr * c->c.rm, c_ts = c->c.wc * c->c.rn;
+  *cc = 2 * zero_loops(&c->c) + (D / c->c_kc) * (1 + strided(c->c_kc * c_tv, c->c_w) + strided(c->c_kc * c_ts, c->c_w) +
+                                                gemm_loops(c->c_kc, &c->c));
+}
+
 /* ---------------------------------------------------------------------------------- shape class */
 
 /* (The AUTO choice between the algorithms is src/scan/cost.c: it estimates both plans configured here.) */
@@ -404,9 +459,9 @@ size_t cd_sbwd_frames_local_bytes(size_t D, const cd_sbwd_cfg *c) {
 /* Largest configuration that fits the work-group limits (per kernel) and the local memory. */
 camdelta_status cd_sbwd_choose(size_t D, size_t local_bytes, size_t wg_grams, size_t wg_frames, size_t wg_chain,
                                size_t wg_rl, cd_sbwd_cfg *c) {
-  if (D > wg_chain)
-    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: D=%zu needs work-groups of %zu work-items, the device allows %zu",
-                   SBWD_OP, D, D, wg_chain);
+  /* the chain: a row per work-item, or where the kernel allows fewer than D items, the fewest rows per item that
+   * divide D and fit (D / cr items) */
+  for (c->cr = 1; D / c->cr > wg_chain || D % c->cr; c->cr++) continue;
   c->rpt = D;
   for (size_t r = D >= 64 ? 8 : 4; r <= D; r += 4)
     if (D % r == 0 && (D / r) * (D / r) <= wg_grams) {
@@ -435,20 +490,23 @@ camdelta_status cd_sbwd_choose(size_t D, size_t local_bytes, size_t wg_grams, si
   return CAMDELTA_OK;
 }
 
-const char *const cd_sbwd_tile_keys[CD_SB_COUNT] = {"RPT", "TSG", "CB", "DPT", "TL", "TPT", "MC", "RL"};
-
-/* Parses the override into v[] (0: key not given); *any says whether any key was given. */
-camdelta_status cd_sbwd_parse(const char *var, const char *text, unsigned v[CD_SB_COUNT], int *any) {
-  camdelta_status st = cd_parse_tiles(var, text, cd_sbwd_tile_keys, CD_SB_COUNT, v);
-  *any = 0;
-  for (int i = 0; i < CD_SB_COUNT && !st; i++) *any |= v[i] != 0;
-  return st;
+void cd_sbwd_loop_count(size_t D, const cd_sbwd_cfg *c, size_t *g_fixed, size_t *g_chunk, size_t *c_fixed,
+                        size_t *c_step) {
+  const size_t r = c->rpt, ng = D / r, regs = r + r * r;
+  *g_fixed = 2 * regs; /* the sums set up (or read back) and stored */
+  const cd_scan_layout blk = {.wr = (unsigned)ng, .rm = (unsigned)r, .wc = (unsigned)ng, .rn = (unsigned)r};
+  *g_chunk = 1 + strided(D * c->tsg, ng * ng) + gemm_loops(c->tsg, &blk); /* the staging, CD_GRAM_FMA's GEMM */
+  const size_t rows = c->cr * (1 + c->cb); /* a pass over an item's rows of the block */
+  const size_t first = c->cr * (1 + D + c->cb);
+  *c_fixed = 2 * (rows + first) + 2 * rows; /* each chain's x and first columns; the carry or dinit */
+  /* the publish, each row's update (its sums over D, the next step's loads) and the kernel's row passes */
+  *c_step = 1 + rows + c->cr * (1 + 2 * c->cb + D * (1 + c->cb / 4)) + 2 * rows;
 }
 
 /* Replaces the given fields of `c` and checks every constraint the kernels rely on. */
 camdelta_status cd_sbwd_override(size_t D, size_t local_bytes, size_t dev_wg, const unsigned v[CD_SB_COUNT],
                                  const char *TILES_ENV, cd_sbwd_cfg *c) {
-  size_t *const field[CD_SB_COUNT] = {&c->rpt, &c->tsg, &c->cb, &c->dpt, &c->tl, &c->tpt, &c->mc, &c->rl};
+  size_t *const field[CD_SB_COUNT] = {&c->rpt, &c->tsg, &c->cb, &c->dpt, &c->tl, &c->tpt, &c->mc, &c->rl, &c->cr};
   for (int i = 0; i < CD_SB_COUNT; i++)
     if (v[i]) *field[i] = v[i];
   const char *bad = NULL;
@@ -458,18 +516,20 @@ camdelta_status cd_sbwd_override(size_t D, size_t local_bytes, size_t dev_wg, co
   else if (c->dpt % 4 || D % c->dpt) bad = "DPT must be a multiple of 4 dividing D";
   else if (D % c->mc) bad = "MC must divide D";
   else if (c->rl & (c->rl - 1) || c->rl > 256) bad = "RL must be a power of two <= 256";
+  else if (D % c->cr) bad = "CR must divide D";
   else if (c->rpt * c->rpt > 256 || c->tpt * c->dpt > 128) bad = "RPT^2 <= 256 and TPT*DPT <= 128 (registers)";
   if (bad)
     return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: %s (D=%zu, RPT=%zu TSG=%zu CB=%zu DPT=%zu TL=%zu TPT=%zu MC=%zu "
-                   "RL=%zu)", SBWD_OP, bad, D, c->rpt, c->tsg, c->cb, c->dpt, c->tl, c->tpt, c->mc, c->rl);
+                   "RL=%zu CR=%zu)", SBWD_OP, bad, D, c->rpt, c->tsg, c->cb, c->dpt, c->tl, c->tpt, c->mc, c->rl, c->cr);
   const size_t wg_g = (D / c->rpt) * (D / c->rpt), wg_f = c->tl * (D / c->dpt);
   const size_t lg = cd_sbwd_grams_local_bytes(D, c), lf = cd_sbwd_frames_local_bytes(D, c);
-  if (wg_g > dev_wg || wg_f > dev_wg || c->rl > dev_wg || lg > local_bytes || lf > local_bytes)
+  if (wg_g > dev_wg || wg_f > dev_wg || c->rl > dev_wg || D / c->cr > dev_wg || lg > local_bytes ||
+      lf > local_bytes)
     return cd_fail(CAMDELTA_ERROR_UNSUPPORTED,
                    "%s: %s: grams (RPT=%zu TSG=%zu) needs work-groups of %zu and %zu bytes of local memory, frames "
-                   "(DPT=%zu TL=%zu TPT=%zu MC=%zu) %zu and %zu bytes, ddecay RL=%zu; the device allows %zu items and "
-                   "%zu bytes",
-                   SBWD_OP, TILES_ENV, c->rpt, c->tsg, wg_g, lg, c->dpt, c->tl, c->tpt, c->mc, wg_f, lf, c->rl, dev_wg,
-                   local_bytes);
+                   "(DPT=%zu TL=%zu TPT=%zu MC=%zu) %zu and %zu bytes, ddecay RL=%zu, chain (CR=%zu) %zu items; the "
+                   "device allows %zu items and %zu bytes",
+                   SBWD_OP, TILES_ENV, c->rpt, c->tsg, wg_g, lg, c->dpt, c->tl, c->tpt, c->mc, wg_f, lf, c->rl, c->cr,
+                   D / c->cr, dev_wg, local_bytes);
   return CAMDELTA_OK;
 }

@@ -6,7 +6,7 @@
  * device, shape class) as plans are built, and the unit tests call them with given device limits. Not installed. */
 #ifndef CAMDELTA_SCAN_TILES_H
 #define CAMDELTA_SCAN_TILES_H
-#include "internal.h"
+#include "runtime/internal.h"
 
 /* ------------------------------------------------------------------------------------ device limits */
 
@@ -17,7 +17,8 @@ typedef struct cd_scan_limits {
   unsigned max_wg;    /* power of two, <= 256 */
   unsigned min_wg;    /* power of two >= the preferred multiple (32; 64 on AMD GPUs) */
   unsigned cus;
-  int gpu; /* GPU or accelerator */
+  int gpu;            /* GPU or accelerator */
+  size_t loop_budget; /* loop iterations a work-item may run per launch (cd_loop_budget; 0: no limit) */
 } cd_scan_limits;
 void cd_scan_limits_from_info(const camdelta_device_info *info, cd_scan_limits *lim);
 
@@ -38,35 +39,44 @@ typedef struct cd_seq_cfg {
 } cd_seq_cfg;
 /** Local memory of the sequential kernel's work-group. */
 size_t cd_seq_local_bytes(size_t D, const cd_seq_cfg *c);
-/** CAMDELTA_SEQ_TILES keys (also camdelta_tune_set family "sequential"): value columns per work-group, tokens
+/** The sequential family's keys (src/options/table.c, CD_OPT_SEQUENTIAL + i): value columns per work-group, tokens
  *  per tile, work-group size, prefetch (1 on, 2 off), where the outputs are computed (1 in the kernel, 2 by the
  *  chunkwise phase C from the saved states). */
 enum { CD_SQ_J, CD_SQ_TS, CD_SQ_W, CD_SQ_PF, CD_SQ_OUT, CD_SQ_COUNT };
-extern const char *const cd_seq_tile_keys[CD_SQ_COUNT];
 /** Tiles for B*H = BH, D, S with work-groups of at most wg_cap items, then the override `ov` (NULL: none; 0 = field
  *  not given; `var` names its source in messages): J in [1, D], TS in [1, 1024], W a power of two in
- *  [32, the device's limit], and the work-group's local memory must fit. Fills c->opts. */
+ *  [32, the device's limit], and the work-group's local memory must fit. Under a loop budget (lim->loop_budget),
+ *  narrower value blocks where a frame's step would not fit one launch. Fills c->opts. */
 camdelta_status cd_seq_configure(const cd_scan_limits *lim, size_t BH, size_t D, size_t S, unsigned wg_cap,
                                  const unsigned *ov, const char *var, cd_seq_cfg *c);
 
+/** Loop iterations one work-item of the sequential kernel runs (cl/scan_sequential.cl), counting every loop as
+ *  written, none unrolled (an upper bound of what a driver's loop budget sees, cd_loop_budget): *fixed for the
+ *  launch (staging set-up, the initial and the final state) and *per_step for each step of the walk over frames of
+ *  S tokens (write_out: the kernel computes the outputs). */
+void cd_seq_loop_count(size_t D, size_t S, int write_out, const cd_seq_cfg *c, size_t *fixed, size_t *per_step);
+/** Steps of the walk per launch within a loop budget (0: no budget): the whole walk (`steps`) where it fits, else
+ *  the most that fit; 0 when not even one does. */
+size_t cd_seq_steps_per_launch(size_t D, size_t S, int write_out, const cd_seq_cfg *c, size_t budget,
+                               size_t steps);
+
 /* ------------------------------------------------------------------------------ chunkwise kernels */
 
-/** CAMDELTA_SCAN_TILES keys (also camdelta_tune_set family "chunkwise"). */
+/** The chunkwise family's keys (src/options/table.c, CD_OPT_CHUNKWISE + i). */
 enum {
   CD_ST_A_WR, CD_ST_A_RM, CD_ST_A_WC, CD_ST_A_RN, CD_ST_A_KC,
   CD_ST_B_J, CD_ST_B_WR, CD_ST_B_RM, CD_ST_B_WC, CD_ST_B_RN, CD_ST_B_KC, CD_ST_B_PF,
   CD_ST_C_WR, CD_ST_C_RM, CD_ST_C_WC, CD_ST_C_RN, CD_ST_C_KC,
   CD_ST_COUNT
 };
-extern const char *const cd_scan_tile_keys[CD_ST_COUNT];
 
 /** The chunkwise fields given by an override; 0 = not given; a, b, c: any field of the phase given. */
 typedef struct cd_scan_override {
   unsigned v[CD_ST_COUNT];
   int a, b, c;
 } cd_scan_override;
-/** Parses "KEY=N,..." (keys cd_scan_tile_keys) into *o; `var` names the source in a message. */
-camdelta_status cd_scan_override_parse(const char *var, const char *text, cd_scan_override *o);
+/** The override of the values v (0: not given). */
+cd_scan_override cd_scan_override_of(const unsigned v[CD_ST_COUNT]);
 
 /** cl/scan_chunkwise.cl, one program for the three phases. */
 typedef struct cd_chunk_cfg {
@@ -85,6 +95,13 @@ typedef struct cd_chunk_cfg {
 size_t cd_chunk_a_local_bytes(const cd_chunk_cfg *c);
 size_t cd_chunk_b_local_bytes(size_t D, const cd_chunk_cfg *c);
 size_t cd_chunk_c_local_bytes(const cd_chunk_cfg *c);
+/** Loop iterations one work-item of each chunkwise phase runs (cl/scan_chunkwise.cl), counted as
+ *  cd_seq_loop_count does: phase A over a frame of S tokens (*a), phase B's chain (*b_fixed for the launch,
+ *  *b_step per frame) and phase C (*c). */
+void cd_chunk_loop_count(size_t D, size_t S, const cd_chunk_cfg *c, size_t *a, size_t *b_fixed, size_t *b_step,
+                         size_t *cc);
+/** Phase A's count alone: *fixed per launch and *per_chunk per a_kc tokens of a frame. */
+void cd_chunk_a_loop_count(const cd_chunk_cfg *c, size_t *fixed, size_t *per_chunk);
 /** Tiles for BH, D, S with work-groups of at most wg_cap items, then the override `o` (NULL: none; `var` names
  *  it in messages); fills c->opts. */
 camdelta_status cd_chunk_configure(const cd_scan_limits *lim, size_t BH, size_t D, size_t S, unsigned wg_cap,
@@ -105,15 +122,15 @@ cd_scan_class cd_scan_shape_class(const cd_scan_limits *lim, size_t BH, size_t D
 typedef struct cd_sbwd_cfg {
   size_t rpt; /* grams: rows (and columns) per work-item; work-group (D/rpt)^2 */
   size_t tsg; /* grams: tokens per local chunk */
-  size_t cb;  /* chain: columns per work-group; work-group D */
+  size_t cb;  /* chain: columns per work-group; work-group D / cr */
   size_t dpt; /* frames: value columns per work-item */
   size_t tl;  /* frames: token lanes; work-group tl * D/dpt */
   size_t tpt; /* frames: tokens per lane */
   size_t mc;  /* frames: contraction chunk */
   size_t rl;  /* ddecay: work-group size (power of two) */
+  size_t cr;  /* chain: rows per work-item, dividing D (1 unless the chain kernel's work-group limit is below D) */
 } cd_sbwd_cfg;
-enum { CD_SB_RPT, CD_SB_TSG, CD_SB_CB, CD_SB_DPT, CD_SB_TL, CD_SB_TPT, CD_SB_MC, CD_SB_RL, CD_SB_COUNT };
-extern const char *const cd_sbwd_tile_keys[CD_SB_COUNT];
+enum { CD_SB_RPT, CD_SB_TSG, CD_SB_CB, CD_SB_DPT, CD_SB_TL, CD_SB_TPT, CD_SB_MC, CD_SB_RL, CD_SB_CR, CD_SB_COUNT };
 /** The backward's device limits: work-group limit, and usable local memory (at most 48 KiB, less 1 KiB). */
 void cd_sbwd_limits(const camdelta_device_info *info, size_t *dev_wg, size_t *local_bytes);
 /** Local memory of the grams and frames kernels. */
@@ -122,25 +139,19 @@ size_t cd_sbwd_frames_local_bytes(size_t D, const cd_sbwd_cfg *c);
 /** Largest configuration that fits the work-group limits (per kernel) and the local memory. */
 camdelta_status cd_sbwd_choose(size_t D, size_t local_bytes, size_t wg_grams, size_t wg_frames, size_t wg_chain,
                                size_t wg_rl, cd_sbwd_cfg *c);
-/** Parses "KEY=N,..." (keys cd_sbwd_tile_keys) into v (0: not given); *any: a key was given. */
-camdelta_status cd_sbwd_parse(const char *var, const char *text, unsigned v[CD_SB_COUNT], int *any);
+/** Loop iterations one work-item runs (counted as cd_seq_loop_count does): the grams kernel's *g_fixed per launch
+ *  and *g_chunk per TSG tokens; the chain's *c_fixed per launch and *c_step per step. */
+void cd_sbwd_loop_count(size_t D, const cd_sbwd_cfg *c, size_t *g_fixed, size_t *g_chunk, size_t *c_fixed,
+                        size_t *c_step);
 /** Replaces the given fields of `c` and checks every constraint the kernels rely on (`var` names the source). */
 camdelta_status cd_sbwd_override(size_t D, size_t local_bytes, size_t dev_wg, const unsigned v[CD_SB_COUNT],
                                  const char *var, cd_sbwd_cfg *c);
 
-/* ------------------------------------------------------------------ overrides per context (fma_tune.c) */
+/* ------------------------------------------------------------ overrides per context (tile_options.c) */
 
-/** FMA families of camdelta_tune_set / camdelta_tune_get: "chunkwise" (CAMDELTA_SCAN_TILES keys), "backward"
- *  (CAMDELTA_SCAN_BWD_TILES keys), "sequential" (CAMDELTA_SEQ_TILES keys). */
-enum { CD_FMA_CHUNKWISE, CD_FMA_BACKWARD, CD_FMA_SEQUENTIAL, CD_FMA_FAMILIES };
-int cd_tune_fma_family(const char *name); /* -1 when not an FMA family */
-/** Reads CAMDELTA_SCAN_TILES, CAMDELTA_SCAN_BWD_TILES and CAMDELTA_SEQ_TILES into the context (at creation; parsed when a plan is
- *  built, so that a bad value fails the scan calls with a message naming the variable, as before). */
-camdelta_status cd_tune_fma_env(camdelta_context *ctx);
-void cd_tune_fma_free(camdelta_context *ctx);
-/** The family's override text ("" when none) and its source for messages (the variable, or camdelta_tune_set). */
-void cd_tune_fma_text(camdelta_context *ctx, int family, char *text, size_t size, char *var, size_t var_size);
-/** camdelta_tune_set / camdelta_tune_get for an FMA family. */
-camdelta_status cd_tune_fma_set(camdelta_context *ctx, int family, const char *params);
-camdelta_status cd_tune_fma_get(camdelta_context *ctx, int family, size_t D, char *buf, size_t size);
+/** The override of a tile family from the option registry: v[0..n) for the keys from id `first` (0: not given, the
+ *  policy chooses), *var the values' source for messages (the variable, or camdelta_tune_set(FAMILY)). 1 when any
+ *  key is given. */
+int cd_scan_tile_values(const camdelta_context *ctx, cd_opt_id first, unsigned n, unsigned *v, char *var,
+                        size_t var_size);
 #endif

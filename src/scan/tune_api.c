@@ -1,17 +1,51 @@
-/* camdelta_tune_set / camdelta_tune_get: a family's values through the option registry (src/options/), or the scan
- * families that keep tiles of their own (the tensor-core families in params.c, the FMA families in fma_tune.c). */
+/* camdelta_tune_set / camdelta_tune_get: a family's values through the option registry (src/options/); the scan's
+ * tile families are shown with the tiles they resolve to for a head dim. */
 #include <stdio.h>
 
 #include "options/options.h"
-#include "plan.h"
-#include "tiles.h"
-#include "tc.h"
+#include "scan/tc.h"
+#include "scan/tiles.h"
 
-/* The families of either kind, for messages. */
-static void all_families(char *buf, size_t size) {
-  char reg[256];
-  cd_opt_family_names(reg, sizeof reg);
-  snprintf(buf, size, "%s, gram, apply, frames, chunkwise, backward, sequential", reg);
+/* The backward's tiles for head dim D with the context's override, as camdelta_tune_get shows them. */
+static camdelta_status backward_text(const camdelta_context *ctx, size_t D, char *out, size_t size) {
+  size_t wg, local;
+  cd_sbwd_limits(&ctx->info, &wg, &local);
+  cd_sbwd_cfg c;
+  unsigned v[CD_SB_COUNT];
+  char var[64];
+  const int any = cd_scan_tile_values(ctx, CD_OPT_BACKWARD, CD_SB_COUNT, v, var, sizeof var);
+  camdelta_status st = cd_sbwd_choose(D, local, wg, wg, wg, wg, &c);
+  if (!st && any) st = cd_sbwd_override(D, local, wg, v, var, &c);
+  if (st) return st;
+  snprintf(out, size, "RPT=%zu TSG=%zu CB=%zu DPT=%zu TL=%zu TPT=%zu MC=%zu RL=%zu (%s)", c.rpt, c.tsg, c.cb, c.dpt,
+           c.tl, c.tpt, c.mc, c.rl, any ? "override" : "heuristic");
+  return CAMDELTA_OK;
+}
+
+/* camdelta_tune_get's text for a tile family: its values and, for "backward" and the tensor-core families (whose
+ * tiles follow D alone), the tiles a call with head dim D gets, or why it cannot take the override. */
+static camdelta_status tiles_text(camdelta_context *ctx, cd_opt_family_id f, size_t D, char *buf, size_t size) {
+  char values[1024], resolved[256];
+  cd_opt_describe_family(&ctx->opts, f, cd_device_gpu_like(&ctx->info), values, sizeof values);
+  camdelta_status st = CAMDELTA_OK;
+  resolved[0] = '\0';
+  if (f == CD_OPT_FAM_BACKWARD) {
+    st = backward_text(ctx, D, resolved, sizeof resolved);
+  } else if (f >= CD_OPT_FAM_TC_GRAM && f <= CD_OPT_FAM_TC_FRAMES) {
+    cd_tc_tiles t;
+    const char *from;
+    st = cd_tc_resolve(ctx, (int)(f - CD_OPT_FAM_TC_GRAM), D, 1, &t, &from);
+    if (!st) snprintf(resolved, sizeof resolved, "WM=%u WN=%u MR=%u NR=%u KC=%u (%s)", t.wm, t.wn, t.mr, t.nr, t.kc, from);
+  }
+  if (st) { /* an override these tiles cannot take: the calls fail with this message, the query says it */
+    snprintf(resolved, sizeof resolved, "not usable: %s", camdelta_last_message());
+    cd_clear_error();
+  }
+  /* the chunkwise and sequential tiles follow B*H and S too: camdelta_scan_plan_describe shows a call's */
+  char out[1400];
+  if (resolved[0]) snprintf(out, sizeof out, "%s; for D=%zu: %s", values, D, resolved);
+  else snprintf(out, sizeof out, "%s", values);
+  return cd_copy_text("camdelta_tune_get", out, buf, size);
 }
 
 /* A process-wide family's values as this process reads them, "KEY=V KEY=V". */
@@ -46,10 +80,8 @@ camdelta_status camdelta_tune_set(camdelta_context *ctx, const char *family, con
     cd_plan_invalidate(ctx); /* plans may hold what the old values chose */
     return CAMDELTA_OK;
   }
-  if (cd_tune_fma_family(family) >= 0) return cd_tune_fma_set(ctx, cd_tune_fma_family(family), params);
-  if (cd_tc_family(family) >= 0) return cd_tc_tune_set(ctx, cd_tc_family(family), params);
   char names[512];
-  all_families(names, sizeof names);
+  cd_opt_family_names(names, sizeof names);
   return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_tune_set: unknown family '%s' (%s)",
                  family ? family : "(null)", names);
 }
@@ -58,20 +90,18 @@ camdelta_status camdelta_tune_get(camdelta_context *ctx, const char *family, siz
   cd_clear_error();
   if (!ctx || !buf) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_tune_get: '%s' is NULL", ctx ? "buf" : "ctx");
   const int f = cd_opt_family_find(family);
-  if (f < 0 && cd_tune_fma_family(family) < 0 && cd_tc_family(family) < 0) {
+  if (f < 0) {
     char names[512];
-    all_families(names, sizeof names);
+    cd_opt_family_names(names, sizeof names);
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "camdelta_tune_get: unknown family '%s' (%s)",
                    family ? family : "(null)", names);
   }
   camdelta_status st = cd_check_head_dim("camdelta_tune_get", D);
   if (st) return st;
-  if (f >= 0) {
-    char text[1024];
-    if (cd_opt_families[f].process) return process_text((cd_opt_family_id)f, buf, size);
-    cd_opt_describe_family(&ctx->opts, (cd_opt_family_id)f, cd_device_gpu_like(&ctx->info), text, sizeof text);
-    return cd_copy_text("camdelta_tune_get", text, buf, size);
-  }
-  if (cd_tune_fma_family(family) >= 0) return cd_tune_fma_get(ctx, cd_tune_fma_family(family), D, buf, size);
-  return cd_tc_tune_get(ctx, cd_tc_family(family), D, buf, size);
+  if (cd_opt_families[f].process) return process_text((cd_opt_family_id)f, buf, size);
+  if (f >= CD_OPT_FAM_CHUNKWISE && f <= CD_OPT_FAM_TC_FRAMES)
+    return tiles_text(ctx, (cd_opt_family_id)f, D, buf, size);
+  char text[1024];
+  cd_opt_describe_family(&ctx->opts, (cd_opt_family_id)f, cd_device_gpu_like(&ctx->info), text, sizeof text);
+  return cd_copy_text("camdelta_tune_get", text, buf, size);
 }

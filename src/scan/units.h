@@ -20,14 +20,18 @@
  *
  * Every enqueue sets its kernel's arguments and launches it on `l`: the caller holds the plan's `use` lock (the
  * kernel objects' arguments are not safe to set from two threads at once) and has built everything before the
- * first enqueue. Buffers are (B, H, F, D, D) per-frame matrices and (B, H, D, D) states unless said otherwise;
+ * first enqueue. Where the driver ends a work-item's loops after a fixed number of iterations per launch
+ * (cd_loop_budget: Mesa's gallivm), the serial units (the sequential walk, the chains, the backward's grams over a
+ * frame's tokens) run in as many launches as that budget needs, in the same order of arithmetic, their state
+ * carried from one launch to the next through a scratch buffer; a unit whose one step cannot fit fails to build
+ * with UNSUPPORTED and a message naming the budget. Without a budget every unit is one launch. Buffers are (B, H, F, D, D) per-frame matrices and (B, H, D, D) states unless said otherwise;
  * an absent optional buffer is {NULL, 0}. */
 #ifndef CAMDELTA_SCAN_UNITS_H
 #define CAMDELTA_SCAN_UNITS_H
-#include "cpu.h"
-#include "internal.h"
-#include "tc.h"
-#include "tiles.h"
+#include "runtime/internal.h"
+#include "scan/cpu.h"
+#include "scan/tc.h"
+#include "scan/tiles.h"
 
 /* ------------------------------------------------------------------------------------------ geometry */
 
@@ -42,6 +46,8 @@ typedef struct cd_scan_geo {
   uint32_t pk_h;
 } cd_scan_geo;
 cd_scan_geo cd_scan_geo_fixed(size_t B, size_t H, size_t D, size_t F, size_t S);
+/** The token geometry most kernels take after their buffers: N (ulong), S and F (uint). */
+void cd_arg_tokens(cd_args *a, const cd_scan_geo *geo);
 /** The packed variant's last two kernel arguments (pk, pk_h); nothing for the fixed shape. */
 void cd_arg_packed(cd_args *a, const cd_scan_geo *geo);
 
@@ -67,6 +73,10 @@ typedef struct cd_gram {
   unsigned nr, nc; /* FMA_TILED: row and column tiles of the D x 2D product */
   cd_tc_tiles t;   /* TC */
   const cd_cpu_scan *cpu; /* CPU: the program (the plan's) */
+  size_t tokens;   /* FMA_MODES: a frame's tokens summed per launch (a multiple of TSG; SIZE_MAX: all at once) */
+  size_t loops[2]; /* FMA_TILED: a work-item's loop iterations per launch and per KC tokens of a frame, checked
+                      against the driver's loop budget at each enqueue (a frame's tokens are the call's) */
+  unsigned kc;     /* FMA_TILED: tokens per chunk */
 } cd_gram;
 
 /** Inputs (those the outputs need) and outputs (mem NULL: not computed). Tokens (B, H, D, N), beta per token,
@@ -106,8 +116,10 @@ typedef enum cd_chain_form {
 typedef struct cd_chain {
   cd_chain_form form;
   cl_kernel k;
-  unsigned w;  /* work-group size */
+  unsigned w;  /* work-group size (GRADS*: D / cr) */
   unsigned nj; /* STATES*: value-column blocks; GRADS*: column blocks D / CB */
+  unsigned cr; /* GRADS*: rows per work-item (1 unless the compiled chain allows fewer than D items) */
+  size_t per;  /* steps of the chain per launch within the driver's loop budget (SIZE_MAX: all in one launch) */
 } cd_chain;
 
 camdelta_status cd_chain_build_states(camdelta_context *ctx, const char *opts, const cd_chunk_cfg *c, int pair,
@@ -117,6 +129,9 @@ camdelta_status cd_chain_build_grads(camdelta_context *ctx, const char *opts, si
 camdelta_status cd_chain_build_summary(camdelta_context *ctx, size_t D, cd_chain *ch);
 /** The CPU form of a chain kind: CD_CHAIN_CPU_STATES, _STATES_PAIR, _GRADS or _GRADS_PAIR. */
 camdelta_status cd_chain_build_cpu(const cd_cpu_scan *p, cd_chain_form form, cd_chain *ch);
+/** Sets ch->per from the chain's loop iterations per launch (fixed) and per step within the context's loop budget
+ *  (cd_loop_budget); UNSUPPORTED with a message (what: the chain in words) where not one step fits. */
+camdelta_status cd_chain_budget(camdelta_context *ctx, cd_chain *ch, size_t fixed, size_t per_step, const char *what);
 void cd_chain_release(cd_chain *ch);
 
 /** The forward states: causal M_f = A_f·M_{f−1} + U_f from init; reverse T_{F−1} = init, T_{f−1} = A_f·T_f + U_f.
@@ -261,6 +276,8 @@ camdelta_status cd_frames_enqueue(camdelta_context *ctx, const cd_frames *f, con
 typedef struct cd_sequential {
   cl_kernel k;
   cd_seq_cfg c;
+  size_t per; /* steps of the walk per launch within the driver's loop budget (SIZE_MAX: all in one launch; 0: not
+                 one step fits, and the enqueue fails with the budget's message) */
 } cd_sequential;
 
 typedef struct cd_sequential_io {
@@ -322,4 +339,25 @@ camdelta_status cd_sequential_parts(camdelta_context *ctx, size_t BH, size_t D, 
 camdelta_status cd_backward_parts(camdelta_context *ctx, size_t D, int skip_dq, const char *extra, int pair,
                                   cd_sbwd_cfg *cfg, char *opts, int *overridden, cd_gram *gram, cd_chain *chain,
                                   cd_frames *frames, cd_ddecay *ddecay);
+/* ------------------------------------------------------------------------------------- a plan's units */
+
+/** The units and the workspace a plan of the scan holds; those it does not use stay zeroed (releasing them does
+ *  nothing). Every plan struct of the scan starts with one, so that cd_units_destroy is its destructor. */
+typedef struct cd_units {
+  cd_sequential seq;
+  cd_gram gram;
+  cd_chain chain;
+  cd_apply apply;
+  cd_frames frames;
+  cd_ddecay ddecay;
+  cd_pieces pieces;
+  cd_workspace ws;
+  cd_cpu_scan cpu_prog; /* the CPU forms' program (the units built from it retain their kernels) */
+} cd_units;
+/** A plan's destructor (cd_plan_acquire): releases the units of `plan` (a struct starting with a cd_units) and its
+ *  workspace, and frees it. */
+void cd_units_destroy(void *plan);
+/** The end of a plan's builder: *out = plan when st is CAMDELTA_OK, else the plan destroyed; returns st. */
+camdelta_status cd_units_done(void *plan, camdelta_status st, void **out);
+
 #endif

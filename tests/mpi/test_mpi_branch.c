@@ -16,6 +16,7 @@
 
 #include "camdelta_mpi.h"
 #include "mpi_harness.h"
+#include "se3.h"
 
 #define BOUND 1e-6
 
@@ -24,19 +25,11 @@
  * image extent, principal points near its centre. */
 static void cameras(float *cc, size_t n, size_t Hs, size_t Ws) {
   for (size_t i = 0; i < n; i++) {
-    double q[4], s = 0;
-    for (int j = 0; j < 4; j++) q[j] = uni(-1, 1), s += q[j] * q[j];
-    s = sqrt(s);
-    const double w = q[0] / s, x = q[1] / s, y = q[2] / s, z = q[3] / s;
-    const double R[9] = {1 - 2 * (y * y + z * z), 2 * (x * y - w * z),     2 * (x * z + w * y),
-                         2 * (x * y + w * z),     1 - 2 * (x * x + z * z), 2 * (y * z - w * x),
-                         2 * (x * z - w * y),     2 * (y * z + w * x),     1 - 2 * (x * x + y * y)};
+    double q[4], t[3];
+    for (int j = 0; j < 4; j++) q[j] = uni(-1, 1);
+    for (int j = 0; j < 3; j++) t[j] = uni(-2, 2);
     float *c = cc + i * 20;
-    for (int r = 0; r < 3; r++) {
-      for (int k = 0; k < 3; k++) c[r * 4 + k] = (float)R[r * 3 + k];
-      c[r * 4 + 3] = (float)uni(-2, 2);
-    }
-    c[12] = c[13] = c[14] = 0, c[15] = 1;
+    tu_se3(q, t, c);
     c[16] = (float)(Ws * uni(0.6, 1.4)), c[17] = (float)(Hs * uni(0.6, 1.4));
     c[18] = (float)(Ws * uni(0.4, 0.6)), c[19] = (float)(Hs * uni(0.4, 0.6));
   }
