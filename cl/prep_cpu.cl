@@ -10,9 +10,9 @@
  * transform sum along the lanes, and each output channel row (B, H, D, N) gets the blocks' 8-token vectors one
  * after the other (CD_PB = 2 in f32: whole 64-byte lines). Every sum runs in a fixed order. No barriers.
  *
- * Build options: CD_DTYPE (storage of q, k, v in and out, common.cl), CD_D head dim (a multiple of 8), CD_PB
- * 8-token blocks per work-item. Launch: local size 1, global B·ceil(N / (8·CD_PB)). The tensors of the one-pass
- * forms (CD_PREP_ONEPASS_TENSORS), then N, H, k_scale, eps. */
+ * Build options: CD_DTYPE (storage of q_raw, k_raw, v_raw), CD_SDTYPE (of q, k, v out; common.cl), CD_D head dim
+ * (a multiple of 8), CD_PB 8-token blocks per work-item. Launch: local size 1, global B·ceil(N / (8·CD_PB)). The
+ * tensors of the one-pass forms (CD_PREP_ONEPASS_TENSORS), then N, H, k_scale, eps. */
 
 #ifndef CD_D
 #error "CD_D (head dim) must be given as a build option"
@@ -22,15 +22,20 @@
 #endif
 #define CD_DH (CD_D / 2)
 
-/* Eight consecutive storage elements as a float8, and back. */
+/* Eight consecutive elements of the raw activations (CD_DTYPE) as a float8; eight of the outputs' storage
+ * (CD_SDTYPE) from one. */
 #if CD_DTYPE == 0
 #define CD_LD8(p) vload8(0, (p))
-#define CD_ST8(x, p) vstore8((x), 0, (p))
 #elif CD_DTYPE == 1
 #define CD_LD8(p) vload_half8(0, (p))
-#define CD_ST8(x, p) vstore_half8_rte((x), 0, (p))
 #else
 #define CD_LD8(p) as_float8(convert_uint8(vload8(0, (p))) << 16)
+#endif
+#if CD_SDTYPE == 0
+#define CD_ST8(x, p) vstore8((x), 0, (p))
+#elif CD_SDTYPE == 1
+#define CD_ST8(x, p) vstore_half8_rte((x), 0, (p))
+#else
 #define CD_ST8(x, p)                                                                                            \
   do {                                                                                                          \
     const float8 x_ = (x);                                                                                      \
@@ -41,13 +46,13 @@
 #endif
 
 /* Stores the n valid tokens of one channel row (all 8 when full). */
-CD_INLINE void cd_store_row(float8 x, global cd_store_t *p, uint n) {
+CD_INLINE void cd_store_row(float8 x, global cd_sstore_t *p, uint n) {
   if (n == 8) {
     CD_ST8(x, p);
   } else {
     float t[8];
     vstore8(x, 0, t);
-    for (uint i = 0; i < n; i++) CD_STORE(p, i, t[i]);
+    for (uint i = 0; i < n; i++) CD_SSTORE(p, i, t[i]);
   }
 }
 
@@ -65,7 +70,7 @@ enum { CD_PREP_Q = 0, CD_PREP_K = 1, CD_PREP_V = 2 };
  * k adds its squares before and after the transform to *pre and *post. */
 CD_INLINE void cd_prep_group(global const cd_store_t *src, uint C, uint n, uint g, global const float *w, float8 inv,
                              float k_scale, const int kind, local const float8 *P, local const float8 *cs,
-                             local const float8 *sn, global cd_store_t *dst, ulong N, float8 *pre, float8 *post) {
+                             local const float8 *sn, global cd_sstore_t *dst, ulong N, float8 *pre, float8 *post) {
   float8 x[8];
   _Pragma("unroll") for (uint t = 0; t < 8; t++) x[t] = t < n ? CD_LD8(src + (ulong)t * C + 8 * g) : (float8)(0.0f);
   cd_transpose8(x); /* x[i]: channel 8g + i of the 8 tokens */
@@ -107,7 +112,7 @@ CD_INLINE void cd_prep_group(global const cd_store_t *src, uint C, uint n, uint 
  * that each channel row is written as CD_PB consecutive 8-token vectors (whole cache lines). */
 CD_INLINE void cd_prep_head(global const cd_store_t *src, uint C, const uint *nb, global const float *w,
                             local const float8 *inv, float k_scale, const int kind, local const float8 *P,
-                            local const float8 *cs, local const float8 *sn, global cd_store_t *dst, ulong N,
+                            local const float8 *cs, local const float8 *sn, global cd_sstore_t *dst, ulong N,
                             float8 *pre, float8 *post) {
   for (uint g = 0; g < CD_D / 8; g++)
     for (uint sb = 0; sb < CD_PB; sb++)
@@ -121,8 +126,8 @@ kernel void cd_prep_cpu(global const cd_store_t *q_raw, ulong q_raw_off, global 
                         ulong qw_off, global const float *kw, ulong kw_off, global const float *proj_q, ulong pq_off,
                         global const float *proj_kv, ulong pkv_off, global const float *rope_cos, ulong rc_off,
                         global const float *rope_sin, ulong rs_off, global float *inv_rms, ulong inv_off,
-                        global cd_store_t *q_out, ulong q_off, global cd_store_t *k_out, ulong k_off,
-                        global cd_store_t *v_out, ulong v_off, global float *infl, ulong infl_off, ulong N, uint H,
+                        global cd_sstore_t *q_out, ulong q_off, global cd_sstore_t *k_out, ulong k_off,
+                        global cd_sstore_t *v_out, ulong v_off, global float *infl, ulong infl_off, ulong N, uint H,
                         float k_scale, float eps) {
   /* per block: the inverse RMS, the camera matrices and the RoPE tables, lanes = its tokens */
   local float8 Iq[CD_PB], Ik[CD_PB], Pq[CD_PB * 16], Pk[CD_PB * 16], cs[CD_PB * CD_DH], sn[CD_PB * CD_DH];

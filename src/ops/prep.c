@@ -184,11 +184,11 @@ int cd_prep_fused_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, 
   const int want = cd_prep_forward_form(cd_option(ctx, CD_OPT_PREP_FORM, dtype), H);
   if (!want) return 0;
   if (want == 3) {
-    char opts[96];
+    char opts[120], dt[40];
     p->cpu = 1, p->pb = cd_option(ctx, CD_OPT_PREP_PB, dtype), p->lws = 1;
     /* its local memory per block: the inverse RMS (2), camera matrices (32) and RoPE tables (D) as float8 */
     while (p->pb > 1 && (uint64_t)p->pb * (34 + D) * 32 > ctx->info.local_mem_bytes) p->pb /= 2;
-    snprintf(opts, sizeof opts, "-DCD_DTYPE=%d -DCD_D=%zu -DCD_PB=%u", (int)dtype, D, p->pb);
+    snprintf(opts, sizeof opts, "%s -DCD_D=%zu -DCD_PB=%u", cd_dtype_opts(dtype, dt), D, p->pb);
     return (*st = cd_kernel(ctx, "prep_cpu.cl", opts, "cd_prep_cpu", &p->k)) ? 0 : 1;
   }
   p->regs = want == 2;
