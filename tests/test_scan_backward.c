@@ -483,12 +483,14 @@ static void test_scan_backward_tile_override(void **state) {
 }
 
 /* A device whose kernels allow fewer work-items than D (Mesa Rusticl on llvmpipe reports 32 for every kernel): the
- * chain takes several rows per item instead of refusing the shape, says so in the plan, and the gradients hold. */
+ * FMA chain (the CPU forms off: they are one work-item per group) takes several rows per item instead of refusing
+ * the shape, says so in the plan, and the gradients hold. */
 static void test_scan_backward_small_kernel_limit(void **state) {
   (void)state;
-  const char *was = getenv("CAMDELTA_DEVICE_LIMITS");
-  char *saved_env = was ? strdup(was) : NULL;
+  const char *was = getenv("CAMDELTA_DEVICE_LIMITS"), *was_cpu = getenv("CAMDELTA_SCAN_CPU");
+  char *saved_env = was ? strdup(was) : NULL, *saved_cpu = was_cpu ? strdup(was_cpu) : NULL;
   assert_int_equal(setenv("CAMDELTA_DEVICE_LIMITS", "wg=32", 1), 0);
+  assert_int_equal(setenv("CAMDELTA_SCAN_CPU", "0", 1), 0);
   tu_context_release();
   camdelta_scan_backward_args a = CAMDELTA_SCAN_BACKWARD_ARGS_INIT;
   a.B = 1, a.H = 2, a.D = 56, a.F = 3, a.S = 20;
@@ -503,7 +505,10 @@ static void test_scan_backward_small_kernel_limit(void **state) {
   report_worst("scan_backward kernel limit 32");
   if (saved_env) assert_int_equal(setenv("CAMDELTA_DEVICE_LIMITS", saved_env, 1), 0);
   else assert_int_equal(unsetenv("CAMDELTA_DEVICE_LIMITS"), 0);
+  if (saved_cpu) assert_int_equal(setenv("CAMDELTA_SCAN_CPU", saved_cpu, 1), 0);
+  else assert_int_equal(unsetenv("CAMDELTA_SCAN_CPU"), 0);
   free(saved_env);
+  free(saved_cpu);
   tu_context_release();
 }
 
