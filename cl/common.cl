@@ -1,5 +1,13 @@
 /* Prepended to every camdelta kernel source: storage-type helpers.
- * CD_DTYPE (build option): 0 = f32, 1 = f16, 2 = bf16 (16-bit storage).
+ *
+ * CD_SOFT_FMA=1 (set by the host where the device reports no fused multiply-add in hardware, CL_FP_FMA absent):
+ * there fma() is an exact software routine, tens of times slower than a multiply and an add, and the kernels' fma()
+ * becomes mad(), a multiply and an add. Every sum keeps its order; the results round differently from a fused
+ * multiply-add, well inside the bounds of docs/math.md §5. */
+#if defined(CD_SOFT_FMA) && CD_SOFT_FMA
+#define fma(a, b, c) mad((a), (b), (c))
+#endif
+/* CD_DTYPE (build option): 0 = f32, 1 = f16, 2 = bf16 (16-bit storage).
  * CD_SDTYPE (build option, default CD_DTYPE): the storage of prep's (B, H, D, N) side (its outputs q, k, v, their
  * gradients and the saved q, k its backward reads), where it differs from the raw activations': the camera branch
  * runs prep on 16-bit activations with the scan's f32 on that side.
@@ -161,3 +169,26 @@ inline ulong cd_frame_start(uint f, uint S) { return (ulong)f * S; }
   }
 /* An entry of the A form from its sum: gate·(δ_ij − sum), A_f = d_f·(I − K_fᵀβ_fK_f). */
 #define CD_GRAM_A(gate, i, j, sum) ((gate) * (((i) == (j) ? 1.0f : 0.0f) - (sum)))
+
+/* Helpers of the CPU forms (scan_cpu.cl, prep_cpu.cl). CD_INLINE: inlined into each caller, so that a constant
+ * argument (a block's `full` flag, a register tile's row count) is a constant there. */
+#define CD_INLINE inline __attribute__((always_inline))
+/* Transposes the 8 x 8 block r[0..8) in place (r[i].sj becomes r[j].si): unpacks, 2-lane shuffles and half swaps. */
+CD_INLINE void cd_transpose8(float8 *r) {
+  float8 t[8], u[8];
+  _Pragma("unroll") for (int i = 0; i < 8; i += 2) {
+    t[i] = (float8)(r[i].s0, r[i + 1].s0, r[i].s1, r[i + 1].s1, r[i].s4, r[i + 1].s4, r[i].s5, r[i + 1].s5);
+    t[i + 1] = (float8)(r[i].s2, r[i + 1].s2, r[i].s3, r[i + 1].s3, r[i].s6, r[i + 1].s6, r[i].s7, r[i + 1].s7);
+  }
+  _Pragma("unroll") for (int i = 0; i < 8; i += 4) {
+    u[i] = (float8)(t[i].s01, t[i + 2].s01, t[i].s45, t[i + 2].s45);
+    u[i + 1] = (float8)(t[i].s23, t[i + 2].s23, t[i].s67, t[i + 2].s67);
+    u[i + 2] = (float8)(t[i + 1].s01, t[i + 3].s01, t[i + 1].s45, t[i + 3].s45);
+    u[i + 3] = (float8)(t[i + 1].s23, t[i + 3].s23, t[i + 1].s67, t[i + 3].s67);
+  }
+  _Pragma("unroll") for (int i = 0; i < 4; i++) {
+    r[i] = (float8)(u[i].s0123, u[i + 4].s0123);
+    r[i + 4] = (float8)(u[i].s4567, u[i + 4].s4567);
+  }
+}
+

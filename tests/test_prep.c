@@ -61,6 +61,7 @@ static void run_shape(const shape *s) {
     TU_OK(st);
     if (one_pass) {
       assert_int_equal(pf.regs, g_variant == 2 && s->H <= 64);
+      assert_int_equal(pf.cpu, g_variant == 3);
       clReleaseKernel(pf.k);
     } else { /* only where the device's kernels allow fewer than 4·D/4 work-items */
       cl_kernel kt;
@@ -206,14 +207,14 @@ static void test_prep_regs(void **state) {
   tu_report("prep_forward register-resident max rel err f32 inflation_sq", worst[0][3]);
 }
 
-/* The form rule, without a device: CPUs two passes, GPUs the register-resident form up to 48 heads and the staged
+/* The form rule, without a device: CPUs the CPU form, GPUs the register-resident form up to 48 heads and the staged
  * one past them or while H is not known (camdelta_warm); an explicit choice holds, except the register-resident
  * form past 64 heads. And where that form's indices fit 32 bits. */
 static void test_prep_form_rule(void **state) {
   (void)state;
   const cd_opt_decl *form = &cd_opt_decls[CD_OPT_PREP_FORM];
-  assert_int_equal(form->def[cd_opt_default_index(0, 0)], 0);
-  assert_int_equal(form->def[cd_opt_default_index(0, 1)], 0);
+  assert_int_equal(form->def[cd_opt_default_index(0, 0)], 3);
+  assert_int_equal(form->def[cd_opt_default_index(0, 1)], 3);
   assert_int_equal(form->def[cd_opt_default_index(1, 0)], CD_OPT_AUTO);
   assert_int_equal(form->def[cd_opt_default_index(1, 1)], CD_OPT_AUTO);
   assert_int_equal(cd_prep_forward_form(CD_OPT_AUTO, 20), 2);
@@ -226,6 +227,8 @@ static void test_prep_form_rule(void **state) {
   assert_int_equal(cd_prep_forward_form(2, 64), 2);
   assert_int_equal(cd_prep_forward_form(2, 65), 1);
   assert_int_equal(cd_prep_forward_form(2, 0), 1);
+  assert_int_equal(cd_prep_forward_form(3, 20), 3);
+  assert_int_equal(cd_prep_forward_form(3, 65), 3);
   /* 32-bit indices up to 2^32 - 1 elements in the rows and in the camera matrices (16 per token) */
   assert_int_equal(cd_prep_ix32(1, 32760, 20, 112), 1);
   assert_int_equal(cd_prep_ix32(1, ((size_t)1 << 26) - 1, 8, 8), 1);
@@ -253,8 +256,24 @@ static void test_prep_form_rule(void **state) {
 /* A tuning override that does not parse or is out of range fails the context creation, naming the variable. */
 static void test_prep_tiles_env(void **state) {
   (void)state;
-  static const char *const bad[] = {"TT=5", "TT=32", "TT=8,PF=2", "WPC=0", "TT", "IX=64", "WL=4"};
+  static const char *const bad[] = {"TT=5", "TT=32", "TT=8,PF=2", "WPC=0", "TT", "IX=64", "WL=4", "PB=3"};
   tu_check_bad_env("CAMDELTA_PREP_TILES", bad, sizeof bad / sizeof bad[0]);
+}
+
+/* The CPU form (FORM=3), whatever the device's default: partial 8-token blocks and work-items (N = 1, 7, 33, 65,
+ * 257), B = 2, one head and many, D from 8 to 128 with the camera half ending inside an 8-channel group (D = 8),
+ * offsets, zero k tokens, both 16-bit types; then one and four blocks per work-item. */
+static void test_prep_cpu(void **state) {
+  (void)state;
+  static const size_t which[] = {0, 1, 2, 4, 5, 7, 9, 11, 12};
+  memset(worst, 0, sizeof worst);
+  run_variant(3, NULL, 0, which, sizeof which / sizeof which[0]);
+  static const size_t other[] = {1, 5};
+  run_variant(3, "PB=1", 0, other, 2);
+  run_variant(3, "PB=4", 0, other, 2);
+  tu_report("prep_forward cpu max rel err f32 q", worst[0][0]);
+  tu_report("prep_forward cpu max rel err f32 k", worst[0][1]);
+  tu_report("prep_forward cpu max rel err f32 inflation_sq", worst[0][3]);
 }
 
 static void test_prep_two_pass(void **state) {
@@ -311,6 +330,7 @@ int main(void) {
       cmocka_unit_test(test_prep_regs),
       cmocka_unit_test(test_prep_form_rule),
       cmocka_unit_test(test_prep_two_pass),
+      cmocka_unit_test(test_prep_cpu),
       cmocka_unit_test(test_prep_tiles_env),
   };
   return cmocka_run_group_tests(tests, NULL, tu_teardown_context);

@@ -874,8 +874,10 @@ static void test_seq_tile_override(void **state) {
 
 static void test_tile_override(void **state) {
   (void)state;
-  /* the FMA kernels' tiles: where the tensor-core path runs (NVIDIA) it replaces them in some phases */
+  /* the FMA kernels' tiles: where the tensor-core path runs (NVIDIA) it replaces them in some phases, on CPUs the
+   * CPU forms replace them all */
   assert_int_equal(setenv("CAMDELTA_TC", "0", 1), 0);
+  assert_int_equal(setenv("CAMDELTA_SCAN_CPU", "0", 1), 0);
   /* good[0]'s B_PF=2 runs phase B's register prefetch of A (two chunks, the unrolled chunk loop), which a CPU
    * does not choose by itself */
   static const char *const good[] = {"A_WR=4,A_RM=1,A_WC=4,A_RN=2,A_KC=5,B_KC=8,B_PF=2,C_WR=8,C_RM=3,C_WC=4,C_RN=5,C_KC=8",
@@ -944,6 +946,7 @@ static void test_tile_override(void **state) {
   static const char *const refused[] = {"A_WR=16,FOO=2", "A_WR", "A_WR=0", "C_RN=7x"};
   tu_check_bad_env("CAMDELTA_SCAN_TILES", refused, sizeof refused / sizeof *refused);
   assert_int_equal(unsetenv("CAMDELTA_TC"), 0);
+  assert_int_equal(unsetenv("CAMDELTA_SCAN_CPU"), 0);
   tu_context_release();
   bad_env e;
   bad_setup(&e);

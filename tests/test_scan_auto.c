@@ -9,8 +9,9 @@
 #include <string.h>
 
 #include "scan/compose.h"
-#include "scan/cost.h"
 #include "runtime/internal.h"
+#include "scan/cost.h"
+#include "scan/cpu.h"
 #include "testutil.h"
 
 static camdelta_device_info facts(const char *vendor, cl_device_type type, unsigned cus, size_t max_wg,
@@ -326,6 +327,10 @@ static camdelta_scan_algorithm pick(camdelta_context *ctx, const dev_problem *p,
 static void test_on_device(void **state) {
   (void)state;
   camdelta_context *ctx = tu_context();
+  /* where the CPU forms run, AUTO takes the chunkwise algorithm whatever the costs; the costs' choice is tested
+   * with them off */
+  const int cpu_forms = cd_scan_cpu_forms(ctx);
+  TU_OK(camdelta_tune_set(ctx, "scan", "CPU=0"));
   tu_seed(7);
   dev_problem tiny = {1, 2, 32, 4, 8, NULL, NULL, NULL, NULL, NULL, NULL};
   dev_problem chain = {1, 1, 32, 4, 2000, NULL, NULL, NULL, NULL, NULL, NULL};
@@ -339,6 +344,11 @@ static void test_on_device(void **state) {
   const camdelta_scan_algorithm want = pick(ctx, &chain, &e);
   if (gpu || ctx->info.compute_units >= 2) assert_int_equal(want, CAMDELTA_SCAN_CHUNKWISE);
   assert_int_equal(run_auto(ctx, &chain), want);
+  if (cpu_forms) {
+    TU_OK(camdelta_tune_set(ctx, "scan", NULL));
+    assert_int_equal(run_auto(ctx, &tiny), CAMDELTA_SCAN_CHUNKWISE);
+    TU_OK(camdelta_tune_set(ctx, "scan", "CPU=0"));
+  }
 
   camdelta_scan_args a = {0};
   a.B = chain.B, a.H = chain.H, a.D = chain.D, a.F = chain.F, a.S = chain.S;
@@ -372,6 +382,7 @@ static void test_on_device(void **state) {
   }
   assert_true(flipped || gpu || seq_unfit);
   assert_int_equal(run_auto(ctx, &chain), want);
+  TU_OK(camdelta_tune_set(ctx, "scan", NULL));
   problem_down(&tiny);
   problem_down(&chain);
 }

@@ -6,8 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "scan/engine.h"
 #include "runtime/internal.h"
+#include "scan/cpu.h"
+#include "scan/engine.h"
 #include "testutil.h"
 #include "scan/tc.h"
 
@@ -217,8 +218,11 @@ static int run_case(const sb_case *c, double *ms) {
    * object holds the chunkwise forward's A_f */
   const int reused_a = c->saved == SAVED_FORWARD && fwd_alg == CAMDELTA_SCAN_CHUNKWISE;
   if (c->saved == SAVED_FORWARD) assert_true(fwd_alg == CAMDELTA_SCAN_SEQUENTIAL || fwd_alg == CAMDELTA_SCAN_CHUNKWISE);
-  /* (more where the driver's loop budget splits the grams' tokens or the chains' frames over launches) */
-  const unsigned launches = cd_tc_available(ctx) ? (reused_a ? 5u : 6u) : 4u;
+  /* the CPU forms: W in its own launch, then A (and U) unless reused; more where the driver's loop budget splits the
+   * grams' tokens or the chains' frames over launches */
+  const unsigned launches = cd_tc_available(ctx)    ? (reused_a ? 5u : 6u)
+                            : cd_scan_cpu_forms(ctx) ? (reused_a ? 4u : 5u)
+                                                     : 4u;
   if (cd_loop_budget(ctx)) assert_true(prof.kernels >= launches);
   else assert_int_equal(prof.kernels, launches);
   g_kernels = prof.kernels;
@@ -400,8 +404,10 @@ static void bwd_plan(char *buf, size_t size) {
  * gradients and show in the plan; bad lists and tiles fail cleanly. */
 static void test_scan_backward_tile_override(void **state) {
   (void)state;
-  /* the FMA kernels' tiles: where the tensor-core path runs (NVIDIA) it replaces them in some phases */
+  /* the FMA kernels' tiles: where the tensor-core path runs (NVIDIA) it replaces them in some phases, on CPUs the
+   * CPU forms replace them all */
   assert_int_equal(setenv("CAMDELTA_TC", "0", 1), 0);
+  assert_int_equal(setenv("CAMDELTA_SCAN_CPU", "0", 1), 0);
   /* tiles of at most 32 work-items per kernel, within every device's limit (Rusticl's kernels allow 32) */
   static const char *const good[] = {"RPT=8,TSG=8,CB=4,DPT=8,TL=4,TPT=3,MC=4,RL=16",
                                      "RPT=8,DPT=8,TL=4,TPT=1,MC=8,TSG=16,RL=16"};
@@ -468,6 +474,7 @@ static void test_scan_backward_tile_override(void **state) {
   static const char *const refused[] = {"RPT=4,FOO=1", "TL", "TL=-1", "RL=4097"};
   tu_check_bad_env("CAMDELTA_SCAN_BWD_TILES", refused, sizeof refused / sizeof *refused);
   assert_int_equal(unsetenv("CAMDELTA_TC"), 0);
+  assert_int_equal(unsetenv("CAMDELTA_SCAN_CPU"), 0);
   tu_context_release();
   sb_device d;
   device_init(&d, &p);
@@ -478,12 +485,14 @@ static void test_scan_backward_tile_override(void **state) {
 }
 
 /* A device whose kernels allow fewer work-items than D (Mesa Rusticl on llvmpipe reports 32 for every kernel): the
- * chain takes several rows per item instead of refusing the shape, says so in the plan, and the gradients hold. */
+ * FMA chain (the CPU forms off: they are one work-item per group) takes several rows per item instead of refusing
+ * the shape, says so in the plan, and the gradients hold. */
 static void test_scan_backward_small_kernel_limit(void **state) {
   (void)state;
-  const char *was = getenv("CAMDELTA_DEVICE_LIMITS");
-  char *saved_env = was ? strdup(was) : NULL;
+  const char *was = getenv("CAMDELTA_DEVICE_LIMITS"), *was_cpu = getenv("CAMDELTA_SCAN_CPU");
+  char *saved_env = was ? strdup(was) : NULL, *saved_cpu = was_cpu ? strdup(was_cpu) : NULL;
   assert_int_equal(setenv("CAMDELTA_DEVICE_LIMITS", "wg=32", 1), 0);
+  assert_int_equal(setenv("CAMDELTA_SCAN_CPU", "0", 1), 0);
   tu_context_release();
   camdelta_scan_backward_args a = CAMDELTA_SCAN_BACKWARD_ARGS_INIT;
   a.B = 1, a.H = 2, a.D = 56, a.F = 3, a.S = 20;
@@ -498,7 +507,10 @@ static void test_scan_backward_small_kernel_limit(void **state) {
   report_worst("scan_backward kernel limit 32");
   if (saved_env) assert_int_equal(setenv("CAMDELTA_DEVICE_LIMITS", saved_env, 1), 0);
   else assert_int_equal(unsetenv("CAMDELTA_DEVICE_LIMITS"), 0);
+  if (saved_cpu) assert_int_equal(setenv("CAMDELTA_SCAN_CPU", saved_cpu, 1), 0);
+  else assert_int_equal(unsetenv("CAMDELTA_SCAN_CPU"), 0);
   free(saved_env);
+  free(saved_cpu);
   tu_context_release();
 }
 

@@ -2,7 +2,8 @@
  *  - which path ran (camdelta_packed_clips.native): native for the chunkwise forward and every backward, the
  *    padded batch for the sequential forward and for a backward given that forward's saved states;
  *  - on equal clips the native path equals the fixed-shape call on a batch of those clips bit for bit (the same
- *    launches and tiles), forward and backward, both directions, with and without init states;
+ *    launches and tiles: the work-group forms, CAMDELTA_SCAN_CPU=0), forward and backward, both directions, with
+ *    and without init states;
  *  - mixed clips (frames of different token counts, tiles past a frame's end; and clips of one resolution but
  *    different lengths, the uniform-frames variant) equal each clip run alone (1e-6 relative, bit-equal counts
  *    printed) and the f64 packed reference (docs/math.md §5 bounds);
@@ -379,6 +380,9 @@ static void test_emulated(void **state) {
 }
 
 int main(void) {
+  /* packed clips run the work-group forms (the CPU forms take the fixed shape only): the fixed-shape calls they are
+   * compared with bit for bit run them too */
+  if (setenv("CAMDELTA_SCAN_CPU", "0", 1) != 0) return 1;
   fill_mix();
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fma),

@@ -10,6 +10,7 @@
 
 #include "runtime/internal.h"
 #include "testutil.h"
+#include "scan/cpu.h"
 #include "scan/tc.h"
 
 #define FWD_BOUND 1e-5
@@ -283,6 +284,10 @@ static void test_plan(void **state) {
     assert_non_null(strstr(exact, "split-TF32"));
     assert_non_null(strstr(exact, "phase_a gram_tc"));
     assert_non_null(strstr(tf32, "precision tf32 (tensor cores)"));
+  } else if (cd_scan_cpu_forms(tu_context())) {
+    assert_non_null(strstr(exact, "cpu forms (gram, chain, apply)"));
+    assert_non_null(strstr(tf32, "tf32 requested, no tensor-core path"));
+    assert_non_null(strstr(tf32, "cpu forms"));
   } else {
     assert_non_null(strstr(exact, "phase_a fma"));
     assert_non_null(strstr(tf32, "tf32 requested, no tensor-core path"));

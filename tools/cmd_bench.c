@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench_peak.h"
 #include "cli_common.h"
 #include "cli_packed.h"
 #include "cli_sp.h"
@@ -512,6 +513,20 @@ int cmd_bench(int argc, char **argv) {
   }
   camdelta_device_info info;
   camdelta_context_info(ctx, &info);
+  /* on a CPU, the device's own peaks (unless given) and the rates in GFLOP/s */
+  const int cpu = (info.type & CL_DEVICE_TYPE_CPU) != 0;
+  bench_peak measured = {0, 0, 0};
+  if (cpu && (peak_gbs <= 0 || peak_tflops <= 0)) {
+    if (bench_peak_measure(ctx, &measured))
+      fprintf(stderr, "camdelta bench: measuring the device's peaks failed; no fractions printed\n");
+    else {
+      printf("device peaks (measured): %.1f GFLOP/s fma, %.1f GB/s copy, %u compute units\n", measured.gflops,
+             measured.gbs, measured.compute_units);
+      if (peak_gbs <= 0) peak_gbs = measured.gbs;
+      if (peak_tflops <= 0) peak_tflops = measured.gflops / 1000;
+    }
+  }
+  const double fscale = cpu ? 1000 : 1; /* TFLOP/s, or GFLOP/s on a CPU */
   const int tty = isatty(fileno(stderr));
   cJSON *root = cJSON_CreateObject(), *jshapes = cJSON_AddArrayToObject(root, "shapes");
   cJSON_AddStringToObject(root, "device", info.device_name);
@@ -522,6 +537,11 @@ int cmd_bench(int argc, char **argv) {
   cJSON_AddStringToObject(root, "precision", camdelta_precision_name(prec));
   if (peak_gbs > 0) cJSON_AddNumberToObject(root, "peak_gbs", peak_gbs);
   if (peak_tflops > 0) cJSON_AddNumberToObject(root, "peak_tflops", peak_tflops);
+  if (measured.gflops > 0) {
+    cJSON_AddNumberToObject(root, "measured_peak_gflops", measured.gflops);
+    cJSON_AddNumberToObject(root, "measured_peak_gbs", measured.gbs);
+  }
+  cJSON_AddNumberToObject(root, "compute_units", info.compute_units);
 
   for (int si = 0; si < nshapes && !rc; si++) {
     bench_buffers b;
@@ -532,9 +552,9 @@ int cmd_bench(int argc, char **argv) {
     printf("shape B=%zu H=%zu D=%zu F=%zu S=%zu (N=%zu), prep dtype %s, scan precision %s, %zu reps after %zu "
            "warm-up\n",
            b.B, b.H, b.D, b.F, b.S, b.N, camdelta_dtype_name(dt), camdelta_precision_name(prec), reps, warmup);
-    printf("%-39s %10s %10s %9s %9s", "operation", "median ms", "min ms", "GB/s", "TFLOP/s");
+    printf("%-39s %10s %10s %9s %9s", "operation", "median ms", "min ms", "GB/s", cpu ? "GFLOP/s" : "TFLOP/s");
     if (peak_gbs > 0) printf(" %8s", "%GB/s");
-    if (peak_tflops > 0) printf(" %8s", "%TFLOP");
+    if (peak_tflops > 0) printf(" %8s", "%FLOP/s");
     printf("\n");
     fflush(stdout);
     cJSON *js = cJSON_CreateObject(), *jops = NULL;
@@ -609,7 +629,7 @@ int cmd_bench(int argc, char **argv) {
       char label[64];
       snprintf(label, sizeof label, "%s%s", op->name, host ? " (host)" : "");
       printf("%-39s %10.4f %10.4f %9.1f", label, med, mn, gbs);
-      if (flops > 0) printf(" %9.2f", tf);
+      if (flops > 0) printf(" %9.2f", tf * fscale);
       else printf(" %9s", "-");
       if (peak_gbs > 0) printf(" %7.1f%%", 100 * gbs / peak_gbs);
       if (peak_tflops > 0) {

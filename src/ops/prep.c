@@ -124,7 +124,8 @@ camdelta_status cd_prep_kernel(camdelta_context *ctx, const char *source, const 
 }
 
 /* The one-pass forwards on GPUs and accelerators, unless the context says otherwise (option "prep" FORM;
- * cd_prep_forward_form); CPUs keep the two-pass form (inverse RMS, then the per-head kernel), which PoCL runs faster.
+ * cd_prep_forward_form); CPUs run the CPU form (cl/prep_cpu.cl: one work-item per PB blocks of 8 tokens of all heads,
+ * explicit float8 vectors, one launch). The two-pass form (inverse RMS, then the per-head kernel) stays as FORM 0.
  * The register-resident form (cl/prep.cl cd_prep_regs) takes TT tokens of one tensor, all heads, per work-group
  * (local size TT * D/4, TT as below). The staged form (cd_prep_fused), past 48 heads: a tile is TT tokens of one
  * batch row, all heads; a step covers HB heads, one work-item per (head of the step, 4-channel unit, token): local
@@ -151,6 +152,7 @@ size_t cd_prep_tile_groups(const camdelta_context *ctx, size_t tiles, size_t wpc
 }
 
 int cd_prep_forward_form(uint32_t form, size_t H) {
+  if (form == 3) return 3;
   if (form == CD_OPT_AUTO) form = H && H <= PF_REGS_HMAX ? 2 : 1;
   if (form == 2 && (!H || H > PF_REGS_HLIMIT)) form = 1;
   return (int)form;
@@ -181,6 +183,14 @@ int cd_prep_fused_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, 
   memset(p, 0, sizeof *p);
   const int want = cd_prep_forward_form(cd_option(ctx, CD_OPT_PREP_FORM, dtype), H);
   if (!want) return 0;
+  if (want == 3) {
+    char opts[120], dt[40];
+    p->cpu = 1, p->pb = cd_option(ctx, CD_OPT_PREP_PB, dtype), p->lws = 1;
+    /* its local memory per block: the inverse RMS (2), camera matrices (32) and RoPE tables (D) as float8 */
+    while (p->pb > 1 && (uint64_t)p->pb * (34 + D) * 32 > ctx->info.local_mem_bytes) p->pb /= 2;
+    snprintf(opts, sizeof opts, "%s -DCD_D=%zu -DCD_PB=%u", cd_dtype_opts(dtype, dt), D, p->pb);
+    return (*st = cd_kernel(ctx, "prep_cpu.cl", opts, "cd_prep_cpu", &p->k)) ? 0 : 1;
+  }
   p->regs = want == 2;
   const size_t g4 = D / 4;
   for (p->tt = cd_option(ctx, CD_OPT_PREP_TT, dtype);; p->tt /= 2) {
@@ -275,10 +285,13 @@ static camdelta_status pf_enqueue(cd_call *c, cd_launch *l) {
   CD_ARG_BUFS(&g, a->q, a->k, a->v, a->inflation_sq);
   cd_arg_u64(&g, N);
   if (!pf->regs) cd_arg_u32(&g, (uint32_t)H);
-  if (fused) cd_arg_u64(&g, B);
+  if (fused && !pf->cpu) cd_arg_u64(&g, B);
   cd_arg_f32(&g, a->k_scale);
   size_t lws[3] = {1, 1, 1}, gws[3] = {1, 1, 1};
-  if (fused) {
+  if (pf->cpu) { /* one work-item per pb blocks of 8 tokens of a batch row */
+    cd_arg_f32(&g, a->norm_eps);
+    gws[0] = B * ((N + 8 * pf->pb - 1) / (8 * pf->pb));
+  } else if (fused) {
     const camdelta_buffer outs[3] = {a->q, a->k, a->v};
     const int al = cd_buffers_aligned4(in, CD_PREP_INPUTS) && cd_buffers_aligned4(outs, 3);
     cd_arg_f32(&g, a->norm_eps);
@@ -292,11 +305,8 @@ static camdelta_status pf_enqueue(cd_call *c, cd_launch *l) {
   } else {
     lws[0] = s->ts * (D / 4), gws[0] = (N + s->ts - 1) / s->ts * lws[0], gws[1] = H, gws[2] = B;
   }
-  const char *name = pf->regs ? "cd_prep_regs" : fused ? "cd_prep_fused" : "cd_prep_forward";
-  if (g.err != CL_SUCCESS)
-    return cd_cl_fail(g.err, pf->regs ? "cd_prep_regs: setting arguments"
-                             : fused  ? "cd_prep_fused: setting arguments"
-                                      : "cd_prep_forward: setting arguments");
+  const char *name = pf->cpu ? "cd_prep_cpu" : pf->regs ? "cd_prep_regs" : fused ? "cd_prep_fused" : "cd_prep_forward";
+  if (g.err != CL_SUCCESS) return cd_cl_fail(g.err, name);
   return cd_enqueue(ctx, s->k, 3, gws, lws, l, name);
 }
 

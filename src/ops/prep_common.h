@@ -35,6 +35,8 @@ typedef struct cd_pf_plan {
   cl_kernel k;
   unsigned tt, hb;
   int regs;
+  int cpu;     /* the CPU form (cl/prep_cpu.cl cd_prep_cpu): one work-item per pb blocks of 8 tokens */
+  unsigned pb;
   size_t lws;
 } cd_pf_plan;
 /** The one-pass prep forward kernel for (dtype, D, H) when the context uses it (see prep.c): returns 1 and fills *p

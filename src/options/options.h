@@ -54,6 +54,7 @@ typedef enum cd_opt_id {
   CD_OPT_PREP_WPC,
   CD_OPT_PREP_WL,
   CD_OPT_PREP_IX,
+  CD_OPT_PREP_PB,
   CD_OPT_PREP_BWD_FORM,
   CD_OPT_PREP_BWD_TT,
   CD_OPT_PREP_BWD_WPC,
@@ -62,6 +63,7 @@ typedef enum cd_opt_id {
   CD_OPT_PREP_BWD_TW,
   CD_OPT_CONV_SB,
   CD_OPT_SCAN_TC,
+  CD_OPT_SCAN_CPU,
   /* The scan's tiles: blocks of keys in the order of the scan's own enumerations (src/scan/tiles.h, tc.h), which
    * index them from the block's first id. A value left at its default (CD_OPT_AUTO) is chosen by the tile policy. */
   CD_OPT_CHUNKWISE,                                  /* CD_ST_COUNT keys: A_WR ... C_KC */

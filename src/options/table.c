@@ -59,13 +59,14 @@ const cd_opt_decl cd_opt_decls[CD_OPT_COUNT] = {
                           .key = "FORM",
                           .env = "CAMDELTA_PREP_FUSED",
                           .type = CD_OPT_ONE_OF,
-                          .values = {0, 1, 2},
-                          .nvalues = 3,
-                          .def = CD_OPT_DEF_CLASS(0, CD_OPT_AUTO),
+                          .values = {0, 1, 2, 3},
+                          .nvalues = 4,
+                          .def = CD_OPT_DEF_CLASS(3, CD_OPT_AUTO),
                           .rule = "2 up to 48 heads, else 1",
                           .doc = "0 two passes (the inverse RMS, then the per-head kernel); 1 one pass, a work-group "
                                  "per tile of all heads, reading q and k twice; 2 one pass, a work-group holding one "
-                                 "tensor's rows of all heads in registers (up to 64 heads; past them 1 runs)"},
+                                 "tensor's rows of all heads in registers (up to 64 heads; past them 1 runs); 3 one "
+                                 "pass, one work-item per PB blocks of 8 tokens of all heads in explicit vectors (CPUs)"},
     [CD_OPT_PREP_TT] = {.family = CD_OPT_FAM_PREP,
                         .key = "TT",
                         .type = CD_OPT_ONE_OF,
@@ -100,6 +101,14 @@ const cd_opt_decl cd_opt_decls[CD_OPT_COUNT] = {
                         .doc = "index width of form 2: 32 bits where the call's indices fit them; 64 runs the form "
                                "that larger calls take on any call (the tests)",
                         .hidden = 1},
+    [CD_OPT_PREP_PB] = {.family = CD_OPT_FAM_PREP,
+                        .key = "PB",
+                        .type = CD_OPT_ONE_OF,
+                        .values = {1, 2, 4, 8, 16, 32},
+                        .nvalues = 6,
+                        .def = CD_OPT_DEF(8),
+                        .doc = "blocks of 8 tokens per work-item of form 3 (halved while the call has fewer than 8 "
+                               "work-items per compute unit)"},
     [CD_OPT_PREP_BWD_FORM] = {.family = CD_OPT_FAM_PREP_BWD,
                               .key = "FORM",
                               .env = "CAMDELTA_PREP_BWD_FUSED",
@@ -167,6 +176,18 @@ const cd_opt_decl cd_opt_decls[CD_OPT_COUNT] = {
                         .doc = "the NVIDIA tensor-core path: 0 off, 1 where the device passes its feature test, "
                                "emulate its kernels with the products done through local memory, on any device "
                                "(tests)"},
+    [CD_OPT_SCAN_CPU] = {.family = CD_OPT_FAM_SCAN,
+                         .key = "CPU",
+                         .env = "CAMDELTA_SCAN_CPU",
+                         .type = CD_OPT_ONE_OF,
+                         .values = {0, 1},
+                         .nvalues = 2,
+                         .def = CD_OPT_DEF_CLASS(1, 0),
+                         .doc = "the CPU forms of the scan's phases (cl/scan_cpu.cl: a work-item per core's task, "
+                                "register tiles of float8; AUTO then runs the chunkwise algorithm): 1 on CPU "
+                                "devices, also on any other device (tests); 0 the work-group forms; packed clips, "
+                                "the summaries and drivers with a loop budget (Rusticl on llvmpipe) keep the "
+                                "work-group forms"},
     CHUNK(0, "A_WR", "phase A (the grams): work-item rows of a tile"),
     CHUNK(1, "A_RM", "phase A: rows per work-item (tile rows A_WR*A_RM)"),
     CHUNK(2, "A_WC", "phase A: work-item columns of a tile"),

@@ -46,6 +46,12 @@ static void fill_info(camdelta_context *ctx) {
   ctx->device_extensions[0] = '\0';
   clGetDeviceInfo(ctx->device, CL_DEVICE_EXTENSIONS, sizeof ctx->device_extensions, ctx->device_extensions, NULL);
   ctx->device_extensions[sizeof ctx->device_extensions - 1] = '\0';
+  /* A device without fused multiply-add in hardware (CL_FP_FMA absent: Mesa's llvmpipe) runs OpenCL's fma() as an
+   * exact software routine tens of times slower than a multiply and an add; its programs are built with
+   * CD_SOFT_FMA (cl/common.cl), which makes the kernels' fma() a mad(). */
+  cl_device_fp_config fp = 0;
+  ctx->soft_fma = clGetDeviceInfo(ctx->device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL) == CL_SUCCESS &&
+                  !(fp & CL_FP_FMA);
   /* NVIDIA's OpenCL compiles to PTX and accepts inline PTX assembly. */
   in->nvidia_ptx = strstr(ctx->device_extensions, "cl_nv_") != NULL && strstr(in->platform_name, "NVIDIA") != NULL;
   ctx->real_info = *in;
@@ -295,7 +301,7 @@ static camdelta_status build_program(camdelta_context *ctx, const char *source, 
   camdelta_status st = compose(source, &text, &len);
   if (st) return st;
   char opts[2048];
-  snprintf(opts, sizeof opts, "-cl-std=CL1.2 %s", options ? options : "");
+  snprintf(opts, sizeof opts, "-cl-std=CL1.2%s %s", ctx->soft_fma ? " -DCD_SOFT_FMA=1" : "", options ? options : "");
   cd_cache_key(ctx, opts, text, len, key);
   *from_disk = 0;
   cl_int err;

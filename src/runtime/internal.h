@@ -149,6 +149,7 @@ struct camdelta_context {
   camdelta_device_info real_info;
   size_t pref_multiple; /* 0: each kernel's CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE; else this value */
   int facts_emulated;   /* cd_context_emulate: `info` describes another device (plan golden tests) */
+  int soft_fma;         /* the device has no fused multiply-add in hardware: programs built with CD_SOFT_FMA=1 */
   FILE *trace;          /* cd_trace_launches: every launch, fill and copy is written here */
   int dry_run;          /* with trace: nothing is enqueued */
 };

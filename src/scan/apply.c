@@ -23,6 +23,14 @@ camdelta_status cd_apply_build_tc(camdelta_context *ctx, size_t D, int split, in
   return cd_tc_kernel(ctx, CD_TC_APPLY, "cd_apply_ot_tc", D, split, vec, &a->t_ot, extra, NULL, 0, &a->k_ot);
 }
 
+camdelta_status cd_apply_build_cpu(const cd_cpu_scan *p, cd_apply *a) {
+  *a = (cd_apply){.form = CD_APPLY_CPU, .w = 1, .nv = 1, .ts = 8 * p->tv};
+  const cl_int err = clRetainKernel(p->apply);
+  if (err != CL_SUCCESS) return cd_cl_fail(err, "cd_cpu_apply: retaining the kernel");
+  a->k = p->apply;
+  return CAMDELTA_OK;
+}
+
 void cd_apply_release(cd_apply *a) {
   if (a->k) clReleaseKernel(a->k);
   if (a->k_ot) clReleaseKernel(a->k_ot);
@@ -52,13 +60,20 @@ static camdelta_status apply_tc(camdelta_context *ctx, const cd_apply *a, const 
 camdelta_status cd_apply_out(camdelta_context *ctx, const cd_apply *a, const cd_scan_geo *geo, camdelta_buffer q,
                              camdelta_buffer states, camdelta_buffer out, cd_launch *l) {
   if (a->form == CD_APPLY_TC) return apply_tc(ctx, a, geo, q, states, states, out, 1, 0, 0, "cd_apply_tc (phase C)", l);
-  if (a->form != CD_APPLY_FMA) return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "the plan has no apply");
+  const int cpu = a->form == CD_APPLY_CPU; /* the same arguments; one work-item per (b, h, f, token block) */
+  if (a->form != CD_APPLY_FMA && !cpu) return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "the plan has no apply");
+  if (cpu && geo->pk) return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "cd_cpu_apply runs the fixed shape only");
   const unsigned ns = ceil_div(geo->S, a->ts); /* token tiles follow this call's S */
   cd_args ar = {a->k, 0, CL_SUCCESS};
   CD_ARG_BUFS(&ar, q, states, out);
   cd_arg_tokens(&ar, geo);
   cd_arg_u32(&ar, ns);
   cd_arg_packed(&ar, geo);
+  if (cpu) {
+    if (ar.err != CL_SUCCESS) return cd_cl_fail(ar.err, "cd_cpu_apply: setting arguments");
+    const size_t one = 1, gws1 = geo->BHF * ns;
+    return cd_enqueue(ctx, a->k, 1, &gws1, &one, l, "cd_cpu_apply");
+  }
   if (ar.err != CL_SUCCESS) return cd_cl_fail(ar.err, "cd_scan_phase_c: setting arguments");
   const size_t lws[2] = {a->w, 1}, gws[2] = {(size_t)a->w * geo->BHF, (size_t)a->nv * ns};
   return cd_enqueue(ctx, a->k, 2, gws, lws, l, "cd_scan_phase_c");

@@ -37,8 +37,21 @@ typedef struct bwd_plan {
   char opts[256];
   int overridden;
   int tc, split;
+  int cpu; /* the gram, chain, frames and ddecay in their CPU forms, from u.cpu_prog */
 } bwd_plan;
 enum { WS_A, WS_W, WS_G, WS_U, WS_Z, WS_PART };
+
+/* The backward's CPU forms for head dim D: one program; the gram, the gradient chain (pair: both directions'),
+ * the frames and ddecay from it. */
+camdelta_status cd_backward_cpu_parts(camdelta_context *ctx, size_t D, int pair, cd_cpu_scan *p, cd_gram *gram,
+                                      cd_chain *chain, cd_frames *frames, cd_ddecay *ddecay) {
+  camdelta_status st = cd_scan_cpu_program(ctx, D, p);
+  if (!st) st = cd_gram_build_cpu(p, gram);
+  if (!st) st = cd_chain_build_cpu(p, pair ? CD_CHAIN_CPU_GRADS_PAIR : CD_CHAIN_CPU_GRADS, chain);
+  if (!st) st = cd_frames_build_cpu(p, frames);
+  if (!st) st = cd_ddecay_build_cpu(p, ddecay);
+  return st;
+}
 
 static camdelta_status bwd_build(camdelta_context *ctx, const cd_plan_key *key, const void *arg, void **out) {
   (void)key;
@@ -46,13 +59,17 @@ static camdelta_status bwd_build(camdelta_context *ctx, const cd_plan_key *key, 
   bwd_plan *pl = calloc(1, sizeof *pl);
   if (!pl) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", OP);
   camdelta_status st = CAMDELTA_OK;
-  if ((pl->tc = cd_tc_available(ctx))) {
+  if (r->variant == 0 && cd_scan_cpu_forms(ctx)) { /* packed clips keep the FMA forms */
+    pl->cpu = 1;
+    st = cd_backward_cpu_parts(ctx, r->D, 0, &pl->u.cpu_prog, &pl->u.gram, &pl->u.chain, &pl->u.frames, &pl->u.ddecay);
+    if (!st) snprintf(pl->opts, sizeof pl->opts, "%s", pl->u.cpu_prog.opts);
+  } else if ((pl->tc = cd_tc_available(ctx))) {
     pl->split = r->prec != CAMDELTA_PRECISION_TF32;
     st = cd_gram_build_tc(ctx, r->D, pl->split, r->vec, r->extra, &pl->u.gram);
     if (!st) st = cd_frames_build_tc(ctx, r->D, pl->split, r->vec, r->extra, &pl->u.frames);
     if (!st) st = cd_apply_build_tc(ctx, r->D, pl->split, r->vec, 0, r->extra, &pl->u.apply);
   }
-  if (!st)
+  if (!st && !pl->cpu)
     st = cd_backward_parts(ctx, r->D, pl->tc, r->extra, 0, &pl->cfg, pl->opts, &pl->overridden,
                            pl->tc ? NULL : &pl->u.gram, &pl->u.chain, pl->tc ? NULL : &pl->u.frames, &pl->u.ddecay);
   return cd_units_done(pl, st, out);
@@ -95,6 +112,12 @@ static void tc_text(char *buf, size_t size, const char *what, const char *kernel
 static void plan_text(const bwd_plan *pl, const camdelta_scan_backward_args *a, char *buf, size_t size) {
   const cd_sbwd_cfg *c = &pl->cfg;
   const size_t D = a->D;
+  if (pl->cpu) {
+    snprintf(buf, size, "backward; precision exact (fma)%s; cpu forms (gram, chain, frames, ddecay): %s",
+             a->precision == CAMDELTA_PRECISION_TF32 ? "; tf32 requested, no tensor-core path on this device" : "",
+             pl->opts);
+    return;
+  }
   const char *path = pl->tc ? (pl->split ? "exact (tensor cores, split-TF32)" : "tf32 (tensor cores)")
                      : a->precision == CAMDELTA_PRECISION_TF32
                          ? "exact (fma; tf32 requested, no tensor-core path on this device)"
@@ -294,6 +317,10 @@ camdelta_status cd_backward_enqueue(camdelta_context *ctx, cd_plan_entry *e, con
 
 static void verbose(const bwd_plan *pl, size_t D, const char *what) {
   const cd_sbwd_cfg *c = &pl->cfg;
+  if (pl->cpu) {
+    fprintf(stderr, "camdelta scan backward%s: cpu forms (gram, chain, frames, ddecay): %s\n", what, pl->opts);
+    return;
+  }
   fprintf(stderr, "camdelta scan backward%s: grams W=%zu, frames W=%zu tokens=%zu%s: %s\n", what,
           (D / c->rpt) * (D / c->rpt), c->tl * (D / c->dpt), c->tl * c->tpt,
           pl->overridden ? " (tiles overridden)" : "", pl->opts);

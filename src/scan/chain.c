@@ -44,6 +44,18 @@ camdelta_status cd_chain_build_summary(camdelta_context *ctx, size_t D, cd_chain
   return cd_kernel(ctx, "scan_summary.cl", opts, "cd_summary_apply", &ch->k);
 }
 
+camdelta_status cd_chain_build_cpu(const cd_cpu_scan *p, cd_chain_form form, cd_chain *ch) {
+  *ch = (cd_chain){.form = form, .w = 1, .nj = (unsigned)(p->D / p->cb), .per = SIZE_MAX};
+  const cl_kernel k = form == CD_CHAIN_CPU_STATES        ? p->chain
+                      : form == CD_CHAIN_CPU_STATES_PAIR ? p->pair_chain
+                      : form == CD_CHAIN_CPU_GRADS       ? p->grad_chain
+                                                         : p->pair_grad_chain;
+  const cl_int err = clRetainKernel(k);
+  if (err != CL_SUCCESS) return cd_cl_fail(err, "the CPU chain: retaining the kernel");
+  ch->k = k;
+  return CAMDELTA_OK;
+}
+
 camdelta_status cd_chain_budget(camdelta_context *ctx, cd_chain *ch, size_t fixed, size_t per_step, const char *what) {
   const size_t budget = cd_loop_budget(ctx);
   ch->per = SIZE_MAX;
@@ -75,7 +87,27 @@ void cd_chain_release(cd_chain *ch) {
 
 camdelta_status cd_chain_states(camdelta_context *ctx, const cd_chain *ch, const cd_scan_geo *geo,
                                 const cd_chain_states_io *io, cd_launch *l) {
-  if (ch->form != CD_CHAIN_STATES) return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "the plan has no state chain");
+  const int cpu = ch->form == CD_CHAIN_CPU_STATES; /* the same arguments; a work-item per work-group (w = 1) */
+  if (ch->form != CD_CHAIN_STATES && !cpu) return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "the plan has no state chain");
+  if (cpu) { /* one launch (cd_scan_cpu_forms takes the CPU forms only where the walk fits the loop budget) */
+    cd_args a = {ch->k, 0, CL_SUCCESS};
+    cd_arg_buf(&a, io->A);
+    cd_arg_buf(&a, io->U);
+    cd_arg_buf(&a, io->decay);
+    cd_arg_buf(&a, io->init);
+    cd_arg_buf(&a, io->post);
+    cd_arg_buf(&a, io->pre);
+    cd_arg_buf(&a, io->final);
+    cd_arg_u32(&a, (uint32_t)geo->F);
+    cd_arg_i32(&a, io->reverse != 0);
+    cd_arg_i32(&a, io->init.mem != NULL);
+    cd_arg_i32(&a, io->pre.mem != NULL);
+    cd_arg_i32(&a, io->final.mem != NULL);
+    cd_arg_packed(&a, geo);
+    if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_cpu_chain: setting arguments");
+    const size_t one[2] = {1, 1}, gws[2] = {geo->BH, ch->nj};
+    return cd_enqueue(ctx, ch->k, 2, gws, one, l, "cd_cpu_chain");
+  }
   /* the chain's steps (packed clips: at least every clip's) */
   const size_t steps = geo->pk ? geo->F + 1 : io->reverse ? geo->F - 1 + (io->final.mem != NULL) : geo->F;
   cl_mem carry;
@@ -105,6 +137,27 @@ camdelta_status cd_chain_states(camdelta_context *ctx, const cd_chain *ch, const
 
 camdelta_status cd_chain_states_pair(camdelta_context *ctx, const cd_chain *ch, const cd_scan_geo *geo,
                                      const cd_chain_pair_io *io, cd_launch *l) {
+  if (ch->form == CD_CHAIN_CPU_STATES_PAIR) { /* groups (2·B·H, column blocks); decay is not read (no pre) */
+    cd_args a = {ch->k, 0, CL_SUCCESS};
+    cd_arg_buf(&a, io->A);
+    cd_arg_buf(&a, io->U);
+    cd_arg_buf(&a, io->A);
+    cd_arg_mem(&a, io->mask);
+    cd_arg_buf(&a, io->init_c.mem ? io->init_c : io->A);
+    cd_arg_buf(&a, io->init_r.mem ? io->init_r : io->A);
+    cd_arg_buf(&a, io->post_c);
+    cd_arg_buf(&a, io->post_r);
+    cd_arg_buf(&a, io->final_c.mem ? io->final_c : io->post_c);
+    cd_arg_buf(&a, io->final_r.mem ? io->final_r : io->post_r);
+    cd_arg_u32(&a, (uint32_t)geo->F);
+    cd_arg_i32(&a, io->init_c.mem != NULL);
+    cd_arg_i32(&a, io->init_r.mem != NULL);
+    cd_arg_i32(&a, io->final_c.mem != NULL);
+    cd_arg_i32(&a, io->final_r.mem != NULL);
+    if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_cpu_pair_chain: setting arguments");
+    const size_t one[2] = {1, 1}, gws[2] = {2 * geo->BH, ch->nj};
+    return cd_enqueue(ctx, ch->k, 2, gws, one, l, "cd_cpu_pair_chain");
+  }
   if (ch->form != CD_CHAIN_STATES_PAIR) return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "the plan has no pair chain");
   /* either chain's steps at most; each direction's state carried in its own half of the scratch */
   const size_t steps = geo->F, half = geo->BH * geo->D * geo->D; /* elements */
@@ -138,10 +191,33 @@ camdelta_status cd_chain_states_pair(camdelta_context *ctx, const cd_chain *ch, 
 
 camdelta_status cd_chain_grads(camdelta_context *ctx, const cd_chain *ch, const cd_scan_geo *geo,
                                const cd_chain_grads_io *io, cd_launch *l) {
-  if (ch->form != CD_CHAIN_GRADS) return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "the plan has no gradient chain");
+  const int cpu = ch->form == CD_CHAIN_CPU_GRADS; /* the same arguments; groups (chain, column block) of one item */
+  if (ch->form != CD_CHAIN_GRADS && !cpu)
+    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "the plan has no gradient chain");
   /* absent optional tensors: a valid buffer that is never read or written */
   const camdelta_buffer init = io->init.mem ? io->init : io->A, gf = io->gfinal.mem ? io->gfinal : io->A;
   const camdelta_buffer dinit = io->dinit.mem ? io->dinit : io->G;
+  if (cpu) { /* one launch (cd_scan_cpu_forms: the walk fits the loop budget) */
+    cd_args a = {ch->k, 0, CL_SUCCESS};
+    cd_arg_buf(&a, io->A);
+    cd_arg_buf(&a, io->W);
+    cd_arg_buf(&a, io->U.mem ? io->U : io->A);
+    cd_arg_buf(&a, io->recompute ? io->states : io->G);
+    cd_arg_buf(&a, init);
+    cd_arg_buf(&a, gf);
+    cd_arg_buf(&a, io->G);
+    cd_arg_buf(&a, dinit);
+    cd_arg_u32(&a, (uint32_t)geo->F);
+    cd_arg_i32(&a, io->reverse != 0);
+    cd_arg_i32(&a, io->recompute != 0);
+    cd_arg_i32(&a, io->init.mem != NULL);
+    cd_arg_i32(&a, io->gfinal.mem != NULL);
+    cd_arg_i32(&a, io->dinit.mem != NULL);
+    cd_arg_packed(&a, geo);
+    if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_cpu_grad_chain: setting arguments");
+    const size_t one[2] = {1, 1}, gws2[2] = {geo->BH, ch->nj};
+    return cd_enqueue(ctx, ch->k, 2, gws2, one, l, "cd_cpu_grad_chain");
+  }
   const size_t steps = (io->recompute ? geo->F : 0) + geo->F; /* at least every chain's */
   cl_mem carry;
   camdelta_status st = carry_alloc(ctx, ch, geo, steps, 1, &carry);
@@ -170,8 +246,29 @@ camdelta_status cd_chain_grads(camdelta_context *ctx, const cd_chain *ch, const 
 
 camdelta_status cd_chain_grads_pair(camdelta_context *ctx, const cd_chain *ch, const cd_scan_geo *geo,
                                     const cd_chain_grads_pair_io *io, cd_launch *l) {
-  if (ch->form != CD_CHAIN_GRADS_PAIR)
+  const int cpu = ch->form == CD_CHAIN_CPU_GRADS_PAIR; /* the same arguments; groups (2·B·H, column blocks) */
+  if (ch->form != CD_CHAIN_GRADS_PAIR && !cpu)
     return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "the plan has no pair gradient chain");
+  if (cpu) { /* one launch (cd_scan_cpu_forms: the walk fits the loop budget) */
+    cd_args a = {ch->k, 0, CL_SUCCESS};
+    cd_arg_buf(&a, io->A);
+    cd_arg_buf(&a, io->W);
+    cd_arg_mem(&a, io->mask);
+    cd_arg_buf(&a, io->gfinal_c.mem ? io->gfinal_c : io->A);
+    cd_arg_buf(&a, io->gfinal_r.mem ? io->gfinal_r : io->A);
+    cd_arg_buf(&a, io->G_c);
+    cd_arg_buf(&a, io->G_r);
+    cd_arg_buf(&a, io->dinit_c.mem ? io->dinit_c : io->G_c);
+    cd_arg_buf(&a, io->dinit_r.mem ? io->dinit_r : io->G_r);
+    cd_arg_u32(&a, (uint32_t)geo->F);
+    cd_arg_i32(&a, io->gfinal_c.mem != NULL);
+    cd_arg_i32(&a, io->gfinal_r.mem != NULL);
+    cd_arg_i32(&a, io->dinit_c.mem != NULL);
+    cd_arg_i32(&a, io->dinit_r.mem != NULL);
+    if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_cpu_pair_grad_chain: setting arguments");
+    const size_t one[2] = {1, 1}, gws2[2] = {2 * geo->BH, ch->nj};
+    return cd_enqueue(ctx, ch->k, 2, gws2, one, l, "cd_cpu_pair_grad_chain");
+  }
   const size_t steps = geo->F;
   cl_mem carry;
   camdelta_status st = carry_alloc(ctx, ch, geo, steps, 2, &carry);

@@ -88,6 +88,9 @@ camdelta_status cd_backward_acquire(camdelta_context *ctx, const cd_bwd_request 
 camdelta_status cd_backward_gram(camdelta_context *ctx, cd_plan_entry *e, const cd_scan_geo *geo,
                                  const camdelta_scan_backward_args *p, camdelta_buffer A, int A_given,
                                  camdelta_buffer U, int need_u, camdelta_buffer W, cd_launch *l);
+/** The backward's CPU forms for head dim D (pair: the pair's gradient chain): the program into p, and its units. */
+camdelta_status cd_backward_cpu_parts(camdelta_context *ctx, size_t D, int pair, cd_cpu_scan *p, cd_gram *gram,
+                                      cd_chain *chain, cd_frames *frames, cd_ddecay *ddecay);
 /** The rest of a backward from its grams: states from the saved object (or recomputed from A, U when `states` is
  *  NULL mem, into the workspace). */
 camdelta_status cd_backward_rest(camdelta_context *ctx, cd_plan_entry *e, const cd_scan_geo *geo,

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "scan/cost.h"
+#include "scan/cpu.h"
 #include "scan/tc.h"
 
 static const cd_cost_class GPU_CLASS = {
@@ -171,7 +172,11 @@ camdelta_scan_algorithm cd_scan_auto_ctx(camdelta_context *ctx, size_t BH, size_
                                          cd_scan_estimate *e) {
   /* emulated kernels run at FMA rates, except where the context stands for a device that has the tensor cores */
   const int tc = cd_tc_available(ctx) && (!cd_tc_emulated(ctx) || ctx->facts_emulated);
-  return cd_scan_auto(&ctx->info, tc, BH, D, F, S, e);
+  const camdelta_scan_algorithm pick = cd_scan_auto(&ctx->info, tc, BH, D, F, S, e);
+  /* the CPU forms run the chunkwise algorithm (their costs are not modelled: the estimates are the FMA forms') */
+  if (!cd_scan_cpu_forms(ctx)) return pick;
+  if (e) e->pick = CAMDELTA_SCAN_CHUNKWISE;
+  return CAMDELTA_SCAN_CHUNKWISE;
 }
 
 static void ms_text(double ms, char *buf, size_t size) {

@@ -193,8 +193,19 @@ typedef struct fwd_plan {
   camdelta_scan_algorithm alg;
   cd_chunk_cfg cc; /* chunkwise: the three phases' tiles; sequential with OUT=2: its phase C's */
   int tc, split; /* the gram and the apply on tensor cores; split-TF32 (exact) or one TF32 product */
+  int cpu;       /* chunkwise: the gram, the chain and the apply in their CPU forms, from u.cpu_prog */
 } fwd_plan;
 enum { WS_A, WS_U, WS_STATES };
+
+/* The chunkwise plan of the CPU forms: one program, its gram, state chain and apply. */
+static camdelta_status fwd_build_cpu(camdelta_context *ctx, size_t D, fwd_plan *pl) {
+  pl->cpu = 1;
+  camdelta_status st = cd_scan_cpu_program(ctx, D, &pl->u.cpu_prog);
+  if (!st) st = cd_gram_build_cpu(&pl->u.cpu_prog, &pl->u.gram);
+  if (!st) st = cd_chain_build_cpu(&pl->u.cpu_prog, CD_CHAIN_CPU_STATES, &pl->u.chain);
+  if (!st) st = cd_apply_build_cpu(&pl->u.cpu_prog, &pl->u.apply);
+  return st;
+}
 
 static camdelta_status fwd_build(camdelta_context *ctx, const cd_plan_key *key, const void *arg, void **out) {
   (void)key;
@@ -202,6 +213,10 @@ static camdelta_status fwd_build(camdelta_context *ctx, const cd_plan_key *key, 
   fwd_plan *pl = calloc(1, sizeof *pl);
   if (!pl) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", OP);
   pl->alg = r->alg;
+  /* the fixed shape's chunkwise plan on a context that takes the CPU forms (packed clips keep the FMA forms) */
+  if (r->alg == CAMDELTA_SCAN_CHUNKWISE && r->variant == 0 && cd_scan_cpu_forms(ctx)) {
+    return cd_units_done(pl, fwd_build_cpu(ctx, r->D, pl), out);
+  }
   camdelta_status st = r->alg == CAMDELTA_SCAN_SEQUENTIAL
                            ? cd_sequential_parts(ctx, r->BH, r->D, r->S, &pl->u.seq, &pl->cc, &pl->u.apply)
                            : cd_chunk_parts(ctx, r->BH, r->D, r->S, r->extra, &pl->cc, &pl->u.gram, &pl->u.chain,
@@ -358,6 +373,12 @@ void cd_forward_text(const cd_plan_entry *e, camdelta_precision requested, char 
   const fwd_plan *pl = e->plan;
   const cd_chunk_cfg *cc = &pl->cc;
   const cd_seq_cfg *sc = &pl->u.seq.c;
+  if (pl->alg == CAMDELTA_SCAN_CHUNKWISE && pl->cpu) {
+    snprintf(buf, size, "chunkwise; precision exact (fma)%s; cpu forms (gram, chain, apply): %s",
+             requested == CAMDELTA_PRECISION_TF32 ? "; tf32 requested, no tensor-core path on this device" : "",
+             pl->u.cpu_prog.opts);
+    return;
+  }
   if (pl->alg == CAMDELTA_SCAN_CHUNKWISE) {
     cd_chunk_text(cc, &pl->u.gram, &pl->u.apply, pl->split, requested, buf, size);
     return;

@@ -17,6 +17,14 @@ camdelta_status cd_frames_build_tc(camdelta_context *ctx, size_t D, int split, i
   return st;
 }
 
+camdelta_status cd_frames_build_cpu(const cd_cpu_scan *p, cd_frames *f) {
+  *f = (cd_frames){.form = CD_FRAMES_CPU, .w = 1, .tokens = 8 * p->ftv};
+  const cl_int err = clRetainKernel(p->frames);
+  if (err != CL_SUCCESS) return cd_cl_fail(err, "cd_cpu_frames: retaining the kernel");
+  f->k = p->frames;
+  return CAMDELTA_OK;
+}
+
 void cd_frames_release(cd_frames *f) {
   if (f->k) clReleaseKernel(f->k);
   f->k = NULL;
@@ -43,9 +51,11 @@ camdelta_status cd_frames_enqueue(camdelta_context *ctx, const cd_frames *f, con
   cd_arg_i32(&a, io->reverse != 0);
   cd_arg_i32(&a, io->has_init != 0);
   cd_arg_packed(&a, geo);
-  const char *name = tc ? "cd_frames_tc" : "cd_scan_bwd_frames";
-  if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, tc ? "cd_frames_tc: setting arguments"
-                                                        : "cd_scan_bwd_frames: setting arguments");
+  /* the CPU form takes the FMA form's arguments, its work-groups one item (w = 1) */
+  const char *name = tc ? "cd_frames_tc" : f->form == CD_FRAMES_CPU ? "cd_cpu_frames" : "cd_scan_bwd_frames";
+  if (f->form == CD_FRAMES_CPU && geo->pk)
+    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "cd_cpu_frames runs the fixed shape only");
+  if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, name);
   const size_t lws[2] = {f->w, 1};
   const size_t gws[2] = {tc ? f->w * ntiles : geo->BHF * ntiles * f->w, tc ? geo->BHF : 1};
   return cd_enqueue(ctx, f->k, 2, gws, lws, l, name);

@@ -62,6 +62,14 @@ camdelta_status cd_gram_build_tc(camdelta_context *ctx, size_t D, int split, int
   return st;
 }
 
+camdelta_status cd_gram_build_cpu(const cd_cpu_scan *p, cd_gram *g) {
+  *g = (cd_gram){.form = CD_GRAM_CPU, .w = 1, .cpu = p};
+  const cl_int err = clRetainKernel(p->gram);
+  if (err != CL_SUCCESS) return cd_cl_fail(err, "cd_cpu_gram: retaining the kernel");
+  g->k = p->gram;
+  return CAMDELTA_OK;
+}
+
 void cd_gram_release(cd_gram *g) {
   if (g->k) clReleaseKernel(g->k);
   g->k = NULL;
@@ -190,6 +198,18 @@ camdelta_status cd_gram_enqueue(camdelta_context *ctx, const cd_gram *g, const c
                 !io->W.mem ? "cd_gram_tc (phase A)" : io->U.mem ? "cd_gram_tc (A, U)" : "cd_gram_tc (A)", l);
       else if (!st && io->U.mem)
         return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "cd_gram_tc computes U beside A only");
+      return st;
+    }
+    case CD_GRAM_CPU: {
+      /* W = Qᵀ·dO in one launch; A, U, or both in another */
+      if (geo->pk) return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "cd_cpu_gram runs the fixed shape only");
+      const cd_cpu_geo cg = {.BH = geo->BH, .F = geo->F, .S = geo->S, .N = geo->N};
+      if (io->W.mem)
+        st = cd_cpu_gram(ctx, g->cpu, &cg, CD_CPU_GRAM_W, io->q, io->dout, none, none, none, io->W, none, l);
+      if (!st && (io->A.mem || io->U.mem)) {
+        const cd_cpu_gram_mode m = !io->A.mem ? CD_CPU_GRAM_U : io->U.mem ? CD_CPU_GRAM_AU : CD_CPU_GRAM_A;
+        st = cd_cpu_gram(ctx, g->cpu, &cg, m, io->k, io->k, io->v, io->beta, io->decay, io->A, io->U, l);
+      }
       return st;
     }
     case CD_GRAM_NONE: break;

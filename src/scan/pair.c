@@ -42,6 +42,7 @@ typedef struct pair_plan {
   cd_units u; /* first: cd_units_destroy is the destructor */
   cd_chunk_cfg cc;
   int split;
+  int cpu; /* the gram, the pair's chain and the apply in their CPU forms, from u.cpu_prog */
 } pair_plan;
 enum { PW_A, PW_U, PW_SC, PW_SR, PW_SUM };
 
@@ -56,8 +57,15 @@ static camdelta_status pair_build(camdelta_context *ctx, const cd_plan_key *key,
   const pair_request *r = arg;
   pair_plan *pl = calloc(1, sizeof *pl);
   if (!pl) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", OP);
-  camdelta_status st = cd_chunk_parts(ctx, r->BH, r->D, r->S, "", &pl->cc, &pl->u.gram, NULL, &pl->u.apply);
-  if (!st && cd_tc_available(ctx)) {
+  camdelta_status st = CAMDELTA_OK;
+  if ((pl->cpu = cd_scan_cpu_forms(ctx))) {
+    st = cd_scan_cpu_program(ctx, r->D, &pl->u.cpu_prog);
+    if (!st) st = cd_gram_build_cpu(&pl->u.cpu_prog, &pl->u.gram);
+    if (!st) st = cd_chain_build_cpu(&pl->u.cpu_prog, CD_CHAIN_CPU_STATES_PAIR, &pl->u.chain);
+    if (!st) st = cd_apply_build_cpu(&pl->u.cpu_prog, &pl->u.apply);
+  } else
+    st = cd_chunk_parts(ctx, r->BH, r->D, r->S, "", &pl->cc, &pl->u.gram, NULL, &pl->u.apply);
+  if (!st && !pl->cpu && cd_tc_available(ctx)) {
     pl->split = r->prec != CAMDELTA_PRECISION_TF32;
     cd_gram_release(&pl->u.gram);
     cd_apply_release(&pl->u.apply);
@@ -65,7 +73,7 @@ static camdelta_status pair_build(camdelta_context *ctx, const cd_plan_key *key,
     if (!st)
       st = cd_apply_build_tc(ctx, r->D, pl->split, r->vec, 1, "", &pl->u.apply);
   }
-  if (!st) st = cd_chunk_pair_chain(ctx, 2 * r->BH, r->D, r->S, &pl->u.chain);
+  if (!st && !pl->cpu) st = cd_chunk_pair_chain(ctx, 2 * r->BH, r->D, r->S, &pl->u.chain);
   if (!st) st = cd_pieces_build(ctx, &pl->u.pieces);
   return cd_units_done(pl, st, out);
 }
@@ -128,7 +136,10 @@ camdelta_status cd_scan_pair_forward(camdelta_context *ctx, const cd_scan_pair_a
   cd_plan_entry *e;
   if ((st = pair_acquire(ctx, &r, &e))) return st;
   pair_plan *pl = e->plan;
-  if (cd_option(ctx, CD_OPT_VERBOSE_SCAN, CAMDELTA_F32)) {
+  if (pl->cpu && cd_option(ctx, CD_OPT_VERBOSE_SCAN, CAMDELTA_F32))
+    fprintf(stderr, "camdelta scan pair: chunkwise; precision exact (fma); cpu forms (gram, pair chain, apply): %s\n",
+            pl->u.cpu_prog.opts);
+  else if (cd_option(ctx, CD_OPT_VERBOSE_SCAN, CAMDELTA_F32)) {
     char text[1024];
     cd_chunk_text(&pl->cc, &pl->u.gram, &pl->u.apply, pl->split, a->precision, text, sizeof text);
     fprintf(stderr, "camdelta scan pair: %s; the pair's chains in %u value blocks of work-groups of %u\n", text,
@@ -213,16 +224,20 @@ static camdelta_status pair_bwd_build(camdelta_context *ctx, const cd_plan_key *
   const pair_bwd_request *r = arg;
   pair_bwd_plan *pl = calloc(1, sizeof *pl);
   if (!pl) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", BOP);
-  pl->tc = cd_tc_available(ctx);
+  const int cpu = cd_scan_cpu_forms(ctx);
+  pl->tc = !cpu && cd_tc_available(ctx);
   const int split = r->prec != CAMDELTA_PRECISION_TF32;
   int overridden;
   camdelta_status st = CAMDELTA_OK;
-  if (pl->tc) {
+  if (cpu) {
+    st = cd_backward_cpu_parts(ctx, r->D, 1, &pl->u.cpu_prog, &pl->u.gram, &pl->u.chain, &pl->u.frames, &pl->u.ddecay);
+    if (!st) snprintf(pl->opts, sizeof pl->opts, "cpu forms: %s", pl->u.cpu_prog.opts);
+  } else if (pl->tc) {
     st = cd_gram_build_tc(ctx, r->D, split, r->vec, "", &pl->u.gram);
     if (!st) st = cd_apply_build_tc(ctx, r->D, split, r->vec, 0, "", &pl->u.apply);
     if (!st) st = cd_frames_build_tc(ctx, r->D, split, r->vec, "", &pl->u.frames);
   }
-  if (!st)
+  if (!st && !cpu)
     st = cd_backward_parts(ctx, r->D, pl->tc, "", 1, &pl->cfg, pl->opts, &overridden, pl->tc ? NULL : &pl->u.gram,
                            &pl->u.chain, pl->tc ? NULL : &pl->u.frames, &pl->u.ddecay);
   if (!st) st = cd_pieces_build(ctx, &pl->u.pieces);

@@ -8,6 +8,14 @@ camdelta_status cd_ddecay_build(camdelta_context *ctx, const char *opts, const c
   return cd_kernel(ctx, "scan_backward.cl", opts, "cd_scan_bwd_ddecay", &d->k);
 }
 
+camdelta_status cd_ddecay_build_cpu(const cd_cpu_scan *p, cd_ddecay *d) {
+  *d = (cd_ddecay){.w = 1, .cpu = 1};
+  const cl_int err = clRetainKernel(p->ddecay);
+  if (err != CL_SUCCESS) return cd_cl_fail(err, "cd_cpu_ddecay: retaining the kernel");
+  d->k = p->ddecay;
+  return CAMDELTA_OK;
+}
+
 void cd_ddecay_release(cd_ddecay *d) {
   if (d->k) clReleaseKernel(d->k);
   d->k = NULL;
@@ -25,9 +33,10 @@ camdelta_status cd_ddecay_enqueue(camdelta_context *ctx, const cd_ddecay *d, con
   cd_arg_i32(&a, reverse != 0);
   cd_arg_i32(&a, has_init != 0);
   cd_arg_packed(&a, geo);
-  if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_scan_bwd_ddecay: setting arguments");
+  const char *name = d->cpu ? "cd_cpu_ddecay" : "cd_scan_bwd_ddecay";
+  if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, name);
   const size_t lws = d->w, gws = geo->BHF * lws;
-  return cd_enqueue(ctx, d->k, 1, &gws, &lws, l, "cd_scan_bwd_ddecay");
+  return cd_enqueue(ctx, d->k, 1, &gws, &lws, l, name);
 }
 
 camdelta_status cd_pieces_build(camdelta_context *ctx, cd_pieces *p) {
@@ -54,6 +63,7 @@ void cd_units_destroy(void *plan) {
   cd_ddecay_release(&u->ddecay);
   cd_pieces_release(&u->pieces);
   cd_ws_free(&u->ws);
+  cd_cpu_scan_release(&u->cpu_prog);
   free(plan);
 }
 

@@ -14,6 +14,10 @@
  *   sequential  the one-kernel recurrence
  *   pieces      ddecay from the partials, the pair's state sums and gradient adds
  *
+ * The CPU forms (cpu.h, cl/scan_cpu.cl) of the gram, chain, apply, frames and ddecay come from one program per
+ * plan (cd_cpu_scan, owned by the plan, which outlives its units); a unit built from it retains its kernel. They
+ * run the fixed shape only (no packed clips). cd_scan_cpu_forms() says whether a plan takes them.
+ *
  * Every enqueue sets its kernel's arguments and launches it on `l`: the caller holds the plan's `use` lock (the
  * kernel objects' arguments are not safe to set from two threads at once) and has built everything before the
  * first enqueue. Where the driver ends a work-item's loops after a fixed number of iterations per launch
@@ -25,6 +29,7 @@
 #ifndef CAMDELTA_SCAN_UNITS_H
 #define CAMDELTA_SCAN_UNITS_H
 #include "runtime/internal.h"
+#include "scan/cpu.h"
 #include "scan/tc.h"
 #include "scan/tiles.h"
 
@@ -46,6 +51,9 @@ void cd_arg_tokens(cd_args *a, const cd_scan_geo *geo);
 /** The packed variant's last two kernel arguments (pk, pk_h); nothing for the fixed shape. */
 void cd_arg_packed(cd_args *a, const cd_scan_geo *geo);
 
+/** Picks the tiles and builds the CPU forms' program for head dim D into p (released by cd_cpu_scan_release). */
+camdelta_status cd_scan_cpu_program(camdelta_context *ctx, size_t D, cd_cpu_scan *p);
+
 /* ---------------------------------------------------------------------------------------------- gram */
 
 /** The gram's forms. */
@@ -54,7 +62,8 @@ typedef enum cd_gram_form {
   CD_GRAM_FMA_TILED,  /* cd_scan_phase_a (scan_chunkwise.cl): A and U as one D x 2D product, the chunkwise tiles */
   CD_GRAM_FMA_MODES,  /* cd_scan_bwd_grams (scan_backward.cl): W, A, U as the launch's first 1, 2 or 3 modes */
   CD_GRAM_FMA_SINGLE, /* cd_summary_gram (scan_summary.cl): one product per launch */
-  CD_GRAM_TC          /* cd_gram_tc (gemm_tc.cl): tensor cores; W in one launch, A with or without U in another */
+  CD_GRAM_TC,         /* cd_gram_tc (gemm_tc.cl): tensor cores; W in one launch, A with or without U in another */
+  CD_GRAM_CPU         /* cd_cpu_gram (scan_cpu.cl): any of W, A, U; A with U in one launch */
 } cd_gram_form;
 
 typedef struct cd_gram {
@@ -63,6 +72,7 @@ typedef struct cd_gram {
   unsigned w;      /* work-group size */
   unsigned nr, nc; /* FMA_TILED: row and column tiles of the D x 2D product */
   cd_tc_tiles t;   /* TC */
+  const cd_cpu_scan *cpu; /* CPU: the program (the plan's) */
   size_t tokens;   /* FMA_MODES, FMA_TILED: a frame's tokens summed per launch (whole TSG or KC chunks, as many as
                       fit the driver's loop budget; SIZE_MAX: all at once) */
 } cd_gram;
@@ -79,6 +89,7 @@ camdelta_status cd_gram_build_modes(camdelta_context *ctx, const char *opts, siz
                                     cd_gram *g);
 camdelta_status cd_gram_build_single(camdelta_context *ctx, size_t D, cd_gram *g);
 camdelta_status cd_gram_build_tc(camdelta_context *ctx, size_t D, int split, int vec, const char *extra, cd_gram *g);
+camdelta_status cd_gram_build_cpu(const cd_cpu_scan *p, cd_gram *g);
 void cd_gram_release(cd_gram *g);
 /** The outputs the form computes together: FMA_TILED A and U (both), FMA_MODES W then A then U (a prefix: W; W and
  *  A; all three), FMA_SINGLE any, TC any but U without A. UNSUPPORTED for a set the form does not compute. */
@@ -93,7 +104,11 @@ typedef enum cd_chain_form {
   CD_CHAIN_STATES_PAIR, /* cd_pair_phase_b (scan_chunkwise.cl, tiles for the pair's 2·B·H chains) */
   CD_CHAIN_GRADS,       /* cd_scan_bwd_chain (scan_backward.cl) */
   CD_CHAIN_GRADS_PAIR,  /* cd_pair_bwd_chain (scan_backward.cl) */
-  CD_CHAIN_SUMMARY      /* cd_summary_apply (scan_summary.cl): one D x D step per launch */
+  CD_CHAIN_SUMMARY,     /* cd_summary_apply (scan_summary.cl): one D x D step per launch */
+  CD_CHAIN_CPU_STATES,  /* cd_cpu_chain (scan_cpu.cl): phase B's arguments, a work-item per (chain, column block) */
+  CD_CHAIN_CPU_STATES_PAIR, /* cd_cpu_pair_chain */
+  CD_CHAIN_CPU_GRADS,       /* cd_cpu_grad_chain: cd_scan_bwd_chain's arguments */
+  CD_CHAIN_CPU_GRADS_PAIR   /* cd_cpu_pair_grad_chain: cd_pair_bwd_chain's arguments */
 } cd_chain_form;
 
 typedef struct cd_chain {
@@ -110,6 +125,8 @@ camdelta_status cd_chain_build_states(camdelta_context *ctx, const char *opts, c
 camdelta_status cd_chain_build_grads(camdelta_context *ctx, const char *opts, size_t D, const cd_sbwd_cfg *c, int pair,
                                      cd_chain *ch);
 camdelta_status cd_chain_build_summary(camdelta_context *ctx, size_t D, cd_chain *ch);
+/** The CPU form of a chain kind: CD_CHAIN_CPU_STATES, _STATES_PAIR, _GRADS or _GRADS_PAIR. */
+camdelta_status cd_chain_build_cpu(const cd_cpu_scan *p, cd_chain_form form, cd_chain *ch);
 /** Sets ch->per from the chain's loop iterations per launch (fixed) and per step within the context's loop budget
  *  (cd_loop_budget); UNSUPPORTED with a message (what: the chain in words) where not one step fits. */
 camdelta_status cd_chain_budget(camdelta_context *ctx, cd_chain *ch, size_t fixed, size_t per_step, const char *what);
@@ -180,7 +197,8 @@ camdelta_status cd_chain_summaries(camdelta_context *ctx, const cd_chain *ch, si
 typedef enum cd_apply_form {
   CD_APPLY_NONE = 0,
   CD_APPLY_FMA, /* cd_scan_phase_c (scan_chunkwise.cl) */
-  CD_APPLY_TC   /* cd_apply_tc, and cd_apply_ot_tc for the output transform (gemm_tc.cl) */
+  CD_APPLY_TC,  /* cd_apply_tc, and cd_apply_ot_tc for the output transform (gemm_tc.cl) */
+  CD_APPLY_CPU  /* cd_cpu_apply (scan_cpu.cl): phase C's arguments, a work-item per (b, h, f, token block) */
 } cd_apply_form;
 
 typedef struct cd_apply {
@@ -196,6 +214,7 @@ camdelta_status cd_apply_build_fma(camdelta_context *ctx, const char *opts, cons
 /** with_ot: also the output transform's epilogue form (left out when its tile needs more local memory). */
 camdelta_status cd_apply_build_tc(camdelta_context *ctx, size_t D, int split, int vec, int with_ot,
                                   const char *extra, cd_apply *a);
+camdelta_status cd_apply_build_cpu(const cd_cpu_scan *p, cd_apply *a);
 void cd_apply_release(cd_apply *a);
 /** out_f = Q_f·states_f (the state each output frame reads). */
 camdelta_status cd_apply_out(camdelta_context *ctx, const cd_apply *a, const cd_scan_geo *geo, camdelta_buffer q,
@@ -219,7 +238,8 @@ camdelta_status cd_apply_dq(camdelta_context *ctx, const cd_apply *a, const cd_s
 typedef enum cd_frames_form {
   CD_FRAMES_NONE = 0,
   CD_FRAMES_FMA, /* cd_scan_bwd_frames (scan_backward.cl): dq, dk, dv, dbeta, partials */
-  CD_FRAMES_TC   /* cd_frames_tc (gemm_tc.cl): dk, dv, dbeta, partials (dq by cd_apply_dq) */
+  CD_FRAMES_TC,  /* cd_frames_tc (gemm_tc.cl): dk, dv, dbeta, partials (dq by cd_apply_dq) */
+  CD_FRAMES_CPU  /* cd_cpu_frames (scan_cpu.cl): the FMA form's arguments, a work-item per (b, h, f, token block) */
 } cd_frames_form;
 
 typedef struct cd_frames {
@@ -234,6 +254,7 @@ camdelta_status cd_frames_build_fma(camdelta_context *ctx, const char *opts, siz
                                     cd_frames *f);
 camdelta_status cd_frames_build_tc(camdelta_context *ctx, size_t D, int split, int vec, const char *extra,
                                    cd_frames *f);
+camdelta_status cd_frames_build_cpu(const cd_cpu_scan *p, cd_frames *f);
 void cd_frames_release(cd_frames *f);
 /** Token tiles per frame of S tokens (the partials buffer holds BHF of them). */
 size_t cd_frames_tiles(const cd_frames *f, size_t S);
@@ -272,8 +293,11 @@ camdelta_status cd_sequential_enqueue(camdelta_context *ctx, const cd_sequential
 typedef struct cd_ddecay {
   cl_kernel k;
   unsigned w;
+  int cpu; /* cd_cpu_ddecay */
 } cd_ddecay;
 camdelta_status cd_ddecay_build(camdelta_context *ctx, const char *opts, const cd_sbwd_cfg *c, cd_ddecay *d);
+/** cd_cpu_ddecay (scan_cpu.cl): the same arguments, a work-item per (b, h, f). */
+camdelta_status cd_ddecay_build_cpu(const cd_cpu_scan *p, cd_ddecay *d);
 void cd_ddecay_release(cd_ddecay *d);
 camdelta_status cd_ddecay_enqueue(camdelta_context *ctx, const cd_ddecay *d, const cd_scan_geo *geo,
                                   camdelta_buffer states, camdelta_buffer init, camdelta_buffer G, camdelta_buffer part,
@@ -326,6 +350,7 @@ typedef struct cd_units {
   cd_ddecay ddecay;
   cd_pieces pieces;
   cd_workspace ws;
+  cd_cpu_scan cpu_prog; /* the CPU forms' program (the units built from it retain their kernels) */
 } cd_units;
 /** A plan's destructor (cd_plan_acquire): releases the units of `plan` (a struct starting with a cd_units) and its
  *  workspace, and frees it. */
