@@ -25,10 +25,7 @@ camdelta_status cd_apply_build_tc(camdelta_context *ctx, size_t D, int split, in
 
 camdelta_status cd_apply_build_cpu(const cd_cpu_scan *p, cd_apply *a) {
   *a = (cd_apply){.form = CD_APPLY_CPU, .w = 1, .nv = 1, .ts = 8 * p->tv};
-  const cl_int err = clRetainKernel(p->apply);
-  if (err != CL_SUCCESS) return cd_cl_fail(err, "cd_cpu_apply: retaining the kernel");
-  a->k = p->apply;
-  return CAMDELTA_OK;
+  return cd_cpu_retain(p->apply, "cd_cpu_apply", &a->k);
 }
 
 void cd_apply_release(cd_apply *a) {

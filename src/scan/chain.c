@@ -50,10 +50,7 @@ camdelta_status cd_chain_build_cpu(const cd_cpu_scan *p, cd_chain_form form, cd_
                       : form == CD_CHAIN_CPU_STATES_PAIR ? p->pair_chain
                       : form == CD_CHAIN_CPU_GRADS       ? p->grad_chain
                                                          : p->pair_grad_chain;
-  const cl_int err = clRetainKernel(k);
-  if (err != CL_SUCCESS) return cd_cl_fail(err, "the CPU chain: retaining the kernel");
-  ch->k = k;
-  return CAMDELTA_OK;
+  return cd_cpu_retain(k, "the CPU chain", &ch->k);
 }
 
 camdelta_status cd_chain_budget(camdelta_context *ctx, cd_chain *ch, size_t fixed, size_t per_step, const char *what) {
@@ -135,28 +132,42 @@ camdelta_status cd_chain_states(camdelta_context *ctx, const cd_chain *ch, const
   return st;
 }
 
+/* The scan pair's chains in their CPU forms (states and gradients): one launch, one-item groups (2·B·H, column
+ * blocks); the lead operands, the mask, each direction's optional input, its output and optional output (an absent
+ * one stands in as a present buffer, never read), the frame count and the four presence flags. */
+static camdelta_status cpu_pair_chain(camdelta_context *ctx, const cd_chain *ch, const cd_scan_geo *geo,
+                                      const camdelta_buffer *lead, size_t nlead, cl_mem mask, camdelta_buffer in_c,
+                                      camdelta_buffer in_r, camdelta_buffer out_c, camdelta_buffer out_r,
+                                      camdelta_buffer opt_c, camdelta_buffer opt_r, const char *what, cd_launch *l) {
+  cd_args a = {ch->k, 0, CL_SUCCESS};
+  for (size_t i = 0; i < nlead; i++) cd_arg_buf(&a, lead[i]);
+  cd_arg_mem(&a, mask);
+  cd_arg_buf(&a, in_c.mem ? in_c : lead[0]);
+  cd_arg_buf(&a, in_r.mem ? in_r : lead[0]);
+  cd_arg_buf(&a, out_c);
+  cd_arg_buf(&a, out_r);
+  cd_arg_buf(&a, opt_c.mem ? opt_c : out_c);
+  cd_arg_buf(&a, opt_r.mem ? opt_r : out_r);
+  cd_arg_u32(&a, (uint32_t)geo->F);
+  cd_arg_i32(&a, in_c.mem != NULL);
+  cd_arg_i32(&a, in_r.mem != NULL);
+  cd_arg_i32(&a, opt_c.mem != NULL);
+  cd_arg_i32(&a, opt_r.mem != NULL);
+  if (a.err != CL_SUCCESS) {
+    char m[96];
+    snprintf(m, sizeof m, "%s: setting arguments", what);
+    return cd_cl_fail(a.err, m);
+  }
+  const size_t one[2] = {1, 1}, gws[2] = {2 * geo->BH, ch->nj};
+  return cd_enqueue(ctx, ch->k, 2, gws, one, l, what);
+}
+
 camdelta_status cd_chain_states_pair(camdelta_context *ctx, const cd_chain *ch, const cd_scan_geo *geo,
                                      const cd_chain_pair_io *io, cd_launch *l) {
-  if (ch->form == CD_CHAIN_CPU_STATES_PAIR) { /* groups (2·B·H, column blocks); decay is not read (no pre) */
-    cd_args a = {ch->k, 0, CL_SUCCESS};
-    cd_arg_buf(&a, io->A);
-    cd_arg_buf(&a, io->U);
-    cd_arg_buf(&a, io->A);
-    cd_arg_mem(&a, io->mask);
-    cd_arg_buf(&a, io->init_c.mem ? io->init_c : io->A);
-    cd_arg_buf(&a, io->init_r.mem ? io->init_r : io->A);
-    cd_arg_buf(&a, io->post_c);
-    cd_arg_buf(&a, io->post_r);
-    cd_arg_buf(&a, io->final_c.mem ? io->final_c : io->post_c);
-    cd_arg_buf(&a, io->final_r.mem ? io->final_r : io->post_r);
-    cd_arg_u32(&a, (uint32_t)geo->F);
-    cd_arg_i32(&a, io->init_c.mem != NULL);
-    cd_arg_i32(&a, io->init_r.mem != NULL);
-    cd_arg_i32(&a, io->final_c.mem != NULL);
-    cd_arg_i32(&a, io->final_r.mem != NULL);
-    if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_cpu_pair_chain: setting arguments");
-    const size_t one[2] = {1, 1}, gws[2] = {2 * geo->BH, ch->nj};
-    return cd_enqueue(ctx, ch->k, 2, gws, one, l, "cd_cpu_pair_chain");
+  if (ch->form == CD_CHAIN_CPU_STATES_PAIR) { /* decay is not read (no pre) */
+    const camdelta_buffer lead[] = {io->A, io->U, io->A};
+    return cpu_pair_chain(ctx, ch, geo, lead, 3, io->mask, io->init_c, io->init_r, io->post_c, io->post_r,
+                          io->final_c, io->final_r, "cd_cpu_pair_chain", l);
   }
   if (ch->form != CD_CHAIN_STATES_PAIR) return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "the plan has no pair chain");
   /* either chain's steps at most; each direction's state carried in its own half of the scratch */
@@ -198,76 +209,9 @@ camdelta_status cd_chain_grads(camdelta_context *ctx, const cd_chain *ch, const 
   const camdelta_buffer init = io->init.mem ? io->init : io->A, gf = io->gfinal.mem ? io->gfinal : io->A;
   const camdelta_buffer dinit = io->dinit.mem ? io->dinit : io->G;
   if (cpu) { /* one launch (cd_scan_cpu_forms: the walk fits the loop budget) */
-    cd_args a = {ch->k, 0, CL_SUCCESS};
-    cd_arg_buf(&a, io->A);
-    cd_arg_buf(&a, io->W);
-    cd_arg_buf(&a, io->U.mem ? io->U : io->A);
-    cd_arg_buf(&a, io->recompute ? io->states : io->G);
-    cd_arg_buf(&a, init);
-    cd_arg_buf(&a, gf);
-    cd_arg_buf(&a, io->G);
-    cd_arg_buf(&a, dinit);
-    cd_arg_u32(&a, (uint32_t)geo->F);
-    cd_arg_i32(&a, io->reverse != 0);
-    cd_arg_i32(&a, io->recompute != 0);
-    cd_arg_i32(&a, io->init.mem != NULL);
-    cd_arg_i32(&a, io->gfinal.mem != NULL);
-    cd_arg_i32(&a, io->dinit.mem != NULL);
-    cd_arg_packed(&a, geo);
-    if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_cpu_grad_chain: setting arguments");
-    const size_t one[2] = {1, 1}, gws2[2] = {geo->BH, ch->nj};
-    return cd_enqueue(ctx, ch->k, 2, gws2, one, l, "cd_cpu_grad_chain");
-  }
-  const size_t steps = (io->recompute ? geo->F : 0) + geo->F; /* at least every chain's */
-  cl_mem carry;
-  camdelta_status st = carry_alloc(ctx, ch, geo, steps, 1, &carry);
-  for (size_t u0 = 0; u0 < steps && !st; u0 += ch->per) {
-    const int last = steps - u0 <= ch->per;
-    cd_args a = {ch->k, 0, CL_SUCCESS};
-    CD_ARG_BUFS(&a, io->A, io->W, io->U.mem ? io->U : io->A, io->recompute ? io->states : io->G, init, gf, io->G,
-                dinit);
-    cd_arg_u32(&a, (uint32_t)geo->F);
-    cd_arg_i32(&a, io->reverse != 0);
-    cd_arg_i32(&a, io->recompute != 0);
-    cd_arg_i32(&a, io->init.mem != NULL);
-    cd_arg_i32(&a, io->gfinal.mem != NULL);
-    cd_arg_i32(&a, io->dinit.mem != NULL);
-    cd_arg_u32(&a, (uint32_t)u0);
-    cd_arg_u32(&a, last ? UINT32_MAX : (uint32_t)(u0 + ch->per));
-    cd_arg_mem(&a, carry ? carry : io->A.mem); /* the carry (a launch that leaves no steps never uses it) */
-    cd_arg_packed(&a, geo);
-    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_scan_bwd_chain: setting arguments");
-    const size_t lws = ch->w, gws = geo->BH * ch->nj * lws;
-    if (!st) st = cd_enqueue(ctx, ch->k, 1, &gws, &lws, l, "cd_scan_bwd_chain");
-  }
-  if (carry) clReleaseMemObject(carry);
-  return st;
-}
-
-camdelta_status cd_chain_grads_pair(camdelta_context *ctx, const cd_chain *ch, const cd_scan_geo *geo,
-                                    const cd_chain_grads_pair_io *io, cd_launch *l) {
-  const int cpu = ch->form == CD_CHAIN_CPU_GRADS_PAIR; /* the same arguments; groups (2·B·H, column blocks) */
-  if (ch->form != CD_CHAIN_GRADS_PAIR && !cpu)
-    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "the plan has no pair gradient chain");
-  if (cpu) { /* one launch (cd_scan_cpu_forms: the walk fits the loop budget) */
-    cd_args a = {ch->k, 0, CL_SUCCESS};
-    cd_arg_buf(&a, io->A);
-    cd_arg_buf(&a, io->W);
-    cd_arg_mem(&a, io->mask);
-    cd_arg_buf(&a, io->gfinal_c.mem ? io->gfinal_c : io->A);
-    cd_arg_buf(&a, io->gfinal_r.mem ? io->gfinal_r : io->A);
-    cd_arg_buf(&a, io->G_c);
-    cd_arg_buf(&a, io->G_r);
-    cd_arg_buf(&a, io->dinit_c.mem ? io->dinit_c : io->G_c);
-    cd_arg_buf(&a, io->dinit_r.mem ? io->dinit_r : io->G_r);
-    cd_arg_u32(&a, (uint32_t)geo->F);
-    cd_arg_i32(&a, io->gfinal_c.mem != NULL);
-    cd_arg_i32(&a, io->gfinal_r.mem != NULL);
-    cd_arg_i32(&a, io->dinit_c.mem != NULL);
-    cd_arg_i32(&a, io->dinit_r.mem != NULL);
-    if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_cpu_pair_grad_chain: setting arguments");
-    const size_t one[2] = {1, 1}, gws2[2] = {2 * geo->BH, ch->nj};
-    return cd_enqueue(ctx, ch->k, 2, gws2, one, l, "cd_cpu_pair_grad_chain");
+    const camdelta_buffer lead[] = {io->A, io->W};
+    return cpu_pair_chain(ctx, ch, geo, lead, 2, io->mask, io->gfinal_c, io->gfinal_r, io->G_c, io->G_r, io->dinit_c,
+                          io->dinit_r, "cd_cpu_pair_grad_chain", l);
   }
   const size_t steps = geo->F;
   cl_mem carry;

@@ -96,6 +96,17 @@ int cd_scan_cpu_forms(camdelta_context *ctx) {
   return cd_option(ctx, CD_OPT_SCAN_CPU, CAMDELTA_F32) == 1 && !cd_tc_available(ctx) && !cd_loop_budget(ctx);
 }
 
+camdelta_status cd_cpu_retain(cl_kernel k, const char *unit, cl_kernel *out) {
+  const cl_int err = clRetainKernel(k);
+  if (err != CL_SUCCESS) {
+    char what[96];
+    snprintf(what, sizeof what, "%s: retaining the CPU form's kernel", unit);
+    return cd_cl_fail(err, what);
+  }
+  *out = k;
+  return CAMDELTA_OK;
+}
+
 camdelta_status cd_scan_cpu_program(camdelta_context *ctx, size_t D, cd_cpu_scan *p) {
   memset(p, 0, sizeof *p);
   cd_cpu_scan_tiles(ctx, D, p);

@@ -36,6 +36,8 @@ void cd_cpu_scan_tiles(const camdelta_context *ctx, size_t D, cd_cpu_scan *p);
 /** Builds the program for p->D with p's tiles (cd_cpu_scan_tiles first, or set by hand) and creates its kernels. */
 camdelta_status cd_cpu_scan_build(camdelta_context *ctx, cd_cpu_scan *p);
 void cd_cpu_scan_release(cd_cpu_scan *p);
+/** A unit's own reference to one of the program's kernels (the unit releases it as it releases its other forms'). */
+camdelta_status cd_cpu_retain(cl_kernel k, const char *unit, cl_kernel *out);
 
 /** Gram modes (cd_cpu_gram): the outputs computed together. */
 typedef enum cd_cpu_gram_mode {

@@ -19,10 +19,7 @@ camdelta_status cd_frames_build_tc(camdelta_context *ctx, size_t D, int split, i
 
 camdelta_status cd_frames_build_cpu(const cd_cpu_scan *p, cd_frames *f) {
   *f = (cd_frames){.form = CD_FRAMES_CPU, .w = 1, .tokens = 8 * p->ftv};
-  const cl_int err = clRetainKernel(p->frames);
-  if (err != CL_SUCCESS) return cd_cl_fail(err, "cd_cpu_frames: retaining the kernel");
-  f->k = p->frames;
-  return CAMDELTA_OK;
+  return cd_cpu_retain(p->frames, "cd_cpu_frames", &f->k);
 }
 
 void cd_frames_release(cd_frames *f) {

@@ -64,10 +64,7 @@ camdelta_status cd_gram_build_tc(camdelta_context *ctx, size_t D, int split, int
 
 camdelta_status cd_gram_build_cpu(const cd_cpu_scan *p, cd_gram *g) {
   *g = (cd_gram){.form = CD_GRAM_CPU, .w = 1, .cpu = p};
-  const cl_int err = clRetainKernel(p->gram);
-  if (err != CL_SUCCESS) return cd_cl_fail(err, "cd_cpu_gram: retaining the kernel");
-  g->k = p->gram;
-  return CAMDELTA_OK;
+  return cd_cpu_retain(p->gram, "cd_cpu_gram", &g->k);
 }
 
 void cd_gram_release(cd_gram *g) {

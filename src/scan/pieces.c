@@ -10,10 +10,7 @@ camdelta_status cd_ddecay_build(camdelta_context *ctx, const char *opts, const c
 
 camdelta_status cd_ddecay_build_cpu(const cd_cpu_scan *p, cd_ddecay *d) {
   *d = (cd_ddecay){.w = 1, .cpu = 1};
-  const cl_int err = clRetainKernel(p->ddecay);
-  if (err != CL_SUCCESS) return cd_cl_fail(err, "cd_cpu_ddecay: retaining the kernel");
-  d->k = p->ddecay;
-  return CAMDELTA_OK;
+  return cd_cpu_retain(p->ddecay, "cd_cpu_ddecay", &d->k);
 }
 
 void cd_ddecay_release(cd_ddecay *d) {
