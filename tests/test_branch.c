@@ -788,14 +788,10 @@ static void test_nonfinite_cameras(void **state) {
   problem_free(&p);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
+TU_MAIN(NULL, tu_teardown_context,
       cmocka_unit_test(test_nonfinite_cameras),
       cmocka_unit_test(test_output_transform), cmocka_unit_test(test_transform_roundtrip),
       cmocka_unit_test(test_reference_fd),     cmocka_unit_test(test_discount_gates),
       cmocka_unit_test(test_no_leak),          cmocka_unit_test(test_branch_device),
       cmocka_unit_test(test_fused_output_transform), cmocka_unit_test(test_fused_prep_backward),
-      cmocka_unit_test(test_offsets_and_warm), cmocka_unit_test(test_bad_input),
-  };
-  return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
-}
+      cmocka_unit_test(test_offsets_and_warm), cmocka_unit_test(test_bad_input))

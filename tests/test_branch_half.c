@@ -411,13 +411,9 @@ static void test_bad_input(void **state) {
   problem_free(&p);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
+TU_MAIN(NULL, tu_teardown_context,
       cmocka_unit_test(test_conversions),
       cmocka_unit_test(test_bad_input),
       cmocka_unit_test(test_against_f32),
       cmocka_unit_test(test_f16),
-      cmocka_unit_test(test_bf16),
-  };
-  return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
-}
+      cmocka_unit_test(test_bf16))

@@ -1165,8 +1165,7 @@ static void test_bench(void **state) {
     fail_msg("no input progress on a terminal:\n%s", text);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
+TU_MAIN(cli_setup, cli_teardown,
       cmocka_unit_test(test_version_and_help),
       cmocka_unit_test(test_info),
       cmocka_unit_test(test_unknown_device),
@@ -1185,7 +1184,4 @@ int main(void) {
       cmocka_unit_test(test_cache_refused_once),
       cmocka_unit_test(test_demo),
       cmocka_unit_test(test_bench),
-      cmocka_unit_test(test_no_kernel_times),
-  };
-  return cmocka_run_group_tests(tests, cli_setup, cli_teardown);
-}
+      cmocka_unit_test(test_no_kernel_times))

@@ -411,9 +411,5 @@ static void test_branch_16bit(void **state) {
   write_inputs(in); /* the other tests' inputs as they were */
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_branch_runs), cmocka_unit_test(test_branch_stream),
-                                     cmocka_unit_test(test_pieces), cmocka_unit_test(test_errors),
-                                     cmocka_unit_test(test_branch_16bit)};
-  return cmocka_run_group_tests(tests, setup, teardown);
-}
+TU_MAIN(setup, teardown, cmocka_unit_test(test_branch_runs), cmocka_unit_test(test_branch_stream),
+        cmocka_unit_test(test_pieces), cmocka_unit_test(test_errors), cmocka_unit_test(test_branch_16bit))

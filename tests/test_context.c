@@ -345,8 +345,7 @@ static void test_device_limits(void **state) {
   tu_check_bad_env("CAMDELTA_DEVICE_LIMITS", bad, sizeof bad / sizeof bad[0]);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
+TU_MAIN(NULL, tu_teardown_context,
       cmocka_unit_test(test_device_limits),
       cmocka_unit_test(test_version),
       cmocka_unit_test(test_selectors),
@@ -354,7 +353,4 @@ int main(void) {
       cmocka_unit_test(test_threads),
       cmocka_unit_test(test_marker_event),
       cmocka_unit_test(test_profile_without_kernel_times),
-      cmocka_unit_test(test_platform_without_devices),
-  };
-  return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
-}
+      cmocka_unit_test(test_platform_without_devices))

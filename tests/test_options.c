@@ -370,14 +370,10 @@ static void test_every_variable_declared(void **state) {
     if (!g_named[d]) fail_msg("%s is documented but nothing outside src/options/ reads it", cd_opt_env_docs[d].name);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
+TU_MAIN(NULL, tu_teardown_context,
       cmocka_unit_test(test_table),
       cmocka_unit_test(test_every_key_parses_its_values),
       cmocka_unit_test(test_every_key_through_the_environment),
       cmocka_unit_test(test_context_round_trips),
       cmocka_unit_test(test_process_options),
-      cmocka_unit_test(test_every_variable_declared),
-  };
-  return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
-}
+      cmocka_unit_test(test_every_variable_declared))

@@ -1074,8 +1074,7 @@ static void test_threads_share_plans(void **state) {
   TU_OK(camdelta_tune_set(tu_context(), "backward", NULL));
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
+TU_MAIN(NULL, teardown_all,
       cmocka_unit_test(test_api_misc),
       cmocka_unit_test(test_bad_input),
       cmocka_unit_test(test_head_dims),
@@ -1096,7 +1095,4 @@ int main(void) {
       cmocka_unit_test(test_cli_frames_mismatch),
       cmocka_unit_test(test_tile_override),
       cmocka_unit_test(test_seq_tile_override),
-      cmocka_unit_test(test_threads_share_plans),
-  };
-  return cmocka_run_group_tests(tests, NULL, teardown_all);
-}
+      cmocka_unit_test(test_threads_share_plans))

@@ -629,15 +629,11 @@ static void test_scan_backward_warm(void **state) {
   assert_int_equal(after.programs, before.programs);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
+TU_MAIN(NULL, tu_teardown_context,
       cmocka_unit_test(test_scan_backward_medium),        cmocka_unit_test(test_scan_backward_shapes),
       cmocka_unit_test(test_scan_backward_profile),
       cmocka_unit_test(test_scan_backward_d112),          cmocka_unit_test(test_scan_backward_from_forward),
       cmocka_unit_test(test_scan_backward_deterministic), cmocka_unit_test(test_scan_backward_bad_input),
       cmocka_unit_test(test_scan_backward_warm),          cmocka_unit_test(test_scan_backward_tile_override),
       cmocka_unit_test(test_scan_backward_saved_a_emulated), cmocka_unit_test(test_scan_backward_small_kernel_limit),
-      cmocka_unit_test(test_scan_backward_loop_budget),
-  };
-  return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
-}
+      cmocka_unit_test(test_scan_backward_loop_budget))

@@ -271,12 +271,15 @@ static const size_t VEC_TOK[9] = {8, 8, 4, 4, 4, 12, 4, 16, 8};
 static const size_t UNI_NF[3] = {1, 3, 2};
 static const size_t UNI_TOK[6] = {12, 12, 12, 12, 12, 12};
 
-static void fill_mix(void) {
+/* the group setup: MIX_TOK's clip lengths */
+static int fill_mix(void **state) {
+  (void)state;
   size_t f = 0;
   const size_t s[4] = {7, 64, 12, 1};
   for (int c = 0; c < 4; c++)
     for (size_t i = 0; i < MIX_NF[c]; i++) MIX_TOK[f++] = s[c];
   MIX_TOK[f++] = 4, MIX_TOK[f++] = 2, MIX_TOK[f++] = 5;
+  return 0;
 }
 
 static void test_fma(void **state) {
@@ -378,13 +381,5 @@ static void test_emulated(void **state) {
   camdelta_context_destroy(emu);
 }
 
-int main(void) {
-  fill_mix();
-  const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_fma),
-      cmocka_unit_test(test_paths),
-      cmocka_unit_test(test_large_table),
-      cmocka_unit_test(test_emulated),
-  };
-  return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
-}
+TU_MAIN(fill_mix, tu_teardown_context, cmocka_unit_test(test_fma), cmocka_unit_test(test_paths),
+        cmocka_unit_test(test_large_table), cmocka_unit_test(test_emulated))

@@ -423,12 +423,8 @@ static int report(void **state) {
   return tu_teardown_context(state);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
+TU_MAIN(NULL, report,
       cmocka_unit_test(test_bad_input),
       cmocka_unit_test(test_warm),
       cmocka_unit_test(test_small_d8),
-      cmocka_unit_test(test_d64_d112),
-  };
-  return cmocka_run_group_tests(tests, NULL, report);
-}
+      cmocka_unit_test(test_d64_d112))

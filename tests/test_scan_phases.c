@@ -289,8 +289,5 @@ static void test_bad_input(void **state) {
   prob_free(&p), prob_free(&q);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_halves), cmocka_unit_test(test_summaries),
-                                     cmocka_unit_test(test_bad_input)};
-  return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
-}
+TU_MAIN(NULL, tu_teardown_context, cmocka_unit_test(test_halves), cmocka_unit_test(test_summaries),
+        cmocka_unit_test(test_bad_input))

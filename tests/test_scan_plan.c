@@ -384,14 +384,10 @@ static void test_plan_cache(void **state) {
   fake_free(c);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
+TU_MAIN(NULL, NULL,
       cmocka_unit_test(test_tiles_every_head_dim),
       cmocka_unit_test(test_local_memory_formula), cmocka_unit_test(test_apply_ot_tiles),
       cmocka_unit_test(test_resolution_order),
       cmocka_unit_test(test_fma_tiles_given_limits),
       cmocka_unit_test(test_fma_tiles_constraints),
-      cmocka_unit_test(test_plan_cache),
-  };
-  return cmocka_run_group_tests(tests, NULL, NULL);
-}
+      cmocka_unit_test(test_plan_cache))

@@ -348,13 +348,9 @@ static int report(void **state) {
   return 0;
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
+TU_MAIN(NULL, report,
       cmocka_unit_test(test_plan),
       cmocka_unit_test(test_bad_precision),
       cmocka_unit_test(test_forward),
       cmocka_unit_test(test_backward),
-      cmocka_unit_test(test_emulated),
-  };
-  return cmocka_run_group_tests(tests, NULL, report);
-}
+      cmocka_unit_test(test_emulated))

@@ -331,12 +331,8 @@ static void test_bad_input(void **state) {
   sp_free(&p);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
+TU_MAIN(NULL, tu_teardown_context,
       cmocka_unit_test(test_reference_identities),
       cmocka_unit_test(test_device_summaries),
       cmocka_unit_test(test_combine),
-      cmocka_unit_test(test_bad_input),
-  };
-  return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
-}
+      cmocka_unit_test(test_bad_input))

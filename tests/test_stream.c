@@ -430,13 +430,9 @@ static void test_bad_input(void **state) {
   sp_free(&p);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
+TU_MAIN(NULL, tu_teardown_context,
       cmocka_unit_test(test_equality),
       cmocka_unit_test(test_equality_chunkwise),
       cmocka_unit_test(test_noncommit_and_restore),
       cmocka_unit_test(test_constant_memory),
-      cmocka_unit_test(test_bad_input),
-  };
-  return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
-}
+      cmocka_unit_test(test_bad_input))

@@ -96,4 +96,12 @@ void tu_scan_inputs(float *x[8], size_t B, size_t H, size_t D, size_t F, size_t 
 /** A cmocka group teardown that releases the test context. */
 int tu_teardown_context(void **state);
 
+/** The test program's main(): runs the cmocka tests listed (cmocka_unit_test(...) entries) as one group with the
+ *  group setup and teardown given (NULL: none; tu_teardown_context releases the test context). */
+#define TU_MAIN(setup, teardown, ...)                           \
+  int main(void) {                                              \
+    const struct CMUnitTest tests[] = {__VA_ARGS__};            \
+    return cmocka_run_group_tests(tests, setup, teardown);      \
+  }
+
 #endif
