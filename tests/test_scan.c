@@ -264,23 +264,13 @@ static camdelta_status forward_launches(const problem *p, int reverse, unsigned 
   return st;
 }
 
-/* CAMDELTA_DEVICE_LIMITS as it was (was: NULL, unset) with `extra` appended (NULL: nothing); a new context. */
-static void limits_env(const char *was, const char *extra) {
-  char text[160];
-  snprintf(text, sizeof text, "%s%s%s", was ? was : "", was && extra ? "," : "", extra ? extra : "");
-  if (text[0]) assert_int_equal(setenv("CAMDELTA_DEVICE_LIMITS", text, 1), 0);
-  else assert_int_equal(unsetenv("CAMDELTA_DEVICE_LIMITS"), 0);
-  tu_context_release();
-}
-
 /* A driver that ends a work-item's loops after a number of iterations per launch (Mesa's llvmpipe: 65535, found by
  * the probe), emulated with CAMDELTA_DEVICE_LIMITS loops=N: the sequential walk and the chunkwise phase B run in
  * several launches that carry the state and give the same results; where a launch cannot fit, the call fails with a
  * message instead of returning wrong numbers. */
 static void test_loop_budget(void **state) {
   (void)state;
-  const char *env = getenv("CAMDELTA_DEVICE_LIMITS");
-  char *was = env ? strdup(env) : NULL;
+  char *was = tu_limits_saved();
   problem p;
   problem_make(&p, 1, 2, 56, 8, 64, 661);
   float *out = malloc(p.n_tok * 4), *fin = malloc(p.n_state * 4);
@@ -296,7 +286,7 @@ static void test_loop_budget(void **state) {
       static const char *const budgets[] = {"loops=40000", "loops=20000", "loops=12000", "loops=6000",
                                             "loops=3000",  "loops=1500",  "loops=800"};
       for (size_t b = 0; b < sizeof budgets / sizeof *budgets && (b < 3 || !splits); b++) {
-        limits_env(was, budgets[b]);
+        tu_limits_env(was, budgets[b]);
         const camdelta_status st = forward_launches(&p, rev, &split, out, fin, (camdelta_scan_algorithm)alg);
         if (st == CAMDELTA_ERROR_UNSUPPORTED) { /* a launch does not fit this device's tiles: refused, named */
           assert_non_null(strstr(camdelta_last_message(), "loops after"));
@@ -320,7 +310,7 @@ static void test_loop_budget(void **state) {
       }
       if (!splits) fail_msg("%s: no budget split the walk", camdelta_scan_algorithm_name((camdelta_scan_algorithm)alg));
       /* far too small a budget: refused with a message */
-      limits_env(was, "loops=300");
+      tu_limits_env(was, "loops=300");
       assert_int_equal(forward_launches(&p, rev, &split, out, fin, (camdelta_scan_algorithm)alg),
                        CAMDELTA_ERROR_UNSUPPORTED);
       assert_non_null(strstr(camdelta_last_message(), "loops after 300 iterations"));
@@ -329,8 +319,7 @@ static void test_loop_budget(void **state) {
   }
   free(out), free(fin);
   problem_free(&p);
-  limits_env(was, NULL);
-  free(was);
+  tu_limits_restore(was);
 }
 
 /* Frames longer than one launch of the chunkwise phase A can sum (Rusticl: D=32 S=2000 needs 185679 iterations of
@@ -338,8 +327,7 @@ static void test_loop_budget(void **state) {
  * results of one launch; a budget too small for one chunk of tokens is refused with a message. */
 static void test_loop_budget_long_frames(void **state) {
   (void)state;
-  const char *env = getenv("CAMDELTA_DEVICE_LIMITS");
-  char *was = env ? strdup(env) : NULL;
+  char *was = tu_limits_saved();
   problem p;
   problem_make(&p, 1, 2, 32, 3, 1000, 662);
   float *out = malloc(p.n_tok * 4), *fin = malloc(p.n_state * 4), *whole = malloc(p.n_tok * 4);
@@ -350,9 +338,9 @@ static void test_loop_budget_long_frames(void **state) {
     unsigned one = 0, split = 0;
     /* a budget no launch reaches: the same kernels (the portable ones, where a device has tensor cores) in one
      * launch each */
-    limits_env(was, "loops=1000000000");
+    tu_limits_env(was, "loops=1000000000");
     TU_OK(forward_launches(&p, rev, &one, whole, fin, CAMDELTA_SCAN_CHUNKWISE));
-    limits_env(was, "loops=4000");
+    tu_limits_env(was, "loops=4000");
     TU_OK(forward_launches(&p, rev, &split, out, fin, CAMDELTA_SCAN_CHUNKWISE));
     printf("chunkwise D=32 S=1000 %s: %u kernels in one launch each, %u under loops=4000\n", rev ? "reverse" : "causal",
            one, split);
@@ -364,14 +352,13 @@ static void test_loop_budget_long_frames(void **state) {
     if (memcmp(out, whole, p.n_tok * 4)) fail_msg("phase A over launches differs from one launch");
     ref_free(&ref);
   }
-  limits_env(was, "loops=60");
+  tu_limits_env(was, "loops=60");
   unsigned n;
   assert_int_equal(forward_launches(&p, 0, &n, out, fin, CAMDELTA_SCAN_CHUNKWISE), CAMDELTA_ERROR_UNSUPPORTED);
   assert_non_null(strstr(camdelta_last_message(), "loops after 60 iterations"));
   free(out), free(fin), free(whole);
   problem_free(&p);
-  limits_env(was, NULL);
-  free(was);
+  tu_limits_restore(was);
 }
 
 /* ------------------------------------------------------------------------------- saved states */

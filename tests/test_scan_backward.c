@@ -142,20 +142,16 @@ static camdelta_scan_backward_args make_args(const sb_problem *p, const sb_devic
   camdelta_scan_backward_args a;
   memset(&a, 0, sizeof a);
   a.B = c->B, a.H = c->H, a.D = c->D, a.F = c->F, a.S = c->S, a.reverse = c->reverse;
-  a.q = (camdelta_buffer){d->in[IQ], off};
-  a.k = (camdelta_buffer){d->in[IK], off};
-  a.v = (camdelta_buffer){d->in[IV], off};
-  a.beta = (camdelta_buffer){d->in[IBETA], off};
-  a.decay = (camdelta_buffer){d->in[IDECAY], off};
-  if (c->init) a.init_state = (camdelta_buffer){d->in[IINIT], off};
-  a.grad_out = (camdelta_buffer){d->in[IGO], off};
-  if (c->gfinal) a.grad_final_state = (camdelta_buffer){d->in[IGF], off};
-  a.dq = (camdelta_buffer){d->out[OQ], off};
-  a.dk = (camdelta_buffer){d->out[OK_], off};
-  a.dv = (camdelta_buffer){d->out[OV], off};
-  a.dbeta = (camdelta_buffer){d->out[OBETA], off};
-  a.ddecay = (camdelta_buffer){d->out[ODECAY], off};
-  if (c->init) a.dinit_state = (camdelta_buffer){d->out[OINIT], off};
+  /* the argument slot of each of d's buffers (none: the case leaves the optional ones out) */
+  camdelta_buffer *const in[8] = {[IQ] = &a.q, [IK] = &a.k, [IV] = &a.v, [IBETA] = &a.beta, [IDECAY] = &a.decay,
+                                  [IINIT] = c->init ? &a.init_state : NULL, [IGO] = &a.grad_out,
+                                  [IGF] = c->gfinal ? &a.grad_final_state : NULL};
+  camdelta_buffer *const out[NOUT] = {[OQ] = &a.dq, [OK_] = &a.dk, [OV] = &a.dv, [OBETA] = &a.dbeta,
+                                      [ODECAY] = &a.ddecay, [OINIT] = c->init ? &a.dinit_state : NULL};
+  for (int i = 0; i < 8; i++)
+    if (in[i]) *in[i] = (camdelta_buffer){d->in[i], off};
+  for (int o = 0; o < NOUT; o++)
+    if (out[o]) *out[o] = (camdelta_buffer){d->out[o], off};
   a.profile = prof;
   return a;
 }
@@ -389,11 +385,21 @@ static void expect_rejected(camdelta_status st, camdelta_status want, const sb_p
   }
 }
 
-/* The backward plan line of tu_context() for the tile-override shape. */
-static void bwd_plan(char *buf, size_t size) {
+/* The backward plan of shape (B, H, D, F, S) on the test context. */
+static void plan_of(size_t B, size_t H, size_t D, size_t F, size_t S, char *buf, size_t size) {
   camdelta_scan_backward_args a = CAMDELTA_SCAN_BACKWARD_ARGS_INIT;
-  a.B = 1, a.H = 2, a.D = 32, a.F = 3, a.S = 45;
+  a.B = B, a.H = H, a.D = D, a.F = F, a.S = S;
   TU_OK(camdelta_scan_backward_plan_describe(tu_context(), &a, buf, size));
+}
+
+/* The backward plan line of tu_context() for the tile-override shape. */
+static void bwd_plan(char *buf, size_t size) { plan_of(1, 2, 32, 3, 45, buf, size); }
+
+/* Unless the tensor-core path runs (its plan differs), the backward plan of (B, H, D, F, S) shows `needle`. */
+static void fma_plan_says(size_t B, size_t H, size_t D, size_t F, size_t S, const char *needle) {
+  char plan[1024];
+  plan_of(B, H, D, F, S, plan, sizeof plan);
+  if (!cd_tc_available(tu_context()) && !strstr(plan, needle)) fail_msg("plan '%s' does not show '%s'", plan, needle);
 }
 
 /* CAMDELTA_SCAN_BWD_TILES (read at context creation) and camdelta_tune_set "backward": other tiles give the same
@@ -481,25 +487,15 @@ static void test_scan_backward_tile_override(void **state) {
  * chain takes several rows per item instead of refusing the shape, says so in the plan, and the gradients hold. */
 static void test_scan_backward_small_kernel_limit(void **state) {
   (void)state;
-  const char *was = getenv("CAMDELTA_DEVICE_LIMITS");
-  char *saved_env = was ? strdup(was) : NULL;
-  assert_int_equal(setenv("CAMDELTA_DEVICE_LIMITS", "wg=32", 1), 0);
-  tu_context_release();
-  camdelta_scan_backward_args a = CAMDELTA_SCAN_BACKWARD_ARGS_INIT;
-  a.B = 1, a.H = 2, a.D = 56, a.F = 3, a.S = 20;
-  char plan[1024];
-  TU_OK(camdelta_scan_backward_plan_describe(tu_context(), &a, plan, sizeof plan));
-  if (!cd_tc_available(tu_context()) && !strstr(plan, "chain fma W=28 CB=8 CR=2"))
-    fail_msg("plan '%s' does not show the chain's two rows per item", plan);
+  char *was = tu_limits_saved();
+  tu_limits_env(NULL, "wg=32");
+  fma_plan_says(1, 2, 56, 3, 20, "chain fma W=28 CB=8 CR=2"); /* the chain's two rows per item */
   for (int rev = 0; rev < 2; rev++) {
     sb_case c = {1, 2, 56, 3, 20, rev, 1, 1, rev ? SAVED_REF : SAVED_NONE, 0, 0, CAMDELTA_SCAN_AUTO};
     assert_int_equal(run_case(&c, NULL), 1);
   }
   report_worst("scan_backward kernel limit 32");
-  if (saved_env) assert_int_equal(setenv("CAMDELTA_DEVICE_LIMITS", saved_env, 1), 0);
-  else assert_int_equal(unsetenv("CAMDELTA_DEVICE_LIMITS"), 0);
-  free(saved_env);
-  tu_context_release();
+  tu_limits_restore(was);
 }
 
 /* A driver that ends a work-item's loops after a number of iterations per launch (Mesa's llvmpipe: 65535), emulated
@@ -507,12 +503,8 @@ static void test_scan_backward_small_kernel_limit(void **state) {
  * launches of a few frames, with the same gradients; a budget too small for one chunk fails with a message. */
 static void test_scan_backward_loop_budget(void **state) {
   (void)state;
-  const char *was = getenv("CAMDELTA_DEVICE_LIMITS");
-  char *saved_env = was ? strdup(was) : NULL;
-  char text[160];
-  snprintf(text, sizeof text, "%s%sloops=5000", was ? was : "", was ? "," : "");
-  assert_int_equal(setenv("CAMDELTA_DEVICE_LIMITS", text, 1), 0);
-  tu_context_release();
+  char *was = tu_limits_saved();
+  tu_limits_env(was, "loops=5000");
   for (int rev = 0; rev < 2; rev++)
     for (int saved = SAVED_NONE; saved <= SAVED_REF; saved++) {
       sb_case c = {1, 2, 32, 40, 200, rev, 1, 1, saved, 0, 0, CAMDELTA_SCAN_AUTO};
@@ -520,15 +512,8 @@ static void test_scan_backward_loop_budget(void **state) {
       if (!cd_tc_available(tu_context())) assert_true(g_kernels > 4); /* the tensor-core grams are not split */
     }
   report_worst("scan_backward loop budget");
-  camdelta_scan_backward_args da = CAMDELTA_SCAN_BACKWARD_ARGS_INIT;
-  da.B = 1, da.H = 2, da.D = 32, da.F = 40, da.S = 200;
-  char plan[1024];
-  TU_OK(camdelta_scan_backward_plan_describe(tu_context(), &da, plan, sizeof plan));
-  if (!cd_tc_available(tu_context()) && !strstr(plan, "the driver's loop budget: grams"))
-    fail_msg("plan '%s' does not say how the grams and the chain split", plan);
-  snprintf(text, sizeof text, "%s%sloops=100", was ? was : "", was ? "," : "");
-  assert_int_equal(setenv("CAMDELTA_DEVICE_LIMITS", text, 1), 0);
-  tu_context_release();
+  fma_plan_says(1, 2, 32, 40, 200, "the driver's loop budget: grams"); /* how the grams and the chain split */
+  tu_limits_env(was, "loops=100");
   sb_case c = {1, 2, 32, 3, 40, 0, 1, 1, SAVED_NONE, 0, 0, CAMDELTA_SCAN_AUTO};
   sb_problem p;
   problem_init(&p, &c, 9);
@@ -539,10 +524,7 @@ static void test_scan_backward_loop_budget(void **state) {
                   "loops after 100 iterations");
   device_free(&d);
   problem_free(&p);
-  if (saved_env) assert_int_equal(setenv("CAMDELTA_DEVICE_LIMITS", saved_env, 1), 0);
-  else assert_int_equal(unsetenv("CAMDELTA_DEVICE_LIMITS"), 0);
-  free(saved_env);
-  tu_context_release();
+  tu_limits_restore(was);
 }
 
 static void test_scan_backward_bad_input(void **state) {

@@ -231,6 +231,27 @@ void tu_check_bad_env(const char *var, const char *const *bad, size_t n) {
   unsetenv(var);
 }
 
+char *tu_limits_saved(void) {
+  const char *was = getenv("CAMDELTA_DEVICE_LIMITS");
+  char *copy = was ? strdup(was) : NULL;
+  if (was && !copy) fail_msg("out of memory");
+  return copy;
+}
+
+void tu_limits_env(const char *was, const char *extra) {
+  char text[160];
+  const int n = snprintf(text, sizeof text, "%s%s%s", was ? was : "", was && extra ? "," : "", extra ? extra : "");
+  if (n < 0 || (size_t)n >= sizeof text) fail_msg("CAMDELTA_DEVICE_LIMITS text too long");
+  if (text[0]) assert_int_equal(setenv("CAMDELTA_DEVICE_LIMITS", text, 1), 0);
+  else assert_int_equal(unsetenv("CAMDELTA_DEVICE_LIMITS"), 0);
+  tu_context_release();
+}
+
+void tu_limits_restore(char *was) {
+  tu_limits_env(was, NULL);
+  free(was);
+}
+
 const char *tu_tmpdir(void) {
   static char path[1024];
   if (!path[0]) {

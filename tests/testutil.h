@@ -86,6 +86,14 @@ void tu_assert_same_bytes(cl_mem a, cl_mem b, size_t bytes, const char *what);
  *  test context first and unsets var at the end. */
 void tu_check_bad_env(const char *var, const char *const *bad, size_t n);
 
+/** CAMDELTA_DEVICE_LIMITS as it is now (malloc'd; NULL where unset), for tu_limits_env and tu_limits_restore. */
+char *tu_limits_saved(void);
+/** Sets CAMDELTA_DEVICE_LIMITS to `was` (NULL: nothing) with `extra` appended after a comma (NULL: nothing), unset
+ *  where both are empty, and releases the test context so that the next tu_context() reads it. */
+void tu_limits_env(const char *was, const char *extra);
+/** tu_limits_env(was, NULL), then frees was (from tu_limits_saved). */
+void tu_limits_restore(char *was);
+
 /** A scan problem's host inputs (B, H, head dim D, F frames of S tokens), malloc'd, the generator seeded with `seed`
  *  first: x[0..3] q, k, v, grad_out (B*H*D*F*S values; q uniform in [-1, 1], k normal with sd 1/sqrt(D*S) as the
  *  model's k_scale makes it, v and grad_out normal), x[4] beta (B*H*F*S, uniform in [0, 1]), x[5] decay (B*H*F,
