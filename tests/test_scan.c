@@ -222,22 +222,32 @@ static void test_init_and_final_options(void **state) {
       for (int fin = 0; fin < 2; fin++) check_case(2, 1, 16, 3, 10, rev, init, fin, 0, 500 + rev * 4 + init * 2 + fin);
 }
 
+/* A shape run causal and reverse: init_state given or not in each direction, final_state given, states saved or not. */
+typedef struct walk_case {
+  size_t B, H, D, F, S;
+  int init[2], states;
+} walk_case;
+
+/* check_case of each case causal, then reverse; case i's seeds seed0 + 2 i and seed0 + 2 i + 1. */
+static void check_both_directions(const walk_case *c, size_t n, uint64_t seed0) {
+  for (size_t i = 0; i < n; i++)
+    for (int rev = 0; rev < 2; rev++)
+      check_case(c[i].B, c[i].H, c[i].D, c[i].F, c[i].S, rev, c[i].init[rev], 1, c[i].states,
+                 seed0 + 2 * i + (uint64_t)rev);
+}
+
 static void test_large_shapes(void **state) {
   (void)state;
-  check_case(1, 1, 112, 21, 64, 0, 1, 1, 0, 601);
-  check_case(1, 1, 112, 21, 64, 1, 1, 1, 0, 602);
-  check_case(1, 1, 128, 2, 300, 0, 0, 1, 0, 603);
-  check_case(1, 1, 128, 2, 300, 1, 1, 1, 0, 604);
+  static const walk_case cases[] = {{1, 1, 112, 21, 64, {1, 1}, 0}, {1, 1, 128, 2, 300, {0, 1}, 0}};
+  check_both_directions(cases, sizeof cases / sizeof *cases, 601);
 }
 
 /* The shapes where Mesa Rusticl on llvmpipe returned wrong outputs from the third frame on (its driver ends a
  * work-item's loops after 65535 iterations per launch): right on every device. */
 static void test_long_walks(void **state) {
   (void)state;
-  check_case(1, 1, 56, 4, 64, 0, 1, 1, 1, 651);
-  check_case(1, 1, 56, 4, 64, 1, 1, 1, 1, 652);
-  check_case(1, 1, 112, 4, 65, 0, 1, 1, 0, 653);
-  check_case(1, 1, 112, 4, 65, 1, 0, 1, 0, 654);
+  static const walk_case cases[] = {{1, 1, 56, 4, 64, {1, 1}, 1}, {1, 1, 112, 4, 65, {1, 0}, 0}};
+  check_both_directions(cases, sizeof cases / sizeof *cases, 651);
 }
 
 /* One forward of p with algorithm alg; returns its status and the launches it made. */
