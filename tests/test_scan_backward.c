@@ -156,6 +156,12 @@ static camdelta_scan_backward_args make_args(const sb_problem *p, const sb_devic
   return a;
 }
 
+/* p's buffers on the device (into d) and the arguments naming them, without a profile. */
+static camdelta_scan_backward_args device_args(const sb_problem *p, sb_device *d) {
+  device_init(d, p);
+  return make_args(p, d, NULL);
+}
+
 static float *download_out(const sb_problem *p, const sb_device *d, int o) {
   const size_t n = out_count(p, o);
   float *x = malloc(n * sizeof(float));
@@ -353,8 +359,7 @@ static void test_scan_backward_deterministic(void **state) {
     sb_device d[2];
     float *got[2][NOUT];
     for (int r = 0; r < 2; r++) {
-      device_init(&d[r], &p);
-      camdelta_scan_backward_args a = make_args(&p, &d[r], NULL);
+      camdelta_scan_backward_args a = device_args(&p, &d[r]);
       TU_OK(camdelta_scan_backward(ctx, &a, NULL));
       for (int o = 0; o < NOUT; o++) got[r][o] = download_out(&p, &d[r], o);
     }
@@ -462,8 +467,7 @@ static void test_scan_backward_tile_override(void **state) {
     assert_int_equal(setenv("CAMDELTA_SCAN_BWD_TILES", bad[i].value, 1), 0);
     tu_context_release();
     sb_device d;
-    device_init(&d, &p);
-    const camdelta_scan_backward_args a = make_args(&p, &d, NULL);
+    const camdelta_scan_backward_args a = device_args(&p, &d);
     expect_rejected(camdelta_scan_backward(tu_context(), &a, NULL), bad[i].want, &p, &d, bad[i].needle);
     char text[1024];
     assert_int_equal(camdelta_scan_backward_plan_describe(tu_context(), &a, text, sizeof text), bad[i].want);
@@ -476,8 +480,7 @@ static void test_scan_backward_tile_override(void **state) {
   assert_int_equal(unsetenv("CAMDELTA_TC"), 0);
   tu_context_release();
   sb_device d;
-  device_init(&d, &p);
-  const camdelta_scan_backward_args a = make_args(&p, &d, NULL);
+  const camdelta_scan_backward_args a = device_args(&p, &d);
   TU_OK(camdelta_scan_backward(tu_context(), &a, NULL));
   device_free(&d);
   problem_free(&p);
@@ -518,8 +521,7 @@ static void test_scan_backward_loop_budget(void **state) {
   sb_problem p;
   problem_init(&p, &c, 9);
   sb_device d;
-  device_init(&d, &p);
-  const camdelta_scan_backward_args a = make_args(&p, &d, NULL);
+  const camdelta_scan_backward_args a = device_args(&p, &d);
   expect_rejected(camdelta_scan_backward(tu_context(), &a, NULL), CAMDELTA_ERROR_UNSUPPORTED, &p, &d,
                   "loops after 100 iterations");
   device_free(&d);
@@ -534,8 +536,7 @@ static void test_scan_backward_bad_input(void **state) {
   sb_problem p;
   problem_init(&p, &c, 5);
   sb_device d;
-  device_init(&d, &p);
-  const camdelta_scan_backward_args good = make_args(&p, &d, NULL);
+  const camdelta_scan_backward_args good = device_args(&p, &d);
   camdelta_scan_backward_args a;
 
   expect_rejected(camdelta_scan_backward(NULL, &good, NULL), CAMDELTA_ERROR_INVALID_ARGUMENT, &p, &d, "ctx");
