@@ -411,21 +411,19 @@ static void fma_plan_says(size_t B, size_t H, size_t D, size_t F, size_t S, cons
  * gradients and show in the plan; bad lists and tiles fail cleanly. */
 static void test_scan_backward_tile_override(void **state) {
   (void)state;
-  /* the FMA kernels' tiles: where the tensor-core path runs (NVIDIA) it replaces them in some phases */
-  assert_int_equal(setenv("CAMDELTA_TC", "0", 1), 0);
   /* tiles of at most 32 work-items per kernel, within every device's limit (Rusticl's kernels allow 32) */
   static const char *const good[] = {"RPT=8,TSG=8,CB=4,DPT=8,TL=4,TPT=3,MC=4,RL=16",
                                      "RPT=8,DPT=8,TL=4,TPT=1,MC=8,TSG=16,RL=16"};
   static const char *const shown[] = {"RPT=8 TSG=8; chain fma W=32 CB=4", "DPT=8 TL=4 TPT=1 MC=8"};
   char plain[1024], plan[1024];
-  tu_context_release();
+  /* the FMA kernels' tiles: where the tensor-core path runs (NVIDIA) it replaces them in some phases */
+  tu_env_context("CAMDELTA_TC", "0");
   bwd_plan(plain, sizeof plain);
   assert_null(strstr(plain, "overridden"));
   for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
     /* good[0] through the environment of a new context, good[1] through camdelta_tune_set */
     if (i == 0) {
-      assert_int_equal(setenv("CAMDELTA_SCAN_BWD_TILES", good[i], 1), 0);
-      tu_context_release();
+      tu_env_context("CAMDELTA_SCAN_BWD_TILES", good[i]);
       (void)tu_context();
       assert_int_equal(unsetenv("CAMDELTA_SCAN_BWD_TILES"), 0); /* read at creation: no effect from here on */
     } else {
@@ -446,7 +444,7 @@ static void test_scan_backward_tile_override(void **state) {
   TU_OK(camdelta_tune_set(tu_context(), "backward", NULL));
   bwd_plan(plan, sizeof plan);
   assert_string_equal(plan, plain);
-  assert_int_equal(camdelta_tune_set(tu_context(), "backward", "TL"), CAMDELTA_ERROR_INVALID_ARGUMENT);
+  tu_tune_refused(tu_context(), "backward", "TL", NULL);
   static const struct {
     const char *value, *needle;
     camdelta_status want;
@@ -464,8 +462,7 @@ static void test_scan_backward_tile_override(void **state) {
   problem_init(&p, &c, 6);
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     /* a context created with the bad value: the call and the plan fail, nothing written */
-    assert_int_equal(setenv("CAMDELTA_SCAN_BWD_TILES", bad[i].value, 1), 0);
-    tu_context_release();
+    tu_env_context("CAMDELTA_SCAN_BWD_TILES", bad[i].value);
     sb_device d;
     const camdelta_scan_backward_args a = device_args(&p, &d);
     expect_rejected(camdelta_scan_backward(tu_context(), &a, NULL), bad[i].want, &p, &d, bad[i].needle);
@@ -477,8 +474,7 @@ static void test_scan_backward_tile_override(void **state) {
   /* what the option registry refuses (a key or value outside its declaration) fails the context's creation */
   static const char *const refused[] = {"RPT=4,FOO=1", "TL", "TL=-1", "RL=4097"};
   tu_check_bad_env("CAMDELTA_SCAN_BWD_TILES", refused, sizeof refused / sizeof *refused);
-  assert_int_equal(unsetenv("CAMDELTA_TC"), 0);
-  tu_context_release();
+  tu_env_context("CAMDELTA_TC", NULL);
   sb_device d;
   const camdelta_scan_backward_args a = device_args(&p, &d);
   TU_OK(camdelta_scan_backward(tu_context(), &a, NULL));

@@ -231,6 +231,19 @@ void tu_check_bad_env(const char *var, const char *const *bad, size_t n) {
   unsetenv(var);
 }
 
+void tu_env_context(const char *var, const char *value) {
+  if (value) assert_int_equal(setenv(var, value, 1), 0);
+  else assert_int_equal(unsetenv(var), 0);
+  tu_context_release();
+}
+
+void tu_tune_refused(camdelta_context *ctx, const char *family, const char *list, const char *needle) {
+  const camdelta_status st = camdelta_tune_set(ctx, family, list);
+  if (st != CAMDELTA_ERROR_INVALID_ARGUMENT) fail_msg("tune_set %s '%s': %s", family, list, camdelta_status_name(st));
+  if (needle && !strstr(camdelta_last_message(), needle))
+    fail_msg("tune_set %s '%s': message '%s' lacks '%s'", family, list, camdelta_last_message(), needle);
+}
+
 char *tu_limits_saved(void) {
   const char *was = getenv("CAMDELTA_DEVICE_LIMITS");
   char *copy = was ? strdup(was) : NULL;
@@ -242,9 +255,7 @@ void tu_limits_env(const char *was, const char *extra) {
   char text[160];
   const int n = snprintf(text, sizeof text, "%s%s%s", was ? was : "", was && extra ? "," : "", extra ? extra : "");
   if (n < 0 || (size_t)n >= sizeof text) fail_msg("CAMDELTA_DEVICE_LIMITS text too long");
-  if (text[0]) assert_int_equal(setenv("CAMDELTA_DEVICE_LIMITS", text, 1), 0);
-  else assert_int_equal(unsetenv("CAMDELTA_DEVICE_LIMITS"), 0);
-  tu_context_release();
+  tu_env_context("CAMDELTA_DEVICE_LIMITS", text[0] ? text : NULL);
 }
 
 void tu_limits_restore(char *was) {

@@ -86,6 +86,12 @@ void tu_assert_same_bytes(cl_mem a, cl_mem b, size_t bytes, const char *what);
  *  test context first and unsets var at the end. */
 void tu_check_bad_env(const char *var, const char *const *bad, size_t n);
 
+/** Sets environment variable var to value (NULL: unsets it) and releases the test context, so that the next
+ *  tu_context() reads it (the library reads its variables at context creation). */
+void tu_env_context(const char *var, const char *value);
+/** camdelta_tune_set(ctx, family, list) must fail with CAMDELTA_ERROR_INVALID_ARGUMENT and (unless needle is NULL) a
+ *  message holding needle. */
+void tu_tune_refused(camdelta_context *ctx, const char *family, const char *list, const char *needle);
 /** CAMDELTA_DEVICE_LIMITS as it is now (malloc'd; NULL where unset), for tu_limits_env and tu_limits_restore. */
 char *tu_limits_saved(void);
 /** Sets CAMDELTA_DEVICE_LIMITS to `was` (NULL: nothing) with `extra` appended after a comma (NULL: nothing), unset
