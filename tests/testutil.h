@@ -100,12 +100,20 @@ void tu_limits_env(const char *was, const char *extra);
 /** tu_limits_env(was, NULL), then frees was (from tu_limits_saved). */
 void tu_limits_restore(char *was);
 
-/** A scan problem's host inputs (B, H, head dim D, F frames of S tokens), malloc'd, the generator seeded with `seed`
- *  first: x[0..3] q, k, v, grad_out (B*H*D*F*S values; q uniform in [-1, 1], k normal with sd 1/sqrt(D*S) as the
- *  model's k_scale makes it, v and grad_out normal), x[4] beta (B*H*F*S, uniform in [0, 1]), x[5] decay (B*H*F,
- *  uniform in [0.6, 1]), x[6] and x[7] two states (B*H*D*D each, normal with sd state_sd[0] and state_sd[1]). */
-void tu_scan_inputs(float *x[8], size_t B, size_t H, size_t D, size_t F, size_t S, const double state_sd[2],
-                    uint64_t seed);
+/** A scan problem's sizes and host inputs (B, H, head dim D, F frames of S tokens, N = F*S). */
+typedef struct tu_scan_host {
+  size_t B, H, D, F, S, N;
+  size_t tok, gates, bhf, st; /* element counts: B*H*D*N, B*H*N, B*H*F, B*H*D*D */
+  /* q uniform in [-1, 1], k normal with sd 1/sqrt(D*S) as the model's k_scale makes it, v and grad_out (go) normal
+   * (tok values each); beta uniform in [0, 1] (gates); decay uniform in [0.6, 1] (bhf); init and gf, an
+   * init_state and a grad_final_state (st each), normal with the sds given */
+  float *q, *k, *v, *go, *beta, *decay, *init, *gf;
+} tu_scan_host;
+/** A new problem in p (malloc'd inputs), the generator seeded with `seed` first; init and gf with sd state_sd[0]
+ *  and state_sd[1]. */
+void tu_scan_host_make(tu_scan_host *p, size_t B, size_t H, size_t D, size_t F, size_t S, const double state_sd[2],
+                       uint64_t seed);
+void tu_scan_host_free(tu_scan_host *p);
 
 /** A cmocka group teardown that releases the test context. */
 int tu_teardown_context(void **state);
