@@ -616,6 +616,15 @@ static void test_offsets_and_warm(void **state) {
 
 /* ---------------------------------------------------------------------------------------- bad input */
 
+/* camdelta_branch_forward of a fails with `want` and (unless needle is NULL) a message holding needle. */
+static void forward_refused(camdelta_context *ctx, const camdelta_branch_args *a, camdelta_status want,
+                            const char *needle) {
+  const camdelta_status st = camdelta_branch_forward(ctx, a, NULL);
+  if (st != want) fail_msg("forward: %s, expected %s", camdelta_status_name(st), camdelta_status_name(want));
+  if (needle && !strstr(camdelta_last_message(), needle))
+    fail_msg("forward refused with '%s', which lacks '%s'", camdelta_last_message(), needle);
+}
+
 static void test_bad_input(void **state) {
   (void)state;
   camdelta_context *ctx = tu_context();
@@ -628,34 +637,30 @@ static void test_bad_input(void **state) {
   /* T that does not match the cameras (the tensors are sized for T = 4; the cameras hold 3 frames) */
   cl_mem cc3 = tu_upload(p.in[ICC], 3 * 20 * 4);
   a.camera_conditions.mem = cc3;
-  assert_int_equal(camdelta_branch_forward(ctx, &a, NULL), CAMDELTA_ERROR_BUFFER_TOO_SMALL);
-  assert_non_null(strstr(camdelta_last_message(), "camera_conditions"));
+  forward_refused(ctx, &a, CAMDELTA_ERROR_BUFFER_TOO_SMALL, "camera_conditions");
   a.camera_conditions.mem = p.din[ICC];
   /* a grid that does not match N: Ws = 4 needs more tokens than the tensors hold */
   a.Ws = 4;
-  assert_int_equal(camdelta_branch_forward(ctx, &a, NULL), CAMDELTA_ERROR_BUFFER_TOO_SMALL);
+  forward_refused(ctx, &a, CAMDELTA_ERROR_BUFFER_TOO_SMALL, "'q_raw'");
   a.Ws = s.Ws;
   /* chunk_index not increasing, out of range */
   const int64_t bad1[3] = {0, 2, 2}, bad2[2] = {0, 9};
   a.chunking = (camdelta_chunking){0, CAMDELTA_CHUNK_UNIFORM, bad1, 3};
-  assert_int_equal(camdelta_branch_forward(ctx, &a, NULL), CAMDELTA_ERROR_INVALID_ARGUMENT);
-  assert_non_null(strstr(camdelta_last_message(), "increasing"));
+  forward_refused(ctx, &a, CAMDELTA_ERROR_INVALID_ARGUMENT, "increasing");
   a.chunking = (camdelta_chunking){0, CAMDELTA_CHUNK_UNIFORM, bad2, 2};
-  assert_int_equal(camdelta_branch_forward(ctx, &a, NULL), CAMDELTA_ERROR_INVALID_ARGUMENT);
-  assert_non_null(strstr(camdelta_last_message(), "out of range"));
+  forward_refused(ctx, &a, CAMDELTA_ERROR_INVALID_ARGUMENT, "out of range");
   a.chunking = p.ch;
   /* conv weight of the wrong shape */
   cl_mem w3 = tu_upload(p.in[IW], 3 * p.C * 4);
   a.conv_weight.mem = w3;
-  assert_int_equal(camdelta_branch_forward(ctx, &a, NULL), CAMDELTA_ERROR_BUFFER_TOO_SMALL);
-  assert_non_null(strstr(camdelta_last_message(), "conv_weight"));
+  forward_refused(ctx, &a, CAMDELTA_ERROR_BUFFER_TOO_SMALL, "conv_weight");
   a.conv_weight.mem = p.din[IW];
   /* unsupported head dim, y overlapping an input */
   a.D = 12;
-  assert_int_equal(camdelta_branch_forward(ctx, &a, NULL), CAMDELTA_ERROR_UNSUPPORTED);
+  forward_refused(ctx, &a, CAMDELTA_ERROR_UNSUPPORTED, "head dim D=12");
   a.D = s.D;
   a.y = a.q_raw;
-  assert_int_equal(camdelta_branch_forward(ctx, &a, NULL), CAMDELTA_ERROR_INVALID_ARGUMENT);
+  forward_refused(ctx, &a, CAMDELTA_ERROR_INVALID_ARGUMENT, "overlaps input 'q_raw'");
   a.y = (camdelta_buffer){y, 0};
   assert_true(bp_untouched(y, BNC * 4));
 
