@@ -6,7 +6,7 @@ import pytest
 
 import camdelta
 from camdelta import ref
-from conftest import rel_err
+from conftest import HALF, from_half, rel_err, to_half
 
 
 def _problem(inputs, B, T, Hs, Ws, H, D):
@@ -63,35 +63,22 @@ def test_stream_equals_branch_and_reference(inputs, case):
     assert rel_err(y, camdelta.branch_forward(p["q"], p["k"], p["v"], **kw)) <= 1e-5
 
 
-# 16-bit activations (docs/math.md §8.7): y within 2e-3 (f16) and 1.6e-2 (bf16) of max |reference|, the reference
-# fed the same rounded inputs
-HALF = {"f16": 2e-3, "bf16": 1.6e-2}
-
-
-def _to(dt, x):
-    return x.astype(np.float16) if dt == "f16" else camdelta.to_bf16(x)
-
-
-def _from(dt, x):
-    return x.astype(np.float32) if dt == "f16" else camdelta.from_bf16(x)
-
-
 @pytest.mark.parametrize("dt", sorted(HALF))
 def test_stream_16bit(inputs, dt):
     B, T, Hs, Ws, H, D, cs, strategy = CASES[2]
     S = Hs * Ws
     p = _problem(inputs, B, T, Hs, Ws, H, D)
     for n in ("q", "k", "v"):
-        p[n] = _to(dt, p[n])
+        p[n] = to_half(dt, p[n])
     st = _stream(p, B, Hs, Ws, H, D, cs, strategy, dtype=dt)
     y = _run(st, p, T, S, repeat=1)
     assert y.dtype == p["q"].dtype
     kw = dict(conv_weight=p["w"], q_norm_weight=p["qw"], k_norm_weight=p["kw"], camera_conditions=p["cc"],
               beta=p["beta"], decay=p["decay"], grid=(T, Hs, Ws), chunk_size=cs, chunk_strategy=strategy)
-    wide = [_from(dt, p[n]) for n in ("q", "k", "v")]
-    assert rel_err(_from(dt, y), ref.stream_forward(*wide, **kw)) <= HALF[dt]
+    wide = [from_half(dt, p[n]) for n in ("q", "k", "v")]
+    assert rel_err(from_half(dt, y), ref.stream_forward(*wide, **kw)) <= HALF[dt]
     one = camdelta.branch_forward(p["q"], p["k"], p["v"], dtype=dt, **kw)
-    assert rel_err(_from(dt, y), _from(dt, one)) <= HALF[dt]
+    assert rel_err(from_half(dt, y), from_half(dt, one)) <= HALF[dt]
     # its image names the dtype: an f32 stream refuses it; f32 activations are refused by the 16-bit stream
     with _stream(p, B, Hs, Ws, H, D, cs, strategy) as f32:
         with pytest.raises(camdelta.errors.InvalidArgumentError, match="dtype %s, this one f32" % dt):
@@ -100,7 +87,7 @@ def test_stream_16bit(inputs, dt):
     st.reset()
     b = {k: np.ascontiguousarray(v) for k, v in _block(p, 0, st.next_frames, S).items()}
     with pytest.raises(camdelta.errors.UnsupportedError, match="q_raw"):
-        st.step(_from(dt, b["q"]), b["k"], b["v"], camera_conditions=b["cc"], beta=b["beta"], decay=b["decay"])
+        st.step(from_half(dt, b["q"]), b["k"], b["v"], camera_conditions=b["cc"], beta=b["beta"], decay=b["decay"])
     st.close()
 
 
