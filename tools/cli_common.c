@@ -153,31 +153,23 @@ static int cli_pick_name(const char *opt, const char *text, const char *const *n
   return -1;
 }
 
-int cli_parse_algorithm(const char *text, camdelta_scan_algorithm *out) {
-  const char *names[CAMDELTA_SCAN_CHUNKWISE + 1];
-  for (int i = 0; i <= CAMDELTA_SCAN_CHUNKWISE; i++)
-    names[i] = camdelta_scan_algorithm_name((camdelta_scan_algorithm)i);
-  const int i = cli_pick_name("--algorithm", text, names, CAMDELTA_SCAN_CHUNKWISE + 1);
-  if (i >= 0) *out = (camdelta_scan_algorithm)i;
-  return i >= 0;
-}
-
-int cli_parse_strategy(const char *text, camdelta_chunk_strategy *out) {
-  const char *names[CAMDELTA_CHUNK_FIRST_CHUNK_PLUS_ONE + 1];
-  for (int i = 0; i <= CAMDELTA_CHUNK_FIRST_CHUNK_PLUS_ONE; i++)
-    names[i] = camdelta_chunk_strategy_name((camdelta_chunk_strategy)i);
-  const int i = cli_pick_name("--chunk-strategy", text, names, CAMDELTA_CHUNK_FIRST_CHUNK_PLUS_ONE + 1);
-  if (i >= 0) *out = (camdelta_chunk_strategy)i;
-  return i >= 0;
-}
-
-int cli_parse_precision(const char *text, camdelta_precision *out) {
-  const char *names[CAMDELTA_PRECISION_TF32 + 1];
-  for (int i = 0; i <= CAMDELTA_PRECISION_TF32; i++) names[i] = camdelta_precision_name((camdelta_precision)i);
-  const int i = cli_pick_name("--precision", text, names, CAMDELTA_PRECISION_TF32 + 1);
-  if (i >= 0) *out = (camdelta_precision)i;
-  return i >= 0;
-}
+/* cli_parse_TYPE: the value of an enum TYPE (values 0 .. LAST, named by NAME_OF) that `text` names, for option OPT.
+ * One definition for every enum: the library's name functions differ in their argument's type only. */
+#define CLI_ENUM_PARSER(fn, type, opt, last, name_of)                     \
+  int fn(const char *text, type *out) {                                    \
+    const char *names[(last) + 1];                                         \
+    for (int i = 0; i <= (last); i++) names[i] = name_of((type)i);         \
+    const int i = cli_pick_name(opt, text, names, (last) + 1);             \
+    if (i >= 0) *out = (type)i;                                            \
+    return i >= 0;                                                         \
+  }
+CLI_ENUM_PARSER(cli_parse_algorithm, camdelta_scan_algorithm, "--algorithm", CAMDELTA_SCAN_CHUNKWISE,
+                camdelta_scan_algorithm_name)
+CLI_ENUM_PARSER(cli_parse_strategy, camdelta_chunk_strategy, "--chunk-strategy", CAMDELTA_CHUNK_FIRST_CHUNK_PLUS_ONE,
+                camdelta_chunk_strategy_name)
+CLI_ENUM_PARSER(cli_parse_precision, camdelta_precision, "--precision", CAMDELTA_PRECISION_TF32,
+                camdelta_precision_name)
+#undef CLI_ENUM_PARSER
 
 /* ------------------------------------------------------------ tensors */
 

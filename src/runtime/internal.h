@@ -91,6 +91,12 @@ camdelta_status cd_check_dtype(const char *op, camdelta_dtype dtype);
  * branch on 16-bit activations (the scan is f32). Never taken from the API. */
 #define CD_SCAN_F32 0x10
 /** The raw activations' dtype of a storage code. */
+/** The name of value v of a public enum whose values are 0 .. n-1 (names[v]), "unknown" for any other: the
+ *  camdelta_*_name functions. CD_ENUM_NAME(NAMES, v) for a static array NAMES indexed by the enum's values. */
+static inline const char *cd_enum_name(int v, const char *const *names, int n) {
+  return v >= 0 && v < n && names[v] ? names[v] : "unknown";
+}
+#define CD_ENUM_NAME(names, v) cd_enum_name((int)(v), (names), (int)(sizeof(names) / sizeof((names)[0])))
 static inline camdelta_dtype cd_raw_dtype(camdelta_dtype d) { return (camdelta_dtype)((int)d & ~CD_SCAN_F32); }
 /** Bytes per element of prep's (B, H, D, N) side. */
 static inline size_t cd_scan_es(camdelta_dtype d) {

@@ -1,19 +1,13 @@
 /* The names of the scan's public enums (camdelta.h). */
-#include "camdelta.h"
+#include "runtime/internal.h"
 
 const char *camdelta_precision_name(camdelta_precision precision) {
-  switch (precision) {
-    case CAMDELTA_PRECISION_EXACT: return "exact";
-    case CAMDELTA_PRECISION_TF32: return "tf32";
-  }
-  return "unknown";
+  static const char *const NAMES[] = {[CAMDELTA_PRECISION_EXACT] = "exact", [CAMDELTA_PRECISION_TF32] = "tf32"};
+  return CD_ENUM_NAME(NAMES, precision);
 }
 
 const char *camdelta_scan_algorithm_name(camdelta_scan_algorithm algorithm) {
-  switch (algorithm) {
-    case CAMDELTA_SCAN_AUTO: return "auto";
-    case CAMDELTA_SCAN_SEQUENTIAL: return "sequential";
-    case CAMDELTA_SCAN_CHUNKWISE: return "chunkwise";
-  }
-  return "unknown";
+  static const char *const NAMES[] = {[CAMDELTA_SCAN_AUTO] = "auto", [CAMDELTA_SCAN_SEQUENTIAL] = "sequential",
+                                      [CAMDELTA_SCAN_CHUNKWISE] = "chunkwise"};
+  return CD_ENUM_NAME(NAMES, algorithm);
 }
