@@ -228,8 +228,8 @@ int cli_tensor_expect(const cli_tensor *t, int ndim, const size_t *shape, const 
                    cli_shape_str(want, sizeof want, ndim, shape));
 }
 
-int cli_tensor_load_f32(cli_tensor *t, const char *dir, const char *name, int optional, int ndim, const size_t *shape,
-                        const char *symbols) {
+int cli_tensor_load_shaped(cli_tensor *t, const char *dir, const char *name, int optional, int ndim,
+                           const size_t *shape, const char *symbols) {
   char nums[256], expect[512];
   if (ndim > 0)
     snprintf(expect, sizeof expect, "%s = %s", symbols, cli_shape_str(nums, sizeof nums, ndim, shape));
@@ -243,7 +243,13 @@ int cli_tensor_load_f32(cli_tensor *t, const char *dir, const char *name, int op
     return cli_error(CLI_EXIT_INPUT, "%s: shape %s does not fit: expected %d dimensions %s", t->path,
                      cli_shape_str(have, sizeof have, t->npy.ndim, t->npy.shape), -ndim, symbols);
   }
-  return cli_tensor_convert(t, CAMDELTA_NPY_F4);
+  return CLI_EXIT_OK;
+}
+
+int cli_tensor_load_f32(cli_tensor *t, const char *dir, const char *name, int optional, int ndim, const size_t *shape,
+                        const char *symbols) {
+  const int rc = cli_tensor_load_shaped(t, dir, name, optional, ndim, shape, symbols);
+  return rc ? rc : cli_tensor_convert(t, CAMDELTA_NPY_F4);
 }
 
 int cli_tensor_convert(cli_tensor *t, camdelta_npy_type type) {

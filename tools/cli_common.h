@@ -95,9 +95,12 @@ int cli_tensor_load(cli_tensor *t, const char *dir, const char *name, int option
  *  error naming the file, its shape and the expected one (with `symbols`,
  *  e.g. "(B, H, D, N)") otherwise. */
 int cli_tensor_expect(const cli_tensor *t, int ndim, const size_t *shape, const char *symbols);
-/** cli_tensor_load, the shape check and the conversion to f32 in one: a present file must have exactly `ndim`
- *  dims `shape` (the missing-file message names "<symbols> = <shape>"); ndim < 0: any shape of -ndim dims
- *  (`shape` unused, the message names `symbols`). */
+/** cli_tensor_load and the shape check in one: a present file must have exactly `ndim` dims `shape` (the
+ *  missing-file message names "<symbols> = <shape>"); ndim < 0: any shape of -ndim dims (`shape` unused, the
+ *  message names `symbols`). The data keep the file's dtype. */
+int cli_tensor_load_shaped(cli_tensor *t, const char *dir, const char *name, int optional, int ndim,
+                           const size_t *shape, const char *symbols);
+/** cli_tensor_load_shaped, then the conversion to f32. */
 int cli_tensor_load_f32(cli_tensor *t, const char *dir, const char *name, int optional, int ndim, const size_t *shape,
                         const char *symbols);
 /** Convert the data in place to `type` (f8 -> f4, f2 <-> f4; f4/f8 -> f2

@@ -64,22 +64,9 @@ static int load(cli_job *j, const char *name, int ndim, const size_t *shape, con
 /* The same for activations in `dtype` (cli_tensor_activations: <u2 taken with bf16 only, floats rounded). */
 static int load_act(cli_job *j, camdelta_dtype dtype, const char *name, int ndim, const size_t *shape,
                     const char *symbols, int *idx) {
-  char nums[256], expect[512];
   int rc = cli_job_slot(j, 0, idx);
-  if (rc) return rc;
-  cli_tensor *t = &j->in[*idx];
-  if (ndim > 0)
-    snprintf(expect, sizeof expect, "%s = %s", symbols, cli_shape_str(nums, sizeof nums, ndim, shape));
-  else
-    snprintf(expect, sizeof expect, "%s", symbols);
-  if ((rc = cli_tensor_load(t, j->opts->in, name, 0, expect))) return rc;
-  if (ndim > 0 && (rc = cli_tensor_expect(t, ndim, shape, symbols))) return rc;
-  if (ndim < 0 && t->npy.ndim != -ndim) {
-    char have[256];
-    return cli_error(CLI_EXIT_INPUT, "%s: shape %s does not fit: expected %d dimensions %s", t->path,
-                     cli_shape_str(have, sizeof have, t->npy.ndim, t->npy.shape), -ndim, symbols);
-  }
-  return cli_tensor_activations(t, dtype);
+  if (!rc) rc = cli_tensor_load_shaped(&j->in[*idx], j->opts->in, name, 0, ndim, shape, symbols);
+  return rc ? rc : cli_tensor_activations(&j->in[*idx], dtype);
 }
 
 static int add_output(cli_job *j, const char *name, int ndim, const size_t *shape) {
