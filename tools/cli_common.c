@@ -441,6 +441,14 @@ int cli_reps_option(cli_args *a, size_t *reps, size_t *warmup) {
   return r;
 }
 
+int cli_sp_option(cli_args *a, int *branch, camdelta_scan_algorithm *alg) {
+  const char *v = NULL;
+  if (cli_flag(a, "--sequence-parallel")) return 1;
+  if (cli_flag(a, "--no-branch")) return *branch = 0, 1;
+  const int r = cli_value(a, "--algorithm", &v);
+  return r > 0 ? (cli_parse_algorithm(v, alg) ? 1 : -1) : r;
+}
+
 void cli_look_at_origin(const double c[3], double yaw, float cc[16]) {
   double z[3] = {-c[0], -c[1], -c[2]}, n = sqrt(z[0] * z[0] + z[1] * z[1] + z[2] * z[2]);
   for (int i = 0; i < 3; i++) z[i] /= n;

@@ -29,6 +29,10 @@ int cli_value(cli_args *a, const char *name, const char **value);
 /** The benchmarks' --reps N (1 to CLI_MAX_REPS) and --warmup N (0 to CLI_MAX_REPS): as cli_value, 1 when argv[i]
  *  was one of them and its value parsed into *reps or *warmup, -1 (after a usage error) on a bad value. */
 int cli_reps_option(cli_args *a, size_t *reps, size_t *warmup);
+/** What every sequence-parallel command reads alike: --sequence-parallel (which chose the command: nothing more),
+ *  --no-branch (*branch = 0) and --algorithm NAME (*alg): as cli_value, 1 when argv[i] was one of them, -1 after
+ *  a usage error. */
+int cli_sp_option(cli_args *a, int *branch, camdelta_scan_algorithm *alg);
 /** The process's resident memory in MiB (Linux /proc), -1 where it cannot be read. */
 double cli_rss_mib(void);
 /** The demos' cameras: one at c looking at the origin (up (0, 1, 0)), then turned by `yaw` radians about the
