@@ -6,7 +6,8 @@
 #include "runtime/internal.h"
 
 const char *camdelta_chunk_strategy_name(camdelta_chunk_strategy strategy) {
-  static const char *const NAMES[] = {[CAMDELTA_CHUNK_UNIFORM] = "uniform", [CAMDELTA_CHUNK_FIRST_FRAME] = "first_frame",
+  static const char *const NAMES[] = {[CAMDELTA_CHUNK_UNIFORM] = "uniform",
+                                      [CAMDELTA_CHUNK_FIRST_FRAME] = "first_frame",
                                       [CAMDELTA_CHUNK_FIRST_CHUNK_PLUS_ONE] = "first_chunk_plus_one"};
   return CD_ENUM_NAME(NAMES, strategy);
 }

@@ -27,24 +27,12 @@
 
 static const char OP[] = "camdelta_scan_backward";
 
-/* Everything a backward call runs: the backward program's tiles and its parts (the FMA gram, frames and ddecay,
- * the gradient chain), the tensor-core gram, frames and dq apply where the device has them, and the workspace.
- * Built once per (device, D, and where the tensor-core path runs, precision and 16-byte token rows, variant) and
- * kept in the context (src/runtime/plan.c). */
-typedef struct bwd_plan {
-  cd_units u; /* first: cd_units_destroy is the destructor */
-  cd_sbwd_cfg cfg;
-  char opts[256];
-  int overridden;
-  int tc, split;
-} bwd_plan;
+/* Everything a backward call runs (cd_bwd_units) and the workspace. Built once per (device, D, and where the
+ * tensor-core path runs, precision and 16-byte token rows, variant) and kept in the context (src/runtime/plan.c). */
+typedef cd_bwd_units bwd_plan;
 enum { WS_A, WS_W, WS_G, WS_U, WS_Z, WS_PART };
 
-static camdelta_status bwd_build(camdelta_context *ctx, const cd_plan_key *key, const void *arg, void **out) {
-  (void)key;
-  const cd_bwd_request *r = arg;
-  bwd_plan *pl = calloc(1, sizeof *pl);
-  if (!pl) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", OP);
+camdelta_status cd_backward_units(camdelta_context *ctx, const cd_bwd_request *r, int pair, cd_bwd_units *pl) {
   camdelta_status st = CAMDELTA_OK;
   if ((pl->tc = cd_tc_available(ctx))) {
     pl->split = r->prec != CAMDELTA_PRECISION_TF32;
@@ -53,9 +41,16 @@ static camdelta_status bwd_build(camdelta_context *ctx, const cd_plan_key *key, 
     if (!st) st = cd_apply_build_tc(ctx, r->D, pl->split, r->vec, 0, r->extra, &pl->u.apply);
   }
   if (!st)
-    st = cd_backward_parts(ctx, r->D, pl->tc, r->extra, 0, &pl->cfg, pl->opts, &pl->overridden,
+    st = cd_backward_parts(ctx, r->D, pl->tc, r->extra, pair, &pl->cfg, pl->opts, &pl->overridden,
                            pl->tc ? NULL : &pl->u.gram, &pl->u.chain, pl->tc ? NULL : &pl->u.frames, &pl->u.ddecay);
-  return cd_units_done(pl, st, out);
+  return st;
+}
+
+static camdelta_status bwd_build(camdelta_context *ctx, const cd_plan_key *key, const void *arg, void **out) {
+  (void)key;
+  bwd_plan *pl = calloc(1, sizeof *pl);
+  if (!pl) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", OP);
+  return cd_units_done(pl, cd_backward_units(ctx, arg, 0, pl), out);
 }
 
 camdelta_status cd_backward_acquire(camdelta_context *ctx, const cd_bwd_request *r, cd_plan_entry **e) {

@@ -83,6 +83,18 @@ typedef struct cd_bwd_request {
   const char *extra;
 } cd_bwd_request;
 camdelta_status cd_backward_acquire(camdelta_context *ctx, const cd_bwd_request *r, cd_plan_entry **e);
+/** A backward's units for r: the tensor-core gram, frames and dq apply where the device has them (tc; split: at
+ *  the exact precision), else the FMA gram and frames; the gradient chain (pair: both directions' in one launch)
+ *  and ddecay, with the backward program's tiles (cfg, its build options opts, overridden: by option "scan_bwd").
+ *  The plan of camdelta_scan_backward, and the first part of the scan pair's backward plan (pair.c). */
+typedef struct cd_bwd_units {
+  cd_units u; /* first: cd_units_destroy is the destructor */
+  cd_sbwd_cfg cfg;
+  char opts[256];
+  int overridden;
+  int tc, split;
+} cd_bwd_units;
+camdelta_status cd_backward_units(camdelta_context *ctx, const cd_bwd_request *r, int pair, cd_bwd_units *pl);
 /** The grams of a backward: W, and A unless `A_given` (the forward's), and U where need_u (the state chain
  *  recomputes the states, or the caller wants the summaries). */
 camdelta_status cd_backward_gram(camdelta_context *ctx, cd_plan_entry *e, const cd_scan_geo *geo,

@@ -194,42 +194,20 @@ static const char BOP[] = "cd_scan_pair_backward";
 /* The backward pair's plan: the backward program's parts with its tiles for D (the frames kernel leaving dq to the
  * tensor-core apply where the device has one), the pair's gradient chain, the tensor-core gram, frames and apply,
  * the elementwise pieces, and the workspace. */
-typedef struct pair_bwd_plan {
-  cd_units u; /* first: cd_units_destroy is the destructor */
-  cd_sbwd_cfg cfg;
-  char opts[256];
-  int tc;
-} pair_bwd_plan;
+typedef cd_bwd_units pair_bwd_plan;
 enum { PB_A, PB_W, PB_GC, PB_GR, PB_PART, PB_SUM, PB_DQ, PB_DK, PB_DV };
 
-typedef struct pair_bwd_request {
-  size_t D;
-  camdelta_precision prec;
-  int vec;
-} pair_bwd_request;
-
+/* The backward's units with the pair's gradient chain, and the elementwise pieces. */
 static camdelta_status pair_bwd_build(camdelta_context *ctx, const cd_plan_key *key, const void *arg, void **out) {
   (void)key;
-  const pair_bwd_request *r = arg;
   pair_bwd_plan *pl = calloc(1, sizeof *pl);
   if (!pl) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", BOP);
-  pl->tc = cd_tc_available(ctx);
-  const int split = r->prec != CAMDELTA_PRECISION_TF32;
-  int overridden;
-  camdelta_status st = CAMDELTA_OK;
-  if (pl->tc) {
-    st = cd_gram_build_tc(ctx, r->D, split, r->vec, "", &pl->u.gram);
-    if (!st) st = cd_apply_build_tc(ctx, r->D, split, r->vec, 0, "", &pl->u.apply);
-    if (!st) st = cd_frames_build_tc(ctx, r->D, split, r->vec, "", &pl->u.frames);
-  }
-  if (!st)
-    st = cd_backward_parts(ctx, r->D, pl->tc, "", 1, &pl->cfg, pl->opts, &overridden, pl->tc ? NULL : &pl->u.gram,
-                           &pl->u.chain, pl->tc ? NULL : &pl->u.frames, &pl->u.ddecay);
+  camdelta_status st = cd_backward_units(ctx, arg, 1, pl);
   if (!st) st = cd_pieces_build(ctx, &pl->u.pieces);
   return cd_units_done(pl, st, out);
 }
 
-static camdelta_status pair_bwd_acquire(camdelta_context *ctx, const pair_bwd_request *r, cd_plan_entry **e) {
+static camdelta_status pair_bwd_acquire(camdelta_context *ctx, const cd_bwd_request *r, cd_plan_entry **e) {
   cd_plan_key key;
   memset(&key, 0, sizeof key);
   key.op = CD_PLAN_PAIR_BACKWARD;
@@ -299,7 +277,7 @@ camdelta_status cd_scan_pair_backward(camdelta_context *ctx, const cd_scan_pair_
   /* build everything before enqueuing anything */
   const size_t offs[9] = {a->q.offset,  a->k.offset,  a->v.offset,        a->beta.offset, a->dq.offset,
                           a->dk.offset, a->grad_out.offset, a->dv.offset, a->beta_r.offset};
-  const pair_bwd_request r = {.D = D, .prec = a->precision, .vec = cd_tc_vec_ok(S, offs, 9)};
+  const cd_bwd_request r = {.D = D, .prec = a->precision, .vec = cd_tc_vec_ok(S, offs, 9), .variant = 0, .extra = ""};
   cd_plan_entry *e;
   if ((st = pair_bwd_acquire(ctx, &r, &e))) return st;
   pair_bwd_plan *pl = e->plan;
@@ -364,7 +342,7 @@ camdelta_status cd_scan_pair_warm(camdelta_context *ctx, size_t BH, size_t D, si
   camdelta_status st = CAMDELTA_OK;
   for (int prec = CAMDELTA_PRECISION_EXACT; prec <= CAMDELTA_PRECISION_TF32 && !st; prec++) {
     const pair_request r = {.BH = BH, .D = D, .S = S, .prec = (camdelta_precision)prec, .vec = S % 4 == 0};
-    const pair_bwd_request rb = {.D = D, .prec = (camdelta_precision)prec, .vec = S % 4 == 0};
+    const cd_bwd_request rb = {.D = D, .prec = (camdelta_precision)prec, .vec = S % 4 == 0, .variant = 0, .extra = ""};
     cd_plan_entry *e;
     if (!(st = pair_acquire(ctx, &r, &e))) cd_plan_release(ctx, e);
     if (!st && !(st = pair_bwd_acquire(ctx, &rb, &e))) cd_plan_release(ctx, e);
