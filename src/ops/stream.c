@@ -11,6 +11,7 @@
 #include "camdelta_stream.h"
 #include "ops/camera_op.h"
 #include "ops/stream_image.h"
+#include "scan/engine.h"
 
 struct camdelta_stream {
   camdelta_context *ctx;
@@ -68,11 +69,8 @@ static camdelta_status create_check(cd_call *c) {
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: chunk strategy %d unknown", op, (int)a->strategy);
   if (a->chunk_size >= UINT32_MAX)
     return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: chunk_size %zu exceeds 2^32-2", op, a->chunk_size);
-  if (a->algorithm != CAMDELTA_SCAN_AUTO && a->algorithm != CAMDELTA_SCAN_SEQUENTIAL &&
-      a->algorithm != CAMDELTA_SCAN_CHUNKWISE)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: algorithm %d unknown", op, (int)a->algorithm);
-  if (a->precision != CAMDELTA_PRECISION_EXACT && a->precision != CAMDELTA_PRECISION_TF32)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: precision %d unknown", op, (int)a->precision);
+  if ((st = cd_check_algorithm(op, a->algorithm))) return st;
+  if ((st = cd_check_precision(op, a->precision))) return st;
   if (!(a->k_scale == a->k_scale) || a->k_scale - a->k_scale != 0.0f)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: k_scale must be finite (got %g)", op, (double)a->k_scale);
   if (!(a->norm_eps >= 0.0f) || a->norm_eps - a->norm_eps != 0.0f)

@@ -122,9 +122,8 @@ static void plan_text(const bwd_plan *pl, const camdelta_scan_backward_args *a, 
 
 static camdelta_status check_describe(const camdelta_scan_backward_args *a) {
   static const char *const fn = "camdelta_scan_backward_plan_describe";
-  if (a->precision != CAMDELTA_PRECISION_EXACT && a->precision != CAMDELTA_PRECISION_TF32)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: precision %d unknown", fn, (int)a->precision);
-  camdelta_status st = cd_check_head_dim(fn, a->D);
+  camdelta_status st = cd_check_precision(fn, a->precision);
+  if (!st) st = cd_check_head_dim(fn, a->D);
   if (st) return st;
   if (!a->B || !a->H || !a->F || !a->S || a->S > UINT32_MAX || a->F > UINT32_MAX)
     return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: B=%zu H=%zu F=%zu S=%zu: each must be in [1, 2^32)", fn, a->B, a->H,
@@ -151,11 +150,8 @@ camdelta_status camdelta_scan_backward_plan_describe(camdelta_context *ctx, cons
 
 camdelta_status cd_backward_shape(const char *op, const camdelta_scan_backward_args *a, cd_fwd_sizes *z) {
   const size_t B = a->B, H = a->H, D = a->D, F = a->F, S = a->S;
-  if (a->precision != CAMDELTA_PRECISION_EXACT && a->precision != CAMDELTA_PRECISION_TF32)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
-                   "%s: precision %d unknown (expected CAMDELTA_PRECISION_EXACT or CAMDELTA_PRECISION_TF32)", op,
-                   (int)a->precision);
-  camdelta_status st = cd_check_head_dim(op, D);
+  camdelta_status st = cd_check_precision(op, a->precision);
+  if (!st) st = cd_check_head_dim(op, D);
   if (st) return st;
   if (!B || !H || !F || !S)
     return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: B=%zu, H=%zu, F=%zu, S=%zu: each must be at least 1", op, B, H, F, S);

@@ -234,9 +234,8 @@ static camdelta_status check_saved(const camdelta_scan_saved *s, int reverse, co
 camdelta_status cd_scan_pair_backward(camdelta_context *ctx, const cd_scan_pair_bwd_args *a,
                                       const camdelta_scan_saved *saved_c, const camdelta_scan_saved *saved_r) {
   if (!ctx || !a) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", BOP, ctx ? "args" : "ctx");
-  if (a->precision != CAMDELTA_PRECISION_EXACT && a->precision != CAMDELTA_PRECISION_TF32)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: precision %d unknown", BOP, (int)a->precision);
-  camdelta_status st = cd_check_head_dim(BOP, a->D);
+  camdelta_status st = cd_check_precision(BOP, a->precision);
+  if (!st) st = cd_check_head_dim(BOP, a->D);
   if (st) return st;
   const size_t B = a->B, H = a->H, D = a->D, F = a->F, S = a->S;
   if (!B || !H || !F || !S || F > UINT32_MAX || S > UINT32_MAX)
