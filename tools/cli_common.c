@@ -252,6 +252,18 @@ int cli_tensor_load_f32(cli_tensor *t, const char *dir, const char *name, int op
   return rc ? rc : cli_tensor_convert(t, CAMDELTA_NPY_F4);
 }
 
+int cli_load_scan_inputs(cli_tensor t[CLI_SCAN_COUNT], const char *in, int backward, const size_t tok[4],
+                         const char *tok_sym, const size_t dc[3], const char *dc_sym, const size_t st[4],
+                         const char *st_sym) {
+  int rc = cli_tensor_load_f32(&t[CLI_SCAN_K], in, "k", 0, 4, tok, tok_sym);
+  if (!rc) rc = cli_tensor_load_f32(&t[CLI_SCAN_V], in, "v", 0, 4, tok, tok_sym);
+  if (!rc) rc = cli_tensor_load_f32(&t[CLI_SCAN_DECAY], in, "decay", 0, 3, dc, dc_sym);
+  if (!rc && backward) rc = cli_tensor_load_f32(&t[CLI_SCAN_GO], in, "grad_out", 0, 4, tok, tok_sym);
+  if (!rc) rc = cli_tensor_load_f32(&t[CLI_SCAN_INIT], in, "init_state", 1, 4, st, st_sym);
+  if (!rc && backward) rc = cli_tensor_load_f32(&t[CLI_SCAN_GF], in, "grad_final_state", 1, 4, st, st_sym);
+  return rc;
+}
+
 int cli_tensor_convert(cli_tensor *t, camdelta_npy_type type) {
   if (!t->present || t->npy.type == type) return CLI_EXIT_OK;
   if (t->npy.type == CAMDELTA_NPY_U2 || type == CAMDELTA_NPY_U2)

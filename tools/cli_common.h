@@ -107,6 +107,15 @@ int cli_tensor_load_shaped(cli_tensor *t, const char *dir, const char *name, int
 /** cli_tensor_load_shaped, then the conversion to f32. */
 int cli_tensor_load_f32(cli_tensor *t, const char *dir, const char *name, int optional, int ndim, const size_t *shape,
                         const char *symbols);
+/** The scan's input files, in the order the scan runners keep them (cmd_run_packed.c, cmd_run_sp.c). */
+enum { CLI_SCAN_Q, CLI_SCAN_K, CLI_SCAN_V, CLI_SCAN_BETA, CLI_SCAN_DECAY, CLI_SCAN_GO, CLI_SCAN_INIT, CLI_SCAN_GF,
+       CLI_SCAN_COUNT };
+/** cli_tensor_load_f32 of the scan's inputs that q and beta fix: k and v of shape tok, decay of shape dc,
+ *  init_state (optional) of shape st, and for the backward grad_out (tok) and grad_final_state (optional, st); the
+ *  *_sym strings name each shape in messages. Stops at the first error. */
+int cli_load_scan_inputs(cli_tensor t[CLI_SCAN_COUNT], const char *in, int backward, const size_t tok[4],
+                         const char *tok_sym, const size_t dc[3], const char *dc_sym, const size_t st[4],
+                         const char *st_sym);
 /** Convert the data in place to `type` (f8 -> f4, f2 <-> f4; f4/f8 -> f2
  *  rounds to nearest even). */
 int cli_tensor_convert(cli_tensor *t, camdelta_npy_type type);
