@@ -487,6 +487,16 @@ int cli_seed_option(cli_args *a, unsigned long long *state) {
   return 1;
 }
 
+int cli_demo_option(cli_args *a, cli_shape *shape, camdelta_chunk_strategy *strategy, const char **device,
+                    unsigned long long *seed) {
+  const char *v = NULL;
+  int r;
+  if ((r = cli_value(a, "--shape", &v))) return r > 0 && cli_parse_shape("demo", "--shape", v, 1, shape) ? 1 : -1;
+  if ((r = cli_value(a, "--chunk-strategy", &v))) return r > 0 && cli_parse_strategy(v, strategy) ? 1 : -1;
+  if ((r = cli_value(a, "--device", device))) return r;
+  return cli_seed_option(a, seed);
+}
+
 int cli_help_or_unknown(cli_args *a, const char *what, const char *topic, void (*usage)(void)) {
   if (cli_flag(a, "--help") || cli_flag(a, "-h")) {
     usage();

@@ -41,6 +41,10 @@ void cli_look_at_origin(const double c[3], double yaw, float cc[16]);
 /** --seed N: as cli_value, 1 when argv[i] was --seed and N (a size) is mixed into *state (the demos' random
  *  generator), -1 (after a usage error) on a bad value. */
 int cli_seed_option(cli_args *a, unsigned long long *state);
+/** What both demos (demo, demo --stream) read alike: --shape (into *shape, named shapes taken), --chunk-strategy,
+ *  --device and --seed (cli_seed_option): as cli_value, 1 when argv[i] was one of them, -1 after a usage error. */
+int cli_demo_option(cli_args *a, cli_shape *shape, camdelta_chunk_strategy *strategy, const char **device,
+                    unsigned long long *seed);
 /** The last branch of a command's option loop, at an option no other branch took: --help or -h prints the usage
  *  (`usage`) and gives 1; anything else gives 0 after the usage error "WHAT: unknown option 'X' (see 'camdelta help
  *  TOPIC')". */

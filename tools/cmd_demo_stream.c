@@ -109,36 +109,30 @@ static void shape_of(const sdemo *s, int i, size_t Tb, size_t *rows, size_t *row
 static int parse(int argc, char **argv, sdemo *s, int *done) {
   cli_args a = {argc, argv, 0};
   const char *v;
-  s->B = 1, s->H = 2, s->D = 32, s->F = 301, s->S = 48, s->cs = 3, s->denoise = 4, s->check = 31;
+  cli_shape sh = {.name = NULL, .B = 1, .H = 2, .D = 32, .F = 301, .S = 48};
+  s->cs = 3, s->denoise = 4, s->check = 31;
   s->strategy = CAMDELTA_CHUNK_FIRST_CHUNK_PLUS_ONE;
   s->dt = CAMDELTA_F32;
   s->rng = 88172645463325252ull;
   while (a.i < argc) {
     int r;
     if (cli_flag(&a, "--stream")) continue;
-    if ((r = cli_value(&a, "--shape", &v))) {
-      cli_shape sh;
-      if (r < 0 || !cli_parse_shape("demo", "--shape", v, 1, &sh)) return CLI_EXIT_USAGE;
-      s->B = sh.B, s->H = sh.H, s->D = sh.D, s->F = sh.F, s->S = sh.S;
+    if ((r = cli_demo_option(&a, &sh, &s->strategy, &s->device, &s->rng))) {
+      if (r < 0) return CLI_EXIT_USAGE;
     } else if ((r = cli_value(&a, "--chunk-size", &v))) {
       if (r < 0 || !cli_parse_count("--chunk-size", v, 1, 4096, &s->cs)) return CLI_EXIT_USAGE;
-    } else if ((r = cli_value(&a, "--chunk-strategy", &v))) {
-      if (r < 0 || !cli_parse_strategy(v, &s->strategy)) return CLI_EXIT_USAGE;
     } else if ((r = cli_value(&a, "--dtype", &v))) {
       if (r < 0 || cli_parse_dtype("demo --stream", v, &s->dt)) return CLI_EXIT_USAGE;
     } else if ((r = cli_value(&a, "--denoise", &v))) {
       if (r < 0 || !cli_parse_count("--denoise", v, 0, 1000, &s->denoise)) return CLI_EXIT_USAGE;
     } else if ((r = cli_value(&a, "--check-frames", &v))) {
       if (r < 0 || !cli_parse_count("--check-frames", v, 0, 1u << 20, &s->check)) return CLI_EXIT_USAGE;
-    } else if ((r = cli_value(&a, "--device", &s->device))) {
-      if (r < 0) return CLI_EXIT_USAGE;
-    } else if ((r = cli_seed_option(&a, &s->rng))) {
-      if (r < 0) return CLI_EXIT_USAGE;
     } else {
       *done = cli_help_or_unknown(&a, "demo --stream", "demo", usage_demo);
       return *done ? CLI_EXIT_OK : CLI_EXIT_USAGE;
     }
   }
+  s->B = sh.B, s->H = sh.H, s->D = sh.D, s->F = sh.F, s->S = sh.S;
   size_t blocks;
   if (s->check > s->F) s->check = s->F;
   if (s->check && !cli_stream_tiles(s->check, s->cs, s->strategy, &blocks))
