@@ -492,11 +492,7 @@ int cmd_bench(int argc, char **argv) {
     } else if ((r = cli_value(&a, "--peak-tflops", &v))) {
       if (r < 0 || !cli_parse_double("--peak-tflops", v, &peak_tflops)) return CLI_EXIT_USAGE;
     } else if ((r = cli_value(&a, "--dtype", &v))) {
-      if (r < 0) return CLI_EXIT_USAGE;
-      if (strcmp(v, "f32") == 0) dt = CAMDELTA_F32;
-      else if (strcmp(v, "f16") == 0) dt = CAMDELTA_F16;
-      else if (strcmp(v, "bf16") == 0) dt = CAMDELTA_BF16;
-      else return cli_error(CLI_EXIT_USAGE, "bench: --dtype must be f32, f16 or bf16 (got '%s')", v);
+      if (r < 0 || cli_parse_dtype("bench", v, &dt)) return CLI_EXIT_USAGE;
     } else if ((r = cli_value(&a, "--precision", &v))) {
       if (r < 0 || !cli_parse_precision(v, &prec)) return CLI_EXIT_USAGE;
     } else if (cli_flag(&a, "--flatness")) {
