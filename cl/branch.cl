@@ -4,14 +4,9 @@
  * Build options: CD_D (head dim, multiple of 8, <= 128), CD_TS (tokens per work-group of the output transform),
  * CD_DTYPE (common.cl: the storage of the output transform's y and the backward's grad_y; everything else f32). */
 
-#ifndef CD_D
-#define CD_D 8
+#if !defined(CD_D) || !defined(CD_TS)
+#error "CD_D and CD_TS must be given as build options (cd_prep_kernel)"
 #endif
-#ifndef CD_TS
-#define CD_TS 32
-#endif
-#define CD_DH (CD_D / 2)
-#define CD_G4 (CD_D / 4)
 
 /* Sum of the local values x over the work-group (power-of-two size), in a fixed order; result in red[0]. */
 inline float wg_sum(local float *red, float x) {

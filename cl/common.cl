@@ -61,6 +61,11 @@ typedef CD_CAT(CD_T_, CD_SDTYPE) cd_sstore_t;
 #define CD_SSTORE(p, i, x) CD_CAT(CD_ST_, CD_SDTYPE)(p, i, x)
 #define CD_SLD4(p, i, al) CD_CAT(CD_LD4_, CD_SDTYPE)(p, i, al)
 
+/* The token kernels' units of a head of CD_D channels (cl/prep.cl, cl/prep_backward.cl, cl/prep_backward_fused.cl,
+ * cl/branch.cl): its halves (the camera half, then the RoPE half) and its 4-channel units. */
+#define CD_DH (CD_D / 2)
+#define CD_G4 (CD_D / 4)
+
 /* Index arithmetic: a kernel that counts its indices from each tensor's offset uses cd_ix, 32 bits where the host
  * builds it with CD_IX32=1 because every such index of the call fits (cheaper arithmetic than 64 bits). */
 #ifndef CD_IX32

@@ -25,15 +25,10 @@
  * CD_DTYPE; common.cl), CD_D, CD_TS.
  * Every buffer comes with a ulong element offset. */
 
-#ifndef CD_D
-#define CD_D 8
+#if !defined(CD_D) || !defined(CD_TS)
+#error "CD_D and CD_TS must be given as build options (cd_prep_kernel)"
 #endif
-#ifndef CD_TS
-#define CD_TS 32
-#endif
-#define CD_TT 16 /* tokens per work-group of cd_prep_bwd_tokens */
-#define CD_DH (CD_D / 2)
-#define CD_G4 (CD_D / 4)  /* 4-channel units per token and head */
+#define CD_TT 16          /* tokens per work-group of cd_prep_bwd_tokens */
 #define CD_GH (CD_G4 / 2) /* units in the camera half */
 
 /* flags */
