@@ -714,18 +714,12 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_apply_ot_tc(
     if (r < CD_D / 2) {
       __global const float4 *P = (__global const float4 *)(proj_o + po_off + tok * 16);
       const float4 p0 = P[0], p1 = P[1], p2 = P[2], p3 = P[3];
-      o.x = fma(p0.w, v.w, fma(p0.z, v.z, fma(p0.y, v.y, fma(p0.x, v.x, 0.0f))));
-      o.y = fma(p1.w, v.w, fma(p1.z, v.z, fma(p1.y, v.y, fma(p1.x, v.x, 0.0f))));
-      o.z = fma(p2.w, v.w, fma(p2.z, v.z, fma(p2.y, v.y, fma(p2.x, v.x, 0.0f))));
-      o.w = fma(p3.w, v.w, fma(p3.z, v.z, fma(p3.y, v.y, fma(p3.x, v.x, 0.0f))));
+      CD_OT_CAM(o, p0, p1, p2, p3, v);
     } else {
       const ulong rrow = n * (CD_D / 2) + (r - CD_D / 2);
       const float4 c = *(__global const float4 *)(rope_cos + rc_off + rrow);
       const float4 sn = *(__global const float4 *)(rope_sin + rs_off + rrow);
-      o.x = fma(-v.y, sn.x, v.x * c.x);
-      o.y = fma(-v.x, sn.y, v.y * c.y);
-      o.z = fma(-v.w, sn.z, v.z * c.z);
-      o.w = fma(-v.z, sn.w, v.w * c.w);
+      CD_OT_ROPE(o, v, c, sn);
     }
     *(__global float4 *)(y + y_off + (tok * H + h) * CD_D + r) = o;
   }
