@@ -163,6 +163,11 @@ inline ulong cd_frame_start(uint f, uint S) { return (ulong)f * S; }
       _Pragma("unroll") for (int c_ = 0; c_ < (RN); c_++) (acc)[a_][c_] = fma(xr_[a_], yr_[c_], (acc)[a_][c_]); \
   }
 
+/* Every cell (a, c) of a work-item's RM x RN register block (acc[a][c] of CD_FMA_GEMM), both loops unrolled:
+ * `CD_FMA_CELLS(a, c, RM, RN) { … }`, the kernel's own epilogue per cell (its row and column from a and c). */
+#define CD_FMA_CELLS(a, c, RM, RN) \
+  _Pragma("unroll") for (int a = 0; a < (RM); a++) _Pragma("unroll") for (int c = 0; c < (RN); c++)
+
 /* The FMA gram, the one body of the scan's three FMA gram kernels (cl/scan_chunkwise.cl's phase A,
  * cl/scan_backward.cl's grams, cl/scan_summary.cl's products): over a frame's Sf tokens, KC at a time, STAGE(s0)
  * fills the work-group's local tiles with tokens s0 … s0 + KC − 1 (zero past the frame's end) and each work-item
