@@ -239,6 +239,26 @@ inline void cd_chain_first(float (*acol)[CD_D], float (*addv)[CD_CB], global con
     for (int c = 0; c < CD_CB; c++) stmt;                   \
   }
 
+/* The G chain's steps g0 <= st < g1 over the chain's n frames, one body for cd_scan_bwd_chain and cd_pair_bwd_chain
+ * (so the pair's G is bit-identical to the scan backward's): causal f = n−1..0, G_f = W_f + x, x = A_f·G_f; reverse
+ * f = 0..n−1, G_f = x, x = W_f + A_f·G_f (A_f left out where KEEP(f) is 0). x starts at X0 (an expression of r, c and
+ * ro_) on step 0, else at the carry row CROW; G_f goes to GOUT[f·D·D + …]. Uses the kernels' Ab, Wb, x, acol, addv,
+ * Yl4, i, c0 and reverse. */
+#define CD_GF(r, n) (reverse ? (r) : (n) - 1 - (r)) /* key frame of G step r */
+#define CD_G_CHAIN(n, g0, g1, X0, CROW, GOUT, KEEP)                                                      \
+  if ((g0) < (g1)) {                                                                                     \
+    if ((g0) == 0) CD_CHAIN_ROWS(x[r][c] = (X0))                                                         \
+    else CD_CHAIN_ROWS(x[r][c] = (CROW)[ro_ + c])                                                        \
+    cd_chain_first(acol, addv, Ab + CD_GF(g0, n) * CD_DD, Wb + CD_GF(g0, n) * CD_DD, i, c0);             \
+  }                                                                                                      \
+  for (uint st = (g0); st < (g1); st++) {                                                                \
+    const int more = st + 1 < (g1);                                                                      \
+    const uint f = CD_GF(st, n), fn = more ? CD_GF(st + 1, n) : f;                                       \
+    if (!reverse) CD_CHAIN_ROWS(x[r][c] += addv[r][c])                                                   \
+    CD_CHAIN_ROWS((GOUT)[f * CD_DD + ro_ + c] = x[r][c])                                                 \
+    cd_chain_step(Yl4, x, acol, addv, KEEP(f), reverse, Ab + fn * CD_DD, Wb + fn * CD_DD, i, c0);        \
+  }
+
 /* One work-group of CD_CW work-items (rows i + CD_CW·r) per (b, h, column block); group index = bh * (D / CB) + cb.
  * recompute: first the state chain M_f = A_f Mprev_f + U_f, written to Z (the `states` layout);
  * then the G chain, written to G (B, H, F, D, D) by key frame, and dinit when asked.
@@ -283,21 +303,11 @@ kernel void cd_scan_bwd_chain(global const float *A, ulong A_off, global const f
 
   /* G chain: causal f = F-1..0, G_f = W_f + x, x = A_f G_f; reverse f = 0..F-1, G_f = x, x = W_f + A_f G_f.
    * The last step only feeds dinit (computed always, written when asked). */
-  const uint g0 = max(ua, nfwd) - nfwd, g1 = max(ub, nfwd) - nfwd;
-#define CD_GF(r) (reverse ? (r) : Fc - 1 - (r)) /* key frame of G step r */
-  if (g0 < g1) {
-    if (ua <= nfwd) CD_CHAIN_ROWS(x[r][c] = has_gfinal ? gfinal[gf_off + bh * CD_DD + ro_ + c] : 0.0f)
-    else CD_CHAIN_ROWS(x[r][c] = carry[bh * CD_DD + ro_ + c])
-    cd_chain_first(acol, addv, Ab + CD_GF(g0) * CD_DD, Wb + CD_GF(g0) * CD_DD, i, c0);
-  }
-  for (uint st = g0; st < g1; st++) {
-    const int more = st + 1 < g1;
-    const uint f = CD_GF(st), fn = more ? CD_GF(st + 1) : f;
-    if (!reverse) CD_CHAIN_ROWS(x[r][c] += addv[r][c])
-    CD_CHAIN_ROWS(G[G_off + fb + f * CD_DD + ro_ + c] = x[r][c])
-    cd_chain_step(Yl4, x, acol, addv, 1, reverse, Ab + fn * CD_DD, Wb + fn * CD_DD, i, c0);
-  }
-#undef CD_GF
+  const uint g0 = max(ua, nfwd) - nfwd, g1 = max(ub, nfwd) - nfwd; /* g0 == 0: this launch starts the G chain */
+#define CD_KEEP_ALL(f) 1
+  CD_G_CHAIN(Fc, g0, g1, has_gfinal ? gfinal[gf_off + bh * CD_DD + ro_ + c] : 0.0f, carry + bh * CD_DD,
+             G + G_off + fb, CD_KEEP_ALL)
+#undef CD_KEEP_ALL
   if (ua < ub && ub < total) CD_CHAIN_ROWS(carry[bh * CD_DD + ro_ + c] = x[r][c])
   if (ua < ub && ub == total && has_dinit) CD_CHAIN_ROWS(dinit[di_off + bh * CD_DD + ro_ + c] = x[r][c])
 }
@@ -332,24 +342,14 @@ kernel void cd_pair_bwd_chain(global const float *A, ulong A_off, global const f
   const int has_gf = reverse ? has_gf_r : has_gf_c, has_di = reverse ? has_di_r : has_di_c;
   float x[CD_CHAIN_R][CD_CB], acol[CD_CHAIN_R][CD_D], addv[CD_CHAIN_R][CD_CB];
   const uint g0 = min(u0, F), g1 = min(u1, F);
-#define CD_GF(r) (reverse ? (r) : F - 1 - (r))
-  if (g0 < g1) {
-    if (g0 == 0) CD_CHAIN_ROWS(x[r][c] = has_gf ? gf[bh * CD_DD + ro_ + c] : 0.0f)
-    else CD_CHAIN_ROWS(x[r][c] = carry[cb * CD_DD + ro_ + c])
-    cd_chain_first(acol, addv, Ab + CD_GF(g0) * CD_DD, Wb + CD_GF(g0) * CD_DD, i, c0);
-  }
-  for (uint st = g0; st < g1; st++) {
-    const int more = st + 1 < g1;
-    const uint f = CD_GF(st), fn = more ? CD_GF(st + 1) : f;
-    if (!reverse) CD_CHAIN_ROWS(x[r][c] += addv[r][c])
-    CD_CHAIN_ROWS(G[fb + f * CD_DD + ro_ + c] = x[r][c])
-    const int keep = !reverse || mask[f] != 0u;
-    cd_chain_step(Yl4, x, acol, addv, keep, reverse, Ab + fn * CD_DD, Wb + fn * CD_DD, i, c0);
-  }
-#undef CD_GF
+#define CD_KEEP_MASK(f) (!reverse || mask[f] != 0u)
+  CD_G_CHAIN(F, g0, g1, has_gf ? gf[bh * CD_DD + ro_ + c] : 0.0f, carry + cb * CD_DD, G + fb, CD_KEEP_MASK)
+#undef CD_KEEP_MASK
   if (g0 < g1 && g1 < F) CD_CHAIN_ROWS(carry[cb * CD_DD + ro_ + c] = x[r][c])
   if (g0 < g1 && g1 == F && has_di) CD_CHAIN_ROWS(di[bh * CD_DD + ro_ + c] = x[r][c])
 }
+#undef CD_G_CHAIN
+#undef CD_GF
 
 /* ------------------------------------------------------------------ frames */
 #define CD_DG (CD_D / CD_DPT)   /* value-column groups */
