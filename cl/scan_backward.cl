@@ -357,6 +357,22 @@ kernel void cd_pair_bwd_chain(global const float *A, ulong A_off, global const f
 #define CD_WG (CD_TL * CD_DG)   /* work-group size */
 #define CD_BST (2 * CD_D + 4)   /* row stride of the B-operand chunk */
 
+/* acc[t][j] += a_t·b_j over the work-item's CD_TPT tokens (a_t = ex[CD_TL·t]) and its CD_DPT columns (b = b4[0 ..
+ * DPT/4)), one fma per product: a step of the token-tile products (cd_gemm_t, cd_scan_bwd_frames). */
+inline void cd_fma_step(float acc[CD_TPT][CD_DPT], local const float *ex, local const float4 *b4) {
+  float a[CD_TPT];
+  for (int t = 0; t < CD_TPT; t++) a[t] = ex[CD_TL * t];
+  for (int j4 = 0; j4 < CD_DPT / 4; j4++) {
+    const float4 b = b4[j4];
+    for (int t = 0; t < CD_TPT; t++) {
+      acc[t][4 * j4] = fma(a[t], b.x, acc[t][4 * j4]);
+      acc[t][4 * j4 + 1] = fma(a[t], b.y, acc[t][4 * j4 + 1]);
+      acc[t][4 * j4 + 2] = fma(a[t], b.z, acc[t][4 * j4 + 2]);
+      acc[t][4 * j4 + 3] = fma(a[t], b.w, acc[t][4 * j4 + 3]);
+    }
+  }
+}
+
 /* acc[i][j] += sum_{v} Ex[v][s_i] * src[d_j, v] over all v (src D x D, row-major, read transposed through
  * local chunks of CD_MC columns; a zero matrix when `zero`). Ex holds the A operand as [v][token].
  * Barriers never sit under a condition here: PoCL replicates the code after a conditional barrier. */
@@ -370,19 +386,8 @@ inline void cd_gemm_t(local const float *Ex, local float4 *Bs4, global const flo
       Bs[vv * CD_BST + dd] = zero ? 0.0f : src[dd * CD_D + v0 + vv];
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (uint vv = 0; vv < CD_MC; vv++) {
-      float a[CD_TPT];
-      for (int t = 0; t < CD_TPT; t++) a[t] = Ex[(v0 + vv) * CD_TS + tl + CD_TL * t];
-      for (int j4 = 0; j4 < CD_DPT / 4; j4++) {
-        const float4 b = Bs4[(vv * CD_BST + dg * CD_DPT) / 4 + j4];
-        for (int t = 0; t < CD_TPT; t++) {
-          acc[t][4 * j4] = fma(a[t], b.x, acc[t][4 * j4]);
-          acc[t][4 * j4 + 1] = fma(a[t], b.y, acc[t][4 * j4 + 1]);
-          acc[t][4 * j4 + 2] = fma(a[t], b.z, acc[t][4 * j4 + 2]);
-          acc[t][4 * j4 + 3] = fma(a[t], b.w, acc[t][4 * j4 + 3]);
-        }
-      }
-    }
+    for (uint vv = 0; vv < CD_MC; vv++)
+      cd_fma_step(acc, Ex + (v0 + vv) * CD_TS + tl, Bs4 + (vv * CD_BST + dg * CD_DPT) / 4);
   }
 }
 
@@ -452,23 +457,9 @@ kernel void cd_scan_bwd_frames(global const float *k, ulong k_off, global const 
       Bs[mm * CD_BST + c] = x;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (uint mm = 0; mm < CD_MC; mm++) {
-      float a[CD_TPT];
-      for (int t = 0; t < CD_TPT; t++) a[t] = Ex[(m0 + mm) * CD_TS + tl + CD_TL * t];
-      for (int j4 = 0; j4 < CD_DPT / 4; j4++) {
-        const float4 bm = Bs4[(mm * CD_BST + dg * CD_DPT) / 4 + j4];
-        const float4 bg = Bs4[(mm * CD_BST + CD_D + dg * CD_DPT) / 4 + j4];
-        for (int t = 0; t < CD_TPT; t++) {
-          accY[t][4 * j4] = fma(a[t], bm.x, accY[t][4 * j4]);
-          accY[t][4 * j4 + 1] = fma(a[t], bm.y, accY[t][4 * j4 + 1]);
-          accY[t][4 * j4 + 2] = fma(a[t], bm.z, accY[t][4 * j4 + 2]);
-          accY[t][4 * j4 + 3] = fma(a[t], bm.w, accY[t][4 * j4 + 3]);
-          accD[t][4 * j4] = fma(a[t], bg.x, accD[t][4 * j4]);
-          accD[t][4 * j4 + 1] = fma(a[t], bg.y, accD[t][4 * j4 + 1]);
-          accD[t][4 * j4 + 2] = fma(a[t], bg.z, accD[t][4 * j4 + 2]);
-          accD[t][4 * j4 + 3] = fma(a[t], bg.w, accD[t][4 * j4 + 3]);
-        }
-      }
+    for (uint mm = 0; mm < CD_MC; mm++) { /* Y and dΔ: two independent sums, each in the order of cd_gemm_t's */
+      cd_fma_step(accY, Ex + (m0 + mm) * CD_TS + tl, Bs4 + (mm * CD_BST + dg * CD_DPT) / 4);
+      cd_fma_step(accD, Ex + (m0 + mm) * CD_TS + tl, Bs4 + (mm * CD_BST + CD_D + dg * CD_DPT) / 4);
     }
   }
 
