@@ -27,7 +27,9 @@ if [ "${1:-}" = "--sanitize" ]; then
   ctest --test-dir "$dir" --output-on-failure -j"$(nproc)" -LE profile
   exit 0
 fi
+t0=$SECONDS
 ctest --test-dir "$dir" --output-on-failure -j"$(nproc)"
+echo "ci/test.sh: the PoCL pass took $((SECONDS - t0)) s"
 # The same suite on Rusticl (RUSTICL_ENABLE names the Gallium driver it may use): its kernels report a work-group
 # limit of 32, it ends a work-item's loops after 65535 iterations and gives no kernel times (docs/portability.md).
 # The profiles emulate other devices on PoCL and are not repeated here, nor are the MPI, Python and install tests
@@ -36,3 +38,4 @@ ctest --test-dir "$dir" --output-on-failure -j"$(nproc)"
 # llvmpipe, and CI must stay within its time.
 RUSTICL_ENABLE=llvmpipe CAMDELTA_DEVICE=rusticl ctest --test-dir "$dir" --output-on-failure -j"$(nproc)" -LE profile \
   -E '^(mpi_|python_|install_|test_scan_packed_native$)'
+echo "ci/test.sh: the Rusticl pass took $((SECONDS - t0)) s since the PoCL pass began"

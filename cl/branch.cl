@@ -4,14 +4,9 @@
  * Build options: CD_D (head dim, multiple of 8, <= 128), CD_TS (tokens per work-group of the output transform),
  * CD_DTYPE (common.cl: the storage of the output transform's y and the backward's grad_y; everything else f32). */
 
-#ifndef CD_D
-#define CD_D 8
+#if !defined(CD_D) || !defined(CD_TS)
+#error "CD_D and CD_TS must be given as build options (cd_prep_kernel)"
 #endif
-#ifndef CD_TS
-#define CD_TS 32
-#endif
-#define CD_DH (CD_D / 2)
-#define CD_G4 (CD_D / 4)
 
 /* Sum of the local values x over the work-group (power-of-two size), in a fixed order; result in red[0]. */
 inline float wg_sum(local float *red, float x) {
@@ -78,6 +73,17 @@ kernel void cd_branch_discount_backward(global const float *dbc, global const fl
     ddecay[ddecay_off + bh * T + t] = keep ? ddc[bh * T + t] + ddr[bh * T + t] : ddc[bh * T + t];
 }
 
+/* The output transform's work-group: tokens n0 … n0 + nt − 1 (CD_TS of them, fewer at the end) of head h of batch b,
+ * staged through tile[d][token] (base: row 0 of that tile in the (B, H, D, N) side). */
+#define CD_OT_TILE                                                  \
+  local float tile[CD_D][CD_TS + 1];                                \
+  const uint lid = get_local_id(0), L = get_local_size(0);          \
+  const uint h = get_global_id(1);                                  \
+  const ulong b = get_global_id(2);                                 \
+  const ulong n0 = (ulong)get_group_id(0) * CD_TS;                  \
+  const uint nt = (N - n0) < CD_TS ? (uint)(N - n0) : CD_TS;        \
+  const ulong base = ((b * H + h) * CD_D) * N + n0;
+
 /* Work-group: CD_TS consecutive tokens of one (b, h); local size CD_TS*CD_G4, one work-item per (token, 4-channel
  * unit). Global: (tiles*L, H, B). Forward: tile <- out (+ out2) (B, H, D, N) along N, then y (B, N, H, D). */
 kernel void cd_output_transform(global const float *restrict out, ulong out_off, global const float *restrict out2,
@@ -85,13 +91,7 @@ kernel void cd_output_transform(global const float *restrict out, ulong out_off,
                                 global const float *restrict rope_cos, ulong rc_off,
                                 global const float *restrict rope_sin, ulong rs_off, global cd_store_t *restrict y,
                                 ulong y_off, ulong N, uint H, uint al) {
-  local float tile[CD_D][CD_TS + 1];
-  const uint lid = get_local_id(0), L = get_local_size(0);
-  const uint h = get_global_id(1);
-  const ulong b = get_global_id(2);
-  const ulong n0 = (ulong)get_group_id(0) * CD_TS;
-  const uint nt = (N - n0) < CD_TS ? (uint)(N - n0) : CD_TS;
-  const ulong base = ((b * H + h) * CD_D) * N + n0;
+  CD_OT_TILE
   for (uint idx = lid; idx < CD_D * CD_TS; idx += L) {
     const uint d = idx / CD_TS, t = idx % CD_TS;
     float x = 0.0f;
@@ -110,17 +110,11 @@ kernel void cd_output_transform(global const float *restrict out, ulong out_off,
   if (4 * g < CD_DH) { /* (cl/gemm_tc.cl's cd_apply_ot_tc does the same operations in the same order) */
     global const float *P = proj_o + po_off + tok * 16;
     const float4 p0 = CD_LDF4(P, 0, al), p1 = CD_LDF4(P, 4, al), p2 = CD_LDF4(P, 8, al), p3 = CD_LDF4(P, 12, al);
-    o.x = fma(p0.w, v.w, fma(p0.z, v.z, fma(p0.y, v.y, fma(p0.x, v.x, 0.0f))));
-    o.y = fma(p1.w, v.w, fma(p1.z, v.z, fma(p1.y, v.y, fma(p1.x, v.x, 0.0f))));
-    o.z = fma(p2.w, v.w, fma(p2.z, v.z, fma(p2.y, v.y, fma(p2.x, v.x, 0.0f))));
-    o.w = fma(p3.w, v.w, fma(p3.z, v.z, fma(p3.y, v.y, fma(p3.x, v.x, 0.0f))));
+    CD_OT_CAM(o, p0, p1, p2, p3, v);
   } else {
     const ulong rrow = n * CD_DH + (4 * g - CD_DH);
     const float4 c = CD_LDF4(rope_cos, rc_off + rrow, al), sn = CD_LDF4(rope_sin, rs_off + rrow, al);
-    o.x = fma(-v.y, sn.x, v.x * c.x);
-    o.y = fma(-v.x, sn.y, v.y * c.y);
-    o.z = fma(-v.w, sn.z, v.z * c.z);
-    o.w = fma(-v.z, sn.w, v.w * c.w);
+    CD_OT_ROPE(o, v, c, sn);
   }
   CD_ST4(y, y_off + (tok * H + h) * CD_D + 4 * g, o, al);
 }
@@ -132,12 +126,7 @@ kernel void cd_output_transform_backward(global const cd_store_t *restrict gy, u
                                          global const float *restrict rope_cos, ulong rc_off,
                                          global const float *restrict rope_sin, ulong rs_off,
                                          global float *restrict gout, ulong gout_off, ulong N, uint H, uint al) {
-  local float tile[CD_D][CD_TS + 1];
-  const uint lid = get_local_id(0), L = get_local_size(0);
-  const uint h = get_global_id(1);
-  const ulong b = get_global_id(2);
-  const ulong n0 = (ulong)get_group_id(0) * CD_TS;
-  const uint nt = (N - n0) < CD_TS ? (uint)(N - n0) : CD_TS;
+  CD_OT_TILE
   const uint t = lid / CD_G4, g = lid % CD_G4;
   if (t < nt) {
     const ulong n = n0 + t, tok = b * N + n;
@@ -150,15 +139,11 @@ kernel void cd_output_transform_backward(global const cd_store_t *restrict gy, u
     } else {
       const ulong rrow = n * CD_DH + (4 * g - CD_DH);
       const float4 c = CD_LDF4(rope_cos, rc_off + rrow, al), sn = CD_LDF4(rope_sin, rs_off + rrow, al);
-      o.x = fma(-v.y, sn.y, v.x * c.x);
-      o.y = fma(-v.x, sn.x, v.y * c.y);
-      o.z = fma(-v.w, sn.w, v.z * c.z);
-      o.w = fma(-v.z, sn.z, v.w * c.w);
+      CD_OT_ROPE(o, v, c, sn.yxwz); /* dx[r] = gy[r]·cos[r] − gy[r^1]·sin[r^1] */
     }
     tile[4 * g][t] = o.x, tile[4 * g + 1][t] = o.y, tile[4 * g + 2][t] = o.z, tile[4 * g + 3][t] = o.w;
   }
   barrier(CLK_LOCAL_MEM_FENCE);
-  const ulong base = ((b * H + h) * CD_D) * N + n0;
   for (uint idx = lid; idx < CD_D * CD_TS; idx += L) {
     const uint d = idx / CD_TS, tt = idx % CD_TS;
     if (tt < nt) gout[gout_off + base + (ulong)d * N + tt] = tile[d][tt];

@@ -69,6 +69,11 @@ typedef CD_CAT(CD_T_, CD_SDTYPE) cd_sstore_t;
 #define CD_SSTORE(p, i, x) CD_CAT(CD_ST_, CD_SDTYPE)(p, i, x)
 #define CD_SLD4(p, i, al) CD_CAT(CD_LD4_, CD_SDTYPE)(p, i, al)
 
+/* The token kernels' units of a head of CD_D channels (cl/prep.cl, cl/prep_backward.cl, cl/prep_backward_fused.cl,
+ * cl/branch.cl): its halves (the camera half, then the RoPE half) and its 4-channel units. */
+#define CD_DH (CD_D / 2)
+#define CD_G4 (CD_D / 4)
+
 /* Index arithmetic: a kernel that counts its indices from each tensor's offset uses cd_ix, 32 bits where the host
  * builds it with CD_IX32=1 because every such index of the call fits (cheaper arithmetic than 64 bits). */
 #ifndef CD_IX32
@@ -134,6 +139,21 @@ inline ulong cd_frame_start(uint f, uint S) { return (ulong)f * S; }
 #define cd_chain(gb, F, n) (*(n) = (F), (ulong)(gb) * (F))
 #endif
 
+/* The output transform of one 4-channel unit v of a token (docs/math.md §8.5): the one statement of its arithmetic
+ * for cl/branch.cl and cl/gemm_tc.cl's cd_apply_ot_tc, whose y agree bit for bit. CD_OT_CAM: the camera half o = P·v
+ * (P's rows p0 … p3, each dot product fma'd from x to w onto 0); CD_OT_ROPE: the RoPE half
+ * o[r] = v[r]·cos[r] − v[r^1]·sin[r]. The backward's RoPE half is the same with each pair's sines swapped (sn.yxwz):
+ * g[r]·cos[r] − g[r^1]·sin[r^1]. Macros, not functions: common.cl is part of every tensor-core program, whose device
+ * code stays as it was without a function per call. */
+#define CD_OT_CAM(o, p0, p1, p2, p3, v)                                                      \
+  ((o).x = fma((p0).w, (v).w, fma((p0).z, (v).z, fma((p0).y, (v).y, fma((p0).x, (v).x, 0.0f)))), \
+   (o).y = fma((p1).w, (v).w, fma((p1).z, (v).z, fma((p1).y, (v).y, fma((p1).x, (v).x, 0.0f)))), \
+   (o).z = fma((p2).w, (v).w, fma((p2).z, (v).z, fma((p2).y, (v).y, fma((p2).x, (v).x, 0.0f)))), \
+   (o).w = fma((p3).w, (v).w, fma((p3).z, (v).z, fma((p3).y, (v).y, fma((p3).x, (v).x, 0.0f)))))
+#define CD_OT_ROPE(o, v, c, sn)                                                                        \
+  ((o).x = fma(-(v).y, (sn).x, (v).x * (c).x), (o).y = fma(-(v).x, (sn).y, (v).y * (c).y),           \
+   (o).z = fma(-(v).w, (sn).z, (v).z * (c).z), (o).w = fma(-(v).z, (sn).w, (v).w * (c).w))
+
 /* The FMA GEMM core of the scan kernels (sequential, chunkwise phases A, B and C, the state summaries): for K
  * reduction steps k, acc[a][c] += X(k, a)·Y(k, c) over the work-item's RM x RN cells. X and Y are function-like
  * macros of the step and the register index that read the kernel's local-memory tiles in its own layout (an item
@@ -150,6 +170,11 @@ inline ulong cd_frame_start(uint f, uint S) { return (ulong)f * S; }
     _Pragma("unroll") for (int a_ = 0; a_ < (RM); a_++)                                                     \
       _Pragma("unroll") for (int c_ = 0; c_ < (RN); c_++) (acc)[a_][c_] = fma(xr_[a_], yr_[c_], (acc)[a_][c_]); \
   }
+
+/* Every cell (a, c) of a work-item's RM x RN register block (acc[a][c] of CD_FMA_GEMM), both loops unrolled:
+ * `CD_FMA_CELLS(a, c, RM, RN) { … }`, the kernel's own epilogue per cell (its row and column from a and c). */
+#define CD_FMA_CELLS(a, c, RM, RN) \
+  _Pragma("unroll") for (int a = 0; a < (RM); a++) _Pragma("unroll") for (int c = 0; c < (RN); c++)
 
 /* The FMA gram, the one body of the scan's three FMA gram kernels (cl/scan_chunkwise.cl's phase A,
  * cl/scan_backward.cl's grams, cl/scan_summary.cl's products): over a frame's Sf tokens, KC at a time, STAGE(s0)

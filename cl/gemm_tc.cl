@@ -298,6 +298,26 @@ inline void cd_put_col4(local cd_slot *tile, uint ldr, uint r, uint p, float4 a,
     if (CD_SPLIT) bl[ni][e] = cd_lo(x, bh[ni][e]);                                                          \
   }
 
+/* Every value (mi, ni, e) a lane holds of its warp's CD_MR x CD_NR fragments, E per fragment (4 accumulator
+ * entries, or 2 row halves h), the three loops unrolled: `CD_TC_CELLS(mi, ni, e, 4) stmt;`, the kernel's own
+ * statement per value. */
+#define CD_TC_CELLS(mi, ni, e, E)                                                                           \
+  _Pragma("unroll") for (int mi = 0; mi < CD_MR; mi++) _Pragma("unroll") for (int ni = 0; ni < CD_NR; ni++) \
+      _Pragma("unroll") for (int e = 0; e < (E); e++)
+
+/* The register-staged chunk loop of the gram and the apply over a contraction of K elements, CD_KC at a time
+ * (loop variable k0): FETCH(k0) loads a chunk into the work-item's registers, STORE moves them into the local tiles
+ * between two barriers, and the next chunk's loads are issued before PRODUCT multiplies the staged one. */
+#define CD_STAGED_LOOP(k0, K, FETCH, STORE, PRODUCT) \
+  FETCH(0u);                                         \
+  for (uint k0 = 0; k0 < (K); k0 += CD_KC) {         \
+    barrier(CLK_LOCAL_MEM_FENCE);                    \
+    STORE                                            \
+    barrier(CLK_LOCAL_MEM_FENCE);                    \
+    if (k0 + CD_KC < (K)) FETCH(k0 + CD_KC);         \
+    PRODUCT;                                         \
+  }
+
 #if CD_TC_EMULATE
 #define CD_LO_KEEP (CD_LO_ROUND ? 0xffffffffu : 0xffffe000u) /* the bits of a lo part the tensor core reads */
 /* The parts the tensor core reads of one element (lo = 0: hi, 1: lo): of a staged tile's element (r, k), and of a
@@ -345,51 +365,37 @@ inline float cd_raw_part(float x, int lo) {
   }
 #endif
 
+/* The operand forms of CD_TC_PRODUCTS in the three product functions below, by the names of their parameters:
+ * staged A (A, lda) or raw A (Am, am, ak), staged B (B, ldb) or raw B (Bm, bk, bn); each form's element parts (AP,
+ * BP: the emulation) and fragment loads (FA, FB: the tensor cores). */
+#define CD_AP_STAGED(r, k, lo) cd_staged_part(A, lda, r, k, lo)
+#define CD_BP_STAGED(k, n, lo) cd_staged_part(B, ldb, n, k, lo)
+#define CD_FA_STAGED(q) CD_FRAG_A_STAGED(A, lda, q)
+#define CD_FB_STAGED(q) CD_FRAG_B_STAGED(B, ldb, q)
+#define CD_AP_RAW(r, k, lo) cd_raw_part(Am[(r) * am + (k) * ak], lo)
+#define CD_BP_RAW(k, n, lo) cd_raw_part(Bm[(k) * bk + (n) * bn], lo)
+#define CD_FA_RAW(q) CD_FRAG_A_RAW(Am, am, ak, q)
+#define CD_FB_RAW(q) CD_FRAG_B_RAW(Bm, bk, bn, q)
+
 /* Both operands staged (the gram; the probe). With CD_CHUNK_SUM the chunk is summed in a fresh accumulator and
  * added to tot rounded (see the header). */
 inline void cd_tc_tile(float tot[CD_MR][CD_NR][4], local const cd_slot *A, uint lda, local const cd_slot *B, uint ldb,
                        uint g, uint t) {
-#define CD_AP(r, k, lo) cd_staged_part(A, lda, r, k, lo)
-#define CD_BP(k, n, lo) cd_staged_part(B, ldb, n, k, lo)
-#define CD_FA(q) CD_FRAG_A_STAGED(A, lda, q)
-#define CD_FB(q) CD_FRAG_B_STAGED(B, ldb, q)
 #if CD_CHUNK_SUM
   float c[CD_MR][CD_NR][4];
-#pragma unroll
-  for (int mi = 0; mi < CD_MR; mi++)
-#pragma unroll
-    for (int ni = 0; ni < CD_NR; ni++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) c[mi][ni][e] = 0.0f;
-  CD_TC_PRODUCTS(c, CD_AP, CD_BP, CD_FA, CD_FB)
-#pragma unroll
-  for (int mi = 0; mi < CD_MR; mi++)
-#pragma unroll
-    for (int ni = 0; ni < CD_NR; ni++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) tot[mi][ni][e] += c[mi][ni][e];
+  CD_TC_CELLS(mi, ni, e, 4) c[mi][ni][e] = 0.0f;
+  CD_TC_PRODUCTS(c, CD_AP_STAGED, CD_BP_STAGED, CD_FA_STAGED, CD_FB_STAGED)
+  CD_TC_CELLS(mi, ni, e, 4) tot[mi][ni][e] += c[mi][ni][e];
 #else
-  CD_TC_PRODUCTS(tot, CD_AP, CD_BP, CD_FA, CD_FB)
+  CD_TC_PRODUCTS(tot, CD_AP_STAGED, CD_BP_STAGED, CD_FA_STAGED, CD_FB_STAGED)
 #endif
-#undef CD_AP
-#undef CD_BP
-#undef CD_FA
-#undef CD_FB
 }
 
 #if defined(CD_APPLY) || defined(CD_FRAMES) || defined(CD_PROBE)
 /* Both operands raw (the apply; the probe). */
 inline void cd_tc_block_raw(float tot[CD_MR][CD_NR][4], local const float *Am, uint am, uint ak, local const float *Bm,
                             uint bk, uint bn, uint g, uint t) {
-#define CD_AP(r, k, lo) cd_raw_part(Am[(r) * am + (k) * ak], lo)
-#define CD_BP(k, n, lo) cd_raw_part(Bm[(k) * bk + (n) * bn], lo)
-#define CD_FA(q) CD_FRAG_A_RAW(Am, am, ak, q)
-#define CD_FB(q) CD_FRAG_B_RAW(Bm, bk, bn, q)
-  CD_TC_PRODUCTS(tot, CD_AP, CD_BP, CD_FA, CD_FB)
-#undef CD_AP
-#undef CD_BP
-#undef CD_FA
-#undef CD_FB
+  CD_TC_PRODUCTS(tot, CD_AP_RAW, CD_BP_RAW, CD_FA_RAW, CD_FB_RAW)
 }
 #endif
 
@@ -398,15 +404,7 @@ inline void cd_tc_block_raw(float tot[CD_MR][CD_NR][4], local const float *Am, u
  * when staged and shared by every warp). */
 inline void cd_tc_rawa(float tot[CD_MR][CD_NR][4], local const float *Am, uint am, uint ak, local const cd_slot *B,
                        uint ldb, uint g, uint t) {
-#define CD_AP(r, k, lo) cd_raw_part(Am[(r) * am + (k) * ak], lo)
-#define CD_BP(k, n, lo) cd_staged_part(B, ldb, n, k, lo)
-#define CD_FA(q) CD_FRAG_A_RAW(Am, am, ak, q)
-#define CD_FB(q) CD_FRAG_B_STAGED(B, ldb, q)
-  CD_TC_PRODUCTS(tot, CD_AP, CD_BP, CD_FA, CD_FB)
-#undef CD_AP
-#undef CD_BP
-#undef CD_FA
-#undef CD_FB
+  CD_TC_PRODUCTS(tot, CD_AP_RAW, CD_BP_STAGED, CD_FA_RAW, CD_FB_STAGED)
 }
 #endif
 
@@ -474,12 +472,7 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_gram_tc(
   __global const float *bb = beta + beta_off + cd_beta_base(bh, bhf, f, S, N);
 
   float tot[CD_MR][CD_NR][4];
-#pragma unroll
-  for (int mi = 0; mi < CD_MR; mi++)
-#pragma unroll
-    for (int ni = 0; ni < CD_NR; ni++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) tot[mi][ni][e] = 0.0f;
+  CD_TC_CELLS(mi, ni, e, 4) tot[mi][ni][e] = 0.0f;
 
   /* the next chunk's values and its β: multiplied in when staged with CD_BETA_LATE (br), else as loaded (br unused) */
   float4 xr[CD_LX][2], yr[CD_LY][2], br[CD_LY][2];
@@ -513,47 +506,37 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_gram_tc(
     }                                                                                         \
   } while (0)
 
-  CD_FETCH(0u);
-  for (uint s0 = 0; s0 < Sf; s0 += CD_KC) {
-    barrier(CLK_LOCAL_MEM_FENCE);
-#pragma unroll
-    for (int u = 0; u < CD_LX; u++) {
-      const uint e = lid + u * CD_W;
-      if (e < CD_UX) cd_put_row8(Xs, CD_LDX, CD_UROW(e), CD_UQ(e), xr[u][0], xr[u][1]);
-    }
-#pragma unroll
-    for (int u = 0; u < CD_LY; u++) {
-      const uint e = lid + u * CD_W;
-      if (e < CD_UY)
-        cd_put_row8(Ys, CD_LDY, CD_UROW(e), CD_UQ(e), CD_BETA_LATE ? yr[u][0] * br[u][0] : yr[u][0],
-                    CD_BETA_LATE ? yr[u][1] * br[u][1] : yr[u][1]);
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (s0 + CD_KC < Sf) CD_FETCH(s0 + CD_KC);
-    cd_tc_tile(tot, Xs + 16 * CD_MR * wm, CD_LDX, Ys + 8 * CD_NR * wn, CD_LDY, g, t);
+#define CD_PUT_CHUNK                                                                              \
+  _Pragma("unroll") for (int u = 0; u < CD_LX; u++) {                                             \
+    const uint e = lid + u * CD_W;                                                                \
+    if (e < CD_UX) cd_put_row8(Xs, CD_LDX, CD_UROW(e), CD_UQ(e), xr[u][0], xr[u][1]);             \
+  }                                                                                               \
+  _Pragma("unroll") for (int u = 0; u < CD_LY; u++) {                                             \
+    const uint e = lid + u * CD_W;                                                                \
+    if (e < CD_UY)                                                                                \
+      cd_put_row8(Ys, CD_LDY, CD_UROW(e), CD_UQ(e), CD_BETA_LATE ? yr[u][0] * br[u][0] : yr[u][0], \
+                  CD_BETA_LATE ? yr[u][1] * br[u][1] : yr[u][1]);                                 \
   }
+  CD_STAGED_LOOP(s0, Sf, CD_FETCH, CD_PUT_CHUNK,
+                 cd_tc_tile(tot, Xs + 16 * CD_MR * wm, CD_LDX, Ys + 8 * CD_NR * wn, CD_LDY, g, t))
+#undef CD_PUT_CHUNK
 #undef CD_FETCH
 
   const int af = a_form && !reg1;
   const float d = af ? decay[decay_off + bhf] : 1.0f;
   __global float *ob = (reg1 ? out1 + o1_off : out0 + o0_off) + bhf * CD_DD;
-#pragma unroll
-  for (int mi = 0; mi < CD_MR; mi++)
-#pragma unroll
-    for (int ni = 0; ni < CD_NR; ni++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const uint i = row0 + 16 * (CD_MR * wm + mi) + g + 8 * (e >> 1);
-        const uint j = col0 + 8 * (CD_NR * wn + ni) + 2 * t + (e & 1);
-        if (i >= CD_D || j >= CD_D) continue;
-        const float c = tot[mi][ni][e];
-        if (af) {
-          const float a = d * ((i == j ? 1.0f : 0.0f) - c);
-          if (i <= j) ob[i * CD_D + j] = a;
-          if (i < j) ob[j * CD_D + i] = a;
-        } else
-          ob[i * CD_D + j] = c;
-      }
+  CD_TC_CELLS(mi, ni, e, 4) {
+    const uint i = row0 + 16 * (CD_MR * wm + mi) + g + 8 * (e >> 1);
+    const uint j = col0 + 8 * (CD_NR * wn + ni) + 2 * t + (e & 1);
+    if (i >= CD_D || j >= CD_D) continue;
+    const float c = tot[mi][ni][e];
+    if (af) {
+      const float a = d * ((i == j ? 1.0f : 0.0f) - c);
+      if (i <= j) ob[i * CD_D + j] = a;
+      if (i < j) ob[j * CD_D + i] = a;
+    } else
+      ob[i * CD_D + j] = c;
+  }
 }
 #endif /* CD_GRAM */
 
@@ -572,12 +555,7 @@ inline void cd_apply_products(float tot[CD_MR][CD_NR][4], __global const float *
                               int transpose, int zero, uint row0, uint s0, uint Sf, ulong N, local float *Ms,
                               local float4 *Xs4, uint lid, uint wm, uint wn, uint g, uint t) {
   local const float *Xs = (local const float *)Xs4;
-#pragma unroll
-  for (int mi = 0; mi < CD_MR; mi++)
-#pragma unroll
-    for (int ni = 0; ni < CD_NR; ni++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) tot[mi][ni][e] = 0.0f;
+  CD_TC_CELLS(mi, ni, e, 4) tot[mi][ni][e] = 0.0f;
 
   float mr[CD_LM];
   float4 qr[CD_LQ];
@@ -596,23 +574,18 @@ inline void cd_apply_products(float tot[CD_MR][CD_NR][4], __global const float *
     }                                                                                                  \
   } while (0)
 
-  CD_FETCH(0u);
-  for (uint c0 = 0; c0 < CD_D; c0 += CD_KC) {
-    barrier(CLK_LOCAL_MEM_FENCE);
-#pragma unroll
-    for (int u = 0; u < CD_LM; u++) {
-      const uint e = lid + u * CD_W, c = e / CD_TM;
-      if (c < CD_KC) Ms[c * CD_LDA + e % CD_TM] = mr[u];
-    }
-#pragma unroll
-    for (int u = 0; u < CD_LQ; u++) {
-      const uint e = lid + u * CD_W, c = e / CD_QN;
-      if (c < CD_KC) Xs4[(c * CD_LDS) / 4 + e % CD_QN] = qr[u];
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (c0 + CD_KC < CD_D) CD_FETCH(c0 + CD_KC);
-    cd_tc_block_raw(tot, Ms + 16 * CD_MR * wm, 1, CD_LDA, Xs + 8 * CD_NR * wn, CD_LDS, 1, g, t);
+#define CD_PUT_CHUNK                                                                              \
+  _Pragma("unroll") for (int u = 0; u < CD_LM; u++) {                                             \
+    const uint e = lid + u * CD_W, c = e / CD_TM;                                                 \
+    if (c < CD_KC) Ms[c * CD_LDA + e % CD_TM] = mr[u];                                            \
+  }                                                                                               \
+  _Pragma("unroll") for (int u = 0; u < CD_LQ; u++) {                                             \
+    const uint e = lid + u * CD_W, c = e / CD_QN;                                                 \
+    if (c < CD_KC) Xs4[(c * CD_LDS) / 4 + e % CD_QN] = qr[u];                                     \
   }
+  CD_STAGED_LOOP(c0, CD_D, CD_FETCH, CD_PUT_CHUNK,
+                 cd_tc_block_raw(tot, Ms + 16 * CD_MR * wm, 1, CD_LDA, Xs + 8 * CD_NR * wn, CD_LDS, 1, g, t))
+#undef CD_PUT_CHUNK
 #undef CD_FETCH
 }
 
@@ -651,22 +624,17 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_apply_tc(
   cd_apply_products(tot, x + x_off + base, M, transpose, zero, row0, s0, Sf, N, Ms, Xs4, lid, wm, wn, g, t);
 
   __global float *ob = out + out_off + base + s0;
-#pragma unroll
-  for (int mi = 0; mi < CD_MR; mi++)
-#pragma unroll
-    for (int ni = 0; ni < CD_NR; ni++)
-#pragma unroll
-      for (int h = 0; h < 2; h++) {
-        const uint r = row0 + 16 * (CD_MR * wm + mi) + g + 8 * h;
-        const uint s = 8 * (CD_NR * wn + ni) + 2 * t;
-        if (r >= CD_D) continue;
+  CD_TC_CELLS(mi, ni, h, 2) {
+    const uint r = row0 + 16 * (CD_MR * wm + mi) + g + 8 * h;
+    const uint s = 8 * (CD_NR * wn + ni) + 2 * t;
+    if (r >= CD_D) continue;
 #if CD_VEC
-        if (s0 + s < Sf) *(__global float2 *)(ob + (ulong)r * N + s) = (float2)(tot[mi][ni][2 * h], tot[mi][ni][2 * h + 1]);
+    if (s0 + s < Sf) *(__global float2 *)(ob + (ulong)r * N + s) = (float2)(tot[mi][ni][2 * h], tot[mi][ni][2 * h + 1]);
 #else
-        if (s0 + s < Sf) ob[(ulong)r * N + s] = tot[mi][ni][2 * h];
-        if (s0 + s + 1 < Sf) ob[(ulong)r * N + s + 1] = tot[mi][ni][2 * h + 1];
+    if (s0 + s < Sf) ob[(ulong)r * N + s] = tot[mi][ni][2 * h];
+    if (s0 + s + 1 < Sf) ob[(ulong)r * N + s + 1] = tot[mi][ni][2 * h + 1];
 #endif
-      }
+  }
 }
 
 #ifndef CD_PACKED
@@ -693,14 +661,9 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_apply_ot_tc(
                     wn, g, t);
   local float *Os = (local float *)XO4;
   barrier(CLK_LOCAL_MEM_FENCE); /* every warp is done with the last Xs chunk */
-#pragma unroll
-  for (int mi = 0; mi < CD_MR; mi++)
-#pragma unroll
-    for (int ni = 0; ni < CD_NR; ni++)
-#pragma unroll
-      for (int e = 0; e < 4; e++)
-        Os[(8 * (CD_NR * wn + ni) + 2 * t + (e & 1)) * CD_LDO + 16 * (CD_MR * wm + mi) + g + 8 * (e >> 1)] =
-            tot[mi][ni][e];
+  CD_TC_CELLS(mi, ni, e, 4)
+    Os[(8 * (CD_NR * wn + ni) + 2 * t + (e & 1)) * CD_LDO + 16 * (CD_MR * wm + mi) + g + 8 * (e >> 1)] =
+        tot[mi][ni][e];
   barrier(CLK_LOCAL_MEM_FENCE);
   const ulong b = bh / H;
   const uint h = (uint)(bh % H);
@@ -714,18 +677,12 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_apply_ot_tc(
     if (r < CD_D / 2) {
       __global const float4 *P = (__global const float4 *)(proj_o + po_off + tok * 16);
       const float4 p0 = P[0], p1 = P[1], p2 = P[2], p3 = P[3];
-      o.x = fma(p0.w, v.w, fma(p0.z, v.z, fma(p0.y, v.y, fma(p0.x, v.x, 0.0f))));
-      o.y = fma(p1.w, v.w, fma(p1.z, v.z, fma(p1.y, v.y, fma(p1.x, v.x, 0.0f))));
-      o.z = fma(p2.w, v.w, fma(p2.z, v.z, fma(p2.y, v.y, fma(p2.x, v.x, 0.0f))));
-      o.w = fma(p3.w, v.w, fma(p3.z, v.z, fma(p3.y, v.y, fma(p3.x, v.x, 0.0f))));
+      CD_OT_CAM(o, p0, p1, p2, p3, v);
     } else {
       const ulong rrow = n * (CD_D / 2) + (r - CD_D / 2);
       const float4 c = *(__global const float4 *)(rope_cos + rc_off + rrow);
       const float4 sn = *(__global const float4 *)(rope_sin + rs_off + rrow);
-      o.x = fma(-v.y, sn.x, v.x * c.x);
-      o.y = fma(-v.x, sn.y, v.y * c.y);
-      o.z = fma(-v.w, sn.z, v.z * c.z);
-      o.w = fma(-v.z, sn.w, v.w * c.w);
+      CD_OT_ROPE(o, v, c, sn);
     }
     *(__global float4 *)(y + y_off + (tok * H + h) * CD_D + r) = o;
   }
@@ -799,12 +756,7 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_frames_tc(
 
   /* stage 1: Y = K·Mprev, dΔ = K·G (tokens x value columns) */
   float Y[CD_MR][CD_NR][4], Dl[CD_MR][CD_NR][4], Kd[CD_MR][CD_NR][4];
-#pragma unroll
-  for (int mi = 0; mi < CD_MR; mi++)
-#pragma unroll
-    for (int ni = 0; ni < CD_NR; ni++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) Y[mi][ni][e] = Dl[mi][ni][e] = Kd[mi][ni][e] = 0.0f;
+  CD_TC_CELLS(mi, ni, e, 4) Y[mi][ni][e] = Dl[mi][ni][e] = Kd[mi][ni][e] = 0.0f;
   /* The staged B chunks go through registers pf: with CD_FRAMES_PF the next chunk's loads are issued before this
    * chunk's products (its L2 latency hidden behind them), else each chunk is loaded just before it is staged.
    * Stage 1: B(k, n) = src[k·D + n], k = k0 + 8q + t (+4): units of 4 columns n at one plane. */
@@ -892,15 +844,10 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_frames_tc(
   /* stage 2: dk = Δ·Gᵀ + (−d·dR)·Mprevᵀ, the A operand through Es[c][s] (in Ks' place) */
   for (int pass = 0; pass < 2; pass++) {
     barrier(CLK_LOCAL_MEM_FENCE);
-#pragma unroll
-    for (int mi = 0; mi < CD_MR; mi++)
-#pragma unroll
-      for (int ni = 0; ni < CD_NR; ni++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-          const uint m = 16 * (CD_MR * wm + mi) + g + 8 * (e >> 1), c = 8 * (CD_NR * wn + ni) + 2 * t + (e & 1);
-          if (c < CD_D) Ks[c * CD_LDT + m] = pass ? Dl[mi][ni][e] : Y[mi][ni][e];
-        }
+    CD_TC_CELLS(mi, ni, e, 4) {
+      const uint m = 16 * (CD_MR * wm + mi) + g + 8 * (e >> 1), c = 8 * (CD_NR * wn + ni) + 2 * t + (e & 1);
+      if (c < CD_D) Ks[c * CD_LDT + m] = pass ? Dl[mi][ni][e] : Y[mi][ni][e];
+    }
     __global const float *src = pass ? Mp : Gf;
     const int zero = pass && prev_zero;
     /* B(c, j) = src[j·D + c]: units of 8 consecutive c of one row j */
@@ -928,15 +875,10 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_frames_tc(
 #undef CD_FETCH2
   }
   __global float *kb = dk + dk_off + base;
-#pragma unroll
-  for (int mi = 0; mi < CD_MR; mi++)
-#pragma unroll
-    for (int ni = 0; ni < CD_NR; ni++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const uint gs = s0 + 16 * (CD_MR * wm + mi) + g + 8 * (e >> 1), j = 8 * (CD_NR * wn + ni) + 2 * t + (e & 1);
-        if (j < CD_D && gs < Sf) kb[(ulong)j * N + gs] = Kd[mi][ni][e];
-      }
+  CD_TC_CELLS(mi, ni, e, 4) {
+    const uint gs = s0 + 16 * (CD_MR * wm + mi) + g + 8 * (e >> 1), j = 8 * (CD_NR * wn + ni) + 2 * t + (e & 1);
+    if (j < CD_D && gs < Sf) kb[(ulong)j * N + gs] = Kd[mi][ni][e];
+  }
 }
 #undef CD_MLD4
 #endif /* CD_FRAMES */

@@ -6,14 +6,12 @@
  * CD_D (head dim, multiple of 8, <= 128), CD_TS (tokens per work-group).
  * Every buffer comes with a ulong element offset. */
 
-#ifndef CD_D
+#ifndef CD_D /* cd_prep_inv_rms is built without CD_D and CD_TS */
 #define CD_D 8
 #endif
 #ifndef CD_TS
 #define CD_TS 32
 #endif
-#define CD_DH (CD_D / 2)
-#define CD_G4 (CD_D / 4) /* 4-channel units per token and head */
 
 /* inv_rms[0][b*N+n] for q, inv_rms[1][b*N+n] for k (stride BN).
  * One work-group per token; any power-of-two local size <= 1024. */

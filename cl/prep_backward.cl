@@ -25,15 +25,10 @@
  * CD_DTYPE; common.cl), CD_D, CD_TS.
  * Every buffer comes with a ulong element offset. */
 
-#ifndef CD_D
-#define CD_D 8
+#if !defined(CD_D) || !defined(CD_TS)
+#error "CD_D and CD_TS must be given as build options (cd_prep_kernel)"
 #endif
-#ifndef CD_TS
-#define CD_TS 32
-#endif
-#define CD_TT 16 /* tokens per work-group of cd_prep_bwd_tokens */
-#define CD_DH (CD_D / 2)
-#define CD_G4 (CD_D / 4)  /* 4-channel units per token and head */
+#define CD_TT 16          /* tokens per work-group of cd_prep_bwd_tokens */
 #define CD_GH (CD_G4 / 2) /* units in the camera half */
 
 /* flags */
@@ -56,18 +51,19 @@ inline void cd_load_tile(local float (*tile)[CD_TS + 1], global const cd_sstore_
   }
 }
 
-/* dx = T^T dy for this work-item's 4 channels: the 4x4 block transposed (first half, read from global memory: the
- * units of a token share it through the cache, and registers stay free) or RoPE transposed. */
-inline void cd_transform_t(int first, global const float *P, const float *cs, const float *sn, const float *dy,
-                           float *dx) {
+/* y = T x (transpose 0) or y = T^T x (1) for this work-item's 4 channels: the 4x4 block (first half, read from
+ * global memory: the units of a token share it through the cache, and registers stay free) or RoPE,
+ * y[r] = x[r^1]·sin[r] + x[r]·cos[r] (transposed: sin[r^1]). Each y[r] is fma'd over k = 0..3 onto 0. */
+inline void cd_transform4(int first, int transpose, global const float *P, const float *cs, const float *sn,
+                          const float *x, float *y) {
   if (first) {
-    for (int j = 0; j < 4; j++) {
+    for (int r = 0; r < 4; r++) {
       float acc = 0.0f;
-      for (int i = 0; i < 4; i++) acc = fma(P[4 * i + j], dy[i], acc);
-      dx[j] = acc;
+      for (int k = 0; k < 4; k++) acc = fma(transpose ? P[4 * k + r] : P[4 * r + k], x[k], acc);
+      y[r] = acc;
     }
   } else {
-    for (int j = 0; j < 4; j++) dx[j] = fma(dy[j ^ 1], sn[j ^ 1], dy[j] * cs[j]);
+    for (int r = 0; r < 4; r++) y[r] = fma(x[r ^ 1], sn[transpose ? r ^ 1 : r], x[r] * cs[r]);
   }
 }
 
@@ -147,15 +143,7 @@ kernel void cd_prep_bwd_heads(
     kn[j] = (ak[j] > 0.0f ? ak[j] : 0.0f) * k_scale;
     pre = fma(kn[j], kn[j], pre);
   }
-  if (first) {
-    for (int i = 0; i < 4; i++) {
-      float acc = 0.0f;
-      for (int j = 0; j < 4; j++) acc = fma(Pkv[4 * i + j], kn[j], acc);
-      ko[i] = acc;
-    }
-  } else {
-    for (int j = 0; j < 4; j++) ko[j] = fma(kn[j ^ 1], sn[j], kn[j] * cs[j]);
-  }
+  cd_transform4(first, 0, Pkv, cs, sn, kn, ko);
   for (int j = 0; j < 4; j++) post = fma(ko[j], ko[j], post);
 
   /* inflation_sq chain: the token's pre and post sums, in the forward's order */
@@ -196,9 +184,9 @@ kernel void cd_prep_bwd_heads(
   for (int j = 0; j < 4; j++) gk[j] = fma(2.0f * ko[j], dpost, gk[j]);
 
   float dxq[4], dxk[4], dxv[4], daq[4], dak[4];
-  cd_transform_t(first, Pq, cs, sn, gq, dxq);
-  cd_transform_t(first, Pkv, cs, sn, gk, dxk);
-  cd_transform_t(first, Pkv, cs, sn, gv, dxv);
+  cd_transform4(first, 1, Pq, cs, sn, gq, dxq);
+  cd_transform4(first, 1, Pkv, cs, sn, gk, dxk);
+  cd_transform4(first, 1, Pkv, cs, sn, gv, dxv);
   float sq = 0.0f, sk = 0.0f;
   for (int j = 0; j < 4; j++) {
     daq[j] = aq[j] > 0.0f ? dxq[j] : 0.0f;

@@ -35,8 +35,6 @@
 #ifndef CD_TT
 #define CD_TT 8
 #endif
-#define CD_DH (CD_D / 2)
-#define CD_G4 (CD_D / 4)
 #ifndef CD_UW
 #define CD_UW CD_G4 /* cd_prep_bwd_grads: 4-channel units per work-group (a divisor of D/4) */
 #endif

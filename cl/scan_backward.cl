@@ -239,6 +239,26 @@ inline void cd_chain_first(float (*acol)[CD_D], float (*addv)[CD_CB], global con
     for (int c = 0; c < CD_CB; c++) stmt;                   \
   }
 
+/* The G chain's steps g0 <= st < g1 over the chain's n frames, one body for cd_scan_bwd_chain and cd_pair_bwd_chain
+ * (so the pair's G is bit-identical to the scan backward's): causal f = n−1..0, G_f = W_f + x, x = A_f·G_f; reverse
+ * f = 0..n−1, G_f = x, x = W_f + A_f·G_f (A_f left out where KEEP(f) is 0). x starts at X0 (an expression of r, c and
+ * ro_) on step 0, else at the carry row CROW; G_f goes to GOUT[f·D·D + …]. Uses the kernels' Ab, Wb, x, acol, addv,
+ * Yl4, i, c0 and reverse. */
+#define CD_GF(r, n) (reverse ? (r) : (n) - 1 - (r)) /* key frame of G step r */
+#define CD_G_CHAIN(n, g0, g1, X0, CROW, GOUT, KEEP)                                                      \
+  if ((g0) < (g1)) {                                                                                     \
+    if ((g0) == 0) CD_CHAIN_ROWS(x[r][c] = (X0))                                                         \
+    else CD_CHAIN_ROWS(x[r][c] = (CROW)[ro_ + c])                                                        \
+    cd_chain_first(acol, addv, Ab + CD_GF(g0, n) * CD_DD, Wb + CD_GF(g0, n) * CD_DD, i, c0);             \
+  }                                                                                                      \
+  for (uint st = (g0); st < (g1); st++) {                                                                \
+    const int more = st + 1 < (g1);                                                                      \
+    const uint f = CD_GF(st, n), fn = more ? CD_GF(st + 1, n) : f;                                       \
+    if (!reverse) CD_CHAIN_ROWS(x[r][c] += addv[r][c])                                                   \
+    CD_CHAIN_ROWS((GOUT)[f * CD_DD + ro_ + c] = x[r][c])                                                 \
+    cd_chain_step(Yl4, x, acol, addv, KEEP(f), reverse, Ab + fn * CD_DD, Wb + fn * CD_DD, i, c0);        \
+  }
+
 /* One work-group of CD_CW work-items (rows i + CD_CW·r) per (b, h, column block); group index = bh * (D / CB) + cb.
  * recompute: first the state chain M_f = A_f Mprev_f + U_f, written to Z (the `states` layout);
  * then the G chain, written to G (B, H, F, D, D) by key frame, and dinit when asked.
@@ -283,21 +303,11 @@ kernel void cd_scan_bwd_chain(global const float *A, ulong A_off, global const f
 
   /* G chain: causal f = F-1..0, G_f = W_f + x, x = A_f G_f; reverse f = 0..F-1, G_f = x, x = W_f + A_f G_f.
    * The last step only feeds dinit (computed always, written when asked). */
-  const uint g0 = max(ua, nfwd) - nfwd, g1 = max(ub, nfwd) - nfwd;
-#define CD_GF(r) (reverse ? (r) : Fc - 1 - (r)) /* key frame of G step r */
-  if (g0 < g1) {
-    if (ua <= nfwd) CD_CHAIN_ROWS(x[r][c] = has_gfinal ? gfinal[gf_off + bh * CD_DD + ro_ + c] : 0.0f)
-    else CD_CHAIN_ROWS(x[r][c] = carry[bh * CD_DD + ro_ + c])
-    cd_chain_first(acol, addv, Ab + CD_GF(g0) * CD_DD, Wb + CD_GF(g0) * CD_DD, i, c0);
-  }
-  for (uint st = g0; st < g1; st++) {
-    const int more = st + 1 < g1;
-    const uint f = CD_GF(st), fn = more ? CD_GF(st + 1) : f;
-    if (!reverse) CD_CHAIN_ROWS(x[r][c] += addv[r][c])
-    CD_CHAIN_ROWS(G[G_off + fb + f * CD_DD + ro_ + c] = x[r][c])
-    cd_chain_step(Yl4, x, acol, addv, 1, reverse, Ab + fn * CD_DD, Wb + fn * CD_DD, i, c0);
-  }
-#undef CD_GF
+  const uint g0 = max(ua, nfwd) - nfwd, g1 = max(ub, nfwd) - nfwd; /* g0 == 0: this launch starts the G chain */
+#define CD_KEEP_ALL(f) 1
+  CD_G_CHAIN(Fc, g0, g1, has_gfinal ? gfinal[gf_off + bh * CD_DD + ro_ + c] : 0.0f, carry + bh * CD_DD,
+             G + G_off + fb, CD_KEEP_ALL)
+#undef CD_KEEP_ALL
   if (ua < ub && ub < total) CD_CHAIN_ROWS(carry[bh * CD_DD + ro_ + c] = x[r][c])
   if (ua < ub && ub == total && has_dinit) CD_CHAIN_ROWS(dinit[di_off + bh * CD_DD + ro_ + c] = x[r][c])
 }
@@ -332,30 +342,36 @@ kernel void cd_pair_bwd_chain(global const float *A, ulong A_off, global const f
   const int has_gf = reverse ? has_gf_r : has_gf_c, has_di = reverse ? has_di_r : has_di_c;
   float x[CD_CHAIN_R][CD_CB], acol[CD_CHAIN_R][CD_D], addv[CD_CHAIN_R][CD_CB];
   const uint g0 = min(u0, F), g1 = min(u1, F);
-#define CD_GF(r) (reverse ? (r) : F - 1 - (r))
-  if (g0 < g1) {
-    if (g0 == 0) CD_CHAIN_ROWS(x[r][c] = has_gf ? gf[bh * CD_DD + ro_ + c] : 0.0f)
-    else CD_CHAIN_ROWS(x[r][c] = carry[cb * CD_DD + ro_ + c])
-    cd_chain_first(acol, addv, Ab + CD_GF(g0) * CD_DD, Wb + CD_GF(g0) * CD_DD, i, c0);
-  }
-  for (uint st = g0; st < g1; st++) {
-    const int more = st + 1 < g1;
-    const uint f = CD_GF(st), fn = more ? CD_GF(st + 1) : f;
-    if (!reverse) CD_CHAIN_ROWS(x[r][c] += addv[r][c])
-    CD_CHAIN_ROWS(G[fb + f * CD_DD + ro_ + c] = x[r][c])
-    const int keep = !reverse || mask[f] != 0u;
-    cd_chain_step(Yl4, x, acol, addv, keep, reverse, Ab + fn * CD_DD, Wb + fn * CD_DD, i, c0);
-  }
-#undef CD_GF
+#define CD_KEEP_MASK(f) (!reverse || mask[f] != 0u)
+  CD_G_CHAIN(F, g0, g1, has_gf ? gf[bh * CD_DD + ro_ + c] : 0.0f, carry + cb * CD_DD, G + fb, CD_KEEP_MASK)
+#undef CD_KEEP_MASK
   if (g0 < g1 && g1 < F) CD_CHAIN_ROWS(carry[cb * CD_DD + ro_ + c] = x[r][c])
   if (g0 < g1 && g1 == F && has_di) CD_CHAIN_ROWS(di[bh * CD_DD + ro_ + c] = x[r][c])
 }
+#undef CD_G_CHAIN
+#undef CD_GF
 
 /* ------------------------------------------------------------------ frames */
 #define CD_DG (CD_D / CD_DPT)   /* value-column groups */
 #define CD_TS (CD_TL * CD_TPT)  /* tokens per work-group */
 #define CD_WG (CD_TL * CD_DG)   /* work-group size */
 #define CD_BST (2 * CD_D + 4)   /* row stride of the B-operand chunk */
+
+/* acc[t][j] += a_t·b_j over the work-item's CD_TPT tokens (a_t = ex[CD_TL·t]) and its CD_DPT columns (b = b4[0 ..
+ * DPT/4)), one fma per product: a step of the token-tile products (cd_gemm_t, cd_scan_bwd_frames). */
+inline void cd_fma_step(float acc[CD_TPT][CD_DPT], local const float *ex, local const float4 *b4) {
+  float a[CD_TPT];
+  for (int t = 0; t < CD_TPT; t++) a[t] = ex[CD_TL * t];
+  for (int j4 = 0; j4 < CD_DPT / 4; j4++) {
+    const float4 b = b4[j4];
+    for (int t = 0; t < CD_TPT; t++) {
+      acc[t][4 * j4] = fma(a[t], b.x, acc[t][4 * j4]);
+      acc[t][4 * j4 + 1] = fma(a[t], b.y, acc[t][4 * j4 + 1]);
+      acc[t][4 * j4 + 2] = fma(a[t], b.z, acc[t][4 * j4 + 2]);
+      acc[t][4 * j4 + 3] = fma(a[t], b.w, acc[t][4 * j4 + 3]);
+    }
+  }
+}
 
 /* acc[i][j] += sum_{v} Ex[v][s_i] * src[d_j, v] over all v (src D x D, row-major, read transposed through
  * local chunks of CD_MC columns; a zero matrix when `zero`). Ex holds the A operand as [v][token].
@@ -370,19 +386,8 @@ inline void cd_gemm_t(local const float *Ex, local float4 *Bs4, global const flo
       Bs[vv * CD_BST + dd] = zero ? 0.0f : src[dd * CD_D + v0 + vv];
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (uint vv = 0; vv < CD_MC; vv++) {
-      float a[CD_TPT];
-      for (int t = 0; t < CD_TPT; t++) a[t] = Ex[(v0 + vv) * CD_TS + tl + CD_TL * t];
-      for (int j4 = 0; j4 < CD_DPT / 4; j4++) {
-        const float4 b = Bs4[(vv * CD_BST + dg * CD_DPT) / 4 + j4];
-        for (int t = 0; t < CD_TPT; t++) {
-          acc[t][4 * j4] = fma(a[t], b.x, acc[t][4 * j4]);
-          acc[t][4 * j4 + 1] = fma(a[t], b.y, acc[t][4 * j4 + 1]);
-          acc[t][4 * j4 + 2] = fma(a[t], b.z, acc[t][4 * j4 + 2]);
-          acc[t][4 * j4 + 3] = fma(a[t], b.w, acc[t][4 * j4 + 3]);
-        }
-      }
-    }
+    for (uint vv = 0; vv < CD_MC; vv++)
+      cd_fma_step(acc, Ex + (v0 + vv) * CD_TS + tl, Bs4 + (vv * CD_BST + dg * CD_DPT) / 4);
   }
 }
 
@@ -452,23 +457,9 @@ kernel void cd_scan_bwd_frames(global const float *k, ulong k_off, global const 
       Bs[mm * CD_BST + c] = x;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (uint mm = 0; mm < CD_MC; mm++) {
-      float a[CD_TPT];
-      for (int t = 0; t < CD_TPT; t++) a[t] = Ex[(m0 + mm) * CD_TS + tl + CD_TL * t];
-      for (int j4 = 0; j4 < CD_DPT / 4; j4++) {
-        const float4 bm = Bs4[(mm * CD_BST + dg * CD_DPT) / 4 + j4];
-        const float4 bg = Bs4[(mm * CD_BST + CD_D + dg * CD_DPT) / 4 + j4];
-        for (int t = 0; t < CD_TPT; t++) {
-          accY[t][4 * j4] = fma(a[t], bm.x, accY[t][4 * j4]);
-          accY[t][4 * j4 + 1] = fma(a[t], bm.y, accY[t][4 * j4 + 1]);
-          accY[t][4 * j4 + 2] = fma(a[t], bm.z, accY[t][4 * j4 + 2]);
-          accY[t][4 * j4 + 3] = fma(a[t], bm.w, accY[t][4 * j4 + 3]);
-          accD[t][4 * j4] = fma(a[t], bg.x, accD[t][4 * j4]);
-          accD[t][4 * j4 + 1] = fma(a[t], bg.y, accD[t][4 * j4 + 1]);
-          accD[t][4 * j4 + 2] = fma(a[t], bg.z, accD[t][4 * j4 + 2]);
-          accD[t][4 * j4 + 3] = fma(a[t], bg.w, accD[t][4 * j4 + 3]);
-        }
-      }
+    for (uint mm = 0; mm < CD_MC; mm++) { /* Y and dΔ: two independent sums, each in the order of cd_gemm_t's */
+      cd_fma_step(accY, Ex + (m0 + mm) * CD_TS + tl, Bs4 + (mm * CD_BST + dg * CD_DPT) / 4);
+      cd_fma_step(accD, Ex + (m0 + mm) * CD_TS + tl, Bs4 + (mm * CD_BST + CD_D + dg * CD_DPT) / 4);
     }
   }
 

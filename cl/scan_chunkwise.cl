@@ -114,21 +114,15 @@ __kernel __attribute__((reqd_work_group_size(A_W, 1, 1))) void cd_scan_phase_a(
 
   const float d = decay[decay_off + bhf];
   const int raw = (part & 2u) != 0; /* a later launch continues these sums */
-#pragma unroll
-  for (int a = 0; a < CD_A_RM; a++) {
-    const uint i = row0 + ir + CD_A_WR * a;
-    if (i >= CD_D) continue;
-#pragma unroll
-    for (int c = 0; c < CD_A_RN; c++) {
-      const uint j = col0 + ic + CD_A_WC * c;
-      if (j >= col_hi) continue;
-      if (j < CD_D) {
-        const float x = raw ? acc[a][c] : CD_GRAM_A(d, i, j, acc[a][c]);
-        if (i <= j) a_out[a_off + obase + i * CD_D + j] = x;
-        if (i < j && !raw) a_out[a_off + obase + j * CD_D + i] = x;
-      } else
-        u_out[u_off + obase + i * CD_D + (j - CD_D)] = acc[a][c];
-    }
+  CD_FMA_CELLS(a, c, CD_A_RM, CD_A_RN) {
+    const uint i = row0 + ir + CD_A_WR * a, j = col0 + ic + CD_A_WC * c;
+    if (i >= CD_D || j >= col_hi) continue;
+    if (j < CD_D) {
+      const float x = raw ? acc[a][c] : CD_GRAM_A(d, i, j, acc[a][c]);
+      if (i <= j) a_out[a_off + obase + i * CD_D + j] = x;
+      if (i < j && !raw) a_out[a_off + obase + j * CD_D + i] = x;
+    } else
+      u_out[u_off + obase + i * CD_D + (j - CD_D)] = acc[a][c];
   }
 }
 #endif /* CD_A_WR */
@@ -390,15 +384,9 @@ __kernel __attribute__((reqd_work_group_size(C_W, 1, 1))) void cd_scan_phase_c(
   }
 
   __global float *ob = out + out_off + base;
-#pragma unroll
-  for (int a = 0; a < CD_C_RM; a++) {
-    const uint vv = v0 + ir + CD_C_WR * a;
-    if (vv >= CD_D) continue;
-#pragma unroll
-    for (int c = 0; c < CD_C_RN; c++) {
-      const uint ss = s0 + ic + CD_C_WC * c;
-      if (ss < Sf) ob[(ulong)vv * N + ss] = acc[a][c];
-    }
+  CD_FMA_CELLS(a, c, CD_C_RM, CD_C_RN) {
+    const uint vv = v0 + ir + CD_C_WR * a, ss = s0 + ic + CD_C_WC * c;
+    if (vv < CD_D && ss < Sf) ob[(ulong)vv * N + ss] = acc[a][c];
   }
 }
 #endif /* CD_C_WR */

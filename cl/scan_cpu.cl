@@ -21,8 +21,9 @@
  *   cd_cpu_ddecay       per (b, h, f): ddecay = <G_f, Mprev_f> + the blocks' partials, as cd_scan_bwd_ddecay
  *
  * Tokens are (B, H, D, N) rows, contiguous over tokens; per-frame matrices (B, H, F, D, D) and states (B, H, D, D)
- * row-major. Launches: local size 1; gram global (B·H·F, column blocks), chain (B·H, D / CD_CB), apply and frames
- * (B·H·F·blocks), ddecay (B·H·F). Every buffer comes with a ulong element offset; every sum has a fixed order.
+ * row-major. Launches: local size 1; gram global (B·H·F, column blocks), chain (B·H, D / CD_CB) (the pair's
+ * (B·H, 2·D / CD_CB)), gradient chains B·H·(D / CD_CB) (the pair's twice that), apply and frames (B·H·F·blocks),
+ * ddecay (B·H·F). Every buffer comes with a ulong element offset; every sum has a fixed order.
  * The serial loops of one work-item stay far below 65535 iterations at every shape the library takes (a loop
  * budget some drivers impose per work-item): the reduction loops are unrolled by 4.
  *
@@ -280,27 +281,25 @@ kernel void cd_cpu_chain(global const float *A, ulong a_off, global const float 
                   pre + pre_off, save_pre, fin + fin_off, want_final, NULL, fr0, Fc, bh * CD_DD + j0, j0, reverse);
 }
 
-/* cd_pair_phase_b's arguments and meaning: groups [0, B·H) the causal chains, [B·H, 2·B·H) the reverse ones with
- * mask; global (2·B·H, D / CB). */
+/* cd_pair_phase_b's arguments and meaning: group (bh, column block), blocks [0, nj) of the causal chains, the rest
+ * the reverse ones with mask; global (B·H, 2·nj). No decay is read (no pre states). */
 kernel void cd_cpu_pair_chain(global const float *A, ulong a_off, global const float *U, ulong u_off,
-                              global const float *decay, ulong decay_off, global const uint *mask,
-                              global const float *init_c, ulong init_c_off, global const float *init_r,
-                              ulong init_r_off, global float *post_c, ulong post_c_off, global float *post_r,
-                              ulong post_r_off, global float *fin_c, ulong fin_c_off, global float *fin_r,
-                              ulong fin_r_off, uint F, int has_init_c, int has_init_r, int want_final_c,
-                              int want_final_r) {
+                              global const uint *mask, global const float *init_c, ulong init_c_off,
+                              global const float *init_r, ulong init_r_off, global float *post_c, ulong post_c_off,
+                              global float *post_r, ulong post_r_off, global float *fin_c, ulong fin_c_off,
+                              global float *fin_r, ulong fin_r_off, uint F, uint nj, int has_init_c, int has_init_r,
+                              int want_final_c, int want_final_r) {
   local float8 X[CD_D * CD_CBV], Y[CD_D * CD_CBV];
-  const ulong nbh = get_num_groups(0) / 2;
-  const int reverse = get_group_id(0) >= nbh;
-  const ulong bh = get_group_id(0) % nbh;
-  const uint j0 = get_group_id(1) * CD_CB;
+  const ulong bh = get_group_id(0);
+  const int reverse = get_group_id(1) >= nj;
+  const uint j0 = (get_group_id(1) % nj) * CD_CB;
   const ulong sbase = bh * CD_DD + j0;
   if (reverse)
-    cd_chain_states(X, Y, A + a_off, U + u_off, decay + decay_off, init_r + init_r_off, has_init_r,
-                    post_r + post_r_off, post_r, 0, fin_r + fin_r_off, want_final_r, mask, bh * F, F, sbase, j0, 1);
+    cd_chain_states(X, Y, A + a_off, U + u_off, A, init_r + init_r_off, has_init_r, post_r + post_r_off, post_r, 0,
+                    fin_r + fin_r_off, want_final_r, mask, bh * F, F, sbase, j0, 1);
   else
-    cd_chain_states(X, Y, A + a_off, U + u_off, decay + decay_off, init_c + init_c_off, has_init_c,
-                    post_c + post_c_off, post_c, 0, fin_c + fin_c_off, want_final_c, NULL, bh * F, F, sbase, j0, 0);
+    cd_chain_states(X, Y, A + a_off, U + u_off, A, init_c + init_c_off, has_init_c, post_c + post_c_off, post_c, 0,
+                    fin_c + fin_c_off, want_final_c, NULL, bh * F, F, sbase, j0, 0);
 }
 
 /* One gradient chain's column block c0 over its Fc frames (Ab, Wb at the chain's first frame): causal f = Fc−1..0:
@@ -323,7 +322,7 @@ inline void cd_grads(local float8 *X, local float8 *Y, global const float *Ab, g
   if (has_di) cd_block_save(di, X, 1.0f);
 }
 
-/* cd_scan_bwd_chain's arguments and meaning; group (bh, column block): with recompute, first the states
+/* cd_scan_bwd_chain's arguments and meaning; group bh·(D / CB) + column block: with recompute, first the states
  * M_f = A_f·Mprev_f + U_f into Z (the `states` layout), then G_f (causal f = F−1..0: G_f = W_f + x, x = A_fᵀG_f;
  * reverse f = 0..F−1: G_f = x, x = W_f + A_fᵀG_f) into G, and dinit = x when asked. */
 kernel void cd_cpu_grad_chain(global const float *A, ulong A_off, global const float *W, ulong W_off,
@@ -332,8 +331,8 @@ kernel void cd_cpu_grad_chain(global const float *A, ulong A_off, global const f
                               global float *G, ulong G_off, global float *dinit, ulong di_off, uint F, int reverse,
                               int recompute, int has_init, int has_gfinal, int has_dinit CD_PK_ARGS) {
   local float8 X[CD_D * CD_CBV], Y[CD_D * CD_CBV];
-  const ulong bh = get_group_id(0);
-  const uint c0 = get_group_id(1) * CD_CB;
+  const ulong bh = get_group_id(0) / (CD_D / CD_CB);
+  const uint c0 = (uint)(get_group_id(0) % (CD_D / CD_CB)) * CD_CB;
   uint Fc;
   const ulong fb = cd_chain(bh, F, &Fc) * CD_DD;
   global const float *Ab = A + A_off + fb, *Ub = U + U_off + fb, *Wb = W + W_off + fb;
@@ -351,8 +350,9 @@ kernel void cd_cpu_grad_chain(global const float *A, ulong A_off, global const f
            dinit + di_off + bh * CD_DD + c0, has_dinit, NULL, Fc, c0, reverse);
 }
 
-/* cd_pair_bwd_chain's arguments and meaning: groups [0, B·H) the causal gradient chains, [B·H, 2·B·H) the reverse
- * ones with A_f = 0 at the frames where mask is 0; global (2·B·H, D / CB). */
+/* cd_pair_bwd_chain's arguments and meaning: group bh·(D / CB) + column block, the first half of the groups the
+ * causal gradient chains, the second the reverse ones with A_f = 0 at the frames where mask is 0; global
+ * 2·B·H·(D / CB). */
 kernel void cd_cpu_pair_grad_chain(global const float *A, ulong A_off, global const float *W, ulong W_off,
                                    global const uint *mask, global const float *gf_c, ulong gf_c_off,
                                    global const float *gf_r, ulong gf_r_off, global float *G_c, ulong G_c_off,
@@ -360,10 +360,11 @@ kernel void cd_cpu_pair_grad_chain(global const float *A, ulong A_off, global co
                                    global float *di_r, ulong di_r_off, uint F, int has_gf_c, int has_gf_r,
                                    int has_di_c, int has_di_r) {
   local float8 X[CD_D * CD_CBV], Y[CD_D * CD_CBV];
-  const ulong nbh = get_num_groups(0) / 2;
-  const int reverse = get_group_id(0) >= nbh;
-  const ulong bh = get_group_id(0) % nbh;
-  const uint c0 = get_group_id(1) * CD_CB;
+  const ulong nhalf = get_num_groups(0) / 2;
+  const int reverse = get_group_id(0) >= nhalf;
+  const ulong grp = get_group_id(0) % nhalf;
+  const ulong bh = grp / (CD_D / CD_CB);
+  const uint c0 = (uint)(grp % (CD_D / CD_CB)) * CD_CB;
   const ulong fb = bh * F * CD_DD, sb = bh * CD_DD + c0;
   global const float *Ab = A + A_off + fb, *Wb = W + W_off + fb;
   if (reverse)

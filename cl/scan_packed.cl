@@ -22,29 +22,35 @@ inline int cd_pack_locate(__global const long *fo, __global const long *co, uint
   return 1;
 }
 
-__kernel void cd_pack_gather(__global const float *src, ulong src_off, __global float *dst, ulong dst_off,
-                             __global const long *fo, __global const long *co, uint H, uint R, ulong L, uint Fm,
-                             uint Sm, int per_frame, float pad) {
+/* This work-item's padded element (t, row): -1 past its row's end (nothing to move); else *pad_ix its index on the
+ * padded side and 1 with *pk_ix the packed element it holds, or 0 where it is padding. */
+inline int cd_pack_item(__global const long *fo, __global const long *co, uint H, uint R, ulong L, uint Fm, uint Sm,
+                        int per_frame, ulong *pad_ix, ulong *pk_ix) {
   const uint t = get_global_id(0);
   const ulong row = get_global_id(1);
   const ulong cols = per_frame ? (ulong)Fm : (ulong)Fm * Sm;
-  if (t >= cols) return;
+  if (t >= cols) return -1;
   const uint c = (uint)(row / ((ulong)H * R));
   const ulong hr = row % ((ulong)H * R);
   ulong col;
-  const float x = cd_pack_locate(fo, co, Sm, per_frame, t, c, &col) ? src[src_off + hr * L + col] : pad;
-  dst[dst_off + row * cols + t] = x;
+  *pad_ix = row * cols + t;
+  if (!cd_pack_locate(fo, co, Sm, per_frame, t, c, &col)) return 0;
+  *pk_ix = hr * L + col;
+  return 1;
+}
+
+__kernel void cd_pack_gather(__global const float *src, ulong src_off, __global float *dst, ulong dst_off,
+                             __global const long *fo, __global const long *co, uint H, uint R, ulong L, uint Fm,
+                             uint Sm, int per_frame, float pad) {
+  ulong pad_ix, pk_ix;
+  const int at = cd_pack_item(fo, co, H, R, L, Fm, Sm, per_frame, &pad_ix, &pk_ix);
+  if (at >= 0) dst[dst_off + pad_ix] = at ? src[src_off + pk_ix] : pad;
 }
 
 __kernel void cd_pack_scatter(__global const float *src, ulong src_off, __global float *dst, ulong dst_off,
                               __global const long *fo, __global const long *co, uint H, uint R, ulong L, uint Fm,
                               uint Sm, int per_frame) {
-  const uint t = get_global_id(0);
-  const ulong row = get_global_id(1);
-  const ulong cols = per_frame ? (ulong)Fm : (ulong)Fm * Sm;
-  if (t >= cols) return;
-  const uint c = (uint)(row / ((ulong)H * R));
-  const ulong hr = row % ((ulong)H * R);
-  ulong col;
-  if (cd_pack_locate(fo, co, Sm, per_frame, t, c, &col)) dst[dst_off + hr * L + col] = src[src_off + row * cols + t];
+  ulong pad_ix, pk_ix;
+  if (cd_pack_item(fo, co, H, R, L, Fm, Sm, per_frame, &pad_ix, &pk_ix) > 0)
+    dst[dst_off + pk_ix] = src[src_off + pad_ix];
 }

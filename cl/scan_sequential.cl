@@ -84,6 +84,14 @@ __kernel __attribute__((reqd_work_group_size(S_W, 1, 1))) void cd_scan_sequentia
   const uint uc = lid % CD_U_WC, ur = lid / CD_U_WC;
   const uint pc = lid % CD_P_WC, pr = lid / CD_P_WC;
   const uint oc = lid % CD_O_WC, orr = lid / CD_O_WC;
+/* The operands of the step's three products (CD_FMA_GEMM), by the tiles' layouts and the work-item's place in each
+ * product's grid: E = K·P (tokens x columns), M += Kᵀ·E (rows x columns), out = Pᵀ·Q (columns x tokens). */
+#define S_E_K(k, a) Ks[(k) * S_LDK + pr + CD_P_WR * (a)]
+#define S_E_P(k, c) Ps[(k) * S_JC + pc + CD_P_WC * (c)]
+#define S_U_K(s, a) Ks[(ur + CD_U_WR * (a)) * S_LDK + (s)]
+#define S_U_E(s, c) Es[(s) * S_JC + uc + CD_U_WC * (c)]
+#define S_O_P(k, a) Ps[(k) * S_JC + orr + CD_O_WR * (a)]
+#define S_O_Q(k, c) Ks[(k) * S_LDK + oc + CD_O_WC * (c)]
 
   /* Zero all staging memory once: padding rows and columns then stay zero (finite). */
   for (uint e = lid; e < S_KR * S_LDK; e += S_W) Ks[e] = 0.0f;
@@ -217,11 +225,7 @@ __kernel __attribute__((reqd_work_group_size(S_W, 1, 1))) void cd_scan_sequentia
       {
         float acc[CD_P_RM][CD_P_RN];
         CD_FMA_ZERO(acc, CD_P_RM, CD_P_RN);
-#define S_E_K(k, a) Ks[(k) * S_LDK + pr + CD_P_WR * (a)]
-#define S_E_P(k, c) Ps[(k) * S_JC + pc + CD_P_WC * (c)]
         CD_FMA_GEMM(acc, CD_P_RM, CD_P_RN, CD_D, S_E_K, S_E_P);
-#undef S_E_K
-#undef S_E_P
         #pragma unroll
         for (int a = 0; a < CD_P_RM; a++) {
           const uint s = pr + CD_P_WR * a;
@@ -236,11 +240,7 @@ __kernel __attribute__((reqd_work_group_size(S_W, 1, 1))) void cd_scan_sequentia
       barrier(CLK_LOCAL_MEM_FENCE);
 
       /* M += Kᵀ·E */
-#define S_U_K(s, a) Ks[(ur + CD_U_WR * (a)) * S_LDK + (s)]
-#define S_U_E(s, c) Es[(s) * S_JC + uc + CD_U_WC * (c)]
       CD_FMA_GEMM(m, CD_U_RM, CD_U_RN, CD_S_TS, S_U_K, S_U_E);
-#undef S_U_K
-#undef S_U_E
     }
     /* out_qf = Q_qf · M */
     S_PUBLISH();
@@ -263,19 +263,10 @@ __kernel __attribute__((reqd_work_group_size(S_W, 1, 1))) void cd_scan_sequentia
 #endif
       float acc[CD_O_RM][CD_O_RN];
       CD_FMA_ZERO(acc, CD_O_RM, CD_O_RN);
-#define S_O_P(k, a) Ps[(k) * S_JC + orr + CD_O_WR * (a)]
-#define S_O_Q(k, c) Ks[(k) * S_LDK + oc + CD_O_WC * (c)]
       CD_FMA_GEMM(acc, CD_O_RM, CD_O_RN, CD_D, S_O_P, S_O_Q);
-#undef S_O_P
-#undef S_O_Q
-      #pragma unroll
-      for (int a = 0; a < CD_O_RM; a++) {
-        const uint j = orr + CD_O_WR * a;
-        #pragma unroll
-        for (int c = 0; c < CD_O_RN; c++) {
-          const uint s = oc + CD_O_WC * c;
-          if (j < jn && s < sn) ob[(ulong)(j0 + j) * N + nq + s0 + s] = acc[a][c];
-        }
+      CD_FMA_CELLS(a, c, CD_O_RM, CD_O_RN) {
+        const uint j = orr + CD_O_WR * a, s = oc + CD_O_WC * c;
+        if (j < jn && s < sn) ob[(ulong)(j0 + j) * N + nq + s0 + s] = acc[a][c];
       }
     }
   }
@@ -289,4 +280,10 @@ __kernel __attribute__((reqd_work_group_size(S_W, 1, 1))) void cd_scan_sequentia
 #undef S_FETCH_B
 #undef S_STORE_B
 #undef S_DIRECT_B
+#undef S_E_K
+#undef S_E_P
+#undef S_U_K
+#undef S_U_E
+#undef S_O_P
+#undef S_O_Q
 }

@@ -58,16 +58,12 @@ __kernel __attribute__((reqd_work_group_size(8, 8, 1))) void cd_summary_gram(
 #undef SM_Y
   const float gf = has_g ? g[g_off + bhf] : 1.0f;
   __global float *ob = out + out_off + bhf * CD_D * CD_D;
-  for (int a = 0; a < SM_R; a++) {
-    const uint i = i0 + ly + 8 * a;
-    if (i >= CD_D) continue;
-    for (int c = 0; c < SM_R; c++) {
-      const uint j = j0 + lx + 8 * c;
-      if (j >= CD_D) continue;
-      const float d = (diag && i == j) ? 1.0f : 0.0f, val = gf * (d + sgn * acc[a][c]);
-      ob[i * CD_D + j] = val;
-      if (sym && i0 < j0) ob[j * CD_D + i] = val;
-    }
+  CD_FMA_CELLS(a, c, SM_R, SM_R) {
+    const uint i = i0 + ly + 8 * a, j = j0 + lx + 8 * c;
+    if (i >= CD_D || j >= CD_D) continue;
+    const float d = (diag && i == j) ? 1.0f : 0.0f, val = gf * (d + sgn * acc[a][c]);
+    ob[i * CD_D + j] = val;
+    if (sym && i0 < j0) ob[j * CD_D + i] = val;
   }
 }
 
@@ -116,19 +112,15 @@ __kernel __attribute__((reqd_work_group_size(8, 8, 1))) void cd_summary_apply(
       barrier(CLK_LOCAL_MEM_FENCE);
     }
   }
-  for (int a = 0; a < SM_R; a++) {
-    const uint i = i0 + ly + 8 * a;
-    if (i >= CD_D) continue;
-    for (int c = 0; c < SM_R; c++) {
-      const uint j = j0 + lx + 8 * c;
-      if (j >= CD_D) continue;
-      float y = acc[a][c];
-      if (!has_a) {
-        if (has_x) y += Xb[i * CD_D + j];
-        if (has_w) y += Wb[i * CD_D + j];
-      }
-      if (has_u) y += Ub[i * CD_D + j];
-      Yb[i * CD_D + j] = y;
+  CD_FMA_CELLS(a, c, SM_R, SM_R) {
+    const uint i = i0 + ly + 8 * a, j = j0 + lx + 8 * c;
+    if (i >= CD_D || j >= CD_D) continue;
+    float y = acc[a][c];
+    if (!has_a) {
+      if (has_x) y += Xb[i * CD_D + j];
+      if (has_w) y += Wb[i * CD_D + j];
     }
+    if (has_u) y += Ub[i * CD_D + j];
+    Yb[i * CD_D + j] = y;
   }
 }

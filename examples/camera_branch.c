@@ -11,36 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "example_common.h"
+
 enum { B = 1, T = 5, HS = 3, WS = 4, S = HS * WS, N = T * S, H = 2, D = 16, C = H * D };
-
-#define CHECK(call)                                                                        \
-  do {                                                                                     \
-    camdelta_status s_ = (call);                                                           \
-    if (s_ != CAMDELTA_OK) {                                                               \
-      fprintf(stderr, "%s: %s\n", camdelta_status_name(s_), camdelta_last_message());     \
-      exit(1);                                                                             \
-    }                                                                                      \
-  } while (0)
-
-static float frand(unsigned *s) { /* uniform in [-1, 1) */
-  *s = *s * 1664525u + 1013904223u;
-  return (float)((*s >> 8) / 16777216.0 * 2.0 - 1.0);
-}
-
-/* Frame f's camera_conditions: camera-to-world (camera axes as columns, the centre as the last column, row-major)
- * on an orbit of radius 3 at height 0.5 looking at the origin, then fx fy cx cy on the token grid (patch 1). */
-static void orbit(int f, float *cc) {
-  const double a = -0.4 + 0.2 * f, c[3] = {3 * sin(a), 0.5, -3 * cos(a)};
-  const double n = sqrt(c[0] * c[0] + c[1] * c[1] + c[2] * c[2]);
-  const double z[3] = {-c[0] / n, -c[1] / n, -c[2] / n}; /* looking at the origin */
-  const double xn = sqrt(z[2] * z[2] + z[0] * z[0]);
-  const double x[3] = {z[2] / xn, 0, -z[0] / xn}; /* (0, 1, 0) x z */
-  const double y[3] = {z[1] * x[2] - z[2] * x[1], z[2] * x[0] - z[0] * x[2], z[0] * x[1] - z[1] * x[0]};
-  for (int i = 0; i < 3; i++)
-    cc[4 * i] = (float)x[i], cc[4 * i + 1] = (float)y[i], cc[4 * i + 2] = (float)z[i], cc[4 * i + 3] = (float)c[i];
-  cc[12] = cc[13] = cc[14] = 0, cc[15] = 1;
-  cc[16] = cc[17] = 0.9f * WS, cc[18] = WS / 2.0f, cc[19] = HS / 2.0f;
-}
 
 static cl_mem upload(camdelta_context *ctx, const float *x, size_t n) {
   cl_int err;
@@ -83,7 +56,7 @@ int main(void) {
     for (size_t i = 0; i < count[t]; i++) in[t][i] = frand(&seed);
   for (size_t i = 0; i < C; i++) in[I_QW][i] = 1 + 0.2f * in[I_QW][i], in[I_KW][i] = 1 + 0.2f * in[I_KW][i];
   for (size_t i = 0; i < C * 4; i++) in[I_W][i] *= 0.5f;
-  for (int f = 0; f < T; f++) orbit(f, in[I_CC] + 20 * f);
+  for (int f = 0; f < T; f++) orbit_camera(-0.4 + 0.2 * f, HS, WS, in[I_CC] + 20 * f);
   for (size_t i = 0; i < count[I_BETA]; i++) in[I_BETA][i] = 0.5f + 0.4f * in[I_BETA][i];
   for (size_t i = 0; i < count[I_DECAY]; i++) in[I_DECAY][i] = 0.95f + 0.04f * in[I_DECAY][i];
 

@@ -16,37 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "example_common.h"
+
 enum { B = 1, HS = 3, WS = 4, S = HS * WS, H = 2, D = 16, C = H * D, CS = 3, BLOCKS = 10 };
 enum { T = CS + 1 + (BLOCKS - 1) * CS, MOST = CS + 1 }; /* 31 frames; the longest block */
-
-#define CHECK(call)                                                                    \
-  do {                                                                                 \
-    camdelta_status s_ = (call);                                                       \
-    if (s_ != CAMDELTA_OK) {                                                           \
-      fprintf(stderr, "%s: %s\n", camdelta_status_name(s_), camdelta_last_message()); \
-      exit(1);                                                                         \
-    }                                                                                  \
-  } while (0)
-
-static float frand(unsigned *s) { /* uniform in [-1, 1) */
-  *s = *s * 1664525u + 1013904223u;
-  return (float)((*s >> 8) / 16777216.0 * 2.0 - 1.0);
-}
-
-/* Frame f's camera_conditions: camera-to-world (row-major; camera axes as columns, the centre as the last column)
- * on an orbit of radius 3 looking at the origin, then fx fy cx cy on the token grid (patch 1). */
-static void orbit(size_t f, float *cc) {
-  const double a = -0.8 + 0.05 * (double)f, c[3] = {3 * sin(a), 0.5, -3 * cos(a)};
-  const double n = sqrt(c[0] * c[0] + c[1] * c[1] + c[2] * c[2]);
-  const double z[3] = {-c[0] / n, -c[1] / n, -c[2] / n};
-  const double xn = sqrt(z[2] * z[2] + z[0] * z[0]);
-  const double x[3] = {z[2] / xn, 0, -z[0] / xn};
-  const double y[3] = {z[1] * x[2] - z[2] * x[1], z[2] * x[0] - z[0] * x[2], z[0] * x[1] - z[1] * x[0]};
-  for (int i = 0; i < 3; i++)
-    cc[4 * i] = (float)x[i], cc[4 * i + 1] = (float)y[i], cc[4 * i + 2] = (float)z[i], cc[4 * i + 3] = (float)c[i];
-  cc[12] = cc[13] = cc[14] = 0, cc[15] = 1;
-  cc[16] = cc[17] = 0.9f * WS, cc[18] = WS / 2.0f, cc[19] = HS / 2.0f;
-}
 
 /* The whole video's inputs, kept here only to check the result (a model makes each block when it comes). */
 static float q[T * S * C], k[T * S * C], v[T * S * C], cams[T * 20], beta[H * T * S], decay[H * T];
@@ -112,7 +85,7 @@ int main(int argc, char **argv) {
   const char *path = argc > 1 ? argv[1] : "stream_rollout.cds";
   unsigned seed = 7;
   for (size_t i = 0; i < T * S * C; i++) q[i] = frand(&seed), k[i] = frand(&seed), v[i] = frand(&seed);
-  for (size_t f = 0; f < T; f++) orbit(f, cams + 20 * f);
+  for (size_t f = 0; f < T; f++) orbit_camera(-0.8 + 0.05 * (double)f, HS, WS, cams + 20 * f);
   for (size_t i = 0; i < H * T * S; i++) beta[i] = 0.5f + 0.4f * frand(&seed);
   for (size_t i = 0; i < H * T; i++) decay[i] = 0.9f + 0.1f * frand(&seed);
   float conv_w[C * 4], qw[C], kw[C];

@@ -45,7 +45,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fuzz_write_file(g_path, img, size);
   unsigned char *buf = malloc(want);
   if (!buf) abort();
-  const camdelta_status rf = cd_stream_read_file("fuzz", g_path, buf, want);
+  const camdelta_status rf = cd_stream_read_file("fuzz", &KEY, g_path, buf, want);
   if ((rf == CAMDELTA_OK) != (size == want)) abort();
   if (!rf && memcmp(buf, img, want) != 0) abort();
   unlink(g_path);

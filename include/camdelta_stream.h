@@ -13,8 +13,8 @@
  *
  * Committing every block of T frames gives the y of camdelta_branch_forward over the T frames with the same chunk
  * schedule wherever that call's conv segments are its scan chunks (docs/math.md §8.2: T % chunk_size == 0 makes
- * them uniform), within docs/math.md §5's branch bound; camdelta_ref_stream_forward (camdelta_ref.h) is the f64
- * reference of a stream in every case.
+ * them uniform), within docs/math.md §5's branch bound (§8.7's with 16-bit activations);
+ * camdelta_ref_stream_forward (camdelta_ref.h) is the f64 reference of a stream in every case.
  *
  * Every call returns CAMDELTA_OK or the status named in its comment, with a message (camdelta_last_message); a
  * failed call changes nothing in the stream. A stream is used by one thread at a time. */
@@ -39,7 +39,8 @@ typedef struct camdelta_stream_args {
   camdelta_chunk_strategy strategy;    /* the schedule (docs/math.md §8.4) */
   float k_scale;                       /* typically D^-0.5 * S^-0.5 */
   float norm_eps;                      /* typically 1e-6 */
-  camdelta_dtype dtype;                /* of q_raw, k_raw, v_raw, y and the look-back */
+  camdelta_dtype dtype;                /* of q_raw, k_raw, v_raw, y and the look-back: f32, f16 or bf16 (f32
+                                          arithmetic and states inside, docs/math.md §8.7) */
   camdelta_scan_algorithm algorithm;   /* of the scans; AUTO as camdelta_branch_forward decides it */
   camdelta_precision precision;        /* of the scans; zero = exact */
   camdelta_buffer conv_weight;         /* (C, 4) f32, C = H * D: copied at creation */
@@ -49,9 +50,9 @@ typedef struct camdelta_stream_args {
 
 /** Creates a stream at frame 0 (zero state) on ctx. The weights are copied (the caller's buffers may be released
  *  afterwards). Returns INVALID_ARGUMENT (NULL argument, a buffer of another context, a non-finite k_scale or
- *  norm_eps, an unknown strategy, algorithm or precision), SHAPE (B, H, Hs, Ws, patch or chunk_size zero, D not a
- *  supported head dim), OVERFLOW (sizes), BUFFER_TOO_SMALL (a weight buffer), UNSUPPORTED (a 16-bit dtype: not yet
- *  supported by the branch), OUT_OF_MEMORY, OPENCL. *out is NULL on failure. */
+ *  norm_eps, an unknown dtype, strategy, algorithm or precision), SHAPE (B, H, Hs, Ws, patch or chunk_size zero),
+ *  OVERFLOW (sizes), BUFFER_TOO_SMALL (a weight buffer), UNSUPPORTED (D not a supported head dim, chunk_size past
+ *  2^32 - 2), OUT_OF_MEMORY, OPENCL. *out is NULL on failure. */
 CAMDELTA_API camdelta_status camdelta_stream_create(camdelta_context *ctx, const camdelta_stream_args *args,
                                                     camdelta_stream **out);
 /** Releases the stream's device memory; NULL is a no-op. Destroy a stream before its context. */
@@ -100,7 +101,9 @@ CAMDELTA_API camdelta_status camdelta_stream_reset(camdelta_stream *stream);
  *  FORMAT (not a stream image, another format version, a size that is not the image's, a frame count the schedule
  *  never reaches, a damaged image: the checksum), OPENCL.
  *  save_file / restore_file: the same through a file (written to a temporary name then renamed, so a crash never
- *  leaves a partial image under `path`; read with its size checked before anything is allocated). Also IO. */
+ *  leaves a partial image under `path`; read with its size checked before anything is allocated: a file of another
+ *  size whose header names another configuration, say another dtype, is INVALID_ARGUMENT naming the field, else
+ *  FORMAT). Also IO. */
 CAMDELTA_API size_t camdelta_stream_state_size(const camdelta_stream *stream);
 CAMDELTA_API camdelta_status camdelta_stream_save(camdelta_stream *stream, void *dst, size_t size, size_t *written);
 CAMDELTA_API camdelta_status camdelta_stream_restore(camdelta_stream *stream, const void *src, size_t size);

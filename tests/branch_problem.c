@@ -66,3 +66,72 @@ float *bp_download(cl_mem m, size_t n) {
   tu_download(m, 0, n * sizeof *p, p);
   return p;
 }
+
+const char *const bp_grad_names[BP_NGRAD] = {"dq_raw",         "dk_raw",         "dv_raw", "dconv_weight",
+                                             "dq_norm_weight", "dk_norm_weight", "dbeta",  "ddecay"};
+
+camdelta_branch_grads bp_grads(cl_mem grad_y, const cl_mem g[BP_NGRAD], camdelta_profile *profile) {
+  return (camdelta_branch_grads){.grad_y = {grad_y, 0},
+                                 .dq_raw = {g[0], 0},
+                                 .dk_raw = {g[1], 0},
+                                 .dv_raw = {g[2], 0},
+                                 .dconv_weight = {g[3], 0},
+                                 .dq_norm_weight = {g[4], 0},
+                                 .dk_norm_weight = {g[5], 0},
+                                 .dbeta = {g[6], 0},
+                                 .ddecay = {g[7], 0},
+                                 .profile = profile};
+}
+
+void bp_ref_backward(const camdelta_ref_branch *r, const float *gy, size_t n_gy, const size_t count[BP_NGRAD],
+                     bp_ref *ref) {
+  for (int i = 0; i < BP_NGRAD; i++) {
+    ref->g[i] = malloc(count[i] * sizeof(double));
+    assert_non_null(ref->g[i]);
+  }
+  double *gy64 = tu_to_f64(gy, n_gy);
+  const camdelta_ref_branch_grads rg = {.grad_y = gy64,
+                                        .dq_raw = ref->g[0],
+                                        .dk_raw = ref->g[1],
+                                        .dv_raw = ref->g[2],
+                                        .dconv_weight = ref->g[3],
+                                        .dq_norm_weight = ref->g[4],
+                                        .dk_norm_weight = ref->g[5],
+                                        .dbeta = ref->g[6],
+                                        .ddecay = ref->g[7]};
+  TU_OK(camdelta_ref_branch_backward(r, &rg));
+  free(gy64);
+}
+
+void bp_ref_free(bp_ref *ref) {
+  for (int i = 0; i < 9; i++) free(ref->in[i]);
+  for (int i = 0; i < BP_NGRAD; i++) free(ref->g[i]);
+  free(ref->y);
+}
+
+void bp_backward_again(camdelta_context *ctx, const camdelta_branch_args *a, cl_mem grad_y, cl_mem g[BP_NGRAD],
+                       const size_t count[BP_NGRAD], const size_t es[BP_NGRAD], void *first[BP_NGRAD],
+                       const char *what) {
+  for (int i = 0; i < BP_NGRAD; i++) clReleaseMemObject(g[i]), g[i] = tu_buffer(count[i] * es[i]);
+  const camdelta_branch_grads g2 = bp_grads(grad_y, g, NULL);
+  TU_OK(camdelta_branch_backward(ctx, a, &g2, NULL));
+  for (int i = 0; i < BP_NGRAD; i++) {
+    void *again = malloc(count[i] * es[i]);
+    assert_non_null(again);
+    tu_download(g[i], 0, count[i] * es[i], again);
+    if (memcmp(again, first[i], count[i] * es[i]) != 0)
+      fail_msg("%s: %s differs between the backward with and without a saved object", what, bp_grad_names[i]);
+    free(again);
+    free(first[i]);
+    clReleaseMemObject(g[i]);
+  }
+}
+
+void bp_free(float *in[9], cl_mem din[9], float *gy, cl_mem dgy) {
+  for (int i = 0; i < 9; i++) {
+    free(in[i]);
+    if (din[i]) clReleaseMemObject(din[i]);
+  }
+  free(gy);
+  if (dgy) clReleaseMemObject(dgy);
+}

@@ -34,8 +34,6 @@ enum { IQ, IK, IV, IW, IQW, IKW, ICC, IBETA, IDECAY, NIN };
 static const char *const in_names[NIN] = {"q_raw", "k_raw", "v_raw", "conv_weight", "q_norm_weight",
                                           "k_norm_weight", "camera_conditions", "beta", "decay"};
 enum { GQ, GK, GV, GW, GQW, GKW, GBETA, GDECAY, NGRAD };
-static const char *const grad_names[NGRAD] = {"dq_raw", "dk_raw", "dv_raw", "dconv_weight", "dq_norm_weight",
-                                              "dk_norm_weight", "dbeta", "ddecay"};
 
 typedef struct br_problem {
   br_shape s;
@@ -70,18 +68,13 @@ static void problem_init(br_problem *p, const br_shape *s, uint64_t seed) {
 static void report_grads(const double worst[NGRAD], const char *suffix) {
   for (int i = 0; i < NGRAD; i++) {
     char what[128];
-    snprintf(what, sizeof what, "branch backward %s max rel err%s", grad_names[i], suffix);
+    snprintf(what, sizeof what, "branch backward %s max rel err%s", bp_grad_names[i], suffix);
     tu_report(what, worst[i]);
   }
 }
 
 static void problem_free(br_problem *p) {
-  for (int i = 0; i < NIN; i++) {
-    free(p->in[i]);
-    if (p->din[i]) clReleaseMemObject(p->din[i]);
-  }
-  free(p->gy);
-  if (p->dgy) clReleaseMemObject(p->dgy);
+  bp_free(p->in, p->din, p->gy, p->dgy);
 }
 
 static camdelta_branch_args device_args(const br_problem *p, cl_mem y) {
@@ -218,15 +211,16 @@ static void run_branch(const br_shape *s, uint64_t seed, float **y_out) {
   else
     assert_true(isnan(prof.kernel_ms));
 
-  double *in64[NIN];
-  camdelta_ref_branch r = ref_args(&p, in64);
-  double *ry = malloc(BNC * 8);
-  r.y = ry;
+  bp_ref ref = {0};
+  camdelta_ref_branch r = ref_args(&p, ref.in);
+  ref.y = malloc(BNC * 8);
+  assert_non_null(ref.y);
+  r.y = ref.y;
   TU_OK(camdelta_ref_branch_forward(&r));
   float *got = malloc(BNC * 4);
   assert_non_null(got);
   tu_download(y, g_y_off * 4, BNC * 4, got);
-  const double ey = tu_rel_err(got, ry, BNC);
+  const double ey = tu_rel_err(got, ref.y, BNC);
   worst_y = fmax(worst_y, ey);
   if (ey > 1e-5)
     fail_msg("B=%zu T=%zu Hs=%zu Ws=%zu H=%zu D=%zu cs=%zu: branch y rel err %.3g > 1e-5", s->B, s->T, s->Hs, s->Ws,
@@ -240,8 +234,7 @@ static void run_branch(const br_shape *s, uint64_t seed, float **y_out) {
   const size_t gcnt[NGRAD] = {BNC, BNC, BNC, 4 * p.C, p.C, p.C, p.count[IBETA], p.count[IDECAY]};
   cl_mem gm[NGRAD];
   for (int i = 0; i < NGRAD; i++) gm[i] = tu_buffer(gcnt[i] * 4);
-  camdelta_branch_grads g = {{p.dgy, 0},   {gm[GQ], 0},  {gm[GK], 0},     {gm[GV], 0},     {gm[GW], 0},
-                             {gm[GQW], 0}, {gm[GKW], 0}, {gm[GBETA], 0}, {gm[GDECAY], 0}, &prof};
+  const camdelta_branch_grads g = bp_grads(p.dgy, gm, &prof);
   TU_OK(camdelta_branch_backward(ctx, &a, &g, saved));
   /* output transform 1, add 1, discount 1, conv 2, prep's, the scans'; the pair instead of the scans and the add:
    * one scan backward's kernels + the second frames and ddecay, and the adds (dq, dk, dv with FMA; dk, dv and the
@@ -251,36 +244,20 @@ static void run_branch(const br_shape *s, uint64_t seed, float **y_out) {
     assert_int_equal(prof.kernels, 4 + nk[3] + nk[4] + 5 - (prep_bwd_fused(ctx, s->D) ? 2 : 0));
   else
     assert_int_equal(prof.kernels, 5 + nk[3] + nk[4] + nk[5]);
-  double *rg[NGRAD];
-  for (int i = 0; i < NGRAD; i++) rg[i] = malloc(gcnt[i] * 8);
-  double *gy64 = tu_to_f64(p.gy, BNC);
-  const camdelta_ref_branch_grads rgr = {gy64, rg[GQ], rg[GK], rg[GV], rg[GW], rg[GQW], rg[GKW], rg[GBETA], rg[GDECAY]};
-  TU_OK(camdelta_ref_branch_backward(&r, &rgr));
-  float *first[NGRAD];
+  bp_ref_backward(&r, p.gy, BNC, gcnt, &ref);
+  void *first[NGRAD];
   for (int i = 0; i < NGRAD; i++) {
     first[i] = bp_download(gm[i], gcnt[i]);
-    const double e = tu_rel_err(first[i], rg[i], gcnt[i]);
+    const double e = tu_rel_err(first[i], ref.g[i], gcnt[i]);
     worst_g[i] = fmax(worst_g[i], e);
     if (e > 1e-4)
       fail_msg("B=%zu T=%zu Hs=%zu Ws=%zu H=%zu D=%zu cs=%zu: %s rel err %.3g > 1e-4", s->B, s->T, s->Hs, s->Ws, s->H,
-               s->D, s->cs, grad_names[i], e);
+               s->D, s->cs, bp_grad_names[i], e);
   }
   /* deterministic, and the same without a saved object (the forward recomputed) */
-  for (int i = 0; i < NGRAD; i++) clReleaseMemObject(gm[i]), gm[i] = tu_buffer(gcnt[i] * 4);
-  camdelta_branch_grads g2 = {{p.dgy, 0},   {gm[GQ], 0},  {gm[GK], 0},     {gm[GV], 0},     {gm[GW], 0},
-                              {gm[GQW], 0}, {gm[GKW], 0}, {gm[GBETA], 0}, {gm[GDECAY], 0}, NULL};
-  TU_OK(camdelta_branch_backward(ctx, &a, &g2, NULL));
-  for (int i = 0; i < NGRAD; i++) {
-    float *again = bp_download(gm[i], gcnt[i]);
-    if (memcmp(again, first[i], gcnt[i] * 4) != 0) fail_msg("%s differs between two backward runs", grad_names[i]);
-    free(again);
-    free(first[i]);
-    free(rg[i]);
-    clReleaseMemObject(gm[i]);
-  }
-  free(gy64);
-  free(ry);
-  for (int i = 0; i < NIN; i++) free(in64[i]);
+  static const size_t es[NGRAD] = {4, 4, 4, 4, 4, 4, 4, 4};
+  bp_backward_again(ctx, &a, p.dgy, gm, gcnt, es, first, "f32");
+  bp_ref_free(&ref);
   camdelta_branch_saved_destroy(saved);
   clReleaseMemObject(y);
   problem_free(&p);
@@ -629,7 +606,8 @@ static void test_offsets_and_warm(void **state) {
   assert_int_equal(after.programs, before.programs);
   for (int i = 0; i <= NGRAD; i++) {
     const size_t n = i < NGRAD ? gcnt[i] : BNC;
-    if (memcmp(res[0][i], res[1][i], n * 4) != 0) fail_msg("%s differs with offsets", i < NGRAD ? grad_names[i] : "y");
+    if (memcmp(res[0][i], res[1][i], n * 4) != 0)
+      fail_msg("%s differs with offsets", i < NGRAD ? bp_grad_names[i] : "y");
     free(res[0][i]), free(res[1][i]);
   }
   problem_free(&p);
@@ -637,6 +615,15 @@ static void test_offsets_and_warm(void **state) {
 }
 
 /* ---------------------------------------------------------------------------------------- bad input */
+
+/* camdelta_branch_forward of a fails with `want` and (unless needle is NULL) a message holding needle. */
+static void forward_refused(camdelta_context *ctx, const camdelta_branch_args *a, camdelta_status want,
+                            const char *needle) {
+  const camdelta_status st = camdelta_branch_forward(ctx, a, NULL);
+  if (st != want) fail_msg("forward: %s, expected %s", camdelta_status_name(st), camdelta_status_name(want));
+  if (needle && !strstr(camdelta_last_message(), needle))
+    fail_msg("forward refused with '%s', which lacks '%s'", camdelta_last_message(), needle);
+}
 
 static void test_bad_input(void **state) {
   (void)state;
@@ -650,34 +637,30 @@ static void test_bad_input(void **state) {
   /* T that does not match the cameras (the tensors are sized for T = 4; the cameras hold 3 frames) */
   cl_mem cc3 = tu_upload(p.in[ICC], 3 * 20 * 4);
   a.camera_conditions.mem = cc3;
-  assert_int_equal(camdelta_branch_forward(ctx, &a, NULL), CAMDELTA_ERROR_BUFFER_TOO_SMALL);
-  assert_non_null(strstr(camdelta_last_message(), "camera_conditions"));
+  forward_refused(ctx, &a, CAMDELTA_ERROR_BUFFER_TOO_SMALL, "camera_conditions");
   a.camera_conditions.mem = p.din[ICC];
   /* a grid that does not match N: Ws = 4 needs more tokens than the tensors hold */
   a.Ws = 4;
-  assert_int_equal(camdelta_branch_forward(ctx, &a, NULL), CAMDELTA_ERROR_BUFFER_TOO_SMALL);
+  forward_refused(ctx, &a, CAMDELTA_ERROR_BUFFER_TOO_SMALL, "'q_raw'");
   a.Ws = s.Ws;
   /* chunk_index not increasing, out of range */
   const int64_t bad1[3] = {0, 2, 2}, bad2[2] = {0, 9};
   a.chunking = (camdelta_chunking){0, CAMDELTA_CHUNK_UNIFORM, bad1, 3};
-  assert_int_equal(camdelta_branch_forward(ctx, &a, NULL), CAMDELTA_ERROR_INVALID_ARGUMENT);
-  assert_non_null(strstr(camdelta_last_message(), "increasing"));
+  forward_refused(ctx, &a, CAMDELTA_ERROR_INVALID_ARGUMENT, "increasing");
   a.chunking = (camdelta_chunking){0, CAMDELTA_CHUNK_UNIFORM, bad2, 2};
-  assert_int_equal(camdelta_branch_forward(ctx, &a, NULL), CAMDELTA_ERROR_INVALID_ARGUMENT);
-  assert_non_null(strstr(camdelta_last_message(), "out of range"));
+  forward_refused(ctx, &a, CAMDELTA_ERROR_INVALID_ARGUMENT, "out of range");
   a.chunking = p.ch;
   /* conv weight of the wrong shape */
   cl_mem w3 = tu_upload(p.in[IW], 3 * p.C * 4);
   a.conv_weight.mem = w3;
-  assert_int_equal(camdelta_branch_forward(ctx, &a, NULL), CAMDELTA_ERROR_BUFFER_TOO_SMALL);
-  assert_non_null(strstr(camdelta_last_message(), "conv_weight"));
+  forward_refused(ctx, &a, CAMDELTA_ERROR_BUFFER_TOO_SMALL, "conv_weight");
   a.conv_weight.mem = p.din[IW];
   /* unsupported head dim, y overlapping an input */
   a.D = 12;
-  assert_int_equal(camdelta_branch_forward(ctx, &a, NULL), CAMDELTA_ERROR_UNSUPPORTED);
+  forward_refused(ctx, &a, CAMDELTA_ERROR_UNSUPPORTED, "head dim D=12");
   a.D = s.D;
   a.y = a.q_raw;
-  assert_int_equal(camdelta_branch_forward(ctx, &a, NULL), CAMDELTA_ERROR_INVALID_ARGUMENT);
+  forward_refused(ctx, &a, CAMDELTA_ERROR_INVALID_ARGUMENT, "overlaps input 'q_raw'");
   a.y = (camdelta_buffer){y, 0};
   assert_true(bp_untouched(y, BNC * 4));
 
@@ -788,14 +771,10 @@ static void test_nonfinite_cameras(void **state) {
   problem_free(&p);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
+TU_MAIN(NULL, tu_teardown_context,
       cmocka_unit_test(test_nonfinite_cameras),
       cmocka_unit_test(test_output_transform), cmocka_unit_test(test_transform_roundtrip),
       cmocka_unit_test(test_reference_fd),     cmocka_unit_test(test_discount_gates),
       cmocka_unit_test(test_no_leak),          cmocka_unit_test(test_branch_device),
       cmocka_unit_test(test_fused_output_transform), cmocka_unit_test(test_fused_prep_backward),
-      cmocka_unit_test(test_offsets_and_warm), cmocka_unit_test(test_bad_input),
-  };
-  return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
-}
+      cmocka_unit_test(test_offsets_and_warm), cmocka_unit_test(test_bad_input))

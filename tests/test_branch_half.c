@@ -30,8 +30,6 @@ static const hb_shape shapes[] = {
 
 enum { IQ, IK, IV, IW, IQW, IKW, ICC, IBETA, IDECAY, NIN };
 enum { GQ, GK, GV, GW, GQW, GKW, GBETA, GDECAY, NGRAD };
-static const char *const grad_names[NGRAD] = {"dq_raw", "dk_raw", "dv_raw", "dconv_weight", "dq_norm_weight",
-                                              "dk_norm_weight", "dbeta", "ddecay"};
 
 /* worst errors per dtype (0 f16, 1 bf16): y, then the gradients */
 static double worst_y[2], worst_g[2][NGRAD];
@@ -58,23 +56,8 @@ static void problem_init(hb_problem *p, const hb_shape *s, camdelta_dtype dt, ui
                               .chunk_index = s->use_index ? p->idx : NULL, .chunk_index_count = s->use_index ? 3 : 0};
   p->k_scale = (float)(1.0 / sqrt((double)s->D * (double)p->S));
   p->eps = 1e-6f;
-  const size_t BHN = s->B * s->H * p->N;
-  const size_t cnt[NIN] = {p->BNC, p->BNC, p->BNC, 4 * p->C, p->C, p->C, s->B * s->T * 20, BHN, s->B * s->H * s->T};
-  tu_seed(seed);
-  for (int i = 0; i < NIN; i++) {
-    p->count[i] = cnt[i];
-    p->in[i] = malloc(cnt[i] * sizeof(float));
-    assert_non_null(p->in[i]);
-  }
-  tu_fill_normal(p->in[IQ], p->BNC, 1.0);
-  tu_fill_normal(p->in[IK], p->BNC, 1.0);
-  tu_fill_normal(p->in[IV], p->BNC, 1.0);
-  tu_fill_normal(p->in[IW], 4 * p->C, 0.5);
-  tu_fill_uniform(p->in[IQW], p->C, 0.5, 1.5);
-  tu_fill_uniform(p->in[IKW], p->C, 0.5, 1.5);
-  bp_cameras(p->in[ICC], s->B, s->T, s->Hs, s->Ws, 1, 1);
-  tu_fill_uniform(p->in[IBETA], BHN, 0.1, 0.9);
-  tu_fill_uniform(p->in[IDECAY], s->B * s->H * s->T, 0.5, 1.0);
+  bp_inputs(p->in, p->count, s->B, s->T, s->Hs, s->Ws, s->H, s->D, seed);
+  const size_t *cnt = p->count;
   p->gy = malloc(p->BNC * sizeof(float));
   assert_non_null(p->gy);
   tu_fill_normal(p->gy, p->BNC, 1.0);
@@ -95,12 +78,7 @@ static void problem_init(hb_problem *p, const hb_shape *s, camdelta_dtype dt, ui
 }
 
 static void problem_free(hb_problem *p) {
-  for (int i = 0; i < NIN; i++) {
-    free(p->in[i]);
-    if (p->din[i]) clReleaseMemObject(p->din[i]);
-  }
-  free(p->gy);
-  if (p->dgy) clReleaseMemObject(p->dgy);
+  bp_free(p->in, p->din, p->gy, p->dgy);
 }
 
 static camdelta_branch_args device_args(const hb_problem *p, cl_mem y, camdelta_scan_algorithm alg) {
@@ -141,19 +119,20 @@ static void run_half(const hb_shape *s, camdelta_dtype dt, camdelta_scan_algorit
   TU_OK(camdelta_branch_saved_create(ctx, &saved));
   TU_OK(camdelta_branch_forward(ctx, &a, saved));
 
-  double *in64[NIN];
+  bp_ref ref = {0};
+  double **in64 = ref.in;
   for (int i = 0; i < NIN; i++) in64[i] = tu_to_f64(p.in[i], p.count[i]);
   camdelta_ref_branch r = {.B = s->B, .T = s->T, .Hs = s->Hs, .Ws = s->Ws, .ph = 1, .pw = 1, .H = s->H, .D = s->D,
                            .chunking = p.ch, .k_scale = p.k_scale, .norm_eps = p.eps, .q_raw = in64[IQ],
                            .k_raw = in64[IK], .v_raw = in64[IV], .conv_weight = in64[IW],
                            .q_norm_weight = in64[IQW], .k_norm_weight = in64[IKW], .camera_conditions = in64[ICC],
                            .beta = in64[IBETA], .decay = in64[IDECAY], .y = NULL};
-  double *ry = malloc(BNC * sizeof(double));
-  assert_non_null(ry);
-  r.y = ry;
+  ref.y = malloc(BNC * sizeof(double));
+  assert_non_null(ref.y);
+  r.y = ref.y;
   TU_OK(camdelta_ref_branch_forward(&r));
   float *got = download_as(dt, y, BNC);
-  const double ey = tu_rel_err(got, ry, BNC);
+  const double ey = tu_rel_err(got, ref.y, BNC);
   worst_y[di] = fmax(worst_y[di], ey);
   if (ey > bound)
     fail_msg("%s B=%zu T=%zu Hs=%zu Ws=%zu H=%zu D=%zu cs=%zu %s: y rel err %.3g > %.3g", camdelta_dtype_name(dt),
@@ -165,10 +144,7 @@ static void run_half(const hb_shape *s, camdelta_dtype dt, camdelta_scan_algorit
   const size_t ges[NGRAD] = {es, es, es, 4, 4, 4, 4, 4};
   cl_mem gm[NGRAD];
   for (int i = 0; i < NGRAD; i++) gm[i] = tu_buffer(gcnt[i] * ges[i]);
-  const camdelta_branch_grads g = {.grad_y = {p.dgy, 0}, .dq_raw = {gm[GQ], 0}, .dk_raw = {gm[GK], 0},
-                                   .dv_raw = {gm[GV], 0}, .dconv_weight = {gm[GW], 0},
-                                   .dq_norm_weight = {gm[GQW], 0}, .dk_norm_weight = {gm[GKW], 0},
-                                   .dbeta = {gm[GBETA], 0}, .ddecay = {gm[GDECAY], 0}, .profile = NULL};
+  const camdelta_branch_grads g = bp_grads(p.dgy, gm, NULL);
   const camdelta_status bst = camdelta_branch_backward(ctx, &a, &g, saved);
   if (bst == CAMDELTA_ERROR_UNSUPPORTED && strstr(camdelta_last_message(), "the device allows")) {
     /* the scan backward's work-group needs more than this device gives (Rusticl on llvmpipe: 32 work-items): the
@@ -176,32 +152,22 @@ static void run_half(const hb_shape *s, camdelta_dtype dt, camdelta_scan_algorit
     printf("[ skipped  ] %s D=%zu backward: %s\n", camdelta_dtype_name(dt), s->D, camdelta_last_message());
     skipped_backward++;
     for (int i = 0; i < NGRAD; i++) clReleaseMemObject(gm[i]);
-    for (int i = 0; i < NIN; i++) free(in64[i]);
-    free(ry);
+    bp_ref_free(&ref);
     camdelta_branch_saved_destroy(saved);
     clReleaseMemObject(y);
     problem_free(&p);
     return;
   }
   TU_OK(bst);
-  double *rg[NGRAD];
-  for (int i = 0; i < NGRAD; i++) {
-    rg[i] = malloc(gcnt[i] * sizeof(double));
-    assert_non_null(rg[i]);
-  }
-  double *gy64 = tu_to_f64(p.gy, BNC);
-  const camdelta_ref_branch_grads rgr = {.grad_y = gy64, .dq_raw = rg[GQ], .dk_raw = rg[GK], .dv_raw = rg[GV],
-                                         .dconv_weight = rg[GW], .dq_norm_weight = rg[GQW],
-                                         .dk_norm_weight = rg[GKW], .dbeta = rg[GBETA], .ddecay = rg[GDECAY]};
-  TU_OK(camdelta_ref_branch_backward(&r, &rgr));
+  bp_ref_backward(&r, p.gy, BNC, gcnt, &ref);
   void *first[NGRAD];
   for (int i = 0; i < NGRAD; i++) {
     float *x = ges[i] == 4 ? bp_download(gm[i], gcnt[i]) : download_as(dt, gm[i], gcnt[i]);
-    const double e = tu_rel_err(x, rg[i], gcnt[i]);
+    const double e = tu_rel_err(x, ref.g[i], gcnt[i]);
     worst_g[di][i] = fmax(worst_g[di][i], e);
     if (e > 2 * bound)
       fail_msg("%s B=%zu T=%zu Hs=%zu Ws=%zu H=%zu D=%zu cs=%zu %s: %s rel err %.3g > %.3g", camdelta_dtype_name(dt),
-               s->B, s->T, s->Hs, s->Ws, s->H, s->D, s->cs, camdelta_scan_algorithm_name(alg), grad_names[i], e,
+               s->B, s->T, s->Hs, s->Ws, s->H, s->D, s->cs, camdelta_scan_algorithm_name(alg), bp_grad_names[i], e,
                2 * bound);
     free(x);
     first[i] = malloc(gcnt[i] * ges[i]);
@@ -209,27 +175,8 @@ static void run_half(const hb_shape *s, camdelta_dtype dt, camdelta_scan_algorit
     tu_download(gm[i], 0, gcnt[i] * ges[i], first[i]);
   }
   /* deterministic, and the same bits without a saved object (the forward recomputed) */
-  for (int i = 0; i < NGRAD; i++) clReleaseMemObject(gm[i]), gm[i] = tu_buffer(gcnt[i] * ges[i]);
-  const camdelta_branch_grads g2 = {.grad_y = {p.dgy, 0}, .dq_raw = {gm[GQ], 0}, .dk_raw = {gm[GK], 0},
-                                    .dv_raw = {gm[GV], 0}, .dconv_weight = {gm[GW], 0},
-                                    .dq_norm_weight = {gm[GQW], 0}, .dk_norm_weight = {gm[GKW], 0},
-                                    .dbeta = {gm[GBETA], 0}, .ddecay = {gm[GDECAY], 0}, .profile = NULL};
-  TU_OK(camdelta_branch_backward(ctx, &a, &g2, NULL));
-  for (int i = 0; i < NGRAD; i++) {
-    void *again = malloc(gcnt[i] * ges[i]);
-    assert_non_null(again);
-    tu_download(gm[i], 0, gcnt[i] * ges[i], again);
-    if (memcmp(again, first[i], gcnt[i] * ges[i]) != 0)
-      fail_msg("%s: %s differs between the backward with and without a saved object", camdelta_dtype_name(dt),
-               grad_names[i]);
-    free(again);
-    free(first[i]);
-    free(rg[i]);
-    clReleaseMemObject(gm[i]);
-  }
-  free(gy64);
-  free(ry);
-  for (int i = 0; i < NIN; i++) free(in64[i]);
+  bp_backward_again(ctx, &a, p.dgy, gm, gcnt, ges, first, camdelta_dtype_name(dt));
+  bp_ref_free(&ref);
   camdelta_branch_saved_destroy(saved);
   clReleaseMemObject(y);
   problem_free(&p);
@@ -250,7 +197,7 @@ static void run_all(camdelta_dtype dt) {
   snprintf(what, sizeof what, "branch %s forward y max rel err", camdelta_dtype_name(dt));
   tu_report(what, worst_y[di]);
   for (int i = 0; i < NGRAD; i++) {
-    snprintf(what, sizeof what, "branch %s backward %s max rel err", camdelta_dtype_name(dt), grad_names[i]);
+    snprintf(what, sizeof what, "branch %s backward %s max rel err", camdelta_dtype_name(dt), bp_grad_names[i]);
     tu_report(what, worst_g[di][i]);
   }
 }
@@ -411,13 +358,9 @@ static void test_bad_input(void **state) {
   problem_free(&p);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
+TU_MAIN(NULL, tu_teardown_context,
       cmocka_unit_test(test_conversions),
       cmocka_unit_test(test_bad_input),
       cmocka_unit_test(test_against_f32),
       cmocka_unit_test(test_f16),
-      cmocka_unit_test(test_bf16),
-  };
-  return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
-}
+      cmocka_unit_test(test_bf16))

@@ -190,7 +190,4 @@ static void test_bad_runs(void **state) {
   release(&p);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_whole_part), cmocka_unit_test(test_bad_runs)};
-  return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
-}
+TU_MAIN(NULL, tu_teardown_context, cmocka_unit_test(test_whole_part), cmocka_unit_test(test_bad_runs))

@@ -28,6 +28,15 @@ static void use_cache_dir(const char *leaf, char *out, size_t size) {
   unsetenv("CAMDELTA_CACHE");
 }
 
+/* A new context whose kernel cache is the folder tu_tmpdir()/leaf. */
+static camdelta_context *context_caching_in(const char *leaf) {
+  char dir[1200];
+  use_cache_dir(leaf, dir, sizeof dir);
+  camdelta_context *ctx = NULL;
+  TU_OK(camdelta_context_create(&ctx, NULL));
+  return ctx;
+}
+
 /* Builds the test program in a fresh context; returns its stats. */
 static camdelta_build_stats build_once(void) {
   camdelta_context *ctx = NULL;
@@ -191,10 +200,7 @@ static void test_unwritable(void **state) {
 
 static void test_once_per_context(void **state) {
   (void)state;
-  char dir[1200];
-  use_cache_dir("once", dir, sizeof dir);
-  camdelta_context *ctx = NULL;
-  TU_OK(camdelta_context_create(&ctx, NULL));
+  camdelta_context *ctx = context_caching_in("once");
   cl_program p1, p2;
   TU_OK(cd_program(ctx, "prep.cl", kOpts, &p1));
   TU_OK(cd_program(ctx, "prep.cl", kOpts, &p2));
@@ -255,10 +261,7 @@ static void test_kernel_dir(void **state) {
 /* After camdelta_warm_shape, calls of that shape compile nothing. */
 static void test_warm_shape(void **state) {
   (void)state;
-  char dir[1200];
-  use_cache_dir("warm", dir, sizeof dir);
-  camdelta_context *ctx = NULL;
-  TU_OK(camdelta_context_create(&ctx, NULL));
+  camdelta_context *ctx = context_caching_in("warm");
   enum { B = 1, H = 2, D = 16, F = 3, S = 40, N = F * S };
   assert_int_equal(camdelta_warm_shape(ctx, B, H, 12, S), CAMDELTA_ERROR_UNSUPPORTED);
   assert_int_equal(camdelta_warm_shape(NULL, B, H, D, S), CAMDELTA_ERROR_INVALID_ARGUMENT);
@@ -380,6 +383,15 @@ static void test_fifo_entry(void **state) {
   assert_true(S_ISREG(sb.st_mode)); /* replaced by a real entry */
 }
 
+/* Dates the file at path a minute beyond CD_CACHE_STALE_SECONDS in the past (access and modification times). */
+static void make_stale(const char *path) {
+  struct timeval tv[2];
+  gettimeofday(&tv[0], NULL);
+  tv[0].tv_sec -= CD_CACHE_STALE_SECONDS + 60;
+  tv[1] = tv[0];
+  assert_int_equal(utimes(path, tv), 0);
+}
+
 /* Temporary files older than CD_CACHE_STALE_SECONDS are removed on the next store; a fresh one is kept. */
 static void test_stale_temp(void **state) {
   (void)state;
@@ -390,11 +402,7 @@ static void test_stale_temp(void **state) {
   snprintf(fresh, sizeof fresh, "%s/%064d.clbin.tmp.4.5.6", dir, 1);
   tu_write_file(oldp, (const unsigned char *)"x", 1);
   tu_write_file(fresh, (const unsigned char *)"y", 1);
-  struct timeval tv[2];
-  gettimeofday(&tv[0], NULL);
-  tv[0].tv_sec -= CD_CACHE_STALE_SECONDS + 60;
-  tv[1] = tv[0];
-  assert_int_equal(utimes(oldp, tv), 0);
+  make_stale(oldp);
   build_once(); /* compiles and stores */
   struct stat sb;
   assert_int_not_equal(lstat(oldp, &sb), 0);
@@ -686,11 +694,7 @@ static void test_tune_save_temp(void **state) {
   assert_int_equal(symlink(victim, link), 0);
   snprintf(stale, sizeof stale, "%s.tmp.0123456789abcdef", file);
   tu_write_file(stale, (const unsigned char *)"x", 1);
-  struct timeval tv[2];
-  gettimeofday(&tv[0], NULL);
-  tv[0].tv_sec -= CD_CACHE_STALE_SECONDS + 60;
-  tv[1] = tv[0];
-  assert_int_equal(utimes(stale, tv), 0);
+  make_stale(stale);
   camdelta_context *ctx = NULL;
   TU_OK(camdelta_context_create(&ctx, NULL));
   TU_OK(camdelta_tune_save(ctx, 16, NULL, 0));
@@ -826,9 +830,7 @@ static void as_evil(const char *script) {
 static const char *genuine_entry(void) {
   static char name[128];
   char dir[1200], entry[1500], dst[400];
-  use_cache_dir("genuine", dir, sizeof dir);
-  build_once();
-  only_entry(dir, entry, sizeof entry);
+  stored_entry("genuine", dir, entry);
   snprintf(name, sizeof name, "%s", strrchr(entry, '/') + 1);
   size_t n;
   unsigned char *b = tu_read_file(entry, &n);

@@ -236,11 +236,7 @@ static void test_bad_input(void **state) {
   clReleaseMemObject(dcc);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
+TU_MAIN(NULL, tu_teardown_context,
       cmocka_unit_test(test_shapes),        cmocka_unit_test(test_identity_and_inverse),
       cmocka_unit_test(test_nan_pose),      cmocka_unit_test(test_reference_rope_values),
-      cmocka_unit_test(test_reference_matrix_values), cmocka_unit_test(test_bad_input),
-  };
-  return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
-}
+      cmocka_unit_test(test_reference_matrix_values), cmocka_unit_test(test_bad_input))

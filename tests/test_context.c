@@ -250,11 +250,8 @@ static void test_platform_without_devices(void **state) {
  * kernel_ms is NaN, not a made-up 0. */
 static void test_profile_without_kernel_times(void **state) {
   (void)state;
-  const char *was = getenv("CAMDELTA_DEVICE_LIMITS");
-  char *saved = was ? strdup(was) : NULL, text[160];
-  snprintf(text, sizeof text, "%s%sprofiling=0", was ? was : "", was ? "," : "");
-  assert_int_equal(setenv("CAMDELTA_DEVICE_LIMITS", text, 1), 0);
-  tu_context_release();
+  char *was = tu_limits_saved();
+  tu_limits_env(was, "profiling=0");
   camdelta_context *ctx = tu_context();
   prep_problem p;
   prep_problem_init(&p, 1, 20, 2, 16, CAMDELTA_F32, 78, 0);
@@ -275,10 +272,7 @@ static void test_profile_without_kernel_times(void **state) {
   for (int i = 0; i < 9; i++) clReleaseMemObject(in[i]);
   for (int o = 0; o < 4; o++) clReleaseMemObject(out[o]);
   prep_problem_free(&p);
-  if (saved) assert_int_equal(setenv("CAMDELTA_DEVICE_LIMITS", saved, 1), 0);
-  else assert_int_equal(unsetenv("CAMDELTA_DEVICE_LIMITS"), 0);
-  free(saved);
-  tu_context_release();
+  tu_limits_restore(was);
 }
 
 static void test_marker_event(void **state) {
@@ -345,8 +339,7 @@ static void test_device_limits(void **state) {
   tu_check_bad_env("CAMDELTA_DEVICE_LIMITS", bad, sizeof bad / sizeof bad[0]);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
+TU_MAIN(NULL, tu_teardown_context,
       cmocka_unit_test(test_device_limits),
       cmocka_unit_test(test_version),
       cmocka_unit_test(test_selectors),
@@ -354,7 +347,4 @@ int main(void) {
       cmocka_unit_test(test_threads),
       cmocka_unit_test(test_marker_event),
       cmocka_unit_test(test_profile_without_kernel_times),
-      cmocka_unit_test(test_platform_without_devices),
-  };
-  return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
-}
+      cmocka_unit_test(test_platform_without_devices))

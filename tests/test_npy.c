@@ -499,8 +499,7 @@ static void test_write_errors(void **state) {
   remove(p);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
+TU_MAIN(NULL, remove_tmpdir,
       cmocka_unit_test(test_round_trips),
       cmocka_unit_test(test_values_round_trip),
       cmocka_unit_test(test_header_bytes_like_numpy),
@@ -515,7 +514,4 @@ int main(void) {
       cmocka_unit_test(test_bad_layout_and_dtypes),
       cmocka_unit_test(test_bad_shapes),
       cmocka_unit_test(test_header_parse_errors),
-      cmocka_unit_test(test_write_errors),
-  };
-  return cmocka_run_group_tests(tests, NULL, remove_tmpdir);
-}
+      cmocka_unit_test(test_write_errors))

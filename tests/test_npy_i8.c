@@ -48,7 +48,4 @@ static void test_round_trip(void **state) {
   remove(path);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_parse_numpy_bytes), cmocka_unit_test(test_round_trip)};
-  return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TU_MAIN(NULL, NULL, cmocka_unit_test(test_parse_numpy_bytes), cmocka_unit_test(test_round_trip))

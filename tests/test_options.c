@@ -76,51 +76,55 @@ static void test_table(void **state) {
   assert_int_equal(cd_opt_family_find(NULL), -1);
 }
 
+/* One key through camdelta_tune_set's parser (o: the values it sets). */
+static void key_through_api(int i, cd_opt_values *o) {
+  const cd_opt_decl *d = &cd_opt_decls[i];
+  char err[512];
+  const char *fam = cd_opt_families[d->family].name;
+  cd_opt_clear(o);
+  uint32_t good[CD_OPT_MAX_VALUES] = {0};
+  const unsigned ng = good_values(d, good);
+  for (unsigned g = 0; g < ng; g++) {
+    char text[320];
+    snprintf(text, sizeof text, "%s=%u", d->key, (unsigned)good[g]);
+    if (cd_opt_set_family(o, d->family, text, CD_OPT_FROM_API, fam, err, sizeof err))
+      fail_msg("%s: '%s' rejected: %s", fam, text, err);
+    assert_true(cd_opt_is_set(o, (cd_opt_id)i));
+    for (int gpu = 0; gpu < 2; gpu++)
+      for (int half = 0; half < 2; half++) assert_int_equal(cd_opt_get(o, (cd_opt_id)i, gpu, half), good[g]);
+    if (d->type == CD_OPT_ONE_OF && d->names[g]) { /* a value's name means the value */
+      snprintf(text, sizeof text, "%s=%s", d->key, d->names[g]);
+      if (cd_opt_set_family(o, d->family, text, CD_OPT_FROM_API, fam, err, sizeof err))
+        fail_msg("%s: '%s' rejected: %s", fam, text, err);
+      assert_int_equal(cd_opt_get(o, (cd_opt_id)i, 1, 0), good[g]);
+    }
+  }
+  char bad[12][24];
+  const unsigned nb = bad_values(d, bad);
+  for (unsigned b = 0; b < nb; b++) {
+    char text[320];
+    snprintf(text, sizeof text, "%s=%s", d->key, bad[b]);
+    err[0] = '\0';
+    if (!cd_opt_set_family(o, d->family, text, CD_OPT_FROM_API, fam, err, sizeof err))
+      fail_msg("%s: '%s' accepted", fam, text);
+    if (!strstr(err, fam) || !strstr(err, d->key)) fail_msg("%s: '%s': message '%s'", fam, text, err);
+    assert_int_equal(cd_opt_get(o, (cd_opt_id)i, 1, 0), good[ng - 1]); /* unchanged */
+  }
+  /* every key of the family back at its default */
+  assert_int_equal(cd_opt_set_family(o, d->family, "", CD_OPT_FROM_API, fam, err, sizeof err), 0);
+  assert_false(cd_opt_is_set(o, (cd_opt_id)i));
+  for (int k = 0; k < CD_OPT_NDEF; k++)
+    assert_int_equal(cd_opt_get(o, (cd_opt_id)i, k & 1, k >> 1), d->def[k]);
+}
+
 /* Every key through camdelta_tune_set's parser (device-free): each good value round trips, each bad one fails
  * naming the family and the key and changes nothing; a family's keys not given return to their defaults. */
 static void test_every_key_parses_its_values(void **state) {
   (void)state;
   static cd_opt_values o;
+  for (int i = 0; i < CD_OPT_COUNT; i++)
+    if (!cd_opt_decls[i].hidden) key_through_api(i, &o);
   char err[512];
-  for (int i = 0; i < CD_OPT_COUNT; i++) {
-    const cd_opt_decl *d = &cd_opt_decls[i];
-    if (d->hidden) continue;
-    const char *fam = cd_opt_families[d->family].name;
-    cd_opt_clear(&o);
-    uint32_t good[CD_OPT_MAX_VALUES] = {0};
-    const unsigned ng = good_values(d, good);
-    for (unsigned g = 0; g < ng; g++) {
-      char text[320];
-      snprintf(text, sizeof text, "%s=%u", d->key, (unsigned)good[g]);
-      if (cd_opt_set_family(&o, d->family, text, CD_OPT_FROM_API, fam, err, sizeof err))
-        fail_msg("%s: '%s' rejected: %s", fam, text, err);
-      assert_true(cd_opt_is_set(&o, (cd_opt_id)i));
-      for (int gpu = 0; gpu < 2; gpu++)
-        for (int half = 0; half < 2; half++) assert_int_equal(cd_opt_get(&o, (cd_opt_id)i, gpu, half), good[g]);
-      if (d->type == CD_OPT_ONE_OF && d->names[g]) { /* a value's name means the value */
-        snprintf(text, sizeof text, "%s=%s", d->key, d->names[g]);
-        if (cd_opt_set_family(&o, d->family, text, CD_OPT_FROM_API, fam, err, sizeof err))
-          fail_msg("%s: '%s' rejected: %s", fam, text, err);
-        assert_int_equal(cd_opt_get(&o, (cd_opt_id)i, 1, 0), good[g]);
-      }
-    }
-    char bad[12][24];
-    const unsigned nb = bad_values(d, bad);
-    for (unsigned b = 0; b < nb; b++) {
-      char text[320];
-      snprintf(text, sizeof text, "%s=%s", d->key, bad[b]);
-      err[0] = '\0';
-      if (!cd_opt_set_family(&o, d->family, text, CD_OPT_FROM_API, fam, err, sizeof err))
-        fail_msg("%s: '%s' accepted", fam, text);
-      if (!strstr(err, fam) || !strstr(err, d->key)) fail_msg("%s: '%s': message '%s'", fam, text, err);
-      assert_int_equal(cd_opt_get(&o, (cd_opt_id)i, 1, 0), good[ng - 1]); /* unchanged */
-    }
-    /* every key of the family back at its default */
-    assert_int_equal(cd_opt_set_family(&o, d->family, "", CD_OPT_FROM_API, fam, err, sizeof err), 0);
-    assert_false(cd_opt_is_set(&o, (cd_opt_id)i));
-    for (int k = 0; k < CD_OPT_NDEF; k++)
-      assert_int_equal(cd_opt_get(&o, (cd_opt_id)i, k & 1, k >> 1), d->def[k]);
-  }
   /* list syntax */
   for (int f = 0; f < CD_OPT_FAM_COUNT; f++) {
     static const char *const bad[] = {"NOPE=1", "=1", "X", ",,Y=", "SB 4"};
@@ -130,48 +134,52 @@ static void test_every_key_parses_its_values(void **state) {
   }
 }
 
+/* One key through the environment: its variable (or its family's list variable) set to each good and bad value. */
+static void key_through_env(int i, cd_opt_values *o) {
+  const cd_opt_decl *d = &cd_opt_decls[i];
+  char err[512];
+  const char *var = d->env ? d->env : cd_opt_families[d->family].env;
+  assert_non_null(var); /* a key without a variable of its own is in its family's list */
+  uint32_t good[CD_OPT_MAX_VALUES] = {0};
+  const unsigned ng = good_values(d, good);
+  for (unsigned g = 0; g < ng; g++) {
+    char text[320], num[16];
+    snprintf(num, sizeof num, "%u", (unsigned)good[g]);
+    if (d->env) snprintf(text, sizeof text, "%s", num);
+    else list_entry(d, num, text, sizeof text);
+    setenv(var, text, 1);
+    cd_opt_clear(o);
+    if (cd_opt_read_env(o, err, sizeof err)) fail_msg("%s=%s rejected: %s", var, text, err);
+    assert_int_equal(cd_opt_get(o, (cd_opt_id)i, 0, 1), good[g]);
+    assert_int_equal(atomic_load(&o->from[i]), CD_OPT_FROM_ENV);
+  }
+  char bad[12][24];
+  const unsigned nb = bad_values(d, bad);
+  for (unsigned b = 0; b < nb; b++) {
+    char text[320];
+    if (d->env) snprintf(text, sizeof text, "%s", bad[b]);
+    else list_entry(d, bad[b], text, sizeof text);
+    setenv(var, text, 1);
+    err[0] = '\0';
+    cd_opt_clear(o);
+    if (!cd_opt_read_env(o, err, sizeof err)) fail_msg("%s=%s accepted", var, text);
+    if (!strstr(err, var)) fail_msg("%s=%s: message '%s' does not name the variable", var, text, err);
+  }
+  setenv(var, "", 1);
+  cd_opt_clear(o);
+  assert_int_equal(cd_opt_read_env(o, err, sizeof err), 0);
+  assert_false(cd_opt_is_set(o, (cd_opt_id)i));
+  unsetenv(var);
+}
+
 /* The environment, device-free: each key's variable (or its family's list variable) parsed like camdelta_tune_set
  * and a bad value failing with a message that names the variable; an empty variable is not set. */
 static void test_every_key_through_the_environment(void **state) {
   (void)state;
   static cd_opt_values o;
   char err[512];
-  for (int i = 0; i < CD_OPT_COUNT; i++) {
-    const cd_opt_decl *d = &cd_opt_decls[i];
-    if (d->hidden || cd_opt_families[d->family].process) continue; /* test_process_options */
-    const char *var = d->env ? d->env : cd_opt_families[d->family].env;
-    assert_non_null(var); /* a key without a variable of its own is in its family's list */
-    uint32_t good[CD_OPT_MAX_VALUES] = {0};
-    const unsigned ng = good_values(d, good);
-    for (unsigned g = 0; g < ng; g++) {
-      char text[320], num[16];
-      snprintf(num, sizeof num, "%u", (unsigned)good[g]);
-      if (d->env) snprintf(text, sizeof text, "%s", num);
-      else list_entry(d, num, text, sizeof text);
-      setenv(var, text, 1);
-      cd_opt_clear(&o);
-      if (cd_opt_read_env(&o, err, sizeof err)) fail_msg("%s=%s rejected: %s", var, text, err);
-      assert_int_equal(cd_opt_get(&o, (cd_opt_id)i, 0, 1), good[g]);
-      assert_int_equal(atomic_load(&o.from[i]), CD_OPT_FROM_ENV);
-    }
-    char bad[12][24];
-    const unsigned nb = bad_values(d, bad);
-    for (unsigned b = 0; b < nb; b++) {
-      char text[320];
-      if (d->env) snprintf(text, sizeof text, "%s", bad[b]);
-      else list_entry(d, bad[b], text, sizeof text);
-      setenv(var, text, 1);
-      err[0] = '\0';
-      cd_opt_clear(&o);
-      if (!cd_opt_read_env(&o, err, sizeof err)) fail_msg("%s=%s accepted", var, text);
-      if (!strstr(err, var)) fail_msg("%s=%s: message '%s' does not name the variable", var, text, err);
-    }
-    setenv(var, "", 1);
-    cd_opt_clear(&o);
-    assert_int_equal(cd_opt_read_env(&o, err, sizeof err), 0);
-    assert_false(cd_opt_is_set(&o, (cd_opt_id)i));
-    unsetenv(var);
-  }
+  for (int i = 0; i < CD_OPT_COUNT; i++) /* the process-wide families: test_process_options */
+    if (!cd_opt_decls[i].hidden && !cd_opt_families[cd_opt_decls[i].family].process) key_through_env(i, &o);
   for (int f = 0; f < CD_OPT_FAM_COUNT; f++) {
     const char *var = cd_opt_families[f].env;
     if (!var || cd_opt_families[f].process) continue;
@@ -370,14 +378,10 @@ static void test_every_variable_declared(void **state) {
     if (!g_named[d]) fail_msg("%s is documented but nothing outside src/options/ reads it", cd_opt_env_docs[d].name);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
+TU_MAIN(NULL, tu_teardown_context,
       cmocka_unit_test(test_table),
       cmocka_unit_test(test_every_key_parses_its_values),
       cmocka_unit_test(test_every_key_through_the_environment),
       cmocka_unit_test(test_context_round_trips),
       cmocka_unit_test(test_process_options),
-      cmocka_unit_test(test_every_variable_declared),
-  };
-  return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
-}
+      cmocka_unit_test(test_every_variable_declared))

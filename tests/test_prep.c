@@ -321,8 +321,7 @@ static void test_prep_saved(void **state) {
   check_saved();
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
+TU_MAIN(NULL, tu_teardown_context,
       cmocka_unit_test(test_prep_shapes),
       cmocka_unit_test(test_prep_profile),
       cmocka_unit_test(test_prep_saved),
@@ -331,7 +330,4 @@ int main(void) {
       cmocka_unit_test(test_prep_form_rule),
       cmocka_unit_test(test_prep_two_pass),
       cmocka_unit_test(test_prep_cpu),
-      cmocka_unit_test(test_prep_tiles_env),
-  };
-  return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
-}
+      cmocka_unit_test(test_prep_tiles_env))

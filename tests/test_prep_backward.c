@@ -580,8 +580,7 @@ static void test_prep_backward_tiles_env(void **state) {
   tu_check_bad_env("CAMDELTA_PREP_BWD_TILES", bad, sizeof bad / sizeof bad[0]);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
+TU_MAIN(NULL, tu_teardown_context,
       cmocka_unit_test(test_prep_backward_shapes),
       cmocka_unit_test(test_prep_backward_profile),
       cmocka_unit_test(test_prep_backward_medium),
@@ -590,7 +589,4 @@ int main(void) {
       cmocka_unit_test(test_prep_backward_warm),
       cmocka_unit_test(test_prep_backward_fused),
       cmocka_unit_test(test_prep_backward_three_kernels),
-      cmocka_unit_test(test_prep_backward_tiles_env),
-  };
-  return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
-}
+      cmocka_unit_test(test_prep_backward_tiles_env))

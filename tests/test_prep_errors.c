@@ -159,8 +159,7 @@ static void test_malformed_npy(void **state) {
   assert_true(strlen(camdelta_last_message()) > 0);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
+TU_MAIN(NULL, tu_teardown_context,
       cmocka_unit_test_setup_teardown(test_null_handles, setup, teardown),
       cmocka_unit_test_setup_teardown(test_null_buffer, setup, teardown),
       cmocka_unit_test_setup_teardown(test_head_dim, setup, teardown),
@@ -170,7 +169,4 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_overlap, setup, teardown),
       cmocka_unit_test_setup_teardown(test_zero_sizes_and_scalars, setup, teardown),
       cmocka_unit_test_setup_teardown(test_saved_other_context, setup, teardown),
-      cmocka_unit_test(test_malformed_npy),
-  };
-  return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
-}
+      cmocka_unit_test(test_malformed_npy))

@@ -75,7 +75,4 @@ static void test_bad_arguments(void **state) {
   clReleaseMemObject(m);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_values), cmocka_unit_test(test_bad_arguments)};
-  return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
-}
+TU_MAIN(NULL, tu_teardown_context, cmocka_unit_test(test_values), cmocka_unit_test(test_bad_arguments))

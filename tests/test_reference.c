@@ -692,12 +692,8 @@ static int print_worst(void **state) {
   return 0;
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
+TU_MAIN(NULL, print_worst,
       cmocka_unit_test(test_scan_vs_naive),   cmocka_unit_test(test_scan_chaining),
       cmocka_unit_test(test_scan_grad_fd),    cmocka_unit_test(test_prep_grad_fd),
       cmocka_unit_test(test_reference_bad_input), cmocka_unit_test(test_rope_tables),
-      cmocka_unit_test(test_invert_se3),
-  };
-  return cmocka_run_group_tests(tests, NULL, print_worst);
-}
+      cmocka_unit_test(test_invert_se3))

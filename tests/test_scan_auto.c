@@ -387,13 +387,9 @@ static void test_on_device(void **state) {
   problem_down(&chain);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
+TU_MAIN(NULL, tu_teardown_context,
       cmocka_unit_test(test_h200_measured),        cmocka_unit_test(test_pocl_measured),
       cmocka_unit_test(test_tiny_frames),          cmocka_unit_test(test_device_filled_by_chains),
       cmocka_unit_test(test_more_compute_units),   cmocka_unit_test(test_linear_in_s),
       cmocka_unit_test(test_plan_parts),           cmocka_unit_test(test_text),
-      cmocka_unit_test(test_on_device),
-  };
-  return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
-}
+      cmocka_unit_test(test_on_device))

@@ -143,22 +143,24 @@ static camdelta_scan_backward_args make_args(const sb_problem *p, const sb_devic
   camdelta_scan_backward_args a;
   memset(&a, 0, sizeof a);
   a.B = c->B, a.H = c->H, a.D = c->D, a.F = c->F, a.S = c->S, a.reverse = c->reverse;
-  a.q = (camdelta_buffer){d->in[IQ], off};
-  a.k = (camdelta_buffer){d->in[IK], off};
-  a.v = (camdelta_buffer){d->in[IV], off};
-  a.beta = (camdelta_buffer){d->in[IBETA], off};
-  a.decay = (camdelta_buffer){d->in[IDECAY], off};
-  if (c->init) a.init_state = (camdelta_buffer){d->in[IINIT], off};
-  a.grad_out = (camdelta_buffer){d->in[IGO], off};
-  if (c->gfinal) a.grad_final_state = (camdelta_buffer){d->in[IGF], off};
-  a.dq = (camdelta_buffer){d->out[OQ], off};
-  a.dk = (camdelta_buffer){d->out[OK_], off};
-  a.dv = (camdelta_buffer){d->out[OV], off};
-  a.dbeta = (camdelta_buffer){d->out[OBETA], off};
-  a.ddecay = (camdelta_buffer){d->out[ODECAY], off};
-  if (c->init) a.dinit_state = (camdelta_buffer){d->out[OINIT], off};
+  /* the argument slot of each of d's buffers (none: the case leaves the optional ones out) */
+  camdelta_buffer *const in[8] = {[IQ] = &a.q, [IK] = &a.k, [IV] = &a.v, [IBETA] = &a.beta, [IDECAY] = &a.decay,
+                                  [IINIT] = c->init ? &a.init_state : NULL, [IGO] = &a.grad_out,
+                                  [IGF] = c->gfinal ? &a.grad_final_state : NULL};
+  camdelta_buffer *const out[NOUT] = {[OQ] = &a.dq, [OK_] = &a.dk, [OV] = &a.dv, [OBETA] = &a.dbeta,
+                                      [ODECAY] = &a.ddecay, [OINIT] = c->init ? &a.dinit_state : NULL};
+  for (int i = 0; i < 8; i++)
+    if (in[i]) *in[i] = (camdelta_buffer){d->in[i], off};
+  for (int o = 0; o < NOUT; o++)
+    if (out[o]) *out[o] = (camdelta_buffer){d->out[o], off};
   a.profile = prof;
   return a;
+}
+
+/* p's buffers on the device (into d) and the arguments naming them, without a profile. */
+static camdelta_scan_backward_args device_args(const sb_problem *p, sb_device *d) {
+  device_init(d, p);
+  return make_args(p, d, NULL);
 }
 
 static float *download_out(const sb_problem *p, const sb_device *d, int o) {
@@ -361,8 +363,7 @@ static void test_scan_backward_deterministic(void **state) {
     sb_device d[2];
     float *got[2][NOUT];
     for (int r = 0; r < 2; r++) {
-      device_init(&d[r], &p);
-      camdelta_scan_backward_args a = make_args(&p, &d[r], NULL);
+      camdelta_scan_backward_args a = device_args(&p, &d[r]);
       TU_OK(camdelta_scan_backward(ctx, &a, NULL));
       for (int o = 0; o < NOUT; o++) got[r][o] = download_out(&p, &d[r], o);
     }
@@ -393,34 +394,43 @@ static void expect_rejected(camdelta_status st, camdelta_status want, const sb_p
   }
 }
 
-/* The backward plan line of tu_context() for the tile-override shape. */
-static void bwd_plan(char *buf, size_t size) {
+/* The backward plan of shape (B, H, D, F, S) on the test context. */
+static void plan_of(size_t B, size_t H, size_t D, size_t F, size_t S, char *buf, size_t size) {
   camdelta_scan_backward_args a = CAMDELTA_SCAN_BACKWARD_ARGS_INIT;
-  a.B = 1, a.H = 2, a.D = 32, a.F = 3, a.S = 45;
+  a.B = B, a.H = H, a.D = D, a.F = F, a.S = S;
   TU_OK(camdelta_scan_backward_plan_describe(tu_context(), &a, buf, size));
+}
+
+/* The backward plan line of tu_context() for the tile-override shape. */
+static void bwd_plan(char *buf, size_t size) { plan_of(1, 2, 32, 3, 45, buf, size); }
+
+/* Unless the tensor-core path runs (its plan differs), the backward plan of (B, H, D, F, S) shows `needle`. */
+static void fma_plan_says(size_t B, size_t H, size_t D, size_t F, size_t S, const char *needle) {
+  char plan[1024];
+  plan_of(B, H, D, F, S, plan, sizeof plan);
+  if (!cd_tc_available(tu_context()) && !strstr(plan, needle)) fail_msg("plan '%s' does not show '%s'", plan, needle);
 }
 
 /* CAMDELTA_SCAN_BWD_TILES (read at context creation) and camdelta_tune_set "backward": other tiles give the same
  * gradients and show in the plan; bad lists and tiles fail cleanly. */
 static void test_scan_backward_tile_override(void **state) {
   (void)state;
-  /* the FMA kernels' tiles: where the tensor-core path runs (NVIDIA) it replaces them in some phases, on CPUs the
-   * CPU forms replace them all */
-  assert_int_equal(setenv("CAMDELTA_TC", "0", 1), 0);
-  assert_int_equal(setenv("CAMDELTA_SCAN_CPU", "0", 1), 0);
   /* tiles of at most 32 work-items per kernel, within every device's limit (Rusticl's kernels allow 32) */
   static const char *const good[] = {"RPT=8,TSG=8,CB=4,DPT=8,TL=4,TPT=3,MC=4,RL=16",
                                      "RPT=8,DPT=8,TL=4,TPT=1,MC=8,TSG=16,RL=16"};
   static const char *const shown[] = {"RPT=8 TSG=8; chain fma W=32 CB=4", "DPT=8 TL=4 TPT=1 MC=8"};
   char plain[1024], plan[1024];
-  tu_context_release();
+  /* the FMA kernels' tiles: where the tensor-core path runs (NVIDIA) it replaces them in some phases, on CPUs the
+   * CPU forms replace them all */
+  char *was_cpu = tu_env_saved("CAMDELTA_SCAN_CPU");
+  assert_int_equal(setenv("CAMDELTA_SCAN_CPU", "0", 1), 0);
+  tu_env_context("CAMDELTA_TC", "0");
   bwd_plan(plain, sizeof plain);
   assert_null(strstr(plain, "overridden"));
   for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
     /* good[0] through the environment of a new context, good[1] through camdelta_tune_set */
     if (i == 0) {
-      assert_int_equal(setenv("CAMDELTA_SCAN_BWD_TILES", good[i], 1), 0);
-      tu_context_release();
+      tu_env_context("CAMDELTA_SCAN_BWD_TILES", good[i]);
       (void)tu_context();
       assert_int_equal(unsetenv("CAMDELTA_SCAN_BWD_TILES"), 0); /* read at creation: no effect from here on */
     } else {
@@ -441,7 +451,7 @@ static void test_scan_backward_tile_override(void **state) {
   TU_OK(camdelta_tune_set(tu_context(), "backward", NULL));
   bwd_plan(plan, sizeof plan);
   assert_string_equal(plan, plain);
-  assert_int_equal(camdelta_tune_set(tu_context(), "backward", "TL"), CAMDELTA_ERROR_INVALID_ARGUMENT);
+  tu_tune_refused(tu_context(), "backward", "TL", NULL);
   static const struct {
     const char *value, *needle;
     camdelta_status want;
@@ -459,11 +469,9 @@ static void test_scan_backward_tile_override(void **state) {
   problem_init(&p, &c, 6);
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     /* a context created with the bad value: the call and the plan fail, nothing written */
-    assert_int_equal(setenv("CAMDELTA_SCAN_BWD_TILES", bad[i].value, 1), 0);
-    tu_context_release();
+    tu_env_context("CAMDELTA_SCAN_BWD_TILES", bad[i].value);
     sb_device d;
-    device_init(&d, &p);
-    const camdelta_scan_backward_args a = make_args(&p, &d, NULL);
+    const camdelta_scan_backward_args a = device_args(&p, &d);
     expect_rejected(camdelta_scan_backward(tu_context(), &a, NULL), bad[i].want, &p, &d, bad[i].needle);
     char text[1024];
     assert_int_equal(camdelta_scan_backward_plan_describe(tu_context(), &a, text, sizeof text), bad[i].want);
@@ -473,12 +481,11 @@ static void test_scan_backward_tile_override(void **state) {
   /* what the option registry refuses (a key or value outside its declaration) fails the context's creation */
   static const char *const refused[] = {"RPT=4,FOO=1", "TL", "TL=-1", "RL=4097"};
   tu_check_bad_env("CAMDELTA_SCAN_BWD_TILES", refused, sizeof refused / sizeof *refused);
-  assert_int_equal(unsetenv("CAMDELTA_TC"), 0);
-  assert_int_equal(unsetenv("CAMDELTA_SCAN_CPU"), 0);
-  tu_context_release();
+  tu_env_context("CAMDELTA_SCAN_CPU", was_cpu);
+  free(was_cpu);
+  tu_env_context("CAMDELTA_TC", NULL);
   sb_device d;
-  device_init(&d, &p);
-  const camdelta_scan_backward_args a = make_args(&p, &d, NULL);
+  const camdelta_scan_backward_args a = device_args(&p, &d);
   TU_OK(camdelta_scan_backward(tu_context(), &a, NULL));
   device_free(&d);
   problem_free(&p);
@@ -489,29 +496,18 @@ static void test_scan_backward_tile_override(void **state) {
  * the shape, says so in the plan, and the gradients hold. */
 static void test_scan_backward_small_kernel_limit(void **state) {
   (void)state;
-  const char *was = getenv("CAMDELTA_DEVICE_LIMITS"), *was_cpu = getenv("CAMDELTA_SCAN_CPU");
-  char *saved_env = was ? strdup(was) : NULL, *saved_cpu = was_cpu ? strdup(was_cpu) : NULL;
-  assert_int_equal(setenv("CAMDELTA_DEVICE_LIMITS", "wg=32", 1), 0);
+  char *was = tu_limits_saved(), *was_cpu = tu_env_saved("CAMDELTA_SCAN_CPU");
   assert_int_equal(setenv("CAMDELTA_SCAN_CPU", "0", 1), 0);
-  tu_context_release();
-  camdelta_scan_backward_args a = CAMDELTA_SCAN_BACKWARD_ARGS_INIT;
-  a.B = 1, a.H = 2, a.D = 56, a.F = 3, a.S = 20;
-  char plan[1024];
-  TU_OK(camdelta_scan_backward_plan_describe(tu_context(), &a, plan, sizeof plan));
-  if (!cd_tc_available(tu_context()) && !strstr(plan, "chain fma W=28 CB=8 CR=2"))
-    fail_msg("plan '%s' does not show the chain's two rows per item", plan);
+  tu_limits_env(NULL, "wg=32");
+  fma_plan_says(1, 2, 56, 3, 20, "chain fma W=28 CB=8 CR=2"); /* the chain's two rows per item */
   for (int rev = 0; rev < 2; rev++) {
     sb_case c = {1, 2, 56, 3, 20, rev, 1, 1, rev ? SAVED_REF : SAVED_NONE, 0, 0, CAMDELTA_SCAN_AUTO};
     assert_int_equal(run_case(&c, NULL), 1);
   }
   report_worst("scan_backward kernel limit 32");
-  if (saved_env) assert_int_equal(setenv("CAMDELTA_DEVICE_LIMITS", saved_env, 1), 0);
-  else assert_int_equal(unsetenv("CAMDELTA_DEVICE_LIMITS"), 0);
-  if (saved_cpu) assert_int_equal(setenv("CAMDELTA_SCAN_CPU", saved_cpu, 1), 0);
-  else assert_int_equal(unsetenv("CAMDELTA_SCAN_CPU"), 0);
-  free(saved_env);
-  free(saved_cpu);
-  tu_context_release();
+  tu_env_context("CAMDELTA_SCAN_CPU", was_cpu);
+  free(was_cpu);
+  tu_limits_restore(was);
 }
 
 /* A driver that ends a work-item's loops after a number of iterations per launch (Mesa's llvmpipe: 65535), emulated
@@ -519,12 +515,8 @@ static void test_scan_backward_small_kernel_limit(void **state) {
  * launches of a few frames, with the same gradients; a budget too small for one chunk fails with a message. */
 static void test_scan_backward_loop_budget(void **state) {
   (void)state;
-  const char *was = getenv("CAMDELTA_DEVICE_LIMITS");
-  char *saved_env = was ? strdup(was) : NULL;
-  char text[160];
-  snprintf(text, sizeof text, "%s%sloops=5000", was ? was : "", was ? "," : "");
-  assert_int_equal(setenv("CAMDELTA_DEVICE_LIMITS", text, 1), 0);
-  tu_context_release();
+  char *was = tu_limits_saved();
+  tu_limits_env(was, "loops=5000");
   for (int rev = 0; rev < 2; rev++)
     for (int saved = SAVED_NONE; saved <= SAVED_REF; saved++) {
       sb_case c = {1, 2, 32, 40, 200, rev, 1, 1, saved, 0, 0, CAMDELTA_SCAN_AUTO};
@@ -532,29 +524,18 @@ static void test_scan_backward_loop_budget(void **state) {
       if (!cd_tc_available(tu_context())) assert_true(g_kernels > 4); /* the tensor-core grams are not split */
     }
   report_worst("scan_backward loop budget");
-  camdelta_scan_backward_args da = CAMDELTA_SCAN_BACKWARD_ARGS_INIT;
-  da.B = 1, da.H = 2, da.D = 32, da.F = 40, da.S = 200;
-  char plan[1024];
-  TU_OK(camdelta_scan_backward_plan_describe(tu_context(), &da, plan, sizeof plan));
-  if (!cd_tc_available(tu_context()) && !strstr(plan, "the driver's loop budget: grams"))
-    fail_msg("plan '%s' does not say how the grams and the chain split", plan);
-  snprintf(text, sizeof text, "%s%sloops=100", was ? was : "", was ? "," : "");
-  assert_int_equal(setenv("CAMDELTA_DEVICE_LIMITS", text, 1), 0);
-  tu_context_release();
+  fma_plan_says(1, 2, 32, 40, 200, "the driver's loop budget: grams"); /* how the grams and the chain split */
+  tu_limits_env(was, "loops=100");
   sb_case c = {1, 2, 32, 3, 40, 0, 1, 1, SAVED_NONE, 0, 0, CAMDELTA_SCAN_AUTO};
   sb_problem p;
   problem_init(&p, &c, 9);
   sb_device d;
-  device_init(&d, &p);
-  const camdelta_scan_backward_args a = make_args(&p, &d, NULL);
+  const camdelta_scan_backward_args a = device_args(&p, &d);
   expect_rejected(camdelta_scan_backward(tu_context(), &a, NULL), CAMDELTA_ERROR_UNSUPPORTED, &p, &d,
                   "loops after 100 iterations");
   device_free(&d);
   problem_free(&p);
-  if (saved_env) assert_int_equal(setenv("CAMDELTA_DEVICE_LIMITS", saved_env, 1), 0);
-  else assert_int_equal(unsetenv("CAMDELTA_DEVICE_LIMITS"), 0);
-  free(saved_env);
-  tu_context_release();
+  tu_limits_restore(was);
 }
 
 static void test_scan_backward_bad_input(void **state) {
@@ -564,8 +545,7 @@ static void test_scan_backward_bad_input(void **state) {
   sb_problem p;
   problem_init(&p, &c, 5);
   sb_device d;
-  device_init(&d, &p);
-  const camdelta_scan_backward_args good = make_args(&p, &d, NULL);
+  const camdelta_scan_backward_args good = device_args(&p, &d);
   camdelta_scan_backward_args a;
 
   expect_rejected(camdelta_scan_backward(NULL, &good, NULL), CAMDELTA_ERROR_INVALID_ARGUMENT, &p, &d, "ctx");
@@ -641,15 +621,11 @@ static void test_scan_backward_warm(void **state) {
   assert_int_equal(after.programs, before.programs);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
+TU_MAIN(NULL, tu_teardown_context,
       cmocka_unit_test(test_scan_backward_medium),        cmocka_unit_test(test_scan_backward_shapes),
       cmocka_unit_test(test_scan_backward_profile),
       cmocka_unit_test(test_scan_backward_d112),          cmocka_unit_test(test_scan_backward_from_forward),
       cmocka_unit_test(test_scan_backward_deterministic), cmocka_unit_test(test_scan_backward_bad_input),
       cmocka_unit_test(test_scan_backward_warm),          cmocka_unit_test(test_scan_backward_tile_override),
       cmocka_unit_test(test_scan_backward_saved_a_emulated), cmocka_unit_test(test_scan_backward_small_kernel_limit),
-      cmocka_unit_test(test_scan_backward_loop_budget),
-  };
-  return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
-}
+      cmocka_unit_test(test_scan_backward_loop_budget))

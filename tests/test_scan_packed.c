@@ -280,10 +280,6 @@ static void test_bad_offsets(void **state) {
   pk_free(&p);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
+TU_MAIN(NULL, tu_teardown_context,
       cmocka_unit_test(test_packed),
-      cmocka_unit_test(test_bad_offsets),
-  };
-  return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
-}
+      cmocka_unit_test(test_bad_offsets))

@@ -272,12 +272,19 @@ static const size_t VEC_TOK[9] = {8, 8, 4, 4, 4, 12, 4, 16, 8};
 static const size_t UNI_NF[3] = {1, 3, 2};
 static const size_t UNI_TOK[6] = {12, 12, 12, 12, 12, 12};
 
-static void fill_mix(void) {
+/* the group setup: MIX_TOK's clip lengths */
+/* The group setup: the clip-length mix, and the work-group forms for the fixed-shape calls (packed clips run them;
+ * the CPU forms take the fixed shape only): the fixed-shape calls the packed ones are compared with bit for bit
+ * run them too. */
+static int fill_mix(void **state) {
+  (void)state;
+  if (setenv("CAMDELTA_SCAN_CPU", "0", 1) != 0) return 1;
   size_t f = 0;
   const size_t s[4] = {7, 64, 12, 1};
   for (int c = 0; c < 4; c++)
     for (size_t i = 0; i < MIX_NF[c]; i++) MIX_TOK[f++] = s[c];
   MIX_TOK[f++] = 4, MIX_TOK[f++] = 2, MIX_TOK[f++] = 5;
+  return 0;
 }
 
 static void test_fma(void **state) {
@@ -379,16 +386,5 @@ static void test_emulated(void **state) {
   camdelta_context_destroy(emu);
 }
 
-int main(void) {
-  /* packed clips run the work-group forms (the CPU forms take the fixed shape only): the fixed-shape calls they are
-   * compared with bit for bit run them too */
-  if (setenv("CAMDELTA_SCAN_CPU", "0", 1) != 0) return 1;
-  fill_mix();
-  const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_fma),
-      cmocka_unit_test(test_paths),
-      cmocka_unit_test(test_large_table),
-      cmocka_unit_test(test_emulated),
-  };
-  return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
-}
+TU_MAIN(fill_mix, tu_teardown_context, cmocka_unit_test(test_fma), cmocka_unit_test(test_paths),
+        cmocka_unit_test(test_large_table), cmocka_unit_test(test_emulated))

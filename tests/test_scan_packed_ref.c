@@ -221,11 +221,7 @@ static void test_bad_offsets(void **state) {
   pk_free(&p);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
+TU_MAIN(NULL, NULL,
       cmocka_unit_test(test_forward),
       cmocka_unit_test(test_backward),
-      cmocka_unit_test(test_bad_offsets),
-  };
-  return cmocka_run_group_tests(tests, NULL, NULL);
-}
+      cmocka_unit_test(test_bad_offsets))

@@ -28,6 +28,9 @@ static void fill(float *x, size_t n, double lo, double hi) { tu_fill_uniform(x, 
 
 static double *f64(const float *x, size_t n) { return tu_to_f64(x, n); }
 
+/* m as an argument where `on`, else absent. */
+static camdelta_buffer opt(int on, cl_mem m) { return on ? (camdelta_buffer){m, 0} : (camdelta_buffer){NULL, 0}; }
+
 static void run_case(const pcase *c, camdelta_precision prec, uint64_t seed) {
   camdelta_context *ctx = tu_context();
   const size_t B = c->B, H = c->H, D = c->D, F = c->F, S = c->S, N = F * S;
@@ -73,51 +76,22 @@ static void run_case(const pcase *c, camdelta_precision prec, uint64_t seed) {
   cl_mem mdr = tu_upload(decay_r, ndec * 4), mic = tu_upload(ic, nst * 4), mir = tu_upload(ir, nst * 4);
   cl_mem mm = tu_upload(mask, F * 4), mo = tu_buffer(ntok * 4), mfc = tu_buffer(nst * 4), mfr = tu_buffer(nst * 4);
   cl_mem so_c = tu_buffer(ntok * 4), so_r = tu_buffer(ntok * 4), sf_c = tu_buffer(nst * 4), sf_r = tu_buffer(nst * 4);
-  const camdelta_buffer none = {NULL, 0};
   camdelta_scan_saved *pc = NULL, *pr = NULL, *sc = NULL, *sr = NULL;
   TU_OK(camdelta_scan_saved_create(ctx, &pc));
   TU_OK(camdelta_scan_saved_create(ctx, &pr));
   TU_OK(camdelta_scan_saved_create(ctx, &sc));
   TU_OK(camdelta_scan_saved_create(ctx, &sr));
-  const cd_scan_pair_args pa = {B,
-                                H,
-                                D,
-                                F,
-                                S,
-                                {mq, 0},
-                                {mk, 0},
-                                {mv, 0},
-                                {mb, 0},
-                                {md, 0},
-                                mm,
-                                {mo, 0},
-                                c->init ? (camdelta_buffer){mic, 0} : none,
-                                c->init ? (camdelta_buffer){mir, 0} : none,
-                                c->final ? (camdelta_buffer){mfc, 0} : none,
-                                c->final ? (camdelta_buffer){mfr, 0} : none,
-                                prec,
-                                NULL,
-                                NULL};
+  const cd_scan_pair_args pa = {.B = B, .H = H, .D = D, .F = F, .S = S, .q = {mq, 0}, .k = {mk, 0}, .v = {mv, 0},
+                                .beta = {mb, 0}, .decay = {md, 0}, .mask = mm, .out = {mo, 0},
+                                .init_c = opt(c->init, mic), .init_r = opt(c->init, mir),
+                                .final_c = opt(c->final, mfc), .final_r = opt(c->final, mfr), .precision = prec};
   TU_OK(cd_scan_pair_forward(ctx, &pa, pc, pr));
   for (int rev = 0; rev < 2; rev++) {
-    const camdelta_scan_args sa = {B,
-                                   H,
-                                   D,
-                                   F,
-                                   S,
-                                   rev,
-                                   CAMDELTA_SCAN_CHUNKWISE,
-                                   {mq, 0},
-                                   {mk, 0},
-                                   {mv, 0},
-                                   {rev ? mbr : mb, 0},
-                                   {rev ? mdr : md, 0},
-                                   {rev ? so_r : so_c, 0},
-                                   c->init ? (camdelta_buffer){rev ? mir : mic, 0} : none,
-                                   c->final ? (camdelta_buffer){rev ? sf_r : sf_c, 0} : none,
-                                   NULL,
-                                   NULL,
-                                   prec};
+    const camdelta_scan_args sa = {.B = B, .H = H, .D = D, .F = F, .S = S, .reverse = rev,
+                                   .algorithm = CAMDELTA_SCAN_CHUNKWISE, .q = {mq, 0}, .k = {mk, 0}, .v = {mv, 0},
+                                   .beta = {rev ? mbr : mb, 0}, .decay = {rev ? mdr : md, 0},
+                                   .out = {rev ? so_r : so_c, 0}, .init_state = opt(c->init, rev ? mir : mic),
+                                   .final_state = opt(c->final, rev ? sf_r : sf_c), .precision = prec};
     TU_OK(camdelta_scan_forward(ctx, &sa, rev ? sr : sc));
   }
   float *o = malloc(ntok * 4), *h = malloc(nst * 4), *s1 = malloc(nfr * 4), *s2 = malloc(nfr * 4);
@@ -185,66 +159,27 @@ static void run_case(const pcase *c, camdelta_precision prec, uint64_t seed) {
     for (int rv = 0; rv < 2; rv++) {
       for (int t = 0; t < 5; t++) d[rv][t] = tu_buffer(n[t] * 4);
       d[rv][5] = tu_buffer(nst * 4);
-      const camdelta_scan_backward_args ba = {B,
-                                              H,
-                                              D,
-                                              F,
-                                              S,
-                                              rv,
-                                              {mq, 0},
-                                              {mk, 0},
-                                              {mv, 0},
-                                              {rv ? mbr : mb, 0},
-                                              {rv ? mdr : md, 0},
-                                              c->init ? (camdelta_buffer){rv ? mir : mic, 0} : none,
-                                              {mg, 0},
-                                              c->final ? (camdelta_buffer){rv ? mgr : mgc, 0} : none,
-                                              {d[rv][0], 0},
-                                              {d[rv][1], 0},
-                                              {d[rv][2], 0},
-                                              {d[rv][3], 0},
-                                              {d[rv][4], 0},
-                                              c->final ? (camdelta_buffer){d[rv][5], 0} : none,
-                                              NULL,
-                                              prec};
+      const camdelta_scan_backward_args ba = {.B = B, .H = H, .D = D, .F = F, .S = S, .reverse = rv, .q = {mq, 0},
+                                              .k = {mk, 0}, .v = {mv, 0}, .beta = {rv ? mbr : mb, 0},
+                                              .decay = {rv ? mdr : md, 0}, .init_state = opt(c->init, rv ? mir : mic),
+                                              .grad_out = {mg, 0}, .grad_final_state = opt(c->final, rv ? mgr : mgc),
+                                              .dq = {d[rv][0], 0}, .dk = {d[rv][1], 0}, .dv = {d[rv][2], 0},
+                                              .dbeta = {d[rv][3], 0}, .ddecay = {d[rv][4], 0},
+                                              .dinit_state = opt(c->final, d[rv][5]), .precision = prec};
       TU_OK(camdelta_scan_backward(ctx, &ba, rv ? sr : sc));
     }
     cl_mem p[9]; /* dq dk dv dbeta_c dbeta_r ddecay_c ddecay_r dinit_c dinit_r */
     const size_t pn[9] = {ntok, ntok, ntok, nbeta, nbeta, ndec, ndec, nst, nst};
     for (int t = 0; t < 9; t++) p[t] = tu_buffer(pn[t] * 4);
-    const cd_scan_pair_bwd_args pb = {B,
-                                      H,
-                                      D,
-                                      F,
-                                      S,
-                                      {mq, 0},
-                                      {mk, 0},
-                                      {mv, 0},
-                                      {mb, 0},
-                                      {md, 0},
-                                      {mbr, 0},
-                                      {mdr, 0},
-                                      mm,
-                                      {mg, 0},
-                                      c->init ? (camdelta_buffer){mic, 0} : none,
-                                      c->init ? (camdelta_buffer){mir, 0} : none,
-                                      c->final ? (camdelta_buffer){mgc, 0} : none,
-                                      c->final ? (camdelta_buffer){mgr, 0} : none,
-                                      {p[0], 0},
-                                      {p[1], 0},
-                                      {p[2], 0},
-                                      {p[3], 0},
-                                      {p[4], 0},
-                                      {p[5], 0},
-                                      {p[6], 0},
-                                      c->final ? (camdelta_buffer){p[7], 0} : none,
-                                      c->final ? (camdelta_buffer){p[8], 0} : none,
-                                      none,
-                                      none,
-                                      none,
-                                      prec,
-                                      NULL,
-                                      0};
+    const cd_scan_pair_bwd_args pb = {.B = B, .H = H, .D = D, .F = F, .S = S, .q = {mq, 0}, .k = {mk, 0},
+                                      .v = {mv, 0}, .beta = {mb, 0}, .decay = {md, 0}, .beta_r = {mbr, 0},
+                                      .decay_r = {mdr, 0}, .mask = mm, .grad_out = {mg, 0},
+                                      .init_c = opt(c->init, mic), .init_r = opt(c->init, mir),
+                                      .grad_final_c = opt(c->final, mgc), .grad_final_r = opt(c->final, mgr),
+                                      .dq = {p[0], 0}, .dk = {p[1], 0}, .dv = {p[2], 0}, .dbeta_c = {p[3], 0},
+                                      .dbeta_r = {p[4], 0}, .ddecay_c = {p[5], 0}, .ddecay_r = {p[6], 0},
+                                      .dinit_c = opt(c->final, p[7]), .dinit_r = opt(c->final, p[8]),
+                                      .precision = prec};
     TU_OK(cd_scan_pair_backward(ctx, &pb, pc, pr));
     /* f64 reference */
     double *g64 = f64(go, ntok), *gc64 = f64(gfc, nst), *gr64 = f64(gfr, nst);
@@ -304,6 +239,12 @@ static void run_case(const pcase *c, camdelta_precision prec, uint64_t seed) {
   free(bounds), free(mask);
 }
 
+/* Each of the n cases in both precisions, the i-th with the seed seed0 + i. */
+static void run_cases(const pcase *cases, size_t n, uint64_t seed0) {
+  for (size_t i = 0; i < n; i++)
+    for (int p = 0; p < 2; p++) run_case(&cases[i], (camdelta_precision)p, seed0 + i);
+}
+
 static const int64_t IDX7[] = {0, 1, 4};    /* chunks [0,1) [1,4) [4,7) */
 static const int64_t IDX7B[] = {0, 2, 3, 6}; /* a one-frame chunk inside */
 
@@ -318,8 +259,7 @@ static void test_small_d8(void **state) {
       {1, 1, 8, 7, 5, {0, CAMDELTA_CHUNK_UNIFORM, IDX7B, 4}, 0, 0},
       {1, 1, 8, 7, 5, {2, CAMDELTA_CHUNK_FIRST_FRAME, NULL, 0}, 1, 1},
   };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-    for (int p = 0; p < 2; p++) run_case(&cases[i], (camdelta_precision)p, 100 + i);
+  run_cases(cases, sizeof cases / sizeof cases[0], 100);
 }
 
 static void test_d64_d112(void **state) {
@@ -329,8 +269,7 @@ static void test_d64_d112(void **state) {
       {1, 1, 112, 7, 20, {0, CAMDELTA_CHUNK_UNIFORM, IDX7, 3}, 1, 1},
       {2, 1, 112, 2, 20, {3, CAMDELTA_CHUNK_UNIFORM, NULL, 0}, 0, 0},
   };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-    for (int p = 0; p < 2; p++) run_case(&cases[i], (camdelta_precision)p, 200 + i);
+  run_cases(cases, sizeof cases / sizeof cases[0], 200);
 }
 
 /* Bad input: a missing or short mask, one saved object without the other: clear status, nothing written. */
@@ -423,12 +362,8 @@ static int report(void **state) {
   return tu_teardown_context(state);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
+TU_MAIN(NULL, report,
       cmocka_unit_test(test_bad_input),
       cmocka_unit_test(test_warm),
       cmocka_unit_test(test_small_d8),
-      cmocka_unit_test(test_d64_d112),
-  };
-  return cmocka_run_group_tests(tests, NULL, report);
-}
+      cmocka_unit_test(test_d64_d112))

@@ -16,29 +16,36 @@ typedef struct prob {
   size_t B, H, D, F, S, n_tok, n_beta, n_decay, n_state;
   float *h[9]; /* q k v beta decay init other_init grad_out grad_final */
   cl_mem m[9];
+  camdelta_scan_frames *fr; /* for the split calls, on the test context */
 } prob;
 enum { Q, K, V, BETA, DECAY, INIT, OTHER, GO, GF, NIN };
 
-static void prob_make(prob *p, size_t B, size_t H, size_t D, size_t F, size_t S, uint64_t seed) {
-  memset(p, 0, sizeof *p);
-  p->B = B, p->H = H, p->D = D, p->F = F, p->S = S;
-  p->n_tok = B * H * D * F * S, p->n_beta = B * H * F * S, p->n_decay = B * H * F, p->n_state = B * H * D * D;
-  const size_t n[NIN] = {p->n_tok,   p->n_tok,   p->n_tok, p->n_beta, p->n_decay,
-                         p->n_state, p->n_state, p->n_tok, p->n_state};
+/* A problem of B sequences of H heads, head dim D, F frames of S tokens: its inputs on the host and the device, and
+ * a frames object. */
+static prob prob_make(size_t B, size_t H, size_t D, size_t F, size_t S, uint64_t seed) {
+  prob r;
+  memset(&r, 0, sizeof r);
+  r.B = B, r.H = H, r.D = D, r.F = F, r.S = S;
+  r.n_tok = B * H * D * F * S, r.n_beta = B * H * F * S, r.n_decay = B * H * F, r.n_state = B * H * D * D;
+  const size_t n[NIN] = {r.n_tok,   r.n_tok,   r.n_tok, r.n_beta, r.n_decay,
+                         r.n_state, r.n_state, r.n_tok, r.n_state};
   tu_seed(seed);
   for (int i = 0; i < NIN; i++) {
-    p->h[i] = malloc(n[i] * 4);
-    assert_non_null(p->h[i]);
-    if (i == BETA) tu_fill_uniform(p->h[i], n[i], 0.0, 1.0);
-    else if (i == DECAY) tu_fill_uniform(p->h[i], n[i], 0.6, 1.0);
-    else if (i == K) tu_fill_normal(p->h[i], n[i], 1.0 / sqrt((double)D * (double)S));
-    else tu_fill_normal(p->h[i], n[i], i == INIT || i == OTHER || i == GF ? 0.5 : 1.0);
-    p->m[i] = tu_upload(p->h[i], n[i] * 4);
+    r.h[i] = malloc(n[i] * 4);
+    assert_non_null(r.h[i]);
+    if (i == BETA) tu_fill_uniform(r.h[i], n[i], 0.0, 1.0);
+    else if (i == DECAY) tu_fill_uniform(r.h[i], n[i], 0.6, 1.0);
+    else if (i == K) tu_fill_normal(r.h[i], n[i], 1.0 / sqrt((double)D * (double)S));
+    else tu_fill_normal(r.h[i], n[i], i == INIT || i == OTHER || i == GF ? 0.5 : 1.0);
+    r.m[i] = tu_upload(r.h[i], n[i] * 4);
   }
+  TU_OK(camdelta_scan_frames_create(tu_context(), &r.fr));
+  return r;
 }
 
 static void prob_free(prob *p) {
   for (int i = 0; i < NIN; i++) free(p->h[i]), clReleaseMemObject(p->m[i]);
+  camdelta_scan_frames_destroy(p->fr);
 }
 
 static camdelta_buffer B_(cl_mem m) { return (camdelta_buffer){.mem = m, .offset = 0}; }
@@ -50,6 +57,16 @@ static camdelta_scan_args fwd_args(const prob *p, int rev, camdelta_scan_algorit
                                 .beta = B_(p->m[BETA]), .decay = B_(p->m[DECAY]), .out = B_(out),
                                 .init_state = B_(init), .final_state = B_(fin)};
   return a;
+}
+
+/* n floats of a device buffer as doubles (malloc'd). */
+static double *download64(cl_mem m, size_t n) {
+  float *x = malloc(n * 4);
+  assert_non_null(x);
+  tu_download(m, 0, n * 4, x);
+  double *d = tu_to_f64(x, n);
+  free(x);
+  return d;
 }
 
 /* The backward's outputs dq dk dv dbeta ddecay dinit, poisoned. */
@@ -77,16 +94,12 @@ static camdelta_scan_backward_args bwd_args(const prob *p, int rev, cl_mem init,
   return a;
 }
 
-/* Bytes of two device buffers equal. */
 /* gram + rest == the one call, bit for bit; the gram runs with another init_state (and grad_final_state), which the
  * rest replaces. */
 static void test_halves(void **state) {
   (void)state;
   camdelta_context *ctx = tu_context();
-  prob p;
-  prob_make(&p, 1, 2, 16, 3, 10, 5);
-  camdelta_scan_frames *fr;
-  TU_OK(camdelta_scan_frames_create(ctx, &fr));
+  prob p = prob_make(1, 2, 16, 3, 10, 5);
   const size_t tok = p.n_tok * 4, st = p.n_state * 4;
   for (int alg = CAMDELTA_SCAN_SEQUENTIAL; alg <= CAMDELTA_SCAN_CHUNKWISE; alg++)
     for (int rev = 0; rev < 2; rev++)
@@ -102,10 +115,10 @@ static void test_halves(void **state) {
         camdelta_scan_algorithm used = CAMDELTA_SCAN_AUTO;
         camdelta_scan_args h = fwd_args(&p, rev, (camdelta_scan_algorithm)alg, p.m[OTHER], out2, NULL);
         h.used = &used;
-        TU_OK(camdelta_scan_forward_gram(ctx, &h, s2, fr));
+        TU_OK(camdelta_scan_forward_gram(ctx, &h, s2, p.fr));
         assert_int_equal(used, alg);
         h.init_state = B_(p.m[INIT]), h.final_state = B_(fin2);
-        TU_OK(camdelta_scan_forward_rest(ctx, &h, s2, fr));
+        TU_OK(camdelta_scan_forward_rest(ctx, &h, s2, p.fr));
         tu_assert_same_bytes(out1, out2, tok, "out");
         tu_assert_same_bytes(fin1, fin2, st, "final_state");
         if (with_saved) {
@@ -119,9 +132,9 @@ static void test_halves(void **state) {
         camdelta_scan_backward_args b1 = bwd_args(&p, rev, p.m[INIT], p.m[GF], &g1);
         TU_OK(camdelta_scan_backward(ctx, &b1, s1));
         camdelta_scan_backward_args b2 = bwd_args(&p, rev, p.m[INIT], p.m[OTHER], &g2);
-        TU_OK(camdelta_scan_backward_gram(ctx, &b2, s2, 0, fr));
+        TU_OK(camdelta_scan_backward_gram(ctx, &b2, s2, 0, p.fr));
         b2.grad_final_state = B_(p.m[GF]);
-        TU_OK(camdelta_scan_backward_rest(ctx, &b2, s2, fr));
+        TU_OK(camdelta_scan_backward_rest(ctx, &b2, s2, p.fr));
         static const char *const names[6] = {"dq", "dk", "dv", "dbeta", "ddecay", "dinit_state"};
         const size_t n[6] = {tok, tok, tok, p.n_beta * 4, p.n_decay * 4, st};
         for (int i = 0; i < 6; i++) tu_assert_same_bytes(g1.m[i], g2.m[i], n[i], names[i]);
@@ -129,17 +142,7 @@ static void test_halves(void **state) {
         camdelta_scan_saved_destroy(s1), camdelta_scan_saved_destroy(s2);
         clReleaseMemObject(out1), clReleaseMemObject(out2), clReleaseMemObject(fin1), clReleaseMemObject(fin2);
       }
-  camdelta_scan_frames_destroy(fr);
   prob_free(&p);
-}
-
-static double *download64(cl_mem m, size_t n) {
-  float *x = malloc(n * 4);
-  assert_non_null(x);
-  tu_download(m, 0, n * 4, x);
-  double *d = tu_to_f64(x, n);
-  free(x);
-  return d;
 }
 
 /* The summaries from the frames against camdelta_scan_summary / _grad_summary (their own grams: agreement to
@@ -147,10 +150,7 @@ static double *download64(cl_mem m, size_t n) {
 static void test_summaries(void **state) {
   (void)state;
   camdelta_context *ctx = tu_context();
-  prob p;
-  prob_make(&p, 2, 1, 24, 4, 7, 9);
-  camdelta_scan_frames *fr;
-  TU_OK(camdelta_scan_frames_create(ctx, &fr));
+  prob p = prob_make(2, 1, 24, 4, 7, 9);
   const size_t ns = p.n_state;
   double *h64[NIN];
   const size_t n[NIN] = {p.n_tok, p.n_tok, p.n_tok, p.n_beta, p.n_decay, ns, ns, p.n_tok, ns};
@@ -161,10 +161,10 @@ static void test_summaries(void **state) {
     grads g = grads_make(&p);
     /* the backward's gram with U: T, E (from init) and G (from grad_final) */
     camdelta_scan_backward_args b = bwd_args(&p, rev, p.m[INIT], p.m[GF], &g);
-    TU_OK(camdelta_scan_backward_gram(ctx, &b, NULL, 1, fr));
+    TU_OK(camdelta_scan_backward_gram(ctx, &b, NULL, 1, p.fr));
     const camdelta_frames_summary_args fa = {.init = B_(p.m[INIT]), .grad_final = B_(p.m[GF]), .T = B_(T), .E = B_(E),
                                              .G = B_(G)};
-    TU_OK(camdelta_scan_frames_summary(ctx, fr, &fa));
+    TU_OK(camdelta_scan_frames_summary(ctx, p.fr, &fa));
     const camdelta_scan_summary_args sa = {.B = p.B, .H = p.H, .D = p.D, .F = p.F, .S = p.S, .reverse = rev,
                                            .k = B_(p.m[K]), .v = B_(p.m[V]), .beta = B_(p.m[BETA]),
                                            .decay = B_(p.m[DECAY]), .init_state = B_(p.m[INIT]), .T = B_(T2),
@@ -192,9 +192,9 @@ static void test_summaries(void **state) {
     }
     /* the forward's gram (chunkwise) gives T and E too */
     camdelta_scan_args a = fwd_args(&p, rev, CAMDELTA_SCAN_CHUNKWISE, p.m[INIT], out, NULL);
-    TU_OK(camdelta_scan_forward_gram(ctx, &a, NULL, fr));
+    TU_OK(camdelta_scan_forward_gram(ctx, &a, NULL, p.fr));
     const camdelta_frames_summary_args fe = {.init = B_(p.m[INIT]), .T = B_(T), .E = B_(E)};
-    TU_OK(camdelta_scan_frames_summary(ctx, fr, &fe));
+    TU_OK(camdelta_scan_frames_summary(ctx, p.fr, &fe));
     for (int i = 0; i < 2; i++) {
       double *d = download64(got[i], ns);
       assert_true(tu_rel_err64(d, want[i], ns) < 1e-5);
@@ -206,7 +206,6 @@ static void test_summaries(void **state) {
     clReleaseMemObject(out);
   }
   for (int i = 0; i < NIN; i++) free(h64[i]);
-  camdelta_scan_frames_destroy(fr);
   prob_free(&p);
 }
 
@@ -223,11 +222,7 @@ static void assert_untouched(cl_mem m, size_t bytes) {
 static void test_bad_input(void **state) {
   (void)state;
   camdelta_context *ctx = tu_context();
-  prob p, q;
-  prob_make(&p, 1, 1, 8, 2, 4, 3);
-  prob_make(&q, 1, 1, 8, 3, 4, 4);
-  camdelta_scan_frames *fr;
-  TU_OK(camdelta_scan_frames_create(ctx, &fr));
+  prob p = prob_make(1, 1, 8, 2, 4, 3), q = prob_make(1, 1, 8, 3, 4, 4);
   const size_t tok = p.n_tok * 4, st = p.n_state * 4;
   cl_mem out = tu_buffer(tok), T = tu_buffer(st), E = tu_buffer(st), G = tu_buffer(st);
   camdelta_scan_args a = fwd_args(&p, 0, CAMDELTA_SCAN_CHUNKWISE, NULL, out, NULL);
@@ -235,62 +230,58 @@ static void test_bad_input(void **state) {
   assert_int_equal(camdelta_scan_forward_gram(ctx, &a, NULL, NULL), CAMDELTA_ERROR_INVALID_ARGUMENT);
   assert_non_null(strstr(camdelta_last_message(), "frames"));
   /* a rest with no gram before it */
-  assert_int_equal(camdelta_scan_forward_rest(ctx, &a, NULL, fr), CAMDELTA_ERROR_INVALID_ARGUMENT);
+  assert_int_equal(camdelta_scan_forward_rest(ctx, &a, NULL, p.fr), CAMDELTA_ERROR_INVALID_ARGUMENT);
   assert_non_null(strstr(camdelta_last_message(), "no forward gram"));
   const camdelta_frames_summary_args te = {.T = B_(T), .E = B_(E)};
-  assert_int_equal(camdelta_scan_frames_summary(ctx, fr, &te), CAMDELTA_ERROR_INVALID_ARGUMENT);
+  assert_int_equal(camdelta_scan_frames_summary(ctx, p.fr, &te), CAMDELTA_ERROR_INVALID_ARGUMENT);
   /* a rest of another shape, direction or saved object than its gram */
-  TU_OK(camdelta_scan_forward_gram(ctx, &a, NULL, fr));
+  TU_OK(camdelta_scan_forward_gram(ctx, &a, NULL, p.fr));
   cl_mem out_q = tu_buffer(q.n_tok * 4);
   camdelta_scan_args other = fwd_args(&q, 0, CAMDELTA_SCAN_CHUNKWISE, NULL, out_q, NULL);
-  assert_int_equal(camdelta_scan_forward_rest(ctx, &other, NULL, fr), CAMDELTA_ERROR_SHAPE);
+  assert_int_equal(camdelta_scan_forward_rest(ctx, &other, NULL, p.fr), CAMDELTA_ERROR_SHAPE);
   assert_untouched(out_q, q.n_tok * 4);
   clReleaseMemObject(out_q);
   a.reverse = 1;
-  assert_int_equal(camdelta_scan_forward_rest(ctx, &a, NULL, fr), CAMDELTA_ERROR_SHAPE);
+  assert_int_equal(camdelta_scan_forward_rest(ctx, &a, NULL, p.fr), CAMDELTA_ERROR_SHAPE);
   a.reverse = 0;
   camdelta_scan_saved *s;
   TU_OK(camdelta_scan_saved_create(ctx, &s));
-  assert_int_equal(camdelta_scan_forward_rest(ctx, &a, s, fr), CAMDELTA_ERROR_INVALID_ARGUMENT);
+  assert_int_equal(camdelta_scan_forward_rest(ctx, &a, s, p.fr), CAMDELTA_ERROR_INVALID_ARGUMENT);
   assert_untouched(out, tok);
   /* summaries the frames cannot give: G without W (a forward's gram) */
   const camdelta_frames_summary_args g = {.G = B_(G)};
-  assert_int_equal(camdelta_scan_frames_summary(ctx, fr, &g), CAMDELTA_ERROR_INVALID_ARGUMENT);
+  assert_int_equal(camdelta_scan_frames_summary(ctx, p.fr, &g), CAMDELTA_ERROR_INVALID_ARGUMENT);
   assert_non_null(strstr(camdelta_last_message(), "W_f"));
   assert_untouched(G, st);
   /* the sequential forward has no gram: no matrices */
   a.algorithm = CAMDELTA_SCAN_SEQUENTIAL;
-  TU_OK(camdelta_scan_forward_gram(ctx, &a, NULL, fr));
-  assert_int_equal(camdelta_scan_frames_summary(ctx, fr, &te), CAMDELTA_ERROR_INVALID_ARGUMENT);
+  TU_OK(camdelta_scan_forward_gram(ctx, &a, NULL, p.fr));
+  assert_int_equal(camdelta_scan_frames_summary(ctx, p.fr, &te), CAMDELTA_ERROR_INVALID_ARGUMENT);
   assert_non_null(strstr(camdelta_last_message(), "sequential"));
   assert_untouched(T, st), assert_untouched(E, st);
   /* a backward rest after a forward gram */
   grads gr = grads_make(&p);
   camdelta_scan_backward_args b = bwd_args(&p, 0, NULL, NULL, &gr);
-  assert_int_equal(camdelta_scan_backward_rest(ctx, &b, NULL, fr), CAMDELTA_ERROR_INVALID_ARGUMENT);
+  assert_int_equal(camdelta_scan_backward_rest(ctx, &b, NULL, p.fr), CAMDELTA_ERROR_INVALID_ARGUMENT);
   const size_t gbytes[6] = {tok, tok, tok, p.n_beta * 4, p.n_decay * 4, st};
   for (int i = 0; i < 6; i++) assert_untouched(gr.m[i], gbytes[i]);
   /* E without U: a backward's gram with a saved object and no want_u */
   a.algorithm = CAMDELTA_SCAN_CHUNKWISE;
   TU_OK(camdelta_scan_forward(ctx, &a, s));
-  TU_OK(camdelta_scan_backward_gram(ctx, &b, s, 0, fr));
-  assert_int_equal(camdelta_scan_frames_summary(ctx, fr, &te), CAMDELTA_ERROR_INVALID_ARGUMENT);
+  TU_OK(camdelta_scan_backward_gram(ctx, &b, s, 0, p.fr));
+  assert_int_equal(camdelta_scan_frames_summary(ctx, p.fr, &te), CAMDELTA_ERROR_INVALID_ARGUMENT);
   assert_non_null(strstr(camdelta_last_message(), "U_f"));
   /* frames of another context */
   camdelta_context *c2;
   TU_OK(camdelta_context_create_from_queue(&c2, camdelta_context_cl_context(ctx), camdelta_context_queue(ctx)));
-  assert_int_equal(camdelta_scan_forward_gram(c2, &a, NULL, fr), CAMDELTA_ERROR_INVALID_ARGUMENT);
+  assert_int_equal(camdelta_scan_forward_gram(c2, &a, NULL, p.fr), CAMDELTA_ERROR_INVALID_ARGUMENT);
   assert_non_null(strstr(camdelta_last_message(), "another context"));
   camdelta_context_destroy(c2);
   grads_free(&gr);
   camdelta_scan_saved_destroy(s);
-  camdelta_scan_frames_destroy(fr);
   clReleaseMemObject(out), clReleaseMemObject(T), clReleaseMemObject(E), clReleaseMemObject(G);
   prob_free(&p), prob_free(&q);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_halves), cmocka_unit_test(test_summaries),
-                                     cmocka_unit_test(test_bad_input)};
-  return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
-}
+TU_MAIN(NULL, tu_teardown_context, cmocka_unit_test(test_halves), cmocka_unit_test(test_summaries),
+        cmocka_unit_test(test_bad_input))

@@ -12,22 +12,11 @@
 
 #define BOUND 1e-5
 
-typedef struct sp {
-  size_t B, H, D, F, S, N, n_tok, n_beta, n_decay, n_state;
-  float *q, *k, *v, *beta, *decay, *M, *dM, *go;
-} sp;
+/* the two states: M the incoming state of a segment (init), dM the gradient of its final state (gf) */
+typedef tu_scan_host sp;
 
 static void sp_make(sp *p, size_t B, size_t H, size_t D, size_t F, size_t S, uint64_t seed) {
-  memset(p, 0, sizeof *p);
-  p->B = B, p->H = H, p->D = D, p->F = F, p->S = S, p->N = F * S;
-  p->n_tok = B * H * D * p->N, p->n_beta = B * H * p->N, p->n_decay = B * H * F, p->n_state = B * H * D * D;
-  float *x[8];
-  tu_scan_inputs(x, B, H, D, F, S, (const double[2]){0.5, 0.5}, seed); /* M, dM */
-  p->q = x[0], p->k = x[1], p->v = x[2], p->go = x[3], p->beta = x[4], p->decay = x[5], p->M = x[6], p->dM = x[7];
-}
-
-static void sp_free(sp *p) {
-  free(p->q), free(p->k), free(p->v), free(p->go), free(p->beta), free(p->decay), free(p->M), free(p->dM);
+  tu_scan_host_make(p, B, H, D, F, S, (const double[2]){0.5, 0.5}, seed);
 }
 
 /* f64 copies */
@@ -36,9 +25,9 @@ typedef struct sp64 {
 } sp64;
 
 static sp64 sp_f64(const sp *p) {
-  sp64 d = {tu_to_f64(p->q, p->n_tok),     tu_to_f64(p->k, p->n_tok),         tu_to_f64(p->v, p->n_tok),
-            tu_to_f64(p->beta, p->n_beta), tu_to_f64(p->decay, p->n_decay),   tu_to_f64(p->M, p->n_state),
-            tu_to_f64(p->dM, p->n_state),  tu_to_f64(p->go, p->n_tok)};
+  sp64 d = {tu_to_f64(p->q, p->tok),     tu_to_f64(p->k, p->tok),         tu_to_f64(p->v, p->tok),
+            tu_to_f64(p->beta, p->gates), tu_to_f64(p->decay, p->bhf),   tu_to_f64(p->init, p->st),
+            tu_to_f64(p->gf, p->st),  tu_to_f64(p->go, p->tok)};
   return d;
 }
 
@@ -66,7 +55,7 @@ static void test_reference_identities(void **state) {
     sp p;
     sp_make(&p, 2, 1, 8, 4, 5, 11 + rev);
     sp64 d = sp_f64(&p);
-    const size_t ns = p.n_state;
+    const size_t ns = p.st;
     double *T = malloc(ns * 8), *E = malloc(ns * 8), *Ei = malloc(ns * 8), *G = malloc(ns * 8), *Gf = malloc(ns * 8);
     double *fin = malloc(ns * 8), *dinit = malloc(ns * 8), *y = malloc(ns * 8);
     camdelta_ref_scan rs = {p.B, p.H, p.D, p.F, p.S, rev, d.q, d.k, d.v, d.beta, d.decay, NULL,
@@ -99,7 +88,7 @@ static void test_reference_identities(void **state) {
     assert_true(tu_rel_err64(y, fin, ns) > 1e-6);
     free(T), free(E), free(Ei), free(G), free(Gf), free(fin), free(dinit), free(y);
     sp64_free(&d);
-    sp_free(&p);
+    tu_scan_host_free(&p);
   }
 }
 
@@ -108,9 +97,9 @@ typedef struct dev {
 } dev;
 
 static dev dev_upload(const sp *p) {
-  dev d = {tu_upload(p->q, p->n_tok * 4),     tu_upload(p->k, p->n_tok * 4),       tu_upload(p->v, p->n_tok * 4),
-           tu_upload(p->beta, p->n_beta * 4), tu_upload(p->decay, p->n_decay * 4), tu_upload(p->M, p->n_state * 4),
-           tu_upload(p->dM, p->n_state * 4),  tu_upload(p->go, p->n_tok * 4)};
+  dev d = {tu_upload(p->q, p->tok * 4),     tu_upload(p->k, p->tok * 4),       tu_upload(p->v, p->tok * 4),
+           tu_upload(p->beta, p->gates * 4), tu_upload(p->decay, p->bhf * 4), tu_upload(p->init, p->st * 4),
+           tu_upload(p->gf, p->st * 4),  tu_upload(p->go, p->tok * 4)};
   return d;
 }
 
@@ -135,7 +124,7 @@ static void check_case(size_t B, size_t H, size_t D, size_t F, size_t S, int rev
   sp_make(&p, B, H, D, F, S, seed);
   sp64 h = sp_f64(&p);
   dev d = dev_upload(&p);
-  const size_t ns = p.n_state;
+  const size_t ns = p.st;
   cl_mem T = tu_buffer(ns * 4), E = tu_buffer(ns * 4), Ei = tu_buffer(ns * 4), G = tu_buffer(ns * 4),
          Gf = tu_buffer(ns * 4);
   camdelta_scan_summary_args sa = {0};
@@ -166,9 +155,9 @@ static void check_case(size_t B, size_t H, size_t D, size_t F, size_t S, int rev
   const double eG = tu_rel_err(xG, rG, ns), eGf = tu_rel_err(xGf, rGf, ns);
 
   /* the device's own scan from M, and its backward with grad_final_state dM */
-  cl_mem out = tu_buffer(p.n_tok * 4), fin = tu_buffer(ns * 4), Mout = tu_buffer(ns * 4), dMin = tu_buffer(ns * 4);
-  cl_mem dinit = tu_buffer(ns * 4), gq = tu_buffer(p.n_tok * 4), gk = tu_buffer(p.n_tok * 4),
-         gv = tu_buffer(p.n_tok * 4), gb = tu_buffer(p.n_beta * 4), gd = tu_buffer(p.n_decay * 4);
+  cl_mem out = tu_buffer(p.tok * 4), fin = tu_buffer(ns * 4), Mout = tu_buffer(ns * 4), dMin = tu_buffer(ns * 4);
+  cl_mem dinit = tu_buffer(ns * 4), gq = tu_buffer(p.tok * 4), gk = tu_buffer(p.tok * 4),
+         gv = tu_buffer(p.tok * 4), gb = tu_buffer(p.gates * 4), gd = tu_buffer(p.bhf * 4);
   camdelta_scan_args fa = {0};
   fa.B = B, fa.H = H, fa.D = D, fa.F = F, fa.S = S, fa.reverse = rev, fa.algorithm = CAMDELTA_SCAN_SEQUENTIAL;
   fa.q.mem = d.q, fa.k.mem = d.k, fa.v.mem = d.v, fa.beta.mem = d.beta, fa.decay.mem = d.decay, fa.out.mem = out;
@@ -203,7 +192,7 @@ static void check_case(size_t B, size_t H, size_t D, size_t F, size_t S, int rev
   for (int i = 0; i < 15; i++) clReleaseMemObject(rel[i]);
   dev_free(&d);
   sp64_free(&h);
-  sp_free(&p);
+  tu_scan_host_free(&p);
 }
 
 static void test_device_summaries(void **state) {
@@ -227,7 +216,7 @@ static void test_combine(void **state) {
   sp p;
   sp_make(&p, B, H, D, F, S, 200);
   dev d = dev_upload(&p);
-  const size_t ns = p.n_state;
+  const size_t ns = p.st;
   for (int rev = 0; rev < 2; rev++) {
     cl_mem T[3], E[3], Tc = tu_buffer(ns * 4), Ec = tu_buffer(ns * 4);
     for (int i = 0; i < 3; i++) T[i] = tu_buffer(ns * 4), E[i] = tu_buffer(ns * 4);
@@ -277,7 +266,7 @@ static void test_combine(void **state) {
     clReleaseMemObject(Tc), clReleaseMemObject(Ec);
   }
   dev_free(&d);
-  sp_free(&p);
+  tu_scan_host_free(&p);
 }
 
 /* Bad input: a clear status and message, nothing written. */
@@ -287,7 +276,7 @@ static void test_bad_input(void **state) {
   sp p;
   sp_make(&p, 1, 1, 16, 3, 4, 300);
   dev d = dev_upload(&p);
-  const size_t ns = p.n_state;
+  const size_t ns = p.st;
   cl_mem T = tu_buffer(ns * 4), E = tu_buffer(ns * 4), small = tu_buffer(ns * 4 - 4);
   float *before = fetch(T, ns);
   camdelta_scan_summary_args sa = {0};
@@ -328,15 +317,11 @@ static void test_bad_input(void **state) {
   free(before), free(after);
   clReleaseMemObject(T), clReleaseMemObject(E), clReleaseMemObject(small);
   dev_free(&d);
-  sp_free(&p);
+  tu_scan_host_free(&p);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
+TU_MAIN(NULL, tu_teardown_context,
       cmocka_unit_test(test_reference_identities),
       cmocka_unit_test(test_device_summaries),
       cmocka_unit_test(test_combine),
-      cmocka_unit_test(test_bad_input),
-  };
-  return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
-}
+      cmocka_unit_test(test_bad_input))

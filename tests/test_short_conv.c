@@ -295,11 +295,7 @@ static void test_conv_bad_input(void **state) {
   clReleaseMemObject(gx), clReleaseMemObject(gw);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
+TU_MAIN(NULL, tu_teardown_context,
       cmocka_unit_test(test_chunk_bounds),      cmocka_unit_test(test_conv_device),
       cmocka_unit_test(test_conv_reference_fd), cmocka_unit_test(test_conv_no_leak),
-      cmocka_unit_test(test_conv_bad_input),    cmocka_unit_test(test_conv_sb),
-  };
-  return cmocka_run_group_tests(tests, NULL, tu_teardown_context);
-}
+      cmocka_unit_test(test_conv_bad_input),    cmocka_unit_test(test_conv_sb))

@@ -231,6 +231,40 @@ void tu_check_bad_env(const char *var, const char *const *bad, size_t n) {
   unsetenv(var);
 }
 
+void tu_env_context(const char *var, const char *value) {
+  if (value) assert_int_equal(setenv(var, value, 1), 0);
+  else assert_int_equal(unsetenv(var), 0);
+  tu_context_release();
+}
+
+void tu_tune_refused(camdelta_context *ctx, const char *family, const char *list, const char *needle) {
+  const camdelta_status st = camdelta_tune_set(ctx, family, list);
+  if (st != CAMDELTA_ERROR_INVALID_ARGUMENT) fail_msg("tune_set %s '%s': %s", family, list, camdelta_status_name(st));
+  if (needle && !strstr(camdelta_last_message(), needle))
+    fail_msg("tune_set %s '%s': message '%s' lacks '%s'", family, list, camdelta_last_message(), needle);
+}
+
+char *tu_env_saved(const char *var) {
+  const char *was = getenv(var);
+  char *copy = was ? strdup(was) : NULL;
+  if (was && !copy) fail_msg("out of memory");
+  return copy;
+}
+
+char *tu_limits_saved(void) { return tu_env_saved("CAMDELTA_DEVICE_LIMITS"); }
+
+void tu_limits_env(const char *was, const char *extra) {
+  char text[160];
+  const int n = snprintf(text, sizeof text, "%s%s%s", was ? was : "", was && extra ? "," : "", extra ? extra : "");
+  if (n < 0 || (size_t)n >= sizeof text) fail_msg("CAMDELTA_DEVICE_LIMITS text too long");
+  tu_env_context("CAMDELTA_DEVICE_LIMITS", text[0] ? text : NULL);
+}
+
+void tu_limits_restore(char *was) {
+  tu_limits_env(was, NULL);
+  free(was);
+}
+
 const char *tu_tmpdir(void) {
   static char path[1024];
   if (!path[0]) {
@@ -288,21 +322,28 @@ int tu_run_cli(const char *prefix, const char *cli, char *args, size_t args_size
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
 }
 
-void tu_scan_inputs(float *x[8], size_t B, size_t H, size_t D, size_t F, size_t S, const double state_sd[2],
-                    uint64_t seed) {
-  const size_t tok = B * H * D * F * S, st = B * H * D * D;
-  const size_t n[8] = {tok, tok, tok, tok, B * H * F * S, B * H * F, st, st};
+void tu_scan_host_make(tu_scan_host *p, size_t B, size_t H, size_t D, size_t F, size_t S, const double state_sd[2],
+                       uint64_t seed) {
+  memset(p, 0, sizeof *p);
+  p->B = B, p->H = H, p->D = D, p->F = F, p->S = S, p->N = F * S;
+  p->tok = B * H * D * p->N, p->gates = B * H * p->N, p->bhf = B * H * F, p->st = B * H * D * D;
+  float **x[8] = {&p->q, &p->k, &p->v, &p->go, &p->beta, &p->decay, &p->init, &p->gf};
+  const size_t n[8] = {p->tok, p->tok, p->tok, p->tok, p->gates, p->bhf, p->st, p->st};
   tu_seed(seed);
   for (int i = 0; i < 8; i++) {
-    x[i] = malloc(n[i] * 4);
-    assert_non_null(x[i]);
+    *x[i] = malloc(n[i] * 4);
+    assert_non_null(*x[i]);
   }
-  tu_fill_uniform(x[0], tok, -1.0, 1.0);
-  tu_fill_normal(x[1], tok, 1.0 / sqrt((double)D * (double)S));
-  tu_fill_normal(x[2], tok, 1.0);
-  tu_fill_normal(x[3], tok, 1.0);
-  tu_fill_uniform(x[4], n[4], 0.0, 1.0);
-  tu_fill_uniform(x[5], n[5], 0.6, 1.0);
-  tu_fill_normal(x[6], st, state_sd[0]);
-  tu_fill_normal(x[7], st, state_sd[1]);
+  tu_fill_uniform(p->q, p->tok, -1.0, 1.0);
+  tu_fill_normal(p->k, p->tok, 1.0 / sqrt((double)D * (double)S));
+  tu_fill_normal(p->v, p->tok, 1.0);
+  tu_fill_normal(p->go, p->tok, 1.0);
+  tu_fill_uniform(p->beta, p->gates, 0.0, 1.0);
+  tu_fill_uniform(p->decay, p->bhf, 0.6, 1.0);
+  tu_fill_normal(p->init, p->st, state_sd[0]);
+  tu_fill_normal(p->gf, p->st, state_sd[1]);
+}
+
+void tu_scan_host_free(tu_scan_host *p) {
+  free(p->q), free(p->k), free(p->v), free(p->go), free(p->beta), free(p->decay), free(p->init), free(p->gf);
 }

@@ -86,14 +86,46 @@ void tu_assert_same_bytes(cl_mem a, cl_mem b, size_t bytes, const char *what);
  *  test context first and unsets var at the end. */
 void tu_check_bad_env(const char *var, const char *const *bad, size_t n);
 
-/** A scan problem's host inputs (B, H, head dim D, F frames of S tokens), malloc'd, the generator seeded with `seed`
- *  first: x[0..3] q, k, v, grad_out (B*H*D*F*S values; q uniform in [-1, 1], k normal with sd 1/sqrt(D*S) as the
- *  model's k_scale makes it, v and grad_out normal), x[4] beta (B*H*F*S, uniform in [0, 1]), x[5] decay (B*H*F,
- *  uniform in [0.6, 1]), x[6] and x[7] two states (B*H*D*D each, normal with sd state_sd[0] and state_sd[1]). */
-void tu_scan_inputs(float *x[8], size_t B, size_t H, size_t D, size_t F, size_t S, const double state_sd[2],
-                    uint64_t seed);
+/** Sets environment variable var to value (NULL: unsets it) and releases the test context, so that the next
+ *  tu_context() reads it (the library reads its variables at context creation). */
+void tu_env_context(const char *var, const char *value);
+/** camdelta_tune_set(ctx, family, list) must fail with CAMDELTA_ERROR_INVALID_ARGUMENT and (unless needle is NULL) a
+ *  message holding needle. */
+void tu_tune_refused(camdelta_context *ctx, const char *family, const char *list, const char *needle);
+/** Environment variable var as it is now (malloc'd; NULL where unset), to give back with tu_env_context. */
+char *tu_env_saved(const char *var);
+/** CAMDELTA_DEVICE_LIMITS as it is now (tu_env_saved), for tu_limits_env and tu_limits_restore. */
+char *tu_limits_saved(void);
+/** Sets CAMDELTA_DEVICE_LIMITS to `was` (NULL: nothing) with `extra` appended after a comma (NULL: nothing), unset
+ *  where both are empty, and releases the test context so that the next tu_context() reads it. */
+void tu_limits_env(const char *was, const char *extra);
+/** tu_limits_env(was, NULL), then frees was (from tu_limits_saved). */
+void tu_limits_restore(char *was);
+
+/** A scan problem's sizes and host inputs (B, H, head dim D, F frames of S tokens, N = F*S). */
+typedef struct tu_scan_host {
+  size_t B, H, D, F, S, N;
+  size_t tok, gates, bhf, st; /* element counts: B*H*D*N, B*H*N, B*H*F, B*H*D*D */
+  /* q uniform in [-1, 1], k normal with sd 1/sqrt(D*S) as the model's k_scale makes it, v and grad_out (go) normal
+   * (tok values each); beta uniform in [0, 1] (gates); decay uniform in [0.6, 1] (bhf); init and gf, an
+   * init_state and a grad_final_state (st each), normal with the sds given */
+  float *q, *k, *v, *go, *beta, *decay, *init, *gf;
+} tu_scan_host;
+/** A new problem in p (malloc'd inputs), the generator seeded with `seed` first; init and gf with sd state_sd[0]
+ *  and state_sd[1]. */
+void tu_scan_host_make(tu_scan_host *p, size_t B, size_t H, size_t D, size_t F, size_t S, const double state_sd[2],
+                       uint64_t seed);
+void tu_scan_host_free(tu_scan_host *p);
 
 /** A cmocka group teardown that releases the test context. */
 int tu_teardown_context(void **state);
+
+/** The test program's main(): runs the cmocka tests listed (cmocka_unit_test(...) entries) as one group with the
+ *  group setup and teardown given (NULL: none; tu_teardown_context releases the test context). */
+#define TU_MAIN(setup, teardown, ...)                           \
+  int main(void) {                                              \
+    const struct CMUnitTest tests[] = {__VA_ARGS__};            \
+    return cmocka_run_group_tests(tests, setup, teardown);      \
+  }
 
 #endif

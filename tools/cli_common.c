@@ -153,31 +153,23 @@ static int cli_pick_name(const char *opt, const char *text, const char *const *n
   return -1;
 }
 
-int cli_parse_algorithm(const char *text, camdelta_scan_algorithm *out) {
-  const char *names[CAMDELTA_SCAN_CHUNKWISE + 1];
-  for (int i = 0; i <= CAMDELTA_SCAN_CHUNKWISE; i++)
-    names[i] = camdelta_scan_algorithm_name((camdelta_scan_algorithm)i);
-  const int i = cli_pick_name("--algorithm", text, names, CAMDELTA_SCAN_CHUNKWISE + 1);
-  if (i >= 0) *out = (camdelta_scan_algorithm)i;
-  return i >= 0;
-}
-
-int cli_parse_strategy(const char *text, camdelta_chunk_strategy *out) {
-  const char *names[CAMDELTA_CHUNK_FIRST_CHUNK_PLUS_ONE + 1];
-  for (int i = 0; i <= CAMDELTA_CHUNK_FIRST_CHUNK_PLUS_ONE; i++)
-    names[i] = camdelta_chunk_strategy_name((camdelta_chunk_strategy)i);
-  const int i = cli_pick_name("--chunk-strategy", text, names, CAMDELTA_CHUNK_FIRST_CHUNK_PLUS_ONE + 1);
-  if (i >= 0) *out = (camdelta_chunk_strategy)i;
-  return i >= 0;
-}
-
-int cli_parse_precision(const char *text, camdelta_precision *out) {
-  const char *names[CAMDELTA_PRECISION_TF32 + 1];
-  for (int i = 0; i <= CAMDELTA_PRECISION_TF32; i++) names[i] = camdelta_precision_name((camdelta_precision)i);
-  const int i = cli_pick_name("--precision", text, names, CAMDELTA_PRECISION_TF32 + 1);
-  if (i >= 0) *out = (camdelta_precision)i;
-  return i >= 0;
-}
+/* cli_parse_TYPE: the value of an enum TYPE (values 0 .. LAST, named by NAME_OF) that `text` names, for option OPT.
+ * One definition for every enum: the library's name functions differ in their argument's type only. */
+#define CLI_ENUM_PARSER(fn, type, opt, last, name_of)                     \
+  int fn(const char *text, type *out) {                                    \
+    const char *names[(last) + 1];                                         \
+    for (int i = 0; i <= (last); i++) names[i] = name_of((type)i);         \
+    const int i = cli_pick_name(opt, text, names, (last) + 1);             \
+    if (i >= 0) *out = (type)i;                                            \
+    return i >= 0;                                                         \
+  }
+CLI_ENUM_PARSER(cli_parse_algorithm, camdelta_scan_algorithm, "--algorithm", CAMDELTA_SCAN_CHUNKWISE,
+                camdelta_scan_algorithm_name)
+CLI_ENUM_PARSER(cli_parse_strategy, camdelta_chunk_strategy, "--chunk-strategy", CAMDELTA_CHUNK_FIRST_CHUNK_PLUS_ONE,
+                camdelta_chunk_strategy_name)
+CLI_ENUM_PARSER(cli_parse_precision, camdelta_precision, "--precision", CAMDELTA_PRECISION_TF32,
+                camdelta_precision_name)
+#undef CLI_ENUM_PARSER
 
 /* ------------------------------------------------------------ tensors */
 
@@ -236,8 +228,8 @@ int cli_tensor_expect(const cli_tensor *t, int ndim, const size_t *shape, const 
                    cli_shape_str(want, sizeof want, ndim, shape));
 }
 
-int cli_tensor_load_f32(cli_tensor *t, const char *dir, const char *name, int optional, int ndim, const size_t *shape,
-                        const char *symbols) {
+int cli_tensor_load_shaped(cli_tensor *t, const char *dir, const char *name, int optional, int ndim,
+                           const size_t *shape, const char *symbols) {
   char nums[256], expect[512];
   if (ndim > 0)
     snprintf(expect, sizeof expect, "%s = %s", symbols, cli_shape_str(nums, sizeof nums, ndim, shape));
@@ -251,7 +243,25 @@ int cli_tensor_load_f32(cli_tensor *t, const char *dir, const char *name, int op
     return cli_error(CLI_EXIT_INPUT, "%s: shape %s does not fit: expected %d dimensions %s", t->path,
                      cli_shape_str(have, sizeof have, t->npy.ndim, t->npy.shape), -ndim, symbols);
   }
-  return cli_tensor_convert(t, CAMDELTA_NPY_F4);
+  return CLI_EXIT_OK;
+}
+
+int cli_tensor_load_f32(cli_tensor *t, const char *dir, const char *name, int optional, int ndim, const size_t *shape,
+                        const char *symbols) {
+  const int rc = cli_tensor_load_shaped(t, dir, name, optional, ndim, shape, symbols);
+  return rc ? rc : cli_tensor_convert(t, CAMDELTA_NPY_F4);
+}
+
+int cli_load_scan_inputs(cli_tensor t[CLI_SCAN_COUNT], const char *in, int backward, const size_t tok[4],
+                         const char *tok_sym, const size_t dc[3], const char *dc_sym, const size_t st[4],
+                         const char *st_sym) {
+  int rc = cli_tensor_load_f32(&t[CLI_SCAN_K], in, "k", 0, 4, tok, tok_sym);
+  if (!rc) rc = cli_tensor_load_f32(&t[CLI_SCAN_V], in, "v", 0, 4, tok, tok_sym);
+  if (!rc) rc = cli_tensor_load_f32(&t[CLI_SCAN_DECAY], in, "decay", 0, 3, dc, dc_sym);
+  if (!rc && backward) rc = cli_tensor_load_f32(&t[CLI_SCAN_GO], in, "grad_out", 0, 4, tok, tok_sym);
+  if (!rc) rc = cli_tensor_load_f32(&t[CLI_SCAN_INIT], in, "init_state", 1, 4, st, st_sym);
+  if (!rc && backward) rc = cli_tensor_load_f32(&t[CLI_SCAN_GF], in, "grad_final_state", 1, 4, st, st_sym);
+  return rc;
 }
 
 int cli_tensor_convert(cli_tensor *t, camdelta_npy_type type) {
@@ -443,6 +453,14 @@ int cli_reps_option(cli_args *a, size_t *reps, size_t *warmup) {
   return r;
 }
 
+int cli_sp_option(cli_args *a, int *branch, camdelta_scan_algorithm *alg) {
+  const char *v = NULL;
+  if (cli_flag(a, "--sequence-parallel")) return 1;
+  if (cli_flag(a, "--no-branch")) return *branch = 0, 1;
+  const int r = cli_value(a, "--algorithm", &v);
+  return r > 0 ? (cli_parse_algorithm(v, alg) ? 1 : -1) : r;
+}
+
 void cli_look_at_origin(const double c[3], double yaw, float cc[16]) {
   double z[3] = {-c[0], -c[1], -c[2]}, n = sqrt(z[0] * z[0] + z[1] * z[1] + z[2] * z[2]);
   for (int i = 0; i < 3; i++) z[i] /= n;
@@ -467,6 +485,16 @@ int cli_seed_option(cli_args *a, unsigned long long *state) {
   if (!cli_parse_size("--seed", v, &seed)) return -1;
   *state ^= (unsigned long long)seed * 0x9E3779B97F4A7C15ull;
   return 1;
+}
+
+int cli_demo_option(cli_args *a, cli_shape *shape, camdelta_chunk_strategy *strategy, const char **device,
+                    unsigned long long *seed) {
+  const char *v = NULL;
+  int r;
+  if ((r = cli_value(a, "--shape", &v))) return r > 0 && cli_parse_shape("demo", "--shape", v, 1, shape) ? 1 : -1;
+  if ((r = cli_value(a, "--chunk-strategy", &v))) return r > 0 && cli_parse_strategy(v, strategy) ? 1 : -1;
+  if ((r = cli_value(a, "--device", device))) return r;
+  return cli_seed_option(a, seed);
 }
 
 int cli_help_or_unknown(cli_args *a, const char *what, const char *topic, void (*usage)(void)) {

@@ -29,6 +29,10 @@ int cli_value(cli_args *a, const char *name, const char **value);
 /** The benchmarks' --reps N (1 to CLI_MAX_REPS) and --warmup N (0 to CLI_MAX_REPS): as cli_value, 1 when argv[i]
  *  was one of them and its value parsed into *reps or *warmup, -1 (after a usage error) on a bad value. */
 int cli_reps_option(cli_args *a, size_t *reps, size_t *warmup);
+/** What every sequence-parallel command reads alike: --sequence-parallel (which chose the command: nothing more),
+ *  --no-branch (*branch = 0) and --algorithm NAME (*alg): as cli_value, 1 when argv[i] was one of them, -1 after
+ *  a usage error. */
+int cli_sp_option(cli_args *a, int *branch, camdelta_scan_algorithm *alg);
 /** The process's resident memory in MiB (Linux /proc), -1 where it cannot be read. */
 double cli_rss_mib(void);
 /** The demos' cameras: one at c looking at the origin (up (0, 1, 0)), then turned by `yaw` radians about the
@@ -37,6 +41,10 @@ void cli_look_at_origin(const double c[3], double yaw, float cc[16]);
 /** --seed N: as cli_value, 1 when argv[i] was --seed and N (a size) is mixed into *state (the demos' random
  *  generator), -1 (after a usage error) on a bad value. */
 int cli_seed_option(cli_args *a, unsigned long long *state);
+/** What both demos (demo, demo --stream) read alike: --shape (into *shape, named shapes taken), --chunk-strategy,
+ *  --device and --seed (cli_seed_option): as cli_value, 1 when argv[i] was one of them, -1 after a usage error. */
+int cli_demo_option(cli_args *a, cli_shape *shape, camdelta_chunk_strategy *strategy, const char **device,
+                    unsigned long long *seed);
 /** The last branch of a command's option loop, at an option no other branch took: --help or -h prints the usage
  *  (`usage`) and gives 1; anything else gives 0 after the usage error "WHAT: unknown option 'X' (see 'camdelta help
  *  TOPIC')". */
@@ -95,11 +103,23 @@ int cli_tensor_load(cli_tensor *t, const char *dir, const char *name, int option
  *  error naming the file, its shape and the expected one (with `symbols`,
  *  e.g. "(B, H, D, N)") otherwise. */
 int cli_tensor_expect(const cli_tensor *t, int ndim, const size_t *shape, const char *symbols);
-/** cli_tensor_load, the shape check and the conversion to f32 in one: a present file must have exactly `ndim`
- *  dims `shape` (the missing-file message names "<symbols> = <shape>"); ndim < 0: any shape of -ndim dims
- *  (`shape` unused, the message names `symbols`). */
+/** cli_tensor_load and the shape check in one: a present file must have exactly `ndim` dims `shape` (the
+ *  missing-file message names "<symbols> = <shape>"); ndim < 0: any shape of -ndim dims (`shape` unused, the
+ *  message names `symbols`). The data keep the file's dtype. */
+int cli_tensor_load_shaped(cli_tensor *t, const char *dir, const char *name, int optional, int ndim,
+                           const size_t *shape, const char *symbols);
+/** cli_tensor_load_shaped, then the conversion to f32. */
 int cli_tensor_load_f32(cli_tensor *t, const char *dir, const char *name, int optional, int ndim, const size_t *shape,
                         const char *symbols);
+/** The scan's input files, in the order the scan runners keep them (cmd_run_packed.c, cmd_run_sp.c). */
+enum { CLI_SCAN_Q, CLI_SCAN_K, CLI_SCAN_V, CLI_SCAN_BETA, CLI_SCAN_DECAY, CLI_SCAN_GO, CLI_SCAN_INIT, CLI_SCAN_GF,
+       CLI_SCAN_COUNT };
+/** cli_tensor_load_f32 of the scan's inputs that q and beta fix: k and v of shape tok, decay of shape dc,
+ *  init_state (optional) of shape st, and for the backward grad_out (tok) and grad_final_state (optional, st); the
+ *  *_sym strings name each shape in messages. Stops at the first error. */
+int cli_load_scan_inputs(cli_tensor t[CLI_SCAN_COUNT], const char *in, int backward, const size_t tok[4],
+                         const char *tok_sym, const size_t dc[3], const char *dc_sym, const size_t st[4],
+                         const char *st_sym);
 /** Convert the data in place to `type` (f8 -> f4, f2 <-> f4; f4/f8 -> f2
  *  rounds to nearest even). */
 int cli_tensor_convert(cli_tensor *t, camdelta_npy_type type);

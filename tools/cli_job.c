@@ -41,6 +41,12 @@ int cli_job_output(cli_job *j, const char *name, camdelta_npy_type type, int ndi
   return cli_output_alloc(j->ctx, &j->out[j->n_out++], name, type, ndim, shape);
 }
 
+int cli_job_outputs(cli_job *j, int n, const cli_output_spec *outs) {
+  int rc = CLI_EXIT_OK;
+  for (int i = 0; i < n && !rc; i++) rc = cli_job_output(j, outs[i].name, outs[i].type, outs[i].ndim, outs[i].shape);
+  return rc;
+}
+
 camdelta_buffer cli_job_in(const cli_job *j, int idx) {
   camdelta_buffer b = {NULL, 0};
   if (idx >= 0 && idx < j->n_in && j->in[idx].present) b.mem = j->in_mem[idx];

@@ -34,6 +34,16 @@ int cli_job_start(cli_job *j);
 /** Add output NAME.npy of `type` and `shape` with a zeroed device buffer (after cli_job_start). CLI_EXIT_OK, or the
  *  error of cli_output_alloc, or CLI_EXIT_FAILURE when all CLI_JOB_MAX outputs are taken. */
 int cli_job_output(cli_job *j, const char *name, camdelta_npy_type type, int ndim, const size_t *shape);
+/** One output of a job: cli_job_output's arguments. */
+typedef struct cli_output_spec {
+  const char *name;
+  camdelta_npy_type type;
+  int ndim;
+  const size_t *shape;
+} cli_output_spec;
+/** cli_job_output for outs[0 .. n-1] in order; the first failure's exit code (the outputs before it stay added). */
+int cli_job_outputs(cli_job *j, int n, const cli_output_spec *outs);
+#define CLI_JOB_OUTPUTS(j, outs) cli_job_outputs((j), (int)(sizeof(outs) / sizeof((outs)[0])), (outs))
 /** The device buffer of input slot `idx`; {NULL, 0} for idx < 0 or an optional file that was not there. */
 camdelta_buffer cli_job_in(const cli_job *j, int idx);
 /** The device buffer of the output named `name` (as given to cli_job_output); {NULL, 0} when the job has none of

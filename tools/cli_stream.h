@@ -5,9 +5,10 @@
 #include "camdelta_stream.h"
 
 /** A whole sequence: q_raw, k_raw, v_raw (B, N, H, D), camera_conditions (B, T, 20), beta (B, H, T, S),
- *  decay (B, H, T) and y (B, N, H, D), all f32. */
+ *  decay (B, H, T) and y (B, N, H, D); the activations (q_raw, k_raw, v_raw, y) of es bytes each (the stream's
+ *  dtype), the rest f32. */
 typedef struct cli_stream_seq {
-  size_t B, H, T, S, C;
+  size_t B, H, T, S, C, es;
   camdelta_buffer in[7];
 } cli_stream_seq;
 

@@ -158,7 +158,7 @@ typedef struct bench_op {
   op_kind kind;
   camdelta_scan_algorithm alg;
   int reverse;
-  camdelta_dtype act; /* the branch rows' activations */
+  camdelta_dtype act; /* the branch and stream rows' activations */
 } bench_op;
 
 /* designated: bench_op has five fields */
@@ -177,6 +177,7 @@ static const bench_op ops[] = {
     OPROW("branch-backward", OP_BRANCH_BWD, CAMDELTA_SCAN_AUTO, 0, CAMDELTA_F32),
     OPROW("branch-backward bf16", OP_BRANCH_BWD, CAMDELTA_SCAN_AUTO, 0, CAMDELTA_BF16),
     OPROW("stream-step (3 frames)", OP_STREAM, CAMDELTA_SCAN_AUTO, 0, CAMDELTA_F32),
+    OPROW("stream-step (3 frames) bf16", OP_STREAM, CAMDELTA_SCAN_AUTO, 0, CAMDELTA_BF16),
 };
 #undef OPROW
 
@@ -187,6 +188,7 @@ typedef struct op_ctx {
   camdelta_scan_saved *ssaved;
   camdelta_branch_saved *bsaved;
   camdelta_stream *stream; /* the stream rows' (uniform blocks of STREAM_BLOCK frames), made by prepare_op */
+  camdelta_dtype stream_dt; /* its activations' */
   size_t Hs, Ws; /* the token grid of the branch rows */
   camdelta_precision precision; /* scan and scan backward */
 } op_ctx;
@@ -207,16 +209,17 @@ static camdelta_branch_args branch_args(const op_ctx *o, camdelta_dtype act, cam
   return a;
 }
 
-/* The stream rows: committed blocks of 3 frames (the production chunk size) of a stream in the bench's dtype, its
- * inputs the first 3 frames of the f32 scan buffers (f32 streams; a 16-bit stream reads the prep buffers). */
+/* The stream rows: committed blocks of 3 frames (the production chunk size) of a stream with activations in dt, its
+ * inputs the first 3 frames of the branch rows' (f32: the f32 scan buffers; bf16: the bf16 branch buffers; f16, the
+ * flatness check's with --dtype f16: the prep buffers). */
 enum { STREAM_BLOCK = 3 };
-static camdelta_status stream_make(camdelta_context *ctx, op_ctx *o) {
+static camdelta_status stream_make(camdelta_context *ctx, op_ctx *o, camdelta_dtype dt) {
   const bench_buffers *b = o->b;
   camdelta_stream_destroy(o->stream);
-  o->stream = NULL;
+  o->stream = NULL, o->stream_dt = dt;
   const camdelta_stream_args a = {.B = b->B, .H = b->H, .D = b->D, .Hs = o->Hs, .Ws = o->Ws, .pt = 1, .ph = 16,
                                   .pw = 16, .chunk_size = STREAM_BLOCK, .strategy = CAMDELTA_CHUNK_UNIFORM,
-                                  .k_scale = o->k_scale, .norm_eps = 1e-6f, .dtype = b->dt,
+                                  .k_scale = o->k_scale, .norm_eps = 1e-6f, .dtype = dt,
                                   .algorithm = CAMDELTA_SCAN_AUTO, .precision = o->precision,
                                   .conv_weight = {b->conv_w, 0}, .q_norm_weight = {b->qw, 0},
                                   .k_norm_weight = {b->kw, 0}};
@@ -226,11 +229,13 @@ static camdelta_status stream_make(camdelta_context *ctx, op_ctx *o) {
 
 static camdelta_status stream_step(camdelta_context *ctx, op_ctx *o, camdelta_profile *prof) {
   const bench_buffers *b = o->b;
-  const int f32 = b->dt == CAMDELTA_F32;
+  const int d = o->stream_dt == CAMDELTA_F32 ? 0 : o->stream_dt == CAMDELTA_BF16 ? 1 : 2;
+  const cl_mem q[3] = {b->fq, b->hq, b->raw[0]}, k[3] = {b->fk, b->hk, b->raw[1]}, v[3] = {b->fv, b->hv, b->raw[2]},
+               y[3] = {b->y, b->hy, b->dq_raw};
   const camdelta_stream_step_args a = {
-      .frames = STREAM_BLOCK, .commit = 1, .q_raw = {f32 ? b->fq : b->raw[0], 0},
-      .k_raw = {f32 ? b->fk : b->raw[1], 0}, .v_raw = {f32 ? b->fv : b->raw[2], 0}, .camera_conditions = {b->cams, 0},
-      .beta = {b->beta, 0}, .decay = {b->decay, 0}, .y = {f32 ? b->y : b->dq_raw, 0}, .profile = prof};
+      .frames = STREAM_BLOCK, .commit = 1, .q_raw = {q[d], 0}, .k_raw = {k[d], 0}, .v_raw = {v[d], 0},
+      .camera_conditions = {b->cams, 0}, .beta = {b->beta, 0}, .decay = {b->decay, 0}, .y = {y[d], 0},
+      .profile = prof};
   return camdelta_stream_step(ctx, o->stream, &a);
 }
 
@@ -308,7 +313,7 @@ static camdelta_status prepare_op(camdelta_context *ctx, op_ctx *o, const bench_
     const camdelta_branch_args a = branch_args(o, op->act, NULL);
     return camdelta_branch_forward(ctx, &a, o->bsaved);
   }
-  if (op->kind == OP_STREAM) return stream_make(ctx, o);
+  if (op->kind == OP_STREAM) return stream_make(ctx, o, op->act);
   if (op->kind == OP_PREP_BWD) {
     const camdelta_prep_args f = prep_args(o, NULL);
     return camdelta_prep_forward(ctx, &f, o->psaved);
@@ -333,7 +338,7 @@ static int stream_flatness(camdelta_context *ctx, op_ctx *o, size_t reps, cJSON 
   const size_t total = at[3] - 1 + reps;
   double *ms = calloc(total, sizeof *ms), rss[4] = {0, 0, 0, 0};
   if (!ms) return cli_error(CLI_EXIT_FAILURE, "bench: out of host memory");
-  camdelta_status st = stream_make(ctx, o);
+  camdelta_status st = stream_make(ctx, o, o->b->dt);
   for (size_t k = 0; k < total && !st; k++) {
     if (tty && k % 10 == 0) fprintf(stderr, "\r[flatness] block %zu/%zu", k + 1, total), fflush(stderr);
     camdelta_profile p = {0, 0};
@@ -406,7 +411,8 @@ static void cost(const bench_op *op, const bench_buffers *b, double *bytes, doub
       *flops = 28 * BNHD * D;
       break;
     case OP_STREAM: /* the branch forward on one block, and the state read and written */
-      *bytes = (4 * BNHD * 4 + BHN * 4) * STREAM_BLOCK / (double)b->F + 2 * (double)(b->B * b->H * D * D) * 4;
+      *bytes = (4 * BNHD * (double)camdelta_dtype_size(op->act) + BHN * 4) * STREAM_BLOCK / (double)b->F +
+               2 * (double)(b->B * b->H * D * D) * 4;
       *flops = 12 * BNHD * D * STREAM_BLOCK / (double)b->F;
       break;
   }
@@ -487,11 +493,7 @@ int cmd_bench(int argc, char **argv) {
     } else if ((r = cli_value(&a, "--peak-tflops", &v))) {
       if (r < 0 || !cli_parse_double("--peak-tflops", v, &peak_tflops)) return CLI_EXIT_USAGE;
     } else if ((r = cli_value(&a, "--dtype", &v))) {
-      if (r < 0) return CLI_EXIT_USAGE;
-      if (strcmp(v, "f32") == 0) dt = CAMDELTA_F32;
-      else if (strcmp(v, "f16") == 0) dt = CAMDELTA_F16;
-      else if (strcmp(v, "bf16") == 0) dt = CAMDELTA_BF16;
-      else return cli_error(CLI_EXIT_USAGE, "bench: --dtype must be f32, f16 or bf16 (got '%s')", v);
+      if (r < 0 || cli_parse_dtype("bench", v, &dt)) return CLI_EXIT_USAGE;
     } else if ((r = cli_value(&a, "--precision", &v))) {
       if (r < 0 || !cli_parse_precision(v, &prec)) return CLI_EXIT_USAGE;
     } else if (cli_flag(&a, "--flatness")) {

@@ -27,20 +27,13 @@ int cmd_bench_sp(int argc, char **argv) {
   cli_args a = {argc, argv, 0};
   while (a.i < argc) {
     int r;
-    if (cli_flag(&a, "--sequence-parallel")) continue;
     if (cli_flag(&a, "--no-single")) {
       single = 0;
       continue;
     }
-    if (cli_flag(&a, "--no-branch")) {
-      branch = 0;
-      continue;
-    }
-    if ((r = cli_value(&a, "--algorithm", &v))) {
-      if (r < 0 || !cli_parse_algorithm(v, &alg)) return CLI_EXIT_USAGE;
-      continue;
-    }
-    if ((r = cli_value(&a, "--shape", &v))) {
+    if ((r = cli_sp_option(&a, &branch, &alg))) {
+      if (r < 0) return CLI_EXIT_USAGE;
+    } else if ((r = cli_value(&a, "--shape", &v))) {
       if (r < 0) return CLI_EXIT_USAGE;
       if (nshapes == 8) return cli_error(CLI_EXIT_USAGE, "bench: at most 8 --shape options");
       if (!cli_parse_shape("bench --sequence-parallel", "--shape", v, 1, &shapes[nshapes])) return CLI_EXIT_USAGE;

@@ -58,28 +58,22 @@ static int parse_opts(int argc, char **argv, demo_opts *o, int *done) {
   const char *v;
   *done = 0;
   memset(o, 0, sizeof *o);
-  o->B = 1, o->H = 2, o->D = 32, o->F = 6, o->S = 48, o->cs = 2;
+  cli_shape sh = {.name = NULL, .B = 1, .H = 2, .D = 32, .F = 6, .S = 48}; /* cli_shape.h's strict parser */
+  o->cs = 2;
   o->strategy = CAMDELTA_CHUNK_FIRST_CHUNK_PLUS_ONE;
   o->seed = 88172645463325252ull;
   while (a.i < argc) {
     int r;
-    if ((r = cli_value(&a, "--shape", &v))) {
-      cli_shape sh; /* the strict parser and the operations' limits (cli_shape.h) */
-      if (r < 0 || !cli_parse_shape("demo", "--shape", v, 1, &sh)) return CLI_EXIT_USAGE;
-      o->B = sh.B, o->H = sh.H, o->D = sh.D, o->F = sh.F, o->S = sh.S;
+    if ((r = cli_demo_option(&a, &sh, &o->strategy, &o->device, &o->seed))) {
+      if (r < 0) return CLI_EXIT_USAGE;
     } else if ((r = cli_value(&a, "--chunk-size", &v))) {
       if (r < 0 || !cli_parse_size("--chunk-size", v, &o->cs)) return CLI_EXIT_USAGE;
-    } else if ((r = cli_value(&a, "--chunk-strategy", &v))) {
-      if (r < 0 || !cli_parse_strategy(v, &o->strategy)) return CLI_EXIT_USAGE;
-    } else if ((r = cli_value(&a, "--device", &o->device))) {
-      if (r < 0) return CLI_EXIT_USAGE;
-    } else if ((r = cli_seed_option(&a, &o->seed))) {
-      if (r < 0) return CLI_EXIT_USAGE;
     } else {
       *done = cli_help_or_unknown(&a, "demo", "demo", usage_demo);
       return *done ? CLI_EXIT_OK : CLI_EXIT_USAGE;
     }
   }
+  o->B = sh.B, o->H = sh.H, o->D = sh.D, o->F = sh.F, o->S = sh.S;
   cli_grid_of(o->S, &o->Hs, &o->Ws); /* the most square grid Hs x Ws = S (Hs <= Ws) */
   return CLI_EXIT_OK;
 }

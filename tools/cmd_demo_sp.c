@@ -120,13 +120,8 @@ int cmd_demo_sp(int argc, char **argv) {
   cli_args a = {argc, argv, 0};
   while (a.i < argc) {
     int r;
-    if (cli_flag(&a, "--sequence-parallel")) continue;
-    if (cli_flag(&a, "--no-branch")) {
-      branch = 0;
-      continue;
-    }
-    if ((r = cli_value(&a, "--algorithm", &v))) {
-      if (r < 0 || !cli_parse_algorithm(v, &alg)) return CLI_EXIT_USAGE;
+    if ((r = cli_sp_option(&a, &branch, &alg))) {
+      if (r < 0) return CLI_EXIT_USAGE;
     } else if ((r = cli_value(&a, "--shape", &v))) {
       if (r < 0 || !cli_parse_shape("demo --sequence-parallel", "--shape", v, 1, &shape)) return CLI_EXIT_USAGE;
     } else if ((r = cli_value(&a, "--device", &device))) {

@@ -109,57 +109,46 @@ static int run_prep(cli_job *j, const run_opts *o) {
   char detail[256];
   snprintf(detail, sizeof detail, "B=%zu N=%zu H=%zu D=%zu %s k_scale=%g norm_eps=%g", B, N, H, D,
            f16 ? "f16" : "f32", k_scale, o->c.norm_eps);
+  /* the shape, scalars, forward inputs and profile, which prep's forward and backward arguments name alike */
+#define PREP_INPUTS(a)                                                                                 \
+  do {                                                                                                 \
+    memset(&(a), 0, sizeof(a));                                                                        \
+    (a).B = B, (a).N = N, (a).H = H, (a).D = D;                                                        \
+    (a).dtype = f16 ? CAMDELTA_F16 : CAMDELTA_F32;                                                     \
+    (a).k_scale = (float)k_scale, (a).norm_eps = (float)o->c.norm_eps;                                 \
+    (a).q_raw = cli_job_in(j, iq), (a).k_raw = cli_job_in(j, ik), (a).v_raw = cli_job_in(j, iv);       \
+    (a).q_norm_weight = cli_job_in(j, iqw), (a).k_norm_weight = cli_job_in(j, ikw);                    \
+    (a).proj_q = cli_job_in(j, ipq), (a).proj_kv = cli_job_in(j, ipkv);                                \
+    (a).rope_cos = cli_job_in(j, irc), (a).rope_sin = cli_job_in(j, irs);                              \
+    (a).profile = &prof;                                                                               \
+  } while (0)
   if (!backward) {
-    if ((rc = cli_job_output(j, "q", data_type, 4, bhdn)) || (rc = cli_job_output(j, "k", data_type, 4, bhdn)) ||
-        (rc = cli_job_output(j, "v", data_type, 4, bhdn)) ||
-        (rc = cli_job_output(j, "inflation_sq", CAMDELTA_NPY_F4, 3, bhn)))
-      return rc;
+    const cli_output_spec outs[] = {{"q", data_type, 4, bhdn}, {"k", data_type, 4, bhdn}, {"v", data_type, 4, bhdn},
+                                    {"inflation_sq", CAMDELTA_NPY_F4, 3, bhn}};
+    if ((rc = CLI_JOB_OUTPUTS(j, outs))) return rc;
     camdelta_prep_args a;
-    memset(&a, 0, sizeof a);
-    a.B = B, a.N = N, a.H = H, a.D = D;
-    a.dtype = f16 ? CAMDELTA_F16 : CAMDELTA_F32;
-    a.k_scale = (float)k_scale;
-    a.norm_eps = (float)o->c.norm_eps;
-    a.q_raw = cli_job_in(j, iq), a.k_raw = cli_job_in(j, ik), a.v_raw = cli_job_in(j, iv);
-    a.q_norm_weight = cli_job_in(j, iqw), a.k_norm_weight = cli_job_in(j, ikw);
-    a.proj_q = cli_job_in(j, ipq), a.proj_kv = cli_job_in(j, ipkv);
-    a.rope_cos = cli_job_in(j, irc), a.rope_sin = cli_job_in(j, irs);
+    PREP_INPUTS(a);
     a.q = cli_job_out(j, "q"), a.k = cli_job_out(j, "k"), a.v = cli_job_out(j, "v");
     a.inflation_sq = cli_job_out(j, "inflation_sq");
-    a.profile = &prof;
     st = camdelta_prep_forward(j->ctx, &a, NULL);
     return cli_job_finish(j, st, "camdelta_prep_forward", &prof, detail);
   }
-  if ((rc = cli_job_output(j, "dq_raw", data_type, 4, bnhd)) ||
-      (rc = cli_job_output(j, "dk_raw", data_type, 4, bnhd)) ||
-      (rc = cli_job_output(j, "dv_raw", data_type, 4, bnhd)) ||
-      (rc = cli_job_output(j, "dq_norm_weight", CAMDELTA_NPY_F4, 1, c1)) ||
-      (rc = cli_job_output(j, "dk_norm_weight", CAMDELTA_NPY_F4, 1, c1)))
-    return rc;
-  if (o->all_grads) {
-    if ((rc = cli_job_output(j, "dproj_q", CAMDELTA_NPY_F4, 4, bn44)) ||
-        (rc = cli_job_output(j, "dproj_kv", CAMDELTA_NPY_F4, 4, bn44)) ||
-        (rc = cli_job_output(j, "drope_cos", CAMDELTA_NPY_F4, 2, ndh)) ||
-        (rc = cli_job_output(j, "drope_sin", CAMDELTA_NPY_F4, 2, ndh)))
-      return rc;
-  }
+  const cli_output_spec outs[] = {
+      {"dq_raw", data_type, 4, bnhd},           {"dk_raw", data_type, 4, bnhd},
+      {"dv_raw", data_type, 4, bnhd},           {"dq_norm_weight", CAMDELTA_NPY_F4, 1, c1},
+      {"dk_norm_weight", CAMDELTA_NPY_F4, 1, c1}, /* with --all-grads: */
+      {"dproj_q", CAMDELTA_NPY_F4, 4, bn44},    {"dproj_kv", CAMDELTA_NPY_F4, 4, bn44},
+      {"drope_cos", CAMDELTA_NPY_F4, 2, ndh},   {"drope_sin", CAMDELTA_NPY_F4, 2, ndh}};
+  if ((rc = cli_job_outputs(j, o->all_grads ? 9 : 5, outs))) return rc;
   camdelta_prep_backward_args a;
-  memset(&a, 0, sizeof a);
-  a.B = B, a.N = N, a.H = H, a.D = D;
-  a.dtype = f16 ? CAMDELTA_F16 : CAMDELTA_F32;
-  a.k_scale = (float)k_scale;
-  a.norm_eps = (float)o->c.norm_eps;
-  a.q_raw = cli_job_in(j, iq), a.k_raw = cli_job_in(j, ik), a.v_raw = cli_job_in(j, iv);
-  a.q_norm_weight = cli_job_in(j, iqw), a.k_norm_weight = cli_job_in(j, ikw);
-  a.proj_q = cli_job_in(j, ipq), a.proj_kv = cli_job_in(j, ipkv);
-  a.rope_cos = cli_job_in(j, irc), a.rope_sin = cli_job_in(j, irs);
+  PREP_INPUTS(a);
   a.grad_q = cli_job_in(j, igq), a.grad_k = cli_job_in(j, igk), a.grad_v = cli_job_in(j, igv);
   a.grad_inflation_sq = cli_job_in(j, igi);
   a.dq_raw = cli_job_out(j, "dq_raw"), a.dk_raw = cli_job_out(j, "dk_raw"), a.dv_raw = cli_job_out(j, "dv_raw");
   a.dq_norm_weight = cli_job_out(j, "dq_norm_weight"), a.dk_norm_weight = cli_job_out(j, "dk_norm_weight");
   a.dproj_q = cli_job_out(j, "dproj_q"), a.dproj_kv = cli_job_out(j, "dproj_kv"); /* with --all-grads */
   a.drope_cos = cli_job_out(j, "drope_cos"), a.drope_sin = cli_job_out(j, "drope_sin");
-  a.profile = &prof;
+#undef PREP_INPUTS
   st = camdelta_prep_backward(j->ctx, &a, NULL);
   return cli_job_finish(j, st, "camdelta_prep_backward", &prof, detail);
 }
@@ -217,13 +206,10 @@ static int run_scan(cli_job *j, const run_opts *o) {
              st == CAMDELTA_OK ? camdelta_scan_algorithm_name(used) : "?");
     return cli_job_finish(j, st, "camdelta_scan_forward", &prof, detail);
   }
-  if ((rc = cli_job_output(j, "dq", CAMDELTA_NPY_F4, 4, bhdn)) ||
-      (rc = cli_job_output(j, "dk", CAMDELTA_NPY_F4, 4, bhdn)) ||
-      (rc = cli_job_output(j, "dv", CAMDELTA_NPY_F4, 4, bhdn)) ||
-      (rc = cli_job_output(j, "dbeta", CAMDELTA_NPY_F4, 4, bhfs)) ||
-      (rc = cli_job_output(j, "ddecay", CAMDELTA_NPY_F4, 3, bhf)))
-    return rc;
-  if (has_init && (rc = cli_job_output(j, "dinit_state", CAMDELTA_NPY_F4, 4, bhdd))) return rc;
+  const cli_output_spec outs[] = {{"dq", CAMDELTA_NPY_F4, 4, bhdn},    {"dk", CAMDELTA_NPY_F4, 4, bhdn},
+                                  {"dv", CAMDELTA_NPY_F4, 4, bhdn},    {"dbeta", CAMDELTA_NPY_F4, 4, bhfs},
+                                  {"ddecay", CAMDELTA_NPY_F4, 3, bhf}, {"dinit_state", CAMDELTA_NPY_F4, 4, bhdd}};
+  if ((rc = cli_job_outputs(j, has_init ? 6 : 5, outs))) return rc; /* dinit_state with init_state */
   camdelta_scan_backward_args a;
   memset(&a, 0, sizeof a);
   a.B = B, a.H = H, a.D = D, a.F = F, a.S = S;

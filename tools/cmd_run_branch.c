@@ -64,22 +64,9 @@ static int load(cli_job *j, const char *name, int ndim, const size_t *shape, con
 /* The same for activations in `dtype` (cli_tensor_activations: <u2 taken with bf16 only, floats rounded). */
 static int load_act(cli_job *j, camdelta_dtype dtype, const char *name, int ndim, const size_t *shape,
                     const char *symbols, int *idx) {
-  char nums[256], expect[512];
   int rc = cli_job_slot(j, 0, idx);
-  if (rc) return rc;
-  cli_tensor *t = &j->in[*idx];
-  if (ndim > 0)
-    snprintf(expect, sizeof expect, "%s = %s", symbols, cli_shape_str(nums, sizeof nums, ndim, shape));
-  else
-    snprintf(expect, sizeof expect, "%s", symbols);
-  if ((rc = cli_tensor_load(t, j->opts->in, name, 0, expect))) return rc;
-  if (ndim > 0 && (rc = cli_tensor_expect(t, ndim, shape, symbols))) return rc;
-  if (ndim < 0 && t->npy.ndim != -ndim) {
-    char have[256];
-    return cli_error(CLI_EXIT_INPUT, "%s: shape %s does not fit: expected %d dimensions %s", t->path,
-                     cli_shape_str(have, sizeof have, t->npy.ndim, t->npy.shape), -ndim, symbols);
-  }
-  return cli_tensor_activations(t, dtype);
+  if (!rc) rc = cli_tensor_load_shaped(&j->in[*idx], j->opts->in, name, 0, ndim, shape, symbols);
+  return rc ? rc : cli_tensor_activations(&j->in[*idx], dtype);
 }
 
 static int add_output(cli_job *j, const char *name, int ndim, const size_t *shape) {
@@ -210,18 +197,18 @@ static int run_stream(cli_job *j, const br_opts *o, camdelta_branch_args *a, int
     return cli_error(CLI_EXIT_INPUT, "%s: T = %zu frames (--grid) is not a whole number of blocks of the schedule "
                      "(%s, chunk size %zu)", j->in[iq].path, a->T, camdelta_chunk_strategy_name(o->strategy),
                      o->chunk_size);
-  int rc = add_output(j, "y", 4, bnhd);
+  int rc = cli_job_output(j, "y", cli_npy_type_of(a->dtype), 4, bnhd);
   if (rc) return rc;
   const camdelta_stream_args sa = {.B = a->B, .H = a->H, .D = a->D, .Hs = a->Hs, .Ws = a->Ws, .pt = a->pt,
                                    .ph = a->ph, .pw = a->pw, .chunk_size = o->chunk_size, .strategy = o->strategy,
-                                   .k_scale = a->k_scale, .norm_eps = a->norm_eps, .dtype = CAMDELTA_F32,
+                                   .k_scale = a->k_scale, .norm_eps = a->norm_eps, .dtype = a->dtype,
                                    .algorithm = a->algorithm, .conv_weight = a->conv_weight,
                                    .q_norm_weight = a->q_norm_weight, .k_norm_weight = a->k_norm_weight};
   camdelta_stream *s = NULL;
   camdelta_status st = camdelta_stream_create(j->ctx, &sa, &s);
   const size_t S = a->Hs * a->Ws, C = a->H * a->D, most = o->chunk_size + 1, fs = S * C;
-  const size_t bytes[7] = {a->B * most * fs * 4, a->B * most * fs * 4, a->B * most * fs * 4, a->B * most * 80,
-                           a->B * a->H * most * S * 4, a->B * a->H * most * 4, a->B * most * fs * 4};
+  const size_t es = camdelta_dtype_size(a->dtype), act = a->B * most * fs * es;
+  const size_t bytes[7] = {act, act, act, a->B * most * 80, a->B * a->H * most * S * 4, a->B * a->H * most * 4, act};
   camdelta_buffer blk[7];
   memset(blk, 0, sizeof blk);
   for (int i = 0; i < 7 && !st; i++) {
@@ -229,7 +216,7 @@ static int run_stream(cli_job *j, const br_opts *o, camdelta_branch_args *a, int
     blk[i].mem = clCreateBuffer(camdelta_context_cl_context(j->ctx), CL_MEM_READ_WRITE, bytes[i], NULL, &err);
     if (err != CL_SUCCESS) st = CAMDELTA_ERROR_OUT_OF_MEMORY;
   }
-  const cli_stream_seq q = {.B = a->B, .H = a->H, .T = a->T, .S = S, .C = C,
+  const cli_stream_seq q = {.B = a->B, .H = a->H, .T = a->T, .S = S, .C = C, .es = es,
                             .in = {a->q_raw, a->k_raw, a->v_raw, a->camera_conditions, a->beta, a->decay,
                                    cli_job_out(j, "y")}};
   camdelta_profile prof = {0, 0};
@@ -237,8 +224,8 @@ static int run_stream(cli_job *j, const br_opts *o, camdelta_branch_args *a, int
   if (!st) st = camdelta_finish(j->ctx);
   char detail[320];
   snprintf(detail, sizeof detail, "B=%zu H=%zu D=%zu grid %zux%zux%zu, stream of %zu blocks (%s, chunk size %zu), "
-           "%zu non-committing steps per block", a->B, a->H, a->D, a->T, a->Hs, a->Ws, blocks,
-           camdelta_chunk_strategy_name(o->strategy), o->chunk_size, o->repeat);
+           "%zu non-committing steps per block, %s", a->B, a->H, a->D, a->T, a->Hs, a->Ws, blocks,
+           camdelta_chunk_strategy_name(o->strategy), o->chunk_size, o->repeat, camdelta_dtype_name(a->dtype));
   rc = cli_job_finish(j, st, "camdelta_stream_step", &prof, detail);
   for (int i = 0; i < 7; i++)
     if (blk[i].mem) clReleaseMemObject(blk[i].mem);
@@ -382,8 +369,6 @@ int cmd_run_branch(int argc, char **argv) {
                      o.c.op_name);
   if (o.head_dim && o.op != BR_CAMERA)
     return cli_error(CLI_EXIT_USAGE, "run %s: --head-dim applies to camera only (D comes from the files)", o.c.op_name);
-  if (o.stream && o.dtype != CAMDELTA_F32)
-    return cli_error(CLI_EXIT_USAGE, "run branch: --stream takes f32 activations (16-bit streams are not built yet)");
   if (o.have_dtype && !branch)
     return cli_error(CLI_EXIT_USAGE, "run %s: --dtype applies to branch and branch-backward only", o.c.op_name);
   if (o.have_grid && o.op == BR_OT)

@@ -36,47 +36,43 @@ static int load_offsets(const char *dir, const char *name, int64_t **v, size_t *
   return CLI_EXIT_OK;
 }
 
-enum { T_Q, T_K, T_V, T_BETA, T_DECAY, T_GO, T_INIT, T_GF, T_COUNT };
 
 int cmd_run_packed(int backward, const char *in, const char *outdir, const char *device, int reverse,
                    camdelta_scan_algorithm alg, int final_state, int quiet) {
   const char *op = backward ? "scan-backward" : "scan";
   int64_t *fo = NULL, *co = NULL;
   size_t nfo = 0, nco = 0;
-  cli_tensor t[T_COUNT];
+  cli_tensor t[CLI_SCAN_COUNT];
   memset(t, 0, sizeof t);
   camdelta_context *ctx = NULL;
-  cl_mem mem[T_COUNT] = {NULL};
+  cl_mem mem[CLI_SCAN_COUNT] = {NULL};
   cli_output out[6];
   int no = 0;
   int rc = load_offsets(in, "frame_offsets", &fo, &nfo);
   if (!rc) rc = load_offsets(in, "clip_offsets", &co, &nco);
   size_t H = 0, D = 0, N = 0;
   const size_t F = nfo ? nfo - 1 : 0, clips = nco ? nco - 1 : 0;
-  if (!rc) rc = cli_tensor_load(&t[T_Q], in, "q", 0, "(1, H, D, N)");
-  if (!rc) rc = cli_tensor_convert(&t[T_Q], CAMDELTA_NPY_F4);
+  if (!rc) rc = cli_tensor_load(&t[CLI_SCAN_Q], in, "q", 0, "(1, H, D, N)");
+  if (!rc) rc = cli_tensor_convert(&t[CLI_SCAN_Q], CAMDELTA_NPY_F4);
   if (!rc) {
-    const size_t *s = t[T_Q].npy.shape;
-    if (t[T_Q].npy.ndim != 4 || s[0] != 1) {
+    const size_t *s = t[CLI_SCAN_Q].npy.shape;
+    if (t[CLI_SCAN_Q].npy.ndim != 4 || s[0] != 1) {
       char have[256];
-      rc = cli_error(CLI_EXIT_INPUT, "%s: shape %s does not fit: packed clips expect (1, H, D, N)", t[T_Q].path,
-                     cli_shape_str(have, sizeof have, t[T_Q].npy.ndim, s));
+      rc = cli_error(CLI_EXIT_INPUT, "%s: shape %s does not fit: packed clips expect (1, H, D, N)", t[CLI_SCAN_Q].path,
+                     cli_shape_str(have, sizeof have, t[CLI_SCAN_Q].npy.ndim, s));
     } else {
       H = s[1], D = s[2], N = s[3];
     }
   }
   const size_t tok[4] = {1, H, D, N}, bt[3] = {1, H, N}, dc[3] = {1, H, F}, st4[4] = {clips, H, D, D};
-  if (!rc) rc = cli_tensor_load_f32(&t[T_K], in, "k", 0, 4, tok, "(1, H, D, N)");
-  if (!rc) rc = cli_tensor_load_f32(&t[T_V], in, "v", 0, 4, tok, "(1, H, D, N)");
-  if (!rc) rc = cli_tensor_load_f32(&t[T_BETA], in, "beta", 0, 3, bt, "(1, H, N)");
-  if (!rc) rc = cli_tensor_load_f32(&t[T_DECAY], in, "decay", 0, 3, dc, "(1, H, F) with F + 1 = len(frame_offsets)");
-  if (!rc && backward) rc = cli_tensor_load_f32(&t[T_GO], in, "grad_out", 0, 4, tok, "(1, H, D, N)");
-  if (!rc) rc = cli_tensor_load_f32(&t[T_INIT], in, "init_state", 1, 4, st4, "(clips, H, D, D)");
-  if (!rc && backward) rc = cli_tensor_load_f32(&t[T_GF], in, "grad_final_state", 1, 4, st4, "(clips, H, D, D)");
+  if (!rc) rc = cli_tensor_load_f32(&t[CLI_SCAN_BETA], in, "beta", 0, 3, bt, "(1, H, N)");
+  if (!rc)
+    rc = cli_load_scan_inputs(t, in, backward, tok, "(1, H, D, N)", dc, "(1, H, F) with F + 1 = len(frame_offsets)",
+                              st4, "(clips, H, D, D)");
   if (!rc) rc = cli_context(&ctx, device);
-  for (int i = 0; i < T_COUNT && !rc; i++)
+  for (int i = 0; i < CLI_SCAN_COUNT && !rc; i++)
     if (t[i].present) rc = cli_upload(ctx, &t[i], &mem[i]);
-  const int has_init = t[T_INIT].present;
+  const int has_init = t[CLI_SCAN_INIT].present;
   if (!backward) {
     if (!rc) rc = cli_output_alloc(ctx, &out[no++], "out", CAMDELTA_NPY_F4, 4, tok);
     if (!rc && final_state) rc = cli_output_alloc(ctx, &out[no++], "final_state", CAMDELTA_NPY_F4, 4, st4);
@@ -96,8 +92,8 @@ int cmd_run_packed(int backward, const char *in, const char *outdir, const char 
       camdelta_scan_args a;
       memset(&a, 0, sizeof a);
       a.B = 1, a.H = H, a.D = D, a.F = F, a.S = 0, a.reverse = reverse, a.algorithm = alg, a.used = &used;
-      a.q.mem = mem[T_Q], a.k.mem = mem[T_K], a.v.mem = mem[T_V], a.beta.mem = mem[T_BETA];
-      a.decay.mem = mem[T_DECAY], a.init_state.mem = mem[T_INIT], a.out.mem = out[0].mem;
+      a.q.mem = mem[CLI_SCAN_Q], a.k.mem = mem[CLI_SCAN_K], a.v.mem = mem[CLI_SCAN_V], a.beta.mem = mem[CLI_SCAN_BETA];
+      a.decay.mem = mem[CLI_SCAN_DECAY], a.init_state.mem = mem[CLI_SCAN_INIT], a.out.mem = out[0].mem;
       if (final_state) a.final_state.mem = out[1].mem;
       a.profile = &prof;
       st = camdelta_scan_forward_packed(ctx, &a, &pc, NULL);
@@ -105,9 +101,9 @@ int cmd_run_packed(int backward, const char *in, const char *outdir, const char 
       camdelta_scan_backward_args a;
       memset(&a, 0, sizeof a);
       a.B = 1, a.H = H, a.D = D, a.F = F, a.S = 0, a.reverse = reverse;
-      a.q.mem = mem[T_Q], a.k.mem = mem[T_K], a.v.mem = mem[T_V], a.beta.mem = mem[T_BETA];
-      a.decay.mem = mem[T_DECAY], a.init_state.mem = mem[T_INIT], a.grad_out.mem = mem[T_GO];
-      a.grad_final_state.mem = mem[T_GF];
+      a.q.mem = mem[CLI_SCAN_Q], a.k.mem = mem[CLI_SCAN_K], a.v.mem = mem[CLI_SCAN_V], a.beta.mem = mem[CLI_SCAN_BETA];
+      a.decay.mem = mem[CLI_SCAN_DECAY], a.init_state.mem = mem[CLI_SCAN_INIT], a.grad_out.mem = mem[CLI_SCAN_GO];
+      a.grad_final_state.mem = mem[CLI_SCAN_GF];
       a.dq.mem = out[0].mem, a.dk.mem = out[1].mem, a.dv.mem = out[2].mem, a.dbeta.mem = out[3].mem;
       a.ddecay.mem = out[4].mem;
       if (has_init) a.dinit_state.mem = out[5].mem;
@@ -127,7 +123,7 @@ int cmd_run_packed(int backward, const char *in, const char *outdir, const char 
     for (int i = 0; i < no; i++) printf(" %s", out[i].name);
     printf(" to %s\n", outdir);
   }
-  for (int i = 0; i < T_COUNT; i++) {
+  for (int i = 0; i < CLI_SCAN_COUNT; i++) {
     cli_tensor_free(&t[i]);
     if (mem[i]) clReleaseMemObject(mem[i]);
   }

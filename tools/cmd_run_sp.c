@@ -18,7 +18,6 @@ int cmd_run_sp(int argc, char **argv) {
 
 #else
 
-enum { IN_Q, IN_K, IN_V, IN_BETA, IN_DECAY, IN_GO, IN_INIT, IN_GF, IN_COUNT };
 
 /* An output: name, rows and columns per frame (unit; 0: not split over frames, `rows` elements in all), ndim, shape. */
 typedef struct sp_out {
@@ -307,32 +306,27 @@ int cmd_run_sp(int argc, char **argv) {
     return cli_error(CLI_EXIT_USAGE, "run scan-backward: --final-state and --algorithm apply to scan only");
   int rc = CLI_EXIT_OK;
   /* every rank reads and checks the inputs before MPI starts, so that a bad one is refused at once */
-  cli_tensor t[IN_COUNT];
+  cli_tensor t[CLI_SCAN_COUNT];
   memset(t, 0, sizeof t);
   size_t B = 0, H = 0, D = 0, N = 0, F = 0, S = 0;
-  rc = cli_tensor_load_f32(&t[IN_Q], in, "q", 0, -4, NULL, "(B, H, D, N)");
-  if (!rc) rc = cli_tensor_load_f32(&t[IN_BETA], in, "beta", 0, -4, NULL, "(B, H, F, S)");
+  rc = cli_tensor_load_f32(&t[CLI_SCAN_Q], in, "q", 0, -4, NULL, "(B, H, D, N)");
+  if (!rc) rc = cli_tensor_load_f32(&t[CLI_SCAN_BETA], in, "beta", 0, -4, NULL, "(B, H, F, S)");
   if (!rc) {
-    const size_t *s = t[IN_Q].npy.shape, *bs = t[IN_BETA].npy.shape;
+    const size_t *s = t[CLI_SCAN_Q].npy.shape, *bs = t[CLI_SCAN_BETA].npy.shape;
     B = s[0], H = s[1], D = s[2], N = s[3], F = bs[2], S = bs[3];
     if (bs[0] != B || bs[1] != H || (S ? F > N / S || F * S != N : N != 0)) {
       char have[256];
       rc = cli_error(CLI_EXIT_INPUT, "%s: shape %s does not fit: expected (B, H, F, S) with B = %zu, H = %zu and "
-                     "F*S = N = %zu (from %s)", t[IN_BETA].path, cli_shape_str(have, sizeof have, 4, bs), B, H, N,
-                     t[IN_Q].path);
+                     "F*S = N = %zu (from %s)", t[CLI_SCAN_BETA].path, cli_shape_str(have, sizeof have, 4, bs), B, H, N,
+                     t[CLI_SCAN_Q].path);
     }
   }
   const size_t bhdn[4] = {B, H, D, N}, bhf[3] = {B, H, F}, bhdd[4] = {B, H, D, D};
-  if (!rc) rc = cli_tensor_load_f32(&t[IN_K], in, "k", 0, 4, bhdn, "(B, H, D, N)");
-  if (!rc) rc = cli_tensor_load_f32(&t[IN_V], in, "v", 0, 4, bhdn, "(B, H, D, N)");
-  if (!rc) rc = cli_tensor_load_f32(&t[IN_DECAY], in, "decay", 0, 3, bhf, "(B, H, F)");
-  if (!rc && backward) rc = cli_tensor_load_f32(&t[IN_GO], in, "grad_out", 0, 4, bhdn, "(B, H, D, N)");
-  if (!rc) rc = cli_tensor_load_f32(&t[IN_INIT], in, "init_state", 1, 4, bhdd, "(B, H, D, D)");
-  if (!rc && backward) rc = cli_tensor_load_f32(&t[IN_GF], in, "grad_final_state", 1, 4, bhdd, "(B, H, D, D)");
+  if (!rc) rc = cli_load_scan_inputs(t, in, backward, bhdn, "(B, H, D, N)", bhf, "(B, H, F)", bhdd, "(B, H, D, D)");
   if (rc || (rc = sp_init())) goto done_inputs;
   if (F < (size_t)sp_size)
     rc = cli_error(CLI_EXIT_INPUT, "%s: F = %zu frames cannot be split over %d ranks (every rank needs a frame)",
-                   t[IN_BETA].path, F, sp_size);
+                   t[CLI_SCAN_BETA].path, F, sp_size);
   if ((rc = sp_agree(rc))) goto done_inputs;
 
   camdelta_context *ctx = NULL;
@@ -342,18 +336,18 @@ int cmd_run_sp(int argc, char **argv) {
     size_t f0, fl;
     camdelta_mpi_frame_share(F, sp_size, sp_rank, &f0, &fl);
     const size_t BH = B * H, n0 = f0 * S, nl = fl * S, ns = BH * D * D, tl = BH * D * nl;
-    const int has_init = t[IN_INIT].present, has_gf = backward && t[IN_GF].present;
+    const int has_init = t[CLI_SCAN_INIT].present, has_gf = backward && t[CLI_SCAN_GF].present;
     cl_mem m[16] = {NULL};
     int nm = 0;
     float *loc[6] = {NULL};
     /* this rank's share: token tensors by (b, h, d) rows, beta by (b, h) rows, decay by (b, h) rows of frames */
-    const int tok_in[4] = {IN_Q, IN_K, IN_V, IN_GO};
+    const int tok_in[4] = {CLI_SCAN_Q, CLI_SCAN_K, CLI_SCAN_V, CLI_SCAN_GO};
     for (int i = 0; i < 4 && !rc; i++) {
-      if (tok_in[i] == IN_GO && !backward) continue;
+      if (tok_in[i] == CLI_SCAN_GO && !backward) continue;
       loc[i] = sp_slice(t[tok_in[i]].npy.data, BH * D, N, n0, nl);
       if (!loc[i]) rc = cli_error(CLI_EXIT_FAILURE, "out of host memory");
     }
-    if (!rc) loc[4] = sp_slice(t[IN_BETA].npy.data, BH, N, n0, nl), loc[5] = sp_slice(t[IN_DECAY].npy.data, BH, F, f0, fl);
+    if (!rc) loc[4] = sp_slice(t[CLI_SCAN_BETA].npy.data, BH, N, n0, nl), loc[5] = sp_slice(t[CLI_SCAN_DECAY].npy.data, BH, F, f0, fl);
     if (!rc && (!loc[4] || !loc[5])) rc = cli_error(CLI_EXIT_FAILURE, "out of host memory");
     cl_mem q = NULL, k = NULL, vv = NULL, go = NULL, beta = NULL, decay = NULL, init = NULL, gf = NULL;
     if (!rc) rc = sp_upload(ctx, loc[0], tl, &q);
@@ -362,8 +356,8 @@ int cmd_run_sp(int argc, char **argv) {
     if (!rc && backward) rc = sp_upload(ctx, loc[3], tl, &go);
     if (!rc) rc = sp_upload(ctx, loc[4], BH * nl, &beta);
     if (!rc) rc = sp_upload(ctx, loc[5], BH * fl, &decay);
-    if (!rc && has_init) rc = sp_upload(ctx, t[IN_INIT].npy.data, ns, &init);
-    if (!rc && has_gf) rc = sp_upload(ctx, t[IN_GF].npy.data, ns, &gf);
+    if (!rc && has_init) rc = sp_upload(ctx, t[CLI_SCAN_INIT].npy.data, ns, &init);
+    if (!rc && has_gf) rc = sp_upload(ctx, t[CLI_SCAN_GF].npy.data, ns, &gf);
     m[nm++] = q, m[nm++] = k, m[nm++] = vv, m[nm++] = go, m[nm++] = beta, m[nm++] = decay, m[nm++] = init;
     m[nm++] = gf;
     /* outputs: name, rows, columns per frame (0: a whole state), ndim, shape */
@@ -431,7 +425,7 @@ int cmd_run_sp(int argc, char **argv) {
 done_ctx:
   camdelta_context_destroy(ctx);
 done_inputs:
-  for (int i = 0; i < IN_COUNT; i++) cli_tensor_free(&t[i]);
+  for (int i = 0; i < CLI_SCAN_COUNT; i++) cli_tensor_free(&t[i]);
   return sp_end(rc);
 }
 

@@ -8,10 +8,13 @@
 #include "camdelta_stream.h"
 #include "cli_stream.h"
 
-/* Copies `rows` rows of `row` bytes: row r from src at src_at + r * src_pitch to dst at dst_at + r * dst_pitch. */
+/* Copies `rows` rows of `row` bytes: row r from src at src_at + r * src_pitch to dst at dst_at + r * dst_pitch (the
+ * buffers' offsets in elements of es bytes). */
 static camdelta_status copy_rows(camdelta_context *ctx, camdelta_buffer src, size_t src_at, size_t src_pitch,
-                                 camdelta_buffer dst, size_t dst_at, size_t dst_pitch, size_t rows, size_t row) {
-  const size_t so[3] = {src.offset * 4 + src_at, 0, 0}, dO[3] = {dst.offset * 4 + dst_at, 0, 0}, region[3] = {row, rows, 1};
+                                 camdelta_buffer dst, size_t dst_at, size_t dst_pitch, size_t rows, size_t row,
+                                 size_t es) {
+  const size_t so[3] = {src.offset * es + src_at, 0, 0}, dO[3] = {dst.offset * es + dst_at, 0, 0},
+               region[3] = {row, rows, 1};
   const cl_int err = clEnqueueCopyBufferRect(camdelta_context_queue(ctx), src.mem, dst.mem, so, dO, region, src_pitch,
                                              0, dst_pitch, 0, 0, NULL, NULL);
   return err == CL_SUCCESS ? CAMDELTA_OK : CAMDELTA_ERROR_OPENCL;
@@ -19,13 +22,13 @@ static camdelta_status copy_rows(camdelta_context *ctx, camdelta_buffer src, siz
 
 camdelta_status cli_stream_block(camdelta_context *ctx, const cli_stream_seq *q, size_t f0, size_t Tb,
                                  const camdelta_buffer blk[7], int to_block) {
-  const size_t B = q->B, H = q->H, T = q->T, fs = q->S * q->C * 4;
+  const size_t B = q->B, H = q->H, T = q->T, es = q->es, fs = q->S * q->C * es;
   camdelta_status st = CAMDELTA_OK;
-  if (!to_block) return copy_rows(ctx, blk[6], 0, Tb * fs, q->in[6], f0 * fs, T * fs, B, Tb * fs);
+  if (!to_block) return copy_rows(ctx, blk[6], 0, Tb * fs, q->in[6], f0 * fs, T * fs, B, Tb * fs, es);
   /* (outer, T frames of fb bytes) -> (outer, Tb frames) */
   const size_t outer[6] = {B, B, B, B, B * H, B * H}, fb[6] = {fs, fs, fs, 80, q->S * 4, 4};
   for (int i = 0; i < 6 && !st; i++)
-    st = copy_rows(ctx, q->in[i], f0 * fb[i], T * fb[i], blk[i], 0, Tb * fb[i], outer[i], Tb * fb[i]);
+    st = copy_rows(ctx, q->in[i], f0 * fb[i], T * fb[i], blk[i], 0, Tb * fb[i], outer[i], Tb * fb[i], i < 3 ? es : 4);
   return st;
 }
 

@@ -140,7 +140,7 @@ void usage_run_branch(void) {
       "  --stream                 branch: run the sequence through a stream (docs/streaming.md) block\n"
       "                           by block, the blocks those of --chunk-size and --chunk-strategy\n"
       "                           (T a whole number of them; the conv's segments are the blocks),\n"
-      "                           committing each; writes the same y\n"
+      "                           committing each; writes the same y (--dtype: the stream's)\n"
       "  --repeat K               with --stream: K non-committing steps before each commit\n"
       "  --dtype f32|f16|bf16     branch, branch-backward: the activations' dtype (default f32):\n"
       "                           q_raw k_raw v_raw grad_y in, y dq_raw dk_raw dv_raw out, as <f2\n"
@@ -182,10 +182,11 @@ void usage_bench(void) {
          "activations in the \"bf16\" rows) at chunk size 3, first_chunk_plus_one, on the\n"
          "grid Hs x Ws = S\n"
          "(sana480 and d64: 30x52, sana720: 45x80, else the most square factorisation);\n"
-         "their TFLOP/s count the two scans (12 and 28*B*H*N*D^2). The stream row times one\n"
+         "their TFLOP/s count the two scans (12 and 28*B*H*N*D^2). The stream rows time one\n"
          "committed block of 3 frames of a stream (camdelta_stream_step, uniform blocks;\n"
-         "docs/streaming.md) in the --dtype; --flatness adds its per-block time from block\n"
-         "1, 10, 100 and 1000 on, with the stream's and the process's memory.\n"
+         "docs/streaming.md), f32 and bf16 activations; --flatness adds the per-block time\n"
+         "of a stream in the --dtype from block 1, 10, 100 and 1000 on, with the stream's\n"
+         "and the process's memory.\n"
          "On a CPU device the rates are GFLOP/s, and the bench first measures the\n"
          "device's own peaks (an fma-throughput kernel and a copy kernel, printed with\n"
          "the compute units: PoCL's threads) and prints each operation's fraction of\n"
@@ -239,13 +240,16 @@ void usage_demo(void) {
          "first_chunk_plus_one (scan chunks [0, 3, 6], conv segments [0, 2, 4, 6]). Exit status 0 when every check passes, 5 when a check fails.\n"
          "\n"
          "camdelta demo --stream [--shape B,H,D,F,S] [--chunk-size CS] [--chunk-strategy S]\n"
-         "                       [--denoise K] [--check-frames P] [--device SEL] [--seed N]\n"
+         "                       [--denoise K] [--check-frames P] [--dtype f32|f16|bf16]\n"
+         "                       [--device SEL] [--seed N]\n"
          "A long camera path (default 301 frames: an orbit, then a dolly, then a pan) generated\n"
          "block by block through a stream (docs/streaming.md; default blocks of first_chunk_plus_one\n"
          "with chunk size 3), each block run K times without committing (default 4 \"denoising\"\n"
          "steps), then committed. Prints per-block latency and memory (flat in the number of\n"
          "blocks) and checks the first P frames (default 31) against the f64 stream reference\n"
-         "and camdelta_branch_forward (bound 1e-5). Default shape 1,2,32,301,48.\n");
+         "and camdelta_branch_forward (bound 1e-5; with --dtype f16 or bf16 the activations\n"
+         "travel in 16 bits and the bounds are 2e-3 and 1.6e-2, docs/math.md 8.7).\n"
+         "Default shape 1,2,32,301,48.\n");
 }
 
 void usage_sp(void) {

@@ -18,53 +18,27 @@ class CamdeltaError(Exception):
         super().__init__("%s: %s" % (self.status_name, message))
 
 
-class InvalidArgumentError(CamdeltaError, ValueError):
-    status = 1
+def _error(name, base, status):
+    """A CamdeltaError subclass for one C status, also a subclass of the builtin exception that fault is."""
+    return type(name, (CamdeltaError, base), {"status": status, "__module__": __name__,
+                                              "__doc__": "CamdeltaError of status %d (%s)." % (status, base.__name__)})
 
 
-class ShapeError(CamdeltaError, ValueError):
-    status = 2
-
-
-class UnsupportedError(CamdeltaError, ValueError):
-    status = 3
-
-
-class BufferTooSmallError(CamdeltaError, ValueError):
-    status = 4
-
-
-class CamdeltaOverflowError(CamdeltaError, OverflowError):
-    status = 5
-
-
-class OutOfMemoryError(CamdeltaError, MemoryError):
-    status = 6
-
-
-class DeviceNotFoundError(CamdeltaError, LookupError):
-    status = 7
-
-
-class OpenCLError(CamdeltaError, RuntimeError):
-    status = 8
-
-
-class BuildError(CamdeltaError, RuntimeError):
-    status = 9
-
-
-class CamdeltaIOError(CamdeltaError, OSError):
-    status = 10
-
-
-class FormatError(CamdeltaError, ValueError):
-    status = 11
-
+InvalidArgumentError = _error("InvalidArgumentError", ValueError, 1)
+ShapeError = _error("ShapeError", ValueError, 2)
+UnsupportedError = _error("UnsupportedError", ValueError, 3)
+BufferTooSmallError = _error("BufferTooSmallError", ValueError, 4)
+CamdeltaOverflowError = _error("CamdeltaOverflowError", OverflowError, 5)
+OutOfMemoryError = _error("OutOfMemoryError", MemoryError, 6)
+DeviceNotFoundError = _error("DeviceNotFoundError", LookupError, 7)
+OpenCLError = _error("OpenCLError", RuntimeError, 8)
+BuildError = _error("BuildError", RuntimeError, 9)
+CamdeltaIOError = _error("CamdeltaIOError", OSError, 10)
+FormatError = _error("FormatError", ValueError, 11)
 
 _BY_STATUS = {c.status: c for c in (InvalidArgumentError, ShapeError, UnsupportedError, BufferTooSmallError,
-                                    CamdeltaOverflowError, OutOfMemoryError, DeviceNotFoundError, OpenCLError, BuildError,
-                                    CamdeltaIOError, FormatError)}
+                                    CamdeltaOverflowError, OutOfMemoryError, DeviceNotFoundError, OpenCLError,
+                                    BuildError, CamdeltaIOError, FormatError)}
 
 
 def error_for(status, message):

@@ -287,9 +287,10 @@ def _branch(op, q_raw, k_raw, v_raw, conv_weight, q_norm_weight, k_norm_weight, 
     return p, keep + [idx], (B, N, H, D, T, S_, Cc)
 
 
-def _branch_y(entry, p, keep, shape):
-    """y of `shape` from the reference forward `entry` on p (filled by _branch; keep holds what p points into)."""
-    y = _z(shape)
+def _branch_y(entry, op, *branch_args):
+    """y (B, N, H, D) from the reference forward `entry` on the arguments _branch checks (after op)."""
+    p, keep, (B, N, H, D, _T, _S, _C) = _branch(op, *branch_args)
+    y = _z((B, N, H, D))
     p.y = _p(y)
     check(entry(C.byref(p)))
     del keep
@@ -299,22 +300,18 @@ def _branch_y(entry, p, keep, shape):
 def branch_forward(q_raw, k_raw, v_raw, *, conv_weight, q_norm_weight, k_norm_weight, camera_conditions, beta,
                    decay, grid, patch=(1, 1, 1), chunk_size=None, chunk_strategy="uniform", chunk_index=None,
                    k_scale=None, norm_eps=1e-6):
-    op = "camdelta.ref.branch_forward"
-    p, keep, (B, N, H, D, T, S_, Cc) = _branch(op, q_raw, k_raw, v_raw, conv_weight, q_norm_weight, k_norm_weight,
-                                               camera_conditions, beta, decay, grid, patch, chunk_size,
-                                               chunk_strategy, chunk_index, k_scale, norm_eps)
-    return _branch_y(lib.camdelta_ref_branch_forward, p, keep, (B, N, H, D))
+    return _branch_y(lib.camdelta_ref_branch_forward, "camdelta.ref.branch_forward", q_raw, k_raw, v_raw, conv_weight,
+                     q_norm_weight, k_norm_weight, camera_conditions, beta, decay, grid, patch, chunk_size,
+                     chunk_strategy, chunk_index, k_scale, norm_eps)
 
 
 def stream_forward(q_raw, k_raw, v_raw, *, conv_weight, q_norm_weight, k_norm_weight, camera_conditions, beta,
                    decay, grid, chunk_size, chunk_strategy="uniform", patch=(1, 1, 1), k_scale=None, norm_eps=1e-6):
     """A stream's committed blocks over the T frames of `grid` (camdelta_ref_stream_forward): the branch with the
     conv's segments at the blocks of chunk_size + chunk_strategy."""
-    op = "camdelta.ref.stream_forward"
-    p, keep, (B, N, H, D, T, S_, Cc) = _branch(op, q_raw, k_raw, v_raw, conv_weight, q_norm_weight, k_norm_weight,
-                                               camera_conditions, beta, decay, grid, patch, chunk_size,
-                                               chunk_strategy, None, k_scale, norm_eps)
-    return _branch_y(lib.camdelta_ref_stream_forward, p, keep, (B, N, H, D))
+    return _branch_y(lib.camdelta_ref_stream_forward, "camdelta.ref.stream_forward", q_raw, k_raw, v_raw, conv_weight,
+                     q_norm_weight, k_norm_weight, camera_conditions, beta, decay, grid, patch, chunk_size,
+                     chunk_strategy, None, k_scale, norm_eps)
 
 
 def branch_backward(q_raw, k_raw, v_raw, *, conv_weight, q_norm_weight, k_norm_weight, camera_conditions, beta,

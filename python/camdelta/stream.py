@@ -3,10 +3,9 @@ time, with a constant-memory state (the causal scan's state, the conv's look-bac
 index)."""
 import ctypes as C
 
-import numpy as np
-
 from . import _check as K
 from . import _structs as S
+from . import ops
 from ._lib import lib
 from .context import Closable, check, default_context
 from .errors import InvalidArgumentError
@@ -19,7 +18,9 @@ class Stream(Closable):
     """A stream of the camera branch for B sequences in lockstep (H heads of head dim D, a Hs x Ws token grid per
     frame), its blocks those of chunk_size + chunk_strategy ('uniform': chunk_size frames each, 'first_frame': 1
     then chunk_size, 'first_chunk_plus_one': chunk_size + 1 then chunk_size). The weights are copied at creation.
-    dtype: the activations' ('f32'; 'f16' and 'bf16' are refused until the branch takes them)."""
+    dtype: the activations' q_raw, k_raw, v_raw, y and the carried look-back: 'f32' (float32), 'f16' (float16) or
+    'bf16' (bfloat16 bits in uint16, or torch.bfloat16 tensors); the state and the arithmetic stay f32
+    (docs/math.md §8.7)."""
 
     def __init__(self, *, batch, heads, head_dim, grid, conv_weight, q_norm_weight, k_norm_weight, chunk_size,
                  chunk_strategy="uniform", patch=(1, 1, 1), k_scale=None, norm_eps=1e-6, dtype="f32",
@@ -34,6 +35,7 @@ class Stream(Closable):
         K.array(op, "k_norm_weight", k_norm_weight, (Cc,), F32, "(C,)")
         self.ctx = default_context() if ctx is None else ctx
         self.B, self.H, self.D, self.Hs, self.Ws = B, H, D, Hs, Ws
+        self.dtype = dtype
         args = S.stream_args(B=B, H=H, D=D, Hs=Hs, Ws=Ws, pt=pt, ph=ph, pw=pw, chunk_size=int(chunk_size),
                              strategy=K.choice(op, "chunk_strategy", chunk_strategy, S.CHUNK_STRATEGIES),
                              k_scale=default_k_scale(D, Hs * Ws) if k_scale is None else k_scale,
@@ -70,19 +72,20 @@ class Stream(Closable):
         return lib.camdelta_stream_device_bytes(self.handle)
 
     def step(self, q_raw, k_raw, v_raw, *, camera_conditions, beta, decay, commit=True):
-        """The branch on the next block of Tb = next_frames frames: q_raw, k_raw, v_raw (B, Tb*S, H, D),
-        camera_conditions (B, Tb, 20), beta (B, H, Tb, S), decay (B, H, Tb) -> y (B, Tb*S, H, D). commit=False
-        leaves the stream as it was (a denoising step)."""
+        """The branch on the next block of Tb = next_frames frames: q_raw, k_raw, v_raw (B, Tb*S, H, D) in the
+        stream's dtype, camera_conditions (B, Tb, 20), beta (B, H, Tb, S), decay (B, H, Tb) float32 -> y
+        (B, Tb*S, H, D) in the stream's dtype (bf16: uint16 bits). commit=False leaves the stream as it was (a
+        denoising step)."""
         op = "camdelta.Stream.step"
         B, H, D, S_ = self.B, self.H, self.D, self.Hs * self.Ws
         Tb = self.next_frames
-        shape = (B, Tb * S_, H, D)
+        shape, st = (B, Tb * S_, H, D), K.STORAGE[self.dtype]
         for name, a in (("q_raw", q_raw), ("k_raw", k_raw), ("v_raw", v_raw)):
-            K.array(op, name, a, shape, F32, "(B, Tb*S, H, D) with Tb = %d, the stream's next block" % Tb)
+            K.array(op, name, a, shape, st, "(B, Tb*S, H, D) with Tb = %d, the stream's next block" % Tb)
         K.array(op, "camera_conditions", camera_conditions, (B, Tb, 20), F32, "(B, Tb, 20)")
         K.array(op, "beta", beta, (B, H, Tb, S_), F32, "(B, H, Tb, S)")
         K.array(op, "decay", decay, (B, H, Tb), F32, "(B, H, Tb)")
-        y = np.empty(shape, F32)
+        y = ops._empty(shape, st)
         args = S.stream_step_args(frames=Tb, commit=1 if commit else 0)
         with self.ctx._stage() as s:
             args.q_raw, args.k_raw, args.v_raw = s.i(q_raw), s.i(k_raw), s.i(v_raw)

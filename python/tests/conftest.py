@@ -24,6 +24,21 @@ def rel_err(x, ref):
     return float(np.max(np.abs(x - ref))) / scale if x.size else 0.0
 
 
+# 16-bit activations (docs/math.md §8.7): against the f64 reference fed the same rounded inputs; y within 2e-3 (f16)
+# and 1.6e-2 (bf16) of max |reference|, every gradient within twice that
+HALF = {"f16": 2e-3, "bf16": 1.6e-2}
+
+
+def to_half(dt, x):
+    """float32 -> the storage of dt ('f16': float16; 'bf16': bfloat16 bits in uint16)."""
+    return x.astype(np.float16) if dt == "f16" else camdelta.to_bf16(x)
+
+
+def from_half(dt, x):
+    """The storage of dt -> float32 (exact)."""
+    return x.astype(np.float32) if dt == "f16" else camdelta.from_bf16(x)
+
+
 def _poisoned(shape, dtype):
     a = np.empty(shape, dtype)
     a.fill(np.nan if np.issubdtype(a.dtype, np.floating) else np.iinfo(a.dtype).max)

@@ -1,4 +1,4 @@
-"""Loads the seed module (fixtures/fused_cam_ucpe_reference.py, unchanged) for its PyTorch references.
+"""Loads the seed module (third_party/sana/fused_cam_ucpe_reference.py, unchanged) for its PyTorch references.
 
 The module imports Triton and two modules of the Sana repository at import time; its PyTorch references use
 none of them. Stubs stand in for those imports while the module loads (a decorator for @triton.jit, names
@@ -9,7 +9,7 @@ import os
 import sys
 import types
 
-SEED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "fused_cam_ucpe_reference.py")
+SEED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "third_party", "sana", "fused_cam_ucpe_reference.py")
 _STUBS = ("triton", "triton.language", "diffusion", "diffusion.model", "diffusion.model.nets",
           "diffusion.model.nets.sana_camctrl_blocks", "diffusion.model.ops", "diffusion.model.ops.fused_gdn_chunkwise")
 

@@ -6,7 +6,7 @@ import pytest
 import camdelta
 from camdelta import ref
 from camdelta._lib import lib
-from conftest import rel_err
+from conftest import HALF, from_half, rel_err, to_half
 
 # (B, T, Hs, Ws, H, D, chunking)
 BRANCH = [
@@ -116,38 +116,26 @@ def test_bf16_conversions_are_the_librarys(inputs):
                           np.array([lib.camdelta_bf16_to_f32(int(h)) for h in mine[~nan]], np.float32))
 
 
-# 16-bit activations (docs/math.md §8.7): against the f64 reference fed the same rounded inputs; y within 2e-3 (f16)
-# and 1.6e-2 (bf16) of max |reference|, every gradient within twice that
-HALF = {"f16": 2e-3, "bf16": 1.6e-2}
-
-
-def _to(dt, x):
-    return x.astype(np.float16) if dt == "f16" else camdelta.to_bf16(x)
-
-
-def _from(dt, x):
-    return x.astype(np.float32) if dt == "f16" else camdelta.from_bf16(x)
-
-
+# 16-bit activations: conftest's HALF bounds (docs/math.md §8.7)
 @pytest.mark.parametrize("dt", sorted(HALF))
 @pytest.mark.parametrize("case", BRANCH[:2])
 def test_branch_16bit(inputs, case, dt):
     B, T, Hs, Ws, H, D, ch = case
     p = branch_problem(inputs, B, T, Hs, Ws, H, D)
-    raw = [_to(dt, p.pop(n)) for n in ("q_raw", "k_raw", "v_raw")]
-    gy = _to(dt, inputs.normal(*raw[0].shape))
+    raw = [to_half(dt, p.pop(n)) for n in ("q_raw", "k_raw", "v_raw")]
+    gy = to_half(dt, inputs.normal(*raw[0].shape))
     kw = dict(dtype="bf16") if dt == "bf16" else {}
     saved = camdelta.BranchSaved()
     y = camdelta.branch_forward(*raw, grid=(T, Hs, Ws), saved=saved, **p, **ch, **kw)
     assert y.dtype == raw[0].dtype and y.shape == raw[0].shape
-    raw32 = [_from(dt, a) for a in raw]
-    assert rel_err(_from(dt, y), ref.branch_forward(*raw32, grid=(T, Hs, Ws), **p, **ch)) <= HALF[dt]
+    raw32 = [from_half(dt, a) for a in raw]
+    assert rel_err(from_half(dt, y), ref.branch_forward(*raw32, grid=(T, Hs, Ws), **p, **ch)) <= HALF[dt]
     g = camdelta.branch_backward(*raw, grad_y=gy, grid=(T, Hs, Ws), saved=saved, **p, **ch, **kw)
-    w = ref.branch_backward(*raw32, grad_y=_from(dt, gy), grid=(T, Hs, Ws), **p, **ch)
+    w = ref.branch_backward(*raw32, grad_y=from_half(dt, gy), grid=(T, Hs, Ws), **p, **ch)
     for name, a, b in zip(g._fields, g, w):
         if name in ("dq_raw", "dk_raw", "dv_raw"):
             assert a.dtype == raw[0].dtype
-            a = _from(dt, a)
+            a = from_half(dt, a)
         else:
             assert a.dtype == np.float32
         assert rel_err(a, b) <= 2 * HALF[dt], name

@@ -1,11 +1,12 @@
 """camdelta.Stream (docs/streaming.md): a sequence streamed block by block against the f64 stream reference and
-the one-shot branch, non-committing steps, save/restore (bytes and file), bad input."""
+the one-shot branch (f32, and f16 and bf16 activations), non-committing steps, save/restore (bytes and file), bad
+input."""
 import numpy as np
 import pytest
 
 import camdelta
 from camdelta import ref
-from conftest import rel_err
+from conftest import HALF, from_half, rel_err, to_half
 
 
 def _problem(inputs, B, T, Hs, Ws, H, D):
@@ -24,9 +25,9 @@ def _block(p, f0, Tb, S):
                 beta=p["beta"][:, :, f0:f0 + Tb], decay=p["decay"][:, :, f0:f0 + Tb])
 
 
-def _stream(p, B, Hs, Ws, H, D, cs, strategy):
+def _stream(p, B, Hs, Ws, H, D, cs, strategy, dtype="f32"):
     return camdelta.Stream(batch=B, heads=H, head_dim=D, grid=(Hs, Ws), conv_weight=p["w"], q_norm_weight=p["qw"],
-                           k_norm_weight=p["kw"], chunk_size=cs, chunk_strategy=strategy)
+                           k_norm_weight=p["kw"], chunk_size=cs, chunk_strategy=strategy, dtype=dtype)
 
 
 def _run(st, p, T, S, repeat=0):
@@ -60,6 +61,34 @@ def test_stream_equals_branch_and_reference(inputs, case):
               beta=p["beta"], decay=p["decay"], grid=(T, Hs, Ws), chunk_size=cs, chunk_strategy=strategy)
     assert rel_err(y, ref.stream_forward(p["q"], p["k"], p["v"], **kw)) <= 1e-5
     assert rel_err(y, camdelta.branch_forward(p["q"], p["k"], p["v"], **kw)) <= 1e-5
+
+
+@pytest.mark.parametrize("dt", sorted(HALF))
+def test_stream_16bit(inputs, dt):
+    B, T, Hs, Ws, H, D, cs, strategy = CASES[2]
+    S = Hs * Ws
+    p = _problem(inputs, B, T, Hs, Ws, H, D)
+    for n in ("q", "k", "v"):
+        p[n] = to_half(dt, p[n])
+    st = _stream(p, B, Hs, Ws, H, D, cs, strategy, dtype=dt)
+    y = _run(st, p, T, S, repeat=1)
+    assert y.dtype == p["q"].dtype
+    kw = dict(conv_weight=p["w"], q_norm_weight=p["qw"], k_norm_weight=p["kw"], camera_conditions=p["cc"],
+              beta=p["beta"], decay=p["decay"], grid=(T, Hs, Ws), chunk_size=cs, chunk_strategy=strategy)
+    wide = [from_half(dt, p[n]) for n in ("q", "k", "v")]
+    assert rel_err(from_half(dt, y), ref.stream_forward(*wide, **kw)) <= HALF[dt]
+    one = camdelta.branch_forward(p["q"], p["k"], p["v"], dtype=dt, **kw)
+    assert rel_err(from_half(dt, y), from_half(dt, one)) <= HALF[dt]
+    # its image names the dtype: an f32 stream refuses it; f32 activations are refused by the 16-bit stream
+    with _stream(p, B, Hs, Ws, H, D, cs, strategy) as f32:
+        with pytest.raises(camdelta.errors.InvalidArgumentError, match="dtype %s, this one f32" % dt):
+            f32.restore(st.save())
+        assert f32.frames == 0
+    st.reset()
+    b = {k: np.ascontiguousarray(v) for k, v in _block(p, 0, st.next_frames, S).items()}
+    with pytest.raises(camdelta.errors.UnsupportedError, match="q_raw"):
+        st.step(from_half(dt, b["q"]), b["k"], b["v"], camera_conditions=b["cc"], beta=b["beta"], decay=b["decay"])
+    st.close()
 
 
 def test_save_restore_and_noncommit(inputs, tmp_path):
@@ -99,9 +128,9 @@ def test_save_restore_and_noncommit(inputs, tmp_path):
 
 def test_bad_input(inputs):
     p = _problem(inputs, 1, 3, 2, 2, 1, 8)
-    with pytest.raises(camdelta.errors.UnsupportedError, match="bf16"):
+    with pytest.raises(camdelta.errors.InvalidArgumentError, match="dtype"):
         camdelta.Stream(batch=1, heads=1, head_dim=8, grid=(2, 2), conv_weight=p["w"], q_norm_weight=p["qw"],
-                        k_norm_weight=p["kw"], chunk_size=3, dtype="bf16")
+                        k_norm_weight=p["kw"], chunk_size=3, dtype="bf8")
     with _stream(p, 1, 2, 2, 1, 8, 3, "uniform") as st:
         b = _block(p, 0, 2, 4)  # two frames, the block has three
         with pytest.raises(camdelta.errors.ShapeError, match="next block"):

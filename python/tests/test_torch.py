@@ -1,5 +1,5 @@
 """camdelta.torch against the seed module's own PyTorch references (loaded unchanged from
-fixtures/fused_cam_ucpe_reference.py): every output and every gradient, on awkward shapes."""
+third_party/sana/fused_cam_ucpe_reference.py): every output and every gradient, on awkward shapes."""
 import numpy as np
 import pytest
 

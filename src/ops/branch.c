@@ -112,9 +112,7 @@ static camdelta_status check_args(camdelta_context *ctx, const char *op, const c
   if (!a->pt || !a->ph || !a->pw)
     return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: patch (%zu, %zu, %zu): each must be at least 1", op, a->pt, a->ph,
                    a->pw);
-  if (a->algorithm != CAMDELTA_SCAN_AUTO && a->algorithm != CAMDELTA_SCAN_SEQUENTIAL &&
-      a->algorithm != CAMDELTA_SCAN_CHUNKWISE)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: algorithm %d unknown", op, (int)a->algorithm);
+  if ((st = cd_check_algorithm(op, a->algorithm))) return st;
   /* every count, and the byte sizes the kernels index (at most 16 bytes per token element; 4*C in 32 bits) */
   size_t cams, bytes16, c4;
   if (!CD_PROD(&g->BNC, a->B, g->N, a->H, a->D) || !CD_PROD(&bytes16, g->BNC, 16) || !CD_PROD(&g->C, a->H, a->D) ||

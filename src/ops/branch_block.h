@@ -11,10 +11,11 @@
  *  the block's first frame when f0 > 0 or the block is one frame). */
 typedef struct cd_branch_block {
   size_t f0;                /* absolute index of the block's first frame (< 2^32 - T) */
-  camdelta_buffer lookback; /* (B, 3, S, C) f32: raw K of frames f0-3, f0-2, f0-1 (slots of frames < 0 unread) */
+  camdelta_buffer lookback; /* (B, 3, S, C) in args->dtype: raw K of frames f0-3, f0-2, f0-1 (slots of frames < 0
+                               unread) */
   camdelta_buffer init;     /* (B, H, D, D) f32: the causal state after frame f0 - 1; absent: zero (f0 = 0) */
   camdelta_buffer final;    /* (B, H, D, D) f32: receives the causal state after the block's last frame */
-  camdelta_buffer lookback_out; /* absent, or (B, 3, S, C) f32 (another buffer than lookback): receives the raw K
+  camdelta_buffer lookback_out; /* absent, or (B, 3, S, C) in args->dtype (not lookback): receives the raw K
                                    of the last three frames up to the block's end (slots of frames < 0 unwritten) */
   cl_mem mask;              /* T uint32: cd_branch_block_masks' mask */
   cl_mem seg_end;           /* min(f0, 3) + T uint32: cd_branch_block_masks' seg_end */

@@ -6,12 +6,10 @@
 #include "runtime/internal.h"
 
 const char *camdelta_chunk_strategy_name(camdelta_chunk_strategy strategy) {
-  switch (strategy) {
-    case CAMDELTA_CHUNK_UNIFORM: return "uniform";
-    case CAMDELTA_CHUNK_FIRST_FRAME: return "first_frame";
-    case CAMDELTA_CHUNK_FIRST_CHUNK_PLUS_ONE: return "first_chunk_plus_one";
-  }
-  return "unknown";
+  static const char *const NAMES[] = {[CAMDELTA_CHUNK_UNIFORM] = "uniform",
+                                      [CAMDELTA_CHUNK_FIRST_FRAME] = "first_frame",
+                                      [CAMDELTA_CHUNK_FIRST_CHUNK_PLUS_ONE] = "first_chunk_plus_one"};
+  return CD_ENUM_NAME(NAMES, strategy);
 }
 
 /* Appends x to bounds (capacity cap); 0 when full. */

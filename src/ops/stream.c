@@ -11,6 +11,7 @@
 #include "camdelta_stream.h"
 #include "ops/camera_op.h"
 #include "ops/stream_image.h"
+#include "scan/engine.h"
 
 struct camdelta_stream {
   camdelta_context *ctx;
@@ -68,21 +69,16 @@ static camdelta_status create_check(cd_call *c) {
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: chunk strategy %d unknown", op, (int)a->strategy);
   if (a->chunk_size >= UINT32_MAX)
     return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: chunk_size %zu exceeds 2^32-2", op, a->chunk_size);
-  if (a->algorithm != CAMDELTA_SCAN_AUTO && a->algorithm != CAMDELTA_SCAN_SEQUENTIAL &&
-      a->algorithm != CAMDELTA_SCAN_CHUNKWISE)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: algorithm %d unknown", op, (int)a->algorithm);
-  if (a->precision != CAMDELTA_PRECISION_EXACT && a->precision != CAMDELTA_PRECISION_TF32)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: precision %d unknown", op, (int)a->precision);
+  if ((st = cd_check_algorithm(op, a->algorithm))) return st;
+  if ((st = cd_check_precision(op, a->precision))) return st;
   if (!(a->k_scale == a->k_scale) || a->k_scale - a->k_scale != 0.0f)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: k_scale must be finite (got %g)", op, (double)a->k_scale);
   if (!(a->norm_eps >= 0.0f) || a->norm_eps - a->norm_eps != 0.0f)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: norm_eps must be finite and >= 0 (got %g)", op,
                    (double)a->norm_eps);
-  if (a->dtype == CAMDELTA_F16 || a->dtype == CAMDELTA_BF16)
-    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED,
-                   "%s: dtype %s: the branch takes f32 activations only so far (16-bit activations: not yet built)",
-                   op, camdelta_dtype_name(a->dtype));
-  if (a->dtype != CAMDELTA_F32) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: dtype %d unknown", op, (int)a->dtype);
+  if (a->dtype != CAMDELTA_F32 && a->dtype != CAMDELTA_F16 && a->dtype != CAMDELTA_BF16)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: dtype %d unknown (expected CAMDELTA_F32, F16 or BF16)", op,
+                   (int)a->dtype);
   /* a block of the largest kind (chunk_size + 1 frames) with its look-back, as the branch's own checks size it */
   size_t S, C, C4, sb, lb, big;
   if (!CD_PROD(&S, a->Hs, a->Ws) || !CD_PROD(&C, a->H, a->D) || !CD_PROD(&C4, C, 4) || C4 > UINT32_MAX ||
@@ -250,7 +246,7 @@ static camdelta_status step_plan(cd_call *c) {
       .k_scale = k->k_scale, .norm_eps = k->norm_eps, .algorithm = k->algorithm, .q_raw = a->q_raw,
       .k_raw = a->k_raw, .v_raw = a->v_raw, .conv_weight = k->conv_weight, .q_norm_weight = k->q_norm_weight,
       .k_norm_weight = k->k_norm_weight, .camera_conditions = a->camera_conditions, .beta = a->beta,
-      .decay = a->decay, .y = a->y, .profile = a->profile, .precision = k->precision};
+      .decay = a->decay, .y = a->y, .profile = a->profile, .precision = k->precision, .dtype = k->dtype};
   camdelta_status st = cd_branch_block_start(c->ctx, c->entry->op, &ba, &blk, &sc->run);
   if (st) return st;
   const size_t kind = s->f0 < 3 ? s->f0 : 3; /* the masks depend on min(f0, 3) > 0 and T only */
@@ -381,7 +377,7 @@ static camdelta_status save_image(const char *op, camdelta_stream *s, const char
 
 static camdelta_status restore_image(const char *op, camdelta_stream *s, const char *path, unsigned char *img,
                                      size_t n) {
-  camdelta_status st = cd_stream_read_file(op, path, img, n);
+  camdelta_status st = cd_stream_read_file(op, &s->key, path, img, n);
   return st ? st : restore(op, s, img, n);
 }
 

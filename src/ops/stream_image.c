@@ -79,11 +79,8 @@ void cd_stream_image_seal(unsigned char *img, size_t size) {
   put64(img + size - CD_STREAM_TRAILER, cd_fnv1a(CD_FNV_START, img, size - CD_STREAM_TRAILER));
 }
 
-camdelta_status cd_stream_image_parse(const char *op, const cd_stream_key *key, const unsigned char *img, size_t size,
-                                      uint64_t *f0, size_t *state_at, size_t *lookback_at) {
-  if (!img || size < CD_STREAM_HEADER + CD_STREAM_TRAILER)
-    return cd_fail(CAMDELTA_ERROR_FORMAT, "%s: %zu bytes: too short for a stream image (header %u bytes)", op, size,
-                   CD_STREAM_HEADER);
+/* The header's magic, version and header size (FORMAT); img holds CD_STREAM_HEADER bytes. */
+static camdelta_status check_head(const char *op, const unsigned char *img) {
   if (memcmp(img + AT_MAGIC, CD_STREAM_MAGIC, 8) != 0)
     return cd_fail(CAMDELTA_ERROR_FORMAT, "%s: not a stream image (no '%s' magic)", op, CD_STREAM_MAGIC);
   const uint32_t version = get32(img + AT_VERSION), header = get32(img + AT_HEADER);
@@ -93,14 +90,11 @@ camdelta_status cd_stream_image_parse(const char *op, const cd_stream_key *key, 
   if (header != CD_STREAM_HEADER)
     return cd_fail(CAMDELTA_ERROR_FORMAT, "%s: header of %u bytes, version %u has %u", op, header, version,
                    CD_STREAM_HEADER);
-  const uint64_t sb = get64(img + AT_STATE), lb = get64(img + AT_LOOKBACK);
-  const uint64_t room = (uint64_t)(size - CD_STREAM_HEADER - CD_STREAM_TRAILER);
-  if (sb > room || lb != room - sb)
-    return cd_fail(CAMDELTA_ERROR_FORMAT,
-                   "%s: the image claims %llu state and %llu look-back bytes, its size (%zu bytes) holds %llu", op,
-                   (unsigned long long)sb, (unsigned long long)lb, size, (unsigned long long)room);
-  if (get64(img + size - CD_STREAM_TRAILER) != cd_fnv1a(CD_FNV_START, img, size - CD_STREAM_TRAILER))
-    return cd_fail(CAMDELTA_ERROR_FORMAT, "%s: the image is damaged (checksum mismatch)", op);
+  return CAMDELTA_OK;
+}
+
+/* The configuration the header names against key's (INVALID_ARGUMENT naming the first field that differs). */
+static camdelta_status check_config(const char *op, const cd_stream_key *key, const unsigned char *img) {
   static const char *const names[] = {"B", "H", "D", "Hs", "Ws", "ph", "pw", "chunk_size"};
   const uint64_t want[] = {key->B, key->H, key->D, key->Hs, key->Ws, key->ph, key->pw, key->chunk_size};
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
@@ -123,6 +117,25 @@ camdelta_status cd_stream_image_parse(const char *op, const cd_stream_key *key, 
   if (get64(img + AT_WHASH) != key->weights_hash)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
                    "%s: the image is of a stream with other weights (conv_weight, q_norm_weight, k_norm_weight)", op);
+  return CAMDELTA_OK;
+}
+
+camdelta_status cd_stream_image_parse(const char *op, const cd_stream_key *key, const unsigned char *img, size_t size,
+                                      uint64_t *f0, size_t *state_at, size_t *lookback_at) {
+  if (!img || size < CD_STREAM_HEADER + CD_STREAM_TRAILER)
+    return cd_fail(CAMDELTA_ERROR_FORMAT, "%s: %zu bytes: too short for a stream image (header %u bytes)", op, size,
+                   CD_STREAM_HEADER);
+  camdelta_status st = check_head(op, img);
+  if (st) return st;
+  const uint64_t sb = get64(img + AT_STATE), lb = get64(img + AT_LOOKBACK);
+  const uint64_t room = (uint64_t)(size - CD_STREAM_HEADER - CD_STREAM_TRAILER);
+  if (sb > room || lb != room - sb)
+    return cd_fail(CAMDELTA_ERROR_FORMAT,
+                   "%s: the image claims %llu state and %llu look-back bytes, its size (%zu bytes) holds %llu", op,
+                   (unsigned long long)sb, (unsigned long long)lb, size, (unsigned long long)room);
+  if (get64(img + size - CD_STREAM_TRAILER) != cd_fnv1a(CD_FNV_START, img, size - CD_STREAM_TRAILER))
+    return cd_fail(CAMDELTA_ERROR_FORMAT, "%s: the image is damaged (checksum mismatch)", op);
+  if ((st = check_config(op, key, img))) return st;
   if (sb != key->state_bytes || lb != key->lookback_bytes)
     return cd_fail(CAMDELTA_ERROR_FORMAT, "%s: state and look-back of %llu and %llu bytes, this stream's are %llu and "
                    "%llu", op, (unsigned long long)sb, (unsigned long long)lb,
@@ -141,7 +154,35 @@ camdelta_status cd_stream_image_parse(const char *op, const cd_stream_key *key, 
   return CAMDELTA_OK;
 }
 
-camdelta_status cd_stream_read_file(const char *op, const char *path, unsigned char *buf, size_t size) {
+/* Reads n bytes from fd into buf (IO on an error or a short file). */
+static camdelta_status read_all(const char *op, const char *path, int fd, unsigned char *buf, size_t n) {
+  for (size_t got = 0; got < n;) {
+    const ssize_t r = read(fd, buf + got, n - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0)
+      return cd_fail(CAMDELTA_ERROR_IO, "%s: reading '%s': %s", op, path, r < 0 ? strerror(errno) : "file shrank");
+    got += (size_t)r;
+  }
+  return CAMDELTA_OK;
+}
+
+/* A file of another size than this stream's image: when its header is a stream image's of another configuration
+ * (another dtype sizes the look-back differently, another grid everything), that field is named (INVALID_ARGUMENT);
+ * otherwise FORMAT naming the sizes. */
+static camdelta_status other_size(const char *op, const cd_stream_key *key, const char *path, int fd, long long have,
+                                  size_t size) {
+  unsigned char head[CD_STREAM_HEADER];
+  if (key && have >= (long long)CD_STREAM_HEADER && !read_all(op, path, fd, head, sizeof head) &&
+      !check_head(op, head)) {
+    const camdelta_status st = check_config(op, key, head);
+    if (st) return st;
+  }
+  return cd_fail(CAMDELTA_ERROR_FORMAT, "%s: '%s' has %lld bytes; an image of this stream has %zu", op, path, have,
+                 size);
+}
+
+camdelta_status cd_stream_read_file(const char *op, const cd_stream_key *key, const char *path, unsigned char *buf,
+                                    size_t size) {
   const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return cd_fail(CAMDELTA_ERROR_IO, "%s: cannot open '%s': %s", op, path, strerror(errno));
   struct stat sb;
@@ -151,16 +192,9 @@ camdelta_status cd_stream_read_file(const char *op, const char *path, unsigned c
   else if (!S_ISREG(sb.st_mode))
     st = cd_fail(CAMDELTA_ERROR_FORMAT, "%s: '%s' is not a regular file", op, path);
   else if (sb.st_size < 0 || (uint64_t)sb.st_size != (uint64_t)size)
-    st = cd_fail(CAMDELTA_ERROR_FORMAT, "%s: '%s' has %lld bytes; an image of this stream has %zu", op, path,
-                 (long long)sb.st_size, size);
-  for (size_t got = 0; !st && got < size;) {
-    const ssize_t n = read(fd, buf + got, size - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0)
-      st = cd_fail(CAMDELTA_ERROR_IO, "%s: reading '%s': %s", op, path, n < 0 ? strerror(errno) : "file shrank");
-    else
-      got += (size_t)n;
-  }
+    st = other_size(op, key, path, fd, (long long)sb.st_size, size);
+  else
+    st = read_all(op, path, fd, buf, size);
   close(fd);
   return st;
 }

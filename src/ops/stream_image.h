@@ -45,6 +45,8 @@ camdelta_status cd_stream_image_parse(const char *op, const cd_stream_key *key, 
                                       uint64_t *f0, size_t *state_at, size_t *lookback_at);
 
 /** Reads the file at path, which must be a regular file of exactly `size` bytes (checked before reading), into
- *  buf. IO (cannot open or read), FORMAT (not a regular file, another size). */
-camdelta_status cd_stream_read_file(const char *op, const char *path, unsigned char *buf, size_t size);
+ *  buf. IO (cannot open or read), FORMAT (not a regular file, another size), INVALID_ARGUMENT (another size, and
+ *  the file's header is a stream image's of another configuration than key's, not NULL: the field named). */
+camdelta_status cd_stream_read_file(const char *op, const cd_stream_key *key, const char *path, unsigned char *buf,
+                                    size_t size);
 #endif

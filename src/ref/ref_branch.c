@@ -95,29 +95,37 @@ static camdelta_status check_transform(const char *op, size_t B, size_t N, size_
   return CAMDELTA_OK;
 }
 
+/* y = M·out per token (transpose: grad_out = Mᵀ·grad_y), M the transform of docs/math.md §8.5: proj_o's 4 x 4
+ * matrix on each group of 4 of the first D/2 channels, the RoPE rotation of pairs on the other D/2. `in` and `o` in
+ * y's layout (B, N, H, D) or the scan output's (B, H, D, N): out's to y's, or (transpose) y's to out's. */
+static void transform(size_t B, size_t N, size_t H, size_t D, const double *proj_o, const double *rope_cos,
+                      const double *rope_sin, int transpose, const double *in, double *o) {
+  const size_t Dh = D / 2, is = transpose ? 1 : N, os = transpose ? N : 1;
+  for (size_t b = 0; b < B; b++)
+    for (size_t h = 0; h < H; h++)
+      for (size_t n = 0; n < N; n++) {
+        const size_t tok_y = ((b * N + n) * H + h) * D, tok_out = ((b * H + h) * D) * N + n;
+        const double *x = in + (transpose ? tok_y : tok_out);
+        double *t = o + (transpose ? tok_out : tok_y);
+        const double *P = proj_o + (b * N + n) * 16, *c = rope_cos + n * Dh, *sn = rope_sin + n * Dh;
+        for (size_t d = 0; d < Dh; d++) {
+          const size_t g = d / 4, i = d % 4;
+          double acc = 0;
+          for (size_t j = 0; j < 4; j++) acc += (transpose ? P[4 * j + i] : P[4 * i + j]) * x[(4 * g + j) * is];
+          t[d * os] = acc;
+        }
+        for (size_t r = 0; r < Dh; r++)
+          t[(Dh + r) * os] = x[(Dh + r) * is] * c[r] - x[(Dh + (r ^ 1)) * is] * sn[transpose ? r ^ 1 : r];
+      }
+}
+
 camdelta_status camdelta_ref_output_transform(size_t B, size_t N, size_t H, size_t D, const double *out,
                                               const double *proj_o, const double *rope_cos, const double *rope_sin,
                                               double *y) {
   camdelta_status st = check_transform("camdelta_ref_output_transform", B, N, H, D,
                                        out && proj_o && rope_cos && rope_sin && y);
-  if (st) return st;
-  const size_t Dh = D / 2;
-  for (size_t b = 0; b < B; b++)
-    for (size_t h = 0; h < H; h++)
-      for (size_t n = 0; n < N; n++) {
-        const double *x = out + ((b * H + h) * D) * N + n; /* x[d * N] */
-        const double *P = proj_o + (b * N + n) * 16;
-        double *yo = y + ((b * N + n) * H + h) * D;
-        for (size_t d = 0; d < Dh; d++) {
-          const size_t g = d / 4, i = d % 4;
-          double acc = 0;
-          for (size_t j = 0; j < 4; j++) acc += P[4 * i + j] * x[(4 * g + j) * N];
-          yo[d] = acc;
-        }
-        for (size_t r = 0; r < Dh; r++)
-          yo[Dh + r] = x[(Dh + r) * N] * rope_cos[n * Dh + r] - x[(Dh + (r ^ 1)) * N] * rope_sin[n * Dh + r];
-      }
-  return CAMDELTA_OK;
+  if (!st) transform(B, N, H, D, proj_o, rope_cos, rope_sin, 0, out, y);
+  return st;
 }
 
 camdelta_status camdelta_ref_output_transform_backward(size_t B, size_t N, size_t H, size_t D, const double *grad_y,
@@ -125,24 +133,8 @@ camdelta_status camdelta_ref_output_transform_backward(size_t B, size_t N, size_
                                                        const double *rope_sin, double *grad_out) {
   camdelta_status st = check_transform("camdelta_ref_output_transform_backward", B, N, H, D,
                                        grad_y && proj_o && rope_cos && rope_sin && grad_out);
-  if (st) return st;
-  const size_t Dh = D / 2;
-  for (size_t b = 0; b < B; b++)
-    for (size_t h = 0; h < H; h++)
-      for (size_t n = 0; n < N; n++) {
-        const double *gy = grad_y + ((b * N + n) * H + h) * D;
-        const double *P = proj_o + (b * N + n) * 16;
-        double *go = grad_out + ((b * H + h) * D) * N + n;
-        for (size_t d = 0; d < Dh; d++) {
-          const size_t g = d / 4, j = d % 4;
-          double acc = 0;
-          for (size_t i = 0; i < 4; i++) acc += P[4 * i + j] * gy[4 * g + i];
-          go[d * N] = acc;
-        }
-        for (size_t r = 0; r < Dh; r++)
-          go[(Dh + r) * N] = gy[Dh + r] * rope_cos[n * Dh + r] - gy[Dh + (r ^ 1)] * rope_sin[n * Dh + (r ^ 1)];
-      }
-  return CAMDELTA_OK;
+  if (!st) transform(B, N, H, D, proj_o, rope_cos, rope_sin, 1, grad_y, grad_out);
+  return st;
 }
 
 /* ------------------------------------------------------------------------------------------- whole branch */

@@ -89,12 +89,8 @@ const char *cd_dtype_opts(camdelta_dtype d, char *buf) {
 }
 
 const char *camdelta_dtype_name(camdelta_dtype dtype) {
-  switch (dtype) {
-    case CAMDELTA_F32: return "f32";
-    case CAMDELTA_F16: return "f16";
-    case CAMDELTA_BF16: return "bf16";
-  }
-  return "unknown";
+  static const char *const NAMES[] = {[CAMDELTA_F32] = "f32", [CAMDELTA_F16] = "f16", [CAMDELTA_BF16] = "bf16"};
+  return CD_ENUM_NAME(NAMES, dtype);
 }
 
 size_t camdelta_dtype_size(camdelta_dtype dtype) {

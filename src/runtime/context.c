@@ -76,6 +76,39 @@ static camdelta_status finish_create(camdelta_context *ctx) {
 /* What finish_create allocated, on its failure or at destruction. */
 static void free_created(camdelta_context *ctx) {
   if (ctx->release_plans) ctx->release_plans(ctx);
+  cd_context_ext_free(ctx);
+}
+
+void *cd_context_ext(camdelta_context *ctx, const cd_context_ext_kind *kind) {
+  void *state = NULL;
+  mtx_lock(&ctx->lock);
+  for (int i = 0; i < CD_CONTEXT_EXT_SLOTS && !state; i++)
+    if (ctx->ext[i].kind == kind) {
+      state = ctx->ext[i].state;
+    } else if (!ctx->ext[i].kind) {
+      if ((state = calloc(1, kind->size))) ctx->ext[i].kind = kind, ctx->ext[i].state = state;
+      break;
+    }
+  mtx_unlock(&ctx->lock);
+  return state;
+}
+
+void *cd_context_ext_find(const camdelta_context *ctx, const cd_context_ext_kind *kind) {
+  camdelta_context *c = (camdelta_context *)ctx; /* the lock is the one mutable part of a const context */
+  void *state = NULL;
+  mtx_lock(&c->lock);
+  for (int i = 0; i < CD_CONTEXT_EXT_SLOTS && !state; i++)
+    if (c->ext[i].kind == kind) state = c->ext[i].state;
+  mtx_unlock(&c->lock);
+  return state;
+}
+
+void cd_context_ext_free(camdelta_context *ctx) {
+  for (int i = 0; i < CD_CONTEXT_EXT_SLOTS && ctx->ext[i].kind; i++) {
+    if (ctx->ext[i].kind->fini) ctx->ext[i].kind->fini(ctx->ext[i].state);
+    free(ctx->ext[i].state);
+    ctx->ext[i].kind = NULL, ctx->ext[i].state = NULL;
+  }
 }
 
 camdelta_status camdelta_context_create(camdelta_context **out, const char *selector) {

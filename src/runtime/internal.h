@@ -91,6 +91,12 @@ camdelta_status cd_check_dtype(const char *op, camdelta_dtype dtype);
  * branch on 16-bit activations (the scan is f32). Never taken from the API. */
 #define CD_SCAN_F32 0x10
 /** The raw activations' dtype of a storage code. */
+/** The name of value v of a public enum whose values are 0 .. n-1 (names[v]), "unknown" for any other: the
+ *  camdelta_*_name functions. CD_ENUM_NAME(NAMES, v) for a static array NAMES indexed by the enum's values. */
+static inline const char *cd_enum_name(int v, const char *const *names, int n) {
+  return v >= 0 && v < n && names[v] ? names[v] : "unknown";
+}
+#define CD_ENUM_NAME(names, v) cd_enum_name((int)(v), (names), (int)(sizeof(names) / sizeof((names)[0])))
 static inline camdelta_dtype cd_raw_dtype(camdelta_dtype d) { return (camdelta_dtype)((int)d & ~CD_SCAN_F32); }
 /** Bytes per element of prep's (B, H, D, N) side. */
 static inline size_t cd_scan_es(camdelta_dtype d) {
@@ -105,8 +111,6 @@ static inline camdelta_dtype cd_store_code(camdelta_dtype dtype, int scan_f32) {
 const char *cd_dtype_opts(camdelta_dtype d, char *buf);
 
 /* -------------------------------------------------------- context (context.c) */
-#define CD_TUNE_MAX_ENTRIES 48 /* lines of the tuning file (src/scan/tc_params.c): 16 head dims x 3 families */
-#define CD_TUNE_MAX_BYTES 4096 /* its size limit (48 lines of at most 40 bytes) */
 typedef struct cd_program_entry {
   char *key; /* source name + '\n' + options */
   cl_program program;
@@ -115,6 +119,7 @@ typedef struct cd_program_entry {
   struct cd_program_entry *next;
 } cd_program_entry;
 
+#define CD_CONTEXT_EXT_SLOTS 4
 struct camdelta_context {
   cl_platform_id platform;
   cl_device_id device;
@@ -131,15 +136,9 @@ struct camdelta_context {
   cd_program_entry *programs;
   camdelta_build_stats stats;
   cd_opt_values opts; /* the option registry's values (src/options/): the environment at creation, camdelta_tune_set */
-  int tc_state;     /* tensor-core feature test (src/scan/tc.c): 0 not run yet, 1 passed, 2 emulated, -1 off */
-  unsigned tc_mode; /* the value of option "scan" TC that tc_state was found for */
   int loop_state;     /* loop budget (src/runtime/loops.c): 0 not measured yet, 1 known (loop_budget) */
   size_t loop_budget; /* loop iterations a work-item may run per launch; 0: no limit seen */
   size_t loop_limit;  /* CAMDELTA_DEVICE_LIMITS loops=N: a budget emulated for tests (0: none) */
-  /* tensor-core tiles saved by `camdelta tune --save` (src/scan/tc_params.c), read once per context */
-  int tune_loaded;
-  unsigned tune_saved[CD_TUNE_MAX_ENTRIES][8]; /* family, D min, D max, WM, WN, MR, NR, KC */
-  int tune_nsaved;
   struct cd_plan_entry *plans; /* plans kept per shape class (src/runtime/plan.c), guarded by lock */
   void (*release_plans)(camdelta_context *ctx); /* set by the plan cache when it keeps a plan: frees them all with
                                                    the context (the runtime knows no plan) */
@@ -152,7 +151,27 @@ struct camdelta_context {
   int soft_fma;         /* the device has no fused multiply-add in hardware: programs built with CD_SOFT_FMA=1 */
   FILE *trace;          /* cd_trace_launches: every launch, fill and copy is written here */
   int dry_run;          /* with trace: nothing is enqueued */
+  struct {
+    const struct cd_context_ext_kind *kind;
+    void *state;
+  } ext[CD_CONTEXT_EXT_SLOTS]; /* state of the components above the runtime (cd_context_ext), guarded by lock */
 };
+
+/* ----------------------------------------------- a component's state per context (context.c)
+ * A component above the runtime (an operation, the scan engine) that keeps state per context declares one static
+ * const kind; the runtime allocates the state zeroed on first use and frees it with the context, knowing neither
+ * its fields nor its owner. */
+typedef struct cd_context_ext_kind {
+  size_t size;                /* bytes of the state */
+  void (*fini)(void *state);  /* releases what the state holds (before it is freed), or NULL */
+} cd_context_ext_kind;
+/** The context's state of `kind`, allocated zeroed on the first call; NULL when host memory is short or all
+ *  CD_CONTEXT_EXT_SLOTS slots are taken by other kinds. Takes the context's lock: not to be called with it held. */
+void *cd_context_ext(camdelta_context *ctx, const cd_context_ext_kind *kind);
+/** The context's state of `kind` if it was created, else NULL (allocates nothing). Takes the context's lock. */
+void *cd_context_ext_find(const camdelta_context *ctx, const cd_context_ext_kind *kind);
+/** Finalises and frees every state (context destruction; contexts made by hand in tests). */
+void cd_context_ext_free(camdelta_context *ctx);
 
 /* ------------------------------------------- device limits, emulated facts, launch traces (emulate.c) */
 /** Reads CAMDELTA_DEVICE_LIMITS ("local=BYTES,wg=ITEMS,cu=UNITS,loops=N,profiling=0", each optional) and lowers what the context

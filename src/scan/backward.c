@@ -27,24 +27,15 @@
 
 static const char OP[] = "camdelta_scan_backward";
 
-/* Everything a backward call runs: the backward program's tiles and its parts (the FMA gram, frames and ddecay,
- * the gradient chain), the tensor-core gram, frames and dq apply where the device has them, and the workspace.
- * Built once per (device, D, and where the tensor-core path runs, precision and 16-byte token rows, variant) and
- * kept in the context (src/runtime/plan.c). */
-typedef struct bwd_plan {
-  cd_units u; /* first: cd_units_destroy is the destructor */
-  cd_sbwd_cfg cfg;
-  char opts[256];
-  int overridden;
-  int tc, split;
-  int cpu; /* the gram, chain, frames and ddecay in their CPU forms, from u.cpu_prog */
-} bwd_plan;
+/* Everything a backward call runs (cd_bwd_units) and the workspace. Built once per (device, D, and where the
+ * tensor-core path runs, precision and 16-byte token rows, variant) and kept in the context (src/runtime/plan.c). */
+typedef cd_bwd_units bwd_plan;
 enum { WS_A, WS_W, WS_G, WS_U, WS_Z, WS_PART };
 
 /* The backward's CPU forms for head dim D: one program; the gram, the gradient chain (pair: both directions'),
  * the frames and ddecay from it. */
-camdelta_status cd_backward_cpu_parts(camdelta_context *ctx, size_t D, int pair, cd_cpu_scan *p, cd_gram *gram,
-                                      cd_chain *chain, cd_frames *frames, cd_ddecay *ddecay) {
+static camdelta_status cpu_parts(camdelta_context *ctx, size_t D, int pair, cd_cpu_scan *p, cd_gram *gram,
+                                 cd_chain *chain, cd_frames *frames, cd_ddecay *ddecay) {
   camdelta_status st = cd_scan_cpu_program(ctx, D, p);
   if (!st) st = cd_gram_build_cpu(p, gram);
   if (!st) st = cd_chain_build_cpu(p, pair ? CD_CHAIN_CPU_GRADS_PAIR : CD_CHAIN_CPU_GRADS, chain);
@@ -53,15 +44,11 @@ camdelta_status cd_backward_cpu_parts(camdelta_context *ctx, size_t D, int pair,
   return st;
 }
 
-static camdelta_status bwd_build(camdelta_context *ctx, const cd_plan_key *key, const void *arg, void **out) {
-  (void)key;
-  const cd_bwd_request *r = arg;
-  bwd_plan *pl = calloc(1, sizeof *pl);
-  if (!pl) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", OP);
+camdelta_status cd_backward_units(camdelta_context *ctx, const cd_bwd_request *r, int pair, cd_bwd_units *pl) {
   camdelta_status st = CAMDELTA_OK;
   if (r->variant == 0 && cd_scan_cpu_forms(ctx)) { /* packed clips keep the FMA forms */
     pl->cpu = 1;
-    st = cd_backward_cpu_parts(ctx, r->D, 0, &pl->u.cpu_prog, &pl->u.gram, &pl->u.chain, &pl->u.frames, &pl->u.ddecay);
+    st = cpu_parts(ctx, r->D, pair, &pl->u.cpu_prog, &pl->u.gram, &pl->u.chain, &pl->u.frames, &pl->u.ddecay);
     if (!st) snprintf(pl->opts, sizeof pl->opts, "%s", pl->u.cpu_prog.opts);
   } else if ((pl->tc = cd_tc_available(ctx))) {
     pl->split = r->prec != CAMDELTA_PRECISION_TF32;
@@ -70,9 +57,16 @@ static camdelta_status bwd_build(camdelta_context *ctx, const cd_plan_key *key, 
     if (!st) st = cd_apply_build_tc(ctx, r->D, pl->split, r->vec, 0, r->extra, &pl->u.apply);
   }
   if (!st && !pl->cpu)
-    st = cd_backward_parts(ctx, r->D, pl->tc, r->extra, 0, &pl->cfg, pl->opts, &pl->overridden,
+    st = cd_backward_parts(ctx, r->D, pl->tc, r->extra, pair, &pl->cfg, pl->opts, &pl->overridden,
                            pl->tc ? NULL : &pl->u.gram, &pl->u.chain, pl->tc ? NULL : &pl->u.frames, &pl->u.ddecay);
-  return cd_units_done(pl, st, out);
+  return st;
+}
+
+static camdelta_status bwd_build(camdelta_context *ctx, const cd_plan_key *key, const void *arg, void **out) {
+  (void)key;
+  bwd_plan *pl = calloc(1, sizeof *pl);
+  if (!pl) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", OP);
+  return cd_units_done(pl, cd_backward_units(ctx, arg, 0, pl), out);
 }
 
 camdelta_status cd_backward_acquire(camdelta_context *ctx, const cd_bwd_request *r, cd_plan_entry **e) {
@@ -150,9 +144,8 @@ static void plan_text(const bwd_plan *pl, const camdelta_scan_backward_args *a, 
 
 static camdelta_status check_describe(const camdelta_scan_backward_args *a) {
   static const char *const fn = "camdelta_scan_backward_plan_describe";
-  if (a->precision != CAMDELTA_PRECISION_EXACT && a->precision != CAMDELTA_PRECISION_TF32)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: precision %d unknown", fn, (int)a->precision);
-  camdelta_status st = cd_check_head_dim(fn, a->D);
+  camdelta_status st = cd_check_precision(fn, a->precision);
+  if (!st) st = cd_check_head_dim(fn, a->D);
   if (st) return st;
   if (!a->B || !a->H || !a->F || !a->S || a->S > UINT32_MAX || a->F > UINT32_MAX)
     return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: B=%zu H=%zu F=%zu S=%zu: each must be in [1, 2^32)", fn, a->B, a->H,
@@ -179,11 +172,8 @@ camdelta_status camdelta_scan_backward_plan_describe(camdelta_context *ctx, cons
 
 camdelta_status cd_backward_shape(const char *op, const camdelta_scan_backward_args *a, cd_fwd_sizes *z) {
   const size_t B = a->B, H = a->H, D = a->D, F = a->F, S = a->S;
-  if (a->precision != CAMDELTA_PRECISION_EXACT && a->precision != CAMDELTA_PRECISION_TF32)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
-                   "%s: precision %d unknown (expected CAMDELTA_PRECISION_EXACT or CAMDELTA_PRECISION_TF32)", op,
-                   (int)a->precision);
-  camdelta_status st = cd_check_head_dim(op, D);
+  camdelta_status st = cd_check_precision(op, a->precision);
+  if (!st) st = cd_check_head_dim(op, D);
   if (st) return st;
   if (!B || !H || !F || !S)
     return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: B=%zu, H=%zu, F=%zu, S=%zu: each must be at least 1", op, B, H, F, S);

@@ -5,6 +5,9 @@
  *                 owning CR rows (CR = 1 unless the compiled kernel allows fewer than D items): the recomputed
  *                 states, then the gradient chain
  *   grads pair    cd_pair_bwd_chain, both directions' gradient chains in one launch
+ *   CPU forms     cd_cpu_chain, cd_cpu_pair_chain, cd_cpu_grad_chain, cd_cpu_pair_grad_chain (scan_cpu.cl): the
+ *                 same arguments, groups and meaning with one work-item per group (w = 1), the whole walk in one
+ *                 launch (cd_scan_cpu_forms: no loop budget), so without the span and carry arguments
  *   summary       cd_summary_apply, one D x D step for every chain per launch, in the frame order of the summary:
  *                   T  causal X ← A_f·X for f = 0 … F−1, reverse for f = F−1 … 0, from X = I
  *                   E  causal X ← A_f·X + U_f for f = 0 … F−1, reverse for f = F−1 … 0, from X = 0 (or init)
@@ -45,13 +48,15 @@ camdelta_status cd_chain_build_summary(camdelta_context *ctx, size_t D, cd_chain
 }
 
 camdelta_status cd_chain_build_cpu(const cd_cpu_scan *p, cd_chain_form form, cd_chain *ch) {
-  *ch = (cd_chain){.form = form, .w = 1, .nj = (unsigned)(p->D / p->cb), .per = SIZE_MAX};
+  *ch = (cd_chain){.form = form, .w = 1, .nj = (unsigned)(p->D / p->cb), .cr = 1, .per = SIZE_MAX};
   const cl_kernel k = form == CD_CHAIN_CPU_STATES        ? p->chain
                       : form == CD_CHAIN_CPU_STATES_PAIR ? p->pair_chain
                       : form == CD_CHAIN_CPU_GRADS       ? p->grad_chain
                                                          : p->pair_grad_chain;
   return cd_cpu_retain(k, "the CPU chain", &ch->k);
 }
+
+static int cpu_form(const cd_chain *ch) { return ch->form >= CD_CHAIN_CPU_STATES; }
 
 camdelta_status cd_chain_budget(camdelta_context *ctx, cd_chain *ch, size_t fixed, size_t per_step, const char *what) {
   const size_t budget = cd_loop_budget(ctx);
@@ -80,163 +85,149 @@ void cd_chain_release(cd_chain *ch) {
   ch->form = CD_CHAIN_NONE;
 }
 
-/* ---------------------------------------------------------------------------------------- forward states */
+/* One launch's steps of a chain's walk: from t0, to t0 + ch->per or (last) to the walk's end, marked 0xFFFFFFFF;
+ * then the scratch `carry` where the kernel takes one (NULL: it does not). The CPU forms take neither. */
+static void arg_span(cd_args *a, const cd_chain *ch, size_t t0, int last, cl_mem carry) {
+  if (cpu_form(ch)) return;
+  cd_arg_u32(a, (uint32_t)t0);
+  cd_arg_u32(a, last ? UINT32_MAX : (uint32_t)(t0 + ch->per));
+  if (carry) cd_arg_mem(a, carry);
+}
 
-camdelta_status cd_chain_states(camdelta_context *ctx, const cd_chain *ch, const cd_scan_geo *geo,
-                                const cd_chain_states_io *io, cd_launch *l) {
-  const int cpu = ch->form == CD_CHAIN_CPU_STATES; /* the same arguments; a work-item per work-group (w = 1) */
-  if (ch->form != CD_CHAIN_STATES && !cpu) return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "the plan has no state chain");
-  if (cpu) { /* one launch (cd_scan_cpu_forms takes the CPU forms only where the walk fits the loop budget) */
-    cd_args a = {ch->k, 0, CL_SUCCESS};
-    cd_arg_buf(&a, io->A);
-    cd_arg_buf(&a, io->U);
-    cd_arg_buf(&a, io->decay);
-    cd_arg_buf(&a, io->init);
-    cd_arg_buf(&a, io->post);
-    cd_arg_buf(&a, io->pre);
-    cd_arg_buf(&a, io->final);
-    cd_arg_u32(&a, (uint32_t)geo->F);
-    cd_arg_i32(&a, io->reverse != 0);
-    cd_arg_i32(&a, io->init.mem != NULL);
-    cd_arg_i32(&a, io->pre.mem != NULL);
-    cd_arg_i32(&a, io->final.mem != NULL);
-    cd_arg_packed(&a, geo);
-    if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_cpu_chain: setting arguments");
-    const size_t one[2] = {1, 1}, gws[2] = {geo->BH, ch->nj};
-    return cd_enqueue(ctx, ch->k, 2, gws, one, l, "cd_cpu_chain");
-  }
-  /* the chain's steps (packed clips: at least every clip's) */
-  const size_t steps = geo->pk ? geo->F + 1 : io->reverse ? geo->F - 1 + (io->final.mem != NULL) : geo->F;
+/* Sets a chain kernel's arguments for the launch of steps from t0 (last: to the end) with the scratch `carry`. */
+typedef void (*walk_args)(cd_args *a, const cd_chain *ch, const cd_scan_geo *geo, const void *io, size_t t0,
+                          int last, cl_mem carry);
+
+/* A chain's walk of `steps` steps: ch->per steps per launch (one launch at least), `copies` running states per
+ * chain carried between launches through a scratch buffer; each launch's arguments from `set`, its sizes gws x lws
+ * (`dims` dimensions), `what` naming the kernel. */
+static camdelta_status walk(camdelta_context *ctx, const cd_chain *ch, const cd_scan_geo *geo, size_t steps,
+                            size_t copies, walk_args set, const void *io, cl_uint dims, const size_t *gws,
+                            const size_t *lws, const char *what, cd_launch *l) {
+  char setting[64];
+  snprintf(setting, sizeof setting, "%s: setting arguments", what);
   cl_mem carry;
-  camdelta_status st = carry_alloc(ctx, ch, geo, steps, 1, &carry);
-  for (size_t t0 = 0; (t0 < steps || !t0) && !st; t0 += ch->per) { /* one launch at least (steps may be 0) */
+  camdelta_status st = carry_alloc(ctx, ch, geo, steps, copies, &carry);
+  for (size_t t0 = 0; (t0 < steps || !t0) && !st; t0 += ch->per) {
     const int last = steps - t0 <= ch->per;
-    const camdelta_buffer in = t0 ? (camdelta_buffer){carry, 0} : io->init;
-    const camdelta_buffer fin = last ? io->final : (camdelta_buffer){carry, 0};
     cd_args a = {ch->k, 0, CL_SUCCESS};
-    CD_ARG_BUFS(&a, io->A, io->U, io->decay, in, io->post, io->pre, fin);
-    cd_arg_u32(&a, (uint32_t)geo->F);
-    cd_arg_i32(&a, io->reverse != 0);
-    cd_arg_i32(&a, in.mem != NULL);
-    cd_arg_i32(&a, io->pre.mem != NULL);
-    cd_arg_i32(&a, io->final.mem != NULL); /* the walk's length; a launch that leaves steps writes fin anyway */
-    cd_arg_u32(&a, (uint32_t)t0);
-    cd_arg_u32(&a, last ? UINT32_MAX : (uint32_t)(t0 + ch->per));
-    cd_arg_packed(&a, geo);
-    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_scan_phase_b: setting arguments");
-    const size_t lws[2] = {ch->w, 1}, gws[2] = {(size_t)ch->w * geo->BH, ch->nj};
-    if (!st) st = cd_enqueue(ctx, ch->k, 2, gws, lws, l, "cd_scan_phase_b");
+    set(&a, ch, geo, io, t0, last, carry);
+    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, setting);
+    if (!st) st = cd_enqueue(ctx, ch->k, dims, gws, lws, l, what);
     if (last) break;
   }
   if (carry) clReleaseMemObject(carry); /* in use until the launches have finished */
   return st;
 }
 
-/* The scan pair's chains in their CPU forms (states and gradients): one launch, one-item groups (2·B·H, column
- * blocks); the lead operands, the mask, each direction's optional input, its output and optional output (an absent
- * one stands in as a present buffer, never read), the frame count and the four presence flags. */
-static camdelta_status cpu_pair_chain(camdelta_context *ctx, const cd_chain *ch, const cd_scan_geo *geo,
-                                      const camdelta_buffer *lead, size_t nlead, cl_mem mask, camdelta_buffer in_c,
-                                      camdelta_buffer in_r, camdelta_buffer out_c, camdelta_buffer out_r,
-                                      camdelta_buffer opt_c, camdelta_buffer opt_r, const char *what, cd_launch *l) {
-  cd_args a = {ch->k, 0, CL_SUCCESS};
-  for (size_t i = 0; i < nlead; i++) cd_arg_buf(&a, lead[i]);
-  cd_arg_mem(&a, mask);
-  cd_arg_buf(&a, in_c.mem ? in_c : lead[0]);
-  cd_arg_buf(&a, in_r.mem ? in_r : lead[0]);
-  cd_arg_buf(&a, out_c);
-  cd_arg_buf(&a, out_r);
-  cd_arg_buf(&a, opt_c.mem ? opt_c : out_c);
-  cd_arg_buf(&a, opt_r.mem ? opt_r : out_r);
-  cd_arg_u32(&a, (uint32_t)geo->F);
-  cd_arg_i32(&a, in_c.mem != NULL);
-  cd_arg_i32(&a, in_r.mem != NULL);
-  cd_arg_i32(&a, opt_c.mem != NULL);
-  cd_arg_i32(&a, opt_r.mem != NULL);
-  if (a.err != CL_SUCCESS) {
-    char m[96];
-    snprintf(m, sizeof m, "%s: setting arguments", what);
-    return cd_cl_fail(a.err, m);
-  }
-  const size_t one[2] = {1, 1}, gws[2] = {2 * geo->BH, ch->nj};
-  return cd_enqueue(ctx, ch->k, 2, gws, one, l, what);
+/* ---------------------------------------------------------------------------------------- forward states */
+
+static void states_args(cd_args *a, const cd_chain *ch, const cd_scan_geo *geo, const void *p, size_t t0, int last,
+                        cl_mem carry) {
+  const cd_chain_states_io *io = p;
+  const camdelta_buffer in = t0 ? (camdelta_buffer){carry, 0} : io->init;
+  const camdelta_buffer fin = last ? io->final : (camdelta_buffer){carry, 0};
+  CD_ARG_BUFS(a, io->A, io->U, io->decay, in, io->post, io->pre, fin);
+  cd_arg_u32(a, (uint32_t)geo->F);
+  cd_arg_i32(a, io->reverse != 0);
+  cd_arg_i32(a, in.mem != NULL);
+  cd_arg_i32(a, io->pre.mem != NULL);
+  cd_arg_i32(a, io->final.mem != NULL); /* the walk's length; a launch that leaves steps writes fin anyway */
+  arg_span(a, ch, t0, last, NULL);
+  cd_arg_packed(a, geo);
+}
+
+camdelta_status cd_chain_states(camdelta_context *ctx, const cd_chain *ch, const cd_scan_geo *geo,
+                                const cd_chain_states_io *io, cd_launch *l) {
+  if (ch->form != CD_CHAIN_STATES && ch->form != CD_CHAIN_CPU_STATES)
+    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "the plan has no state chain");
+  /* the chain's steps (packed clips: at least every clip's); steps may be 0 */
+  const size_t steps = geo->pk ? geo->F + 1 : io->reverse ? geo->F - 1 + (io->final.mem != NULL) : geo->F;
+  const size_t lws[2] = {ch->w, 1}, gws[2] = {(size_t)ch->w * geo->BH, ch->nj};
+  return walk(ctx, ch, geo, steps, 1, states_args, io, 2, gws, lws, cpu_form(ch) ? "cd_cpu_chain" : "cd_scan_phase_b",
+              l);
+}
+
+static void states_pair_args(cd_args *a, const cd_chain *ch, const cd_scan_geo *geo, const void *p, size_t t0,
+                             int last, cl_mem carry) {
+  const cd_chain_pair_io *io = p;
+  /* each direction's state carried in its own half of the scratch */
+  const camdelta_buffer cc = {carry, 0}, cr = {carry, geo->BH * geo->D * geo->D};
+  CD_ARG_BUFS(a, io->A, io->U);
+  cd_arg_mem(a, io->mask);
+  CD_ARG_BUFS(a, t0 ? cc : io->init_c, t0 ? cr : io->init_r, io->post_c, io->post_r, last ? io->final_c : cc,
+              last ? io->final_r : cr);
+  cd_arg_u32(a, (uint32_t)geo->F);
+  cd_arg_u32(a, ch->nj);
+  cd_arg_i32(a, t0 || io->init_c.mem != NULL);
+  cd_arg_i32(a, t0 || io->init_r.mem != NULL);
+  cd_arg_i32(a, io->final_c.mem != NULL);
+  cd_arg_i32(a, io->final_r.mem != NULL);
+  arg_span(a, ch, t0, last, NULL);
 }
 
 camdelta_status cd_chain_states_pair(camdelta_context *ctx, const cd_chain *ch, const cd_scan_geo *geo,
                                      const cd_chain_pair_io *io, cd_launch *l) {
-  if (ch->form == CD_CHAIN_CPU_STATES_PAIR) { /* decay is not read (no pre) */
-    const camdelta_buffer lead[] = {io->A, io->U, io->A};
-    return cpu_pair_chain(ctx, ch, geo, lead, 3, io->mask, io->init_c, io->init_r, io->post_c, io->post_r,
-                          io->final_c, io->final_r, "cd_cpu_pair_chain", l);
-  }
-  if (ch->form != CD_CHAIN_STATES_PAIR) return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "the plan has no pair chain");
-  /* either chain's steps at most; each direction's state carried in its own half of the scratch */
-  const size_t steps = geo->F, half = geo->BH * geo->D * geo->D; /* elements */
-  cl_mem carry;
-  camdelta_status st = carry_alloc(ctx, ch, geo, steps, 2, &carry);
-  for (size_t t0 = 0; t0 < steps && !st; t0 += ch->per) {
-    const int last = steps - t0 <= ch->per;
-    const camdelta_buffer cc = {carry, 0}, cr = {carry, half};
-    cd_args a = {ch->k, 0, CL_SUCCESS};
-    CD_ARG_BUFS(&a, io->A, io->U);
-    cd_arg_mem(&a, io->mask);
-    CD_ARG_BUFS(&a, t0 ? cc : io->init_c, t0 ? cr : io->init_r, io->post_c, io->post_r, last ? io->final_c : cc,
-                last ? io->final_r : cr);
-    cd_arg_u32(&a, (uint32_t)geo->F);
-    cd_arg_u32(&a, ch->nj);
-    cd_arg_i32(&a, t0 || io->init_c.mem != NULL);
-    cd_arg_i32(&a, t0 || io->init_r.mem != NULL);
-    cd_arg_i32(&a, io->final_c.mem != NULL);
-    cd_arg_i32(&a, io->final_r.mem != NULL);
-    cd_arg_u32(&a, (uint32_t)t0);
-    cd_arg_u32(&a, last ? UINT32_MAX : (uint32_t)(t0 + ch->per));
-    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_pair_phase_b: setting arguments");
-    const size_t lws[2] = {ch->w, 1}, gws[2] = {(size_t)ch->w * geo->BH, 2 * (size_t)ch->nj};
-    if (!st) st = cd_enqueue(ctx, ch->k, 2, gws, lws, l, "cd_pair_phase_b");
-  }
-  if (carry) clReleaseMemObject(carry);
-  return st;
+  if (ch->form != CD_CHAIN_STATES_PAIR && ch->form != CD_CHAIN_CPU_STATES_PAIR)
+    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "the plan has no pair chain");
+  /* either chain's steps at most */
+  const size_t lws[2] = {ch->w, 1}, gws[2] = {(size_t)ch->w * geo->BH, 2 * (size_t)ch->nj};
+  return walk(ctx, ch, geo, geo->F, 2, states_pair_args, io, 2, gws, lws,
+              cpu_form(ch) ? "cd_cpu_pair_chain" : "cd_pair_phase_b", l);
 }
 
 /* ------------------------------------------------------------------------------------------- gradients */
 
-camdelta_status cd_chain_grads(camdelta_context *ctx, const cd_chain *ch, const cd_scan_geo *geo,
-                               const cd_chain_grads_io *io, cd_launch *l) {
-  const int cpu = ch->form == CD_CHAIN_CPU_GRADS; /* the same arguments; groups (chain, column block) of one item */
-  if (ch->form != CD_CHAIN_GRADS && !cpu)
-    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "the plan has no gradient chain");
+static void grads_args(cd_args *a, const cd_chain *ch, const cd_scan_geo *geo, const void *p, size_t u0, int last,
+                       cl_mem carry) {
+  const cd_chain_grads_io *io = p;
   /* absent optional tensors: a valid buffer that is never read or written */
   const camdelta_buffer init = io->init.mem ? io->init : io->A, gf = io->gfinal.mem ? io->gfinal : io->A;
   const camdelta_buffer dinit = io->dinit.mem ? io->dinit : io->G;
-  if (cpu) { /* one launch (cd_scan_cpu_forms: the walk fits the loop budget) */
-    const camdelta_buffer lead[] = {io->A, io->W};
-    return cpu_pair_chain(ctx, ch, geo, lead, 2, io->mask, io->gfinal_c, io->gfinal_r, io->G_c, io->G_r, io->dinit_c,
-                          io->dinit_r, "cd_cpu_pair_grad_chain", l);
-  }
-  const size_t steps = geo->F;
-  cl_mem carry;
-  camdelta_status st = carry_alloc(ctx, ch, geo, steps, 2, &carry);
-  for (size_t u0 = 0; u0 < steps && !st; u0 += ch->per) {
-    const int last = steps - u0 <= ch->per;
-    cd_args a = {ch->k, 0, CL_SUCCESS};
-    CD_ARG_BUFS(&a, io->A, io->W);
-    cd_arg_mem(&a, io->mask);
-    CD_ARG_BUFS(&a, io->gfinal_c.mem ? io->gfinal_c : io->A, io->gfinal_r.mem ? io->gfinal_r : io->A, io->G_c, io->G_r,
-                io->dinit_c.mem ? io->dinit_c : io->G_c, io->dinit_r.mem ? io->dinit_r : io->G_r);
-    cd_arg_u32(&a, (uint32_t)geo->F);
-    cd_arg_i32(&a, io->gfinal_c.mem != NULL);
-    cd_arg_i32(&a, io->gfinal_r.mem != NULL);
-    cd_arg_i32(&a, io->dinit_c.mem != NULL);
-    cd_arg_i32(&a, io->dinit_r.mem != NULL);
-    cd_arg_u32(&a, (uint32_t)u0);
-    cd_arg_u32(&a, last ? UINT32_MAX : (uint32_t)(u0 + ch->per));
-    cd_arg_mem(&a, carry ? carry : io->A.mem); /* the carry (a launch that leaves no steps never uses it) */
-    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_pair_bwd_chain: setting arguments");
-    const size_t lws = ch->w, gws = 2 * geo->BH * ch->nj * lws;
-    if (!st) st = cd_enqueue(ctx, ch->k, 1, &gws, &lws, l, "cd_pair_bwd_chain");
-  }
-  if (carry) clReleaseMemObject(carry);
-  return st;
+  CD_ARG_BUFS(a, io->A, io->W, io->U.mem ? io->U : io->A, io->recompute ? io->states : io->G, init, gf, io->G,
+              dinit);
+  cd_arg_u32(a, (uint32_t)geo->F);
+  cd_arg_i32(a, io->reverse != 0);
+  cd_arg_i32(a, io->recompute != 0);
+  cd_arg_i32(a, io->init.mem != NULL);
+  cd_arg_i32(a, io->gfinal.mem != NULL);
+  cd_arg_i32(a, io->dinit.mem != NULL);
+  arg_span(a, ch, u0, last, carry ? carry : io->A.mem); /* the carry (a launch that leaves no steps never uses it) */
+  cd_arg_packed(a, geo);
+}
+
+camdelta_status cd_chain_grads(camdelta_context *ctx, const cd_chain *ch, const cd_scan_geo *geo,
+                               const cd_chain_grads_io *io, cd_launch *l) {
+  if (ch->form != CD_CHAIN_GRADS && ch->form != CD_CHAIN_CPU_GRADS)
+    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "the plan has no gradient chain");
+  const size_t steps = (io->recompute ? geo->F : 0) + geo->F; /* at least every chain's */
+  const size_t lws = ch->w, gws = geo->BH * ch->nj * lws;
+  return walk(ctx, ch, geo, steps, 1, grads_args, io, 1, &gws, &lws,
+              cpu_form(ch) ? "cd_cpu_grad_chain" : "cd_scan_bwd_chain", l);
+}
+
+static void grads_pair_args(cd_args *a, const cd_chain *ch, const cd_scan_geo *geo, const void *p, size_t u0,
+                            int last, cl_mem carry) {
+  const cd_chain_grads_pair_io *io = p;
+  CD_ARG_BUFS(a, io->A, io->W);
+  cd_arg_mem(a, io->mask);
+  CD_ARG_BUFS(a, io->gfinal_c.mem ? io->gfinal_c : io->A, io->gfinal_r.mem ? io->gfinal_r : io->A, io->G_c, io->G_r,
+              io->dinit_c.mem ? io->dinit_c : io->G_c, io->dinit_r.mem ? io->dinit_r : io->G_r);
+  cd_arg_u32(a, (uint32_t)geo->F);
+  cd_arg_i32(a, io->gfinal_c.mem != NULL);
+  cd_arg_i32(a, io->gfinal_r.mem != NULL);
+  cd_arg_i32(a, io->dinit_c.mem != NULL);
+  cd_arg_i32(a, io->dinit_r.mem != NULL);
+  arg_span(a, ch, u0, last, carry ? carry : io->A.mem); /* the carry (a launch that leaves no steps never uses it) */
+}
+
+camdelta_status cd_chain_grads_pair(camdelta_context *ctx, const cd_chain *ch, const cd_scan_geo *geo,
+                                    const cd_chain_grads_pair_io *io, cd_launch *l) {
+  if (ch->form != CD_CHAIN_GRADS_PAIR && ch->form != CD_CHAIN_CPU_GRADS_PAIR)
+    return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "the plan has no pair gradient chain");
+  const size_t lws = ch->w, gws = 2 * geo->BH * ch->nj * lws;
+  return walk(ctx, ch, geo, geo->F, 2, grads_pair_args, io, 1, &gws, &lws,
+              cpu_form(ch) ? "cd_cpu_pair_grad_chain" : "cd_pair_bwd_chain", l);
 }
 
 /* ------------------------------------------------------------------------------------------- summaries */

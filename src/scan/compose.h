@@ -83,14 +83,25 @@ typedef struct cd_bwd_request {
   const char *extra;
 } cd_bwd_request;
 camdelta_status cd_backward_acquire(camdelta_context *ctx, const cd_bwd_request *r, cd_plan_entry **e);
+/** A backward's units for r: the CPU forms' gram, gradient chain, frames and ddecay where cd_scan_cpu_forms()
+ *  says (cpu; not for packed clips), else the tensor-core gram, frames and dq apply where the device has them (tc;
+ *  split: at the exact precision), else the FMA gram and frames; the gradient chain (pair: both directions' in one launch)
+ *  and ddecay, with the backward program's tiles (cfg, its build options opts, overridden: by option "scan_bwd").
+ *  The plan of camdelta_scan_backward, and the first part of the scan pair's backward plan (pair.c). */
+typedef struct cd_bwd_units {
+  cd_units u; /* first: cd_units_destroy is the destructor */
+  cd_sbwd_cfg cfg;
+  char opts[256];
+  int overridden;
+  int tc, split;
+  int cpu; /* the gram, chain, frames and ddecay in their CPU forms, from u.cpu_prog */
+} cd_bwd_units;
+camdelta_status cd_backward_units(camdelta_context *ctx, const cd_bwd_request *r, int pair, cd_bwd_units *pl);
 /** The grams of a backward: W, and A unless `A_given` (the forward's), and U where need_u (the state chain
  *  recomputes the states, or the caller wants the summaries). */
 camdelta_status cd_backward_gram(camdelta_context *ctx, cd_plan_entry *e, const cd_scan_geo *geo,
                                  const camdelta_scan_backward_args *p, camdelta_buffer A, int A_given,
                                  camdelta_buffer U, int need_u, camdelta_buffer W, cd_launch *l);
-/** The backward's CPU forms for head dim D (pair: the pair's gradient chain): the program into p, and its units. */
-camdelta_status cd_backward_cpu_parts(camdelta_context *ctx, size_t D, int pair, cd_cpu_scan *p, cd_gram *gram,
-                                      cd_chain *chain, cd_frames *frames, cd_ddecay *ddecay);
 /** The rest of a backward from its grams: states from the saved object (or recomputed from A, U when `states` is
  *  NULL mem, into the workspace). */
 camdelta_status cd_backward_rest(camdelta_context *ctx, cd_plan_entry *e, const cd_scan_geo *geo,

@@ -6,6 +6,13 @@
 #define CAMDELTA_SCAN_ENGINE_H
 #include "runtime/internal.h"
 
+/* ---------------------------------------------------------------------------------- argument checks */
+
+/** INVALID_ARGUMENT naming op, the value and the known ones where `alg` is not a camdelta_scan_algorithm (names.c). */
+camdelta_status cd_check_algorithm(const char *op, camdelta_scan_algorithm alg);
+/** The same for a camdelta_precision. */
+camdelta_status cd_check_precision(const char *op, camdelta_precision prec);
+
 /* ------------------------------------------------------------------------------------------- warm-up */
 
 /** Build (or load) both scan-forward algorithms' kernels as a call with B*H = BH, head dim D and S tokens per frame

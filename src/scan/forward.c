@@ -113,16 +113,9 @@ static int overlaps(camdelta_buffer a, size_t na, camdelta_buffer b, size_t nb) 
 }
 
 camdelta_status cd_forward_shape(const char *op, const camdelta_scan_args *p, cd_fwd_sizes *z) {
-  if (p->algorithm != CAMDELTA_SCAN_AUTO && p->algorithm != CAMDELTA_SCAN_SEQUENTIAL &&
-      p->algorithm != CAMDELTA_SCAN_CHUNKWISE)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
-                   "%s: algorithm %d unknown (expected CAMDELTA_SCAN_AUTO, SEQUENTIAL or CHUNKWISE)", op,
-                   (int)p->algorithm);
-  if (p->precision != CAMDELTA_PRECISION_EXACT && p->precision != CAMDELTA_PRECISION_TF32)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT,
-                   "%s: precision %d unknown (expected CAMDELTA_PRECISION_EXACT or CAMDELTA_PRECISION_TF32)", op,
-                   (int)p->precision);
-  camdelta_status st = cd_check_head_dim(op, p->D);
+  camdelta_status st = cd_check_algorithm(op, p->algorithm);
+  if (!st) st = cd_check_precision(op, p->precision);
+  if (!st) st = cd_check_head_dim(op, p->D);
   if (st) return st;
   const size_t B = p->B, H = p->H, D = p->D, F = p->F, S = p->S;
   if (!B || !H || !F || !S)
@@ -421,12 +414,9 @@ camdelta_status camdelta_scan_plan_describe(camdelta_context *ctx, const camdelt
   static const char *const fn = "camdelta_scan_plan_describe";
   if (!ctx || !args || !buf)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", fn, !ctx ? "ctx" : !args ? "args" : "buf");
-  if (args->algorithm != CAMDELTA_SCAN_AUTO && args->algorithm != CAMDELTA_SCAN_SEQUENTIAL &&
-      args->algorithm != CAMDELTA_SCAN_CHUNKWISE)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: algorithm %d unknown", fn, (int)args->algorithm);
-  if (args->precision != CAMDELTA_PRECISION_EXACT && args->precision != CAMDELTA_PRECISION_TF32)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: precision %d unknown", fn, (int)args->precision);
-  camdelta_status st = cd_check_head_dim(fn, args->D);
+  camdelta_status st = cd_check_algorithm(fn, args->algorithm);
+  if (!st) st = cd_check_precision(fn, args->precision);
+  if (!st) st = cd_check_head_dim(fn, args->D);
   if (st) return st;
   if (!args->B || !args->H || !args->F || !args->S || args->S > UINT32_MAX || args->F > UINT32_MAX)
     return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: B=%zu H=%zu F=%zu S=%zu: each must be in [1, 2^32)", fn, args->B,

@@ -27,6 +27,7 @@
 
 #include "camdelta_packed.h"
 #include "scan/compose.h"
+#include "scan/engine.h"
 
 /* The native path's table of one call (cl/common.cl, CD_PACKED). */
 typedef struct cd_packed_run {
@@ -275,11 +276,8 @@ static camdelta_status fwd_check(cd_call *c) {
   const char *op = c->entry->op;
   camdelta_status st = check_geometry(op, c->second, p->B, p->S, p->F, p->H, p->D, &s->g);
   if (st) return st;
-  if (p->algorithm != CAMDELTA_SCAN_AUTO && p->algorithm != CAMDELTA_SCAN_SEQUENTIAL &&
-      p->algorithm != CAMDELTA_SCAN_CHUNKWISE)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: algorithm %d unknown", op, (int)p->algorithm);
-  if (p->precision != CAMDELTA_PRECISION_EXACT && p->precision != CAMDELTA_PRECISION_TF32)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: precision %d unknown", op, (int)p->precision);
+  if ((st = cd_check_algorithm(op, p->algorithm))) return st;
+  if ((st = cd_check_precision(op, p->precision))) return st;
   const cd_fwd_sizes z = pk_sizes(&s->g);
   cd_forward_set_uses(c, &z);
   return CAMDELTA_OK;
@@ -381,8 +379,7 @@ static camdelta_status bwd_check(cd_call *c) {
   const char *op = c->entry->op;
   camdelta_status st = check_geometry(op, c->second, p->B, p->S, p->F, p->H, p->D, &s->g);
   if (st) return st;
-  if (p->precision != CAMDELTA_PRECISION_EXACT && p->precision != CAMDELTA_PRECISION_TF32)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: precision %d unknown", op, (int)p->precision);
+  if ((st = cd_check_precision(op, p->precision))) return st;
   const pk_geo *g = &s->g;
   const size_t H = g->H, D = g->D;
   s->native = !saved || (saved->valid && saved->S == 0);

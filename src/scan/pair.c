@@ -205,46 +205,20 @@ static const char BOP[] = "cd_scan_pair_backward";
 /* The backward pair's plan: the backward program's parts with its tiles for D (the frames kernel leaving dq to the
  * tensor-core apply where the device has one), the pair's gradient chain, the tensor-core gram, frames and apply,
  * the elementwise pieces, and the workspace. */
-typedef struct pair_bwd_plan {
-  cd_units u; /* first: cd_units_destroy is the destructor */
-  cd_sbwd_cfg cfg;
-  char opts[256];
-  int tc;
-} pair_bwd_plan;
+typedef cd_bwd_units pair_bwd_plan;
 enum { PB_A, PB_W, PB_GC, PB_GR, PB_PART, PB_SUM, PB_DQ, PB_DK, PB_DV };
 
-typedef struct pair_bwd_request {
-  size_t D;
-  camdelta_precision prec;
-  int vec;
-} pair_bwd_request;
-
+/* The backward's units with the pair's gradient chain, and the elementwise pieces. */
 static camdelta_status pair_bwd_build(camdelta_context *ctx, const cd_plan_key *key, const void *arg, void **out) {
   (void)key;
-  const pair_bwd_request *r = arg;
   pair_bwd_plan *pl = calloc(1, sizeof *pl);
   if (!pl) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", BOP);
-  const int cpu = cd_scan_cpu_forms(ctx);
-  pl->tc = !cpu && cd_tc_available(ctx);
-  const int split = r->prec != CAMDELTA_PRECISION_TF32;
-  int overridden;
-  camdelta_status st = CAMDELTA_OK;
-  if (cpu) {
-    st = cd_backward_cpu_parts(ctx, r->D, 1, &pl->u.cpu_prog, &pl->u.gram, &pl->u.chain, &pl->u.frames, &pl->u.ddecay);
-    if (!st) snprintf(pl->opts, sizeof pl->opts, "cpu forms: %s", pl->u.cpu_prog.opts);
-  } else if (pl->tc) {
-    st = cd_gram_build_tc(ctx, r->D, split, r->vec, "", &pl->u.gram);
-    if (!st) st = cd_apply_build_tc(ctx, r->D, split, r->vec, 0, "", &pl->u.apply);
-    if (!st) st = cd_frames_build_tc(ctx, r->D, split, r->vec, "", &pl->u.frames);
-  }
-  if (!st && !cpu)
-    st = cd_backward_parts(ctx, r->D, pl->tc, "", 1, &pl->cfg, pl->opts, &overridden, pl->tc ? NULL : &pl->u.gram,
-                           &pl->u.chain, pl->tc ? NULL : &pl->u.frames, &pl->u.ddecay);
+  camdelta_status st = cd_backward_units(ctx, arg, 1, pl);
   if (!st) st = cd_pieces_build(ctx, &pl->u.pieces);
   return cd_units_done(pl, st, out);
 }
 
-static camdelta_status pair_bwd_acquire(camdelta_context *ctx, const pair_bwd_request *r, cd_plan_entry **e) {
+static camdelta_status pair_bwd_acquire(camdelta_context *ctx, const cd_bwd_request *r, cd_plan_entry **e) {
   cd_plan_key key;
   memset(&key, 0, sizeof key);
   key.op = CD_PLAN_PAIR_BACKWARD;
@@ -271,9 +245,8 @@ static camdelta_status check_saved(const camdelta_scan_saved *s, int reverse, co
 camdelta_status cd_scan_pair_backward(camdelta_context *ctx, const cd_scan_pair_bwd_args *a,
                                       const camdelta_scan_saved *saved_c, const camdelta_scan_saved *saved_r) {
   if (!ctx || !a) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: '%s' is NULL", BOP, ctx ? "args" : "ctx");
-  if (a->precision != CAMDELTA_PRECISION_EXACT && a->precision != CAMDELTA_PRECISION_TF32)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: precision %d unknown", BOP, (int)a->precision);
-  camdelta_status st = cd_check_head_dim(BOP, a->D);
+  camdelta_status st = cd_check_precision(BOP, a->precision);
+  if (!st) st = cd_check_head_dim(BOP, a->D);
   if (st) return st;
   const size_t B = a->B, H = a->H, D = a->D, F = a->F, S = a->S;
   if (!B || !H || !F || !S || F > UINT32_MAX || S > UINT32_MAX)
@@ -314,14 +287,18 @@ camdelta_status cd_scan_pair_backward(camdelta_context *ctx, const cd_scan_pair_
   /* build everything before enqueuing anything */
   const size_t offs[9] = {a->q.offset,  a->k.offset,  a->v.offset,        a->beta.offset, a->dq.offset,
                           a->dk.offset, a->grad_out.offset, a->dv.offset, a->beta_r.offset};
-  const pair_bwd_request r = {.D = D, .prec = a->precision, .vec = cd_tc_vec_ok(S, offs, 9)};
+  const cd_bwd_request r = {.D = D, .prec = a->precision, .vec = cd_tc_vec_ok(S, offs, 9), .variant = 0, .extra = ""};
   cd_plan_entry *e;
   if ((st = pair_bwd_acquire(ctx, &r, &e))) return st;
   pair_bwd_plan *pl = e->plan;
   const int tc = pl->tc;
   if (cd_option(ctx, CD_OPT_VERBOSE_SCAN, CAMDELTA_F32))
     fprintf(stderr, "camdelta scan pair backward: %s: %s\n",
-            !tc ? "fma" : r.prec == CAMDELTA_PRECISION_TF32 ? "tensor cores, tf32" : "tensor cores, exact", pl->opts);
+            pl->cpu                               ? "cpu forms"
+            : !tc                                 ? "fma"
+            : r.prec == CAMDELTA_PRECISION_TF32 ? "tensor cores, tf32"
+                                                  : "tensor cores, exact",
+            pl->opts);
   const cd_scan_geo geo = cd_scan_geo_fixed(B, H, D, F, S);
   const size_t ntiles = cd_frames_tiles(&pl->u.frames, S), fbytes = BHF * D * D * sizeof(float);
   const int reuse_a = saved_c->has_a; /* the causal A_f as the forward's gram computed it */
@@ -379,7 +356,7 @@ camdelta_status cd_scan_pair_warm(camdelta_context *ctx, size_t BH, size_t D, si
   camdelta_status st = CAMDELTA_OK;
   for (int prec = CAMDELTA_PRECISION_EXACT; prec <= CAMDELTA_PRECISION_TF32 && !st; prec++) {
     const pair_request r = {.BH = BH, .D = D, .S = S, .prec = (camdelta_precision)prec, .vec = S % 4 == 0};
-    const pair_bwd_request rb = {.D = D, .prec = (camdelta_precision)prec, .vec = S % 4 == 0};
+    const cd_bwd_request rb = {.D = D, .prec = (camdelta_precision)prec, .vec = S % 4 == 0, .variant = 0, .extra = ""};
     cd_plan_entry *e;
     if (!(st = pair_acquire(ctx, &r, &e))) cd_plan_release(ctx, e);
     if (!st && !(st = pair_bwd_acquire(ctx, &rb, &e))) cd_plan_release(ctx, e);

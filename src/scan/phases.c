@@ -33,14 +33,6 @@ static camdelta_status slot(camdelta_scan_frames *fr, int i, size_t bytes, camde
   return st;
 }
 
-/* The frames argument of a call on ctx. */
-static camdelta_status check_frames(const char *op, const camdelta_context *ctx, const camdelta_scan_frames *fr) {
-  if (!fr) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'frames' is NULL", op);
-  if (fr->ctx != ctx)
-    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'frames' was created for another context", op);
-  return CAMDELTA_OK;
-}
-
 /* A rest half's frames: a gram of this direction (backward or forward) of the same call (shape, direction,
  * precision, saved object). */
 static camdelta_status check_same(const char *op, const camdelta_scan_frames *fr, int backward, size_t B, size_t H,
@@ -81,6 +73,16 @@ typedef struct phase_call {
   cd_plan_entry *e;
 } phase_call;
 
+/* The first check of every phase: the call's frames object, of the call's context. */
+static camdelta_status check_frames(const cd_call *c) {
+  const camdelta_scan_frames *fr = ((const phase_call *)c->op)->frames;
+  const char *op = c->entry->op;
+  if (!fr) return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'frames' is NULL", op);
+  if (fr->ctx != c->ctx)
+    return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'frames' was created for another context", op);
+  return CAMDELTA_OK;
+}
+
 static camdelta_status phase_end(cd_call *c, camdelta_status st) {
   phase_call *s = c->op;
   if (s->e) cd_plan_release(c->ctx, s->e);
@@ -97,8 +99,7 @@ static camdelta_status run(const cd_entry *entry, camdelta_context *ctx, const v
 /* --------------------------------------------------------------------------------------------- forward */
 
 static camdelta_status forward_uses(cd_call *c) {
-  phase_call *s = c->op;
-  camdelta_status st = check_frames(c->entry->op, c->ctx, s->frames);
+  const camdelta_status st = check_frames(c);
   return st ? st : cd_forward_uses(c);
 }
 
@@ -204,8 +205,7 @@ camdelta_status camdelta_scan_forward_rest(camdelta_context *ctx, const camdelta
 /* -------------------------------------------------------------------------------------------- backward */
 
 static camdelta_status backward_uses(cd_call *c) {
-  phase_call *s = c->op;
-  camdelta_status st = check_frames(c->entry->op, c->ctx, s->frames);
+  const camdelta_status st = check_frames(c);
   return st ? st : cd_backward_uses(c);
 }
 
@@ -300,7 +300,7 @@ static camdelta_status summary_uses(cd_call *c) {
   const camdelta_scan_frames *fr = ((phase_call *)c->op)->frames;
   const camdelta_frames_summary_args *a = c->args;
   const char *op = c->entry->op;
-  const camdelta_status st = check_frames(op, c->ctx, fr);
+  const camdelta_status st = check_frames(c);
   if (st) return st;
   if (!fr->valid || ((a->T.mem || a->E.mem || a->G.mem) && !fr->has[CD_FR_A]))
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: 'frames' holds no per-frame matrices (%s)", op,

@@ -66,9 +66,17 @@ static camdelta_status sm_run(camdelta_context *ctx, sm_plan *pl, const cd_scan_
 
 /* ------------------------------------------------------------------------------------------ checks */
 
-/* The sizes of a summary's tensors (elements) from its shape (cd_fwd_sizes' meaning). */
-static camdelta_status check_shape(const char *op, size_t B, size_t H, size_t D, size_t F, size_t S,
-                                   cd_fwd_sizes *z) {
+/* One call of an entry (the steps of src/runtime/driver.c): the head dim its check step found, and the summaries'
+ * plan for it, held from the plan step to the end step. */
+typedef struct sm_call {
+  size_t D;
+  cd_plan_entry *e;
+} sm_call;
+
+/* The sizes of a summary's tensors (elements) from its shape (cd_fwd_sizes' meaning); keeps D for the plan step. */
+static camdelta_status check_shape(cd_call *c, size_t B, size_t H, size_t D, size_t F, size_t S, cd_fwd_sizes *z) {
+  const char *op = c->entry->op;
+  ((sm_call *)c->op)->D = D;
   camdelta_status st = cd_check_head_dim(op, D);
   if (st) return st;
   if (!B || !H || !F || !S)
@@ -88,7 +96,10 @@ static camdelta_status check_shape(const char *op, size_t B, size_t H, size_t D,
   return CAMDELTA_OK;
 }
 
-static camdelta_status check_states(const char *op, size_t B, size_t H, size_t D, size_t *n_state) {
+/* The elements of a (B, H, D, D) state; keeps D for the plan step. */
+static camdelta_status check_states(cd_call *c, size_t B, size_t H, size_t D, size_t *n_state) {
+  const char *op = c->entry->op;
+  ((sm_call *)c->op)->D = D;
   camdelta_status st = cd_check_head_dim(op, D);
   if (st) return st;
   if (!B || !H) return cd_fail(CAMDELTA_ERROR_SHAPE, "%s: B=%zu, H=%zu: each must be at least 1", op, B, H);
@@ -103,20 +114,25 @@ static void use(cd_call *c, int i, cd_need need, size_t elems) {
   c->use[i] = (cd_use){.need = need, .elems = elems, .es = 4};
 }
 
-/* The entries (the steps of src/runtime/driver.c) hold the summaries' plan from the plan step to the end step. */
+/* The plan step of every entry. */
+static camdelta_status sm_plan_step(cd_call *c) {
+  sm_call *s = c->op;
+  return cd_summary_acquire(c->ctx, s->D, &s->e);
+}
+
 static camdelta_status sm_end_step(cd_call *c, camdelta_status st) {
-  cd_plan_entry **e = c->op;
-  if (*e) cd_plan_release(c->ctx, *e);
+  sm_call *s = c->op;
+  if (s->e) cd_plan_release(c->ctx, s->e);
   return st;
 }
 
 static camdelta_status run(const cd_entry *entry, camdelta_context *ctx, const void *args) {
-  cd_plan_entry *e = NULL;
-  cd_call c = {.entry = entry, .ctx = ctx, .args = args, .op = &e};
+  sm_call s = {.D = 0, .e = NULL};
+  cd_call c = {.entry = entry, .ctx = ctx, .args = args, .op = &s};
   return cd_run_entry(&c);
 }
 
-static sm_plan *plan_of(const cd_call *c) { return (*(cd_plan_entry **)c->op)->plan; }
+static sm_plan *plan_of(const cd_call *c) { return ((const sm_call *)c->op)->e->plan; }
 
 /* -------------------------------------------------------------------------------------- forward */
 
@@ -128,7 +144,7 @@ static const cd_slot SUMMARY_SLOTS[] = {SS(k, CD_IN),          SS(v, CD_IN),    
 static camdelta_status summary_check(cd_call *c) {
   const camdelta_scan_summary_args *p = c->args;
   cd_fwd_sizes z;
-  const camdelta_status st = check_shape(c->entry->op, p->B, p->H, p->D, p->F, p->S, &z);
+  const camdelta_status st = check_shape(c, p->B, p->H, p->D, p->F, p->S, &z);
   if (st) return st;
   if (!p->T.mem && !p->E.mem)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: neither output 'T' nor 'E' is given", c->entry->op);
@@ -140,10 +156,6 @@ static camdelta_status summary_check(cd_call *c) {
   return CAMDELTA_OK;
 }
 
-static camdelta_status summary_plan(cd_call *c) {
-  return cd_summary_acquire(c->ctx, ((const camdelta_scan_summary_args *)c->args)->D, c->op);
-}
-
 static camdelta_status summary_enqueue(cd_call *c, cd_launch *l) {
   const camdelta_scan_summary_args *p = c->args;
   const cd_scan_geo geo = cd_scan_geo_fixed(p->B, p->H, p->D, p->F, p->S);
@@ -153,7 +165,7 @@ static camdelta_status summary_enqueue(cd_call *c, cd_launch *l) {
 }
 
 static const cd_entry SUMMARY = CD_ENTRY("camdelta_scan_summary", camdelta_scan_summary_args, SUMMARY_SLOTS,
-                                         summary_check, summary_plan, summary_enqueue, sm_end_step);
+                                         summary_check, sm_plan_step, summary_enqueue, sm_end_step);
 
 camdelta_status camdelta_scan_summary(camdelta_context *ctx, const camdelta_scan_summary_args *p) {
   return run(&SUMMARY, ctx, p);
@@ -171,7 +183,7 @@ static const cd_slot GRAD_SLOTS[] = {SG(q, CD_IN),        SG(k, CD_IN),
 static camdelta_status grad_check(cd_call *c) {
   const camdelta_scan_grad_summary_args *p = c->args;
   cd_fwd_sizes z;
-  const camdelta_status st = check_shape(c->entry->op, p->B, p->H, p->D, p->F, p->S, &z);
+  const camdelta_status st = check_shape(c, p->B, p->H, p->D, p->F, p->S, &z);
   if (st) return st;
   use(c, 0, CD_REQUIRED, z.tok);
   use(c, 1, CD_REQUIRED, z.tok);
@@ -183,10 +195,6 @@ static camdelta_status grad_check(cd_call *c) {
   return CAMDELTA_OK;
 }
 
-static camdelta_status grad_plan(cd_call *c) {
-  return cd_summary_acquire(c->ctx, ((const camdelta_scan_grad_summary_args *)c->args)->D, c->op);
-}
-
 static camdelta_status grad_enqueue(cd_call *c, cd_launch *l) {
   const camdelta_scan_grad_summary_args *p = c->args;
   const cd_scan_geo geo = cd_scan_geo_fixed(p->B, p->H, p->D, p->F, p->S);
@@ -196,7 +204,7 @@ static camdelta_status grad_enqueue(cd_call *c, cd_launch *l) {
 }
 
 static const cd_entry GRAD_SUMMARY = CD_ENTRY("camdelta_scan_grad_summary", camdelta_scan_grad_summary_args,
-                                              GRAD_SLOTS, grad_check, grad_plan, grad_enqueue, sm_end_step);
+                                              GRAD_SLOTS, grad_check, sm_plan_step, grad_enqueue, sm_end_step);
 
 camdelta_status camdelta_scan_grad_summary(camdelta_context *ctx, const camdelta_scan_grad_summary_args *p) {
   return run(&GRAD_SUMMARY, ctx, p);
@@ -213,17 +221,13 @@ static const cd_slot APPLY_SLOTS[] = {
 static camdelta_status apply_check(cd_call *c) {
   const camdelta_summary_apply_args *p = c->args;
   size_t ns;
-  const camdelta_status st = check_states(c->entry->op, p->B, p->H, p->D, &ns);
+  const camdelta_status st = check_states(c, p->B, p->H, p->D, &ns);
   if (st) return st;
   use(c, 0, CD_REQUIRED, ns);
   use(c, 1, CD_OPTIONAL, ns);
   use(c, 2, CD_OPTIONAL, ns);
   use(c, 3, CD_REQUIRED, ns);
   return CAMDELTA_OK;
-}
-
-static camdelta_status apply_plan(cd_call *c) {
-  return cd_summary_acquire(c->ctx, ((const camdelta_summary_apply_args *)c->args)->D, c->op);
 }
 
 static camdelta_status apply_enqueue(cd_call *c, cd_launch *l) {
@@ -236,7 +240,7 @@ static camdelta_status apply_enqueue(cd_call *c, cd_launch *l) {
 }
 
 static const cd_entry APPLY = CD_ENTRY("camdelta_summary_apply", camdelta_summary_apply_args, APPLY_SLOTS,
-                                       apply_check, apply_plan, apply_enqueue, sm_end_step);
+                                       apply_check, sm_plan_step, apply_enqueue, sm_end_step);
 
 camdelta_status camdelta_summary_apply(camdelta_context *ctx, const camdelta_summary_apply_args *p) {
   return run(&APPLY, ctx, p);
@@ -250,7 +254,7 @@ static const cd_slot COMBINE_SLOTS[] = {SC(T1, CD_IN), SC(E1, CD_IN), SC(T2, CD_
 static camdelta_status combine_check(cd_call *c) {
   const camdelta_summary_combine_args *p = c->args;
   size_t ns;
-  const camdelta_status st = check_states(c->entry->op, p->B, p->H, p->D, &ns);
+  const camdelta_status st = check_states(c, p->B, p->H, p->D, &ns);
   if (st) return st;
   if (!p->T.mem && !p->E.mem)
     return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "%s: neither output 'T' nor 'E' is given", c->entry->op);
@@ -259,10 +263,6 @@ static camdelta_status combine_check(cd_call *c) {
   use(c, 2, CD_REQUIRED, ns);
   for (int i = 3; i < 6; i++) use(c, i, CD_OPTIONAL, ns);
   return CAMDELTA_OK;
-}
-
-static camdelta_status combine_plan(cd_call *c) {
-  return cd_summary_acquire(c->ctx, ((const camdelta_summary_combine_args *)c->args)->D, c->op);
 }
 
 static camdelta_status combine_enqueue(cd_call *c, cd_launch *l) {
@@ -283,7 +283,7 @@ static camdelta_status combine_enqueue(cd_call *c, cd_launch *l) {
 }
 
 static const cd_entry COMBINE = CD_ENTRY("camdelta_summary_combine", camdelta_summary_combine_args, COMBINE_SLOTS,
-                                         combine_check, combine_plan, combine_enqueue, sm_end_step);
+                                         combine_check, sm_plan_step, combine_enqueue, sm_end_step);
 
 camdelta_status camdelta_summary_combine(camdelta_context *ctx, const camdelta_summary_combine_args *p) {
   return run(&COMBINE, ctx, p);

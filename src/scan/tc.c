@@ -56,7 +56,10 @@ static int run_probe(camdelta_context *ctx, int emulate) {
 /* Option "scan" TC: 0 off, 1 where the feature test passes, 2 emulated. */
 static unsigned tc_wanted(const camdelta_context *ctx) { return cd_option(ctx, CD_OPT_SCAN_TC, CAMDELTA_F32); }
 
-int cd_tc_emulated(const camdelta_context *ctx) { return tc_wanted(ctx) == 2 && ctx->tc_mode == 2 && ctx->tc_state == 2; }
+int cd_tc_emulated(const camdelta_context *ctx) {
+  const cd_tc_context *s = cd_tc_context_find(ctx);
+  return tc_wanted(ctx) == 2 && s && s->probe_mode == 2 && s->probe == 2;
+}
 
 int cd_tc_available(camdelta_context *ctx) {
   const unsigned want = tc_wanted(ctx);
@@ -69,7 +72,9 @@ int cd_tc_available(camdelta_context *ctx) {
    * forms too, which split their launches under it. The emulation (option TC=2, tests on CPUs) keeps its own rule. */
   if (want != 2 && (ctx->info.max_work_group_size < 128 || ctx->info.local_mem_bytes < 48 * 1024 || cd_loop_budget(ctx)))
     return 0;
-  if (ctx->tc_state && ctx->tc_mode == want) return ctx->tc_state > 0;
+  cd_tc_context *s = cd_tc_context_of(ctx);
+  if (!s) return 0; /* out of host memory: the portable forms need no state */
+  if (s->probe && s->probe_mode == want) return s->probe > 0;
   int ok = 0;
   if (want == 2) {
     ok = run_probe(ctx, 1) ? 2 : 0;
@@ -96,8 +101,8 @@ int cd_tc_available(camdelta_context *ctx) {
     cd_clear_error(); /* a failed probe build is an answer, not an error of the caller's call */
   }
   mtx_lock(&ctx->lock);
-  ctx->tc_state = ok ? ok : -1;
-  ctx->tc_mode = want;
+  s->probe = ok ? ok : -1;
+  s->probe_mode = want;
   mtx_unlock(&ctx->lock);
   return ok;
 }

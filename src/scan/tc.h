@@ -12,6 +12,23 @@ typedef struct cd_tc_tiles {
   unsigned wm, wn, mr, nr, kc;
 } cd_tc_tiles;
 
+#define CD_TUNE_MAX_ENTRIES 48 /* lines of the tuning file (tc_params.c): 16 head dims x 3 families */
+#define CD_TUNE_MAX_BYTES 4096 /* its size limit (48 lines of at most 40 bytes) */
+/** The tensor-core path's state per context, kept in the context's extension slot (cd_context_ext). */
+typedef struct cd_tc_context {
+  int probe;           /* the feature test (cd_tc_available): 0 not run yet, 1 passed, 2 emulated, -1 off */
+  unsigned probe_mode; /* the value of option "scan" TC that `probe` was found for */
+  /* tiles saved by `camdelta tune --save` (tc_params.c), read once per context */
+  int tune_loaded;
+  unsigned tune_saved[CD_TUNE_MAX_ENTRIES][8]; /* family, D min, D max, WM, WN, MR, NR, KC */
+  int tune_nsaved;
+} cd_tc_context;
+/** The context's tensor-core state (tc_state.c), created zeroed on first use (the context frees it); NULL when host
+ *  memory is short. Not to be called with the context's lock held. */
+cd_tc_context *cd_tc_context_of(camdelta_context *ctx);
+/** The same if it was created, else NULL (creates nothing). Not to be called with the context's lock held. */
+const cd_tc_context *cd_tc_context_find(const camdelta_context *ctx);
+
 /** 1 when the tensor-core path can run on the context's device: an NVIDIA OpenCL device on which the feature
  *  test (a compiled cd_tc_probe program giving the exact split-TF32 product) passed. Run once per context; the
  *  result is also kept in the binary cache folder, keyed like the programs (device, driver, library version,

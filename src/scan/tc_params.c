@@ -209,23 +209,25 @@ static int read_tune_file(int dfd, const char *dir, const char *name, unsigned r
 }
 
 /* The entries saved by `camdelta tune --save`, once per context. */
-static void load(camdelta_context *ctx) {
-  if (ctx->tune_loaded) return;
-  ctx->tune_loaded = 1;
+static void load(const camdelta_context *ctx, cd_tc_context *s) {
+  if (s->tune_loaded) return;
+  s->tune_loaded = 1;
   char dir[4096];
   const int dfd = cd_cache_open_dir(0, dir, sizeof dir);
   if (dfd >= 0) {
     char name[200];
     cd_tune_file_name(ctx, name, sizeof name);
-    read_tune_file(dfd, dir, name, ctx->tune_saved, &ctx->tune_nsaved);
+    read_tune_file(dfd, dir, name, s->tune_saved, &s->tune_nsaved);
     close(dfd);
   }
 }
 
 camdelta_status cd_tc_resolve(camdelta_context *ctx, int family, size_t D, int split, cd_tc_tiles *t,
                               const char **from) {
+  cd_tc_context *s = cd_tc_context_of(ctx);
+  if (!s) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "out of host memory resolving the tensor-core tiles");
   mtx_lock(&ctx->lock);
-  load(ctx);
+  load(ctx, s);
   *t = family == CD_TC_GRAM ? cd_tc_gram_tiles(D) : family == CD_TC_APPLY ? cd_tc_apply_tiles(D) : cd_tc_frames_tiles(D);
   *from = "heuristic";
   const int prec = split ? EXACT : TF32;
@@ -237,8 +239,8 @@ camdelta_status cd_tc_resolve(camdelta_context *ctx, int family, size_t D, int s
         strstr(ctx->info.device_vendor, e->vendor) && strcmp(ctx->info.device_name, e->device) == 0)
       *t = e->t, *from = "table", found = rank;
   }
-  for (int i = 0; i < ctx->tune_nsaved; i++) {
-    const unsigned *r = ctx->tune_saved[i];
+  for (int i = 0; i < s->tune_nsaved; i++) {
+    const unsigned *r = s->tune_saved[i];
     if ((int)r[0] == family && D >= r[1] && D <= r[2]) from_row(r + 3, t), *from = "saved";
   }
   unsigned v[5], over[5];
