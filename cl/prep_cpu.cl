@@ -10,17 +10,17 @@
  * transform sum along the lanes, and each output channel row (B, H, D, N) gets the blocks' 8-token vectors one
  * after the other (CD_PB = 2 in f32: whole 64-byte lines). Every sum runs in a fixed order. No barriers.
  *
- * Build options: CD_DTYPE (storage of q_raw, k_raw, v_raw), CD_SDTYPE (of q, k, v out; common.cl), CD_D head dim
- * (a multiple of 8), CD_PB 8-token blocks per work-item. Launch: local size 1, global B·ceil(N / (8·CD_PB)). The
- * tensors of the one-pass forms (CD_PREP_ONEPASS_TENSORS), then N, H, k_scale, eps. */
+ * Build options: CD_DTYPE (storage of q_raw, k_raw, v_raw), CD_SDTYPE (of q, k, v out; common.cl), CD_DMAX the
+ * largest head dim (it sizes the local RoPE tables), CD_PB 8-token blocks per work-item. The head dim D (a multiple
+ * of 8) is an argument: one program serves every head dim. Launch: local size 1, global B·ceil(N / (8·CD_PB)). The
+ * tensors of the one-pass forms (CD_PREP_ONEPASS_TENSORS), then N, H, k_scale, eps, D. */
 
-#ifndef CD_D
-#error "CD_D (head dim) must be given as a build option"
+#ifndef CD_DMAX
+#error "CD_DMAX (the largest head dim) must be given as a build option"
 #endif
 #ifndef CD_PB
 #define CD_PB 2
 #endif
-#define CD_DH (CD_D / 2)
 
 /* Eight consecutive elements of the raw activations (CD_DTYPE) as a float8; eight of the outputs' storage
  * (CD_SDTYPE) from one. */
@@ -66,10 +66,10 @@ enum { CD_PREP_Q = 0, CD_PREP_K = 1, CD_PREP_V = 2 };
 
 /* One 8-channel group g of one head of one tensor for 8 tokens (n valid): rows at src (token stride C), the
  * transform, channel rows at dst (stride N). q and k: RMSNorm (inv: per-token inverse RMS, w: the head's weights),
- * ReLU, and for k the scale; P the per-token camera matrices (16 vectors), cs and sn the RoPE tables (CD_DH vectors).
- * k adds its squares before and after the transform to *pre and *post. */
-CD_INLINE void cd_prep_group(global const cd_store_t *src, uint C, uint n, uint g, global const float *w, float8 inv,
-                             float k_scale, const int kind, local const float8 *P, local const float8 *cs,
+ * ReLU, and for k the scale; P the per-token camera matrices (16 vectors), cs and sn the RoPE tables (Dh = D / 2
+ * vectors). k adds its squares before and after the transform to *pre and *post. */
+CD_INLINE void cd_prep_group(const uint Dh, global const cd_store_t *src, uint C, uint n, uint g, global const float *w,
+                             float8 inv, float k_scale, const int kind, local const float8 *P, local const float8 *cs,
                              local const float8 *sn, global cd_sstore_t *dst, ulong N, float8 *pre, float8 *post) {
   float8 x[8];
   _Pragma("unroll") for (uint t = 0; t < 8; t++) x[t] = t < n ? CD_LD8(src + (ulong)t * C + 8 * g) : (float8)(0.0f);
@@ -89,7 +89,7 @@ CD_INLINE void cd_prep_group(global const cd_store_t *src, uint C, uint n, uint 
   float8 o[8];
   _Pragma("unroll") for (int u = 0; u < 2; u++) {
     const uint c0 = 8 * g + 4 * u; /* the unit's first channel */
-    if (c0 < CD_DH) {            /* camera transform: o[i] = Σ_j P[i][j] x[j] */
+    if (c0 < Dh) {                 /* camera transform: o[i] = Σ_j P[i][j] x[j] */
       _Pragma("unroll") for (int i = 0; i < 4; i++) {
         float8 acc = P[4 * i] * x[4 * u];
         _Pragma("unroll") for (int j = 1; j < 4; j++) acc = fma(P[4 * i + j], x[4 * u + j], acc);
@@ -97,7 +97,7 @@ CD_INLINE void cd_prep_group(global const cd_store_t *src, uint C, uint n, uint 
       }
     } else { /* interleaved-pair RoPE: o[r] = x[r]·cos[r] + x[r^1]·sin[r] */
       _Pragma("unroll") for (int i = 0; i < 4; i++) {
-        const uint r = c0 - CD_DH + i;
+        const uint r = c0 - Dh + i;
         o[4 * u + i] = fma(x[4 * u + (i ^ 1)], sn[r], x[4 * u + i] * cs[r]);
       }
     }
@@ -110,15 +110,16 @@ CD_INLINE void cd_prep_group(global const cd_store_t *src, uint C, uint n, uint 
 
 /* One head of one tensor for the work-item's CD_PB blocks: the blocks of one channel group one after the other, so
  * that each channel row is written as CD_PB consecutive 8-token vectors (whole cache lines). */
-CD_INLINE void cd_prep_head(global const cd_store_t *src, uint C, const uint *nb, global const float *w,
+CD_INLINE void cd_prep_head(const uint D, global const cd_store_t *src, uint C, const uint *nb, global const float *w,
                             local const float8 *inv, float k_scale, const int kind, local const float8 *P,
                             local const float8 *cs, local const float8 *sn, global cd_sstore_t *dst, ulong N,
                             float8 *pre, float8 *post) {
-  for (uint g = 0; g < CD_D / 8; g++)
+  const uint Dh = D / 2;
+  for (uint g = 0; g < D / 8; g++)
     for (uint sb = 0; sb < CD_PB; sb++)
       if (nb[sb])
-        cd_prep_group(src + (ulong)(8 * sb) * C, C, nb[sb], g, w, inv[sb], k_scale, kind, P + 16 * sb,
-                      cs + CD_DH * sb, sn + CD_DH * sb, dst + 8 * sb, N, pre + sb, post + sb);
+        cd_prep_group(Dh, src + (ulong)(8 * sb) * C, C, nb[sb], g, w, inv[sb], k_scale, kind, P + 16 * sb, cs + Dh * sb,
+                      sn + Dh * sb, dst + 8 * sb, N, pre + sb, post + sb);
 }
 
 kernel void cd_prep_cpu(global const cd_store_t *q_raw, ulong q_raw_off, global const cd_store_t *k_raw,
@@ -128,13 +129,14 @@ kernel void cd_prep_cpu(global const cd_store_t *q_raw, ulong q_raw_off, global 
                         global const float *rope_sin, ulong rs_off, global float *inv_rms, ulong inv_off,
                         global cd_sstore_t *q_out, ulong q_off, global cd_sstore_t *k_out, ulong k_off,
                         global cd_sstore_t *v_out, ulong v_off, global float *infl, ulong infl_off, ulong N, uint H,
-                        float k_scale, float eps) {
-  /* per block: the inverse RMS, the camera matrices and the RoPE tables, lanes = its tokens */
-  local float8 Iq[CD_PB], Ik[CD_PB], Pq[CD_PB * 16], Pk[CD_PB * 16], cs[CD_PB * CD_DH], sn[CD_PB * CD_DH];
+                        float k_scale, float eps, uint D) {
+  /* per block: the inverse RMS, the camera matrices and the RoPE tables (D / 2 vectors each), lanes = its tokens */
+  local float8 Iq[CD_PB], Ik[CD_PB], Pq[CD_PB * 16], Pk[CD_PB * 16], cs[CD_PB * CD_DMAX / 2], sn[CD_PB * CD_DMAX / 2];
+  const uint Dh = D / 2;
   const ulong nblk = (N + 8 * CD_PB - 1) / (8 * CD_PB);
   const ulong b = get_group_id(0) / nblk, blk = get_group_id(0) % nblk;
   const ulong BN = (ulong)(get_num_groups(0) / nblk) * N;
-  const uint C = H * CD_D;
+  const uint C = H * D;
   const ulong n0 = blk * CD_PB * 8, tok0 = b * N + n0;
   uint nb[CD_PB]; /* valid tokens of each block */
   for (uint sb = 0; sb < CD_PB; sb++) {
@@ -170,26 +172,26 @@ kernel void cd_prep_cpu(global const cd_store_t *q_raw, ulong q_raw_off, global 
       cd_transpose8(e);
       _Pragma("unroll") for (int i = 0; i < 8; i++) Pq[16 * sb + 8 * h8 + i] = a[i], Pk[16 * sb + 8 * h8 + i] = e[i];
     }
-    for (uint r = 0; r < CD_DH; r++) {
+    for (uint r = 0; r < Dh; r++) {
       float c8[8], s8[8];
       _Pragma("unroll") for (uint t = 0; t < 8; t++) {
-        c8[t] = t < n ? rope_cos[rc_off + (s0 + t) * CD_DH + r] : 0.0f;
-        s8[t] = t < n ? rope_sin[rs_off + (s0 + t) * CD_DH + r] : 0.0f;
+        c8[t] = t < n ? rope_cos[rc_off + (s0 + t) * Dh + r] : 0.0f;
+        s8[t] = t < n ? rope_sin[rs_off + (s0 + t) * Dh + r] : 0.0f;
       }
-      cs[CD_DH * sb + r] = vload8(0, c8);
-      sn[CD_DH * sb + r] = vload8(0, s8);
+      cs[Dh * sb + r] = vload8(0, c8);
+      sn[Dh * sb + r] = vload8(0, s8);
     }
   }
 
   for (uint h = 0; h < H; h++) {
-    const ulong in0 = tok0 * C + (ulong)h * CD_D, out0 = ((b * H + h) * CD_D) * N + n0;
+    const ulong in0 = tok0 * C + (ulong)h * D, out0 = ((b * H + h) * D) * N + n0;
     float8 pre[CD_PB], post[CD_PB], unused[CD_PB];
     for (uint sb = 0; sb < CD_PB; sb++) pre[sb] = post[sb] = (float8)(0.0f);
-    cd_prep_head(q_raw + q_raw_off + in0, C, nb, qw + qw_off + h * CD_D, Iq, k_scale, CD_PREP_Q, Pq, cs, sn,
+    cd_prep_head(D, q_raw + q_raw_off + in0, C, nb, qw + qw_off + h * D, Iq, k_scale, CD_PREP_Q, Pq, cs, sn,
                  q_out + q_off + out0, N, unused, unused);
-    cd_prep_head(k_raw + k_raw_off + in0, C, nb, kw + kw_off + h * CD_D, Ik, k_scale, CD_PREP_K, Pk, cs, sn,
+    cd_prep_head(D, k_raw + k_raw_off + in0, C, nb, kw + kw_off + h * D, Ik, k_scale, CD_PREP_K, Pk, cs, sn,
                  k_out + k_off + out0, N, pre, post);
-    cd_prep_head(v_raw + v_raw_off + in0, C, nb, qw, Iq, k_scale, CD_PREP_V, Pk, cs, sn, v_out + v_off + out0, N,
+    cd_prep_head(D, v_raw + v_raw_off + in0, C, nb, qw, Iq, k_scale, CD_PREP_V, Pk, cs, sn, v_out + v_off + out0, N,
                  unused, unused);
     /* inflation_sq = max(post, 1e-12) / max(pre, 1e-12) */
     for (uint sb = 0; sb < CD_PB; sb++) {

@@ -186,9 +186,10 @@ int cd_prep_fused_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, 
   if (want == 3) {
     char opts[120], dt[40];
     p->cpu = 1, p->pb = cd_option(ctx, CD_OPT_PREP_PB, dtype), p->lws = 1;
-    /* its local memory per block: the inverse RMS (2), camera matrices (32) and RoPE tables (D) as float8 */
-    while (p->pb > 1 && (uint64_t)p->pb * (34 + D) * 32 > ctx->info.local_mem_bytes) p->pb /= 2;
-    snprintf(opts, sizeof opts, "%s -DCD_D=%zu -DCD_PB=%u", cd_dtype_opts(dtype, dt), D, p->pb);
+    /* its local memory per block: the inverse RMS (2), camera matrices (32) and RoPE tables (D) as float8, sized
+     * for the largest head dim (D is an argument: one program serves every head dim) */
+    while (p->pb > 1 && (uint64_t)p->pb * (34 + CAMDELTA_MAX_HEAD_DIM) * 32 > ctx->info.local_mem_bytes) p->pb /= 2;
+    snprintf(opts, sizeof opts, "%s -DCD_DMAX=%d -DCD_PB=%u", cd_dtype_opts(dtype, dt), CAMDELTA_MAX_HEAD_DIM, p->pb);
     return (*st = cd_kernel(ctx, "prep_cpu.cl", opts, "cd_prep_cpu", &p->k)) ? 0 : 1;
   }
   p->regs = want == 2;
@@ -290,6 +291,7 @@ static camdelta_status pf_enqueue(cd_call *c, cd_launch *l) {
   size_t lws[3] = {1, 1, 1}, gws[3] = {1, 1, 1};
   if (pf->cpu) { /* one work-item per pb blocks of 8 tokens of a batch row */
     cd_arg_f32(&g, a->norm_eps);
+    cd_arg_u32(&g, (uint32_t)D);
     gws[0] = B * ((N + 8 * pf->pb - 1) / (8 * pf->pb));
   } else if (fused) {
     const camdelta_buffer outs[3] = {a->q, a->k, a->v};
