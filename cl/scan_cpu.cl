@@ -27,17 +27,13 @@
  * The serial loops of one work-item stay far below 65535 iterations at every shape the library takes (a loop
  * budget some drivers impose per work-item): the reduction loops are unrolled by 4.
  *
- * The head dim D is every kernel's argument (a multiple of 8, at most CD_DMAX, which sizes the local scratch), not a
- * build option: a CPU's compiler gains little from a constant loop bound, and one program then serves every head
- * dim (the FMA kernels' span argument's place in the chains, after the flags elsewhere).
- * Build options: CD_DMAX the largest head dim; CD_CB gram and chain columns per work-group (8 or 16, divides D);
- * CD_TC gram tokens per staged chunk (a multiple of 8); CD_GR gram rows per register block (2, 4, 6 or 8);
+ * Build options: CD_D head dim (a multiple of 8); CD_CB gram and chain columns per work-group (8 or 16, divides
+ * CD_D); CD_TC gram tokens per staged chunk (a multiple of 8); CD_GR gram rows per register block (2, 4, 6 or 8);
  * CD_TV, CD_FTV apply and frames float8 token vectors per block (1 .. 4: 8·CD_TV, 8·CD_FTV tokens per block);
- * CD_AR apply rows, CD_FAR frames dk and dq rows, CD_FR frames stage-1 value columns per register block (1 .. 8).
- * The CPU forms run the fixed shape only (no CD_PACKED: CD_PK_ARGS is empty). */
+ * CD_AR apply rows, CD_FAR frames dk and dq rows, CD_FR frames stage-1 value columns per register block (1 .. 8). Packed clips (CD_PACKED, cl/common.cl): CD_PK_ARGS last, as the FMA kernels. */
 
-#ifndef CD_DMAX
-#error "CD_DMAX (the largest head dim) must be given as a build option"
+#ifndef CD_D
+#error "CD_D (head dim) must be given as a build option"
 #endif
 #ifndef CD_CB
 #define CD_CB 16
@@ -52,7 +48,7 @@
 #define CD_FTV 1
 #endif
 
-#define CD_DD ((ulong)D * D) /* D·D of the head dim D in scope */
+#define CD_DD ((ulong)CD_D * CD_D)
 #define CD_CBV (CD_CB / 8) /* float8 vectors per column block */
 #define CD_TB (8 * CD_TV)   /* tokens per apply block */
 #define CD_FTB (8 * CD_FTV) /* tokens per frames block */
@@ -82,9 +78,9 @@ inline void cd_st8_part(float8 x, global float *p, int n) {
 
 /* The state matrix with index j (cd_state of scan_backward.cl): init (row srow) when is_init, else states[bh, j];
  * *zero when it is an absent init. */
-inline global const float *cd_cpu_state(const uint D, global const float *states, ulong st_off,
-                                        global const float *init, ulong init_off, ulong bh, uint F, int j, int is_init,
-                                        int has_init, int *zero, ulong srow) {
+inline global const float *cd_cpu_state(global const float *states, ulong st_off, global const float *init,
+                                        ulong init_off, ulong bh, uint F, int j, int is_init, int has_init, int *zero,
+                                        ulong srow) {
   if (is_init) {
     *zero = !has_init;
     return init + init_off + srow * CD_DD;
@@ -129,24 +125,24 @@ CD_INLINE void cd_gram_rows(local float8 *Cs, local const float8 *Ys, global con
 kernel void cd_cpu_gram(global const float *x, ulong x_off, global const float *y0, ulong y0_off,
                         global const float *y1, ulong y1_off, global const float *beta, ulong beta_off,
                         global const float *decay, ulong decay_off, global float *o0, ulong o0_off, global float *o1,
-                        ulong o1_off, ulong N, uint S, uint F, uint mode, uint D CD_PK_ARGS) {
+                        ulong o1_off, ulong N, uint S, uint F, uint mode CD_PK_ARGS) {
   local float8 Ys[CD_TC * CD_CBV]; /* Ys[s][v]: β_s·Y[c0 + 8v .. +8][t0 + s] */
-  local float8 Cs[CD_DMAX * CD_CBV]; /* the block's accumulators C[i][c0 ..] */
+  local float8 Cs[CD_D * CD_CBV];  /* the block's accumulators C[i][c0 ..] */
   const ulong bhf = get_group_id(0);
   const uint cb = get_group_id(1);
   const ulong bh = bhf / F;
   const uint f = (uint)(bhf % F);
   const uint Sf = cd_frame_len(f, S);
-  const ulong base = bh * D * N + cd_frame_start(f, S);
-  const uint cfirst = mode == 3 ? D : 0; /* the block's column in [A | U] */
+  const ulong base = bh * CD_D * N + cd_frame_start(f, S);
+  const uint cfirst = mode == 3 ? CD_D : 0; /* the block's column in [A | U] */
   const uint col = cfirst + cb * CD_CB;
-  const int is_a = mode != 0 && col < D;
-  const uint c0 = col % D; /* its column in its own matrix */
+  const int is_a = mode != 0 && col < CD_D;
+  const uint c0 = col % CD_D; /* its column in its own matrix */
   global const float *y = (mode == 0 || is_a ? y0 + y0_off : y1 + y1_off) + base + (ulong)c0 * N;
   global const float *xb = x + x_off + base;
   global const float *bt = beta + beta_off + cd_beta_base(bh, bhf, f, S, N);
   const int use_beta = mode != 0;
-  const uint rows = is_a ? c0 + CD_CB : D; /* A: the rows up to the block's last column */
+  const uint rows = is_a ? c0 + CD_CB : CD_D; /* A: the rows up to the block's last column */
 
   for (uint i = 0; i < rows * CD_CBV; i++) Cs[i] = (float8)(0.0f);
   for (uint t0 = 0; t0 < Sf; t0 += CD_TC) {
@@ -189,13 +185,13 @@ kernel void cd_cpu_gram(global const float *x, ulong x_off, global const float *
       for (uint c = 0; c < CD_CB; c++) {
         const uint j = c0 + c;
         const float a = d * ((i == j ? 1.0f : 0.0f) - C[i * CD_CB + c]);
-        A[(ulong)i * D + j] = a;
-        if (i < c0) A[(ulong)j * D + i] = a; /* the block below the diagonal no work-item computes */
+        A[(ulong)i * CD_D + j] = a;
+        if (i < c0) A[(ulong)j * CD_D + i] = a; /* the block below the diagonal no work-item computes */
       }
   } else {
     global float *O = (mode == 0 ? o0 + o0_off : o1 + o1_off) + bhf * CD_DD + c0;
-    for (uint i = 0; i < D; i++) {
-      global float *orow = O + (ulong)i * D;
+    for (uint i = 0; i < CD_D; i++) {
+      global float *orow = O + (ulong)i * CD_D;
       CD_UNROLL for (int v = 0; v < CD_CBV; v++) vstore8(Cs[i * CD_CBV + v], v, orow);
     }
   }
@@ -205,28 +201,28 @@ kernel void cd_cpu_gram(global const float *x, ulong x_off, global const float *
 
 /* Y = op(A)·X (+ U) for the work-item's column block: X, Y (D x CB) in local memory, A (D x D) and U (its block
  * columns, row stride D) in global; trans: Aᵀ. keep 0: Y = U (or zero), the pair's masked frames. */
-CD_INLINE void cd_chain_step(const uint D, local float8 *Y, local const float8 *X, global const float *A, int trans,
-                             global const float *U, int use_u, int keep) {
-  for (uint i0 = 0; i0 < D; i0 += CD_RI) {
+CD_INLINE void cd_chain_step(local float8 *Y, local const float8 *X, global const float *A, int trans,
+                          global const float *U, int use_u, int keep) {
+  for (uint i0 = 0; i0 < CD_D; i0 += CD_RI) {
     float8 acc[CD_RI][CD_CBV];
     CD_UNROLL for (int r = 0; r < CD_RI; r++) CD_UNROLL for (int v = 0; v < CD_CBV; v++)
-      acc[r][v] = use_u ? vload8(v, U + (ulong)(i0 + r) * D) : (float8)(0.0f);
+      acc[r][v] = use_u ? vload8(v, U + (ulong)(i0 + r) * CD_D) : (float8)(0.0f);
     if (keep) {
       if (trans) {
-        CD_UNROLL4 for (uint m = 0; m < D; m++) {
+        CD_UNROLL4 for (uint m = 0; m < CD_D; m++) {
           float8 xv[CD_CBV];
           CD_UNROLL for (int v = 0; v < CD_CBV; v++) xv[v] = X[m * CD_CBV + v];
           CD_UNROLL for (int r = 0; r < CD_RI; r++) {
-            const float8 a = (float8)(A[(ulong)m * D + i0 + r]);
+            const float8 a = (float8)(A[(ulong)m * CD_D + i0 + r]);
             CD_UNROLL for (int v = 0; v < CD_CBV; v++) acc[r][v] = fma(a, xv[v], acc[r][v]);
           }
         }
       } else {
-        CD_UNROLL4 for (uint m = 0; m < D; m++) {
+        CD_UNROLL4 for (uint m = 0; m < CD_D; m++) {
           float8 xv[CD_CBV];
           CD_UNROLL for (int v = 0; v < CD_CBV; v++) xv[v] = X[m * CD_CBV + v];
           CD_UNROLL for (int r = 0; r < CD_RI; r++) {
-            const float8 a = (float8)(A[(ulong)(i0 + r) * D + m]);
+            const float8 a = (float8)(A[(ulong)(i0 + r) * CD_D + m]);
             CD_UNROLL for (int v = 0; v < CD_CBV; v++) acc[r][v] = fma(a, xv[v], acc[r][v]);
           }
         }
@@ -236,53 +232,52 @@ CD_INLINE void cd_chain_step(const uint D, local float8 *Y, local const float8 *
   }
 }
 
-inline void cd_block_load(const uint D, local float8 *X, global const float *src, int on) {
-  for (uint i = 0; i < D; i++)
-    CD_UNROLL for (int v = 0; v < CD_CBV; v++) X[i * CD_CBV + v] = on ? vload8(v, src + (ulong)i * D) : (float8)(0.0f);
+inline void cd_block_load(local float8 *X, global const float *src, int on) {
+  for (uint i = 0; i < CD_D; i++)
+    CD_UNROLL for (int v = 0; v < CD_CBV; v++) X[i * CD_CBV + v] = on ? vload8(v, src + (ulong)i * CD_D) : (float8)(0.0f);
 }
-inline void cd_block_save(const uint D, global float *dst, local const float8 *X, float scale) {
-  for (uint i = 0; i < D; i++)
-    CD_UNROLL for (int v = 0; v < CD_CBV; v++) vstore8(scale * X[i * CD_CBV + v], v, dst + (ulong)i * D);
+inline void cd_block_save(global float *dst, local const float8 *X, float scale) {
+  for (uint i = 0; i < CD_D; i++)
+    CD_UNROLL for (int v = 0; v < CD_CBV; v++) vstore8(scale * X[i * CD_CBV + v], v, dst + (ulong)i * CD_D);
 }
 
 /* One chain's column block over the frames fr0 .. fr0 + Fc − 1, the arithmetic of cd_phase_b_chain
  * (scan_chunkwise.cl): causal M_f = A_f·M_{f−1} + U_f, reverse T_{f−1} = A_f·T_f + U_f; post[qf] the state output
  * frame qf reads, pre[qf] the decayed state before the update (save_pre), fin the last state (want_final); mask
  * (NULL: none) drops key frame f's update where mask[f] == 0. sbase: this chain's init/final row and column. */
-inline void cd_chain_states(const uint D, local float8 *X, local float8 *Y, global const float *A,
-                            global const float *U, global const float *decay, global const float *init, int has_init,
-                            global float *post, global float *pre, int save_pre, global float *fin, int want_final,
+inline void cd_chain_states(local float8 *X, local float8 *Y, global const float *A, global const float *U,
+                            global const float *decay, global const float *init, int has_init, global float *post,
+                            global float *pre, int save_pre, global float *fin, int want_final,
                             global const uint *mask, ulong fr0, uint Fc, ulong sbase, uint j0, int reverse) {
-  cd_block_load(D, X, init + sbase, has_init);
+  cd_block_load(X, init + sbase, has_init);
   if (reverse) { /* output frame F−1 reads the init state: no decay, no update */
-    cd_block_save(D, post + (fr0 + Fc - 1) * CD_DD + j0, X, 1.0f);
-    if (save_pre) cd_block_save(D, pre + (fr0 + Fc - 1) * CD_DD + j0, X, 1.0f);
+    cd_block_save(post + (fr0 + Fc - 1) * CD_DD + j0, X, 1.0f);
+    if (save_pre) cd_block_save(pre + (fr0 + Fc - 1) * CD_DD + j0, X, 1.0f);
   }
   const uint nsteps = reverse ? (Fc - 1 + (want_final ? 1 : 0)) : Fc;
   for (uint t = 0; t < nsteps; t++) {
     const uint kf = reverse ? Fc - 1 - t : t;
     const int qf = reverse ? (int)kf - 1 : (int)kf;
     const int keep = !mask || mask[kf] != 0u;
-    if (save_pre && qf >= 0) cd_block_save(D, pre + (fr0 + (uint)qf) * CD_DD + j0, X, decay[fr0 + kf]);
-    cd_chain_step(D, Y, X, A + (fr0 + kf) * CD_DD, 0, U + (fr0 + kf) * CD_DD + j0, keep, keep);
-    for (uint i = 0; i < D * CD_CBV; i++) X[i] = Y[i];
-    if (qf >= 0) cd_block_save(D, post + (fr0 + (uint)qf) * CD_DD + j0, X, 1.0f);
+    if (save_pre && qf >= 0) cd_block_save(pre + (fr0 + (uint)qf) * CD_DD + j0, X, decay[fr0 + kf]);
+    cd_chain_step(Y, X, A + (fr0 + kf) * CD_DD, 0, U + (fr0 + kf) * CD_DD + j0, keep, keep);
+    for (uint i = 0; i < CD_D * CD_CBV; i++) X[i] = Y[i];
+    if (qf >= 0) cd_block_save(post + (fr0 + (uint)qf) * CD_DD + j0, X, 1.0f);
   }
-  if (want_final) cd_block_save(D, fin + sbase, X, 1.0f);
+  if (want_final) cd_block_save(fin + sbase, X, 1.0f);
 }
 
 /* cd_scan_phase_b's arguments and meaning; group (bh, column block). */
 kernel void cd_cpu_chain(global const float *A, ulong a_off, global const float *U, ulong u_off,
                          global const float *decay, ulong decay_off, global const float *init, ulong init_off,
                          global float *post, ulong post_off, global float *pre, ulong pre_off, global float *fin,
-                         ulong fin_off, uint F, int reverse, int has_init, int save_pre, int want_final,
-                         uint D CD_PK_ARGS) {
-  local float8 X[CD_DMAX * CD_CBV], Y[CD_DMAX * CD_CBV];
+                         ulong fin_off, uint F, int reverse, int has_init, int save_pre, int want_final CD_PK_ARGS) {
+  local float8 X[CD_D * CD_CBV], Y[CD_D * CD_CBV];
   const ulong bh = get_group_id(0);
   uint Fc;
   const ulong fr0 = cd_chain(bh, F, &Fc);
   const uint j0 = get_group_id(1) * CD_CB;
-  cd_chain_states(D, X, Y, A + a_off, U + u_off, decay + decay_off, init + init_off, has_init, post + post_off,
+  cd_chain_states(X, Y, A + a_off, U + u_off, decay + decay_off, init + init_off, has_init, post + post_off,
                   pre + pre_off, save_pre, fin + fin_off, want_final, NULL, fr0, Fc, bh * CD_DD + j0, j0, reverse);
 }
 
@@ -293,17 +288,17 @@ kernel void cd_cpu_pair_chain(global const float *A, ulong a_off, global const f
                               global const float *init_r, ulong init_r_off, global float *post_c, ulong post_c_off,
                               global float *post_r, ulong post_r_off, global float *fin_c, ulong fin_c_off,
                               global float *fin_r, ulong fin_r_off, uint F, uint nj, int has_init_c, int has_init_r,
-                              int want_final_c, int want_final_r, uint D) {
-  local float8 X[CD_DMAX * CD_CBV], Y[CD_DMAX * CD_CBV];
+                              int want_final_c, int want_final_r) {
+  local float8 X[CD_D * CD_CBV], Y[CD_D * CD_CBV];
   const ulong bh = get_group_id(0);
   const int reverse = get_group_id(1) >= nj;
   const uint j0 = (get_group_id(1) % nj) * CD_CB;
   const ulong sbase = bh * CD_DD + j0;
   if (reverse)
-    cd_chain_states(D, X, Y, A + a_off, U + u_off, A, init_r + init_r_off, has_init_r, post_r + post_r_off, post_r, 0,
+    cd_chain_states(X, Y, A + a_off, U + u_off, A, init_r + init_r_off, has_init_r, post_r + post_r_off, post_r, 0,
                     fin_r + fin_r_off, want_final_r, mask, bh * F, F, sbase, j0, 1);
   else
-    cd_chain_states(D, X, Y, A + a_off, U + u_off, A, init_c + init_c_off, has_init_c, post_c + post_c_off, post_c, 0,
+    cd_chain_states(X, Y, A + a_off, U + u_off, A, init_c + init_c_off, has_init_c, post_c + post_c_off, post_c, 0,
                     fin_c + fin_c_off, want_final_c, NULL, bh * F, F, sbase, j0, 0);
 }
 
@@ -311,20 +306,20 @@ kernel void cd_cpu_pair_chain(global const float *A, ulong a_off, global const f
  * G_f = W_f + x, x = A_fᵀG_f; reverse f = 0..Fc−1: G_f = x, x = W_f + [mask_f] A_fᵀG_f (mask NULL: every frame
  * kept); x starts at gf (zero without has_gf), dinit = x after the last frame when has_di. G at the chain's first
  * frame and column block. */
-inline void cd_grads(const uint D, local float8 *X, local float8 *Y, global const float *Ab, global const float *Wb,
+inline void cd_grads(local float8 *X, local float8 *Y, global const float *Ab, global const float *Wb,
                      global const float *gf, int has_gf, global float *G, global float *di, int has_di,
                      global const uint *mask, uint Fc, uint c0, int reverse) {
-  cd_block_load(D, X, gf, has_gf);
+  cd_block_load(X, gf, has_gf);
   for (uint r = 0; r < Fc; r++) {
     const uint f = reverse ? r : Fc - 1 - r;
     if (!reverse) /* G_f = W_f + x */
-      for (uint i = 0; i < D; i++)
-        CD_UNROLL for (int v = 0; v < CD_CBV; v++) X[i * CD_CBV + v] += vload8(v, Wb + f * CD_DD + (ulong)i * D + c0);
-    cd_block_save(D, G + f * CD_DD, X, 1.0f);
-    cd_chain_step(D, Y, X, Ab + f * CD_DD, 1, Wb + f * CD_DD + c0, reverse, !mask || mask[f] != 0u);
-    for (uint i = 0; i < D * CD_CBV; i++) X[i] = Y[i];
+      for (uint i = 0; i < CD_D; i++)
+        CD_UNROLL for (int v = 0; v < CD_CBV; v++) X[i * CD_CBV + v] += vload8(v, Wb + f * CD_DD + (ulong)i * CD_D + c0);
+    cd_block_save(G + f * CD_DD, X, 1.0f);
+    cd_chain_step(Y, X, Ab + f * CD_DD, 1, Wb + f * CD_DD + c0, reverse, !mask || mask[f] != 0u);
+    for (uint i = 0; i < CD_D * CD_CBV; i++) X[i] = Y[i];
   }
-  if (has_di) cd_block_save(D, di, X, 1.0f);
+  if (has_di) cd_block_save(di, X, 1.0f);
 }
 
 /* cd_scan_bwd_chain's arguments and meaning; group bh·(D / CB) + column block: with recompute, first the states
@@ -334,24 +329,24 @@ kernel void cd_cpu_grad_chain(global const float *A, ulong A_off, global const f
                               global const float *U, ulong U_off, global float *Z, ulong Z_off,
                               global const float *init, ulong init_off, global const float *gfinal, ulong gf_off,
                               global float *G, ulong G_off, global float *dinit, ulong di_off, uint F, int reverse,
-                              int recompute, int has_init, int has_gfinal, int has_dinit, uint D CD_PK_ARGS) {
-  local float8 X[CD_DMAX * CD_CBV], Y[CD_DMAX * CD_CBV];
-  const ulong bh = get_group_id(0) / (D / CD_CB);
-  const uint c0 = (uint)(get_group_id(0) % (D / CD_CB)) * CD_CB;
+                              int recompute, int has_init, int has_gfinal, int has_dinit CD_PK_ARGS) {
+  local float8 X[CD_D * CD_CBV], Y[CD_D * CD_CBV];
+  const ulong bh = get_group_id(0) / (CD_D / CD_CB);
+  const uint c0 = (uint)(get_group_id(0) % (CD_D / CD_CB)) * CD_CB;
   uint Fc;
   const ulong fb = cd_chain(bh, F, &Fc) * CD_DD;
   global const float *Ab = A + A_off + fb, *Ub = U + U_off + fb, *Wb = W + W_off + fb;
   if (recompute) { /* causal key frames 0..F−1 into slots 0..F−1; reverse key frames F−1..1 into slots F−2..0 */
-    cd_block_load(D, X, init + init_off + bh * CD_DD + c0, has_init);
+    cd_block_load(X, init + init_off + bh * CD_DD + c0, has_init);
     const uint n = reverse ? Fc - 1 : Fc;
     for (uint r = 0; r < n; r++) {
       const uint f = reverse ? Fc - 1 - r : r, slot = reverse ? f - 1 : f;
-      cd_chain_step(D, Y, X, Ab + f * CD_DD, 0, Ub + f * CD_DD + c0, 1, 1);
-      for (uint i = 0; i < D * CD_CBV; i++) X[i] = Y[i];
-      cd_block_save(D, Z + Z_off + fb + slot * CD_DD + c0, X, 1.0f);
+      cd_chain_step(Y, X, Ab + f * CD_DD, 0, Ub + f * CD_DD + c0, 1, 1);
+      for (uint i = 0; i < CD_D * CD_CBV; i++) X[i] = Y[i];
+      cd_block_save(Z + Z_off + fb + slot * CD_DD + c0, X, 1.0f);
     }
   }
-  cd_grads(D, X, Y, Ab, Wb, gfinal + gf_off + bh * CD_DD + c0, has_gfinal, G + G_off + fb + c0,
+  cd_grads(X, Y, Ab, Wb, gfinal + gf_off + bh * CD_DD + c0, has_gfinal, G + G_off + fb + c0,
            dinit + di_off + bh * CD_DD + c0, has_dinit, NULL, Fc, c0, reverse);
 }
 
@@ -362,33 +357,33 @@ kernel void cd_cpu_pair_grad_chain(global const float *A, ulong A_off, global co
                                    global const uint *mask, global const float *gf_c, ulong gf_c_off,
                                    global const float *gf_r, ulong gf_r_off, global float *G_c, ulong G_c_off,
                                    global float *G_r, ulong G_r_off, global float *di_c, ulong di_c_off,
-                                   global float *di_r, ulong di_r_off, uint F, int has_gf_c, int has_gf_r, int has_di_c,
-                                   int has_di_r, uint D) {
-  local float8 X[CD_DMAX * CD_CBV], Y[CD_DMAX * CD_CBV];
+                                   global float *di_r, ulong di_r_off, uint F, int has_gf_c, int has_gf_r,
+                                   int has_di_c, int has_di_r) {
+  local float8 X[CD_D * CD_CBV], Y[CD_D * CD_CBV];
   const ulong nhalf = get_num_groups(0) / 2;
   const int reverse = get_group_id(0) >= nhalf;
   const ulong grp = get_group_id(0) % nhalf;
-  const ulong bh = grp / (D / CD_CB);
-  const uint c0 = (uint)(grp % (D / CD_CB)) * CD_CB;
+  const ulong bh = grp / (CD_D / CD_CB);
+  const uint c0 = (uint)(grp % (CD_D / CD_CB)) * CD_CB;
   const ulong fb = bh * F * CD_DD, sb = bh * CD_DD + c0;
   global const float *Ab = A + A_off + fb, *Wb = W + W_off + fb;
   if (reverse)
-    cd_grads(D, X, Y, Ab, Wb, gf_r + gf_r_off + sb, has_gf_r, G_r + G_r_off + fb + c0, di_r + di_r_off + sb, has_di_r,
+    cd_grads(X, Y, Ab, Wb, gf_r + gf_r_off + sb, has_gf_r, G_r + G_r_off + fb + c0, di_r + di_r_off + sb, has_di_r,
              mask, F, c0, 1);
   else
-    cd_grads(D, X, Y, Ab, Wb, gf_c + gf_c_off + sb, has_gf_c, G_c + G_c_off + fb + c0, di_c + di_c_off + sb, has_di_c,
+    cd_grads(X, Y, Ab, Wb, gf_c + gf_c_off + sb, has_gf_c, G_c + G_c_off + fb + c0, di_c + di_c_off + sb, has_di_c,
              NULL, F, c0, 0);
 }
 
 /* Row blocks of R over the D rows of an output, CALL(j0, r) each; the rest (D is a multiple of 8, R of at most 8)
  * in blocks of 4, 2 and 1: every count is a compile-time constant. */
-#define CD_ROW_BLOCKS(R, CALL)                           \
-  do {                                                   \
-    uint j0_ = 0;                                        \
-    for (; j0_ + (R) <= D; j0_ += (R)) CALL(j0_, (R));   \
-    if ((R) > 4 && D - j0_ >= 4) CALL(j0_, 4), j0_ += 4; \
-    if ((R) > 2 && D - j0_ >= 2) CALL(j0_, 2), j0_ += 2; \
-    if ((R) > 1 && D - j0_ >= 1) CALL(j0_, 1), j0_ += 1; \
+#define CD_ROW_BLOCKS(R, CALL)                                 \
+  do {                                                         \
+    uint j0_ = 0;                                              \
+    for (; j0_ + (R) <= CD_D; j0_ += (R)) CALL(j0_, (R));      \
+    if ((R) > 4 && CD_D - j0_ >= 4) CALL(j0_, 4), j0_ += 4;    \
+    if ((R) > 2 && CD_D - j0_ >= 2) CALL(j0_, 2), j0_ += 2;    \
+    if ((R) > 1 && CD_D - j0_ >= 1) CALL(j0_, 1), j0_ += 1;    \
   } while (0)
 
 #ifndef CD_AR /* apply rows per register block */
@@ -406,15 +401,15 @@ kernel void cd_cpu_pair_grad_chain(global const float *A, ulong A_off, global co
 /* acc[r][t] = Σ_m M'(m, j0 + r)·X[m][block vector t] for rows j0 .. j0 + R of a token block (n tokens; full: n =
  * CD_TB): M'(m, j) = M[m][j] (trans 0: Mᵀ·X, the apply) or M[j][m] (trans 1: M·X, dq = dO·Mᵀ); X rows at x, stride
  * N. Stores the rows at out (stride N). */
-CD_INLINE void cd_mx_rows(const uint D, global const float *M, const int trans, global const float *x,
-                          global float *out, ulong N, uint j0, const int R, const int TV, uint n, const int full) {
+CD_INLINE void cd_mx_rows(global const float *M, const int trans, global const float *x, global float *out, ulong N,
+                          uint j0, const int R, const int TV, uint n, const int full) {
   float8 acc[CD_RMAX][CD_TVMAX];
   CD_UNROLL for (int r = 0; r < R; r++) CD_UNROLL for (int t = 0; t < TV; t++) acc[r][t] = (float8)(0.0f);
-  CD_UNROLL4 for (uint m = 0; m < D; m++) {
+  CD_UNROLL4 for (uint m = 0; m < CD_D; m++) {
     float8 xv[CD_TVMAX];
     CD_UNROLL for (int t = 0; t < TV; t++) xv[t] = CD_LD(x + (ulong)m * N, t, full, n);
     CD_UNROLL for (int r = 0; r < R; r++) {
-      const float8 a = (float8)(trans ? M[(j0 + r) * D + m] : M[m * D + j0 + r]);
+      const float8 a = (float8)(trans ? M[(j0 + r) * CD_D + m] : M[m * CD_D + j0 + r]);
       CD_UNROLL for (int t = 0; t < TV; t++) acc[r][t] = fma(a, xv[t], acc[r][t]);
     }
   }
@@ -423,16 +418,16 @@ CD_INLINE void cd_mx_rows(const uint D, global const float *M, const int trans, 
 }
 
 /* out_fᵀ = Mᵀ·Q_fᵀ for one token block. */
-CD_INLINE void cd_apply_block(const uint D, global const float *q, global const float *M, global float *out, ulong N,
-                              uint n, const int full) {
-#define CD_APPLY_ROWS(j0, R) cd_mx_rows(D, M, 0, q, out, N, j0, R, CD_TV, n, full)
+CD_INLINE void cd_apply_block(global const float *q, global const float *M, global float *out, ulong N, uint n,
+                              const int full) {
+#define CD_APPLY_ROWS(j0, R) cd_mx_rows(M, 0, q, out, N, j0, R, CD_TV, n, full)
   CD_ROW_BLOCKS(CD_AR, CD_APPLY_ROWS);
 #undef CD_APPLY_ROWS
 }
 
 /* cd_scan_phase_c's meaning: out_f = Q_f·states_f (the state output frame f reads); group bhf·blocks + block. */
 kernel void cd_cpu_apply(global const float *q, ulong q_off, global const float *states, ulong st_off,
-                         global float *out, ulong out_off, ulong N, uint S, uint F, uint nblocks, uint D CD_PK_ARGS) {
+                         global float *out, ulong out_off, ulong N, uint S, uint F, uint nblocks CD_PK_ARGS) {
   const ulong grp = get_group_id(0);
   const uint blk = (uint)(grp % nblocks);
   const ulong bhf = grp / nblocks;
@@ -442,39 +437,37 @@ kernel void cd_cpu_apply(global const float *q, ulong q_off, global const float 
   const uint s0 = blk * CD_TB;
   if (s0 >= Sf) return; /* packed: a block past this frame's end */
   const uint n = min((uint)CD_TB, Sf - s0);
-  const ulong tb = bh * D * N + cd_frame_start(f, S) + s0;
+  const ulong tb = bh * CD_D * N + cd_frame_start(f, S) + s0;
   global const float *M = states + st_off + bhf * CD_DD;
-  if (n == CD_TB)
-    cd_apply_block(D, q + q_off + tb, M, out + out_off + tb, N, n, 1);
-  else
-    cd_apply_block(D, q + q_off + tb, M, out + out_off + tb, N, n, 0);
+  if (n == CD_TB) cd_apply_block(q + q_off + tb, M, out + out_off + tb, N, n, 1);
+  else cd_apply_block(q + q_off + tb, M, out + out_off + tb, N, n, 0);
 }
 
 /* --------------------------------------------------------------------------------------------- frames */
 
 /* Stage 1 of a frames block for value columns j0 .. j0 + R: Y = K·Mprev and dDelta = K·G, then R = V − d·Y,
  * dR = β·dDelta: dv = dR, db += dDelta·R (per token), pd += dR·Y, and βR, −d·dR kept in BR, ND. */
-CD_INLINE void cd_frames_s1(const uint D, local float8 *BR, local float8 *ND, global const float *k,
-                            global const float *v, const float8 *bv, float dcy, global const float *Mp, int prev_zero,
+CD_INLINE void cd_frames_s1(local float8 *BR, local float8 *ND, global const float *k, global const float *v,
+                            const float8 *bv, float dcy, global const float *Mp, int prev_zero,
                             global const float *Gf, global float *dv, float8 *db, float8 *pd, ulong N, uint j0,
                             const int R, const int TV, uint n, const int full) {
   float8 ay[CD_RMAX][CD_TVMAX], ad[CD_RMAX][CD_TVMAX];
   CD_UNROLL for (int r = 0; r < R; r++) CD_UNROLL for (int t = 0; t < TV; t++) ay[r][t] = ad[r][t] = (float8)(0.0f);
   if (prev_zero) {
-    CD_UNROLL4 for (uint m = 0; m < D; m++) {
+    CD_UNROLL4 for (uint m = 0; m < CD_D; m++) {
       float8 x[CD_TVMAX];
       CD_UNROLL for (int t = 0; t < TV; t++) x[t] = CD_LD(k + (ulong)m * N, t, full, n);
       CD_UNROLL for (int r = 0; r < R; r++) {
-        const float8 g = (float8)(Gf[m * D + j0 + r]);
+        const float8 g = (float8)(Gf[m * CD_D + j0 + r]);
         CD_UNROLL for (int t = 0; t < TV; t++) ad[r][t] = fma(g, x[t], ad[r][t]);
       }
     }
   } else {
-    CD_UNROLL4 for (uint m = 0; m < D; m++) {
+    CD_UNROLL4 for (uint m = 0; m < CD_D; m++) {
       float8 x[CD_TVMAX];
       CD_UNROLL for (int t = 0; t < TV; t++) x[t] = CD_LD(k + (ulong)m * N, t, full, n);
       CD_UNROLL for (int r = 0; r < R; r++) {
-        const float8 a = (float8)(Mp[m * D + j0 + r]), g = (float8)(Gf[m * D + j0 + r]);
+        const float8 a = (float8)(Mp[m * CD_D + j0 + r]), g = (float8)(Gf[m * CD_D + j0 + r]);
         CD_UNROLL for (int t = 0; t < TV; t++) {
           ay[r][t] = fma(a, x[t], ay[r][t]);
           ad[r][t] = fma(g, x[t], ad[r][t]);
@@ -498,26 +491,26 @@ CD_INLINE void cd_frames_s1(const uint D, local float8 *BR, local float8 *ND, gl
 }
 
 /* Stage 2 for key columns j0 .. j0 + R: dk = (βR)·Gᵀ − d·dR·Mprevᵀ. */
-CD_INLINE void cd_frames_s2(const uint D, local const float8 *BR, local const float8 *ND, global const float *Mp,
-                            int prev_zero, global const float *Gf, global float *dk, ulong N, uint j0, const int R,
-                            const int TV, uint n, const int full) {
+CD_INLINE void cd_frames_s2(local const float8 *BR, local const float8 *ND, global const float *Mp, int prev_zero,
+                            global const float *Gf, global float *dk, ulong N, uint j0, const int R, const int TV,
+                            uint n, const int full) {
   float8 acc[CD_RMAX][CD_TVMAX];
   CD_UNROLL for (int r = 0; r < R; r++) CD_UNROLL for (int t = 0; t < TV; t++) acc[r][t] = (float8)(0.0f);
   if (prev_zero) {
-    CD_UNROLL4 for (uint m = 0; m < D; m++) {
+    CD_UNROLL4 for (uint m = 0; m < CD_D; m++) {
       float8 b[CD_TVMAX];
       CD_UNROLL for (int t = 0; t < TV; t++) b[t] = BR[m * TV + t];
       CD_UNROLL for (int r = 0; r < R; r++) {
-        const float8 g = (float8)(Gf[(j0 + r) * D + m]);
+        const float8 g = (float8)(Gf[(j0 + r) * CD_D + m]);
         CD_UNROLL for (int t = 0; t < TV; t++) acc[r][t] = fma(g, b[t], acc[r][t]);
       }
     }
   } else {
-    CD_UNROLL4 for (uint m = 0; m < D; m++) {
+    CD_UNROLL4 for (uint m = 0; m < CD_D; m++) {
       float8 b[CD_TVMAX], e[CD_TVMAX];
       CD_UNROLL for (int t = 0; t < TV; t++) b[t] = BR[m * TV + t], e[t] = ND[m * TV + t];
       CD_UNROLL for (int r = 0; r < R; r++) {
-        const float8 g = (float8)(Gf[(j0 + r) * D + m]), a = (float8)(Mp[(j0 + r) * D + m]);
+        const float8 g = (float8)(Gf[(j0 + r) * CD_D + m]), a = (float8)(Mp[(j0 + r) * CD_D + m]);
         CD_UNROLL for (int t = 0; t < TV; t++) acc[r][t] = fma(a, e[t], fma(g, b[t], acc[r][t]));
       }
     }
@@ -529,27 +522,27 @@ CD_INLINE void cd_frames_s2(const uint D, local const float8 *BR, local const fl
 /* One token block of n tokens (full: n = CD_TB) of key frame f, with Y = K·Mprev, R = V − d·Y, dDelta = K·G,
  * dR = β·dDelta (scan_backward.cl): dv = dR, dbeta_s = Σ dDelta·R, dk = (βR)·Gᵀ − d·dR·Mprevᵀ, dq = dO·Mᵀ, and the
  * block's ddecay partial −Σ dR·Y. BR and ND (D x CD_FTV float8, local) hold βR and −d·dR between the stages. */
-CD_INLINE float cd_frames_block(const uint D, local float8 *BR, local float8 *ND, global const float *k,
-                                global const float *v, global const float *bt, float dcy, global const float *go,
-                                global const float *Mp, int prev_zero, global const float *Mq, int post_zero,
-                                global const float *Gf, global float *dq, global float *dk, global float *dv,
-                                global float *dbeta, ulong N, uint n, const int full) {
+CD_INLINE float cd_frames_block(local float8 *BR, local float8 *ND, global const float *k, global const float *v,
+                                global const float *bt, float dcy, global const float *go, global const float *Mp,
+                                int prev_zero, global const float *Mq, int post_zero, global const float *Gf,
+                                global float *dq, global float *dk, global float *dv, global float *dbeta, ulong N,
+                                uint n, const int full) {
   const int TV = CD_FTV;
   float8 bv[CD_TVMAX], db[CD_TVMAX], pd = (float8)(0.0f);
   CD_UNROLL for (int t = 0; t < TV; t++) bv[t] = CD_LD(bt, t, full, n), db[t] = (float8)(0.0f);
-#define CD_S1(j0, R) cd_frames_s1(D, BR, ND, k, v, bv, dcy, Mp, prev_zero, Gf, dv, db, &pd, N, j0, R, TV, n, full)
+#define CD_S1(j0, R) cd_frames_s1(BR, ND, k, v, bv, dcy, Mp, prev_zero, Gf, dv, db, &pd, N, j0, R, TV, n, full)
   CD_ROW_BLOCKS(CD_FR, CD_S1);
 #undef CD_S1
   CD_UNROLL for (int t = 0; t < TV; t++) CD_ST(db[t], dbeta, t, full, n);
-#define CD_S2(j0, R) cd_frames_s2(D, BR, ND, Mp, prev_zero, Gf, dk, N, j0, R, TV, n, full)
+#define CD_S2(j0, R) cd_frames_s2(BR, ND, Mp, prev_zero, Gf, dk, N, j0, R, TV, n, full)
   CD_ROW_BLOCKS(CD_FAR, CD_S2);
 #undef CD_S2
   if (dq) { /* dq = dO·Mᵀ, M the state output frame f reads (zero: an absent init) */
     if (post_zero) {
-      for (uint j = 0; j < D; j++)
+      for (uint j = 0; j < CD_D; j++)
         CD_UNROLL for (int t = 0; t < TV; t++) CD_ST((float8)(0.0f), dq + (ulong)j * N, t, full, n);
     } else {
-#define CD_S3(j0, R) cd_mx_rows(D, Mq, 1, go, dq, N, j0, R, TV, n, full)
+#define CD_S3(j0, R) cd_mx_rows(Mq, 1, go, dq, N, j0, R, TV, n, full)
       CD_ROW_BLOCKS(CD_FAR, CD_S3);
 #undef CD_S3
     }
@@ -566,8 +559,8 @@ kernel void cd_cpu_frames(global const float *k, ulong k_off, global const float
                           global const float *init, ulong init_off, global const float *G, ulong G_off,
                           global float *dq, ulong dq_off, global float *dk, ulong dk_off, global float *dv,
                           ulong dv_off, global float *dbeta, ulong dbeta_off, global float *part, ulong part_off,
-                          ulong N, uint S, uint F, uint ntiles, int reverse, int has_init, uint D CD_PK_ARGS) {
-  local float8 BR[CD_DMAX * CD_FTV], ND[CD_DMAX * CD_FTV];
+                          ulong N, uint S, uint F, uint ntiles, int reverse, int has_init CD_PK_ARGS) {
+  local float8 BR[CD_D * CD_FTV], ND[CD_D * CD_FTV];
   const ulong grp = get_group_id(0);
   const uint tile = (uint)(grp % ntiles);
   const ulong bhf = grp / ntiles;
@@ -580,26 +573,26 @@ kernel void cd_cpu_frames(global const float *k, ulong k_off, global const float
     return;
   }
   const uint n = min((uint)CD_FTB, Sf - s0);
-  const ulong tb = bh * D * N + cd_frame_start(f, S) + s0;
+  const ulong tb = bh * CD_D * N + cd_frame_start(f, S) + s0;
   const ulong bbase = cd_beta_base(bh, bhf, f, S, N) + s0;
   int prev_zero, post_zero;
   const int jprev = reverse ? (int)f : (int)f - 1;
   const ulong srow = cd_state_row(bh, f, F);
   global const float *Mp =
-      cd_cpu_state(D, states, st_off, init, init_off, bh, F, jprev,
-                   reverse ? cd_frame_last(f, F) : cd_frame_first(f, F), has_init, &prev_zero, srow);
-  global const float *Mq = cd_cpu_state(D, states, st_off, init, init_off, bh, F, (int)f,
+      cd_cpu_state(states, st_off, init, init_off, bh, F, jprev, reverse ? cd_frame_last(f, F) : cd_frame_first(f, F),
+                   has_init, &prev_zero, srow);
+  global const float *Mq = cd_cpu_state(states, st_off, init, init_off, bh, F, (int)f,
                                         reverse && cd_frame_last(f, F), has_init, &post_zero, srow);
   global const float *Gf = G + G_off + bhf * CD_DD;
   const float dcy = decay[decay_off + bhf];
   global float *dqp = dq ? dq + dq_off + tb : NULL;
   float p;
   if (n == CD_FTB)
-    p = cd_frames_block(D, BR, ND, k + k_off + tb, v + v_off + tb, beta + beta_off + bbase, dcy, go + go_off + tb, Mp,
+    p = cd_frames_block(BR, ND, k + k_off + tb, v + v_off + tb, beta + beta_off + bbase, dcy, go + go_off + tb, Mp,
                         prev_zero, Mq, post_zero, Gf, dqp, dk + dk_off + tb, dv + dv_off + tb,
                         dbeta + dbeta_off + bbase, N, n, 1);
   else
-    p = cd_frames_block(D, BR, ND, k + k_off + tb, v + v_off + tb, beta + beta_off + bbase, dcy, go + go_off + tb, Mp,
+    p = cd_frames_block(BR, ND, k + k_off + tb, v + v_off + tb, beta + beta_off + bbase, dcy, go + go_off + tb, Mp,
                         prev_zero, Mq, post_zero, Gf, dqp, dk + dk_off + tb, dv + dv_off + tb,
                         dbeta + dbeta_off + bbase, N, n, 0);
   part[part_off + bhf * ntiles + tile] = p;
@@ -608,15 +601,14 @@ kernel void cd_cpu_frames(global const float *k, ulong k_off, global const float
 /* cd_scan_bwd_ddecay's arguments and meaning: ddecay = <G_f, Mprev_f> + the blocks' partials in order; group bhf. */
 kernel void cd_cpu_ddecay(global const float *states, ulong st_off, global const float *init, ulong init_off,
                           global const float *G, ulong G_off, global const float *part, ulong part_off,
-                          global float *ddecay, ulong dd_off, uint F, uint ntiles, int reverse, int has_init,
-                          uint D CD_PK_ARGS) {
+                          global float *ddecay, ulong dd_off, uint F, uint ntiles, int reverse, int has_init CD_PK_ARGS) {
   const ulong bhf = get_group_id(0);
   const ulong bh = bhf / F;
   const uint f = (uint)(bhf % F);
   int zero;
-  global const float *Mp =
-      cd_cpu_state(D, states, st_off, init, init_off, bh, F, reverse ? (int)f : (int)f - 1,
-                   reverse ? cd_frame_last(f, F) : cd_frame_first(f, F), has_init, &zero, cd_state_row(bh, f, F));
+  global const float *Mp = cd_cpu_state(states, st_off, init, init_off, bh, F, reverse ? (int)f : (int)f - 1,
+                                        reverse ? cd_frame_last(f, F) : cd_frame_first(f, F), has_init, &zero,
+                                        cd_state_row(bh, f, F));
   global const float *Gf = G + G_off + bhf * CD_DD;
   float8 acc = (float8)(0.0f);
   if (!zero)

@@ -65,7 +65,6 @@ camdelta_status cd_apply_out(camdelta_context *ctx, const cd_apply *a, const cd_
   CD_ARG_BUFS(&ar, q, states, out);
   cd_arg_tokens(&ar, geo);
   cd_arg_u32(&ar, ns);
-  if (cpu) cd_arg_u32(&ar, (uint32_t)geo->D); /* the CPU program serves every head dim */
   cd_arg_packed(&ar, geo);
   if (cpu) {
     if (ar.err != CL_SUCCESS) return cd_cl_fail(ar.err, "cd_cpu_apply: setting arguments");

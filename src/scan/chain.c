@@ -7,7 +7,7 @@
  *   grads pair    cd_pair_bwd_chain, both directions' gradient chains in one launch
  *   CPU forms     cd_cpu_chain, cd_cpu_pair_chain, cd_cpu_grad_chain, cd_cpu_pair_grad_chain (scan_cpu.cl): the
  *                 same arguments, groups and meaning with one work-item per group (w = 1), the whole walk in one
- *                 launch (cd_scan_cpu_forms: no loop budget): the head dim in place of the span and carry
+ *                 launch (cd_scan_cpu_forms: no loop budget), so without the span and carry arguments
  *   summary       cd_summary_apply, one D x D step for every chain per launch, in the frame order of the summary:
  *                   T  causal X ← A_f·X for f = 0 … F−1, reverse for f = F−1 … 0, from X = I
  *                   E  causal X ← A_f·X + U_f for f = 0 … F−1, reverse for f = F−1 … 0, from X = 0 (or init)
@@ -86,13 +86,9 @@ void cd_chain_release(cd_chain *ch) {
 }
 
 /* One launch's steps of a chain's walk: from t0, to t0 + ch->per or (last) to the walk's end, marked 0xFFFFFFFF;
- * then the scratch `carry` where the kernel takes one (NULL: it does not). The CPU forms take the head dim in their
- * place (one program serves every D). */
-static void arg_span(cd_args *a, const cd_chain *ch, const cd_scan_geo *geo, size_t t0, int last, cl_mem carry) {
-  if (cpu_form(ch)) {
-    cd_arg_u32(a, (uint32_t)geo->D);
-    return;
-  }
+ * then the scratch `carry` where the kernel takes one (NULL: it does not). The CPU forms take neither. */
+static void arg_span(cd_args *a, const cd_chain *ch, size_t t0, int last, cl_mem carry) {
+  if (cpu_form(ch)) return;
   cd_arg_u32(a, (uint32_t)t0);
   cd_arg_u32(a, last ? UINT32_MAX : (uint32_t)(t0 + ch->per));
   if (carry) cd_arg_mem(a, carry);
@@ -137,7 +133,7 @@ static void states_args(cd_args *a, const cd_chain *ch, const cd_scan_geo *geo, 
   cd_arg_i32(a, in.mem != NULL);
   cd_arg_i32(a, io->pre.mem != NULL);
   cd_arg_i32(a, io->final.mem != NULL); /* the walk's length; a launch that leaves steps writes fin anyway */
-  arg_span(a, ch, geo, t0, last, NULL);
+  arg_span(a, ch, t0, last, NULL);
   cd_arg_packed(a, geo);
 }
 
@@ -167,7 +163,7 @@ static void states_pair_args(cd_args *a, const cd_chain *ch, const cd_scan_geo *
   cd_arg_i32(a, t0 || io->init_r.mem != NULL);
   cd_arg_i32(a, io->final_c.mem != NULL);
   cd_arg_i32(a, io->final_r.mem != NULL);
-  arg_span(a, ch, geo, t0, last, NULL);
+  arg_span(a, ch, t0, last, NULL);
 }
 
 camdelta_status cd_chain_states_pair(camdelta_context *ctx, const cd_chain *ch, const cd_scan_geo *geo,
@@ -196,8 +192,7 @@ static void grads_args(cd_args *a, const cd_chain *ch, const cd_scan_geo *geo, c
   cd_arg_i32(a, io->init.mem != NULL);
   cd_arg_i32(a, io->gfinal.mem != NULL);
   cd_arg_i32(a, io->dinit.mem != NULL);
-  arg_span(a, ch, geo, u0, last,
-           carry ? carry : io->A.mem); /* the carry (a launch that leaves no steps never uses it) */
+  arg_span(a, ch, u0, last, carry ? carry : io->A.mem); /* the carry (a launch that leaves no steps never uses it) */
   cd_arg_packed(a, geo);
 }
 
@@ -223,8 +218,7 @@ static void grads_pair_args(cd_args *a, const cd_chain *ch, const cd_scan_geo *g
   cd_arg_i32(a, io->gfinal_r.mem != NULL);
   cd_arg_i32(a, io->dinit_c.mem != NULL);
   cd_arg_i32(a, io->dinit_r.mem != NULL);
-  arg_span(a, ch, geo, u0, last,
-           carry ? carry : io->A.mem); /* the carry (a launch that leaves no steps never uses it) */
+  arg_span(a, ch, u0, last, carry ? carry : io->A.mem); /* the carry (a launch that leaves no steps never uses it) */
 }
 
 camdelta_status cd_chain_grads_pair(camdelta_context *ctx, const cd_chain *ch, const cd_scan_geo *geo,

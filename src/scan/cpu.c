@@ -16,10 +16,8 @@ void cd_cpu_scan_tiles(const camdelta_context *ctx, size_t D, cd_cpu_scan *p) {
   p->ar = 4;
   p->far = 8;
   p->fr = 4;
-  /* the gram's local memory: the staged chunk (tc x cb) and the accumulators (CAMDELTA_MAX_HEAD_DIM x cb: the
-   * program serves every head dim) */
-  while (p->tc > 8 && (uint64_t)(p->tc + CAMDELTA_MAX_HEAD_DIM) * p->cb * sizeof(float) > ctx->info.local_mem_bytes)
-    p->tc /= 2;
+  /* the gram's local memory: the staged chunk (tc x cb) and the accumulators (D x cb) */
+  while (p->tc > 8 && (uint64_t)(p->tc + D) * p->cb * sizeof(float) > ctx->info.local_mem_bytes) p->tc /= 2;
 }
 
 void cd_cpu_scan_release(cd_cpu_scan *p) {
@@ -33,15 +31,14 @@ void cd_cpu_scan_release(cd_cpu_scan *p) {
 }
 
 camdelta_status cd_cpu_scan_build(camdelta_context *ctx, cd_cpu_scan *p) {
-  if (p->D % 8 || p->D > CAMDELTA_MAX_HEAD_DIM || p->cb % 8 || p->D % p->cb || p->tc % 8 || !p->tc || !p->tv ||
-      p->tv > 4 || !p->ftv || p->ftv > 4 || !p->gr || p->gr > 8 || p->gr % 2 || !p->ar || p->ar > 8 || !p->far ||
-      p->far > 8 || !p->fr || p->fr > 8)
+  if (p->D % 8 || p->cb % 8 || p->D % p->cb || p->tc % 8 || !p->tc || !p->tv || p->tv > 4 || !p->ftv || p->ftv > 4 ||
+      !p->gr || p->gr > 8 || p->gr % 2 || !p->ar || p->ar > 8 || !p->far || p->far > 8 || !p->fr || p->fr > 8)
     return cd_fail(CAMDELTA_ERROR_UNSUPPORTED,
                    "scan (cpu): tiles CB=%u TC=%u TV=%u FTV=%u GR=%u AR=%u FAR=%u FR=%u do not fit D=%zu", p->cb,
                    p->tc, p->tv, p->ftv, p->gr, p->ar, p->far, p->fr, p->D);
   snprintf(p->opts, sizeof p->opts,
-           "-DCD_DMAX=%d -DCD_CB=%u -DCD_TC=%u -DCD_TV=%u -DCD_FTV=%u -DCD_GR=%u -DCD_AR=%u -DCD_FAR=%u -DCD_FR=%u",
-           CAMDELTA_MAX_HEAD_DIM, p->cb, p->tc, p->tv, p->ftv, p->gr, p->ar, p->far, p->fr);
+           "-DCD_D=%zu -DCD_CB=%u -DCD_TC=%u -DCD_TV=%u -DCD_FTV=%u -DCD_GR=%u -DCD_AR=%u -DCD_FAR=%u -DCD_FR=%u", p->D,
+           p->cb, p->tc, p->tv, p->ftv, p->gr, p->ar, p->far, p->fr);
   static const char *const names[] = {"cd_cpu_gram",  "cd_cpu_chain",  "cd_cpu_pair_chain", "cd_cpu_grad_chain",
                                       "cd_cpu_pair_grad_chain", "cd_cpu_apply", "cd_cpu_frames", "cd_cpu_ddecay"};
   cl_kernel *ks[] = {&p->gram,  &p->chain,  &p->pair_chain, &p->grad_chain, &p->pair_grad_chain,
@@ -86,7 +83,6 @@ camdelta_status cd_cpu_gram(camdelta_context *ctx, const cd_cpu_scan *p, const c
   cd_arg_u32(&a, (uint32_t)g->S);
   cd_arg_u32(&a, (uint32_t)g->F);
   cd_arg_u32(&a, (uint32_t)mode);
-  cd_arg_u32(&a, (uint32_t)p->D);
   const size_t cols = mode == CD_CPU_GRAM_AU ? 2 * p->D : p->D;
   const size_t gws[2] = {g->BH * g->F, cols / p->cb};
   static const char *const what[] = {"cd_cpu_gram (W)", "cd_cpu_gram (A)", "cd_cpu_gram (A, U)", "cd_cpu_gram (U)"};

@@ -1,5 +1,4 @@
-/* The CPU forms of the scan's phases (cl/scan_cpu.cl): one program for every head dim (D a kernel argument; the
- * tiles its build options), its kernels and their launches
+/* The CPU forms of the scan's phases (cl/scan_cpu.cl): one program per head dim, its kernels and their launches
  * on explicit buffers. The arithmetic and the buffers are those of the FMA forms (scan_chunkwise.cl,
  * scan_backward.cl), so each kernel stands in for its FMA counterpart phase by phase: the engine's units
  * (units.h) take them where cd_scan_cpu_forms() says. Internal to src/scan/. */
@@ -31,8 +30,8 @@ typedef struct cd_cpu_geo {
   size_t BH, F, S, N;
 } cd_cpu_geo;
 
-/** The tiles for head dim D (a multiple of 8) on the context's device: CB 16 where it divides D, else 8; the
- *  gram's chunk shrunk until its local memory at the largest head dim fits the device's. */
+/** The tiles for head dim D (a multiple of 8) on the context's device: the gram's chunk shrunk until its local
+ *  memory fits the device's. */
 void cd_cpu_scan_tiles(const camdelta_context *ctx, size_t D, cd_cpu_scan *p);
 /** Builds the program for p->D with p's tiles (cd_cpu_scan_tiles first, or set by hand) and creates its kernels. */
 camdelta_status cd_cpu_scan_build(camdelta_context *ctx, cd_cpu_scan *p);

@@ -47,10 +47,8 @@ camdelta_status cd_frames_enqueue(camdelta_context *ctx, const cd_frames *f, con
   cd_arg_u32(&a, (uint32_t)ntiles);
   cd_arg_i32(&a, io->reverse != 0);
   cd_arg_i32(&a, io->has_init != 0);
-  /* the CPU form takes the FMA form's arguments and the head dim (its program serves every D), its work-groups one
-   * item (w = 1) */
-  if (f->form == CD_FRAMES_CPU) cd_arg_u32(&a, (uint32_t)geo->D);
   cd_arg_packed(&a, geo);
+  /* the CPU form takes the FMA form's arguments, its work-groups one item (w = 1) */
   const char *name = tc ? "cd_frames_tc" : f->form == CD_FRAMES_CPU ? "cd_cpu_frames" : "cd_scan_bwd_frames";
   if (f->form == CD_FRAMES_CPU && geo->pk)
     return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "cd_cpu_frames runs the fixed shape only");

@@ -29,7 +29,6 @@ camdelta_status cd_ddecay_enqueue(camdelta_context *ctx, const cd_ddecay *d, con
   cd_arg_u32(&a, (uint32_t)ntiles);
   cd_arg_i32(&a, reverse != 0);
   cd_arg_i32(&a, has_init != 0);
-  if (d->cpu) cd_arg_u32(&a, (uint32_t)geo->D); /* the CPU program serves every head dim */
   cd_arg_packed(&a, geo);
   const char *name = d->cpu ? "cd_cpu_ddecay" : "cd_scan_bwd_ddecay";
   if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, name);
