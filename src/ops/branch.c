@@ -515,8 +515,10 @@ static camdelta_status fwd_conv(camdelta_branch_run *r, camdelta_branch_request 
   cd_launch l;
   group_begin(r, &l);
   if (!st && !ext)
-    st = cd_short_conv_enqueue_forward(ctx, a->dtype, B, T, S, C, a->k_raw, a->conv_weight, r->seg, m[KCONV], &l);
-  if (!st && ext) st = cd_short_conv_enqueue_forward(ctx, a->dtype, B, g->Te, S, C, kx, a->conv_weight, r->seg, kc, &l);
+    st = cd_short_conv_enqueue_forward(ctx, a->dtype, B, T, S, C, a->k_raw, 0, a->k_raw, a->conv_weight, r->seg,
+                                       m[KCONV], &l);
+  if (!st && ext)
+    st = cd_short_conv_enqueue_forward(ctx, a->dtype, B, g->Te, S, C, kx, 0, kx, a->conv_weight, r->seg, kc, &l);
   if (!st && ext) st = copy_frames(ctx, kc, g->Te, g->f0 - g->e0, m[KCONV], T, 0, T, B, S * C, es);
   if (!st && r->blk && r->blk->lookback_out.mem) { /* the last (up to) 3 of the extended frames */
     const size_t n = g->Te < 3 ? g->Te : 3;
