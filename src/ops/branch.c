@@ -345,10 +345,10 @@ struct camdelta_branch_run {
  * (B, dT). */
 static camdelta_status copy_frames(camdelta_context *ctx, camdelta_buffer src, size_t sT, size_t sf,
                                    camdelta_buffer dst, size_t dT, size_t df, size_t n, size_t B, size_t fs,
-                                   size_t es) {
+                                   size_t es, cd_launch *l) {
   for (size_t b = 0; b < B && n; b++) {
     const camdelta_status st = cd_copy(ctx, src.mem, (src.offset + (b * sT + sf) * fs) * es, dst.mem,
-                                       (dst.offset + (b * dT + df) * fs) * es, n * fs * es);
+                                       (dst.offset + (b * dT + df) * fs) * es, n * fs * es, l);
     if (st) return st;
   }
   return CAMDELTA_OK;
@@ -377,7 +377,7 @@ static void halo_wants(const branch_geo *g, size_t T, int backward, size_t *left
 static camdelta_status extend_local(camdelta_branch_run *r, camdelta_buffer x, camdelta_buffer ext, size_t fs,
                                     cd_launch *l) {
   const size_t B = r->a.B, T = r->a.T, Te = r->g.Te, nl = r->g.f0 - r->g.e0;
-  camdelta_status st = copy_frames(r->ctx, x, T, 0, ext, Te, nl, T, B, fs, 4); /* parts are f32 */
+  camdelta_status st = copy_frames(r->ctx, x, T, 0, ext, Te, nl, T, B, fs, 4, l); /* parts are f32 */
   for (size_t b = 0; b < B && !st; b++) {
     const size_t base = (ext.offset + b * Te * fs) * 4;
     if (nl) st = cd_zero(r->ctx, ext.mem, base, nl * fs * 4, l);
@@ -516,13 +516,13 @@ static camdelta_status fwd_conv(camdelta_branch_run *r, camdelta_branch_request 
                                        m[KCONV], &l);
   if (!st && r->has_part)
     st = cd_short_conv_enqueue_forward(ctx, a->dtype, B, g->Te, S, C, none, 0, kx, a->conv_weight, r->seg, kc, &l);
-  if (!st && r->has_part) st = copy_frames(ctx, kc, g->Te, g->f0 - g->e0, m[KCONV], T, 0, T, B, S * C, es);
+  if (!st && r->has_part) st = copy_frames(ctx, kc, g->Te, g->f0 - g->e0, m[KCONV], T, 0, T, B, S * C, es, &l);
   if (!st && r->blk && r->blk->lookback_out.mem) {
     /* the last (up to) 3 frames up to the block's end: nk of the block's, then before them nl of the look-back's */
     const camdelta_buffer out = r->blk->lookback_out;
     const size_t nk = T < 3 ? T : 3, nl = back < 3 - nk ? back : 3 - nk;
-    st = copy_frames(ctx, a->k_raw, T, T - nk, out, 3, 3 - nk, nk, B, S * C, es);
-    if (!st) st = copy_frames(ctx, lb, 3, 3 - nl, out, 3, 3 - nk - nl, nl, B, S * C, es);
+    st = copy_frames(ctx, a->k_raw, T, T - nk, out, 3, 3 - nk, nk, B, S * C, es, &l);
+    if (!st) st = copy_frames(ctx, lb, 3, 3 - nl, out, 3, 3 - nk - nl, nl, B, S * C, es, &l);
   }
   st = group_end(r, &l, st);
   if (!st) {
@@ -813,7 +813,7 @@ static camdelta_status bwd_conv(camdelta_branch_run *r, camdelta_branch_request 
   const size_t nl = g->f0 - g->e0;
   st = cd_short_conv_enqueue_backward(ctx, a->dtype, B, g->Te, S, C, gr->dconv_weight.mem ? k0 : gx, a->conv_weight,
                                       s->mem[SEG], gx, dxe, dw, &l);
-  if (!st && dxe.mem) st = copy_frames(ctx, dxe, g->Te, nl, gr->dk_raw, T, 0, T, B, fs, 4); /* parts are f32 */
+  if (!st && dxe.mem) st = copy_frames(ctx, dxe, g->Te, nl, gr->dk_raw, T, 0, T, B, fs, 4, &l); /* parts are f32 */
   st = group_end(r, &l, st);
   if (!st && gr->dconv_weight.mem)
     *rq = (camdelta_branch_request){.need = CAMDELTA_BRANCH_NEED_SUM, .sum_src = dw, .sum_dst = gr->dconv_weight,
