@@ -75,7 +75,7 @@ check branch-chunkwise 1 branch 1 5 2 3 2 8 -- branch --grid 5,2,3 --chunk-size 
   --chunk-strategy first_chunk_plus_one --algorithm chunkwise
 check branch-backward-chunkwise 1 branch 1 5 2 3 2 8 -- branch-backward --grid 5,2,3 --chunk-size 2 \
   --chunk-strategy first_chunk_plus_one --algorithm chunkwise
-# A stream over the same frames (blocks 3, 2): the conv over a block extended by the look-back, the pair from a
+# A stream over the same frames (blocks 3, 2): the conv over a block continuing the look-back, the pair from a
 # carried state, a non-committing step before each commit.
 check branch-stream 1 branch 1 5 2 3 2 8 -- branch --grid 5,2,3 --chunk-size 2 \
   --chunk-strategy first_chunk_plus_one --algorithm chunkwise --stream --repeat 1

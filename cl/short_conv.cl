@@ -14,24 +14,30 @@
 
 #define XAT(p, t) ((t) < T ? CD_LOAD(p, base + (ulong)(t) * stride) : 0.0f)
 
-/* one work-item per (c, s, b) */
-kernel void cd_short_conv_forward(global const cd_store_t *restrict x, ulong x_off, global const float *restrict w,
-                                  ulong w_off, global const uint *restrict seg_end, global cd_store_t *restrict y,
-                                  ulong y_off, uint T, uint S, uint C, ulong BSC) {
+/* one work-item per (c, s, b). A stream's block (back = 1..3) continues the frames of its look-back: lb (B, 3, S, C)
+ * holds the raw frames before x's, the last `back` of them read (the earlier ones are before frame 0: zero), and
+ * seg_end has back + T entries, those of the frames [look-back's | x's] (back = 0: lb unread, T entries). y gets x's T
+ * frames only. */
+kernel void cd_short_conv_forward(global const cd_store_t *restrict x, ulong x_off,
+                                  global const cd_store_t *restrict lb, ulong lb_off, global const float *restrict w,
+                                  ulong w_off,
+                                  global const uint *restrict seg_end, global cd_store_t *restrict y, ulong y_off,
+                                  uint T, uint S, uint C, ulong BSC, uint back) {
   const ulong idx = get_global_id(0);
   if (idx >= BSC) return;
   const uint c = (uint)(idx % C);
   const ulong bs = idx / C, b = bs / S, s = bs % S;
   const ulong stride = (ulong)S * C, base = x_off + (b * T * S + s) * C + c;
-  const ulong ybase = y_off + (b * T * S + s) * C + c;
+  const ulong ybase = y_off + (b * T * S + s) * C + c, lbase = lb_off + (b * 3 * S + s) * C + c;
   const float w0 = w[w_off + 4 * c], w1 = w[w_off + 4 * c + 1], w2 = w[w_off + 4 * c + 2],
               w3 = w[w_off + 4 * c + 3];
-  float xm3 = 0.0f, xm2 = 0.0f, xm1 = 0.0f;
+  float xm3 = back > 2 ? CD_LOAD(lb, lbase) : 0.0f, xm2 = back > 1 ? CD_LOAD(lb, lbase + stride) : 0.0f,
+        xm1 = back > 0 ? CD_LOAD(lb, lbase + 2 * stride) : 0.0f;
   float x0 = XAT(x, 0u), xp1 = XAT(x, 1u), xp2 = XAT(x, 2u), xp3 = XAT(x, 3u);
   /* restrict: the loads of later steps may be issued ahead of this step's store */
 #pragma unroll 4
   for (uint t = 0; t < T; t++) {
-    const uint e = seg_end[t];
+    const uint e = seg_end[back + t] - back; /* relative to x's frames */
     float acc = w0 * xm3;
     acc = fma(w1, xm2, acc);
     acc = fma(w2, xm1, acc);

@@ -152,7 +152,7 @@ typedef struct camdelta_buffer {
  *  is NaN, never a made-up 0: time the call on the host around
  *  camdelta_finish instead (as `camdelta bench` and the demo then do). */
 typedef struct camdelta_profile {
-  double kernel_ms;  /* sum over the call's kernels (end - start), or NaN */
+  double kernel_ms;  /* sum over the call's kernels and device copies (end - start), or NaN */
   unsigned kernels;  /* number of kernels enqueued                  */
 } camdelta_profile;
 

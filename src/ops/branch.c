@@ -345,10 +345,10 @@ struct camdelta_branch_run {
  * (B, dT). */
 static camdelta_status copy_frames(camdelta_context *ctx, camdelta_buffer src, size_t sT, size_t sf,
                                    camdelta_buffer dst, size_t dT, size_t df, size_t n, size_t B, size_t fs,
-                                   size_t es) {
+                                   size_t es, cd_launch *l) {
   for (size_t b = 0; b < B && n; b++) {
     const camdelta_status st = cd_copy(ctx, src.mem, (src.offset + (b * sT + sf) * fs) * es, dst.mem,
-                                       (dst.offset + (b * dT + df) * fs) * es, n * fs * es);
+                                       (dst.offset + (b * dT + df) * fs) * es, n * fs * es, l);
     if (st) return st;
   }
   return CAMDELTA_OK;
@@ -377,7 +377,7 @@ static void halo_wants(const branch_geo *g, size_t T, int backward, size_t *left
 static camdelta_status extend_local(camdelta_branch_run *r, camdelta_buffer x, camdelta_buffer ext, size_t fs,
                                     cd_launch *l) {
   const size_t B = r->a.B, T = r->a.T, Te = r->g.Te, nl = r->g.f0 - r->g.e0;
-  camdelta_status st = copy_frames(r->ctx, x, T, 0, ext, Te, nl, T, B, fs, 4); /* parts are f32 */
+  camdelta_status st = copy_frames(r->ctx, x, T, 0, ext, Te, nl, T, B, fs, 4, l); /* parts are f32 */
   for (size_t b = 0; b < B && !st; b++) {
     const size_t base = (ext.offset + b * Te * fs) * 4;
     if (nl) st = cd_zero(r->ctx, ext.mem, base, nl * fs * 4, l);
@@ -464,16 +464,11 @@ static camdelta_status fwd_start(camdelta_branch_run *r, camdelta_branch_request
                                    .proj_kv = r->m[PKV], .proj_o = r->m[PO], .rope_cos = r->m[RC],
                                    .rope_sin = r->m[RS]};
   st = cd_camera_enqueue_at(ctx, &ca, g->N, g->f0, r->blk ? &r->pl->axis : NULL, &l);
-  /* a part's conv reads k_raw with the neighbours' halo frames, a block's with the stream's look-back */
+  /* a part's conv reads k_raw with the neighbours' halo frames (a block's reads the stream's look-back itself) */
   camdelta_buffer kx;
-  const size_t es = camdelta_dtype_size(a->dtype); /* k_raw's, the look-back's */
-  if (!st && (r->has_part || r->blk)) st = cd_ws_get(ctx, &r->pl->ws, WS_KX, B * g->Te * S * C * es, &kx);
+  const size_t es = camdelta_dtype_size(a->dtype); /* k_raw's */
+  if (!st && r->has_part) st = cd_ws_get(ctx, &r->pl->ws, WS_KX, B * g->Te * S * C * es, &kx);
   if (!st && r->has_part) st = extend_local(r, a->k_raw, kx, S * C, &l);
-  if (!st && r->blk) { /* [look-back frames f0 - back .. f0 - 1 | the block's] */
-    const size_t back = g->f0 - g->e0;
-    st = copy_frames(ctx, a->k_raw, T, 0, kx, g->Te, back, T, B, S * C, es);
-    if (!st) st = copy_frames(ctx, r->blk->lookback, 3, 3 - back, kx, g->Te, 0, back, B, S * C, es);
-  }
   st = group_end(r, &l, st);
   if (!st && r->has_part) {
     size_t wl, wr;
@@ -507,20 +502,27 @@ static camdelta_status fwd_conv(camdelta_branch_run *r, camdelta_branch_request 
   const size_t es = camdelta_dtype_size(a->dtype); /* k_raw's and k_conv's */
   camdelta_buffer kx = {NULL, 0}, kc = {NULL, 0};
   camdelta_status st = CAMDELTA_OK;
-  const int ext = r->has_part || r->blk != NULL; /* the conv runs on the extended frames */
-  if (ext) {
+  if (r->has_part) { /* the conv runs on the extended frames */
     kx = (camdelta_buffer){r->pl->ws.mem[WS_KX], 0};
     st = cd_ws_get(ctx, &r->pl->ws, WS_KC, B * g->Te * S * C * es, &kc);
   }
+  /* a block's conv continues the look-back's last `back` frames (its seg_end covers them) */
+  const camdelta_buffer none = {NULL, 0}, lb = r->blk ? r->blk->lookback : none;
+  const size_t back = r->blk ? g->f0 - g->e0 : 0;
   cd_launch l;
   group_begin(r, &l);
-  if (!st && !ext)
-    st = cd_short_conv_enqueue_forward(ctx, a->dtype, B, T, S, C, a->k_raw, a->conv_weight, r->seg, m[KCONV], &l);
-  if (!st && ext) st = cd_short_conv_enqueue_forward(ctx, a->dtype, B, g->Te, S, C, kx, a->conv_weight, r->seg, kc, &l);
-  if (!st && ext) st = copy_frames(ctx, kc, g->Te, g->f0 - g->e0, m[KCONV], T, 0, T, B, S * C, es);
-  if (!st && r->blk && r->blk->lookback_out.mem) { /* the last (up to) 3 of the extended frames */
-    const size_t n = g->Te < 3 ? g->Te : 3;
-    st = copy_frames(ctx, kx, g->Te, g->Te - n, r->blk->lookback_out, 3, 3 - n, n, B, S * C, es);
+  if (!st && !r->has_part)
+    st = cd_short_conv_enqueue_forward(ctx, a->dtype, B, T, S, C, lb, back, a->k_raw, a->conv_weight, r->seg,
+                                       m[KCONV], &l);
+  if (!st && r->has_part)
+    st = cd_short_conv_enqueue_forward(ctx, a->dtype, B, g->Te, S, C, none, 0, kx, a->conv_weight, r->seg, kc, &l);
+  if (!st && r->has_part) st = copy_frames(ctx, kc, g->Te, g->f0 - g->e0, m[KCONV], T, 0, T, B, S * C, es, &l);
+  if (!st && r->blk && r->blk->lookback_out.mem) {
+    /* the last (up to) 3 frames up to the block's end: nk of the block's, then before them nl of the look-back's */
+    const camdelta_buffer out = r->blk->lookback_out;
+    const size_t nk = T < 3 ? T : 3, nl = back < 3 - nk ? back : 3 - nk;
+    st = copy_frames(ctx, a->k_raw, T, T - nk, out, 3, 3 - nk, nk, B, S * C, es, &l);
+    if (!st) st = copy_frames(ctx, lb, 3, 3 - nl, out, 3, 3 - nk - nl, nl, B, S * C, es, &l);
   }
   st = group_end(r, &l, st);
   if (!st) {
@@ -564,7 +566,6 @@ static camdelta_status fwd_conv(camdelta_branch_run *r, camdelta_branch_request 
   /* with tensor cores the pair's apply writes y itself, the output transform as its epilogue */
   r->ot = (cd_pair_ot){.proj_o = m[PO], .rope_cos = m[RC], .rope_sin = m[RS], .y = a->y};
   /* a block's causal scan goes on from the stream's state and gives the state after the block */
-  const camdelta_buffer none = {NULL, 0};
   const camdelta_buffer init_c = r->blk ? r->blk->init : none, final_c = r->blk ? r->blk->final : none;
   if (r->pair) {
     const cd_scan_pair_args pa = {.B = B, .H = H, .D = D, .F = T, .S = S, .q = m[QB], .k = m[KB], .v = m[VB],
@@ -812,7 +813,7 @@ static camdelta_status bwd_conv(camdelta_branch_run *r, camdelta_branch_request 
   const size_t nl = g->f0 - g->e0;
   st = cd_short_conv_enqueue_backward(ctx, a->dtype, B, g->Te, S, C, gr->dconv_weight.mem ? k0 : gx, a->conv_weight,
                                       s->mem[SEG], gx, dxe, dw, &l);
-  if (!st && dxe.mem) st = copy_frames(ctx, dxe, g->Te, nl, gr->dk_raw, T, 0, T, B, fs, 4); /* parts are f32 */
+  if (!st && dxe.mem) st = copy_frames(ctx, dxe, g->Te, nl, gr->dk_raw, T, 0, T, B, fs, 4, &l); /* parts are f32 */
   st = group_end(r, &l, st);
   if (!st && gr->dconv_weight.mem)
     *rq = (camdelta_branch_request){.need = CAMDELTA_BRANCH_NEED_SUM, .sum_src = dw, .sum_dst = gr->dconv_weight,

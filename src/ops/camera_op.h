@@ -26,11 +26,14 @@ camdelta_status cd_camera_enqueue_at(camdelta_context *ctx, const camdelta_camer
 camdelta_status cd_short_conv_segments(camdelta_context *ctx, const char *op, size_t T,
                                        const camdelta_chunking *chunking, cl_mem *seg_end);
 /** The conv's launches with x, y (forward) and x, dy, dx (backward) in `dtype` storage (the activations'; f32
- *  arithmetic, f32 weights and weight gradient); cd_short_conv_program builds (or loads) its program. */
+ *  arithmetic, f32 weights and weight gradient); cd_short_conv_program builds (or loads) its program. The forward
+ *  continues `back` (0..3) frames before x's: the last `back` of lookback (B, 3, S, C; unread when back = 0), with
+ *  seg_end over the back + T frames [look-back's | x's]; y (B, T, S, C) gets x's frames. */
 camdelta_status cd_short_conv_program(camdelta_context *ctx, camdelta_dtype dtype);
 camdelta_status cd_short_conv_enqueue_forward(camdelta_context *ctx, camdelta_dtype dtype, size_t B, size_t T,
-                                              size_t S, size_t C, camdelta_buffer x, camdelta_buffer w,
-                                              cl_mem seg_end, camdelta_buffer y, cd_launch *l);
+                                              size_t S, size_t C, camdelta_buffer lookback, size_t back,
+                                              camdelta_buffer x, camdelta_buffer w, cl_mem seg_end, camdelta_buffer y,
+                                              cd_launch *l);
 camdelta_status cd_short_conv_enqueue_backward(camdelta_context *ctx, camdelta_dtype dtype, size_t B, size_t T,
                                                size_t S, size_t C, camdelta_buffer x, camdelta_buffer w,
                                                cl_mem seg_end, camdelta_buffer dy, camdelta_buffer dx,

@@ -47,14 +47,16 @@ camdelta_status cd_short_conv_program(camdelta_context *ctx, camdelta_dtype dtyp
 }
 
 camdelta_status cd_short_conv_enqueue_forward(camdelta_context *ctx, camdelta_dtype dtype, size_t B, size_t T,
-                                              size_t S, size_t C, camdelta_buffer x, camdelta_buffer w,
-                                              cl_mem seg_end, camdelta_buffer y, cd_launch *l) {
+                                              size_t S, size_t C, camdelta_buffer lookback, size_t back,
+                                              camdelta_buffer x, camdelta_buffer w, cl_mem seg_end, camdelta_buffer y,
+                                              cd_launch *l) {
   cl_kernel k;
   camdelta_status st = cd_kernel(ctx, "short_conv.cl", conv_opts(dtype), "cd_short_conv_forward", &k);
   if (st) return st;
   const size_t BSC = B * S * C;
   cd_args a = {k, 0, CL_SUCCESS};
   cd_arg_buf(&a, x);
+  cd_arg_buf(&a, back ? lookback : x); /* back = 0: never read */
   cd_arg_buf(&a, w);
   cd_arg_mem(&a, seg_end);
   cd_arg_buf(&a, y);
@@ -62,6 +64,7 @@ camdelta_status cd_short_conv_enqueue_forward(camdelta_context *ctx, camdelta_dt
   cd_arg_u32(&a, (uint32_t)S);
   cd_arg_u32(&a, (uint32_t)C);
   cd_arg_u64(&a, BSC);
+  cd_arg_u32(&a, (uint32_t)back);
   if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_short_conv_forward: setting arguments");
   const size_t lws = 64, gws = (BSC + 63) / 64 * 64;
   if (!st) st = cd_enqueue(ctx, k, 1, &gws, cd_kernel_max_wg(ctx, k) >= 64 ? &lws : NULL, l, "cd_short_conv_forward");
@@ -179,8 +182,8 @@ static camdelta_status conv_enqueue(cd_call *c, cd_launch *l) {
   const conv_call *s = c->op;
   if (conv_idle(c)) return CAMDELTA_OK;
   if (!s->backward)
-    return cd_short_conv_enqueue_forward(c->ctx, CAMDELTA_F32, a->B, a->T, a->S, a->C, a->k_raw, a->conv_weight,
-                                         s->seg_end, a->k_conv, l);
+    return cd_short_conv_enqueue_forward(c->ctx, CAMDELTA_F32, a->B, a->T, a->S, a->C, a->k_raw, 0, a->k_raw,
+                                         a->conv_weight, s->seg_end, a->k_conv, l);
   return cd_short_conv_enqueue_backward(c->ctx, CAMDELTA_F32, a->B, a->T, a->S, a->C, a->k_raw, a->conv_weight,
                                         s->seg_end, a->grad_k_conv, a->dk_raw, a->dconv_weight, l);
 }

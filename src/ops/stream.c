@@ -124,7 +124,6 @@ static camdelta_status create_plan(cd_call *c) {
 
 /* The weights copied and hashed (the image names them). */
 static camdelta_status create_enqueue(cd_call *c, cd_launch *l) {
-  (void)l;
   const camdelta_stream_args *a = c->args;
   camdelta_stream *s = ((create_call *)c->op)->s;
   const camdelta_buffer w[3] = {a->conv_weight, a->q_norm_weight, a->k_norm_weight};
@@ -134,7 +133,7 @@ static camdelta_status create_enqueue(cd_call *c, cd_launch *l) {
   uint64_t h = CD_FNV_START;
   camdelta_status st = CAMDELTA_OK;
   for (int i = 0; i < 3 && !st; i++) {
-    st = cd_copy(c->ctx, w[i].mem, w[i].offset * 4, s->weights[i], 0, n[i] * 4);
+    st = cd_copy(c->ctx, w[i].mem, w[i].offset * 4, s->weights[i], 0, n[i] * 4, l);
     if (st) break;
     const cl_int err = clEnqueueReadBuffer(c->ctx->queue, s->weights[i], CL_TRUE, 0, n[i] * 4, host, 0, NULL, NULL);
     if (err != CL_SUCCESS) st = cd_cl_fail(err, "reading the stream's weights");

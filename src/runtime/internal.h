@@ -199,8 +199,6 @@ camdelta_status cd_context_emulate(camdelta_context *ctx, const char *device);
 void cd_trace_launches(camdelta_context *ctx, FILE *out, int dry);
 /** Writes a line to the trace (when one is open). */
 void cd_trace_note(camdelta_context *ctx, const char *fmt, ...) CD_PRINTF(2, 3);
-/** Copy `bytes` bytes between buffers on the context's queue (traced like launches). */
-camdelta_status cd_copy(camdelta_context *ctx, cl_mem src, size_t src_off, cl_mem dst, size_t dst_off, size_t bytes);
 
 /** The value of option `id` on this context for a call in `dtype` storage: the one set (environment at creation,
  *  camdelta_tune_set), else the declared default for the context's device class (ctx->info, so emulated facts
@@ -249,11 +247,15 @@ void cd_launch_init(cd_launch *l, camdelta_profile *profile);
 /** Enqueue an ND-range; lws may be NULL. Records an event if profiling. */
 camdelta_status cd_enqueue(camdelta_context *ctx, cl_kernel k, cl_uint dims, const size_t *gws, const size_t *lws,
                            cd_launch *l, const char *what);
-/** Wait for and sum the recorded events into l->profile (if any); releases
+/** Wait for and sum the recorded events (kernels, copies, fills) into l->profile (if any); releases
  *  the events. Always call once at the end of a public call (also on error). */
 camdelta_status cd_launch_end(camdelta_context *ctx, cd_launch *l, camdelta_status st);
 
-/** Fill `bytes` bytes at byte offset `off` of `mem` with zero. */
+/** Copy `bytes` bytes between buffers on the context's queue (traced like launches; with l, its time joins the
+ *  call's kernel_ms). l may be NULL. */
+camdelta_status cd_copy(camdelta_context *ctx, cl_mem src, size_t src_off, cl_mem dst, size_t dst_off, size_t bytes,
+                        cd_launch *l);
+/** Fill `bytes` bytes at byte offset `off` of `mem` with zero (as cd_copy). l may be NULL. */
 camdelta_status cd_zero(camdelta_context *ctx, cl_mem mem, size_t off, size_t bytes, cd_launch *l);
 
 /** Preferred work-group size multiple for a kernel on the context's device

@@ -87,32 +87,46 @@ static void trace_launch(camdelta_context *ctx, cl_kernel k, cl_uint dims, const
   fprintf(ctx->trace, " lmem %llu\n", (unsigned long long)local);
 }
 
-camdelta_status cd_copy(camdelta_context *ctx, cl_mem src, size_t src_off, cl_mem dst, size_t dst_off, size_t bytes) {
-  if (bytes == 0) return CAMDELTA_OK;
-  cd_trace_note(ctx, "  copy %zu bytes", bytes);
-  if (ctx->dry_run) return CAMDELTA_OK;
-  const cl_int err = clEnqueueCopyBuffer(ctx->queue, src, dst, src_off, dst_off, bytes, 0, NULL, NULL);
-  return err == CL_SUCCESS ? CAMDELTA_OK : cd_cl_fail(err, "clEnqueueCopyBuffer");
+/* Room for one more event in l (a full list is summed first); 0 when l keeps none. */
+static camdelta_status make_room(camdelta_context *ctx, cd_launch *l) {
+  if (l && l->profile && l->n == CD_MAX_EVENTS) return flush_events(ctx, l, 1);
+  return CAMDELTA_OK;
+}
+
+/* The event pointer an enqueue fills: l's next slot when l keeps events. */
+static cl_event *next_event(cd_launch *l) { return l && l->profile ? &l->events[l->n] : NULL; }
+
+/* After a successful enqueue that filled next_event(l): keep the event under `what`. */
+static void keep_event(cd_launch *l, const char *what) {
+  if (l && l->profile) l->names[l->n++] = what;
 }
 
 camdelta_status cd_enqueue(camdelta_context *ctx, cl_kernel k, cl_uint dims, const size_t *gws, const size_t *lws,
                            cd_launch *l, const char *what) {
   for (cl_uint d = 0; d < dims; d++)
     if (gws[d] == 0) return CAMDELTA_OK; /* nothing to do */
-  if (l->profile && l->n == CD_MAX_EVENTS) {
-    camdelta_status st = flush_events(ctx, l, 1);
-    if (st) return st;
-  }
+  camdelta_status st = make_room(ctx, l);
+  if (st) return st;
   if (ctx->trace) trace_launch(ctx, k, dims, gws, lws);
   if (ctx->dry_run) return CAMDELTA_OK;
-  cl_event ev = NULL;
-  cl_int err = clEnqueueNDRangeKernel(ctx->queue, k, dims, NULL, gws, lws, 0, NULL, l->profile ? &ev : NULL);
+  const cl_int err = clEnqueueNDRangeKernel(ctx->queue, k, dims, NULL, gws, lws, 0, NULL, next_event(l));
   if (err != CL_SUCCESS) return cd_cl_fail(err, what);
-  if (l->profile) {
-    l->names[l->n] = what;
-    l->events[l->n++] = ev;
-    l->profile->kernels++;
-  }
+  keep_event(l, what);
+  if (l->profile) l->profile->kernels++;
+  return CAMDELTA_OK;
+}
+
+/* A device copy is device time of the call: its event joins the kernels' in kernel_ms (not in the kernel count). */
+camdelta_status cd_copy(camdelta_context *ctx, cl_mem src, size_t src_off, cl_mem dst, size_t dst_off, size_t bytes,
+                        cd_launch *l) {
+  if (bytes == 0) return CAMDELTA_OK;
+  camdelta_status st = make_room(ctx, l);
+  if (st) return st;
+  cd_trace_note(ctx, "  copy %zu bytes", bytes);
+  if (ctx->dry_run) return CAMDELTA_OK;
+  const cl_int err = clEnqueueCopyBuffer(ctx->queue, src, dst, src_off, dst_off, bytes, 0, NULL, next_event(l));
+  if (err != CL_SUCCESS) return cd_cl_fail(err, "clEnqueueCopyBuffer");
+  keep_event(l, "copy");
   return CAMDELTA_OK;
 }
 
@@ -122,19 +136,18 @@ camdelta_status cd_launch_end(camdelta_context *ctx, cd_launch *l, camdelta_stat
 }
 
 camdelta_status cd_zero(camdelta_context *ctx, cl_mem mem, size_t off, size_t bytes, cd_launch *l) {
-  (void)l;
   if (bytes == 0) return CAMDELTA_OK;
+  camdelta_status st = make_room(ctx, l);
+  if (st) return st;
   cd_trace_note(ctx, "  fill %zu bytes", bytes);
   if (ctx->dry_run) return CAMDELTA_OK;
   const cl_uchar zero = 0;
-  cl_int err;
-  if (off % 4 == 0 && bytes % 4 == 0) {
-    const cl_uint z4 = 0;
-    err = clEnqueueFillBuffer(ctx->queue, mem, &z4, sizeof z4, off, bytes, 0, NULL, NULL);
-  } else {
-    err = clEnqueueFillBuffer(ctx->queue, mem, &zero, 1, off, bytes, 0, NULL, NULL);
-  }
+  const cl_uint z4 = 0;
+  const int words = off % 4 == 0 && bytes % 4 == 0;
+  const cl_int err = clEnqueueFillBuffer(ctx->queue, mem, words ? (const void *)&z4 : (const void *)&zero,
+                                         words ? sizeof z4 : sizeof zero, off, bytes, 0, NULL, next_event(l));
   if (err != CL_SUCCESS) return cd_cl_fail(err, "clEnqueueFillBuffer");
+  keep_event(l, "fill");
   return CAMDELTA_OK;
 }
 
