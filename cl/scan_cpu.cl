@@ -425,18 +425,26 @@ CD_INLINE void cd_apply_block(global const float *q, global const float *M, glob
 #undef CD_APPLY_ROWS
 }
 
+/* The token block of this work-group, group bhf·nblocks + block (blocks of tb tokens): (b, h) = bh, frame f, the
+ * frame's block's first token s0 and its token count n (0: a block past the frame's end, packed clips). */
+inline ulong cd_cpu_block(uint nblocks, uint tb, uint S, uint F, ulong *bh, uint *f, uint *s0, uint *n) {
+  const ulong grp = get_group_id(0);
+  const ulong bhf = grp / nblocks;
+  *bh = bhf / F;
+  *f = (uint)(bhf % F);
+  const uint Sf = cd_frame_len(*f, S);
+  *s0 = (uint)(grp % nblocks) * tb;
+  *n = *s0 < Sf ? min(tb, Sf - *s0) : 0u;
+  return bhf;
+}
+
 /* cd_scan_phase_c's meaning: out_f = Q_f·states_f (the state output frame f reads); group bhf·blocks + block. */
 kernel void cd_cpu_apply(global const float *q, ulong q_off, global const float *states, ulong st_off,
                          global float *out, ulong out_off, ulong N, uint S, uint F, uint nblocks CD_PK_ARGS) {
-  const ulong grp = get_group_id(0);
-  const uint blk = (uint)(grp % nblocks);
-  const ulong bhf = grp / nblocks;
-  const ulong bh = bhf / F;
-  const uint f = (uint)(bhf % F);
-  const uint Sf = cd_frame_len(f, S);
-  const uint s0 = blk * CD_TB;
-  if (s0 >= Sf) return; /* packed: a block past this frame's end */
-  const uint n = min((uint)CD_TB, Sf - s0);
+  ulong bh;
+  uint f, s0, n;
+  const ulong bhf = cd_cpu_block(nblocks, CD_TB, S, F, &bh, &f, &s0, &n);
+  if (!n) return;
   const ulong tb = bh * CD_D * N + cd_frame_start(f, S) + s0;
   global const float *M = states + st_off + bhf * CD_DD;
   if (n == CD_TB) cd_apply_block(q + q_off + tb, M, out + out_off + tb, N, n, 1);
@@ -561,18 +569,14 @@ kernel void cd_cpu_frames(global const float *k, ulong k_off, global const float
                           ulong dv_off, global float *dbeta, ulong dbeta_off, global float *part, ulong part_off,
                           ulong N, uint S, uint F, uint ntiles, int reverse, int has_init CD_PK_ARGS) {
   local float8 BR[CD_D * CD_FTV], ND[CD_D * CD_FTV];
-  const ulong grp = get_group_id(0);
-  const uint tile = (uint)(grp % ntiles);
-  const ulong bhf = grp / ntiles;
-  const ulong bh = bhf / F;
-  const uint f = (uint)(bhf % F);
-  const uint Sf = cd_frame_len(f, S);
-  const uint s0 = tile * CD_FTB;
-  if (s0 >= Sf) { /* packed: a block past this frame's end */
+  ulong bh;
+  uint f, s0, n;
+  const ulong bhf = cd_cpu_block(ntiles, CD_FTB, S, F, &bh, &f, &s0, &n);
+  const uint tile = (uint)(get_group_id(0) % ntiles);
+  if (!n) {
     part[part_off + bhf * ntiles + tile] = 0.0f;
     return;
   }
-  const uint n = min((uint)CD_FTB, Sf - s0);
   const ulong tb = bh * CD_D * N + cd_frame_start(f, S) + s0;
   const ulong bbase = cd_beta_base(bh, bhf, f, S, N) + s0;
   int prev_zero, post_zero;

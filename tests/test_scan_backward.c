@@ -249,14 +249,7 @@ static int run_case(const sb_case *c, double *ms) {
 }
 
 /* Reports and resets the worst errors seen since the last report. */
-static void report_worst(const char *prefix) {
-  for (int o = 0; o < NOUT; o++) {
-    char what[96];
-    snprintf(what, sizeof what, "%s max rel err %s", prefix, out_names[o]);
-    tu_report(what, worst[o]);
-    worst[o] = 0;
-  }
-}
+static void report_worst(const char *prefix) { tu_report_worst(prefix, out_names, worst, NOUT); }
 
 /* Medium shapes: both directions, init/final states on and off, recomputed and from saved states. */
 static void test_scan_backward_medium(void **state) {

@@ -131,14 +131,7 @@ static void run_case(const sc_case *c) {
   for (int i = 0; i < NOUT; i++) clReleaseMemObject(o[i]), free(ref[i]);
 }
 
-static void report_worst(const char *prefix) {
-  for (int o = 0; o < NOUT; o++) {
-    char what[96];
-    snprintf(what, sizeof what, "%s max rel err %s", prefix, out_names[o]);
-    tu_report(what, worst[o]);
-    worst[o] = 0;
-  }
-}
+static void report_worst(const char *prefix) { tu_report_worst(prefix, out_names, worst, NOUT); }
 
 /* Both directions, states on and off, from the forward and recomputed. */
 static void test_scan_cpu_medium(void **state) {

@@ -217,6 +217,15 @@ void tu_assert_same_bytes(cl_mem a, cl_mem b, size_t bytes, const char *what) {
 
 void tu_report(const char *what, double value) { printf("[ measure  ] %s = %.6g\n", what, value); }
 
+void tu_report_worst(const char *prefix, const char *const *names, double *worst, int n) {
+  for (int o = 0; o < n; o++) {
+    char what[160];
+    snprintf(what, sizeof what, "%s max rel err %s", prefix, names[o]);
+    tu_report(what, worst[o]);
+    worst[o] = 0;
+  }
+}
+
 void tu_check_bad_env(const char *var, const char *const *bad, size_t n) {
   tu_context_release();
   for (size_t i = 0; i < n; i++) {

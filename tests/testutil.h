@@ -61,6 +61,8 @@ double tu_rel_err64(const double *x, const double *ref, size_t n);
 
 /** Print a "[ measure ]" line (collected by gpu-lab/gpu-test.sh for notes). */
 void tu_report(const char *what, double value);
+/** tu_report of the n worst errors as "<prefix> max rel err <names[i]>", then resets them to 0. */
+void tu_report_worst(const char *prefix, const char *const *names, double *worst, int n);
 
 /** Path of a fresh temporary folder for this test process. */
 const char *tu_tmpdir(void);

@@ -72,13 +72,7 @@ camdelta_status cd_cpu_gram(camdelta_context *ctx, const cd_cpu_scan *p, const c
   if (!beta.mem) beta = x;
   if (!decay.mem) decay = x;
   cd_args a = {p->gram, 0, CL_SUCCESS};
-  cd_arg_buf(&a, x);
-  cd_arg_buf(&a, y0);
-  cd_arg_buf(&a, y1);
-  cd_arg_buf(&a, beta);
-  cd_arg_buf(&a, decay);
-  cd_arg_buf(&a, o0);
-  cd_arg_buf(&a, o1);
+  CD_ARG_BUFS(&a, x, y0, y1, beta, decay, o0, o1);
   cd_arg_u64(&a, g->N);
   cd_arg_u32(&a, (uint32_t)g->S);
   cd_arg_u32(&a, (uint32_t)g->F);
