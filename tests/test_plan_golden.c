@@ -47,6 +47,17 @@ static camdelta_buffer buf(pool *p, size_t floats) {
   return (camdelta_buffer){.mem = m, .offset = 0};
 }
 
+/* A buffer the library reads on the host before it plans (the cameras, checked for infinities): zeros, so that no
+ * uninitialised memory decides whether the call goes on. */
+static camdelta_buffer buf_zero(pool *p, size_t floats) {
+  camdelta_buffer b = buf(p, floats);
+  const cl_uint zero = 0;
+  cl_command_queue q = camdelta_context_queue(base);
+  if (clEnqueueFillBuffer(q, b.mem, &zero, sizeof zero, 0, floats * 4, 0, NULL, NULL) != CL_SUCCESS || clFinish(q))
+    fail_msg("zeroing a buffer of %zu floats", floats);
+  return b;
+}
+
 static void pool_free(pool *p) {
   for (size_t i = 0; i < p->n; i++) clReleaseMemObject(p->mem[i]);
   p->n = 0;
@@ -207,7 +218,7 @@ static void branch_ops(camdelta_context *ctx, pool *p, const shape *s) {
   const size_t T = s->F, S = s->Hs * s->Ws, N = T * S, C = s->H * s->D, tok = s->B * N * C;
   const size_t bn16 = s->B * N * 16, rope = N * s->D / 2, frames = s->B * s->H * T;
   camdelta_camera_args ca = {.B = s->B, .T = T, .Hs = s->Hs, .Ws = s->Ws, .pt = 1, .ph = 1, .pw = 1, .D = s->D,
-                             .camera_conditions = buf(p, s->B * T * 20), .proj_q = buf(p, bn16),
+                             .camera_conditions = buf_zero(p, s->B * T * 20), .proj_q = buf(p, bn16),
                              .proj_kv = buf(p, bn16), .proj_o = buf(p, bn16), .rope_cos = buf(p, rope),
                              .rope_sin = buf(p, rope)};
   RUN(ctx, "camera forward", camdelta_camera_forward(ctx, &ca));
@@ -261,7 +272,7 @@ static void stream_ops(camdelta_context *ctx, pool *p, const shape *s) {
   camdelta_stream *st;
   RUN(ctx, "stream create", camdelta_stream_create(ctx, &sa, &st));
   camdelta_stream_step_args a = {.frames = 4, .commit = 1, .q_raw = buf(p, tok), .k_raw = buf(p, tok),
-                                 .v_raw = buf(p, tok), .camera_conditions = buf(p, s->B * 4 * 20),
+                                 .v_raw = buf(p, tok), .camera_conditions = buf_zero(p, s->B * 4 * 20),
                                  .beta = buf(p, s->B * s->H * 4 * S), .decay = buf(p, s->B * s->H * 4),
                                  .y = buf(p, tok)};
   RUN(ctx, "stream step, first block of 4 frames, commit", camdelta_stream_step(ctx, st, &a));
