@@ -133,25 +133,30 @@ static void run_case(const sc_case *c) {
 
 static void report_worst(const char *prefix) { tu_report_worst(prefix, out_names, worst, NOUT); }
 
-/* A driver with a loop budget (cd_loop_budget: Rusticl on llvmpipe) keeps the work-group forms even where the CPU
- * forms are forced (they walk a chain or a frame's tokens in one launch): its plans must say so, and there is nothing
- * of the CPU forms to run. 1 on such a device. */
-static int under_loop_budget(void) {
+/* The CPU forms give way, even where they are forced, to the tensor-core path (a device that has it: NVIDIA's) and
+ * to a loop budget (cd_loop_budget: Rusticl on llvmpipe), whose plans keep the work-group forms (they split their
+ * launches within the budget; the CPU forms walk a chain or a frame's tokens in one launch). On such a device the
+ * forced plans must say which path they took, and there is nothing of the CPU forms to run: 1 there. */
+static int cpu_forms_off(void) {
   camdelta_context *ctx = tu_context();
-  if (!cd_loop_budget(ctx)) return 0;
   TU_OK(camdelta_tune_set(ctx, "scan", "CPU=1"));
-  camdelta_scan_backward_args a = CAMDELTA_SCAN_BACKWARD_ARGS_INIT;
-  a.B = 1, a.H = 1, a.D = 16, a.F = 2, a.S = 8;
+  camdelta_scan_args a = CAMDELTA_SCAN_ARGS_INIT;
+  a.B = 1, a.H = 1, a.D = 16, a.F = 2, a.S = 8, a.algorithm = CAMDELTA_SCAN_CHUNKWISE;
   char text[1024];
-  TU_OK(camdelta_scan_backward_plan_describe(ctx, &a, text, sizeof text));
-  if (strstr(text, "cpu forms")) fail_msg("the CPU forms under a loop budget: %s", text);
+  TU_OK(camdelta_scan_plan_describe(ctx, &a, text, sizeof text));
+  if (strstr(text, "cpu forms")) {
+    if (cd_loop_budget(ctx)) fail_msg("the CPU forms under a loop budget: %s", text);
+    return 0;
+  }
+  if (!cd_loop_budget(ctx) && !strstr(text, "tensor cores"))
+    fail_msg("the CPU forms forced, neither a loop budget nor the tensor-core path, yet: %s", text);
   return 1;
 }
 
 /* Both directions, states on and off, from the forward and recomputed. */
 static void test_scan_cpu_medium(void **state) {
   (void)state;
-  if (under_loop_budget()) return;
+  if (cpu_forms_off()) return;
   for (int rev = 0; rev < 2; rev++)
     for (int states = 0; states < 2; states++)
       for (int from = 0; from < 2; from++) {
@@ -167,7 +172,7 @@ static void test_scan_cpu_medium(void **state) {
  * compile): 8, 16, 24, 112, 128, and 64 above. */
 static void test_scan_cpu_shapes(void **state) {
   (void)state;
-  if (under_loop_budget()) return;
+  if (cpu_forms_off()) return;
   static const sc_case cases[] = {
       {.B = 1, .H = 1, .D = 8, .F = 4, .S = 9},
       {.B = 1, .H = 1, .D = 8, .F = 4, .S = 9, .reverse = 1, .states = 1, .off = 1},
@@ -191,7 +196,7 @@ static void test_scan_cpu_shapes(void **state) {
 /* The production head dim and a frame of several hundred tokens (chunks and blocks in the thousands). */
 static void test_scan_cpu_d112(void **state) {
   (void)state;
-  if (under_loop_budget()) return;
+  if (cpu_forms_off()) return;
   for (int rev = 0; rev < 2; rev++) {
     const sc_case c = {.B = 1, .H = 2, .D = 112, .F = 4, .S = 300, .reverse = rev, .states = 1, .from_fwd = rev};
     run_case(&c);
