@@ -176,6 +176,34 @@ inline ulong cd_frame_start(uint f, uint S) { return (ulong)f * S; }
 #define CD_FMA_CELLS(a, c, RM, RN) \
   _Pragma("unroll") for (int a = 0; a < (RM); a++) _Pragma("unroll") for (int c = 0; c < (RN); c++)
 
+/* The ddecay kernels' frame (the FMA backward's and the CPU form's, which take the same arguments): work-group bhf
+ * = (bh, f), Mp the state frame f's update started from in the scan's direction (via STATE, a CD_STATE_FN; zero: an
+ * absent init), Gf frame f's gradient chain matrix. */
+#define CD_DDECAY_FRAME(STATE)                                                                                \
+  const ulong bhf = get_group_id(0);                                                                          \
+  const ulong bh = bhf / F;                                                                                   \
+  const uint f = (uint)(bhf % F);                                                                             \
+  int zero;                                                                                                   \
+  global const float *Mp = STATE(states, st_off, init, init_off, bh, F, reverse ? (int)f : (int)f - 1,        \
+                                 reverse ? cd_frame_last(f, F) : cd_frame_first(f, F), has_init, &zero,       \
+                                 cd_state_row(bh, f, F));                                                     \
+  global const float *Gf = G + G_off + bhf * CD_DD;
+
+/* The scan's state matrix with index j of head bh, defined as `name` by the files whose CD_DD is a state's size (the
+ * FMA backward's and the CPU forms'): init (its row srow) when is_init, *zero when that init is absent; else
+ * states[bh, j] of F per head. */
+#define CD_STATE_FN(name)                                                                                          \
+  inline global const float *name(global const float *states, ulong st_off, global const float *init,            \
+                                  ulong init_off, ulong bh, uint F, int j, int is_init, int has_init, int *zero, \
+                                  ulong srow) {                                                                  \
+    if (is_init) {                                                                                               \
+      *zero = !has_init;                                                                                         \
+      return init + init_off + srow * CD_DD;                                                                     \
+    }                                                                                                            \
+    *zero = 0;                                                                                                   \
+    return states + st_off + (bh * F + (uint)j) * CD_DD;                                                         \
+  }
+
 /* The FMA gram, the one body of the scan's three FMA gram kernels (cl/scan_chunkwise.cl's phase A,
  * cl/scan_backward.cl's grams, cl/scan_summary.cl's products): over a frame's Sf tokens, KC at a time, STAGE(s0)
  * fills the work-group's local tiles with tokens s0 … s0 + KC − 1 (zero past the frame's end) and each work-item

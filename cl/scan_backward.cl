@@ -85,16 +85,7 @@
 #define CD_DP (CD_D + 4)
 
 /* The state matrix for index j (see above) and whether it is zero; init row srow (cd_state_row). */
-inline global const float *cd_state(global const float *states, ulong st_off, global const float *init,
-                                    ulong init_off, ulong bh, uint F, int j, int is_init, int has_init, int *zero,
-                                    ulong srow) {
-  if (is_init) {
-    *zero = !has_init;
-    return init + init_off + srow * CD_DD;
-  }
-  *zero = 0;
-  return states + st_off + (bh * F + (uint)j) * CD_DD;
-}
+CD_STATE_FN(cd_state)
 
 /* ------------------------------------------------------------------ grams */
 #define CD_NG (CD_D / CD_RPT)
@@ -552,14 +543,7 @@ kernel void cd_scan_bwd_ddecay(global const float *states, ulong st_off, global 
                                CD_PK_ARGS) {
   local float red[CD_RL];
   const uint lid = get_local_id(0);
-  const ulong bhf = get_group_id(0);
-  const ulong bh = bhf / F;
-  const uint f = (uint)(bhf % F);
-  int zero;
-  global const float *Mp = cd_state(states, st_off, init, init_off, bh, F, reverse ? (int)f : (int)f - 1,
-                                    reverse ? cd_frame_last(f, F) : cd_frame_first(f, F), has_init, &zero,
-                                    cd_state_row(bh, f, F));
-  global const float *Gf = G + G_off + bhf * CD_DD;
+  CD_DDECAY_FRAME(cd_state)
   float sum = 0.0f;
   if (!zero)
     for (uint e = lid; e < CD_D * CD_D; e += CD_RL) sum = fma(Gf[e], Mp[e], sum);

@@ -76,18 +76,8 @@ inline void cd_st8_part(float8 x, global float *p, int n) {
     else cd_st8_part((x), (p) + 8 * (v), (int)(n) - 8 * (v)); \
   } while (0)
 
-/* The state matrix with index j (cd_state of scan_backward.cl): init (row srow) when is_init, else states[bh, j];
- * *zero when it is an absent init. */
-inline global const float *cd_cpu_state(global const float *states, ulong st_off, global const float *init,
-                                        ulong init_off, ulong bh, uint F, int j, int is_init, int has_init, int *zero,
-                                        ulong srow) {
-  if (is_init) {
-    *zero = !has_init;
-    return init + init_off + srow * CD_DD;
-  }
-  *zero = 0;
-  return states + st_off + (bh * F + (uint)j) * CD_DD;
-}
+/* The state matrix with index j (CD_STATE_FN of cl/common.cl, as scan_backward.cl's cd_state). */
+CD_STATE_FN(cd_cpu_state)
 
 /* ---------------------------------------------------------------------------------------------- gram */
 
@@ -606,14 +596,7 @@ kernel void cd_cpu_frames(global const float *k, ulong k_off, global const float
 kernel void cd_cpu_ddecay(global const float *states, ulong st_off, global const float *init, ulong init_off,
                           global const float *G, ulong G_off, global const float *part, ulong part_off,
                           global float *ddecay, ulong dd_off, uint F, uint ntiles, int reverse, int has_init CD_PK_ARGS) {
-  const ulong bhf = get_group_id(0);
-  const ulong bh = bhf / F;
-  const uint f = (uint)(bhf % F);
-  int zero;
-  global const float *Mp = cd_cpu_state(states, st_off, init, init_off, bh, F, reverse ? (int)f : (int)f - 1,
-                                        reverse ? cd_frame_last(f, F) : cd_frame_first(f, F), has_init, &zero,
-                                        cd_state_row(bh, f, F));
-  global const float *Gf = G + G_off + bhf * CD_DD;
+  CD_DDECAY_FRAME(cd_cpu_state)
   float8 acc = (float8)(0.0f);
   if (!zero)
     CD_UNROLL4 for (uint e = 0; e < CD_DD / 8; e++) acc = fma(vload8(e, Gf), vload8(e, Mp), acc);

@@ -210,6 +210,8 @@ uint32_t cd_option(const camdelta_context *ctx, cd_opt_id id, camdelta_dtype dty
  *  the disk cache. The program is owned by the context. */
 camdelta_status cd_program(camdelta_context *ctx, const char *source, const char *options, cl_program *out);
 /** A fresh kernel object (caller releases) from cd_program(). */
+/** Releases *k when it is set and clears it. */
+void cd_kernel_drop(cl_kernel *k);
 camdelta_status cd_kernel(camdelta_context *ctx, const char *source, const char *options, const char *name,
                           cl_kernel *out);
 /** Allocate a device buffer of `bytes` (> 0) in the context. */

@@ -151,6 +151,11 @@ camdelta_status cd_zero(camdelta_context *ctx, cl_mem mem, size_t off, size_t by
   return CAMDELTA_OK;
 }
 
+void cd_kernel_drop(cl_kernel *k) {
+  if (*k) clReleaseKernel(*k);
+  *k = NULL;
+}
+
 size_t cd_preferred_multiple(camdelta_context *ctx, cl_kernel k) {
   if (ctx->pref_multiple) return ctx->pref_multiple;
   size_t m = 0;

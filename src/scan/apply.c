@@ -14,8 +14,7 @@ camdelta_status cd_apply_build_fma(camdelta_context *ctx, const char *opts, cons
 camdelta_status cd_apply_build_tc(camdelta_context *ctx, size_t D, int split, int vec, int with_ot,
                                   const char *extra, cd_apply *a) {
   *a = (cd_apply){.form = CD_APPLY_TC};
-  camdelta_status st = cd_tc_tiles_for(ctx, CD_TC_APPLY, D, split, &a->t);
-  if (!st) st = cd_tc_kernel(ctx, CD_TC_APPLY, "cd_apply_tc", D, split, vec, &a->t, extra, NULL, 0, &a->k);
+  const camdelta_status st = cd_tc_unit(ctx, CD_TC_APPLY, "cd_apply_tc", D, split, vec, extra, &a->t, &a->k, NULL);
   if (st || !with_ot) return st;
   const size_t lm = ctx->info.local_mem_bytes ? (size_t)ctx->info.local_mem_bytes : 16384;
   a->t_ot = cd_tc_apply_ot_tiles(&a->t, ctx->info.max_work_group_size);
@@ -29,9 +28,8 @@ camdelta_status cd_apply_build_cpu(const cd_cpu_scan *p, cd_apply *a) {
 }
 
 void cd_apply_release(cd_apply *a) {
-  if (a->k) clReleaseKernel(a->k);
-  if (a->k_ot) clReleaseKernel(a->k_ot);
-  a->k = a->k_ot = NULL;
+  cd_kernel_drop(&a->k);
+  cd_kernel_drop(&a->k_ot);
   a->form = CD_APPLY_NONE;
 }
 

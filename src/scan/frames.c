@@ -11,9 +11,9 @@ camdelta_status cd_frames_build_fma(camdelta_context *ctx, const char *opts, siz
 camdelta_status cd_frames_build_tc(camdelta_context *ctx, size_t D, int split, int vec, const char *extra,
                                    cd_frames *f) {
   *f = (cd_frames){.form = CD_FRAMES_TC};
-  camdelta_status st = cd_tc_tiles_for(ctx, CD_TC_FRAMES, D, split, &f->t);
-  if (!st) st = cd_tc_kernel(ctx, CD_TC_FRAMES, "cd_frames_tc", D, split, vec, &f->t, extra, NULL, 0, &f->k);
-  f->w = cd_tc_wg(&f->t), f->tokens = cd_tc_tm(&f->t);
+  const camdelta_status st =
+      cd_tc_unit(ctx, CD_TC_FRAMES, "cd_frames_tc", D, split, vec, extra, &f->t, &f->k, &f->w);
+  f->tokens = cd_tc_tm(&f->t);
   return st;
 }
 
@@ -23,8 +23,7 @@ camdelta_status cd_frames_build_cpu(const cd_cpu_scan *p, cd_frames *f) {
 }
 
 void cd_frames_release(cd_frames *f) {
-  if (f->k) clReleaseKernel(f->k);
-  f->k = NULL;
+  cd_kernel_drop(&f->k);
   f->form = CD_FRAMES_NONE;
 }
 

@@ -56,10 +56,7 @@ camdelta_status cd_gram_build_single(camdelta_context *ctx, size_t D, cd_gram *g
 
 camdelta_status cd_gram_build_tc(camdelta_context *ctx, size_t D, int split, int vec, const char *extra, cd_gram *g) {
   *g = (cd_gram){.form = CD_GRAM_TC};
-  camdelta_status st = cd_tc_tiles_for(ctx, CD_TC_GRAM, D, split, &g->t);
-  if (!st) st = cd_tc_kernel(ctx, CD_TC_GRAM, "cd_gram_tc", D, split, vec, &g->t, extra, NULL, 0, &g->k);
-  g->w = cd_tc_wg(&g->t);
-  return st;
+  return cd_tc_unit(ctx, CD_TC_GRAM, "cd_gram_tc", D, split, vec, extra, &g->t, &g->k, &g->w);
 }
 
 camdelta_status cd_gram_build_cpu(const cd_cpu_scan *p, cd_gram *g) {
@@ -68,8 +65,7 @@ camdelta_status cd_gram_build_cpu(const cd_cpu_scan *p, cd_gram *g) {
 }
 
 void cd_gram_release(cd_gram *g) {
-  if (g->k) clReleaseKernel(g->k);
-  g->k = NULL;
+  cd_kernel_drop(&g->k);
   g->form = CD_GRAM_NONE;
 }
 

@@ -150,3 +150,11 @@ int cd_tc_vec_ok(size_t S, const size_t *offsets, int n) {
     if (offsets[i] % 4) return 0;
   return 1;
 }
+
+camdelta_status cd_tc_unit(camdelta_context *ctx, int family, const char *name, size_t D, int split, int vec,
+                           const char *extra, cd_tc_tiles *t, cl_kernel *k, unsigned *w) {
+  camdelta_status st = cd_tc_tiles_for(ctx, family, D, split, t);
+  if (!st) st = cd_tc_kernel(ctx, family, name, D, split, vec, t, extra, NULL, 0, k);
+  if (!st && w) *w = cd_tc_wg(t);
+  return st;
+}

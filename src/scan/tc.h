@@ -74,6 +74,10 @@ camdelta_status cd_tc_tiles_for(camdelta_context *ctx, int family, size_t D, int
  *  `extra` appended, e.g. the packed variant's " -DCD_PACKED=1"); opts (may be NULL) receives the build options. */
 camdelta_status cd_tc_kernel(camdelta_context *ctx, int family, const char *name, size_t D, int split, int vec,
                              const cd_tc_tiles *t, const char *extra, char *opts, size_t opts_size, cl_kernel *k);
+/** A unit's tensor-core form: the checked tiles of `family` for D (cd_tc_tiles_for) into t, the kernel `name` built
+ *  with them (cd_tc_kernel, no options returned) and, when w is given, its work-group size (cd_tc_wg). */
+camdelta_status cd_tc_unit(camdelta_context *ctx, int family, const char *name, size_t D, int split, int vec,
+                           const char *extra, cd_tc_tiles *t, cl_kernel *k, unsigned *w);
 /** Local memory a family's work-group needs (the kernels' __local arrays, cl/gemm_tc.cl); split: 1 for `exact`
  *  (split-TF32: the frames kernel's staged slots hold hi and lo; the gram's hold f32 values either way), 0 for
  *  `tf32`. */
