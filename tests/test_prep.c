@@ -60,8 +60,10 @@ static void run_shape(const shape *s) {
     one_pass = cd_prep_fused_kernel(ctx, s->dt, s->D, s->H, cd_prep_ix32(s->B, s->N, s->H, s->D), &pf, &st);
     TU_OK(st);
     if (one_pass) {
-      assert_int_equal(pf.regs, g_variant == 2 && s->H <= 64);
-      assert_int_equal(pf.cpu, g_variant == 3);
+      /* the CPU form gives way to a driver's loop budget (Rusticl): the GPUs' default form runs there */
+      const int form = g_variant == 3 && cd_loop_budget(ctx) ? (s->H <= 48 ? 2 : 1) : g_variant;
+      assert_int_equal(pf.regs, form == 2 && s->H <= 64);
+      assert_int_equal(pf.cpu, form == 3);
       clReleaseKernel(pf.k);
     } else { /* only where the device's kernels allow fewer than 4·D/4 work-items */
       cl_kernel kt;

@@ -181,7 +181,10 @@ int cd_prep_fused_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, 
                          camdelta_status *st) {
   *st = CAMDELTA_OK;
   memset(p, 0, sizeof *p);
-  const int want = cd_prep_forward_form(cd_option(ctx, CD_OPT_PREP_FORM, dtype), H);
+  int want = cd_prep_forward_form(cd_option(ctx, CD_OPT_PREP_FORM, dtype), H);
+  /* the CPU form walks all of a work-item's token blocks in one launch: a driver with a loop budget (cd_loop_budget:
+   * Mesa's llvmpipe) would end its loops early, so there the GPU forms run, as the scan keeps its work-group forms */
+  if (want == 3 && cd_loop_budget(ctx)) want = cd_prep_forward_form(CD_OPT_AUTO, H);
   if (!want) return 0;
   if (want == 3) {
     char opts[120], dt[40];
