@@ -185,9 +185,10 @@ const cd_opt_decl cd_opt_decls[CD_OPT_COUNT] = {
                          .def = CD_OPT_DEF_CLASS(1, 0),
                          .doc = "the CPU forms of the scan's phases (cl/scan_cpu.cl: a work-item per core's task, "
                                 "register tiles of float8; AUTO then runs the chunkwise algorithm): 1 on CPU "
-                                "devices, also on any other device (tests); 0 the work-group forms; packed clips, "
-                                "the summaries and drivers with a loop budget (Rusticl on llvmpipe) keep the "
-                                "work-group forms"},
+                                "devices, also on any other device (tests); 0 the work-group forms; packed clips "
+                                "and the summaries keep the work-group forms, a device on the tensor-core path its "
+                                "tensor cores, a driver with a loop budget (Rusticl on llvmpipe) the forms that "
+                                "split their walks"},
     CHUNK(0, "A_WR", "phase A (the grams): work-item rows of a tile"),
     CHUNK(1, "A_RM", "phase A: rows per work-item (tile rows A_WR*A_RM)"),
     CHUNK(2, "A_WC", "phase A: work-item columns of a tile"),

@@ -20,14 +20,18 @@ void cd_cpu_scan_tiles(const camdelta_context *ctx, size_t D, cd_cpu_scan *p) {
   while (p->tc > 8 && (uint64_t)(p->tc + D) * p->cb * sizeof(float) > ctx->info.local_mem_bytes) p->tc /= 2;
 }
 
+/* The program's kernels, in the order of their names in cd_cpu_scan_build. */
+enum { NKERNELS = 8 };
+static void kernel_slots(cd_cpu_scan *p, cl_kernel *ks[NKERNELS]) {
+  cl_kernel *all[NKERNELS] = {&p->gram,  &p->chain,  &p->pair_chain, &p->grad_chain, &p->pair_grad_chain,
+                              &p->apply, &p->frames, &p->ddecay};
+  memcpy(ks, all, sizeof all);
+}
+
 void cd_cpu_scan_release(cd_cpu_scan *p) {
-  cl_kernel *ks[] = {&p->gram,  &p->chain,  &p->pair_chain, &p->grad_chain, &p->pair_grad_chain,
-                     &p->apply, &p->frames, &p->ddecay};
-  for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++)
-    if (*ks[i]) {
-      clReleaseKernel(*ks[i]);
-      *ks[i] = NULL;
-    }
+  cl_kernel *ks[NKERNELS];
+  kernel_slots(p, ks);
+  for (size_t i = 0; i < NKERNELS; i++) cd_kernel_drop(ks[i]);
 }
 
 camdelta_status cd_cpu_scan_build(camdelta_context *ctx, cd_cpu_scan *p) {
@@ -39,12 +43,13 @@ camdelta_status cd_cpu_scan_build(camdelta_context *ctx, cd_cpu_scan *p) {
   snprintf(p->opts, sizeof p->opts,
            "-DCD_D=%zu -DCD_CB=%u -DCD_TC=%u -DCD_TV=%u -DCD_FTV=%u -DCD_GR=%u -DCD_AR=%u -DCD_FAR=%u -DCD_FR=%u", p->D,
            p->cb, p->tc, p->tv, p->ftv, p->gr, p->ar, p->far, p->fr);
-  static const char *const names[] = {"cd_cpu_gram",  "cd_cpu_chain",  "cd_cpu_pair_chain", "cd_cpu_grad_chain",
-                                      "cd_cpu_pair_grad_chain", "cd_cpu_apply", "cd_cpu_frames", "cd_cpu_ddecay"};
-  cl_kernel *ks[] = {&p->gram,  &p->chain,  &p->pair_chain, &p->grad_chain, &p->pair_grad_chain,
-                     &p->apply, &p->frames, &p->ddecay};
-  for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) *ks[i] = NULL;
-  for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
+  static const char *const names[NKERNELS] = {"cd_cpu_gram",       "cd_cpu_chain",           "cd_cpu_pair_chain",
+                                              "cd_cpu_grad_chain", "cd_cpu_pair_grad_chain", "cd_cpu_apply",
+                                              "cd_cpu_frames",     "cd_cpu_ddecay"};
+  cl_kernel *ks[NKERNELS];
+  kernel_slots(p, ks);
+  for (size_t i = 0; i < NKERNELS; i++) *ks[i] = NULL;
+  for (size_t i = 0; i < NKERNELS; i++) {
     camdelta_status st = cd_kernel(ctx, "scan_cpu.cl", p->opts, names[i], ks[i]);
     if (st) {
       cd_cpu_scan_release(p);
