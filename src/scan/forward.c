@@ -190,16 +190,6 @@ typedef struct fwd_plan {
 } fwd_plan;
 enum { WS_A, WS_U, WS_STATES };
 
-/* The chunkwise plan of the CPU forms: one program, its gram, state chain and apply. */
-static camdelta_status fwd_build_cpu(camdelta_context *ctx, size_t D, fwd_plan *pl) {
-  pl->cpu = 1;
-  camdelta_status st = cd_scan_cpu_program(ctx, D, &pl->u.cpu_prog);
-  if (!st) st = cd_gram_build_cpu(&pl->u.cpu_prog, &pl->u.gram);
-  if (!st) st = cd_chain_build_cpu(&pl->u.cpu_prog, CD_CHAIN_CPU_STATES, &pl->u.chain);
-  if (!st) st = cd_apply_build_cpu(&pl->u.cpu_prog, &pl->u.apply);
-  return st;
-}
-
 static camdelta_status fwd_build(camdelta_context *ctx, const cd_plan_key *key, const void *arg, void **out) {
   (void)key;
   const cd_fwd_request *r = arg;
@@ -208,7 +198,8 @@ static camdelta_status fwd_build(camdelta_context *ctx, const cd_plan_key *key, 
   pl->alg = r->alg;
   /* the fixed shape's chunkwise plan on a context that takes the CPU forms (packed clips keep the FMA forms) */
   if (r->alg == CAMDELTA_SCAN_CHUNKWISE && r->variant == 0 && cd_scan_cpu_forms(ctx)) {
-    return cd_units_done(pl, fwd_build_cpu(ctx, r->D, pl), out);
+    pl->cpu = 1;
+    return cd_units_done(pl, cd_units_chunk_cpu(ctx, r->D, CD_CHAIN_CPU_STATES, &pl->u), out);
   }
   camdelta_status st = r->alg == CAMDELTA_SCAN_SEQUENTIAL
                            ? cd_sequential_parts(ctx, r->BH, r->D, r->S, &pl->u.seq, &pl->cc, &pl->u.apply)

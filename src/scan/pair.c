@@ -58,12 +58,9 @@ static camdelta_status pair_build(camdelta_context *ctx, const cd_plan_key *key,
   pair_plan *pl = calloc(1, sizeof *pl);
   if (!pl) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", OP);
   camdelta_status st = CAMDELTA_OK;
-  if ((pl->cpu = cd_scan_cpu_forms(ctx))) {
-    st = cd_scan_cpu_program(ctx, r->D, &pl->u.cpu_prog);
-    if (!st) st = cd_gram_build_cpu(&pl->u.cpu_prog, &pl->u.gram);
-    if (!st) st = cd_chain_build_cpu(&pl->u.cpu_prog, CD_CHAIN_CPU_STATES_PAIR, &pl->u.chain);
-    if (!st) st = cd_apply_build_cpu(&pl->u.cpu_prog, &pl->u.apply);
-  } else
+  if ((pl->cpu = cd_scan_cpu_forms(ctx)))
+    st = cd_units_chunk_cpu(ctx, r->D, CD_CHAIN_CPU_STATES_PAIR, &pl->u);
+  else
     st = cd_chunk_parts(ctx, r->BH, r->D, r->S, "", &pl->cc, &pl->u.gram, NULL, &pl->u.apply);
   if (!st && !pl->cpu && cd_tc_available(ctx)) {
     pl->split = r->prec != CAMDELTA_PRECISION_TF32;

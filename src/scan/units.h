@@ -352,6 +352,9 @@ typedef struct cd_units {
   cd_workspace ws;
   cd_cpu_scan cpu_prog; /* the CPU forms' program (the units built from it retain their kernels) */
 } cd_units;
+/** The chunkwise units in their CPU forms for head dim D: u->cpu_prog, and from it u->gram, u->chain (`chain`:
+ *  CD_CHAIN_CPU_STATES, or CD_CHAIN_CPU_STATES_PAIR for the pair) and u->apply. */
+camdelta_status cd_units_chunk_cpu(camdelta_context *ctx, size_t D, cd_chain_form chain, cd_units *u);
 /** A plan's destructor (cd_plan_acquire): releases the units of `plan` (a struct starting with a cd_units) and its
  *  workspace, and frees it. */
 void cd_units_destroy(void *plan);
