@@ -106,14 +106,6 @@ camdelta_status cd_cpu_retain(cl_kernel k, const char *unit, cl_kernel *out) {
   return CAMDELTA_OK;
 }
 
-camdelta_status cd_units_chunk_cpu(camdelta_context *ctx, size_t D, cd_chain_form chain, cd_units *u) {
-  camdelta_status st = cd_scan_cpu_program(ctx, D, &u->cpu_prog);
-  if (!st) st = cd_gram_build_cpu(&u->cpu_prog, &u->gram);
-  if (!st) st = cd_chain_build_cpu(&u->cpu_prog, chain, &u->chain);
-  if (!st) st = cd_apply_build_cpu(&u->cpu_prog, &u->apply);
-  return st;
-}
-
 camdelta_status cd_scan_cpu_program(camdelta_context *ctx, size_t D, cd_cpu_scan *p) {
   memset(p, 0, sizeof *p);
   cd_cpu_scan_tiles(ctx, D, p);

@@ -64,6 +64,16 @@ void cd_units_destroy(void *plan) {
   free(plan);
 }
 
+/* The chunkwise units (gram, chain, apply) in their CPU forms, all three from the one CPU program; here, beside the
+ * units' other plumbing, because cpu.c only builds that program and the units retain its kernels. */
+camdelta_status cd_units_chunk_cpu(camdelta_context *ctx, size_t D, cd_chain_form chain, cd_units *u) {
+  camdelta_status st = cd_scan_cpu_program(ctx, D, &u->cpu_prog);
+  if (!st) st = cd_gram_build_cpu(&u->cpu_prog, &u->gram);
+  if (!st) st = cd_chain_build_cpu(&u->cpu_prog, chain, &u->chain);
+  if (!st) st = cd_apply_build_cpu(&u->cpu_prog, &u->apply);
+  return st;
+}
+
 camdelta_status cd_units_done(void *plan, camdelta_status st, void **out) {
   if (st) cd_units_destroy(plan);
   else *out = plan;
