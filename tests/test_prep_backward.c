@@ -29,17 +29,21 @@ static const char *out_names[NOUT] = {"dq_raw",   "dk_raw",  "dv_raw",    "dq_no
 static double worst[3][NOUT];
 static int g_variant = -1; /* CAMDELTA_PREP_BWD_FUSED of the current context, -1 = the device's default */
 
+/* Whether a call of case c takes the CPU form (cl/prep_cpu.cl): CPUs by default, where the driver has no loop
+ * budget. */
+static int uses_cpu(const pb_case *c) { return cd_prep_backward_cpu_form(tu_context(), c->dt); }
+
 /* Whether a call of case c takes the fused form (cl/prep_backward_fused.cl): GPUs and accelerators by default,
  * never with dproj/drope. */
 static int uses_fused(const pb_case *c) {
-  if (c->all) return 0;
+  if (c->all || uses_cpu(c)) return 0;
   int want = g_variant;
   if (want < 0) {
     camdelta_device_info info;
     TU_OK(camdelta_context_info(tu_context(), &info));
     want = (info.type & (CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR)) != 0;
   }
-  if (!want) return 0;
+  if (want != 1) return 0;
   /* and its kernels take a tile's work-items (where they allow few, e.g. Rusticl's 32 at D=112, the three-kernel
    * form runs) */
   cd_pbf_plan p;
@@ -215,8 +219,9 @@ static void run_case(const pb_case *c, double *ms) {
   }
   TU_OK(camdelta_prep_backward(ctx, &a, saved));
   if (q) clReleaseMemObject(q), clReleaseMemObject(k), clReleaseMemObject(infl);
-  /* [inverse RMS,] heads, tokens, reduce; or [inverse RMS,] sums, S, grads, reduce */
-  const unsigned kernels = (uses_fused(c) ? 4u : 3u) + (c->saved ? 0u : 1u);
+  /* [inverse RMS,] heads, tokens, reduce; or [inverse RMS,] sums, S, grads, reduce; or [inverse RMS,] the CPU
+   * form's pass, reduce */
+  const unsigned kernels = (uses_cpu(c) ? 2u : uses_fused(c) ? 4u : 3u) + (c->saved ? 0u : 1u);
   if (prof.kernels != kernels) fail_msg("%s: %u kernels, expected %u", describe(c), prof.kernels, kernels);
   if (ms) *ms = prof.kernel_ms;
   for (int o = 0; o < NOUT; o++) {
@@ -475,7 +480,8 @@ static void test_prep_backward_warm(void **state) {
  * tiles (NULL: unset). */
 static void use_form(int form, const char *tiles) {
   tu_context_release();
-  if (form >= 0) setenv("CAMDELTA_PREP_BWD_FUSED", form ? "1" : "0", 1);
+  static const char *const forms[3] = {"0", "1", "2"};
+  if (form >= 0) setenv("CAMDELTA_PREP_BWD_FUSED", forms[form], 1);
   else unsetenv("CAMDELTA_PREP_BWD_FUSED");
   if (tiles) setenv("CAMDELTA_PREP_BWD_TILES", tiles, 1);
   else unsetenv("CAMDELTA_PREP_BWD_TILES");
@@ -572,11 +578,36 @@ static void test_prep_backward_three_kernels(void **state) {
   use_form(-1, NULL);
 }
 
+/* The CPU form on any device (the default on CPUs; where the driver has a loop budget the three-kernel form runs
+ * and run_case expects that): every head-dim class (D = 8, 24 and 56, whose groups straddle the camera and RoPE
+ * halves), partial blocks and blocks past the last token, B = 2, offsets, both clamps, 16-bit storage, each upstream
+ * gradient absent, dproj/drope, the forward's outputs given; one block per work-item and 32 (one work-item for all
+ * of N); bit-identical reruns. */
+static void test_prep_backward_cpu(void **state) {
+  (void)state;
+  static const pb_case cases[] = {
+      {1, 1, 1, 8, CAMDELTA_F32, 0, 0, GALL, 1, 0},     {2, 41, 3, 24, CAMDELTA_F32, 3, 4, GALL, 1, 1},
+      {1, 70, 3, 56, CAMDELTA_F32, 5, 5, GK | GI, 1, 2}, {1, 50, 2, 112, CAMDELTA_F32, 0, 4, GQ | GV, 1, 0},
+      {1, 33, 3, 24, CAMDELTA_F32, 0, 4, 0, 1, 0},       {1, 31, 2, 112, CAMDELTA_F16, 2, 4, GALL, 1, 0},
+      {2, 45, 2, 56, CAMDELTA_BF16, 7, 6, GALL, 0, 1},
+  };
+  const size_t n = sizeof cases / sizeof cases[0];
+  use_form(2, NULL);
+  for (size_t i = 0; i < n; i++) run_case(&cases[i], NULL);
+  check_deterministic(&cases[1]);
+  use_form(2, "PB=1");
+  for (size_t i = 0; i < n; i += 2) run_case(&cases[i], NULL);
+  use_form(2, "PB=32");
+  for (size_t i = 1; i < n; i += 2) run_case(&cases[i], NULL);
+  report_worst("prep_backward CPU form");
+  use_form(-1, NULL);
+}
+
 /* A tuning override that does not parse or is out of range fails the context creation, naming the variable. */
 static void test_prep_backward_tiles_env(void **state) {
   (void)state;
   static const char *const bad[] = {"TT=5",  "TT=32",  "TT=8,XX=2", "WPC=0", "TT",
-                                    "PF=2",  "TS=48",  "TS=512",    "NU=3",  "NU=0", "TW=2", "MX=3"};
+                                    "PF=2",  "TS=48",  "TS=512",    "NU=3",  "NU=0", "TW=2", "MX=3", "PB=3", "PB=64"};
   tu_check_bad_env("CAMDELTA_PREP_BWD_TILES", bad, sizeof bad / sizeof bad[0]);
 }
 
@@ -589,4 +620,5 @@ TU_MAIN(NULL, tu_teardown_context,
       cmocka_unit_test(test_prep_backward_warm),
       cmocka_unit_test(test_prep_backward_fused),
       cmocka_unit_test(test_prep_backward_three_kernels),
+      cmocka_unit_test(test_prep_backward_cpu),
       cmocka_unit_test(test_prep_backward_tiles_env))

@@ -6,8 +6,10 @@
  *   cd_prep_bwd_tokens   per (b, tile of tokens): sums over heads, dq_raw and dk_raw (the full-channel RMSNorm
  *                        backward), dproj_q/kv, the RoPE-table partials per b
  *   cd_prep_bwd_reduce   the norm-weight gradients (over token tiles) and RoPE-table gradients (over b)
- * This three-kernel form runs on CPUs and for calls that ask for dproj_q/dproj_kv/drope_cos/drope_sin; GPUs take
- * the two-pass form of prep_backward_fused.c otherwise (CAMDELTA_PREP_BWD_FUSED=0|1 forces either).
+ * CPU devices run one kernel instead of the first two, cl/prep_cpu.cl's cd_prep_bwd_cpu (option prep_backward FORM=2),
+ * unless the driver has a loop budget: there, and for GPU calls that ask for dproj_q/dproj_kv/drope_cos/drope_sin,
+ * the three-kernel form runs; GPUs take the two-pass form of prep_backward_fused.c otherwise (option prep_backward
+ * FORM forces any of them).
  *
  * Deterministic: every sum has a fixed order; no atomics. */
 #include <stdio.h>
@@ -32,7 +34,8 @@ enum {
   PB_WANT_ROPE = 32,
   PB_WANT_PKV = 64,
   PB_WANT_COS = 128,
-  PB_WANT_SIN = 256
+  PB_WANT_SIN = 256,
+  PB_HAS_G2 = 512 /* the CPU form: second K and V gradients, added as they are read */
 };
 
 enum { PB_TT = 16 }; /* CD_TT of cl/prep_backward.cl: tokens per work-group of cd_prep_bwd_tokens */
@@ -51,6 +54,29 @@ static void release_kernels(pb_kernels *k) {
 
 /* The per-head kernel with the largest token tile the device allows (as the forward picks it), and the other two
  * kernels of the same program. */
+static camdelta_status build_kernels(camdelta_context *ctx, camdelta_dtype dtype, size_t D, pb_kernels *k);
+
+/* The CPU form (cl/prep_cpu.cl cd_prep_bwd_cpu) where the context runs it, with its blocks of 8 tokens per work-item:
+ * returns 1 and fills *k and *pb, else 0 (a build failure sets *st). Its local memory per block: the inverse RMS (2),
+ * camera matrices (32), RoPE tables (D), dproj sums (32) and RoPE-table sums (D) as float8, sized for the largest head
+ * dim (D is an argument: one program serves every head dim, the prep forward's CPU form's on PoCL). */
+int cd_prep_backward_cpu_form(camdelta_context *ctx, camdelta_dtype dtype) {
+  /* one work-item walks every head of its blocks in one launch: a driver with a loop budget (cd_loop_budget) would
+   * end its loops early */
+  return cd_option(ctx, CD_OPT_PREP_BWD_FORM, dtype) == 2 && !cd_loop_budget(ctx);
+}
+
+static int cpu_kernel(camdelta_context *ctx, camdelta_dtype dtype, cl_kernel *k, unsigned *pb, camdelta_status *st) {
+  *st = CAMDELTA_OK;
+  *k = NULL;
+  if (!cd_prep_backward_cpu_form(ctx, dtype)) return 0;
+  *pb = cd_option(ctx, CD_OPT_PREP_BWD_PB, dtype);
+  while (*pb > 1 && (uint64_t)*pb * (66 + 2 * CAMDELTA_MAX_HEAD_DIM) * 32 > ctx->info.local_mem_bytes) *pb /= 2;
+  char opts[120], dt[40];
+  snprintf(opts, sizeof opts, "%s -DCD_DMAX=%d -DCD_PB=%u", cd_dtype_opts(dtype, dt), CAMDELTA_MAX_HEAD_DIM, *pb);
+  return (*st = cd_kernel(ctx, "prep_cpu.cl", opts, "cd_prep_bwd_cpu", k)) ? 0 : 1;
+}
+
 static camdelta_status build_kernels(camdelta_context *ctx, camdelta_dtype dtype, size_t D, pb_kernels *k) {
   memset(k, 0, sizeof *k);
   camdelta_status st = cd_prep_kernel(ctx, "prep_backward.cl", "cd_prep_bwd_heads", dtype, D, &k->heads, &k->ts);
@@ -70,6 +96,10 @@ camdelta_status cd_prep_backward_warm(camdelta_context *ctx, camdelta_dtype dtyp
   pb_kernels k;
   if ((st = build_kernels(ctx, dtype, D, &k))) return st;
   release_kernels(&k);
+  cl_kernel ck;
+  unsigned pb;
+  if (cpu_kernel(ctx, dtype, &ck, &pb, &st)) clReleaseKernel(ck);
+  if (st) return st;
   /* the fused form too where the context uses it (calls without dproj/drope), in f32 also the camera branch's
    * variant with second K and V gradients */
   cd_pbf_plan p;
@@ -104,7 +134,9 @@ typedef struct pb_call {
   unsigned flags;            /* of cl/prep_backward.cl */
   int fused;                 /* the two-pass form (p), else the three-kernel form (k, scr) */
   cd_pbf_plan p;
-  pb_kernels k;
+  pb_kernels k;              /* the CPU form uses k.reduce */
+  cl_kernel cpu;             /* the CPU form (with k.reduce and scr), or NULL */
+  unsigned pb;               /* its blocks of 8 tokens per work-item */
   cl_mem scr[NSCR];
 } pb_call;
 
@@ -195,6 +227,13 @@ static camdelta_status add_g2(camdelta_context *ctx, const camdelta_prep_backwar
   return st;
 }
 
+/* The rows of norm-weight partials: one per work-group of tokens (the CPU form's blocks, else the heads kernel's
+ * tiles) per batch row. */
+static size_t pb_slots(const pb_call *s, size_t B, size_t N) {
+  const size_t ts = s->cpu ? 8 * (size_t)s->pb : s->k.ts;
+  return B * ((N + ts - 1) / ts);
+}
+
 static camdelta_status pb_plan(cd_call *c) {
   const camdelta_prep_backward_args *args = c->args;
   pb_call *s = c->op;
@@ -208,8 +247,10 @@ static camdelta_status pb_plan(cd_call *c) {
              (want_rope ? PB_WANT_ROPE : 0) | (args->drope_cos.mem ? PB_WANT_COS : 0) |
              (args->drope_sin.mem ? PB_WANT_SIN : 0);
   camdelta_status st = CAMDELTA_OK;
+  if (s->g2) s->flags |= PB_HAS_G2;
+  if (!cpu_kernel(ctx, dtype, &s->cpu, &s->pb, &st) && st) return st;
   /* The two-pass form (GPUs, see prep_backward_fused.c) when no dproj/drope is asked for. */
-  if (!(s->flags & (PB_WANT_PQ | PB_WANT_PKV | PB_WANT_ROPE))) {
+  if (!s->cpu && !(s->flags & (PB_WANT_PQ | PB_WANT_PKV | PB_WANT_ROPE))) {
     s->fused = cd_pbf_kernels(ctx, dtype, D, s->g2 != NULL, cd_pbf_pass1_of(args, s->saved, s->g2), &s->p, &st);
     if (st) return st;
     if (s->fused) {
@@ -217,17 +258,19 @@ static camdelta_status pb_plan(cd_call *c) {
       return CAMDELTA_OK;
     }
   }
-  /* The three-kernel form, with the programs of the inverse RMS (without saved) and of the second gradients' add */
+  /* The three-kernel form (the CPU form: its reduce kernel), with the programs of the inverse RMS (without saved) and
+   * of the second gradients' add (not the CPU form: it adds them as it reads them) */
   if ((st = build_kernels(ctx, dtype, D, &s->k))) return st;
   cl_program prog;
   if (!s->saved && (st = cd_prep_inv_rms_warm(ctx, args->dtype))) return st;
-  if (s->g2 && (st = cd_program(ctx, "scan_pair.cl", "-DCD_D=8", &prog))) return st;
-  const size_t slots = B * ((N + s->k.ts - 1) / s->k.ts);
+  if (s->g2 && !s->cpu && (st = cd_program(ctx, "scan_pair.cl", "-DCD_D=8", &prog))) return st;
+  const int cpu = s->cpu != NULL;
+  const size_t slots = pb_slots(s, B, N);
   const int want_proj = args->dproj_q.mem || args->dproj_kv.mem, f32 = args->dtype == CAMDELTA_F32;
-  const size_t bytes[NSCR] = {2 * B * N * H * sizeof(float),
+  const size_t bytes[NSCR] = {cpu ? 0 : 2 * B * N * H * sizeof(float),
                               2 * slots * C * sizeof(float),
-                              want_proj ? B * N * H * 32 * sizeof(float) : 0,
-                              want_rope ? 2 * B * N * H * Dh * sizeof(float) : 0,
+                              want_proj && !cpu ? B * N * H * 32 * sizeof(float) : 0,
+                              want_rope && !cpu ? 2 * B * N * H * Dh * sizeof(float) : 0,
                               want_rope ? 2 * B * N * Dh * sizeof(float) : 0,
                               f32 ? 0 : B * N * C * sizeof(float),
                               f32 ? 0 : B * N * C * sizeof(float),
@@ -237,16 +280,67 @@ static camdelta_status pb_plan(cd_call *c) {
   return st;
 }
 
+/* cd_prep_bwd_reduce: the norm-weight gradients from their partials (2, slots, C), the RoPE tables' from their
+ * per-b partials (2, B, N, Dh). */
+static camdelta_status enqueue_reduce(camdelta_context *ctx, const camdelta_prep_backward_args *args, const pb_call *s,
+                                      const camdelta_buffer *bs, cd_launch *l) {
+  const size_t C = args->H * args->D, N = args->N, Dh = args->D / 2, slots = pb_slots(s, args->B, N);
+  const int want_rope = (s->flags & PB_WANT_ROPE) != 0;
+  const camdelta_buffer dummy = bs[PW];
+#define OPT(x) ((x).mem ? (x) : dummy)
+  /* local (W, R): W columns by R lanes, powers of two up to 32 each within the kernel's limit */
+  const size_t lmax = cd_kernel_max_wg(ctx, s->k.reduce);
+  size_t lws[2] = {1, 1};
+  while (lws[0] * 2 <= 32 && lws[0] * 2 <= lmax) lws[0] *= 2;
+  while (lws[1] * 2 <= 32 && lws[0] * lws[1] * 2 <= lmax) lws[1] *= 2;
+  const size_t nwb = (2 * C + lws[0] - 1) / lws[0];
+  const size_t nrb = want_rope ? (2 * N * Dh + lws[0] * lws[1] - 1) / (lws[0] * lws[1]) : 0;
+  cd_args a = {s->k.reduce, 0, CL_SUCCESS};
+  CD_ARG_BUFS(&a, bs[PW], bs[PR], args->dq_norm_weight, args->dk_norm_weight, OPT(args->drope_cos),
+              OPT(args->drope_sin));
+#undef OPT
+  cd_arg_u32(&a, (uint32_t)C);
+  cd_arg_u64(&a, slots);
+  cd_arg_u32(&a, (uint32_t)args->B);
+  cd_arg_u64(&a, N * Dh);
+  cd_arg_u32(&a, (uint32_t)nwb);
+  cd_arg_u32(&a, s->flags);
+  if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_prep_bwd_reduce: setting arguments");
+  const size_t gws[2] = {(nwb + nrb) * lws[0], lws[1]};
+  return cd_enqueue(ctx, s->k.reduce, 2, gws, lws, l, "cd_prep_bwd_reduce");
+}
+
+/* The CPU form's one pass (cl/prep_cpu.cl cd_prep_bwd_cpu): one work-item per pb blocks of 8 tokens of a batch row. */
+static camdelta_status enqueue_cpu(camdelta_context *ctx, const camdelta_prep_backward_args *args, const pb_call *s,
+                                   const camdelta_buffer *bs, camdelta_buffer binv, cd_launch *l) {
+  const camdelta_buffer dummy = bs[PW];
+#define OPT(x) ((x).mem ? (x) : dummy)
+  cd_args a = {s->cpu, 0, CL_SUCCESS};
+  CD_ARG_BUFS(&a, args->q_raw, args->k_raw, OPT(args->v_raw), args->q_norm_weight, args->k_norm_weight, args->proj_q,
+              args->proj_kv, args->rope_cos, args->rope_sin, binv, OPT(args->grad_q), OPT(args->grad_k),
+              OPT(args->grad_v), OPT(args->grad_inflation_sq), s->g2 ? s->g2[0] : dummy, s->g2 ? s->g2[1] : dummy,
+              args->dq_raw, args->dk_raw, args->dv_raw, bs[UQ], bs[UK], bs[PW], bs[PR], OPT(args->dproj_q),
+              OPT(args->dproj_kv));
+#undef OPT
+  cd_arg_u64(&a, args->N);
+  cd_arg_u32(&a, (uint32_t)args->H);
+  cd_arg_f32(&a, args->k_scale);
+  cd_arg_u32(&a, s->flags);
+  cd_arg_u32(&a, (uint32_t)args->D);
+  if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_prep_bwd_cpu: setting arguments");
+  const size_t one = 1, gws = pb_slots(s, args->B, args->N);
+  return cd_enqueue(ctx, s->cpu, 1, &gws, &one, l, "cd_prep_bwd_cpu");
+}
+
 static camdelta_status pb_enqueue(cd_call *c, cd_launch *l) {
   const camdelta_prep_backward_args *args = c->args;
   const pb_call *s = c->op;
   camdelta_context *ctx = c->ctx;
   if (s->fused) return cd_pbf_run(ctx, args, s->saved, s->g2, &s->p, l);
   const camdelta_prep_saved *saved = s->saved;
-  const size_t B = args->B, N = args->N, H = args->H, D = args->D, C = H * D, Dh = D / 2;
-  const int want_rope = (s->flags & PB_WANT_ROPE) != 0;
+  const size_t B = args->B, N = args->N, H = args->H, D = args->D;
   const unsigned flags = s->flags;
-  const size_t ts = s->k.ts, ntiles = (N + ts - 1) / ts, slots = B * ntiles;
+  const size_t ts = s->k.ts, ntiles = (N + ts - 1) / ts;
   /* absent optional tensors and unused scratch: a valid buffer that is never read or written */
   const camdelta_buffer dummy = {s->scr[PW], 0};
   camdelta_buffer bs[NSCR];
@@ -254,9 +348,14 @@ static camdelta_status pb_enqueue(cd_call *c, cd_launch *l) {
   const camdelta_buffer binv = saved ? (camdelta_buffer){saved->inv_rms, 0} : bs[INV];
 #define OPT(x) ((x).mem ? (x) : dummy)
   camdelta_status st = CAMDELTA_OK;
-  if (s->g2) st = add_g2(ctx, args, s->g2, l);
+  if (s->g2 && !s->cpu) st = add_g2(ctx, args, s->g2, l);
   if (!saved && !st)
     st = cd_prep_inv_rms(ctx, B, N, H, D, args->dtype, args->norm_eps, args->q_raw, args->k_raw, s->scr[INV], l);
+  if (s->cpu) {
+    if (!st) st = enqueue_cpu(ctx, args, s, bs, binv, l);
+    if (!st) st = enqueue_reduce(ctx, args, s, bs, l);
+    return st;
+  }
   if (!st) {
     cd_args a = {s->k.heads, 0, CL_SUCCESS};
     CD_ARG_BUFS(&a, args->q_raw, args->k_raw, OPT(args->v_raw), args->q_norm_weight, args->k_norm_weight, args->proj_q,
@@ -286,27 +385,7 @@ static camdelta_status pb_enqueue(cd_call *c, cd_launch *l) {
     const size_t gws[2] = {(N + PB_TT - 1) / PB_TT * lws[0], B};
     if (!st) st = cd_enqueue(ctx, s->k.tokens, 2, gws, lws, l, "cd_prep_bwd_tokens");
   }
-  if (!st) {
-    /* local (W, R): W columns by R lanes, powers of two up to 32 each within the kernel's limit */
-    const size_t lmax = cd_kernel_max_wg(ctx, s->k.reduce);
-    size_t lws[2] = {1, 1};
-    while (lws[0] * 2 <= 32 && lws[0] * 2 <= lmax) lws[0] *= 2;
-    while (lws[1] * 2 <= 32 && lws[0] * lws[1] * 2 <= lmax) lws[1] *= 2;
-    const size_t nwb = (2 * C + lws[0] - 1) / lws[0];
-    const size_t nrb = want_rope ? (2 * N * Dh + lws[0] * lws[1] - 1) / (lws[0] * lws[1]) : 0;
-    cd_args a = {s->k.reduce, 0, CL_SUCCESS};
-    CD_ARG_BUFS(&a, bs[PW], bs[PR], args->dq_norm_weight, args->dk_norm_weight, OPT(args->drope_cos),
-                OPT(args->drope_sin));
-    cd_arg_u32(&a, (uint32_t)C);
-    cd_arg_u64(&a, slots);
-    cd_arg_u32(&a, (uint32_t)B);
-    cd_arg_u64(&a, N * Dh);
-    cd_arg_u32(&a, (uint32_t)nwb);
-    cd_arg_u32(&a, flags);
-    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_prep_bwd_reduce: setting arguments");
-    const size_t gws[2] = {(nwb + nrb) * lws[0], lws[1]};
-    if (!st) st = cd_enqueue(ctx, s->k.reduce, 2, gws, lws, l, "cd_prep_bwd_reduce");
-  }
+  if (!st) st = enqueue_reduce(ctx, args, s, bs, l);
 #undef OPT
   return st;
 }
@@ -318,6 +397,7 @@ static camdelta_status pb_end(cd_call *c, camdelta_status st) {
   for (int i = 0; i < NSCR; i++)
     if (s->scr[i]) clReleaseMemObject(s->scr[i]);
   release_kernels(&s->k);
+  if (s->cpu) clReleaseKernel(s->cpu);
   return st;
 }
 

@@ -56,7 +56,7 @@ int cd_pbf_kernels(camdelta_context *ctx, camdelta_dtype dtype, size_t D, int g2
   memset(p, 0, sizeof *p);
   p->p1 = p1;
   *st = CAMDELTA_OK;
-  if (!cd_option(ctx, CD_OPT_PREP_BWD_FORM, dtype)) return 0;
+  if (cd_option(ctx, CD_OPT_PREP_BWD_FORM, dtype) != 1) return 0;
   p->tt = cd_option(ctx, CD_OPT_PREP_BWD_TT, dtype);
   /* work-groups per (tile, head) of pass 2: a count that does not divide D/4 falls back to 1 */
   p->nu = cd_option(ctx, CD_OPT_PREP_BWD_NU, dtype);

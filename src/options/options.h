@@ -61,6 +61,7 @@ typedef enum cd_opt_id {
   CD_OPT_PREP_BWD_TS,
   CD_OPT_PREP_BWD_NU,
   CD_OPT_PREP_BWD_TW,
+  CD_OPT_PREP_BWD_PB,
   CD_OPT_CONV_SB,
   CD_OPT_SCAN_TC,
   CD_OPT_SCAN_CPU,

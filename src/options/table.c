@@ -107,17 +107,20 @@ const cd_opt_decl cd_opt_decls[CD_OPT_COUNT] = {
                         .values = {1, 2, 4, 8, 16, 32},
                         .nvalues = 6,
                         .def = CD_OPT_DEF(8),
-                        .doc = "blocks of 8 tokens per work-item of form 3 (halved while the call has fewer than 8 "
-                               "work-items per compute unit)"},
+                        .doc = "blocks of 8 tokens per work-item of form 3 (halved while the device's local memory "
+                               "cannot hold their tables)"},
     [CD_OPT_PREP_BWD_FORM] = {.family = CD_OPT_FAM_PREP_BWD,
                               .key = "FORM",
                               .env = "CAMDELTA_PREP_BWD_FUSED",
                               .type = CD_OPT_ONE_OF,
-                              .values = {0, 1},
-                              .nvalues = 2,
-                              .def = CD_OPT_DEF_CLASS(0, 1),
+                              .values = {0, 1, 2},
+                              .nvalues = 3,
+                              .def = CD_OPT_DEF_CLASS(2, 1),
                               .doc = "0 three kernels; 1 two passes (the RMSNorm sums per token and head, then the "
-                                     "gradients); calls asking for dproj_* or drope_* run 0"},
+                                     "gradients; calls asking for dproj_* or drope_* run 0); 2 one pass, one "
+                                     "work-item per PB blocks of 8 tokens of all heads in explicit vectors, then the "
+                                     "sums of the norm weights and RoPE tables (CPUs; a driver with a loop budget "
+                                     "runs 0)"},
     [CD_OPT_PREP_BWD_TT] = {.family = CD_OPT_FAM_PREP_BWD,
                             .key = "TT",
                             .type = CD_OPT_ONE_OF,
@@ -156,6 +159,14 @@ const cd_opt_decl cd_opt_decls[CD_OPT_COUNT] = {
                             .def = CD_OPT_DEF_STORAGE(3, 1),
                             .doc = "tensors written per work-group of pass 2: 3 dq_raw, dk_raw and dv_raw together, "
                                    "1 one each (three times the work-groups, fewer registers)"},
+    [CD_OPT_PREP_BWD_PB] = {.family = CD_OPT_FAM_PREP_BWD,
+                            .key = "PB",
+                            .type = CD_OPT_ONE_OF,
+                            .values = {1, 2, 4, 8, 16, 32},
+                            .nvalues = 6,
+                            .def = CD_OPT_DEF(8),
+                            .doc = "blocks of 8 tokens per work-item of form 2 (halved while the device's local "
+                                   "memory cannot hold their tables and sums)"},
     [CD_OPT_CONV_SB] = {.family = CD_OPT_FAM_CONV,
                         .key = "SB",
                         .env = "CAMDELTA_CONV_SB",
