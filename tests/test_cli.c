@@ -1154,6 +1154,10 @@ static void test_bench(void **state) {
   r = run("bench --shape 1,2,16,2,32 --reps 1 --only prep-forward");
   expect_code(r, 0, NULL);
   assert_null(strstr(r->out, "scan-forward"));
+  /* a shape of fewer frames than a stream block: the stream rows say why they do not run */
+  r = run("bench --shape 1,2,16,2,32 --reps 1 --only stream --flatness");
+  expect_code(r, 0, NULL);
+  assert_int_equal(count_lines_with(r->out, "a stream block is 3 frames, the shape has F=2"), 3);
   expect_code(run("bench --shape huge"), 2, "huge");
   expect_code(run("bench --dtype f64"), 2, "--dtype");
   expect_code(run("bench --frobnicate"), 2, "--frobnicate");

@@ -223,7 +223,6 @@ static camdelta_status stream_make(camdelta_context *ctx, op_ctx *o, camdelta_dt
                                   .algorithm = CAMDELTA_SCAN_AUTO, .precision = o->precision,
                                   .conv_weight = {b->conv_w, 0}, .q_norm_weight = {b->qw, 0},
                                   .k_norm_weight = {b->kw, 0}};
-  if (b->F < STREAM_BLOCK) return CAMDELTA_ERROR_UNSUPPORTED;
   return camdelta_stream_create(ctx, &a, &o->stream);
 }
 
@@ -335,6 +334,11 @@ static int cmp_double(const void *a, const void *b) {
  * number of committed blocks. */
 static int stream_flatness(camdelta_context *ctx, op_ctx *o, size_t reps, cJSON *jops, int tty) {
   static const size_t at[4] = {1, 10, 100, 1000};
+  if (o->b->F < STREAM_BLOCK) {
+    printf("%-32s %10s  (a stream block is %d frames, the shape has F=%zu)\n", "stream flatness", "n/a",
+           (int)STREAM_BLOCK, o->b->F);
+    return CLI_EXIT_OK;
+  }
   const size_t total = at[3] - 1 + reps;
   double *ms = calloc(total, sizeof *ms), rss[4] = {0, 0, 0, 0};
   if (!ms) return cli_error(CLI_EXIT_FAILURE, "bench: out of host memory");
@@ -585,7 +589,10 @@ int cmd_bench(int argc, char **argv) {
         rc = cli_error(CLI_EXIT_FAILURE, "bench: out of host memory");
         break;
       }
-      camdelta_status st = prepare_op(ctx, &o, op);
+      char why[160] = "";
+      if (op->kind == OP_STREAM && b.F < STREAM_BLOCK) /* a stream's step is a whole block */
+        snprintf(why, sizeof why, "a stream block is %d frames, the shape has F=%zu", (int)STREAM_BLOCK, b.F);
+      camdelta_status st = why[0] ? CAMDELTA_ERROR_UNSUPPORTED : prepare_op(ctx, &o, op);
       int host = 0; /* the driver gives no kernel times (kernel_ms NaN): host clock around camdelta_finish */
       for (size_t r = 0; r < warmup && !st; r++) {
         camdelta_profile p = {0, 0};
@@ -614,7 +621,7 @@ int cmd_bench(int argc, char **argv) {
       cJSON_AddStringToObject(jo, "name", op->name);
       if (st) {
         char line[160];
-        snprintf(line, sizeof line, "%s", camdelta_last_message());
+        snprintf(line, sizeof line, "%s", why[0] ? why : camdelta_last_message());
         for (char *c = line; *c; c++)
           if (*c == '\n') *c = ' ';
         printf("%-39s %10s  (%s: %s)\n", op->name, "n/a", camdelta_status_name(st), line);
