@@ -93,5 +93,16 @@ check output-transform 12 branch 1 5 2 3 2 8 -- output-transform
 check scan-masked-reverse-sequential 2 scan-masked 1 2 16 5 6 -- scan --reverse --algorithm sequential --final-state
 check scan-masked-reverse-chunkwise 12 scan-masked 1 2 16 5 6 -- scan --reverse --algorithm chunkwise --final-state
 check scan-backward-masked-reverse 12 scan-backward-masked 1 2 16 5 6 -- scan-backward --reverse
+# The CPU forms (a CPU device's defaults; oclgrind's simulator is a GPU device, so they are forced): the prep's
+# forward and backward at D = 24 (an 8-channel group across the camera and RoPE halves) with every gradient, the
+# scan's chunkwise forward and backward, and the camera branch's backward with all of them. The prep's run pass 1
+# only: oclgrind 21.10 itself crashes (SIGSEGV) running cd_prep_cpu under the uninitialized-value plugin with
+# -cl-opt-disable, and that plugin stops at `freeze` in the optimised build (a simulator gap, not a finding).
+CAMDELTA_PREP_FUSED=3 check prep-cpu 1 prep 2 5 1 24 -- prep
+CAMDELTA_PREP_BWD_FUSED=2 check prep-backward-cpu 1 prep-backward 2 11 2 24 -- prep-backward --all-grads
+CAMDELTA_SCAN_CPU=1 check scan-chunkwise-cpu 12 scan 1 2 16 3 5 -- scan --algorithm chunkwise --final-state
+CAMDELTA_SCAN_CPU=1 check scan-backward-cpu 12 scan-backward 1 1 8 3 4 -- scan-backward --reverse
+CAMDELTA_PREP_FUSED=3 CAMDELTA_PREP_BWD_FUSED=2 CAMDELTA_SCAN_CPU=1 check branch-backward-cpu 1 branch 1 5 2 3 2 8 -- \
+  branch-backward --grid 5,2,3 --chunk-size 2 --chunk-strategy first_chunk_plus_one --algorithm chunkwise
 echo "oclgrind: $n runs in $(( $(date +%s) - start )) s, $([ $rc = 0 ] && echo 'no reports' || echo 'REPORTS (see above)')"
 exit $rc

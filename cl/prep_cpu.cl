@@ -30,13 +30,13 @@
 #define CD_LD8_2(p) as_float8(convert_uint8(vload8(0, (p))) << 16)
 #define CD_ST8_0(x, p) vstore8((x), 0, (p))
 #define CD_ST8_1(x, p) vstore_half8_rte((x), 0, (p))
-#define CD_ST8_2(x, p)                                                                                          \
-  do {                                                                                                          \
-    const float8 x_ = (x);                                                                                      \
-    vstore8((ushort8)(cd_to_bf16(x_.s0), cd_to_bf16(x_.s1), cd_to_bf16(x_.s2), cd_to_bf16(x_.s3),              \
-                      cd_to_bf16(x_.s4), cd_to_bf16(x_.s5), cd_to_bf16(x_.s6), cd_to_bf16(x_.s7)),              \
-            0, (p));                                                                                            \
-  } while (0)
+#define CD_ST8_2(x, p) vstore8(cd_to_bf16_8(x), 0, (p))
+/* cd_to_bf16 on eight lanes at once, without its branch: the same bits (round to nearest even, NaN kept quiet). */
+inline ushort8 cd_to_bf16_8(float8 x) {
+  const uint8 u = as_uint8(x);
+  const uint8 rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16, quiet = (u >> 16) | 0x40u;
+  return convert_ushort8(select(rounded, quiet, (u & 0x7FFFFFFFu) > 0x7F800000u));
+}
 #define CD_LD8(p) CD_CAT(CD_LD8_, CD_DTYPE)(p)
 #define CD_ST8(x, p) CD_CAT(CD_ST8_, CD_DTYPE)(x, p)
 #define CD_SLD8(p) CD_CAT(CD_LD8_, CD_SDTYPE)(p)
