@@ -69,6 +69,18 @@ typedef CD_CAT(CD_T_, CD_SDTYPE) cd_sstore_t;
 #define CD_SSTORE(p, i, x) CD_CAT(CD_ST_, CD_SDTYPE)(p, i, x)
 #define CD_SLD4(p, i, al) CD_CAT(CD_LD4_, CD_SDTYPE)(p, i, al)
 
+/* The leading parameters of the prep backward's per-head passes (cd_prep_bwd_heads in prep_backward.cl,
+ * cd_prep_bwd_cpu in prep_cpu.cl): the forward's inputs, the inverse RMS per token and the upstream gradients, each
+ * buffer with its element offset. */
+#define CD_PREP_BWD_INPUTS                                                                                        \
+  global const cd_store_t *q_raw, ulong q_raw_off, global const cd_store_t *k_raw, ulong k_raw_off,               \
+      global const cd_store_t *v_raw, ulong v_raw_off, global const float *qw, ulong qw_off,                      \
+      global const float *kw, ulong kw_off, global const float *proj_q, ulong pq_off,                             \
+      global const float *proj_kv, ulong pkv_off, global const float *rope_cos, ulong rc_off,                     \
+      global const float *rope_sin, ulong rs_off, global const float *inv_rms, ulong inv_off,                     \
+      global const cd_sstore_t *grad_q, ulong gq_off, global const cd_sstore_t *grad_k, ulong gk_off,             \
+      global const cd_sstore_t *grad_v, ulong gv_off, global const float *grad_infl, ulong gi_off
+
 /* The token kernels' units of a head of CD_D channels (cl/prep.cl, cl/prep_backward.cl, cl/prep_backward_fused.cl,
  * cl/branch.cl): its halves (the camera half, then the RoPE half) and its 4-channel units. */
 #define CD_DH (CD_D / 2)

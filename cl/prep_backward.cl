@@ -72,17 +72,11 @@ inline void cd_transform4(int first, int transpose, global const float *P, const
  * Scratch: part_s (2, B, N, H) the head's share of S; part_w (2, slots, C) norm-weight partials, slot = b * tiles
  * + tile; part_proj (B, N, H, 32) dproj_q then dproj_kv entries; part_rope (2, B, N, H, Dh) cos then sin;
  * uq, uk (B, N, H, D) f32 u = da ir w (16-bit storage types only; f32 writes u into dq_raw, dk_raw). */
-kernel void cd_prep_bwd_heads(
-    global const cd_store_t *q_raw, ulong q_raw_off, global const cd_store_t *k_raw, ulong k_raw_off,
-    global const cd_store_t *v_raw, ulong v_raw_off, global const float *qw, ulong qw_off, global const float *kw,
-    ulong kw_off, global const float *proj_q, ulong pq_off, global const float *proj_kv, ulong pkv_off,
-    global const float *rope_cos, ulong rc_off, global const float *rope_sin, ulong rs_off,
-    global const float *inv_rms, ulong inv_off, global const cd_sstore_t *grad_q, ulong gq_off,
-    global const cd_sstore_t *grad_k, ulong gk_off, global const cd_sstore_t *grad_v, ulong gv_off,
-    global const float *grad_infl, ulong gi_off, global cd_store_t *dq_raw, ulong dq_off, global cd_store_t *dk_raw,
-    ulong dk_off, global cd_store_t *dv_raw, ulong dv_off, global float *uq, ulong uq_off, global float *uk,
-    ulong uk_off, global float *part_s, ulong ps_off, global float *part_w, ulong pw_off, global float *part_proj,
-    ulong pp_off, global float *part_rope, ulong pr_off, ulong N, uint H, float k_scale, uint flags) {
+kernel void cd_prep_bwd_heads(CD_PREP_BWD_INPUTS, global cd_store_t *dq_raw, ulong dq_off, global cd_store_t *dk_raw,
+                                ulong dk_off, global cd_store_t *dv_raw, ulong dv_off, global float *uq, ulong uq_off,
+                                global float *uk, ulong uk_off, global float *part_s, ulong ps_off,
+                                global float *part_w, ulong pw_off, global float *part_proj, ulong pp_off,
+                                global float *part_rope, ulong pr_off, ulong N, uint H, float k_scale, uint flags) {
   local float tile[CD_D][CD_TS + 1];
   local float red[2][CD_TS][CD_G4];
 

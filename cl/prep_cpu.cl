@@ -319,18 +319,13 @@ CD_INLINE float8 cd_token_sums(float8 *w) {
   return s;
 }
 
-kernel void cd_prep_bwd_cpu(
-    global const cd_store_t *q_raw, ulong q_raw_off, global const cd_store_t *k_raw, ulong k_raw_off,
-    global const cd_store_t *v_raw, ulong v_raw_off, global const float *qw, ulong qw_off, global const float *kw,
-    ulong kw_off, global const float *proj_q, ulong pq_off, global const float *proj_kv, ulong pkv_off,
-    global const float *rope_cos, ulong rc_off, global const float *rope_sin, ulong rs_off,
-    global const float *inv_rms, ulong inv_off, global const cd_sstore_t *grad_q, ulong gq_off,
-    global const cd_sstore_t *grad_k, ulong gk_off, global const cd_sstore_t *grad_v, ulong gv_off,
-    global const float *grad_infl, ulong gi_off, global const float *grad_k2, ulong gk2_off,
-    global const float *grad_v2, ulong gv2_off, global cd_store_t *dq_raw, ulong dq_off, global cd_store_t *dk_raw,
-    ulong dk_off, global cd_store_t *dv_raw, ulong dv_off, global float *uq, ulong uq_off, global float *uk,
-    ulong uk_off, global float *part_w, ulong pw_off, global float *rope_b, ulong rb_off, global float *dproj_q,
-    ulong dpq_off, global float *dproj_kv, ulong dpkv_off, ulong N, uint H, float k_scale, uint flags, uint D) {
+kernel void cd_prep_bwd_cpu(CD_PREP_BWD_INPUTS, global const float *grad_k2, ulong gk2_off, global const float *grad_v2,
+                              ulong gv2_off, global cd_store_t *dq_raw, ulong dq_off, global cd_store_t *dk_raw,
+                              ulong dk_off, global cd_store_t *dv_raw, ulong dv_off, global float *uq, ulong uq_off,
+                              global float *uk, ulong uk_off, global float *part_w, ulong pw_off,
+                              global float *rope_b, ulong rb_off, global float *dproj_q, ulong dpq_off,
+                              global float *dproj_kv, ulong dpkv_off, ulong N, uint H, float k_scale, uint flags,
+                              uint D) {
   /* per block, lanes = its tokens: the inverse RMS, the camera matrices and RoPE tables, and the sums of dproj_q,
    * dproj_kv (16 entries each) and of the RoPE tables' gradients (Dh each) over the heads */
   local float8 Iq[CD_PB], Ik[CD_PB], Pq[CD_PB * 16], Pk[CD_PB * 16], cs[CD_PB * CD_DMAX / 2], sn[CD_PB * CD_DMAX / 2];
