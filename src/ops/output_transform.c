@@ -8,8 +8,54 @@ camdelta_status cd_branch_kernel(camdelta_context *ctx, camdelta_dtype dtype, si
   return cd_prep_kernel(ctx, "branch.cl", name, dtype, D, k, ts);
 }
 
+int cd_output_cpu(camdelta_context *ctx, camdelta_dtype dtype) {
+  return cd_option(ctx, CD_OPT_OUTPUT_FORM, dtype) == 1 && !cd_loop_budget(ctx);
+}
+
+camdelta_status cd_branch_cpu_kernel(camdelta_context *ctx, camdelta_dtype dtype, const char *name, cl_kernel *k) {
+  char opts[40];
+  return cd_kernel(ctx, "branch_cpu.cl", cd_dtype_opts(dtype, opts), name, k);
+}
+
+size_t cd_branch_cpu_groups(const camdelta_context *ctx, size_t items, size_t G) {
+  const size_t want = 4 * (ctx->info.compute_units ? ctx->info.compute_units : 1);
+  size_t cg = G;
+  while (cg > 1 && items * ((G + cg - 1) / cg) < want) cg = (cg + 1) / 2;
+  return cg;
+}
+
+/* The CPU form: a work-item per 16 tokens (CD_OB blocks of 8, cl/branch_cpu.cl) of one batch row, every head. */
+static camdelta_status ot_cpu_enqueue(camdelta_context *ctx, camdelta_dtype dtype, int backward,
+                                      const camdelta_output_transform_args *a, cd_launch *l) {
+  const char *name = backward ? "cd_ot_cpu_backward" : "cd_ot_cpu_forward";
+  cl_kernel k;
+  camdelta_status st = cd_branch_cpu_kernel(ctx, dtype, name, &k);
+  if (st) return st;
+  const size_t nblk = (a->N + 15) / 16;
+  cd_args g = {k, 0, CL_SUCCESS};
+  if (!backward) {
+    cd_arg_buf(&g, a->out);
+    cd_arg_buf(&g, a->out2.mem ? a->out2 : a->out);
+    cd_arg_u32(&g, a->out2.mem ? 1u : 0u);
+    CD_ARG_BUFS(&g, a->proj_o, a->rope_cos, a->rope_sin, a->y);
+  } else {
+    CD_ARG_BUFS(&g, a->grad_y, a->proj_o, a->rope_cos, a->rope_sin, a->grad_out);
+  }
+  cd_arg_u64(&g, a->N);
+  cd_arg_u32(&g, (uint32_t)a->H);
+  cd_arg_u32(&g, (uint32_t)a->D);
+  cd_arg_u32(&g, (uint32_t)nblk);
+  if (g.err != CL_SUCCESS)
+    st = cd_cl_fail(g.err, backward ? "cd_ot_cpu_backward: setting arguments" : "cd_ot_cpu_forward: setting arguments");
+  const size_t one = 1, gws = a->B * nblk;
+  if (!st) st = cd_enqueue(ctx, k, 1, &gws, &one, l, name);
+  clReleaseKernel(k);
+  return st;
+}
+
 camdelta_status cd_output_transform_enqueue(camdelta_context *ctx, camdelta_dtype dtype, int backward,
                                             const camdelta_output_transform_args *a, cd_launch *l) {
+  if (cd_output_cpu(ctx, dtype)) return ot_cpu_enqueue(ctx, dtype, backward, a, l);
   cl_kernel k;
   size_t ts;
   camdelta_status st =
@@ -80,8 +126,10 @@ static camdelta_status ot_plan(cd_call *c) {
   cl_kernel k;
   size_t ts;
   const camdelta_status st =
-      cd_branch_kernel(c->ctx, CAMDELTA_F32, ((const camdelta_output_transform_args *)c->args)->D,
-                       "cd_output_transform", &k, &ts);
+      cd_output_cpu(c->ctx, CAMDELTA_F32)
+          ? cd_branch_cpu_kernel(c->ctx, CAMDELTA_F32, ot_backward(c) ? "cd_ot_cpu_backward" : "cd_ot_cpu_forward", &k)
+          : cd_branch_kernel(c->ctx, CAMDELTA_F32, ((const camdelta_output_transform_args *)c->args)->D,
+                             "cd_output_transform", &k, &ts);
   if (!st) clReleaseKernel(k);
   return st;
 }

@@ -41,15 +41,103 @@ static const char *conv_opts(camdelta_dtype dtype) {
   return dtype == CAMDELTA_F16 ? "-DCD_DTYPE=1" : dtype == CAMDELTA_BF16 ? "-DCD_DTYPE=2" : "";
 }
 
+int cd_conv_cpu(camdelta_context *ctx, camdelta_dtype dtype) {
+  return cd_option(ctx, CD_OPT_CONV_FORM, dtype) == 1 && !cd_loop_budget(ctx);
+}
+
 camdelta_status cd_short_conv_program(camdelta_context *ctx, camdelta_dtype dtype) {
   cl_program prog;
+  if (cd_conv_cpu(ctx, dtype)) {
+    cl_kernel k;
+    const camdelta_status st = cd_branch_cpu_kernel(ctx, dtype, "cd_conv_cpu_forward", &k);
+    if (!st) clReleaseKernel(k);
+    return st;
+  }
   return cd_program(ctx, "short_conv.cl", conv_opts(dtype), &prog);
+}
+
+/* The CPU form's forward: a work-item per (b, s, block of channel groups), local size 1. */
+static camdelta_status conv_cpu_forward(camdelta_context *ctx, camdelta_dtype dtype, size_t B, size_t T, size_t S,
+                                        size_t C, camdelta_buffer lookback, size_t back, camdelta_buffer x,
+                                        camdelta_buffer w, cl_mem seg_end, camdelta_buffer y, cd_launch *l) {
+  cl_kernel k;
+  camdelta_status st = cd_branch_cpu_kernel(ctx, dtype, "cd_conv_cpu_forward", &k);
+  if (st) return st;
+  const size_t G = (C + 7) / 8, cg = cd_branch_cpu_groups(ctx, B * S, G), ncb = (G + cg - 1) / cg;
+  cd_args a = {k, 0, CL_SUCCESS};
+  cd_arg_buf(&a, x);
+  cd_arg_buf(&a, back ? lookback : x); /* back = 0: never read */
+  cd_arg_buf(&a, w);
+  cd_arg_mem(&a, seg_end);
+  cd_arg_buf(&a, y);
+  cd_arg_u32(&a, (uint32_t)T);
+  cd_arg_u32(&a, (uint32_t)S);
+  cd_arg_u32(&a, (uint32_t)C);
+  cd_arg_u32(&a, (uint32_t)cg);
+  cd_arg_u32(&a, (uint32_t)ncb);
+  cd_arg_u32(&a, (uint32_t)back);
+  if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_conv_cpu_forward: setting arguments");
+  const size_t one = 1, gws = B * S * ncb;
+  if (!st) st = cd_enqueue(ctx, k, 1, &gws, &one, l, "cd_conv_cpu_forward");
+  clReleaseKernel(k);
+  return st;
+}
+
+/* The CPU form's backward: a work-item per (b, block of sb spatial positions, block of channel groups), then the
+ * weight partials summed 64 at a time. */
+static camdelta_status conv_cpu_backward(camdelta_context *ctx, camdelta_dtype dtype, size_t B, size_t T, size_t S,
+                                         size_t C, camdelta_buffer x, camdelta_buffer w, cl_mem seg_end,
+                                         camdelta_buffer dy, camdelta_buffer dx, camdelta_buffer dw, cd_launch *l) {
+  cl_kernel kb = NULL, kr = NULL;
+  camdelta_status st = cd_branch_cpu_kernel(ctx, dtype, "cd_conv_cpu_backward", &kb);
+  if (!st) st = cd_branch_cpu_kernel(ctx, dtype, "cd_conv_cpu_reduce", &kr);
+  const size_t sbl = conv_sb(ctx), nsb = (S + sbl - 1) / sbl, P = B * nsb;
+  const size_t G = (C + 7) / 8, cg = cd_branch_cpu_groups(ctx, P, G), ncb = (G + cg - 1) / cg;
+  cl_mem part = NULL;
+  if (!st && dw.mem) st = cd_alloc(ctx, P * C * 4 * sizeof(float), &part);
+  if (!st) {
+    cd_args a = {kb, 0, CL_SUCCESS};
+    cd_arg_buf(&a, x);
+    cd_arg_buf(&a, w);
+    cd_arg_mem(&a, seg_end);
+    cd_arg_buf(&a, dy);
+    cd_arg_buf(&a, dx.mem ? dx : dy); /* absent: never written */
+    cd_arg_mem(&a, part ? part : seg_end);
+    cd_arg_u32(&a, (uint32_t)T);
+    cd_arg_u32(&a, (uint32_t)S);
+    cd_arg_u32(&a, (uint32_t)C);
+    cd_arg_u32(&a, (uint32_t)sbl);
+    cd_arg_u32(&a, (uint32_t)nsb);
+    cd_arg_u32(&a, (uint32_t)cg);
+    cd_arg_u32(&a, (uint32_t)ncb);
+    cd_arg_u32(&a, dx.mem ? 1u : 0u);
+    cd_arg_u32(&a, dw.mem ? 1u : 0u);
+    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_conv_cpu_backward: setting arguments");
+    const size_t one = 1, gws = P * ncb;
+    if (!st) st = cd_enqueue(ctx, kb, 1, &gws, &one, l, "cd_conv_cpu_backward");
+  }
+  if (!st && dw.mem) {
+    cd_args a = {kr, 0, CL_SUCCESS};
+    cd_arg_mem(&a, part);
+    cd_arg_buf(&a, dw);
+    cd_arg_u32(&a, (uint32_t)(4 * C));
+    cd_arg_u32(&a, (uint32_t)P);
+    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_conv_cpu_reduce: setting arguments");
+    const size_t one = 1, gws = (4 * C + 63) / 64;
+    if (!st) st = cd_enqueue(ctx, kr, 1, &gws, &one, l, "cd_conv_cpu_reduce");
+  }
+  if (part) clReleaseMemObject(part);
+  if (kb) clReleaseKernel(kb);
+  if (kr) clReleaseKernel(kr);
+  return st;
 }
 
 camdelta_status cd_short_conv_enqueue_forward(camdelta_context *ctx, camdelta_dtype dtype, size_t B, size_t T,
                                               size_t S, size_t C, camdelta_buffer lookback, size_t back,
                                               camdelta_buffer x, camdelta_buffer w, cl_mem seg_end, camdelta_buffer y,
                                               cd_launch *l) {
+  if (cd_conv_cpu(ctx, dtype))
+    return conv_cpu_forward(ctx, dtype, B, T, S, C, lookback, back, x, w, seg_end, y, l);
   cl_kernel k;
   camdelta_status st = cd_kernel(ctx, "short_conv.cl", conv_opts(dtype), "cd_short_conv_forward", &k);
   if (st) return st;
@@ -76,6 +164,7 @@ camdelta_status cd_short_conv_enqueue_backward(camdelta_context *ctx, camdelta_d
                                                size_t S, size_t C, camdelta_buffer x, camdelta_buffer w,
                                                cl_mem seg_end, camdelta_buffer dy, camdelta_buffer dx,
                                                camdelta_buffer dw, cd_launch *l) {
+  if (cd_conv_cpu(ctx, dtype)) return conv_cpu_backward(ctx, dtype, B, T, S, C, x, w, seg_end, dy, dx, dw, l);
   cl_kernel kb = NULL, kr = NULL;
   camdelta_status st = cd_kernel(ctx, "short_conv.cl", conv_opts(dtype), "cd_short_conv_backward", &kb);
   if (!st) st = cd_kernel(ctx, "short_conv.cl", conv_opts(dtype), "cd_short_conv_reduce", &kr);
@@ -172,8 +261,7 @@ static camdelta_status conv_plan(cd_call *c) {
   conv_call *s = c->op;
   if (conv_idle(c)) return CAMDELTA_OK;
   camdelta_status st = cd_short_conv_segments(c->ctx, c->entry->op, a->T, &a->chunking, &s->seg_end);
-  cl_program prog;
-  if (!st) st = cd_program(c->ctx, "short_conv.cl", "", &prog);
+  if (!st) st = cd_short_conv_program(c->ctx, CAMDELTA_F32);
   return st;
 }
 
