@@ -1,0 +1,162 @@
+/* The CPU forms of the short conv and the output transform (cl/branch_cpu.cl; options conv FORM and output FORM)
+ * and their work-group forms, each forced through camdelta_tune_set, against the f64 references on awkward shapes:
+ * channel counts that are no multiple of 8 (a partial group of 8 lanes), one spatial position, fewer positions than
+ * the backward's SB and a partial last block of them, token counts that leave a partial block of 8 and of 16, head
+ * dims whose camera half ends inside a group of 8 channels (D = 8, 24, 40), buffers at odd offsets, and calls so
+ * small that the conv splits its channels over several work-items. The two forms do the same operations in the same
+ * order: their results agree bit for bit. On a driver with a loop budget (Rusticl) both settings run the work-group
+ * forms. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "camdelta_ref.h"
+#include "runtime/internal.h"
+#include "testutil.h"
+
+/* A device copy of n floats at element offset off, after NaNs. */
+static cl_mem at_offset(const float *x, size_t n, size_t off) { return tu_upload_at(x, n, 4, off, 0xFF); }
+
+/* Downloads n floats from element offset off. */
+static float *fetch(cl_mem m, size_t off, size_t n) {
+  float *h = malloc(n * 4);
+  tu_download(m, off * 4, n * 4, h);
+  return h;
+}
+
+/* Both forms' outputs of one shape: [form][output]. */
+typedef struct outputs {
+  float *o[2][3];
+  size_t n[3];
+} outputs;
+
+/* Checks form f's outputs against the references (tolerances tol[i]) and, for f = 1, form 0's bits. */
+static void compare(const outputs *r, int f, const double *const *ref, const double *tol, const char *what,
+                    const char *const *names) {
+  for (int i = 0; i < 3 && r->n[i]; i++) {
+    const double e = tu_rel_err(r->o[f][i], ref[i], r->n[i]);
+    if (!(e <= tol[i])) fail_msg("%s, FORM=%d: %s rel err %.3g", what, f, names[i], e);
+    if (f && memcmp(r->o[0][i], r->o[1][i], r->n[i] * 4) != 0)
+      fail_msg("%s: %s differs between FORM=0 and FORM=1", what, names[i]);
+  }
+}
+
+static void free_outputs(outputs *r) {
+  for (int f = 0; f < 2; f++)
+    for (int i = 0; i < 3; i++) free(r->o[f][i]);
+}
+
+typedef struct conv_case {
+  size_t B, T, S, C, cs, off;
+} conv_case;
+
+static void conv_case_run(const conv_case *s) {
+  camdelta_context *ctx = tu_context();
+  const size_t n = s->B * s->T * s->S * s->C, nw = 4 * s->C, off = s->off;
+  const camdelta_chunking ch = {s->cs, CAMDELTA_CHUNK_FIRST_CHUNK_PLUS_ONE, NULL, 0};
+  float *x = malloc(n * 4), *w = malloc(nw * 4), *dy = malloc(n * 4);
+  tu_fill_normal(x, n, 1.0), tu_fill_normal(w, nw, 0.5), tu_fill_normal(dy, n, 1.0);
+  cl_mem dx_in = at_offset(x, n, off), dw_in = at_offset(w, nw, 0), ddy = at_offset(dy, n, off);
+  cl_mem y = tu_buffer((n + off) * 4), gx = tu_buffer((n + off) * 4), gw = tu_buffer((nw + off) * 4);
+  const camdelta_short_conv_args a = {.B = s->B, .T = s->T, .S = s->S, .C = s->C, .chunking = ch,
+                                      .k_raw = {dx_in, off}, .conv_weight = {dw_in, 0}, .k_conv = {y, off},
+                                      .grad_k_conv = {ddy, off}, .dk_raw = {gx, off}, .dconv_weight = {gw, off}};
+  outputs r = {.n = {n, n, nw}};
+  for (int f = 0; f < 2; f++) {
+    TU_OK(camdelta_tune_set(ctx, "conv", f ? "FORM=1" : "FORM=0"));
+    TU_OK(camdelta_short_conv_forward(ctx, &a));
+    TU_OK(camdelta_short_conv_backward(ctx, &a));
+    r.o[f][0] = fetch(y, off, n), r.o[f][1] = fetch(gx, off, n), r.o[f][2] = fetch(gw, off, nw);
+  }
+  TU_OK(camdelta_tune_set(ctx, "conv", NULL));
+  size_t b[64], nb;
+  TU_OK(camdelta_conv_bounds(s->T, &ch, b, 64, &nb));
+  double *x64 = tu_to_f64(x, n), *w64 = tu_to_f64(w, nw), *dy64 = tu_to_f64(dy, n);
+  double *ry = malloc(n * 8), *rdx = malloc(n * 8), *rdw = malloc(nw * 8);
+  const camdelta_ref_conv p = {s->B, s->T, s->S, s->C, b, nb, x64, w64, ry, dy64, rdx, rdw};
+  TU_OK(camdelta_ref_short_conv_forward(&p));
+  TU_OK(camdelta_ref_short_conv_backward(&p));
+  const double *ref[3] = {ry, rdx, rdw}, tol[3] = {1e-6, 1e-6, 1e-5};
+  static const char *const names[3] = {"k_conv", "dk_raw", "dconv_weight"};
+  char what[96];
+  snprintf(what, sizeof what, "conv B=%zu T=%zu S=%zu C=%zu", s->B, s->T, s->S, s->C);
+  for (int f = 0; f < 2; f++) compare(&r, f, ref, tol, what, names);
+  free_outputs(&r);
+  free(x), free(w), free(dy), free(x64), free(w64), free(dy64), free(ry), free(rdx), free(rdw);
+  cl_mem all[6] = {dx_in, dw_in, ddy, y, gx, gw};
+  for (int i = 0; i < 6; i++) clReleaseMemObject(all[i]);
+}
+
+static void test_conv_forms(void **state) {
+  (void)state;
+  static const conv_case cases[] = {
+      {.B = 2, .T = 7, .S = 3, .C = 13, .cs = 3, .off = 1}, {.B = 1, .T = 1, .S = 1, .C = 5, .cs = 0, .off = 0},
+      {.B = 1, .T = 9, .S = 11, .C = 20, .cs = 2, .off = 3}, {.B = 2, .T = 4, .S = 2, .C = 1, .cs = 1, .off = 2},
+      {.B = 1, .T = 5, .S = 17, .C = 64, .cs = 3, .off = 0}, {.B = 1, .T = 2, .S = 4, .C = 40, .cs = 0, .off = 5},
+  };
+  tu_seed(401);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) conv_case_run(&cases[i]);
+}
+
+typedef struct ot_case {
+  size_t B, N, H, D, off;
+  int two;
+} ot_case;
+
+static void ot_case_run(const ot_case *s) {
+  camdelta_context *ctx = tu_context();
+  const size_t n = s->B * s->N * s->H * s->D, Dh = s->D / 2, nr = s->N * Dh, np = s->B * s->N * 16, off = s->off;
+  float *o1 = malloc(n * 4), *o2 = malloc(n * 4), *gy = malloc(n * 4), *P = malloc(np * 4);
+  float *rc = malloc(nr * 4), *rs = malloc(nr * 4);
+  tu_fill_normal(o1, n, 1.0), tu_fill_normal(o2, n, 1.0), tu_fill_normal(gy, n, 1.0), tu_fill_normal(P, np, 1.0);
+  for (size_t i = 0; i < nr / 2; i++) { /* interleaved pairs: (cos, cos), (-sin, sin) */
+    const double ang = tu_uniform(-40, 40);
+    rc[2 * i] = rc[2 * i + 1] = (float)cos(ang);
+    rs[2 * i] = (float)-sin(ang), rs[2 * i + 1] = (float)sin(ang);
+  }
+  cl_mem d1 = at_offset(o1, n, off), d2 = at_offset(o2, n, off), dgy = at_offset(gy, n, off);
+  cl_mem dP = at_offset(P, np, off), dc = at_offset(rc, nr, off), ds = at_offset(rs, nr, off);
+  cl_mem y = tu_buffer((n + off) * 4), go = tu_buffer((n + off) * 4);
+  const camdelta_buffer none = {NULL, 0};
+  const camdelta_output_transform_args a = {.B = s->B, .N = s->N, .H = s->H, .D = s->D, .out = {d1, off},
+                                            .out2 = s->two ? (camdelta_buffer){d2, off} : none,
+                                            .proj_o = {dP, off}, .rope_cos = {dc, off}, .rope_sin = {ds, off},
+                                            .y = {y, off}, .grad_y = {dgy, off}, .grad_out = {go, off}};
+  outputs r = {.n = {n, n, 0}};
+  for (int f = 0; f < 2; f++) {
+    TU_OK(camdelta_tune_set(ctx, "output", f ? "FORM=1" : "FORM=0"));
+    TU_OK(camdelta_output_transform_forward(ctx, &a));
+    TU_OK(camdelta_output_transform_backward(ctx, &a));
+    r.o[f][0] = fetch(y, off, n), r.o[f][1] = fetch(go, off, n);
+  }
+  TU_OK(camdelta_tune_set(ctx, "output", NULL));
+  double *x = tu_to_f64(o1, n), *P64 = tu_to_f64(P, np), *c64 = tu_to_f64(rc, nr), *s64 = tu_to_f64(rs, nr);
+  double *g64 = tu_to_f64(gy, n), *ry = malloc(n * 8), *rg = malloc(n * 8);
+  if (s->two)
+    for (size_t i = 0; i < n; i++) x[i] += (double)o2[i];
+  TU_OK(camdelta_ref_output_transform(s->B, s->N, s->H, s->D, x, P64, c64, s64, ry));
+  TU_OK(camdelta_ref_output_transform_backward(s->B, s->N, s->H, s->D, g64, P64, c64, s64, rg));
+  const double *ref[3] = {ry, rg, NULL}, tol[3] = {1e-6, 1e-6, 0};
+  static const char *const names[3] = {"y", "grad_out", ""};
+  char what[96];
+  snprintf(what, sizeof what, "output transform B=%zu N=%zu H=%zu D=%zu", s->B, s->N, s->H, s->D);
+  for (int f = 0; f < 2; f++) compare(&r, f, ref, tol, what, names);
+  free_outputs(&r);
+  free(o1), free(o2), free(gy), free(P), free(rc), free(rs), free(x), free(P64), free(c64), free(s64), free(g64);
+  free(ry), free(rg);
+  cl_mem all[8] = {d1, d2, dgy, dP, dc, ds, y, go};
+  for (int i = 0; i < 8; i++) clReleaseMemObject(all[i]);
+}
+
+static void test_output_forms(void **state) {
+  (void)state;
+  static const ot_case cases[] = {
+      {.B = 2, .N = 7, .H = 3, .D = 8, .off = 1, .two = 1},   {.B = 1, .N = 17, .H = 2, .D = 24, .off = 3, .two = 0},
+      {.B = 2, .N = 33, .H = 1, .D = 40, .off = 0, .two = 1}, {.B = 1, .N = 16, .H = 2, .D = 112, .off = 2, .two = 1},
+      {.B = 1, .N = 1, .H = 1, .D = 64, .off = 0, .two = 0},
+  };
+  tu_seed(402);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) ot_case_run(&cases[i]);
+}
+
+TU_MAIN(NULL, tu_teardown_context, cmocka_unit_test(test_conv_forms), cmocka_unit_test(test_output_forms))
