@@ -32,9 +32,9 @@ CD_INLINE void cd_bc_st8(global cd_store_t *p, float8 x, uint n) {
 #elif CD_DTYPE == 1
     vstore_half8_rte(x, 0, p);
 #else
-    const ushort8 u = (ushort8)(cd_to_bf16(x.s0), cd_to_bf16(x.s1), cd_to_bf16(x.s2), cd_to_bf16(x.s3),
-                                cd_to_bf16(x.s4), cd_to_bf16(x.s5), cd_to_bf16(x.s6), cd_to_bf16(x.s7));
-    vstore8(u, 0, p);
+    /* common.cl's cd_to_bf16 on 8 lanes at once: rounded to nearest even, NaN kept quiet */
+    const uint8 u = as_uint8(x), r = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16, q = (u >> 16) | 0x40u;
+    vstore8(convert_ushort8(select(r, q, as_uint8((u & 0x7FFFFFFFu) > 0x7F800000u))), 0, p);
 #endif
     return;
   }
@@ -192,10 +192,11 @@ kernel void cd_conv_cpu_reduce(global const float *restrict part, global float *
 /* Output transform work-items: one per (b, block of 8·CD_OB tokens), every head. The (B, H, D, N) side is read and
  * written as channel rows of 8 tokens (lanes: the tokens); the (B, N, H, D) side as 8 channels of one token, through
  * an 8 x 8 transpose (cd_transpose8). The per-token camera matrices (16 token vectors per 8 tokens) are transposed
- * once per work-item, each 8-channel group's RoPE tables once per group for every head. CD_OB = 2: whole 64-byte
- * lines of the channel rows in f32. Launch: local size 1, global B·nblk (nblk = ceil(N / (8·CD_OB))). */
+ * once per work-item, each 8-channel group's RoPE tables once per group for every head. CD_OB (a build option, the
+ * host's): the channel rows, each in its own page at production shapes, are read or written CD_OB·32 bytes at a
+ * time. Launch: local size 1, global B·nblk (nblk = ceil(N / (8·CD_OB))). */
 #ifndef CD_OB
-#define CD_OB 2
+#error "CD_OB (8-token blocks per work-item of the output transform) must be given as a build option"
 #endif
 
 /* The tokens n0 … n0 + nt − 1 (nt ≤ 8) of one block: their camera matrices (P[k] lane t = proj_o[token t][k]). */
@@ -209,9 +210,21 @@ CD_INLINE void cd_ot_matrices(global const float *po, uint nt, float8 *P) {
 }
 
 /* The RoPE tables of channels c0 … c0 + 7 (those in the RoPE half, c ≥ Dh) for a block's nt tokens from token n0:
- * cs[i] lane t = cos[(n0 + t)·Dh + c0 + i − Dh], the same for sn. */
+ * cs[i] lane t = cos[(n0 + t)·Dh + c0 + i − Dh], the same for sn. A group wholly in the RoPE half reads 8
+ * consecutive entries per token and transposes them; one across the halves' border (Dh % 8 = 4) reads its entries
+ * one by one. */
 CD_INLINE void cd_ot_tables(global const float *rc, global const float *rs, ulong n0, uint nt, uint Dh, uint c0,
                             float8 *cs, float8 *sn) {
+  if (c0 >= Dh) {
+    _Pragma("unroll") for (uint t = 0; t < 8; t++) {
+      const ulong at = (n0 + t) * Dh + (c0 - Dh);
+      cs[t] = t < nt ? vload8(0, rc + at) : (float8)(0.0f);
+      sn[t] = t < nt ? vload8(0, rs + at) : (float8)(0.0f);
+    }
+    cd_transpose8(cs);
+    cd_transpose8(sn);
+    return;
+  }
   float c[8][8], s[8][8];
   for (uint i = 0; i < 8; i++)
     for (uint t = 0; t < 8; t++) {

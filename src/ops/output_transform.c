@@ -1,4 +1,6 @@
 /* Output transform (docs/math.md §8.5), forward and backward: checks and the launches of cl/branch.cl. */
+#include <stdio.h>
+
 #include "ops/branch_common.h"
 #include "ops/camera_op.h"
 #include "ops/prep_common.h"
@@ -12,9 +14,13 @@ int cd_output_cpu(camdelta_context *ctx, camdelta_dtype dtype) {
   return cd_option(ctx, CD_OPT_OUTPUT_FORM, dtype) == 1 && !cd_loop_budget(ctx);
 }
 
+/* 8-token blocks per work-item of the CPU form's output transform (CD_OB of cl/branch_cpu.cl) */
+enum { OT_CPU_BLOCKS = 4 };
+
 camdelta_status cd_branch_cpu_kernel(camdelta_context *ctx, camdelta_dtype dtype, const char *name, cl_kernel *k) {
-  char opts[40];
-  return cd_kernel(ctx, "branch_cpu.cl", cd_dtype_opts(dtype, opts), name, k);
+  char opts[80], dt[40];
+  snprintf(opts, sizeof opts, "%s -DCD_OB=%d", cd_dtype_opts(dtype, dt), OT_CPU_BLOCKS);
+  return cd_kernel(ctx, "branch_cpu.cl", opts, name, k);
 }
 
 size_t cd_branch_cpu_groups(const camdelta_context *ctx, size_t items, size_t G) {
@@ -24,14 +30,14 @@ size_t cd_branch_cpu_groups(const camdelta_context *ctx, size_t items, size_t G)
   return cg;
 }
 
-/* The CPU form: a work-item per 16 tokens (CD_OB blocks of 8, cl/branch_cpu.cl) of one batch row, every head. */
+/* The CPU form: a work-item per OT_CPU_BLOCKS blocks of 8 tokens (cl/branch_cpu.cl) of one batch row, every head. */
 static camdelta_status ot_cpu_enqueue(camdelta_context *ctx, camdelta_dtype dtype, int backward,
                                       const camdelta_output_transform_args *a, cd_launch *l) {
   const char *name = backward ? "cd_ot_cpu_backward" : "cd_ot_cpu_forward";
   cl_kernel k;
   camdelta_status st = cd_branch_cpu_kernel(ctx, dtype, name, &k);
   if (st) return st;
-  const size_t nblk = (a->N + 15) / 16;
+  const size_t nblk = (a->N + 8 * OT_CPU_BLOCKS - 1) / (8 * OT_CPU_BLOCKS);
   cd_args g = {k, 0, CL_SUCCESS};
   if (!backward) {
     cd_arg_buf(&g, a->out);
