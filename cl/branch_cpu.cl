@@ -260,39 +260,66 @@ CD_INLINE void cd_ot_group(const int backward, uint Dh, uint c0, const float8 *P
   }
 }
 
-/* Forward: y (B, N, H, D) from out (+ out2) (B, H, D, N), as cl/branch.cl's cd_output_transform. */
-kernel void cd_ot_cpu_forward(global const float *restrict out, ulong out_off, global const float *restrict out2,
-                              ulong out2_off, uint has_out2, global const float *restrict proj_o, ulong po_off,
-                              global const float *restrict rope_cos, ulong rc_off,
-                              global const float *restrict rope_sin, ulong rs_off, global cd_store_t *restrict y,
-                              ulong y_off, ulong N, uint H, uint D, uint nblk) {
-  const ulong gid = get_global_id(0), b = gid / nblk, nb0 = (gid % nblk) * 8 * CD_OB;
+/* The work-item's walk (gid: its index), forward (backward = 0: y from out + out2) or backward (grad_out from gy);
+ * the pointers are at their tensors' offsets, those the direction does not use unread. */
+CD_INLINE void cd_ot_walk(const int backward, ulong gid, global const float *out, global const float *out2,
+                          uint has_out2, global const cd_store_t *gy, global const float *proj_o,
+                          global const float *rope_cos, global const float *rope_sin, global cd_store_t *y,
+                          global float *gout, ulong N, uint H, uint D, uint nblk) {
+  const ulong b = gid / nblk, nb0 = (gid % nblk) * 8 * CD_OB;
   const uint Dh = D / 2;
   float8 P[CD_OB][16], cs[CD_OB][8], sn[CD_OB][8];
   uint nt[CD_OB];
   for (uint k = 0; k < CD_OB; k++) {
     const ulong n0 = nb0 + 8 * k;
     nt[k] = n0 < N ? (uint)min((ulong)8, N - n0) : 0;
-    if (nt[k]) cd_ot_matrices(proj_o + po_off + (b * N + n0) * 16, nt[k], P[k]);
+    if (nt[k]) cd_ot_matrices(proj_o + (b * N + n0) * 16, nt[k], P[k]);
   }
   for (uint c0 = 0; c0 < D; c0 += 8) {
     if (c0 + 8 > Dh)
       for (uint k = 0; k < CD_OB; k++)
-        if (nt[k]) cd_ot_tables(rope_cos + rc_off, rope_sin + rs_off, nb0 + 8 * k, nt[k], Dh, c0, cs[k], sn[k]);
+        if (nt[k]) cd_ot_tables(rope_cos, rope_sin, nb0 + 8 * k, nt[k], Dh, c0, cs[k], sn[k]);
     for (uint h = 0; h < H; h++)
       for (uint k = 0; k < CD_OB; k++) {
         if (!nt[k]) continue;
+        /* row: channel c0's on the (B, H, D, N) side */
         const ulong n0 = nb0 + 8 * k, row = ((b * H + h) * D + c0) * N + n0;
         float8 v[8], o[8];
-        _Pragma("unroll") for (uint i = 0; i < 8; i++) {
-          v[i] = cd_bc_ldf8(out + out_off + row + i * N, nt[k]);
-          if (has_out2) v[i] += cd_bc_ldf8(out2 + out2_off + row + i * N, nt[k]);
+        if (!backward) {
+          _Pragma("unroll") for (uint i = 0; i < 8; i++) {
+            v[i] = cd_bc_ldf8(out + row + i * N, nt[k]);
+            if (has_out2) v[i] += cd_bc_ldf8(out2 + row + i * N, nt[k]);
+          }
+          cd_ot_group(0, Dh, c0, P[k], cs[k], sn[k], v, o);
+          cd_transpose8(o); /* o[t]: the group's 8 channels of token t */
+          for (uint t = 0; t < nt[k]; t++) cd_bc_st8(y + ((b * N + n0 + t) * H + h) * D + c0, o[t], 8);
+        } else {
+          _Pragma("unroll") for (uint t = 0; t < 8; t++)
+            v[t] = t < nt[k] ? cd_bc_ld8(gy + ((b * N + n0 + t) * H + h) * D + c0, 8) : (float8)(0.0f);
+          cd_transpose8(v); /* v[i]: channel c0 + i of the 8 tokens */
+          cd_ot_group(1, Dh, c0, P[k], cs[k], sn[k], v, o);
+          _Pragma("unroll") for (uint i = 0; i < 8; i++) {
+            if (nt[k] == 8) {
+              vstore8(o[i], 0, gout + row + i * N);
+            } else {
+              float t8[8];
+              vstore8(o[i], 0, t8);
+              for (uint t = 0; t < nt[k]; t++) gout[row + i * N + t] = t8[t];
+            }
+          }
         }
-        cd_ot_group(0, Dh, c0, P[k], cs[k], sn[k], v, o);
-        cd_transpose8(o); /* o[t]: the group's 8 channels of token t */
-        for (uint t = 0; t < nt[k]; t++) cd_bc_st8(y + y_off + ((b * N + n0 + t) * H + h) * D + c0, o[t], 8);
       }
   }
+}
+
+/* Forward: y (B, N, H, D) from out (+ out2) (B, H, D, N), as cl/branch.cl's cd_output_transform. */
+kernel void cd_ot_cpu_forward(global const float *restrict out, ulong out_off, global const float *restrict out2,
+                              ulong out2_off, uint has_out2, global const float *restrict proj_o, ulong po_off,
+                              global const float *restrict rope_cos, ulong rc_off,
+                              global const float *restrict rope_sin, ulong rs_off, global cd_store_t *restrict y,
+                              ulong y_off, ulong N, uint H, uint D, uint nblk) {
+  cd_ot_walk(0, get_global_id(0), out + out_off, out2 + out2_off, has_out2, 0, proj_o + po_off, rope_cos + rc_off,
+             rope_sin + rs_off, y + y_off, 0, N, H, D, nblk);
 }
 
 /* Backward: grad_out (B, H, D, N) from grad_y (B, N, H, D), as cl/branch.cl's cd_output_transform_backward. */
@@ -300,38 +327,6 @@ kernel void cd_ot_cpu_backward(global const cd_store_t *restrict gy, ulong gy_of
                                ulong po_off, global const float *restrict rope_cos, ulong rc_off,
                                global const float *restrict rope_sin, ulong rs_off, global float *restrict gout,
                                ulong gout_off, ulong N, uint H, uint D, uint nblk) {
-  const ulong gid = get_global_id(0), b = gid / nblk, nb0 = (gid % nblk) * 8 * CD_OB;
-  const uint Dh = D / 2;
-  float8 P[CD_OB][16], cs[CD_OB][8], sn[CD_OB][8];
-  uint nt[CD_OB];
-  for (uint k = 0; k < CD_OB; k++) {
-    const ulong n0 = nb0 + 8 * k;
-    nt[k] = n0 < N ? (uint)min((ulong)8, N - n0) : 0;
-    if (nt[k]) cd_ot_matrices(proj_o + po_off + (b * N + n0) * 16, nt[k], P[k]);
-  }
-  for (uint c0 = 0; c0 < D; c0 += 8) {
-    if (c0 + 8 > Dh)
-      for (uint k = 0; k < CD_OB; k++)
-        if (nt[k]) cd_ot_tables(rope_cos + rc_off, rope_sin + rs_off, nb0 + 8 * k, nt[k], Dh, c0, cs[k], sn[k]);
-    for (uint h = 0; h < H; h++)
-      for (uint k = 0; k < CD_OB; k++) {
-        if (!nt[k]) continue;
-        const ulong n0 = nb0 + 8 * k;
-        float8 v[8], o[8];
-        _Pragma("unroll") for (uint t = 0; t < 8; t++)
-          v[t] = t < nt[k] ? cd_bc_ld8(gy + gy_off + ((b * N + n0 + t) * H + h) * D + c0, 8) : (float8)(0.0f);
-        cd_transpose8(v); /* v[i]: channel c0 + i of the 8 tokens */
-        cd_ot_group(1, Dh, c0, P[k], cs[k], sn[k], v, o);
-        global float *g = gout + gout_off + ((b * H + h) * D + c0) * N + n0;
-        _Pragma("unroll") for (uint i = 0; i < 8; i++) {
-          if (nt[k] == 8) {
-            vstore8(o[i], 0, g + i * N);
-          } else {
-            float t8[8];
-            vstore8(o[i], 0, t8);
-            for (uint t = 0; t < nt[k]; t++) g[i * N + t] = t8[t];
-          }
-        }
-      }
-  }
+  cd_ot_walk(1, get_global_id(0), 0, 0, 0, gy + gy_off, proj_o + po_off, rope_cos + rc_off, rope_sin + rs_off, 0,
+             gout + gout_off, N, H, D, nblk);
 }

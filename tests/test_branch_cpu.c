@@ -41,9 +41,13 @@ static void compare(const outputs *r, int f, const double *const *ref, const dou
   }
 }
 
-static void free_outputs(outputs *r) {
+/* Both forms checked (compare), then their outputs freed and the call's nmem buffers released. */
+static void check_forms(outputs *r, const double *const *ref, const double *tol, const char *what,
+                        const char *const *names, cl_mem *mem, int nmem) {
+  for (int f = 0; f < 2; f++) compare(r, f, ref, tol, what, names);
   for (int f = 0; f < 2; f++)
     for (int i = 0; i < 3; i++) free(r->o[f][i]);
+  for (int i = 0; i < nmem; i++) clReleaseMemObject(mem[i]);
 }
 
 typedef struct conv_case {
@@ -80,11 +84,9 @@ static void conv_case_run(const conv_case *s) {
   static const char *const names[3] = {"k_conv", "dk_raw", "dconv_weight"};
   char what[96];
   snprintf(what, sizeof what, "conv B=%zu T=%zu S=%zu C=%zu", s->B, s->T, s->S, s->C);
-  for (int f = 0; f < 2; f++) compare(&r, f, ref, tol, what, names);
-  free_outputs(&r);
-  free(x), free(w), free(dy), free(x64), free(w64), free(dy64), free(ry), free(rdx), free(rdw);
   cl_mem all[6] = {dx_in, dw_in, ddy, y, gx, gw};
-  for (int i = 0; i < 6; i++) clReleaseMemObject(all[i]);
+  check_forms(&r, ref, tol, what, names, all, 6);
+  free(x), free(w), free(dy), free(x64), free(w64), free(dy64), free(ry), free(rdx), free(rdw);
 }
 
 static void test_conv_forms(void **state) {
@@ -140,12 +142,10 @@ static void ot_case_run(const ot_case *s) {
   static const char *const names[3] = {"y", "grad_out", ""};
   char what[96];
   snprintf(what, sizeof what, "output transform B=%zu N=%zu H=%zu D=%zu", s->B, s->N, s->H, s->D);
-  for (int f = 0; f < 2; f++) compare(&r, f, ref, tol, what, names);
-  free_outputs(&r);
+  cl_mem all[8] = {d1, d2, dgy, dP, dc, ds, y, go};
+  check_forms(&r, ref, tol, what, names, all, 8);
   free(o1), free(o2), free(gy), free(P), free(rc), free(rs), free(x), free(P64), free(c64), free(s64), free(g64);
   free(ry), free(rg);
-  cl_mem all[8] = {d1, d2, dgy, dP, dc, ds, y, go};
-  for (int i = 0; i < 8; i++) clReleaseMemObject(all[i]);
 }
 
 static void test_output_forms(void **state) {

@@ -30,42 +30,17 @@ size_t cd_branch_cpu_groups(const camdelta_context *ctx, size_t items, size_t G)
   return cg;
 }
 
-/* The CPU form: a work-item per OT_CPU_BLOCKS blocks of 8 tokens (cl/branch_cpu.cl) of one batch row, every head. */
-static camdelta_status ot_cpu_enqueue(camdelta_context *ctx, camdelta_dtype dtype, int backward,
-                                      const camdelta_output_transform_args *a, cd_launch *l) {
-  const char *name = backward ? "cd_ot_cpu_backward" : "cd_ot_cpu_forward";
-  cl_kernel k;
-  camdelta_status st = cd_branch_cpu_kernel(ctx, dtype, name, &k);
-  if (st) return st;
-  const size_t nblk = (a->N + 8 * OT_CPU_BLOCKS - 1) / (8 * OT_CPU_BLOCKS);
-  cd_args g = {k, 0, CL_SUCCESS};
-  if (!backward) {
-    cd_arg_buf(&g, a->out);
-    cd_arg_buf(&g, a->out2.mem ? a->out2 : a->out);
-    cd_arg_u32(&g, a->out2.mem ? 1u : 0u);
-    CD_ARG_BUFS(&g, a->proj_o, a->rope_cos, a->rope_sin, a->y);
-  } else {
-    CD_ARG_BUFS(&g, a->grad_y, a->proj_o, a->rope_cos, a->rope_sin, a->grad_out);
-  }
-  cd_arg_u64(&g, a->N);
-  cd_arg_u32(&g, (uint32_t)a->H);
-  cd_arg_u32(&g, (uint32_t)a->D);
-  cd_arg_u32(&g, (uint32_t)nblk);
-  if (g.err != CL_SUCCESS)
-    st = cd_cl_fail(g.err, backward ? "cd_ot_cpu_backward: setting arguments" : "cd_ot_cpu_forward: setting arguments");
-  const size_t one = 1, gws = a->B * nblk;
-  if (!st) st = cd_enqueue(ctx, k, 1, &gws, &one, l, name);
-  clReleaseKernel(k);
-  return st;
-}
-
+/* Work-group form: a work-group per tile of tokens of one (b, h) (cl/branch.cl). CPU form: a work-item per
+ * OT_CPU_BLOCKS blocks of 8 tokens of one batch row, every head (cl/branch_cpu.cl). */
 camdelta_status cd_output_transform_enqueue(camdelta_context *ctx, camdelta_dtype dtype, int backward,
                                             const camdelta_output_transform_args *a, cd_launch *l) {
-  if (cd_output_cpu(ctx, dtype)) return ot_cpu_enqueue(ctx, dtype, backward, a, l);
+  const int cpu = cd_output_cpu(ctx, dtype);
+  const char *name = cpu ? (backward ? "cd_ot_cpu_backward" : "cd_ot_cpu_forward")
+                         : (backward ? "cd_output_transform_backward" : "cd_output_transform");
   cl_kernel k;
-  size_t ts;
+  size_t ts = 1;
   camdelta_status st =
-      cd_branch_kernel(ctx, dtype, a->D, backward ? "cd_output_transform_backward" : "cd_output_transform", &k, &ts);
+      cpu ? cd_branch_cpu_kernel(ctx, dtype, name, &k) : cd_branch_kernel(ctx, dtype, a->D, name, &k, &ts);
   if (st) return st;
   cd_args g = {k, 0, CL_SUCCESS};
   if (!backward) {
@@ -78,13 +53,21 @@ camdelta_status cd_output_transform_enqueue(camdelta_context *ctx, camdelta_dtyp
   }
   cd_arg_u64(&g, a->N);
   cd_arg_u32(&g, (uint32_t)a->H);
-  /* 16-byte accesses where every offset is a multiple of 4 floats (D % 8 == 0 keeps the indexes so) */
-  const camdelta_buffer bufs[8] = {a->out, a->out2, a->grad_y, a->proj_o, a->rope_cos, a->rope_sin, a->y, a->grad_out};
-  cd_arg_u32(&g, (uint32_t)cd_buffers_aligned4(bufs, 8));
-  if (g.err != CL_SUCCESS) st = cd_cl_fail(g.err, "cd_output_transform: setting arguments");
-  const size_t lws[3] = {ts * (a->D / 4), 1, 1}, gws[3] = {(a->N + ts - 1) / ts * lws[0], a->H, a->B};
-  if (!st)
-    st = cd_enqueue(ctx, k, 3, gws, lws, l, backward ? "cd_output_transform_backward" : "cd_output_transform");
+  const size_t nblk = (a->N + 8 * OT_CPU_BLOCKS - 1) / (8 * OT_CPU_BLOCKS);
+  if (cpu) {
+    cd_arg_u32(&g, (uint32_t)a->D);
+    cd_arg_u32(&g, (uint32_t)nblk);
+  } else {
+    /* 16-byte accesses where every offset is a multiple of 4 floats (D % 8 == 0 keeps the indexes so) */
+    const camdelta_buffer bufs[8] = {a->out,      a->out2, a->grad_y, a->proj_o,
+                                     a->rope_cos, a->rope_sin, a->y, a->grad_out};
+    cd_arg_u32(&g, (uint32_t)cd_buffers_aligned4(bufs, 8));
+  }
+  if (g.err != CL_SUCCESS)
+    st = cd_cl_fail(g.err, cpu ? "cd_ot_cpu: setting arguments" : "cd_output_transform: setting arguments");
+  const size_t lws[3] = {cpu ? 1 : ts * (a->D / 4), 1, 1};
+  const size_t gws[3] = {cpu ? a->B * nblk : (a->N + ts - 1) / ts * lws[0], a->H, a->B};
+  if (!st) st = cd_enqueue(ctx, k, cpu ? 1 : 3, gws, lws, l, name);
   clReleaseKernel(k);
   return st;
 }

@@ -56,92 +56,36 @@ camdelta_status cd_short_conv_program(camdelta_context *ctx, camdelta_dtype dtyp
   return cd_program(ctx, "short_conv.cl", conv_opts(dtype), &prog);
 }
 
-/* The CPU form's forward: a work-item per (b, s, block of channel groups), local size 1. */
-static camdelta_status conv_cpu_forward(camdelta_context *ctx, camdelta_dtype dtype, size_t B, size_t T, size_t S,
-                                        size_t C, camdelta_buffer lookback, size_t back, camdelta_buffer x,
-                                        camdelta_buffer w, cl_mem seg_end, camdelta_buffer y, cd_launch *l) {
-  cl_kernel k;
-  camdelta_status st = cd_branch_cpu_kernel(ctx, dtype, "cd_conv_cpu_forward", &k);
-  if (st) return st;
-  const size_t G = (C + 7) / 8, cg = cd_branch_cpu_groups(ctx, B * S, G), ncb = (G + cg - 1) / cg;
-  cd_args a = {k, 0, CL_SUCCESS};
-  cd_arg_buf(&a, x);
-  cd_arg_buf(&a, back ? lookback : x); /* back = 0: never read */
-  cd_arg_buf(&a, w);
-  cd_arg_mem(&a, seg_end);
-  cd_arg_buf(&a, y);
-  cd_arg_u32(&a, (uint32_t)T);
-  cd_arg_u32(&a, (uint32_t)S);
-  cd_arg_u32(&a, (uint32_t)C);
-  cd_arg_u32(&a, (uint32_t)cg);
-  cd_arg_u32(&a, (uint32_t)ncb);
-  cd_arg_u32(&a, (uint32_t)back);
-  if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_conv_cpu_forward: setting arguments");
-  const size_t one = 1, gws = B * S * ncb;
-  if (!st) st = cd_enqueue(ctx, k, 1, &gws, &one, l, "cd_conv_cpu_forward");
-  clReleaseKernel(k);
-  return st;
+/* A kernel of the conv's form: cl/branch_cpu.cl's (cpu) or cl/short_conv.cl's. */
+static camdelta_status conv_kernel(camdelta_context *ctx, camdelta_dtype dtype, int cpu, const char *name,
+                                   cl_kernel *k) {
+  return cpu ? cd_branch_cpu_kernel(ctx, dtype, name, k) : cd_kernel(ctx, "short_conv.cl", conv_opts(dtype), name, k);
 }
 
-/* The CPU form's backward: a work-item per (b, block of sb spatial positions, block of channel groups), then the
- * weight partials summed 64 at a time. */
-static camdelta_status conv_cpu_backward(camdelta_context *ctx, camdelta_dtype dtype, size_t B, size_t T, size_t S,
-                                         size_t C, camdelta_buffer x, camdelta_buffer w, cl_mem seg_end,
-                                         camdelta_buffer dy, camdelta_buffer dx, camdelta_buffer dw, cd_launch *l) {
-  cl_kernel kb = NULL, kr = NULL;
-  camdelta_status st = cd_branch_cpu_kernel(ctx, dtype, "cd_conv_cpu_backward", &kb);
-  if (!st) st = cd_branch_cpu_kernel(ctx, dtype, "cd_conv_cpu_reduce", &kr);
-  const size_t sbl = conv_sb(ctx), nsb = (S + sbl - 1) / sbl, P = B * nsb;
-  const size_t G = (C + 7) / 8, cg = cd_branch_cpu_groups(ctx, P, G), ncb = (G + cg - 1) / cg;
-  cl_mem part = NULL;
-  if (!st && dw.mem) st = cd_alloc(ctx, P * C * 4 * sizeof(float), &part);
-  if (!st) {
-    cd_args a = {kb, 0, CL_SUCCESS};
-    cd_arg_buf(&a, x);
-    cd_arg_buf(&a, w);
-    cd_arg_mem(&a, seg_end);
-    cd_arg_buf(&a, dy);
-    cd_arg_buf(&a, dx.mem ? dx : dy); /* absent: never written */
-    cd_arg_mem(&a, part ? part : seg_end);
-    cd_arg_u32(&a, (uint32_t)T);
-    cd_arg_u32(&a, (uint32_t)S);
-    cd_arg_u32(&a, (uint32_t)C);
-    cd_arg_u32(&a, (uint32_t)sbl);
-    cd_arg_u32(&a, (uint32_t)nsb);
-    cd_arg_u32(&a, (uint32_t)cg);
-    cd_arg_u32(&a, (uint32_t)ncb);
-    cd_arg_u32(&a, dx.mem ? 1u : 0u);
-    cd_arg_u32(&a, dw.mem ? 1u : 0u);
-    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_conv_cpu_backward: setting arguments");
-    const size_t one = 1, gws = P * ncb;
-    if (!st) st = cd_enqueue(ctx, kb, 1, &gws, &one, l, "cd_conv_cpu_backward");
+/* The arguments that size the work: the CPU form's channel groups per work-item and blocks of them, the work-group
+ * form's work-item count. */
+static void conv_arg_items(cd_args *a, int cpu, size_t cg, size_t ncb, size_t items) {
+  if (cpu) {
+    cd_arg_u32(a, (uint32_t)cg);
+    cd_arg_u32(a, (uint32_t)ncb);
+  } else {
+    cd_arg_u64(a, items);
   }
-  if (!st && dw.mem) {
-    cd_args a = {kr, 0, CL_SUCCESS};
-    cd_arg_mem(&a, part);
-    cd_arg_buf(&a, dw);
-    cd_arg_u32(&a, (uint32_t)(4 * C));
-    cd_arg_u32(&a, (uint32_t)P);
-    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_conv_cpu_reduce: setting arguments");
-    const size_t one = 1, gws = (4 * C + 63) / 64;
-    if (!st) st = cd_enqueue(ctx, kr, 1, &gws, &one, l, "cd_conv_cpu_reduce");
-  }
-  if (part) clReleaseMemObject(part);
-  if (kb) clReleaseKernel(kb);
-  if (kr) clReleaseKernel(kr);
-  return st;
 }
 
+/* Work-group form: a work-item per (c, s, b) in groups of 64. CPU form: a work-item per (b, s, block of channel
+ * groups), local size 1. */
 camdelta_status cd_short_conv_enqueue_forward(camdelta_context *ctx, camdelta_dtype dtype, size_t B, size_t T,
                                               size_t S, size_t C, camdelta_buffer lookback, size_t back,
                                               camdelta_buffer x, camdelta_buffer w, cl_mem seg_end, camdelta_buffer y,
                                               cd_launch *l) {
-  if (cd_conv_cpu(ctx, dtype))
-    return conv_cpu_forward(ctx, dtype, B, T, S, C, lookback, back, x, w, seg_end, y, l);
+  const int cpu = cd_conv_cpu(ctx, dtype);
+  const char *name = cpu ? "cd_conv_cpu_forward" : "cd_short_conv_forward";
   cl_kernel k;
-  camdelta_status st = cd_kernel(ctx, "short_conv.cl", conv_opts(dtype), "cd_short_conv_forward", &k);
+  camdelta_status st = conv_kernel(ctx, dtype, cpu, name, &k);
   if (st) return st;
-  const size_t BSC = B * S * C;
+  const size_t BSC = B * S * C, G = (C + 7) / 8, cg = cpu ? cd_branch_cpu_groups(ctx, B * S, G) : 1;
+  const size_t ncb = (G + cg - 1) / cg;
   cd_args a = {k, 0, CL_SUCCESS};
   cd_arg_buf(&a, x);
   cd_arg_buf(&a, back ? lookback : x); /* back = 0: never read */
@@ -151,24 +95,31 @@ camdelta_status cd_short_conv_enqueue_forward(camdelta_context *ctx, camdelta_dt
   cd_arg_u32(&a, (uint32_t)T);
   cd_arg_u32(&a, (uint32_t)S);
   cd_arg_u32(&a, (uint32_t)C);
-  cd_arg_u64(&a, BSC);
+  conv_arg_items(&a, cpu, cg, ncb, BSC);
   cd_arg_u32(&a, (uint32_t)back);
-  if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_short_conv_forward: setting arguments");
-  const size_t lws = 64, gws = (BSC + 63) / 64 * 64;
-  if (!st) st = cd_enqueue(ctx, k, 1, &gws, cd_kernel_max_wg(ctx, k) >= 64 ? &lws : NULL, l, "cd_short_conv_forward");
+  if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, cpu ? "cd_conv_cpu_forward: setting arguments"
+                                                      : "cd_short_conv_forward: setting arguments");
+  const size_t lws = cpu ? 1 : 64, gws = cpu ? B * S * ncb : (BSC + 63) / 64 * 64;
+  if (!st) st = cd_enqueue(ctx, k, 1, &gws, cpu || cd_kernel_max_wg(ctx, k) >= 64 ? &lws : NULL, l, name);
   clReleaseKernel(k);
   return st;
 }
 
+/* Work-group form: a work-item per (c, block of sb spatial positions, b) in groups of 64, then a work-item per weight
+ * summing its partials. CPU form: a work-item per (b, block of sb spatial positions, block of channel groups), then
+ * the partials summed 64 weights per work-item. */
 camdelta_status cd_short_conv_enqueue_backward(camdelta_context *ctx, camdelta_dtype dtype, size_t B, size_t T,
                                                size_t S, size_t C, camdelta_buffer x, camdelta_buffer w,
                                                cl_mem seg_end, camdelta_buffer dy, camdelta_buffer dx,
                                                camdelta_buffer dw, cd_launch *l) {
-  if (cd_conv_cpu(ctx, dtype)) return conv_cpu_backward(ctx, dtype, B, T, S, C, x, w, seg_end, dy, dx, dw, l);
+  const int cpu = cd_conv_cpu(ctx, dtype);
+  const char *name = cpu ? "cd_conv_cpu_backward" : "cd_short_conv_backward";
+  const char *rname = cpu ? "cd_conv_cpu_reduce" : "cd_short_conv_reduce";
   cl_kernel kb = NULL, kr = NULL;
-  camdelta_status st = cd_kernel(ctx, "short_conv.cl", conv_opts(dtype), "cd_short_conv_backward", &kb);
-  if (!st) st = cd_kernel(ctx, "short_conv.cl", conv_opts(dtype), "cd_short_conv_reduce", &kr);
+  camdelta_status st = conv_kernel(ctx, dtype, cpu, name, &kb);
+  if (!st) st = conv_kernel(ctx, dtype, cpu, rname, &kr);
   const size_t sbl = conv_sb(ctx), nsb = (S + sbl - 1) / sbl, P = B * nsb, total = P * C;
+  const size_t G = (C + 7) / 8, cg = cpu ? cd_branch_cpu_groups(ctx, P, G) : 1, ncb = (G + cg - 1) / cg;
   cl_mem part = NULL;
   if (!st && dw.mem) st = cd_alloc(ctx, P * C * 4 * sizeof(float), &part);
   if (!st) {
@@ -184,23 +135,24 @@ camdelta_status cd_short_conv_enqueue_backward(camdelta_context *ctx, camdelta_d
     cd_arg_u32(&a, (uint32_t)C);
     cd_arg_u32(&a, (uint32_t)sbl);
     cd_arg_u32(&a, (uint32_t)nsb);
-    cd_arg_u64(&a, total);
+    conv_arg_items(&a, cpu, cg, ncb, total);
     cd_arg_u32(&a, dx.mem ? 1u : 0u);
     cd_arg_u32(&a, dw.mem ? 1u : 0u);
-    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_short_conv_backward: setting arguments");
-    const size_t lws = 64, gws = (total + 63) / 64 * 64;
-    if (!st)
-      st = cd_enqueue(ctx, kb, 1, &gws, cd_kernel_max_wg(ctx, kb) >= 64 ? &lws : NULL, l, "cd_short_conv_backward");
+    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, cpu ? "cd_conv_cpu_backward: setting arguments"
+                                                        : "cd_short_conv_backward: setting arguments");
+    const size_t lws = cpu ? 1 : 64, gws = cpu ? P * ncb : (total + 63) / 64 * 64;
+    if (!st) st = cd_enqueue(ctx, kb, 1, &gws, cpu || cd_kernel_max_wg(ctx, kb) >= 64 ? &lws : NULL, l, name);
   }
   if (!st && dw.mem) {
     cd_args a = {kr, 0, CL_SUCCESS};
     cd_arg_mem(&a, part);
     cd_arg_buf(&a, dw);
-    cd_arg_u32(&a, (uint32_t)C);
+    cd_arg_u32(&a, (uint32_t)(cpu ? 4 * C : C));
     cd_arg_u32(&a, (uint32_t)P);
-    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_short_conv_reduce: setting arguments");
-    const size_t gws = 4 * C;
-    if (!st) st = cd_enqueue(ctx, kr, 1, &gws, NULL, l, "cd_short_conv_reduce");
+    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, cpu ? "cd_conv_cpu_reduce: setting arguments"
+                                                        : "cd_short_conv_reduce: setting arguments");
+    const size_t one = 1, gws = cpu ? (4 * C + 63) / 64 : 4 * C;
+    if (!st) st = cd_enqueue(ctx, kr, 1, &gws, cpu ? &one : NULL, l, rname);
   }
   if (part) clReleaseMemObject(part);
   if (kb) clReleaseKernel(kb);
