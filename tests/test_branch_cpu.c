@@ -4,13 +4,15 @@
  * the backward's SB and a partial last block of them, token counts that leave a partial block of 8 and of 16, head
  * dims whose camera half ends inside a group of 8 channels (D = 8, 24, 40), buffers at odd offsets, and calls so
  * small that the conv splits its channels over several work-items. The two forms do the same operations in the same
- * order: their results agree bit for bit. On a driver with a loop budget (Rusticl) both settings run the work-group
- * forms. */
+ * order: their results agree bit for bit, also in f16 and bf16 storage (the camera branch's 16-bit activations:
+ * the launches the branch makes, the conv continuing a stream's look-back). On a driver with a loop budget (Rusticl)
+ * both settings run the work-group forms. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "camdelta_ref.h"
+#include "ops/camera_op.h"
 #include "runtime/internal.h"
 #include "testutil.h"
 
@@ -159,4 +161,83 @@ static void test_output_forms(void **state) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) ot_case_run(&cases[i]);
 }
 
-TU_MAIN(NULL, tu_teardown_context, cmocka_unit_test(test_conv_forms), cmocka_unit_test(test_output_forms))
+/* n elements of dt storage from a device buffer, widened to f32; fails on a NaN (an element left unwritten). */
+static float *fetch_as(camdelta_dtype dt, cl_mem m, size_t n) {
+  const size_t es = camdelta_dtype_size(dt);
+  void *raw = malloc(n * es);
+  float *h = malloc(n * 4);
+  tu_download(m, 0, n * es, raw);
+  tu_unpack(dt, raw, h, n);
+  free(raw);
+  for (size_t i = 0; i < n; i++)
+    if (isnan(h[i])) fail_msg("%s: element %zu of %zu not written", camdelta_dtype_name(dt), i, n);
+  return h;
+}
+
+/* The branch's launches in 16-bit storage, each form: the conv forward continuing 2 frames of look-back and its
+ * backward, the output transform forward (with out2) and backward; outputs compared bit for bit. */
+static void half_forms(camdelta_dtype dt) {
+  camdelta_context *ctx = tu_context();
+  const size_t B = 2, T = 5, S = 7, C = 13, back = 2, n = B * T * S * C, nl = B * 3 * S * C;
+  const size_t es = camdelta_dtype_size(dt);
+  const size_t N = 21, H = 2, D = 24, no = B * N * H * D, nr = N * D / 2;
+  const camdelta_chunking ch = {2, CAMDELTA_CHUNK_FIRST_CHUNK_PLUS_ONE, NULL, 0};
+  float *h = malloc((n + nl + 2 * no + B * N * 16 + 2 * nr) * 4);
+  tu_fill_normal(h, n + nl + 2 * no + B * N * 16 + 2 * nr, 1.0);
+  void *xs = tu_pack(dt, h, n), *ls = tu_pack(dt, h + n, nl), *gs = tu_pack(dt, h + n + nl, no);
+  cl_mem x = tu_upload(xs, n * es), lb = tu_upload(ls, nl * es), dy = tu_upload(gs, n * es);
+  cl_mem w = tu_upload(h, 4 * C * 4);
+  cl_mem out = tu_upload(h + n + nl + no, no * 4), out2 = tu_upload(h + n, no * 4), gy = tu_upload(gs, no * es);
+  cl_mem po = tu_upload(h + n + nl + 2 * no, B * N * 64), rc = tu_upload(h, nr * 4), rs = tu_upload(h + nr, nr * 4);
+  cl_mem seg_fwd, seg_bwd;
+  TU_OK(cd_short_conv_segments(ctx, "test", back + T, &ch, &seg_fwd));
+  TU_OK(cd_short_conv_segments(ctx, "test", T, &ch, &seg_bwd));
+  float *got[2][5];
+  for (int f = 0; f < 2; f++) {
+    TU_OK(camdelta_tune_set(ctx, "conv", f ? "FORM=1" : "FORM=0"));
+    TU_OK(camdelta_tune_set(ctx, "output", f ? "FORM=1" : "FORM=0"));
+    cl_mem y = tu_buffer(n * es), dx = tu_buffer(n * es), dw = tu_buffer(4 * C * 4), yo = tu_buffer(no * es),
+           go = tu_buffer(no * 4);
+    const camdelta_output_transform_args oa = {.B = B, .N = N, .H = H, .D = D, .out = {out, 0}, .out2 = {out2, 0},
+                                               .proj_o = {po, 0}, .rope_cos = {rc, 0}, .rope_sin = {rs, 0},
+                                               .y = {yo, 0}, .grad_y = {gy, 0}, .grad_out = {go, 0}};
+    cd_launch l;
+    cd_launch_init(&l, NULL);
+    camdelta_status st = cd_short_conv_enqueue_forward(ctx, dt, B, T, S, C, (camdelta_buffer){lb, 0}, back,
+                                                       (camdelta_buffer){x, 0}, (camdelta_buffer){w, 0}, seg_fwd,
+                                                       (camdelta_buffer){y, 0}, &l);
+    if (!st)
+      st = cd_short_conv_enqueue_backward(ctx, dt, B, T, S, C, (camdelta_buffer){x, 0}, (camdelta_buffer){w, 0},
+                                          seg_bwd, (camdelta_buffer){dy, 0}, (camdelta_buffer){dx, 0},
+                                          (camdelta_buffer){dw, 0}, &l);
+    if (!st) st = cd_output_transform_enqueue(ctx, dt, 0, &oa, &l);
+    if (!st) st = cd_output_transform_enqueue(ctx, dt, 1, &oa, &l);
+    TU_OK(cd_launch_end(ctx, &l, st));
+    got[f][0] = fetch_as(dt, y, n), got[f][1] = fetch_as(dt, dx, n), got[f][2] = fetch_as(CAMDELTA_F32, dw, 4 * C);
+    got[f][3] = fetch_as(dt, yo, no), got[f][4] = fetch_as(CAMDELTA_F32, go, no);
+    cl_mem outs[5] = {y, dx, dw, yo, go};
+    for (int i = 0; i < 5; i++) clReleaseMemObject(outs[i]);
+  }
+  TU_OK(camdelta_tune_set(ctx, "conv", NULL));
+  TU_OK(camdelta_tune_set(ctx, "output", NULL));
+  static const char *const names[5] = {"k_conv", "dk_raw", "dconv_weight", "y", "grad_out"};
+  const size_t counts[5] = {n, n, 4 * C, no, no};
+  for (int i = 0; i < 5; i++) {
+    if (memcmp(got[0][i], got[1][i], counts[i] * 4) != 0)
+      fail_msg("%s: %s differs between FORM=0 and FORM=1", camdelta_dtype_name(dt), names[i]);
+    free(got[0][i]), free(got[1][i]);
+  }
+  cl_mem all[12] = {x, lb, dy, w, out, out2, gy, po, rc, rs, seg_fwd, seg_bwd};
+  for (int i = 0; i < 12; i++) clReleaseMemObject(all[i]);
+  free(h), free(xs), free(ls), free(gs);
+}
+
+static void test_half_forms(void **state) {
+  (void)state;
+  tu_seed(403);
+  half_forms(CAMDELTA_F16);
+  half_forms(CAMDELTA_BF16);
+}
+
+TU_MAIN(NULL, tu_teardown_context, cmocka_unit_test(test_conv_forms), cmocka_unit_test(test_output_forms),
+        cmocka_unit_test(test_half_forms))
