@@ -2,11 +2,12 @@
  * and their work-group forms, each forced through camdelta_tune_set, against the f64 references on awkward shapes:
  * channel counts that are no multiple of 8 (a partial group of 8 lanes), one spatial position, fewer positions than
  * the backward's SB and a partial last block of them, token counts that leave a partial block of 8 and of 16, head
- * dims whose camera half ends inside a group of 8 channels (D = 8, 24, 40), buffers at odd offsets, and calls so
+ * dims whose camera half ends inside a group of 8 channels (D = 8, 24), buffers at odd offsets, and calls so
  * small that the conv splits its channels over several work-items. The two forms do the same operations in the same
  * order: their results agree bit for bit, also in f16 and bf16 storage (the camera branch's 16-bit activations:
  * the launches the branch makes, the conv continuing a stream's look-back). On a driver with a loop budget (Rusticl)
- * both settings run the work-group forms. */
+ * both settings run the work-group forms. The head dims are those the branch tests build programs for, but for one
+ * (D = 24): the work-group form's programs are built per head dim. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,7 +155,7 @@ static void test_output_forms(void **state) {
   (void)state;
   static const ot_case cases[] = {
       {.B = 2, .N = 7, .H = 3, .D = 8, .off = 1, .two = 1},   {.B = 1, .N = 17, .H = 2, .D = 24, .off = 3, .two = 0},
-      {.B = 2, .N = 33, .H = 1, .D = 40, .off = 0, .two = 1}, {.B = 1, .N = 16, .H = 2, .D = 112, .off = 2, .two = 1},
+      {.B = 2, .N = 33, .H = 1, .D = 64, .off = 0, .two = 1}, {.B = 1, .N = 16, .H = 2, .D = 112, .off = 2, .two = 1},
       {.B = 1, .N = 1, .H = 1, .D = 64, .off = 0, .two = 0},
   };
   tu_seed(402);
@@ -162,7 +163,7 @@ static void test_output_forms(void **state) {
 }
 
 /* n elements of dt storage from a device buffer, widened to f32; fails on a NaN (an element left unwritten). */
-static float *fetch_as(camdelta_dtype dt, cl_mem m, size_t n) {
+static float *fetch_as(camdelta_dtype dt, cl_mem m, size_t n, const char *what, int form) {
   const size_t es = camdelta_dtype_size(dt);
   void *raw = malloc(n * es);
   float *h = malloc(n * 4);
@@ -170,7 +171,7 @@ static float *fetch_as(camdelta_dtype dt, cl_mem m, size_t n) {
   tu_unpack(dt, raw, h, n);
   free(raw);
   for (size_t i = 0; i < n; i++)
-    if (isnan(h[i])) fail_msg("%s: element %zu of %zu not written", camdelta_dtype_name(dt), i, n);
+    if (isnan(h[i])) fail_msg("%s, FORM=%d: %s[%zu] of %zu not written", camdelta_dtype_name(dt), form, what, i, n);
   return h;
 }
 
@@ -180,18 +181,23 @@ static void half_forms(camdelta_dtype dt) {
   camdelta_context *ctx = tu_context();
   const size_t B = 2, T = 5, S = 7, C = 13, back = 2, n = B * T * S * C, nl = B * 3 * S * C;
   const size_t es = camdelta_dtype_size(dt);
-  const size_t N = 21, H = 2, D = 24, no = B * N * H * D, nr = N * D / 2;
+  const size_t N = 21, H = 2, D = 8, no = B * N * H * D, nr = N * D / 2;
   const camdelta_chunking ch = {2, CAMDELTA_CHUNK_FIRST_CHUNK_PLUS_ONE, NULL, 0};
-  float *h = malloc((n + nl + 2 * no + B * N * 16 + 2 * nr) * 4);
-  tu_fill_normal(h, n + nl + 2 * no + B * N * 16 + 2 * nr, 1.0);
-  void *xs = tu_pack(dt, h, n), *ls = tu_pack(dt, h + n, nl), *gs = tu_pack(dt, h + n + nl, no);
-  cl_mem x = tu_upload(xs, n * es), lb = tu_upload(ls, nl * es), dy = tu_upload(gs, n * es);
-  cl_mem w = tu_upload(h, 4 * C * 4);
-  cl_mem out = tu_upload(h + n + nl + no, no * 4), out2 = tu_upload(h + n, no * 4), gy = tu_upload(gs, no * es);
-  cl_mem po = tu_upload(h + n + nl + 2 * no, B * N * 64), rc = tu_upload(h, nr * 4), rs = tu_upload(h + nr, nr * 4);
+  /* the inputs one after the other in h: x, look-back, dy, out, out2, grad_y, proj_o, cos, sin */
+  size_t at[10] = {0, n, nl, n, no, no, no, B * N * 16, nr, nr};
+  for (int i = 1; i < 10; i++) at[i] += at[i - 1];
+  float *h = malloc(at[9] * 4);
+  tu_fill_normal(h, at[9], 1.0);
+  void *xs = tu_pack(dt, h, n), *ls = tu_pack(dt, h + at[1], nl), *ds = tu_pack(dt, h + at[2], n);
+  void *gs = tu_pack(dt, h + at[5], no);
+  cl_mem x = tu_upload(xs, n * es), lb = tu_upload(ls, nl * es), dy = tu_upload(ds, n * es);
+  cl_mem w = tu_upload(h, 4 * C * 4), gy = tu_upload(gs, no * es);
+  cl_mem out = tu_upload(h + at[3], no * 4), out2 = tu_upload(h + at[4], no * 4), po = tu_upload(h + at[6], B * N * 64);
+  cl_mem rc = tu_upload(h + at[7], nr * 4), rs = tu_upload(h + at[8], nr * 4);
   cl_mem seg_fwd, seg_bwd;
   TU_OK(cd_short_conv_segments(ctx, "test", back + T, &ch, &seg_fwd));
   TU_OK(cd_short_conv_segments(ctx, "test", T, &ch, &seg_bwd));
+  static const char *const names[5] = {"k_conv", "dk_raw", "dconv_weight", "y", "grad_out"};
   float *got[2][5];
   for (int f = 0; f < 2; f++) {
     TU_OK(camdelta_tune_set(ctx, "conv", f ? "FORM=1" : "FORM=0"));
@@ -213,14 +219,14 @@ static void half_forms(camdelta_dtype dt) {
     if (!st) st = cd_output_transform_enqueue(ctx, dt, 0, &oa, &l);
     if (!st) st = cd_output_transform_enqueue(ctx, dt, 1, &oa, &l);
     TU_OK(cd_launch_end(ctx, &l, st));
-    got[f][0] = fetch_as(dt, y, n), got[f][1] = fetch_as(dt, dx, n), got[f][2] = fetch_as(CAMDELTA_F32, dw, 4 * C);
-    got[f][3] = fetch_as(dt, yo, no), got[f][4] = fetch_as(CAMDELTA_F32, go, no);
+    got[f][0] = fetch_as(dt, y, n, names[0], f), got[f][1] = fetch_as(dt, dx, n, names[1], f);
+    got[f][2] = fetch_as(CAMDELTA_F32, dw, 4 * C, names[2], f), got[f][3] = fetch_as(dt, yo, no, names[3], f);
+    got[f][4] = fetch_as(CAMDELTA_F32, go, no, names[4], f);
     cl_mem outs[5] = {y, dx, dw, yo, go};
     for (int i = 0; i < 5; i++) clReleaseMemObject(outs[i]);
   }
   TU_OK(camdelta_tune_set(ctx, "conv", NULL));
   TU_OK(camdelta_tune_set(ctx, "output", NULL));
-  static const char *const names[5] = {"k_conv", "dk_raw", "dconv_weight", "y", "grad_out"};
   const size_t counts[5] = {n, n, 4 * C, no, no};
   for (int i = 0; i < 5; i++) {
     if (memcmp(got[0][i], got[1][i], counts[i] * 4) != 0)
@@ -229,7 +235,7 @@ static void half_forms(camdelta_dtype dt) {
   }
   cl_mem all[12] = {x, lb, dy, w, out, out2, gy, po, rc, rs, seg_fwd, seg_bwd};
   for (int i = 0; i < 12; i++) clReleaseMemObject(all[i]);
-  free(h), free(xs), free(ls), free(gs);
+  free(h), free(xs), free(ls), free(ds), free(gs);
 }
 
 static void test_half_forms(void **state) {
