@@ -102,7 +102,16 @@ CAMDELTA_PREP_FUSED=3 check prep-cpu 1 prep 2 5 1 24 -- prep
 CAMDELTA_PREP_BWD_FUSED=2 check prep-backward-cpu 1 prep-backward 2 11 2 24 -- prep-backward --all-grads
 CAMDELTA_SCAN_CPU=1 check scan-chunkwise-cpu 12 scan 1 2 16 3 5 -- scan --algorithm chunkwise --final-state
 CAMDELTA_SCAN_CPU=1 check scan-backward-cpu 12 scan-backward 1 1 8 3 4 -- scan-backward --reverse
-CAMDELTA_PREP_FUSED=3 CAMDELTA_PREP_BWD_FUSED=2 CAMDELTA_SCAN_CPU=1 check branch-backward-cpu 1 branch 1 5 2 3 2 8 -- \
+CAMDELTA_PREP_FUSED=3 CAMDELTA_PREP_BWD_FUSED=2 CAMDELTA_SCAN_CPU=1 CAMDELTA_CONV_FORM=1 CAMDELTA_OUTPUT_FORM=1 \
+  check branch-backward-cpu 1 branch 1 5 2 3 2 8 -- \
   branch-backward --grid 5,2,3 --chunk-size 2 --chunk-strategy first_chunk_plus_one --algorithm chunkwise
+# The conv's and the output transform's CPU forms (cl/branch_cpu.cl), forced the same way: the conv in both passes,
+# the output transform in pass 1 (oclgrind 21.10 crashes running it under the uninitialized-value plugin with
+# -cl-opt-disable, as it does on cd_prep_cpu), and a stream over the branch (the conv continuing a block's look-back);
+# the branch backward above runs them too.
+CAMDELTA_CONV_FORM=1 check short-conv-cpu 12 branch 1 5 2 3 2 8 -- short-conv --grid 5,2,3 --chunk-size 2
+CAMDELTA_OUTPUT_FORM=1 check output-transform-cpu 1 branch 1 5 2 3 2 8 -- output-transform
+CAMDELTA_CONV_FORM=1 CAMDELTA_OUTPUT_FORM=1 check branch-stream-cpu 1 branch 1 5 2 3 2 8 -- branch --grid 5,2,3 \
+  --chunk-size 2 --chunk-strategy first_chunk_plus_one --algorithm chunkwise --stream --repeat 1
 echo "oclgrind: $n runs in $(( $(date +%s) - start )) s, $([ $rc = 0 ] && echo 'no reports' || echo 'REPORTS (see above)')"
 exit $rc

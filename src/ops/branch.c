@@ -273,8 +273,12 @@ static camdelta_status branch_build(camdelta_context *ctx, const cd_plan_key *ke
   if (!st) st = cd_branch_kernel(ctx, CAMDELTA_F32, D, "cd_branch_discount", &pl->discount, &ts);
   if (!st) st = cd_branch_kernel(ctx, CAMDELTA_F32, D, "cd_branch_discount_backward", &pl->discount_bwd, &ts);
   if (!st) st = cd_branch_kernel(ctx, CAMDELTA_F32, D, "cd_branch_add3", &pl->add3, &ts);
-  if (!st && !(st = cd_branch_kernel(ctx, dtype, D, "cd_output_transform", &k, &ts))) clReleaseKernel(k);
-  if (!st && !(st = cd_branch_kernel(ctx, dtype, D, "cd_output_transform_backward", &k, &ts))) clReleaseKernel(k);
+  if (cd_output_cpu(ctx, dtype)) {
+    if (!st && !(st = cd_branch_cpu_kernel(ctx, dtype, "cd_ot_cpu_forward", &k))) clReleaseKernel(k);
+  } else {
+    if (!st && !(st = cd_branch_kernel(ctx, dtype, D, "cd_output_transform", &k, &ts))) clReleaseKernel(k);
+    if (!st && !(st = cd_branch_kernel(ctx, dtype, D, "cd_output_transform_backward", &k, &ts))) clReleaseKernel(k);
+  }
   if (!st) st = camdelta_branch_saved_create(ctx, &pl->tmp);
   if (st) {
     branch_destroy(pl);

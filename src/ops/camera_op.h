@@ -45,6 +45,16 @@ camdelta_status cd_branch_kernel(camdelta_context *ctx, camdelta_dtype dtype, si
                                  cl_kernel *k, size_t *ts);
 camdelta_status cd_output_transform_enqueue(camdelta_context *ctx, camdelta_dtype dtype, int backward,
                                             const camdelta_output_transform_args *a, cd_launch *l);
+/** The CPU forms of the conv and of the output transform (cl/branch_cpu.cl): 1 where options conv FORM and output
+ *  FORM choose them and the driver has no loop budget (cd_loop_budget: their work-items walk all their frames,
+ *  channel groups or heads in one launch, which Mesa's llvmpipe would end early); else the work-group forms run.
+ *  cd_branch_cpu_kernel gives a kernel of that program for activations in `dtype` storage. */
+int cd_conv_cpu(camdelta_context *ctx, camdelta_dtype dtype);
+int cd_output_cpu(camdelta_context *ctx, camdelta_dtype dtype);
+camdelta_status cd_branch_cpu_kernel(camdelta_context *ctx, camdelta_dtype dtype, const char *name, cl_kernel *k);
+/** Work-items of a CPU form: `items` tasks of G channel groups each become items · ceil(G / cg) tasks of cg groups,
+ *  cg halved from G while the call has fewer than 4 tasks per compute unit. Returns cg. */
+size_t cd_branch_cpu_groups(const camdelta_context *ctx, size_t items, size_t G);
 /** Build (or load) the camera branch's own programs (camera.cl, short_conv.cl, branch.cl for D), as a call
  *  would; camdelta_warm_shape calls it. */
 camdelta_status cd_branch_warm(camdelta_context *ctx, size_t D);

@@ -1,4 +1,6 @@
 /* Output transform (docs/math.md §8.5), forward and backward: checks and the launches of cl/branch.cl. */
+#include <stdio.h>
+
 #include "ops/branch_common.h"
 #include "ops/camera_op.h"
 #include "ops/prep_common.h"
@@ -8,12 +10,37 @@ camdelta_status cd_branch_kernel(camdelta_context *ctx, camdelta_dtype dtype, si
   return cd_prep_kernel(ctx, "branch.cl", name, dtype, D, k, ts);
 }
 
+int cd_output_cpu(camdelta_context *ctx, camdelta_dtype dtype) {
+  return cd_option(ctx, CD_OPT_OUTPUT_FORM, dtype) == 1 && !cd_loop_budget(ctx);
+}
+
+/* 8-token blocks per work-item of the CPU form's output transform (CD_OB of cl/branch_cpu.cl) */
+enum { OT_CPU_BLOCKS = 4 };
+
+camdelta_status cd_branch_cpu_kernel(camdelta_context *ctx, camdelta_dtype dtype, const char *name, cl_kernel *k) {
+  char opts[80], dt[40];
+  snprintf(opts, sizeof opts, "%s -DCD_OB=%d", cd_dtype_opts(dtype, dt), OT_CPU_BLOCKS);
+  return cd_kernel(ctx, "branch_cpu.cl", opts, name, k);
+}
+
+size_t cd_branch_cpu_groups(const camdelta_context *ctx, size_t items, size_t G) {
+  const size_t want = 4 * (ctx->info.compute_units ? ctx->info.compute_units : 1);
+  size_t cg = G;
+  while (cg > 1 && items * ((G + cg - 1) / cg) < want) cg = (cg + 1) / 2;
+  return cg;
+}
+
+/* Work-group form: a work-group per tile of tokens of one (b, h) (cl/branch.cl). CPU form: a work-item per
+ * OT_CPU_BLOCKS blocks of 8 tokens of one batch row, every head (cl/branch_cpu.cl). */
 camdelta_status cd_output_transform_enqueue(camdelta_context *ctx, camdelta_dtype dtype, int backward,
                                             const camdelta_output_transform_args *a, cd_launch *l) {
+  const int cpu = cd_output_cpu(ctx, dtype);
+  const char *name = cpu ? (backward ? "cd_ot_cpu_backward" : "cd_ot_cpu_forward")
+                         : (backward ? "cd_output_transform_backward" : "cd_output_transform");
   cl_kernel k;
-  size_t ts;
+  size_t ts = 1;
   camdelta_status st =
-      cd_branch_kernel(ctx, dtype, a->D, backward ? "cd_output_transform_backward" : "cd_output_transform", &k, &ts);
+      cpu ? cd_branch_cpu_kernel(ctx, dtype, name, &k) : cd_branch_kernel(ctx, dtype, a->D, name, &k, &ts);
   if (st) return st;
   cd_args g = {k, 0, CL_SUCCESS};
   if (!backward) {
@@ -26,13 +53,21 @@ camdelta_status cd_output_transform_enqueue(camdelta_context *ctx, camdelta_dtyp
   }
   cd_arg_u64(&g, a->N);
   cd_arg_u32(&g, (uint32_t)a->H);
-  /* 16-byte accesses where every offset is a multiple of 4 floats (D % 8 == 0 keeps the indexes so) */
-  const camdelta_buffer bufs[8] = {a->out, a->out2, a->grad_y, a->proj_o, a->rope_cos, a->rope_sin, a->y, a->grad_out};
-  cd_arg_u32(&g, (uint32_t)cd_buffers_aligned4(bufs, 8));
-  if (g.err != CL_SUCCESS) st = cd_cl_fail(g.err, "cd_output_transform: setting arguments");
-  const size_t lws[3] = {ts * (a->D / 4), 1, 1}, gws[3] = {(a->N + ts - 1) / ts * lws[0], a->H, a->B};
-  if (!st)
-    st = cd_enqueue(ctx, k, 3, gws, lws, l, backward ? "cd_output_transform_backward" : "cd_output_transform");
+  const size_t nblk = (a->N + 8 * OT_CPU_BLOCKS - 1) / (8 * OT_CPU_BLOCKS);
+  if (cpu) {
+    cd_arg_u32(&g, (uint32_t)a->D);
+    cd_arg_u32(&g, (uint32_t)nblk);
+  } else {
+    /* 16-byte accesses where every offset is a multiple of 4 floats (D % 8 == 0 keeps the indexes so) */
+    const camdelta_buffer bufs[8] = {a->out,      a->out2, a->grad_y, a->proj_o,
+                                     a->rope_cos, a->rope_sin, a->y, a->grad_out};
+    cd_arg_u32(&g, (uint32_t)cd_buffers_aligned4(bufs, 8));
+  }
+  if (g.err != CL_SUCCESS)
+    st = cd_cl_fail(g.err, cpu ? "cd_ot_cpu: setting arguments" : "cd_output_transform: setting arguments");
+  const size_t lws[3] = {cpu ? 1 : ts * (a->D / 4), 1, 1};
+  const size_t gws[3] = {cpu ? a->B * nblk : (a->N + ts - 1) / ts * lws[0], a->H, a->B};
+  if (!st) st = cd_enqueue(ctx, k, cpu ? 1 : 3, gws, lws, l, name);
   clReleaseKernel(k);
   return st;
 }
@@ -80,8 +115,10 @@ static camdelta_status ot_plan(cd_call *c) {
   cl_kernel k;
   size_t ts;
   const camdelta_status st =
-      cd_branch_kernel(c->ctx, CAMDELTA_F32, ((const camdelta_output_transform_args *)c->args)->D,
-                       "cd_output_transform", &k, &ts);
+      cd_output_cpu(c->ctx, CAMDELTA_F32)
+          ? cd_branch_cpu_kernel(c->ctx, CAMDELTA_F32, ot_backward(c) ? "cd_ot_cpu_backward" : "cd_ot_cpu_forward", &k)
+          : cd_branch_kernel(c->ctx, CAMDELTA_F32, ((const camdelta_output_transform_args *)c->args)->D,
+                             "cd_output_transform", &k, &ts);
   if (!st) clReleaseKernel(k);
   return st;
 }

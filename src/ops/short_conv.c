@@ -41,19 +41,51 @@ static const char *conv_opts(camdelta_dtype dtype) {
   return dtype == CAMDELTA_F16 ? "-DCD_DTYPE=1" : dtype == CAMDELTA_BF16 ? "-DCD_DTYPE=2" : "";
 }
 
+int cd_conv_cpu(camdelta_context *ctx, camdelta_dtype dtype) {
+  return cd_option(ctx, CD_OPT_CONV_FORM, dtype) == 1 && !cd_loop_budget(ctx);
+}
+
 camdelta_status cd_short_conv_program(camdelta_context *ctx, camdelta_dtype dtype) {
   cl_program prog;
+  if (cd_conv_cpu(ctx, dtype)) {
+    cl_kernel k;
+    const camdelta_status st = cd_branch_cpu_kernel(ctx, dtype, "cd_conv_cpu_forward", &k);
+    if (!st) clReleaseKernel(k);
+    return st;
+  }
   return cd_program(ctx, "short_conv.cl", conv_opts(dtype), &prog);
 }
 
+/* A kernel of the conv's form: cl/branch_cpu.cl's (cpu) or cl/short_conv.cl's. */
+static camdelta_status conv_kernel(camdelta_context *ctx, camdelta_dtype dtype, int cpu, const char *name,
+                                   cl_kernel *k) {
+  return cpu ? cd_branch_cpu_kernel(ctx, dtype, name, k) : cd_kernel(ctx, "short_conv.cl", conv_opts(dtype), name, k);
+}
+
+/* The arguments that size the work: the CPU form's channel groups per work-item and blocks of them, the work-group
+ * form's work-item count. */
+static void conv_arg_items(cd_args *a, int cpu, size_t cg, size_t ncb, size_t items) {
+  if (cpu) {
+    cd_arg_u32(a, (uint32_t)cg);
+    cd_arg_u32(a, (uint32_t)ncb);
+  } else {
+    cd_arg_u64(a, items);
+  }
+}
+
+/* Work-group form: a work-item per (c, s, b) in groups of 64. CPU form: a work-item per (b, s, block of channel
+ * groups), local size 1. */
 camdelta_status cd_short_conv_enqueue_forward(camdelta_context *ctx, camdelta_dtype dtype, size_t B, size_t T,
                                               size_t S, size_t C, camdelta_buffer lookback, size_t back,
                                               camdelta_buffer x, camdelta_buffer w, cl_mem seg_end, camdelta_buffer y,
                                               cd_launch *l) {
+  const int cpu = cd_conv_cpu(ctx, dtype);
+  const char *name = cpu ? "cd_conv_cpu_forward" : "cd_short_conv_forward";
   cl_kernel k;
-  camdelta_status st = cd_kernel(ctx, "short_conv.cl", conv_opts(dtype), "cd_short_conv_forward", &k);
+  camdelta_status st = conv_kernel(ctx, dtype, cpu, name, &k);
   if (st) return st;
-  const size_t BSC = B * S * C;
+  const size_t BSC = B * S * C, G = (C + 7) / 8, cg = cpu ? cd_branch_cpu_groups(ctx, B * S, G) : 1;
+  const size_t ncb = (G + cg - 1) / cg;
   cd_args a = {k, 0, CL_SUCCESS};
   cd_arg_buf(&a, x);
   cd_arg_buf(&a, back ? lookback : x); /* back = 0: never read */
@@ -63,23 +95,31 @@ camdelta_status cd_short_conv_enqueue_forward(camdelta_context *ctx, camdelta_dt
   cd_arg_u32(&a, (uint32_t)T);
   cd_arg_u32(&a, (uint32_t)S);
   cd_arg_u32(&a, (uint32_t)C);
-  cd_arg_u64(&a, BSC);
+  conv_arg_items(&a, cpu, cg, ncb, BSC);
   cd_arg_u32(&a, (uint32_t)back);
-  if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_short_conv_forward: setting arguments");
-  const size_t lws = 64, gws = (BSC + 63) / 64 * 64;
-  if (!st) st = cd_enqueue(ctx, k, 1, &gws, cd_kernel_max_wg(ctx, k) >= 64 ? &lws : NULL, l, "cd_short_conv_forward");
+  if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, cpu ? "cd_conv_cpu_forward: setting arguments"
+                                                      : "cd_short_conv_forward: setting arguments");
+  const size_t lws = cpu ? 1 : 64, gws = cpu ? B * S * ncb : (BSC + 63) / 64 * 64;
+  if (!st) st = cd_enqueue(ctx, k, 1, &gws, cpu || cd_kernel_max_wg(ctx, k) >= 64 ? &lws : NULL, l, name);
   clReleaseKernel(k);
   return st;
 }
 
+/* Work-group form: a work-item per (c, block of sb spatial positions, b) in groups of 64, then a work-item per weight
+ * summing its partials. CPU form: a work-item per (b, block of sb spatial positions, block of channel groups), then
+ * the partials summed 64 weights per work-item. */
 camdelta_status cd_short_conv_enqueue_backward(camdelta_context *ctx, camdelta_dtype dtype, size_t B, size_t T,
                                                size_t S, size_t C, camdelta_buffer x, camdelta_buffer w,
                                                cl_mem seg_end, camdelta_buffer dy, camdelta_buffer dx,
                                                camdelta_buffer dw, cd_launch *l) {
+  const int cpu = cd_conv_cpu(ctx, dtype);
+  const char *name = cpu ? "cd_conv_cpu_backward" : "cd_short_conv_backward";
+  const char *rname = cpu ? "cd_conv_cpu_reduce" : "cd_short_conv_reduce";
   cl_kernel kb = NULL, kr = NULL;
-  camdelta_status st = cd_kernel(ctx, "short_conv.cl", conv_opts(dtype), "cd_short_conv_backward", &kb);
-  if (!st) st = cd_kernel(ctx, "short_conv.cl", conv_opts(dtype), "cd_short_conv_reduce", &kr);
+  camdelta_status st = conv_kernel(ctx, dtype, cpu, name, &kb);
+  if (!st) st = conv_kernel(ctx, dtype, cpu, rname, &kr);
   const size_t sbl = conv_sb(ctx), nsb = (S + sbl - 1) / sbl, P = B * nsb, total = P * C;
+  const size_t G = (C + 7) / 8, cg = cpu ? cd_branch_cpu_groups(ctx, P, G) : 1, ncb = (G + cg - 1) / cg;
   cl_mem part = NULL;
   if (!st && dw.mem) st = cd_alloc(ctx, P * C * 4 * sizeof(float), &part);
   if (!st) {
@@ -95,23 +135,24 @@ camdelta_status cd_short_conv_enqueue_backward(camdelta_context *ctx, camdelta_d
     cd_arg_u32(&a, (uint32_t)C);
     cd_arg_u32(&a, (uint32_t)sbl);
     cd_arg_u32(&a, (uint32_t)nsb);
-    cd_arg_u64(&a, total);
+    conv_arg_items(&a, cpu, cg, ncb, total);
     cd_arg_u32(&a, dx.mem ? 1u : 0u);
     cd_arg_u32(&a, dw.mem ? 1u : 0u);
-    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_short_conv_backward: setting arguments");
-    const size_t lws = 64, gws = (total + 63) / 64 * 64;
-    if (!st)
-      st = cd_enqueue(ctx, kb, 1, &gws, cd_kernel_max_wg(ctx, kb) >= 64 ? &lws : NULL, l, "cd_short_conv_backward");
+    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, cpu ? "cd_conv_cpu_backward: setting arguments"
+                                                        : "cd_short_conv_backward: setting arguments");
+    const size_t lws = cpu ? 1 : 64, gws = cpu ? P * ncb : (total + 63) / 64 * 64;
+    if (!st) st = cd_enqueue(ctx, kb, 1, &gws, cpu || cd_kernel_max_wg(ctx, kb) >= 64 ? &lws : NULL, l, name);
   }
   if (!st && dw.mem) {
     cd_args a = {kr, 0, CL_SUCCESS};
     cd_arg_mem(&a, part);
     cd_arg_buf(&a, dw);
-    cd_arg_u32(&a, (uint32_t)C);
+    cd_arg_u32(&a, (uint32_t)(cpu ? 4 * C : C));
     cd_arg_u32(&a, (uint32_t)P);
-    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, "cd_short_conv_reduce: setting arguments");
-    const size_t gws = 4 * C;
-    if (!st) st = cd_enqueue(ctx, kr, 1, &gws, NULL, l, "cd_short_conv_reduce");
+    if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, cpu ? "cd_conv_cpu_reduce: setting arguments"
+                                                        : "cd_short_conv_reduce: setting arguments");
+    const size_t one = 1, gws = cpu ? (4 * C + 63) / 64 : 4 * C;
+    if (!st) st = cd_enqueue(ctx, kr, 1, &gws, cpu ? &one : NULL, l, rname);
   }
   if (part) clReleaseMemObject(part);
   if (kb) clReleaseKernel(kb);
@@ -172,8 +213,7 @@ static camdelta_status conv_plan(cd_call *c) {
   conv_call *s = c->op;
   if (conv_idle(c)) return CAMDELTA_OK;
   camdelta_status st = cd_short_conv_segments(c->ctx, c->entry->op, a->T, &a->chunking, &s->seg_end);
-  cl_program prog;
-  if (!st) st = cd_program(c->ctx, "short_conv.cl", "", &prog);
+  if (!st) st = cd_short_conv_program(c->ctx, CAMDELTA_F32);
   return st;
 }
 

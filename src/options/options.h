@@ -32,6 +32,7 @@ typedef enum cd_opt_family_id {
   CD_OPT_FAM_PREP,     /* "prep": the prep forward */
   CD_OPT_FAM_PREP_BWD, /* "prep_backward": the prep backward */
   CD_OPT_FAM_CONV,     /* "conv": the short convolution */
+  CD_OPT_FAM_OUTPUT,   /* "output": the output transform */
   CD_OPT_FAM_SCAN,     /* "scan": the scan's arithmetic path */
   CD_OPT_FAM_CHUNKWISE,  /* "chunkwise": the chunkwise forward's FMA tiles */
   CD_OPT_FAM_BACKWARD,   /* "backward": the scan backward's FMA tiles */
@@ -63,6 +64,8 @@ typedef enum cd_opt_id {
   CD_OPT_PREP_BWD_TW,
   CD_OPT_PREP_BWD_PB,
   CD_OPT_CONV_SB,
+  CD_OPT_CONV_FORM,
+  CD_OPT_OUTPUT_FORM,
   CD_OPT_SCAN_TC,
   CD_OPT_SCAN_CPU,
   /* The scan's tiles: blocks of keys in the order of the scan's own enumerations (src/scan/tiles.h, tc.h), which

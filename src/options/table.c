@@ -8,6 +8,9 @@ const cd_opt_family cd_opt_families[CD_OPT_FAM_COUNT] = {
                              .env = "CAMDELTA_PREP_BWD_TILES",
                              .doc = "the prep backward (camdelta_prep_backward)"},
     [CD_OPT_FAM_CONV] = {.name = "conv", .env = NULL, .doc = "the short convolution on raw K (camdelta_short_conv_*)"},
+    [CD_OPT_FAM_OUTPUT] = {.name = "output",
+                           .env = NULL,
+                           .doc = "the output transform (camdelta_output_transform_*, the camera branch's)"},
     [CD_OPT_FAM_SCAN] = {.name = "scan", .env = NULL, .doc = "the scan (camdelta_scan_*, the camera branch's scans)"},
     [CD_OPT_FAM_CHUNKWISE] = {.name = "chunkwise",
                               .env = "CAMDELTA_SCAN_TILES",
@@ -53,6 +56,11 @@ const cd_opt_family cd_opt_families[CD_OPT_FAM_COUNT] = {
   [(first) + 2] = TILE(fam, "MR", "fragments per warp along the rows (MR*NR at most 32)"),                           \
   [(first) + 3] = TILE(fam, "NR", "fragments per warp along the columns"),                                          \
   [(first) + 4] = TILE(fam, "KC", "contraction elements per step, a multiple of 8")
+
+/* An operation's choice between its work-group form (0) and its CPU form (1, the default on CPU devices). */
+#define CPU_FORM(fam, var, d)                                                                                     \
+  {.family = (fam), .key = "FORM", .env = (var), .type = CD_OPT_ONE_OF, .values = {0, 1}, .nvalues = 2,          \
+   .def = CD_OPT_DEF_CLASS(1, 0), .doc = (d)}
 
 const cd_opt_decl cd_opt_decls[CD_OPT_COUNT] = {
     [CD_OPT_PREP_FORM] = {.family = CD_OPT_FAM_PREP,
@@ -176,6 +184,15 @@ const cd_opt_decl cd_opt_decls[CD_OPT_COUNT] = {
                         .def = CD_OPT_DEF_CLASS(8, 4),
                         .doc = "spatial positions per work-item of the backward: fewer give more work-items and more "
                                "weight partials to sum"},
+    [CD_OPT_CONV_FORM] = CPU_FORM(CD_OPT_FAM_CONV, "CAMDELTA_CONV_FORM",
+                                  "0 a work-item per channel and position (cl/short_conv.cl); 1 a work-item per "
+                                  "position (backward: SB of them) and block of channels in float8 vectors "
+                                  "(cl/branch_cpu.cl, CPUs); a driver with a loop budget (Rusticl on llvmpipe) runs 0"),
+    [CD_OPT_OUTPUT_FORM] = CPU_FORM(CD_OPT_FAM_OUTPUT, "CAMDELTA_OUTPUT_FORM",
+                                    "0 a work-group per tile of tokens of one head, staged in local memory "
+                                    "(cl/branch.cl); 1 a work-item per 32 tokens of every head in float8 vectors and "
+                                    "8 x 8 transposes (cl/branch_cpu.cl, CPUs); a driver with a loop budget (Rusticl "
+                                    "on llvmpipe) runs 0"),
     [CD_OPT_SCAN_TC] = {.family = CD_OPT_FAM_SCAN,
                         .key = "TC",
                         .env = "CAMDELTA_TC",
