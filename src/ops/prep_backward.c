@@ -54,29 +54,6 @@ static void release_kernels(pb_kernels *k) {
 
 /* The per-head kernel with the largest token tile the device allows (as the forward picks it), and the other two
  * kernels of the same program. */
-static camdelta_status build_kernels(camdelta_context *ctx, camdelta_dtype dtype, size_t D, pb_kernels *k);
-
-/* The CPU form (cl/prep_cpu.cl cd_prep_bwd_cpu) where the context runs it, with its blocks of 8 tokens per work-item:
- * returns 1 and fills *k and *pb, else 0 (a build failure sets *st). Its local memory per block: the inverse RMS (2),
- * camera matrices (32), RoPE tables (D), dproj sums (32) and RoPE-table sums (D) as float8, sized for the largest head
- * dim (D is an argument: one program serves every head dim, the prep forward's CPU form's on PoCL). */
-int cd_prep_backward_cpu_form(camdelta_context *ctx, camdelta_dtype dtype) {
-  /* one work-item walks every head of its blocks in one launch: a driver with a loop budget (cd_loop_budget) would
-   * end its loops early */
-  return cd_option(ctx, CD_OPT_PREP_BWD_FORM, dtype) == 2 && !cd_loop_budget(ctx);
-}
-
-static int cpu_kernel(camdelta_context *ctx, camdelta_dtype dtype, cl_kernel *k, unsigned *pb, camdelta_status *st) {
-  *st = CAMDELTA_OK;
-  *k = NULL;
-  if (!cd_prep_backward_cpu_form(ctx, dtype)) return 0;
-  *pb = cd_option(ctx, CD_OPT_PREP_BWD_PB, dtype);
-  while (*pb > 1 && (uint64_t)*pb * (66 + 2 * CAMDELTA_MAX_HEAD_DIM) * 32 > ctx->info.local_mem_bytes) *pb /= 2;
-  char opts[120], dt[40];
-  snprintf(opts, sizeof opts, "%s -DCD_DMAX=%d -DCD_PB=%u", cd_dtype_opts(dtype, dt), CAMDELTA_MAX_HEAD_DIM, *pb);
-  return (*st = cd_kernel(ctx, "prep_cpu.cl", opts, "cd_prep_bwd_cpu", k)) ? 0 : 1;
-}
-
 static camdelta_status build_kernels(camdelta_context *ctx, camdelta_dtype dtype, size_t D, pb_kernels *k) {
   memset(k, 0, sizeof *k);
   camdelta_status st = cd_prep_kernel(ctx, "prep_backward.cl", "cd_prep_bwd_heads", dtype, D, &k->heads, &k->ts);
@@ -87,6 +64,27 @@ static camdelta_status build_kernels(camdelta_context *ctx, camdelta_dtype dtype
       (st = cd_kernel(ctx, "prep_backward.cl", opts, "cd_prep_bwd_reduce", &k->reduce)))
     release_kernels(k);
   return st;
+}
+
+int cd_prep_backward_cpu_form(camdelta_context *ctx, camdelta_dtype dtype) {
+  /* one work-item walks every head of its blocks in one launch: a driver with a loop budget (cd_loop_budget) would
+   * end its loops early */
+  return cd_option(ctx, CD_OPT_PREP_BWD_FORM, dtype) == 2 && !cd_loop_budget(ctx);
+}
+
+/* The CPU form (cl/prep_cpu.cl cd_prep_bwd_cpu) where the context runs it, with its blocks of 8 tokens per work-item:
+ * returns 1 and fills *k and *pb, else 0 (a build failure sets *st). Its local memory per block: the inverse RMS (2),
+ * camera matrices (32), RoPE tables (D), dproj sums (32) and RoPE-table sums (D) as float8, sized for the largest head
+ * dim (D is an argument: one program serves every head dim, the prep forward's CPU form's on PoCL). */
+static int cpu_kernel(camdelta_context *ctx, camdelta_dtype dtype, cl_kernel *k, unsigned *pb, camdelta_status *st) {
+  *st = CAMDELTA_OK;
+  *k = NULL;
+  if (!cd_prep_backward_cpu_form(ctx, dtype)) return 0;
+  *pb = cd_option(ctx, CD_OPT_PREP_BWD_PB, dtype);
+  while (*pb > 1 && (uint64_t)*pb * (66 + 2 * CAMDELTA_MAX_HEAD_DIM) * 32 > ctx->info.local_mem_bytes) *pb /= 2;
+  char opts[120], dt[40];
+  snprintf(opts, sizeof opts, "%s -DCD_DMAX=%d -DCD_PB=%u", cd_dtype_opts(dtype, dt), CAMDELTA_MAX_HEAD_DIM, *pb);
+  return (*st = cd_kernel(ctx, "prep_cpu.cl", opts, "cd_prep_bwd_cpu", k)) ? 0 : 1;
 }
 
 camdelta_status cd_prep_backward_warm(camdelta_context *ctx, camdelta_dtype dtype, size_t D) {
