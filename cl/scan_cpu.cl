@@ -24,8 +24,11 @@
  * row-major. Launches: local size 1; gram global (B·H·F, column blocks), chain (B·H, D / CD_CB) (the pair's
  * (B·H, 2·D / CD_CB)), gradient chains B·H·(D / CD_CB) (the pair's twice that), apply and frames (B·H·F·blocks),
  * ddecay (B·H·F). Every buffer comes with a ulong element offset; every sum has a fixed order.
- * The serial loops of one work-item stay far below 65535 iterations at every shape the library takes (a loop
- * budget some drivers impose per work-item): the reduction loops are unrolled by 4.
+ * Where the driver ends a work-item's loops after a number of iterations per launch (Mesa's gallivm, cd_loop_budget),
+ * the chains run a span of their steps per launch (t0, t1; u0, u1 with a carry buffer) and the gram a span of a
+ * frame's tokens (s0, s1, part), as their work-group counterparts do; src/scan/cpu.c counts each kernel's loop
+ * iterations as written here (loops of a constant trip count of at most 8 aside: the compilers unroll them, so
+ * they are kept in that form, the tails of token vectors included).
  *
  * Build options: CD_D head dim (a multiple of 8); CD_CB gram and chain columns per work-group (8 or 16, divides
  * CD_D); CD_TC gram tokens per staged chunk (a multiple of 8); CD_GR gram rows per register block (2, 4, 6 or 8);
@@ -66,7 +69,8 @@ inline float8 cd_ld8_part(global const float *p, int n) {
 inline void cd_st8_part(float8 x, global float *p, int n) {
   float t[8];
   vstore8(x, 0, t);
-  for (int i = 0; i < 8 && i < n; i++) p[i] = t[i];
+  CD_UNROLL for (int i = 0; i < 8; i++)
+    if (i < n) p[i] = t[i];
 }
 /* Vector v of a token block at p: full blocks load whole vectors, a tail block only its n valid tokens. */
 #define CD_LD(p, v, full, n) ((full) ? vload8((v), (p)) : cd_ld8_part((p) + 8 * (v), (int)(n) - 8 * (v)))
@@ -102,7 +106,7 @@ CD_INLINE void cd_gram_rows(local float8 *Cs, local const float8 *Ys, global con
     }                                                                                               \
   } while (0)
   const uint t8 = tn & ~7u;
-  for (uint s0 = 0; s0 < t8; s0 += 8) CD_UNROLL for (uint s = s0; s < s0 + 8; s++) CD_GRAM_STEP(s);
+  for (uint s0 = 0; s0 < t8; s0 += 8) CD_UNROLL for (uint s = 0; s < 8; s++) CD_GRAM_STEP(s0 + s);
   for (uint s = t8; s < tn; s++) CD_GRAM_STEP(s);
 #undef CD_GRAM_STEP
   CD_UNROLL for (int r = 0; r < R; r++) CD_UNROLL for (int v = 0; v < CD_CBV; v++) Cs[(i0 + r) * CD_CBV + v] = acc[r][v];
@@ -111,11 +115,16 @@ CD_INLINE void cd_gram_rows(local float8 *Cs, local const float8 *Ys, global con
 /* One work-item per (b, h, f, column block): group (bhf, cb). mode 0: W = Q_fᵀ·dO_f (x = q, y0 = dO, o0 = W);
  * mode 1: A only (x = y0 = k, o0 = A); mode 2: A and U over 2D columns (x = y0 = k, y1 = v, o0 = A, o1 = U), the
  * column blocks of A first; mode 3: U only (x = k, y1 = v, o1 = U). β scales the staged Y in modes 1-3. A's column
- * block computes the rows up to its last column and writes them twice (A is symmetric). */
+ * block computes the rows up to its last column and writes them twice (A is symmetric).
+ * A launch sums the frame's tokens s0 <= s < s1 (s0 a multiple of CD_TC, so that the chunks are those of one
+ * launch): all of them (0, 0xFFFFFFFF), or where the driver ends a work-item's loops after a fixed number of
+ * iterations (Mesa's gallivm) a part; part bit 0: continue the raw sums an earlier launch left in the outputs (the
+ * block's own elements), bit 1: leave the raw sums there for the next launch instead of finishing them. */
 kernel void cd_cpu_gram(global const float *x, ulong x_off, global const float *y0, ulong y0_off,
                         global const float *y1, ulong y1_off, global const float *beta, ulong beta_off,
                         global const float *decay, ulong decay_off, global float *o0, ulong o0_off, global float *o1,
-                        ulong o1_off, ulong N, uint S, uint F, uint mode CD_PK_ARGS) {
+                        ulong o1_off, ulong N, uint S, uint F, uint mode, uint s0, uint s1,
+                        uint part CD_PK_ARGS) {
   local float8 Ys[CD_TC * CD_CBV]; /* Ys[s][v]: β_s·Y[c0 + 8v .. +8][t0 + s] */
   local float8 Cs[CD_D * CD_CBV];  /* the block's accumulators C[i][c0 ..] */
   const ulong bhf = get_group_id(0);
@@ -134,9 +143,17 @@ kernel void cd_cpu_gram(global const float *x, ulong x_off, global const float *
   const int use_beta = mode != 0;
   const uint rows = is_a ? c0 + CD_CB : CD_D; /* A: the rows up to the block's last column */
 
-  for (uint i = 0; i < rows * CD_CBV; i++) Cs[i] = (float8)(0.0f);
-  for (uint t0 = 0; t0 < Sf; t0 += CD_TC) {
-    const uint tn = min((uint)CD_TC, Sf - t0);
+  /* the raw sums: A's block at its own rows and columns, W's and U's at theirs */
+  global float *raw = (is_a ? o0 + o0_off : mode == 0 ? o0 + o0_off : o1 + o1_off) + bhf * CD_DD + c0;
+  if (part & 1u) {
+    for (uint i = 0; i < rows; i++)
+      CD_UNROLL for (int v = 0; v < CD_CBV; v++) Cs[i * CD_CBV + v] = vload8(v, raw + (ulong)i * CD_D);
+  } else {
+    for (uint i = 0; i < rows * CD_CBV; i++) Cs[i] = (float8)(0.0f);
+  }
+  const uint tend = min(s1, Sf);
+  for (uint t0 = s0; t0 < tend; t0 += CD_TC) {
+    const uint tn = min((uint)CD_TC, tend - t0);
     const uint t8 = tn & ~7u;
     /* stage Ys: 8 x 8 blocks transposed, the chunk's last partial group element by element */
     for (uint s = 0; s < t8; s += 8) {
@@ -168,7 +185,10 @@ kernel void cd_cpu_gram(global const float *x, ulong x_off, global const float *
   }
 
   const local float *C = (const local float *)Cs;
-  if (is_a) {
+  if (part & 2u) {
+    for (uint i = 0; i < rows; i++)
+      CD_UNROLL for (int v = 0; v < CD_CBV; v++) vstore8(Cs[i * CD_CBV + v], v, raw + (ulong)i * CD_D);
+  } else if (is_a) {
     global float *A = o0 + o0_off + bhf * CD_DD;
     const float d = decay[decay_off + bhf];
     for (uint i = 0; i < rows; i++)
@@ -234,18 +254,22 @@ inline void cd_block_save(global float *dst, local const float8 *X, float scale)
 /* One chain's column block over the frames fr0 .. fr0 + Fc − 1, the arithmetic of cd_phase_b_chain
  * (scan_chunkwise.cl): causal M_f = A_f·M_{f−1} + U_f, reverse T_{f−1} = A_f·T_f + U_f; post[qf] the state output
  * frame qf reads, pre[qf] the decayed state before the update (save_pre), fin the last state (want_final); mask
- * (NULL: none) drops key frame f's update where mask[f] == 0. sbase: this chain's init/final row and column. */
+ * (NULL: none) drops key frame f's update where mask[f] == 0. sbase: this chain's init/final row and column.
+ * As cd_phase_b_chain, a launch runs the steps t0 <= t < t1 (all: 0, 0xFFFFFFFF), the state coming from init and,
+ * where steps are left (t1 != 0xFFFFFFFF), going to fin for the next launch. */
 inline void cd_chain_states(local float8 *X, local float8 *Y, global const float *A, global const float *U,
                             global const float *decay, global const float *init, int has_init, global float *post,
                             global float *pre, int save_pre, global float *fin, int want_final,
-                            global const uint *mask, ulong fr0, uint Fc, ulong sbase, uint j0, int reverse) {
+                            global const uint *mask, ulong fr0, uint Fc, ulong sbase, uint j0, int reverse, uint t0,
+                            uint t1) {
   cd_block_load(X, init + sbase, has_init);
-  if (reverse) { /* output frame F−1 reads the init state: no decay, no update */
+  if (reverse && t0 == 0) { /* output frame F−1 reads the init state: no decay, no update */
     cd_block_save(post + (fr0 + Fc - 1) * CD_DD + j0, X, 1.0f);
     if (save_pre) cd_block_save(pre + (fr0 + Fc - 1) * CD_DD + j0, X, 1.0f);
   }
   const uint nsteps = reverse ? (Fc - 1 + (want_final ? 1 : 0)) : Fc;
-  for (uint t = 0; t < nsteps; t++) {
+  const uint tend = min(t1, nsteps);
+  for (uint t = t0; t < tend; t++) {
     const uint kf = reverse ? Fc - 1 - t : t;
     const int qf = reverse ? (int)kf - 1 : (int)kf;
     const int keep = !mask || mask[kf] != 0u;
@@ -254,21 +278,23 @@ inline void cd_chain_states(local float8 *X, local float8 *Y, global const float
     for (uint i = 0; i < CD_D * CD_CBV; i++) X[i] = Y[i];
     if (qf >= 0) cd_block_save(post + (fr0 + (uint)qf) * CD_DD + j0, X, 1.0f);
   }
-  if (want_final) cd_block_save(fin + sbase, X, 1.0f);
+  if (want_final || t1 != 0xFFFFFFFFu) cd_block_save(fin + sbase, X, 1.0f);
 }
 
 /* cd_scan_phase_b's arguments and meaning; group (bh, column block). */
 kernel void cd_cpu_chain(global const float *A, ulong a_off, global const float *U, ulong u_off,
                          global const float *decay, ulong decay_off, global const float *init, ulong init_off,
                          global float *post, ulong post_off, global float *pre, ulong pre_off, global float *fin,
-                         ulong fin_off, uint F, int reverse, int has_init, int save_pre, int want_final CD_PK_ARGS) {
+                         ulong fin_off, uint F, int reverse, int has_init, int save_pre, int want_final, uint t0,
+                         uint t1 CD_PK_ARGS) {
   local float8 X[CD_D * CD_CBV], Y[CD_D * CD_CBV];
   const ulong bh = get_group_id(0);
   uint Fc;
   const ulong fr0 = cd_chain(bh, F, &Fc);
   const uint j0 = get_group_id(1) * CD_CB;
   cd_chain_states(X, Y, A + a_off, U + u_off, decay + decay_off, init + init_off, has_init, post + post_off,
-                  pre + pre_off, save_pre, fin + fin_off, want_final, NULL, fr0, Fc, bh * CD_DD + j0, j0, reverse);
+                  pre + pre_off, save_pre, fin + fin_off, want_final, NULL, fr0, Fc, bh * CD_DD + j0, j0, reverse, t0,
+                  t1);
 }
 
 /* cd_pair_phase_b's arguments and meaning: group (bh, column block), blocks [0, nj) of the causal chains, the rest
@@ -278,7 +304,7 @@ kernel void cd_cpu_pair_chain(global const float *A, ulong a_off, global const f
                               global const float *init_r, ulong init_r_off, global float *post_c, ulong post_c_off,
                               global float *post_r, ulong post_r_off, global float *fin_c, ulong fin_c_off,
                               global float *fin_r, ulong fin_r_off, uint F, uint nj, int has_init_c, int has_init_r,
-                              int want_final_c, int want_final_r) {
+                              int want_final_c, int want_final_r, uint t0, uint t1) {
   local float8 X[CD_D * CD_CBV], Y[CD_D * CD_CBV];
   const ulong bh = get_group_id(0);
   const int reverse = get_group_id(1) >= nj;
@@ -286,21 +312,23 @@ kernel void cd_cpu_pair_chain(global const float *A, ulong a_off, global const f
   const ulong sbase = bh * CD_DD + j0;
   if (reverse)
     cd_chain_states(X, Y, A + a_off, U + u_off, A, init_r + init_r_off, has_init_r, post_r + post_r_off, post_r, 0,
-                    fin_r + fin_r_off, want_final_r, mask, bh * F, F, sbase, j0, 1);
+                    fin_r + fin_r_off, want_final_r, mask, bh * F, F, sbase, j0, 1, t0, t1);
   else
     cd_chain_states(X, Y, A + a_off, U + u_off, A, init_c + init_c_off, has_init_c, post_c + post_c_off, post_c, 0,
-                    fin_c + fin_c_off, want_final_c, NULL, bh * F, F, sbase, j0, 0);
+                    fin_c + fin_c_off, want_final_c, NULL, bh * F, F, sbase, j0, 0, t0, t1);
 }
 
-/* One gradient chain's column block c0 over its Fc frames (Ab, Wb at the chain's first frame): causal f = Fc−1..0:
- * G_f = W_f + x, x = A_fᵀG_f; reverse f = 0..Fc−1: G_f = x, x = W_f + [mask_f] A_fᵀG_f (mask NULL: every frame
- * kept); x starts at gf (zero without has_gf), dinit = x after the last frame when has_di. G at the chain's first
- * frame and column block. */
+/* One gradient chain's column block c0 over its Fc frames (Ab, Wb at the chain's first frame), its steps
+ * g0 <= st < g1: causal f = Fc−1..0: G_f = W_f + x, x = A_fᵀG_f; reverse f = 0..Fc−1: G_f = x, x = W_f +
+ * [mask_f] A_fᵀG_f (mask NULL: every frame kept); x starts at gf (zero without has_gf) on step 0, else at the carry
+ * row crow (an earlier launch's x). G at the chain's first frame and column block. */
 inline void cd_grads(local float8 *X, local float8 *Y, global const float *Ab, global const float *Wb,
-                     global const float *gf, int has_gf, global float *G, global float *di, int has_di,
-                     global const uint *mask, uint Fc, uint c0, int reverse) {
-  cd_block_load(X, gf, has_gf);
-  for (uint r = 0; r < Fc; r++) {
+                     global const float *gf, int has_gf, global const float *crow, global float *G,
+                     global const uint *mask, uint Fc, uint g0, uint g1, uint c0, int reverse) {
+  if (g0 >= g1) return;
+  if (g0 == 0) cd_block_load(X, gf, has_gf);
+  else cd_block_load(X, crow, 1);
+  for (uint r = g0; r < g1; r++) {
     const uint f = reverse ? r : Fc - 1 - r;
     if (!reverse) /* G_f = W_f + x */
       for (uint i = 0; i < CD_D; i++)
@@ -309,46 +337,56 @@ inline void cd_grads(local float8 *X, local float8 *Y, global const float *Ab, g
     cd_chain_step(Y, X, Ab + f * CD_DD, 1, Wb + f * CD_DD + c0, reverse, !mask || mask[f] != 0u);
     for (uint i = 0; i < CD_D * CD_CBV; i++) X[i] = Y[i];
   }
-  if (has_di) cd_block_save(di, X, 1.0f);
 }
 
 /* cd_scan_bwd_chain's arguments and meaning; group bh·(D / CB) + column block: with recompute, first the states
  * M_f = A_f·Mprev_f + U_f into Z (the `states` layout), then G_f (causal f = F−1..0: G_f = W_f + x, x = A_fᵀG_f;
- * reverse f = 0..F−1: G_f = x, x = W_f + A_fᵀG_f) into G, and dinit = x when asked. */
+ * reverse f = 0..F−1: G_f = x, x = W_f + A_fᵀG_f) into G, and dinit = x when asked. As that kernel's, a launch runs
+ * the steps u0 <= u < u1 of the two chains one after the other (all: 0, 0xFFFFFFFF), x carried to the next launch
+ * through `carry` ((·, D, D) per chain, like init). */
 kernel void cd_cpu_grad_chain(global const float *A, ulong A_off, global const float *W, ulong W_off,
                               global const float *U, ulong U_off, global float *Z, ulong Z_off,
                               global const float *init, ulong init_off, global const float *gfinal, ulong gf_off,
                               global float *G, ulong G_off, global float *dinit, ulong di_off, uint F, int reverse,
-                              int recompute, int has_init, int has_gfinal, int has_dinit CD_PK_ARGS) {
+                              int recompute, int has_init, int has_gfinal, int has_dinit, uint u0, uint u1,
+                              global float *carry CD_PK_ARGS) {
   local float8 X[CD_D * CD_CBV], Y[CD_D * CD_CBV];
   const ulong bh = get_group_id(0) / (CD_D / CD_CB);
   const uint c0 = (uint)(get_group_id(0) % (CD_D / CD_CB)) * CD_CB;
   uint Fc;
-  const ulong fb = cd_chain(bh, F, &Fc) * CD_DD;
+  const ulong fb = cd_chain(bh, F, &Fc) * CD_DD, sb = bh * CD_DD + c0;
   global const float *Ab = A + A_off + fb, *Ub = U + U_off + fb, *Wb = W + W_off + fb;
-  if (recompute) { /* causal key frames 0..F−1 into slots 0..F−1; reverse key frames F−1..1 into slots F−2..0 */
-    cd_block_load(X, init + init_off + bh * CD_DD + c0, has_init);
-    const uint n = reverse ? Fc - 1 : Fc;
-    for (uint r = 0; r < n; r++) {
+  const uint nfwd = recompute ? (reverse ? Fc - 1 : Fc) : 0, total = nfwd + Fc;
+  const uint ua = min(u0, total), ub = min(u1, total); /* this launch's steps */
+  /* the states: causal key frames 0..F−1 into slots 0..F−1; reverse key frames F−1..1 into slots F−2..0 */
+  const uint r0 = ua, r1 = min(ub, nfwd);
+  if (r0 < r1) {
+    if (r0 == 0) cd_block_load(X, init + init_off + sb, has_init);
+    else cd_block_load(X, carry + sb, 1);
+    for (uint r = r0; r < r1; r++) {
       const uint f = reverse ? Fc - 1 - r : r, slot = reverse ? f - 1 : f;
       cd_chain_step(Y, X, Ab + f * CD_DD, 0, Ub + f * CD_DD + c0, 1, 1);
       for (uint i = 0; i < CD_D * CD_CBV; i++) X[i] = Y[i];
       cd_block_save(Z + Z_off + fb + slot * CD_DD + c0, X, 1.0f);
     }
   }
-  cd_grads(X, Y, Ab, Wb, gfinal + gf_off + bh * CD_DD + c0, has_gfinal, G + G_off + fb + c0,
-           dinit + di_off + bh * CD_DD + c0, has_dinit, NULL, Fc, c0, reverse);
+  const uint g0 = max(ua, nfwd) - nfwd, g1 = max(ub, nfwd) - nfwd; /* g0 == 0: this launch starts the G chain */
+  cd_grads(X, Y, Ab, Wb, gfinal + gf_off + sb, has_gfinal, carry + sb, G + G_off + fb + c0, NULL, Fc, g0, g1, c0,
+           reverse);
+  if (ua < ub && ub < total) cd_block_save(carry + sb, X, 1.0f);
+  if (ua < ub && ub == total && has_dinit) cd_block_save(dinit + di_off + sb, X, 1.0f);
 }
 
 /* cd_pair_bwd_chain's arguments and meaning: group bh·(D / CB) + column block, the first half of the groups the
  * causal gradient chains, the second the reverse ones with A_f = 0 at the frames where mask is 0; global
- * 2·B·H·(D / CB). */
+ * 2·B·H·(D / CB). Steps u0 <= u < u1 per launch, x carried through `carry` ((2·B·H, D, D): causal chains, then
+ * reverse), as cd_pair_bwd_chain's. */
 kernel void cd_cpu_pair_grad_chain(global const float *A, ulong A_off, global const float *W, ulong W_off,
                                    global const uint *mask, global const float *gf_c, ulong gf_c_off,
                                    global const float *gf_r, ulong gf_r_off, global float *G_c, ulong G_c_off,
                                    global float *G_r, ulong G_r_off, global float *di_c, ulong di_c_off,
                                    global float *di_r, ulong di_r_off, uint F, int has_gf_c, int has_gf_r,
-                                   int has_di_c, int has_di_r) {
+                                   int has_di_c, int has_di_r, uint u0, uint u1, global float *carry) {
   local float8 X[CD_D * CD_CBV], Y[CD_D * CD_CBV];
   const ulong nhalf = get_num_groups(0) / 2;
   const int reverse = get_group_id(0) >= nhalf;
@@ -356,13 +394,22 @@ kernel void cd_cpu_pair_grad_chain(global const float *A, ulong A_off, global co
   const ulong bh = grp / (CD_D / CD_CB);
   const uint c0 = (uint)(grp % (CD_D / CD_CB)) * CD_CB;
   const ulong fb = bh * F * CD_DD, sb = bh * CD_DD + c0;
+  const ulong cr = (get_group_id(0) / (CD_D / CD_CB)) * CD_DD + c0; /* this chain's carry row and column */
   global const float *Ab = A + A_off + fb, *Wb = W + W_off + fb;
-  if (reverse)
-    cd_grads(X, Y, Ab, Wb, gf_r + gf_r_off + sb, has_gf_r, G_r + G_r_off + fb + c0, di_r + di_r_off + sb, has_di_r,
-             mask, F, c0, 1);
-  else
-    cd_grads(X, Y, Ab, Wb, gf_c + gf_c_off + sb, has_gf_c, G_c + G_c_off + fb + c0, di_c + di_c_off + sb, has_di_c,
-             NULL, F, c0, 0);
+  const uint g0 = min(u0, F), g1 = min(u1, F);
+  global float *di;
+  int has_di;
+  if (reverse) {
+    cd_grads(X, Y, Ab, Wb, gf_r + gf_r_off + sb, has_gf_r, carry + cr, G_r + G_r_off + fb + c0, mask, F, g0, g1,
+             c0, 1);
+    di = di_r + di_r_off + sb, has_di = has_di_r;
+  } else {
+    cd_grads(X, Y, Ab, Wb, gf_c + gf_c_off + sb, has_gf_c, carry + cr, G_c + G_c_off + fb + c0, NULL, F, g0, g1,
+             c0, 0);
+    di = di_c + di_c_off + sb, has_di = has_di_c;
+  }
+  if (g0 < g1 && g1 < F) cd_block_save(carry + cr, X, 1.0f);
+  if (g0 < g1 && g1 == F && has_di) cd_block_save(di, X, 1.0f);
 }
 
 /* Row blocks of R over the D rows of an output, CALL(j0, r) each; the rest (D is a multiple of 8, R of at most 8)

@@ -277,10 +277,12 @@ static camdelta_status forward_launches(const problem *p, int reverse, unsigned 
 /* A driver that ends a work-item's loops after a number of iterations per launch (Mesa's llvmpipe: 65535, found by
  * the probe), emulated with CAMDELTA_DEVICE_LIMITS loops=N: the sequential walk and the chunkwise phase B run in
  * several launches that carry the state and give the same results; where a launch cannot fit, the call fails with a
- * message instead of returning wrong numbers. */
+ * message instead of returning wrong numbers. The work-group forms (scan CPU=0; the CPU forms' walks under a budget
+ * are test_scan_cpu's). */
 static void test_loop_budget(void **state) {
   (void)state;
-  char *was = tu_limits_saved();
+  char *was = tu_limits_saved(), *was_cpu = tu_env_saved("CAMDELTA_SCAN_CPU");
+  assert_int_equal(setenv("CAMDELTA_SCAN_CPU", "0", 1), 0);
   problem p;
   problem_make(&p, 1, 2, 56, 8, 64, 661);
   float *out = malloc(p.n_tok * 4), *fin = malloc(p.n_state * 4);
@@ -329,15 +331,19 @@ static void test_loop_budget(void **state) {
   }
   free(out), free(fin);
   problem_free(&p);
+  tu_env_context("CAMDELTA_SCAN_CPU", was_cpu);
+  free(was_cpu);
   tu_limits_restore(was);
 }
 
 /* Frames longer than one launch of the chunkwise phase A can sum (Rusticl: D=32 S=2000 needs 185679 iterations of
  * its 65535): the gram sums a frame's tokens over several launches, carrying the raw sums in its outputs, with the
- * results of one launch; a budget too small for one chunk of tokens is refused with a message. */
+ * results of one launch; a budget too small for one chunk of tokens is refused with a message. The work-group forms
+ * (scan CPU=0), as above. */
 static void test_loop_budget_long_frames(void **state) {
   (void)state;
-  char *was = tu_limits_saved();
+  char *was = tu_limits_saved(), *was_cpu = tu_env_saved("CAMDELTA_SCAN_CPU");
+  assert_int_equal(setenv("CAMDELTA_SCAN_CPU", "0", 1), 0);
   problem p;
   problem_make(&p, 1, 2, 32, 3, 1000, 662);
   float *out = malloc(p.n_tok * 4), *fin = malloc(p.n_state * 4), *whole = malloc(p.n_tok * 4);
@@ -368,6 +374,8 @@ static void test_loop_budget_long_frames(void **state) {
   assert_non_null(strstr(camdelta_last_message(), "loops after 60 iterations"));
   free(out), free(fin), free(whole);
   problem_free(&p);
+  tu_env_context("CAMDELTA_SCAN_CPU", was_cpu);
+  free(was_cpu);
   tu_limits_restore(was);
 }
 

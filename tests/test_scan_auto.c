@@ -329,7 +329,7 @@ static void test_on_device(void **state) {
   camdelta_context *ctx = tu_context();
   /* where the CPU forms run, AUTO takes the chunkwise algorithm whatever the costs; the costs' choice is tested
    * with them off */
-  const int cpu_forms = cd_scan_cpu_forms(ctx);
+  const int cpu_forms = cd_scan_cpu_forms(ctx, 32);
   TU_OK(camdelta_tune_set(ctx, "scan", "CPU=0"));
   tu_seed(7);
   dev_problem tiny = {1, 2, 32, 4, 8, NULL, NULL, NULL, NULL, NULL, NULL};

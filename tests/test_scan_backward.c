@@ -223,7 +223,7 @@ static int run_case(const sb_case *c, double *ms) {
   /* the CPU forms: W in its own launch, then A (and U) unless reused; more where the driver's loop budget splits the
    * grams' tokens or the chains' frames over launches */
   const unsigned launches = cd_tc_available(ctx)    ? (reused_a ? 5u : 6u)
-                            : cd_scan_cpu_forms(ctx) ? (reused_a ? 4u : 5u)
+                            : cd_scan_cpu_forms(ctx, c->D) ? (reused_a ? 4u : 5u)
                                                      : 4u;
   if (cd_loop_budget(ctx)) assert_true(prof.kernels >= launches);
   else assert_int_equal(prof.kernels, launches);
@@ -505,10 +505,12 @@ static void test_scan_backward_small_kernel_limit(void **state) {
 
 /* A driver that ends a work-item's loops after a number of iterations per launch (Mesa's llvmpipe: 65535), emulated
  * with CAMDELTA_DEVICE_LIMITS loops=N: the grams sum each frame's tokens over several launches and the chains run in
- * launches of a few frames, with the same gradients; a budget too small for one chunk fails with a message. */
+ * launches of a few frames, with the same gradients; a budget too small for one chunk fails with a message. The
+ * work-group forms (scan CPU=0; the CPU forms' are test_scan_cpu's). */
 static void test_scan_backward_loop_budget(void **state) {
   (void)state;
-  char *was = tu_limits_saved();
+  char *was = tu_limits_saved(), *was_cpu = tu_env_saved("CAMDELTA_SCAN_CPU");
+  assert_int_equal(setenv("CAMDELTA_SCAN_CPU", "0", 1), 0);
   tu_limits_env(was, "loops=5000");
   for (int rev = 0; rev < 2; rev++)
     for (int saved = SAVED_NONE; saved <= SAVED_REF; saved++) {
@@ -528,6 +530,8 @@ static void test_scan_backward_loop_budget(void **state) {
                   "loops after 100 iterations");
   device_free(&d);
   problem_free(&p);
+  tu_env_context("CAMDELTA_SCAN_CPU", was_cpu);
+  free(was_cpu);
   tu_limits_restore(was);
 }
 

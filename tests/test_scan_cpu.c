@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "runtime/internal.h"
+#include "scan/cpu.h"
 #include "testutil.h"
 
 #define FWD_BOUND 1e-5
@@ -133,10 +134,9 @@ static void run_case(const sc_case *c) {
 
 static void report_worst(const char *prefix) { tu_report_worst(prefix, out_names, worst, NOUT); }
 
-/* The CPU forms give way, even where they are forced, to the tensor-core path (a device that has it: NVIDIA's) and
- * to a loop budget (cd_loop_budget: Rusticl on llvmpipe), whose plans keep the work-group forms (they split their
- * launches within the budget; the CPU forms walk a chain or a frame's tokens in one launch). On such a device the
- * forced plans must say which path they took, and there is nothing of the CPU forms to run: 1 there. */
+/* The CPU forms give way, even where they are forced, to the tensor-core path (a device that has it: NVIDIA's),
+ * whose plans must say so; there is nothing of the CPU forms to run there: 1. Under a loop budget (cd_loop_budget:
+ * Rusticl on llvmpipe) they split their walks and run. */
 static int cpu_forms_off(void) {
   camdelta_context *ctx = tu_context();
   TU_OK(camdelta_tune_set(ctx, "scan", "CPU=1"));
@@ -144,12 +144,8 @@ static int cpu_forms_off(void) {
   a.B = 1, a.H = 1, a.D = 16, a.F = 2, a.S = 8, a.algorithm = CAMDELTA_SCAN_CHUNKWISE;
   char text[1024];
   TU_OK(camdelta_scan_plan_describe(ctx, &a, text, sizeof text));
-  if (strstr(text, "cpu forms")) {
-    if (cd_loop_budget(ctx)) fail_msg("the CPU forms under a loop budget: %s", text);
-    return 0;
-  }
-  if (!cd_loop_budget(ctx) && !strstr(text, "tensor cores"))
-    fail_msg("the CPU forms forced, neither a loop budget nor the tensor-core path, yet: %s", text);
+  if (strstr(text, "cpu forms")) return 0;
+  if (!strstr(text, "tensor cores")) fail_msg("the CPU forms forced, no tensor-core path, yet: %s", text);
   return 1;
 }
 
@@ -204,5 +200,45 @@ static void test_scan_cpu_d112(void **state) {
   report_worst("scan_cpu d112");
 }
 
+/* A driver that ends a work-item's loops after a number of iterations per launch (Mesa's llvmpipe: 65535), emulated
+ * with CAMDELTA_DEVICE_LIMITS loops=N: at loops=3000 and D=24 the gram sums a frame's 300 tokens in two launches
+ * (one chunk of 256 each) and the chains run 12 steps per launch (the forward's 16 in two, the backward's recomputed
+ * states and gradients in three), the state carried; the results are the reference's and the plans say how the walks
+ * split. A budget below one step of them: the CPU forms give way. */
+static void test_scan_cpu_loop_budget(void **state) {
+  (void)state;
+  char *was = tu_limits_saved();
+  tu_limits_env(was, "loops=3000");
+  if (cpu_forms_off()) {
+    tu_limits_restore(was);
+    return;
+  }
+  for (int rev = 0; rev < 2; rev++) {
+    const sc_case c = {.B = 1, .H = 2, .D = 24, .F = 16, .S = 300, .reverse = rev, .states = 1, .from_fwd = rev};
+    run_case(&c);
+  }
+  camdelta_scan_args a = CAMDELTA_SCAN_ARGS_INIT;
+  a.B = 1, a.H = 2, a.D = 24, a.F = 16, a.S = 300, a.algorithm = CAMDELTA_SCAN_CHUNKWISE;
+  char text[1024];
+  TU_OK(camdelta_scan_plan_describe(tu_context(), &a, text, sizeof text));
+  printf("forward: %s\n", text);
+  if (!strstr(text, "cpu forms") || !strstr(text, "the gram sums 256 tokens per launch") ||
+      !strstr(text, "12 frames per launch"))
+    fail_msg("the forward's plan does not say how its walks split: %s", text);
+  camdelta_scan_backward_args b = CAMDELTA_SCAN_BACKWARD_ARGS_INIT;
+  b.B = 1, b.H = 2, b.D = 24, b.F = 16, b.S = 300;
+  TU_OK(camdelta_scan_backward_plan_describe(tu_context(), &b, text, sizeof text));
+  printf("backward: %s\n", text);
+  if (!strstr(text, "cpu forms") || !strstr(text, "grams 256 tokens per launch, chain 12 steps per launch"))
+    fail_msg("the backward's plan does not say how its walks split: %s", text);
+  /* not one chunk of the gram fits (2423 iterations): the work-group forms */
+  assert_true(cd_scan_cpu_forms(tu_context(), 24));
+  tu_limits_env(was, "loops=2400");
+  TU_OK(camdelta_tune_set(tu_context(), "scan", "CPU=1"));
+  assert_false(cd_scan_cpu_forms(tu_context(), 24));
+  report_worst("scan_cpu loop budget");
+  tu_limits_restore(was);
+}
+
 TU_MAIN(NULL, tu_teardown_context, cmocka_unit_test(test_scan_cpu_medium), cmocka_unit_test(test_scan_cpu_shapes),
-        cmocka_unit_test(test_scan_cpu_d112))
+        cmocka_unit_test(test_scan_cpu_d112), cmocka_unit_test(test_scan_cpu_loop_budget))

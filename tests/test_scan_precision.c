@@ -271,7 +271,7 @@ static void test_plan(void **state) {
     assert_non_null(strstr(exact, "split-TF32"));
     assert_non_null(strstr(exact, "phase_a gram_tc"));
     assert_non_null(strstr(tf32, "precision tf32 (tensor cores)"));
-  } else if (cd_scan_cpu_forms(tu_context())) {
+  } else if (cd_scan_cpu_forms(tu_context(), a.D)) {
     assert_non_null(strstr(exact, "cpu forms (gram, chain, apply)"));
     assert_non_null(strstr(tf32, "tf32 requested, no tensor-core path"));
     assert_non_null(strstr(tf32, "cpu forms"));

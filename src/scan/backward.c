@@ -38,7 +38,7 @@ static camdelta_status cpu_parts(camdelta_context *ctx, size_t D, int pair, cd_c
                                  cd_chain *chain, cd_frames *frames, cd_ddecay *ddecay) {
   camdelta_status st = cd_scan_cpu_program(ctx, D, p);
   if (!st) st = cd_gram_build_cpu(p, gram);
-  if (!st) st = cd_chain_build_cpu(p, pair ? CD_CHAIN_CPU_GRADS_PAIR : CD_CHAIN_CPU_GRADS, chain);
+  if (!st) st = cd_chain_build_cpu(ctx, p, pair ? CD_CHAIN_CPU_GRADS_PAIR : CD_CHAIN_CPU_GRADS, chain);
   if (!st) st = cd_frames_build_cpu(p, frames);
   if (!st) st = cd_ddecay_build_cpu(p, ddecay);
   return st;
@@ -46,7 +46,7 @@ static camdelta_status cpu_parts(camdelta_context *ctx, size_t D, int pair, cd_c
 
 camdelta_status cd_backward_units(camdelta_context *ctx, const cd_bwd_request *r, int pair, cd_bwd_units *pl) {
   camdelta_status st = CAMDELTA_OK;
-  if (r->variant == 0 && cd_scan_cpu_forms(ctx)) { /* packed clips keep the FMA forms */
+  if (r->variant == 0 && cd_scan_cpu_forms(ctx, r->D)) { /* packed clips keep the FMA forms */
     pl->cpu = 1;
     st = cpu_parts(ctx, r->D, pair, &pl->u.cpu_prog, &pl->u.gram, &pl->u.chain, &pl->u.frames, &pl->u.ddecay);
     if (!st) snprintf(pl->opts, sizeof pl->opts, "%s", pl->u.cpu_prog.opts);
@@ -103,6 +103,18 @@ static void tc_text(char *buf, size_t size, const char *what, const char *kernel
            t->nr, t->kc);
 }
 
+/* Appends the launches the driver's loop budget splits the grams (gram_tokens a frame's tokens per launch) and the
+ * chain (chain_per steps per launch) into: nothing where there is none. */
+static void split_text(size_t gram_tokens, size_t chain_per, const camdelta_scan_backward_args *a, char *buf,
+                       size_t size) {
+  const size_t used = strlen(buf);
+  const int split_g = gram_tokens < a->S;
+  const size_t csteps = 2 * a->F; /* at most: the chain recomputes the states where no saved object holds them */
+  if (split_g || chain_per < csteps)
+    snprintf(buf + used, size - used, "; the driver's loop budget: grams %zu tokens per launch, chain %zu steps per "
+             "launch", split_g ? gram_tokens : a->S, chain_per < csteps ? chain_per : csteps);
+}
+
 static void plan_text(const bwd_plan *pl, const camdelta_scan_backward_args *a, char *buf, size_t size) {
   const cd_sbwd_cfg *c = &pl->cfg;
   const size_t D = a->D;
@@ -110,6 +122,7 @@ static void plan_text(const bwd_plan *pl, const camdelta_scan_backward_args *a, 
     snprintf(buf, size, "backward; precision exact (fma)%s; cpu forms (gram, chain, frames, ddecay): %s",
              a->precision == CAMDELTA_PRECISION_TF32 ? "; tf32 requested, no tensor-core path on this device" : "",
              pl->opts);
+    split_text(pl->u.cpu_prog.gram_tokens, pl->u.chain.per, a, buf, size);
     return;
   }
   const char *path = pl->tc ? (pl->split ? "exact (tensor cores, split-TF32)" : "tf32 (tensor cores)")
@@ -133,13 +146,7 @@ static void plan_text(const bwd_plan *pl, const camdelta_scan_backward_args *a, 
     snprintf(rows, sizeof rows, " CR=%zu (%zu rows per item: the kernel allows fewer than D items)", c->cr, c->cr);
   snprintf(buf, size, "backward; precision %s%s; chain fma W=%zu CB=%zu%s%s%s; ddecay fma RL=%zu%s", path, g,
            D / c->cr, c->cb, rows, f, dq, c->rl, pl->overridden ? " (tiles overridden)" : "");
-  /* the launches the driver's loop budget splits the grams and the chain into (nothing where there is none) */
-  const size_t used = strlen(buf);
-  const int split_g = pl->u.gram.form == CD_GRAM_FMA_MODES && pl->u.gram.tokens < a->S;
-  const size_t csteps = 2 * a->F; /* at most: the chain recomputes the states where no saved object holds them */
-  if (split_g || pl->u.chain.per < csteps)
-    snprintf(buf + used, size - used, "; the driver's loop budget: grams %zu tokens per launch, chain %zu steps per "
-             "launch", split_g ? pl->u.gram.tokens : a->S, pl->u.chain.per < csteps ? pl->u.chain.per : csteps);
+  split_text(pl->u.gram.form == CD_GRAM_FMA_MODES ? pl->u.gram.tokens : SIZE_MAX, pl->u.chain.per, a, buf, size);
 }
 
 static camdelta_status check_describe(const camdelta_scan_backward_args *a) {

@@ -6,8 +6,8 @@
  *                 states, then the gradient chain
  *   grads pair    cd_pair_bwd_chain, both directions' gradient chains in one launch
  *   CPU forms     cd_cpu_chain, cd_cpu_pair_chain, cd_cpu_grad_chain, cd_cpu_pair_grad_chain (scan_cpu.cl): the
- *                 same arguments, groups and meaning with one work-item per group (w = 1), the whole walk in one
- *                 launch (cd_scan_cpu_forms: no loop budget), so without the span and carry arguments
+ *                 same arguments, groups and meaning with one work-item per group (w = 1), the span and carry
+ *                 arguments included
  *   summary       cd_summary_apply, one D x D step for every chain per launch, in the frame order of the summary:
  *                   T  causal X ← A_f·X for f = 0 … F−1, reverse for f = F−1 … 0, from X = I
  *                   E  causal X ← A_f·X + U_f for f = 0 … F−1, reverse for f = F−1 … 0, from X = 0 (or init)
@@ -47,13 +47,18 @@ camdelta_status cd_chain_build_summary(camdelta_context *ctx, size_t D, cd_chain
   return cd_kernel(ctx, "scan_summary.cl", opts, "cd_summary_apply", &ch->k);
 }
 
-camdelta_status cd_chain_build_cpu(const cd_cpu_scan *p, cd_chain_form form, cd_chain *ch) {
+camdelta_status cd_chain_build_cpu(camdelta_context *ctx, const cd_cpu_scan *p, cd_chain_form form,
+                                   cd_chain *ch) {
   *ch = (cd_chain){.form = form, .w = 1, .nj = (unsigned)(p->D / p->cb), .cr = 1, .per = SIZE_MAX};
   const cl_kernel k = form == CD_CHAIN_CPU_STATES        ? p->chain
                       : form == CD_CHAIN_CPU_STATES_PAIR ? p->pair_chain
                       : form == CD_CHAIN_CPU_GRADS       ? p->grad_chain
                                                          : p->pair_grad_chain;
-  return cd_cpu_retain(k, "the CPU chain", &ch->k);
+  cd_cpu_loops n;
+  cd_cpu_loop_count(p, &n);
+  camdelta_status st = cd_chain_budget(ctx, ch, n.chain_fixed, n.chain_step, "scan (cpu): the chain");
+  if (!st) st = cd_cpu_retain(k, "the CPU chain", &ch->k);
+  return st;
 }
 
 static int cpu_form(const cd_chain *ch) { return ch->form >= CD_CHAIN_CPU_STATES; }
@@ -86,9 +91,8 @@ void cd_chain_release(cd_chain *ch) {
 }
 
 /* One launch's steps of a chain's walk: from t0, to t0 + ch->per or (last) to the walk's end, marked 0xFFFFFFFF;
- * then the scratch `carry` where the kernel takes one (NULL: it does not). The CPU forms take neither. */
+ * then the scratch `carry` where the kernel takes one (NULL: it does not). */
 static void arg_span(cd_args *a, const cd_chain *ch, size_t t0, int last, cl_mem carry) {
-  if (cpu_form(ch)) return;
   cd_arg_u32(a, (uint32_t)t0);
   cd_arg_u32(a, last ? UINT32_MAX : (uint32_t)(t0 + ch->per));
   if (carry) cd_arg_mem(a, carry);

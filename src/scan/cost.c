@@ -174,7 +174,7 @@ camdelta_scan_algorithm cd_scan_auto_ctx(camdelta_context *ctx, size_t BH, size_
   const int tc = cd_tc_available(ctx) && (!cd_tc_emulated(ctx) || ctx->facts_emulated);
   const camdelta_scan_algorithm pick = cd_scan_auto(&ctx->info, tc, BH, D, F, S, e);
   /* the CPU forms run the chunkwise algorithm (their costs are not modelled: the estimates are the FMA forms') */
-  if (!cd_scan_cpu_forms(ctx)) return pick;
+  if (!cd_scan_cpu_forms(ctx, D)) return pick;
   if (e) e->pick = CAMDELTA_SCAN_CHUNKWISE;
   return CAMDELTA_SCAN_CHUNKWISE;
 }

@@ -197,7 +197,7 @@ static camdelta_status fwd_build(camdelta_context *ctx, const cd_plan_key *key, 
   if (!pl) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", OP);
   pl->alg = r->alg;
   /* the fixed shape's chunkwise plan on a context that takes the CPU forms (packed clips keep the FMA forms) */
-  if (r->alg == CAMDELTA_SCAN_CHUNKWISE && r->variant == 0 && cd_scan_cpu_forms(ctx)) {
+  if (r->alg == CAMDELTA_SCAN_CHUNKWISE && r->variant == 0 && cd_scan_cpu_forms(ctx, r->D)) {
     pl->cpu = 1;
     return cd_units_done(pl, cd_units_chunk_cpu(ctx, r->D, CD_CHAIN_CPU_STATES, &pl->u), out);
   }
@@ -341,10 +341,16 @@ static size_t walk_steps(const fwd_plan *pl, const camdelta_scan_args *a) {
 }
 
 /* Appends how the serial walk splits where the driver caps a work-item's loop iterations per launch
- * (cd_loop_budget): nothing where it runs in one launch. steps: the walk's steps in this call. */
-static void budget_text(const fwd_plan *pl, size_t budget, size_t steps, char *buf, size_t size) {
+ * (cd_loop_budget): nothing where it runs in one launch. steps: the walk's steps in this call, S its frames' tokens
+ * (the CPU form's gram sums them over launches of whole chunks). */
+static void budget_text(const fwd_plan *pl, size_t budget, size_t steps, size_t S, char *buf, size_t size) {
   const size_t per = pl->alg == CAMDELTA_SCAN_SEQUENTIAL ? pl->u.seq.per : pl->u.chain.per;
-  const size_t used = strlen(buf);
+  size_t used = strlen(buf);
+  if (budget && pl->cpu && pl->u.cpu_prog.gram_tokens < S) {
+    snprintf(buf + used, size - used, "; the gram sums %zu tokens per launch (the driver's loop budget: %zu "
+             "iterations per work-item)", pl->u.cpu_prog.gram_tokens, budget);
+    used = strlen(buf);
+  }
   if (!budget || per >= steps) return;
   if (!per)
     snprintf(buf + used, size - used, "; exceeds the driver's loop budget (%zu iterations per work-item)", budget);
@@ -417,7 +423,7 @@ camdelta_status camdelta_scan_plan_describe(camdelta_context *ctx, const camdelt
   if ((st = cd_forward_request(ctx, args, &r)) || (st = cd_forward_acquire(ctx, &r, &e))) return st;
   char text[1024];
   cd_forward_text(e, args->precision, text, sizeof text);
-  budget_text(e->plan, cd_loop_budget(ctx), walk_steps(e->plan, args), text, sizeof text);
+  budget_text(e->plan, cd_loop_budget(ctx), walk_steps(e->plan, args), args->S, text, sizeof text);
   cd_plan_release(ctx, e);
   if ((st = choice_text(ctx, args, r.alg, text, sizeof text))) return st;
   return cd_copy_text(fn, text, buf, size);
@@ -501,7 +507,8 @@ static camdelta_status fwd_plan_step(cd_call *c) {
   if (cd_option(c->ctx, CD_OPT_VERBOSE_SCAN, CAMDELTA_F32)) {
     char text[1024];
     cd_forward_text(s->e, args->precision, text, sizeof text);
-    budget_text(s->e->plan, cd_loop_budget(c->ctx), walk_steps(s->e->plan, args), text, sizeof text);
+    budget_text(s->e->plan, cd_loop_budget(c->ctx), walk_steps(s->e->plan, args), args->S, text,
+                sizeof text);
     if (!choice_text(c->ctx, args, s->r.alg, text, sizeof text)) fprintf(stderr, "camdelta scan: %s\n", text);
   }
   if (args->used) *args->used = s->r.alg;

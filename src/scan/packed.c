@@ -292,7 +292,8 @@ static camdelta_status fwd_plan(cd_call *c) {
   const pk_geo *g = &s->g;
   s->alg = p->algorithm;
   camdelta_status st = CAMDELTA_OK;
-  if (s->alg == CAMDELTA_SCAN_AUTO && cd_scan_cpu_forms(c->ctx)) /* the packed variant has no CPU forms: the costs */
+  /* the packed variant has no CPU forms: the costs (under a loop budget, cd_scan_decide: what fits) */
+  if (s->alg == CAMDELTA_SCAN_AUTO && cd_scan_cpu_forms(c->ctx, g->D) && !cd_loop_budget(c->ctx))
     s->alg = cd_scan_auto(&c->ctx->info, 0, g->clips * g->H, g->D, (g->F + g->clips - 1) / g->clips,
                           (g->N + g->F - 1) / g->F, NULL);
   else if (s->alg == CAMDELTA_SCAN_AUTO)

@@ -58,7 +58,7 @@ static camdelta_status pair_build(camdelta_context *ctx, const cd_plan_key *key,
   pair_plan *pl = calloc(1, sizeof *pl);
   if (!pl) return cd_fail(CAMDELTA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", OP);
   camdelta_status st = CAMDELTA_OK;
-  if ((pl->cpu = cd_scan_cpu_forms(ctx)))
+  if ((pl->cpu = cd_scan_cpu_forms(ctx, r->D)))
     st = cd_units_chunk_cpu(ctx, r->D, CD_CHAIN_CPU_STATES_PAIR, &pl->u);
   else
     st = cd_chunk_parts(ctx, r->BH, r->D, r->S, "", &pl->cc, &pl->u.gram, NULL, &pl->u.apply);

@@ -32,6 +32,10 @@ camdelta_status cd_ddecay_enqueue(camdelta_context *ctx, const cd_ddecay *d, con
   cd_arg_packed(&a, geo);
   const char *name = d->cpu ? "cd_cpu_ddecay" : "cd_scan_bwd_ddecay";
   if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, name);
+  if (d->cpu) { /* a work-item sums its frame's partials: within the driver's loop budget */
+    const camdelta_status st = cd_cpu_ddecay_fits(ctx, geo->D, ntiles);
+    if (st) return st;
+  }
   const size_t lws = d->w, gws = geo->BHF * lws;
   return cd_enqueue(ctx, d->k, 1, &gws, &lws, l, name);
 }
@@ -69,7 +73,7 @@ void cd_units_destroy(void *plan) {
 camdelta_status cd_units_chunk_cpu(camdelta_context *ctx, size_t D, cd_chain_form chain, cd_units *u) {
   camdelta_status st = cd_scan_cpu_program(ctx, D, &u->cpu_prog);
   if (!st) st = cd_gram_build_cpu(&u->cpu_prog, &u->gram);
-  if (!st) st = cd_chain_build_cpu(&u->cpu_prog, chain, &u->chain);
+  if (!st) st = cd_chain_build_cpu(ctx, &u->cpu_prog, chain, &u->chain);
   if (!st) st = cd_apply_build_cpu(&u->cpu_prog, &u->apply);
   return st;
 }

@@ -125,8 +125,9 @@ camdelta_status cd_chain_build_states(camdelta_context *ctx, const char *opts, c
 camdelta_status cd_chain_build_grads(camdelta_context *ctx, const char *opts, size_t D, const cd_sbwd_cfg *c, int pair,
                                      cd_chain *ch);
 camdelta_status cd_chain_build_summary(camdelta_context *ctx, size_t D, cd_chain *ch);
-/** The CPU form of a chain kind: CD_CHAIN_CPU_STATES, _STATES_PAIR, _GRADS or _GRADS_PAIR. */
-camdelta_status cd_chain_build_cpu(const cd_cpu_scan *p, cd_chain_form form, cd_chain *ch);
+/** The CPU form of a chain kind: CD_CHAIN_CPU_STATES, _STATES_PAIR, _GRADS or _GRADS_PAIR, its steps per launch
+ *  within the context's loop budget (cd_chain_budget). */
+camdelta_status cd_chain_build_cpu(camdelta_context *ctx, const cd_cpu_scan *p, cd_chain_form form, cd_chain *ch);
 /** Sets ch->per from the chain's loop iterations per launch (fixed) and per step within the context's loop budget
  *  (cd_loop_budget); UNSUPPORTED with a message (what: the chain in words) where not one step fits. */
 camdelta_status cd_chain_budget(camdelta_context *ctx, cd_chain *ch, size_t fixed, size_t per_step, const char *what);
