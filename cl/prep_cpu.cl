@@ -9,6 +9,9 @@
  * (transposed once per block, kept in local memory for every head), the squares of k before and after its
  * transform sum along the lanes, and each output channel row (B, H, D, N) gets the blocks' 8-token vectors one
  * after the other (CD_PB = 2 in f32: whole 64-byte lines). Every sum runs in a fixed order. No barriers.
+ * Where the driver ends a work-item's loops after a number of iterations per launch (Mesa's gallivm), src/ops/prep.c
+ * counts this kernel's loops as written (those of a constant trip count of 8 aside: unrolled, the partial blocks'
+ * stores included) and takes fewer blocks per work-item (CD_PB) until one fits.
  *
  * Build options: CD_DTYPE (storage of q_raw, k_raw, v_raw), CD_SDTYPE (of q, k, v out; common.cl), CD_DMAX the
  * largest head dim (it sizes the local RoPE tables), CD_PB 8-token blocks per work-item. The head dim D (a multiple
@@ -49,7 +52,8 @@ CD_INLINE void cd_store_row(float8 x, global cd_sstore_t *p, uint n) {
   } else {
     float t[8];
     vstore8(x, 0, t);
-    for (uint i = 0; i < n; i++) CD_SSTORE(p, i, t[i]);
+    _Pragma("unroll") for (uint i = 0; i < 8; i++)
+      if (i < n) CD_SSTORE(p, i, t[i]);
   }
 }
 
@@ -223,7 +227,8 @@ kernel void cd_prep_cpu(global const cd_store_t *q_raw, ulong q_raw_off, global 
       else {
         float t8[8];
         vstore8(infl8, 0, t8);
-        for (uint t = 0; t < nb[sb]; t++) ip[t] = t8[t];
+        _Pragma("unroll") for (uint t = 0; t < 8; t++)
+          if (t < nb[sb]) ip[t] = t8[t];
       }
     }
   }

@@ -60,10 +60,14 @@ static void run_shape(const shape *s) {
     one_pass = cd_prep_fused_kernel(ctx, s->dt, s->D, s->H, cd_prep_ix32(s->B, s->N, s->H, s->D), &pf, &st);
     TU_OK(st);
     if (one_pass) {
-      /* the CPU form gives way to a driver's loop budget (Rusticl): the GPUs' default form runs there */
-      const int form = g_variant == 3 && cd_loop_budget(ctx) ? (s->H <= 48 ? 2 : 1) : g_variant;
+      /* under a driver's loop budget (Rusticl) the CPU form takes fewer blocks per work-item until they fit, and
+       * gives way to the GPUs' default form where one block does not */
+      const size_t budget = cd_loop_budget(ctx);
+      const int form = g_variant == 3 && budget && cd_prep_cpu_loops(s->H, s->D, 1) > budget ? (s->H <= 48 ? 2 : 1)
+                                                                                              : g_variant;
       assert_int_equal(pf.regs, form == 2 && s->H <= 64);
       assert_int_equal(pf.cpu, form == 3);
+      if (pf.cpu && budget) assert_true(cd_prep_cpu_loops(s->H, s->D, pf.pb) <= budget);
       clReleaseKernel(pf.k);
     } else { /* only where the device's kernels allow fewer than 4·D/4 work-items */
       cl_kernel kt;
@@ -278,6 +282,33 @@ static void test_prep_cpu(void **state) {
   tu_report("prep_forward cpu max rel err f32 inflation_sq", worst[0][3]);
 }
 
+/* The CPU form under a driver's loop budget (emulated: loops=N): at loops=20000, H=20 D=64 takes 4 blocks per
+ * work-item (8 would need 30589 iterations, 4 need 15545) and H=3 D=32 keeps 8; at loops=4000 the first gives way
+ * (one block needs 4262) while the second runs; the results are the reference's. */
+static void test_prep_cpu_loop_budget(void **state) {
+  (void)state;
+  char *was = tu_limits_saved();
+  static const size_t which[] = {3, 4};
+  static const char *const budgets[] = {"loops=20000", "loops=4000"};
+  static const unsigned pb[2][2] = {{8, 4}, {8, 0}}; /* 0: the GPU form */
+  for (int b = 0; b < 2; b++) {
+    tu_limits_env(was, budgets[b]);
+    run_variant(3, NULL, 0, which, 2);
+    TU_OK(camdelta_tune_set(tu_context(), "prep", "FORM=3"));
+    for (int i = 0; i < 2; i++) {
+      const shape *s = &shapes[which[i]];
+      cd_pf_plan pf;
+      camdelta_status st;
+      const int one = cd_prep_fused_kernel(tu_context(), s->dt, s->D, s->H, 1, &pf, &st);
+      TU_OK(st);
+      assert_true(one);
+      assert_int_equal(pf.cpu ? pf.pb : 0, pb[b][i]);
+      clReleaseKernel(pf.k);
+    }
+  }
+  tu_limits_restore(was);
+}
+
 static void test_prep_two_pass(void **state) {
   (void)state;
   static const size_t which[] = {1, 5, 8, 9, 12};
@@ -332,4 +363,5 @@ TU_MAIN(NULL, tu_teardown_context,
       cmocka_unit_test(test_prep_form_rule),
       cmocka_unit_test(test_prep_two_pass),
       cmocka_unit_test(test_prep_cpu),
+      cmocka_unit_test(test_prep_cpu_loop_budget),
       cmocka_unit_test(test_prep_tiles_env))

@@ -177,21 +177,34 @@ int cd_prep_weights_mode(const camdelta_context *ctx, camdelta_dtype dtype, size
   return mode;
 }
 
+/* Counted as written: per block its token loop, the squares over C = H·D channels (8 at a time) of each of its 8
+ * tokens and the RoPE rows; per head the sums' set-up, three tensors' D / 8 channel groups of pb blocks each, and per
+ * group and block 4 for cd_prep_group's loops over a register tile's lanes and rows (gallivm unrolls most of them;
+ * 4 bounds what its failure points showed: llvmpipe with no budget applied, D=112, one block per work-item, right
+ * up to 240 heads and wrong from 280). */
+size_t cd_prep_cpu_loops(size_t H, size_t D, size_t pb) {
+  const size_t C = H * D;
+  return 1 + pb * (1 + 8 + C + D / 2) + H * (1 + 2 * pb + 3 * (D / 8) * (1 + pb + 4 * pb));
+}
+
 int cd_prep_fused_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, size_t H, int ix32, cd_pf_plan *p,
                          camdelta_status *st) {
   *st = CAMDELTA_OK;
   memset(p, 0, sizeof *p);
   int want = cd_prep_forward_form(cd_option(ctx, CD_OPT_PREP_FORM, dtype), H);
-  /* the CPU form walks all of a work-item's token blocks in one launch: a driver with a loop budget (cd_loop_budget:
-   * Mesa's llvmpipe) would end its loops early, so there the GPU forms run, as the scan keeps its work-group forms */
-  if (want == 3 && cd_loop_budget(ctx)) want = cd_prep_forward_form(CD_OPT_AUTO, H);
+  unsigned pb = want == 3 ? cd_option(ctx, CD_OPT_PREP_PB, dtype) : 0;
+  /* its local memory per block: the inverse RMS (2), camera matrices (32) and RoPE tables (D) as float8, sized for
+   * the largest head dim (D is an argument: one program serves every head dim) */
+  while (pb > 1 && (uint64_t)pb * (34 + CAMDELTA_MAX_HEAD_DIM) * 32 > ctx->info.local_mem_bytes) pb /= 2;
+  /* a driver with a loop budget (cd_loop_budget: Mesa's llvmpipe): fewer blocks per work-item until its loops fit;
+   * where not even one block fits, the GPU forms run */
+  const size_t budget = want == 3 ? cd_loop_budget(ctx) : 0;
+  while (budget && pb > 1 && cd_prep_cpu_loops(H, D, pb) > budget) pb /= 2;
+  if (want == 3 && budget && cd_prep_cpu_loops(H, D, pb) > budget) want = cd_prep_forward_form(CD_OPT_AUTO, H);
   if (!want) return 0;
   if (want == 3) {
     char opts[120], dt[40];
-    p->cpu = 1, p->pb = cd_option(ctx, CD_OPT_PREP_PB, dtype), p->lws = 1;
-    /* its local memory per block: the inverse RMS (2), camera matrices (32) and RoPE tables (D) as float8, sized
-     * for the largest head dim (D is an argument: one program serves every head dim) */
-    while (p->pb > 1 && (uint64_t)p->pb * (34 + CAMDELTA_MAX_HEAD_DIM) * 32 > ctx->info.local_mem_bytes) p->pb /= 2;
+    p->cpu = 1, p->pb = pb, p->lws = 1;
     snprintf(opts, sizeof opts, "%s -DCD_DMAX=%d -DCD_PB=%u", cd_dtype_opts(dtype, dt), CAMDELTA_MAX_HEAD_DIM, p->pb);
     return (*st = cd_kernel(ctx, "prep_cpu.cl", opts, "cd_prep_cpu", &p->k)) ? 0 : 1;
   }

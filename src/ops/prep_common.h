@@ -43,6 +43,9 @@ typedef struct cd_pf_plan {
  *  (the caller releases p->k); 0 for the two-pass form. H = 0 (not known yet, camdelta_warm) never picks the
  *  register-resident form; that form is built with 32-bit index arithmetic when ix32 is set (cd_prep_ix32). A build
  *  failure sets *st. */
+/** Loop iterations one work-item of the CPU form (cl/prep_cpu.cl) runs at most for H heads of D at pb blocks of 8
+ *  tokens, for a driver's loop budget (cd_loop_budget): cd_prep_fused_kernel halves pb until they fit it. */
+size_t cd_prep_cpu_loops(size_t H, size_t D, size_t pb);
 int cd_prep_fused_kernel(camdelta_context *ctx, camdelta_dtype dtype, size_t D, size_t H, int ix32, cd_pf_plan *p,
                          camdelta_status *st);
 /** Where cd_prep_regs reads the norm weights (CD_WL) for (dtype, H, D) at tt tokens per tile: option "prep" WL minus

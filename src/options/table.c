@@ -116,7 +116,8 @@ const cd_opt_decl cd_opt_decls[CD_OPT_COUNT] = {
                         .nvalues = 6,
                         .def = CD_OPT_DEF(8),
                         .doc = "blocks of 8 tokens per work-item of form 3 (halved while the device's local memory "
-                               "cannot hold their tables)"},
+                               "cannot hold their tables, and under a driver's loop budget until a work-item's loops "
+                               "fit it; where one block does not, the GPU forms run)"},
     [CD_OPT_PREP_BWD_FORM] = {.family = CD_OPT_FAM_PREP_BWD,
                               .key = "FORM",
                               .env = "CAMDELTA_PREP_BWD_FUSED",
@@ -215,8 +216,9 @@ const cd_opt_decl cd_opt_decls[CD_OPT_COUNT] = {
                                 "register tiles of float8; AUTO then runs the chunkwise algorithm): 1 on CPU "
                                 "devices, also on any other device (tests); 0 the work-group forms; packed clips "
                                 "and the summaries keep the work-group forms, a device on the tensor-core path its "
-                                "tensor cores, a driver with a loop budget (Rusticl on llvmpipe) the forms that "
-                                "split their walks"},
+                                "tensor cores; under a driver's loop budget (Rusticl on llvmpipe) the chains and "
+                                "grams split their walks over launches, and a head dim whose one step does not fit "
+                                "keeps the work-group forms"},
     CHUNK(0, "A_WR", "phase A (the grams): work-item rows of a tile"),
     CHUNK(1, "A_RM", "phase A: rows per work-item (tile rows A_WR*A_RM)"),
     CHUNK(2, "A_WC", "phase A: work-item columns of a tile"),
