@@ -201,6 +201,14 @@ inline ulong cd_frame_start(uint f, uint S) { return (ulong)f * S; }
                                  cd_state_row(bh, f, F));                                                     \
   global const float *Gf = G + G_off + bhf * CD_DD;
 
+/* The parameters of the backward's gradient chain (cd_scan_bwd_chain in scan_backward.cl, cd_cpu_grad_chain in
+ * scan_cpu.cl: one launch's arguments for either form, src/scan/chain.c). */
+#define CD_GRAD_CHAIN_PARAMS                                                                                      \
+  global const float *A, ulong A_off, global const float *W, ulong W_off, global const float *U, ulong U_off,     \
+      global float *Z, ulong Z_off, global const float *init, ulong init_off, global const float *gfinal,         \
+      ulong gf_off, global float *G, ulong G_off, global float *dinit, ulong di_off, uint F, int reverse,         \
+      int recompute, int has_init, int has_gfinal, int has_dinit, uint u0, uint u1, global float *carry CD_PK_ARGS
+
 /* The scan's state matrix with index j of head bh, defined as `name` by the files whose CD_DD is a state's size (the
  * FMA backward's and the CPU forms'): init (its row srow) when is_init, *zero when that init is absent; else
  * states[bh, j] of F per head. */

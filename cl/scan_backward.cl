@@ -258,12 +258,7 @@ inline void cd_chain_first(float (*acol)[CD_D], float (*addv)[CD_CB], global con
  * iterations (Mesa's gallivm), a part, the running x carried to the next launch through `carry` ((·, D, D) per
  * chain, like init).
  * The loops have uniform trip counts and no barrier sits under a condition (see cd_gemm_t). */
-kernel void cd_scan_bwd_chain(global const float *A, ulong A_off, global const float *W, ulong W_off,
-                              global const float *U, ulong U_off, global float *Z, ulong Z_off,
-                              global const float *init, ulong init_off, global const float *gfinal, ulong gf_off,
-                              global float *G, ulong G_off, global float *dinit, ulong di_off, uint F, int reverse,
-                              int recompute, int has_init, int has_gfinal, int has_dinit, uint u0, uint u1,
-                              global float *carry CD_PK_ARGS) {
+kernel void cd_scan_bwd_chain(CD_GRAD_CHAIN_PARAMS) {
   local float4 Yl4[CD_D * CD_CB / 4];
   const uint i = get_local_id(0);
   const ulong grp = get_group_id(0);

@@ -344,12 +344,7 @@ inline void cd_grads(local float8 *X, local float8 *Y, global const float *Ab, g
  * reverse f = 0..F−1: G_f = x, x = W_f + A_fᵀG_f) into G, and dinit = x when asked. As that kernel's, a launch runs
  * the steps u0 <= u < u1 of the two chains one after the other (all: 0, 0xFFFFFFFF), x carried to the next launch
  * through `carry` ((·, D, D) per chain, like init). */
-kernel void cd_cpu_grad_chain(global const float *A, ulong A_off, global const float *W, ulong W_off,
-                              global const float *U, ulong U_off, global float *Z, ulong Z_off,
-                              global const float *init, ulong init_off, global const float *gfinal, ulong gf_off,
-                              global float *G, ulong G_off, global float *dinit, ulong di_off, uint F, int reverse,
-                              int recompute, int has_init, int has_gfinal, int has_dinit, uint u0, uint u1,
-                              global float *carry CD_PK_ARGS) {
+kernel void cd_cpu_grad_chain(CD_GRAD_CHAIN_PARAMS) {
   local float8 X[CD_D * CD_CBV], Y[CD_D * CD_CBV];
   const ulong bh = get_group_id(0) / (CD_D / CD_CB);
   const uint c0 = (uint)(get_group_id(0) % (CD_D / CD_CB)) * CD_CB;

@@ -281,8 +281,7 @@ static camdelta_status forward_launches(const problem *p, int reverse, unsigned 
  * are test_scan_cpu's). */
 static void test_loop_budget(void **state) {
   (void)state;
-  char *was = tu_limits_saved(), *was_cpu = tu_env_saved("CAMDELTA_SCAN_CPU");
-  assert_int_equal(setenv("CAMDELTA_SCAN_CPU", "0", 1), 0);
+  char *was = tu_limits_saved(), *was_cpu = tu_scan_cpu_off();
   problem p;
   problem_make(&p, 1, 2, 56, 8, 64, 661);
   float *out = malloc(p.n_tok * 4), *fin = malloc(p.n_state * 4);
@@ -331,8 +330,7 @@ static void test_loop_budget(void **state) {
   }
   free(out), free(fin);
   problem_free(&p);
-  tu_env_context("CAMDELTA_SCAN_CPU", was_cpu);
-  free(was_cpu);
+  tu_scan_cpu_restore(was_cpu);
   tu_limits_restore(was);
 }
 
@@ -342,8 +340,7 @@ static void test_loop_budget(void **state) {
  * (scan CPU=0), as above. */
 static void test_loop_budget_long_frames(void **state) {
   (void)state;
-  char *was = tu_limits_saved(), *was_cpu = tu_env_saved("CAMDELTA_SCAN_CPU");
-  assert_int_equal(setenv("CAMDELTA_SCAN_CPU", "0", 1), 0);
+  char *was = tu_limits_saved(), *was_cpu = tu_scan_cpu_off();
   problem p;
   problem_make(&p, 1, 2, 32, 3, 1000, 662);
   float *out = malloc(p.n_tok * 4), *fin = malloc(p.n_state * 4), *whole = malloc(p.n_tok * 4);
@@ -374,8 +371,7 @@ static void test_loop_budget_long_frames(void **state) {
   assert_non_null(strstr(camdelta_last_message(), "loops after 60 iterations"));
   free(out), free(fin), free(whole);
   problem_free(&p);
-  tu_env_context("CAMDELTA_SCAN_CPU", was_cpu);
-  free(was_cpu);
+  tu_scan_cpu_restore(was_cpu);
   tu_limits_restore(was);
 }
 

@@ -489,8 +489,7 @@ static void test_scan_backward_tile_override(void **state) {
  * the shape, says so in the plan, and the gradients hold. */
 static void test_scan_backward_small_kernel_limit(void **state) {
   (void)state;
-  char *was = tu_limits_saved(), *was_cpu = tu_env_saved("CAMDELTA_SCAN_CPU");
-  assert_int_equal(setenv("CAMDELTA_SCAN_CPU", "0", 1), 0);
+  char *was = tu_limits_saved(), *was_cpu = tu_scan_cpu_off();
   tu_limits_env(NULL, "wg=32");
   fma_plan_says(1, 2, 56, 3, 20, "chain fma W=28 CB=8 CR=2"); /* the chain's two rows per item */
   for (int rev = 0; rev < 2; rev++) {
@@ -498,8 +497,7 @@ static void test_scan_backward_small_kernel_limit(void **state) {
     assert_int_equal(run_case(&c, NULL), 1);
   }
   report_worst("scan_backward kernel limit 32");
-  tu_env_context("CAMDELTA_SCAN_CPU", was_cpu);
-  free(was_cpu);
+  tu_scan_cpu_restore(was_cpu);
   tu_limits_restore(was);
 }
 
@@ -509,8 +507,7 @@ static void test_scan_backward_small_kernel_limit(void **state) {
  * work-group forms (scan CPU=0; the CPU forms' are test_scan_cpu's). */
 static void test_scan_backward_loop_budget(void **state) {
   (void)state;
-  char *was = tu_limits_saved(), *was_cpu = tu_env_saved("CAMDELTA_SCAN_CPU");
-  assert_int_equal(setenv("CAMDELTA_SCAN_CPU", "0", 1), 0);
+  char *was = tu_limits_saved(), *was_cpu = tu_scan_cpu_off();
   tu_limits_env(was, "loops=5000");
   for (int rev = 0; rev < 2; rev++)
     for (int saved = SAVED_NONE; saved <= SAVED_REF; saved++) {
@@ -530,8 +527,7 @@ static void test_scan_backward_loop_budget(void **state) {
                   "loops after 100 iterations");
   device_free(&d);
   problem_free(&p);
-  tu_env_context("CAMDELTA_SCAN_CPU", was_cpu);
-  free(was_cpu);
+  tu_scan_cpu_restore(was_cpu);
   tu_limits_restore(was);
 }
 

@@ -262,6 +262,17 @@ char *tu_env_saved(const char *var) {
 
 char *tu_limits_saved(void) { return tu_env_saved("CAMDELTA_DEVICE_LIMITS"); }
 
+char *tu_scan_cpu_off(void) {
+  char *was = tu_env_saved("CAMDELTA_SCAN_CPU");
+  tu_env_context("CAMDELTA_SCAN_CPU", "0");
+  return was;
+}
+
+void tu_scan_cpu_restore(char *was) {
+  tu_env_context("CAMDELTA_SCAN_CPU", was);
+  free(was);
+}
+
 void tu_limits_env(const char *was, const char *extra) {
   char text[160];
   const int n = snprintf(text, sizeof text, "%s%s%s", was ? was : "", was && extra ? "," : "", extra ? extra : "");

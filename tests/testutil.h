@@ -103,6 +103,11 @@ char *tu_limits_saved(void);
 void tu_limits_env(const char *was, const char *extra);
 /** tu_limits_env(was, NULL), then frees was (from tu_limits_saved). */
 void tu_limits_restore(char *was);
+/** The scan's work-group forms on any device (CAMDELTA_SCAN_CPU=0, the context recreated); returns the variable's
+ *  value before, for tu_scan_cpu_restore. */
+char *tu_scan_cpu_off(void);
+/** CAMDELTA_SCAN_CPU back to was (from tu_scan_cpu_off; the context recreated), then frees was. */
+void tu_scan_cpu_restore(char *was);
 
 /** A scan problem's sizes and host inputs (B, H, head dim D, F frames of S tokens, N = F*S). */
 typedef struct tu_scan_host {
