@@ -283,8 +283,9 @@ static void test_prep_cpu(void **state) {
 }
 
 /* The CPU form under a driver's loop budget (emulated: loops=N): at loops=20000, H=20 D=64 takes 4 blocks per
- * work-item (8 would need 30589 iterations, 4 need 15545) and H=3 D=32 keeps 8; at loops=4000 the first gives way
- * (one block needs 4262) while the second runs; the results are the reference's. */
+ * work-item (8 would need 30589 iterations, 4 need 15545) and H=3 D=32 keeps 8 (fewer where the device's local
+ * memory holds fewer blocks' tables: Rusticl's 4); at loops=4000 the first gives way (one block needs 4262) while the
+ * second runs; the results are the reference's. */
 static void test_prep_cpu_loop_budget(void **state) {
   (void)state;
   char *was = tu_limits_saved();
@@ -295,14 +296,20 @@ static void test_prep_cpu_loop_budget(void **state) {
     tu_limits_env(was, budgets[b]);
     run_variant(3, NULL, 0, which, 2);
     TU_OK(camdelta_tune_set(tu_context(), "prep", "FORM=3"));
+    unsigned cap = 8; /* the blocks whose tables the device's local memory holds */
+    while (cap > 1 && (uint64_t)cap * (34 + CAMDELTA_MAX_HEAD_DIM) * 32 > tu_context()->info.local_mem_bytes) cap /= 2;
     for (int i = 0; i < 2; i++) {
       const shape *s = &shapes[which[i]];
       cd_pf_plan pf;
       camdelta_status st;
       const int one = cd_prep_fused_kernel(tu_context(), s->dt, s->D, s->H, 1, &pf, &st);
       TU_OK(st);
-      assert_true(one);
-      assert_int_equal(pf.cpu ? pf.pb : 0, pb[b][i]);
+      const unsigned want = pb[b][i] < cap ? pb[b][i] : cap;
+      if (!one) { /* neither one-pass GPU form fits the device's kernels (the two-pass form runs) */
+        assert_int_equal(want, 0);
+        continue;
+      }
+      assert_int_equal(pf.cpu ? pf.pb : 0, want);
       clReleaseKernel(pf.k);
     }
   }
