@@ -32,8 +32,9 @@ ctest --test-dir "$dir" --output-on-failure -j"$(nproc)"
 echo "ci/test.sh: the PoCL pass took $((SECONDS - t0)) s"
 # The same suite on Rusticl (RUSTICL_ENABLE names the Gallium driver it may use): its kernels report a work-group
 # limit of 32, it ends a work-item's loops after 65535 iterations and gives no kernel times (docs/portability.md).
-# The profiles emulate other devices on PoCL and are not repeated here; nor is the FMA forms' rerun (label fma: on a
-# CPU device the scan takes its CPU forms, except under Rusticl's loop budget, where every test runs the FMA forms);
+# The profiles emulate other devices on PoCL and are not repeated here; nor is the FMA forms' rerun (label fma: the
+# scan takes its CPU forms on Rusticl too, splitting their walks under its loop budget; the work-group forms run here
+# in the tests that force them: the budget tests, the kernel-limit test, packed clips);
 # nor are the MPI, Python and install tests
 # (the same library calls through other front ends) and the native packed-clip test (the scan's units with a packed
 # geometry, test_scan_packed covers them here): each of their processes would compile its kernels again on
