@@ -274,14 +274,30 @@ static camdelta_status forward_launches(const problem *p, int reverse, unsigned 
   return st;
 }
 
+/* The budget tests' setup: the device limits as they were (*state[0], which the tests extend) and the scan's
+ * work-group forms (scan CPU=0; *state[1] the setting before); the teardown gives both back. */
+static int budget_setup(void **state) {
+  char **was = malloc(2 * sizeof *was);
+  assert_non_null(was);
+  was[0] = tu_limits_saved(), was[1] = tu_scan_cpu_off();
+  *state = was;
+  return 0;
+}
+static int budget_teardown(void **state) {
+  char **was = *state;
+  tu_scan_cpu_restore(was[1]);
+  tu_limits_restore(was[0]);
+  free(was);
+  return 0;
+}
+
 /* A driver that ends a work-item's loops after a number of iterations per launch (Mesa's llvmpipe: 65535, found by
  * the probe), emulated with CAMDELTA_DEVICE_LIMITS loops=N: the sequential walk and the chunkwise phase B run in
  * several launches that carry the state and give the same results; where a launch cannot fit, the call fails with a
  * message instead of returning wrong numbers. The work-group forms (scan CPU=0; the CPU forms' walks under a budget
  * are test_scan_cpu's). */
 static void test_loop_budget(void **state) {
-  (void)state;
-  char *was = tu_limits_saved(), *was_cpu = tu_scan_cpu_off();
+  const char *was = ((char **)*state)[0];
   problem p;
   problem_make(&p, 1, 2, 56, 8, 64, 661);
   float *out = malloc(p.n_tok * 4), *fin = malloc(p.n_state * 4);
@@ -330,8 +346,6 @@ static void test_loop_budget(void **state) {
   }
   free(out), free(fin);
   problem_free(&p);
-  tu_scan_cpu_restore(was_cpu);
-  tu_limits_restore(was);
 }
 
 /* Frames longer than one launch of the chunkwise phase A can sum (Rusticl: D=32 S=2000 needs 185679 iterations of
@@ -339,8 +353,7 @@ static void test_loop_budget(void **state) {
  * results of one launch; a budget too small for one chunk of tokens is refused with a message. The work-group forms
  * (scan CPU=0), as above. */
 static void test_loop_budget_long_frames(void **state) {
-  (void)state;
-  char *was = tu_limits_saved(), *was_cpu = tu_scan_cpu_off();
+  const char *was = ((char **)*state)[0];
   problem p;
   problem_make(&p, 1, 2, 32, 3, 1000, 662);
   float *out = malloc(p.n_tok * 4), *fin = malloc(p.n_state * 4), *whole = malloc(p.n_tok * 4);
@@ -371,8 +384,6 @@ static void test_loop_budget_long_frames(void **state) {
   assert_non_null(strstr(camdelta_last_message(), "loops after 60 iterations"));
   free(out), free(fin), free(whole);
   problem_free(&p);
-  tu_scan_cpu_restore(was_cpu);
-  tu_limits_restore(was);
 }
 
 /* ------------------------------------------------------------------------------- saved states */
@@ -1085,7 +1096,8 @@ TU_MAIN(NULL, teardown_all,
       cmocka_unit_test(test_buffer_offsets),
       cmocka_unit_test(test_large_shapes),
       cmocka_unit_test(test_long_walks),
-      cmocka_unit_test(test_loop_budget), cmocka_unit_test(test_loop_budget_long_frames),
+      cmocka_unit_test_setup_teardown(test_loop_budget, budget_setup, budget_teardown),
+      cmocka_unit_test_setup_teardown(test_loop_budget_long_frames, budget_setup, budget_teardown),
       cmocka_unit_test(test_huge_token_counts),
       cmocka_unit_test(test_cli_frames_mismatch),
       cmocka_unit_test(test_tile_override),
