@@ -8,49 +8,6 @@
  * output transform's y and grad_y); everything else is f32, and so is the arithmetic. Shapes are arguments: one
  * program per storage serves every shape. */
 
-/* n (1..8) consecutive elements of the activations' storage as a float8, zero past n. */
-CD_INLINE float8 cd_bc_ld8(global const cd_store_t *p, uint n) {
-  if (n == 8) {
-#if CD_DTYPE == 0
-    return vload8(0, p);
-#elif CD_DTYPE == 1
-    return vload_half8(0, p);
-#else
-    return as_float8(convert_uint8(vload8(0, p)) << 16);
-#endif
-  }
-  float t[8];
-  for (uint i = 0; i < 8; i++) t[i] = i < n ? CD_LOAD(p, i) : 0.0f;
-  return vload8(0, t);
-}
-
-/* The first n (1..8) lanes of x into the activations' storage. */
-CD_INLINE void cd_bc_st8(global cd_store_t *p, float8 x, uint n) {
-  if (n == 8) {
-#if CD_DTYPE == 0
-    vstore8(x, 0, p);
-#elif CD_DTYPE == 1
-    vstore_half8_rte(x, 0, p);
-#else
-    /* common.cl's cd_to_bf16 on 8 lanes at once: rounded to nearest even, NaN kept quiet */
-    const uint8 u = as_uint8(x), r = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16, q = (u >> 16) | 0x40u;
-    vstore8(convert_ushort8(select(r, q, as_uint8((u & 0x7FFFFFFFu) > 0x7F800000u))), 0, p);
-#endif
-    return;
-  }
-  float t[8];
-  vstore8(x, 0, t);
-  for (uint i = 0; i < n; i++) CD_STORE(p, i, t[i]);
-}
-
-/* n (1..8) consecutive f32 values as a float8, zero past n. */
-CD_INLINE float8 cd_bc_ldf8(global const float *p, uint n) {
-  if (n == 8) return vload8(0, p);
-  float t[8];
-  for (uint i = 0; i < 8; i++) t[i] = i < n ? p[i] : 0.0f;
-  return vload8(0, t);
-}
-
 /* ------------------------------------------------------------------------------------------------ short conv */
 
 /* The taps of channels c0 … c0 + n − 1 (w: the weight row of c0, 4 floats per channel) as channel vectors:
@@ -86,10 +43,10 @@ kernel void cd_conv_cpu_forward(global const cd_store_t *restrict x, ulong x_off
     global const cd_store_t *lp = lb + lbase + c0;
     global cd_store_t *yp = y + y_off + base + c0;
     const float8 z = (float8)(0.0f);
-    float8 xm3 = back > 2 ? cd_bc_ld8(lp, n) : z, xm2 = back > 1 ? cd_bc_ld8(lp + stride, n) : z,
-           xm1 = back > 0 ? cd_bc_ld8(lp + 2 * stride, n) : z;
-    float8 x0 = cd_bc_ld8(xp, n), xp1 = T > 1 ? cd_bc_ld8(xp + stride, n) : z,
-           xp2 = T > 2 ? cd_bc_ld8(xp + 2 * stride, n) : z, xp3 = T > 3 ? cd_bc_ld8(xp + 3 * stride, n) : z;
+    float8 xm3 = back > 2 ? cd_ld8n(lp, n) : z, xm2 = back > 1 ? cd_ld8n(lp + stride, n) : z,
+           xm1 = back > 0 ? cd_ld8n(lp + 2 * stride, n) : z;
+    float8 x0 = cd_ld8n(xp, n), xp1 = T > 1 ? cd_ld8n(xp + stride, n) : z,
+           xp2 = T > 2 ? cd_ld8n(xp + 2 * stride, n) : z, xp3 = T > 3 ? cd_ld8n(xp + 3 * stride, n) : z;
     for (uint t = 0; t < T; t++) {
       const uint e = seg_end[back + t] - back; /* relative to x's frames */
       float8 acc = tap[0] * xm3;
@@ -99,9 +56,9 @@ kernel void cd_conv_cpu_forward(global const cd_store_t *restrict x, ulong x_off
       if (t + 1 < e) acc = fma(tap[2], xp1, acc);
       if (t + 2 < e) acc = fma(tap[1], xp2, acc);
       if (t + 3 < e) acc = fma(tap[0], xp3, acc);
-      cd_bc_st8(yp + (ulong)t * stride, acc, n);
+      cd_st8n(yp + (ulong)t * stride, acc, n);
       xm3 = xm2, xm2 = xm1, xm1 = x0, x0 = xp1, xp1 = xp2, xp2 = xp3;
-      xp3 = t + 4 < T ? cd_bc_ld8(xp + (ulong)(t + 4) * stride, n) : z;
+      xp3 = t + 4 < T ? cd_ld8n(xp + (ulong)(t + 4) * stride, n) : z;
     }
   }
 }
@@ -130,13 +87,13 @@ kernel void cd_conv_cpu_backward(global const cd_store_t *restrict x, ulong x_of
       global const cd_store_t *xp = x + x_off + base, *gp = dy + dy_off + base;
       float8 xm3 = z, xm2 = z, xm1 = z, x0 = z, xp1 = z, xp2 = z, xp3 = z;
       if (want_dw) {
-        x0 = cd_bc_ld8(xp, n);
-        xp1 = T > 1 ? cd_bc_ld8(xp + stride, n) : z;
-        xp2 = T > 2 ? cd_bc_ld8(xp + 2 * stride, n) : z;
-        xp3 = T > 3 ? cd_bc_ld8(xp + 3 * stride, n) : z;
+        x0 = cd_ld8n(xp, n);
+        xp1 = T > 1 ? cd_ld8n(xp + stride, n) : z;
+        xp2 = T > 2 ? cd_ld8n(xp + 2 * stride, n) : z;
+        xp3 = T > 3 ? cd_ld8n(xp + 3 * stride, n) : z;
       }
-      float8 gm3 = z, gm2 = z, gm1 = z, g0v = cd_bc_ld8(gp, n), gp1 = T > 1 ? cd_bc_ld8(gp + stride, n) : z,
-             gp2 = T > 2 ? cd_bc_ld8(gp + 2 * stride, n) : z, gp3 = T > 3 ? cd_bc_ld8(gp + 3 * stride, n) : z;
+      float8 gm3 = z, gm2 = z, gm1 = z, g0v = cd_ld8n(gp, n), gp1 = T > 1 ? cd_ld8n(gp + stride, n) : z,
+             gp2 = T > 2 ? cd_ld8n(gp + 2 * stride, n) : z, gp3 = T > 3 ? cd_ld8n(gp + 3 * stride, n) : z;
       uint em3 = 0, em2 = 0, em1 = 0; /* seg_end of t-3, t-2, t-1 */
       for (uint t = 0; t < T; t++) {
         const uint e = seg_end[t];
@@ -149,7 +106,7 @@ kernel void cd_conv_cpu_backward(global const cd_store_t *restrict x, ulong x_of
           if (t >= 1 && t < em1) a = fma(tap[2], gm1, a);
           if (t >= 2 && t < em2) a = fma(tap[1], gm2, a);
           if (t >= 3 && t < em3) a = fma(tap[0], gm3, a);
-          cd_bc_st8(dx + dx_off + base + (ulong)t * stride, a, n);
+          cd_st8n(dx + dx_off + base + (ulong)t * stride, a, n);
         }
         if (want_dw) {
           acc[3] = fma(g0v, x0, acc[3]);
@@ -157,11 +114,11 @@ kernel void cd_conv_cpu_backward(global const cd_store_t *restrict x, ulong x_of
           acc[1] = fma(g0v, xm2 + (t + 2 < e ? xp2 : z), acc[1]);
           acc[0] = fma(g0v, xm3 + (t + 3 < e ? xp3 : z), acc[0]);
           xm3 = xm2, xm2 = xm1, xm1 = x0, x0 = xp1, xp1 = xp2, xp2 = xp3;
-          xp3 = t + 4 < T ? cd_bc_ld8(xp + (ulong)(t + 4) * stride, n) : z;
+          xp3 = t + 4 < T ? cd_ld8n(xp + (ulong)(t + 4) * stride, n) : z;
         }
         em3 = em2, em2 = em1, em1 = e;
         gm3 = gm2, gm2 = gm1, gm1 = g0v, g0v = gp1, gp1 = gp2, gp2 = gp3;
-        gp3 = t + 4 < T ? cd_bc_ld8(gp + (ulong)(t + 4) * stride, n) : z;
+        gp3 = t + 4 < T ? cd_ld8n(gp + (ulong)(t + 4) * stride, n) : z;
       }
     }
     if (want_dw) {
@@ -180,7 +137,7 @@ kernel void cd_conv_cpu_reduce(global const float *restrict part, global float *
   for (uint i = i0; i < i1; i += 8) {
     const uint n = min(8u, i1 - i);
     float8 acc = (float8)(0.0f);
-    for (uint p = 0; p < P; p++) acc += cd_bc_ldf8(part + (ulong)p * n4c + i, n);
+    for (uint p = 0; p < P; p++) acc += cd_ldf8n(part + (ulong)p * n4c + i, n);
     float t[8];
     vstore8(acc, 0, t);
     for (uint k = 0; k < n; k++) dw[dw_off + i + k] = t[k];
@@ -287,15 +244,15 @@ CD_INLINE void cd_ot_walk(const int backward, ulong gid, global const float *out
         float8 v[8], o[8];
         if (!backward) {
           _Pragma("unroll") for (uint i = 0; i < 8; i++) {
-            v[i] = cd_bc_ldf8(out + row + i * N, nt[k]);
-            if (has_out2) v[i] += cd_bc_ldf8(out2 + row + i * N, nt[k]);
+            v[i] = cd_ldf8n(out + row + i * N, nt[k]);
+            if (has_out2) v[i] += cd_ldf8n(out2 + row + i * N, nt[k]);
           }
           cd_ot_group(0, Dh, c0, P[k], cs[k], sn[k], v, o);
           cd_transpose8(o); /* o[t]: the group's 8 channels of token t */
-          for (uint t = 0; t < nt[k]; t++) cd_bc_st8(y + ((b * N + n0 + t) * H + h) * D + c0, o[t], 8);
+          for (uint t = 0; t < nt[k]; t++) cd_st8n(y + ((b * N + n0 + t) * H + h) * D + c0, o[t], 8);
         } else {
           _Pragma("unroll") for (uint t = 0; t < 8; t++)
-            v[t] = t < nt[k] ? cd_bc_ld8(gy + ((b * N + n0 + t) * H + h) * D + c0, 8) : (float8)(0.0f);
+            v[t] = t < nt[k] ? cd_ld8n(gy + ((b * N + n0 + t) * H + h) * D + c0, 8) : (float8)(0.0f);
           cd_transpose8(v); /* v[i]: channel c0 + i of the 8 tokens */
           cd_ot_group(1, Dh, c0, P[k], cs[k], sn[k], v, o);
           _Pragma("unroll") for (uint i = 0; i < 8; i++) {

@@ -246,6 +246,54 @@ inline ulong cd_frame_start(uint f, uint S) { return (ulong)f * S; }
 /* Helpers of the CPU forms (scan_cpu.cl, prep_cpu.cl). CD_INLINE: inlined into each caller, so that a constant
  * argument (a block's `full` flag, a register tile's row count) is a constant there. */
 #define CD_INLINE inline __attribute__((always_inline))
+/* Eight consecutive elements as a float8, per storage type t (0 f32, 1 f16, 2 bf16): CD_LD8_t loads, CD_ST8_t
+ * stores (bf16 rounded to nearest even, NaN kept quiet, as CD_STORE does). CD_LD8 / CD_ST8: the activations' storage
+ * (CD_DTYPE); CD_SLD8 / CD_SST8: that of prep's (B, H, D, N) side (CD_SDTYPE). */
+#define CD_LD8_0(p) vload8(0, (p))
+#define CD_LD8_1(p) vload_half8(0, (p))
+#define CD_LD8_2(p) as_float8(convert_uint8(vload8(0, (p))) << 16)
+#define CD_ST8_0(x, p) vstore8((x), 0, (p))
+#define CD_ST8_1(x, p) vstore_half8_rte((x), 0, (p))
+#define CD_ST8_2(x, p) vstore8(cd_to_bf16_8(x), 0, (p))
+/* cd_to_bf16 on eight lanes at once, without its branch: the same bits. */
+CD_INLINE ushort8 cd_to_bf16_8(float8 x) {
+  const uint8 u = as_uint8(x);
+  const uint8 rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16, quiet = (u >> 16) | 0x40u;
+  return convert_ushort8(select(rounded, quiet, (u & 0x7FFFFFFFu) > 0x7F800000u));
+}
+#define CD_LD8(p) CD_CAT(CD_LD8_, CD_DTYPE)(p)
+#define CD_ST8(x, p) CD_CAT(CD_ST8_, CD_DTYPE)(x, p)
+#define CD_SLD8(p) CD_CAT(CD_LD8_, CD_SDTYPE)(p)
+#define CD_SST8(x, p) CD_CAT(CD_ST8_, CD_SDTYPE)(x, p)
+
+/* The first n (1..8) consecutive elements as a float8, zero past n; and the first n lanes of x stored. Whole rows of
+ * 8 take the vector forms above. cd_ldf8n: f32; cd_ld8n / cd_st8n: the activations' storage; cd_sld8n / cd_sst8n:
+ * prep's (B, H, D, N) side. */
+CD_INLINE float8 cd_ldf8n(global const float *p, uint n) {
+  if (n == 8) return vload8(0, p);
+  float t[8];
+  _Pragma("unroll") for (uint i = 0; i < 8; i++) t[i] = i < n ? p[i] : 0.0f;
+  return vload8(0, t);
+}
+#define CD_PARTIAL8(ld, st, T, LD8, ST8, LD1, ST1)                                             \
+  CD_INLINE float8 ld(global const T *p, uint n) {                                              \
+    if (n == 8) return LD8(p);                                                                  \
+    float t[8];                                                                                 \
+    _Pragma("unroll") for (uint i = 0; i < 8; i++) t[i] = i < n ? LD1(p, i) : 0.0f;             \
+    return vload8(0, t);                                                                        \
+  }                                                                                             \
+  CD_INLINE void st(global T *p, float8 x, uint n) {                                            \
+    if (n == 8) {                                                                               \
+      ST8(x, p);                                                                                \
+      return;                                                                                   \
+    }                                                                                           \
+    float t[8];                                                                                 \
+    vstore8(x, 0, t);                                                                           \
+    _Pragma("unroll") for (uint i = 0; i < 8; i++) if (i < n) ST1(p, i, t[i]);                  \
+  }
+CD_PARTIAL8(cd_ld8n, cd_st8n, cd_store_t, CD_LD8, CD_ST8, CD_LOAD, CD_STORE)
+CD_PARTIAL8(cd_sld8n, cd_sst8n, cd_sstore_t, CD_SLD8, CD_SST8, CD_SLOAD, CD_SSTORE)
+
 /* Transposes the 8 x 8 block r[0..8) in place (r[i].sj becomes r[j].si): unpacks, 2-lane shuffles and half swaps. */
 CD_INLINE void cd_transpose8(float8 *r) {
   float8 t[8], u[8];

@@ -25,38 +25,6 @@
 #define CD_PB 2
 #endif
 
-/* Eight consecutive elements as a float8, per storage type t (0 f32, 1 f16, 2 bf16): CD_LD8_t loads, CD_ST8_t
- * stores (bf16 rounded to nearest even as CD_STORE does). CD_LD8 / CD_ST8: the raw activations' storage (CD_DTYPE);
- * CD_SLD8 / CD_SST8: that of prep's (B, H, D, N) side (CD_SDTYPE). */
-#define CD_LD8_0(p) vload8(0, (p))
-#define CD_LD8_1(p) vload_half8(0, (p))
-#define CD_LD8_2(p) as_float8(convert_uint8(vload8(0, (p))) << 16)
-#define CD_ST8_0(x, p) vstore8((x), 0, (p))
-#define CD_ST8_1(x, p) vstore_half8_rte((x), 0, (p))
-#define CD_ST8_2(x, p) vstore8(cd_to_bf16_8(x), 0, (p))
-/* cd_to_bf16 on eight lanes at once, without its branch: the same bits (round to nearest even, NaN kept quiet). */
-inline ushort8 cd_to_bf16_8(float8 x) {
-  const uint8 u = as_uint8(x);
-  const uint8 rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16, quiet = (u >> 16) | 0x40u;
-  return convert_ushort8(select(rounded, quiet, (u & 0x7FFFFFFFu) > 0x7F800000u));
-}
-#define CD_LD8(p) CD_CAT(CD_LD8_, CD_DTYPE)(p)
-#define CD_ST8(x, p) CD_CAT(CD_ST8_, CD_DTYPE)(x, p)
-#define CD_SLD8(p) CD_CAT(CD_LD8_, CD_SDTYPE)(p)
-#define CD_SST8(x, p) CD_CAT(CD_ST8_, CD_SDTYPE)(x, p)
-
-/* Stores the n valid tokens of one channel row (all 8 when full). */
-CD_INLINE void cd_store_row(float8 x, global cd_sstore_t *p, uint n) {
-  if (n == 8) {
-    CD_SST8(x, p);
-  } else {
-    float t[8];
-    vstore8(x, 0, t);
-    _Pragma("unroll") for (uint i = 0; i < 8; i++)
-      if (i < n) CD_SSTORE(p, i, t[i]);
-  }
-}
-
 inline float cd_hsum8(float8 x) {
   const float4 a = x.lo + x.hi;
   const float2 b = a.lo + a.hi;
@@ -146,7 +114,7 @@ CD_INLINE void cd_prep_group(const uint Dh, global const cd_store_t *src, uint C
   cd_cam8(Dh, g, 0, P, cs, sn, x, o);
   _Pragma("unroll") for (int i = 0; i < 8; i++) {
     if (kind == CD_PREP_K) *post = fma(o[i], o[i], *post);
-    cd_store_row(o[i], dst + (ulong)(8 * g + i) * N, n);
+    cd_sst8n(dst + (ulong)(8 * g + i) * N, o[i], n);
   }
 }
 
@@ -260,28 +228,12 @@ kernel void cd_prep_cpu(global const cd_store_t *q_raw, ulong q_raw_off, global 
 #define CD_BW_PKV 64u
 #define CD_BW_G2 512u
 
-/* n tokens of one f32 row (zero past them). */
-CD_INLINE float8 cd_frow8(global const float *p, uint n) {
-  if (n == 8) return vload8(0, p);
-  float t[8];
-  for (uint i = 0; i < 8; i++) t[i] = i < n ? p[i] : 0.0f;
-  return vload8(0, t);
-}
-
-/* n tokens of one channel row of prep's (B, H, D, N) side (zero past them). */
-CD_INLINE float8 cd_srow8(global const cd_sstore_t *p, uint n) {
-  if (n == 8) return CD_SLD8(p);
-  float t[8];
-  for (uint i = 0; i < 8; i++) t[i] = i < n ? CD_SLOAD(p, i) : 0.0f;
-  return vload8(0, t);
-}
-
 /* The 8 channel rows of group g of one head (row stride N) for the block's n tokens, plus those of g2 (f32) when
  * given; zero when absent. */
 CD_INLINE void cd_grads8(int has, global const cd_sstore_t *p, global const float *p2, ulong N, uint n, float8 *gg) {
   _Pragma("unroll") for (int i = 0; i < 8; i++) {
-    gg[i] = has ? cd_srow8(p + (ulong)i * N, n) : (float8)(0.0f);
-    if (p2) gg[i] += cd_frow8(p2 + (ulong)i * N, n);
+    gg[i] = has ? cd_sld8n(p + (ulong)i * N, n) : (float8)(0.0f);
+    if (p2) gg[i] += cd_ldf8n(p2 + (ulong)i * N, n);
   }
 }
 
@@ -356,8 +308,8 @@ kernel void cd_prep_bwd_cpu(CD_PREP_BWD_INPUTS, global const float *grad_k2, ulo
     const uint n = nb[sb] = s0 < N ? (uint)min((ulong)8, N - s0) : 0u;
     Sq[sb] = Sk[sb] = (float8)(0.0f);
     if (!n) continue;
-    Iq[sb] = cd_frow8(inv_rms + inv_off + t0, n);
-    Ik[sb] = cd_frow8(inv_rms + inv_off + BN + t0, n);
+    Iq[sb] = cd_ldf8n(inv_rms + inv_off + t0, n);
+    Ik[sb] = cd_ldf8n(inv_rms + inv_off + BN + t0, n);
     cd_block_tables(proj_q + pq_off, proj_kv + pkv_off, rope_cos + rc_off, rope_sin + rs_off, t0, s0, n, Dh,
                     Pq + 16 * sb, Pk + 16 * sb, cs + Dh * sb, sn + Dh * sb);
     for (uint e = 0; e < 16; e++) Mq[16 * sb + e] = Mk[16 * sb + e] = (float8)(0.0f);
@@ -391,7 +343,7 @@ kernel void cd_prep_bwd_cpu(CD_PREP_BWD_INPUTS, global const float *grad_k2, ulo
       }
       for (uint sb = 0; sb < CD_PB; sb++) {
         if (!nb[sb]) continue;
-        const float8 gi = cd_frow8(grad_infl + gi_off + (b * H + h) * N + n0 + 8 * sb, nb[sb]);
+        const float8 gi = cd_ldf8n(grad_infl + gi_off + (b * H + h) * N + n0 + 8 * sb, nb[sb]);
         const float8 cpre = fmax(pre[sb], (float8)(1e-12f)), cpost = fmax(post[sb], (float8)(1e-12f));
         dpost[sb] = select((float8)(0.0f), gi / cpre, post[sb] > (float8)(1e-12f));
         dpre[sb] = select((float8)(0.0f), -gi * cpost / (cpre * cpre), pre[sb] > (float8)(1e-12f));

@@ -6,7 +6,7 @@
 #   bash gpu-lab/gpu-test.sh [tests] [pocl] [scan-tests] [inspect] [tune] [demo] [large] [mpi] [mpi-bench] [packed] [pair]
 #                   [bench SHAPE...] [bench-scan SHAPE...] [portable SHAPE...]
 #                   [prep-ab SHAPE...] [gram-ab] [compare SHAPE...] [packed-ab] [profile SHAPE...]
-#                   [prep-sweep] [ctest REGEX] [mma] [transpose-bound] [gram-stride]
+#                   [prep-sweep] [ctest REGEX] [mma] [transpose-bound] [gram-stride] [kernels SHAPE...]
 #                   [ptx-prof TAG FILE KERNEL OPTIONS G L ARG...]
 # transpose-bound: gpu-lab/transpose-bound.c, the prep forward's data movement alone (copies and transposes of q, k, v).
 # mma: gpu-lab/mma-throughput.c, the rate of independent mma.sync.m16n8k8 TF32 products (1-16 chains per warp).
@@ -98,6 +98,17 @@ while [ $# -gt 0 ]; do
         done
       done
       tar -C /tmp -czf "$OUT/bench-json.tgz" bench-json
+      break
+      ;;
+    kernels)
+      # each row's kernels (KERNELS_ONLY, default "branch"), per run: the sum of a kernel's launches in one call of
+      # the operation, averaged over the profiled runs (the first kernel of a row is launched once per call)
+      shift
+      for s in "$@"; do
+        CAMDELTA_PROFILE_KERNELS=1 CAMDELTA_DEVICE=nvidia ./build-gpu/camdelta bench --shape "$s" \
+          --only "${KERNELS_ONLY:-branch}" --reps 3 --warmup 1 >"/tmp/kernels-$s.txt" 2>&1 || rc=1
+        awk -v s="$s" -f gpu-lab/kernels.awk "/tmp/kernels-$s.txt" | tee -a "$OUT/kernels.txt"
+      done
       break
       ;;
     tune)
