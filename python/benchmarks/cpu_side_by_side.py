@@ -16,7 +16,7 @@ torch.set_num_threads all n; each in a fresh process, since the libraries read t
    the forward's K_fᵀ·[K_f | V_f] (D x S by S x 2D) and Q_f·M_f (S x D by D x D), 6·S·D² flops; the backward's
    products of those shapes, 14·S·D²; and a 1024 x 1024 product. Each OPENBLAS_CORETYPE of --coretypes
    runs in its own process ("default": unset).
-3. The seed's PyTorch references (python/tests/fixtures/fused_cam_ucpe_reference.py, loaded with its GPU imports
+3. The seed's PyTorch references (python/tests/third_party/sana/fused_cam_ucpe_reference.py, loaded with its GPU imports
    stubbed): _torch_cam_prep_reference forward, _torch_cam_scan_reference forward (causal, reverse) and the
    causal scan's backward through autograd.
 
