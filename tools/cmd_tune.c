@@ -205,9 +205,10 @@ int cmd_tune(int argc, char **argv) {
         unsigned t[5]; /* the tiles the head dim resolves to follow the family's values: "...; for D=64: WM=.." */
         const char *tiles = strstr(now, ": WM=");
         if (tiles && sscanf(tiles + 2, "WM=%u WN=%u MR=%u NR=%u KC=%u", &t[0], &t[1], &t[2], &t[3], &t[4]) == 5)
-          printf("    {\"%s\", \"%s\", CD_TC_%s, %zu, %zu, {%u, %u, %u, %u, %u}, %s},\n", info.device_vendor,
-                 info.device_name, f == 0 ? "GRAM" : f == 1 ? "APPLY" : "FRAMES", s[2], s[2], t[0], t[1], t[2],
-                 t[3], t[4], prec == CAMDELTA_PRECISION_TF32 ? "TF32" : "EXACT");
+          printf("    {.vendor = \"%s\", .device = \"%s\", .family = CD_TC_%s, .dmin = %zu, .dmax = %zu,\n"
+                 "     .t = {.wm = %u, .wn = %u, .mr = %u, .nr = %u, .kc = %u}, .prec = %s},\n",
+                 info.device_vendor, info.device_name, f == 0 ? "GRAM" : f == 1 ? "APPLY" : "FRAMES", s[2], s[2],
+                 t[0], t[1], t[2], t[3], t[4], prec == CAMDELTA_PRECISION_TF32 ? "TF32" : "EXACT");
       }
     }
     if (save) {

@@ -44,6 +44,14 @@ static const table_entry TABLE[] = {
      .t = {.wm = 2, .wn = 2, .mr = 2, .nr = 8, .kc = 16}, .prec = ANY},
     {.vendor = "NVIDIA", .device = "NVIDIA H200", .family = CD_TC_FRAMES, .dmin = 64, .dmax = 64,
      .t = {.wm = 4, .wn = 1, .mr = 1, .nr = 8, .kc = 16}, .prec = ANY},
+    /* NVIDIA H100 80GB HBM3 (driver 580.159.04): the winners of `camdelta tune` at sana480, exact (the gram stages
+     * 64 tokens a step there; tf32 keeps the heuristic tiles, not tuned on this card) */
+    {.vendor = "NVIDIA", .device = "NVIDIA H100 80GB HBM3", .family = CD_TC_GRAM, .dmin = 112, .dmax = 112,
+     .t = {.wm = 2, .wn = 2, .mr = 2, .nr = 4, .kc = 64}, .prec = EXACT},
+    {.vendor = "NVIDIA", .device = "NVIDIA H100 80GB HBM3", .family = CD_TC_APPLY, .dmin = 112, .dmax = 112,
+     .t = {.wm = 2, .wn = 2, .mr = 2, .nr = 8, .kc = 16}, .prec = EXACT},
+    {.vendor = "NVIDIA", .device = "NVIDIA H100 80GB HBM3", .family = CD_TC_FRAMES, .dmin = 112, .dmax = 112,
+     .t = {.wm = 4, .wn = 1, .mr = 1, .nr = 14, .kc = 16}, .prec = EXACT},
 };
 
 /* Rows (or columns) of D padded to the mma tile: up to 64 rows in two warps of two 16-row tiles. */
