@@ -25,6 +25,27 @@
 #define CD_PB 2
 #endif
 
+/* A hint that the channel rows (stride N bytes) that the next 8-channel group reads (w = 0) or writes (w = 1) will
+ * soon be used: bytes [p + i·N, p + i·N + bytes) for i = 0..7. Each row's few lines lie in a page of their own, where
+ * the cores' prefetchers do not follow. The CPU's prefetch instructions where the kernel is compiled for the host's
+ * CPU (PoCL: __x86_64__, __aarch64__; its OpenCL prefetch() is empty); nothing elsewhere, not even the loops. */
+CD_INLINE void cd_prefetch8(global const uchar *p, ulong N, uint bytes, const int w) {
+#if defined(__x86_64__) || defined(__aarch64__)
+  if (!bytes) return;
+  _Pragma("unroll") for (int i = 0; i < 8; i++) {
+    global const uchar *r = p + (ulong)i * N;
+    for (uint l = 0; l < bytes; l += 64) {
+      if (w) __builtin_prefetch(r + l, 1);
+      else __builtin_prefetch(r + l, 0);
+    }
+    if (w) __builtin_prefetch(r + bytes - 1, 1);
+    else __builtin_prefetch(r + bytes - 1, 0);
+  }
+#else
+  (void)p, (void)N, (void)bytes, (void)w;
+#endif
+}
+
 inline float cd_hsum8(float8 x) {
   const float4 a = x.lo + x.hi;
   const float2 b = a.lo + a.hi;
@@ -125,11 +146,18 @@ CD_INLINE void cd_prep_head(const uint D, global const cd_store_t *src, uint C, 
                             local const float8 *cs, local const float8 *sn, global cd_sstore_t *dst, ulong N,
                             float8 *pre, float8 *post) {
   const uint Dh = D / 2;
-  for (uint g = 0; g < D / 8; g++)
+  uint ntok = 0;
+  for (uint sb = 0; sb < CD_PB; sb++) ntok += nb[sb];
+  for (uint g = 0; g < D / 8; g++) {
+    /* the next group's output rows, for writing */
+    if (g + 1 < D / 8)
+      cd_prefetch8((global const uchar *)(dst + (ulong)(8 * g + 8) * N), N * sizeof(cd_sstore_t),
+                   (uint)sizeof(cd_sstore_t) * ntok, 1);
     for (uint sb = 0; sb < CD_PB; sb++)
       if (nb[sb])
         cd_prep_group(Dh, src + (ulong)(8 * sb) * C, C, nb[sb], g, w, inv[sb], k_scale, kind, P + 16 * sb, cs + Dh * sb,
                       sn + Dh * sb, dst + 8 * sb, N, pre + sb, post + sb);
+  }
 }
 
 kernel void cd_prep_cpu(global const cd_store_t *q_raw, ulong q_raw_off, global const cd_store_t *k_raw,
@@ -303,6 +331,7 @@ kernel void cd_prep_bwd_cpu(CD_PREP_BWD_INPUTS, global const float *grad_k2, ulo
 #endif
   uint nb[CD_PB]; /* valid tokens of each block */
   float8 Sq[CD_PB], Sk[CD_PB];
+  const uint ntok = (uint)min((ulong)(8 * CD_PB), N - n0); /* the work-item's tokens */
   for (uint sb = 0; sb < CD_PB; sb++) {
     const ulong s0 = n0 + 8 * sb, t0 = tok0 + 8 * sb;
     const uint n = nb[sb] = s0 < N ? (uint)min((ulong)8, N - s0) : 0u;
@@ -351,6 +380,19 @@ kernel void cd_prep_bwd_cpu(CD_PREP_BWD_INPUTS, global const float *grad_k2, ulo
     }
 
     for (uint g = 0; g < D / 8; g++) {
+      if (g + 1 < D / 8 || h + 1 < H) {
+        /* the next group's gradient rows (this head's or the next head's first) */
+        const ulong nx = gb + (ulong)(8 * g + 8) * N;
+        const uint bytes = (uint)sizeof(cd_sstore_t) * ntok;
+        const ulong stride = N * sizeof(cd_sstore_t);
+        if (has_gq) cd_prefetch8((global const uchar *)(grad_q + gq_off + nx), stride, bytes, 0);
+        if (has_gk) cd_prefetch8((global const uchar *)(grad_k + gk_off + nx), stride, bytes, 0);
+        if (has_gv) cd_prefetch8((global const uchar *)(grad_v + gv_off + nx), stride, bytes, 0);
+        if (has_g2) {
+          cd_prefetch8((global const uchar *)(grad_k2 + gk2_off + nx), N * 4, 4 * ntok, 0);
+          cd_prefetch8((global const uchar *)(grad_v2 + gv2_off + nx), N * 4, 4 * ntok, 0);
+        }
+      }
       const float8 wqv = vload8(g, wq), wkv = vload8(g, wk);
       const float wqc[8] = {wqv.s0, wqv.s1, wqv.s2, wqv.s3, wqv.s4, wqv.s5, wqv.s6, wqv.s7};
       const float wkc[8] = {wkv.s0, wkv.s1, wkv.s2, wkv.s3, wkv.s4, wkv.s5, wkv.s6, wkv.s7};
