@@ -521,13 +521,14 @@ int cmd_bench(int argc, char **argv) {
   camdelta_context_info(ctx, &info);
   /* on a CPU, the device's own peaks (unless given) and the rates in GFLOP/s */
   const int cpu = (info.type & CL_DEVICE_TYPE_CPU) != 0;
-  bench_peak measured = {0, 0, 0};
+  bench_peak measured = {.gflops = 0, .gbs = 0, .compute_units = 0, .fma_shape = "", .copy_shape = ""};
   if (cpu && (peak_gbs <= 0 || peak_tflops <= 0)) {
     if (bench_peak_measure(ctx, &measured))
       fprintf(stderr, "camdelta bench: measuring the device's peaks failed; no fractions printed\n");
     else {
-      printf("device peaks (measured): %.1f GFLOP/s fma, %.1f GB/s copy, %u compute units\n", measured.gflops,
-             measured.gbs, measured.compute_units);
+      printf("device peaks (measured): %.1f GFLOP/s %s, %.1f GB/s copy, %u compute units\n", measured.gflops,
+             measured.soft_fma ? "mul+add (no hardware fma)" : "fma", measured.gbs, measured.compute_units);
+      printf("  fma from %s, copy from %s\n", measured.fma_shape, measured.copy_shape);
       if (peak_gbs <= 0) peak_gbs = measured.gbs;
       if (peak_tflops <= 0) peak_tflops = measured.gflops / 1000;
     }
@@ -546,6 +547,9 @@ int cmd_bench(int argc, char **argv) {
   if (measured.gflops > 0) {
     cJSON_AddNumberToObject(root, "measured_peak_gflops", measured.gflops);
     cJSON_AddNumberToObject(root, "measured_peak_gbs", measured.gbs);
+    cJSON_AddStringToObject(root, "measured_peak_fma_shape", measured.fma_shape);
+    cJSON_AddStringToObject(root, "measured_peak_copy_shape", measured.copy_shape);
+    cJSON_AddBoolToObject(root, "measured_peak_soft_fma", measured.soft_fma);
   }
   cJSON_AddNumberToObject(root, "compute_units", info.compute_units);
 
