@@ -184,8 +184,10 @@ def report(opt, n, cd, blas):
     d = cd["camdelta"]
     seed = cd["seed"]
     gpk, bpk = d.get("measured_peak_gflops", 0), d.get("measured_peak_gbs", 0)
-    print("\n## %d thread(s): %s, %s; camdelta %s; device peaks measured: %.1f GFLOP/s fma, %.1f GB/s copy" %
-          (n, d["device"], d["platform"], d["camdelta"], gpk, bpk))
+    fma = "mul+add" if d.get("measured_peak_soft_fma") else "fma"
+    print("\n## %d thread(s): %s, %s; camdelta %s; device peaks measured: %.1f GFLOP/s %s (%s), %.1f GB/s copy (%s)" %
+          (n, d["device"], d["platform"], d["camdelta"], gpk, fma, d.get("measured_peak_fma_shape", "?"), bpk,
+           d.get("measured_peak_copy_shape", "?")))
     print("load (uptime) at the start: %s" % opt.load)
     print("\n| operation | camdelta min ms | GFLOP/s | GB/s | % peak fma | % peak copy | peer | peer ms | "
           "peer GFLOP/s | camdelta vs peer |")
