@@ -138,9 +138,7 @@ kernel void cd_conv_cpu_reduce(global const float *restrict part, global float *
     const uint n = min(8u, i1 - i);
     float8 acc = (float8)(0.0f);
     for (uint p = 0; p < P; p++) acc += cd_ldf8n(part + (ulong)p * n4c + i, n);
-    float t[8];
-    vstore8(acc, 0, t);
-    for (uint k = 0; k < n; k++) dw[dw_off + i + k] = t[k];
+    cd_stf8n(dw + dw_off + i, acc, n);
   }
 }
 
@@ -255,15 +253,7 @@ CD_INLINE void cd_ot_walk(const int backward, ulong gid, global const float *out
             v[t] = t < nt[k] ? cd_ld8n(gy + ((b * N + n0 + t) * H + h) * D + c0, 8) : (float8)(0.0f);
           cd_transpose8(v); /* v[i]: channel c0 + i of the 8 tokens */
           cd_ot_group(1, Dh, c0, P[k], cs[k], sn[k], v, o);
-          _Pragma("unroll") for (uint i = 0; i < 8; i++) {
-            if (nt[k] == 8) {
-              vstore8(o[i], 0, gout + row + i * N);
-            } else {
-              float t8[8];
-              vstore8(o[i], 0, t8);
-              for (uint t = 0; t < nt[k]; t++) gout[row + i * N + t] = t8[t];
-            }
-          }
+          _Pragma("unroll") for (uint i = 0; i < 8; i++) cd_stf8n(gout + row + i * N, o[i], nt[k]);
         }
       }
   }

@@ -243,8 +243,8 @@ inline ulong cd_frame_start(uint f, uint S) { return (ulong)f * S; }
 /* An entry of the A form from its sum: gate·(δ_ij − sum), A_f = d_f·(I − K_fᵀβ_fK_f). */
 #define CD_GRAM_A(gate, i, j, sum) ((gate) * (((i) == (j) ? 1.0f : 0.0f) - (sum)))
 
-/* Helpers of the CPU forms (scan_cpu.cl, prep_cpu.cl). CD_INLINE: inlined into each caller, so that a constant
- * argument (a block's `full` flag, a register tile's row count) is a constant there. */
+/* Helpers of the CPU forms (scan_cpu.cl, prep_cpu.cl, branch_cpu.cl). CD_INLINE: inlined into each caller, so that
+ * a constant argument (a block's `full` flag, a register tile's row count) is a constant there. */
 #define CD_INLINE inline __attribute__((always_inline))
 /* Eight consecutive elements as a float8, per storage type t (0 f32, 1 f16, 2 bf16): CD_LD8_t loads, CD_ST8_t
  * stores (bf16 rounded to nearest even, NaN kept quiet, as CD_STORE does). CD_LD8 / CD_ST8: the activations' storage
@@ -266,31 +266,28 @@ CD_INLINE ushort8 cd_to_bf16_8(float8 x) {
 #define CD_SLD8(p) CD_CAT(CD_LD8_, CD_SDTYPE)(p)
 #define CD_SST8(x, p) CD_CAT(CD_ST8_, CD_SDTYPE)(x, p)
 
-/* The first n (1..8) consecutive elements as a float8, zero past n; and the first n lanes of x stored. Whole rows of
- * 8 take the vector forms above. cd_ldf8n: f32; cd_ld8n / cd_st8n: the activations' storage; cd_sld8n / cd_sst8n:
- * prep's (B, H, D, N) side. */
-CD_INLINE float8 cd_ldf8n(global const float *p, uint n) {
-  if (n == 8) return vload8(0, p);
-  float t[8];
-  _Pragma("unroll") for (uint i = 0; i < 8; i++) t[i] = i < n ? p[i] : 0.0f;
-  return vload8(0, t);
-}
+/* The first n consecutive elements as a float8, zero past n; and the first n lanes of x stored (n may be below 1:
+ * nothing; 8 or more: the whole vector). cd_ldf8n / cd_stf8n: f32; cd_ld8n / cd_st8n: the activations' storage;
+ * cd_sld8n / cd_sst8n: prep's (B, H, D, N) side. */
 #define CD_PARTIAL8(ld, st, T, LD8, ST8, LD1, ST1)                                             \
-  CD_INLINE float8 ld(global const T *p, uint n) {                                              \
-    if (n == 8) return LD8(p);                                                                  \
+  CD_INLINE float8 ld(global const T *p, int n) {                                               \
+    if (n >= 8) return LD8(p);                                                                  \
     float t[8];                                                                                 \
-    _Pragma("unroll") for (uint i = 0; i < 8; i++) t[i] = i < n ? LD1(p, i) : 0.0f;             \
+    _Pragma("unroll") for (int i = 0; i < 8; i++) t[i] = i < n ? LD1(p, i) : 0.0f;              \
     return vload8(0, t);                                                                        \
   }                                                                                             \
-  CD_INLINE void st(global T *p, float8 x, uint n) {                                            \
-    if (n == 8) {                                                                               \
+  CD_INLINE void st(global T *p, float8 x, int n) {                                             \
+    if (n >= 8) {                                                                               \
       ST8(x, p);                                                                                \
       return;                                                                                   \
     }                                                                                           \
     float t[8];                                                                                 \
     vstore8(x, 0, t);                                                                           \
-    _Pragma("unroll") for (uint i = 0; i < 8; i++) if (i < n) ST1(p, i, t[i]);                  \
+    _Pragma("unroll") for (int i = 0; i < 8; i++) if (i < n) ST1(p, i, t[i]);                   \
   }
+#define CD_LDF1(p, i) ((p)[i])
+#define CD_STF1(p, i, x) ((p)[i] = (x))
+CD_PARTIAL8(cd_ldf8n, cd_stf8n, float, CD_LD8_0, CD_ST8_0, CD_LDF1, CD_STF1)
 CD_PARTIAL8(cd_ld8n, cd_st8n, cd_store_t, CD_LD8, CD_ST8, CD_LOAD, CD_STORE)
 CD_PARTIAL8(cd_sld8n, cd_sst8n, cd_sstore_t, CD_SLD8, CD_SST8, CD_SLOAD, CD_SSTORE)
 

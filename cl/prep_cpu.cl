@@ -219,13 +219,7 @@ kernel void cd_prep_cpu(global const cd_store_t *q_raw, ulong q_raw_off, global 
     for (uint sb = 0; sb < CD_PB; sb++) {
       const float8 infl8 = fmax(post[sb], (float8)(1e-12f)) / fmax(pre[sb], (float8)(1e-12f));
       global float *ip = infl + infl_off + (b * H + h) * N + n0 + 8 * sb;
-      if (nb[sb] == 8) vstore8(infl8, 0, ip);
-      else {
-        float t8[8];
-        vstore8(infl8, 0, t8);
-        _Pragma("unroll") for (uint t = 0; t < 8; t++)
-          if (t < nb[sb]) ip[t] = t8[t];
-      }
+      cd_stf8n(ip, infl8, nb[sb]);
     }
   }
 }

@@ -59,25 +59,12 @@
 #define CD_UNROLL _Pragma("unroll")
 #define CD_UNROLL4 _Pragma("unroll 4")
 
-/* Eight floats from p (n of them valid, the rest zero): the tails of frames, where a full vector could pass the
- * buffer's end. */
-inline float8 cd_ld8_part(global const float *p, int n) {
-  float t[8];
-  CD_UNROLL for (int i = 0; i < 8; i++) t[i] = i < n ? p[i] : 0.0f;
-  return vload8(0, t);
-}
-inline void cd_st8_part(float8 x, global float *p, int n) {
-  float t[8];
-  vstore8(x, 0, t);
-  CD_UNROLL for (int i = 0; i < 8; i++)
-    if (i < n) p[i] = t[i];
-}
 /* Vector v of a token block at p: full blocks load whole vectors, a tail block only its n valid tokens. */
-#define CD_LD(p, v, full, n) ((full) ? vload8((v), (p)) : cd_ld8_part((p) + 8 * (v), (int)(n) - 8 * (v)))
+#define CD_LD(p, v, full, n) ((full) ? vload8((v), (p)) : cd_ldf8n((p) + 8 * (v), (int)(n) - 8 * (v)))
 #define CD_ST(x, p, v, full, n)                               \
   do {                                                        \
     if (full) vstore8((x), (v), (p));                         \
-    else cd_st8_part((x), (p) + 8 * (v), (int)(n) - 8 * (v)); \
+    else cd_stf8n((p) + 8 * (v), (x), (int)(n) - 8 * (v)); \
   } while (0)
 
 /* The state matrix with index j (CD_STATE_FN of cl/common.cl, as scan_backward.cl's cd_state). */

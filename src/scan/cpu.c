@@ -24,6 +24,10 @@ void cd_cpu_scan_tiles(const camdelta_context *ctx, size_t D, cd_cpu_scan *p) {
  * and at most three rest blocks, every loop one more for its exit. */
 static size_t row_blocks(size_t D, size_t R) { return D / R + 1 + (D / R + 3) * (D + 1); }
 
+/* cd_cpu_ddecay's work-item before its walk over a frame's token blocks: the D x D / 8 partial sums and the loops'
+ * exits. */
+static size_t ddecay_fixed(size_t D) { return D * D / 8 + 2 + 1; }
+
 /* Every loop is counted one iteration more than its body runs (its exit test), an upper bound of what gallivm counts
  * that the chains' failure points on llvmpipe need (a causal gradient chain of 18 steps at D=112 ends early without
  * it). */
@@ -41,11 +45,11 @@ void cd_cpu_loop_count(const cd_cpu_scan *p, cd_cpu_loops *n) {
   n->chain_step = 1 + 2 * (D + 1) + D * cbv + 1 + D / 4 + 1 + (D / 4) * (D + 1);
   n->apply = row_blocks(D, p->ar);
   n->frames = row_blocks(D, p->fr) + 2 * row_blocks(D, p->far);
-  n->ddecay_fixed = D * D / 8 + 2 + 1;
+  n->ddecay_fixed = ddecay_fixed(D);
 }
 
 camdelta_status cd_cpu_ddecay_fits(camdelta_context *ctx, size_t D, size_t ntiles) {
-  const size_t budget = cd_loop_budget(ctx), need = D * D / 8 + 3 + ntiles + 1; /* as cd_cpu_loop_count */
+  const size_t budget = cd_loop_budget(ctx), need = ddecay_fixed(D) + ntiles + 1; /* each block a step */
   if (!budget || need <= budget) return CAMDELTA_OK;
   return cd_fail(CAMDELTA_ERROR_UNSUPPORTED,
                  "camdelta_scan_backward: the driver ends a work-item's loops after %zu iterations per launch (Mesa's "

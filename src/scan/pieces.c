@@ -21,6 +21,10 @@ void cd_ddecay_release(cd_ddecay *d) {
 camdelta_status cd_ddecay_enqueue(camdelta_context *ctx, const cd_ddecay *d, const cd_scan_geo *geo,
                                   camdelta_buffer states, camdelta_buffer init, camdelta_buffer G, camdelta_buffer part,
                                   camdelta_buffer ddecay, size_t ntiles, int reverse, int has_init, cd_launch *l) {
+  if (d->cpu) { /* a work-item sums its frame's partials: within the driver's loop budget */
+    const camdelta_status st = cd_cpu_ddecay_fits(ctx, geo->D, ntiles);
+    if (st) return st;
+  }
   cd_args a = {d->k, 0, CL_SUCCESS};
   cd_arg_buf(&a, states);
   cd_arg_buf(&a, has_init ? init : states); /* not read without an init */
@@ -32,10 +36,6 @@ camdelta_status cd_ddecay_enqueue(camdelta_context *ctx, const cd_ddecay *d, con
   cd_arg_packed(&a, geo);
   const char *name = d->cpu ? "cd_cpu_ddecay" : "cd_scan_bwd_ddecay";
   if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, name);
-  if (d->cpu) { /* a work-item sums its frame's partials: within the driver's loop budget */
-    const camdelta_status st = cd_cpu_ddecay_fits(ctx, geo->D, ntiles);
-    if (st) return st;
-  }
   const size_t lws = d->w, gws = geo->BHF * lws;
   return cd_enqueue(ctx, d->k, 1, &gws, &lws, l, name);
 }
