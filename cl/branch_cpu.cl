@@ -26,12 +26,13 @@ CD_INLINE void cd_bc_taps(global const float *w, uint n, float8 *tap) {
 
 /* Layout (B, T, S, C) as in cl/short_conv.cl. One work-item per (b, s, block of CG groups of 8 channels): per group
  * it walks the T frames with the sliding window of 7 frames in float8 registers (lanes: the channels), so every
- * element is read once. lb, back and seg_end as cl/short_conv.cl's cd_short_conv_forward; ncb channel blocks per
- * (b, s); launch: local size 1, global B·S·ncb. */
+ * element is read once. lb, back, seg_end and lb_out as cl/short_conv.cl's cd_short_conv_forward; ncb channel
+ * blocks per (b, s); launch: local size 1, global B·S·ncb. */
 kernel void cd_conv_cpu_forward(global const cd_store_t *restrict x, ulong x_off, global const cd_store_t *restrict lb,
                                 ulong lb_off, global const float *restrict w, ulong w_off,
                                 global const uint *restrict seg_end, global cd_store_t *restrict y, ulong y_off,
-                                uint T, uint S, uint C, uint CG, uint ncb, uint back) {
+                                uint T, uint S, uint C, uint CG, uint ncb, uint back,
+                                global cd_store_t *restrict lb_out, ulong lbo_off, uint write_lb) {
   const ulong gid = get_global_id(0), bs = gid / ncb, b = bs / S, s = bs % S;
   const uint G = (C + 7) / 8, g0 = (uint)(gid % ncb) * CG, g1 = min(g0 + CG, G);
   const ulong stride = (ulong)S * C, base = (b * T * S + s) * C, lbase = lb_off + (b * 3 * S + s) * C;
@@ -59,6 +60,12 @@ kernel void cd_conv_cpu_forward(global const cd_store_t *restrict x, ulong x_off
       cd_st8n(yp + (ulong)t * stride, acc, n);
       xm3 = xm2, xm2 = xm1, xm1 = x0, x0 = xp1, xp1 = xp2, xp2 = xp3;
       xp3 = t + 4 < T ? cd_ld8n(xp + (ulong)(t + 4) * stride, n) : z;
+    }
+    if (write_lb) {
+      global cd_store_t *op = lb_out + lbo_off + (b * 3 * S + s) * C + c0;
+      cd_st8n(op, xm3, n);
+      cd_st8n(op + stride, xm2, n);
+      cd_st8n(op + 2 * stride, xm1, n);
     }
   }
 }

@@ -17,12 +17,15 @@
 /* one work-item per (c, s, b). A stream's block (back = 1..3) continues the frames of its look-back: lb (B, 3, S, C)
  * holds the raw frames before x's, the last `back` of them read (the earlier ones are before frame 0: zero), and
  * seg_end has back + T entries, those of the frames [look-back's | x's] (back = 0: lb unread, T entries). y gets x's T
- * frames only. */
+ * frames only. With write_lb, lb_out (B, 3, S, C; not lb) gets the last three frames of [look-back's | x's], the
+ * window's registers after the walk (zeros for frames before frame 0): a committing block's next look-back, with no
+ * second pass over x. */
 kernel void cd_short_conv_forward(global const cd_store_t *restrict x, ulong x_off,
                                   global const cd_store_t *restrict lb, ulong lb_off, global const float *restrict w,
                                   ulong w_off,
                                   global const uint *restrict seg_end, global cd_store_t *restrict y, ulong y_off,
-                                  uint T, uint S, uint C, ulong BSC, uint back) {
+                                  uint T, uint S, uint C, ulong BSC, uint back, global cd_store_t *restrict lb_out,
+                                  ulong lbo_off, uint write_lb) {
   const ulong idx = get_global_id(0);
   if (idx >= BSC) return;
   const uint c = (uint)(idx % C);
@@ -48,6 +51,12 @@ kernel void cd_short_conv_forward(global const cd_store_t *restrict x, ulong x_o
     CD_STORE(y, ybase + (ulong)t * stride, acc);
     xm3 = xm2, xm2 = xm1, xm1 = x0, x0 = xp1, xp1 = xp2, xp2 = xp3;
     xp3 = XAT(x, t + 4);
+  }
+  if (write_lb) {
+    const ulong o = lbo_off + (b * 3 * S + s) * C + c;
+    CD_STORE(lb_out, o, xm3);
+    CD_STORE(lb_out, o + stride, xm2);
+    CD_STORE(lb_out, o + 2 * stride, xm1);
   }
 }
 

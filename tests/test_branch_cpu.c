@@ -175,8 +175,9 @@ static float *fetch_as(camdelta_dtype dt, cl_mem m, size_t n, const char *what, 
   return h;
 }
 
-/* The branch's launches in 16-bit storage, each form: the conv forward continuing 2 frames of look-back and its
- * backward, the output transform forward (with out2) and backward; outputs compared bit for bit. */
+/* The branch's launches in 16-bit storage, each form: the conv forward continuing 2 frames of look-back (writing
+ * the next look-back, which must be x's last three frames) and its backward, the output transform forward (with
+ * out2) and backward; outputs compared bit for bit. */
 static void half_forms(camdelta_dtype dt) {
   camdelta_context *ctx = tu_context();
   const size_t B = 2, T = 5, S = 7, C = 13, back = 2, n = B * T * S * C, nl = B * 3 * S * C;
@@ -197,13 +198,13 @@ static void half_forms(camdelta_dtype dt) {
   cl_mem seg_fwd, seg_bwd;
   TU_OK(cd_short_conv_segments(ctx, "test", back + T, &ch, &seg_fwd));
   TU_OK(cd_short_conv_segments(ctx, "test", T, &ch, &seg_bwd));
-  static const char *const names[5] = {"k_conv", "dk_raw", "dconv_weight", "y", "grad_out"};
-  float *got[2][5];
+  static const char *const names[6] = {"k_conv", "dk_raw", "dconv_weight", "y", "grad_out", "look-back out"};
+  float *got[2][6];
   for (int f = 0; f < 2; f++) {
     TU_OK(camdelta_tune_set(ctx, "conv", f ? "FORM=1" : "FORM=0"));
     TU_OK(camdelta_tune_set(ctx, "output", f ? "FORM=1" : "FORM=0"));
     cl_mem y = tu_buffer(n * es), dx = tu_buffer(n * es), dw = tu_buffer(4 * C * 4), yo = tu_buffer(no * es),
-           go = tu_buffer(no * 4);
+           go = tu_buffer(no * 4), lbo = tu_buffer(nl * es);
     const camdelta_output_transform_args oa = {.B = B, .N = N, .H = H, .D = D, .out = {out, 0}, .out2 = {out2, 0},
                                                .proj_o = {po, 0}, .rope_cos = {rc, 0}, .rope_sin = {rs, 0},
                                                .y = {yo, 0}, .grad_y = {gy, 0}, .grad_out = {go, 0}};
@@ -211,7 +212,7 @@ static void half_forms(camdelta_dtype dt) {
     cd_launch_init(&l, NULL);
     camdelta_status st = cd_short_conv_enqueue_forward(ctx, dt, B, T, S, C, (camdelta_buffer){lb, 0}, back,
                                                        (camdelta_buffer){x, 0}, (camdelta_buffer){w, 0}, seg_fwd,
-                                                       (camdelta_buffer){y, 0}, &l);
+                                                       (camdelta_buffer){y, 0}, (camdelta_buffer){lbo, 0}, &l);
     if (!st)
       st = cd_short_conv_enqueue_backward(ctx, dt, B, T, S, C, (camdelta_buffer){x, 0}, (camdelta_buffer){w, 0},
                                           seg_bwd, (camdelta_buffer){dy, 0}, (camdelta_buffer){dx, 0},
@@ -221,14 +222,24 @@ static void half_forms(camdelta_dtype dt) {
     TU_OK(cd_launch_end(ctx, &l, st));
     got[f][0] = fetch_as(dt, y, n, names[0], f), got[f][1] = fetch_as(dt, dx, n, names[1], f);
     got[f][2] = fetch_as(CAMDELTA_F32, dw, 4 * C, names[2], f), got[f][3] = fetch_as(dt, yo, no, names[3], f);
-    got[f][4] = fetch_as(CAMDELTA_F32, go, no, names[4], f);
-    cl_mem outs[5] = {y, dx, dw, yo, go};
-    for (int i = 0; i < 5; i++) clReleaseMemObject(outs[i]);
+    got[f][4] = fetch_as(CAMDELTA_F32, go, no, names[4], f), got[f][5] = fetch_as(dt, lbo, nl, names[5], f);
+    cl_mem outs[6] = {y, dx, dw, yo, go, lbo};
+    for (int i = 0; i < 6; i++) clReleaseMemObject(outs[i]);
   }
   TU_OK(camdelta_tune_set(ctx, "conv", NULL));
   TU_OK(camdelta_tune_set(ctx, "output", NULL));
-  const size_t counts[5] = {n, n, 4 * C, no, no};
-  for (int i = 0; i < 5; i++) {
+  /* the next look-back is x's frames T-3 .. T-1, bit for bit */
+  float *xw = malloc(n * 4);
+  tu_unpack(dt, xs, xw, n);
+  for (size_t b = 0; b < B; b++)
+    for (size_t j = 0; j < 3; j++)
+      for (size_t e = 0; e < S * C; e++)
+        if (memcmp(&got[0][5][(b * 3 + j) * S * C + e], &xw[(b * T + T - 3 + j) * S * C + e], 4) != 0)
+          fail_msg("%s: look-back out (b %zu, slot %zu, element %zu) is not x's frame %zu", camdelta_dtype_name(dt), b,
+                   j, e, T - 3 + j);
+  free(xw);
+  const size_t counts[6] = {n, n, 4 * C, no, no, nl};
+  for (int i = 0; i < 6; i++) {
     if (memcmp(got[0][i], got[1][i], counts[i] * 4) != 0)
       fail_msg("%s: %s differs between FORM=0 and FORM=1", camdelta_dtype_name(dt), names[i]);
     free(got[0][i]), free(got[1][i]);

@@ -28,12 +28,14 @@ camdelta_status cd_short_conv_segments(camdelta_context *ctx, const char *op, si
 /** The conv's launches with x, y (forward) and x, dy, dx (backward) in `dtype` storage (the activations'; f32
  *  arithmetic, f32 weights and weight gradient); cd_short_conv_program builds (or loads) its program. The forward
  *  continues `back` (0..3) frames before x's: the last `back` of lookback (B, 3, S, C; unread when back = 0), with
- *  seg_end over the back + T frames [look-back's | x's]; y (B, T, S, C) gets x's frames. */
+ *  seg_end over the back + T frames [look-back's | x's]; y (B, T, S, C) gets x's frames. With lookback_out (B, 3, S,
+ *  C; another buffer than lookback) the launch also writes the last three frames of [look-back's | x's] there, zeros
+ *  for frames before frame 0: a stream's next look-back. */
 camdelta_status cd_short_conv_program(camdelta_context *ctx, camdelta_dtype dtype);
 camdelta_status cd_short_conv_enqueue_forward(camdelta_context *ctx, camdelta_dtype dtype, size_t B, size_t T,
                                               size_t S, size_t C, camdelta_buffer lookback, size_t back,
                                               camdelta_buffer x, camdelta_buffer w, cl_mem seg_end, camdelta_buffer y,
-                                              cd_launch *l);
+                                              camdelta_buffer lookback_out, cd_launch *l);
 camdelta_status cd_short_conv_enqueue_backward(camdelta_context *ctx, camdelta_dtype dtype, size_t B, size_t T,
                                                size_t S, size_t C, camdelta_buffer x, camdelta_buffer w,
                                                cl_mem seg_end, camdelta_buffer dy, camdelta_buffer dx,

@@ -78,7 +78,7 @@ static void conv_arg_items(cd_args *a, int cpu, size_t cg, size_t ncb, size_t it
 camdelta_status cd_short_conv_enqueue_forward(camdelta_context *ctx, camdelta_dtype dtype, size_t B, size_t T,
                                               size_t S, size_t C, camdelta_buffer lookback, size_t back,
                                               camdelta_buffer x, camdelta_buffer w, cl_mem seg_end, camdelta_buffer y,
-                                              cd_launch *l) {
+                                              camdelta_buffer lookback_out, cd_launch *l) {
   const int cpu = cd_conv_cpu(ctx, dtype);
   const char *name = cpu ? "cd_conv_cpu_forward" : "cd_short_conv_forward";
   cl_kernel k;
@@ -97,6 +97,8 @@ camdelta_status cd_short_conv_enqueue_forward(camdelta_context *ctx, camdelta_dt
   cd_arg_u32(&a, (uint32_t)C);
   conv_arg_items(&a, cpu, cg, ncb, BSC);
   cd_arg_u32(&a, (uint32_t)back);
+  cd_arg_buf(&a, lookback_out.mem ? lookback_out : y); /* absent: never written */
+  cd_arg_u32(&a, lookback_out.mem != NULL);
   if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, cpu ? "cd_conv_cpu_forward: setting arguments"
                                                       : "cd_short_conv_forward: setting arguments");
   const size_t lws = cpu ? 1 : 64, gws = cpu ? B * S * ncb : (BSC + 63) / 64 * 64;
@@ -223,7 +225,7 @@ static camdelta_status conv_enqueue(cd_call *c, cd_launch *l) {
   if (conv_idle(c)) return CAMDELTA_OK;
   if (!s->backward)
     return cd_short_conv_enqueue_forward(c->ctx, CAMDELTA_F32, a->B, a->T, a->S, a->C, a->k_raw, 0, a->k_raw,
-                                         a->conv_weight, s->seg_end, a->k_conv, l);
+                                         a->conv_weight, s->seg_end, a->k_conv, (camdelta_buffer){NULL, 0}, l);
   return cd_short_conv_enqueue_backward(c->ctx, CAMDELTA_F32, a->B, a->T, a->S, a->C, a->k_raw, a->conv_weight,
                                         s->seg_end, a->grad_k_conv, a->dk_raw, a->dconv_weight, l);
 }
