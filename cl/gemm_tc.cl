@@ -643,16 +643,17 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_apply_tc(
  * writes whole 4-channel units of y (B, N, H, D): rows r < D/2 in 4-groups y = proj_o·o (proj_o (B, N, 4, 4) per
  * token), the others the inverse RoPE y[r] = o[r]·cos[r] − o[r^1]·sin[r] (tables (N, D/2)); the same operations
  * in the same order as cd_output_transform (cl/branch.cl), so y is bit-identical to phase C and that kernel.
- * The pair's out (B, H, D, N) is not written. Launch as cd_apply_tc; TM is a multiple of 16, so no 4-group or
- * RoPE pair straddles two row tiles. The host has checked that y_off, po_off, rc_off and rs_off are multiples of
- * 4 floats (D % 8 == 0): every 4-channel unit is one 16-byte load or store. */
+ * The pair's out (B, H, D, N) is not written. y is in the activations' storage (CD_DTYPE, common.cl; rounded on the
+ * store as cd_output_transform rounds it). Launch as cd_apply_tc; TM is a multiple of 16, so no 4-group or RoPE pair
+ * straddles two row tiles. The host has checked that y_off, po_off, rc_off and rs_off are multiples of 4 elements
+ * (D % 8 == 0): every 4-channel unit is one 16-byte load or store (8-byte in 16-bit storage). */
 #define CD_LDO (CD_TM + 4) /* Os row stride: 4 mod 32 floats, the fragment stores conflict-free */
 #define CD_XO (CD_KC * CD_LDS > CD_TN * CD_LDO ? CD_KC * CD_LDS : CD_TN * CD_LDO)
 __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_apply_ot_tc(
     __global const float *restrict x, ulong x_off, __global const float *restrict states, ulong st_off,
     __global const float *restrict proj_o, ulong po_off, __global const float *restrict rope_cos, ulong rc_off,
-    __global const float *restrict rope_sin, ulong rs_off, __global float *restrict y, ulong y_off, ulong N, uint S,
-    uint F, uint H, uint n_rtiles) {
+    __global const float *restrict rope_sin, ulong rs_off, __global cd_store_t *restrict y, ulong y_off, ulong N,
+    uint S, uint F, uint H, uint n_rtiles) {
   __local float Ms[CD_KC * CD_LDA];
   __local float4 XO4[CD_XO / 4]; /* Xs during the products, then Os[s][r] = o[row0 + r][s0 + s] */
   CD_APPLY_IDS
@@ -684,7 +685,7 @@ __kernel __attribute__((reqd_work_group_size(CD_W, 1, 1))) void cd_apply_ot_tc(
       const float4 sn = *(__global const float4 *)(rope_sin + rs_off + rrow);
       CD_OT_ROPE(o, v, c, sn);
     }
-    *(__global float4 *)(y + y_off + (tok * H + h) * CD_D + r) = o;
+    CD_ST4(y, y_off + (tok * H + h) * CD_D + r, o, 1);
   }
 }
 #undef CD_LDO

@@ -2,11 +2,13 @@
  * dv_raw in f16 or bf16, forward and backward, against the f64 reference fed the same rounded inputs (the activations
  * and grad_y rounded to the dtype, then exact in f64), on many shapes (one frame, D = 8 and 128, odd grids, every
  * chunk strategy, an explicit chunk_index, B > 1) and both scan paths (AUTO, and the fused pair); the bounds are
- * §12's: y <= 2e-3 (f16) and 1.6e-2 (bf16) relative to max |reference|, every gradient twice that. Also: the
+ * §12's: y <= 2e-3 (f16) and 1.6e-2 (bf16) relative to max |reference|, every gradient twice that; the output
+ * transform fused into the scan pair's epilogue writing 16-bit y, bit for bit the two-kernel form's. Also: the
  * backward is deterministic and the same without a saved object; bad input (a dtype out of range, a saved object of
  * another dtype, buffers sized for 16 bits given as f32, a part of a sequence) fails with a clear status and writes
  * nothing. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +16,7 @@
 #include "branch_problem.h"
 #include "camdelta_phases.h"
 #include "ops/camera_op.h"
+#include "scan/tc.h"
 
 typedef struct hb_shape {
   size_t B, T, Hs, Ws, H, D, cs;
@@ -243,6 +246,71 @@ static void test_against_f32(void **state) {
   }
 }
 
+/* The output transform as the scan pair's phase C epilogue writing 16-bit y (cd_apply_ot_tc built for the dtype): on
+ * tensor cores, emulated where the device has none. y at offset 0 (fused: one kernel fewer in the profile) and at
+ * offset 5 (not on 8 bytes: phase C, then cd_output_transform) agree bit for bit, both rounding the same f32 values
+ * to the dtype, and the fused y meets the dtype's bound against the f64 reference. Shapes: D = 8 with a token tail,
+ * D = 112 over a partial second row tile, D = 64 with an explicit chunk_index. */
+static void test_fused_output_transform(void **state) {
+  (void)state;
+  camdelta_context *emu = cd_tc_available(tu_context()) ? NULL : tu_context_tc_emulated();
+  camdelta_context *ctx = emu ? emu : tu_context();
+  const size_t pick[] = {0, 2, 6};
+  for (int k = 0; k < 2; k++) {
+    const camdelta_dtype dt = k ? CAMDELTA_BF16 : CAMDELTA_F16;
+    for (size_t i = 0; i < sizeof pick / sizeof pick[0]; i++) {
+      const hb_shape *s = &shapes[pick[i]];
+      hb_problem p;
+      problem_init(&p, s, dt, 1100 + 10 * (uint64_t)k + i);
+      const size_t es = camdelta_dtype_size(dt);
+      uint16_t *y[2];
+      unsigned kernels[2];
+      for (int c = 0; c < 2; c++) {
+        const size_t off = c ? 5 : 0;
+        cl_mem yb = tu_buffer((p.BNC + off) * es);
+        camdelta_branch_args a = device_args(&p, yb, CAMDELTA_SCAN_CHUNKWISE);
+        a.y.offset = off;
+        camdelta_profile prof = {0, 0};
+        a.profile = &prof;
+        TU_OK(camdelta_branch_forward(ctx, &a, NULL));
+        kernels[c] = prof.kernels;
+        y[c] = malloc(p.BNC * es);
+        assert_non_null(y[c]);
+        tu_download(yb, off * es, p.BNC * es, y[c]);
+        clReleaseMemObject(yb);
+      }
+      if (kernels[0] + 1 != kernels[1])
+        fail_msg("%s D=%zu: %u kernels at offset 0 and %u at offset 5; the fused epilogue saves one",
+                 camdelta_dtype_name(dt), s->D, kernels[0], kernels[1]);
+      for (size_t j = 0; j < p.BNC; j++)
+        if (y[0][j] != y[1][j])
+          fail_msg("%s D=%zu: y[%zu] fused 0x%04x, apart 0x%04x", camdelta_dtype_name(dt), s->D, j, y[0][j], y[1][j]);
+      float *got = malloc(p.BNC * sizeof(float));
+      assert_non_null(got);
+      tu_unpack(dt, y[0], got, p.BNC);
+      bp_ref ref = {0};
+      for (int n = 0; n < NIN; n++) ref.in[n] = tu_to_f64(p.in[n], p.count[n]);
+      double **in64 = ref.in;
+      ref.y = malloc(p.BNC * sizeof(double));
+      assert_non_null(ref.y);
+      camdelta_ref_branch r = {.B = s->B, .T = s->T, .Hs = s->Hs, .Ws = s->Ws, .ph = 1, .pw = 1, .H = s->H,
+                               .D = s->D, .chunking = p.ch, .k_scale = p.k_scale, .norm_eps = p.eps,
+                               .q_raw = in64[IQ], .k_raw = in64[IK], .v_raw = in64[IV], .conv_weight = in64[IW],
+                               .q_norm_weight = in64[IQW], .k_norm_weight = in64[IKW],
+                               .camera_conditions = in64[ICC], .beta = in64[IBETA], .decay = in64[IDECAY],
+                               .y = ref.y};
+      TU_OK(camdelta_ref_branch_forward(&r));
+      const double e = tu_rel_err(got, ref.y, p.BNC);
+      if (e > bound_of(dt))
+        fail_msg("%s D=%zu: fused y rel err %.3g > %.3g", camdelta_dtype_name(dt), s->D, e, bound_of(dt));
+      free(got), free(y[0]), free(y[1]);
+      bp_ref_free(&ref);
+      problem_free(&p);
+    }
+  }
+  if (emu) camdelta_context_destroy(emu);
+}
+
 /* The stores round to nearest even and the loads widen exactly: the output transform with identity matrices and
  * tables (y = out) on chosen values (ties both ways, the largest float, a denormal, NaN) gives bit for bit the
  * library's host conversions (camdelta_f32_to_f16 / _bf16; the Python tests check the bf16 one against NumPy),
@@ -362,5 +430,6 @@ TU_MAIN(NULL, tu_teardown_context,
       cmocka_unit_test(test_conversions),
       cmocka_unit_test(test_bad_input),
       cmocka_unit_test(test_against_f32),
+      cmocka_unit_test(test_fused_output_transform),
       cmocka_unit_test(test_f16),
       cmocka_unit_test(test_bf16))

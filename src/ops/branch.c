@@ -566,7 +566,7 @@ static camdelta_status fwd_conv(camdelta_branch_run *r, camdelta_branch_request 
     return CAMDELTA_OK;
   }
   /* with tensor cores the pair's apply writes y itself, the output transform as its epilogue */
-  r->ot = (cd_pair_ot){.proj_o = m[PO], .rope_cos = m[RC], .rope_sin = m[RS], .y = a->y};
+  r->ot = (cd_pair_ot){.proj_o = m[PO], .rope_cos = m[RC], .rope_sin = m[RS], .y = a->y, .dtype = a->dtype};
   /* a block's causal scan goes on from the stream's state and gives the state after the block */
   const camdelta_buffer init_c = r->blk ? r->blk->init : none, final_c = r->blk ? r->blk->final : none;
   if (r->pair) {
@@ -574,7 +574,7 @@ static camdelta_status fwd_conv(camdelta_branch_run *r, camdelta_branch_request 
                                   .beta = m[BP], .decay = a->decay, .mask = r->mask, .out = m[OUTC],
                                   .init_c = init_c, .init_r = none, .final_c = final_c, .final_r = none,
                                   .precision = a->precision, .profile = r->prof ? &r->part : NULL,
-                                  .ot = a->dtype == CAMDELTA_F32 ? &r->ot : NULL}; /* its epilogue writes f32 */
+                                  .ot = &r->ot};
     st = cd_scan_pair_forward(ctx, &pa, r->training ? s->scan_c : NULL, r->training ? s->scan_r : NULL);
     add_part(r);
     return st;

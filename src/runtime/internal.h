@@ -460,7 +460,8 @@ typedef struct cd_plan_key {
   int op;
   unsigned D, alg, prec, vec; /* vec: 16-byte token rows (tensor-core path only) */
   unsigned cls[3];            /* the operation's shape class (e.g. value blocks, token tile) */
-  unsigned variant;           /* the kernels' variant: 0 the fixed shape, else the packed clips' (packed.c) */
+  unsigned variant; /* the kernels' variant: the scan's packed clips (packed.c; 0 the fixed shape), the branch's and the
+                       pair's activations' dtype (y's storage) */
   size_t exact[3];            /* an exact shape, for entries kept per shape (AUTO); 0 for plans */
 } cd_plan_key;
 

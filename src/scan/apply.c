@@ -12,14 +12,17 @@ camdelta_status cd_apply_build_fma(camdelta_context *ctx, const char *opts, cons
 }
 
 camdelta_status cd_apply_build_tc(camdelta_context *ctx, size_t D, int split, int vec, int with_ot,
-                                  const char *extra, cd_apply *a) {
+                                  camdelta_dtype ot_dtype, const char *extra, cd_apply *a) {
   *a = (cd_apply){.form = CD_APPLY_TC};
   const camdelta_status st = cd_tc_unit(ctx, CD_TC_APPLY, "cd_apply_tc", D, split, vec, extra, &a->t, &a->k, NULL);
   if (st || !with_ot) return st;
   const size_t lm = ctx->info.local_mem_bytes ? (size_t)ctx->info.local_mem_bytes : 16384;
   a->t_ot = cd_tc_apply_ot_tiles(&a->t, ctx->info.max_work_group_size);
   if (cd_tc_apply_ot_local_bytes(&a->t_ot) > lm) return CAMDELTA_OK; /* the epilogue's tile does not fit */
-  return cd_tc_kernel(ctx, CD_TC_APPLY, "cd_apply_ot_tc", D, split, vec, &a->t_ot, extra, NULL, 0, &a->k_ot);
+  char opts[256]; /* y's storage (common.cl's CD_DTYPE; f32, the default, adds nothing) */
+  if (ot_dtype == CAMDELTA_F32) snprintf(opts, sizeof opts, "%s", extra);
+  else snprintf(opts, sizeof opts, "%s -DCD_DTYPE=%d", extra, ot_dtype == CAMDELTA_F16 ? 1 : 2);
+  return cd_tc_kernel(ctx, CD_TC_APPLY, "cd_apply_ot_tc", D, split, vec, &a->t_ot, opts, NULL, 0, &a->k_ot);
 }
 
 camdelta_status cd_apply_build_cpu(const cd_cpu_scan *p, cd_apply *a) {

@@ -54,7 +54,7 @@ camdelta_status cd_backward_units(camdelta_context *ctx, const cd_bwd_request *r
     pl->split = r->prec != CAMDELTA_PRECISION_TF32;
     st = cd_gram_build_tc(ctx, r->D, pl->split, r->vec, r->extra, &pl->u.gram);
     if (!st) st = cd_frames_build_tc(ctx, r->D, pl->split, r->vec, r->extra, &pl->u.frames);
-    if (!st) st = cd_apply_build_tc(ctx, r->D, pl->split, r->vec, 0, r->extra, &pl->u.apply);
+    if (!st) st = cd_apply_build_tc(ctx, r->D, pl->split, r->vec, 0, CAMDELTA_F32, r->extra, &pl->u.apply);
   }
   if (!st && !pl->cpu)
     st = cd_backward_parts(ctx, r->D, pl->tc, r->extra, pair, &pl->cfg, pl->opts, &pl->overridden,

@@ -38,6 +38,7 @@ camdelta_status cd_scan_branch_algorithm(camdelta_context *ctx, camdelta_scan_al
  *  caller then runs cd_output_transform. */
 typedef struct cd_pair_ot {
   camdelta_buffer proj_o, rope_cos, rope_sin, y;
+  camdelta_dtype dtype; /* y's storage (the activations') */
   int done;
 } cd_pair_ot;
 

@@ -213,7 +213,7 @@ static camdelta_status fwd_build(camdelta_context *ctx, const cd_plan_key *key, 
       st = cd_gram_build_tc(ctx, r->D, pl->split, r->vec, r->extra, &pl->u.gram);
     }
     cd_apply_release(&pl->u.apply);
-    if (!st) st = cd_apply_build_tc(ctx, r->D, pl->split, r->vec, 0, r->extra, &pl->u.apply);
+    if (!st) st = cd_apply_build_tc(ctx, r->D, pl->split, r->vec, 0, CAMDELTA_F32, r->extra, &pl->u.apply);
   }
   return cd_units_done(pl, st, out);
 }

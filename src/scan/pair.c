@@ -37,7 +37,8 @@ camdelta_status cd_scan_branch_algorithm(camdelta_context *ctx, camdelta_scan_al
 /* The forward pair's plan: the chunkwise program's gram and apply for B·H chains (the apply with the output
  * transform's epilogue form where the branch asks for it), the pair's chain with phase B's tiles for 2·B·H chains,
  * the state sum, and the workspace. Keyed by what the tiles depend on: D, the value blocks of B·H and of 2·B·H
- * chains, the token tile of S, and where the tensor-core path runs, the precision and row alignment. */
+ * chains, the token tile of S, and where the tensor-core path runs, the precision, row alignment and the storage of
+ * the epilogue's y (the key's variant). */
 typedef struct pair_plan {
   cd_units u; /* first: cd_units_destroy is the destructor */
   cd_chunk_cfg cc;
@@ -50,6 +51,7 @@ typedef struct pair_request {
   size_t BH, D, S;
   camdelta_precision prec;
   int vec;
+  camdelta_dtype ydt; /* the storage of y, where the output transform is fused */
 } pair_request;
 
 static camdelta_status pair_build(camdelta_context *ctx, const cd_plan_key *key, const void *arg, void **out) {
@@ -68,7 +70,7 @@ static camdelta_status pair_build(camdelta_context *ctx, const cd_plan_key *key,
     cd_apply_release(&pl->u.apply);
     st = cd_gram_build_tc(ctx, r->D, pl->split, r->vec, "", &pl->u.gram);
     if (!st)
-      st = cd_apply_build_tc(ctx, r->D, pl->split, r->vec, 1, "", &pl->u.apply);
+      st = cd_apply_build_tc(ctx, r->D, pl->split, r->vec, 1, r->ydt, "", &pl->u.apply);
   }
   if (!st && !pl->cpu) st = cd_chunk_pair_chain(ctx, 2 * r->BH, r->D, r->S, &pl->u.chain);
   if (!st) st = cd_pieces_build(ctx, &pl->u.pieces);
@@ -85,7 +87,8 @@ static camdelta_status pair_acquire(camdelta_context *ctx, const pair_request *r
   key.op = CD_PLAN_PAIR_FORWARD;
   key.D = (unsigned)r->D;
   key.cls[0] = one.b_blocks, key.cls[1] = one.tokens, key.cls[2] = two.b_blocks;
-  if (cd_tc_available(ctx)) key.prec = (unsigned)r->prec, key.vec = (unsigned)(r->vec != 0);
+  if (cd_tc_available(ctx))
+    key.prec = (unsigned)r->prec, key.vec = (unsigned)(r->vec != 0), key.variant = (unsigned)r->ydt;
   return cd_plan_acquire(ctx, &key, pair_build, r, cd_units_destroy, e);
 }
 
@@ -129,7 +132,8 @@ camdelta_status cd_scan_pair_forward(camdelta_context *ctx, const cd_scan_pair_a
   if (st) return st;
   /* build everything before enqueuing anything */
   const size_t offs[5] = {a->q.offset, a->k.offset, a->v.offset, a->beta.offset, a->out.offset};
-  const pair_request r = {.BH = BH, .D = D, .S = a->S, .prec = a->precision, .vec = cd_tc_vec_ok(a->S, offs, 5)};
+  const pair_request r = {.BH = BH, .D = D, .S = a->S, .prec = a->precision, .vec = cd_tc_vec_ok(a->S, offs, 5),
+                          .ydt = a->ot ? a->ot->dtype : CAMDELTA_F32};
   cd_plan_entry *e;
   if ((st = pair_acquire(ctx, &r, &e))) return st;
   pair_plan *pl = e->plan;

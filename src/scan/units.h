@@ -212,9 +212,10 @@ typedef struct cd_apply {
 } cd_apply;
 
 camdelta_status cd_apply_build_fma(camdelta_context *ctx, const char *opts, const cd_chunk_cfg *c, cd_apply *a);
-/** with_ot: also the output transform's epilogue form (left out when its tile needs more local memory). */
+/** with_ot: also the output transform's epilogue form writing y in ot_dtype storage (left out when its tile needs
+ *  more local memory). */
 camdelta_status cd_apply_build_tc(camdelta_context *ctx, size_t D, int split, int vec, int with_ot,
-                                  const char *extra, cd_apply *a);
+                                  camdelta_dtype ot_dtype, const char *extra, cd_apply *a);
 camdelta_status cd_apply_build_cpu(const cd_cpu_scan *p, cd_apply *a);
 void cd_apply_release(cd_apply *a);
 /** out_f = Q_f·states_f (the state each output frame reads). */
