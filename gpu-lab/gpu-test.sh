@@ -7,7 +7,7 @@
 #                   [bench SHAPE...] [bench-scan SHAPE...] [portable SHAPE...]
 #                   [prep-ab SHAPE...] [gram-ab] [compare SHAPE...] [packed-ab] [profile SHAPE...]
 #                   [prep-sweep] [ctest REGEX] [mma] [transpose-bound] [gram-stride] [kernels SHAPE...]
-#                   [ptx-prof TAG FILE KERNEL OPTIONS G L ARG...]
+#                   [ptx-prof TAG FILE KERNEL OPTIONS G L ARG...] [sh COMMAND...]
 # transpose-bound: gpu-lab/transpose-bound.c, the prep forward's data movement alone (copies and transposes of q, k, v).
 # mma: gpu-lab/mma-throughput.c, the rate of independent mma.sync.m16n8k8 TF32 products (1-16 chains per warp).
 # ptx-prof: one kernel's OpenCL PTX under Nsight Compute (through the CUDA driver API, gpu-lab/ptx-run.c), and its SASS.
@@ -283,6 +283,13 @@ while [ $# -gt 0 ]; do
           --shape sana480 --only prep-forward --reps 10 2>&1 | awk '/^prep-forward/ {print $2}' | head -1)
         echo "prep-sweep register-resident TT=$TT ${t:-fail}" | tee -a "$OUT/prep-sweep.txt"
       done
+      ;;
+    sh)
+      # the rest of the line as one shell command, in this script's environment (the prefix's libraries, the NVIDIA
+      # ICD, build-gpu built): ad-hoc runs of ./build-gpu/camdelta with options or variables
+      shift
+      CAMDELTA_DEVICE=nvidia bash -c "$*" 2>&1 | tee -a "$OUT/sh.txt" || rc=1
+      break
       ;;
     ctest)
       # the ctest programs whose names match $2, on the GPU
