@@ -1,7 +1,8 @@
 /* Golden plans: what every operation launches (kernel, program options, global and local sizes, local memory),
- * and the scan plans' descriptions, at the benchmark's shapes for two sets of device facts, against the files in
+ * and the scan plans' descriptions, at the benchmark's shapes for three sets of device facts, against the files in
  * tests/golden/. A change of these files is a change of what runs on those devices: it must be meant.
  *   h200   the NVIDIA H200's facts, its tensor-core kernels emulated (the plans the GPU runs)
+ *   h100   the same for the H100 80GB HBM3 (its own tile entries, and the gram's for a stream's blocks)
  *   pocl2  PoCL on two CPU cores (the plans CI runs)
  * The operations run dry (src/runtime/emulate.c: plans and kernels are built, nothing is enqueued), so the
  * production shapes cost only the kernels' compilation. CAMDELTA_GOLDEN_UPDATE=DIR writes the files into DIR
@@ -377,6 +378,11 @@ static void test_h200(void **state) {
   check_device("h200");
 }
 
+static void test_h100(void **state) {
+  (void)state;
+  check_device("h100");
+}
+
 static void test_pocl2(void **state) {
   (void)state;
   check_device("pocl2");
@@ -399,6 +405,7 @@ static int teardown(void **state) {
 }
 
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_h200), cmocka_unit_test(test_pocl2)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_h200), cmocka_unit_test(test_h100),
+                                     cmocka_unit_test(test_pocl2)};
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -256,6 +256,39 @@ static void test_emulated(void **state) {
   camdelta_context_destroy(emu);
 }
 
+/* The gram's small-work tiles (the device table's entry for calls of few (b, h, f) frames, cd_tc_small_entry) on
+ * the H100's facts, the mma emulated where the device has none: a chunkwise forward at D = 112 with B·H·F = 4
+ * launches the entry's tiles (WM=7: 14 warps over the whole 112 x 112 product) and stays within the bound, as does
+ * the backward (its W gram). */
+static void test_small_work_gram(void **state) {
+  (void)state;
+  camdelta_context *c;
+  TU_OK(camdelta_context_create_from_queue(&c, camdelta_context_cl_context(tu_context()),
+                                           camdelta_context_queue(tu_context())));
+  TU_OK(cd_context_emulate(c, "h100"));
+  if (!cd_tc_available(c)) { /* an NVIDIA card with a failed feature test: nothing to emulate here */
+    camdelta_context_destroy(c);
+    return;
+  }
+  char *text = NULL;
+  size_t len = 0;
+  FILE *trace = open_memstream(&text, &len);
+  assert_non_null(trace);
+  cd_trace_launches(c, trace, 0);
+  g_ctx = c;
+  static const size_t fs[][5] = {{1, 2, 112, 2, 129}};
+  cases(fs, 1, 0);
+  cases(fs, 1, 1);
+  g_ctx = NULL;
+  cd_trace_launches(c, NULL, 0);
+  fclose(trace);
+  if (!strstr(text, "cd_gram_tc [gemm_tc.cl -DCD_GRAM -DCD_D=112 -DCD_SPLIT=1 -DCD_VEC=0 -DCD_WM=7 -DCD_WN=2 -DCD_MR=1 "
+                    "-DCD_NR=7 -DCD_KC=16"))
+    fail_msg("no launch of the small-work gram tiles in:\n%s", text);
+  free(text);
+  camdelta_context_destroy(c);
+}
+
 /* The plan names the path: tensor cores where the feature test passed, else FMA with the tf32 fallback said. */
 static void test_plan(void **state) {
   (void)state;
@@ -345,4 +378,5 @@ TU_MAIN(NULL, report,
       cmocka_unit_test(test_bad_precision),
       cmocka_unit_test(test_forward),
       cmocka_unit_test(test_backward),
-      cmocka_unit_test(test_emulated))
+      cmocka_unit_test(test_emulated),
+      cmocka_unit_test(test_small_work_gram))

@@ -198,17 +198,24 @@ int cmd_tune(int argc, char **argv) {
     }
   }
   if (!rc) {
-    printf("\ntable entry (src/scan/tc_params.c):\n");
+    /* a shape of at most one (b, h, f) per compute unit (a stream's block): the gram's winner is a small-work entry,
+     * for such calls only (cd_tc_small_entry) */
+    const int small = info.compute_units && bhf <= info.compute_units;
+    printf("\ntable entry (src/scan/tc_params.c)%s:\n",
+           small ? "; the gram's for calls of few frames (B*H*F at most the compute units)" : "");
     for (int f = 0; f < 3; f++) {
       char now[1024];
       if (camdelta_tune_get(ctx, fam[f].name, s[2], now, sizeof now) == CAMDELTA_OK) {
         unsigned t[5]; /* the tiles the head dim resolves to follow the family's values: "...; for D=64: WM=.." */
         const char *tiles = strstr(now, ": WM=");
-        if (tiles && sscanf(tiles + 2, "WM=%u WN=%u MR=%u NR=%u KC=%u", &t[0], &t[1], &t[2], &t[3], &t[4]) == 5)
+        if (tiles && sscanf(tiles + 2, "WM=%u WN=%u MR=%u NR=%u KC=%u", &t[0], &t[1], &t[2], &t[3], &t[4]) == 5) {
+          char extra[48] = "";
+          if (small && f == 0) snprintf(extra, sizeof extra, ", .bhf_max = %u", (unsigned)info.compute_units);
           printf("    {.vendor = \"%s\", .device = \"%s\", .family = CD_TC_%s, .dmin = %zu, .dmax = %zu,\n"
-                 "     .t = {.wm = %u, .wn = %u, .mr = %u, .nr = %u, .kc = %u}, .prec = %s},\n",
+                 "     .t = {.wm = %u, .wn = %u, .mr = %u, .nr = %u, .kc = %u}, .prec = %s%s},\n",
                  info.device_vendor, info.device_name, f == 0 ? "GRAM" : f == 1 ? "APPLY" : "FRAMES", s[2], s[2],
-                 t[0], t[1], t[2], t[3], t[4], prec == CAMDELTA_PRECISION_TF32 ? "TF32" : "EXACT");
+                 t[0], t[1], t[2], t[3], t[4], prec == CAMDELTA_PRECISION_TF32 ? "TF32" : "EXACT", extra);
+        }
       }
     }
     if (save) {

@@ -88,6 +88,23 @@ static const emulated_device DEVICES[] = {
               .nvidia_ptx = 1},
      .pref_multiple = 32,
      .tc = 1},
+    /* the H100 of the device sessions (SXM, 80 GB HBM3), whose tile entries differ from the H200's; its global
+     * memory rounded (no plan reads it) */
+    {.name = "h100",
+     .info = {.platform_name = "NVIDIA CUDA",
+              .platform_version = "OpenCL 3.0 CUDA 13.0.98",
+              .device_name = "NVIDIA H100 80GB HBM3",
+              .device_vendor = "NVIDIA Corporation",
+              .device_version = "OpenCL 3.0 CUDA",
+              .driver_version = "580.159.04",
+              .type = CL_DEVICE_TYPE_GPU,
+              .max_work_group_size = 1024,
+              .local_mem_bytes = 49152,
+              .global_mem_bytes = 85000000000ull,
+              .compute_units = 132,
+              .nvidia_ptx = 1},
+     .pref_multiple = 32,
+     .tc = 1},
     {.name = "pocl2",
      .info = {.platform_name = "Portable Computing Language",
               .platform_version = "OpenCL 3.0 PoCL 3.1",
@@ -118,7 +135,7 @@ camdelta_status cd_context_emulate(camdelta_context *ctx, const char *device) {
     mtx_unlock(&ctx->lock);
     return CAMDELTA_OK;
   }
-  return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "cd_context_emulate: unknown device '%s' (h200 or pocl2)",
+  return cd_fail(CAMDELTA_ERROR_INVALID_ARGUMENT, "cd_context_emulate: unknown device '%s' (h200, h100 or pocl2)",
                  device ? device : "(null)");
 }
 

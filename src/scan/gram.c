@@ -4,6 +4,7 @@
  * the backward's grams, the summaries' single products), and the tensor-core kernel. */
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "scan/units.h"
 
@@ -56,7 +57,19 @@ camdelta_status cd_gram_build_single(camdelta_context *ctx, size_t D, cd_gram *g
 
 camdelta_status cd_gram_build_tc(camdelta_context *ctx, size_t D, int split, int vec, const char *extra, cd_gram *g) {
   *g = (cd_gram){.form = CD_GRAM_TC};
-  return cd_tc_unit(ctx, CD_TC_GRAM, "cd_gram_tc", D, split, vec, extra, &g->t, &g->k, &g->w);
+  camdelta_status st = cd_tc_unit(ctx, CD_TC_GRAM, "cd_gram_tc", D, split, vec, extra, &g->t, &g->k, &g->w);
+  /* a second kernel for calls of few frames where the device table has tiles for them that fit here */
+  cd_tc_tiles t;
+  size_t bhf = 0;
+  if (st || !cd_tc_small_entry(ctx, CD_TC_GRAM, D, split, &t, &bhf)) return st;
+  if (cd_tc_check(ctx, CD_TC_GRAM, D, split, &t)) {
+    cd_clear_error();
+    return CAMDELTA_OK;
+  }
+  if (!memcmp(&t, &g->t, sizeof t)) return CAMDELTA_OK;
+  st = cd_tc_kernel(ctx, CD_TC_GRAM, "cd_gram_tc", D, split, vec, &t, extra, NULL, 0, &g->k_small);
+  if (!st) g->t_small = t, g->w_small = cd_tc_wg(&t), g->small_bhf = bhf;
+  return st;
 }
 
 camdelta_status cd_gram_build_cpu(const cd_cpu_scan *p, cd_gram *g) {
@@ -66,6 +79,7 @@ camdelta_status cd_gram_build_cpu(const cd_cpu_scan *p, cd_gram *g) {
 
 void cd_gram_release(cd_gram *g) {
   cd_kernel_drop(&g->k);
+  cd_kernel_drop(&g->k_small);
   g->form = CD_GRAM_NONE;
 }
 
@@ -148,13 +162,18 @@ static camdelta_status single(camdelta_context *ctx, const cd_gram *g, const cd_
   return cd_enqueue(ctx, g->k, 3, gws, lws, l, what);
 }
 
+/* The TC form's small-work kernel runs this call (a call of at most small_bhf (b, h, f) frames). */
+static int small_call(const cd_gram *g, const cd_scan_geo *geo) { return g->k_small && geo->BHF <= g->small_bhf; }
+
 /* cd_gram_tc: x_fᵀ·[y0_f | y1_f] (n_c0 and n_c1 column tiles) into out0, out1; with use_beta (and the A form) the
  * β weights and the decay. */
 static camdelta_status tc(camdelta_context *ctx, const cd_gram *g, const cd_scan_geo *geo, camdelta_buffer x,
                           camdelta_buffer y0, camdelta_buffer y1, const cd_gram_io *io, camdelta_buffer out0,
                           camdelta_buffer out1, unsigned n1, int a_form, const char *what, cd_launch *l) {
-  const unsigned nr = ceil_div(geo->D, cd_tc_tm(&g->t)), nc = ceil_div(geo->D, cd_tc_tn(&g->t));
-  cd_args a = {g->k, 0, CL_SUCCESS};
+  const int small = small_call(g, geo);
+  const cd_tc_tiles *t = small ? &g->t_small : &g->t;
+  const unsigned nr = ceil_div(geo->D, cd_tc_tm(t)), nc = ceil_div(geo->D, cd_tc_tn(t)), w = small ? g->w_small : g->w;
+  cd_args a = {small ? g->k_small : g->k, 0, CL_SUCCESS};
   CD_ARG_BUFS(&a, x, y0, y1, io->beta, io->decay, out0, out1);
   cd_arg_tokens(&a, geo);
   cd_arg_u32(&a, nc);
@@ -163,8 +182,8 @@ static camdelta_status tc(camdelta_context *ctx, const cd_gram *g, const cd_scan
   cd_arg_i32(&a, a_form);
   cd_arg_packed(&a, geo);
   if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_gram_tc: setting arguments");
-  const size_t lws[2] = {g->w, 1}, gws[2] = {(size_t)g->w * nr * (nc + n1), geo->BHF};
-  return cd_enqueue(ctx, g->k, 2, gws, lws, l, what);
+  const size_t lws[2] = {w, 1}, gws[2] = {(size_t)w * nr * (nc + n1), geo->BHF};
+  return cd_enqueue(ctx, a.kernel, 2, gws, lws, l, what);
 }
 
 camdelta_status cd_gram_enqueue(camdelta_context *ctx, const cd_gram *g, const cd_scan_geo *geo, const cd_gram_io *io,
@@ -184,7 +203,7 @@ camdelta_status cd_gram_enqueue(camdelta_context *ctx, const cd_gram *g, const c
       return st;
     case CD_GRAM_TC: {
       /* W = Qᵀ·dO first, then A = d·(I − Kᵀ·β·K) with U = Kᵀ·β·V beside it where asked */
-      const unsigned nc = ceil_div(geo->D, cd_tc_tn(&g->t));
+      const unsigned nc = ceil_div(geo->D, cd_tc_tn(small_call(g, geo) ? &g->t_small : &g->t));
       if (io->W.mem) st = tc(ctx, g, geo, io->q, io->dout, io->dout, io, io->W, io->W, 0, 0, "cd_gram_tc (W)", l);
       if (!st && io->A.mem)
         st = tc(ctx, g, geo, io->k, io->k, io->v, io, io->A, io->U.mem ? io->U : io->A, io->U.mem ? nc : 0, 1,

@@ -63,10 +63,15 @@ int cd_tc_vec_ok(size_t S, const size_t *offsets, int n);
 enum { CD_TC_GRAM, CD_TC_APPLY, CD_TC_FRAMES, CD_TC_FAMILIES };
 extern const char *const cd_tc_family_names[CD_TC_FAMILIES];
 /** The tiles a family uses for head dim D on this context in one precision (split: 1 `exact`, 0 `tf32`):
- *  override > saved entry > device table (an entry for the precision, else one for both) > heuristic; *from names
+ *  override > saved entry > device table (an entry for the precision, else one for both; small-work entries aside,
+ *  cd_tc_small_entry) > heuristic; *from names
  *  the source. Overrides and saved entries serve both precisions. */
 camdelta_status cd_tc_resolve(camdelta_context *ctx, int family, size_t D, int split, cd_tc_tiles *t,
                               const char **from);
+/** 1 with the device table's small-work entry for `family` and D in one precision (its tiles, and the most (b, h, f)
+ *  frames of a call it serves), 0 where the table has none, or an override or a saved entry sets this family's tiles
+ *  for D (they serve calls of every size). The tiles are not checked against the device (cd_tc_check). */
+int cd_tc_small_entry(camdelta_context *ctx, int family, size_t D, int split, cd_tc_tiles *t, size_t *bhf_max);
 /** The checked tiles of `family` for D in one precision: cd_tc_resolve's, or, where a table or saved entry (or the
  *  preferred heuristic) does not fit this D or device, cd_tc_safe_tiles; an override that does not fit fails. */
 camdelta_status cd_tc_tiles_for(camdelta_context *ctx, int family, size_t D, int split, cd_tc_tiles *t);

@@ -3,7 +3,8 @@
  * `camdelta tune --save` in the cache folder (the tuning file, read and written under the kernel cache's trust
  * rules: src/runtime/cache.c); overrides per context (the option registry's families gram, apply, frames: CAMDELTA_TC_TILES,
  * camdelta_tune_set).
- * Resolution for (family, D): override > saved entry > table entry > heuristic (tc.c). */
+ * Resolution for (family, D): override > saved entry > table entry > heuristic (tc.c); the gram takes a table's
+ * small-work entry besides, for calls of few (b, h, f) frames (cd_tc_small_entry). */
 #include <ctype.h>
 #include <errno.h>
 #include <stdatomic.h>
@@ -24,6 +25,9 @@ typedef struct table_entry {
   unsigned dmin, dmax;
   cd_tc_tiles t;
   int prec; /* ANY, or the one precision the entry is for (an entry for it beats an ANY one) */
+  size_t bhf_max; /* 0: any call; else a small-work entry, for calls of at most this many (b, h, f) frames (the
+                     gram only: cd_tc_small_entry), a stream's block, where the grid is too small for the tiles that
+                     win on whole sequences */
 } table_entry;
 enum { ANY = 0, EXACT = 1, TF32 = 2 };
 static const table_entry TABLE[] = {
@@ -52,7 +56,17 @@ static const table_entry TABLE[] = {
      .t = {.wm = 2, .wn = 2, .mr = 2, .nr = 8, .kc = 16}, .prec = EXACT},
     {.vendor = "NVIDIA", .device = "NVIDIA H100 80GB HBM3", .family = CD_TC_FRAMES, .dmin = 112, .dmax = 112,
      .t = {.wm = 4, .wn = 1, .mr = 1, .nr = 14, .kc = 16}, .prec = EXACT},
+    /* the gram's winner at a stream block's shape, 1,20,112,3,1560 (B·H·F = 60): one work-group per (b, h, f) and
+     * product (14 warps, the whole 112 x 112), for calls of up to one (b, h, f) per multiprocessor (132) */
+    {.vendor = "NVIDIA", .device = "NVIDIA H100 80GB HBM3", .family = CD_TC_GRAM, .dmin = 112, .dmax = 112,
+     .t = {.wm = 7, .wn = 2, .mr = 1, .nr = 7, .kc = 16}, .prec = EXACT, .bhf_max = 132},
 };
+
+/* The device's entry for `e`'s family and D on this context (vendor and name as the table gives them). */
+static int entry_matches(const camdelta_context *ctx, const table_entry *e, int family, size_t D) {
+  return e->family == family && D >= e->dmin && D <= e->dmax && strstr(ctx->info.device_vendor, e->vendor) &&
+         strcmp(ctx->info.device_name, e->device) == 0;
+}
 
 /* Rows (or columns) of D padded to the mma tile: up to 64 rows in two warps of two 16-row tiles. */
 static void rows_for(size_t D, unsigned *w, unsigned *r) {
@@ -243,9 +257,7 @@ camdelta_status cd_tc_resolve(camdelta_context *ctx, int family, size_t D, int s
   for (size_t i = 0; i < sizeof TABLE / sizeof TABLE[0]; i++) {
     const table_entry *e = &TABLE[i];
     const int rank = e->prec == ANY ? 1 : e->prec == prec ? 2 : 0;
-    if (rank > found && e->family == family && D >= e->dmin && D <= e->dmax &&
-        strstr(ctx->info.device_vendor, e->vendor) && strcmp(ctx->info.device_name, e->device) == 0)
-      *t = e->t, *from = "table", found = rank;
+    if (rank > found && !e->bhf_max && entry_matches(ctx, e, family, D)) *t = e->t, *from = "table", found = rank;
   }
   for (int i = 0; i < s->tune_nsaved; i++) {
     const unsigned *r = s->tune_saved[i];
@@ -263,6 +275,28 @@ camdelta_status cd_tc_resolve(camdelta_context *ctx, int family, size_t D, int s
   if (family == CD_TC_FRAMES && !over[3] && 8 * t->wn * t->nr < D) t->nr = (unsigned)((D + 8 * t->wn - 1) / (8 * t->wn));
   mtx_unlock(&ctx->lock);
   return CAMDELTA_OK;
+}
+
+int cd_tc_small_entry(camdelta_context *ctx, int family, size_t D, int split, cd_tc_tiles *t, size_t *bhf_max) {
+  cd_tc_context *s = cd_tc_context_of(ctx);
+  if (!s) return 0;
+  unsigned over[5];
+  char var[64];
+  mtx_lock(&ctx->lock);
+  load(ctx, s);
+  int saved = 0;
+  for (int i = 0; i < s->tune_nsaved; i++) saved |= (int)s->tune_saved[i][0] == family && D >= s->tune_saved[i][1] &&
+                                                    D <= s->tune_saved[i][2];
+  const int any = cd_scan_tile_values(ctx, (cd_opt_id)(CD_OPT_TC_GRAM + 5 * family), 5, over, var, sizeof var);
+  const int prec = split ? EXACT : TF32;
+  int found = 0;
+  for (size_t i = 0; !saved && !any && i < sizeof TABLE / sizeof TABLE[0]; i++) {
+    const table_entry *e = &TABLE[i];
+    const int rank = e->prec == ANY ? 1 : e->prec == prec ? 2 : 0;
+    if (rank > found && e->bhf_max && entry_matches(ctx, e, family, D)) *t = e->t, *bhf_max = e->bhf_max, found = rank;
+  }
+  mtx_unlock(&ctx->lock);
+  return found != 0;
 }
 
 size_t cd_tc_local_bytes(int family, size_t D, int split, const cd_tc_tiles *t) {

@@ -72,6 +72,10 @@ typedef struct cd_gram {
   unsigned w;      /* work-group size */
   unsigned nr, nc; /* FMA_TILED: row and column tiles of the D x 2D product */
   cd_tc_tiles t;   /* TC */
+  cl_kernel k_small;     /* TC: the device table's small-work tiles (cd_tc_small_entry), or NULL */
+  cd_tc_tiles t_small;   /* with its work-group size */
+  unsigned w_small;
+  size_t small_bhf;      /* k_small runs the calls of at most this many (b, h, f) frames */
   const cd_cpu_scan *cpu; /* CPU: the program (the plan's) */
   size_t tokens;   /* FMA_MODES, FMA_TILED: a frame's tokens summed per launch (whole TSG or KC chunks, as many as
                       fit the driver's loop budget; SIZE_MAX: all at once) */
