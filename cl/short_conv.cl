@@ -12,53 +12,81 @@
  * work-item over sb spatial positions (a kernel argument, the host's choice) into partials (P, C, 4) and then over P
  * in a fixed order: deterministic, no atomics. */
 
-#define XAT(p, t) ((t) < T ? CD_LOAD(p, base + (ulong)(t) * stride) : 0.0f)
+/* Four consecutive channels c .. c + n - 1 (n <= 4; the lanes past n are zero and not stored) as a float4: one
+ * aligned 16-byte (8-byte in 16-bit storage) access where n = 4 and al (every offset and C multiples of 4). */
+inline float4 cd_cv_ld4(global const cd_store_t *p, ulong i, uint n, uint al) {
+  if (n == 4) return CD_LD4(p, i, al);
+  float4 v = (float4)(0.0f);
+  v.s0 = CD_LOAD(p, i);
+  if (n > 1) v.s1 = CD_LOAD(p, i + 1);
+  if (n > 2) v.s2 = CD_LOAD(p, i + 2);
+  return v;
+}
+inline void cd_cv_st4(global cd_store_t *p, ulong i, float4 v, uint n, uint al) {
+  if (n == 4) {
+    CD_ST4(p, i, v, al);
+    return;
+  }
+  CD_STORE(p, i, v.s0);
+  if (n > 1) CD_STORE(p, i + 1, v.s1);
+  if (n > 2) CD_STORE(p, i + 2, v.s2);
+}
 
-/* one work-item per (c, s, b). A stream's block (back = 1..3) continues the frames of its look-back: lb (B, 3, S, C)
- * holds the raw frames before x's, the last `back` of them read (the earlier ones are before frame 0: zero), and
- * seg_end has back + T entries, those of the frames [look-back's | x's] (back = 0: lb unread, T entries). y gets x's T
- * frames only. With write_lb, lb_out (B, 3, S, C; not lb) gets the last three frames of [look-back's | x's], the
- * window's registers after the walk (zeros for frames before frame 0): a committing block's next look-back, with no
- * second pass over x. */
+#define XAT(p, t) ((t) < T ? cd_cv_ld4(p, base + (ulong)(t) * stride, n, al) : (float4)(0.0f))
+
+/* one work-item per (4 channels c .. c + 3, s, b), each lane the same sums in the same order as one channel of the
+ * CPU form (cl/branch_cpu.cl), so the two agree bit for bit. A stream's block (back = 1..3) continues the frames of
+ * its look-back: lb (B, 3, S, C) holds the raw frames before x's, the last `back` of them read (the earlier ones are
+ * before frame 0: zero), and seg_end has back + T entries, those of the frames [look-back's | x's] (back = 0: lb
+ * unread, T entries). y gets x's T frames only. With write_lb, lb_out (B, 3, S, C; not lb) gets the last three
+ * frames of [look-back's | x's], the window's registers after the walk (zeros for frames before frame 0): a
+ * committing block's next look-back, with no second pass over x. al: x_off, lb_off, y_off, lbo_off and C are
+ * multiples of 4. Launch: BSC4 = B·S·ceil(C/4) work-items. */
 kernel void cd_short_conv_forward(global const cd_store_t *restrict x, ulong x_off,
                                   global const cd_store_t *restrict lb, ulong lb_off, global const float *restrict w,
                                   ulong w_off,
                                   global const uint *restrict seg_end, global cd_store_t *restrict y, ulong y_off,
-                                  uint T, uint S, uint C, ulong BSC, uint back, global cd_store_t *restrict lb_out,
-                                  ulong lbo_off, uint write_lb) {
+                                  uint T, uint S, uint C, ulong BSC4, uint back, global cd_store_t *restrict lb_out,
+                                  ulong lbo_off, uint write_lb, uint al) {
   const ulong idx = get_global_id(0);
-  if (idx >= BSC) return;
-  const uint c = (uint)(idx % C);
-  const ulong bs = idx / C, b = bs / S, s = bs % S;
+  if (idx >= BSC4) return;
+  const uint C4 = (C + 3) / 4, c = 4 * (uint)(idx % C4), n = min(4u, C - c);
+  const ulong bs = idx / C4, b = bs / S, s = bs % S;
   const ulong stride = (ulong)S * C, base = x_off + (b * T * S + s) * C + c;
   const ulong ybase = y_off + (b * T * S + s) * C + c, lbase = lb_off + (b * 3 * S + s) * C + c;
-  const float w0 = w[w_off + 4 * c], w1 = w[w_off + 4 * c + 1], w2 = w[w_off + 4 * c + 2],
-              w3 = w[w_off + 4 * c + 3];
-  float xm3 = back > 2 ? CD_LOAD(lb, lbase) : 0.0f, xm2 = back > 1 ? CD_LOAD(lb, lbase + stride) : 0.0f,
-        xm1 = back > 0 ? CD_LOAD(lb, lbase + 2 * stride) : 0.0f;
-  float x0 = XAT(x, 0u), xp1 = XAT(x, 1u), xp2 = XAT(x, 2u), xp3 = XAT(x, 3u);
+  float4 tap[4];
+  for (uint j = 0; j < 4; j++) {
+    global const float *wj = w + w_off + 4 * c + j;
+    tap[j] = (float4)(wj[0], n > 1 ? wj[4] : 0.0f, n > 2 ? wj[8] : 0.0f, n > 3 ? wj[12] : 0.0f);
+  }
+  const float4 z = (float4)(0.0f);
+  float4 xm3 = back > 2 ? cd_cv_ld4(lb, lbase, n, al) : z, xm2 = back > 1 ? cd_cv_ld4(lb, lbase + stride, n, al) : z,
+         xm1 = back > 0 ? cd_cv_ld4(lb, lbase + 2 * stride, n, al) : z;
+  float4 x0 = XAT(x, 0u), xp1 = XAT(x, 1u), xp2 = XAT(x, 2u), xp3 = XAT(x, 3u);
   /* restrict: the loads of later steps may be issued ahead of this step's store */
 #pragma unroll 4
   for (uint t = 0; t < T; t++) {
     const uint e = seg_end[back + t] - back; /* relative to x's frames */
-    float acc = w0 * xm3;
-    acc = fma(w1, xm2, acc);
-    acc = fma(w2, xm1, acc);
-    acc = fma(w3, x0, acc);
-    if (t + 1 < e) acc = fma(w2, xp1, acc);
-    if (t + 2 < e) acc = fma(w1, xp2, acc);
-    if (t + 3 < e) acc = fma(w0, xp3, acc);
-    CD_STORE(y, ybase + (ulong)t * stride, acc);
+    float4 acc = tap[0] * xm3;
+    acc = fma(tap[1], xm2, acc);
+    acc = fma(tap[2], xm1, acc);
+    acc = fma(tap[3], x0, acc);
+    if (t + 1 < e) acc = fma(tap[2], xp1, acc);
+    if (t + 2 < e) acc = fma(tap[1], xp2, acc);
+    if (t + 3 < e) acc = fma(tap[0], xp3, acc);
+    cd_cv_st4(y, ybase + (ulong)t * stride, acc, n, al);
     xm3 = xm2, xm2 = xm1, xm1 = x0, x0 = xp1, xp1 = xp2, xp2 = xp3;
     xp3 = XAT(x, t + 4);
   }
   if (write_lb) {
     const ulong o = lbo_off + (b * 3 * S + s) * C + c;
-    CD_STORE(lb_out, o, xm3);
-    CD_STORE(lb_out, o + stride, xm2);
-    CD_STORE(lb_out, o + 2 * stride, xm1);
+    cd_cv_st4(lb_out, o, xm3, n, al);
+    cd_cv_st4(lb_out, o + stride, xm2, n, al);
+    cd_cv_st4(lb_out, o + 2 * stride, xm1, n, al);
   }
 }
+#undef XAT
+#define XAT(p, t) ((t) < T ? CD_LOAD(p, base + (ulong)(t) * stride) : 0.0f)
 
 /* one work-item per (c, block of sb spatial positions, b): dx (when want_dx) and the weight partials
  * part[(b*nsb + sb)*C + c][0..3] (when want_dw) */

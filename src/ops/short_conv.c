@@ -73,7 +73,7 @@ static void conv_arg_items(cd_args *a, int cpu, size_t cg, size_t ncb, size_t it
   }
 }
 
-/* Work-group form: a work-item per (c, s, b) in groups of 64. CPU form: a work-item per (b, s, block of channel
+/* Work-group form: a work-item per (4 channels, s, b) in groups of 64. CPU form: a work-item per (b, s, block of channel
  * groups), local size 1. */
 camdelta_status cd_short_conv_enqueue_forward(camdelta_context *ctx, camdelta_dtype dtype, size_t B, size_t T,
                                               size_t S, size_t C, camdelta_buffer lookback, size_t back,
@@ -84,7 +84,7 @@ camdelta_status cd_short_conv_enqueue_forward(camdelta_context *ctx, camdelta_dt
   cl_kernel k;
   camdelta_status st = conv_kernel(ctx, dtype, cpu, name, &k);
   if (st) return st;
-  const size_t BSC = B * S * C, G = (C + 7) / 8, cg = cpu ? cd_branch_cpu_groups(ctx, B * S, G) : 1;
+  const size_t BSC4 = B * S * ((C + 3) / 4), G = (C + 7) / 8, cg = cpu ? cd_branch_cpu_groups(ctx, B * S, G) : 1;
   const size_t ncb = (G + cg - 1) / cg;
   cd_args a = {k, 0, CL_SUCCESS};
   cd_arg_buf(&a, x);
@@ -95,13 +95,16 @@ camdelta_status cd_short_conv_enqueue_forward(camdelta_context *ctx, camdelta_dt
   cd_arg_u32(&a, (uint32_t)T);
   cd_arg_u32(&a, (uint32_t)S);
   cd_arg_u32(&a, (uint32_t)C);
-  conv_arg_items(&a, cpu, cg, ncb, BSC);
+  conv_arg_items(&a, cpu, cg, ncb, BSC4);
   cd_arg_u32(&a, (uint32_t)back);
   cd_arg_buf(&a, lookback_out.mem ? lookback_out : y); /* absent: never written */
   cd_arg_u32(&a, lookback_out.mem != NULL);
+  /* the work-group form's 4-channel accesses are whole aligned vectors where every offset and C are multiples of 4 */
+  if (!cpu) cd_arg_u32(&a, C % 4 == 0 && x.offset % 4 == 0 && y.offset % 4 == 0 && (!back || lookback.offset % 4 == 0) &&
+                               (!lookback_out.mem || lookback_out.offset % 4 == 0));
   if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, cpu ? "cd_conv_cpu_forward: setting arguments"
                                                       : "cd_short_conv_forward: setting arguments");
-  const size_t lws = cpu ? 1 : 64, gws = cpu ? B * S * ncb : (BSC + 63) / 64 * 64;
+  const size_t lws = cpu ? 1 : 64, gws = cpu ? B * S * ncb : (BSC4 + 63) / 64 * 64;
   if (!st) st = cd_enqueue(ctx, k, 1, &gws, cpu || cd_kernel_max_wg(ctx, k) >= 64 ? &lws : NULL, l, name);
   clReleaseKernel(k);
   return st;
