@@ -85,57 +85,54 @@ kernel void cd_short_conv_forward(global const cd_store_t *restrict x, ulong x_o
     cd_cv_st4(lb_out, o + 2 * stride, xm1, n, al);
   }
 }
-/* one work-item per (4 channels c .. c + 3, block of sb spatial positions, b): dx (when want_dx) and the weight
- * partials part[(b*nsb + sb)*C + c + i][0..3] (when want_dw), each lane the same sums in the same order as one
- * channel of the CPU form (cl/branch_cpu.cl). al as the forward's (x_off, dy_off, dx_off and C multiples of 4). */
+#undef XAT
+#define XAT(p, t) ((t) < T ? CD_LOAD(p, base + (ulong)(t) * stride) : 0.0f)
+
+/* one work-item per (c, block of sb spatial positions, b): dx (when want_dx) and the weight partials
+ * part[(b*nsb + sb)*C + c][0..3] (when want_dw) */
 kernel void cd_short_conv_backward(global const cd_store_t *restrict x, ulong x_off, global const float *restrict w,
                                    ulong w_off, global const uint *restrict seg_end,
                                    global const cd_store_t *restrict dy, ulong dy_off, global cd_store_t *restrict dx,
                                    ulong dx_off,
                                    global float4 *restrict part, uint T, uint S, uint C,
-                                   uint sb_len, uint nsb, ulong total4, uint want_dx, uint want_dw, uint al) {
+                                   uint sb_len, uint nsb, ulong total, uint want_dx, uint want_dw) {
   const ulong idx = get_global_id(0);
-  if (idx >= total4) return;
-  const uint C4 = (C + 3) / 4, c = 4 * (uint)(idx % C4), n = min(4u, C - c);
-  const ulong bsb = idx / C4, b = bsb / nsb, sb = bsb % nsb;
-  float4 tap[4];
-  for (uint j = 0; j < 4; j++) {
-    global const float *wj = w + w_off + 4 * c + j;
-    tap[j] = (float4)(wj[0], n > 1 ? wj[4] : 0.0f, n > 2 ? wj[8] : 0.0f, n > 3 ? wj[12] : 0.0f);
-  }
+  if (idx >= total) return;
+  const uint c = (uint)(idx % C);
+  const ulong bsb = idx / C, b = bsb / nsb, sb = bsb % nsb;
+  const float w0 = w[w_off + 4 * c], w1 = w[w_off + 4 * c + 1], w2 = w[w_off + 4 * c + 2],
+              w3 = w[w_off + 4 * c + 3];
   const ulong stride = (ulong)S * C;
-  const float4 z = (float4)(0.0f);
-  /* per tap j (0: the frame 3 away, 3: the frame itself), the channels' sums */
-  float4 acc0 = z, acc1 = z, acc2 = z, acc3 = z;
+  float4 acc = (float4)(0.0f);
   const uint s_end = min((uint)(sb * sb_len + sb_len), S);
   for (uint s = (uint)(sb * sb_len); s < s_end; s++) {
     const ulong base0 = (b * T * S + s) * C + c;
     ulong base = x_off + base0;
-    float4 xm3 = z, xm2 = z, xm1 = z;
-    float4 x0 = XAT(x, 0u), xp1 = XAT(x, 1u), xp2 = XAT(x, 2u), xp3 = XAT(x, 3u);
+    float xm3 = 0.0f, xm2 = 0.0f, xm1 = 0.0f;
+    float x0 = XAT(x, 0u), xp1 = XAT(x, 1u), xp2 = XAT(x, 2u), xp3 = XAT(x, 3u);
     base = dy_off + base0;
-    float4 gm3 = z, gm2 = z, gm1 = z;
-    float4 g0 = XAT(dy, 0u), gp1 = XAT(dy, 1u), gp2 = XAT(dy, 2u), gp3 = XAT(dy, 3u);
+    float gm3 = 0.0f, gm2 = 0.0f, gm1 = 0.0f;
+    float g0 = XAT(dy, 0u), gp1 = XAT(dy, 1u), gp2 = XAT(dy, 2u), gp3 = XAT(dy, 3u);
     uint em3 = 0, em2 = 0, em1 = 0; /* seg_end of t-3, t-2, t-1 */
 #pragma unroll 4
     for (uint t = 0; t < T; t++) {
       const uint e = seg_end[t];
       if (want_dx) {
         /* outputs t, t+1, t+2, t+3 read x[t] backwards (always, when they exist); t-1, t-2, t-3 forwards */
-        float4 a = tap[3] * g0;
-        a = fma(tap[2], gp1, a);
-        a = fma(tap[1], gp2, a);
-        a = fma(tap[0], gp3, a);
-        if (t >= 1 && t < em1) a = fma(tap[2], gm1, a);
-        if (t >= 2 && t < em2) a = fma(tap[1], gm2, a);
-        if (t >= 3 && t < em3) a = fma(tap[0], gm3, a);
-        cd_cv_st4(dx, dx_off + base0 + (ulong)t * stride, a, n, al);
+        float a = w3 * g0;
+        a = fma(w2, gp1, a);
+        a = fma(w1, gp2, a);
+        a = fma(w0, gp3, a);
+        if (t >= 1 && t < em1) a = fma(w2, gm1, a);
+        if (t >= 2 && t < em2) a = fma(w1, gm2, a);
+        if (t >= 3 && t < em3) a = fma(w0, gm3, a);
+        CD_STORE(dx, dx_off + base0 + (ulong)t * stride, a);
       }
       if (want_dw) {
-        acc3 = fma(g0, x0, acc3);
-        acc2 = fma(g0, xm1 + (t + 1 < e ? xp1 : z), acc2);
-        acc1 = fma(g0, xm2 + (t + 2 < e ? xp2 : z), acc1);
-        acc0 = fma(g0, xm3 + (t + 3 < e ? xp3 : z), acc0);
+        acc.w = fma(g0, x0, acc.w);
+        acc.z = fma(g0, xm1 + (t + 1 < e ? xp1 : 0.0f), acc.z);
+        acc.y = fma(g0, xm2 + (t + 2 < e ? xp2 : 0.0f), acc.y);
+        acc.x = fma(g0, xm3 + (t + 3 < e ? xp3 : 0.0f), acc.x);
       }
       em3 = em2, em2 = em1, em1 = e;
       xm3 = xm2, xm2 = xm1, xm1 = x0, x0 = xp1, xp1 = xp2, xp2 = xp3;
@@ -146,15 +143,8 @@ kernel void cd_short_conv_backward(global const cd_store_t *restrict x, ulong x_
       gp3 = XAT(dy, t + 4);
     }
   }
-  if (want_dw) {
-    global float4 *p = part + bsb * C + c;
-    p[0] = (float4)(acc0.s0, acc1.s0, acc2.s0, acc3.s0);
-    if (n > 1) p[1] = (float4)(acc0.s1, acc1.s1, acc2.s1, acc3.s1);
-    if (n > 2) p[2] = (float4)(acc0.s2, acc1.s2, acc2.s2, acc3.s2);
-    if (n > 3) p[3] = (float4)(acc0.s3, acc1.s3, acc2.s3, acc3.s3);
-  }
+  if (want_dw) part[bsb * C + c] = acc;
 }
-#undef XAT
 
 /* dw[c*4 + j] = sum over p of part[p][c][j], in order; one work-item per (c, j) */
 kernel void cd_short_conv_reduce(global const float *part, global float *dw, ulong dw_off, uint C, uint P) {

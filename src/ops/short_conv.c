@@ -110,7 +110,7 @@ camdelta_status cd_short_conv_enqueue_forward(camdelta_context *ctx, camdelta_dt
   return st;
 }
 
-/* Work-group form: a work-item per (4 channels, block of sb spatial positions, b) in groups of 64, then one per weight
+/* Work-group form: a work-item per (c, block of sb spatial positions, b) in groups of 64, then a work-item per weight
  * summing its partials. CPU form: a work-item per (b, block of sb spatial positions, block of channel groups), then
  * the partials summed 64 weights per work-item. */
 camdelta_status cd_short_conv_enqueue_backward(camdelta_context *ctx, camdelta_dtype dtype, size_t B, size_t T,
@@ -123,7 +123,7 @@ camdelta_status cd_short_conv_enqueue_backward(camdelta_context *ctx, camdelta_d
   cl_kernel kb = NULL, kr = NULL;
   camdelta_status st = conv_kernel(ctx, dtype, cpu, name, &kb);
   if (!st) st = conv_kernel(ctx, dtype, cpu, rname, &kr);
-  const size_t sbl = conv_sb(ctx), nsb = (S + sbl - 1) / sbl, P = B * nsb, total4 = P * ((C + 3) / 4);
+  const size_t sbl = conv_sb(ctx), nsb = (S + sbl - 1) / sbl, P = B * nsb, total = P * C;
   const size_t G = (C + 7) / 8, cg = cpu ? cd_branch_cpu_groups(ctx, P, G) : 1, ncb = (G + cg - 1) / cg;
   cl_mem part = NULL;
   if (!st && dw.mem) st = cd_alloc(ctx, P * C * 4 * sizeof(float), &part);
@@ -140,13 +140,12 @@ camdelta_status cd_short_conv_enqueue_backward(camdelta_context *ctx, camdelta_d
     cd_arg_u32(&a, (uint32_t)C);
     cd_arg_u32(&a, (uint32_t)sbl);
     cd_arg_u32(&a, (uint32_t)nsb);
-    conv_arg_items(&a, cpu, cg, ncb, total4);
+    conv_arg_items(&a, cpu, cg, ncb, total);
     cd_arg_u32(&a, dx.mem ? 1u : 0u);
     cd_arg_u32(&a, dw.mem ? 1u : 0u);
-    if (!cpu) cd_arg_u32(&a, C % 4 == 0 && x.offset % 4 == 0 && dy.offset % 4 == 0 && (!dx.mem || dx.offset % 4 == 0));
     if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, cpu ? "cd_conv_cpu_backward: setting arguments"
                                                         : "cd_short_conv_backward: setting arguments");
-    const size_t lws = cpu ? 1 : 64, gws = cpu ? P * ncb : (total4 + 63) / 64 * 64;
+    const size_t lws = cpu ? 1 : 64, gws = cpu ? P * ncb : (total + 63) / 64 * 64;
     if (!st) st = cd_enqueue(ctx, kb, 1, &gws, cpu || cd_kernel_max_wg(ctx, kb) >= 64 ? &lws : NULL, l, name);
   }
   if (!st && dw.mem) {

@@ -186,9 +186,9 @@ const cd_opt_decl cd_opt_decls[CD_OPT_COUNT] = {
                         .doc = "spatial positions per work-item of the backward: fewer give more work-items and more "
                                "weight partials to sum"},
     [CD_OPT_CONV_FORM] = CPU_FORM(CD_OPT_FAM_CONV, "CAMDELTA_CONV_FORM",
-                                  "0 a work-item per position (backward: SB of them) and 4 channels "
-                                  "(cl/short_conv.cl); 1 a work-item per position (backward: SB of them) and "
-                                  "block of channels in float8 vectors "
+                                  "0 a work-item per position and 4 channels (backward: per channel and SB "
+                                  "positions; cl/short_conv.cl); 1 a work-item per position (backward: SB of "
+                                  "them) and block of channels in float8 vectors "
                                   "(cl/branch_cpu.cl, CPUs); a driver with a loop budget (Rusticl on llvmpipe) runs 0"),
     [CD_OPT_OUTPUT_FORM] = CPU_FORM(CD_OPT_FAM_OUTPUT, "CAMDELTA_OUTPUT_FORM",
                                     "0 a work-group per tile of tokens of one head, staged in local memory "
