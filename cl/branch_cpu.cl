@@ -50,13 +50,8 @@ kernel void cd_conv_cpu_forward(global const cd_store_t *restrict x, ulong x_off
            xp2 = T > 2 ? cd_ld8n(xp + 2 * stride, n) : z, xp3 = T > 3 ? cd_ld8n(xp + 3 * stride, n) : z;
     for (uint t = 0; t < T; t++) {
       const uint e = seg_end[back + t] - back; /* relative to x's frames */
-      float8 acc = tap[0] * xm3;
-      acc = fma(tap[1], xm2, acc);
-      acc = fma(tap[2], xm1, acc);
-      acc = fma(tap[3], x0, acc);
-      if (t + 1 < e) acc = fma(tap[2], xp1, acc);
-      if (t + 2 < e) acc = fma(tap[1], xp2, acc);
-      if (t + 3 < e) acc = fma(tap[0], xp3, acc);
+      float8 acc;
+      CD_CONV_STEP(acc, tap, xm3, xm2, xm1, x0, xp1, xp2, xp3, t, e);
       cd_st8n(yp + (ulong)t * stride, acc, n);
       xm3 = xm2, xm2 = xm1, xm1 = x0, x0 = xp1, xp1 = xp2, xp2 = xp3;
       xp3 = t + 4 < T ? cd_ld8n(xp + (ulong)(t + 4) * stride, n) : z;

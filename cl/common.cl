@@ -166,6 +166,21 @@ inline ulong cd_frame_start(uint f, uint S) { return (ulong)f * S; }
   ((o).x = fma(-(v).y, (sn).x, (v).x * (c).x), (o).y = fma(-(v).x, (sn).y, (v).y * (c).y),           \
    (o).z = fma(-(v).w, (sn).z, (v).z * (c).z), (o).w = fma(-(v).z, (sn).w, (v).w * (c).w))
 
+/* One output frame of the short conv (docs/math.md §8.2) from a sliding window of frames t-3 .. t+3 in vector lanes,
+ * one channel per lane: the one statement of its arithmetic for cl/short_conv.cl and cl/branch_cpu.cl, whose outputs
+ * agree bit for bit. tap[0 .. 3] = w0 .. w3; the look-ahead taps count where frame t+1 .. t+3 is before e, the end
+ * of t's segment (the look-back always counts: frames before the sequence are zeros in the window). */
+#define CD_CONV_STEP(acc, tap, xm3, xm2, xm1, x0, xp1, xp2, xp3, t, e) \
+  do {                                                                 \
+    (acc) = (tap)[0] * (xm3);                                          \
+    (acc) = fma((tap)[1], (xm2), (acc));                               \
+    (acc) = fma((tap)[2], (xm1), (acc));                               \
+    (acc) = fma((tap)[3], (x0), (acc));                                \
+    if ((t) + 1 < (e)) (acc) = fma((tap)[2], (xp1), (acc));            \
+    if ((t) + 2 < (e)) (acc) = fma((tap)[1], (xp2), (acc));            \
+    if ((t) + 3 < (e)) (acc) = fma((tap)[0], (xp3), (acc));            \
+  } while (0)
+
 /* The FMA GEMM core of the scan kernels (sequential, chunkwise phases A, B and C, the state summaries): for K
  * reduction steps k, acc[a][c] += X(k, a)·Y(k, c) over the work-item's RM x RN cells. X and Y are function-like
  * macros of the step and the register index that read the kernel's local-memory tiles in its own layout (an item

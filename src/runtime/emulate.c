@@ -72,39 +72,30 @@ typedef struct emulated_device {
   int tc; /* 1: the tensor-core path exists (emulated on the real device) */
 } emulated_device;
 
+/* An NVIDIA Hopper card as its OpenCL driver (580.159.04, OpenCL 3.0 CUDA 13.0.98) reports it: 132 multiprocessors,
+ * 48 KiB of local memory, the tensor-core path (emulated on the real device). */
+#define CD_HOPPER(short_name, cl_name, memory)                                                                      \
+  {.name = short_name,                                                                                             \
+   .info = {.platform_name = "NVIDIA CUDA",                                                                        \
+            .platform_version = "OpenCL 3.0 CUDA 13.0.98",                                                         \
+            .device_name = cl_name,                                                                                \
+            .device_vendor = "NVIDIA Corporation",                                                                 \
+            .device_version = "OpenCL 3.0 CUDA",                                                                   \
+            .driver_version = "580.159.04",                                                                        \
+            .type = CL_DEVICE_TYPE_GPU,                                                                            \
+            .max_work_group_size = 1024,                                                                           \
+            .local_mem_bytes = 49152,                                                                              \
+            .global_mem_bytes = (memory),                                                                          \
+            .compute_units = 132,                                                                                  \
+            .nvidia_ptx = 1},                                                                                      \
+   .pref_multiple = 32,                                                                                            \
+   .tc = 1}
+
 static const emulated_device DEVICES[] = {
-    {.name = "h200",
-     .info = {.platform_name = "NVIDIA CUDA",
-              .platform_version = "OpenCL 3.0 CUDA 13.0.98",
-              .device_name = "NVIDIA H200",
-              .device_vendor = "NVIDIA Corporation",
-              .device_version = "OpenCL 3.0 CUDA",
-              .driver_version = "580.159.04",
-              .type = CL_DEVICE_TYPE_GPU,
-              .max_work_group_size = 1024,
-              .local_mem_bytes = 49152,
-              .global_mem_bytes = 150754820096ull,
-              .compute_units = 132,
-              .nvidia_ptx = 1},
-     .pref_multiple = 32,
-     .tc = 1},
+    CD_HOPPER("h200", "NVIDIA H200", 150754820096ull),
     /* the H100 of the device sessions (SXM, 80 GB HBM3), whose tile entries differ from the H200's; its global
      * memory rounded (no plan reads it) */
-    {.name = "h100",
-     .info = {.platform_name = "NVIDIA CUDA",
-              .platform_version = "OpenCL 3.0 CUDA 13.0.98",
-              .device_name = "NVIDIA H100 80GB HBM3",
-              .device_vendor = "NVIDIA Corporation",
-              .device_version = "OpenCL 3.0 CUDA",
-              .driver_version = "580.159.04",
-              .type = CL_DEVICE_TYPE_GPU,
-              .max_work_group_size = 1024,
-              .local_mem_bytes = 49152,
-              .global_mem_bytes = 85000000000ull,
-              .compute_units = 132,
-              .nvidia_ptx = 1},
-     .pref_multiple = 32,
-     .tc = 1},
+    CD_HOPPER("h100", "NVIDIA H100 80GB HBM3", 85000000000ull),
     {.name = "pocl2",
      .info = {.platform_name = "Portable Computing Language",
               .platform_version = "OpenCL 3.0 PoCL 3.1",
