@@ -108,6 +108,23 @@ static float *download_as(camdelta_dtype dt, cl_mem m, size_t n) {
   return out;
 }
 
+/* The f64 reference's forward of the problem's (rounded) inputs: ref->in and ref->y filled (bp_ref_free releases
+ * them); the reference's arguments returned for its backward. */
+static camdelta_ref_branch ref_forward(const hb_problem *p, bp_ref *ref) {
+  const hb_shape *s = &p->s;
+  double **in64 = ref->in;
+  for (int i = 0; i < NIN; i++) in64[i] = tu_to_f64(p->in[i], p->count[i]);
+  ref->y = malloc(p->BNC * sizeof(double));
+  assert_non_null(ref->y);
+  camdelta_ref_branch r = {.B = s->B, .T = s->T, .Hs = s->Hs, .Ws = s->Ws, .ph = 1, .pw = 1, .H = s->H, .D = s->D,
+                           .chunking = p->ch, .k_scale = p->k_scale, .norm_eps = p->eps, .q_raw = in64[IQ],
+                           .k_raw = in64[IK], .v_raw = in64[IV], .conv_weight = in64[IW],
+                           .q_norm_weight = in64[IQW], .k_norm_weight = in64[IKW], .camera_conditions = in64[ICC],
+                           .beta = in64[IBETA], .decay = in64[IDECAY], .y = ref->y};
+  TU_OK(camdelta_ref_branch_forward(&r));
+  return r;
+}
+
 static double bound_of(camdelta_dtype dt) { return dt == CAMDELTA_F16 ? 2e-3 : 1.6e-2; }
 
 static void run_half(const hb_shape *s, camdelta_dtype dt, camdelta_scan_algorithm alg, uint64_t seed) {
@@ -123,17 +140,7 @@ static void run_half(const hb_shape *s, camdelta_dtype dt, camdelta_scan_algorit
   TU_OK(camdelta_branch_forward(ctx, &a, saved));
 
   bp_ref ref = {0};
-  double **in64 = ref.in;
-  for (int i = 0; i < NIN; i++) in64[i] = tu_to_f64(p.in[i], p.count[i]);
-  camdelta_ref_branch r = {.B = s->B, .T = s->T, .Hs = s->Hs, .Ws = s->Ws, .ph = 1, .pw = 1, .H = s->H, .D = s->D,
-                           .chunking = p.ch, .k_scale = p.k_scale, .norm_eps = p.eps, .q_raw = in64[IQ],
-                           .k_raw = in64[IK], .v_raw = in64[IV], .conv_weight = in64[IW],
-                           .q_norm_weight = in64[IQW], .k_norm_weight = in64[IKW], .camera_conditions = in64[ICC],
-                           .beta = in64[IBETA], .decay = in64[IDECAY], .y = NULL};
-  ref.y = malloc(BNC * sizeof(double));
-  assert_non_null(ref.y);
-  r.y = ref.y;
-  TU_OK(camdelta_ref_branch_forward(&r));
+  camdelta_ref_branch r = ref_forward(&p, &ref);
   float *got = download_as(dt, y, BNC);
   const double ey = tu_rel_err(got, ref.y, BNC);
   worst_y[di] = fmax(worst_y[di], ey);
@@ -289,17 +296,7 @@ static void test_fused_output_transform(void **state) {
       assert_non_null(got);
       tu_unpack(dt, y[0], got, p.BNC);
       bp_ref ref = {0};
-      for (int n = 0; n < NIN; n++) ref.in[n] = tu_to_f64(p.in[n], p.count[n]);
-      double **in64 = ref.in;
-      ref.y = malloc(p.BNC * sizeof(double));
-      assert_non_null(ref.y);
-      camdelta_ref_branch r = {.B = s->B, .T = s->T, .Hs = s->Hs, .Ws = s->Ws, .ph = 1, .pw = 1, .H = s->H,
-                               .D = s->D, .chunking = p.ch, .k_scale = p.k_scale, .norm_eps = p.eps,
-                               .q_raw = in64[IQ], .k_raw = in64[IK], .v_raw = in64[IV], .conv_weight = in64[IW],
-                               .q_norm_weight = in64[IQW], .k_norm_weight = in64[IKW],
-                               .camera_conditions = in64[ICC], .beta = in64[IBETA], .decay = in64[IDECAY],
-                               .y = ref.y};
-      TU_OK(camdelta_ref_branch_forward(&r));
+      ref_forward(&p, &ref);
       const double e = tu_rel_err(got, ref.y, p.BNC);
       if (e > bound_of(dt))
         fail_msg("%s D=%zu: fused y rel err %.3g > %.3g", camdelta_dtype_name(dt), s->D, e, bound_of(dt));

@@ -515,7 +515,8 @@ static camdelta_status fwd_conv(camdelta_branch_run *r, camdelta_branch_request 
   const size_t back = r->blk ? g->f0 - g->e0 : 0;
   cd_launch l;
   group_begin(r, &l);
-  /* a committing block's next look-back comes from the conv's own walk over [look-back | block] */
+  /* a committing block's next look-back comes from the conv's own walk over [look-back | block] (a block is never a
+   * sequence-parallel part: cd_branch_block_start) */
   const camdelta_buffer lb_out = r->blk ? r->blk->lookback_out : none;
   if (!st && !r->has_part)
     st = cd_short_conv_enqueue_forward(ctx, a->dtype, B, T, S, C, lb, back, a->k_raw, a->conv_weight, r->seg,
@@ -524,8 +525,6 @@ static camdelta_status fwd_conv(camdelta_branch_run *r, camdelta_branch_request 
     st = cd_short_conv_enqueue_forward(ctx, a->dtype, B, g->Te, S, C, none, 0, kx, a->conv_weight, r->seg, kc, none,
                                        &l);
   if (!st && r->has_part) st = copy_frames(ctx, kc, g->Te, g->f0 - g->e0, m[KCONV], T, 0, T, B, S * C, es, &l);
-  if (!st && r->has_part && lb_out.mem)
-    st = cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "%s: a stream's block is not a sequence-parallel part", r->op);
   st = group_end(r, &l, st);
   if (!st) {
     /* prep on the activations' dtype, its outputs in f32 for the scan */

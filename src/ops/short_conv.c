@@ -73,8 +73,8 @@ static void conv_arg_items(cd_args *a, int cpu, size_t cg, size_t ncb, size_t it
   }
 }
 
-/* Work-group form: a work-item per (4 channels, s, b) in groups of 64. CPU form: a work-item per (b, s, block of channel
- * groups), local size 1. */
+/* Work-group form: a work-item per (4 channels, s, b) in groups of 64. CPU form: a work-item per (b, s, block of
+ * channel groups), local size 1. */
 camdelta_status cd_short_conv_enqueue_forward(camdelta_context *ctx, camdelta_dtype dtype, size_t B, size_t T,
                                               size_t S, size_t C, camdelta_buffer lookback, size_t back,
                                               camdelta_buffer x, camdelta_buffer w, cl_mem seg_end, camdelta_buffer y,
@@ -100,8 +100,9 @@ camdelta_status cd_short_conv_enqueue_forward(camdelta_context *ctx, camdelta_dt
   cd_arg_buf(&a, lookback_out.mem ? lookback_out : y); /* absent: never written */
   cd_arg_u32(&a, lookback_out.mem != NULL);
   /* the work-group form's 4-channel accesses are whole aligned vectors where every offset and C are multiples of 4 */
-  if (!cpu) cd_arg_u32(&a, C % 4 == 0 && x.offset % 4 == 0 && y.offset % 4 == 0 && (!back || lookback.offset % 4 == 0) &&
-                               (!lookback_out.mem || lookback_out.offset % 4 == 0));
+  if (!cpu)
+    cd_arg_u32(&a, C % 4 == 0 && x.offset % 4 == 0 && y.offset % 4 == 0 && (!back || lookback.offset % 4 == 0) &&
+                       (!lookback_out.mem || lookback_out.offset % 4 == 0));
   if (a.err != CL_SUCCESS) st = cd_cl_fail(a.err, cpu ? "cd_conv_cpu_forward: setting arguments"
                                                       : "cd_short_conv_forward: setting arguments");
   const size_t lws = cpu ? 1 : 64, gws = cpu ? B * S * ncb : (BSC4 + 63) / 64 * 64;

@@ -189,8 +189,9 @@ camdelta_status cd_limits_env(camdelta_context *ctx);
 size_t cd_loop_budget(camdelta_context *ctx);
 /** Replaces the context's device facts with those of a named device, for plan golden tests on any device:
  *  "h200" (NVIDIA H200, its tensor-core path emulated: CAMDELTA_TC=emulate kernels, costs as tensor cores), "h100"
- *  (the H100 80GB HBM3, the same way) or "pocl2" (PoCL on two CPU cores). The kernels are still built for and run on the real device; the disk cache
- *  keys keep the real device's identity. Call right after creating the context, before any operation. */
+ *  (the H100 80GB HBM3, the same way) or "pocl2" (PoCL on two CPU cores). The kernels are still built for and run
+ *  on the real device; the disk cache keys keep the real device's identity. Call right after creating the context,
+ *  before any operation. */
 camdelta_status cd_context_emulate(camdelta_context *ctx, const char *device);
 /** Writes one line per launch (kernel, its program's source and build options, global and local sizes, local
  *  memory), fill and copy enqueued through this context to `out` (NULL stops); with `dry`, none of them is

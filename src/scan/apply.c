@@ -19,9 +19,9 @@ camdelta_status cd_apply_build_tc(camdelta_context *ctx, size_t D, int split, in
   const size_t lm = ctx->info.local_mem_bytes ? (size_t)ctx->info.local_mem_bytes : 16384;
   a->t_ot = cd_tc_apply_ot_tiles(&a->t, ctx->info.max_work_group_size);
   if (cd_tc_apply_ot_local_bytes(&a->t_ot) > lm) return CAMDELTA_OK; /* the epilogue's tile does not fit */
-  char opts[256]; /* y's storage (common.cl's CD_DTYPE; f32, the default, adds nothing) */
-  if (ot_dtype == CAMDELTA_F32) snprintf(opts, sizeof opts, "%s", extra);
-  else snprintf(opts, sizeof opts, "%s -DCD_DTYPE=%d", extra, ot_dtype == CAMDELTA_F16 ? 1 : 2);
+  char opts[256], dt[40]; /* y's storage (common.cl's CD_DTYPE; f32, the default, adds nothing) */
+  snprintf(opts, sizeof opts, "%s%s%s", extra, ot_dtype == CAMDELTA_F32 ? "" : " ",
+           ot_dtype == CAMDELTA_F32 ? "" : cd_dtype_opts(ot_dtype, dt));
   return cd_tc_kernel(ctx, CD_TC_APPLY, "cd_apply_ot_tc", D, split, vec, &a->t_ot, opts, NULL, 0, &a->k_ot);
 }
 

@@ -162,18 +162,25 @@ static camdelta_status single(camdelta_context *ctx, const cd_gram *g, const cd_
   return cd_enqueue(ctx, g->k, 3, gws, lws, l, what);
 }
 
-/* The TC form's small-work kernel runs this call (a call of at most small_bhf (b, h, f) frames). */
-static int small_call(const cd_gram *g, const cd_scan_geo *geo) { return g->k_small && geo->BHF <= g->small_bhf; }
+/* The TC form's kernel for one call: the small-work one for calls of at most small_bhf (b, h, f) frames. */
+typedef struct tc_kernel {
+  cl_kernel k;
+  const cd_tc_tiles *t;
+  unsigned w;
+} tc_kernel;
+
+static tc_kernel tc_for(const cd_gram *g, const cd_scan_geo *geo) {
+  if (g->k_small && geo->BHF <= g->small_bhf) return (tc_kernel){.k = g->k_small, .t = &g->t_small, .w = g->w_small};
+  return (tc_kernel){.k = g->k, .t = &g->t, .w = g->w};
+}
 
 /* cd_gram_tc: x_fᵀ·[y0_f | y1_f] (n_c0 and n_c1 column tiles) into out0, out1; with use_beta (and the A form) the
  * β weights and the decay. */
-static camdelta_status tc(camdelta_context *ctx, const cd_gram *g, const cd_scan_geo *geo, camdelta_buffer x,
+static camdelta_status tc(camdelta_context *ctx, const tc_kernel *tk, const cd_scan_geo *geo, camdelta_buffer x,
                           camdelta_buffer y0, camdelta_buffer y1, const cd_gram_io *io, camdelta_buffer out0,
                           camdelta_buffer out1, unsigned n1, int a_form, const char *what, cd_launch *l) {
-  const int small = small_call(g, geo);
-  const cd_tc_tiles *t = small ? &g->t_small : &g->t;
-  const unsigned nr = ceil_div(geo->D, cd_tc_tm(t)), nc = ceil_div(geo->D, cd_tc_tn(t)), w = small ? g->w_small : g->w;
-  cd_args a = {small ? g->k_small : g->k, 0, CL_SUCCESS};
+  const unsigned nr = ceil_div(geo->D, cd_tc_tm(tk->t)), nc = ceil_div(geo->D, cd_tc_tn(tk->t)), w = tk->w;
+  cd_args a = {tk->k, 0, CL_SUCCESS};
   CD_ARG_BUFS(&a, x, y0, y1, io->beta, io->decay, out0, out1);
   cd_arg_tokens(&a, geo);
   cd_arg_u32(&a, nc);
@@ -183,7 +190,7 @@ static camdelta_status tc(camdelta_context *ctx, const cd_gram *g, const cd_scan
   cd_arg_packed(&a, geo);
   if (a.err != CL_SUCCESS) return cd_cl_fail(a.err, "cd_gram_tc: setting arguments");
   const size_t lws[2] = {w, 1}, gws[2] = {(size_t)w * nr * (nc + n1), geo->BHF};
-  return cd_enqueue(ctx, a.kernel, 2, gws, lws, l, what);
+  return cd_enqueue(ctx, tk->k, 2, gws, lws, l, what);
 }
 
 camdelta_status cd_gram_enqueue(camdelta_context *ctx, const cd_gram *g, const cd_scan_geo *geo, const cd_gram_io *io,
@@ -203,10 +210,11 @@ camdelta_status cd_gram_enqueue(camdelta_context *ctx, const cd_gram *g, const c
       return st;
     case CD_GRAM_TC: {
       /* W = Qᵀ·dO first, then A = d·(I − Kᵀ·β·K) with U = Kᵀ·β·V beside it where asked */
-      const unsigned nc = ceil_div(geo->D, cd_tc_tn(small_call(g, geo) ? &g->t_small : &g->t));
-      if (io->W.mem) st = tc(ctx, g, geo, io->q, io->dout, io->dout, io, io->W, io->W, 0, 0, "cd_gram_tc (W)", l);
+      const tc_kernel tk = tc_for(g, geo);
+      const unsigned nc = ceil_div(geo->D, cd_tc_tn(tk.t));
+      if (io->W.mem) st = tc(ctx, &tk, geo, io->q, io->dout, io->dout, io, io->W, io->W, 0, 0, "cd_gram_tc (W)", l);
       if (!st && io->A.mem)
-        st = tc(ctx, g, geo, io->k, io->k, io->v, io, io->A, io->U.mem ? io->U : io->A, io->U.mem ? nc : 0, 1,
+        st = tc(ctx, &tk, geo, io->k, io->k, io->v, io, io->A, io->U.mem ? io->U : io->A, io->U.mem ? nc : 0, 1,
                 !io->W.mem ? "cd_gram_tc (phase A)" : io->U.mem ? "cd_gram_tc (A, U)" : "cd_gram_tc (A)", l);
       else if (!st && io->U.mem)
         return cd_fail(CAMDELTA_ERROR_UNSUPPORTED, "cd_gram_tc computes U beside A only");

@@ -62,10 +62,20 @@ static const table_entry TABLE[] = {
      .t = {.wm = 7, .wn = 2, .mr = 1, .nr = 7, .kc = 16}, .prec = EXACT, .bhf_max = 132},
 };
 
-/* The device's entry for `e`'s family and D on this context (vendor and name as the table gives them). */
-static int entry_matches(const camdelta_context *ctx, const table_entry *e, int family, size_t D) {
-  return e->family == family && D >= e->dmin && D <= e->dmax && strstr(ctx->info.device_vendor, e->vendor) &&
-         strcmp(ctx->info.device_name, e->device) == 0;
+/* The table's entry for this context's device, `family` and D in one precision (split: exact), among the entries
+ * for every call (small 0) or the small-work ones (small 1): one for the precision, else one for both; NULL if none. */
+static const table_entry *table_pick(const camdelta_context *ctx, int family, size_t D, int split, int small) {
+  const int prec = split ? EXACT : TF32;
+  const table_entry *best = NULL;
+  int found = 0; /* 1: an ANY entry, 2: one for this precision */
+  for (size_t i = 0; i < sizeof TABLE / sizeof TABLE[0]; i++) {
+    const table_entry *e = &TABLE[i];
+    const int rank = e->prec == ANY ? 1 : e->prec == prec ? 2 : 0;
+    if (rank > found && (e->bhf_max != 0) == small && e->family == family && D >= e->dmin && D <= e->dmax &&
+        strstr(ctx->info.device_vendor, e->vendor) && strcmp(ctx->info.device_name, e->device) == 0)
+      best = e, found = rank;
+  }
+  return best;
 }
 
 /* Rows (or columns) of D padded to the mma tile: up to 64 rows in two warps of two 16-row tiles. */
@@ -244,6 +254,22 @@ static void load(const camdelta_context *ctx, cd_tc_context *s) {
   }
 }
 
+/* The saved entry (the last one) for `family` and D: its row, or NULL. Under ctx->lock, after load(). */
+static const unsigned *saved_row(const cd_tc_context *s, int family, size_t D) {
+  const unsigned *row = NULL;
+  for (int i = 0; i < s->tune_nsaved; i++) {
+    const unsigned *r = s->tune_saved[i];
+    if ((int)r[0] == family && D >= r[1] && D <= r[2]) row = r;
+  }
+  return row;
+}
+
+/* The context's override values of a family's five tiles (0: not set) into over; 1 when any is set. */
+static int overrides(camdelta_context *ctx, int family, unsigned over[5]) {
+  char var[64];
+  return cd_scan_tile_values(ctx, (cd_opt_id)(CD_OPT_TC_GRAM + 5 * family), 5, over, var, sizeof var);
+}
+
 camdelta_status cd_tc_resolve(camdelta_context *ctx, int family, size_t D, int split, cd_tc_tiles *t,
                               const char **from) {
   cd_tc_context *s = cd_tc_context_of(ctx);
@@ -252,21 +278,13 @@ camdelta_status cd_tc_resolve(camdelta_context *ctx, int family, size_t D, int s
   load(ctx, s);
   *t = family == CD_TC_GRAM ? cd_tc_gram_tiles(D) : family == CD_TC_APPLY ? cd_tc_apply_tiles(D) : cd_tc_frames_tiles(D);
   *from = "heuristic";
-  const int prec = split ? EXACT : TF32;
-  int found = 0; /* 1: an ANY entry, 2: one for this precision */
-  for (size_t i = 0; i < sizeof TABLE / sizeof TABLE[0]; i++) {
-    const table_entry *e = &TABLE[i];
-    const int rank = e->prec == ANY ? 1 : e->prec == prec ? 2 : 0;
-    if (rank > found && !e->bhf_max && entry_matches(ctx, e, family, D)) *t = e->t, *from = "table", found = rank;
-  }
-  for (int i = 0; i < s->tune_nsaved; i++) {
-    const unsigned *r = s->tune_saved[i];
-    if ((int)r[0] == family && D >= r[1] && D <= r[2]) from_row(r + 3, t), *from = "saved";
-  }
+  const table_entry *e = table_pick(ctx, family, D, split, 0);
+  if (e) *t = e->t, *from = "table";
+  const unsigned *saved = saved_row(s, family, D);
+  if (saved) from_row(saved + 3, t), *from = "saved";
   unsigned v[5], over[5];
-  char var[64];
   to_row(t, v);
-  const int any = cd_scan_tile_values(ctx, (cd_opt_id)(CD_OPT_TC_GRAM + 5 * family), 5, over, var, sizeof var);
+  const int any = overrides(ctx, family, over);
   for (int k = 0; k < 5; k++)
     if (over[k]) v[k] = over[k];
   from_row(v, t);
@@ -281,22 +299,14 @@ int cd_tc_small_entry(camdelta_context *ctx, int family, size_t D, int split, cd
   cd_tc_context *s = cd_tc_context_of(ctx);
   if (!s) return 0;
   unsigned over[5];
-  char var[64];
   mtx_lock(&ctx->lock);
   load(ctx, s);
-  int saved = 0;
-  for (int i = 0; i < s->tune_nsaved; i++) saved |= (int)s->tune_saved[i][0] == family && D >= s->tune_saved[i][1] &&
-                                                    D <= s->tune_saved[i][2];
-  const int any = cd_scan_tile_values(ctx, (cd_opt_id)(CD_OPT_TC_GRAM + 5 * family), 5, over, var, sizeof var);
-  const int prec = split ? EXACT : TF32;
-  int found = 0;
-  for (size_t i = 0; !saved && !any && i < sizeof TABLE / sizeof TABLE[0]; i++) {
-    const table_entry *e = &TABLE[i];
-    const int rank = e->prec == ANY ? 1 : e->prec == prec ? 2 : 0;
-    if (rank > found && e->bhf_max && entry_matches(ctx, e, family, D)) *t = e->t, *bhf_max = e->bhf_max, found = rank;
-  }
+  /* an override or a saved entry sets the tiles of calls of every size */
+  const table_entry *e = saved_row(s, family, D) || overrides(ctx, family, over) ? NULL
+                                                                                 : table_pick(ctx, family, D, split, 1);
+  if (e) *t = e->t, *bhf_max = e->bhf_max;
   mtx_unlock(&ctx->lock);
-  return found != 0;
+  return e != NULL;
 }
 
 size_t cd_tc_local_bytes(int family, size_t D, int split, const cd_tc_tiles *t) {
